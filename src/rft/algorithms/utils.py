@@ -1,0 +1,83 @@
+"""Masked reductions and logit helpers shared by the estimators and losses.
+
+Dimension names: B rows (= prompts x n responses), R response tokens, V vocab.
+Masks are 0/1 tensors of any dtype (bool, long or float); an entry counts as valid when it is non-zero.
+Masked-out entries of ``x`` are never read (``torch.where``, not ``x * mask``), so a NaN or inf sitting
+on padding cannot leak into a result or a gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _masked_sum_count(
+    x: torch.Tensor, mask: torch.Tensor, dim: int | tuple[int, ...] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    valid = mask.bool()
+    total = torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    if dim is None:
+        return total.sum(), valid.sum().to(x.dtype)
+    return total.sum(dim), valid.sum(dim).to(x.dtype)
+
+
+def masked_mean(
+    x: torch.Tensor, mask: torch.Tensor, dim: int | tuple[int, ...] | None = None
+) -> torch.Tensor:
+    """``sum(x * mask) / sum(mask)`` over ``dim`` (all entries when ``dim`` is None).
+
+    Normaliser: the number of valid entries, clamped to at least 1, so an all-masked slice gives exactly 0
+    (its numerator is 0) instead of NaN, and no host sync is needed to check for it.
+    """
+    total, count = _masked_sum_count(x, mask, dim)
+    return total / count.clamp(min=1.0)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the valid entries of ``x`` (a scalar), two-pass: ``mean((x - mean)^2)`` over the mask.
+
+    ``unbiased`` applies Bessel's correction ``n / (n - 1)`` with ``n = sum(mask)``. With ``n <= 1`` the
+    variance is returned as exactly 0 (no correction, no error): the centred squares of a single entry are
+    0, and an empty mask gives 0 through ``masked_mean``.
+    """
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        n = mask.bool().sum().to(var.dtype)
+        var = torch.where(n > 1, var * n / (n - 1).clamp(min=1.0), var)
+    return var
+
+
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
+) -> torch.Tensor:
+    """``(x - mean) * rsqrt(var + eps)`` with mean and UNBIASED variance over the valid entries of ``x``.
+
+    With ``shift_mean=False`` the mean is added back: ``(x - mean) * rsqrt(var + eps) + mean`` (rescale only).
+    Masked-out entries of the result are exactly 0.
+    """
+    mean = masked_mean(x, mask)
+    var = masked_var(x, mask, unbiased=True)
+    whitened = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return torch.where(mask.bool(), whitened, torch.zeros((), dtype=whitened.dtype, device=whitened.device))
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[labels] = logits[labels] - logsumexp(logits)``: (B, R, V), (B, R) -> (B, R).
+
+    The full (B, R, V) log-softmax is never materialised; computed in the dtype of ``logits`` (pass float32
+    logits for float32 precision).
+    """
+    picked = logits.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)  # (B, R)
+    return picked - torch.logsumexp(logits, dim=-1)  # (B, R)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` over the last dim: ``H = logsumexp(z) - sum_v softmax(z)_v * z_v``.
+
+    (..., V) -> (...). Follows from ``H = -sum p log p`` with ``log p = z - logsumexp(z)``.
+    """
+    probs = torch.softmax(logits, dim=-1)  # (..., V)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)

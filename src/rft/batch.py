@@ -1,0 +1,96 @@
+"""`Batch`: the one object that travels through an RL step.
+
+Dimension names used across rft: B rows (= prompts x n), G group size (n), P prompt tokens, R response tokens,
+V vocabulary. Prompts are left-padded to P and responses right-padded to R, so `input_ids = cat(prompt, response)`
+keeps every response starting at column P.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+_TENSOR_FIELDS = (
+    "prompt_ids",
+    "prompt_mask",
+    "response_ids",
+    "response_mask",
+    "old_logprobs",
+    "ref_logprobs",
+    "rollout_logprobs",
+    "values",
+    "token_rewards",
+    "scores",
+    "advantages",
+    "returns",
+    "group",
+)
+_LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text")
+
+
+@dataclass
+class Batch:
+    prompt_ids: torch.Tensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P) 1 on real prompt tokens
+    response_ids: torch.Tensor  # (B, R) right-padded
+    response_mask: torch.Tensor  # (B, R) 1 up to and including EOS
+    group: torch.Tensor  # (B,) index of the prompt a row came from; rows of a group are adjacent
+    old_logprobs: torch.Tensor | None = None  # (B, R)
+    ref_logprobs: torch.Tensor | None = None  # (B, R)
+    rollout_logprobs: torch.Tensor | None = None  # (B, R) as reported by the rollout engine
+    values: torch.Tensor | None = None  # (B, R)
+    token_rewards: torch.Tensor | None = None  # (B, R)
+    scores: torch.Tensor | None = None  # (B,)
+    advantages: torch.Tensor | None = None  # (B, R)
+    returns: torch.Tensor | None = None  # (B, R)
+    data_source: list[str] = field(default_factory=list)
+    ground_truth: list[Any] = field(default_factory=list)
+    extra_info: list[dict] = field(default_factory=list)
+    response_text: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return self.response_ids.shape[0]
+
+    @property
+    def input_ids(self) -> torch.Tensor:  # (B, P + R)
+        return torch.cat([self.prompt_ids, self.response_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:  # (B, P + R)
+        return torch.cat([self.prompt_mask, self.response_mask], dim=1)
+
+    def select(self, index: torch.Tensor | slice | list[int]) -> "Batch":
+        """Rows `index` of every field (tensors and per-row lists alike)."""
+        if isinstance(index, slice):
+            rows = list(range(len(self)))[index]
+        else:
+            rows = torch.as_tensor(index).tolist()
+        t_index = torch.as_tensor(rows, dtype=torch.long)
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                out[f.name] = None
+            elif isinstance(v, torch.Tensor):
+                out[f.name] = v.index_select(0, t_index.to(v.device))
+            else:
+                out[f.name] = [v[i] for i in rows] if v else []
+        return Batch(**out)
+
+    def split(self, rows: int) -> Iterator["Batch"]:
+        """Consecutive chunks of `rows` rows (the last may be shorter)."""
+        for start in range(0, len(self), rows):
+            yield self.select(slice(start, start + rows))
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return dataclasses.replace(
+            self,
+            **{
+                f: getattr(self, f).to(device)
+                for f in _TENSOR_FIELDS
+                if isinstance(getattr(self, f), torch.Tensor)
+            },
+        )

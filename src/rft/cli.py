@@ -1,0 +1,137 @@
+"""`rft` command line: init-model, data, train, config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def _setup_env() -> None:
+    # Local folders only: never reach for the Hugging Face hub at run time.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("transformers", "httpx", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def cmd_init_model(args) -> int:
+    from rft.models.tiny import init_model, parameter_count
+
+    path = init_model(args.preset, args.out, seed=args.seed, overwrite=args.overwrite)
+    from transformers import AutoModelForCausalLM
+
+    n = parameter_count(AutoModelForCausalLM.from_pretrained(path))
+    print(f"wrote {args.preset} model ({n:,} parameters) to {path}")
+    return 0
+
+
+def cmd_data(args) -> int:
+    if args.task == "arithmetic":
+        from rft.tasks import write_arithmetic
+
+        paths = write_arithmetic(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
+                                 max_digits=args.max_digits, ops=args.ops)
+    else:
+        from rft.tasks import convert_gsm8k
+
+        if not args.src:
+            print("rft data gsm8k needs SRC: a folder with train.jsonl and test.jsonl", file=sys.stderr)
+            return 2
+        paths = convert_gsm8k(args.src, args.out)
+    for split, path in paths.items():
+        print(f"{split}: {path}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from rft.config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    from rft.trainer.rl import RLTrainer
+
+    RLTrainer(cfg).fit()
+    return 0
+
+
+def cmd_config(args) -> int:
+    from rft.config import load_config, to_yaml
+
+    if args.action == "show":
+        print(to_yaml(load_config(args.config, args.overrides, validate_paths=False)), end="")
+    else:
+        from rft.config.reference import reference_markdown
+
+        print(reference_markdown(), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rft", description="Reinforcement fine-tuning for LLMs.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    q = sub.add_parser("init-model", help="write an offline tiny Qwen2-architecture model and tokenizer")
+    q.add_argument("out")
+    q.add_argument("--preset", default="tiny", choices=("tiny", "small"))
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--overwrite", action="store_true")
+    q.set_defaults(fn=cmd_init_model)
+
+    q = sub.add_parser("data", help="write task data as parquet in verl's row format")
+    q.add_argument("task", choices=("arithmetic", "gsm8k"))
+    q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--n-train", type=int, default=2000)
+    q.add_argument("--n-val", type=int, default=200)
+    q.add_argument("--max-digits", type=int, default=2)
+    q.add_argument("--ops", default="+")
+    q.set_defaults(fn=cmd_data)
+
+    q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_train)
+
+    q = sub.add_parser("config", help="show the resolved config, or the reference of every key")
+    q.add_argument("action", choices=("show", "reference"))
+    q.add_argument("config", nargs="?")
+    q.add_argument("overrides", nargs="*")
+    q.set_defaults(fn=cmd_config)
+    return p
+
+
+def _split_positionals(args) -> None:
+    """`rft train a=b` (no YAML) and `rft data gsm8k SRC OUT` / `rft data arithmetic OUT`."""
+    if getattr(args, "config", None) and "=" in args.config and not args.config.endswith((".yaml", ".yml")):
+        args.overrides = [args.config, *args.overrides]
+        args.config = None
+    if args.command == "data":
+        items = args.src_or_out
+        if args.task == "arithmetic":
+            if len(items) != 1:
+                raise SystemExit("usage: rft data arithmetic OUT")
+            args.src, args.out = None, items[0]
+        else:
+            if len(items) != 2:
+                raise SystemExit("usage: rft data gsm8k SRC OUT")
+            args.src, args.out = items
+
+
+def main(argv: list[str] | None = None) -> int:
+    _setup_env()
+    args = build_parser().parse_args(argv)
+    _split_positionals(args)
+    from rft.config import ConfigError
+    from rft.data.dataset import DataError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, DataError, FileExistsError, FileNotFoundError) as e:
+        print(f"rft: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Load a config: verl-style nested YAML plus dotted `key=value` overrides, merged onto the schema.
+
+Errors are `ConfigError`s that name the key and say what is allowed; they are raised before any model loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterable
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from rft.config.schema import RFTConfig
+
+
+class ConfigError(ValueError):
+    """A config value or key that rft refuses, with what to do instead."""
+
+
+def _node_fields(cls: type, dotted: str) -> list[str]:
+    """Field names of the dataclass found at `dotted` below `cls` (for 'allowed keys' messages)."""
+    for part in [p for p in dotted.split(".") if p]:
+        f = {f.name: f for f in dataclasses.fields(cls)}.get(part)
+        if f is None or not dataclasses.is_dataclass(f.default_factory() if callable(f.default_factory) else None):
+            return []
+        cls = type(f.default_factory())
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _explain(err: OmegaConfBaseException) -> ConfigError:
+    full_key = getattr(err, "full_key", None) or ""
+    if isinstance(err, ConfigKeyError) or "not in" in str(err):
+        parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
+        allowed = _node_fields(RFTConfig, parent)
+        where = f"under '{parent}'" if parent else "at the top level"
+        return ConfigError(
+            f"unknown config key '{full_key}'. Allowed keys {where}: {', '.join(allowed)}"
+        )
+    msg = str(err).split("\n")[0]
+    return ConfigError(f"bad value for config key '{full_key}': {msg}")
+
+
+def _parse_overrides(overrides: Iterable[str]) -> list[str]:
+    out = []
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
+        out.append(item[1:] if item.startswith("+") else item)
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
+    """The validated `RFTConfig` from a YAML file (optional) and dotted overrides."""
+    from rft.config.validate import validate
+
+    schema = OmegaConf.structured(RFTConfig)
+    layers: list[DictConfig] = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            loaded = OmegaConf.load(path)
+        except Exception as e:  # yaml errors
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+        if not isinstance(loaded, DictConfig):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
+        layers.append(loaded)
+    try:
+        layers.append(OmegaConf.from_dotlist(_parse_overrides(overrides)))
+        merged = OmegaConf.merge(schema, *layers)
+        OmegaConf.resolve(merged)
+        cfg: RFTConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except OmegaConfBaseException as e:
+        raise _explain(e) from None
+    validate(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def to_yaml(cfg: Any) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def to_dict(cfg: Any) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]

@@ -1,0 +1,349 @@
+"""The one typed config schema. Key names are verl's (`ppo_trainer.yaml`), the canonical keys of rft.
+
+Every field carries a help text (`rft config reference` prints them). Two more metadata entries drive validation:
+* `choices`: the allowed values.
+* `unsupported`: the field exists so a verl config loads, but rft does not honour it yet; any value other than the
+  default is refused with this reason, never silently ignored.
+
+Batch sizes: `train_batch_size` and `ppo_mini_batch_size` are global and counted in prompts (algorithmic);
+`*_per_gpu` sizes are per process and counted in rows (performance knobs that do not change the result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+def fld(default: Any, help: str, *, choices: tuple | None = None, unsupported: str | None = None) -> Any:
+    meta: dict[str, Any] = {"help": help}
+    if choices is not None:
+        meta["choices"] = choices
+    if unsupported is not None:
+        meta["unsupported"] = unsupported
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def sub(cls: type, help: str) -> Any:
+    return field(default_factory=cls, metadata={"help": help})
+
+
+VLLM_ONLY = "a vLLM engine knob; rft's `hf` engine has no such setting (the vLLM engine is not implemented yet)"
+MULTI_PROCESS = "sharding and offload need several processes (torch.distributed), which rft does not run yet"
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+
+
+# --------------------------------------------------------------------------------------------------- data
+@dataclass
+class CustomClsConfig:
+    path: Optional[str] = fld(None, "File defining a custom dataset class.", unsupported="custom dataset classes")
+    name: Optional[str] = fld(None, "Name of the custom dataset class.", unsupported="custom dataset classes")
+
+
+@dataclass
+class DataConfig:
+    tokenizer: Optional[str] = fld(None, "Tokenizer folder; default: the policy model's folder.")
+    train_files: Any = fld(None, "Training prompts: one parquet/jsonl file or a list of them (verl row format).")
+    val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
+    prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
+    max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")
+    max_response_length: int = fld(512, "Maximum number of generated tokens per response.")
+    train_batch_size: int = fld(1024, "Prompts per training step (global); each is sampled rollout.n times.")
+    val_batch_size: Optional[int] = fld(None, "Prompts per validation generation call; null: all at once.")
+    return_raw_input_ids: bool = fld(False, "Keep raw input ids for a reward model.", unsupported="reward models")
+    return_raw_chat: bool = fld(False, "Keep the raw chat messages.", unsupported="reward models / agent loops")
+    return_full_prompt: bool = fld(False, "Keep the templated prompt text.", unsupported="reward models")
+    shuffle: bool = fld(True, "Shuffle the training prompts each epoch (seeded by data.seed).")
+    seed: int = fld(1, "Seed of the training-prompt shuffle.")
+    filter_overlong_prompts: bool = fld(False, "Drop prompts longer than max_prompt_length when loading.")
+    filter_overlong_prompts_workers: int = fld(
+        1, "Worker processes for the overlong filter.", unsupported="parallel filtering (rft filters in-process)"
+    )
+    truncation: str = fld(
+        "error",
+        "A prompt over max_prompt_length (when not filtered): error; left: cut tokens from the left (keep the "
+        "end); right: cut from the right (keep the start); middle: keep both ends, cut the middle.",
+        choices=("error", "left", "right", "middle"),
+    )
+    image_key: str = fld("images", "Column of images in multimodal data (multimodal data is refused).")
+    trust_remote_code: bool = fld(False, "Allow a tokenizer folder's own Python code.")
+    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
+
+
+# ------------------------------------------------------------------------------------------- actor / model
+@dataclass
+class ModelConfig:
+    path: Optional[str] = fld(None, "Hugging Face model folder of the policy (required).")
+    external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
+    override_config: Dict[str, Any] = fld(
+        {}, "Attributes set on the model's config when loading (e.g. attention_dropout); a nested "
+        "`model_config` mapping is merged in as well."
+    )
+    enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
+    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported=MULTI_PROCESS)
+    trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
+    use_remove_padding: bool = fld(
+        False,
+        "Sequence packing. rft always trims all-padding columns; packing itself is not implemented.",
+        unsupported="sequence packing (varlen attention)",
+    )
+    use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
+    use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
+    lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a peft LoRA adapter.")
+    lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
+    target_modules: Any = fld(
+        "all-linear", "LoRA target modules: 'all-linear', a list of module names, or a regex string."
+    )
+    exclude_modules: Any = fld(None, "Modules excluded from LoRA: a list of names or a regex string.")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = fld(1e-6, "Peak learning rate of AdamW.")
+    lr_warmup_steps: int = fld(-1, "Warmup steps; negative: use lr_warmup_steps_ratio.")
+    lr_warmup_steps_ratio: float = fld(0.0, "Warmup steps as a fraction of the total training steps.")
+    min_lr_ratio: float = fld(0.0, "cosine only: the final lr as a fraction of lr.")
+    num_cycles: float = fld(0.5, "cosine only: number of cosine cycles after warmup (0.5: decay to min once).")
+    warmup_style: str = fld(
+        "constant", "Schedule after the linear warmup.", choices=("constant", "cosine")
+    )
+    total_training_steps: int = fld(-1, "Set by the trainer from trainer.total_training_steps; leave -1.")
+    weight_decay: float = fld(0.01, "AdamW weight decay.")
+    betas: List[float] = fld([0.9, 0.999], "AdamW betas.")
+    eps: float = fld(1e-8, "AdamW epsilon.")
+
+
+@dataclass
+class WrapPolicyConfig:
+    min_num_params: int = fld(0, "FSDP wrap threshold.", unsupported=MULTI_PROCESS)
+    transformer_layer_cls_to_wrap: Optional[Any] = fld(None, "FSDP wrap classes.", unsupported=MULTI_PROCESS)
+
+
+@dataclass
+class FSDPConfig:
+    wrap_policy: WrapPolicyConfig = sub(WrapPolicyConfig, "FSDP wrap policy.")
+    param_offload: bool = fld(False, "Offload parameters to CPU between uses.", unsupported=MULTI_PROCESS)
+    optimizer_offload: bool = fld(False, "Offload optimizer state to CPU.", unsupported=MULTI_PROCESS)
+    offload_policy: bool = fld(False, "FSDP2 CPU offload policy.", unsupported=MULTI_PROCESS)
+    fsdp_size: int = fld(-1, "FSDP group size; -1: all processes.", unsupported=MULTI_PROCESS)
+
+
+@dataclass
+class PolicyLossConfig:
+    loss_mode: str = fld("vanilla", "Policy loss: vanilla (dual-clip PPO).")
+
+
+@dataclass
+class ActorCheckpointConfig:
+    save_contents: List[str] = fld(
+        ["model", "optimizer", "extra"],
+        "What a checkpoint holds: model, optimizer, extra (scheduler, RNG, data position), hf_model.",
+    )
+    load_contents: List[str] = fld(
+        ["model", "optimizer", "extra"], "What a resume restores (a subset of save_contents)."
+    )
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = fld(
+        "fsdp", "Training strategy; with one process neither FSDP version wraps the model.", choices=("fsdp", "fsdp2")
+    )
+    ppo_mini_batch_size: int = fld(256, "Prompts per optimizer step (global); train_batch_size must divide by it.")
+    ppo_micro_batch_size: Optional[int] = fld(
+        None, "Deprecated global micro batch in rows; use ppo_micro_batch_size_per_gpu."
+    )
+    ppo_micro_batch_size_per_gpu: Optional[int] = fld(
+        None, "Rows per forward/backward pass in one process (gradient accumulation); null: the whole mini-batch."
+    )
+    use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
+    ppo_max_token_len_per_gpu: int = fld(
+        16384, "Token budget per micro batch (with use_dynamic_bsz).", unsupported="dynamic batch sizes"
+    )
+    grad_clip: float = fld(1.0, "Clip the global gradient norm to this value (<= 0: no clipping).")
+    clip_ratio: float = fld(0.2, "PPO clip range epsilon (both sides unless clip_ratio_low/high are set).")
+    clip_ratio_low: Optional[float] = fld(None, "Lower clip epsilon: ratio >= 1 - clip_ratio_low; null: clip_ratio.")
+    clip_ratio_high: Optional[float] = fld(None, "Upper clip epsilon: ratio <= 1 + clip_ratio_high; null: clip_ratio.")
+    clip_ratio_c: float = fld(3.0, "Dual-clip constant: for A < 0 the loss is capped at -A * clip_ratio_c.")
+    loss_agg_mode: str = fld(
+        "token-mean",
+        "How a per-token loss is reduced, with the mini-batch's global normaliser.",
+        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+    )
+    policy_loss: PolicyLossConfig = sub(PolicyLossConfig, "Policy loss function.")
+    entropy_coeff: float = fld(0.0, "Entropy bonus: loss -= entropy_coeff * entropy.")
+    use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO style).")
+    use_torch_compile: bool = fld(False, "torch.compile the log-prob math.", unsupported="torch.compile")
+    kl_loss_coef: float = fld(0.001, "Coefficient of the KL loss.")
+    kl_loss_type: str = fld(
+        "low_var_kl", "KL estimator of the KL loss.", choices=("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+    )
+    ppo_epochs: int = fld(1, "Passes over one batch of rollouts.")
+    data_loader_seed: Optional[int] = fld(None, "Seed of the mini-batch shuffle (actor.shuffle); null: trainer.seed.")
+    shuffle: bool = fld(False, "Shuffle groups between mini-batches each ppo epoch.")
+    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    optim: OptimConfig = sub(OptimConfig, "Optimizer and learning-rate schedule.")
+    fsdp_config: FSDPConfig = sub(FSDPConfig, "FSDP settings.")
+    checkpoint: ActorCheckpointConfig = sub(ActorCheckpointConfig, "Checkpoint contents.")
+
+
+@dataclass
+class RefConfig:
+    fsdp_config: FSDPConfig = sub(FSDPConfig, "FSDP settings of the reference.")
+    log_prob_micro_batch_size: Optional[int] = fld(None, "Deprecated; use log_prob_micro_batch_size_per_gpu.")
+    log_prob_micro_batch_size_per_gpu: Optional[int] = fld(
+        None, "Rows per reference forward pass; null: the whole batch."
+    )
+    log_prob_use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
+    log_prob_max_token_len_per_gpu: int = fld(16384, "Token budget.", unsupported="dynamic batch sizes")
+    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+
+
+@dataclass
+class ValKwargsConfig:
+    top_k: int = fld(-1, "Validation top-k; -1 or 0 disables.")
+    top_p: float = fld(1.0, "Validation nucleus threshold.")
+    temperature: float = fld(0.0, "Validation temperature; 0 is greedy.")
+    n: int = fld(1, "Responses per validation prompt (metrics are reported as mean@n).")
+    do_sample: bool = fld(False, "Sample during validation; false is greedy.")
+
+
+@dataclass
+class RolloutConfig:
+    name: str = fld("hf", "Rollout engine: hf (transformers, KV cache).", choices=("hf", "vllm", "sglang"))
+    mode: str = fld("sync", "Rollout mode.", choices=("sync",))
+    temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
+    top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
+    top_p: float = fld(1.0, "Nucleus sampling threshold in (0, 1].")
+    do_sample: bool = fld(True, "Sample; false is greedy decoding.")
+    n: int = fld(1, "Responses sampled per prompt (the group size; > 1 for GRPO).")
+    ignore_eos: bool = fld(False, "Keep generating after EOS up to max_response_length.")
+    prompt_length: Optional[int] = fld(None, "Must equal data.max_prompt_length when set.")
+    response_length: Optional[int] = fld(None, "Must equal data.max_response_length when set.")
+    micro_batch_size: Optional[int] = fld(None, "Rows per generation call of the hf engine; null: all at once.")
+    dtype: str = fld(
+        "bfloat16", "Rollout dtype (on CPU rft computes in float32 whatever is named here).", choices=DTYPES
+    )
+    log_prob_micro_batch_size: Optional[int] = fld(None, "Deprecated; use log_prob_micro_batch_size_per_gpu.")
+    log_prob_micro_batch_size_per_gpu: Optional[int] = fld(
+        None, "Rows per forward pass when recomputing old log-probs; null: the whole batch."
+    )
+    log_prob_use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
+    log_prob_max_token_len_per_gpu: int = fld(16384, "Token budget.", unsupported="dynamic batch sizes")
+    gpu_memory_utilization: float = fld(0.5, "vLLM memory share.", unsupported=VLLM_ONLY)
+    enforce_eager: bool = fld(True, "vLLM without CUDA graphs.", unsupported=VLLM_ONLY)
+    free_cache_engine: bool = fld(True, "vLLM sleeps between rollouts.", unsupported=VLLM_ONLY)
+    enable_chunked_prefill: bool = fld(False, "vLLM chunked prefill.", unsupported=VLLM_ONLY)
+    load_format: str = fld("dummy_dtensor", "vLLM weight loader.", unsupported=VLLM_ONLY)
+    tensor_model_parallel_size: int = fld(1, "vLLM tensor parallel size.", unsupported=VLLM_ONLY)
+    max_num_batched_tokens: int = fld(8192, "vLLM scheduler token budget.", unsupported=VLLM_ONLY)
+    max_num_seqs: int = fld(1024, "vLLM maximum concurrent sequences.", unsupported=VLLM_ONLY)
+    engine_kwargs: Dict[str, Any] = fld({}, "Extra engine arguments.", unsupported=VLLM_ONLY)
+    val_kwargs: ValKwargsConfig = sub(ValKwargsConfig, "Sampling for validation.")
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    hybrid_engine: bool = fld(True, "Actor and rollout share the process (the only mode).", choices=(True,))
+    model: ModelConfig = sub(ModelConfig, "The policy model.")
+    actor: ActorConfig = sub(ActorConfig, "The policy update.")
+    ref: RefConfig = sub(RefConfig, "The reference policy (built only when a KL term needs it).")
+    rollout: RolloutConfig = sub(RolloutConfig, "Generation.")
+
+
+# ----------------------------------------------------------------------------------------- reward / algo
+@dataclass
+class RewardModelInnerConfig:
+    input_tokenizer: Optional[str] = fld(None, "Tokenizer of the reward model.", unsupported="reward models")
+    path: Optional[str] = fld(None, "Reward model folder.", unsupported="reward models")
+    external_lib: Optional[str] = fld(None, "Module to import.", unsupported="reward models")
+    trust_remote_code: bool = fld(False, "Allow remote code.", unsupported="reward models")
+    fsdp_config: Dict[str, Any] = fld({}, "FSDP settings.", unsupported="reward models")
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = fld(False, "Score with a reward model.", unsupported="reward models")
+    model: RewardModelInnerConfig = sub(RewardModelInnerConfig, "The reward model.")
+    micro_batch_size_per_gpu: Optional[int] = fld(None, "Rows per reward-model pass.", unsupported="reward models")
+    max_length: Optional[int] = fld(None, "Reward model max length.", unsupported="reward models")
+    reward_manager: str = fld("naive", "How rule rewards are run: naive (in-process, row by row).", choices=("naive",))
+
+
+@dataclass
+class CustomRewardConfig:
+    path: Optional[str] = fld(None, "Python file defining the reward function; null: built-in scorers by data_source.")
+    name: str = fld("compute_score", "Function in that file: (data_source, solution_str, ground_truth, extra_info).")
+
+
+@dataclass
+class KLCtrlConfig:
+    type: str = fld("fixed", "In-reward KL controller.", choices=("fixed", "adaptive"))
+    kl_coef: float = fld(0.001, "(Initial) coefficient of the in-reward KL penalty.")
+    horizon: int = fld(10000, "adaptive: steps over which the coefficient moves.")
+    target_kl: float = fld(0.1, "adaptive: the KL the controller steers to.")
+
+
+@dataclass
+class AlgorithmConfig:
+    gamma: float = fld(1.0, "Discount factor of returns.")
+    lam: float = fld(1.0, "GAE lambda.")
+    adv_estimator: str = fld("grpo", "Advantage estimator.")
+    norm_adv_by_std_in_grpo: bool = fld(True, "grpo: divide by the group std (false: Dr. GRPO).")
+    use_kl_in_reward: bool = fld(False, "Subtract kl_ctrl.kl_coef * KL from the token rewards (classic PPO).")
+    kl_penalty: str = fld(
+        "kl", "KL estimator of the in-reward penalty.", choices=("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+    )
+    kl_ctrl: KLCtrlConfig = sub(KLCtrlConfig, "In-reward KL controller.")
+
+
+@dataclass
+class CriticConfig:
+    enable: Optional[bool] = fld(None, "Build a critic (value model).", unsupported="a critic (PPO with GAE)")
+
+
+@dataclass
+class TrainerConfig:
+    total_epochs: int = fld(30, "Passes over the training prompts (bounded by total_training_steps).")
+    total_training_steps: Optional[int] = fld(None, "Stop after this many steps; null: total_epochs worth.")
+    project_name: str = fld("rft", "Project name (loggers).")
+    experiment_name: str = fld("run", "Experiment name (loggers).")
+    logger: List[str] = fld(["console"], "Loggers: console (progress bar); metrics.jsonl is always written.")
+    log_val_generations: int = fld(0, "Validation samples (prompt, response, score) printed and saved per validation.")
+    nnodes: int = fld(1, "Nodes.")
+    n_gpus_per_node: int = fld(1, "Devices (processes) per node.")
+    device: str = fld("auto", "auto (cuda when available), cpu or cuda.", choices=("auto", "cpu", "cuda"))
+    seed: int = fld(0, "Seed of sampling, initialisation and mini-batch shuffles.")
+    save_freq: int = fld(-1, "Save a checkpoint every N steps and at the last step; <= 0: no checkpoints (the final model is still written).")
+    val_before_train: bool = fld(True, "Validate before the first step.")
+    test_freq: int = fld(-1, "Validate every N steps and after the last step; <= 0: never during training.")
+    critic_warmup: int = fld(0, "Steps training only the critic.", unsupported="a critic (PPO with GAE)")
+    default_hdfs_dir: Optional[str] = fld(None, "HDFS copy of checkpoints.", unsupported="HDFS")
+    default_local_dir: str = fld(
+        "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
+        "Output root: checkpoints/, model/, metrics.jsonl, config.yaml.",
+    )
+    resume_mode: str = fld(
+        "auto", "auto: resume from the latest checkpoint if any; disable; resume_path: from resume_from_path.",
+        choices=("auto", "disable", "resume_path"),
+    )
+    resume_from_path: Optional[str] = fld(None, "A global_step_N folder (with resume_mode=resume_path).")
+    remove_previous_ckpt_in_save: bool = fld(False, "Keep only the newest checkpoint.")
+    del_local_ckpt_after_load: bool = fld(False, "Delete the checkpoint folder after resuming from it.")
+    max_actor_ckpt_to_keep: Optional[int] = fld(None, "Keep at most this many checkpoints; null: all.")
+    max_critic_ckpt_to_keep: Optional[int] = fld(None, "Critic checkpoints to keep.", unsupported="a critic")
+    ray_wait_register_center_timeout: int = fld(300, "Ray start-up timeout.", unsupported="Ray")
+    balance_batch: bool = fld(True, "Balance sequence lengths across processes (no effect with one process).")
+
+
+@dataclass
+class RFTConfig:
+    data: DataConfig = sub(DataConfig, "Prompts.")
+    actor_rollout_ref: ActorRolloutRefConfig = sub(ActorRolloutRefConfig, "Policy, rollout and reference.")
+    critic: CriticConfig = sub(CriticConfig, "Value model (PPO).")
+    reward_model: RewardModelConfig = sub(RewardModelConfig, "Model-based reward.")
+    custom_reward_function: CustomRewardConfig = sub(CustomRewardConfig, "User reward function.")
+    algorithm: AlgorithmConfig = sub(AlgorithmConfig, "Advantages and in-reward KL.")
+    trainer: TrainerConfig = sub(TrainerConfig, "The loop, logging and checkpoints.")

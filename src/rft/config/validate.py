@@ -1,0 +1,233 @@
+"""Config validation, before any model loads.
+
+Phase 1 walks the schema: `choices` and `unsupported` metadata (see schema.py). Phase 2 checks values across
+fields: batch-size divisibility, required paths, registry names. Every error names the key and what to set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterator
+
+from rft.config.load import ConfigError
+from rft.config.schema import RFTConfig
+
+# Names that are part of verl's vocabulary but arrive with a later capability of rft.
+_PENDING_ESTIMATORS = {
+    "gae": "needs a critic (PPO), not implemented yet",
+}
+
+
+def walk(obj: Any, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
+    """(dotted key, field, value) for every leaf of a config dataclass instance."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            yield from walk(value, key + ".")
+        else:
+            yield key, f, value
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory()  # type: ignore[misc]
+
+
+def _check_schema(cfg: RFTConfig) -> None:
+    for key, f, value in walk(cfg):
+        choices = f.metadata.get("choices")
+        if choices is not None and value not in choices:
+            raise ConfigError(f"{key}={value!r} is not allowed; choose one of {list(choices)}")
+        reason = f.metadata.get("unsupported")
+        if reason is not None:
+            default = _default_of(f)
+            # engine_kwargs-style mappings: all-null nested values count as the default
+            if isinstance(value, dict) and all(v in (None, {}) or (isinstance(v, dict) and
+                                               all(x is None for x in v.values())) for v in value.values()):
+                continue
+            if value != default:
+                raise ConfigError(
+                    f"{key}={value!r} is not supported by rft yet ({reason}); remove it or set it to {default!r}"
+                )
+
+
+def _files(value: Any, key: str) -> list[str]:
+    if value is None:
+        return []
+    files = [value] if isinstance(value, str) else list(value)
+    for f in files:
+        if not isinstance(f, str):
+            raise ConfigError(f"{key} must be a file path or a list of paths, got {f!r}")
+        if Path(f).suffix not in (".parquet", ".jsonl"):
+            raise ConfigError(f"{key}: {f!r} is not a .parquet or .jsonl file")
+    return files
+
+
+def _positive(key: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+
+
+def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1) -> None:
+    from rft.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
+
+    _check_schema(cfg)
+    data, arr, algo, trainer = cfg.data, cfg.actor_rollout_ref, cfg.algorithm, cfg.trainer
+    actor, rollout = arr.actor, arr.rollout
+
+    # ---- required inputs
+    if not arr.model.path:
+        raise ConfigError("actor_rollout_ref.model.path is required: a Hugging Face model folder")
+    train_files = _files(data.train_files, "data.train_files")
+    val_files = _files(data.val_files, "data.val_files")
+    if not train_files:
+        raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
+    if check_paths:
+        model_dir = Path(arr.model.path).expanduser()
+        if not (model_dir / "config.json").is_file():
+            raise ConfigError(
+                f"actor_rollout_ref.model.path={arr.model.path!r} is not a Hugging Face model folder "
+                "(no config.json); rft loads models from local folders only"
+            )
+        for key, files in (("data.train_files", train_files), ("data.val_files", val_files)):
+            for f in files:
+                if not Path(f).expanduser().is_file():
+                    raise ConfigError(f"{key}: file {f!r} does not exist")
+        if cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
+            raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
+
+    # ---- registry names
+    if algo.adv_estimator in _PENDING_ESTIMATORS:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} {_PENDING_ESTIMATORS[algo.adv_estimator]}; "
+            f"available: {ADV_ESTIMATORS.names()}"
+        )
+    if algo.adv_estimator not in ADV_ESTIMATORS:
+        raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator!r} is unknown; choose one of {ADV_ESTIMATORS.names()}")
+    if actor.policy_loss.loss_mode not in POLICY_LOSSES:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r} is unknown; "
+            f"choose one of {POLICY_LOSSES.names()}"
+        )
+    for key, kind in (("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type), ("algorithm.kl_penalty", algo.kl_penalty)):
+        if kind not in KL_ESTIMATORS:
+            raise ConfigError(f"{key}={kind!r} is unknown; choose one of {KL_ESTIMATORS.names()}")
+
+    # ---- engines and devices
+    if rollout.name != "hf":
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name={rollout.name!r} is not available yet; use 'hf' "
+            "(transformers generation with a KV cache)"
+        )
+    if trainer.nnodes * trainer.n_gpus_per_node != 1:
+        raise ConfigError(
+            f"trainer.nnodes * trainer.n_gpus_per_node = {trainer.nnodes * trainer.n_gpus_per_node}: rft runs one "
+            "process for now; set both to 1"
+        )
+    if trainer.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("trainer.device='cuda' but this machine has no CUDA device; use 'auto' or 'cpu'")
+    bad_loggers = [x for x in trainer.logger if x not in ("console",)]
+    if bad_loggers:
+        raise ConfigError(
+            f"trainer.logger: {bad_loggers} not available yet; allowed: ['console'] (metrics.jsonl is always written)"
+        )
+
+    # ---- sizes
+    for key, value in (
+        ("data.train_batch_size", data.train_batch_size),
+        ("data.max_prompt_length", data.max_prompt_length),
+        ("data.max_response_length", data.max_response_length),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
+        ("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs),
+        ("actor_rollout_ref.rollout.n", rollout.n),
+        ("actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n),
+        ("trainer.total_epochs", trainer.total_epochs),
+    ):
+        _positive(key, value)
+    for key, value in (
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size", actor.ppo_micro_batch_size),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", rollout.log_prob_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size", rollout.log_prob_micro_batch_size),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", arr.ref.log_prob_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size", arr.ref.log_prob_micro_batch_size),
+        ("actor_rollout_ref.rollout.micro_batch_size", rollout.micro_batch_size),
+        ("data.val_batch_size", data.val_batch_size),
+        ("trainer.total_training_steps", trainer.total_training_steps),
+        ("trainer.max_actor_ckpt_to_keep", trainer.max_actor_ckpt_to_keep),
+    ):
+        _positive(key, value, allow_none=True)
+    for a, b in (
+        ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+    ):
+        if getattr(actor, a) is not None and getattr(actor, b) is not None:
+            raise ConfigError(f"set only one of actor_rollout_ref.actor.{a} and actor_rollout_ref.actor.{b}")
+    if data.train_batch_size % actor.ppo_mini_batch_size:
+        raise ConfigError(
+            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}); both count prompts"
+        )
+    if actor.ppo_mini_batch_size % world_size:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}) must divide by the "
+            f"number of processes ({world_size})"
+        )
+    micro = actor.ppo_micro_batch_size_per_gpu or (
+        actor.ppo_micro_batch_size // world_size if actor.ppo_micro_batch_size else None
+    )
+    rows_per_mini = actor.ppo_mini_batch_size * rollout.n // world_size
+    if micro is not None and rows_per_mini % micro:
+        raise ConfigError(
+            f"a mini-batch holds ppo_mini_batch_size x rollout.n = {actor.ppo_mini_batch_size} x {rollout.n} = "
+            f"{rows_per_mini} rows per process, which is not a multiple of "
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})"
+        )
+    for key, value in (("prompt_length", data.max_prompt_length), ("response_length", data.max_response_length)):
+        set_value = getattr(rollout, key)
+        if set_value is not None and set_value != value:
+            raise ConfigError(
+                f"actor_rollout_ref.rollout.{key}={set_value} differs from data.max_{key}={value}; "
+                f"rft has one {key.split('_')[0]} length: set data.max_{key}"
+            )
+
+    # ---- ranges
+    if not 0 < rollout.top_p <= 1 or not 0 < rollout.val_kwargs.top_p <= 1:
+        raise ConfigError("actor_rollout_ref.rollout.top_p and val_kwargs.top_p must be in (0, 1]")
+    if rollout.temperature < 0 or rollout.val_kwargs.temperature < 0:
+        raise ConfigError("actor_rollout_ref.rollout.temperature and val_kwargs.temperature must be >= 0")
+    if rollout.do_sample and rollout.temperature == 0:
+        raise ConfigError("actor_rollout_ref.rollout.temperature=0 with do_sample=true: set do_sample=false for greedy")
+    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+        v = getattr(actor, key)
+        if v is not None and v < 0:
+            raise ConfigError(f"actor_rollout_ref.actor.{key} must be >= 0, got {v}")
+    if actor.clip_ratio_c <= 1:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c must be > 1 (dual clip), got {actor.clip_ratio_c}")
+    if actor.optim.lr <= 0:
+        raise ConfigError(f"actor_rollout_ref.actor.optim.lr must be > 0, got {actor.optim.lr}")
+    if not 0 <= actor.optim.lr_warmup_steps_ratio <= 1:
+        raise ConfigError("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio must be in [0, 1]")
+    if arr.model.lora_rank < 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_rank must be >= 0, got {arr.model.lora_rank}")
+    contents = set(actor.checkpoint.save_contents)
+    allowed_contents = {"model", "optimizer", "extra", "hf_model"}
+    for key, items in (("save_contents", contents), ("load_contents", set(actor.checkpoint.load_contents))):
+        if items - allowed_contents:
+            raise ConfigError(
+                f"actor_rollout_ref.actor.checkpoint.{key}: {sorted(items - allowed_contents)} unknown; "
+                f"allowed: {sorted(allowed_contents)}"
+            )
+    if not set(actor.checkpoint.load_contents) <= contents:
+        raise ConfigError("actor_rollout_ref.actor.checkpoint.load_contents must be a subset of save_contents")
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
+    if trainer.resume_from_path and trainer.resume_mode != "resume_path":
+        raise ConfigError("trainer.resume_from_path is set: also set trainer.resume_mode=resume_path")

@@ -1,0 +1,171 @@
+"""Prompts: read verl-format rows, apply the chat template, enforce the prompt length, sample batches.
+
+A row is `{data_source, prompt: [{role, content}, ...], ability, reward_model: {style, ground_truth}, extra_info}`;
+`prompt` may also be a plain string (it becomes one user message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from rft.data.io import read_rows
+
+
+class DataError(ValueError):
+    """A data file that cannot be used as it is, with the file and the row named."""
+
+
+@dataclass
+class Prompt:
+    ids: list[int]
+    data_source: str
+    ground_truth: Any
+    extra_info: dict
+
+
+def truncate(ids: list[int], max_len: int, mode: str) -> list[int]:
+    """Cut `ids` to `max_len` tokens: left drops the start, right drops the end, middle keeps both ends."""
+    if len(ids) <= max_len:
+        return ids
+    if mode == "left":
+        return ids[-max_len:]
+    if mode == "right":
+        return ids[:max_len]
+    if mode == "middle":
+        head = max_len // 2
+        return ids[:head] + ids[len(ids) - (max_len - head):]
+    raise ValueError(f"truncation mode {mode!r} cannot cut a prompt")
+
+
+def _messages(value: Any, where: str) -> list[dict]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        return [{"role": m.get("role", "user"), "content": m["content"]} for m in value]
+    raise DataError(f"{where}: the prompt must be a chat message list [{{role, content}}, ...] or a string")
+
+
+class PromptDataset:
+    """All prompts of one or more files, tokenized once at load time."""
+
+    def __init__(
+        self,
+        files: str | Sequence[str],
+        tokenizer,
+        *,
+        prompt_key: str = "prompt",
+        max_prompt_length: int = 512,
+        truncation: str = "error",
+        filter_overlong_prompts: bool = False,
+        image_key: str = "images",
+    ):
+        files = [files] if isinstance(files, (str, Path)) else list(files)
+        self.prompts: list[Prompt] = []
+        self.num_filtered = 0
+        for file in files:
+            rows = read_rows(file)
+            if not rows:
+                raise DataError(f"data file {str(file)!r} has no rows")
+            if image_key in rows[0]:
+                raise DataError(f"data file {str(file)!r} has a {image_key!r} column: multimodal data is not supported")
+            texts = []
+            for i, row in enumerate(rows):
+                where = f"{file} row {i}"
+                if prompt_key not in row:
+                    raise DataError(f"{where}: no column {prompt_key!r} (data.prompt_key); columns: {sorted(row)}")
+                texts.append(self._render(tokenizer, _messages(row[prompt_key], where)))
+            encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+            for i, (row, ids) in enumerate(zip(rows, encoded)):
+                if len(ids) > max_prompt_length:
+                    if filter_overlong_prompts:
+                        self.num_filtered += 1
+                        continue
+                    if truncation == "error":
+                        raise DataError(
+                            f"{file} row {i}: the prompt has {len(ids)} tokens > data.max_prompt_length="
+                            f"{max_prompt_length}; raise it, set data.filter_overlong_prompts=true, or set "
+                            "data.truncation to left|right|middle"
+                        )
+                    ids = truncate(ids, max_prompt_length, truncation)
+                reward = row.get("reward_model") or {}
+                self.prompts.append(
+                    Prompt(
+                        ids=list(ids),
+                        data_source=str(row.get("data_source", "unknown")),
+                        ground_truth=reward.get("ground_truth") if isinstance(reward, dict) else None,
+                        extra_info=dict(row.get("extra_info") or {}),
+                    )
+                )
+        if not self.prompts:
+            raise DataError(f"no prompts left in {files} after filtering overlong prompts")
+
+    @staticmethod
+    def _render(tokenizer, messages: list[dict]) -> str:
+        if getattr(tokenizer, "chat_template", None):
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return "\n".join(m["content"] for m in messages)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __getitem__(self, i: int) -> Prompt:
+        return self.prompts[i]
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask), both (B, P) with P the longest sequence: left padding keeps every last token in column P-1."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, s in enumerate(seqs):
+        if s:
+            ids[row, width - len(s):] = torch.as_tensor(s, dtype=torch.long)
+            mask[row, width - len(s):] = 1
+    return ids, mask
+
+
+class PromptSampler:
+    """`batch_size` prompt indices per step, epoch after epoch (drop_last), resumable from `state_dict()`.
+
+    The order of epoch e is a permutation drawn from a generator seeded with `seed + e`, so it depends on nothing
+    but (seed, epoch): a resumed run sees exactly the prompts an uninterrupted run would.
+    """
+
+    def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1):
+        if num_items < batch_size:
+            raise DataError(
+                f"the training set has {num_items} prompts, fewer than data.train_batch_size={batch_size}"
+            )
+        self.num_items, self.batch_size, self.shuffle, self.seed = num_items, batch_size, shuffle, seed
+        self.epoch, self.batch_in_epoch = 0, 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.num_items // self.batch_size
+
+    def _order(self, epoch: int) -> torch.Tensor:
+        if not self.shuffle:
+            return torch.arange(self.num_items)
+        g = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(self.num_items, generator=g)
+
+    def next_batch(self) -> list[int]:
+        if self.batch_in_epoch >= self.batches_per_epoch:
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+        start = self.batch_in_epoch * self.batch_size
+        self.batch_in_epoch += 1
+        return self._order(self.epoch)[start:start + self.batch_size].tolist()
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("seed", self.seed) != self.seed:
+            raise DataError(f"the checkpoint's data.seed={state['seed']} differs from data.seed={self.seed}")
+        self.epoch, self.batch_in_epoch = state["epoch"], state["batch_in_epoch"]

@@ -1,0 +1,155 @@
+"""Load policies from local Hugging Face folders, attach LoRA through peft, export a merged HF folder."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger("rft")
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def compute_dtype(requested: str, device: torch.device) -> torch.dtype:
+    """The dtype rft computes in. On CPU that is float32 whatever a GPU config names: bf16 matmuls run ~500x
+    slower than fp32 on CPU."""
+    if device.type == "cpu":
+        if requested not in ("auto", "float32", "fp32"):
+            log.info("dtype %s requested; computing in float32 on CPU (bf16/fp16 matmuls are far slower there)",
+                     requested)
+        return torch.float32
+    return _DTYPES.get(requested, torch.bfloat16)
+
+
+def parse_module_list(value: Any) -> Any:
+    """'all-linear' | '[q_proj,v_proj]' | ['q_proj', 'v_proj'] | a regex string -> what peft expects."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            return [x.strip().strip("'\"") for x in text[1:-1].split(",") if x.strip()]
+        return text
+    if value is None:
+        return None
+    return list(value)
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(model_cfg, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """A causal LM from `model_cfg.path` with `override_config` applied, on `device` in `dtype`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    _quiet_transformers()
+    if model_cfg.external_lib:
+        importlib.import_module(model_cfg.external_lib)
+    config = AutoConfig.from_pretrained(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
+    overrides = dict(model_cfg.override_config)
+    overrides.update(overrides.pop("model_config", None) or {})
+    if overrides.pop("moe_config", None):
+        raise ValueError("actor_rollout_ref.model.override_config.moe_config is Megatron-only; remove it")
+    for key, value in overrides.items():
+        if not hasattr(config, key):
+            raise ValueError(
+                f"actor_rollout_ref.model.override_config.{key}: the model config has no attribute {key!r}"
+            )
+        setattr(config, key, value)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_cfg.path, config=config, dtype=dtype, trust_remote_code=model_cfg.trust_remote_code
+    )
+    return model.to(device)
+
+
+def apply_lora(model: nn.Module, model_cfg) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=model_cfg.lora_rank,
+        lora_alpha=model_cfg.lora_alpha,
+        target_modules=parse_module_list(model_cfg.target_modules),
+        exclude_modules=parse_module_list(model_cfg.exclude_modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def is_peft(model: nn.Module) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "merge_and_unload")
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def atomic_dir(final: Path):
+    """Context manager yielding a temporary sibling folder that is renamed to `final` on success."""
+
+    class _Atomic:
+        def __enter__(self) -> Path:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+            self.tmp.mkdir()
+            return self.tmp
+
+        def __exit__(self, exc_type, exc, tb) -> None:
+            if exc_type is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                return
+            if final.exists():
+                old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+                os.replace(final, old)
+                os.replace(self.tmp, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(self.tmp, final)
+
+    return _Atomic()
+
+
+def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: bool = False) -> Path:
+    """Write a Hugging Face folder (LoRA merged) that `from_pretrained` loads; atomic."""
+    out_dir = Path(out_dir)
+    if is_peft(model):
+        model = (model if merge_in_place else copy.deepcopy(model)).merge_and_unload()
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    return out_dir

@@ -1,0 +1,42 @@
+"""Built-in reward scorers, keyed by a row's ``data_source`` (verl's default_compute_score).
+
+Every scorer has one signature: ``(solution_str, ground_truth, extra_info) -> float | dict``; a dict carries
+the reward under "score" and any other numeric entries as per-row metrics (see rft.rewards.scoring).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Union
+
+from rft.registry import Registry
+from rft.rewards.arithmetic import arithmetic_score
+from rft.rewards.gsm8k import gsm8k_score
+
+ScoreResult = Union[float, dict[str, Any]]
+Scorer = Callable[[str, Any, Union[dict, None]], ScoreResult]
+
+SCORERS: Registry[Scorer] = Registry("reward scorer")
+
+
+@SCORERS.register("arithmetic")
+def _score_arithmetic(solution_str: str, ground_truth, extra_info: dict | None = None) -> float:
+    return arithmetic_score(solution_str, ground_truth)
+
+
+@SCORERS.register("openai/gsm8k", "gsm8k")
+def _score_gsm8k(solution_str: str, ground_truth, extra_info: dict | None = None) -> float:
+    return gsm8k_score(solution_str, ground_truth, method="strict")
+
+
+def default_compute_score(
+    data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None
+) -> ScoreResult:
+    """Score one response with the built-in scorer registered for `data_source`."""
+    if data_source not in SCORERS:
+        raise KeyError(
+            f"no built-in reward scorer for data_source {data_source!r}; "
+            f"known: {', '.join(SCORERS.names())}. "
+            "For other data sources set custom_reward_function.path to a Python file defining "
+            "compute_score(data_source, solution_str, ground_truth, extra_info)"
+        )
+    return SCORERS.get(data_source)(solution_str, ground_truth, extra_info)

@@ -1,0 +1,37 @@
+"""The rollout protocol: prompts in, responses out. Engines: hf (transformers forward passes with a KV cache)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_k: int = -1  # -1 or 0: disabled
+    top_p: float = 1.0
+    do_sample: bool = True
+    max_tokens: int = 512
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample or self.temperature == 0
+
+
+@dataclass
+class RolloutOutput:
+    response_ids: torch.Tensor  # (B, R) right-padded with pad_token_id, B = prompts x n (rows of a prompt adjacent)
+    response_mask: torch.Tensor  # (B, R) 1 up to and including the first EOS
+    logprobs: torch.Tensor  # (B, R) log-prob of each sampled token under softmax(logits / temperature)
+
+
+class RolloutEngine(Protocol):
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> RolloutOutput: ...

@@ -1,0 +1,15 @@
+"""Task data in verl's row format: the synthetic arithmetic task, GSM8K conversion, parquet/jsonl io."""
+
+from rft.tasks.arithmetic import arithmetic_rows, write_arithmetic
+from rft.tasks.gsm8k import convert_gsm8k, gsm8k_ground_truth, gsm8k_rows
+from rft.data.io import read_rows, write_parquet
+
+__all__ = [
+    "arithmetic_rows",
+    "convert_gsm8k",
+    "gsm8k_ground_truth",
+    "gsm8k_rows",
+    "read_rows",
+    "write_arithmetic",
+    "write_parquet",
+]

@@ -1,0 +1,94 @@
+"""rft's synthetic arithmetic task: "a+b=" prompts whose reward is the exact answer (rft.rewards.arithmetic).
+
+Small enough for a tiny model to learn in minutes, so a run can show the reward going up.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+from pathlib import Path
+from typing import Collection
+
+from rft.data.io import write_parquet
+
+DATA_SOURCE = "arithmetic"
+_OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def _check_args(max_digits: int, ops: str) -> None:
+    if max_digits < 1:
+        raise ValueError(f"max_digits must be >= 1, got {max_digits}")
+    bad = sorted(set(ops) - set(_OPERATORS))
+    if not ops or bad:
+        raise ValueError(f"ops must be a non-empty string of characters among '+-*', got {ops!r}")
+
+
+def arithmetic_rows(
+    n: int,
+    seed: int,
+    split: str,
+    max_digits: int = 2,
+    ops: str = "+",
+    *,
+    exclude: Collection[str] = (),
+) -> list[dict]:
+    """`n` rows with distinct questions ``f"{a}{op}{b}="``, none of them in `exclude`.
+
+    a and b are uniform in [0, 10**max_digits - 1] and op uniform over the characters of `ops` (a repeated
+    character weighs more); a draw whose question was already taken is redrawn. The same arguments always give
+    the same rows. Raises ValueError when fewer than `n` new questions exist.
+    """
+    _check_args(max_digits, ops)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    largest = 10**max_digits - 1
+    taken = set(exclude)
+    available = len(set(ops)) * (largest + 1) ** 2 - len(taken)
+    if n > available:
+        raise ValueError(
+            f"asked for {n} distinct arithmetic questions but only {available} exist with "
+            f"max_digits={max_digits}, "
+            f"ops={ops!r} (after excluding {len(taken)}); raise max_digits or add ops"
+        )
+    rng = random.Random(seed)
+    rows = []
+    while len(rows) < n:
+        a, b, op = rng.randint(0, largest), rng.randint(0, largest), rng.choice(ops)
+        question = f"{a}{op}{b}="
+        if question in taken:
+            continue
+        taken.add(question)
+        answer = str(_OPERATORS[op](a, b))
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "arithmetic",
+                "reward_model": {"style": "rule", "ground_truth": answer},
+                "extra_info": {"split": split, "index": len(rows), "question": question, "answer": answer},
+            }
+        )
+    return rows
+
+
+def write_arithmetic(
+    out_dir: str | Path,
+    n_train: int = 2000,
+    n_val: int = 200,
+    seed: int = 0,
+    max_digits: int = 2,
+    ops: str = "+",
+) -> dict[str, Path]:
+    """Write ``train.parquet`` and ``val.parquet`` under `out_dir`; no val question appears in train.
+
+    Val is drawn from ``seed + 1`` with the train questions excluded. Returns {"train": path, "val": path}.
+    """
+    train = arithmetic_rows(n_train, seed, "train", max_digits, ops)
+    train_questions = {row["extra_info"]["question"] for row in train}
+    val = arithmetic_rows(n_val, seed + 1, "val", max_digits, ops, exclude=train_questions)
+    out_dir = Path(out_dir)
+    return {
+        "train": write_parquet(train, out_dir / "train.parquet"),
+        "val": write_parquet(val, out_dir / "val.parquet"),
+    }

@@ -1,0 +1,235 @@
+"""Rewards: gsm8k extraction (verl's semantics), arithmetic exact match, dispatch, custom reward files,
+batch scoring."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+
+from rft.rewards import (
+    SCORERS,
+    arithmetic_score,
+    default_compute_score,
+    gsm8k_extract,
+    gsm8k_score,
+    load_custom_reward,
+    score_responses,
+)
+
+# --- gsm8k ---
+
+
+@pytest.mark.parametrize(
+    "text, strict, flexible",
+    [
+        ("so she has 72 clips.\n#### 72", "72", "72"),
+        ("#### 1,234", "1234", "1234"),
+        ("costs $5 each, so #### -12 dollars", "-12", "-12"),
+        ("#### 3.50", "3.50", "3.50"),
+        # several "####": the last one wins, in both methods
+        ("#### 5\nwait, recompute\n#### 7", "7", "7"),
+        # no "#### " (strict needs the space after ####): strict finds nothing, flexible the last number
+        ("the answer is 1,000.", None, "1000."),  # a trailing "." is part of the number, as in verl
+        ("####42", None, "42"),
+        ("The total is $18.", None, "18."),
+        ("no numbers here", None, None),
+        # flexible skips a lone "." and takes the last real number
+        ("12 apples. Done .", None, "12"),
+    ],
+)
+def test_gsm8k_extract_strict_and_flexible(text, strict, flexible):
+    assert gsm8k_extract(text, "strict") == strict
+    assert gsm8k_extract(text, "flexible") == flexible
+
+
+def test_gsm8k_only_the_last_300_characters_count():
+    answer_then_padding = "#### 72" + "x" * 300
+    assert gsm8k_extract(answer_then_padding) is None
+    assert gsm8k_extract(answer_then_padding, "flexible") is None
+    # exactly 300 characters from the end still counts; one more does not
+    assert gsm8k_extract("#### 72" + "x" * 293) == "72"
+    assert gsm8k_extract("#### 72" + "x" * 294) is None
+    # an early answer is ignored, the one at the end is taken
+    assert gsm8k_extract("#### 1" + "y" * 400 + "#### 2") == "2"
+
+
+def test_gsm8k_score_values():
+    assert gsm8k_score("#### 1,234", "1234") == 1.0
+    assert gsm8k_score("#### 1,234", 1234) == 1.0  # ground truth compared as str
+    assert gsm8k_score("#### 72.0", "72") == 0.0  # string match, as verl: no numeric equivalence
+    assert gsm8k_score("#### 71", "72", format_score=0.1) == 0.1
+    assert gsm8k_score("the answer is 72", "72", format_score=0.1) == 0.0  # strict: no answer found
+    assert gsm8k_score("the answer is 72", "72", method="flexible") == 1.0
+    assert gsm8k_score("#### 72", "72", score=2.0) == 2.0
+    with pytest.raises(ValueError, match="unknown gsm8k extraction method 'loose'.*strict, flexible"):
+        gsm8k_extract("#### 1", "loose")
+
+
+def test_gsm8k_registered_under_both_names_and_strict():
+    assert "openai/gsm8k" in SCORERS and "gsm8k" in SCORERS
+    assert default_compute_score("openai/gsm8k", "#### 18", "18") == 1.0
+    assert default_compute_score("gsm8k", "#### 18", "18", {"split": "test"}) == 1.0
+    assert default_compute_score("openai/gsm8k", "the answer is 18", "18") == 0.0
+
+
+# --- arithmetic ---
+
+
+@pytest.mark.parametrize(
+    "response, truth, expected",
+    [("12", "12", 1.0), ("  12\n", "12", 1.0), ("12", 12, 1.0), ("-3", "-3", 1.0), ("12.0", "12", 0.0),
+     ("012", "12", 0.0), ("12 apples", "12", 0.0), ("", "12", 0.0), ("1 2", "12", 0.0)],
+)
+def test_arithmetic_exact_match(response, truth, expected):
+    assert arithmetic_score(response, truth) == expected
+    assert default_compute_score("arithmetic", response, truth) == expected
+
+
+def test_unknown_data_source_names_it_and_the_known_ones():
+    expected = r"'my/task'.*known: arithmetic, gsm8k, openai/gsm8k.*set custom_reward_function\.path"
+    with pytest.raises(KeyError, match=expected):
+        default_compute_score("my/task", "1", "1")
+
+
+# --- custom reward files ---
+
+
+def _write(tmp_path, name, source):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def test_custom_reward_returning_float(tmp_path):
+    path = _write(
+        tmp_path,
+        "reward.py",
+        """
+        def compute_score(data_source, solution_str, ground_truth, extra_info):
+            return float(solution_str == ground_truth) + (0.5 if extra_info else 0.0)
+        """,
+    )
+    fn = load_custom_reward(str(path))
+    scores, metrics = score_responses(
+        fn, ["a", "a", "b"], ["1", "2", "3"], ["1", "1", "3"], [None, None, {"k": 1}]
+    )
+    assert scores == [1.0, 0.0, 1.5]
+    assert metrics == {}
+
+
+def test_custom_reward_returning_dict_collects_numeric_metrics(tmp_path):
+    path = _write(
+        tmp_path,
+        "reward_dict.py",
+        """
+        def my_reward(data_source, solution_str, ground_truth, extra_info):
+            correct = solution_str == ground_truth
+            return {"score": 2.0 * correct, "acc": correct, "length": len(solution_str), "pred": solution_str}
+        """,
+    )
+    fn = load_custom_reward(path, name="my_reward")
+    scores, metrics = score_responses(fn, ["t", "t"], ["72", "7"], ["72", "72"], [None, None])
+    assert scores == [2.0, 0.0]
+    # "pred" is text, so not a metric; the bool "acc" becomes 1.0 / 0.0
+    assert metrics == {"acc": [1.0, 0.0], "length": [2.0, 1.0]}
+
+
+def test_custom_reward_files_with_the_same_name_do_not_collide(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _write(tmp_path / "a", "reward.py", "def compute_score(*args):\n    return 1.0\n")
+    second = _write(tmp_path / "b", "reward.py", "def compute_score(*args):\n    return 2.0\n")
+    assert load_custom_reward(first)("x", "", "", None) == 1.0
+    assert load_custom_reward(second)("x", "", "", None) == 2.0
+
+
+def test_custom_reward_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"custom_reward_function\.path.*nope\.py.*does not exist"):
+        load_custom_reward(tmp_path / "nope.py")
+    text_file = _write(tmp_path, "reward.txt", "def compute_score(*a): return 1.0\n")
+    with pytest.raises(ValueError, match=r"custom_reward_function\.path.*reward\.txt.*not a \.py file"):
+        load_custom_reward(text_file)
+    with pytest.raises(ValueError, match=r"custom_reward_function\.path.*not a \.py file"):
+        load_custom_reward(tmp_path)
+
+    path = _write(
+        tmp_path,
+        "helpers.py",
+        """
+        from math import sqrt
+        THRESHOLD = 0.5
+        def reward_a(*args):
+            return 1.0
+        class Scorer:
+            pass
+        def _private(*args):
+            return 0.0
+        """,
+    )
+    # only callables the file itself defines are listed: not the imported sqrt, the constant or _private
+    with pytest.raises(
+        ValueError,
+        match=r"custom_reward_function\.name.*helpers\.py.*no 'compute_score'.*defines: Scorer, reward_a$",
+    ):
+        load_custom_reward(path)
+    not_callable = r"custom_reward_function\.name.*'THRESHOLD'.*helpers\.py.*float, not a callable"
+    with pytest.raises(ValueError, match=not_callable):
+        load_custom_reward(path, name="THRESHOLD")
+    assert load_custom_reward(path, name="reward_a")() == 1.0
+
+
+# --- score_responses errors ---
+
+
+def test_score_responses_dict_without_score():
+    def fn(data_source, solution_str, ground_truth, extra_info):
+        return {"reward": 1.0, "acc": 1.0}
+
+    with pytest.raises(ValueError, match=r"returned a dict without 'score'.*'acc', 'reward'"):
+        score_responses(fn, ["t"], ["1"], ["1"], [None])
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_score_responses_non_finite_score_names_data_source(bad):
+    def fn(data_source, solution_str, ground_truth, extra_info):
+        return bad if data_source == "bad/source" else 1.0
+
+    with pytest.raises(ValueError, match=r"row 1 \(data_source 'bad/source'\)"):
+        score_responses(fn, ["ok", "bad/source"], ["1", "2"], ["1", "2"], [None, None])
+    with pytest.raises(ValueError, match=r"data_source 'bad/source'"):
+        score_responses(lambda *a: {"score": bad}, ["bad/source"], ["1"], ["1"], [None])
+
+
+def test_score_responses_metric_on_some_rows_only():
+    def fn(data_source, solution_str, ground_truth, extra_info):
+        return {"score": 1.0, "acc": 1.0} if solution_str == "1" else {"score": 0.0}
+
+    with pytest.raises(ValueError, match=r"metric 'acc' for some rows but not for rows \[1\]"):
+        score_responses(fn, ["t", "t"], ["1", "2"], ["1", "1"], [None, None])
+    # a plain float on one row also lacks the metric
+    mixed = lambda ds, s, gt, ei: {"score": 1.0, "acc": 1.0} if s == "1" else 0.0  # noqa: E731
+    with pytest.raises(ValueError, match=r"metric 'acc'"):
+        score_responses(mixed, ["t", "t"], ["1", "2"], ["1", "1"], [None, None])
+
+
+def test_score_responses_type_and_length_errors():
+    with pytest.raises(TypeError, match=r"score of type str for row 0 \(data_source 't'\)"):
+        score_responses(lambda *a: "1.0", ["t"], ["1"], ["1"], [None])
+    with pytest.raises(ValueError, match=r"lists of one length.*'responses': 1.*'ground_truths': 2"):
+        score_responses(lambda *a: 1.0, ["t"], ["1"], ["1", "2"], [None])
+    assert score_responses(lambda *a: 1.0, [], [], [], []) == ([], {})
+
+
+def test_score_responses_accepts_bool_int_and_builtin_dispatch():
+    scores, metrics = score_responses(
+        default_compute_score,
+        ["arithmetic", "openai/gsm8k", "gsm8k"],
+        ["12", "so #### 1,000", "#### 5"],
+        ["12", "1000", "6"],
+        [None, {"split": "test"}, None],
+    )
+    assert scores == [1.0, 1.0, 0.0] and metrics == {}
+    assert score_responses(lambda *a: True, ["t"], ["1"], ["1"], [None])[0] == [1.0]
+    assert score_responses(lambda *a: 3, ["t"], ["1"], ["1"], [None])[0] == [3.0]
