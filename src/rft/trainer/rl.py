@@ -7,7 +7,6 @@ Advantages are computed here, where every group is visible; the worker only sees
 from __future__ import annotations
 
 import json
-import logging
 import random
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from rft.rollout import HFRollout, SamplingParams
 from rft.trainer.checkpoint import CheckpointManager, step_of
 from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logprobs
 
-log = logging.getLogger("rft")
 
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
@@ -108,8 +106,10 @@ class RLTrainer:
                       f"{len(self.train_set)} train prompts, output {self.out}")
         last: dict[str, float] = {}
         if cfg.val_before_train and self.global_step == 0 and self.val_set is not None:
+            # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
             last = self.validate(tracker)
-            tracker.log(0, last, advance=False)
+            (self.out / "val_before_train.json").write_text(json.dumps(last, indent=1) + "\n")
+            tracker.write("validation before training: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
         while self.global_step < self.total_steps:
             self.global_step += 1
             step, is_last = self.global_step, self.global_step == self.total_steps
@@ -317,7 +317,7 @@ class RLTrainer:
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.value = state["kl_coef"]
         self.global_step = step_of(folder)
-        log.info("resumed from %s at step %d", folder, self.global_step)
+        print(f"rft: resumed from {folder} at step {self.global_step}", flush=True)
         if t.del_local_ckpt_after_load:
             import shutil
 

@@ -1,0 +1,5 @@
+import sys
+
+from rft.cli import main
+
+sys.exit(main())

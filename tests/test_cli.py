@@ -1,0 +1,104 @@
+"""The `rft` command line as a user runs it: the backbone's end-to-end command, a SIGKILL mid-training and a
+resume, and bad input refused before any model loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "arithmetic_grpo.yaml"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def rft(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "rft", *args], cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rft {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    cwd = tmp_path_factory.mktemp("cli")
+    rft("init-model", "--preset", "tiny", "m", cwd=cwd)
+    rft("data", "arithmetic", "d", cwd=cwd)
+    return cwd
+
+
+def train_args(out: str, *extra: str) -> list[str]:
+    return ["train", str(EXAMPLE), "actor_rollout_ref.model.path=m", "data.train_files=d/train.parquet",
+            "data.val_files=d/val.parquet", f"trainer.default_local_dir={out}", *extra]
+
+
+def test_end_to_end_three_steps(workdir):
+    rft(*train_args("out", "trainer.total_training_steps=3"), cwd=workdir)
+    out = workdir / "out"
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2, 3]
+    for key in ("critic/score/mean", "critic/advantages/mean", "response_length/mean", "actor/pg_loss",
+                "actor/pg_clipfrac", "actor/ppo_kl", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+                "actor/lr", "timing_s/gen", "timing_s/update_actor", "timing_s/step"):
+        assert all(key in x for x in lines), key
+    assert "val-core/arithmetic/reward/mean@1" in lines[-1]  # validation after the last step
+    ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert ckpts == ["global_step_2", "global_step_3", "latest"]  # save_freq 1, keep 2
+    assert {p.name for p in (out / "checkpoints" / "global_step_3").iterdir()} >= {
+        "policy.safetensors", "optimizer.pt", "extra.pt", "trainer_state.json"}
+    code = ("import torch, sys; from transformers import AutoModelForCausalLM, AutoTokenizer;"
+            "m = AutoModelForCausalLM.from_pretrained(sys.argv[1]); t = AutoTokenizer.from_pretrained(sys.argv[1]);"
+            "ids = t('<|im_start|>user\\n1+2=<|im_end|>\\n<|im_start|>assistant\\n', return_tensors='pt').input_ids;"
+            "out = m.generate(ids, max_new_tokens=3, do_sample=False); print(out.shape[1] - ids.shape[1])")
+    proc = subprocess.run([sys.executable, "-c", code, str(out / "model")], env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip().splitlines()[-1]) >= 1
+
+
+def test_sigkill_mid_training_then_resume(workdir):
+    args = train_args("killed", "trainer.total_training_steps=8", "trainer.test_freq=-1",
+                      "trainer.val_before_train=false")
+    out = workdir / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "rft", *args], cwd=workdir, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "global_step_2").is_dir():
+        assert proc.poll() is None, "training ended before it could be killed"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "model").exists(), "the run finished before the kill: nothing was tested"
+    killed_at = int((out / "checkpoints" / "latest").read_text().strip().split("_")[-1])
+    assert 2 <= killed_at < 8
+
+    again = rft(*args, cwd=workdir)
+    assert f"resumed from" in again.stdout and f"at step {killed_at}" in again.stdout
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 9))  # each step logged once: the repeated ones were rewritten
+    assert (out / "model" / "model.safetensors").is_file()
+    # a third run finds the work done: it resumes at step 8 and trains nothing more
+    third = rft(*args, cwd=workdir)
+    assert "at step 8" in third.stdout
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == steps
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.foo=1", "unknown config key 'data.foo'"),
+    ("actor_rollout_ref.rollout.name=vllm", "rollout.name='vllm'"),
+    ("actor_rollout_ref.actor.use_dynamic_bsz=true", "use_dynamic_bsz"),
+    ("data.train_files=missing.parquet", "does not exist"),
+    ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),
+])
+def test_bad_config_is_refused_before_anything_loads(workdir, override, message):
+    proc = rft(*train_args("refused", override), cwd=workdir, check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert not (workdir / "refused").exists()

@@ -1,0 +1,201 @@
+"""The RL loop on a real tiny model: one step per estimator moves every trainable parameter, exact resume,
+checkpoints that survive a crash, an exported model that loads."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rft.config import load_config
+from rft.models.tiny import init_model
+from rft.monitor import Timer
+from rft.tasks import write_arithmetic
+from rft.trainer.checkpoint import CheckpointManager
+from rft.trainer.rl import RLTrainer
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+# A shaped reward: an untrained model's samples differ in it, so advantages (and gradients) are non-zero.
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    digits = sum(c.isdigit() for c in solution_str)
+    exact = float(solution_str.strip() == str(ground_truth))
+    return {"score": exact + digits / (1 + len(solution_str)), "digits": float(digits)}
+'''
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assets")
+    init_model("tiny", root / "model", seed=0)
+    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
+    (root / "reward.py").write_text(REWARD)
+    return root
+
+
+def make_cfg(assets: Path, out: Path, *overrides: str):
+    return load_config(None, [
+        f"actor_rollout_ref.model.path={assets / 'model'}",
+        f"data.train_files={assets / 'data' / 'train.parquet'}",
+        f"data.val_files={assets / 'data' / 'val.parquet'}",
+        f"custom_reward_function.path={assets / 'reward.py'}",
+        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
+        "trainer.logger=[]",
+        *overrides,
+    ])
+
+
+def trainable(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce_plus_plus"])
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_training_moves_every_trainable_parameter(assets, tmp_path, estimator, lora):
+    extra = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"] if lora else []
+    cfg = make_cfg(assets, tmp_path, f"algorithm.adv_estimator={estimator}",
+                   "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1", *extra)
+    trainer = RLTrainer(cfg)
+    before = trainable(trainer.model)
+    if lora:
+        assert before and all("lora_" in n for n in before)
+    # LoRA's B starts at zero, so A gets its first gradient on the second step.
+    for step in (1, 2) if lora else (1,):
+        metrics = trainer.train_step(step, Timer())
+        assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
+        assert metrics["actor/grad_norm"] > 0
+    after = trainable(trainer.model)
+    unmoved = [n for n in before if torch.equal(before[n], after[n])]
+    assert not unmoved, f"parameters that did not move: {unmoved}"
+    assert metrics["critic/score/max"] > metrics["critic/score/min"]
+    assert "reward_extra/digits/mean" in metrics
+
+
+def test_reference_is_the_untrained_policy(assets, tmp_path):
+    """LoRA: reference = base with the adapter disabled; full fine-tuning: a frozen copy of the start."""
+    for extra in ([], ["actor_rollout_ref.model.lora_rank=4"]):
+        cfg = make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true", *extra)
+        trainer = RLTrainer(cfg)
+        batch = trainer.generate_batch(trainer.sampler.next_batch())
+        start = batch.ref_logprobs = trainer.ref_logprobs(batch)
+        trainer.score(batch)
+        trainer.compute_advantages(batch)
+        for step in (1, 2):
+            trainer.worker.update(batch, step)
+        current = trainer.logprobs(batch, trainer.model, cfg.actor_rollout_ref.rollout)
+        assert (current - start).abs().max() > 1e-4  # the policy moved
+        assert torch.allclose(trainer.ref_logprobs(batch), start, atol=1e-6)  # the reference did not
+
+
+def test_no_reference_or_old_logprob_pass_unless_needed(assets, tmp_path):
+    trainer = RLTrainer(make_cfg(assets, tmp_path))
+    assert trainer.ref_model is None and not trainer.needs_ref and not trainer.needs_old_logprobs
+    metrics = trainer.train_step(1, Timer())
+    assert "timing_s/ref" not in metrics and "timing_s/old_log_prob" not in metrics
+    # old log-probs are the detached current ones: the ratio is exactly 1
+    assert metrics["actor/ppo_kl"] == 0.0 and metrics["actor/pg_clipfrac"] == 0.0
+    several = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_epochs=2"))
+    assert several.needs_old_logprobs
+
+
+def _final_weights(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(out / "model" / "model.safetensors")
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_resume_is_exact(assets, tmp_path, lora):
+    """4 steps in one run == 2 steps, then a resumed run to 4 (several mini-batches, epochs, shuffling)."""
+    common = ["actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_epochs=2",
+              "actor_rollout_ref.actor.shuffle=true", "actor_rollout_ref.actor.use_kl_loss=true",
+              "trainer.save_freq=1", "data.val_files=null"]
+    if lora:
+        common += ["actor_rollout_ref.model.lora_rank=4"]
+    RLTrainer(make_cfg(assets, tmp_path / "one", "trainer.total_training_steps=4", *common)).fit()
+    RLTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=2", *common)).fit()
+    resumed = RLTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *common))
+    resumed.fit()
+    one, two = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    assert one.keys() == two.keys()
+    diff = max(float((one[k] - two[k]).abs().max()) for k in one)
+    assert diff <= 1e-6, diff
+    steps = [json.loads(line)["step"] for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    initial = load_file(assets / "model" / "model.safetensors")
+    assert max(float((one[k] - initial[k]).abs().max()) for k in one if k in initial) > 1e-4  # it trained
+
+
+def test_fit_writes_outputs_and_model_loads(assets, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = make_cfg(assets, tmp_path, "trainer.total_training_steps=2", "trainer.save_freq=1",
+                   "trainer.val_before_train=true", "trainer.test_freq=1", "trainer.max_actor_ckpt_to_keep=1",
+                   "actor_rollout_ref.model.lora_rank=4", "trainer.log_val_generations=2")
+    trainer = RLTrainer(cfg)
+    trainer.fit()
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    for key in ("critic/score/mean", "critic/advantages/mean", "response_length/mean", "actor/pg_loss",
+                "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm", "actor/lr",
+                "timing_s/gen", "timing_s/update_actor", "timing_s/step", "val-core/arithmetic/reward/mean@1"):
+        assert all(key in x for x in lines), key
+    assert "val-core/arithmetic/reward/mean@1" in json.loads((tmp_path / "val_before_train.json").read_text())
+    assert len((tmp_path / "val_generations.jsonl").read_text().splitlines()) == 3  # before, step 1, step 2
+    assert CheckpointManager(tmp_path / "checkpoints").steps() == [2]  # retention kept one
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "global_step_2"
+    assert (tmp_path / "config.yaml").is_file()
+    # the exported folder is a plain (merged) HF model whose outputs equal the trained LoRA model's
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert not any("lora" in n for n, _ in exported.named_parameters())
+    text = tok.apply_chat_template([{"role": "user", "content": "12+34="}], add_generation_prompt=True,
+                                   tokenize=False)
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(exported(ids).logits, trainer.model(ids).logits, atol=1e-4)
+    out = exported.generate(ids, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > ids.shape[1]
+
+
+def test_crash_while_saving_keeps_the_previous_checkpoint(tmp_path):
+    manager = CheckpointManager(tmp_path, max_to_keep=None)
+    manager.save(1, lambda d: (d / "w").write_text("one"))
+
+    def crash(d: Path) -> None:
+        (d / "w").write_text("half")
+        raise RuntimeError("killed mid-save")
+
+    with pytest.raises(RuntimeError):
+        manager.save(2, crash)
+    assert manager.latest() == tmp_path / "global_step_1"
+    assert (tmp_path / "global_step_1" / "w").read_text() == "one"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_1", "latest"]
+
+
+def test_checkpoint_retention(tmp_path):
+    manager = CheckpointManager(tmp_path, max_to_keep=2)
+    for step in range(1, 5):
+        manager.save(step, lambda d: (d / "w").write_text("x"))
+    assert manager.steps() == [3, 4] and manager.latest().name == "global_step_4"
+
+
+def test_kl_in_reward_with_adaptive_controller(assets, tmp_path):
+    cfg = make_cfg(assets, tmp_path, "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                   "algorithm.kl_ctrl.kl_coef=0.5", "algorithm.kl_ctrl.target_kl=0.01",
+                   "algorithm.kl_ctrl.horizon=100", "algorithm.kl_penalty=kl", "trainer.total_training_steps=3")
+    trainer = RLTrainer(cfg)
+    assert trainer.needs_ref and trainer.needs_old_logprobs
+    trainer.train_step(1, Timer())  # the policy moves away from the reference
+    coef = trainer.kl_ctrl.value
+    metrics = trainer.train_step(2, Timer())
+    assert metrics["actor/reward_kl_penalty_coeff"] == coef
+    kl = metrics["actor/reward_kl_penalty"]
+    expected = coef * (1 + min(max(kl / 0.01 - 1, -0.2), 0.2) * 16 / 100)  # 16 rows measured
+    assert trainer.kl_ctrl.value == pytest.approx(expected)
