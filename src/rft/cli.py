@@ -56,6 +56,13 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_demo(args) -> int:
+    from rft.trainer.demo import run_demo
+
+    run_demo(args.output, seed=args.seed, steps=args.steps)
+    return 0
+
+
 def cmd_config(args) -> int:
     from rft.config import load_config, to_yaml
 
@@ -93,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_train)
+
+    q = sub.add_parser("demo", help="the whole job on the embedded tiny model and arithmetic task, on CPU")
+    q.add_argument("--output", default="runs/demo")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--steps", type=int, default=20)
+    q.set_defaults(fn=cmd_demo)
 
     q = sub.add_parser("config", help="show the resolved config, or the reference of every key")
     q.add_argument("action", choices=("show", "reference"))
