@@ -80,7 +80,7 @@ def test_sigkill_mid_training_then_resume(workdir):
     assert 2 <= killed_at < 8
 
     again = rft(*args, cwd=workdir)
-    assert f"resumed from" in again.stdout and f"at step {killed_at}" in again.stdout
+    assert "resumed from" in again.stdout and f"at step {killed_at}" in again.stdout
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 9))  # each step logged once: the repeated ones were rewritten
     assert (out / "model" / "model.safetensors").is_file()

@@ -209,7 +209,7 @@ def test_score_responses_metric_on_some_rows_only():
     with pytest.raises(ValueError, match=r"metric 'acc' for some rows but not for rows \[1\]"):
         score_responses(fn, ["t", "t"], ["1", "2"], ["1", "1"], [None, None])
     # a plain float on one row also lacks the metric
-    mixed = lambda ds, s, gt, ei: {"score": 1.0, "acc": 1.0} if s == "1" else 0.0  # noqa: E731
+    mixed = lambda ds, s, gt, ei: {"score": 1.0, "acc": 1.0} if s == "1" else 0.0
     with pytest.raises(ValueError, match=r"metric 'acc'"):
         score_responses(mixed, ["t", "t"], ["1", "2"], ["1", "1"], [None, None])
 

@@ -6,13 +6,14 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from rft.rewards import default_compute_score
 from rft.tasks import arithmetic_rows, convert_gsm8k, gsm8k_rows, read_rows, write_arithmetic, write_parquet
 
-GSM8K_DIR = Path("/work/shared/data/gsm8k")
+GSM8K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
 
 NESTED_ROW = {
     "data_source": "openai/gsm8k",
@@ -43,7 +44,7 @@ def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
 def test_failed_write_keeps_the_old_file_and_no_temp_files(tmp_path):
     path = tmp_path / "rows.parquet"
     write_parquet([NESTED_ROW], path)
-    with pytest.raises(Exception):
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
         write_parquet([{"a": 1}, {"a": "not an int"}], path)  # pyarrow cannot type this column
     assert read_rows(path) == [NESTED_ROW]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.parquet"]

@@ -8,8 +8,9 @@ keeps every response starting at column P.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -62,12 +63,9 @@ class Batch:
     def attention_mask(self) -> torch.Tensor:  # (B, P + R)
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)
 
-    def select(self, index: torch.Tensor | slice | list[int]) -> "Batch":
+    def select(self, index: torch.Tensor | slice | list[int]) -> Batch:
         """Rows `index` of every field (tensors and per-row lists alike)."""
-        if isinstance(index, slice):
-            rows = list(range(len(self)))[index]
-        else:
-            rows = torch.as_tensor(index).tolist()
+        rows = list(range(len(self)))[index] if isinstance(index, slice) else torch.as_tensor(index).tolist()
         t_index = torch.as_tensor(rows, dtype=torch.long)
         out = {}
         for f in dataclasses.fields(self):
@@ -80,12 +78,12 @@ class Batch:
                 out[f.name] = [v[i] for i in rows] if v else []
         return Batch(**out)
 
-    def split(self, rows: int) -> Iterator["Batch"]:
+    def split(self, rows: int) -> Iterator[Batch]:
         """Consecutive chunks of `rows` rows (the last may be shorter)."""
         for start in range(0, len(self), rows):
             yield self.select(slice(start, start + rows))
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return dataclasses.replace(
             self,
             **{

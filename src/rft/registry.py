@@ -3,7 +3,8 @@ and registering a name twice raises."""
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 F = TypeVar("F", bound=Callable)
 

@@ -50,6 +50,6 @@ __all__ = [
     "masked_whiten",
 ]
 
-from rft.algorithms.kl_ctrl import AdaptiveKLController, FixedKLController, make_kl_controller  # noqa: E402
+from rft.algorithms.kl_ctrl import AdaptiveKLController, FixedKLController, make_kl_controller
 
 __all__ += ["AdaptiveKLController", "FixedKLController", "make_kl_controller"]

@@ -11,7 +11,7 @@ Every estimator maps (B, R), (B, R) -> (B, R), unmasked; the caller masks and ag
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -6,8 +6,8 @@ Dimension names: B rows (= prompts x n responses), R response tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -6,9 +6,11 @@ Errors are `ConfigError`s that name the key and say what is allowed; they are ra
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
@@ -47,7 +49,16 @@ def _parse_overrides(overrides: Iterable[str]) -> list[str]:
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
-        out.append(item[1:] if item.startswith("+") else item)
+        item = item[1:] if item.startswith("+") else item
+        try:
+            OmegaConf.from_dotlist([item])
+        except yaml.YAMLError as e:  # from_dotlist parses each value as YAML and lets yaml's errors through
+            problem = " ".join(str(e).split())
+            raise ConfigError(
+                f"override {item!r}: the value is not valid YAML ({problem}); quote strings, and write "
+                "mappings with a space after each ':', e.g. key='{a: {b: 1}}'"
+            ) from None
+        out.append(item)
     return out
 
 

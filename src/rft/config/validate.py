@@ -7,8 +7,9 @@ fields: batch-size divisibility, required paths, registry names. Every error nam
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rft.config.load import ConfigError
 from rft.config.schema import RFTConfig

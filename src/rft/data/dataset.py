@@ -6,9 +6,10 @@ A row is `{data_source, prompt: [{role, content}, ...], ability, reward_model: {
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 

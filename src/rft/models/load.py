@@ -5,14 +5,13 @@ from __future__ import annotations
 import copy
 import importlib
 import logging
-import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from rft.fsutil import atomic_dir
 
 log = logging.getLogger("rft")
 
@@ -117,31 +116,6 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
-
-
-def atomic_dir(final: Path):
-    """Context manager yielding a temporary sibling folder that is renamed to `final` on success."""
-
-    class _Atomic:
-        def __enter__(self) -> Path:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-            self.tmp.mkdir()
-            return self.tmp
-
-        def __exit__(self, exc_type, exc, tb) -> None:
-            if exc_type is not None:
-                shutil.rmtree(self.tmp, ignore_errors=True)
-                return
-            if final.exists():
-                old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-                os.replace(final, old)
-                os.replace(self.tmp, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(self.tmp, final)
-
-    return _Atomic()
 
 
 def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: bool = False) -> Path:

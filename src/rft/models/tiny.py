@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from rft.fsutil import atomic_dir
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -274,16 +274,13 @@ def init_model(
 
     config = build_config(preset)  # raises on an unknown preset before touching the disk
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        if not out_dir.is_dir() or any(out_dir.iterdir()):
-            raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True to replace it")
+    if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True to replace it")
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
 
-    staging = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex}"
-    staging.mkdir()
-    try:
+    with atomic_dir(out_dir) as staging:
         vocab = _write_tokenizer_files(staging)
         # Initialise in float32 whatever the caller's default dtype, so the bytes depend on the seed alone.
         default_dtype = torch.get_default_dtype()
@@ -300,23 +297,5 @@ def init_model(
             pad_token_id=vocab[ENDOFTEXT],
         )
         model.save_pretrained(staging)
-        _replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out_dir
 
-
-def _replace_dir(staging: Path, out_dir: Path) -> None:
-    """Renames `staging` to `out_dir`, moving an existing `out_dir` aside first and deleting it afterwards."""
-    if not out_dir.exists():
-        os.replace(staging, out_dir)
-        return
-    old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex}"
-    os.replace(out_dir, old)
-    try:
-        os.replace(staging, out_dir)
-    except BaseException:
-        os.replace(old, out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)

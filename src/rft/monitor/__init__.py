@@ -9,8 +9,8 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 _BAR_KEYS = ("critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/step")
 _SHORT = {"critic/score/mean": "score", "actor/pg_loss": "pg_loss", "response_length/mean": "len",

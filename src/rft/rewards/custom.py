@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def load_custom_reward(path: str | Path, name: str = "compute_score") -> Callable:

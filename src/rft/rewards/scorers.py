@@ -6,14 +6,15 @@ the reward under "score" and any other numeric entries as per-row metrics (see r
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 from rft.registry import Registry
 from rft.rewards.arithmetic import arithmetic_score
 from rft.rewards.gsm8k import gsm8k_score
 
-ScoreResult = Union[float, dict[str, Any]]
-Scorer = Callable[[str, Any, Union[dict, None]], ScoreResult]
+ScoreResult = float | dict[str, Any]
+Scorer = Callable[[str, Any, dict | None], ScoreResult]
 
 SCORERS: Registry[Scorer] = Registry("reward scorer")
 

@@ -54,6 +54,12 @@ class HFRollout:
 
     @torch.no_grad()
     def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> RolloutOutput:
+        device = next(self.model.parameters()).device
+        if generator is not None and generator.device.type != device.type:
+            # torch.multinomial needs a generator on the logits' device. Seed one there from the caller's (CPU)
+            # generator, so that generator's state, which checkpoints save, still fixes the samples.
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            generator = torch.Generator(device).manual_seed(seed)
         prompt_ids = prompt_ids.repeat_interleave(params.n, dim=0)
         prompt_mask = prompt_mask.repeat_interleave(params.n, dim=0)
         rows = self.micro_batch_size or prompt_ids.shape[0]

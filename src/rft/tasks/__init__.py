@@ -1,8 +1,8 @@
 """Task data in verl's row format: the synthetic arithmetic task, GSM8K conversion, parquet/jsonl io."""
 
+from rft.data.io import read_rows, write_parquet
 from rft.tasks.arithmetic import arithmetic_rows, write_arithmetic
 from rft.tasks.gsm8k import convert_gsm8k, gsm8k_ground_truth, gsm8k_rows
-from rft.data.io import read_rows, write_parquet
 
 __all__ = [
     "arithmetic_rows",

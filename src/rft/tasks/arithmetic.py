@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import operator
 import random
+from collections.abc import Collection
 from pathlib import Path
-from typing import Collection
 
 from rft.data.io import write_parquet
 

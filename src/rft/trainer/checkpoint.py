@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from rft.models.load import atomic_dir
+from rft.fsutil import atomic_dir
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 

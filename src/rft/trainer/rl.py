@@ -19,14 +19,20 @@ from rft.batch import Batch
 from rft.config import RFTConfig, to_yaml
 from rft.data.dataset import PromptDataset, PromptSampler, left_pad
 from rft.models.load import (
-    apply_lora, compute_dtype, export_hf, frozen_copy, is_peft, load_causal_lm, load_tokenizer, resolve_device,
+    apply_lora,
+    compute_dtype,
+    export_hf,
+    frozen_copy,
+    is_peft,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_device,
 )
 from rft.monitor import Timer, Tracker
 from rft.rewards import default_compute_score, load_custom_reward, score_responses
 from rft.rollout import HFRollout, SamplingParams
 from rft.trainer.checkpoint import CheckpointManager, step_of
 from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logprobs
-
 
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
@@ -167,7 +173,7 @@ class RLTrainer:
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.tokenizer.pad_token_id)
         out = self.rollout.generate(prompt_ids, prompt_mask, params, generator or self.generator)
         n = params.n
-        rep = lambda xs: [x for x in xs for _ in range(n)]  # noqa: E731
+        rep = lambda xs: [x for x in xs for _ in range(n)]
         return Batch(
             prompt_ids=prompt_ids.repeat_interleave(n, 0), prompt_mask=prompt_mask.repeat_interleave(n, 0),
             response_ids=out.response_ids, response_mask=out.response_mask,
