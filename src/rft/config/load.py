@@ -41,6 +41,10 @@ def _explain(err: OmegaConfBaseException) -> ConfigError:
             f"unknown config key '{full_key}'. Allowed keys {where}: {', '.join(allowed)}"
         )
     msg = str(err).split("\n")[0]
+    if not full_key:
+        return ConfigError(f"bad config: {msg}; sections such as 'data' hold keys, not values")
+    if "ListConfig" in msg:
+        msg = "expected a list, e.g. [a, b]"
     return ConfigError(f"bad value for config key '{full_key}': {msg}")
 
 

@@ -73,7 +73,7 @@ class PromptDataset:
             rows = read_rows(file)
             if not rows:
                 raise DataError(f"data file {str(file)!r} has no rows")
-            if image_key in rows[0]:
+            if any(image_key in row for row in rows):
                 raise DataError(f"data file {str(file)!r} has a {image_key!r} column: multimodal data is not supported")
             texts = []
             for i, row in enumerate(rows):
@@ -164,9 +164,15 @@ class PromptSampler:
         return self._order(self.epoch)[start:start + self.batch_size].tolist()
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "seed": self.seed}
+        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "seed": self.seed,
+                "num_items": self.num_items, "batch_size": self.batch_size}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("seed", self.seed) != self.seed:
-            raise DataError(f"the checkpoint's data.seed={state['seed']} differs from data.seed={self.seed}")
+        """Continue where `state` stopped; refused when the data, batch size or seed differ (the batches would)."""
+        for key, what in (("seed", "data.seed"), ("num_items", "the number of training prompts"),
+                          ("batch_size", "data.train_batch_size")):
+            if key in state and state[key] != getattr(self, key):
+                raise DataError(f"the checkpoint was written with {what}={state[key]}, this run has "
+                                f"{getattr(self, key)}; resume with the same data and batch size "
+                                "(or set trainer.resume_mode=disable)")
         self.epoch, self.batch_in_epoch = state["epoch"], state["batch_in_epoch"]

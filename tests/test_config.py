@@ -1,0 +1,446 @@
+"""Tier 1: config schema, YAML + override loading, validation (every error names the key to change)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import re
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rft.config import ConfigError, RFTConfig, load_config
+from rft.config.validate import validate, walk
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted(ROOT.glob("examples/*.yaml"))
+# The two keys validation requires; with validate_paths=False they need not exist.
+REQUIRED = ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet"]
+# Small sizes that satisfy every divisibility rule: 8 prompts per step, 4 per mini-batch, 4 x 2 = 8 rows per
+# mini-batch, 4 rows per micro-batch.
+SMALL = [
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+]
+
+
+def load(*overrides: str, path=None, validate_paths: bool = False):
+    return load_config(path, [*REQUIRED, *SMALL, *overrides], validate_paths=validate_paths)
+
+
+@pytest.fixture(scope="module")
+def real_paths(tmp_path_factory) -> dict[str, Path]:
+    """A tiny model folder and arithmetic train/val files, for validate_paths=True."""
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    root = tmp_path_factory.mktemp("config_paths")
+    files = write_arithmetic(root / "data", n_train=16, n_val=4, seed=0)
+    return {"model": init_model("tiny", root / "model", seed=0), **files}
+
+
+def real_overrides(paths: dict[str, Path]) -> list[str]:
+    return [
+        f"actor_rollout_ref.model.path={paths['model']}",
+        f"data.train_files={paths['train']}",
+        f"data.val_files={paths['val']}",
+    ]
+
+
+# ------------------------------------------------------------------------------------------- baseline
+def test_required_keys_and_small_sizes_validate():
+    cfg = load()
+    assert isinstance(cfg, RFTConfig)
+    assert cfg.data.train_batch_size == 8
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
+    # untouched keys keep the schema defaults
+    assert cfg.data.max_prompt_length == RFTConfig().data.max_prompt_length
+    assert cfg.algorithm.adv_estimator == "grpo"
+
+
+def test_default_sizes_validate_with_only_required_keys():
+    cfg = load_config(None, REQUIRED, validate_paths=False)
+    assert cfg.data.train_batch_size == 1024 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 256
+
+
+def test_real_paths_validate(real_paths):
+    cfg = load(*real_overrides(real_paths), validate_paths=True)
+    assert cfg.actor_rollout_ref.model.path == str(real_paths["model"])
+
+
+def test_interpolated_default_resolves():
+    cfg = load("trainer.project_name=p", "trainer.experiment_name=e")
+    assert cfg.trainer.default_local_dir == "checkpoints/p/e"
+
+
+# ----------------------------------------------------------------------------------------- unknown keys
+@pytest.mark.parametrize(
+    "key, section, allowed_sample",
+    [
+        ("data.foo", "under 'data'", ["train_files", "truncation", "custom_cls"]),
+        ("actor_rollout_ref.actor.optim.lrr", "under 'actor_rollout_ref.actor.optim'",
+         ["lr", "warmup_style", "betas"]),
+        ("actor_rollout_ref.rollout.val_kwargs.tempreature", "under 'actor_rollout_ref.rollout.val_kwargs'",
+         ["temperature", "top_p", "do_sample"]),
+        ("foo", "at the top level", ["data", "actor_rollout_ref", "trainer"]),
+    ],
+)
+def test_unknown_key_names_full_key_and_lists_allowed(key, section, allowed_sample):
+    with pytest.raises(ConfigError) as err:
+        load(f"{key}=1")
+    msg = str(err.value)
+    assert f"'{key}'" in msg
+    assert section in msg
+    allowed = msg.split("Allowed keys", 1)[1]
+    for name in allowed_sample:
+        assert re.search(rf"\b{name}\b", allowed), (name, msg)
+
+
+def test_unknown_key_in_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("actor_rollout_ref:\n  rollout:\n    nn: 4\n")
+    with pytest.raises(ConfigError, match=r"'actor_rollout_ref\.rollout\.nn'.*Allowed keys.*\bn\b"):
+        load(path=path)
+
+
+# --------------------------------------------------------------------------------------- bad values
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("data.train_batch_size=abc", "data.train_batch_size"),
+        ("data.train_batch_size=1.5", "data.train_batch_size"),
+        ("data.train_batch_size=null", "data.train_batch_size"),
+        ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr"),
+        ("actor_rollout_ref.rollout.do_sample=maybe", "actor_rollout_ref.rollout.do_sample"),
+    ],
+)
+def test_type_error_names_key(override, key):
+    with pytest.raises(ConfigError, match=re.escape(f"'{key}'")):
+        load(override)
+
+
+@pytest.mark.parametrize(
+    "override, choices",
+    [
+        ("data.truncation=up", ["error", "left", "right", "middle"]),
+        ("actor_rollout_ref.actor.loss_agg_mode=sum",
+         ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]),
+        ("trainer.device=tpu", ["auto", "cpu", "cuda"]),
+    ],
+)
+def test_bad_choice_lists_choices(override, choices):
+    key, value = override.split("=")
+    with pytest.raises(ConfigError) as err:
+        load(override)
+    msg = str(err.value)
+    assert key in msg and repr(value) in msg
+    assert str(choices) in msg
+
+
+def test_override_value_that_is_not_yaml_is_a_config_error():
+    # hydra-style mapping without spaces: PyYAML cannot parse it; the user must see which override failed
+    bad = "actor_rollout_ref.rollout.engine_kwargs={vllm:{swap_space:null}}"
+    with pytest.raises(ConfigError, match=re.escape(repr(bad))):
+        load(bad)
+
+
+# ---------------------------------------------------------------------------------- unsupported fields
+def _non_default(f: dataclasses.Field, default):
+    """A value of the field's type that differs from its default."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, float):
+        return default + 0.5
+    if isinstance(default, str):
+        return "x"
+    if isinstance(default, list):
+        return [*default, "x"]
+    if isinstance(default, dict):
+        return {"a": 1}
+    assert default is None, (f.name, default)
+    type_name = str(f.type)
+    for needle, value in (("bool", True), ("int", 3), ("float", 0.5), ("str", "x"), ("Any", "x")):
+        if needle in type_name:
+            return value
+    raise AssertionError(f"no non-default value for {f.name}: {type_name}")
+
+
+UNSUPPORTED = [(key, f, value) for key, f, value in walk(RFTConfig()) if "unsupported" in f.metadata]
+
+
+def test_unsupported_fields_exist():
+    # the parametrised test below would silently pass with none
+    keys = {key for key, _, _ in UNSUPPORTED}
+    assert {"actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.rollout.engine_kwargs",
+            "reward_model.enable", "critic.enable"} <= keys
+
+
+@pytest.fixture(scope="module")
+def base_cfg() -> RFTConfig:
+    return load()
+
+
+def set_key(cfg: RFTConfig, key: str, value) -> RFTConfig:
+    cfg = copy.deepcopy(cfg)
+    *parents, leaf = key.split(".")
+    node = cfg
+    for part in parents:
+        node = getattr(node, part)
+    setattr(node, leaf, value)
+    return cfg
+
+
+@pytest.mark.parametrize("key, f, default", UNSUPPORTED, ids=[key for key, _, _ in UNSUPPORTED])
+def test_unsupported_field_refused_when_set(key, f, default, base_cfg):
+    # validate() on the dataclass directly: loading through OmegaConf costs ~50 ms a config
+    value = _non_default(f, default)
+    assert value != default
+    validate(set_key(base_cfg, key, default), check_paths=False)  # the default passes
+    with pytest.raises(ConfigError) as err:
+        validate(set_key(base_cfg, key, value), check_paths=False)
+    msg = str(err.value)
+    assert msg.startswith(f"{key}=") and "not supported" in msg
+    assert f.metadata["unsupported"] in msg
+
+
+# one field of each kind of type, through YAML parsing and the OmegaConf merge
+UNSUPPORTED_BY_KIND = {}
+for _key, _f, _default in UNSUPPORTED:
+    UNSUPPORTED_BY_KIND.setdefault((str(_f.type), type(_default)), (_key, _f, _default))
+
+
+@pytest.mark.parametrize("key, f, default", list(UNSUPPORTED_BY_KIND.values()),
+                         ids=[key for key, _, _ in UNSUPPORTED_BY_KIND.values()])
+def test_unsupported_field_refused_through_load_config(key, f, default):
+    assert load(f"{key}={json.dumps(default)}") is not None
+    with pytest.raises(ConfigError, match=re.escape(f"{key}=") + ".*not supported"):
+        load(f"{key}={json.dumps(_non_default(f, default))}")
+
+
+def test_all_null_engine_kwargs_count_as_default():
+    # verl's configs ship `engine_kwargs: {vllm: {swap_space: null}}`; that must still load
+    cfg = load("actor_rollout_ref.rollout.engine_kwargs={vllm: {swap_space: null}}")
+    assert cfg.actor_rollout_ref.rollout.engine_kwargs == {"vllm": {"swap_space": None}}
+    with pytest.raises(ConfigError, match="engine_kwargs"):
+        load("actor_rollout_ref.rollout.engine_kwargs={vllm: {swap_space: 4}}")
+
+
+# ----------------------------------------------------------------------------------------- cross-field
+def test_train_batch_not_multiple_of_mini_batch():
+    with pytest.raises(ConfigError) as err:
+        load("data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=4")
+    msg = str(err.value)
+    assert "data.train_batch_size (10)" in msg and "ppo_mini_batch_size (4)" in msg
+
+
+def test_mini_batch_rows_not_multiple_of_micro_batch():
+    # 4 prompts x n=3 = 12 rows per mini-batch; 5 does not divide 12
+    with pytest.raises(ConfigError) as err:
+        load("data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+             "actor_rollout_ref.rollout.n=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5")
+    msg = str(err.value)
+    assert "4 x 3 = 12" in msg and "ppo_micro_batch_size_per_gpu (5)" in msg
+    # 6 divides 12
+    assert load("actor_rollout_ref.rollout.n=3",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=6").actor_rollout_ref.rollout.n == 3
+
+
+@pytest.mark.parametrize(
+    "overrides, needles",
+    [
+        (["data.max_response_length=8", "actor_rollout_ref.rollout.response_length=7"],
+         ["actor_rollout_ref.rollout.response_length=7", "data.max_response_length=8"]),
+        (["data.max_prompt_length=32", "actor_rollout_ref.rollout.prompt_length=64"],
+         ["actor_rollout_ref.rollout.prompt_length=64", "data.max_prompt_length=32"]),
+        (["actor_rollout_ref.rollout.name=vllm"], ["actor_rollout_ref.rollout.name='vllm'", "'hf'"]),
+        (["trainer.n_gpus_per_node=2"], ["trainer.n_gpus_per_node", "= 2"]),
+        (["trainer.nnodes=2"], ["trainer.nnodes", "= 2"]),
+        (["actor_rollout_ref.rollout.temperature=0"], ["temperature=0", "do_sample=false"]),
+        (["actor_rollout_ref.rollout.top_p=0"], ["top_p"]),
+        (["actor_rollout_ref.actor.ppo_micro_batch_size=4"], ["ppo_micro_batch_size", "only one"]),
+        (["data.train_batch_size=0"], ["data.train_batch_size", "positive"]),
+        (["algorithm.adv_estimator=nope"], ["algorithm.adv_estimator='nope'", "grpo"]),
+        (["algorithm.adv_estimator=gae"], ["algorithm.adv_estimator='gae'", "critic"]),
+        (["trainer.logger=[console,wandb]"], ["trainer.logger", "wandb"]),
+        (["trainer.resume_mode=resume_path"], ["trainer.resume_from_path"]),
+        (["data.train_files=train.csv"], ["data.train_files", "train.csv"]),
+        (["actor_rollout_ref.actor.checkpoint.load_contents=[model,hf_model]"], ["load_contents", "subset"]),
+    ],
+)
+def test_cross_field_errors(overrides, needles):
+    with pytest.raises(ConfigError) as err:
+        load(*overrides)
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_matching_rollout_lengths_accepted():
+    cfg = load("data.max_response_length=8", "actor_rollout_ref.rollout.response_length=8")
+    assert cfg.actor_rollout_ref.rollout.response_length == 8
+
+
+def test_greedy_with_temperature_zero_accepted():
+    cfg = load("actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false")
+    assert cfg.actor_rollout_ref.rollout.temperature == 0
+
+
+@pytest.mark.parametrize("missing, key", [(0, "actor_rollout_ref.model.path"), (1, "data.train_files")])
+def test_required_key_missing(missing, key):
+    kept = [o for i, o in enumerate(REQUIRED) if i != missing]
+    with pytest.raises(ConfigError, match=re.escape(key) + ".*required"):
+        load_config(None, [*kept, *SMALL], validate_paths=False)
+
+
+# ----------------------------------------------------------------------------------- paths on disk
+def test_missing_train_file(real_paths, tmp_path):
+    missing = tmp_path / "nope.parquet"
+    with pytest.raises(ConfigError, match=r"data\.train_files: file .*nope\.parquet.* does not exist"):
+        load(*real_overrides(real_paths), f"data.train_files={missing}", validate_paths=True)
+    # the same config loads when paths are not checked
+    assert load(*real_overrides(real_paths), f"data.train_files={missing}").data.train_files == str(missing)
+
+
+def test_missing_val_file_in_list(real_paths, tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    with pytest.raises(ConfigError, match=r"data\.val_files: file .*nope\.jsonl"):
+        load(*real_overrides(real_paths), f"data.val_files=[{real_paths['val']},{missing}]",
+             validate_paths=True)
+
+
+def test_model_folder_without_config_json(real_paths, tmp_path):
+    (tmp_path / "model").mkdir()
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.path=.*config\.json"):
+        load(*real_overrides(real_paths), f"actor_rollout_ref.model.path={tmp_path / 'model'}",
+             validate_paths=True)
+
+
+def test_custom_reward_function_file_missing(real_paths, tmp_path):
+    missing_file = r"custom_reward_function\.path: file .*reward\.py.* does not exist"
+    with pytest.raises(ConfigError, match=missing_file):
+        load(*real_overrides(real_paths), f"custom_reward_function.path={tmp_path / 'reward.py'}",
+             validate_paths=True)
+    (tmp_path / "reward.py").write_text("def compute_score(*args):\n    return 0.0\n")
+    cfg = load(*real_overrides(real_paths), f"custom_reward_function.path={tmp_path / 'reward.py'}",
+               validate_paths=True)
+    assert cfg.custom_reward_function.path == str(tmp_path / "reward.py")
+
+
+# ------------------------------------------------------------------------------------------------ YAML
+def write_yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_interpolation_resolves_after_overrides(tmp_path):
+    path = write_yaml(tmp_path, (
+        "data:\n  max_prompt_length: 40\n  max_response_length: 12\n"
+        "actor_rollout_ref:\n  rollout:\n"
+        "    prompt_length: ${data.max_prompt_length}\n    response_length: ${data.max_response_length}\n"
+    ))
+    cfg = load(path=path)
+    assert cfg.actor_rollout_ref.rollout.prompt_length == 40
+    assert cfg.actor_rollout_ref.rollout.response_length == 12
+    # an override of the referenced key moves the interpolated one with it
+    cfg = load("data.max_prompt_length=64", path=path)
+    assert (cfg.data.max_prompt_length, cfg.actor_rollout_ref.rollout.prompt_length) == (64, 64)
+
+
+def test_overrides_win_over_yaml(tmp_path):
+    path = write_yaml(tmp_path, "data:\n  train_batch_size: 16\n  seed: 3\ntrainer:\n  total_epochs: 2\n")
+    overrides = [*REQUIRED, "data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    cfg = load_config(path, overrides, validate_paths=False)
+    assert cfg.data.train_batch_size == 32
+    assert cfg.data.seed == 3 and cfg.trainer.total_epochs == 2  # keys the overrides leave alone
+
+
+def test_plus_prefix_accepted_for_existing_keys():
+    cfg = load("+data.seed=5", "+trainer.total_epochs=3")
+    assert cfg.data.seed == 5 and cfg.trainer.total_epochs == 3
+
+
+def test_plus_prefix_does_not_add_keys():
+    with pytest.raises(ConfigError, match=r"unknown config key 'data\.new_key'"):
+        load("+data.new_key=1")
+
+
+@pytest.mark.parametrize("override", ["data.seed", "=5", "data.seed 5"])
+def test_override_without_equals_refused(override):
+    with pytest.raises(ConfigError, match="dotted.key=value"):
+        load(override)
+
+
+def test_yaml_list_refused(tmp_path):
+    path = write_yaml(tmp_path, "- data\n- trainer\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load(path=path)
+
+
+def test_yaml_syntax_error_refused(tmp_path):
+    path = write_yaml(tmp_path, "data:\n  train_batch_size: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load(path=path)
+
+
+def test_missing_yaml_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.yaml.*does not exist"):
+        load(path=tmp_path / "nope.yaml")
+
+
+# -------------------------------------------------------------------------------------------- examples
+def test_examples_exist():
+    assert EXAMPLES, "examples/*.yaml: no example configs found"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_loads_without_paths(example):
+    cfg = load_config(example, validate_paths=False)
+    raw = yaml.safe_load(example.read_text())
+    # the YAML's own values survive the merge
+    for section, values in raw.items():
+        for key, value in values.items():
+            if not isinstance(value, dict):
+                assert getattr(getattr(cfg, section), key) == value, (section, key)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_validates_with_real_paths(example, real_paths, tmp_path):
+    raw = load_config(example, validate_paths=False)
+    overrides = real_overrides(real_paths)
+    if raw.data.val_files is None:
+        overrides = overrides[:2]
+    if raw.custom_reward_function.path:
+        overrides.append(f"custom_reward_function.path={ROOT / raw.custom_reward_function.path}")
+    cfg = load_config(example, overrides, validate_paths=True)
+    assert cfg.actor_rollout_ref.model.path == str(real_paths["model"])
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+def test_cli_config_show(capsys):
+    from rft.cli import main
+
+    assert main(["config", "show", str(ROOT / "examples" / "arithmetic_grpo.yaml"),
+                 "data.train_batch_size=32"]) == 0
+    out = capsys.readouterr().out
+    assert "adv_estimator: grpo" in out
+    shown = yaml.safe_load(out)
+    assert shown["data"]["train_batch_size"] == 32  # the override
+    assert shown["data"]["max_prompt_length"] == 32  # from the YAML
+    assert shown["trainer"]["default_local_dir"] == "runs/arithmetic_grpo"
+
+
+def test_cli_config_show_error_exits_2(capsys, tmp_path):
+    from rft.cli import main
+
+    assert main(["config", "show", str(tmp_path / "nope.yaml")]) == 2
+    assert "rft: error:" in capsys.readouterr().err

@@ -1,0 +1,283 @@
+"""Prompts: truncation (tier 1), PromptDataset on the tiny tokenizer (tier 2), left padding, PromptSampler."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rft.data.dataset import DataError, PromptDataset, PromptSampler, left_pad, truncate
+from rft.tasks import arithmetic_rows, write_parquet
+
+IDS = list(range(1, 11))  # [1..10]
+
+
+# ------------------------------------------------------------------------------------------- truncate
+@pytest.mark.parametrize(
+    "max_len, mode, expected",
+    [
+        (4, "left", [7, 8, 9, 10]),  # keep the end
+        (4, "right", [1, 2, 3, 4]),  # keep the start
+        (4, "middle", [1, 2, 9, 10]),  # 4 // 2 = 2 from the start, 4 - 2 = 2 from the end
+        (5, "left", [6, 7, 8, 9, 10]),
+        (5, "right", [1, 2, 3, 4, 5]),
+        (5, "middle", [1, 2, 8, 9, 10]),  # 5 // 2 = 2 from the start, 3 from the end
+        (1, "middle", [10]),  # 1 // 2 = 0 from the start
+        (9, "middle", [1, 2, 3, 4, 6, 7, 8, 9, 10]),  # only the middle token goes
+        (10, "left", IDS),  # already short enough: untouched whatever the mode
+        (12, "error", IDS),
+    ],
+)
+def test_truncate(max_len, mode, expected):
+    assert truncate(IDS, max_len, mode) == expected
+
+
+def test_truncate_error_mode_on_long_ids_raises():
+    with pytest.raises(ValueError, match="error"):
+        truncate(IDS, 4, "error")
+
+
+# --------------------------------------------------------------------------------------- PromptDataset
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from rft.models.tiny import init_model
+
+    path = init_model("tiny", tmp_path_factory.mktemp("data_tiny") / "m", seed=0)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def chat_ids(tokenizer, messages) -> list[int]:
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
+
+
+def write_jsonl(rows: list[dict], path: Path) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture
+def rows() -> list[dict]:
+    return arithmetic_rows(6, seed=0, split="train")
+
+
+def test_parquet_prompts_are_chat_templated_ids(tokenizer, rows, tmp_path):
+    path = write_parquet(rows, tmp_path / "train.parquet")
+    ds = PromptDataset(str(path), tokenizer, max_prompt_length=64)
+    assert len(ds) == len(rows) and ds.num_filtered == 0
+    for prompt, row in zip(ds.prompts, rows):
+        assert prompt.ids == chat_ids(tokenizer, row["prompt"])
+        assert tokenizer.decode(prompt.ids) == (
+            f"<|im_start|>user\n{row['extra_info']['question']}<|im_end|>\n<|im_start|>assistant\n"
+        )
+        assert prompt.data_source == "arithmetic"
+        assert prompt.ground_truth == row["reward_model"]["ground_truth"]
+        assert prompt.extra_info == row["extra_info"]
+
+
+def test_jsonl_equals_parquet_and_file_lists_concatenate(tokenizer, rows, tmp_path):
+    parquet = write_parquet(rows[:4], tmp_path / "a.parquet")
+    jsonl = write_jsonl(rows[4:], tmp_path / "b.jsonl")
+    both = PromptDataset([str(parquet), str(jsonl)], tokenizer, max_prompt_length=64)
+    assert [p.ids for p in both.prompts] == [chat_ids(tokenizer, r["prompt"]) for r in rows]
+    assert [p.ground_truth for p in both.prompts] == [r["reward_model"]["ground_truth"] for r in rows]
+    only_jsonl = PromptDataset(jsonl, tokenizer, max_prompt_length=64)  # a Path, not a str
+    assert [p.ids for p in only_jsonl.prompts] == [p.ids for p in both.prompts[4:]]
+
+
+def test_plain_string_prompt_is_one_user_message(tokenizer, tmp_path):
+    rows = [{"prompt": "What is 2+2?", "reward_model": {"ground_truth": "4"}},
+            {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}]
+    ds = PromptDataset(write_jsonl(rows, tmp_path / "p.jsonl"), tokenizer, max_prompt_length=64)
+    assert ds[0].ids == chat_ids(tokenizer, [{"role": "user", "content": "What is 2+2?"}])
+    assert ds[1].ids == chat_ids(tokenizer, rows[1]["prompt"])
+    # missing columns get defaults
+    assert (ds[0].data_source, ds[0].ground_truth, ds[0].extra_info) == ("unknown", "4", {})
+    assert ds[1].ground_truth is None
+
+
+def test_custom_prompt_key(tokenizer, tmp_path):
+    path = write_jsonl([{"question": "1+1="}], tmp_path / "q.jsonl")
+    ds = PromptDataset(path, tokenizer, prompt_key="question", max_prompt_length=64)
+    assert ds[0].ids == chat_ids(tokenizer, [{"role": "user", "content": "1+1="}])
+
+
+def long_and_short_rows() -> list[dict]:
+    return [{"prompt": "1+1=", "extra_info": {"i": 0}}, {"prompt": "x" * 40, "extra_info": {"i": 1}},
+            {"prompt": "2+2=", "extra_info": {"i": 2}}, {"prompt": "y" * 50, "extra_info": {"i": 3}}]
+
+
+LIMIT = 24  # the short prompts template to 12 tokens, the long ones to 48 and 58
+
+
+def test_lengths_straddle_limit(tokenizer):
+    lengths = [len(chat_ids(tokenizer, [{"role": "user", "content": row["prompt"]}]))
+               for row in long_and_short_rows()]
+    assert lengths[0] <= LIMIT < lengths[1] and lengths[2] <= LIMIT < lengths[3], lengths
+
+
+def test_filter_overlong_prompts(tokenizer, tmp_path):
+    path = write_jsonl(long_and_short_rows(), tmp_path / "p.jsonl")
+    ds = PromptDataset(path, tokenizer, max_prompt_length=LIMIT, filter_overlong_prompts=True,
+                       truncation="left")
+    assert ds.num_filtered == 2
+    assert [p.extra_info["i"] for p in ds.prompts] == [0, 2]
+
+
+def test_overlong_prompt_error_names_file_row_length_and_keys(tokenizer, tmp_path):
+    path = write_jsonl(long_and_short_rows(), tmp_path / "p.jsonl")
+    n_tokens = len(chat_ids(tokenizer, [{"role": "user", "content": "x" * 40}]))
+    with pytest.raises(DataError) as err:
+        PromptDataset(path, tokenizer, max_prompt_length=LIMIT, truncation="error")
+    msg = str(err.value)
+    for needle in (str(path), "row 1", f"{n_tokens} tokens", f"data.max_prompt_length={LIMIT}",
+                   "data.filter_overlong_prompts", "data.truncation"):
+        assert needle in msg, (needle, msg)
+
+
+@pytest.mark.parametrize("mode", ["left", "right", "middle"])
+def test_truncation_modes(tokenizer, tmp_path, mode):
+    rows = long_and_short_rows()
+    path = write_jsonl(rows, tmp_path / "p.jsonl")
+    ds = PromptDataset(path, tokenizer, max_prompt_length=LIMIT, truncation=mode)
+    assert len(ds) == 4 and ds.num_filtered == 0
+    for prompt, row in zip(ds.prompts, rows):
+        full = chat_ids(tokenizer, [{"role": "user", "content": row["prompt"]}])
+        assert prompt.ids == truncate(full, LIMIT, mode)
+        assert len(prompt.ids) == min(len(full), LIMIT)
+    generation_prompt = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    long_ids = ds[1].ids
+    if mode == "left":  # the end, with the generation prompt, survives
+        assert long_ids[-len(generation_prompt):] == generation_prompt
+    if mode == "right":  # the start survives, the generation prompt is cut
+        assert long_ids[:3] == tokenizer.encode("<|im_start|>user\n", add_special_tokens=False)
+        assert long_ids[-len(generation_prompt):] != generation_prompt
+
+
+def test_everything_filtered_raises(tokenizer, tmp_path):
+    path = write_jsonl([{"prompt": "x" * 40}], tmp_path / "p.jsonl")
+    with pytest.raises(DataError, match="no prompts left"):
+        PromptDataset(path, tokenizer, max_prompt_length=LIMIT, filter_overlong_prompts=True)
+
+
+def test_missing_prompt_column(tokenizer, tmp_path):
+    path = write_parquet([{"question": "1+1="}], tmp_path / "q.parquet")
+    with pytest.raises(DataError) as err:
+        PromptDataset(str(path), tokenizer, max_prompt_length=64)
+    msg = str(err.value)
+    assert str(path) in msg and "'prompt'" in msg and "data.prompt_key" in msg and "question" in msg
+
+
+def test_images_column_refused(tokenizer, tmp_path):
+    path = write_jsonl([{"prompt": "describe", "images": ["a.png"]}], tmp_path / "mm.jsonl")
+    with pytest.raises(DataError, match=r"'images'.*multimodal"):
+        PromptDataset(path, tokenizer, max_prompt_length=64)
+
+
+def test_bad_prompt_value_names_row(tokenizer, tmp_path):
+    path = write_jsonl([{"prompt": "ok"}, {"prompt": 5}], tmp_path / "p.jsonl")
+    with pytest.raises(DataError, match=r"row 1: the prompt must be"):
+        PromptDataset(path, tokenizer, max_prompt_length=64)
+
+
+def test_empty_file_refused(tokenizer, tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    with pytest.raises(DataError, match="no rows"):
+        PromptDataset(path, tokenizer, max_prompt_length=64)
+
+
+# -------------------------------------------------------------------------------------------- left_pad
+def test_left_pad():
+    ids, mask = left_pad([[1, 2, 3], [4], [5, 6]], pad_id=9)
+    assert ids.shape == mask.shape == (3, 3)
+    assert ids.dtype == mask.dtype == torch.long
+    assert ids.tolist() == [[1, 2, 3], [9, 9, 4], [9, 5, 6]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1], [0, 1, 1]]
+    assert ids[:, -1].tolist() == [3, 4, 6]  # every last token in the last column
+
+
+def test_left_pad_pad_id_inside_a_sequence_stays_real():
+    # the mask comes from lengths, not from comparing ids to the pad id
+    ids, mask = left_pad([[9, 1], [2]], pad_id=9)
+    assert ids.tolist() == [[9, 1], [9, 2]]
+    assert mask.tolist() == [[1, 1], [0, 1]]
+
+
+# -------------------------------------------------------------------------------------------- sampler
+def take(sampler: PromptSampler, n: int) -> list[list[int]]:
+    return [sampler.next_batch() for _ in range(n)]
+
+
+def test_batches_within_an_epoch_are_disjoint():
+    sampler = PromptSampler(num_items=11, batch_size=3, seed=1)
+    assert sampler.batches_per_epoch == 3  # drop_last: 11 // 3
+    epoch = take(sampler, 3)
+    assert all(len(b) == 3 for b in epoch)
+    flat = [i for b in epoch for i in b]
+    assert len(set(flat)) == 9 and set(flat) <= set(range(11))
+    assert sampler.state_dict() == {"epoch": 0, "batch_in_epoch": 3, "seed": 1, "num_items": 11, "batch_size": 3}
+    sampler.next_batch()
+    assert sampler.state_dict() == {"epoch": 1, "batch_in_epoch": 1, "seed": 1}
+
+
+def test_same_seed_same_order_different_seed_different():
+    a = take(PromptSampler(20, 4, seed=7), 10)
+    assert a == take(PromptSampler(20, 4, seed=7), 10)
+    assert a != take(PromptSampler(20, 4, seed=8), 10)
+
+
+def test_each_epoch_has_its_own_order():
+    sampler = PromptSampler(20, 4, seed=7)
+    epoch1, epoch2 = take(sampler, 5), take(sampler, 5)
+    assert epoch1 != epoch2
+    assert sorted(i for b in epoch1 for i in b) == sorted(i for b in epoch2 for i in b) == list(range(20))
+
+
+@pytest.mark.parametrize("before", [0, 2, 3, 4])  # 3 batches per epoch: 3 saves exactly at an epoch end
+def test_resume_continues_with_the_same_batches(before):
+    reference = take(PromptSampler(10, 3, seed=5), before + 10)
+    first = PromptSampler(10, 3, seed=5)
+    assert take(first, before) == reference[:before]
+    state = json.loads(json.dumps(first.state_dict()))  # survives a round trip through a checkpoint file
+    resumed = PromptSampler(10, 3, seed=5)
+    resumed.load_state_dict(state)
+    assert take(resumed, 10) == reference[before:]  # 10 batches cross at least three epoch boundaries
+
+
+def test_fewer_items_than_batch_size_raises():
+    with pytest.raises(DataError, match=r"3 prompts.*data\.train_batch_size=4"):
+        PromptSampler(num_items=3, batch_size=4)
+
+
+def test_seed_mismatch_on_load_raises():
+    state = PromptSampler(10, 2, seed=1).state_dict()
+    with pytest.raises(DataError, match="data.seed"):
+        PromptSampler(10, 2, seed=2).load_state_dict(state)
+
+
+def test_no_shuffle_is_arange_order():
+    sampler = PromptSampler(7, 3, shuffle=False, seed=123)
+    assert take(sampler, 5) == [[0, 1, 2], [3, 4, 5], [0, 1, 2], [3, 4, 5], [0, 1, 2]]
+
+
+def test_sampler_refuses_a_state_from_other_data_or_batch_size():
+    state = PromptSampler(20, 4, seed=1).state_dict()
+    for other in (PromptSampler(24, 4, seed=1), PromptSampler(20, 5, seed=1)):
+        with pytest.raises(DataError, match="resume with the same data and batch size"):
+            other.load_state_dict(state)
+
+
+def test_images_on_a_later_row_are_refused(tmp_path, tokenizer):
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"prompt": "1+1="}, {"prompt": "2+2=", "images": ["x.png"]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match="multimodal"):
+        PromptDataset(path, tokenizer)

@@ -1,0 +1,297 @@
+"""The hf rollout engine: masks and logit filters (tier 1), generation with the tiny model (tier 2)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest
+import torch
+
+from rft.batch import Batch
+from rft.data.dataset import left_pad
+from rft.rollout import HFRollout, SamplingParams
+from rft.rollout.hf import filter_logits, response_mask_from, sample_next
+from rft.workers.policy import forward_logprobs
+
+IM_END, PAD = 274, 272
+EOS_IDS = [IM_END, PAD]
+# The untrained tiny model samples close to uniformly over its 275 tokens: it almost never emits <|im_end|>.
+# Treating 38 tokens (digits, lower-case letters, <|im_end|>) as EOS ends ~14% of rows per step: responses of
+# many different lengths, which is what the padding checks need.
+STOP_IDS = [*range(ord("0"), ord("9") + 1), *range(ord("a"), ord("z") + 1), IM_END, PAD]
+QUESTIONS = ["1+2=", "12+345=", "What is the sum of 17 and 25?"]
+
+
+# --------------------------------------------------------------------------------------- response mask
+def test_response_mask_from_hand_case():
+    eos = torch.tensor(EOS_IDS)
+    tokens = torch.tensor([
+        [5, IM_END, 7, IM_END],  # EOS mid-row: kept, everything after masked (a second EOS too)
+        [5, 6, 7, 8],  # no EOS: all kept
+        [IM_END, 1, 2, 3],  # EOS first
+        [5, PAD, 9, 9],  # any id of eos_ids counts
+    ])
+    assert response_mask_from(tokens, eos, ignore_eos=False).tolist() == [
+        [1, 1, 0, 0],
+        [1, 1, 1, 1],
+        [1, 0, 0, 0],
+        [1, 1, 0, 0],
+    ]
+    assert response_mask_from(tokens, eos, ignore_eos=True).tolist() == [[1] * 4] * 4
+
+
+# ------------------------------------------------------------------------------------------ filter_logits
+def finite(x: torch.Tensor) -> list[list[bool]]:
+    return torch.isfinite(x).tolist()
+
+
+def test_top_k_keeps_exactly_the_k_largest():
+    logits = torch.randn(5, 11, generator=torch.Generator().manual_seed(0))
+    out = filter_logits(logits, top_k=2, top_p=1.0)
+    kept = torch.isfinite(out)
+    assert kept.sum(-1).tolist() == [2] * 5
+    top2 = torch.topk(logits, 2, dim=-1).indices
+    assert torch.equal(kept, torch.zeros_like(kept).scatter_(-1, top2, True))
+    assert torch.equal(out[kept], logits[kept])  # kept logits are untouched
+
+
+PROBS = [0.5, 0.3, 0.15, 0.05]
+
+
+@pytest.mark.parametrize(
+    "top_p, kept",
+    [
+        (0.7, 2),  # 0.5 < 0.7 <= 0.5 + 0.3
+        (0.5, 1),  # the first token alone reaches 0.5
+        (0.3, 1),  # the first token always stays
+        (0.81, 3),  # 0.8 < 0.81 <= 0.95
+        (0.99, 4),
+    ],
+)
+def test_top_p_on_a_known_distribution(top_p, kept):
+    logits = torch.tensor([PROBS, PROBS[::-1]]).log()  # row 2 reversed: the kept set follows the order
+    expected = [[i < kept for i in range(4)], [i >= 4 - kept for i in range(4)]]
+    assert finite(filter_logits(logits, top_k=-1, top_p=top_p)) == expected
+
+
+def test_top_k_and_top_p_together():
+    logits = torch.tensor([PROBS]).log()
+    assert finite(filter_logits(logits, top_k=3, top_p=0.99)) == [[True, True, True, False]]
+    assert finite(filter_logits(logits, top_k=3, top_p=0.7)) == [[True, True, False, False]]
+
+
+@pytest.mark.parametrize("top_k, top_p", [(-1, 1.0), (0, 1.0), (11, 1.0), (50, 1.0)])
+def test_disabled_filters_leave_logits_unchanged(top_k, top_p):
+    logits = torch.randn(3, 11, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(filter_logits(logits, top_k, top_p), logits)
+
+
+@pytest.mark.parametrize(
+    "temperature, top_p, expected",
+    [
+        (1.0, 1.0, PROBS),
+        # softmax(log p / 0.5) = p^2 / sum p^2
+        (0.5, 1.0, [p * p / sum(q * q for q in PROBS) for p in PROBS]),
+        (1.0, 0.7, [0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0]),  # the nucleus, renormalised
+    ],
+)
+def test_sample_next_frequencies(temperature, top_p, expected):
+    rows = 20000  # the std of a frequency is at most sqrt(0.25 / 20000) = 0.0035
+    logits = torch.tensor([PROBS]).log().expand(rows, 4)
+    params = SamplingParams(temperature=temperature, top_p=top_p)
+    tokens = sample_next(logits, params, torch.Generator().manual_seed(0))
+    assert tokens.shape == (rows,)
+    freq = torch.bincount(tokens, minlength=4).double() / rows
+    assert torch.allclose(freq, torch.tensor(expected, dtype=torch.double), atol=0.015), freq
+
+
+def test_sample_next_greedy_is_argmax():
+    logits = torch.randn(6, 11, generator=torch.Generator().manual_seed(2))
+    expected = logits.argmax(-1)
+    assert torch.equal(sample_next(logits, SamplingParams(do_sample=False), None), expected)
+    assert torch.equal(sample_next(logits, SamplingParams(temperature=0.0), None), expected)
+    # sampling from the top-1 token is argmax too, whatever the generator draws
+    top1 = sample_next(logits, SamplingParams(top_k=1), torch.Generator().manual_seed(3))
+    assert torch.equal(top1, expected)
+
+
+# ------------------------------------------------------------------------------------ the tiny model
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rft.models.tiny import init_model
+
+    path = init_model("tiny", tmp_path_factory.mktemp("rollout_tiny") / "m", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def model(model_and_tokenizer):
+    return model_and_tokenizer[0]
+
+
+@pytest.fixture(scope="module")
+def prompts(model_and_tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask) of three chat prompts of different lengths, left-padded, plus one all-padding column."""
+    tokenizer = model_and_tokenizer[1]
+    chats = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    seqs = [tokenizer.apply_chat_template(chat, add_generation_prompt=True)["input_ids"] for chat in chats]
+    assert len({len(s) for s in seqs}) == 3
+    ids, mask = left_pad(seqs, PAD)
+    return torch.nn.functional.pad(ids, (1, 0), value=PAD), torch.nn.functional.pad(mask, (1, 0), value=0)
+
+
+def generate(model, prompts, eos=EOS_IDS, micro_batch_size=None, seed=0, **params):
+    engine = HFRollout(model, eos_token_ids=eos, pad_token_id=PAD, micro_batch_size=micro_batch_size)
+    return engine.generate(*prompts, SamplingParams(**params), torch.Generator().manual_seed(seed))
+
+
+def until_eos(row: list[int], eos=EOS_IDS) -> list[int]:
+    for i, token in enumerate(row):
+        if token in eos:
+            return row[:i + 1]
+    return row
+
+
+def test_greedy_matches_transformers_generate(model, prompts):
+    R = 12
+    ours = generate(model, prompts, do_sample=False, max_tokens=R)
+    theirs = model.generate(
+        input_ids=prompts[0], attention_mask=prompts[1], do_sample=False, max_new_tokens=R,
+        eos_token_id=EOS_IDS, pad_token_id=PAD,
+    )[:, prompts[0].shape[1]:]
+    for i in range(len(QUESTIONS)):
+        expected = until_eos(theirs[i].tolist())
+        assert ours.response_ids[i].tolist()[:len(expected)] == expected
+        assert ours.response_mask[i].sum().item() == len(expected)
+
+
+def test_output_shapes_and_groups(model, prompts):
+    n, R = 4, 10
+    out = generate(model, prompts, eos=STOP_IDS, n=n, max_tokens=R)
+    B = len(QUESTIONS) * n
+    assert out.response_ids.shape == out.response_mask.shape == out.logprobs.shape
+    assert out.response_ids.shape[0] == B and out.response_ids.shape[1] <= R
+    assert out.response_ids.dtype == torch.long and out.logprobs.dtype == torch.float32
+    lengths = out.response_mask.sum(-1)
+    assert len(set(lengths.tolist())) > 2, "the test needs responses of different lengths"
+    for row in range(B):
+        ids, mask = out.response_ids[row].tolist(), out.response_mask[row].tolist()
+        length = int(lengths[row])
+        assert mask == [1] * length + [0] * (len(mask) - length)  # one run of ones from column 0
+        assert ids[:length] == until_eos(ids, STOP_IDS)  # the run ends at the first EOS
+        assert ids[length:] == [PAD] * (len(ids) - length)
+    valid = out.response_mask.bool()
+    assert (out.logprobs[valid] < 0).all() and (out.logprobs[~valid] == 0).all()
+    # the rows of one prompt are adjacent: greedy copies of prompt i are rows i*n .. i*n+n-1
+    greedy = generate(model, prompts, do_sample=False, n=n, max_tokens=R).response_ids
+    single = generate(model, prompts, do_sample=False, n=1, max_tokens=R).response_ids
+    assert torch.equal(greedy, single.repeat_interleave(n, dim=0))
+
+
+def test_stopping_rows_do_not_change_the_others(model, prompts):
+    # finished rows keep drawing (and discarding) tokens, so the sampling stream is that of ignore_eos
+    R = 10
+    free = generate(model, prompts, n=3, max_tokens=R, ignore_eos=True, seed=4)
+    assert free.response_ids.shape == (9, R) and free.response_mask.eq(1).all()
+    stopped = generate(model, prompts, eos=STOP_IDS, n=3, max_tokens=R, seed=4)
+    width = stopped.response_ids.shape[1]
+    for row in range(9):
+        expected = until_eos(free.response_ids[row].tolist(), STOP_IDS)
+        assert stopped.response_ids[row].tolist() == (expected + [PAD] * R)[:width]
+    assert width == max(len(until_eos(r, STOP_IDS)) for r in free.response_ids.tolist())
+
+
+def test_same_seed_same_samples_different_seed_different(model, prompts):
+    a = generate(model, prompts, n=2, max_tokens=8, seed=1)
+    b = generate(model, prompts, n=2, max_tokens=8, seed=1)
+    c = generate(model, prompts, n=2, max_tokens=8, seed=2)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.logprobs, b.logprobs)
+    assert not torch.equal(a.response_ids, c.response_ids)
+    # two samples of one prompt differ: each row draws its own tokens
+    assert not torch.equal(a.response_ids[0], a.response_ids[1])
+
+
+def test_generator_state_fixes_the_samples(model, prompts):
+    # what a checkpoint relies on: restoring the generator's state replays the same samples
+    engine = HFRollout(model, eos_token_ids=EOS_IDS, pad_token_id=PAD)
+    params = SamplingParams(n=2, max_tokens=6)
+    generator = torch.Generator().manual_seed(3)
+    state = generator.get_state()
+    first = engine.generate(*prompts, params, generator).response_ids
+    second = engine.generate(*prompts, params, generator).response_ids
+    assert not torch.equal(first, second)  # the stream moved on
+    generator.set_state(state)
+    assert torch.equal(engine.generate(*prompts, params, generator).response_ids, first)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cpu_generator_drives_sampling_on_cuda(model, prompts):
+    # the trainer's generator lives on the CPU; torch.multinomial on CUDA logits refuses a CPU generator
+    cuda_model = copy.deepcopy(model).cuda()
+    a = generate(cuda_model, prompts, n=2, max_tokens=6, seed=1)
+    b = generate(cuda_model, prompts, n=2, max_tokens=6, seed=1)
+    c = generate(cuda_model, prompts, n=2, max_tokens=6, seed=2)
+    assert a.response_ids.device.type == "cpu"
+    assert torch.equal(a.response_ids, b.response_ids)
+    assert not torch.equal(a.response_ids, c.response_ids)
+
+
+def test_top_k_one_sampling_is_greedy(model, prompts):
+    greedy = generate(model, prompts, do_sample=False, max_tokens=8)
+    top1 = generate(model, prompts, top_k=1, max_tokens=8, seed=5)
+    assert torch.equal(greedy.response_ids, top1.response_ids)
+
+
+@pytest.mark.parametrize("micro_batch_size", [1, 4])
+def test_micro_batches_give_the_same_greedy_output(model, prompts, micro_batch_size):
+    # Make the last prompt's first greedy token an EOS: its rows stop at once while others run on, so the
+    # micro-batches come back with different widths and must be padded to one.
+    reference = generate(model, prompts, do_sample=False, max_tokens=10, ignore_eos=True).response_ids
+    eos = [*EOS_IDS, int(reference[-1, 0])]
+    whole = generate(model, prompts, eos=eos, do_sample=False, n=2, max_tokens=10)
+    lengths = whole.response_mask.sum(-1).tolist()
+    assert lengths[-1] == 1 and max(lengths) == whole.response_ids.shape[1] == 10, lengths
+    split = generate(model, prompts, eos=eos, do_sample=False, n=2, max_tokens=10,
+                     micro_batch_size=micro_batch_size)
+    assert torch.equal(whole.response_ids, split.response_ids)
+    assert torch.equal(whole.response_mask, split.response_mask)
+    assert torch.allclose(whole.logprobs, split.logprobs, atol=1e-5)
+
+
+def test_generate_restores_training_mode(model, prompts):
+    model.train()
+    try:
+        generate(model, prompts, do_sample=False, max_tokens=2)
+        assert model.training
+    finally:
+        model.eval()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_rollout_logprobs_match_a_full_forward_pass(model, prompts, temperature):
+    n = 3
+    out = generate(model, prompts, eos=STOP_IDS, n=n, max_tokens=12, temperature=temperature,
+                   do_sample=temperature > 0, seed=6)
+    if temperature > 0:
+        lengths = set(out.response_mask.sum(-1).tolist())
+        assert len(lengths) > 2, "the test needs responses of different lengths"
+    batch = Batch(
+        prompt_ids=prompts[0].repeat_interleave(n, dim=0),
+        prompt_mask=prompts[1].repeat_interleave(n, dim=0),
+        response_ids=out.response_ids,
+        response_mask=out.response_mask,
+        group=torch.arange(len(QUESTIONS)).repeat_interleave(n),
+    )
+    with torch.no_grad():
+        logprobs, _ = forward_logprobs(model, batch, temperature)
+    valid = out.response_mask.bool()
+    diff = (logprobs - out.logprobs)[valid].abs().max().item()
+    assert diff < 1e-4, diff
+    assert math.isfinite(diff)
