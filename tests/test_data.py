@@ -225,7 +225,7 @@ def test_batches_within_an_epoch_are_disjoint():
     assert len(set(flat)) == 9 and set(flat) <= set(range(11))
     assert sampler.state_dict() == {"epoch": 0, "batch_in_epoch": 3, "seed": 1, "num_items": 11, "batch_size": 3}
     sampler.next_batch()
-    assert sampler.state_dict() == {"epoch": 1, "batch_in_epoch": 1, "seed": 1}
+    assert sampler.state_dict() == {"epoch": 1, "batch_in_epoch": 1, "seed": 1, "num_items": 11, "batch_size": 3}
 
 
 def test_same_seed_same_order_different_seed_different():
