@@ -199,3 +199,53 @@ def test_kl_in_reward_with_adaptive_controller(assets, tmp_path):
     kl = metrics["actor/reward_kl_penalty"]
     expected = coef * (1 + min(max(kl / 0.01 - 1, -0.2), 0.2) * 16 / 100)  # 16 rows measured
     assert trainer.kl_ctrl.value == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("target, exclude, expected", [
+    ("all-linear", None, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
+    ("[q_proj,v_proj]", None, {"q_proj", "v_proj"}),
+    ("'.*\\.(q|k)_proj'", None, {"q_proj", "k_proj"}),
+    ("all-linear", "[down_proj,up_proj,gate_proj]", {"q_proj", "k_proj", "v_proj", "o_proj"}),
+])
+def test_lora_target_and_exclude_modules(assets, tmp_path, target, exclude, expected):
+    extra = [f"actor_rollout_ref.model.exclude_modules={exclude}"] if exclude else []
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.model.lora_rank=2",
+                                 f"actor_rollout_ref.model.target_modules={target}", *extra))
+    adapted = {n.split(".")[-4] for n in trainable(trainer.model) if "lora_A" in n}  # ...q_proj.lora_A.default.weight
+    assert adapted == expected
+
+
+def test_gradient_checkpointing_gives_the_same_update(assets, tmp_path):
+    results = []
+    for flag in ("false", "true"):
+        torch.manual_seed(0)
+        trainer = RLTrainer(make_cfg(assets, tmp_path / flag,
+                                     f"actor_rollout_ref.model.enable_gradient_checkpointing={flag}"))
+        assert trainer.model.is_gradient_checkpointing == (flag == "true")
+        metrics = trainer.train_step(1, Timer())
+        results.append((metrics["actor/grad_norm"], trainable(trainer.model)))
+    (norm_a, w_a), (norm_b, w_b) = results
+    assert norm_a > 0 and norm_a == pytest.approx(norm_b, rel=1e-4)
+    assert max(float((w_a[k] - w_b[k]).abs().max()) for k in w_a) < 1e-5
+
+
+def test_resume_modes(assets, tmp_path):
+    common = ["trainer.save_freq=1", "data.val_files=null"]
+    RLTrainer(make_cfg(assets, tmp_path / "a", "trainer.total_training_steps=2", *common)).fit()
+    # disable: starts from step 0 although checkpoints exist
+    fresh = RLTrainer(make_cfg(assets, tmp_path / "a", "trainer.total_training_steps=2",
+                               "trainer.resume_mode=disable", *common))
+    fresh._maybe_resume()
+    assert fresh.global_step == 0
+    # resume_path: from the named folder, into another output root
+    ckpt = tmp_path / "a" / "checkpoints" / "global_step_1"
+    other = RLTrainer(make_cfg(assets, tmp_path / "b", "trainer.total_training_steps=2",
+                               "trainer.resume_mode=resume_path", f"trainer.resume_from_path={ckpt}", *common))
+    other._maybe_resume()
+    assert other.global_step == 1 and other.sampler.batch_in_epoch == 1
+    saved = load_file(ckpt / "policy.safetensors")
+    assert all(torch.equal(saved[n], p) for n, p in trainable(other.model).items())
+    bad = RLTrainer(make_cfg(assets, tmp_path / "c", "trainer.resume_mode=resume_path",
+                             f"trainer.resume_from_path={tmp_path}", *common))
+    with pytest.raises(FileNotFoundError, match="not an rft checkpoint"):
+        bad._maybe_resume()
