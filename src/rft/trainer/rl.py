@@ -31,6 +31,7 @@ from rft.models.load import (
 from rft.monitor import Timer, Tracker
 from rft.rewards import default_compute_score, load_custom_reward, score_responses
 from rft.rollout import HFRollout, SamplingParams
+from rft.runtime import configure_cpu_runtime
 from rft.trainer.checkpoint import CheckpointManager, step_of
 from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logprobs
 
@@ -42,7 +43,7 @@ def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
 
 class RLTrainer:
     def __init__(self, cfg: RFTConfig):
-        torch.set_flush_denormal(True)  # denormal probabilities of unused tokens slow CPU matmuls ~15x
+        configure_cpu_runtime()
         self.cfg = cfg
         arr, data, trainer = cfg.actor_rollout_ref, cfg.data, cfg.trainer
         self.out = Path(trainer.default_local_dir)

@@ -1,0 +1,28 @@
+"""Process-wide CPU settings for training, applied once by the trainer."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+import torch
+
+log = logging.getLogger("rft")
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def configure_cpu_runtime() -> None:
+    """Flush denormals, and keep glibc from returning large blocks to the OS.
+
+    Denormal probabilities of unused tokens made a tiny model's matmuls ~15x slower. And glibc serves each
+    allocation over 32 MiB (one MLP activation of a 7M model at 128 rows) with a fresh mmap that page-faults
+    on first touch: measured in bench/, ~30% of the update's time. Keeping freed memory in the heap reuses it.
+    """
+    torch.set_flush_denormal(True)
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_MAX, 0)
+        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): the defaults stay
+        log.debug("mallopt unavailable; large allocations use the allocator's defaults")
