@@ -28,6 +28,7 @@ _TENSOR_FIELDS = (
     "advantages",
     "returns",
     "group",
+    "loss_mask",
 )
 _LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text")
 
@@ -47,6 +48,7 @@ class Batch:
     scores: torch.Tensor | None = None  # (B,)
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
+    loss_mask: torch.Tensor | None = None  # (B, R) tokens that carry loss when not all response tokens do (SFT)
     data_source: list[str] = field(default_factory=list)
     ground_truth: list[Any] = field(default_factory=list)
     extra_info: list[dict] = field(default_factory=list)

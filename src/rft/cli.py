@@ -56,6 +56,16 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_sft(args) -> int:
+    from rft.config import load_sft_config
+
+    cfg = load_sft_config(args.config, args.overrides)
+    from rft.trainer.sft import SFTTrainer
+
+    SFTTrainer(cfg).fit()
+    return 0
+
+
 def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
@@ -100,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_train)
+
+    q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides")
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_sft)
 
     q = sub.add_parser("demo", help="the whole job on the embedded tiny model and arithmetic task, on CPU")
     q.add_argument("--output", default="runs/demo")

@@ -31,11 +31,11 @@ def _node_fields(cls: type, dotted: str) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
-def _explain(err: OmegaConfBaseException) -> ConfigError:
+def _explain(err: OmegaConfBaseException, schema: type = RFTConfig) -> ConfigError:
     full_key = getattr(err, "full_key", None) or ""
     if isinstance(err, ConfigKeyError) or "not in" in str(err):
         parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
-        allowed = _node_fields(RFTConfig, parent)
+        allowed = _node_fields(schema, parent)
         where = f"under '{parent}'" if parent else "at the top level"
         return ConfigError(
             f"unknown config key '{full_key}'. Allowed keys {where}: {', '.join(allowed)}"
@@ -66,31 +66,46 @@ def _parse_overrides(overrides: Iterable[str]) -> list[str]:
     return out
 
 
+def merge_layers(schema: type, layers: list, overrides: Iterable[str] = ()) -> Any:
+    """The typed config object: `schema` defaults, then each mapping in `layers`, then dotted overrides."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers,
+                                 OmegaConf.from_dotlist(_parse_overrides(overrides)))
+        OmegaConf.resolve(merged)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise _explain(e, schema) from None
+
+
+def read_yaml(path: str | Path) -> DictConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as e:  # yaml errors
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
+    return loaded
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
-    """The validated `RFTConfig` from a YAML file (optional) and dotted overrides."""
+    """The validated RL config (`RFTConfig`) from a YAML file (optional) and dotted overrides."""
     from rft.config.validate import validate
 
-    schema = OmegaConf.structured(RFTConfig)
-    layers: list[DictConfig] = []
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            loaded = OmegaConf.load(path)
-        except Exception as e:  # yaml errors
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
-        if not isinstance(loaded, DictConfig):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
-        layers.append(loaded)
-    try:
-        layers.append(OmegaConf.from_dotlist(_parse_overrides(overrides)))
-        merged = OmegaConf.merge(schema, *layers)
-        OmegaConf.resolve(merged)
-        cfg: RFTConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
-    except OmegaConfBaseException as e:
-        raise _explain(e) from None
+    cfg = merge_layers(RFTConfig, [read_yaml(path)] if path is not None else [], overrides)
     validate(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
+    """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
+    from rft.config.sft_schema import SFTConfig
+    from rft.config.validate import validate_sft
+
+    cfg = merge_layers(SFTConfig, [read_yaml(path)] if path is not None else [], overrides)
+    validate_sft(cfg, check_paths=validate_paths)
     return cfg
 
 

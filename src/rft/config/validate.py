@@ -67,6 +67,43 @@ def _files(value: Any, key: str) -> list[str]:
     return files
 
 
+def _check_model_dir(key: str, path: str) -> None:
+    if not (Path(path).expanduser() / "config.json").is_file():
+        raise ConfigError(
+            f"{key}={path!r} is not a Hugging Face model folder (no config.json); rft loads models from local "
+            "folders only"
+        )
+
+
+def _check_files_exist(key: str, files: list[str]) -> None:
+    for f in files:
+        if not Path(f).expanduser().is_file():
+            raise ConfigError(f"{key}: file {f!r} does not exist")
+
+
+def _check_runtime(prefix: str, t: Any) -> None:
+    """One process, an available device, known loggers, a consistent resume setting (trainer sections)."""
+    if t.nnodes * t.n_gpus_per_node != 1:
+        raise ConfigError(
+            f"{prefix}.nnodes * {prefix}.n_gpus_per_node = {t.nnodes * t.n_gpus_per_node}: rft runs one "
+            "process for now; set both to 1"
+        )
+    if t.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{prefix}.device='cuda' but this machine has no CUDA device; use 'auto' or 'cpu'")
+    bad_loggers = [x for x in t.logger if x not in ("console",)]
+    if bad_loggers:
+        raise ConfigError(
+            f"{prefix}.logger: {bad_loggers} not available yet; allowed: ['console'] (metrics.jsonl is always written)"
+        )
+    if t.resume_mode == "resume_path" and not t.resume_from_path:
+        raise ConfigError(f"{prefix}.resume_mode=resume_path needs {prefix}.resume_from_path (a global_step_N folder)")
+    if t.resume_from_path and t.resume_mode != "resume_path":
+        raise ConfigError(f"{prefix}.resume_from_path is set: also set {prefix}.resume_mode=resume_path")
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -74,7 +111,7 @@ def _positive(key: str, value: Any, allow_none: bool = False) -> None:
         raise ConfigError(f"{key} must be a positive integer, got {value!r}")
 
 
-def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1) -> None:
+def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
     from rft.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 
     _check_schema(cfg)
@@ -89,16 +126,10 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1) -> N
     if not train_files:
         raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
     if check_paths:
-        model_dir = Path(arr.model.path).expanduser()
-        if not (model_dir / "config.json").is_file():
-            raise ConfigError(
-                f"actor_rollout_ref.model.path={arr.model.path!r} is not a Hugging Face model folder "
-                "(no config.json); rft loads models from local folders only"
-            )
-        for key, files in (("data.train_files", train_files), ("data.val_files", val_files)):
-            for f in files:
-                if not Path(f).expanduser().is_file():
-                    raise ConfigError(f"{key}: file {f!r} does not exist")
+        if check_model_path:
+            _check_model_dir("actor_rollout_ref.model.path", arr.model.path)
+        _check_files_exist("data.train_files", train_files)
+        _check_files_exist("data.val_files", val_files)
         if cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
             raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
 
@@ -125,21 +156,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1) -> N
             f"actor_rollout_ref.rollout.name={rollout.name!r} is not available yet; use 'hf' "
             "(transformers generation with a KV cache)"
         )
-    if trainer.nnodes * trainer.n_gpus_per_node != 1:
-        raise ConfigError(
-            f"trainer.nnodes * trainer.n_gpus_per_node = {trainer.nnodes * trainer.n_gpus_per_node}: rft runs one "
-            "process for now; set both to 1"
-        )
-    if trainer.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("trainer.device='cuda' but this machine has no CUDA device; use 'auto' or 'cpu'")
-    bad_loggers = [x for x in trainer.logger if x not in ("console",)]
-    if bad_loggers:
-        raise ConfigError(
-            f"trainer.logger: {bad_loggers} not available yet; allowed: ['console'] (metrics.jsonl is always written)"
-        )
+    _check_runtime("trainer", trainer)
 
     # ---- sizes
     for key, value in (
@@ -228,7 +245,39 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1) -> N
             )
     if not set(actor.checkpoint.load_contents) <= contents:
         raise ConfigError("actor_rollout_ref.actor.checkpoint.load_contents must be a subset of save_contents")
-    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
-        raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
-    if trainer.resume_from_path and trainer.resume_mode != "resume_path":
-        raise ConfigError("trainer.resume_from_path is set: also set trainer.resume_mode=resume_path")
+
+
+def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
+    """The SFT config (verl's sft_trainer.yaml keys), before any model loads."""
+    _check_schema(cfg)
+    data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
+    if not model.partial_pretrain:
+        raise ConfigError("model.partial_pretrain is required: a Hugging Face model folder")
+    train_files = _files(data.train_files, "data.train_files")
+    val_files = _files(data.val_files, "data.val_files")
+    if not train_files:
+        raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
+    if check_paths:
+        if check_model_path:
+            _check_model_dir("model.partial_pretrain", model.partial_pretrain)
+        _check_files_exist("data.train_files", train_files)
+        _check_files_exist("data.val_files", val_files)
+    _check_runtime("trainer", trainer)
+    for key, value in (("data.train_batch_size", data.train_batch_size),
+                       ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
+                       ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
+        _positive(key, value)
+    for key, value in (("trainer.total_training_steps", trainer.total_training_steps),
+                       ("trainer.max_ckpt_to_keep", trainer.max_ckpt_to_keep)):
+        _positive(key, value, allow_none=True)
+    if data.train_batch_size % (data.micro_batch_size_per_gpu * world_size):
+        raise ConfigError(
+            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of data.micro_batch_size_per_gpu "
+            f"({data.micro_batch_size_per_gpu}) x processes ({world_size})"
+        )
+    if optim.lr <= 0:
+        raise ConfigError(f"optim.lr must be > 0, got {optim.lr}")
+    if not 0 <= optim.warmup_steps_ratio <= 1:
+        raise ConfigError(f"optim.warmup_steps_ratio must be in [0, 1], got {optim.warmup_steps_ratio}")
+    if model.lora_rank < 0:
+        raise ConfigError(f"model.lora_rank must be >= 0, got {model.lora_rank}")

@@ -68,27 +68,27 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tok
 
 
-def load_causal_lm(model_cfg, dtype: torch.dtype, device: torch.device) -> nn.Module:
-    """A causal LM from `model_cfg.path` with `override_config` applied, on `device` in `dtype`."""
+def load_causal_lm(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
+                   trust_remote_code: bool = False, override_config: dict | None = None,
+                   key: str = "actor_rollout_ref.model") -> nn.Module:
+    """A causal LM from the folder `path` with `override_config` applied, on `device` in `dtype`. `key` is the
+    config section named in error messages."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     _quiet_transformers()
-    if model_cfg.external_lib:
-        importlib.import_module(model_cfg.external_lib)
-    config = AutoConfig.from_pretrained(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
-    overrides = dict(model_cfg.override_config)
+    if external_lib:
+        importlib.import_module(external_lib)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    overrides = dict(override_config or {})
     overrides.update(overrides.pop("model_config", None) or {})
     if overrides.pop("moe_config", None):
-        raise ValueError("actor_rollout_ref.model.override_config.moe_config is Megatron-only; remove it")
-    for key, value in overrides.items():
-        if not hasattr(config, key):
-            raise ValueError(
-                f"actor_rollout_ref.model.override_config.{key}: the model config has no attribute {key!r}"
-            )
-        setattr(config, key, value)
-    model = AutoModelForCausalLM.from_pretrained(
-        model_cfg.path, config=config, dtype=dtype, trust_remote_code=model_cfg.trust_remote_code
-    )
+        raise ValueError(f"{key}.override_config.moe_config is Megatron-only; remove it")
+    for name, value in overrides.items():
+        if not hasattr(config, name):
+            raise ValueError(f"{key}.override_config.{name}: the model config has no attribute {name!r}")
+        setattr(config, name, value)
+    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
+                                                 trust_remote_code=trust_remote_code)
     return model.to(device)
 
 

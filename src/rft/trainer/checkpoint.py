@@ -6,6 +6,7 @@ after that: a crash mid-save leaves the previous checkpoint whole and `latest` p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -63,3 +64,79 @@ def step_of(path: str | Path) -> int:
     if not m:
         raise ValueError(f"{str(path)!r} is not a global_step_N checkpoint folder")
     return int(m.group(1))
+
+
+# ------------------------------------------------------------------------------ what a training checkpoint holds
+def trainable_parameters(model) -> dict:
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, generators: dict,
+                        state: dict, tokenizer=None) -> None:
+    """Write a checkpoint's files into `folder` (see docs/architecture.md): the trainable parameters, the
+    optimizer, the scheduler with every RNG state, optionally a HF folder, and `trainer_state.json`."""
+    import random
+
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    from rft.models.load import export_hf
+
+    if "model" in contents:
+        save_file({n: p.detach().cpu().contiguous() for n, p in trainable_parameters(model).items()},
+                  folder / "policy.safetensors")
+    if "optimizer" in contents:
+        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+    if "extra" in contents:
+        torch.save({
+            "scheduler": scheduler.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+                    **{name: g.get_state() for name, g in generators.items()}},
+        }, folder / "extra.pt")
+    if "hf_model" in contents:
+        export_hf(model, tokenizer, folder / "hf_model")
+    (folder / "trainer_state.json").write_text(json.dumps({**state, "contents": sorted(contents)}, indent=1))
+
+
+def load_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler,
+                        generators: dict) -> dict:
+    """Restore what `save_training_state` wrote (the parts in `contents`); returns trainer_state.json."""
+    import random
+
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+
+    if not (folder / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"{str(folder)!r} is not an rft checkpoint folder (no trainer_state.json)")
+    state = json.loads((folder / "trainer_state.json").read_text())
+    contents = set(contents) & set(state["contents"])
+    if "model" in contents:
+        saved, params = load_file(folder / "policy.safetensors"), trainable_parameters(model)
+        if set(saved) != set(params):
+            raise ValueError(f"checkpoint {folder} does not match the model: different trainable parameters "
+                             "(LoRA settings changed?)")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(saved[name].to(p.device))
+    if "optimizer" in contents:
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+    if "extra" in contents:
+        extra = torch.load(folder / "extra.pt", weights_only=False)
+        scheduler.load_state_dict(extra["scheduler"])
+        torch.set_rng_state(extra["rng"]["torch"])
+        random.setstate(extra["rng"]["python"])
+        np.random.set_state(extra["rng"]["numpy"])
+        for name, g in generators.items():
+            g.set_state(extra["rng"][name])
+    return state
+
+
+def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointManager) -> Path | None:
+    """The checkpoint a run continues from: none (disable / nothing saved yet), the latest, or the named one."""
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        return Path(resume_from_path)
+    return manager.latest()

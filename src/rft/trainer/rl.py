@@ -7,17 +7,16 @@ Advantages are computed here, where every group is visible; the worker only sees
 from __future__ import annotations
 
 import json
-import random
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from rft.algorithms import AdvantageInputs, compute_advantages, kl_penalty, make_kl_controller, masked_mean
 from rft.batch import Batch
 from rft.config import RFTConfig, to_yaml
-from rft.data.dataset import PromptDataset, PromptSampler, left_pad
+from rft.data.dataset import PromptDataset, PromptSampler
 from rft.models.load import (
     apply_lora,
     compute_dtype,
@@ -32,7 +31,14 @@ from rft.monitor import Timer, Tracker
 from rft.rewards import default_compute_score, load_custom_reward, score_responses
 from rft.rollout import HFRollout, SamplingParams
 from rft.runtime import configure_cpu_runtime
-from rft.trainer.checkpoint import CheckpointManager, step_of
+from rft.trainer.checkpoint import (
+    CheckpointManager,
+    load_training_state,
+    resume_folder,
+    save_training_state,
+    step_of,
+)
+from rft.trainer.evaluate import eos_token_ids, evaluate, rollout_batch
 from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logprobs
 
 
@@ -62,7 +68,9 @@ class RLTrainer:
         crf = cfg.custom_reward_function
         self.reward_fn = load_custom_reward(crf.path, crf.name) if crf.path else default_compute_score
 
-        model = load_causal_lm(arr.model, self.dtype, self.device)
+        m = arr.model
+        model = load_causal_lm(m.path, self.dtype, self.device, external_lib=m.external_lib,
+                               trust_remote_code=m.trust_remote_code, override_config=m.override_config)
         if arr.model.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if arr.model.lora_rank > 0:
@@ -74,10 +82,8 @@ class RLTrainer:
         # LoRA: the reference is the base model with the adapter disabled; full fine-tuning keeps a frozen copy.
         self.ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
 
-        gen_cfg = getattr(model, "generation_config", None)
-        eos = getattr(gen_cfg, "eos_token_id", None) or self.tokenizer.eos_token_id
-        eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
-        self.rollout = HFRollout(model, eos_ids, self.tokenizer.pad_token_id, arr.rollout.micro_batch_size)
+        self.rollout = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id,
+                                 arr.rollout.micro_batch_size)
         self.generator = torch.Generator().manual_seed(trainer.seed)
 
         actor, ro = arr.actor, arr.rollout
@@ -163,28 +169,12 @@ class RLTrainer:
         return metrics
 
     # --------------------------------------------------------------------------------------------- phases
-    def generate_batch(self, indices: list[int], params: SamplingParams | None = None,
-                       dataset: PromptDataset | None = None, generator: torch.Generator | None = None) -> Batch:
-        dataset = dataset or self.train_set
-        prompts = [dataset[i] for i in indices]
+    def generate_batch(self, indices: list[int]) -> Batch:
         ro = self.cfg.actor_rollout_ref.rollout
-        params = params or SamplingParams(n=ro.n, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p,
-                                          do_sample=ro.do_sample, max_tokens=self.cfg.data.max_response_length,
-                                          ignore_eos=ro.ignore_eos)
-        prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.tokenizer.pad_token_id)
-        out = self.rollout.generate(prompt_ids, prompt_mask, params, generator or self.generator)
-        n = params.n
-        rep = lambda xs: [x for x in xs for _ in range(n)]
-        return Batch(
-            prompt_ids=prompt_ids.repeat_interleave(n, 0), prompt_mask=prompt_mask.repeat_interleave(n, 0),
-            response_ids=out.response_ids, response_mask=out.response_mask,
-            rollout_logprobs=out.logprobs, group=torch.arange(len(prompts)).repeat_interleave(n),
-            data_source=rep([p.data_source for p in prompts]), ground_truth=rep([p.ground_truth for p in prompts]),
-            extra_info=rep([p.extra_info for p in prompts]),
-            response_text=self.tokenizer.batch_decode(
-                [ids[m.bool()].tolist() for ids, m in zip(out.response_ids, out.response_mask)],
-                skip_special_tokens=True),
-        )
+        params = SamplingParams(n=ro.n, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p,
+                                do_sample=ro.do_sample, max_tokens=self.cfg.data.max_response_length,
+                                ignore_eos=ro.ignore_eos)
+        return rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, self.generator)
 
     def score(self, batch: Batch) -> dict[str, float]:
         """Scores (B,) from the reward function; the token reward (B, R) is the score on the last valid token."""
@@ -238,29 +228,14 @@ class RLTrainer:
         metrics.update(_stats("prompt_length", batch.prompt_mask.sum(-1)))
         return metrics
 
-    @torch.no_grad()
     def validate(self, tracker: Tracker | None = None) -> dict[str, float]:
         """Validation metrics `val-core/<data_source>/reward/mean@<n>` on the whole validation set."""
         vk, data = self.cfg.actor_rollout_ref.rollout.val_kwargs, self.cfg.data
         params = SamplingParams(n=vk.n, temperature=vk.temperature, top_k=vk.top_k, top_p=vk.top_p,
                                 do_sample=vk.do_sample, max_tokens=data.max_response_length,
                                 ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
-        generator = torch.Generator().manual_seed(self.cfg.trainer.seed + 7919)  # never touches training's stream
-        chunk = data.val_batch_size or len(self.val_set)
-        sources, scores, samples = [], [], []
-        for start in range(0, len(self.val_set), chunk):
-            idx = list(range(start, min(start + chunk, len(self.val_set))))
-            batch = self.generate_batch(idx, params, self.val_set, generator)
-            s, _ = score_responses(self.reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
-                                   batch.extra_info)
-            sources += batch.data_source
-            scores += s
-            samples += [{"prompt": self.tokenizer.decode(p[m.bool()].tolist()), "response": r, "score": x}
-                        for p, m, r, x in zip(batch.prompt_ids, batch.prompt_mask, batch.response_text, s)]
-        metrics = {}
-        for source in sorted(set(sources)):
-            values = [x for x, src in zip(scores, sources) if src == source]
-            metrics[f"val-core/{source}/reward/mean@{vk.n}"] = float(np.mean(values))
+        metrics, samples = evaluate(self.rollout, self.tokenizer, self.val_set, self.reward_fn, params,
+                                    data.val_batch_size, seed=self.cfg.trainer.seed + 7919)
         n_show = self.cfg.trainer.log_val_generations
         if n_show > 0:
             with (self.out / "val_generations.jsonl").open("a", encoding="utf-8") as f:
@@ -271,63 +246,29 @@ class RLTrainer:
         return metrics
 
     # -------------------------------------------------------------------------------------- checkpoints
-    def _trainable(self) -> dict[str, torch.Tensor]:
-        return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
-
     def _write_checkpoint(self, folder: Path) -> None:
-        contents = set(self.cfg.actor_rollout_ref.actor.checkpoint.save_contents)
-        if "model" in contents:
-            save_file({n: p.detach().cpu().contiguous() for n, p in self._trainable().items()},
-                      folder / "policy.safetensors")
-        if "optimizer" in contents:
-            torch.save(self.worker.optimizer.state_dict(), folder / "optimizer.pt")
-        if "extra" in contents:
-            torch.save({
-                "scheduler": self.worker.scheduler.state_dict(),
-                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                        "numpy": np.random.get_state(), "rollout": self.generator.get_state()},
-            }, folder / "extra.pt")
-        if "hf_model" in contents:
-            export_hf(self.model, self.tokenizer, folder / "hf_model")
-        state = {"global_step": self.global_step, "sampler": self.sampler.state_dict(),
-                 "kl_coef": self.kl_ctrl.value, "contents": sorted(contents)}
-        (folder / "trainer_state.json").write_text(json.dumps(state, indent=1))
+        save_training_state(
+            folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.save_contents), model=self.model,
+            optimizer=self.worker.optimizer, scheduler=self.worker.scheduler,
+            generators={"rollout": self.generator}, tokenizer=self.tokenizer,
+            state={"global_step": self.global_step, "sampler": self.sampler.state_dict(),
+                   "kl_coef": self.kl_ctrl.value},
+        )
 
     def _maybe_resume(self) -> None:
         t = self.cfg.trainer
-        if t.resume_mode == "disable":
-            return
-        folder = Path(t.resume_from_path) if t.resume_mode == "resume_path" else self.ckpt.latest()
+        folder = resume_folder(t.resume_mode, t.resume_from_path, self.ckpt)
         if folder is None:
             return
-        if not (folder / "trainer_state.json").is_file():
-            raise FileNotFoundError(f"trainer.resume_from_path: {str(folder)!r} is not an rft checkpoint folder")
-        state = json.loads((folder / "trainer_state.json").read_text())
-        load = set(self.cfg.actor_rollout_ref.actor.checkpoint.load_contents) & set(state["contents"])
-        if "model" in load:
-            saved, params = load_file(folder / "policy.safetensors"), self._trainable()
-            if set(saved) != set(params):
-                raise ValueError(f"checkpoint {folder} does not match the model: different trainable parameters "
-                                 f"(LoRA settings changed?)")
-            with torch.no_grad():
-                for name, p in params.items():
-                    p.copy_(saved[name].to(p.device))
-        if "optimizer" in load:
-            self.worker.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
-        if "extra" in load:
-            extra = torch.load(folder / "extra.pt", weights_only=False)
-            self.worker.scheduler.load_state_dict(extra["scheduler"])
-            torch.set_rng_state(extra["rng"]["torch"])
-            random.setstate(extra["rng"]["python"])
-            np.random.set_state(extra["rng"]["numpy"])
-            self.generator.set_state(extra["rng"]["rollout"])
+        state = load_training_state(
+            folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.load_contents), model=self.model,
+            optimizer=self.worker.optimizer, scheduler=self.worker.scheduler, generators={"rollout": self.generator},
+        )
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.value = state["kl_coef"]
         self.global_step = step_of(folder)
         print(f"rft: resumed from {folder} at step {self.global_step}", flush=True)
         if t.del_local_ckpt_after_load:
-            import shutil
-
             shutil.rmtree(folder)
 
     def _write_config(self) -> None:

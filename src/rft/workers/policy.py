@@ -67,23 +67,33 @@ def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_r
 
 
 def build_optimizer(params: Iterable[nn.Parameter], optim_cfg) -> torch.optim.Optimizer:
+    """AdamW over `params` from a config with lr, betas, eps and weight_decay."""
     return torch.optim.AdamW(
         list(params), lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
         weight_decay=optim_cfg.weight_decay,
     )
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, optim_cfg, total_steps: int):
-    """transformers' schedulers: linear warmup, then constant or cosine (down to min_lr_ratio * lr)."""
-    from transformers import get_constant_schedule_with_warmup, get_cosine_with_min_lr_schedule_with_warmup
-
-    warmup = (optim_cfg.lr_warmup_steps if optim_cfg.lr_warmup_steps >= 0
-              else int(optim_cfg.lr_warmup_steps_ratio * total_steps))
-    if optim_cfg.warmup_style == "constant":
-        return get_constant_schedule_with_warmup(optimizer, warmup)
-    return get_cosine_with_min_lr_schedule_with_warmup(
-        optimizer, warmup, total_steps, num_cycles=optim_cfg.num_cycles, min_lr_rate=optim_cfg.min_lr_ratio
+def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int,
+                    num_cycles: float = 0.5, min_lr_ratio: float = 0.0):
+    """transformers' schedulers after a linear warmup: constant, cosine (down to min_lr_ratio * lr), or wsd
+    (warmup-stable-decay: stable until the last 10% of the post-warmup steps, then a cosine decay)."""
+    from transformers import (
+        get_constant_schedule_with_warmup,
+        get_cosine_with_min_lr_schedule_with_warmup,
+        get_wsd_schedule,
     )
+
+    if kind == "constant":
+        return get_constant_schedule_with_warmup(optimizer, warmup_steps)
+    if kind == "cosine":
+        return get_cosine_with_min_lr_schedule_with_warmup(
+            optimizer, warmup_steps, total_steps, num_cycles=num_cycles, min_lr_rate=min_lr_ratio)
+    if kind == "wsd":
+        decay = max(1, int(0.1 * (total_steps - warmup_steps)))
+        return get_wsd_schedule(optimizer, warmup_steps, decay, num_training_steps=total_steps,
+                                min_lr_ratio=min_lr_ratio, num_cycles=num_cycles)
+    raise ValueError(f"unknown lr schedule {kind!r}; valid: constant, cosine, wsd")
 
 
 @dataclass
@@ -116,7 +126,10 @@ class PolicyWorker:
         self.s = settings
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, optim_cfg)
-        self.scheduler = build_scheduler(self.optimizer, optim_cfg, total_steps)
+        warmup = (optim_cfg.lr_warmup_steps if optim_cfg.lr_warmup_steps >= 0
+                  else int(optim_cfg.lr_warmup_steps_ratio * total_steps))
+        self.scheduler = build_scheduler(self.optimizer, optim_cfg.warmup_style, warmup, total_steps,
+                                         optim_cfg.num_cycles, optim_cfg.min_lr_ratio)
 
     def _micro_loss(self, mb: Batch, norm: AggNorm) -> tuple[torch.Tensor, dict[str, float]]:
         s = self.s

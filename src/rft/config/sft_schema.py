@@ -1,0 +1,106 @@
+"""The SFT config: verl's `sft_trainer.yaml` keys (data, model, optim, trainer), same conventions as schema.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+from rft.config.schema import MULTI_PROCESS, CustomClsConfig, fld, sub
+
+
+@dataclass
+class MultiturnConfig:
+    enable: bool = fld(False, "Train on a messages column: the loss covers every assistant turn.")
+    messages_key: str = fld("messages", "Column holding the chat messages [{role, content}, ...].")
+
+
+@dataclass
+class SFTDataConfig:
+    train_files: Any = fld(None, "Training rows: one parquet/jsonl file or a list of them.")
+    val_files: Any = fld(None, "Validation rows (val/loss); null disables validation.")
+    prompt_key: str = fld("prompt", "Column of the prompt: a chat message list or a string.")
+    response_key: str = fld("response", "Column of the response (a string); may be nested, see response_dict_keys.")
+    prompt_dict_keys: Optional[List[str]] = fld(None, "Keys to follow into a nested prompt column, e.g. [question].")
+    response_dict_keys: Optional[List[str]] = fld(
+        None, "Keys to follow into a nested response column, e.g. [answer] with response_key=extra_info."
+    )
+    multiturn: MultiturnConfig = sub(MultiturnConfig, "Multi-turn conversations.")
+    micro_batch_size_per_gpu: int = fld(4, "Rows per forward/backward pass (gradient accumulation; performance only).")
+    train_batch_size: int = fld(256, "Rows per optimizer step (global).")
+    max_length: int = fld(1024, "Maximum tokens of prompt + response.")
+    truncation: str = fld(
+        "error", "A row over max_length: error, or cut tokens from the left / right.", choices=("error", "left", "right")
+    )
+    balance_dp_token: bool = fld(False, "Balance tokens across processes.", unsupported=MULTI_PROCESS)
+    chat_template: Optional[str] = fld(None, "Override the tokenizer's chat template.", unsupported="template overrides")
+    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
+    use_shm: bool = fld(False, "Copy data to shared memory.", unsupported="shared-memory loading")
+
+
+@dataclass
+class SFTFSDPConfig:
+    model_dtype: str = fld("fp32", "Parameter dtype (CPU computes in fp32 whatever is named).",
+                           choices=("fp32", "bf16", "fp16", "float32", "bfloat16", "float16"))
+    wrap_policy: dict = fld({"min_num_params": 0}, "FSDP wrap policy.", unsupported=MULTI_PROCESS)
+    cpu_offload: bool = fld(False, "FSDP CPU offload.", unsupported=MULTI_PROCESS)
+    offload_params: bool = fld(False, "FSDP parameter offload.", unsupported=MULTI_PROCESS)
+
+
+@dataclass
+class SFTModelConfig:
+    partial_pretrain: Optional[str] = fld(None, "Hugging Face model folder to fine-tune (required).")
+    fsdp_config: SFTFSDPConfig = sub(SFTFSDPConfig, "dtype and FSDP settings.")
+    external_lib: Optional[str] = fld(None, "Python module imported before loading.")
+    override_config: dict = fld({}, "Attributes set on the model's config when loading.")
+    enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass.")
+    trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
+    lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters.")
+    lora_alpha: int = fld(16, "LoRA alpha.")
+    target_modules: Any = fld("all-linear", "LoRA target modules: 'all-linear', a list, or a regex.")
+    exclude_modules: Any = fld(None, "Modules excluded from LoRA.")
+    use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
+    strategy: str = fld("fsdp2", "Training strategy; one process uses neither FSDP version.", choices=("fsdp", "fsdp2"))
+
+
+@dataclass
+class SFTOptimConfig:
+    lr: float = fld(1e-5, "Peak learning rate of AdamW.")
+    betas: List[float] = fld([0.9, 0.95], "AdamW betas.")
+    eps: float = fld(1e-8, "AdamW epsilon.")
+    weight_decay: float = fld(0.01, "AdamW weight decay.")
+    warmup_steps_ratio: float = fld(0.1, "Warmup steps as a fraction of the total steps.")
+    clip_grad: float = fld(1.0, "Clip the global gradient norm (<= 0: no clipping).")
+    lr_scheduler: str = fld("cosine", "cosine: decay after warmup; wsd: warmup-stable-decay (last 10% decays).",
+                            choices=("cosine", "wsd"))
+    min_lr_ratio: float = fld(0.0, "Final lr as a fraction of lr.")
+
+
+@dataclass
+class SFTTrainerConfig:
+    default_local_dir: str = fld("checkpoints/${trainer.project_name}/${trainer.experiment_name}",
+                                 "Output root: checkpoints/, model/, metrics.jsonl, config.yaml.")
+    default_hdfs_dir: Optional[str] = fld(None, "HDFS copy of checkpoints.", unsupported="HDFS")
+    resume_mode: str = fld("auto", "auto | disable | resume_path.", choices=("auto", "disable", "resume_path"))
+    resume_from_path: Optional[str] = fld(None, "A global_step_N folder (with resume_mode=resume_path).")
+    project_name: str = fld("rft-sft", "Project name.")
+    experiment_name: str = fld("run", "Experiment name.")
+    total_epochs: int = fld(4, "Passes over the training rows (bounded by total_training_steps).")
+    total_training_steps: Optional[int] = fld(None, "Stop after this many optimizer steps.")
+    logger: List[str] = fld(["console"], "console; metrics.jsonl is always written.")
+    seed: int = fld(1, "Seed of the row shuffle and initialisation.")
+    save_freq: int = fld(-1, "Checkpoint every N steps and at the last; <= 0: none.")
+    test_freq: int = fld(-1, "val/loss every N steps and at the last; <= 0: never.")
+    nnodes: int = fld(1, "Nodes.")
+    n_gpus_per_node: int = fld(1, "Devices (processes) per node.")
+    max_ckpt_to_keep: Optional[int] = fld(None, "Keep at most this many checkpoints.")
+    device: str = fld("auto", "auto (cuda when available), cpu or cuda.", choices=("auto", "cpu", "cuda"))
+
+
+@dataclass
+class SFTConfig:
+    data: SFTDataConfig = sub(SFTDataConfig, "Rows to imitate.")
+    model: SFTModelConfig = sub(SFTModelConfig, "The model.")
+    optim: SFTOptimConfig = sub(SFTOptimConfig, "Optimizer and schedule.")
+    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    use_remove_padding: bool = fld(False, "Sequence packing.", unsupported="sequence packing (varlen attention)")
+    trainer: SFTTrainerConfig = sub(SFTTrainerConfig, "The loop, logging and checkpoints.")

@@ -1,0 +1,121 @@
+"""SFT rows: a prompt and a response column (optionally nested), or a messages column (multi-turn).
+
+Each row becomes (prompt ids, response ids, loss mask over the response). Single turn: the prompt is chat-templated
+with the generation prompt, the response is its text plus the EOS token, and every response token carries loss.
+Multi-turn: the conversation's first token is the prompt, the rest the response, and only the assistant turns
+(their text and closing EOS) carry loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rft.batch import Batch
+from rft.data.dataset import DataError, _messages, left_pad
+from rft.data.io import read_rows
+
+
+@dataclass
+class SFTExample:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+
+
+def _dig(value: Any, keys: list[str] | None, where: str, column: str) -> Any:
+    for key in keys or []:
+        if not isinstance(value, dict) or key not in value:
+            raise DataError(f"{where}: column {column!r} has no key {key!r} (data.*_dict_keys)")
+        value = value[key]
+    return value
+
+
+def _template(tokenizer, messages: list[dict], generation_prompt: bool) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+class SFTDataset:
+    def __init__(self, files, tokenizer, data_cfg):
+        files = [files] if isinstance(files, (str, Path)) else list(files)
+        self.examples: list[SFTExample] = []
+        eos = tokenizer.eos_token_id
+        for file in files:
+            for i, row in enumerate(read_rows(file)):
+                where = f"{file} row {i}"
+                if data_cfg.multiturn.enable:
+                    example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where)
+                else:
+                    for column in (data_cfg.prompt_key, data_cfg.response_key):
+                        if column not in row:
+                            raise DataError(f"{where}: no column {column!r}; columns: {sorted(row)}")
+                    prompt = _dig(row[data_cfg.prompt_key], data_cfg.prompt_dict_keys, where, data_cfg.prompt_key)
+                    response = _dig(row[data_cfg.response_key], data_cfg.response_dict_keys, where,
+                                    data_cfg.response_key)
+                    prompt_ids = _template(tokenizer, _messages(prompt, where), generation_prompt=True)
+                    response_ids = tokenizer(str(response), add_special_tokens=False)["input_ids"] + [eos]
+                    example = SFTExample(prompt_ids, response_ids, [1] * len(response_ids))
+                self.examples.append(self._fit(example, data_cfg.max_length, data_cfg.truncation, where))
+        if not self.examples:
+            raise DataError(f"no SFT rows in {files}")
+
+    @staticmethod
+    def _multiturn(tokenizer, row: dict, key: str, where: str) -> SFTExample:
+        if key not in row:
+            raise DataError(f"{where}: no column {key!r} (data.multiturn.messages_key); columns: {sorted(row)}")
+        messages = _messages(row[key], where)
+        full = _template(tokenizer, messages, generation_prompt=False)
+        mask = [0] * len(full)
+        for turn, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            start = len(_template(tokenizer, messages[:turn], generation_prompt=True)) if turn else 0
+            # the turn's text and its EOS; not the template's trailing newline
+            end = len(_template(tokenizer, messages[:turn + 1], generation_prompt=False))
+            while end > start and full[end - 1] != tokenizer.eos_token_id:
+                end -= 1
+            mask[start:end] = [1] * (end - start)
+        if not any(mask):
+            raise DataError(f"{where}: the conversation has no assistant turn to learn from")
+        return SFTExample(full[:1], full[1:], mask[1:])
+
+    @staticmethod
+    def _fit(example: SFTExample, max_length: int, truncation: str, where: str) -> SFTExample:
+        total = len(example.prompt_ids) + len(example.response_ids)
+        if total <= max_length:
+            return example
+        if truncation == "error":
+            raise DataError(f"{where}: {total} tokens > data.max_length={max_length}; raise it or set "
+                            "data.truncation to left|right")
+        if truncation == "right":  # keep the start: cut the response's end
+            keep = max_length - len(example.prompt_ids)
+            if keep <= 0:
+                raise DataError(f"{where}: the prompt alone exceeds data.max_length={max_length}")
+            return SFTExample(example.prompt_ids, example.response_ids[:keep], example.loss_mask[:keep])
+        cut = total - max_length  # left: cut the prompt's start
+        if cut >= len(example.prompt_ids):
+            raise DataError(f"{where}: the response alone exceeds data.max_length={max_length}")
+        return SFTExample(example.prompt_ids[cut:], example.response_ids, example.loss_mask)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def batch(self, indices: list[int], pad_id: int) -> Batch:
+        """A Batch: prompts left-padded, responses right-padded, `loss_mask` on the tokens that carry loss."""
+        items = [self.examples[i] for i in indices]
+        prompt_ids, prompt_mask = left_pad([x.prompt_ids for x in items], pad_id)
+        width = max(len(x.response_ids) for x in items)
+        response_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+        response_mask = torch.zeros((len(items), width), dtype=torch.long)
+        loss_mask = torch.zeros((len(items), width), dtype=torch.long)
+        for row, x in enumerate(items):
+            n = len(x.response_ids)
+            response_ids[row, :n] = torch.as_tensor(x.response_ids)
+            response_mask[row, :n] = 1
+            loss_mask[row, :n] = torch.as_tensor(x.loss_mask)
+        return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
+                     response_mask=response_mask, group=torch.arange(len(items)), loss_mask=loss_mask)

@@ -1,0 +1,66 @@
+"""Held-out evaluation: generate for every prompt of a dataset and score with the reward function.
+
+Used by the RL loop's validation, by `rft demo` and after each stage of a staged run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rft.batch import Batch
+from rft.data.dataset import PromptDataset, left_pad
+from rft.rewards import score_responses
+from rft.rollout import HFRollout, SamplingParams
+
+
+def rollout_batch(rollout: HFRollout, tokenizer, dataset: PromptDataset, indices: list[int],
+                  params: SamplingParams, generator: torch.Generator | None) -> Batch:
+    """Generate `params.n` responses for each prompt in `indices`; rows of one prompt are adjacent."""
+    prompts = [dataset[i] for i in indices]
+    prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], tokenizer.pad_token_id)
+    out = rollout.generate(prompt_ids, prompt_mask, params, generator)
+    n = params.n
+    rep = lambda xs: [x for x in xs for _ in range(n)]
+    return Batch(
+        prompt_ids=prompt_ids.repeat_interleave(n, 0), prompt_mask=prompt_mask.repeat_interleave(n, 0),
+        response_ids=out.response_ids, response_mask=out.response_mask, rollout_logprobs=out.logprobs,
+        group=torch.arange(len(prompts)).repeat_interleave(n),
+        data_source=rep([p.data_source for p in prompts]), ground_truth=rep([p.ground_truth for p in prompts]),
+        extra_info=rep([p.extra_info for p in prompts]),
+        response_text=tokenizer.batch_decode(
+            [ids[m.bool()].tolist() for ids, m in zip(out.response_ids, out.response_mask)],
+            skip_special_tokens=True),
+    )
+
+
+@torch.no_grad()
+def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, params: SamplingParams,
+             chunk: int | None = None, seed: int = 0) -> tuple[dict[str, float], list[dict]]:
+    """(`val-core/<data_source>/reward/mean@<n>` metrics, per-response samples) over the whole dataset.
+
+    Sampling (if any) draws from a generator seeded here, so evaluation never shifts a training stream.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    chunk = chunk or len(dataset)
+    sources, scores, samples = [], [], []
+    for start in range(0, len(dataset), chunk):
+        batch = rollout_batch(rollout, tokenizer, dataset, list(range(start, min(start + chunk, len(dataset)))),
+                              params, generator)
+        s, _ = score_responses(reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
+                               batch.extra_info)
+        sources += batch.data_source
+        scores += s
+        samples += [{"prompt": tokenizer.decode(p[m.bool()].tolist()), "response": r, "score": x}
+                    for p, m, r, x in zip(batch.prompt_ids, batch.prompt_mask, batch.response_text, s)]
+    metrics = {}
+    for source in sorted(set(sources)):
+        values = [x for x, src in zip(scores, sources) if src == source]
+        metrics[f"val-core/{source}/reward/mean@{params.n}"] = float(np.mean(values))
+    return metrics, samples
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """The ids that end a response: the generation config's EOS list, else the tokenizer's EOS."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None) or tokenizer.eos_token_id
+    return list(eos) if isinstance(eos, (list, tuple)) else [eos]

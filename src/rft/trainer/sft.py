@@ -1,0 +1,158 @@
+"""Supervised fine-tuning with verl's sft_trainer.yaml keys: the token-mean NLL of the response tokens.
+
+It shares the RL trainer's parts: `forward_logprobs` (the worker's forward), the optimizer / scheduler builders,
+checkpoints (`save_training_state` / `load_training_state`), the monitor and the HF export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rft.config import to_yaml
+from rft.data.dataset import PromptSampler
+from rft.data.sft import SFTDataset
+from rft.models.load import (
+    apply_lora,
+    compute_dtype,
+    export_hf,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_device,
+)
+from rft.monitor import Timer, Tracker
+from rft.runtime import configure_cpu_runtime
+from rft.trainer.checkpoint import (
+    CheckpointManager,
+    load_training_state,
+    resume_folder,
+    save_training_state,
+    step_of,
+    trainable_parameters,
+)
+from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
+
+SFT_CONTENTS = {"model", "optimizer", "extra"}
+
+
+class SFTTrainer:
+    def __init__(self, cfg):
+        configure_cpu_runtime()
+        self.cfg = cfg
+        data, model_cfg, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
+        self.out = Path(trainer.default_local_dir)
+        self.device = resolve_device(trainer.device)
+        self.dtype = compute_dtype(model_cfg.fsdp_config.model_dtype, self.device)
+        torch.manual_seed(trainer.seed)
+
+        self.tokenizer = load_tokenizer(model_cfg.partial_pretrain, model_cfg.trust_remote_code)
+        self.train_set = SFTDataset(data.train_files, self.tokenizer, data)
+        self.val_set = SFTDataset(data.val_files, self.tokenizer, data) if data.val_files else None
+        self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
+        self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
+
+        model = load_causal_lm(model_cfg.partial_pretrain, self.dtype, self.device,
+                               external_lib=model_cfg.external_lib, trust_remote_code=model_cfg.trust_remote_code,
+                               override_config=model_cfg.override_config, key="model")
+        if model_cfg.enable_gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if model_cfg.lora_rank > 0:
+            model = apply_lora(model, model_cfg)
+        self.model = model
+        self.params = list(trainable_parameters(model).values())
+        self.optimizer = build_optimizer(self.params, optim)
+        self.scheduler = build_scheduler(self.optimizer, optim.lr_scheduler,
+                                         int(optim.warmup_steps_ratio * self.total_steps), self.total_steps,
+                                         min_lr_ratio=optim.min_lr_ratio)
+        self.ckpt = CheckpointManager(self.out / "checkpoints", trainer.max_ckpt_to_keep)
+        self.global_step = 0
+
+    def fit(self) -> dict[str, float]:
+        t = self.cfg.trainer
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "config.yaml").write_text(to_yaml(self.cfg))
+        self._maybe_resume()
+        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger)
+        tracker.write(f"rft sft: {self.total_steps} steps on {self.device}, {len(self.train_set)} rows, "
+                      f"output {self.out}")
+        last: dict[str, float] = {}
+        while self.global_step < self.total_steps:
+            self.global_step += 1
+            step, is_last = self.global_step, self.global_step == self.total_steps
+            timer = Timer()
+            with timer("step"):
+                with timer("update"):
+                    metrics = self.train_step(self.train_set.batch(self.sampler.next_batch(),
+                                                                   self.tokenizer.pad_token_id))
+                if self.val_set is not None and t.test_freq > 0 and (is_last or step % t.test_freq == 0):
+                    with timer("testing"):
+                        metrics["val/loss"] = self.val_loss()
+                if t.save_freq > 0 and (is_last or step % t.save_freq == 0):
+                    with timer("save_checkpoint"):
+                        self.ckpt.save(step, self._write_checkpoint)
+            metrics.update(timer.metrics())
+            metrics["training/epoch"] = self.sampler.epoch
+            tracker.log(step, metrics)
+            last = metrics
+        export_hf(self.model, self.tokenizer, self.out / "model", merge_in_place=True)
+        tracker.write(f"rft sft: model written to {self.out / 'model'}")
+        tracker.close()
+        return last
+
+    def _nll_sum(self, batch) -> torch.Tensor:
+        """Sum over loss tokens of -log p (temperature 1)."""
+        logprobs, _ = forward_logprobs(self.model, batch, temperature=1.0)
+        mask = batch.loss_mask.to(logprobs.device).float()
+        return -(logprobs * mask).sum()
+
+    def train_step(self, batch) -> dict[str, float]:
+        """One optimizer step over `batch`, micro-batch by micro-batch, normalised by the batch's loss tokens
+        (so the micro-batch size does not change the gradient)."""
+        self.model.train()
+        n_tokens = float(batch.loss_mask.sum())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for mb in batch.split(self.cfg.data.micro_batch_size_per_gpu):
+            loss = self._nll_sum(mb) / n_tokens
+            loss.backward()
+            loss_sum += float(loss.detach())
+        clip = self.cfg.optim.clip_grad if self.cfg.optim.clip_grad > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        lr = self.optimizer.param_groups[0]["lr"]
+        if torch.isfinite(torch.tensor(grad_norm)):
+            self.optimizer.step()
+        self.scheduler.step()
+        return {"train/loss": loss_sum, "train/grad_norm": grad_norm, "train/lr": lr,
+                "train/tokens": n_tokens}
+
+    @torch.no_grad()
+    def val_loss(self) -> float:
+        self.model.eval()
+        total, tokens = 0.0, 0.0
+        rows = self.cfg.data.micro_batch_size_per_gpu
+        for start in range(0, len(self.val_set), rows):
+            batch = self.val_set.batch(list(range(start, min(start + rows, len(self.val_set)))),
+                                       self.tokenizer.pad_token_id)
+            total += float(self._nll_sum(batch))
+            tokens += float(batch.loss_mask.sum())
+        self.model.train()
+        return total / max(tokens, 1.0)
+
+    def _write_checkpoint(self, folder: Path) -> None:
+        save_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
+                            scheduler=self.scheduler, generators={}, tokenizer=self.tokenizer,
+                            state={"global_step": self.global_step, "sampler": self.sampler.state_dict()})
+
+    def _maybe_resume(self) -> None:
+        t = self.cfg.trainer
+        folder = resume_folder(t.resume_mode, t.resume_from_path, self.ckpt)
+        if folder is None:
+            return
+        state = load_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
+                                    scheduler=self.scheduler, generators={})
+        self.sampler.load_state_dict(state["sampler"])
+        self.global_step = step_of(folder)
+        print(f"rft sft: resumed from {folder} at step {self.global_step}", flush=True)
+
+
