@@ -47,8 +47,21 @@ def cmd_data(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from rft.config import load_config
+    from omegaconf import OmegaConf
 
+    from rft.config import load_config
+    from rft.config.load import parse_overrides, read_yaml
+
+    raw = read_yaml(args.config) if args.config else OmegaConf.create()
+    if "stages" in raw:  # a multi-stage run: every stage is validated before the first model loads
+        from rft.trainer.stages import build_stages, run_stages
+
+        for item in parse_overrides(args.overrides):  # update() also indexes lists: stages.1.trainer.x=...
+            key, value = item.split("=", 1)
+            OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=False)
+        final = run_stages(build_stages(raw))
+        print(f"rft: all stages finished; final model in {final}")
+        return 0
     cfg = load_config(args.config, args.overrides)
     from rft.trainer.rl import RLTrainer
 

@@ -48,7 +48,7 @@ def _explain(err: OmegaConfBaseException, schema: type = RFTConfig) -> ConfigErr
     return ConfigError(f"bad value for config key '{full_key}': {msg}")
 
 
-def _parse_overrides(overrides: Iterable[str]) -> list[str]:
+def parse_overrides(overrides: Iterable[str]) -> list[str]:
     out = []
     for item in overrides:
         if "=" not in item or item.startswith("="):
@@ -70,7 +70,7 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = ()) -> A
     """The typed config object: `schema` defaults, then each mapping in `layers`, then dotted overrides."""
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), *layers,
-                                 OmegaConf.from_dotlist(_parse_overrides(overrides)))
+                                 OmegaConf.from_dotlist(parse_overrides(overrides)))
         OmegaConf.resolve(merged)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:

@@ -1,0 +1,149 @@
+"""Multi-stage runs (Trinity-RFT's `stages:`): e.g. an SFT warm-up, then GRPO.
+
+A staged config is an RL config (verl keys) plus a `stages` list. Each stage has a `stage_name`, its algorithm, and
+overrides of any section:
+
+    stages:
+      - stage_name: sft
+        algorithm: sft                 # or {algorithm_type: sft}; its sections are sft_trainer.yaml's
+        optim: {lr: 3.0e-3}
+      - stage_name: grpo               # an RL stage: overrides of the global (RL) sections
+        algorithm: {adv_estimator: grpo}
+
+Stages run in order; each starts from the previous stage's output model; outputs go to `<run>/<stage_name>/`
+(`<run>` = the global trainer.default_local_dir); a stage that finished (its `STAGE_DONE` file exists) is skipped
+when the run is started again, and an unfinished one resumes from its own checkpoints. Every stage's config is
+built and validated before the first model loads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rft.config.load import ConfigError, merge_layers
+from rft.config.schema import RFTConfig
+from rft.config.sft_schema import SFTConfig
+
+DONE = "STAGE_DONE"
+_STAGE_KEYS = {"stage_name", "algorithm", "mode"}
+
+
+@dataclass
+class Stage:
+    name: str
+    kind: str  # "sft" | "rl"
+    cfg: Any  # SFTConfig | RFTConfig
+    out: Path
+
+    @property
+    def model_dir(self) -> Path:
+        return self.out / "model"
+
+    @property
+    def done(self) -> bool:
+        return (self.out / DONE).is_file()
+
+
+def _kind(raw: dict, where: str) -> tuple[str, dict]:
+    """("sft" | "rl", the algorithm section to merge for RL stages)."""
+    algorithm = raw.get("algorithm")
+    mode = raw.get("mode")
+    if algorithm == "sft" or mode == "sft":
+        return "sft", {}
+    if isinstance(algorithm, dict):
+        algorithm = dict(algorithm)
+        kind = algorithm.pop("algorithm_type", None)
+        if kind == "sft":
+            if algorithm:
+                raise ConfigError(f"{where}: an sft stage takes no algorithm keys, got {sorted(algorithm)}")
+            return "sft", {}
+        if kind is not None:
+            algorithm.setdefault("adv_estimator", kind)
+        return "rl", algorithm
+    if algorithm is None:
+        return "rl", {}
+    if isinstance(algorithm, str):
+        return "rl", {"adv_estimator": algorithm}
+    raise ConfigError(f"{where}.algorithm must be 'sft', an estimator name, or a mapping of algorithm keys")
+
+
+def build_stages(raw: DictConfig) -> list[Stage]:
+    """The validated stages of a staged config (already merged with command-line overrides)."""
+    from rft.config.validate import validate, validate_sft
+
+    data = OmegaConf.to_container(raw, resolve=True)
+    stages_raw = data.pop("stages")
+    if not isinstance(stages_raw, list) or not stages_raw:
+        raise ConfigError("stages must be a non-empty list of {stage_name, algorithm, ...overrides}")
+    base = merge_layers(RFTConfig, [data])  # the global sections, typed (unknown keys refused here)
+    root = Path(base.trainer.default_local_dir)
+    names: set[str] = set()
+    stages: list[Stage] = []
+    previous_model = base.actor_rollout_ref.model.path
+    for i, stage_raw in enumerate(stages_raw):
+        where = f"stages[{i}]"
+        if not isinstance(stage_raw, dict) or not stage_raw.get("stage_name"):
+            raise ConfigError(f"{where} needs a stage_name")
+        name = str(stage_raw["stage_name"])
+        if name in names or "/" in name:
+            raise ConfigError(f"{where}.stage_name={name!r} must be unique and contain no '/'")
+        names.add(name)
+        kind, algorithm = _kind(stage_raw, where)
+        sections = {k: v for k, v in stage_raw.items() if k not in _STAGE_KEYS}
+        out = root / name
+        if kind == "sft":
+            model = base.actor_rollout_ref.model
+            inherited = {
+                "model": {"partial_pretrain": previous_model, "trust_remote_code": model.trust_remote_code},
+                "trainer": {"seed": base.trainer.seed, "device": base.trainer.device, "logger": base.trainer.logger,
+                            "project_name": base.trainer.project_name,
+                            "experiment_name": f"{base.trainer.experiment_name}_{name}"},
+            }
+            forced = {"model": {"partial_pretrain": previous_model}, "trainer": {"default_local_dir": str(out)}}
+            cfg = _typed(SFTConfig, [inherited, sections, forced], where)
+            validate_sft(cfg, check_model_path=i == 0)
+        else:
+            forced = {"actor_rollout_ref": {"model": {"path": previous_model}},
+                      "trainer": {"default_local_dir": str(out)}}
+            cfg = _typed(RFTConfig, [data, {"algorithm": algorithm}, sections, forced], where)
+            validate(cfg, check_model_path=i == 0)
+        stages.append(Stage(name, kind, cfg, out))
+        previous_model = str(out / "model")
+    return stages
+
+
+def _typed(schema: type, layers: list[dict], where: str):
+    try:
+        return merge_layers(schema, layers)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def run_stage(stage: Stage) -> None:
+    if stage.kind == "sft":
+        from rft.trainer.sft import SFTTrainer
+
+        SFTTrainer(stage.cfg).fit()
+    else:
+        from rft.trainer.rl import RLTrainer
+
+        RLTrainer(stage.cfg).fit()
+    (stage.out / DONE).write_text(json.dumps({"stage": stage.name, "model": str(stage.model_dir)}) + "\n")
+
+
+def run_stages(stages: list[Stage], after_stage=None) -> Path:
+    """Run the unfinished stages in order; `after_stage(stage)` is called after each (also skipped) stage."""
+    for stage in stages:
+        if stage.done:
+            print(f"rft: stage {stage.name!r} already finished ({stage.model_dir}); skipping", flush=True)
+        else:
+            print(f"rft: stage {stage.name!r} ({stage.kind}) -> {stage.out}", flush=True)
+            run_stage(stage)
+        if after_stage is not None:
+            after_stage(stage)
+    return stages[-1].model_dir

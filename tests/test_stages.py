@@ -1,0 +1,99 @@
+"""Multi-stage runs: sft then grpo, each from the previous stage's model; a resumed run skips finished stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from rft.config import ConfigError
+from rft.models.tiny import init_model
+from rft.tasks import write_arithmetic
+from rft.trainer.stages import build_stages
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "arithmetic_sft_grpo.yaml"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    cwd = tmp_path_factory.mktemp("stages")
+    init_model("tiny", cwd / "m", seed=0)
+    write_arithmetic(cwd / "d", n_train=200, n_val=16, seed=0)
+    return cwd
+
+
+def args(out: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rft", "train", str(EXAMPLE), "actor_rollout_ref.model.path=m",
+            "data.train_files=d/train.parquet", "data.val_files=d/val.parquet", f"trainer.default_local_dir={out}",
+            "stages.0.trainer.total_training_steps=6", "stages.1.trainer.total_training_steps=10",
+            "stages.1.trainer.save_freq=1", "stages.1.trainer.test_freq=-1", *extra]
+
+
+def test_sigkill_in_the_second_stage_does_not_redo_the_first(workdir):
+    out = workdir / "run"
+    proc = subprocess.Popen(args("run"), cwd=workdir, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "grpo" / "checkpoints" / "global_step_2").is_dir():
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (out / "sft" / "STAGE_DONE").is_file() and not (out / "grpo" / "STAGE_DONE").exists()
+    sft_model = out / "sft" / "model" / "model.safetensors"
+    stamp = sft_model.stat().st_mtime_ns
+    sft_lines = (out / "sft" / "metrics.jsonl").read_text()
+
+    again = subprocess.run(args("run"), cwd=workdir, env=ENV, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "stage 'sft' already finished" in again.stdout
+    assert "resumed from" in again.stdout
+    assert sft_model.stat().st_mtime_ns == stamp and (out / "sft" / "metrics.jsonl").read_text() == sft_lines
+    steps = [json.loads(x)["step"] for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 11))
+    assert (out / "grpo" / "STAGE_DONE").is_file() and (out / "grpo" / "model" / "config.json").is_file()
+    # the grpo stage started from the sft stage's model
+    assert "path: run/sft/model" in (out / "grpo" / "config.yaml").read_text()
+
+
+def _raw(workdir: Path, **stage_changes):
+    raw = OmegaConf.load(EXAMPLE)
+    raw.actor_rollout_ref.model.path = str(workdir / "m")
+    raw.data.train_files = str(workdir / "d" / "train.parquet")
+    raw.data.val_files = str(workdir / "d" / "val.parquet")
+    raw.trainer.default_local_dir = str(workdir / "unused")
+    for key, value in stage_changes.items():
+        OmegaConf.update(raw, key.replace("__", "."), value, force_add=True)
+    return raw
+
+
+def test_stages_are_built_and_chained(workdir):
+    sft, grpo = build_stages(_raw(workdir))
+    assert (sft.kind, grpo.kind) == ("sft", "rl")
+    assert sft.cfg.model.partial_pretrain == str(workdir / "m")
+    assert grpo.cfg.actor_rollout_ref.model.path == str(sft.out / "model")
+    assert grpo.out == workdir / "unused" / "grpo"
+    assert sft.cfg.optim.lr == 3.0e-3 and grpo.cfg.actor_rollout_ref.actor.optim.lr == 3.0e-4
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"stages__0__optim__lrr": 1.0}, "stages[0]: unknown config key 'optim.lrr'"),
+    ({"stages__1__actor_rollout_ref__actor__ppo_epochs": 0}, "ppo_epochs must be a positive integer"),
+    ({"stages__1__stage_name": "sft"}, "must be unique"),
+    ({"stages__0__actor_rollout_ref": {"model": {"path": "x"}}}, "stages[0]: unknown config key 'actor_rollout_ref'"),
+])
+def test_a_bad_stage_is_refused_before_anything_runs(workdir, change, message):
+    with pytest.raises(ConfigError) as err:
+        build_stages(_raw(workdir, **change))
+    assert message in str(err.value)
+    assert not (workdir / "unused").exists()
