@@ -20,6 +20,7 @@ test: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
 
 demo: setup
+	rm -rf runs/demo
 	$(BIN)/rft demo --output runs/demo
 
 bench: setup

@@ -14,9 +14,11 @@ def test_config_reference_is_current():
 
 def test_config_reference_documents_every_key():
     from rft.config.schema import RFTConfig
+    from rft.config.sft_schema import SFTConfig
     from rft.config.validate import walk
 
     text = reference_markdown()
-    for key, field, _ in walk(RFTConfig()):
-        assert f"| `{key}` |" in text
-        assert field.metadata.get("help"), f"{key} has no help text"
+    for schema in (RFTConfig, SFTConfig):
+        for key, field, _ in walk(schema()):
+            assert f"| `{key}` |" in text
+            assert field.metadata.get("help"), f"{key} has no help text"

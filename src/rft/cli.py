@@ -82,7 +82,7 @@ def cmd_sft(args) -> int:
 def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
-    run_demo(args.output, seed=args.seed, steps=args.steps)
+    run_demo(args.output, seed=args.seed)
     return 0
 
 
@@ -129,10 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_sft)
 
-    q = sub.add_parser("demo", help="the whole job on the embedded tiny model and arithmetic task, on CPU")
+    q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and arithmetic task, on CPU; prints accuracy per stage")
     q.add_argument("--output", default="runs/demo")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--steps", type=int, default=20)
     q.set_defaults(fn=cmd_demo)
 
     q = sub.add_parser("config", help="show the resolved config, or the reference of every key")

@@ -25,16 +25,38 @@ def _rows(cls: type, prefix: str = "") -> list[str]:
     return rows
 
 
+def _sections(schema: type, title: str) -> list[str]:
+    lines = [f"# {title}", ""]
+    for f in dataclasses.fields(schema):
+        value = getattr(schema(), f.name)
+        if not dataclasses.is_dataclass(value):
+            lines += [f"## `{f.name}`", "", "| key | default | meaning |", "| --- | --- | --- |",
+                      *_rows_of_field(f, value), ""]
+            continue
+        lines += [f"## `{f.name}`", "", f.metadata.get("help", ""), "", "| key | default | meaning |",
+                  "| --- | --- | --- |", *_rows(type(value), f.name + "."), ""]
+    return lines
+
+
+def _rows_of_field(f, value) -> list[str]:
+    help_text = f.metadata.get("help", "")
+    if "unsupported" in f.metadata:
+        help_text += f" **Not supported yet** ({f.metadata['unsupported']}): only the default is accepted."
+    return [f"| `{f.name}` | `{value!r}` | {help_text.replace('|', '/')} |"]
+
+
 def reference_markdown() -> str:
+    from rft.config.sft_schema import SFTConfig
+
     lines = [
         "# Config reference",
         "",
-        "Generated from the schema's help texts by `rft config reference` (a test keeps this file in step).",
-        "Keys are verl's nested names; set them in YAML or as `dotted.key=value` overrides.",
+        "Generated from the schemas' help texts by `rft config reference` (a test keeps this file in step).",
+        "Keys are verl's nested names; set them in YAML or as `dotted.key=value` overrides. `rft train` takes the",
+        "RL keys (verl's ppo_trainer.yaml), `rft sft` the SFT keys (verl's sft_trainer.yaml); a `stages:` list in",
+        "an `rft train` config runs several of either in order (see README).",
         "",
     ]
-    for f in dataclasses.fields(RFTConfig):
-        section = type(getattr(RFTConfig(), f.name))
-        lines += [f"## `{f.name}`", "", f.metadata.get("help", ""), "", "| key | default | meaning |",
-                  "| --- | --- | --- |", *_rows(section, f.name + "."), ""]
+    lines += _sections(RFTConfig, "RL training (`rft train`)")
+    lines += _sections(SFTConfig, "SFT (`rft sft`, and `algorithm: sft` stages)")
     return "\n".join(lines)

@@ -44,6 +44,7 @@ class Tracker:
         self._truncate_after(start_step)
         self._file = self.path.open("a", encoding="utf-8")
         self.bar = None
+        self.plain_every = max(1, total_steps // 20)
         if console:
             from tqdm import tqdm
 
@@ -73,7 +74,8 @@ class Tracker:
                 self.bar.update(1)
             else:
                 self.bar.refresh()
-            if self.bar.disable:  # not a terminal: one plain line per step instead of a bar
+            if self.bar.disable and (step % self.plain_every == 0 or step == self.bar.total):
+                # not a terminal: ~20 plain lines over the run instead of a bar
                 print(f"step {step}: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
 
     def write(self, text: str) -> None:

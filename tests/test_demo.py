@@ -1,0 +1,28 @@
+"""`rft demo` end to end with its step counts cut down: every output it promises, and a rerun that skips."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import rft.trainer.demo as demo
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(demo, "SFT_STEPS", 30)
+    monkeypatch.setattr(demo, "RL_STEPS", 4)
+    result = demo.run_demo(tmp_path, seed=1)
+    saved = json.loads((tmp_path / "demo.json").read_text())
+    assert saved["sft_accuracy"] == result["sft_accuracy"] and saved["rl_accuracy"] == result["rl_accuracy"]
+    assert 0.0 <= saved["sft_accuracy"] <= 1.0 and saved["seconds"] > 0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "grpo" / "model" / "config.json").is_file()
+    assert "stages:" in (tmp_path / "config.yaml").read_text()
+    out = capsys.readouterr().out
+    assert "held-out greedy accuracy after sft" in out and "after grpo" in out
+    # a second run finds both stages finished and reports the same accuracies (deterministic models)
+    again = demo.run_demo(tmp_path, seed=1)
+    assert "already finished" in capsys.readouterr().out
+    assert (again["sft_accuracy"], again["rl_accuracy"]) == (result["sft_accuracy"], result["rl_accuracy"])
