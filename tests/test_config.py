@@ -402,7 +402,23 @@ def test_examples_exist():
     assert EXAMPLES, "examples/*.yaml: no example configs found"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+STAGED = [p for p in EXAMPLES if "stages" in yaml.safe_load(p.read_text())]
+SINGLE = [p for p in EXAMPLES if p not in STAGED]
+
+
+@pytest.mark.parametrize("example", STAGED, ids=[p.name for p in STAGED])
+def test_staged_example_builds_every_stage(example, real_paths):
+    from rft.trainer.stages import load_stages
+
+    overrides = real_overrides(real_paths)
+    stages = load_stages(example, overrides, validate_paths=True)
+    raw = yaml.safe_load(example.read_text())
+    assert [s.name for s in stages] == [x["stage_name"] for x in raw["stages"]]
+    with pytest.raises(ConfigError, match="lists stages"):
+        load_config(example, validate_paths=False)
+
+
+@pytest.mark.parametrize("example", SINGLE, ids=[p.name for p in SINGLE])
 def test_example_loads_without_paths(example):
     cfg = load_config(example, validate_paths=False)
     raw = yaml.safe_load(example.read_text())
@@ -413,7 +429,7 @@ def test_example_loads_without_paths(example):
                 assert getattr(getattr(cfg, section), key) == value, (section, key)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+@pytest.mark.parametrize("example", SINGLE, ids=[p.name for p in SINGLE])
 def test_example_validates_with_real_paths(example, real_paths, tmp_path):
     raw = load_config(example, validate_paths=False)
     overrides = real_overrides(real_paths)

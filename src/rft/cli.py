@@ -46,22 +46,21 @@ def cmd_data(args) -> int:
     return 0
 
 
+def _is_staged(path: str | None) -> bool:
+    from rft.config.load import read_yaml
+
+    return path is not None and "stages" in read_yaml(path)
+
+
 def cmd_train(args) -> int:
-    from omegaconf import OmegaConf
+    if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
+        from rft.trainer.stages import load_stages, run_stages
 
-    from rft.config import load_config
-    from rft.config.load import parse_overrides, read_yaml
-
-    raw = read_yaml(args.config) if args.config else OmegaConf.create()
-    if "stages" in raw:  # a multi-stage run: every stage is validated before the first model loads
-        from rft.trainer.stages import build_stages, run_stages
-
-        for item in parse_overrides(args.overrides):  # update() also indexes lists: stages.1.trainer.x=...
-            key, value = item.split("=", 1)
-            OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=False)
-        final = run_stages(build_stages(raw))
+        final = run_stages(load_stages(args.config, args.overrides))
         print(f"rft: all stages finished; final model in {final}")
         return 0
+    from rft.config import load_config
+
     cfg = load_config(args.config, args.overrides)
     from rft.trainer.rl import RLTrainer
 
@@ -89,7 +88,12 @@ def cmd_demo(args) -> int:
 def cmd_config(args) -> int:
     from rft.config import load_config, to_yaml
 
-    if args.action == "show":
+    if args.action == "show" and _is_staged(args.config):
+        from rft.trainer.stages import load_stages
+
+        for stage in load_stages(args.config, args.overrides, validate_paths=False):
+            print(f"# stage {stage.name} ({stage.kind}) -> {stage.out}\n{to_yaml(stage.cfg)}", end="")
+    elif args.action == "show":
         print(to_yaml(load_config(args.config, args.overrides, validate_paths=False)), end="")
     else:
         from rft.config.reference import reference_markdown

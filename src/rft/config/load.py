@@ -94,7 +94,10 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), v
     """The validated RL config (`RFTConfig`) from a YAML file (optional) and dotted overrides."""
     from rft.config.validate import validate
 
-    cfg = merge_layers(RFTConfig, [read_yaml(path)] if path is not None else [], overrides)
+    layers = [read_yaml(path)] if path is not None else []
+    if layers and "stages" in layers[0]:
+        raise ConfigError(f"{str(path)!r} lists stages: run it with `rft train` (rft.trainer.stages.load_stages)")
+    cfg = merge_layers(RFTConfig, layers, overrides)
     validate(cfg, check_paths=validate_paths)
     return cfg
 

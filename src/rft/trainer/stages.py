@@ -72,7 +72,19 @@ def _kind(raw: dict, where: str) -> tuple[str, dict]:
     raise ConfigError(f"{where}.algorithm must be 'sft', an estimator name, or a mapping of algorithm keys")
 
 
-def build_stages(raw: DictConfig) -> list[Stage]:
+def load_stages(path, overrides=(), validate_paths: bool = True) -> list[Stage]:
+    """The validated stages of the staged YAML at `path` with dotted overrides; overrides may index the list,
+    e.g. `stages.1.trainer.total_training_steps=5`."""
+    from rft.config.load import parse_overrides, read_yaml
+
+    raw = read_yaml(path)
+    for item in parse_overrides(overrides):
+        key, value = item.split("=", 1)
+        OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=False)
+    return build_stages(raw, check_paths=validate_paths)
+
+
+def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
     """The validated stages of a staged config (already merged with command-line overrides)."""
     from rft.config.validate import validate, validate_sft
 
@@ -106,12 +118,12 @@ def build_stages(raw: DictConfig) -> list[Stage]:
             }
             forced = {"model": {"partial_pretrain": previous_model}, "trainer": {"default_local_dir": str(out)}}
             cfg = _typed(SFTConfig, [inherited, sections, forced], where)
-            validate_sft(cfg, check_model_path=i == 0)
+            validate_sft(cfg, check_paths=check_paths, check_model_path=i == 0)
         else:
             forced = {"actor_rollout_ref": {"model": {"path": previous_model}},
                       "trainer": {"default_local_dir": str(out)}}
             cfg = _typed(RFTConfig, [data, {"algorithm": algorithm}, sections, forced], where)
-            validate(cfg, check_model_path=i == 0)
+            validate(cfg, check_paths=check_paths, check_model_path=i == 0)
         stages.append(Stage(name, kind, cfg, out))
         previous_model = str(out / "model")
     return stages
