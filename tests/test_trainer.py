@@ -249,3 +249,16 @@ def test_resume_modes(assets, tmp_path):
                              f"trainer.resume_from_path={tmp_path}", *common))
     with pytest.raises(FileNotFoundError, match="not an rft checkpoint"):
         bad._maybe_resume()
+
+
+def test_a_kill_between_checkpoint_and_metrics_line_loses_no_line(assets, tmp_path):
+    common = ["trainer.save_freq=1", "data.val_files=null"]
+    RLTrainer(make_cfg(assets, tmp_path, "trainer.total_training_steps=2", *common)).fit()
+    metrics = tmp_path / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    step2 = json.loads(lines[1])
+    metrics.write_text(lines[0] + "\n")  # the process died after saving step 2, before logging it
+    RLTrainer(make_cfg(assets, tmp_path, "trainer.total_training_steps=3", *common)).fit()
+    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert records[1]["critic/score/mean"] == step2["critic/score/mean"]

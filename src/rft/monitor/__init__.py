@@ -38,10 +38,13 @@ class Timer:
 class Tracker:
     """Writes `metrics.jsonl` (one line per step, flushed) and shows a tqdm bar on the console."""
 
-    def __init__(self, path: str | Path, total_steps: int, start_step: int = 0, console: bool = True):
+    def __init__(self, path: str | Path, total_steps: int, start_step: int = 0, console: bool = True,
+                 recovered: dict | None = None):
+        """`recovered`: the resumed checkpoint's own step record, restored if the kill came between the
+        checkpoint and its metrics line."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._truncate_after(start_step)
+        self._truncate_after(start_step, recovered)
         self._file = self.path.open("a", encoding="utf-8")
         self.bar = None
         self.plain_every = max(1, total_steps // 20)
@@ -51,12 +54,14 @@ class Tracker:
             self.bar = tqdm(total=total_steps, initial=start_step, desc="rft", unit="step", file=sys.stdout,
                             dynamic_ncols=True, disable=None)
 
-    def _truncate_after(self, step: int) -> None:
+    def _truncate_after(self, step: int, recovered: dict | None) -> None:
         """Keep only lines of steps <= `step`: a resumed run rewrites the steps it repeats."""
-        if not self.path.exists():
+        if not self.path.exists() and not recovered:
             return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
+        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+        if recovered and not any(json.loads(line).get("step") == step for line in kept):
+            kept.append(json.dumps({"step": step, **{k: _plain(v) for k, v in sorted(recovered.items())}}))
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
         os.replace(tmp, self.path)

@@ -108,13 +108,16 @@ class RLTrainer:
             self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep
         )
         self.global_step = 0
+        self._step_metrics: dict = {}
+        self._recovered_metrics: dict | None = None
 
     # ------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
         cfg = self.cfg.trainer
         self._write_config()
         self._maybe_resume()
-        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger)
+        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger,
+                          recovered=self._recovered_metrics)
         tracker.write(f"rft: {self.total_steps} steps on {self.device} ({str(self.dtype).replace('torch.', '')}), "
                       f"{len(self.train_set)} train prompts, output {self.out}")
         last: dict[str, float] = {}
@@ -133,6 +136,7 @@ class RLTrainer:
                     with timer("testing"):
                         metrics.update(self.validate(tracker))
                 if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
+                    self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
                         self.ckpt.save(step, self._write_checkpoint)
             metrics.update(timer.metrics())
@@ -252,7 +256,7 @@ class RLTrainer:
             optimizer=self.worker.optimizer, scheduler=self.worker.scheduler,
             generators={"rollout": self.generator}, tokenizer=self.tokenizer,
             state={"global_step": self.global_step, "sampler": self.sampler.state_dict(),
-                   "kl_coef": self.kl_ctrl.value},
+                   "kl_coef": self.kl_ctrl.value, "metrics": self._step_metrics},
         )
 
     def _maybe_resume(self) -> None:
@@ -266,6 +270,7 @@ class RLTrainer:
         )
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.value = state["kl_coef"]
+        self._recovered_metrics = state.get("metrics")
         self.global_step = step_of(folder)
         print(f"rft: resumed from {folder} at step {self.global_step}", flush=True)
         if t.del_local_ckpt_after_load:

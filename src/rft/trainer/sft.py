@@ -67,13 +67,16 @@ class SFTTrainer:
                                          min_lr_ratio=optim.min_lr_ratio)
         self.ckpt = CheckpointManager(self.out / "checkpoints", trainer.max_ckpt_to_keep)
         self.global_step = 0
+        self._step_metrics: dict = {}
+        self._recovered_metrics: dict | None = None
 
     def fit(self) -> dict[str, float]:
         t = self.cfg.trainer
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "config.yaml").write_text(to_yaml(self.cfg))
         self._maybe_resume()
-        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger)
+        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger,
+                          recovered=self._recovered_metrics)
         tracker.write(f"rft sft: {self.total_steps} steps on {self.device}, {len(self.train_set)} rows, "
                       f"output {self.out}")
         last: dict[str, float] = {}
@@ -89,6 +92,7 @@ class SFTTrainer:
                     with timer("testing"):
                         metrics["val/loss"] = self.val_loss()
                 if t.save_freq > 0 and (is_last or step % t.save_freq == 0):
+                    self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
                         self.ckpt.save(step, self._write_checkpoint)
             metrics.update(timer.metrics())
@@ -142,7 +146,8 @@ class SFTTrainer:
     def _write_checkpoint(self, folder: Path) -> None:
         save_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
                             scheduler=self.scheduler, generators={}, tokenizer=self.tokenizer,
-                            state={"global_step": self.global_step, "sampler": self.sampler.state_dict()})
+                            state={"global_step": self.global_step, "sampler": self.sampler.state_dict(),
+                                   "metrics": self._step_metrics})
 
     def _maybe_resume(self) -> None:
         t = self.cfg.trainer
@@ -152,6 +157,7 @@ class SFTTrainer:
         state = load_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
                                     scheduler=self.scheduler, generators={})
         self.sampler.load_state_dict(state["sampler"])
+        self._recovered_metrics = state.get("metrics")
         self.global_step = step_of(folder)
         print(f"rft sft: resumed from {folder} at step {self.global_step}", flush=True)
 
