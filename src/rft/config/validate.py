@@ -81,6 +81,22 @@ def _check_files_exist(key: str, files: list[str]) -> None:
             raise ConfigError(f"{key}: file {f!r} does not exist")
 
 
+def _check_inputs(model_key: str, model_path: str | None, data: Any, check_paths: bool,
+                  check_model_path: bool) -> None:
+    """The model folder and the data files both trainers need (`data` has train_files / val_files)."""
+    if not model_path:
+        raise ConfigError(f"{model_key} is required: a Hugging Face model folder")
+    train_files = _files(data.train_files, "data.train_files")
+    val_files = _files(data.val_files, "data.val_files")
+    if not train_files:
+        raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
+    if check_paths:
+        if check_model_path:
+            _check_model_dir(model_key, model_path)
+        _check_files_exist("data.train_files", train_files)
+        _check_files_exist("data.val_files", val_files)
+
+
 def _check_runtime(prefix: str, t: Any) -> None:
     """One process, an available device, known loggers, a consistent resume setting (trainer sections)."""
     if t.nnodes * t.n_gpus_per_node != 1:
@@ -118,20 +134,9 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
     data, arr, algo, trainer = cfg.data, cfg.actor_rollout_ref, cfg.algorithm, cfg.trainer
     actor, rollout = arr.actor, arr.rollout
 
-    # ---- required inputs
-    if not arr.model.path:
-        raise ConfigError("actor_rollout_ref.model.path is required: a Hugging Face model folder")
-    train_files = _files(data.train_files, "data.train_files")
-    val_files = _files(data.val_files, "data.val_files")
-    if not train_files:
-        raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
-    if check_paths:
-        if check_model_path:
-            _check_model_dir("actor_rollout_ref.model.path", arr.model.path)
-        _check_files_exist("data.train_files", train_files)
-        _check_files_exist("data.val_files", val_files)
-        if cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
-            raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
+    _check_inputs("actor_rollout_ref.model.path", arr.model.path, data, check_paths, check_model_path)
+    if check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
+        raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
 
     # ---- registry names
     if algo.adv_estimator in _PENDING_ESTIMATORS:
@@ -251,17 +256,7 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model
     """The SFT config (verl's sft_trainer.yaml keys), before any model loads."""
     _check_schema(cfg)
     data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
-    if not model.partial_pretrain:
-        raise ConfigError("model.partial_pretrain is required: a Hugging Face model folder")
-    train_files = _files(data.train_files, "data.train_files")
-    val_files = _files(data.val_files, "data.val_files")
-    if not train_files:
-        raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
-    if check_paths:
-        if check_model_path:
-            _check_model_dir("model.partial_pretrain", model.partial_pretrain)
-        _check_files_exist("data.train_files", train_files)
-        _check_files_exist("data.val_files", val_files)
+    _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
     _check_runtime("trainer", trainer)
     for key, value in (("data.train_batch_size", data.train_batch_size),
                        ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
