@@ -1,4 +1,4 @@
-"""Atomic folder writes: build under a temporary sibling name, rename into place only when complete."""
+"""Atomic writes of files and folders: build under a temporary sibling name, rename into place when complete."""
 
 from __future__ import annotations
 
@@ -24,6 +24,20 @@ def replace_dir(staging: Path, final: Path) -> None:
         os.replace(old, final)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write `path` through a temporary sibling and os.replace: readers see the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 @contextlib.contextmanager

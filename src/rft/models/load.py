@@ -107,6 +107,19 @@ def apply_lora(model: nn.Module, model_cfg) -> nn.Module:
     return get_peft_model(model, lora)
 
 
+def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch.device, key: str) -> nn.Module:
+    """The model a trainer updates: `load_causal_lm`, then gradient checkpointing and LoRA as `model_cfg` (the
+    RL `actor_rollout_ref.model` or the SFT `model` section) asks."""
+    model = load_causal_lm(path, dtype, device, external_lib=model_cfg.external_lib,
+                           trust_remote_code=model_cfg.trust_remote_code,
+                           override_config=model_cfg.override_config, key=key)
+    if model_cfg.enable_gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if model_cfg.lora_rank > 0:
+        model = apply_lora(model, model_cfg)
+    return model
+
+
 def is_peft(model: nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "merge_and_unload")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+
+from rft.fsutil import write_text_atomic
 
 _BAR_KEYS = ("critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/step")
 _SHORT = {"critic/score/mean": "score", "actor/pg_loss": "pg_loss", "response_length/mean": "len",
@@ -62,9 +63,7 @@ class Tracker:
         kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
         if recovered and not any(json.loads(line).get("step") == step for line in kept):
             kept.append(json.dumps({"step": step, **{k: _plain(v) for k, v in sorted(recovered.items())}}))
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: dict[str, float], advance: bool = True) -> None:
         record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}

@@ -7,13 +7,12 @@ after that: a crash mid-save leaves the previous checkpoint whole and `latest` p
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from rft.fsutil import atomic_dir
+from rft.fsutil import atomic_dir, write_text_atomic
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
@@ -45,9 +44,7 @@ class CheckpointManager:
         final = self.path(step)
         with atomic_dir(final) as tmp:
             write(tmp)
-        tmp_pointer = self.root / ".latest.tmp"
-        tmp_pointer.write_text(final.name + "\n")
-        os.replace(tmp_pointer, self.root / "latest")
+        write_text_atomic(self.root / "latest", final.name + "\n")
         self._prune(keep=step)
         return final
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from rft.fsutil import write_text_atomic
 from rft.models.tiny import init_model
 from rft.tasks import write_arithmetic
 
@@ -82,7 +83,7 @@ def run_demo(output: str | Path, seed: int = 0) -> dict:
         init_model("tiny", model_dir, seed=seed)
     data = write_arithmetic(out / "data", n_train=2000, n_val=200, seed=seed, max_digits=2)
     config_path = out / "config.yaml"
-    config_path.write_text(OmegaConf.to_yaml(OmegaConf.create(demo_config(model_dir, data, out, seed))))
+    write_text_atomic(config_path, OmegaConf.to_yaml(OmegaConf.create(demo_config(model_dir, data, out, seed))))
     print(f"rft demo: tiny model ({model_dir}), arithmetic task ({data['train'].parent}), config {config_path}")
 
     accuracy: dict[str, float] = {}
@@ -97,9 +98,7 @@ def run_demo(output: str | Path, seed: int = 0) -> dict:
     result = {"sft_accuracy": accuracy["sft"], "rl_accuracy": accuracy["grpo"],
               "seconds": round(time.perf_counter() - start, 1), "seed": seed, "model": str(final),
               "config": str(config_path), "curves": str(out / "curves.png")}
-    tmp = out / ".demo.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(out / "demo.json")
+    write_text_atomic(out / "demo.json", json.dumps(result, indent=1) + "\n")
     print(f"rft demo: accuracy {result['sft_accuracy']:.3f} after SFT -> {result['rl_accuracy']:.3f} after GRPO "
           f"({result['rl_accuracy'] - result['sft_accuracy']:+.3f}) in {result['seconds']} s; model in {final}, "
           f"curves in {out / 'curves.png'}")

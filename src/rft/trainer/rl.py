@@ -17,14 +17,14 @@ from rft.algorithms import AdvantageInputs, compute_advantages, kl_penalty, make
 from rft.batch import Batch
 from rft.config import RFTConfig, to_yaml
 from rft.data.dataset import PromptDataset, PromptSampler
+from rft.fsutil import write_text_atomic
 from rft.models.load import (
-    apply_lora,
     compute_dtype,
     export_hf,
     frozen_copy,
     is_peft,
-    load_causal_lm,
     load_tokenizer,
+    load_trainable_model,
     resolve_device,
 )
 from rft.monitor import Timer, Tracker
@@ -68,14 +68,8 @@ class RLTrainer:
         crf = cfg.custom_reward_function
         self.reward_fn = load_custom_reward(crf.path, crf.name) if crf.path else default_compute_score
 
-        m = arr.model
-        model = load_causal_lm(m.path, self.dtype, self.device, external_lib=m.external_lib,
-                               trust_remote_code=m.trust_remote_code, override_config=m.override_config)
-        if arr.model.enable_gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if arr.model.lora_rank > 0:
-            model = apply_lora(model, arr.model)
-        self.model = model
+        self.model = model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device,
+                                                  key="actor_rollout_ref.model")
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, cfg.algorithm.kl_ctrl.kl_coef,
                                           cfg.algorithm.kl_ctrl.target_kl, cfg.algorithm.kl_ctrl.horizon)
         self.needs_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
@@ -124,7 +118,7 @@ class RLTrainer:
         if cfg.val_before_train and self.global_step == 0 and self.val_set is not None:
             # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
             last = self.validate(tracker)
-            (self.out / "val_before_train.json").write_text(json.dumps(last, indent=1) + "\n")
+            write_text_atomic(self.out / "val_before_train.json", json.dumps(last, indent=1) + "\n")
             tracker.write("validation before training: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
         while self.global_step < self.total_steps:
             self.global_step += 1
@@ -277,7 +271,4 @@ class RLTrainer:
             shutil.rmtree(folder)
 
     def _write_config(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        tmp = self.out / ".config.yaml.tmp"
-        tmp.write_text(to_yaml(self.cfg))
-        tmp.replace(self.out / "config.yaml")
+        write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))

@@ -13,12 +13,12 @@ import torch
 from rft.config import to_yaml
 from rft.data.dataset import PromptSampler
 from rft.data.sft import SFTDataset
+from rft.fsutil import write_text_atomic
 from rft.models.load import (
-    apply_lora,
     compute_dtype,
     export_hf,
-    load_causal_lm,
     load_tokenizer,
+    load_trainable_model,
     resolve_device,
 )
 from rft.monitor import Timer, Tracker
@@ -31,7 +31,7 @@ from rft.trainer.checkpoint import (
     step_of,
     trainable_parameters,
 )
-from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
+from rft.workers.policy import build_optimizer, build_scheduler, clipped_step, forward_logprobs
 
 SFT_CONTENTS = {"model", "optimizer", "extra"}
 
@@ -52,15 +52,8 @@ class SFTTrainer:
         self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
-        model = load_causal_lm(model_cfg.partial_pretrain, self.dtype, self.device,
-                               external_lib=model_cfg.external_lib, trust_remote_code=model_cfg.trust_remote_code,
-                               override_config=model_cfg.override_config, key="model")
-        if model_cfg.enable_gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if model_cfg.lora_rank > 0:
-            model = apply_lora(model, model_cfg)
-        self.model = model
-        self.params = list(trainable_parameters(model).values())
+        self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device, key="model")
+        self.params = list(trainable_parameters(self.model).values())
         self.optimizer = build_optimizer(self.params, optim)
         self.scheduler = build_scheduler(self.optimizer, optim.lr_scheduler,
                                          int(optim.warmup_steps_ratio * self.total_steps), self.total_steps,
@@ -72,8 +65,7 @@ class SFTTrainer:
 
     def fit(self) -> dict[str, float]:
         t = self.cfg.trainer
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "config.yaml").write_text(to_yaml(self.cfg))
+        write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         self._maybe_resume()
         tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger,
                           recovered=self._recovered_metrics)
@@ -121,11 +113,8 @@ class SFTTrainer:
             loss = self._nll_sum(mb) / n_tokens
             loss.backward()
             loss_sum += float(loss.detach())
-        clip = self.cfg.optim.clip_grad if self.cfg.optim.clip_grad > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
         lr = self.optimizer.param_groups[0]["lr"]
-        if torch.isfinite(torch.tensor(grad_norm)):
-            self.optimizer.step()
+        grad_norm, _ = clipped_step(self.optimizer, self.params, self.cfg.optim.clip_grad)
         self.scheduler.step()
         return {"train/loss": loss_sum, "train/grad_norm": grad_norm, "train/lr": lr,
                 "train/tokens": n_tokens}

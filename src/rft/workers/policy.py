@@ -8,6 +8,7 @@ memory used, never the gradient.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -94,6 +95,17 @@ def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: i
         return get_wsd_schedule(optimizer, warmup_steps, decay, num_training_steps=total_steps,
                                 min_lr_ratio=min_lr_ratio, num_cycles=num_cycles)
     raise ValueError(f"unknown lr schedule {kind!r}; valid: constant, cosine, wsd")
+
+
+def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grad_clip: float) -> tuple[float, bool]:
+    """Clip the global gradient norm to `grad_clip` (<= 0: no clipping), then step. A non-finite norm skips the
+    step and drops the gradients rather than write NaNs into the weights. Returns (norm before clipping, stepped)."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")))
+    if math.isfinite(grad_norm):
+        optimizer.step()
+        return grad_norm, True
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, False
 
 
 @dataclass
@@ -186,12 +198,8 @@ class PolicyWorker:
                     loss.backward()
                     for k, v in metrics.items():
                         sums[k] += v
-                clip = s.grad_clip if s.grad_clip > 0 else float("inf")
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
-                if torch.isfinite(torch.tensor(grad_norm)):
-                    self.optimizer.step()
-                else:  # skip the step rather than write NaNs into the weights
-                    self.optimizer.zero_grad(set_to_none=True)
+                grad_norm, stepped = clipped_step(self.optimizer, self.params, s.grad_clip)
+                if not stepped:
                     history["actor/nonfinite_grad_steps"].append(1.0)
                 sums["actor/grad_norm"] = grad_norm
                 for k, v in sums.items():
