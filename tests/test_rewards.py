@@ -11,11 +11,13 @@ import pytest
 from rft.rewards import (
     SCORERS,
     arithmetic_score,
+    build_reward_fn,
     default_compute_score,
     gsm8k_extract,
     gsm8k_score,
     load_custom_reward,
     score_responses,
+    weighted_reward,
 )
 
 # --- gsm8k ---
@@ -233,3 +235,84 @@ def test_score_responses_accepts_bool_int_and_builtin_dispatch():
     assert scores == [1.0, 1.0, 0.0] and metrics == {}
     assert score_responses(lambda *a: True, ["t"], ["1"], ["1"], [None])[0] == [1.0]
     assert score_responses(lambda *a: 3, ["t"], ["1"], ["1"], [None])[0] == [3.0]
+
+
+# --- several reward functions with weights (TRL's reward_funcs + reward_weights) ---
+
+
+def test_weighted_reward_sums_scores_and_reports_each_function():
+    exact = lambda ds, sol, gt, info=None: {"score": float(sol == gt), "hit": sol == gt, "pred": sol}
+    length = lambda ds, sol, gt, info=None: len(sol)
+    fn = weighted_reward([("exact", exact), ("length", length)], [2.0, -0.5])
+    scores, metrics = score_responses(fn, ["t", "t"], ["12", "7"], ["12", "12"], [None, None])
+    # row 0: 2 * 1 - 0.5 * 2 = 1.0; row 1: 2 * 0 - 0.5 * 1 = -0.5
+    assert scores == [1.0, -0.5]
+    # each function's own score (unweighted) and its numeric extras under its name; text is dropped
+    assert metrics == {"exact": [1.0, 0.0], "exact/hit": [1.0, 0.0], "length": [2.0, 1.0]}
+
+
+def test_weighted_reward_errors():
+    with pytest.raises(ValueError, match="2 reward functions but 1 weights"):
+        weighted_reward([("a", len), ("b", len)], [1.0])
+    no_score = weighted_reward([("bad", lambda *a: {"acc": 1.0})], [1.0])
+    with pytest.raises(ValueError, match="'bad' returned a dict without 'score'"):
+        no_score("t", "x", "x", None)
+    text = weighted_reward([("txt", lambda *a: "1")], [1.0])
+    with pytest.raises(TypeError, match="'txt' returned a score of type str"):
+        text("t", "x", "x", None)
+
+
+def test_build_reward_fn(tmp_path):
+    path = _write(
+        tmp_path,
+        "two.py",
+        """
+        def exact(data_source, solution_str, ground_truth, extra_info):
+            return float(solution_str == ground_truth)
+
+        def length(data_source, solution_str, ground_truth, extra_info):
+            return float(len(solution_str))
+        """,
+    )
+    assert build_reward_fn(None) is default_compute_score
+    single = build_reward_fn(path, "exact")
+    assert single("t", "1", "1", None) == 1.0  # one function, no weights: the function itself
+    both = build_reward_fn(path, ["exact", "length"], [1.0, 0.25])
+    assert both("t", "12", "12", None) == {"exact": 1.0, "length": 2.0, "score": 1.0 + 0.25 * 2.0}
+    unweighted = build_reward_fn(path, ["exact", "length"])
+    assert unweighted("t", "1", "2", None)["score"] == 0.0 + 1.0
+    scaled_builtin = build_reward_fn(None, "compute_score", [3.0])
+    assert scaled_builtin("arithmetic", "12", "12", None) == {"default_compute_score": 1.0, "score": 3.0}
+    with pytest.raises(ValueError, match="defines no 'missing'.*exact, length"):
+        build_reward_fn(path, ["exact", "missing"])
+
+
+@pytest.mark.parametrize(
+    "overrides, needles",
+    [
+        (["custom_reward_function.name=[a,b]"], ["custom_reward_function.name lists 2 functions", ".path"]),
+        (["custom_reward_function.path=r.py", "custom_reward_function.name=[a,a]"], ["lists a function twice"]),
+        (["custom_reward_function.path=r.py", "custom_reward_function.name=[]"], ["non-empty list"]),
+        (["custom_reward_function.path=r.py", "custom_reward_function.name=[a,b]",
+          "custom_reward_function.reward_weights=[1.0]"], ["reward_weights=[1.0]", "2 finite number(s)"]),
+        (["custom_reward_function.reward_weights=[1.0,2.0]"], ["1 finite number(s)", "built-in scorer"]),
+    ],
+)
+def test_reward_function_config_errors(overrides, needles):
+    from rft.config import ConfigError, load_config
+
+    base = ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet"]
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*base, *overrides], validate_paths=False)
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_reward_function_config_accepts_a_list_with_weights():
+    from rft.config import load_config
+
+    cfg = load_config(None, ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet",
+                             "custom_reward_function.path=r.py", "custom_reward_function.name=[a,b]",
+                             "custom_reward_function.reward_weights=[1.0,0.5]"], validate_paths=False)
+    assert cfg.custom_reward_function.name == ["a", "b"]
+    assert cfg.custom_reward_function.reward_weights == [1.0, 0.5]

@@ -25,6 +25,8 @@ _TENSOR_FIELDS = (
     "values",
     "token_rewards",
     "scores",
+    "reward_baselines",
+    "ref_kl",
     "advantages",
     "returns",
     "group",
@@ -46,6 +48,8 @@ class Batch:
     values: torch.Tensor | None = None  # (B, R)
     token_rewards: torch.Tensor | None = None  # (B, R)
     scores: torch.Tensor | None = None  # (B,)
+    reward_baselines: torch.Tensor | None = None  # (B,) score of a greedy response to the row's prompt (remax)
+    ref_kl: torch.Tensor | None = None  # (B, R) per-token KL(policy || ref) from logits (in-reward kl_penalty=full)
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
     loss_mask: torch.Tensor | None = None  # (B, R) tokens that carry loss when not all response tokens do (SFT)
@@ -94,3 +98,39 @@ class Batch:
                 if isinstance(getattr(self, f), torch.Tensor)
             },
         )
+
+
+def concat_batches(batches: list[Batch], pad_token_id: int) -> Batch:
+    """The rows of `batches` one after another (DAPO's dynamic sampling gathers several generation batches).
+
+    Prompts are left-padded again to the widest prompt (`pad_token_id`, mask 0); (B, R) tensors are right-padded
+    to the widest response (`pad_token_id` for response_ids, 0 elsewhere); group labels are offset so that the
+    groups of different batches stay apart (and adjacent rows keep sharing a label). A field must be set in all
+    batches or in none.
+    """
+    out: dict[str, Any] = {}
+    offset = 0
+    groups = []
+    for b in batches:
+        groups.append(b.group + offset - (int(b.group.min()) if len(b) else 0))
+        offset = int(groups[-1].max()) + 1 if len(b) else offset
+    for f in dataclasses.fields(Batch):
+        values = [getattr(b, f.name) for b in batches]
+        if all(v is None for v in values):
+            out[f.name] = None
+            continue
+        if any(v is None for v in values):
+            raise ValueError(f"concat_batches: field {f.name!r} is set in some batches but not in others")
+        if f.name == "group":
+            out[f.name] = torch.cat(groups)
+        elif isinstance(values[0], torch.Tensor):
+            if values[0].dim() == 2:
+                width = max(v.shape[1] for v in values)
+                pad = pad_token_id if f.name in ("prompt_ids", "response_ids") else 0
+                left = f.name.startswith("prompt_")
+                values = [torch.nn.functional.pad(v, (width - v.shape[1], 0) if left else (0, width - v.shape[1]),
+                                                  value=pad) for v in values]
+            out[f.name] = torch.cat(values)
+        else:
+            out[f.name] = [x for v in values for x in v]
+    return Batch(**out)

@@ -1,11 +1,18 @@
 """Advantage estimators. Every estimator has one signature: ``fn(AdvantageInputs) -> AdvantageOutputs``
-(prime-rl's typed inputs, instead of verl's per-estimator special cases).
+(prime-rl's typed inputs, instead of verl's per-estimator special cases), and is registered by name in
+``ADV_ESTIMATORS`` together with an ``EstimatorSpec``: which optional inputs it needs (critic values, a greedy
+rollout's reward) and the smallest group it accepts. The trainer and the config validation read the spec; no
+caller tests an estimator's name.
 
-Dimension names: B rows (= prompts x n responses), R response tokens.
+Dimension names: B rows (= prompts x n responses), R response tokens, k groups.
+Score of a row: ``s_i = sum_t token_rewards[i, t]`` over its valid tokens. Groups: the rows sharing a ``group`` id
+(the n responses of one prompt). An outcome estimator computes one number per row and broadcasts it to the row's
+valid tokens; every estimator returns advantages that are exactly 0 where ``response_mask`` is 0.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,6 +20,12 @@ import torch
 
 from rft.algorithms.utils import masked_whiten
 from rft.registry import Registry
+
+TRL_SCALE_EPS = 1e-4
+"""The constant TRL's GRPOTrainer adds to the std when it scales rewards (``scale_rewards`` group / batch)."""
+
+WHITEN_EPS = 1e-8
+"""``masked_whiten``'s epsilon in gae, reinforce_plus_plus and reinforce_plus_plus_baseline (verl's)."""
 
 
 @dataclass
@@ -24,15 +37,25 @@ class AdvantageInputs:
     group: torch.Tensor
     """(B,) long; equal ids mark the n responses of one prompt (any ids, in any order)."""
     values: torch.Tensor | None = None
-    """(B, R) critic values (unused by the estimators so far)."""
+    """(B, R) critic values V_t (gae)."""
     gamma: float = 1.0
-    """Discount over response tokens."""
+    """Discount over response tokens (gae, reinforce_plus_plus, remax)."""
     lam: float = 1.0
-    """GAE lambda (unused by the estimators so far)."""
+    """GAE lambda."""
     norm_adv_by_std_in_grpo: bool = True
-    """GRPO: divide by the group std; False gives Dr. GRPO's mean-centred advantage."""
+    """grpo, grpo_passk: divide by the group std; False gives Dr. GRPO's mean-centred advantage."""
     epsilon: float = 1e-6
-    """GRPO: added to the group std."""
+    """grpo (verl mode), grpo_passk: added to the group std."""
+    scale_rewards: str | None = None
+    """grpo: None follows verl (norm_adv_by_std_in_grpo, epsilon); 'group', 'batch' or 'none' follow TRL."""
+    reward_baselines: torch.Tensor | None = None
+    """(B,) remax: the reward of a greedy rollout of each row's prompt."""
+    opmd_baseline: str = "mean"
+    """opmd: 'mean' (group mean) or 'logavgexp' (tau * log mean exp(s / tau))."""
+    tau: float = 1.0
+    """opmd: temperature of the 'logavgexp' baseline."""
+    baseline_shift: float = -0.1
+    """asymre: added to the group mean to form the baseline."""
 
 
 @dataclass
@@ -40,7 +63,18 @@ class AdvantageOutputs:
     advantages: torch.Tensor
     """(B, R), exactly 0 where response_mask is 0."""
     returns: torch.Tensor
-    """(B, R)."""
+    """(B, R), 0 where response_mask is 0."""
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What an estimator needs beyond token rewards, the mask and the groups."""
+
+    needs: frozenset[str] = frozenset()
+    """Optional ``AdvantageInputs`` fields the estimator reads and the caller must fill: 'values' (a critic),
+    'reward_baselines' (the trainer scores one greedy rollout per prompt)."""
+    min_group_size: int = 1
+    """Fewest responses per prompt (``actor_rollout_ref.rollout.n``) the estimator accepts."""
 
 
 AdvantageEstimator = Callable[[AdvantageInputs], AdvantageOutputs]
@@ -48,55 +82,222 @@ AdvantageEstimator = Callable[[AdvantageInputs], AdvantageOutputs]
 ADV_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
+def register_estimator(*names: str, spec: EstimatorSpec = EstimatorSpec()) -> Callable:
+    """Decorator: register an estimator under ``names`` with its spec (stored on the function as ``.spec``).
+
+    A function registered with ``ADV_ESTIMATORS.register`` directly gets the default spec."""
+
+    def wrap(fn: AdvantageEstimator) -> AdvantageEstimator:
+        fn.spec = spec  # type: ignore[attr-defined]
+        return ADV_ESTIMATORS.register(*names)(fn)
+
+    return wrap
+
+
+def estimator_spec(name: str) -> EstimatorSpec:
+    """The ``EstimatorSpec`` registered with estimator ``name`` (KeyError listing the names if unknown)."""
+    return getattr(ADV_ESTIMATORS.get(name), "spec", EstimatorSpec())
+
+
 def compute_advantages(name: str, inputs: AdvantageInputs) -> AdvantageOutputs:
     """Look up the estimator registered as ``name`` and apply it to ``inputs``."""
     return ADV_ESTIMATORS.get(name)(inputs)
 
 
+# ------------------------------------------------------------------------------------------------ helpers
 def _zeros_where_masked(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-@ADV_ESTIMATORS.register("grpo")
-def grpo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
-    """Group-relative outcome advantage (GRPO, Shao et al. 2024, DeepSeekMath).
+def _require(inputs: AdvantageInputs, field: str, estimator: str, what: str) -> torch.Tensor:
+    value = getattr(inputs, field)
+    if value is None:
+        raise ValueError(f"advantage estimator {estimator!r} needs AdvantageInputs.{field}: {what}")
+    return value
 
-    Score ``s_i = sum_t token_rewards[i, t] * mask[i, t]``; over the rows g sharing row i's group id:
-      A_i = (s_i - mean_g s) / (std_g s + epsilon)     if norm_adv_by_std_in_grpo
-      A_i =  s_i - mean_g s                            otherwise (Dr. GRPO, Liu et al. 2025)
-    std_g is UNBIASED (divides by |g| - 1, as ``torch.std``); epsilon = ``inputs.epsilon`` (default 1e-6).
-    A group of one member uses mean 0 and std 1, so A = s / (1 + epsilon) (or s unnormalised).
-    A_i is broadcast to every valid token of row i and is exactly 0 elsewhere; returns = advantages.
-    Vectorised over groups with ``torch.unique`` + ``index_add`` (no Python loop over groups).
-    """
-    valid = inputs.response_mask.bool()  # (B, R)
-    rewards = inputs.token_rewards
-    scores = _zeros_where_masked(rewards, valid).sum(dim=-1)  # (B,)
 
-    group_ids, group_idx = torch.unique(inputs.group, return_inverse=True)  # (k,), (B,) dense ids 0..k-1
-    count = torch.zeros(group_ids.numel(), dtype=scores.dtype, device=scores.device).index_add_(
-        0, group_idx, torch.ones_like(scores)
-    )  # (k,)
-    total = torch.zeros_like(count).index_add_(0, group_idx, scores)  # (k,)
-    mean = total / count  # (k,), count >= 1 for every id produced by unique
-    centred_sq = (scores - mean[group_idx]).square()  # (B,)
-    sq_sum = torch.zeros_like(count).index_add_(0, group_idx, centred_sq)  # (k,)
-    std = torch.sqrt(sq_sum / (count - 1).clamp(min=1.0))  # (k,) unbiased
+def _scores(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """(valid (B, R) bool, scores (B,)): the sum of each row's token rewards over its valid tokens."""
+    valid = inputs.response_mask.bool()
+    return valid, _zeros_where_masked(inputs.token_rewards, valid).sum(dim=-1)
 
-    single = count == 1
-    mean = torch.where(single, torch.zeros_like(mean), mean)
-    std = torch.where(single, torch.ones_like(std), std)
 
-    adv = scores - mean[group_idx]  # (B,)
-    if inputs.norm_adv_by_std_in_grpo:
-        adv = adv / (std[group_idx] + inputs.epsilon)
-    advantages = _zeros_where_masked(adv.unsqueeze(-1).expand_as(rewards), valid)  # (B, R)
+@dataclass
+class _Groups:
+    """Dense group index of every row and per-group reductions (``index_add``: no Python loop over groups)."""
+
+    idx: torch.Tensor  # (B,) long, 0..k-1
+    count: torch.Tensor  # (k,) float, >= 1
+
+    @classmethod
+    def of(cls, group: torch.Tensor, like: torch.Tensor) -> _Groups:
+        _, idx = torch.unique(group, return_inverse=True)
+        idx = idx.to(like.device)
+        k = int(idx.max()) + 1 if idx.numel() else 0
+        count = torch.zeros(k, dtype=like.dtype, device=like.device).index_add_(0, idx, torch.ones_like(like))
+        return cls(idx, count)
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:  # (B,) -> (k,)
+        return torch.zeros_like(self.count).index_add_(0, self.idx, x)
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:  # (B,) -> (k,)
+        return self.sum(x) / self.count
+
+    def std(self, x: torch.Tensor) -> torch.Tensor:
+        """(k,) UNBIASED std (divides by |g| - 1, as ``torch.std``); 0 for a group of one."""
+        centred_sq = (x - self.mean(x)[self.idx]).square()
+        return torch.sqrt(self.sum(centred_sq) / (self.count - 1).clamp(min=1.0))
+
+    def amax(self, x: torch.Tensor) -> torch.Tensor:  # (B,) -> (k,)
+        init = torch.full_like(self.count, -math.inf)
+        return init.scatter_reduce(0, self.idx, x, reduce="amax", include_self=True)
+
+    @property
+    def single(self) -> torch.Tensor:  # (k,) bool
+        return self.count == 1
+
+
+def _outcome(per_row: torch.Tensor, valid: torch.Tensor) -> AdvantageOutputs:
+    """Broadcast one advantage per row (B,) to its valid tokens; returns = advantages."""
+    advantages = _zeros_where_masked(per_row.unsqueeze(-1).expand(valid.shape), valid)
     return AdvantageOutputs(advantages=advantages, returns=advantages.clone())
 
 
-@ADV_ESTIMATORS.register("reinforce_plus_plus")
+def _return_to_go(rewards: torch.Tensor, valid: torch.Tensor, gamma: float) -> torch.Tensor:
+    """G_t = r_t + gamma * G_{t+1} * m_{t+1}, G_R = 0, zeroed on masked tokens: the running return restarts
+    after every masked token, so nothing leaks backwards across EOS or padding. The loop runs over R."""
+    returns = torch.zeros_like(rewards)  # (B, R)
+    running = torch.zeros_like(rewards[:, 0])  # (B,)
+    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+    for t in reversed(range(rewards.shape[-1])):
+        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, zero)
+        returns[:, t] = running
+    return returns
+
+
+# ------------------------------------------------------------------------------------------- estimators
+@register_estimator("gae", spec=EstimatorSpec(needs=frozenset({"values"})))
+def gae_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438), PPO's estimator.
+
+    Right to left over the valid tokens (masked tokens are skipped: they neither read nor change the running
+    quantities), with V beyond the last valid token = 0:
+      delta_t = r_t + gamma * V_{t+1} - V_t          (V_{t+1}: the value of the next VALID token, else 0)
+      A_t     = delta_t + gamma * lam * A_{t+1}      (A beyond the last valid token = 0)
+    returns = A + V (before whitening; the critic's target). Advantages = masked_whiten(A, m):
+    ``(A - mean) * rsqrt(var + 1e-8)``, mean and UNBIASED variance over every valid token of the batch.
+    Both outputs are 0 on masked tokens. Needs ``values`` (B, R).
+    """
+    values = _require(inputs, "values", "gae", "(B, R) critic values")
+    valid = inputs.response_mask.bool()
+    rewards = inputs.token_rewards
+    gamma, lam = inputs.gamma, inputs.lam
+    adv = torch.zeros_like(rewards)  # (B, R)
+    next_value = torch.zeros_like(rewards[:, 0])  # (B,)
+    last_adv = torch.zeros_like(rewards[:, 0])  # (B,)
+    for t in reversed(range(rewards.shape[-1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        gae_t = delta + gamma * lam * last_adv
+        next_value = torch.where(valid[:, t], values[:, t], next_value)
+        last_adv = torch.where(valid[:, t], gae_t, last_adv)
+        adv[:, t] = last_adv
+    returns = _zeros_where_masked(adv + values, valid)
+    advantages = masked_whiten(adv, valid, shift_mean=True, eps=WHITEN_EPS)  # 0 where masked
+    return AdvantageOutputs(advantages=advantages, returns=returns)
+
+
+@register_estimator("grpo")
+def grpo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Group-relative outcome advantage (GRPO, Shao et al. 2024, DeepSeekMath, arXiv:2402.03300).
+
+    verl's semantics (``scale_rewards`` None, the default); over the rows g sharing row i's group id:
+      A_i = (s_i - mean_g s) / (std_g s + epsilon)     if norm_adv_by_std_in_grpo
+      A_i =  s_i - mean_g s                            otherwise (Dr. GRPO, Liu et al. 2025, arXiv:2503.20783)
+    std_g is UNBIASED (divides by |g| - 1, as ``torch.std``); epsilon = ``inputs.epsilon`` (default 1e-6).
+    A group of one member uses mean 0 and std 1, so A = s / (1 + epsilon) (or s unnormalised).
+
+    TRL's GRPOTrainer semantics (``scale_rewards`` set; ``norm_adv_by_std_in_grpo`` and ``epsilon`` unused):
+      A_i = (s_i - mean_g s) / (std + 1e-4)    std = std_g s ('group') or the std of all B scores ('batch')
+      A_i =  s_i - mean_g s                    ('none')
+    every std UNBIASED; 1e-4 is TRL's constant (``TRL_SCALE_EPS``). As in TRL the mean is always the group's
+    own, so a group of one gets A = 0 (its std counts as 0; a batch of one row has std 0).
+    A_i is broadcast to every valid token of row i and is exactly 0 elsewhere; returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    mean, std = groups.mean(scores), groups.std(scores)  # (k,)
+    mode = inputs.scale_rewards
+    if mode is None:
+        mean = torch.where(groups.single, torch.zeros_like(mean), mean)
+        std = torch.where(groups.single, torch.ones_like(std), std)
+        adv = scores - mean[groups.idx]  # (B,)
+        if inputs.norm_adv_by_std_in_grpo:
+            adv = adv / (std[groups.idx] + inputs.epsilon)
+    elif mode in ("group", "batch", "none"):
+        adv = scores - mean[groups.idx]
+        if mode == "group":
+            adv = adv / (std[groups.idx] + TRL_SCALE_EPS)
+        elif mode == "batch":
+            batch_std = scores.std() if scores.numel() > 1 else torch.zeros((), dtype=scores.dtype)
+            adv = adv / (batch_std + TRL_SCALE_EPS)
+    else:
+        raise ValueError(f"grpo: scale_rewards={mode!r} is not one of None, 'group', 'batch', 'none'")
+    return _outcome(adv, valid)
+
+
+@register_estimator("grpo_passk", spec=EstimatorSpec(min_group_size=2))
+def grpo_passk_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Pass@k advantage (Tang et al. 2025, "Optimizing Language Models for Inference Time Objectives using
+    Reinforcement Learning", arXiv:2503.19595, the paper verl cites for its ``grpo_passk``).
+
+    In each group only the best response (the first row with the group's highest score) gets a non-zero
+    advantage, the margin over the second-highest score:
+      A_best = (s_max - s_second) / (std_g s + epsilon)   if norm_adv_by_std_in_grpo (std UNBIASED, eps 1e-6)
+      A_best =  s_max - s_second                          otherwise
+    and A = 0 for every other row (a tie at the top gives 0 everywhere). Every group needs >= 2 responses
+    (ValueError otherwise). Broadcast to valid tokens; returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    if bool((groups.count < 2).any()):
+        raise ValueError(
+            "grpo_passk needs at least 2 responses per prompt (actor_rollout_ref.rollout.n >= 2); "
+            f"got a group of {int(groups.count.min())}"
+        )
+    rows = torch.arange(scores.numel(), device=scores.device)
+    top = groups.amax(scores)  # (k,)
+    at_top = torch.where(scores == top[groups.idx], rows, torch.full_like(rows, scores.numel()))
+    best = torch.full_like(groups.count, scores.numel(), dtype=torch.long).scatter_reduce(
+        0, groups.idx, at_top, reduce="amin", include_self=True
+    )  # (k,) first row holding the group's maximum
+    is_best = rows == best[groups.idx]  # (B,)
+    second = groups.amax(torch.where(is_best, torch.full_like(scores, -math.inf), scores))  # (k,)
+    margin = top - second
+    if inputs.norm_adv_by_std_in_grpo:
+        margin = margin / (groups.std(scores) + inputs.epsilon)
+    adv = torch.where(is_best, margin[groups.idx], torch.zeros_like(scores))
+    return _outcome(adv, valid)
+
+
+@register_estimator("rloo")
+def rloo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REINFORCE Leave-One-Out (Kool et al. 2019; Ahmadian et al. 2024, arXiv:2402.14740).
+
+    For a group of n > 1: A_i = s_i - (sum_g s - s_i) / (n - 1) = n / (n - 1) * (s_i - mean_g s), the score
+    minus the mean of the OTHER responses. A group of one is left unchanged (A = s). Broadcast to valid tokens;
+    returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    n = groups.count[groups.idx]  # (B,)
+    loo = (scores - groups.mean(scores)[groups.idx]) * n / (n - 1).clamp(min=1.0)
+    adv = torch.where(n > 1, loo, scores)
+    return _outcome(adv, valid)
+
+
+@register_estimator("reinforce_plus_plus")
 def reinforce_plus_plus_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
-    """REINFORCE++ (Hu 2025): discounted return-to-go, whitened over the whole batch.
+    """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted return-to-go, whitened over the whole batch.
 
     Return-to-go over response tokens, right to left, with the running return zeroed after every masked
     token so nothing leaks backwards across EOS or padding:
@@ -105,15 +306,114 @@ def reinforce_plus_plus_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     UNBIASED variance over every valid token of the batch (no grouping). The loop runs over R, not B.
     """
     valid = inputs.response_mask.bool()  # (B, R)
-    rewards = inputs.token_rewards  # (B, R)
-    gamma = inputs.gamma
-    returns = torch.zeros_like(rewards)  # (B, R)
-    running = torch.zeros_like(rewards[:, 0])  # (B,)
-    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
-    for t in reversed(range(rewards.shape[-1])):
-        running = rewards[:, t] + gamma * running
-        returns[:, t] = running
-        running = torch.where(valid[:, t], running, zero)
-    returns = _zeros_where_masked(returns, valid)
-    advantages = masked_whiten(returns, valid, shift_mean=True, eps=1e-8)  # already 0 where masked
+    returns = _return_to_go(inputs.token_rewards, valid, inputs.gamma)
+    advantages = masked_whiten(returns, valid, shift_mean=True, eps=WHITEN_EPS)  # already 0 where masked
     return AdvantageOutputs(advantages=advantages, returns=returns)
+
+
+@register_estimator("reinforce_plus_plus_baseline")
+def reinforce_plus_plus_baseline_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REINFORCE++ with a group baseline (Hu 2025, arXiv:2501.03262; verl's ``reinforce_plus_plus_baseline``).
+
+    a_i = s_i - mean_g s (a group of one uses mean 0), broadcast to row i's valid tokens, then whitened over
+    the batch's valid TOKENS (a longer response weighs more): A = ``(a - mean) * rsqrt(var + 1e-8)``, mean and
+    UNBIASED variance over every valid token. returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    mean = torch.where(groups.single, torch.zeros_like(groups.count), groups.mean(scores))
+    centred = _zeros_where_masked((scores - mean[groups.idx]).unsqueeze(-1).expand(valid.shape), valid)
+    advantages = masked_whiten(centred, valid, shift_mean=True, eps=WHITEN_EPS)
+    return AdvantageOutputs(advantages=advantages, returns=advantages.clone())
+
+
+@register_estimator("remax", spec=EstimatorSpec(needs=frozenset({"reward_baselines"})))
+def remax_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """ReMax (Li et al. 2024, arXiv:2310.10505): return-to-go minus the reward of a greedy rollout.
+
+      G_t = r_t + gamma * G_{t+1} * m_{t+1}   (as reinforce_plus_plus; gamma = 1 gives the plain suffix sum)
+      A_t = G_t - b_i                          b_i = reward_baselines[i], the score of the greedy response
+                                               to row i's prompt
+    No normalisation. returns = G (0 on masked tokens); A is 0 on masked tokens. Needs ``reward_baselines``.
+    """
+    baselines = _require(inputs, "reward_baselines", "remax", "(B,) reward of a greedy rollout per row's prompt")
+    valid = inputs.response_mask.bool()
+    returns = _return_to_go(inputs.token_rewards, valid, inputs.gamma)
+    advantages = _zeros_where_masked(returns - baselines.to(returns).unsqueeze(-1), valid)
+    return AdvantageOutputs(advantages=advantages, returns=returns)
+
+
+@register_estimator("opo")
+def opo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """On-Policy RL with Optimal reward baseline (Hao et al. 2025, arXiv:2505.23585; verl's ``opo``).
+
+    The baseline is the length-weighted group mean, len_j = number of valid tokens of response j:
+      b_g = sum_{j in g} len_j * s_j / sum_{j in g} len_j,      A_i = s_i - b_g
+    A group of one uses b = 0; a group whose responses are all empty uses b = 0. Broadcast to valid tokens;
+    returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    lengths = valid.sum(dim=-1).to(scores.dtype)  # (B,)
+    weight = groups.sum(lengths)  # (k,)
+    weighted = groups.sum(lengths * scores)
+    baseline = torch.where(weight > 0, weighted / weight.clamp(min=1.0), torch.zeros_like(weight))
+    baseline = torch.where(groups.single, torch.zeros_like(baseline), baseline)
+    return _outcome(scores - baseline[groups.idx], valid)
+
+
+@register_estimator("gpg")
+def gpg_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Group Policy Gradient (Chu et al. 2025, arXiv:2504.02546; verl's ``gpg``).
+
+      A_i = alpha * (s_i - mean_g s),   alpha = B / max(1, #{j : s_j != 0})
+    over the whole batch of B rows (alpha rescales the gradient to the rows with a non-zero reward). A group
+    of one uses mean 0. Broadcast to valid tokens; returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    alpha = scores.numel() / torch.count_nonzero(scores).clamp(min=1).to(scores.dtype)
+    mean = torch.where(groups.single, torch.zeros_like(groups.count), groups.mean(scores))
+    return _outcome(alpha * (scores - mean[groups.idx]), valid)
+
+
+@register_estimator("opmd")
+def opmd_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Online Policy Mirror Descent (Trinity-RFT's ``opmd``, Trinity-RFT report arXiv:2505.17826, after Kimi k1.5,
+    arXiv:2501.12599).
+
+      A_i = s_i - b_g,   b_g = mean_g s                                   (opmd_baseline = 'mean')
+                         b_g = tau * log(mean_{j in g} exp(s_j / tau))    (opmd_baseline = 'logavgexp')
+    logavgexp is computed stably as max_g s + tau * log mean exp((s - max_g s) / tau); it tends to max_g s as
+    tau -> 0 and to mean_g s as tau -> inf. A group of one uses b = 0. Broadcast to valid tokens;
+    returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    if inputs.opmd_baseline == "mean":
+        baseline = groups.mean(scores)
+    elif inputs.opmd_baseline == "logavgexp":
+        tau = inputs.tau
+        if not tau > 0:
+            raise ValueError(f"opmd: tau must be > 0, got {tau}")
+        top = groups.amax(scores)
+        baseline = top + tau * torch.log(groups.mean(torch.exp((scores - top[groups.idx]) / tau)))
+    else:
+        raise ValueError(f"opmd: opmd_baseline={inputs.opmd_baseline!r} is not one of 'mean', 'logavgexp'")
+    baseline = torch.where(groups.single, torch.zeros_like(baseline), baseline)
+    return _outcome(scores - baseline[groups.idx], valid)
+
+
+@register_estimator("asymre")
+def asymre_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Asymmetric REINFORCE (Trinity-RFT's ``asymre``; Arnal et al. 2025, arXiv:2506.20520).
+
+      A_i = s_i - (mean_g s + baseline_shift)     (Trinity's default shift: -0.1)
+    A shift below 0 lowers the baseline, so more responses are reinforced than pushed down. A group of one
+    uses b = 0 (no shift, as Trinity). Broadcast to valid tokens; returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    baseline = groups.mean(scores) + inputs.baseline_shift
+    baseline = torch.where(groups.single, torch.zeros_like(baseline), baseline)
+    return _outcome(scores - baseline[groups.idx], valid)

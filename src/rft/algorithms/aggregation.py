@@ -12,7 +12,21 @@ from dataclasses import dataclass
 
 import torch
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+    "seq-mean-token-sum-maxlen",
+)
+
+TRL_LOSS_TYPES: dict[str, str] = {
+    "grpo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-maxlen",
+    "dapo": "token-mean",
+}
+"""TRL GRPOTrainer's ``loss_type`` -> the rft ``loss_agg_mode`` with the same normaliser (see ``agg_loss``)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,10 @@ def agg_loss(
       seq-mean-token-sum:      sum_i (sum_t l*m) / num_seqs
       seq-mean-token-mean:     sum_i (sum_t l*m / max(1, sum_t m)) / num_seqs
       seq-mean-token-sum-norm: sum_{i,t} l*m / max_len   (Dr. GRPO, Liu et al. 2025: a constant normaliser,
-                               so no length bias; divided by max_len only, NOT by the number of sequences)
+                               so no length bias; divided by max_len only, NOT by the number of sequences:
+                               verl's definition before its global-batch rework)
+      seq-mean-token-sum-maxlen: sum_{i,t} l*m / (num_seqs * max_len)   (TRL's dr_grpo: the token sum of
+                               each sequence over max_completion_length, averaged over the sequences)
     ``norm=None`` takes the normalisers from this batch alone (it is the whole mini-batch): num_tokens =
     sum(m) (at least 1), num_seqs = B, max_len = R = ``loss_mat.shape[-1]``.
     Masked-out entries of ``loss_mat`` are never read. Raises ValueError on an unknown ``mode``.
@@ -50,12 +67,32 @@ def agg_loss(
     if mode == "token-mean":
         num_tokens = valid.sum().to(loss_mat.dtype).clamp(min=1.0) if norm is None else norm.num_tokens
         return masked.sum() / num_tokens
+    max_len = loss_mat.shape[-1] if norm is None else norm.max_len
     if mode == "seq-mean-token-sum-norm":
-        max_len = loss_mat.shape[-1] if norm is None else norm.max_len
         return masked.sum() / max_len
 
     num_seqs = loss_mat.shape[0] if norm is None else norm.num_seqs
+    if mode == "seq-mean-token-sum-maxlen":
+        return masked.sum() / (num_seqs * max_len)
     seq_losses = masked.sum(dim=-1)  # (B,)
     if mode == "seq-mean-token-mean":
         seq_losses = seq_losses / valid.sum(dim=-1).to(loss_mat.dtype).clamp(min=1.0)
     return seq_losses.sum() / num_seqs
+
+
+def trl_loss_agg_mode(loss_type: str) -> str:
+    """The ``loss_agg_mode`` that reproduces TRL GRPOTrainer's ``loss_type`` normaliser.
+
+      grpo    -> seq-mean-token-mean        (token mean per sequence, then mean over sequences)
+      bnpo    -> token-mean                 (tokens of the local batch; one process: the mini-batch)
+      dr_grpo -> seq-mean-token-sum-maxlen  (sum / (num_seqs * max_completion_length))
+      dapo    -> token-mean                 (tokens of the global batch)
+    TRL normalises bnpo / grpo / dr_grpo per micro-batch (then divides by gradient_accumulation_steps); rft
+    uses the mini-batch's normaliser, equal to TRL's when every micro-batch has the same normaliser (always
+    for grpo and dr_grpo, whose normalisers count rows; for bnpo only without gradient accumulation).
+    Raises ValueError for another name.
+    """
+    try:
+        return TRL_LOSS_TYPES[loss_type]
+    except KeyError:
+        raise ValueError(f"unknown TRL loss_type {loss_type!r}; valid: {', '.join(TRL_LOSS_TYPES)}") from None

@@ -1,7 +1,12 @@
 """Policy-gradient losses. Each registered loss maps ``PolicyLossInputs`` to ``PolicyLossOutputs``: it
-builds an unreduced per-token loss matrix (B, R) and reduces it once with ``agg_loss``.
+builds an unreduced per-token loss matrix (B, R) and reduces it once with ``agg_loss`` (with the mini-batch's
+``AggNorm``, so splitting a mini-batch into micro-batches never changes the gradient).
 
-Dimension names: B rows (= prompts x n responses), R response tokens.
+Dimension names: B rows (= prompts x n responses), R response tokens. Notation of the docstrings: per token,
+``l = logp - old_logp`` (the log-ratio), ``r = exp(l)`` (the importance ratio), ``A`` the advantage, ``sg`` stop
+gradient, ``eps_low`` / ``eps_high`` = ``clip_ratio_low`` / ``clip_ratio_high``.
+Every loss reports the metrics ``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl`` (0.0 where a loss has
+no such notion), masked token means over the batch it was given.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rft.algorithms.aggregation import AggNorm, agg_loss
+from rft.algorithms.aggregation import AggNorm, agg_loss, trl_loss_agg_mode
 from rft.algorithms.utils import masked_mean
 from rft.registry import Registry
 
@@ -36,6 +41,30 @@ class PolicyLossInputs:
     """One of ``LOSS_AGG_MODES``."""
     agg_norm: AggNorm | None = None
     """Normalisers of the whole mini-batch; None when this batch is the whole mini-batch."""
+    tau_pos: float = 1.0
+    """sapo: gate temperature of tokens with A > 0."""
+    tau_neg: float = 1.05
+    """sapo: gate temperature of tokens with A <= 0."""
+    clip_cov_ratio: float = 0.0002
+    """clip_cov: fraction of the valid tokens whose gradient is cut."""
+    clip_cov_lb: float = 1.0
+    """clip_cov: lower bound of the covariance of a candidate token."""
+    clip_cov_ub: float = 5.0
+    """clip_cov: upper bound of the covariance of a candidate token."""
+    kl_cov_ratio: float = 0.0002
+    """kl_cov: fraction of the valid tokens (largest covariance) that get the |l| penalty."""
+    ppo_kl_coef: float = 0.1
+    """kl_cov: coefficient of the |l| penalty."""
+    opmd_tau: float = 1.0
+    """opmd: the regularisation strength tau; the loss is divided by 1 + tau."""
+    selection_seed: int = 0
+    """clip_cov: seed of the random choice among the candidate tokens."""
+    minibatch: PolicyLossInputs | None = None
+    """Losses whose token selection uses statistics of the whole mini-batch (``needs_minibatch``: clip_cov,
+    kl_cov) read them here: the detached inputs of the whole mini-batch, this batch being its rows
+    ``row_offset : row_offset + B``. None: this batch is the whole mini-batch."""
+    row_offset: int = 0
+    """First row of this batch inside ``minibatch``."""
 
 
 @dataclass
@@ -54,6 +83,25 @@ POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 def compute_policy_loss(name: str, inputs: PolicyLossInputs) -> PolicyLossOutputs:
     """Look up the policy loss registered as ``name`` and apply it to ``inputs``."""
     return POLICY_LOSSES.get(name)(inputs)
+
+
+def policy_loss_needs_minibatch(name: str) -> bool:
+    """Whether the loss registered as ``name`` selects tokens with statistics of the whole mini-batch, so a
+    caller splitting the mini-batch into micro-batches must pass ``PolicyLossInputs.minibatch``."""
+    return bool(getattr(POLICY_LOSSES.get(name), "needs_minibatch", False))
+
+
+def _metrics(mask: torch.Tensor, clipfrac: torch.Tensor | None, clipfrac_lower: torch.Tensor | None,
+             ppo_kl: torch.Tensor) -> dict[str, float]:
+    """The three standard metrics as python floats (masked means; None: 0.0), with one host copy."""
+    with torch.no_grad():
+        zero = torch.zeros((), dtype=ppo_kl.dtype, device=ppo_kl.device)
+        values = torch.stack([
+            masked_mean(clipfrac.to(ppo_kl.dtype), mask) if clipfrac is not None else zero,
+            masked_mean(clipfrac_lower.to(ppo_kl.dtype), mask) if clipfrac_lower is not None else zero,
+            masked_mean(ppo_kl, mask),
+        ]).tolist()
+    return dict(zip(("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"), values))
 
 
 @POLICY_LOSSES.register("vanilla")
@@ -86,15 +134,247 @@ def vanilla_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     loss_mat = torch.where(negative, clip2, clip1)  # (B, R)
 
     loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, pg2 > pg1, (clip1 > pg3) & negative, -log_ratio.detach()))
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, arXiv:2507.18071), as verl's ``gspo``.
+
+    Sequence log-ratio ``s_i = sum_t l_it m_it / max(1, sum_t m_it)``; per token
+      log w = min(logp - sg(logp) + sg(s_i), 10)      (value s_i, gradient that of logp; exponent capped at 10)
+      w = exp(log w)
+      loss = max(-A * w, -A * clamp(w, 1 - eps_low, 1 + eps_high))
+    aggregated with seq-mean-token-mean whatever ``loss_agg_mode`` says (verl forces it too): normaliser
+    num_seqs of the mini-batch after a per-sequence token mean. No dual clip.
+    Metrics: pg_clipfrac = mean[clipped term larger], pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    mask, adv = inputs.response_mask, inputs.advantages
+    logp = inputs.logprobs
+    log_ratio = logp - inputs.old_logprobs  # (B, R)
+    seq_log_ratio = masked_mean(log_ratio.detach(), mask, dim=-1)  # (B,)
+    log_w = (logp - logp.detach() + seq_log_ratio.unsqueeze(-1)).clamp(max=10.0)  # (B, R)
+    w = torch.exp(log_w)
+    pg1 = -adv * w
+    pg2 = -adv * w.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
+    loss_mat = torch.maximum(pg1, pg2)
+    loss = agg_loss(loss_mat, mask, "seq-mean-token-mean", inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, pg2 > pg1, None, -log_ratio.detach()))
+
+
+@POLICY_LOSSES.register("gpg")
+def gpg_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """GPG, Group Policy Gradient (Chu et al. 2025, arXiv:2504.02546), as verl's ``gpg``: plain REINFORCE.
+
+    Per token ``loss = -logp * A`` (no importance ratio, no clip), aggregated with ``loss_agg_mode``.
+    Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l] (verl reports 0).
+    """
+    mask = inputs.response_mask
+    loss = agg_loss(-inputs.logprobs * inputs.advantages, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, None, None, (inputs.old_logprobs - inputs.logprobs).detach()))
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """CISPO, Clipped IS-weight Policy Optimization (MiniMax-M1, arXiv:2506.13585), as verl's ``cispo``.
+
+    With ``l`` clamped to [-20, 20] and ``r = exp(l)``, per token
+      loss = -sg(clamp(r, 1 - eps_low, 1 + eps_high)) * A * logp
+    (every token keeps a gradient; the clipped ratio only weights it), aggregated with ``loss_agg_mode``.
+    Metrics: pg_clipfrac = mean[clamp(r) != r], pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    TRL's ``loss_type="cispo"`` clips only from above (min(r, epsilon_high)); verl and rft clip both sides.
+    """
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = (inputs.logprobs - inputs.old_logprobs).detach().clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    weight = ratio.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
+    loss_mat = -weight * adv * inputs.logprobs
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, weight != ratio, None, -log_ratio))
+
+
+@POLICY_LOSSES.register("sapo")
+def sapo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """SAPO, Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv:2511.20347), as verl's ``sapo``.
+
+    A smooth gate replaces the clip. With ``l`` clamped to [-20, 20], ``r = exp(l)``, ``tau = tau_pos`` where
+    A > 0 and ``tau_neg`` elsewhere, per token
+      gate = sigmoid(tau * (r - 1)) * 4 / tau        (value 2 / tau and slope 1 at r = 1, like r itself)
+      loss = -gate * A
+    aggregated with seq-mean-token-mean whatever ``loss_agg_mode`` says (verl forces it too).
+    Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = (inputs.logprobs - inputs.old_logprobs).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    tau = torch.where(adv > 0, torch.full_like(adv, inputs.tau_pos), torch.full_like(adv, inputs.tau_neg))
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    loss = agg_loss(-gate * adv, mask, "seq-mean-token-mean", inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, None, None, -log_ratio.detach()))
+
+
+@POLICY_LOSSES.register("geo_mean")
+def geo_mean_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """GMPO, Geometric-Mean Policy Optimization (Zhao et al. 2025, arXiv:2507.20673), as verl's ``geo_mean``.
+
+    Per token (no clamp of l), with ``sgn = sign(A)``:
+      lc   = clamp(l, -eps_low, eps_high)                    (the clip acts on the log-ratio)
+      lmin = sgn * min(sgn * l, sgn * lc)                    (pessimistic side; 0 where A = 0)
+    per sequence i with n_i valid tokens (at least 1):
+      ratio_i = exp(sum_t lmin_it m_it / n_i)                (geometric mean of the clipped token ratios)
+      adv_i   = sum_t A_it m_it / n_i
+      loss_i  = -adv_i * ratio_i
+    loss = sum_i loss_i / num_seqs of the mini-batch (verl: torch.mean over the rows; ``loss_agg_mode`` is not
+    used; a row without valid tokens counts with loss 0; verl divides by n_i + 1e-8 rather than max(1, n_i)).
+    Metrics: pg_clipfrac = mean[l != lc and A > 0], pg_clipfrac_lower = mean[l != lc and A < 0],
+    ppo_kl = mean[-l].
+    """
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = inputs.logprobs - inputs.old_logprobs  # (B, R)
+    sgn = torch.sign(adv)
+    clamped = log_ratio.clamp(-inputs.clip_ratio_low, inputs.clip_ratio_high)
+    lmin = sgn * torch.minimum(sgn * log_ratio, sgn * clamped)  # (B, R)
+    ratio = torch.exp(masked_mean(lmin, mask, dim=-1))  # (B,)
+    seq_adv = masked_mean(adv, mask, dim=-1)  # (B,)
+    seq_loss = -seq_adv * ratio  # (B,)
+    # A per-sequence value spread over its tokens and token-averaged back is that value: seq-mean-token-mean
+    # then gives sum_i loss_i / num_seqs with the mini-batch's num_seqs.
+    loss = agg_loss(seq_loss.unsqueeze(-1).expand_as(log_ratio), mask, "seq-mean-token-mean", inputs.agg_norm)
+    clipped = log_ratio.detach() != clamped.detach()
+    return PolicyLossOutputs(loss, _metrics(mask, clipped & (adv > 0), clipped & (adv < 0), -log_ratio.detach()))
+
+
+def _minibatch_rows(inputs: PolicyLossInputs, selected: torch.Tensor) -> torch.Tensor:
+    """This batch's rows of a (B_mini, R) selection computed on ``inputs.minibatch`` (or on ``inputs``)."""
+    if inputs.minibatch is None:
+        return selected
+    return selected[inputs.row_offset: inputs.row_offset + inputs.logprobs.shape[0]]
+
+
+def _covariance(src: PolicyLossInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(valid, detached logp, cov): cov = (A - mean A) * (logp - mean logp), means over the valid tokens."""
+    valid = src.response_mask.bool()
+    logp = src.logprobs.detach()
+    adv = src.advantages.detach()
+    cov = (adv - masked_mean(adv, valid)) * (logp - masked_mean(logp, valid))
+    return valid, logp, cov
+
+
+@POLICY_LOSSES.register("clip_cov")
+def clip_cov_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv:2505.22617), as verl's
+    ``clip_cov``.
+
+    Token selection, over the whole mini-batch (``inputs.minibatch``; verl uses whatever batch the loss sees):
+      cov = (A - mean A) * (logp - mean logp)                (means over valid tokens, logp detached)
+      candidates: valid, not clipped by PPO (pg2 <= pg1 below), clip_cov_lb < cov < clip_cov_ub
+      chosen: max(1, int(clip_cov_ratio * valid tokens)) candidates drawn uniformly at random (a generator
+              seeded with ``selection_seed``; verl draws from the global RNG)
+    Per token (l not clamped, no dual clip), with corr = 0 on chosen tokens and 1 elsewhere:
+      pg1 = -A * r, pg2 = -A * clamp(r, 1 - eps_low, 1 + eps_high)
+      loss = max(pg1, pg2) * corr                            (chosen tokens lose their gradient)
+    aggregated with ``loss_agg_mode``. Metrics: pg_clipfrac = mean[corr == 0], pg_clipfrac_lower = 0,
+    ppo_kl = mean[-l].
+    """
+    src = inputs.minibatch if inputs.minibatch is not None else inputs
+    valid, logp_all, cov = _covariance(src)
     with torch.no_grad():
-        dtype = loss_mat.dtype
-        # One device-to-host copy for all three metrics.
-        values = torch.stack(
-            [
-                masked_mean((pg2 > pg1).to(dtype), mask),
-                masked_mean(((clip1 > pg3) & negative).to(dtype), mask),
-                masked_mean(-log_ratio, mask),
-            ]
-        ).tolist()
-    metrics = dict(zip(("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"), values))
-    return PolicyLossOutputs(loss=loss, metrics=metrics)
+        adv_all = src.advantages
+        ratio_all = torch.exp(logp_all - src.old_logprobs)
+        pg1_all = -adv_all * ratio_all
+        pg2_all = -adv_all * ratio_all.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
+        candidates = valid & ~(pg2_all > pg1_all) & (cov > inputs.clip_cov_lb) & (cov < inputs.clip_cov_ub)
+        clip_num = max(int(inputs.clip_cov_ratio * int(valid.sum())), 1)
+        index = candidates.flatten().nonzero().squeeze(-1)
+        generator = torch.Generator().manual_seed(inputs.selection_seed)
+        chosen = index[torch.randperm(len(index), generator=generator)[:clip_num].to(index.device)]
+        cut = torch.zeros(candidates.numel(), dtype=torch.bool, device=candidates.device)
+        cut[chosen] = True
+        cut = _minibatch_rows(inputs, cut.view_as(candidates))
+
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = inputs.logprobs - inputs.old_logprobs
+    ratio = torch.exp(log_ratio)
+    pg1 = -adv * ratio
+    pg2 = -adv * ratio.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
+    loss_mat = torch.maximum(pg1, pg2) * (~cut).to(pg1.dtype)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, cut, None, -log_ratio.detach()))
+
+
+clip_cov_policy_loss.needs_minibatch = True  # type: ignore[attr-defined]
+
+
+@POLICY_LOSSES.register("kl_cov")
+def kl_cov_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """KL-Cov (Cui et al. 2025, arXiv:2505.22617), as verl's ``kl_cov``.
+
+    Token selection, over the whole mini-batch (``inputs.minibatch``): cov as in clip_cov; the
+    k = max(1, int(kl_cov_ratio * valid tokens)) valid tokens with the largest cov (none if there is no valid
+    token). Per token (l not clamped, no clip):
+      loss = -A * r + ppo_kl_coef * |l|   on selected tokens
+      loss = -A * r                       elsewhere
+    aggregated with ``loss_agg_mode``. Metrics (as verl): pg_clipfrac = pg_clipfrac_lower = 0,
+    ppo_kl = mean[|l|].
+    """
+    src = inputs.minibatch if inputs.minibatch is not None else inputs
+    valid, _, cov = _covariance(src)
+    with torch.no_grad():
+        flat_valid = valid.flatten()
+        index = flat_valid.nonzero().squeeze(-1)
+        selected = torch.zeros(flat_valid.numel(), dtype=torch.bool, device=valid.device)
+        if len(index):
+            k = max(1, int(len(index) * inputs.kl_cov_ratio))
+            top = torch.topk(cov.flatten()[index], k, largest=True).indices
+            selected[index[top]] = True
+        selected = _minibatch_rows(inputs, selected.view_as(valid))
+
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = inputs.logprobs - inputs.old_logprobs
+    pg = -adv * torch.exp(log_ratio)
+    loss_mat = torch.where(selected, pg + inputs.ppo_kl_coef * log_ratio.abs(), pg)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, None, None, log_ratio.detach().abs()))
+
+
+kl_cov_policy_loss.needs_minibatch = True  # type: ignore[attr-defined]
+
+
+@POLICY_LOSSES.register("opmd")
+def opmd_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """OPMD, Online Policy Mirror Descent as Trinity-RFT defines it (its ``opmd`` policy loss; Trinity-RFT
+    technical report, arXiv:2505.17826, after Kimi k1.5's online mirror descent, arXiv:2501.12599).
+
+    Per token ``loss = -A * logp`` (no importance ratio, no clip), aggregated with ``loss_agg_mode``, the
+    aggregate divided by ``1 + tau`` (``opmd_tau``, Trinity's ``tau``; the advantages carry the
+    mirror-descent baseline, e.g. Trinity's opmd advantage).
+    Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    mask = inputs.response_mask
+    loss = agg_loss(-inputs.advantages * inputs.logprobs, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    loss = loss / (1.0 + inputs.opmd_tau)
+    return PolicyLossOutputs(loss, _metrics(mask, None, None, (inputs.old_logprobs - inputs.logprobs).detach()))
+
+
+def trl_actor_settings(
+    loss_type: str = "dapo", epsilon: float = 0.2, epsilon_high: float | None = None, beta: float = 0.0
+) -> dict[str, object]:
+    """rft actor keys (relative to ``actor_rollout_ref.actor``) that reproduce TRL GRPOTrainer's loss.
+
+    TRL: per token ``-min(r A, clamp(r, 1 - epsilon, 1 + epsilon_high) A) + beta * k3``, normalised by
+    ``loss_type`` (see ``trl_loss_agg_mode``). rft: ``vanilla`` with clip_ratio_low = epsilon, clip_ratio_high =
+    epsilon_high (default epsilon), the KL as a separate term aggregated the same way (aggregation is linear, so
+    the sum is TRL's), and the dual clip pushed out of reach (clip_ratio_c = 1e9 > e^20, the largest ratio after
+    rft's clamp of l to [-20, 20]); TRL has no dual clip and no clamp of l, and its k3 has no clamps (rft's
+    low_var_kl clamps d to [-20, 20] and the value to [-10, 10]).
+    """
+    return {
+        "policy_loss.loss_mode": "vanilla",
+        "loss_agg_mode": trl_loss_agg_mode(loss_type),
+        "clip_ratio_low": epsilon,
+        "clip_ratio_high": epsilon if epsilon_high is None else epsilon_high,
+        "clip_ratio_c": 1e9,
+        "use_kl_loss": beta != 0.0,
+        "kl_loss_coef": beta,
+        "kl_loss_type": "low_var_kl",
+    }

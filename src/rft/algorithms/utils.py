@@ -74,10 +74,53 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     return picked - torch.logsumexp(logits, dim=-1)  # (B, R)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+LOGIT_CHUNK_TOKENS = 1024
+"""Token positions per chunk of the vocabulary-wide helpers (entropy, full KL): each chunk's temporaries are
+(chunk, V), so the extra memory is bounded whatever the batch and sequence length."""
+
+
+def _chunks(n: int, chunk_size: int | None) -> list[tuple[int, int]]:
+    size = n if not chunk_size or chunk_size >= n else chunk_size
+    return [(start, min(start + size, n)) for start in range(0, n, max(size, 1))]
+
+
+class _ChunkedEntropy(torch.autograd.Function):
+    """H(softmax(z)) per row of a (N, V) matrix, chunked over rows in the forward and the backward.
+
+    Only the input logits (already alive in the caller) and the (N,) result are saved; the softmax is
+    recomputed chunk by chunk in the backward: dH/dz_j = -p_j (log p_j + H).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, chunk_size: int | None) -> torch.Tensor:
+        out = logits.new_empty(logits.shape[0])
+        for start, end in _chunks(logits.shape[0], chunk_size):
+            z = logits[start:end]
+            logp = torch.log_softmax(z, dim=-1)
+            out[start:end] = -(logp.exp() * logp).sum(-1)
+        ctx.save_for_backward(logits, out)
+        ctx.chunk_size = chunk_size
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, entropy = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for start, end in _chunks(logits.shape[0], ctx.chunk_size):
+            logp = torch.log_softmax(logits[start:end], dim=-1)
+            h = entropy[start:end].unsqueeze(-1)
+            grad[start:end] = -grad_out[start:end].unsqueeze(-1) * logp.exp() * (logp + h)
+        return grad, None
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = LOGIT_CHUNK_TOKENS) -> torch.Tensor:
     """Entropy of ``softmax(logits)`` over the last dim: ``H = logsumexp(z) - sum_v softmax(z)_v * z_v``.
 
-    (..., V) -> (...). Follows from ``H = -sum p log p`` with ``log p = z - logsumexp(z)``.
+    (..., V) -> (...). Follows from ``H = -sum p log p`` with ``log p = z - logsumexp(z)``. Pass logits that are
+    already divided by the sampling temperature. The leading dims are flattened to N token positions and
+    processed ``chunk_size`` positions at a time (None: all at once), forward and backward, so the memory on
+    top of ``logits`` is (chunk_size, V) instead of a (N, V) softmax kept for autograd; the result and its
+    gradient do not depend on ``chunk_size``.
     """
-    probs = torch.softmax(logits, dim=-1)  # (..., V)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    flat = logits.reshape(-1, logits.shape[-1])
+    return _ChunkedEntropy.apply(flat, chunk_size).reshape(logits.shape[:-1])

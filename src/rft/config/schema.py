@@ -33,6 +33,16 @@ def sub(cls: type, help: str) -> Any:
 VLLM_ONLY = "a vLLM engine knob; rft's `hf` engine has no such setting (the vLLM engine is not implemented yet)"
 MULTI_PROCESS = "sharding and offload need several processes (torch.distributed), which rft does not run yet"
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+# The names registered in rft.algorithms.ADV_ESTIMATORS (a test keeps the two equal): verl's nine and Trinity-RFT's
+# opmd and asymre.
+ADV_ESTIMATOR_NAMES = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo",
+                       "grpo_passk", "gpg", "opmd", "asymre")
+# The names registered in rft.algorithms.POLICY_LOSSES / KL_ESTIMATORS and LOSS_AGG_MODES (a test keeps them equal).
+POLICY_LOSS_NAMES = ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "opmd")
+KL_ESTIMATOR_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+",
+                      "low_var_kl+", "k3+", "full")
+LOSS_AGG_MODE_NAMES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                       "seq-mean-token-sum-maxlen")
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -132,7 +142,21 @@ class FSDPConfig:
 
 @dataclass
 class PolicyLossConfig:
-    loss_mode: str = fld("vanilla", "Policy loss: vanilla (dual-clip PPO).")
+    loss_mode: str = fld(
+        "vanilla",
+        "Policy loss (formulas, papers: docs/algorithms.md): vanilla (dual-clip PPO), gspo (sequence ratio; "
+        "always seq-mean-token-mean), gpg (-logp * A), cispo (clipped ratio as a stop-gradient weight), sapo (soft "
+        "gate, tau_pos / tau_neg; always seq-mean-token-mean), geo_mean (GMPO; mean over sequences), clip_cov, "
+        "kl_cov (covariance-selected tokens), opmd (Trinity-RFT; divided by 1 + tau).",
+        choices=POLICY_LOSS_NAMES,
+    )
+    clip_cov_ratio: float = fld(0.0002, "clip_cov: fraction of the mini-batch's valid tokens whose gradient is cut (> 0).")
+    clip_cov_lb: float = fld(1.0, "clip_cov: a candidate token's covariance must exceed this.")
+    clip_cov_ub: float = fld(5.0, "clip_cov: a candidate token's covariance must stay below this.")
+    kl_cov_ratio: float = fld(0.0002, "kl_cov: fraction of the mini-batch's valid tokens (largest covariance) "
+                                      "that get the ppo_kl_coef * |log-ratio| penalty (> 0).")
+    ppo_kl_coef: float = fld(0.1, "kl_cov: coefficient of the |log-ratio| penalty (>= 0).")
+    tau: float = fld(1.0, "opmd: regularisation strength (Trinity-RFT's tau, >= 0); the loss is divided by 1 + tau.")
 
 
 @dataclass
@@ -169,16 +193,24 @@ class ActorConfig:
     clip_ratio_c: float = fld(3.0, "Dual-clip constant: for A < 0 the loss is capped at -A * clip_ratio_c.")
     loss_agg_mode: str = fld(
         "token-mean",
-        "How a per-token loss is reduced, with the mini-batch's global normaliser.",
-        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        "How a per-token loss is reduced, with the mini-batch's global normaliser: token-mean (sum / tokens), "
+        "seq-mean-token-sum (sum / sequences), seq-mean-token-mean (mean of per-sequence token means), "
+        "seq-mean-token-sum-norm (sum / max_response_length), seq-mean-token-sum-maxlen (sum / (sequences x "
+        "max_response_length): TRL's dr_grpo).",
+        choices=LOSS_AGG_MODE_NAMES,
     )
     policy_loss: PolicyLossConfig = sub(PolicyLossConfig, "Policy loss function.")
+    tau_pos: float = fld(1.0, "sapo: gate temperature of tokens with a positive advantage (> 0).")
+    tau_neg: float = fld(1.05, "sapo: gate temperature of tokens with a zero or negative advantage (> 0).")
     entropy_coeff: float = fld(0.0, "Entropy bonus: loss -= entropy_coeff * entropy.")
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO style).")
     use_torch_compile: bool = fld(False, "torch.compile the log-prob math.", unsupported="torch.compile")
     kl_loss_coef: float = fld(0.001, "Coefficient of the KL loss.")
     kl_loss_type: str = fld(
-        "low_var_kl", "KL estimator of the KL loss.", choices=("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+        "low_var_kl",
+        "KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3; a '+' suffix (k3+, ...) keeps the value "
+        "and takes k2's gradient; full: the exact KL over the vocabulary (runs the reference on every micro-batch).",
+        choices=KL_ESTIMATOR_NAMES,
     )
     ppo_epochs: int = fld(1, "Passes over one batch of rollouts.")
     data_loader_seed: Optional[int] = fld(None, "Seed of the mini-batch shuffle (actor.shuffle); null: trainer.seed.")
@@ -264,18 +296,40 @@ class RewardModelInnerConfig:
 
 
 @dataclass
+class OverlongBufferConfig:
+    enable: bool = fld(False, "DAPO's soft overlong punishment: add min(0, -(L - (max_response_length - len)) / len "
+                              "* penalty_factor) to the score of a response of L tokens.")
+    len: int = fld(0, "Length of the buffer before data.max_response_length where the penalty ramps up (> 0 and <= "
+                      "data.max_response_length when enabled).")
+    penalty_factor: float = fld(1.0, "Penalty at max_response_length (>= 0).")
+    log: bool = fld(False, "Log reward_extra/overlong_reward/mean and reward_extra/overlong/mean (share penalised).")
+
+
+@dataclass
 class RewardModelConfig:
     enable: bool = fld(False, "Score with a reward model.", unsupported="reward models")
     model: RewardModelInnerConfig = sub(RewardModelInnerConfig, "The reward model.")
     micro_batch_size_per_gpu: Optional[int] = fld(None, "Rows per reward-model pass.", unsupported="reward models")
     max_length: Optional[int] = fld(None, "Reward model max length.", unsupported="reward models")
-    reward_manager: str = fld("naive", "How rule rewards are run: naive (in-process, row by row).", choices=("naive",))
+    reward_manager: str = fld(
+        "naive", "How rule rewards are run: naive (in-process, row by row); dapo (verl's DAPO recipe: the same here, "
+        "the overlong buffer applies with either).", choices=("naive", "dapo"),
+    )
+    overlong_buffer: OverlongBufferConfig = sub(OverlongBufferConfig, "DAPO's soft overlong punishment (verl's "
+                                                                      "DAPO recipe keys).")
 
 
 @dataclass
 class CustomRewardConfig:
     path: Optional[str] = fld(None, "Python file defining the reward function; null: built-in scorers by data_source.")
-    name: str = fld("compute_score", "Function in that file: (data_source, solution_str, ground_truth, extra_info).")
+    name: Any = fld(
+        "compute_score",
+        "Function in that file: (data_source, solution_str, ground_truth, extra_info). A list of names combines "
+        "several functions (TRL's reward_funcs): the score is their weighted sum, each logged as reward_extra/<name>.",
+    )
+    reward_weights: Optional[List[float]] = fld(
+        None, "Weights of the reward functions, one per name (TRL's reward_weights); null: all 1.0."
+    )
 
 
 @dataclass
@@ -287,16 +341,49 @@ class KLCtrlConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    enable: bool = fld(False, "DAPO's dynamic sampling: drop the groups whose metric values all agree and keep "
+                              "generating batches until data.train_batch_size groups are kept.")
+    metric: Optional[str] = fld(None, "Per-response value a group must vary in: score (the reward function's score), "
+                                      "seq_reward / seq_final_reward (score plus the overlong penalty), or a numeric "
+                                      "key the reward function returns (e.g. acc). Required when enabled.")
+    max_num_gen_batches: int = fld(0, "Generation batches per step before giving up with an error; <= 0: no limit "
+                                      "(verl's semantics).")
+
+
+@dataclass
 class AlgorithmConfig:
     gamma: float = fld(1.0, "Discount factor of returns.")
     lam: float = fld(1.0, "GAE lambda.")
-    adv_estimator: str = fld("grpo", "Advantage estimator.")
-    norm_adv_by_std_in_grpo: bool = fld(True, "grpo: divide by the group std (false: Dr. GRPO).")
+    adv_estimator: str = fld(
+        "grpo",
+        "Advantage estimator (formulas and papers: docs/algorithms.md). gae needs a critic, which arrives later.",
+        choices=ADV_ESTIMATOR_NAMES,
+    )
+    norm_adv_by_std_in_grpo: bool = fld(
+        True, "grpo, grpo_passk: divide by the group std + 1e-6 (false: Dr. GRPO's mean-centred advantage)."
+    )
+    scale_rewards: Optional[str] = fld(
+        None,
+        "grpo with TRL's GRPOTrainer semantics: (score - group mean) / (std + 1e-4), the std taken over the group "
+        "(group), over the whole batch (batch), or no division (none); null: verl's grpo "
+        "(norm_adv_by_std_in_grpo, 1e-6).",
+        choices=(None, "group", "batch", "none"),
+    )
+    opmd_baseline: str = fld(
+        "mean", "opmd: the group baseline, the mean or tau * log mean exp(score / tau) (Trinity-RFT's names).",
+        choices=("mean", "logavgexp"),
+    )
+    tau: float = fld(1.0, "opmd with opmd_baseline=logavgexp: the temperature (> 0).")
+    baseline_shift: float = fld(-0.1, "asymre: baseline = group mean + baseline_shift (Trinity-RFT's default -0.1).")
     use_kl_in_reward: bool = fld(False, "Subtract kl_ctrl.kl_coef * KL from the token rewards (classic PPO).")
     kl_penalty: str = fld(
-        "kl", "KL estimator of the in-reward penalty.", choices=("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+        "kl",
+        "KL estimator of the in-reward penalty (names as actor.kl_loss_type; full is computed in the ref phase).",
+        choices=KL_ESTIMATOR_NAMES,
     )
     kl_ctrl: KLCtrlConfig = sub(KLCtrlConfig, "In-reward KL controller.")
+    filter_groups: FilterGroupsConfig = sub(FilterGroupsConfig, "DAPO's dynamic sampling (verl's DAPO recipe keys).")
 
 
 @dataclass

@@ -7,6 +7,7 @@ fields: batch-size divisibility, required paths, registry names. Every error nam
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,75 @@ def _check_runtime(prefix: str, t: Any) -> None:
         raise ConfigError(f"{prefix}.resume_from_path is set: also set {prefix}.resume_mode=resume_path")
 
 
+def _check_reward_functions(crf: Any) -> None:
+    """custom_reward_function.name: one name or a list of distinct names (a list needs a path); reward_weights:
+    null or one finite number per function (the built-in scorers count as one)."""
+    names = [crf.name] if isinstance(crf.name, str) else crf.name
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(
+            f"custom_reward_function.name must be a function name or a non-empty list of names, got {crf.name!r}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"custom_reward_function.name lists a function twice: {names}")
+    if len(names) > 1 and not crf.path:
+        raise ConfigError(
+            f"custom_reward_function.name lists {len(names)} functions: set custom_reward_function.path to the "
+            "Python file that defines them"
+        )
+    if crf.reward_weights is not None:
+        count = len(names) if crf.path else 1
+        weights = list(crf.reward_weights)
+        if len(weights) != count or not all(math.isfinite(w) for w in weights):
+            raise ConfigError(
+                f"custom_reward_function.reward_weights={weights} must hold {count} finite number(s), one per "
+                f"reward function ({names if crf.path else 'the built-in scorer'})"
+            )
+
+
+def _check_loss_options(cfg: RFTConfig) -> None:
+    """Ranges of the policy-loss, KL-controller and DAPO options (each error names the key and what to set)."""
+    actor, algo, data = cfg.actor_rollout_ref.actor, cfg.algorithm, cfg.data
+    pl = actor.policy_loss
+    prefix = "actor_rollout_ref.actor"
+    for key, value in (("policy_loss.clip_cov_ratio", pl.clip_cov_ratio), ("policy_loss.kl_cov_ratio", pl.kl_cov_ratio),
+                       ("tau_pos", actor.tau_pos), ("tau_neg", actor.tau_neg)):
+        if not value > 0:
+            raise ConfigError(f"{prefix}.{key} must be > 0, got {value}")
+    for key, value in (("policy_loss.ppo_kl_coef", pl.ppo_kl_coef), ("policy_loss.tau", pl.tau)):
+        if not value >= 0:
+            raise ConfigError(f"{prefix}.{key} must be >= 0, got {value}")
+    if not pl.clip_cov_lb < pl.clip_cov_ub:
+        raise ConfigError(
+            f"{prefix}.policy_loss.clip_cov_lb ({pl.clip_cov_lb}) must be below clip_cov_ub ({pl.clip_cov_ub})"
+        )
+    ctrl = algo.kl_ctrl
+    if ctrl.type == "adaptive" and not (ctrl.target_kl > 0 and ctrl.horizon > 0):
+        raise ConfigError(
+            f"algorithm.kl_ctrl.type=adaptive needs algorithm.kl_ctrl.target_kl > 0 and horizon > 0, got "
+            f"target_kl={ctrl.target_kl}, horizon={ctrl.horizon}"
+        )
+    ob = cfg.reward_model.overlong_buffer
+    if ob.enable:
+        if not isinstance(ob.len, int) or not 0 < ob.len <= data.max_response_length:
+            raise ConfigError(
+                f"reward_model.overlong_buffer.len={ob.len!r} must be an integer in (0, data.max_response_length="
+                f"{data.max_response_length}] when reward_model.overlong_buffer.enable=true"
+            )
+        if not ob.penalty_factor >= 0:
+            raise ConfigError(f"reward_model.overlong_buffer.penalty_factor must be >= 0, got {ob.penalty_factor}")
+    fg = algo.filter_groups
+    if fg.enable and not fg.metric:
+        raise ConfigError(
+            "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric: score, seq_reward, "
+            "seq_final_reward, or a numeric key the reward function returns (e.g. acc)"
+        )
+    if not isinstance(fg.max_num_gen_batches, int):
+        raise ConfigError(
+            f"algorithm.filter_groups.max_num_gen_batches must be an integer (<= 0: no limit), got "
+            f"{fg.max_num_gen_batches!r}"
+        )
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -128,7 +198,7 @@ def _positive(key: str, value: Any, allow_none: bool = False) -> None:
 
 
 def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
-    from rft.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
+    from rft.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES, estimator_spec
 
     _check_schema(cfg)
     data, arr, algo, trainer = cfg.data, cfg.actor_rollout_ref, cfg.algorithm, cfg.trainer
@@ -137,6 +207,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
     _check_inputs("actor_rollout_ref.model.path", arr.model.path, data, check_paths, check_model_path)
     if check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
         raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
+    _check_reward_functions(cfg.custom_reward_function)
 
     # ---- registry names
     if algo.adv_estimator in _PENDING_ESTIMATORS:
@@ -221,6 +292,27 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
                 f"rft has one {key.split('_')[0]} length: set data.max_{key}"
             )
 
+    # ---- estimator options (what an estimator needs is declared with its registration: EstimatorSpec)
+    min_group = estimator_spec(algo.adv_estimator).min_group_size
+    if rollout.n < min_group:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} needs at least {min_group} responses per prompt: set "
+            f"actor_rollout_ref.rollout.n >= {min_group} (got {rollout.n})"
+        )
+    if algo.scale_rewards is not None:
+        if algo.adv_estimator != "grpo":
+            raise ConfigError(
+                f"algorithm.scale_rewards={algo.scale_rewards!r} is an option of adv_estimator=grpo only, got "
+                f"adv_estimator={algo.adv_estimator!r}; remove it (null)"
+            )
+        if not algo.norm_adv_by_std_in_grpo:
+            raise ConfigError(
+                f"algorithm.scale_rewards={algo.scale_rewards!r} (TRL) and algorithm.norm_adv_by_std_in_grpo=false "
+                "(verl) both choose the grpo scaling: set only one (scale_rewards=none is the unscaled advantage)"
+            )
+    if not algo.tau > 0:
+        raise ConfigError(f"algorithm.tau must be > 0 (opmd's logavgexp temperature), got {algo.tau}")
+
     # ---- ranges
     if not 0 < rollout.top_p <= 1 or not 0 < rollout.val_kwargs.top_p <= 1:
         raise ConfigError("actor_rollout_ref.rollout.top_p and val_kwargs.top_p must be in (0, 1]")
@@ -250,6 +342,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
             )
     if not set(actor.checkpoint.load_contents) <= contents:
         raise ConfigError("actor_rollout_ref.actor.checkpoint.load_contents must be a subset of save_contents")
+    _check_loss_options(cfg)
 
 
 def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:

@@ -17,12 +17,17 @@ def load_custom_reward(path: str | Path, name: str = "compute_score") -> Callabl
     The module is registered in sys.modules under a name unique to the resolved path, so two files that share
     a file name do not collide, and loading the same file again re-executes it.
     """
+    return load_custom_rewards(path, [name])[0]
+
+
+def load_custom_rewards(path: str | Path, names: list[str]) -> list[Callable]:
+    """The functions `names` of the Python file at `path`, imported once (see `load_custom_reward`)."""
     file = Path(path).expanduser()
     if not file.exists():
         raise ValueError(f"custom_reward_function.path: {str(file)!r} does not exist")
     if not file.is_file() or file.suffix != ".py":
         raise ValueError(f"custom_reward_function.path: {str(file)!r} is not a .py file")
-    if not name:
+    if not names or not all(names):
         raise ValueError(f"custom_reward_function.name is empty; name a function defined in {str(file)!r}")
 
     file = file.resolve()
@@ -39,6 +44,10 @@ def load_custom_reward(path: str | Path, name: str = "compute_score") -> Callabl
         del sys.modules[module_name]
         raise
 
+    return [_function(module, module_name, file, name) for name in names]
+
+
+def _function(module, module_name: str, file: Path, name: str) -> Callable:
     if not hasattr(module, name):
         # What the file defines, not what it imports.
         defined = sorted(

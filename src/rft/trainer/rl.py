@@ -13,8 +13,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rft.algorithms import AdvantageInputs, compute_advantages, kl_penalty, make_kl_controller, masked_mean
-from rft.batch import Batch
+from rft.algorithms import (
+    AdvantageInputs,
+    compute_advantages,
+    estimator_spec,
+    informative_groups,
+    kl_needs_logits,
+    kl_penalty,
+    make_kl_controller,
+    masked_mean,
+    overlong_penalty,
+)
+from rft.batch import Batch, concat_batches
 from rft.config import RFTConfig, to_yaml
 from rft.data.dataset import PromptDataset, PromptSampler
 from rft.fsutil import write_text_atomic
@@ -28,7 +38,7 @@ from rft.models.load import (
     resolve_device,
 )
 from rft.monitor import Timer, Tracker
-from rft.rewards import default_compute_score, load_custom_reward, score_responses
+from rft.rewards import build_reward_fn, score_responses
 from rft.rollout import HFRollout, SamplingParams
 from rft.runtime import configure_cpu_runtime
 from rft.trainer.checkpoint import (
@@ -39,7 +49,7 @@ from rft.trainer.checkpoint import (
     step_of,
 )
 from rft.trainer.evaluate import eos_token_ids, evaluate, rollout_batch
-from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logprobs
+from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logit_kl, compute_logprobs
 
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
@@ -66,7 +76,10 @@ class RLTrainer:
         self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, data.shuffle, data.seed)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
         crf = cfg.custom_reward_function
-        self.reward_fn = load_custom_reward(crf.path, crf.name) if crf.path else default_compute_score
+        self.reward_fn = build_reward_fn(crf.path, crf.name, crf.reward_weights)
+        # The optional inputs the estimator declared with its registration; the trainer fills each one it knows:
+        # reward_baselines from a greedy rollout per prompt (`gen_max`). values (a critic) arrive later.
+        self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
 
         self.model = model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device,
                                                   key="actor_rollout_ref.model")
@@ -75,6 +88,13 @@ class RLTrainer:
         self.needs_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         # LoRA: the reference is the base model with the adapter disabled; full fine-tuning keeps a frozen copy.
         self.ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
+        # A KL estimator computed from logits (full) needs the reference's logits, not its log-probs: for the loss
+        # the worker runs the reference on each micro-batch, for the reward the ref phase computes the KL itself.
+        algo = cfg.algorithm
+        loss_kl_logits = arr.actor.use_kl_loss and kl_needs_logits(arr.actor.kl_loss_type)
+        self.reward_kl_from_logits = algo.use_kl_in_reward and kl_needs_logits(algo.kl_penalty)
+        self.needs_ref_logprobs = ((arr.actor.use_kl_loss and not loss_kl_logits)
+                                   or (algo.use_kl_in_reward and not self.reward_kl_from_logits))
 
         self.rollout = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id,
                                  arr.rollout.micro_batch_size)
@@ -92,8 +112,12 @@ class RLTrainer:
             clip_ratio_high=actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio,
             clip_ratio_c=actor.clip_ratio_c, grad_clip=actor.grad_clip, entropy_coeff=actor.entropy_coeff,
             use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
+            tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=actor.policy_loss.clip_cov_ratio,
+            clip_cov_lb=actor.policy_loss.clip_cov_lb, clip_cov_ub=actor.policy_loss.clip_cov_ub,
+            kl_cov_ratio=actor.policy_loss.kl_cov_ratio, ppo_kl_coef=actor.policy_loss.ppo_kl_coef,
+            opmd_tau=actor.policy_loss.tau,
         )
-        self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps)
+        self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps, ref_model=self.ref_model)
         # With one optimizer step per batch the policy that sampled is the policy being updated, so the old
         # log-probs are the detached current ones and need no forward pass of their own.
         updates = actor.ppo_epochs * (data.train_batch_size // actor.ppo_mini_batch_size)
@@ -103,6 +127,7 @@ class RLTrainer:
         )
         self.global_step = 0
         self._step_metrics: dict = {}
+        self._reward_rows: dict[str, torch.Tensor] = {}  # per-row reward values of the last scored batch
         self._recovered_metrics: dict | None = None
 
     # ------------------------------------------------------------------------------------------ the loop
@@ -142,16 +167,22 @@ class RLTrainer:
         return last
 
     def train_step(self, step: int, timer: Timer) -> dict[str, float]:
-        with timer("gen"):
-            batch = self.generate_batch(self.sampler.next_batch())
-        with timer("reward"):
-            reward_metrics = self.score(batch)
+        batch, reward_metrics = self.generate_and_score(timer)
+        if self.cfg.algorithm.filter_groups.enable:
+            batch, reward_metrics = self.dynamic_sampling(batch, reward_metrics, timer)
         if self.needs_old_logprobs:
             with timer("old_log_prob"):
                 batch.old_logprobs = self.logprobs(batch, self.model, self.cfg.actor_rollout_ref.rollout)
         if self.needs_ref:
             with timer("ref"):
-                batch.ref_logprobs = self.ref_logprobs(batch)
+                if self.needs_ref_logprobs:
+                    batch.ref_logprobs = self.ref_logprobs(batch)
+                if self.reward_kl_from_logits:
+                    micro = self.cfg.actor_rollout_ref.ref
+                    batch.ref_kl = compute_logit_kl(
+                        self.model, self.ref_model, batch, self.settings.temperature,
+                        micro.log_prob_micro_batch_size_per_gpu or micro.log_prob_micro_batch_size,
+                        self.cfg.algorithm.kl_penalty)
         with timer("adv"):
             adv_metrics = self.compute_advantages(batch)
         with timer("update_actor"):
@@ -166,6 +197,72 @@ class RLTrainer:
         metrics["perf/train_tokens_per_s"] = n_all * self.settings.ppo_epochs / max(upd_s, 1e-9)
         return metrics
 
+    def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, float]]:
+        """One generation batch of `data.train_batch_size` prompts, scored (and its per-prompt baselines)."""
+        indices = self.sampler.next_batch()
+        with timer("gen"):
+            batch = self.generate_batch(indices)
+        with timer("reward"):
+            reward_metrics = self.score(batch)
+        if "reward_baselines" in self.adv_needs:
+            with timer("gen_max"):
+                batch.reward_baselines = self.greedy_baselines(indices, batch)
+            reward_metrics.update(_stats("critic/reward_baselines", batch.reward_baselines))
+        return batch, reward_metrics
+
+    def dynamic_sampling(self, batch: Batch, reward_metrics: dict[str, float],
+                         timer: Timer) -> tuple[Batch, dict[str, float]]:
+        """DAPO's dynamic sampling (verl's algorithm.filter_groups): drop the groups whose filter metric is the
+        same for every response, generate further batches until data.train_batch_size groups are kept, then keep
+        the first train_batch_size of them. More than max_num_gen_batches generation batches (> 0) is an error."""
+        fg, want = self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size
+        kept: list[Batch] = []
+        kept_rows: list[dict[str, torch.Tensor]] = []  # the per-row reward values of the kept rows
+        num_kept = num_generated = num_gen_batches = 0
+        while True:
+            num_gen_batches += 1
+            keep = informative_groups(batch.group, self._filter_values(fg.metric))
+            num_generated += len(torch.unique(batch.group))
+            if keep.any():
+                kept.append(batch.select(keep.nonzero().flatten().tolist()))
+                kept_rows.append({k: v[keep] for k, v in self._reward_rows.items()})
+                num_kept += len(torch.unique(kept[-1].group))
+            if num_kept >= want:
+                break
+            if 0 < fg.max_num_gen_batches <= num_gen_batches:
+                raise RuntimeError(
+                    f"dynamic sampling (algorithm.filter_groups) kept {num_kept} of the {want} groups a step needs "
+                    f"after {num_gen_batches} generation batches (algorithm.filter_groups.max_num_gen_batches="
+                    f"{fg.max_num_gen_batches}): the responses to most prompts agree in "
+                    f"{fg.metric!r}. Use easier or harder data, raise max_num_gen_batches, or set it to 0 (no limit)"
+                )
+            batch, _ = self.generate_and_score(timer)
+        batch = concat_batches(kept, self.tokenizer.pad_token_id)
+        first = batch.group <= torch.unique(batch.group)[want - 1]  # the first `want` groups (labels ascend)
+        batch = batch.select(first.nonzero().flatten().tolist())
+        # the reward metrics of the batch that trains, as for an unfiltered step
+        metrics = {k: v for k, v in reward_metrics.items() if not k.startswith(("critic/", "reward_extra/"))}
+        metrics.update(_stats("critic/score", batch.scores))
+        synthetic = ("score", "seq_reward", "seq_final_reward")
+        for name in kept_rows[0]:
+            if name not in synthetic:
+                metrics[f"reward_extra/{name}/mean"] = float(torch.cat([r[name] for r in kept_rows])[first].mean())
+        if batch.reward_baselines is not None:
+            metrics.update(_stats("critic/reward_baselines", batch.reward_baselines))
+        metrics.update({"train/num_gen_batches": float(num_gen_batches), "train/num_kept_groups": float(num_kept),
+                        "train/num_generated_groups": float(num_generated)})
+        return batch, metrics
+
+    def _filter_values(self, metric: str) -> torch.Tensor:
+        """(B,) per-response values of the dynamic-sampling metric for the batch `score` saw last."""
+        rows = self._reward_rows
+        if metric not in rows:
+            raise ValueError(
+                f"algorithm.filter_groups.metric={metric!r}: the reward function returned no such value; "
+                f"available: {sorted(rows)}"
+            )
+        return rows[metric]
+
     # --------------------------------------------------------------------------------------------- phases
     def generate_batch(self, indices: list[int]) -> Batch:
         ro = self.cfg.actor_rollout_ref.rollout
@@ -178,13 +275,34 @@ class RLTrainer:
         """Scores (B,) from the reward function; the token reward (B, R) is the score on the last valid token."""
         scores, extra = score_responses(self.reward_fn, batch.data_source, batch.response_text,
                                         batch.ground_truth, batch.extra_info)
-        batch.scores = torch.tensor(scores, dtype=torch.float32)
+        batch.scores = raw = torch.tensor(scores, dtype=torch.float32)
+        ob = self.cfg.reward_model.overlong_buffer
+        if ob.enable:  # DAPO's soft overlong punishment, added to the score
+            penalty = overlong_penalty(batch.response_mask.sum(-1), self.cfg.data.max_response_length, ob.len,
+                                       ob.penalty_factor)
+            batch.scores = raw + penalty
+            if ob.log:
+                extra = {**extra, "overlong_reward": penalty.tolist(), "overlong": (penalty < 0).float().tolist()}
+        # per-row values dynamic sampling can filter on (verl's names: score before, seq_reward after the penalty)
+        self._reward_rows = {**{k: torch.tensor(v, dtype=torch.float32) for k, v in extra.items()},
+                             "score": raw, "seq_reward": batch.scores, "seq_final_reward": batch.scores}
         last = (batch.response_mask.sum(-1) - 1).clamp(min=0)
         batch.token_rewards = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
         batch.token_rewards[torch.arange(len(batch)), last] = batch.scores
         metrics = _stats("critic/score", batch.scores)
         metrics.update({f"reward_extra/{k}/mean": float(np.mean(v)) for k, v in extra.items()})
         return metrics
+
+    def greedy_baselines(self, indices: list[int], batch: Batch) -> torch.Tensor:
+        """(B,) ReMax's baseline: the score of one greedy response (do_sample false, same max tokens) to each
+        prompt in `indices`, scored by the same reward function, given to every row of that prompt's group."""
+        ro = self.cfg.actor_rollout_ref.rollout
+        params = SamplingParams(n=1, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p, do_sample=False,
+                                max_tokens=self.cfg.data.max_response_length, ignore_eos=ro.ignore_eos)
+        greedy = rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, generator=None)
+        scores, _ = score_responses(self.reward_fn, greedy.data_source, greedy.response_text,
+                                    greedy.ground_truth, greedy.extra_info)
+        return torch.tensor(scores, dtype=torch.float32)[batch.group]  # group = the prompt's position in indices
 
     def logprobs(self, batch: Batch, model, micro_cfg) -> torch.Tensor:
         micro = micro_cfg.log_prob_micro_batch_size_per_gpu or micro_cfg.log_prob_micro_batch_size
@@ -201,7 +319,9 @@ class RLTrainer:
         algo, metrics = self.cfg.algorithm, {}
         mask = batch.response_mask.float()
         if algo.use_kl_in_reward:
-            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_penalty) * mask  # (B, R)
+            # an estimator from logits (full) was computed in the ref phase, where both policies ran
+            kl = (batch.ref_kl if batch.ref_kl is not None
+                  else kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_penalty)) * mask  # (B, R)
             beta = self.kl_ctrl.value
             batch.token_rewards = batch.token_rewards - beta * kl
             current_kl = float(masked_mean(kl, mask, dim=-1).mean())
@@ -210,7 +330,9 @@ class RLTrainer:
         out = compute_advantages(algo.adv_estimator, AdvantageInputs(
             token_rewards=batch.token_rewards, response_mask=batch.response_mask, group=batch.group,
             values=batch.values, gamma=algo.gamma, lam=algo.lam,
-            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, scale_rewards=algo.scale_rewards,
+            reward_baselines=batch.reward_baselines, opmd_baseline=algo.opmd_baseline, tau=algo.tau,
+            baseline_shift=algo.baseline_shift,
         ))
         batch.advantages, batch.returns = out.advantages, out.returns
         valid = mask.bool()

@@ -3,40 +3,45 @@
 It does not know which algorithm runs: it gets a Batch with advantages and the names of a policy loss, a KL
 estimator and an aggregation mode. Mini-batches are counted in prompts (global), micro-batches in rows (per process);
 each micro-batch's loss is aggregated with the whole mini-batch's normaliser, so the micro-batch size changes the
-memory used, never the gradient.
+memory used, never the gradient. Two capabilities are asked of the registries, never of a name: a KL estimator
+that `kl_needs_logits` (``full``) makes the worker run the reference on each micro-batch (no gradient) for its
+logits; a policy loss that `policy_loss_needs_minibatch` (clip_cov, kl_cov) gets the detached inputs of its whole
+mini-batch (one extra no-gradient forward pass per mini-batch, only when the mini-batch is split).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from rft.algorithms import (
+    LOGIT_CHUNK_TOKENS,
     AggNorm,
     PolicyLossInputs,
     agg_loss,
     compute_policy_loss,
     entropy_from_logits,
+    kl_needs_logits,
     kl_penalty,
     logprobs_from_logits,
+    policy_loss_needs_minibatch,
 )
 from rft.batch import Batch
 
 
-def forward_logprobs(
-    model: nn.Module, batch: Batch, temperature: float, with_entropy: bool = False, entropy_grad: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (B, R) of the response tokens under softmax(logits / temperature), and their entropy (B, R).
+def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (B, r, V) of softmax(logits / temperature), labels (B, r)) at the response positions.
 
-    Columns that are padding in every row are trimmed first, and the LM head runs only on the positions that
-    predict response tokens (`logits_to_keep`).
+    Columns that are padding in every row are trimmed first, so r = the longest response of `batch` (at least 1)
+    <= R, and the LM head runs only on the positions that predict response tokens (`logits_to_keep`).
     """
-    P, R = batch.prompt_ids.shape[1], batch.response_ids.shape[1]
+    P = batch.prompt_ids.shape[1]
     p_len = int(batch.prompt_mask.sum(-1).max())
     r_len = max(1, int(batch.response_mask.sum(-1).max()))
     device = next(model.parameters()).device
@@ -47,14 +52,27 @@ def forward_logprobs(
                    logits_to_keep=r_len + 1).logits[:, :-1].float()  # (B, r_len, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logprobs = logprobs_from_logits(logits, ids[:, p_len:])
+    return logits, ids[:, p_len:]
+
+
+def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Right-pad the last dim of a (B, r) tensor with zeros to (B, width)."""
+    return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+
+
+def forward_logprobs(
+    model: nn.Module, batch: Batch, temperature: float, with_entropy: bool = False, entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (B, R) of the response tokens under softmax(logits / temperature), and their entropy (B, R)
+    (chunked over token positions, see `entropy_from_logits`). See `forward_logits`."""
+    R = batch.response_ids.shape[1]
+    logits, labels = forward_logits(model, batch, temperature)
+    logprobs = logprobs_from_logits(logits, labels)
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-    pad = (0, R - r_len)
-    return (torch.nn.functional.pad(logprobs, pad),
-            torch.nn.functional.pad(entropy, pad) if entropy is not None else None)
+            entropy = _pad(entropy_from_logits(logits if entropy_grad else logits.detach()), R)
+    return _pad(logprobs, R), entropy
 
 
 @torch.no_grad()
@@ -63,6 +81,43 @@ def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_r
     was_training = model.training
     model.eval()
     parts = [forward_logprobs(model, mb, temperature)[0].cpu() for mb in batch.split(micro_rows or len(batch))]
+    model.train(was_training)
+    return torch.cat(parts) * batch.response_mask
+
+
+@contextmanager
+def reference_of(model: nn.Module, ref_model: nn.Module | None) -> Iterator[nn.Module]:
+    """The module computing the reference policy, in eval mode for the duration: `ref_model` (a frozen copy of
+    the starting weights) when given, else `model` itself with its LoRA adapter disabled."""
+    if ref_model is None and not hasattr(model, "disable_adapter"):
+        raise RuntimeError("no reference policy: full fine-tuning needs the frozen copy (ref_model)")
+    module = ref_model if ref_model is not None else model
+    was_training = module.training
+    module.eval()
+    try:
+        if ref_model is not None:
+            yield ref_model
+        else:
+            with model.disable_adapter():
+                yield model
+    finally:
+        module.train(was_training)
+
+
+@torch.no_grad()
+def compute_logit_kl(model: nn.Module, ref_model: nn.Module | None, batch: Batch, temperature: float,
+                     micro_rows: int | None, kind: str) -> torch.Tensor:
+    """(B, R) per-token KL(policy || reference) of a logit-based estimator (`kl_needs_logits`, e.g. ``full``),
+    without gradients: both policies run on each micro-batch of `micro_rows` rows. 0 on padding."""
+    was_training = model.training
+    model.eval()
+    parts = []
+    for mb in batch.split(micro_rows or len(batch)):
+        logits, labels = forward_logits(model, mb, temperature)
+        with reference_of(model, ref_model) as ref:
+            ref_logits, _ = forward_logits(ref, mb, temperature)
+        kl = kl_penalty(logprobs_from_logits(logits, labels), None, kind, logits=logits, ref_logits=ref_logits)
+        parts.append(_pad(kl, batch.response_ids.shape[1]).cpu())
     model.train(was_training)
     return torch.cat(parts) * batch.response_mask
 
@@ -130,11 +185,24 @@ class UpdateSettings:
     use_kl_loss: bool
     kl_loss_coef: float
     kl_loss_type: str
+    tau_pos: float = 1.0  # sapo
+    tau_neg: float = 1.05  # sapo
+    clip_cov_ratio: float = 0.0002  # clip_cov
+    clip_cov_lb: float = 1.0  # clip_cov
+    clip_cov_ub: float = 5.0  # clip_cov
+    kl_cov_ratio: float = 0.0002  # kl_cov
+    ppo_kl_coef: float = 0.1  # kl_cov
+    opmd_tau: float = 1.0  # opmd
+    logit_chunk_tokens: int = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL
 
 
 class PolicyWorker:
-    def __init__(self, model: nn.Module, settings: UpdateSettings, optim_cfg, total_steps: int):
+    def __init__(self, model: nn.Module, settings: UpdateSettings, optim_cfg, total_steps: int,
+                 ref_model: nn.Module | None = None):
+        """`ref_model`: the frozen reference (full fine-tuning) for a KL loss computed from logits; with LoRA the
+        reference is `model` with its adapter disabled and `ref_model` stays None."""
         self.model = model
+        self.ref_model = ref_model
         self.s = settings
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, optim_cfg)
@@ -143,17 +211,37 @@ class PolicyWorker:
         self.scheduler = build_scheduler(self.optimizer, optim_cfg.warmup_style, warmup, total_steps,
                                          optim_cfg.num_cycles, optim_cfg.min_lr_ratio)
 
-    def _micro_loss(self, mb: Batch, norm: AggNorm) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss_inputs(self, mb: Batch, logprobs: torch.Tensor, norm: AggNorm | None, seed: int) -> PolicyLossInputs:
         s = self.s
-        logprobs, entropy = forward_logprobs(self.model, mb, s.temperature, with_entropy=True,
-                                             entropy_grad=s.entropy_coeff != 0)
-        mask = mb.response_mask.to(logprobs.device).float()
-        old = mb.old_logprobs.to(logprobs.device) if mb.old_logprobs is not None else logprobs.detach()
-        out = compute_policy_loss(s.loss_mode, PolicyLossInputs(
-            logprobs=logprobs, old_logprobs=old, advantages=mb.advantages.to(logprobs.device), response_mask=mask,
+        device = logprobs.device
+        return PolicyLossInputs(
+            logprobs=logprobs,
+            old_logprobs=mb.old_logprobs.to(device) if mb.old_logprobs is not None else logprobs.detach(),
+            advantages=mb.advantages.to(device), response_mask=mb.response_mask.to(device).float(),
             clip_ratio_low=s.clip_ratio_low, clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
-            loss_agg_mode=s.loss_agg_mode, agg_norm=norm,
-        ))
+            loss_agg_mode=s.loss_agg_mode, agg_norm=norm, tau_pos=s.tau_pos, tau_neg=s.tau_neg,
+            clip_cov_ratio=s.clip_cov_ratio, clip_cov_lb=s.clip_cov_lb, clip_cov_ub=s.clip_cov_ub,
+            kl_cov_ratio=s.kl_cov_ratio, ppo_kl_coef=s.ppo_kl_coef, opmd_tau=s.opmd_tau, selection_seed=seed,
+        )
+
+    def _micro_loss(self, mb: Batch, norm: AggNorm, seed: int = 0, minibatch: PolicyLossInputs | None = None,
+                    row_offset: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
+        s = self.s
+        R = mb.response_ids.shape[1]
+        kl_from_logits = s.use_kl_loss and kl_needs_logits(s.kl_loss_type)
+        ref_logits = None
+        if kl_from_logits:
+            with torch.no_grad(), reference_of(self.model, self.ref_model) as ref:
+                ref_logits, _ = forward_logits(ref, mb, s.temperature)
+        logits, labels = forward_logits(self.model, mb, s.temperature)
+        logprobs = _pad(logprobs_from_logits(logits, labels), R)
+        with torch.set_grad_enabled(s.entropy_coeff != 0 and torch.is_grad_enabled()):
+            entropy = _pad(entropy_from_logits(logits if s.entropy_coeff else logits.detach(),
+                                               s.logit_chunk_tokens), R)
+        mask = mb.response_mask.to(logprobs.device).float()
+        inputs = self._loss_inputs(mb, logprobs, norm, seed)
+        inputs.minibatch, inputs.row_offset = minibatch, row_offset
+        out = compute_policy_loss(s.loss_mode, inputs)
         loss = out.loss
         share = float(mask.sum()) / max(norm.num_tokens, 1.0)  # token share of this micro-batch
         metrics = {f"actor/{k}": v * share for k, v in out.metrics.items()}
@@ -163,7 +251,10 @@ class PolicyWorker:
         if s.entropy_coeff:
             loss = loss - s.entropy_coeff * entropy_term
         if s.use_kl_loss:
-            kl = kl_penalty(logprobs, mb.ref_logprobs.to(logprobs.device), s.kl_loss_type)
+            r = logits.shape[1]
+            ref_logprobs = mb.ref_logprobs[:, :r].to(logprobs.device) if mb.ref_logprobs is not None else None
+            kl = _pad(kl_penalty(logprobs[:, :r], ref_logprobs, s.kl_loss_type, logits=logits,
+                                 ref_logits=ref_logits, chunk_size=s.logit_chunk_tokens), R)
             kl_term = agg_loss(kl, mask, s.loss_agg_mode, norm)
             loss = loss + s.kl_loss_coef * kl_term
             metrics["actor/kl_loss"] = float(kl_term.detach())
@@ -179,6 +270,29 @@ class PolicyWorker:
         order = groups[torch.randperm(len(groups), generator=g)]
         return [i for gid in order.tolist() for i in (batch.group == gid).nonzero().flatten().tolist()]
 
+    def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
+        """Accumulate the gradient of one mini-batch's loss into the parameters' `.grad`, micro-batch by
+        micro-batch (`micro_rows` rows each); returns the summed micro-batch metrics. No optimizer step.
+
+        `seed` seeds the random token choice of losses that make one (clip_cov)."""
+        s = self.s
+        norm = AggNorm(num_tokens=float(mini.response_mask.sum()), num_seqs=float(len(mini)),
+                       max_len=s.max_response_length)
+        micro_rows = s.micro_rows or len(mini)
+        whole = None
+        if policy_loss_needs_minibatch(s.loss_mode) and micro_rows < len(mini):
+            # The token selection of this loss uses statistics of the whole mini-batch: give every micro-batch
+            # the same detached inputs (current log-probs of all rows: one extra forward pass, no gradient).
+            current = compute_logprobs(self.model, mini, s.temperature, micro_rows)
+            whole = self._loss_inputs(mini, current.to(next(self.model.parameters()).device), norm, seed)
+        sums: dict[str, float] = defaultdict(float)
+        for i, mb in enumerate(mini.split(micro_rows)):
+            loss, metrics = self._micro_loss(mb, norm, seed, whole, i * micro_rows)
+            loss.backward()
+            for k, v in metrics.items():
+                sums[k] += v
+        return sums
+
     def update(self, batch: Batch, step: int) -> dict[str, float]:
         """ppo_epochs passes over `batch`, one optimizer step per mini-batch, then one scheduler step."""
         s = self.s
@@ -188,16 +302,10 @@ class PolicyWorker:
         for epoch in range(s.ppo_epochs):
             order = self._row_order(batch, step, epoch)
             data = batch.select(order) if order is not None else batch
-            for mini in data.split(rows_per_mini):
-                norm = AggNorm(num_tokens=float(mini.response_mask.sum()), num_seqs=float(len(mini)),
-                               max_len=s.max_response_length)
+            for index, mini in enumerate(data.split(rows_per_mini)):
                 self.optimizer.zero_grad(set_to_none=True)
-                sums: dict[str, float] = defaultdict(float)
-                for mb in mini.split(s.micro_rows or rows_per_mini):
-                    loss, metrics = self._micro_loss(mb, norm)
-                    loss.backward()
-                    for k, v in metrics.items():
-                        sums[k] += v
+                seed = (((s.seed * 1_000_003 + step) * 1_009 + epoch) * 1_013 + index) % 2**63
+                sums = self.backward_mini_batch(mini, seed)
                 grad_norm, stepped = clipped_step(self.optimizer, self.params, s.grad_clip)
                 if not stepped:
                     history["actor/nonfinite_grad_steps"].append(1.0)

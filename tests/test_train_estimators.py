@@ -1,0 +1,164 @@
+"""One RL step on the tiny model for every selectable advantage estimator (each moves every trainable parameter);
+ReMax's greedy baseline reaching the advantages; several reward functions combined with weights."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from rft.algorithms import ADV_ESTIMATORS
+from rft.config import load_config
+from rft.models.tiny import init_model
+from rft.monitor import Timer
+from rft.rewards import load_custom_reward, score_responses
+from rft.rollout import SamplingParams
+from rft.tasks import write_arithmetic
+from rft.trainer.evaluate import rollout_batch
+from rft.trainer.rl import RLTrainer
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+# A shaped reward (as tests/test_trainer.py): an untrained model's samples differ in it, so every estimator's
+# advantages (and gradients) are non-zero. `length` is a second reward function for the weighted-sum test;
+# `per_prompt` adds a term that differs between prompts, so the greedy baselines of different prompts differ.
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    digits = sum(c.isdigit() for c in solution_str)
+    exact = float(solution_str.strip() == str(ground_truth))
+    return {"score": exact + digits / (1 + len(solution_str)), "digits": float(digits)}
+
+
+def length(data_source, solution_str, ground_truth, extra_info=None):
+    return float(len(solution_str))
+
+
+def per_prompt(data_source, solution_str, ground_truth, extra_info=None):
+    return compute_score(data_source, solution_str, ground_truth)["score"] + int(ground_truth) / 100
+'''
+
+# gae needs a critic, which arrives later (the config refuses it)
+TRAINABLE = sorted(set(ADV_ESTIMATORS.names()) - {"gae"})
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assets")
+    init_model("tiny", root / "model", seed=0)
+    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
+    (root / "reward.py").write_text(REWARD)
+    return root
+
+
+def make_cfg(assets: Path, out: Path, *overrides: str):
+    return load_config(None, [
+        f"actor_rollout_ref.model.path={assets / 'model'}",
+        f"data.train_files={assets / 'data' / 'train.parquet'}",
+        f"custom_reward_function.path={assets / 'reward.py'}",
+        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
+        "trainer.logger=[]",
+        *overrides,
+    ])
+
+
+def trainable(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def spy_on_advantages(trainer: RLTrainer) -> list:
+    """The batches `compute_advantages` sees (with their advantages once it returns)."""
+    seen, original = [], trainer.compute_advantages
+
+    def spy(batch):
+        seen.append(batch)
+        return original(batch)
+
+    trainer.compute_advantages = spy
+    return seen
+
+
+@pytest.mark.parametrize("estimator", TRAINABLE)
+def test_one_step_moves_every_trainable_parameter(assets, tmp_path, estimator):
+    cfg = make_cfg(assets, tmp_path, f"algorithm.adv_estimator={estimator}",
+                   "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1")
+    trainer = RLTrainer(cfg)
+    seen = spy_on_advantages(trainer)
+    before = trainable(trainer.model)
+    metrics = trainer.train_step(1, Timer())
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
+    assert metrics["actor/grad_norm"] > 0
+    after = trainable(trainer.model)
+    unmoved = [n for n in before if torch.equal(before[n], after[n])]
+    assert not unmoved, f"parameters that did not move: {unmoved}"
+    assert metrics["critic/score/max"] > metrics["critic/score/min"]
+    batch = seen[0]
+    valid = batch.response_mask.bool()
+    assert batch.advantages[valid].abs().max() > 1e-3  # the estimator gave a learning signal
+    assert (batch.advantages[~valid] == 0).all()
+
+
+def test_remax_greedy_baseline_reaches_the_advantages(assets, tmp_path):
+    cfg = make_cfg(assets, tmp_path / "remax", "algorithm.adv_estimator=remax",
+                   "custom_reward_function.name=per_prompt")
+    trainer = RLTrainer(cfg)
+    n = cfg.actor_rollout_ref.rollout.n
+    # The greedy response to each prompt of step 1 and its score, computed here before the policy moves.
+    indices = copy.deepcopy(trainer.sampler).next_batch()
+    greedy = rollout_batch(trainer.rollout, trainer.tokenizer, trainer.train_set, indices,
+                           SamplingParams(n=1, do_sample=False, max_tokens=6), generator=None)
+    reward = load_custom_reward(assets / "reward.py", "per_prompt")
+    greedy_scores, _ = score_responses(reward, greedy.data_source, greedy.response_text, greedy.ground_truth,
+                                       greedy.extra_info)
+    assert len(set(greedy_scores)) == len(indices)  # one baseline per prompt, all different
+    expected_baselines = torch.tensor(greedy_scores).repeat_interleave(n)  # rows of a prompt are adjacent
+
+    seen = spy_on_advantages(trainer)
+    trainer.fit()
+    batch = seen[0]
+    assert len(batch) == len(indices) * n
+    torch.testing.assert_close(batch.reward_baselines, expected_baselines)
+    # the score sits on the last valid token and gamma = 1: every valid token's return is the row's score
+    valid = batch.response_mask.bool()
+    expected = torch.where(valid, (batch.scores - expected_baselines).unsqueeze(-1), torch.zeros(()))
+    torch.testing.assert_close(batch.advantages, expected)
+    assert batch.advantages[valid].abs().max() > 1e-3
+    logged = json.loads((tmp_path / "remax" / "metrics.jsonl").read_text().splitlines()[0])
+    assert logged["timing_s/gen_max"] > 0
+    assert logged["critic/reward_baselines/mean"] == pytest.approx(float(expected_baselines.mean()))
+
+    # the greedy rollout draws nothing from the sampling stream: it stays where a grpo step leaves it
+    grpo = RLTrainer(make_cfg(assets, tmp_path / "grpo", "algorithm.adv_estimator=grpo",
+                              "custom_reward_function.name=per_prompt"))
+    grpo.train_step(1, Timer())
+    assert torch.equal(trainer.generator.get_state(), grpo.generator.get_state())
+
+
+def test_estimators_without_a_baseline_need_no_greedy_rollout(assets, tmp_path):
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.adv_estimator=rloo"))
+    timer = Timer()
+    trainer.train_step(1, timer)
+    assert "timing_s/gen_max" not in timer.metrics()
+
+
+def test_weighted_reward_functions(assets, tmp_path):
+    cfg = make_cfg(assets, tmp_path, "custom_reward_function.name=[compute_score,length]",
+                   "custom_reward_function.reward_weights=[2.0,-0.5]")
+    trainer = RLTrainer(cfg)
+    seen = spy_on_advantages(trainer)
+    metrics = trainer.train_step(1, Timer())
+    batch = seen[0]
+    reward = load_custom_reward(assets / "reward.py")
+    shaped = torch.tensor([reward(None, text, gt)["score"] for text, gt in zip(batch.response_text, batch.ground_truth)])
+    lengths = torch.tensor([float(len(text)) for text in batch.response_text])
+    torch.testing.assert_close(batch.scores, 2.0 * shaped - 0.5 * lengths)
+    # each function logged on its own (unweighted), its extra metrics under its name
+    assert metrics["reward_extra/compute_score/mean"] == pytest.approx(float(shaped.mean()))
+    assert metrics["reward_extra/length/mean"] == pytest.approx(float(lengths.mean()))
+    assert "reward_extra/compute_score/digits/mean" in metrics

@@ -1,0 +1,321 @@
+"""The loss catalogue on the real tiny model: one training step per policy loss and per KL estimator moves every
+trainable parameter; the micro-batch size never changes a mini-batch's gradient (every loss, every aggregation
+mode, through PolicyWorker); the full KL in the loss and in the reward; DAPO's overlong penalty and dynamic
+sampling in the RL loop; the new config keys are validated."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from rft.algorithms import LOSS_AGG_MODES, full_kl_from_logits, overlong_penalty
+from rft.config import load_config
+from rft.config.load import ConfigError
+from rft.config.schema import POLICY_LOSS_NAMES
+from rft.models.tiny import init_model
+from rft.monitor import Timer
+from rft.tasks import write_arithmetic
+from rft.trainer.rl import RLTrainer
+from rft.workers.policy import compute_logit_kl, forward_logits
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+# A shaped reward: an untrained model's samples differ in it, so advantages (and gradients) are non-zero.
+# `acc` (exact answers) is 0 for every sample of an untrained model; `even_only` is the shaped score for
+# prompts whose answer is even and 0 for the others (dynamic sampling drops those groups).
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    digits = sum(c.isdigit() for c in solution_str)
+    shaped = digits / (1 + len(solution_str))
+    exact = float(solution_str.strip() == str(ground_truth))
+    even = int(str(ground_truth)[-1]) % 2 == 0
+    return {"score": exact + shaped, "acc": exact, "even_only": shaped if even else 0.0}
+'''
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assets")
+    init_model("tiny", root / "model", seed=0)
+    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
+    (root / "reward.py").write_text(REWARD)
+    return root
+
+
+def make_cfg(assets: Path, out: Path, *overrides: str):
+    return load_config(None, [
+        f"actor_rollout_ref.model.path={assets / 'model'}",
+        f"data.train_files={assets / 'data' / 'train.parquet'}",
+        f"custom_reward_function.path={assets / 'reward.py'}",
+        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
+        "trainer.logger=[]",
+        *overrides,
+    ])
+
+
+def trainable(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_all_moved(before: dict, model) -> None:
+    after = trainable(model)
+    unmoved = [n for n in before if torch.equal(before[n], after[n])]
+    assert not unmoved, f"parameters that did not move: {unmoved}"
+
+
+# ------------------------------------------------------------------------------ one step per loss / KL
+
+
+@pytest.mark.parametrize("loss_mode", POLICY_LOSS_NAMES)
+def test_one_step_of_every_loss_moves_every_parameter(assets, tmp_path, loss_mode):
+    # micro-batches of 8 rows: clip_cov / kl_cov take their token choice from the whole mini-batch
+    trainer = RLTrainer(make_cfg(assets, tmp_path, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+                                 "actor_rollout_ref.actor.entropy_coeff=0.01"))
+    before = trainable(trainer.model)
+    metrics = trainer.train_step(1, Timer())
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
+    assert metrics["actor/grad_norm"] > 0
+    assert metrics["actor/entropy"] > 0
+    assert metrics["critic/score/max"] > metrics["critic/score/min"]
+    assert_all_moved(before, trainer.model)
+
+
+@pytest.mark.parametrize("kl_type", ["low_var_kl", "k3+", "abs", "full"])
+def test_kl_loss_types_train_and_measure_the_drift(assets, tmp_path, kl_type):
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
+                                 f"actor_rollout_ref.actor.kl_loss_type={kl_type}",
+                                 "actor_rollout_ref.actor.kl_loss_coef=0.1",
+                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"))
+    assert trainer.needs_ref and trainer.needs_ref_logprobs == (kl_type != "full")
+    before = trainable(trainer.model)
+    first = trainer.train_step(1, Timer())
+    assert abs(first["actor/kl_loss"]) < 1e-6  # the policy is still the reference (up to float noise)
+    assert_all_moved(before, trainer.model)
+    second = trainer.train_step(2, Timer())
+    assert second["actor/kl_loss"] > 1e-6  # it moved away
+
+
+def test_full_kl_loss_with_lora_uses_the_adapterless_model(assets, tmp_path):
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
+                                 "actor_rollout_ref.actor.kl_loss_type=full", "actor_rollout_ref.actor.kl_loss_coef=0.1",
+                                 "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"))
+    assert trainer.ref_model is None
+    before = trainable(trainer.model)
+    kls = [trainer.train_step(step, Timer())["actor/kl_loss"] for step in (1, 2)]
+    assert abs(kls[0]) < 1e-6  # LoRA's B starts at zero: the policy is the adapterless model
+    assert kls[1] > 1e-6  # step 1 moved B: the reference (adapter disabled) no longer equals the policy
+    assert_all_moved(before, trainer.model)
+    assert trainer.model.training  # the reference pass switched the adapter back on, and train mode
+
+
+def test_compute_logit_kl_is_the_exact_kl_of_both_models(assets, tmp_path):
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
+                                 "actor_rollout_ref.actor.kl_loss_type=full"))
+    batch = trainer.generate_batch(trainer.sampler.next_batch())
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        logits, _ = forward_logits(trainer.model, batch, 1.0)
+        ref_logits, _ = forward_logits(trainer.ref_model, batch, 1.0)
+    expected = torch.distributions.kl_divergence(
+        torch.distributions.Categorical(logits=logits), torch.distributions.Categorical(logits=ref_logits))
+    got = compute_logit_kl(trainer.model, trainer.ref_model, batch, 1.0, micro_rows=5, kind="full")
+    mask = batch.response_mask.bool()[:, : expected.shape[1]]
+    assert got.shape == batch.response_mask.shape
+    torch.testing.assert_close(got[:, : expected.shape[1]][mask], expected[mask], atol=1e-5, rtol=1e-4)
+    assert (got[~batch.response_mask.bool()] == 0).all() and expected[mask].min() > 0
+
+
+def test_full_kl_in_the_reward(assets, tmp_path):
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full",
+                                 "algorithm.kl_ctrl.kl_coef=0.5"))
+    assert trainer.reward_kl_from_logits and not trainer.needs_ref_logprobs
+    first = trainer.train_step(1, Timer())
+    assert first["actor/reward_kl_penalty"] == 0.0 and first["actor/reward_kl_penalty_coeff"] == 0.5
+    second = trainer.train_step(2, Timer())
+    assert second["actor/reward_kl_penalty"] > 1e-6
+    # the rewards carry -0.5 * KL: the token rewards summed per row are the scores minus 0.5 * the row's KL sum
+    assert second["critic/rewards/mean"] < second["critic/score/mean"]
+
+
+# ----------------------------------------------------------------------------- micro-batch invariance
+
+
+@pytest.fixture(scope="module")
+def mini_batch(assets, tmp_path_factory):
+    """A scored 16-row mini-batch (4 prompts x 4) with old log-probs off the current ones (ratios != 1) and a
+    reference that differs from the policy (the policy's weights were nudged after the frozen copy)."""
+    out = tmp_path_factory.mktemp("mini")
+    trainer = RLTrainer(make_cfg(assets, out, "actor_rollout_ref.actor.use_kl_loss=true"))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    batch = trainer.generate_batch(trainer.sampler.next_batch())
+    trainer.score(batch)
+    current = trainer.logprobs(batch, trainer.model, trainer.cfg.actor_rollout_ref.rollout)
+    gen = torch.Generator().manual_seed(2)
+    batch.old_logprobs = (current + 0.3 * torch.randn(current.shape, generator=gen)) * batch.response_mask
+    batch.ref_logprobs = trainer.ref_logprobs(batch)
+    trainer.compute_advantages(batch)
+    return trainer, batch
+
+
+def _mini_batch_grads(trainer, batch, micro_rows) -> list[torch.Tensor]:
+    trainer.worker.s.micro_rows = micro_rows
+    trainer.worker.optimizer.zero_grad(set_to_none=True)
+    trainer.worker.backward_mini_batch(batch, seed=123)
+    return [p.grad.detach().clone() for p in trainer.worker.params]
+
+
+@pytest.mark.parametrize("loss_mode", POLICY_LOSS_NAMES)
+def test_micro_batch_size_never_changes_the_gradient(mini_batch, loss_mode):
+    """Every aggregation mode, with the entropy bonus and a KL loss: the gradient of one mini-batch with micro
+    batches of 4 rows equals the one with the whole mini-batch at once (max abs diff <= 1e-6)."""
+    trainer, batch = mini_batch
+    s = trainer.worker.s
+    s.loss_mode, s.entropy_coeff, s.kl_loss_coef, s.kl_loss_type = loss_mode, 0.01, 0.1, "low_var_kl"
+    s.clip_cov_ratio, s.kl_cov_ratio = 0.05, 0.05  # a few tokens in 16 short rows
+    s.clip_cov_lb, s.clip_cov_ub = -10.0, 10.0  # most tokens are candidates: the random choice matters
+    for mode in LOSS_AGG_MODES:
+        s.loss_agg_mode = mode
+        whole = _mini_batch_grads(trainer, batch, None)
+        split = _mini_batch_grads(trainer, batch, 4)
+        diff = max(float((a - b).abs().max()) for a, b in zip(whole, split))
+        assert diff <= 1e-6, (mode, diff)
+        assert max(float(g.abs().max()) for g in whole) > 1e-4
+
+
+@pytest.mark.parametrize("kl_type", ["full", "k3+"])
+def test_micro_batch_size_never_changes_the_kl_gradient(mini_batch, kl_type):
+    trainer, batch = mini_batch
+    s = trainer.worker.s
+    s.loss_mode, s.loss_agg_mode, s.entropy_coeff = "vanilla", "seq-mean-token-mean", 0.0
+    s.kl_loss_type, s.kl_loss_coef = kl_type, 1.0
+    whole = _mini_batch_grads(trainer, batch, None)
+    split = _mini_batch_grads(trainer, batch, 4)
+    assert max(float((a - b).abs().max()) for a, b in zip(whole, split)) <= 1e-6
+    s.kl_loss_coef = 0.0
+    without = _mini_batch_grads(trainer, batch, None)
+    assert max(float((a - b).abs().max()) for a, b in zip(whole, without)) > 1e-4  # the KL term counts
+
+
+def test_micro_batch_size_never_changes_a_training_step(assets, tmp_path):
+    """End to end through RLTrainer (same seed, same rollouts): micro 4 vs the whole mini-batch."""
+    results = []
+    for micro in ("4", "null"):
+        trainer = RLTrainer(make_cfg(assets, tmp_path / micro, "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+                                     f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+                                     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-maxlen",
+                                     "actor_rollout_ref.actor.optim.lr=1e-4"))
+        metrics = trainer.train_step(1, Timer())
+        results.append((metrics["actor/grad_norm"], trainable(trainer.model)))
+    (norm_a, w_a), (norm_b, w_b) = results
+    assert norm_a > 0 and norm_a == pytest.approx(norm_b, rel=1e-5, abs=1e-7)
+    assert max(float((w_a[k] - w_b[k]).abs().max()) for k in w_a) < 1e-6
+
+
+# ------------------------------------------------------------------------------------------------ DAPO
+
+
+def test_overlong_penalty_is_added_to_the_score(assets, tmp_path):
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "reward_model.overlong_buffer.enable=true",
+                                 "reward_model.overlong_buffer.len=4", "reward_model.overlong_buffer.penalty_factor=2.0",
+                                 "reward_model.overlong_buffer.log=true", "reward_model.reward_manager=dapo"))
+    batch = trainer.generate_batch(trainer.sampler.next_batch())
+    metrics = trainer.score(batch)
+    lengths = batch.response_mask.sum(-1)
+    penalty = overlong_penalty(lengths, 6, 4, 2.0)  # expected length 2: -(L - 2) / 4 * 2 for L > 2
+    assert penalty.min() < 0  # some responses are longer than 2 tokens
+    torch.testing.assert_close(batch.scores, trainer._reward_rows["score"] + penalty)
+    torch.testing.assert_close(penalty, (-(lengths.float() - 2) / 2).clamp(max=0))
+    assert metrics["reward_extra/overlong_reward/mean"] == pytest.approx(float(penalty.mean()))
+    assert metrics["reward_extra/overlong/mean"] == pytest.approx(float((penalty < 0).float().mean()))
+    assert metrics["critic/score/mean"] == pytest.approx(float(batch.scores.mean()))
+
+
+def test_dynamic_sampling_keeps_only_informative_groups(assets, tmp_path):
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
+                                 "algorithm.filter_groups.metric=even_only",
+                                 "algorithm.filter_groups.max_num_gen_batches=20"))
+    batch, metrics = trainer.dynamic_sampling(*trainer.generate_and_score(Timer()), Timer())
+    assert len(batch) == 16 and len(torch.unique(batch.group)) == 4  # exactly train_batch_size groups
+    assert all(int(str(gt)[-1]) % 2 == 0 for gt in batch.ground_truth)  # odd answers: even_only is always 0
+    assert metrics["train/num_kept_groups"] >= 4
+    assert metrics["train/num_generated_groups"] > metrics["train/num_kept_groups"]  # some groups were dropped
+    assert metrics["train/num_gen_batches"] == metrics["train/num_generated_groups"] / 4
+    assert metrics["critic/score/mean"] == pytest.approx(float(batch.scores.mean()))
+    # rows of one group stay adjacent: the worker's mini-batches and the advantages rely on it
+    assert (batch.group[1:] >= batch.group[:-1]).all()
+    step = trainer.train_step(1, Timer())
+    assert step["train/num_gen_batches"] >= 1 and step["actor/grad_norm"] > 0
+
+
+def test_dynamic_sampling_gives_up_after_max_num_gen_batches(assets, tmp_path):
+    # an untrained model never answers exactly: acc is 0 in every group, every group is dropped
+    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
+                                 "algorithm.filter_groups.metric=acc", "algorithm.filter_groups.max_num_gen_batches=2"))
+    with pytest.raises(RuntimeError, match=re.escape("max_num_gen_batches=2")):
+        trainer.train_step(1, Timer())
+    assert trainer.sampler.batch_in_epoch == 2  # two generation batches were drawn
+    unknown = RLTrainer(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
+                                 "algorithm.filter_groups.metric=accuracy"))
+    with pytest.raises(ValueError, match=r"accuracy.*available: \['acc', 'even_only', 'score'"):
+        unknown.train_step(1, Timer())
+
+
+# --------------------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["actor_rollout_ref.actor.policy_loss.loss_mode=ppo"], "actor_rollout_ref.actor.policy_loss.loss_mode"),
+    (["actor_rollout_ref.actor.kl_loss_type=k4"], "actor_rollout_ref.actor.kl_loss_type"),
+    (["algorithm.kl_penalty=k3++"], "algorithm.kl_penalty"),
+    (["actor_rollout_ref.actor.loss_agg_mode=token-sum"], "actor_rollout_ref.actor.loss_agg_mode"),
+    (["actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0"], "actor_rollout_ref.actor.policy_loss.clip_cov_ratio"),
+    (["actor_rollout_ref.actor.policy_loss.kl_cov_ratio=-1"], "actor_rollout_ref.actor.policy_loss.kl_cov_ratio"),
+    (["actor_rollout_ref.actor.policy_loss.clip_cov_lb=6"], "actor_rollout_ref.actor.policy_loss.clip_cov_lb"),
+    (["actor_rollout_ref.actor.policy_loss.ppo_kl_coef=-0.1"], "actor_rollout_ref.actor.policy_loss.ppo_kl_coef"),
+    (["actor_rollout_ref.actor.policy_loss.tau=-2"], "actor_rollout_ref.actor.policy_loss.tau"),
+    (["actor_rollout_ref.actor.tau_neg=0"], "actor_rollout_ref.actor.tau_neg"),
+    (["algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.target_kl=0"], "algorithm.kl_ctrl.target_kl"),
+    (["reward_model.overlong_buffer.enable=true"], "reward_model.overlong_buffer.len"),
+    (["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=7"],
+     "reward_model.overlong_buffer.len"),
+    (["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2",
+      "reward_model.overlong_buffer.penalty_factor=-1"], "reward_model.overlong_buffer.penalty_factor"),
+    (["algorithm.filter_groups.enable=true"], "algorithm.filter_groups.metric"),
+    (["reward_model.reward_manager=prime"], "reward_model.reward_manager"),
+])
+def test_bad_loss_options_are_refused_by_name(assets, tmp_path, overrides, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        make_cfg(assets, tmp_path, *overrides)
+
+
+def test_choices_list_every_name(assets, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        make_cfg(assets, tmp_path, "actor_rollout_ref.actor.kl_loss_type=k4")
+    for name in ("'k3+'", "'low_var_kl+'", "'full'", "'abs'"):
+        assert name in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        make_cfg(assets, tmp_path, "actor_rollout_ref.actor.policy_loss.loss_mode=ppo")
+    for name in POLICY_LOSS_NAMES:
+        assert repr(name) in str(err.value)
+
+
+def test_full_kl_chunking_in_the_worker_matches_unchunked(mini_batch):
+    trainer, batch = mini_batch
+    logits, _ = forward_logits(trainer.model, batch, 1.0)
+    with torch.no_grad():
+        ref_logits, _ = forward_logits(trainer.ref_model, batch, 1.0)
+    a = full_kl_from_logits(logits.detach(), ref_logits, 7)
+    b = full_kl_from_logits(logits.detach(), ref_logits, None)
+    assert torch.equal(a, b) or float((a - b).abs().max()) < 1e-6
