@@ -488,7 +488,7 @@ def load(*overrides: str):
     return load_config(None, [*BASE, *overrides], validate_paths=False)
 
 
-@pytest.mark.parametrize("name", sorted(set(ADV_ESTIMATOR_NAMES) - {"gae"}))
+@pytest.mark.parametrize("name", sorted(ADV_ESTIMATOR_NAMES))
 def test_every_estimator_name_is_selectable(name):
     assert load(f"algorithm.adv_estimator={name}").algorithm.adv_estimator == name
 
@@ -507,7 +507,8 @@ def test_estimator_options_load():
 @pytest.mark.parametrize(
     "overrides, needles",
     [
-        (["algorithm.adv_estimator=gae"], ["algorithm.adv_estimator='gae'", "needs a critic"]),
+        (["algorithm.adv_estimator=gae", "critic.enable=false"], ["algorithm.adv_estimator='gae'",
+                                                                  "needs critic values"]),
         (["algorithm.adv_estimator=ppo"], ["algorithm.adv_estimator='ppo'", "'grpo_passk'", "'opmd'"]),
         (["algorithm.adv_estimator=grpo_passk", "actor_rollout_ref.rollout.n=1"],
          ["'grpo_passk'", "actor_rollout_ref.rollout.n >= 2", "got 1"]),

@@ -44,7 +44,8 @@ def real_paths(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("config_paths")
     files = write_arithmetic(root / "data", n_train=16, n_val=4, seed=0)
-    return {"model": init_model("tiny", root / "model", seed=0), **files}
+    return {"model": init_model("tiny", root / "model", seed=0), "reward_model": init_model("tiny-rm", root / "rm"),
+            **files}
 
 
 def real_overrides(paths: dict[str, Path]) -> list[str]:
@@ -183,7 +184,7 @@ def test_unsupported_fields_exist():
     # the parametrised test below would silently pass with none
     keys = {key for key, _, _ in UNSUPPORTED}
     assert {"actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.rollout.engine_kwargs",
-            "reward_model.enable", "critic.enable"} <= keys
+            "critic.use_dynamic_bsz", "reward_model.model.fsdp_config"} <= keys
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +272,7 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
         (["actor_rollout_ref.actor.ppo_micro_batch_size=4"], ["ppo_micro_batch_size", "only one"]),
         (["data.train_batch_size=0"], ["data.train_batch_size", "positive"]),
         (["algorithm.adv_estimator=nope"], ["algorithm.adv_estimator='nope'", "grpo"]),
-        (["algorithm.adv_estimator=gae"], ["algorithm.adv_estimator='gae'", "critic"]),
+        (["algorithm.adv_estimator=gae", "critic.enable=false"], ["algorithm.adv_estimator='gae'", "critic"]),
         (["trainer.logger=[console,wandb]"], ["trainer.logger", "wandb"]),
         (["trainer.resume_mode=resume_path"], ["trainer.resume_from_path"]),
         (["data.train_files=train.csv"], ["data.train_files", "train.csv"]),
@@ -438,6 +439,8 @@ def test_example_validates_with_real_paths(example, real_paths, tmp_path):
         overrides = overrides[:2]
     if raw.custom_reward_function.path:
         overrides.append(f"custom_reward_function.path={ROOT / raw.custom_reward_function.path}")
+    if raw.reward_model.enable:
+        overrides.append(f"reward_model.model.path={real_paths['reward_model']}")
     cfg = load_config(example, overrides, validate_paths=True)
     assert cfg.actor_rollout_ref.model.path == str(real_paths["model"])
 

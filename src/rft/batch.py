@@ -32,7 +32,7 @@ _TENSOR_FIELDS = (
     "group",
     "loss_mask",
 )
-_LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text")
+_LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text", "raw_prompt")
 
 
 @dataclass
@@ -57,6 +57,7 @@ class Batch:
     ground_truth: list[Any] = field(default_factory=list)
     extra_info: list[dict] = field(default_factory=list)
     response_text: list[str] = field(default_factory=list)
+    raw_prompt: list[list[dict]] = field(default_factory=list)  # the prompt's chat messages (reward-model templates)
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]

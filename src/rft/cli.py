@@ -18,12 +18,13 @@ def _setup_env() -> None:
 
 
 def cmd_init_model(args) -> int:
-    from rft.models.tiny import init_model, parameter_count
+    from rft.models.tiny import REWARD_PRESETS, init_model, parameter_count
 
     path = init_model(args.preset, args.out, seed=args.seed, overwrite=args.overwrite)
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    n = parameter_count(AutoModelForCausalLM.from_pretrained(path))
+    auto = AutoModelForSequenceClassification if args.preset in REWARD_PRESETS else AutoModelForCausalLM
+    n = parameter_count(auto.from_pretrained(path))
     print(f"wrote {args.preset} model ({n:,} parameters) to {path}")
     return 0
 
@@ -33,7 +34,7 @@ def cmd_data(args) -> int:
         from rft.tasks import write_arithmetic
 
         paths = write_arithmetic(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                 max_digits=args.max_digits, ops=args.ops)
+                                 max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip)
     else:
         from rft.tasks import convert_gsm8k
 
@@ -52,7 +53,27 @@ def _is_staged(path: str | None) -> bool:
     return path is not None and "stages" in read_yaml(path)
 
 
+def _is_trinity(path: str | None) -> bool:
+    from rft.config.load import read_yaml
+    from rft.config.trinity import is_trinity
+
+    return path is not None and is_trinity(read_yaml(path))
+
+
 def cmd_train(args) -> int:
+    if _is_trinity(args.config):  # Trinity-RFT's dialect, translated to verl keys before anything loads
+        from rft.config.trinity import load_trinity
+
+        kind, loaded = load_trinity(args.config, args.overrides)
+        if kind == "stages":
+            from rft.trainer.stages import run_stages
+
+            print(f"rft: all stages finished; final model in {run_stages(loaded)}")
+        else:
+            from rft.trainer.rl import RLTrainer
+
+            RLTrainer(loaded).fit()
+        return 0
     if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
         from rft.trainer.stages import load_stages, run_stages
 
@@ -85,10 +106,26 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_component(args) -> int:
+    """`rft component` with no name (a name is dispatched before argparse, see main): the list of components."""
+    from rft.components.run import main as component_main
+
+    return component_main([])
+
+
 def cmd_config(args) -> int:
     from rft.config import load_config, to_yaml
 
-    if args.action == "show" and _is_staged(args.config):
+    if args.action == "show" and _is_trinity(args.config):
+        from rft.config.trinity import load_trinity
+
+        kind, loaded = load_trinity(args.config, args.overrides, validate_paths=False)
+        print(f"# {args.config}: Trinity-RFT dialect, as rft's verl keys")
+        for stage in loaded if kind == "stages" else []:
+            print(f"# stage {stage.name} ({stage.kind}) -> {stage.out}\n{to_yaml(stage.cfg)}", end="")
+        if kind == "rl":
+            print(to_yaml(loaded), end="")
+    elif args.action == "show" and _is_staged(args.config):
         from rft.trainer.stages import load_stages
 
         for stage in load_stages(args.config, args.overrides, validate_paths=False):
@@ -108,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("init-model", help="write an offline tiny Qwen2-architecture model and tokenizer")
     q.add_argument("out")
-    q.add_argument("--preset", default="tiny", choices=("tiny", "small"))
+    q.add_argument("--preset", default="tiny", choices=("tiny", "small", "tiny-rm"),
+                   help="tiny / small: causal LMs; tiny-rm: a one-label reward model on tiny's backbone")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--overwrite", action="store_true")
     q.set_defaults(fn=cmd_init_model)
@@ -121,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--n-val", type=int, default=200)
     q.add_argument("--max-digits", type=int, default=2)
     q.add_argument("--ops", default="+")
+    q.add_argument("--carry-slip", type=float, default=0.0,
+                   help="arithmetic: share of carrying additions whose SFT demonstration forgets the carry")
     q.set_defaults(fn=cmd_data)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")
@@ -138,7 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0)
     q.set_defaults(fn=cmd_demo)
 
-    q = sub.add_parser("config", help="show the resolved config, or the reference of every key")
+    q = sub.add_parser("component", help="run a component interface (rft_trainer, verl_trainer_component, "
+                       "group_relative_policy_optimization) with its own inputs: rft component NAME --help")
+    q.add_argument("name", nargs="?")
+    q.set_defaults(fn=cmd_component)
+
+    q = sub.add_parser("config", help="show the resolved config (a YAML file, or a component and its inputs: "
+                       "rft config show NAME --<input> VALUE ...), or the reference of every key")
     q.add_argument("action", choices=("show", "reference"))
     q.add_argument("config", nargs="?")
     q.add_argument("overrides", nargs="*")
@@ -163,8 +209,27 @@ def _split_positionals(args) -> None:
             args.src, args.out = items
 
 
+def _component_argv(argv: list[str]) -> list[str] | None:
+    """The `rft component` arguments of `rft component NAME ...` and `rft config show NAME ...` (a component's
+    inputs are its own options, so argparse's subparsers do not see them)."""
+    if argv[:1] == ["component"]:
+        return argv[1:]
+    if argv[:2] == ["config", "show"] and len(argv) > 2:
+        from rft.components import components
+
+        if argv[2] in components():
+            return [argv[2], "--show-config", *argv[3:]]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     _setup_env()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    component_argv = _component_argv(argv)
+    if component_argv is not None:
+        from rft.components.run import main as component_main
+
+        return component_main(component_argv)
     args = build_parser().parse_args(argv)
     _split_positionals(args)
     from rft.config import ConfigError

@@ -32,6 +32,7 @@ from rft.algorithms.utils import (
     masked_var,
     masked_whiten,
 )
+from rft.algorithms.value_loss import ValueLossOutputs, explained_variance, value_loss
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -68,6 +69,9 @@ __all__ = [
     "masked_mean",
     "masked_var",
     "masked_whiten",
+    "ValueLossOutputs",
+    "explained_variance",
+    "value_loss",
 ]
 
 from rft.algorithms.kl_ctrl import AdaptiveKLController, FixedKLController, make_kl_controller

@@ -54,7 +54,8 @@ def reference_markdown() -> str:
         "Generated from the schemas' help texts by `rft config reference` (a test keeps this file in step).",
         "Keys are verl's nested names; set them in YAML or as `dotted.key=value` overrides. `rft train` takes the",
         "RL keys (verl's ppo_trainer.yaml), `rft sft` the SFT keys (verl's sft_trainer.yaml); a `stages:` list in",
-        "an `rft train` config runs several of either in order (see README).",
+        "an `rft train` config runs several of either in order (see README). A Trinity-RFT YAML (`rft train`) and",
+        "the component interfaces (`rft component NAME`) are translated to these keys (docs/components.md).",
         "",
     ]
     lines += _sections(RFTConfig, "RL training (`rft train`)")

@@ -32,6 +32,8 @@ def sub(cls: type, help: str) -> Any:
 
 VLLM_ONLY = "a vLLM engine knob; rft's `hf` engine has no such setting (the vLLM engine is not implemented yet)"
 MULTI_PROCESS = "sharding and offload need several processes (torch.distributed), which rft does not run yet"
+CPU_ONLY_OFFLOAD = ("Honoured on a CPU run, where everything already lives in host memory; refused on cuda (rft "
+                    "has no FSDP offload yet).")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 # The names registered in rft.algorithms.ADV_ESTIMATORS (a test keeps the two equal): verl's nine and Trinity-RFT's
 # opmd and asymre.
@@ -41,6 +43,11 @@ ADV_ESTIMATOR_NAMES = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plu
 POLICY_LOSS_NAMES = ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "opmd")
 KL_ESTIMATOR_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+",
                       "low_var_kl+", "k3+", "full")
+# transformers' TrainingArguments.optim names and get_scheduler names (rft.workers.optim builds them).
+OPTIMIZER_NAMES = ("adamw_torch", "adamw_torch_fused", "adafactor", "ademamix", "sgd", "adagrad", "rmsprop",
+                   "galore_adamw", "lomo", "adalomo", "grokadamw", "schedule_free_sgd")
+SCHEDULER_NAMES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                   "inverse_sqrt", "reduce_lr_on_plateau")
 LOSS_AGG_MODE_NAMES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
                        "seq-mean-token-sum-maxlen")
 
@@ -62,9 +69,15 @@ class DataConfig:
     max_response_length: int = fld(512, "Maximum number of generated tokens per response.")
     train_batch_size: int = fld(1024, "Prompts per training step (global); each is sampled rollout.n times.")
     val_batch_size: Optional[int] = fld(None, "Prompts per validation generation call; null: all at once.")
-    return_raw_input_ids: bool = fld(False, "Keep raw input ids for a reward model.", unsupported="reward models")
-    return_raw_chat: bool = fld(False, "Keep the raw chat messages.", unsupported="reward models / agent loops")
-    return_full_prompt: bool = fld(False, "Keep the templated prompt text.", unsupported="reward models")
+    return_raw_input_ids: bool = fld(
+        False, "Keep raw input ids for a reward model with another tokenizer. No effect: rft always keeps each "
+        "prompt's chat messages, which reward_model.model.input_tokenizer re-templates."
+    )
+    return_raw_chat: bool = fld(
+        False, "Keep the raw chat messages. No effect: rft always keeps them (reward-model re-templating)."
+    )
+    return_full_prompt: bool = fld(False, "Keep the templated prompt text.",
+                                   unsupported="the templated prompt text is not kept in rft's Batch")
     shuffle: bool = fld(True, "Shuffle the training prompts each epoch (seeded by data.seed).")
     seed: int = fld(1, "Seed of the training-prompt shuffle.")
     filter_overlong_prompts: bool = fld(False, "Drop prompts longer than max_prompt_length when loading.")
@@ -123,6 +136,19 @@ class OptimConfig:
     weight_decay: float = fld(0.01, "AdamW weight decay.")
     betas: List[float] = fld([0.9, 0.999], "AdamW betas.")
     eps: float = fld(1e-8, "AdamW epsilon.")
+    optimizer: str = fld(
+        "adamw_torch",
+        "Optimizer by transformers' TrainingArguments.optim name (lr, betas, eps, weight_decay above): adamw_torch, "
+        "adamw_torch_fused, adafactor, sgd, adagrad, rmsprop; ademamix / grokadamw when their package is installed; "
+        "galore_adamw, lomo, adalomo, schedule_free_sgd are refused (rft.workers.optim says why).",
+        choices=OPTIMIZER_NAMES,
+    )
+    lr_scheduler_type: Optional[str] = fld(
+        None,
+        "transformers' get_scheduler by name, with the warmup above (replaces warmup_style); reduce_lr_on_plateau "
+        "steps on the validation reward (needs validation). null: warmup_style.",
+        choices=(None, *SCHEDULER_NAMES),
+    )
 
 
 @dataclass
@@ -134,9 +160,9 @@ class WrapPolicyConfig:
 @dataclass
 class FSDPConfig:
     wrap_policy: WrapPolicyConfig = sub(WrapPolicyConfig, "FSDP wrap policy.")
-    param_offload: bool = fld(False, "Offload parameters to CPU between uses.", unsupported=MULTI_PROCESS)
-    optimizer_offload: bool = fld(False, "Offload optimizer state to CPU.", unsupported=MULTI_PROCESS)
-    offload_policy: bool = fld(False, "FSDP2 CPU offload policy.", unsupported=MULTI_PROCESS)
+    param_offload: bool = fld(False, "Offload parameters to CPU between uses. " + CPU_ONLY_OFFLOAD)
+    optimizer_offload: bool = fld(False, "Offload optimizer state to CPU. " + CPU_ONLY_OFFLOAD)
+    offload_policy: bool = fld(False, "FSDP2 CPU offload policy. " + CPU_ONLY_OFFLOAD)
     fsdp_size: int = fld(-1, "FSDP group size; -1: all processes.", unsupported=MULTI_PROCESS)
 
 
@@ -288,11 +314,18 @@ class ActorRolloutRefConfig:
 # ----------------------------------------------------------------------------------------- reward / algo
 @dataclass
 class RewardModelInnerConfig:
-    input_tokenizer: Optional[str] = fld(None, "Tokenizer of the reward model.", unsupported="reward models")
-    path: Optional[str] = fld(None, "Reward model folder.", unsupported="reward models")
-    external_lib: Optional[str] = fld(None, "Module to import.", unsupported="reward models")
-    trust_remote_code: bool = fld(False, "Allow remote code.", unsupported="reward models")
-    fsdp_config: Dict[str, Any] = fld({}, "FSDP settings.", unsupported="reward models")
+    input_tokenizer: Optional[str] = fld(
+        None, "The policy's tokenizer, when the reward model's chat template differs from the policy's: the response "
+        "is decoded with it and the conversation re-templated with the reward model's tokenizer; null: the policy's "
+        "token ids go to the reward model as they are (same vocabulary and template)."
+    )
+    path: Optional[str] = fld(
+        None, "Reward model folder: an AutoModelForSequenceClassification with one label (e.g. `rft init-model "
+        "--preset tiny-rm`); required with enable."
+    )
+    external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
+    trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
+    fsdp_config: Dict[str, Any] = fld({}, "FSDP settings.", unsupported=MULTI_PROCESS)
 
 
 @dataclass
@@ -307,10 +340,22 @@ class OverlongBufferConfig:
 
 @dataclass
 class RewardModelConfig:
-    enable: bool = fld(False, "Score with a reward model.", unsupported="reward models")
+    enable: bool = fld(
+        False, "Score responses with a reward model: score = reward_weight x the model's score + rule_weight x the "
+        "reward function's score, on the last response token."
+    )
     model: RewardModelInnerConfig = sub(RewardModelInnerConfig, "The reward model.")
-    micro_batch_size_per_gpu: Optional[int] = fld(None, "Rows per reward-model pass.", unsupported="reward models")
-    max_length: Optional[int] = fld(None, "Reward model max length.", unsupported="reward models")
+    micro_batch_size_per_gpu: Optional[int] = fld(None, "Rows per reward-model forward pass; null: the whole batch.")
+    max_length: Optional[int] = fld(
+        None, "Longest reward-model input in tokens; a longer prompt + response keeps its last max_length tokens; "
+        "null: no limit."
+    )
+    reward_weight: float = fld(1.0, "Weight of the reward model's score in a response's score (rft's key).")
+    rule_weight: float = fld(
+        0.0, "Weight of the reward function's score (custom_reward_function, else the built-in scorer of the "
+        "data_source) when a reward model is enabled (rft's key); 0: the model's score alone and no reward function "
+        "runs (verl's behaviour)."
+    )
     reward_manager: str = fld(
         "naive", "How rule rewards are run: naive (in-process, row by row); dapo (verl's DAPO recipe: the same here, "
         "the overlong buffer applies with either).", choices=("naive", "dapo"),
@@ -357,7 +402,7 @@ class AlgorithmConfig:
     lam: float = fld(1.0, "GAE lambda.")
     adv_estimator: str = fld(
         "grpo",
-        "Advantage estimator (formulas and papers: docs/algorithms.md). gae needs a critic, which arrives later.",
+        "Advantage estimator (formulas and papers: docs/algorithms.md). gae builds a critic (critic.*).",
         choices=ADV_ESTIMATOR_NAMES,
     )
     norm_adv_by_std_in_grpo: bool = fld(
@@ -387,8 +432,81 @@ class AlgorithmConfig:
 
 
 @dataclass
+class CriticModelConfig:
+    path: Optional[str] = fld(
+        None, "Hugging Face folder the value model starts from: a causal LM (its backbone, plus a new one-label head), "
+        "a saved rft critic or a reward model (their head loads too); null: the policy's path."
+    )
+    tokenizer_path: Optional[str] = fld(
+        None, "Tokenizer saved with the exported critic; null: the policy's. The critic reads the policy's token ids, "
+        "so a tokenizer given here must have the policy's vocabulary (checked when loading)."
+    )
+    external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
+    override_config: Dict[str, Any] = fld({}, "Attributes set on the value model's config when loading.")
+    enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
+    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported=MULTI_PROCESS)
+    trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
+    use_remove_padding: bool = fld(False, "Sequence packing.", unsupported="sequence packing (varlen attention)")
+    use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
+    lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a LoRA adapter and the value head in full.")
+    lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
+    target_modules: Any = fld(
+        "all-linear", "LoRA target modules: 'all-linear', a list of module names, or a regex string (never the head)."
+    )
+    exclude_modules: Any = fld(None, "Modules excluded from LoRA: a list of names or a regex string.")
+    fsdp_config: FSDPConfig = sub(FSDPConfig, "FSDP settings of the critic.")
+
+
+@dataclass
+class CriticOptimConfig(OptimConfig):
+    lr: float = fld(1e-5, "Peak learning rate of the critic's AdamW.")
+
+
+@dataclass
 class CriticConfig:
-    enable: Optional[bool] = fld(None, "Build a critic (value model).", unsupported="a critic (PPO with GAE)")
+    enable: Optional[bool] = fld(
+        None, "Build a critic (value model): null: when the advantage estimator needs values (gae); true: always "
+        "(trained on the estimator's returns); false: never (refused with gae)."
+    )
+    strategy: str = fld("fsdp", "Training strategy; with one process neither FSDP version wraps the model.",
+                        choices=("fsdp", "fsdp2"))
+    rollout_n: Optional[int] = fld(None, "Must equal actor_rollout_ref.rollout.n when set (verl's interpolation).")
+    optim: CriticOptimConfig = sub(CriticOptimConfig, "The critic's optimizer and learning-rate schedule.")
+    model: CriticModelConfig = sub(CriticModelConfig, "The value model.")
+    ppo_mini_batch_size: Optional[int] = fld(
+        None, "Prompts per critic optimizer step (global); null: actor.ppo_mini_batch_size."
+    )
+    ppo_micro_batch_size: Optional[int] = fld(
+        None, "Deprecated global micro batch in rows; use ppo_micro_batch_size_per_gpu."
+    )
+    ppo_micro_batch_size_per_gpu: Optional[int] = fld(
+        None, "Rows per critic forward/backward pass in one process (gradient accumulation); null: the whole "
+        "mini-batch."
+    )
+    forward_micro_batch_size: Optional[int] = fld(
+        None, "Deprecated; use forward_micro_batch_size_per_gpu."
+    )
+    forward_micro_batch_size_per_gpu: Optional[int] = fld(
+        None, "Rows per no-gradient value pass (the old values); null: ppo_micro_batch_size_per_gpu."
+    )
+    use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
+    ppo_max_token_len_per_gpu: int = fld(32768, "Token budget per micro batch.", unsupported="dynamic batch sizes")
+    forward_max_token_len_per_gpu: int = fld(32768, "Token budget per value pass.", unsupported="dynamic batch sizes")
+    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    ppo_epochs: Optional[int] = fld(None, "Passes over one batch of rollouts; null: actor.ppo_epochs.")
+    shuffle: Optional[bool] = fld(None, "Shuffle groups between mini-batches each epoch; null: actor.shuffle.")
+    grad_clip: float = fld(1.0, "Clip the critic's global gradient norm to this value (<= 0: no clipping).")
+    cliprange_value: float = fld(
+        0.5, "Value clip range c (> 0): loss = 0.5 * max((v - R)^2, (clip(v, v_old - c, v_old + c) - R)^2)."
+    )
+    loss_agg_mode: Optional[str] = fld(
+        None, "Aggregation of the value loss (names as actor.loss_agg_mode, the mini-batch's normaliser); null: "
+        "actor.loss_agg_mode.", choices=(None, *LOSS_AGG_MODE_NAMES),
+    )
+    checkpoint: ActorCheckpointConfig = sub(
+        ActorCheckpointConfig, "What the critic's part of a checkpoint (global_step_N/critic/) holds: model, "
+        "optimizer, extra (its scheduler), hf_model."
+    )
 
 
 @dataclass
@@ -399,6 +517,10 @@ class TrainerConfig:
     experiment_name: str = fld("run", "Experiment name (loggers).")
     logger: List[str] = fld(["console"], "Loggers: console (progress bar); metrics.jsonl is always written.")
     log_val_generations: int = fld(0, "Validation samples (prompt, response, score) printed and saved per validation.")
+    log_freq: Optional[int] = fld(
+        None, "Print a metrics line every N steps when the console is not a terminal; null: about 20 over the run. "
+        "metrics.jsonl always holds every step."
+    )
     nnodes: int = fld(1, "Nodes.")
     n_gpus_per_node: int = fld(1, "Devices (processes) per node.")
     device: str = fld("auto", "auto (cuda when available), cpu or cuda.", choices=("auto", "cpu", "cuda"))
@@ -406,7 +528,9 @@ class TrainerConfig:
     save_freq: int = fld(-1, "Save a checkpoint every N steps and at the last step; <= 0: no checkpoints (the final model is still written).")
     val_before_train: bool = fld(True, "Validate before the first step.")
     test_freq: int = fld(-1, "Validate every N steps and after the last step; <= 0: never during training.")
-    critic_warmup: int = fld(0, "Steps training only the critic.", unsupported="a critic (PPO with GAE)")
+    critic_warmup: int = fld(
+        0, "The first critic_warmup steps train only the critic; the actor is updated from step critic_warmup + 1."
+    )
     default_hdfs_dir: Optional[str] = fld(None, "HDFS copy of checkpoints.", unsupported="HDFS")
     default_local_dir: str = fld(
         "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
@@ -420,7 +544,11 @@ class TrainerConfig:
     remove_previous_ckpt_in_save: bool = fld(False, "Keep only the newest checkpoint.")
     del_local_ckpt_after_load: bool = fld(False, "Delete the checkpoint folder after resuming from it.")
     max_actor_ckpt_to_keep: Optional[int] = fld(None, "Keep at most this many checkpoints; null: all.")
-    max_critic_ckpt_to_keep: Optional[int] = fld(None, "Critic checkpoints to keep.", unsupported="a critic")
+    max_critic_ckpt_to_keep: Optional[int] = fld(
+        None, "Critic checkpoints to keep.",
+        unsupported="the critic is saved inside each global_step_N folder (critic/), so max_actor_ckpt_to_keep "
+        "keeps both",
+    )
     ray_wait_register_center_timeout: int = fld(300, "Ray start-up timeout.", unsupported="Ray")
     balance_batch: bool = fld(True, "Balance sequence lengths across processes (no effect with one process).")
 
@@ -429,7 +557,7 @@ class TrainerConfig:
 class RFTConfig:
     data: DataConfig = sub(DataConfig, "Prompts.")
     actor_rollout_ref: ActorRolloutRefConfig = sub(ActorRolloutRefConfig, "Policy, rollout and reference.")
-    critic: CriticConfig = sub(CriticConfig, "Value model (PPO).")
+    critic: CriticConfig = sub(CriticConfig, "Value model (PPO with gae). Defaults of null follow the actor.")
     reward_model: RewardModelConfig = sub(RewardModelConfig, "Model-based reward.")
     custom_reward_function: CustomRewardConfig = sub(CustomRewardConfig, "User reward function.")
     algorithm: AlgorithmConfig = sub(AlgorithmConfig, "Advantages and in-reward KL.")

@@ -15,10 +15,8 @@ from typing import Any
 from rft.config.load import ConfigError
 from rft.config.schema import RFTConfig
 
-# Names that are part of verl's vocabulary but arrive with a later capability of rft.
-_PENDING_ESTIMATORS = {
-    "gae": "needs a critic (PPO), not implemented yet",
-}
+# Names that are part of verl's vocabulary but arrive with a later capability of rft (none at the moment).
+_PENDING_ESTIMATORS: dict[str, str] = {}
 
 
 def walk(obj: Any, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
@@ -190,6 +188,138 @@ def _check_loss_options(cfg: RFTConfig) -> None:
         )
 
 
+def _check_critic(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
+    """The critic's sizes and ranges (its null sizes follow the actor's), trainer.critic_warmup, and that an
+    estimator which needs values has a critic."""
+    from rft.algorithms import estimator_spec
+
+    critic, actor, algo = cfg.critic, cfg.actor_rollout_ref.actor, cfg.algorithm
+    needs_values = "values" in estimator_spec(algo.adv_estimator).needs
+    if needs_values and critic.enable is False:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} needs critic values: remove critic.enable=false "
+            "(null builds the critic when the estimator needs it)"
+        )
+    warmup = cfg.trainer.critic_warmup
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ConfigError(f"trainer.critic_warmup must be an integer >= 0, got {warmup!r}")
+    use_critic = critic.enable if critic.enable is not None else needs_values
+    if not use_critic:
+        if warmup > 0:
+            raise ConfigError(
+                f"trainer.critic_warmup={warmup} trains only a critic, and this run has none: use "
+                "algorithm.adv_estimator=gae or critic.enable=true, or set trainer.critic_warmup=0"
+            )
+        return
+    if check_paths and critic.model.path:
+        _check_model_dir("critic.model.path", critic.model.path)
+    n, data = cfg.actor_rollout_ref.rollout.n, cfg.data
+    if critic.rollout_n is not None and critic.rollout_n != n:
+        raise ConfigError(
+            f"critic.rollout_n={critic.rollout_n} differs from actor_rollout_ref.rollout.n={n}; rft has one group "
+            "size: remove critic.rollout_n"
+        )
+    for key in ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+                "forward_micro_batch_size", "forward_micro_batch_size_per_gpu", "ppo_epochs"):
+        _positive(f"critic.{key}", getattr(critic, key), allow_none=True)
+    for a, b in (("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+                 ("forward_micro_batch_size", "forward_micro_batch_size_per_gpu")):
+        if getattr(critic, a) is not None and getattr(critic, b) is not None:
+            raise ConfigError(f"set only one of critic.{a} and critic.{b}")
+    mini = critic.ppo_mini_batch_size or actor.ppo_mini_batch_size
+    if data.train_batch_size % mini or mini % world_size:
+        raise ConfigError(
+            f"critic.ppo_mini_batch_size ({mini}) must divide data.train_batch_size ({data.train_batch_size}) and "
+            f"be a multiple of the number of processes ({world_size}); both count prompts"
+        )
+    micro = critic.ppo_micro_batch_size_per_gpu or (
+        critic.ppo_micro_batch_size // world_size if critic.ppo_micro_batch_size else None)
+    rows_per_mini = mini * n // world_size
+    if micro is not None and rows_per_mini % micro:
+        raise ConfigError(
+            f"a critic mini-batch holds critic.ppo_mini_batch_size x rollout.n = {mini} x {n} = {rows_per_mini} rows "
+            f"per process, which is not a multiple of critic.ppo_micro_batch_size_per_gpu ({micro})"
+        )
+    if not critic.cliprange_value > 0:
+        raise ConfigError(f"critic.cliprange_value must be > 0, got {critic.cliprange_value}")
+    if critic.optim.lr <= 0:
+        raise ConfigError(f"critic.optim.lr must be > 0, got {critic.optim.lr}")
+    if not 0 <= critic.optim.lr_warmup_steps_ratio <= 1:
+        raise ConfigError("critic.optim.lr_warmup_steps_ratio must be in [0, 1]")
+    if critic.model.lora_rank < 0:
+        raise ConfigError(f"critic.model.lora_rank must be >= 0, got {critic.model.lora_rank}")
+    _check_checkpoint_contents("critic.checkpoint", critic.checkpoint)
+
+
+def _check_reward_model(cfg: RFTConfig, check_paths: bool) -> None:
+    """reward_model.*: a model folder when enabled, sizes, weights; a reward function that would never run."""
+    rm = cfg.reward_model
+    if not rm.enable:
+        return  # verl: the other reward_model keys have no effect then
+    if not rm.model.path:
+        raise ConfigError("reward_model.enable=true needs reward_model.model.path: a sequence-classification model "
+                          "folder with one label (e.g. from `rft init-model --preset tiny-rm`)")
+    if check_paths:
+        _check_model_dir("reward_model.model.path", rm.model.path)
+        if rm.model.input_tokenizer and not Path(rm.model.input_tokenizer).expanduser().is_dir():
+            raise ConfigError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r} is not a folder")
+    for key in ("micro_batch_size_per_gpu", "max_length"):
+        _positive(f"reward_model.{key}", getattr(rm, key), allow_none=True)
+    for key in ("reward_weight", "rule_weight"):
+        value = getattr(rm, key)
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"reward_model.{key} must be a finite number, got {value!r}")
+    if rm.reward_weight == 0 and rm.rule_weight == 0:
+        raise ConfigError("reward_model.reward_weight and reward_model.rule_weight are both 0: every score would be 0")
+    if rm.rule_weight == 0 and cfg.custom_reward_function.path:
+        raise ConfigError(
+            "custom_reward_function.path is set, but with reward_model.enable=true and reward_model.rule_weight=0 "
+            "the reward function never runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove "
+            "custom_reward_function.path"
+        )
+
+
+def _check_checkpoint_contents(prefix: str, ckpt: Any) -> None:
+    contents = set(ckpt.save_contents)
+    allowed_contents = {"model", "optimizer", "extra", "hf_model"}
+    for key, items in (("save_contents", contents), ("load_contents", set(ckpt.load_contents))):
+        if items - allowed_contents:
+            raise ConfigError(
+                f"{prefix}.{key}: {sorted(items - allowed_contents)} unknown; allowed: {sorted(allowed_contents)}"
+            )
+    if not set(ckpt.load_contents) <= contents:
+        raise ConfigError(f"{prefix}.load_contents must be a subset of save_contents")
+
+
+def _check_optim(prefix: str, optim: Any, val_files: Any, test_freq: int) -> None:
+    """The optimizer can be built here; reduce_lr_on_plateau has validation metrics to follow."""
+    from rft.workers.optim import PLATEAU, optimizer_unavailable
+
+    reason = optimizer_unavailable(optim.optimizer)
+    if reason is not None:
+        raise ConfigError(f"{prefix}.optimizer={optim.optimizer!r} cannot run here: {reason}")
+    if optim.lr_scheduler_type == PLATEAU and (not val_files or test_freq <= 0):
+        raise ConfigError(
+            f"{prefix}.lr_scheduler_type={PLATEAU!r} steps on the validation reward: set data.val_files and "
+            "trainer.test_freq > 0"
+        )
+
+
+def _check_offload(cfg: RFTConfig) -> None:
+    """FSDP's CPU offload keys: on a CPU run the parameters and optimizer state already live in host memory (the
+    setting holds); on cuda rft has no offload yet."""
+    from rft.models.load import resolve_device
+
+    arr = cfg.actor_rollout_ref
+    for section, fsdp in (("actor_rollout_ref.actor", arr.actor.fsdp_config), ("actor_rollout_ref.ref", arr.ref.fsdp_config)):
+        for name in ("param_offload", "optimizer_offload", "offload_policy"):
+            if getattr(fsdp, name) and resolve_device(cfg.trainer.device).type != "cpu":
+                raise ConfigError(
+                    f"{section}.fsdp_config.{name}=true: rft does not offload to CPU on cuda yet (one process, no "
+                    "FSDP); set it to false (on a CPU run it holds trivially)"
+                )
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -257,6 +387,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
         ("data.val_batch_size", data.val_batch_size),
         ("trainer.total_training_steps", trainer.total_training_steps),
         ("trainer.max_actor_ckpt_to_keep", trainer.max_actor_ckpt_to_keep),
+        ("trainer.log_freq", trainer.log_freq),
     ):
         _positive(key, value, allow_none=True)
     for a, b in (
@@ -330,19 +461,14 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
         raise ConfigError(f"actor_rollout_ref.actor.optim.lr must be > 0, got {actor.optim.lr}")
     if not 0 <= actor.optim.lr_warmup_steps_ratio <= 1:
         raise ConfigError("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio must be in [0, 1]")
+    _check_optim("actor_rollout_ref.actor.optim", actor.optim, data.val_files, trainer.test_freq)
+    _check_offload(cfg)
     if arr.model.lora_rank < 0:
         raise ConfigError(f"actor_rollout_ref.model.lora_rank must be >= 0, got {arr.model.lora_rank}")
-    contents = set(actor.checkpoint.save_contents)
-    allowed_contents = {"model", "optimizer", "extra", "hf_model"}
-    for key, items in (("save_contents", contents), ("load_contents", set(actor.checkpoint.load_contents))):
-        if items - allowed_contents:
-            raise ConfigError(
-                f"actor_rollout_ref.actor.checkpoint.{key}: {sorted(items - allowed_contents)} unknown; "
-                f"allowed: {sorted(allowed_contents)}"
-            )
-    if not set(actor.checkpoint.load_contents) <= contents:
-        raise ConfigError("actor_rollout_ref.actor.checkpoint.load_contents must be a subset of save_contents")
+    _check_checkpoint_contents("actor_rollout_ref.actor.checkpoint", actor.checkpoint)
     _check_loss_options(cfg)
+    _check_critic(cfg, world_size, check_paths)
+    _check_reward_model(cfg, check_paths)
 
 
 def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:

@@ -7,7 +7,7 @@ A row is `{data_source, prompt: [{role, content}, ...], ability, reward_model: {
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ class Prompt:
     data_source: str
     ground_truth: Any
     extra_info: dict
+    messages: list[dict] = field(default_factory=list)  # the chat messages before the template
 
 
 def truncate(ids: list[int], max_len: int, mode: str) -> list[int]:
@@ -75,14 +76,15 @@ class PromptDataset:
                 raise DataError(f"data file {str(file)!r} has no rows")
             if any(image_key in row for row in rows):
                 raise DataError(f"data file {str(file)!r} has a {image_key!r} column: multimodal data is not supported")
-            texts = []
+            texts, chats = [], []
             for i, row in enumerate(rows):
                 where = f"{file} row {i}"
                 if prompt_key not in row:
                     raise DataError(f"{where}: no column {prompt_key!r} (data.prompt_key); columns: {sorted(row)}")
-                texts.append(self._render(tokenizer, _messages(row[prompt_key], where)))
+                chats.append(_messages(row[prompt_key], where))
+                texts.append(self._render(tokenizer, chats[-1]))
             encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-            for i, (row, ids) in enumerate(zip(rows, encoded)):
+            for i, (row, ids, chat) in enumerate(zip(rows, encoded, chats)):
                 if len(ids) > max_prompt_length:
                     if filter_overlong_prompts:
                         self.num_filtered += 1
@@ -101,6 +103,7 @@ class PromptDataset:
                         data_source=str(row.get("data_source", "unknown")),
                         ground_truth=reward.get("ground_truth") if isinstance(reward, dict) else None,
                         extra_info=dict(row.get("extra_info") or {}),
+                        messages=chat,
                     )
                 )
         if not self.prompts:

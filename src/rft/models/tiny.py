@@ -19,6 +19,9 @@ and ByteLevel decoder. We write `tokenizer.json` with that same pipeline, so the
   as among the added tokens, so their ids are fixed by the vocab, not by the order transformers adds them in.
 
 The embedding has exactly `len(tokenizer)` rows (no padding rows) and is tied to the LM head.
+
+`init_model("tiny-rm", out_dir)` writes a reward model instead: `Qwen2ForSequenceClassification` with one label on
+the tiny backbone, same tokenizer (`REWARD_PRESETS`).
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ PRESETS: dict[str, dict[str, int]] = {
         num_key_value_heads=4,
     ),
 }
+
+REWARD_PRESETS: dict[str, str] = {"tiny-rm": "tiny"}
+"""Reward-model presets: a `Qwen2ForSequenceClassification` with one label (a `score` head, no bias) on the
+backbone of the named causal-LM preset, with the same tokenizer, for tests and examples of `reward_model`."""
 
 
 # ----------------------------------------------------------------------------------------------- tokenizer
@@ -223,9 +230,9 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def _resolve_preset(preset: str) -> dict[str, int]:
     try:
-        return PRESETS[preset]
+        return PRESETS[REWARD_PRESETS.get(preset, preset)]
     except KeyError:
-        valid = ", ".join(sorted(PRESETS))
+        valid = ", ".join(sorted([*PRESETS, *REWARD_PRESETS]))
         raise ValueError(f"unknown model preset {preset!r}; valid presets: {valid}") from None
 
 
@@ -262,7 +269,8 @@ def parameter_count(model: torch.nn.Module) -> int:
 def init_model(
     preset: str, out_dir: str | os.PathLike[str], seed: int = 0, *, overwrite: bool = False
 ) -> Path:
-    """Writes a seeded, randomly initialised Qwen2 causal LM of `preset` and its tokenizer into `out_dir`.
+    """Writes a seeded, randomly initialised Qwen2 causal LM of `preset` and its tokenizer into `out_dir`; a
+    `REWARD_PRESETS` name writes a one-label `Qwen2ForSequenceClassification` (a reward model) instead.
 
     The folder holds config.json, generation_config.json, model.safetensors (float32) and the tokenizer files;
     the same seed gives byte-identical model.safetensors. It is built in a temporary sibling folder and
@@ -270,9 +278,12 @@ def init_model(
     unless `overwrite`, in which case the old folder is replaced once the new one is complete. The global
     torch RNG state is left as it was. Returns `out_dir` as a Path.
     """
-    from transformers import GenerationConfig, Qwen2ForCausalLM
+    from transformers import GenerationConfig, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
     config = build_config(preset)  # raises on an unknown preset before touching the disk
+    reward_model = preset in REWARD_PRESETS
+    if reward_model:
+        config.num_labels = 1
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True to replace it")
@@ -288,14 +299,15 @@ def init_model(
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                model = Qwen2ForCausalLM(config)
+                model = (Qwen2ForSequenceClassification if reward_model else Qwen2ForCausalLM)(config)
         finally:
             torch.set_default_dtype(default_dtype)
-        model.generation_config = GenerationConfig(
-            bos_token_id=None,
-            eos_token_id=[vocab[IM_END], vocab[ENDOFTEXT]],
-            pad_token_id=vocab[ENDOFTEXT],
-        )
+        if not reward_model:
+            model.generation_config = GenerationConfig(
+                bos_token_id=None,
+                eos_token_id=[vocab[IM_END], vocab[ENDOFTEXT]],
+                pad_token_id=vocab[ENDOFTEXT],
+            )
         model.save_pretrained(staging)
     return out_dir
 

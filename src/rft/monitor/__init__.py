@@ -40,15 +40,16 @@ class Tracker:
     """Writes `metrics.jsonl` (one line per step, flushed) and shows a tqdm bar on the console."""
 
     def __init__(self, path: str | Path, total_steps: int, start_step: int = 0, console: bool = True,
-                 recovered: dict | None = None):
+                 recovered: dict | None = None, log_every: int | None = None):
         """`recovered`: the resumed checkpoint's own step record, restored if the kill came between the
-        checkpoint and its metrics line."""
+        checkpoint and its metrics line. `log_every`: steps between plain lines when the console is not a
+        terminal (default: about 20 over the run)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._truncate_after(start_step, recovered)
         self._file = self.path.open("a", encoding="utf-8")
         self.bar = None
-        self.plain_every = max(1, total_steps // 20)
+        self.plain_every = log_every or max(1, total_steps // 20)
         if console:
             from tqdm import tqdm
 

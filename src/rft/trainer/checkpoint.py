@@ -68,6 +68,25 @@ def trainable_parameters(model) -> dict:
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
+def _save_weights(model, file: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({n: p.detach().cpu().contiguous() for n, p in trainable_parameters(model).items()}, file)
+
+
+def _load_weights(model, file: Path, folder: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    saved, params = load_file(file), trainable_parameters(model)
+    if set(saved) != set(params):
+        raise ValueError(f"checkpoint {folder} does not match the model: different trainable parameters "
+                         "(LoRA settings changed?)")
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(saved[name].to(p.device))
+
+
 def save_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, generators: dict,
                         state: dict, tokenizer=None) -> None:
     """Write a checkpoint's files into `folder` (see docs/architecture.md): the trainable parameters, the
@@ -76,13 +95,11 @@ def save_training_state(folder: Path, *, contents: set[str], model, optimizer, s
 
     import numpy as np
     import torch
-    from safetensors.torch import save_file
 
     from rft.models.load import export_hf
 
     if "model" in contents:
-        save_file({n: p.detach().cpu().contiguous() for n, p in trainable_parameters(model).items()},
-                  folder / "policy.safetensors")
+        _save_weights(model, folder / "policy.safetensors")
     if "optimizer" in contents:
         torch.save(optimizer.state_dict(), folder / "optimizer.pt")
     if "extra" in contents:
@@ -103,20 +120,13 @@ def load_training_state(folder: Path, *, contents: set[str], model, optimizer, s
 
     import numpy as np
     import torch
-    from safetensors.torch import load_file
 
     if not (folder / "trainer_state.json").is_file():
         raise FileNotFoundError(f"{str(folder)!r} is not an rft checkpoint folder (no trainer_state.json)")
     state = json.loads((folder / "trainer_state.json").read_text())
     contents = set(contents) & set(state["contents"])
     if "model" in contents:
-        saved, params = load_file(folder / "policy.safetensors"), trainable_parameters(model)
-        if set(saved) != set(params):
-            raise ValueError(f"checkpoint {folder} does not match the model: different trainable parameters "
-                             "(LoRA settings changed?)")
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(saved[name].to(p.device))
+        _load_weights(model, folder / "policy.safetensors", folder)
     if "optimizer" in contents:
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
     if "extra" in contents:
@@ -128,6 +138,42 @@ def load_training_state(folder: Path, *, contents: set[str], model, optimizer, s
         for name, g in generators.items():
             g.set_state(extra["rng"][name])
     return state
+
+
+def save_module_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, tokenizer=None) -> None:
+    """A second trained model's part of a checkpoint (the critic's `critic/` sub-folder): model.safetensors (its
+    trainable parameters), optimizer.pt, scheduler.pt ("extra"), hf_model/, and contents.json. The RNG states and
+    the trainer's state are the policy's files (`save_training_state`)."""
+    import torch
+
+    from rft.models.load import export_hf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if "model" in contents:
+        _save_weights(model, folder / "model.safetensors")
+    if "optimizer" in contents:
+        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+    if "extra" in contents:
+        torch.save(scheduler.state_dict(), folder / "scheduler.pt")
+    if "hf_model" in contents:
+        export_hf(model, tokenizer, folder / "hf_model")
+    (folder / "contents.json").write_text(json.dumps(sorted(contents)))
+
+
+def load_module_state(folder: Path, *, contents: set[str], model, optimizer, scheduler) -> None:
+    """Restore what `save_module_state` wrote (the parts in `contents`)."""
+    import torch
+
+    if not (folder / "contents.json").is_file():
+        raise FileNotFoundError(f"checkpoint {str(folder.parent)!r} has no {folder.name}/ part (written by a run "
+                                f"without a {folder.name}?)")
+    contents = set(contents) & set(json.loads((folder / "contents.json").read_text()))
+    if "model" in contents:
+        _load_weights(model, folder / "model.safetensors", folder)
+    if "optimizer" in contents:
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+    if "extra" in contents:
+        scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False))
 
 
 def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointManager) -> Path | None:

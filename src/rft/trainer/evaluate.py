@@ -5,6 +5,8 @@ Used by the RL loop's validation, by `rft demo` and after each stage of a staged
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -27,7 +29,7 @@ def rollout_batch(rollout: HFRollout, tokenizer, dataset: PromptDataset, indices
         response_ids=out.response_ids, response_mask=out.response_mask, rollout_logprobs=out.logprobs,
         group=torch.arange(len(prompts)).repeat_interleave(n),
         data_source=rep([p.data_source for p in prompts]), ground_truth=rep([p.ground_truth for p in prompts]),
-        extra_info=rep([p.extra_info for p in prompts]),
+        extra_info=rep([p.extra_info for p in prompts]), raw_prompt=rep([p.messages for p in prompts]),
         response_text=tokenizer.batch_decode(
             [ids[m.bool()].tolist() for ids, m in zip(out.response_ids, out.response_mask)],
             skip_special_tokens=True),
@@ -36,10 +38,12 @@ def rollout_batch(rollout: HFRollout, tokenizer, dataset: PromptDataset, indices
 
 @torch.no_grad()
 def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, params: SamplingParams,
-             chunk: int | None = None, seed: int = 0) -> tuple[dict[str, float], list[dict]]:
+             chunk: int | None = None, seed: int = 0,
+             scorer: Callable[[Batch], list[float]] | None = None) -> tuple[dict[str, float], list[dict]]:
     """(`val-core/<data_source>/reward/mean@<n>` metrics, per-response samples) over the whole dataset.
 
-    Sampling (if any) draws from a generator seeded here, so evaluation never shifts a training stream.
+    Sampling (if any) draws from a generator seeded here, so evaluation never shifts a training stream. `scorer`,
+    when given, scores each generated Batch instead of `reward_fn` (the RL trainer's rule + reward-model scores).
     """
     generator = torch.Generator().manual_seed(seed)
     chunk = chunk or len(dataset)
@@ -47,8 +51,11 @@ def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, p
     for start in range(0, len(dataset), chunk):
         batch = rollout_batch(rollout, tokenizer, dataset, list(range(start, min(start + chunk, len(dataset)))),
                               params, generator)
-        s, _ = score_responses(reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
-                               batch.extra_info)
+        if scorer is not None:
+            s = list(scorer(batch))
+        else:
+            s, _ = score_responses(reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
+                                   batch.extra_info)
         sources += batch.data_source
         scores += s
         samples += [{"prompt": tokenizer.decode(p[m.bool()].tolist()), "response": r, "score": x}

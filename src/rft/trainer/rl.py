@@ -1,4 +1,5 @@
-"""The on-policy RL loop: generate -> score -> (old, ref) log-probs -> advantages -> update -> validate -> save.
+"""The on-policy RL loop: generate -> score -> (old, ref) log-probs -> (values) -> advantages -> (critic update)
+-> actor update -> validate -> save.
 
 One step reads top to bottom in `train_step`; each phase is one named call inside a timer (`timing_s/<phase>`).
 Advantages are computed here, where every group is visible; the worker only sees a Batch and loss settings.
@@ -17,6 +18,7 @@ from rft.algorithms import (
     AdvantageInputs,
     compute_advantages,
     estimator_spec,
+    explained_variance,
     informative_groups,
     kl_needs_logits,
     kl_penalty,
@@ -33,22 +35,28 @@ from rft.models.load import (
     export_hf,
     frozen_copy,
     is_peft,
+    load_reward_model,
     load_tokenizer,
     load_trainable_model,
     resolve_device,
 )
 from rft.monitor import Timer, Tracker
 from rft.rewards import build_reward_fn, score_responses
+from rft.rewards.model import RewardModel
 from rft.rollout import HFRollout, SamplingParams
 from rft.runtime import configure_cpu_runtime
 from rft.trainer.checkpoint import (
     CheckpointManager,
+    load_module_state,
     load_training_state,
     resume_folder,
+    save_module_state,
     save_training_state,
     step_of,
 )
 from rft.trainer.evaluate import eos_token_ids, evaluate, rollout_batch
+from rft.workers.critic import CriticSettings, CriticWorker
+from rft.workers.optim import plateau_step
 from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logit_kl, compute_logprobs
 
 
@@ -78,7 +86,7 @@ class RLTrainer:
         crf = cfg.custom_reward_function
         self.reward_fn = build_reward_fn(crf.path, crf.name, crf.reward_weights)
         # The optional inputs the estimator declared with its registration; the trainer fills each one it knows:
-        # reward_baselines from a greedy rollout per prompt (`gen_max`). values (a critic) arrive later.
+        # reward_baselines from a greedy rollout per prompt (`gen_max`), values from the critic (`values`).
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
 
         self.model = model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device,
@@ -118,6 +126,10 @@ class RLTrainer:
             opmd_tau=actor.policy_loss.tau,
         )
         self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps, ref_model=self.ref_model)
+        use_critic = cfg.critic.enable if cfg.critic.enable is not None else "values" in self.adv_needs
+        self.critic_tokenizer = self.tokenizer
+        self.critic = self._build_critic() if use_critic else None
+        self.reward_model = self._build_reward_model() if cfg.reward_model.enable else None
         # With one optimizer step per batch the policy that sampled is the policy being updated, so the old
         # log-probs are the detached current ones and need no forward pass of their own.
         updates = actor.ppo_epochs * (data.train_batch_size // actor.ppo_mini_batch_size)
@@ -130,13 +142,49 @@ class RLTrainer:
         self._reward_rows: dict[str, torch.Tensor] = {}  # per-row reward values of the last scored batch
         self._recovered_metrics: dict | None = None
 
+    def _build_critic(self) -> CriticWorker:
+        """The value model (critic.model, default the policy's folder) and its worker; null sizes follow the actor."""
+        c, arr = self.cfg.critic, self.cfg.actor_rollout_ref
+        if c.model.tokenizer_path:
+            self.critic_tokenizer = load_tokenizer(c.model.tokenizer_path, c.model.trust_remote_code)
+            if self.critic_tokenizer.get_vocab() != self.tokenizer.get_vocab():
+                raise ValueError(f"critic.model.tokenizer_path={c.model.tokenizer_path!r}: its vocabulary differs "
+                                 "from the policy's, whose token ids the critic reads; remove it")
+        model = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, self.device,
+                                     key="critic.model", value_head=True)
+        actor = arr.actor
+        micro = c.ppo_micro_batch_size_per_gpu or c.ppo_micro_batch_size
+        settings = CriticSettings(
+            n=arr.rollout.n, ppo_mini_batch_size=c.ppo_mini_batch_size or actor.ppo_mini_batch_size,
+            micro_rows=micro, forward_micro_rows=c.forward_micro_batch_size_per_gpu or c.forward_micro_batch_size
+            or micro, ppo_epochs=c.ppo_epochs or actor.ppo_epochs,
+            shuffle=actor.shuffle if c.shuffle is None else c.shuffle, seed=self.settings.seed,
+            max_response_length=self.cfg.data.max_response_length,
+            loss_agg_mode=c.loss_agg_mode or actor.loss_agg_mode, grad_clip=c.grad_clip,
+            cliprange_value=c.cliprange_value,
+        )
+        return CriticWorker(model, settings, c.optim, self.total_steps)
+
+    def _build_reward_model(self) -> RewardModel:
+        rm = self.cfg.reward_model
+        model = load_reward_model(rm.model.path, self.dtype, self.device, external_lib=rm.model.external_lib,
+                                  trust_remote_code=rm.model.trust_remote_code)
+        input_tokenizer = load_tokenizer(rm.model.input_tokenizer) if rm.model.input_tokenizer else None
+        rm_tokenizer = None
+        if input_tokenizer is not None or (Path(rm.model.path) / "tokenizer_config.json").is_file():
+            rm_tokenizer = load_tokenizer(rm.model.path, rm.model.trust_remote_code)
+        if input_tokenizer is None and rm_tokenizer is not None and rm_tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            raise ValueError(f"reward_model.model.path={rm.model.path!r}: its vocabulary differs from the policy's; "
+                             "set reward_model.model.input_tokenizer to the policy's tokenizer folder to re-tokenize")
+        return RewardModel(model, rm_tokenizer, input_tokenizer, rm.micro_batch_size_per_gpu, rm.max_length)
+
     # ------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
         cfg = self.cfg.trainer
         self._write_config()
         self._maybe_resume()
         tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger,
-                          recovered=self._recovered_metrics)
+                          recovered=self._recovered_metrics, log_every=cfg.log_freq)
         tracker.write(f"rft: {self.total_steps} steps on {self.device} ({str(self.dtype).replace('torch.', '')}), "
                       f"{len(self.train_set)} train prompts, output {self.out}")
         last: dict[str, float] = {}
@@ -154,6 +202,9 @@ class RLTrainer:
                 if self.val_set is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
                     with timer("testing"):
                         metrics.update(self.validate(tracker))
+                    plateau_step(self.worker.scheduler, metrics)
+                    if self.critic is not None:
+                        plateau_step(self.critic.scheduler, metrics)
                 if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
                     self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
@@ -163,6 +214,9 @@ class RLTrainer:
             last = metrics
         export_hf(self.model, self.tokenizer, self.out / "model", merge_in_place=True)
         tracker.write(f"rft: model written to {self.out / 'model'}")
+        if self.critic is not None:
+            export_hf(self.critic.model, self.critic_tokenizer, self.out / "critic", merge_in_place=True)
+            tracker.write(f"rft: critic written to {self.out / 'critic'}")
         tracker.close()
         return last
 
@@ -183,18 +237,27 @@ class RLTrainer:
                         self.model, self.ref_model, batch, self.settings.temperature,
                         micro.log_prob_micro_batch_size_per_gpu or micro.log_prob_micro_batch_size,
                         self.cfg.algorithm.kl_penalty)
+        if self.critic is not None:
+            with timer("values"):  # the old values, before either model moves
+                batch.values = self.critic.compute_values(batch)
         with timer("adv"):
             adv_metrics = self.compute_advantages(batch)
-        with timer("update_actor"):
-            actor_metrics = self.worker.update(batch, step)
-        metrics = {**reward_metrics, **adv_metrics, **actor_metrics, **self.batch_metrics(batch)}
+        metrics = {**reward_metrics, **adv_metrics}
+        if self.critic is not None:
+            with timer("update_critic"):
+                metrics.update(self.critic.update(batch, step))
+        if step > self.cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
+            with timer("update_actor"):
+                metrics.update(self.worker.update(batch, step))
+        metrics.update(self.batch_metrics(batch))
         metrics["training/global_step"] = step
         metrics["training/epoch"] = self.sampler.epoch
-        gen_s, upd_s = timer.times["gen"], timer.times["update_actor"]
         n_resp = float(batch.response_mask.sum())
         n_all = n_resp + float(batch.prompt_mask.sum())
-        metrics["perf/gen_tokens_per_s"] = n_resp / max(gen_s, 1e-9)
-        metrics["perf/train_tokens_per_s"] = n_all * self.settings.ppo_epochs / max(upd_s, 1e-9)
+        metrics["perf/gen_tokens_per_s"] = n_resp / max(timer.times["gen"], 1e-9)
+        if "update_actor" in timer.times:  # not during critic warmup
+            upd_s = timer.times["update_actor"]
+            metrics["perf/train_tokens_per_s"] = n_all * self.settings.ppo_epochs / max(upd_s, 1e-9)
         return metrics
 
     def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, float]]:
@@ -271,10 +334,26 @@ class RLTrainer:
                                 ignore_eos=ro.ignore_eos)
         return rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, self.generator)
 
+    def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:
+        """(B scores, per-row extra values): the reward function's score, or with a reward model
+        reward_weight x its score + rule_weight x the reward function's (which runs only when rule_weight != 0;
+        extras rm_score and rule_score)."""
+        if self.reward_model is None:
+            return score_responses(self.reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
+                                   batch.extra_info)
+        rm = self.cfg.reward_model
+        model_scores = self.reward_model.score(batch).double()
+        total, extra = rm.reward_weight * model_scores, {}
+        if rm.rule_weight != 0:
+            rule, extra = score_responses(self.reward_fn, batch.data_source, batch.response_text,
+                                          batch.ground_truth, batch.extra_info)
+            total = total + rm.rule_weight * torch.tensor(rule, dtype=torch.float64)
+            extra = {**extra, "rule_score": rule}
+        return total.tolist(), {**extra, "rm_score": model_scores.tolist()}
+
     def score(self, batch: Batch) -> dict[str, float]:
-        """Scores (B,) from the reward function; the token reward (B, R) is the score on the last valid token."""
-        scores, extra = score_responses(self.reward_fn, batch.data_source, batch.response_text,
-                                        batch.ground_truth, batch.extra_info)
+        """Scores (B,) from `score_rows`; the token reward (B, R) is the score on the last valid token."""
+        scores, extra = self.score_rows(batch)
         batch.scores = raw = torch.tensor(scores, dtype=torch.float32)
         ob = self.cfg.reward_model.overlong_buffer
         if ob.enable:  # DAPO's soft overlong punishment, added to the score
@@ -295,13 +374,12 @@ class RLTrainer:
 
     def greedy_baselines(self, indices: list[int], batch: Batch) -> torch.Tensor:
         """(B,) ReMax's baseline: the score of one greedy response (do_sample false, same max tokens) to each
-        prompt in `indices`, scored by the same reward function, given to every row of that prompt's group."""
+        prompt in `indices`, scored as the samples are (`score_rows`), given to every row of that prompt's group."""
         ro = self.cfg.actor_rollout_ref.rollout
         params = SamplingParams(n=1, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p, do_sample=False,
                                 max_tokens=self.cfg.data.max_response_length, ignore_eos=ro.ignore_eos)
         greedy = rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, generator=None)
-        scores, _ = score_responses(self.reward_fn, greedy.data_source, greedy.response_text,
-                                    greedy.ground_truth, greedy.extra_info)
+        scores, _ = self.score_rows(greedy)
         return torch.tensor(scores, dtype=torch.float32)[batch.group]  # group = the prompt's position in indices
 
     def logprobs(self, batch: Batch, model, micro_cfg) -> torch.Tensor:
@@ -339,6 +417,9 @@ class RLTrainer:
         metrics.update(_stats("critic/rewards", (batch.token_rewards * mask).sum(-1)))
         metrics.update(_stats("critic/advantages", batch.advantages[valid]))
         metrics.update(_stats("critic/returns", batch.returns[valid]))
+        if batch.values is not None:
+            metrics.update(_stats("critic/values", batch.values[valid]))
+            metrics["critic/vf_explained_var"] = explained_variance(batch.values, batch.returns, valid)
         return metrics
 
     def batch_metrics(self, batch: Batch) -> dict[str, float]:
@@ -354,8 +435,9 @@ class RLTrainer:
         params = SamplingParams(n=vk.n, temperature=vk.temperature, top_k=vk.top_k, top_p=vk.top_p,
                                 do_sample=vk.do_sample, max_tokens=data.max_response_length,
                                 ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
+        scorer = (lambda b: self.score_rows(b)[0]) if self.reward_model is not None else None
         metrics, samples = evaluate(self.rollout, self.tokenizer, self.val_set, self.reward_fn, params,
-                                    data.val_batch_size, seed=self.cfg.trainer.seed + 7919)
+                                    data.val_batch_size, seed=self.cfg.trainer.seed + 7919, scorer=scorer)
         n_show = self.cfg.trainer.log_val_generations
         if n_show > 0:
             with (self.out / "val_generations.jsonl").open("a", encoding="utf-8") as f:
@@ -374,6 +456,10 @@ class RLTrainer:
             state={"global_step": self.global_step, "sampler": self.sampler.state_dict(),
                    "kl_coef": self.kl_ctrl.value, "metrics": self._step_metrics},
         )
+        if self.critic is not None:
+            save_module_state(folder / "critic", contents=set(self.cfg.critic.checkpoint.save_contents),
+                              model=self.critic.model, optimizer=self.critic.optimizer,
+                              scheduler=self.critic.scheduler, tokenizer=self.critic_tokenizer)
 
     def _maybe_resume(self) -> None:
         t = self.cfg.trainer
@@ -384,6 +470,10 @@ class RLTrainer:
             folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.load_contents), model=self.model,
             optimizer=self.worker.optimizer, scheduler=self.worker.scheduler, generators={"rollout": self.generator},
         )
+        if self.critic is not None:
+            load_module_state(folder / "critic", contents=set(self.cfg.critic.checkpoint.load_contents),
+                              model=self.critic.model, optimizer=self.critic.optimizer,
+                              scheduler=self.critic.scheduler)
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.value = state["kl_coef"]
         self._recovered_metrics = state.get("metrics")

@@ -1,19 +1,17 @@
 """The policy worker: log-probs and PPO-style updates with mini- and micro-batches.
 
 It does not know which algorithm runs: it gets a Batch with advantages and the names of a policy loss, a KL
-estimator and an aggregation mode. Mini-batches are counted in prompts (global), micro-batches in rows (per process);
-each micro-batch's loss is aggregated with the whole mini-batch's normaliser, so the micro-batch size changes the
-memory used, never the gradient. Two capabilities are asked of the registries, never of a name: a KL estimator
-that `kl_needs_logits` (``full``) makes the worker run the reference on each micro-batch (no gradient) for its
-logits; a policy loss that `policy_loss_needs_minibatch` (clip_cov, kl_cov) gets the detached inputs of its whole
-mini-batch (one extra no-gradient forward pass per mini-batch, only when the mini-batch is split).
+estimator and an aggregation mode. The update loop (epochs, mini-batches counted in prompts, micro-batches in rows,
+each aggregated with the whole mini-batch's normaliser) is `workers/minibatch.py`'s, shared with the critic. Two
+capabilities are asked of the registries, never of a name: a KL estimator that `kl_needs_logits` (``full``) makes
+the worker run the reference on each micro-batch (no gradient) for its logits; a policy loss that
+`policy_loss_needs_minibatch` (clip_cov, kl_cov) gets the detached inputs of its whole mini-batch (one extra
+no-gradient forward pass per mini-batch, only when the mini-batch is split).
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -33,21 +31,36 @@ from rft.algorithms import (
     policy_loss_needs_minibatch,
 )
 from rft.batch import Batch
+from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler, clipped_step: re-exported)
+    MiniBatchWorker,
+    build_optimizer,
+    build_scheduler,
+    clipped_step,
+    mini_batch_norm,
+)
+
+
+def response_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """(input_ids, attention_mask, position_ids) of `batch` on `device` with the columns that are padding in every
+    row trimmed, the prompt width p and the response width r (at least 1) kept. Position p - 1 + t predicts
+    response token t (and holds the critic's value of the state before it)."""
+    P = batch.prompt_ids.shape[1]
+    p_len = int(batch.prompt_mask.sum(-1).max())
+    r_len = max(1, int(batch.response_mask.sum(-1).max()))
+    ids = torch.cat([batch.prompt_ids[:, P - p_len:], batch.response_ids[:, :r_len]], dim=1).to(device)
+    attn = torch.cat([batch.prompt_mask[:, P - p_len:], batch.response_mask[:, :r_len]], dim=1).to(device)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    return ids, attn, positions, p_len, r_len
 
 
 def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits (B, r, V) of softmax(logits / temperature), labels (B, r)) at the response positions.
 
-    Columns that are padding in every row are trimmed first, so r = the longest response of `batch` (at least 1)
-    <= R, and the LM head runs only on the positions that predict response tokens (`logits_to_keep`).
+    Columns that are padding in every row are trimmed first (`response_window`), so r = the longest response of
+    `batch` (at least 1) <= R, and the LM head runs only on the positions that predict response tokens
+    (`logits_to_keep`).
     """
-    P = batch.prompt_ids.shape[1]
-    p_len = int(batch.prompt_mask.sum(-1).max())
-    r_len = max(1, int(batch.response_mask.sum(-1).max()))
-    device = next(model.parameters()).device
-    ids = torch.cat([batch.prompt_ids[:, P - p_len:], batch.response_ids[:, :r_len]], dim=1).to(device)
-    attn = torch.cat([batch.prompt_mask[:, P - p_len:], batch.response_mask[:, :r_len]], dim=1).to(device)
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    ids, attn, positions, p_len, r_len = response_window(batch, next(model.parameters()).device)
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
                    logits_to_keep=r_len + 1).logits[:, :-1].float()  # (B, r_len, V)
     if temperature > 0 and temperature != 1.0:
@@ -122,47 +135,6 @@ def compute_logit_kl(model: nn.Module, ref_model: nn.Module | None, batch: Batch
     return torch.cat(parts) * batch.response_mask
 
 
-def build_optimizer(params: Iterable[nn.Parameter], optim_cfg) -> torch.optim.Optimizer:
-    """AdamW over `params` from a config with lr, betas, eps and weight_decay."""
-    return torch.optim.AdamW(
-        list(params), lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
-        weight_decay=optim_cfg.weight_decay,
-    )
-
-
-def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int,
-                    num_cycles: float = 0.5, min_lr_ratio: float = 0.0):
-    """transformers' schedulers after a linear warmup: constant, cosine (down to min_lr_ratio * lr), or wsd
-    (warmup-stable-decay: stable until the last 10% of the post-warmup steps, then a cosine decay)."""
-    from transformers import (
-        get_constant_schedule_with_warmup,
-        get_cosine_with_min_lr_schedule_with_warmup,
-        get_wsd_schedule,
-    )
-
-    if kind == "constant":
-        return get_constant_schedule_with_warmup(optimizer, warmup_steps)
-    if kind == "cosine":
-        return get_cosine_with_min_lr_schedule_with_warmup(
-            optimizer, warmup_steps, total_steps, num_cycles=num_cycles, min_lr_rate=min_lr_ratio)
-    if kind == "wsd":
-        decay = max(1, int(0.1 * (total_steps - warmup_steps)))
-        return get_wsd_schedule(optimizer, warmup_steps, decay, num_training_steps=total_steps,
-                                min_lr_ratio=min_lr_ratio, num_cycles=num_cycles)
-    raise ValueError(f"unknown lr schedule {kind!r}; valid: constant, cosine, wsd")
-
-
-def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grad_clip: float) -> tuple[float, bool]:
-    """Clip the global gradient norm to `grad_clip` (<= 0: no clipping), then step. A non-finite norm skips the
-    step and drops the gradients rather than write NaNs into the weights. Returns (norm before clipping, stepped)."""
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")))
-    if math.isfinite(grad_norm):
-        optimizer.step()
-        return grad_norm, True
-    optimizer.zero_grad(set_to_none=True)
-    return grad_norm, False
-
-
 @dataclass
 class UpdateSettings:
     """What one update needs to know beyond the Batch (taken from the actor config by the trainer)."""
@@ -196,20 +168,15 @@ class UpdateSettings:
     logit_chunk_tokens: int = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL
 
 
-class PolicyWorker:
+class PolicyWorker(MiniBatchWorker):
+    prefix = "actor"
+
     def __init__(self, model: nn.Module, settings: UpdateSettings, optim_cfg, total_steps: int,
                  ref_model: nn.Module | None = None):
         """`ref_model`: the frozen reference (full fine-tuning) for a KL loss computed from logits; with LoRA the
         reference is `model` with its adapter disabled and `ref_model` stays None."""
-        self.model = model
+        super().__init__(model, settings, optim_cfg, total_steps)
         self.ref_model = ref_model
-        self.s = settings
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(self.params, optim_cfg)
-        warmup = (optim_cfg.lr_warmup_steps if optim_cfg.lr_warmup_steps >= 0
-                  else int(optim_cfg.lr_warmup_steps_ratio * total_steps))
-        self.scheduler = build_scheduler(self.optimizer, optim_cfg.warmup_style, warmup, total_steps,
-                                         optim_cfg.num_cycles, optim_cfg.min_lr_ratio)
 
     def _loss_inputs(self, mb: Batch, logprobs: torch.Tensor, norm: AggNorm | None, seed: int) -> PolicyLossInputs:
         s = self.s
@@ -261,23 +228,13 @@ class PolicyWorker:
             metrics["actor/kl_coef"] = s.kl_loss_coef * share
         return loss, metrics
 
-    def _row_order(self, batch: Batch, step: int, epoch: int) -> list[int] | None:
-        """Rows with whole groups shuffled (a group never straddles mini-batches), or None to keep the order."""
-        if not self.s.shuffle:
-            return None
-        g = torch.Generator().manual_seed(self.s.seed * 1_000_003 + step * 1_009 + epoch)
-        groups = torch.unique_consecutive(batch.group)
-        order = groups[torch.randperm(len(groups), generator=g)]
-        return [i for gid in order.tolist() for i in (batch.group == gid).nonzero().flatten().tolist()]
-
     def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
         """Accumulate the gradient of one mini-batch's loss into the parameters' `.grad`, micro-batch by
         micro-batch (`micro_rows` rows each); returns the summed micro-batch metrics. No optimizer step.
 
         `seed` seeds the random token choice of losses that make one (clip_cov)."""
         s = self.s
-        norm = AggNorm(num_tokens=float(mini.response_mask.sum()), num_seqs=float(len(mini)),
-                       max_len=s.max_response_length)
+        norm = mini_batch_norm(mini, s.max_response_length)
         micro_rows = s.micro_rows or len(mini)
         whole = None
         if policy_loss_needs_minibatch(s.loss_mode) and micro_rows < len(mini):
@@ -285,33 +242,4 @@ class PolicyWorker:
             # the same detached inputs (current log-probs of all rows: one extra forward pass, no gradient).
             current = compute_logprobs(self.model, mini, s.temperature, micro_rows)
             whole = self._loss_inputs(mini, current.to(next(self.model.parameters()).device), norm, seed)
-        sums: dict[str, float] = defaultdict(float)
-        for i, mb in enumerate(mini.split(micro_rows)):
-            loss, metrics = self._micro_loss(mb, norm, seed, whole, i * micro_rows)
-            loss.backward()
-            for k, v in metrics.items():
-                sums[k] += v
-        return sums
-
-    def update(self, batch: Batch, step: int) -> dict[str, float]:
-        """ppo_epochs passes over `batch`, one optimizer step per mini-batch, then one scheduler step."""
-        s = self.s
-        self.model.train()
-        rows_per_mini = s.ppo_mini_batch_size * s.n
-        history: dict[str, list[float]] = defaultdict(list)
-        for epoch in range(s.ppo_epochs):
-            order = self._row_order(batch, step, epoch)
-            data = batch.select(order) if order is not None else batch
-            for index, mini in enumerate(data.split(rows_per_mini)):
-                self.optimizer.zero_grad(set_to_none=True)
-                seed = (((s.seed * 1_000_003 + step) * 1_009 + epoch) * 1_013 + index) % 2**63
-                sums = self.backward_mini_batch(mini, seed)
-                grad_norm, stepped = clipped_step(self.optimizer, self.params, s.grad_clip)
-                if not stepped:
-                    history["actor/nonfinite_grad_steps"].append(1.0)
-                sums["actor/grad_norm"] = grad_norm
-                for k, v in sums.items():
-                    history[k].append(v)
-        history["actor/lr"] = [self.optimizer.param_groups[0]["lr"]]
-        self.scheduler.step()
-        return {k: sum(v) / len(v) for k, v in history.items()}
+        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm, seed, whole, i * micro_rows))

@@ -1,0 +1,102 @@
+"""What the three components share: inputs that ask for something the machine at hand cannot do (several
+processes, vLLM, Liger kernels, sequence packing) and the model folder an Azure ML model-import component leaves."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from rft.components.spec import Input, Plan
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def check_processes(plan: Plan, name: str, value: int | None) -> None:
+    """A GPU / node count: rft runs one process."""
+    if value is None or value == 1:
+        return
+    if value < 1:
+        plan.refuse(name, f"={value} must be a positive integer")
+    elif not has_cuda():
+        plan.refuse(name, f"={value} asks for {value} devices, but this machine has no CUDA device and rft runs one "
+                          "process; set it to 1")
+    else:
+        plan.refuse(name, f"={value}: rft runs one process (no torch.distributed yet); set it to 1")
+
+
+def check_engine(plan: Plan, name: str, value: str) -> None:
+    """A rollout engine name: rft has `hf` (transformers with a KV cache)."""
+    if value == "hf":
+        return
+    if value in ("vllm", "sglang"):
+        why = ("needs CUDA, which this machine does not have" if not has_cuda()
+               else "is not implemented by rft yet")
+        plan.refuse(name, f"={value!r}: the {value} engine {why}; set it to 'hf' (rft's transformers engine with a "
+                          "KV cache)")
+    else:
+        plan.refuse(name, f"={value!r} is not a rollout engine rft knows; set it to 'hf'")
+
+
+def check_liger(plan: Plan, name: str, value: bool) -> None:
+    if not value:
+        return
+    if importlib.util.find_spec("triton") is None:
+        plan.refuse(name, "=true: Liger kernels need Triton (and a GPU), which this machine does not have; set it "
+                          "to false")
+    else:
+        plan.refuse(name, "=true: rft does not use Liger kernels yet; set it to false")
+
+
+def check_remove_padding(plan: Plan, name: str, value: bool) -> None:
+    if value:
+        plan.refuse(name, "=true: sequence packing (remove padding) needs flash-attn's variable-length kernels, "
+                          "which rft does not use (it trims all-padding columns, the same result without packing); "
+                          "set it to false")
+
+
+def resolve_model_folder(plan: Plan, name: str, path: str | None) -> str | None:
+    """The Hugging Face folder in `path`: `path` itself when it holds config.json, else the one folder below it
+    (up to three levels, e.g. an MLflow model's data/model) that does. None (and a refusal) when ambiguous."""
+    if not path:
+        return path
+    root = Path(path).expanduser()
+    if (root / "config.json").is_file() or not root.is_dir():
+        return path  # not there at all: the config validation says so
+    found = sorted({p.parent for depth in ("*/", "*/*/", "*/*/*/") for p in root.glob(depth + "config.json")})
+    if len(found) == 1:
+        plan.notes.append(f"{name}: using the model folder {found[0]} inside {path}")
+        return str(found[0])
+    if not found:
+        plan.refuse(name, f"={path!r} holds no Hugging Face model folder (no config.json in it or below it)")
+    else:
+        plan.refuse(name, f"={path!r} holds several model folders ({', '.join(map(str, found))}); pass one of them")
+    return None
+
+
+# ------------------------------------------------------------------------- the verl-style components' rows
+def verl_inputs(rows: list[tuple]) -> tuple[Input, ...]:
+    """Inputs from compact rows (group, name, type, default, optional, enum, key or None, description[, extra])."""
+    out = []
+    for row in rows:
+        group, name, type_, default, optional, enum, key, description, *extra = row
+        kwargs = extra[0] if extra else {}
+        out.append(Input(name=name, type=type_, description=description, default=default, optional=optional,
+                         enum=tuple(enum) if enum else None, group=group, key=key, **kwargs))
+    return tuple(out)
+
+
+def verl_checks(plan: Plan) -> None:
+    """The checks both verl-style components make on the inputs they share."""
+    v = plan.values
+    for name in ("trainer_n_gpus_per_node", "trainer_nnodes"):
+        check_processes(plan, name, v.get(name))
+    check_remove_padding(plan, "actor_model_use_remove_padding", v.get("actor_model_use_remove_padding"))
+    path = resolve_model_folder(plan, "actor_model_path", v.get("actor_model_path")) if plan.check_paths else \
+        v.get("actor_model_path")
+    if path is not None:
+        plan.set("actor_rollout_ref.model.path", path, "actor_model_path")
+    plan.set("trainer.logger", ["console"])

@@ -1,0 +1,80 @@
+"""A component's model outputs: the Hugging Face folder (model_output) and an MLflow model (mlflow_model_folder).
+
+Both are written whole or not at all: under a temporary sibling renamed into place, or, when the destination is an
+existing empty folder (an Azure ML output mount, which cannot be renamed), straight into it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from rft.components.spec import ComponentError
+from rft.fsutil import atomic_dir
+
+GENERATION_PARAMS = {"max_new_tokens": 256, "do_sample": False, "temperature": 1.0, "top_p": 1.0}
+MLFLOW_HINT = "install the optional extra: pip install 'rft[mlflow]' (or pip install mlflow)"
+
+
+def mlflow_missing() -> str | None:
+    """Why an MLflow output cannot be written here, or None."""
+    if importlib.util.find_spec("mlflow") is None:
+        return f"mlflow is not installed; {MLFLOW_HINT}"
+    return None
+
+
+@contextlib.contextmanager
+def output_dir(final: str | Path) -> Iterator[Path]:
+    final = Path(final).expanduser()
+    if final.is_dir() and not any(final.iterdir()):
+        yield final
+        return
+    with atomic_dir(final) as tmp:
+        yield tmp
+
+
+def write_model_output(model_dir: Path, dest: str | Path) -> Path:
+    """Copy the trained Hugging Face folder `model_dir` (LoRA already merged by the trainer's export) to `dest`."""
+    with output_dir(dest) as out:
+        shutil.copytree(model_dir, out, dirs_exist_ok=True)
+    return Path(dest)
+
+
+def mlflow_requirements() -> list[str]:
+    """Explicit pip requirements of the saved model (mlflow's inference would otherwise ask for torchvision)."""
+    from importlib import metadata
+
+    reqs = []
+    for name in ("torch", "transformers", "tokenizers", "safetensors", "accelerate"):
+        try:
+            version = metadata.version(name).split("+")[0]
+        except metadata.PackageNotFoundError:
+            continue
+        reqs.append(f"{name}=={version}")
+    return reqs
+
+
+def write_mlflow_model(model_dir: Path, dest: str | Path, metadata: dict | None = None) -> Path:
+    """An MLflow model (transformers flavour, task text-generation) of the Hugging Face folder `model_dir`, saved
+    from the loaded model and tokenizer; `mlflow.transformers.load_model` and `mlflow.pyfunc.load_model` load it
+    offline."""
+    reason = mlflow_missing()
+    if reason is not None:
+        raise ComponentError(f"mlflow_model_folder: {reason}")
+    import mlflow.transformers
+    from mlflow.models import infer_signature
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    # a params schema, so pyfunc's predict(..., params=...) reaches the pipeline's generate
+    signature = infer_signature(["prompt"], ["completion"], params=dict(GENERATION_PARAMS))
+    with output_dir(dest) as out:
+        mlflow.transformers.save_model(
+            transformers_model={"model": model, "tokenizer": tokenizer}, path=str(out), task="text-generation",
+            signature=signature, pip_requirements=mlflow_requirements(), metadata=metadata or {},
+        )
+    return Path(dest)

@@ -1,0 +1,145 @@
+"""`rft component NAME --<input> VALUE ... --<output> PATH`: parse, install overrides, plan, validate, train, write
+the outputs. Every refusal is raised before anything loads."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rft.components import components, get_component
+from rft.components.spec import Component, ComponentError, Plan
+
+# each component's output that holds the run folder (trainer.default_local_dir); none: a temporary folder
+WORK_OUTPUT = {"rft_trainer": "intermediate_folder", "group_relative_policy_optimization": "output_model_path"}
+REQUIRED_OUTPUTS = {"rft_trainer": ("model_output",), "verl_trainer_component": ("model_output",)}
+
+
+def format_refusals(comp: Component, refusals: list[tuple[str, str]]) -> str:
+    lines = [f"{comp.name}: {len(refusals)} input(s) refused before anything loaded:"]
+    for name, reason in refusals:
+        sep = "" if reason[:1] in ("=", ":") else " "
+        lines.append(f"  --{name}{sep}{reason}")
+    return "\n".join(lines)
+
+
+def plan_for(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
+             for_run: bool = True) -> Plan:
+    """The plan of the inputs, with its refusals raised (`for_run` False: --show-config, no file checks)."""
+    plan = comp.plan(values, outputs, check_paths=for_run)
+    if for_run:
+        for name in REQUIRED_OUTPUTS.get(comp.name, ()):
+            if not outputs.get(name):
+                plan.refuse(name, "is required: where the trained model is written")
+    if outputs.get("mlflow_model_folder"):
+        from rft.components.outputs import mlflow_missing
+
+        reason = mlflow_missing()
+        if reason is not None:
+            plan.refuse("mlflow_model_folder", f": {reason}")
+    work = outputs.get(WORK_OUTPUT.get(comp.name, ""))
+    if work:
+        plan.set("trainer.default_local_dir", str(work), WORK_OUTPUT[comp.name])
+    if plan.refusals:
+        raise ComponentError(format_refusals(comp, plan.refusals))
+    return plan
+
+
+def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | None] | None = None,
+            for_run: bool = True):
+    """(the validated canonical RFTConfig, the plan). A canonical error names the inputs behind its keys."""
+    from rft.config.load import ConfigError, merge_layers
+    from rft.config.schema import RFTConfig
+    from rft.config.validate import validate
+
+    outputs = outputs or {}
+    plan = plan_for(comp, values, outputs, for_run)
+    try:
+        cfg = merge_layers(RFTConfig, [plan.nested()])
+        validate(cfg, check_paths=for_run)
+    except ConfigError as e:
+        names = plan.inputs_of(str(e))
+        who = ", ".join(f"--{n}" for n in names) if names else "the inputs"
+        raise ComponentError(f"{comp.name}: {who} give an invalid config: {e}") from None
+    return cfg, plan
+
+
+def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None]) -> dict[str, str]:
+    """Train with the component's inputs and write its outputs; returns {output name: path}."""
+    cfg, plan = resolve(comp, values, outputs)
+    temp = None
+    if not outputs.get(WORK_OUTPUT.get(comp.name, "")):
+        temp = tempfile.mkdtemp(prefix=f"rft-{comp.name}-")
+        cfg.trainer.default_local_dir = temp
+    for note in plan.notes:
+        print(f"rft {comp.name}: {note}", flush=True)
+    from rft.trainer.rl import RLTrainer
+
+    written: dict[str, str] = {}
+    try:
+        RLTrainer(cfg).fit()
+        model_dir = Path(cfg.trainer.default_local_dir) / "model"
+        if outputs.get("output_model_path"):
+            written["output_model_path"] = str(outputs["output_model_path"])
+        if outputs.get("intermediate_folder"):
+            written["intermediate_folder"] = str(outputs["intermediate_folder"])
+        if outputs.get("model_output"):
+            from rft.components.outputs import write_model_output
+
+            written["model_output"] = str(write_model_output(model_dir, outputs["model_output"]))
+        if outputs.get("mlflow_model_folder"):
+            from rft.components.outputs import write_mlflow_model
+
+            meta = {"base_model_name": Path(str(values.get("model_name_or_path"))).name,
+                    "finetuning_task": "chat-completion", "is_finetuned_model": True, "trainer": "rft"}
+            written["mlflow_model_folder"] = str(write_mlflow_model(model_dir, outputs["mlflow_model_folder"], meta))
+    finally:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+    for name, path in written.items():
+        print(f"rft {comp.name}: {name} -> {path}", flush=True)
+    return written
+
+
+def _usage() -> str:
+    lines = ["usage: rft component NAME [--<input> VALUE ...] [--<output> PATH ...] [--emit-yaml] [--show-config]",
+             "", "components (rft component NAME --help lists the inputs):"]
+    lines += [f"  {c.name:36s} {c.display_name}" for c in components().values()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """`rft component ...`; returns the exit status (2: refused)."""
+    from rft.components.amlyaml import component_yaml
+
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    try:
+        comp = get_component(argv[0])
+        if "--emit-yaml" in argv[1:]:  # needs none of the required inputs
+            print(component_yaml(comp), end="")
+            return 0
+        args = comp.parser().parse_args(argv[1:])
+        values = {i.name: getattr(args, i.name) for i in comp.inputs}
+        outputs = {o.name: getattr(args, o.name) for o in comp.outputs}
+        if args.show_config:
+            from rft.config import to_yaml
+
+            cfg, plan = resolve(comp, values, outputs, for_run=False)
+            print(f"# canonical config of `rft component {comp.name}` (verl keys)")
+            for note in plan.notes:
+                print(f"# {note}")
+            print(to_yaml(cfg), end="")
+            return 0
+        if values.get("pypi_packages_override"):
+            from rft.components.pip import install_requirements
+
+            install_requirements(values["pypi_packages_override"])
+        run(comp, values, outputs)
+        return 0
+    except ComponentError as e:
+        print(f"rft component: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,275 @@
+"""The shape of a component interface: inputs and outputs as an Azure ML command component declares them, and the
+plan that maps their values onto rft's canonical (verl) config keys.
+
+One `Component` per spec holds the table (`inputs`, `outputs`) that the command line (`rft component NAME`), its
+`--help`, the generated Azure ML YAML (`components/<name>.yaml`) and the docs are all made from, and a `plan`
+function that turns the parsed values into canonical overrides. Nothing here imports torch: a component's
+`pypi_packages_override` is installed before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rft.config.load import ConfigError
+
+TYPES = ("string", "integer", "number", "boolean", "uri_file", "uri_folder")
+OUTPUT_TYPES = ("uri_folder", "mlflow_model")
+
+
+class ComponentError(ConfigError):
+    """Inputs a component refuses, each named, before anything loads."""
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input row of a component spec. `default` None: the spec gives none ('-').
+
+    How the value is honoured: `key` (the canonical key it is written to, unchanged), or the component's plan
+    function for anything else (`lands_on` then says what it does, for --help and the docs). `vllm`: a setting of
+    the vLLM engine, which rft does not have: only the spec default is accepted, and it has no effect.
+    `extension`: not in the spec, an rft addition (said so in its description)."""
+
+    name: str
+    type: str
+    description: str
+    default: Any = None
+    optional: bool = True
+    enum: tuple | None = None
+    group: str = ""
+    key: str | None = None
+    lands_on: str = ""
+    vllm: bool = False
+    extension: bool = False
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"input {self.name}: unknown type {self.type!r}")
+        if self.default is not None:
+            object.__setattr__(self, "default", parse_value(self, self.default))
+
+    @property
+    def required(self) -> bool:
+        """Must be given: not optional and without a default (Azure ML's semantics)."""
+        return not self.optional and self.default is None
+
+    @property
+    def mapping(self) -> str:
+        if self.vllm:
+            return f"vLLM setting: only the default is accepted (no effect: rft's engine is hf){self._key_note()}"
+        return self.lands_on or (f"`{self.key}`" if self.key else "")
+
+    def _key_note(self) -> str:
+        return f"; verl key `{self.key}`" if self.key else ""
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    type: str
+    description: str
+    lands_on: str = ""
+
+    def __post_init__(self) -> None:
+        if self.type not in OUTPUT_TYPES:
+            raise ValueError(f"output {self.name}: unknown type {self.type!r}")
+
+
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+
+
+def parse_value(inp: Input, raw: Any) -> Any:
+    """`raw` (a command-line string or a Python value) as the input's type; ValueError names the input."""
+    t = inp.type
+    try:
+        if t == "boolean":
+            if isinstance(raw, bool):
+                value: Any = raw
+            elif str(raw).strip().lower() in _TRUE:
+                value = True
+            elif str(raw).strip().lower() in _FALSE:
+                value = False
+            else:
+                raise ValueError
+        elif t == "integer":
+            if isinstance(raw, bool):
+                raise ValueError
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError
+            value = int(str(raw).strip()) if not isinstance(raw, (int, float)) else int(raw)
+        elif t == "number":
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
+        else:
+            value = str(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"--{inp.name}: {raw!r} is not a valid {t}") from None
+    if inp.enum is not None and value not in inp.enum:
+        raise ValueError(f"--{inp.name}: {value!r} is not one of {list(inp.enum)}")
+    return value
+
+
+@dataclass
+class Plan:
+    """What a component's inputs turn into: canonical overrides (dotted key -> value), with the inputs that set
+    each key (for error messages), refusals (input, reason), notes printed at start-up, and the outputs."""
+
+    component: str
+    values: dict[str, Any]
+    outputs: dict[str, str | None]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, list[str]] = field(default_factory=dict)
+    refusals: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    inert: list[str] = field(default_factory=list)
+    check_paths: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)  # component-specific facts for the run (e.g. DS config)
+
+    def set(self, key: str, value: Any, *inputs: str) -> None:
+        self.overrides[key] = value
+        for name in inputs:
+            if name not in self.sources.setdefault(key, []):
+                self.sources[key].append(name)
+
+    def refuse(self, name: str, reason: str) -> None:
+        self.refusals.append((name, reason))
+
+    def nested(self) -> dict:
+        """The overrides as a nested mapping (one OmegaConf layer)."""
+        out: dict = {}
+        for key, value in self.overrides.items():
+            node = out
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        return out
+
+    def inputs_of(self, message: str) -> list[str]:
+        """The inputs behind the canonical keys that `message` names (longest keys first)."""
+        import re
+
+        names: list[str] = []
+        for key in sorted(self.sources, key=len, reverse=True):
+            if re.search(re.escape(key) + r"(?![\w.])", message):
+                names += [n for n in self.sources[key] if n not in names]
+        return names
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    version: str
+    display_name: str
+    description: str
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
+    plan_fn: Callable[[Plan], None]
+    example: str = ""  # the documented command line (docs, --help epilog)
+
+    def __post_init__(self) -> None:
+        names = [i.name for i in self.inputs] + [o.name for o in self.outputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"component {self.name}: duplicate input/output names")
+
+    def input(self, name: str) -> Input:
+        for inp in self.inputs:
+            if inp.name == name:
+                return inp
+        raise KeyError(name)
+
+    def defaults(self) -> dict[str, Any]:
+        return {i.name: i.default for i in self.inputs}
+
+    def plan(self, values: dict[str, Any], outputs: dict[str, str | None] | None = None,
+             check_paths: bool = True) -> Plan:
+        """The plan of `values` (missing inputs take their defaults); refusals are collected, not raised."""
+        unknown = set(values) - {i.name for i in self.inputs}
+        if unknown:
+            raise ComponentError(f"{self.name}: unknown input(s) {sorted(unknown)}")
+        full = {**self.defaults(), **values}
+        for inp in self.inputs:
+            if full[inp.name] is not None:
+                try:
+                    full[inp.name] = parse_value(inp, full[inp.name])
+                except ValueError as e:
+                    raise ComponentError(str(e)) from None
+        missing = [i.name for i in self.inputs if i.required and full[i.name] in (None, "")]
+        if missing:
+            raise ComponentError(f"{self.name}: required input(s) missing: " + ", ".join(f"--{m}" for m in missing))
+        plan = Plan(self.name, full, {o.name: (outputs or {}).get(o.name) for o in self.outputs},
+                    check_paths=check_paths)
+        for inp in self.inputs:
+            value = full[inp.name]
+            if inp.vllm:
+                if value != inp.default:
+                    plan.refuse(inp.name, f"={value!r} configures the vLLM engine, which rft does not have (it "
+                                          f"generates with its hf engine); only the spec default {inp.default!r} "
+                                          "is accepted, and it has no effect")
+                else:
+                    plan.inert.append(f"{inp.name}={value!r}")
+            elif inp.key is not None and value is not None:
+                plan.set(inp.key, value, inp.name)
+        self.plan_fn(plan)
+        if plan.inert:
+            plan.notes.append("vLLM settings at their spec defaults, not used by rft's hf engine: "
+                              + ", ".join(plan.inert))
+        return plan
+
+    # ------------------------------------------------------------------------------------------ command line
+    def parser(self) -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(
+            prog=f"rft component {self.name}", description=f"{self.display_name} ({self.name} "
+            f"{self.version}): {self.description}", formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=("Example:\n  " + self.example) if self.example else None)
+        groups: dict[str, Any] = {}
+        for inp in self.inputs:
+            group = groups.get(inp.group)
+            if group is None:
+                group = groups[inp.group] = p.add_argument_group(inp.group or "inputs")
+            group.add_argument(f"--{inp.name}", dest=inp.name, default=inp.default, required=inp.required,
+                               type=_converter(inp), metavar=inp.type.upper(), help=input_help(inp))
+        out = p.add_argument_group("outputs")
+        for o in self.outputs:
+            out.add_argument(f"--{o.name}", dest=o.name, default=None, metavar="PATH",
+                             help=f"{o.description} ({o.type}){'; ' + o.lands_on if o.lands_on else ''}")
+        act = p.add_argument_group("actions")
+        act.add_argument("--emit-yaml", action="store_true",
+                         help="print the Azure ML command-component YAML of this interface and exit")
+        act.add_argument("--show-config", action="store_true",
+                         help="print the resolved canonical (verl-key) config and exit without training")
+        return p
+
+
+def _converter(inp: Input) -> Callable[[str], Any]:
+    def convert(raw: str) -> Any:
+        try:
+            return parse_value(inp, raw)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
+
+    convert.__name__ = inp.type  # argparse names the type in its messages
+    return convert
+
+
+def input_help(inp: Input) -> str:
+    text = inp.description.replace("%", "%%")
+    parts = [text]
+    if inp.enum:
+        parts.append("one of: " + ", ".join(str(e) for e in inp.enum))
+    parts.append("default: " + ("none" if inp.default is None else repr(inp.default)))
+    if inp.required:
+        parts.append("required")
+    if inp.mapping:
+        parts.append("rft: " + inp.mapping.replace("%", "%%"))
+    return " | ".join(parts)
+
+
+def path_or_none(value: Any) -> Path | None:
+    return Path(value).expanduser() if value not in (None, "") else None

@@ -1,0 +1,80 @@
+"""The critic: a value model V(s_t) for every response token, trained towards the returns with PPO's clipped
+value loss (verl's DataParallelPPOCritic).
+
+The model is the decoder backbone with a scalar head on each position's last hidden state
+(`rft.models.load.load_value_model`). The value of response token t is read at the position that predicts it
+(p - 1 + t, the state before the token is chosen), the same window the policy's log-probs use
+(`response_window`). The update loop (epochs, group-shuffled mini-batches, micro-batches aggregated with the
+mini-batch's normaliser, clipped optimizer step, scheduler) is the policy's (`workers/minibatch.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rft.algorithms import AggNorm, value_loss
+from rft.batch import Batch
+from rft.workers.minibatch import MiniBatchWorker, mini_batch_norm
+from rft.workers.policy import _pad, response_window
+
+
+def forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """(B, R) values of the response tokens (0 past each row's last one), with gradients if enabled."""
+    R = batch.response_ids.shape[1]
+    ids, attn, positions, p_len, r_len = response_window(batch, next(model.parameters()).device)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits  # (B, L, 1)
+    values = out[:, p_len - 1:p_len - 1 + r_len, 0].float()  # (B, r)
+    return _pad(values, R) * batch.response_mask.to(values.device)
+
+
+@dataclass
+class CriticSettings:
+    """What one critic update needs beyond the Batch (from the critic config, defaults from the actor's)."""
+
+    n: int  # rollout.n: rows per prompt
+    ppo_mini_batch_size: int  # prompts per optimizer step
+    micro_rows: int | None  # rows per forward/backward pass; None: the whole mini-batch
+    forward_micro_rows: int | None  # rows per no-gradient value pass; None: the whole batch
+    ppo_epochs: int
+    shuffle: bool
+    seed: int
+    max_response_length: int
+    loss_agg_mode: str
+    grad_clip: float
+    cliprange_value: float
+
+
+class CriticWorker(MiniBatchWorker):
+    """`CriticWorker(model, CriticSettings, critic.optim, total_steps)`."""
+
+    prefix = "critic"
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """(B, R) values without gradients (the old values of an update), `forward_micro_rows` rows per pass."""
+        was_training = self.model.training
+        self.model.eval()
+        parts = [forward_values(self.model, mb).cpu() for mb in batch.split(self.s.forward_micro_rows or len(batch))]
+        self.model.train(was_training)
+        return torch.cat(parts)
+
+    def _micro_loss(self, mb: Batch, norm: AggNorm) -> tuple[torch.Tensor, dict[str, float]]:
+        vpreds = forward_values(self.model, mb)
+        device = vpreds.device
+        mask = mb.response_mask.to(device).float()
+        out = value_loss(vpreds, mb.values.to(device), mb.returns.to(device), mask, self.s.cliprange_value,
+                         self.s.loss_agg_mode, norm)
+        share = float(mask.sum()) / max(norm.num_tokens, 1.0)  # token share of this micro-batch
+        vpred_mean = float((vpreds.detach() * mask).sum() / mask.sum().clamp(min=1.0))
+        return out.loss, {"critic/vf_loss": float(out.loss.detach()), "critic/vf_clipfrac": float(out.clipfrac) * share,
+                          "critic/vpred_mean": vpred_mean * share}
+
+    def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
+        """Accumulate the gradient of one mini-batch's value loss (targets `returns`, old values `values`)."""
+        if mini.values is None or mini.returns is None:
+            raise ValueError("the critic update needs Batch.values (old values) and Batch.returns (targets)")
+        norm = mini_batch_norm(mini, self.s.max_response_length)
+        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm))

@@ -1,0 +1,141 @@
+"""What the policy and the critic update share: the optimizer and its schedule, the clipped step, and the PPO loop
+over epochs, group-shuffled mini-batches and micro-batches.
+
+Mini-batches are counted in prompts (global) and hold ppo_mini_batch_size x n rows; micro-batches are counted in
+rows (per process). Each micro-batch's loss is aggregated with its whole mini-batch's normaliser (`AggNorm`), so
+the micro-batch size changes the memory used, never the gradient. A worker subclass says how one mini-batch's
+gradient is accumulated (`backward_mini_batch`); the loop, the step and the metrics are written once, here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from rft.algorithms import AggNorm
+from rft.batch import Batch
+from rft.workers.optim import is_plateau, make_named_scheduler
+
+
+def build_optimizer(params: Iterable[nn.Parameter], optim_cfg, name: str | None = None) -> torch.optim.Optimizer:
+    """The optimizer `name` (transformers' `optim` names, `rft.workers.optim`; default: the config's `optimizer`,
+    else AdamW) over `params`, from a config with lr, betas, eps and weight_decay."""
+    from rft.workers.optim import make_optimizer
+
+    return make_optimizer(params, optim_cfg, name or getattr(optim_cfg, "optimizer", None) or "adamw_torch")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int,
+                    num_cycles: float = 0.5, min_lr_ratio: float = 0.0):
+    """transformers' schedulers after a linear warmup: constant, cosine (down to min_lr_ratio * lr), or wsd
+    (warmup-stable-decay: stable until the last 10% of the post-warmup steps, then a cosine decay)."""
+    from transformers import (
+        get_constant_schedule_with_warmup,
+        get_cosine_with_min_lr_schedule_with_warmup,
+        get_wsd_schedule,
+    )
+
+    if kind == "constant":
+        return get_constant_schedule_with_warmup(optimizer, warmup_steps)
+    if kind == "cosine":
+        return get_cosine_with_min_lr_schedule_with_warmup(
+            optimizer, warmup_steps, total_steps, num_cycles=num_cycles, min_lr_rate=min_lr_ratio)
+    if kind == "wsd":
+        decay = max(1, int(0.1 * (total_steps - warmup_steps)))
+        return get_wsd_schedule(optimizer, warmup_steps, decay, num_training_steps=total_steps,
+                                min_lr_ratio=min_lr_ratio, num_cycles=num_cycles)
+    raise ValueError(f"unknown lr schedule {kind!r}; valid: constant, cosine, wsd")
+
+
+def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grad_clip: float) -> tuple[float, bool]:
+    """Clip the global gradient norm to `grad_clip` (<= 0: no clipping), then step. A non-finite norm skips the
+    step and drops the gradients rather than write NaNs into the weights. Returns (norm before clipping, stepped)."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")))
+    if math.isfinite(grad_norm):
+        optimizer.step()
+        return grad_norm, True
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, False
+
+
+def mini_batch_norm(mini: Batch, max_response_length: int) -> AggNorm:
+    """The normalisers of a whole mini-batch, given to each of its micro-batches."""
+    return AggNorm(num_tokens=float(mini.response_mask.sum()), num_seqs=float(len(mini)),
+                   max_len=max_response_length)
+
+
+class MiniBatchWorker:
+    """A trained model with its optimizer, schedule and PPO update loop (the policy and the critic are two).
+
+    `settings` needs n, ppo_mini_batch_size, micro_rows, ppo_epochs, shuffle, seed and grad_clip; metrics are
+    named `<prefix>/...`. Subclasses implement `backward_mini_batch`.
+    """
+
+    prefix = "worker"
+
+    def __init__(self, model: nn.Module, settings, optim_cfg, total_steps: int):
+        self.model = model
+        self.s = settings
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, optim_cfg)
+        warmup = (optim_cfg.lr_warmup_steps if optim_cfg.lr_warmup_steps >= 0
+                  else int(optim_cfg.lr_warmup_steps_ratio * total_steps))
+        if getattr(optim_cfg, "lr_scheduler_type", None):  # transformers' get_scheduler by name
+            self.scheduler = make_named_scheduler(self.optimizer, optim_cfg.lr_scheduler_type, warmup, total_steps)
+        else:
+            self.scheduler = build_scheduler(self.optimizer, optim_cfg.warmup_style, warmup, total_steps,
+                                             optim_cfg.num_cycles, optim_cfg.min_lr_ratio)
+
+    def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
+        """Accumulate the gradient of one mini-batch's loss into `.grad`; returns the summed metrics."""
+        raise NotImplementedError
+
+    def accumulate(self, mini: Batch, micro_loss: Callable[[int, Batch], tuple[torch.Tensor, dict[str, float]]]
+                   ) -> dict[str, float]:
+        """Backward of `micro_loss(index, micro_batch)` for each micro-batch of `micro_rows` rows; the metrics of
+        the micro-batches are summed (each micro-batch reports its share of the mini-batch's value)."""
+        sums: dict[str, float] = defaultdict(float)
+        for i, mb in enumerate(mini.split(self.s.micro_rows or len(mini))):
+            loss, metrics = micro_loss(i, mb)
+            loss.backward()
+            for k, v in metrics.items():
+                sums[k] += v
+        return sums
+
+    def _row_order(self, batch: Batch, step: int, epoch: int) -> list[int] | None:
+        """Rows with whole groups shuffled (a group never straddles mini-batches), or None to keep the order."""
+        if not self.s.shuffle:
+            return None
+        g = torch.Generator().manual_seed(self.s.seed * 1_000_003 + step * 1_009 + epoch)
+        groups = torch.unique_consecutive(batch.group)
+        order = groups[torch.randperm(len(groups), generator=g)]
+        return [i for gid in order.tolist() for i in (batch.group == gid).nonzero().flatten().tolist()]
+
+    def update(self, batch: Batch, step: int) -> dict[str, float]:
+        """ppo_epochs passes over `batch`, one optimizer step per mini-batch, then one scheduler step. Returns the
+        metrics averaged over the mini-batch steps, with `<prefix>/grad_norm` and `<prefix>/lr`."""
+        s, prefix = self.s, self.prefix
+        self.model.train()
+        rows_per_mini = s.ppo_mini_batch_size * s.n
+        history: dict[str, list[float]] = defaultdict(list)
+        for epoch in range(s.ppo_epochs):
+            order = self._row_order(batch, step, epoch)
+            data = batch.select(order) if order is not None else batch
+            for index, mini in enumerate(data.split(rows_per_mini)):
+                self.optimizer.zero_grad(set_to_none=True)
+                seed = (((s.seed * 1_000_003 + step) * 1_009 + epoch) * 1_013 + index) % 2**63
+                sums = self.backward_mini_batch(mini, seed)
+                grad_norm, stepped = clipped_step(self.optimizer, self.params, s.grad_clip)
+                if not stepped:
+                    history[f"{prefix}/nonfinite_grad_steps"].append(1.0)
+                sums[f"{prefix}/grad_norm"] = grad_norm
+                for k, v in sums.items():
+                    history[k].append(v)
+        history[f"{prefix}/lr"] = [self.optimizer.param_groups[0]["lr"]]
+        if not is_plateau(self.scheduler):  # reduce_lr_on_plateau steps on validation metrics (the trainer)
+            self.scheduler.step()
+        return {k: sum(v) / len(v) for k, v in history.items()}

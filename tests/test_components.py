@@ -1,0 +1,768 @@
+"""The three component interfaces (rft_trainer, verl_trainer_component, group_relative_policy_optimization): every
+spec input lands on its canonical key or is refused by name (a table per spec, below), the DeepSpeed mapping, the
+pip override, the Azure ML YAMLs agree with the CLI, and each component trains 2 steps from its documented command
+line and writes every output it declares."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rft.components import ComponentError, components, get_component
+from rft.components.amlyaml import component_yaml
+from rft.components.run import resolve
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+SPECS = REPO.parent / "shared" / "spec"
+SPEC_FILES = {"rft_trainer": "component_rft_trainer.md", "verl_trainer_component": "component_verl_trainer.md",
+              "group_relative_policy_optimization": "component_grpo.md"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+       "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
+REFUSED = "REFUSED"
+INERT = "INERT"  # a vLLM setting at its spec default: accepted, reported as unused by the hf engine
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """m (tiny model), d/{train,val}.parquet and .jsonl (a `problem` column), ds.json, a model-import folder
+    holding the model one level down, a dataset folder, a reward file."""
+    from rft.data.io import read_rows
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    root = tmp_path_factory.mktemp("components")
+    init_model("tiny", root / "m", seed=0)
+    write_arithmetic(root / "d", n_train=64, n_val=8, seed=0)
+    for split in ("train", "val"):
+        with (root / "d" / f"{split}.jsonl").open("w") as f:
+            for row in read_rows(root / "d" / f"{split}.parquet"):
+                row = dict(row)
+                row["problem"] = row.pop("prompt")[0]["content"]
+                f.write(json.dumps(row, default=str) + "\n")
+    (root / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
+        "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto", "loss_scale": 0},
+        "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                              "stage3_gather_16bit_weights_on_model_save": True},
+        "steps_per_print": 10, "wall_clock_breakdown": False}))
+    shutil.copytree(root / "m", root / "import" / "artifacts")
+    (root / "hfdata").mkdir()
+    shutil.copy(root / "d" / "train.jsonl", root / "hfdata" / "train.jsonl")
+    shutil.copy(root / "d" / "val.jsonl", root / "hfdata" / "validation.jsonl")
+    (root / "reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                                    "    return float(solution_str.strip() == str(ground_truth))\n")
+    return root
+
+
+def base_values(comp: str, w: Path) -> dict:
+    """The smallest inputs of `comp` that validate on this machine."""
+    if comp == "group_relative_policy_optimization":
+        return {"model_name_or_path": str(w / "m"), "dataset_train_split": str(w / "d/train.jsonl"),
+                "dataset_validation_split": str(w / "d/val.jsonl"), "deepspeed_config": str(w / "ds.json")}
+    v = {"actor_model_path": str(w / "m"), "data_train_files": str(w / "d/train.parquet"),
+         "data_val_files": str(w / "d/val.parquet"), "trainer_n_gpus_per_node": 1,
+         "actor_model_use_remove_padding": False, "data_train_batch_size": 4, "rollout_n": 2}
+    if comp == "rft_trainer":
+        v.update(actor_rft_mini_batch_size=4, actor_rft_micro_batch_size_per_gpu=4)
+    else:
+        v.update(ENGINE="hf", rollout_name="hf", actor_ppo_mini_batch_size=4, actor_ppo_micro_batch_size_per_gpu=4)
+    return v
+
+
+def outputs_of(comp: str, w: Path) -> dict:
+    if comp == "group_relative_policy_optimization":
+        return {"output_model_path": str(w / "never" / "grpo")}
+    return {"model_output": str(w / "never" / "model")}
+
+
+def canonical(cfg, key: str):
+    node = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def resolved(comp: str, w: Path, **values):
+    return resolve(get_component(comp), {**base_values(comp, w), **values}, outputs_of(comp, w))
+
+
+# ------------------------------------------------------------------------------- the tables (one per spec)
+R, V, G = "rft_trainer", "verl_trainer_component", "group_relative_policy_optimization"
+AR, AA, AM, RO = "actor_rollout_ref.ref", "actor_rollout_ref.actor", "actor_rollout_ref.model", \
+    "actor_rollout_ref.rollout"
+W = "<work>"  # replaced by the fixture folder
+
+# (input, value, canonical key, expected value) or (input, value, REFUSED, message needle); a dict of further
+# inputs may follow. CPU: offload keys hold (everything is in host memory); on CUDA they are refused.
+VERL_SHARED = [
+    ("algorithm_use_kl_in_reward", True, "algorithm.use_kl_in_reward", True),
+    ("trainer_n_gpus_per_node", 1, "trainer.n_gpus_per_node", 1),
+    ("trainer_n_gpus_per_node", 8, REFUSED, "set it to 1"),
+    ("trainer_nnodes", 1, "trainer.nnodes", 1),
+    ("trainer_nnodes", 2, REFUSED, "--trainer_nnodes=2"),
+    ("trainer_save_freq", 3, "trainer.save_freq", 3),
+    ("trainer_test_freq", 2, "trainer.test_freq", 2),
+    ("trainer_total_epochs", 2, "trainer.total_epochs", 2),
+    ("total_training_steps", 7, "trainer.total_training_steps", 7),
+    ("data_train_files", f"{W}/d/train.jsonl", "data.train_files", f"{W}/d/train.jsonl"),
+    ("data_train_files", f"{W}/d/missing.parquet", REFUSED, "does not exist"),
+    ("data_val_files", f"{W}/d/val.jsonl", "data.val_files", f"{W}/d/val.jsonl"),
+    ("data_train_batch_size", 8, "data.train_batch_size", 8),
+    ("data_max_prompt_length", 64, "data.max_prompt_length", 64),
+    ("data_max_response_length", 16, "data.max_response_length", 16),
+    ("data_filter_overlong_prompts", False, "data.filter_overlong_prompts", False),
+    ("data_truncation", "left", "data.truncation", "left"),
+    ("actor_model_path", f"{W}/import", f"{AM}.path", f"{W}/import/artifacts"),
+    ("actor_model_path", f"{W}/d", REFUSED, "no Hugging Face model folder"),
+    ("actor_optim_lr", 1e-5, f"{AA}.optim.lr", 1e-5),
+    ("actor_model_use_remove_padding", False, f"{AM}.use_remove_padding", False),
+    ("actor_model_use_remove_padding", True, REFUSED, "flash-attn"),
+    ("actor_strategy", "fsdp", f"{AA}.strategy", "fsdp"),
+    ("actor_fsdp_config_offload_policy", True, f"{AA}.fsdp_config.offload_policy", True),
+    ("actor_fsdp_config_offload_policy", False, f"{AA}.fsdp_config.offload_policy", False),
+    ("actor_model_lora_rank", 8, f"{AM}.lora_rank", 8),
+    ("actor_model_lora_alpha", 16, f"{AM}.lora_alpha", 16),
+    ("actor_model_target_modules", "[q_proj,v_proj]", f"{AM}.target_modules", "[q_proj,v_proj]"),
+    ("actor_use_kl_loss", False, f"{AA}.use_kl_loss", False),
+    ("actor_kl_loss_coef", 0.05, f"{AA}.kl_loss_coef", 0.05),
+    ("actor_kl_loss_type", "mse", f"{AA}.kl_loss_type", "mse"),
+    ("actor_model_enable_gradient_checkpointing", False, f"{AM}.enable_gradient_checkpointing", False),
+    ("actor_fsdp_param_offload", True, f"{AA}.fsdp_config.param_offload", True),
+    ("actor_fsdp_optimizer_offload", True, f"{AA}.fsdp_config.optimizer_offload", True),
+    ("rollout_log_prob_micro_batch_size_per_gpu", 4, f"{RO}.log_prob_micro_batch_size_per_gpu", 4),
+    ("rollout_tensor_model_parallel_size", 2, INERT, None),  # the spec default: accepted, no effect
+    ("rollout_tensor_model_parallel_size", 4, REFUSED, "vLLM engine"),
+    ("rollout_dtype", "float32", f"{RO}.dtype", "float32"),
+    ("rollout_gpu_memory_utilization", 0.6, INERT, None),
+    ("rollout_gpu_memory_utilization", 0.9, REFUSED, "--rollout_gpu_memory_utilization=0.9 configures the vLLM"),
+    ("rollout_enable_chunked_prefill", False, INERT, None),
+    ("rollout_enable_chunked_prefill", True, REFUSED, "vLLM engine"),
+    ("rollout_enforce_eager", False, INERT, None),
+    ("rollout_enforce_eager", True, REFUSED, "vLLM engine"),
+    ("rollout_free_cache_engine", False, INERT, None),
+    ("rollout_free_cache_engine", True, REFUSED, "vLLM engine"),
+    ("rollout_n", 4, f"{RO}.n", 4),
+    ("ref_log_prob_micro_batch_size_per_gpu", 4, f"{AR}.log_prob_micro_batch_size_per_gpu", 4),
+    ("ref_fsdp_param_offload", True, f"{AR}.fsdp_config.param_offload", True),
+    ("ref_fsdp_param_offload", False, f"{AR}.fsdp_config.param_offload", False),
+]
+TABLE: dict[str, list[tuple]] = {
+    R: VERL_SHARED + [
+        ("algorithm_adv_estimator", "reinforce_plus_plus", "algorithm.adv_estimator", "reinforce_plus_plus"),
+        ("algorithm_adv_estimator", "rloo", REFUSED, "not one of"),
+        ("trainer_val_before_train", False, "trainer.val_before_train", False),
+        ("data_truncation", "middle", "data.truncation", "middle"),
+        ("actor_rft_mini_batch_size", 2, f"{AA}.ppo_mini_batch_size", 2),
+        ("actor_rft_mini_batch_size", 3, REFUSED, "--actor_rft_mini_batch_size"),
+        ("actor_rft_micro_batch_size_per_gpu", 2, f"{AA}.ppo_micro_batch_size_per_gpu", 2),
+        ("actor_rft_micro_batch_size_per_gpu", 3, REFUSED, "--actor_rft_micro_batch_size_per_gpu"),
+        ("actor_entropy_coeff", 0.001, f"{AA}.entropy_coeff", 0.001),
+        ("rollout_dtype", "auto", f"{RO}.dtype", "auto"),
+        ("rollout_temperature", 0.8, f"{RO}.temperature", 0.8),
+        ("rollout_top_p", 0.9, f"{RO}.top_p", 0.9),
+        ("rollout_top_k", 20, f"{RO}.top_k", 20),
+        ("rollout_do_sample", False, f"{RO}.do_sample", False),
+        ("rollout_val_temperature", 0.5, f"{RO}.val_kwargs.temperature", 0.5),
+        ("rollout_val_temperature", 0.5, f"{RO}.val_kwargs.do_sample", True),
+        ("rollout_val_temperature", 0.0, f"{RO}.val_kwargs.do_sample", False),
+        ("rollout_val_top_p", 0.8, f"{RO}.val_kwargs.top_p", 0.8),
+        ("rollout_val_top_k", 5, f"{RO}.val_kwargs.top_k", 5),
+        ("pypi_packages_override", "transformers", "pip", ["transformers"]),
+    ],
+    V: VERL_SHARED + [
+        ("ENGINE", "hf", f"{RO}.name", "hf"),
+        ("ENGINE", "vllm", REFUSED, "--ENGINE='vllm'"),
+        ("ENGINE", "sglang", REFUSED, "--ENGINE='sglang'", {"rollout_name": "sglang"}),
+        ("rollout_name", "hf", f"{RO}.name", "hf"),
+        ("rollout_name", "vllm", REFUSED, "--rollout_name='vllm'"),
+        ("data_image_key", "pictures", "data.image_key", "pictures"),
+        ("actor_ppo_mini_batch_size", 2, f"{AA}.ppo_mini_batch_size", 2),
+        ("actor_ppo_mini_batch_size", 3, REFUSED, "--actor_ppo_mini_batch_size"),
+        ("actor_ppo_micro_batch_size_per_gpu", 2, f"{AA}.ppo_micro_batch_size_per_gpu", 2),
+        ("actor_model_exclude_modules", ".*mlp.*", f"{AM}.exclude_modules", ".*mlp.*"),
+        ("actor_kl_loss_type", "nope", REFUSED, "--actor_kl_loss_type"),
+        ("actor_entropy_coeff", 1, f"{AA}.entropy_coeff", 1.0),
+        ("actor_entropy_coeff", "0.001", REFUSED, "not a valid integer"),
+        ("rollout_dtype", "bfloat16", f"{RO}.dtype", "bfloat16"),
+        ("rollout_disable_mm_preprocessor_cache", True, INERT, None),
+        ("rollout_disable_mm_preprocessor_cache", False, REFUSED, "vLLM engine"),
+        ("algorithm_adv_estimator", "rloo", "algorithm.adv_estimator", "rloo"),
+        ("algorithm_adv_estimator", "remax", "algorithm.adv_estimator", "remax"),
+        ("trainer_critic_warmup", 0, "trainer.critic_warmup", 0),
+    ],
+    G: [
+        ("dataset_train_split", f"{W}/d/val.jsonl", "data.train_files", f"{W}/d/val.jsonl"),
+        ("dataset_train_split", f"{W}/d/missing.jsonl", REFUSED, "does not exist"),
+        ("dataset_validation_split", f"{W}/d/train.jsonl", "data.val_files", f"{W}/d/train.jsonl"),
+        ("model_name_or_path", f"{W}/import", f"{AM}.path", f"{W}/import/artifacts"),
+        ("deepspeed_config", f"{W}/ds.json", f"{AA}.strategy", "fsdp2"),
+        ("deepspeed_config", f"{W}/missing.json", REFUSED, "--deepspeed_config="),
+        ("dataset_name", f"{W}/hfdata", "data.train_files", [f"{W}/hfdata/train.jsonl"],
+         {"dataset_train_split": None, "dataset_validation_split": None}),
+        ("dataset_name", f"{W}/hfdata", "data.val_files", [f"{W}/hfdata/validation.jsonl"],
+         {"dataset_train_split": None, "dataset_validation_split": None}),
+        ("dataset_name", "openai/gsm8k", REFUSED, "not a local folder",
+         {"dataset_train_split": None, "dataset_validation_split": None}),
+        ("dataset_name", f"{W}/hfdata", REFUSED, "--dataset_name=", {}),  # both splits given: unused
+        ("dataset_prompt_column", "question", "data.prompt_key", "question"),
+        ("apply_lora", "true", f"{AM}.lora_rank", 16),
+        ("apply_lora", "true", f"{AM}.target_modules", ["q_proj", "k_proj", "v_proj"]),
+        ("apply_lora", "false", f"{AM}.lora_rank", 0),
+        ("beta", 0.04, f"{AA}.kl_loss_coef", 0.04),
+        ("beta", 0.04, f"{AA}.use_kl_loss", True),
+        ("beta", 0.0, f"{AA}.use_kl_loss", False),
+        ("epsilon", 0.3, f"{AA}.clip_ratio_low", 0.3),
+        ("epsilon", 0.3, f"{AA}.clip_ratio_high", 0.3),
+        ("num_iterations", 2, f"{AA}.ppo_epochs", 2),
+        ("num_generations", 2, f"{RO}.n", 2),
+        ("num_generations", 2, "data.train_batch_size", 4),
+        ("num_generations", 3, REFUSED, "not a multiple of num_generations=3"),
+        ("num_train_epochs", 2, "trainer.total_epochs", 2),
+        ("num_train_epochs", 1.5, "trainer.total_training_steps", 48),  # ceil(1.5 x 64 rows / 2 prompts)
+        ("max_steps", 6, "trainer.total_training_steps", 2),  # 6 optimizer steps / num_iterations 3
+        ("max_steps", 5, REFUSED, "not a multiple of num_iterations=3"),
+        ("per_device_train_batch_size", 4, f"{AA}.ppo_micro_batch_size_per_gpu", 4),
+        ("per_device_train_batch_size", 4, "data.train_batch_size", 1),
+        ("per_device_train_batch_size", 6, REFUSED, "--per_device_train_batch_size"),
+        ("per_device_eval_batch_size", 16, "data.val_batch_size", 4, {"eval_strategy": "steps"}),
+        ("per_device_eval_batch_size", 6, REFUSED, "--per_device_eval_batch_size", {"eval_strategy": "steps"}),
+        ("gradient_accumulation_steps", 2, "data.train_batch_size", 4),
+        ("gradient_accumulation_steps", 2, f"{AA}.ppo_mini_batch_size", 4),
+        ("learning_rate", 1e-5, f"{AA}.optim.lr", 1e-5),
+        ("warmup_ratio", 0.2, f"{AA}.optim.lr_warmup_steps_ratio", 0.2),
+        ("max_grad_norm", 0.5, f"{AA}.grad_clip", 0.5),
+        ("optim", "adamw_torch", f"{AA}.optim.optimizer", "adamw_torch"),
+        ("optim", "adamw_torch_fused", f"{AA}.optim.optimizer", "adamw_torch_fused"),
+        ("optim", "adafactor", f"{AA}.optim.optimizer", "adafactor"),
+        ("optim", "sgd", f"{AA}.optim.optimizer", "sgd"),
+        ("optim", "adagrad", f"{AA}.optim.optimizer", "adagrad"),
+        ("optim", "rmsprop", f"{AA}.optim.optimizer", "rmsprop"),
+        ("optim", "ademamix", REFUSED, "bitsandbytes"),
+        ("optim", "galore_adamw", REFUSED, "GaLore"),
+        ("optim", "lomo", REFUSED, "LOMO"),
+        ("optim", "adalomo", REFUSED, "AdaLomo"),
+        ("optim", "grokadamw", REFUSED, "grokadamw package"),
+        ("optim", "schedule_free_sgd", REFUSED, "schedule-free"),
+        *[("lr_scheduler_type", name, f"{AA}.optim.lr_scheduler_type", name)
+          for name in ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                       "inverse_sqrt")],
+        ("lr_scheduler_type", "reduce_lr_on_plateau", f"{AA}.optim.lr_scheduler_type", "reduce_lr_on_plateau",
+         {"eval_strategy": "steps"}),
+        ("lr_scheduler_type", "reduce_lr_on_plateau", REFUSED, "--lr_scheduler_type"),  # no evaluation
+        ("max_prompt_length", 64, "data.max_prompt_length", 64),
+        ("max_prompt_length", 64, "data.truncation", "left"),
+        ("max_completion_length", 16, "data.max_response_length", 16),
+        ("temperature", 0.7, f"{RO}.temperature", 0.7),
+        ("temperature", 0.7, f"{RO}.val_kwargs.temperature", 0.7, {"eval_strategy": "steps"}),
+        ("top_p", 0.9, f"{RO}.top_p", 0.9),
+        ("do_eval", True, "trainer.test_freq", 128),  # once, after the last of 4 epochs x 32 steps
+        ("do_eval", True, REFUSED, "--do_eval=True", {"dataset_validation_split": None}),
+        ("do_eval", False, "trainer.test_freq", -1),
+        ("eval_strategy", "steps", "trainer.test_freq", 1),  # eval_steps 1 -> every step
+        ("eval_strategy", "epoch", "trainer.test_freq", 32),
+        ("eval_strategy", "steps", f"{RO}.val_kwargs.n", 4),
+        ("eval_strategy", "no", "trainer.test_freq", -1),
+        ("eval_steps", 6, "trainer.test_freq", 2, {"eval_strategy": "steps"}),
+        ("logging_steps", 7, "trainer.log_freq", 3),
+        ("logging_steps", 0.5, "trainer.log_freq", 64),  # half of 128 steps x 3 optimizer steps, / 3
+        ("save_steps", 9, "trainer.save_freq", 3),
+        ("save_total_limit", 3, "trainer.max_actor_ckpt_to_keep", 3),
+        ("save_total_limit", 0, "trainer.max_actor_ckpt_to_keep", None),
+        ("shuffle_dataset", False, "data.shuffle", False),
+        ("use_liger_kernel", False, f"{AM}.use_liger", False),
+        ("use_liger_kernel", True, REFUSED, "Liger kernels"),
+        ("vllm_gpu_memory_utilization", 0.3, INERT, None),
+        ("vllm_gpu_memory_utilization", 0.9, REFUSED, "vLLM engine"),
+        ("vllm_tensor_parallel_size", 1, INERT, None),
+        ("vllm_tensor_parallel_size", 2, REFUSED, "vLLM engine"),
+        ("epsilon_high", 0.28, f"{AA}.clip_ratio_high", 0.28),
+        ("loss_type", "grpo", f"{AA}.loss_agg_mode", "seq-mean-token-mean"),
+        ("loss_type", "dr_grpo", f"{AA}.loss_agg_mode", "seq-mean-token-sum-maxlen"),
+        ("scale_rewards", "batch", "algorithm.scale_rewards", "batch"),
+        ("reward_function", f"{W}/reward.py", "custom_reward_function.path", f"{W}/reward.py"),
+    ],
+}
+CPU_ONLY = {f"{AA}.fsdp_config.offload_policy", f"{AA}.fsdp_config.param_offload",
+            f"{AA}.fsdp_config.optimizer_offload", f"{AR}.fsdp_config.param_offload"}
+
+
+def _sub(value, w: Path):
+    if isinstance(value, str):
+        return value.replace(W, str(w))
+    if isinstance(value, list):
+        return [_sub(x, w) for x in value]
+    return value
+
+
+CASES = [pytest.param(comp, *row[:4], row[4] if len(row) > 4 else {}, id=f"{comp}-{row[0]}={row[1]!r}-{i}")
+         for comp, rows in TABLE.items() for i, row in enumerate(rows)]
+
+
+@pytest.mark.parametrize("comp, name, value, key, expected, extra", CASES)
+def test_input_lands_on_its_key_or_is_refused(work, comp, name, value, key, expected, extra):
+    more = {k: _sub(v, work) for k, v in extra.items()}
+    values = {name: _sub(value, work), **more}
+    if key in CPU_ONLY and expected is True and _cuda():
+        key, expected = REFUSED, "on cuda"
+    if key == REFUSED:
+        with pytest.raises(ComponentError) as err:
+            resolved(comp, work, **values)
+        assert expected in str(err.value), str(err.value)
+        assert f"--{name}" in str(err.value) or name in str(err.value), str(err.value)
+        return
+    cfg, plan = resolved(comp, work, **values)
+    if key == INERT:
+        assert f"{name}={value!r}" in plan.inert and any(name in note for note in plan.notes)
+        return
+    if key == "pip":
+        from rft.components.pip import parse_requirements
+
+        assert parse_requirements(plan.values[name]) == expected
+        return
+    assert canonical(cfg, key) == _sub(expected, work), (key, canonical(cfg, key))
+
+
+@pytest.mark.parametrize("comp", list(TABLE))
+def test_every_input_has_a_row(comp):
+    covered = {row[0] for row in TABLE[comp]}
+    assert {i.name for i in get_component(comp).inputs} - covered == set()
+
+
+def _spec_tables(text: str) -> tuple[list[dict], list[dict]]:
+    """(input rows, output rows) of a component spec markdown."""
+    inputs, outputs, section = [], [], None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if not line.startswith("|") or set(line) <= set("|- ") or line.startswith("| Name"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if section == "Inputs" and len(cells) == 6:
+            inputs.append(dict(zip(("name", "description", "type", "default", "optional", "enum"), cells)))
+        elif section == "Outputs" and len(cells) == 3:
+            outputs.append(dict(zip(("name", "description", "type"), cells)))
+    return inputs, outputs
+
+
+def _demojibake(text: str) -> str:
+    """The spec's UTF-8 read as Latin-1 in places ('Î¼' for 'μ')."""
+    try:
+        return text.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return text
+
+
+@pytest.mark.skipif(not SPECS.is_dir(), reason="the specs live in ../shared/spec")
+@pytest.mark.parametrize("comp", list(SPEC_FILES))
+def test_table_matches_the_spec(comp):
+    """Every spec row is in the component's table with its name, type, default, optional and enum."""
+    from rft.components.spec import parse_value
+
+    component = get_component(comp)
+    rows, outs = _spec_tables((SPECS / SPEC_FILES[comp]).read_text())
+    assert rows and outs
+    spec_names = [r["name"] for r in rows]
+    assert spec_names == [i.name for i in component.inputs if not i.extension]
+    for row in rows:
+        inp = component.input(row["name"])
+        assert inp.type == row["type"], row["name"]
+        assert inp.optional == (row["optional"] == "True"), row["name"]
+        assert inp.enum == (None if row["enum"] == "NA" else tuple(ast.literal_eval(row["enum"]))), row["name"]
+        default = {"-": None, "''": ""}.get(row["default"], row["default"])
+        assert inp.default == (parse_value(inp, default) if default not in (None, "") else default), row["name"]
+        assert inp.description == _demojibake(row["description"]), row["name"]
+    assert [(o["name"], o["type"]) for o in outs] == [(o.name, o.type) for o in component.outputs]
+
+
+def test_spec_defaults_that_cannot_run_here_are_refused_together(work):
+    """rft_trainer with only its required inputs: the 8 GPUs and sequence packing of the spec defaults are refused,
+    both named, in one message."""
+    values = {k: v for k, v in base_values(R, work).items() if k in ("actor_model_path", "data_train_files",
+                                                                      "data_val_files")}
+    with pytest.raises(ComponentError) as err:
+        resolve(get_component(R), values, outputs_of(R, work))
+    msg = str(err.value)
+    assert "--trainer_n_gpus_per_node=8" in msg and "--actor_model_use_remove_padding=true" in msg
+
+
+def test_required_inputs_and_outputs(work):
+    with pytest.raises(ComponentError, match="--actor_model_path"):
+        resolve(get_component(R), {"data_train_files": "x.parquet", "data_val_files": "y.parquet"})
+    with pytest.raises(ComponentError, match="--model_output is required"):
+        resolve(get_component(R), base_values(R, work), {})
+    with pytest.raises(ComponentError, match="--output_model_path or mlflow_model_folder"):
+        resolve(get_component(G), base_values(G, work), {})
+
+
+def test_mlflow_output_without_mlflow_is_refused(work, monkeypatch):
+    import rft.components.outputs as outputs
+
+    monkeypatch.setattr(outputs.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ComponentError, match="mlflow_model_folder: mlflow is not installed.*rft\\[mlflow\\]"):
+        resolve(get_component(G), base_values(G, work), {"mlflow_model_folder": str(work / "never")})
+
+
+# ----------------------------------------------------------------------------------------------- DeepSpeed
+DS_CASES = [
+    ({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "train_batch_size": 8,
+      "gradient_clipping": 1.0}, f"{AA}.ppo_micro_batch_size_per_gpu", 8),
+    ({"train_micro_batch_size_per_gpu": 4}, REFUSED, "train_micro_batch_size_per_gpu=4 differs"),
+    ({"gradient_accumulation_steps": 2}, REFUSED, "gradient_accumulation_steps=2 differs"),
+    ({"train_batch_size": 16}, REFUSED, "train_batch_size=16 differs"),
+    ({"gradient_clipping": 0.5}, REFUSED, "gradient_clipping=0.5 differs from max_grad_norm=1.0"),
+    ({"bf16": {"enabled": False}}, f"{RO}.dtype", "float32"),
+    ({"bf16": {"enabled": True}}, f"{RO}.dtype", "bfloat16"),
+    ({"bf16": {"enabled": "auto"}}, f"{RO}.dtype", "bfloat16"),
+    ({"bf16": {"enabled": True}, "fp16": {"enabled": True}}, REFUSED, "fp16.enabled=true together with bf16"),
+    ({"zero_optimization": {"stage": 0}}, f"{AA}.strategy", "fsdp"),
+    ({"zero_optimization": {"stage": 2}}, f"{AA}.strategy", "fsdp2"),
+    ({"zero_optimization": {"stage": 5}}, REFUSED, "zero_optimization.stage=5"),
+    ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}},
+     f"{AA}.fsdp_config.optimizer_offload", True),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}, f"{AA}.fsdp_config.param_offload",
+     True),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}, f"{AR}.fsdp_config.param_offload",
+     True),
+    ({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}, REFUSED, "only with stage 3"),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}}, REFUSED,
+     "zero_optimization.offload_param.device='nvme'"),
+    ({"zero_optimization": {"stage": 3, "zero_quantized_weights": True}}, REFUSED,
+     "zero_optimization.zero_quantized_weights"),
+    ({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"}},
+     f"{AA}.strategy", "fsdp2"),
+    ({"foo": 1}, REFUSED, "deepspeed_config: foo is not a DeepSpeed setting"),
+    ({"tensorboard": {"enabled": True, "output_path": "tb"}}, REFUSED, "tensorboard.enabled=True"),
+    ({"tensorboard": {"enabled": False}}, f"{AA}.strategy", "fsdp"),
+    ({"optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                 "weight_decay": "auto"}}}, f"{AA}.optim.optimizer", "adamw_torch"),
+    ({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}, REFUSED, "optimizer.params.lr=0.001"),
+    ({"optimizer": {"type": "Lamb"}}, REFUSED, "optimizer.type='Lamb'"),
+    ({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto", "total_num_steps": "auto"}}},
+     f"{AA}.optim.lr_scheduler_type", "linear"),
+    ({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto"}}},
+     f"{AA}.optim.lr_scheduler_type", "constant_with_warmup"),
+    ({"scheduler": {"type": "WarmupCosineLR"}}, f"{AA}.optim.lr_scheduler_type", "cosine"),
+    ({"scheduler": {"type": "OneCycle"}}, REFUSED, "scheduler.type='OneCycle'"),
+    ({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}, REFUSED,
+     "scheduler.params.warmup_num_steps=10"),
+]
+
+
+@pytest.mark.parametrize("ds, key, expected", DS_CASES, ids=[f"ds{i}" for i in range(len(DS_CASES))])
+def test_deepspeed_config_is_honoured_or_refused_by_key(work, tmp_path, ds, key, expected):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(ds))
+    if key == REFUSED:
+        with pytest.raises(ComponentError) as err:
+            resolved(G, work, deepspeed_config=str(path))
+        assert "--deepspeed_config" in str(err.value) and expected in str(err.value), str(err.value)
+        return
+    cfg, _ = resolved(G, work, deepspeed_config=str(path))
+    assert canonical(cfg, key) == expected
+
+
+def test_deepspeed_sections_replace_the_inputs_they_duplicate(work, tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"optimizer": {"type": "AdamW"}, "scheduler": {"type": "WarmupCosineLR"}}))
+    with pytest.raises(ComponentError) as err:
+        resolved(G, work, deepspeed_config=str(path), optim="sgd", lr_scheduler_type="linear")
+    assert "--optim='sgd' is unused" in str(err.value) and "--lr_scheduler_type='linear' is unused" in str(err.value)
+
+
+# ------------------------------------------------------------------------- optimizers and schedules, for real
+@pytest.mark.parametrize("name", ["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop"])
+def test_each_available_optimizer_steps(name):
+    import torch
+
+    from rft.config.schema import OptimConfig
+    from rft.workers.policy import build_optimizer
+
+    p = torch.nn.Parameter(torch.ones(4, 4))
+    opt = build_optimizer([p], OptimConfig(lr=0.1, weight_decay=0.0), name)
+    (p ** 2).sum().backward()
+    opt.step()
+    assert float(p.detach().abs().max()) < 1.0
+    default = build_optimizer([p], OptimConfig())
+    assert isinstance(default, torch.optim.AdamW)
+
+
+@pytest.mark.parametrize("name", ["linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                                  "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau"])
+def test_each_scheduler_builds_with_warmup(name):
+    import torch
+
+    from rft.workers.optim import is_plateau, make_named_scheduler, plateau_step
+
+    p = torch.nn.Parameter(torch.ones(1))
+    opt = torch.optim.SGD([p], lr=1.0)
+    sched = make_named_scheduler(opt, name, warmup_steps=2, total_steps=10)
+    lrs = []
+    for _ in range(4):
+        lrs.append(opt.param_groups[0]["lr"])
+        if is_plateau(sched):
+            plateau_step(sched, {"val-core/arithmetic/reward/mean@1": 0.0})
+        else:
+            opt.step()
+            sched.step()
+    if name in ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant_with_warmup", "inverse_sqrt"):
+        assert lrs[0] == 0.0 and lrs[1] == 0.5  # linear warmup from 0
+    if name == "constant":
+        assert lrs == [1.0] * 4
+    if name == "reduce_lr_on_plateau":
+        assert lrs[0] == 1.0
+
+
+# ------------------------------------------------------------------------------------------------------ pip
+def test_requirements_parsing_and_constraints():
+    from importlib import metadata
+
+    from rft.components.pip import constraints_text, parse_requirements, pip_command
+
+    assert parse_requirements("transformers==4.30.0,torch==2.3.1") == ["transformers==4.30.0", "torch==2.3.1"]
+    assert parse_requirements(" a>=1,<2 , b ,") == ["a>=1,<2", "b"]
+    assert f"torch=={metadata.version('torch')}" in constraints_text()
+    cmd = pip_command(["x"], "c.txt")
+    assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and "--constraint" in cmd and cmd[-1] == "x"
+
+
+def test_failed_install_stops_the_run_with_pips_message(work, tmp_path):
+    args = [*_cli_args(R, work), "--pypi_packages_override", "./no/such/package", "--model_output",
+            str(tmp_path / "model"), "--intermediate_folder", str(tmp_path / "work")]
+    proc = subprocess.run([sys.executable, "-m", "rft", "component", R, *args], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "pypi_packages_override: pip install ./no/such/package failed" in proc.stderr
+    assert "does not exist" in proc.stderr or "Invalid requirement" in proc.stderr  # pip's own words
+    assert not (tmp_path / "work").exists() and not (tmp_path / "model").exists()
+
+
+def _wheel(folder: Path, name: str) -> Path:
+    """A minimal pure-Python wheel (no build backend, no network)."""
+    path = folder / f"{name}-0.1-py3-none-any.whl"
+    info = f"{name}-0.1.dist-info"
+    files = {f"{name}/__init__.py": "VALUE = 42\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{k},,\n" for k in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+    return path
+
+
+def test_override_installs_into_the_running_environment(tmp_path):
+    import importlib
+
+    from rft.components.pip import install_requirements
+
+    name = "rft_override_probe"
+    wheel = _wheel(tmp_path, name)
+    try:
+        assert install_requirements(str(wheel)) == [str(wheel)]
+        assert importlib.import_module(name).VALUE == 42
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
+        sys.modules.pop(name, None)
+
+
+# ---------------------------------------------------------------------------------------- Azure ML YAMLs
+@pytest.mark.parametrize("comp", list(TABLE))
+def test_component_yaml_is_current(comp):
+    path = REPO / "components" / f"{comp}.yaml"
+    assert path.read_text() == component_yaml(get_component(comp)), \
+        f"{path} is stale: run `rft component {comp} --emit-yaml > components/{comp}.yaml`"
+
+
+def _aml_command(doc: dict, values: dict, outputs: dict) -> list[str]:
+    """The command Azure ML runs: ${{inputs.x}} substituted, $[[...]] blocks without a value dropped."""
+    text = doc["command"]
+
+    def optional(m: re.Match) -> str:
+        name = re.search(r"inputs\.(\w+)", m.group(1)).group(1)
+        return m.group(1) if values.get(name) is not None else ""
+
+    text = re.sub(r"\$\[\[(.*?)\]\]", optional, text)
+    text = re.sub(r"\$\{\{inputs\.(\w+)\}\}", lambda m: str(values[m.group(1)]), text)
+    text = re.sub(r"\$\{\{outputs\.(\w+)\}\}", lambda m: str(outputs[m.group(1)]), text)
+    return shlex.split(text)
+
+
+@pytest.mark.parametrize("comp", list(TABLE))
+def test_yaml_and_cli_agree(comp):
+    """Each YAML input is a CLI option with the same type, default and enum, its command line names every input and
+    output, and the command Azure ML would run (every input at its default) parses back to the same values."""
+    component = get_component(comp)
+    doc = yaml.safe_load(component_yaml(component))
+    assert doc["name"] == comp and doc["type"] == "command" and doc["version"] == component.version
+    parser = component.parser()
+    actions = {a.dest: a for a in parser._actions}
+    assert list(doc["inputs"]) == [i.name for i in component.inputs]
+    for name, entry in doc["inputs"].items():
+        action, inp = actions[name], component.input(name)
+        assert action.option_strings == [f"--{name}"]
+        assert entry["type"] == inp.type and action.type.__name__ == inp.type
+        assert entry.get("default") == action.default == inp.default
+        assert entry.get("enum") == (list(inp.enum) if inp.enum else None)
+        assert entry["optional"] == inp.optional and action.required == inp.required
+        assert f"inputs.{name}" in doc["command"]
+    assert list(doc["outputs"]) == [o.name for o in component.outputs]
+    for name, entry in doc["outputs"].items():
+        assert entry["type"] == next(o.type for o in component.outputs if o.name == name)
+        assert f"--{name} '${{{{outputs.{name}}}}}'" in doc["command"]
+    # Azure ML gives the defaults (booleans as True/False) and test values to the required inputs
+    values = {n: (e.get("default") if "default" in e else (None if e["optional"] else f"/mnt/{n}"))
+              for n, e in doc["inputs"].items()}
+    argv = _aml_command(doc, values, {n: f"/mnt/out/{n}" for n in doc["outputs"]})
+    assert argv[:3] == ["rft", "component", comp]
+    parsed = parser.parse_args(argv[3:])
+    for name, value in values.items():
+        assert getattr(parsed, name) == value, name
+
+
+def test_emit_yaml_from_the_command_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rft", "component", G, "--emit-yaml"], env=ENV, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == component_yaml(get_component(G))
+
+
+# ------------------------------------------------------------------------------------------ the command line
+def _cli_args(comp: str, w: Path) -> list[str]:
+    out = []
+    for k, v in base_values(comp, w).items():
+        out += [f"--{k}", str(v)]
+    return out
+
+
+def test_help_shows_each_input_with_its_description_and_default():
+    for comp in components().values():
+        text = " ".join(comp.parser().format_help().split())
+        for inp in comp.inputs:
+            assert f"--{inp.name} {inp.type.upper()}" in text
+            assert " ".join(inp.description.split())[:40] in text, inp.name
+            assert ("default: " + ("none" if inp.default is None else repr(inp.default))) in text, inp.name
+
+
+def test_config_show_prints_the_canonical_config(work, tmp_path):
+    args = ["config", "show", R, *_cli_args(R, work), "--actor_rft_mini_batch_size", "2"]
+    proc = subprocess.run([sys.executable, "-m", "rft", *args], env=ENV, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cfg = yaml.safe_load(proc.stdout)
+    assert cfg["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 2
+    assert cfg["actor_rollout_ref"]["rollout"]["n"] == 2
+    assert "# vLLM settings at their spec defaults" in proc.stdout
+
+
+def test_refused_input_exits_2_before_anything_loads(work, tmp_path):
+    args = [*_cli_args(V, work), "--ENGINE", "vllm", "--rollout_name", "vllm", "--model_output",
+            str(tmp_path / "model")]
+    proc = subprocess.run([sys.executable, "-m", "rft", "component", V, *args], env=ENV, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--ENGINE='vllm'" in proc.stderr and "--rollout_name='vllm'" in proc.stderr
+    assert not (tmp_path / "model").exists()
+
+
+# ------------------------------------------------------------------------ two steps from the documented lines
+@pytest.fixture(scope="module")
+def runs(work) -> Path:
+    """A run folder with the files the documented command lines name (m, d/..., ds.json)."""
+    root = work / "runs"
+    root.mkdir()
+    for name in ("m", "d", "ds.json"):
+        (root / name).symlink_to(work / name)
+    return root
+
+
+def _documented(comp: str) -> list[str]:
+    example = get_component(comp).example
+    docs = (REPO / "docs" / "components.md").read_text()
+    assert example in docs.replace("\\\n    ", ""), f"docs/components.md does not show the {comp} example"
+    argv = shlex.split(example)
+    assert argv[:3] == ["rft", "component", comp]
+    return argv[1:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("comp", [R, V])
+def test_verl_style_component_trains_two_steps_and_writes_its_outputs(runs, comp):
+    proc = subprocess.run([sys.executable, "-m", "rft", *_documented(comp)], env=ENV, cwd=runs,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = runs / "out"
+    assert (out / "model" / "model.safetensors").is_file() and (out / "model" / "tokenizer.json").is_file()
+    if comp == R:  # intermediate_folder: the run folder with its checkpoints
+        assert sorted(p.name for p in (out / "work" / "checkpoints").iterdir()) == [
+            "global_step_1", "global_step_2", "latest"]
+        steps = [json.loads(x)["step"] for x in (out / "work" / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [1, 2]
+    shutil.rmtree(out)
+
+
+@pytest.mark.slow
+def test_grpo_component_trains_two_steps_and_writes_its_outputs(runs):
+    import importlib.util
+
+    argv = _documented(G)
+    have_mlflow = importlib.util.find_spec("mlflow") is not None
+    if not have_mlflow:  # the MLflow output is tested where mlflow is installed (pip install 'rft[mlflow]')
+        i = argv.index("--mlflow_model_folder")
+        argv = argv[:i] + argv[i + 2:]
+    proc = subprocess.run([sys.executable, "-m", "rft", *argv], env=ENV, cwd=runs, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = runs / "out" / "grpo"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["global_step_1", "global_step_2", "latest"]
+    assert (out / "model" / "model.safetensors").is_file()
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    assert "val-core/arithmetic/reward/mean@2" in lines[-1]  # eval_steps 2: sampled num_generations per prompt
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    assert cfg["actor_rollout_ref"]["actor"]["strategy"] == "fsdp2"  # ds.json: ZeRO-3
+    if have_mlflow:
+        _check_mlflow_model(runs / "out" / "mlflow")
+
+
+def _check_mlflow_model(folder: Path) -> None:
+    """The MLflow model loads offline with the transformers flavour and with pyfunc, and generates."""
+    pytest.importorskip("mlflow")
+    code = (
+        "import sys, mlflow.transformers, mlflow.pyfunc\n"
+        "pipe = mlflow.transformers.load_model(sys.argv[1])\n"
+        "out = pipe('1+2=', max_new_tokens=3, do_sample=False)[0]['generated_text']\n"
+        "assert out.startswith('1+2=') and len(out) > 4, out\n"
+        "model = mlflow.pyfunc.load_model(sys.argv[1])\n"
+        "pred = model.predict(['1+2='], params={'max_new_tokens': 3})\n"
+        "assert len(pred) == 1 and pred[0].startswith('1+2='), pred\n"
+        "print('ok', type(pipe).__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(folder)], env=ENV, cwd=folder.parent,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ok TextGenerationPipeline" in proc.stdout
+
+
+def test_components_doc_tables_are_current():
+    from rft.components.docs import refresh
+
+    text = (REPO / "docs" / "components.md").read_text()
+    assert refresh(text) == text, "docs/components.md is stale: run python -m rft.components.docs docs/components.md"

@@ -1,0 +1,240 @@
+"""Trinity-RFT's config dialect: recognised, OmegaConf-resolved (incl. ${oc.env:VAR,default}), mapped onto rft's verl
+keys where the engine has the part, every other key refused by its Trinity name; `rft train` / `rft config show`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rft.config.load import ConfigError, read_yaml
+from rft.config.trinity import is_trinity, load_trinity, translate
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+BASE = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"}}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    root = tmp_path_factory.mktemp("trinity")
+    init_model("tiny", root / "m", seed=0)
+    write_arithmetic(root / "tasks", n_train=32, n_val=8, seed=0)
+    (root / "tasks" / "val.parquet").rename(root / "tasks" / "test.parquet")
+    return root
+
+
+def _get(tree: dict, key: str):
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
+
+
+def _with(extra: dict) -> dict:
+    out = json.loads(json.dumps(BASE))
+    for key, value in extra.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+MAPPED = [
+    ({"project": "proj"}, "trainer.project_name", "proj"),
+    ({"name": "exp"}, "trainer.experiment_name", "exp"),
+    ({"checkpoint_root_dir": "/ck"}, "trainer.default_local_dir", "/ck/p/n"),
+    ({"algorithm.repeat_times": 8}, "actor_rollout_ref.rollout.n", 8),
+    ({}, "actor_rollout_ref.rollout.n", 2),  # grpo's default repeat_times
+    ({}, "actor_rollout_ref.actor.kl_loss_type", "k2"),  # grpo's default kl_loss_fn
+    ({"algorithm.kl_loss_fn": "none"}, "actor_rollout_ref.actor.use_kl_loss", False),
+    ({"algorithm.kl_loss_fn_args": {"kl_coef": 0.05}}, "actor_rollout_ref.actor.kl_loss_coef", 0.05),
+    ({"algorithm.kl_penalty_fn": "k3"}, "algorithm.kl_penalty", "k3"),
+    ({"algorithm.kl_penalty_fn": "k3"}, "algorithm.use_kl_in_reward", True),
+    ({"algorithm.advantage_fn": "rloo"}, "algorithm.adv_estimator", "rloo"),
+    ({"algorithm.algorithm_type": "opmd"}, "actor_rollout_ref.actor.policy_loss.loss_mode", "opmd"),
+    ({"algorithm.algorithm_type": "opmd", "algorithm.advantage_fn_args": {"opmd_baseline": "logavgexp",
+                                                                           "tau": 0.5}},
+     "algorithm.opmd_baseline", "logavgexp"),
+    ({"algorithm.policy_loss_fn_args": {"clip_range_high": 0.28}}, "actor_rollout_ref.actor.clip_ratio_high", 0.28),
+    ({"algorithm.entropy_loss_fn_args": {"entropy_coef": 0.01}}, "actor_rollout_ref.actor.entropy_coeff", 0.01),
+    ({"model.model_path": "/models/x"}, "actor_rollout_ref.model.path", "/models/x"),
+    ({"model.max_prompt_tokens": 64}, "data.max_prompt_length", 64),
+    ({"model.max_response_tokens": 16}, "data.max_response_length", 16),
+    ({"cluster.gpu_per_node": 1}, "trainer.n_gpus_per_node", 1),
+    ({"buffer.batch_size": 16}, "data.train_batch_size", 16),
+    ({"buffer.batch_size": 16}, "actor_rollout_ref.actor.ppo_mini_batch_size", 16),
+    ({"buffer.total_epochs": 3}, "trainer.total_epochs", 3),
+    ({"buffer.total_steps": 9}, "trainer.total_training_steps", 9),
+    ({"buffer.explorer_input.taskset": {"path": "t.parquet", "format": {"prompt_key": "question"}}},
+     "data.prompt_key", "question"),
+    ({"buffer.explorer_input.taskset": {"path": "t.parquet", "rollout_args": {"temperature": 0.7}}},
+     "actor_rollout_ref.rollout.temperature", 0.7),
+    ({"buffer.explorer_input.eval_tasksets": [{"path": "v.parquet", "rollout_args": {"temperature": 0.5},
+                                               "repeat_times": 4}]}, "actor_rollout_ref.rollout.val_kwargs.n", 4),
+    ({"buffer.explorer_input.eval_tasksets": [{"path": "v.parquet", "rollout_args": {"temperature": 0.5}}]},
+     "data.val_files", ["v.parquet"]),
+    ({"explorer.eval_interval": 5}, "trainer.test_freq", 5),
+    ({"explorer.eval_on_startup": False}, "trainer.val_before_train", False),
+    ({"trainer.save_interval": 7}, "trainer.save_freq", 7),
+    ({"trainer.total_steps": 11}, "trainer.total_training_steps", 11),
+    ({"trainer.grad_clip": 0.5}, "actor_rollout_ref.actor.grad_clip", 0.5),
+    ({"trainer.trainer_config": {"actor_rollout_ref": {"actor": {"optim": {"lr": 3e-6}}}}},
+     "actor_rollout_ref.actor.optim.lr", 3e-6),
+]
+
+
+@pytest.mark.parametrize("extra, key, expected", MAPPED, ids=[m[1] + f"-{i}" for i, m in enumerate(MAPPED)])
+def test_trinity_key_lands_on_its_verl_key(extra, key, expected):
+    assert _get(translate(_with(extra)), key) == expected
+
+
+REFUSED = [
+    ({"mode": "explore"}, "mode='explore'"),
+    ({"mode": "bench"}, "mode='bench'"),
+    ({"algorithm.algorithm_type": "dpo"}, "algorithm.algorithm_type='dpo'"),
+    ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
+    ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
+    ({"ray_namespace": "x"}, "ray_namespace: rft does not use Ray"),
+    ({"model.min_response_tokens": 4}, "model.min_response_tokens"),
+    ({"model.max_prompt_tokens": 64, "model.max_response_tokens": 64, "model.max_model_len": 100},
+     "model.max_model_len=100"),
+    ({"buffer.batch_size": 4, "buffer.train_batch_size": 4}, "buffer.train_batch_size=4"),
+    ({"buffer.default_reward_fn_type": "math_reward"}, "buffer.default_reward_fn_type"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"response_key": "answer"}}},
+     "buffer.explorer_input.taskset.format.response_key"),
+    ({"buffer.trainer_input.experience_buffer": {"storage_type": "sql"}},
+     "buffer.trainer_input.experience_buffer.storage_type"),
+    ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers"),
+    ({"explorer.rollout_model": {"engine_type": "vllm"}}, "explorer.rollout_model.engine_type='vllm'"),
+    ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
+    ({"explorer.auxiliary_models": [{"model_path": "x"}]}, "explorer.auxiliary_models"),
+    ({"synchronizer.sync_interval": 4}, "synchronizer.sync_interval"),
+    ({"synchronizer.sync_offset": 1}, "synchronizer.sync_offset"),
+    ({"monitor.monitor_type": "tensorboard"}, "monitor.monitor_type='tensorboard'"),
+    ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
+    ({"service": {"data_juicer": {"auto_start": True}}}, "service:"),
+    ({"data_processor": {"task_pipeline": {}}, "log": {"level": "INFO"}}, "log:"),
+    ({"trainer.trainer_type": "megatron"}, "trainer.trainer_type"),
+    ({"data": {"train_files": "x"}}, "data: not a Trinity-RFT section"),
+]
+
+
+@pytest.mark.parametrize("extra, needle", REFUSED, ids=[r[1][:40] for r in REFUSED])
+def test_what_rft_cannot_honour_is_refused_by_key(extra, needle):
+    with pytest.raises(ConfigError) as err:
+        translate(_with(extra), "t.yaml")
+    assert needle in str(err.value), str(err.value)
+
+
+def test_all_refusals_are_reported_together():
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"mode": "explore", "monitor.monitor_type": "wandb", "synchronizer.sync_interval": 2}))
+    assert "3 Trinity-RFT key(s)" in str(err.value)
+
+
+def test_recognised_by_its_sections_only():
+    assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_grpo.yaml")) is False
+    assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_sft_grpo.yaml")) is False
+    assert is_trinity({"algorithm": {"algorithm_type": "grpo"}})
+    assert is_trinity({"buffer": {}})
+
+
+def _trinity_yaml(work: Path, path: Path, steps: int = 2) -> Path:
+    path.write_text(f"""\
+project: rft-trinity
+name: ${{oc.env:RFT_TRINITY_NAME,arith}}
+mode: both
+checkpoint_root_dir: ${{oc.env:RFT_TRINITY_ROOT,{work}/ckpt}}
+algorithm:
+  algorithm_type: grpo
+  repeat_times: 2
+  kl_loss_fn_args: {{kl_coef: 0.01}}
+model:
+  model_path: {work}/m
+  max_prompt_tokens: 32
+  max_response_tokens: 6
+buffer:
+  batch_size: 4
+  total_steps: {steps}
+  explorer_input:
+    taskset: {{name: t, path: {work}/tasks, split: train, format: {{prompt_key: prompt}}}}
+    eval_tasksets:
+      - {{name: e, path: {work}/tasks, split: test, rollout_args: {{temperature: 0}}}}
+explorer: {{eval_interval: 2, eval_on_startup: false}}
+synchronizer: {{sync_method: nccl, sync_interval: 1}}
+trainer:
+  trainer_type: verl
+  save_interval: 1
+  trainer_config: {{actor_rollout_ref: {{actor: {{ppo_micro_batch_size_per_gpu: 4, optim: {{lr: 1.0e-4}}}}}}}}
+""")
+    return path
+
+
+def test_env_interpolation_with_and_without_the_variable(work, tmp_path, monkeypatch):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    monkeypatch.delenv("RFT_TRINITY_NAME", raising=False)
+    kind, cfg = load_trinity(path)
+    assert kind == "rl" and cfg.trainer.default_local_dir == f"{work}/ckpt/rft-trinity/arith"
+    assert cfg.data.train_files == f"{work}/tasks/train.parquet" and cfg.data.val_files == [f"{work}/tasks/test.parquet"]
+    monkeypatch.setenv("RFT_TRINITY_NAME", "from_env")
+    kind, cfg = load_trinity(path, ["buffer.total_steps=5"])  # overrides use Trinity's keys
+    assert cfg.trainer.experiment_name == "from_env" and cfg.trainer.total_training_steps == 5
+
+
+def test_stages_become_rft_stages(work, tmp_path):
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
+                                                for i in range(8)))
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    raw = yaml.safe_load(path.read_text().replace("${oc.env:RFT_TRINITY_NAME,arith}", "staged"))
+    raw["stages"] = [
+        {"stage_name": "sft_warmup", "mode": "train", "algorithm": {"algorithm_type": "sft"},
+         "buffer": {"train_batch_size": 4, "total_steps": 1,
+                    "trainer_input": {"experience_buffer": {"name": "s", "path": str(tmp_path / "sft.jsonl"),
+                                                            "format": {"prompt_key": "q", "response_key": "a"}}}}},
+        {"stage_name": "rft"},
+    ]
+    path.write_text(yaml.safe_dump(raw))
+    kind, stages = load_trinity(path, validate_paths=False)
+    assert kind == "stages" and [(s.name, s.kind) for s in stages] == [("sft_warmup", "sft"), ("rft", "rl")]
+    sft, rl = stages
+    assert sft.cfg.data.prompt_key == "q" and sft.cfg.data.response_key == "a" and sft.cfg.data.train_batch_size == 4
+    assert sft.cfg.trainer.total_training_steps == 1 and sft.cfg.model.partial_pretrain == f"{work}/m"
+    assert rl.cfg.actor_rollout_ref.model.path == str(sft.out / "model")
+    assert rl.cfg.actor_rollout_ref.rollout.n == 2 and rl.cfg.trainer.total_training_steps == 2
+    assert str(sft.out) == f"{work}/ckpt/rft-trinity/staged/sft_warmup"
+
+
+@pytest.mark.slow
+def test_rft_train_runs_a_trinity_config(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    env = {**ENV, "RFT_TRINITY_ROOT": str(tmp_path / "root"), "RFT_TRINITY_NAME": "run"}
+    show = subprocess.run([sys.executable, "-m", "rft", "config", "show", str(path)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert show.returncode == 0, show.stderr
+    assert "Trinity-RFT dialect" in show.stdout and "default_local_dir: " + str(tmp_path / "root") in show.stdout
+    proc = subprocess.run([sys.executable, "-m", "rft", "train", str(path)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "root" / "rft-trinity" / "run"
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert (out / "model" / "model.safetensors").is_file()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["global_step_1", "global_step_2", "latest"]
+
+
+def test_refused_trinity_config_exits_2(work, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(_with({"mode": "explore", "explorer.rollout_model": {"engine_type": "vllm"}})))
+    proc = subprocess.run([sys.executable, "-m", "rft", "train", str(path)], env=ENV, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "mode='explore'" in proc.stderr and "explorer.rollout_model.engine_type='vllm'" in proc.stderr
