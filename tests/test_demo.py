@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 
+from omegaconf import OmegaConf
+
 import rft.trainer.demo as demo
+from rft.data.io import read_rows
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -20,6 +23,14 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "grpo" / "model" / "config.json").is_file()
     assert "stages:" in (tmp_path / "config.yaml").read_text()
+    # SFT imitates the sloppy teacher's demonstrations; GRPO's reward is the exact answer
+    cfg = OmegaConf.load(tmp_path / "config.yaml")
+    assert list(cfg.stages[0].data.response_dict_keys) == ["demonstration"]
+    train = read_rows(tmp_path / "data" / "train.parquet")
+    slipped = [r for r in train if r["extra_info"]["demonstration"] != r["extra_info"]["answer"]]
+    carrying = [r for r in train if sum(int(x) % 10 for x in r["extra_info"]["question"][:-1].split("+")) >= 10]
+    assert abs(len(slipped) / len(carrying) - demo.CARRY_SLIP) < 0.05
+    assert all(int(r["extra_info"]["answer"]) - int(r["extra_info"]["demonstration"]) == 10 for r in slipped)
     out = capsys.readouterr().out
     assert "held-out greedy accuracy after sft" in out and "after grpo" in out
     # a second run finds both stages finished and reports the same accuracies (deterministic models)

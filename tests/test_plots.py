@@ -52,11 +52,12 @@ def test_plot_two_stages_offsets_and_values(two_stages, tmp_path):
     assert series["length"] == [(4, 6.0), (5, 5.5), (6, 5.0), (7, 4.5)]
     assert series["val/arithmetic"] == [(3, 0.25), (3, 0.3), (5, 0.35), (7, 0.5)]
     assert series["val/openai/gsm8k"] == [(3, 0.05), (5, 0.1), (7, 0.2)]
-    assert set(series) == {"reward", "length", "val/arithmetic", "val/openai/gsm8k"}
+    assert series["sft_loss"] == [(1, 2.0), (2, 1.5), (3, 1.2)]
+    assert set(series) == {"reward", "sft_loss", "length", "val/arithmetic", "val/openai/gsm8k"}
 
 
 def test_plot_without_any_data_draws_empty_panels(tmp_path):
-    run = _write_run(tmp_path / "sft", [{"step": 1, "train/loss": 2.0}, {"step": 2, "train/loss": 1.0}])
+    run = _write_run(tmp_path / "sft", [{"step": 1, "timing_s/step": 2.0}, {"step": 2, "timing_s/step": 1.0}])
     path, series = plot_curves([("sft", run)], tmp_path / "empty.png", return_series=True)
     assert series == {}
     assert path.read_bytes().startswith(PNG_SIGNATURE)

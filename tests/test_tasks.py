@@ -78,7 +78,8 @@ def test_arithmetic_row_format_and_answers():
     for index, row in enumerate(rows):
         question, answer = row["extra_info"]["question"], row["reward_model"]["ground_truth"]
         assert row["prompt"] == [{"role": "user", "content": question}]
-        assert row["extra_info"] == {"split": "train", "index": index, "question": question, "answer": answer}
+        assert row["extra_info"] == {"split": "train", "index": index, "question": question, "answer": answer,
+                                     "demonstration": answer}
         assert question.endswith("=") and " " not in question
         a, op, b = re.fullmatch(r"(\d{1,2})([-+*])(\d{1,2})=", question).groups()
         a, b = int(a), int(b)
@@ -87,6 +88,28 @@ def test_arithmetic_row_format_and_answers():
     assert len({row["extra_info"]["question"] for row in rows}) == 50
     assert {row["extra_info"]["question"][-1] for row in rows} == {"="}
     assert {op for row in rows for op in "+-*" if op in row["extra_info"]["question"]} == {"+", "-", "*"}
+
+
+def test_carry_slip_changes_only_the_demonstrations_of_carrying_additions():
+    exact = arithmetic_rows(2000, seed=5, split="train")
+    sloppy = arithmetic_rows(2000, seed=5, split="train", carry_slip=0.75)
+    assert [r["extra_info"]["question"] for r in exact] == [r["extra_info"]["question"] for r in sloppy]
+    assert [r["reward_model"] for r in exact] == [r["reward_model"] for r in sloppy]
+    carrying = slipped = 0
+    for row in sloppy:
+        a, b = map(int, row["extra_info"]["question"][:-1].split("+"))
+        demo = int(row["extra_info"]["demonstration"])
+        if a % 10 + b % 10 < 10:
+            assert demo == a + b  # nothing to forget
+            continue
+        carrying += 1
+        assert demo in (a + b, a + b - 10)  # right, or the carry out of the units forgotten
+        slipped += demo == a + b - 10
+    assert 800 < carrying < 1000  # 45% of uniform two-digit pairs carry
+    assert abs(slipped / carrying - 0.75) < 0.05
+    assert sloppy == arithmetic_rows(2000, seed=5, split="train", carry_slip=0.75)
+    with pytest.raises(ValueError, match=r"carry_slip must be in \[0, 1\], got 1.5"):
+        arithmetic_rows(5, seed=0, split="train", carry_slip=1.5)
 
 
 def test_arithmetic_is_deterministic_per_seed():

@@ -1,9 +1,9 @@
 """Training curves of one or more run directories (e.g. SFT then GRPO) as one PNG on a shared step axis.
 
 Reads what the trainers write: `metrics.jsonl` (one JSON object per step) and, for RL runs,
-`val_before_train.json` (the step-0 validation). Three panels: training reward `critic/score/mean`,
-validation accuracy `val-core/<data_source>/reward/mean@<n>` (one line per data source), and response
-length `response_length/mean`.
+`val_before_train.json` (the step-0 validation). Three panels: training reward `critic/score/mean` (with an SFT
+stage's `train/loss` on the panel's right-hand axis), validation accuracy `val-core/<data_source>/reward/mean@<n>`
+(one line per data source), and response length `response_length/mean`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 REWARD_KEY = "critic/score/mean"
+SFT_LOSS_KEY = "train/loss"
 LENGTH_KEY = "response_length/mean"
 # data_source may itself contain '/', e.g. val-core/openai/gsm8k/reward/mean@1
 _VAL_KEY = re.compile(r"^val-core/(?P<source>.+)/reward/mean@(?P<n>\d+)$")
@@ -95,6 +96,8 @@ def _stage_series(records: list[dict], before: dict, offset: int) -> Series:
         for key, value in record.items():
             if key == REWARD_KEY:
                 add("reward", x, value)
+            elif key == SFT_LOSS_KEY:
+                add("sft_loss", x, value)
             elif key == LENGTH_KEY:
                 add("length", x, value)
             elif (name := _val_name(key)) is not None:
@@ -122,7 +125,8 @@ def plot_curves(runs: list[tuple[str, Path]], out_png: str | Path, title: str | 
     `runs` is an ordered list of (stage name, run directory); stage k's steps are offset by the last step of
     stages 0..k-1, so e.g. GRPO step 1 after a 3-step SFT run is plotted at x = 4. A dashed line and the stage
     name mark where each stage starts. The PNG is written atomically and `out_png` returned; with
-    `return_series=True` also the plotted points, {"reward" | "length" | "val/<source>[@n]": [(x, y), ...]},
+    `return_series=True` also the plotted points, {"reward" | "sft_loss" | "length" | "val/<source>[@n]":
+    [(x, y), ...]},
     where "@n" is left out for mean@1.
     """
     if not runs:
@@ -147,6 +151,13 @@ def plot_curves(runs: list[tuple[str, Path]], out_png: str | Path, title: str | 
                     xs, ys = zip(*series[key])
                     ax.plot(xs, ys, color=color, marker="." if len(xs) <= 50 else None)
             ax.set_ylabel(ylabel)
+        if any("sft_loss" in s for _, _, s in stages):
+            ax_loss = ax_reward.twinx()  # SFT has no reward: its loss shares the panel, on its own axis
+            for _, _, series in stages:
+                if "sft_loss" in series:
+                    xs, ys = zip(*series["sft_loss"])
+                    ax_loss.plot(xs, ys, color="tab:orange", marker="." if len(xs) <= 50 else None)
+            ax_loss.set_ylabel(f"SFT loss ({SFT_LOSS_KEY})", color="tab:orange")
 
         val_names = sorted({name for _, _, s in stages for name in s if name.startswith("val/")})
         for name in val_names:
@@ -158,7 +169,8 @@ def plot_curves(runs: list[tuple[str, Path]], out_png: str | Path, title: str | 
             ax_val.legend(loc="best", fontsize="small", title="data source", title_fontsize="small")
         ax_val.set_ylabel("validation accuracy\n(val-core reward/mean@n)")
 
-        for ax, has_data in ((ax_reward, any("reward" in s for _, _, s in stages)), (ax_val, bool(val_names)),
+        for ax, has_data in ((ax_reward, any("reward" in s or "sft_loss" in s for _, _, s in stages)),
+                             (ax_val, bool(val_names)),
                              (ax_len, any("length" in s for _, _, s in stages))):
             if not has_data:
                 ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",

@@ -1,6 +1,9 @@
 """rft's synthetic arithmetic task: "a+b=" prompts whose reward is the exact answer (rft.rewards.arithmetic).
 
-Small enough for a tiny model to learn in minutes, so a run can show the reward going up.
+Small enough for a tiny model to learn in minutes, so a run can show the reward going up. Each row also carries a
+demonstration for SFT (`extra_info.demonstration`): the answer, or, with `carry_slip`, the answer of a sloppy
+teacher who now and then forgets the carry out of the units digit. SFT on those copies the teacher's slips; an
+RL stage rewarded by the exact answer can then do better than its teacher (what `rft demo` shows).
 """
 
 from __future__ import annotations
@@ -32,14 +35,19 @@ def arithmetic_rows(
     ops: str = "+",
     *,
     exclude: Collection[str] = (),
+    carry_slip: float = 0.0,
 ) -> list[dict]:
     """`n` rows with distinct questions ``f"{a}{op}{b}="``, none of them in `exclude`.
 
     a and b are uniform in [0, 10**max_digits - 1] and op uniform over the characters of `ops` (a repeated
     character weighs more); a draw whose question was already taken is redrawn. The same arguments always give
-    the same rows. Raises ValueError when fewer than `n` new questions exist.
+    the same rows, and `carry_slip` changes only the demonstrations: with probability `carry_slip`, an addition
+    whose units digits carry (a % 10 + b % 10 >= 10) is demonstrated as a + b - 10, the carry forgotten.
+    Raises ValueError when fewer than `n` new questions exist.
     """
     _check_args(max_digits, ops)
+    if not 0.0 <= carry_slip <= 1.0:
+        raise ValueError(f"carry_slip must be in [0, 1], got {carry_slip}")
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     largest = 10**max_digits - 1
@@ -52,6 +60,7 @@ def arithmetic_rows(
             f"ops={ops!r} (after excluding {len(taken)}); raise max_digits or add ops"
         )
     rng = random.Random(seed)
+    slips = random.Random(f"carry_slip:{seed}")  # its own stream: the questions never depend on carry_slip
     rows = []
     while len(rows) < n:
         a, b, op = rng.randint(0, largest), rng.randint(0, largest), rng.choice(ops)
@@ -60,13 +69,17 @@ def arithmetic_rows(
             continue
         taken.add(question)
         answer = str(_OPERATORS[op](a, b))
+        demonstration = answer
+        if op == "+" and a % 10 + b % 10 >= 10 and slips.random() < carry_slip:
+            demonstration = str(a + b - 10)
         rows.append(
             {
                 "data_source": DATA_SOURCE,
                 "prompt": [{"role": "user", "content": question}],
                 "ability": "arithmetic",
                 "reward_model": {"style": "rule", "ground_truth": answer},
-                "extra_info": {"split": split, "index": len(rows), "question": question, "answer": answer},
+                "extra_info": {"split": split, "index": len(rows), "question": question, "answer": answer,
+                               "demonstration": demonstration},
             }
         )
     return rows
@@ -79,12 +92,14 @@ def write_arithmetic(
     seed: int = 0,
     max_digits: int = 2,
     ops: str = "+",
+    carry_slip: float = 0.0,
 ) -> dict[str, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under `out_dir`; no val question appears in train.
 
-    Val is drawn from ``seed + 1`` with the train questions excluded. Returns {"train": path, "val": path}.
+    Val is drawn from ``seed + 1`` with the train questions excluded; `carry_slip` (see `arithmetic_rows`) applies
+    to the train demonstrations only. Returns {"train": path, "val": path}.
     """
-    train = arithmetic_rows(n_train, seed, "train", max_digits, ops)
+    train = arithmetic_rows(n_train, seed, "train", max_digits, ops, carry_slip=carry_slip)
     train_questions = {row["extra_info"]["question"] for row in train}
     val = arithmetic_rows(n_val, seed + 1, "val", max_digits, ops, exclude=train_questions)
     out_dir = Path(out_dir)
