@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import make_assets, rl_config, trainable
 from safetensors.torch import load_file, save_file
 
 from rft.algorithms import AdvantageInputs, compute_advantages
 from rft.batch import Batch
-from rft.config import ConfigError, load_config
+from rft.config import ConfigError
 from rft.data.dataset import left_pad
 from rft.models.tiny import init_model
 from rft.monitor import Timer
 from rft.rewards.model import RewardModel
-from rft.tasks import write_arithmetic
 from rft.trainer.rl import RLTrainer
 from rft.workers.critic import forward_values
 
@@ -29,13 +29,6 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
-# A shaped reward (as tests/test_trainer.py): an untrained model's samples differ in it.
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    digits = sum(c.isdigit() for c in solution_str)
-    exact = float(solution_str.strip() == str(ground_truth))
-    return {"score": exact + digits / (1 + len(solution_str)), "digits": float(digits)}
-'''
 OTHER_TEMPLATE = ("{%- for message in messages %}{{- message['role'] | capitalize + ': ' + message['content'] + '\\n' }}"
                   "{%- endfor %}")
 HEAD = torch.linspace(-1.0, 1.0, 128) * torch.tensor([1.0, -0.5]).repeat(64)  # the tiny-rm head, set by hand
@@ -43,10 +36,7 @@ HEAD = torch.linspace(-1.0, 1.0, 128) * torch.tensor([1.0, -0.5]).repeat(64)  # 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("ppo_assets")
-    init_model("tiny", root / "model", seed=0)
-    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
-    (root / "reward.py").write_text(REWARD)
+    root = make_assets(tmp_path_factory.mktemp("ppo_assets"))
     # a reward model whose head is set by hand: score = HEAD . h_last
     rm = init_model("tiny-rm", root / "rm", seed=1)
     weights = load_file(rm / "model.safetensors")
@@ -65,22 +55,8 @@ def assets(tmp_path_factory) -> Path:
 
 
 def make_cfg(assets: Path, out: Path, *overrides: str):
-    return load_config(None, [
-        f"actor_rollout_ref.model.path={assets / 'model'}",
-        f"data.train_files={assets / 'data' / 'train.parquet'}",
-        f"custom_reward_function.path={assets / 'reward.py'}",
-        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "critic.optim.lr=1e-4", "critic.optim.weight_decay=0.0", "algorithm.adv_estimator=gae",
-        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
-        "trainer.logger=[]",
-        *overrides,
-    ])
-
-
-def trainable(model) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return rl_config(assets, out, "critic.optim.lr=1e-4", "critic.optim.weight_decay=0.0",
+                     "algorithm.adv_estimator=gae", *overrides)
 
 
 def moved(before: dict, after: dict) -> list[str]:

@@ -6,18 +6,15 @@ from __future__ import annotations
 import copy
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import SHAPED_REWARD, assert_all_moved, make_assets, rl_config, trainable
 
 from rft.algorithms import ADV_ESTIMATORS
-from rft.config import load_config
-from rft.models.tiny import init_model
 from rft.monitor import Timer
 from rft.rewards import load_custom_reward, score_responses
 from rft.rollout import SamplingParams
-from rft.tasks import write_arithmetic
 from rft.trainer.evaluate import rollout_batch
 from rft.trainer.rl import RLTrainer
 
@@ -26,12 +23,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # A shaped reward (as tests/test_trainer.py): an untrained model's samples differ in it, so every estimator's
 # advantages (and gradients) are non-zero. `length` is a second reward function for the weighted-sum test;
 # `per_prompt` adds a term that differs between prompts, so the greedy baselines of different prompts differ.
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    digits = sum(c.isdigit() for c in solution_str)
-    exact = float(solution_str.strip() == str(ground_truth))
-    return {"score": exact + digits / (1 + len(solution_str)), "digits": float(digits)}
-
+REWARD = SHAPED_REWARD + '''
 
 def length(data_source, solution_str, ground_truth, extra_info=None):
     return float(len(solution_str))
@@ -47,29 +39,10 @@ TRAINABLE = sorted(ADV_ESTIMATORS.names())
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("assets")
-    init_model("tiny", root / "model", seed=0)
-    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
-    (root / "reward.py").write_text(REWARD)
-    return root
+    return make_assets(tmp_path_factory.mktemp("assets"), REWARD)
 
 
-def make_cfg(assets: Path, out: Path, *overrides: str):
-    return load_config(None, [
-        f"actor_rollout_ref.model.path={assets / 'model'}",
-        f"data.train_files={assets / 'data' / 'train.parquet'}",
-        f"custom_reward_function.path={assets / 'reward.py'}",
-        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
-        "trainer.logger=[]",
-        *overrides,
-    ])
-
-
-def trainable(model) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+make_cfg = rl_config
 
 
 def spy_on_advantages(trainer: RLTrainer) -> list:
@@ -94,9 +67,7 @@ def test_one_step_moves_every_trainable_parameter(assets, tmp_path, estimator):
     metrics = trainer.train_step(1, Timer())
     assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
     assert metrics["actor/grad_norm"] > 0
-    after = trainable(trainer.model)
-    unmoved = [n for n in before if torch.equal(before[n], after[n])]
-    assert not unmoved, f"parameters that did not move: {unmoved}"
+    assert_all_moved(before, trainer.model)
     assert metrics["critic/score/max"] > metrics["critic/score/min"]
     batch = seen[0]
     valid = batch.response_mask.bool()

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
 
 from rft.algorithms import LOSS_AGG_MODES, full_kl_from_logits, overlong_penalty
-from rft.config import load_config
 from rft.config.load import ConfigError
 from rft.config.schema import POLICY_LOSS_NAMES
-from rft.models.tiny import init_model
 from rft.monitor import Timer
-from rft.tasks import write_arithmetic
 from rft.trainer.rl import RLTrainer
 from rft.workers.policy import compute_logit_kl, forward_logits
 
@@ -39,35 +36,11 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("assets")
-    init_model("tiny", root / "model", seed=0)
-    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
-    (root / "reward.py").write_text(REWARD)
-    return root
+    return make_assets(tmp_path_factory.mktemp("assets"), REWARD)
 
 
-def make_cfg(assets: Path, out: Path, *overrides: str):
-    return load_config(None, [
-        f"actor_rollout_ref.model.path={assets / 'model'}",
-        f"data.train_files={assets / 'data' / 'train.parquet'}",
-        f"custom_reward_function.path={assets / 'reward.py'}",
-        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
-        "trainer.logger=[]",
-        *overrides,
-    ])
+make_cfg = rl_config
 
-
-def trainable(model) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def assert_all_moved(before: dict, model) -> None:
-    after = trainable(model)
-    unmoved = [n for n in before if torch.equal(before[n], after[n])]
-    assert not unmoved, f"parameters that did not move: {unmoved}"
 
 
 # ------------------------------------------------------------------------------ one step per loss / KL

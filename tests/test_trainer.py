@@ -9,52 +9,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
 from safetensors.torch import load_file
 
-from rft.config import load_config
-from rft.models.tiny import init_model
 from rft.monitor import Timer
-from rft.tasks import write_arithmetic
 from rft.trainer.checkpoint import CheckpointManager
 from rft.trainer.rl import RLTrainer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-# A shaped reward: an untrained model's samples differ in it, so advantages (and gradients) are non-zero.
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    digits = sum(c.isdigit() for c in solution_str)
-    exact = float(solution_str.strip() == str(ground_truth))
-    return {"score": exact + digits / (1 + len(solution_str)), "digits": float(digits)}
-'''
-
-
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("assets")
-    init_model("tiny", root / "model", seed=0)
-    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
-    (root / "reward.py").write_text(REWARD)
-    return root
+    return make_assets(tmp_path_factory.mktemp("assets"))
 
 
 def make_cfg(assets: Path, out: Path, *overrides: str):
-    return load_config(None, [
-        f"actor_rollout_ref.model.path={assets / 'model'}",
-        f"data.train_files={assets / 'data' / 'train.parquet'}",
-        f"data.val_files={assets / 'data' / 'val.parquet'}",
-        f"custom_reward_function.path={assets / 'reward.py'}",
-        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
-        "trainer.logger=[]",
-        *overrides,
-    ])
-
-
-def trainable(model) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return rl_config(assets, out, *overrides, with_val=True)
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "reinforce_plus_plus"])
@@ -72,9 +42,7 @@ def test_training_moves_every_trainable_parameter(assets, tmp_path, estimator, l
         metrics = trainer.train_step(step, Timer())
         assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
         assert metrics["actor/grad_norm"] > 0
-    after = trainable(trainer.model)
-    unmoved = [n for n in before if torch.equal(before[n], after[n])]
-    assert not unmoved, f"parameters that did not move: {unmoved}"
+    assert_all_moved(before, trainer.model)
     assert metrics["critic/score/max"] > metrics["critic/score/min"]
     assert "reward_extra/digits/mean" in metrics
 

@@ -1,0 +1,58 @@
+"""What the RL tests on the tiny model share: their assets (model, data, reward file), the small config every one
+of them starts from, and the "every trainable parameter moved" check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rft.config import load_config
+from rft.models.tiny import init_model
+from rft.tasks import write_arithmetic
+
+# A shaped reward: an untrained model's samples differ in it, so advantages (and gradients) are non-zero.
+SHAPED_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    digits = sum(c.isdigit() for c in solution_str)
+    exact = float(solution_str.strip() == str(ground_truth))
+    return {"score": exact + digits / (1 + len(solution_str)), "digits": float(digits)}
+'''
+
+
+def make_assets(root: Path, reward_source: str = SHAPED_REWARD) -> Path:
+    """`root/model` (tiny preset, seed 0), `root/data/{train,val}.parquet` (64 / 8 arithmetic rows) and
+    `root/reward.py` holding `reward_source`."""
+    init_model("tiny", root / "model", seed=0)
+    write_arithmetic(root / "data", n_train=64, n_val=8, seed=0)
+    (root / "reward.py").write_text(reward_source)
+    return root
+
+
+def rl_config(assets: Path, out: Path, *overrides: str, with_val: bool = False):
+    """One step of 4 prompts x 4 responses, 6 new tokens, lr 1e-3 without weight decay (a parameter that moves
+    had a gradient), the custom reward of `assets`; `overrides` come last."""
+    val = [f"data.val_files={assets / 'data' / 'val.parquet'}"] if with_val else []
+    return load_config(None, [
+        f"actor_rollout_ref.model.path={assets / 'model'}",
+        f"data.train_files={assets / 'data' / 'train.parquet'}",
+        *val,
+        f"custom_reward_function.path={assets / 'reward.py'}",
+        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "trainer.val_before_train=false", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
+        "trainer.logger=[]",
+        *overrides,
+    ])
+
+
+def trainable(model) -> dict[str, torch.Tensor]:
+    """A detached copy of every trainable parameter, by name."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_all_moved(before: dict[str, torch.Tensor], model) -> None:
+    after = trainable(model)
+    unmoved = [n for n in before if torch.equal(before[n], after[n])]
+    assert not unmoved, f"parameters that did not move: {unmoved}"
