@@ -148,30 +148,21 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
             t.refuse(f"algorithm.policy_loss_fn_args.{key}", NOT_HONOURED)
         else:
             _set(out, target, value)
-    kl = a["kl_loss_fn"]
-    kl_args = a.get("kl_loss_fn_args") or {}
-    if kl == "none":
-        _set(out, f"{A}.use_kl_loss", False)
-    elif kl in KL_FNS:
-        _set(out, f"{A}.use_kl_loss", True)
-        _set(out, f"{A}.kl_loss_type", kl)
-        _set(out, f"{A}.kl_loss_coef", kl_args.get("kl_coef", 0.001))
-    else:
-        t.refuse("algorithm.kl_loss_fn", f"={kl!r}: rft has none, {', '.join(KL_FNS)}")
-    for key in set(kl_args) - {"kl_coef"}:
-        t.refuse(f"algorithm.kl_loss_fn_args.{key}", NOT_HONOURED)
-    pen = a["kl_penalty_fn"]
-    pen_args = a.get("kl_penalty_fn_args") or {}
-    if pen == "none":
-        _set(out, "algorithm.use_kl_in_reward", False)
-    elif pen in KL_FNS:
-        _set(out, "algorithm.use_kl_in_reward", True)
-        _set(out, "algorithm.kl_penalty", pen)
-        _set(out, "algorithm.kl_ctrl.kl_coef", pen_args.get("kl_coef", 0.001))
-    else:
-        t.refuse("algorithm.kl_penalty_fn", f"={pen!r}: rft has none, {', '.join(KL_FNS)}")
-    for key in set(pen_args) - {"kl_coef"}:
-        t.refuse(f"algorithm.kl_penalty_fn_args.{key}", NOT_HONOURED)
+    # a Trinity KL function is a name ("none" or an estimator) plus {kl_coef}: as a loss or in the reward
+    for fn, switch, kind, coef in (("kl_loss_fn", f"{A}.use_kl_loss", f"{A}.kl_loss_type", f"{A}.kl_loss_coef"),
+                                   ("kl_penalty_fn", "algorithm.use_kl_in_reward", "algorithm.kl_penalty",
+                                    "algorithm.kl_ctrl.kl_coef")):
+        name, args = a[fn], a.get(f"{fn}_args") or {}
+        if name == "none":
+            _set(out, switch, False)
+        elif name in KL_FNS:
+            _set(out, switch, True)
+            _set(out, kind, name)
+            _set(out, coef, args.get("kl_coef", 0.001))
+        else:
+            t.refuse(f"algorithm.{fn}", f"={name!r}: rft has none, {', '.join(KL_FNS)}")
+        for key in set(args) - {"kl_coef"}:
+            t.refuse(f"algorithm.{fn}_args.{key}", NOT_HONOURED)
     ent = a["entropy_loss_fn"]
     ent_args = a.get("entropy_loss_fn_args") or {}
     if ent == "none":
