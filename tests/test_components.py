@@ -112,13 +112,17 @@ AR, AA, AM, RO = "actor_rollout_ref.ref", "actor_rollout_ref.actor", "actor_roll
 W = "<work>"  # replaced by the fixture folder
 
 # (input, value, canonical key, expected value) or (input, value, REFUSED, message needle); a dict of further
-# inputs may follow. CPU: offload keys hold (everything is in host memory); on CUDA they are refused.
+# inputs may follow. CPU: offload keys hold (everything is in host memory); on CUDA with one process they are
+# refused. Process counts land on their keys: on CPU that many gloo processes (the batch sizes must split evenly).
 VERL_SHARED = [
     ("algorithm_use_kl_in_reward", True, "algorithm.use_kl_in_reward", True),
     ("trainer_n_gpus_per_node", 1, "trainer.n_gpus_per_node", 1),
-    ("trainer_n_gpus_per_node", 8, REFUSED, "set it to 1"),
+    ("trainer_n_gpus_per_node", 2, "trainer.n_gpus_per_node", 2),
+    ("trainer_n_gpus_per_node", 8, REFUSED, "multiple of the number of processes"),  # 4 prompts over 8
+    ("trainer_n_gpus_per_node", 0, REFUSED, "must be a positive integer"),
     ("trainer_nnodes", 1, "trainer.nnodes", 1),
-    ("trainer_nnodes", 2, REFUSED, "--trainer_nnodes=2"),
+    ("trainer_nnodes", 2, "trainer.nnodes", 2),  # torchrun on each node; `rft component` alone refuses it (below)
+    ("trainer_nnodes", 0, REFUSED, "--trainer_nnodes=0 must be a positive integer"),
     ("trainer_save_freq", 3, "trainer.save_freq", 3),
     ("trainer_test_freq", 2, "trainer.test_freq", 2),
     ("trainer_total_epochs", 2, "trainer.total_epochs", 2),
@@ -137,6 +141,7 @@ VERL_SHARED = [
     ("actor_model_use_remove_padding", False, f"{AM}.use_remove_padding", False),
     ("actor_model_use_remove_padding", True, REFUSED, "flash-attn"),
     ("actor_strategy", "fsdp", f"{AA}.strategy", "fsdp"),
+    ("actor_strategy", "fsdp2", f"{AA}.strategy", "fsdp2"),
     ("actor_fsdp_config_offload_policy", True, f"{AA}.fsdp_config.offload_policy", True),
     ("actor_fsdp_config_offload_policy", False, f"{AA}.fsdp_config.offload_policy", False),
     ("actor_model_lora_rank", 8, f"{AM}.lora_rank", 8),
@@ -323,6 +328,11 @@ def test_input_lands_on_its_key_or_is_refused(work, comp, name, value, key, expe
     values = {name: _sub(value, work), **more}
     if key in CPU_ONLY and expected is True and _cuda():
         key, expected = REFUSED, "on cuda"
+    if name == "trainer_n_gpus_per_node" and key != REFUSED and _cuda():
+        import torch
+
+        if value > torch.cuda.device_count():
+            key, expected = REFUSED, "CUDA device"
     if key == REFUSED:
         with pytest.raises(ComponentError) as err:
             resolved(comp, work, **values)
@@ -394,14 +404,26 @@ def test_table_matches_the_spec(comp):
 
 
 def test_spec_defaults_that_cannot_run_here_are_refused_together(work):
-    """rft_trainer with only its required inputs: the 8 GPUs and sequence packing of the spec defaults are refused,
-    both named, in one message."""
+    """rft_trainer with only its required inputs: sequence packing of the spec defaults is refused by name; the 8
+    GPUs are honoured (on CPU: 8 gloo processes, with a note)."""
     values = {k: v for k, v in base_values(R, work).items() if k in ("actor_model_path", "data_train_files",
                                                                       "data_val_files")}
     with pytest.raises(ComponentError) as err:
         resolve(get_component(R), values, outputs_of(R, work))
     msg = str(err.value)
-    assert "--trainer_n_gpus_per_node=8" in msg and "--actor_model_use_remove_padding=true" in msg
+    assert "--actor_model_use_remove_padding=true" in msg and "trainer_n_gpus_per_node" not in msg
+
+
+def test_processes_on_cpu_and_several_nodes(work):
+    """n_gpus_per_node on a machine without CUDA: that many CPU processes (a note says so); nnodes > 1 needs torchrun
+    on every node, so a run started without a launcher is refused before anything loads."""
+    from rft.components.run import run
+
+    if not _cuda():
+        _, plan = resolved(R, work, trainer_n_gpus_per_node=2)
+        assert any("2 CPU processes (gloo)" in note for note in plan.notes), plan.notes
+    with pytest.raises(ComponentError, match="torchrun --nnodes 2"):
+        run(get_component(R), {**base_values(R, work), "trainer_nnodes": 2}, outputs_of(R, work))
 
 
 def test_required_inputs_and_outputs(work):

@@ -265,8 +265,13 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
         (["data.max_prompt_length=32", "actor_rollout_ref.rollout.prompt_length=64"],
          ["actor_rollout_ref.rollout.prompt_length=64", "data.max_prompt_length=32"]),
         (["actor_rollout_ref.rollout.name=vllm"], ["actor_rollout_ref.rollout.name='vllm'", "'hf'"]),
-        (["trainer.n_gpus_per_node=2"], ["trainer.n_gpus_per_node", "= 2"]),
-        (["trainer.nnodes=2"], ["trainer.nnodes", "= 2"]),
+        (["trainer.n_gpus_per_node=3"], ["data.train_batch_size (8)", "multiple of the number of processes",
+                                          "3 processes", "1 x 3"]),
+        (["trainer.nnodes=0"], ["trainer.nnodes", "positive"]),
+        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "data.train_batch_size=6"],
+         ["ppo_mini_batch_size (3)", "number of processes (2)"]),
+        (["trainer.n_gpus_per_node=2", "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score"],
+         ["algorithm.filter_groups.enable=true", "one process only"]),
         (["actor_rollout_ref.rollout.temperature=0"], ["temperature=0", "do_sample=false"]),
         (["actor_rollout_ref.rollout.top_p=0"], ["top_p"]),
         (["actor_rollout_ref.actor.ppo_micro_batch_size=4"], ["ppo_micro_batch_size", "only one"]),
@@ -284,6 +289,18 @@ def test_cross_field_errors(overrides, needles):
         load(*overrides)
     for needle in needles:
         assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_several_processes_accepted_on_cpu():
+    """trainer.nnodes x trainer.n_gpus_per_node processes: batch sizes checked against their number; on a machine
+    without CUDA they are CPU processes (gloo), and the offload keys are accepted (no-ops there)."""
+    cfg = load("trainer.n_gpus_per_node=2", "trainer.device=cpu", "actor_rollout_ref.actor.strategy=fsdp2",
+               "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+               "actor_rollout_ref.ref.fsdp_config.param_offload=true")
+    assert cfg.trainer.n_gpus_per_node == 2
+    with pytest.raises(ConfigError, match=r"rows per process"):  # 8 prompts x 2 / 2 processes = 8 rows, micro 3
+        load("trainer.n_gpus_per_node=2", "trainer.device=cpu", "data.train_batch_size=8",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3")
 
 
 def test_matching_rollout_lengths_accepted():

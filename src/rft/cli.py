@@ -13,7 +13,7 @@ def _setup_env() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("transformers", "httpx", "huggingface_hub"):
+    for noisy in ("transformers", "httpx", "huggingface_hub", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
@@ -61,6 +61,10 @@ def _is_trinity(path: str | None) -> bool:
 
 
 def cmd_train(args) -> int:
+    from rft.trainer.launch import run_rl
+
+    # what each process of a several-process run executes again
+    module_args = ["train", *([args.config] if args.config else []), *args.overrides]
     if _is_trinity(args.config):  # Trinity-RFT's dialect, translated to verl keys before anything loads
         from rft.config.trinity import load_trinity
 
@@ -69,11 +73,8 @@ def cmd_train(args) -> int:
             from rft.trainer.stages import run_stages
 
             print(f"rft: all stages finished; final model in {run_stages(loaded)}")
-        else:
-            from rft.trainer.rl import RLTrainer
-
-            RLTrainer(loaded).fit()
-        return 0
+            return 0
+        return run_rl(loaded, module_args)
     if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
         from rft.trainer.stages import load_stages, run_stages
 
@@ -82,11 +83,7 @@ def cmd_train(args) -> int:
         return 0
     from rft.config import load_config
 
-    cfg = load_config(args.config, args.overrides)
-    from rft.trainer.rl import RLTrainer
-
-    RLTrainer(cfg).fit()
-    return 0
+    return run_rl(load_config(args.config, args.overrides), module_args)
 
 
 def cmd_sft(args) -> int:

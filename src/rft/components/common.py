@@ -1,5 +1,5 @@
-"""What the three components share: inputs that ask for something the machine at hand cannot do (several
-processes, vLLM, Liger kernels, sequence packing) and the model folder an Azure ML model-import component leaves."""
+"""What the three components share: process counts, inputs that ask for something the machine at hand cannot do
+(vLLM, Liger kernels, sequence packing) and the model folder an Azure ML model-import component leaves."""
 
 from __future__ import annotations
 
@@ -16,16 +16,20 @@ def has_cuda() -> bool:
 
 
 def check_processes(plan: Plan, name: str, value: int | None) -> None:
-    """A GPU / node count: rft runs one process."""
+    """A GPU / node count lands on its key (trainer.n_gpus_per_node / trainer.nnodes): one process per device,
+    NCCL on GPUs; on a machine without CUDA the same number of CPU processes with gloo (one compute thread each).
+    The config validation checks the batch sizes against the number of processes."""
     if value is None or value == 1:
         return
-    if value < 1:
+    if not isinstance(value, int) or value < 1:
         plan.refuse(name, f"={value} must be a positive integer")
-    elif not has_cuda():
-        plan.refuse(name, f"={value} asks for {value} devices, but this machine has no CUDA device and rft runs one "
-                          "process; set it to 1")
-    else:
-        plan.refuse(name, f"={value}: rft runs one process (no torch.distributed yet); set it to 1")
+    elif name.endswith("n_gpus_per_node") and not has_cuda():
+        import os
+
+        cores = os.cpu_count() or 1
+        crowded = f"; this machine has {cores} cores, so the processes share them" if value > cores else ""
+        plan.notes.append(f"{name}={value}: no CUDA device here, so {value} CPU processes (gloo), one compute thread "
+                          f"each{crowded}")
 
 
 def check_engine(plan: Plan, name: str, value: str) -> None:

@@ -3,6 +3,7 @@ the outputs. Every refusal is raised before anything loads."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -15,6 +16,9 @@ from rft.components.spec import Component, ComponentError, Plan
 # each component's output that holds the run folder (trainer.default_local_dir); none: a temporary folder
 WORK_OUTPUT = {"rft_trainer": "intermediate_folder", "group_relative_policy_optimization": "output_model_path"}
 REQUIRED_OUTPUTS = {"rft_trainer": ("model_output",), "verl_trainer_component": ("model_output",)}
+# A component run with several processes on this node: the first process plans, starts the others (the same command)
+# and writes the outputs once they finished; this variable gives them its run folder.
+WORK_ENV = "RFT_COMPONENT_WORK"
 
 
 def format_refusals(comp: Component, refusals: list[tuple[str, str]]) -> str:
@@ -66,20 +70,52 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
     return cfg, plan
 
 
-def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None]) -> dict[str, str]:
-    """Train with the component's inputs and write its outputs; returns {output name: path}."""
-    cfg, plan = resolve(comp, values, outputs)
-    temp = None
-    if not outputs.get(WORK_OUTPUT.get(comp.name, "")):
-        temp = tempfile.mkdtemp(prefix=f"rft-{comp.name}-")
-        cfg.trainer.default_local_dir = temp
-    for note in plan.notes:
-        print(f"rft {comp.name}: {note}", flush=True)
-    from rft.trainer.rl import RLTrainer
+def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
+        argv: list[str] | None = None) -> dict[str, str]:
+    """Train with the component's inputs and write its outputs; returns {output name: path}. `argv`: the
+    `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node)."""
+    from rft.config.load import ConfigError
+    from rft.config.validate import processes
+    from rft.distributed import launch, launched
+    from rft.trainer.launch import check_launch, train_here
 
+    cfg, plan = resolve(comp, values, outputs)
+    try:
+        check_launch(cfg)
+    except ConfigError as e:
+        raise ComponentError(f"{comp.name}: {e}") from None
+    started_by_us = launched() and WORK_ENV in os.environ
+    temp = None
+    if started_by_us:
+        cfg.trainer.default_local_dir = os.environ[WORK_ENV]
+    elif not outputs.get(WORK_OUTPUT.get(comp.name, "")):
+        if launched():  # torchrun started every process: one run folder name for all of them
+            temp = str(Path(tempfile.gettempdir()) / f"rft-{comp.name}-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}")
+            Path(temp).mkdir(parents=True, exist_ok=True)
+        else:
+            temp = tempfile.mkdtemp(prefix=f"rft-{comp.name}-")
+        cfg.trainer.default_local_dir = temp
+    if not launched() or (not started_by_us and os.environ["RANK"] == "0"):
+        for note in plan.notes:
+            print(f"rft {comp.name}: {note}", flush=True)
+    if started_by_us:  # one of the processes started below: train, the first process writes the outputs
+        train_here(cfg)
+        return {}
     written: dict[str, str] = {}
     try:
-        RLTrainer(cfg).fit()
+        if processes(cfg.trainer) > 1 and not launched():
+            os.environ[WORK_ENV] = str(cfg.trainer.default_local_dir)
+            try:
+                status = launch(processes(cfg.trainer), ["component", *(argv or [])])
+            finally:
+                os.environ.pop(WORK_ENV, None)
+            if status != 0:
+                raise ComponentError(f"{comp.name}: training failed in one of its {processes(cfg.trainer)} processes")
+        else:
+            train_here(cfg)
+        if launched() and int(os.environ["RANK"]) != 0:
+            temp = None  # a launch by torchrun: rank 0 writes the outputs and removes the run folder
+            return {}
         model_dir = Path(cfg.trainer.default_local_dir) / "model"
         if outputs.get("output_model_path"):
             written["output_model_path"] = str(outputs["output_model_path"])
@@ -134,11 +170,11 @@ def main(argv: list[str]) -> int:
                 print(f"# {note}")
             print(to_yaml(cfg), end="")
             return 0
-        if values.get("pypi_packages_override"):
+        if values.get("pypi_packages_override") and WORK_ENV not in os.environ:  # the first process installs
             from rft.components.pip import install_requirements
 
             install_requirements(values["pypi_packages_override"])
-        run(comp, values, outputs)
+        run(comp, values, outputs, argv)
         return 0
     except ComponentError as e:
         print(f"rft component: error: {e}", file=sys.stderr)

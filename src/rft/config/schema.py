@@ -31,9 +31,12 @@ def sub(cls: type, help: str) -> Any:
 
 
 VLLM_ONLY = "a vLLM engine knob; rft's `hf` engine has no such setting (the vLLM engine is not implemented yet)"
-MULTI_PROCESS = "sharding and offload need several processes (torch.distributed), which rft does not run yet"
-CPU_ONLY_OFFLOAD = ("Honoured on a CPU run, where everything already lives in host memory; refused on cuda (rft "
-                    "has no FSDP offload yet).")
+MULTI_PROCESS = "rft's SFT trainer runs one process (several processes are `rft train`'s: docs/scaling.md)"
+CPU_ONLY_OFFLOAD = ("On CPU a no-op (everything already lives in host memory); on cuda it needs a sharded model, i.e. "
+                    "several processes (one process on cuda is refused).")
+STRATEGY_HELP = ("How the model is sharded over several processes (docs/scaling.md): fsdp2 (torch's fully_shard on "
+                 "every decoder layer, then the root) or fsdp (FSDP1, FullyShardedDataParallel with the decoder "
+                 "layers as units); one process uses neither.")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 # The names registered in rft.algorithms.ADV_ESTIMATORS (a test keeps the two equal): verl's nine and Trinity-RFT's
 # opmd and asymre.
@@ -105,7 +108,7 @@ class ModelConfig:
         "`model_config` mapping is merged in as well."
     )
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
-    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported=MULTI_PROCESS)
+    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported="activation offload")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     use_remove_padding: bool = fld(
         False,
@@ -153,17 +156,24 @@ class OptimConfig:
 
 @dataclass
 class WrapPolicyConfig:
-    min_num_params: int = fld(0, "FSDP wrap threshold.", unsupported=MULTI_PROCESS)
-    transformer_layer_cls_to_wrap: Optional[Any] = fld(None, "FSDP wrap classes.", unsupported=MULTI_PROCESS)
+    min_num_params: int = fld(0, "FSDP wrap threshold.", unsupported="size-based wrapping (rft shards every "
+                              "decoder layer; transformer_layer_cls_to_wrap names other classes)")
+    transformer_layer_cls_to_wrap: Optional[Any] = fld(
+        None, "Class names of the modules sharded as FSDP units (several processes); null: the model's decoder layer "
+        "(its _no_split_modules, e.g. Qwen2DecoderLayer).")
 
 
 @dataclass
 class FSDPConfig:
     wrap_policy: WrapPolicyConfig = sub(WrapPolicyConfig, "FSDP wrap policy.")
-    param_offload: bool = fld(False, "Offload parameters to CPU between uses. " + CPU_ONLY_OFFLOAD)
-    optimizer_offload: bool = fld(False, "Offload optimizer state to CPU. " + CPU_ONLY_OFFLOAD)
-    offload_policy: bool = fld(False, "FSDP2 CPU offload policy. " + CPU_ONLY_OFFLOAD)
-    fsdp_size: int = fld(-1, "FSDP group size; -1: all processes.", unsupported=MULTI_PROCESS)
+    param_offload: bool = fld(False, "Keep the parameter shards in host memory (FSDP1's CPUOffload, FSDP2's "
+                              "CPUOffloadPolicy). " + CPU_ONLY_OFFLOAD)
+    optimizer_offload: bool = fld(False, "Keep the optimizer state in host memory: with param_offload or "
+                                  "offload_policy the optimizer steps on the host shards. " + CPU_ONLY_OFFLOAD)
+    offload_policy: bool = fld(False, "FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer step in "
+                               "host memory). " + CPU_ONLY_OFFLOAD)
+    fsdp_size: int = fld(-1, "FSDP group size; -1: all processes.",
+                         unsupported="hybrid sharding (FSDP over a subset of the processes); -1 shards over all")
 
 
 @dataclass
@@ -198,9 +208,7 @@ class ActorCheckpointConfig:
 
 @dataclass
 class ActorConfig:
-    strategy: str = fld(
-        "fsdp", "Training strategy; with one process neither FSDP version wraps the model.", choices=("fsdp", "fsdp2")
-    )
+    strategy: str = fld("fsdp", STRATEGY_HELP, choices=("fsdp", "fsdp2"))
     ppo_mini_batch_size: int = fld(256, "Prompts per optimizer step (global); train_batch_size must divide by it.")
     ppo_micro_batch_size: Optional[int] = fld(
         None, "Deprecated global micro batch in rows; use ppo_micro_batch_size_per_gpu."
@@ -270,7 +278,8 @@ class ValKwargsConfig:
 
 @dataclass
 class RolloutConfig:
-    name: str = fld("hf", "Rollout engine: hf (transformers, KV cache).", choices=("hf", "vllm", "sglang"))
+    name: str = fld("hf", "Rollout engine: hf (transformers, KV cache); vllm and sglang are refused for now "
+                          "(docs/scaling.md).", choices=("hf", "vllm", "sglang"))
     mode: str = fld("sync", "Rollout mode.", choices=("sync",))
     temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
     top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
@@ -325,7 +334,8 @@ class RewardModelInnerConfig:
     )
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
-    fsdp_config: Dict[str, Any] = fld({}, "FSDP settings.", unsupported=MULTI_PROCESS)
+    fsdp_config: Dict[str, Any] = fld({}, "FSDP settings.", unsupported="sharding the reward model (each process "
+                                      "holds a whole copy)")
 
 
 @dataclass
@@ -444,7 +454,7 @@ class CriticModelConfig:
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     override_config: Dict[str, Any] = fld({}, "Attributes set on the value model's config when loading.")
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
-    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported=MULTI_PROCESS)
+    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported="activation offload")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     use_remove_padding: bool = fld(False, "Sequence packing.", unsupported="sequence packing (varlen attention)")
     use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
@@ -468,8 +478,7 @@ class CriticConfig:
         None, "Build a critic (value model): null: when the advantage estimator needs values (gae); true: always "
         "(trained on the estimator's returns); false: never (refused with gae)."
     )
-    strategy: str = fld("fsdp", "Training strategy; with one process neither FSDP version wraps the model.",
-                        choices=("fsdp", "fsdp2"))
+    strategy: str = fld("fsdp", STRATEGY_HELP + " The critic's own setting.", choices=("fsdp", "fsdp2"))
     rollout_n: Optional[int] = fld(None, "Must equal actor_rollout_ref.rollout.n when set (verl's interpolation).")
     optim: CriticOptimConfig = sub(CriticOptimConfig, "The critic's optimizer and learning-rate schedule.")
     model: CriticModelConfig = sub(CriticModelConfig, "The value model.")
@@ -521,8 +530,12 @@ class TrainerConfig:
         None, "Print a metrics line every N steps when the console is not a terminal; null: about 20 over the run. "
         "metrics.jsonl always holds every step."
     )
-    nnodes: int = fld(1, "Nodes.")
-    n_gpus_per_node: int = fld(1, "Devices (processes) per node.")
+    nnodes: int = fld(1, "Nodes; > 1 needs torchrun on every node (docs/scaling.md).")
+    n_gpus_per_node: int = fld(
+        1, "Processes per node, one per GPU (NCCL); without CUDA as many CPU processes (gloo, one thread each). "
+        "nnodes x n_gpus_per_node > 1: `rft train` starts them itself on one node (torch's elastic launcher); "
+        "data.train_batch_size and ppo_mini_batch_size stay global."
+    )
     device: str = fld("auto", "auto (cuda when available), cpu or cuda.", choices=("auto", "cpu", "cuda"))
     seed: int = fld(0, "Seed of sampling, initialisation and mini-batch shuffles.")
     save_freq: int = fld(-1, "Save a checkpoint every N steps and at the last step; <= 0: no checkpoints (the final model is still written).")
@@ -550,7 +563,8 @@ class TrainerConfig:
         "keeps both",
     )
     ray_wait_register_center_timeout: int = fld(300, "Ray start-up timeout.", unsupported="Ray")
-    balance_batch: bool = fld(True, "Balance sequence lengths across processes (no effect with one process).")
+    balance_batch: bool = fld(True, "Balance sequence lengths across processes. No effect: each process takes a "
+                              "contiguous share of the prompts (docs/scaling.md).")
 
 
 @dataclass

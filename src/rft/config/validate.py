@@ -96,18 +96,31 @@ def _check_inputs(model_key: str, model_path: str | None, data: Any, check_paths
         _check_files_exist("data.val_files", val_files)
 
 
-def _check_runtime(prefix: str, t: Any) -> None:
-    """One process, an available device, known loggers, a consistent resume setting (trainer sections)."""
-    if t.nnodes * t.n_gpus_per_node != 1:
-        raise ConfigError(
-            f"{prefix}.nnodes * {prefix}.n_gpus_per_node = {t.nnodes * t.n_gpus_per_node}: rft runs one "
-            "process for now; set both to 1"
-        )
-    if t.device == "cuda":
-        import torch
+def processes(t: Any) -> int:
+    """The number of processes a trainer section asks for: nnodes x n_gpus_per_node."""
+    return t.nnodes * t.n_gpus_per_node
 
-        if not torch.cuda.is_available():
-            raise ConfigError(f"{prefix}.device='cuda' but this machine has no CUDA device; use 'auto' or 'cpu'")
+
+def _check_runtime(prefix: str, t: Any, several: str | None = None) -> None:
+    """Process counts, an available device, known loggers, a consistent resume setting (trainer sections).
+    `several`: why this trainer runs one process only (None: several are allowed)."""
+    _positive(f"{prefix}.nnodes", t.nnodes)
+    _positive(f"{prefix}.n_gpus_per_node", t.n_gpus_per_node)
+    if processes(t) > 1 and several is not None:
+        raise ConfigError(
+            f"{prefix}.nnodes * {prefix}.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node} = {processes(t)}: "
+            f"{several}; set both to 1"
+        )
+    import torch
+
+    if t.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{prefix}.device='cuda' but this machine has no CUDA device; use 'auto' or 'cpu'")
+    if t.device != "cpu" and torch.cuda.is_available() and t.n_gpus_per_node > torch.cuda.device_count():
+        raise ConfigError(
+            f"{prefix}.n_gpus_per_node={t.n_gpus_per_node} but this node has {torch.cuda.device_count()} CUDA "
+            f"device(s); one process per device: set it to at most {torch.cuda.device_count()} (or "
+            f"{prefix}.device=cpu for CPU processes)"
+        )
     bad_loggers = [x for x in t.logger if x not in ("console",)]
     if bad_loggers:
         raise ConfigError(
@@ -305,19 +318,49 @@ def _check_optim(prefix: str, optim: Any, val_files: Any, test_freq: int) -> Non
         )
 
 
-def _check_offload(cfg: RFTConfig) -> None:
-    """FSDP's CPU offload keys: on a CPU run the parameters and optimizer state already live in host memory (the
-    setting holds); on cuda rft has no offload yet."""
+def _check_offload(cfg: RFTConfig, world_size: int) -> None:
+    """FSDP's CPU offload keys. On a CPU run the parameters and optimizer state already live in host memory: every
+    setting holds and changes nothing. On cuda a sharded model (several processes) keeps its parameter shards in
+    host memory with param_offload / offload_policy (FSDP1's CPUOffload, FSDP2's CPUOffloadPolicy), its optimizer
+    stepping there too; one process has no FSDP, hence no offload."""
     from rft.models.load import resolve_device
 
+    if resolve_device(cfg.trainer.device).type == "cpu":
+        return
     arr = cfg.actor_rollout_ref
-    for section, fsdp in (("actor_rollout_ref.actor", arr.actor.fsdp_config), ("actor_rollout_ref.ref", arr.ref.fsdp_config)):
+    for section, fsdp in (("actor_rollout_ref.actor", arr.actor.fsdp_config),
+                          ("actor_rollout_ref.ref", arr.ref.fsdp_config), ("critic.model", cfg.critic.model.fsdp_config)):
         for name in ("param_offload", "optimizer_offload", "offload_policy"):
-            if getattr(fsdp, name) and resolve_device(cfg.trainer.device).type != "cpu":
+            if not getattr(fsdp, name):
+                continue
+            if world_size == 1:
                 raise ConfigError(
-                    f"{section}.fsdp_config.{name}=true: rft does not offload to CPU on cuda yet (one process, no "
-                    "FSDP); set it to false (on a CPU run it holds trivially)"
+                    f"{section}.fsdp_config.{name}=true: one process on cuda has no FSDP, hence no CPU offload; set "
+                    "it to false, or run several processes (trainer.n_gpus_per_node)"
                 )
+            if name == "optimizer_offload" and not (fsdp.param_offload or fsdp.offload_policy):
+                raise ConfigError(
+                    f"{section}.fsdp_config.optimizer_offload=true alone: rft's optimizer steps where the parameter "
+                    "shards live, so set param_offload=true (or offload_policy=true) with it, or set it to false"
+                )
+
+
+def _check_processes(cfg: RFTConfig, world_size: int) -> None:
+    """What several processes need: a batch of prompts that splits evenly (all responses of a prompt stay on one
+    rank), and no feature that is not written for them yet."""
+    data, t = cfg.data, cfg.trainer
+    where = f"{world_size} processes (trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node})"
+    if data.train_batch_size % world_size:
+        raise ConfigError(
+            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes: "
+            f"{where} each generate for train_batch_size / processes prompts"
+        )
+    if cfg.algorithm.filter_groups.enable:
+        raise ConfigError(
+            f"algorithm.filter_groups.enable=true (DAPO's dynamic sampling) runs in one process only for now: the "
+            f"kept groups would differ in number between the {where}; set trainer.n_gpus_per_node=1 and "
+            "trainer.nnodes=1, or disable it"
+        )
 
 
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
@@ -327,10 +370,14 @@ def _positive(key: str, value: Any, allow_none: bool = False) -> None:
         raise ConfigError(f"{key} must be a positive integer, got {value!r}")
 
 
-def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
+def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = None,
+             check_model_path: bool = True) -> None:
+    """The RL config, before any model loads. `world_size`: the number of processes the batch sizes are checked
+    against; default trainer.nnodes x trainer.n_gpus_per_node."""
     from rft.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES, estimator_spec
 
     _check_schema(cfg)
+    world_size = processes(cfg.trainer) if world_size is None else world_size
     data, arr, algo, trainer = cfg.data, cfg.actor_rollout_ref, cfg.algorithm, cfg.trainer
     actor, rollout = arr.actor, arr.rollout
 
@@ -358,11 +405,17 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
 
     # ---- engines and devices
     if rollout.name != "hf":
+        import torch
+
+        why = ("needs CUDA, which this machine does not have" if not torch.cuda.is_available()
+               else "is not implemented by rft yet (docs/scaling.md: the vLLM plan)")
         raise ConfigError(
-            f"actor_rollout_ref.rollout.name={rollout.name!r} is not available yet; use 'hf' "
+            f"actor_rollout_ref.rollout.name={rollout.name!r}: the {rollout.name} engine {why}; use 'hf' "
             "(transformers generation with a KV cache)"
         )
     _check_runtime("trainer", trainer)
+    if world_size > 1:
+        _check_processes(cfg, world_size)
 
     # ---- sizes
     for key, value in (
@@ -462,7 +515,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int = 1, chec
     if not 0 <= actor.optim.lr_warmup_steps_ratio <= 1:
         raise ConfigError("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio must be in [0, 1]")
     _check_optim("actor_rollout_ref.actor.optim", actor.optim, data.val_files, trainer.test_freq)
-    _check_offload(cfg)
+    _check_offload(cfg, world_size)
     if arr.model.lora_rank < 0:
         raise ConfigError(f"actor_rollout_ref.model.lora_rank must be >= 0, got {arr.model.lora_rank}")
     _check_checkpoint_contents("actor_rollout_ref.actor.checkpoint", actor.checkpoint)
@@ -476,7 +529,7 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model
     _check_schema(cfg)
     data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
     _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
-    _check_runtime("trainer", trainer)
+    _check_runtime("trainer", trainer, several="rft sft runs one process for now")
     for key, value in (("data.train_batch_size", data.train_batch_size),
                        ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
                        ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):

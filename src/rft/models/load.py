@@ -29,6 +29,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+COMPUTE_DEVICE_ATTR = "rft_compute_device"
+"""Set on a sharded model whose parameters live in host memory (FSDP CPU offload) to the device it computes on."""
+
+
+def device_of(model: nn.Module) -> torch.device:
+    """The device `model` computes on, where its inputs go: that of its parameters, unless they are offloaded to host
+    memory by FSDP (`COMPUTE_DEVICE_ATTR`)."""
+    return getattr(model, COMPUTE_DEVICE_ATTR, None) or next(model.parameters()).device
+
+
 def compute_dtype(requested: str, device: torch.device) -> torch.dtype:
     """The dtype rft computes in. On CPU that is float32 whatever a GPU config names: bf16 matmuls run ~500x
     slower than fp32 on CPU."""

@@ -95,6 +95,19 @@ class Tracker:
             self.bar.close()
 
 
+class SilentTracker:
+    """What the ranks other than 0 of a several-process run get instead of a `Tracker`: rank 0 alone logs."""
+
+    def log(self, step: int, metrics: dict[str, float], advance: bool = True) -> None:
+        pass
+
+    def write(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _plain(v):
     v = float(v)
     return v if math.isfinite(v) else str(v)

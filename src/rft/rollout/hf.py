@@ -6,9 +6,12 @@ restore the sampling stream exactly and validation never perturbs it) and does o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
+from rft.models.load import device_of
 from rft.rollout.base import RolloutOutput, SamplingParams
 
 
@@ -46,15 +49,20 @@ def response_mask_from(tokens: torch.Tensor, eos_ids: torch.Tensor, ignore_eos: 
 
 
 class HFRollout:
-    def __init__(self, model: nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size: int | None = None):
+    def __init__(self, model: nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size: int | None = None,
+                 all_done: Callable[[bool], bool] | None = None):
+        """`all_done(finished_here)`: with a model sharded over several processes, whether every rank's rows have
+        finished; the decode loop stops only then (each forward pass of a sharded model needs every rank), the
+        finished rows of a rank emitting padding meanwhile. None: one process."""
         self.model = model
         self.eos_ids = torch.as_tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad_token_id = pad_token_id
         self.micro_batch_size = micro_batch_size
+        self.all_done = all_done
 
     @torch.no_grad()
     def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> RolloutOutput:
-        device = next(self.model.parameters()).device
+        device = device_of(self.model)
         if generator is not None and generator.device.type != device.type:
             # torch.multinomial needs a generator on the logits' device. Seed one there from the caller's (CPU)
             # generator, so that generator's state, which checkpoints save, still fixes the samples.
@@ -79,7 +87,7 @@ class HFRollout:
 
         was_training = self.model.training
         self.model.eval()
-        device = next(self.model.parameters()).device
+        device = device_of(self.model)
         ids, attn = prompt_ids.to(device), prompt_mask.to(device)
         eos_ids = self.eos_ids.to(device)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
@@ -98,7 +106,8 @@ class HFRollout:
             tokens.append(token)
             if not params.ignore_eos:
                 finished |= torch.isin(token, eos_ids)
-                if bool(finished.all()):
+                done = bool(finished.all())
+                if self.all_done(done) if self.all_done is not None else done:
                     break
             if step + 1 == params.max_tokens:
                 break

@@ -2,6 +2,12 @@
 
 A folder is written under a temporary name and renamed only when complete, and `latest` is replaced atomically
 after that: a crash mid-save leaves the previous checkpoint whole and `latest` pointing at it.
+
+Two layouts, one loader. One process writes the trainable weights as `policy.safetensors` and the optimizer as
+`optimizer.pt`; several processes write both as a torch.distributed.checkpoint folder (`policy_dcp/`, each rank its
+shard). Either resumes with any number of processes: a DCP folder is resharded on load (into an unsharded model
+too), a one-process checkpoint is loaded whole into every rank's shards. `extra.pt` (scheduler, RNG states) and
+`trainer_state.json` are rank 0's. Several nodes need a shared file system for the checkpoint folder.
 """
 
 from __future__ import annotations
@@ -9,10 +15,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rft.fsutil import atomic_dir, write_text_atomic
+from rft.distributed import SINGLE, Dist
+from rft.fsutil import atomic_dir, replace_dir, write_text_atomic
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
@@ -40,12 +48,27 @@ class CheckpointManager:
         steps = self.steps()
         return self.path(steps[-1]) if steps else None
 
-    def save(self, step: int, write: Callable[[Path], None]) -> Path:
+    def save(self, step: int, write: Callable[[Path], None], dist: Dist = SINGLE) -> Path:
+        """`write(folder)` fills the checkpoint of `step`; with several processes every rank writes into the same
+        staging folder and rank 0 renames it, points `latest` at it and prunes, between barriers."""
         final = self.path(step)
-        with atomic_dir(final) as tmp:
-            write(tmp)
-        write_text_atomic(self.root / "latest", final.name + "\n")
-        self._prune(keep=step)
+        if not dist.enabled:
+            with atomic_dir(final) as tmp:
+                write(tmp)
+            write_text_atomic(self.root / "latest", final.name + "\n")
+            self._prune(keep=step)
+            return final
+        staging = final.with_name(f".{final.name}.tmp-{dist.broadcast_object(uuid.uuid4().hex[:8])}")
+        if dist.is_main:
+            staging.mkdir(parents=True)
+        dist.barrier()
+        write(staging)
+        dist.barrier()
+        if dist.is_main:
+            replace_dir(staging, final)
+            write_text_atomic(self.root / "latest", final.name + "\n")
+            self._prune(keep=step)
+        dist.barrier()
         return final
 
     def _prune(self, keep: int) -> None:
@@ -87,10 +110,60 @@ def _load_weights(model, file: Path, folder: Path) -> None:
             p.copy_(saved[name].to(p.device))
 
 
+POLICY_DCP = "policy_dcp"
+"""The folder of a checkpoint written by several processes: trainable weights and optimizer state, sharded."""
+MODEL_DCP = "model_dcp"
+"""The same for a second trained model's part (the critic's `critic/`)."""
+
+
+def _save_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, contents: set[str], model, optimizer,
+                              dist: Dist) -> None:
+    import torch
+
+    if dist.enabled:
+        if contents & {"model", "optimizer"}:
+            from rft.workers.fsdp import save_sharded
+
+            save_sharded(folder / dcp_name, model, optimizer if "optimizer" in contents else None)
+        return
+    if "model" in contents:
+        _save_weights(model, folder / weights_file)
+    if "optimizer" in contents:
+        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+
+
+def _load_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, contents: set[str], model, optimizer,
+                              dist: Dist) -> None:
+    import torch
+
+    if (folder / dcp_name).is_dir():  # written by several processes: resharded to this run
+        if contents & {"model", "optimizer"}:
+            from rft.workers.fsdp import load_sharded
+
+            load_sharded(folder / dcp_name, model, optimizer if "optimizer" in contents else None)
+        return
+    if dist.enabled:  # written by one process: every rank loads it whole and keeps its shard
+        from safetensors.torch import load_file
+
+        from rft.workers.fsdp import load_full
+
+        if "model" in contents:
+            optim_state = (torch.load(folder / "optimizer.pt", weights_only=False) if "optimizer" in contents
+                           else None)
+            load_full(model, optimizer, load_file(folder / weights_file), optim_state)
+        return
+    if "model" in contents:
+        _load_weights(model, folder / weights_file, folder)
+    if "optimizer" in contents:
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+
+
 def save_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, generators: dict,
-                        state: dict, tokenizer=None) -> None:
+                        state: dict, tokenizer=None, dist: Dist = SINGLE,
+                        export: Callable[[Path], None] | None = None) -> None:
     """Write a checkpoint's files into `folder` (see docs/architecture.md): the trainable parameters, the
-    optimizer, the scheduler with every RNG state, optionally a HF folder, and `trainer_state.json`."""
+    optimizer, the scheduler with every RNG state, optionally a HF folder, and `trainer_state.json`. Every rank
+    calls it; `export(folder)` writes the HF folder of a sharded model (default: `export_hf` of `model`)."""
     import random
 
     import numpy as np
@@ -98,24 +171,28 @@ def save_training_state(folder: Path, *, contents: set[str], model, optimizer, s
 
     from rft.models.load import export_hf
 
-    if "model" in contents:
-        _save_weights(model, folder / "policy.safetensors")
-    if "optimizer" in contents:
-        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+    _save_model_and_optimizer(folder, POLICY_DCP, "policy.safetensors", contents, model, optimizer, dist)
+    if "hf_model" in contents:
+        if export is not None:
+            export(folder / "hf_model")
+        else:
+            export_hf(model, tokenizer, folder / "hf_model")
+    if not dist.is_main:
+        return
     if "extra" in contents:
         torch.save({
             "scheduler": scheduler.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
                     **{name: g.get_state() for name, g in generators.items()}},
         }, folder / "extra.pt")
-    if "hf_model" in contents:
-        export_hf(model, tokenizer, folder / "hf_model")
-    (folder / "trainer_state.json").write_text(json.dumps({**state, "contents": sorted(contents)}, indent=1))
+    (folder / "trainer_state.json").write_text(json.dumps(
+        {**state, "contents": sorted(contents), "processes": dist.world_size}, indent=1))
 
 
 def load_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler,
-                        generators: dict) -> dict:
-    """Restore what `save_training_state` wrote (the parts in `contents`); returns trainer_state.json."""
+                        generators: dict, dist: Dist = SINGLE) -> dict:
+    """Restore what `save_training_state` wrote (the parts in `contents`), written by any number of processes;
+    returns trainer_state.json. Every rank calls it."""
     import random
 
     import numpy as np
@@ -125,10 +202,7 @@ def load_training_state(folder: Path, *, contents: set[str], model, optimizer, s
         raise FileNotFoundError(f"{str(folder)!r} is not an rft checkpoint folder (no trainer_state.json)")
     state = json.loads((folder / "trainer_state.json").read_text())
     contents = set(contents) & set(state["contents"])
-    if "model" in contents:
-        _load_weights(model, folder / "policy.safetensors", folder)
-    if "optimizer" in contents:
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+    _load_model_and_optimizer(folder, POLICY_DCP, "policy.safetensors", contents, model, optimizer, dist)
     if "extra" in contents:
         extra = torch.load(folder / "extra.pt", weights_only=False)
         scheduler.load_state_dict(extra["scheduler"])
@@ -140,27 +214,32 @@ def load_training_state(folder: Path, *, contents: set[str], model, optimizer, s
     return state
 
 
-def save_module_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, tokenizer=None) -> None:
+def save_module_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, tokenizer=None,
+                      dist: Dist = SINGLE, export: Callable[[Path], None] | None = None) -> None:
     """A second trained model's part of a checkpoint (the critic's `critic/` sub-folder): model.safetensors (its
-    trainable parameters), optimizer.pt, scheduler.pt ("extra"), hf_model/, and contents.json. The RNG states and
-    the trainer's state are the policy's files (`save_training_state`)."""
+    trainable parameters; `model_dcp/` with several processes), optimizer.pt, scheduler.pt ("extra"), hf_model/,
+    and contents.json. The RNG states and the trainer's state are the policy's files (`save_training_state`)."""
     import torch
 
     from rft.models.load import export_hf
 
-    folder.mkdir(parents=True, exist_ok=True)
-    if "model" in contents:
-        _save_weights(model, folder / "model.safetensors")
-    if "optimizer" in contents:
-        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+    if dist.is_main:
+        folder.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    _save_model_and_optimizer(folder, MODEL_DCP, "model.safetensors", contents, model, optimizer, dist)
+    if "hf_model" in contents:
+        if export is not None:
+            export(folder / "hf_model")
+        else:
+            export_hf(model, tokenizer, folder / "hf_model")
+    if not dist.is_main:
+        return
     if "extra" in contents:
         torch.save(scheduler.state_dict(), folder / "scheduler.pt")
-    if "hf_model" in contents:
-        export_hf(model, tokenizer, folder / "hf_model")
     (folder / "contents.json").write_text(json.dumps(sorted(contents)))
 
 
-def load_module_state(folder: Path, *, contents: set[str], model, optimizer, scheduler) -> None:
+def load_module_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, dist: Dist = SINGLE) -> None:
     """Restore what `save_module_state` wrote (the parts in `contents`)."""
     import torch
 
@@ -168,10 +247,7 @@ def load_module_state(folder: Path, *, contents: set[str], model, optimizer, sch
         raise FileNotFoundError(f"checkpoint {str(folder.parent)!r} has no {folder.name}/ part (written by a run "
                                 f"without a {folder.name}?)")
     contents = set(contents) & set(json.loads((folder / "contents.json").read_text()))
-    if "model" in contents:
-        _load_weights(model, folder / "model.safetensors", folder)
-    if "optimizer" in contents:
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+    _load_model_and_optimizer(folder, MODEL_DCP, "model.safetensors", contents, model, optimizer, dist)
     if "extra" in contents:
         scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False))
 

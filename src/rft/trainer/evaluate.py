@@ -39,27 +39,38 @@ def rollout_batch(rollout: HFRollout, tokenizer, dataset: PromptDataset, indices
 @torch.no_grad()
 def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, params: SamplingParams,
              chunk: int | None = None, seed: int = 0,
-             scorer: Callable[[Batch], list[float]] | None = None) -> tuple[dict[str, float], list[dict]]:
+             scorer: Callable[[Batch], list[float]] | None = None, indices: list[int] | None = None,
+             keep: int | None = None,
+             gather: Callable[[object], list] | None = None) -> tuple[dict[str, float], list[dict]]:
     """(`val-core/<data_source>/reward/mean@<n>` metrics, per-response samples) over the whole dataset.
 
     Sampling (if any) draws from a generator seeded here, so evaluation never shifts a training stream. `scorer`,
     when given, scores each generated Batch instead of `reward_fn` (the RL trainer's rule + reward-model scores).
+    Several processes: each generates for its `indices` of the dataset (default: all), of which the first `keep`
+    are real (the rest pads every rank to the same number of forward passes), and `gather` (every rank's object,
+    in rank order) joins the ranks' results before the metrics.
     """
     generator = torch.Generator().manual_seed(seed)
-    chunk = chunk or len(dataset)
+    indices = list(range(len(dataset))) if indices is None else indices
+    keep = len(indices) if keep is None else keep
+    chunk = chunk or len(indices)
     sources, scores, samples = [], [], []
-    for start in range(0, len(dataset), chunk):
-        batch = rollout_batch(rollout, tokenizer, dataset, list(range(start, min(start + chunk, len(dataset)))),
-                              params, generator)
+    for start in range(0, len(indices), chunk):
+        batch = rollout_batch(rollout, tokenizer, dataset, indices[start:start + chunk], params, generator)
         if scorer is not None:
             s = list(scorer(batch))
         else:
             s, _ = score_responses(reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
                                    batch.extra_info)
-        sources += batch.data_source
-        scores += s
+        real = min(max(keep - start, 0), len(batch) // params.n) * params.n  # rows of real prompts
+        sources += batch.data_source[:real]
+        scores += s[:real]
         samples += [{"prompt": tokenizer.decode(p[m.bool()].tolist()), "response": r, "score": x}
-                    for p, m, r, x in zip(batch.prompt_ids, batch.prompt_mask, batch.response_text, s)]
+                    for p, m, r, x in zip(batch.prompt_ids[:real], batch.prompt_mask[:real],
+                                          batch.response_text[:real], s[:real])]
+    if gather is not None:
+        parts = gather((sources, scores, samples))
+        sources, scores, samples = ([x for part in parts for x in part[i]] for i in range(3))
     metrics = {}
     for source in sorted(set(sources)):
         values = [x for x, src in zip(scores, sources) if src == source]

@@ -3,6 +3,12 @@
 
 One step reads top to bottom in `train_step`; each phase is one named call inside a timer (`timing_s/<phase>`).
 Advantages are computed here, where every group is visible; the worker only sees a Batch and loss settings.
+
+Several processes (`dist`, `rft.distributed`): every rank draws the same prompt indices and generates, scores and
+trains on its contiguous share of them (all responses of a prompt on one rank). What spans the batch is computed
+over every rank's rows: the advantages from the gathered token rewards, masks and group ids (identical on every
+rank, then each keeps its rows), the KL controller's mean, the loss normalisers and the logged metrics. Rank 0
+writes the files (config, metrics, exports); checkpoints are written by all.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from rft.algorithms import (
 from rft.batch import Batch, concat_batches
 from rft.config import RFTConfig, to_yaml
 from rft.data.dataset import PromptDataset, PromptSampler
+from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.fsutil import write_text_atomic
 from rft.models.load import (
     compute_dtype,
@@ -40,7 +47,7 @@ from rft.models.load import (
     load_trainable_model,
     resolve_device,
 )
-from rft.monitor import Timer, Tracker
+from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards import build_reward_fn, score_responses
 from rft.rewards.model import RewardModel
 from rft.rollout import HFRollout, SamplingParams
@@ -56,8 +63,21 @@ from rft.trainer.checkpoint import (
 )
 from rft.trainer.evaluate import eos_token_ids, evaluate, rollout_batch
 from rft.workers.critic import CriticSettings, CriticWorker
+from rft.workers.fsdp import full_state_dict, gathered_for_generation, wrap
 from rft.workers.optim import plateau_step
 from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logit_kl, compute_logprobs
+
+
+def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
+    """`batch` with its (B, R) response tensors right-padded to `width` columns (padding: masked out)."""
+    extra = width - batch.response_ids.shape[1]
+    if extra <= 0:
+        return batch
+    pad = lambda x, value: torch.nn.functional.pad(x, (0, extra), value=value) if x is not None else None
+    batch.response_ids = pad(batch.response_ids, pad_token_id)
+    batch.response_mask = pad(batch.response_mask, 0)
+    batch.rollout_logprobs = pad(batch.rollout_logprobs, 0.0)
+    return batch
 
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
@@ -66,12 +86,17 @@ def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
 
 
 class RLTrainer:
-    def __init__(self, cfg: RFTConfig):
+    def __init__(self, cfg: RFTConfig, dist: Dist = SINGLE):
+        """`dist`: this process's rank among the processes of the run (`rft.distributed.init_from_env`); the
+        default is one process."""
         configure_cpu_runtime()
         self.cfg = cfg
+        self.dist = dist
         arr, data, trainer = cfg.actor_rollout_ref, cfg.data, cfg.trainer
         self.out = Path(trainer.default_local_dir)
         self.device = resolve_device(trainer.device)
+        if dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", dist.local_rank)
         self.dtype = compute_dtype(arr.rollout.dtype, self.device)
         torch.manual_seed(trainer.seed)
 
@@ -89,13 +114,16 @@ class RLTrainer:
         # reward_baselines from a greedy rollout per prompt (`gen_max`), values from the critic (`values`).
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
 
-        self.model = model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device,
-                                                  key="actor_rollout_ref.model")
+        model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device, key="actor_rollout_ref.model")
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, cfg.algorithm.kl_ctrl.kl_coef,
                                           cfg.algorithm.kl_ctrl.target_kl, cfg.algorithm.kl_ctrl.horizon)
         self.needs_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         # LoRA: the reference is the base model with the adapter disabled; full fine-tuning keeps a frozen copy.
-        self.ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
+        ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
+        # several processes: both are sharded over the ranks (every decoder layer, then the root)
+        self.model = model = wrap(model, arr.actor.strategy, arr.actor.fsdp_config, dist, self.device)
+        self.ref_model = (wrap(ref_model, arr.actor.strategy, arr.ref.fsdp_config, dist, self.device)
+                          if ref_model is not None else None)
         # A KL estimator computed from logits (full) needs the reference's logits, not its log-probs: for the loss
         # the worker runs the reference on each micro-batch, for the reward the ref phase computes the KL itself.
         algo = cfg.algorithm
@@ -105,7 +133,7 @@ class RLTrainer:
                                    or (algo.use_kl_in_reward and not self.reward_kl_from_logits))
 
         self.rollout = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id,
-                                 arr.rollout.micro_batch_size)
+                                 arr.rollout.micro_batch_size, all_done=dist.all_true if dist.enabled else None)
         self.generator = torch.Generator().manual_seed(trainer.seed)
 
         actor, ro = arr.actor, arr.rollout
@@ -125,7 +153,8 @@ class RLTrainer:
             kl_cov_ratio=actor.policy_loss.kl_cov_ratio, ppo_kl_coef=actor.policy_loss.ppo_kl_coef,
             opmd_tau=actor.policy_loss.tau,
         )
-        self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps, ref_model=self.ref_model)
+        self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps, ref_model=self.ref_model,
+                                   dist=dist)
         use_critic = cfg.critic.enable if cfg.critic.enable is not None else "values" in self.adv_needs
         self.critic_tokenizer = self.tokenizer
         self.critic = self._build_critic() if use_critic else None
@@ -152,6 +181,7 @@ class RLTrainer:
                                  "from the policy's, whose token ids the critic reads; remove it")
         model = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, self.device,
                                      key="critic.model", value_head=True)
+        model = wrap(model, c.strategy, c.model.fsdp_config, self.dist, self.device)
         actor = arr.actor
         micro = c.ppo_micro_batch_size_per_gpu or c.ppo_micro_batch_size
         settings = CriticSettings(
@@ -163,7 +193,7 @@ class RLTrainer:
             loss_agg_mode=c.loss_agg_mode or actor.loss_agg_mode, grad_clip=c.grad_clip,
             cliprange_value=c.cliprange_value,
         )
-        return CriticWorker(model, settings, c.optim, self.total_steps)
+        return CriticWorker(model, settings, c.optim, self.total_steps, self.dist)
 
     def _build_reward_model(self) -> RewardModel:
         rm = self.cfg.reward_model
@@ -180,18 +210,21 @@ class RLTrainer:
 
     # ------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
-        cfg = self.cfg.trainer
-        self._write_config()
+        cfg, main = self.cfg.trainer, self.dist.is_main
+        if main:
+            self._write_config()
         self._maybe_resume()
         tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger,
-                          recovered=self._recovered_metrics, log_every=cfg.log_freq)
-        tracker.write(f"rft: {self.total_steps} steps on {self.device} ({str(self.dtype).replace('torch.', '')}), "
+                          recovered=self._recovered_metrics, log_every=cfg.log_freq) if main else SilentTracker()
+        where = f"{self.device}" if not self.dist.enabled else f"{self.dist.world_size} processes ({self.device.type})"
+        tracker.write(f"rft: {self.total_steps} steps on {where} ({str(self.dtype).replace('torch.', '')}), "
                       f"{len(self.train_set)} train prompts, output {self.out}")
         last: dict[str, float] = {}
         if cfg.val_before_train and self.global_step == 0 and self.val_set is not None:
             # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
             last = self.validate(tracker)
-            write_text_atomic(self.out / "val_before_train.json", json.dumps(last, indent=1) + "\n")
+            if main:
+                write_text_atomic(self.out / "val_before_train.json", json.dumps(last, indent=1) + "\n")
             tracker.write("validation before training: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
         while self.global_step < self.total_steps:
             self.global_step += 1
@@ -208,14 +241,14 @@ class RLTrainer:
                 if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
                     self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
-                        self.ckpt.save(step, self._write_checkpoint)
+                        self.ckpt.save(step, self._write_checkpoint, self.dist)
             metrics.update(timer.metrics())
             tracker.log(step, metrics)
             last = metrics
-        export_hf(self.model, self.tokenizer, self.out / "model", merge_in_place=True)
+        self._export(self.out / "model", critic=False, final=True)
         tracker.write(f"rft: model written to {self.out / 'model'}")
         if self.critic is not None:
-            export_hf(self.critic.model, self.critic_tokenizer, self.out / "critic", merge_in_place=True)
+            self._export(self.out / "critic", critic=True, final=True)
             tracker.write(f"rft: critic written to {self.out / 'critic'}")
         tracker.close()
         return last
@@ -252,8 +285,8 @@ class RLTrainer:
         metrics.update(self.batch_metrics(batch))
         metrics["training/global_step"] = step
         metrics["training/epoch"] = self.sampler.epoch
-        n_resp = float(batch.response_mask.sum())
-        n_all = n_resp + float(batch.prompt_mask.sum())
+        n_resp, n_prompt = self.dist.sum(torch.stack([batch.response_mask.sum(), batch.prompt_mask.sum()])).tolist()
+        n_all = n_resp + n_prompt
         metrics["perf/gen_tokens_per_s"] = n_resp / max(timer.times["gen"], 1e-9)
         if "update_actor" in timer.times:  # not during critic warmup
             upd_s = timer.times["update_actor"]
@@ -261,16 +294,22 @@ class RLTrainer:
         return metrics
 
     def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, float]]:
-        """One generation batch of `data.train_batch_size` prompts, scored (and its per-prompt baselines)."""
+        """One generation batch of `data.train_batch_size` prompts, scored (and its per-prompt baselines); with
+        several processes this rank's share of them."""
         indices = self.sampler.next_batch()
+        positions = None
+        if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
+            positions = step_shard(len(indices), self.settings.ppo_mini_batch_size, self.dist.rank,
+                                   self.dist.world_size)
+            indices = [indices[i] for i in positions]
         with timer("gen"):
-            batch = self.generate_batch(indices)
+            batch = self.generate_batch(indices, positions)
         with timer("reward"):
             reward_metrics = self.score(batch)
         if "reward_baselines" in self.adv_needs:
             with timer("gen_max"):
                 batch.reward_baselines = self.greedy_baselines(indices, batch)
-            reward_metrics.update(_stats("critic/reward_baselines", batch.reward_baselines))
+            reward_metrics.update(self._stats("critic/reward_baselines", batch.reward_baselines))
         return batch, reward_metrics
 
     def dynamic_sampling(self, batch: Batch, reward_metrics: dict[str, float],
@@ -327,12 +366,25 @@ class RLTrainer:
         return rows[metric]
 
     # --------------------------------------------------------------------------------------------- phases
-    def generate_batch(self, indices: list[int]) -> Batch:
+    def generate_batch(self, indices: list[int], positions: list[int] | None = None) -> Batch:
+        """n responses to each prompt of `indices`; `positions`: the prompts' places in the step's batch of all
+        ranks (their group ids), default 0, 1, ..."""
         ro = self.cfg.actor_rollout_ref.rollout
         params = SamplingParams(n=ro.n, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p,
                                 do_sample=ro.do_sample, max_tokens=self.cfg.data.max_response_length,
                                 ignore_eos=ro.ignore_eos)
-        return rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, self.generator)
+        if not self.dist.enabled:
+            return rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, self.generator)
+        # Each rank samples from its own stream, drawn from the shared generator (the same on every rank, so a
+        # checkpoint holds one state); prompts get globally unique group ids; every rank pads its responses to
+        # the widest of all, so the gathered (B, R) tensors are the one-process batch's.
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+        generator = torch.Generator().manual_seed((seed + 1_000_003 * self.dist.rank) % 2**63)
+        with gathered_for_generation(self.model):
+            batch = rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, generator)
+        if positions is not None:
+            batch.group = torch.as_tensor(positions, dtype=torch.long)[batch.group]
+        return pad_responses(batch, self.dist.max_int(batch.response_ids.shape[1]), self.tokenizer.pad_token_id)
 
     def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:
         """(B scores, per-row extra values): the reward function's score, or with a reward model
@@ -368,8 +420,9 @@ class RLTrainer:
         last = (batch.response_mask.sum(-1) - 1).clamp(min=0)
         batch.token_rewards = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
         batch.token_rewards[torch.arange(len(batch)), last] = batch.scores
-        metrics = _stats("critic/score", batch.scores)
-        metrics.update({f"reward_extra/{k}/mean": float(np.mean(v)) for k, v in extra.items()})
+        metrics = self._stats("critic/score", batch.scores)
+        metrics.update({f"reward_extra/{k}/mean": float(np.mean(self.dist.gather_rows(
+            torch.tensor(v, dtype=torch.float64)).tolist())) for k, v in extra.items()})
         return metrics
 
     def greedy_baselines(self, indices: list[int], batch: Batch) -> torch.Tensor:
@@ -378,9 +431,11 @@ class RLTrainer:
         ro = self.cfg.actor_rollout_ref.rollout
         params = SamplingParams(n=1, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p, do_sample=False,
                                 max_tokens=self.cfg.data.max_response_length, ignore_eos=ro.ignore_eos)
-        greedy = rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, generator=None)
+        with gathered_for_generation(self.model):
+            greedy = rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, generator=None)
         scores, _ = self.score_rows(greedy)
-        return torch.tensor(scores, dtype=torch.float32)[batch.group]  # group = the prompt's position in indices
+        position = torch.arange(len(indices)).repeat_interleave(ro.n)  # each row's prompt, as in rollout_batch
+        return torch.tensor(scores, dtype=torch.float32)[position]
 
     def logprobs(self, batch: Batch, model, micro_cfg) -> torch.Tensor:
         micro = micro_cfg.log_prob_micro_batch_size_per_gpu or micro_cfg.log_prob_micro_batch_size
@@ -394,6 +449,9 @@ class RLTrainer:
             return self.logprobs(batch, self.model, ref_cfg)
 
     def compute_advantages(self, batch: Batch) -> dict[str, float]:
+        """Advantages and returns of `batch`. With several processes the estimator runs on every rank's rows
+        (gathered and put in the one-process order: the one-process batch, so batch-wide statistics such as
+        whitening, gpg's alpha or a batch std are global) and each rank keeps its own rows."""
         algo, metrics = self.cfg.algorithm, {}
         mask = batch.response_mask.float()
         if algo.use_kl_in_reward:
@@ -402,32 +460,48 @@ class RLTrainer:
                   else kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_penalty)) * mask  # (B, R)
             beta = self.kl_ctrl.value
             batch.token_rewards = batch.token_rewards - beta * kl
-            current_kl = float(masked_mean(kl, mask, dim=-1).mean())
-            self.kl_ctrl.update(current_kl, n_steps=len(batch))
+            row_kl = self.dist.gather_rows(masked_mean(kl, mask, dim=-1))  # (B_all,)
+            current_kl = float(row_kl.mean())
+            self.kl_ctrl.update(current_kl, n_steps=len(row_kl))
             metrics.update({"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta})
+        # every rank's rows in the one-process order (by prompt position: group ids), so that the batch-wide sums
+        # are taken in the same order as with one process
+        order = torch.argsort(self.dist.gather_rows(batch.group), stable=True) if self.dist.enabled else None
+        g = (lambda x: self.dist.gather_rows(x)[order]) if order is not None else (lambda x: x)
+        opt = lambda x: g(x) if x is not None else None
+        token_rewards, response_mask, values = g(batch.token_rewards), g(batch.response_mask), opt(batch.values)
         out = compute_advantages(algo.adv_estimator, AdvantageInputs(
-            token_rewards=batch.token_rewards, response_mask=batch.response_mask, group=batch.group,
-            values=batch.values, gamma=algo.gamma, lam=algo.lam,
+            token_rewards=token_rewards, response_mask=response_mask, group=g(batch.group),
+            values=values, gamma=algo.gamma, lam=algo.lam,
             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, scale_rewards=algo.scale_rewards,
-            reward_baselines=batch.reward_baselines, opmd_baseline=algo.opmd_baseline, tau=algo.tau,
+            reward_baselines=opt(batch.reward_baselines), opmd_baseline=algo.opmd_baseline, tau=algo.tau,
             baseline_shift=algo.baseline_shift,
         ))
         batch.advantages, batch.returns = out.advantages, out.returns
+        if order is not None:  # this rank's rows, back from the one-process order
+            lo = sum(self.dist.gather_sizes(len(batch))[: self.dist.rank])
+            mine = order.argsort()[lo:lo + len(batch)]
+            batch.advantages, batch.returns = out.advantages[mine], out.returns[mine]
+        mask = response_mask.float()
         valid = mask.bool()
-        metrics.update(_stats("critic/rewards", (batch.token_rewards * mask).sum(-1)))
-        metrics.update(_stats("critic/advantages", batch.advantages[valid]))
-        metrics.update(_stats("critic/returns", batch.returns[valid]))
-        if batch.values is not None:
-            metrics.update(_stats("critic/values", batch.values[valid]))
-            metrics["critic/vf_explained_var"] = explained_variance(batch.values, batch.returns, valid)
+        metrics.update(_stats("critic/rewards", (token_rewards * mask).sum(-1)))
+        metrics.update(_stats("critic/advantages", out.advantages[valid]))
+        metrics.update(_stats("critic/returns", out.returns[valid]))
+        if values is not None:
+            metrics.update(_stats("critic/values", values[valid]))
+            metrics["critic/vf_explained_var"] = explained_variance(values, out.returns, valid)
         return metrics
 
     def batch_metrics(self, batch: Batch) -> dict[str, float]:
-        lengths = batch.response_mask.sum(-1)
+        lengths = self.dist.gather_rows(batch.response_mask.sum(-1))
         metrics = _stats("response_length", lengths)
         metrics["response_length/clip_ratio"] = float((lengths >= self.cfg.data.max_response_length).float().mean())
-        metrics.update(_stats("prompt_length", batch.prompt_mask.sum(-1)))
+        metrics.update(self._stats("prompt_length", batch.prompt_mask.sum(-1)))
         return metrics
+
+    def _stats(self, name: str, x: torch.Tensor) -> dict[str, float]:
+        """`_stats` over every rank's values of `x`."""
+        return _stats(name, self.dist.gather_rows(x.flatten()))
 
     def validate(self, tracker: Tracker | None = None) -> dict[str, float]:
         """Validation metrics `val-core/<data_source>/reward/mean@<n>` on the whole validation set."""
@@ -436,10 +510,18 @@ class RLTrainer:
                                 do_sample=vk.do_sample, max_tokens=data.max_response_length,
                                 ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
         scorer = (lambda b: self.score_rows(b)[0]) if self.reward_model is not None else None
-        metrics, samples = evaluate(self.rollout, self.tokenizer, self.val_set, self.reward_fn, params,
-                                    data.val_batch_size, seed=self.cfg.trainer.seed + 7919, scorer=scorer)
+        seed = self.cfg.trainer.seed + 7919
+        if not self.dist.enabled:
+            metrics, samples = evaluate(self.rollout, self.tokenizer, self.val_set, self.reward_fn, params,
+                                        data.val_batch_size, seed=seed, scorer=scorer)
+        else:  # each rank its share of the prompts, padded to the same number of forward passes
+            indices, keep = padded_shard(len(self.val_set), self.dist.rank, self.dist.world_size)
+            with gathered_for_generation(self.model):
+                metrics, samples = evaluate(self.rollout, self.tokenizer, self.val_set, self.reward_fn, params,
+                                            data.val_batch_size, seed=seed + self.dist.rank, scorer=scorer,
+                                            indices=indices, keep=keep, gather=self.dist.gather_objects)
         n_show = self.cfg.trainer.log_val_generations
-        if n_show > 0:
+        if n_show > 0 and self.dist.is_main:
             with (self.out / "val_generations.jsonl").open("a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": self.global_step, "samples": samples[:n_show]}) + "\n")
             if tracker is not None:
@@ -455,11 +537,13 @@ class RLTrainer:
             generators={"rollout": self.generator}, tokenizer=self.tokenizer,
             state={"global_step": self.global_step, "sampler": self.sampler.state_dict(),
                    "kl_coef": self.kl_ctrl.value, "metrics": self._step_metrics},
+            dist=self.dist, export=(lambda out: self._export(out, critic=False)) if self.dist.enabled else None,
         )
         if self.critic is not None:
             save_module_state(folder / "critic", contents=set(self.cfg.critic.checkpoint.save_contents),
                               model=self.critic.model, optimizer=self.critic.optimizer,
-                              scheduler=self.critic.scheduler, tokenizer=self.critic_tokenizer)
+                              scheduler=self.critic.scheduler, tokenizer=self.critic_tokenizer, dist=self.dist,
+                              export=(lambda out: self._export(out, critic=True)) if self.dist.enabled else None)
 
     def _maybe_resume(self) -> None:
         t = self.cfg.trainer
@@ -469,18 +553,44 @@ class RLTrainer:
         state = load_training_state(
             folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.load_contents), model=self.model,
             optimizer=self.worker.optimizer, scheduler=self.worker.scheduler, generators={"rollout": self.generator},
+            dist=self.dist,
         )
         if self.critic is not None:
             load_module_state(folder / "critic", contents=set(self.cfg.critic.checkpoint.load_contents),
                               model=self.critic.model, optimizer=self.critic.optimizer,
-                              scheduler=self.critic.scheduler)
+                              scheduler=self.critic.scheduler, dist=self.dist)
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.value = state["kl_coef"]
         self._recovered_metrics = state.get("metrics")
         self.global_step = step_of(folder)
-        print(f"rft: resumed from {folder} at step {self.global_step}", flush=True)
+        if self.dist.is_main:
+            print(f"rft: resumed from {folder} at step {self.global_step}", flush=True)
         if t.del_local_ckpt_after_load:
-            shutil.rmtree(folder)
+            self.dist.barrier()  # every rank has read it
+            if self.dist.is_main:
+                shutil.rmtree(folder)
+
+    def _export(self, out: Path, critic: bool, final: bool = False) -> None:
+        """The policy (or the critic) as a Hugging Face folder, LoRA merged. Several processes: the full weights
+        are gathered on rank 0, loaded into a fresh unsharded copy of the model and written from there.
+        `final`: the run is over, so one process may merge LoRA into the trained model itself."""
+        model = self.critic.model if critic else self.model
+        tokenizer = self.critic_tokenizer if critic else self.tokenizer
+        if not self.dist.enabled:
+            export_hf(model, tokenizer, out, merge_in_place=final)
+            return
+        weights = full_state_dict(model, self.dist)
+        if self.dist.is_main:
+            arr, c = self.cfg.actor_rollout_ref, self.cfg.critic
+            if critic:
+                copy = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype,
+                                            torch.device("cpu"), key="critic.model", value_head=True)
+            else:
+                copy = load_trainable_model(arr.model.path, arr.model, self.dtype, torch.device("cpu"),
+                                            key="actor_rollout_ref.model")
+            copy.load_state_dict(weights)
+            export_hf(copy, tokenizer, out, merge_in_place=True)
+        self.dist.barrier()
 
     def _write_config(self) -> None:
         write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))

@@ -124,6 +124,12 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
                       "trainer": {"default_local_dir": str(out)}}
             cfg = _typed(RFTConfig, [data, {"algorithm": algorithm}, sections, forced], where)
             validate(cfg, check_paths=check_paths, check_model_path=i == 0)
+            t = cfg.trainer
+            if t.nnodes * t.n_gpus_per_node > 1:
+                raise ConfigError(
+                    f"{where}: trainer.nnodes * trainer.n_gpus_per_node = {t.nnodes * t.n_gpus_per_node}: a staged "
+                    "run runs one process for now; set both to 1 (or run the RL stage alone with `rft train`)"
+                )
         stages.append(Stage(name, kind, cfg, out))
         previous_model = str(out / "model")
     return stages

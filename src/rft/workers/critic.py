@@ -17,14 +17,15 @@ from torch import nn
 
 from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
-from rft.workers.minibatch import MiniBatchWorker, mini_batch_norm
+from rft.models.load import device_of
+from rft.workers.minibatch import MiniBatchWorker
 from rft.workers.policy import _pad, response_window
 
 
 def forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
     """(B, R) values of the response tokens (0 past each row's last one), with gradients if enabled."""
     R = batch.response_ids.shape[1]
-    ids, attn, positions, p_len, r_len = response_window(batch, next(model.parameters()).device)
+    ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits  # (B, L, 1)
     values = out[:, p_len - 1:p_len - 1 + r_len, 0].float()  # (B, r)
     return _pad(values, R) * batch.response_mask.to(values.device)
@@ -48,7 +49,7 @@ class CriticSettings:
 
 
 class CriticWorker(MiniBatchWorker):
-    """`CriticWorker(model, CriticSettings, critic.optim, total_steps)`."""
+    """`CriticWorker(model, CriticSettings, critic.optim, total_steps[, dist])`."""
 
     prefix = "critic"
 
@@ -76,5 +77,5 @@ class CriticWorker(MiniBatchWorker):
         """Accumulate the gradient of one mini-batch's value loss (targets `returns`, old values `values`)."""
         if mini.values is None or mini.returns is None:
             raise ValueError("the critic update needs Batch.values (old values) and Batch.returns (targets)")
-        norm = mini_batch_norm(mini, self.s.max_response_length)
+        norm = self.norm(mini)
         return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm))

@@ -1,9 +1,11 @@
 """What the policy and the critic update share: the optimizer and its schedule, the clipped step, and the PPO loop
 over epochs, group-shuffled mini-batches and micro-batches.
 
-Mini-batches are counted in prompts (global) and hold ppo_mini_batch_size x n rows; micro-batches are counted in
-rows (per process). Each micro-batch's loss is aggregated with its whole mini-batch's normaliser (`AggNorm`), so
-the micro-batch size changes the memory used, never the gradient. A worker subclass says how one mini-batch's
+Mini-batches are counted in prompts (global) and hold ppo_mini_batch_size x n rows, ppo_mini_batch_size x n /
+processes on each rank; micro-batches are counted in rows (per process). Each micro-batch's loss is aggregated with
+its whole mini-batch's normaliser over all ranks (`AggNorm`), so the micro-batch size and the number of processes
+change the memory used, never the gradient: the gradients summed over the ranks (`workers/fsdp.py`) are the
+one-process gradient, and the metrics of the ranks' micro-batches are summed the same way. A worker subclass says how one mini-batch's
 gradient is accumulated (`backward_mini_batch`); the loop, the step and the metrics are written once, here.
 """
 
@@ -18,6 +20,7 @@ from torch import nn
 
 from rft.algorithms import AggNorm
 from rft.batch import Batch
+from rft.distributed import SINGLE, Dist
 from rft.workers.optim import is_plateau, make_named_scheduler
 
 
@@ -51,10 +54,18 @@ def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: i
     raise ValueError(f"unknown lr schedule {kind!r}; valid: constant, cosine, wsd")
 
 
-def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grad_clip: float) -> tuple[float, bool]:
+def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grad_clip: float,
+                 model: nn.Module | None = None) -> tuple[float, bool]:
     """Clip the global gradient norm to `grad_clip` (<= 0: no clipping), then step. A non-finite norm skips the
-    step and drops the gradients rather than write NaNs into the weights. Returns (norm before clipping, stepped)."""
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")))
+    step and drops the gradients rather than write NaNs into the weights. Returns (norm before clipping, stepped).
+    `model`: the module owning `params` when it may be sharded (the norm is then taken over every rank's shard)."""
+    max_norm = grad_clip if grad_clip > 0 else float("inf")
+    if model is not None:
+        from rft.workers.fsdp import clip_grad_norm
+
+        grad_norm = float(clip_grad_norm(model, params, max_norm))
+    else:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     if math.isfinite(grad_norm):
         optimizer.step()
         return grad_norm, True
@@ -62,24 +73,29 @@ def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], g
     return grad_norm, False
 
 
-def mini_batch_norm(mini: Batch, max_response_length: int) -> AggNorm:
-    """The normalisers of a whole mini-batch, given to each of its micro-batches."""
-    return AggNorm(num_tokens=float(mini.response_mask.sum()), num_seqs=float(len(mini)),
-                   max_len=max_response_length)
+def mini_batch_norm(mini: Batch, max_response_length: int, dist: Dist = SINGLE) -> AggNorm:
+    """The normalisers of a whole mini-batch (its rows on every rank), given to each of its micro-batches."""
+    counts = dist.sum(torch.tensor([float(mini.response_mask.sum()), float(len(mini))], dtype=torch.float64))
+    return AggNorm(num_tokens=float(counts[0]), num_seqs=float(counts[1]), max_len=max_response_length)
 
 
 class MiniBatchWorker:
     """A trained model with its optimizer, schedule and PPO update loop (the policy and the critic are two).
 
     `settings` needs n, ppo_mini_batch_size, micro_rows, ppo_epochs, shuffle, seed and grad_clip; metrics are
-    named `<prefix>/...`. Subclasses implement `backward_mini_batch`.
+    named `<prefix>/...`. Subclasses implement `backward_mini_batch`. `dist`: the ranks sharing the update (the
+    model is already sharded over them, `workers/fsdp.py:wrap`); each holds its own rows of every mini-batch.
     """
 
     prefix = "worker"
 
-    def __init__(self, model: nn.Module, settings, optim_cfg, total_steps: int):
+    def __init__(self, model: nn.Module, settings, optim_cfg, total_steps: int, dist: Dist = SINGLE):
+        from rft.workers.fsdp import loss_scale
+
         self.model = model
         self.s = settings
+        self.dist = dist
+        self.loss_scale = loss_scale(model, dist)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, optim_cfg)
         warmup = (optim_cfg.lr_warmup_steps if optim_cfg.lr_warmup_steps >= 0
@@ -94,6 +110,10 @@ class MiniBatchWorker:
         """Accumulate the gradient of one mini-batch's loss into `.grad`; returns the summed metrics."""
         raise NotImplementedError
 
+    def norm(self, mini: Batch) -> AggNorm:
+        """`mini_batch_norm` over every rank's rows of this mini-batch."""
+        return mini_batch_norm(mini, self.s.max_response_length, self.dist)
+
     def accumulate(self, mini: Batch, micro_loss: Callable[[int, Batch], tuple[torch.Tensor, dict[str, float]]]
                    ) -> dict[str, float]:
         """Backward of `micro_loss(index, micro_batch)` for each micro-batch of `micro_rows` rows; the metrics of
@@ -101,7 +121,7 @@ class MiniBatchWorker:
         sums: dict[str, float] = defaultdict(float)
         for i, mb in enumerate(mini.split(self.s.micro_rows or len(mini))):
             loss, metrics = micro_loss(i, mb)
-            loss.backward()
+            (loss * self.loss_scale if self.loss_scale != 1.0 else loss).backward()
             for k, v in metrics.items():
                 sums[k] += v
         return sums
@@ -120,7 +140,7 @@ class MiniBatchWorker:
         metrics averaged over the mini-batch steps, with `<prefix>/grad_norm` and `<prefix>/lr`."""
         s, prefix = self.s, self.prefix
         self.model.train()
-        rows_per_mini = s.ppo_mini_batch_size * s.n
+        rows_per_mini = s.ppo_mini_batch_size * s.n // self.dist.world_size  # this rank's rows
         history: dict[str, list[float]] = defaultdict(list)
         for epoch in range(s.ppo_epochs):
             order = self._row_order(batch, step, epoch)
@@ -128,8 +148,9 @@ class MiniBatchWorker:
             for index, mini in enumerate(data.split(rows_per_mini)):
                 self.optimizer.zero_grad(set_to_none=True)
                 seed = (((s.seed * 1_000_003 + step) * 1_009 + epoch) * 1_013 + index) % 2**63
-                sums = self.backward_mini_batch(mini, seed)
-                grad_norm, stepped = clipped_step(self.optimizer, self.params, s.grad_clip)
+                sums = self.dist.sum_metrics(self.backward_mini_batch(mini, seed))  # every rank's share
+                grad_norm, stepped = clipped_step(self.optimizer, self.params, s.grad_clip,
+                                                  self.model if self.dist.enabled else None)
                 if not stepped:
                     history[f"{prefix}/nonfinite_grad_steps"].append(1.0)
                 sums[f"{prefix}/grad_norm"] = grad_norm

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -31,6 +31,8 @@ from rft.algorithms import (
     policy_loss_needs_minibatch,
 )
 from rft.batch import Batch
+from rft.distributed import SINGLE, Dist
+from rft.models.load import device_of
 from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler, clipped_step: re-exported)
     MiniBatchWorker,
     build_optimizer,
@@ -60,7 +62,7 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[
     `batch` (at least 1) <= R, and the LM head runs only on the positions that predict response tokens
     (`logits_to_keep`).
     """
-    ids, attn, positions, p_len, r_len = response_window(batch, next(model.parameters()).device)
+    ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
                    logits_to_keep=r_len + 1).logits[:, :-1].float()  # (B, r_len, V)
     if temperature > 0 and temperature != 1.0:
@@ -172,10 +174,10 @@ class PolicyWorker(MiniBatchWorker):
     prefix = "actor"
 
     def __init__(self, model: nn.Module, settings: UpdateSettings, optim_cfg, total_steps: int,
-                 ref_model: nn.Module | None = None):
+                 ref_model: nn.Module | None = None, dist: Dist = SINGLE):
         """`ref_model`: the frozen reference (full fine-tuning) for a KL loss computed from logits; with LoRA the
         reference is `model` with its adapter disabled and `ref_model` stays None."""
-        super().__init__(model, settings, optim_cfg, total_steps)
+        super().__init__(model, settings, optim_cfg, total_steps, dist)
         self.ref_model = ref_model
 
     def _loss_inputs(self, mb: Batch, logprobs: torch.Tensor, norm: AggNorm | None, seed: int) -> PolicyLossInputs:
@@ -234,12 +236,17 @@ class PolicyWorker(MiniBatchWorker):
 
         `seed` seeds the random token choice of losses that make one (clip_cov)."""
         s = self.s
-        norm = mini_batch_norm(mini, s.max_response_length)
+        norm = self.norm(mini)
         micro_rows = s.micro_rows or len(mini)
-        whole = None
-        if policy_loss_needs_minibatch(s.loss_mode) and micro_rows < len(mini):
+        whole, offset = None, 0
+        if policy_loss_needs_minibatch(s.loss_mode) and (micro_rows < len(mini) or self.dist.enabled):
             # The token selection of this loss uses statistics of the whole mini-batch: give every micro-batch
-            # the same detached inputs (current log-probs of all rows: one extra forward pass, no gradient).
+            # the same detached inputs (current log-probs of all rows: one extra forward pass, no gradient),
+            # with several processes those of every rank's rows (this rank's start at `offset`).
             current = compute_logprobs(self.model, mini, s.temperature, micro_rows)
-            whole = self._loss_inputs(mini, current.to(next(self.model.parameters()).device), norm, seed)
-        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm, seed, whole, i * micro_rows))
+            whole = self._loss_inputs(mini, current.to(device_of(self.model)), norm, seed)
+            if self.dist.enabled:
+                offset = sum(self.dist.gather_sizes(len(mini))[: self.dist.rank])
+                whole = replace(whole, **{k: self.dist.gather_rows(getattr(whole, k)) for k in (
+                    "logprobs", "old_logprobs", "advantages", "response_mask")})
+        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm, seed, whole, offset + i * micro_rows))

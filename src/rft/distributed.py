@@ -1,0 +1,210 @@
+"""Several processes (SPMD): the launch, the process group, how a batch is split over the ranks, and the few
+collectives the trainer needs. Imports only torch.
+
+One process is the default and needs none of this (`SINGLE`: every collective is the identity). `rft train` with
+`trainer.nnodes * trainer.n_gpus_per_node > 1` starts that many processes on this node through torch.distributed's
+elastic launcher (the agent torchrun runs), unless a launcher already did: RANK / WORLD_SIZE in the environment,
+e.g. `torchrun --nnodes 2 ... -m rft train ...` on each node of a multi-node job. CUDA runs NCCL with one device
+per process; a machine without CUDA runs the same code on CPU with gloo, one compute thread per process.
+
+Splitting (`step_shard`): every rank draws the same prompt indices for a step and takes, from each mini-batch of
+them, its contiguous equal share; so every response of a prompt stays on the rank that generated it, and the
+mini-batch j a rank trains on is its share of the one-process mini-batch j (the same optimizer steps, over the same
+prompts, whatever the number of processes, when mini-batches are not shuffled).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+LAUNCH_ENV = ("RANK", "WORLD_SIZE")
+"""Set by torchrun / the elastic agent in each worker: their presence means this process was launched."""
+
+
+def launched() -> bool:
+    """True when a launcher started this process as one rank of several (RANK and WORLD_SIZE are set)."""
+    return all(k in os.environ for k in LAUNCH_ENV) and int(os.environ["WORLD_SIZE"]) > 1
+
+
+def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """[lo, hi) of rank `rank`'s contiguous share of n items: equal shares, the first n % world_size ranks one
+    more. The trainer's batch sizes divide by the number of processes (checked by the config validation)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+    base, extra = divmod(n, world_size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (rank < extra)
+
+
+def step_shard(n: int, mini: int, rank: int, world_size: int) -> list[int]:
+    """The positions among a step's n prompts that rank `rank` generates for and trains on: from each mini-batch
+    of `mini` prompts ([j * mini, (j + 1) * mini)), its `shard_bounds` share, in order. n divides by mini and mini
+    by world_size (the config validation checks both)."""
+    if n % mini or mini % world_size:
+        raise ValueError(f"{n} prompts in mini-batches of {mini} do not split evenly over {world_size} processes")
+    lo, hi = shard_bounds(mini, rank, world_size)
+    return [start + i for start in range(0, n, mini) for i in range(lo, hi)]
+
+
+def padded_shard(n: int, rank: int, world_size: int) -> tuple[list[int], int]:
+    """(indices, number of real ones): rank `rank`'s share of range(n) padded to ceil(n / world_size) indices by
+    repeating its last index (or index 0 for an empty share), so every rank runs the same number of forward passes
+    (sharded models need every rank in each one); the padding rows are dropped after generation."""
+    lo, hi = shard_bounds(n, rank, world_size)
+    width = -(-n // world_size)
+    real = list(range(lo, hi))
+    fill = real[-1] if real else 0
+    return real + [fill] * (width - len(real)), len(real)
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place among the ranks, and the collectives over all of them (identities for one process).
+
+    Tensors passed to a collective live on any device; they are moved to `comm_device` (cpu for gloo, this rank's
+    GPU for NCCL) for the operation and the result comes back on the device they came from.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    comm_device: str = "cpu"
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def bounds(self, n: int) -> tuple[int, int]:
+        return shard_bounds(n, self.rank, self.world_size)
+
+    def shard(self, items: list) -> list:
+        lo, hi = self.bounds(len(items))
+        return items[lo:hi]
+
+    # ---------------------------------------------------------------------------------------- collectives
+    def _reduce(self, x: torch.Tensor, op) -> torch.Tensor:
+        t = x.detach().to(self.comm_device).clone()
+        torch.distributed.all_reduce(t, op=op)
+        return t.to(x.device)
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return self._reduce(x, torch.distributed.ReduceOp.SUM) if self.enabled else x
+
+    def max(self, x: torch.Tensor) -> torch.Tensor:
+        return self._reduce(x, torch.distributed.ReduceOp.MAX) if self.enabled else x
+
+    def sum_metrics(self, values: dict[str, float]) -> dict[str, float]:
+        """`values` summed over the ranks, key by key (every rank passes the same keys)."""
+        if not self.enabled or not values:
+            return dict(values)
+        keys = sorted(values)
+        total = self.sum(torch.tensor([float(values[k]) for k in keys], dtype=torch.float64))
+        return dict(zip(keys, total.tolist()))
+
+    def max_int(self, value: int) -> int:
+        return int(self.max(torch.tensor([value], dtype=torch.long))) if self.enabled else value
+
+    def all_true(self, flag: bool) -> bool:
+        """True when `flag` is true on every rank."""
+        if not self.enabled:
+            return flag
+        return bool(self._reduce(torch.tensor([int(flag)], dtype=torch.long), torch.distributed.ReduceOp.MIN))
+
+    def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """The ranks' `x` concatenated along dim 0 in rank order (row counts may differ; the other dims may not)."""
+        if not self.enabled:
+            return x
+        device, dtype = x.device, x.dtype
+        t = x.detach().to(self.comm_device)
+        if dtype == torch.bool:  # gloo has no bool collectives
+            t = t.to(torch.uint8)
+        rows = [int(r) for r in self.gather_sizes(t.shape[0])]
+        padded = torch.zeros((max(rows), *t.shape[1:]), dtype=t.dtype, device=t.device)
+        padded[: t.shape[0]] = t
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        torch.distributed.all_gather(parts, padded.contiguous())
+        out = torch.cat([p[:r] for p, r in zip(parts, rows)])
+        return out.to(dtype).to(device)
+
+    def gather_sizes(self, size: int) -> list[int]:
+        t = torch.tensor([size], dtype=torch.long, device=self.comm_device)
+        parts = [torch.empty_like(t) for _ in range(self.world_size)]
+        torch.distributed.all_gather(parts, t)
+        return [int(p) for p in parts]
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's picklable `obj`, in rank order."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.enabled:
+            torch.distributed.barrier()
+
+
+SINGLE = Dist()
+
+
+# ------------------------------------------------------------------------------------- process group
+def init_from_env(device_type: str) -> Dist:
+    """Join the process group of a launched run (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR / MASTER_PORT from the
+    launcher): NCCL with this rank's GPU on cuda, gloo on CPU with one compute thread (several processes that each
+    use every core slow each other down 10-40x)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+        backend, comm = "nccl", f"cuda:{local_rank}"
+    else:
+        torch.set_num_threads(1)
+        backend, comm = "gloo", "cpu"
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend=backend)
+    return Dist(rank=rank, world_size=world, local_rank=local_rank, comm_device=comm)
+
+
+def shutdown() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def launch(nproc: int, module_args: list[str]) -> int:
+    """Run `python -m rft <module_args>` in `nproc` processes on this node through torch.distributed's elastic
+    agent (torchrun --standalone: a c10d rendezvous on a free local port); returns 0 when every process succeeded,
+    1 otherwise (the failed ranks and their errors are printed)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    # torchrun's default, passed down to the workers: one OpenMP thread per process
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
+                          start_method="spawn")
+    try:
+        elastic_launch(config, entrypoint=sys.executable)("-u", "-m", "rft", *module_args)
+    except ChildFailedError as e:
+        failures = "; ".join(f"rank {rank}: exit code {f.exitcode}" for rank, f in sorted(e.failures.items()))
+        print(f"rft: {nproc} processes started, some failed ({failures})", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,66 @@
+"""Where the processes of an RL run come from: one process trains in place; several on this node are started by
+torch.distributed's elastic launcher (`rft.distributed.launch`), each re-running the same command; a process that a
+launcher started (torchrun on each node of a multi-node job, or the launch above) joins the process group and
+trains its rank's share. See docs/scaling.md."""
+
+from __future__ import annotations
+
+import os
+
+from rft.config.load import ConfigError
+from rft.config.validate import processes
+
+
+def multi_node_command(cfg, command: str = "train ...") -> str:
+    t = cfg.trainer
+    return (f"torchrun --nnodes {t.nnodes} --nproc-per-node {t.n_gpus_per_node} --rdzv-backend c10d "
+            f"--rdzv-endpoint HOST:29500 --rdzv-id JOB_ID -m rft {command}")
+
+
+def check_launch(cfg) -> None:
+    """The process counts of the environment (a launcher's WORLD_SIZE / LOCAL_WORLD_SIZE) agree with the config;
+    several nodes need a launcher."""
+    from rft.distributed import launched
+
+    t = cfg.trainer
+    if launched():
+        env_world = int(os.environ["WORLD_SIZE"])
+        local = os.environ.get("LOCAL_WORLD_SIZE")
+        if env_world != processes(t) or (local is not None and int(local) != t.n_gpus_per_node):
+            raise ConfigError(
+                f"the launcher started WORLD_SIZE={env_world} processes (LOCAL_WORLD_SIZE={local} per node) but "
+                f"trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node}: set them to the "
+                "launcher's nodes and processes per node"
+            )
+    elif t.nnodes > 1:
+        raise ConfigError(
+            f"trainer.nnodes={t.nnodes}: rft starts the processes of one node itself; for several nodes start it on "
+            f"every node with torch's launcher, e.g. `{multi_node_command(cfg)}` (docs/scaling.md)"
+        )
+
+
+def train_here(cfg) -> dict[str, float]:
+    """Train in this process: alone, or as the rank a launcher made it (joining the process group first)."""
+    from rft.distributed import init_from_env, launched, shutdown
+    from rft.models.load import resolve_device
+    from rft.trainer.rl import RLTrainer
+
+    if not launched():
+        return RLTrainer(cfg).fit()
+    dist = init_from_env(resolve_device(cfg.trainer.device).type)
+    try:
+        return RLTrainer(cfg, dist).fit()
+    finally:
+        shutdown()
+
+
+def run_rl(cfg, module_args: list[str]) -> int:
+    """Run the RL config `cfg` with the processes it asks for; `module_args`: the `python -m rft` arguments that
+    reproduce this command in each started process. Returns the exit status."""
+    from rft.distributed import launch, launched
+
+    check_launch(cfg)
+    if launched() or processes(cfg.trainer) == 1:
+        train_here(cfg)
+        return 0
+    return launch(processes(cfg.trainer), module_args)

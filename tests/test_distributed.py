@@ -1,0 +1,334 @@
+"""Several processes on CPU (gloo): the split of a step's prompts, the collectives, and `rft train` with
+trainer.n_gpus_per_node=2 through the real command line (torch's elastic launcher): with FSDP2 and FSDP1 the same
+loss and gradient norm as one process, three steps, a 2-process checkpoint resumed by one process; PPO with a critic
+and a LoRA actor, and a one-process checkpoint resumed by two processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rft.distributed import padded_shard, shard_bounds, step_shard
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+for _key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    ENV.pop(_key, None)
+
+# A reward that differs between prompts and responses even for an untrained model's greedy answers, so advantages
+# and gradients are not zero.
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return (sum(map(ord, solution_str)) + int(ground_truth)) % 11 / 11
+'''
+
+
+def close(a: float, b: float, tol: float = 1e-5) -> bool:
+    """Equal to `tol`, relative for values above 1 (a gradient norm of 8 agrees to ~4e-7 relative here)."""
+    return abs(a - b) <= tol * max(1.0, abs(a))
+
+
+# ------------------------------------------------------------------------------------------ the split, pure
+def test_shard_bounds_cover_every_item_once():
+    for n in range(0, 11):
+        for world in range(1, 5):
+            parts = [shard_bounds(n, r, world) for r in range(world)]
+            assert [i for lo, hi in parts for i in range(lo, hi)] == list(range(n))
+            assert max(hi - lo for lo, hi in parts) - min(hi - lo for lo, hi in parts) <= 1
+
+
+def test_step_shard_takes_a_share_of_every_mini_batch():
+    # 8 prompts, mini-batches of 4, 2 ranks: rank 0 holds 0,1 of the first mini-batch and 4,5 of the second
+    assert step_shard(8, 4, 0, 2) == [0, 1, 4, 5]
+    assert step_shard(8, 4, 1, 2) == [2, 3, 6, 7]
+    assert step_shard(8, 8, 1, 2) == [4, 5, 6, 7]
+    assert step_shard(6, 6, 0, 1) == list(range(6))
+    # every prompt once, and rank r's j-th local mini-batch is its share of global mini-batch j
+    for world in (1, 2, 4):
+        shards = [step_shard(16, 8, r, world) for r in range(world)]
+        assert sorted(i for s in shards for i in s) == list(range(16))
+        per = 8 // world
+        for j in range(2):
+            assert sorted(i for s in shards for i in s[j * per:(j + 1) * per]) == list(range(j * 8, j * 8 + 8))
+    with pytest.raises(ValueError, match="do not split evenly"):
+        step_shard(8, 3, 0, 2)
+
+
+def test_padded_shard_gives_every_rank_the_same_number_of_prompts():
+    # 7 validation prompts over 2 ranks: 4 each, rank 1's last one a repeat to drop
+    assert padded_shard(7, 0, 2) == ([0, 1, 2, 3], 4)
+    assert padded_shard(7, 1, 2) == ([4, 5, 6, 6], 3)
+    assert padded_shard(1, 1, 2) == ([0], 0)
+
+
+# --------------------------------------------------------------------------- the collectives, 2 gloo processes
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _collectives(rank: int, world: int, port: int, results) -> None:
+    """One rank: checks of Dist's collectives and of the batch-wide math against one process (all in float64)."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        from rft.algorithms import AdvantageInputs, compute_advantages
+        from rft.batch import Batch
+        from rft.distributed import Dist
+        from rft.workers.minibatch import mini_batch_norm
+
+        dist = Dist(rank=rank, world_size=world)
+        out = {}
+        # rows differ per rank (3 and 2), gathered in rank order; bool survives gloo
+        x = torch.arange(6, dtype=torch.float64).view(3, 2)[: 3 - rank] + 10 * rank
+        out["gather"] = dist.gather_rows(x).tolist()
+        out["gather_bool"] = dist.gather_rows(torch.tensor([rank == 0, True])).tolist()
+        out["sum_metrics"] = dist.sum_metrics({"a": 1.0 + rank, "b": 0.5})
+        out["all_true"] = (dist.all_true(True), dist.all_true(rank == 0))
+        out["max_int"] = dist.max_int(3 + rank)
+        out["objects"] = dist.gather_objects({"rank": rank})
+        # the AggNorm of a mini-batch split over the ranks counts every rank's tokens and rows
+        g = torch.Generator().manual_seed(0)
+        mask = (torch.rand(8, 5, generator=g) > 0.3).long()
+        rewards = torch.randn(8, 5, generator=g, dtype=torch.float64) * mask
+        group = torch.arange(4).repeat_interleave(2)
+        lo, hi = shard_bounds(8, rank, world)
+        mine = Batch(prompt_ids=torch.zeros(hi - lo, 1, dtype=torch.long), prompt_mask=torch.ones(hi - lo, 1),
+                     response_ids=torch.zeros(hi - lo, 5, dtype=torch.long), response_mask=mask[lo:hi],
+                     group=group[lo:hi])
+        norm = mini_batch_norm(mine, 5, dist)
+        out["norm"] = (norm.num_tokens, norm.num_seqs) == (float(mask.sum()), 8.0)
+        # batch-wide advantages: each rank's rows of the estimator run on the gathered inputs equal one process's
+        for name, extra in (("reinforce_plus_plus", {}), ("reinforce_plus_plus_baseline", {}), ("gpg", {}),
+                            ("grpo", {"scale_rewards": "batch"}),
+                            ("gae", {"values": torch.randn(8, 5, generator=g, dtype=torch.float64)})):
+            whole = compute_advantages(name, AdvantageInputs(token_rewards=rewards, response_mask=mask, group=group,
+                                                             **extra)).advantages
+            opt = {k: dist.gather_rows(v[lo:hi]) for k, v in extra.items() if isinstance(v, torch.Tensor)}
+            gathered = compute_advantages(name, AdvantageInputs(
+                token_rewards=dist.gather_rows(rewards[lo:hi]), response_mask=dist.gather_rows(mask[lo:hi]),
+                group=dist.gather_rows(group[lo:hi]), **{**extra, **opt})).advantages
+            out[f"adv/{name}"] = float((gathered[lo:hi] - whole[lo:hi]).abs().max())
+        results[rank] = out
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_collectives_over_two_gloo_processes():
+    import torch.multiprocessing as mp
+
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_collectives, args=(2, _free_port(), results), nprocs=2, join=True)
+        results = dict(results)
+    for rank in (0, 1):
+        r = results[rank]
+        assert r["gather"] == [[0, 1], [2, 3], [4, 5], [10, 11], [12, 13]]
+        assert r["gather_bool"] == [True, True, False, True]
+        assert r["sum_metrics"] == {"a": 3.0, "b": 1.0}
+        assert r["all_true"] == (True, False)
+        assert r["max_int"] == 4
+        assert r["objects"] == [{"rank": 0}, {"rank": 1}]
+        assert r["norm"]
+        for key, diff in r.items():
+            if key.startswith("adv/"):
+                assert diff < 1e-12, (rank, key, diff)
+
+
+# ---------------------------------------------------------------------------------- rft train, 2 processes
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    root = tmp_path_factory.mktemp("dist")
+    init_model("tiny", root / "model", seed=0)
+    write_arithmetic(root / "data", n_train=32, n_val=7, seed=0)
+    (root / "reward.py").write_text(REWARD)
+    return root
+
+
+def train(assets: Path, out: Path, *extra: str, timeout: int = 300, launcher: tuple[str, ...] = ()
+          ) -> subprocess.CompletedProcess:
+    """`rft train` as a user runs it. Greedy sampling, so one process and two generate the same responses;
+    reinforce_plus_plus (batch-wide whitening), a KL loss (the reference sharded too), two mini-batches of two
+    prompts (old log-probs), micro-batches of 2 rows, a validation set of 7 prompts (uneven over 2 ranks)."""
+    args = [
+        f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+        f"data.val_files={assets / 'data' / 'val.parquet'}", f"custom_reward_function.path={assets / 'reward.py'}",
+        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.do_sample=false",
+        "algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_loss_coef=0.1", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.strategy=fsdp2",
+        "trainer.total_training_steps=3", "trainer.save_freq=2", "trainer.test_freq=3",
+        "trainer.val_before_train=false", "trainer.logger=[]", "trainer.device=cpu",
+        f"trainer.default_local_dir={out}", *extra,
+    ]
+    proc = subprocess.run([sys.executable, *launcher, "-m", "rft", "train", *args], env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"rft train exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def metrics_of(out: Path) -> dict[int, dict]:
+    return {x["step"]: x for x in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def runs(assets, tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    train(assets, root / "one")
+    two = train(assets, root / "two", "trainer.n_gpus_per_node=2")
+    return root, two
+
+
+STEP1 = ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac", "actor/ppo_kl",
+         "critic/score/mean", "critic/advantages/max", "critic/advantages/min", "response_length/mean")
+
+
+def test_two_processes_match_one(runs):
+    root, _ = runs
+    one, two = metrics_of(root / "one"), metrics_of(root / "two")
+    assert sorted(one) == sorted(two) == [1, 2, 3]  # both finish three steps
+    for key in STEP1:
+        assert close(one[1][key], two[1][key]), (key, one[1][key], two[1][key])
+    assert two[1]["actor/grad_norm"] > 1 and two[1]["critic/advantages/max"] > 0  # a real gradient
+    for key in ("actor/pg_loss", "actor/grad_norm"):  # and the steps after it
+        assert close(one[3][key], two[3][key], 1e-4), (key, one[3][key], two[3][key])
+    val = "val-core/arithmetic/reward/mean@1"
+    assert val in two[3] and abs(one[3][val] - two[3][val]) <= 1e-6  # 7 prompts over 2 ranks, gathered
+
+
+def test_fsdp1_matches_one_process(runs, assets):
+    root, _ = runs
+    train(assets, root / "fsdp1", "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.strategy=fsdp",
+          "trainer.total_training_steps=1")
+    one, fsdp1 = metrics_of(root / "one"), metrics_of(root / "fsdp1")
+    for key in STEP1:
+        assert close(one[1][key], fsdp1[1][key]), (key, one[1][key], fsdp1[1][key])
+    assert (root / "fsdp1" / "checkpoints" / "global_step_1" / "policy_dcp").is_dir()
+
+
+def test_two_process_run_writes_sharded_checkpoints_and_a_loadable_model(runs):
+    from transformers import AutoModelForCausalLM
+
+    root, proc = runs
+    ckpt = root / "two" / "checkpoints" / "global_step_2"
+    assert (ckpt / "policy_dcp").is_dir() and not (ckpt / "policy.safetensors").exists()
+    assert json.loads((ckpt / "trainer_state.json").read_text())["processes"] == 2
+    assert "2 processes" in proc.stdout
+    model = AutoModelForCausalLM.from_pretrained(root / "two" / "model")
+    one = AutoModelForCausalLM.from_pretrained(root / "one" / "model")
+    diff = max(float((a - b).abs().max()) for a, b in zip(model.state_dict().values(), one.state_dict().values()))
+    assert diff < 1e-4, diff
+
+
+def test_two_process_checkpoint_resumes_in_one_process(runs, assets):
+    root, _ = runs
+    resumed = root / "resumed"
+    shutil.copytree(root / "two", resumed)
+    proc = train(assets, resumed, "trainer.resume_mode=resume_path",
+                 f"trainer.resume_from_path={resumed / 'checkpoints' / 'global_step_2'}")
+    assert "resumed from" in proc.stdout and "at step 2" in proc.stdout
+    again, two = metrics_of(resumed), metrics_of(root / "two")
+    assert sorted(again) == [1, 2, 3]
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
+        assert close(again[3][key], two[3][key], 1e-4), (key, again[3][key], two[3][key])
+
+
+def test_two_process_checkpoint_resumes_in_two_processes_exactly(runs, assets):
+    """3 steps in one 2-process run == resumed at step 2 by another 2-process run (DCP into FSDP2 shards)."""
+    from safetensors.torch import load_file
+
+    root, _ = runs
+    resumed = root / "resumed2"
+    shutil.copytree(root / "two", resumed)
+    train(assets, resumed, "trainer.n_gpus_per_node=2", "trainer.resume_mode=resume_path",
+          f"trainer.resume_from_path={resumed / 'checkpoints' / 'global_step_2'}")
+    assert metrics_of(resumed)[3]["actor/grad_norm"] == metrics_of(root / "two")[3]["actor/grad_norm"]
+    a, b = load_file(root / "two" / "model" / "model.safetensors"), load_file(resumed / "model" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+PPO_LORA = ("algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
+            "critic.strategy=fsdp2", "critic.optim.lr=1e-3", "trainer.total_training_steps=2", "trainer.save_freq=1",
+            "data.val_files=null", "trainer.test_freq=-1")
+
+
+def test_ppo_with_a_lora_actor_matches_one_process_and_resumes_a_one_process_checkpoint(assets, tmp_path):
+    """gae (the critic sharded too, its values and whitening over both ranks), a LoRA actor under FSDP2 (the
+    reference: the adapter disabled). A one-process checkpoint (safetensors + optimizer.pt) resumes in 2 processes."""
+    train(assets, tmp_path / "one", *PPO_LORA)
+    train(assets, tmp_path / "two", *PPO_LORA, "trainer.n_gpus_per_node=2")
+    one, two = metrics_of(tmp_path / "one"), metrics_of(tmp_path / "two")
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "critic/vf_loss", "critic/grad_norm",
+                "critic/values/mean", "critic/advantages/max", "critic/vf_explained_var"):
+        assert close(one[1][key], two[1][key]), (key, one[1][key], two[1][key])
+    assert (tmp_path / "two" / "checkpoints" / "global_step_1" / "critic" / "model_dcp").is_dir()
+    assert (tmp_path / "two" / "critic" / "config.json").is_file()  # the exported critic
+    # one process wrote global_step_1 (policy.safetensors: the adapter; critic/model.safetensors): resume in two
+    resumed = tmp_path / "resumed"
+    proc = train(assets, resumed, *PPO_LORA, "trainer.n_gpus_per_node=2", "trainer.resume_mode=resume_path",
+                 f"trainer.resume_from_path={tmp_path / 'one' / 'checkpoints' / 'global_step_1'}")
+    assert "at step 1" in proc.stdout
+    again = metrics_of(resumed)
+    for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm"):
+        assert close(again[2][key], one[2][key], 1e-4), (key, again[2][key], one[2][key])
+
+
+def test_under_torchrun_rft_joins_instead_of_launching(runs, assets):
+    """torchrun already started the processes (RANK / WORLD_SIZE set): rft joins their group, no second launch."""
+    root, _ = runs
+    proc = train(assets, root / "torchrun", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=1",
+                 launcher=("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"))
+    assert proc.stdout.count("rft: 1 steps on 2 processes") == 1  # rank 0 of one group of two
+    one, under = metrics_of(root / "one"), metrics_of(root / "torchrun")
+    for key in ("actor/pg_loss", "actor/grad_norm"):
+        assert close(one[1][key], under[1][key]), (key, one[1][key], under[1][key])
+
+
+def test_launcher_counts_must_match_the_config(monkeypatch):
+    from rft.config import ConfigError, RFTConfig
+    from rft.trainer.launch import check_launch
+
+    cfg = RFTConfig()
+    cfg.trainer.n_gpus_per_node = 2
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    with pytest.raises(ConfigError, match=r"WORLD_SIZE=4 .* 1 x 2"):
+        check_launch(cfg)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    cfg.trainer.nnodes = 2
+    with pytest.raises(ConfigError, match="torchrun --nnodes 2 --nproc-per-node 2"):
+        check_launch(cfg)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CPU the component's 2 devices are 2 gloo processes")
+def test_component_trains_with_two_processes(assets, tmp_path):
+    """verl_trainer_component with --trainer_n_gpus_per_node 2 on CPU: two gloo processes, the first writes the
+    model output."""
+    args = ["--ENGINE", "hf", "--rollout_name", "hf", "--actor_model_path", str(assets / "model"),
+            "--data_train_files", str(assets / "data" / "train.parquet"),
+            "--data_val_files", str(assets / "data" / "val.parquet"), "--trainer_n_gpus_per_node", "2",
+            "--actor_model_use_remove_padding", "false", "--actor_fsdp_config_offload_policy", "false",
+            "--ref_fsdp_param_offload", "false", "--data_train_batch_size", "4", "--actor_ppo_mini_batch_size", "4",
+            "--actor_ppo_micro_batch_size_per_gpu", "4", "--rollout_n", "2", "--data_max_prompt_length", "32",
+            "--data_max_response_length", "6", "--total_training_steps", "1", "--trainer_save_freq", "1",
+            "--trainer_test_freq", "1", "--model_output", str(tmp_path / "model")]
+    proc = subprocess.run([sys.executable, "-m", "rft", "component", "verl_trainer_component", *args], env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "2 CPU processes (gloo)" in proc.stdout and "1 steps on 2 processes" in proc.stdout
+    assert (tmp_path / "model" / "model.safetensors").is_file()
