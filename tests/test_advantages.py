@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from tensor_helpers import F64, close, t
 
 from rft.algorithms import (
     ADV_ESTIMATORS,
@@ -23,19 +24,9 @@ from rft.config import ConfigError, load_config
 from rft.config.schema import ADV_ESTIMATOR_NAMES
 from rft.registry import Registry
 
-F64 = torch.float64
 EPS = 1e-6  # verl's grpo / grpo_passk epsilon (AdvantageInputs.epsilon)
 TRL_EPS = 1e-4  # TRL's GRPOTrainer constant
 WEPS = 1e-8  # masked_whiten's epsilon
-
-
-def t(data, dtype=F64) -> torch.Tensor:
-    return torch.tensor(data, dtype=dtype)
-
-
-def close(actual: torch.Tensor, expected, atol: float = 1e-9) -> None:
-    expected = expected if isinstance(expected, torch.Tensor) else torch.tensor(expected, dtype=actual.dtype)
-    torch.testing.assert_close(actual, expected.to(actual.dtype), atol=atol, rtol=0)
 
 
 # ------------------------------------------------------------------------------------ the hand-made batch

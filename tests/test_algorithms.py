@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from tensor_helpers import F64, close, t
 
 from rft.algorithms import (
     ADV_ESTIMATORS,
@@ -27,18 +28,6 @@ from rft.algorithms import (
     masked_whiten,
 )
 from rft.registry import Registry
-
-F64 = torch.float64
-
-
-def t(data, dtype=F64) -> torch.Tensor:
-    return torch.tensor(data, dtype=dtype)
-
-
-def close(actual: torch.Tensor, expected, atol: float = 1e-9) -> None:
-    expected = expected if isinstance(expected, torch.Tensor) else torch.tensor(expected, dtype=actual.dtype)
-    torch.testing.assert_close(actual, expected.to(actual.dtype), atol=atol, rtol=0)
-
 
 # ----------------------------------------------------------------------------------------------- utils
 

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from tensor_helpers import F64, close, t
 
 from rft.algorithms import (
     KL_ESTIMATORS,
@@ -32,17 +33,7 @@ from rft.algorithms import (
 from rft.batch import Batch, concat_batches
 from rft.config.schema import KL_ESTIMATOR_NAMES, LOSS_AGG_MODE_NAMES, POLICY_LOSS_NAMES
 
-F64 = torch.float64
 LN = math.log
-
-
-def t(data, dtype=F64) -> torch.Tensor:
-    return torch.tensor(data, dtype=dtype)
-
-
-def close(actual: torch.Tensor, expected, atol: float = 1e-9) -> None:
-    expected = expected if isinstance(expected, torch.Tensor) else torch.tensor(expected, dtype=actual.dtype)
-    torch.testing.assert_close(actual, expected.to(actual.dtype), atol=atol, rtol=0)
 
 
 def sig(x: float) -> float:

@@ -169,14 +169,8 @@ def save_training_state(folder: Path, *, contents: set[str], model, optimizer, s
     import numpy as np
     import torch
 
-    from rft.models.load import export_hf
-
     _save_model_and_optimizer(folder, POLICY_DCP, "policy.safetensors", contents, model, optimizer, dist)
-    if "hf_model" in contents:
-        if export is not None:
-            export(folder / "hf_model")
-        else:
-            export_hf(model, tokenizer, folder / "hf_model")
+    _export_hf_model(folder, contents, model, tokenizer, export)
     if not dist.is_main:
         return
     if "extra" in contents:
@@ -187,6 +181,19 @@ def save_training_state(folder: Path, *, contents: set[str], model, optimizer, s
         }, folder / "extra.pt")
     (folder / "trainer_state.json").write_text(json.dumps(
         {**state, "contents": sorted(contents), "processes": dist.world_size}, indent=1))
+
+
+def _export_hf_model(folder: Path, contents: set[str], model, tokenizer, export) -> None:
+    """`folder/hf_model` when "hf_model" is in `contents`: `export(path)` (a sharded model's gathering export) or,
+    by default, `export_hf` of `model`."""
+    if "hf_model" not in contents:
+        return
+    if export is not None:
+        export(folder / "hf_model")
+    else:
+        from rft.models.load import export_hf
+
+        export_hf(model, tokenizer, folder / "hf_model")
 
 
 def load_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler,
@@ -221,17 +228,11 @@ def save_module_state(folder: Path, *, contents: set[str], model, optimizer, sch
     and contents.json. The RNG states and the trainer's state are the policy's files (`save_training_state`)."""
     import torch
 
-    from rft.models.load import export_hf
-
     if dist.is_main:
         folder.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     _save_model_and_optimizer(folder, MODEL_DCP, "model.safetensors", contents, model, optimizer, dist)
-    if "hf_model" in contents:
-        if export is not None:
-            export(folder / "hf_model")
-        else:
-            export_hf(model, tokenizer, folder / "hf_model")
+    _export_hf_model(folder, contents, model, tokenizer, export)
     if not dist.is_main:
         return
     if "extra" in contents:
