@@ -49,7 +49,9 @@ def train_here(cfg) -> dict[str, float]:
         return RLTrainer(cfg).fit()
     dist = init_from_env(resolve_device(cfg.trainer.device).type)
     try:
-        return RLTrainer(cfg, dist).fit()
+        result = RLTrainer(cfg, dist).fit()
+        dist.barrier()  # every rank has finished before any of them tears the group down
+        return result
     finally:
         shutdown()
 
