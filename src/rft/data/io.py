@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,13 +42,19 @@ def read_rows(path: str | Path) -> list[dict]:
         raise FileNotFoundError(f"no such data file: {str(path)!r}")
     if path.suffix == ".parquet":
         return pq.read_table(path).to_pylist()
-    rows = []
+    return [value for _, value in iter_jsonl(path)]
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, value) per non-blank line of the jsonl file `path`; `where` ("'<path>' line N") names the line for
+    the caller's own errors. A line that is not JSON raises ValueError naming it."""
     with path.open(encoding="utf-8") as lines:
         for line_number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
+            where = f"{str(path)!r} line {line_number}"
             try:
-                rows.append(json.loads(line))
+                value = json.loads(line)
             except json.JSONDecodeError as error:
-                raise ValueError(f"{str(path)!r} line {line_number}: invalid JSON ({error})") from None
-    return rows
+                raise ValueError(f"{where}: invalid JSON ({error})") from None
+            yield where, value

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from rft.data.io import write_parquet
+from rft.data.io import iter_jsonl, write_parquet
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
@@ -24,38 +23,30 @@ def gsm8k_rows(jsonl_path: str | Path, split: str) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"no such GSM8K file: {str(path)!r}")
     rows = []
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{str(path)!r} line {line_number}"
-            try:
-                example = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: invalid JSON ({error})") from None
-            if not (
-                isinstance(example, dict)
-                and isinstance(example.get("question"), str)
-                and isinstance(example.get("answer"), str)
-            ):
-                raise ValueError(f"{where}: expected an object with string 'question' and 'answer'")
-            question, answer = example["question"], example["answer"]
-            if "####" not in answer:
-                raise ValueError(f"{where}: the answer has no '####' before the final number")
-            rows.append(
-                {
-                    "data_source": DATA_SOURCE,
-                    "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
-                    "ability": "math",
-                    "reward_model": {"style": "rule", "ground_truth": gsm8k_ground_truth(answer)},
-                    "extra_info": {
-                        "split": split,
-                        "index": len(rows),
-                        "question": question,
-                        "answer": answer,
-                    },
-                }
-            )
+    for where, example in iter_jsonl(path):
+        if not (
+            isinstance(example, dict)
+            and isinstance(example.get("question"), str)
+            and isinstance(example.get("answer"), str)
+        ):
+            raise ValueError(f"{where}: expected an object with string 'question' and 'answer'")
+        question, answer = example["question"], example["answer"]
+        if "####" not in answer:
+            raise ValueError(f"{where}: the answer has no '####' before the final number")
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": gsm8k_ground_truth(answer)},
+                "extra_info": {
+                    "split": split,
+                    "index": len(rows),
+                    "question": question,
+                    "answer": answer,
+                },
+            }
+        )
     return rows
 
 
