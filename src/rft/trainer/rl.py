@@ -85,6 +85,11 @@ def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
     return {f"{name}/mean": float(x.mean()), f"{name}/max": float(x.max()), f"{name}/min": float(x.min())}
 
 
+def _log_prob_micro_rows(section) -> int | None:
+    """Rows per no-grad log-prob pass of a rollout / ref config section (None: the whole batch)."""
+    return section.log_prob_micro_batch_size_per_gpu or section.log_prob_micro_batch_size
+
+
 class RLTrainer:
     def __init__(self, cfg: RFTConfig, dist: Dist = SINGLE):
         """`dist`: this process's rank among the processes of the run (`rft.distributed.init_from_env`); the
@@ -265,11 +270,9 @@ class RLTrainer:
                 if self.needs_ref_logprobs:
                     batch.ref_logprobs = self.ref_logprobs(batch)
                 if self.reward_kl_from_logits:
-                    micro = self.cfg.actor_rollout_ref.ref
                     batch.ref_kl = compute_logit_kl(
                         self.model, self.ref_model, batch, self.settings.temperature,
-                        micro.log_prob_micro_batch_size_per_gpu or micro.log_prob_micro_batch_size,
-                        self.cfg.algorithm.kl_penalty)
+                        _log_prob_micro_rows(self.cfg.actor_rollout_ref.ref), self.cfg.algorithm.kl_penalty)
         if self.critic is not None:
             with timer("values"):  # the old values, before either model moves
                 batch.values = self.critic.compute_values(batch)
@@ -370,9 +373,7 @@ class RLTrainer:
         """n responses to each prompt of `indices`; `positions`: the prompts' places in the step's batch of all
         ranks (their group ids), default 0, 1, ..."""
         ro = self.cfg.actor_rollout_ref.rollout
-        params = SamplingParams(n=ro.n, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p,
-                                do_sample=ro.do_sample, max_tokens=self.cfg.data.max_response_length,
-                                ignore_eos=ro.ignore_eos)
+        params = self.sampling_params(ro, n=ro.n, do_sample=ro.do_sample)
         if not self.dist.enabled:
             return rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, self.generator)
         # Each rank samples from its own stream, drawn from the shared generator (the same on every rank, so a
@@ -385,6 +386,13 @@ class RLTrainer:
         if positions is not None:
             batch.group = torch.as_tensor(positions, dtype=torch.long)[batch.group]
         return pad_responses(batch, self.dist.max_int(batch.response_ids.shape[1]), self.tokenizer.pad_token_id)
+
+    def sampling_params(self, source, *, n: int, do_sample: bool) -> SamplingParams:
+        """`n` responses of up to data.max_response_length tokens with the temperature / top-k / top-p of `source`
+        (the rollout config or its val_kwargs); the rollout's ignore_eos."""
+        return SamplingParams(n=n, temperature=source.temperature, top_k=source.top_k, top_p=source.top_p,
+                              do_sample=do_sample, max_tokens=self.cfg.data.max_response_length,
+                              ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
 
     def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:
         """(B scores, per-row extra values): the reward function's score, or with a reward model
@@ -429,8 +437,7 @@ class RLTrainer:
         """(B,) ReMax's baseline: the score of one greedy response (do_sample false, same max tokens) to each
         prompt in `indices`, scored as the samples are (`score_rows`), given to every row of that prompt's group."""
         ro = self.cfg.actor_rollout_ref.rollout
-        params = SamplingParams(n=1, temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p, do_sample=False,
-                                max_tokens=self.cfg.data.max_response_length, ignore_eos=ro.ignore_eos)
+        params = self.sampling_params(ro, n=1, do_sample=False)
         with gathered_for_generation(self.model):
             greedy = rollout_batch(self.rollout, self.tokenizer, self.train_set, indices, params, generator=None)
         scores, _ = self.score_rows(greedy)
@@ -438,8 +445,7 @@ class RLTrainer:
         return torch.tensor(scores, dtype=torch.float32)[position]
 
     def logprobs(self, batch: Batch, model, micro_cfg) -> torch.Tensor:
-        micro = micro_cfg.log_prob_micro_batch_size_per_gpu or micro_cfg.log_prob_micro_batch_size
-        return compute_logprobs(model, batch, self.settings.temperature, micro)
+        return compute_logprobs(model, batch, self.settings.temperature, _log_prob_micro_rows(micro_cfg))
 
     def ref_logprobs(self, batch: Batch) -> torch.Tensor:
         ref_cfg = self.cfg.actor_rollout_ref.ref
@@ -506,9 +512,7 @@ class RLTrainer:
     def validate(self, tracker: Tracker | None = None) -> dict[str, float]:
         """Validation metrics `val-core/<data_source>/reward/mean@<n>` on the whole validation set."""
         vk, data = self.cfg.actor_rollout_ref.rollout.val_kwargs, self.cfg.data
-        params = SamplingParams(n=vk.n, temperature=vk.temperature, top_k=vk.top_k, top_p=vk.top_p,
-                                do_sample=vk.do_sample, max_tokens=data.max_response_length,
-                                ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
+        params = self.sampling_params(vk, n=vk.n, do_sample=vk.do_sample)
         scorer = (lambda b: self.score_rows(b)[0]) if self.reward_model is not None else None
         seed = self.cfg.trainer.seed + 7919
         if not self.dist.enabled:
