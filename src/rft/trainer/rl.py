@@ -65,7 +65,7 @@ from rft.trainer.evaluate import eos_token_ids, evaluate, rollout_batch
 from rft.workers.critic import CriticSettings, CriticWorker
 from rft.workers.fsdp import full_state_dict, gathered_for_generation, wrap
 from rft.workers.optim import plateau_step
-from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logit_kl, compute_logprobs
+from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logit_kl, compute_logprobs, reference_of
 
 
 def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
@@ -448,11 +448,8 @@ class RLTrainer:
         return compute_logprobs(model, batch, self.settings.temperature, _log_prob_micro_rows(micro_cfg))
 
     def ref_logprobs(self, batch: Batch) -> torch.Tensor:
-        ref_cfg = self.cfg.actor_rollout_ref.ref
-        if self.ref_model is not None:
-            return self.logprobs(batch, self.ref_model, ref_cfg)
-        with self.model.disable_adapter():
-            return self.logprobs(batch, self.model, ref_cfg)
+        with reference_of(self.model, self.ref_model) as ref:
+            return self.logprobs(batch, ref, self.cfg.actor_rollout_ref.ref)
 
     def compute_advantages(self, batch: Batch) -> dict[str, float]:
         """Advantages and returns of `batch`. With several processes the estimator runs on every rank's rows

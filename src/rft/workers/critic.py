@@ -19,7 +19,7 @@ from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
 from rft.models.load import device_of
 from rft.workers.minibatch import MiniBatchWorker
-from rft.workers.policy import _pad, response_window
+from rft.workers.policy import _pad, eval_passes, response_window
 
 
 def forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -53,14 +53,9 @@ class CriticWorker(MiniBatchWorker):
 
     prefix = "critic"
 
-    @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """(B, R) values without gradients (the old values of an update), `forward_micro_rows` rows per pass."""
-        was_training = self.model.training
-        self.model.eval()
-        parts = [forward_values(self.model, mb).cpu() for mb in batch.split(self.s.forward_micro_rows or len(batch))]
-        self.model.train(was_training)
-        return torch.cat(parts)
+        return eval_passes(self.model, batch, self.s.forward_micro_rows, lambda mb: forward_values(self.model, mb))
 
     def _micro_loss(self, mb: Batch, norm: AggNorm) -> tuple[torch.Tensor, dict[str, float]]:
         vpreds = forward_values(self.model, mb)

@@ -11,7 +11,7 @@ no-gradient forward pass per mini-batch, only when the mini-batch is split).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -91,13 +91,22 @@ def forward_logprobs(
 
 
 @torch.no_grad()
-def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None) -> torch.Tensor:
-    """(B, R) log-probs without gradients, `micro_rows` rows per forward pass."""
+def eval_passes(model: nn.Module, batch: Batch, micro_rows: int | None,
+                forward: Callable[[Batch], torch.Tensor]) -> torch.Tensor:
+    """(B, R) of `forward(micro_batch)` ((b, R) each) over micro-batches of `micro_rows` rows (None: one pass),
+    without gradients and with `model` in eval mode (its mode restored after), on CPU, 0 on padding."""
     was_training = model.training
     model.eval()
-    parts = [forward_logprobs(model, mb, temperature)[0].cpu() for mb in batch.split(micro_rows or len(batch))]
-    model.train(was_training)
+    try:
+        parts = [forward(mb).cpu() for mb in batch.split(micro_rows or len(batch))]
+    finally:
+        model.train(was_training)
     return torch.cat(parts) * batch.response_mask
+
+
+def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None) -> torch.Tensor:
+    """(B, R) log-probs without gradients, `micro_rows` rows per forward pass."""
+    return eval_passes(model, batch, micro_rows, lambda mb: forward_logprobs(model, mb, temperature)[0])
 
 
 @contextmanager
@@ -119,22 +128,19 @@ def reference_of(model: nn.Module, ref_model: nn.Module | None) -> Iterator[nn.M
         module.train(was_training)
 
 
-@torch.no_grad()
 def compute_logit_kl(model: nn.Module, ref_model: nn.Module | None, batch: Batch, temperature: float,
                      micro_rows: int | None, kind: str) -> torch.Tensor:
     """(B, R) per-token KL(policy || reference) of a logit-based estimator (`kl_needs_logits`, e.g. ``full``),
     without gradients: both policies run on each micro-batch of `micro_rows` rows. 0 on padding."""
-    was_training = model.training
-    model.eval()
-    parts = []
-    for mb in batch.split(micro_rows or len(batch)):
+
+    def kl_of(mb: Batch) -> torch.Tensor:
         logits, labels = forward_logits(model, mb, temperature)
         with reference_of(model, ref_model) as ref:
             ref_logits, _ = forward_logits(ref, mb, temperature)
         kl = kl_penalty(logprobs_from_logits(logits, labels), None, kind, logits=logits, ref_logits=ref_logits)
-        parts.append(_pad(kl, batch.response_ids.shape[1]).cpu())
-    model.train(was_training)
-    return torch.cat(parts) * batch.response_mask
+        return _pad(kl, batch.response_ids.shape[1])
+
+    return eval_passes(model, batch, micro_rows, kl_of)
 
 
 @dataclass
