@@ -56,3 +56,11 @@ def assert_all_moved(before: dict[str, torch.Tensor], model) -> None:
     after = trainable(model)
     unmoved = [n for n in before if torch.equal(before[n], after[n])]
     assert not unmoved, f"parameters that did not move: {unmoved}"
+
+
+def score(run, batch) -> dict[str, float]:
+    """Score a generated `batch` as one step of `run` (an rft.trainer.run.SyncRun) does: the explorer's reward
+    pipeline, then the trainer's token rewards; returns the trainer's reward metrics."""
+    run.explorer.rewards.score(batch)
+    run.trainer.set_token_rewards(batch)
+    return run.trainer.reward_metrics(batch)

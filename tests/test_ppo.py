@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_helpers import make_assets, rl_config, trainable
+from rl_helpers import make_assets, rl_config, score, trainable
 from safetensors.torch import load_file, save_file
 
 from rft.algorithms import AdvantageInputs, compute_advantages
@@ -22,7 +22,7 @@ from rft.data.dataset import left_pad
 from rft.models.tiny import init_model
 from rft.monitor import Timer
 from rft.rewards.model import RewardModel
-from rft.trainer.rl import RLTrainer
+from rft.trainer.run import SyncRun
 from rft.workers.critic import forward_values
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -114,29 +114,29 @@ def test_ppo_from_the_cli_trains_and_resumes_exactly(assets, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the critic
 def test_critic_value_loss_halves_on_fixed_rollouts(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "critic.optim.lr=3e-5"))
-    batch = trainer.generate_batch(trainer.sampler.next_batch())
-    trainer.score(batch)
+    run = SyncRun(make_cfg(assets, tmp_path, "critic.optim.lr=3e-5"))
+    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    score(run, batch)
     mask = batch.response_mask.float()
 
     def loss() -> float:
-        return float(0.5 * ((trainer.critic.compute_values(batch) - batch.returns).square() * mask).sum() / mask.sum())
+        return float(0.5 * ((run.trainer.critic.compute_values(batch) - batch.returns).square() * mask).sum() / mask.sum())
 
     first = None
     for step in range(1, 21):  # the policy never moves: the same rollouts, fresh old values each update
-        batch.values = trainer.critic.compute_values(batch)
-        trainer.compute_advantages(batch)  # lam = gamma = 1: the returns are the rewards-to-go, whatever V
+        batch.values = run.trainer.critic.compute_values(batch)
+        run.trainer.compute_advantages(batch)  # lam = gamma = 1: the returns are the rewards-to-go, whatever V
         first = first if first is not None else loss()
-        trainer.critic.update(batch, step)
+        run.trainer.critic.update(batch, step)
     assert loss() <= 0.5 * first, (first, loss())
 
 
 def test_critic_warmup_holds_the_actor(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "trainer.critic_warmup=2", "trainer.total_training_steps=3"))
-    actor, critic = trainable(trainer.model), trainable(trainer.critic.model)
+    run = SyncRun(make_cfg(assets, tmp_path, "trainer.critic_warmup=2", "trainer.total_training_steps=3"))
+    actor, critic = trainable(run.trainer.model), trainable(run.trainer.critic.model)
     for step in (1, 2, 3):
-        metrics = trainer.train_step(step, Timer())
-        actor_now, critic_now = trainable(trainer.model), trainable(trainer.critic.model)
+        metrics = run.train_step(step, Timer())
+        actor_now, critic_now = trainable(run.trainer.model), trainable(run.trainer.critic.model)
         assert moved(critic, critic_now), step  # the critic trains every step
         if step <= 2:
             assert not moved(actor, actor_now) and "actor/pg_loss" not in metrics, step
@@ -149,48 +149,48 @@ def test_critic_warmup_holds_the_actor(assets, tmp_path):
 def test_gae_step_moves_every_parameter_of_actor_and_critic(assets, tmp_path, lora):
     extra = ["actor_rollout_ref.model.lora_rank=4", "critic.model.lora_rank=4", "critic.model.lora_alpha=8"] \
         if lora else []
-    trainer = RLTrainer(make_cfg(assets, tmp_path, *extra))
-    actor, critic = trainable(trainer.model), trainable(trainer.critic.model)
+    run = SyncRun(make_cfg(assets, tmp_path, *extra))
+    actor, critic = trainable(run.trainer.model), trainable(run.trainer.critic.model)
     if lora:
         assert all("lora_" in n for n in actor)
         head = [n for n in critic if "score" in n]
         assert head and all("lora_" in n for n in critic if n not in head)  # LoRA body, value head in full
     for step in (1, 2) if lora else (1,):  # LoRA's B starts at zero: A moves from the second step
-        metrics = trainer.train_step(step, Timer())
+        metrics = run.train_step(step, Timer())
         assert metrics["critic/grad_norm"] > 0 and metrics["actor/grad_norm"] > 0
-    assert not [n for n in actor if n not in moved(actor, trainable(trainer.model))]
-    assert not [n for n in critic if n not in moved(critic, trainable(trainer.critic.model))]
+    assert not [n for n in actor if n not in moved(actor, trainable(run.trainer.model))]
+    assert not [n for n in critic if n not in moved(critic, trainable(run.trainer.critic.model))]
 
 
 def test_critic_on_another_estimator_with_gradient_checkpointing(assets, tmp_path):
     """critic.enable with grpo (it learns the estimator's returns); checkpointing changes memory, not the update."""
     results = []
     for flag in ("false", "true"):
-        trainer = RLTrainer(make_cfg(assets, tmp_path / flag, "algorithm.adv_estimator=grpo", "critic.enable=true",
+        run = SyncRun(make_cfg(assets, tmp_path / flag, "algorithm.adv_estimator=grpo", "critic.enable=true",
                                      f"critic.model.enable_gradient_checkpointing={flag}"))
-        assert trainer.critic.model.is_gradient_checkpointing == (flag == "true")
-        metrics = trainer.train_step(1, Timer())
-        results.append((metrics["critic/grad_norm"], trainable(trainer.critic.model)))
+        assert run.trainer.critic.model.is_gradient_checkpointing == (flag == "true")
+        metrics = run.train_step(1, Timer())
+        results.append((metrics["critic/grad_norm"], trainable(run.trainer.critic.model)))
     (norm_a, w_a), (norm_b, w_b) = results
     assert norm_a > 0 and norm_a == pytest.approx(norm_b, rel=1e-4)
     assert max(float((w_a[k] - w_b[k]).abs().max()) for k in w_a) < 1e-5
 
 
 def test_micro_batch_size_does_not_change_the_critic_gradient(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "critic.loss_agg_mode=seq-mean-token-mean"))
-    batch = trainer.generate_batch(trainer.sampler.next_batch())
-    trainer.score(batch)
-    batch.values = trainer.critic.compute_values(batch)
-    trainer.compute_advantages(batch)
-    trainer.critic.model.train()  # no dropout before the value head: train mode gives the old values
-    assert torch.equal(forward_values(trainer.critic.model, batch).detach(), batch.values)
+    run = SyncRun(make_cfg(assets, tmp_path, "critic.loss_agg_mode=seq-mean-token-mean"))
+    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    score(run, batch)
+    batch.values = run.trainer.critic.compute_values(batch)
+    run.trainer.compute_advantages(batch)
+    run.trainer.critic.model.train()  # no dropout before the value head: train mode gives the old values
+    assert torch.equal(forward_values(run.trainer.critic.model, batch).detach(), batch.values)
     batch.values = batch.values + 0.3 * torch.randn(batch.values.shape, generator=torch.Generator().manual_seed(0))
     grads = []
     for micro in (None, 2, 1):
-        trainer.critic.s.micro_rows = micro
-        trainer.critic.model.zero_grad(set_to_none=True)
-        metrics = trainer.critic.backward_mini_batch(batch)
-        grads.append(({n: p.grad.clone() for n, p in trainer.critic.model.named_parameters()}, metrics))
+        run.trainer.critic.s.micro_rows = micro
+        run.trainer.critic.model.zero_grad(set_to_none=True)
+        metrics = run.trainer.critic.backward_mini_batch(batch)
+        grads.append(({n: p.grad.clone() for n, p in run.trainer.critic.model.named_parameters()}, metrics))
     (whole, m0), *others = grads
     assert 0 < m0["critic/vf_clipfrac"] < 1  # both branches of the clipped loss are exercised
     for split, metrics in others:
@@ -263,16 +263,16 @@ def test_reward_model_scores_reach_the_advantages(assets, tmp_path):
     cfg = make_cfg(assets, tmp_path, "algorithm.adv_estimator=grpo", "reward_model.enable=true",
                    f"reward_model.model.path={assets / 'rm'}", "reward_model.reward_weight=0.5",
                    "reward_model.rule_weight=2.0", "reward_model.micro_batch_size_per_gpu=3")
-    trainer = RLTrainer(cfg)
-    assert trainer.critic is None
-    batch = trainer.generate_batch(trainer.sampler.next_batch())
-    metrics = trainer.score(batch)
+    run = SyncRun(cfg)
+    assert run.trainer.critic is None
+    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    metrics = score(run, batch)
     rows = []
     for i in range(len(batch)):
         ids = batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist() + \
             batch.response_ids[i][batch.response_mask[i].bool()].tolist()
         rows.append(expected_score(assets / "rm", ids))
-    rule = [trainer.reward_fn(s, r, g, e)["score"] for s, r, g, e in
+    rule = [run.explorer.rewards.reward_fn(s, r, g, e)["score"] for s, r, g, e in
             zip(batch.data_source, batch.response_text, batch.ground_truth, batch.extra_info)]
     expected = 0.5 * torch.tensor(rows) + 2.0 * torch.tensor(rule)
     assert torch.allclose(batch.scores, expected, atol=1e-5)
@@ -280,7 +280,7 @@ def test_reward_model_scores_reach_the_advantages(assets, tmp_path):
     assert torch.allclose(batch.token_rewards[torch.arange(len(batch)), last], expected, atol=1e-5)
     assert float(batch.token_rewards.sum()) == pytest.approx(float(expected.sum()), abs=1e-4)  # nowhere else
     assert metrics["reward_extra/rm_score/mean"] == pytest.approx(sum(rows) / len(rows), abs=1e-5)
-    trainer.compute_advantages(batch)
+    run.trainer.compute_advantages(batch)
     by_hand = compute_advantages("grpo", AdvantageInputs(
         token_rewards=batch.token_rewards, response_mask=batch.response_mask, group=batch.group))
     assert torch.equal(batch.advantages, by_hand.advantages)
@@ -335,12 +335,12 @@ def test_reward_function_that_would_never_run_is_refused(assets, tmp_path):
 
 
 def test_critic_defaults_follow_the_actor(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    run = SyncRun(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
                                  "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.shuffle=true",
                                  "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
                                  "critic.ppo_micro_batch_size_per_gpu=4",
                                  f"critic.model.tokenizer_path={assets / 'model'}"))  # the policy's vocabulary
-    s = trainer.critic.s
+    s = run.trainer.critic.s
     assert (s.ppo_mini_batch_size, s.ppo_epochs, s.shuffle, s.loss_agg_mode) == (2, 2, True, "seq-mean-token-sum")
     assert (s.micro_rows, s.forward_micro_rows, s.cliprange_value) == (4, 4, 0.5)
-    assert trainer.critic.optimizer.param_groups[0]["lr"] == 1e-4
+    assert run.trainer.critic.optimizer.param_groups[0]["lr"] == 1e-4

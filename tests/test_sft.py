@@ -13,12 +13,12 @@ from rft.config import load_sft_config
 from rft.data.dataset import DataError
 from rft.data.io import write_parquet
 from rft.data.sft import SFTDataset
+from rft.explorer.evaluate import eos_token_ids, evaluate
 from rft.models.load import load_causal_lm
 from rft.models.tiny import init_model
 from rft.rewards import default_compute_score
 from rft.rollout import HFRollout, SamplingParams
 from rft.tasks import write_arithmetic
-from rft.trainer.evaluate import eos_token_ids, evaluate
 from rft.trainer.sft import SFTTrainer
 
 os.environ["HF_HUB_OFFLINE"] = "1"

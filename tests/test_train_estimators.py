@@ -12,11 +12,11 @@ import torch
 from rl_helpers import SHAPED_REWARD, assert_all_moved, make_assets, rl_config, trainable
 
 from rft.algorithms import ADV_ESTIMATORS
+from rft.explorer.evaluate import rollout_batch
 from rft.monitor import Timer
 from rft.rewards import load_custom_reward, score_responses
 from rft.rollout import SamplingParams
-from rft.trainer.evaluate import rollout_batch
-from rft.trainer.rl import RLTrainer
+from rft.trainer.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -45,15 +45,15 @@ def assets(tmp_path_factory):
 make_cfg = rl_config
 
 
-def spy_on_advantages(trainer: RLTrainer) -> list:
+def spy_on_advantages(run: SyncRun) -> list:
     """The batches `compute_advantages` sees (with their advantages once it returns)."""
-    seen, original = [], trainer.compute_advantages
+    seen, original = [], run.trainer.compute_advantages
 
     def spy(batch):
         seen.append(batch)
         return original(batch)
 
-    trainer.compute_advantages = spy
+    run.trainer.compute_advantages = spy
     return seen
 
 
@@ -61,13 +61,13 @@ def spy_on_advantages(trainer: RLTrainer) -> list:
 def test_one_step_moves_every_trainable_parameter(assets, tmp_path, estimator):
     cfg = make_cfg(assets, tmp_path, f"algorithm.adv_estimator={estimator}",
                    "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1")
-    trainer = RLTrainer(cfg)
-    seen = spy_on_advantages(trainer)
-    before = trainable(trainer.model)
-    metrics = trainer.train_step(1, Timer())
+    run = SyncRun(cfg)
+    seen = spy_on_advantages(run)
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
     assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
     assert metrics["actor/grad_norm"] > 0
-    assert_all_moved(before, trainer.model)
+    assert_all_moved(before, run.trainer.model)
     assert metrics["critic/score/max"] > metrics["critic/score/min"]
     batch = seen[0]
     valid = batch.response_mask.bool()
@@ -78,11 +78,11 @@ def test_one_step_moves_every_trainable_parameter(assets, tmp_path, estimator):
 def test_remax_greedy_baseline_reaches_the_advantages(assets, tmp_path):
     cfg = make_cfg(assets, tmp_path / "remax", "algorithm.adv_estimator=remax",
                    "custom_reward_function.name=per_prompt")
-    trainer = RLTrainer(cfg)
+    run = SyncRun(cfg)
     n = cfg.actor_rollout_ref.rollout.n
     # The greedy response to each prompt of step 1 and its score, computed here before the policy moves.
-    indices = copy.deepcopy(trainer.sampler).next_batch()
-    greedy = rollout_batch(trainer.rollout, trainer.tokenizer, trainer.train_set, indices,
+    indices = copy.deepcopy(run.explorer.sampler).next_batch()
+    greedy = rollout_batch(run.explorer.engine, run.tokenizer, run.explorer.train_set, indices,
                            SamplingParams(n=1, do_sample=False, max_tokens=6), generator=None)
     reward = load_custom_reward(assets / "reward.py", "per_prompt")
     greedy_scores, _ = score_responses(reward, greedy.data_source, greedy.response_text, greedy.ground_truth,
@@ -90,8 +90,8 @@ def test_remax_greedy_baseline_reaches_the_advantages(assets, tmp_path):
     assert len(set(greedy_scores)) == len(indices)  # one baseline per prompt, all different
     expected_baselines = torch.tensor(greedy_scores).repeat_interleave(n)  # rows of a prompt are adjacent
 
-    seen = spy_on_advantages(trainer)
-    trainer.fit()
+    seen = spy_on_advantages(run)
+    run.fit()
     batch = seen[0]
     assert len(batch) == len(indices) * n
     torch.testing.assert_close(batch.reward_baselines, expected_baselines)
@@ -105,25 +105,25 @@ def test_remax_greedy_baseline_reaches_the_advantages(assets, tmp_path):
     assert logged["critic/reward_baselines/mean"] == pytest.approx(float(expected_baselines.mean()))
 
     # the greedy rollout draws nothing from the sampling stream: it stays where a grpo step leaves it
-    grpo = RLTrainer(make_cfg(assets, tmp_path / "grpo", "algorithm.adv_estimator=grpo",
+    grpo = SyncRun(make_cfg(assets, tmp_path / "grpo", "algorithm.adv_estimator=grpo",
                               "custom_reward_function.name=per_prompt"))
     grpo.train_step(1, Timer())
-    assert torch.equal(trainer.generator.get_state(), grpo.generator.get_state())
+    assert torch.equal(run.explorer.generator.get_state(), grpo.explorer.generator.get_state())
 
 
 def test_estimators_without_a_baseline_need_no_greedy_rollout(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.adv_estimator=rloo"))
+    run = SyncRun(make_cfg(assets, tmp_path, "algorithm.adv_estimator=rloo"))
     timer = Timer()
-    trainer.train_step(1, timer)
+    run.train_step(1, timer)
     assert "timing_s/gen_max" not in timer.metrics()
 
 
 def test_weighted_reward_functions(assets, tmp_path):
     cfg = make_cfg(assets, tmp_path, "custom_reward_function.name=[compute_score,length]",
                    "custom_reward_function.reward_weights=[2.0,-0.5]")
-    trainer = RLTrainer(cfg)
-    seen = spy_on_advantages(trainer)
-    metrics = trainer.train_step(1, Timer())
+    run = SyncRun(cfg)
+    seen = spy_on_advantages(run)
+    metrics = run.train_step(1, Timer())
     batch = seen[0]
     reward = load_custom_reward(assets / "reward.py")
     shaped = torch.tensor([reward(None, text, gt)["score"] for text, gt in zip(batch.response_text, batch.ground_truth)])

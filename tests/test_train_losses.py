@@ -10,13 +10,13 @@ import re
 
 import pytest
 import torch
-from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
+from rl_helpers import assert_all_moved, make_assets, rl_config, score, trainable
 
 from rft.algorithms import LOSS_AGG_MODES, full_kl_from_logits, overlong_penalty
 from rft.config.load import ConfigError
 from rft.config.schema import POLICY_LOSS_NAMES
 from rft.monitor import Timer
-from rft.trainer.rl import RLTrainer
+from rft.trainer.run import SyncRun
 from rft.workers.policy import compute_logit_kl, forward_logits
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -49,58 +49,58 @@ make_cfg = rl_config
 @pytest.mark.parametrize("loss_mode", POLICY_LOSS_NAMES)
 def test_one_step_of_every_loss_moves_every_parameter(assets, tmp_path, loss_mode):
     # micro-batches of 8 rows: clip_cov / kl_cov take their token choice from the whole mini-batch
-    trainer = RLTrainer(make_cfg(assets, tmp_path, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+    run = SyncRun(make_cfg(assets, tmp_path, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
                                  "actor_rollout_ref.actor.entropy_coeff=0.01"))
-    before = trainable(trainer.model)
-    metrics = trainer.train_step(1, Timer())
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
     assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
     assert metrics["actor/grad_norm"] > 0
     assert metrics["actor/entropy"] > 0
     assert metrics["critic/score/max"] > metrics["critic/score/min"]
-    assert_all_moved(before, trainer.model)
+    assert_all_moved(before, run.trainer.model)
 
 
 @pytest.mark.parametrize("kl_type", ["low_var_kl", "k3+", "abs", "full"])
 def test_kl_loss_types_train_and_measure_the_drift(assets, tmp_path, kl_type):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
+    run = SyncRun(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
                                  f"actor_rollout_ref.actor.kl_loss_type={kl_type}",
                                  "actor_rollout_ref.actor.kl_loss_coef=0.1",
                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"))
-    assert trainer.needs_ref and trainer.needs_ref_logprobs == (kl_type != "full")
-    before = trainable(trainer.model)
-    first = trainer.train_step(1, Timer())
+    assert run.trainer.needs_ref and run.trainer.needs_ref_logprobs == (kl_type != "full")
+    before = trainable(run.trainer.model)
+    first = run.train_step(1, Timer())
     assert abs(first["actor/kl_loss"]) < 1e-6  # the policy is still the reference (up to float noise)
-    assert_all_moved(before, trainer.model)
-    second = trainer.train_step(2, Timer())
+    assert_all_moved(before, run.trainer.model)
+    second = run.train_step(2, Timer())
     assert second["actor/kl_loss"] > 1e-6  # it moved away
 
 
 def test_full_kl_loss_with_lora_uses_the_adapterless_model(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
+    run = SyncRun(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
                                  "actor_rollout_ref.actor.kl_loss_type=full", "actor_rollout_ref.actor.kl_loss_coef=0.1",
                                  "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"))
-    assert trainer.ref_model is None
-    before = trainable(trainer.model)
-    kls = [trainer.train_step(step, Timer())["actor/kl_loss"] for step in (1, 2)]
+    assert run.trainer.ref_model is None
+    before = trainable(run.trainer.model)
+    kls = [run.train_step(step, Timer())["actor/kl_loss"] for step in (1, 2)]
     assert abs(kls[0]) < 1e-6  # LoRA's B starts at zero: the policy is the adapterless model
     assert kls[1] > 1e-6  # step 1 moved B: the reference (adapter disabled) no longer equals the policy
-    assert_all_moved(before, trainer.model)
-    assert trainer.model.training  # the reference pass switched the adapter back on, and train mode
+    assert_all_moved(before, run.trainer.model)
+    assert run.trainer.model.training  # the reference pass switched the adapter back on, and train mode
 
 
 def test_compute_logit_kl_is_the_exact_kl_of_both_models(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
+    run = SyncRun(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
                                  "actor_rollout_ref.actor.kl_loss_type=full"))
-    batch = trainer.generate_batch(trainer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
     with torch.no_grad():
-        for p in trainer.model.parameters():
+        for p in run.trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-        logits, _ = forward_logits(trainer.model, batch, 1.0)
-        ref_logits, _ = forward_logits(trainer.ref_model, batch, 1.0)
+        logits, _ = forward_logits(run.trainer.model, batch, 1.0)
+        ref_logits, _ = forward_logits(run.trainer.ref_model, batch, 1.0)
     expected = torch.distributions.kl_divergence(
         torch.distributions.Categorical(logits=logits), torch.distributions.Categorical(logits=ref_logits))
-    got = compute_logit_kl(trainer.model, trainer.ref_model, batch, 1.0, micro_rows=5, kind="full")
+    got = compute_logit_kl(run.trainer.model, run.trainer.ref_model, batch, 1.0, micro_rows=5, kind="full")
     mask = batch.response_mask.bool()[:, : expected.shape[1]]
     assert got.shape == batch.response_mask.shape
     torch.testing.assert_close(got[:, : expected.shape[1]][mask], expected[mask], atol=1e-5, rtol=1e-4)
@@ -108,12 +108,12 @@ def test_compute_logit_kl_is_the_exact_kl_of_both_models(assets, tmp_path):
 
 
 def test_full_kl_in_the_reward(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full",
+    run = SyncRun(make_cfg(assets, tmp_path, "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full",
                                  "algorithm.kl_ctrl.kl_coef=0.5"))
-    assert trainer.reward_kl_from_logits and not trainer.needs_ref_logprobs
-    first = trainer.train_step(1, Timer())
+    assert run.trainer.reward_kl_from_logits and not run.trainer.needs_ref_logprobs
+    first = run.train_step(1, Timer())
     assert first["actor/reward_kl_penalty"] == 0.0 and first["actor/reward_kl_penalty_coeff"] == 0.5
-    second = trainer.train_step(2, Timer())
+    second = run.train_step(2, Timer())
     assert second["actor/reward_kl_penalty"] > 1e-6
     # the rewards carry -0.5 * KL: the token rewards summed per row are the scores minus 0.5 * the row's KL sum
     assert second["critic/rewards/mean"] < second["critic/score/mean"]
@@ -127,41 +127,41 @@ def mini_batch(assets, tmp_path_factory):
     """A scored 16-row mini-batch (4 prompts x 4) with old log-probs off the current ones (ratios != 1) and a
     reference that differs from the policy (the policy's weights were nudged after the frozen copy)."""
     out = tmp_path_factory.mktemp("mini")
-    trainer = RLTrainer(make_cfg(assets, out, "actor_rollout_ref.actor.use_kl_loss=true"))
+    run = SyncRun(make_cfg(assets, out, "actor_rollout_ref.actor.use_kl_loss=true"))
     torch.manual_seed(1)
     with torch.no_grad():
-        for p in trainer.model.parameters():
+        for p in run.trainer.model.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    batch = trainer.generate_batch(trainer.sampler.next_batch())
-    trainer.score(batch)
-    current = trainer.logprobs(batch, trainer.model, trainer.cfg.actor_rollout_ref.rollout)
+    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    score(run, batch)
+    current = run.trainer.logprobs(batch, run.trainer.model, run.cfg.actor_rollout_ref.rollout)
     gen = torch.Generator().manual_seed(2)
     batch.old_logprobs = (current + 0.3 * torch.randn(current.shape, generator=gen)) * batch.response_mask
-    batch.ref_logprobs = trainer.ref_logprobs(batch)
-    trainer.compute_advantages(batch)
-    return trainer, batch
+    batch.ref_logprobs = run.trainer.ref_logprobs(batch)
+    run.trainer.compute_advantages(batch)
+    return run, batch
 
 
-def _mini_batch_grads(trainer, batch, micro_rows) -> list[torch.Tensor]:
-    trainer.worker.s.micro_rows = micro_rows
-    trainer.worker.optimizer.zero_grad(set_to_none=True)
-    trainer.worker.backward_mini_batch(batch, seed=123)
-    return [p.grad.detach().clone() for p in trainer.worker.params]
+def _mini_batch_grads(run, batch, micro_rows) -> list[torch.Tensor]:
+    run.trainer.worker.s.micro_rows = micro_rows
+    run.trainer.worker.optimizer.zero_grad(set_to_none=True)
+    run.trainer.worker.backward_mini_batch(batch, seed=123)
+    return [p.grad.detach().clone() for p in run.trainer.worker.params]
 
 
 @pytest.mark.parametrize("loss_mode", POLICY_LOSS_NAMES)
 def test_micro_batch_size_never_changes_the_gradient(mini_batch, loss_mode):
     """Every aggregation mode, with the entropy bonus and a KL loss: the gradient of one mini-batch with micro
     batches of 4 rows equals the one with the whole mini-batch at once (max abs diff <= 1e-6)."""
-    trainer, batch = mini_batch
-    s = trainer.worker.s
+    run, batch = mini_batch
+    s = run.trainer.worker.s
     s.loss_mode, s.entropy_coeff, s.kl_loss_coef, s.kl_loss_type = loss_mode, 0.01, 0.1, "low_var_kl"
     s.clip_cov_ratio, s.kl_cov_ratio = 0.05, 0.05  # a few tokens in 16 short rows
     s.clip_cov_lb, s.clip_cov_ub = -10.0, 10.0  # most tokens are candidates: the random choice matters
     for mode in LOSS_AGG_MODES:
         s.loss_agg_mode = mode
-        whole = _mini_batch_grads(trainer, batch, None)
-        split = _mini_batch_grads(trainer, batch, 4)
+        whole = _mini_batch_grads(run, batch, None)
+        split = _mini_batch_grads(run, batch, 4)
         diff = max(float((a - b).abs().max()) for a, b in zip(whole, split))
         assert diff <= 1e-6, (mode, diff)
         assert max(float(g.abs().max()) for g in whole) > 1e-4
@@ -169,15 +169,15 @@ def test_micro_batch_size_never_changes_the_gradient(mini_batch, loss_mode):
 
 @pytest.mark.parametrize("kl_type", ["full", "k3+"])
 def test_micro_batch_size_never_changes_the_kl_gradient(mini_batch, kl_type):
-    trainer, batch = mini_batch
-    s = trainer.worker.s
+    run, batch = mini_batch
+    s = run.trainer.worker.s
     s.loss_mode, s.loss_agg_mode, s.entropy_coeff = "vanilla", "seq-mean-token-mean", 0.0
     s.kl_loss_type, s.kl_loss_coef = kl_type, 1.0
-    whole = _mini_batch_grads(trainer, batch, None)
-    split = _mini_batch_grads(trainer, batch, 4)
+    whole = _mini_batch_grads(run, batch, None)
+    split = _mini_batch_grads(run, batch, 4)
     assert max(float((a - b).abs().max()) for a, b in zip(whole, split)) <= 1e-6
     s.kl_loss_coef = 0.0
-    without = _mini_batch_grads(trainer, batch, None)
+    without = _mini_batch_grads(run, batch, None)
     assert max(float((a - b).abs().max()) for a, b in zip(whole, without)) > 1e-4  # the KL term counts
 
 
@@ -185,12 +185,12 @@ def test_micro_batch_size_never_changes_a_training_step(assets, tmp_path):
     """End to end through RLTrainer (same seed, same rollouts): micro 4 vs the whole mini-batch."""
     results = []
     for micro in ("4", "null"):
-        trainer = RLTrainer(make_cfg(assets, tmp_path / micro, "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+        run = SyncRun(make_cfg(assets, tmp_path / micro, "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
                                      f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
                                      "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-maxlen",
                                      "actor_rollout_ref.actor.optim.lr=1e-4"))
-        metrics = trainer.train_step(1, Timer())
-        results.append((metrics["actor/grad_norm"], trainable(trainer.model)))
+        metrics = run.train_step(1, Timer())
+        results.append((metrics["actor/grad_norm"], trainable(run.trainer.model)))
     (norm_a, w_a), (norm_b, w_b) = results
     assert norm_a > 0 and norm_a == pytest.approx(norm_b, rel=1e-5, abs=1e-7)
     assert max(float((w_a[k] - w_b[k]).abs().max()) for k in w_a) < 1e-6
@@ -200,15 +200,16 @@ def test_micro_batch_size_never_changes_a_training_step(assets, tmp_path):
 
 
 def test_overlong_penalty_is_added_to_the_score(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "reward_model.overlong_buffer.enable=true",
+    run = SyncRun(make_cfg(assets, tmp_path, "reward_model.overlong_buffer.enable=true",
                                  "reward_model.overlong_buffer.len=4", "reward_model.overlong_buffer.penalty_factor=2.0",
                                  "reward_model.overlong_buffer.log=true", "reward_model.reward_manager=dapo"))
-    batch = trainer.generate_batch(trainer.sampler.next_batch())
-    metrics = trainer.score(batch)
+    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    rows = run.explorer.rewards.score(batch)
+    metrics = run.trainer.reward_metrics(batch)
     lengths = batch.response_mask.sum(-1)
     penalty = overlong_penalty(lengths, 6, 4, 2.0)  # expected length 2: -(L - 2) / 4 * 2 for L > 2
     assert penalty.min() < 0  # some responses are longer than 2 tokens
-    torch.testing.assert_close(batch.scores, trainer._reward_rows["score"] + penalty)
+    torch.testing.assert_close(batch.scores, rows["score"] + penalty)
     torch.testing.assert_close(penalty, (-(lengths.float() - 2) / 2).clamp(max=0))
     assert metrics["reward_extra/overlong_reward/mean"] == pytest.approx(float(penalty.mean()))
     assert metrics["reward_extra/overlong/mean"] == pytest.approx(float((penalty < 0).float().mean()))
@@ -216,10 +217,11 @@ def test_overlong_penalty_is_added_to_the_score(assets, tmp_path):
 
 
 def test_dynamic_sampling_keeps_only_informative_groups(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
+    run = SyncRun(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
                                  "algorithm.filter_groups.metric=even_only",
                                  "algorithm.filter_groups.max_num_gen_batches=20"))
-    batch, metrics = trainer.dynamic_sampling(*trainer.generate_and_score(Timer()), Timer())
+    batch, metrics = run.explorer.dynamic_sampling(*run.explorer.generate_and_score(Timer()), Timer())
+    metrics.update(run.trainer.reward_metrics(batch))
     assert len(batch) == 16 and len(torch.unique(batch.group)) == 4  # exactly train_batch_size groups
     assert all(int(str(gt)[-1]) % 2 == 0 for gt in batch.ground_truth)  # odd answers: even_only is always 0
     assert metrics["train/num_kept_groups"] >= 4
@@ -228,18 +230,18 @@ def test_dynamic_sampling_keeps_only_informative_groups(assets, tmp_path):
     assert metrics["critic/score/mean"] == pytest.approx(float(batch.scores.mean()))
     # rows of one group stay adjacent: the worker's mini-batches and the advantages rely on it
     assert (batch.group[1:] >= batch.group[:-1]).all()
-    step = trainer.train_step(1, Timer())
+    step = run.train_step(1, Timer())
     assert step["train/num_gen_batches"] >= 1 and step["actor/grad_norm"] > 0
 
 
 def test_dynamic_sampling_gives_up_after_max_num_gen_batches(assets, tmp_path):
     # an untrained model never answers exactly: acc is 0 in every group, every group is dropped
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
+    run = SyncRun(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
                                  "algorithm.filter_groups.metric=acc", "algorithm.filter_groups.max_num_gen_batches=2"))
     with pytest.raises(RuntimeError, match=re.escape("max_num_gen_batches=2")):
-        trainer.train_step(1, Timer())
-    assert trainer.sampler.batch_in_epoch == 2  # two generation batches were drawn
-    unknown = RLTrainer(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
+        run.train_step(1, Timer())
+    assert run.explorer.sampler.batch_in_epoch == 2  # two generation batches were drawn
+    unknown = SyncRun(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
                                  "algorithm.filter_groups.metric=accuracy"))
     with pytest.raises(ValueError, match=r"accuracy.*available: \['acc', 'even_only', 'score'"):
         unknown.train_step(1, Timer())
@@ -285,10 +287,10 @@ def test_choices_list_every_name(assets, tmp_path):
 
 
 def test_full_kl_chunking_in_the_worker_matches_unchunked(mini_batch):
-    trainer, batch = mini_batch
-    logits, _ = forward_logits(trainer.model, batch, 1.0)
+    run, batch = mini_batch
+    logits, _ = forward_logits(run.trainer.model, batch, 1.0)
     with torch.no_grad():
-        ref_logits, _ = forward_logits(trainer.ref_model, batch, 1.0)
+        ref_logits, _ = forward_logits(run.trainer.ref_model, batch, 1.0)
     a = full_kl_from_logits(logits.detach(), ref_logits, 7)
     b = full_kl_from_logits(logits.detach(), ref_logits, None)
     assert torch.equal(a, b) or float((a - b).abs().max()) < 1e-6

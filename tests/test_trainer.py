@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
+from rl_helpers import assert_all_moved, make_assets, rl_config, score, trainable
 from safetensors.torch import load_file
 
 from rft.monitor import Timer
 from rft.trainer.checkpoint import CheckpointManager
-from rft.trainer.rl import RLTrainer
+from rft.trainer.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -33,16 +33,16 @@ def test_training_moves_every_trainable_parameter(assets, tmp_path, estimator, l
     extra = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"] if lora else []
     cfg = make_cfg(assets, tmp_path, f"algorithm.adv_estimator={estimator}",
                    "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1", *extra)
-    trainer = RLTrainer(cfg)
-    before = trainable(trainer.model)
+    run = SyncRun(cfg)
+    before = trainable(run.trainer.model)
     if lora:
         assert before and all("lora_" in n for n in before)
     # LoRA's B starts at zero, so A gets its first gradient on the second step.
     for step in (1, 2) if lora else (1,):
-        metrics = trainer.train_step(step, Timer())
+        metrics = run.train_step(step, Timer())
         assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
         assert metrics["actor/grad_norm"] > 0
-    assert_all_moved(before, trainer.model)
+    assert_all_moved(before, run.trainer.model)
     assert metrics["critic/score/max"] > metrics["critic/score/min"]
     assert "reward_extra/digits/mean" in metrics
 
@@ -51,27 +51,27 @@ def test_reference_is_the_untrained_policy(assets, tmp_path):
     """LoRA: reference = base with the adapter disabled; full fine-tuning: a frozen copy of the start."""
     for extra in ([], ["actor_rollout_ref.model.lora_rank=4"]):
         cfg = make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true", *extra)
-        trainer = RLTrainer(cfg)
-        batch = trainer.generate_batch(trainer.sampler.next_batch())
-        start = batch.ref_logprobs = trainer.ref_logprobs(batch)
-        trainer.score(batch)
-        trainer.compute_advantages(batch)
+        run = SyncRun(cfg)
+        batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+        start = batch.ref_logprobs = run.trainer.ref_logprobs(batch)
+        score(run, batch)
+        run.trainer.compute_advantages(batch)
         for step in (1, 2):
-            trainer.worker.update(batch, step)
-        current = trainer.logprobs(batch, trainer.model, cfg.actor_rollout_ref.rollout)
+            run.trainer.worker.update(batch, step)
+        current = run.trainer.logprobs(batch, run.trainer.model, cfg.actor_rollout_ref.rollout)
         assert (current - start).abs().max() > 1e-4  # the policy moved
-        assert torch.allclose(trainer.ref_logprobs(batch), start, atol=1e-6)  # the reference did not
+        assert torch.allclose(run.trainer.ref_logprobs(batch), start, atol=1e-6)  # the reference did not
 
 
 def test_no_reference_or_old_logprob_pass_unless_needed(assets, tmp_path):
-    trainer = RLTrainer(make_cfg(assets, tmp_path))
-    assert trainer.ref_model is None and not trainer.needs_ref and not trainer.needs_old_logprobs
-    metrics = trainer.train_step(1, Timer())
+    run = SyncRun(make_cfg(assets, tmp_path))
+    assert run.trainer.ref_model is None and not run.trainer.needs_ref and not run.trainer.needs_old_logprobs
+    metrics = run.train_step(1, Timer())
     assert "timing_s/ref" not in metrics and "timing_s/old_log_prob" not in metrics
     # old log-probs are the detached current ones: the ratio is exactly 1
     assert metrics["actor/ppo_kl"] == 0.0 and metrics["actor/pg_clipfrac"] == 0.0
-    several = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_epochs=2"))
-    assert several.needs_old_logprobs
+    several = SyncRun(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_epochs=2"))
+    assert several.trainer.needs_old_logprobs
 
 
 def _final_weights(out: Path) -> dict[str, torch.Tensor]:
@@ -86,9 +86,9 @@ def test_resume_is_exact(assets, tmp_path, lora):
               "trainer.save_freq=1", "data.val_files=null"]
     if lora:
         common += ["actor_rollout_ref.model.lora_rank=4"]
-    RLTrainer(make_cfg(assets, tmp_path / "one", "trainer.total_training_steps=4", *common)).fit()
-    RLTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=2", *common)).fit()
-    resumed = RLTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *common))
+    SyncRun(make_cfg(assets, tmp_path / "one", "trainer.total_training_steps=4", *common)).fit()
+    SyncRun(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=2", *common)).fit()
+    resumed = SyncRun(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *common))
     resumed.fit()
     one, two = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
     assert one.keys() == two.keys()
@@ -106,8 +106,8 @@ def test_fit_writes_outputs_and_model_loads(assets, tmp_path):
     cfg = make_cfg(assets, tmp_path, "trainer.total_training_steps=2", "trainer.save_freq=1",
                    "trainer.val_before_train=true", "trainer.test_freq=1", "trainer.max_actor_ckpt_to_keep=1",
                    "actor_rollout_ref.model.lora_rank=4", "trainer.log_val_generations=2")
-    trainer = RLTrainer(cfg)
-    trainer.fit()
+    run = SyncRun(cfg)
+    run.fit()
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]
     for key in ("critic/score/mean", "critic/advantages/mean", "response_length/mean", "actor/pg_loss",
@@ -127,7 +127,7 @@ def test_fit_writes_outputs_and_model_loads(assets, tmp_path):
                                    tokenize=False)
     ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
     with torch.no_grad():
-        assert torch.allclose(exported(ids).logits, trainer.model(ids).logits, atol=1e-4)
+        assert torch.allclose(exported(ids).logits, run.trainer.model(ids).logits, atol=1e-4)
     out = exported.generate(ids, max_new_tokens=4, do_sample=False)
     assert out.shape[1] > ids.shape[1]
 
@@ -158,15 +158,15 @@ def test_kl_in_reward_with_adaptive_controller(assets, tmp_path):
     cfg = make_cfg(assets, tmp_path, "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
                    "algorithm.kl_ctrl.kl_coef=0.5", "algorithm.kl_ctrl.target_kl=0.01",
                    "algorithm.kl_ctrl.horizon=100", "algorithm.kl_penalty=kl", "trainer.total_training_steps=3")
-    trainer = RLTrainer(cfg)
-    assert trainer.needs_ref and trainer.needs_old_logprobs
-    trainer.train_step(1, Timer())  # the policy moves away from the reference
-    coef = trainer.kl_ctrl.value
-    metrics = trainer.train_step(2, Timer())
+    run = SyncRun(cfg)
+    assert run.trainer.needs_ref and run.trainer.needs_old_logprobs
+    run.train_step(1, Timer())  # the policy moves away from the reference
+    coef = run.trainer.kl_ctrl.value
+    metrics = run.train_step(2, Timer())
     assert metrics["actor/reward_kl_penalty_coeff"] == coef
     kl = metrics["actor/reward_kl_penalty"]
     expected = coef * (1 + min(max(kl / 0.01 - 1, -0.2), 0.2) * 16 / 100)  # 16 rows measured
-    assert trainer.kl_ctrl.value == pytest.approx(expected)
+    assert run.trainer.kl_ctrl.value == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("target, exclude, expected", [
@@ -177,9 +177,9 @@ def test_kl_in_reward_with_adaptive_controller(assets, tmp_path):
 ])
 def test_lora_target_and_exclude_modules(assets, tmp_path, target, exclude, expected):
     extra = [f"actor_rollout_ref.model.exclude_modules={exclude}"] if exclude else []
-    trainer = RLTrainer(make_cfg(assets, tmp_path, "actor_rollout_ref.model.lora_rank=2",
+    run = SyncRun(make_cfg(assets, tmp_path, "actor_rollout_ref.model.lora_rank=2",
                                  f"actor_rollout_ref.model.target_modules={target}", *extra))
-    adapted = {n.split(".")[-4] for n in trainable(trainer.model) if "lora_A" in n}  # ...q_proj.lora_A.default.weight
+    adapted = {n.split(".")[-4] for n in trainable(run.trainer.model) if "lora_A" in n}  # ...q_proj.lora_A.default.weight
     assert adapted == expected
 
 
@@ -187,11 +187,11 @@ def test_gradient_checkpointing_gives_the_same_update(assets, tmp_path):
     results = []
     for flag in ("false", "true"):
         torch.manual_seed(0)
-        trainer = RLTrainer(make_cfg(assets, tmp_path / flag,
+        run = SyncRun(make_cfg(assets, tmp_path / flag,
                                      f"actor_rollout_ref.model.enable_gradient_checkpointing={flag}"))
-        assert trainer.model.is_gradient_checkpointing == (flag == "true")
-        metrics = trainer.train_step(1, Timer())
-        results.append((metrics["actor/grad_norm"], trainable(trainer.model)))
+        assert run.trainer.model.is_gradient_checkpointing == (flag == "true")
+        metrics = run.train_step(1, Timer())
+        results.append((metrics["actor/grad_norm"], trainable(run.trainer.model)))
     (norm_a, w_a), (norm_b, w_b) = results
     assert norm_a > 0 and norm_a == pytest.approx(norm_b, rel=1e-4)
     assert max(float((w_a[k] - w_b[k]).abs().max()) for k in w_a) < 1e-5
@@ -199,34 +199,34 @@ def test_gradient_checkpointing_gives_the_same_update(assets, tmp_path):
 
 def test_resume_modes(assets, tmp_path):
     common = ["trainer.save_freq=1", "data.val_files=null"]
-    RLTrainer(make_cfg(assets, tmp_path / "a", "trainer.total_training_steps=2", *common)).fit()
+    SyncRun(make_cfg(assets, tmp_path / "a", "trainer.total_training_steps=2", *common)).fit()
     # disable: starts from step 0 although checkpoints exist
-    fresh = RLTrainer(make_cfg(assets, tmp_path / "a", "trainer.total_training_steps=2",
+    fresh = SyncRun(make_cfg(assets, tmp_path / "a", "trainer.total_training_steps=2",
                                "trainer.resume_mode=disable", *common))
-    fresh._maybe_resume()
+    fresh.resume()
     assert fresh.global_step == 0
     # resume_path: from the named folder, into another output root
     ckpt = tmp_path / "a" / "checkpoints" / "global_step_1"
-    other = RLTrainer(make_cfg(assets, tmp_path / "b", "trainer.total_training_steps=2",
+    other = SyncRun(make_cfg(assets, tmp_path / "b", "trainer.total_training_steps=2",
                                "trainer.resume_mode=resume_path", f"trainer.resume_from_path={ckpt}", *common))
-    other._maybe_resume()
-    assert other.global_step == 1 and other.sampler.batch_in_epoch == 1
+    other.resume()
+    assert other.global_step == 1 and other.explorer.sampler.batch_in_epoch == 1
     saved = load_file(ckpt / "policy.safetensors")
-    assert all(torch.equal(saved[n], p) for n, p in trainable(other.model).items())
-    bad = RLTrainer(make_cfg(assets, tmp_path / "c", "trainer.resume_mode=resume_path",
+    assert all(torch.equal(saved[n], p) for n, p in trainable(other.trainer.model).items())
+    bad = SyncRun(make_cfg(assets, tmp_path / "c", "trainer.resume_mode=resume_path",
                              f"trainer.resume_from_path={tmp_path}", *common))
     with pytest.raises(FileNotFoundError, match="not an rft checkpoint"):
-        bad._maybe_resume()
+        bad.resume()
 
 
 def test_a_kill_between_checkpoint_and_metrics_line_loses_no_line(assets, tmp_path):
     common = ["trainer.save_freq=1", "data.val_files=null"]
-    RLTrainer(make_cfg(assets, tmp_path, "trainer.total_training_steps=2", *common)).fit()
+    SyncRun(make_cfg(assets, tmp_path, "trainer.total_training_steps=2", *common)).fit()
     metrics = tmp_path / "metrics.jsonl"
     lines = metrics.read_text().splitlines()
     step2 = json.loads(lines[1])
     metrics.write_text(lines[0] + "\n")  # the process died after saving step 2, before logging it
-    RLTrainer(make_cfg(assets, tmp_path, "trainer.total_training_steps=3", *common)).fit()
+    SyncRun(make_cfg(assets, tmp_path, "trainer.total_training_steps=3", *common)).fit()
     records = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     assert records[1]["critic/score/mean"] == step2["critic/score/mean"]

@@ -31,8 +31,9 @@ _TENSOR_FIELDS = (
     "returns",
     "group",
     "loss_mask",
+    "model_version",
 )
-_LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text", "raw_prompt")
+_LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text", "raw_prompt", "reward_rows")
 
 
 @dataclass
@@ -53,11 +54,13 @@ class Batch:
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
     loss_mask: torch.Tensor | None = None  # (B, R) tokens that carry loss when not all response tokens do (SFT)
+    model_version: torch.Tensor | None = None  # (B,) long: the weights version that generated each row
     data_source: list[str] = field(default_factory=list)
     ground_truth: list[Any] = field(default_factory=list)
     extra_info: list[dict] = field(default_factory=list)
     response_text: list[str] = field(default_factory=list)
     raw_prompt: list[list[dict]] = field(default_factory=list)  # the prompt's chat messages (reward-model templates)
+    reward_rows: list[dict[str, float]] = field(default_factory=list)  # named per-row reward values (extras)
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]

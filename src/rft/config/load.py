@@ -14,11 +14,13 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from rft.config.errors import ConfigError
 from rft.config.schema import RFTConfig
+from rft.config.sft_schema import SFTConfig
+from rft.config.validate import validate, validate_sft
 
-
-class ConfigError(ValueError):
-    """A config value or key that rft refuses, with what to do instead."""
+__all__ = ["ConfigError", "load_config", "load_sft_config", "merge_layers", "parse_overrides", "read_yaml",
+           "to_dict", "to_yaml"]
 
 
 def _node_fields(cls: type, dotted: str) -> list[str]:
@@ -92,8 +94,6 @@ def read_yaml(path: str | Path) -> DictConfig:
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated RL config (`RFTConfig`) from a YAML file (optional) and dotted overrides."""
-    from rft.config.validate import validate
-
     layers = [read_yaml(path)] if path is not None else []
     if layers and "stages" in layers[0]:
         raise ConfigError(f"{str(path)!r} lists stages: run it with `rft train` (rft.trainer.stages.load_stages)")
@@ -104,9 +104,6 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), v
 
 def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
-    from rft.config.sft_schema import SFTConfig
-    from rft.config.validate import validate_sft
-
     cfg = merge_layers(SFTConfig, [read_yaml(path)] if path is not None else [], overrides)
     validate_sft(cfg, check_paths=validate_paths)
     return cfg

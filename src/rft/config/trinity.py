@@ -19,12 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rft.config.load import ConfigError
+from rft.config.errors import ConfigError
 
 # top-level keys only Trinity configs have (verl's are data, actor_rollout_ref, critic, reward_model, algorithm,
 # trainer, custom_reward_function)
 MARKERS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace", "model",
-           "cluster", "buffer", "explorer", "synchronizer", "monitor", "service", "data_processor", "log")
+           "cluster", "buffer", "explorer", "monitor", "service", "data_processor", "log")
+# sections a Trinity config may have beside them (synchronizer is also a section of rft's own keys, same names)
+SECTIONS = (*MARKERS, "synchronizer", "algorithm", "trainer", "stages")
 
 # Trinity's algorithm types with their defaults (Trinity-RFT's AlgorithmType.default_config)
 ALGORITHMS = {
@@ -40,6 +42,9 @@ ADVANTAGE_FNS = {"ppo": "gae", "grpo": "grpo", "opmd": "opmd", "reinforce_plus_p
                  "remax": "remax", "rloo": "rloo", "asymre": "asymre"}
 POLICY_LOSS_FNS = {"ppo": "vanilla", "opmd": "opmd", "gspo": "gspo"}
 KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
+# Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
+EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
+SYNCHRONIZER_KEYS = ("sync_method", "sync_interval", "sync_offset", "sync_timeout")
 SAMPLE_STRATEGIES = ("default", "warmup")  # without auxiliary buffers both read the experiences as they come
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -277,10 +282,10 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
         if val_files:
             _set(out, "data.val_files", val_files)
         exp = dict(trainer_input.pop("experience_buffer", None) or {})
-        exp.pop("name", None)
-        if exp.pop("storage_type", "queue") != "queue":
-            t.refuse("buffer.trainer_input.experience_buffer.storage_type",
-                     "rft hands each batch from generation to the update in process (a queue); only queue")
+        exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
+        for key in EXPERIENCE_BUFFER_KEYS:
+            if key in exp:
+                _set(out, f"experience_buffer.{key}", exp.pop(key))
         t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
     else:
         exp = dict(trainer_input.pop("experience_buffer", None) or {})
@@ -325,6 +330,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "trainer.test_freq", e.pop("eval_interval"))
     if "eval_on_startup" in e:
         _set(out, "trainer.val_before_train", e.pop("eval_on_startup"))
+    if "bench_on_latest_checkpoint" in e:
+        _set(out, "trainer.bench_on_latest_checkpoint", e.pop("bench_on_latest_checkpoint"))
     t.rest(e, "explorer", "Trinity's workflow runners and auxiliary models are not implemented")
 
 
@@ -390,13 +397,9 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         _set(out, "trainer.n_gpus_per_node", cluster.pop("gpu_per_node"))
     t.rest(cluster, "cluster", NOT_HONOURED)
     sync = dict(cfg.get("synchronizer") or {})
-    sync.pop("sync_method", None)  # nccl / checkpoint: one model in one process needs neither
-    sync.pop("sync_timeout", None)
-    if sync.pop("sync_interval", 1) != 1:
-        t.refuse("synchronizer.sync_interval", "rft's loop is synchronous: the policy that samples is the one "
-                                               "trained, so weights are in step every step (only 1)")
-    if sync.pop("sync_offset", 0) != 0:
-        t.refuse("synchronizer.sync_offset", "rft's loop is synchronous (only 0)")
+    for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
+        if key in sync:
+            _set(out, f"synchronizer.{key}", sync.pop(key))
     t.rest(sync, "synchronizer", NOT_HONOURED)
     monitor = dict(cfg.get("monitor") or {})
     kind = monitor.pop("monitor_type", None)
@@ -415,6 +418,8 @@ def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:
     """The verl (RL) or sft_trainer (SFT) sections of one (stage's) Trinity config."""
     out: dict = {}
     if not sft:
+        if cfg.get("mode", "both") in MODES:
+            _set(out, "trainer.mode", cfg.get("mode", "both"))
         _globals(t, cfg, out)
         kind = _algorithm(t, cfg.get("algorithm") or {}, out)
         repeat = (out.get("actor_rollout_ref", {}).get("rollout", {}).get("n")) or ALGORITHMS.get(kind, {}).get(
@@ -435,17 +440,19 @@ def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:
     return out
 
 
+MODES = ("both", "explore", "train", "bench")
+
+
 def _mode(t: _Translation, cfg: dict, where: str) -> bool:
-    """True for an SFT run (mode train, algorithm sft)."""
+    """True for an SFT run (mode train, algorithm sft); an RL run's mode is trainer.mode (`_section_dialect`)."""
     mode = cfg.get("mode", "both")
     kind = (cfg.get("algorithm") or {}).get("algorithm_type", "ppo")
     if kind == "sft":
         if mode != "train":
             t.refuse(f"{where}mode", f"={mode!r}: an sft algorithm runs in mode train (as in Trinity-RFT)")
         return True
-    if mode != "both":
-        t.refuse(f"{where}mode", f"={mode!r}: rft explores and trains together (mode both); explore-, train- and "
-                                 "bench-only modes are not implemented")
+    if mode not in MODES:
+        t.refuse(f"{where}mode", f"={mode!r}: rft has {', '.join(MODES)}")
     return False
 
 
@@ -453,7 +460,7 @@ def translate(cfg: dict, path: str = "config") -> dict:
     """The rft config (verl keys; with `stages` when the Trinity config has stages or is an SFT run) of the
     resolved Trinity config `cfg`. ConfigError lists every key rft cannot honour."""
     t = _Translation()
-    known = {*MARKERS, "algorithm", "trainer", "stages"}
+    known = set(SECTIONS)
     for key in cfg:
         if key not in known:
             t.refuse(key, "not a Trinity-RFT section (or verl keys mixed into a Trinity config: put them under "

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rft.config.load import ConfigError
+from rft.config.errors import ConfigError
 from rft.config.schema import RFTConfig
 
 # Names that are part of verl's vocabulary but arrive with a later capability of rft (none at the moment).
@@ -81,13 +81,14 @@ def _check_files_exist(key: str, files: list[str]) -> None:
 
 
 def _check_inputs(model_key: str, model_path: str | None, data: Any, check_paths: bool,
-                  check_model_path: bool) -> None:
-    """The model folder and the data files both trainers need (`data` has train_files / val_files)."""
+                  check_model_path: bool, require_train: bool = True) -> None:
+    """The model folder and the data files both trainers need (`data` has train_files / val_files);
+    `require_train`: data.train_files must be set."""
     if not model_path:
         raise ConfigError(f"{model_key} is required: a Hugging Face model folder")
     train_files = _files(data.train_files, "data.train_files")
     val_files = _files(data.val_files, "data.val_files")
-    if not train_files:
+    if not train_files and require_train:
         raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
     if check_paths:
         if check_model_path:
@@ -363,6 +364,69 @@ def _check_processes(cfg: RFTConfig, world_size: int) -> None:
         )
 
 
+def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
+    """trainer.mode, synchronizer.* and experience_buffer.*: values in range, and a combination rft runs."""
+    t, s, b = cfg.trainer, cfg.synchronizer, cfg.experience_buffer
+    for key, value in (("synchronizer.sync_interval", s.sync_interval),):
+        _positive(key, value)
+    if not isinstance(s.sync_offset, int) or s.sync_offset < 0:
+        raise ConfigError(f"synchronizer.sync_offset must be an integer >= 0, got {s.sync_offset!r}")
+    for key, value in (("synchronizer.sync_timeout", s.sync_timeout),
+                       ("experience_buffer.max_read_timeout", b.max_read_timeout)):
+        if not value > 0:
+            raise ConfigError(f"{key} must be > 0 seconds, got {value}")
+    if b.priority_decay < 0:
+        raise ConfigError(f"experience_buffer.priority_decay must be >= 0, got {b.priority_decay}")
+    if b.reuse_cooldown_time is not None:
+        if not b.use_priority_queue:
+            raise ConfigError("experience_buffer.reuse_cooldown_time replays experiences of the priority queue: set "
+                              "experience_buffer.use_priority_queue=true, or remove it")
+        if b.reuse_cooldown_time < 0:
+            raise ConfigError(f"experience_buffer.reuse_cooldown_time must be >= 0 seconds, got {b.reuse_cooldown_time}")
+    if b.max_staleness is not None and (not isinstance(b.max_staleness, int) or b.max_staleness < 0):
+        raise ConfigError(f"experience_buffer.max_staleness must be an integer >= 0 or null, got {b.max_staleness!r}")
+    one_process = t.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
+    method = s.sync_method
+    if one_process:
+        if method not in (None, "memory"):
+            raise ConfigError(
+                f"synchronizer.sync_method={method!r} with sync_interval=1 and sync_offset=0: explorer and trainer "
+                "run in one process and share the model (memory). To run the explorer as a second process, ahead "
+                "of the trainer, set synchronizer.sync_offset >= 1 or sync_interval >= 2"
+            )
+        if b.storage_type == "file":
+            raise ConfigError("experience_buffer.storage_type=file is written for people to read, not read by a "
+                              "trainer: use it with trainer.mode=explore (queue or sql to train)")
+        return
+    if world_size > 1:
+        raise ConfigError(
+            f"trainer.mode={t.mode!r} with sync_interval={s.sync_interval}, sync_offset={s.sync_offset} runs the "
+            f"explorer and the trainer as one process each: set trainer.nnodes and trainer.n_gpus_per_node to 1 "
+            f"(several trainer processes are for the one-process loop: mode both, sync_interval 1, sync_offset 0)"
+        )
+    if t.mode == "both" and method == "memory":
+        raise ConfigError(
+            f"synchronizer.sync_method=memory needs explorer and trainer in one process, but sync_interval="
+            f"{s.sync_interval} / sync_offset={s.sync_offset} run them as two: use nccl (a process-group broadcast) "
+            "or checkpoint (files), or null"
+        )
+    if t.mode in ("explore", "train", "bench") and method not in (None, "checkpoint"):
+        raise ConfigError(
+            f"synchronizer.sync_method={method!r} with trainer.mode={t.mode}: explore and train are separate commands "
+            "that meet through files, so only checkpoint (the explorer loads what the trainer writes under "
+            "<default_local_dir>/sync/) works; set it to checkpoint or null"
+        )
+    if b.storage_type == "file" and t.mode != "explore":
+        raise ConfigError(
+            f"experience_buffer.storage_type=file is written for people to read, not read by a trainer: with "
+            f"trainer.mode={t.mode} use queue or sql"
+        )
+    if t.mode == "bench" and not cfg.data.val_files:
+        raise ConfigError("trainer.mode=bench evaluates on data.val_files: set it")
+    if t.mode == "train" and not cfg.data.train_files and not t.total_training_steps:
+        raise ConfigError("trainer.mode=train without data.train_files needs trainer.total_training_steps")
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -381,7 +445,9 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     data, arr, algo, trainer = cfg.data, cfg.actor_rollout_ref, cfg.algorithm, cfg.trainer
     actor, rollout = arr.actor, arr.rollout
 
-    _check_inputs("actor_rollout_ref.model.path", arr.model.path, data, check_paths, check_model_path)
+    # a trainer reading experiences needs no tasks when told how many steps to take; bench evaluates only
+    require_train = not (trainer.mode == "bench" or (trainer.mode == "train" and trainer.total_training_steps))
+    _check_inputs("actor_rollout_ref.model.path", arr.model.path, data, check_paths, check_model_path, require_train)
     if check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
         raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
     _check_reward_functions(cfg.custom_reward_function)
@@ -522,6 +588,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_loss_options(cfg)
     _check_critic(cfg, world_size, check_paths)
     _check_reward_model(cfg, check_paths)
+    _check_decoupled(cfg, world_size)
 
 
 def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:

@@ -1,7 +1,9 @@
-"""The rollout protocol: prompts in, responses out. Engines: hf (transformers forward passes with a KV cache)."""
+"""The rollout protocol: prompts in, responses out, and new weights in. Engines: hf (transformers forward passes with
+a KV cache); a second engine (vLLM) is one more class with these three members."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,7 +33,14 @@ class RolloutOutput:
 
 
 class RolloutEngine(Protocol):
+    version: int
+    """The trainer step whose weights the engine generates with (0: the starting model)."""
+
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
         generator: torch.Generator | None = None,
     ) -> RolloutOutput: ...
+
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
+        """Load `weights` (parameter name -> tensor, a subset of the model's: e.g. the trainable ones) and take
+        `version`; None: the engine shares the trained model itself (one process), so only the version moves."""

@@ -59,6 +59,20 @@ class HFRollout:
         self.pad_token_id = pad_token_id
         self.micro_batch_size = micro_batch_size
         self.all_done = all_done
+        self.version = 0
+
+    @torch.no_grad()
+    def update_weights(self, weights, version: int) -> None:
+        """Copy `weights` (name -> tensor, named as the model's parameters) into the model; None: the model is the
+        trained one itself (nothing to copy)."""
+        if weights is not None:
+            params = dict(self.model.named_parameters())
+            unknown = sorted(set(weights) - set(params))
+            if unknown:
+                raise KeyError(f"update_weights: the rollout model has no parameters {unknown[:5]}")
+            for name, value in weights.items():
+                params[name].copy_(value.to(params[name].device, params[name].dtype))
+        self.version = version
 
     @torch.no_grad()
     def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> RolloutOutput:

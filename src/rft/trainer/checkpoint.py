@@ -260,3 +260,15 @@ def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointMa
     if mode == "resume_path":
         return Path(resume_from_path)
     return manager.latest()
+
+
+def load_policy_weights(folder: Path, model) -> None:
+    """Only the policy's trained weights of the checkpoint `folder` into `model` (one-process file or DCP folder;
+    the model built as the run built it, LoRA included): what evaluating a checkpoint needs."""
+    folder = Path(folder)
+    if (folder / POLICY_DCP).is_dir():
+        from rft.workers.fsdp import load_sharded
+
+        load_sharded(folder / POLICY_DCP, model, None)
+    else:
+        _load_weights(model, folder / "policy.safetensors", folder)

@@ -60,10 +60,10 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
 def held_out_accuracy(model_dir: Path, val_file: Path, max_tokens: int) -> float:
     """Greedy accuracy of the model in `model_dir` on every validation prompt."""
     from rft.data.dataset import PromptDataset
+    from rft.explorer.evaluate import eos_token_ids, evaluate
     from rft.models.load import load_causal_lm, load_tokenizer
     from rft.rewards import default_compute_score
     from rft.rollout import HFRollout, SamplingParams
-    from rft.trainer.evaluate import eos_token_ids, evaluate
 
     tokenizer = load_tokenizer(str(model_dir))
     model = load_causal_lm(str(model_dir), torch.float32, torch.device("cpu"))

@@ -43,13 +43,13 @@ def train_here(cfg) -> dict[str, float]:
     """Train in this process: alone, or as the rank a launcher made it (joining the process group first)."""
     from rft.distributed import init_from_env, launched, shutdown
     from rft.models.load import resolve_device
-    from rft.trainer.rl import RLTrainer
+    from rft.trainer.run import SyncRun
 
     if not launched():
-        return RLTrainer(cfg).fit()
+        return SyncRun(cfg).fit()
     dist = init_from_env(resolve_device(cfg.trainer.device).type)
     try:
-        result = RLTrainer(cfg, dist).fit()
+        result = SyncRun(cfg, dist).fit()
         dist.barrier()  # every rank has finished before any of them tears the group down
         return result
     finally:
@@ -60,8 +60,11 @@ def run_rl(cfg, module_args: list[str]) -> int:
     """Run the RL config `cfg` with the processes it asks for; `module_args`: the `python -m rft` arguments that
     reproduce this command in each started process. Returns the exit status."""
     from rft.distributed import launch, launched
+    from rft.trainer.modes import is_synchronous, run_mode
 
     check_launch(cfg)
+    if not is_synchronous(cfg):  # explorer and trainer as separate loops (one process each)
+        return run_mode(cfg, module_args)
     if launched() or processes(cfg.trainer) == 1:
         train_here(cfg)
         return 0

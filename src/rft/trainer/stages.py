@@ -125,6 +125,13 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
             cfg = _typed(RFTConfig, [data, {"algorithm": algorithm}, sections, forced], where)
             validate(cfg, check_paths=check_paths, check_model_path=i == 0)
             t = cfg.trainer
+            s = cfg.synchronizer
+            if t.mode != "both" or s.sync_interval != 1 or s.sync_offset != 0:
+                raise ConfigError(
+                    f"{where}: trainer.mode={t.mode!r}, synchronizer.sync_interval={s.sync_interval}, sync_offset="
+                    f"{s.sync_offset}: a staged run runs each RL stage with explorer and trainer in one process "
+                    "(mode both, sync_interval 1, sync_offset 0); run a decoupled stage on its own with `rft train`"
+                )
             if t.nnodes * t.n_gpus_per_node > 1:
                 raise ConfigError(
                     f"{where}: trainer.nnodes * trainer.n_gpus_per_node = {t.nnodes * t.n_gpus_per_node}: a staged "
@@ -148,9 +155,9 @@ def run_stage(stage: Stage) -> None:
 
         SFTTrainer(stage.cfg).fit()
     else:
-        from rft.trainer.rl import RLTrainer
+        from rft.trainer.run import SyncRun
 
-        RLTrainer(stage.cfg).fit()
+        SyncRun(stage.cfg).fit()
     (stage.out / DONE).write_text(json.dumps({"stage": stage.name, "model": str(stage.model_dir)}) + "\n")
 
 

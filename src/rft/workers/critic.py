@@ -19,7 +19,7 @@ from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
 from rft.models.load import device_of
 from rft.workers.minibatch import MiniBatchWorker
-from rft.workers.policy import _pad, eval_passes, response_window
+from rft.workers.policy import UpdateSettings, _pad, eval_passes, response_window
 
 
 def forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -46,6 +46,19 @@ class CriticSettings:
     loss_agg_mode: str
     grad_clip: float
     cliprange_value: float
+
+    @classmethod
+    def from_config(cls, cfg, actor: UpdateSettings) -> CriticSettings:
+        """The critic section of an RL config; its null sizes follow the actor's (`actor`: the actor's settings)."""
+        c, a = cfg.critic, cfg.actor_rollout_ref.actor
+        micro = c.ppo_micro_batch_size_per_gpu or c.ppo_micro_batch_size
+        return cls(
+            n=actor.n, ppo_mini_batch_size=c.ppo_mini_batch_size or a.ppo_mini_batch_size, micro_rows=micro,
+            forward_micro_rows=c.forward_micro_batch_size_per_gpu or c.forward_micro_batch_size or micro,
+            ppo_epochs=c.ppo_epochs or a.ppo_epochs, shuffle=a.shuffle if c.shuffle is None else c.shuffle,
+            seed=actor.seed, max_response_length=cfg.data.max_response_length,
+            loss_agg_mode=c.loss_agg_mode or a.loss_agg_mode, grad_clip=c.grad_clip, cliprange_value=c.cliprange_value,
+        )
 
 
 class CriticWorker(MiniBatchWorker):

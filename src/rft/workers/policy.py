@@ -175,6 +175,28 @@ class UpdateSettings:
     opmd_tau: float = 1.0  # opmd
     logit_chunk_tokens: int = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL
 
+    @classmethod
+    def from_config(cls, cfg) -> UpdateSettings:
+        """The settings of an RL config's actor section (clip ratios default to clip_ratio, the shuffle seed to
+        trainer.seed)."""
+        arr = cfg.actor_rollout_ref
+        actor, ro, pl = arr.actor, arr.rollout, arr.actor.policy_loss
+        return cls(
+            n=ro.n, ppo_mini_batch_size=actor.ppo_mini_batch_size,
+            micro_rows=actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size,
+            ppo_epochs=actor.ppo_epochs, shuffle=actor.shuffle,
+            seed=actor.data_loader_seed if actor.data_loader_seed is not None else cfg.trainer.seed,
+            temperature=ro.temperature, max_response_length=cfg.data.max_response_length,
+            loss_mode=pl.loss_mode, loss_agg_mode=actor.loss_agg_mode,
+            clip_ratio_low=actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio,
+            clip_ratio_high=actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio,
+            clip_ratio_c=actor.clip_ratio_c, grad_clip=actor.grad_clip, entropy_coeff=actor.entropy_coeff,
+            use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
+            tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
+            clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub, kl_cov_ratio=pl.kl_cov_ratio,
+            ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau,
+        )
+
 
 class PolicyWorker(MiniBatchWorker):
     prefix = "actor"

@@ -1,0 +1,39 @@
+"""Experience buffers: where explorers write experiences and the trainer reads them (Trinity-RFT's storage types:
+queue, sql, file)."""
+
+from pathlib import Path
+
+from rft.buffer.base import BufferClosed, ExperienceBuffer, Read
+from rft.buffer.file import FileBuffer
+from rft.buffer.queue import MemoryQueue
+from rft.buffer.sql import SQLBuffer, database_url
+
+DEFAULT_FILE = "buffer.sqlite"
+
+
+def buffer_url(cfg, shared: bool) -> str | None:
+    """The database of the experience buffer: experience_buffer.path as a SQLAlchemy URL, <out>/buffer.sqlite when
+    explorer and trainer are separate processes (`shared`) or the storage is sql, an in-memory SQLite database for
+    a priority queue in one process; None: the plain in-memory queue."""
+    b = cfg.experience_buffer
+    if b.path:
+        return database_url(b.path)
+    if shared or b.storage_type == "sql":
+        return database_url(str(Path(cfg.trainer.default_local_dir) / DEFAULT_FILE))
+    return "sqlite://" if b.use_priority_queue else None
+
+
+def make_buffer(cfg, shared: bool = False) -> ExperienceBuffer:
+    """The experience buffer of an RL config; `shared`: explorer and trainer are different processes."""
+    b = cfg.experience_buffer
+    if b.storage_type == "file":
+        return FileBuffer(b.path or Path(cfg.trainer.default_local_dir) / "experiences")
+    url = buffer_url(cfg, shared)
+    if url is None:
+        return MemoryQueue()
+    return SQLBuffer(url, use_priority_queue=b.use_priority_queue, reuse_cooldown_time=b.reuse_cooldown_time,
+                     priority_decay=b.priority_decay)
+
+
+__all__ = ["BufferClosed", "ExperienceBuffer", "FileBuffer", "MemoryQueue", "Read", "SQLBuffer", "buffer_url",
+           "database_url", "make_buffer"]

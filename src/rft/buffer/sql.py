@@ -1,0 +1,240 @@
+"""`sql` (and `queue` with a path): experiences in a database through SQLAlchemy, a SQLite file by default or any
+SQLAlchemy URL (PostgreSQL for explorer and trainer on different machines).
+
+Three tables: `rft_experiences` (one row per experience: its group, explore step, model version, how often it was
+read, when it may be read again, whether it is used up, and the experience itself as bytes), `rft_reads` (which
+trainer step read which experience, so a resumed trainer can put back the reads after its checkpoint) and
+`rft_meta` (the explorer's state, written in the same transaction as the experiences of its step, and whether it
+finished). Every write and every read is one transaction, so a process killed at any point leaves either all of
+a step's experiences or none, and a read either claimed whole groups or nothing: each experience is trained on
+exactly once across crashes of either side (unless replay is asked for: `use_priority_queue` with
+`reuse_cooldown_time`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rft.buffer.base import BufferClosed, Read
+from rft.experience import Experience
+
+_meta = sa.MetaData()
+EXPERIENCES = sa.Table(
+    "rft_experiences", _meta,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(64), nullable=False, unique=True),
+    sa.Column("group_id", sa.String(128), nullable=False, index=True),
+    sa.Column("explore_step", sa.Integer, nullable=False, index=True),
+    sa.Column("model_version", sa.Integer, nullable=False),
+    sa.Column("use_count", sa.Integer, nullable=False, default=0),
+    sa.Column("available_at", sa.Float, nullable=False, default=0.0),
+    sa.Column("consumed", sa.Boolean, nullable=False, default=False, index=True),
+    sa.Column("payload", sa.LargeBinary, nullable=False),
+)
+READS = sa.Table(
+    "rft_reads", _meta,
+    sa.Column("step", sa.Integer, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("dropped", sa.Boolean, nullable=False, default=False),
+)
+META = sa.Table(
+    "rft_meta", _meta,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+
+def database_url(path: str) -> str:
+    """A SQLAlchemy URL as it is, or a file path as a SQLite URL."""
+    if "://" in path:
+        return path
+    return f"sqlite:///{Path(path).expanduser().resolve()}"
+
+
+def make_engine(url: str) -> sa.Engine:
+    """An engine for `url`; SQLite in WAL mode with a long busy timeout, so one writer and one reader in two
+    processes wait for each other instead of failing."""
+    if url.startswith("sqlite"):
+        if url not in ("sqlite://", "sqlite:///:memory:"):
+            Path(url.split("sqlite:///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(url, connect_args={"timeout": 120})
+        else:  # one in-memory database shared by the threads of this process
+            engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool,
+                                      connect_args={"check_same_thread": False})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection, _record):
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=120000")
+            cursor.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class SQLBuffer:
+    def __init__(self, url: str, *, use_priority_queue: bool = False, reuse_cooldown_time: float | None = None,
+                 priority_decay: float = 2.0, poll_s: float = 0.05):
+        self.url = url
+        self.engine = make_engine(url)
+        for attempt in range(5):  # explorer and trainer may create the tables at the same moment
+            try:
+                _meta.create_all(self.engine, checkfirst=True)
+                break
+            except sa.exc.OperationalError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
+        self.priority = use_priority_queue
+        self.reuse_cooldown_time = reuse_cooldown_time if use_priority_queue else None
+        self.decay = priority_decay
+        self.poll_s = poll_s
+
+    # --------------------------------------------------------------------------------------- explorer side
+    def write(self, experiences: list[Experience], explorer_state: dict | None = None) -> None:
+        rows = [{"id": e.id, "group_id": e.group, "explore_step": int(e.info.get("explore_step", 0)),
+                 "model_version": e.model_version, "use_count": 0, "available_at": 0.0, "consumed": False,
+                 "payload": e.to_bytes()} for e in experiences]
+        with self.engine.begin() as conn:
+            if rows:
+                conn.execute(EXPERIENCES.insert(), rows)
+            if explorer_state is not None:
+                self._set(conn, "explorer_state", json.dumps(explorer_state))
+
+    def finish(self) -> None:
+        with self.engine.begin() as conn:
+            self._set(conn, "explorer_finished", "1")
+
+    def explorer_state(self) -> dict | None:
+        value = self._get("explorer_state")
+        return json.loads(value) if value is not None else None
+
+    def finished(self) -> bool:
+        return self._get("explorer_finished") == "1"
+
+    # ---------------------------------------------------------------------------------------- trainer side
+    def read(self, rows: int, step: int, timeout: float | None = None, min_version: int | None = None,
+             watch: Callable[[], None] | None = None) -> Read:
+        start = time.monotonic()
+        out = Read()
+        delay = self.poll_s
+        while True:
+            finished = self.finished()  # before the read: whatever the explorer wrote before finishing is seen
+            with self.engine.begin() as conn:
+                groups = self._candidates(conn)
+                take, drop = [], []
+                count = 0
+                for members in groups.values():
+                    if min_version is not None and members[0].model_version < min_version:
+                        drop += members
+                        continue
+                    if count >= rows:
+                        break
+                    take += members
+                    count += len(members)
+                if drop:
+                    self._claim(conn, drop, step, dropped=True)
+                    out.dropped += len(drop)
+                timed_out = timeout is not None and time.monotonic() - start >= timeout
+                if count >= rows or finished or timed_out:
+                    if take:
+                        self._claim(conn, take, step, dropped=False)
+                        payloads = dict(conn.execute(sa.select(EXPERIENCES.c.seq, EXPERIENCES.c.payload).where(
+                            EXPERIENCES.c.seq.in_([r.seq for r in take]))).all())
+                        out.experiences = [Experience.from_bytes(payloads[r.seq]) for r in take]
+                    out.partial = count < rows
+                    break
+            if watch is not None:
+                watch()
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+        out.waited_s = time.monotonic() - start
+        if not out.experiences:
+            if finished:
+                raise BufferClosed(f"the explorer finished and every experience in {self.url} was read")
+            raise TimeoutError(
+                f"no experience arrived in {self.url} within experience_buffer.max_read_timeout={timeout} s: is the "
+                "explorer running (trainer.mode=explore with the same experience_buffer.path)?"
+            )
+        for e in out.experiences:
+            e.info["use_count"] = e.info.get("use_count", 0) + 1
+        return out
+
+    def _candidates(self, conn) -> OrderedDict[str, list]:
+        """The readable experiences, grouped, groups in reading order (FIFO, or by priority)."""
+        c = EXPERIENCES.c
+        rows = conn.execute(sa.select(c.seq, c.group_id, c.model_version, c.use_count).where(
+            (c.consumed == sa.false()) & (c.available_at <= time.time())).order_by(c.seq)).all()
+        groups: OrderedDict[str, list] = OrderedDict()
+        for r in rows:
+            groups.setdefault(r.group_id, []).append(r)
+        if self.priority:  # Trinity-RFT's linear_decay: newest weights first, each read lowers a group's priority
+            order = sorted(groups.items(), key=lambda kv: -(kv[1][0].model_version - self.decay * kv[1][0].use_count))
+            groups = OrderedDict(order)
+        return groups
+
+    def _claim(self, conn, rows: list, step: int, dropped: bool) -> None:
+        c = EXPERIENCES.c
+        seqs = [r.seq for r in rows]
+        if self.reuse_cooldown_time is not None and not dropped:  # replay: readable again after the cooldown
+            values = {"use_count": c.use_count + 1, "available_at": time.time() + self.reuse_cooldown_time}
+        else:
+            values = {"use_count": c.use_count + (0 if dropped else 1), "consumed": True}
+        conn.execute(EXPERIENCES.update().where(c.seq.in_(seqs)).values(**values))
+        conn.execute(READS.insert(), [{"step": step, "seq": s, "dropped": dropped} for s in seqs])
+
+    def release_after(self, step: int) -> None:
+        c = EXPERIENCES.c
+        with self.engine.begin() as conn:
+            reads = conn.execute(sa.select(READS.c.seq, READS.c.dropped).where(READS.c.step > step)).all()
+            for seq, dropped in reads:
+                conn.execute(EXPERIENCES.update().where(c.seq == seq).values(
+                    consumed=False, available_at=0.0, use_count=c.use_count - (0 if dropped else 1)))
+            conn.execute(READS.delete().where(READS.c.step > step))
+
+    def truncate_after(self, explore_step: int) -> None:
+        c = EXPERIENCES.c
+        with self.engine.begin() as conn:
+            later = sa.select(c.seq).where(c.explore_step > explore_step)
+            conn.execute(READS.delete().where(READS.c.seq.in_(later)))
+            conn.execute(EXPERIENCES.delete().where(c.explore_step > explore_step))
+
+    # --------------------------------------------------------------------------------------------- misc
+    def counts(self) -> dict[str, int]:
+        """rows: experiences stored; consumed: used up; reads: (step, experience) reads recorded."""
+        with self.engine.connect() as conn:
+            n = conn.execute(sa.select(sa.func.count()).select_from(EXPERIENCES)).scalar()
+            used = conn.execute(sa.select(sa.func.count()).select_from(EXPERIENCES).where(
+                EXPERIENCES.c.consumed == sa.true())).scalar()
+            reads = conn.execute(sa.select(sa.func.count()).select_from(READS)).scalar()
+        return {"rows": int(n), "consumed": int(used), "reads": int(reads)}
+
+    def reads_by_id(self) -> dict[str, list[int]]:
+        """Every experience id -> the trainer steps that read it (dropped reads excluded)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(EXPERIENCES.c.id, READS.c.step).join(
+                READS, READS.c.seq == EXPERIENCES.c.seq).where(READS.c.dropped == sa.false())).all()
+            ids = conn.execute(sa.select(EXPERIENCES.c.id)).scalars().all()
+        out: dict[str, list[int]] = {i: [] for i in ids}
+        for i, step in rows:
+            out[i].append(step)
+        return out
+
+    def _set(self, conn, key: str, value: str) -> None:
+        conn.execute(META.delete().where(META.c.key == key))
+        conn.execute(META.insert().values(key=key, value=value))
+
+    def _get(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(META.c.value).where(META.c.key == key)).scalar()
+
+    def close(self) -> None:
+        self.engine.dispose()

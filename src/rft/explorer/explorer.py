@@ -1,0 +1,198 @@
+"""The explorer: tasks in, experiences out.
+
+One explore step draws `data.train_batch_size` tasks (prompts) from the taskset, generates `rollout.n` responses to
+each with the rollout engine (`gen`), scores them with the reward pipeline (`reward`), adds what the advantage
+estimator declared it needs from generation (ReMax: one greedy response per prompt, scored alike: `gen_max`), and
+with DAPO's dynamic sampling (`algorithm.filter_groups`) generates further batches until enough groups whose metric
+varies are kept. The scored rows become `Experience`s stamped with the engine's weights version. Validation
+(`evaluate`) generates for the held-out tasks without touching the training sampling stream.
+
+Several processes (`dist`): every rank draws the same task indices and generates for its contiguous share of every
+mini-batch (all responses of a task on one rank); group positions are global, so the trainer can put the rows of
+all ranks in the one-process order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rft.algorithms import estimator_spec, informative_groups
+from rft.batch import Batch, concat_batches
+from rft.data.dataset import PromptDataset, PromptSampler
+from rft.distributed import SINGLE, Dist, padded_shard, step_shard
+from rft.experience import Experience, from_batch
+from rft.explorer.evaluate import evaluate, rollout_batch
+from rft.monitor import Timer
+from rft.rewards.pipeline import RewardPipeline
+from rft.rollout import SamplingParams
+from rft.workers.fsdp import gathered_for_generation
+
+# the generator state of the explorer's sampling stream is saved with the explorer's state
+GENERATOR = "rollout"
+
+
+def load_taskset(cfg, tokenizer, files) -> PromptDataset:
+    """The prompts of `files` with the data section's template, length and truncation settings."""
+    data = cfg.data
+    return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
+                         truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
+                         image_key=data.image_key)
+
+
+def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
+    """`batch` with its (B, R) response tensors right-padded to `width` columns (padding: masked out)."""
+    extra = width - batch.response_ids.shape[1]
+    if extra <= 0:
+        return batch
+    pad = lambda x, value: torch.nn.functional.pad(x, (0, extra), value=value) if x is not None else None
+    batch.response_ids = pad(batch.response_ids, pad_token_id)
+    batch.response_mask = pad(batch.response_mask, 0)
+    batch.rollout_logprobs = pad(batch.rollout_logprobs, 0.0)
+    return batch
+
+
+class Explorer:
+    def __init__(self, cfg, tokenizer, engine, rewards: RewardPipeline, train_set: PromptDataset | None,
+                 val_set: PromptDataset | None = None, dist: Dist = SINGLE):
+        """`engine`: the rollout engine (its `model` is the policy it samples from; `version` the weights'
+        trainer step); `train_set` None: an explorer that only evaluates (mode bench)."""
+        self.cfg, self.tokenizer, self.engine, self.rewards, self.dist = cfg, tokenizer, engine, rewards, dist
+        self.train_set, self.val_set = train_set, val_set
+        data = cfg.data
+        self.sampler = (PromptSampler(len(train_set), data.train_batch_size, data.shuffle, data.seed)
+                        if train_set is not None else None)
+        self.generator = torch.Generator().manual_seed(cfg.trainer.seed)
+        self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
+        self.step = 0  # explore steps done
+
+    # ----------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        return {"step": self.step, "sampler": self.sampler.state_dict(),
+                "generator": self.generator.get_state().tolist()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+
+    # ----------------------------------------------------------------------------------------- explore
+    def sampling_params(self, source, *, n: int, do_sample: bool) -> SamplingParams:
+        """`n` responses of up to data.max_response_length tokens with the temperature / top-k / top-p of `source`
+        (the rollout config or its val_kwargs); the rollout's ignore_eos."""
+        return SamplingParams(n=n, temperature=source.temperature, top_k=source.top_k, top_p=source.top_p,
+                              do_sample=do_sample, max_tokens=self.cfg.data.max_response_length,
+                              ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
+
+    def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
+        """One step's experiences (this rank's share with several processes) and the explorer's metrics."""
+        batch, rows = self.generate_and_score(timer)
+        metrics: dict[str, float] = {}
+        if self.cfg.algorithm.filter_groups.enable:
+            batch, metrics = self.dynamic_sampling(batch, rows, timer)
+        self.step += 1
+        n_resp = float(self.dist.sum(batch.response_mask.sum().double()))
+        metrics["perf/gen_tokens_per_s"] = n_resp / max(timer.times["gen"], 1e-9)
+        groups = [f"{self.step}-{int(g)}" for g in batch.group]
+        info = {"position": batch.group.tolist(), "explore_step": [self.step] * len(batch)}
+        return from_batch(batch, groups, self.engine.version, info), metrics
+
+    def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor]]:
+        """One generation batch of `data.train_batch_size` prompts, scored (and its per-prompt baselines); with
+        several processes this rank's share of them. Returns the batch and its per-row reward values by name."""
+        indices = self.sampler.next_batch()
+        positions = None
+        if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
+            positions = step_shard(len(indices), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
+                                   self.dist.rank, self.dist.world_size)
+            indices = [indices[i] for i in positions]
+        with timer("gen"):
+            batch = self.generate_batch(indices, positions)
+        with timer("reward"):
+            rows = self.rewards.score(batch)
+        if "reward_baselines" in self.adv_needs:
+            with timer("gen_max"):
+                batch.reward_baselines = self.greedy_baselines(indices)
+        return batch, rows
+
+    def generate_batch(self, indices: list[int], positions: list[int] | None = None) -> Batch:
+        """n responses to each prompt of `indices`; `positions`: the prompts' places in the step's batch of all
+        ranks (their group ids), default 0, 1, ..."""
+        ro = self.cfg.actor_rollout_ref.rollout
+        params = self.sampling_params(ro, n=ro.n, do_sample=ro.do_sample)
+        if not self.dist.enabled:
+            return rollout_batch(self.engine, self.tokenizer, self.train_set, indices, params, self.generator)
+        # Each rank samples from its own stream, drawn from the shared generator (the same on every rank, so a
+        # checkpoint holds one state); prompts get globally unique group ids; every rank pads its responses to
+        # the widest of all, so the gathered (B, R) tensors are the one-process batch's.
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+        generator = torch.Generator().manual_seed((seed + 1_000_003 * self.dist.rank) % 2**63)
+        with gathered_for_generation(self.engine.model):
+            batch = rollout_batch(self.engine, self.tokenizer, self.train_set, indices, params, generator)
+        if positions is not None:
+            batch.group = torch.as_tensor(positions, dtype=torch.long)[batch.group]
+        return pad_responses(batch, self.dist.max_int(batch.response_ids.shape[1]), self.tokenizer.pad_token_id)
+
+    def greedy_baselines(self, indices: list[int]) -> torch.Tensor:
+        """(B,) ReMax's baseline: the score of one greedy response (do_sample false, same max tokens) to each
+        prompt in `indices`, scored as the samples are, given to every row of that prompt's group."""
+        ro = self.cfg.actor_rollout_ref.rollout
+        params = self.sampling_params(ro, n=1, do_sample=False)
+        with gathered_for_generation(self.engine.model):
+            greedy = rollout_batch(self.engine, self.tokenizer, self.train_set, indices, params, generator=None)
+        scores, _ = self.rewards.score_rows(greedy)
+        position = torch.arange(len(indices)).repeat_interleave(ro.n)  # each row's prompt, as in rollout_batch
+        return torch.tensor(scores, dtype=torch.float32)[position]
+
+    def dynamic_sampling(self, batch: Batch, rows: dict[str, torch.Tensor],
+                         timer: Timer) -> tuple[Batch, dict[str, float]]:
+        """DAPO's dynamic sampling (verl's algorithm.filter_groups): drop the groups whose filter metric is the
+        same for every response, generate further batches until data.train_batch_size groups are kept, then keep
+        the first train_batch_size of them. More than max_num_gen_batches generation batches (> 0) is an error."""
+        fg, want = self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size
+        kept: list[Batch] = []
+        num_kept = num_generated = num_gen_batches = 0
+        while True:
+            num_gen_batches += 1
+            if fg.metric not in rows:
+                raise ValueError(
+                    f"algorithm.filter_groups.metric={fg.metric!r}: the reward function returned no such value; "
+                    f"available: {sorted(rows)}"
+                )
+            keep = informative_groups(batch.group, rows[fg.metric])
+            num_generated += len(torch.unique(batch.group))
+            if keep.any():
+                kept.append(batch.select(keep.nonzero().flatten().tolist()))
+                num_kept += len(torch.unique(kept[-1].group))
+            if num_kept >= want:
+                break
+            if 0 < fg.max_num_gen_batches <= num_gen_batches:
+                raise RuntimeError(
+                    f"dynamic sampling (algorithm.filter_groups) kept {num_kept} of the {want} groups a step needs "
+                    f"after {num_gen_batches} generation batches (algorithm.filter_groups.max_num_gen_batches="
+                    f"{fg.max_num_gen_batches}): the responses to most prompts agree in "
+                    f"{fg.metric!r}. Use easier or harder data, raise max_num_gen_batches, or set it to 0 (no limit)"
+                )
+            batch, rows = self.generate_and_score(timer)
+        batch = concat_batches(kept, self.tokenizer.pad_token_id)
+        first = batch.group <= torch.unique(batch.group)[want - 1]  # the first `want` groups (labels ascend)
+        batch = batch.select(first.nonzero().flatten().tolist())
+        return batch, {"train/num_gen_batches": float(num_gen_batches), "train/num_kept_groups": float(num_kept),
+                       "train/num_generated_groups": float(num_generated)}
+
+    # ---------------------------------------------------------------------------------------- evaluate
+    def evaluate(self) -> tuple[dict[str, float], list[dict]]:
+        """(`val-core/<data_source>/reward/mean@<n>` metrics, samples) on the whole validation set."""
+        vk, data = self.cfg.actor_rollout_ref.rollout.val_kwargs, self.cfg.data
+        params = self.sampling_params(vk, n=vk.n, do_sample=vk.do_sample)
+        scorer = (lambda b: self.rewards.score_rows(b)[0]) if self.rewards.reward_model is not None else None
+        reward_fn = self.rewards.reward_fn
+        seed = self.cfg.trainer.seed + 7919
+        if not self.dist.enabled:
+            return evaluate(self.engine, self.tokenizer, self.val_set, reward_fn, params, data.val_batch_size,
+                            seed=seed, scorer=scorer)
+        # each rank its share of the prompts, padded to the same number of forward passes
+        indices, keep = padded_shard(len(self.val_set), self.dist.rank, self.dist.world_size)
+        with gathered_for_generation(self.engine.model):
+            return evaluate(self.engine, self.tokenizer, self.val_set, reward_fn, params, data.val_batch_size,
+                            seed=seed + self.dist.rank, scorer=scorer, indices=indices, keep=keep,
+                            gather=self.dist.gather_objects)

@@ -1,0 +1,88 @@
+"""The reward pipeline of a generated batch: what turns responses into scores, in one place for the explorer.
+
+score = the reward function's score (built-in rules by data_source, or custom functions combined with weights), or
+with a reward model `reward_weight x rm_score + rule_weight x rule_score` (the rule runs only when rule_weight != 0),
+plus DAPO's soft overlong penalty when enabled. Each row also gets its named extra values (a reward function's dict
+entries, rm_score, rule_score, overlong_reward, overlong), which the trainer logs as reward_extra/<name>/mean and
+DAPO's dynamic sampling can filter on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rft.algorithms import overlong_penalty
+from rft.batch import Batch
+from rft.rewards.combine import build_reward_fn
+from rft.rewards.model import RewardModel
+from rft.rewards.scoring import score_responses
+
+
+class RewardPipeline:
+    def __init__(self, reward_fn, reward_model: RewardModel | None = None, reward_weight: float = 1.0,
+                 rule_weight: float = 0.0, overlong=None, max_response_length: int = 0):
+        """`overlong`: reward_model.overlong_buffer (enable, len, penalty_factor, log) or None."""
+        self.reward_fn = reward_fn
+        self.reward_model = reward_model
+        self.reward_weight, self.rule_weight = reward_weight, rule_weight
+        self.overlong = overlong if overlong is not None and overlong.enable else None
+        self.max_response_length = max_response_length
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, dtype: torch.dtype, device: torch.device) -> RewardPipeline:
+        """The pipeline of an RL config: custom_reward_function, reward_model (loaded here when enabled)."""
+        crf, rm = cfg.custom_reward_function, cfg.reward_model
+        reward_model = build_reward_model(rm, tokenizer, dtype, device) if rm.enable else None
+        return cls(build_reward_fn(crf.path, crf.name, crf.reward_weights), reward_model, rm.reward_weight,
+                   rm.rule_weight, rm.overlong_buffer, cfg.data.max_response_length)
+
+    def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:
+        """(B scores, per-row extra values) before the overlong penalty."""
+        if self.reward_model is None:
+            return score_responses(self.reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
+                                   batch.extra_info)
+        model_scores = self.reward_model.score(batch).double()
+        total, extra = self.reward_weight * model_scores, {}
+        if self.rule_weight != 0:
+            rule, extra = score_responses(self.reward_fn, batch.data_source, batch.response_text,
+                                          batch.ground_truth, batch.extra_info)
+            total = total + self.rule_weight * torch.tensor(rule, dtype=torch.float64)
+            extra = {**extra, "rule_score": rule}
+        return total.tolist(), {**extra, "rm_score": model_scores.tolist()}
+
+    def score(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Set `batch.scores` (B,) and `batch.reward_rows` (each row's extras); returns every per-row value by
+        name (B,) for dynamic sampling: the extras, `score` (before the overlong penalty), `seq_reward` and
+        `seq_final_reward` (after it; verl's names)."""
+        scores, extra = self.score_rows(batch)
+        raw = torch.tensor(scores, dtype=torch.float32)
+        batch.scores = raw
+        if self.overlong is not None:  # DAPO's soft overlong punishment, added to the score
+            ob = self.overlong
+            penalty = overlong_penalty(batch.response_mask.sum(-1), self.max_response_length, ob.len,
+                                       ob.penalty_factor)
+            batch.scores = raw + penalty
+            if ob.log:
+                extra = {**extra, "overlong_reward": penalty.tolist(), "overlong": (penalty < 0).float().tolist()}
+        batch.reward_rows = [{k: float(v[i]) for k, v in extra.items()} for i in range(len(batch))]
+        return {**{k: torch.tensor(v, dtype=torch.float32) for k, v in extra.items()},
+                "score": raw, "seq_reward": batch.scores, "seq_final_reward": batch.scores}
+
+
+def build_reward_model(rm, tokenizer, dtype: torch.dtype, device: torch.device) -> RewardModel:
+    """The reward model of the `reward_model` config section; its vocabulary must be the policy's (`tokenizer`)
+    unless `model.input_tokenizer` re-templates the conversation."""
+    from rft.models.load import load_reward_model, load_tokenizer
+
+    model = load_reward_model(rm.model.path, dtype, device, external_lib=rm.model.external_lib,
+                              trust_remote_code=rm.model.trust_remote_code)
+    input_tokenizer = load_tokenizer(rm.model.input_tokenizer) if rm.model.input_tokenizer else None
+    rm_tokenizer = None
+    if input_tokenizer is not None or (Path(rm.model.path) / "tokenizer_config.json").is_file():
+        rm_tokenizer = load_tokenizer(rm.model.path, rm.model.trust_remote_code)
+    if input_tokenizer is None and rm_tokenizer is not None and rm_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"reward_model.model.path={rm.model.path!r}: its vocabulary differs from the policy's; "
+                         "set reward_model.model.input_tokenizer to the policy's tokenizer folder to re-tokenize")
+    return RewardModel(model, rm_tokenizer, input_tokenizer, rm.micro_batch_size_per_gpu, rm.max_length)

@@ -1,0 +1,103 @@
+"""`sync_method: nccl`: the trainer broadcasts its weights to the explorer over a torch.distributed process group
+of the two processes of mode both (rank 0 the trainer, rank 1 the explorer; rendezvous on 127.0.0.1).
+
+The group runs gloo over host memory, on GPUs too for now (a GPU-to-GPU NCCL path is not written: this machine has
+no GPU to run it on). The trainer hands a copy of its weights to a sender thread and trains on; the thread
+broadcasts when the explorer is ready for them. Both sides know which versions travel: the trainer's version when
+it starts (so a restarted explorer catches up), then every version the explorer's schedule needs after it
+(`rft.sync.schedule.published_versions`), so neither side waits for a message that never comes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import queue
+import threading
+
+import torch
+import torch.distributed as tdist
+
+ADDR_ENV, PORT_ENV = "RFT_SYNC_ADDR", "RFT_SYNC_PORT"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _join(rank: int, timeout: float) -> None:
+    store = tdist.TCPStore(os.environ.get(ADDR_ENV, "127.0.0.1"), int(os.environ[PORT_ENV]), 2, is_master=rank == 0,
+                           timeout=datetime.timedelta(seconds=timeout))
+    tdist.init_process_group("gloo", store=store, rank=rank, world_size=2,
+                             timeout=datetime.timedelta(seconds=timeout))
+
+
+def _send(weights: dict[str, torch.Tensor], version: int) -> None:
+    tdist.broadcast(torch.tensor([version], dtype=torch.long), src=0)
+    for name in sorted(weights):
+        tdist.broadcast(weights[name], src=0)
+
+
+class ProcessGroupSender:
+    """The trainer's side (rank 0)."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        _join(0, timeout)
+        self._queue: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rft-weight-sender", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                _send(*item)
+            except BaseException as e:  # the explorer is gone: the trainer's loop reports it
+                self.error = e
+                return
+
+    def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Queue a copy of `weights` as `version`; the broadcast happens when the explorer asks for it."""
+        if self.error is not None:
+            raise RuntimeError(f"the weight broadcast to the explorer failed: {self.error}") from self.error
+        self._queue.put(({k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}, version))
+
+    def close(self) -> None:
+        """Wait (up to the sync timeout) until the explorer has taken every queued version, then leave the group."""
+        self._queue.put(None)
+        self._thread.join(self.timeout)
+        if tdist.is_initialized():
+            tdist.destroy_process_group()
+
+
+class ProcessGroupReceiver:
+    """The explorer's side (rank 1): receives into tensors shaped like `template` (its own copy of the trainable
+    parameters, by name)."""
+
+    def __init__(self, template: dict[str, torch.Tensor], timeout: float):
+        _join(1, timeout)
+        self._buffers = {k: torch.empty_like(v, device="cpu").contiguous() for k, v in template.items()}
+        self.version = -1
+
+    def receive(self, need: int) -> tuple[dict[str, torch.Tensor], int]:
+        """Take the trainer's messages in order until one of a version >= `need`; returns it."""
+        while True:
+            version = torch.zeros(1, dtype=torch.long)
+            tdist.broadcast(version, src=0)
+            for name in sorted(self._buffers):
+                tdist.broadcast(self._buffers[name], src=0)
+            self.version = int(version)
+            if self.version >= need:
+                return self._buffers, self.version
+
+    def close(self) -> None:
+        if tdist.is_initialized():
+            tdist.destroy_process_group()

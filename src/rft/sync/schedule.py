@@ -1,0 +1,31 @@
+"""When weights travel from the trainer to the explorer (Trinity-RFT's synchronizer, fixed style).
+
+The trainer publishes its weights after every `sync_interval`-th step; the explorer takes them after its explore
+steps `sync_offset + k * sync_interval` (k >= 1), so it runs `sync_offset` steps ahead before the first sync. Explore
+step n therefore generates with the weights of trainer step
+
+    v(n) = I * max(0, floor((n - O - 1) / I))        (I = sync_interval, O = sync_offset)
+
+and the trainer, which trains on explore step n's experiences at its step n starting from the weights of step n - 1,
+sees them `(n - 1) - v(n)` steps stale: always 0 for I = 1, O = 0 (on-policy); 0, 1, 2, 1, 2, 1, ... for I = 2,
+O = 1; at most I + O - 1.
+"""
+
+from __future__ import annotations
+
+
+def required_version(step: int, interval: int, offset: int) -> int:
+    """The trainer step whose weights explore step `step` (1-based) generates with."""
+    return interval * max(0, (step - offset - 1) // interval)
+
+
+def published_versions(total_steps: int, interval: int, offset: int) -> list[int]:
+    """The versions the explorer of a `total_steps` run needs beyond the starting model, in order: what the
+    trainer publishes (it publishes nothing the explorer will not read, so a blocking broadcast never waits
+    for a reader that has finished)."""
+    return sorted({v for n in range(1, total_steps + 1) if (v := required_version(n, interval, offset)) > 0})
+
+
+def staleness(step: int, interval: int, offset: int) -> int:
+    """Trainer steps between the weights explore step `step` used and those trainer step `step` starts from."""
+    return (step - 1) - required_version(step, interval, offset)

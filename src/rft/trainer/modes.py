@@ -1,0 +1,320 @@
+"""The modes of an RL command (trainer.mode, Trinity-RFT's): explorer and trainer as separate loops that meet only
+through the experience buffer and the synchronizer.
+
+* both, sync_interval 1, sync_offset 0: one process (`rft.trainer.run.SyncRun`, several with torchrun).
+* both otherwise: two processes. This one trains (`TrainLoop`); it starts the explorer (`ExploreLoop`) as a child
+  running the same command, which runs up to `sync_offset + sync_interval - 1` steps ahead of the trainer.
+* explore / train: one loop each, two commands (on one machine or two) sharing the buffer and the output folder.
+* bench: evaluate the starting model and the saved checkpoints (`run_bench`).
+
+On a CPU each of the two processes of mode both takes half of the compute threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from rft.buffer import BufferClosed, make_buffer
+from rft.config import to_yaml
+from rft.experience import to_batch
+from rft.explorer import Explorer, load_taskset
+from rft.explorer.evaluate import eos_token_ids
+from rft.fsutil import write_text_atomic
+from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
+from rft.monitor import Timer, Tracker
+from rft.rewards.pipeline import RewardPipeline
+from rft.rollout import HFRollout
+from rft.runtime import configure_cpu_runtime
+from rft.sync import schedule
+from rft.trainer.run import total_training_steps
+
+ROLE_ENV = "RFT_ROLE"
+EXPLORER_DIR = "explorer"
+SYNC_DIR = "sync"
+
+
+def is_synchronous(cfg) -> bool:
+    s = cfg.synchronizer
+    return cfg.trainer.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
+
+
+def sync_method(cfg) -> str:
+    """synchronizer.sync_method, or its default for the mode: memory (one process), nccl (the two processes of
+    mode both), checkpoint (modes explore / train / bench)."""
+    if cfg.synchronizer.sync_method is not None:
+        return cfg.synchronizer.sync_method
+    if is_synchronous(cfg):
+        return "memory"
+    return "nccl" if cfg.trainer.mode == "both" else "checkpoint"
+
+
+def _share_threads() -> None:
+    """Explorer and trainer of one machine split its cores (one thread each on 2 cores)."""
+    if not torch.cuda.is_available():
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+
+
+# --------------------------------------------------------------------------------------------- explorer
+class ExploreLoop:
+    """Explore steps, each written to the buffer with the explorer's position; weights taken from the trainer as
+    the schedule asks (`rft.sync.schedule`); validation every trainer.test_freq explore steps."""
+
+    def __init__(self, cfg):
+        configure_cpu_runtime()
+        self.cfg = cfg
+        data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
+        self.out = Path(t.default_local_dir)
+        torch.manual_seed(t.seed)
+        self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
+        train_set = load_taskset(cfg, self.tokenizer, data.train_files)
+        val_set = load_taskset(cfg, self.tokenizer, data.val_files) if data.val_files else None
+        self.total_steps = total_training_steps(cfg, len(train_set))
+        device = resolve_device(t.device)
+        dtype = compute_dtype(arr.rollout.dtype, device)
+        # the policy built as the trainer builds it (LoRA included), so the synchronised names match
+        model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model")
+        # what the trainer trains and sends (the LoRA adapter, or every parameter), by name
+        self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        model.requires_grad_(False)
+        rewards = RewardPipeline.from_config(cfg, self.tokenizer, dtype, device)
+        engine = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id,
+                           arr.rollout.micro_batch_size)
+        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, train_set, val_set)
+        self.buffer = make_buffer(cfg, shared=True)
+        self.sync = None  # made in run(): nccl joins the trainer's process group there
+
+    def run(self) -> None:
+        cfg, ex, engine = self.cfg, self.explorer, self.explorer.engine
+        s, t = cfg.synchronizer, cfg.trainer
+        method = sync_method(cfg)
+        if method == "nccl":
+            from rft.sync.process_group import ProcessGroupReceiver
+
+            self.sync = ProcessGroupReceiver(self.trainable, s.sync_timeout)
+            weights, version = self.sync.receive(-1)  # the trainer's weights when it started
+            engine.update_weights(weights, version)
+        else:
+            from rft.sync.checkpoint import CheckpointSync
+
+            self.sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout)
+        state = self.buffer.explorer_state()
+        if state is not None:
+            ex.load_state_dict(state)
+        self.buffer.truncate_after(ex.step)  # what a killed explorer wrote after its last recorded step
+        folder = self.out / EXPLORER_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(folder / "config.yaml", to_yaml(cfg))
+        tracker = Tracker(folder / "metrics.jsonl", self.total_steps, ex.step, "console" in t.logger and
+                          os.environ.get(ROLE_ENV) != "explorer", log_every=t.log_freq)
+        tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {len(ex.train_set)} tasks, "
+                      f"sync every {s.sync_interval} step(s) offset {s.sync_offset} ({method}), output {folder}")
+        if t.val_before_train and ex.step == 0 and ex.val_set is not None:
+            metrics, _ = ex.evaluate()
+            write_text_atomic(folder / "val_before_train.json", json.dumps(metrics, indent=1) + "\n")
+        while ex.step < self.total_steps:
+            step = ex.step + 1
+            timer = Timer()
+            with timer("step"):
+                need = schedule.required_version(step, s.sync_interval, s.sync_offset)
+                if engine.version < need:
+                    with timer("sync"):
+                        weights, version = self.sync.receive(need)
+                        engine.update_weights(weights, version)
+                experiences, metrics = ex.explore_step(timer)
+                metrics["training/epoch"] = ex.sampler.epoch
+                metrics["rollout/model_version"] = engine.version
+                with timer("write"):
+                    self.buffer.write(experiences, ex.state_dict())
+                if ex.val_set is not None and t.test_freq > 0 and (step == self.total_steps or step % t.test_freq == 0):
+                    with timer("testing"):
+                        metrics.update(ex.evaluate()[0])
+            metrics.update(timer.metrics())
+            tracker.log(step, metrics)
+        self.buffer.finish()
+        tracker.write(f"rft explorer: {self.total_steps} steps written to the experience buffer")
+        tracker.close()
+        self.sync.close()
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+class TrainLoop:
+    """Trainer steps on batches read from the buffer; weights published for the explorer as the schedule asks."""
+
+    def __init__(self, cfg):
+        from rft.trainer.rl import RLTrainer
+
+        configure_cpu_runtime()
+        self.cfg = cfg
+        data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
+        self.out = Path(t.default_local_dir)
+        torch.manual_seed(t.seed)
+        self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
+        num_tasks = len(load_taskset(cfg, self.tokenizer, data.train_files)) if data.train_files else None
+        self.total_steps = total_training_steps(cfg, num_tasks)
+        self.trainer = RLTrainer(cfg, self.tokenizer, self.total_steps)
+        self.buffer = make_buffer(cfg, shared=True)
+        self.rows = data.train_batch_size * arr.rollout.n
+
+    def fit(self, explorer: subprocess.Popen | None = None) -> dict[str, float]:
+        """`explorer`: the explorer child of mode both, watched between steps."""
+        cfg, t, s, b = self.cfg, self.cfg.trainer, self.cfg.synchronizer, self.cfg.experience_buffer
+        write_text_atomic(self.out / "config.yaml", to_yaml(cfg))
+        state = self.trainer.resume({})
+        start = self.trainer.global_step
+        self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
+        publish_at = set(schedule.published_versions(self.total_steps, s.sync_interval, s.sync_offset))
+        sync = self._publisher(start)
+        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, start, "console" in t.logger,
+                          recovered=state.get("metrics") if state else None, log_every=t.log_freq)
+        tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {self.trainer.device}, reading "
+                      f"{self.rows} experiences a step, output {self.out}")
+        last: dict[str, float] = {}
+        for step in range(start + 1, self.total_steps + 1):
+            timer = Timer()
+            with timer("step"):
+                min_version = (step - 1) - b.max_staleness if (b.max_staleness is not None
+                                                                and b.stale_policy == "drop") else None
+                with timer("read"):
+                    read = self._read(step, min_version, explorer)
+                if read is None:
+                    tracker.write(f"rft trainer: the explorer finished and every experience was read; stopping "
+                                  f"after step {step - 1}")
+                    break
+                batch = to_batch(read.experiences, self.tokenizer.pad_token_id)
+                metrics = self.trainer.train_step(batch, step, timer)
+                metrics.update({"buffer/rows": float(len(read.experiences)), "buffer/wait_s": read.waited_s,
+                                "buffer/partial_reads": float(read.partial),
+                                "rollout/staleness/dropped": float(read.dropped)})
+                if step in publish_at:
+                    with timer("sync"):
+                        sync.publish(self.trainer.trainable_weights(), step)
+                if t.save_freq > 0 and (step == self.total_steps or step % t.save_freq == 0):
+                    with timer("save_checkpoint"):
+                        self.trainer.save_checkpoint(step, {"metrics": {**metrics, **timer.metrics()}}, {})
+            metrics.update(timer.metrics())
+            tracker.log(step, metrics)
+            last = metrics
+        self.trainer.export_final(tracker.write)
+        tracker.close()
+        sync.close()
+        return last
+
+    def _publisher(self, start: int):
+        s = self.cfg.synchronizer
+        if sync_method(self.cfg) == "nccl":
+            from rft.sync.process_group import ProcessGroupSender
+
+            sender = ProcessGroupSender(s.sync_timeout)
+            sender.publish(self.trainer.trainable_weights(), start)  # what a (re)started explorer begins with
+            return sender
+        from rft.sync.checkpoint import CheckpointSync
+
+        sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout)
+        if start > 0:
+            sync.publish(self.trainer.trainable_weights(), start)
+        return sync
+
+    def _read(self, step: int, min_version: int | None, explorer: subprocess.Popen | None):
+        """The step's experiences; None when the explorer finished and nothing is left. A dead explorer child
+        ends the run with an error while the trainer waits."""
+        def watch() -> None:
+            if explorer is not None and explorer.poll() is not None:
+                raise RuntimeError(f"the explorer process exited with code {explorer.returncode} before trainer "
+                                   f"step {step} had its experiences; run the same command again to resume")
+        try:
+            return self.buffer.read(self.rows, step, self.cfg.experience_buffer.max_read_timeout, min_version,
+                                    watch=watch)
+        except BufferClosed:
+            return None
+
+
+def run_both_async(cfg, module_args: list[str]) -> int:
+    """Mode both as two processes: the explorer a child running the same command, the trainer here."""
+    from rft.sync.process_group import ADDR_ENV, PORT_ENV, free_port
+
+    if os.environ.get(ROLE_ENV) == "explorer":
+        _share_threads()
+        ExploreLoop(cfg).run()
+        return 0
+    _share_threads()
+    loop = TrainLoop(cfg)  # the model is loaded before the explorer starts competing for the cores
+    env = {**os.environ, ROLE_ENV: "explorer", ADDR_ENV: "127.0.0.1", PORT_ENV: str(free_port())}
+    os.environ[ADDR_ENV], os.environ[PORT_ENV] = env[ADDR_ENV], env[PORT_ENV]
+    child = subprocess.Popen([sys.executable, "-m", "rft", *module_args], env=env)
+    try:
+        loop.fit(explorer=child)
+        code = child.wait(timeout=cfg.synchronizer.sync_timeout)
+        if code != 0:
+            raise RuntimeError(f"the explorer process exited with code {code}")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ bench
+def run_bench(cfg) -> Path:
+    """Evaluate the starting model (trainer.val_before_train) and every checkpoint of the run (only the newest
+    with trainer.bench_on_latest_checkpoint) on data.val_files; one line per model in <out>/bench/metrics.jsonl
+    (`step`, `checkpoint`, bench/<data_source>/reward/mean@<n>)."""
+    from rft.trainer.checkpoint import CheckpointManager, load_policy_weights
+
+    configure_cpu_runtime()
+    data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
+    out = Path(t.default_local_dir)
+    torch.manual_seed(t.seed)
+    tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
+    val_set = load_taskset(cfg, tokenizer, data.val_files)
+    device = resolve_device(t.device)
+    dtype = compute_dtype(arr.rollout.dtype, device)
+    model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model")
+    model.requires_grad_(False)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    rewards = RewardPipeline.from_config(cfg, tokenizer, dtype, device)
+    engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id, arr.rollout.micro_batch_size)
+    explorer = Explorer(cfg, tokenizer, engine, rewards, None, val_set)
+    manager = CheckpointManager(out / "checkpoints")
+    steps = manager.steps()
+    if t.bench_on_latest_checkpoint:
+        steps = steps[-1:]
+    models: list[tuple[int, str]] = [(0, "start")] if t.val_before_train else []
+    models += [(step, manager.path(step).name) for step in steps]
+    if not models:
+        raise FileNotFoundError(f"mode bench: no checkpoints in {out / 'checkpoints'} (and trainer.val_before_train "
+                                "is false): nothing to evaluate")
+    lines = []
+    for step, name in models:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(start[n])
+        if step > 0:
+            load_policy_weights(manager.path(step), model)
+        metrics, _ = explorer.evaluate()
+        row = {"step": step, "checkpoint": name,
+               **{"bench/" + k.removeprefix("val-core/"): v for k, v in metrics.items()}}
+        lines.append(json.dumps(row))
+        write_text_atomic(out / "bench" / "metrics.jsonl", "".join(x + "\n" for x in lines))
+        print(f"rft bench: {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("bench/")),
+              flush=True)
+    return out / "bench" / "metrics.jsonl"
+
+
+def run_mode(cfg, module_args: list[str]) -> int:
+    """Run the mode of `cfg` that is not mode both on one process (see the module docstring)."""
+    mode = cfg.trainer.mode
+    if mode == "bench":
+        run_bench(cfg)
+    elif mode == "explore":
+        ExploreLoop(cfg).run()
+    elif mode == "train":
+        TrainLoop(cfg).fit()
+    else:
+        return run_both_async(cfg, module_args)
+    return 0

@@ -1,0 +1,155 @@
+"""An RL run in one process: explorer and trainer take turns on one model (mode both, sync_interval 1,
+sync_offset 0: on-policy).
+
+    explore (gen, reward[, gen_max]) -> buffer.write -> buffer.read -> train_step -> sync -> [validate] -> [save] -> log
+
+The explorer and the trainer share the policy itself, so the synchronizer only moves the engine's version
+(`sync_method: memory`). The checkpoint of a step holds the trainer's state and the explorer's position (its
+sampler and sampling generator), so a resumed run regenerates exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from rft.buffer import make_buffer
+from rft.config import to_yaml
+from rft.distributed import SINGLE, Dist
+from rft.experience import to_batch
+from rft.explorer import Explorer, load_taskset
+from rft.explorer.evaluate import eos_token_ids
+from rft.explorer.explorer import GENERATOR
+from rft.fsutil import write_text_atomic
+from rft.models.load import load_tokenizer
+from rft.monitor import SilentTracker, Timer, Tracker
+from rft.rewards.pipeline import RewardPipeline
+from rft.rollout import HFRollout
+from rft.runtime import configure_cpu_runtime
+from rft.sync.memory import MemorySync
+from rft.trainer.rl import RLTrainer
+from rft.workers.optim import plateau_step
+
+
+def total_training_steps(cfg, num_tasks: int | None) -> int:
+    """trainer.total_training_steps, else total_epochs passes over `num_tasks` tasks in batches of
+    data.train_batch_size."""
+    t = cfg.trainer
+    if t.total_training_steps:
+        return t.total_training_steps
+    if num_tasks is None:
+        raise ValueError("trainer.total_training_steps is needed when no training taskset is given")
+    return num_tasks // cfg.data.train_batch_size * t.total_epochs
+
+
+class SyncRun:
+    def __init__(self, cfg, dist: Dist = SINGLE):
+        """`dist`: this process's rank among the processes of the run (`rft.distributed.init_from_env`); the
+        default is one process."""
+        configure_cpu_runtime()
+        self.cfg, self.dist = cfg, dist
+        data, ro = cfg.data, cfg.actor_rollout_ref.rollout
+        self.out = Path(cfg.trainer.default_local_dir)
+        torch.manual_seed(cfg.trainer.seed)
+        self.tokenizer = load_tokenizer(data.tokenizer or cfg.actor_rollout_ref.model.path, data.trust_remote_code)
+        train_set = load_taskset(cfg, self.tokenizer, data.train_files)
+        val_set = load_taskset(cfg, self.tokenizer, data.val_files) if data.val_files else None
+        self.total_steps = total_training_steps(cfg, len(train_set))
+        self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
+        rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
+        engine = HFRollout(trainer.model, eos_token_ids(trainer.model, self.tokenizer), self.tokenizer.pad_token_id,
+                           ro.micro_batch_size, all_done=dist.all_true if dist.enabled else None)
+        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, train_set, val_set, dist)
+        self.buffer = make_buffer(cfg)
+        self.sync = MemorySync(engine)
+        self._step_metrics: dict = {}
+
+    @property
+    def global_step(self) -> int:
+        return self.trainer.global_step
+
+    # ------------------------------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, float]:
+        cfg, main, trainer = self.cfg.trainer, self.dist.is_main, self.trainer
+        if main:
+            write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
+        recovered = self.resume()
+        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger,
+                          recovered=recovered, log_every=cfg.log_freq) if main else SilentTracker()
+        where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.world_size} processes ({trainer.device.type})"
+        tracker.write(f"rft: {self.total_steps} steps on {where} ({str(trainer.dtype).replace('torch.', '')}), "
+                      f"{len(self.explorer.train_set)} train prompts, output {self.out}")
+        last: dict[str, float] = {}
+        if cfg.val_before_train and self.global_step == 0 and self.explorer.val_set is not None:
+            # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
+            last = self.validate(tracker)
+            if main:
+                write_text_atomic(self.out / "val_before_train.json", json.dumps(last, indent=1) + "\n")
+            tracker.write("validation before training: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
+        while self.global_step < self.total_steps:
+            step = self.global_step + 1
+            is_last = step == self.total_steps
+            timer = Timer()
+            with timer("step"):
+                metrics = self.train_step(step, timer)
+                if self.explorer.val_set is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
+                    with timer("testing"):
+                        metrics.update(self.validate(tracker))
+                    plateau_step(trainer.worker.scheduler, metrics)
+                    if trainer.critic is not None:
+                        plateau_step(trainer.critic.scheduler, metrics)
+                if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
+                    self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
+                    with timer("save_checkpoint"):
+                        self.save_checkpoint(step)
+            metrics.update(timer.metrics())
+            tracker.log(step, metrics)
+            last = metrics
+        trainer.export_final(tracker.write)
+        tracker.close()
+        return last
+
+    def train_step(self, step: int, timer: Timer) -> dict[str, float]:
+        """One on-policy step: explore, hand the experiences over through the buffer, train, sync."""
+        experiences, metrics = self.explorer.explore_step(timer)
+        metrics["training/epoch"] = self.explorer.sampler.epoch
+        self.buffer.write(experiences)
+        read = self.buffer.read(len(experiences), step)
+        labels = [e.info["position"] for e in read.experiences] if self.dist.enabled else None
+        batch = to_batch(read.experiences, self.tokenizer.pad_token_id, labels)
+        metrics.update(self.trainer.train_step(batch, step, timer))
+        self.sync.publish(None, step)
+        return metrics
+
+    def validate(self, tracker: Tracker | SilentTracker | None = None) -> dict[str, float]:
+        """Validation metrics `val-core/<data_source>/reward/mean@<n>` on the whole validation set; the first
+        trainer.log_val_generations samples are printed and kept in val_generations.jsonl."""
+        metrics, samples = self.explorer.evaluate()
+        n_show = self.cfg.trainer.log_val_generations
+        if n_show > 0 and self.dist.is_main:
+            with (self.out / "val_generations.jsonl").open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": self.global_step, "samples": samples[:n_show]}) + "\n")
+            if tracker is not None:
+                for sample in samples[:n_show]:
+                    tracker.write(f"[val step {self.global_step}] {sample}")
+        return metrics
+
+    # -------------------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, step: int) -> Path:
+        return self.trainer.save_checkpoint(
+            step, {"sampler": self.explorer.sampler.state_dict(), "metrics": self._step_metrics},
+            {GENERATOR: self.explorer.generator})
+
+    def resume(self) -> dict | None:
+        """Continue from the latest checkpoint (trainer.resume_mode); returns the step's metrics record kept in
+        the checkpoint (restored if the kill came between the checkpoint and its metrics line)."""
+        state = self.trainer.resume({GENERATOR: self.explorer.generator})
+        if state is None:
+            return None
+        self.explorer.sampler.load_state_dict(state["sampler"])
+        self.explorer.step = state["global_step"]
+        self.buffer.truncate_after(state["global_step"])
+        self.sync.publish(None, state["global_step"])
+        return state.get("metrics")

@@ -1,0 +1,206 @@
+"""Experiences and the buffers between explorer and trainer: the record round-trips exactly, a Batch is made from
+experiences and back, reads take whole groups FIFO or by priority, every experience is read once (unless replay is
+asked for) across a trainer that resumes, and the sync schedule gives the staleness Trinity-RFT's settings imply."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from rft.batch import Batch
+from rft.buffer import BufferClosed, FileBuffer, MemoryQueue, SQLBuffer, database_url
+from rft.experience import Experience, from_batch, to_batch
+from rft.sync.schedule import published_versions, required_version, staleness
+
+
+def exp(group: str, version: int = 0, step: int = 1, reward: float = 1.0, response=(7, 8, 2)) -> Experience:
+    return Experience(tokens=torch.tensor([1, 5, 6, *response]), prompt_length=3,
+                      action_mask=torch.ones(len(response), dtype=torch.long),
+                      logprobs=torch.tensor([-0.5, -1.25, -0.125][:len(response)] + [-2.0] * (len(response) - 3)),
+                      reward=reward, group=group, model_version=version, rewards={"acc": 1.0},
+                      info={"explore_step": step, "data_source": "arithmetic", "ground_truth": "12"})
+
+
+def groups_of(experiences) -> list[str]:
+    return [e.group for e in experiences]
+
+
+# ------------------------------------------------------------------------------------------- Experience
+def test_experience_round_trips_exactly():
+    e = exp("g", version=3)
+    e.logprobs = torch.tensor([-0.1234567, -1e-8, -30.5])
+    for back in (Experience.from_bytes(e.to_bytes()), Experience.from_json(e.to_json())):
+        assert back.id == e.id and back.group == "g" and back.model_version == 3 and back.prompt_length == 3
+        assert torch.equal(back.tokens, e.tokens) and torch.equal(back.action_mask, e.action_mask)
+        assert torch.equal(back.logprobs, e.logprobs)  # float32 exact
+        assert back.rewards == {"acc": 1.0} and back.info["ground_truth"] == "12"
+
+
+def test_batch_from_experiences_and_back():
+    a1 = exp("a", response=(7, 2))
+    a2 = exp("a", response=(7, 8, 9))
+    b1 = exp("b", version=2, response=(4,))
+    b1.tokens = torch.tensor([9, 4])  # a shorter prompt: left padding
+    b1.prompt_length = 1
+    b1.logprobs = torch.tensor([-3.0])
+    batch = to_batch([a1, a2, b1], pad_token_id=0)
+    # prompts left-padded to 3, responses right-padded to 3
+    assert batch.prompt_ids.tolist() == [[1, 5, 6], [1, 5, 6], [0, 0, 9]]
+    assert batch.prompt_mask.tolist() == [[1, 1, 1], [1, 1, 1], [0, 0, 1]]
+    assert batch.response_ids.tolist() == [[7, 2, 0], [7, 8, 9], [4, 0, 0]]
+    assert batch.response_mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
+    assert batch.rollout_logprobs.tolist() == [[-0.5, -1.25, 0.0], [-0.5, -1.25, -0.125], [-3.0, 0.0, 0.0]]
+    assert batch.group.tolist() == [0, 0, 1] and batch.model_version.tolist() == [0, 0, 2]
+    assert batch.reward_rows == [{"acc": 1.0}] * 3 and batch.data_source == ["arithmetic"] * 3
+    # and back: the same experiences (ids aside)
+    batch.scores = torch.tensor([1.0, 1.0, 1.0])
+    back = from_batch(batch, ["a", "a", "b"], 2)
+    for original, again in zip([a1, a2, b1], back):
+        assert torch.equal(original.tokens, again.tokens) and original.prompt_length == again.prompt_length
+        assert torch.equal(original.logprobs, again.logprobs)
+
+
+# ---------------------------------------------------------------------------------------------- buffers
+def sql_buffer(tmp_path, **kwargs) -> SQLBuffer:
+    return SQLBuffer(database_url(str(tmp_path / "b.sqlite")), **kwargs)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def buffer(request, tmp_path):
+    return MemoryQueue() if request.param == "memory" else sql_buffer(tmp_path)
+
+
+def test_reads_take_whole_groups_in_order(buffer):
+    buffer.write([exp("a"), exp("a"), exp("b"), exp("b")], {"step": 1})
+    buffer.write([exp("c"), exp("c")], {"step": 2})
+    first = buffer.read(3, step=1, timeout=0.2)  # 3 rows asked: group b is not split
+    assert groups_of(first.experiences) == ["a", "a", "b", "b"] and not first.partial
+    second = buffer.read(2, step=2, timeout=0.2)
+    assert groups_of(second.experiences) == ["c", "c"]
+    assert buffer.explorer_state() == {"step": 2}
+    with pytest.raises(TimeoutError):
+        buffer.read(2, step=3, timeout=0.1)
+    buffer.finish()
+    with pytest.raises(BufferClosed):
+        buffer.read(2, step=3, timeout=0.1)
+
+
+def test_release_after_gives_back_the_reads_of_later_steps(buffer):
+    buffer.write([exp("a"), exp("b"), exp("c")])
+    ids = [e.id for e in buffer.read(1, 1, 0.1).experiences + buffer.read(1, 2, 0.1).experiences]
+    buffer.read(1, 3, 0.1)
+    buffer.release_after(1)  # a trainer resuming from its checkpoint of step 1
+    again = buffer.read(2, 2, 0.1).experiences
+    assert [e.id for e in again][:1] == ids[1:] and groups_of(again) == ["b", "c"]
+
+
+def test_partial_read_after_the_timeout(buffer):
+    buffer.write([exp("a"), exp("a")])
+    start = time.monotonic()
+    read = buffer.read(4, step=1, timeout=0.3)
+    assert read.partial and groups_of(read.experiences) == ["a", "a"]
+    assert 0.25 <= time.monotonic() - start < 3
+
+
+def test_stale_groups_are_dropped_and_counted(buffer):
+    buffer.write([exp("old", version=0), exp("old", version=0), exp("new", version=3)])
+    read = buffer.read(1, step=5, timeout=0.1, min_version=2)
+    assert groups_of(read.experiences) == ["new"] and read.dropped == 2
+
+
+def test_a_reader_waits_for_the_writer(buffer):
+    def later():
+        time.sleep(0.3)
+        buffer.write([exp("a"), exp("a")])
+
+    threading.Thread(target=later).start()
+    read = buffer.read(2, step=1, timeout=10)
+    assert groups_of(read.experiences) == ["a", "a"] and read.waited_s >= 0.2
+
+
+def test_watch_stops_a_wait(buffer):
+    def dead():
+        raise RuntimeError("the explorer process exited")
+
+    with pytest.raises(RuntimeError, match="explorer process exited"):
+        buffer.read(2, step=1, timeout=30, watch=dead)
+
+
+def test_truncate_after_forgets_later_explore_steps(buffer):
+    buffer.write([exp("a", step=1)])
+    buffer.write([exp("b", step=2)])
+    buffer.truncate_after(1)
+    buffer.finish()
+    assert groups_of(buffer.read(5, 1, 0.1).experiences) == ["a"]
+
+
+def test_sql_buffer_is_shared_by_two_connections(tmp_path):
+    writer, reader = sql_buffer(tmp_path), sql_buffer(tmp_path)  # two processes' views of one file
+    writer.write([exp("a"), exp("a")], {"step": 1})
+    assert reader.explorer_state() == {"step": 1}
+    assert len(reader.read(2, 1, 1.0).experiences) == 2
+    assert writer.counts() == {"rows": 2, "consumed": 2, "reads": 2}
+    assert all(steps == [1] for steps in writer.reads_by_id().values())
+
+
+def test_priority_queue_reads_newest_first_and_replays_after_the_cooldown(tmp_path):
+    buffer = sql_buffer(tmp_path, use_priority_queue=True, reuse_cooldown_time=0.3, priority_decay=2.0)
+    buffer.write([exp("v0", version=0), exp("v1", version=1)])
+    buffer.write([exp("v2", version=2)])
+    assert groups_of(buffer.read(1, 1, 0.1).experiences) == ["v2"]  # priority 2 - 2 x 0
+    assert groups_of(buffer.read(1, 2, 0.1).experiences) == ["v1"]  # v2 cools down
+    time.sleep(0.35)
+    # v2 was read once: 2 - 2 x 1 = 0 ties with v0 (0 - 0); the older row first
+    assert groups_of(buffer.read(1, 3, 0.1).experiences) == ["v0"]
+    assert groups_of(buffer.read(1, 4, 0.1).experiences) == ["v2"]
+    assert sorted(len(s) for s in buffer.reads_by_id().values()) == [1, 1, 2]
+
+
+def test_priority_queue_without_cooldown_reads_each_once(tmp_path):
+    buffer = sql_buffer(tmp_path, use_priority_queue=True)
+    buffer.write([exp("v0", version=0)])
+    buffer.write([exp("v1", version=1)])
+    buffer.finish()
+    assert groups_of(buffer.read(1, 1, 0.1).experiences) == ["v1"]
+    assert groups_of(buffer.read(1, 2, 0.1).experiences) == ["v0"]
+    with pytest.raises(BufferClosed):
+        buffer.read(1, 3, 0.1)
+
+
+def test_file_buffer_writes_json_lines(tmp_path):
+    buffer = FileBuffer(tmp_path / "x")
+    buffer.write([exp("a", step=1), exp("a", step=1)], {"step": 1})
+    buffer.write([exp("b", step=2)])
+    buffer.truncate_after(1)
+    lines = (tmp_path / "x" / "experiences.jsonl").read_text().splitlines()
+    assert [Experience.from_json(x).group for x in lines] == ["a", "a"]
+    assert buffer.explorer_state() == {"step": 1}
+    with pytest.raises(NotImplementedError):
+        buffer.read(1, 1)
+
+
+# --------------------------------------------------------------------------------------------- schedule
+def test_sync_schedule_matches_trinity():
+    # interval 1, offset 0: every explore step uses the newest weights: on-policy
+    assert [required_version(n, 1, 0) for n in range(1, 6)] == [0, 1, 2, 3, 4]
+    assert {staleness(n, 1, 0) for n in range(1, 20)} == {0}
+    # interval 2, offset 1: explorer syncs after its steps 3, 5, 7 (n > 1 and (n - 1) % 2 == 0) to versions 2, 4, 6
+    assert [required_version(n, 2, 1) for n in range(1, 9)] == [0, 0, 0, 2, 2, 4, 4, 6]
+    assert [staleness(n, 2, 1) for n in range(1, 7)] == [0, 1, 2, 1, 2, 1]
+    assert published_versions(6, 2, 1) == [2, 4]
+    # interval 1, offset 1: one step off-policy (verl's one-step-off recipe)
+    assert [staleness(n, 1, 1) for n in range(1, 6)] == [0, 1, 1, 1, 1]
+    assert max(staleness(n, 4, 3) for n in range(1, 50)) == 4 + 3 - 1
+
+
+def test_batch_is_made_from_one_experience_per_row():
+    batch = Batch(prompt_ids=torch.tensor([[1, 2]]), prompt_mask=torch.ones(1, 2, dtype=torch.long),
+                  response_ids=torch.tensor([[3, 0]]), response_mask=torch.tensor([[1, 0]]),
+                  group=torch.tensor([0]), rollout_logprobs=torch.tensor([[-1.0, 0.0]]),
+                  scores=torch.tensor([0.5]), reward_rows=[{"acc": 0.0}])
+    (e,) = from_batch(batch, ["g"], model_version=4)
+    assert e.tokens.tolist() == [1, 2, 3] and e.prompt_length == 2 and e.reward == 0.5
+    assert e.logprobs.tolist() == [-1.0] and e.model_version == 4 and e.rewards == {"acc": 0.0}
