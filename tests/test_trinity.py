@@ -85,6 +85,19 @@ MAPPED = [
      "data.val_files", ["v.parquet"]),
     ({"explorer.eval_interval": 5}, "trainer.test_freq", 5),
     ({"explorer.eval_on_startup": False}, "trainer.val_before_train", False),
+    ({"explorer.bench_on_latest_checkpoint": True}, "trainer.bench_on_latest_checkpoint", True),
+    ({"mode": "explore"}, "trainer.mode", "explore"),
+    ({"mode": "bench"}, "trainer.mode", "bench"),
+    ({"synchronizer.sync_interval": 4}, "synchronizer.sync_interval", 4),
+    ({"synchronizer.sync_offset": 1}, "synchronizer.sync_offset", 1),
+    ({"synchronizer.sync_method": "checkpoint"}, "synchronizer.sync_method", "checkpoint"),
+    ({"synchronizer.sync_timeout": 60}, "synchronizer.sync_timeout", 60),
+    ({"buffer.trainer_input.experience_buffer": {"storage_type": "sql", "path": "sqlite:///b.db"}},
+     "experience_buffer.path", "sqlite:///b.db"),
+    ({"buffer.trainer_input.experience_buffer": {"storage_type": "sql"}}, "experience_buffer.storage_type", "sql"),
+    ({"buffer.trainer_input.experience_buffer": {"max_read_timeout": 30}}, "experience_buffer.max_read_timeout", 30),
+    ({"buffer.trainer_input.experience_buffer": {"use_priority_queue": True, "reuse_cooldown_time": 5}},
+     "experience_buffer.reuse_cooldown_time", 5),
     ({"trainer.save_interval": 7}, "trainer.save_freq", 7),
     ({"trainer.total_steps": 11}, "trainer.total_training_steps", 11),
     ({"trainer.grad_clip": 0.5}, "actor_rollout_ref.actor.grad_clip", 0.5),
@@ -99,8 +112,7 @@ def test_trinity_key_lands_on_its_verl_key(extra, key, expected):
 
 
 REFUSED = [
-    ({"mode": "explore"}, "mode='explore'"),
-    ({"mode": "bench"}, "mode='bench'"),
+    ({"mode": "serve"}, "mode='serve'"),
     ({"algorithm.algorithm_type": "dpo"}, "algorithm.algorithm_type='dpo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
@@ -112,14 +124,13 @@ REFUSED = [
     ({"buffer.default_reward_fn_type": "math_reward"}, "buffer.default_reward_fn_type"),
     ({"buffer.explorer_input.taskset": {"path": "t", "format": {"response_key": "answer"}}},
      "buffer.explorer_input.taskset.format.response_key"),
-    ({"buffer.trainer_input.experience_buffer": {"storage_type": "sql"}},
-     "buffer.trainer_input.experience_buffer.storage_type"),
+    ({"buffer.trainer_input.experience_buffer": {"capacity": 8}},
+     "buffer.trainer_input.experience_buffer.capacity"),
     ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers"),
     ({"explorer.rollout_model": {"engine_type": "vllm"}}, "explorer.rollout_model.engine_type='vllm'"),
     ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
     ({"explorer.auxiliary_models": [{"model_path": "x"}]}, "explorer.auxiliary_models"),
-    ({"synchronizer.sync_interval": 4}, "synchronizer.sync_interval"),
-    ({"synchronizer.sync_offset": 1}, "synchronizer.sync_offset"),
+    ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
     ({"monitor.monitor_type": "tensorboard"}, "monitor.monitor_type='tensorboard'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
     ({"service": {"data_juicer": {"auto_start": True}}}, "service:"),
@@ -138,7 +149,7 @@ def test_what_rft_cannot_honour_is_refused_by_key(extra, needle):
 
 def test_all_refusals_are_reported_together():
     with pytest.raises(ConfigError) as err:
-        translate(_with({"mode": "explore", "monitor.monitor_type": "wandb", "synchronizer.sync_interval": 2}))
+        translate(_with({"mode": "serve", "monitor.monitor_type": "wandb", "synchronizer.sync_style": "fixed"}))
     assert "3 Trinity-RFT key(s)" in str(err.value)
 
 
@@ -233,8 +244,8 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path):
 
 def test_refused_trinity_config_exits_2(work, tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(_with({"mode": "explore", "explorer.rollout_model": {"engine_type": "vllm"}})))
+    path.write_text(yaml.safe_dump(_with({"mode": "serve", "explorer.rollout_model": {"engine_type": "vllm"}})))
     proc = subprocess.run([sys.executable, "-m", "rft", "train", str(path)], env=ENV, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "mode='explore'" in proc.stderr and "explorer.rollout_model.engine_type='vllm'" in proc.stderr
+    assert "mode='serve'" in proc.stderr and "explorer.rollout_model.engine_type='vllm'" in proc.stderr

@@ -388,12 +388,8 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
     one_process = t.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
     method = s.sync_method
     if one_process:
-        if method not in (None, "memory"):
-            raise ConfigError(
-                f"synchronizer.sync_method={method!r} with sync_interval=1 and sync_offset=0: explorer and trainer "
-                "run in one process and share the model (memory). To run the explorer as a second process, ahead "
-                "of the trainer, set synchronizer.sync_offset >= 1 or sync_interval >= 2"
-            )
+        # any sync_method: with sync_interval 1 and sync_offset 0 explorer and trainer take strict turns, which
+        # rft runs in one process sharing the model (the same weights every step, nothing copied)
         if b.storage_type == "file":
             raise ConfigError("experience_buffer.storage_type=file is written for people to read, not read by a "
                               "trainer: use it with trainer.mode=explore (queue or sql to train)")
