@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
 import torch
@@ -68,9 +69,33 @@ def sql_buffer(tmp_path, **kwargs) -> SQLBuffer:
     return SQLBuffer(database_url(str(tmp_path / "b.sqlite")), **kwargs)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(scope="module")
+def pg_url():
+    from pg_server import postgres
+
+    with postgres() as url:
+        yield url
+
+
+def fresh_database(server_url: str) -> str:
+    """A new, empty database on the server of `server_url`."""
+    import sqlalchemy as sa
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def buffer(request, tmp_path):
-    return MemoryQueue() if request.param == "memory" else sql_buffer(tmp_path)
+    if request.param == "memory":
+        return MemoryQueue()
+    if request.param == "sqlite":
+        return sql_buffer(tmp_path)
+    return SQLBuffer(fresh_database(request.getfixturevalue("pg_url")))
 
 
 def test_reads_take_whole_groups_in_order(buffer):

@@ -230,3 +230,19 @@ def test_a_kill_between_checkpoint_and_metrics_line_loses_no_line(assets, tmp_pa
     records = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     assert records[1]["critic/score/mean"] == step2["critic/score/mean"]
+
+
+def test_stale_rows_are_downweighted(assets, tmp_path):
+    """experience_buffer.stale_policy=downweight: a row s > max_staleness steps stale keeps max_staleness / s of
+    its advantage; fresher rows keep all of it."""
+    run = SyncRun(make_cfg(assets, tmp_path, "experience_buffer.max_staleness=1",
+                           "experience_buffer.stale_policy=downweight"))
+    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    score(run, batch)
+    run.trainer.compute_advantages(batch)
+    plain = batch.advantages.clone()
+    batch.model_version = torch.tensor([4, 3, 2, 0] * (len(batch) // 4))  # at step 5: stale 0, 1, 2, 4
+    metrics = run.trainer.downweight_stale(batch, step=5)
+    weight = torch.tensor([1.0, 1.0, 0.5, 0.25] * (len(batch) // 4))
+    torch.testing.assert_close(batch.advantages, plain * weight[:, None])
+    assert metrics == {"rollout/staleness/downweighted": len(batch) / 2}

@@ -109,6 +109,8 @@ def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
                 return found if len(found) > 1 else found[0]
         t.refuse(f"{where}.path", f"={path!r} holds no {split!r} split ({split}.jsonl, {split}.parquet, ...)")
         return None
+    if not p.exists() and not p.suffix:  # a folder not made yet: the layout `rft data` writes
+        return str(p / f"{split}.parquet")
     return str(p)
 
 

@@ -1,7 +1,9 @@
 """`sync_method: checkpoint`: the trainer writes its weights of a version to a folder, the explorer loads the
-newest one that is new enough (modes explore / train, which are separate commands, or the two processes of mode
-both). Files are written under a temporary name and renamed, so a reader never sees half a file; the two newest
-versions are kept."""
+version it needs (modes explore / train, which are separate commands, or the two processes of mode both). Files
+are written under a temporary name and renamed, so a reader never sees half a file. The trainer keeps as many
+versions as the explorer can still ask for (it runs up to sync_offset steps behind the trainer's newest weights),
+so the explorer takes exactly the version its schedule names and the experiences do not depend on timing; after a
+restart it takes the newest one that is new enough."""
 
 from __future__ import annotations
 
@@ -14,13 +16,13 @@ import torch
 from rft.fsutil import write_text_atomic
 
 _FILE = re.compile(r"^v(\d+)\.safetensors$")
-KEEP = 2
 
 
 class CheckpointSync:
-    def __init__(self, folder: str | Path, timeout: float):
+    def __init__(self, folder: str | Path, timeout: float, interval: int = 1, offset: int = 0):
         self.folder = Path(folder)
         self.timeout = timeout
+        self.keep = offset // interval + 2  # versions between the explorer's need and the trainer's newest, + 1
 
     # trainer side
     def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
@@ -32,7 +34,7 @@ class CheckpointSync:
         save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, tmp)
         tmp.replace(final)
         write_text_atomic(self.folder / "latest", f"{version}\n")
-        for old in self.versions()[:-KEEP]:
+        for old in self.versions()[:-self.keep]:
             (self.folder / f"v{old:08d}.safetensors").unlink(missing_ok=True)
 
     def versions(self) -> list[int]:
@@ -42,15 +44,17 @@ class CheckpointSync:
 
     # explorer side
     def receive(self, need: int) -> tuple[dict[str, torch.Tensor], int]:
-        """The newest published weights of a version >= `need` and that version; waits up to the sync timeout."""
+        """The weights of version `need` (or, when it is gone, the newest one after it) and their version; waits
+        up to the sync timeout for the trainer to publish them."""
         from safetensors.torch import load_file
 
         start, delay = time.monotonic(), 0.05
         while True:
-            newest = self.versions()
-            if newest and newest[-1] >= need:
+            versions = self.versions()
+            if versions and versions[-1] >= need:
+                version = need if need in versions else versions[-1]
                 try:
-                    return load_file(self.folder / f"v{newest[-1]:08d}.safetensors"), newest[-1]
+                    return load_file(self.folder / f"v{version:08d}.safetensors"), version
                 except FileNotFoundError:  # pruned between the listing and the load: look again
                     continue
             if time.monotonic() - start > self.timeout:

@@ -102,7 +102,7 @@ class ExploreLoop:
         else:
             from rft.sync.checkpoint import CheckpointSync
 
-            self.sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout)
+            self.sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset)
         state = self.buffer.explorer_state()
         if state is not None:
             ex.load_state_dict(state)
@@ -215,7 +215,7 @@ class TrainLoop:
             return sender
         from rft.sync.checkpoint import CheckpointSync
 
-        sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout)
+        sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset)
         if start > 0:
             sync.publish(self.trainer.trainable_weights(), start)
         return sync
@@ -274,8 +274,8 @@ def run_bench(cfg) -> Path:
     val_set = load_taskset(cfg, tokenizer, data.val_files)
     device = resolve_device(t.device)
     dtype = compute_dtype(arr.rollout.dtype, device)
+    # built as the run built it (LoRA included): a checkpoint holds its trainable parameters
     model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model")
-    model.requires_grad_(False)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     rewards = RewardPipeline.from_config(cfg, tokenizer, dtype, device)
     engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id, arr.rollout.micro_batch_size)

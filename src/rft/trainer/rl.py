@@ -154,6 +154,7 @@ class RLTrainer:
                 batch.values = self.critic.compute_values(batch)
         with timer("adv"):
             metrics.update(self.compute_advantages(batch))
+            metrics.update(self.downweight_stale(batch, step))
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.critic.update(batch, step))
@@ -194,6 +195,19 @@ class RLTrainer:
             return {}
         staleness = self.dist.gather_rows((step - 1) - batch.model_version).float()
         return {"rollout/staleness/mean": float(staleness.mean()), "rollout/staleness/max": float(staleness.max())}
+
+    def downweight_stale(self, batch: Batch, step: int) -> dict[str, float]:
+        """experience_buffer.stale_policy=downweight: the advantages of a row s > max_staleness steps stale are
+        scaled by max_staleness / s, so its share of the policy gradient shrinks with its age (the buffer drops
+        such rows instead with stale_policy=drop)."""
+        b = self.cfg.experience_buffer
+        if b.max_staleness is None or b.stale_policy != "downweight" or batch.model_version is None:
+            return {}
+        staleness = ((step - 1) - batch.model_version).float()  # (B,)
+        over = staleness > b.max_staleness
+        weight = torch.where(over, b.max_staleness / staleness.clamp(min=1), torch.ones_like(staleness))
+        batch.advantages = batch.advantages * weight[:, None]
+        return {"rollout/staleness/downweighted": float(self.dist.sum(over.sum().double()))}
 
     def logprobs(self, batch: Batch, model, micro_cfg) -> torch.Tensor:
         return compute_logprobs(model, batch, self.settings.temperature, _log_prob_micro_rows(micro_cfg))

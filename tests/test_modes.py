@@ -1,0 +1,209 @@
+"""The modes of an RL run through the command line, as a user starts them: mode both as two processes with the
+staleness the sync settings imply (weights over a process group and through files), modes explore and train as two
+commands on one SQLite or PostgreSQL buffer with every experience trained on exactly once, both sides killed and
+restarted mid-run with an exact resume of the trainer, and mode bench over a finished run's checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rl_helpers import make_assets
+from safetensors.torch import load_file
+
+from rft.buffer import SQLBuffer, database_url
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    return make_assets(tmp_path_factory.mktemp("assets"))
+
+
+def overrides(assets: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    """4 prompts x 4 responses of up to 6 tokens a step, the shaped reward of rl_helpers, a checkpoint every step."""
+    return [f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+            f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+            "data.max_response_length=6", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-3",
+            "trainer.val_before_train=false", f"trainer.total_training_steps={steps}", "trainer.save_freq=1",
+            f"trainer.default_local_dir={out}", "trainer.logger=[]", "synchronizer.sync_timeout=300",
+            "experience_buffer.max_read_timeout=300", *extra]
+
+
+def rft(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "rft", *args], cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, f"rft {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rft", *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 900) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"exited {proc.returncode}:\n{out}"
+    return out
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def assert_each_read_once(url: str, steps: int, rows: int) -> dict[str, list[int]]:
+    """Every experience in the buffer was read by exactly one trainer step; every step read `rows` of them."""
+    reads = SQLBuffer(url).reads_by_id()
+    assert len(reads) == steps * rows
+    assert all(len(s) == 1 for s in reads.values()), [s for s in reads.values() if len(s) != 1][:3]
+    per_step = [sum(1 for s in reads.values() if s == [k]) for k in range(1, steps + 1)]
+    assert per_step == [rows] * steps
+    return reads
+
+
+# ------------------------------------------------------------------------------------------ mode both
+@pytest.mark.parametrize("method", ["nccl", "checkpoint"])
+def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path, method):
+    out = tmp_path / "out"
+    rft("train", *overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
+                            f"synchronizer.sync_method={method}"), cwd=tmp_path)
+    trainer = lines(out / "metrics.jsonl")
+    explorer = lines(out / "explorer" / "metrics.jsonl")
+    assert [x["step"] for x in trainer] == [1, 2, 3, 4, 5, 6] == [x["step"] for x in explorer]
+    # explore step n generates with trainer version 2 * floor((n - 2) / 2): 0, 0, 0, 2, 2, 4
+    assert [x["rollout/model_version"] for x in explorer] == [0, 0, 0, 2, 2, 4]
+    # trained at step n from version n - 1: staleness 0, 1, 2, 1, 2, 1
+    assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 2, 1, 2, 1]
+    assert [x["rollout/staleness/mean"] for x in trainer] == [0, 1, 2, 1, 2, 1]
+    assert all(x["actor/grad_norm"] > 0 for x in trainer)
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 6, 16)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out / "model")
+    start = load_file(assets / "model" / "model.safetensors")
+    trained = {n: p.detach() for n, p in model.named_parameters()}
+    assert max(float((trained[n] - start[n]).abs().max()) for n in start if n in trained) > 1e-4
+
+
+def test_trinity_async_example_runs(assets, tmp_path):
+    """examples/trinity_async.yaml (explorer one step ahead, nccl) with the test's model, data and size."""
+    (tmp_path / "tasks").mkdir()
+    shutil.copy(assets / "data" / "train.parquet", tmp_path / "tasks" / "train.parquet")
+    shutil.copy(assets / "data" / "val.parquet", tmp_path / "tasks" / "val.parquet")
+    example = Path(__file__).resolve().parents[1] / "examples" / "trinity_async.yaml"
+    rft("train", str(example), f"model.model_path={assets / 'model'}", f"checkpoint_root_dir={tmp_path / 'ck'}",
+        f"buffer.explorer_input.taskset.path={tmp_path / 'tasks'}",
+        f"buffer.explorer_input.eval_tasksets.0.path={tmp_path / 'tasks'}", "buffer.batch_size=4",
+        "algorithm.repeat_times=4", "buffer.total_steps=3", "explorer.eval_interval=3", "model.max_response_tokens=6",
+        "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", cwd=tmp_path)
+    out = tmp_path / "ck" / "rft_examples" / "trinity_async"
+    trainer = lines(out / "metrics.jsonl")
+    assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 1]
+    explorer = lines(out / "explorer" / "metrics.jsonl")
+    assert "val-core/arithmetic/reward/mean@1" in explorer[-1]
+    assert (out / "explorer" / "val_before_train.json").is_file() and (out / "model" / "config.json").is_file()
+
+
+# ------------------------------------------------------------------------------------ explore / train
+def run_explore_and_train(assets: Path, tmp_path: Path, steps: int, *extra: str) -> Path:
+    out = tmp_path / "out"
+    common = overrides(assets, out, steps, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1", *extra)
+    trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
+    explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
+    finish(explorer)
+    finish(trainer)
+    return out
+
+
+def test_explore_and_train_as_two_commands_on_sqlite(assets, tmp_path):
+    out = run_explore_and_train(assets, tmp_path, 4)
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert [x["step"] for x in lines(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert [x["rollout/model_version"] for x in lines(out / "explorer" / "metrics.jsonl")] == [0, 0, 0, 2]
+    assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
+
+
+def test_explore_and_train_on_postgresql(assets, tmp_path):
+    from pg_server import postgres
+
+    with postgres() as url:
+        out = run_explore_and_train(assets, tmp_path, 3, f"experience_buffer.path={url}",
+                                    "experience_buffer.storage_type=sql")
+        assert not (out / "buffer.sqlite").exists()
+        assert_each_read_once(url, 3, 16)
+    assert (out / "model" / "model.safetensors").is_file()
+
+
+def wait_for(predicate, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def test_killed_explorer_and_trainer_resume(assets, tmp_path):
+    """SIGKILL the explorer mid-run and restart it, then the trainer: the run finishes, every experience is read
+    once, and the trainer's weights equal a trainer that read the same experiences without interruption."""
+    steps = 6
+    out = tmp_path / "out"
+    url = database_url(str(out / "buffer.sqlite"))
+    common = overrides(assets, out, steps, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1")
+    trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
+    explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
+    state = lambda: (SQLBuffer(url).explorer_state() or {}).get("step", 0) if (out / "buffer.sqlite").exists() else 0
+    wait_for(lambda: state() >= 2)
+    explorer.send_signal(signal.SIGKILL)
+    explorer.wait()
+    explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
+    trained = lambda: len(lines(out / "metrics.jsonl")) if (out / "metrics.jsonl").exists() else 0
+    wait_for(lambda: trained() >= 3)
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
+    finish(explorer)
+    log = finish(trainer)
+    assert "resumed from" in log
+    assert [x["step"] for x in lines(out / "metrics.jsonl")] == list(range(1, steps + 1))
+    assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == list(range(1, steps + 1))
+    assert_each_read_once(url, steps, 16)
+
+    # the same experiences, read again from the start by an uninterrupted trainer
+    again = tmp_path / "again"
+    again.mkdir()
+    import sqlite3
+
+    with sqlite3.connect(out / "buffer.sqlite") as src, sqlite3.connect(again / "buffer.sqlite") as dst:
+        src.backup(dst)  # the database with its write-ahead log
+    SQLBuffer(database_url(str(again / "buffer.sqlite"))).release_after(0)
+    rft("train", *overrides(assets, again, steps, "trainer.mode=train", "synchronizer.sync_interval=2",
+                            "synchronizer.sync_offset=1"), cwd=tmp_path)
+    a, b = load_file(out / "model" / "model.safetensors"), load_file(again / "model" / "model.safetensors")
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+
+
+# ------------------------------------------------------------------------------------------------ bench
+def test_bench_evaluates_every_checkpoint(assets, tmp_path):
+    out = tmp_path / "out"
+    val = f"data.val_files={assets / 'data' / 'val.parquet'}"
+    rft("train", *overrides(assets, out, 2, val, "trainer.val_before_train=true", "trainer.test_freq=2"), cwd=tmp_path)
+    rft("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.val_before_train=true"), cwd=tmp_path)
+    rows = lines(out / "bench" / "metrics.jsonl")
+    assert [(r["step"], r["checkpoint"]) for r in rows] == [(0, "start"), (1, "global_step_1"), (2, "global_step_2")]
+    key = "arithmetic/reward/mean@1"
+    # the starting model and the last checkpoint score what the run's own validation scored with them (greedy)
+    assert rows[0][f"bench/{key}"] == json.loads((out / "val_before_train.json").read_text())[f"val-core/{key}"]
+    assert rows[2][f"bench/{key}"] == lines(out / "metrics.jsonl")[-1][f"val-core/{key}"]
+    rft("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true",
+                            "trainer.val_before_train=false"), cwd=tmp_path)
+    assert [r["checkpoint"] for r in lines(out / "bench" / "metrics.jsonl")] == ["global_step_2"]
