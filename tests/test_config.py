@@ -19,7 +19,18 @@ from rft.config import ConfigError, RFTConfig, load_config
 from rft.config.validate import validate, walk
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted(ROOT.glob("examples/*.yaml"))
+ALL_EXAMPLES = sorted(ROOT.glob("examples/**/*.yaml"))
+
+
+def _is_trinity(path: Path) -> bool:
+    from rft.config.load import read_yaml
+    from rft.config.trinity import is_trinity
+
+    return is_trinity(read_yaml(path))
+
+
+TRINITY_EXAMPLES = [p for p in ALL_EXAMPLES if _is_trinity(p)]
+EXAMPLES = [p for p in ALL_EXAMPLES if p not in TRINITY_EXAMPLES]
 # The two keys validation requires; with validate_paths=False they need not exist.
 REQUIRED = ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet"]
 # Small sizes that satisfy every divisibility rule: 8 prompts per step, 4 per mini-batch, 4 x 2 = 8 rows per
@@ -460,6 +471,26 @@ def test_example_validates_with_real_paths(example, real_paths, tmp_path):
         overrides.append(f"reward_model.model.path={real_paths['reward_model']}")
     cfg = load_config(example, overrides, validate_paths=True)
     assert cfg.actor_rollout_ref.model.path == str(real_paths["model"])
+
+
+@pytest.mark.parametrize("example", TRINITY_EXAMPLES, ids=[str(p.relative_to(ROOT / "examples"))
+                                                           for p in TRINITY_EXAMPLES])
+def test_trinity_example_validates_with_real_paths(example, real_paths, tmp_path):
+    from rft.config.trinity import load_trinity
+
+    data = tmp_path / "tasks"
+    data.mkdir()
+    for split, target in (("train", "train"), ("val", "val")):
+        (data / f"{target}.parquet").write_bytes(Path(real_paths[split]).read_bytes())
+    kind, cfg = load_trinity(example, [f"model.model_path={real_paths['model']}",
+                                       f"buffer.explorer_input.taskset.path={data}",
+                                       *([f"buffer.explorer_input.eval_tasksets.0.path={data}"]
+                                         if "eval_tasksets" in example.read_text() else [])])
+    assert kind == "rl" and cfg.actor_rollout_ref.model.path == str(real_paths["model"])
+    raw = yaml.safe_load(example.read_text())
+    assert cfg.trainer.mode == raw["mode"]
+    assert cfg.synchronizer.sync_interval == raw["synchronizer"]["sync_interval"]
+    assert cfg.synchronizer.sync_offset == raw["synchronizer"]["sync_offset"]
 
 
 # ------------------------------------------------------------------------------------------------- CLI
