@@ -7,7 +7,7 @@ The shape is the one rft is compared on against TRL's GRPOTrainer on a 2-core ma
 
 Each configuration runs in its own child process (so its peak RSS is its own): the trainer is built once (model
 loading is not timed), `--warmup` steps are run and dropped, then N steps are timed with the trainer's own
-per-phase timer (`RLTrainer.train_step(step, Timer())`, the phases `fit()` logs as timing_s/*).
+per-phase timer (`SyncRun.train_step(step, Timer())`, the phases `fit()` logs as timing_s/*).
 
 FLOP floor (the time the step's dense matmul work would take at the machine's measured fp32 matmul rate):
     FLOPs/step = 2 * N_params * T_gen                      generation: prompt + response tokens of all B rows
@@ -169,16 +169,16 @@ def run_worker(spec: dict) -> dict:
     torch.set_flush_denormal(True)
     from rft.config import load_config
     from rft.monitor import Timer
-    from rft.trainer.rl import RLTrainer
+    from rft.trainer.run import SyncRun
 
     warmup, steps = spec["warmup"], spec["steps"]
     cfg = load_config(None, overrides(spec["model"], spec["data"], spec["out"], spec["response"], spec["kl"],
                                       warmup + steps))
     rss_import = rss_mib()
     t0 = time.perf_counter()
-    trainer = RLTrainer(cfg)
+    trainer = SyncRun(cfg)
     build_s = time.perf_counter() - t0
-    n_params = sum(p.numel() for p in trainer.model.parameters())
+    n_params = sum(p.numel() for p in trainer.trainer.model.parameters())
     rows: list[dict] = []
     prof_table = None
     busy0 = own0 = wall0 = 0.0

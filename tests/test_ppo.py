@@ -115,7 +115,7 @@ def test_ppo_from_the_cli_trains_and_resumes_exactly(assets, tmp_path):
 # ---------------------------------------------------------------------------------------------- the critic
 def test_critic_value_loss_halves_on_fixed_rollouts(assets, tmp_path):
     run = SyncRun(make_cfg(assets, tmp_path, "critic.optim.lr=3e-5"))
-    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
     score(run, batch)
     mask = batch.response_mask.float()
 
@@ -178,7 +178,7 @@ def test_critic_on_another_estimator_with_gradient_checkpointing(assets, tmp_pat
 
 def test_micro_batch_size_does_not_change_the_critic_gradient(assets, tmp_path):
     run = SyncRun(make_cfg(assets, tmp_path, "critic.loss_agg_mode=seq-mean-token-mean"))
-    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
     score(run, batch)
     batch.values = run.trainer.critic.compute_values(batch)
     run.trainer.compute_advantages(batch)
@@ -265,7 +265,7 @@ def test_reward_model_scores_reach_the_advantages(assets, tmp_path):
                    "reward_model.rule_weight=2.0", "reward_model.micro_batch_size_per_gpu=3")
     run = SyncRun(cfg)
     assert run.trainer.critic is None
-    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
     metrics = score(run, batch)
     rows = []
     for i in range(len(batch)):

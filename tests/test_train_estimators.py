@@ -81,8 +81,8 @@ def test_remax_greedy_baseline_reaches_the_advantages(assets, tmp_path):
     run = SyncRun(cfg)
     n = cfg.actor_rollout_ref.rollout.n
     # The greedy response to each prompt of step 1 and its score, computed here before the policy moves.
-    indices = copy.deepcopy(run.explorer.sampler).next_batch()
-    greedy = rollout_batch(run.explorer.engine, run.tokenizer, run.explorer.train_set, indices,
+    indices = copy.deepcopy(run.explorer.taskset.sampler).next_batch()
+    greedy = rollout_batch(run.explorer.engine, run.tokenizer, [run.explorer.taskset.dataset[i] for i in indices],
                            SamplingParams(n=1, do_sample=False, max_tokens=6), generator=None)
     reward = load_custom_reward(assets / "reward.py", "per_prompt")
     greedy_scores, _ = score_responses(reward, greedy.data_source, greedy.response_text, greedy.ground_truth,

@@ -92,7 +92,7 @@ def test_full_kl_loss_with_lora_uses_the_adapterless_model(assets, tmp_path):
 def test_compute_logit_kl_is_the_exact_kl_of_both_models(assets, tmp_path):
     run = SyncRun(make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true",
                                  "actor_rollout_ref.actor.kl_loss_type=full"))
-    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
     with torch.no_grad():
         for p in run.trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -132,7 +132,7 @@ def mini_batch(assets, tmp_path_factory):
     with torch.no_grad():
         for p in run.trainer.model.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
     score(run, batch)
     current = run.trainer.logprobs(batch, run.trainer.model, run.cfg.actor_rollout_ref.rollout)
     gen = torch.Generator().manual_seed(2)
@@ -203,7 +203,7 @@ def test_overlong_penalty_is_added_to_the_score(assets, tmp_path):
     run = SyncRun(make_cfg(assets, tmp_path, "reward_model.overlong_buffer.enable=true",
                                  "reward_model.overlong_buffer.len=4", "reward_model.overlong_buffer.penalty_factor=2.0",
                                  "reward_model.overlong_buffer.log=true", "reward_model.reward_manager=dapo"))
-    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
     rows = run.explorer.rewards.score(batch)
     metrics = run.trainer.reward_metrics(batch)
     lengths = batch.response_mask.sum(-1)
@@ -240,7 +240,7 @@ def test_dynamic_sampling_gives_up_after_max_num_gen_batches(assets, tmp_path):
                                  "algorithm.filter_groups.metric=acc", "algorithm.filter_groups.max_num_gen_batches=2"))
     with pytest.raises(RuntimeError, match=re.escape("max_num_gen_batches=2")):
         run.train_step(1, Timer())
-    assert run.explorer.sampler.batch_in_epoch == 2  # two generation batches were drawn
+    assert run.explorer.taskset.sampler.batch_in_epoch == 2  # two generation batches were drawn
     unknown = SyncRun(make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true",
                                  "algorithm.filter_groups.metric=accuracy"))
     with pytest.raises(ValueError, match=r"accuracy.*available: \['acc', 'even_only', 'score'"):

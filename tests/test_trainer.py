@@ -52,7 +52,7 @@ def test_reference_is_the_untrained_policy(assets, tmp_path):
     for extra in ([], ["actor_rollout_ref.model.lora_rank=4"]):
         cfg = make_cfg(assets, tmp_path, "actor_rollout_ref.actor.use_kl_loss=true", *extra)
         run = SyncRun(cfg)
-        batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+        batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
         start = batch.ref_logprobs = run.trainer.ref_logprobs(batch)
         score(run, batch)
         run.trainer.compute_advantages(batch)
@@ -210,7 +210,7 @@ def test_resume_modes(assets, tmp_path):
     other = SyncRun(make_cfg(assets, tmp_path / "b", "trainer.total_training_steps=2",
                                "trainer.resume_mode=resume_path", f"trainer.resume_from_path={ckpt}", *common))
     other.resume()
-    assert other.global_step == 1 and other.explorer.sampler.batch_in_epoch == 1
+    assert other.global_step == 1 and other.explorer.taskset.sampler.batch_in_epoch == 1
     saved = load_file(ckpt / "policy.safetensors")
     assert all(torch.equal(saved[n], p) for n, p in trainable(other.trainer.model).items())
     bad = SyncRun(make_cfg(assets, tmp_path / "c", "trainer.resume_mode=resume_path",
@@ -237,7 +237,7 @@ def test_stale_rows_are_downweighted(assets, tmp_path):
     its advantage; fresher rows keep all of it."""
     run = SyncRun(make_cfg(assets, tmp_path, "experience_buffer.max_staleness=1",
                            "experience_buffer.stale_policy=downweight"))
-    batch = run.explorer.generate_batch(run.explorer.sampler.next_batch())
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
     score(run, batch)
     run.trainer.compute_advantages(batch)
     plain = batch.advantages.clone()

@@ -65,7 +65,18 @@ class CustomClsConfig:
 @dataclass
 class DataConfig:
     tokenizer: Optional[str] = fld(None, "Tokenizer folder; default: the policy model's folder.")
-    train_files: Any = fld(None, "Training prompts: one parquet/jsonl file or a list of them (verl row format).")
+    train_files: Any = fld(None, "Training prompts: one parquet/jsonl file or a list of them (verl row format); "
+                                 "with task_storage sql / queue a SQLAlchemy URL or a SQLite file.")
+    task_storage: str = fld(
+        "file",
+        "Where the training tasks come from (Trinity-RFT's taskset storage types): file (train_files), sql (the "
+        "table task_table of the database train_files names, read whole at the start and sampled like files), "
+        "queue (that table read as a stream: tasks in id order, each once, waiting up to "
+        "experience_buffer.max_read_timeout for more; needs trainer.total_training_steps).",
+        choices=("file", "sql", "queue"),
+    )
+    task_table: str = fld("tasks", "sql / queue tasksets: the table (columns id, and task: a verl row as JSON; "
+                                   "rft.explorer.taskset.write_tasks fills one).")
     val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
     prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
     max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")

@@ -230,10 +230,20 @@ def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: di
 
 def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> Any:
     ts = dict(ts)
-    files = _files(t, where, ts.pop("path", None), ts.pop("split", "test" if eval_set else "train"))
-    ts.pop("name", None)
-    if ts.pop("storage_type", "file") != "file":
-        t.refuse(f"{where}.storage_type", "rft reads tasksets from files (jsonl / parquet)")
+    storage = ts.pop("storage_type", "file")
+    name = ts.pop("name", None)
+    if storage in ("sql", "queue") and not eval_set:  # a table of tasks: the path is its database
+        _set(out, "data.task_storage", storage)
+        if name:
+            _set(out, "data.task_table", name)
+        ts.pop("split", None)
+        files = ts.pop("path", None)
+        if not files:
+            t.refuse(f"{where}.path", "is required: the database (a SQLAlchemy URL or a SQLite file)")
+    else:
+        files = _files(t, where, ts.pop("path", None), ts.pop("split", "test" if eval_set else "train"))
+        if storage != "file":
+            t.refuse(f"{where}.storage_type", f"={storage!r}: rft reads eval tasksets from files (jsonl / parquet)")
     fmt = dict(ts.pop("format", None) or {})
     if "prompt_key" in fmt:
         _set(out, "data.prompt_key", fmt.pop("prompt_key"))

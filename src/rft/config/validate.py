@@ -86,6 +86,16 @@ def _check_inputs(model_key: str, model_path: str | None, data: Any, check_paths
     `require_train`: data.train_files must be set."""
     if not model_path:
         raise ConfigError(f"{model_key} is required: a Hugging Face model folder")
+    if getattr(data, "task_storage", "file") != "file":  # a database: tasks of a table
+        if not isinstance(data.train_files, str) or not data.train_files:
+            raise ConfigError(f"data.task_storage={data.task_storage}: data.train_files must be one SQLAlchemy URL "
+                              f"or SQLite file, got {data.train_files!r}")
+        _files(data.val_files, "data.val_files")
+        if check_paths:
+            _check_files_exist("data.val_files", _files(data.val_files, "data.val_files"))
+            if check_model_path:
+                _check_model_dir(model_key, model_path)
+        return
     train_files = _files(data.train_files, "data.train_files")
     val_files = _files(data.val_files, "data.val_files")
     if not train_files and require_train:
@@ -365,8 +375,15 @@ def _check_processes(cfg: RFTConfig, world_size: int) -> None:
 
 
 def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
-    """trainer.mode, synchronizer.* and experience_buffer.*: values in range, and a combination rft runs."""
+    """trainer.mode, synchronizer.*, experience_buffer.* and the taskset: values in range, and a combination rft
+    runs."""
     t, s, b = cfg.trainer, cfg.synchronizer, cfg.experience_buffer
+    if cfg.data.task_storage == "queue" and not t.total_training_steps:
+        raise ConfigError("data.task_storage=queue reads tasks as a stream, which has no epochs: set "
+                          "trainer.total_training_steps")
+    if cfg.data.task_storage != "file" and world_size > 1:
+        raise ConfigError(f"data.task_storage={cfg.data.task_storage} runs in one process for now: set "
+                          "trainer.nnodes and trainer.n_gpus_per_node to 1")
     for key, value in (("synchronizer.sync_interval", s.sync_interval),):
         _positive(key, value)
     if not isinstance(s.sync_offset, int) or s.sync_offset < 0:

@@ -58,7 +58,7 @@ class PromptDataset:
 
     def __init__(
         self,
-        files: str | Sequence[str],
+        files: str | Sequence[str | tuple[str, list[dict]]],
         tokenizer,
         *,
         prompt_key: str = "prompt",
@@ -71,7 +71,8 @@ class PromptDataset:
         self.prompts: list[Prompt] = []
         self.num_filtered = 0
         for file in files:
-            rows = read_rows(file)
+            # a path, or (name, rows) for rows from elsewhere (a database table)
+            file, rows = file if isinstance(file, tuple) else (file, read_rows(file))
             if not rows:
                 raise DataError(f"data file {str(file)!r} has no rows")
             if any(image_key in row for row in rows):

@@ -11,15 +11,14 @@ import numpy as np
 import torch
 
 from rft.batch import Batch
-from rft.data.dataset import PromptDataset, left_pad
+from rft.data.dataset import Prompt, PromptDataset, left_pad
 from rft.rewards import score_responses
 from rft.rollout import HFRollout, SamplingParams
 
 
-def rollout_batch(rollout: HFRollout, tokenizer, dataset: PromptDataset, indices: list[int],
-                  params: SamplingParams, generator: torch.Generator | None) -> Batch:
-    """Generate `params.n` responses for each prompt in `indices`; rows of one prompt are adjacent."""
-    prompts = [dataset[i] for i in indices]
+def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: SamplingParams,
+                  generator: torch.Generator | None) -> Batch:
+    """Generate `params.n` responses for each of `prompts`; rows of one prompt are adjacent."""
     prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], tokenizer.pad_token_id)
     out = rollout.generate(prompt_ids, prompt_mask, params, generator)
     n = params.n
@@ -56,7 +55,8 @@ def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, p
     chunk = chunk or len(indices)
     sources, scores, samples = [], [], []
     for start in range(0, len(indices), chunk):
-        batch = rollout_batch(rollout, tokenizer, dataset, indices[start:start + chunk], params, generator)
+        batch = rollout_batch(rollout, tokenizer, [dataset[i] for i in indices[start:start + chunk]], params,
+                              generator)
         if scorer is not None:
             s = list(scorer(batch))
         else:

@@ -18,7 +18,7 @@ import torch
 
 from rft.algorithms import estimator_spec, informative_groups
 from rft.batch import Batch, concat_batches
-from rft.data.dataset import PromptDataset, PromptSampler
+from rft.data.dataset import Prompt, PromptDataset
 from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
 from rft.explorer.evaluate import evaluate, rollout_batch
@@ -31,8 +31,9 @@ from rft.workers.fsdp import gathered_for_generation
 GENERATOR = "rollout"
 
 
-def load_taskset(cfg, tokenizer, files) -> PromptDataset:
-    """The prompts of `files` with the data section's template, length and truncation settings."""
+def load_prompts(cfg, tokenizer, files) -> PromptDataset:
+    """The prompts of `files` (paths, or (name, rows) pairs) with the data section's template, length and
+    truncation settings."""
     data = cfg.data
     return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
@@ -51,28 +52,35 @@ def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
     return batch
 
 
+def load_tasksets(cfg, tokenizer):
+    """(the training taskset, the validation prompts or None) of an RL config."""
+    from rft.explorer.taskset import make_taskset
+
+    taskset = make_taskset(cfg, lambda files: load_prompts(cfg, tokenizer, files)) if cfg.data.train_files else None
+    val_set = load_prompts(cfg, tokenizer, cfg.data.val_files) if cfg.data.val_files else None
+    return taskset, val_set
+
+
 class Explorer:
-    def __init__(self, cfg, tokenizer, engine, rewards: RewardPipeline, train_set: PromptDataset | None,
+    def __init__(self, cfg, tokenizer, engine, rewards: RewardPipeline, taskset,
                  val_set: PromptDataset | None = None, dist: Dist = SINGLE):
         """`engine`: the rollout engine (its `model` is the policy it samples from; `version` the weights'
-        trainer step); `train_set` None: an explorer that only evaluates (mode bench)."""
+        trainer step); `taskset`: where the tasks come from (`rft.explorer.taskset`), None for an explorer that
+        only evaluates (mode bench)."""
         self.cfg, self.tokenizer, self.engine, self.rewards, self.dist = cfg, tokenizer, engine, rewards, dist
-        self.train_set, self.val_set = train_set, val_set
-        data = cfg.data
-        self.sampler = (PromptSampler(len(train_set), data.train_batch_size, data.shuffle, data.seed)
-                        if train_set is not None else None)
+        self.taskset, self.val_set = taskset, val_set
         self.generator = torch.Generator().manual_seed(cfg.trainer.seed)
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
         self.step = 0  # explore steps done
 
     # ----------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
-        return {"step": self.step, "sampler": self.sampler.state_dict(),
+        return {"step": self.step, "sampler": self.taskset.state_dict(),
                 "generator": self.generator.get_state().tolist()}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = state["step"]
-        self.sampler.load_state_dict(state["sampler"])
+        self.taskset.load_state_dict(state["sampler"])
         self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
 
     # ----------------------------------------------------------------------------------------- explore
@@ -99,48 +107,48 @@ class Explorer:
     def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor]]:
         """One generation batch of `data.train_batch_size` prompts, scored (and its per-prompt baselines); with
         several processes this rank's share of them. Returns the batch and its per-row reward values by name."""
-        indices = self.sampler.next_batch()
+        prompts = self.taskset.next_batch()
         positions = None
         if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
-            positions = step_shard(len(indices), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
+            positions = step_shard(len(prompts), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
                                    self.dist.rank, self.dist.world_size)
-            indices = [indices[i] for i in positions]
+            prompts = [prompts[i] for i in positions]
         with timer("gen"):
-            batch = self.generate_batch(indices, positions)
+            batch = self.generate_batch(prompts, positions)
         with timer("reward"):
             rows = self.rewards.score(batch)
         if "reward_baselines" in self.adv_needs:
             with timer("gen_max"):
-                batch.reward_baselines = self.greedy_baselines(indices)
+                batch.reward_baselines = self.greedy_baselines(prompts)
         return batch, rows
 
-    def generate_batch(self, indices: list[int], positions: list[int] | None = None) -> Batch:
-        """n responses to each prompt of `indices`; `positions`: the prompts' places in the step's batch of all
-        ranks (their group ids), default 0, 1, ..."""
+    def generate_batch(self, prompts: list[Prompt], positions: list[int] | None = None) -> Batch:
+        """n responses to each of `prompts`; `positions`: the prompts' places in the step's batch of all ranks
+        (their group ids), default 0, 1, ..."""
         ro = self.cfg.actor_rollout_ref.rollout
         params = self.sampling_params(ro, n=ro.n, do_sample=ro.do_sample)
         if not self.dist.enabled:
-            return rollout_batch(self.engine, self.tokenizer, self.train_set, indices, params, self.generator)
+            return rollout_batch(self.engine, self.tokenizer, prompts, params, self.generator)
         # Each rank samples from its own stream, drawn from the shared generator (the same on every rank, so a
         # checkpoint holds one state); prompts get globally unique group ids; every rank pads its responses to
         # the widest of all, so the gathered (B, R) tensors are the one-process batch's.
         seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
         generator = torch.Generator().manual_seed((seed + 1_000_003 * self.dist.rank) % 2**63)
         with gathered_for_generation(self.engine.model):
-            batch = rollout_batch(self.engine, self.tokenizer, self.train_set, indices, params, generator)
+            batch = rollout_batch(self.engine, self.tokenizer, prompts, params, generator)
         if positions is not None:
             batch.group = torch.as_tensor(positions, dtype=torch.long)[batch.group]
         return pad_responses(batch, self.dist.max_int(batch.response_ids.shape[1]), self.tokenizer.pad_token_id)
 
-    def greedy_baselines(self, indices: list[int]) -> torch.Tensor:
-        """(B,) ReMax's baseline: the score of one greedy response (do_sample false, same max tokens) to each
-        prompt in `indices`, scored as the samples are, given to every row of that prompt's group."""
+    def greedy_baselines(self, prompts: list[Prompt]) -> torch.Tensor:
+        """(B,) ReMax's baseline: the score of one greedy response (do_sample false, same max tokens) to each of
+        `prompts`, scored as the samples are, given to every row of that prompt's group."""
         ro = self.cfg.actor_rollout_ref.rollout
         params = self.sampling_params(ro, n=1, do_sample=False)
         with gathered_for_generation(self.engine.model):
-            greedy = rollout_batch(self.engine, self.tokenizer, self.train_set, indices, params, generator=None)
+            greedy = rollout_batch(self.engine, self.tokenizer, prompts, params, generator=None)
         scores, _ = self.rewards.score_rows(greedy)
-        position = torch.arange(len(indices)).repeat_interleave(ro.n)  # each row's prompt, as in rollout_batch
+        position = torch.arange(len(prompts)).repeat_interleave(ro.n)  # each row's prompt, as in rollout_batch
         return torch.tensor(scores, dtype=torch.float32)[position]
 
     def dynamic_sampling(self, batch: Batch, rows: dict[str, torch.Tensor],

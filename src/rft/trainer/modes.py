@@ -23,7 +23,7 @@ import torch
 from rft.buffer import BufferClosed, make_buffer
 from rft.config import to_yaml
 from rft.experience import to_batch
-from rft.explorer import Explorer, load_taskset
+from rft.explorer import Explorer, load_prompts, load_tasksets
 from rft.explorer.evaluate import eos_token_ids
 from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
@@ -72,9 +72,8 @@ class ExploreLoop:
         self.out = Path(t.default_local_dir)
         torch.manual_seed(t.seed)
         self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
-        train_set = load_taskset(cfg, self.tokenizer, data.train_files)
-        val_set = load_taskset(cfg, self.tokenizer, data.val_files) if data.val_files else None
-        self.total_steps = total_training_steps(cfg, len(train_set))
+        taskset, val_set = load_tasksets(cfg, self.tokenizer)
+        self.total_steps = total_training_steps(cfg, len(taskset))
         device = resolve_device(t.device)
         dtype = compute_dtype(arr.rollout.dtype, device)
         # the policy built as the trainer builds it (LoRA included), so the synchronised names match
@@ -85,7 +84,7 @@ class ExploreLoop:
         rewards = RewardPipeline.from_config(cfg, self.tokenizer, dtype, device)
         engine = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id,
                            arr.rollout.micro_batch_size)
-        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, train_set, val_set)
+        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set)
         self.buffer = make_buffer(cfg, shared=True)
         self.sync = None  # made in run(): nccl joins the trainer's process group there
 
@@ -112,7 +111,7 @@ class ExploreLoop:
         write_text_atomic(folder / "config.yaml", to_yaml(cfg))
         tracker = Tracker(folder / "metrics.jsonl", self.total_steps, ex.step, "console" in t.logger and
                           os.environ.get(ROLE_ENV) != "explorer", log_every=t.log_freq)
-        tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {len(ex.train_set)} tasks, "
+        tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {len(ex.taskset) or 'a stream of'} tasks, "
                       f"sync every {s.sync_interval} step(s) offset {s.sync_offset} ({method}), output {folder}")
         if t.val_before_train and ex.step == 0 and ex.val_set is not None:
             metrics, _ = ex.evaluate()
@@ -127,7 +126,7 @@ class ExploreLoop:
                         weights, version = self.sync.receive(need)
                         engine.update_weights(weights, version)
                 experiences, metrics = ex.explore_step(timer)
-                metrics["training/epoch"] = ex.sampler.epoch
+                metrics["training/epoch"] = ex.taskset.epoch
                 metrics["rollout/model_version"] = engine.version
                 with timer("write"):
                     self.buffer.write(experiences, ex.state_dict())
@@ -155,8 +154,8 @@ class TrainLoop:
         self.out = Path(t.default_local_dir)
         torch.manual_seed(t.seed)
         self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
-        num_tasks = len(load_taskset(cfg, self.tokenizer, data.train_files)) if data.train_files else None
-        self.total_steps = total_training_steps(cfg, num_tasks)
+        taskset, _ = load_tasksets(cfg, self.tokenizer) if data.train_files else (None, None)
+        self.total_steps = total_training_steps(cfg, len(taskset) if taskset is not None else None)
         self.trainer = RLTrainer(cfg, self.tokenizer, self.total_steps)
         self.buffer = make_buffer(cfg, shared=True)
         self.rows = data.train_batch_size * arr.rollout.n
@@ -271,7 +270,7 @@ def run_bench(cfg) -> Path:
     out = Path(t.default_local_dir)
     torch.manual_seed(t.seed)
     tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
-    val_set = load_taskset(cfg, tokenizer, data.val_files)
+    val_set = load_prompts(cfg, tokenizer, data.val_files)
     device = resolve_device(t.device)
     dtype = compute_dtype(arr.rollout.dtype, device)
     # built as the run built it (LoRA included): a checkpoint holds its trainable parameters

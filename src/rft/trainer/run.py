@@ -19,7 +19,7 @@ from rft.buffer import make_buffer
 from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist
 from rft.experience import to_batch
-from rft.explorer import Explorer, load_taskset
+from rft.explorer import Explorer, load_tasksets
 from rft.explorer.evaluate import eos_token_ids
 from rft.explorer.explorer import GENERATOR
 from rft.fsutil import write_text_atomic
@@ -39,7 +39,7 @@ def total_training_steps(cfg, num_tasks: int | None) -> int:
     t = cfg.trainer
     if t.total_training_steps:
         return t.total_training_steps
-    if num_tasks is None:
+    if not num_tasks:
         raise ValueError("trainer.total_training_steps is needed when no training taskset is given")
     return num_tasks // cfg.data.train_batch_size * t.total_epochs
 
@@ -54,14 +54,13 @@ class SyncRun:
         self.out = Path(cfg.trainer.default_local_dir)
         torch.manual_seed(cfg.trainer.seed)
         self.tokenizer = load_tokenizer(data.tokenizer or cfg.actor_rollout_ref.model.path, data.trust_remote_code)
-        train_set = load_taskset(cfg, self.tokenizer, data.train_files)
-        val_set = load_taskset(cfg, self.tokenizer, data.val_files) if data.val_files else None
-        self.total_steps = total_training_steps(cfg, len(train_set))
+        taskset, val_set = load_tasksets(cfg, self.tokenizer)
+        self.total_steps = total_training_steps(cfg, len(taskset))
         self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
         rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
         engine = HFRollout(trainer.model, eos_token_ids(trainer.model, self.tokenizer), self.tokenizer.pad_token_id,
                            ro.micro_batch_size, all_done=dist.all_true if dist.enabled else None)
-        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, train_set, val_set, dist)
+        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set, dist)
         self.buffer = make_buffer(cfg)
         self.sync = MemorySync(engine)
         self._step_metrics: dict = {}
@@ -80,7 +79,7 @@ class SyncRun:
                           recovered=recovered, log_every=cfg.log_freq) if main else SilentTracker()
         where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.world_size} processes ({trainer.device.type})"
         tracker.write(f"rft: {self.total_steps} steps on {where} ({str(trainer.dtype).replace('torch.', '')}), "
-                      f"{len(self.explorer.train_set)} train prompts, output {self.out}")
+                      f"{len(self.explorer.taskset)} train prompts, output {self.out}")
         last: dict[str, float] = {}
         if cfg.val_before_train and self.global_step == 0 and self.explorer.val_set is not None:
             # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
@@ -114,7 +113,7 @@ class SyncRun:
     def train_step(self, step: int, timer: Timer) -> dict[str, float]:
         """One on-policy step: explore, hand the experiences over through the buffer, train, sync."""
         experiences, metrics = self.explorer.explore_step(timer)
-        metrics["training/epoch"] = self.explorer.sampler.epoch
+        metrics["training/epoch"] = self.explorer.taskset.epoch
         self.buffer.write(experiences)
         read = self.buffer.read(len(experiences), step)
         labels = [e.info["position"] for e in read.experiences] if self.dist.enabled else None
@@ -139,7 +138,7 @@ class SyncRun:
     # -------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int) -> Path:
         return self.trainer.save_checkpoint(
-            step, {"sampler": self.explorer.sampler.state_dict(), "metrics": self._step_metrics},
+            step, {"sampler": self.explorer.taskset.state_dict(), "metrics": self._step_metrics},
             {GENERATOR: self.explorer.generator})
 
     def resume(self) -> dict | None:
@@ -148,7 +147,7 @@ class SyncRun:
         state = self.trainer.resume({GENERATOR: self.explorer.generator})
         if state is None:
             return None
-        self.explorer.sampler.load_state_dict(state["sampler"])
+        self.explorer.taskset.load_state_dict(state["sampler"])
         self.explorer.step = state["global_step"]
         self.buffer.truncate_after(state["global_step"])
         self.sync.publish(None, state["global_step"])

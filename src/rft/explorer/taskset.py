@@ -1,0 +1,137 @@
+"""Tasksets: where the explorer's tasks come from (Trinity-RFT's taskset storage types).
+
+* `file`: parquet / jsonl files (`data.train_files`), sampled without replacement each epoch (`PromptSampler`).
+* `sql`: a database table (`data.train_files` a SQLAlchemy URL, table `data.task_table`) read whole when the run
+  starts and sampled like files.
+* `queue`: the same kind of table read as a stream: tasks in id order, each once, the explorer waiting for
+  producers to add more (up to experience_buffer.max_read_timeout). Its position (the last id read) is part of the
+  explorer's state, written with each step's experiences, so a restarted explorer neither skips nor repeats tasks.
+
+A task table has an integer primary key `id` and a text column `task` holding one row in verl's format as JSON
+(`write_tasks` fills one).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import sqlalchemy as sa
+
+from rft.buffer.sql import database_url, make_engine
+from rft.data.dataset import Prompt, PromptDataset, PromptSampler
+
+STORAGE_TYPES = ("file", "sql", "queue")
+
+
+def task_table(name: str) -> sa.Table:
+    return sa.Table(name, sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                    sa.Column("task", sa.Text, nullable=False))
+
+
+def write_tasks(url: str, table: str, rows: list[dict]) -> None:
+    """Append `rows` (verl's row format) to the task table `table` of the database `url` (created if missing)."""
+    engine = make_engine(database_url(url))
+    t = task_table(table)
+    t.metadata.create_all(engine, checkfirst=True)
+    with engine.begin() as conn:
+        conn.execute(t.insert(), [{"task": json.dumps(r)} for r in rows])
+    engine.dispose()
+
+
+def read_tasks(url: str, table: str, after: int = 0, limit: int | None = None) -> list[tuple[int, dict]]:
+    """(id, row) of the tasks with id > `after`, in id order, at most `limit`."""
+    engine = make_engine(database_url(url))
+    t = task_table(table)
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table(table):
+                return []
+            query = sa.select(t.c.id, t.c.task).where(t.c.id > after).order_by(t.c.id)
+            rows = conn.execute(query.limit(limit) if limit else query).all()
+    finally:
+        engine.dispose()
+    return [(i, json.loads(task)) for i, task in rows]
+
+
+class FileTaskset:
+    """Tasks of files or of a table read whole, `batch_size` a step, a new seeded permutation each epoch."""
+
+    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int):
+        self.dataset = dataset
+        self.sampler = PromptSampler(len(dataset), batch_size, shuffle, seed)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def next_batch(self) -> list[Prompt]:
+        return [self.dataset[i] for i in self.sampler.next_batch()]
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+class QueueTaskset:
+    """Tasks of a table as a stream: `batch_size` new ones a step, in id order, each once."""
+
+    def __init__(self, url: str, table: str, make_prompts, batch_size: int, timeout: float):
+        """`make_prompts(name, rows)`: Prompts of task rows (the data section's template and length settings)."""
+        self.url, self.table, self.make_prompts = url, table, make_prompts
+        self.batch_size, self.timeout = batch_size, timeout
+        self.position = 0  # the id of the last task read
+
+    def __len__(self) -> int:
+        return 0  # a stream: no size
+
+    @property
+    def epoch(self) -> int:
+        return 0
+
+    def next_batch(self) -> list[Prompt]:
+        start, delay = time.monotonic(), 0.05
+        while True:
+            tasks = read_tasks(self.url, self.table, self.position, self.batch_size)
+            if len(tasks) == self.batch_size:
+                break
+            if time.monotonic() - start > self.timeout:
+                raise TimeoutError(
+                    f"the task queue {self.url} (table {self.table}) held {len(tasks)} of the {self.batch_size} new "
+                    f"tasks a step needs after {self.timeout:.0f} s (experience_buffer.max_read_timeout): add tasks "
+                    "(rft.explorer.taskset.write_tasks) or lower trainer.total_training_steps"
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+        self.position = tasks[-1][0]
+        return self.make_prompts(f"{self.url}#{self.table}", [row for _, row in tasks]).prompts
+
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = state["position"]
+
+
+def make_taskset(cfg, make_prompts):
+    """The training taskset of `cfg` (data.task_storage); `make_prompts(name_or_files, rows=None)` builds a
+    PromptDataset of files or of named rows."""
+    data = cfg.data
+    if data.task_storage == "file":
+        return FileTaskset(make_prompts(data.train_files), data.train_batch_size, data.shuffle, data.seed)
+    url = database_url(data.train_files)
+    if data.task_storage == "sql":
+        rows = [row for _, row in read_tasks(url, data.task_table)]
+        if not rows:
+            from rft.data.dataset import DataError
+
+            raise DataError(f"data.train_files={data.train_files!r}: the table {data.task_table!r} holds no tasks")
+        return FileTaskset(make_prompts([(f"{url}#{data.task_table}", rows)]), data.train_batch_size, data.shuffle,
+                           data.seed)
+    return QueueTaskset(url, data.task_table, lambda name, rows: make_prompts([(name, rows)]),
+                        data.train_batch_size, cfg.experience_buffer.max_read_timeout)
