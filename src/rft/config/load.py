@@ -15,9 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from rft.config.schema import RFTConfig
+from rft.errors import RftError
 
 
-class ConfigError(ValueError):
+class ConfigError(RftError, ValueError):
     """A config value or key that rft refuses, with what to do instead."""
 
 

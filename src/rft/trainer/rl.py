@@ -62,6 +62,7 @@ from rft.trainer.checkpoint import (
     step_of,
 )
 from rft.trainer.evaluate import eos_token_ids, evaluate, rollout_batch
+from rft.trainer.preflight import check_reward_inputs
 from rft.workers.critic import CriticSettings, CriticWorker
 from rft.workers.fsdp import full_state_dict, gathered_for_generation, wrap
 from rft.workers.optim import plateau_step
@@ -114,7 +115,8 @@ class RLTrainer:
         self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, data.shuffle, data.seed)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
         crf = cfg.custom_reward_function
-        self.reward_fn = build_reward_fn(crf.path, crf.name, crf.reward_weights)
+        self.reward_fn = build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error)
+        check_reward_inputs(cfg, self.train_set, self.val_set)  # before the model loads
         # The optional inputs the estimator declared with its registration; the trainer fills each one it knows:
         # reward_baselines from a greedy rollout per prompt (`gen_max`), values from the critic (`values`).
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
@@ -156,7 +158,8 @@ class RLTrainer:
             tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=actor.policy_loss.clip_cov_ratio,
             clip_cov_lb=actor.policy_loss.clip_cov_lb, clip_cov_ub=actor.policy_loss.clip_cov_ub,
             kl_cov_ratio=actor.policy_loss.kl_cov_ratio, ppo_kl_coef=actor.policy_loss.ppo_kl_coef,
-            opmd_tau=actor.policy_loss.tau,
+            opmd_tau=actor.policy_loss.tau, bad_update_limit=trainer.bad_update_limit,
+            logit_chunk_tokens=UpdateSettings.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
         self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps, ref_model=self.ref_model,
                                    dist=dist)
@@ -169,7 +172,8 @@ class RLTrainer:
         updates = actor.ppo_epochs * (data.train_batch_size // actor.ppo_mini_batch_size)
         self.needs_old_logprobs = updates > 1 or cfg.algorithm.use_kl_in_reward
         self.ckpt = CheckpointManager(
-            self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep
+            self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep,
+            mirror=trainer.default_hdfs_dir,
         )
         self.global_step = 0
         self._step_metrics: dict = {}
@@ -196,7 +200,7 @@ class RLTrainer:
             shuffle=actor.shuffle if c.shuffle is None else c.shuffle, seed=self.settings.seed,
             max_response_length=self.cfg.data.max_response_length,
             loss_agg_mode=c.loss_agg_mode or actor.loss_agg_mode, grad_clip=c.grad_clip,
-            cliprange_value=c.cliprange_value,
+            cliprange_value=c.cliprange_value, bad_update_limit=self.cfg.trainer.bad_update_limit,
         )
         return CriticWorker(model, settings, c.optim, self.total_steps, self.dist)
 
@@ -216,9 +220,9 @@ class RLTrainer:
     # ------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
         cfg, main = self.cfg.trainer, self.dist.is_main
-        if main:
-            self._write_config()
         self._maybe_resume()
+        if main:  # after the resume's checks: a refused resume leaves the folder's config.yaml as it was
+            self._write_config()
         tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger,
                           recovered=self._recovered_metrics, log_every=cfg.log_freq) if main else SilentTracker()
         where = f"{self.device}" if not self.dist.enabled else f"{self.dist.world_size} processes ({self.device.type})"
@@ -303,7 +307,8 @@ class RLTrainer:
         positions = None
         if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
             positions = step_shard(len(indices), self.settings.ppo_mini_batch_size, self.dist.rank,
-                                   self.dist.world_size)
+                                   self.dist.world_size, lengths=[len(self.train_set[i].ids) for i in indices]
+                                   if self.cfg.trainer.balance_batch else None)
             indices = [indices[i] for i in positions]
         with timer("gen"):
             batch = self.generate_batch(indices, positions)

@@ -46,6 +46,7 @@ class CriticSettings:
     loss_agg_mode: str
     grad_clip: float
     cliprange_value: float
+    bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
 
 
 class CriticWorker(MiniBatchWorker):

@@ -173,7 +173,8 @@ class UpdateSettings:
     kl_cov_ratio: float = 0.0002  # kl_cov
     ppo_kl_coef: float = 0.1  # kl_cov
     opmd_tau: float = 1.0  # opmd
-    logit_chunk_tokens: int = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL
+    logit_chunk_tokens: int | None = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL; None: all
+    bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
 
 
 class PolicyWorker(MiniBatchWorker):
