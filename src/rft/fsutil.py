@@ -9,15 +9,48 @@ shared machine could read.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-[0-9a-f]{8}$")
+
+
+def os_error_of(error: BaseException, path: str | Path) -> OSError | None:
+    """The operating-system error behind a writer's failure, for writers that hide it: safetensors says
+    "(os error 28)", torch.save only "unexpected pos". None when the failure is not the file system's."""
+    if isinstance(error, OSError):
+        return error
+    m = re.search(r"os error (\d+)", str(error))
+    if m:
+        code = int(m.group(1))
+        return OSError(code, os.strerror(code), str(path))
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    written = Path(path).stat().st_size if Path(path).is_file() else 0
+    if soft != resource.RLIM_INFINITY and written >= soft:
+        return OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(path))
+    folder = Path(path).parent
+    if folder.is_dir() and shutil.disk_usage(folder).free < (1 << 20):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return None
+
+
+def checked_write(write: Callable[[], object], path: str | Path) -> None:
+    """Run `write()` (which writes `path`); a failure of the file system is raised as the OSError it is."""
+    try:
+        write()
+    except Exception as e:
+        os_error = os_error_of(e, path)
+        if os_error is None or os_error is e:
+            raise
+        raise os_error from e
 
 
 def current_umask() -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rft.fsutil import atomic_dir
+from rft.fsutil import atomic_dir, checked_write
 
 log = logging.getLogger("rft")
 
@@ -229,6 +229,6 @@ def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: 
     if is_peft(model):
         model = (model if merge_in_place else copy.deepcopy(model)).merge_and_unload()
     with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        checked_write(lambda: model.save_pretrained(tmp, safe_serialization=True), tmp / "model.safetensors")
         tokenizer.save_pretrained(tmp)
     return out_dir

@@ -22,6 +22,10 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _or_zero(fn: Callable[..., Any]) -> str:
+    return f", or {advice(fn, 'timeout')}" if policy_of(fn) != "zero" and hasattr(fn, "on_error") else ""
+
+
 def _score_of(result: Any, row: int, data_source: str, fn: Callable[..., Any]) -> tuple[float, dict[str, float]]:
     """(score, numeric metrics) of one call's result, or RewardError / RewardTypeError naming the row."""
     where = f"for row {row} (data_source {data_source!r})"
@@ -30,7 +34,7 @@ def _score_of(result: Any, row: int, data_source: str, fn: Callable[..., Any]) -
         if "score" not in result:
             raise RewardError(
                 f"{label_of(fn)} returned a dict without 'score' {where}; its keys: {sorted(map(str, result))}; "
-                "put the reward under 'score'"
+                f"put the reward under 'score'{_or_zero(fn)}"
             )
         score = result["score"]
         metrics = {str(key): float(value) for key, value in result.items()
@@ -40,11 +44,11 @@ def _score_of(result: Any, row: int, data_source: str, fn: Callable[..., Any]) -
     if not isinstance(score, numbers.Real):
         raise RewardTypeError(
             f"{label_of(fn)} returned a score of type {type(score).__name__} ({_short(score)}) {where}; return a "
-            "float or a dict with a float under 'score'"
+            f"float or a dict with a float under 'score'{_or_zero(fn)}"
         )
     score = float(score)
     if not math.isfinite(score):
-        raise RewardError(f"{label_of(fn)} returned score {score} {where}; return a finite number")
+        raise RewardError(f"{label_of(fn)} returned score {score} {where}; return a finite number{_or_zero(fn)}")
     return score, metrics
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, TrainingDiverged
-from rft.fsutil import atomic_dir, publish_modes, replace_dir, write_text_atomic
+from rft.fsutil import atomic_dir, checked_write, publish_modes, replace_dir, write_text_atomic
 
 MANIFEST = "manifest.json"
 
@@ -181,7 +181,7 @@ def _save_weights(model, file: Path) -> None:
             f"refusing to write a checkpoint from non-finite weights ({len(bad)} tensors, e.g. {bad[0]}); the "
             "previous checkpoint stays the latest: lower the learning rate and resume from it"
         )
-    save_file(weights, file)
+    checked_write(lambda: save_file(weights, file), file)
 
 
 def _load_weights(model, file: Path, folder: Path) -> None:
@@ -217,7 +217,7 @@ def _save_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, co
     if "model" in contents:
         _save_weights(model, folder / weights_file)
     if "optimizer" in contents:
-        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+        checked_write(lambda: torch.save(optimizer.state_dict(), folder / "optimizer.pt"), folder / "optimizer.pt")
 
 
 def _load_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, contents: set[str], model, optimizer,
@@ -262,11 +262,10 @@ def save_training_state(folder: Path, *, contents: set[str], model, optimizer, s
     if not dist.is_main:
         return
     if "extra" in contents:
-        torch.save({
-            "scheduler": scheduler.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
-                    **{name: g.get_state() for name, g in generators.items()}},
-        }, folder / "extra.pt")
+        extra = {"scheduler": scheduler.state_dict(),
+                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+                         **{name: g.get_state() for name, g in generators.items()}}}
+        checked_write(lambda: torch.save(extra, folder / "extra.pt"), folder / "extra.pt")
     (folder / "trainer_state.json").write_text(json.dumps(
         {**state, "contents": sorted(contents), "processes": dist.world_size}, indent=1))
 
@@ -339,7 +338,7 @@ def save_module_state(folder: Path, *, contents: set[str], model, optimizer, sch
     if not dist.is_main:
         return
     if "extra" in contents:
-        torch.save(scheduler.state_dict(), folder / "scheduler.pt")
+        checked_write(lambda: torch.save(scheduler.state_dict(), folder / "scheduler.pt"), folder / "scheduler.pt")
     (folder / "contents.json").write_text(json.dumps(sorted(contents)))
 
 
