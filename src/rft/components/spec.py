@@ -209,7 +209,7 @@ class Component:
             value = full[inp.name]
             if inp.vllm:
                 hf_values = _schema_also(inp.key)  # values that say what the hf engine does (1: not sharded)
-                if value in hf_values:
+                if value != inp.default and value in hf_values:
                     plan.set(inp.key, value, inp.name)
                 elif value != inp.default:
                     also = "".join(f" or {v!r} (what the hf engine does)" for v in hf_values)

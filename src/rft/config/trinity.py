@@ -83,6 +83,9 @@ SFT_DEFAULT_ONLY = (f"{A}.optim.lr_warmup_steps", f"{A}.optim.num_cycles", f"{A}
                     f"{M}.enable_activation_offload", f"{M}.use_shm")
 
 
+_SCALARS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace")
+
+
 def is_trinity(raw: Any) -> bool:
     if not hasattr(raw, "keys"):
         return False
@@ -125,6 +128,15 @@ class _Translation:
             raise ConfigError("\n".join(lines))
 
 
+def _section(value: Any, where: str) -> dict:
+    """A copy of the mapping at `where` (null: empty); any other value is a ConfigError naming it."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping of keys, got {type(value).__name__} {value!r}")
+    return dict(value)
+
+
 NOT_HONOURED = "not honoured by rft (no equivalent in its one-process synchronous loop); remove it"
 
 
@@ -148,7 +160,7 @@ def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
 
 def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     """The RL algorithm keys; returns the algorithm type."""
-    algo = dict(algo)
+    algo = _section(algo, "algorithm")
     kind = algo.pop("algorithm_type", "ppo")
     if kind not in ALGORITHMS:
         t.refuse("algorithm.algorithm_type", f"={kind!r}: rft runs {sorted(ALGORITHMS)} (dpo / mix are not "
@@ -231,7 +243,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
 
 
 def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
-    model = dict(model)
+    model = _section(model, "model")
     if "model_path" in model:
         _set(out, "model.partial_pretrain" if sft else "actor_rollout_ref.model.path", model.pop("model_path"))
     prompt, response = model.pop("max_prompt_tokens", None), model.pop("max_response_tokens", None)
@@ -280,25 +292,41 @@ def _check_model_len(t: _Translation, out: dict) -> None:
 
 
 def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: dict) -> None:
-    args = dict(ts.get("rollout_args") or {})
+    args = _section(ts.get("rollout_args"), f"{where}.rollout_args")
     prefix = f"{R}.val_kwargs" if eval_set else R
     for key in ("temperature", "top_p", "top_k"):
         if key in args:
-            _set(out, f"{prefix}.{key}", args.pop(key))
+            _set_shared(t, out, f"{prefix}.{key}", args.pop(key), f"{where}.rollout_args.{key}")
     if eval_set and "temperature" in (ts.get("rollout_args") or {}):
         _set(out, f"{prefix}.do_sample", ts["rollout_args"]["temperature"] > 0)
     t.rest(args, f"{where}.rollout_args", NOT_HONOURED)
 
 
+def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) -> None:
+    """`key` = `value` from the taskset key `where`; several tasksets that set one rft key differently are refused
+    (the last would win silently)."""
+    owners = out.setdefault("_trinity", {}).setdefault("set_by", {})
+    if key in owners and _get(out, key) != value:
+        t.refuse(where, f"={value!r}, but {owners[key]} sets it to {_get(out, key)!r}: rft has one {key} for all "
+                        "tasksets of a run; make them equal")
+        return
+    owners.setdefault(key, where)
+    _set(out, key, value)
+
+
 def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> Any:
-    ts = dict(ts)
-    files = _files(t, where, ts.pop("path", None), ts.pop("split", "test" if eval_set else "train"))
+    ts = _section(ts, where)
+    path, split = ts.pop("path", None), ts.pop("split", None)
+    if split is not None and path and not Path(path).expanduser().is_dir() and Path(path).stem != split:
+        t.refuse(f"{where}.split", f"={split!r}, but path={path!r} is a file, not a folder holding splits: remove "
+                                   "split or give the folder")
+    files = _files(t, where, path, split or ("test" if eval_set else "train"))
     ts.pop("name", None)
     if ts.pop("storage_type", "file") != "file":
         t.refuse(f"{where}.storage_type", "rft reads tasksets from files (jsonl / parquet)")
-    fmt = dict(ts.pop("format", None) or {})
+    fmt = _section(ts.pop("format", None), f"{where}.format")
     if "prompt_key" in fmt:
-        _set(out, "data.prompt_key", fmt.pop("prompt_key"))
+        _set_shared(t, out, "data.prompt_key", fmt.pop("prompt_key"), f"{where}.format.prompt_key")
     if fmt.pop("prompt_type", "plaintext") not in ("plaintext", "messages"):
         t.refuse(f"{where}.format.prompt_type", "rft reads a string or a chat message list")
     t.rest(fmt, f"{where}.format", "rft scores rows by data_source and reward_model.ground_truth (verl's row "
@@ -306,14 +334,14 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -
     _taskset_args(t, ts, where, eval_set, out)
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
-        _set(out, f"{R}.val_kwargs.n", ts.pop("repeat_times"))
+        _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
     t.rest(ts, where, "Trinity's workflows and reward functions are not implemented: rft scores rows by "
                       "data_source (verl's row format) or custom_reward_function")
     return files
 
 
 def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) -> None:
-    b = dict(buffer)
+    b = _section(buffer, "buffer")
     batch = b.pop("batch_size", None)
     train_batch = b.pop("train_batch_size", None)
     if sft:
@@ -337,10 +365,12 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
         _set(out, "trainer.total_epochs", b.pop("total_epochs"))
     if "total_steps" in b:
         _set(out, "trainer.total_training_steps", b.pop("total_steps"))
-    explorer_input = dict(b.pop("explorer_input", None) or {})
-    trainer_input = dict(b.pop("trainer_input", None) or {})
+    explorer_input = {k: v for k, v in _section(b.pop("explorer_input", None), "buffer.explorer_input").items()
+                      if v is not None}
+    trainer_input = {k: v for k, v in _section(b.pop("trainer_input", None), "buffer.trainer_input").items()
+                     if v is not None}
     if not sft:
-        if "taskset" in explorer_input:
+        if explorer_input.get("taskset") is not None:
             files = _taskset(t, explorer_input.pop("taskset"), "buffer.explorer_input.taskset", out, False)
             if files:
                 _set(out, "data.train_files", files)
@@ -352,21 +382,21 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
                 val_files += files if isinstance(files, list) else [files]
         if val_files:
             _set(out, "data.val_files", val_files)
-        exp = dict(trainer_input.pop("experience_buffer", None) or {})
+        exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)
         if exp.pop("storage_type", "queue") != "queue":
             t.refuse("buffer.trainer_input.experience_buffer.storage_type",
                      "rft hands each batch from generation to the update in process (a queue); only queue")
         t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
     else:
-        exp = dict(trainer_input.pop("experience_buffer", None) or {})
+        exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         files = _files(t, "buffer.trainer_input.experience_buffer", exp.pop("path", None), exp.pop("split", "train"))
         if files:
             _set(out, "data.train_files", files)
         exp.pop("name", None)
         if exp.pop("storage_type", "file") != "file":
             t.refuse("buffer.trainer_input.experience_buffer.storage_type", "an SFT dataset is read from files")
-        fmt = dict(exp.pop("format", None) or {})
+        fmt = _section(exp.pop("format", None), "buffer.trainer_input.experience_buffer.format")
         ptype = fmt.pop("prompt_type", "plaintext")
         if ptype == "messages":
             _set(out, "data.multiturn.enable", True)
@@ -388,9 +418,9 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
 
 
 def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
-    e = dict(explorer)
+    e = _section(explorer, "explorer")
     e.pop("name", None)
-    rm = dict(e.pop("rollout_model", None) or {})
+    rm = _section(e.pop("rollout_model", None), "explorer.rollout_model")
     engine = rm.pop("engine_type", "hf")
     if engine != "hf":
         t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft generates with its hf engine "
@@ -407,7 +437,7 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
 
 
 def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool) -> None:
-    tr = dict(trainer)
+    tr = _section(trainer, "trainer")
     tr.pop("name", None)
     strategy = tr.pop("save_strategy", "unrestricted")
     if strategy not in SAVE_STRATEGIES:
@@ -527,7 +557,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         _set(out, "trainer.resume_mode", "disable")
     if cfg.get("ray_namespace"):
         t.refuse("ray_namespace", "rft does not use Ray")
-    cluster = dict(cfg.get("cluster") or {})
+    cluster = _section(cfg.get("cluster"), "cluster")
     if "node_num" in cluster:
         _set(out, "trainer.nnodes", cluster.pop("node_num"))
     if "gpu_per_node" in cluster:
@@ -542,7 +572,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     if sync.pop("sync_offset", 0) != 0:
         t.refuse("synchronizer.sync_offset", "rft's loop is synchronous (only 0)")
     t.rest(sync, "synchronizer", NOT_HONOURED)
-    monitor = dict(cfg.get("monitor") or {})
+    monitor = _section(cfg.get("monitor"), "monitor")
     kind = monitor.pop("monitor_type", None)
     if kind not in (None, "console"):
         t.refuse("monitor.monitor_type", f"={kind!r}: rft writes metrics.jsonl and the console only")
@@ -568,7 +598,7 @@ def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:
         # the global keys an SFT run has too (names, folder, processes, monitor); the synchronizer is the RL stages'
         _globals(t, {k: v for k, v in cfg.items() if k != "synchronizer"}, out)
         t.rl_only += [f"synchronizer.{k}" for k in cfg.get("synchronizer") or {}]
-        algo = dict(cfg.get("algorithm") or {})
+        algo = _section(cfg.get("algorithm"), "algorithm")
         algo.pop("algorithm_type", None)
         for key, value in algo.items():
             if key in ALGORITHMS["sft"] and value == ALGORITHMS["sft"][key]:
@@ -613,12 +643,17 @@ def _mode(t: _Translation, cfg: dict, where: str) -> bool:
     return False
 
 
-def translate(cfg: dict, path: str = "config") -> dict:
+def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> dict:
     """The rft config (verl keys; with `stages` when the Trinity config has stages or is an SFT run) of the
-    resolved Trinity config `cfg`. ConfigError lists every key rft cannot honour."""
+    resolved Trinity config `cfg`. ConfigError lists every key rft cannot honour; with a `refusals` list they are
+    appended to it instead ((key, reason) pairs) and the translation of the rest is returned."""
     t = _Translation()
+    if refusals is not None:
+        t.raise_if_any = lambda path: refusals.extend(t.refusals)  # type: ignore[method-assign]
     known = {*MARKERS, "algorithm", "trainer", "stages"}
-    for key in cfg:
+    for key, value in cfg.items():
+        if key in known and key not in ("stages", *_SCALARS) and value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{path}: {key} must be a mapping of keys (a section), got {type(value).__name__}")
         if key not in known:
             t.refuse(key, "not a Trinity-RFT section (or verl keys mixed into a Trinity config: put them under "
                           "trainer.trainer_config)")
@@ -636,7 +671,7 @@ def translate(cfg: dict, path: str = "config") -> dict:
     out_stages = []
     rl_only: list[str] = []
     for i, stage in enumerate(stages):
-        stage = dict(stage)
+        stage = _section(stage, f"stages[{i}]")
         name = stage.pop("stage_name", None)
         if not name:
             t.refuse(f"stages[{i}].stage_name", "is required")
