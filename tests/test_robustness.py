@@ -4,7 +4,9 @@ faults lose nothing (atomic files, an exact resume); a second run into a live ru
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
 import resource
 import signal
@@ -390,3 +392,102 @@ def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(monkeypatch, cap
     code, _, err = run(["init-model", "x"], capsys)
     line = one_error_line(err)
     assert code == 1 and "unexpected RuntimeError: something rft did not expect" in line and "--debug" in line
+
+
+# ----------------------------------------------------------------------------- keys that used to do nothing
+def _load(*overrides: str):
+    from rft.config import load_config
+
+    return load_config(None, ["actor_rollout_ref.model.path=m", "data.train_files=t.parquet", "data.train_batch_size=4",
+                              "actor_rollout_ref.actor.ppo_mini_batch_size=4", *overrides], validate_paths=False)
+
+
+def test_optim_total_training_steps_sets_the_schedule_length():
+    from rft.workers.minibatch import MiniBatchWorker
+
+    cfg = _load("actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.lr=1.0")
+    model = torch.nn.Linear(2, 2)
+
+    def lr_after(schedule_steps: int, run_steps: int, steps: int) -> float:
+        optim = copy.deepcopy(cfg.actor_rollout_ref.actor.optim)
+        optim.total_training_steps = schedule_steps
+        worker = MiniBatchWorker(model, cfg.actor_rollout_ref.actor, optim, run_steps)
+        for _ in range(steps):
+            worker.scheduler.step()
+        return worker.optimizer.param_groups[0]["lr"]
+
+    assert lr_after(-1, 4, 2) == pytest.approx(0.5)  # half of the run's 4 steps: half-way down the cosine
+    assert lr_after(100, 4, 2) == pytest.approx(0.5 * (1 + math.cos(math.pi * 2 / 100)))  # 2 of 100
+    from rft.config.load import ConfigError
+
+    with pytest.raises(ConfigError, match="total_training_steps must be -1"):
+        _load("actor_rollout_ref.actor.optim.total_training_steps=0")
+
+
+@pytest.mark.parametrize("key", ["data.return_raw_input_ids", "data.return_raw_chat"])
+def test_return_raw_keys_are_refused_with_what_to_set_instead(key):
+    from rft.config.load import ConfigError
+
+    assert _load(f"{key}=false")
+    with pytest.raises(ConfigError, match=rf"{key}=True .*reward_model\.model\.input_tokenizer"):
+        _load(f"{key}=true")
+
+
+def test_the_overlong_buffer_needs_the_dapo_reward_manager():
+    from rft.config.load import ConfigError
+
+    overlong = ["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2"]
+    assert _load(*overlong, "reward_model.reward_manager=dapo")
+    with pytest.raises(ConfigError, match="set reward_model.reward_manager=dapo"):
+        _load(*overlong)
+
+
+def test_vllm_tensor_parallel_size_takes_verls_default_and_the_hf_engines_value():
+    from rft.config.load import ConfigError
+
+    assert _load().actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+    assert _load("actor_rollout_ref.rollout.tensor_model_parallel_size=1")
+    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=4 .*set it to 2 or 1"):
+        _load("actor_rollout_ref.rollout.tensor_model_parallel_size=4")
+
+
+def test_megatron_moe_config_is_accepted_at_its_defaults_only():
+    from rft.config.load import ConfigError
+
+    assert _load("actor_rollout_ref.model.override_config={moe_config: {freeze_moe_router: false}}")
+    with pytest.raises(ConfigError, match="moe_config=.*Megatron"):
+        _load("actor_rollout_ref.model.override_config={moe_config: {freeze_moe_router: true}}")
+
+
+def test_max_critic_ckpt_to_keep_must_agree_with_the_actors():
+    from rft.config.load import ConfigError
+
+    assert _load("trainer.max_actor_ckpt_to_keep=5", "trainer.max_critic_ckpt_to_keep=5")
+    with pytest.raises(ConfigError, match="max_critic_ckpt_to_keep=3 differs"):
+        _load("trainer.max_actor_ckpt_to_keep=5", "trainer.max_critic_ckpt_to_keep=3")
+
+
+def test_balance_batch_deals_prompts_by_length():
+    from rft.distributed import step_shard
+
+    lengths = [10, 10, 1, 1, 7, 5, 5, 3]  # two mini-batches of 4 prompts, 2 ranks
+    shares = [step_shard(8, 4, rank, 2, lengths=lengths) for rank in (0, 1)]
+    assert sorted(shares[0] + shares[1]) == list(range(8))  # every prompt once
+    for j in (0, 1):  # each mini-batch keeps its prompts, two per rank
+        parts = [[p for p in share if j * 4 <= p < (j + 1) * 4] for share in shares]
+        assert [len(p) for p in parts] == [2, 2]
+    tokens = [sum(lengths[p] for p in share) for share in shares]
+    contiguous = [sum(lengths[p] for p in step_shard(8, 4, rank, 2)) for rank in (0, 1)]
+    assert max(tokens) - min(tokens) < max(contiguous) - min(contiguous)
+    assert tokens == [21, 21]
+
+
+def test_hdfs_dir_is_a_local_mirror_and_hdfs_urls_are_refused(work, tmp_path, capsys):
+    from rft.config.load import ConfigError
+
+    with pytest.raises(ConfigError, match="no Hadoop client"):
+        _load("trainer.default_hdfs_dir=hdfs://namenode/x")
+    code, _, err = run(args(work, tmp_path / "out", "trainer.save_freq=1",
+                            f"trainer.default_hdfs_dir={tmp_path / 'mirror'}"), capsys)
+    assert code == 0, err
+    assert (tmp_path / "mirror" / "global_step_1" / "policy.safetensors").is_file()
