@@ -8,9 +8,10 @@ e.g. `torchrun --nnodes 2 ... -m rft train ...` on each node of a multi-node job
 per process; a machine without CUDA runs the same code on CPU with gloo, one compute thread per process.
 
 Splitting (`step_shard`): every rank draws the same prompt indices for a step and takes, from each mini-batch of
-them, its contiguous equal share; so every response of a prompt stays on the rank that generated it, and the
-mini-batch j a rank trains on is its share of the one-process mini-batch j (the same optimizer steps, over the same
-prompts, whatever the number of processes, when mini-batches are not shuffled).
+them, an equal share (contiguous, or dealt by prompt length with trainer.balance_batch); so every response of a
+prompt stays on the rank that generated it, and the mini-batch j a rank trains on is its share of the one-process
+mini-batch j (the same optimizer steps, over the same prompts, whatever the number of processes, when mini-batches
+are not shuffled).
 """
 
 from __future__ import annotations

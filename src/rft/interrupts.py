@@ -76,6 +76,9 @@ def handled() -> Iterator[None]:
         signal.signal(getattr(signal, name), _handler)
     try:
         yield
+        if _state.signal_name is not None:  # it came during the last phase, and the work finished anyway
+            print(f"rft: the {_state.signal_name} came during the last phase; the command finished", file=sys.stderr,
+                  flush=True)
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)

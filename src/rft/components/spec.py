@@ -60,7 +60,9 @@ class Input:
     @property
     def mapping(self) -> str:
         if self.vllm:
-            return f"vLLM setting: only the default is accepted (no effect: rft's engine is hf){self._key_note()}"
+            hf = "".join(f", or {v!r} (what the hf engine does)" for v in _schema_also(self.key))
+            return (f"vLLM setting: only the default (no effect: rft's engine is hf){hf} is accepted"
+                    f"{self._key_note()}")
         return self.lands_on or (f"`{self.key}`" if self.key else "")
 
     def _key_note(self) -> str:
