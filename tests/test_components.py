@@ -155,6 +155,7 @@ VERL_SHARED = [
     ("actor_fsdp_optimizer_offload", True, f"{AA}.fsdp_config.optimizer_offload", True),
     ("rollout_log_prob_micro_batch_size_per_gpu", 4, f"{RO}.log_prob_micro_batch_size_per_gpu", 4),
     ("rollout_tensor_model_parallel_size", 2, INERT, None),  # the spec default: accepted, no effect
+    ("rollout_tensor_model_parallel_size", 1, f"{RO}.tensor_model_parallel_size", 1),  # what the hf engine does
     ("rollout_tensor_model_parallel_size", 4, REFUSED, "vLLM engine"),
     ("rollout_dtype", "float32", f"{RO}.dtype", "float32"),
     ("rollout_gpu_memory_utilization", 0.6, INERT, None),

@@ -200,7 +200,9 @@ def test_unsupported_fields_exist():
 
 @pytest.fixture(scope="module")
 def base_cfg() -> RFTConfig:
-    return load()
+    # every part built (critic, reward model, reference): no section is inactive, so each unsupported key counts
+    return load("critic.enable=true", "reward_model.enable=true", "reward_model.model.path=rm",
+                "actor_rollout_ref.actor.use_kl_loss=true")
 
 
 def set_key(cfg: RFTConfig, key: str, value) -> RFTConfig:
@@ -238,6 +240,19 @@ def test_unsupported_field_refused_through_load_config(key, f, default):
     assert load(f"{key}={json.dumps(default)}") is not None
     with pytest.raises(ConfigError, match=re.escape(f"{key}=") + ".*not supported"):
         load(f"{key}={json.dumps(_non_default(f, default))}")
+
+
+def test_keys_of_parts_the_run_does_not_build_are_accepted_and_named(caplog):
+    # verl's ppo_trainer.yaml sets the reward model's fsdp_config while reward_model.enable is false: no effect
+    # (as in verl), so it loads, and the keys set are named in one note line
+    cfg = load("reward_model.model.fsdp_config={min_num_params: 0, param_offload: false}", "critic.optim.lr=0.5")
+    assert cfg.reward_model.model.fsdp_config == {"min_num_params": 0, "param_offload": False}
+    notes = [r.getMessage() for r in caplog.records if "have no effect" in r.getMessage()]
+    assert any("reward_model.enable=false" in n and "reward_model.model.fsdp_config=" in n for n in notes), notes
+    assert any("no critic" in n and "critic.optim.lr=0.5" in n for n in notes), notes
+    with pytest.raises(ConfigError, match="reward_model.model.fsdp_config=.*not supported"):
+        load("reward_model.model.fsdp_config={param_offload: true}", "reward_model.enable=true",
+             "reward_model.model.path=rm")
 
 
 def test_all_null_engine_kwargs_count_as_default():

@@ -217,7 +217,7 @@ def test_score_responses_metric_on_some_rows_only():
 
 
 def test_score_responses_type_and_length_errors():
-    with pytest.raises(TypeError, match=r"score of type str for row 0 \(data_source 't'\)"):
+    with pytest.raises(TypeError, match=r"score of type str \('1.0'\) for row 0 \(data_source 't'\)"):
         score_responses(lambda *a: "1.0", ["t"], ["1"], ["1"], [None])
     with pytest.raises(ValueError, match=r"lists of one length.*'responses': 1.*'ground_truths': 2"):
         score_responses(lambda *a: 1.0, ["t"], ["1"], ["1", "2"], [None])

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rft.data.io import DataError
 from rft.rewards import default_compute_score
 from rft.tasks import arithmetic_rows, convert_gsm8k, gsm8k_rows, read_rows, write_arithmetic, write_parquet
 
@@ -58,7 +59,7 @@ def test_read_rows_jsonl_and_errors(tmp_path):
     (tmp_path / "broken.jsonl").write_text('{"a": 1}\n{oops\n')
     with pytest.raises(ValueError, match=r"broken\.jsonl' line 2: invalid JSON"):
         read_rows(tmp_path / "broken.jsonl")
-    with pytest.raises(FileNotFoundError, match=r"missing\.parquet"):
+    with pytest.raises(DataError, match=r"missing\.parquet"):
         read_rows(tmp_path / "missing.parquet")
     (tmp_path / "rows.csv").write_text("a\n1\n")
     with pytest.raises(ValueError, match=r"rows\.csv.*\.parquet, \.jsonl"):

@@ -12,6 +12,7 @@ import torch
 from rl_helpers import assert_all_moved, make_assets, rl_config, score, trainable
 from safetensors.torch import load_file
 
+from rft.errors import CheckpointError
 from rft.monitor import Timer
 from rft.trainer.checkpoint import CheckpointManager
 from rft.trainer.run import SyncRun
@@ -215,7 +216,7 @@ def test_resume_modes(assets, tmp_path):
     assert all(torch.equal(saved[n], p) for n, p in trainable(other.trainer.model).items())
     bad = SyncRun(make_cfg(assets, tmp_path / "c", "trainer.resume_mode=resume_path",
                              f"trainer.resume_from_path={tmp_path}", *common))
-    with pytest.raises(FileNotFoundError, match="not an rft checkpoint"):
+    with pytest.raises(CheckpointError, match="not a whole rft checkpoint .no trainer_state.json"):
         bad.resume()
 
 

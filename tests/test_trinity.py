@@ -255,3 +255,84 @@ def test_refused_trinity_config_exits_2(work, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "mode='serve'" in proc.stderr and "explorer.rollout_model.engine_type='vllm'" in proc.stderr
+
+
+# ------------------------------------------------------------------------ issue 11: nothing silently dropped
+SFT_STAGE = {"stage_name": "sft", "mode": "train", "algorithm": {"algorithm_type": "sft"},
+             "buffer": {"train_batch_size": 4, "trainer_input": {"experience_buffer": {"path": "s.jsonl"}}}}
+
+
+def _sft_stage(trainer_config: dict, **top) -> dict:
+    cfg = _with({"trainer.trainer_config": trainer_config, **top})
+    cfg["stages"] = [SFT_STAGE, {"stage_name": "rl"}]
+    return translate(cfg)["stages"][0]
+
+
+def test_an_sft_stage_takes_every_trainer_config_key_with_an_sft_meaning():
+    A = "actor_rollout_ref.actor"
+    stage = _sft_stage({
+        "actor_rollout_ref": {"model": {"lora_rank": 8, "lora_alpha": 32, "enable_gradient_checkpointing": True},
+                              "actor": {"grad_clip": 0.5, "ppo_micro_batch_size_per_gpu": 2,
+                                        "optim": {"lr": 2e-5, "warmup_style": "constant",
+                                                  "lr_warmup_steps_ratio": 0.2}}},
+        "trainer": {"max_actor_ckpt_to_keep": 3, "test_freq": 7, "save_freq": 9},
+    })
+    assert stage["model"]["lora_rank"] == 8 and stage["model"]["lora_alpha"] == 32
+    assert stage["model"]["enable_gradient_checkpointing"] is True
+    assert stage["optim"] == {"clip_grad": 0.5, "lr": 2e-5, "lr_scheduler": "constant", "warmup_steps_ratio": 0.2}
+    assert stage["data"]["micro_batch_size_per_gpu"] == 2
+    assert stage["trainer"]["max_ckpt_to_keep"] == 3 and stage["trainer"]["test_freq"] == 7
+    assert stage["trainer"]["save_freq"] == 9
+    # and what an SFT stage cannot do is refused by name unless at verl's default
+    with pytest.raises(ConfigError, match=rf"stages\[0\]\.trainer\.trainer_config\.{A}\.optim\.num_cycles=2"):
+        _sft_stage({"actor_rollout_ref": {"actor": {"optim": {"num_cycles": 2}}}})
+    assert _sft_stage({"actor_rollout_ref": {"actor": {"optim": {"num_cycles": 0.5}}}})
+
+
+def test_an_sft_stage_key_set_twice_is_refused():
+    with pytest.raises(ConfigError, match=r"trainer_config\.actor_rollout_ref\.actor\.grad_clip=0\.5, but a Trinity key"):
+        _sft_stage({"actor_rollout_ref": {"actor": {"grad_clip": 0.5}}}, **{"trainer.grad_clip": 2.0})
+    with pytest.raises(ConfigError, match=r"trainer_config\.trainer\.save_freq=3, but a Trinity key"):
+        translate(_with({"trainer.save_interval": 5, "trainer.trainer_config": {"trainer": {"save_freq": 3}}}))
+
+
+def test_an_sft_only_run_names_the_keys_that_have_no_effect(caplog):
+    cfg = _with({"mode": "train", "algorithm": {"algorithm_type": "sft"},
+                 "buffer.trainer_input.experience_buffer": {"path": "s.jsonl"},
+                 "trainer.trainer_config": {"critic": {"ppo_epochs": 2}}})
+    out = translate(cfg, "sft.yaml")
+    assert [s["stage_name"] for s in out["stages"]] == ["n"]
+    assert any("no RL stage" in r.getMessage() and "trainer.trainer_config.critic.ppo_epochs" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():
+    out = translate(_with({"algorithm.repeat_times": 4, "buffer.train_batch_size": 32}))
+    assert out["data"]["train_batch_size"] == 8 and out["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 8
+    with pytest.raises(ConfigError, match=r"buffer\.train_batch_size=30 .* not a multiple of repeat_times=4"):
+        translate(_with({"algorithm.repeat_times": 4, "buffer.train_batch_size": 30}))
+
+
+def test_max_model_len_alone_is_checked_against_the_lengths_in_effect():
+    assert translate(_with({"model.max_model_len": 2048}))  # rft's defaults: 512 + 512
+    with pytest.raises(ConfigError, match=r"model\.max_model_len=1000 is below .* 512 \+ 512 = 1024"):
+        translate(_with({"model.max_model_len": 1000}))
+    with pytest.raises(ConfigError, match=r"model\.max_model_len=100 .* 64 \+ 64 = 128"):
+        translate(_with({"model.max_model_len": 100, "trainer.trainer_config": {
+            "data": {"max_prompt_length": 64, "max_response_length": 64}}}))
+
+
+def test_sample_strategy_warmup_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy='warmup': Trinity's warmup strategy mixes"):
+        translate(_with({"algorithm.sample_strategy": "warmup"}))
+    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy_args: the default strategy takes no"):
+        translate(_with({"algorithm.sample_strategy_args": {"steps": 3}}))
+
+
+def test_save_strategy_holds_with_one_process_and_is_refused_with_several():
+    for strategy in ("single_thread", "single_process", "single_node", "unrestricted"):
+        assert translate(_with({"trainer.save_strategy": strategy}))
+    with pytest.raises(ConfigError, match=r"trainer\.save_strategy='single_process': with several processes"):
+        translate(_with({"trainer.save_strategy": "single_process", "cluster.gpu_per_node": 2}))
+    with pytest.raises(ConfigError, match=r"trainer\.save_strategy='sometimes'"):
+        translate(_with({"trainer.save_strategy": "sometimes"}))

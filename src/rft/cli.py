@@ -1,4 +1,10 @@
-"""`rft` command line: init-model, data, train, config."""
+"""`rft` command line: init-model, data, train, sft, demo, component, config.
+
+`main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
+full disk or a folder without write permission, Ctrl-C / SIGTERM) ends with one line `rft: error: ...` (or
+`rft: stopped ...`) and a non-zero exit; anything else is reported as a bug in one line. `--debug` (anywhere on the
+command line) or RFT_DEBUG=1 adds the traceback.
+"""
 
 from __future__ import annotations
 
@@ -31,10 +37,14 @@ def cmd_init_model(args) -> int:
 
 def cmd_data(args) -> int:
     if args.task == "arithmetic":
+        from rft.errors import RftError
         from rft.tasks import write_arithmetic
 
-        paths = write_arithmetic(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                 max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip)
+        try:
+            paths = write_arithmetic(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
+                                     max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip)
+        except ValueError as e:  # the options' ranges
+            raise RftError(f"rft data arithmetic: {e}") from None
     else:
         from rft.tasks import convert_gsm8k
 
@@ -90,9 +100,11 @@ def cmd_sft(args) -> int:
     from rft.config import load_sft_config
 
     cfg = load_sft_config(args.config, args.overrides)
+    from rft.trainer.run_folder import run_folder
     from rft.trainer.sft import SFTTrainer
 
-    SFTTrainer(cfg).fit()
+    with run_folder(cfg):
+        SFTTrainer(cfg).fit()
     return 0
 
 
@@ -219,9 +231,7 @@ def _component_argv(argv: list[str]) -> list[str] | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    _setup_env()
-    argv = sys.argv[1:] if argv is None else list(argv)
+def _dispatch(argv: list[str]) -> int:
     component_argv = _component_argv(argv)
     if component_argv is not None:
         from rft.components.run import main as component_main
@@ -229,14 +239,54 @@ def main(argv: list[str] | None = None) -> int:
         return component_main(component_argv)
     args = build_parser().parse_args(argv)
     _split_positionals(args)
-    from rft.config import ConfigError
-    from rft.data.dataset import DataError
+    return args.fn(args)
 
+
+def report(error: BaseException, debug: bool) -> int:
+    """Print `error` as rft's one line (after its traceback with `debug`); return the exit status."""
+    import traceback
+
+    from rft.errors import EXIT_BUG, RftError, describe_os_error
+    from rft.interrupts import Interrupted, StopNow
+
+    if debug:
+        traceback.print_exception(error)
+    if isinstance(error, Interrupted):
+        print(f"rft: {error.message}", file=sys.stderr, flush=True)
+        return error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        name = error.signal_name if isinstance(error, StopNow) else "SIGINT"
+        print(f"rft: stopped by {name}; files rft writes are whole or absent, so the same command resumes from the "
+              "last checkpoint", file=sys.stderr, flush=True)
+        return 143 if name == "SIGTERM" else 130
+    if isinstance(error, RftError):
+        text, code = str(error), error.exit_code
+    elif isinstance(error, OSError):
+        text, code = describe_os_error(error), 2
+    else:
+        message = " ".join(str(error).split())[:300]
+        text = (f"unexpected {type(error).__name__}: {message}. This is a bug in rft (or a library it calls): "
+                "run again with --debug (or RFT_DEBUG=1) for the traceback and report it")
+        code = EXIT_BUG
+    print(f"rft: error: {text}", file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rft.errors import debug_requested
+    from rft.interrupts import handled
+
+    _setup_env()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or debug_requested()
+    argv = [a for a in argv if a != "--debug"]
     try:
-        return args.fn(args)
-    except (ConfigError, DataError, FileExistsError, FileNotFoundError) as e:
-        print(f"rft: error: {e}", file=sys.stderr)
-        return 2
+        with handled():
+            return _dispatch(argv)
+    except SystemExit:
+        raise
+    except BaseException as e:  # the one error boundary: one line, the traceback only with --debug
+        return report(e, debug)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ e.g. `torchrun --nnodes 2 ... -m rft train ...` on each node of a multi-node job
 per process; a machine without CUDA runs the same code on CPU with gloo, one compute thread per process.
 
 Splitting (`step_shard`): every rank draws the same prompt indices for a step and takes, from each mini-batch of
-them, its contiguous equal share; so every response of a prompt stays on the rank that generated it, and the
-mini-batch j a rank trains on is its share of the one-process mini-batch j (the same optimizer steps, over the same
-prompts, whatever the number of processes, when mini-batches are not shuffled).
+them, an equal share (contiguous, or dealt by prompt length with trainer.balance_batch); so every response of a
+prompt stays on the rank that generated it, and the mini-batch j a rank trains on is its share of the one-process
+mini-batch j (the same optimizer steps, over the same prompts, whatever the number of processes, when mini-batches
+are not shuffled).
 """
 
 from __future__ import annotations
@@ -42,14 +43,33 @@ def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
     return lo, lo + base + (rank < extra)
 
 
-def step_shard(n: int, mini: int, rank: int, world_size: int) -> list[int]:
+def step_shard(n: int, mini: int, rank: int, world_size: int, lengths: list[int] | None = None) -> list[int]:
     """The positions among a step's n prompts that rank `rank` generates for and trains on: from each mini-batch
     of `mini` prompts ([j * mini, (j + 1) * mini)), its `shard_bounds` share, in order. n divides by mini and mini
-    by world_size (the config validation checks both)."""
+    by world_size (the config validation checks both).
+
+    `lengths` (the n prompts' token counts; trainer.balance_batch): each mini-batch's prompts are dealt instead,
+    longest first, each to the rank with the fewest tokens among those not yet holding mini / world_size prompts
+    (ties: the lower rank). Every rank computes the same deal; each mini-batch keeps its set of prompts (so its
+    gradient), only the ranks' shares of it change."""
     if n % mini or mini % world_size:
         raise ValueError(f"{n} prompts in mini-batches of {mini} do not split evenly over {world_size} processes")
-    lo, hi = shard_bounds(mini, rank, world_size)
-    return [start + i for start in range(0, n, mini) for i in range(lo, hi)]
+    if lengths is None:
+        lo, hi = shard_bounds(mini, rank, world_size)
+        return [start + i for start in range(0, n, mini) for i in range(lo, hi)]
+    if len(lengths) != n:
+        raise ValueError(f"step_shard: {len(lengths)} lengths for {n} prompts")
+    per_rank = mini // world_size
+    mine: list[int] = []
+    for start in range(0, n, mini):
+        tokens, counts, owner = [0] * world_size, [0] * world_size, {}
+        for pos in sorted(range(start, start + mini), key=lambda i: (-lengths[i], i)):
+            r = min((r for r in range(world_size) if counts[r] < per_rank), key=lambda r: (tokens[r], r))
+            owner[pos] = r
+            tokens[r] += lengths[pos]
+            counts[r] += 1
+        mine += sorted(pos for pos, r in owner.items() if r == rank)
+    return mine
 
 
 def padded_shard(n: int, rank: int, world_size: int) -> tuple[list[int], int]:

@@ -1,13 +1,110 @@
-"""Atomic writes of files and folders: build under a temporary sibling name, rename into place when complete."""
+"""Atomic writes of files and folders: build under a temporary sibling name, rename into place when complete.
+
+Temporary names are `.<name>.tmp-<8 hex>` (and `.<name>.old-<8 hex>` for a folder moved aside while it is replaced),
+so a run that finds them in its folder knows an earlier run was interrupted (`clean_stale`). What rft writes gets the
+permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
+shared machine could read.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import shutil
+import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+_STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-[0-9a-f]{8}$")
+
+
+def os_error_of(error: BaseException, path: str | Path) -> OSError | None:
+    """The operating-system error behind a writer's failure, for writers that hide it: safetensors says
+    "(os error 28)", torch.save only "unexpected pos". None when the failure is not the file system's."""
+    if isinstance(error, OSError):
+        return error
+    m = re.search(r"os error (\d+)", str(error))
+    if m:
+        code = int(m.group(1))
+        return OSError(code, os.strerror(code), str(path))
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    written = Path(path).stat().st_size if Path(path).is_file() else 0
+    if soft != resource.RLIM_INFINITY and written >= soft:
+        return OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(path))
+    folder = Path(path).parent
+    if folder.is_dir() and shutil.disk_usage(folder).free < (1 << 20):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return None
+
+
+def checked_write(write: Callable[[], object], path: str | Path) -> None:
+    """Run `write()` (which writes `path`); a failure of the file system is raised as the OSError it is."""
+    try:
+        write()
+    except Exception as e:
+        os_error = os_error_of(e, path)
+        if os_error is None or os_error is e:
+            raise
+        raise os_error from e
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux allows (/proc), else set and restored."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_modes(root: str | Path) -> None:
+    """Give every file under `root` (and `root` itself) the mode a plain `open` would: 0666 & ~umask for files,
+    0777 & ~umask for folders; executable bits of files are kept. Only bits are added that the umask allows, so a
+    restrictive umask (077) keeps files private."""
+    root = Path(root)
+    mask = current_umask()
+    paths = [root] if not root.is_dir() else [root, *root.rglob("*")]
+    for path in paths:
+        if path.is_symlink():
+            continue
+        mode = stat.S_IMODE(path.stat().st_mode)
+        want = (0o777 if path.is_dir() else 0o666 | (mode & 0o111)) & ~mask
+        if mode != want:
+            path.chmod(want)
+
+
+def clean_stale(folder: str | Path) -> list[str]:
+    """Remove the temporary files and folders an interrupted run left in `folder` (not below it): `.X.tmp-*`
+    (never renamed into place) and `.X.old-*` (a previous X moved aside; put back when X itself is missing).
+    Call it only while no other run writes there (the run-folder lock). Returns what was done, one line each."""
+    folder = Path(folder)
+    done: list[str] = []
+    if not folder.is_dir():
+        return done
+    for path in sorted(folder.iterdir()):
+        m = _STALE.match(path.name)
+        if m is None:
+            continue
+        final = folder / m.group("name")
+        if m.group("kind") == "old" and not final.exists():
+            os.replace(path, final)
+            done.append(f"restored {final} from {path.name}")
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        done.append(f"removed {path}")
+    return done
 
 
 def replace_dir(staging: Path, final: Path) -> None:
@@ -42,13 +139,15 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder of `final`; on success it replaces `final`, on error it is removed."""
+    """Yield a temporary sibling folder of `final`; on success its files get the umask's modes (`publish_modes`)
+    and it replaces `final`; on error it is removed."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.mkdir()
     try:
         yield staging
+        publish_modes(staging)
         replace_dir(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

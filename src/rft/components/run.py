@@ -104,9 +104,12 @@ def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
     written: dict[str, str] = {}
     try:
         if processes(cfg.trainer) > 1 and not launched():
+            from rft.trainer.run_folder import run_folder
+
             os.environ[WORK_ENV] = str(cfg.trainer.default_local_dir)
             try:
-                status = launch(processes(cfg.trainer), ["component", *(argv or [])])
+                with run_folder(cfg, for_children=True):  # held for the processes it starts
+                    status = launch(processes(cfg.trainer), ["component", *(argv or [])])
             finally:
                 os.environ.pop(WORK_ENV, None)
             if status != 0:

@@ -60,7 +60,9 @@ class Input:
     @property
     def mapping(self) -> str:
         if self.vllm:
-            return f"vLLM setting: only the default is accepted (no effect: rft's engine is hf){self._key_note()}"
+            hf = "".join(f", or {v!r} (what the hf engine does)" for v in _schema_also(self.key))
+            return (f"vLLM setting: only the default (no effect: rft's engine is hf){hf} is accepted"
+                    f"{self._key_note()}")
         return self.lands_on or (f"`{self.key}`" if self.key else "")
 
     def _key_note(self) -> str:
@@ -208,10 +210,14 @@ class Component:
         for inp in self.inputs:
             value = full[inp.name]
             if inp.vllm:
-                if value != inp.default:
+                hf_values = _schema_also(inp.key)  # values that say what the hf engine does (1: not sharded)
+                if value != inp.default and value in hf_values:
+                    plan.set(inp.key, value, inp.name)
+                elif value != inp.default:
+                    also = "".join(f" or {v!r} (what the hf engine does)" for v in hf_values)
                     plan.refuse(inp.name, f"={value!r} configures the vLLM engine, which rft does not have (it "
                                           f"generates with its hf engine); only the spec default {inp.default!r} "
-                                          "is accepted, and it has no effect")
+                                          f"(no effect){also} is accepted")
                 else:
                     plan.inert.append(f"{inp.name}={value!r}")
             elif inp.key is not None and value is not None:
@@ -245,6 +251,25 @@ class Component:
         act.add_argument("--show-config", action="store_true",
                          help="print the resolved canonical (verl-key) config and exit without training")
         return p
+
+
+def _schema_also(key: str | None) -> tuple:
+    """The `also` values of the canonical key's schema field (values rft accepts besides its default)."""
+    if not key:
+        return ()
+    import dataclasses
+
+    from rft.config.schema import RFTConfig
+
+    cls: Any = RFTConfig
+    *parents, leaf = key.split(".")
+    for part in parents:
+        f = {f.name: f for f in dataclasses.fields(cls)}.get(part)
+        if f is None:
+            return ()
+        cls = type(f.default_factory())  # type: ignore[misc]
+    f = {f.name: f for f in dataclasses.fields(cls)}.get(leaf)
+    return tuple(f.metadata.get("also", ())) if f is not None else ()
 
 
 def _converter(inp: Input) -> Callable[[str], Any]:

@@ -1,5 +1,7 @@
 """The error every config check raises."""
 
+from rft.errors import RftError
 
-class ConfigError(ValueError):
+
+class ConfigError(RftError, ValueError):
     """A config value or key that rft refuses, with what to do instead."""

@@ -3,7 +3,12 @@
 Every field carries a help text (`rft config reference` prints them). Two more metadata entries drive validation:
 * `choices`: the allowed values.
 * `unsupported`: the field exists so a verl config loads, but rft does not honour it yet; any value other than the
-  default is refused with this reason, never silently ignored.
+  default (and the values in `also`, which describe what rft does anyway) is refused with this reason, never
+  silently ignored.
+
+A key of a part the run does not build (the critic without gae, the reward model while reward_model.enable is false,
+the reference without a KL term) has no effect, as in verl: its `unsupported` values are not refused then, and a
+non-default value is named in one note line before training (`rft.config.validate.inactive_sections`).
 
 Batch sizes: `train_batch_size` and `ppo_mini_batch_size` are global and counted in prompts (algorithmic);
 `*_per_gpu` sizes are per process and counted in rows (performance knobs that do not change the result).
@@ -15,12 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 
-def fld(default: Any, help: str, *, choices: tuple | None = None, unsupported: str | None = None) -> Any:
+def fld(default: Any, help: str, *, choices: tuple | None = None, unsupported: str | None = None,
+        also: tuple = ()) -> Any:
     meta: dict[str, Any] = {"help": help}
     if choices is not None:
         meta["choices"] = choices
     if unsupported is not None:
         meta["unsupported"] = unsupported
+    if also:
+        meta["also"] = also
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -30,7 +38,14 @@ def sub(cls: type, help: str) -> Any:
     return field(default_factory=cls, metadata={"help": help})
 
 
-VLLM_ONLY = "a vLLM engine knob; rft's `hf` engine has no such setting (the vLLM engine is not implemented yet)"
+VLLM_ONLY = ("a vLLM engine knob (GPU only); rft's `hf` engine has no such setting (the vLLM engine is not "
+             "implemented yet)")
+HDFS_HELP = ("A second copy of every checkpoint (verl's HDFS copy): a local or mounted folder gets "
+             "<dir>/global_step_N/ copied in after each save (atomically); null: none.")
+BAD_UPDATES_HELP = ("Optimizer steps skipped in a row (non-finite loss or gradient norm, non-finite weights after the "
+                    "step, or an update larger than the weights themselves; each skipped step restores the weights "
+                    "and optimizer state from a copy taken before it and is counted in <prefix>/skipped_updates) "
+                    "before the run stops with an error; 0: stop at the first.")
 MULTI_PROCESS = "rft's SFT trainer runs one process (several processes are `rft train`'s: docs/scaling.md)"
 CPU_ONLY_OFFLOAD = ("On CPU a no-op (everything already lives in host memory); on cuda it needs a sharded model, i.e. "
                     "several processes (one process on cuda is refused).")
@@ -84,11 +99,14 @@ class DataConfig:
     train_batch_size: int = fld(1024, "Prompts per training step (global); each is sampled rollout.n times.")
     val_batch_size: Optional[int] = fld(None, "Prompts per validation generation call; null: all at once.")
     return_raw_input_ids: bool = fld(
-        False, "Keep raw input ids for a reward model with another tokenizer. No effect: rft always keeps each "
-        "prompt's chat messages, which reward_model.model.input_tokenizer re-templates."
+        False, "verl: keep the prompt ids before the chat template, for a reward model with another template.",
+        unsupported="rft keeps each prompt's chat messages in every batch and re-templates them for the reward "
+        "model when reward_model.model.input_tokenizer is set: set that instead"
     )
     return_raw_chat: bool = fld(
-        False, "Keep the raw chat messages. No effect: rft always keeps them (reward-model re-templating)."
+        False, "verl: keep the chat messages before the template (for the reward model's re-templating).",
+        unsupported="rft keeps each prompt's chat messages in every batch and re-templates them for the reward "
+        "model when reward_model.model.input_tokenizer is set: set that instead"
     )
     return_full_prompt: bool = fld(False, "Keep the templated prompt text.",
                                    unsupported="the templated prompt text is not kept in rft's Batch")
@@ -127,6 +145,10 @@ class ModelConfig:
         unsupported="sequence packing (varlen attention)",
     )
     use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
+    use_fused_kernels: bool = fld(False, "verl's fused log-prob / entropy kernels.",
+                                  unsupported="fused kernels need Triton and a GPU")
+    fused_kernel_options: Dict[str, Any] = fld({}, "Options of the fused kernels (impl_backend).",
+                                               unsupported="fused kernels need Triton and a GPU")
     use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a peft LoRA adapter.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
@@ -146,7 +168,9 @@ class OptimConfig:
     warmup_style: str = fld(
         "constant", "Schedule after the linear warmup.", choices=("constant", "cosine")
     )
-    total_training_steps: int = fld(-1, "Set by the trainer from trainer.total_training_steps; leave -1.")
+    total_training_steps: int = fld(
+        -1, "Length of the learning-rate schedule in steps (the warmup ratio and the decay count from it); -1: the "
+        "run's total training steps (what verl fills in). Set it to train fewer steps on a longer schedule.")
     weight_decay: float = fld(0.01, "AdamW weight decay.")
     betas: List[float] = fld([0.9, 0.999], "AdamW betas.")
     eps: float = fld(1e-8, "AdamW epsilon.")
@@ -183,6 +207,8 @@ class FSDPConfig:
                                   "offload_policy the optimizer steps on the host shards. " + CPU_ONLY_OFFLOAD)
     offload_policy: bool = fld(False, "FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer step in "
                                "host memory). " + CPU_ONLY_OFFLOAD)
+    forward_prefetch: bool = fld(False, "FSDP's forward prefetch of the next unit's parameters (GPU overlap).",
+                                 unsupported="FSDP forward prefetch (a GPU communication overlap)")
     fsdp_size: int = fld(-1, "FSDP group size; -1: all processes.",
                          unsupported="hybrid sharding (FSDP over a subset of the processes); -1 shards over all")
 
@@ -249,7 +275,17 @@ class ActorConfig:
     tau_neg: float = fld(1.05, "sapo: gate temperature of tokens with a zero or negative advantage (> 0).")
     entropy_coeff: float = fld(0.0, "Entropy bonus: loss -= entropy_coeff * entropy.")
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO style).")
-    use_torch_compile: bool = fld(False, "torch.compile the log-prob math.", unsupported="torch.compile")
+    use_torch_compile: bool = fld(False, "torch.compile the log-prob math.",
+                                  unsupported="torch.compile of the log-prob and entropy math is not implemented "
+                                  "yet: rft runs them eagerly")
+    entropy_from_logits_with_chunking: bool = fld(
+        True, "Compute the entropy (and the full KL) 1024 token positions at a time, so no (tokens, vocabulary) "
+        "softmax is held at once; false: all positions at once (more memory, the same result). rft's default is "
+        "true (verl's false).")
+    entropy_checkpointing: bool = fld(
+        True, "Recompute the entropy's softmax in the backward instead of keeping it. rft's entropy always does (its "
+        "backward keeps no softmax): false is accepted, changes nothing (the same result, less memory than asked) "
+        "and is said so in a note before training.")
     kl_loss_coef: float = fld(0.001, "Coefficient of the KL loss.")
     kl_loss_type: str = fld(
         "low_var_kl",
@@ -276,6 +312,12 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
     log_prob_max_token_len_per_gpu: int = fld(16384, "Token budget.", unsupported="dynamic batch sizes")
     ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    entropy_from_logits_with_chunking: Optional[bool] = fld(
+        None, "The reference computes no entropy; when set it must equal the actor's (verl interpolates it from "
+        "there).")
+    entropy_checkpointing: Optional[bool] = fld(
+        None, "The reference computes no entropy; when set it must equal the actor's (verl interpolates it from "
+        "there).")
 
 
 @dataclass
@@ -315,7 +357,9 @@ class RolloutConfig:
     free_cache_engine: bool = fld(True, "vLLM sleeps between rollouts.", unsupported=VLLM_ONLY)
     enable_chunked_prefill: bool = fld(False, "vLLM chunked prefill.", unsupported=VLLM_ONLY)
     load_format: str = fld("dummy_dtensor", "vLLM weight loader.", unsupported=VLLM_ONLY)
-    tensor_model_parallel_size: int = fld(1, "vLLM tensor parallel size.", unsupported=VLLM_ONLY)
+    tensor_model_parallel_size: int = fld(
+        2, "vLLM tensor parallel size (verl's default 2). The hf engine is not sharded, as 1 says; 2 is accepted as "
+        "verl's default, which configures an engine that is not there.", unsupported=VLLM_ONLY, also=(1,))
     max_num_batched_tokens: int = fld(8192, "vLLM scheduler token budget.", unsupported=VLLM_ONLY)
     max_num_seqs: int = fld(1024, "vLLM maximum concurrent sequences.", unsupported=VLLM_ONLY)
     engine_kwargs: Dict[str, Any] = fld({}, "Extra engine arguments.", unsupported=VLLM_ONLY)
@@ -378,8 +422,9 @@ class RewardModelConfig:
         "runs (verl's behaviour)."
     )
     reward_manager: str = fld(
-        "naive", "How rule rewards are run: naive (in-process, row by row); dapo (verl's DAPO recipe: the same here, "
-        "the overlong buffer applies with either).", choices=("naive", "dapo"),
+        "naive", "How rule rewards are run, in process row by row (with custom_reward_function.timeout / on_error): "
+        "naive; dapo (verl's DAPO recipe): the same plus the overlong buffer below, which only dapo applies (as in "
+        "verl).", choices=("naive", "dapo"),
     )
     overlong_buffer: OverlongBufferConfig = sub(OverlongBufferConfig, "DAPO's soft overlong punishment (verl's "
                                                                       "DAPO recipe keys).")
@@ -395,6 +440,16 @@ class CustomRewardConfig:
     )
     reward_weights: Optional[List[float]] = fld(
         None, "Weights of the reward functions, one per name (TRL's reward_weights); null: all 1.0."
+    )
+    timeout: Optional[float] = fld(
+        60.0, "Seconds one call of the reward function (the built-in scorers too) may take, per response; a call "
+        "that overruns is a failure (on_error). In the main thread the call is interrupted (SIGALRM); null or <= "
+        "0: no limit."
+    )
+    on_error: str = fld(
+        "error", "A row whose reward function raises, overruns the timeout, or returns a non-number / NaN: error "
+        "(stop with one line naming the function, its file, the row and its data_source); zero (score it 0 and "
+        "count it: reward_extra/reward_failed/mean, the share of failed rows).", choices=("error", "zero"),
     )
 
 
@@ -555,7 +610,7 @@ class TrainerConfig:
     critic_warmup: int = fld(
         0, "The first critic_warmup steps train only the critic; the actor is updated from step critic_warmup + 1."
     )
-    default_hdfs_dir: Optional[str] = fld(None, "HDFS copy of checkpoints.", unsupported="HDFS")
+    default_hdfs_dir: Optional[str] = fld(None, HDFS_HELP + " hdfs:// URLs are refused (no Hadoop client).")
     default_local_dir: str = fld(
         "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
         "Output root: checkpoints/, model/, metrics.jsonl, config.yaml.",
@@ -569,13 +624,17 @@ class TrainerConfig:
     del_local_ckpt_after_load: bool = fld(False, "Delete the checkpoint folder after resuming from it.")
     max_actor_ckpt_to_keep: Optional[int] = fld(None, "Keep at most this many checkpoints; null: all.")
     max_critic_ckpt_to_keep: Optional[int] = fld(
-        None, "Critic checkpoints to keep.",
-        unsupported="the critic is saved inside each global_step_N folder (critic/), so max_actor_ckpt_to_keep "
-        "keeps both",
+        None, "Critic checkpoints to keep. The critic is saved inside each global_step_N folder (critic/), so "
+        "max_actor_ckpt_to_keep keeps both: when set, it must equal max_actor_ckpt_to_keep."
     )
     ray_wait_register_center_timeout: int = fld(300, "Ray start-up timeout.", unsupported="Ray")
-    balance_batch: bool = fld(True, "Balance sequence lengths across processes. No effect: each process takes a "
-                              "contiguous share of the prompts (docs/scaling.md).")
+    balance_batch: bool = fld(
+        True, "Several processes: deal each mini-batch's prompts to the ranks so that their prompt tokens are "
+        "balanced (longest first to the rank with the fewest, equal counts per rank), instead of contiguous "
+        "shares. Every mini-batch keeps its set of prompts, so the gradient is unchanged. verl balances after "
+        "generation by prompt + response length; rft balances before, by prompt length. One process: nothing to "
+        "balance.")
+    bad_update_limit: int = fld(3, BAD_UPDATES_HELP.replace("<prefix>", "actor|critic"))
     mode: str = fld(
         "both",
         "What this command runs (Trinity-RFT's modes): both (explorer and trainer; in one process when synchronizer."

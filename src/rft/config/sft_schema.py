@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-from rft.config.schema import MULTI_PROCESS, CustomClsConfig, fld, sub
+from rft.config.schema import BAD_UPDATES_HELP, HDFS_HELP, MULTI_PROCESS, CustomClsConfig, fld, sub
 
 
 @dataclass
@@ -70,8 +70,8 @@ class SFTOptimConfig:
     weight_decay: float = fld(0.01, "AdamW weight decay.")
     warmup_steps_ratio: float = fld(0.1, "Warmup steps as a fraction of the total steps.")
     clip_grad: float = fld(1.0, "Clip the global gradient norm (<= 0: no clipping).")
-    lr_scheduler: str = fld("cosine", "cosine: decay after warmup; wsd: warmup-stable-decay (last 10% decays).",
-                            choices=("cosine", "wsd"))
+    lr_scheduler: str = fld("cosine", "cosine: decay after warmup; wsd: warmup-stable-decay (last 10% decays); "
+                            "constant: constant after warmup.", choices=("cosine", "wsd", "constant"))
     min_lr_ratio: float = fld(0.0, "Final lr as a fraction of lr.")
 
 
@@ -79,7 +79,7 @@ class SFTOptimConfig:
 class SFTTrainerConfig:
     default_local_dir: str = fld("checkpoints/${trainer.project_name}/${trainer.experiment_name}",
                                  "Output root: checkpoints/, model/, metrics.jsonl, config.yaml.")
-    default_hdfs_dir: Optional[str] = fld(None, "HDFS copy of checkpoints.", unsupported="HDFS")
+    default_hdfs_dir: Optional[str] = fld(None, HDFS_HELP + " hdfs:// URLs are refused (no Hadoop client).")
     resume_mode: str = fld("auto", "auto | disable | resume_path.", choices=("auto", "disable", "resume_path"))
     resume_from_path: Optional[str] = fld(None, "A global_step_N folder (with resume_mode=resume_path).")
     project_name: str = fld("rft-sft", "Project name.")
@@ -94,6 +94,7 @@ class SFTTrainerConfig:
     n_gpus_per_node: int = fld(1, "Devices (processes) per node.")
     max_ckpt_to_keep: Optional[int] = fld(None, "Keep at most this many checkpoints.")
     device: str = fld("auto", "auto (cuda when available), cpu or cuda.", choices=("auto", "cpu", "cuda"))
+    bad_update_limit: int = fld(3, BAD_UPDATES_HELP.replace("<prefix>", "train"))
 
 
 @dataclass

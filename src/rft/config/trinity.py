@@ -7,14 +7,22 @@ docs/config-dialects: this module's tables); every other key is refused by its T
 at once, before anything loads. A `stages` list becomes rft's stages (`rft.trainer.stages`), each stage's Trinity
 sections merged over the global ones, as Trinity does.
 
-rft's loop is synchronous and in one process: generation (Trinity's explorer) and the update (its trainer) take
-turns on one model, so the explorer-trainer hand-off (experience buffer queue, synchronizer every step) is what rft
-does and other settings of it are refused.
+Trinity's explorer / buffer / trainer / synchronizer keys are rft's own (`mode` -> trainer.mode, `synchronizer.*`,
+`buffer.trainer_input.experience_buffer.*` -> experience_buffer.*, taskset storage types -> data.task_storage;
+docs/scaling.md); what rft's engine does not have (vLLM, workflow runners, Ray) is refused.
+
+`trainer.trainer_config` (verl keys) goes into an RL run as it is; a key it sets that a Trinity key sets too, to
+another value, is refused (one of the two would be ignored). An SFT stage takes the keys that have an SFT meaning
+(`SFT_FROM_VERL`: the model's LoRA / gradient checkpointing, the optimizer and its schedule, grad_clip, the micro
+batch, checkpoint retention, test_freq, ...), refuses the ones it cannot honour at other than verl's default
+(`SFT_DEFAULT_ONLY`), and leaves the RL-only rest to the file's RL stages; a file without an RL stage names those in
+a note.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -45,9 +53,42 @@ KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 # Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
 EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
 SYNCHRONIZER_KEYS = ("sync_method", "sync_interval", "sync_offset", "sync_timeout")
-SAMPLE_STRATEGIES = ("default", "warmup")  # without auxiliary buffers both read the experiences as they come
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
+M = "actor_rollout_ref.model"
+SAVE_STRATEGIES = ("single_thread", "single_process", "single_node", "unrestricted")
+
+# trainer_config keys (verl) an SFT stage honours, and the SFT key each lands on
+SFT_FROM_VERL = {
+    **{f"{M}.{k}": f"model.{k}" for k in ("lora_rank", "lora_alpha", "target_modules", "exclude_modules",
+                                          "enable_gradient_checkpointing", "override_config", "external_lib",
+                                          "trust_remote_code", "use_liger")},
+    f"{M}.use_remove_padding": "use_remove_padding",
+    f"{A}.strategy": "model.strategy",
+    f"{A}.grad_clip": "optim.clip_grad",
+    f"{A}.ppo_micro_batch_size_per_gpu": "data.micro_batch_size_per_gpu",
+    f"{A}.ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size",
+    **{f"{A}.optim.{k}": f"optim.{k}" for k in ("lr", "weight_decay", "betas", "eps", "min_lr_ratio")},
+    f"{A}.optim.lr_warmup_steps_ratio": "optim.warmup_steps_ratio",
+    f"{A}.optim.warmup_style": "optim.lr_scheduler",  # constant | cosine: the SFT schedules of the same names
+    f"{A}.checkpoint.save_contents": None,  # checked below: an SFT checkpoint holds model, optimizer, extra
+    f"{A}.checkpoint.load_contents": None,
+    **{f"trainer.{k}": f"trainer.{k}" for k in ("total_epochs", "total_training_steps", "project_name",
+                                                "experiment_name", "logger", "seed", "device", "save_freq",
+                                                "test_freq", "resume_mode", "resume_from_path", "default_hdfs_dir",
+                                                "default_local_dir", "nnodes", "n_gpus_per_node",
+                                                "bad_update_limit")},
+    "trainer.max_actor_ckpt_to_keep": "trainer.max_ckpt_to_keep",
+    "trainer.max_critic_ckpt_to_keep": None,  # no critic in an SFT stage: must be null or equal the actor's
+}
+# trainer_config keys an SFT stage cannot honour: accepted at verl's default only
+SFT_DEFAULT_ONLY = (f"{A}.optim.lr_warmup_steps", f"{A}.optim.num_cycles", f"{A}.optim.total_training_steps",
+                    f"{A}.optim.optimizer", f"{A}.optim.lr_scheduler_type", f"{M}.use_fused_kernels",
+                    f"{M}.fused_kernel_options", f"{A}.use_torch_compile", f"{A}.use_dynamic_bsz",
+                    f"{M}.enable_activation_offload", f"{M}.use_shm")
+
+
+_SCALARS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace")
 
 
 def is_trinity(raw: Any) -> bool:
@@ -75,6 +116,7 @@ def _set(out: dict, key: str, value: Any) -> None:
 class _Translation:
     def __init__(self) -> None:
         self.refusals: list[tuple[str, str]] = []
+        self.rl_only: list[str] = []  # keys an SFT stage leaves to the RL stages (named when there are none)
 
     def refuse(self, key: str, reason: str) -> None:
         self.refusals.append((key, reason))
@@ -89,6 +131,15 @@ class _Translation:
             lines = [f"{path}: {len(self.refusals)} Trinity-RFT key(s) rft cannot honour:"]
             lines += [f"  {key}{'' if reason.startswith('=') else ': '}{reason}" for key, reason in self.refusals]
             raise ConfigError("\n".join(lines))
+
+
+def _section(value: Any, where: str) -> dict:
+    """A copy of the mapping at `where` (null: empty); any other value is a ConfigError naming it."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping of keys, got {type(value).__name__} {value!r}")
+    return dict(value)
 
 
 NOT_HONOURED = "not honoured by rft (no equivalent in its one-process synchronous loop); remove it"
@@ -116,7 +167,7 @@ def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
 
 def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     """The RL algorithm keys; returns the algorithm type."""
-    algo = dict(algo)
+    algo = _section(algo, "algorithm")
     kind = algo.pop("algorithm_type", "ppo")
     if kind not in ALGORITHMS:
         t.refuse("algorithm.algorithm_type", f"={kind!r}: rft runs {sorted(ALGORITHMS)} (dpo / mix are not "
@@ -180,9 +231,15 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none")
     for key in set(ent_args) - {"entropy_coef"}:
         t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
-    if a.get("sample_strategy", "default") not in SAMPLE_STRATEGIES:
-        t.refuse("algorithm.sample_strategy", f"={a['sample_strategy']!r}: rft reads each batch as generated "
-                                              f"({', '.join(SAMPLE_STRATEGIES)})")
+    strategy = a.get("sample_strategy", "default")
+    if strategy == "warmup":
+        t.refuse("algorithm.sample_strategy", "='warmup': Trinity's warmup strategy mixes auxiliary SFT data into "
+                                              "the experiences (its mix algorithm), which rft does not have; use "
+                                              "default (each batch as generated)")
+    elif strategy != "default":
+        t.refuse("algorithm.sample_strategy", f"={strategy!r}: rft reads each batch as generated (default)")
+    if a.get("sample_strategy_args"):
+        t.refuse("algorithm.sample_strategy_args", "the default strategy takes no arguments")
     if "loss_agg_mode" in a:
         _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
     taken = {"repeat_times", "advantage_fn", "advantage_fn_args", "policy_loss_fn", "policy_loss_fn_args",
@@ -193,43 +250,79 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
 
 
 def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
-    model = dict(model)
+    model = _section(model, "model")
     if "model_path" in model:
         _set(out, "model.partial_pretrain" if sft else "actor_rollout_ref.model.path", model.pop("model_path"))
     prompt, response = model.pop("max_prompt_tokens", None), model.pop("max_response_tokens", None)
     max_len = model.pop("max_model_len", None)
-    if sft:
+    if sft:  # one limit on prompt + response
         if max_len is not None:
             _set(out, "data.max_length", max_len)
+        elif prompt is not None and response is not None:
+            _set(out, "data.max_length", prompt + response)
+        else:
+            t.rl_only += [f"model.{k}" for k, v in (("max_prompt_tokens", prompt), ("max_response_tokens", response))
+                          if v is not None]
     else:
         if prompt is not None:
             _set(out, "data.max_prompt_length", prompt)
         if response is not None:
             _set(out, "data.max_response_length", response)
-        if max_len is not None and prompt is not None and response is not None and prompt + response > max_len:
-            t.refuse("model.max_model_len", f"={max_len} is below max_prompt_tokens + max_response_tokens = "
-                                            f"{prompt + response}")
+        if max_len is not None:  # checked against the lengths in effect (_check_model_len)
+            _set(out, "_trinity.max_model_len", max_len)
     if model.pop("min_response_tokens", 1) != 1:
         t.refuse("model.min_response_tokens", "rft's engine stops at EOS from the first token; only 1 is honoured")
     critic = model.pop("critic_model_path", None)
     if critic is not None and not sft and critic != out.get("actor_rollout_ref", {}).get("model", {}).get("path"):
         _set(out, "critic.model.path", critic)
+    elif critic is not None and sft:
+        t.rl_only.append("model.critic_model_path")
     t.rest(model, "model", NOT_HONOURED)
 
 
+def _check_model_len(t: _Translation, out: dict) -> None:
+    """model.max_model_len (RL): the prompt and response limits in effect (Trinity's keys, trainer_config or
+    rft's defaults) must fit in it; every sequence then does."""
+    max_len = out.get("_trinity", {}).pop("max_model_len", None)
+    if max_len is None:
+        return
+    from rft.config.schema import DataConfig
+
+    data = out.get("data", {})
+    prompt = data.get("max_prompt_length", DataConfig.max_prompt_length)
+    response = data.get("max_response_length", DataConfig.max_response_length)
+    if not isinstance(max_len, int) or prompt + response > max_len:
+        t.refuse("model.max_model_len", f"={max_len!r} is below the prompt + response limits in effect, "
+                                        f"{prompt} + {response} = {prompt + response} (model.max_prompt_tokens / "
+                                        "max_response_tokens, else rft's data.max_prompt_length / "
+                                        "max_response_length); raise it or set those two")
+
+
 def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: dict) -> None:
-    args = dict(ts.get("rollout_args") or {})
+    args = _section(ts.get("rollout_args"), f"{where}.rollout_args")
     prefix = f"{R}.val_kwargs" if eval_set else R
     for key in ("temperature", "top_p", "top_k"):
         if key in args:
-            _set(out, f"{prefix}.{key}", args.pop(key))
+            _set_shared(t, out, f"{prefix}.{key}", args.pop(key), f"{where}.rollout_args.{key}")
     if eval_set and "temperature" in (ts.get("rollout_args") or {}):
         _set(out, f"{prefix}.do_sample", ts["rollout_args"]["temperature"] > 0)
     t.rest(args, f"{where}.rollout_args", NOT_HONOURED)
 
 
+def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) -> None:
+    """`key` = `value` from the taskset key `where`; several tasksets that set one rft key differently are refused
+    (the last would win silently)."""
+    owners = out.setdefault("_trinity", {}).setdefault("set_by", {})
+    if key in owners and _get(out, key) != value:
+        t.refuse(where, f"={value!r}, but {owners[key]} sets it to {_get(out, key)!r}: rft has one {key} for all "
+                        "tasksets of a run; make them equal")
+        return
+    owners.setdefault(key, where)
+    _set(out, key, value)
+
+
 def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> Any:
-    ts = dict(ts)
+    ts = _section(ts, where)
     storage = ts.pop("storage_type", "file")
     name = ts.pop("name", None)
     if storage in ("sql", "queue") and not eval_set:  # a table of tasks: the path is its database
@@ -241,12 +334,16 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -
         if not files:
             t.refuse(f"{where}.path", "is required: the database (a SQLAlchemy URL or a SQLite file)")
     else:
-        files = _files(t, where, ts.pop("path", None), ts.pop("split", "test" if eval_set else "train"))
+        path, split = ts.pop("path", None), ts.pop("split", None)
+        if split is not None and path and not Path(path).expanduser().is_dir() and Path(path).stem != split:
+            t.refuse(f"{where}.split", f"={split!r}, but path={path!r} is a file, not a folder holding splits: "
+                                       "remove split or give the folder")
+        files = _files(t, where, path, split or ("test" if eval_set else "train"))
         if storage != "file":
             t.refuse(f"{where}.storage_type", f"={storage!r}: rft reads eval tasksets from files (jsonl / parquet)")
-    fmt = dict(ts.pop("format", None) or {})
+    fmt = _section(ts.pop("format", None), f"{where}.format")
     if "prompt_key" in fmt:
-        _set(out, "data.prompt_key", fmt.pop("prompt_key"))
+        _set_shared(t, out, "data.prompt_key", fmt.pop("prompt_key"), f"{where}.format.prompt_key")
     if fmt.pop("prompt_type", "plaintext") not in ("plaintext", "messages"):
         t.refuse(f"{where}.format.prompt_type", "rft reads a string or a chat message list")
     t.rest(fmt, f"{where}.format", "rft scores rows by data_source and reward_model.ground_truth (verl's row "
@@ -254,20 +351,27 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -
     _taskset_args(t, ts, where, eval_set, out)
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
-        _set(out, f"{R}.val_kwargs.n", ts.pop("repeat_times"))
+        _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
     t.rest(ts, where, "Trinity's workflows and reward functions are not implemented: rft scores rows by "
                       "data_source (verl's row format) or custom_reward_function")
     return files
 
 
 def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) -> None:
-    b = dict(buffer)
+    b = _section(buffer, "buffer")
     batch = b.pop("batch_size", None)
     train_batch = b.pop("train_batch_size", None)
     if sft:
         if train_batch is not None or batch is not None:
             _set(out, "data.train_batch_size", train_batch if train_batch is not None else batch)
     else:
+        if batch is None and train_batch is not None:  # experiences per step: batch_size x repeat_times
+            if not isinstance(train_batch, int) or train_batch % repeat:
+                t.refuse("buffer.train_batch_size", f"={train_batch!r} (experiences per step) is not a multiple of "
+                                                    f"repeat_times={repeat}; set buffer.batch_size (tasks per step)")
+            else:
+                batch = train_batch // repeat
+                train_batch = None
         if batch is not None:
             _set(out, "data.train_batch_size", batch)
             _set(out, f"{A}.ppo_mini_batch_size", batch)
@@ -278,10 +382,12 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
         _set(out, "trainer.total_epochs", b.pop("total_epochs"))
     if "total_steps" in b:
         _set(out, "trainer.total_training_steps", b.pop("total_steps"))
-    explorer_input = dict(b.pop("explorer_input", None) or {})
-    trainer_input = dict(b.pop("trainer_input", None) or {})
+    explorer_input = {k: v for k, v in _section(b.pop("explorer_input", None), "buffer.explorer_input").items()
+                      if v is not None}
+    trainer_input = {k: v for k, v in _section(b.pop("trainer_input", None), "buffer.trainer_input").items()
+                     if v is not None}
     if not sft:
-        if "taskset" in explorer_input:
+        if explorer_input.get("taskset") is not None:
             files = _taskset(t, explorer_input.pop("taskset"), "buffer.explorer_input.taskset", out, False)
             if files:
                 _set(out, "data.train_files", files)
@@ -293,21 +399,21 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
                 val_files += files if isinstance(files, list) else [files]
         if val_files:
             _set(out, "data.val_files", val_files)
-        exp = dict(trainer_input.pop("experience_buffer", None) or {})
+        exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
         for key in EXPERIENCE_BUFFER_KEYS:
             if key in exp:
                 _set(out, f"experience_buffer.{key}", exp.pop(key))
         t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
     else:
-        exp = dict(trainer_input.pop("experience_buffer", None) or {})
+        exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         files = _files(t, "buffer.trainer_input.experience_buffer", exp.pop("path", None), exp.pop("split", "train"))
         if files:
             _set(out, "data.train_files", files)
         exp.pop("name", None)
         if exp.pop("storage_type", "file") != "file":
             t.refuse("buffer.trainer_input.experience_buffer.storage_type", "an SFT dataset is read from files")
-        fmt = dict(exp.pop("format", None) or {})
+        fmt = _section(exp.pop("format", None), "buffer.trainer_input.experience_buffer.format")
         ptype = fmt.pop("prompt_type", "plaintext")
         if ptype == "messages":
             _set(out, "data.multiturn.enable", True)
@@ -318,8 +424,10 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
                 _set(out, f"data.{key}", fmt.pop(key))
         t.rest(fmt, "buffer.trainer_input.experience_buffer.format", NOT_HONOURED)
         t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
-    if not sft:  # an sft stage inherits the global explorer input, which belongs to the RL stages
+    if not sft:
         t.rest(explorer_input, "buffer.explorer_input", NOT_HONOURED)
+    else:  # an sft stage inherits the global explorer input, which belongs to the RL stages
+        t.rl_only += [f"buffer.explorer_input.{k}" for k in explorer_input]
     t.rest(trainer_input, "buffer.trainer_input", "auxiliary buffers are not implemented")
     t.rest(b, "buffer", "Trinity's workflows and reward functions are not implemented: rft scores rows by "
                         "data_source (verl's row format) or custom_reward_function" if any(
@@ -327,9 +435,9 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
 
 
 def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
-    e = dict(explorer)
+    e = _section(explorer, "explorer")
     e.pop("name", None)
-    rm = dict(e.pop("rollout_model", None) or {})
+    rm = _section(e.pop("rollout_model", None), "explorer.rollout_model")
     engine = rm.pop("engine_type", "hf")
     if engine != "hf":
         t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft generates with its hf engine "
@@ -348,9 +456,13 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
 
 
 def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool) -> None:
-    tr = dict(trainer)
+    tr = _section(trainer, "trainer")
     tr.pop("name", None)
-    tr.pop("save_strategy", None)  # who may save at once: one process saves alone whatever is chosen
+    strategy = tr.pop("save_strategy", "unrestricted")
+    if strategy not in SAVE_STRATEGIES:
+        t.refuse("trainer.save_strategy", f"={strategy!r}: Trinity's strategies are {', '.join(SAVE_STRATEGIES)}")
+    elif strategy != "unrestricted":  # checked against the number of processes (_check_save_strategy)
+        _set(out, "_trinity.save_strategy", strategy)
     if tr.pop("trainer_type", "verl") != "verl":
         t.refuse("trainer.trainer_type", "rft is a verl-style trainer; only verl")
     if "save_interval" in tr:
@@ -371,19 +483,81 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool) -> None:
 
         inline = OmegaConf.to_container(read_yaml(path), resolve=True)
     if inline:
-        if sft:  # the verl actor's optimizer / micro batch are the SFT run's
-            actor = (inline.get("actor_rollout_ref") or {}).get("actor") or {}
-            for key in ("lr", "weight_decay", "betas", "eps", "min_lr_ratio"):
-                if key in (actor.get("optim") or {}):
-                    _set(out, f"optim.{key}", actor["optim"][key])
-            if "lr_warmup_steps_ratio" in (actor.get("optim") or {}):
-                _set(out, "optim.warmup_steps_ratio", actor["optim"]["lr_warmup_steps_ratio"])
-            if "ppo_micro_batch_size_per_gpu" in actor:
-                _set(out, "data.micro_batch_size_per_gpu", actor["ppo_micro_batch_size_per_gpu"])
+        if sft:
+            _sft_trainer_config(t, inline, out)
         else:
+            for key, value in _leaves(inline).items():
+                mine = _get(out, key)
+                if mine is not _MISSING and mine != value:
+                    t.refuse(f"trainer.trainer_config.{key}", f"={value!r}, but a Trinity key of this file sets it "
+                                                              f"to {mine!r}: give it once")
             for key, value in _merge(out, inline).items():
                 out[key] = value
     t.rest(tr, "trainer", NOT_HONOURED)
+
+
+_MISSING = object()
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: value} of the non-mapping leaves of `tree` (an empty mapping is a leaf)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _get(tree: dict, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _MISSING
+        tree = tree[part]
+    return tree
+
+
+def _verl_default(key: str) -> Any:
+    """The RFTConfig default of the verl key `key` (_MISSING for a key the schema lacks)."""
+    from rft.config.schema import RFTConfig
+    from rft.config.validate import walk
+
+    if not hasattr(_verl_default, "table"):
+        _verl_default.table = {k: v for k, _, v in walk(RFTConfig())}  # type: ignore[attr-defined]
+    return _verl_default.table.get(key, _MISSING)  # type: ignore[attr-defined]
+
+
+def _sft_trainer_config(t: _Translation, inline: dict, out: dict) -> None:
+    """The verl keys of trainer.trainer_config in an SFT stage: the ones with an SFT meaning land on SFT keys
+    (`SFT_FROM_VERL`), the ones an SFT stage cannot honour are refused unless at verl's default, the rest are the RL
+    stages' (named in a note when the file has none)."""
+    for key, value in _leaves(inline).items():
+        where = f"trainer.trainer_config.{key}"
+        if key in SFT_FROM_VERL:
+            target = SFT_FROM_VERL[key]
+            if key.startswith(f"{A}.checkpoint."):
+                if set(value or []) != {"model", "optimizer", "extra"}:
+                    t.refuse(where, f"={value!r}: an SFT stage's checkpoint holds model, optimizer and extra")
+                continue
+            if key == "trainer.max_critic_ckpt_to_keep":
+                if value is not None and value != _get(inline, "trainer.max_actor_ckpt_to_keep"):
+                    t.refuse(where, "an SFT stage has no critic: remove it or make it equal max_actor_ckpt_to_keep")
+                continue
+            if key == f"{A}.optim.warmup_style" and value not in ("constant", "cosine"):
+                t.refuse(where, f"={value!r}: constant or cosine")
+                continue
+            mine = _get(out, target)
+            if mine is not _MISSING and mine != value:
+                t.refuse(where, f"={value!r}, but a Trinity key of this file sets {target} to {mine!r}: give it once")
+                continue
+            _set(out, target, value)
+        elif key in SFT_DEFAULT_ONLY:
+            if value != _verl_default(key):
+                t.refuse(where, f"={value!r}: an SFT stage has no such setting (only verl's default "
+                                f"{_verl_default(key)!r})")
+        else:
+            t.rl_only.append(where)
 
 
 def _globals(t: _Translation, cfg: dict, out: dict) -> None:
@@ -402,7 +576,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         _set(out, "trainer.resume_mode", "disable")
     if cfg.get("ray_namespace"):
         t.refuse("ray_namespace", "rft does not use Ray")
-    cluster = dict(cfg.get("cluster") or {})
+    cluster = _section(cfg.get("cluster"), "cluster")
     if "node_num" in cluster:
         _set(out, "trainer.nnodes", cluster.pop("node_num"))
     if "gpu_per_node" in cluster:
@@ -413,7 +587,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
     t.rest(sync, "synchronizer", NOT_HONOURED)
-    monitor = dict(cfg.get("monitor") or {})
+    monitor = _section(cfg.get("monitor"), "monitor")
     kind = monitor.pop("monitor_type", None)
     if kind not in (None, "console"):
         t.refuse("monitor.monitor_type", f"={kind!r}: rft writes metrics.jsonl and the console only")
@@ -438,7 +612,10 @@ def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:
             "repeat_times", 1)
     else:
         repeat = 1
-        algo = dict(cfg.get("algorithm") or {})
+        # the global keys an SFT run has too (names, folder, processes, monitor); the synchronizer is the RL stages'
+        _globals(t, {k: v for k, v in cfg.items() if k != "synchronizer"}, out)
+        t.rl_only += [f"synchronizer.{k}" for k in cfg.get("synchronizer") or {}]
+        algo = _section(cfg.get("algorithm"), "algorithm")
         algo.pop("algorithm_type", None)
         for key, value in algo.items():
             if key in ALGORITHMS["sft"] and value == ALGORITHMS["sft"][key]:
@@ -448,8 +625,25 @@ def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:
     _buffer(t, cfg.get("buffer") or {}, out, sft, repeat)
     if not sft:
         _explorer(t, cfg.get("explorer") or {}, out)
+    elif cfg.get("explorer"):
+        t.rl_only += [f"explorer.{k}" for k in cfg["explorer"]]
     _trainer(t, cfg.get("trainer") or {}, out, sft)
+    if not sft:
+        _check_model_len(t, out)
+    _check_save_strategy(t, out)
+    out.pop("_trinity", None)
     return out
+
+
+def _check_save_strategy(t: _Translation, out: dict) -> None:
+    """trainer.save_strategy: one process saves alone, so every strategy holds; several processes write their
+    checkpoint shards at once (torch.distributed.checkpoint), which is `unrestricted`."""
+    strategy = out.get("_trinity", {}).pop("save_strategy", None)
+    trainer = out.get("trainer", {})
+    if strategy is not None and trainer.get("nnodes", 1) * trainer.get("n_gpus_per_node", 1) > 1:
+        t.refuse("trainer.save_strategy", f"={strategy!r}: with several processes every rank writes its shard of a "
+                                          "checkpoint at the same time (torch.distributed.checkpoint), which is "
+                                          "unrestricted; use unrestricted, or one process")
 
 
 MODES = ("both", "explore", "train", "bench")
@@ -468,12 +662,17 @@ def _mode(t: _Translation, cfg: dict, where: str) -> bool:
     return False
 
 
-def translate(cfg: dict, path: str = "config") -> dict:
+def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> dict:
     """The rft config (verl keys; with `stages` when the Trinity config has stages or is an SFT run) of the
-    resolved Trinity config `cfg`. ConfigError lists every key rft cannot honour."""
+    resolved Trinity config `cfg`. ConfigError lists every key rft cannot honour; with a `refusals` list they are
+    appended to it instead ((key, reason) pairs) and the translation of the rest is returned."""
     t = _Translation()
+    if refusals is not None:
+        t.raise_if_any = lambda path: refusals.extend(t.refusals)  # type: ignore[method-assign]
     known = set(SECTIONS)
-    for key in cfg:
+    for key, value in cfg.items():
+        if key in known and key not in ("stages", *_SCALARS) and value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{path}: {key} must be a mapping of keys (a section), got {type(value).__name__}")
         if key not in known:
             t.refuse(key, "not a Trinity-RFT section (or verl keys mixed into a Trinity config: put them under "
                           "trainer.trainer_config)")
@@ -489,8 +688,9 @@ def translate(cfg: dict, path: str = "config") -> dict:
     rl_base = _section_dialect(_Translation(), {**base_cfg, "algorithm": {"algorithm_type": "grpo"}, "mode": "both"},
                                sft=False)  # the global verl sections (errors are reported per stage)
     out_stages = []
+    rl_only: list[str] = []
     for i, stage in enumerate(stages):
-        stage = dict(stage)
+        stage = _section(stage, f"stages[{i}]")
         name = stage.pop("stage_name", None)
         if not name:
             t.refuse(f"stages[{i}].stage_name", "is required")
@@ -504,6 +704,7 @@ def translate(cfg: dict, path: str = "config") -> dict:
         sections = _section_dialect(sub, merged, sft)
         for key, reason in sub.refusals:
             t.refuse(key if key.startswith("stages[") else where + key, reason)
+        rl_only += [key for key in sub.rl_only if key not in rl_only]
         for key in sections.get("trainer", {}).copy():
             if key in ("default_local_dir", "project_name", "experiment_name"):
                 sections["trainer"].pop(key)  # stage folders and names are rft's (<run>/<stage_name>)
@@ -515,6 +716,10 @@ def translate(cfg: dict, path: str = "config") -> dict:
             algorithm = sections.pop("algorithm", {})
             out_stages.append({"stage_name": name, "algorithm": algorithm, **sections})
     t.raise_if_any(path)
+    if rl_only and all(s["algorithm"] == "sft" for s in out_stages):
+        logging.getLogger("rft").warning(
+            "rft: note: %s: this SFT run has no RL stage, so these keys of it have no effect: %s", path,
+            ", ".join(rl_only))
     return {**rl_base, "stages": out_stages}
 
 
@@ -533,9 +738,23 @@ def load_trinity(path, overrides=(), validate_paths: bool = True):
         for item in parse_overrides(overrides):
             key, value = item.split("=", 1)
             OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=True)
+        # an inline trainer_config is a verl config of its own: its interpolations (${actor_rollout_ref...}) resolve
+        # within it, as those of a trainer_config_path file do
+        inline = {}
+        for where, section in [("", raw), *((f"stages.{i}.", st) for i, st in enumerate(raw.get("stages") or []))]:
+            trainer = section.get("trainer") if hasattr(section, "get") else None
+            if hasattr(trainer, "get") and hasattr(trainer.get("trainer_config"), "keys"):
+                inline[where] = OmegaConf.to_container(trainer.trainer_config, resolve=False)
+                trainer.trainer_config = None
         cfg = OmegaConf.to_container(raw, resolve=True)
+        for where, verl in inline.items():
+            node = cfg
+            for part in where.split(".")[:-1]:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            node["trainer"]["trainer_config"] = OmegaConf.to_container(OmegaConf.create(verl), resolve=True)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"{path}: {str(e).splitlines()[0]}; for a variable: set it in the environment, or "
+                          "replace the ${{...}} by its value") from None
     out = translate(cfg, str(path))
     if "stages" in out:
         from rft.trainer.stages import build_stages

@@ -1,12 +1,15 @@
 """Config validation, before any model loads.
 
-Phase 1 walks the schema: `choices` and `unsupported` metadata (see schema.py). Phase 2 checks values across
-fields: batch-size divisibility, required paths, registry names. Every error names the key and what to set.
+Phase 1 walks the schema: `choices` and `unsupported` metadata (see schema.py), except in the sections of parts the
+run does not build (`inactive_sections`: their keys have no effect, as in verl, and the ones set to something other
+than the default are named in one note line). Phase 2 checks values across fields: batch-size divisibility,
+required paths, registry names. Every error names the key and what to set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +17,12 @@ from typing import Any
 
 from rft.config.errors import ConfigError
 from rft.config.schema import RFTConfig
+
+log = logging.getLogger("rft")
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "vocab.txt")
+"""A folder holding one of these has a tokenizer transformers can load (without one it builds an empty one)."""
 
 # Names that are part of verl's vocabulary but arrive with a later capability of rft (none at the moment).
 _PENDING_ESTIMATORS: dict[str, str] = {}
@@ -36,22 +45,67 @@ def _default_of(f: dataclasses.Field) -> Any:
     return f.default_factory()  # type: ignore[misc]
 
 
-def _check_schema(cfg: RFTConfig) -> None:
+def _all_null(value: Any) -> bool:
+    """An engine_kwargs-style mapping whose nested values are all null (or the string 'None'): the default."""
+    if isinstance(value, dict):
+        return all(_all_null(v) for v in value.values())
+    return value is None or value == "None"
+
+
+def inactive_sections(cfg: RFTConfig) -> dict[str, str]:
+    """{key or key prefix ending in '.': why}: the config keys of parts this run does not build (no effect)."""
+    from rft.algorithms import ADV_ESTIMATORS, estimator_spec
+
+    out: dict[str, str] = {}
+    if not cfg.reward_model.enable:
+        why = "reward_model.enable=false"
+        for key in ("model.", "micro_batch_size_per_gpu", "max_length", "reward_weight", "rule_weight"):
+            out[f"reward_model.{key}"] = why
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    needs_values = algo.adv_estimator in ADV_ESTIMATORS and "values" in estimator_spec(algo.adv_estimator).needs
+    if not (cfg.critic.enable if cfg.critic.enable is not None else needs_values):
+        why = f"this run builds no critic (algorithm.adv_estimator={algo.adv_estimator!r})"
+        for f in dataclasses.fields(cfg.critic):
+            if f.name != "enable":
+                out[f"critic.{f.name}" + ("." if dataclasses.is_dataclass(getattr(cfg.critic, f.name)) else "")] = why
+    if not (actor.use_kl_loss or algo.use_kl_in_reward):
+        out["actor_rollout_ref.ref."] = "this run builds no reference (no KL term)"
+    return out
+
+
+def _inactive(key: str, inactive: dict[str, str]) -> str | None:
+    for prefix, why in inactive.items():
+        if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+            return why
+    return None
+
+
+def _check_schema(cfg: Any, inactive: dict[str, str] | None = None) -> None:
+    """`choices`, then `unsupported` (a value other than the default and the field's `also` values is refused)
+    outside the `inactive` sections; inside them, the keys set to something other than the default are named in
+    one note line per reason."""
+    unused: dict[str, list[str]] = {}
     for key, f, value in walk(cfg):
         choices = f.metadata.get("choices")
         if choices is not None and value not in choices:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of {list(choices)}")
+        default = _default_of(f)
+        why = _inactive(key, inactive or {})
+        if why is not None:
+            if value != default and not (isinstance(value, dict) and _all_null(value)):
+                unused.setdefault(why, []).append(f"{key}={value!r}")
+            continue
         reason = f.metadata.get("unsupported")
         if reason is not None:
-            default = _default_of(f)
-            # engine_kwargs-style mappings: all-null nested values count as the default
-            if isinstance(value, dict) and all(v in (None, {}) or (isinstance(v, dict) and
-                                               all(x is None for x in v.values())) for v in value.values()):
+            if isinstance(value, dict) and _all_null(value):
                 continue
-            if value != default:
+            if value != default and value not in f.metadata.get("also", ()):
+                allowed = " or ".join(repr(v) for v in (default, *f.metadata.get("also", ())))
                 raise ConfigError(
-                    f"{key}={value!r} is not supported by rft yet ({reason}); remove it or set it to {default!r}"
+                    f"{key}={value!r} is not supported by rft yet ({reason}); remove it or set it to {allowed}"
                 )
+    for why, keys in unused.items():
+        log.warning("rft: note: %s, so these keys have no effect: %s", why, ", ".join(keys))
 
 
 def _files(value: Any, key: str) -> list[str]:
@@ -453,7 +507,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     against; default trainer.nnodes x trainer.n_gpus_per_node."""
     from rft.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES, estimator_spec
 
-    _check_schema(cfg)
+    _check_schema(cfg, inactive_sections(cfg))
     world_size = processes(cfg.trainer) if world_size is None else world_size
     data, arr, algo, trainer = cfg.data, cfg.actor_rollout_ref, cfg.algorithm, cfg.trainer
     actor, rollout = arr.actor, arr.rollout
@@ -602,6 +656,81 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_critic(cfg, world_size, check_paths)
     _check_reward_model(cfg, check_paths)
     _check_decoupled(cfg, world_size)
+    _check_keys_with_readers(cfg)
+    if check_paths and check_model_path:
+        check_tokenizer_folder("data.tokenizer" if data.tokenizer else "actor_rollout_ref.model.path",
+                               data.tokenizer or arr.model.path)
+
+
+def check_tokenizer_folder(key: str, path: str) -> None:
+    """The folder `path` holds tokenizer files (without any, transformers builds an empty tokenizer and the run
+    fails much later)."""
+    folder = Path(path).expanduser()
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{key}={path!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:3])}, ...): copy the model's "
+            "tokenizer files into it, or set data.tokenizer to a folder that has them"
+        )
+
+
+def check_hdfs_dir(key: str, value: str | None) -> None:
+    if value and "://" in value:
+        raise ConfigError(
+            f"{key}={value!r}: rft copies checkpoints to a local or mounted folder only (it has no Hadoop client); "
+            "mount the file system and give its path, or set it to null"
+        )
+
+
+def _check_int(key: str, value: Any, low: int, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{key} must be an integer >= {low} ({what}), got {value!r}")
+
+
+def _check_keys_with_readers(cfg: RFTConfig) -> None:
+    """The cross-field checks of keys added so that a verl / Trinity config loads as it is: each is honoured, or
+    refused here with the reason."""
+    arr, t, crf = cfg.actor_rollout_ref, cfg.trainer, cfg.custom_reward_function
+    actor = arr.actor
+    moe = (arr.model.override_config or {}).get("moe_config")
+    if moe and not (isinstance(moe, dict) and all(not v for v in moe.values())):
+        raise ConfigError(
+            f"actor_rollout_ref.model.override_config.moe_config={moe!r} configures Megatron's MoE layers, which "
+            "rft (FSDP / one process) does not have; remove it or leave its values false / null"
+        )
+    ob = cfg.reward_model.overlong_buffer
+    if ob.enable and cfg.reward_model.reward_manager != "dapo":
+        raise ConfigError(
+            "reward_model.overlong_buffer.enable=true: as in verl, the overlong buffer is applied by the dapo reward "
+            f"manager only; set reward_model.reward_manager=dapo (it is {cfg.reward_model.reward_manager!r})"
+        )
+    if crf.timeout is not None and (isinstance(crf.timeout, bool) or not isinstance(crf.timeout, (int, float))
+                                    or not math.isfinite(crf.timeout)):
+        raise ConfigError(f"custom_reward_function.timeout must be a number of seconds or null, got {crf.timeout!r}")
+    check_hdfs_dir("trainer.default_hdfs_dir", t.default_hdfs_dir)
+    if t.max_critic_ckpt_to_keep is not None and t.max_critic_ckpt_to_keep != t.max_actor_ckpt_to_keep:
+        raise ConfigError(
+            f"trainer.max_critic_ckpt_to_keep={t.max_critic_ckpt_to_keep} differs from trainer.max_actor_ckpt_to_keep"
+            f"={t.max_actor_ckpt_to_keep}: the critic is saved inside each global_step_N folder, so one number keeps "
+            "both; set them equal (or remove max_critic_ckpt_to_keep)"
+        )
+    for name in ("entropy_from_logits_with_chunking", "entropy_checkpointing"):
+        ref_value = getattr(arr.ref, name)
+        if ref_value is not None and ref_value != getattr(actor, name) and (actor.use_kl_loss or
+                                                                           cfg.algorithm.use_kl_in_reward):
+            raise ConfigError(
+                f"actor_rollout_ref.ref.{name}={ref_value} differs from actor_rollout_ref.actor.{name}="
+                f"{getattr(actor, name)}: the reference computes no entropy, so rft has one setting; remove the "
+                "reference's (or make them equal)"
+            )
+    if not actor.entropy_checkpointing:
+        log.warning("rft: note: actor_rollout_ref.actor.entropy_checkpointing=false changes nothing: rft's entropy "
+                    "always recomputes its softmax in the backward (the same result, less memory)")
+    for prefix, optim in (("actor_rollout_ref.actor.optim", actor.optim), ("critic.optim", cfg.critic.optim)):
+        steps = optim.total_training_steps
+        if not isinstance(steps, int) or isinstance(steps, bool) or (steps != -1 and steps <= 0):
+            raise ConfigError(f"{prefix}.total_training_steps must be -1 (the run's length) or a positive number "
+                              f"of steps, got {steps!r}")
+    _check_int("trainer.bad_update_limit", t.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
 
 
 def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
@@ -609,6 +738,10 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model
     _check_schema(cfg)
     data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
     _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
+    if check_paths and check_model_path:
+        check_tokenizer_folder("model.partial_pretrain", model.partial_pretrain)
+    check_hdfs_dir("trainer.default_hdfs_dir", trainer.default_hdfs_dir)
+    _check_int("trainer.bad_update_limit", trainer.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
     _check_runtime("trainer", trainer, several="rft sft runs one process for now")
     for key, value in (("data.train_batch_size", data.train_batch_size),
                        ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),

@@ -13,11 +13,7 @@ from typing import Any
 
 import torch
 
-from rft.data.io import read_rows
-
-
-class DataError(ValueError):
-    """A data file that cannot be used as it is, with the file and the row named."""
+from rft.data.io import DataError, read_rows
 
 
 @dataclass
@@ -27,6 +23,7 @@ class Prompt:
     ground_truth: Any
     extra_info: dict
     messages: list[dict] = field(default_factory=list)  # the chat messages before the template
+    origin: str = ""  # "<file> row <i>", for messages about this prompt
 
 
 def truncate(ids: list[int], max_len: int, mode: str) -> list[int]:
@@ -98,6 +95,9 @@ class PromptDataset:
                         )
                     ids = truncate(ids, max_prompt_length, truncation)
                 reward = row.get("reward_model") or {}
+                if not isinstance(row.get("extra_info") or {}, dict):
+                    raise DataError(f"{file} row {i}: extra_info must be a mapping, got "
+                                    f"{type(row['extra_info']).__name__}; fix the row or drop the column")
                 self.prompts.append(
                     Prompt(
                         ids=list(ids),
@@ -105,6 +105,7 @@ class PromptDataset:
                         ground_truth=reward.get("ground_truth") if isinstance(reward, dict) else None,
                         extra_info=dict(row.get("extra_info") or {}),
                         messages=chat,
+                        origin=f"{file} row {i}",
                     )
                 )
         if not self.prompts:

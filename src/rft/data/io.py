@@ -12,7 +12,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rft.errors import RftError
+
 ROW_SUFFIXES = (".parquet", ".jsonl")
+
+
+class DataError(RftError, ValueError):
+    """A data file that cannot be used as it is, with the file and the row named."""
 
 
 def write_parquet(rows: list[dict], path: str | Path) -> Path:
@@ -34,27 +40,48 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """All rows of a .parquet or .jsonl file, as dicts (blank jsonl lines are skipped)."""
-    path = Path(path)
+    """All rows of a .parquet or .jsonl file, as dicts (blank jsonl lines are skipped). A file that is not what
+    its suffix says (a corrupt parquet, a jsonl line that is not a JSON object) is a DataError naming the file
+    and, for jsonl, the line."""
+    path = Path(path).expanduser()
     if path.suffix not in ROW_SUFFIXES:
-        raise ValueError(f"cannot read rows from {str(path)!r}: expected one of {', '.join(ROW_SUFFIXES)}")
+        raise DataError(f"cannot read rows from {str(path)!r}: expected one of {', '.join(ROW_SUFFIXES)}")
     if not path.is_file():
-        raise FileNotFoundError(f"no such data file: {str(path)!r}")
+        raise DataError(f"no such data file: {str(path)!r}")
     if path.suffix == ".parquet":
-        return pq.read_table(path).to_pylist()
-    return [value for _, value in iter_jsonl(path)]
+        try:
+            return pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as e:  # ArrowInvalid: not parquet, truncated, bad footer
+            raise DataError(f"data file {str(path)!r} is not a readable parquet file ({_one_line(e)}); "
+                            "write it again (e.g. `rft data ...`) or point data.train_files / val_files at "
+                            "another file") from None
+    rows = []
+    for where, value in iter_jsonl(path):
+        if not isinstance(value, dict):
+            raise DataError(f"{where}: a row must be a JSON object {{...}}, got {type(value).__name__}; fix the line")
+        rows.append(value)
+    return rows
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:300]
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     """(where, value) per non-blank line of the jsonl file `path`; `where` ("'<path>' line N") names the line for
-    the caller's own errors. A line that is not JSON raises ValueError naming it."""
+    the caller's own errors. A line that is not JSON (or not UTF-8) raises DataError naming it."""
     with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{str(path)!r} line {line_number}"
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: invalid JSON ({error})") from None
-            yield where, value
+        line_number = 0
+        try:
+            for line_number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                where = f"{str(path)!r} line {line_number}"
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{where}: invalid JSON ({error}); fix or remove the line") from None
+                yield where, value
+        except UnicodeDecodeError as error:
+            raise DataError(f"{str(path)!r} line {line_number + 1}: not UTF-8 text ({error.reason} at byte "
+                            f"{error.start}); a jsonl file holds one UTF-8 JSON object per line") from None

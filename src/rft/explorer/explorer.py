@@ -53,11 +53,14 @@ def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
 
 
 def load_tasksets(cfg, tokenizer):
-    """(the training taskset, the validation prompts or None) of an RL config."""
-    from rft.explorer.taskset import make_taskset
+    """(the training taskset, the validation prompts or None) of an RL config, checked against the reward
+    function (known data sources, ground truth present) before any model loads."""
+    from rft.explorer.preflight import check_reward_inputs
+    from rft.explorer.taskset import FileTaskset, make_taskset
 
     taskset = make_taskset(cfg, lambda files: load_prompts(cfg, tokenizer, files)) if cfg.data.train_files else None
     val_set = load_prompts(cfg, tokenizer, cfg.data.val_files) if cfg.data.val_files else None
+    check_reward_inputs(cfg, taskset.dataset if isinstance(taskset, FileTaskset) else None, val_set)
     return taskset, val_set
 
 
@@ -111,7 +114,8 @@ class Explorer:
         positions = None
         if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
             positions = step_shard(len(prompts), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
-                                   self.dist.rank, self.dist.world_size)
+                                   self.dist.rank, self.dist.world_size,
+                                   lengths=[len(p.ids) for p in prompts] if self.cfg.trainer.balance_batch else None)
             prompts = [prompts[i] for i in positions]
         with timer("gen"):
             batch = self.generate_batch(prompts, positions)

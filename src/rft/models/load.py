@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rft.fsutil import atomic_dir
+from rft.fsutil import atomic_dir, checked_write
 
 log = logging.getLogger("rft")
 
@@ -70,11 +70,22 @@ def _quiet_transformers() -> None:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
+    """The tokenizer of the folder `path` (pad = EOS when it has no pad token). A folder whose tokenizer is empty
+    (transformers builds one from a folder without tokenizer files) or has no EOS token is an RftError naming the
+    folder: the run would fail much later in a reshape."""
     from transformers import AutoTokenizer
+
+    from rft.errors import RftError
 
     _quiet_transformers()
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if not set(tok.get_vocab()) - set(tok.all_special_tokens):  # special tokens only: built from nothing
+        raise RftError(f"the tokenizer of {path!r} is empty (the folder has no tokenizer files): copy the model's "
+                       "tokenizer files into it, or set data.tokenizer to a folder that has them")
     if tok.pad_token_id is None:
+        if tok.eos_token is None:
+            raise RftError(f"the tokenizer of {path!r} has neither an EOS nor a pad token, which generation needs to "
+                           "end and pad responses; use a tokenizer that defines eos_token")
         tok.pad_token = tok.eos_token
     return tok
 
@@ -218,6 +229,6 @@ def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: 
     if is_peft(model):
         model = (model if merge_in_place else copy.deepcopy(model)).merge_and_unload()
     with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        checked_write(lambda: model.save_pretrained(tmp, safe_serialization=True), tmp / "model.safetensors")
         tokenizer.save_pretrained(tmp)
     return out_dir

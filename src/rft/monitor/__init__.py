@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from rft import interrupts
 from rft.fsutil import write_text_atomic
 
 _BAR_KEYS = ("critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/step")
@@ -19,13 +20,15 @@ _SHORT = {"critic/score/mean": "score", "actor/pg_loss": "pg_loss", "response_le
 
 
 class Timer:
-    """Named phase timings (verl's marked_timer): `with timer("gen"): ...` adds to `timing_s/gen`."""
+    """Named phase timings (verl's marked_timer): `with timer("gen"): ...` adds to `timing_s/gen`. Entering a phase
+    is where a Ctrl-C / SIGTERM received during the previous one stops the run (`rft.interrupts`)."""
 
     def __init__(self) -> None:
         self.times: dict[str, float] = defaultdict(float)
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        interrupts.check_between_phases(name)
         start = time.perf_counter()
         try:
             yield

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rft.rewards.custom import load_custom_rewards
+from rft.rewards.runner import RewardFunction
 from rft.rewards.scorers import default_compute_score
 
 
@@ -44,14 +45,24 @@ def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence
 
 
 def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score",
-                    weights: Sequence[float] | None = None) -> Callable:
+                    weights: Sequence[float] | None = None, timeout: float | None = None,
+                    on_error: str | None = None) -> Callable:
     """The reward function of ``custom_reward_function``: the built-in scorers (no path), the function ``name``
-    of the file at ``path``, or, for a list of names or with ``weights``, their weighted sum."""
+    of the file at ``path``, or, for a list of names or with ``weights``, their weighted sum. With a ``timeout``
+    (seconds per call) or an ``on_error`` policy it is a `RewardFunction` (rft.rewards.runner) carrying both and
+    its name for messages; without either, the plain function."""
     names = [name] if isinstance(name, str) else list(name)
     if path:
         functions = list(zip(names, load_custom_rewards(path, names)))
+        label = (f"reward function {names[0]!r}" if len(names) == 1 else f"reward functions {names}") + \
+            f" in {str(path)!r}"
     else:
         functions = [("default_compute_score", default_compute_score)]
+        label = "the built-in scorer (rft.rewards.scorers)"
     if weights is None and len(functions) == 1:
-        return functions[0][1]
-    return weighted_reward(functions, list(weights) if weights is not None else [1.0] * len(functions))
+        fn = functions[0][1]
+    else:
+        fn = weighted_reward(functions, list(weights) if weights is not None else [1.0] * len(functions))
+    if timeout is None and on_error is None:
+        return fn
+    return RewardFunction(fn, label, timeout=timeout, on_error=on_error or "error")

@@ -35,7 +35,8 @@ class RewardPipeline:
         """The pipeline of an RL config: custom_reward_function, reward_model (loaded here when enabled)."""
         crf, rm = cfg.custom_reward_function, cfg.reward_model
         reward_model = build_reward_model(rm, tokenizer, dtype, device) if rm.enable else None
-        return cls(build_reward_fn(crf.path, crf.name, crf.reward_weights), reward_model, rm.reward_weight,
+        return cls(build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error), reward_model,
+                   rm.reward_weight,
                    rm.rule_weight, rm.overlong_buffer, cfg.data.max_response_length)
 
     def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:

@@ -2,10 +2,54 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from rft.errors import RewardError
+from rft.rewards.runner import RewardTypeError, advice, label_of, policy_of
+
+log = logging.getLogger("rft")
+
+FAILED = "reward_failed"
+"""The per-row extra (1.0 for a failed row) reported when failures are scored 0 (on_error=zero)."""
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _or_zero(fn: Callable[..., Any]) -> str:
+    return f", or {advice(fn, 'timeout')}" if policy_of(fn) != "zero" and hasattr(fn, "on_error") else ""
+
+
+def _score_of(result: Any, row: int, data_source: str, fn: Callable[..., Any]) -> tuple[float, dict[str, float]]:
+    """(score, numeric metrics) of one call's result, or RewardError / RewardTypeError naming the row."""
+    where = f"for row {row} (data_source {data_source!r})"
+    metrics: dict[str, float] = {}
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise RewardError(
+                f"{label_of(fn)} returned a dict without 'score' {where}; its keys: {sorted(map(str, result))}; "
+                f"put the reward under 'score'{_or_zero(fn)}"
+            )
+        score = result["score"]
+        metrics = {str(key): float(value) for key, value in result.items()
+                   if key != "score" and isinstance(value, numbers.Real)}
+    else:
+        score = result
+    if not isinstance(score, numbers.Real):
+        raise RewardTypeError(
+            f"{label_of(fn)} returned a score of type {type(score).__name__} ({_short(score)}) {where}; return a "
+            f"float or a dict with a float under 'score'{_or_zero(fn)}"
+        )
+    score = float(score)
+    if not math.isfinite(score):
+        raise RewardError(f"{label_of(fn)} returned score {score} {where}; return a finite number{_or_zero(fn)}")
+    return score, metrics
 
 
 def score_responses(
@@ -21,9 +65,13 @@ def score_responses(
     the dict's other numeric entries become per-row metrics, and every row must then report the same metric
     keys (non-numeric entries, e.g. the extracted answer as text, are ignored).
 
+    A row fails when fn raises, overruns its time limit (a `RewardFunction`'s timeout), or returns no usable
+    score (not a number, NaN / inf, a dict without "score"). With the function's policy `error` (the default for
+    a plain function) the first failure raises RewardError naming the function, its file, the row and its
+    data_source; with `zero` the row scores 0, its metrics count as absent, and the per-row extra
+    `reward_failed` (1.0 for failed rows) is reported for every row.
+
     Returns (scores, metrics): B floats, and {metric name: B floats}.
-    Raises ValueError for lists of different lengths, a dict without "score", a non-finite score, or a metric
-    reported for some rows but not others; TypeError for a score that is not a number.
     """
     num_rows = len(responses)
     lengths = {
@@ -35,46 +83,50 @@ def score_responses(
     if len(set(lengths.values())) != 1:
         raise ValueError(f"score_responses needs lists of one length, got {lengths}")
 
+    zero_on_error = policy_of(fn) == "zero"
     scores: list[float] = []
     row_metrics: list[dict[str, float]] = []
+    failed: list[float] = []
     for row, (data_source, response, ground_truth, extra_info) in enumerate(
         zip(data_sources, responses, ground_truths, extra_infos)
     ):
-        result = fn(data_source, response, ground_truth, extra_info)
-        metrics: dict[str, float] = {}
-        if isinstance(result, dict):
-            if "score" not in result:
-                raise ValueError(
-                    f"the reward function returned a dict without 'score' for row {row} "
-                    f"(data_source {data_source!r}); its keys: {sorted(map(str, result))}"
-                )
-            score = result["score"]
-            metrics = {
-                str(key): float(value)
-                for key, value in result.items()
-                if key != "score" and isinstance(value, numbers.Real)
-            }
-        else:
-            score = result
-        if not isinstance(score, numbers.Real):
-            raise TypeError(
-                f"the reward function returned a score of type {type(score).__name__} for row {row} "
-                f"(data_source {data_source!r}); return a float or a dict with a float under 'score'"
-            )
-        score = float(score)
-        if not math.isfinite(score):
-            raise ValueError(
-                f"the reward function returned score {score} for row {row} (data_source {data_source!r})"
-            )
+        try:
+            try:
+                result = fn(data_source, response, ground_truth, extra_info)
+            except RewardError:
+                raise
+            except TimeoutError as e:
+                raise RewardError(
+                    f"{label_of(fn)} {e} (custom_reward_function.timeout) on row {row} (data_source "
+                    f"{data_source!r}); make it faster, raise the timeout, or {advice(fn, 'timeout')}"
+                ) from e
+            except Exception as e:
+                message = " ".join(str(e).split())[:200]
+                raise RewardError(
+                    f"{label_of(fn)} raised {type(e).__name__}: {message} on row {row} (data_source "
+                    f"{data_source!r}, ground truth {_short(ground_truth, 40)}); {advice(fn)}"
+                ) from e
+            score, metrics = _score_of(result, row, data_source, fn)
+        except RewardError as e:
+            if not zero_on_error:
+                raise
+            if not any(failed):
+                log.warning("rft: reward failure scored 0 (custom_reward_function.on_error=zero): %s", e)
+            score, metrics = 0.0, None
         scores.append(score)
         row_metrics.append(metrics)
+        failed.append(1.0 if metrics is None else 0.0)
 
-    metric_names = sorted({name for metrics in row_metrics for name in metrics})
+    metric_names = sorted({name for metrics in row_metrics if metrics for name in metrics})
     for name in metric_names:
-        missing = [row for row, metrics in enumerate(row_metrics) if name not in metrics]
+        missing = [row for row, metrics in enumerate(row_metrics) if metrics is not None and name not in metrics]
         if missing:
-            raise ValueError(
-                f"the reward function returned metric {name!r} for some rows but not for rows {missing[:10]} "
+            raise RewardError(
+                f"{label_of(fn)} returned metric {name!r} for some rows but not for rows {missing[:10]} "
                 f"(data_source {data_sources[missing[0]]!r}); return the same numeric keys on every row"
             )
-    return scores, {name: [metrics[name] for metrics in row_metrics] for name in metric_names}
+    out = {name: [metrics[name] if metrics is not None else 0.0 for metrics in row_metrics]
+           for name in metric_names}
+    if zero_on_error:
+        out[FAILED] = failed
+    return scores, out

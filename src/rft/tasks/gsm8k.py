@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rft.data.io import iter_jsonl, write_parquet
+from rft.data.io import DataError, iter_jsonl, write_parquet
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
@@ -29,10 +29,10 @@ def gsm8k_rows(jsonl_path: str | Path, split: str) -> list[dict]:
             and isinstance(example.get("question"), str)
             and isinstance(example.get("answer"), str)
         ):
-            raise ValueError(f"{where}: expected an object with string 'question' and 'answer'")
+            raise DataError(f"{where}: expected an object with string 'question' and 'answer'")
         question, answer = example["question"], example["answer"]
         if "####" not in answer:
-            raise ValueError(f"{where}: the answer has no '####' before the final number")
+            raise DataError(f"{where}: the answer has no '####' before the final number")
         rows.append(
             {
                 "data_source": DATA_SOURCE,

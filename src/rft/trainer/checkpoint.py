@@ -1,7 +1,12 @@
 """Checkpoints: `checkpoints/global_step_N/` folders written atomically, a `latest` pointer, retention.
 
 A folder is written under a temporary name and renamed only when complete, and `latest` is replaced atomically
-after that: a crash mid-save leaves the previous checkpoint whole and `latest` pointing at it.
+after that: a crash mid-save leaves the previous checkpoint whole and `latest` pointing at it. Its last file,
+`manifest.json`, lists every file with its size; a resume checks a checkpoint against it (and that its weight,
+optimizer and DCP files open) and, when it is damaged (cut short by a copy, a full disk, a crash of the file
+system), says so, moves it aside (`global_step_N.corrupt`) and resumes from the previous whole one. Weights that
+are not finite are never written (`TrainingDiverged`). With a mirror folder (trainer.default_hdfs_dir) every
+checkpoint is copied there after it is saved.
 
 Two layouts, one loader. One process writes the trainable weights as `policy.safetensors` and the optimizer as
 `optimizer.pt`; several processes write both as a torch.distributed.checkpoint folder (`policy_dcp/`, each rank its
@@ -16,19 +21,25 @@ import json
 import re
 import shutil
 import uuid
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 from rft.distributed import SINGLE, Dist
-from rft.fsutil import atomic_dir, replace_dir, write_text_atomic
+from rft.errors import CheckpointError, TrainingDiverged
+from rft.fsutil import atomic_dir, checked_write, publish_modes, replace_dir, write_text_atomic
+
+MANIFEST = "manifest.json"
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 class CheckpointManager:
-    def __init__(self, root: str | Path, max_to_keep: int | None = None):
+    def __init__(self, root: str | Path, max_to_keep: int | None = None, mirror: str | Path | None = None):
+        """`mirror`: a folder every saved checkpoint is copied into (trainer.default_hdfs_dir)."""
         self.root = Path(root)
         self.max_to_keep = max_to_keep
+        self.mirror = Path(mirror).expanduser() if mirror else None
 
     def path(self, step: int) -> Path:
         return self.root / f"global_step_{step}"
@@ -55,8 +66,10 @@ class CheckpointManager:
         if not dist.enabled:
             with atomic_dir(final) as tmp:
                 write(tmp)
+                write_manifest(tmp)
             write_text_atomic(self.root / "latest", final.name + "\n")
             self._prune(keep=step)
+            self._copy_to_mirror(final)
             return final
         staging = final.with_name(f".{final.name}.tmp-{dist.broadcast_object(uuid.uuid4().hex[:8])}")
         if dist.is_main:
@@ -65,11 +78,31 @@ class CheckpointManager:
         write(staging)
         dist.barrier()
         if dist.is_main:
+            write_manifest(staging)
+            publish_modes(staging)
             replace_dir(staging, final)
             write_text_atomic(self.root / "latest", final.name + "\n")
             self._prune(keep=step)
+            self._copy_to_mirror(final)
         dist.barrier()
         return final
+
+    def _copy_to_mirror(self, folder: Path) -> None:
+        if self.mirror is None:
+            return
+        with atomic_dir(self.mirror / folder.name) as tmp:
+            shutil.copytree(folder, tmp, dirs_exist_ok=True)
+
+    def candidates(self) -> list[Path]:
+        """Checkpoints to resume from, newest first: the one `latest` names, then the step folders downwards."""
+        out: list[Path] = []
+        pointer = self.root / "latest"
+        if pointer.is_file():
+            target = self.root / pointer.read_text().strip()
+            if target.is_dir() and _STEP_DIR.match(target.name):
+                out.append(target)
+        out += [self.path(s) for s in reversed(self.steps()) if self.path(s) not in out]
+        return out
 
     def _prune(self, keep: int) -> None:
         if not self.max_to_keep:
@@ -77,6 +110,52 @@ class CheckpointManager:
         for step in self.steps()[: -self.max_to_keep]:
             if step != keep:
                 shutil.rmtree(self.path(step), ignore_errors=True)
+
+
+def write_manifest(folder: Path) -> None:
+    """`folder/manifest.json`: every file below `folder` with its size, written last."""
+    files = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
+             if p.is_file() and p.name != MANIFEST}
+    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=0))
+
+
+def damage(folder: Path) -> str | None:
+    """Why the checkpoint `folder` cannot be resumed from, or None when it looks whole: its manifest's files are
+    there with their sizes (checkpoints written before manifests existed skip this), trainer_state.json parses,
+    and every weight file, optimizer / scheduler file and DCP folder opens."""
+    if not (folder / "trainer_state.json").is_file():
+        return "no trainer_state.json"
+    try:
+        json.loads((folder / "trainer_state.json").read_text())
+    except ValueError as e:
+        return f"trainer_state.json does not parse ({e})"
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            files = json.loads(manifest.read_text())["files"]
+        except (ValueError, KeyError, TypeError) as e:
+            return f"{MANIFEST} does not parse ({e})"
+        for name, size in files.items():
+            path = folder / name
+            if not path.is_file():
+                return f"{name} is missing"
+            if path.stat().st_size != size:
+                return f"{name} has {path.stat().st_size} bytes, {size} were written"
+    for path in sorted(folder.rglob("*.safetensors")):
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), "pt") as f:
+                f.keys()
+        except Exception as e:
+            return f"{path.relative_to(folder)} does not open ({' '.join(str(e).split())[:120]})"
+    for path in sorted(folder.rglob("*.pt")):
+        if not zipfile.is_zipfile(path):
+            return f"{path.relative_to(folder)} is not a whole torch file"
+    for path in sorted(folder.rglob("*_dcp")):
+        if path.is_dir() and not (path / ".metadata").is_file():
+            return f"{path.relative_to(folder)} has no .metadata"
+    return None
 
 
 def step_of(path: str | Path) -> int:
@@ -92,9 +171,17 @@ def trainable_parameters(model) -> dict:
 
 
 def _save_weights(model, file: Path) -> None:
+    import torch
     from safetensors.torch import save_file
 
-    save_file({n: p.detach().cpu().contiguous() for n, p in trainable_parameters(model).items()}, file)
+    weights = {n: p.detach().cpu().contiguous() for n, p in trainable_parameters(model).items()}
+    bad = [n for n, w in weights.items() if w.is_floating_point() and not bool(torch.isfinite(w).all())]
+    if bad:
+        raise TrainingDiverged(
+            f"refusing to write a checkpoint from non-finite weights ({len(bad)} tensors, e.g. {bad[0]}); the "
+            "previous checkpoint stays the latest: lower the learning rate and resume from it"
+        )
+    checked_write(lambda: save_file(weights, file), file)
 
 
 def _load_weights(model, file: Path, folder: Path) -> None:
@@ -103,8 +190,9 @@ def _load_weights(model, file: Path, folder: Path) -> None:
 
     saved, params = load_file(file), trainable_parameters(model)
     if set(saved) != set(params):
-        raise ValueError(f"checkpoint {folder} does not match the model: different trainable parameters "
-                         "(LoRA settings changed?)")
+        raise CheckpointError(f"checkpoint {folder} does not match the model: different trainable parameters "
+                              "(LoRA settings changed?); resume with the settings it was written with, or set "
+                              "trainer.resume_mode=disable")
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(saved[name].to(p.device))
@@ -129,7 +217,7 @@ def _save_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, co
     if "model" in contents:
         _save_weights(model, folder / weights_file)
     if "optimizer" in contents:
-        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+        checked_write(lambda: torch.save(optimizer.state_dict(), folder / "optimizer.pt"), folder / "optimizer.pt")
 
 
 def _load_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, contents: set[str], model, optimizer,
@@ -174,11 +262,10 @@ def save_training_state(folder: Path, *, contents: set[str], model, optimizer, s
     if not dist.is_main:
         return
     if "extra" in contents:
-        torch.save({
-            "scheduler": scheduler.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
-                    **{name: g.get_state() for name, g in generators.items()}},
-        }, folder / "extra.pt")
+        extra = {"scheduler": scheduler.state_dict(),
+                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+                         **{name: g.get_state() for name, g in generators.items()}}}
+        checked_write(lambda: torch.save(extra, folder / "extra.pt"), folder / "extra.pt")
     (folder / "trainer_state.json").write_text(json.dumps(
         {**state, "contents": sorted(contents), "processes": dist.world_size}, indent=1))
 
@@ -200,13 +287,28 @@ def load_training_state(folder: Path, *, contents: set[str], model, optimizer, s
                         generators: dict, dist: Dist = SINGLE) -> dict:
     """Restore what `save_training_state` wrote (the parts in `contents`), written by any number of processes;
     returns trainer_state.json. Every rank calls it."""
+    if not (folder / "trainer_state.json").is_file():
+        raise CheckpointError(f"{str(folder)!r} is not an rft checkpoint folder (no trainer_state.json); name a "
+                              "global_step_N folder in trainer.resume_from_path")
+    try:
+        return _load_training_state(folder, contents=contents, model=model, optimizer=optimizer,
+                                    scheduler=scheduler, generators=generators, dist=dist)
+    except (CheckpointError, TrainingDiverged):
+        raise
+    except Exception as e:
+        raise CheckpointError(
+            f"checkpoint {str(folder)!r} cannot be loaded ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+            "delete it to resume from the previous one, or set trainer.resume_mode=disable to start over"
+        ) from e
+
+
+def _load_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, generators: dict,
+                         dist: Dist) -> dict:
     import random
 
     import numpy as np
     import torch
 
-    if not (folder / "trainer_state.json").is_file():
-        raise FileNotFoundError(f"{str(folder)!r} is not an rft checkpoint folder (no trainer_state.json)")
     state = json.loads((folder / "trainer_state.json").read_text())
     contents = set(contents) & set(state["contents"])
     _load_model_and_optimizer(folder, POLICY_DCP, "policy.safetensors", contents, model, optimizer, dist)
@@ -236,7 +338,7 @@ def save_module_state(folder: Path, *, contents: set[str], model, optimizer, sch
     if not dist.is_main:
         return
     if "extra" in contents:
-        torch.save(scheduler.state_dict(), folder / "scheduler.pt")
+        checked_write(lambda: torch.save(scheduler.state_dict(), folder / "scheduler.pt"), folder / "scheduler.pt")
     (folder / "contents.json").write_text(json.dumps(sorted(contents)))
 
 
@@ -253,13 +355,36 @@ def load_module_state(folder: Path, *, contents: set[str], model, optimizer, sch
         scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False))
 
 
-def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointManager) -> Path | None:
-    """The checkpoint a run continues from: none (disable / nothing saved yet), the latest, or the named one."""
+def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointManager,
+                  quiet: bool = False) -> Path | None:
+    """The checkpoint a run continues from: none (disable / nothing saved yet), the newest whole one, or the named
+    one. A damaged checkpoint (`damage`) is reported in one line and moved aside (`global_step_N.corrupt`, unless
+    `quiet`: a look before the run, which changes nothing) and the previous whole one is used; a damaged named
+    one is an error naming the newest whole one."""
     if mode == "disable":
         return None
     if mode == "resume_path":
-        return Path(resume_from_path)
-    return manager.latest()
+        folder = Path(resume_from_path).expanduser()
+        why = damage(folder) if folder.is_dir() else "no such folder"
+        if why is not None:
+            whole = next((c for c in manager.candidates() if damage(c) is None), None)
+            raise CheckpointError(
+                f"trainer.resume_from_path={str(resume_from_path)!r} is not a whole rft checkpoint ({why}); "
+                + (f"the newest whole checkpoint is {whole}" if whole else "there is no whole checkpoint to use")
+            )
+        return folder
+    for folder in manager.candidates():
+        why = damage(folder)
+        if why is None:
+            return folder
+        if not quiet:
+            aside = folder.with_name(f"{folder.name}.corrupt")
+            if aside.exists():
+                shutil.rmtree(aside, ignore_errors=True)
+            folder.rename(aside)
+            print(f"rft: checkpoint {folder} is damaged ({why}); moved it to {aside.name} and resuming from the "
+                  "previous whole checkpoint, if any", flush=True)
+    return None
 
 
 def load_policy_weights(folder: Path, model) -> None:

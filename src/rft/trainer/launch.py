@@ -40,16 +40,22 @@ def check_launch(cfg) -> None:
 
 
 def train_here(cfg) -> dict[str, float]:
-    """Train in this process: alone, or as the rank a launcher made it (joining the process group first)."""
+    """Train in this process: alone, or as the rank a launcher made it (joining the process group first). The
+    output folder is held for the run (`run_folder`: locked, writable, cleaned) before the model loads."""
+    from rft import interrupts
     from rft.distributed import init_from_env, launched, shutdown
     from rft.models.load import resolve_device
     from rft.trainer.run import SyncRun
+    from rft.trainer.run_folder import run_folder
 
     if not launched():
-        return SyncRun(cfg).fit()
+        with run_folder(cfg):
+            return SyncRun(cfg).fit()
     dist = init_from_env(resolve_device(cfg.trainer.device).type)
+    interrupts.set_dist(dist)  # the ranks agree on a stop at the start of each step
     try:
-        result = SyncRun(cfg, dist).fit()
+        with run_folder(cfg, dist):
+            result = SyncRun(cfg, dist).fit()
         dist.barrier()  # every rank has finished before any of them tears the group down
         return result
     finally:
@@ -61,6 +67,7 @@ def run_rl(cfg, module_args: list[str]) -> int:
     reproduce this command in each started process. Returns the exit status."""
     from rft.distributed import launch, launched
     from rft.trainer.modes import is_synchronous, run_mode
+    from rft.trainer.run_folder import run_folder
 
     check_launch(cfg)
     if not is_synchronous(cfg):  # explorer and trainer as separate loops (one process each)
@@ -68,4 +75,5 @@ def run_rl(cfg, module_args: list[str]) -> int:
     if launched() or processes(cfg.trainer) == 1:
         train_here(cfg)
         return 0
-    return launch(processes(cfg.trainer), module_args)
+    with run_folder(cfg, for_children=True):  # this process holds the folder for the ones it starts
+        return launch(processes(cfg.trainer), module_args)

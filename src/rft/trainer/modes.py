@@ -163,8 +163,8 @@ class TrainLoop:
     def fit(self, explorer: subprocess.Popen | None = None) -> dict[str, float]:
         """`explorer`: the explorer child of mode both, watched between steps."""
         cfg, t, s, b = self.cfg, self.cfg.trainer, self.cfg.synchronizer, self.cfg.experience_buffer
-        write_text_atomic(self.out / "config.yaml", to_yaml(cfg))
         state = self.trainer.resume({})
+        write_text_atomic(self.out / "config.yaml", to_yaml(cfg))  # after the resume's checks passed
         start = self.trainer.global_step
         self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         publish_at = set(schedule.published_versions(self.total_steps, s.sync_interval, s.sync_offset))
@@ -235,13 +235,21 @@ class TrainLoop:
 
 def run_both_async(cfg, module_args: list[str]) -> int:
     """Mode both as two processes: the explorer a child running the same command, the trainer here."""
-    from rft.sync.process_group import ADDR_ENV, PORT_ENV, free_port
+    from rft.trainer.run_folder import run_folder
 
     if os.environ.get(ROLE_ENV) == "explorer":
         _share_threads()
-        ExploreLoop(cfg).run()
+        with run_folder(cfg, role="explorer"):
+            ExploreLoop(cfg).run()
         return 0
     _share_threads()
+    with run_folder(cfg):
+        return _train_with_explorer_child(cfg, module_args)
+
+
+def _train_with_explorer_child(cfg, module_args: list[str]) -> int:
+    from rft.sync.process_group import ADDR_ENV, PORT_ENV, free_port
+
     loop = TrainLoop(cfg)  # the model is loaded before the explorer starts competing for the cores
     env = {**os.environ, ROLE_ENV: "explorer", ADDR_ENV: "127.0.0.1", PORT_ENV: str(free_port())}
     os.environ[ADDR_ENV], os.environ[PORT_ENV] = env[ADDR_ENV], env[PORT_ENV]
@@ -307,13 +315,16 @@ def run_bench(cfg) -> Path:
 
 def run_mode(cfg, module_args: list[str]) -> int:
     """Run the mode of `cfg` that is not mode both on one process (see the module docstring)."""
+    from rft.trainer.run_folder import run_folder
+
     mode = cfg.trainer.mode
-    if mode == "bench":
-        run_bench(cfg)
-    elif mode == "explore":
-        ExploreLoop(cfg).run()
-    elif mode == "train":
-        TrainLoop(cfg).fit()
-    else:
+    if mode == "both":
         return run_both_async(cfg, module_args)
+    with run_folder(cfg, role={"bench": "bench", "explore": "explorer"}.get(mode, "trainer")):
+        if mode == "bench":
+            run_bench(cfg)
+        elif mode == "explore":
+            ExploreLoop(cfg).run()
+        else:
+            TrainLoop(cfg).fit()
     return 0

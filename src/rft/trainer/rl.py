@@ -112,7 +112,8 @@ class RLTrainer:
         updates = arr.actor.ppo_epochs * (cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size)
         self.needs_old_logprobs = updates > 1 or cfg.algorithm.use_kl_in_reward
         self.ckpt = CheckpointManager(
-            self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep
+            self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep,
+            mirror=trainer.default_hdfs_dir,
         )
         self.global_step = 0
 

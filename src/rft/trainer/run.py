@@ -72,9 +72,9 @@ class SyncRun:
     # ------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
         cfg, main, trainer = self.cfg.trainer, self.dist.is_main, self.trainer
-        if main:
-            write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         recovered = self.resume()
+        if main:  # after the resume's checks: a refused resume leaves the folder's config.yaml as it was
+            write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger,
                           recovered=recovered, log_every=cfg.log_freq) if main else SilentTracker()
         where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.world_size} processes ({trainer.device.type})"

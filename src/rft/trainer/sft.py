@@ -1,7 +1,8 @@
 """Supervised fine-tuning with verl's sft_trainer.yaml keys: the token-mean NLL of the response tokens.
 
 It shares the RL trainer's parts: `forward_logprobs` (the worker's forward), the optimizer / scheduler builders,
-checkpoints (`save_training_state` / `load_training_state`), the monitor and the HF export.
+the update guard (a non-finite or exploding step is undone and counted as train/skipped_updates), checkpoints
+(`save_training_state` / `load_training_state`), the monitor and the HF export.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from rft.trainer.checkpoint import (
     step_of,
     trainable_parameters,
 )
-from rft.workers.policy import build_optimizer, build_scheduler, clipped_step, forward_logprobs
+from rft.workers.guard import UpdateGuard
+from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
 
 SFT_CONTENTS = {"model", "optimizer", "extra"}
 
@@ -55,18 +57,19 @@ class SFTTrainer:
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device, key="model")
         self.params = list(trainable_parameters(self.model).values())
         self.optimizer = build_optimizer(self.params, optim)
+        self.guard = UpdateGuard(self.params, self.optimizer, trainer.bad_update_limit, lr_key="optim.lr")
         self.scheduler = build_scheduler(self.optimizer, optim.lr_scheduler,
                                          int(optim.warmup_steps_ratio * self.total_steps), self.total_steps,
                                          min_lr_ratio=optim.min_lr_ratio)
-        self.ckpt = CheckpointManager(self.out / "checkpoints", trainer.max_ckpt_to_keep)
+        self.ckpt = CheckpointManager(self.out / "checkpoints", trainer.max_ckpt_to_keep, mirror=trainer.default_hdfs_dir)
         self.global_step = 0
         self._step_metrics: dict = {}
         self._recovered_metrics: dict | None = None
 
     def fit(self) -> dict[str, float]:
         t = self.cfg.trainer
-        write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         self._maybe_resume()
+        write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))  # after the resume's checks
         tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger,
                           recovered=self._recovered_metrics)
         tracker.write(f"rft sft: {self.total_steps} steps on {self.device}, {len(self.train_set)} rows, "
@@ -114,10 +117,10 @@ class SFTTrainer:
             loss.backward()
             loss_sum += float(loss.detach())
         lr = self.optimizer.param_groups[0]["lr"]
-        grad_norm, _ = clipped_step(self.optimizer, self.params, self.cfg.optim.clip_grad)
+        grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, losses=[loss_sum])
         self.scheduler.step()
         return {"train/loss": loss_sum, "train/grad_norm": grad_norm, "train/lr": lr,
-                "train/tokens": n_tokens}
+                "train/tokens": n_tokens, "train/skipped_updates": float(why is not None)}
 
     @torch.no_grad()
     def val_loss(self) -> float:

@@ -150,15 +150,19 @@ def _typed(schema: type, layers: list[dict], where: str):
 
 
 def run_stage(stage: Stage) -> None:
-    if stage.kind == "sft":
-        from rft.trainer.sft import SFTTrainer
+    from rft.fsutil import write_text_atomic
+    from rft.trainer.run_folder import run_folder
 
-        SFTTrainer(stage.cfg).fit()
-    else:
-        from rft.trainer.run import SyncRun
+    with run_folder(stage.cfg):  # the stage's folder: locked, writable, cleaned, before its model loads
+        if stage.kind == "sft":
+            from rft.trainer.sft import SFTTrainer
 
-        SyncRun(stage.cfg).fit()
-    (stage.out / DONE).write_text(json.dumps({"stage": stage.name, "model": str(stage.model_dir)}) + "\n")
+            SFTTrainer(stage.cfg).fit()
+        else:
+            from rft.trainer.run import SyncRun
+
+            SyncRun(stage.cfg).fit()
+        write_text_atomic(stage.out / DONE, json.dumps({"stage": stage.name, "model": str(stage.model_dir)}) + "\n")
 
 
 def run_stages(stages: list[Stage], after_stage=None) -> Path:

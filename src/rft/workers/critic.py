@@ -46,6 +46,7 @@ class CriticSettings:
     loss_agg_mode: str
     grad_clip: float
     cliprange_value: float
+    bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
 
     @classmethod
     def from_config(cls, cfg, actor: UpdateSettings) -> CriticSettings:
@@ -58,6 +59,7 @@ class CriticSettings:
             ppo_epochs=c.ppo_epochs or a.ppo_epochs, shuffle=a.shuffle if c.shuffle is None else c.shuffle,
             seed=actor.seed, max_response_length=cfg.data.max_response_length,
             loss_agg_mode=c.loss_agg_mode or a.loss_agg_mode, grad_clip=c.grad_clip, cliprange_value=c.cliprange_value,
+            bad_update_limit=cfg.trainer.bad_update_limit,
         )
 
 

@@ -7,6 +7,10 @@ its whole mini-batch's normaliser over all ranks (`AggNorm`), so the micro-batch
 change the memory used, never the gradient: the gradients summed over the ranks (`workers/fsdp.py`) are the
 one-process gradient, and the metrics of the ranks' micro-batches are summed the same way. A worker subclass says how one mini-batch's
 gradient is accumulated (`backward_mini_batch`); the loop, the step and the metrics are written once, here.
+
+Every optimizer step goes through an `UpdateGuard` (workers/guard.py): a step with a non-finite loss or gradient
+norm, or that leaves non-finite weights or explodes, is undone and counted (`<prefix>/skipped_updates`), and more
+than `settings.bad_update_limit` of them in a row stop the run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from torch import nn
 from rft.algorithms import AggNorm
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
+from rft.workers.guard import UpdateGuard
 from rft.workers.optim import is_plateau, make_named_scheduler
+
+LR_KEYS = {"actor": "actor_rollout_ref.actor.optim.lr", "critic": "critic.optim.lr"}
 
 
 def build_optimizer(params: Iterable[nn.Parameter], optim_cfg, name: str | None = None) -> torch.optim.Optimizer:
@@ -82,8 +89,9 @@ def mini_batch_norm(mini: Batch, max_response_length: int, dist: Dist = SINGLE) 
 class MiniBatchWorker:
     """A trained model with its optimizer, schedule and PPO update loop (the policy and the critic are two).
 
-    `settings` needs n, ppo_mini_batch_size, micro_rows, ppo_epochs, shuffle, seed and grad_clip; metrics are
-    named `<prefix>/...`. Subclasses implement `backward_mini_batch`. `dist`: the ranks sharing the update (the
+    `settings` needs n, ppo_mini_batch_size, micro_rows, ppo_epochs, shuffle, seed, grad_clip and
+    bad_update_limit; metrics are named `<prefix>/...`. The schedule spans `optim_cfg.total_training_steps` steps
+    when that is set (> 0), else `total_steps` (the run's). Subclasses implement `backward_mini_batch`. `dist`: the ranks sharing the update (the
     model is already sharded over them, `workers/fsdp.py:wrap`); each holds its own rows of every mini-batch.
     """
 
@@ -98,6 +106,10 @@ class MiniBatchWorker:
         self.loss_scale = loss_scale(model, dist)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, optim_cfg)
+        self.guard = UpdateGuard(self.params, self.optimizer, getattr(settings, "bad_update_limit", 3), dist,
+                                 lr_key=LR_KEYS.get(self.prefix, "optim.lr"))
+        schedule_steps = getattr(optim_cfg, "total_training_steps", -1)
+        total_steps = schedule_steps if isinstance(schedule_steps, int) and schedule_steps > 0 else total_steps
         warmup = (optim_cfg.lr_warmup_steps if optim_cfg.lr_warmup_steps >= 0
                   else int(optim_cfg.lr_warmup_steps_ratio * total_steps))
         if getattr(optim_cfg, "lr_scheduler_type", None):  # transformers' get_scheduler by name
@@ -142,6 +154,7 @@ class MiniBatchWorker:
         self.model.train()
         rows_per_mini = s.ppo_mini_batch_size * s.n // self.dist.world_size  # this rank's rows
         history: dict[str, list[float]] = defaultdict(list)
+        skipped = 0
         for epoch in range(s.ppo_epochs):
             order = self._row_order(batch, step, epoch)
             data = batch.select(order) if order is not None else batch
@@ -149,14 +162,15 @@ class MiniBatchWorker:
                 self.optimizer.zero_grad(set_to_none=True)
                 seed = (((s.seed * 1_000_003 + step) * 1_009 + epoch) * 1_013 + index) % 2**63
                 sums = self.dist.sum_metrics(self.backward_mini_batch(mini, seed))  # every rank's share
-                grad_norm, stepped = clipped_step(self.optimizer, self.params, s.grad_clip,
-                                                  self.model if self.dist.enabled else None)
-                if not stepped:
-                    history[f"{prefix}/nonfinite_grad_steps"].append(1.0)
+                grad_norm, why = self.guard.step(s.grad_clip, self.model if self.dist.enabled else None,
+                                                 losses=[v for k, v in sums.items() if k.endswith("loss")])
+                skipped += why is not None
                 sums[f"{prefix}/grad_norm"] = grad_norm
                 for k, v in sums.items():
                     history[k].append(v)
         history[f"{prefix}/lr"] = [self.optimizer.param_groups[0]["lr"]]
         if not is_plateau(self.scheduler):  # reduce_lr_on_plateau steps on validation metrics (the trainer)
             self.scheduler.step()
-        return {k: sum(v) / len(v) for k, v in history.items()}
+        out = {k: sum(v) / len(v) for k, v in history.items()}
+        out[f"{prefix}/skipped_updates"] = float(skipped)
+        return out

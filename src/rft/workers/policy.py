@@ -173,7 +173,8 @@ class UpdateSettings:
     kl_cov_ratio: float = 0.0002  # kl_cov
     ppo_kl_coef: float = 0.1  # kl_cov
     opmd_tau: float = 1.0  # opmd
-    logit_chunk_tokens: int = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL
+    logit_chunk_tokens: int | None = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL; None: all
+    bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -194,7 +195,8 @@ class UpdateSettings:
             use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
             tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
             clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub, kl_cov_ratio=pl.kl_cov_ratio,
-            ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau,
+            ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau, bad_update_limit=cfg.trainer.bad_update_limit,
+            logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
 
 

@@ -1,0 +1,56 @@
+"""Checks of the loaded prompts against the reward, made before any model loads.
+
+The reward function runs only after the first generation; what it will need can be checked as soon as the data is
+read: every row's data_source has a scorer (the built-in scorers, rft.rewards.scorers, unless
+custom_reward_function.path is set), and every row has the reward_model.ground_truth a built-in scorer compares
+with (a custom function may not need one: rows without it are counted in a note).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from rft.data.dataset import DataError, PromptDataset
+from rft.rewards.scorers import SCORERS
+
+log = logging.getLogger("rft")
+
+
+def _rule_reward_runs(cfg) -> bool:
+    """The reward function (built-in scorers or custom) runs: no reward model, or one mixed with rule_weight."""
+    rm = cfg.reward_model
+    return not rm.enable or rm.rule_weight != 0
+
+
+def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
+    """DataError when a row's data_source has no built-in scorer or a built-in scorer would get no ground truth;
+    a note when a custom reward function will get None for some rows' ground truth."""
+    if not _rule_reward_runs(cfg):
+        return
+    custom = cfg.custom_reward_function.path
+    for dataset in datasets:
+        if dataset is None:
+            continue
+        if not custom:
+            unknown = Counter(p.data_source for p in dataset.prompts if p.data_source not in SCORERS)
+            if unknown:
+                first = next(p for p in dataset.prompts if p.data_source not in SCORERS)
+                listed = ", ".join(f"{src!r} ({n} rows)" for src, n in unknown.most_common(5))
+                raise DataError(
+                    f"no built-in reward scorer for data_source {listed} (first: {first.origin}); built-in: "
+                    f"{', '.join(SCORERS.names())}. Set custom_reward_function.path to a Python file defining "
+                    "compute_score(data_source, solution_str, ground_truth, extra_info), or fix the rows' data_source"
+                )
+        missing = [p for p in dataset.prompts if p.ground_truth is None]
+        if not missing:
+            continue
+        if not custom:
+            raise DataError(
+                f"{len(missing)} of {len(dataset)} rows have no reward_model.ground_truth (first: "
+                f"{missing[0].origin}, data_source {missing[0].data_source!r}), which the built-in scorer compares "
+                "the response with: every such row would score 0. Add {\"reward_model\": {\"ground_truth\": ...}} "
+                "to the rows, or use your own custom_reward_function.path"
+            )
+        log.warning("rft: note: %d of %d rows have no reward_model.ground_truth (first: %s); %s gets None for them",
+                    len(missing), len(dataset), missing[0].origin, custom)

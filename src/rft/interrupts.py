@@ -1,0 +1,117 @@
+"""Ctrl-C (SIGINT) and SIGTERM: a stop between phases instead of a traceback from the middle of one.
+
+`handled()` (the CLI wraps every command in it) installs handlers for both signals. Before training has started a
+signal stops the process at once (`StopNow`, a KeyboardInterrupt: nothing is at risk while models load). Once the
+first training phase has begun (`monitor.Timer` calls `check_between_phases` on entering each phase), the first
+signal only sets a flag and says so in one line; the run then stops when the next phase would begin, raising
+`Interrupted`. A second signal stops at once. Either way the files a run writes are whole (atomic writes), so the
+same command resumes from the last checkpoint exactly.
+
+Several processes: every rank gets the signal (the terminal's process group, or the launcher forwarding SIGTERM);
+the ranks agree at the start of each step (one all-reduce of the flag), so they stop together and none waits in a
+collective for a rank that left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+import torch
+
+SIGNALS = ("SIGINT", "SIGTERM")
+
+
+class StopNow(KeyboardInterrupt):
+    """A signal that stops the process at once (before training, or the second one)."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal honoured between two phases. A KeyboardInterrupt, so no `except Exception` on the way swallows
+    it; the CLI prints `message` in one line and exits 128 + the signal number."""
+
+    def __init__(self, signal_name: str, message: str):
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.message = message
+        self.exit_code = 143 if signal_name == "SIGTERM" else 130
+
+
+class _State:
+    signal_name: str | None = None  # the first signal received while deferring
+    deferring = False  # training has started: the first signal waits for the end of the phase
+    installed = False
+    dist = None  # the ranks of a several-process run (they agree before stopping)
+
+
+_state = _State()
+
+
+def _handler(signum, frame) -> None:
+    name = signal.Signals(signum).name
+    if not _state.deferring or _state.signal_name is not None:
+        raise StopNow(name)
+    _state.signal_name = name
+    again = "press Ctrl-C again" if name == "SIGINT" else "send it again"
+    print(f"rft: {name} received: stopping before the next phase ({again} to stop at once)", file=sys.stderr,
+          flush=True)
+
+
+@contextlib.contextmanager
+def handled() -> Iterator[None]:
+    """Handle SIGINT and SIGTERM for the duration (main thread only; elsewhere Python's defaults stay)."""
+    if threading.current_thread() is not threading.main_thread() or _state.installed:
+        yield
+        return
+    previous = {name: signal.getsignal(getattr(signal, name)) for name in SIGNALS}
+    _state.installed, _state.signal_name, _state.deferring, _state.dist = True, None, False, None
+    for name in SIGNALS:
+        signal.signal(getattr(signal, name), _handler)
+    try:
+        yield
+        if _state.signal_name is not None:  # it came during the last phase, and the work finished anyway
+            print(f"rft: the {_state.signal_name} came during the last phase; the command finished", file=sys.stderr,
+                  flush=True)
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+        _state.installed, _state.signal_name, _state.deferring, _state.dist = False, None, False, None
+
+
+def set_dist(dist) -> None:
+    """The ranks of this run: with several, the stop is agreed on at the start of each step."""
+    _state.dist = dist if getattr(dist, "enabled", False) else None
+
+
+def requested() -> str | None:
+    """The signal that asked for a stop, if any."""
+    return _state.signal_name
+
+
+def check_between_phases(phase: str) -> None:
+    """Called when a phase begins: from now on a first signal waits for a phase boundary; when one was received,
+    raise `Interrupted` here. With several processes only the `step` phase (which every rank enters at the same
+    point) checks, with an all-reduce so that all ranks stop together."""
+    if not _state.installed:
+        return
+    _state.deferring = True
+    dist = _state.dist
+    if dist is not None:
+        if phase != "step":
+            return
+        flag = dist.max(torch.tensor([int(_state.signal_name is not None)], dtype=torch.long))
+        if not int(flag):
+            return
+        name = _state.signal_name or "SIGTERM"  # another rank's signal
+    else:
+        if _state.signal_name is None:
+            return
+        name = _state.signal_name
+    raise Interrupted(name, f"stopped by {name} before phase {phase!r}")

@@ -1,0 +1,237 @@
+"""A run's output folder, held for the run: checked and locked before any model loads.
+
+`run_folder(cfg)` wraps one training run (RL, SFT, one stage):
+
+* the folder (trainer.default_local_dir) is created and must be writable, and its file system must have room for
+  at least the final model (the size of the starting model's weights);
+* a lock (`.rft.lock`, an flock on it, with the holder's pid / host / command written in it) refuses a second run
+  into the same folder while the first lives; the kernel drops an flock when its process dies, so the lock of a
+  killed run is taken over (said in a note);
+* temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
+* the checkpoint a resume will read is checked against the config (batch size, seed) before the model loads;
+* a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named.
+
+Several processes: the process that started the others holds the lock for them (`LOCK_ENV` tells them); under an
+outside launcher (torchrun) rank 0 takes it.
+
+Roles: explorer and trainer of one run share its folder (modes explore / train, or the two processes of mode
+both), so each role has its own lock (`.rft.lock` the trainer's, `.rft-explorer.lock`, `.rft-bench.lock`); a role
+other than the trainer cleans only its own sub-folder (never the trainer's checkpoint being written).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rft.distributed import SINGLE, Dist
+from rft.errors import RftError, RunLocked
+from rft.fsutil import clean_stale
+from rft.interrupts import Interrupted
+
+LOCK_NAME = ".rft.lock"
+LOCK_ENV = "RFT_RUN_LOCK"
+"""Set by a process that holds a run folder's lock for the processes it starts: the lock file's absolute path."""
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+class RunLock:
+    """An exclusive lock on a run folder: flock on `<folder>/.rft.lock` (dropped by the kernel when the holder
+    dies); where the file system has no flock, the pid written in the file decides whether its holder lives."""
+
+    def __init__(self, folder: Path, name: str = LOCK_NAME):
+        self.path = folder / name
+        self.fd: int | None = None
+
+    def _holder(self) -> dict:
+        try:
+            return json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def acquire(self) -> RunLock:
+        import fcntl
+
+        previous = self._holder()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise self._locked(self._holder()) from None
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            if previous.get("host") == socket.gethostname() and _alive(previous.get("pid")):
+                raise self._locked(previous) from None
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # no flock here: the pid file alone
+        self.fd = fd
+        pid = previous.get("pid")
+        if pid and (pid != os.getpid() or previous.get("host") != socket.gethostname()):
+            print(f"rft: note: {self.path.parent}: took over the lock of an earlier run that is no longer running "
+                  f"(pid {pid} on {previous.get('host', '?')}, started {previous.get('started', '?')})", flush=True)
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        return self
+
+    def _locked(self, holder: dict) -> RunLocked:
+        who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}: "
+               f"{holder.get('command', '?')}") if holder else "another process"
+        return RunLocked(
+            f"output folder {str(self.path.parent)!r} is in use by another rft run ({who}); wait for it to finish "
+            "or stop it, or give this run another folder (trainer.default_local_dir)"
+        )
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+        os.close(self.fd)  # closing the descriptor drops the flock
+        self.fd = None
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prepare(out: Path) -> None:
+    """Create `out` and prove it writable, with one line naming the folder when it is not."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".rft-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise RftError(
+            f"output folder {str(out)!r} is not writable ({e.strerror or e}); choose a folder you can write "
+            "(trainer.default_local_dir=...) or fix its permissions"
+        ) from None
+
+
+def _model_path(cfg: Any) -> str | None:
+    if hasattr(cfg, "actor_rollout_ref"):
+        return cfg.actor_rollout_ref.model.path
+    return getattr(getattr(cfg, "model", None), "partial_pretrain", None)
+
+
+def weights_bytes(model_dir: str | None) -> int:
+    """The size of the weight files of a Hugging Face folder (0 when it is not there yet)."""
+    if not model_dir or not Path(model_dir).expanduser().is_dir():
+        return 0
+    folder = Path(model_dir).expanduser()
+    return sum(p.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt")
+               for p in folder.glob(pattern) if p.is_file())
+
+
+def check_free_space(out: Path, needed: int) -> None:
+    """Refuse a run whose output file system cannot hold even the final model."""
+    if needed <= 0:
+        return
+    free = shutil.disk_usage(out).free
+    if free < needed:
+        raise RftError(
+            f"output folder {str(out)!r} has {_human(free)} free, but the final model alone needs about "
+            f"{_human(needed)} (the starting model's weights; checkpoints need more): free space there or choose "
+            "another trainer.default_local_dir"
+        )
+
+
+def check_resume_matches(cfg: Any) -> None:
+    """The checkpoint a resume would read was written with this config's batch size and seed (the sampler state
+    refuses otherwise, but only after the model has loaded)."""
+    from rft.trainer.checkpoint import CheckpointManager, resume_folder
+
+    t = cfg.trainer
+    folder = resume_folder(t.resume_mode, t.resume_from_path, CheckpointManager(Path(t.default_local_dir) /
+                                                                                "checkpoints"), quiet=True)
+    if folder is None or not (folder / "trainer_state.json").is_file():
+        return
+    try:
+        sampler = json.loads((folder / "trainer_state.json").read_text()).get("sampler") or {}
+    except (OSError, ValueError):
+        return  # the resume itself reports an unreadable checkpoint
+    seed = cfg.data.seed if hasattr(cfg.data, "seed") else cfg.trainer.seed
+    seed_key = "data.seed" if hasattr(cfg.data, "seed") else "trainer.seed"
+    for key, what, value in (("batch_size", "data.train_batch_size", cfg.data.train_batch_size),
+                             ("seed", seed_key, seed)):
+        if key in sampler and sampler[key] != value:
+            raise RftError(
+                f"{folder} was written with {what}={sampler[key]}, this run has {value}: a resume must use the "
+                f"same data and batch size; set {what}={sampler[key]}, or trainer.resume_mode=disable to start "
+                "over (or another trainer.default_local_dir)"
+            )
+
+
+def _resume_note(out: Path) -> str:
+    from rft.trainer.checkpoint import CheckpointManager
+
+    latest = CheckpointManager(out / "checkpoints").latest()
+    if latest is None:
+        return "no checkpoint was written yet (trainer.save_freq), so the same command starts over"
+    return f"the same command resumes from {latest}"
+
+
+@contextlib.contextmanager
+def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: str = "trainer") -> Iterator[Path]:
+    """Hold the output folder of `cfg` (an RL or SFT config) for one run; see the module docstring.
+    `for_children`: this process only starts the processes that train (it holds the lock for them); `role`:
+    trainer, explorer or bench (see Roles)."""
+    out = Path(cfg.trainer.default_local_dir).expanduser()
+    lock_name = LOCK_NAME if role == "trainer" else f".rft-{role}.lock"
+    lock_file = str(out.resolve() / lock_name)
+    held_by_parent = os.environ.get(LOCK_ENV) == lock_file
+    lock = None
+    if dist.is_main and not held_by_parent:
+        _prepare(out)
+        lock = RunLock(out, lock_name).acquire()
+    try:
+        if lock is not None and role != "trainer":
+            for line in clean_stale(out / role):
+                print(f"rft: an earlier {role} was interrupted: {line}", flush=True)
+        elif lock is not None:
+            for line in clean_stale(out) + clean_stale(out / "checkpoints"):
+                print(f"rft: an earlier run was interrupted: {line}", flush=True)
+            check_free_space(out, weights_bytes(_model_path(cfg)))
+            mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
+            if mirror:
+                _prepare(Path(mirror).expanduser())
+            check_resume_matches(cfg)
+        if for_children:
+            os.environ[LOCK_ENV] = lock_file
+        try:
+            yield out
+        finally:
+            if for_children:
+                os.environ.pop(LOCK_ENV, None)
+    except Interrupted as e:
+        raise Interrupted(e.signal_name, f"{e.message}; {_resume_note(out)}") from None
+    finally:
+        if lock is not None:
+            lock.release()

@@ -1,0 +1,139 @@
+"""Non-finite and exploding updates: an optimizer step that would poison the weights is undone, counted, and
+`limit` of them in a row stop the run.
+
+`UpdateGuard.step` replaces a bare clipped optimizer step:
+
+1. the step's losses and its (global) gradient norm must be finite, else no step is taken (nothing to undo);
+2. a copy of the trainable weights and the optimizer state is taken (host memory when they live on cuda), the
+   optimizer steps, and the new weights must be finite and the update no larger than `EXPLODING_RATIO` times the
+   weights themselves (||dw|| <= 10 ||w||, over all trainable parameters: a learning rate of 1e10 passes every
+   finiteness check at the step that ruins the model, and only the next forward pass overflows);
+3. otherwise the copy is put back (the weights and the optimizer state are exactly as before the step) and the
+   step counts as skipped. More than `limit` skipped steps in a row raise `TrainingDiverged`.
+
+Several processes: the checks are all-reduced, so every rank takes the same decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from rft.distributed import SINGLE, Dist
+from rft.errors import TrainingDiverged
+
+EXPLODING_RATIO = 10.0
+"""An update whose norm exceeds this multiple of the weights' norm is rejected (normal steps move weights by a
+small fraction of their norm: ~1e-3 to 1e-1)."""
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor holding this rank's values (a DTensor's local shard; a plain tensor itself)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    t = _local(t).detach()
+    return t.to("cpu", copy=True) if t.is_cuda else t.clone()
+
+
+class UpdateGuard:
+    """Wraps the optimizer step of one trained model (see the module docstring). `lr_key`: the config key named
+    in the error; `limit`: skipped steps in a row that are tolerated."""
+
+    def __init__(self, params: list[nn.Parameter], optimizer: torch.optim.Optimizer, limit: int = 3,
+                 dist: Dist = SINGLE, lr_key: str = "optim.lr", limit_key: str = "trainer.bad_update_limit"):
+        self.params, self.optimizer, self.limit, self.dist = params, optimizer, limit, dist
+        self.lr_key, self.limit_key = lr_key, limit_key
+        self.in_a_row = 0
+
+    # ------------------------------------------------------------------------------------------ the copy
+    def _snapshot(self) -> tuple[list[torch.Tensor], dict]:
+        weights = [_copy(p) for p in self.params]
+        state = {}
+        for p in self.params:
+            if p in self.optimizer.state:
+                state[p] = {k: (_copy(v) if torch.is_tensor(v) else v) for k, v in self.optimizer.state[p].items()}
+        return weights, state
+
+    @torch.no_grad()
+    def _restore(self, snapshot: tuple[list[torch.Tensor], dict]) -> None:
+        weights, state = snapshot
+        for p, w in zip(self.params, weights):
+            _local(p).copy_(w)
+        for p in self.params:
+            if p not in state:
+                self.optimizer.state.pop(p, None)  # it had no state before this step (lazy initialisation)
+                continue
+            current = self.optimizer.state[p]
+            for k in list(current):
+                if k not in state[p]:
+                    del current[k]
+            for k, v in state[p].items():
+                if torch.is_tensor(v) and torch.is_tensor(current.get(k)) and _local(current[k]).shape == v.shape:
+                    _local(current[k]).copy_(v)
+                else:
+                    current[k] = v.to(_local(p).device) if torch.is_tensor(v) else v
+
+    @torch.no_grad()
+    def _update_size(self, before: list[torch.Tensor]) -> tuple[bool, float]:
+        """(all new weights finite, ||w_new - w_old|| / ||w_old||) over every rank's shards."""
+        nonfinite = delta_sq = weight_sq = 0.0
+        for p, old in zip(self.params, before):
+            new = _local(p).detach()
+            old = old.to(new.device)
+            if not bool(torch.isfinite(new).all()):
+                nonfinite += 1
+                continue
+            delta_sq += float((new.double() - old.double()).pow(2).sum())
+            weight_sq += float(old.double().pow(2).sum())
+        totals = self.dist.sum(torch.tensor([nonfinite, delta_sq, weight_sq], dtype=torch.float64)).tolist()
+        ratio = math.sqrt(totals[1]) / max(math.sqrt(totals[2]), 1e-12)
+        return totals[0] == 0, ratio
+
+    # ------------------------------------------------------------------------------------------ the step
+    def step(self, grad_clip: float, model: nn.Module | None = None, losses: Iterable[float] = ()
+             ) -> tuple[float, str | None]:
+        """Clip the gradient norm to `grad_clip` (<= 0: no clipping) and step, unless the step is bad. Returns
+        (gradient norm before clipping, why the step was skipped or None). `model`: the module owning the params
+        when it may be sharded (the norm then spans every rank's shard). Raises TrainingDiverged after more than
+        `limit` skipped steps in a row."""
+        max_norm = grad_clip if grad_clip > 0 else float("inf")
+        if model is not None:
+            from rft.workers.fsdp import clip_grad_norm
+
+            grad_norm = float(clip_grad_norm(model, self.params, max_norm))
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        bad_losses = [x for x in losses if not math.isfinite(x)]
+        reason = None
+        if bad_losses:
+            reason = f"non-finite loss ({bad_losses[0]})"
+        elif not math.isfinite(grad_norm):
+            reason = f"non-finite gradient norm ({grad_norm})"
+        if reason is None:
+            snapshot = self._snapshot()
+            self.optimizer.step()
+            finite, ratio = self._update_size(snapshot[0])
+            if not finite:
+                reason = "non-finite weights after the step"
+            elif ratio > EXPLODING_RATIO:
+                reason = f"an exploding update (||dw|| = {ratio:.3g} x ||w||)"
+            if reason is not None:
+                self._restore(snapshot)
+        if reason is None:
+            self.in_a_row = 0
+            return grad_norm, None
+        self.optimizer.zero_grad(set_to_none=True)
+        self.in_a_row += 1
+        if self.in_a_row > self.limit:
+            raise TrainingDiverged(
+                f"{self.in_a_row} optimizer steps in a row were skipped (the last: {reason}; gradient norm "
+                f"{grad_norm:.4g}), more than {self.limit_key}={self.limit}: the weights and optimizer state are "
+                f"those before the first of them. Lower {self.lr_key} (or check the data and the reward), then "
+                "run the same command to resume from the last checkpoint"
+            )
+        return grad_norm, reason

@@ -1,0 +1,340 @@
+"""Nothing is silently ignored (issue 11): every key rft accepts reaches code that reads it, or is refused by name.
+
+The schema walk: both schemas (RFTConfig for `rft train`, SFTConfig for `rft sft`) are instrumented so that every
+read of a config field is recorded, except the generic walks that read every field (the `unsupported` / `choices`
+check, YAML dumps, copies). Short runs that build every part (critic, reward model, reference, LoRA, validation,
+checkpoints, a resume, dynamic sampling, the SFT trainer) then have to read every key that is not `unsupported`
+(those are refused at any value but their default, which does nothing). What is read only with several processes
+is listed in WITHOUT_A_READER_HERE with where it is read and tested.
+
+The dialect walk: every key of every Trinity-RFT example in ../shared/spec/trinity_config_reference.md is changed
+in turn; the translation must change, or refuse the key by name. Ray actor names are listed in TRINITY_EXEMPT
+with the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from spec_configs import SPEC, md_yaml_blocks, merge
+
+from rft.config import load_config, load_sft_config
+from rft.config.load import ConfigError
+from rft.config.schema import RFTConfig
+from rft.config.sft_schema import SFTConfig
+from rft.config.validate import walk
+
+# ------------------------------------------------------------------------------------------ schema walk
+WITHOUT_A_READER_HERE = {
+    # read by workers/fsdp.py when the model is sharded over several processes; tests/test_distributed.py runs them
+    **{f"{section}.fsdp_config.{key}": "several processes: workers/fsdp.py (tests/test_distributed.py)"
+       for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+       for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.transformer_layer_cls_to_wrap")},
+    "trainer.balance_batch": "several processes: rl.py generate_and_score -> distributed.step_shard "
+                             "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
+    # read through an interpolation when the config loads: default_local_dir's default is
+    # checkpoints/${trainer.project_name}/${trainer.experiment_name} (a staged run also names each stage's)
+    "trainer.project_name": "the default output folder's name (interpolated at load)",
+    "trainer.experiment_name": "the default output folder's name (interpolated at load)",
+}
+SFT_WITHOUT_A_READER_HERE = {
+    "model.strategy": "how several processes would shard the model; rft sft refuses several processes "
+                      "(trainer.nnodes x n_gpus_per_node > 1), so with the one it runs the strategy applies to none",
+    "trainer.project_name": "the default output folder's name (interpolated at load)",
+    "trainer.experiment_name": "the default output folder's name (interpolated at load)",
+}
+
+
+def _dataclass_types(cls: type, out: set[type]) -> set[type]:
+    out.add(cls)
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            value = f.default_factory()  # type: ignore[misc]
+            if dataclasses.is_dataclass(value):
+                _dataclass_types(type(value), out)
+    return out
+
+
+GENERIC_WALKS = {("validate.py", "walk"), ("validate.py", "_check_schema"), ("validate.py", "inactive_sections"),
+                 ("trinity.py", "_verl_default")}
+
+
+class Reads:
+    """Records `<schema>:<key>` for every read of a field of a tracked config, outside the generic walks."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+        self.prefixes: dict[int, str] = {}
+        self.keep: list = []  # the tracked configs stay alive, so their ids are not reused
+
+    def track(self, cfg, prefix: str = "") -> None:
+        if not prefix:
+            self.keep.append(cfg)
+            prefix = f"{type(cfg).__name__}:"
+        self.prefixes[id(cfg)] = prefix
+        for f in dataclasses.fields(cfg):
+            value = object.__getattribute__(cfg, f.name)
+            if dataclasses.is_dataclass(value):
+                self.track(value, f"{prefix}{f.name}.")
+
+    def of(self, schema: type) -> set[str]:
+        tag = f"{schema.__name__}:"
+        return {k[len(tag):] for k in self.keys if k.startswith(tag)}
+
+    def install(self, monkeypatch, *schemas: type) -> None:
+        reads = self
+        for cls in set().union(*(_dataclass_types(s, set()) for s in schemas)):
+            names = {f.name for f in dataclasses.fields(cls)}
+
+            def getattribute(obj, name, _names=names):
+                value = object.__getattribute__(obj, name)
+                prefix = reads.prefixes.get(id(obj))
+                if prefix is not None and name in _names and not dataclasses.is_dataclass(value):
+                    frame = sys._getframe(1)
+                    where = (Path(frame.f_code.co_filename).name, frame.f_code.co_name)
+                    module = frame.f_globals.get("__name__", "")
+                    if where not in GENERIC_WALKS and not module.startswith(("omegaconf", "dataclasses", "copy")):
+                        reads.keys.add(prefix + name)
+                return value
+
+            monkeypatch.setattr(cls, "__getattribute__", getattribute)
+
+
+def _accepted_keys(schema: type) -> set[str]:
+    """Leaf keys a config of `schema` accepts at values other than their default: not `unsupported`, and with
+    more than one allowed value (`choices=(True,)` accepts only what rft does)."""
+    return {key for key, f, _ in walk(schema()) if "unsupported" not in f.metadata
+            and len(f.metadata.get("choices", (0, 1))) > 1}
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    from rl_helpers import make_assets
+
+    from rft.models.tiny import init_model
+
+    root = make_assets(tmp_path_factory.mktemp("readers"))
+    init_model("tiny-rm", root / "rm", seed=0)
+    return root
+
+
+def _rl(assets: Path, out: Path, *overrides: str):
+    return load_config(None, [
+        f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+        f"data.val_files={assets / 'data' / 'val.parquet'}", "data.max_prompt_length=32",
+        "data.max_response_length=4", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2", "trainer.total_training_steps=2", "trainer.save_freq=1",
+        "trainer.test_freq=1", "trainer.logger=[]", f"trainer.default_local_dir={out}", *overrides,
+    ], validate_paths=False)
+
+
+RL_RUNS = [
+    # a critic (LoRA), a reward model mixed with two weighted reward functions, an adaptive in-reward KL, the
+    # overlong buffer, hf_model in checkpoints, a mirror folder, named schedulers, validation samples
+    ["algorithm.adv_estimator=gae", "critic.model.lora_rank=4", "critic.ppo_micro_batch_size_per_gpu=2",
+     "critic.forward_micro_batch_size_per_gpu=2", "reward_model.enable=true", "reward_model.rule_weight=0.5",
+     "reward_model.micro_batch_size_per_gpu=2", "reward_model.max_length=64",
+     "custom_reward_function.name=[compute_score]", "custom_reward_function.reward_weights=[2.0]",
+     "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive", "reward_model.reward_manager=dapo",
+     "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2",
+     "reward_model.overlong_buffer.log=true", "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,"
+     "extra,hf_model]", "critic.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+     "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "critic.optim.total_training_steps=10",
+     "trainer.log_val_generations=1", "trainer.critic_warmup=1", "actor_rollout_ref.actor.ppo_epochs=2",
+     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2"],
+    # LoRA actor, a KL loss from logits, dynamic sampling, a shuffled mini-batch loop, remax's greedy baselines
+    ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.actor.use_kl_loss=true",
+     "actor_rollout_ref.actor.kl_loss_type=full", "algorithm.filter_groups.enable=true",
+     "algorithm.filter_groups.metric=score", "actor_rollout_ref.actor.shuffle=true",
+     "actor_rollout_ref.actor.entropy_coeff=0.01", "algorithm.adv_estimator=remax",
+     "actor_rollout_ref.rollout.micro_batch_size=2", "data.val_batch_size=2", "trainer.max_actor_ckpt_to_keep=1",
+     "actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.total_training_steps=5"],
+    # tasks from a database table, a persistent buffer with a staleness bound (the decoupled modes' keys that a
+    # one-process run reads; their two-process paths: tests/test_modes.py)
+    ["data.task_storage=sql", "data.task_table=arith", "experience_buffer.storage_type=sql",
+     "experience_buffer.max_staleness=1", "experience_buffer.stale_policy=downweight"],
+]
+
+
+def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatch):
+    from rft.data.io import read_rows
+    from rft.explorer.taskset import write_tasks
+    from rft.trainer.run import SyncRun
+    from rft.trainer.sft import SFTTrainer
+
+    tasks = f"sqlite:///{tmp_path / 'tasks.db'}"
+    write_tasks(tasks, "arith", read_rows(assets / "data" / "train.parquet"))
+    crf = [f"custom_reward_function.path={assets / 'reward.py'}"]
+    configs = [_rl(assets, tmp_path / f"rl{i}", *crf, *extra, f"reward_model.model.path={assets / 'rm'}",
+                   f"trainer.default_hdfs_dir={tmp_path / 'mirror'}",
+                   *([f"data.train_files={tasks}"] if "data.task_storage=sql" in extra else []))
+               for i, extra in enumerate(RL_RUNS)]
+    # a resume from a named checkpoint that deletes it afterwards
+    configs.append(_rl(assets, tmp_path / "rl0", *crf, "trainer.total_training_steps=2",
+                       "trainer.resume_mode=resume_path", "trainer.del_local_ckpt_after_load=true",
+                       f"trainer.resume_from_path={tmp_path / 'rl0' / 'checkpoints' / 'global_step_1'}"))
+    messages = tmp_path / "chat.jsonl"
+    messages.write_text("".join(json.dumps({"conversation": [{"role": "user", "content": f"{i}+1="},
+                                                             {"role": "assistant", "content": str(i + 1)}]}) + "\n"
+                                for i in range(4)))
+    chat = load_sft_config(None, [
+        f"model.partial_pretrain={assets / 'model'}", f"data.train_files={messages}", "data.multiturn.enable=true",
+        "data.multiturn.messages_key=conversation", "data.train_batch_size=2", "data.micro_batch_size_per_gpu=2",
+        "trainer.total_training_steps=1", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'chat'}"],
+        validate_paths=False)
+    sft = load_sft_config(None, [
+        f"model.partial_pretrain={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+        f"data.val_files={assets / 'data' / 'val.parquet'}", "data.response_key=extra_info",
+        "data.response_dict_keys=[answer]", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2",
+        "data.max_length=48", "model.lora_rank=4", "trainer.total_training_steps=2", "trainer.save_freq=1",
+        "trainer.test_freq=1", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'sft'}",
+        f"trainer.default_hdfs_dir={tmp_path / 'sft_mirror'}"], validate_paths=False)
+
+    reads = Reads()
+    reads.install(monkeypatch, RFTConfig, SFTConfig)
+    from rft.config.validate import validate, validate_sft
+
+    for cfg in configs:
+        reads.track(cfg)
+        validate(cfg)
+        SyncRun(cfg).fit()
+    # mode bench over the first run's checkpoints
+    from rft.trainer.modes import run_bench
+
+    bench = _rl(assets, tmp_path / "rl0", *crf, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true")
+    reads.track(bench)
+    validate(bench)
+    run_bench(bench)
+    for cfg in (sft, chat):
+        reads.track(cfg)
+        validate_sft(cfg)
+        SFTTrainer(cfg).fit()
+
+    unread = sorted(_accepted_keys(RFTConfig) - reads.of(RFTConfig) - set(WITHOUT_A_READER_HERE))
+    assert not unread, f"RL keys accepted without a reader: {unread}"
+    unread_sft = sorted(_accepted_keys(SFTConfig) - reads.of(SFTConfig) - set(SFT_WITHOUT_A_READER_HERE))
+    assert not unread_sft, f"SFT keys accepted without a reader: {unread_sft}"
+    stale = sorted(k for k in WITHOUT_A_READER_HERE if k in reads.of(RFTConfig))
+    assert not stale, f"read here after all, remove from WITHOUT_A_READER_HERE: {stale}"
+
+
+# ----------------------------------------------------------------------------------------- dialect walk
+TRINITY_EXEMPT = {
+    # Ray actor names: identifiers without behaviour in a run that has no Ray actors
+    "explorer.name": "a Ray actor's name", "trainer.name": "a Ray actor's name",
+    "buffer.explorer_input.taskset.name": "a Ray actor's name (with storage_type sql / queue: data.task_table)",
+    "buffer.explorer_input.eval_tasksets.name": "a Ray actor's name",
+    "buffer.trainer_input.experience_buffer.name": "a Ray actor's name",
+}
+
+
+def _trinity_examples() -> list[dict]:
+    """Each Trinity example block of the spec on a minimal base (the trainer block with its trainer_config),
+    its ${oc.env:...} variables resolved (the caller sets them)."""
+    from omegaconf import OmegaConf
+
+    blocks = [OmegaConf.to_container(OmegaConf.create(b), resolve=True)
+              for b in md_yaml_blocks(SPEC / "trinity_config_reference.md") if "actor_rollout_ref" not in b]
+    verl = next(b for b in md_yaml_blocks(SPEC / "trinity_config_reference.md") if "actor_rollout_ref" in b)
+    base = {"project": "p", "name": "n", "model": {"model_path": "m"},
+            "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": "t.parquet"}}}}
+    out = []
+    for block in blocks:
+        if list(block) == ["project", "name", "mode", "checkpoint_root_dir"]:
+            continue
+        cfg = merge(base, {k: v for k, v in block.items() if isinstance(v, dict) or not isinstance(v, type(None))})
+        if isinstance(block.get("trainer"), dict):
+            cfg["trainer"]["trainer_config"] = copy.deepcopy(verl)
+        out.append(cfg)
+    return out
+
+
+def _leaves(tree, prefix=""):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _leaves(v, f"{prefix}{k}.")
+    elif isinstance(tree, list) and tree and all(isinstance(x, dict) for x in tree):
+        for i, x in enumerate(tree):
+            yield from _leaves(x, f"{prefix}[{i}].")
+    else:
+        yield prefix[:-1], tree
+
+
+def _changes(value) -> list:
+    """Other values of the same kind: a larger and a smaller one (a limit is only read when it binds)."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, (int, float)):
+        return [value * 2 + 1, 1 if value != 1 else 0]
+    if isinstance(value, str):
+        return [value + "_x"]
+    if isinstance(value, list):
+        return [[*value, "x"]]
+    return ["x", {"x": 1}]
+
+
+def _set_path(tree: dict, key: str, value) -> dict:
+    tree = copy.deepcopy(tree)
+    node = tree
+    parts = key.replace(".[", "[").split(".")
+    for part in parts[:-1]:
+        if "[" in part:
+            name, index = part.rstrip("]").split("[")
+            node = node[name][int(index)]
+        else:
+            node = node[part]
+    last = parts[-1]
+    if "[" in last:
+        name, index = last.rstrip("]").split("[")
+        node[name][int(index)] = value
+    else:
+        node[last] = value
+    return tree
+
+
+def _outcome(cfg: dict) -> tuple[dict, list]:
+    """(the translation, the refusals) of `cfg`."""
+    from rft.config.trinity import translate
+
+    refusals: list = []
+    try:
+        return translate(copy.deepcopy(cfg), "t.yaml", refusals=refusals), refusals
+    except ConfigError as e:  # a value of the wrong shape: one error naming the key
+        return {}, [("<raised>", str(e))]
+
+
+def _named(key: str, refusals: list) -> bool:
+    """A refusal names `key` or a section holding it."""
+    plain = key.replace(".[", "[")
+    return any(plain == k or plain.startswith(k + ".") or plain.startswith(k + "[")
+               or (k == "<raised>" and re.sub(r"\[\d+\]", "", plain) in reason) for k, reason in refusals)
+
+
+def test_every_trinity_example_key_lands_somewhere_or_is_refused_by_name(tmp_path, monkeypatch):
+    from rft.tasks import write_arithmetic
+
+    write_arithmetic(tmp_path / "tasks", n_train=8, n_val=4, seed=0)
+    (tmp_path / "tasks" / "val.parquet").rename(tmp_path / "tasks" / "test.parquet")
+    for name in ("MODEL_PATH", "TRINITY_TASKSET_PATH", "TRINITY_SFT_DATASET_PATH", "TRINITY_DATASET_PATH"):
+        monkeypatch.setenv(name, str(tmp_path / "tasks"))
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpt"))
+    (tmp_path / "ckpt" / "Trinity-RFT" / "example").mkdir(parents=True)  # so continue_from_checkpoint matters
+    silent = []
+    for cfg in _trinity_examples():
+        before = _outcome(cfg)
+        for key, value in _leaves(cfg):
+            if key.startswith("trainer.trainer_config.") or "${" in str(value):
+                continue  # verl keys: the schema walk above; interpolations: resolved before translation
+            generic = re.sub(r"^stages\.", "", re.sub(r"\.?\[\d+\]", "", key))
+            if generic in TRINITY_EXEMPT or _named(key, before[1]):
+                continue
+            outcomes = [_outcome(_set_path(cfg, key, v)) for v in _changes(value)]
+            if all(after[0] == before[0] and not _named(key, after[1]) for after in outcomes):
+                silent.append(f"{key}={value!r}")
+    assert not silent, f"Trinity keys whose value changes nothing and that are not refused: {silent}"

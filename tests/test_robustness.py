@@ -1,0 +1,493 @@
+"""Issue 11: bad input and faults, as a new user meets them. Every expected failure ends with one line
+`rft: error: <what, where, what to do>` and a non-zero exit (before any model loads where it can be known then);
+faults lose nothing (atomic files, an exact resume); a second run into a live run's folder is refused."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rft.cli import main
+from rft.errors import TrainingDiverged
+from rft.models.tiny import init_model
+from rft.tasks import write_arithmetic
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("robust")
+    init_model("tiny", root / "m", seed=0)
+    write_arithmetic(root / "d", n_train=16, n_val=4, seed=0)
+    return root
+
+
+def args(work: Path, out: Path, *extra: str) -> list[str]:
+    """`rft train` of 2 prompts x 2 responses of 4 tokens, one step, no validation."""
+    return ["train", f"actor_rollout_ref.model.path={work / 'm'}", f"data.train_files={work / 'd' / 'train.parquet'}",
+            "data.max_prompt_length=32", "data.max_response_length=4", "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.optim.lr=1e-3", "trainer.total_training_steps=1", "trainer.val_before_train=false",
+            "trainer.logger=[]", f"trainer.default_local_dir={out}", *extra]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_error_line(err: str) -> str:
+    """The stderr of a refused command: exactly one `rft: error:` line and no traceback."""
+    assert "Traceback" not in err, err
+    lines = [x for x in err.splitlines() if x.startswith("rft: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def write_reward(path: Path, body: str) -> Path:
+    path.write_text("import math, time\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    + "".join(f"    {line}\n" for line in body.splitlines()))
+    return path
+
+
+# ------------------------------------------------------------------------------------------ bad data
+def test_a_bad_jsonl_line_is_one_line_naming_the_file_and_line(work, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1+1=", "data_source": "arithmetic", "reward_model": {"ground_truth": "2"}}\n{oops\n')
+    code, _, err = run(args(work, tmp_path / "out", f"data.train_files={bad}"), capsys)
+    assert code == 2
+    assert "bad.jsonl' line 2: invalid JSON" in one_error_line(err)
+
+
+def test_a_corrupt_parquet_is_one_line(work, tmp_path, capsys):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes((work / "d" / "train.parquet").read_bytes()[:300])
+    code, _, err = run(args(work, tmp_path / "out", f"data.train_files={bad}"), capsys)
+    assert code == 2
+    assert "bad.parquet' is not a readable parquet file" in one_error_line(err)
+
+
+def test_an_unknown_data_source_is_found_when_the_data_loads(work, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"{i}+1=", "data_source": "mystery",
+                                        "reward_model": {"ground_truth": str(i + 1)}}) + "\n" for i in range(4)))
+    code, out, err = run(args(work, tmp_path / "out", f"data.train_files={rows}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "no built-in reward scorer for data_source 'mystery' (4 rows)" in line
+    assert "rows.jsonl row 0" in line and "custom_reward_function.path" in line
+    assert "steps on" not in out  # training never started
+
+
+def test_rows_without_ground_truth_are_refused_for_a_builtin_scorer(work, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"{i}+1=", "data_source": "arithmetic"}) + "\n" for i in range(4)))
+    code, _, err = run(args(work, tmp_path / "out", f"data.train_files={rows}"), capsys)
+    assert code == 2 and "4 of 4 rows have no reward_model.ground_truth" in one_error_line(err)
+
+
+def test_a_model_folder_without_a_tokenizer_is_refused_before_loading(work, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        (bare / name).write_bytes((work / "m" / name).read_bytes())
+    code, _, err = run(args(work, tmp_path / "out", f"actor_rollout_ref.model.path={bare}"), capsys)
+    assert code == 2 and "has no tokenizer" in one_error_line(err)
+    from rft.errors import RftError
+    from rft.models.load import load_tokenizer
+
+    with pytest.raises(RftError, match="tokenizer of .* is empty"):  # what transformers builds from nothing
+        load_tokenizer(str(bare))
+
+
+# --------------------------------------------------------------------------------------- bad rewards
+@pytest.mark.parametrize("body, needle", [
+    ("return 1 / 0", "raised ZeroDivisionError: division by zero on row 0 (data_source 'arithmetic'"),
+    ("return math.nan", "returned score nan for row 0 (data_source 'arithmetic')"),
+    ("return 'high'", "returned a score of type str ('high') for row 0"),
+])
+def test_a_failing_reward_function_is_one_line_naming_it(work, tmp_path, capsys, body, needle):
+    reward = write_reward(tmp_path / "my_reward.py", body)
+    code, _, err = run(args(work, tmp_path / "out", f"custom_reward_function.path={reward}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and needle in line, line
+    assert "reward function 'compute_score' in" in line and "my_reward.py" in line
+    assert "custom_reward_function.on_error=zero" in line
+
+
+def test_a_missing_reward_function_is_one_line(work, tmp_path, capsys):
+    reward = write_reward(tmp_path / "r.py", "return 1.0")
+    code, out, err = run(args(work, tmp_path / "out", f"custom_reward_function.path={reward}",
+                              "custom_reward_function.name=nope"), capsys)
+    assert code == 2 and "defines no 'nope'; callables it defines: compute_score" in one_error_line(err)
+
+
+def test_a_sleeping_reward_function_is_cut_by_the_timeout(work, tmp_path, capsys):
+    reward = write_reward(tmp_path / "slow.py", "time.sleep(30)\nreturn 1.0")
+    start = time.time()
+    code, _, err = run(args(work, tmp_path / "out", f"custom_reward_function.path={reward}",
+                            "custom_reward_function.timeout=0.5"), capsys)
+    assert time.time() - start < 25
+    assert code == 2 and "took longer than 0.5 s (custom_reward_function.timeout) on row 0" in one_error_line(err)
+
+
+def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys):
+    reward = write_reward(tmp_path / "half.py", "if extra_info.get('index', 0) % 2:\n    time.sleep(30)\n"
+                                                "return float(solution_str.strip() == ground_truth)")
+    out = tmp_path / "out"
+    code, _, err = run(args(work, out, f"custom_reward_function.path={reward}", "custom_reward_function.timeout=0.3",
+                            "custom_reward_function.on_error=zero", "trainer.total_training_steps=2"), capsys)
+    assert code == 0, err
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("reward_extra/reward_failed/mean" in x for x in lines)
+    assert sum(x["reward_extra/reward_failed/mean"] for x in lines) > 0
+
+
+# ------------------------------------------------------------------------------------ files and disks
+def test_an_unusable_output_folder_is_refused_before_the_model_loads(work, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    code, out, err = run(args(work, tmp_path / "file" / "out"), capsys)
+    assert code == 2 and "is not writable" in one_error_line(err) and "trainer.default_local_dir" in err
+    assert "steps on" not in out
+
+
+def test_too_little_free_space_is_refused_before_the_model_loads(work, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from rft.trainer import run_folder
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(run_folder.shutil, "disk_usage", lambda p: usage._replace(free=1000))
+    code, _, err = run(args(work, tmp_path / "out"), capsys)
+    assert code == 2 and "has 1000 B free, but the final model alone needs about" in one_error_line(err)
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes(work, tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rft", *args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2")]
+
+    def limit():  # files may not grow past 1 MB: the checkpoint's weights (~4 MB) cannot be written
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, preexec_fn=limit)
+    assert proc.returncode == 2
+    line = one_error_line(proc.stderr)
+    assert "file too large" in line and "policy.safetensors" in line and "resumes from the last one" in line
+    assert not any(p.name.startswith(".") and "tmp" in p.name for p in (out / "checkpoints").iterdir())
+    again = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_files_rft_writes_follow_the_umask(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, _, err = run(args(work, out, "trainer.save_freq=1"), capsys)
+    assert code == 0, err
+    for path in [out / "model" / "model.safetensors", out / "checkpoints" / "global_step_1" / "policy.safetensors",
+                 out / "metrics.jsonl", out / "config.yaml"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    previous = os.umask(0o077)
+    try:
+        code, _, err = run(args(work, tmp_path / "private"), capsys)
+    finally:
+        os.umask(previous)
+    assert code == 0, err
+    assert stat.S_IMODE((tmp_path / "private" / "model" / "model.safetensors").stat().st_mode) == 0o600
+
+
+# --------------------------------------------------------------------------------------- the run folder
+HOLD = """
+import sys, time
+from pathlib import Path
+from rft.trainer.run_folder import RunLock
+Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)
+RunLock(Path(sys.argv[1])).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_run_into_a_live_runs_folder_is_refused_and_a_dead_ones_lock_taken_over(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, stdout, err = run(args(work, out), capsys)
+        line = one_error_line(err)
+        assert code == 2 and "is in use by another rft run" in line and f"pid {holder.pid}" in line
+        assert "steps on" not in stdout and not (out / "metrics.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    code, stdout, err = run(args(work, out), capsys)  # the holder died: its lock is stale
+    assert code == 0, err
+    assert f"took over the lock of an earlier run that is no longer running (pid {holder.pid}" in stdout
+
+
+def test_a_refused_resume_leaves_config_yaml_as_it_was(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    before = (out / "config.yaml").read_text()
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "data.train_batch_size=4",
+                                 "actor_rollout_ref.actor.ppo_mini_batch_size=4"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "data.train_batch_size=2, this run has 4" in line and "resume_mode=disable" in line
+    assert "steps on" not in stdout  # refused before the model loaded
+    assert (out / "config.yaml").read_text() == before
+
+
+def test_a_refused_resume_inside_the_trainer_leaves_config_yaml(work, tmp_path):
+    """The sampler's own check (a changed number of prompts), after the model loaded: config.yaml is still the
+    first run's, because it is written only after the resume."""
+    from rft.config import load_config
+    from rft.data.dataset import DataError
+    from rft.trainer.run import SyncRun
+
+    out = tmp_path / "out"
+    overrides = args(work, out, "trainer.save_freq=1")[1:]
+    SyncRun(load_config(None, overrides)).fit()
+    before = (out / "config.yaml").read_text()
+    write_arithmetic(tmp_path / "d2", n_train=12, n_val=4, seed=1)
+    trainer = SyncRun(load_config(None, [*overrides, f"data.train_files={tmp_path / 'd2' / 'train.parquet'}",
+                                           "trainer.total_training_steps=2"]))
+    with pytest.raises(DataError, match="number of training prompts"):
+        trainer.fit()
+    assert (out / "config.yaml").read_text() == before
+
+
+def test_stale_temporary_folders_are_cleaned_and_a_moved_aside_one_restored(tmp_path):
+    from rft.fsutil import clean_stale
+
+    (tmp_path / ".global_step_3.tmp-deadbeef").mkdir()
+    (tmp_path / ".metrics.jsonl.tmp-0123abcd").write_text("half")
+    (tmp_path / ".model.old-89abcdef").mkdir()  # a replace interrupted between its two renames
+    (tmp_path / ".model.old-89abcdef" / "x").write_text("the previous model")
+    (tmp_path / "keep").mkdir()
+    done = clean_stale(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "model"]
+    assert (tmp_path / "model" / "x").read_text() == "the previous model" and len(done) == 3
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_whole_one(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2"), capsys)[0] == 0
+    weights = out / "checkpoints" / "global_step_2" / "policy.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # cut in half
+    (out / "checkpoints" / ".global_step_3.tmp-deadbeef").mkdir()  # an interrupted save
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=3"), capsys)
+    assert code == 0, err
+    assert "global_step_2 is damaged (policy.safetensors has" in stdout and "resumed from" in stdout
+    assert "at step 1" in stdout and "removed" in stdout and ".global_step_3.tmp-deadbeef" in stdout
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["global_step_1", "global_step_2", "global_step_2.corrupt", "global_step_3", "latest"]
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------ exploding updates
+def test_an_exploding_learning_rate_is_skipped_counted_and_stops_the_run(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    start = load_file(work / "m" / "model.safetensors")
+    code, _, err = run(args(work, out, "actor_rollout_ref.actor.optim.lr=1e10", "trainer.total_training_steps=3",
+                            "trainer.save_freq=1", "trainer.bad_update_limit=5"), capsys)
+    assert code == 0, err
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["actor/skipped_updates"] for x in lines] == [1.0, 1.0, 1.0]
+    saved = load_file(out / "checkpoints" / "global_step_3" / "policy.safetensors")
+    assert all(torch.equal(saved[k], start[k]) for k in start)  # every step undone: the starting weights
+    code, _, err = run(args(work, tmp_path / "stops", "actor_rollout_ref.actor.optim.lr=1e10",
+                            "trainer.total_training_steps=5", "trainer.bad_update_limit=2"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "3 optimizer steps in a row were skipped" in line and "exploding update" in line
+    assert "trainer.bad_update_limit=2" in line and "actor_rollout_ref.actor.optim.lr" in line
+
+
+def test_the_guard_restores_weights_and_optimizer_state_exactly():
+    from rft.workers.guard import UpdateGuard
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-2)
+    guard = UpdateGuard(params, opt, limit=1)
+    model(torch.randn(5, 4)).pow(2).sum().backward()
+    assert guard.step(1.0)[1] is None  # a good step is taken
+    weights = [p.detach().clone() for p in params]
+    state = {k: v.clone() for k, v in opt.state[params[0]].items()}
+    model(torch.randn(5, 4)).pow(2).sum().mul(float("nan")).backward()
+    _, why = guard.step(1.0)
+    assert why == "non-finite gradient norm (nan)"
+    opt.param_groups[0]["lr"] = 1e10
+    model(torch.randn(5, 4)).pow(2).sum().backward()
+    with pytest.raises(TrainingDiverged, match="2 optimizer steps in a row"):
+        guard.step(0.0)  # unclipped: an update of ~1e10 per weight
+    assert all(torch.equal(w, p) for w, p in zip(weights, params))
+    assert all(torch.equal(v, opt.state[params[0]][k]) for k, v in state.items())
+
+
+def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):
+    from rft.trainer.checkpoint import CheckpointManager, _save_weights
+
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight[0, 0] = float("inf")
+    manager = CheckpointManager(tmp_path / "checkpoints")
+    with pytest.raises(TrainingDiverged, match="non-finite weights"):
+        manager.save(1, lambda folder: _save_weights(model, folder / "policy.safetensors"))
+    assert manager.latest() is None and list((tmp_path / "checkpoints").iterdir()) == []
+
+
+# -------------------------------------------------------------------------------------- signals
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_stop_between_phases_and_the_run_resumes_exactly(work, tmp_path, sig, code):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rft", *args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=12")]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "global_step_2").is_dir():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    name = signal.Signals(sig).name
+    stop = [x for x in stderr.splitlines() if x.startswith(f"rft: stopped by {name} before phase")]
+    assert len(stop) == 1 and "the same command resumes from" in stop[0], stderr
+    latest = int((out / "checkpoints" / "latest").read_text().split("_")[-1])
+    assert latest < 12 and not (out / "model").exists()
+    again = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"at step {latest}" in again.stdout
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == list(range(1, 13))
+
+
+def test_debug_shows_the_traceback(work, tmp_path, capsys):
+    code, _, err = run(["--debug", *args(work, tmp_path / "out", "data.train_files=missing.parquet")], capsys)
+    assert code == 2 and "Traceback" in err and err.strip().splitlines()[-1].startswith("rft: error:")
+
+
+def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(monkeypatch, capsys):
+    import rft.cli
+
+    def boom(args):
+        raise RuntimeError("something rft did not expect")
+
+    monkeypatch.setattr(rft.cli, "cmd_init_model", boom)
+    code, _, err = run(["init-model", "x"], capsys)
+    line = one_error_line(err)
+    assert code == 1 and "unexpected RuntimeError: something rft did not expect" in line and "--debug" in line
+
+
+# ----------------------------------------------------------------------------- keys that used to do nothing
+def _load(*overrides: str):
+    from rft.config import load_config
+
+    return load_config(None, ["actor_rollout_ref.model.path=m", "data.train_files=t.parquet", "data.train_batch_size=4",
+                              "actor_rollout_ref.actor.ppo_mini_batch_size=4", *overrides], validate_paths=False)
+
+
+def test_optim_total_training_steps_sets_the_schedule_length():
+    from rft.workers.minibatch import MiniBatchWorker
+
+    cfg = _load("actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.lr=1.0")
+    model = torch.nn.Linear(2, 2)
+
+    def lr_after(schedule_steps: int, run_steps: int, steps: int) -> float:
+        optim = copy.deepcopy(cfg.actor_rollout_ref.actor.optim)
+        optim.total_training_steps = schedule_steps
+        worker = MiniBatchWorker(model, cfg.actor_rollout_ref.actor, optim, run_steps)
+        for _ in range(steps):
+            worker.scheduler.step()
+        return worker.optimizer.param_groups[0]["lr"]
+
+    assert lr_after(-1, 4, 2) == pytest.approx(0.5)  # half of the run's 4 steps: half-way down the cosine
+    assert lr_after(100, 4, 2) == pytest.approx(0.5 * (1 + math.cos(math.pi * 2 / 100)))  # 2 of 100
+    from rft.config.load import ConfigError
+
+    with pytest.raises(ConfigError, match="total_training_steps must be -1"):
+        _load("actor_rollout_ref.actor.optim.total_training_steps=0")
+
+
+@pytest.mark.parametrize("key", ["data.return_raw_input_ids", "data.return_raw_chat"])
+def test_return_raw_keys_are_refused_with_what_to_set_instead(key):
+    from rft.config.load import ConfigError
+
+    assert _load(f"{key}=false")
+    with pytest.raises(ConfigError, match=rf"{key}=True .*reward_model\.model\.input_tokenizer"):
+        _load(f"{key}=true")
+
+
+def test_the_overlong_buffer_needs_the_dapo_reward_manager():
+    from rft.config.load import ConfigError
+
+    overlong = ["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2"]
+    assert _load(*overlong, "reward_model.reward_manager=dapo")
+    with pytest.raises(ConfigError, match="set reward_model.reward_manager=dapo"):
+        _load(*overlong)
+
+
+def test_vllm_tensor_parallel_size_takes_verls_default_and_the_hf_engines_value():
+    from rft.config.load import ConfigError
+
+    assert _load().actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+    assert _load("actor_rollout_ref.rollout.tensor_model_parallel_size=1")
+    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=4 .*set it to 2 or 1"):
+        _load("actor_rollout_ref.rollout.tensor_model_parallel_size=4")
+
+
+def test_megatron_moe_config_is_accepted_at_its_defaults_only():
+    from rft.config.load import ConfigError
+
+    assert _load("actor_rollout_ref.model.override_config={moe_config: {freeze_moe_router: false}}")
+    with pytest.raises(ConfigError, match="moe_config=.*Megatron"):
+        _load("actor_rollout_ref.model.override_config={moe_config: {freeze_moe_router: true}}")
+
+
+def test_max_critic_ckpt_to_keep_must_agree_with_the_actors():
+    from rft.config.load import ConfigError
+
+    assert _load("trainer.max_actor_ckpt_to_keep=5", "trainer.max_critic_ckpt_to_keep=5")
+    with pytest.raises(ConfigError, match="max_critic_ckpt_to_keep=3 differs"):
+        _load("trainer.max_actor_ckpt_to_keep=5", "trainer.max_critic_ckpt_to_keep=3")
+
+
+def test_balance_batch_deals_prompts_by_length():
+    from rft.distributed import step_shard
+
+    lengths = [10, 10, 1, 1, 7, 5, 5, 3]  # two mini-batches of 4 prompts, 2 ranks
+    shares = [step_shard(8, 4, rank, 2, lengths=lengths) for rank in (0, 1)]
+    assert sorted(shares[0] + shares[1]) == list(range(8))  # every prompt once
+    for j in (0, 1):  # each mini-batch keeps its prompts, two per rank
+        parts = [[p for p in share if j * 4 <= p < (j + 1) * 4] for share in shares]
+        assert [len(p) for p in parts] == [2, 2]
+    tokens = [sum(lengths[p] for p in share) for share in shares]
+    contiguous = [sum(lengths[p] for p in step_shard(8, 4, rank, 2)) for rank in (0, 1)]
+    assert max(tokens) - min(tokens) < max(contiguous) - min(contiguous)
+    assert tokens == [21, 21]
+
+
+def test_hdfs_dir_is_a_local_mirror_and_hdfs_urls_are_refused(work, tmp_path, capsys):
+    from rft.config.load import ConfigError
+
+    with pytest.raises(ConfigError, match="no Hadoop client"):
+        _load("trainer.default_hdfs_dir=hdfs://namenode/x")
+    code, _, err = run(args(work, tmp_path / "out", "trainer.save_freq=1",
+                            f"trainer.default_hdfs_dir={tmp_path / 'mirror'}"), capsys)
+    assert code == 0, err
+    assert (tmp_path / "mirror" / "global_step_1" / "policy.safetensors").is_file()
