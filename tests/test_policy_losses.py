@@ -209,9 +209,9 @@ def _slow_agg(token_loss: dict, B: int, R: int, n_valid: list[int], mode: str):
         return total / max(1, sum(n_valid))
     if mode == "seq-mean-token-sum":
         return total / B
-    if mode == "seq-mean-token-sum-norm":
-        return total / R
-    if mode == "seq-mean-token-sum-maxlen":
+    if mode == "token-sum":
+        return total
+    if mode in ("seq-mean-token-sum-norm", "seq-mean-token-sum-maxlen"):
         return total / (B * R)
     assert mode == "seq-mean-token-mean"
     rows = [sum((v for (i, _), v in token_loss.items() if i == row), torch.zeros((), dtype=F64)) / max(1, n_valid[row])
@@ -390,11 +390,13 @@ def test_loss_registry_and_schema_agree():
 def test_dr_grpo_aggregation_by_hand():
     loss_mat = t([[1.0, 2.0, 3.0, 9.0], [4.0, 5.0, 6.0, 9.0], [7.0, 7.0, 7.0, 7.0]])
     mask = t([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
-    # valid sum 1 + 2 + 4 = 7; (num_seqs 3 x max_len 4) = 12 -> 7/12; verl's seq-mean-token-sum-norm: 7/4
-    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-maxlen"), 7.0 / 12.0)
-    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm"), 7.0 / 4.0)
-    # with the mini-batch's normaliser: 5 rows x max_len 8 -> 7 / 40
-    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-maxlen", AggNorm(10.0, 5.0, 8)), 7.0 / 40.0)
+    # verl 0.9.1's seq-mean-token-sum-norm (the Dr. GRPO form): valid sum 1 + 2 + 4 = 7 over (num_seqs 3 x
+    # max_len 4) = 12 -> 7/12 (verl before 0.7, and rft before this fix: 7 / 4, no division by the rows)
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm"), 7.0 / 12.0)
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-maxlen"), 7.0 / 12.0)  # rft's earlier name, same value
+    # with the mini-batch's normaliser: 5 rows x max_len 8 -> 7 / 40; loss_scale_factor 100 as max_len -> 7 / 500
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", AggNorm(10.0, 5.0, 8)), 7.0 / 40.0)
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", AggNorm(10.0, 5.0, 100)), 7.0 / 500.0)
 
 
 def test_trl_loss_types_map_to_exact_normalisers():
@@ -414,7 +416,7 @@ def test_trl_loss_types_map_to_exact_normalisers():
     with pytest.raises(ValueError, match="dr_grpo"):
         trl_loss_agg_mode("sum")
     settings = trl_actor_settings("dr_grpo", epsilon=0.2, epsilon_high=0.28, beta=0.04)
-    assert settings == {"policy_loss.loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-sum-maxlen",
+    assert settings == {"policy_loss.loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-sum-norm",
                         "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 1e9, "use_kl_loss": True,
                         "kl_loss_coef": 0.04, "kl_loss_type": "low_var_kl"}
     assert trl_actor_settings("grpo", epsilon=0.3)["clip_ratio_high"] == 0.3

@@ -51,8 +51,8 @@ OPTIMIZER_NAMES = ("adamw_torch", "adamw_torch_fused", "adafactor", "ademamix", 
                    "galore_adamw", "lomo", "adalomo", "grokadamw", "schedule_free_sgd")
 SCHEDULER_NAMES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                    "inverse_sqrt", "reduce_lr_on_plateau")
-LOSS_AGG_MODE_NAMES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
-                       "seq-mean-token-sum-maxlen")
+LOSS_AGG_MODE_NAMES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
+                       "seq-mean-token-sum-norm", "seq-mean-token-sum-maxlen")
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -227,11 +227,16 @@ class ActorConfig:
     clip_ratio_c: float = fld(3.0, "Dual-clip constant: for A < 0 the loss is capped at -A * clip_ratio_c.")
     loss_agg_mode: str = fld(
         "token-mean",
-        "How a per-token loss is reduced, with the mini-batch's global normaliser: token-mean (sum / tokens), "
-        "seq-mean-token-sum (sum / sequences), seq-mean-token-mean (mean of per-sequence token means), "
-        "seq-mean-token-sum-norm (sum / max_response_length), seq-mean-token-sum-maxlen (sum / (sequences x "
-        "max_response_length): TRL's dr_grpo).",
+        "How a per-token loss is reduced, with the mini-batch's global normaliser (verl 0.9.1's agg_loss): "
+        "token-mean (sum / tokens), token-sum (the sum itself), seq-mean-token-sum (sum / sequences), "
+        "seq-mean-token-mean (mean of per-sequence token means), seq-mean-token-sum-norm (sum / (sequences x "
+        "loss_scale_factor): Dr. GRPO, TRL's dr_grpo), seq-mean-token-sum-maxlen (rft's earlier name for "
+        "seq-mean-token-sum-norm).",
         choices=LOSS_AGG_MODE_NAMES,
+    )
+    loss_scale_factor: Optional[int] = fld(
+        None, "seq-mean-token-sum-norm: the constant each sequence's token sum is divided by (> 0); null: "
+        "data.max_response_length."
     )
     policy_loss: PolicyLossConfig = sub(PolicyLossConfig, "Policy loss function.")
     tau_pos: float = fld(1.0, "sapo: gate temperature of tokens with a positive advantage (> 0).")
@@ -511,6 +516,10 @@ class CriticConfig:
     loss_agg_mode: Optional[str] = fld(
         None, "Aggregation of the value loss (names as actor.loss_agg_mode, the mini-batch's normaliser); null: "
         "actor.loss_agg_mode.", choices=(None, *LOSS_AGG_MODE_NAMES),
+    )
+    loss_scale_factor: Optional[int] = fld(
+        None, "seq-mean-token-sum-norm of the value loss: the constant each sequence's token sum is divided by "
+        "(> 0); null: actor.loss_scale_factor (verl's interpolation), else data.max_response_length."
     )
     checkpoint: ActorCheckpointConfig = sub(
         ActorCheckpointConfig, "What the critic's part of a checkpoint (global_step_N/critic/) holds: model, "

@@ -169,6 +169,8 @@ def _check_loss_options(cfg: RFTConfig) -> None:
     for key, value in (("policy_loss.ppo_kl_coef", pl.ppo_kl_coef), ("policy_loss.tau", pl.tau)):
         if not value >= 0:
             raise ConfigError(f"{prefix}.{key} must be >= 0, got {value}")
+    _positive(f"{prefix}.loss_scale_factor", actor.loss_scale_factor, allow_none=True)
+    _positive("critic.loss_scale_factor", cfg.critic.loss_scale_factor, allow_none=True)
     if not pl.clip_cov_lb < pl.clip_cov_ub:
         raise ConfigError(
             f"{prefix}.policy_loss.clip_cov_lb ({pl.clip_cov_lb}) must be below clip_cov_ub ({pl.clip_cov_ub})"

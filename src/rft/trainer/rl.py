@@ -156,7 +156,7 @@ class RLTrainer:
             tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=actor.policy_loss.clip_cov_ratio,
             clip_cov_lb=actor.policy_loss.clip_cov_lb, clip_cov_ub=actor.policy_loss.clip_cov_ub,
             kl_cov_ratio=actor.policy_loss.kl_cov_ratio, ppo_kl_coef=actor.policy_loss.ppo_kl_coef,
-            opmd_tau=actor.policy_loss.tau,
+            opmd_tau=actor.policy_loss.tau, loss_scale_factor=actor.loss_scale_factor,
         )
         self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps, ref_model=self.ref_model,
                                    dist=dist)
@@ -196,7 +196,7 @@ class RLTrainer:
             shuffle=actor.shuffle if c.shuffle is None else c.shuffle, seed=self.settings.seed,
             max_response_length=self.cfg.data.max_response_length,
             loss_agg_mode=c.loss_agg_mode or actor.loss_agg_mode, grad_clip=c.grad_clip,
-            cliprange_value=c.cliprange_value,
+            cliprange_value=c.cliprange_value, loss_scale_factor=c.loss_scale_factor or actor.loss_scale_factor,
         )
         return CriticWorker(model, settings, c.optim, self.total_steps, self.dist)
 

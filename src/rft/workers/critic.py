@@ -46,6 +46,7 @@ class CriticSettings:
     loss_agg_mode: str
     grad_clip: float
     cliprange_value: float
+    loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
 
 
 class CriticWorker(MiniBatchWorker):

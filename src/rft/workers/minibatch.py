@@ -111,8 +111,10 @@ class MiniBatchWorker:
         raise NotImplementedError
 
     def norm(self, mini: Batch) -> AggNorm:
-        """`mini_batch_norm` over every rank's rows of this mini-batch."""
-        return mini_batch_norm(mini, self.s.max_response_length, self.dist)
+        """`mini_batch_norm` over every rank's rows of this mini-batch; seq-mean-token-sum-norm divides by the
+        settings' `loss_scale_factor` when set, else by `max_response_length` (verl's rule)."""
+        max_len = getattr(self.s, "loss_scale_factor", None) or self.s.max_response_length
+        return mini_batch_norm(mini, max_len, self.dist)
 
     def accumulate(self, mini: Batch, micro_loss: Callable[[int, Batch], tuple[torch.Tensor, dict[str, float]]]
                    ) -> dict[str, float]:

@@ -173,6 +173,7 @@ class UpdateSettings:
     kl_cov_ratio: float = 0.0002  # kl_cov
     ppo_kl_coef: float = 0.1  # kl_cov
     opmd_tau: float = 1.0  # opmd
+    loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
     logit_chunk_tokens: int = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL
 
 
