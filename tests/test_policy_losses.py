@@ -116,8 +116,8 @@ def test_gspo_by_hand():
     # row 0: s = (ln1.5 + ln0.5 + ln1.1) / 3 = ln(0.825) / 3, w0 = 0.825^(1/3) = 0.937889 (inside [0.8, 1.2]):
     #   loss -A w0: a -0.937889, b 0.937889, c -1.875777 -> mean -0.625259
     # row 1: w1 = 2, A = 0.5: pg1 = -1, pg2 = -0.6 -> -0.6 (clipped, no gradient)
-    # forced seq-mean-token-mean: (-0.625259 - 0.6) / 2 = -0.612630
-    out, grad = loss_and_grad("gspo", hand_inputs(loss_agg_mode="token-mean"))
+    # seq-mean-token-mean (the paper's): (-0.625259 - 0.6) / 2 = -0.612630
+    out, grad = loss_and_grad("gspo", hand_inputs(loss_agg_mode="seq-mean-token-mean"))
     w0 = 0.825 ** (1 / 3)
     close(out.loss, (-2 * w0 / 3 - 0.6) / 2)
     assert out.loss.item() == pytest.approx(-0.612630, abs=1e-6)
@@ -125,6 +125,11 @@ def test_gspo_by_hand():
     close(grad, [[-w0 / 6, w0 / 6, -2 * w0 / 6], [0.0, 0.0, 0.0]])
     assert out.metrics["pg_clipfrac"] == pytest.approx(0.25)  # d
     assert out.metrics["pg_clipfrac_lower"] == 0.0
+    # loss_agg_mode is honoured (verl 0.9.1): token-mean (-1.875777 - 0.6) / 4 = -0.618944, gradient -A w0 / 4
+    out, grad = loss_and_grad("gspo", hand_inputs(loss_agg_mode="token-mean"))
+    close(out.loss, (-2 * w0 - 0.6) / 4)
+    assert out.loss.item() == pytest.approx(-0.618944, abs=1e-6)
+    close(grad, [[-w0 / 4, w0 / 4, -2 * w0 / 4], [0.0, 0.0, 0.0]])
 
 
 def test_gspo_exponent_is_capped_at_10():
@@ -266,7 +271,7 @@ def slow_policy_loss(name: str, x: PolicyLossInputs) -> torch.Tensor:
                 asum += a
             rows.append(-asum / len(keys) * exp(lsum / len(keys)))
         return sum(rows, torch.zeros((), dtype=F64)) / B
-    mode = "seq-mean-token-mean" if name in ("gspo", "sapo") else x.loss_agg_mode
+    mode = "seq-mean-token-mean" if name == "sapo" else x.loss_agg_mode
     chosen = _slow_selection(name, x, valid) if name in ("clip_cov", "kl_cov") else set()
     seq_l = {row: sum((x.logprobs[k] - x.old_logprobs[k]).item() for k in valid if k[0] == row) / max(1, n_valid[row])
              for row in range(B)}

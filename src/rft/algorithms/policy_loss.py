@@ -145,8 +145,8 @@ def gspo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
       log w = min(logp - sg(logp) + sg(s_i), 10)      (value s_i, gradient that of logp; exponent capped at 10)
       w = exp(log w)
       loss = max(-A * w, -A * clamp(w, 1 - eps_low, 1 + eps_high))
-    aggregated with seq-mean-token-mean whatever ``loss_agg_mode`` says (verl forces it too): normaliser
-    num_seqs of the mini-batch after a per-sequence token mean. No dual clip.
+    aggregated with ``loss_agg_mode`` (verl 0.9.1 honours it; the paper's sequence-level objective is
+    seq-mean-token-mean, which must be asked for: the default is token-mean). No dual clip.
     Metrics: pg_clipfrac = mean[clipped term larger], pg_clipfrac_lower = 0, ppo_kl = mean[-l].
     """
     mask, adv = inputs.response_mask, inputs.advantages
@@ -158,7 +158,7 @@ def gspo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     pg1 = -adv * w
     pg2 = -adv * w.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
     loss_mat = torch.maximum(pg1, pg2)
-    loss = agg_loss(loss_mat, mask, "seq-mean-token-mean", inputs.agg_norm)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, pg2 > pg1, None, -log_ratio.detach()))
 
 

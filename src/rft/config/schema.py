@@ -180,8 +180,8 @@ class FSDPConfig:
 class PolicyLossConfig:
     loss_mode: str = fld(
         "vanilla",
-        "Policy loss (formulas, papers: docs/algorithms.md): vanilla (dual-clip PPO), gspo (sequence ratio; "
-        "always seq-mean-token-mean), gpg (-logp * A), cispo (clipped ratio as a stop-gradient weight), sapo (soft "
+        "Policy loss (formulas, papers: docs/algorithms.md): vanilla (dual-clip PPO), gspo (sequence ratio; the "
+        "paper aggregates with loss_agg_mode=seq-mean-token-mean), gpg (-logp * A), cispo (clipped ratio as a stop-gradient weight), sapo (soft "
         "gate, tau_pos / tau_neg; always seq-mean-token-mean), geo_mean (GMPO; mean over sequences), clip_cov, "
         "kl_cov (covariance-selected tokens), opmd (Trinity-RFT; divided by 1 + tau).",
         choices=POLICY_LOSS_NAMES,
