@@ -172,6 +172,29 @@ def test_remax_by_hand():
     close(half.advantages, [[-0.25, 0.0, 0.5, 0.0], [-2.0, -1.0, 0.0, 0.0]])
 
 
+def test_remax_carries_the_return_across_a_masked_span():
+    # row 0: token 1 is an environment token inside the response (masked: its reward 7 is not read)
+    inputs = AdvantageInputs(t([[0, 7, 0, 2], [1, 0, 0, 0]]), t([[1, 0, 1, 1], [1, 0, 0, 0]]),
+                             torch.tensor([0, 1]), reward_baselines=t([0.5, 3.0]))
+    out = compute_advantages("remax", inputs)
+    # gamma 1: row 0 G = [2, -, 2, 2] (token 0 sees the 2 past the gap; restarting at the gap gave 0), minus 0.5
+    close(out.returns, [[2.0, 0.0, 2.0, 2.0], [1.0, 0.0, 0.0, 0.0]])
+    close(out.advantages, [[1.5, 0.0, 1.5, 1.5], [-2.0, 0.0, 0.0, 0.0]])
+    inputs.gamma = 0.5  # the masked token does not discount: G3 = 2, G2 = 0.5 * 2 = 1, G0 = 0.5 * 1 = 0.5
+    close(compute_advantages("remax", inputs).returns, [[0.5, 0.0, 1.0, 2.0], [1.0, 0.0, 0.0, 0.0]])
+
+
+def test_reinforce_plus_plus_carries_the_return_across_a_masked_span():
+    # valid tokens 0, 2, 3 (token 1 masked, its reward 9 not read), gamma 0.5:
+    #   G3 = 1, G2 = 0 + 0.5 * 1 = 0.5, G0 = 0 + 0.5 * 0.5 = 0.25 (restarting at the gap gave G0 = 0)
+    inputs = AdvantageInputs(t([[0, 9, 0, 1]]), t([[1, 0, 1, 1]]), torch.tensor([0]), gamma=0.5)
+    out = compute_advantages("reinforce_plus_plus", inputs)
+    close(out.returns, [[0.25, 0.0, 0.5, 1.0]])
+    # whitened over 0.25, 0.5, 1: mean 7/12; squared deviations 1/9 + 1/144 + 25/144 = 7/24, unbiased var 7/48
+    mean, scale = 7 / 12, 1 / math.sqrt(7 / 48 + WEPS)
+    close(out.advantages, [[(0.25 - mean) * scale, 0.0, (0.5 - mean) * scale, (1.0 - mean) * scale]])
+
+
 def test_remax_without_baselines_raises():
     with pytest.raises(ValueError, match="'remax' needs AdvantageInputs.reward_baselines"):
         compute_advantages("remax", remax_inputs(1.0, baselines=None))
@@ -269,8 +292,7 @@ def _return_to_go(inputs, valid):
     for i in range(B):
         running = 0.0
         for j in reversed(range(R)):
-            if not valid[i][j]:
-                running = 0.0
+            if not valid[i][j]:  # skipped: the return carries across masked tokens
                 continue
             running = float(inputs.token_rewards[i, j]) + inputs.gamma * running
             out[i][j] = running
@@ -363,14 +385,16 @@ def slow(name: str, inputs: AdvantageInputs) -> list[list[float]]:
 
 def random_inputs(num_prompts: int, G: int, R: int, seed: int, **kw) -> AdvantageInputs:
     """B = num_prompts * G rows in shuffled order with arbitrary group ids; random lengths 0..R (some rows
-    empty); rewards, values and baselines everywhere, including NaN on padding (which must never be read).
+    empty) with holes inside some responses (masked tool / environment tokens); rewards, values and baselines
+    everywhere, including NaN on masked tokens (which must never be read).
     Odd seeds round the rewards: ties, zero scores and zero-variance groups, as with 0/1 rewards."""
     gen = torch.Generator().manual_seed(seed)
     B = num_prompts * G
     ids = torch.randperm(10 * num_prompts, generator=gen)[:num_prompts] * 7 - 5
     group = ids.repeat_interleave(G)[torch.randperm(B, generator=gen)]
     lengths = torch.randint(0, R + 1, (B,), generator=gen)
-    mask = (torch.arange(R).unsqueeze(0) < lengths.unsqueeze(1)).to(F64)
+    holes = (torch.rand(B, R, generator=gen) < 0.2) & (torch.arange(R) > 0)  # never the first token
+    mask = ((torch.arange(R).unsqueeze(0) < lengths.unsqueeze(1)) & ~holes).to(F64)
     rewards = torch.randn(B, R, generator=gen, dtype=F64)
     if seed % 2:
         rewards = rewards.round()

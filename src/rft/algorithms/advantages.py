@@ -164,14 +164,16 @@ def _outcome(per_row: torch.Tensor, valid: torch.Tensor) -> AdvantageOutputs:
 
 
 def _return_to_go(rewards: torch.Tensor, valid: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = r_t + gamma * G_{t+1} * m_{t+1}, G_R = 0, zeroed on masked tokens: the running return restarts
-    after every masked token, so nothing leaks backwards across EOS or padding. The loop runs over R."""
+    """G_t = r_t + gamma * G_next(t) on valid tokens, next(t) the next VALID token after t (G = 0 past the last
+    one), 0 on masked tokens. Masked tokens are skipped: their rewards are not read and they neither discount
+    nor reset the running return, which carries across a masked span (tool or environment tokens inside a
+    multi-turn response) to the policy's tokens before it (verl 0.9.1). The loop runs over R."""
     returns = torch.zeros_like(rewards)  # (B, R)
     running = torch.zeros_like(rewards[:, 0])  # (B,)
     zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
     for t in reversed(range(rewards.shape[-1])):
-        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, zero)
-        returns[:, t] = running
+        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(valid[:, t], running, zero)
     return returns
 
 
@@ -299,10 +301,10 @@ def rloo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
 def reinforce_plus_plus_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted return-to-go, whitened over the whole batch.
 
-    Return-to-go over response tokens, right to left, with the running return zeroed after every masked
-    token so nothing leaks backwards across EOS or padding:
-      G_t = r_t + gamma * G_{t+1} * m_{t+1},    G_R = 0
-    returns = G * m. Advantages = masked_whiten(G, m) * m: ``(G - mean) * rsqrt(var + 1e-8)`` with mean and
+    Return-to-go over the valid response tokens, right to left; masked tokens are skipped (not read, no
+    discount), so the return carries across a masked span inside a response (verl 0.9.1):
+      G_t = r_t + gamma * G_next(t),   next(t) = the next valid token after t,   G = 0 past the last one
+    returns = G on valid tokens, 0 on masked ones. Advantages = masked_whiten(G, m) * m: ``(G - mean) * rsqrt(var + 1e-8)`` with mean and
     UNBIASED variance over every valid token of the batch (no grouping). The loop runs over R, not B.
     """
     valid = inputs.response_mask.bool()  # (B, R)
@@ -331,7 +333,8 @@ def reinforce_plus_plus_baseline_advantages(inputs: AdvantageInputs) -> Advantag
 def remax_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     """ReMax (Li et al. 2024, arXiv:2310.10505): return-to-go minus the reward of a greedy rollout.
 
-      G_t = r_t + gamma * G_{t+1} * m_{t+1}   (as reinforce_plus_plus; gamma = 1 gives the plain suffix sum)
+      G_t = r_t + gamma * G_next(t)           (as reinforce_plus_plus: masked tokens skipped, the return carries
+                                               across them; gamma = 1 gives the suffix sum of the valid rewards)
       A_t = G_t - b_i                          b_i = reward_baselines[i], the score of the greedy response
                                                to row i's prompt
     No normalisation. returns = G (0 on masked tokens); A is 0 on masked tokens. Needs ``reward_baselines``.
