@@ -46,12 +46,21 @@ make_cfg = rl_config
 # ------------------------------------------------------------------------------ one step per loss / KL
 
 
+# what a loss needs besides its name: dro its beta, bypass_mode verl's bypass mode (here with REINFORCE and
+# batch-normalised sequence weights, which take the whole mini-batch's statistics)
+LOSS_OPTIONS = {"dro": ["actor_rollout_ref.actor.policy_loss.dro_beta=0.5"],
+                "bypass_mode": ["algorithm.rollout_correction.bypass_mode=true",
+                                "algorithm.rollout_correction.loss_type=reinforce",
+                                "algorithm.rollout_correction.rollout_is=sequence",
+                                "algorithm.rollout_correction.rollout_is_batch_normalize=true"]}
+
+
 @pytest.mark.parametrize("loss_mode", POLICY_LOSS_NAMES)
 def test_one_step_of_every_loss_moves_every_parameter(assets, tmp_path, loss_mode):
     # micro-batches of 8 rows: clip_cov / kl_cov take their token choice from the whole mini-batch
     trainer = RLTrainer(make_cfg(assets, tmp_path, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-                                 "actor_rollout_ref.actor.entropy_coeff=0.01"))
+                                 "actor_rollout_ref.actor.entropy_coeff=0.01", *LOSS_OPTIONS.get(loss_mode, [])))
     before = trainable(trainer.model)
     metrics = trainer.train_step(1, Timer())
     assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("actor/"))
@@ -158,6 +167,7 @@ def test_micro_batch_size_never_changes_the_gradient(mini_batch, loss_mode):
     s.loss_mode, s.entropy_coeff, s.kl_loss_coef, s.kl_loss_type = loss_mode, 0.01, 0.1, "low_var_kl"
     s.clip_cov_ratio, s.kl_cov_ratio = 0.05, 0.05  # a few tokens in 16 short rows
     s.clip_cov_lb, s.clip_cov_ub = -10.0, 10.0  # most tokens are candidates: the random choice matters
+    s.dro_beta = 0.3
     for mode in LOSS_AGG_MODES:
         s.loss_agg_mode = mode
         whole = _mini_batch_grads(trainer, batch, None)
@@ -281,6 +291,20 @@ def test_dynamic_sampling_gives_up_after_max_num_gen_batches(assets, tmp_path):
       "reward_model.overlong_buffer.penalty_factor=-1"], "reward_model.overlong_buffer.penalty_factor"),
     (["algorithm.filter_groups.enable=true"], "algorithm.filter_groups.metric"),
     (["reward_model.reward_manager=prime"], "reward_model.reward_manager"),
+    (["actor_rollout_ref.actor.policy_loss.loss_mode=dro"], "actor_rollout_ref.actor.policy_loss.dro_beta"),
+    (["actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"], "algorithm.rollout_correction.bypass_mode"),
+    (["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"],
+     "algorithm.rollout_correction.bypass_mode"),
+    (["algorithm.rollout_correction.loss_type=reinforce"], "algorithm.rollout_correction.loss_type"),
+    (["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=0.0_1.0"],
+     "algorithm.rollout_correction"),
+    (["algorithm.rollout_correction.rollout_is_batch_normalize=true"], "algorithm.rollout_correction.rollout_is"),
+    (["algorithm.rollout_correction.rollout_rs=seq_mean_k3"], "rollout_rs_threshold"),
+    (["algorithm.rollout_correction.rollout_rs=seq_max_k1", "algorithm.rollout_correction.rollout_rs_threshold=2"],
+     "seq_max_k1"),
+    (["algorithm.rollout_correction.rollout_rs=token_k3", "algorithm.rollout_correction.rollout_rs_threshold=1.0_2.0"],
+     "token_k3"),
+    (["algorithm.rollout_correction.rollout_rs_threshold=2"], "algorithm.rollout_correction.rollout_rs"),
 ])
 def test_bad_loss_options_are_refused_by_name(assets, tmp_path, overrides, key):
     with pytest.raises(ConfigError, match=re.escape(key)):

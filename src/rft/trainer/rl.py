@@ -31,6 +31,7 @@ from rft.algorithms import (
     make_kl_controller,
     masked_mean,
     overlong_penalty,
+    reward_components,
 )
 from rft.batch import Batch, concat_batches
 from rft.config import RFTConfig, to_yaml
@@ -62,10 +63,18 @@ from rft.trainer.checkpoint import (
     step_of,
 )
 from rft.trainer.evaluate import eos_token_ids, evaluate, rollout_batch
+from rft.trainer.rollout_correction import apply_rollout_correction, corrects_rollout
 from rft.workers.critic import CriticSettings, CriticWorker
 from rft.workers.fsdp import full_state_dict, gathered_for_generation, wrap
 from rft.workers.optim import plateau_step
-from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logit_kl, compute_logprobs, reference_of
+from rft.workers.policy import (
+    PolicyWorker,
+    UpdateSettings,
+    compute_logit_kl,
+    compute_logprobs,
+    compute_old_logprobs,
+    reference_of,
+)
 
 
 def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
@@ -141,14 +150,15 @@ class RLTrainer:
                                  arr.rollout.micro_batch_size, all_done=dist.all_true if dist.enabled else None)
         self.generator = torch.Generator().manual_seed(trainer.seed)
 
-        actor, ro = arr.actor, arr.rollout
+        actor, ro, rc = arr.actor, arr.rollout, cfg.algorithm.rollout_correction
         self.settings = UpdateSettings(
             n=ro.n, ppo_mini_batch_size=actor.ppo_mini_batch_size,
             micro_rows=actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size,
             ppo_epochs=actor.ppo_epochs, shuffle=actor.shuffle,
             seed=actor.data_loader_seed if actor.data_loader_seed is not None else trainer.seed,
             temperature=ro.temperature, max_response_length=data.max_response_length,
-            loss_mode=actor.policy_loss.loss_mode, loss_agg_mode=actor.loss_agg_mode,
+            loss_mode="bypass_mode" if rc.bypass_mode else actor.policy_loss.loss_mode,
+            loss_agg_mode=actor.loss_agg_mode,
             clip_ratio_low=actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio,
             clip_ratio_high=actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio,
             clip_ratio_c=actor.clip_ratio_c, grad_clip=actor.grad_clip, entropy_coeff=actor.entropy_coeff,
@@ -157,6 +167,10 @@ class RLTrainer:
             clip_cov_lb=actor.policy_loss.clip_cov_lb, clip_cov_ub=actor.policy_loss.clip_cov_ub,
             kl_cov_ratio=actor.policy_loss.kl_cov_ratio, ppo_kl_coef=actor.policy_loss.ppo_kl_coef,
             opmd_tau=actor.policy_loss.tau, loss_scale_factor=actor.loss_scale_factor,
+            dro_beta=actor.policy_loss.dro_beta,
+            rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
+            rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
+            rollout_rs_threshold=rc.rollout_rs_threshold, bypass_loss_type=rc.loss_type,
         )
         self.worker = PolicyWorker(model, self.settings, actor.optim, self.total_steps, ref_model=self.ref_model,
                                    dist=dist)
@@ -167,7 +181,9 @@ class RLTrainer:
         # With one optimizer step per batch the policy that sampled is the policy being updated, so the old
         # log-probs are the detached current ones and need no forward pass of their own.
         updates = actor.ppo_epochs * (data.train_batch_size // actor.ppo_mini_batch_size)
-        self.needs_old_logprobs = updates > 1 or cfg.algorithm.use_kl_in_reward
+        self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
+                                   or "old_logprobs" in self.adv_needs or actor.calculate_sum_pi_squared
+                                   ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
         self.ckpt = CheckpointManager(
             self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep
         )
@@ -264,7 +280,11 @@ class RLTrainer:
             batch, reward_metrics = self.dynamic_sampling(batch, reward_metrics, timer)
         if self.needs_old_logprobs:
             with timer("old_log_prob"):
-                batch.old_logprobs = self.logprobs(batch, self.model, self.cfg.actor_rollout_ref.rollout)
+                batch.old_logprobs, batch.sum_pi_squared = compute_old_logprobs(
+                    self.model, batch, self.settings.temperature,
+                    _log_prob_micro_rows(self.cfg.actor_rollout_ref.rollout),
+                    self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared)
+        reward_metrics.update(apply_rollout_correction(batch, self.cfg.algorithm.rollout_correction, self.dist))
         if self.needs_ref:
             with timer("ref"):
                 if self.needs_ref_logprobs:
@@ -313,6 +333,8 @@ class RLTrainer:
             with timer("gen_max"):
                 batch.reward_baselines = self.greedy_baselines(indices, batch)
             reward_metrics.update(self._stats("critic/reward_baselines", batch.reward_baselines))
+        if "reward_components" in self.adv_needs:  # gdpo: the reward dimensions, on the batch (dynamic sampling)
+            batch.reward_components = reward_components(self._reward_rows, self.cfg.algorithm.gdpo_reward_keys)
         return batch, reward_metrics
 
     def dynamic_sampling(self, batch: Batch, reward_metrics: dict[str, float],
@@ -478,7 +500,9 @@ class RLTrainer:
             values=values, gamma=algo.gamma, lam=algo.lam,
             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, scale_rewards=algo.scale_rewards,
             reward_baselines=opt(batch.reward_baselines), opmd_baseline=algo.opmd_baseline, tau=algo.tau,
-            baseline_shift=algo.baseline_shift,
+            baseline_shift=algo.baseline_shift, reward_components=opt(batch.reward_components),
+            gdpo_reward_weights=algo.gdpo_reward_weights, old_logprobs=opt(batch.old_logprobs),
+            sum_pi_squared=opt(batch.sum_pi_squared), rollout_is_weights=opt(batch.rollout_is_weights),
         ))
         batch.advantages, batch.returns = out.advantages, out.returns
         if order is not None:  # this rank's rows, back from the one-process order

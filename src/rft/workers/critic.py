@@ -18,7 +18,7 @@ from torch import nn
 from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
 from rft.models.load import device_of
-from rft.workers.minibatch import MiniBatchWorker
+from rft.workers.minibatch import MiniBatchWorker, loss_tokens
 from rft.workers.policy import _pad, eval_passes, response_window
 
 
@@ -61,7 +61,7 @@ class CriticWorker(MiniBatchWorker):
     def _micro_loss(self, mb: Batch, norm: AggNorm) -> tuple[torch.Tensor, dict[str, float]]:
         vpreds = forward_values(self.model, mb)
         device = vpreds.device
-        mask = mb.response_mask.to(device).float()
+        mask = loss_tokens(mb).to(device).float()
         out = value_loss(vpreds, mb.values.to(device), mb.returns.to(device), mask, self.s.cliprange_value,
                          self.s.loss_agg_mode, norm)
         share = float(mask.sum()) / max(norm.num_tokens, 1.0)  # token share of this micro-batch
