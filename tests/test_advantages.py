@@ -172,6 +172,113 @@ def test_remax_by_hand():
     close(half.advantages, [[-0.25, 0.0, 0.5, 0.0], [-2.0, -1.0, 0.0, 0.0]])
 
 
+def test_remax_carries_the_return_across_a_masked_span():
+    # row 0: token 1 is an environment token inside the response (masked: its reward 7 is not read)
+    inputs = AdvantageInputs(t([[0, 7, 0, 2], [1, 0, 0, 0]]), t([[1, 0, 1, 1], [1, 0, 0, 0]]),
+                             torch.tensor([0, 1]), reward_baselines=t([0.5, 3.0]))
+    out = compute_advantages("remax", inputs)
+    # gamma 1: row 0 G = [2, -, 2, 2] (token 0 sees the 2 past the gap; restarting at the gap gave 0), minus 0.5
+    close(out.returns, [[2.0, 0.0, 2.0, 2.0], [1.0, 0.0, 0.0, 0.0]])
+    close(out.advantages, [[1.5, 0.0, 1.5, 1.5], [-2.0, 0.0, 0.0, 0.0]])
+    inputs.gamma = 0.5  # the masked token does not discount: G3 = 2, G2 = 0.5 * 2 = 1, G0 = 0.5 * 1 = 0.5
+    close(compute_advantages("remax", inputs).returns, [[0.5, 0.0, 1.0, 2.0], [1.0, 0.0, 0.0, 0.0]])
+
+
+def test_reinforce_plus_plus_carries_the_return_across_a_masked_span():
+    # valid tokens 0, 2, 3 (token 1 masked, its reward 9 not read), gamma 0.5:
+    #   G3 = 1, G2 = 0 + 0.5 * 1 = 0.5, G0 = 0 + 0.5 * 0.5 = 0.25 (restarting at the gap gave G0 = 0)
+    inputs = AdvantageInputs(t([[0, 9, 0, 1]]), t([[1, 0, 1, 1]]), torch.tensor([0]), gamma=0.5)
+    out = compute_advantages("reinforce_plus_plus", inputs)
+    close(out.returns, [[0.25, 0.0, 0.5, 1.0]])
+    # whitened over 0.25, 0.5, 1: mean 7/12; squared deviations 1/9 + 1/144 + 25/144 = 7/24, unbiased var 7/48
+    mean, scale = 7 / 12, 1 / math.sqrt(7 / 48 + WEPS)
+    close(out.advantages, [[(0.25 - mean) * scale, 0.0, (0.5 - mean) * scale, (1.0 - mean) * scale]])
+
+
+def test_gdpo_by_hand():
+    # two reward dimensions, weights (1, 0.5), no std division; rows 0-2 share a group, row 3 is alone (mean 0)
+    #   dim 0: 1 0 2 | 5 -> group mean 1: 0 -1 1 | 5        dim 1: 0 0 3 | 1 -> group mean 1: -1 -1 2 | 1
+    #   sum: 0 - 0.5 = -0.5, -1 - 0.5 = -1.5, 1 + 1 = 2, 5 + 0.5 = 5.5
+    # on valid tokens (lengths 2, 1, 2, 1): -0.5 -0.5 | -1.5 | 2 2 | 5.5 (n = 6), mean 7/6;
+    # squared deviations 2 (5/3)^2 + (8/3)^2 + 2 (5/6)^2 + (13/3)^2 = 591/18, unbiased var 591/90
+    inputs = AdvantageInputs(t([[0, 0], [0, 0], [0, 0], [0, 0]]), t([[1, 1], [1, 0], [1, 1], [1, 0]]),
+                             torch.tensor([4, 4, 4, 9]), reward_components=t([[1, 0], [0, 0], [2, 3], [5, 1]]),
+                             gdpo_reward_weights=(1.0, 0.5), norm_adv_by_std_in_grpo=False)
+    out = compute_advantages("gdpo", inputs)
+    mean, scale = 7 / 6, 1 / math.sqrt(591 / 90 + WEPS)
+    expected = [[(x - mean) * scale if m else 0.0 for m in row] for x, row in
+                zip((-0.5, -1.5, 2.0, 5.5), [[1, 1], [1, 0], [1, 1], [1, 0]])]
+    close(out.advantages, expected)
+    close(out.returns, out.advantages)
+    # with the std (verl's default): dim 0's group std 1, dim 1's sqrt 3; the lone row keeps std 1
+    inputs.norm_adv_by_std_in_grpo = True
+    a0 = [0.0, -1 / (1 + EPS), 1 / (1 + EPS), 5 / (1 + EPS)]
+    a1 = [-1 / (math.sqrt(3) + EPS), -1 / (math.sqrt(3) + EPS), 2 / (math.sqrt(3) + EPS), 1 / (1 + EPS)]
+    total = [x + 0.5 * y for x, y in zip(a0, a1)]
+    flat = [total[0], total[0], total[1], total[2], total[2], total[3]]
+    m = sum(flat) / 6
+    s = 1 / math.sqrt(sum((x - m) ** 2 for x in flat) / 5 + WEPS)
+    close(compute_advantages("gdpo", inputs).advantages,
+          [[(total[0] - m) * s] * 2, [(total[1] - m) * s, 0.0], [(total[2] - m) * s] * 2, [(total[3] - m) * s, 0.0]])
+    with pytest.raises(ValueError, match="'gdpo' needs AdvantageInputs.reward_components"):
+        compute_advantages("gdpo", AdvantageInputs(t([[1.0]]), t([[1]]), torch.tensor([0])))
+
+
+HALF = math.log(0.5)
+
+
+def otb_inputs(**kw) -> AdvantageInputs:
+    # rows 0 and 1 share a group, row 2 is alone. pi = exp(old); w = 1 - 2 pi + sum pi^2:
+    #   row 0: pi 0.5, sum pi^2 0.5 -> w 0.5 0.5 0.5, W 0.5 1 1.5; rewards 0 0 1 -> G 1 1 1
+    #   row 1: pi 0.5 / 0.25, sum pi^2 0.5 / 0.25 -> w 0.5 0.75, W 0.5 1.25; rewards 0 3 (pad 8) -> G 3 3
+    #   row 2: token 1 masked (reward 9 not read): G 3 - 1
+    nan = math.nan
+    return AdvantageInputs(
+        token_rewards=t([[0, 0, 1], [0, 3, 8], [2, 9, 1]]), response_mask=t([[1, 1, 1], [1, 1, 0], [1, 0, 1]]),
+        group=torch.tensor([0, 0, 1]), **{
+            "old_logprobs": t([[HALF, HALF, HALF], [HALF, math.log(0.25), nan], [HALF, nan, HALF]]),
+            "sum_pi_squared": t([[0.5, 0.5, 0.5], [0.5, 0.25, nan], [0.5, nan, 0.5]]), **kw})
+
+
+def test_optimal_token_baseline_by_hand():
+    out = compute_advantages("optimal_token_baseline", otb_inputs())
+    # per column b_t = sum G W / (sum W + 1e-8) over the group's valid entries:
+    #   t0 (1 * 0.5 + 3 * 0.5) / 1 = 2, t1 (1 * 1 + 3 * 1.25) / 2.25 = 2.1111, t2 (1 * 1.5) / 1.5 = 1
+    # row 0 is the unique longest (3 > 2): its baseline is 0 from column 2 on -> A row 0 = 1 - 2, 1 - 2.1111, 1
+    b0, b1 = 2.0 / (1 + 1e-8), 4.75 / (2.25 + 1e-8)
+    close(out.advantages, [[1 - b0, 1 - b1, 1.0], [3 - b0, 3 - b1, 0.0], [3.0, 0.0, 1.0]])  # row 2 alone: A = G
+    close(out.returns, [[1.0, 1.0, 1.0], [3.0, 3.0, 0.0], [3.0, 0.0, 1.0]])
+    # rollout IS weights 2 on row 1 scale its w by 4: w 2 3, W 2 5 -> t0 (0.5 + 3 * 2) / 2.5 = 2.6,
+    # t1 (1 + 3 * 5) / 6 = 2.6667
+    weighted = compute_advantages("optimal_token_baseline",
+                                  otb_inputs(rollout_is_weights=t([[1, 1, 1], [2, 2, 0], [1, 0, 1]])))
+    b0, b1 = 6.5 / (2.5 + 1e-8), 16 / (6 + 1e-8)
+    close(weighted.advantages, [[1 - b0, 1 - b1, 1.0], [3 - b0, 3 - b1, 0.0], [3.0, 0.0, 1.0]])
+    with pytest.raises(ValueError, match="'optimal_token_baseline' needs AdvantageInputs.sum_pi_squared"):
+        compute_advantages("optimal_token_baseline", otb_inputs(sum_pi_squared=None))
+
+
+def test_tir_optimal_token_baseline_aligns_tokens_by_their_index_among_the_policy_tokens():
+    # row 0: a masked tool span at column 1; w = 0.5 on every valid token (pi 0.5, sum pi^2 0.5)
+    #   row 0 valid columns 0, 2, 3 -> indices 0, 1, 2: W 0.5 1 1.5, rewards 0 (9) 0 1 -> G 1 1 1
+    #   row 1 valid columns 0, 1    -> indices 0, 1:    W 0.5 1,     rewards 0 2     -> G 2 2
+    # rows 2 (valid) and 3 (empty) share group 1: row 3 does not count, so row 2 is alone (b = 0, A = G)
+    inputs = AdvantageInputs(
+        token_rewards=t([[0, 9, 0, 1], [0, 2, 0, 0], [0, 4, 0, 0], [0, 0, 0, 0]]),
+        response_mask=t([[1, 0, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]]), group=torch.tensor([0, 0, 1, 1]),
+        old_logprobs=torch.full((4, 4), HALF, dtype=F64), sum_pi_squared=torch.full((4, 4), 0.5, dtype=F64))
+    tir = compute_advantages("tir_optimal_token_baseline", inputs)
+    # by index: b0 = (1 * 0.5 + 2 * 0.5) / 1 = 1.5, b1 = (1 * 1 + 2 * 1) / 2 = 1.5, b2 = 1.5 / 1.5 = 1, and row 0
+    # (unique longest, 3 > 2) gets 0 from index 2 on: row 0 A = -0.5 -0.5 1, row 1 A = 0.5 0.5
+    e = 1e-8
+    b0, b1 = 1.5 / (1 + e), 3 / (2 + e)
+    close(tir.advantages, [[1 - b0, 0, 1 - b1, 1], [2 - b0, 2 - b1, 0, 0], [4, 4, 0, 0], [0, 0, 0, 0]])
+    # by column (optimal_token_baseline): column 1 is row 1's alone (b 2), so row 1's second token gets A 0 and
+    # row 0 compares its last tokens with nothing: A row 0 = 1 - 1.5, -, 1, 1
+    column = compute_advantages("optimal_token_baseline", inputs)
+    close(column.advantages, [[1 - b0, 0, 1, 1], [2 - b0, 2 - 2 / (1 + e), 0, 0], [4, 4, 0, 0], [0, 0, 0, 0]])
+
+
 def test_remax_without_baselines_raises():
     with pytest.raises(ValueError, match="'remax' needs AdvantageInputs.reward_baselines"):
         compute_advantages("remax", remax_inputs(1.0, baselines=None))
@@ -269,11 +376,54 @@ def _return_to_go(inputs, valid):
     for i in range(B):
         running = 0.0
         for j in reversed(range(R)):
-            if not valid[i][j]:
-                running = 0.0
+            if not valid[i][j]:  # skipped: the return carries across masked tokens
                 continue
             running = float(inputs.token_rewards[i, j]) + inputs.gamma * running
             out[i][j] = running
+    return out
+
+
+def _slow_otb(inputs, valid, groups, tir: bool) -> list[list[float]]:
+    """The optimal token baseline by loops, as verl writes it: per group, per column (or per index among the
+    valid tokens for tir), b = sum G W / (sum W + 1e-8); the unique longest row's tail gets b = 0."""
+    B, R = inputs.token_rewards.shape
+    G, W = [[0.0] * R for _ in range(B)], [[0.0] * R for _ in range(B)]
+    for i in range(B):
+        running, acc = 0.0, 0.0
+        for j in reversed(range(R)):
+            if valid[i][j]:
+                running += float(inputs.token_rewards[i, j])
+                G[i][j] = running
+        for j in range(R):
+            if valid[i][j]:
+                w = 1 - 2 * math.exp(float(inputs.old_logprobs[i, j])) + float(inputs.sum_pi_squared[i, j])
+                if inputs.rollout_is_weights is not None:
+                    w *= float(inputs.rollout_is_weights[i, j]) ** 2
+                acc += w
+                W[i][j] = acc
+    # the rows as sequences of (position, G, W): by column, or packed by index among the valid tokens
+    if tir:
+        seqs = [[(j, G[i][j], W[i][j]) for j in range(R) if valid[i][j]] for i in range(B)]
+    else:
+        seqs = [[(j, G[i][j], W[i][j]) if valid[i][j] else (j, 0.0, 0.0) for j in range(R)] for i in range(B)]
+    lengths = [sum(valid[i]) for i in range(B)]
+    out = [[0.0] * R for _ in range(B)]
+    for i in range(B):
+        members = [k for k in groups[i] if lengths[k] > 0] if tir else groups[i]
+        width = max(len(seqs[k]) for k in groups[i])
+        base = [0.0] * width
+        if len(members) > 1:
+            for p in range(width):
+                num = sum(seqs[k][p][1] * seqs[k][p][2] for k in members if p < len(seqs[k]))
+                den = sum(seqs[k][p][2] for k in members if p < len(seqs[k]))
+                base[p] = num / (den + 1e-8)
+            ordered = sorted(lengths[k] for k in members)
+            longest = [k for k in members if lengths[k] == ordered[-1]]
+            if len(longest) == 1 and ordered[-1] > ordered[-2] and longest[0] == i:
+                base = [0.0 if p >= ordered[-2] else b for p, b in enumerate(base)]
+        for p, (j, g, _) in enumerate(seqs[i]):
+            if valid[i][j]:
+                out[i][j] = g - base[p]
     return out
 
 
@@ -339,6 +489,20 @@ def slow(name: str, inputs: AdvantageInputs) -> list[list[float]]:
     if name == "reinforce_plus_plus_baseline":
         centred = [s[i] - (_mean([s[k] for k in groups[i]]) if len(groups[i]) > 1 else 0.0) for i in range(B)]
         return _whiten([[centred[i]] * R for i in range(B)], valid)
+    if name == "gdpo":
+        comps = inputs.reward_components
+        weights = inputs.gdpo_reward_weights or [1.0] * comps.shape[1]
+        total = [0.0] * B
+        for k, w in enumerate(weights):
+            c = [float(comps[i, k]) for i in range(B)]
+            for i in range(B):
+                g = [c[j] for j in groups[i]]
+                mean, std = (_mean(g), _std(g)) if len(g) > 1 else (0.0, 1.0)
+                a = (c[i] - mean) / (std + inputs.epsilon) if inputs.norm_adv_by_std_in_grpo else c[i] - mean
+                total[i] += w * a
+        return _whiten([[total[i]] * R for i in range(B)], valid)
+    if name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        return _slow_otb(inputs, valid, groups, tir=name.startswith("tir"))
     if name == "reinforce_plus_plus":
         return _whiten(_return_to_go(inputs, valid), valid)
     if name == "remax":
@@ -363,14 +527,16 @@ def slow(name: str, inputs: AdvantageInputs) -> list[list[float]]:
 
 def random_inputs(num_prompts: int, G: int, R: int, seed: int, **kw) -> AdvantageInputs:
     """B = num_prompts * G rows in shuffled order with arbitrary group ids; random lengths 0..R (some rows
-    empty); rewards, values and baselines everywhere, including NaN on padding (which must never be read).
+    empty) with holes inside some responses (masked tool / environment tokens); rewards, values and baselines
+    everywhere, including NaN on masked tokens (which must never be read).
     Odd seeds round the rewards: ties, zero scores and zero-variance groups, as with 0/1 rewards."""
     gen = torch.Generator().manual_seed(seed)
     B = num_prompts * G
     ids = torch.randperm(10 * num_prompts, generator=gen)[:num_prompts] * 7 - 5
     group = ids.repeat_interleave(G)[torch.randperm(B, generator=gen)]
     lengths = torch.randint(0, R + 1, (B,), generator=gen)
-    mask = (torch.arange(R).unsqueeze(0) < lengths.unsqueeze(1)).to(F64)
+    holes = (torch.rand(B, R, generator=gen) < 0.2) & (torch.arange(R) > 0)  # never the first token
+    mask = ((torch.arange(R).unsqueeze(0) < lengths.unsqueeze(1)) & ~holes).to(F64)
     rewards = torch.randn(B, R, generator=gen, dtype=F64)
     if seed % 2:
         rewards = rewards.round()
@@ -378,7 +544,16 @@ def random_inputs(num_prompts: int, G: int, R: int, seed: int, **kw) -> Advantag
     rewards = torch.where(mask.bool(), rewards, torch.full_like(rewards, math.nan))
     values = torch.where(mask.bool(), values, torch.full_like(values, math.nan))
     baselines = torch.randn(B, generator=gen, dtype=F64)
-    return AdvantageInputs(rewards, mask, group, values=values, reward_baselines=baselines, **kw)
+    components = torch.randn(B, 3, generator=gen, dtype=F64)
+    if seed % 2:
+        components = components.round()
+    pi = torch.rand(B, R, generator=gen, dtype=F64) * 0.98 + 0.01
+    sum_pi2 = pi.square() + torch.rand(B, R, generator=gen, dtype=F64) * (1 - pi).square()  # a valid sum of p^2
+    old, sum_pi2 = (torch.where(mask.bool(), x, torch.full_like(x, math.nan)) for x in (pi.log(), sum_pi2))
+    if kw.pop("random_is_weights", False):
+        kw["rollout_is_weights"] = torch.rand(B, R, generator=gen, dtype=F64) * 2 * mask
+    return AdvantageInputs(rewards, mask, group, values=values, reward_baselines=baselines,
+                           reward_components=components, old_logprobs=old, sum_pi_squared=sum_pi2, **kw)
 
 
 COMBOS = [(1, 1, 1, 0), (3, 1, 4, 1), (2, 2, 3, 2), (4, 3, 5, 3), (5, 4, 7, 4), (3, 8, 6, 5), (7, 5, 9, 6)]
@@ -392,6 +567,9 @@ VARIANTS = [
     ("reinforce_plus_plus_baseline", {}), ("remax", {}), ("remax", {"gamma": 0.7}), ("opo", {}), ("gpg", {}),
     ("opmd", {}), ("opmd", {"opmd_baseline": "logavgexp", "tau": 0.5}), ("opmd", {"opmd_baseline": "logavgexp"}),
     ("asymre", {}), ("asymre", {"baseline_shift": 0.3}),
+    ("gdpo", {}), ("gdpo", {"norm_adv_by_std_in_grpo": False, "gdpo_reward_weights": (1.0, 0.5, -2.0)}),
+    ("optimal_token_baseline", {}), ("optimal_token_baseline", {"random_is_weights": True}),
+    ("tir_optimal_token_baseline", {}), ("tir_optimal_token_baseline", {"random_is_weights": True}),
 ]
 
 
@@ -434,17 +612,16 @@ def test_group_ids_are_labels_not_positions(name):
     base = random_inputs(3, 4, 5, seed=3)
     perm = torch.randperm(len(base.group), generator=torch.Generator().manual_seed(0))
     labels = {int(g): 1000 - 3 * i for i, g in enumerate(base.group.unique())}
-    permuted = AdvantageInputs(base.token_rewards[perm], base.response_mask[perm],
-                               torch.tensor([labels[int(g)] for g in base.group[perm]]),
-                               values=base.values[perm], reward_baselines=base.reward_baselines[perm])
+    rows = {k: v[perm] for k, v in base.__dict__.items() if isinstance(v, torch.Tensor)}
+    permuted = AdvantageInputs(**{**rows, "group": torch.tensor([labels[int(g)] for g in base.group[perm]])})
     close(compute_advantages(name, permuted).advantages, compute_advantages(name, base).advantages[perm])
 
 
 # ------------------------------------------------------------------------------------------ registration
 def test_registry_matches_the_config_choices():
-    # verl's nine names (the verl component's enum) and Trinity-RFT's opmd and asymre
+    # verl's names (0.9.1, less its two *_vectorized duplicates) and Trinity-RFT's opmd and asymre
     verl = {"gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo",
-            "grpo_passk", "gpg"}
+            "grpo_passk", "gpg", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"}
     assert set(ADV_ESTIMATOR_NAMES) == set(ADV_ESTIMATORS.names()) == verl | {"opmd", "asymre"}
 
 
@@ -452,7 +629,11 @@ def test_specs_declare_what_each_estimator_needs():
     assert estimator_spec("remax").needs == {"reward_baselines"}
     assert estimator_spec("gae").needs == {"values"}
     assert estimator_spec("grpo_passk").min_group_size == 2
-    plain = set(ADV_ESTIMATORS.names()) - {"remax", "gae", "grpo_passk"}
+    assert estimator_spec("gdpo").needs == {"reward_components"}
+    for name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        assert estimator_spec(name).needs == {"old_logprobs", "sum_pi_squared"}
+    plain = set(ADV_ESTIMATORS.names()) - {"remax", "gae", "grpo_passk", "gdpo", "optimal_token_baseline",
+                                           "tir_optimal_token_baseline"}
     assert all(estimator_spec(n) == EstimatorSpec() for n in plain)
     with pytest.raises(KeyError, match="nope.*asymre"):
         estimator_spec("nope")
@@ -479,9 +660,14 @@ def load(*overrides: str):
     return load_config(None, [*BASE, *overrides], validate_paths=False)
 
 
+REQUIRED = {"gdpo": ["algorithm.gdpo_reward_keys=[score,acc]"],
+            "optimal_token_baseline": ["actor_rollout_ref.actor.calculate_sum_pi_squared=true"],
+            "tir_optimal_token_baseline": ["actor_rollout_ref.actor.calculate_sum_pi_squared=true"]}
+
+
 @pytest.mark.parametrize("name", sorted(ADV_ESTIMATOR_NAMES))
 def test_every_estimator_name_is_selectable(name):
-    assert load(f"algorithm.adv_estimator={name}").algorithm.adv_estimator == name
+    assert load(f"algorithm.adv_estimator={name}", *REQUIRED.get(name, [])).algorithm.adv_estimator == name
 
 
 def test_estimator_options_load():
@@ -510,6 +696,14 @@ def test_estimator_options_load():
          ["algorithm.scale_rewards='batch'", "norm_adv_by_std_in_grpo=false", "only one"]),
         (["algorithm.opmd_baseline=max"], ["algorithm.opmd_baseline='max'", "'mean'", "'logavgexp'"]),
         (["algorithm.tau=0"], ["algorithm.tau must be > 0", "got 0"]),
+        (["algorithm.adv_estimator=gdpo"], ["'gdpo' needs algorithm.gdpo_reward_keys"]),
+        (["algorithm.adv_estimator=gdpo", "algorithm.gdpo_reward_keys=[a,b]", "algorithm.gdpo_reward_weights=[1.0]"],
+         ["algorithm.gdpo_reward_weights=[1.0] must hold 2 finite numbers"]),
+        (["algorithm.gdpo_reward_keys=[a]"], ["options of adv_estimator=gdpo", "adv_estimator='grpo'"]),
+        (["algorithm.adv_estimator=optimal_token_baseline"],
+         ["set actor_rollout_ref.actor.calculate_sum_pi_squared=true"]),
+        (["actor_rollout_ref.actor.calculate_sum_pi_squared=true", "algorithm.rollout_correction.bypass_mode=true"],
+         ["calculate_sum_pi_squared=true", "bypass_mode=true skips"]),
     ],
 )
 def test_estimator_config_errors(overrides, needles):

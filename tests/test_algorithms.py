@@ -359,7 +359,9 @@ AGG_MASK = [[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]]  # row 2 has no valid toke
         ("token-mean", 7.0 / 3.0),  # (1 + 2 + 4) / 3 valid tokens
         ("seq-mean-token-sum", 7.0 / 3.0),  # (3 + 4 + 0) / 3 rows
         ("seq-mean-token-mean", 5.5 / 3.0),  # (3/2 + 4/1 + 0/max(1, 0)) / 3 rows
-        ("seq-mean-token-sum-norm", 7.0 / 4.0),  # (1 + 2 + 4) / max_len 4
+        ("seq-mean-token-sum-norm", 7.0 / 12.0),  # (1 + 2 + 4) / (3 rows x max_len 4)
+        ("seq-mean-token-sum-maxlen", 7.0 / 12.0),  # the same normaliser under rft's earlier name
+        ("token-sum", 7.0),  # 1 + 2 + 4, no normaliser
     ],
 )
 def test_agg_loss_by_hand(mode, expected):
@@ -372,7 +374,8 @@ def test_agg_loss_by_hand(mode, expected):
         ("token-mean", 0.7),  # 7 / num_tokens 10
         ("seq-mean-token-sum", 1.4),  # 7 / num_seqs 5
         ("seq-mean-token-mean", 1.1),  # 5.5 / num_seqs 5
-        ("seq-mean-token-sum-norm", 7.0 / 8.0),  # 7 / max_len 8
+        ("seq-mean-token-sum-norm", 7.0 / 40.0),  # 7 / (num_seqs 5 x max_len 8)
+        ("token-sum", 7.0),  # the global normalisers do not enter
     ],
 )
 def test_agg_loss_with_global_norm_by_hand(mode, expected):
@@ -382,7 +385,7 @@ def test_agg_loss_with_global_norm_by_hand(mode, expected):
 
 def test_agg_loss_unknown_mode_lists_valid_ones():
     with pytest.raises(ValueError) as err:
-        agg_loss(t(LOSS_MAT), t(AGG_MASK), "token-sum")
+        agg_loss(t(LOSS_MAT), t(AGG_MASK), "sum")
     for mode in LOSS_AGG_MODES:
         assert mode in str(err.value)
 

@@ -302,7 +302,7 @@ TABLE: dict[str, list[tuple]] = {
         ("vllm_tensor_parallel_size", 2, REFUSED, "vLLM engine"),
         ("epsilon_high", 0.28, f"{AA}.clip_ratio_high", 0.28),
         ("loss_type", "grpo", f"{AA}.loss_agg_mode", "seq-mean-token-mean"),
-        ("loss_type", "dr_grpo", f"{AA}.loss_agg_mode", "seq-mean-token-sum-maxlen"),
+        ("loss_type", "dr_grpo", f"{AA}.loss_agg_mode", "seq-mean-token-sum-norm"),
         ("scale_rewards", "batch", "algorithm.scale_rewards", "batch"),
         ("reward_function", f"{W}/reward.py", "custom_reward_function.path", f"{W}/reward.py"),
     ],

@@ -144,7 +144,7 @@ def test_type_error_names_key(override, key):
     [
         ("data.truncation=up", ["error", "left", "right", "middle"]),
         ("actor_rollout_ref.actor.loss_agg_mode=sum",
-         ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+         ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
           "seq-mean-token-sum-maxlen"]),
         ("trainer.device=tpu", ["auto", "cpu", "cuda"]),
     ],

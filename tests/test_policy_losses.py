@@ -116,8 +116,8 @@ def test_gspo_by_hand():
     # row 0: s = (ln1.5 + ln0.5 + ln1.1) / 3 = ln(0.825) / 3, w0 = 0.825^(1/3) = 0.937889 (inside [0.8, 1.2]):
     #   loss -A w0: a -0.937889, b 0.937889, c -1.875777 -> mean -0.625259
     # row 1: w1 = 2, A = 0.5: pg1 = -1, pg2 = -0.6 -> -0.6 (clipped, no gradient)
-    # forced seq-mean-token-mean: (-0.625259 - 0.6) / 2 = -0.612630
-    out, grad = loss_and_grad("gspo", hand_inputs(loss_agg_mode="token-mean"))
+    # seq-mean-token-mean (the paper's): (-0.625259 - 0.6) / 2 = -0.612630
+    out, grad = loss_and_grad("gspo", hand_inputs(loss_agg_mode="seq-mean-token-mean"))
     w0 = 0.825 ** (1 / 3)
     close(out.loss, (-2 * w0 / 3 - 0.6) / 2)
     assert out.loss.item() == pytest.approx(-0.612630, abs=1e-6)
@@ -125,6 +125,11 @@ def test_gspo_by_hand():
     close(grad, [[-w0 / 6, w0 / 6, -2 * w0 / 6], [0.0, 0.0, 0.0]])
     assert out.metrics["pg_clipfrac"] == pytest.approx(0.25)  # d
     assert out.metrics["pg_clipfrac_lower"] == 0.0
+    # loss_agg_mode is honoured (verl 0.9.1): token-mean (-1.875777 - 0.6) / 4 = -0.618944, gradient -A w0 / 4
+    out, grad = loss_and_grad("gspo", hand_inputs(loss_agg_mode="token-mean"))
+    close(out.loss, (-2 * w0 - 0.6) / 4)
+    assert out.loss.item() == pytest.approx(-0.618944, abs=1e-6)
+    close(grad, [[-w0 / 4, w0 / 4, -2 * w0 / 4], [0.0, 0.0, 0.0]])
 
 
 def test_gspo_exponent_is_capped_at_10():
@@ -147,6 +152,128 @@ def test_geo_mean_by_hand():
     close(grad, [[0.0, 0.0, -2 / 3 * r0 / 6], [0.0, 0.0, 0.0]])
     assert out.metrics["pg_clipfrac"] == pytest.approx(0.5)  # a, d (A > 0, clipped)
     assert out.metrics["pg_clipfrac_lower"] == pytest.approx(0.25)  # b
+
+
+def test_rollout_is_weights_multiply_the_token_loss():
+    # vanilla's token losses (clip 0.2, dual clip 3): a max(-1.5, -1.2) = -1.2, b max(0.5, 0.8) = 0.8, c -2.2,
+    # d max(-1, -0.6) = -0.6; weights a 2, b 1, c 0.5, d 1: (-2.4 + 0.8 - 1.1 - 0.6) / 4 = -0.825 (unweighted -0.8)
+    weights = t([[2.0, 1.0, 0.5], [1.0, 0.0, 0.0]])
+    out, grad = loss_and_grad("vanilla", hand_inputs(rollout_is_weights=weights))
+    close(out.loss, -0.825)
+    close(compute_policy_loss("vanilla", hand_inputs()).loss, -0.8)
+    close(grad, [[0.0, 0.0, -2 * 1.1 * 0.5 / 4], [0.0, 0.0, 0.0]])  # only c is unclipped: -A r w / 4
+    # geo_mean: the row's weights enter as their geometric mean: rows 2 2 2 -> 2 and 0.5 -> 0.5
+    r0, r1 = math.exp(LN(1.1) / 3), math.exp(0.2)
+    out = compute_policy_loss("geo_mean", hand_inputs(rollout_is_weights=t([[2.0, 2.0, 2.0], [0.5, 0.0, 0.0]])))
+    close(out.loss, (-2 / 3 * r0 * 2 - 0.5 * r1 * 0.5) / 2, atol=1e-9)
+
+
+def test_dro_by_hand():
+    out, grad = loss_and_grad("dro", hand_inputs(dro_beta=0.5))
+    # -(A logp - beta / 2 * l^2): a 0.594535 + 0.25 * 0.164402 = 0.635636, b -1.693147 + 0.25 * 0.480453 = -1.573034,
+    # c 1.809380 + 0.25 * 0.009084 = 1.811651, d 0.153426 + 0.25 * 0.480453 = 0.273540 -> token-mean 0.286948
+    losses = [-(a * lp - 0.25 * ll ** 2) for a, lp, ll in
+              ((1, -1 + LN(1.5), LN(1.5)), (-1, -1 + LN(0.5), LN(0.5)), (2, -1 + LN(1.1), LN(1.1)),
+               (0.5, -1 + LN(2.0), LN(2.0)))]
+    close(out.loss, sum(losses) / 4)
+    assert out.loss.item() == pytest.approx(0.286948, abs=1e-6)
+    # gradient -(A - beta l) / 4: a -0.199317, b 0.163357, c -0.488086, d -0.038357
+    close(grad, [[-(1 - 0.5 * LN(1.5)) / 4, -(-1 - 0.5 * LN(0.5)) / 4, -(2 - 0.5 * LN(1.1)) / 4],
+                 [-(0.5 - 0.5 * LN(2.0)) / 4, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="dro needs dro_beta > 0"):
+        compute_policy_loss("dro", hand_inputs())
+
+
+# DPPO on the hand tokens: p_old = e^-1 = 0.367879 and p = p_old r:
+#   a p 0.551819 (change +0.183940, binary KL 0.068213)    b p 0.183940 (change -0.183940, binary KL 0.093546)
+#   c p 0.404667 (change +0.036788, binary KL 0.002839)    d p 0.735759 (change +0.367879, binary KL 0.296352)
+
+
+def test_dppo_tv_by_hand():
+    # thresholds 0.2: a (A > 0) 0.18 <= 0.2 in, b (A < 0) -0.18 >= -0.2 in, c in, d 0.37 > 0.2 out.
+    # -A sg(min(r, 1.2)) logp: a 1.2 * 0.594535 = 0.713442, b -0.5 * 1.693147 = -0.846574, c 2.2 * 0.904690 =
+    # 1.990318 (r 1.1 < 1.2), d 0 -> token-mean 1.857186 / 4 = 0.464297
+    out, grad = loss_and_grad("dppo_tv", hand_inputs(clip_ratio_c=1.2))
+    close(out.loss, (-1.2 * (-1 + LN(1.5)) + 0.5 * (-1 + LN(0.5)) - 2.2 * (-1 + LN(1.1))) / 4)
+    assert out.loss.item() == pytest.approx(0.464297, abs=1e-6)
+    close(grad, [[-1.2 / 4, 0.5 / 4, -2.2 / 4], [0.0, 0.0, 0.0]])  # -A sg(min(r, 1.2)) / 4 inside, 0 outside
+    assert out.metrics["pg_clipfrac"] == pytest.approx(0.25)  # d outside
+    assert out.metrics["pg_clipfrac_lower"] == pytest.approx(0.25)  # a: r 1.5 > 1.2, inside
+    # thresholds 0.1: only c stays
+    out, grad = loss_and_grad("dppo_tv", hand_inputs(clip_ratio_low=0.1, clip_ratio_high=0.1))
+    close(out.loss, -2.2 * (-1 + LN(1.1)) / 4)
+    close(grad, [[0.0, 0.0, -0.55], [0.0, 0.0, 0.0]])
+
+
+def test_dppo_kl_by_hand():
+    # thresholds 0.08: a (A > 0) KL 0.068 in; b (A < 0) KL 0.094 > 0.08 and p < p_old: out; c in; d KL 0.30 out
+    # -A sg(min(r, 3)) logp: a 1.5 * 0.594535 = 0.891802, c 1.990318 -> token-mean 2.882120 / 4 = 0.720530
+    out, grad = loss_and_grad("dppo_kl", hand_inputs(clip_ratio_low=0.08, clip_ratio_high=0.08))
+    close(out.loss, (-1.5 * (-1 + LN(1.5)) - 2.2 * (-1 + LN(1.1))) / 4)
+    assert out.loss.item() == pytest.approx(0.720530, abs=1e-6)
+    close(grad, [[-1.5 / 4, 0.0, -2.2 / 4], [0.0, 0.0, 0.0]])
+    assert out.metrics["pg_clipfrac"] == pytest.approx(0.5)
+    # a move back towards the old policy is never masked: with A > 0 on b (p fell, KL 0.094 > 0.08) b stays in
+    flipped = hand_inputs(clip_ratio_low=0.08, clip_ratio_high=0.08)
+    flipped.advantages = flipped.advantages.abs()
+    _, grad = loss_and_grad("dppo_kl", flipped)
+    assert grad[0, 1].item() == pytest.approx(-0.5 / 4)  # -A r / 4 = -1 * 0.5 / 4
+
+
+def test_bypass_mode_ppo_clip_with_rejection_by_hand():
+    # old_logprobs are the rollout's here. token_k1 keeps -l in [ln 0.6, ln 1.6] = [-0.5108, 0.4700]:
+    # a -0.405 in, b 0.693 out, c -0.095 in, d -0.693 out. vanilla on a, c: -1.2 (clipped) and -2.2; the
+    # normaliser keeps every valid token (4, as verl's global token count): (-1.2 - 2.2) / 4 = -0.85
+    out, grad = loss_and_grad("bypass_mode", hand_inputs(rollout_rs="token_k1", rollout_rs_threshold="0.6_1.6"))
+    close(out.loss, -0.85)
+    close(grad, [[0.0, 0.0, -0.55], [0.0, 0.0, 0.0]])  # a clipped, b and d rejected
+    assert out.metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(0.5)
+    # without rejection it is vanilla against the rollout's log-probs (the ratio is the IS correction)
+    close(compute_policy_loss("bypass_mode", hand_inputs(rollout_is="token")).loss,
+          compute_policy_loss("vanilla", hand_inputs()).loss)
+
+
+def test_bypass_mode_reinforce_with_is_weights_by_hand():
+    # token TIS at 1.6: w = min(r, 1.6): a 1.5, b 0.5, c 1.1, d 1.6; loss -A w logp:
+    # a 0.891802, b -0.846574, c 1.990318, d 0.5 * 1.6 * 0.306853 = 0.245482 -> token-mean 0.570257
+    x = dict(rollout_is="token", rollout_is_threshold=1.6, bypass_loss_type="reinforce")
+    out, grad = loss_and_grad("bypass_mode", hand_inputs(**x))
+    w = {"a": 1.5, "b": 0.5, "c": 1.1, "d": 1.6}
+    expected = (-w["a"] * (-1 + LN(1.5)) + w["b"] * (-1 + LN(0.5)) - 2 * w["c"] * (-1 + LN(1.1))
+                - 0.5 * w["d"] * (-1 + LN(2.0))) / 4
+    close(out.loss, expected)
+    assert out.loss.item() == pytest.approx(0.570257, abs=1e-6)
+    close(grad, [[-1.5 / 4, 0.5 / 4, -2.2 / 4], [-0.8 / 4, 0.0, 0.0]])  # -A w / 4, w without gradient
+    assert out.metrics["rollout_corr/rollout_is_mean"] == pytest.approx(4.7 / 4)
+    assert out.metrics["ppo_kl"] == pytest.approx(-(LN(1.5) + LN(0.5) + LN(1.1) + LN(2.0)) / 4)
+    # batch-normalised: divided by the token mean of w, (1.5 + 0.5 + 1.1 + 1.6) / 4 = 1.175
+    close(compute_policy_loss("bypass_mode", hand_inputs(**x, rollout_is_batch_normalize=True)).loss,
+          expected / 1.175)
+    # sequence level: row 0 w = min(1.5 * 0.5 * 1.1, 1.6) = 0.825 on all its tokens, row 1 min(2, 1.6) = 1.6
+    seq = compute_policy_loss("bypass_mode", hand_inputs(**{**x, "rollout_is": "sequence"})).loss
+    close(seq, (-0.825 * ((-1 + LN(1.5)) - (-1 + LN(0.5)) + 2 * (-1 + LN(1.1))) - 0.8 * (-1 + LN(2.0))) / 4)
+
+
+def test_bypass_mode_batch_normalisation_uses_the_mini_batch():
+    """Split into micro-batches (each given the whole mini-batch's detached inputs), reinforce with
+    batch-normalised IS weights and rejection equals the whole mini-batch; without the mini-batch's inputs
+    each micro-batch normalises by its own mean (verl's behaviour) and the sum differs."""
+    opts = dict(rollout_is="token", rollout_is_threshold=1.5, rollout_is_batch_normalize=True,
+                rollout_rs="token_k3", rollout_rs_threshold=0.02, bypass_loss_type="reinforce")
+    x = random_inputs(7, 6, 11, **opts)
+    assert policy_loss_needs_minibatch("bypass_mode", x) and not policy_loss_needs_minibatch("bypass_mode",
+                                                                                            random_inputs(2, 2, 0))
+    whole = compute_policy_loss("bypass_mode", x).loss
+    (whole_grad,) = torch.autograd.grad(whole, x.logprobs)
+    splits = [slice(0, 1), slice(1, 3), slice(3, 7)]
+    total = sum(compute_policy_loss("bypass_mode", _split_inputs(x, s, "bypass_mode")).loss for s in splits)
+    (grad,) = torch.autograd.grad(total, x.logprobs)
+    assert abs(total.item() - whole.item()) <= 1e-10 and (grad - whole_grad).abs().max().item() <= 1e-10
+    norm = AggNorm(float(x.response_mask.sum()), 7.0, 6)
+    alone = sum(compute_policy_loss("bypass_mode", PolicyLossInputs(**{
+        **{k: (v[s] if isinstance(v, torch.Tensor) else v) for k, v in x.__dict__.items()}, "agg_norm": norm})).loss
+        for s in splits)
+    assert abs(alone.item() - whole.item()) > 1e-4
 
 
 # clip_cov / kl_cov: covariance over the valid tokens with mean A = 0.625 and mean logp = -0.874806:
@@ -209,9 +336,9 @@ def _slow_agg(token_loss: dict, B: int, R: int, n_valid: list[int], mode: str):
         return total / max(1, sum(n_valid))
     if mode == "seq-mean-token-sum":
         return total / B
-    if mode == "seq-mean-token-sum-norm":
-        return total / R
-    if mode == "seq-mean-token-sum-maxlen":
+    if mode == "token-sum":
+        return total
+    if mode in ("seq-mean-token-sum-norm", "seq-mean-token-sum-maxlen"):
         return total / (B * R)
     assert mode == "seq-mean-token-mean"
     rows = [sum((v for (i, _), v in token_loss.items() if i == row), torch.zeros((), dtype=F64)) / max(1, n_valid[row])
@@ -264,9 +391,12 @@ def slow_policy_loss(name: str, x: PolicyLossInputs) -> torch.Tensor:
                 lc = clamp(ll, -x.clip_ratio_low, x.clip_ratio_high)
                 lsum = lsum + (torch.minimum(ll, lc) if a > 0 else torch.maximum(ll, lc) if a < 0 else 0.0 * ll)
                 asum += a
-            rows.append(-asum / len(keys) * exp(lsum / len(keys)))
+            row = -asum / len(keys) * exp(lsum / len(keys))
+            if x.rollout_is_weights is not None:  # their geometric mean over the row
+                row = row * math.exp(sum(math.log(x.rollout_is_weights[k].item() + 1e-10) for k in keys) / len(keys))
+            rows.append(row)
         return sum(rows, torch.zeros((), dtype=F64)) / B
-    mode = "seq-mean-token-mean" if name in ("gspo", "sapo") else x.loss_agg_mode
+    mode = "seq-mean-token-mean" if name == "sapo" else x.loss_agg_mode
     chosen = _slow_selection(name, x, valid) if name in ("clip_cov", "kl_cov") else set()
     seq_l = {row: sum((x.logprobs[k] - x.old_logprobs[k]).item() for k in valid if k[0] == row) / max(1, n_valid[row])
              for row in range(B)}
@@ -296,8 +426,26 @@ def slow_policy_loss(name: str, x: PolicyLossInputs) -> torch.Tensor:
             loss = torch.maximum(-a * r, -a * clamp(r, lo, hi)) * (0.0 if k in chosen else 1.0)
         elif name == "kl_cov":
             loss = -a * exp(ll) + (x.ppo_kl_coef * ll.abs() if k in chosen else 0.0)
+        elif name == "dro":
+            loss = -(a * lp - 0.5 * x.dro_beta * ll ** 2)
+        elif name in ("dppo_tv", "dppo_kl"):
+            lc = min(max(ll.item(), -20.0), 20.0)
+            p, p_old = math.exp(lp.item()), math.exp(old)
+            if name == "dppo_tv":
+                inside = p - p_old <= x.clip_ratio_high if a > 0 else p - p_old >= -x.clip_ratio_low
+            else:
+                d = p_old * (old - lp.item()) + (1 - p_old) * math.log((1 - p_old + 1e-8) / (1 - p + 1e-8))
+                inside = (d <= x.clip_ratio_high or p <= p_old) if a > 0 else (d <= x.clip_ratio_low or p >= p_old)
+            loss = -a * min(math.exp(lc), x.clip_ratio_c) * lp if inside else 0.0 * lp
+        elif name == "bypass_mode":  # ppo_clip without rejection: vanilla against the rollout (old) log-probs
+            r = exp(clamp(ll, -20, 20))
+            loss = torch.maximum(-a * r, -a * clamp(r, lo, hi))
+            if a < 0:
+                loss = torch.minimum(loss, torch.tensor(-a * x.clip_ratio_c, dtype=F64))
         else:
             raise AssertionError(name)
+        if x.rollout_is_weights is not None and name != "bypass_mode":
+            loss = loss * x.rollout_is_weights[k].item()
         token_loss[k] = loss
     return _slow_agg(token_loss, B, R, n_valid, mode)
 
@@ -313,16 +461,19 @@ def random_inputs(B: int, R: int, seed: int, **kw) -> PolicyLossInputs:
     mask = (torch.arange(R).unsqueeze(0) < lengths.unsqueeze(1)).to(F64)
     settings = dict(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_cov_ratio=0.2, clip_cov_lb=-0.5,
                     clip_cov_ub=0.5, kl_cov_ratio=0.2, ppo_kl_coef=0.7, opmd_tau=0.5, tau_pos=0.9, tau_neg=1.3,
-                    selection_seed=seed)
+                    selection_seed=seed, dro_beta=0.3)
+    if kw.pop("with_weights", False):  # rollout correction's IS weights, 0 on masked tokens
+        settings["rollout_is_weights"] = torch.rand(B, R, generator=gen, dtype=F64) * 2 * mask
     settings.update(kw)
     return PolicyLossInputs(logp, old, adv, mask, **settings)
 
 
 @pytest.mark.parametrize("name", POLICY_LOSS_NAMES)
-@pytest.mark.parametrize("B, R, seed", [(1, 1, 0), (3, 5, 1), (6, 4, 2), (5, 9, 3)])
-def test_every_loss_matches_a_slow_loop(name, B, R, seed):
+@pytest.mark.parametrize("B, R, seed, with_weights", [(1, 1, 0, False), (3, 5, 1, False), (6, 4, 2, True),
+                                                      (5, 9, 3, False), (5, 9, 4, True)])
+def test_every_loss_matches_a_slow_loop(name, B, R, seed, with_weights):
     for mode in LOSS_AGG_MODES:
-        x = random_inputs(B, R, seed, loss_agg_mode=mode)
+        x = random_inputs(B, R, seed, loss_agg_mode=mode, with_weights=with_weights)
         fast = compute_policy_loss(name, x).loss
         (fast_grad,) = torch.autograd.grad(fast, x.logprobs)
         slow = slow_policy_loss(name, x)
@@ -380,7 +531,11 @@ def test_loss_registry_and_schema_agree():
     assert set(POLICY_LOSS_NAMES) == set(POLICY_LOSSES.names())
     assert set(KL_ESTIMATOR_NAMES) == set(KL_ESTIMATORS.names())
     assert tuple(LOSS_AGG_MODE_NAMES) == tuple(LOSS_AGG_MODES)
-    assert {n for n in POLICY_LOSSES.names() if policy_loss_needs_minibatch(n)} == {"clip_cov", "kl_cov"}
+    assert {n for n in POLICY_LOSSES.names() if policy_loss_needs_minibatch(n)} == {"clip_cov", "kl_cov",
+                                                                                     "bypass_mode"}
+    # bypass_mode only for batch-normalised REINFORCE weights
+    plain = PolicyLossInputs(t([[0.0]]), t([[0.0]]), t([[1.0]]), t([[1]]))
+    assert {n for n in POLICY_LOSSES.names() if policy_loss_needs_minibatch(n, plain)} == {"clip_cov", "kl_cov"}
     assert [n for n in KL_ESTIMATORS.names() if kl_needs_logits(n)] == ["full"]
 
 
@@ -390,11 +545,13 @@ def test_loss_registry_and_schema_agree():
 def test_dr_grpo_aggregation_by_hand():
     loss_mat = t([[1.0, 2.0, 3.0, 9.0], [4.0, 5.0, 6.0, 9.0], [7.0, 7.0, 7.0, 7.0]])
     mask = t([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
-    # valid sum 1 + 2 + 4 = 7; (num_seqs 3 x max_len 4) = 12 -> 7/12; verl's seq-mean-token-sum-norm: 7/4
-    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-maxlen"), 7.0 / 12.0)
-    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm"), 7.0 / 4.0)
-    # with the mini-batch's normaliser: 5 rows x max_len 8 -> 7 / 40
-    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-maxlen", AggNorm(10.0, 5.0, 8)), 7.0 / 40.0)
+    # verl 0.9.1's seq-mean-token-sum-norm (the Dr. GRPO form): valid sum 1 + 2 + 4 = 7 over (num_seqs 3 x
+    # max_len 4) = 12 -> 7/12 (verl before 0.7, and rft before this fix: 7 / 4, no division by the rows)
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm"), 7.0 / 12.0)
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-maxlen"), 7.0 / 12.0)  # rft's earlier name, same value
+    # with the mini-batch's normaliser: 5 rows x max_len 8 -> 7 / 40; loss_scale_factor 100 as max_len -> 7 / 500
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", AggNorm(10.0, 5.0, 8)), 7.0 / 40.0)
+    close(agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", AggNorm(10.0, 5.0, 100)), 7.0 / 500.0)
 
 
 def test_trl_loss_types_map_to_exact_normalisers():
@@ -414,7 +571,7 @@ def test_trl_loss_types_map_to_exact_normalisers():
     with pytest.raises(ValueError, match="dr_grpo"):
         trl_loss_agg_mode("sum")
     settings = trl_actor_settings("dr_grpo", epsilon=0.2, epsilon_high=0.28, beta=0.04)
-    assert settings == {"policy_loss.loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-sum-maxlen",
+    assert settings == {"policy_loss.loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-sum-norm",
                         "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 1e9, "use_kl_loss": True,
                         "kl_loss_coef": 0.04, "kl_loss_type": "low_var_kl"}
     assert trl_actor_settings("grpo", epsilon=0.3)["clip_ratio_high"] == 0.3

@@ -35,6 +35,11 @@ def per_prompt(data_source, solution_str, ground_truth, extra_info=None):
 
 # every estimator trains (gae with the critic it builds: tests/test_ppo.py tests the critic itself)
 TRAINABLE = sorted(ADV_ESTIMATORS.names())
+# what an estimator needs besides its name: gdpo the reward dimensions (two keys of the shaped reward's dict), the
+# optimal token baselines the policy's sum of squared probabilities
+ESTIMATOR_OPTIONS = {"gdpo": ["algorithm.gdpo_reward_keys=[score,digits]", "algorithm.gdpo_reward_weights=[1.0,0.5]"],
+                     "optimal_token_baseline": ["actor_rollout_ref.actor.calculate_sum_pi_squared=true"],
+                     "tir_optimal_token_baseline": ["actor_rollout_ref.actor.calculate_sum_pi_squared=true"]}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +65,8 @@ def spy_on_advantages(run: SyncRun) -> list:
 @pytest.mark.parametrize("estimator", TRAINABLE)
 def test_one_step_moves_every_trainable_parameter(assets, tmp_path, estimator):
     cfg = make_cfg(assets, tmp_path, f"algorithm.adv_estimator={estimator}",
-                   "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1")
+                   "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
+                   *ESTIMATOR_OPTIONS.get(estimator, []))
     run = SyncRun(cfg)
     seen = spy_on_advantages(run)
     before = trainable(run.trainer.model)
@@ -133,3 +139,34 @@ def test_weighted_reward_functions(assets, tmp_path):
     assert metrics["reward_extra/compute_score/mean"] == pytest.approx(float(shaped.mean()))
     assert metrics["reward_extra/length/mean"] == pytest.approx(float(lengths.mean()))
     assert "reward_extra/compute_score/digits/mean" in metrics
+
+
+def test_optimal_token_baseline_gets_the_old_policy_pass(assets, tmp_path):
+    """One optimizer step per batch needs no old log-probs, but the optimal token baseline reads them and the sum of
+    squared probabilities, both from the one old-policy pass: sum pi^2 lies in [pi^2, 1] on every valid token."""
+    run = SyncRun(make_cfg(assets, tmp_path, "algorithm.adv_estimator=optimal_token_baseline",
+                                 "actor_rollout_ref.actor.calculate_sum_pi_squared=true"))
+    assert run.trainer.needs_old_logprobs
+    seen = spy_on_advantages(run)
+    timer = Timer()
+    run.train_step(1, timer)
+    assert "timing_s/old_log_prob" in timer.metrics()
+    batch = seen[0]
+    valid = batch.response_mask.bool()
+    pi = batch.old_logprobs.exp()[valid]
+    sum_pi2 = batch.sum_pi_squared[valid]
+    assert (sum_pi2 >= pi.square() - 1e-6).all() and (sum_pi2 <= 1 + 1e-6).all()
+    assert (batch.sum_pi_squared[~valid] == 0).all()
+
+
+def test_gdpo_reads_the_reward_dimensions(assets, tmp_path):
+    """gdpo's inputs are the reward function's own values (score, digits), one column each, in row order."""
+    run = SyncRun(make_cfg(assets, tmp_path, "algorithm.adv_estimator=gdpo",
+                                 "algorithm.gdpo_reward_keys=[digits,score]"))
+    seen = spy_on_advantages(run)
+    run.train_step(1, Timer())
+    batch = seen[0]
+    reward = load_custom_reward(assets / "reward.py")
+    values = [reward(None, text, gt) for text, gt in zip(batch.response_text, batch.ground_truth)]
+    expected = torch.tensor([[v["digits"], v["score"]] for v in values])
+    torch.testing.assert_close(batch.reward_components, expected)

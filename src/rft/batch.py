@@ -32,6 +32,9 @@ _TENSOR_FIELDS = (
     "group",
     "loss_mask",
     "model_version",
+    "rollout_is_weights",
+    "sum_pi_squared",
+    "reward_components",
 )
 _LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text", "raw_prompt", "reward_rows")
 
@@ -53,7 +56,11 @@ class Batch:
     ref_kl: torch.Tensor | None = None  # (B, R) per-token KL(policy || ref) from logits (in-reward kl_penalty=full)
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
-    loss_mask: torch.Tensor | None = None  # (B, R) tokens that carry loss when not all response tokens do (SFT)
+    loss_mask: torch.Tensor | None = None  # (B, R) tokens that carry loss when not all response tokens do (SFT; RL:
+    #                                         the response tokens rollout correction's rejection sampling keeps)
+    rollout_is_weights: torch.Tensor | None = None  # (B, R) rollout correction's IS weights pi_old / pi_rollout
+    sum_pi_squared: torch.Tensor | None = None  # (B, R) sum_v pi_v^2 of the old policy (optimal token baseline)
+    reward_components: torch.Tensor | None = None  # (B, K) per-row reward values of algorithm.gdpo_reward_keys
     model_version: torch.Tensor | None = None  # (B,) long: the weights version that generated each row
     data_source: list[str] = field(default_factory=list)
     ground_truth: list[Any] = field(default_factory=list)

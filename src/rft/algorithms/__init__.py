@@ -11,6 +11,7 @@ from rft.algorithms.advantages import (
     grpo_advantages,
     register_estimator,
     reinforce_plus_plus_advantages,
+    reward_components,
 )
 from rft.algorithms.aggregation import LOSS_AGG_MODES, TRL_LOSS_TYPES, AggNorm, agg_loss, trl_loss_agg_mode
 from rft.algorithms.dapo import informative_groups, overlong_penalty
@@ -31,6 +32,7 @@ from rft.algorithms.utils import (
     masked_mean,
     masked_var,
     masked_whiten,
+    sum_pi_squared_from_logits,
 )
 from rft.algorithms.value_loss import ValueLossOutputs, explained_variance, value_loss
 
@@ -44,6 +46,7 @@ __all__ = [
     "grpo_advantages",
     "register_estimator",
     "reinforce_plus_plus_advantages",
+    "reward_components",
     "LOSS_AGG_MODES",
     "TRL_LOSS_TYPES",
     "AggNorm",
@@ -69,6 +72,7 @@ __all__ = [
     "masked_mean",
     "masked_var",
     "masked_whiten",
+    "sum_pi_squared_from_logits",
     "ValueLossOutputs",
     "explained_variance",
     "value_loss",

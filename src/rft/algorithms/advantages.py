@@ -56,6 +56,16 @@ class AdvantageInputs:
     """opmd: temperature of the 'logavgexp' baseline."""
     baseline_shift: float = -0.1
     """asymre: added to the group mean to form the baseline."""
+    reward_components: torch.Tensor | None = None
+    """(B, K) gdpo: each row's value of K reward dimensions (algorithm.gdpo_reward_keys)."""
+    gdpo_reward_weights: tuple[float, ...] | list[float] | None = None
+    """gdpo: one weight per reward dimension; None: all 1."""
+    old_logprobs: torch.Tensor | None = None
+    """(B, R) optimal_token_baseline: log-probs of the sampled tokens under the policy that sampled them."""
+    sum_pi_squared: torch.Tensor | None = None
+    """(B, R) optimal_token_baseline: sum_v pi_v^2 of that policy at each response token."""
+    rollout_is_weights: torch.Tensor | None = None
+    """(B, R) optimal_token_baseline: rollout correction's IS weights, when there are any (they weight W by w^2)."""
 
 
 @dataclass
@@ -72,7 +82,8 @@ class EstimatorSpec:
 
     needs: frozenset[str] = frozenset()
     """Optional ``AdvantageInputs`` fields the estimator reads and the caller must fill: 'values' (a critic),
-    'reward_baselines' (the trainer scores one greedy rollout per prompt)."""
+    'reward_baselines' (the trainer scores one greedy rollout per prompt), 'reward_components' (per-row values of
+    the configured reward dimensions), 'old_logprobs' and 'sum_pi_squared' (the old-policy pass)."""
     min_group_size: int = 1
     """Fewest responses per prompt (``actor_rollout_ref.rollout.n``) the estimator accepts."""
 
@@ -157,6 +168,15 @@ class _Groups:
         return self.count == 1
 
 
+def _grpo_verl(scores: torch.Tensor, groups: _Groups, norm_by_std: bool, epsilon: float) -> torch.Tensor:
+    """(B,) verl's grpo per row: (s - mean_g) / (std_g + epsilon), or s - mean_g; a group of one uses mean 0,
+    std 1; std UNBIASED."""
+    mean = torch.where(groups.single, torch.zeros_like(groups.count), groups.mean(scores))
+    std = torch.where(groups.single, torch.ones_like(groups.count), groups.std(scores))
+    adv = scores - mean[groups.idx]
+    return adv / (std[groups.idx] + epsilon) if norm_by_std else adv
+
+
 def _outcome(per_row: torch.Tensor, valid: torch.Tensor) -> AdvantageOutputs:
     """Broadcast one advantage per row (B,) to its valid tokens; returns = advantages."""
     advantages = _zeros_where_masked(per_row.unsqueeze(-1).expand(valid.shape), valid)
@@ -164,14 +184,16 @@ def _outcome(per_row: torch.Tensor, valid: torch.Tensor) -> AdvantageOutputs:
 
 
 def _return_to_go(rewards: torch.Tensor, valid: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = r_t + gamma * G_{t+1} * m_{t+1}, G_R = 0, zeroed on masked tokens: the running return restarts
-    after every masked token, so nothing leaks backwards across EOS or padding. The loop runs over R."""
+    """G_t = r_t + gamma * G_next(t) on valid tokens, next(t) the next VALID token after t (G = 0 past the last
+    one), 0 on masked tokens. Masked tokens are skipped: their rewards are not read and they neither discount
+    nor reset the running return, which carries across a masked span (tool or environment tokens inside a
+    multi-turn response) to the policy's tokens before it (verl 0.9.1). The loop runs over R."""
     returns = torch.zeros_like(rewards)  # (B, R)
     running = torch.zeros_like(rewards[:, 0])  # (B,)
     zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
     for t in reversed(range(rewards.shape[-1])):
-        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, zero)
-        returns[:, t] = running
+        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(valid[:, t], running, zero)
     return returns
 
 
@@ -225,18 +247,14 @@ def grpo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     """
     valid, scores = _scores(inputs)
     groups = _Groups.of(inputs.group, scores)
-    mean, std = groups.mean(scores), groups.std(scores)  # (k,)
+    mean = groups.mean(scores)  # (k,)
     mode = inputs.scale_rewards
     if mode is None:
-        mean = torch.where(groups.single, torch.zeros_like(mean), mean)
-        std = torch.where(groups.single, torch.ones_like(std), std)
-        adv = scores - mean[groups.idx]  # (B,)
-        if inputs.norm_adv_by_std_in_grpo:
-            adv = adv / (std[groups.idx] + inputs.epsilon)
+        adv = _grpo_verl(scores, groups, inputs.norm_adv_by_std_in_grpo, inputs.epsilon)
     elif mode in ("group", "batch", "none"):
         adv = scores - mean[groups.idx]
         if mode == "group":
-            adv = adv / (std[groups.idx] + TRL_SCALE_EPS)
+            adv = adv / (groups.std(scores)[groups.idx] + TRL_SCALE_EPS)
         elif mode == "batch":
             batch_std = scores.std() if scores.numel() > 1 else torch.zeros((), dtype=scores.dtype)
             adv = adv / (batch_std + TRL_SCALE_EPS)
@@ -299,10 +317,10 @@ def rloo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
 def reinforce_plus_plus_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted return-to-go, whitened over the whole batch.
 
-    Return-to-go over response tokens, right to left, with the running return zeroed after every masked
-    token so nothing leaks backwards across EOS or padding:
-      G_t = r_t + gamma * G_{t+1} * m_{t+1},    G_R = 0
-    returns = G * m. Advantages = masked_whiten(G, m) * m: ``(G - mean) * rsqrt(var + 1e-8)`` with mean and
+    Return-to-go over the valid response tokens, right to left; masked tokens are skipped (not read, no
+    discount), so the return carries across a masked span inside a response (verl 0.9.1):
+      G_t = r_t + gamma * G_next(t),   next(t) = the next valid token after t,   G = 0 past the last one
+    returns = G on valid tokens, 0 on masked ones. Advantages = masked_whiten(G, m) * m: ``(G - mean) * rsqrt(var + 1e-8)`` with mean and
     UNBIASED variance over every valid token of the batch (no grouping). The loop runs over R, not B.
     """
     valid = inputs.response_mask.bool()  # (B, R)
@@ -331,7 +349,8 @@ def reinforce_plus_plus_baseline_advantages(inputs: AdvantageInputs) -> Advantag
 def remax_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     """ReMax (Li et al. 2024, arXiv:2310.10505): return-to-go minus the reward of a greedy rollout.
 
-      G_t = r_t + gamma * G_{t+1} * m_{t+1}   (as reinforce_plus_plus; gamma = 1 gives the plain suffix sum)
+      G_t = r_t + gamma * G_next(t)           (as reinforce_plus_plus: masked tokens skipped, the return carries
+                                               across them; gamma = 1 gives the suffix sum of the valid rewards)
       A_t = G_t - b_i                          b_i = reward_baselines[i], the score of the greedy response
                                                to row i's prompt
     No normalisation. returns = G (0 on masked tokens); A is 0 on masked tokens. Needs ``reward_baselines``.
@@ -417,3 +436,139 @@ def asymre_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     baseline = groups.mean(scores) + inputs.baseline_shift
     baseline = torch.where(groups.single, torch.zeros_like(baseline), baseline)
     return _outcome(scores - baseline[groups.idx], valid)
+
+
+@register_estimator("gdpo", spec=EstimatorSpec(needs=frozenset({"reward_components"})))
+def gdpo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """GDPO, Group reward-Decoupled normalization Policy Optimization (arXiv:2601.05242), as verl 0.9.1's ``gdpo``.
+
+    Each reward dimension k (column k of ``reward_components``, B x K: the reward function's values named by
+    ``algorithm.gdpo_reward_keys``) is normalised in its group on its own, as verl's grpo, then they are summed
+    with weights w_k (``gdpo_reward_weights``, default 1) and whitened over the batch's valid tokens:
+      a_ik = (c_ik - mean_g c_k) / (std_g c_k + epsilon)     (or c_ik - mean_g c_k without
+                                                               norm_adv_by_std_in_grpo; a group of one: mean 0,
+                                                               std 1; std UNBIASED, epsilon 1e-6)
+      A    = masked_whiten(sum_k w_k a_ik on row i's valid tokens)   ((x - mean) * rsqrt(var + 1e-8), UNBIASED)
+    so a dominant dimension cannot drown a weaker one. The token rewards (with any in-reward KL or overlong
+    penalty) are not used, as in verl. returns = advantages.
+    """
+    components = _require(inputs, "reward_components", "gdpo", "(B, K) per-row values of the reward dimensions")
+    valid = inputs.response_mask.bool()
+    components = components.to(inputs.token_rewards.dtype if inputs.token_rewards.is_floating_point()
+                               else torch.float32)
+    num = components.shape[-1]
+    weights = [1.0] * num if inputs.gdpo_reward_weights is None else list(inputs.gdpo_reward_weights)
+    if len(weights) != num:
+        raise ValueError(f"gdpo: {len(weights)} reward weights for {num} reward dimensions")
+    groups = _Groups.of(inputs.group, components[:, 0])
+    total = sum((w * _grpo_verl(components[:, k], groups, inputs.norm_adv_by_std_in_grpo, inputs.epsilon)
+                 for k, w in enumerate(weights)), torch.zeros_like(components[:, 0]))  # (B,)
+    per_token = _zeros_where_masked(total.unsqueeze(-1).expand(valid.shape), valid)
+    advantages = masked_whiten(per_token, valid, shift_mean=True, eps=WHITEN_EPS)
+    return AdvantageOutputs(advantages=advantages, returns=advantages.clone())
+
+
+def reward_components(rows: dict[str, torch.Tensor], keys: list[str] | tuple[str, ...] | None) -> torch.Tensor:
+    """(B, K) gdpo's reward dimensions: the per-row values named by ``keys`` (algorithm.gdpo_reward_keys) out of
+    ``rows`` (name -> (B,) values of the reward function's returned dict, or of several reward functions).
+    ValueError naming the missing key and the available ones."""
+    if not keys:
+        raise ValueError("gdpo needs algorithm.gdpo_reward_keys: the reward dimensions to normalise one by one")
+    missing = [k for k in keys if k not in rows]
+    if missing:
+        raise ValueError(f"algorithm.gdpo_reward_keys: {missing} not among the reward function's values; "
+                         f"available: {sorted(rows)}")
+    return torch.stack([rows[k].to(torch.float32) for k in keys], dim=-1)
+
+
+OTB_EPS = 1e-8
+"""The optimal token baseline's epsilon in its denominator (verl's)."""
+
+
+def _otb_inputs(inputs: AdvantageInputs, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(valid (B, R), returns G (B, R), cumulative path variance W (B, R)) of the optimal token baseline:
+      G_t = sum_{s >= t, valid} r_s                    (reward to go; 0 on masked tokens)
+      w_t = 1 - 2 pi_t + sum_v pi_v^2   [* rho_t^2]    (pi_t = exp(old_logp_t); rho the rollout IS weight if any)
+      W_t = sum_{s <= t, valid} w_s
+    """
+    old = _require(inputs, "old_logprobs", name, "(B, R) log-probs of the policy that sampled")
+    sum_pi2 = _require(inputs, "sum_pi_squared", name, "(B, R) sum_v pi_v^2 of that policy")
+    valid = inputs.response_mask.bool()
+    rewards = _zeros_where_masked(inputs.token_rewards, valid)
+    returns = _zeros_where_masked(rewards.flip(-1).cumsum(-1).flip(-1), valid)
+    w = 1.0 - 2.0 * torch.exp(old.to(rewards)) + sum_pi2.to(rewards)
+    if inputs.rollout_is_weights is not None:
+        w = w * inputs.rollout_is_weights.to(rewards).square()
+    cum_w = _zeros_where_masked(w, valid).cumsum(-1)
+    return valid, returns, _zeros_where_masked(cum_w, valid)
+
+
+def _otb_baseline(returns: torch.Tensor, cum_w: torch.Tensor, lengths: torch.Tensor, groups: _Groups,
+                  members: torch.Tensor) -> torch.Tensor:
+    """(B, L) per-position baseline b_t = sum_i G_it W_it / (sum_i W_it + 1e-8) over the rows of a group (their
+    entries are 0 past their length), 0 for a group of fewer than 2 ``members``; then, in a group whose longest
+    row is unique and longer than the second longest (L2), that row's baseline is 0 from position L2 on (nothing
+    to compare its tail with: verl's handle_zero_tail)."""
+    num = torch.zeros((len(groups.count), returns.shape[1]), dtype=returns.dtype,
+                      device=returns.device).index_add_(0, groups.idx, returns * cum_w)
+    den = torch.zeros_like(num).index_add_(0, groups.idx, cum_w) + OTB_EPS
+    n = groups.sum(members.to(returns.dtype))  # (k,)
+    baseline = torch.where((n >= 2).unsqueeze(-1), num / den, torch.zeros_like(num))[groups.idx]  # (B, L)
+    lengths = lengths.to(returns.dtype)
+    longest = groups.amax(lengths)  # (k,)
+    at_top = lengths == longest[groups.idx]
+    n_top = groups.sum(at_top.to(returns.dtype))
+    second = groups.amax(torch.where(at_top, torch.full_like(lengths, -math.inf), lengths))
+    cut = at_top & (n_top == 1)[groups.idx] & (longest > second)[groups.idx] & (n >= 2)[groups.idx]
+    columns = torch.arange(returns.shape[1], device=returns.device, dtype=returns.dtype)
+    tail = cut.unsqueeze(-1) & (columns >= second[groups.idx].unsqueeze(-1))
+    return torch.where(tail, torch.zeros_like(baseline), baseline)
+
+
+@register_estimator("optimal_token_baseline",
+                    spec=EstimatorSpec(needs=frozenset({"old_logprobs", "sum_pi_squared"})))
+def optimal_token_baseline_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Optimal Token Baseline (Li et al. 2025, "The Optimal Token Baseline",
+    https://yingru.notion.site/The-Optimal-Token-Baseline-399211a558b782cfa936014c0d42dfb8), as verl 0.9.1's
+    ``optimal_token_baseline``: a baseline per token position instead of one per response, the return weighted by
+    the path's accumulated gradient-norm proxy.
+
+    With G, W as ``_otb_inputs`` (||grad log pi_t||^2 ~ 1 - 2 pi_t + sum_v pi_v^2, summed along the path),
+    per group and response column t (rows aligned by column):
+      b_t = sum_i G_it W_it m_it / (sum_i W_it m_it + 1e-8)          (0 for a group of one)
+    the unique longest row of a group gets b = 0 from the second-longest row's length on (lengths counted in
+    valid tokens, used as columns: verl's handle_zero_tail, always on), and
+      A_t = G_t - b_t on valid tokens, 0 elsewhere;   returns = G (0 on masked tokens; verl leaves them there)
+    Needs ``old_logprobs`` and ``sum_pi_squared`` (actor.calculate_sum_pi_squared); ``rollout_is_weights`` scale W by
+    rho^2 when rollout correction gives them. No normalisation.
+    """
+    valid, returns, cum_w = _otb_inputs(inputs, "optimal_token_baseline")
+    groups = _Groups.of(inputs.group, returns[:, 0])
+    lengths = valid.sum(dim=-1)
+    baseline = _otb_baseline(returns, cum_w, lengths, groups, torch.ones_like(lengths, dtype=torch.bool))
+    advantages = _zeros_where_masked(returns - baseline, valid)
+    return AdvantageOutputs(advantages=advantages, returns=returns)
+
+
+@register_estimator("tir_optimal_token_baseline",
+                    spec=EstimatorSpec(needs=frozenset({"old_logprobs", "sum_pi_squared"})))
+def tir_optimal_token_baseline_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """The optimal token baseline for tool-integrated / multi-turn responses, as verl 0.9.1's
+    ``tir_optimal_token_baseline``: as ``optimal_token_baseline``, but rows are aligned by the index of a token
+    among the row's VALID tokens (the k-th policy token of every response shares a baseline, whatever tool output
+    sits between), and rows without a valid token do not count in their group (a group of one non-empty row
+    gets b = 0). Same G, W, tail rule (on those indices), A = G - b on valid tokens; returns = G.
+    """
+    valid, returns, cum_w = _otb_inputs(inputs, "tir_optimal_token_baseline")
+    B = valid.shape[0]
+    lengths = valid.sum(dim=-1)
+    width = max(int(lengths.max()) if B else 0, 1)
+    rows, cols = valid.nonzero(as_tuple=True)
+    index = (valid.cumsum(-1) - 1)[rows, cols]  # each valid token's index among its row's valid tokens
+    packed_g = returns.new_zeros(B, width).index_put_((rows, index), returns[rows, cols])
+    packed_w = cum_w.new_zeros(B, width).index_put_((rows, index), cum_w[rows, cols])
+    groups = _Groups.of(inputs.group, returns[:, 0])
+    baseline = _otb_baseline(packed_g, packed_w, lengths, groups, lengths > 0)
+    advantages = torch.zeros_like(returns)
+    advantages[rows, cols] = (packed_g - baseline)[rows, index]
+    return AdvantageOutputs(advantages=advantages, returns=returns)

@@ -14,6 +14,7 @@ import torch
 
 LOSS_AGG_MODES = (
     "token-mean",
+    "token-sum",
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
@@ -23,7 +24,7 @@ LOSS_AGG_MODES = (
 TRL_LOSS_TYPES: dict[str, str] = {
     "grpo": "seq-mean-token-mean",
     "bnpo": "token-mean",
-    "dr_grpo": "seq-mean-token-sum-maxlen",
+    "dr_grpo": "seq-mean-token-sum-norm",
     "dapo": "token-mean",
 }
 """TRL GRPOTrainer's ``loss_type`` -> the rft ``loss_agg_mode`` with the same normaliser (see ``agg_loss``)."""
@@ -38,7 +39,8 @@ class AggNorm:
     num_seqs: float
     """Rows in the whole mini-batch (all micro-batches, all ranks), including rows with no valid token."""
     max_len: int
-    """R, the configured maximum response length."""
+    """The seq-mean-token-sum-norm constant: ``loss_scale_factor`` when set, else R, the configured maximum
+    response length (verl's rule)."""
 
 
 def agg_loss(
@@ -46,17 +48,18 @@ def agg_loss(
 ) -> torch.Tensor:
     """This micro-batch's contribution to the mini-batch loss; ``loss_mat`` and ``mask`` are (B, R).
 
-    With l the per-token loss and m the 0/1 mask:
+    With l the per-token loss and m the 0/1 mask (verl 0.9.1's ``agg_loss`` with its global-batch info):
       token-mean:              sum_{i,t} l*m / num_tokens
+      token-sum:               sum_{i,t} l*m                     (no normaliser)
       seq-mean-token-sum:      sum_i (sum_t l*m) / num_seqs
       seq-mean-token-mean:     sum_i (sum_t l*m / max(1, sum_t m)) / num_seqs
-      seq-mean-token-sum-norm: sum_{i,t} l*m / max_len   (Dr. GRPO, Liu et al. 2025: a constant normaliser,
-                               so no length bias; divided by max_len only, NOT by the number of sequences:
-                               verl's definition before its global-batch rework)
-      seq-mean-token-sum-maxlen: sum_{i,t} l*m / (num_seqs * max_len)   (TRL's dr_grpo: the token sum of
-                               each sequence over max_completion_length, averaged over the sequences)
+      seq-mean-token-sum-norm: sum_{i,t} l*m / (num_seqs * max_len)   (Dr. GRPO, Liu et al. 2025,
+                               arXiv:2503.20783: each sequence's token sum over a constant, averaged over the
+                               sequences; verl >= 0.7; TRL's dr_grpo with max_len = max_completion_length)
+      seq-mean-token-sum-maxlen: the same as seq-mean-token-sum-norm (rft's earlier name for it)
     ``norm=None`` takes the normalisers from this batch alone (it is the whole mini-batch): num_tokens =
-    sum(m) (at least 1), num_seqs = B, max_len = R = ``loss_mat.shape[-1]``.
+    sum(m) (at least 1), num_seqs = B, max_len = R = ``loss_mat.shape[-1]``. num_seqs counts every row, those
+    without a valid token too (verl's global_batch_size, the mini-batch's rows; their sums are 0).
     Masked-out entries of ``loss_mat`` are never read. Raises ValueError on an unknown ``mode``.
     """
     if mode not in LOSS_AGG_MODES:
@@ -67,12 +70,11 @@ def agg_loss(
     if mode == "token-mean":
         num_tokens = valid.sum().to(loss_mat.dtype).clamp(min=1.0) if norm is None else norm.num_tokens
         return masked.sum() / num_tokens
-    max_len = loss_mat.shape[-1] if norm is None else norm.max_len
-    if mode == "seq-mean-token-sum-norm":
-        return masked.sum() / max_len
-
+    if mode == "token-sum":
+        return masked.sum()
     num_seqs = loss_mat.shape[0] if norm is None else norm.num_seqs
-    if mode == "seq-mean-token-sum-maxlen":
+    if mode in ("seq-mean-token-sum-norm", "seq-mean-token-sum-maxlen"):
+        max_len = loss_mat.shape[-1] if norm is None else norm.max_len
         return masked.sum() / (num_seqs * max_len)
     seq_losses = masked.sum(dim=-1)  # (B,)
     if mode == "seq-mean-token-mean":
@@ -85,7 +87,7 @@ def trl_loss_agg_mode(loss_type: str) -> str:
 
       grpo    -> seq-mean-token-mean        (token mean per sequence, then mean over sequences)
       bnpo    -> token-mean                 (tokens of the local batch; one process: the mini-batch)
-      dr_grpo -> seq-mean-token-sum-maxlen  (sum / (num_seqs * max_completion_length))
+      dr_grpo -> seq-mean-token-sum-norm    (sum / (num_seqs * max_completion_length))
       dapo    -> token-mean                 (tokens of the global batch)
     TRL normalises bnpo / grpo / dr_grpo per micro-batch (then divides by gradient_accumulation_steps); rft
     uses the mini-batch's normaliser, equal to TRL's when every micro-batch has the same normaliser (always

@@ -7,15 +7,21 @@ Dimension names: B rows (= prompts x n responses), R response tokens. Notation o
 gradient, ``eps_low`` / ``eps_high`` = ``clip_ratio_low`` / ``clip_ratio_high``.
 Every loss reports the metrics ``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl`` (0.0 where a loss has
 no such notion), masked token means over the batch it was given.
+
+Rollout correction (verl 0.9.1): when ``PolicyLossInputs.rollout_is_weights`` is given (the truncated importance
+weights between the policy that computed ``old_logprobs`` and the rollout's, ``rft.algorithms.rollout_correction``),
+every loss multiplies its per-token loss by them before aggregating (geo_mean: by their per-sequence geometric
+mean; bypass_mode computes its own).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from rft.algorithms import rollout_correction as rollout_corr
 from rft.algorithms.aggregation import AggNorm, agg_loss, trl_loss_agg_mode
 from rft.algorithms.utils import masked_mean
 from rft.registry import Registry
@@ -57,6 +63,23 @@ class PolicyLossInputs:
     """kl_cov: coefficient of the |l| penalty."""
     opmd_tau: float = 1.0
     """opmd: the regularisation strength tau; the loss is divided by 1 + tau."""
+    dro_beta: float | None = None
+    """dro: coefficient of the quadratic log-ratio penalty (> 0)."""
+    rollout_is_weights: torch.Tensor | None = None
+    """(B, R) truncated importance weights pi_old / pi_rollout (detached, 0 on masked tokens), multiplied into
+    the per-token loss; None: no rollout correction."""
+    rollout_is: str | None = None
+    """bypass_mode: the IS weight level ('token', 'sequence') or None (no weights)."""
+    rollout_is_threshold: str | float = 2.0
+    """bypass_mode: TIS upper bound, or an IcePop band 'lower_upper'."""
+    rollout_is_batch_normalize: bool = False
+    """bypass_mode: divide the IS weights by their mean over the mini-batch."""
+    rollout_rs: str | None = None
+    """bypass_mode: rejection-sampling options (comma separated) or None."""
+    rollout_rs_threshold: str | float | None = None
+    """bypass_mode: their thresholds."""
+    bypass_loss_type: str = "ppo_clip"
+    """bypass_mode: 'ppo_clip' (vanilla against the rollout's log-probs) or 'reinforce' (IS-weighted REINFORCE)."""
     selection_seed: int = 0
     """clip_cov: seed of the random choice among the candidate tokens."""
     minibatch: PolicyLossInputs | None = None
@@ -85,10 +108,22 @@ def compute_policy_loss(name: str, inputs: PolicyLossInputs) -> PolicyLossOutput
     return POLICY_LOSSES.get(name)(inputs)
 
 
-def policy_loss_needs_minibatch(name: str) -> bool:
-    """Whether the loss registered as ``name`` selects tokens with statistics of the whole mini-batch, so a
-    caller splitting the mini-batch into micro-batches must pass ``PolicyLossInputs.minibatch``."""
-    return bool(getattr(POLICY_LOSSES.get(name), "needs_minibatch", False))
+def policy_loss_needs_minibatch(name: str, options: object | None = None) -> bool:
+    """Whether the loss registered as ``name`` uses statistics of the whole mini-batch (a token selection, a
+    normaliser), so a caller splitting the mini-batch into micro-batches must pass
+    ``PolicyLossInputs.minibatch``. A loss may declare it only for some options (a predicate over an object
+    carrying ``PolicyLossInputs``' option names, e.g. the inputs or the worker's settings); without ``options``
+    such a loss answers True."""
+    needs = getattr(POLICY_LOSSES.get(name), "needs_minibatch", False)
+    if callable(needs):
+        return True if options is None else bool(needs(options))
+    return bool(needs)
+
+
+def _weighted(loss_mat: torch.Tensor, inputs: PolicyLossInputs) -> torch.Tensor:
+    """The per-token loss times the rollout-correction IS weights, when there are any."""
+    weights = inputs.rollout_is_weights
+    return loss_mat if weights is None else loss_mat * weights.to(loss_mat)
 
 
 def _metrics(mask: torch.Tensor, clipfrac: torch.Tensor | None, clipfrac_lower: torch.Tensor | None,
@@ -131,7 +166,7 @@ def vanilla_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     pg3 = -adv * inputs.clip_ratio_c  # (B, R)
     clip2 = torch.minimum(pg3, clip1)  # (B, R)
     negative = adv < 0
-    loss_mat = torch.where(negative, clip2, clip1)  # (B, R)
+    loss_mat = _weighted(torch.where(negative, clip2, clip1), inputs)  # (B, R)
 
     loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, pg2 > pg1, (clip1 > pg3) & negative, -log_ratio.detach()))
@@ -145,8 +180,8 @@ def gspo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
       log w = min(logp - sg(logp) + sg(s_i), 10)      (value s_i, gradient that of logp; exponent capped at 10)
       w = exp(log w)
       loss = max(-A * w, -A * clamp(w, 1 - eps_low, 1 + eps_high))
-    aggregated with seq-mean-token-mean whatever ``loss_agg_mode`` says (verl forces it too): normaliser
-    num_seqs of the mini-batch after a per-sequence token mean. No dual clip.
+    aggregated with ``loss_agg_mode`` (verl 0.9.1 honours it; the paper's sequence-level objective is
+    seq-mean-token-mean, which must be asked for: the default is token-mean). No dual clip.
     Metrics: pg_clipfrac = mean[clipped term larger], pg_clipfrac_lower = 0, ppo_kl = mean[-l].
     """
     mask, adv = inputs.response_mask, inputs.advantages
@@ -157,8 +192,8 @@ def gspo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     w = torch.exp(log_w)
     pg1 = -adv * w
     pg2 = -adv * w.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
-    loss_mat = torch.maximum(pg1, pg2)
-    loss = agg_loss(loss_mat, mask, "seq-mean-token-mean", inputs.agg_norm)
+    loss_mat = _weighted(torch.maximum(pg1, pg2), inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, pg2 > pg1, None, -log_ratio.detach()))
 
 
@@ -170,7 +205,8 @@ def gpg_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l] (verl reports 0).
     """
     mask = inputs.response_mask
-    loss = agg_loss(-inputs.logprobs * inputs.advantages, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    loss_mat = _weighted(-inputs.logprobs * inputs.advantages, inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, None, None, (inputs.old_logprobs - inputs.logprobs).detach()))
 
 
@@ -188,7 +224,7 @@ def cispo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     log_ratio = (inputs.logprobs - inputs.old_logprobs).detach().clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     weight = ratio.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
-    loss_mat = -weight * adv * inputs.logprobs
+    loss_mat = _weighted(-weight * adv * inputs.logprobs, inputs)
     loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, weight != ratio, None, -log_ratio))
 
@@ -209,7 +245,7 @@ def sapo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     ratio = torch.exp(log_ratio)
     tau = torch.where(adv > 0, torch.full_like(adv, inputs.tau_pos), torch.full_like(adv, inputs.tau_neg))
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-    loss = agg_loss(-gate * adv, mask, "seq-mean-token-mean", inputs.agg_norm)
+    loss = agg_loss(_weighted(-gate * adv, inputs), mask, "seq-mean-token-mean", inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, None, None, -log_ratio.detach()))
 
 
@@ -237,6 +273,9 @@ def geo_mean_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     ratio = torch.exp(masked_mean(lmin, mask, dim=-1))  # (B,)
     seq_adv = masked_mean(adv, mask, dim=-1)  # (B,)
     seq_loss = -seq_adv * ratio  # (B,)
+    if inputs.rollout_is_weights is not None:  # their geometric mean over the row's valid tokens (verl)
+        log_w = torch.log(inputs.rollout_is_weights.to(ratio) + 1e-10)
+        seq_loss = seq_loss * torch.exp(masked_mean(log_w, mask, dim=-1))
     # A per-sequence value spread over its tokens and token-averaged back is that value: seq-mean-token-mean
     # then gives sum_i loss_i / num_seqs with the mini-batch's num_seqs.
     loss = agg_loss(seq_loss.unsqueeze(-1).expand_as(log_ratio), mask, "seq-mean-token-mean", inputs.agg_norm)
@@ -297,7 +336,7 @@ def clip_cov_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     ratio = torch.exp(log_ratio)
     pg1 = -adv * ratio
     pg2 = -adv * ratio.clamp(1.0 - inputs.clip_ratio_low, 1.0 + inputs.clip_ratio_high)
-    loss_mat = torch.maximum(pg1, pg2) * (~cut).to(pg1.dtype)
+    loss_mat = _weighted(torch.maximum(pg1, pg2) * (~cut).to(pg1.dtype), inputs)
     loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, cut, None, -log_ratio.detach()))
 
@@ -332,7 +371,7 @@ def kl_cov_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     mask, adv = inputs.response_mask, inputs.advantages
     log_ratio = inputs.logprobs - inputs.old_logprobs
     pg = -adv * torch.exp(log_ratio)
-    loss_mat = torch.where(selected, pg + inputs.ppo_kl_coef * log_ratio.abs(), pg)
+    loss_mat = _weighted(torch.where(selected, pg + inputs.ppo_kl_coef * log_ratio.abs(), pg), inputs)
     loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
     return PolicyLossOutputs(loss, _metrics(mask, None, None, log_ratio.detach().abs()))
 
@@ -351,9 +390,142 @@ def opmd_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l].
     """
     mask = inputs.response_mask
-    loss = agg_loss(-inputs.advantages * inputs.logprobs, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    loss = agg_loss(_weighted(-inputs.advantages * inputs.logprobs, inputs), mask, inputs.loss_agg_mode,
+                    inputs.agg_norm)
     loss = loss / (1.0 + inputs.opmd_tau)
     return PolicyLossOutputs(loss, _metrics(mask, None, None, (inputs.old_logprobs - inputs.logprobs).detach()))
+
+
+@POLICY_LOSSES.register("dro")
+def dro_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """DRO, Direct Reward Optimization (Richemond et al. 2024, "Offline Regularised Reinforcement Learning for
+    Large Language Models Alignment", arXiv:2405.19107), as verl 0.9.1's ``dro``: the advantage-weighted
+    log-likelihood with a quadratic penalty on the log-ratio to the old policy, per token
+      loss = -(A * logp - dro_beta / 2 * l^2)          (l not clamped; gradient -(A - dro_beta * l) on logp)
+    aggregated with ``loss_agg_mode``. ``dro_beta`` (``policy_loss.dro_beta``) must be > 0.
+    Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    beta = inputs.dro_beta
+    if beta is None or not beta > 0:
+        raise ValueError(f"dro needs dro_beta > 0 (actor_rollout_ref.actor.policy_loss.dro_beta), got {beta}")
+    mask = inputs.response_mask
+    log_ratio = inputs.logprobs - inputs.old_logprobs
+    loss_mat = _weighted(-(inputs.advantages * inputs.logprobs - 0.5 * beta * log_ratio.square()), inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, None, None, -log_ratio.detach()))
+
+
+def _dppo_loss(inputs: PolicyLossInputs, inside: torch.Tensor, ratio: torch.Tensor,
+               log_ratio: torch.Tensor) -> PolicyLossOutputs:
+    """DPPO's shared tail: ``-A * sg(min(r, clip_ratio_c)) * logp`` on the tokens ``inside`` the trust region."""
+    mask = inputs.response_mask
+    truncated = ratio.clamp(max=inputs.clip_ratio_c).detach()
+    keep = inside.detach().to(ratio.dtype)
+    loss_mat = _weighted(-inputs.advantages * truncated * inputs.logprobs * keep, inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    outside = ~inside
+    capped = (ratio > inputs.clip_ratio_c) & inside
+    return PolicyLossOutputs(loss, _metrics(mask, outside, capped, -log_ratio.detach()))
+
+
+@POLICY_LOSSES.register("dppo_tv")
+def dppo_tv_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """DPPO-Binary-TV, Divergence Proximal Policy Optimization (Qi et al. 2026, "Rethinking the Trust Region in LLM
+    Reinforcement Learning", arXiv:2602.04879), as verl 0.9.1's ``dppo_tv``.
+
+    The trust region is on the probabilities, not the ratio: with p = exp(logp), p_old = exp(old_logp),
+    l = clamp(logp - old_logp, -20, 20), r = exp(l), a token is inside when
+      A > 0:  p - p_old <= eps_high          A <= 0:  p - p_old >= -eps_low
+    (``clip_ratio_high`` / ``clip_ratio_low`` are the TV thresholds here), and per token
+      loss = -A * sg(min(r, clip_ratio_c)) * logp * [inside]      (truncated IS instead of PPO's clip)
+    aggregated with ``loss_agg_mode``; no gradient flows through the mask or the ratio. The paper recommends a
+    large ``clip_ratio_c`` (verl's fallback is 20; its config default, like rft's, 3).
+    Metrics: pg_clipfrac = mean[outside], pg_clipfrac_lower = mean[r > clip_ratio_c and inside], ppo_kl = mean[-l].
+    """
+    log_ratio = (inputs.logprobs - inputs.old_logprobs).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    change = torch.exp(inputs.logprobs) - torch.exp(inputs.old_logprobs)
+    inside = torch.where(inputs.advantages > 0, change <= inputs.clip_ratio_high, change >= -inputs.clip_ratio_low)
+    return _dppo_loss(inputs, inside, ratio, log_ratio)
+
+
+@POLICY_LOSSES.register("dppo_kl")
+def dppo_kl_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """DPPO-Binary-KL (Qi et al. 2026, arXiv:2602.04879), as verl 0.9.1's ``dppo_kl``: as ``dppo_tv`` with the
+    binary KL between the old and the new Bernoulli (the sampled token vs the rest) as the divergence,
+      d = p_old * (old_logp - logp) + (1 - p_old) * log((1 - p_old + 1e-8) / (1 - p + 1e-8))
+    and a token inside when
+      A > 0:  d <= eps_high or p <= p_old          A <= 0:  d <= eps_low or p >= p_old
+    (a move back towards the old policy is never masked). Loss and metrics as ``dppo_tv``.
+    """
+    log_ratio = (inputs.logprobs - inputs.old_logprobs).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    p, p_old = torch.exp(inputs.logprobs), torch.exp(inputs.old_logprobs)
+    binary_kl = p_old * (inputs.old_logprobs - inputs.logprobs) + (1.0 - p_old) * torch.log(
+        (1.0 - p_old + 1e-8) / (1.0 - p + 1e-8))
+    inside = torch.where(inputs.advantages > 0, (binary_kl <= inputs.clip_ratio_high) | (p <= p_old),
+                         (binary_kl <= inputs.clip_ratio_low) | (p >= p_old))
+    return _dppo_loss(inputs, inside, ratio, log_ratio)
+
+
+_BYPASS_METRICS = ("kl", "k3_kl", "chi2_token", "rollout_is_mean", "rollout_rs_masked_fraction")
+"""The rollout-correction metrics bypass_mode reports: token means, so the micro-batches' shares add up to the
+mini-batch's value."""
+
+
+@POLICY_LOSSES.register("bypass_mode")
+def bypass_mode_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """verl 0.9.1's bypass mode (``algorithm.rollout_correction.bypass_mode``): no old-policy forward pass, the
+    rollout's log-probs stand in for the old ones (``old_logprobs`` here ARE the rollout's), and the correction is
+    computed in the loss from the current policy, with l = logp - logp_rollout (``rft.algorithms.rollout_correction``):
+      IS weights w (``rollout_is``, ``rollout_is_threshold``; no gradient) and a rejection mask k (``rollout_rs``,
+      ``rollout_rs_threshold``); the loss runs on the valid tokens with k = 1, the normaliser stays the
+      mini-batch's (rejected tokens count in token-mean's denominator, as in verl)
+      bypass_loss_type = ppo_clip:   vanilla PPO against the rollout (its ratio is the IS correction; w unused)
+      bypass_loss_type = reinforce:  loss = -A * w * logp (w = 1 without ``rollout_is``), no clip
+    With ``rollout_is_batch_normalize`` w is divided by its mean over the whole mini-batch (``minibatch``; verl
+    takes the micro-batch's, so its result depends on the micro-batch size).
+    Metrics: vanilla's (ppo_clip) or ppo_kl = mean[logp_rollout - logp] over the kept tokens (reinforce); and
+    ``rollout_corr/{kl, k3_kl, chi2_token, rollout_is_mean, rollout_rs_masked_fraction}`` of this micro-batch.
+    """
+    if inputs.bypass_loss_type not in rollout_corr.BYPASS_LOSS_TYPES:
+        raise ValueError(f"bypass_mode: loss_type={inputs.bypass_loss_type!r} is not one of "
+                         f"{', '.join(rollout_corr.BYPASS_LOSS_TYPES)}")
+    mask = inputs.response_mask
+    rollout_logprobs = inputs.old_logprobs
+    current = inputs.logprobs.detach()
+    corr = rollout_corr.compute_rollout_correction(
+        current, rollout_logprobs, mask, inputs.rollout_is, inputs.rollout_is_threshold, False, inputs.rollout_rs,
+        inputs.rollout_rs_threshold) if mask.bool().any() else None
+    weights = corr.weights if corr is not None else None
+    if weights is not None and inputs.rollout_is_batch_normalize:
+        src = inputs.minibatch if inputs.minibatch is not None else inputs
+        with torch.no_grad():
+            all_weights, _ = rollout_corr.rollout_is_weights(src.logprobs.detach() - src.old_logprobs,
+                                                             src.response_mask, inputs.rollout_is,
+                                                             inputs.rollout_is_threshold)
+            mean = rollout_corr.is_weights_mean(all_weights, src.response_mask, inputs.rollout_is)
+        weights, _ = rollout_corr.normalise_is_weights(weights, mean)
+    kept = mask * corr.keep.to(mask) if corr is not None else mask
+    if inputs.agg_norm is None:  # the rejected tokens stay in the normaliser (verl's global batch info)
+        inputs = replace(inputs, agg_norm=AggNorm(float(mask.bool().sum().clamp(min=1)), float(mask.shape[0]),
+                                                  mask.shape[-1]))
+    if inputs.bypass_loss_type == "ppo_clip":
+        out = vanilla_policy_loss(replace(inputs, response_mask=kept, rollout_is_weights=None))
+    else:
+        loss_mat = -inputs.advantages * inputs.logprobs
+        if weights is not None:
+            loss_mat = loss_mat * weights.to(loss_mat)
+        loss = agg_loss(loss_mat, kept, inputs.loss_agg_mode, inputs.agg_norm)
+        out = PolicyLossOutputs(loss, _metrics(kept, None, None, (rollout_logprobs - current).to(loss.dtype)))
+    if corr is not None:
+        out.metrics.update({f"rollout_corr/{k}": corr.metrics[f"rollout_corr/{k}"] for k in _BYPASS_METRICS
+                            if f"rollout_corr/{k}" in corr.metrics})
+    return out
+
+
+bypass_mode_policy_loss.needs_minibatch = (  # type: ignore[attr-defined]
+    lambda o: o.rollout_is is not None and o.rollout_is_batch_normalize and o.bypass_loss_type == "reinforce")
 
 
 def trl_actor_settings(

@@ -124,3 +124,17 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = LOGIT_CHU
     """
     flat = logits.reshape(-1, logits.shape[-1])
     return _ChunkedEntropy.apply(flat, chunk_size).reshape(logits.shape[:-1])
+
+
+@torch.no_grad()
+def sum_pi_squared_from_logits(logits: torch.Tensor, chunk_size: int | None = LOGIT_CHUNK_TOKENS) -> torch.Tensor:
+    """``sum_v softmax(z)_v^2 = exp(logsumexp(2 z) - 2 logsumexp(z))`` over the last dim: (..., V) -> (...),
+    without gradient. The optimal token baseline's ``||s_t||^2 = 1 - 2 pi_t + sum_v pi_v^2`` needs it (verl's
+    ``calculate_sum_pi_squared_from_logits``). Pass temperature-scaled logits; computed ``chunk_size`` positions
+    at a time like the entropy."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    out = flat.new_empty(flat.shape[0])
+    for start, end in _chunks(flat.shape[0], chunk_size):
+        z = flat[start:end]
+        out[start:end] = torch.exp(torch.logsumexp(2.0 * z, dim=-1) - 2.0 * torch.logsumexp(z, dim=-1))
+    return out.reshape(logits.shape[:-1])

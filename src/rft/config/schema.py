@@ -53,12 +53,14 @@ STRATEGY_HELP = ("How the model is sharded over several processes (docs/scaling.
                  "every decoder layer, then the root) or fsdp (FSDP1, FullyShardedDataParallel with the decoder "
                  "layers as units); one process uses neither.")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
-# The names registered in rft.algorithms.ADV_ESTIMATORS (a test keeps the two equal): verl's nine and Trinity-RFT's
-# opmd and asymre.
+# The names registered in rft.algorithms.ADV_ESTIMATORS (a test keeps the two equal): verl 0.9.1's (less its
+# grpo_vectorized / rloo_vectorized implementation variants) and Trinity-RFT's opmd and asymre.
 ADV_ESTIMATOR_NAMES = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo",
-                       "grpo_passk", "gpg", "opmd", "asymre")
+                       "grpo_passk", "gpg", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline", "opmd",
+                       "asymre")
 # The names registered in rft.algorithms.POLICY_LOSSES / KL_ESTIMATORS and LOSS_AGG_MODES (a test keeps them equal).
-POLICY_LOSS_NAMES = ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "opmd")
+POLICY_LOSS_NAMES = ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "opmd", "dro",
+                     "dppo_tv", "dppo_kl", "bypass_mode")
 KL_ESTIMATOR_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+",
                       "low_var_kl+", "k3+", "full")
 # transformers' TrainingArguments.optim names and get_scheduler names (rft.workers.optim builds them).
@@ -66,8 +68,8 @@ OPTIMIZER_NAMES = ("adamw_torch", "adamw_torch_fused", "adafactor", "ademamix", 
                    "galore_adamw", "lomo", "adalomo", "grokadamw", "schedule_free_sgd")
 SCHEDULER_NAMES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                    "inverse_sqrt", "reduce_lr_on_plateau")
-LOSS_AGG_MODE_NAMES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
-                       "seq-mean-token-sum-maxlen")
+LOSS_AGG_MODE_NAMES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
+                       "seq-mean-token-sum-norm", "seq-mean-token-sum-maxlen")
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -217,10 +219,13 @@ class FSDPConfig:
 class PolicyLossConfig:
     loss_mode: str = fld(
         "vanilla",
-        "Policy loss (formulas, papers: docs/algorithms.md): vanilla (dual-clip PPO), gspo (sequence ratio; "
-        "always seq-mean-token-mean), gpg (-logp * A), cispo (clipped ratio as a stop-gradient weight), sapo (soft "
+        "Policy loss (formulas, papers: docs/algorithms.md): vanilla (dual-clip PPO), gspo (sequence ratio; the "
+        "paper aggregates with loss_agg_mode=seq-mean-token-mean), gpg (-logp * A), cispo (clipped ratio as a stop-gradient weight), sapo (soft "
         "gate, tau_pos / tau_neg; always seq-mean-token-mean), geo_mean (GMPO; mean over sequences), clip_cov, "
-        "kl_cov (covariance-selected tokens), opmd (Trinity-RFT; divided by 1 + tau).",
+        "kl_cov (covariance-selected tokens), opmd (Trinity-RFT; divided by 1 + tau), dro (quadratic log-ratio "
+        "penalty, dro_beta), dppo_tv / dppo_kl (DPPO: a trust region on the probability change or the binary KL, "
+        "clip_ratio_low / high its thresholds, clip_ratio_c the IS truncation), bypass_mode (verl's bypass-mode "
+        "loss: needs algorithm.rollout_correction.bypass_mode=true and reads its options there).",
         choices=POLICY_LOSS_NAMES,
     )
     clip_cov_ratio: float = fld(0.0002, "clip_cov: fraction of the mini-batch's valid tokens whose gradient is cut (> 0).")
@@ -230,6 +235,8 @@ class PolicyLossConfig:
                                       "that get the ppo_kl_coef * |log-ratio| penalty (> 0).")
     ppo_kl_coef: float = fld(0.1, "kl_cov: coefficient of the |log-ratio| penalty (>= 0).")
     tau: float = fld(1.0, "opmd: regularisation strength (Trinity-RFT's tau, >= 0); the loss is divided by 1 + tau.")
+    dro_beta: Optional[float] = fld(None, "dro: coefficient of the quadratic log-ratio penalty; required (> 0) with "
+                                          "loss_mode=dro.")
 
 
 @dataclass
@@ -264,16 +271,25 @@ class ActorConfig:
     clip_ratio_c: float = fld(3.0, "Dual-clip constant: for A < 0 the loss is capped at -A * clip_ratio_c.")
     loss_agg_mode: str = fld(
         "token-mean",
-        "How a per-token loss is reduced, with the mini-batch's global normaliser: token-mean (sum / tokens), "
-        "seq-mean-token-sum (sum / sequences), seq-mean-token-mean (mean of per-sequence token means), "
-        "seq-mean-token-sum-norm (sum / max_response_length), seq-mean-token-sum-maxlen (sum / (sequences x "
-        "max_response_length): TRL's dr_grpo).",
+        "How a per-token loss is reduced, with the mini-batch's global normaliser (verl 0.9.1's agg_loss): "
+        "token-mean (sum / tokens), token-sum (the sum itself), seq-mean-token-sum (sum / sequences), "
+        "seq-mean-token-mean (mean of per-sequence token means), seq-mean-token-sum-norm (sum / (sequences x "
+        "loss_scale_factor): Dr. GRPO, TRL's dr_grpo), seq-mean-token-sum-maxlen (rft's earlier name for "
+        "seq-mean-token-sum-norm).",
         choices=LOSS_AGG_MODE_NAMES,
+    )
+    loss_scale_factor: Optional[int] = fld(
+        None, "seq-mean-token-sum-norm: the constant each sequence's token sum is divided by (> 0); null: "
+        "data.max_response_length."
     )
     policy_loss: PolicyLossConfig = sub(PolicyLossConfig, "Policy loss function.")
     tau_pos: float = fld(1.0, "sapo: gate temperature of tokens with a positive advantage (> 0).")
     tau_neg: float = fld(1.05, "sapo: gate temperature of tokens with a zero or negative advantage (> 0).")
     entropy_coeff: float = fld(0.0, "Entropy bonus: loss -= entropy_coeff * entropy.")
+    calculate_sum_pi_squared: bool = fld(
+        False, "Compute sum_v pi_v^2 of the policy at each response token in the old log-prob pass (forces that "
+        "pass); required by adv_estimator=optimal_token_baseline / tir_optimal_token_baseline."
+    )
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO style).")
     use_torch_compile: bool = fld(False, "torch.compile the log-prob math.",
                                   unsupported="torch.compile of the log-prob and entropy math is not implemented "
@@ -473,12 +489,50 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    rollout_is: Optional[str] = fld(
+        None, "Importance weights pi_old / pi_rollout multiplied into the policy loss: token (per token) or sequence "
+        "(the product over the response, on each of its tokens); null: none. Needs the rollout's log-probs (the hf "
+        "engine records them) and makes the old log-probs be computed (docs/algorithms.md).",
+        choices=(None, "token", "sequence"),
+    )
+    rollout_is_threshold: Any = fld(
+        2.0, "A number (or a number as a string): the weights are truncated at it (TIS); a 'lower_upper' string "
+        "(e.g. '0.5_5.0'): weights outside [lower, upper] become 0 (IcePop)."
+    )
+    rollout_is_batch_normalize: bool = fld(
+        False, "Divide the weights by their mean over the batch (token level: over the tokens; sequence level: over "
+        "the sequences), so they average 1."
+    )
+    rollout_rs: Optional[str] = fld(
+        None, "Rejection sampling: tokens or sequences whose divergence from the rollout passes a threshold leave the "
+        "loss. Comma separated options: token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, seq_max_k2/k3 "
+        "(k1 = -log ratio, k2 = (log ratio)^2 / 2, k3 = ratio - 1 - log ratio); null: none."
+    )
+    rollout_rs_threshold: Any = fld(
+        None, "Thresholds of rollout_rs, one per option (comma separated) or one for all: a k1 option takes ratio "
+        "bounds 'lower_upper' or one number u for (1/u, u); k2 / k3 options one upper bound. Required with rollout_rs."
+    )
+    bypass_mode: bool = fld(
+        False, "Skip the old log-prob pass: the rollout's log-probs are the old ones, and the policy loss is verl's "
+        "bypass_mode (policy_loss.loss_mode vanilla or bypass_mode), which computes the weights and the rejection "
+        "above against the current policy in each micro-batch."
+    )
+    loss_type: str = fld(
+        "ppo_clip", "bypass_mode's loss: ppo_clip (PPO's clipped ratio to the rollout; the weights are not applied) "
+        "or reinforce (-A * weight * logp, no clip).", choices=("ppo_clip", "reinforce"),
+    )
+
+
+@dataclass
 class AlgorithmConfig:
     gamma: float = fld(1.0, "Discount factor of returns.")
     lam: float = fld(1.0, "GAE lambda.")
     adv_estimator: str = fld(
         "grpo",
-        "Advantage estimator (formulas and papers: docs/algorithms.md). gae builds a critic (critic.*).",
+        "Advantage estimator (formulas and papers: docs/algorithms.md). gae builds a critic (critic.*); gdpo needs "
+        "gdpo_reward_keys; optimal_token_baseline / tir_optimal_token_baseline need "
+        "actor_rollout_ref.actor.calculate_sum_pi_squared=true.",
         choices=ADV_ESTIMATOR_NAMES,
     )
     norm_adv_by_std_in_grpo: bool = fld(
@@ -505,6 +559,16 @@ class AlgorithmConfig:
     )
     kl_ctrl: KLCtrlConfig = sub(KLCtrlConfig, "In-reward KL controller.")
     filter_groups: FilterGroupsConfig = sub(FilterGroupsConfig, "DAPO's dynamic sampling (verl's DAPO recipe keys).")
+    rollout_correction: RolloutCorrectionConfig = sub(
+        RolloutCorrectionConfig, "Off-policy correction between the rollout policy and the trained one (verl's keys).")
+    gdpo_reward_keys: Optional[List[str]] = fld(
+        None, "gdpo: the reward dimensions, keys of the reward function's returned dict (or the names of several "
+        "reward functions, custom_reward_function.name); each is normalised in its group on its own. Required with "
+        "adv_estimator=gdpo."
+    )
+    gdpo_reward_weights: Optional[List[float]] = fld(
+        None, "gdpo: one weight per gdpo_reward_keys entry for the sum of the normalised dimensions; null: all 1."
+    )
 
 
 @dataclass
@@ -577,6 +641,10 @@ class CriticConfig:
     loss_agg_mode: Optional[str] = fld(
         None, "Aggregation of the value loss (names as actor.loss_agg_mode, the mini-batch's normaliser); null: "
         "actor.loss_agg_mode.", choices=(None, *LOSS_AGG_MODE_NAMES),
+    )
+    loss_scale_factor: Optional[int] = fld(
+        None, "seq-mean-token-sum-norm of the value loss: the constant each sequence's token sum is divided by "
+        "(> 0); null: actor.loss_scale_factor (verl's interpolation), else data.max_response_length."
     )
     checkpoint: ActorCheckpointConfig = sub(
         ActorCheckpointConfig, "What the critic's part of a checkpoint (global_step_N/critic/) holds: model, "

@@ -198,6 +198,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         t.refuse("algorithm.policy_loss_fn", f"={loss!r}: rft has {sorted(POLICY_LOSS_FNS)}")
     else:
         _set(out, f"{A}.policy_loss.loss_mode", POLICY_LOSS_FNS[loss])
+        if loss == "gspo":  # Trinity's gspo aggregates per sequence unless told otherwise (rft's, like verl's, by
+            _set(out, f"{A}.loss_agg_mode", "seq-mean-token-mean")  # loss_agg_mode, default token-mean)
     for key, value in (a.get("policy_loss_fn_args") or {}).items():
         target = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
                   "clip_range_high": f"{A}.clip_ratio_high", "tau": f"{A}.policy_loss.tau",

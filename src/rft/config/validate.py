@@ -234,6 +234,8 @@ def _check_loss_options(cfg: RFTConfig) -> None:
     for key, value in (("policy_loss.ppo_kl_coef", pl.ppo_kl_coef), ("policy_loss.tau", pl.tau)):
         if not value >= 0:
             raise ConfigError(f"{prefix}.{key} must be >= 0, got {value}")
+    _positive(f"{prefix}.loss_scale_factor", actor.loss_scale_factor, allow_none=True)
+    _positive("critic.loss_scale_factor", cfg.critic.loss_scale_factor, allow_none=True)
     if not pl.clip_cov_lb < pl.clip_cov_ub:
         raise ConfigError(
             f"{prefix}.policy_loss.clip_cov_lb ({pl.clip_cov_lb}) must be below clip_cov_ub ({pl.clip_cov_ub})"
@@ -264,6 +266,84 @@ def _check_loss_options(cfg: RFTConfig) -> None:
             f"algorithm.filter_groups.max_num_gen_batches must be an integer (<= 0: no limit), got "
             f"{fg.max_num_gen_batches!r}"
         )
+
+
+def _check_new_estimator_options(cfg: RFTConfig) -> None:
+    """gdpo's reward dimensions and the optimal token baseline's sum of squared probabilities: required where the
+    estimator reads them, refused where nothing would."""
+    from rft.algorithms import estimator_spec
+
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    needs = estimator_spec(algo.adv_estimator).needs
+    keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
+    if "reward_components" in needs:
+        if not keys or not all(isinstance(k, str) and k for k in keys) or len(set(keys)) != len(keys):
+            raise ConfigError(
+                f"algorithm.adv_estimator={algo.adv_estimator!r} needs algorithm.gdpo_reward_keys: a list of distinct "
+                "keys of the reward function's returned dict (or names of several reward functions), got "
+                f"{keys!r}"
+            )
+        if weights is not None and (len(weights) != len(keys) or not all(math.isfinite(w) for w in weights)):
+            raise ConfigError(
+                f"algorithm.gdpo_reward_weights={list(weights)} must hold {len(keys)} finite numbers, one per "
+                f"algorithm.gdpo_reward_keys entry {list(keys)}"
+            )
+    elif keys is not None or weights is not None:
+        raise ConfigError(
+            f"algorithm.gdpo_reward_keys / gdpo_reward_weights are options of adv_estimator=gdpo, got "
+            f"adv_estimator={algo.adv_estimator!r}; remove them (null)"
+        )
+    if "sum_pi_squared" in needs and not actor.calculate_sum_pi_squared:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} weights returns by the policy's sum of squared "
+            "probabilities: set actor_rollout_ref.actor.calculate_sum_pi_squared=true (as verl requires)"
+        )
+    if actor.calculate_sum_pi_squared and algo.rollout_correction.bypass_mode:
+        raise ConfigError(
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=true is computed in the old log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips: set one of them to false"
+        )
+
+
+def _check_rollout_correction(cfg: RFTConfig) -> None:
+    """algorithm.rollout_correction.*: thresholds that parse, options that act, the bypass-mode loss; dro_beta."""
+    from rft.algorithms.rollout_correction import parse_is_threshold, parse_rs_options, parse_rs_thresholds
+
+    rc, pl = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.actor.policy_loss
+    prefix = "algorithm.rollout_correction"
+    if pl.loss_mode == "dro" and not (pl.dro_beta is not None and pl.dro_beta > 0):
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode=dro needs actor_rollout_ref.actor.policy_loss.dro_beta > 0, "
+            f"got {pl.dro_beta!r}"
+        )
+    try:
+        parse_is_threshold(rc.rollout_is_threshold)
+        if rc.rollout_rs is not None:
+            parse_rs_thresholds(parse_rs_options(rc.rollout_rs), rc.rollout_rs_threshold)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{prefix}: {err}") from None
+    if rc.rollout_is is None and (rc.rollout_is_batch_normalize or rc.rollout_is_threshold != 2.0):
+        raise ConfigError(
+            f"{prefix}.rollout_is_threshold / rollout_is_batch_normalize shape the IS weights, which "
+            f"{prefix}.rollout_is=null turns off: set rollout_is (token or sequence), or remove them"
+        )
+    if rc.rollout_rs is None and rc.rollout_rs_threshold is not None:
+        raise ConfigError(f"{prefix}.rollout_rs_threshold is set but {prefix}.rollout_rs is null: set rollout_rs "
+                          "(e.g. seq_mean_k3) or remove the threshold")
+    if rc.bypass_mode and pl.loss_mode not in ("vanilla", "bypass_mode"):
+        raise ConfigError(
+            f"{prefix}.bypass_mode=true runs verl's bypass-mode loss (PPO-clip or REINFORCE, {prefix}.loss_type) "
+            f"in place of actor_rollout_ref.actor.policy_loss.loss_mode={pl.loss_mode!r}: set loss_mode=bypass_mode "
+            f"(or vanilla), or bypass_mode=false"
+        )
+    if pl.loss_mode == "bypass_mode" and not rc.bypass_mode:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode is verl's bypass-mode loss: its old log-probs "
+            f"must be the rollout's; set {prefix}.bypass_mode=true"
+        )
+    if rc.loss_type != "ppo_clip" and not rc.bypass_mode:
+        raise ConfigError(f"{prefix}.loss_type={rc.loss_type!r} chooses the bypass-mode loss: set "
+                          f"{prefix}.bypass_mode=true, or remove it")
 
 
 def _check_critic(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
@@ -629,6 +709,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
             )
     if not algo.tau > 0:
         raise ConfigError(f"algorithm.tau must be > 0 (opmd's logavgexp temperature), got {algo.tau}")
+    _check_new_estimator_options(cfg)
 
     # ---- ranges
     if not 0 < rollout.top_p <= 1 or not 0 < rollout.val_kwargs.top_p <= 1:
@@ -653,6 +734,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
         raise ConfigError(f"actor_rollout_ref.model.lora_rank must be >= 0, got {arr.model.lora_rank}")
     _check_checkpoint_contents("actor_rollout_ref.actor.checkpoint", actor.checkpoint)
     _check_loss_options(cfg)
+    _check_rollout_correction(cfg)
     _check_critic(cfg, world_size, check_paths)
     _check_reward_model(cfg, check_paths)
     _check_decoupled(cfg, world_size)

@@ -31,6 +31,7 @@ from rft.algorithms import (
     kl_penalty,
     make_kl_controller,
     masked_mean,
+    reward_components,
 )
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
@@ -53,9 +54,17 @@ from rft.trainer.checkpoint import (
     save_training_state,
     step_of,
 )
+from rft.trainer.rollout_correction import apply_rollout_correction, corrects_rollout
 from rft.workers.critic import CriticSettings, CriticWorker
 from rft.workers.fsdp import full_state_dict, wrap
-from rft.workers.policy import PolicyWorker, UpdateSettings, compute_logit_kl, compute_logprobs, reference_of
+from rft.workers.policy import (
+    PolicyWorker,
+    UpdateSettings,
+    compute_logit_kl,
+    compute_logprobs,
+    compute_old_logprobs,
+    reference_of,
+)
 
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
@@ -110,7 +119,10 @@ class RLTrainer:
         # With one optimizer step per batch of fresh experiences the policy that sampled is the policy being
         # updated, so the old log-probs are the detached current ones and need no forward pass of their own.
         updates = arr.actor.ppo_epochs * (cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size)
-        self.needs_old_logprobs = updates > 1 or cfg.algorithm.use_kl_in_reward
+        rc = cfg.algorithm.rollout_correction
+        self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
+                                   or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
+                                   ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
         self.ckpt = CheckpointManager(
             self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep,
             mirror=trainer.default_hdfs_dir,
@@ -141,7 +153,14 @@ class RLTrainer:
         self.set_token_rewards(batch)
         if self.needs_old_logprobs:
             with timer("old_log_prob"):
-                batch.old_logprobs = self.logprobs(batch, self.model, self.cfg.actor_rollout_ref.rollout)
+                batch.old_logprobs, batch.sum_pi_squared = compute_old_logprobs(
+                    self.model, batch, self.settings.temperature,
+                    _log_prob_micro_rows(self.cfg.actor_rollout_ref.rollout),
+                    self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared)
+        # off-policy correction against the rollout's log-probs (stale experiences, engine mismatch)
+        metrics.update(apply_rollout_correction(batch, self.cfg.algorithm.rollout_correction, self.dist))
+        if "reward_components" in self.adv_needs:  # gdpo: the reward dimensions the rows carry
+            batch.reward_components = reward_components(self.reward_values(batch), self.cfg.algorithm.gdpo_reward_keys)
         if self.needs_ref:
             with timer("ref"):
                 if self.needs_ref_logprobs:
@@ -188,6 +207,14 @@ class RLTrainer:
         if batch.reward_baselines is not None:
             metrics.update(self._stats("critic/reward_baselines", batch.reward_baselines))
         return metrics
+
+    @staticmethod
+    def reward_values(batch: Batch) -> dict[str, torch.Tensor]:
+        """(B,) per-row reward values by name: each named value the rows carry (a reward function's dict
+        entries, rm_score, ...) and `score`, the score the row trains with."""
+        names = list(batch.reward_rows[0]) if batch.reward_rows else []
+        values = {k: torch.tensor([row[k] for row in batch.reward_rows], dtype=torch.float32) for k in names}
+        return {**values, "score": batch.scores}
 
     def staleness_metrics(self, batch: Batch, step: int) -> dict[str, float]:
         """rollout/staleness/mean|max: trainer steps between the weights that generated each row and the weights
@@ -244,7 +271,9 @@ class RLTrainer:
             values=values, gamma=algo.gamma, lam=algo.lam,
             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, scale_rewards=algo.scale_rewards,
             reward_baselines=opt(batch.reward_baselines), opmd_baseline=algo.opmd_baseline, tau=algo.tau,
-            baseline_shift=algo.baseline_shift,
+            baseline_shift=algo.baseline_shift, reward_components=opt(batch.reward_components),
+            gdpo_reward_weights=algo.gdpo_reward_weights, old_logprobs=opt(batch.old_logprobs),
+            sum_pi_squared=opt(batch.sum_pi_squared), rollout_is_weights=opt(batch.rollout_is_weights),
         ))
         batch.advantages, batch.returns = out.advantages, out.returns
         if order is not None:  # this rank's rows, back from the one-process order

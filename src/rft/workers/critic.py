@@ -18,7 +18,7 @@ from torch import nn
 from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
 from rft.models.load import device_of
-from rft.workers.minibatch import MiniBatchWorker
+from rft.workers.minibatch import MiniBatchWorker, loss_tokens
 from rft.workers.policy import UpdateSettings, _pad, eval_passes, response_window
 
 
@@ -47,6 +47,7 @@ class CriticSettings:
     grad_clip: float
     cliprange_value: float
     bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
+    loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
 
     @classmethod
     def from_config(cls, cfg, actor: UpdateSettings) -> CriticSettings:
@@ -60,6 +61,7 @@ class CriticSettings:
             seed=actor.seed, max_response_length=cfg.data.max_response_length,
             loss_agg_mode=c.loss_agg_mode or a.loss_agg_mode, grad_clip=c.grad_clip, cliprange_value=c.cliprange_value,
             bad_update_limit=cfg.trainer.bad_update_limit,
+            loss_scale_factor=c.loss_scale_factor or a.loss_scale_factor,
         )
 
 
@@ -75,7 +77,7 @@ class CriticWorker(MiniBatchWorker):
     def _micro_loss(self, mb: Batch, norm: AggNorm) -> tuple[torch.Tensor, dict[str, float]]:
         vpreds = forward_values(self.model, mb)
         device = vpreds.device
-        mask = mb.response_mask.to(device).float()
+        mask = loss_tokens(mb).to(device).float()
         out = value_loss(vpreds, mb.values.to(device), mb.returns.to(device), mask, self.s.cliprange_value,
                          self.s.loss_agg_mode, norm)
         share = float(mask.sum()) / max(norm.num_tokens, 1.0)  # token share of this micro-batch

@@ -80,9 +80,16 @@ def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], g
     return grad_norm, False
 
 
+def loss_tokens(batch: Batch) -> torch.Tensor:
+    """(B, R) the tokens that carry loss: `batch.loss_mask` when set (rollout correction's rejection sampling
+    leaves the rejected tokens out of it), else the response mask. The response mask stays the attention mask."""
+    return batch.loss_mask if batch.loss_mask is not None else batch.response_mask
+
+
 def mini_batch_norm(mini: Batch, max_response_length: int, dist: Dist = SINGLE) -> AggNorm:
-    """The normalisers of a whole mini-batch (its rows on every rank), given to each of its micro-batches."""
-    counts = dist.sum(torch.tensor([float(mini.response_mask.sum()), float(len(mini))], dtype=torch.float64))
+    """The normalisers of a whole mini-batch (its rows on every rank), given to each of its micro-batches: its loss
+    tokens (`loss_tokens`), its rows, and `max_response_length` (seq-mean-token-sum-norm's constant)."""
+    counts = dist.sum(torch.tensor([float(loss_tokens(mini).sum()), float(len(mini))], dtype=torch.float64))
     return AggNorm(num_tokens=float(counts[0]), num_seqs=float(counts[1]), max_len=max_response_length)
 
 
@@ -123,8 +130,10 @@ class MiniBatchWorker:
         raise NotImplementedError
 
     def norm(self, mini: Batch) -> AggNorm:
-        """`mini_batch_norm` over every rank's rows of this mini-batch."""
-        return mini_batch_norm(mini, self.s.max_response_length, self.dist)
+        """`mini_batch_norm` over every rank's rows of this mini-batch; seq-mean-token-sum-norm divides by the
+        settings' `loss_scale_factor` when set, else by `max_response_length` (verl's rule)."""
+        max_len = getattr(self.s, "loss_scale_factor", None) or self.s.max_response_length
+        return mini_batch_norm(mini, max_len, self.dist)
 
     def accumulate(self, mini: Batch, micro_loss: Callable[[int, Batch], tuple[torch.Tensor, dict[str, float]]]
                    ) -> dict[str, float]:

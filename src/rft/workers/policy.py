@@ -5,8 +5,10 @@ estimator and an aggregation mode. The update loop (epochs, mini-batches counted
 each aggregated with the whole mini-batch's normaliser) is `workers/minibatch.py`'s, shared with the critic. Two
 capabilities are asked of the registries, never of a name: a KL estimator that `kl_needs_logits` (``full``) makes
 the worker run the reference on each micro-batch (no gradient) for its logits; a policy loss that
-`policy_loss_needs_minibatch` (clip_cov, kl_cov) gets the detached inputs of its whole mini-batch (one extra
-no-gradient forward pass per mini-batch, only when the mini-batch is split).
+`policy_loss_needs_minibatch` (clip_cov, kl_cov; bypass_mode's batch-normalised weights) gets the detached inputs
+of its whole mini-batch (one extra no-gradient forward pass per mini-batch, only when the mini-batch is split).
+The loss runs on `loss_tokens` (the response tokens rollout correction's rejection sampling kept) and multiplies the
+batch's rollout-correction IS weights in (`Batch.rollout_is_weights`), both set by the trainer.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rft.algorithms import (
     kl_penalty,
     logprobs_from_logits,
     policy_loss_needs_minibatch,
+    sum_pi_squared_from_logits,
 )
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
@@ -38,6 +41,7 @@ from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_sched
     build_optimizer,
     build_scheduler,
     clipped_step,
+    loss_tokens,
     mini_batch_norm,
 )
 
@@ -92,21 +96,39 @@ def forward_logprobs(
 
 @torch.no_grad()
 def eval_passes(model: nn.Module, batch: Batch, micro_rows: int | None,
-                forward: Callable[[Batch], torch.Tensor]) -> torch.Tensor:
+                forward: Callable[[Batch], torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
     """(B, R) of `forward(micro_batch)` ((b, R) each) over micro-batches of `micro_rows` rows (None: one pass),
-    without gradients and with `model` in eval mode (its mode restored after), on CPU, 0 on padding."""
+    without gradients and with `model` in eval mode (its mode restored after), on CPU, 0 on padding (`mask`,
+    default the response mask, when the output is not (B, R))."""
     was_training = model.training
     model.eval()
     try:
         parts = [forward(mb).cpu() for mb in batch.split(micro_rows or len(batch))]
     finally:
         model.train(was_training)
-    return torch.cat(parts) * batch.response_mask
+    return torch.cat(parts) * (batch.response_mask if mask is None else mask)
 
 
 def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None) -> torch.Tensor:
     """(B, R) log-probs without gradients, `micro_rows` rows per forward pass."""
     return eval_passes(model, batch, micro_rows, lambda mb: forward_logprobs(model, mb, temperature)[0])
+
+
+def compute_old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None,
+                         with_sum_pi_squared: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-probs (B, R), sum_v pi_v^2 (B, R) or None) of the policy without gradients, `micro_rows` rows per
+    pass; both from the same logits when `with_sum_pi_squared` (the optimal token baseline's input)."""
+    if not with_sum_pi_squared:
+        return compute_logprobs(model, batch, temperature, micro_rows), None
+    R = batch.response_ids.shape[1]
+
+    def both(mb: Batch) -> torch.Tensor:  # (b, 2R): log-probs, then sum pi^2
+        logits, labels = forward_logits(model, mb, temperature)
+        return torch.cat([_pad(logprobs_from_logits(logits, labels), R), _pad(sum_pi_squared_from_logits(logits), R)],
+                         dim=-1)
+
+    out = eval_passes(model, batch, micro_rows, both, mask=torch.cat([batch.response_mask] * 2, dim=-1))
+    return out[:, :R], out[:, R:]
 
 
 @contextmanager
@@ -173,29 +195,42 @@ class UpdateSettings:
     kl_cov_ratio: float = 0.0002  # kl_cov
     ppo_kl_coef: float = 0.1  # kl_cov
     opmd_tau: float = 1.0  # opmd
+    loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
+    dro_beta: float | None = None  # dro
+    # bypass_mode (algorithm.rollout_correction.*)
+    rollout_is: str | None = None
+    rollout_is_threshold: str | float = 2.0
+    rollout_is_batch_normalize: bool = False
+    rollout_rs: str | None = None
+    rollout_rs_threshold: str | float | None = None
+    bypass_loss_type: str = "ppo_clip"
     logit_chunk_tokens: int | None = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL; None: all
     bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
         """The settings of an RL config's actor section (clip ratios default to clip_ratio, the shuffle seed to
-        trainer.seed)."""
+        trainer.seed; rollout_correction.bypass_mode makes the loss bypass_mode)."""
         arr = cfg.actor_rollout_ref
-        actor, ro, pl = arr.actor, arr.rollout, arr.actor.policy_loss
+        actor, ro, pl, rc = arr.actor, arr.rollout, arr.actor.policy_loss, cfg.algorithm.rollout_correction
         return cls(
             n=ro.n, ppo_mini_batch_size=actor.ppo_mini_batch_size,
             micro_rows=actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size,
             ppo_epochs=actor.ppo_epochs, shuffle=actor.shuffle,
             seed=actor.data_loader_seed if actor.data_loader_seed is not None else cfg.trainer.seed,
             temperature=ro.temperature, max_response_length=cfg.data.max_response_length,
-            loss_mode=pl.loss_mode, loss_agg_mode=actor.loss_agg_mode,
+            loss_mode="bypass_mode" if rc.bypass_mode else pl.loss_mode, loss_agg_mode=actor.loss_agg_mode,
             clip_ratio_low=actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio,
             clip_ratio_high=actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio,
             clip_ratio_c=actor.clip_ratio_c, grad_clip=actor.grad_clip, entropy_coeff=actor.entropy_coeff,
             use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
             tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
             clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub, kl_cov_ratio=pl.kl_cov_ratio,
-            ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau, bad_update_limit=cfg.trainer.bad_update_limit,
+            ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau, loss_scale_factor=actor.loss_scale_factor,
+            dro_beta=pl.dro_beta, rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
+            rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
+            rollout_rs_threshold=rc.rollout_rs_threshold, bypass_loss_type=rc.loss_type,
+            bad_update_limit=cfg.trainer.bad_update_limit,
             logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
 
@@ -213,14 +248,19 @@ class PolicyWorker(MiniBatchWorker):
     def _loss_inputs(self, mb: Batch, logprobs: torch.Tensor, norm: AggNorm | None, seed: int) -> PolicyLossInputs:
         s = self.s
         device = logprobs.device
+        weights = mb.rollout_is_weights
         return PolicyLossInputs(
             logprobs=logprobs,
             old_logprobs=mb.old_logprobs.to(device) if mb.old_logprobs is not None else logprobs.detach(),
-            advantages=mb.advantages.to(device), response_mask=mb.response_mask.to(device).float(),
+            advantages=mb.advantages.to(device), response_mask=loss_tokens(mb).to(device).float(),
             clip_ratio_low=s.clip_ratio_low, clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
             loss_agg_mode=s.loss_agg_mode, agg_norm=norm, tau_pos=s.tau_pos, tau_neg=s.tau_neg,
             clip_cov_ratio=s.clip_cov_ratio, clip_cov_lb=s.clip_cov_lb, clip_cov_ub=s.clip_cov_ub,
             kl_cov_ratio=s.kl_cov_ratio, ppo_kl_coef=s.ppo_kl_coef, opmd_tau=s.opmd_tau, selection_seed=seed,
+            dro_beta=s.dro_beta, rollout_is_weights=weights.to(device) if weights is not None else None,
+            rollout_is=s.rollout_is, rollout_is_threshold=s.rollout_is_threshold,
+            rollout_is_batch_normalize=s.rollout_is_batch_normalize, rollout_rs=s.rollout_rs,
+            rollout_rs_threshold=s.rollout_rs_threshold, bypass_loss_type=s.bypass_loss_type,
         )
 
     def _micro_loss(self, mb: Batch, norm: AggNorm, seed: int = 0, minibatch: PolicyLossInputs | None = None,
@@ -237,13 +277,14 @@ class PolicyWorker(MiniBatchWorker):
         with torch.set_grad_enabled(s.entropy_coeff != 0 and torch.is_grad_enabled()):
             entropy = _pad(entropy_from_logits(logits if s.entropy_coeff else logits.detach(),
                                                s.logit_chunk_tokens), R)
-        mask = mb.response_mask.to(logprobs.device).float()
+        mask = loss_tokens(mb).to(logprobs.device).float()
         inputs = self._loss_inputs(mb, logprobs, norm, seed)
         inputs.minibatch, inputs.row_offset = minibatch, row_offset
         out = compute_policy_loss(s.loss_mode, inputs)
         loss = out.loss
         share = float(mask.sum()) / max(norm.num_tokens, 1.0)  # token share of this micro-batch
-        metrics = {f"actor/{k}": v * share for k, v in out.metrics.items()}
+        # a loss's own names (no '/') go under actor/; rollout_corr/... (bypass_mode) keep theirs
+        metrics = {(k if "/" in k else f"actor/{k}"): v * share for k, v in out.metrics.items()}
         metrics["actor/pg_loss"] = float(out.loss.detach())
         entropy_term = agg_loss(entropy, mask, s.loss_agg_mode, norm)
         metrics["actor/entropy"] = float(entropy_term.detach())
@@ -269,7 +310,7 @@ class PolicyWorker(MiniBatchWorker):
         norm = self.norm(mini)
         micro_rows = s.micro_rows or len(mini)
         whole, offset = None, 0
-        if policy_loss_needs_minibatch(s.loss_mode) and (micro_rows < len(mini) or self.dist.enabled):
+        if policy_loss_needs_minibatch(s.loss_mode, s) and (micro_rows < len(mini) or self.dist.enabled):
             # The token selection of this loss uses statistics of the whole mini-batch: give every micro-batch
             # the same detached inputs (current log-probs of all rows: one extra forward pass, no gradient),
             # with several processes those of every rank's rows (this rank's start at `offset`).
