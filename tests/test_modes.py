@@ -106,10 +106,15 @@ def test_trinity_async_example_runs(assets, tmp_path):
         f"buffer.explorer_input.taskset.path={tmp_path / 'tasks'}",
         f"buffer.explorer_input.eval_tasksets.0.path={tmp_path / 'tasks'}", "buffer.batch_size=4",
         "algorithm.repeat_times=4", "buffer.total_steps=3", "explorer.eval_interval=3", "model.max_response_tokens=6",
-        "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", cwd=tmp_path)
+        "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        f"trainer.trainer_config.custom_reward_function.path={assets / 'reward.py'}", cwd=tmp_path)
     out = tmp_path / "ck" / "rft_examples" / "trinity_async"
     trainer = lines(out / "metrics.jsonl")
     assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 1]
+    # the stale steps are corrected: old log-probs recomputed, truncated IS weights to the explorer's log-probs
+    assert all("timing_s/old_log_prob" in x and "rollout_corr/rollout_is_mean" in x for x in trainer)
+    assert trainer[0]["training/rollout_probs_diff_max"] < 1e-4  # on-policy: the same weights, fp32
+    assert trainer[2]["training/rollout_probs_diff_max"] > 1e-4  # one step stale: the policy moved since
     explorer = lines(out / "explorer" / "metrics.jsonl")
     assert "val-core/arithmetic/reward/mean@1" in explorer[-1]
     assert (out / "explorer" / "val_before_train.json").is_file() and (out / "model" / "config.json").is_file()
