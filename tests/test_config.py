@@ -304,7 +304,7 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
         (["data.train_batch_size=0"], ["data.train_batch_size", "positive"]),
         (["algorithm.adv_estimator=nope"], ["algorithm.adv_estimator='nope'", "grpo"]),
         (["algorithm.adv_estimator=gae", "critic.enable=false"], ["algorithm.adv_estimator='gae'", "critic"]),
-        (["trainer.logger=[console,wandb]"], ["trainer.logger", "wandb"]),
+        (["trainer.logger=[console,swanlab]"], ["trainer.logger", "swanlab", "protobuf"]),
         (["trainer.resume_mode=resume_path"], ["trainer.resume_from_path"]),
         (["data.train_files=train.csv"], ["data.train_files", "train.csv"]),
         (["actor_rollout_ref.actor.checkpoint.load_contents=[model,hf_model]"], ["load_contents", "subset"]),

@@ -28,7 +28,6 @@ VERL_EDITS = {
                                              "transformers and a KV cache)"),
     "actor_rollout_ref.actor.use_torch_compile": (False, "torch.compile of the log-prob math is not implemented "
                                                          "yet (issue 16)"),
-    "trainer.logger": (["console"], "the wandb logger is not available (metrics.jsonl and the console are)"),
 }
 
 
@@ -106,7 +105,7 @@ TRINITY_EDITS = {
 }
 # what each of the other example blocks of the page still asks for that rft does not have
 TRINITY_BLOCK_REFUSALS = {
-    "monitor": {"monitor.monitor_type", "monitor.monitor_args"},  # W&B: metrics.jsonl and the console only
+    "monitor": set(),  # monitor_type wandb with its base_url / api_key: trainer.logger, trainer.monitor_args
     "explorer": {"explorer.rollout_model.engine_type", "explorer.runner_per_model", "explorer.max_timeout",
                  "explorer.max_retry_times", "explorer.env_vars", "explorer.auxiliary_models"},  # GPU only: vLLM;
     # the workflow runners are issue 14's
