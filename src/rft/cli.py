@@ -304,7 +304,7 @@ def report(error: BaseException, debug: bool) -> int:
     """Print `error` as rft's one line (after its traceback with `debug`); return the exit status."""
     import traceback
 
-    from rft.errors import EXIT_BUG, RftError, describe_os_error
+    from rft.errors import EXIT_BUG, RftError, describe_failure
     from rft.interrupts import Interrupted, StopNow
 
     if debug:
@@ -317,15 +317,8 @@ def report(error: BaseException, debug: bool) -> int:
         print(f"rft: stopped by {name}; files rft writes are whole or absent, so the same command resumes from the "
               "last checkpoint", file=sys.stderr, flush=True)
         return 143 if name == "SIGTERM" else 130
-    if isinstance(error, RftError):
-        text, code = str(error), error.exit_code
-    elif isinstance(error, OSError):
-        text, code = describe_os_error(error), 2
-    else:
-        message = " ".join(str(error).split())[:300]
-        text = (f"unexpected {type(error).__name__}: {message}. This is a bug in rft (or a library it calls): "
-                "run again with --debug (or RFT_DEBUG=1) for the traceback and report it")
-        code = EXIT_BUG
+    text = describe_failure(error)
+    code = error.exit_code if isinstance(error, RftError) else 2 if isinstance(error, OSError) else EXIT_BUG
     print(f"rft: error: {text}", file=sys.stderr, flush=True)
     return code
 

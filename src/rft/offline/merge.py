@@ -29,6 +29,20 @@ def checkpoint_folder(path: str | Path) -> Path:
                    "or run folder holding one")
 
 
+def _load_dcp(folder: Path, model) -> None:
+    """The trainable weights of a DCP folder (several processes wrote it) into the one-process `model`, by name:
+    DCP reads exactly the tensors asked for and names any the folder lacks (LoRA settings that differ)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    state = {"model": {n: torch.empty_like(p.detach()) for n, p in params.items()}}
+    dcp.load(state, checkpoint_id=str(folder))
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(state["model"][name])
+
+
 def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path | None = None) -> Path:
     import torch
 
@@ -36,7 +50,7 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
     from rft.config.schema import RFTConfig
     from rft.config.sft_schema import SFTConfig
     from rft.models.load import export_hf, load_tokenizer, load_trainable_model
-    from rft.trainer.checkpoint import damage, load_policy_weights
+    from rft.trainer.checkpoint import POLICY_DCP, damage, load_policy_weights
 
     folder = checkpoint_folder(checkpoint)
     run = folder.parent.parent
@@ -64,7 +78,10 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
                        "any more; rft merge needs it to rebuild the model (give --config with a path that is)")
     model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
     try:
-        load_policy_weights(folder, model)
+        if (folder / POLICY_DCP).is_dir():
+            _load_dcp(folder / POLICY_DCP, model)
+        else:
+            load_policy_weights(folder, model)
     except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
         raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({' '.join(str(e).split())[:200]}); "
                               "give --config with the config it was trained with") from None
