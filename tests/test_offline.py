@@ -194,3 +194,13 @@ def test_merge_needs_the_runs_config(assets, tmp_path, capsys):
     assert "rebuilds the model from the run's config.yaml" in capsys.readouterr().err
     assert main(["merge", str(run), str(tmp_path / "m"), "--config", str(tmp_path / "elsewhere.yaml")]) == 0
     assert math.isclose(_same_weights(run / "model", tmp_path / "m"), 0.0)
+
+
+def test_offline_examples_load():
+    from rft.config.offline_schema import load_eval_config, load_generation_config
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "offline"
+    generation = load_generation_config(root / "generate.yaml", validate_paths=False)
+    assert generation.data.n_samples == 1 and generation.rollout.do_sample is False
+    evaluation = load_eval_config(root / "eval.yaml", validate_paths=False)
+    assert evaluation.data.path == generation.data.output_path  # eval reads what generate writes
