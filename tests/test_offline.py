@@ -109,6 +109,21 @@ def test_generate_then_eval_reproduce_the_demos_held_out_accuracy(tmp_path_facto
     metrics = json.loads((tmp_path / "val_responses.metrics.json").read_text())["metrics"]
     assert metrics["eval/arithmetic/reward/mean@1"] == pytest.approx(demo["rl_accuracy"], abs=1e-9)
     assert metrics["eval/arithmetic/pass@1"] == pytest.approx(demo["rl_accuracy"], abs=1e-9)
+    # and response by response: the demo's own held-out evaluation (rft.trainer.demo.held_out_accuracy) says the same
+    from rft.data.dataset import PromptDataset
+    from rft.explorer.evaluate import eos_token_ids, evaluate
+    from rft.models.load import load_causal_lm, load_tokenizer
+    from rft.rewards import default_compute_score
+    from rft.rollout import HFRollout, SamplingParams
+
+    tokenizer = load_tokenizer(str(run / "grpo" / "model"))
+    model = load_causal_lm(str(run / "grpo" / "model"), torch.float32, torch.device("cpu"))
+    _, samples = evaluate(HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id), tokenizer,
+                          PromptDataset(run / "data" / "val.parquet", tokenizer), default_compute_score,
+                          SamplingParams(n=1, do_sample=False, temperature=0.0, max_tokens=5))
+    assert [r["responses"][0] for r in rows] == [s["response"] for s in samples]
+    scores = [json.loads(line)["scores"][0] for line in (tmp_path / "val_responses.scores.jsonl").read_text().splitlines()]
+    assert scores == [s["score"] for s in samples]
     capsys.readouterr()
     # sampled: n responses per prompt, reproducible from the seed
     def sampled(name: str) -> list:
