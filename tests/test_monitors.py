@@ -243,3 +243,12 @@ def test_tracker_sends_scalars_and_tables_to_every_monitor_and_resumes_tensorboa
         {"step": 3, "samples": [{"prompt": "1+1=", "response": "2", "score": 1.0}]}]
     assert dict(texts[GENERATIONS])[3].splitlines() == ["| step | prompt | response | score |", "|---|---|---|---|",
                                                         "| 3 | 1+1= | 2 | 1.0 |"]
+
+
+def test_mode_bench_logs_to_the_monitors_too(assets, tmp_path):
+    out = tmp_path / "run"
+    assert main(_train_args(assets, out, "trainer.mode=bench", "trainer.val_before_train=true",
+                            "trainer.logger=[tensorboard]")) == 0
+    scalars, _ = read_tensorboard(out / "bench" / "monitor" / "tensorboard")
+    (row,) = _jsonl(out / "bench" / "metrics.jsonl")
+    assert scalars["bench/arithmetic/reward/mean@1"] == [(0, pytest.approx(row["bench/arithmetic/reward/mean@1"]))]

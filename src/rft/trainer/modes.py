@@ -298,6 +298,10 @@ def run_bench(cfg) -> Path:
     if not models:
         raise FileNotFoundError(f"mode bench: no checkpoints in {out / 'checkpoints'} (and trainer.val_before_train "
                                 "is false): nothing to evaluate")
+    from rft.monitor.backends import RunInfo, build_monitors
+
+    monitors = build_monitors(t.logger, RunInfo(out / "bench", t.project_name, t.experiment_name, "bench", cfg,
+                                                 dict(t.monitor_args), 0))
     lines = []
     for step, name in models:
         with torch.no_grad():
@@ -312,6 +316,10 @@ def run_bench(cfg) -> Path:
         write_text_atomic(out / "bench" / "metrics.jsonl", "".join(x + "\n" for x in lines))
         print(f"rft bench: {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("bench/")),
               flush=True)
+        for monitor in monitors:
+            monitor.log(step, {k: v for k, v in row.items() if k.startswith("bench/")})
+    for monitor in monitors:
+        monitor.close()
     return out / "bench" / "metrics.jsonl"
 
 
