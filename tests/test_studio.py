@@ -45,8 +45,10 @@ def test_every_field_comes_from_the_schema(kind, schema):
     for key, f, default in leaves:
         field = by_key[key]
         assert field["help"] == f.metadata["help"] and field["default"] == json.loads(json.dumps(default, default=str))
-        assert field["choices"] == (json.loads(json.dumps(list(f.metadata["choices"])))
-                                    if "choices" in f.metadata else None)
+        if "choices" in f.metadata:
+            assert field["choices"] == json.loads(json.dumps(list(f.metadata["choices"])))
+        else:  # a nullable bool is a choice of null, true, false; other fields have no list
+            assert field["choices"] == ([None, True, False] if str(f.type) == "Optional[bool]" else None), key
         assert field["unsupported"] == f.metadata.get("unsupported")
     assert {k for k, f in by_key.items() if f["beginner"]} == set(forms.BEGINNER[kind])
     assert by_key[next(iter(forms.BEGINNER[kind]))]["beginner"]

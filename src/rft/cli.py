@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("studio", help="web app on this machine: a config generator (forms from the schema, "
                        "validated as rft train validates) and a live view of run folders")
-    q.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+    q.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only; "
+                   "the studio writes files and starts runs, so serve it beyond this machine only on a trusted network)")
     q.add_argument("--port", type=int, default=8501, help="port (0: any free one; the URL is printed)")
     q.add_argument("--runs", default="runs", help="the folder whose run folders the run view lists (default runs/)")
     q.add_argument("--open", action="store_true", help="open the page in a browser")

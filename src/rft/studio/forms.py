@@ -42,7 +42,7 @@ def _input_type(f: dataclasses.Field, default: Any) -> tuple[str, bool]:
     annotation = str(f.type)
     nullable = annotation.startswith("Optional[") or default is None
     inner = annotation.removeprefix("Optional[").removesuffix("]") if annotation.startswith("Optional[") else annotation
-    if "choices" in f.metadata:
+    if "choices" in f.metadata or (inner == "bool" and nullable):  # a null bool: null, true or false
         return "choice", nullable
     return (inner if inner in ("bool", "int", "float", "str") else "yaml"), nullable
 
@@ -74,7 +74,8 @@ def form(kind: str) -> dict:
         fields.append({
             "key": key, "section": key.rsplit(".", 1)[0] if "." in key else "", "type": input_type,
             "nullable": nullable, "default": _plain(value), "help": f.metadata.get("help", ""),
-            "choices": _plain(list(f.metadata["choices"])) if "choices" in f.metadata else None,
+            "choices": _plain(list(f.metadata["choices"])) if "choices" in f.metadata
+            else [None, True, False] if input_type == "choice" else None,
             "unsupported": f.metadata.get("unsupported"), "beginner": key in BEGINNER[kind],
         })
     return {"kind": kind, "command": f"rft {KINDS[kind][2]}", "sections": sections, "fields": fields}
