@@ -94,6 +94,18 @@ class DataConfig:
     )
     task_table: str = fld("tasks", "sql / queue tasksets: the table (columns id, and task: a verl row as JSON; "
                                    "rft.explorer.taskset.write_tasks fills one).")
+    system_prompt: Optional[str] = fld(None, "A system message put before every prompt that has none (Trinity-RFT's "
+                                             "format.system_prompt).")
+    system_prompt_key: Optional[str] = fld(None, "The column holding each row's system message (wins over "
+                                                 "system_prompt; Trinity's format.system_prompt_key).")
+    response_key: Optional[str] = fld(None, "The column holding each row's reference answer, given to the reward "
+                                            "function as ground_truth instead of reward_model.ground_truth "
+                                            "(Trinity's format.response_key).")
+    tools_key: Optional[str] = fld(None, "The column holding each row's tools (OpenAI function schemas), rendered "
+                                         "by the chat template and called in tool_call_workflow (Trinity's "
+                                         "format.tools_key).")
+    chat_template: Optional[str] = fld(None, "A Jinja chat template used instead of the tokenizer's (Trinity's "
+                                             "format.chat_template).")
     val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
     prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
     max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")
@@ -777,6 +789,38 @@ class SynchronizerConfig:
 
 
 @dataclass
+class WorkflowConfig:
+    type: str = fld(
+        "simple_workflow",
+        "How a task becomes experiences (Trinity-RFT's default_workflow_type): simple_workflow (one chat turn per "
+        "sample: rft's batched default), math_workflow (the same with a think / answer system prompt), "
+        "tool_call_workflow (multi-turn tool use), or a workflow registered in the file `path`.",
+    )
+    path: Optional[str] = fld(None, "A Python file whose classes register workflows (rft.explorer.workflow."
+                                    "register_workflow); loaded in the explorer.")
+    args: Dict[str, Any] = fld({}, "The workflow's arguments (Trinity's workflow_args): tool_call_workflow takes "
+                                   "max_turns, tool_call_parser (hermes | pythonic), tools_path, tool_timeout.")
+    runner_per_model: int = fld(8, "Workflows run at once (threads; their model calls batch together).")
+    max_timeout: float = fld(900.0, "Seconds a workflow may run on one task before it is cut (then retried).")
+    max_retry_times: int = fld(2, "Retries of a task whose workflow timed out, raised or returned garbage, before "
+                                  "the task is skipped (counted in workflow/skipped_tasks).")
+    env_vars: Dict[str, str] = fld({}, "Environment variables set in the explorer's process, where the workflows "
+                                       "run, before the first one starts.")
+    enable_history: bool = fld(
+        False, "Record every model call of a workflow (its own or through the OpenAI-compatible endpoint) for "
+               "model.extract_experience_from_history(); turns the endpoint on (Trinity's rollout_model."
+               "enable_history).")
+    endpoint: bool = fld(False, "Serve the explorer's model on 127.0.0.1 as an OpenAI-compatible API for the "
+                                "workflows (model.get_openai_client()); on with enable_history.")
+    endpoint_port: int = fld(0, "The endpoint's port; 0: a free one.")
+    tool_call_parser: str = fld("hermes", "How the endpoint finds tool calls in a reply for `tools` requests.",
+                                choices=("hermes", "pythonic"))
+    auxiliary_models: List[Any] = fld(
+        [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "
+            "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen.")
+
+
+@dataclass
 class RFTConfig:
     data: DataConfig = sub(DataConfig, "Prompts.")
     actor_rollout_ref: ActorRolloutRefConfig = sub(ActorRolloutRefConfig, "Policy, rollout and reference.")
@@ -789,3 +833,5 @@ class RFTConfig:
         ExperienceBufferConfig, "Where the explorer's experiences wait for the trainer (rft keys, Trinity-RFT's names).")
     synchronizer: SynchronizerConfig = sub(
         SynchronizerConfig, "When and how weights travel from trainer to explorer (rft keys, Trinity-RFT's names).")
+    workflow: WorkflowConfig = sub(WorkflowConfig, "How the explorer turns tasks into experiences (rft keys, "
+                                                   "Trinity-RFT's names).")

@@ -53,6 +53,10 @@ KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 # Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
 EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
 SYNCHRONIZER_KEYS = ("sync_method", "sync_interval", "sync_offset", "sync_timeout")
+# Trinity-RFT's task format keys that are rft's data keys (same names)
+FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key", "chat_template")
+# explorer keys that are rft's workflow keys (same names)
+WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars", "auxiliary_models")
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 M = "actor_rollout_ref.model"
@@ -344,19 +348,35 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -
         if storage != "file":
             t.refuse(f"{where}.storage_type", f"={storage!r}: rft reads eval tasksets from files (jsonl / parquet)")
     fmt = _section(ts.pop("format", None), f"{where}.format")
-    if "prompt_key" in fmt:
-        _set_shared(t, out, "data.prompt_key", fmt.pop("prompt_key"), f"{where}.format.prompt_key")
-    if fmt.pop("prompt_type", "plaintext") not in ("plaintext", "messages"):
+    ptype = fmt.pop("prompt_type", "plaintext")
+    if ptype not in ("plaintext", "messages"):
         t.refuse(f"{where}.format.prompt_type", "rft reads a string or a chat message list")
-    t.rest(fmt, f"{where}.format", "rft scores rows by data_source and reward_model.ground_truth (verl's row "
-                                   "format) or custom_reward_function; Trinity's workflows are not implemented")
+    # the prompt column: prompt_key (plaintext) or messages_key (messages); rft reads either form from it
+    prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
+    if prompt_column is not None:
+        _set_shared(t, out, "data.prompt_key", prompt_column, f"{where}.format.prompt_key")
+    for key in FORMAT_KEYS:
+        if key in fmt:
+            _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
+    t.rest(fmt, f"{where}.format", NOT_HONOURED)
     _taskset_args(t, ts, where, eval_set, out)
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
         _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
-    t.rest(ts, where, "Trinity's workflows and reward functions are not implemented: rft scores rows by "
-                      "data_source (verl's row format) or custom_reward_function")
+    _workflow_keys(t, ts, where, out)
+    t.rest(ts, where, NOT_HONOURED)
     return files
+
+
+def _workflow_keys(t: _Translation, section: dict, where: str, out: dict) -> None:
+    """default_workflow_type, default_reward_fn_type and workflow_args of the buffer or a taskset: one value per run
+    (rft has one workflow and one reward function for its tasks and its validation)."""
+    for key, target in (("default_workflow_type", "workflow.type"),
+                        ("default_reward_fn_type", "custom_reward_function.reward_fn_type"),
+                        ("workflow_args", "workflow.args")):
+        if key in section and section[key] is not None:
+            _set_shared(t, out, target, section.pop(key), f"{where}.{key}")
+        section.pop(key, None)
 
 
 def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) -> None:
@@ -431,9 +451,9 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
     else:  # an sft stage inherits the global explorer input, which belongs to the RL stages
         t.rl_only += [f"buffer.explorer_input.{k}" for k in explorer_input]
     t.rest(trainer_input, "buffer.trainer_input", "auxiliary buffers are not implemented")
-    t.rest(b, "buffer", "Trinity's workflows and reward functions are not implemented: rft scores rows by "
-                        "data_source (verl's row format) or custom_reward_function" if any(
-                            k.startswith("default_") for k in b) else NOT_HONOURED)
+    if not sft:
+        _workflow_keys(t, b, "buffer", out)
+    t.rest(b, "buffer", NOT_HONOURED)
 
 
 def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
@@ -444,17 +464,22 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     if engine != "hf":
         t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft generates with its hf engine "
                                                        "(transformers with a KV cache); vLLM is not implemented")
-    for key, ok in (("engine_num", 1), ("tensor_parallel_size", 1), ("enable_history", False)):
+    for key, ok in (("engine_num", 1), ("tensor_parallel_size", 1)):
         if rm.pop(key, ok) != ok:
             t.refuse(f"explorer.rollout_model.{key}", f"rft runs one engine in its own process; only {ok!r}")
+    if "enable_history" in rm:
+        _set(out, "workflow.enable_history", rm.pop("enable_history"))
     t.rest(rm, "explorer.rollout_model", NOT_HONOURED)
+    for key in WORKFLOW_KEYS:
+        if key in e:
+            _set(out, f"workflow.{key}", e.pop(key))
     if "eval_interval" in e:
         _set(out, "trainer.test_freq", e.pop("eval_interval"))
     if "eval_on_startup" in e:
         _set(out, "trainer.val_before_train", e.pop("eval_on_startup"))
     if "bench_on_latest_checkpoint" in e:
         _set(out, "trainer.bench_on_latest_checkpoint", e.pop("bench_on_latest_checkpoint"))
-    t.rest(e, "explorer", "Trinity's workflow runners and auxiliary models are not implemented")
+    t.rest(e, "explorer", NOT_HONOURED)
 
 
 def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool) -> None:

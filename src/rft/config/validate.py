@@ -574,6 +574,71 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
         raise ConfigError("trainer.mode=train without data.train_files needs trainer.total_training_steps")
 
 
+BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
+
+
+def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
+    """workflow.*: a workflow rft has (or a file that may register it), sizes in range, and what the workflow
+    machinery does not combine with (a reward model, ReMax's greedy baselines, dynamic sampling, several
+    processes)."""
+    wf = cfg.workflow
+    _positive("workflow.runner_per_model", wf.runner_per_model)
+    if not wf.max_timeout > 0:
+        raise ConfigError(f"workflow.max_timeout must be > 0 seconds, got {wf.max_timeout}")
+    if not isinstance(wf.max_retry_times, int) or wf.max_retry_times < 0:
+        raise ConfigError(f"workflow.max_retry_times must be an integer >= 0, got {wf.max_retry_times!r}")
+    if not isinstance(wf.endpoint_port, int) or not 0 <= wf.endpoint_port <= 65535:
+        raise ConfigError(f"workflow.endpoint_port must be 0 (a free port) or a port number, got {wf.endpoint_port!r}")
+    if wf.type not in BUILTIN_WORKFLOWS and not wf.path:
+        raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}: set "
+                          "workflow.path to the Python file that registers it (rft.explorer.workflow."
+                          "register_workflow)")
+    if wf.path and check_paths and not Path(wf.path).expanduser().is_file():
+        raise ConfigError(f"workflow.path: file {wf.path!r} does not exist")
+    for i, spec in enumerate(wf.auxiliary_models):
+        if not isinstance(spec, dict) or not spec.get("model_path"):
+            raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")
+        unknown = set(spec) - {"model_path", "temperature", "max_tokens", "tensor_parallel_size", "engine_type",
+                               "name"}
+        if unknown:
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: keys {sorted(unknown)} are not honoured; rft takes "
+                              "model_path, temperature, max_tokens (and tensor_parallel_size 1, engine_type hf)")
+        if spec.get("tensor_parallel_size", 1) != 1 or spec.get("engine_type", "hf") not in ("hf",):
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
+                              "the explorer's process (tensor_parallel_size 1, engine_type hf)")
+        if check_paths:
+            _check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"])
+    if wf.type == "simple_workflow":
+        for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),
+                                    ("enable_history", wf.enable_history, False), ("endpoint", wf.endpoint, False),
+                                    ("auxiliary_models", wf.auxiliary_models, [])):
+            if value != default:
+                raise ConfigError(
+                    f"workflow.{key}={value!r} has no effect with workflow.type=simple_workflow (one batched chat turn "
+                    "per sample, no workflow code): set workflow.type to the workflow that uses it, or remove it"
+                )
+        return
+    why = None
+    if cfg.reward_model.enable:
+        why = "reward_model.enable (the reward model scores whole batches; workflows score their own experiences)"
+    elif "reward_baselines" in _estimator_needs(cfg):
+        why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} (its greedy baseline is one more generation of "\
+              "the batched single-turn path)"
+    elif cfg.algorithm.filter_groups.enable:
+        why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
+    elif world_size > 1:
+        why = "several processes (the workflow runners run in one process for now)"
+    if why:
+        raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
+                          "or drop it")
+
+
+def _estimator_needs(cfg: RFTConfig) -> frozenset:
+    from rft.algorithms import estimator_spec
+
+    return estimator_spec(cfg.algorithm.adv_estimator).needs
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -738,6 +803,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_critic(cfg, world_size, check_paths)
     _check_reward_model(cfg, check_paths)
     _check_decoupled(cfg, world_size)
+    _check_workflow(cfg, world_size, check_paths)
     _check_keys_with_readers(cfg)
     if check_paths and check_model_path:
         check_tokenizer_folder("data.tokenizer" if data.tokenizer else "actor_rollout_ref.model.path",

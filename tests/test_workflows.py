@@ -1,0 +1,317 @@
+"""Workflows: the generation server batches the calls of many workflow threads; multi-turn conversations keep the
+exact tokens with the tool turns masked; tool calls are parsed and tools run safely; workflows that hang, spin,
+raise or return garbage are cut, retried and skipped with a metric while the run goes on; the OpenAI-compatible
+endpoint serves the real `openai` client, and an agent written only against it trains through the endpoint with
+enable_history."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
+
+from rft.explorer.evaluate import eos_token_ids
+from rft.explorer.model import Cancelled, Conversation, GenerationServer, ModelHandle, WorkflowError
+from rft.explorer.tools import calculator, parse_tool_calls, run_tool
+from rft.models.load import load_causal_lm, load_tokenizer
+from rft.monitor import Timer
+from rft.rollout import HFRollout, SamplingParams
+from rft.tasks.calculator import TOOL
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return make_assets(tmp_path_factory.mktemp("assets"))
+
+
+@pytest.fixture(scope="module")
+def engine(assets):
+    model = load_causal_lm(str(assets / "model"), torch.float32, torch.device("cpu"))
+    tok = load_tokenizer(str(assets / "model"))
+    return HFRollout(model, eos_token_ids(model, tok), tok.pad_token_id), tok
+
+
+PARAMS = SamplingParams(n=1, temperature=1.0, max_tokens=5)
+
+
+# ------------------------------------------------------------------------------------------------ server
+class CountingEngine:
+    """The engine, counting its calls and rows."""
+
+    def __init__(self, engine):
+        self.inner, self.calls = engine, []
+        self.eos_ids, self.model = engine.eos_ids, engine.model
+
+    def generate(self, ids, mask, params, generator=None):
+        self.calls.append(ids.shape[0])
+        return self.inner.generate(ids, mask, params, generator)
+
+
+def test_concurrent_calls_are_served_in_one_batch_in_client_order(engine):
+    inner, tok = engine
+    counting = CountingEngine(inner)
+    server = GenerationServer(counting, tok, torch.Generator().manual_seed(0))
+    clients = [server.open((i,)) for i in range(6)]
+    results = {}
+
+    def call(i):
+        prompt = tok(f"{i}+{i}=", add_special_tokens=False)["input_ids"]
+        results[i] = server.submit(clients[i], [prompt], SamplingParams(n=2, temperature=1.0, max_tokens=4))
+        server.close(clients[i])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in reversed(range(6))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert counting.calls == [12]  # 6 clients x n=2, one engine call
+    assert all(len(results[i]) == 1 and len(results[i][0]) == 2 for i in range(6))
+    # the same requests again, in another thread order, give the same samples (rows ordered by client, one stream)
+    again = GenerationServer(counting, tok, torch.Generator().manual_seed(0))
+    clients = [again.open((i,)) for i in range(6)]
+    first = dict(results)
+    results.clear()
+    server_of = again
+
+    def call_again(i):
+        prompt = tok(f"{i}+{i}=", add_special_tokens=False)["input_ids"]
+        results[i] = server_of.submit(clients[i], [prompt], SamplingParams(n=2, temperature=1.0, max_tokens=4))
+        server_of.close(clients[i])
+
+    threads = [threading.Thread(target=call_again, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all([c.token_ids for c in results[i][0]] == [c.token_ids for c in first[i][0]] for i in range(6))
+
+
+def test_a_cancelled_client_holds_nobody_up(engine):
+    inner, tok = engine
+    server = GenerationServer(inner, tok)
+    busy, waiting = server.open((0,)), server.open((1,))  # `busy` never calls
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", server.submit(waiting, [[1, 2, 3]], PARAMS)))
+    t.start()
+    t.join(0.5)
+    assert t.is_alive()  # waits for `busy` to call too
+    server.close(busy, cancelled=True)
+    t.join(60)
+    assert len(out["r"][0]) == 1
+    with pytest.raises(Cancelled):
+        server.submit(busy, [[1, 2]], PARAMS)
+
+
+# ------------------------------------------------------------------------------------------ conversations
+def test_a_conversation_masks_what_the_model_did_not_write(engine):
+    inner, tok = engine
+    handle = ModelHandle(GenerationServer(inner, tok, torch.Generator().manual_seed(0)), tok,
+                         SamplingParams(n=1, temperature=1.0, max_tokens=6))
+    conv = handle.start([{"role": "user", "content": "12*34="}], tools=[TOOL])
+    prompt_text = conv.text
+    assert prompt_text.startswith("<|im_start|>system\ntools: calc<|im_end|>")
+    handle.respond([conv])
+    first = conv.last_reply
+    conv.add([{"role": "tool", "content": "408"}])
+    handle.respond([conv])
+    e = conv.to_experience(1.0)
+    # the tokens are the chat template's rendering of the whole conversation, up to the last generated token
+    rendered = tok.apply_chat_template(conv.messages, tools=[TOOL], tokenize=False)
+    assert tok.decode(e.tokens.tolist()) == conv.text and rendered.startswith(conv.text)
+    response = e.tokens[e.prompt_length:].tolist()
+    action = e.action_mask.tolist()
+    # the model's tokens are exactly its two turns; the tool turn and the template's glue are masked
+    assert tok.decode([t for t, a in zip(response, action) if a], skip_special_tokens=True) == first + conv.last_reply
+    masked = tok.decode([t for t, a in zip(response, action) if not a])
+    assert "<|im_start|>tool\n408<|im_end|>" in masked and masked.endswith("<|im_start|>assistant\n")
+    assert all(lp == 0.0 for lp, a in zip(e.logprobs.tolist(), action) if not a)
+    assert all(lp < 0.0 for lp, a in zip(e.logprobs.tolist(), action) if a)
+
+
+def test_a_template_that_rewrites_history_is_refused(engine):
+    _, tok = engine
+    rewriting = "{% for m in messages %}{% if not loop.last %}[old]{% endif %}{{ m['content'] }}{% endfor %}"
+    conv = Conversation(tok, [{"role": "user", "content": "hi"}], chat_template=rewriting)
+    conv.messages.append({"role": "assistant", "content": "x"})
+    with pytest.raises(WorkflowError, match="renders the conversation so far differently"):
+        conv.add([{"role": "user", "content": "again"}])
+
+
+# ------------------------------------------------------------------------------------------------ tools
+@pytest.mark.parametrize("text, parser, calls, rest", [
+    ('<tool_call>{"name": "calc", "arguments": {"e": "2*3"}}</tool_call>', "hermes", [("calc", {"e": "2*3"})], ""),
+    ('ok <tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call><tool_call>{"name": "b"}</tool_call>',
+     "hermes", [("a", {"x": 1}), ("b", {})], "ok"),
+    ("<tool_call>not json</tool_call>", "hermes", [], ""),
+    ('[calc(e="37*48")]', "pythonic", [("calc", {"e": "37*48"})], ""),
+    ('[f(a=1, b=[2, 3]), g()]', "pythonic", [("f", {"a": 1, "b": [2, 3]}), ("g", {})], ""),
+    ("[calc(e=__import__('os'))]", "pythonic", [], "[calc(e=__import__('os'))]"),  # never evaluated
+    ("1776", "pythonic", [], "1776"),
+])
+def test_tool_calls_are_parsed(text, parser, calls, rest):
+    got, left = parse_tool_calls(text, parser)
+    assert [(c.name, c.arguments) for c in got] == calls and left == rest
+
+
+def test_the_calculator_computes_and_refuses_code():
+    assert calculator("37*48") == "1776" and calculator(e="7/2") == "3.5" and calculator("(1+2)*-3") == "-9"
+    assert calculator("1/0") == "error: division by zero"
+    assert calculator("__import__('os').system('x')").startswith("error:")
+    assert calculator("2**10000").startswith("error:")
+
+
+def test_a_tool_that_fails_or_hangs_becomes_an_error_message():
+    from rft.explorer.tools import ToolCall
+
+    def boom(**_):
+        raise ValueError("bad input")
+
+    def hang(**_):
+        threading.Event().wait(30)
+
+    tools = {"boom": boom, "hang": hang}
+    assert run_tool(ToolCall("boom", {}), tools, 1.0) == "error: ValueError: bad input"
+    assert run_tool(ToolCall("hang", {}), tools, 0.2) == "error: tool 'hang' took longer than 0.2 s"
+    assert run_tool(ToolCall("nope", {}), tools, 1.0).startswith("error: unknown tool 'nope'")
+
+
+# ---------------------------------------------------------------------------------------------- runners
+BAD_WORKFLOWS = '''
+import time
+from rft.explorer.workflow import SimpleWorkflow, Workflow, register_workflow
+
+@register_workflow("flaky")
+class Flaky(SimpleWorkflow):
+    """Of each 8 tasks: the first hangs (sleeps), the second raises, the third returns garbage; the rest work."""
+    def run(self):
+        kind = self.task.index % 8
+        if kind == 0:
+            time.sleep(3600)
+        if kind == 1:
+            raise RuntimeError("the environment broke")
+        if kind == 2:
+            return ["not an experience"]
+        return super().run()
+
+@register_workflow("spinner")
+class Spinner(Workflow):
+    def run(self):
+        while True:
+            pass
+
+@register_workflow("broken")
+class Broken(Workflow):
+    def run(self):
+        raise RuntimeError("always")
+'''
+
+
+def test_hanging_raising_and_garbage_workflows_are_cut_retried_and_skipped(assets, tmp_path):
+    from rft.trainer.run import SyncRun
+
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "data.train_batch_size=8",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=8", "workflow.type=flaky",
+                            f"workflow.path={tmp_path / 'flaky.py'}", "workflow.max_timeout=5",
+                            "workflow.max_retry_times=1", "workflow.runner_per_model=8"))
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/tasks"] == 8 and metrics["workflow/skipped_tasks"] == 3
+    assert metrics["workflow/timeouts"] == 2 and metrics["workflow/errors"] == 2
+    assert metrics["workflow/bad_results"] == 2 and metrics["workflow/retries"] == 3
+    assert metrics["actor/grad_norm"] > 0  # the five good tasks trained
+    # a step whose every task fails trains nothing, and the run goes on
+    broken = SyncRun(rl_config(assets, tmp_path / "out2", "workflow.type=broken",
+                               f"workflow.path={tmp_path / 'flaky.py'}", "workflow.max_retry_times=0"))
+    empty = broken.train_step(1, Timer())
+    assert empty["train/empty_step"] == 1.0 and empty["workflow/skipped_tasks"] == 4 and "actor/grad_norm" not in empty
+
+
+def test_a_spinning_workflow_is_stopped(assets, tmp_path):
+    from rft.data.dataset import Prompt
+    from rft.explorer.model import GenerationServer
+    from rft.explorer.runner import RunnerSettings, WorkflowRunner
+    from rft.explorer.workflow import Task, load_workflow_file, workflow_class
+
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    load_workflow_file(str(tmp_path / "flaky.py"))
+    server = GenerationServer(None, None)
+    runner = WorkflowRunner(workflow_class("spinner"), server, lambda: ModelHandle(server, None, PARAMS),
+                            RunnerSettings(runner_per_model=2, max_timeout=0.5, max_retry_times=1))
+    tasks = [Task(prompt=Prompt([1], "x", "1", {}), index=i) for i in (900, 901)]
+    results, metrics = runner.run(tasks)
+    assert results == [[], []] and metrics["workflow/timeouts"] == 4 and metrics["workflow/skipped_tasks"] == 2
+    deadline = __import__("time").monotonic() + 10
+    while any(t.name.startswith("rft-workflow-90") and t.is_alive() for t in threading.enumerate()):
+        assert __import__("time").monotonic() < deadline, "a spinning workflow thread was not stopped"
+        __import__("time").sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------------ the endpoint
+AGENT_WORKFLOW = '''
+from rft.explorer.workflow import Workflow, register_workflow
+
+@register_workflow("openai_agent")
+class OpenAIAgent(Workflow):
+    """An agent that knows only the openai client: it asks twice, then the workflow rewards the calls."""
+    def run(self):
+        client = self.model.get_openai_client()
+        messages = list(self.task.messages)
+        for _ in range(2):
+            reply = client.chat.completions.create(model=client.models.list().data[0].id, messages=messages,
+                                                   n=1, max_tokens=4, logprobs=True, temperature=1.0)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+            messages.append({"role": "user", "content": "again"})
+        experiences = self.model.extract_experience_from_history()
+        for i, e in enumerate(experiences):
+            e.reward = float(len(e.info["response_text"]) % 3) + 0.1 * self.task.index + 0.01 * i
+        return experiences
+'''
+
+
+def test_an_openai_client_agent_trains_through_the_endpoint(assets, tmp_path):
+    pytest.importorskip("openai")
+    from rft.trainer.run import SyncRun
+
+    (tmp_path / "agent.py").write_text(AGENT_WORKFLOW)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "workflow.type=openai_agent",
+                            f"workflow.path={tmp_path / 'agent.py'}", "workflow.enable_history=true",
+                            "actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=reinforce_plus_plus"))
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 4
+    assert metrics["actor/grad_norm"] > 0
+    assert_all_moved(before, run.trainer.model)
+    assert metrics["workflow/model_calls"] == 2  # 4 agents x 2 calls, batched: one engine call per turn
+
+
+def test_the_endpoint_answers_the_openai_client(engine):
+    openai = pytest.importorskip("openai")
+    from rft.explorer.server import Endpoint
+
+    inner, tok = engine
+    server = GenerationServer(inner, tok, torch.Generator().manual_seed(0))
+    endpoint = Endpoint(lambda: ModelHandle(server, tok, SamplingParams(n=1, temperature=1.0, max_tokens=8)),
+                        "tiny", "pythonic")
+    try:
+        client = openai.OpenAI(base_url=endpoint.api_base, api_key="anything", max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["tiny"]
+        out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "1+1="}], n=3,
+                                             max_tokens=5, logprobs=True)
+        assert len(out.choices) == 3 and all(c.finish_reason in ("stop", "length") for c in out.choices)
+        lp = out.choices[0].logprobs.content
+        assert lp and all(t.logprob <= 0 for t in lp)
+        text = b"".join(bytes(t.bytes) for t in lp).decode("utf-8", "replace").replace("<|im_end|>", "")
+        assert text == out.choices[0].message.content
+        text = client.completions.create(model="tiny", prompt=["ab", "cd"], max_tokens=3, logprobs=1)
+        assert len(text.choices) == 2 and len(text.choices[0].logprobs.token_logprobs) >= 1
+        for bad, status in (({"model": "gpt-4"}, 404), ({"stream": True}, 400), ({"stop": ["x"]}, 400),
+                            ({"frequency_penalty": 1.0}, 400)):
+            with pytest.raises(openai.APIStatusError) as err:
+                client.chat.completions.create(**{"model": "tiny", "messages": [{"role": "user", "content": "x"}],
+                                                  **bad})
+            assert err.value.status_code == status
+    finally:
+        endpoint.close()
