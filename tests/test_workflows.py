@@ -315,3 +315,82 @@ def test_the_endpoint_answers_the_openai_client(engine):
             assert err.value.status_code == status
     finally:
         endpoint.close()
+
+
+# ------------------------------------------------------------------------------------- the tool workflow
+class ScriptedEngine:
+    """An engine that calls the calculator on the user's question and then answers with the tool's result, except
+    on every third first turn, where it guesses 7 straight away (so a group's rewards differ)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.eos_ids = torch.tensor([tok.eos_token_id])
+        self.first_turns = 0
+
+    def generate(self, ids, mask, params, generator=None):
+        from rft.rollout.base import RolloutOutput
+
+        rows = []
+        for row, m in zip(ids, mask):
+            text = self.tok.decode(row[m.bool()].tolist())
+            if "<|im_start|>tool\n" in text:
+                reply = text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0]
+            else:
+                self.first_turns += 1
+                question = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+                reply = "7" if self.first_turns % 3 == 0 else f'[calc(e="{question[:-1]}")]'
+            rows.append(self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.tok.pad_token_id)
+        valid = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+        return RolloutOutput(out, valid, -0.5 * valid.float())
+
+
+def test_the_tool_workflow_masks_the_tool_turns_and_trains(assets, tmp_path):
+    from rft.experience import to_batch
+    from rft.explorer.runner import RunnerSettings, WorkflowRunner
+    from rft.explorer.workflow import ToolCallWorkflow
+    from rft.tasks import write_calculator
+    from rft.trainer.run import SyncRun
+
+    write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "data.tools_key=tools", "workflow.type=tool_call_workflow",
+                            "workflow.args={tool_call_parser: pythonic}", "data.max_response_length=16",
+                            f"data.train_files={tmp_path / 'calc' / 'train.parquet'}", "custom_reward_function.path=null",
+                            "actor_rollout_ref.rollout.n=3"))
+    tok = run.tokenizer
+    server = GenerationServer(ScriptedEngine(tok), tok)
+    handle = lambda: ModelHandle(server, tok, SamplingParams(n=1, max_tokens=16))
+    runner = WorkflowRunner(ToolCallWorkflow, server, handle, RunnerSettings(max_timeout=60))
+    tasks = run.explorer.workflows.tasks(run.explorer.taskset.next_batch(), 3, is_eval=False)
+    results, metrics = runner.run(tasks)
+    assert metrics["workflow/skipped_tasks"] == 0
+    n_tool = 0
+    for task, experiences in zip(tasks, results):
+        a, b = task.prompt.extra_info["a"], task.prompt.extra_info["b"]
+        for e in experiences:
+            response = e.tokens[e.prompt_length:].tolist()
+            mine = tok.decode([t for t, m in zip(response, e.action_mask.tolist()) if m])
+            theirs = tok.decode([t for t, m in zip(response, e.action_mask.tolist()) if not m])
+            if mine == "7<|im_end|>":  # guessed: one turn, nothing masked, scored by the exact answer
+                assert theirs == "" and e.reward == float(a * b == 7)
+                continue
+            n_tool += 1
+            assert tok.decode(e.tokens.tolist()).endswith(
+                f'[calc(e="{a}*{b}")]<|im_end|>\n<|im_start|>tool\n{a * b}<|im_end|>\n'
+                f"<|im_start|>assistant\n{a * b}<|im_end|>")
+            assert mine == f'[calc(e="{a}*{b}")]<|im_end|>{a * b}<|im_end|>'  # the model's two turns
+            assert theirs == f"\n<|im_start|>tool\n{a * b}<|im_end|>\n<|im_start|>assistant\n"  # the tool's turn
+            assert e.reward == 1.0
+    assert 0 < n_tool < 12
+    # the batch keeps the mask: the loss, the advantages and the update see only the policy's tokens
+    batch = to_batch([e for r in results for e in r], tok.pad_token_id)
+    assert batch.loss_mask.sum() < batch.response_mask.sum()
+    before = trainable(run.trainer.model)
+    metrics = run.trainer.train_step(batch, 1, Timer())
+    assert_all_moved(before, run.trainer.model)
+    tool_tokens = batch.response_mask.bool() & ~batch.loss_mask.bool()
+    assert tool_tokens.any() and (batch.advantages[tool_tokens] == 0).all()
+    assert (batch.advantages[batch.loss_mask.bool()] != 0).any()
