@@ -394,3 +394,55 @@ def test_the_tool_workflow_masks_the_tool_turns_and_trains(assets, tmp_path):
     tool_tokens = batch.response_mask.bool() & ~batch.loss_mask.bool()
     assert tool_tokens.any() and (batch.advantages[tool_tokens] == 0).all()
     assert (batch.advantages[batch.loss_mask.bool()] != 0).any()
+
+
+def test_the_trinity_tools_example_trains_its_openai_agent(assets, tmp_path, monkeypatch):
+    """examples/trinity_tools.yaml with examples/workflows/calculator_agent.py (TRINITY_PLUGIN_DIRS): the agent's
+    tool calls go through the endpoint's parser, its calculator answers, every call it made is an experience, and
+    one step trains on them."""
+    pytest.importorskip("openai")
+    from pathlib import Path
+
+    from rft.config.trinity import load_trinity
+    from rft.experience import to_batch
+    from rft.tasks import write_calculator
+    from rft.trainer.run import SyncRun
+
+    root = Path(__file__).resolve().parents[1]
+    write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
+    for name, value in (("TRINITY_PLUGIN_DIRS", str(root / "examples" / "workflows")),
+                        ("RFT_MODEL", str(assets / "model")), ("RFT_DATA", str(tmp_path / "calc")),
+                        ("RFT_CHECKPOINT_ROOT", str(tmp_path / "out"))):
+        monkeypatch.setenv(name, value)
+    kind, cfg = load_trinity(str(root / "examples" / "trinity_tools.yaml"),
+                             ["buffer.batch_size=4", "algorithm.repeat_times=3", "buffer.total_steps=1"])
+    assert kind == "rl" and cfg.workflow.type == "calculator_agent" and cfg.workflow.enable_history
+    assert cfg.workflow.tool_call_parser == "pythonic" and cfg.data.tools_key == "tools"
+    run = SyncRun(cfg)
+    tok = run.tokenizer
+    run.explorer.workflows.server.engine = ScriptedEngine(tok)  # calls the tool, except every third first turn
+    experiences, metrics = run.explorer.workflows.explore_step(Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 4
+    by_task: dict[str, list] = {}
+    for e in experiences:
+        by_task.setdefault(e.group, []).append(e)
+    assert len(by_task) == 4
+    n_tool = 0
+    for group in by_task.values():
+        a, b = group[0].info["extra_info"]["a"], group[0].info["extra_info"]["b"]
+        prompts = [tok.decode(e.tokens[:e.prompt_length].tolist()) for e in group]
+        replies = [e.info["response_text"] for e in group]
+        # a tool conversation is two calls: the second's prompt holds the call and the calculator's answer
+        seconds = [i for i, p in enumerate(prompts) if f"<|im_start|>tool\n{a * b}<|im_end|>" in p]
+        n_tool += len(seconds)
+        for i in seconds:
+            assert replies[i] == str(a * b) and group[i].reward == 1.0
+            assert replies[i - 1] == f'[calc(e="{a}*{b}")]' and group[i - 1].reward == 1.0  # the call that led there
+            # the endpoint wrote the call back as the model wrote it: the second prompt extends the first call's tokens
+            first = group[i - 1].tokens
+            assert torch.equal(group[i].tokens[:len(first)], first)
+        assert len(group) == 3 + len(seconds)
+    assert 0 < n_tool < 12
+    before = trainable(run.trainer.model)
+    run.trainer.train_step(to_batch(experiences, tok.pad_token_id), 1, Timer())
+    assert_all_moved(before, run.trainer.model)

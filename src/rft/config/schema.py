@@ -797,7 +797,8 @@ class WorkflowConfig:
         "tool_call_workflow (multi-turn tool use), or a workflow registered in the file `path`.",
     )
     path: Optional[str] = fld(None, "A Python file whose classes register workflows (rft.explorer.workflow."
-                                    "register_workflow); loaded in the explorer.")
+                                    "register_workflow), or a folder of them (Trinity-RFT's plugin folder; the "
+                                    "Trinity dialect reads TRINITY_PLUGIN_DIRS); loaded in the explorer.")
     args: Dict[str, Any] = fld({}, "The workflow's arguments (Trinity's workflow_args): tool_call_workflow takes "
                                    "max_turns, tool_call_parser (hermes | pythonic), tools_path, tool_timeout.")
     runner_per_model: int = fld(8, "Workflows run at once (threads; their model calls batch together).")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ SYNCHRONIZER_KEYS = ("sync_method", "sync_interval", "sync_offset", "sync_timeou
 # Trinity-RFT's task format keys that are rft's data keys (same names)
 FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key", "chat_template")
 # explorer keys that are rft's workflow keys (same names)
+PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
 WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars", "auxiliary_models")
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -327,7 +329,7 @@ def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) ->
     _set(out, key, value)
 
 
-def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> Any:
+def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, defaults: dict) -> Any:
     ts = _section(ts, where)
     storage = ts.pop("storage_type", "file")
     name = ts.pop("name", None)
@@ -355,6 +357,8 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -
     prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
     if prompt_column is not None:
         _set_shared(t, out, "data.prompt_key", prompt_column, f"{where}.format.prompt_key")
+    if fmt.get("system_prompt") is None and "system_prompt" in defaults:
+        _set_shared(t, out, "data.system_prompt", *defaults["system_prompt"])
     for key in FORMAT_KEYS:
         if key in fmt:
             _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
@@ -363,20 +367,44 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
         _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
-    _workflow_keys(t, ts, where, out)
+    _workflow_keys(t, ts, where, out, defaults)
     t.rest(ts, where, NOT_HONOURED)
     return files
 
 
-def _workflow_keys(t: _Translation, section: dict, where: str, out: dict) -> None:
-    """default_workflow_type, default_reward_fn_type and workflow_args of the buffer or a taskset: one value per run
-    (rft has one workflow and one reward function for its tasks and its validation)."""
-    for key, target in (("default_workflow_type", "workflow.type"),
-                        ("default_reward_fn_type", "custom_reward_function.reward_fn_type"),
-                        ("workflow_args", "workflow.args")):
-        if key in section and section[key] is not None:
-            _set_shared(t, out, target, section.pop(key), f"{where}.{key}")
-        section.pop(key, None)
+WORKFLOW_DEFAULTS = {"default_workflow_type": "workflow.type",
+                     "default_reward_fn_type": "custom_reward_function.reward_fn_type"}
+
+
+def _workflow_defaults(b: dict, explorer_input: dict) -> dict[str, tuple[Any, str]]:
+    """The tasksets' default workflow and reward function types and system prompt ({key: (value, where)}):
+    Trinity-RFT reads them from buffer.explorer_input (its reference also shows them on buffer); the
+    explorer_input's win."""
+    defaults = {}
+    for section, where in ((b, "buffer"), (explorer_input, "buffer.explorer_input")):
+        for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
+            value = section.pop(key, None)
+            if value is not None:
+                defaults[key] = (value, f"{where}.{key}")
+    return defaults
+
+
+def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict) -> None:
+    """default_workflow_type, default_reward_fn_type (the taskset's own, else the buffer's default) and
+    workflow_args of a taskset: one value per run (rft has one workflow and one reward function for its tasks
+    and its validation), so tasksets that end up with different ones are refused."""
+    for key, target in WORKFLOW_DEFAULTS.items():
+        own = ts.pop(key, None)
+        if own is not None:
+            value, source = own, f"{where}.{key}"
+        else:
+            value, default_where = defaults.get(key, (None, ""))
+            source = f"{where}.{key} (inherited from {default_where})"
+        if value is not None:
+            _set_shared(t, out, target, value, source)
+    if ts.get("workflow_args") is not None:
+        _set_shared(t, out, "workflow.args", ts.pop("workflow_args"), f"{where}.workflow_args")
+    ts.pop("workflow_args", None)
 
 
 def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) -> None:
@@ -409,14 +437,19 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
     trainer_input = {k: v for k, v in _section(b.pop("trainer_input", None), "buffer.trainer_input").items()
                      if v is not None}
     if not sft:
+        defaults = _workflow_defaults(b, explorer_input)
+        if explorer_input.get("taskset") is None and not explorer_input.get("eval_tasksets"):
+            for key, (value, where) in defaults.items():  # no taskset to take them (mode train)
+                _set_shared(t, out, WORKFLOW_DEFAULTS.get(key, f"data.{key}"), value, where)
         if explorer_input.get("taskset") is not None:
-            files = _taskset(t, explorer_input.pop("taskset"), "buffer.explorer_input.taskset", out, False)
+            files = _taskset(t, explorer_input.pop("taskset"), "buffer.explorer_input.taskset", out, False,
+                             defaults)
             if files:
                 _set(out, "data.train_files", files)
         evals = explorer_input.pop("eval_tasksets", None) or []
         val_files: list = []
         for i, ts in enumerate(evals):
-            files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True)
+            files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True, defaults)
             if files:
                 val_files += files if isinstance(files, list) else [files]
         if val_files:
@@ -452,8 +485,19 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
         t.rl_only += [f"buffer.explorer_input.{k}" for k in explorer_input]
     t.rest(trainer_input, "buffer.trainer_input", "auxiliary buffers are not implemented")
     if not sft:
-        _workflow_keys(t, b, "buffer", out)
+        _plugin_dirs(t, out)
     t.rest(b, "buffer", NOT_HONOURED)
+
+
+def _plugin_dirs(t: _Translation, out: dict) -> None:
+    """Trinity-RFT imports the workflows of its plugin folders (the TRINITY_PLUGIN_DIRS environment variable):
+    rft's workflow.path, one folder."""
+    dirs = [d for d in os.environ.get(PLUGIN_DIRS_ENV, "").split(",") if d.strip()]
+    if len(dirs) > 1:
+        t.refuse(f"${PLUGIN_DIRS_ENV}", f"={','.join(dirs)!r}: rft imports the workflows of one folder "
+                                        "(workflow.path); put them together")
+    elif dirs:
+        _set(out, "workflow.path", dirs[0].strip())
 
 
 def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
@@ -469,6 +513,12 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
             t.refuse(f"explorer.rollout_model.{key}", f"rft runs one engine in its own process; only {ok!r}")
     if "enable_history" in rm:
         _set(out, "workflow.enable_history", rm.pop("enable_history"))
+    if "enable_openai_api" in rm:  # the OpenAI-compatible endpoint the workflows reach
+        _set(out, "workflow.endpoint", rm.pop("enable_openai_api"))
+    if "tool_call_parser" in rm:
+        _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
+    if "chat_template" in rm:
+        _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
     t.rest(rm, "explorer.rollout_model", NOT_HONOURED)
     for key in WORKFLOW_KEYS:
         if key in e:

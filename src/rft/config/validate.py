@@ -593,8 +593,8 @@ def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
         raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}: set "
                           "workflow.path to the Python file that registers it (rft.explorer.workflow."
                           "register_workflow)")
-    if wf.path and check_paths and not Path(wf.path).expanduser().is_file():
-        raise ConfigError(f"workflow.path: file {wf.path!r} does not exist")
+    if wf.path and check_paths and not Path(wf.path).expanduser().exists():
+        raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
     for i, spec in enumerate(wf.auxiliary_models):
         if not isinstance(spec, dict) or not spec.get("model_path"):
             raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")

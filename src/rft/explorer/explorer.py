@@ -37,12 +37,14 @@ GENERATOR = "rollout"
 
 
 def load_prompts(cfg, tokenizer, files) -> PromptDataset:
-    """The prompts of `files` (paths, or (name, rows) pairs) with the data section's template, length and
-    truncation settings."""
+    """The prompts of `files` (paths, or (name, rows) pairs) with the data section's template, length, truncation
+    and format settings (Trinity's system_prompt(_key), response_key, tools_key, chat_template)."""
     data = cfg.data
     return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
-                         image_key=data.image_key)
+                         image_key=data.image_key, system_prompt=data.system_prompt,
+                         system_prompt_key=data.system_prompt_key, response_key=data.response_key,
+                         tools_key=data.tools_key, chat_template=data.chat_template)
 
 
 def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
@@ -288,8 +290,6 @@ class Workflows:
     def evaluate(self) -> tuple[dict[str, float], list[dict]]:
         """Validation through the workflow: greedy (val_kwargs) responses to every validation task, scored by the
         workflow; a generator of its own, so the training stream is untouched."""
-        import numpy as np
-
         from rft.explorer.model import GenerationServer
         from rft.explorer.runner import WorkflowRunner
 
@@ -299,16 +299,23 @@ class Workflows:
         server = GenerationServer(ex.engine, ex.tokenizer, torch.Generator().manual_seed(ex.cfg.trainer.seed + 7919))
         runner = WorkflowRunner(self.cls, server, lambda: self.handle(server, params), self.settings, self.auxiliary)
         tasks = self.tasks([ex.val_set[i] for i in range(len(ex.val_set))], vk.n, is_eval=True)
-        results, _ = runner.run(tasks)
-        by_source: dict[str, list[float]] = {}
-        samples = []
-        for task, experiences in zip(tasks, results):
-            by_source.setdefault(task.prompt.data_source, []).extend(
-                [e.reward for e in experiences] or [0.0] * vk.n)  # a skipped task scores 0
-            samples += [{"prompt": ex.tokenizer.decode(task.prompt.ids), "response": e.info.get("response_text", ""),
-                         "score": e.reward} for e in experiences]
-        metrics = {f"val-core/{src}/reward/mean@{vk.n}": float(np.mean(v)) for src, v in sorted(by_source.items())}
-        return metrics, samples
+        return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n)
+
+
+def evaluate_workflow(runner, tasks: list, tokenizer, n: int) -> tuple[dict[str, float], list[dict]]:
+    """(val-core/<data_source>/reward/mean@n, samples) of `tasks` run through `runner`'s workflow; a skipped
+    task scores 0."""
+    import numpy as np
+
+    results, _ = runner.run(tasks)
+    by_source: dict[str, list[float]] = {}
+    samples = []
+    for task, experiences in zip(tasks, results):
+        by_source.setdefault(task.prompt.data_source, []).extend([e.reward for e in experiences] or [0.0] * n)
+        samples += [{"prompt": tokenizer.decode(task.prompt.ids), "response": e.info.get("response_text", ""),
+                     "score": e.reward} for e in experiences]
+    metrics = {f"val-core/{src}/reward/mean@{n}": float(np.mean(v)) for src, v in sorted(by_source.items())}
+    return metrics, samples
 
 
 def model_name(cfg) -> str:

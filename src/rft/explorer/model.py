@@ -282,10 +282,17 @@ class ModelHandle:
 
     def chat(self, messages: list[dict], n: int = 1, tools: list[dict] | None = None, **sampling) -> list[Completion]:
         """`n` completions of the next assistant turn after `messages` (rendered with the chat template)."""
-        text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
-                                                  chat_template=self.chat_template)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._submit([ids], self.params(n, **sampling))[0]
+        return self.chat_batch([messages], n, tools, **sampling)[0]
+
+    def chat_batch(self, conversations: list[list[dict]], n: int = 1, tools: list[dict] | None = None,
+                   **sampling) -> list[list[Completion]]:
+        """`n` completions of the next assistant turn after each of `conversations`, in one call."""
+        ids = []
+        for messages in conversations:
+            text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                                      tokenize=False, chat_template=self.chat_template)
+            ids.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._submit(ids, self.params(n, **sampling))
 
     def generate(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:
         """`n` completions of each raw text prompt (no chat template)."""

@@ -47,13 +47,17 @@ def _text(content) -> str:
     raise ApiError(400, "message content must be a string or a list of text parts")
 
 
-def _message(m: dict, parser: str) -> dict:
+def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dict:
     """An OpenAI chat message as the chat template's {role, content}: an assistant's structured tool calls written
-    back in the model's own call format, a tool message's content as text."""
+    back as the reply the endpoint parsed them from (`replies`: the raw text by tool-call id, so the next prompt
+    holds the tokens the model wrote), or else in the model's call format; a tool message's content as text."""
     if not isinstance(m, dict) or "role" not in m:
         raise ApiError(400, "every message needs a role")
     text = _text(m.get("content"))
-    if m["role"] == "assistant" and m.get("tool_calls"):
+    raw = (replies or {}).get(str((m.get("tool_calls") or [{}])[0].get("id")))
+    if m["role"] == "assistant" and raw is not None:
+        text = raw
+    elif m["role"] == "assistant" and m.get("tool_calls"):
         calls = []
         for c in m["tool_calls"]:
             f = c.get("function", {})
@@ -75,6 +79,7 @@ class Endpoint:
         """`make_handle()`: a model handle for requests that are no workflow's (ad-hoc clients, no history)."""
         self.make_handle, self.model_name, self.parser = make_handle, model_name, tool_call_parser
         self._keys: dict[str, weakref.ref] = {}
+        self._replies: dict[str, str] = {}  # the raw replies behind the tool calls served, newest last
         self._lock = threading.Lock()
         endpoint = self
 
@@ -178,9 +183,20 @@ class Endpoint:
             out["do_sample"] = False
         return out
 
+    REMEMBERED = 4096
+    """Replies with tool calls kept for writing them back verbatim (the oldest are forgotten first)."""
+
+    def _remember(self, call_id: str, text: str) -> None:
+        with self._lock:
+            self._replies[call_id] = text
+            while len(self._replies) > self.REMEMBERED:
+                del self._replies[next(iter(self._replies))]
+
     def chat(self, body: dict, key: str) -> dict:
         self._check(body)
-        messages = [_message(m, self.parser) for m in body.get("messages") or []]
+        with self._lock:
+            replies = dict(self._replies)
+        messages = [_message(m, self.parser, replies) for m in body.get("messages") or []]
         if not messages:
             raise ApiError(400, "messages must be a non-empty list")
         tools = body.get("tools") or None
@@ -199,6 +215,7 @@ class Endpoint:
                         {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                          "function": {"name": t.name, "arguments": json.dumps(t.arguments)}} for t in calls]}
                     finish = "tool_calls"
+                    self._remember(message["tool_calls"][0]["id"], c.text)
             choice = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
             if body.get("logprobs"):
                 choice["logprobs"] = {"content": [

@@ -169,10 +169,15 @@ class ToolCallWorkflow(Workflow):
 
 
 def load_workflow_file(path: str) -> None:
-    """Import a Python file defining workflows (they register themselves with `register_workflow`)."""
+    """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
+    Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
+    from pathlib import Path
+
     from rft.userfile import load_user_module
 
-    load_user_module(path, "workflow.path", "rft_workflow")
+    folder = Path(path).expanduser()
+    for file in sorted(folder.glob("*.py")) if folder.is_dir() else [path]:
+        load_user_module(file, "workflow.path", "rft_workflow")
 
 
 def workflow_class(name: str, path: str | None = None) -> type:

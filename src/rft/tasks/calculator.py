@@ -47,6 +47,8 @@ def write_calculator(out: str | Path, n_train: int = 2000, n_val: int = 200, see
                      tool_share: float = 0.3) -> dict[str, Path]:
     """`out/train.parquet`, `out/val.parquet` (RL rows; disjoint products) and `out/sft.parquet` (one demonstration
     per training row, the tool used in `tool_share` of them)."""
+    if not 0.0 <= tool_share <= 1.0:
+        raise ValueError(f"tool_share={tool_share} must be in [0, 1]")
     rng = random.Random(seed)
     pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
     rng.shuffle(pairs)
