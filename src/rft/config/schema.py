@@ -479,6 +479,24 @@ class CustomRewardConfig:
         "(stop with one line naming the function, its file, the row and its data_source); zero (score it 0 and "
         "count it: reward_extra/reward_failed/mean, the share of failed rows).", choices=("error", "zero"),
     )
+    # The names registered in rft.rewards.REWARD_FN_TYPES (a test keeps the two equal).
+    reward_fn_type: Optional[str] = fld(
+        None, "A reward function by type, rft's own implementation of Trinity-RFT's default_reward_fn_type under its "
+        "names: math_reward (math-verify equivalence of the answer + a +-0.1 think/answer format score), "
+        "accuracy_reward (math-verify, LaTeX answers), math_boxed_reward / math_dapo_reward (the last \\boxed{}), "
+        "format_reward (+-0.1 for <think>/<answer> tags), countdown_reward (the Countdown equation: 1.0 / 0.1 / 0). "
+        "Its parts are logged as reward_extra/<part>/mean; the data_source is not read. null: the built-in scorer by "
+        "data_source, or path / name. Not with path (one reward function per run); reward_weights then holds one "
+        "weight. Rules and where rft differs from Trinity: docs/rewards.md.",
+        choices=(None, "math_reward", "accuracy_reward", "math_boxed_reward", "math_dapo_reward", "format_reward",
+                 "countdown_reward"),
+    )
+    num_workers: Optional[int] = fld(
+        None, "Processes that score a batch's rows side by side, for the typed rewards whose calls cost milliseconds "
+        "(the math-verify ones; every other reward function runs in the trainer's process), each call under timeout; "
+        "used when a batch gives each process at least 16 rows. null: the CPU cores this process may use, at most 8; "
+        "1: in process."
+    )
 
 
 @dataclass

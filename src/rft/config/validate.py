@@ -218,8 +218,37 @@ def _check_reward_functions(crf: Any) -> None:
         if len(weights) != count or not all(math.isfinite(w) for w in weights):
             raise ConfigError(
                 f"custom_reward_function.reward_weights={weights} must hold {count} finite number(s), one per "
-                f"reward function ({names if crf.path else 'the built-in scorer'})"
+                f"reward function ({names if crf.path else crf.reward_fn_type or 'the built-in scorer'})"
             )
+
+
+def _check_reward_fn_type(cfg: RFTConfig) -> None:
+    """custom_reward_function.reward_fn_type (a typed reward, rft.rewards.typed; its name is checked by the schema
+    walk's choices) against the keys that choose another reward function, and num_workers."""
+    crf, rm = cfg.custom_reward_function, cfg.reward_model
+    if crf.num_workers is not None and (isinstance(crf.num_workers, bool) or not isinstance(crf.num_workers, int)
+                                        or crf.num_workers < 1):
+        raise ConfigError(f"custom_reward_function.num_workers must be an integer >= 1 or null, got {crf.num_workers!r}")
+    kind = crf.reward_fn_type
+    if kind is None:
+        return
+    key = f"custom_reward_function.reward_fn_type={kind!r}"
+    if crf.path:
+        raise ConfigError(
+            f"{key} and custom_reward_function.path={crf.path!r} are both set: each chooses the run's reward function "
+            "and rft would honour only one; remove one of them (to combine a typed reward with your own, import it "
+            "in your file: from rft.rewards import " + kind.replace("math_dapo_reward", "math_boxed_reward") + ")"
+        )
+    if crf.name != "compute_score":
+        raise ConfigError(
+            f"{key} with custom_reward_function.name={crf.name!r}: name picks a function of custom_reward_function.path"
+            ", which a typed reward does not read; remove name"
+        )
+    if rm.enable and rm.rule_weight == 0:
+        raise ConfigError(
+            f"{key} is set, but with reward_model.enable=true and reward_model.rule_weight=0 the reward function never "
+            "runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove reward_fn_type"
+        )
 
 
 def _check_loss_options(cfg: RFTConfig) -> None:
@@ -662,6 +691,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_inputs("actor_rollout_ref.model.path", arr.model.path, data, check_paths, check_model_path, require_train)
     if check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
         raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
+    _check_reward_fn_type(cfg)
     _check_reward_functions(cfg.custom_reward_function)
 
     # ---- registry names

@@ -1,6 +1,7 @@
 """The reward pipeline of a generated batch: what turns responses into scores, in one place for the explorer.
 
-score = the reward function's score (built-in rules by data_source, or custom functions combined with weights), or
+score = the reward function's score (a typed reward, built-in rules by data_source, or custom functions combined with
+weights), or
 with a reward model `reward_weight x rm_score + rule_weight x rule_score` (the rule runs only when rule_weight != 0),
 plus DAPO's soft overlong penalty when enabled. Each row also gets its named extra values (a reward function's dict
 entries, rm_score, rule_score, overlong_reward, overlong), which the trainer logs as reward_extra/<name>/mean and
@@ -35,9 +36,10 @@ class RewardPipeline:
         """The pipeline of an RL config: custom_reward_function, reward_model (loaded here when enabled)."""
         crf, rm = cfg.custom_reward_function, cfg.reward_model
         reward_model = build_reward_model(rm, tokenizer, dtype, device) if rm.enable else None
-        return cls(build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error), reward_model,
-                   rm.reward_weight,
-                   rm.rule_weight, rm.overlong_buffer, cfg.data.max_response_length)
+        reward_fn = build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error,
+                                    reward_fn_type=crf.reward_fn_type, num_workers=crf.num_workers)
+        return cls(reward_fn, reward_model, rm.reward_weight, rm.rule_weight, rm.overlong_buffer,
+                   cfg.data.max_response_length)
 
     def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:
         """(B scores, per-row extra values) before the overlong penalty."""
