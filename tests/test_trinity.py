@@ -125,6 +125,8 @@ MAPPED = [
      "custom_reward_function.reward_fn_type", "countdown_reward"),
     ({"buffer.explorer_input.taskset": {"path": "t", "workflow_args": {"max_turns": 3}}}, "workflow.args",
      {"max_turns": 3}),
+    ({"buffer.explorer_input.taskset": {"path": "t", "reward_fn_args": {"template": "{response}"}}},
+     "custom_reward_function.reward_kwargs", {"template": "{response}"}),
     ({"buffer.explorer_input.taskset": {"path": "t", "format": {"response_key": "answer"}}}, "data.response_key",
      "answer"),
     ({"buffer.explorer_input.taskset": {"path": "t", "format": {"tools_key": "tools"}}}, "data.tools_key", "tools"),

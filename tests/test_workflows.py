@@ -446,3 +446,92 @@ def test_the_trinity_tools_example_trains_its_openai_agent(assets, tmp_path, mon
     before = trainable(run.trainer.model)
     run.trainer.train_step(to_batch(experiences, tok.pad_token_id), 1, Timer())
     assert_all_moved(before, run.trainer.model)
+
+
+# ------------------------------------------------------------------------------------------- the LLM judge
+class JudgeEngine:
+    """A judge that says yes when the graded answer starts with the reference's first digit, no when it starts
+    with another character, and rambles (no verdict) when it is empty; it keeps the prompts it was shown."""
+
+    def __init__(self, tok):
+        self.tok, self.eos_ids, self.seen = tok, torch.tensor([tok.eos_token_id]), []
+
+    def generate(self, ids, mask, params, generator=None):
+        from rft.rollout.base import RolloutOutput
+
+        rows = []
+        for row, m in zip(ids, mask):
+            text = self.tok.decode(row[m.bool()].tolist())
+            self.seen.append(text)
+            answer = text.split("Answer to grade: ")[1].split("\nIs the answer")[0]
+            reference = text.split("Reference answer: ")[1].split("\n")[0]
+            reply = "hmm" if not answer else ("Yes." if answer[0] == reference[0] else "No, it is wrong.")
+            rows.append(self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.tok.pad_token_id)
+        valid = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+        return RolloutOutput(out, valid, torch.zeros(valid.shape))
+
+
+def _verdict(response: str, truth: str) -> tuple[float, float]:
+    """(reward, judge_parsed) JudgeEngine gives."""
+    return (0.0, 0.0) if not response else (float(response[0] == truth[0]), 1.0)
+
+
+@pytest.mark.parametrize("workflow", ["simple_workflow", "math_workflow"])
+def test_the_llm_judge_scores_through_an_auxiliary_model(assets, tmp_path, workflow):
+    """reward_fn_type llm_judge: the batched path (one judge call for the step) and a workflow (each task's
+    question bound), the training rewards and the validation scores are the judge's verdicts."""
+    from rft.trainer.run import SyncRun
+
+    run = SyncRun(rl_config(assets, tmp_path / "out", "custom_reward_function.path=null",
+                            "custom_reward_function.reward_fn_type=llm_judge",
+                            f"workflow.auxiliary_models=[{{model_path: {assets / 'model'}}}]",
+                            f"workflow.type={workflow}", with_val=True))
+    judge = JudgeEngine(run.tokenizer)
+    run.explorer.auxiliary[0].server.engine = judge
+    experiences, _ = run.explorer.explore_step(Timer())
+    assert len(experiences) == 16
+    for e in experiences:
+        response, truth = e.info["response_text"], str(e.info["ground_truth"])
+        assert (e.reward, e.rewards["judge_parsed"]) == _verdict(response, truth)
+    questions = {p["content"] for e in experiences for p in e.info["raw_prompt"] if p["role"] == "user"}
+    assert {s.split("Question: ")[1].split("\n")[0] for s in judge.seen} == questions
+    assert judge.seen[0].startswith("<|im_start|>user\nGrade an answer against the reference.")
+    metrics, samples = run.explorer.evaluate()
+    assert len(samples) == 8
+    expected = [_verdict(s["response"], str(p.ground_truth))[0] for s, p in zip(samples, run.explorer.val_set.prompts)]
+    assert [s["score"] for s in samples] == expected
+    assert metrics["val-core/arithmetic/reward/mean@1"] == pytest.approx(sum(expected) / 8)
+
+
+def test_judge_settings_and_verdicts():
+    from rft.config.errors import ConfigError
+    from rft.rewards.judge import LLMJudge, check_settings, parse_verdict
+
+    assert parse_verdict("Yes, it is.") == 1.0 and parse_verdict("INCORRECT") == 0.0
+    assert parse_verdict("the answer is not right: no") == 0.0 and parse_verdict("maybe") is None
+    assert parse_verdict("Score: 7/10", "scale", 10) == 0.7 and parse_verdict("12", "scale", 10) == 1.0
+    assert parse_verdict("-3", "scale", 10) == 0.0 and parse_verdict("none", "scale") is None
+    assert check_settings({}, 1) == 0 and check_settings({"model": 1, "scoring": "scale"}, 2) == 1
+    for settings, n, needle in [({}, 0, "needs a judge model"), ({"model": 2}, 2, "model=2"),
+                                ({"temperature": 0}, 1, "['temperature'] are not llm_judge settings"),
+                                ({"scoring": "stars"}, 1, "scoring='stars'"), ({"max_score": 0}, 1, "max_score=0"),
+                                ({"template": "{question} {answer}"}, 1, "names ['answer']"),
+                                ({"template": "{question}"}, 1, "never shows the {response}"),
+                                ({"template": "{response"}, 1, "double other braces")]:
+        with pytest.raises(ConfigError, match=None) as err:
+            check_settings(settings, n)
+        assert needle in str(err.value), (settings, str(err.value))
+
+    class Handle:
+        def chat_batch(self, conversations, n=1):
+            self.asked = [c[0]["content"] for c in conversations]
+            return [[type("C", (), {"text": t})()] for t in ("8 out of 10", "no idea")]
+
+    handle = Handle()
+    judge = LLMJudge(handle, template="Q {question} R {reference} A {response}", scoring="scale", max_score=10)
+    assert judge.score_batch(["1+1=", "2+2="], ["2", "5"], ["2", "4"]) == ([0.8, 0.0], {"judge_parsed": [1.0, 0.0]})
+    assert handle.asked == ["Q 1+1= R 2 A 2", "Q 2+2= R 4 A 5"]

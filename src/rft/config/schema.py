@@ -487,9 +487,16 @@ class CustomRewardConfig:
         "format_reward (+-0.1 for <think>/<answer> tags), countdown_reward (the Countdown equation: 1.0 / 0.1 / 0). "
         "Its parts are logged as reward_extra/<part>/mean; the data_source is not read. null: the built-in scorer by "
         "data_source, or path / name. Not with path (one reward function per run); reward_weights then holds one "
-        "weight. Rules and where rft differs from Trinity: docs/rewards.md.",
+        "weight; llm_judge: a judge model's verdict (one of workflow.auxiliary_models, settings in reward_kwargs). "
+        "Rules and where rft differs from Trinity: docs/rewards.md.",
         choices=(None, "math_reward", "accuracy_reward", "math_boxed_reward", "math_dapo_reward", "format_reward",
-                 "countdown_reward"),
+                 "countdown_reward", "llm_judge"),
+    )
+    reward_kwargs: Dict[str, Any] = fld(
+        {}, "Keyword arguments of the reward function (verl's custom_reward_function.reward_kwargs): passed on every "
+        "call of the functions of path, overriding what the call passes. llm_judge's settings: model (the index in "
+        "workflow.auxiliary_models, 0), template (with {question}, {reference}, {response}), scoring (yes_no | "
+        "scale), max_score (scale: the top of the scale, 10)."
     )
     num_workers: Optional[int] = fld(
         None, "Processes that score a batch's rows side by side, for the typed rewards whose calls cost milliseconds "

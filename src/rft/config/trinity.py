@@ -402,9 +402,10 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
             source = f"{where}.{key} (inherited from {default_where})"
         if value is not None:
             _set_shared(t, out, target, value, source)
-    if ts.get("workflow_args") is not None:
-        _set_shared(t, out, "workflow.args", ts.pop("workflow_args"), f"{where}.workflow_args")
-    ts.pop("workflow_args", None)
+    for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
+        if ts.get(key) is not None:
+            _set_shared(t, out, target, ts.pop(key), f"{where}.{key}")
+        ts.pop(key, None)
 
 
 def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) -> None:
@@ -486,6 +487,10 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
     t.rest(trainer_input, "buffer.trainer_input", "auxiliary buffers are not implemented")
     if not sft:
         _plugin_dirs(t, out)
+    else:  # an sft stage inherits the global defaults of the tasksets, which belong to the RL stages
+        for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
+            if b.pop(key, None) is not None:
+                t.rl_only.append(f"buffer.{key}")
     t.rest(b, "buffer", NOT_HONOURED)
 
 

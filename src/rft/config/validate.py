@@ -230,9 +230,26 @@ def _check_reward_fn_type(cfg: RFTConfig) -> None:
                                         or crf.num_workers < 1):
         raise ConfigError(f"custom_reward_function.num_workers must be an integer >= 1 or null, got {crf.num_workers!r}")
     kind = crf.reward_fn_type
+    if crf.reward_kwargs and not crf.path and kind is None:
+        raise ConfigError(
+            f"custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the built-in scorers take no "
+            "arguments; they are for the functions of custom_reward_function.path (or llm_judge's settings)"
+        )
     if kind is None:
         return
     key = f"custom_reward_function.reward_fn_type={kind!r}"
+    if kind == "llm_judge":
+        from rft.rewards.judge import check_settings
+
+        check_settings(dict(crf.reward_kwargs), len(cfg.workflow.auxiliary_models))
+        if rm.enable:
+            raise ConfigError(f"{key} with reward_model.enable=true: rft scores with one of them; remove one")
+        if crf.reward_weights is not None:
+            raise ConfigError(f"{key} with custom_reward_function.reward_weights: the judge is the only reward "
+                              "function; remove reward_weights")
+    elif crf.reward_kwargs:
+        raise ConfigError(f"{key} with custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the typed "
+                          "rewards take no arguments; remove reward_kwargs")
     if crf.path:
         raise ConfigError(
             f"{key} and custom_reward_function.path={crf.path!r} are both set: each chooses the run's reward function "
@@ -638,9 +655,10 @@ def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
         if check_paths:
             _check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"])
     if wf.type == "simple_workflow":
+        judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),
                                     ("enable_history", wf.enable_history, False), ("endpoint", wf.endpoint, False),
-                                    ("auxiliary_models", wf.auxiliary_models, [])):
+                                    ("auxiliary_models", [] if judged else wf.auxiliary_models, [])):
             if value != default:
                 raise ConfigError(
                     f"workflow.{key}={value!r} has no effect with workflow.type=simple_workflow (one batched chat turn "

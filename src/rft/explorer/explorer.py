@@ -14,6 +14,7 @@ all ranks in the one-process order.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -26,6 +27,7 @@ from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
 from rft.explorer.evaluate import evaluate, rollout_batch
 from rft.monitor import Timer
+from rft.rewards.judge import JUDGE, LLMJudge, question_of
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout import SamplingParams
 from rft.workers.fsdp import gathered_for_generation
@@ -83,6 +85,12 @@ class Explorer:
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
         self.step = 0  # explore steps done
         os.environ.update({str(k): str(v) for k, v in cfg.workflow.env_vars.items()})  # where the workflows run
+        # further local models for the workflows and the LLM judge, each served by an hf engine of its own
+        self.auxiliary = [auxiliary_model(cfg, spec, i, engine) for i, spec in enumerate(cfg.workflow.auxiliary_models)]
+        crf = cfg.custom_reward_function
+        if crf.reward_fn_type == JUDGE:
+            settings = dict(crf.reward_kwargs)
+            rewards.attach_judge(LLMJudge(self.auxiliary[settings.pop("model", 0)], **settings))
         # simple_workflow runs as one batched generation over the step's tasks (below); any other workflow through
         # the runners, its model calls batched by a generation server
         self.workflows = None if cfg.workflow.type == "simple_workflow" else Workflows(self)
@@ -211,7 +219,8 @@ class Explorer:
             return self.workflows.evaluate()
         vk, data = self.cfg.actor_rollout_ref.rollout.val_kwargs, self.cfg.data
         params = self.sampling_params(vk, n=vk.n, do_sample=vk.do_sample)
-        scorer = (lambda b: self.rewards.score_rows(b)[0]) if self.rewards.reward_model is not None else None
+        batch_scored = self.rewards.reward_model is not None or self.rewards.judge is not None
+        scorer = (lambda b: self.rewards.score_rows(b)[0]) if batch_scored else None
         reward_fn = self.rewards.reward_fn
         seed = self.cfg.trainer.seed + 7919
         if not self.dist.enabled:
@@ -245,7 +254,7 @@ class Workflows:
 
             self.endpoint = Endpoint(lambda: self.handle(self.server, self.train_params), model_name(ex.cfg),
                                      wf.tool_call_parser, wf.endpoint_port)
-        self.auxiliary = [auxiliary_model(ex.cfg, spec, i, ex.engine) for i, spec in enumerate(wf.auxiliary_models)]
+        self.auxiliary = ex.auxiliary
         self.settings = RunnerSettings(wf.runner_per_model, wf.max_timeout, wf.max_retry_times)
         self.runner = WorkflowRunner(self.cls, self.server, lambda: self.handle(self.server, self.train_params),
                                      self.settings, self.auxiliary)
@@ -261,7 +270,10 @@ class Workflows:
         from rft.explorer.workflow import Task
 
         args = dict(self.ex.cfg.workflow.args)
-        return [Task(prompt=p, index=i, repeat_times=n, workflow_args=args, reward_fn=self.ex.rewards.reward_fn,
+        judge = self.ex.rewards.judge  # shown each task's question
+        reward_fn = (lambda p: functools.partial(judge, question=question_of(p.messages))) if judge is not None \
+            else (lambda p: self.ex.rewards.reward_fn)
+        return [Task(prompt=p, index=i, repeat_times=n, workflow_args=args, reward_fn=reward_fn(p),
                      is_eval=is_eval) for i, p in enumerate(prompts)]
 
     def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:

@@ -13,6 +13,7 @@ import logging
 from collections import Counter
 
 from rft.data.dataset import DataError, PromptDataset
+from rft.rewards.judge import JUDGE
 from rft.rewards.scorers import SCORERS
 from rft.rewards.typed import REWARD_FN_TYPES
 
@@ -66,7 +67,9 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
 def _check_typed_ground_truth(name: str, dataset: PromptDataset) -> None:
     """Every row's ground truth passes the typed reward's check (present and well formed: a number or text for the
     math rewards, {"target", "numbers"} for countdown_reward); format_reward reads none. The data_source is not
-    checked: a typed reward scores every row the same way."""
+    checked: a typed reward scores every row the same way. The LLM judge is shown whatever reference there is."""
+    if name == JUDGE:
+        return
     check = REWARD_FN_TYPES.get(name).ground_truth
     if check is None:
         return

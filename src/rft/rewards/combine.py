@@ -43,6 +43,17 @@ class WeightedReward:
         return out
 
 
+class WithKwargs:
+    """A reward function called with fixed keyword arguments (verl's custom_reward_function.reward_kwargs: they
+    override what the call passes)."""
+
+    def __init__(self, fn: Callable, kwargs: dict):
+        self.fn, self.kwargs = fn, dict(kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **{**kwargs, **self.kwargs})
+
+
 def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence[float]) -> Callable:
     """One reward function out of several: ``score = sum_f weight_f * score_f``.
 
@@ -57,7 +68,7 @@ def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence
 def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score",
                     weights: Sequence[float] | None = None, timeout: float | None = None,
                     on_error: str | None = None, reward_fn_type: str | None = None,
-                    num_workers: int | None = 1) -> Callable:
+                    num_workers: int | None = 1, reward_kwargs: dict | None = None) -> Callable:
     """The reward function of ``custom_reward_function``: the typed reward ``reward_fn_type`` (rft.rewards.typed),
     the built-in scorers (no path), the function ``name`` of the file at ``path``, or, for a list of names or with
     ``weights``, their weighted sum. With a ``timeout`` (seconds per call), an ``on_error`` policy or a typed reward
@@ -66,6 +77,7 @@ def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score
 
     ``num_workers``: processes that score a batch's rows (None: `parallel.default_workers()`); used only by typed
     rewards whose calls cost enough (`RewardFnType.parallel`), every other function runs in process.
+    ``reward_kwargs``: keyword arguments every function of ``path`` is called with (verl's meaning).
     """
     if reward_fn_type is not None and path:
         raise RewardError(f"custom_reward_function.reward_fn_type={reward_fn_type!r} and custom_reward_function.path "
@@ -83,6 +95,8 @@ def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score
             workers = default_workers() if num_workers is None else num_workers
     elif path:
         functions = list(zip(names, load_custom_rewards(path, names)))
+        if reward_kwargs:
+            functions = [(name, WithKwargs(fn, reward_kwargs)) for name, fn in functions]
         label = (f"reward function {names[0]!r}" if len(names) == 1 else f"reward functions {names}") + \
             f" in {str(path)!r}"
     else:

@@ -27,8 +27,12 @@ DEFAULT_TEMPLATE = (
     "Answer to grade: {response}\n"
     "Is the answer to grade correct? Reply with one word: yes or no."
 )
+JUDGE = "llm_judge"
+"""The reward_fn_type of the judge."""
 FIELDS = ("question", "reference", "response")
 SCORINGS = ("yes_no", "scale")
+SETTINGS = ("model", "template", "scoring", "max_score")
+"""The judge's reward_kwargs (model: its index in workflow.auxiliary_models)."""
 
 _VERDICT = re.compile(r"\b(yes|no|correct|incorrect)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -41,6 +45,29 @@ def parse_verdict(reply: str, scoring: str = "yes_no", max_score: float = 10.0) 
         return None if m is None else float(m.group(1).lower() in ("yes", "correct"))
     m = _NUMBER.search(reply)
     return None if m is None else min(max(float(m.group(0)) / max_score, 0.0), 1.0)
+
+
+def check_settings(kwargs: dict, n_models: int, where: str = "custom_reward_function.reward_kwargs") -> int:
+    """The judge's settings (reward_kwargs) checked before any model loads; returns the judge's model index."""
+    unknown = set(kwargs) - set(SETTINGS)
+    if unknown:
+        raise ConfigError(f"{where}: {sorted(unknown)} are not llm_judge settings; it takes {list(SETTINGS)}")
+    index = kwargs.get("model", 0)
+    if n_models == 0:
+        raise ConfigError(f"custom_reward_function.reward_fn_type={JUDGE!r} needs a judge model: list its folder in "
+                          "workflow.auxiliary_models (Trinity: explorer.auxiliary_models)")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_models:
+        raise ConfigError(f"{where}.model={index!r}: the judge is one of the {n_models} workflow.auxiliary_models, "
+                          f"an index from 0 to {n_models - 1}")
+    scoring = kwargs.get("scoring", "yes_no")
+    if scoring not in SCORINGS:
+        raise ConfigError(f"{where}.scoring={scoring!r}: choose one of {list(SCORINGS)}")
+    max_score = kwargs.get("max_score", 10.0)
+    if isinstance(max_score, bool) or not isinstance(max_score, (int, float)) or not max_score > 0:
+        raise ConfigError(f"{where}.max_score={max_score!r}: it must be a number > 0")
+    if kwargs.get("template") is not None:
+        check_template(str(kwargs["template"]), f"{where}.template")
+    return index
 
 
 def check_template(template: str, where: str) -> None:
@@ -59,14 +86,9 @@ def check_template(template: str, where: str) -> None:
 class LLMJudge:
     """Scores responses with a judge model (a `ModelHandle`); see the module docstring."""
 
-    def __init__(self, handle, template: str | None = None, scoring: str = "yes_no", max_score: float = 10.0,
-                 where: str = "custom_reward_function.reward_kwargs"):
-        if scoring not in SCORINGS:
-            raise ConfigError(f"{where}.scoring={scoring!r}: choose one of {list(SCORINGS)}")
-        if scoring == "scale" and not max_score > 0:
-            raise ConfigError(f"{where}.max_score={max_score!r}: it must be > 0")
+    def __init__(self, handle, template: str | None = None, scoring: str = "yes_no", max_score: float = 10.0):
+        """`handle`: the judge model (a ModelHandle); the settings as `check_settings` accepts them."""
         self.template = DEFAULT_TEMPLATE if template is None else str(template)
-        check_template(self.template, f"{where}.template")
         self.handle, self.scoring, self.max_score = handle, scoring, float(max_score)
 
     def prompt(self, question: str, response: str, reference: Any) -> str:
@@ -100,4 +122,4 @@ def question_of(messages: list[dict]) -> str:
     return ""
 
 
-__all__ = ["DEFAULT_TEMPLATE", "LLMJudge", "check_template", "parse_verdict", "question_of"]
+__all__ = ["DEFAULT_TEMPLATE", "JUDGE", "LLMJudge", "check_settings", "check_template", "parse_verdict", "question_of"]

@@ -13,9 +13,11 @@ reward under "score" and its parts (accuracy, format_score, ...) under their own
 | format_reward | format_score: +0.1 / -0.1 (strict think/answer tags) | format_score |
 | countdown_reward | 1.0 / 0.1 (an equation, wrong) / 0.0 (none) | accuracy, format |
 
-Not offered from Trinity's registry: rm_gallery_reward (RM-Gallery's reward models), the LLM judges
-(trajectory_accuracy_grader_reward, openjudge_multi_grader_reward: an auxiliary model), and the variants outside it
-that need verl's or DAPO's own graders (math_boxed_reward_naive_dapo, math_boxed_reward_prime_math).
+`llm_judge` (a judge among workflow.auxiliary_models, rft.rewards.judge) is a reward type too, but not in this
+registry: it needs the explorer's model handles, so the explorer builds it. Not offered from Trinity's registry:
+rm_gallery_reward (RM-Gallery's reward models), Trinity's own judges (trajectory_accuracy_grader_reward,
+openjudge_multi_grader_reward: their prompts and rubrics), and the variants outside it that need verl's or DAPO's own
+graders (math_boxed_reward_naive_dapo, math_boxed_reward_prime_math).
 """
 
 from __future__ import annotations
