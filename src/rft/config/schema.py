@@ -839,7 +839,8 @@ class WorkflowConfig:
     endpoint: bool = fld(False, "Serve the explorer's model on 127.0.0.1 as an OpenAI-compatible API for the "
                                 "workflows (model.get_openai_client()); on with enable_history.")
     endpoint_port: int = fld(0, "The endpoint's port; 0: a free one.")
-    tool_call_parser: str = fld("hermes", "How the endpoint finds tool calls in a reply for `tools` requests.",
+    tool_call_parser: str = fld("hermes", "How tool calls are found in a reply: the endpoint's for `tools` requests, and "
+                                           "tool_call_workflow's unless workflow.args names its own.",
                                 choices=("hermes", "pythonic"))
     auxiliary_models: List[Any] = fld(
         [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "

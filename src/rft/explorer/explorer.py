@@ -264,7 +264,8 @@ class Workflows:
 
         wf = self.ex.cfg.workflow
         return ModelHandle(server, self.ex.tokenizer, params, chat_template=self.ex.cfg.data.chat_template,
-                           endpoint=self.endpoint, enable_history=wf.enable_history)
+                           endpoint=self.endpoint, enable_history=wf.enable_history,
+                           tool_call_parser=wf.tool_call_parser)
 
     def tasks(self, prompts, n: int, is_eval: bool) -> list:
         from rft.explorer.workflow import Task

@@ -259,6 +259,8 @@ class ModelHandle:
     endpoint: Any = None
     """The OpenAI-compatible endpoint (rft.explorer.server.Endpoint) when enabled, else None."""
     enable_history: bool = False
+    tool_call_parser: str = "hermes"
+    """How tool calls are found in a reply (workflow.tool_call_parser): the endpoint's and tool_call_workflow's."""
     history: list[Experience] = field(default_factory=list)
 
     def params(self, n: int = 1, **overrides) -> SamplingParams:

@@ -135,13 +135,14 @@ class MathWorkflow(SimpleWorkflow):
 @register_workflow("tool_call_workflow")
 class ToolCallWorkflow(Workflow):
     """Multi-turn tool use (see the module docstring). Workflow args: max_turns (default 4: model turns),
-    tool_call_parser (hermes), tools_path (a Python file whose functions are tools), tool_timeout (seconds, 10)."""
+    tool_call_parser (default: workflow.tool_call_parser), tools_path (a Python file whose functions are tools),
+    tool_timeout (seconds, 10)."""
 
     def run(self) -> list[Experience]:
         from rft.explorer.tools import load_tools, parse_tool_calls, run_tool
 
         a = self.args
-        max_turns, parser = int(a.get("max_turns", 4)), a.get("tool_call_parser", "hermes")
+        max_turns, parser = int(a.get("max_turns", 4)), a.get("tool_call_parser", self.model.tool_call_parser)
         tools, timeout = load_tools(a.get("tools_path")), float(a.get("tool_timeout", 10.0))
         start = self.model.start(self.task.messages, tools=self.task.prompt.tools)
         conversations = self.model.sample(start, self.task.repeat_times)
