@@ -491,8 +491,11 @@ def test_example_validates_with_real_paths(example, real_paths, tmp_path):
 
 @pytest.mark.parametrize("example", TRINITY_EXAMPLES, ids=[str(p.relative_to(ROOT / "examples"))
                                                            for p in TRINITY_EXAMPLES])
-def test_trinity_example_validates_with_real_paths(example, real_paths, tmp_path):
-    from rft.config.trinity import load_trinity
+def test_trinity_example_validates_with_real_paths(example, real_paths, tmp_path, monkeypatch):
+    from rft.config.trinity import PLUGIN_DIRS_ENV, load_trinity
+
+    if PLUGIN_DIRS_ENV in example.read_text():  # the header's command names the plugin folder
+        monkeypatch.setenv(PLUGIN_DIRS_ENV, str(ROOT / "examples" / "workflows"))
 
     data = tmp_path / "tasks"
     data.mkdir()

@@ -153,6 +153,8 @@ RL_RUNS = [
     # one-process run reads; their two-process paths: tests/test_modes.py)
     ["data.task_storage=sql", "data.task_table=arith", "experience_buffer.storage_type=sql",
      "experience_buffer.max_staleness=1", "experience_buffer.stale_policy=downweight"],
+    # a multi-turn workflow (its own paths: tests/test_workflows.py)
+    ["workflow.type=tool_call_workflow", "workflow.tool_call_parser=pythonic", "workflow.args={max_turns: 2}"],
 ]
 
 

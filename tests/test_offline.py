@@ -93,6 +93,42 @@ def test_rft_eval_custom_reward_function_and_its_keys(tmp_path, capsys):
     assert "ray_init.num_cpus=4 is not supported" in capsys.readouterr().err
 
 
+def test_rft_eval_honours_reward_fn_type_reward_kwargs_and_num_workers(tmp_path, capsys):
+    """The reward keys rft train takes reach rft eval's reward function: a typed reward (math_boxed_reward: the last
+    \\boxed{} against the ground truth, whatever the data source), reward_kwargs passed to path's functions, and the
+    judge, which needs rft train's auxiliary models, refused."""
+    rows = [_row("2+2=", "4", ["\\boxed{4}", "\\boxed{5}", "4"], source="no_scorer_for_this"),
+            _row("3+5=", "8", ["so \\boxed{8}", "\\boxed{8.0}", "\\boxed{9}"], source="no_scorer_for_this")]
+    path = write_parquet(rows, tmp_path / "boxed.parquet")
+    typed = ["eval", f"data.path={path}", "custom_reward_function.reward_fn_type=math_boxed_reward"]
+    assert main([*typed, "custom_reward_function.num_workers=1"]) == 0
+    m = json.loads((tmp_path / "boxed.metrics.json").read_text())["metrics"]
+    # row 1: 1 of 3 right (the bare "4" has no box); row 2: 2 of 3 (8.0 equals 8): mean@3 = 3/6
+    assert m["eval/no_scorer_for_this/reward/mean@3"] == pytest.approx(0.5)
+    assert m["eval/no_scorer_for_this/pass@1"] == pytest.approx((1 / 3 + 2 / 3) / 2)
+    assert main(["eval", f"data.path={path}"]) == 2  # the built-in scorers have none for this data source
+    capsys.readouterr()
+    for extra, needle in ((["custom_reward_function.num_workers=0"], "num_workers must be an integer >= 1"),
+                          (["custom_reward_function.reward_kwargs={a: 1}"], "the typed rewards take no arguments"),
+                          (["custom_reward_function.name=f"], "which a typed reward does not read")):
+        assert main([*typed, *extra]) == 2
+        assert needle in capsys.readouterr().err, needle
+    assert main(["eval", f"data.path={path}", "custom_reward_function.reward_fn_type=llm_judge"]) == 2
+    assert "which this command does not serve" in capsys.readouterr().err
+    assert main(["eval", f"data.path={path}", "custom_reward_function.reward_kwargs={a: 1}"]) == 2
+    assert "the built-in scorers take no arguments" in capsys.readouterr().err
+
+    (tmp_path / "r.py").write_text("def scaled(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):\n"
+                                   "    return scale * float(ground_truth in solution_str)\n")
+    own = ["eval", f"data.path={path}", f"custom_reward_function.path={tmp_path / 'r.py'}",
+           "custom_reward_function.name=scaled", "metrics.pass_threshold=0.5"]
+    assert main([*own, "custom_reward_function.reward_kwargs={scale: 0.5}"]) == 0
+    m = json.loads((tmp_path / "boxed.metrics.json").read_text())["metrics"]
+    # the truth's text is in 2 responses of each row: 4 of 6 score scale = 0.5, the rest 0
+    assert m["eval/no_scorer_for_this/reward/mean@3"] == pytest.approx(4 / 6 * 0.5)
+    assert m["eval/no_scorer_for_this/reward/best@3"] == pytest.approx(0.5)
+
+
 # ------------------------------------------------------------------------------------- generate + eval
 def test_generate_then_eval_reproduce_the_demos_held_out_accuracy(tmp_path_factory, tmp_path, capsys):
     run = short_demo(tmp_path_factory)

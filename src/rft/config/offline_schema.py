@@ -143,12 +143,13 @@ def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> Ev
     from pathlib import Path
 
     from rft.config.load import merge_layers, read_yaml
-    from rft.config.validate import _check_reward_functions, _check_schema
+    from rft.config.validate import _check_reward_functions, _check_schema, check_reward_fn_type
 
     cfg = merge_layers(EvalConfig, [read_yaml(path)] if path is not None else [], overrides)
     _check_schema(cfg)
     if not cfg.data.path:
         raise ConfigError("data.path is required: a parquet/jsonl file of rows with responses")
+    check_reward_fn_type(cfg.custom_reward_function)  # a typed reward; no reward model, no judge model here
     _check_reward_functions(cfg.custom_reward_function)
     k = cfg.metrics.k
     if k is not None and (not k or not all(isinstance(x, int) and x > 0 for x in k)):

@@ -10,7 +10,8 @@ For a data source whose rows have n responses each, with c_i of row i's passing 
   Trained on Code"): `1 - C(n - c, k) / C(n, k)`, computed as `1 - prod_{i = n - c + 1}^{n} (1 - k / i)`.
 
 The scores come from the reward function of `custom_reward_function` (the built-in scorers by data source by
-default) with its time limit and failure policy, as in training.
+default, a typed reward with reward_fn_type, the functions of path with reward_kwargs) with its time limit, failure
+policy and worker processes (num_workers), as in training; llm_judge, which needs a judge model, is refused.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
         if len(ns) > 1:
             raise RftError(f"{d.path}: the rows of data source {source!r} have {sorted(ns)} responses: mean@n and "
                            "pass@k need the same n for every row of a data source")
-    fn = build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error)
+    fn = build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error,
+                         reward_fn_type=crf.reward_fn_type, num_workers=crf.num_workers,
+                         reward_kwargs=crf.reward_kwargs)
     scores, _ = score_responses(fn, flat["source"], flat["response"], flat["truth"], flat["extra"])
     groups: dict[str, list[list[float]]] = {}
     per_row, at = [], 0
