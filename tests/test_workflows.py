@@ -13,7 +13,8 @@ import torch
 from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
 
 from rft.explorer.evaluate import eos_token_ids
-from rft.explorer.model import Cancelled, Conversation, GenerationServer, ModelHandle, WorkflowError
+from rft.explorer.model import (Cancelled, Completion, Conversation, GenerationServer, ModelHandle, UnextendableReply,
+                               WorkflowError)
 from rft.explorer.tools import calculator, parse_tool_calls, run_tool
 from rft.models.load import load_causal_lm, load_tokenizer
 from rft.monitor import Timer
@@ -137,6 +138,50 @@ def test_a_template_that_rewrites_history_is_refused(engine):
     conv.messages.append({"role": "assistant", "content": "x"})
     with pytest.raises(WorkflowError, match="renders the conversation so far differently"):
         conv.add([{"role": "user", "content": "again"}])
+
+
+def test_a_garbled_reply_ends_its_conversation_and_the_tool_workflow_goes_on(engine):
+    """A sampled reply with a special token inside it cannot be re-rendered as a message: that conversation ends,
+    scored on its reply (not the whole task failed and retried), while a clean one gets its tool turn."""
+    from rft.explorer.workflow import Task, ToolCallWorkflow
+
+    _, tok = engine
+    call = tok('[calc(e="12*34")]', add_special_tokens=False)["input_ids"]
+    garbled = call[:-4] + [tok.convert_tokens_to_ids("<|im_start|>")] + call[-4:]  # a special token inside the call
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    conv = Conversation(tok, [{"role": "user", "content": "12*34="}], tools=[TOOL])
+    conv.append_completion(Completion(tok.decode(garbled, skip_special_tokens=True), [], garbled + [eos],
+                                      [-1.0] * (len(garbled) + 1), "stop"))
+    with pytest.raises(UnextendableReply, match="does not survive the round trip"):
+        conv.add([{"role": "tool", "content": "408"}])
+
+    class Scripted:  # the model handle: first turn one garbled and one clean call, then the answer
+        tool_call_parser = "pythonic"
+
+        def start(self, messages, tools=None):
+            return Conversation(tok, messages, tools=tools)
+
+        def sample(self, start, n):
+            out = [start.copy() for _ in range(n)]
+            for c, ids in zip(out, (garbled, call)):
+                c.append_completion(Completion(tok.decode(ids, skip_special_tokens=True), [], ids + [eos],
+                                               [-1.0] * (len(ids) + 1), "stop"))
+            return out
+
+        def respond(self, conversations):
+            for c in conversations:
+                ids = tok("408", add_special_tokens=False)["input_ids"]
+                c.append_completion(Completion("408", [], ids + [eos], [-1.0] * (len(ids) + 1), "stop"))
+
+    from rft.data.dataset import Prompt
+
+    prompt = Prompt(ids=[], messages=[{"role": "user", "content": "12*34="}], data_source="calculator",
+                    ground_truth="408", extra_info={}, tools=[TOOL])
+    task = Task(prompt=prompt, index=0, repeat_times=2, workflow_args={"max_turns": 2},
+                reward_fn=lambda src, text, truth, extra=None: float(text.strip() == truth))
+    experiences = ToolCallWorkflow(task=task, model=Scripted()).run()
+    assert [e.reward for e in experiences] == [0.0, 1.0]
+    assert [e.info["turns"] for e in experiences] == [1, 2]
 
 
 # ------------------------------------------------------------------------------------------------ tools

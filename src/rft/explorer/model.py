@@ -37,6 +37,11 @@ class WorkflowError(RftError):
     """A workflow did something the explorer cannot turn into experiences."""
 
 
+class UnextendableReply(WorkflowError):
+    """The model's last reply does not survive the round trip through text (a special token inside it, bytes that
+    are not UTF-8), so no message can follow it: a fault of the sample, not of the workflow."""
+
+
 class Cancelled(Exception):
     """Raised in a workflow whose attempt was cut (timeout): its model calls stop."""
 
@@ -208,13 +213,18 @@ class Conversation:
         self.action += [1] * len(completion.token_ids)
         self.logprobs += completion.logprobs
         self.messages.append({"role": "assistant", "content": completion.text})
-        self.text += self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
+        decoded = self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
+        self.text += decoded
         self.finish_reason = completion.finish_reason
+        self._clean_reply = "\ufffd" not in decoded and decoded.startswith(completion.text)
 
     def add(self, messages: list[dict]) -> None:
         """Messages the model did not write (tool results, environment, user), then the generation prompt:
         the chat template's rendering of them after the conversation so far, tokenized, action mask 0."""
         full = self._render(self.messages + [dict(m) for m in messages])
+        if not full.startswith(self.text) and not getattr(self, "_clean_reply", True):
+            raise UnextendableReply("the model's last reply does not survive the round trip through text (a special "
+                                    "token inside it, or bytes that are not UTF-8); the conversation ends with it")
         if not full.startswith(self.text):
             raise WorkflowError(
                 "the chat template renders the conversation so far differently from the tokens the model saw (it "

@@ -139,6 +139,7 @@ class ToolCallWorkflow(Workflow):
     tool_timeout (seconds, 10)."""
 
     def run(self) -> list[Experience]:
+        from rft.explorer.model import UnextendableReply
         from rft.explorer.tools import load_tools, parse_tool_calls, run_tool
 
         a = self.args
@@ -155,8 +156,11 @@ class ToolCallWorkflow(Workflow):
                 if not calls or c.finish_reason != "stop":
                     continue
                 tool_calls[id(c)] += len(calls)
-                c.add([{"role": "tool", "content": run_tool(call, tools, timeout), "name": call.name}
-                       for call in calls])
+                try:
+                    c.add([{"role": "tool", "content": run_tool(call, tools, timeout), "name": call.name}
+                           for call in calls])
+                except UnextendableReply:  # a garbled reply ends its conversation, scored as it stands
+                    continue
                 pending.append(c)
             if not pending:
                 break
