@@ -813,6 +813,32 @@ def _check_keys_with_readers(cfg: RFTConfig) -> None:
             raise ConfigError(f"{prefix}.total_training_steps must be -1 (the run's length) or a positive number "
                               f"of steps, got {steps!r}")
     _check_int("trainer.bad_update_limit", t.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
+    _check_token_budgets(cfg)
+
+
+def _check_token_budgets(cfg: RFTConfig) -> None:
+    """use_dynamic_bsz: every token budget in use holds the longest sequence (prompt + response)."""
+    arr, c = cfg.actor_rollout_ref, cfg.critic
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    budgets = []
+    if arr.actor.use_dynamic_bsz:
+        budgets.append(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu))
+    for name, section in (("rollout", arr.rollout), ("ref", arr.ref)):
+        dynamic = section.log_prob_use_dynamic_bsz
+        if arr.actor.use_dynamic_bsz if dynamic is None else dynamic:
+            budget = section.log_prob_max_token_len_per_gpu
+            key = f"actor_rollout_ref.{name}.log_prob_max_token_len_per_gpu"
+            budgets.append((key if budget is not None else "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                            arr.actor.ppo_max_token_len_per_gpu if budget is None else budget))
+    if c.use_dynamic_bsz:
+        budgets += [("critic.ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu),
+                    ("critic.forward_max_token_len_per_gpu", c.forward_max_token_len_per_gpu)]
+    for key, value in budgets:
+        if not isinstance(value, int) or isinstance(value, bool) or value < longest:
+            raise ConfigError(
+                f"{key}={value!r} (use_dynamic_bsz) must be an integer of at least the longest sequence, "
+                f"data.max_prompt_length + data.max_response_length = {longest} tokens: one row must fit in a pass"
+            )
 
 
 def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:

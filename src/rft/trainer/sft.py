@@ -33,6 +33,7 @@ from rft.trainer.checkpoint import (
     trainable_parameters,
 )
 from rft.workers.guard import UpdateGuard
+from rft.workers.packing import enable_remove_padding
 from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
 
 SFT_CONTENTS = {"model", "optimizer", "extra"}
@@ -55,6 +56,8 @@ class SFTTrainer:
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device, key="model")
+        if cfg.use_remove_padding:
+            enable_remove_padding(self.model, "use_remove_padding")
         self.params = list(trainable_parameters(self.model).values())
         self.optimizer = build_optimizer(self.params, optim)
         self.guard = UpdateGuard(self.params, self.optimizer, trainer.bad_update_limit, lr_key="optim.lr")
