@@ -26,8 +26,6 @@ VERL_EDITS = {
     # key: (value that loads, why the seed's value is refused)
     "actor_rollout_ref.rollout.name": ("hf", "GPU only: the vLLM engine (not implemented yet; rft generates with "
                                              "transformers and a KV cache)"),
-    "actor_rollout_ref.actor.use_torch_compile": (False, "torch.compile of the log-prob math is not implemented "
-                                                         "yet (issue 16)"),
     "trainer.logger": (["console"], "the wandb logger is not available (metrics.jsonl and the console are)"),
 }
 
@@ -100,9 +98,9 @@ TRINITY_EDITS = {
     "buffer.explorer_input.eval_tasksets.0.default_workflow_type": (None, "workflows (same)"),
     "buffer.explorer_input.eval_tasksets.0.default_reward_fn_type": (None, "reward functions (same)"),
     "buffer.explorer_input.eval_tasksets.0.format.response_key": (None, "the answer column (same)"),
-    "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "dynamic batch sizes (issue 16)"),
-    "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": (False, "sequence packing (issue 16)"),
-    "cluster.gpu_per_node": (1, "a staged run runs one process for now"),
+    "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "the example's SFT stage: rft's SFT "
+                                                                              "has no token-budget micro-batches "
+                                                                              "(its RL stages honour it)"),
 }
 # what each of the other example blocks of the page still asks for that rft does not have
 TRINITY_BLOCK_REFUSALS = {
@@ -203,7 +201,7 @@ def test_each_trinity_edit_is_still_needed(trinity_env, key):
     path.write_text(yaml.safe_dump(_edited(skip=key), sort_keys=False))
     with pytest.raises(ConfigError) as err:
         load_trinity(path)
-    leaf = key.split(".")[-1] if key != "cluster.gpu_per_node" else "n_gpus_per_node"
+    leaf = key.split(".")[-1]
     assert leaf in str(err.value), str(err.value)
 
 

@@ -46,7 +46,8 @@ BAD_UPDATES_HELP = ("Optimizer steps skipped in a row (non-finite loss or gradie
                     "step, or an update larger than the weights themselves; each skipped step restores the weights "
                     "and optimizer state from a copy taken before it and is counted in <prefix>/skipped_updates) "
                     "before the run stops with an error; 0: stop at the first.")
-MULTI_PROCESS = "rft's SFT trainer runs one process (several processes are `rft train`'s: docs/scaling.md)"
+MULTI_PROCESS = ("rft's SFT shards every decoder layer over the processes (FSDP2 / FSDP1, model.strategy) with each "
+                 "rank taking a contiguous share of the step's rows; other FSDP settings are not implemented for it")
 CPU_ONLY_OFFLOAD = ("On CPU a no-op (everything already lives in host memory); on cuda it needs a sharded model, i.e. "
                     "several processes (one process on cuda is refused).")
 STRATEGY_HELP = ("How the model is sharded over several processes (docs/scaling.md): fsdp2 (torch's fully_shard on "

@@ -492,19 +492,13 @@ def _check_offload(cfg: RFTConfig, world_size: int) -> None:
 
 def _check_processes(cfg: RFTConfig, world_size: int) -> None:
     """What several processes need: a batch of prompts that splits evenly (all responses of a prompt stay on one
-    rank), and no feature that is not written for them yet."""
+    rank)."""
     data, t = cfg.data, cfg.trainer
     where = f"{world_size} processes (trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node})"
     if data.train_batch_size % world_size:
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes: "
             f"{where} each generate for train_batch_size / processes prompts"
-        )
-    if cfg.algorithm.filter_groups.enable:
-        raise ConfigError(
-            f"algorithm.filter_groups.enable=true (DAPO's dynamic sampling) runs in one process only for now: the "
-            f"kept groups would differ in number between the {where}; set trainer.n_gpus_per_node=1 and "
-            "trainer.nnodes=1, or disable it"
         )
 
 
@@ -841,16 +835,18 @@ def _check_token_budgets(cfg: RFTConfig) -> None:
             )
 
 
-def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
-    """The SFT config (verl's sft_trainer.yaml keys), before any model loads."""
+def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:
+    """The SFT config (verl's sft_trainer.yaml keys), before any model loads. `world_size`: default
+    trainer.nnodes x trainer.n_gpus_per_node."""
     _check_schema(cfg)
+    world_size = processes(cfg.trainer) if world_size is None else world_size
     data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
     _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
     if check_paths and check_model_path:
         check_tokenizer_folder("model.partial_pretrain", model.partial_pretrain)
     check_hdfs_dir("trainer.default_hdfs_dir", trainer.default_hdfs_dir)
     _check_int("trainer.bad_update_limit", trainer.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
-    _check_runtime("trainer", trainer, several="rft sft runs one process for now")
+    _check_runtime("trainer", trainer)
     for key, value in (("data.train_batch_size", data.train_batch_size),
                        ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
                        ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
@@ -858,10 +854,13 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model
     for key, value in (("trainer.total_training_steps", trainer.total_training_steps),
                        ("trainer.max_ckpt_to_keep", trainer.max_ckpt_to_keep)):
         _positive(key, value, allow_none=True)
-    if data.train_batch_size % (data.micro_batch_size_per_gpu * world_size):
+    local = data.train_batch_size // world_size  # rows per process and step
+    if data.train_batch_size % world_size or (local % data.micro_batch_size_per_gpu
+                                              and data.micro_batch_size_per_gpu < local):
         raise ConfigError(
-            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of data.micro_batch_size_per_gpu "
-            f"({data.micro_batch_size_per_gpu}) x processes ({world_size})"
+            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes "
+            f"({world_size}), and its share per process ({data.train_batch_size / world_size:g} rows) a multiple of "
+            f"data.micro_batch_size_per_gpu ({data.micro_batch_size_per_gpu}) or at most one micro-batch"
         )
     if optim.lr <= 0:
         raise ConfigError(f"optim.lr must be > 0, got {optim.lr}")

@@ -157,7 +157,10 @@ class MiniBatchWorker:
             micro = self.s.micro_rows or max(rows, 1)
             sizes = [min(micro, rows - start) for start in range(0, rows, micro)]
             want = self.dist.max_int(len(sizes)) if sync and self.dist.enabled else len(sizes)
-        return order, sizes, max(0, want - len(sizes))
+        fillers = max(0, want - len(sizes))
+        if sync and not want:  # no rank has a row: one filler pass everywhere, so every rank reports the metrics
+            fillers = 1
+        return order, sizes, fillers
 
     def accumulate(self, mini: Batch, micro_loss: Callable[[list[int], Batch], tuple[torch.Tensor, dict[str, float]]],
                    plan: tuple[list[int] | None, list[int], int] | None = None, filler: Batch | None = None
@@ -165,7 +168,8 @@ class MiniBatchWorker:
         """Backward of `micro_loss(rows, micro_batch)` (`rows`: its rows' indices in `mini`) for each micro-batch of
         `plan` (default `self.plan(mini)`: `micro_rows` rows each, or by token budget); the metrics of the
         micro-batches are summed (each micro-batch reports its share of the mini-batch's value). Filler passes run
-        `micro_loss` on the first row of `filler` (default `mini`) with the loss and the metrics multiplied by 0."""
+        `micro_loss` on the first row of `filler` (default `mini`) with the loss and the metrics multiplied by 0
+        (exactly 0 gradient; the metrics' keys as the other ranks report them)."""
         order, sizes, fillers = plan if plan is not None else self.plan(mini)
         order = order if order is not None else list(range(len(mini)))
         sums: dict[str, float] = defaultdict(float)
@@ -178,9 +182,11 @@ class MiniBatchWorker:
                 sums[k] += v
             start += size
         source = filler if filler is not None else mini
-        for _ in range(fillers):
-            loss, _ = micro_loss([0], source.select([0]))
+        for _ in range(fillers):  # the metrics count 0 too: every rank reports the same keys
+            loss, metrics = micro_loss([0], source.select([0]))
             (loss * 0.0).backward()
+            for k, v in metrics.items():
+                sums[k] += 0.0 * v
         return sums
 
     budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"

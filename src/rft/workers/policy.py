@@ -384,6 +384,8 @@ class PolicyWorker(MiniBatchWorker):
             if dropped:
                 mini = mini.select(keep.nonzero().flatten().tolist())
             metric_norm = self.norm(mini)  # a collective: every rank, whether it dropped rows or not
+            if not metric_norm.num_tokens:  # every row left out: the metrics are 0 (a filler pass reports them)
+                metric_norm = norm
         plan = self.plan(mini, sync=dropped is not None or bool(getattr(s, "max_token_len", None)))
         whole, offset = None, 0
         if policy_loss_needs_minibatch(s.loss_mode, s) and (len(plan[1]) > 1 or self.dist.enabled):
@@ -401,8 +403,7 @@ class PolicyWorker(MiniBatchWorker):
             mb, norm, seed, whole, torch.tensor(rows, dtype=torch.long) + offset, metric_norm), plan=plan, filler=full)
         if dropped is not None:
             sums["actor/zero_adv_rows"] = float(dropped)
-            if not len(mini) and not plan[2]:  # nothing ran: the gradient is exactly 0, and the step still takes it
-                for p in self.params:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
+            for p in self.params:  # a model that ran no pass: its gradient is exactly 0, and the step takes it
+                if p.grad is None and not len(mini):
+                    p.grad = torch.zeros_like(p)
         return sums
