@@ -210,9 +210,9 @@ def main() -> None:
 
     sys.path.insert(0, str(HERE))
     import torch
-    from bench import cpu_name, matmul_gflops, wait_idle
     from transformers.utils import logging as hf_logging
 
+    from bench import cpu_name, matmul_gflops, wait_idle
     from rft.data.io import read_rows
     from rft.models.tiny import PRESETS as MODEL_PRESETS
     from rft.models.tiny import init_model
