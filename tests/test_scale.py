@@ -78,7 +78,8 @@ def test_the_demos_staged_config_on_two_processes_matches_one(assets, tmp_path):
                    "actor_rollout_ref.rollout.do_sample=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
                    "stages.0.trainer.total_training_steps=2", "stages.0.trainer.save_freq=-1",
                    "stages.1.trainer.total_training_steps=1", "stages.1.trainer.val_before_train=false",
-                   "stages.1.algorithm.adv_estimator=reinforce_plus_plus")
+                   "stages.1.algorithm.adv_estimator=reinforce_plus_plus",
+                   f"custom_reward_function.path={assets / 'reward.py'}")
         assert "all stages finished" in proc.stdout
         runs[n] = out
     for stage, keys in (("sft", ("train/loss", "train/grad_norm")),
@@ -154,8 +155,8 @@ def test_dynamic_sampling_on_two_processes_trains(assets, tmp_path):
 # -------------------------------------------------------------------------- group_relative_policy_optimization
 def test_grpo_component_on_two_processes_matches_one(assets, tmp_path):
     """TRL's num_processes (an rft extension input; under torchrun its WORLD_SIZE): 2 x 4 completions per step,
-    the same 8 as one process with per_device_train_batch_size 8. Greedy (temperature 0), so both generate the
-    same responses: GRPO's advantages are then 0 in every group, the update's rows are left out and both take
+    the same 8 as one process with per_device_train_batch_size 8. Temperature 1e-6 (TRL has no greedy flag): both
+    sample the argmax, so they generate the same responses: GRPO's advantages are then 0 in every group, the update's rows are left out and both take
     the same zero step; the metrics of step 1 agree."""
     from rft.data.io import read_rows
 
@@ -168,7 +169,7 @@ def test_grpo_component_on_two_processes_matches_one(assets, tmp_path):
     common = ["--model_name_or_path", str(assets / "model"), "--dataset_train_split",
               str(tmp_path / "train.jsonl"), "--deepspeed_config", str(tmp_path / "ds.json"),
               "--num_generations", "4", "--num_iterations", "1", "--max_steps", "1", "--max_prompt_length", "32",
-              "--max_completion_length", "6", "--temperature", "0", "--apply_lora", "false", "--save_steps", "1",
+              "--max_completion_length", "6", "--temperature", "1e-6", "--apply_lora", "false", "--save_steps", "1",
               "--learning_rate", "1e-3"]
     rft("component", "group_relative_policy_optimization", *common, "--per_device_train_batch_size", "8",
         "--output_model_path", str(tmp_path / "one"))
