@@ -8,7 +8,10 @@ each side (TRL: a TrainerCallback around each optimizer step, generation include
 Each side runs in its own process, back to back: TRL in `bench/.venv-trl` (made on first use: torch 2.13.0 under
 constraints.txt, trl 1.16.0), rft in this Python.
 
-    python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--steps 8] [--no-write]
+    python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--steps 8] [--no-write] [--baseline-src DIR] [--profile]
+
+--baseline-src DIR also runs rft from another source tree (e.g. `git archive` of the commit before a change) as the
+variant `baseline`; --profile prints torch.profiler's table for one extra rft step of each variant (not timed).
 
 Workloads (docs: bench/RESULTS.md):
   W1      tiny preset, 16 new tokens at most                    goal: rft <= 0.5x TRL's s/step
@@ -67,6 +70,7 @@ WORKLOADS = {
 }
 VARIANTS = {
     "default": [],
+    "baseline": [],  # the --baseline-src tree with its defaults
     "remove_padding": ["actor_rollout_ref.model.use_remove_padding=true"],
     "compile": ["actor_rollout_ref.actor.use_torch_compile=true"],
 }
@@ -160,14 +164,25 @@ def rft_worker(spec: dict) -> dict:
     ])
     run = SyncRun(cfg)
     n_params = sum(p.numel() for p in run.trainer.model.parameters())
-    rows = []
+    rows, table = [], None
     for step in range(1, spec["steps"] + 1):
         timer = Timer()
+        profile = spec.get("profile") and step == spec["steps"]  # the last step, profiled (not in the median)
+        if profile:
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as tprofile
+
+            prof = tprofile(activities=[ProfilerActivity.CPU])
+            prof.__enter__()
         with timer("step"):
             metrics = run.train_step(step, timer)
+        if profile:
+            prof.__exit__(None, None, None)
+            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40)
+            continue
         metrics.update(timer.metrics())
         rows.append({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-    return {"rows": rows, "n_params": n_params}
+    return {"rows": rows, "n_params": n_params, "profile": table}
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -198,6 +213,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--wait-idle", type=float, default=60.0, metavar="S")
+    ap.add_argument("--baseline-src", metavar="DIR",
+                    help="also run rft from this source tree (e.g. an export of the commit before a change) as the "
+                         "variant 'baseline', side by side")
+    ap.add_argument("--profile", action="store_true",
+                    help="torch.profiler over one more rft step of each variant (printed; not in the median)")
     ap.add_argument("--trl-worker", help=argparse.SUPPRESS)
     ap.add_argument("--rft-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -254,12 +274,14 @@ def main() -> None:
                     trl, load = _child([str(trl_python()), __file__, "--trl-worker", json.dumps(spec)], env)
                     trl.update(s=median_of(trl["times"]), load=load)
                     print(f"  {label}: TRL {trl['s']:.3f} s/step (other procs {load:.2f} cores)", flush=True)
-                for variant in variants:
+                for variant in ((("baseline",) if args.baseline_src else ()) + tuple(variants)):
                     wait_idle(args.wait_idle)
                     spec = {**base, "parquet": str(data), "out": str(tmp / f"rft-{workload}-{variant}"),
-                            "variant": variant}
-                    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get(
-                        "PYTHONPATH", "")])}  # this tree's rft, whatever the venv has installed
+                            "variant": variant, "profile": args.profile,
+                            "steps": args.steps + (1 if args.profile else 0)}
+                    src = args.baseline_src if variant == "baseline" else str(ROOT / "src")
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(src).resolve()), os.environ.get(
+                        "PYTHONPATH", "")])}  # this tree's rft (or the baseline's), whatever the venv has installed
                     r, load = _child([sys.executable, __file__, "--rft-worker", json.dumps(spec)], env)
                     row = summarise(r, rates[preset], prompts * 8)
                     row.update(workload=workload, label=label, variant=variant, load=load, trl=trl, preset=preset,
@@ -268,6 +290,9 @@ def main() -> None:
                     vs = f", {row['s'] / trl['s']:.2f}x TRL's" if trl else ""
                     print(f"    rft {variant}: {row['s']:.3f} s/step{vs} (eff {100 * row['eff']:.0f}%, other procs "
                           f"{load:.2f} cores)", flush=True)
+                    if r.get("profile"):
+                        print(f"\ntorch.profiler, {label}, rft {variant}, one step (self CPU time):\n{r['profile']}",
+                              flush=True)
     table = render(results, rates)
     print()
     print(table)
