@@ -304,6 +304,9 @@ TABLE: dict[str, list[tuple]] = {
         ("loss_type", "grpo", f"{AA}.loss_agg_mode", "seq-mean-token-mean"),
         ("loss_type", "dr_grpo", f"{AA}.loss_agg_mode", "seq-mean-token-sum-norm"),
         ("scale_rewards", "batch", "algorithm.scale_rewards", "batch"),
+        ("num_processes", 1, "trainer.n_gpus_per_node", 1),
+        ("num_processes", 2, "trainer.n_gpus_per_node", 2),  # several processes (tests/test_scale.py runs them)
+        ("num_processes", 0, REFUSED, "must be an integer >= 1"),
         ("reward_function", f"{W}/reward.py", "custom_reward_function.path", f"{W}/reward.py"),
     ],
 }

@@ -44,8 +44,8 @@ WITHOUT_A_READER_HERE = {
     "trainer.experiment_name": "the default output folder's name (interpolated at load)",
 }
 SFT_WITHOUT_A_READER_HERE = {
-    "model.strategy": "how several processes would shard the model; rft sft refuses several processes "
-                      "(trainer.nnodes x n_gpus_per_node > 1), so with the one it runs the strategy applies to none",
+    "model.strategy": "how several processes shard the model: read by trainer/sft.py only when trainer.nnodes x "
+                      "n_gpus_per_node > 1 (tests/test_scale.py runs rft sft on 2 processes); this run has one",
     "trainer.project_name": "the default output folder's name (interpolated at load)",
     "trainer.experiment_name": "the default output folder's name (interpolated at load)",
 }
@@ -166,6 +166,8 @@ RL_RUNS = [
     # one-process run reads; their two-process paths: tests/test_modes.py)
     ["data.task_storage=sql", "data.task_table=arith", "experience_buffer.storage_type=sql",
      "experience_buffer.max_staleness=1", "experience_buffer.stale_policy=downweight"],
+    # a multi-turn workflow (its own paths: tests/test_workflows.py)
+    ["workflow.type=tool_call_workflow", "workflow.tool_call_parser=pythonic", "workflow.args={max_turns: 2}"],
 ]
 
 

@@ -245,6 +245,82 @@ def test_losses_that_declare_it_give_zero_gradient_where_advantages_are_zero(nam
         assert float(compute_policy_loss(name, sub).loss) == pytest.approx(float(loss), rel=1e-6, abs=1e-7), mode
 
 
+# ------------------------------------------------------------------ multi-turn rows (Batch.action_mask)
+def _with_tool_spans(run, batch):
+    """A copy of `batch` whose longer responses hold tool tokens (action mask 0 at response tokens 1-2 of the rows
+    with 4+ tokens, as a multi-turn row's tool result: attended to, never trained on), its token rewards and
+    advantages recomputed on the action mask, as the trainer does."""
+    batch = batch.select(list(range(len(batch))))
+    action = batch.response_mask.clone()
+    action[batch.response_mask.sum(-1) >= 4, 1:3] = 0
+    batch.action_mask, batch.loss_mask = action, action.clone()
+    run.trainer.set_token_rewards(batch)
+    run.trainer.compute_advantages(batch)
+    tools = (batch.response_mask == 1) & (action == 0)
+    assert int(tools.sum()) >= 8 and bool((batch.advantages[tools] == 0).all())
+    return batch, tools
+
+
+def test_packed_and_budgeted_updates_train_on_the_action_mask_only(ragged):
+    """Packed passes with token-budget micro-batches give the padded gradient of a batch with tool tokens, and
+    nothing sitting on the tool tokens (advantages, old or reference log-probs) reaches the gradient."""
+    run, batch = ragged
+    batch, tools = _with_tool_spans(run, batch)
+    model = run.trainer.model
+    longest = int((batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).max())
+    noisy = batch.select(list(range(len(batch))))
+    noisy.advantages = noisy.advantages + 5.0 * tools
+    noisy.old_logprobs = noisy.old_logprobs - 2.0 * tools
+    noisy.ref_logprobs = noisy.ref_logprobs - 2.0 * tools
+    for mode in LOSS_AGG_MODES:
+        opts = dict(loss_mode="vanilla", loss_agg_mode=mode, entropy_coeff=0.01, kl_loss_coef=0.1)
+        padded = _grads(run, batch, **opts)
+        _packed(model, True)
+        try:
+            packed = _grads(run, noisy, max_token_len=longest, **opts)
+        finally:
+            _packed(model, False)
+        assert _close(padded, packed) <= 1e-6, mode
+    every = batch.select(list(range(len(batch))))  # the same rows trained on every response token
+    every.action_mask = every.loss_mask = None
+    assert _close(padded, _grads(run, every, **opts)) > 1e-4
+
+
+def test_zero_advantage_rows_are_judged_on_the_policy_tokens(ragged):
+    """A row whose policy tokens all have A = 0 is left out even when its tool tokens carry a (never read)
+    advantage; packed and by token budget, the gradient is the one over every row."""
+    run, batch = ragged
+    batch, tools = _with_tool_spans(run, batch)
+    worker, model = run.trainer.worker, run.trainer.model
+    group = batch.group == batch.group[0]
+    assert bool(tools[group].any())  # the group has a row with tool tokens
+    batch.advantages[group] = 0.0
+    batch.advantages[group & tools.any(-1)] = 1.0 * tools[group & tools.any(-1)]
+    longest = int((batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).max())
+    opts = dict(use_kl_loss=False, entropy_coeff=0.0, loss_mode="vanilla", loss_agg_mode="token-mean")
+    saved = {k: getattr(worker.s, k) for k in opts}
+    for k, v in opts.items():
+        setattr(worker.s, k, v)
+    try:
+        assert worker.drops_zero_advantage_rows()
+        _packed(model, True)
+        try:
+            dropped = _grads(run, batch, max_token_len=longest)
+            metrics = worker.backward_mini_batch(batch)
+        finally:
+            _packed(model, False)
+        worker.drops_zero_advantage_rows = lambda: False
+        try:
+            every = _grads(run, batch)
+        finally:
+            del worker.drops_zero_advantage_rows
+    finally:
+        for k, v in saved.items():
+            setattr(worker.s, k, v)
+    assert metrics["actor/zero_adv_rows"] == int((batch.advantages * batch.loss_mask == 0).all(-1).sum()) >= 4
+    assert _close(every, dropped) <= 1e-6
+
+
 # -------------------------------------------------------------------------------------------- torch.compile
 def test_torch_compile_falls_back_with_the_reason(ragged, capsys, monkeypatch):
     import copy

@@ -88,26 +88,16 @@ def test_verl_sft_trainer_yaml_loads_unchanged(work, capsys):
 # ------------------------------------------------------------------------------------- Trinity-RFT
 TRINITY_EDITS = {
     # dotted Trinity key (list indices as numbers): (value that loads, or None to remove it; why)
-    "buffer.default_workflow_type": (None, "Trinity's workflows are not implemented: rft scores rows by "
-                                           "data_source or custom_reward_function"),
-    "buffer.default_reward_fn_type": (None, "Trinity's reward functions are not implemented (same)"),
-    "buffer.explorer_input.taskset.default_workflow_type": (None, "workflows (same)"),
-    "buffer.explorer_input.taskset.default_reward_fn_type": (None, "reward functions (same)"),
-    "buffer.explorer_input.taskset.format.response_key": (None, "the answer column of Trinity's workflows: rft "
-                                                                "reads reward_model.ground_truth (verl's rows)"),
-    "buffer.explorer_input.eval_tasksets.0.default_workflow_type": (None, "workflows (same)"),
-    "buffer.explorer_input.eval_tasksets.0.default_reward_fn_type": (None, "reward functions (same)"),
-    "buffer.explorer_input.eval_tasksets.0.format.response_key": (None, "the answer column (same)"),
     "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "the example's SFT stage: rft's SFT "
                                                                               "has no token-budget micro-batches "
                                                                               "(its RL stages honour it)"),
+    "cluster.gpu_per_node": (1, "the example's math_workflow: rft's workflow runners run in one process for now "
+                                "(staged runs themselves take several)"),
 }
 # what each of the other example blocks of the page still asks for that rft does not have
 TRINITY_BLOCK_REFUSALS = {
     "monitor": {"monitor.monitor_type", "monitor.monitor_args"},  # W&B: metrics.jsonl and the console only
-    "explorer": {"explorer.rollout_model.engine_type", "explorer.runner_per_model", "explorer.max_timeout",
-                 "explorer.max_retry_times", "explorer.env_vars", "explorer.auxiliary_models"},  # GPU only: vLLM;
-    # the workflow runners are issue 14's
+    "explorer": {"explorer.rollout_model.engine_type"},  # GPU only: vLLM (the workflow keys are honoured)
     "synchronizer": set(),  # rft's synchronizer section has Trinity's keys (issue 12)
     "service": {"service"}, "data_processor": {"data_processor"}, "log": {"log"},  # not implemented
     "trainer_input": {"buffer.trainer_input.auxiliary_buffers"},  # the mix algorithm's SFT data (issue 13)
@@ -201,7 +191,7 @@ def test_each_trinity_edit_is_still_needed(trinity_env, key):
     path.write_text(yaml.safe_dump(_edited(skip=key), sort_keys=False))
     with pytest.raises(ConfigError) as err:
         load_trinity(path)
-    leaf = key.split(".")[-1]
+    leaf = key.split(".")[-1] if key != "cluster.gpu_per_node" else "n_gpus_per_node"
     assert leaf in str(err.value), str(err.value)
 
 

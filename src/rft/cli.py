@@ -19,7 +19,7 @@ def _setup_env() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("transformers", "httpx", "huggingface_hub", "torch.distributed"):
+    for noisy in ("transformers", "httpx", "httpx2", "huggingface_hub", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
@@ -45,6 +45,15 @@ def cmd_data(args) -> int:
                                      max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip)
         except ValueError as e:  # the options' ranges
             raise RftError(f"rft data arithmetic: {e}") from None
+    elif args.task == "calculator":
+        from rft.errors import RftError
+        from rft.tasks import write_calculator
+
+        try:
+            paths = write_calculator(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
+                                     tool_share=args.tool_share)
+        except ValueError as e:
+            raise RftError(f"rft data calculator: {e}") from None
     else:
         from rft.tasks import convert_gsm8k
 
@@ -111,7 +120,8 @@ def cmd_sft(args) -> int:
 def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
-    run_demo(args.output, seed=args.seed)
+    run_demo(args.output or ("runs/demo" if args.task == "arithmetic" else f"runs/demo-{args.task}"),
+             seed=args.seed, task=args.task)
     return 0
 
 
@@ -161,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_init_model)
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format")
-    q.add_argument("task", choices=("arithmetic", "gsm8k"))
+    q.add_argument("task", choices=("arithmetic", "calculator", "gsm8k"))
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-train", type=int, default=2000)
@@ -170,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--ops", default="+")
     q.add_argument("--carry-slip", type=float, default=0.0,
                    help="arithmetic: share of carrying additions whose SFT demonstration forgets the carry")
+    q.add_argument("--tool-share", type=float, default=0.3,
+                   help="calculator: share of SFT demonstrations that call the calculator tool")
     q.set_defaults(fn=cmd_data)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")
@@ -182,8 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_sft)
 
-    q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and arithmetic task, on CPU; prints accuracy per stage")
-    q.add_argument("--output", default="runs/demo")
+    q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
+                                    "accuracy per stage")
+    q.add_argument("--task", choices=("arithmetic", "tools"), default="arithmetic",
+                   help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn)")
+    q.add_argument("--output", help="run folder (default runs/demo, or runs/demo-<task>)")
     q.add_argument("--seed", type=int, default=0)
     q.set_defaults(fn=cmd_demo)
 

@@ -12,6 +12,8 @@ from rft.config.schema import BAD_UPDATES_HELP, HDFS_HELP, MULTI_PROCESS, Custom
 class MultiturnConfig:
     enable: bool = fld(False, "Train on a messages column: the loss covers every assistant turn.")
     messages_key: str = fld("messages", "Column holding the chat messages [{role, content}, ...].")
+    tools_key: Optional[str] = fld(None, "Column holding each conversation's tools (OpenAI function schemas), "
+                                         "rendered by the chat template; null: none.")
 
 
 @dataclass

@@ -218,8 +218,54 @@ def _check_reward_functions(crf: Any) -> None:
         if len(weights) != count or not all(math.isfinite(w) for w in weights):
             raise ConfigError(
                 f"custom_reward_function.reward_weights={weights} must hold {count} finite number(s), one per "
-                f"reward function ({names if crf.path else 'the built-in scorer'})"
+                f"reward function ({names if crf.path else crf.reward_fn_type or 'the built-in scorer'})"
             )
+
+
+def _check_reward_fn_type(cfg: RFTConfig) -> None:
+    """custom_reward_function.reward_fn_type (a typed reward, rft.rewards.typed; its name is checked by the schema
+    walk's choices) against the keys that choose another reward function, and num_workers."""
+    crf, rm = cfg.custom_reward_function, cfg.reward_model
+    if crf.num_workers is not None and (isinstance(crf.num_workers, bool) or not isinstance(crf.num_workers, int)
+                                        or crf.num_workers < 1):
+        raise ConfigError(f"custom_reward_function.num_workers must be an integer >= 1 or null, got {crf.num_workers!r}")
+    kind = crf.reward_fn_type
+    if crf.reward_kwargs and not crf.path and kind is None:
+        raise ConfigError(
+            f"custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the built-in scorers take no "
+            "arguments; they are for the functions of custom_reward_function.path (or llm_judge's settings)"
+        )
+    if kind is None:
+        return
+    key = f"custom_reward_function.reward_fn_type={kind!r}"
+    if kind == "llm_judge":
+        from rft.rewards.judge import check_settings
+
+        check_settings(dict(crf.reward_kwargs), len(cfg.workflow.auxiliary_models))
+        if rm.enable:
+            raise ConfigError(f"{key} with reward_model.enable=true: rft scores with one of them; remove one")
+        if crf.reward_weights is not None:
+            raise ConfigError(f"{key} with custom_reward_function.reward_weights: the judge is the only reward "
+                              "function; remove reward_weights")
+    elif crf.reward_kwargs:
+        raise ConfigError(f"{key} with custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the typed "
+                          "rewards take no arguments; remove reward_kwargs")
+    if crf.path:
+        raise ConfigError(
+            f"{key} and custom_reward_function.path={crf.path!r} are both set: each chooses the run's reward function "
+            "and rft would honour only one; remove one of them (to combine a typed reward with your own, import it "
+            "in your file: from rft.rewards import " + kind.replace("math_dapo_reward", "math_boxed_reward") + ")"
+        )
+    if crf.name != "compute_score":
+        raise ConfigError(
+            f"{key} with custom_reward_function.name={crf.name!r}: name picks a function of custom_reward_function.path"
+            ", which a typed reward does not read; remove name"
+        )
+    if rm.enable and rm.rule_weight == 0:
+        raise ConfigError(
+            f"{key} is set, but with reward_model.enable=true and reward_model.rule_weight=0 the reward function never "
+            "runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove reward_fn_type"
+        )
 
 
 def _check_loss_options(cfg: RFTConfig) -> None:
@@ -568,6 +614,74 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
         raise ConfigError("trainer.mode=train without data.train_files needs trainer.total_training_steps")
 
 
+BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
+
+
+def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
+    """workflow.*: a workflow rft has (or a file that may register it), sizes in range, and what the workflow
+    machinery does not combine with (a reward model, ReMax's greedy baselines, dynamic sampling, several
+    processes)."""
+    wf = cfg.workflow
+    _positive("workflow.runner_per_model", wf.runner_per_model)
+    if not wf.max_timeout > 0:
+        raise ConfigError(f"workflow.max_timeout must be > 0 seconds, got {wf.max_timeout}")
+    if not isinstance(wf.max_retry_times, int) or wf.max_retry_times < 0:
+        raise ConfigError(f"workflow.max_retry_times must be an integer >= 0, got {wf.max_retry_times!r}")
+    if not isinstance(wf.endpoint_port, int) or not 0 <= wf.endpoint_port <= 65535:
+        raise ConfigError(f"workflow.endpoint_port must be 0 (a free port) or a port number, got {wf.endpoint_port!r}")
+    if wf.type not in BUILTIN_WORKFLOWS and not wf.path:
+        raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}: set "
+                          "workflow.path to the Python file that registers it (rft.explorer.workflow."
+                          "register_workflow)")
+    if wf.path and check_paths and not Path(wf.path).expanduser().exists():
+        raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
+    for i, spec in enumerate(wf.auxiliary_models):
+        if not isinstance(spec, dict) or not spec.get("model_path"):
+            raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")
+        unknown = set(spec) - {"model_path", "temperature", "max_tokens", "tensor_parallel_size", "engine_type",
+                               "name"}
+        if unknown:
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: keys {sorted(unknown)} are not honoured; rft takes "
+                              "model_path, temperature, max_tokens (and tensor_parallel_size 1, engine_type hf)")
+        if spec.get("tensor_parallel_size", 1) != 1 or spec.get("engine_type", "hf") not in ("hf",):
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
+                              "the explorer's process (tensor_parallel_size 1, engine_type hf)")
+        if check_paths:
+            _check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"])
+    if wf.type == "simple_workflow":
+        judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
+        for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),
+                                    ("enable_history", wf.enable_history, False), ("endpoint", wf.endpoint, False),
+                                    ("auxiliary_models", [] if judged else wf.auxiliary_models, [])):
+            if value != default:
+                raise ConfigError(
+                    f"workflow.{key}={value!r} has no effect with workflow.type=simple_workflow (one batched chat turn "
+                    "per sample, no workflow code): set workflow.type to the workflow that uses it, or remove it"
+                )
+        return
+    why = None
+    if cfg.reward_model.enable:
+        why = "reward_model.enable (the reward model scores whole batches; workflows score their own experiences)"
+    elif "reward_baselines" in _estimator_needs(cfg):
+        why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} (its greedy baseline is one more generation of "\
+              "the batched single-turn path)"
+    elif cfg.algorithm.filter_groups.enable:
+        why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
+    elif world_size > 1:
+        t = cfg.trainer
+        why = (f"several processes ({world_size}: trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x "
+               f"{t.n_gpus_per_node}; the workflow runners run in one process for now)")
+    if why:
+        raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
+                          "or drop it")
+
+
+def _estimator_needs(cfg: RFTConfig) -> frozenset:
+    from rft.algorithms import estimator_spec
+
+    return estimator_spec(cfg.algorithm.adv_estimator).needs
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -591,6 +705,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_inputs("actor_rollout_ref.model.path", arr.model.path, data, check_paths, check_model_path, require_train)
     if check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
         raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
+    _check_reward_fn_type(cfg)
     _check_reward_functions(cfg.custom_reward_function)
 
     # ---- registry names
@@ -732,6 +847,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_critic(cfg, world_size, check_paths)
     _check_reward_model(cfg, check_paths)
     _check_decoupled(cfg, world_size)
+    _check_workflow(cfg, world_size, check_paths)
     _check_keys_with_readers(cfg)
     if check_paths and check_model_path:
         check_tokenizer_folder("data.tokenizer" if data.tokenizer else "actor_rollout_ref.model.path",

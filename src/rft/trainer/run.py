@@ -114,6 +114,9 @@ class SyncRun:
         """One on-policy step: explore, hand the experiences over through the buffer, train, sync."""
         experiences, metrics = self.explorer.explore_step(timer)
         metrics["training/epoch"] = self.explorer.taskset.epoch
+        if not experiences:  # every workflow of the step failed (the explorer said so): nothing to train on
+            self.sync.publish(None, step)
+            return {**metrics, "train/empty_step": 1.0}
         self.buffer.write(experiences)
         read = self.buffer.read(len(experiences), step)
         labels = [e.info["position"] for e in read.experiences] if self.dist.enabled else None
