@@ -38,16 +38,10 @@ WITHOUT_A_READER_HERE = {
        for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.transformer_layer_cls_to_wrap")},
     "trainer.balance_batch": "several processes: rl.py generate_and_score -> distributed.step_shard "
                              "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
-    # read through an interpolation when the config loads: default_local_dir's default is
-    # checkpoints/${trainer.project_name}/${trainer.experiment_name} (a staged run also names each stage's)
-    "trainer.project_name": "the default output folder's name (interpolated at load)",
-    "trainer.experiment_name": "the default output folder's name (interpolated at load)",
 }
 SFT_WITHOUT_A_READER_HERE = {
     "model.strategy": "how several processes shard the model: read by trainer/sft.py only when trainer.nnodes x "
                       "n_gpus_per_node > 1 (tests/test_scale.py runs rft sft on 2 processes); this run has one",
-    "trainer.project_name": "the default output folder's name (interpolated at load)",
-    "trainer.experiment_name": "the default output folder's name (interpolated at load)",
 }
 
 

@@ -26,7 +26,6 @@ VERL_EDITS = {
     # key: (value that loads, why the seed's value is refused)
     "actor_rollout_ref.rollout.name": ("hf", "GPU only: the vLLM engine (not implemented yet; rft generates with "
                                              "transformers and a KV cache)"),
-    "trainer.logger": (["console"], "the wandb logger is not available (metrics.jsonl and the console are)"),
 }
 
 
@@ -96,7 +95,7 @@ TRINITY_EDITS = {
 }
 # what each of the other example blocks of the page still asks for that rft does not have
 TRINITY_BLOCK_REFUSALS = {
-    "monitor": {"monitor.monitor_type", "monitor.monitor_args"},  # W&B: metrics.jsonl and the console only
+    "monitor": set(),  # monitor_type wandb with its base_url / api_key: trainer.logger, trainer.monitor_args
     "explorer": {"explorer.rollout_model.engine_type"},  # GPU only: vLLM (the workflow keys are honoured)
     "synchronizer": set(),  # rft's synchronizer section has Trinity's keys (issue 12)
     "service": {"service"}, "data_processor": {"data_processor"}, "log": {"log"},  # not implemented

@@ -177,7 +177,7 @@ REFUSED = [
     ({"explorer.rollout_model": {"engine_type": "vllm"}}, "explorer.rollout_model.engine_type='vllm'"),
     ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
-    ({"monitor.monitor_type": "tensorboard"}, "monitor.monitor_type='tensorboard'"),
+    ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
     ({"service": {"data_juicer": {"auto_start": True}}}, "service:"),
     ({"data_processor": {"task_pipeline": {}}, "log": {"level": "INFO"}}, "log:"),
@@ -195,7 +195,7 @@ def test_what_rft_cannot_honour_is_refused_by_key(extra, needle):
 
 def test_all_refusals_are_reported_together():
     with pytest.raises(ConfigError) as err:
-        translate(_with({"mode": "serve", "monitor.monitor_type": "wandb", "synchronizer.sync_style": "fixed"}))
+        translate(_with({"mode": "serve", "monitor.monitor_type": "clearml", "synchronizer.sync_style": "fixed"}))
     assert "3 Trinity-RFT key(s)" in str(err.value)
 
 

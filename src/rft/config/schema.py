@@ -71,6 +71,31 @@ SCHEDULER_NAMES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "co
                    "inverse_sqrt", "reduce_lr_on_plateau")
 LOSS_AGG_MODE_NAMES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                        "seq-mean-token-sum-norm", "seq-mean-token-sum-maxlen")
+# trainer.logger names (verl's) rft has, the package each imports and the extra that installs it (rft.monitor builds
+# them; a test keeps the two equal); the names verl has that rft refuses, with the reason; trainer.monitor_args keys
+# (Trinity-RFT's) and the logger each belongs to.
+LOGGERS = {"console": None, "file": None, "tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"),
+           "wandb": ("wandb", "wandb")}
+REFUSED_LOGGERS = {
+    "swanlab": "not shipped: its package pins protobuf < 7 (mlflow and wandb need 7) and brings a dashboard's "
+               "dependencies; use tensorboard, mlflow or wandb",
+    "vemlp_wandb": "Volcengine's hosted W&B is not implemented; use wandb (base_url / api_key in trainer.monitor_args)",
+    "clearml": "not implemented; use tensorboard, mlflow or wandb",
+    "trackio": "not implemented; use tensorboard, mlflow or wandb",
+}
+MONITOR_ARGS = {"uri": "mlflow", "username": "mlflow", "password": "mlflow", "base_url": "wandb", "api_key": "wandb"}
+LOGGER_HELP = (
+    "Monitors (verl's names; Trinity-RFT's monitor.monitor_type): console (progress bar, or a line every log_freq "
+    "steps), file (metrics.jsonl; always written, naming it changes nothing), tensorboard (event files under "
+    "<out>/monitor/tensorboard; extra rft[tensorboard]), mlflow (tracking URI from monitor_args.uri, else "
+    "MLFLOW_TRACKING_URI, else the SQLite store <out>/monitor/mlflow.db; params: the resolved config; extra "
+    "rft[mlflow]), wandb (offline under <out>/monitor/wandb unless an API key is set in WANDB_API_KEY or "
+    "monitor_args.api_key, or WANDB_MODE says otherwise; extra rft[wandb]). Metric names are the same everywhere "
+    "(MLflow allows no '@': there mean@1 reads mean_at_1). docs/monitors.md.")
+MONITOR_ARGS_HELP = (
+    "Settings of the monitors (Trinity-RFT's monitor_args): mlflow: uri (tracking URI), username / password (set "
+    "MLFLOW_TRACKING_USERNAME / PASSWORD); wandb: base_url (WANDB_BASE_URL), api_key (WANDB_API_KEY: logs online). A "
+    "key of a monitor trainer.logger does not name is refused.")
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -713,8 +738,12 @@ class TrainerConfig:
     total_training_steps: Optional[int] = fld(None, "Stop after this many steps; null: total_epochs worth.")
     project_name: str = fld("rft", "Project name (loggers).")
     experiment_name: str = fld("run", "Experiment name (loggers).")
-    logger: List[str] = fld(["console"], "Loggers: console (progress bar); metrics.jsonl is always written.")
-    log_val_generations: int = fld(0, "Validation samples (prompt, response, score) printed and saved per validation.")
+    logger: List[str] = fld(["console"], LOGGER_HELP)
+    monitor_args: Dict[str, Any] = fld({}, MONITOR_ARGS_HELP)
+    log_val_generations: int = fld(
+        0, "Validation samples (prompt, response, score) logged per validation as a table by every monitor (file: "
+        "val_generations.jsonl; console: printed; tensorboard: text; mlflow: val_generations.json; wandb: a Table "
+        "val/generations).")
     log_freq: Optional[int] = fld(
         None, "Print a metrics line every N steps when the console is not a terminal; null: about 20 over the run. "
         "metrics.jsonl always holds every step."

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
-from rft.config.schema import BAD_UPDATES_HELP, HDFS_HELP, MULTI_PROCESS, CustomClsConfig, fld, sub
+from rft.config.schema import (
+    BAD_UPDATES_HELP,
+    HDFS_HELP,
+    LOGGER_HELP,
+    MONITOR_ARGS_HELP,
+    MULTI_PROCESS,
+    CustomClsConfig,
+    fld,
+    sub,
+)
 
 
 @dataclass
@@ -88,7 +97,8 @@ class SFTTrainerConfig:
     experiment_name: str = fld("run", "Experiment name.")
     total_epochs: int = fld(4, "Passes over the training rows (bounded by total_training_steps).")
     total_training_steps: Optional[int] = fld(None, "Stop after this many optimizer steps.")
-    logger: List[str] = fld(["console"], "console; metrics.jsonl is always written.")
+    logger: List[str] = fld(["console"], LOGGER_HELP)
+    monitor_args: Dict[str, Any] = fld({}, MONITOR_ARGS_HELP)
     seed: int = fld(1, "Seed of the row shuffle and initialisation.")
     save_freq: int = fld(-1, "Checkpoint every N steps and at the last; <= 0: none.")
     test_freq: int = fld(-1, "val/loss every N steps and at the last; <= 0: never.")

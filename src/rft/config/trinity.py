@@ -83,7 +83,7 @@ SFT_FROM_VERL = {
                                                 "experiment_name", "logger", "seed", "device", "save_freq",
                                                 "test_freq", "resume_mode", "resume_from_path", "default_hdfs_dir",
                                                 "default_local_dir", "nnodes", "n_gpus_per_node",
-                                                "bad_update_limit")},
+                                                "bad_update_limit", "monitor_args")},
     "trainer.max_actor_ckpt_to_keep": "trainer.max_ckpt_to_keep",
     "trainer.max_critic_ckpt_to_keep": None,  # no critic in an SFT stage: must be null or equal the actor's
 }
@@ -669,17 +669,34 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
     t.rest(sync, "synchronizer", NOT_HONOURED)
-    monitor = _section(cfg.get("monitor"), "monitor")
-    kind = monitor.pop("monitor_type", None)
-    if kind not in (None, "console"):
-        t.refuse("monitor.monitor_type", f"={kind!r}: rft writes metrics.jsonl and the console only")
-    monitor.pop("monitor_args", None) if kind in (None, "console") else None
-    if monitor.pop("enable_ray_timeline", False):
-        t.refuse("monitor.enable_ray_timeline", "rft does not use Ray")
-    t.rest(monitor, "monitor", NOT_HONOURED)
+    _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
     for key in ("service", "data_processor", "log"):
         if cfg.get(key):
             t.refuse(key, "Trinity's services, data processors and Ray logging are not implemented")
+
+
+def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
+    """monitor_type (one name or a list) -> trainer.logger (the console too), monitor_args -> trainer.monitor_args
+    (rft.config.validate checks each key against the monitors named)."""
+    from rft.config.schema import LOGGERS, MONITOR_ARGS, REFUSED_LOGGERS
+
+    kind = monitor.pop("monitor_type", None)
+    kinds = [kind] if isinstance(kind, str) else list(kind or [])
+    for name in kinds:
+        if name in REFUSED_LOGGERS or name not in LOGGERS:
+            t.refuse("monitor.monitor_type", f"={name!r}: " + REFUSED_LOGGERS.get(name, f"rft has {list(LOGGERS)}"))
+    if kinds:
+        _set(out, "trainer.logger", ["console", *[k for k in kinds if k != "console"]])
+    args = _section(monitor.pop("monitor_args", None), "monitor.monitor_args")
+    for key in list(args):
+        if key not in MONITOR_ARGS:
+            t.refuse(f"monitor.monitor_args.{key}", f"not a monitor setting rft has ({', '.join(MONITOR_ARGS)})")
+            args.pop(key)
+    if args:
+        _set(out, "trainer.monitor_args", args)
+    if monitor.pop("enable_ray_timeline", False):
+        t.refuse("monitor.enable_ray_timeline", "rft does not use Ray")
+    t.rest(monitor, "monitor", NOT_HONOURED)
 
 
 def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:

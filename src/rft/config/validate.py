@@ -186,15 +186,44 @@ def _check_runtime(prefix: str, t: Any, several: str | None = None) -> None:
             f"device(s); one process per device: set it to at most {torch.cuda.device_count()} (or "
             f"{prefix}.device=cpu for CPU processes)"
         )
-    bad_loggers = [x for x in t.logger if x not in ("console",)]
-    if bad_loggers:
-        raise ConfigError(
-            f"{prefix}.logger: {bad_loggers} not available yet; allowed: ['console'] (metrics.jsonl is always written)"
-        )
+    _check_loggers(prefix, t.logger, t.monitor_args)
     if t.resume_mode == "resume_path" and not t.resume_from_path:
         raise ConfigError(f"{prefix}.resume_mode=resume_path needs {prefix}.resume_from_path (a global_step_N folder)")
     if t.resume_from_path and t.resume_mode != "resume_path":
         raise ConfigError(f"{prefix}.resume_from_path is set: also set {prefix}.resume_mode=resume_path")
+
+
+def _check_loggers(prefix: str, loggers: Any, monitor_args: Any) -> None:
+    """trainer.logger: names rft has (a refused one with its reason), their packages installed (the error names the
+    extra); trainer.monitor_args: known keys, each of a monitor the list names."""
+    import importlib.util
+
+    from rft.config.schema import LOGGERS, MONITOR_ARGS, REFUSED_LOGGERS
+
+    if isinstance(loggers, str) or not all(isinstance(x, str) for x in loggers):
+        raise ConfigError(f"{prefix}.logger must be a list of names, e.g. [console, tensorboard], got {loggers!r}")
+    for name in loggers:
+        if name in REFUSED_LOGGERS:
+            raise ConfigError(f"{prefix}.logger: {name!r} is not supported by rft ({REFUSED_LOGGERS[name]})")
+        if name not in LOGGERS:
+            raise ConfigError(f"{prefix}.logger: {name!r} is not a monitor; choose from {list(LOGGERS)}")
+        needs = LOGGERS[name]
+        if needs is not None and importlib.util.find_spec(needs[0]) is None:
+            raise ConfigError(
+                f"{prefix}.logger: {name!r} needs the {needs[0]} package, which is not installed: pip install "
+                f"'rft[{needs[1]}]' (or remove {name!r} from {prefix}.logger)"
+            )
+    if not isinstance(monitor_args, dict):
+        raise ConfigError(f"{prefix}.monitor_args must be a mapping, e.g. {{uri: sqlite:///mlflow.db}}")
+    for key, value in monitor_args.items():
+        if key not in MONITOR_ARGS:
+            raise ConfigError(f"{prefix}.monitor_args.{key} is not a monitor setting; known: "
+                              f"{', '.join(f'{k} ({m})' for k, m in MONITOR_ARGS.items())}")
+        if MONITOR_ARGS[key] not in loggers:
+            raise ConfigError(f"{prefix}.monitor_args.{key} is a setting of the {MONITOR_ARGS[key]} monitor, which "
+                              f"{prefix}.logger={list(loggers)} does not name: add {MONITOR_ARGS[key]!r} or remove it")
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{prefix}.monitor_args.{key} must be a string, got {value!r}")
 
 
 def _check_reward_functions(crf: Any) -> None:
@@ -225,7 +254,13 @@ def _check_reward_functions(crf: Any) -> None:
 def _check_reward_fn_type(cfg: RFTConfig) -> None:
     """custom_reward_function.reward_fn_type (a typed reward, rft.rewards.typed; its name is checked by the schema
     walk's choices) against the keys that choose another reward function, and num_workers."""
-    crf, rm = cfg.custom_reward_function, cfg.reward_model
+    check_reward_fn_type(cfg.custom_reward_function, cfg.reward_model, len(cfg.workflow.auxiliary_models))
+
+
+def check_reward_fn_type(crf: Any, rm: Any = None, judge_models: int | None = None) -> None:
+    """The custom_reward_function checks of `_check_reward_fn_type`, for any command that builds a reward function
+    from that section (`rft eval` too): `rm` the reward_model section (None: the command has none); `judge_models`
+    how many auxiliary models an llm_judge can choose from (None: the command serves none, so llm_judge is refused)."""
     if crf.num_workers is not None and (isinstance(crf.num_workers, bool) or not isinstance(crf.num_workers, int)
                                         or crf.num_workers < 1):
         raise ConfigError(f"custom_reward_function.num_workers must be an integer >= 1 or null, got {crf.num_workers!r}")
@@ -241,8 +276,11 @@ def _check_reward_fn_type(cfg: RFTConfig) -> None:
     if kind == "llm_judge":
         from rft.rewards.judge import check_settings
 
-        check_settings(dict(crf.reward_kwargs), len(cfg.workflow.auxiliary_models))
-        if rm.enable:
+        if judge_models is None:
+            raise ConfigError(f"{key}: the judge is one of rft train's workflow.auxiliary_models, which this command "
+                              "does not serve; score with rft train's validation, or choose another reward_fn_type")
+        check_settings(dict(crf.reward_kwargs), judge_models)
+        if rm is not None and rm.enable:
             raise ConfigError(f"{key} with reward_model.enable=true: rft scores with one of them; remove one")
         if crf.reward_weights is not None:
             raise ConfigError(f"{key} with custom_reward_function.reward_weights: the judge is the only reward "
@@ -261,7 +299,7 @@ def _check_reward_fn_type(cfg: RFTConfig) -> None:
             f"{key} with custom_reward_function.name={crf.name!r}: name picks a function of custom_reward_function.path"
             ", which a typed reward does not read; remove name"
         )
-    if rm.enable and rm.rule_weight == 0:
+    if rm is not None and rm.enable and rm.rule_weight == 0:
         raise ConfigError(
             f"{key} is set, but with reward_model.enable=true and reward_model.rule_weight=0 the reward function never "
             "runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove reward_fn_type"

@@ -48,7 +48,7 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
         "algorithm": {"adv_estimator": "grpo"},
         "trainer": {"project_name": "rft_demo", "experiment_name": f"seed{seed}", "default_local_dir": str(out),
                     "seed": seed, "val_before_train": False, "test_freq": TEST_FREQ, "save_freq": 100,
-                    "max_actor_ckpt_to_keep": 1},
+                    "max_actor_ckpt_to_keep": 1, "log_val_generations": 4},
         "stages": [
             {"stage_name": "sft", "algorithm": "sft",
              "data": {"train_files": str(data["train"]), "response_key": "extra_info",

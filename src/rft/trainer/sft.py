@@ -97,8 +97,8 @@ class SFTTrainer:
         main = self.dist.is_main
         if main:  # after the resume's checks
             write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
-        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger,
-                          recovered=self._recovered_metrics) if main else SilentTracker()
+        tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
+                                  recovered=self._recovered_metrics) if main else SilentTracker()
         where = self.device if not self.dist.enabled else f"{self.dist.world_size} processes ({self.device.type})"
         tracker.write(f"rft sft: {self.total_steps} steps on {where}, {len(self.train_set)} rows, "
                       f"output {self.out}")

@@ -115,6 +115,7 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
                 "model": {"partial_pretrain": previous_model, "trust_remote_code": model.trust_remote_code},
                 "trainer": {"seed": base.trainer.seed, "device": base.trainer.device, "logger": base.trainer.logger,
                             "nnodes": base.trainer.nnodes, "n_gpus_per_node": base.trainer.n_gpus_per_node,
+                            "monitor_args": base.trainer.monitor_args,
                             "project_name": base.trainer.project_name,
                             "experiment_name": f"{base.trainer.experiment_name}_{name}"},
             }
