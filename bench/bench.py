@@ -1,6 +1,6 @@
 """rft's step benchmark on CPU: GRPO on the arithmetic task with the offline tiny/small Qwen2 models.
 
-The shape is the one rft is compared on against TRL's GRPOTrainer on a 2-core machine: 16 prompts x 8 samples
+The shape of the comparison with TRL's GRPOTrainer (bench/vs_trl.py, side by side) on a 2-core machine: 16 prompts x 8 samples
 (one optimizer step per batch), a fixed number of new tokens per response (ignore_eos), fp32.
 
     python bench/bench.py [--preset tiny|small|all] [--steps N] [--no-kl] [--no-write] [--profile]
@@ -39,10 +39,10 @@ import torch
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
 
-# TRL GRPOTrainer reference on the same shape and machine class (2 CPU cores), seconds per step.
+# The comparison with TRL's GRPOTrainer is measured side by side in one invocation: bench/vs_trl.py.
 PRESETS = {
-    "tiny": dict(response=16, steps=10, trl_s=0.51),
-    "small": dict(response=64, steps=4, trl_s=7.4),
+    "tiny": dict(response=16, steps=10),
+    "small": dict(response=64, steps=4),
 }
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
 FORMULA = ("FLOPs/step = 2*N*T (generation, prompt+response tokens of all 128 rows) + 2*N*T per no-grad "
@@ -311,7 +311,7 @@ def main() -> None:
 
 
 def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float) -> str:
-    head = ["preset", "params", "new tok", "kl/ref", "s/step", "median (min–max)", "TRL s/step", "vs TRL",
+    head = ["preset", "params", "new tok", "kl/ref", "s/step", "median (min–max)",
             *[f"{p} s" for p in PHASES], "other s", "gen tok/s", "train tok/s", "GFLOP/step", "floor s",
             "eff", "eff@1024³", "peak RSS MiB", "other procs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
@@ -322,10 +322,8 @@ def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float
         step = m["timing_s/step"]
         floor = f / (rate * 1e9)
         phase_sum = sum(m.get(f"timing_s/{p}", 0.0) for p in PHASES)
-        trl = PRESETS[name]["trl_s"]
         cells = [name, f"{r['n_params'] / 1e6:.2f}M", str(PRESETS[name]["response"]), "yes" if r["kl"] else "no",
-                 f"{step:.3f}", f"{r['step_median']:.3f} ({r['step_min']:.3f}–{r['step_max']:.3f})", f"{trl:.2f}",
-                 f"{trl / step:.2f}x faster" if step < trl else f"{step / trl:.2f}x slower",
+                 f"{step:.3f}", f"{r['step_median']:.3f} ({r['step_min']:.3f}–{r['step_max']:.3f})",
                  *[f"{m[f'timing_s/{p}']:.3f}" if f"timing_s/{p}" in m else "–" for p in PHASES],
                  f"{step - phase_sum:.3f}", f"{m['perf/gen_tokens_per_s']:.0f}",
                  f"{m['perf/train_tokens_per_s']:.0f}", f"{f / 1e9:.2f}", f"{floor:.3f}",
@@ -349,8 +347,7 @@ def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float
         "(batch metrics, bookkeeping). peak RSS: ru_maxrss of the configuration's own process (after "
         "importing torch/transformers/rft: `import`). other procs: CPU cores used by other processes during the "
         "timed steps (/proc/stat minus this process). gen tok/s counts response tokens; train tok/s prompt + response tokens. "
-        "vs TRL: TRL GRPOTrainer reference s/step on the same shape (tiny 0.51, small 7.4; beta=0, no "
-        "reference model, i.e. comparable to the kl/ref=no rows).",
+        "TRL's GRPOTrainer on the same shapes, side by side: bench/vs_trl.py.",
     ]
     return "\n".join(lines + notes)
 

@@ -139,7 +139,7 @@ VERL_SHARED = [
     ("actor_model_path", f"{W}/d", REFUSED, "no Hugging Face model folder"),
     ("actor_optim_lr", 1e-5, f"{AA}.optim.lr", 1e-5),
     ("actor_model_use_remove_padding", False, f"{AM}.use_remove_padding", False),
-    ("actor_model_use_remove_padding", True, REFUSED, "flash-attn"),
+    ("actor_model_use_remove_padding", True, f"{AM}.use_remove_padding", True),  # packed passes (issue 16)
     ("actor_strategy", "fsdp", f"{AA}.strategy", "fsdp"),
     ("actor_strategy", "fsdp2", f"{AA}.strategy", "fsdp2"),
     ("actor_fsdp_config_offload_policy", True, f"{AA}.fsdp_config.offload_policy", True),
@@ -304,6 +304,9 @@ TABLE: dict[str, list[tuple]] = {
         ("loss_type", "grpo", f"{AA}.loss_agg_mode", "seq-mean-token-mean"),
         ("loss_type", "dr_grpo", f"{AA}.loss_agg_mode", "seq-mean-token-sum-norm"),
         ("scale_rewards", "batch", "algorithm.scale_rewards", "batch"),
+        ("num_processes", 1, "trainer.n_gpus_per_node", 1),
+        ("num_processes", 2, "trainer.n_gpus_per_node", 2),  # several processes (tests/test_scale.py runs them)
+        ("num_processes", 0, REFUSED, "must be an integer >= 1"),
         ("reward_function", f"{W}/reward.py", "custom_reward_function.path", f"{W}/reward.py"),
     ],
 }
@@ -404,15 +407,14 @@ def test_table_matches_the_spec(comp):
     assert [(o["name"], o["type"]) for o in outs] == [(o.name, o.type) for o in component.outputs]
 
 
-def test_spec_defaults_that_cannot_run_here_are_refused_together(work):
-    """rft_trainer with only its required inputs: sequence packing of the spec defaults is refused by name; the 8
-    GPUs are honoured (on CPU: 8 gloo processes, with a note)."""
+def test_spec_defaults_run_as_given(work):
+    """rft_trainer with only its required inputs: the spec's default actor_model_use_remove_padding=true lands on
+    its key (packed passes); the 8 GPUs are honoured (on CPU: 8 gloo processes, with a note)."""
     values = {k: v for k, v in base_values(R, work).items() if k in ("actor_model_path", "data_train_files",
                                                                       "data_val_files")}
-    with pytest.raises(ComponentError) as err:
-        resolve(get_component(R), values, outputs_of(R, work))
-    msg = str(err.value)
-    assert "--actor_model_use_remove_padding=true" in msg and "trainer_n_gpus_per_node" not in msg
+    cfg, plan = resolve(get_component(R), values, outputs_of(R, work))
+    assert cfg.actor_rollout_ref.model.use_remove_padding is True
+    assert cfg.trainer.n_gpus_per_node == 8
 
 
 def test_processes_on_cpu_and_several_nodes(work):

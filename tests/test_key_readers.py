@@ -40,8 +40,8 @@ WITHOUT_A_READER_HERE = {
                              "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
 }
 SFT_WITHOUT_A_READER_HERE = {
-    "model.strategy": "how several processes would shard the model; rft sft refuses several processes "
-                      "(trainer.nnodes x n_gpus_per_node > 1), so with the one it runs the strategy applies to none",
+    "model.strategy": "how several processes shard the model: read by trainer/sft.py only when trainer.nnodes x "
+                      "n_gpus_per_node > 1 (tests/test_scale.py runs rft sft on 2 processes); this run has one",
 }
 
 
@@ -141,14 +141,21 @@ RL_RUNS = [
      "extra,hf_model]", "critic.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
      "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "critic.optim.total_training_steps=10",
      "trainer.log_val_generations=1", "trainer.critic_warmup=1", "actor_rollout_ref.actor.ppo_epochs=2",
-     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2"],
+     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+     # token-budget micro-batches everywhere (issue 16), the critic on packed tokens
+     "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64",
+     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=48",
+     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=40", "critic.use_dynamic_bsz=true",
+     "critic.ppo_max_token_len_per_gpu=64", "critic.forward_max_token_len_per_gpu=48",
+     "critic.model.use_remove_padding=true"],
     # LoRA actor, a KL loss from logits, dynamic sampling, a shuffled mini-batch loop, remax's greedy baselines
     ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.actor.use_kl_loss=true",
      "actor_rollout_ref.actor.kl_loss_type=full", "algorithm.filter_groups.enable=true",
      "algorithm.filter_groups.metric=score", "actor_rollout_ref.actor.shuffle=true",
      "actor_rollout_ref.actor.entropy_coeff=0.01", "algorithm.adv_estimator=remax",
      "actor_rollout_ref.rollout.micro_batch_size=2", "data.val_batch_size=2", "trainer.max_actor_ckpt_to_keep=1",
-     "actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.total_training_steps=5"],
+     "actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.total_training_steps=5",
+     "actor_rollout_ref.model.use_remove_padding=true"],  # packed passes of a LoRA model
     # tasks from a database table, a persistent buffer with a staleness bound (the decoupled modes' keys that a
     # one-process run reads; their two-process paths: tests/test_modes.py)
     ["data.task_storage=sql", "data.task_table=arith", "experience_buffer.storage_type=sql",
@@ -188,7 +195,8 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
         f"model.partial_pretrain={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
         f"data.val_files={assets / 'data' / 'val.parquet'}", "data.response_key=extra_info",
         "data.response_dict_keys=[answer]", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2",
-        "data.max_length=48", "model.lora_rank=4", "trainer.total_training_steps=2", "trainer.save_freq=1",
+        "data.max_length=48", "model.lora_rank=4", "use_remove_padding=true", "trainer.total_training_steps=2",
+        "trainer.save_freq=1",
         "trainer.test_freq=1", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'sft'}",
         f"trainer.default_hdfs_dir={tmp_path / 'sft_mirror'}"], validate_paths=False)
 

@@ -26,8 +26,6 @@ VERL_EDITS = {
     # key: (value that loads, why the seed's value is refused)
     "actor_rollout_ref.rollout.name": ("hf", "GPU only: the vLLM engine (not implemented yet; rft generates with "
                                              "transformers and a KV cache)"),
-    "actor_rollout_ref.actor.use_torch_compile": (False, "torch.compile of the log-prob math is not implemented "
-                                                         "yet (issue 16)"),
 }
 
 
@@ -89,9 +87,11 @@ def test_verl_sft_trainer_yaml_loads_unchanged(work, capsys):
 # ------------------------------------------------------------------------------------- Trinity-RFT
 TRINITY_EDITS = {
     # dotted Trinity key (list indices as numbers): (value that loads, or None to remove it; why)
-    "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "dynamic batch sizes (issue 16)"),
-    "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": (False, "sequence packing (issue 16)"),
-    "cluster.gpu_per_node": (1, "a staged run runs one process for now"),
+    "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "the example's SFT stage: rft's SFT "
+                                                                              "has no token-budget micro-batches "
+                                                                              "(its RL stages honour it)"),
+    "cluster.gpu_per_node": (1, "the example's math_workflow: rft's workflow runners run in one process for now "
+                                "(staged runs themselves take several)"),
 }
 # what each of the other example blocks of the page still asks for that rft does not have
 TRINITY_BLOCK_REFUSALS = {

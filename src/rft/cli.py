@@ -89,17 +89,14 @@ def cmd_train(args) -> int:
 
         kind, loaded = load_trinity(args.config, args.overrides)
         if kind == "stages":
-            from rft.trainer.stages import run_stages
+            from rft.trainer.stages import launch_stages
 
-            print(f"rft: all stages finished; final model in {run_stages(loaded)}")
-            return 0
+            return launch_stages(loaded, module_args)
         return run_rl(loaded, module_args)
     if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
-        from rft.trainer.stages import load_stages, run_stages
+        from rft.trainer.stages import launch_stages, load_stages
 
-        final = run_stages(load_stages(args.config, args.overrides))
-        print(f"rft: all stages finished; final model in {final}")
-        return 0
+        return launch_stages(load_stages(args.config, args.overrides), module_args)
     from rft.config import load_config
 
     return run_rl(load_config(args.config, args.overrides), module_args)
@@ -109,12 +106,15 @@ def cmd_sft(args) -> int:
     from rft.config import load_sft_config
 
     cfg = load_sft_config(args.config, args.overrides)
+    from rft.trainer.launch import run_spmd
     from rft.trainer.run_folder import run_folder
     from rft.trainer.sft import SFTTrainer
 
-    with run_folder(cfg):
-        SFTTrainer(cfg).fit()
-    return 0
+    def body(dist) -> None:
+        with run_folder(cfg, dist):
+            SFTTrainer(cfg, dist).fit()
+
+    return run_spmd(cfg, ["sft", *([args.config] if args.config else []), *args.overrides], body)
 
 
 def cmd_demo(args) -> int:

@@ -22,6 +22,7 @@ from rft.algorithms.policy_loss import (
     PolicyLossOutputs,
     compute_policy_loss,
     policy_loss_needs_minibatch,
+    policy_loss_zero_at_zero_advantage,
     trl_actor_settings,
     vanilla_policy_loss,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "PolicyLossOutputs",
     "compute_policy_loss",
     "policy_loss_needs_minibatch",
+    "policy_loss_zero_at_zero_advantage",
     "trl_actor_settings",
     "vanilla_policy_loss",
     "LOGIT_CHUNK_TOKENS",

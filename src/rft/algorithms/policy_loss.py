@@ -88,6 +88,9 @@ class PolicyLossInputs:
     ``row_offset : row_offset + B``. None: this batch is the whole mini-batch."""
     row_offset: int = 0
     """First row of this batch inside ``minibatch``."""
+    rows: torch.Tensor | None = None
+    """(B,) long: this batch's rows inside ``minibatch`` when they are not consecutive (micro-batches formed by
+    token count); overrides ``row_offset``."""
 
 
 @dataclass
@@ -118,6 +121,18 @@ def policy_loss_needs_minibatch(name: str, options: object | None = None) -> boo
     if callable(needs):
         return True if options is None else bool(needs(options))
     return bool(needs)
+
+
+def policy_loss_zero_at_zero_advantage(name: str, options: object | None = None) -> bool:
+    """Whether the loss registered as ``name`` declares that a row whose advantages are 0 on every token adds 0 to
+    the loss and to its gradient (``zero_at_zero_advantage``: the per-token loss is A times a function of the
+    log-probs of that row alone), so a caller may leave such rows out (their tokens still counted in the
+    normalisers). A loss with a term of its own (dro's penalty) or a token selection over the mini-batch (clip_cov,
+    kl_cov) does not; a predicate may answer per options, as for ``policy_loss_needs_minibatch``."""
+    zero = getattr(POLICY_LOSSES.get(name), "zero_at_zero_advantage", False)
+    if callable(zero):
+        return False if options is None else bool(zero(options))
+    return bool(zero)
 
 
 def _weighted(loss_mat: torch.Tensor, inputs: PolicyLossInputs) -> torch.Tensor:
@@ -287,6 +302,8 @@ def _minibatch_rows(inputs: PolicyLossInputs, selected: torch.Tensor) -> torch.T
     """This batch's rows of a (B_mini, R) selection computed on ``inputs.minibatch`` (or on ``inputs``)."""
     if inputs.minibatch is None:
         return selected
+    if inputs.rows is not None:
+        return selected[inputs.rows.to(selected.device)]
     return selected[inputs.row_offset: inputs.row_offset + inputs.logprobs.shape[0]]
 
 
@@ -550,3 +567,12 @@ def trl_actor_settings(
         "kl_loss_coef": beta,
         "kl_loss_type": "low_var_kl",
     }
+
+
+# The losses whose per-token loss is A times a function of the row's own log-probs (see
+# policy_loss_zero_at_zero_advantage; tests/test_packing.py checks each on random inputs).
+for _fn in (vanilla_policy_loss, gspo_policy_loss, gpg_policy_loss, cispo_policy_loss, sapo_policy_loss,
+            geo_mean_policy_loss, opmd_policy_loss, dppo_tv_policy_loss, dppo_kl_policy_loss):
+    _fn.zero_at_zero_advantage = True  # type: ignore[attr-defined]
+bypass_mode_policy_loss.zero_at_zero_advantage = (  # type: ignore[attr-defined]
+    lambda o: not (o.rollout_is is not None and o.rollout_is_batch_normalize))

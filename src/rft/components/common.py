@@ -55,13 +55,6 @@ def check_liger(plan: Plan, name: str, value: bool) -> None:
         plan.refuse(name, "=true: rft does not use Liger kernels yet; set it to false")
 
 
-def check_remove_padding(plan: Plan, name: str, value: bool) -> None:
-    if value:
-        plan.refuse(name, "=true: sequence packing (remove padding) needs flash-attn's variable-length kernels, "
-                          "which rft does not use (it trims all-padding columns, the same result without packing); "
-                          "set it to false")
-
-
 def resolve_model_folder(plan: Plan, name: str, path: str | None) -> str | None:
     """The Hugging Face folder in `path`: `path` itself when it holds config.json, else the one folder below it
     (up to three levels, e.g. an MLflow model's data/model) that does. None (and a refusal) when ambiguous."""
@@ -98,7 +91,6 @@ def verl_checks(plan: Plan) -> None:
     v = plan.values
     for name in ("trainer_n_gpus_per_node", "trainer_nnodes"):
         check_processes(plan, name, v.get(name))
-    check_remove_padding(plan, "actor_model_use_remove_padding", v.get("actor_model_use_remove_padding"))
     path = resolve_model_folder(plan, "actor_model_path", v.get("actor_model_path")) if plan.check_paths else \
         v.get("actor_model_path")
     if path is not None:

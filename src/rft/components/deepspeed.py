@@ -105,10 +105,12 @@ def plan_deepspeed(p: Plan, path: str | None) -> None:
             refuse(key, f"={value!r} differs from {input_name}={expected!r}; set it to \"auto\" or {expected!r} "
                         "(transformers' DeepSpeed integration refuses the mismatch too)")
 
-    rows = v["per_device_train_batch_size"] * v["gradient_accumulation_steps"]
+    world = p.extra.get("processes", 1)
+    rows = v["per_device_train_batch_size"] * v["gradient_accumulation_steps"] * world
     agree("train_micro_batch_size_per_gpu", "per_device_train_batch_size", v["per_device_train_batch_size"])
     agree("gradient_accumulation_steps", "gradient_accumulation_steps", v["gradient_accumulation_steps"])
-    agree("train_batch_size", "per_device_train_batch_size x gradient_accumulation_steps x 1 process", rows)
+    agree("train_batch_size", f"per_device_train_batch_size x gradient_accumulation_steps x {world} process"
+                              f"{'es' if world > 1 else ''}", rows)
     agree("gradient_clipping", "max_grad_norm", v["max_grad_norm"])
 
     _dtype(p, ds, refuse)

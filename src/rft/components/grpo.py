@@ -1,8 +1,9 @@
 """`group_relative_policy_optimization` (../shared/spec/component_grpo.md): TRL's GRPOTrainer with transformers'
 training arguments and a DeepSpeed config, mapped onto rft's verl keys with TRL's semantics.
 
-Batches (one process): a TRL optimizer step takes per_device_train_batch_size x gradient_accumulation_steps
-completions, num_generations per prompt, and each generation batch is reused for num_iterations optimizer steps.
+Batches: a TRL optimizer step takes num_processes x per_device_train_batch_size x gradient_accumulation_steps
+completions (num_processes: the launcher's WORLD_SIZE, or the num_processes input, with which rft starts the
+processes itself), num_generations per prompt, and each generation batch is reused for num_iterations optimizer steps.
 rft's step is one generation batch: data.train_batch_size = ppo_mini_batch_size = rows / num_generations prompts,
 ppo_micro_batch_size_per_gpu = per_device_train_batch_size, ppo_epochs = num_iterations. TRL counts steps in
 optimizer steps, so max_steps, save_steps, eval_steps and logging_steps are divided by num_iterations (rft steps
@@ -134,6 +135,12 @@ INPUTS = (
        enum=TRL_LOSS_TYPES, extension=True, lands_on=f"`{A}.loss_agg_mode` (rft.algorithms.trl_loss_agg_mode)"),
     _i("scale_rewards", "string", "group", f"TRL's advantage scaling: group, batch or none. {EXT}.", G,
        enum=["group", "batch", "none"], extension=True, key="algorithm.scale_rewards"),
+    _i("num_processes", "integer", 1, "Processes (devices) to train on, accelerate's --num_processes: TRL's "
+       "effective batch is num_processes x per_device_train_batch_size x gradient_accumulation_steps. Under a "
+       f"launcher (torchrun, accelerate launch) its WORLD_SIZE. {EXT}.", T, extension=True,
+       lands_on="`trainer.n_gpus_per_node` (`trainer.nnodes` from the launcher's LOCAL_WORLD_SIZE): one process "
+                "per device, on a machine without CUDA CPU processes with gloo; rft starts them itself when no "
+                "launcher did"),
     _i("reward_function", "uri_file", None, "Python file defining compute_score(data_source, solution_str, "
        "ground_truth, extra_info); default: rft's built-in scorers by data_source. rft extension, not in the spec.",
        D, extension=True, key="custom_reward_function.path"),
@@ -213,6 +220,35 @@ def _count_rows(p: Plan, files) -> int | None:
     return len(rows)
 
 
+def _processes(p: Plan) -> int | None:
+    """The number of processes (TRL's num_processes): the launcher's WORLD_SIZE when one started this process,
+    else the num_processes input; lands on trainer.nnodes / n_gpus_per_node. None (and a refusal) when invalid."""
+    import os
+
+    from rft.components.common import check_processes
+    from rft.distributed import launched
+
+    asked = p.values["num_processes"]
+    if launched():
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if asked not in (1, world):
+            p.refuse("num_processes", f"={asked} differs from the launcher's WORLD_SIZE={world}; leave it at 1 or "
+                                      "set it to the launcher's count")
+            return None
+        p.set("trainer.nnodes", max(1, world // local), "num_processes")
+        p.set("trainer.n_gpus_per_node", local, "num_processes")
+        p.extra["processes"] = world
+        return world
+    if not isinstance(asked, int) or asked < 1:
+        p.refuse("num_processes", f"={asked!r} must be an integer >= 1")
+        return None
+    check_processes(p, "num_processes", asked)
+    p.set("trainer.n_gpus_per_node", asked, "num_processes")
+    p.extra["processes"] = asked
+    return asked
+
+
 def plan(p: Plan) -> None:
     v = p.values
     mu, n = v["num_iterations"], v["num_generations"]
@@ -251,15 +287,18 @@ def plan(p: Plan) -> None:
                "kl_loss_type": "beta"}.get(key, "epsilon")
         p.set(f"{A}.{key}", value, src)
 
-    # ---- batches: one process, TRL's rows per optimizer step
-    rows = v["per_device_train_batch_size"] * v["gradient_accumulation_steps"]
+    # ---- processes and batches: TRL's rows per optimizer step over all processes
+    world = _processes(p)
+    if world is None:
+        return
+    rows = v["per_device_train_batch_size"] * v["gradient_accumulation_steps"] * world
     if v["per_device_train_batch_size"] < 1 or v["gradient_accumulation_steps"] < 1:
         p.refuse("per_device_train_batch_size", "and gradient_accumulation_steps must be >= 1")
         return
     if rows % n:
-        p.refuse("per_device_train_batch_size", f"x gradient_accumulation_steps = {v['per_device_train_batch_size']}"
-                 f" x {v['gradient_accumulation_steps']} = {rows} completions per step (one process) is not a "
-                 f"multiple of num_generations={n}")
+        p.refuse("per_device_train_batch_size", f"x gradient_accumulation_steps x processes = "
+                 f"{v['per_device_train_batch_size']} x {v['gradient_accumulation_steps']} x {world} = {rows} "
+                 f"completions per step is not a multiple of num_generations={n}")
         return
     prompts = rows // n
     p.set("data.train_batch_size", prompts, "per_device_train_batch_size", "gradient_accumulation_steps",

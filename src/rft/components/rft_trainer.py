@@ -59,7 +59,7 @@ ROWS = [
     ("Actor Model Configuration", "actor_model_use_remove_padding", "boolean", True, True, None,
      f"{M}.use_remove_padding", "Enables sequence packing optimization, which removes padding tokens from inputs "
      "during training to save computation",
-     {"lands_on": f"`{M}.use_remove_padding`; true is refused (needs flash-attn's varlen kernels)"}),
+     {"lands_on": f"`{M}.use_remove_padding` (packed update and log-prob passes, rft.workers.packing)"}),
     ("Actor Model Configuration", "actor_strategy", "string", "fsdp2", True, ["fsdp", "fsdp2"], f"{A}.strategy",
      "Actor training strategy. Valid values: fsdp (Fully Sharded Data Parallel v1), fsdp2 (Fully Sharded Data "
      "Parallel v2)"),

@@ -39,7 +39,7 @@ ROWS = [
      "Actor optimizer learning rate"),
     ("Actor Model Training Parameters", "actor_model_use_remove_padding", "boolean", True, True, None,
      f"{M}.use_remove_padding", "Use remove padding in model",
-     {"lands_on": f"`{M}.use_remove_padding`; true is refused (needs flash-attn's varlen kernels)"}),
+     {"lands_on": f"`{M}.use_remove_padding` (packed update and log-prob passes, rft.workers.packing)"}),
     ("Actor Model Training Parameters", "actor_strategy", "string", "fsdp2", True, ["fsdp", "fsdp2"],
      f"{A}.strategy", "Actor training strategy. Valid values: fsdp (Fully Sharded Data Parallel), fsdp2 (FSDP "
      "version 2)"),

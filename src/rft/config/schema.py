@@ -46,7 +46,8 @@ BAD_UPDATES_HELP = ("Optimizer steps skipped in a row (non-finite loss or gradie
                     "step, or an update larger than the weights themselves; each skipped step restores the weights "
                     "and optimizer state from a copy taken before it and is counted in <prefix>/skipped_updates) "
                     "before the run stops with an error; 0: stop at the first.")
-MULTI_PROCESS = "rft's SFT trainer runs one process (several processes are `rft train`'s: docs/scaling.md)"
+MULTI_PROCESS = ("rft's SFT shards every decoder layer over the processes (FSDP2 / FSDP1, model.strategy) with each "
+                 "rank taking a contiguous share of the step's rows; other FSDP settings are not implemented for it")
 CPU_ONLY_OFFLOAD = ("On CPU a no-op (everything already lives in host memory); on cuda it needs a sharded model, i.e. "
                     "several processes (one process on cuda is refused).")
 STRATEGY_HELP = ("How the model is sharded over several processes (docs/scaling.md): fsdp2 (torch's fully_shard on "
@@ -180,8 +181,10 @@ class ModelConfig:
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     use_remove_padding: bool = fld(
         False,
-        "Sequence packing. rft always trims all-padding columns; packing itself is not implemented.",
-        unsupported="sequence packing (varlen attention)",
+        "Run the update and log-prob passes on packed tokens (verl's remove padding): the rows' real tokens in one "
+        "sequence, the attention per row, the LM head only where response tokens are predicted; the same gradient "
+        "as the padded pass (to float rounding). On CPU through rft's own packed SDPA attention (rft.workers."
+        "packing); an architecture that cannot take a packed call runs padded, with the reason printed.",
     )
     use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
     use_fused_kernels: bool = fld(False, "verl's fused log-prob / entropy kernels.",
@@ -297,9 +300,12 @@ class ActorConfig:
     ppo_micro_batch_size_per_gpu: Optional[int] = fld(
         None, "Rows per forward/backward pass in one process (gradient accumulation); null: the whole mini-batch."
     )
-    use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
+    use_dynamic_bsz: bool = fld(
+        False, "Form micro-batches by token count (at most ppo_max_token_len_per_gpu real tokens each, balanced) instead of ppo_micro_batch_size_per_gpu rows; a performance knob: the gradient is unchanged."
+    )
     ppo_max_token_len_per_gpu: int = fld(
-        16384, "Token budget per micro batch (with use_dynamic_bsz).", unsupported="dynamic batch sizes"
+        16384, "Real tokens (prompt + response) per forward/backward pass with use_dynamic_bsz, per process; at "
+        "least the longest sequence (data.max_prompt_length + data.max_response_length)."
     )
     grad_clip: float = fld(1.0, "Clip the global gradient norm to this value (<= 0: no clipping).")
     clip_ratio: float = fld(0.2, "PPO clip range epsilon (both sides unless clip_ratio_low/high are set).")
@@ -328,9 +334,11 @@ class ActorConfig:
         "pass); required by adv_estimator=optimal_token_baseline / tir_optimal_token_baseline."
     )
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO style).")
-    use_torch_compile: bool = fld(False, "torch.compile the log-prob math.",
-                                  unsupported="torch.compile of the log-prob and entropy math is not implemented "
-                                  "yet: rft runs them eagerly")
+    use_torch_compile: bool = fld(
+        False, "torch.compile every decoder layer of the policy (and the reference) for the update, the log-prob "
+        "passes and generation (dynamic shapes; the first passes compile). Where the backend cannot compile (no C++ "
+        "compiler on CPU, ...) rft runs eagerly and prints why. verl's default is true; rft's false: on CPU "
+        "compiling costs more than it returns on short runs (bench/RESULTS.md).")
     entropy_from_logits_with_chunking: bool = fld(
         True, "Compute the entropy (and the full KL) 1024 token positions at a time, so no (tokens, vocabulary) "
         "softmax is held at once; false: all positions at once (more memory, the same result). rft's default is "
@@ -362,8 +370,12 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: Optional[int] = fld(
         None, "Rows per reference forward pass; null: the whole batch."
     )
-    log_prob_use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
-    log_prob_max_token_len_per_gpu: int = fld(16384, "Token budget.", unsupported="dynamic batch sizes")
+    log_prob_use_dynamic_bsz: Optional[bool] = fld(
+        None, "Token-budget micro-batches for this no-gradient log-prob pass (log_prob_max_token_len_per_gpu real "
+        "tokens each); null: actor.use_dynamic_bsz (verl's interpolation).")
+    log_prob_max_token_len_per_gpu: Optional[int] = fld(
+        None, "Real tokens per log-prob pass with log_prob_use_dynamic_bsz, per process; null: "
+        "actor.ppo_max_token_len_per_gpu (verl's interpolation).")
     ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
     entropy_from_logits_with_chunking: Optional[bool] = fld(
         None, "The reference computes no entropy; when set it must equal the actor's (verl interpolates it from "
@@ -403,8 +415,12 @@ class RolloutConfig:
     log_prob_micro_batch_size_per_gpu: Optional[int] = fld(
         None, "Rows per forward pass when recomputing old log-probs; null: the whole batch."
     )
-    log_prob_use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
-    log_prob_max_token_len_per_gpu: int = fld(16384, "Token budget.", unsupported="dynamic batch sizes")
+    log_prob_use_dynamic_bsz: Optional[bool] = fld(
+        None, "Token-budget micro-batches for this no-gradient log-prob pass (log_prob_max_token_len_per_gpu real "
+        "tokens each); null: actor.use_dynamic_bsz (verl's interpolation).")
+    log_prob_max_token_len_per_gpu: Optional[int] = fld(
+        None, "Real tokens per log-prob pass with log_prob_use_dynamic_bsz, per process; null: "
+        "actor.ppo_max_token_len_per_gpu (verl's interpolation).")
     gpu_memory_utilization: float = fld(0.5, "vLLM memory share.", unsupported=VLLM_ONLY)
     enforce_eager: bool = fld(True, "vLLM without CUDA graphs.", unsupported=VLLM_ONLY)
     free_cache_engine: bool = fld(True, "vLLM sleeps between rollouts.", unsupported=VLLM_ONLY)
@@ -648,7 +664,8 @@ class CriticModelConfig:
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
     enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported="activation offload")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
-    use_remove_padding: bool = fld(False, "Sequence packing.", unsupported="sequence packing (varlen attention)")
+    use_remove_padding: bool = fld(False, "The critic's passes on packed tokens (as actor_rollout_ref.model."
+                                   "use_remove_padding): the same values and gradient as the padded passes.")
     use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a LoRA adapter and the value head in full.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
@@ -690,9 +707,10 @@ class CriticConfig:
     forward_micro_batch_size_per_gpu: Optional[int] = fld(
         None, "Rows per no-gradient value pass (the old values); null: ppo_micro_batch_size_per_gpu."
     )
-    use_dynamic_bsz: bool = fld(False, "Token-budget micro batches.", unsupported="dynamic batch sizes")
-    ppo_max_token_len_per_gpu: int = fld(32768, "Token budget per micro batch.", unsupported="dynamic batch sizes")
-    forward_max_token_len_per_gpu: int = fld(32768, "Token budget per value pass.", unsupported="dynamic batch sizes")
+    use_dynamic_bsz: bool = fld(False, "Critic micro-batches by token count (ppo_max_token_len_per_gpu per update "
+                                "pass, forward_max_token_len_per_gpu per value pass); the gradient is unchanged.")
+    ppo_max_token_len_per_gpu: int = fld(32768, "Real tokens per critic forward/backward pass with use_dynamic_bsz.")
+    forward_max_token_len_per_gpu: int = fld(32768, "Real tokens per no-gradient value pass with use_dynamic_bsz.")
     ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
     ppo_epochs: Optional[int] = fld(None, "Passes over one batch of rollouts; null: actor.ppo_epochs.")
     shuffle: Optional[bool] = fld(None, "Shuffle groups between mini-batches each epoch; null: actor.shuffle.")

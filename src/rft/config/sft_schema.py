@@ -115,5 +115,6 @@ class SFTConfig:
     model: SFTModelConfig = sub(SFTModelConfig, "The model.")
     optim: SFTOptimConfig = sub(SFTOptimConfig, "Optimizer and schedule.")
     ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
-    use_remove_padding: bool = fld(False, "Sequence packing.", unsupported="sequence packing (varlen attention)")
+    use_remove_padding: bool = fld(False, "Forward passes on packed tokens (as the RL actor's "
+                                   "model.use_remove_padding): the same loss and gradient as the padded pass.")
     trainer: SFTTrainerConfig = sub(SFTTrainerConfig, "The loop, logging and checkpoints.")

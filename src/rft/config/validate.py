@@ -576,19 +576,13 @@ def _check_offload(cfg: RFTConfig, world_size: int) -> None:
 
 def _check_processes(cfg: RFTConfig, world_size: int) -> None:
     """What several processes need: a batch of prompts that splits evenly (all responses of a prompt stay on one
-    rank), and no feature that is not written for them yet."""
+    rank)."""
     data, t = cfg.data, cfg.trainer
     where = f"{world_size} processes (trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node})"
     if data.train_batch_size % world_size:
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes: "
             f"{where} each generate for train_batch_size / processes prompts"
-        )
-    if cfg.algorithm.filter_groups.enable:
-        raise ConfigError(
-            f"algorithm.filter_groups.enable=true (DAPO's dynamic sampling) runs in one process only for now: the "
-            f"kept groups would differ in number between the {where}; set trainer.n_gpus_per_node=1 and "
-            "trainer.nnodes=1, or disable it"
         )
 
 
@@ -712,7 +706,9 @@ def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
     elif cfg.algorithm.filter_groups.enable:
         why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
     elif world_size > 1:
-        why = "several processes (the workflow runners run in one process for now)"
+        t = cfg.trainer
+        why = (f"several processes ({world_size}: trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x "
+               f"{t.n_gpus_per_node}; the workflow runners run in one process for now)")
     if why:
         raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
                           "or drop it")
@@ -965,18 +961,46 @@ def _check_keys_with_readers(cfg: RFTConfig) -> None:
             raise ConfigError(f"{prefix}.total_training_steps must be -1 (the run's length) or a positive number "
                               f"of steps, got {steps!r}")
     _check_int("trainer.bad_update_limit", t.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
+    _check_token_budgets(cfg)
 
 
-def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
-    """The SFT config (verl's sft_trainer.yaml keys), before any model loads."""
+def _check_token_budgets(cfg: RFTConfig) -> None:
+    """use_dynamic_bsz: every token budget in use holds the longest sequence (prompt + response)."""
+    arr, c = cfg.actor_rollout_ref, cfg.critic
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    budgets = []
+    if arr.actor.use_dynamic_bsz:
+        budgets.append(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu))
+    for name, section in (("rollout", arr.rollout), ("ref", arr.ref)):
+        dynamic = section.log_prob_use_dynamic_bsz
+        if arr.actor.use_dynamic_bsz if dynamic is None else dynamic:
+            budget = section.log_prob_max_token_len_per_gpu
+            key = f"actor_rollout_ref.{name}.log_prob_max_token_len_per_gpu"
+            budgets.append((key if budget is not None else "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                            arr.actor.ppo_max_token_len_per_gpu if budget is None else budget))
+    if c.use_dynamic_bsz:
+        budgets += [("critic.ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu),
+                    ("critic.forward_max_token_len_per_gpu", c.forward_max_token_len_per_gpu)]
+    for key, value in budgets:
+        if not isinstance(value, int) or isinstance(value, bool) or value < longest:
+            raise ConfigError(
+                f"{key}={value!r} (use_dynamic_bsz) must be an integer of at least the longest sequence, "
+                f"data.max_prompt_length + data.max_response_length = {longest} tokens: one row must fit in a pass"
+            )
+
+
+def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:
+    """The SFT config (verl's sft_trainer.yaml keys), before any model loads. `world_size`: default
+    trainer.nnodes x trainer.n_gpus_per_node."""
     _check_schema(cfg)
+    world_size = processes(cfg.trainer) if world_size is None else world_size
     data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
     _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
     if check_paths and check_model_path:
         check_tokenizer_folder("model.partial_pretrain", model.partial_pretrain)
     check_hdfs_dir("trainer.default_hdfs_dir", trainer.default_hdfs_dir)
     _check_int("trainer.bad_update_limit", trainer.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
-    _check_runtime("trainer", trainer, several="rft sft runs one process for now")
+    _check_runtime("trainer", trainer)
     for key, value in (("data.train_batch_size", data.train_batch_size),
                        ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
                        ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
@@ -984,10 +1008,13 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int = 1, check_model
     for key, value in (("trainer.total_training_steps", trainer.total_training_steps),
                        ("trainer.max_ckpt_to_keep", trainer.max_ckpt_to_keep)):
         _positive(key, value, allow_none=True)
-    if data.train_batch_size % (data.micro_batch_size_per_gpu * world_size):
+    local = data.train_batch_size // world_size  # rows per process and step
+    if data.train_batch_size % world_size or (local % data.micro_batch_size_per_gpu
+                                              and data.micro_batch_size_per_gpu < local):
         raise ConfigError(
-            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of data.micro_batch_size_per_gpu "
-            f"({data.micro_batch_size_per_gpu}) x processes ({world_size})"
+            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes "
+            f"({world_size}), and its share per process ({data.train_batch_size / world_size:g} rows) a multiple of "
+            f"data.micro_batch_size_per_gpu ({data.micro_batch_size_per_gpu}) or at most one micro-batch"
         )
     if optim.lr <= 0:
         raise ConfigError(f"optim.lr must be > 0, got {optim.lr}")

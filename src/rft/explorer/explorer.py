@@ -192,10 +192,14 @@ class Explorer:
                     f"available: {sorted(rows)}"
                 )
             keep = informative_groups(batch.group, rows[fg.metric])
-            num_generated += len(torch.unique(batch.group))
+            counts = torch.tensor([len(torch.unique(batch.group)), 0], dtype=torch.long)
             if keep.any():
                 kept.append(batch.select(keep.nonzero().flatten().tolist()))
-                num_kept += len(torch.unique(kept[-1].group))
+                kept[-1].group = kept[-1].group + (num_gen_batches - 1) * want  # unique over generation batches
+                counts[1] = len(torch.unique(kept[-1].group))
+            counts = self.dist.sum(counts)  # several processes: every rank's groups (the same count on all)
+            num_generated += int(counts[0])
+            num_kept += int(counts[1])
             if num_kept >= want:
                 break
             if 0 < fg.max_num_gen_batches <= num_gen_batches:
@@ -206,11 +210,36 @@ class Explorer:
                     f"{fg.metric!r}. Use easier or harder data, raise max_num_gen_batches, or set it to 0 (no limit)"
                 )
             batch, rows = self.generate_and_score(timer)
-        batch = concat_batches(kept, self.tokenizer.pad_token_id)
-        first = batch.group <= torch.unique(batch.group)[want - 1]  # the first `want` groups (labels ascend)
-        batch = batch.select(first.nonzero().flatten().tolist())
+        if self.dist.enabled:
+            batch = self._kept_share(kept, want)
+        else:
+            batch = concat_batches(kept, self.tokenizer.pad_token_id)
+            first = batch.group <= torch.unique(batch.group)[want - 1]  # the first `want` groups (labels ascend)
+            batch = batch.select(first.nonzero().flatten().tolist())
         return batch, {"train/num_gen_batches": float(num_gen_batches), "train/num_kept_groups": float(num_kept),
                        "train/num_generated_groups": float(num_generated)}
+
+    def _kept_share(self, kept: list[Batch], want: int) -> Batch:
+        """Several processes: the first `want` kept groups of every rank (in the one-process order: generation
+        batch, then prompt position), relabelled 0..want-1, and this rank's share of them (`step_shard`, as the
+        prompts of a step are shared), so every rank trains on the same number of rows."""
+        parts = [b for part in self.dist.gather_objects(kept) for b in part]
+        labels = torch.cat([b.group for b in parts])
+        batch = concat_batches(parts, self.tokenizer.pad_token_id)
+        order = torch.argsort(labels, stable=True)
+        batch, labels = batch.select(order.tolist()), labels[order]
+        first = labels <= torch.unique(labels)[want - 1]
+        batch = batch.select(first.nonzero().flatten().tolist())
+        batch.group = torch.unique(labels[first], return_inverse=True)[1]
+        lengths = None
+        if self.cfg.trainer.balance_batch:  # each group's prompt length, as generate_and_score deals them
+            first_row = torch.unique(batch.group, return_inverse=False)
+            lengths = [int(batch.prompt_mask[(batch.group == g).nonzero()[0, 0]].sum()) for g in first_row.tolist()]
+        mine = step_shard(want, self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size, self.dist.rank,
+                          self.dist.world_size, lengths=lengths)
+        rows = [i for pos in mine for i in (batch.group == pos).nonzero().flatten().tolist()]
+        out = batch.select(rows)
+        return pad_responses(out, self.dist.max_int(out.response_ids.shape[1]), self.tokenizer.pad_token_id)
 
     # ---------------------------------------------------------------------------------------- evaluate
     def evaluate(self) -> tuple[dict[str, float], list[dict]]:

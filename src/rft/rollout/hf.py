@@ -13,6 +13,7 @@ from torch import nn
 
 from rft.models.load import device_of
 from rft.rollout.base import RolloutOutput, SamplingParams
+from rft.rollout.cache import PreallocatedCache
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -82,13 +83,15 @@ class HFRollout:
             # generator, so that generator's state, which checkpoints save, still fixes the samples.
             seed = int(torch.randint(0, 2**62, (1,), generator=generator))
             generator = torch.Generator(device).manual_seed(seed)
-        prompt_ids = prompt_ids.repeat_interleave(params.n, dim=0)
-        prompt_mask = prompt_mask.repeat_interleave(params.n, dim=0)
-        rows = self.micro_batch_size or prompt_ids.shape[0]
-        parts = [
-            self._generate(prompt_ids[i:i + rows], prompt_mask[i:i + rows], params, generator)
-            for i in range(0, prompt_ids.shape[0], rows)
-        ]
+        # row r samples for prompt r // n; each chunk of rows prefills its prompts once (`_generate`)
+        row_prompt = torch.arange(prompt_ids.shape[0]).repeat_interleave(params.n)
+        rows = self.micro_batch_size or row_prompt.shape[0]
+        parts = []
+        for i in range(0, row_prompt.shape[0], rows):
+            chunk = row_prompt[i:i + rows]
+            first = int(chunk[0])
+            parts.append(self._generate(prompt_ids[first:int(chunk[-1]) + 1], prompt_mask[first:int(chunk[-1]) + 1],
+                                        chunk - first, params, generator))
         width = max(p.response_ids.shape[1] for p in parts)
         return RolloutOutput(
             response_ids=torch.cat([_pad_right(p.response_ids, width, self.pad_token_id) for p in parts]),
@@ -96,23 +99,51 @@ class HFRollout:
             logprobs=torch.cat([_pad_right(p.logprobs, width, 0.0) for p in parts]),
         )
 
-    def _generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator) -> RolloutOutput:
+    def _generate(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
+                  generator) -> RolloutOutput:
+        """Sample for the rows `row_prompt` (each row's index into `prompt_ids`): one prefill per prompt, its KV cache
+        repeated for the prompt's rows; a preallocated cache (no copy per token); the decode steps' padding mask
+        built once; rows that finished dropped from the forward passes once a quarter of them did (every row still
+        draws its sample, so the sampling stream is the one of the whole batch); stop when every row has ended."""
         from transformers import DynamicCache
 
         was_training = self.model.training
         self.model.eval()
         device = device_of(self.model)
         ids, attn = prompt_ids.to(device), prompt_mask.to(device)
+        row_prompt = row_prompt.to(device)
         eos_ids = self.eos_ids.to(device)
+        B, width = row_prompt.shape[0], ids.shape[1]
+        config = getattr(self.model, "config", None)
+        layers = getattr(config, "num_hidden_layers", None)
+        full_only = set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+        cache = PreallocatedCache(layers, width + params.max_tokens) if layers else DynamicCache()
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
                          use_cache=True, logits_to_keep=1)
-        next_pos = positions[:, -1:] + 1
-        finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+        logits = out.logits[:, -1, :].float()[row_prompt]  # (B, V)
+        if isinstance(cache, PreallocatedCache):
+            cache.rows(row_prompt)
+        else:
+            cache.reorder_cache(row_prompt)
+        attn, next_pos = attn[row_prompt], positions[row_prompt, -1:] + 1
+        # the decode steps' mask (B, 1, 1, prompt + new tokens), True where a key is attended: no mask when no row
+        # has padding (what transformers passes to SDPA then too)
+        padded = not bool(attn.all())
+        decode_mask = None
+        if full_only and padded:
+            decode_mask = torch.ones(B, 1, 1, width + params.max_tokens, dtype=torch.bool, device=device)
+            decode_mask[:, 0, 0, :width] = attn.bool()
+        live = torch.arange(B, device=device)  # the rows the forward passes still run on
+        finished = torch.zeros(B, dtype=torch.bool, device=device)
+        full_logits = None
         tokens, logprobs = [], []
         for step in range(params.max_tokens):
-            logits = out.logits[:, -1, :].float()
+            if len(live) < B:  # the finished rows' logits: any distribution (their token is replaced by padding)
+                full_logits = torch.zeros(B, logits.shape[-1], device=device) if full_logits is None else full_logits
+                full_logits.zero_()
+                full_logits[live] = logits
+                logits = full_logits
             token = sample_next(logits, params, generator).to(device)
             token = token.masked_fill(finished, self.pad_token_id)
             scaled = logits / params.temperature if params.temperature > 0 else logits
@@ -125,9 +156,25 @@ class HFRollout:
                     break
             if step + 1 == params.max_tokens:
                 break
-            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-            out = self.model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos,
+            if not params.ignore_eos and isinstance(cache, PreallocatedCache):
+                running = (~finished[live]).nonzero().flatten()
+                if 0 < len(running) <= 0.75 * len(live):  # drop the finished rows from the passes
+                    live, next_pos = live[running], next_pos[running]
+                    cache.rows(running)
+                    attn = attn[running]
+                    if decode_mask is not None:
+                        decode_mask = decode_mask[running]
+            length = width + step + 1
+            if decode_mask is not None:
+                mask = {"full_attention": decode_mask[..., :length]}
+            elif full_only:
+                mask = {"full_attention": None}
+            else:
+                attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+                mask = attn
+            out = self.model(input_ids=token[live, None], attention_mask=mask, position_ids=next_pos,
                              past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         self.model.train(was_training)
         response = torch.stack(tokens, dim=1).cpu()

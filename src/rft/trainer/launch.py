@@ -6,9 +6,11 @@ trains its rank's share. See docs/scaling.md."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from rft.config.load import ConfigError
 from rft.config.validate import processes
+from rft.distributed import Dist
 
 
 def multi_node_command(cfg, command: str = "train ...") -> str:
@@ -77,3 +79,32 @@ def run_rl(cfg, module_args: list[str]) -> int:
         return 0
     with run_folder(cfg, for_children=True):  # this process holds the folder for the ones it starts
         return launch(processes(cfg.trainer), module_args)
+
+
+def run_spmd(cfg, module_args: list[str], body: Callable[[Dist], None], hold_folder: bool = True) -> int:
+    """Run `body(dist)` with the processes `cfg.trainer` asks for: here when one (or when a launcher started this
+    process: it joins the group first), else started on this node by the elastic launcher, each re-running
+    `python -m rft <module_args>`. `hold_folder`: this process holds cfg's output folder for the ones it starts
+    (a staged run's stages hold their own). Returns the exit status."""
+    from rft import interrupts
+    from rft.distributed import SINGLE, init_from_env, launch, launched, shutdown
+    from rft.models.load import resolve_device
+    from rft.trainer.run_folder import run_folder
+
+    check_launch(cfg)
+    if not launched():
+        if processes(cfg.trainer) == 1:
+            body(SINGLE)
+            return 0
+        if not hold_folder:
+            return launch(processes(cfg.trainer), module_args)
+        with run_folder(cfg, for_children=True):
+            return launch(processes(cfg.trainer), module_args)
+    dist = init_from_env(resolve_device(cfg.trainer.device).type)
+    interrupts.set_dist(dist)
+    try:
+        body(dist)
+        dist.barrier()  # every rank has finished before any of them tears the group down
+        return 0
+    finally:
+        shutdown()

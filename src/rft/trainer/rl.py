@@ -57,6 +57,7 @@ from rft.trainer.checkpoint import (
 from rft.trainer.rollout_correction import apply_rollout_correction, corrects_rollout
 from rft.workers.critic import CriticSettings, CriticWorker
 from rft.workers.fsdp import full_state_dict, wrap
+from rft.workers.packing import enable_remove_padding, enable_torch_compile
 from rft.workers.policy import (
     PolicyWorker,
     UpdateSettings,
@@ -93,6 +94,8 @@ class RLTrainer:
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
 
         model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device, key="actor_rollout_ref.model")
+        if arr.model.use_remove_padding:  # packed forward passes (the reference's copy packs too)
+            enable_remove_padding(model, "actor_rollout_ref.model.use_remove_padding")
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, cfg.algorithm.kl_ctrl.kl_coef,
                                           cfg.algorithm.kl_ctrl.target_kl, cfg.algorithm.kl_ctrl.horizon)
         self.needs_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
@@ -102,6 +105,10 @@ class RLTrainer:
         self.model = model = wrap(model, arr.actor.strategy, arr.actor.fsdp_config, dist, self.device)
         self.ref_model = (wrap(ref_model, arr.actor.strategy, arr.ref.fsdp_config, dist, self.device)
                           if ref_model is not None else None)
+        if arr.actor.use_torch_compile:
+            for m in (model, self.ref_model):
+                if m is not None:
+                    enable_torch_compile(m, "actor_rollout_ref.actor.use_torch_compile")
         # A KL estimator computed from logits (full) needs the reference's logits, not its log-probs: for the loss
         # the worker runs the reference on each micro-batch, for the reward the ref phase computes the KL itself.
         algo = cfg.algorithm
@@ -139,6 +146,8 @@ class RLTrainer:
                                  "from the policy's, whose token ids the critic reads; remove it")
         model = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, self.device,
                                      key="critic.model", value_head=True)
+        if c.model.use_remove_padding:
+            enable_remove_padding(model, "critic.model.use_remove_padding")
         model = wrap(model, c.strategy, c.model.fsdp_config, self.dist, self.device)
         return CriticWorker(model, CriticSettings.from_config(self.cfg, self.settings), c.optim, self.total_steps,
                             self.dist)
@@ -153,10 +162,10 @@ class RLTrainer:
         self.set_token_rewards(batch)
         if self.needs_old_logprobs:
             with timer("old_log_prob"):
+                ro = self.cfg.actor_rollout_ref.rollout
                 batch.old_logprobs, batch.sum_pi_squared = compute_old_logprobs(
-                    self.model, batch, self.settings.temperature,
-                    _log_prob_micro_rows(self.cfg.actor_rollout_ref.rollout),
-                    self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared)
+                    self.model, batch, self.settings.temperature, _log_prob_micro_rows(ro),
+                    self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared, self._token_budget(ro), self.dist)
         # off-policy correction against the rollout's log-probs (stale experiences, engine mismatch)
         metrics.update(apply_rollout_correction(batch, self.cfg.algorithm.rollout_correction, self.dist))
         if "reward_components" in self.adv_needs:  # gdpo: the reward dimensions the rows carry
@@ -166,9 +175,10 @@ class RLTrainer:
                 if self.needs_ref_logprobs:
                     batch.ref_logprobs = self.ref_logprobs(batch)
                 if self.reward_kl_from_logits:
+                    ref_cfg = self.cfg.actor_rollout_ref.ref
                     batch.ref_kl = compute_logit_kl(
-                        self.model, self.ref_model, batch, self.settings.temperature,
-                        _log_prob_micro_rows(self.cfg.actor_rollout_ref.ref), self.cfg.algorithm.kl_penalty)
+                        self.model, self.ref_model, batch, self.settings.temperature, _log_prob_micro_rows(ref_cfg),
+                        self.cfg.algorithm.kl_penalty, self._token_budget(ref_cfg), self.dist)
         if self.critic is not None:
             with timer("values"):  # the old values, before either model moves
                 batch.values = self.critic.compute_values(batch)
@@ -242,7 +252,18 @@ class RLTrainer:
         return {"rollout/staleness/downweighted": float(self.dist.sum(over.sum().double()))}
 
     def logprobs(self, batch: Batch, model, micro_cfg) -> torch.Tensor:
-        return compute_logprobs(model, batch, self.settings.temperature, _log_prob_micro_rows(micro_cfg))
+        return compute_logprobs(model, batch, self.settings.temperature, _log_prob_micro_rows(micro_cfg),
+                                self._token_budget(micro_cfg), self.dist)
+
+    def _token_budget(self, section) -> int | None:
+        """Real tokens per no-grad log-prob pass of a rollout / ref section with log_prob_use_dynamic_bsz (null:
+        the actor's use_dynamic_bsz; the budget null: the actor's ppo_max_token_len_per_gpu), else None."""
+        actor = self.cfg.actor_rollout_ref.actor
+        dynamic = section.log_prob_use_dynamic_bsz
+        if not (actor.use_dynamic_bsz if dynamic is None else dynamic):
+            return None
+        budget = section.log_prob_max_token_len_per_gpu
+        return actor.ppo_max_token_len_per_gpu if budget is None else budget
 
     def ref_logprobs(self, batch: Batch) -> torch.Tensor:
         with reference_of(self.model, self.ref_model) as ref:

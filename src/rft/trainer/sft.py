@@ -3,6 +3,12 @@
 It shares the RL trainer's parts: `forward_logprobs` (the worker's forward), the optimizer / scheduler builders,
 the update guard (a non-finite or exploding step is undone and counted as train/skipped_updates), checkpoints
 (`save_training_state` / `load_training_state`), the monitor and the HF export.
+
+Several processes (`dist`, trainer.nnodes x n_gpus_per_node, as `rft train`): the model is sharded (FSDP2 / FSDP1,
+model.strategy), every rank draws the same rows for a step and takes its contiguous share of them; the loss of a rank
+is its share of the batch's token-mean NLL (the token count all-reduced), so the gradient summed over the ranks is
+the one-process gradient; the validation rows are split the same way and their sums all-reduced. Rank 0 logs and
+writes the model; checkpoints are sharded (DCP), resumable by any number of processes.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import torch
 from rft.config import to_yaml
 from rft.data.dataset import PromptSampler
 from rft.data.sft import SFTDataset
+from rft.distributed import SINGLE, Dist, padded_shard
 from rft.fsutil import write_text_atomic
 from rft.models.load import (
     compute_dtype,
@@ -22,7 +29,7 @@ from rft.models.load import (
     load_trainable_model,
     resolve_device,
 )
-from rft.monitor import Timer, Tracker
+from rft.monitor import SilentTracker, Timer, Tracker
 from rft.runtime import configure_cpu_runtime
 from rft.trainer.checkpoint import (
     CheckpointManager,
@@ -32,19 +39,33 @@ from rft.trainer.checkpoint import (
     step_of,
     trainable_parameters,
 )
+from rft.workers.fsdp import full_state_dict, loss_scale, wrap
 from rft.workers.guard import UpdateGuard
+from rft.workers.packing import enable_remove_padding
 from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
 
 SFT_CONTENTS = {"model", "optimizer", "extra"}
 
 
+class _FSDP:
+    """The FSDP settings `wrap` reads, at the SFT schema's defaults (decoder layers as units, no offload)."""
+
+    class wrap_policy:
+        transformer_layer_cls_to_wrap = None
+
+    offload_policy = param_offload = False
+
+
 class SFTTrainer:
-    def __init__(self, cfg):
+    def __init__(self, cfg, dist: Dist = SINGLE):
+        """`dist`: this process's rank among the processes of the run (default: one process)."""
         configure_cpu_runtime()
-        self.cfg = cfg
+        self.cfg, self.dist = cfg, dist
         data, model_cfg, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
         self.out = Path(trainer.default_local_dir)
         self.device = resolve_device(trainer.device)
+        if dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", dist.local_rank)
         self.dtype = compute_dtype(model_cfg.fsdp_config.model_dtype, self.device)
         torch.manual_seed(trainer.seed)
 
@@ -55,9 +76,13 @@ class SFTTrainer:
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device, key="model")
+        if cfg.use_remove_padding:
+            enable_remove_padding(self.model, "use_remove_padding")
+        self.model = wrap(self.model, model_cfg.strategy, _FSDP(), dist, self.device)
+        self.loss_scale = loss_scale(self.model, dist)
         self.params = list(trainable_parameters(self.model).values())
         self.optimizer = build_optimizer(self.params, optim)
-        self.guard = UpdateGuard(self.params, self.optimizer, trainer.bad_update_limit, lr_key="optim.lr")
+        self.guard = UpdateGuard(self.params, self.optimizer, trainer.bad_update_limit, dist, lr_key="optim.lr")
         self.scheduler = build_scheduler(self.optimizer, optim.lr_scheduler,
                                          int(optim.warmup_steps_ratio * self.total_steps), self.total_steps,
                                          min_lr_ratio=optim.min_lr_ratio)
@@ -69,10 +94,13 @@ class SFTTrainer:
     def fit(self) -> dict[str, float]:
         t = self.cfg.trainer
         self._maybe_resume()
-        write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))  # after the resume's checks
+        main = self.dist.is_main
+        if main:  # after the resume's checks
+            write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
-                                  recovered=self._recovered_metrics)
-        tracker.write(f"rft sft: {self.total_steps} steps on {self.device}, {len(self.train_set)} rows, "
+                                  recovered=self._recovered_metrics) if main else SilentTracker()
+        where = self.device if not self.dist.enabled else f"{self.dist.world_size} processes ({self.device.type})"
+        tracker.write(f"rft sft: {self.total_steps} steps on {where}, {len(self.train_set)} rows, "
                       f"output {self.out}")
         last: dict[str, float] = {}
         while self.global_step < self.total_steps:
@@ -81,20 +109,20 @@ class SFTTrainer:
             timer = Timer()
             with timer("step"):
                 with timer("update"):
-                    metrics = self.train_step(self.train_set.batch(self.sampler.next_batch(),
-                                                                   self.tokenizer.pad_token_id))
+                    rows = self.dist.shard(self.sampler.next_batch())  # this rank's share of the step's rows
+                    metrics = self.train_step(self.train_set.batch(rows, self.tokenizer.pad_token_id))
                 if self.val_set is not None and t.test_freq > 0 and (is_last or step % t.test_freq == 0):
                     with timer("testing"):
                         metrics["val/loss"] = self.val_loss()
                 if t.save_freq > 0 and (is_last or step % t.save_freq == 0):
                     self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
-                        self.ckpt.save(step, self._write_checkpoint)
+                        self.ckpt.save(step, self._write_checkpoint, self.dist)
             metrics.update(timer.metrics())
             metrics["training/epoch"] = self.sampler.epoch
             tracker.log(step, metrics)
             last = metrics
-        export_hf(self.model, self.tokenizer, self.out / "model", merge_in_place=True)
+        self._export(self.out / "model", final=True)
         tracker.write(f"rft sft: model written to {self.out / 'model'}")
         tracker.close()
         return last
@@ -106,40 +134,63 @@ class SFTTrainer:
         return -(logprobs * mask).sum()
 
     def train_step(self, batch) -> dict[str, float]:
-        """One optimizer step over `batch`, micro-batch by micro-batch, normalised by the batch's loss tokens
-        (so the micro-batch size does not change the gradient)."""
+        """One optimizer step over `batch` (this rank's rows), micro-batch by micro-batch, normalised by the loss
+        tokens of every rank's rows (so neither the micro-batch size nor the number of processes changes the
+        gradient)."""
         self.model.train()
-        n_tokens = float(batch.loss_mask.sum())
+        n_tokens = float(self.dist.sum(batch.loss_mask.sum().double()))
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for mb in batch.split(self.cfg.data.micro_batch_size_per_gpu):
             loss = self._nll_sum(mb) / n_tokens
-            loss.backward()
+            (loss * self.loss_scale if self.loss_scale != 1.0 else loss).backward()
             loss_sum += float(loss.detach())
+        loss_sum = float(self.dist.sum(torch.tensor(loss_sum, dtype=torch.float64)))
         lr = self.optimizer.param_groups[0]["lr"]
-        grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, losses=[loss_sum])
+        grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, self.model if self.dist.enabled else None,
+                                         losses=[loss_sum])
         self.scheduler.step()
         return {"train/loss": loss_sum, "train/grad_norm": grad_norm, "train/lr": lr,
                 "train/tokens": n_tokens, "train/skipped_updates": float(why is not None)}
 
     @torch.no_grad()
     def val_loss(self) -> float:
+        """The token-mean NLL over every validation row (each rank its share, padded to equal passes)."""
         self.model.eval()
         total, tokens = 0.0, 0.0
         rows = self.cfg.data.micro_batch_size_per_gpu
-        for start in range(0, len(self.val_set), rows):
-            batch = self.val_set.batch(list(range(start, min(start + rows, len(self.val_set)))),
-                                       self.tokenizer.pad_token_id)
+        indices, keep = padded_shard(len(self.val_set), self.dist.rank, self.dist.world_size)
+        for start in range(0, max(len(indices), 1), rows):
+            chunk = indices[start:start + rows] or [0]
+            batch = self.val_set.batch(chunk, self.tokenizer.pad_token_id)
+            real = torch.tensor([float(start + i < keep) for i in range(len(chunk))])[:, None]
+            batch.loss_mask = batch.loss_mask * real  # the padding rows count for nothing
             total += float(self._nll_sum(batch))
             tokens += float(batch.loss_mask.sum())
         self.model.train()
-        return total / max(tokens, 1.0)
+        sums = self.dist.sum(torch.tensor([total, tokens], dtype=torch.float64))
+        return float(sums[0]) / max(float(sums[1]), 1.0)
+
+    def _export(self, out: Path, final: bool = False) -> None:
+        """The model as a Hugging Face folder (LoRA merged); with several processes gathered on rank 0 and written
+        from a fresh unsharded copy."""
+        if not self.dist.enabled:
+            export_hf(self.model, self.tokenizer, out, merge_in_place=final)
+            return
+        weights = full_state_dict(self.model, self.dist)
+        if self.dist.is_main:
+            m = self.cfg.model
+            copy = load_trainable_model(m.partial_pretrain, m, self.dtype, torch.device("cpu"), key="model")
+            copy.load_state_dict(weights)
+            export_hf(copy, self.tokenizer, out, merge_in_place=True)
+        self.dist.barrier()
 
     def _write_checkpoint(self, folder: Path) -> None:
         save_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
                             scheduler=self.scheduler, generators={}, tokenizer=self.tokenizer,
                             state={"global_step": self.global_step, "sampler": self.sampler.state_dict(),
-                                   "metrics": self._step_metrics})
+                                   "metrics": self._step_metrics}, dist=self.dist,
+                            export=(lambda out: self._export(out)) if self.dist.enabled else None)
 
     def _maybe_resume(self) -> None:
         t = self.cfg.trainer
@@ -147,10 +198,11 @@ class SFTTrainer:
         if folder is None:
             return
         state = load_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
-                                    scheduler=self.scheduler, generators={})
+                                    scheduler=self.scheduler, generators={}, dist=self.dist)
         self.sampler.load_state_dict(state["sampler"])
         self._recovered_metrics = state.get("metrics")
         self.global_step = step_of(folder)
-        print(f"rft sft: resumed from {folder} at step {self.global_step}", flush=True)
+        if self.dist.is_main:
+            print(f"rft sft: resumed from {folder} at step {self.global_step}", flush=True)
 
 

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from rft.config.load import ConfigError, merge_layers
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
+from rft.distributed import SINGLE, Dist
 
 DONE = "STAGE_DONE"
 _STAGE_KEYS = {"stage_name", "algorithm", "mode"}
@@ -113,13 +114,15 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
             inherited = {
                 "model": {"partial_pretrain": previous_model, "trust_remote_code": model.trust_remote_code},
                 "trainer": {"seed": base.trainer.seed, "device": base.trainer.device, "logger": base.trainer.logger,
+                            "nnodes": base.trainer.nnodes, "n_gpus_per_node": base.trainer.n_gpus_per_node,
                             "monitor_args": base.trainer.monitor_args,
                             "project_name": base.trainer.project_name,
                             "experiment_name": f"{base.trainer.experiment_name}_{name}"},
             }
             forced = {"model": {"partial_pretrain": previous_model}, "trainer": {"default_local_dir": str(out)}}
             cfg = _typed(SFTConfig, [inherited, sections, forced], where)
-            validate_sft(cfg, check_paths=check_paths, check_model_path=i == 0)
+            validate_sft(cfg, check_paths=check_paths, check_model_path=i == 0,
+                         world_size=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node)
         else:
             forced = {"actor_rollout_ref": {"model": {"path": previous_model}},
                       "trainer": {"default_local_dir": str(out)}}
@@ -133,11 +136,13 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
                     f"{s.sync_offset}: a staged run runs each RL stage with explorer and trainer in one process "
                     "(mode both, sync_interval 1, sync_offset 0); run a decoupled stage on its own with `rft train`"
                 )
-            if t.nnodes * t.n_gpus_per_node > 1:
-                raise ConfigError(
-                    f"{where}: trainer.nnodes * trainer.n_gpus_per_node = {t.nnodes * t.n_gpus_per_node}: a staged "
-                    "run runs one process for now; set both to 1 (or run the RL stage alone with `rft train`)"
-                )
+        t = cfg.trainer
+        if (t.nnodes, t.n_gpus_per_node) != (base.trainer.nnodes, base.trainer.n_gpus_per_node):
+            raise ConfigError(
+                f"{where}: trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node} differs from "
+                f"the run's {base.trainer.nnodes} x {base.trainer.n_gpus_per_node}: every stage runs on the same "
+                "processes; set them in the global trainer section only"
+            )
         stages.append(Stage(name, kind, cfg, out))
         previous_model = str(out / "model")
     return stages
@@ -150,30 +155,49 @@ def _typed(schema: type, layers: list[dict], where: str):
         raise ConfigError(f"{where}: {e}") from None
 
 
-def run_stage(stage: Stage) -> None:
+def run_stage(stage: Stage, dist: Dist = SINGLE) -> None:
+    """Run one stage in this process (`dist`: its rank among the run's processes; every rank calls it)."""
     from rft.fsutil import write_text_atomic
     from rft.trainer.run_folder import run_folder
 
-    with run_folder(stage.cfg):  # the stage's folder: locked, writable, cleaned, before its model loads
+    with run_folder(stage.cfg, dist):  # the stage's folder: locked, writable, cleaned, before its model loads
         if stage.kind == "sft":
             from rft.trainer.sft import SFTTrainer
 
-            SFTTrainer(stage.cfg).fit()
+            SFTTrainer(stage.cfg, dist).fit()
         else:
             from rft.trainer.run import SyncRun
 
-            SyncRun(stage.cfg).fit()
-        write_text_atomic(stage.out / DONE, json.dumps({"stage": stage.name, "model": str(stage.model_dir)}) + "\n")
+            SyncRun(stage.cfg, dist).fit()
+        if dist.is_main:
+            write_text_atomic(stage.out / DONE, json.dumps({"stage": stage.name, "model": str(stage.model_dir)})
+                              + "\n")
+    dist.barrier()  # the next stage reads this one's model
 
 
-def run_stages(stages: list[Stage], after_stage=None) -> Path:
-    """Run the unfinished stages in order; `after_stage(stage)` is called after each (also skipped) stage."""
+def run_stages(stages: list[Stage], after_stage=None, dist: Dist = SINGLE) -> Path:
+    """Run the unfinished stages in order; `after_stage(stage)` is called after each (also skipped) stage.
+    `dist`: this process's rank among the run's processes (every rank runs every stage)."""
+    say = print if dist.is_main else (lambda *a, **k: None)
     for stage in stages:
         if stage.done:
-            print(f"rft: stage {stage.name!r} already finished ({stage.model_dir}); skipping", flush=True)
+            say(f"rft: stage {stage.name!r} already finished ({stage.model_dir}); skipping", flush=True)
         else:
-            print(f"rft: stage {stage.name!r} ({stage.kind}) -> {stage.out}", flush=True)
-            run_stage(stage)
+            say(f"rft: stage {stage.name!r} ({stage.kind}) -> {stage.out}", flush=True)
+            run_stage(stage, dist)
         if after_stage is not None:
             after_stage(stage)
     return stages[-1].model_dir
+
+
+def launch_stages(stages: list[Stage], module_args: list[str]) -> int:
+    """Run a staged config with the processes its trainer section asks for (every stage on the same processes:
+    `build_stages` checks it); `module_args` re-run this command in each started process."""
+    from rft.trainer.launch import run_spmd
+
+    def body(dist: Dist) -> None:
+        final = run_stages(stages, dist=dist)
+        if dist.is_main:
+            print(f"rft: all stages finished; final model in {final}", flush=True)
+
+    return run_spmd(stages[0].cfg, module_args, body, hold_folder=False)

@@ -19,12 +19,19 @@ from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
 from rft.models.load import device_of
 from rft.workers.minibatch import MiniBatchWorker, loss_tokens
-from rft.workers.policy import UpdateSettings, _pad, eval_passes, response_window
+from rft.workers.packing import forward_packed, packs
+from rft.workers.policy import UpdateSettings, _pad, eval_passes, packed_window, response_window
 
 
 def forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
     """(B, R) values of the response tokens (0 past each row's last one), with gradients if enabled."""
     R = batch.response_ids.shape[1]
+    if packs(model):  # use_remove_padding: the real tokens packed, the value read before each response token
+        ids, positions, row, t = packed_window(batch, device_of(model))
+        target = (t >= 0).nonzero().flatten()
+        out = forward_packed(model, ids, positions, row, len(batch), None)[target - 1, 0].float()  # (N,)
+        values = out.new_zeros(batch.response_mask.shape).index_put((row[target], t[target]), out)
+        return values * batch.response_mask.to(values.device)
     ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits  # (B, L, 1)
     values = out[:, p_len - 1:p_len - 1 + r_len, 0].float()  # (B, r)
@@ -48,6 +55,8 @@ class CriticSettings:
     cliprange_value: float
     bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
     loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
+    max_token_len: int | None = None  # use_dynamic_bsz: real tokens per forward/backward pass (else micro_rows)
+    forward_max_token_len: int | None = None  # use_dynamic_bsz: real tokens per no-gradient value pass
 
     @classmethod
     def from_config(cls, cfg, actor: UpdateSettings) -> CriticSettings:
@@ -62,6 +71,8 @@ class CriticSettings:
             loss_agg_mode=c.loss_agg_mode or a.loss_agg_mode, grad_clip=c.grad_clip, cliprange_value=c.cliprange_value,
             bad_update_limit=cfg.trainer.bad_update_limit,
             loss_scale_factor=c.loss_scale_factor or a.loss_scale_factor,
+            max_token_len=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,
+            forward_max_token_len=c.forward_max_token_len_per_gpu if c.use_dynamic_bsz else None,
         )
 
 
@@ -72,7 +83,9 @@ class CriticWorker(MiniBatchWorker):
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """(B, R) values without gradients (the old values of an update), `forward_micro_rows` rows per pass."""
-        return eval_passes(self.model, batch, self.s.forward_micro_rows, lambda mb: forward_values(self.model, mb))
+        return eval_passes(self.model, batch, self.s.forward_micro_rows, lambda mb: forward_values(self.model, mb),
+                           max_tokens=self.s.forward_max_token_len, dist=self.dist,
+                           key="critic.forward_max_token_len_per_gpu")
 
     def _micro_loss(self, mb: Batch, norm: AggNorm) -> tuple[torch.Tensor, dict[str, float]]:
         vpreds = forward_values(self.model, mb)
@@ -90,4 +103,7 @@ class CriticWorker(MiniBatchWorker):
         if mini.values is None or mini.returns is None:
             raise ValueError("the critic update needs Batch.values (old values) and Batch.returns (targets)")
         norm = self.norm(mini)
-        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm))
+        return self.accumulate(mini, lambda rows, mb: self._micro_loss(mb, norm),
+                               plan=self.plan(mini, sync=bool(self.s.max_token_len)))
+
+    budget_key = "critic.ppo_max_token_len_per_gpu"

@@ -40,6 +40,15 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
     return t.to("cpu", copy=True) if t.is_cuda else t.clone()
 
 
+def _copy_all(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+    """dst[i] <- src[i] (one multi-tensor copy when every pair is on one device)."""
+    if all(d.device == s.device for d, s in zip(dst, src)):
+        torch._foreach_copy_(dst, src)
+    else:
+        for d, s in zip(dst, src):
+            d.copy_(s)
+
+
 class UpdateGuard:
     """Wraps the optimizer step of one trained model (see the module docstring). `lr_key`: the config key named
     in the error; `limit`: skipped steps in a row that are tolerated."""
@@ -49,15 +58,35 @@ class UpdateGuard:
         self.params, self.optimizer, self.limit, self.dist = params, optimizer, limit, dist
         self.lr_key, self.limit_key = lr_key, limit_key
         self.in_a_row = 0
+        self._weights: list[torch.Tensor] | None = None  # the snapshot's buffers, reused every step
+        self._state: dict = {}
 
     # ------------------------------------------------------------------------------------------ the copy
     def _snapshot(self) -> tuple[list[torch.Tensor], dict]:
-        weights = [_copy(p) for p in self.params]
+        """A copy of the trainable weights and the optimizer state, into buffers allocated at the first step and
+        reused (one multi-tensor copy per kind: no allocation per step). Host memory for cuda tensors."""
+        live = [_local(p).detach() for p in self.params]
+        if self._weights is None or any(b.shape != t.shape for b, t in zip(self._weights, live)):
+            self._weights = [_copy(t) for t in live]
+        else:
+            _copy_all(self._weights, live)
         state = {}
         for p in self.params:
-            if p in self.optimizer.state:
-                state[p] = {k: (_copy(v) if torch.is_tensor(v) else v) for k, v in self.optimizer.state[p].items()}
-        return weights, state
+            if p not in self.optimizer.state:
+                continue
+            saved = self._state.setdefault(p, {})
+            state[p] = {}
+            for k, v in self.optimizer.state[p].items():
+                if torch.is_tensor(v):
+                    local = _local(v).detach()
+                    if k not in saved or saved[k].shape != local.shape or saved[k].dtype != local.dtype:
+                        saved[k] = _copy(local)
+                    else:
+                        saved[k].copy_(local)
+                    state[p][k] = saved[k]
+                else:
+                    state[p][k] = v
+        return self._weights, state
 
     @torch.no_grad()
     def _restore(self, snapshot: tuple[list[torch.Tensor], dict]) -> None:
@@ -76,20 +105,24 @@ class UpdateGuard:
                 if torch.is_tensor(v) and torch.is_tensor(current.get(k)) and _local(current[k]).shape == v.shape:
                     _local(current[k]).copy_(v)
                 else:
-                    current[k] = v.to(_local(p).device) if torch.is_tensor(v) else v
+                    current[k] = v.to(_local(p).device, copy=True) if torch.is_tensor(v) else v
 
     @torch.no_grad()
     def _update_size(self, before: list[torch.Tensor]) -> tuple[bool, float]:
-        """(all new weights finite, ||w_new - w_old|| / ||w_old||) over every rank's shards."""
-        nonfinite = delta_sq = weight_sq = 0.0
-        for p, old in zip(self.params, before):
-            new = _local(p).detach()
-            old = old.to(new.device)
-            if not bool(torch.isfinite(new).all()):
-                nonfinite += 1
-                continue
-            delta_sq += float((new.double() - old.double()).pow(2).sum())
-            weight_sq += float(old.double().pow(2).sum())
+        """(all new weights finite, ||w_new - w_old|| / ||w_old||) over every rank's shards (multi-tensor norms)."""
+        new = [_local(p).detach() for p in self.params]
+        old = [b.to(t.device) for b, t in zip(before, new)]
+        nonfinite = 0.0
+        norms = torch.stack(torch._foreach_norm(new)).double() if new else torch.zeros(0, dtype=torch.float64)
+        suspicious = (~torch.isfinite(norms)).nonzero().flatten().tolist()
+        nonfinite = float(sum(1 for i in suspicious if not bool(torch.isfinite(new[i]).all())))
+        if new:
+            deltas = torch.stack(torch._foreach_norm(torch._foreach_sub(new, old))).double()
+            weights = torch.stack(torch._foreach_norm(old)).double()
+            finite = torch.isfinite(norms)
+            delta_sq, weight_sq = float(deltas[finite].square().sum()), float(weights[finite].square().sum())
+        else:
+            delta_sq = weight_sq = 0.0
         totals = self.dist.sum(torch.tensor([nonfinite, delta_sq, weight_sq], dtype=torch.float64)).tolist()
         ratio = math.sqrt(totals[1]) / max(math.sqrt(totals[2]), 1e-12)
         return totals[0] == 0, ratio

@@ -27,6 +27,7 @@ from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.workers.guard import UpdateGuard
 from rft.workers.optim import is_plateau, make_named_scheduler
+from rft.workers.packing import row_tokens, token_budget_bins
 
 LR_KEYS = {"actor": "actor_rollout_ref.actor.optim.lr", "critic": "critic.optim.lr"}
 
@@ -135,17 +136,60 @@ class MiniBatchWorker:
         max_len = getattr(self.s, "loss_scale_factor", None) or self.s.max_response_length
         return mini_batch_norm(mini, max_len, self.dist)
 
-    def accumulate(self, mini: Batch, micro_loss: Callable[[int, Batch], tuple[torch.Tensor, dict[str, float]]]
+    def plan(self, mini: Batch, sync: bool = False) -> tuple[list[int] | None, list[int], int]:
+        """How `mini` is cut into micro-batches: (the order its rows are taken in, None: as they are; the sizes of
+        the consecutive micro-batches of that order; the number of filler passes to add). `micro_rows` rows each,
+        or with a token budget (`max_token_len`, use_dynamic_bsz) `token_budget_bins`. `sync`: with several
+        processes, every rank runs as many passes as the rank with the most (a sharded model needs every rank in
+        each pass): the others add filler passes (one row, loss times 0)."""
+        budget = getattr(self.s, "max_token_len", None)
+        rows = len(mini)
+        order = None
+        if budget:
+            bins = token_budget_bins(row_tokens(mini), budget, self.budget_key)
+            want = self.dist.max_int(len(bins)) if sync and self.dist.enabled else len(bins)
+            if want > len(bins) and rows > len(bins):
+                bins = token_budget_bins(row_tokens(mini), budget, self.budget_key, min_bins=want)
+            order = [i for b in bins for i in b]
+            order = None if order == list(range(rows)) else order
+            sizes = [len(b) for b in bins]
+        else:
+            micro = self.s.micro_rows or max(rows, 1)
+            sizes = [min(micro, rows - start) for start in range(0, rows, micro)]
+            want = self.dist.max_int(len(sizes)) if sync and self.dist.enabled else len(sizes)
+        fillers = max(0, want - len(sizes))
+        if sync and not want:  # no rank has a row: one filler pass everywhere, so every rank reports the metrics
+            fillers = 1
+        return order, sizes, fillers
+
+    def accumulate(self, mini: Batch, micro_loss: Callable[[list[int], Batch], tuple[torch.Tensor, dict[str, float]]],
+                   plan: tuple[list[int] | None, list[int], int] | None = None, filler: Batch | None = None
                    ) -> dict[str, float]:
-        """Backward of `micro_loss(index, micro_batch)` for each micro-batch of `micro_rows` rows; the metrics of
-        the micro-batches are summed (each micro-batch reports its share of the mini-batch's value)."""
+        """Backward of `micro_loss(rows, micro_batch)` (`rows`: its rows' indices in `mini`) for each micro-batch of
+        `plan` (default `self.plan(mini)`: `micro_rows` rows each, or by token budget); the metrics of the
+        micro-batches are summed (each micro-batch reports its share of the mini-batch's value). Filler passes run
+        `micro_loss` on the first row of `filler` (default `mini`) with the loss and the metrics multiplied by 0
+        (exactly 0 gradient; the metrics' keys as the other ranks report them)."""
+        order, sizes, fillers = plan if plan is not None else self.plan(mini)
+        order = order if order is not None else list(range(len(mini)))
         sums: dict[str, float] = defaultdict(float)
-        for i, mb in enumerate(mini.split(self.s.micro_rows or len(mini))):
-            loss, metrics = micro_loss(i, mb)
+        start = 0
+        for size in sizes:
+            rows = order[start:start + size]
+            loss, metrics = micro_loss(rows, mini.select(rows) if size != len(mini) else mini)
             (loss * self.loss_scale if self.loss_scale != 1.0 else loss).backward()
             for k, v in metrics.items():
                 sums[k] += v
+            start += size
+        source = filler if filler is not None else mini
+        for _ in range(fillers):  # the metrics count 0 too: every rank reports the same keys
+            loss, metrics = micro_loss([0], source.select([0]))
+            (loss * 0.0).backward()
+            for k, v in metrics.items():
+                sums[k] += 0.0 * v
         return sums
+
+    budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
     def _row_order(self, batch: Batch, step: int, epoch: int) -> list[int] | None:
         """Rows with whole groups shuffled (a group never straddles mini-batches), or None to keep the order."""

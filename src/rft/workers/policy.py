@@ -31,6 +31,7 @@ from rft.algorithms import (
     kl_penalty,
     logprobs_from_logits,
     policy_loss_needs_minibatch,
+    policy_loss_zero_at_zero_advantage,
     sum_pi_squared_from_logits,
 )
 from rft.batch import Batch
@@ -44,6 +45,7 @@ from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_sched
     loss_tokens,
     mini_batch_norm,
 )
+from rft.workers.packing import forward_packed, packs, row_tokens, token_budget_bins
 
 
 def response_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
@@ -66,12 +68,39 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[
     `batch` (at least 1) <= R, and the LM head runs only on the positions that predict response tokens
     (`logits_to_keep`).
     """
-    ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
-                   logits_to_keep=r_len + 1).logits[:, :-1].float()  # (B, r_len, V)
+    if packs(model):
+        logits, labels = _packed_logits(model, batch)
+    else:
+        ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
+                       logits_to_keep=r_len + 1).logits[:, :-1].float()  # (B, r_len, V)
+        labels = ids[:, p_len:]
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    return logits, ids[:, p_len:]
+    return logits, labels
+
+
+def packed_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The real tokens of `batch` packed (use_remove_padding): (ids (T,), positions (T,), row (T,), response token
+    index (T,): t for response token t of its row, -1 for prompt tokens), the window of `response_window` (all
+    padding columns trimmed) with its padding tokens left out. Positions count the row's real tokens from 0, as the
+    padded pass's do."""
+    ids, attn, positions, p_len, _ = response_window(batch, device)
+    row, col = attn.nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    t = torch.where(col >= p_len, col - p_len, torch.full_like(col, -1))
+    return ids[row, col], positions[row, col], row, t
+
+
+def _packed_logits(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r)."""
+    ids, positions, row, t = packed_window(batch, device_of(model))
+    target = (t >= 0).nonzero().flatten()  # packed indices of response tokens; the token before predicts each
+    r_len = max(1, int(batch.response_mask.sum(-1).max()))
+    packed = forward_packed(model, ids, positions, row, len(batch), target - 1).float()  # (N, V)
+    index = (row[target], t[target])
+    logits = packed.new_zeros(len(batch), r_len, packed.shape[-1]).index_put(index, packed)
+    labels = ids.new_zeros(len(batch), r_len).index_put(index, ids[target])
+    return logits, labels
 
 
 def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
@@ -96,30 +125,48 @@ def forward_logprobs(
 
 @torch.no_grad()
 def eval_passes(model: nn.Module, batch: Batch, micro_rows: int | None,
-                forward: Callable[[Batch], torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, R) of `forward(micro_batch)` ((b, R) each) over micro-batches of `micro_rows` rows (None: one pass),
-    without gradients and with `model` in eval mode (its mode restored after), on CPU, 0 on padding (`mask`,
-    default the response mask, when the output is not (B, R))."""
+                forward: Callable[[Batch], torch.Tensor], mask: torch.Tensor | None = None,
+                max_tokens: int | None = None, dist: Dist = SINGLE,
+                key: str = "log_prob_max_token_len_per_gpu") -> torch.Tensor:
+    """(B, R) of `forward(micro_batch)` ((b, R) each) over micro-batches of `micro_rows` rows (None: one pass), or
+    of at most `max_tokens` real tokens (use_dynamic_bsz; `key` names the budget in errors; with several processes
+    every rank runs as many passes as the rank with the most), without gradients and with `model` in eval mode (its
+    mode restored after), on CPU, 0 on padding (`mask`, default the response mask, when the output is not (B, R))."""
     was_training = model.training
     model.eval()
     try:
-        parts = [forward(mb).cpu() for mb in batch.split(micro_rows or len(batch))]
+        if max_tokens:
+            bins = token_budget_bins(row_tokens(batch), max_tokens, key)
+            want = dist.max_int(len(bins)) if dist.enabled else len(bins)
+            if want > len(bins) and len(batch) > len(bins):
+                bins = token_budget_bins(row_tokens(batch), max_tokens, key, min_bins=want)
+            order = torch.tensor([i for b in bins for i in b], dtype=torch.long)
+            parts = [forward(batch.select(b)).cpu() for b in bins]
+            for _ in range(want - len(bins)):  # filler passes: the other ranks need this one in theirs
+                forward(batch.select([0]))
+            out = torch.cat(parts)[order.argsort()] if parts else None
+        else:
+            out = torch.cat([forward(mb).cpu() for mb in batch.split(micro_rows or len(batch))])
     finally:
         model.train(was_training)
-    return torch.cat(parts) * (batch.response_mask if mask is None else mask)
+    return out * (batch.response_mask if mask is None else mask)
 
 
-def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None) -> torch.Tensor:
-    """(B, R) log-probs without gradients, `micro_rows` rows per forward pass."""
-    return eval_passes(model, batch, micro_rows, lambda mb: forward_logprobs(model, mb, temperature)[0])
+def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None,
+                     max_tokens: int | None = None, dist: Dist = SINGLE) -> torch.Tensor:
+    """(B, R) log-probs without gradients, `micro_rows` rows (or `max_tokens` tokens) per forward pass."""
+    return eval_passes(model, batch, micro_rows, lambda mb: forward_logprobs(model, mb, temperature)[0],
+                       max_tokens=max_tokens, dist=dist)
 
 
 def compute_old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None,
-                         with_sum_pi_squared: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log-probs (B, R), sum_v pi_v^2 (B, R) or None) of the policy without gradients, `micro_rows` rows per
-    pass; both from the same logits when `with_sum_pi_squared` (the optimal token baseline's input)."""
+                         with_sum_pi_squared: bool = False, max_tokens: int | None = None,
+                         dist: Dist = SINGLE) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-probs (B, R), sum_v pi_v^2 (B, R) or None) of the policy without gradients, `micro_rows` rows (or
+    `max_tokens` tokens) per pass; both from the same logits when `with_sum_pi_squared` (the optimal token
+    baseline's input)."""
     if not with_sum_pi_squared:
-        return compute_logprobs(model, batch, temperature, micro_rows), None
+        return compute_logprobs(model, batch, temperature, micro_rows, max_tokens, dist), None
     R = batch.response_ids.shape[1]
 
     def both(mb: Batch) -> torch.Tensor:  # (b, 2R): log-probs, then sum pi^2
@@ -127,7 +174,8 @@ def compute_old_logprobs(model: nn.Module, batch: Batch, temperature: float, mic
         return torch.cat([_pad(logprobs_from_logits(logits, labels), R), _pad(sum_pi_squared_from_logits(logits), R)],
                          dim=-1)
 
-    out = eval_passes(model, batch, micro_rows, both, mask=torch.cat([batch.response_mask] * 2, dim=-1))
+    out = eval_passes(model, batch, micro_rows, both, mask=torch.cat([batch.response_mask] * 2, dim=-1),
+                      max_tokens=max_tokens, dist=dist)
     return out[:, :R], out[:, R:]
 
 
@@ -151,7 +199,8 @@ def reference_of(model: nn.Module, ref_model: nn.Module | None) -> Iterator[nn.M
 
 
 def compute_logit_kl(model: nn.Module, ref_model: nn.Module | None, batch: Batch, temperature: float,
-                     micro_rows: int | None, kind: str) -> torch.Tensor:
+                     micro_rows: int | None, kind: str, max_tokens: int | None = None,
+                     dist: Dist = SINGLE) -> torch.Tensor:
     """(B, R) per-token KL(policy || reference) of a logit-based estimator (`kl_needs_logits`, e.g. ``full``),
     without gradients: both policies run on each micro-batch of `micro_rows` rows. 0 on padding."""
 
@@ -162,7 +211,7 @@ def compute_logit_kl(model: nn.Module, ref_model: nn.Module | None, batch: Batch
         kl = kl_penalty(logprobs_from_logits(logits, labels), None, kind, logits=logits, ref_logits=ref_logits)
         return _pad(kl, batch.response_ids.shape[1])
 
-    return eval_passes(model, batch, micro_rows, kl_of)
+    return eval_passes(model, batch, micro_rows, kl_of, max_tokens=max_tokens, dist=dist)
 
 
 @dataclass
@@ -206,6 +255,7 @@ class UpdateSettings:
     bypass_loss_type: str = "ppo_clip"
     logit_chunk_tokens: int | None = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL; None: all
     bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
+    max_token_len: int | None = None  # use_dynamic_bsz: real tokens per forward/backward pass (else micro_rows)
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -231,6 +281,7 @@ class UpdateSettings:
             rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
             rollout_rs_threshold=rc.rollout_rs_threshold, bypass_loss_type=rc.loss_type,
             bad_update_limit=cfg.trainer.bad_update_limit,
+            max_token_len=actor.ppo_max_token_len_per_gpu if actor.use_dynamic_bsz else None,
             logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
 
@@ -264,8 +315,12 @@ class PolicyWorker(MiniBatchWorker):
         )
 
     def _micro_loss(self, mb: Batch, norm: AggNorm, seed: int = 0, minibatch: PolicyLossInputs | None = None,
-                    row_offset: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
+                    rows: torch.Tensor | None = None, metric_norm: AggNorm | None = None
+                    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """This micro-batch's loss (its share of the mini-batch's, `norm`) and metrics (their shares of the
+        mini-batch's; `metric_norm`: the normalisers of the rows trained on when some were left out)."""
         s = self.s
+        metric_norm = metric_norm or norm
         R = mb.response_ids.shape[1]
         kl_from_logits = s.use_kl_loss and kl_needs_logits(s.kl_loss_type)
         ref_logits = None
@@ -279,15 +334,16 @@ class PolicyWorker(MiniBatchWorker):
                                                s.logit_chunk_tokens), R)
         mask = loss_tokens(mb).to(logprobs.device).float()
         inputs = self._loss_inputs(mb, logprobs, norm, seed)
-        inputs.minibatch, inputs.row_offset = minibatch, row_offset
+        inputs.minibatch, inputs.rows = minibatch, rows  # rows: mb's rows in `minibatch`
         out = compute_policy_loss(s.loss_mode, inputs)
         loss = out.loss
-        share = float(mask.sum()) / max(norm.num_tokens, 1.0)  # token share of this micro-batch
+        share = float(mask.sum()) / max(metric_norm.num_tokens, 1.0)  # token share of this micro-batch
         # a loss's own names (no '/') go under actor/; rollout_corr/... (bypass_mode) keep theirs
         metrics = {(k if "/" in k else f"actor/{k}"): v * share for k, v in out.metrics.items()}
         metrics["actor/pg_loss"] = float(out.loss.detach())
         entropy_term = agg_loss(entropy, mask, s.loss_agg_mode, norm)
-        metrics["actor/entropy"] = float(entropy_term.detach())
+        metrics["actor/entropy"] = float(entropy_term.detach() if metric_norm is norm
+                                         else agg_loss(entropy.detach(), mask, s.loss_agg_mode, metric_norm))
         if s.entropy_coeff:
             loss = loss - s.entropy_coeff * entropy_term
         if s.use_kl_loss:
@@ -301,23 +357,53 @@ class PolicyWorker(MiniBatchWorker):
             metrics["actor/kl_coef"] = s.kl_loss_coef * share
         return loss, metrics
 
+    def drops_zero_advantage_rows(self) -> bool:
+        """Whether rows whose advantages are 0 on every loss token can be left out of the update exactly: the policy
+        loss declares a per-token loss that is 0 with 0 gradient where A = 0 (`policy_loss_zero_at_zero_advantage`)
+        and no entropy or KL term adds a gradient of its own. Their tokens still count in the normalisers."""
+        s = self.s
+        return (policy_loss_zero_at_zero_advantage(s.loss_mode, s) and not s.entropy_coeff and not s.use_kl_loss
+                and not policy_loss_needs_minibatch(s.loss_mode, s))
+
     def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
         """Accumulate the gradient of one mini-batch's loss into the parameters' `.grad`, micro-batch by
-        micro-batch (`micro_rows` rows each); returns the summed micro-batch metrics. No optimizer step.
+        micro-batch (`micro_rows` rows each, or by token budget with use_dynamic_bsz); returns the summed
+        micro-batch metrics. No optimizer step.
 
+        Rows whose advantages are all 0 are left out when that is exact (`drops_zero_advantage_rows`): their
+        gradient is 0, the normalisers still count them; the metrics of the loss (clip fractions, ppo_kl) and
+        `actor/entropy` are then those of the rows trained on, `actor/zero_adv_rows` counts the rows left out.
         `seed` seeds the random token choice of losses that make one (clip_cov)."""
         s = self.s
         norm = self.norm(mini)
-        micro_rows = s.micro_rows or len(mini)
+        metric_norm, dropped, full = None, None, mini
+        if self.drops_zero_advantage_rows():
+            tokens = loss_tokens(mini).bool()
+            keep = ((mini.advantages != 0) & tokens).any(-1)
+            dropped = int((~keep).sum())
+            if dropped:
+                mini = mini.select(keep.nonzero().flatten().tolist())
+            metric_norm = self.norm(mini)  # a collective: every rank, whether it dropped rows or not
+            if not metric_norm.num_tokens:  # every row left out: the metrics are 0 (a filler pass reports them)
+                metric_norm = norm
+        plan = self.plan(mini, sync=dropped is not None or bool(getattr(s, "max_token_len", None)))
         whole, offset = None, 0
-        if policy_loss_needs_minibatch(s.loss_mode, s) and (micro_rows < len(mini) or self.dist.enabled):
+        if policy_loss_needs_minibatch(s.loss_mode, s) and (len(plan[1]) > 1 or self.dist.enabled):
             # The token selection of this loss uses statistics of the whole mini-batch: give every micro-batch
             # the same detached inputs (current log-probs of all rows: one extra forward pass, no gradient),
             # with several processes those of every rank's rows (this rank's start at `offset`).
-            current = compute_logprobs(self.model, mini, s.temperature, micro_rows)
+            current = compute_logprobs(self.model, mini, s.temperature, s.micro_rows,
+                                       getattr(s, "max_token_len", None), self.dist)
             whole = self._loss_inputs(mini, current.to(device_of(self.model)), norm, seed)
             if self.dist.enabled:
                 offset = sum(self.dist.gather_sizes(len(mini))[: self.dist.rank])
                 whole = replace(whole, **{k: self.dist.gather_rows(getattr(whole, k)) for k in (
                     "logprobs", "old_logprobs", "advantages", "response_mask")})
-        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm, seed, whole, offset + i * micro_rows))
+        sums = self.accumulate(mini, lambda rows, mb: self._micro_loss(
+            mb, norm, seed, whole, torch.tensor(rows, dtype=torch.long) + offset, metric_norm), plan=plan, filler=full)
+        if dropped is not None:
+            sums["actor/zero_adv_rows"] = float(dropped)
+            for p in self.params:  # a model that ran no pass: its gradient is exactly 0, and the step takes it
+                if p.grad is None and not len(mini):
+                    p.grad = torch.zeros_like(p)
+        return sums

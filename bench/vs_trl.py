@@ -1,0 +1,354 @@
+"""rft against TRL's GRPOTrainer, side by side in one invocation, as a new user would compare them.
+
+Both get the same model folder (the offline tiny / small Qwen2), the same arithmetic prompts (chat template, the
+same tokenizer), the same reward function (one file, read by both), 16 prompts x 8 samples per optimizer step, no
+KL term (TRL's beta 0, rft's use_kl_loss false), temperature 1, lr 1e-5 constant, fp32 on CPU, responses ending at
+EOS (no ignore_eos) up to the workload's new tokens, and 8 optimizer steps. s/step is the median of steps 3-8 of
+each side (TRL: a TrainerCallback around each optimizer step, generation included; rft: `SyncRun.train_step`).
+Each side runs in its own process, back to back: TRL in `bench/.venv-trl` (made on first use: torch 2.13.0 under
+constraints.txt, trl 1.16.0), rft in this Python.
+
+    python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--steps 8] [--no-write] [--baseline-src DIR] [--profile]
+
+--baseline-src DIR also runs rft from another source tree (e.g. `git archive` of the commit before a change) as the
+variant `baseline`; --profile prints torch.profiler's table for one extra rft step of each variant (not timed).
+
+Workloads (docs: bench/RESULTS.md):
+  W1      tiny preset, 16 new tokens at most                    goal: rft <= 0.5x TRL's s/step
+  W2      small preset, 64 new tokens at most                   goal: rft <= 0.67x TRL, >= 75% of the FLOP floor
+  W3      small preset, 128 new tokens at most (mixed lengths)  goal: rft's tokens/s within 15% of W2's
+  growth  rft alone, tiny preset, ignore_eos 16 tokens, 16 / 32 / 64 prompts per step: s/step within 15% of linear
+Rewards: `exact` (the arithmetic task's: 1 for the exact answer; an untrained model scores 0 everywhere, so every
+group's advantages are 0 and rft leaves those rows out of its update) and `shaped` (digits in the answer, so
+groups differ and every row is trained on both sides).
+
+rft's efficiency: the step's fp32 FLOPs (bench.py's floor: 2*N*T generation + 6*N*T update over the rows the update
+ran on) at the machine's measured matmul rate, divided by the measured s/step; generation and update also apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "RESULTS.md"
+VENV = HERE / ".venv-trl"
+TRL = "trl==1.16.0"
+ROWS = 16 * 8
+
+REWARDS = {
+    "exact": '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return float(solution_str.strip() == str(ground_truth))
+''',
+    "shaped": '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    digits = sum(c.isdigit() for c in solution_str)
+    return float(solution_str.strip() == str(ground_truth)) + digits / (1 + len(solution_str))
+''',
+}
+
+# name: (preset, max new tokens, reward, ignore_eos, prompts, rft variants)
+WORKLOADS = {
+    "W1": [("tiny", 16, "exact", False, 16, ("default", "remove_padding", "compile")),
+           ("tiny", 16, "shaped", False, 16, ("default", "remove_padding"))],
+    "W2": [("small", 64, "exact", False, 16, ("default", "remove_padding")),
+           ("small", 64, "shaped", False, 16, ("default", "remove_padding", "compile"))],
+    "W3": [("small", 128, "shaped", False, 16, ("default", "remove_padding"))],
+    "growth": [("tiny", 16, "shaped", True, p, ("default",)) for p in (16, 32, 64)],
+}
+VARIANTS = {
+    "default": [],
+    "baseline": [],  # the --baseline-src tree with its defaults
+    "remove_padding": ["actor_rollout_ref.model.use_remove_padding=true"],
+    "compile": ["actor_rollout_ref.actor.use_torch_compile=true"],
+}
+
+
+# ---------------------------------------------------------------------------------------------- the TRL venv
+def trl_python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def ensure_trl_venv() -> None:
+    """bench/.venv-trl with torch 2.13.0 (constraints.txt: pip may never replace it) and trl 1.16.0."""
+    if trl_python().exists():
+        return
+    pip = [str(trl_python()), "-m", "pip", "install", "--quiet", "--constraint", str(ROOT / "constraints.txt")]
+    print(f"creating {VENV} (torch 2.13.0, {TRL}) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    subprocess.run([*pip, "torch==2.13.0"], check=True)
+    subprocess.run([*pip, TRL], check=True)
+
+
+# ---------------------------------------------------------------------------------------------- TRL side
+def trl_worker(spec: dict) -> dict:
+    """TRL's GRPOTrainer on the spec's model, prompts and reward; per-step seconds from a callback."""
+    import importlib.util
+
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_flush_denormal(True)
+    loader = importlib.util.spec_from_file_location("reward", spec["reward"])
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+
+    def reward(prompts, completions, ground_truth, **kwargs):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [module.compute_score("arithmetic", t, g) for t, g in zip(texts, ground_truth)]
+
+    rows = [json.loads(x) for x in Path(spec["data"]).read_text().splitlines()]
+    dataset = Dataset.from_list(rows)
+    times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t0)
+
+    n = 8
+    args = GRPOConfig(
+        output_dir=spec["out"], per_device_train_batch_size=spec["prompts"] * n, gradient_accumulation_steps=1,
+        steps_per_generation=1, num_generations=n, num_iterations=1, max_completion_length=spec["response"],
+        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, learning_rate=1e-5, lr_scheduler_type="constant",
+        max_steps=spec["steps"], logging_steps=1, report_to="none", save_strategy="no",
+        use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0, model_init_kwargs={"dtype": torch.float32},
+        disable_dropout=True, max_grad_norm=1.0,
+    )
+    trainer = GRPOTrainer(model=spec["model"], reward_funcs=reward, args=args, train_dataset=dataset,
+                          callbacks=[StepTimer()])
+    trainer.train()
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    return {"times": times, "response_mean": statistics.mean(lengths) if lengths else None}
+
+
+# ---------------------------------------------------------------------------------------------- rft side
+def rft_worker(spec: dict) -> dict:
+    sys.path.insert(0, str(HERE))
+    import torch
+
+    from rft.config import load_config
+    from rft.monitor import Timer
+    from rft.trainer.run import SyncRun
+
+    torch.set_flush_denormal(True)
+    cfg = load_config(None, [
+        f"actor_rollout_ref.model.path={spec['model']}", f"data.train_files={spec['parquet']}",
+        "data.max_prompt_length=32", f"data.max_response_length={spec['response']}",
+        f"data.train_batch_size={spec['prompts']}", "actor_rollout_ref.rollout.n=8",
+        f"actor_rollout_ref.rollout.ignore_eos={'true' if spec['ignore_eos'] else 'false'}",
+        "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={spec['prompts']}", "actor_rollout_ref.actor.use_kl_loss=false",
+        "actor_rollout_ref.actor.optim.lr=1e-5", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
+        "actor_rollout_ref.actor.grad_clip=1.0", "algorithm.adv_estimator=grpo",
+        f"custom_reward_function.path={spec['reward']}", "trainer.val_before_train=false", "trainer.test_freq=-1",
+        "trainer.save_freq=-1", "trainer.resume_mode=disable", "trainer.device=cpu", "trainer.logger=[]",
+        f"trainer.total_training_steps={spec['steps']}", f"trainer.default_local_dir={spec['out']}",
+        *VARIANTS[spec["variant"]],
+    ])
+    run = SyncRun(cfg)
+    n_params = sum(p.numel() for p in run.trainer.model.parameters())
+    rows, table = [], None
+    for step in range(1, spec["steps"] + 1):
+        timer = Timer()
+        profile = spec.get("profile") and step == spec["steps"]  # the last step, profiled (not in the median)
+        if profile:
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as tprofile
+
+            prof = tprofile(activities=[ProfilerActivity.CPU])
+            prof.__enter__()
+        with timer("step"):
+            metrics = run.train_step(step, timer)
+        if profile:
+            prof.__exit__(None, None, None)
+            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40)
+            continue
+        metrics.update(timer.metrics())
+        rows.append({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    return {"rows": rows, "n_params": n_params, "profile": table}
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def _child(cmd: list[str], env: dict | None = None) -> tuple[dict, float]:
+    """Run a worker; (its result, cores other processes used meanwhile)."""
+    from bench import busy_s
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0, t0 = busy_s(), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("@@RESULT@@")), None)
+    if proc.returncode != 0 or line is None:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-6000:])
+        raise SystemExit(f"worker failed: {' '.join(cmd[:3])} (exit {proc.returncode})")
+    return json.loads(line[len("@@RESULT@@"):]), max(0.0, (busy_s() - busy0 - child) / wall)
+
+
+def median_of(times: list[float], first: int = 3) -> float:
+    return statistics.median(times[first - 1:]) if len(times) >= first else statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", default="W1,W2,W3,growth")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--wait-idle", type=float, default=60.0, metavar="S")
+    ap.add_argument("--baseline-src", metavar="DIR",
+                    help="also run rft from this source tree (e.g. an export of the commit before a change) as the "
+                         "variant 'baseline', side by side")
+    ap.add_argument("--profile", action="store_true",
+                    help="torch.profiler over one more rft step of each variant (printed; not in the median)")
+    ap.add_argument("--trl-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--rft-worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.trl_worker:
+        print("@@RESULT@@" + json.dumps(trl_worker(json.loads(args.trl_worker))), flush=True)
+        return
+    if args.rft_worker:
+        print("@@RESULT@@" + json.dumps(rft_worker(json.loads(args.rft_worker))), flush=True)
+        return
+
+    sys.path.insert(0, str(HERE))
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from bench import cpu_name, matmul_gflops, wait_idle
+    from rft.data.io import read_rows
+    from rft.models.tiny import PRESETS as MODEL_PRESETS
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    hf_logging.disable_progress_bar()
+    ensure_trl_venv()
+    machine = f"{cpu_name()}, nproc {os.cpu_count()}, torch {torch.__version__}, CPU, fp32"
+    print(f"rft vs TRL {TRL.split('==')[1]}: {machine}", flush=True)
+    wanted = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    results = []
+    rates: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="rft-vs-trl-") as tmp:
+        tmp = Path(tmp)
+        data = write_arithmetic(tmp / "data", n_train=2000, n_val=10, seed=0)["train"]
+        trl_data = tmp / "trl.jsonl"
+        trl_data.write_text("".join(json.dumps({"prompt": r["prompt"],
+                                                "ground_truth": str(r["reward_model"]["ground_truth"])}) + "\n"
+                                    for r in read_rows(data)))
+        for name, text in REWARDS.items():
+            (tmp / f"reward_{name}.py").write_text(text)
+        for workload in wanted:
+            for preset, response, reward, ignore_eos, prompts, variants in WORKLOADS[workload]:
+                model = tmp / f"model-{preset}"
+                if not model.exists():
+                    init_model(preset, model, seed=0)
+                if preset not in rates:
+                    wait_idle(args.wait_idle)
+                    h, inter = MODEL_PRESETS[preset]["hidden_size"], MODEL_PRESETS[preset]["intermediate_size"]
+                    rates[preset] = matmul_gflops(ROWS * (15 + response), h, inter)
+                base = dict(model=str(model), response=response, prompts=prompts, ignore_eos=ignore_eos,
+                            steps=args.steps, reward=str(tmp / f"reward_{reward}.py"))
+                label = f"{workload} {preset} {response} tok, {reward}, {prompts}x8"
+                trl = None
+                if workload != "growth":
+                    wait_idle(args.wait_idle)
+                    spec = {**base, "data": str(trl_data), "out": str(tmp / "trl-out")}
+                    env = {**os.environ, "PYTHONPATH": ""}
+                    trl, load = _child([str(trl_python()), __file__, "--trl-worker", json.dumps(spec)], env)
+                    trl.update(s=median_of(trl["times"]), load=load)
+                    print(f"  {label}: TRL {trl['s']:.3f} s/step (other procs {load:.2f} cores)", flush=True)
+                for variant in ((("baseline",) if args.baseline_src else ()) + tuple(variants)):
+                    wait_idle(args.wait_idle)
+                    spec = {**base, "parquet": str(data), "out": str(tmp / f"rft-{workload}-{variant}"),
+                            "variant": variant, "profile": args.profile,
+                            "steps": args.steps + (1 if args.profile else 0)}
+                    src = args.baseline_src if variant == "baseline" else str(ROOT / "src")
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(src).resolve()), os.environ.get(
+                        "PYTHONPATH", "")])}  # this tree's rft (or the baseline's), whatever the venv has installed
+                    r, load = _child([sys.executable, __file__, "--rft-worker", json.dumps(spec)], env)
+                    row = summarise(r, rates[preset], prompts * 8)
+                    row.update(workload=workload, label=label, variant=variant, load=load, trl=trl, preset=preset,
+                               response=response, reward=reward, prompts=prompts)
+                    results.append(row)
+                    vs = f", {row['s'] / trl['s']:.2f}x TRL's" if trl else ""
+                    print(f"    rft {variant}: {row['s']:.3f} s/step{vs} (eff {100 * row['eff']:.0f}%, other procs "
+                          f"{load:.2f} cores)", flush=True)
+                    if r.get("profile"):
+                        print(f"\ntorch.profiler, {label}, rft {variant}, one step (self CPU time):\n{r['profile']}",
+                              flush=True)
+    table = render(results, rates)
+    print()
+    print(table)
+    if not args.no_write:
+        stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+        with RESULTS.open("a") as f:
+            f.write(f"\n## {stamp} — rft vs TRL {TRL.split('==')[1]} side by side (`bench/vs_trl.py`); "
+                    f"{os.uname().nodename}: {machine}\n\n{table}\n")
+        print(f"appended to {RESULTS}")
+
+
+def summarise(r: dict, rate: float, rows: int) -> dict:
+    """Medians of steps 3.. of the rft rows: s/step, phases, tokens; the floor and efficiencies."""
+    steps = r["rows"][2:] if len(r["rows"]) >= 3 else r["rows"]
+    med = lambda k: statistics.median([x.get(k, 0.0) for x in steps])
+    n = r["n_params"]
+    prompt, response = med("prompt_length/mean"), med("response_length/mean")
+    tokens = rows * (prompt + response)
+    kept = 1.0 - med("actor/zero_adv_rows") / rows
+    gen_flops, upd_flops = 2 * n * tokens, 6 * n * tokens * kept
+    s, gen, upd = med("timing_s/step"), med("timing_s/gen"), med("timing_s/update_actor")
+    return dict(s=s, gen=gen, upd=upd, prompt=prompt, response=response, kept=kept,
+                tok_s=rows * response / s, eff=(gen_flops + upd_flops) / (rate * 1e9) / s,
+                gen_eff=gen_flops / (rate * 1e9) / max(gen, 1e-9),
+                upd_eff=upd_flops / (rate * 1e9) / max(upd, 1e-9) if kept > 0 else float("nan"),
+                other=s - gen - upd)
+
+
+def render(results: list[dict], rates: dict[str, float]) -> str:
+    head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "gen s", "update s", "other s",
+            "rows trained", "resp tok (rft / TRL)", "resp tok/s", "eff", "gen eff", "update eff",
+            "other procs (TRL / rft)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in results:
+        trl = r["trl"]
+        cells = [r["label"], r["variant"], f"{trl['s']:.3f}" if trl else "–", f"{r['s']:.3f}",
+                 f"{r['s'] / trl['s']:.2f}" if trl else "–", f"{r['gen']:.3f}", f"{r['upd']:.3f}",
+                 f"{r['other']:.3f}", f"{100 * r['kept']:.0f}%",
+                 f"{r['response']:.1f} / {trl['response_mean']:.1f}" if trl and trl["response_mean"] else
+                 f"{r['response']:.1f}", f"{r['tok_s']:.0f}", f"{100 * r['eff']:.0f}%", f"{100 * r['gen_eff']:.0f}%",
+                 f"{100 * r['upd_eff']:.0f}%" if r["kept"] > 0 else "–",
+                 f"{trl['load']:.2f} / {r['load']:.2f}" if trl else f"– / {r['load']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    growth = [r for r in results if r["workload"] == "growth"]
+    notes = ["", "fp32 matmul rate at the model's shape: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
+             + ". s/step: median of steps 3-8. eff = (2*N*T generation + 6*N*T update over the rows trained) / "
+             "rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. rows trained: the "
+             "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
+             "other procs: cores other processes used during each side's run (2 cores in all)."]
+    if len(growth) > 1:
+        base = growth[0]
+        parts = [f"{g['prompts']} prompts: {g['s']:.3f} s/step ({g['s'] / base['s'] / (g['prompts'] / base['prompts']):.2f}"
+                 " of linear)" for g in growth]
+        notes.append("Growth (rft, tiny, 16 tokens, ignore_eos): " + "; ".join(parts) + ".")
+    return "\n".join(lines + notes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The `hf` engine's KV cache: one buffer per layer allocated for the whole generation, written in place.
+
+transformers' `DynamicCache` grows each layer's keys and values by concatenation, copying the whole cache at
+every new token (O(L^2) copies over a response). `PreallocatedCache` allocates (rows, heads, capacity, head_dim)
+once, at the prefill, and hands the attention views of the filled columns. Rows can be repeated (the n samples of a
+prompt share its prefill) or dropped (rows that have finished) in place of the whole cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A `DynamicLayer` whose keys and values live in a buffer of `capacity` positions (views of the filled part)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self._k = self._v = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            b, h, _, d = key_states.shape
+            self._k = key_states.new_empty(b, h, self.capacity, d)
+            self._v = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
+        new = key_states.shape[-2]
+        if self.length + new > self.capacity:
+            raise RuntimeError(f"PreallocatedCache: {self.length + new} positions exceed the capacity {self.capacity}")
+        self._k[:, :, self.length:self.length + new].copy_(key_states)
+        self._v[:, :, self.length:self.length + new].copy_(value_states)
+        self.length += new
+        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def rows(self, index: torch.Tensor) -> None:
+        """Keep the rows `index` (a long tensor: repeats allowed) of the buffer."""
+        if self._k is None:
+            return
+        self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+
+
+class PreallocatedCache(Cache):
+    """`num_layers` `PreallocatedLayer`s of `capacity` positions (prompt + new tokens)."""
+
+    def __init__(self, num_layers: int, capacity: int):
+        super().__init__(layers=[PreallocatedLayer(capacity) for _ in range(num_layers)])
+
+    def rows(self, index: torch.Tensor) -> None:
+        """Keep the rows `index` of every layer (repeat_interleave for shared prompts, a subset for finished rows)."""
+        for layer in self.layers:
+            layer.rows(index)

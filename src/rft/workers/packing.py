@@ -1,0 +1,256 @@
+"""The verl keys that make a forward pass cheaper without changing its result: `use_remove_padding` (packed
+tokens), `use_dynamic_bsz` (micro-batches by token count) and `use_torch_compile`.
+
+Remove padding (verl's `use_remove_padding`; flash-attn's varlen attention on GPUs). The rows of a micro-batch are
+packed into one sequence of their real tokens, (1, T) with T = the tokens the attention masks keep, positions
+restarting at 0 in every row; every token-wise layer (embeddings, projections, MLP, norms, the LM head) runs on those
+T tokens only. The attention, the one layer that mixes tokens, gets the rows' boundaries (`PackedRows`) through the
+attention interface of transformers (`AttentionInterface`, the way flash-attn's varlen kernel is called there): on
+this CPU path it lays the packed queries, keys and values out again as (rows, longest row) with each row starting at
+column 0 and runs SDPA with `is_causal` (no mask: the padding sits after the real keys, where causality already
+hides it), then packs the output back. The LM head runs only on the positions that predict response tokens
+(`logits_to_keep` as an index tensor). The result is the padded pass's up to float rounding
+(tests/test_packing.py: gradients to 1e-6). Not run here: flash-attn's varlen kernel on a GPU (rft's packed
+attention is the CPU-correct path and is what runs on cuda too).
+
+Dynamic batch size (verl's `use_dynamic_bsz` with `ppo_max_token_len_per_gpu` / `log_prob_max_token_len_per_gpu`):
+a mini-batch is cut into micro-batches of at most that many real tokens (rows longest first, each into the
+micro-batch with the fewest tokens, verl's balanced partition), not a fixed number of rows. Every micro-batch is
+aggregated with its whole mini-batch's normaliser (`AggNorm`), so the gradient does not change. With several
+processes the number of micro-batches is the largest of any rank (sharded models need every rank in each pass).
+
+torch.compile (verl's `use_torch_compile`): every decoder layer's forward is compiled (`nn.Module.compile`, one graph
+shared by the layers, dynamic shapes), for the update and the log-prob passes. A machine where the backend cannot
+compile (no C++ compiler for inductor on CPU, ...) runs eagerly, with the reason printed once.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+PACKED_ATTENTION = "rft_packed"
+"""The attention implementation name a model with use_remove_padding runs under: SDPA, except for a packed call."""
+PACKED_ATTR = "_rft_remove_padding"
+COMPILED_ATTR = "_rft_compiled"
+
+
+def _log(message: str) -> None:
+    print(f"rft: {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------- packing
+@dataclass(frozen=True)
+class PackedRows:
+    """Where each token of a packed (1, T) sequence sits in the (rows, width) layout of its rows, each row from
+    column 0: `row` (T,), `col` (T,). The attention function reads it (passed as the `rft_packed` kwarg)."""
+
+    row: torch.Tensor
+    col: torch.Tensor
+    rows: int
+    width: int
+
+
+def _unpack(x: torch.Tensor, packed: PackedRows) -> torch.Tensor:
+    """(1, H, T, d) -> (rows, H, width, d), each row's tokens from column 0, zeros after."""
+    tokens = x[0].transpose(0, 1)  # (T, H, d)
+    out = tokens.new_zeros(packed.rows, packed.width, *tokens.shape[1:])
+    out = out.index_put((packed.row, packed.col), tokens)
+    return out.transpose(1, 2)
+
+
+def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
+    """transformers' attention interface: SDPA on the rows of a packed sequence when the call carries
+    `rft_packed` (a `PackedRows`), else transformers' own SDPA (generation, unpacked passes)."""
+    packed = kwargs.pop("rft_packed", None)
+    if packed is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    groups = getattr(module, "num_key_value_groups", 1)
+    q = _unpack(query, packed)  # (rows, H, width, d)
+    k = _unpack(key, packed)
+    v = _unpack(value, packed)
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+                                                           scale=scaling)  # (rows, H, width, d)
+    out = out.transpose(1, 2)[packed.row, packed.col]  # (T, H, d)
+    return out.unsqueeze(0), None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+
+
+def _configs(model: nn.Module):
+    seen = set()
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None and id(cfg) not in seen and hasattr(cfg, "_attn_implementation"):
+            seen.add(id(cfg))
+            yield cfg
+
+
+def enable_remove_padding(model: nn.Module, key: str) -> bool:
+    """Run `model`'s forward passes on packed tokens (`forward_packed`) from now on; generation is unchanged (the
+    attention implementation falls back to SDPA for a call without packed rows). Checked on a two-row batch against
+    the padded forward first: an architecture whose forward does not route its attention through transformers'
+    interface runs padded, with the reason printed (`key`: the config key that asked). Returns whether it packs."""
+    cfgs = list(_configs(model))
+    impls = {c._attn_implementation for c in cfgs}
+    if not cfgs or not impls <= {"sdpa", PACKED_ATTENTION}:
+        _log(f"{key}=true: {type(model).__name__} uses attention {sorted(map(str, impls))}, not sdpa; running padded")
+        return False
+    _register()
+    for c in cfgs:
+        c._attn_implementation = PACKED_ATTENTION
+    setattr(model, PACKED_ATTR, True)
+    try:
+        ok, why = _self_check(model)
+    except Exception as e:  # an architecture that does not take a packed call
+        ok, why = False, f"{type(e).__name__}: {e}"
+    if not ok:
+        setattr(model, PACKED_ATTR, False)
+        for c in cfgs:
+            c._attn_implementation = "sdpa"
+        _log(f"{key}=true: {type(model).__name__} does not run packed ({why}); running padded")
+    return ok
+
+
+@torch.no_grad()
+def _self_check(model: nn.Module) -> tuple[bool, str]:
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (2, 6), generator=g).to(device)
+    attn = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], device=device)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    was = model.training
+    model.eval()
+    try:
+        padded = _logits(model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False))
+        row, col = attn.nonzero(as_tuple=True)
+        packed = forward_packed(model, ids[row, col], positions[row, col], row, 2, None)
+    finally:
+        model.train(was)
+    diff = float((padded[row, col] - packed).abs().max())
+    return diff < 1e-4, f"packed and padded logits differ by {diff:.3g}"
+
+
+def _logits(out) -> torch.Tensor:
+    return out.logits if hasattr(out, "logits") else out[0]
+
+
+def forward_packed(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor, row: torch.Tensor, rows: int,
+                   keep: torch.Tensor | None) -> torch.Tensor:
+    """The model's output (logits, or a value head's) at the packed positions `keep` (all when None), (len, ·),
+    for the packed tokens `ids` (T,) with their `positions` (T,) and the `row` (T,, ascending) each belongs to."""
+    lengths = torch.bincount(row, minlength=rows)
+    starts = torch.cumsum(lengths, 0) - lengths
+    col = torch.arange(len(row), device=row.device) - starts[row]
+    packed = PackedRows(row=row, col=col, rows=rows, width=int(lengths.max()))
+    cfg = next(_configs(model))
+    if cfg._attn_implementation != PACKED_ATTENTION:
+        raise RuntimeError("forward_packed: the model does not run rft's packed attention (enable_remove_padding)")
+    masks = dict.fromkeys(set(getattr(cfg, "layer_types", None) or ["full_attention"]) | {"full_attention"})
+    kwargs = {"logits_to_keep": keep} if keep is not None else {}
+    out = model(input_ids=ids[None], position_ids=positions[None], attention_mask=masks, use_cache=False,
+                rft_packed=packed, **kwargs)
+    logits = _logits(out)[0]
+    return logits if keep is None or logits.shape[0] == len(keep) else logits[keep]
+
+
+def packs(model: nn.Module) -> bool:
+    """Whether `model`'s forward passes run on packed tokens (use_remove_padding, and the check passed)."""
+    return bool(getattr(model, PACKED_ATTR, False))
+
+
+# ----------------------------------------------------------------------------------------- torch.compile
+_COMPILE_OK: tuple[bool, str] | None = None
+
+
+def compile_backend_works() -> tuple[bool, str]:
+    """(whether torch.compile's default backend compiles here, the reason when not): one tiny function compiled
+    once per process."""
+    global _COMPILE_OK
+    if _COMPILE_OK is None:
+        try:
+            fn = torch.compile(lambda x: torch.nn.functional.silu(x) * 2.0 + 1.0, dynamic=True)
+            x = torch.randn(5)
+            ok = torch.allclose(fn(x), torch.nn.functional.silu(x) * 2.0 + 1.0)
+            _COMPILE_OK = (ok, "" if ok else "the compiled function gave a different result")
+        except Exception as e:  # no C++ compiler, no Triton, ...
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            _COMPILE_OK = (False, f"{type(e).__name__}: {first[:200]}")
+    return _COMPILE_OK
+
+
+def enable_torch_compile(model: nn.Module, key: str) -> bool:
+    """Compile every decoder layer of `model` (its forward; training and log-prob passes, and generation, which
+    calls the same layers). Falls back to eager with the reason printed when the backend does not compile here.
+    Returns whether the layers are compiled."""
+    if getattr(model, COMPILED_ATTR, False):
+        return True
+    ok, why = compile_backend_works()
+    if not ok:
+        _log(f"{key}=true: torch.compile does not work on this machine ({why}); running eagerly")
+        return False
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    if not layers:
+        _log(f"{key}=true: {type(model).__name__} has no decoder layers to compile; running eagerly")
+        return False
+    for layer in layers:
+        layer.compile(dynamic=True)
+    setattr(model, COMPILED_ATTR, True)
+    return True
+
+
+# ------------------------------------------------------------------------------------- dynamic batch size
+def token_budget_bins(lengths: Sequence[int], max_tokens: int, key: str, min_bins: int = 1) -> list[list[int]]:
+    """Rows (indices into `lengths`, each row's real tokens) grouped into micro-batches of at most `max_tokens`
+    tokens: as few as first-fit over the rows longest first allows (at least `min_bins`, at most one per row), then
+    the rows dealt longest first into the bin with the fewest tokens (verl's balanced partition, so the bins are
+    even). Each bin lists its rows in ascending order; the bins come longest first. Raises ValueError naming `key`
+    when one row alone is longer than the budget."""
+    if not lengths:
+        return []
+    longest = max(lengths)
+    if longest > max_tokens:
+        raise ValueError(f"{key}={max_tokens} is smaller than the longest sequence of the batch ({longest} tokens, "
+                         "prompt + response): raise it to at least data.max_prompt_length + "
+                         "data.max_response_length")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    fill: list[int] = []
+    for i in order:  # first fit, longest first: how many bins the budget needs
+        for b, used in enumerate(fill):
+            if used + lengths[i] <= max_tokens:
+                fill[b] += lengths[i]
+                break
+        else:
+            fill.append(lengths[i])
+    k = min(len(lengths), max(len(fill), min_bins))
+    bins: list[list[int]] = [[] for _ in range(k)]
+    tokens = [0] * k
+    for i in order:  # balanced: longest first into the emptiest bin that still has room
+        fits = [b for b in range(k) if tokens[b] + lengths[i] <= max_tokens] or list(range(k))
+        b = min(fits, key=lambda j: (tokens[j], j))
+        bins[b].append(i)
+        tokens[b] += lengths[i]
+    return [sorted(b) for b in bins if b]
+
+
+def row_tokens(batch) -> list[int]:
+    """Each row's real tokens (prompt + response attention masks) as Python ints."""
+    return (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).tolist()

@@ -1,0 +1,115 @@
+"""The `hf` engine's decode loop does less work for the same samples: one prefill per prompt shared by its n rows,
+a preallocated KV cache, the decode mask built once, finished rows dropped from the forward passes. Against the
+loop it replaced (transformers' DynamicCache grown by concatenation, every row prefilled and run to the end), kept
+here as the reference: the same tokens, log-probs to 1e-6, with the same generator."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from rft.data.dataset import PromptDataset, left_pad
+from rft.models.load import load_causal_lm, load_tokenizer
+from rft.rollout import HFRollout, SamplingParams
+from rft.rollout.hf import response_mask_from, sample_next
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def reference_generate(model, eos, pad, prompt_ids, prompt_mask, params, generator):
+    """The decode loop before issue 16 (every row prefilled, a DynamicCache grown by concatenation)."""
+    from transformers import DynamicCache
+
+    ids, attn = prompt_ids.repeat_interleave(params.n, 0), prompt_mask.repeat_interleave(params.n, 0)
+    eos = torch.tensor(eos)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True,
+                logits_to_keep=1)
+    next_pos = positions[:, -1:] + 1
+    finished = torch.zeros(ids.shape[0], dtype=torch.bool)
+    tokens, logprobs = [], []
+    for step in range(params.max_tokens):
+        logits = out.logits[:, -1, :].float()
+        token = sample_next(logits, params, generator).masked_fill(finished, pad)
+        scaled = logits / params.temperature if params.temperature > 0 else logits
+        logprobs.append(scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1))
+        tokens.append(token)
+        if not params.ignore_eos:
+            finished |= torch.isin(token, eos)
+            if bool(finished.all()):
+                break
+        if step + 1 == params.max_tokens:
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
+                    use_cache=True)
+        next_pos = next_pos + 1
+    response = torch.stack(tokens, dim=1)
+    mask = response_mask_from(response, eos, params.ignore_eos)
+    return response.masked_fill(mask == 0, pad), mask, torch.stack(logprobs, dim=1) * mask
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    root = tmp_path_factory.mktemp("gen")
+    init_model("tiny", root / "m", seed=0)
+    write_arithmetic(root / "d", n_train=32, n_val=4, seed=0)
+    tok = load_tokenizer(str(root / "m"))
+    model = load_causal_lm(str(root / "m"), torch.float32, torch.device("cpu")).eval()
+    ds = PromptDataset(str(root / "d" / "train.parquet"), tok)
+    ids, mask = left_pad([ds[i].ids for i in range(12)], tok.pad_token_id)
+    assert not bool(mask.all())  # prompts of several lengths: the decode steps need the padding mask
+    return model, tok, ids, mask
+
+
+CASES = [
+    dict(n=8, temperature=1.0, max_tokens=20),  # many EOS ids below: rows finish early, most are dropped
+    dict(n=4, temperature=1.0, max_tokens=8, ignore_eos=True),
+    dict(n=3, do_sample=False, temperature=0.0, max_tokens=10),
+    dict(n=8, temperature=0.7, top_p=0.9, top_k=20, max_tokens=12),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("prompts_per_call", [None, 5])
+def test_the_decode_loop_samples_what_the_reference_does(setup, case, prompts_per_call):
+    model, tok, ids, mask = setup
+    params = SamplingParams(**CASES[case])
+    eos = list(range(8, 60))  # a fifth of the vocabulary ends a row: lengths vary from 1 to max_tokens
+    chunk = prompts_per_call or len(ids)
+    engine = HFRollout(model, eos, tok.pad_token_id, micro_batch_size=chunk * params.n if prompts_per_call else None)
+    got = engine.generate(ids, mask, params, torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        ref = [reference_generate(model, eos, tok.pad_token_id, ids[p:p + chunk], mask[p:p + chunk], params, g)
+               for p in range(0, len(ids), chunk)]
+    width = max(r[0].shape[1] for r in ref)
+    pad = lambda x, v: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=v)
+    assert torch.equal(got.response_ids, torch.cat([pad(r[0], tok.pad_token_id) for r in ref]))
+    assert torch.equal(got.response_mask, torch.cat([pad(r[1], 0) for r in ref]))
+    assert float((got.logprobs - torch.cat([pad(r[2], 0.0) for r in ref])).abs().max()) <= 1e-6
+    lengths = got.response_mask.sum(-1)
+    if not params.ignore_eos and params.do_sample:
+        assert int(lengths.min()) < params.max_tokens // 2 < int(lengths.max())  # mixed lengths
+
+
+def test_the_cache_is_written_in_place(setup):
+    from rft.rollout.cache import PreallocatedCache
+
+    model, tok, ids, mask = setup
+    cache = PreallocatedCache(model.config.num_hidden_layers, ids.shape[1] + 4)
+    model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    buffer = cache.layers[0]._k
+    cache.rows(torch.arange(len(ids)).repeat_interleave(2))
+    assert cache.layers[0].keys.shape[0] == 2 * len(ids) and cache.get_seq_length() == ids.shape[1]
+    buffer = cache.layers[0]._k
+    step = torch.zeros(2 * len(ids), 1, dtype=torch.long)
+    model(input_ids=step, past_key_values=cache, use_cache=True,
+          position_ids=torch.full((2 * len(ids), 1), ids.shape[1]))
+    assert cache.layers[0]._k is buffer and cache.get_seq_length() == ids.shape[1] + 1  # no new allocation

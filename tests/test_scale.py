@@ -1,0 +1,183 @@
+"""Several CPU processes (gloo) where rft ran one before: `rft sft`, a staged run (the demo's own config), DAPO's
+dynamic sampling and the group_relative_policy_optimization component, each through the real command line and
+equal to one process at step 1 (loss, gradient norm, metrics)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_distributed import ENV, REWARD, _free_port, close, metrics_of
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    root = tmp_path_factory.mktemp("scale")
+    init_model("tiny", root / "model", seed=0)
+    write_arithmetic(root / "data", n_train=64, n_val=7, seed=0, carry_slip=0.5)
+    (root / "reward.py").write_text(REWARD)
+    return root
+
+
+def rft(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "rft", *args], env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"rft {args[0]} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+# -------------------------------------------------------------------------------------------------- rft sft
+def test_sft_on_two_processes_matches_one(assets, tmp_path):
+    args = [f"model.partial_pretrain={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+            f"data.val_files={assets / 'data' / 'val.parquet'}", "data.response_key=extra_info",
+            "data.response_dict_keys=[demonstration]", "data.train_batch_size=16", "data.micro_batch_size_per_gpu=4",
+            "data.max_length=32", "optim.lr=3e-3", "trainer.total_training_steps=2", "trainer.save_freq=2",
+            "trainer.test_freq=2", "trainer.logger=[]", "trainer.device=cpu", "model.strategy=fsdp2"]
+    rft("sft", *args, f"trainer.default_local_dir={tmp_path / 'one'}")
+    proc = rft("sft", *args, f"trainer.default_local_dir={tmp_path / 'two'}", "trainer.n_gpus_per_node=2")
+    assert "2 steps on 2 processes" in proc.stdout
+    one, two = metrics_of(tmp_path / "one"), metrics_of(tmp_path / "two")
+    for step in (1, 2):
+        for key in ("train/loss", "train/grad_norm", "train/tokens"):
+            assert close(one[step][key], two[step][key]), (step, key, one[step][key], two[step][key])
+    assert one[1]["train/grad_norm"] > 1
+    assert close(one[2]["val/loss"], two[2]["val/loss"])  # 7 rows over 2 ranks, the padding row left out
+    assert (tmp_path / "two" / "checkpoints" / "global_step_2" / "policy_dcp").is_dir()
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "model").state_dict()
+    b = AutoModelForCausalLM.from_pretrained(tmp_path / "two" / "model").state_dict()
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-4
+
+
+# --------------------------------------------------------------------------------------- the demo's stages
+def test_the_demos_staged_config_on_two_processes_matches_one(assets, tmp_path):
+    """`rft demo`'s own staged config (SFT, then GRPO), shortened, greedy rollouts so one process and two generate
+    the same responses, and reinforce_plus_plus in the RL stage so identical responses still get a gradient."""
+    from omegaconf import OmegaConf
+
+    from rft.trainer.demo import demo_config
+
+    data = {"train": assets / "data" / "train.parquet", "val": assets / "data" / "val.parquet"}
+    runs = {}
+    for n in (1, 2):
+        out = tmp_path / f"p{n}"
+        cfg = demo_config(assets / "model", data, out, seed=0)
+        path = tmp_path / f"demo{n}.yaml"
+        path.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+        proc = rft("train", str(path), f"trainer.n_gpus_per_node={n}", "trainer.device=cpu", "trainer.logger=[]",
+                   "actor_rollout_ref.rollout.do_sample=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
+                   "stages.0.trainer.total_training_steps=2", "stages.0.trainer.save_freq=-1",
+                   "stages.1.trainer.total_training_steps=1", "stages.1.trainer.val_before_train=false",
+                   "stages.1.algorithm.adv_estimator=reinforce_plus_plus",
+                   f"custom_reward_function.path={assets / 'reward.py'}")
+        assert "all stages finished" in proc.stdout
+        runs[n] = out
+    for stage, keys in (("sft", ("train/loss", "train/grad_norm")),
+                        ("grpo", ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean",
+                                  "critic/advantages/max", "response_length/mean"))):
+        one, two = metrics_of(runs[1] / stage), metrics_of(runs[2] / stage)
+        for key in keys:
+            assert close(one[1][key], two[1][key]), (stage, key, one[1][key], two[1][key])
+    assert metrics_of(runs[2] / "grpo")[1]["actor/grad_norm"] > 0
+    assert (runs[2] / "grpo" / "model" / "config.json").is_file() and (runs[2] / "sft" / "STAGE_DONE").is_file()
+
+
+# ------------------------------------------------------------------------------------- DAPO dynamic sampling
+def _kept_share(rank: int, world: int, port: int, results) -> None:
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        from types import SimpleNamespace
+
+        from rft.batch import Batch
+        from rft.distributed import Dist, step_shard
+        from rft.explorer.explorer import Explorer
+
+        # two generation batches of 4 prompts x 2 rows; rank r holds prompts step_shard(4, 4, r, 2); kept groups
+        # (labels generation * 4 + position): batch 0 keeps positions 1, 2; batch 1 keeps 0, 3
+        kept_positions = {0: [1, 2], 1: [0, 3]}
+        parts = []
+        for gen, keep in kept_positions.items():
+            mine = [p for p in step_shard(4, 4, rank, world) if p in keep]
+            if mine:
+                group = torch.tensor(mine).repeat_interleave(2) + gen * 4
+                parts.append(Batch(prompt_ids=group[:, None].clone(), prompt_mask=torch.ones(len(group), 1),
+                                   response_ids=torch.zeros(len(group), 3 + gen, dtype=torch.long),
+                                   response_mask=torch.ones(len(group), 3 + gen, dtype=torch.long), group=group))
+        cfg = SimpleNamespace(trainer=SimpleNamespace(balance_batch=False),
+                              actor_rollout_ref=SimpleNamespace(actor=SimpleNamespace(ppo_mini_batch_size=4)))
+        explorer = Explorer.__new__(Explorer)
+        explorer.cfg, explorer.dist = cfg, Dist(rank=rank, world_size=world)
+        explorer.tokenizer = SimpleNamespace(pad_token_id=0)
+        out = explorer._kept_share(parts, want=4)
+        results[rank] = (out.prompt_ids[:, 0].tolist(), out.group.tolist(), tuple(out.response_ids.shape))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_dynamic_sampling_shares_the_first_kept_groups_evenly():
+    """The first train_batch_size kept groups of all ranks, in the one-process order (generation batch, then
+    position), relabelled 0..3 and dealt like a step's prompts: 2 groups (4 rows) to each rank."""
+    import torch.multiprocessing as mp
+
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_kept_share, args=(2, _free_port(), results), nprocs=2, join=True)
+        results = dict(results)
+    # one-process order of the kept groups: 1, 2 (batch 0), 4, 7 (batch 1) -> new labels 0, 1, 2, 3
+    assert results[0] == ([1, 1, 2, 2], [0, 0, 1, 1], (4, 4))
+    assert results[1] == ([4, 4, 7, 7], [2, 2, 3, 3], (4, 4))
+
+
+def test_dynamic_sampling_on_two_processes_trains(assets, tmp_path):
+    from test_distributed import train
+
+    train(assets, tmp_path / "two", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.do_sample=true",
+          "actor_rollout_ref.rollout.n=4", "algorithm.filter_groups.enable=true",
+          "algorithm.filter_groups.metric=score", "algorithm.adv_estimator=grpo", "trainer.total_training_steps=2",
+          "trainer.save_freq=-1", "trainer.test_freq=-1", "data.val_files=null")
+    m = metrics_of(tmp_path / "two")
+    assert sorted(m) == [1, 2]
+    assert m[1]["train/num_kept_groups"] >= 4 and m[1]["train/num_gen_batches"] >= 1
+    assert m[1]["actor/grad_norm"] > 0 and m[1]["critic/score/max"] > m[1]["critic/score/min"]
+
+
+# -------------------------------------------------------------------------- group_relative_policy_optimization
+def test_grpo_component_on_two_processes_matches_one(assets, tmp_path):
+    """TRL's num_processes (an rft extension input; under torchrun its WORLD_SIZE): 2 x 4 completions per step,
+    the same 8 as one process with per_device_train_batch_size 8. Temperature 1e-6 (TRL has no greedy flag): both
+    sample the argmax, so they generate the same responses: GRPO's advantages are then 0 in every group, the update's rows are left out and both take
+    the same zero step; the metrics of step 1 agree."""
+    from rft.data.io import read_rows
+
+    with (tmp_path / "train.jsonl").open("w") as f:
+        for r in read_rows(assets / "data" / "train.parquet"):
+            f.write(json.dumps({"problem": r["prompt"][-1]["content"], "data_source": r["data_source"],
+                                "reward_model": r["reward_model"]}) + "\n")
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
+                                                  "zero_optimization": {"stage": 3}}))
+    common = ["--model_name_or_path", str(assets / "model"), "--dataset_train_split",
+              str(tmp_path / "train.jsonl"), "--deepspeed_config", str(tmp_path / "ds.json"),
+              "--num_generations", "4", "--num_iterations", "1", "--max_steps", "1", "--max_prompt_length", "32",
+              "--max_completion_length", "6", "--temperature", "1e-6", "--apply_lora", "false", "--save_steps", "1",
+              "--learning_rate", "1e-3"]
+    rft("component", "group_relative_policy_optimization", *common, "--per_device_train_batch_size", "8",
+        "--output_model_path", str(tmp_path / "one"))
+    proc = rft("component", "group_relative_policy_optimization", *common, "--per_device_train_batch_size", "4",
+               "--num_processes", "2", "--output_model_path", str(tmp_path / "two"))
+    assert "on 2 processes" in proc.stdout
+    one, two = metrics_of(tmp_path / "one"), metrics_of(tmp_path / "two")
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/grad_norm",
+                "actor/zero_adv_rows", "prompt_length/mean"):
+        assert close(one[1][key], two[1][key]), (key, one[1][key], two[1][key])
+    assert (tmp_path / "two" / "model" / "config.json").is_file()
