@@ -25,6 +25,15 @@ from rft.algorithms.policy_loss import (
     trl_actor_settings,
     vanilla_policy_loss,
 )
+from rft.algorithms.preference import (
+    PREFERENCE_LOSSES,
+    PreferenceLossInputs,
+    PreferenceLossOutputs,
+    compute_preference_loss,
+    preference_loss_spec,
+    preference_metrics,
+    sequence_logps,
+)
 from rft.algorithms.utils import (
     LOGIT_CHUNK_TOKENS,
     entropy_from_logits,
@@ -66,6 +75,13 @@ __all__ = [
     "policy_loss_needs_minibatch",
     "trl_actor_settings",
     "vanilla_policy_loss",
+    "PREFERENCE_LOSSES",
+    "PreferenceLossInputs",
+    "PreferenceLossOutputs",
+    "compute_preference_loss",
+    "preference_loss_spec",
+    "preference_metrics",
+    "sequence_logps",
     "LOGIT_CHUNK_TOKENS",
     "entropy_from_logits",
     "logprobs_from_logits",
