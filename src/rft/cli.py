@@ -1,4 +1,4 @@
-"""`rft` command line: init-model, data, train, sft, demo, component, config.
+"""`rft` command line: init-model, data, train, sft, dpo, demo, component, config.
 
 `main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
 full disk or a folder without write permission, Ctrl-C / SIGTERM) ends with one line `rft: error: ...` (or
@@ -42,7 +42,8 @@ def cmd_data(args) -> int:
 
         try:
             paths = write_arithmetic(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                     max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip)
+                                     max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip,
+                                     preferences=args.preferences)
         except ValueError as e:  # the options' ranges
             raise RftError(f"rft data arithmetic: {e}") from None
     else:
@@ -108,6 +109,18 @@ def cmd_sft(args) -> int:
     return 0
 
 
+def cmd_dpo(args) -> int:
+    from rft.config import load_dpo_config
+
+    cfg = load_dpo_config(args.config, args.overrides)
+    from rft.trainer.dpo import DPOTrainer
+    from rft.trainer.run_folder import run_folder
+
+    with run_folder(cfg):
+        DPOTrainer(cfg).fit()
+    return 0
+
+
 def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
@@ -170,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--ops", default="+")
     q.add_argument("--carry-slip", type=float, default=0.0,
                    help="arithmetic: share of carrying additions whose SFT demonstration forgets the carry")
+    q.add_argument("--preferences", action="store_true",
+                   help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the carrying additions "
+                        "(chosen: the answer; rejected: the carry forgotten)")
     q.set_defaults(fn=cmd_data)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")
@@ -181,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_sft)
+
+    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides")
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_dpo)
 
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and arithmetic task, on CPU; prints accuracy per stage")
     q.add_argument("--output", default="runs/demo")

@@ -4,6 +4,9 @@ Small enough for a tiny model to learn in minutes, so a run can show the reward 
 demonstration for SFT (`extra_info.demonstration`): the answer, or, with `carry_slip`, the answer of a sloppy
 teacher who now and then forgets the carry out of the units digit. SFT on those copies the teacher's slips; an
 RL stage rewarded by the exact answer can then do better than its teacher (what `rft demo` shows).
+
+`preference_rows` turns rows into DPO pairs: for every addition whose units digits carry, the correct answer is
+chosen and the sloppy teacher's carry-forgotten answer (a + b - 10) rejected (`rft data arithmetic --preferences`).
 """
 
 from __future__ import annotations
@@ -85,6 +88,30 @@ def arithmetic_rows(
     return rows
 
 
+def _forgets_the_carry(question: str) -> str | None:
+    """The carry-forgotten answer of an addition "a+b=" whose units digits carry, else None."""
+    if "+" not in question:
+        return None
+    a, b = (int(x) for x in question[:-1].split("+"))
+    return str(a + b - 10) if a % 10 + b % 10 >= 10 else None
+
+
+def preference_rows(rows: list[dict]) -> list[dict]:
+    """DPO pairs of the additions among `rows` whose units digits carry: the prompt (the row's chat messages),
+    `chosen` = the correct answer, `rejected` = the answer that forgets the carry (a + b - 10), with the row's
+    data_source, ground truth and extra_info; TRL's standard preference format with a conversational prompt."""
+    pairs = []
+    for row in rows:
+        question = row["extra_info"]["question"]
+        sloppy = _forgets_the_carry(question)
+        if sloppy is None:
+            continue
+        pairs.append({"data_source": row["data_source"], "prompt": row["prompt"],
+                      "chosen": row["extra_info"]["answer"], "rejected": sloppy,
+                      "reward_model": row["reward_model"], "extra_info": {**row["extra_info"], "index": len(pairs)}})
+    return pairs
+
+
 def write_arithmetic(
     out_dir: str | Path,
     n_train: int = 2000,
@@ -93,17 +120,28 @@ def write_arithmetic(
     max_digits: int = 2,
     ops: str = "+",
     carry_slip: float = 0.0,
+    preferences: bool = False,
 ) -> dict[str, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under `out_dir`; no val question appears in train.
 
     Val is drawn from ``seed + 1`` with the train questions excluded; `carry_slip` (see `arithmetic_rows`) applies
-    to the train demonstrations only. Returns {"train": path, "val": path}.
+    to the train demonstrations only. `preferences`: also ``preference_train.parquet`` and
+    ``preference_val.parquet``, the DPO pairs (`preference_rows`) of the train and val questions. Returns
+    {"train": path, "val": path} (and "preference_train", "preference_val").
     """
     train = arithmetic_rows(n_train, seed, "train", max_digits, ops, carry_slip=carry_slip)
     train_questions = {row["extra_info"]["question"] for row in train}
     val = arithmetic_rows(n_val, seed + 1, "val", max_digits, ops, exclude=train_questions)
     out_dir = Path(out_dir)
-    return {
+    paths = {
         "train": write_parquet(train, out_dir / "train.parquet"),
         "val": write_parquet(val, out_dir / "val.parquet"),
     }
+    if preferences:
+        for split, rows in (("train", train), ("val", val)):
+            pairs = preference_rows(rows)
+            if not pairs:
+                raise ValueError(f"no {split} question is an addition whose units carry, so there is no preference "
+                                 "pair; add '+' to ops or raise n")
+            paths[f"preference_{split}"] = write_parquet(pairs, out_dir / f"preference_{split}.parquet")
+    return paths

@@ -39,6 +39,8 @@ SFT_CONTENTS = {"model", "optimizer", "extra"}
 
 
 class SFTTrainer:
+    name = "sft"  # the log lines' prefix (DPOTrainer reuses this loop)
+
     def __init__(self, cfg):
         configure_cpu_runtime()
         self.cfg = cfg
@@ -49,8 +51,8 @@ class SFTTrainer:
         torch.manual_seed(trainer.seed)
 
         self.tokenizer = load_tokenizer(model_cfg.partial_pretrain, model_cfg.trust_remote_code)
-        self.train_set = SFTDataset(data.train_files, self.tokenizer, data)
-        self.val_set = SFTDataset(data.val_files, self.tokenizer, data) if data.val_files else None
+        self.train_set = self.dataset(data.train_files)
+        self.val_set = self.dataset(data.val_files) if data.val_files else None
         self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
@@ -72,7 +74,7 @@ class SFTTrainer:
         write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))  # after the resume's checks
         tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger,
                           recovered=self._recovered_metrics)
-        tracker.write(f"rft sft: {self.total_steps} steps on {self.device}, {len(self.train_set)} rows, "
+        tracker.write(f"rft {self.name}: {self.total_steps} steps on {self.device}, {len(self.train_set)} rows, "
                       f"output {self.out}")
         last: dict[str, float] = {}
         while self.global_step < self.total_steps:
@@ -85,7 +87,7 @@ class SFTTrainer:
                                                                    self.tokenizer.pad_token_id))
                 if self.val_set is not None and t.test_freq > 0 and (is_last or step % t.test_freq == 0):
                     with timer("testing"):
-                        metrics["val/loss"] = self.val_loss()
+                        metrics.update(self.validate())
                 if t.save_freq > 0 and (is_last or step % t.save_freq == 0):
                     self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
@@ -95,9 +97,17 @@ class SFTTrainer:
             tracker.log(step, metrics)
             last = metrics
         export_hf(self.model, self.tokenizer, self.out / "model", merge_in_place=True)
-        tracker.write(f"rft sft: model written to {self.out / 'model'}")
+        tracker.write(f"rft {self.name}: model written to {self.out / 'model'}")
         tracker.close()
         return last
+
+    def dataset(self, files):
+        """The rows of `files` (data.train_files / data.val_files) as a dataset with `batch(indices, pad_id)`."""
+        return SFTDataset(files, self.tokenizer, self.cfg.data)
+
+    def validate(self) -> dict[str, float]:
+        """The validation metrics of the step (trainer.test_freq)."""
+        return {"val/loss": self.val_loss()}
 
     def _nll_sum(self, batch) -> torch.Tensor:
         """Sum over loss tokens of -log p (temperature 1)."""
@@ -151,6 +161,6 @@ class SFTTrainer:
         self.sampler.load_state_dict(state["sampler"])
         self._recovered_metrics = state.get("metrics")
         self.global_step = step_of(folder)
-        print(f"rft sft: resumed from {folder} at step {self.global_step}", flush=True)
+        print(f"rft {self.name}: resumed from {folder} at step {self.global_step}", flush=True)
 
 
