@@ -70,6 +70,12 @@ def inactive_sections(cfg: RFTConfig) -> dict[str, str]:
                 out[f"critic.{f.name}" + ("." if dataclasses.is_dataclass(getattr(cfg.critic, f.name)) else "")] = why
     if not (actor.use_kl_loss or algo.use_kl_in_reward):
         out["actor_rollout_ref.ref."] = "this run builds no reference (no KL term)"
+    if not algo.mix.enable:
+        why = "algorithm.mix.enable=false"
+        out["data.expert."] = why
+        for f in dataclasses.fields(algo.mix):
+            if f.name != "enable":
+                out[f"algorithm.mix.{f.name}"] = why
     return out
 
 
@@ -574,6 +580,37 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
         raise ConfigError("trainer.mode=train without data.train_files needs trainer.total_training_steps")
 
 
+def _check_mix(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
+    """algorithm.mix: the expert rows' files and format, mu and the ratio, and what mix does not combine with."""
+    mix, expert = cfg.algorithm.mix, cfg.data.expert
+    if not mix.enable:
+        return
+    files = _files(expert.files, "data.expert.files")
+    if not files:
+        raise ConfigError("algorithm.mix.enable=true needs data.expert.files: the expert (SFT) rows, a parquet/jsonl "
+                          "file or a list of them")
+    if check_paths:
+        _check_files_exist("data.expert.files", files)
+    if not 0 <= mix.mu <= 1:
+        raise ConfigError(f"algorithm.mix.mu must be in [0, 1] (the SFT loss's weight), got {mix.mu}")
+    if not 0 <= mix.expert_data_ratio < 1:
+        raise ConfigError(f"algorithm.mix.expert_data_ratio must be in [0, 1) (the expert rows' share of a "
+                          f"mini-batch), got {mix.expert_data_ratio}")
+    _positive("data.expert.max_length", expert.max_length)
+    if world_size > 1:
+        raise ConfigError(f"algorithm.mix.enable=true with {world_size} processes: the expert rows are not sharded "
+                          "over the ranks yet; run mix with one process (trainer.nnodes x n_gpus_per_node = 1)")
+    from rft.algorithms import estimator_spec
+
+    algo = cfg.algorithm
+    critic = cfg.critic.enable if cfg.critic.enable is not None else "values" in estimator_spec(algo.adv_estimator).needs
+    if critic:
+        raise ConfigError(f"algorithm.mix.enable=true with a critic (adv_estimator={algo.adv_estimator!r}, "
+                          f"critic.enable={cfg.critic.enable}): the critic "
+                          "would train on the expert rows, which have no reward; use a critic-free estimator (grpo, "
+                          "as Trinity-RFT's mix)")
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -738,6 +775,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_critic(cfg, world_size, check_paths)
     _check_reward_model(cfg, check_paths)
     _check_decoupled(cfg, world_size)
+    _check_mix(cfg, world_size, check_paths)
     _check_keys_with_readers(cfg)
     if check_paths and check_model_path:
         check_tokenizer_folder("data.tokenizer" if data.tokenizer else "actor_rollout_ref.model.path",

@@ -8,7 +8,9 @@ the worker run the reference on each micro-batch (no gradient) for its logits; a
 `policy_loss_needs_minibatch` (clip_cov, kl_cov; bypass_mode's batch-normalised weights) gets the detached inputs
 of its whole mini-batch (one extra no-gradient forward pass per mini-batch, only when the mini-batch is split).
 The loss runs on `loss_tokens` (the response tokens rollout correction's rejection sampling kept) and multiplies the
-batch's rollout-correction IS weights in (`Batch.rollout_is_weights`), both set by the trainer.
+batch's rollout-correction IS weights in (`Batch.rollout_is_weights`), both set by the trainer. With algorithm.mix
+the batch also holds expert rows (`Batch.expert_mask`): the policy loss, entropy and KL skip them, and they carry
+mu times the SFT loss, aggregated with the mini-batch's normaliser of the expert rows (`expert_tokens`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_sched
     build_optimizer,
     build_scheduler,
     clipped_step,
+    expert_tokens,
     loss_tokens,
     mini_batch_norm,
 )
@@ -206,6 +209,8 @@ class UpdateSettings:
     bypass_loss_type: str = "ppo_clip"
     logit_chunk_tokens: int | None = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL; None: all
     bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
+    mix_mu: float | None = None  # algorithm.mix: the SFT loss's weight on the expert rows; None: no mix
+    mix_sft_agg: str = "token-mean"  # algorithm.mix.sft_loss_agg_mode
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -231,6 +236,8 @@ class UpdateSettings:
             rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
             rollout_rs_threshold=rc.rollout_rs_threshold, bypass_loss_type=rc.loss_type,
             bad_update_limit=cfg.trainer.bad_update_limit,
+            mix_mu=cfg.algorithm.mix.mu if cfg.algorithm.mix.enable else None,
+            mix_sft_agg=cfg.algorithm.mix.sft_loss_agg_mode,
             logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
 
@@ -264,7 +271,7 @@ class PolicyWorker(MiniBatchWorker):
         )
 
     def _micro_loss(self, mb: Batch, norm: AggNorm, seed: int = 0, minibatch: PolicyLossInputs | None = None,
-                    row_offset: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
+                    row_offset: int = 0, expert_norm: AggNorm | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         s = self.s
         R = mb.response_ids.shape[1]
         kl_from_logits = s.use_kl_loss and kl_needs_logits(s.kl_loss_type)
@@ -281,7 +288,8 @@ class PolicyWorker(MiniBatchWorker):
         inputs = self._loss_inputs(mb, logprobs, norm, seed)
         inputs.minibatch, inputs.row_offset = minibatch, row_offset
         out = compute_policy_loss(s.loss_mode, inputs)
-        loss = out.loss
+        # algorithm.mix (Trinity-RFT): (1 - mu) * policy loss on the experiences + mu * SFT loss on the expert rows
+        loss = out.loss if s.mix_mu is None else (1.0 - s.mix_mu) * out.loss
         share = float(mask.sum()) / max(norm.num_tokens, 1.0)  # token share of this micro-batch
         # a loss's own names (no '/') go under actor/; rollout_corr/... (bypass_mode) keep theirs
         metrics = {(k if "/" in k else f"actor/{k}"): v * share for k, v in out.metrics.items()}
@@ -299,6 +307,10 @@ class PolicyWorker(MiniBatchWorker):
             loss = loss + s.kl_loss_coef * kl_term
             metrics["actor/kl_loss"] = float(kl_term.detach())
             metrics["actor/kl_coef"] = s.kl_loss_coef * share
+        if s.mix_mu is not None:
+            sft = agg_loss(-logprobs, expert_tokens(mb).to(logprobs.device).float(), s.mix_sft_agg, expert_norm)
+            loss = loss + s.mix_mu * sft
+            metrics["actor/sft_loss"] = float(sft.detach())
         return loss, metrics
 
     def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
@@ -308,6 +320,7 @@ class PolicyWorker(MiniBatchWorker):
         `seed` seeds the random token choice of losses that make one (clip_cov)."""
         s = self.s
         norm = self.norm(mini)
+        expert_norm = mini_batch_norm(mini, norm.max_len, self.dist, expert=True) if s.mix_mu is not None else None
         micro_rows = s.micro_rows or len(mini)
         whole, offset = None, 0
         if policy_loss_needs_minibatch(s.loss_mode, s) and (micro_rows < len(mini) or self.dist.enabled):
@@ -320,4 +333,5 @@ class PolicyWorker(MiniBatchWorker):
                 offset = sum(self.dist.gather_sizes(len(mini))[: self.dist.rank])
                 whole = replace(whole, **{k: self.dist.gather_rows(getattr(whole, k)) for k in (
                     "logprobs", "old_logprobs", "advantages", "response_mask")})
-        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm, seed, whole, offset + i * micro_rows))
+        return self.accumulate(mini, lambda i, mb: self._micro_loss(mb, norm, seed, whole, offset + i * micro_rows,
+                                                                    expert_norm))
