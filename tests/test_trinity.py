@@ -123,7 +123,9 @@ def test_trinity_key_lands_on_its_verl_key(extra, key, expected):
 
 REFUSED = [
     ({"mode": "serve"}, "mode='serve'"),
-    ({"algorithm.algorithm_type": "dpo"}, "algorithm.algorithm_type='dpo'"),
+    ({"algorithm.algorithm_type": "dpo"}, "mode='both': the dpo algorithm runs in mode train"),
+    ({"algorithm.algorithm_type": "mix"}, "the auxiliary buffer 'sft_dataset' (algorithm.sample_strategy_args"),
+    ({"algorithm.algorithm_type": "cispo"}, "algorithm.algorithm_type='cispo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
     ({"ray_namespace": "x"}, "ray_namespace: rft does not use Ray"),
@@ -136,7 +138,7 @@ REFUSED = [
      "buffer.explorer_input.taskset.format.response_key"),
     ({"buffer.trainer_input.experience_buffer": {"capacity": 8}},
      "buffer.trainer_input.experience_buffer.capacity"),
-    ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers"),
+    ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers.sft: rft reads"),
     ({"explorer.rollout_model": {"engine_type": "vllm"}}, "explorer.rollout_model.engine_type='vllm'"),
     ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
     ({"explorer.auxiliary_models": [{"model_path": "x"}]}, "explorer.auxiliary_models"),
@@ -326,11 +328,15 @@ def test_max_model_len_alone_is_checked_against_the_lengths_in_effect():
             "data": {"max_prompt_length": 64, "max_response_length": 64}}}))
 
 
-def test_sample_strategy_warmup_is_refused_by_name():
-    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy='warmup': Trinity's warmup strategy mixes"):
-        translate(_with({"algorithm.sample_strategy": "warmup"}))
-    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy_args: the default strategy takes no"):
-        translate(_with({"algorithm.sample_strategy_args": {"steps": 3}}))
+def test_sample_strategy_warmup_is_the_default_strategy():
+    """Trinity-RFT's warmup strategy read SFT data for its sft_warmup_steps before the experiences (0 of them unless
+    set, a key the spec no longer has: SFT warm-ups are stages now) and is a deprecated alias of default today; the
+    expert rows mixed into every batch are the mix strategy's (tests/test_mix.py)."""
+    assert translate(_with({"algorithm.sample_strategy": "warmup"})) == translate(_with({}))
+    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy_args: the warmup strategy takes no"):
+        translate(_with({"algorithm.sample_strategy": "warmup", "algorithm.sample_strategy_args": {"steps": 3}}))
+    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy='staleness_control'"):
+        translate(_with({"algorithm.sample_strategy": "staleness_control"}))
 
 
 def test_save_strategy_holds_with_one_process_and_is_refused_with_several():
