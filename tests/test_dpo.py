@@ -224,3 +224,11 @@ def test_a_dpo_stage_is_built_from_its_algorithm_mapping(assets, tmp_path):
     raw.stages[1].algorithm.betta = 1.0
     with pytest.raises(ConfigError, match=r"stages\[1\]: unknown config key 'algorithm.betta'"):
         build_stages(raw)
+
+
+def test_config_show_prints_a_dpo_config(capsys):
+    from rft.cli import main
+
+    assert main(["config", "show", str(REPO / "examples" / "arithmetic_dpo.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "an rft dpo config" in out and "loss_type: sigmoid" in out and "chosen_key: chosen" in out

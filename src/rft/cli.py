@@ -135,10 +135,28 @@ def cmd_component(args) -> int:
     return component_main([])
 
 
+def _offline_kind(path: str | None) -> str | None:
+    """"dpo" / "sft" for an `rft dpo` / `rft sft` YAML (its model section is the SFT one: model.partial_pretrain;
+    a DPO one has preference columns or the loss section), else None."""
+    from rft.config.load import read_yaml
+
+    raw = read_yaml(path) if path is not None else {}
+    if "partial_pretrain" not in (raw.get("model") or {}):
+        return None
+    return "dpo" if "algorithm" in raw or "chosen_key" in (raw.get("data") or {}) else "sft"
+
+
 def cmd_config(args) -> int:
     from rft.config import load_config, to_yaml
 
-    if args.action == "show" and _is_trinity(args.config):
+    offline = _offline_kind(args.config) if args.action == "show" else None
+    if offline is not None:
+        from rft.config import load_dpo_config, load_sft_config
+
+        load = load_dpo_config if offline == "dpo" else load_sft_config
+        print(f"# {args.config}: an rft {offline} config")
+        print(to_yaml(load(args.config, args.overrides, validate_paths=False)), end="")
+    elif args.action == "show" and _is_trinity(args.config):
         from rft.config.trinity import load_trinity
 
         kind, loaded = load_trinity(args.config, args.overrides, validate_paths=False)
