@@ -232,3 +232,63 @@ def test_config_show_prints_a_dpo_config(capsys):
     assert main(["config", "show", str(REPO / "examples" / "arithmetic_dpo.yaml")]) == 0
     out = capsys.readouterr().out
     assert "an rft dpo config" in out and "loss_type: sigmoid" in out and "chosen_key: chosen" in out
+
+
+# ------------------------------------------------------------------------------------------ Trinity's dpo
+def trinity_dpo(assets: Path, out: Path, **algorithm) -> dict:
+    return {"project": "p", "name": "dpo", "mode": "train", "checkpoint_root_dir": str(out),
+            "algorithm": {"algorithm_type": "dpo", **algorithm},
+            "model": {"model_path": str(assets / "model"), "max_model_len": 32},
+            "buffer": {"train_batch_size": 16, "total_steps": 2, "trainer_input": {"experience_buffer": {
+                "name": "pairs", "storage_type": "file", "path": str(assets / "data" / "preference_train.parquet"),
+                "format": {"prompt_type": "plaintext", "prompt_key": "prompt", "chosen_key": "chosen",
+                           "rejected_key": "rejected"}}}},
+            "trainer": {"trainer_config": {"actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 4}},
+                                           "trainer": {"logger": []}}}}
+
+
+def test_trinity_dpo_keys_land_on_the_dpo_stage(assets, tmp_path):
+    from rft.config.trinity import translate
+
+    out = translate(trinity_dpo(assets, tmp_path, policy_loss_fn_args={"beta": 0.2, "label_smoothing": 0.1},
+                                kl_loss_fn="low_var_kl", kl_loss_fn_args={"kl_coef": 0.05},
+                                entropy_loss_fn_args={"entropy_coef": 0.01}, sample_strategy="warmup"))
+    (stage,) = out["stages"]
+    assert stage["algorithm"] == {"algorithm_type": "dpo", "beta": 0.2, "label_smoothing": 0.1, "use_kl_loss": True,
+                                  "kl_loss_type": "low_var_kl", "kl_loss_coef": 0.05, "entropy_coeff": 0.01}
+    # 16 experiences are 8 pairs; a micro-batch of 4 rows is 2 pairs
+    assert stage["data"]["train_batch_size"] == 8 and stage["data"]["micro_batch_size_per_gpu"] == 2
+    assert stage["data"]["train_files"] == str(assets / "data" / "preference_train.parquet")
+    assert stage["data"]["max_length"] == 32
+    # Trinity's default kl_loss_fn for dpo is k2 with kl_coef 0.001; none is honoured as none
+    default = translate(trinity_dpo(assets, tmp_path))["stages"][0]["algorithm"]
+    assert (default["use_kl_loss"], default["kl_loss_type"], default["kl_loss_coef"]) == (True, "k2", 0.001)
+    assert translate(trinity_dpo(assets, tmp_path, kl_loss_fn="none"))["stages"][0]["algorithm"]["use_kl_loss"] is False
+    # the messages format: the prompt is the messages_key column (Trinity's default name: message)
+    cfg = trinity_dpo(assets, tmp_path)
+    cfg["buffer"]["trainer_input"]["experience_buffer"]["format"] = {"prompt_type": "messages"}
+    assert translate(cfg)["stages"][0]["data"]["prompt_key"] == "message"
+    for algorithm, needle in (({"repeat_times": 4}, "algorithm.repeat_times: DPO reads pairs"),
+                              ({"advantage_fn": "grpo"}, "algorithm.advantage_fn: DPO computes no advantages"),
+                              ({"policy_loss_fn": "ppo"}, "algorithm.policy_loss_fn='ppo': the dpo algorithm"),
+                              ({"kl_penalty_fn": "k1"}, "algorithm.kl_penalty_fn: DPO has no reward")):
+        with pytest.raises(ConfigError, match=needle):
+            translate(trinity_dpo(assets, tmp_path, **algorithm))
+    with pytest.raises(ConfigError, match="mode='both': the dpo algorithm runs in mode train"):
+        translate({**trinity_dpo(assets, tmp_path), "mode": "both"})
+
+
+def test_a_trinity_dpo_yaml_trains(assets, tmp_path):
+    import yaml
+
+    from rft.config.trinity import load_trinity
+    from rft.trainer.stages import run_stages
+
+    path = tmp_path / "dpo.yaml"
+    path.write_text(yaml.safe_dump(trinity_dpo(assets, tmp_path / "ck")))
+    kind, stages = load_trinity(path)
+    assert kind == "stages" and [s.kind for s in stages] == ["dpo"]
+    run_stages(stages)
+    lines = [json.loads(x) for x in (stages[0].out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2] and all("rewards/margins" in x for x in lines)
+    assert (stages[0].out / "model" / "config.json").is_file()

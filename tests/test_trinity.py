@@ -312,6 +312,19 @@ def test_an_sft_only_run_names_the_keys_that_have_no_effect(caplog):
                for r in caplog.records)
 
 
+def test_an_sft_messages_buffer_learns_the_last_turn_unless_turns_are_concatenated():
+    buffer = {"path": "s.jsonl", "format": {"prompt_type": "messages"}}
+    cfg = _with({"mode": "train", "algorithm": {"algorithm_type": "sft"}, "buffer.trainer_input.experience_buffer":
+                 buffer})
+    data = translate(cfg)["stages"][0]["data"]
+    assert data["multiturn"] == {"enable": True, "messages_key": "message", "last_turn_only": True}
+    buffer["format"]["enable_concatenated_multi_turn"] = True
+    assert translate(cfg)["stages"][0]["data"]["multiturn"]["last_turn_only"] is False
+    buffer["format"] = {"prompt_type": "plaintext", "enable_concatenated_multi_turn": True}
+    with pytest.raises(ConfigError, match="enable_concatenated_multi_turn: applies to prompt_type messages only"):
+        translate(cfg)
+
+
 def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():
     out = translate(_with({"algorithm.repeat_times": 4, "buffer.train_batch_size": 32}))
     assert out["data"]["train_batch_size"] == 8 and out["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 8

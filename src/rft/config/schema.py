@@ -92,6 +92,8 @@ class ExpertDataConfig:
     messages_key: Optional[str] = fld(None, "A column of chat messages instead of prompt / response: the loss "
                                             "covers every assistant turn (rft sft's multiturn); null: prompt / "
                                             "response columns.")
+    last_turn_only: bool = fld(False, "With messages_key: the loss covers the last assistant turn only (as rft sft's "
+                                      "data.multiturn.last_turn_only).")
     max_length: int = fld(1024, "Maximum tokens of prompt + response of an expert row.")
     truncation: str = fld("error", "An expert row over max_length: error, or cut tokens from the left / right.",
                           choices=("error", "left", "right"))

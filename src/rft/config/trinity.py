@@ -58,6 +58,7 @@ OFFLINE = ("sft", "dpo")  # algorithm types run by an offline trainer (SFT-style
 MIX_NORMALISER_ARGS = ("use_dynamic_bsz", "repeat_times", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
                        "ngpus_trainer", "read_batch_size_usual", "read_batch_size_expert", "gradient_accumulation")
 SAMPLE_STRATEGIES = ("default", "warmup")  # warmup: Trinity-RFT's deprecated alias of default
+MESSAGES_KEY = "message"  # Trinity-RFT's FormatConfig.messages_key default (rft's SFT default is "messages")
 ADVANTAGE_FNS = {"ppo": "gae", "grpo": "grpo", "opmd": "opmd", "reinforce_plus_plus": "reinforce_plus_plus",
                  "remax": "remax", "rloo": "rloo", "asymre": "asymre"}
 POLICY_LOSS_FNS = {"ppo": "vanilla", "opmd": "opmd", "gspo": "gspo"}
@@ -522,8 +523,9 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         ptype = _prompt_type(t, fmt, "buffer.trainer_input.experience_buffer.format")
         if ptype == "messages":
             _set(out, "data.multiturn.enable", True)
-            if "messages_key" in fmt:
-                _set(out, "data.multiturn.messages_key", fmt.pop("messages_key"))
+            _set(out, "data.multiturn.messages_key", fmt.pop("messages_key", MESSAGES_KEY))
+        _concatenated_turns(t, fmt, "buffer.trainer_input.experience_buffer.format", ptype,
+                            "data.multiturn.last_turn_only", out)
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.{key}", fmt.pop(key))
@@ -548,6 +550,16 @@ def _prompt_type(t: _Translation, fmt: dict, where: str) -> str:
     return ptype
 
 
+def _concatenated_turns(t: _Translation, fmt: dict, where: str, ptype: str, target: str, out: dict) -> None:
+    """enable_concatenated_multi_turn (SFT rows in the messages format): the loss on every assistant turn (true) or,
+    Trinity-RFT's default, on the last message only (`target` = last_turn_only); a plaintext row has one turn."""
+    if "enable_concatenated_multi_turn" in fmt and ptype != "messages":
+        fmt.pop("enable_concatenated_multi_turn")
+        t.refuse(f"{where}.enable_concatenated_multi_turn", "applies to prompt_type messages only")
+    elif ptype == "messages":
+        _set(out, target, not fmt.pop("enable_concatenated_multi_turn", False))
+
+
 def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
     """The mix algorithm's expert rows: the auxiliary buffer its sample strategy names (`_sample_strategy`), read
     from files like an SFT dataset (data.expert); any other auxiliary buffer is refused."""
@@ -568,8 +580,10 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
         if files:
             _set(out, "data.expert.files", files)
         fmt = _section(buf.pop("format", None), f"{where}.{name}.format")
-        if _prompt_type(t, fmt, f"{where}.{name}.format") == "messages":
-            _set(out, "data.expert.messages_key", fmt.pop("messages_key", "messages"))
+        ptype = _prompt_type(t, fmt, f"{where}.{name}.format")
+        if ptype == "messages":
+            _set(out, "data.expert.messages_key", fmt.pop("messages_key", MESSAGES_KEY))
+        _concatenated_turns(t, fmt, f"{where}.{name}.format", ptype, "data.expert.last_turn_only", out)
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.expert.{key}", fmt.pop(key))
@@ -592,7 +606,7 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
         t.refuse(f"{where}.storage_type", "rft reads preference pairs from files (jsonl / parquet)")
     fmt = _section(exp.pop("format", None), f"{where}.format")
     if _prompt_type(t, fmt, f"{where}.format") == "messages":  # the prompt's chat messages; responses as lists
-        _set(out, "data.prompt_key", fmt.pop("messages_key", "messages"))
+        _set(out, "data.prompt_key", fmt.pop("messages_key", MESSAGES_KEY))
         for key in ("prompt_key", "system_prompt_key", "system_prompt"):
             if key in fmt:
                 t.refuse(f"{where}.format.{key}", "a plaintext key; with prompt_type messages the prompt is the "
