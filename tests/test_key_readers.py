@@ -215,6 +215,7 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
     dpo_system = load_dpo_config(None, [
         f"model.partial_pretrain={assets / 'model'}", f"data.train_files={pairs}", "data.prompt_key=q",
         "data.chosen_key=good", "data.rejected_key=bad", "data.system_prompt=add", "data.train_batch_size=2",
+        "data.micro_batch_size_per_gpu=2", "model.lora_rank=4",
         "trainer.total_training_steps=1", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'dpo2'}"],
         validate_paths=False)
 
