@@ -292,3 +292,48 @@ def test_a_trinity_dpo_yaml_trains(assets, tmp_path):
     lines = [json.loads(x) for x in (stages[0].out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2] and all("rewards/margins" in x for x in lines)
     assert (stages[0].out / "model" / "config.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------ done-when
+# The sloppy SFT model: the demo's task and SFT recipe (trainer/demo.py: a teacher who forgets the units carry in 75%
+# of the carrying additions), with a constant learning rate so that fewer steps reach the model that adds but copies
+# the slips; then DPO on the arithmetic preference set.
+SFT_STEPS, DPO_STEPS = 450, 30
+
+
+@pytest.mark.slow
+def test_sft_then_dpo_raises_the_margin_and_held_out_accuracy_over_the_sloppy_sft_stage(tmp_path):
+    from rft.trainer.demo import held_out_accuracy
+    from rft.trainer.stages import run_stages
+
+    init_model("tiny", tmp_path / "m", seed=0)
+    data = write_arithmetic(tmp_path / "d", n_train=2000, n_val=200, seed=0, max_digits=2, carry_slip=0.75,
+                            preferences=True)
+    raw = OmegaConf.create({
+        "actor_rollout_ref": {"model": {"path": str(tmp_path / "m")}},
+        "data": {"train_files": str(data["train"])},
+        "trainer": {"default_local_dir": str(tmp_path / "run"), "seed": 0, "logger": []},
+        "stages": [
+            {"stage_name": "sft", "algorithm": "sft",
+             "data": {"train_files": str(data["train"]), "response_key": "extra_info",
+                      "response_dict_keys": ["demonstration"], "train_batch_size": 64, "micro_batch_size_per_gpu": 64,
+                      "max_length": 32},
+             "optim": {"lr": 3e-3, "weight_decay": 0.0, "warmup_steps_ratio": 0.05, "lr_scheduler": "constant"},
+             "trainer": {"total_training_steps": SFT_STEPS}},
+            {"stage_name": "dpo", "algorithm": {"algorithm_type": "dpo", "beta": 0.1},
+             "data": {"train_files": str(data["preference_train"]), "val_files": str(data["preference_val"]),
+                      "train_batch_size": 32, "micro_batch_size_per_gpu": 32, "max_length": 32},
+             "optim": {"lr": 1e-3, "weight_decay": 0.0, "warmup_steps_ratio": 0.0},
+             "trainer": {"total_training_steps": DPO_STEPS, "test_freq": DPO_STEPS}},
+        ]})
+    accuracy: dict[str, float] = {}
+    stages = build_stages(raw)
+    run_stages(stages, after_stage=lambda s: accuracy.update({s.name: held_out_accuracy(s.model_dir, data["val"], 5)}))
+    lines = [json.loads(x) for x in (stages[1].out / "metrics.jsonl").read_text().splitlines()]
+    # the first step's policy is its reference: every margin 0; then the chosen answers pull ahead, held out too
+    assert lines[0]["rewards/margins"] == pytest.approx(0.0, abs=1e-6)
+    assert lines[-1]["rewards/margins"] > 0.3 and lines[-1]["val/rewards/margins"] > 0.3
+    assert lines[-1]["val/rewards/accuracies"] >= 0.9
+    print(f"held-out greedy accuracy: sft {accuracy['sft']:.3f}, dpo {accuracy['dpo']:.3f}; val margin "
+          f"{lines[-1]['val/rewards/margins']:.3f}")
+    assert accuracy["dpo"] >= accuracy["sft"] + 0.1, accuracy

@@ -191,6 +191,9 @@ def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path
     assert out["data"]["expert"] == {"files": str(assets / "expert.jsonl"), "prompt_key": "question",
                                      "response_key": "answer"}
     assert out["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "vanilla"
+    earlier = trinity_mix(assets, tmp_path, 2)  # Trinity's earlier mix advantage: grpo without the expert rows
+    earlier["algorithm"]["advantage_fn"] = "mix"
+    assert translate(earlier)["algorithm"]["adv_estimator"] == "grpo"
     # Trinity reads buffer.train_batch_size rows, ceil(0.25 x T) of them expert: T = 22 is 16 experiences + 6
     cfg = trinity_mix(assets, tmp_path, 2)
     cfg["buffer"]["train_batch_size"] = 22

@@ -60,7 +60,10 @@ MIX_NORMALISER_ARGS = ("use_dynamic_bsz", "repeat_times", "ppo_mini_batch_size",
 SAMPLE_STRATEGIES = ("default", "warmup")  # warmup: Trinity-RFT's deprecated alias of default
 MESSAGES_KEY = "message"  # Trinity-RFT's FormatConfig.messages_key default (rft's SFT default is "messages")
 ADVANTAGE_FNS = {"ppo": "gae", "grpo": "grpo", "opmd": "opmd", "reinforce_plus_plus": "reinforce_plus_plus",
-                 "remax": "remax", "rloo": "rloo", "asymre": "asymre"}
+                 "remax": "remax", "rloo": "rloo", "asymre": "asymre",
+                 # Trinity-RFT's earlier mix advantage: GRPO on the experiences, 0 on the expert rows (rft's
+                 # advantages are always computed before the expert rows join the batch)
+                 "mix": "grpo"}
 POLICY_LOSS_FNS = {"ppo": "vanilla", "opmd": "opmd", "gspo": "gspo"}
 KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 # Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
