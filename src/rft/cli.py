@@ -202,8 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--carry-slip", type=float, default=0.0,
                    help="arithmetic: share of carrying additions whose SFT demonstration forgets the carry")
     q.add_argument("--preferences", action="store_true",
-                   help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the carrying additions "
-                        "(chosen: the answer; rejected: the carry forgotten)")
+                   help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the additions (chosen: "
+                        "the answer; rejected: the units carry wrong, forgotten or added)")
     q.set_defaults(fn=cmd_data)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")

@@ -5,8 +5,10 @@ demonstration for SFT (`extra_info.demonstration`): the answer, or, with `carry_
 teacher who now and then forgets the carry out of the units digit. SFT on those copies the teacher's slips; an
 RL stage rewarded by the exact answer can then do better than its teacher (what `rft demo` shows).
 
-`preference_rows` turns rows into DPO pairs: for every addition whose units digits carry, the correct answer is
-chosen and the sloppy teacher's carry-forgotten answer (a + b - 10) rejected (`rft data arithmetic --preferences`).
+`preference_rows` turns rows into DPO pairs about that carry (`rft data arithmetic --preferences`): for every
+addition the correct answer is chosen and the one that gets the units carry wrong is rejected: forgotten where the
+units digits carry (a + b - 10, the sloppy teacher's slip), added where they do not (a + b + 10). Pairs on both sides
+of the rule: with the forgotten carries alone, DPO learns to add 10 to every answer.
 """
 
 from __future__ import annotations
@@ -88,27 +90,31 @@ def arithmetic_rows(
     return rows
 
 
-def _forgets_the_carry(question: str) -> str | None:
-    """The carry-forgotten answer of an addition "a+b=" whose units digits carry, else None."""
+def _wrong_carry(question: str) -> str | None:
+    """The answer of an addition "a+b=" with the units carry wrong: forgotten (a + b - 10) where the units digits
+    carry, added (a + b + 10) where they do not; None for another operation."""
     if "+" not in question:
         return None
     a, b = (int(x) for x in question[:-1].split("+"))
-    return str(a + b - 10) if a % 10 + b % 10 >= 10 else None
+    return str(a + b - 10) if a % 10 + b % 10 >= 10 else str(a + b + 10)
 
 
 def preference_rows(rows: list[dict]) -> list[dict]:
-    """DPO pairs of the additions among `rows` whose units digits carry: the prompt (the row's chat messages),
-    `chosen` = the correct answer, `rejected` = the answer that forgets the carry (a + b - 10), with the row's
-    data_source, ground truth and extra_info; TRL's standard preference format with a conversational prompt."""
+    """DPO pairs of the additions among `rows`: the prompt (the row's chat messages), `chosen` = the correct answer,
+    `rejected` = the answer with the units carry wrong (`_wrong_carry`), with the row's data_source, ground truth
+    and extra_info (`carries`: whether the units digits carry); TRL's standard preference format with a
+    conversational prompt."""
     pairs = []
     for row in rows:
         question = row["extra_info"]["question"]
-        sloppy = _forgets_the_carry(question)
+        sloppy = _wrong_carry(question)
         if sloppy is None:
             continue
+        a, b = (int(x) for x in question[:-1].split("+"))
         pairs.append({"data_source": row["data_source"], "prompt": row["prompt"],
                       "chosen": row["extra_info"]["answer"], "rejected": sloppy,
-                      "reward_model": row["reward_model"], "extra_info": {**row["extra_info"], "index": len(pairs)}})
+                      "reward_model": row["reward_model"],
+                      "extra_info": {**row["extra_info"], "index": len(pairs), "carries": a % 10 + b % 10 >= 10}})
     return pairs
 
 
@@ -126,7 +132,7 @@ def write_arithmetic(
 
     Val is drawn from ``seed + 1`` with the train questions excluded; `carry_slip` (see `arithmetic_rows`) applies
     to the train demonstrations only. `preferences`: also ``preference_train.parquet`` and
-    ``preference_val.parquet``, the DPO pairs (`preference_rows`) of the train and val questions. Returns
+    ``preference_val.parquet``, the DPO pairs (`preference_rows`) of the train and val additions. Returns
     {"train": path, "val": path} (and "preference_train", "preference_val").
     """
     train = arithmetic_rows(n_train, seed, "train", max_digits, ops, carry_slip=carry_slip)
@@ -141,7 +147,7 @@ def write_arithmetic(
         for split, rows in (("train", train), ("val", val)):
             pairs = preference_rows(rows)
             if not pairs:
-                raise ValueError(f"no {split} question is an addition whose units carry, so there is no preference "
-                                 "pair; add '+' to ops or raise n")
+                raise ValueError(f"no {split} question is an addition, so there is no preference pair; add '+' to "
+                                 "ops")
             paths[f"preference_{split}"] = write_parquet(pairs, out_dir / f"preference_{split}.parquet")
     return paths
