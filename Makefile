@@ -27,6 +27,7 @@ bench: setup
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/decoupled.py
 	$(BIN)/python bench/demo_seeds.py
+	$(BIN)/python bench/demo_seeds.py --task tools
 
 clean:
 	rm -rf $(VENV) runs

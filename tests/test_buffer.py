@@ -229,3 +229,13 @@ def test_batch_is_made_from_one_experience_per_row():
     (e,) = from_batch(batch, ["g"], model_version=4)
     assert e.tokens.tolist() == [1, 2, 3] and e.prompt_length == 2 and e.reward == 0.5
     assert e.logprobs.tolist() == [-1.0] and e.model_version == 4 and e.rewards == {"acc": 0.0}
+
+
+def test_a_multi_turn_experience_keeps_its_action_mask_in_the_batch():
+    e = exp("a", response=(7, 8, 2))
+    e.action_mask = torch.tensor([1, 0, 1])  # the middle token is a tool's
+    plain = exp("b", response=(5, 2))
+    batch = to_batch([e, plain], pad_token_id=0)
+    assert batch.response_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch.action_mask.tolist() == [[1, 0, 1], [1, 1, 0]] and batch.loss_mask.tolist() == [[1, 0, 1], [1, 1, 0]]
+    assert to_batch([plain], 0).action_mask is None  # single-turn rows: no separate mask

@@ -37,3 +37,30 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
     again = demo.run_demo(tmp_path, seed=1)
     assert "already finished" in capsys.readouterr().out
     assert (again["sft_accuracy"], again["rl_accuracy"]) == (result["sft_accuracy"], result["rl_accuracy"])
+
+
+def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, capsys):
+    """`rft demo --task tools` cut down: the teacher's tool share, a staged config whose RL stage runs the tool
+    workflow, workflow metrics per step, and every output the arithmetic demo promises."""
+    monkeypatch.setattr(demo, "TOOLS_SFT_STEPS", 20)
+    monkeypatch.setattr(demo, "TOOLS_RL_STEPS", 2)
+    result = demo.run_demo(tmp_path, seed=0, task="tools")
+    saved = json.loads((tmp_path / "demo.json").read_text())
+    assert saved["task"] == "tools" and saved["rl_accuracy"] == result["rl_accuracy"]
+    assert 0.0 <= saved["sft_accuracy"] <= 1.0 and 0.0 <= saved["rl_accuracy"] <= 1.0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "grpo" / "model" / "config.json").is_file()
+    cfg = OmegaConf.load(tmp_path / "config.yaml")
+    assert cfg.workflow.type == "tool_call_workflow" and cfg.stages[0].data.multiturn.enable
+    # the teacher calls the calculator in TOOL_SHARE of its demonstrations, always with the right call and answer
+    demos = read_rows(tmp_path / "data" / "sft.parquet")
+    with_tool = [d["messages"] for d in demos if any(m["role"] == "tool" for m in d["messages"])]
+    assert abs(len(with_tool) / len(demos) - demo.TOOL_SHARE) < 0.05
+    for m in with_tool[:50]:
+        a, b = map(int, m[0]["content"][:-1].split("*"))
+        assert m[1]["content"] == f'[calc(e="{a}*{b}")]' and m[2]["content"] == m[3]["content"] == str(a * b)
+    steps = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    trained = [s for s in steps if "workflow/tasks" in s]
+    assert len(trained) == 2 and all(s["workflow/tasks"] == 16 and s["workflow/model_calls"] >= 1 for s in trained)
+    out = capsys.readouterr().out
+    assert "held-out greedy accuracy after sft" in out and "after grpo" in out

@@ -195,6 +195,22 @@ def test_dpo_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     assert [x["step"] for x in lines] == [3, 4]
 
 
+def test_rft_merge_rebuilds_a_dpo_runs_checkpoint(assets, tmp_path, capsys):
+    """rft merge reads a DPO run's config.yaml (the SFT sections plus algorithm) and merges its LoRA checkpoint into
+    the weights the run exported."""
+    from safetensors.torch import load_file
+
+    from rft.cli import main
+
+    DPOTrainer(make_cfg(assets, tmp_path / "run", "model.lora_rank=4", "model.lora_alpha=8",
+                        "trainer.total_training_steps=2", "trainer.save_freq=2")).fit()
+    assert main(["merge", str(tmp_path / "run"), str(tmp_path / "merged")]) == 0
+    assert "LoRA merged" in capsys.readouterr().out
+    a, b = load_file(tmp_path / "run" / "model" / "model.safetensors"), load_file(tmp_path / "merged" / "model.safetensors")
+    assert set(a) == set(b) and max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    base = load_file(assets / "model" / "model.safetensors")
+    assert max(float((a[k] - base[k]).abs().max()) for k in a) > 0  # the steps moved the weights
+
 def test_rft_dpo_cli_runs_the_example(assets, tmp_path):
     out = subprocess.run([sys.executable, "-m", "rft", "dpo", str(REPO / "examples" / "arithmetic_dpo.yaml"),
                           f"model.partial_pretrain={assets / 'model'}",

@@ -40,16 +40,10 @@ WITHOUT_A_READER_HERE = {
        for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.transformer_layer_cls_to_wrap")},
     "trainer.balance_batch": "several processes: rl.py generate_and_score -> distributed.step_shard "
                              "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
-    # read through an interpolation when the config loads: default_local_dir's default is
-    # checkpoints/${trainer.project_name}/${trainer.experiment_name} (a staged run also names each stage's)
-    "trainer.project_name": "the default output folder's name (interpolated at load)",
-    "trainer.experiment_name": "the default output folder's name (interpolated at load)",
 }
 SFT_WITHOUT_A_READER_HERE = {
     "model.strategy": "how several processes would shard the model; rft sft refuses several processes "
                       "(trainer.nnodes x n_gpus_per_node > 1), so with the one it runs the strategy applies to none",
-    "trainer.project_name": "the default output folder's name (interpolated at load)",
-    "trainer.experiment_name": "the default output folder's name (interpolated at load)",
 }
 
 
@@ -163,6 +157,8 @@ RL_RUNS = [
      "experience_buffer.max_staleness=1", "experience_buffer.stale_policy=downweight", "algorithm.mix.enable=true",
      "algorithm.mix.mu=0.2", "algorithm.mix.expert_data_ratio=0.5", "algorithm.mix.sft_loss_agg_mode=seq-mean-token-mean",
      "data.expert.response_key=extra_info", "data.expert.response_dict_keys=[answer]", "data.expert.max_length=48"],
+    # a multi-turn workflow (its own paths: tests/test_workflows.py)
+    ["workflow.type=tool_call_workflow", "workflow.tool_call_parser=pythonic", "workflow.args={max_turns: 2}"],
 ]
 
 

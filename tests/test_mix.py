@@ -139,6 +139,54 @@ def test_expert_rows_get_the_sft_loss_and_experiences_the_policy_loss_with_the_g
     trainer.worker.s.mix_sft_agg = "token-mean"
 
 
+
+def test_multi_turn_experiences_keep_their_action_mask_beside_the_expert_rows(setup):
+    """Experiences with tool tokens inside their responses (action mask 0 there; `to_batch` makes the action mask
+    the loss mask): the policy loss and its normaliser cover the policy's tokens only, the expert rows get the SFT
+    loss on their response tokens, which are their action mask too."""
+    trainer, batch, _ = setup
+    action = batch.response_mask.clone()
+    action[:, 1] = 0  # the second response token of every row is a tool's
+    action = action * batch.response_mask
+    assert 0 < int(action.sum()) < int(batch.response_mask.sum())
+    multi = Batch(**{**{k: getattr(batch, k) for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask",
+                                                          "group", "scores", "data_source")},
+                     "advantages": batch.advantages * action, "returns": batch.returns * action,
+                     "action_mask": action, "loss_mask": action.clone()})
+    mixed = trainer.expert.attach(multi)
+    assert mixed.expert_mask.tolist() == [False] * 16 + [True] * 4
+    width = action.shape[1]
+    assert torch.equal(mixed.action_mask[:16, :width], action) and mixed.action_mask[:16, width:].sum() == 0
+    assert torch.equal(mixed.loss_mask[:16, :width], action)
+    assert torch.equal(mixed.action_mask[16:], mixed.loss_mask[16:]) and mixed.action_mask[16:].sum() > 0
+    assert torch.equal(mixed.loss_mask[16:], mixed.response_mask[16:])
+    # and without a loss mask, the experiences' action mask is their loss mask (the next expert rows are others)
+    no_loss_mask = trainer.expert.attach(Batch(**{**multi.__dict__, "loss_mask": None}))
+    assert torch.equal(no_loss_mask.loss_mask[:16, :width], action)
+
+    whole, metrics = _step_gradient(trainer, mixed, None)
+    split, _ = _step_gradient(trainer, mixed, 3)
+    assert (whole - split).abs().max() <= 1e-6
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    logprobs, _ = forward_logprobs(model, mixed, trainer.settings.temperature)
+    is_expert = mixed.expert_mask[:, None]
+    experience = (mixed.action_mask * ~is_expert).float()  # the policy's tokens: no tool token, no expert row
+    expert = (mixed.response_mask * is_expert).float()
+    ratio = torch.exp(logprobs - logprobs.detach())
+    pg_loss = (-mixed.advantages * ratio * experience).sum() / experience.sum()
+    sft_loss = (-logprobs * expert).sum() / expert.sum()
+    (0.7 * pg_loss + 0.3 * sft_loss).backward()
+    by_hand = torch.cat([p.grad.flatten() for p in trainer.worker.params])
+    assert (by_hand - whole).abs().max() <= 1e-5
+    assert metrics["actor/pg_loss"] == pytest.approx(float(pg_loss.detach()), abs=1e-5)
+    assert metrics["actor/sft_loss"] == pytest.approx(float(sft_loss.detach()), abs=1e-5)
+    # the normaliser is the policy's tokens: over all response tokens the loss would differ
+    over_response = (-mixed.advantages * (mixed.response_mask * ~is_expert).float()).sum() / \
+        (mixed.response_mask * ~is_expert).sum()
+    assert float(over_response) != pytest.approx(float(pg_loss.detach()), abs=1e-4)
+
+
 def test_each_mini_batch_gets_its_share_of_the_expert_rows(assets, tmp_path):
     cfg = mix_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.shuffle=true",
                   "algorithm.mix.expert_data_ratio=0.2")

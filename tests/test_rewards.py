@@ -90,7 +90,7 @@ def test_arithmetic_exact_match(response, truth, expected):
 
 
 def test_unknown_data_source_names_it_and_the_known_ones():
-    expected = r"'my/task'.*known: arithmetic, gsm8k, openai/gsm8k.*set custom_reward_function\.path"
+    expected = r"'my/task'.*known: arithmetic, calculator, gsm8k, openai/gsm8k.*set custom_reward_function\.path"
     with pytest.raises(KeyError, match=expected):
         default_compute_score("my/task", "1", "1")
 
@@ -287,6 +287,25 @@ def test_build_reward_fn(tmp_path):
         build_reward_fn(path, ["exact", "missing"])
 
 
+def test_reward_kwargs_reach_every_function_of_the_file(tmp_path):
+    """verl's custom_reward_function.reward_kwargs: keyword arguments of each call, winning over the call's own."""
+    path = _write(
+        tmp_path,
+        "kw.py",
+        """
+        def exact(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+            return float(solution_str == ground_truth) + bonus
+
+        def length(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0, scale=1.0):
+            return scale * len(solution_str) + bonus
+        """,
+    )
+    single = build_reward_fn(path, "exact", reward_kwargs={"bonus": 0.5})
+    assert single("t", "1", "1", None) == 1.5 and single("t", "1", "2", None, bonus=9.0) == 0.5
+    both = build_reward_fn(path, ["exact", "length"], [1.0, 1.0], reward_kwargs={"bonus": 1.0})
+    assert both("t", "12", "12", None) == {"exact": 2.0, "length": 3.0, "score": 5.0}
+
+
 @pytest.mark.parametrize(
     "overrides, needles",
     [
@@ -296,6 +315,14 @@ def test_build_reward_fn(tmp_path):
         (["custom_reward_function.path=r.py", "custom_reward_function.name=[a,b]",
           "custom_reward_function.reward_weights=[1.0]"], ["reward_weights=[1.0]", "2 finite number(s)"]),
         (["custom_reward_function.reward_weights=[1.0,2.0]"], ["1 finite number(s)", "built-in scorer"]),
+        (["custom_reward_function.reward_kwargs={bonus: 1}"], ["reward_kwargs={'bonus': 1}", "built-in scorers take"]),
+        (["custom_reward_function.reward_fn_type=math_reward", "custom_reward_function.reward_kwargs={x: 1}"],
+         ["typed rewards take no arguments"]),
+        (["custom_reward_function.reward_fn_type=llm_judge"], ["needs a judge model", "workflow.auxiliary_models"]),
+        (["custom_reward_function.reward_fn_type=llm_judge", "workflow.auxiliary_models=[{model_path: j}]",
+          "custom_reward_function.reward_kwargs={model: 1}"], ["reward_kwargs.model=1", "from 0 to 0"]),
+        (["custom_reward_function.reward_fn_type=llm_judge", "workflow.auxiliary_models=[{model_path: j}]",
+          "reward_model.enable=true", "reward_model.model.path=rm"], ["with reward_model.enable=true"]),
     ],
 )
 def test_reward_function_config_errors(overrides, needles):

@@ -28,7 +28,6 @@ VERL_EDITS = {
                                              "transformers and a KV cache)"),
     "actor_rollout_ref.actor.use_torch_compile": (False, "torch.compile of the log-prob math is not implemented "
                                                          "yet (issue 16)"),
-    "trainer.logger": (["console"], "the wandb logger is not available (metrics.jsonl and the console are)"),
 }
 
 
@@ -90,26 +89,14 @@ def test_verl_sft_trainer_yaml_loads_unchanged(work, capsys):
 # ------------------------------------------------------------------------------------- Trinity-RFT
 TRINITY_EDITS = {
     # dotted Trinity key (list indices as numbers): (value that loads, or None to remove it; why)
-    "buffer.default_workflow_type": (None, "Trinity's workflows are not implemented: rft scores rows by "
-                                           "data_source or custom_reward_function"),
-    "buffer.default_reward_fn_type": (None, "Trinity's reward functions are not implemented (same)"),
-    "buffer.explorer_input.taskset.default_workflow_type": (None, "workflows (same)"),
-    "buffer.explorer_input.taskset.default_reward_fn_type": (None, "reward functions (same)"),
-    "buffer.explorer_input.taskset.format.response_key": (None, "the answer column of Trinity's workflows: rft "
-                                                                "reads reward_model.ground_truth (verl's rows)"),
-    "buffer.explorer_input.eval_tasksets.0.default_workflow_type": (None, "workflows (same)"),
-    "buffer.explorer_input.eval_tasksets.0.default_reward_fn_type": (None, "reward functions (same)"),
-    "buffer.explorer_input.eval_tasksets.0.format.response_key": (None, "the answer column (same)"),
     "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "dynamic batch sizes (issue 16)"),
     "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": (False, "sequence packing (issue 16)"),
     "cluster.gpu_per_node": (1, "a staged run runs one process for now"),
 }
 # what each of the other example blocks of the page still asks for that rft does not have
 TRINITY_BLOCK_REFUSALS = {
-    "monitor": {"monitor.monitor_type", "monitor.monitor_args"},  # W&B: metrics.jsonl and the console only
-    "explorer": {"explorer.rollout_model.engine_type", "explorer.runner_per_model", "explorer.max_timeout",
-                 "explorer.max_retry_times", "explorer.env_vars", "explorer.auxiliary_models"},  # GPU only: vLLM;
-    # the workflow runners are issue 14's
+    "monitor": set(),  # monitor_type wandb with its base_url / api_key: trainer.logger, trainer.monitor_args
+    "explorer": {"explorer.rollout_model.engine_type"},  # GPU only: vLLM (the workflow keys are honoured)
     "synchronizer": set(),  # rft's synchronizer section has Trinity's keys (issue 12)
     "service": {"service"}, "data_processor": {"data_processor"}, "log": {"log"},  # not implemented
     # the mix algorithm's expert rows: refused by name in this (ppo) run; tests/test_mix.py loads the block with

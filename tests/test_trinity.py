@@ -113,6 +113,38 @@ MAPPED = [
     ({"trainer.grad_clip": 0.5}, "actor_rollout_ref.actor.grad_clip", 0.5),
     ({"trainer.trainer_config": {"actor_rollout_ref": {"actor": {"optim": {"lr": 3e-6}}}}},
      "actor_rollout_ref.actor.optim.lr", 3e-6),
+    # workflows, reward function types and task formats (docs/workflows.md)
+    ({"buffer.default_workflow_type": "math_workflow"}, "workflow.type", "math_workflow"),
+    ({"buffer.explorer_input.default_workflow_type": "tool_call_workflow"}, "workflow.type", "tool_call_workflow"),
+    ({"buffer.explorer_input.default_workflow_type": "math_workflow",
+      "buffer.explorer_input.taskset": {"path": "t", "default_workflow_type": "tool_call_workflow"}},
+     "workflow.type", "tool_call_workflow"),  # the taskset's own wins over the default
+    ({"buffer.default_reward_fn_type": "math_reward"}, "custom_reward_function.reward_fn_type", "math_reward"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "default_reward_fn_type": "countdown_reward"},
+      "buffer.explorer_input.eval_tasksets": [{"path": "v", "default_reward_fn_type": "countdown_reward"}]},
+     "custom_reward_function.reward_fn_type", "countdown_reward"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "workflow_args": {"max_turns": 3}}}, "workflow.args",
+     {"max_turns": 3}),
+    ({"buffer.explorer_input.taskset": {"path": "t", "reward_fn_args": {"template": "{response}"}}},
+     "custom_reward_function.reward_kwargs", {"template": "{response}"}),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"response_key": "answer"}}}, "data.response_key",
+     "answer"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"tools_key": "tools"}}}, "data.tools_key", "tools"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"system_prompt_key": "sys"}}},
+     "data.system_prompt_key", "sys"),
+    ({"buffer.explorer_input.system_prompt": "Be brief.", "buffer.explorer_input.taskset": {"path": "t"}},
+     "data.system_prompt", "Be brief."),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"prompt_type": "messages", "messages_key": "m"}}},
+     "data.prompt_key", "m"),
+    ({"explorer.runner_per_model": 4}, "workflow.runner_per_model", 4),
+    ({"explorer.max_timeout": 30}, "workflow.max_timeout", 30),
+    ({"explorer.max_retry_times": 0}, "workflow.max_retry_times", 0),
+    ({"explorer.env_vars": {"A": "1"}}, "workflow.env_vars", {"A": "1"}),
+    ({"explorer.auxiliary_models": [{"model_path": "judge"}]}, "workflow.auxiliary_models", [{"model_path": "judge"}]),
+    ({"explorer.rollout_model": {"enable_history": True}}, "workflow.enable_history", True),
+    ({"explorer.rollout_model": {"enable_openai_api": True}}, "workflow.endpoint", True),
+    ({"explorer.rollout_model": {"tool_call_parser": "pythonic"}}, "workflow.tool_call_parser", "pythonic"),
+    ({"explorer.rollout_model": {"chat_template": "{{ x }}"}}, "data.chat_template", "{{ x }}"),
 ]
 
 
@@ -133,17 +165,21 @@ REFUSED = [
     ({"model.max_prompt_tokens": 64, "model.max_response_tokens": 64, "model.max_model_len": 100},
      "model.max_model_len=100"),
     ({"buffer.batch_size": 4, "buffer.train_batch_size": 4}, "buffer.train_batch_size=4"),
-    ({"buffer.default_reward_fn_type": "math_reward"}, "buffer.default_reward_fn_type"),
-    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"response_key": "answer"}}},
-     "buffer.explorer_input.taskset.format.response_key"),
+    # rft has one workflow per run: a taskset whose workflow (its own or the default) differs is refused
+    ({"buffer.explorer_input.default_workflow_type": "math_workflow",
+      "buffer.explorer_input.taskset": {"path": "t", "default_workflow_type": "tool_call_workflow"},
+      "buffer.explorer_input.eval_tasksets": [{"path": "v"}]},
+     "buffer.explorer_input.eval_tasksets[0].default_workflow_type (inherited from buffer.explorer_input."),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"chat_template": "a"}},
+      "explorer.rollout_model": {"chat_template": "b"}}, "explorer.rollout_model.chat_template='b'"),
+    ({"buffer.explorer_input.reply_prefix": "Answer:"}, "buffer.explorer_input.reply_prefix"),
     ({"buffer.trainer_input.experience_buffer": {"capacity": 8}},
      "buffer.trainer_input.experience_buffer.capacity"),
     ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers.sft: rft reads"),
     ({"explorer.rollout_model": {"engine_type": "vllm"}}, "explorer.rollout_model.engine_type='vllm'"),
     ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
-    ({"explorer.auxiliary_models": [{"model_path": "x"}]}, "explorer.auxiliary_models"),
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
-    ({"monitor.monitor_type": "tensorboard"}, "monitor.monitor_type='tensorboard'"),
+    ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
     ({"service": {"data_juicer": {"auto_start": True}}}, "service:"),
     ({"data_processor": {"task_pipeline": {}}, "log": {"level": "INFO"}}, "log:"),
@@ -161,7 +197,7 @@ def test_what_rft_cannot_honour_is_refused_by_key(extra, needle):
 
 def test_all_refusals_are_reported_together():
     with pytest.raises(ConfigError) as err:
-        translate(_with({"mode": "serve", "monitor.monitor_type": "wandb", "synchronizer.sync_style": "fixed"}))
+        translate(_with({"mode": "serve", "monitor.monitor_type": "clearml", "synchronizer.sync_style": "fixed"}))
     assert "3 Trinity-RFT key(s)" in str(err.value)
 
 

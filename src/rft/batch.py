@@ -32,6 +32,7 @@ _TENSOR_FIELDS = (
     "group",
     "loss_mask",
     "model_version",
+    "action_mask",
     "rollout_is_weights",
     "sum_pi_squared",
     "reward_components",
@@ -64,6 +65,7 @@ class Batch:
     reward_components: torch.Tensor | None = None  # (B, K) per-row reward values of algorithm.gdpo_reward_keys
     model_version: torch.Tensor | None = None  # (B,) long: the weights version that generated each row
     expert_mask: torch.Tensor | None = None  # (B,) bool: expert (SFT) rows of algorithm.mix, which carry the SFT loss
+    action_mask: torch.Tensor | None = None  # (B, R) the response tokens the policy wrote (multi-turn: tool turns 0)
     data_source: list[str] = field(default_factory=list)
     ground_truth: list[Any] = field(default_factory=list)
     extra_info: list[dict] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""`rft` command line: init-model, data, train, sft, dpo, demo, component, config.
+"""`rft` command line: init-model, data, train, sft, dpo, demo, generate, eval, merge, studio, component, config.
 
 `main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
 full disk or a folder without write permission, Ctrl-C / SIGTERM) ends with one line `rft: error: ...` (or
@@ -19,7 +19,7 @@ def _setup_env() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("transformers", "httpx", "huggingface_hub", "torch.distributed"):
+    for noisy in ("transformers", "httpx", "httpx2", "huggingface_hub", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
@@ -46,6 +46,15 @@ def cmd_data(args) -> int:
                                      preferences=args.preferences)
         except ValueError as e:  # the options' ranges
             raise RftError(f"rft data arithmetic: {e}") from None
+    elif args.task == "calculator":
+        from rft.errors import RftError
+        from rft.tasks import write_calculator
+
+        try:
+            paths = write_calculator(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
+                                     tool_share=args.tool_share)
+        except ValueError as e:
+            raise RftError(f"rft data calculator: {e}") from None
     else:
         from rft.tasks import convert_gsm8k
 
@@ -124,7 +133,38 @@ def cmd_dpo(args) -> int:
 def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
-    run_demo(args.output, seed=args.seed)
+    run_demo(args.output or ("runs/demo" if args.task == "arithmetic" else f"runs/demo-{args.task}"),
+             seed=args.seed, task=args.task)
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from rft.config.offline_schema import load_generation_config
+    from rft.offline.generate import run_generate
+
+    run_generate(load_generation_config(args.config, args.overrides))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from rft.config.offline_schema import load_eval_config
+    from rft.offline.score import run_eval
+
+    run_eval(load_eval_config(args.config, args.overrides))
+    return 0
+
+
+def cmd_merge(args) -> int:
+    from rft.offline.merge import merge_checkpoint
+
+    merge_checkpoint(args.checkpoint, args.out, args.config)
+    return 0
+
+
+def cmd_studio(args) -> int:
+    from rft.studio.server import serve
+
+    serve(args.host, args.port, args.runs, open_browser=args.open)
     return 0
 
 
@@ -192,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_init_model)
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format")
-    q.add_argument("task", choices=("arithmetic", "gsm8k"))
+    q.add_argument("task", choices=("arithmetic", "calculator", "gsm8k"))
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-train", type=int, default=2000)
@@ -204,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--preferences", action="store_true",
                    help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the additions (chosen: "
                         "the answer; rejected: the units carry wrong, forgotten or added)")
+    q.add_argument("--tool-share", type=float, default=0.3,
+                   help="calculator: share of SFT demonstrations that call the calculator tool")
     q.set_defaults(fn=cmd_data)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")
@@ -221,10 +263,42 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_dpo)
 
-    q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and arithmetic task, on CPU; prints accuracy per stage")
-    q.add_argument("--output", default="runs/demo")
+    q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
+                                    "accuracy per stage")
+    q.add_argument("--task", choices=("arithmetic", "tools"), default="arithmetic",
+                   help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn)")
+    q.add_argument("--output", help="run folder (default runs/demo, or runs/demo-<task>)")
     q.add_argument("--seed", type=int, default=0)
     q.set_defaults(fn=cmd_demo)
+
+    q = sub.add_parser("generate", help="n responses per prompt of a parquet with a model folder (verl's "
+                       "generation.yaml keys: data.path, data.n_samples, data.output_path, model.path, rollout.*), "
+                       "written as a parquet rft eval reads")
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_generate)
+
+    q = sub.add_parser("eval", help="score a parquet of responses (verl's evaluation.yaml keys: data.path, "
+                       "data.response_key, ..., custom_reward_function.*): mean@n, best@n, pass@k per data source")
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_eval)
+
+    q = sub.add_parser("merge", help="a checkpoint (one-process or DCP, LoRA or full) to a Hugging Face folder; the "
+                       "model is rebuilt from the run's config.yaml beside checkpoints/ (or --config)")
+    q.add_argument("checkpoint", help="a global_step_N folder, or a run / checkpoints folder (its latest)")
+    q.add_argument("out", help="the Hugging Face folder to write (atomically)")
+    q.add_argument("--config", help="the run's config.yaml (default: <run>/config.yaml beside checkpoints/)")
+    q.set_defaults(fn=cmd_merge)
+
+    q = sub.add_parser("studio", help="web app on this machine: a config generator (forms from the schema, "
+                       "validated as rft train validates) and a live view of run folders")
+    q.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only; "
+                   "the studio writes files and starts runs, so serve it beyond this machine only on a trusted network)")
+    q.add_argument("--port", type=int, default=8501, help="port (0: any free one; the URL is printed)")
+    q.add_argument("--runs", default="runs", help="the folder whose run folders the run view lists (default runs/)")
+    q.add_argument("--open", action="store_true", help="open the page in a browser")
+    q.set_defaults(fn=cmd_studio)
 
     q = sub.add_parser("component", help="run a component interface (rft_trainer, verl_trainer_component, "
                        "group_relative_policy_optimization) with its own inputs: rft component NAME --help")
@@ -285,7 +359,7 @@ def report(error: BaseException, debug: bool) -> int:
     """Print `error` as rft's one line (after its traceback with `debug`); return the exit status."""
     import traceback
 
-    from rft.errors import EXIT_BUG, RftError, describe_os_error
+    from rft.errors import EXIT_BUG, RftError, describe_failure
     from rft.interrupts import Interrupted, StopNow
 
     if debug:
@@ -298,15 +372,8 @@ def report(error: BaseException, debug: bool) -> int:
         print(f"rft: stopped by {name}; files rft writes are whole or absent, so the same command resumes from the "
               "last checkpoint", file=sys.stderr, flush=True)
         return 143 if name == "SIGTERM" else 130
-    if isinstance(error, RftError):
-        text, code = str(error), error.exit_code
-    elif isinstance(error, OSError):
-        text, code = describe_os_error(error), 2
-    else:
-        message = " ".join(str(error).split())[:300]
-        text = (f"unexpected {type(error).__name__}: {message}. This is a bug in rft (or a library it calls): "
-                "run again with --debug (or RFT_DEBUG=1) for the traceback and report it")
-        code = EXIT_BUG
+    text = describe_failure(error)
+    code = error.exit_code if isinstance(error, RftError) else 2 if isinstance(error, OSError) else EXIT_BUG
     print(f"rft: error: {text}", file=sys.stderr, flush=True)
     return code
 

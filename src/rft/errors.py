@@ -64,6 +64,19 @@ def describe_os_error(e: OSError) -> str:
     return f"{e.strerror or e}:{where} (operating-system error {e.errno}); check the path and the file system"
 
 
+def describe_failure(error: BaseException) -> str:
+    """The one line `rft.cli.report` prints for `error` (without the `rft: error: ` prefix)."""
+    if isinstance(error, RftError):
+        return str(error)
+    if isinstance(error, OSError):
+        return describe_os_error(error)
+    if isinstance(error, KeyboardInterrupt):
+        return getattr(error, "message", None) or "stopped by SIGINT"
+    message = " ".join(str(error).split())[:300]
+    return (f"unexpected {type(error).__name__}: {message}. This is a bug in rft (or a library it calls): run again "
+            "with --debug (or RFT_DEBUG=1) for the traceback and report it")
+
+
 def debug_requested() -> bool:
     """RFT_DEBUG=1 (or true / yes): show tracebacks."""
     return os.environ.get("RFT_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")

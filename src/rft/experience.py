@@ -130,7 +130,9 @@ def from_batch(batch: Batch, groups: list[str], model_version: int, info: dict[s
 def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: list[int] | None = None) -> Batch:
     """The Batch of `experiences` (rows in the given order; prompts left-padded, responses right-padded to the
     longest). `group`: `group_labels` when given (e.g. prompt positions shared by several processes), else the
-    order in which each group first appears (0, 1, ...). `rollout_logprobs` are the behaviour log-probs."""
+    order in which each group first appears (0, 1, ...). `rollout_logprobs` are the behaviour log-probs. When some
+    response tokens are not the policy's (a multi-turn row's tool results), `action_mask` marks the policy's and
+    `loss_mask` starts as it (the losses run on it; `response_mask` stays the attention mask)."""
     if not experiences:
         raise ValueError("to_batch needs at least one experience")
     prompt_ids, prompt_mask = left_pad([e.tokens[:e.prompt_length].tolist() for e in experiences], pad_token_id)
@@ -138,12 +140,16 @@ def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: lis
     B = len(experiences)
     response_ids = torch.full((B, width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((B, width), dtype=torch.long)
+    action_mask = torch.zeros((B, width), dtype=torch.long)
     logprobs = torch.zeros((B, width), dtype=torch.float32)
     for i, e in enumerate(experiences):
         r = len(e.response)
         response_ids[i, :r] = e.response
         response_mask[i, :r] = 1
+        action_mask[i, :r] = e.action_mask
         logprobs[i, :r] = e.logprobs
+    # multi-turn rows (tool results inside the response): the loss only on the policy's tokens
+    gaps = not torch.equal(action_mask, response_mask)
     if group_labels is None:
         first: dict[str, int] = {}
         group_labels = [first.setdefault(e.group, len(first)) for e in experiences]
@@ -159,6 +165,7 @@ def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: lis
         extra_info=info("extra_info", {}), response_text=info("response_text", ""), raw_prompt=info("raw_prompt", []),
         reward_rows=[dict(e.rewards) for e in experiences],
         model_version=torch.tensor([e.model_version for e in experiences], dtype=torch.long),
+        action_mask=action_mask if gaps else None, loss_mask=action_mask if gaps else None,
     )
 
 

@@ -70,6 +70,31 @@ SCHEDULER_NAMES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "co
                    "inverse_sqrt", "reduce_lr_on_plateau")
 LOSS_AGG_MODE_NAMES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                        "seq-mean-token-sum-norm", "seq-mean-token-sum-maxlen")
+# trainer.logger names (verl's) rft has, the package each imports and the extra that installs it (rft.monitor builds
+# them; a test keeps the two equal); the names verl has that rft refuses, with the reason; trainer.monitor_args keys
+# (Trinity-RFT's) and the logger each belongs to.
+LOGGERS = {"console": None, "file": None, "tensorboard": ("tensorboardX", "tensorboard"), "mlflow": ("mlflow", "mlflow"),
+           "wandb": ("wandb", "wandb")}
+REFUSED_LOGGERS = {
+    "swanlab": "not shipped: its package pins protobuf < 7 (mlflow and wandb need 7) and brings a dashboard's "
+               "dependencies; use tensorboard, mlflow or wandb",
+    "vemlp_wandb": "Volcengine's hosted W&B is not implemented; use wandb (base_url / api_key in trainer.monitor_args)",
+    "clearml": "not implemented; use tensorboard, mlflow or wandb",
+    "trackio": "not implemented; use tensorboard, mlflow or wandb",
+}
+MONITOR_ARGS = {"uri": "mlflow", "username": "mlflow", "password": "mlflow", "base_url": "wandb", "api_key": "wandb"}
+LOGGER_HELP = (
+    "Monitors (verl's names; Trinity-RFT's monitor.monitor_type): console (progress bar, or a line every log_freq "
+    "steps), file (metrics.jsonl; always written, naming it changes nothing), tensorboard (event files under "
+    "<out>/monitor/tensorboard; extra rft[tensorboard]), mlflow (tracking URI from monitor_args.uri, else "
+    "MLFLOW_TRACKING_URI, else the SQLite store <out>/monitor/mlflow.db; params: the resolved config; extra "
+    "rft[mlflow]), wandb (offline under <out>/monitor/wandb unless an API key is set in WANDB_API_KEY or "
+    "monitor_args.api_key, or WANDB_MODE says otherwise; extra rft[wandb]). Metric names are the same everywhere "
+    "(MLflow allows no '@': there mean@1 reads mean_at_1). docs/monitors.md.")
+MONITOR_ARGS_HELP = (
+    "Settings of the monitors (Trinity-RFT's monitor_args): mlflow: uri (tracking URI), username / password (set "
+    "MLFLOW_TRACKING_USERNAME / PASSWORD); wandb: base_url (WANDB_BASE_URL), api_key (WANDB_API_KEY: logs online). A "
+    "key of a monitor trainer.logger does not name is refused.")
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -114,6 +139,18 @@ class DataConfig:
     )
     task_table: str = fld("tasks", "sql / queue tasksets: the table (columns id, and task: a verl row as JSON; "
                                    "rft.explorer.taskset.write_tasks fills one).")
+    system_prompt: Optional[str] = fld(None, "A system message put before every prompt that has none (Trinity-RFT's "
+                                             "format.system_prompt).")
+    system_prompt_key: Optional[str] = fld(None, "The column holding each row's system message (wins over "
+                                                 "system_prompt; Trinity's format.system_prompt_key).")
+    response_key: Optional[str] = fld(None, "The column holding each row's reference answer, given to the reward "
+                                            "function as ground_truth instead of reward_model.ground_truth "
+                                            "(Trinity's format.response_key).")
+    tools_key: Optional[str] = fld(None, "The column holding each row's tools (OpenAI function schemas), rendered "
+                                         "by the chat template and called in tool_call_workflow (Trinity's "
+                                         "format.tools_key).")
+    chat_template: Optional[str] = fld(None, "A Jinja chat template used instead of the tokenizer's (Trinity's "
+                                             "format.chat_template).")
     val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
     prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
     max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")
@@ -488,6 +525,31 @@ class CustomRewardConfig:
         "(stop with one line naming the function, its file, the row and its data_source); zero (score it 0 and "
         "count it: reward_extra/reward_failed/mean, the share of failed rows).", choices=("error", "zero"),
     )
+    # The names registered in rft.rewards.REWARD_FN_TYPES (a test keeps the two equal).
+    reward_fn_type: Optional[str] = fld(
+        None, "A reward function by type, rft's own implementation of Trinity-RFT's default_reward_fn_type under its "
+        "names: math_reward (math-verify equivalence of the answer + a +-0.1 think/answer format score), "
+        "accuracy_reward (math-verify, LaTeX answers), math_boxed_reward / math_dapo_reward (the last \\boxed{}), "
+        "format_reward (+-0.1 for <think>/<answer> tags), countdown_reward (the Countdown equation: 1.0 / 0.1 / 0). "
+        "Its parts are logged as reward_extra/<part>/mean; the data_source is not read. null: the built-in scorer by "
+        "data_source, or path / name. Not with path (one reward function per run); reward_weights then holds one "
+        "weight; llm_judge: a judge model's verdict (one of workflow.auxiliary_models, settings in reward_kwargs). "
+        "Rules and where rft differs from Trinity: docs/rewards.md.",
+        choices=(None, "math_reward", "accuracy_reward", "math_boxed_reward", "math_dapo_reward", "format_reward",
+                 "countdown_reward", "llm_judge"),
+    )
+    reward_kwargs: Dict[str, Any] = fld(
+        {}, "Keyword arguments of the reward function (verl's custom_reward_function.reward_kwargs): passed on every "
+        "call of the functions of path, overriding what the call passes. llm_judge's settings: model (the index in "
+        "workflow.auxiliary_models, 0), template (with {question}, {reference}, {response}), scoring (yes_no | "
+        "scale), max_score (scale: the top of the scale, 10)."
+    )
+    num_workers: Optional[int] = fld(
+        None, "Processes that score a batch's rows side by side, for the typed rewards whose calls cost milliseconds "
+        "(the math-verify ones; every other reward function runs in the trainer's process), each call under timeout; "
+        "used when a batch gives each process at least 16 rows. null: the CPU cores this process may use, at most 8; "
+        "1: in process."
+    )
 
 
 @dataclass
@@ -697,8 +759,12 @@ class TrainerConfig:
     total_training_steps: Optional[int] = fld(None, "Stop after this many steps; null: total_epochs worth.")
     project_name: str = fld("rft", "Project name (loggers).")
     experiment_name: str = fld("run", "Experiment name (loggers).")
-    logger: List[str] = fld(["console"], "Loggers: console (progress bar); metrics.jsonl is always written.")
-    log_val_generations: int = fld(0, "Validation samples (prompt, response, score) printed and saved per validation.")
+    logger: List[str] = fld(["console"], LOGGER_HELP)
+    monitor_args: Dict[str, Any] = fld({}, MONITOR_ARGS_HELP)
+    log_val_generations: int = fld(
+        0, "Validation samples (prompt, response, score) logged per validation as a table by every monitor (file: "
+        "val_generations.jsonl; console: printed; tensorboard: text; mlflow: val_generations.json; wandb: a Table "
+        "val/generations).")
     log_freq: Optional[int] = fld(
         None, "Print a metrics line every N steps when the console is not a terminal; null: about 20 over the run. "
         "metrics.jsonl always holds every step."
@@ -816,6 +882,40 @@ class SynchronizerConfig:
 
 
 @dataclass
+class WorkflowConfig:
+    type: str = fld(
+        "simple_workflow",
+        "How a task becomes experiences (Trinity-RFT's default_workflow_type): simple_workflow (one chat turn per "
+        "sample: rft's batched default), math_workflow (the same with a think / answer system prompt), "
+        "tool_call_workflow (multi-turn tool use), or a workflow registered in the file `path`.",
+    )
+    path: Optional[str] = fld(None, "A Python file whose classes register workflows (rft.explorer.workflow."
+                                    "register_workflow), or a folder of them (Trinity-RFT's plugin folder; the "
+                                    "Trinity dialect reads TRINITY_PLUGIN_DIRS); loaded in the explorer.")
+    args: Dict[str, Any] = fld({}, "The workflow's arguments (Trinity's workflow_args): tool_call_workflow takes "
+                                   "max_turns, tool_call_parser (hermes | pythonic), tools_path, tool_timeout.")
+    runner_per_model: int = fld(8, "Workflows run at once (threads; their model calls batch together).")
+    max_timeout: float = fld(900.0, "Seconds a workflow may run on one task before it is cut (then retried).")
+    max_retry_times: int = fld(2, "Retries of a task whose workflow timed out, raised or returned garbage, before "
+                                  "the task is skipped (counted in workflow/skipped_tasks).")
+    env_vars: Dict[str, str] = fld({}, "Environment variables set in the explorer's process, where the workflows "
+                                       "run, before the first one starts.")
+    enable_history: bool = fld(
+        False, "Record every model call of a workflow (its own or through the OpenAI-compatible endpoint) for "
+               "model.extract_experience_from_history(); turns the endpoint on (Trinity's rollout_model."
+               "enable_history).")
+    endpoint: bool = fld(False, "Serve the explorer's model on 127.0.0.1 as an OpenAI-compatible API for the "
+                                "workflows (model.get_openai_client()); on with enable_history.")
+    endpoint_port: int = fld(0, "The endpoint's port; 0: a free one.")
+    tool_call_parser: str = fld("hermes", "How tool calls are found in a reply: the endpoint's for `tools` requests, and "
+                                           "tool_call_workflow's unless workflow.args names its own.",
+                                choices=("hermes", "pythonic"))
+    auxiliary_models: List[Any] = fld(
+        [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "
+            "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen.")
+
+
+@dataclass
 class RFTConfig:
     data: DataConfig = sub(DataConfig, "Prompts.")
     actor_rollout_ref: ActorRolloutRefConfig = sub(ActorRolloutRefConfig, "Policy, rollout and reference.")
@@ -828,3 +928,5 @@ class RFTConfig:
         ExperienceBufferConfig, "Where the explorer's experiences wait for the trainer (rft keys, Trinity-RFT's names).")
     synchronizer: SynchronizerConfig = sub(
         SynchronizerConfig, "When and how weights travel from trainer to explorer (rft keys, Trinity-RFT's names).")
+    workflow: WorkflowConfig = sub(WorkflowConfig, "How the explorer turns tasks into experiences (rft keys, "
+                                                   "Trinity-RFT's names).")

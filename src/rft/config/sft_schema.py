@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
-from rft.config.schema import BAD_UPDATES_HELP, HDFS_HELP, MULTI_PROCESS, CustomClsConfig, fld, sub
+from rft.config.schema import (
+    BAD_UPDATES_HELP,
+    HDFS_HELP,
+    LOGGER_HELP,
+    MONITOR_ARGS_HELP,
+    MULTI_PROCESS,
+    CustomClsConfig,
+    fld,
+    sub,
+)
 
 
 @dataclass
@@ -14,6 +23,8 @@ class MultiturnConfig:
     messages_key: str = fld("messages", "Column holding the chat messages [{role, content}, ...].")
     last_turn_only: bool = fld(False, "The loss covers the last assistant turn only (Trinity-RFT's messages format "
                                "without enable_concatenated_multi_turn); false: every assistant turn (verl's).")
+    tools_key: Optional[str] = fld(None, "Column holding each conversation's tools (OpenAI function schemas), "
+                                         "rendered by the chat template; null: none.")
 
 
 @dataclass
@@ -88,7 +99,8 @@ class SFTTrainerConfig:
     experiment_name: str = fld("run", "Experiment name.")
     total_epochs: int = fld(4, "Passes over the training rows (bounded by total_training_steps).")
     total_training_steps: Optional[int] = fld(None, "Stop after this many optimizer steps.")
-    logger: List[str] = fld(["console"], "console; metrics.jsonl is always written.")
+    logger: List[str] = fld(["console"], LOGGER_HELP)
+    monitor_args: Dict[str, Any] = fld({}, MONITOR_ARGS_HELP)
     seed: int = fld(1, "Seed of the row shuffle and initialisation.")
     save_freq: int = fld(-1, "Checkpoint every N steps and at the last; <= 0: none.")
     test_freq: int = fld(-1, "val/loss every N steps and at the last; <= 0: never.")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,11 @@ KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 # Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
 EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
 SYNCHRONIZER_KEYS = ("sync_method", "sync_interval", "sync_offset", "sync_timeout")
+# Trinity-RFT's task format keys that are rft's data keys (same names)
+FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key", "chat_template")
+# explorer keys that are rft's workflow keys (same names)
+PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
+WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars", "auxiliary_models")
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 M = "actor_rollout_ref.model"
@@ -93,7 +99,7 @@ SFT_FROM_VERL = {
                                                 "experiment_name", "logger", "seed", "device", "save_freq",
                                                 "test_freq", "resume_mode", "resume_from_path", "default_hdfs_dir",
                                                 "default_local_dir", "nnodes", "n_gpus_per_node",
-                                                "bad_update_limit")},
+                                                "bad_update_limit", "monitor_args")},
     "trainer.max_actor_ckpt_to_keep": "trainer.max_ckpt_to_keep",
     "trainer.max_critic_ckpt_to_keep": None,  # no critic in an SFT stage: must be null or equal the actor's
 }
@@ -412,7 +418,7 @@ def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) ->
     _set(out, key, value)
 
 
-def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> Any:
+def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, defaults: dict) -> Any:
     ts = _section(ts, where)
     storage = ts.pop("storage_type", "file")
     name = ts.pop("name", None)
@@ -433,19 +439,62 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -
         if storage != "file":
             t.refuse(f"{where}.storage_type", f"={storage!r}: rft reads eval tasksets from files (jsonl / parquet)")
     fmt = _section(ts.pop("format", None), f"{where}.format")
-    if "prompt_key" in fmt:
-        _set_shared(t, out, "data.prompt_key", fmt.pop("prompt_key"), f"{where}.format.prompt_key")
-    if fmt.pop("prompt_type", "plaintext") not in ("plaintext", "messages"):
+    ptype = fmt.pop("prompt_type", "plaintext")
+    if ptype not in ("plaintext", "messages"):
         t.refuse(f"{where}.format.prompt_type", "rft reads a string or a chat message list")
-    t.rest(fmt, f"{where}.format", "rft scores rows by data_source and reward_model.ground_truth (verl's row "
-                                   "format) or custom_reward_function; Trinity's workflows are not implemented")
+    # the prompt column: prompt_key (plaintext) or messages_key (messages); rft reads either form from it
+    prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
+    if prompt_column is not None:
+        _set_shared(t, out, "data.prompt_key", prompt_column, f"{where}.format.prompt_key")
+    if fmt.get("system_prompt") is None and "system_prompt" in defaults:
+        _set_shared(t, out, "data.system_prompt", *defaults["system_prompt"])
+    for key in FORMAT_KEYS:
+        if key in fmt:
+            _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
+    t.rest(fmt, f"{where}.format", NOT_HONOURED)
     _taskset_args(t, ts, where, eval_set, out)
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
         _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
-    t.rest(ts, where, "Trinity's workflows and reward functions are not implemented: rft scores rows by "
-                      "data_source (verl's row format) or custom_reward_function")
+    _workflow_keys(t, ts, where, out, defaults)
+    t.rest(ts, where, NOT_HONOURED)
     return files
+
+
+WORKFLOW_DEFAULTS = {"default_workflow_type": "workflow.type",
+                     "default_reward_fn_type": "custom_reward_function.reward_fn_type"}
+
+
+def _workflow_defaults(b: dict, explorer_input: dict) -> dict[str, tuple[Any, str]]:
+    """The tasksets' default workflow and reward function types and system prompt ({key: (value, where)}):
+    Trinity-RFT reads them from buffer.explorer_input (its reference also shows them on buffer); the
+    explorer_input's win."""
+    defaults = {}
+    for section, where in ((b, "buffer"), (explorer_input, "buffer.explorer_input")):
+        for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
+            value = section.pop(key, None)
+            if value is not None:
+                defaults[key] = (value, f"{where}.{key}")
+    return defaults
+
+
+def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict) -> None:
+    """default_workflow_type, default_reward_fn_type (the taskset's own, else the buffer's default) and
+    workflow_args of a taskset: one value per run (rft has one workflow and one reward function for its tasks
+    and its validation), so tasksets that end up with different ones are refused."""
+    for key, target in WORKFLOW_DEFAULTS.items():
+        own = ts.pop(key, None)
+        if own is not None:
+            value, source = own, f"{where}.{key}"
+        else:
+            value, default_where = defaults.get(key, (None, ""))
+            source = f"{where}.{key} (inherited from {default_where})"
+        if value is not None:
+            _set_shared(t, out, target, value, source)
+    for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
+        if ts.get(key) is not None:
+            _set_shared(t, out, target, ts.pop(key), f"{where}.{key}")
+        ts.pop(key, None)
 
 
 def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) -> None:
@@ -493,14 +542,19 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
     trainer_input = {k: v for k, v in _section(b.pop("trainer_input", None), "buffer.trainer_input").items()
                      if v is not None}
     if not sft:
+        defaults = _workflow_defaults(b, explorer_input)
+        if explorer_input.get("taskset") is None and not explorer_input.get("eval_tasksets"):
+            for key, (value, where) in defaults.items():  # no taskset to take them (mode train)
+                _set_shared(t, out, WORKFLOW_DEFAULTS.get(key, f"data.{key}"), value, where)
         if explorer_input.get("taskset") is not None:
-            files = _taskset(t, explorer_input.pop("taskset"), "buffer.explorer_input.taskset", out, False)
+            files = _taskset(t, explorer_input.pop("taskset"), "buffer.explorer_input.taskset", out, False,
+                             defaults)
             if files:
                 _set(out, "data.train_files", files)
         evals = explorer_input.pop("eval_tasksets", None) or []
         val_files: list = []
         for i, ts in enumerate(evals):
-            files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True)
+            files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True, defaults)
             if files:
                 val_files += files if isinstance(files, list) else [files]
         if val_files:
@@ -540,9 +594,24 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         t.rl_only += [f"buffer.explorer_input.{k}" for k in explorer_input]
     t.rest(trainer_input, "buffer.trainer_input", "rft reads an auxiliary buffer only as the expert rows of the "
                                                   "mix algorithm")
-    t.rest(b, "buffer", "Trinity's workflows and reward functions are not implemented: rft scores rows by "
-                        "data_source (verl's row format) or custom_reward_function" if any(
-                            k.startswith("default_") for k in b) else NOT_HONOURED)
+    if not sft:
+        _plugin_dirs(t, out)
+    else:  # an offline stage inherits the global defaults of the tasksets, which belong to the RL stages
+        for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
+            if b.pop(key, None) is not None:
+                t.rl_only.append(f"buffer.{key}")
+    t.rest(b, "buffer", NOT_HONOURED)
+
+
+def _plugin_dirs(t: _Translation, out: dict) -> None:
+    """Trinity-RFT imports the workflows of its plugin folders (the TRINITY_PLUGIN_DIRS environment variable):
+    rft's workflow.path, one folder."""
+    dirs = [d for d in os.environ.get(PLUGIN_DIRS_ENV, "").split(",") if d.strip()]
+    if len(dirs) > 1:
+        t.refuse(f"${PLUGIN_DIRS_ENV}", f"={','.join(dirs)!r}: rft imports the workflows of one folder "
+                                        "(workflow.path); put them together")
+    elif dirs:
+        _set(out, "workflow.path", dirs[0].strip())
 
 
 def _prompt_type(t: _Translation, fmt: dict, where: str) -> str:
@@ -634,17 +703,28 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     if engine != "hf":
         t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft generates with its hf engine "
                                                        "(transformers with a KV cache); vLLM is not implemented")
-    for key, ok in (("engine_num", 1), ("tensor_parallel_size", 1), ("enable_history", False)):
+    for key, ok in (("engine_num", 1), ("tensor_parallel_size", 1)):
         if rm.pop(key, ok) != ok:
             t.refuse(f"explorer.rollout_model.{key}", f"rft runs one engine in its own process; only {ok!r}")
+    if "enable_history" in rm:
+        _set(out, "workflow.enable_history", rm.pop("enable_history"))
+    if "enable_openai_api" in rm:  # the OpenAI-compatible endpoint the workflows reach
+        _set(out, "workflow.endpoint", rm.pop("enable_openai_api"))
+    if "tool_call_parser" in rm:
+        _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
+    if "chat_template" in rm:
+        _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
     t.rest(rm, "explorer.rollout_model", NOT_HONOURED)
+    for key in WORKFLOW_KEYS:
+        if key in e:
+            _set(out, f"workflow.{key}", e.pop(key))
     if "eval_interval" in e:
         _set(out, "trainer.test_freq", e.pop("eval_interval"))
     if "eval_on_startup" in e:
         _set(out, "trainer.val_before_train", e.pop("eval_on_startup"))
     if "bench_on_latest_checkpoint" in e:
         _set(out, "trainer.bench_on_latest_checkpoint", e.pop("bench_on_latest_checkpoint"))
-    t.rest(e, "explorer", "Trinity's workflow runners and auxiliary models are not implemented")
+    t.rest(e, "explorer", NOT_HONOURED)
 
 
 def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool = False) -> None:
@@ -786,17 +866,34 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
     t.rest(sync, "synchronizer", NOT_HONOURED)
-    monitor = _section(cfg.get("monitor"), "monitor")
-    kind = monitor.pop("monitor_type", None)
-    if kind not in (None, "console"):
-        t.refuse("monitor.monitor_type", f"={kind!r}: rft writes metrics.jsonl and the console only")
-    monitor.pop("monitor_args", None) if kind in (None, "console") else None
-    if monitor.pop("enable_ray_timeline", False):
-        t.refuse("monitor.enable_ray_timeline", "rft does not use Ray")
-    t.rest(monitor, "monitor", NOT_HONOURED)
+    _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
     for key in ("service", "data_processor", "log"):
         if cfg.get(key):
             t.refuse(key, "Trinity's services, data processors and Ray logging are not implemented")
+
+
+def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
+    """monitor_type (one name or a list) -> trainer.logger (the console too), monitor_args -> trainer.monitor_args
+    (rft.config.validate checks each key against the monitors named)."""
+    from rft.config.schema import LOGGERS, MONITOR_ARGS, REFUSED_LOGGERS
+
+    kind = monitor.pop("monitor_type", None)
+    kinds = [kind] if isinstance(kind, str) else list(kind or [])
+    for name in kinds:
+        if name in REFUSED_LOGGERS or name not in LOGGERS:
+            t.refuse("monitor.monitor_type", f"={name!r}: " + REFUSED_LOGGERS.get(name, f"rft has {list(LOGGERS)}"))
+    if kinds:
+        _set(out, "trainer.logger", ["console", *[k for k in kinds if k != "console"]])
+    args = _section(monitor.pop("monitor_args", None), "monitor.monitor_args")
+    for key in list(args):
+        if key not in MONITOR_ARGS:
+            t.refuse(f"monitor.monitor_args.{key}", f"not a monitor setting rft has ({', '.join(MONITOR_ARGS)})")
+            args.pop(key)
+    if args:
+        _set(out, "trainer.monitor_args", args)
+    if monitor.pop("enable_ray_timeline", False):
+        t.refuse("monitor.enable_ray_timeline", "rft does not use Ray")
+    t.rest(monitor, "monitor", NOT_HONOURED)
 
 
 def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:

@@ -192,15 +192,44 @@ def _check_runtime(prefix: str, t: Any, several: str | None = None) -> None:
             f"device(s); one process per device: set it to at most {torch.cuda.device_count()} (or "
             f"{prefix}.device=cpu for CPU processes)"
         )
-    bad_loggers = [x for x in t.logger if x not in ("console",)]
-    if bad_loggers:
-        raise ConfigError(
-            f"{prefix}.logger: {bad_loggers} not available yet; allowed: ['console'] (metrics.jsonl is always written)"
-        )
+    _check_loggers(prefix, t.logger, t.monitor_args)
     if t.resume_mode == "resume_path" and not t.resume_from_path:
         raise ConfigError(f"{prefix}.resume_mode=resume_path needs {prefix}.resume_from_path (a global_step_N folder)")
     if t.resume_from_path and t.resume_mode != "resume_path":
         raise ConfigError(f"{prefix}.resume_from_path is set: also set {prefix}.resume_mode=resume_path")
+
+
+def _check_loggers(prefix: str, loggers: Any, monitor_args: Any) -> None:
+    """trainer.logger: names rft has (a refused one with its reason), their packages installed (the error names the
+    extra); trainer.monitor_args: known keys, each of a monitor the list names."""
+    import importlib.util
+
+    from rft.config.schema import LOGGERS, MONITOR_ARGS, REFUSED_LOGGERS
+
+    if isinstance(loggers, str) or not all(isinstance(x, str) for x in loggers):
+        raise ConfigError(f"{prefix}.logger must be a list of names, e.g. [console, tensorboard], got {loggers!r}")
+    for name in loggers:
+        if name in REFUSED_LOGGERS:
+            raise ConfigError(f"{prefix}.logger: {name!r} is not supported by rft ({REFUSED_LOGGERS[name]})")
+        if name not in LOGGERS:
+            raise ConfigError(f"{prefix}.logger: {name!r} is not a monitor; choose from {list(LOGGERS)}")
+        needs = LOGGERS[name]
+        if needs is not None and importlib.util.find_spec(needs[0]) is None:
+            raise ConfigError(
+                f"{prefix}.logger: {name!r} needs the {needs[0]} package, which is not installed: pip install "
+                f"'rft[{needs[1]}]' (or remove {name!r} from {prefix}.logger)"
+            )
+    if not isinstance(monitor_args, dict):
+        raise ConfigError(f"{prefix}.monitor_args must be a mapping, e.g. {{uri: sqlite:///mlflow.db}}")
+    for key, value in monitor_args.items():
+        if key not in MONITOR_ARGS:
+            raise ConfigError(f"{prefix}.monitor_args.{key} is not a monitor setting; known: "
+                              f"{', '.join(f'{k} ({m})' for k, m in MONITOR_ARGS.items())}")
+        if MONITOR_ARGS[key] not in loggers:
+            raise ConfigError(f"{prefix}.monitor_args.{key} is a setting of the {MONITOR_ARGS[key]} monitor, which "
+                              f"{prefix}.logger={list(loggers)} does not name: add {MONITOR_ARGS[key]!r} or remove it")
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{prefix}.monitor_args.{key} must be a string, got {value!r}")
 
 
 def _check_reward_functions(crf: Any) -> None:
@@ -224,8 +253,63 @@ def _check_reward_functions(crf: Any) -> None:
         if len(weights) != count or not all(math.isfinite(w) for w in weights):
             raise ConfigError(
                 f"custom_reward_function.reward_weights={weights} must hold {count} finite number(s), one per "
-                f"reward function ({names if crf.path else 'the built-in scorer'})"
+                f"reward function ({names if crf.path else crf.reward_fn_type or 'the built-in scorer'})"
             )
+
+
+def _check_reward_fn_type(cfg: RFTConfig) -> None:
+    """custom_reward_function.reward_fn_type (a typed reward, rft.rewards.typed; its name is checked by the schema
+    walk's choices) against the keys that choose another reward function, and num_workers."""
+    check_reward_fn_type(cfg.custom_reward_function, cfg.reward_model, len(cfg.workflow.auxiliary_models))
+
+
+def check_reward_fn_type(crf: Any, rm: Any = None, judge_models: int | None = None) -> None:
+    """The custom_reward_function checks of `_check_reward_fn_type`, for any command that builds a reward function
+    from that section (`rft eval` too): `rm` the reward_model section (None: the command has none); `judge_models`
+    how many auxiliary models an llm_judge can choose from (None: the command serves none, so llm_judge is refused)."""
+    if crf.num_workers is not None and (isinstance(crf.num_workers, bool) or not isinstance(crf.num_workers, int)
+                                        or crf.num_workers < 1):
+        raise ConfigError(f"custom_reward_function.num_workers must be an integer >= 1 or null, got {crf.num_workers!r}")
+    kind = crf.reward_fn_type
+    if crf.reward_kwargs and not crf.path and kind is None:
+        raise ConfigError(
+            f"custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the built-in scorers take no "
+            "arguments; they are for the functions of custom_reward_function.path (or llm_judge's settings)"
+        )
+    if kind is None:
+        return
+    key = f"custom_reward_function.reward_fn_type={kind!r}"
+    if kind == "llm_judge":
+        from rft.rewards.judge import check_settings
+
+        if judge_models is None:
+            raise ConfigError(f"{key}: the judge is one of rft train's workflow.auxiliary_models, which this command "
+                              "does not serve; score with rft train's validation, or choose another reward_fn_type")
+        check_settings(dict(crf.reward_kwargs), judge_models)
+        if rm is not None and rm.enable:
+            raise ConfigError(f"{key} with reward_model.enable=true: rft scores with one of them; remove one")
+        if crf.reward_weights is not None:
+            raise ConfigError(f"{key} with custom_reward_function.reward_weights: the judge is the only reward "
+                              "function; remove reward_weights")
+    elif crf.reward_kwargs:
+        raise ConfigError(f"{key} with custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the typed "
+                          "rewards take no arguments; remove reward_kwargs")
+    if crf.path:
+        raise ConfigError(
+            f"{key} and custom_reward_function.path={crf.path!r} are both set: each chooses the run's reward function "
+            "and rft would honour only one; remove one of them (to combine a typed reward with your own, import it "
+            "in your file: from rft.rewards import " + kind.replace("math_dapo_reward", "math_boxed_reward") + ")"
+        )
+    if crf.name != "compute_score":
+        raise ConfigError(
+            f"{key} with custom_reward_function.name={crf.name!r}: name picks a function of custom_reward_function.path"
+            ", which a typed reward does not read; remove name"
+        )
+    if rm is not None and rm.enable and rm.rule_weight == 0:
+        raise ConfigError(
+            f"{key} is set, but with reward_model.enable=true and reward_model.rule_weight=0 the reward function never "
+            "runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove reward_fn_type"
+        )
 
 
 def _check_loss_options(cfg: RFTConfig) -> None:
@@ -611,6 +695,72 @@ def _check_mix(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
                           "as Trinity-RFT's mix)")
 
 
+BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
+
+
+def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
+    """workflow.*: a workflow rft has (or a file that may register it), sizes in range, and what the workflow
+    machinery does not combine with (a reward model, ReMax's greedy baselines, dynamic sampling, several
+    processes)."""
+    wf = cfg.workflow
+    _positive("workflow.runner_per_model", wf.runner_per_model)
+    if not wf.max_timeout > 0:
+        raise ConfigError(f"workflow.max_timeout must be > 0 seconds, got {wf.max_timeout}")
+    if not isinstance(wf.max_retry_times, int) or wf.max_retry_times < 0:
+        raise ConfigError(f"workflow.max_retry_times must be an integer >= 0, got {wf.max_retry_times!r}")
+    if not isinstance(wf.endpoint_port, int) or not 0 <= wf.endpoint_port <= 65535:
+        raise ConfigError(f"workflow.endpoint_port must be 0 (a free port) or a port number, got {wf.endpoint_port!r}")
+    if wf.type not in BUILTIN_WORKFLOWS and not wf.path:
+        raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}: set "
+                          "workflow.path to the Python file that registers it (rft.explorer.workflow."
+                          "register_workflow)")
+    if wf.path and check_paths and not Path(wf.path).expanduser().exists():
+        raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
+    for i, spec in enumerate(wf.auxiliary_models):
+        if not isinstance(spec, dict) or not spec.get("model_path"):
+            raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")
+        unknown = set(spec) - {"model_path", "temperature", "max_tokens", "tensor_parallel_size", "engine_type",
+                               "name"}
+        if unknown:
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: keys {sorted(unknown)} are not honoured; rft takes "
+                              "model_path, temperature, max_tokens (and tensor_parallel_size 1, engine_type hf)")
+        if spec.get("tensor_parallel_size", 1) != 1 or spec.get("engine_type", "hf") not in ("hf",):
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
+                              "the explorer's process (tensor_parallel_size 1, engine_type hf)")
+        if check_paths:
+            _check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"])
+    if wf.type == "simple_workflow":
+        judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
+        for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),
+                                    ("enable_history", wf.enable_history, False), ("endpoint", wf.endpoint, False),
+                                    ("auxiliary_models", [] if judged else wf.auxiliary_models, [])):
+            if value != default:
+                raise ConfigError(
+                    f"workflow.{key}={value!r} has no effect with workflow.type=simple_workflow (one batched chat turn "
+                    "per sample, no workflow code): set workflow.type to the workflow that uses it, or remove it"
+                )
+        return
+    why = None
+    if cfg.reward_model.enable:
+        why = "reward_model.enable (the reward model scores whole batches; workflows score their own experiences)"
+    elif "reward_baselines" in _estimator_needs(cfg):
+        why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} (its greedy baseline is one more generation of "\
+              "the batched single-turn path)"
+    elif cfg.algorithm.filter_groups.enable:
+        why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
+    elif world_size > 1:
+        why = "several processes (the workflow runners run in one process for now)"
+    if why:
+        raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
+                          "or drop it")
+
+
+def _estimator_needs(cfg: RFTConfig) -> frozenset:
+    from rft.algorithms import estimator_spec
+
+    return estimator_spec(cfg.algorithm.adv_estimator).needs
+
+
 def _positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -634,6 +784,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_inputs("actor_rollout_ref.model.path", arr.model.path, data, check_paths, check_model_path, require_train)
     if check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
         raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
+    _check_reward_fn_type(cfg)
     _check_reward_functions(cfg.custom_reward_function)
 
     # ---- registry names
@@ -776,6 +927,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_reward_model(cfg, check_paths)
     _check_decoupled(cfg, world_size)
     _check_mix(cfg, world_size, check_paths)
+    _check_workflow(cfg, world_size, check_paths)
     _check_keys_with_readers(cfg)
     if check_paths and check_model_path:
         check_tokenizer_folder("data.tokenizer" if data.tokenizer else "actor_rollout_ref.model.path",

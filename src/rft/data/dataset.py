@@ -24,6 +24,8 @@ class Prompt:
     extra_info: dict
     messages: list[dict] = field(default_factory=list)  # the chat messages before the template
     origin: str = ""  # "<file> row <i>", for messages about this prompt
+    tools: list[dict] | None = None  # the tools the prompt declares (OpenAI function schemas), rendered with it
+    row: dict = field(default_factory=dict)  # the raw row (workflows read their own columns from it)
 
 
 def truncate(ids: list[int], max_len: int, mode: str) -> list[int]:
@@ -50,6 +52,24 @@ def _messages(value: Any, where: str) -> list[dict]:
     raise DataError(f"{where}: the prompt must be a chat message list [{{role, content}}, ...] or a string")
 
 
+def _tools(value: Any, where: str) -> list[dict]:
+    """A row's tools column: a list of OpenAI function schemas ({"type": "function", "function": {...}}), or a JSON
+    string of one."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise DataError(f"{where}: the tools column is a string that is not JSON") from None
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(t, dict) for t in value):
+        raise DataError(f"{where}: the tools column must be a list of OpenAI function schemas "
+                        '[{"type": "function", "function": {"name": ..., "parameters": ...}}, ...]')
+    return [dict(t) for t in value]
+
+
 class PromptDataset:
     """All prompts of one or more files, tokenized once at load time."""
 
@@ -63,8 +83,18 @@ class PromptDataset:
         truncation: str = "error",
         filter_overlong_prompts: bool = False,
         image_key: str = "images",
+        system_prompt: str | None = None,
+        system_prompt_key: str | None = None,
+        response_key: str | None = None,
+        tools_key: str | None = None,
+        chat_template: str | None = None,
     ):
+        """Trinity-RFT's format keys: `system_prompt` (a system message put first; `system_prompt_key`: the column
+        holding one, which wins), `response_key` (the column holding the reference answer: the ground truth instead
+        of reward_model.ground_truth), `tools_key` (the column of OpenAI function schemas rendered with the chat
+        template), `chat_template` (a Jinja template used instead of the tokenizer's)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
+        self.chat_template = chat_template
         self.prompts: list[Prompt] = []
         self.num_filtered = 0
         for file in files:
@@ -74,15 +104,22 @@ class PromptDataset:
                 raise DataError(f"data file {str(file)!r} has no rows")
             if any(image_key in row for row in rows):
                 raise DataError(f"data file {str(file)!r} has a {image_key!r} column: multimodal data is not supported")
-            texts, chats = [], []
+            texts, chats, tools = [], [], []
             for i, row in enumerate(rows):
                 where = f"{file} row {i}"
-                if prompt_key not in row:
-                    raise DataError(f"{where}: no column {prompt_key!r} (data.prompt_key); columns: {sorted(row)}")
-                chats.append(_messages(row[prompt_key], where))
-                texts.append(self._render(tokenizer, chats[-1]))
+                for key, what in ((prompt_key, "data.prompt_key"), (system_prompt_key, "data.system_prompt_key"),
+                                  (response_key, "data.response_key"), (tools_key, "data.tools_key")):
+                    if key is not None and key not in row:
+                        raise DataError(f"{where}: no column {key!r} ({what}); columns: {sorted(row)}")
+                chat = _messages(row[prompt_key], where)
+                system = row[system_prompt_key] if system_prompt_key else system_prompt
+                if system is not None and chat[0]["role"] != "system":
+                    chat = [{"role": "system", "content": str(system)}, *chat]
+                chats.append(chat)
+                tools.append(_tools(row[tools_key], where) if tools_key else None)
+                texts.append(self._render(tokenizer, chat, tools[-1], chat_template))
             encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-            for i, (row, ids, chat) in enumerate(zip(rows, encoded, chats)):
+            for i, (row, ids, chat, row_tools) in enumerate(zip(rows, encoded, chats, tools)):
                 if len(ids) > max_prompt_length:
                     if filter_overlong_prompts:
                         self.num_filtered += 1
@@ -102,19 +139,24 @@ class PromptDataset:
                     Prompt(
                         ids=list(ids),
                         data_source=str(row.get("data_source", "unknown")),
-                        ground_truth=reward.get("ground_truth") if isinstance(reward, dict) else None,
+                        ground_truth=(row[response_key] if response_key else
+                                      reward.get("ground_truth") if isinstance(reward, dict) else None),
                         extra_info=dict(row.get("extra_info") or {}),
                         messages=chat,
                         origin=f"{file} row {i}",
+                        tools=row_tools,
+                        row=row,
                     )
                 )
         if not self.prompts:
             raise DataError(f"no prompts left in {files} after filtering overlong prompts")
 
     @staticmethod
-    def _render(tokenizer, messages: list[dict]) -> str:
-        if getattr(tokenizer, "chat_template", None):
-            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    def _render(tokenizer, messages: list[dict], tools: list[dict] | None = None,
+                chat_template: str | None = None) -> str:
+        if chat_template or getattr(tokenizer, "chat_template", None):
+            return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                                 chat_template=chat_template)
         return "\n".join(m["content"] for m in messages)
 
     def __len__(self) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from rft.batch import Batch
-from rft.data.dataset import DataError, _messages, left_pad
+from rft.data.dataset import DataError, _messages, _tools, left_pad
 from rft.data.io import read_rows
 
 
@@ -34,8 +34,9 @@ def _dig(value: Any, keys: list[str] | None, where: str, column: str) -> Any:
     return value
 
 
-def _template(tokenizer, messages: list[dict], generation_prompt: bool) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+def _template(tokenizer, messages: list[dict], generation_prompt: bool, tools: list[dict] | None = None) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=generation_prompt,
+                                         tokenize=False)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -49,7 +50,7 @@ class SFTDataset:
                 where = f"{file} row {i}"
                 if data_cfg.multiturn.enable:
                     example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where,
-                                              data_cfg.multiturn.last_turn_only)
+                                              data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only)
                 else:
                     for column in (data_cfg.prompt_key, data_cfg.response_key):
                         if column not in row:
@@ -65,19 +66,23 @@ class SFTDataset:
             raise DataError(f"no SFT rows in {files}")
 
     @staticmethod
-    def _multiturn(tokenizer, row: dict, key: str, where: str, last_turn_only: bool = False) -> SFTExample:
+    def _multiturn(tokenizer, row: dict, key: str, where: str, tools_key: str | None = None,
+                   last_turn_only: bool = False) -> SFTExample:
         if key not in row:
             raise DataError(f"{where}: no column {key!r} (data.multiturn.messages_key); columns: {sorted(row)}")
+        if tools_key is not None and tools_key not in row:
+            raise DataError(f"{where}: no column {tools_key!r} (data.multiturn.tools_key); columns: {sorted(row)}")
         messages = _messages(row[key], where)
-        full = _template(tokenizer, messages, generation_prompt=False)
+        tools = _tools(row[tools_key], where) if tools_key else None
+        full = _template(tokenizer, messages, generation_prompt=False, tools=tools)
         mask = [0] * len(full)
         assistant = [turn for turn, m in enumerate(messages) if m["role"] == "assistant"]
         for turn, message in enumerate(messages):
             if message["role"] != "assistant" or (last_turn_only and turn != assistant[-1]):
                 continue
-            start = len(_template(tokenizer, messages[:turn], generation_prompt=True)) if turn else 0
+            start = len(_template(tokenizer, messages[:turn], generation_prompt=True, tools=tools)) if turn else 0
             # the turn's text and its EOS; not the template's trailing newline
-            end = len(_template(tokenizer, messages[:turn + 1], generation_prompt=False))
+            end = len(_template(tokenizer, messages[:turn + 1], generation_prompt=False, tools=tools))
             while end > start and full[end - 1] != tokenizer.eos_token_id:
                 end -= 1
             mask[start:end] = [1] * (end - start)

@@ -14,6 +14,10 @@ all ranks in the one-process order.
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
+
 import torch
 
 from rft.algorithms import estimator_spec, informative_groups
@@ -23,21 +27,26 @@ from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
 from rft.explorer.evaluate import evaluate, rollout_batch
 from rft.monitor import Timer
+from rft.rewards.judge import JUDGE, LLMJudge, question_of
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout import SamplingParams
 from rft.workers.fsdp import gathered_for_generation
+
+log = logging.getLogger("rft")
 
 # the generator state of the explorer's sampling stream is saved with the explorer's state
 GENERATOR = "rollout"
 
 
 def load_prompts(cfg, tokenizer, files) -> PromptDataset:
-    """The prompts of `files` (paths, or (name, rows) pairs) with the data section's template, length and
-    truncation settings."""
+    """The prompts of `files` (paths, or (name, rows) pairs) with the data section's template, length, truncation
+    and format settings (Trinity's system_prompt(_key), response_key, tools_key, chat_template)."""
     data = cfg.data
     return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
-                         image_key=data.image_key)
+                         image_key=data.image_key, system_prompt=data.system_prompt,
+                         system_prompt_key=data.system_prompt_key, response_key=data.response_key,
+                         tools_key=data.tools_key, chat_template=data.chat_template)
 
 
 def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
@@ -75,6 +84,16 @@ class Explorer:
         self.generator = torch.Generator().manual_seed(cfg.trainer.seed)
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
         self.step = 0  # explore steps done
+        os.environ.update({str(k): str(v) for k, v in cfg.workflow.env_vars.items()})  # where the workflows run
+        # further local models for the workflows and the LLM judge, each served by an hf engine of its own
+        self.auxiliary = [auxiliary_model(cfg, spec, i, engine) for i, spec in enumerate(cfg.workflow.auxiliary_models)]
+        crf = cfg.custom_reward_function
+        if crf.reward_fn_type == JUDGE:
+            settings = dict(crf.reward_kwargs)
+            rewards.attach_judge(LLMJudge(self.auxiliary[settings.pop("model", 0)], **settings))
+        # simple_workflow runs as one batched generation over the step's tasks (below); any other workflow through
+        # the runners, its model calls batched by a generation server
+        self.workflows = None if cfg.workflow.type == "simple_workflow" else Workflows(self)
 
     # ----------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -96,6 +115,8 @@ class Explorer:
 
     def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         """One step's experiences (this rank's share with several processes) and the explorer's metrics."""
+        if self.workflows is not None:
+            return self.workflows.explore_step(timer)
         batch, rows = self.generate_and_score(timer)
         metrics: dict[str, float] = {}
         if self.cfg.algorithm.filter_groups.enable:
@@ -194,9 +215,12 @@ class Explorer:
     # ---------------------------------------------------------------------------------------- evaluate
     def evaluate(self) -> tuple[dict[str, float], list[dict]]:
         """(`val-core/<data_source>/reward/mean@<n>` metrics, samples) on the whole validation set."""
+        if self.workflows is not None:
+            return self.workflows.evaluate()
         vk, data = self.cfg.actor_rollout_ref.rollout.val_kwargs, self.cfg.data
         params = self.sampling_params(vk, n=vk.n, do_sample=vk.do_sample)
-        scorer = (lambda b: self.rewards.score_rows(b)[0]) if self.rewards.reward_model is not None else None
+        batch_scored = self.rewards.reward_model is not None or self.rewards.judge is not None
+        scorer = (lambda b: self.rewards.score_rows(b)[0]) if batch_scored else None
         reward_fn = self.rewards.reward_fn
         seed = self.cfg.trainer.seed + 7919
         if not self.dist.enabled:
@@ -208,3 +232,129 @@ class Explorer:
             return evaluate(self.engine, self.tokenizer, self.val_set, reward_fn, params, data.val_batch_size,
                             seed=seed + self.dist.rank, scorer=scorer, indices=indices, keep=keep,
                             gather=self.dist.gather_objects)
+
+
+class Workflows:
+    """The explorer's workflow machinery (any workflow but the batched simple_workflow): the workflow class, a
+    generation server over the engine, the runners, the OpenAI-compatible endpoint and the auxiliary models."""
+
+    def __init__(self, explorer: Explorer):
+        from rft.explorer.model import GenerationServer
+        from rft.explorer.runner import RunnerSettings, WorkflowRunner
+        from rft.explorer.workflow import workflow_class
+
+        self.ex = ex = explorer
+        wf, ro = ex.cfg.workflow, ex.cfg.actor_rollout_ref.rollout
+        self.cls = workflow_class(wf.type, wf.path)
+        self.server = GenerationServer(ex.engine, ex.tokenizer, ex.generator)
+        self.train_params = ex.sampling_params(ro, n=1, do_sample=ro.do_sample)
+        self.endpoint = None
+        if wf.endpoint or wf.enable_history:
+            from rft.explorer.server import Endpoint
+
+            self.endpoint = Endpoint(lambda: self.handle(self.server, self.train_params), model_name(ex.cfg),
+                                     wf.tool_call_parser, wf.endpoint_port)
+        self.auxiliary = ex.auxiliary
+        self.settings = RunnerSettings(wf.runner_per_model, wf.max_timeout, wf.max_retry_times)
+        self.runner = WorkflowRunner(self.cls, self.server, lambda: self.handle(self.server, self.train_params),
+                                     self.settings, self.auxiliary)
+
+    def handle(self, server, params):
+        from rft.explorer.model import ModelHandle
+
+        wf = self.ex.cfg.workflow
+        return ModelHandle(server, self.ex.tokenizer, params, chat_template=self.ex.cfg.data.chat_template,
+                           endpoint=self.endpoint, enable_history=wf.enable_history,
+                           tool_call_parser=wf.tool_call_parser)
+
+    def tasks(self, prompts, n: int, is_eval: bool) -> list:
+        from rft.explorer.workflow import Task
+
+        args = dict(self.ex.cfg.workflow.args)
+        judge = self.ex.rewards.judge  # shown each task's question
+        reward_fn = (lambda p: functools.partial(judge, question=question_of(p.messages))) if judge is not None \
+            else (lambda p: self.ex.rewards.reward_fn)
+        return [Task(prompt=p, index=i, repeat_times=n, workflow_args=args, reward_fn=reward_fn(p),
+                     is_eval=is_eval) for i, p in enumerate(prompts)]
+
+    def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
+        ex = self.ex
+        prompts = ex.taskset.next_batch()
+        tasks = self.tasks(prompts, ex.cfg.actor_rollout_ref.rollout.n, is_eval=False)
+        with timer("gen"):
+            results, metrics = self.runner.run(tasks)
+        ex.step += 1
+        out = []
+        for task, experiences in zip(tasks, results):
+            for e in experiences:
+                p = task.prompt
+                e.group, e.model_version = f"{ex.step}-{task.index}", ex.engine.version
+                e.info = {"data_source": p.data_source, "ground_truth": p.ground_truth, "extra_info": p.extra_info,
+                          "raw_prompt": p.messages, **e.info, "explore_step": ex.step, "position": task.index}
+                out.append(e)
+        if not out:
+            log.warning("rft: workflow %r failed on every task of explore step %d (the warnings above say how): the "
+                        "step has no experiences", ex.cfg.workflow.type, ex.step)
+        tokens = sum(int(e.action_mask.sum()) for e in out)
+        metrics["perf/gen_tokens_per_s"] = tokens / max(timer.times["gen"], 1e-9)
+        metrics["workflow/model_calls"] = float(self.server.calls)
+        return out, metrics
+
+    def evaluate(self) -> tuple[dict[str, float], list[dict]]:
+        """Validation through the workflow: greedy (val_kwargs) responses to every validation task, scored by the
+        workflow; a generator of its own, so the training stream is untouched."""
+        from rft.explorer.model import GenerationServer
+        from rft.explorer.runner import WorkflowRunner
+
+        ex = self.ex
+        vk = ex.cfg.actor_rollout_ref.rollout.val_kwargs
+        params = ex.sampling_params(vk, n=1, do_sample=vk.do_sample)
+        server = GenerationServer(ex.engine, ex.tokenizer, torch.Generator().manual_seed(ex.cfg.trainer.seed + 7919))
+        runner = WorkflowRunner(self.cls, server, lambda: self.handle(server, params), self.settings, self.auxiliary)
+        tasks = self.tasks([ex.val_set[i] for i in range(len(ex.val_set))], vk.n, is_eval=True)
+        return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n)
+
+
+def evaluate_workflow(runner, tasks: list, tokenizer, n: int) -> tuple[dict[str, float], list[dict]]:
+    """(val-core/<data_source>/reward/mean@n, samples) of `tasks` run through `runner`'s workflow; a skipped
+    task scores 0."""
+    import numpy as np
+
+    results, _ = runner.run(tasks)
+    by_source: dict[str, list[float]] = {}
+    samples = []
+    for task, experiences in zip(tasks, results):
+        by_source.setdefault(task.prompt.data_source, []).extend([e.reward for e in experiences] or [0.0] * n)
+        samples += [{"prompt": tokenizer.decode(task.prompt.ids), "response": e.info.get("response_text", ""),
+                     "score": e.reward} for e in experiences]
+    metrics = {f"val-core/{src}/reward/mean@{n}": float(np.mean(v)) for src, v in sorted(by_source.items())}
+    return metrics, samples
+
+
+def model_name(cfg) -> str:
+    """The name the endpoint serves the policy under: its folder's name."""
+    from pathlib import Path
+
+    return Path(str(cfg.actor_rollout_ref.model.path)).name or "policy"
+
+
+def auxiliary_model(cfg, spec: dict, index: int, engine):
+    """A handle on auxiliary model `spec` ({model_path, temperature?, max_tokens?}): loaded frozen on the
+    policy's device, served by an hf engine and a generation server of its own (greedy unless told)."""
+    from rft.explorer.evaluate import eos_token_ids
+    from rft.explorer.model import GenerationServer, ModelHandle
+    from rft.models.load import device_of, load_causal_lm, load_tokenizer
+    from rft.rollout import HFRollout
+
+    path = spec["model_path"]
+    device = device_of(engine.model)
+    dtype = next(engine.model.parameters()).dtype
+    model = load_causal_lm(path, dtype, device)
+    model.requires_grad_(False).eval()
+    tokenizer = load_tokenizer(path)
+    aux = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
+    temperature = float(spec.get("temperature", 0.0))
+    params = SamplingParams(n=1, temperature=temperature, do_sample=temperature > 0,
+                            max_tokens=int(spec.get("max_tokens", cfg.data.max_response_length)))
+    server = GenerationServer(aux, tokenizer, torch.Generator().manual_seed(cfg.trainer.seed + 100 + index))
+    return ModelHandle(server, tokenizer, params)

@@ -3,7 +3,8 @@
 The reward function runs only after the first generation; what it will need can be checked as soon as the data is
 read: every row's data_source has a scorer (the built-in scorers, rft.rewards.scorers, unless
 custom_reward_function.path is set), and every row has the reward_model.ground_truth a built-in scorer compares
-with (a custom function may not need one: rows without it are counted in a note).
+with (a custom function may not need one: rows without it are counted in a note); with a typed reward
+(custom_reward_function.reward_fn_type) every row's ground truth is what that type reads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import logging
 from collections import Counter
 
 from rft.data.dataset import DataError, PromptDataset
+from rft.rewards.judge import JUDGE
 from rft.rewards.scorers import SCORERS
+from rft.rewards.typed import REWARD_FN_TYPES
 
 log = logging.getLogger("rft")
 
@@ -24,13 +27,18 @@ def _rule_reward_runs(cfg) -> bool:
 
 
 def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
-    """DataError when a row's data_source has no built-in scorer or a built-in scorer would get no ground truth;
-    a note when a custom reward function will get None for some rows' ground truth."""
+    """DataError when a row's data_source has no built-in scorer or a built-in scorer would get no ground truth, or
+    a row's ground truth is missing or malformed for the typed reward (custom_reward_function.reward_fn_type); a
+    note when a custom reward function will get None for some rows' ground truth."""
     if not _rule_reward_runs(cfg):
         return
     custom = cfg.custom_reward_function.path
+    typed = cfg.custom_reward_function.reward_fn_type
     for dataset in datasets:
         if dataset is None:
+            continue
+        if typed:
+            _check_typed_ground_truth(typed, dataset)
             continue
         if not custom:
             unknown = Counter(p.data_source for p in dataset.prompts if p.data_source not in SCORERS)
@@ -54,3 +62,22 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
             )
         log.warning("rft: note: %d of %d rows have no reward_model.ground_truth (first: %s); %s gets None for them",
                     len(missing), len(dataset), missing[0].origin, custom)
+
+
+def _check_typed_ground_truth(name: str, dataset: PromptDataset) -> None:
+    """Every row's ground truth passes the typed reward's check (present and well formed: a number or text for the
+    math rewards, {"target", "numbers"} for countdown_reward); format_reward reads none. The data_source is not
+    checked: a typed reward scores every row the same way. The LLM judge is shown whatever reference there is."""
+    if name == JUDGE:
+        return
+    check = REWARD_FN_TYPES.get(name).ground_truth
+    if check is None:
+        return
+    bad = [(p, problem) for p in dataset.prompts if (problem := check(p.ground_truth)) is not None]
+    if bad:
+        first, problem = bad[0]
+        raise DataError(
+            f"{len(bad)} of {len(dataset)} rows have a reward_model.ground_truth that "
+            f"custom_reward_function.reward_fn_type={name!r} cannot use (first: {first.origin}: {problem}); fix the "
+            "rows or choose another reward"
+        )

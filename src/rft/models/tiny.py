@@ -48,8 +48,13 @@ QWEN2_PRETOKENIZE_REGEX = (
     r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
-# ChatML, as Qwen2.5 uses it, minus the default system prompt and tool calls.
+# ChatML, as Qwen2.5 uses it, minus the default system prompt. Declared tools are named in one system line
+# (`tools: calc, search`): a tiny model has no use for their JSON schemas, which would only lengthen every prompt.
 CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\ntools: ' + (tools | map(attribute='function') | map(attribute='name') | join(', '))"
+    " + '<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{%- endfor %}"
@@ -85,7 +90,7 @@ backbone of the named causal-LM preset, with the same tokenizer, for tests and e
 # ----------------------------------------------------------------------------------------------- tokenizer
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable unicode map (the ByteLevel alphabet), keyed by byte value."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]  # "!".."~", "¡".."¬", "®".."ÿ"
     mapping = {b: chr(b) for b in printable}
@@ -99,7 +104,7 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """The BPE vocabulary (token -> id, ids contiguous from 0) and its merges in rank order."""
-    byte_symbols = _bytes_to_unicode()
+    byte_symbols = bytes_to_unicode()
     vocab = {byte_symbols[b]: b for b in range(256)}
     merges: list[tuple[str, str]] = []
     for word in ROLE_WORDS:

@@ -1,4 +1,12 @@
-"""Metrics out: a progress bar on the console and one JSON line per step in metrics.jsonl."""
+"""Metrics out: phase timings (`Timer`) and the monitors every loop logs to (`Tracker`).
+
+A monitor is a small class behind one interface (`Monitor`: log scalars, log a table, close). `trainer.logger`
+(verl's list; Trinity-RFT's monitor.monitor_type) chooses them: `console` (a tqdm bar, or a plain line every
+`log_freq` steps when the console is not a terminal), `file` (`metrics.jsonl`, one JSON line per step; always
+written: resume, plots and `rft studio` read it), `tensorboard`, `mlflow`, `wandb` (`rft.monitor.backends`, each
+behind its optional extra). `Tracker` is the composite the loops hold: every metric goes to every monitor under the
+same name, and the validation samples (`trainer.log_val_generations`) go to each monitor's table.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +16,9 @@ import math
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from rft import interrupts
 from rft.fsutil import write_text_atomic
@@ -17,6 +26,9 @@ from rft.fsutil import write_text_atomic
 _BAR_KEYS = ("critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/step")
 _SHORT = {"critic/score/mean": "score", "actor/pg_loss": "pg_loss", "response_length/mean": "len",
           "timing_s/step": "s/step"}
+GENERATIONS = "val/generations"
+"""The table of validation samples: columns step, prompt, response, score (one row per sample)."""
+GENERATIONS_FILE = "val_generations.jsonl"
 
 
 class Timer:
@@ -39,25 +51,28 @@ class Timer:
         return {f"timing_s/{k}": v for k, v in self.times.items()}
 
 
-class Tracker:
-    """Writes `metrics.jsonl` (one line per step, flushed) and shows a tqdm bar on the console."""
+class Monitor(Protocol):
+    """Where metrics go. `log`: one step's scalars (verl's names); `log_table`: rows of one table (dicts with the
+    same keys) at a step; `close`: flush and finish."""
 
-    def __init__(self, path: str | Path, total_steps: int, start_step: int = 0, console: bool = True,
-                 recovered: dict | None = None, log_every: int | None = None):
-        """`recovered`: the resumed checkpoint's own step record, restored if the kill came between the
-        checkpoint and its metrics line. `log_every`: steps between plain lines when the console is not a
-        terminal (default: about 20 over the run)."""
+    def log(self, step: int, metrics: Mapping[str, float]) -> None: ...
+
+    def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FileMonitor:
+    """`metrics.jsonl` (one line per step, flushed); tables as `<name>.jsonl` beside it, one line per call (`{"step",
+    "samples"}`; the validation samples: `val_generations.jsonl`)."""
+
+    def __init__(self, path: str | Path, start_step: int = 0, recovered: dict | None = None):
+        """`recovered`: the resumed checkpoint's own step record, restored if the kill came between the checkpoint
+        and its metrics line."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._truncate_after(start_step, recovered)
         self._file = self.path.open("a", encoding="utf-8")
-        self.bar = None
-        self.plain_every = log_every or max(1, total_steps // 20)
-        if console:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total_steps, initial=start_step, desc="rft", unit="step", file=sys.stdout,
-                            dynamic_ncols=True, disable=None)
 
     def _truncate_after(self, step: int, recovered: dict | None) -> None:
         """Keep only lines of steps <= `step`: a resumed run rewrites the steps it repeats."""
@@ -69,39 +84,117 @@ class Tracker:
             kept.append(json.dumps({"step": step, **{k: _plain(v) for k, v in sorted(recovered.items())}}))
         write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
-    def log(self, step: int, metrics: dict[str, float], advance: bool = True) -> None:
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
         record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self.bar is not None:
-            shown = {_SHORT[k]: f"{metrics[k]:.3g}" for k in _BAR_KEYS if k in metrics}
-            shown.update({k.split("/")[-3] if k.count("/") >= 3 else k: f"{v:.3f}"
-                          for k, v in metrics.items() if k.startswith("val-core/")})
-            self.bar.set_postfix(shown, refresh=False)
-            if advance:
-                self.bar.update(1)
-            else:
-                self.bar.refresh()
-            if self.bar.disable and (step % self.plain_every == 0 or step == self.bar.total):
-                # not a terminal: ~20 plain lines over the run instead of a bar
-                print(f"step {step}: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
+
+    def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        file = self.path.parent / (GENERATIONS_FILE if name == GENERATIONS else name.replace("/", "_") + ".jsonl")
+        samples = [{k: v for k, v in row.items() if k != "step"} for row in rows]
+        with file.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "samples": samples}) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class ConsoleMonitor:
+    """A tqdm bar with the key metrics; when the console is not a terminal, a plain line every `log_every` steps
+    (default about 20 over the run). Tables are printed one row a line."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, log_every: int | None = None):
+        from tqdm import tqdm
+
+        self.plain_every = log_every or max(1, total_steps // 20)
+        self.bar = tqdm(total=total_steps, initial=start_step, desc="rft", unit="step", file=sys.stdout,
+                        dynamic_ncols=True, disable=None)
+
+    def log(self, step: int, metrics: Mapping[str, float], advance: bool = True) -> None:
+        shown = {_SHORT[k]: f"{metrics[k]:.3g}" for k in _BAR_KEYS if k in metrics}
+        shown.update({k.split("/")[-3] if k.count("/") >= 3 else k: f"{v:.3f}"
+                      for k, v in metrics.items() if k.startswith("val-core/")})
+        self.bar.set_postfix(shown, refresh=False)
+        if advance:
+            self.bar.update(1)
+        else:
+            self.bar.refresh()
+        if self.bar.disable and (step % self.plain_every == 0 or step == self.bar.total):
+            # not a terminal: ~20 plain lines over the run instead of a bar
+            print(f"step {step}: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
+
+    def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self.write(f"[{name} step {step}] " + json.dumps({k: v for k, v in row.items() if k != "step"}))
 
     def write(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.write(text)
+        self.bar.write(text)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class Tracker:
+    """The monitors of one loop: `metrics.jsonl` always, the console when asked, and the monitors of
+    trainer.logger (`Tracker.for_run`). Every call goes to every monitor."""
+
+    def __init__(self, path: str | Path, total_steps: int, start_step: int = 0, console: bool = True,
+                 recovered: dict | None = None, log_every: int | None = None, monitors: Sequence[Monitor] = ()):
+        self.file = FileMonitor(path, start_step, recovered)
+        self.console = ConsoleMonitor(total_steps, start_step, log_every) if console else None
+        self.monitors: list[Monitor] = [self.file, *([self.console] if self.console else []), *monitors]
+
+    @classmethod
+    def for_run(cls, cfg: Any, folder: str | Path, total_steps: int, start_step: int = 0, *, role: str = "trainer",
+                recovered: dict | None = None, console: bool = True) -> Tracker:
+        """The tracker of a loop writing into `folder` (the run folder, or its explorer/ or bench/ sub-folder):
+        the monitors of `cfg.trainer.logger`, with `role` telling the runs of one experiment apart."""
+        from rft.monitor.backends import RunInfo, build_monitors
+
+        t = cfg.trainer
+        info = RunInfo(folder=Path(folder), project=t.project_name, name=t.experiment_name, role=role, config=cfg,
+                       monitor_args=dict(t.monitor_args or {}), start_step=start_step)
+        monitors = build_monitors(t.logger, info)
+        return cls(Path(folder) / "metrics.jsonl", total_steps, start_step, console and "console" in t.logger,
+                   recovered, getattr(t, "log_freq", None), monitors)
+
+    def log(self, step: int, metrics: dict[str, float], advance: bool = True) -> None:
+        for monitor in self.monitors:
+            if monitor is self.console:
+                self.console.log(step, metrics, advance)
+            else:
+                monitor.log(step, metrics)
+
+    def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            for monitor in self.monitors:
+                monitor.log_table(name, step, rows)
+
+    def log_generations(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+        """Validation samples ({prompt, response, score}) as the `val/generations` table of every monitor."""
+        self.log_table(GENERATIONS, step, [{"step": step, **sample} for sample in samples])
+
+    def write(self, text: str) -> None:
+        if self.console is not None:
+            self.console.write(text)
         else:
             print(text)
 
     def close(self) -> None:
-        self._file.close()
-        if self.bar is not None:
-            self.bar.close()
+        for monitor in reversed(self.monitors):
+            monitor.close()
 
 
 class SilentTracker:
     """What the ranks other than 0 of a several-process run get instead of a `Tracker`: rank 0 alone logs."""
 
     def log(self, step: int, metrics: dict[str, float], advance: bool = True) -> None:
+        pass
+
+    def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        pass
+
+    def log_generations(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
         pass
 
     def write(self, text: str) -> None:

@@ -1,5 +1,5 @@
-"""The reward function of a config: one function, or several combined with weights (TRL's ``reward_funcs`` +
-``reward_weights``)."""
+"""The reward function of a config: a typed one (Trinity's reward_fn_type), one function, or several combined with
+weights (TRL's ``reward_funcs`` + ``reward_weights``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,51 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rft.errors import RewardError
 from rft.rewards.custom import load_custom_rewards
+from rft.rewards.parallel import default_workers
 from rft.rewards.runner import RewardFunction
 from rft.rewards.scorers import default_compute_score
+from rft.rewards.typed import reward_fn_type as reward_fn_type_of
+
+
+class WeightedReward:
+    """``score = sum_f weight_f * score_f`` over named functions (see `weighted_reward`); a class, not a closure, so
+    that it pickles (to worker processes) whenever its functions do."""
+
+    def __init__(self, functions: Sequence[tuple[str, Callable]], weights: Sequence[float]):
+        if len(functions) != len(weights):
+            raise ValueError(f"{len(functions)} reward functions but {len(weights)} weights")
+        self.functions, self.weights = list(functions), [float(w) for w in weights]
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> dict:
+        out: dict[str, Any] = {}
+        total = 0.0
+        for (name, fn), weight in zip(self.functions, self.weights):
+            result = fn(data_source, solution_str, ground_truth, extra_info)
+            extras = {}
+            if isinstance(result, dict):
+                if "score" not in result:
+                    raise ValueError(f"reward function {name!r} returned a dict without 'score': {sorted(result)}")
+                result, extras = result["score"], {k: v for k, v in result.items() if k != "score"}
+            if not isinstance(result, numbers.Real):
+                raise TypeError(f"reward function {name!r} returned a score of type {type(result).__name__}")
+            total += weight * float(result)
+            out[name] = float(result)
+            out.update({f"{name}/{key}": value for key, value in extras.items()})
+        out["score"] = total
+        return out
+
+
+class WithKwargs:
+    """A reward function called with fixed keyword arguments (verl's custom_reward_function.reward_kwargs: they
+    override what the call passes)."""
+
+    def __init__(self, fn: Callable, kwargs: dict):
+        self.fn, self.kwargs = fn, dict(kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **{**kwargs, **self.kwargs})
 
 
 def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence[float]) -> Callable:
@@ -20,40 +62,41 @@ def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence
     each function's other numeric entries under "<name>/<key>", so ``score_responses`` reports them per row and
     the trainer logs them as ``reward_extra/<name>/mean`` (TRL logs ``rewards/<name>/mean``).
     """
-    if len(functions) != len(weights):
-        raise ValueError(f"{len(functions)} reward functions but {len(weights)} weights")
-
-    def combined(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> dict:
-        out: dict[str, Any] = {}
-        total = 0.0
-        for (name, fn), weight in zip(functions, weights):
-            result = fn(data_source, solution_str, ground_truth, extra_info)
-            extras = {}
-            if isinstance(result, dict):
-                if "score" not in result:
-                    raise ValueError(f"reward function {name!r} returned a dict without 'score': {sorted(result)}")
-                result, extras = result["score"], {k: v for k, v in result.items() if k != "score"}
-            if not isinstance(result, numbers.Real):
-                raise TypeError(f"reward function {name!r} returned a score of type {type(result).__name__}")
-            total += float(weight) * float(result)
-            out[name] = float(result)
-            out.update({f"{name}/{key}": value for key, value in extras.items()})
-        out["score"] = total
-        return out
-
-    return combined
+    return WeightedReward(functions, weights)
 
 
 def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score",
                     weights: Sequence[float] | None = None, timeout: float | None = None,
-                    on_error: str | None = None) -> Callable:
-    """The reward function of ``custom_reward_function``: the built-in scorers (no path), the function ``name``
-    of the file at ``path``, or, for a list of names or with ``weights``, their weighted sum. With a ``timeout``
-    (seconds per call) or an ``on_error`` policy it is a `RewardFunction` (rft.rewards.runner) carrying both and
-    its name for messages; without either, the plain function."""
+                    on_error: str | None = None, reward_fn_type: str | None = None,
+                    num_workers: int | None = 1, reward_kwargs: dict | None = None) -> Callable:
+    """The reward function of ``custom_reward_function``: the typed reward ``reward_fn_type`` (rft.rewards.typed),
+    the built-in scorers (no path), the function ``name`` of the file at ``path``, or, for a list of names or with
+    ``weights``, their weighted sum. With a ``timeout`` (seconds per call), an ``on_error`` policy or a typed reward
+    that pays for worker processes, it is a `RewardFunction` (rft.rewards.runner) carrying them and its name for
+    messages; otherwise the plain function.
+
+    ``num_workers``: processes that score a batch's rows (None: `parallel.default_workers()`); used only by typed
+    rewards whose calls cost enough (`RewardFnType.parallel`), every other function runs in process.
+    ``reward_kwargs``: keyword arguments every function of ``path`` is called with (verl's meaning).
+    """
+    if reward_fn_type is not None and path:
+        raise RewardError(f"custom_reward_function.reward_fn_type={reward_fn_type!r} and custom_reward_function.path "
+                          "are both set; choose one")
     names = [name] if isinstance(name, str) else list(name)
-    if path:
+    workers = 1
+    if reward_fn_type is not None:
+        try:
+            typed = reward_fn_type_of(reward_fn_type)
+        except KeyError as e:
+            raise RewardError(f"custom_reward_function.reward_fn_type: {e.args[0]}") from None
+        functions = [(reward_fn_type, typed.fn)]
+        label = f"the reward function of type {reward_fn_type!r} (rft.rewards.typed)"
+        if typed.parallel:
+            workers = default_workers() if num_workers is None else num_workers
+    elif path:
         functions = list(zip(names, load_custom_rewards(path, names)))
+        if reward_kwargs:
+            functions = [(name, WithKwargs(fn, reward_kwargs)) for name, fn in functions]
         label = (f"reward function {names[0]!r}" if len(names) == 1 else f"reward functions {names}") + \
             f" in {str(path)!r}"
     else:
@@ -63,6 +106,7 @@ def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score
         fn = functions[0][1]
     else:
         fn = weighted_reward(functions, list(weights) if weights is not None else [1.0] * len(functions))
-    if timeout is None and on_error is None:
+    if timeout is None and on_error is None and workers == 1:
         return fn
-    return RewardFunction(fn, label, timeout=timeout, on_error=on_error or "error")
+    fix = "the row's reward_model.ground_truth" if reward_fn_type is not None else "the function"
+    return RewardFunction(fn, label, timeout=timeout, on_error=on_error or "error", workers=workers, fix=fix)

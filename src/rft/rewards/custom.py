@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from rft.errors import RewardError
+from rft.userfile import load_user_module
 
 
 def load_custom_reward(path: str | Path, name: str = "compute_score") -> Callable:
@@ -24,32 +22,10 @@ def load_custom_reward(path: str | Path, name: str = "compute_score") -> Callabl
 
 def load_custom_rewards(path: str | Path, names: list[str]) -> list[Callable]:
     """The functions `names` of the Python file at `path`, imported once (see `load_custom_reward`)."""
-    file = Path(path).expanduser()
-    if not file.exists():
-        raise RewardError(f"custom_reward_function.path: {str(file)!r} does not exist")
-    if not file.is_file() or file.suffix != ".py":
-        raise RewardError(f"custom_reward_function.path: {str(file)!r} is not a .py file")
     if not names or not all(names):
-        raise RewardError(f"custom_reward_function.name is empty; name a function defined in {str(file)!r}")
-
-    file = file.resolve()
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:16]
-    module_name = f"rft_custom_reward_{file.stem}_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise RewardError(f"custom_reward_function.path: cannot import {str(file)!r}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[module_name]
-        raise RewardError(f"custom_reward_function.path: importing {str(file)!r} raised {type(e).__name__}: "
-                          f"{' '.join(str(e).split())[:200]}; fix the file") from e
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-
+        raise RewardError(f"custom_reward_function.name is empty; name a function defined in {str(path)!r}")
+    module = load_user_module(path, "custom_reward_function.path", "rft_custom_reward", RewardError)
+    file, module_name = Path(module.__file__), module.__name__
     return [_function(module, module_name, file, name) for name in names]
 
 

@@ -1,6 +1,7 @@
 """The reward pipeline of a generated batch: what turns responses into scores, in one place for the explorer.
 
-score = the reward function's score (built-in rules by data_source, or custom functions combined with weights), or
+score = the reward function's score (a typed reward, built-in rules by data_source, or custom functions combined with
+weights), or
 with a reward model `reward_weight x rm_score + rule_weight x rule_score` (the rule runs only when rule_weight != 0),
 plus DAPO's soft overlong penalty when enabled. Each row also gets its named extra values (a reward function's dict
 entries, rm_score, rule_score, overlong_reward, overlong), which the trainer logs as reward_extra/<name>/mean and
@@ -16,6 +17,7 @@ import torch
 from rft.algorithms import overlong_penalty
 from rft.batch import Batch
 from rft.rewards.combine import build_reward_fn
+from rft.rewards.judge import JUDGE, LLMJudge, question_of
 from rft.rewards.model import RewardModel
 from rft.rewards.scoring import score_responses
 
@@ -29,18 +31,30 @@ class RewardPipeline:
         self.reward_weight, self.rule_weight = reward_weight, rule_weight
         self.overlong = overlong if overlong is not None and overlong.enable else None
         self.max_response_length = max_response_length
+        self.judge: LLMJudge | None = None
+
+    def attach_judge(self, judge: LLMJudge) -> None:
+        """Score with `judge` (reward_fn_type llm_judge): the batch in one judge call; `reward_fn` is the judge
+        for one row (workflows bind the task's question)."""
+        self.judge = self.reward_fn = judge
 
     @classmethod
     def from_config(cls, cfg, tokenizer, dtype: torch.dtype, device: torch.device) -> RewardPipeline:
         """The pipeline of an RL config: custom_reward_function, reward_model (loaded here when enabled)."""
         crf, rm = cfg.custom_reward_function, cfg.reward_model
         reward_model = build_reward_model(rm, tokenizer, dtype, device) if rm.enable else None
-        return cls(build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error), reward_model,
-                   rm.reward_weight,
-                   rm.rule_weight, rm.overlong_buffer, cfg.data.max_response_length)
+        # llm_judge: the explorer attaches the judge (`attach_judge`) once its auxiliary models are served
+        reward_fn = None if crf.reward_fn_type == JUDGE else build_reward_fn(
+            crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error, reward_fn_type=crf.reward_fn_type,
+            num_workers=crf.num_workers, reward_kwargs=crf.reward_kwargs)
+        return cls(reward_fn, reward_model, rm.reward_weight, rm.rule_weight, rm.overlong_buffer,
+                   cfg.data.max_response_length)
 
     def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:
         """(B scores, per-row extra values) before the overlong penalty."""
+        if self.judge is not None:
+            return self.judge.score_batch([question_of(p) for p in batch.raw_prompt], batch.response_text,
+                                          batch.ground_truth)
         if self.reward_model is None:
             return score_responses(self.reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
                                    batch.extra_info)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rft.errors import RewardError
+from rft.rewards.parallel import score_in_processes, worth_parallel
 from rft.rewards.runner import RewardTypeError, advice, label_of, policy_of
 
 log = logging.getLogger("rft")
@@ -65,6 +66,11 @@ def score_responses(
     the dict's other numeric entries become per-row metrics, and every row must then report the same metric
     keys (non-numeric entries, e.g. the extracted answer as text, are ignored).
 
+    A function that asks for worker processes (`RewardFunction.workers` > 1: the typed rewards that pay for it,
+    rft.rewards.parallel) scores a batch of at least 2 x `MIN_ROWS_PER_WORKER` rows in them, each call under the same
+    time limit; the scores, metrics and failure messages are those of the in-process loop, in row order (with
+    on_error=error the in-process loop stops calling at the first failure, the workers score every row first).
+
     A row fails when fn raises, overruns its time limit (a `RewardFunction`'s timeout), or returns no usable
     score (not a number, NaN / inf, a dict without "score"). With the function's policy `error` (the default for
     a plain function) the first failure raises RewardError naming the function, its file, the row and its
@@ -84,15 +90,20 @@ def score_responses(
         raise ValueError(f"score_responses needs lists of one length, got {lengths}")
 
     zero_on_error = policy_of(fn) == "zero"
+    calls = list(zip(data_sources, responses, ground_truths, extra_infos))
+    outcomes = score_in_processes(fn, calls, fn.workers) if worth_parallel(fn, num_rows) else None
     scores: list[float] = []
     row_metrics: list[dict[str, float]] = []
     failed: list[float] = []
-    for row, (data_source, response, ground_truth, extra_info) in enumerate(
-        zip(data_sources, responses, ground_truths, extra_infos)
-    ):
+    for row, (data_source, response, ground_truth, extra_info) in enumerate(calls):
         try:
             try:
-                result = fn(data_source, response, ground_truth, extra_info)
+                if outcomes is None:
+                    result = fn(data_source, response, ground_truth, extra_info)
+                else:
+                    result, error = outcomes[row]
+                    if error is not None:
+                        raise error
             except RewardError:
                 raise
             except TimeoutError as e:

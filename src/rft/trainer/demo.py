@@ -1,11 +1,18 @@
 """`rft demo`: the whole job on the embedded default, nothing needed but the package.
 
-Builds the tiny model and the arithmetic task offline, writes the staged config it runs (an SFT warm-up, then
-GRPO), runs it on CPU and prints held-out greedy accuracy after each stage. The SFT demonstrations come from a
-sloppy teacher who forgets the carry out of the units digit in CARRY_SLIP of the additions that need one, so SFT
-learns to add but copies the slips; GRPO, rewarded by the exact answer, then goes beyond its teacher. Leaves, under the output folder:
-`config.yaml` (rerun or edit it with `rft train`), `sft/` and `grpo/` (metrics, checkpoints, models),
-`demo.json` (`sft_accuracy`, `rl_accuracy`, `seconds`) and `curves.png`.
+Builds the tiny model and a task offline, writes the staged config it runs (an SFT warm-up, then GRPO), runs it on
+CPU and prints held-out greedy accuracy after each stage. Two tasks:
+
+* `arithmetic` (the default): the SFT demonstrations come from a sloppy teacher who forgets the carry out of the
+  units digit in CARRY_SLIP of the additions that need one, so SFT learns to add but copies the slips; GRPO,
+  rewarded by the exact answer, then goes beyond its teacher.
+* `tools`: two-digit products, which the tiny model cannot do in its head, and a calculator tool which can
+  (rft.tasks.calculator). The teacher calls the tool in TOOL_SHARE of its demonstrations and otherwise answers
+  straight away, so SFT mostly guesses; GRPO through the multi-turn tool workflow, rewarded by the exact product,
+  learns to call the tool. Its rollouts are conversations whose tool turns are masked out of the loss.
+
+Leaves, under the output folder: `config.yaml` (rerun or edit it with `rft train`), `sft/` and `grpo/` (metrics,
+checkpoints, models), `demo.json` (`sft_accuracy`, `rl_accuracy`, `seconds`) and `curves.png`.
 """
 
 from __future__ import annotations
@@ -19,9 +26,7 @@ from omegaconf import OmegaConf
 
 from rft.fsutil import write_text_atomic
 from rft.models.tiny import init_model
-from rft.tasks import write_arithmetic
-
-METRIC = "val-core/arithmetic/reward/mean@1"
+from rft.tasks import write_arithmetic, write_calculator
 
 # The demo's task and hyperparameters, tuned so GRPO lifts greedy accuracy well above the SFT model within minutes
 # on 2 CPU cores (bench/RESULTS.md has the measurements behind them).
@@ -43,7 +48,7 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
         "algorithm": {"adv_estimator": "grpo"},
         "trainer": {"project_name": "rft_demo", "experiment_name": f"seed{seed}", "default_local_dir": str(out),
                     "seed": seed, "val_before_train": False, "test_freq": TEST_FREQ, "save_freq": 100,
-                    "max_actor_ckpt_to_keep": 1},
+                    "max_actor_ckpt_to_keep": 1, "log_val_generations": 4},
         "stages": [
             {"stage_name": "sft", "algorithm": "sft",
              "data": {"train_files": str(data["train"]), "response_key": "extra_info",
@@ -57,8 +62,48 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
     }
 
 
-def held_out_accuracy(model_dir: Path, val_file: Path, max_tokens: int) -> float:
-    """Greedy accuracy of the model in `model_dir` on every validation prompt."""
+TASKS = ("arithmetic", "tools")
+
+# The tools demo's task and hyperparameters (bench/RESULTS.md has the measurements behind them).
+TOOL_SHARE = 0.3
+TOOLS_SFT_STEPS, TOOLS_SFT_LR, TOOLS_SFT_BATCH = 300, 3.0e-3, 64
+TOOLS_RL_STEPS, TOOLS_RL_LR, TOOLS_TEST_FREQ = 40, 1.0e-4, 10
+TOOLS_WORKFLOW_ARGS = {"tool_call_parser": "pythonic", "max_turns": 2}
+
+
+def tools_demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dict:
+    """The staged config `rft demo --task tools` runs: multi-turn SFT on the teacher's conversations, then GRPO
+    through the tool workflow (data.max_response_length bounds each model turn)."""
+    return {
+        "data": {"train_files": str(data["train"]), "val_files": str(data["val"]), "max_prompt_length": 48,
+                 "max_response_length": 24, "train_batch_size": 16, "seed": seed, "tools_key": "tools"},
+        "actor_rollout_ref": {
+            "model": {"path": str(model)},
+            "actor": {"ppo_mini_batch_size": 16, "optim": {"lr": TOOLS_RL_LR, "weight_decay": 0.0}},
+            "rollout": {"n": 8, "temperature": 1.0, "dtype": "float32"},
+        },
+        "algorithm": {"adv_estimator": "grpo"},
+        "workflow": {"type": "tool_call_workflow", "args": dict(TOOLS_WORKFLOW_ARGS), "runner_per_model": 16},
+        "trainer": {"project_name": "rft_demo_tools", "experiment_name": f"seed{seed}", "default_local_dir": str(out),
+                    "seed": seed, "val_before_train": False, "test_freq": TOOLS_TEST_FREQ, "save_freq": 20,
+                    "max_actor_ckpt_to_keep": 1},
+        "stages": [
+            {"stage_name": "sft", "algorithm": "sft",
+             "data": {"train_files": str(data["sft"]), "multiturn": {"enable": True, "tools_key": "tools"},
+                      "train_batch_size": TOOLS_SFT_BATCH, "micro_batch_size_per_gpu": TOOLS_SFT_BATCH,
+                      "max_length": 96},
+             "optim": {"lr": TOOLS_SFT_LR, "weight_decay": 0.0, "warmup_steps_ratio": SFT_WARMUP},
+             "trainer": {"total_training_steps": TOOLS_SFT_STEPS, "save_freq": 100, "max_ckpt_to_keep": 1}},
+            {"stage_name": "grpo", "algorithm": {"adv_estimator": "grpo"},
+             "trainer": {"total_training_steps": TOOLS_RL_STEPS, "val_before_train": True}},
+        ],
+    }
+
+
+def held_out_accuracy(model_dir: Path, val_file: Path, max_tokens: int, workflow: str | None = None,
+                      workflow_args: dict | None = None) -> float:
+    """Greedy accuracy of the model in `model_dir` on every validation prompt: one batched generation, or with
+    `workflow` each task run through it (its tools included)."""
     from rft.data.dataset import PromptDataset
     from rft.explorer.evaluate import eos_token_ids, evaluate
     from rft.models.load import load_causal_lm, load_tokenizer
@@ -69,11 +114,27 @@ def held_out_accuracy(model_dir: Path, val_file: Path, max_tokens: int) -> float
     model = load_causal_lm(str(model_dir), torch.float32, torch.device("cpu"))
     rollout = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
     params = SamplingParams(n=1, do_sample=False, temperature=0.0, max_tokens=max_tokens)
-    metrics, _ = evaluate(rollout, tokenizer, PromptDataset(val_file, tokenizer), default_compute_score, params)
-    return metrics[METRIC]
+    if workflow is None:
+        dataset = PromptDataset(val_file, tokenizer)
+        metrics, _ = evaluate(rollout, tokenizer, dataset, default_compute_score, params)
+    else:
+        from rft.explorer.explorer import evaluate_workflow
+        from rft.explorer.model import GenerationServer, ModelHandle
+        from rft.explorer.runner import RunnerSettings, WorkflowRunner
+        from rft.explorer.workflow import Task, workflow_class
+
+        dataset = PromptDataset(val_file, tokenizer, tools_key="tools", max_prompt_length=1024)
+        server = GenerationServer(rollout, tokenizer)
+        runner = WorkflowRunner(workflow_class(workflow), server, lambda: ModelHandle(server, tokenizer, params),
+                                RunnerSettings(runner_per_model=len(dataset)))
+        tasks = [Task(prompt=dataset[i], index=i, workflow_args=dict(workflow_args or {}),
+                      reward_fn=default_compute_score, is_eval=True) for i in range(len(dataset))]
+        metrics, _ = evaluate_workflow(runner, tasks, tokenizer, n=1)
+    (source,) = {dataset[i].data_source for i in range(len(dataset))}
+    return metrics[f"val-core/{source}/reward/mean@1"]
 
 
-def run_demo(output: str | Path, seed: int = 0) -> dict:
+def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic") -> dict:
     from rft.monitor.plots import plot_curves
     from rft.runtime import configure_cpu_runtime
     from rft.trainer.stages import build_stages, run_stages
@@ -84,23 +145,34 @@ def run_demo(output: str | Path, seed: int = 0) -> dict:
     model_dir = out / "base_model"
     if not (model_dir / "config.json").is_file():
         init_model("tiny", model_dir, seed=seed)
-    data = write_arithmetic(out / "data", n_train=2000, n_val=200, seed=seed, max_digits=2, carry_slip=CARRY_SLIP)
+    if task == "tools":
+        data = write_calculator(out / "data", n_train=2000, n_val=200, seed=seed, tool_share=TOOL_SHARE)
+        config = tools_demo_config(model_dir, data, out, seed)
+        accuracy_of = lambda model: held_out_accuracy(model, data["val"], 24, "tool_call_workflow",
+                                                      TOOLS_WORKFLOW_ARGS)
+        story = (f"the teacher calls the calculator in {TOOL_SHARE:.0%} of its demonstrations and otherwise answers "
+                 "from memory; GRPO, through the tool workflow, is rewarded by the exact product")
+    else:
+        data = write_arithmetic(out / "data", n_train=2000, n_val=200, seed=seed, max_digits=2, carry_slip=CARRY_SLIP)
+        config = demo_config(model_dir, data, out, seed)
+        accuracy_of = lambda model: held_out_accuracy(model, data["val"], max_tokens=5)
+        story = (f"SFT copies a teacher who forgets the units carry in {CARRY_SLIP:.0%} of carrying additions; "
+                 "GRPO is rewarded by the exact answer")
     config_path = out / "config.yaml"
-    write_text_atomic(config_path, OmegaConf.to_yaml(OmegaConf.create(demo_config(model_dir, data, out, seed))))
-    print(f"rft demo: tiny model ({model_dir}), arithmetic task ({data['train'].parent}), config {config_path}")
-    print(f"rft demo: SFT copies a teacher who forgets the units carry in {CARRY_SLIP:.0%} of carrying additions; "
-          "GRPO is rewarded by the exact answer")
+    write_text_atomic(config_path, OmegaConf.to_yaml(OmegaConf.create(config)))
+    print(f"rft demo: tiny model ({model_dir}), {task} task ({data['train'].parent}), config {config_path}")
+    print(f"rft demo: {story}")
 
     accuracy: dict[str, float] = {}
 
     def report(stage) -> None:
-        accuracy[stage.name] = held_out_accuracy(stage.model_dir, data["val"], max_tokens=5)
+        accuracy[stage.name] = accuracy_of(stage.model_dir)
         print(f"rft demo: held-out greedy accuracy after {stage.name}: {accuracy[stage.name]:.3f}", flush=True)
 
     stages = build_stages(OmegaConf.load(config_path))
     final = run_stages(stages, after_stage=report)
-    plot_curves([(s.name, s.out) for s in stages], out / "curves.png", title=f"rft demo (seed {seed})")
-    result = {"sft_accuracy": accuracy["sft"], "rl_accuracy": accuracy["grpo"],
+    plot_curves([(s.name, s.out) for s in stages], out / "curves.png", title=f"rft demo {task} (seed {seed})")
+    result = {"task": task, "sft_accuracy": accuracy["sft"], "rl_accuracy": accuracy["grpo"],
               "seconds": round(time.perf_counter() - start, 1), "seed": seed, "model": str(final),
               "config": str(config_path), "curves": str(out / "curves.png")}
     write_text_atomic(out / "demo.json", json.dumps(result, indent=1) + "\n")

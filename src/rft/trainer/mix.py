@@ -26,7 +26,7 @@ from rft.data.sft import SFTDataset
 
 # the (B, R) fields: per response token (the others are per row, or (B, K))
 _PER_TOKEN = ("old_logprobs", "ref_logprobs", "rollout_logprobs", "values", "token_rewards", "ref_kl", "advantages",
-              "returns", "loss_mask", "rollout_is_weights", "sum_pi_squared")
+              "returns", "loss_mask", "action_mask", "rollout_is_weights", "sum_pi_squared")
 
 
 def expert_rows_per_mini_batch(experiences: int, ratio: float) -> int:
@@ -43,7 +43,7 @@ class ExpertRows:
             prompt_key=expert.prompt_key, response_key=expert.response_key,
             prompt_dict_keys=expert.prompt_dict_keys, response_dict_keys=expert.response_dict_keys,
             multiturn=SimpleNamespace(enable=expert.messages_key is not None, messages_key=expert.messages_key,
-                                      last_turn_only=expert.last_turn_only),
+                                      last_turn_only=expert.last_turn_only, tools_key=None),
             max_length=expert.max_length, truncation=expert.truncation))
         mini_batches = cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size
         self.per_mini_batch = expert_rows_per_mini_batch(arr.actor.ppo_mini_batch_size * arr.rollout.n,
@@ -55,7 +55,9 @@ class ExpertRows:
     def attach(self, batch: Batch) -> Batch:
         """`batch` (the step's experiences) followed by the next `rows` expert rows, `expert_mask` marking them.
         Every field the experiences carry is given a neutral value on the expert rows (0; IS weights 1); their
-        `loss_mask` is the SFT dataset's (the response tokens), the experiences' their own (or the response mask)."""
+        `loss_mask` is the SFT dataset's (the response tokens it trains on), and so is their `action_mask` when the
+        experiences carry one (multi-turn rows). The experiences keep their own `loss_mask`, else their action mask
+        (the policy's tokens: tool turns carry no loss), else the response mask."""
         if not self.rows:
             return dataclasses.replace(batch, expert_mask=torch.zeros(len(batch), dtype=torch.bool))
         expert = self.dataset.batch(self.sampler.next_batch(), self.pad_id)
@@ -72,10 +74,13 @@ class ExpertRows:
                 fills[f.name] = []
             else:
                 fills[f.name] = [{k: 0.0 for k in mine[0]} for _ in range(n)] if f.name == "reward_rows" else [None] * n
+        if batch.action_mask is not None:  # the expert's tokens are the ones it "wrote": those the SFT loss is on
+            fills["action_mask"] = expert.loss_mask.to(batch.action_mask.dtype)
         expert = dataclasses.replace(expert, **fills, expert_mask=torch.ones(n, dtype=torch.bool))
-        experiences = dataclasses.replace(
-            batch, loss_mask=batch.loss_mask if batch.loss_mask is not None else batch.response_mask.clone(),
-            expert_mask=torch.zeros(len(batch), dtype=torch.bool))
+        own = batch.loss_mask if batch.loss_mask is not None else \
+            batch.action_mask if batch.action_mask is not None else batch.response_mask
+        experiences = dataclasses.replace(batch, loss_mask=own.clone(),
+                                          expert_mask=torch.zeros(len(batch), dtype=torch.bool))
         return concat_batches([experiences, expert], self.pad_id)
 
     def state_dict(self) -> dict:

@@ -109,8 +109,8 @@ class ExploreLoop:
         folder = self.out / EXPLORER_DIR
         folder.mkdir(parents=True, exist_ok=True)
         write_text_atomic(folder / "config.yaml", to_yaml(cfg))
-        tracker = Tracker(folder / "metrics.jsonl", self.total_steps, ex.step, "console" in t.logger and
-                          os.environ.get(ROLE_ENV) != "explorer", log_every=t.log_freq)
+        tracker = Tracker.for_run(cfg, folder, self.total_steps, ex.step, role="explorer",
+                                  console=os.environ.get(ROLE_ENV) != "explorer")
         tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {len(ex.taskset) or 'a stream of'} tasks, "
                       f"sync every {s.sync_interval} step(s) offset {s.sync_offset} ({method}), output {folder}")
         if t.val_before_train and ex.step == 0 and ex.val_set is not None:
@@ -132,7 +132,9 @@ class ExploreLoop:
                     self.buffer.write(experiences, ex.state_dict())
                 if ex.val_set is not None and t.test_freq > 0 and (step == self.total_steps or step % t.test_freq == 0):
                     with timer("testing"):
-                        metrics.update(ex.evaluate()[0])
+                        val_metrics, samples = ex.evaluate()
+                    metrics.update(val_metrics)
+                    tracker.log_generations(step, samples[:t.log_val_generations])
             metrics.update(timer.metrics())
             tracker.log(step, metrics)
         self.buffer.finish()
@@ -169,8 +171,8 @@ class TrainLoop:
         self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         publish_at = set(schedule.published_versions(self.total_steps, s.sync_interval, s.sync_offset))
         sync = self._publisher(start)
-        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, start, "console" in t.logger,
-                          recovered=state.get("metrics") if state else None, log_every=t.log_freq)
+        tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,
+                                  recovered=state.get("metrics") if state else None)
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {self.trainer.device}, reading "
                       f"{self.rows} experiences a step, output {self.out}")
         last: dict[str, float] = {}
@@ -296,6 +298,10 @@ def run_bench(cfg) -> Path:
     if not models:
         raise FileNotFoundError(f"mode bench: no checkpoints in {out / 'checkpoints'} (and trainer.val_before_train "
                                 "is false): nothing to evaluate")
+    from rft.monitor.backends import RunInfo, build_monitors
+
+    monitors = build_monitors(t.logger, RunInfo(out / "bench", t.project_name, t.experiment_name, "bench", cfg,
+                                                 dict(t.monitor_args), 0))
     lines = []
     for step, name in models:
         with torch.no_grad():
@@ -310,6 +316,10 @@ def run_bench(cfg) -> Path:
         write_text_atomic(out / "bench" / "metrics.jsonl", "".join(x + "\n" for x in lines))
         print(f"rft bench: {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("bench/")),
               flush=True)
+        for monitor in monitors:
+            monitor.log(step, {k: v for k, v in row.items() if k.startswith("bench/")})
+    for monitor in monitors:
+        monitor.close()
     return out / "bench" / "metrics.jsonl"
 
 

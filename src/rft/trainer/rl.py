@@ -194,8 +194,12 @@ class RLTrainer:
 
     @staticmethod
     def set_token_rewards(batch: Batch) -> None:
-        """`batch.token_rewards` (B, R): each row's score on its last valid token, 0 elsewhere."""
-        last = (batch.response_mask.sum(-1) - 1).clamp(min=0)
+        """`batch.token_rewards` (B, R): each row's score on its last valid token (with an action mask: the last
+        token the policy wrote), 0 elsewhere."""
+        if batch.action_mask is None:
+            last = (batch.response_mask.sum(-1) - 1).clamp(min=0)
+        else:
+            last = batch.action_mask.shape[1] - 1 - batch.action_mask.flip(-1).argmax(-1)
         batch.token_rewards = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
         batch.token_rewards[torch.arange(len(batch)), last] = batch.scores
 
@@ -252,7 +256,8 @@ class RLTrainer:
         (gathered and put in the one-process order: the one-process batch, so batch-wide statistics such as
         whitening, gpg's alpha or a batch std are global) and each rank keeps its own rows."""
         algo, metrics = self.cfg.algorithm, {}
-        mask = batch.response_mask.float()
+        action = batch.action_mask if batch.action_mask is not None else batch.response_mask
+        mask = action.float()
         if algo.use_kl_in_reward:
             # an estimator from logits (full) was computed in the ref phase, where both policies ran
             kl = (batch.ref_kl if batch.ref_kl is not None
@@ -268,7 +273,8 @@ class RLTrainer:
         order = torch.argsort(self.dist.gather_rows(batch.group), stable=True) if self.dist.enabled else None
         g = (lambda x: self.dist.gather_rows(x)[order]) if order is not None else (lambda x: x)
         opt = lambda x: g(x) if x is not None else None
-        token_rewards, response_mask, values = g(batch.token_rewards), g(batch.response_mask), opt(batch.values)
+        # the estimator sees the policy's tokens (masked spans inside a response: tool turns)
+        token_rewards, response_mask, values = g(batch.token_rewards), g(action), opt(batch.values)
         out = compute_advantages(algo.adv_estimator, AdvantageInputs(
             token_rewards=token_rewards, response_mask=response_mask, group=g(batch.group),
             values=values, gamma=algo.gamma, lam=algo.lam,

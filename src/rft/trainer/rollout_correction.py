@@ -42,7 +42,9 @@ def apply_rollout_correction(batch: Batch, section, dist: Dist = SINGLE) -> dict
         return {}
     if batch.old_logprobs is None or batch.rollout_logprobs is None:
         return {}
-    mask = batch.response_mask.float()
+    from rft.workers.minibatch import loss_tokens
+
+    mask = loss_tokens(batch).float()  # the policy's tokens (a tool turn's have no rollout log-prob)
     old, rollout, all_mask = (dist.gather_rows(x) for x in (batch.old_logprobs.float(),
                                                             batch.rollout_logprobs.float(), mask))
     metrics = rollout_probs_diff_metrics(old, rollout, all_mask)
@@ -56,5 +58,5 @@ def apply_rollout_correction(batch: Batch, section, dist: Dist = SINGLE) -> dict
     if corr.weights is not None:
         batch.rollout_is_weights = corr.weights[mine].to(torch.float32)
     if section.rollout_rs is not None:
-        batch.loss_mask = batch.response_mask * corr.keep[mine].to(batch.response_mask.dtype)
+        batch.loss_mask = loss_tokens(batch) * corr.keep[mine].to(batch.response_mask.dtype)
     return {**metrics, **corr.metrics}

@@ -75,8 +75,8 @@ class SyncRun:
         recovered = self.resume()
         if main:  # after the resume's checks: a refused resume leaves the folder's config.yaml as it was
             write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
-        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in cfg.logger,
-                          recovered=recovered, log_every=cfg.log_freq) if main else SilentTracker()
+        tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
+                                  recovered=recovered) if main else SilentTracker()
         where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.world_size} processes ({trainer.device.type})"
         tracker.write(f"rft: {self.total_steps} steps on {where} ({str(trainer.dtype).replace('torch.', '')}), "
                       f"{len(self.explorer.taskset)} train prompts, output {self.out}")
@@ -114,6 +114,9 @@ class SyncRun:
         """One on-policy step: explore, hand the experiences over through the buffer, train, sync."""
         experiences, metrics = self.explorer.explore_step(timer)
         metrics["training/epoch"] = self.explorer.taskset.epoch
+        if not experiences:  # every workflow of the step failed (the explorer said so): nothing to train on
+            self.sync.publish(None, step)
+            return {**metrics, "train/empty_step": 1.0}
         self.buffer.write(experiences)
         read = self.buffer.read(len(experiences), step)
         labels = [e.info["position"] for e in read.experiences] if self.dist.enabled else None
@@ -124,15 +127,10 @@ class SyncRun:
 
     def validate(self, tracker: Tracker | SilentTracker | None = None) -> dict[str, float]:
         """Validation metrics `val-core/<data_source>/reward/mean@<n>` on the whole validation set; the first
-        trainer.log_val_generations samples are printed and kept in val_generations.jsonl."""
+        trainer.log_val_generations samples go to the monitors' val/generations table (val_generations.jsonl)."""
         metrics, samples = self.explorer.evaluate()
-        n_show = self.cfg.trainer.log_val_generations
-        if n_show > 0 and self.dist.is_main:
-            with (self.out / "val_generations.jsonl").open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": self.global_step, "samples": samples[:n_show]}) + "\n")
-            if tracker is not None:
-                for sample in samples[:n_show]:
-                    tracker.write(f"[val step {self.global_step}] {sample}")
+        if tracker is not None:
+            tracker.log_generations(self.global_step, samples[:self.cfg.trainer.log_val_generations])
         return metrics
 
     # -------------------------------------------------------------------------------------- checkpoints

@@ -39,6 +39,9 @@ from rft.fsutil import clean_stale
 from rft.interrupts import Interrupted
 
 LOCK_NAME = ".rft.lock"
+FAILED = "failed.json"
+"""Written into the folder when the run holding it ends with an error or a stop (the line the CLI prints), for
+people and `rft studio` to read; removed when the next run takes the folder."""
 LOCK_ENV = "RFT_RUN_LOCK"
 """Set by a process that holds a run folder's lock for the processes it starts: the lock file's absolute path."""
 
@@ -189,6 +192,18 @@ def check_resume_matches(cfg: Any) -> None:
             )
 
 
+def _record_failure(path: Path | None, error: BaseException) -> None:
+    from rft.errors import describe_failure
+    from rft.fsutil import write_text_atomic
+
+    if path is None:
+        return
+    with contextlib.suppress(OSError):  # the error being reported matters more than its record
+        write_text_atomic(path, json.dumps({"error": describe_failure(error), "type": type(error).__name__,
+                                            "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                            "command": " ".join(sys.argv)}) + "\n")
+
+
 def _resume_note(out: Path) -> str:
     from rft.trainer.checkpoint import CheckpointManager
 
@@ -211,6 +226,9 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
     if dist.is_main and not held_by_parent:
         _prepare(out)
         lock = RunLock(out, lock_name).acquire()
+    failed = out / (FAILED if role == "trainer" else f"failed-{role}.json")
+    if lock is not None:
+        failed.unlink(missing_ok=True)
     try:
         if lock is not None and role != "trainer":
             for line in clean_stale(out / role):
@@ -231,7 +249,12 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
             if for_children:
                 os.environ.pop(LOCK_ENV, None)
     except Interrupted as e:
-        raise Interrupted(e.signal_name, f"{e.message}; {_resume_note(out)}") from None
+        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out)}")
+        _record_failure(failed if lock is not None else None, stopped)
+        raise stopped from None
+    except BaseException as e:
+        _record_failure(failed if lock is not None else None, e)
+        raise
     finally:
         if lock is not None:
             lock.release()

@@ -72,8 +72,8 @@ class SFTTrainer:
         t = self.cfg.trainer
         self._maybe_resume()
         write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))  # after the resume's checks
-        tracker = Tracker(self.out / "metrics.jsonl", self.total_steps, self.global_step, "console" in t.logger,
-                          recovered=self._recovered_metrics)
+        tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
+                                  recovered=self._recovered_metrics)
         tracker.write(f"rft {self.name}: {self.total_steps} steps on {self.device}, {len(self.train_set)} rows, "
                       f"output {self.out}")
         last: dict[str, float] = {}

@@ -121,6 +121,7 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
             inherited = {
                 "model": {"partial_pretrain": previous_model, "trust_remote_code": model.trust_remote_code},
                 "trainer": {"seed": base.trainer.seed, "device": base.trainer.device, "logger": base.trainer.logger,
+                            "monitor_args": base.trainer.monitor_args,
                             "project_name": base.trainer.project_name,
                             "experiment_name": f"{base.trainer.experiment_name}_{name}"},
             }
@@ -156,12 +157,12 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
 
 def _inherited(base: RFTConfig, previous_model: str, name: str) -> dict:
     """What an offline (DPO) stage takes from the global sections: the model's trust_remote_code, the seed,
-    device, loggers and names (as an SFT stage does)."""
+    device, monitors and names (as an SFT stage does)."""
     t = base.trainer
     return {"model": {"partial_pretrain": previous_model,
                       "trust_remote_code": base.actor_rollout_ref.model.trust_remote_code},
-            "trainer": {"seed": t.seed, "device": t.device, "logger": t.logger, "project_name": t.project_name,
-                        "experiment_name": f"{t.experiment_name}_{name}"}}
+            "trainer": {"seed": t.seed, "device": t.device, "logger": t.logger, "monitor_args": t.monitor_args,
+                        "project_name": t.project_name, "experiment_name": f"{t.experiment_name}_{name}"}}
 
 
 def _forced_offline(previous_model: str, out: Path) -> dict:

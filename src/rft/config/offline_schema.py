@@ -1,0 +1,162 @@
+"""The configs of the offline commands: `rft generate` (verl's generation.yaml keys, main_generation) and `rft eval`
+(verl's evaluation.yaml keys, main_eval), same conventions as schema.py; their loading and validation.
+
+`rft generate` writes the input rows with a `responses` column (a list of n strings per row), which is what
+`rft eval` reads (data.response_key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from rft.config.errors import ConfigError
+from rft.config.schema import DTYPES, CustomRewardConfig, fld, sub
+
+RAY = "rft runs these commands in one process, without Ray"
+
+
+# ------------------------------------------------------------------------------------------------ generate
+@dataclass
+class GenerationTrainerConfig:
+    nnodes: int = fld(1, "Nodes; rft generate runs one process.", unsupported="several generation processes")
+    n_gpus_per_node: int = fld(1, "Processes per node; rft generate runs one process (on cuda:0 when there is "
+                                  "one), so verl's default 8 is refused: set 1.",
+                               unsupported="several generation processes")
+    device: str = fld("auto", "auto (cuda when available), cpu or cuda.", choices=("auto", "cpu", "cuda"))
+    seed: int = fld(0, "Seed of the sampling generator (rft's key): the same seed samples the same responses.")
+
+
+@dataclass
+class GenerationDataConfig:
+    path: Optional[str] = fld(None, "Prompts: a parquet/jsonl file in verl's row format (required).")
+    prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
+    n_samples: int = fld(5, "Responses per prompt (> 0).")
+    output_path: Optional[str] = fld(
+        None, "Where the rows go, with a `responses` column (n_samples strings each): a .parquet file (required), "
+        "written under a temporary name and renamed.")
+    batch_size: int = fld(128, "Prompts per generation call (> 0).")
+
+
+@dataclass
+class GenerationModelConfig:
+    path: Optional[str] = fld(None, "Hugging Face model folder (required), e.g. an rft run's model/ or the folder "
+                                    "`rft merge` writes.")
+    external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
+    trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
+
+
+@dataclass
+class GenerationRolloutConfig:
+    name: str = fld("hf", "Rollout engine: hf (transformers, KV cache); vllm is refused for now.",
+                    choices=("hf", "vllm"), unsupported="the vLLM engine (docs/scaling.md)")
+    temperature: float = fld(1.0, "Sampling temperature.")
+    top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
+    top_p: float = fld(1.0, "Nucleus sampling threshold in (0, 1].")
+    do_sample: bool = fld(True, "Sample; false is greedy decoding (then n_samples copies of one response).")
+    prompt_length: int = fld(1536, "Longest prompt in tokens (after the chat template); a longer one is an error "
+                                   "naming the row.")
+    response_length: int = fld(512, "Maximum number of generated tokens per response.")
+    dtype: str = fld("bfloat16", "Compute dtype (on CPU rft computes in float32 whatever is named here).",
+                     choices=DTYPES)
+    micro_batch_size: Optional[int] = fld(None, "Rows per forward pass of the hf engine; null: the whole batch.")
+    ignore_eos: bool = fld(False, "Keep generating after EOS up to response_length.")
+
+
+@dataclass
+class GenerationConfig:
+    trainer: GenerationTrainerConfig = sub(GenerationTrainerConfig, "Where it runs.")
+    data: GenerationDataConfig = sub(GenerationDataConfig, "Prompts in, responses out.")
+    model: GenerationModelConfig = sub(GenerationModelConfig, "The model.")
+    rollout: GenerationRolloutConfig = sub(GenerationRolloutConfig, "Sampling.")
+
+
+# ---------------------------------------------------------------------------------------------------- eval
+@dataclass
+class EvalDataConfig:
+    path: Optional[str] = fld(None, "Rows with generated responses: a parquet/jsonl file (required), e.g. what "
+                                    "`rft generate` writes.")
+    prompt_key: str = fld("prompt", "Column holding the prompt (written beside each row's scores).")
+    response_key: str = fld("responses", "Column holding the responses: a list of strings (one string: one "
+                                         "response).")
+    data_source_key: str = fld("data_source", "Column naming the data source: the scorer and the metric group.")
+    reward_model_key: str = fld("reward_model", "Column holding {ground_truth: ...} (a plain value is the ground "
+                                                "truth itself).")
+
+
+@dataclass
+class EvalMetricsConfig:
+    pass_threshold: float = fld(1.0, "A response passes (pass@k) when its score is >= this (rft's key).")
+    k: Optional[List[int]] = fld(None, "The k of pass@k (each 1..n); null: the powers of two below n, and n.")
+    output_path: Optional[str] = fld(
+        None, "Where the metrics go (JSON, written under a temporary name and renamed) with, beside it, "
+        "<name>.scores.jsonl (each row's prompt, data source and scores); null: <data.path without suffix>"
+        ".metrics.json.")
+
+
+@dataclass
+class RayInitConfig:
+    num_cpus: Optional[int] = fld(None, "Ray's CPUs.", unsupported=RAY)
+    timeline_json_file: Optional[str] = fld(None, "Ray's timeline file.", unsupported=RAY)
+
+
+@dataclass
+class EvalConfig:
+    data: EvalDataConfig = sub(EvalDataConfig, "The responses and their columns (verl's evaluation.yaml).")
+    custom_reward_function: CustomRewardConfig = sub(CustomRewardConfig, "The reward function, as `rft train`'s.")
+    metrics: EvalMetricsConfig = sub(EvalMetricsConfig, "pass@k and where the metrics go (rft's keys).")
+    ray_init: RayInitConfig = sub(RayInitConfig, "verl's Ray settings.")
+
+
+# ------------------------------------------------------------------------------------------- load, validate
+def load_generation_config(path=None, overrides=(), validate_paths: bool = True) -> GenerationConfig:
+    from pathlib import Path
+
+    from rft.config.load import merge_layers, read_yaml
+    from rft.config.validate import _check_model_dir, _check_schema
+
+    cfg = merge_layers(GenerationConfig, [read_yaml(path)] if path is not None else [], overrides)
+    _check_schema(cfg)
+    d, r = cfg.data, cfg.rollout
+    for key, value in (("data.path", d.path), ("data.output_path", d.output_path), ("model.path", cfg.model.path)):
+        if not value:
+            raise ConfigError(f"{key} is required")
+    for key, value in (("data.n_samples", d.n_samples), ("data.batch_size", d.batch_size),
+                       ("rollout.prompt_length", r.prompt_length), ("rollout.response_length", r.response_length)):
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+    if not d.output_path.endswith(".parquet"):
+        raise ConfigError(f"data.output_path={d.output_path!r} must be a .parquet file (what rft eval reads)")
+    if r.do_sample and r.temperature <= 0:
+        raise ConfigError("rollout.temperature must be > 0 when rollout.do_sample=true (set do_sample=false for "
+                          "greedy decoding)")
+    if not 0 < r.top_p <= 1:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    if validate_paths:
+        if not Path(d.path).expanduser().is_file():
+            raise ConfigError(f"data.path: file {d.path!r} does not exist")
+        _check_model_dir("model.path", cfg.model.path)
+    return cfg
+
+
+def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> EvalConfig:
+    from pathlib import Path
+
+    from rft.config.load import merge_layers, read_yaml
+    from rft.config.validate import _check_reward_functions, _check_schema, check_reward_fn_type
+
+    cfg = merge_layers(EvalConfig, [read_yaml(path)] if path is not None else [], overrides)
+    _check_schema(cfg)
+    if not cfg.data.path:
+        raise ConfigError("data.path is required: a parquet/jsonl file of rows with responses")
+    check_reward_fn_type(cfg.custom_reward_function)  # a typed reward; no reward model, no judge model here
+    _check_reward_functions(cfg.custom_reward_function)
+    k = cfg.metrics.k
+    if k is not None and (not k or not all(isinstance(x, int) and x > 0 for x in k)):
+        raise ConfigError(f"metrics.k must be null or a list of positive integers, got {k!r}")
+    if validate_paths:
+        for key, value in (("data.path", cfg.data.path), ("custom_reward_function.path",
+                                                          cfg.custom_reward_function.path)):
+            if value and not Path(value).expanduser().is_file():
+                raise ConfigError(f"{key}: file {value!r} does not exist")
+    return cfg

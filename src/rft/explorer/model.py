@@ -1,0 +1,356 @@
+"""The explorer's model as workflows see it: a handle that chats, generates and continues conversations, served in
+batches from many workflow threads (and the OpenAI-compatible endpoint) by one generation server.
+
+`GenerationServer` owns the rollout engine. Every caller is a *client* (a workflow attempt, an HTTP request); a
+client's call blocks until every open client is waiting on the server, then all waiting requests run as one batch
+(one engine call per distinct sampling setting), rows ordered by client and call, so a step's generation is as
+batched as the workflows allow and as deterministic as they are. A client busy elsewhere for longer than
+`PATIENCE` seconds (a slow tool, a workflow about to be cut) no longer holds the others up: the waiting requests
+run without it (its later call joins the next batch); nor does a client that was closed or cancelled.
+
+`Conversation` keeps a multi-turn exchange as the exact tokens the model saw: the prompt, each generated turn (its
+tokens in the action mask, with their log-probs) and what came between turns (tool results, environment or user
+messages: rendered by the chat template, tokenized, masked out). `ModelHandle` is what a workflow holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rft.data.dataset import left_pad
+from rft.errors import RftError
+from rft.experience import Experience
+from rft.rollout import SamplingParams
+
+PATIENCE = 0.5
+"""Seconds the waiting requests wait for the open clients that are busy elsewhere before they run without them."""
+
+
+class WorkflowError(RftError):
+    """A workflow did something the explorer cannot turn into experiences."""
+
+
+class Cancelled(Exception):
+    """Raised in a workflow whose attempt was cut (timeout): its model calls stop."""
+
+
+@dataclass
+class Completion:
+    text: str
+    """The generated text, special tokens (EOS) removed."""
+    prompt_ids: list[int]
+    token_ids: list[int]
+    """The generated tokens, EOS included when the response ended."""
+    logprobs: list[float]
+    """Each generated token's log-prob under softmax(logits / temperature) (the behaviour policy)."""
+    finish_reason: str
+    """stop (EOS) or length (max tokens)."""
+
+
+@dataclass
+class _Request:
+    client: str
+    order: tuple
+    prompts: list[list[int]]
+    params: SamplingParams
+    result: list[list[Completion]] | None = None
+    error: BaseException | None = None
+    since: float = field(default_factory=time.monotonic)
+
+
+class GenerationServer:
+    def __init__(self, engine, tokenizer, generator: torch.Generator | None = None):
+        self.engine, self.tokenizer, self.generator = engine, tokenizer, generator
+        self._cond = threading.Condition()
+        self._clients: dict[str, tuple] = {}  # open client -> its order key
+        self._cancelled: set[str] = set()
+        self._pending: list[_Request] = []
+        self._running = False
+        self._ids = itertools.count()
+        self.calls = 0  # engine calls made (batches)
+
+    # --------------------------------------------------------------------------------------------- clients
+    def open(self, order: tuple = ()) -> str:
+        """A new client; `order` sorts its rows within a batch (e.g. (task index, attempt))."""
+        with self._cond:
+            client = f"c{next(self._ids)}"
+            self._clients[client] = (*order, client)
+            return client
+
+    def close(self, client: str, cancelled: bool = False) -> None:
+        with self._cond:
+            self._clients.pop(client, None)
+            if cancelled:
+                self._cancelled.add(client)
+                for r in self._pending:
+                    if r.client == client:
+                        r.error = Cancelled(f"client {client} was cancelled")
+                self._pending = [r for r in self._pending if r.client != client]
+            self._cond.notify_all()
+
+    # ---------------------------------------------------------------------------------------------- calls
+    def submit(self, client: str, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """`params.n` completions of each prompt (token ids), once every open client waits too."""
+        with self._cond:
+            if client in self._cancelled:
+                raise Cancelled(f"client {client} was cancelled")
+            ad_hoc = client not in self._clients
+            if ad_hoc:
+                self._clients[client] = (float("inf"), client)
+            request = _Request(client, self._clients[client], prompts, params)
+            self._pending.append(request)
+            self._cond.notify_all()
+            try:
+                while request.result is None and request.error is None:
+                    if not self._running and self._ready():
+                        batch, self._pending, self._running = self._pending, [], True
+                        self._cond.release()
+                        try:
+                            self._run(batch)
+                        finally:
+                            self._cond.acquire()
+                            self._running = False
+                            self._cond.notify_all()
+                    else:
+                        self._cond.wait(0.05)
+            finally:
+                if ad_hoc:
+                    self._clients.pop(client, None)
+                    self._cond.notify_all()
+            if request.error is not None:
+                raise request.error
+            return request.result
+
+    def _ready(self) -> bool:
+        if not self._pending:
+            return False
+        waiting = {r.client for r in self._pending}
+        return waiting >= set(self._clients) or time.monotonic() - self._pending[0].since >= PATIENCE
+
+    def _run(self, batch: list[_Request]) -> None:
+        """One engine call per distinct sampling setting; rows in client order."""
+        batch.sort(key=lambda r: r.order)
+        groups: dict[SamplingParams, list[_Request]] = {}
+        for r in batch:
+            groups.setdefault(dataclasses.replace(r.params, n=1), []).append(r)
+        for params, requests in groups.items():
+            try:
+                rows = [(r, i, p) for r in requests for i, p in enumerate(r.prompts) for _ in range(r.params.n)]
+                outs = self._generate([p for _, _, p in rows], params)
+                for r in requests:
+                    r.result = [[] for _ in r.prompts]
+                for (r, i, _), out in zip(rows, outs):
+                    r.result[i].append(out)
+            except BaseException as e:  # every caller of this group hears it
+                for r in requests:
+                    r.result, r.error = None, e
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        self.calls += 1
+        ids, mask = left_pad(prompts, self.tokenizer.pad_token_id)
+        out = self.engine.generate(ids, mask, params, self.generator)
+        completions = []
+        for prompt, tokens, valid, logprobs in zip(prompts, out.response_ids, out.response_mask, out.logprobs):
+            tokens = tokens[valid.bool()].tolist()
+            ended = bool(tokens) and tokens[-1] in self.engine.eos_ids.tolist()
+            completions.append(Completion(
+                text=self.tokenizer.decode(tokens, skip_special_tokens=True), prompt_ids=list(prompt),
+                token_ids=tokens, logprobs=logprobs[: len(tokens)].tolist(),
+                finish_reason="stop" if ended and not params.ignore_eos else "length"))
+        return completions
+
+
+# ------------------------------------------------------------------------------------------ conversations
+class Conversation:
+    """A conversation as the exact tokens the model saw (see the module docstring)."""
+
+    def __init__(self, tokenizer, messages: list[dict], tools: list[dict] | None = None,
+                 chat_template: str | None = None):
+        self.tokenizer, self.tools, self.chat_template = tokenizer, tools, chat_template
+        self.messages = [dict(m) for m in messages]
+        self.text = self._render(self.messages)
+        self.ids = tokenizer(self.text, add_special_tokens=False)["input_ids"]
+        self.action = [0] * len(self.ids)
+        self.logprobs = [0.0] * len(self.ids)
+        self.prompt_length = len(self.ids)
+        self.finish_reason: str | None = None
+
+    def _render(self, messages: list[dict]) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=self.tools, add_generation_prompt=True,
+                                                  tokenize=False, chat_template=self.chat_template)
+
+    def copy(self) -> Conversation:
+        other = object.__new__(Conversation)
+        other.__dict__.update(self.__dict__)
+        other.messages = [dict(m) for m in self.messages]
+        other.ids, other.action, other.logprobs = list(self.ids), list(self.action), list(self.logprobs)
+        return other
+
+    @property
+    def last_reply(self) -> str:
+        """The content of the last assistant message ("" before the first)."""
+        return next((m["content"] for m in reversed(self.messages) if m["role"] == "assistant"), "")
+
+    @property
+    def turns(self) -> int:
+        return sum(1 for m in self.messages if m["role"] == "assistant")
+
+    def append_completion(self, completion: Completion) -> None:
+        """The model's turn: its tokens (action mask 1, their log-probs) and its message."""
+        self.ids += completion.token_ids
+        self.action += [1] * len(completion.token_ids)
+        self.logprobs += completion.logprobs
+        self.messages.append({"role": "assistant", "content": completion.text})
+        self.text += self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
+        self.finish_reason = completion.finish_reason
+
+    def add(self, messages: list[dict]) -> None:
+        """Messages the model did not write (tool results, environment, user), then the generation prompt:
+        the chat template's rendering of them after the conversation so far, tokenized, action mask 0."""
+        full = self._render(self.messages + [dict(m) for m in messages])
+        if not full.startswith(self.text):
+            raise WorkflowError(
+                "the chat template renders the conversation so far differently from the tokens the model saw (it "
+                "rewrites earlier turns, e.g. drops reasoning), so the new messages cannot be appended to them; "
+                "use a template that renders earlier turns verbatim (data.chat_template)"
+            )
+        delta = self.tokenizer(full[len(self.text):], add_special_tokens=False)["input_ids"]
+        self.ids += delta
+        self.action += [0] * len(delta)
+        self.logprobs += [0.0] * len(delta)
+        self.messages += [dict(m) for m in messages]
+        self.text = full
+
+    def to_experience(self, reward: float, rewards: dict[str, float] | None = None,
+                      info: dict[str, Any] | None = None) -> Experience:
+        """The conversation as one experience (the explorer sets its group and model version)."""
+        p = self.prompt_length
+        return Experience(
+            tokens=torch.tensor(self.ids, dtype=torch.long), prompt_length=p,
+            action_mask=torch.tensor(self.action[p:], dtype=torch.long),
+            logprobs=torch.tensor(self.logprobs[p:], dtype=torch.float32), reward=float(reward), group="",
+            rewards=dict(rewards or {}), info={"response_text": self.last_reply, "turns": self.turns, **(info or {})},
+        )
+
+
+# --------------------------------------------------------------------------------------------------- handle
+_SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "do_sample", "ignore_eos"}
+
+
+@dataclass
+class ModelHandle:
+    """What a workflow holds (Trinity-RFT's model wrapper): `chat`, `generate`, conversations, an OpenAI client
+    when the endpoint is on, and the recorded calls (`enable_history`)."""
+
+    server: GenerationServer
+    tokenizer: Any
+    sampling: SamplingParams
+    """The task's sampling settings (the rollout config, or validation's); per-call keyword overrides."""
+    chat_template: str | None = None
+    client: str | None = None
+    """The server client of the running attempt (set by the runner)."""
+    endpoint: Any = None
+    """The OpenAI-compatible endpoint (rft.explorer.server.Endpoint) when enabled, else None."""
+    enable_history: bool = False
+    tool_call_parser: str = "hermes"
+    """How tool calls are found in a reply (workflow.tool_call_parser): the endpoint's and tool_call_workflow's."""
+    history: list[Experience] = field(default_factory=list)
+
+    def params(self, n: int = 1, **overrides) -> SamplingParams:
+        unknown = set(overrides) - _SAMPLING_KEYS
+        if unknown:
+            raise TypeError(f"unknown sampling settings {sorted(unknown)}; known: {sorted(_SAMPLING_KEYS)}")
+        return dataclasses.replace(self.sampling, n=n, **overrides)
+
+    def _submit(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        client = self.client or self.server.open((float("inf"),))
+        try:
+            out = self.server.submit(client, prompts, params)
+        finally:
+            if self.client is None:
+                self.server.close(client)
+        if self.enable_history:
+            for completions in out:
+                for c in completions:
+                    self.history.append(_experience_of(c))
+        return out
+
+    def chat(self, messages: list[dict], n: int = 1, tools: list[dict] | None = None, **sampling) -> list[Completion]:
+        """`n` completions of the next assistant turn after `messages` (rendered with the chat template)."""
+        return self.chat_batch([messages], n, tools, **sampling)[0]
+
+    def chat_batch(self, conversations: list[list[dict]], n: int = 1, tools: list[dict] | None = None,
+                   **sampling) -> list[list[Completion]]:
+        """`n` completions of the next assistant turn after each of `conversations`, in one call."""
+        ids = []
+        for messages in conversations:
+            text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                                      tokenize=False, chat_template=self.chat_template)
+            ids.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._submit(ids, self.params(n, **sampling))
+
+    def generate(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:
+        """`n` completions of each raw text prompt (no chat template)."""
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self._submit(ids, self.params(n, **sampling))
+
+    def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
+        return Conversation(self.tokenizer, messages, tools, self.chat_template)
+
+    def respond(self, conversations: list[Conversation], **sampling) -> None:
+        """One assistant turn for each conversation (one batched call), appended to it."""
+        if not conversations:
+            return
+        out = self._submit([c.ids for c in conversations], self.params(1, **sampling))
+        for conversation, (completion,) in zip(conversations, out):
+            conversation.append_completion(completion)
+
+    def sample(self, conversation: Conversation, n: int, **sampling) -> list[Conversation]:
+        """`n` copies of `conversation`, each continued with its own sampled assistant turn."""
+        copies = [conversation.copy() for _ in range(n)]
+        self.respond(copies, **sampling)
+        return copies
+
+    # ------------------------------------------------------------------------------------- OpenAI client
+    @property
+    def api_base(self) -> str:
+        if self.endpoint is None:
+            raise WorkflowError("the OpenAI-compatible endpoint is off: set workflow.enable_history or "
+                                "workflow.endpoint (Trinity: explorer.rollout_model.enable_history)")
+        return self.endpoint.api_base
+
+    @property
+    def api_key(self) -> str:
+        """The key that routes this attempt's HTTP calls to its server client (and its history)."""
+        if self.endpoint is None:
+            return self.api_base  # raises the explanation
+        return self.endpoint.key_for(self)
+
+    def get_openai_client(self):
+        """An `openai.OpenAI` client on the endpoint, whose calls count as this workflow's."""
+        try:
+            import openai
+        except ImportError:
+            raise RftError("the OpenAI client needs the openai package: pip install 'rft[agents]'") from None
+        return openai.OpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
+
+    def extract_experience_from_history(self, clear: bool = True) -> list[Experience]:
+        """One experience per recorded model call (prompt and completion tokens, reward 0: the workflow sets it)."""
+        out = list(self.history)
+        if clear:
+            self.history.clear()
+        return out
+
+
+def _experience_of(c: Completion) -> Experience:
+    return Experience(tokens=torch.tensor(c.prompt_ids + c.token_ids, dtype=torch.long),
+                      prompt_length=len(c.prompt_ids), action_mask=torch.ones(len(c.token_ids), dtype=torch.long),
+                      logprobs=torch.tensor(c.logprobs, dtype=torch.float32), reward=0.0, group="",
+                      info={"response_text": c.text})

@@ -1,0 +1,156 @@
+"""Workflow runners: a step's tasks run through their workflow, `runner_per_model` at a time, none able to stall
+or kill the run.
+
+Each attempt runs in a thread of its own with a server client of its own (so its model calls batch with the other
+attempts'). An attempt that outlives `max_timeout` is cut: its client is cancelled (its next model call raises
+`Cancelled`), an asynchronous exception is raised in its thread (a pure-Python loop stops at its next bytecode; a
+call blocked in C, such as a long sleep, is abandoned in a daemon thread), and the runner moves on. An attempt that
+raises, or returns anything but a non-empty list of experiences with consistent fields, fails the same way. A
+failed task is retried up to `max_retry_times` times, then skipped; the metrics count it
+(`workflow/timeouts`, `workflow/errors`, `workflow/bad_results`, `workflow/retries`, `workflow/skipped_tasks`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rft.experience import Experience
+from rft.explorer.model import Cancelled, GenerationServer, ModelHandle
+from rft.explorer.workflow import Task
+
+log = logging.getLogger("rft")
+
+
+def _raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc))
+
+
+def check_experiences(out) -> str | None:
+    """Why `out` is not a workflow's usable result (None: it is)."""
+    if not isinstance(out, list) or not out:
+        return f"returned {type(out).__name__ if not isinstance(out, list) else 'an empty list'}, not a list of experiences"
+    for e in out:
+        if not isinstance(e, Experience):
+            return f"returned a list holding {type(e).__name__}, not Experience"
+        r = len(e.tokens) - e.prompt_length
+        if r <= 0 or e.prompt_length <= 0 or len(e.action_mask) != r or len(e.logprobs) != r:
+            return (f"returned an experience whose lengths disagree (tokens {len(e.tokens)}, prompt {e.prompt_length}, "
+                    f"action mask {len(e.action_mask)}, log-probs {len(e.logprobs)})")
+        if not torch.is_tensor(e.action_mask) or not bool(e.action_mask.any()):
+            return "returned an experience with no token of the model's (its action mask is all 0)"
+        if not isinstance(e.reward, (int, float)) or e.reward != e.reward:
+            return f"returned an experience whose reward is {e.reward!r}"
+    names = {tuple(sorted(e.rewards)) for e in out}
+    if len(names) > 1:
+        return f"returned experiences with different reward values named {sorted(names)}"
+    return None
+
+
+@dataclass
+class RunnerSettings:
+    runner_per_model: int = 8
+    max_timeout: float = 900.0
+    max_retry_times: int = 2
+
+
+class _Attempt(BaseException):
+    """Raised into a cut attempt's thread."""
+
+
+class WorkflowRunner:
+    def __init__(self, workflow_cls: type, server: GenerationServer, make_handle: Callable[[], ModelHandle],
+                 settings: RunnerSettings, auxiliary: list[ModelHandle] | None = None):
+        """`make_handle()`: a fresh model handle for an attempt (the runner sets its server client)."""
+        self.workflow_cls, self.server, self.make_handle = workflow_cls, server, make_handle
+        self.s, self.auxiliary = settings, list(auxiliary or [])
+
+    def run(self, tasks: list[Task]) -> tuple[list[list[Experience]], dict[str, float]]:
+        """Each task's experiences ([] for a skipped task), in task order, and the runner's metrics."""
+        results: list[list[Experience]] = [[] for _ in tasks]
+        counts = {"timeouts": 0, "errors": 0, "bad_results": 0, "retries": 0, "skipped_tasks": 0}
+        durations: list[float] = []
+        lock = threading.Lock()
+        queue = list(range(len(tasks)))
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    i = queue.pop(0)
+                for attempt in range(self.s.max_retry_times + 1):
+                    if attempt:
+                        with lock:
+                            counts["retries"] += 1
+                    started = time.monotonic()
+                    out, failure = self._attempt(tasks[i], attempt)
+                    if failure is None:
+                        with lock:
+                            results[i] = out
+                            durations.append(time.monotonic() - started)
+                        break
+                    with lock:
+                        counts[failure[0]] += 1
+                    log.warning("rft: workflow %s on task %d (%s), attempt %d of %d: %s",
+                                self.workflow_cls.__name__, tasks[i].index, tasks[i].prompt.origin, attempt + 1,
+                                self.s.max_retry_times + 1, failure[1])
+                else:
+                    with lock:
+                        counts["skipped_tasks"] += 1
+
+        threads = [threading.Thread(target=worker, name=f"rft-runner-{k}", daemon=True)
+                   for k in range(max(1, min(self.s.runner_per_model, len(tasks))))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        metrics = {f"workflow/{k}": float(v) for k, v in counts.items()}
+        metrics["workflow/tasks"] = float(len(tasks))
+        if durations:
+            metrics["workflow/run_s/mean"] = sum(durations) / len(durations)
+            metrics["workflow/run_s/max"] = max(durations)
+        return results, metrics
+
+    def _attempt(self, task: Task, attempt: int) -> tuple[list[Experience], tuple[str, str] | None]:
+        """One attempt in a thread of its own: (experiences, None) or ([], (kind, why))."""
+        try:
+            handle = self.make_handle()
+            handle.client = self.server.open((task.index, attempt))
+        except Exception as e:  # the runner's own setup: the attempt fails like the workflow's error
+            return [], ("errors", f"could not set up the attempt: {type(e).__name__}: {e}")
+        box: dict = {}
+
+        def target() -> None:
+            try:
+                workflow = self.workflow_cls(task=task, model=handle, auxiliary_models=self.auxiliary)
+                box["out"] = workflow.run()
+            except _Attempt:
+                pass
+            except Cancelled:
+                pass
+            except BaseException as e:  # the workflow's own error: reported, retried
+                box["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+            finally:
+                self.server.close(handle.client)
+
+        thread = threading.Thread(target=target, name=f"rft-workflow-{task.index}-{attempt}", daemon=True)
+        thread.start()
+        thread.join(self.s.max_timeout)
+        if thread.is_alive():
+            self.server.close(handle.client, cancelled=True)
+            _raise_in(thread, _Attempt)
+            return [], ("timeouts", f"cut after workflow.max_timeout={self.s.max_timeout:g} s")
+        if "error" in box:
+            return [], ("errors", f"raised {box['error']}")
+        why = check_experiences(box.get("out"))
+        if why is not None:
+            return [], ("bad_results", why)
+        return box["out"], None

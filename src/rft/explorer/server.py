@@ -1,0 +1,278 @@
+"""The explorer's engine as an OpenAI-compatible endpoint on 127.0.0.1, so agent code written against the `openai`
+client (any framework) runs as a workflow: `/v1/models`, `/v1/chat/completions` (with `logprobs`, `n`, `tools`),
+`/v1/completions`.
+
+The server is the standard library's threading HTTP server (no web framework to install): each request is served
+on its own thread and its generation joins the batches of the generation server. A workflow's calls carry its key
+(`ModelHandle.api_key`, the bearer token its `get_openai_client()` sends), so they batch as that workflow's and,
+with `enable_history`, are recorded for `extract_experience_from_history()`. A request with another key is served
+on its own (no history).
+
+What the engine cannot do is refused with HTTP 400 and an OpenAI-style error body (never ignored): streaming, stop
+sequences, top-logprobs alternatives, and an unknown model name (404).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+import uuid
+import weakref
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from rft.explorer.model import ModelHandle
+from rft.explorer.tools import parse_tool_calls
+
+_ACCEPTED = {"model", "messages", "prompt", "n", "temperature", "top_p", "top_k", "max_tokens",
+             "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice", "stream", "stop", "user",
+             "seed", "parallel_tool_calls", "echo", "presence_penalty", "frequency_penalty"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def _text(content) -> str:
+    """An OpenAI message content: a string or a list of parts (their text joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    raise ApiError(400, "message content must be a string or a list of text parts")
+
+
+def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dict:
+    """An OpenAI chat message as the chat template's {role, content}: an assistant's structured tool calls written
+    back as the reply the endpoint parsed them from (`replies`: the raw text by tool-call id, so the next prompt
+    holds the tokens the model wrote), or else in the model's call format; a tool message's content as text."""
+    if not isinstance(m, dict) or "role" not in m:
+        raise ApiError(400, "every message needs a role")
+    text = _text(m.get("content"))
+    raw = (replies or {}).get(str((m.get("tool_calls") or [{}])[0].get("id")))
+    if m["role"] == "assistant" and raw is not None:
+        text = raw
+    elif m["role"] == "assistant" and m.get("tool_calls"):
+        calls = []
+        for c in m["tool_calls"]:
+            f = c.get("function", {})
+            args = f.get("arguments", "{}")
+            args = json.loads(args) if isinstance(args, str) else args
+            if parser == "hermes":
+                calls.append("<tool_call>" + json.dumps({"name": f.get("name"), "arguments": args}) + "</tool_call>")
+            else:
+                calls.append(f"{f.get('name')}(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")")
+        text = text + ("".join(calls) if parser == "hermes" else "[" + ", ".join(calls) + "]")
+    out = {"role": m["role"], "content": text}
+    if m.get("name"):
+        out["name"] = m["name"]
+    return out
+
+
+class Endpoint:
+    def __init__(self, make_handle, model_name: str, tool_call_parser: str = "hermes", port: int = 0):
+        """`make_handle()`: a model handle for requests that are no workflow's (ad-hoc clients, no history)."""
+        self.make_handle, self.model_name, self.parser = make_handle, model_name, tool_call_parser
+        self._keys: dict[str, weakref.ref] = {}
+        self._replies: dict[str, str] = {}  # the raw replies behind the tool calls served, newest last
+        self._lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _send(self, status: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _fail(self, e: ApiError) -> None:
+                self._send(e.status, {"error": {"message": e.message, "type": e.kind, "code": e.status}})
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": endpoint.model_name, "object": "model",
+                                                                 "created": 0, "owned_by": "rft"}]})
+                else:
+                    self._fail(ApiError(404, f"no route {self.path}"))
+
+            def do_POST(self) -> None:
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    try:
+                        body = json.loads(self.rfile.read(length) or b"{}")
+                    except ValueError:
+                        raise ApiError(400, "the request body is not JSON") from None
+                    key = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+                    route = self.path.rstrip("/")
+                    if route == "/v1/chat/completions":
+                        self._send(200, endpoint.chat(body, key))
+                    elif route == "/v1/completions":
+                        self._send(200, endpoint.complete(body, key))
+                    else:
+                        raise ApiError(404, f"no route {self.path}")
+                except ApiError as e:
+                    self._fail(e)
+                except Exception as e:  # a bug or a cancelled workflow: the client gets a 500, not a hang
+                    self._fail(ApiError(500, f"{type(e).__name__}: {e}", "server_error"))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.api_base = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="rft-openai-endpoint", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------------------------- keys
+    def key_for(self, handle: ModelHandle) -> str:
+        with self._lock:
+            for key, ref in self._keys.items():
+                if ref() is handle:
+                    return key
+            key = "rft-" + secrets.token_hex(12)
+            self._keys[key] = weakref.ref(handle)
+            return key
+
+    def _handle(self, key: str) -> ModelHandle:
+        with self._lock:
+            ref = self._keys.get(key)
+        handle = ref() if ref is not None else None
+        return handle if handle is not None else self.make_handle()
+
+    # --------------------------------------------------------------------------------------------- routes
+    def _check(self, body: dict) -> None:
+        unknown = set(body) - _ACCEPTED
+        if unknown:
+            raise ApiError(400, f"unsupported parameters {sorted(unknown)}")
+        if body.get("model") not in (None, self.model_name):
+            raise ApiError(404, f"The model `{body.get('model')}` does not exist; this endpoint serves "
+                                f"`{self.model_name}`", "model_not_found")
+        if body.get("stream"):
+            raise ApiError(400, "stream=true is not supported: rft's endpoint returns whole responses")
+        if body.get("stop"):
+            raise ApiError(400, "stop sequences are not supported by rft's engine (it stops at EOS or max_tokens)")
+        if body.get("echo"):
+            raise ApiError(400, "echo is not supported")
+        if body.get("top_logprobs") or (isinstance(body.get("logprobs"), int) and not isinstance(
+                body.get("logprobs"), bool) and body.get("logprobs") > 1):
+            raise ApiError(400, "top-logprobs alternatives are not returned: ask for logprobs of the sampled tokens")
+        for key in ("presence_penalty", "frequency_penalty"):
+            if body.get(key):
+                raise ApiError(400, f"{key} is not supported by rft's engine")
+
+    def _sampling(self, body: dict) -> dict:
+        out = {}
+        for key in ("temperature", "top_p", "top_k"):
+            if body.get(key) is not None:
+                out[key] = body[key]
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        if limit is not None:
+            out["max_tokens"] = int(limit)
+        if out.get("temperature") == 0:
+            out["do_sample"] = False
+        return out
+
+    REMEMBERED = 4096
+    """Replies with tool calls kept for writing them back verbatim (the oldest are forgotten first)."""
+
+    def _remember(self, call_id: str, text: str) -> None:
+        with self._lock:
+            self._replies[call_id] = text
+            while len(self._replies) > self.REMEMBERED:
+                del self._replies[next(iter(self._replies))]
+
+    def chat(self, body: dict, key: str) -> dict:
+        self._check(body)
+        with self._lock:
+            replies = dict(self._replies)
+        messages = [_message(m, self.parser, replies) for m in body.get("messages") or []]
+        if not messages:
+            raise ApiError(400, "messages must be a non-empty list")
+        tools = body.get("tools") or None
+        if body.get("tool_choice") not in (None, "auto", "none"):
+            raise ApiError(400, "tool_choice must be auto or none")
+        handle = self._handle(key)
+        completions = handle.chat(messages, n=int(body.get("n") or 1), tools=tools, **self._sampling(body))
+        choices = []
+        for i, c in enumerate(completions):
+            message: dict = {"role": "assistant", "content": c.text}
+            finish = c.finish_reason
+            if tools and body.get("tool_choice") != "none":
+                calls, rest = parse_tool_calls(c.text, self.parser)
+                if calls:
+                    message = {"role": "assistant", "content": rest or None, "tool_calls": [
+                        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                         "function": {"name": t.name, "arguments": json.dumps(t.arguments)}} for t in calls]}
+                    finish = "tool_calls"
+                    self._remember(message["tool_calls"][0]["id"], c.text)
+            choice = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
+            if body.get("logprobs"):
+                choice["logprobs"] = {"content": [
+                    {"token": handle.tokenizer.decode([t]), "logprob": lp,
+                     "bytes": list(token_bytes(handle.tokenizer, t)), "top_logprobs": []}
+                    for t, lp in zip(c.token_ids, c.logprobs)]}
+            choices.append(choice)
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": self.model_name, "choices": choices, "usage": _usage(completions)}
+
+    def complete(self, body: dict, key: str) -> dict:
+        self._check(body)
+        prompts = body.get("prompt")
+        prompts = [prompts] if isinstance(prompts, str) else prompts
+        if not prompts or not all(isinstance(p, str) for p in prompts):
+            raise ApiError(400, "prompt must be a string or a list of strings")
+        handle = self._handle(key)
+        out = handle.generate(prompts, n=int(body.get("n") or 1), **self._sampling(body))
+        choices, flat = [], []
+        for completions in out:
+            for c in completions:
+                choice = {"index": len(choices), "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
+                if body.get("logprobs"):
+                    tokens = [handle.tokenizer.decode([t]) for t in c.token_ids]
+                    offsets = [sum(len(x) for x in tokens[:k]) for k in range(len(tokens))]
+                    choice["logprobs"] = {"tokens": tokens, "token_logprobs": c.logprobs, "top_logprobs": None,
+                                          "text_offset": offsets}
+                choices.append(choice)
+                flat.append(c)
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": self.model_name, "choices": choices, "usage": _usage(flat)}
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+_BYTE_DECODER: dict[str, int] | None = None
+
+
+def token_bytes(tokenizer, token_id: int) -> bytes:
+    """The bytes a token stands for (a byte-level BPE token may hold part of a UTF-8 character, which its decoded
+    text cannot show)."""
+    global _BYTE_DECODER
+    if _BYTE_DECODER is None:
+        from rft.models.tiny import (
+            bytes_to_unicode,  # GPT-2's byte-level alphabet, which byte-level BPEs share
+        )
+
+        _BYTE_DECODER = {c: b for b, c in bytes_to_unicode().items()}
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if isinstance(piece, str) and piece not in tokenizer.all_special_tokens and all(c in _BYTE_DECODER for c in piece):
+        return bytes(_BYTE_DECODER[c] for c in piece)
+    return tokenizer.decode([token_id]).encode()
+
+
+def _usage(completions) -> dict:
+    prompt = sum(len(c.prompt_ids) for c in completions[:1])
+    completion = sum(len(c.token_ids) for c in completions)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -1,0 +1,197 @@
+"""Workflows: how a task becomes experiences (Trinity-RFT's workflow API).
+
+A workflow class is registered by name (`@register_workflow("name")`; built-ins below, user classes from a Python
+file: `workflow.path`) and constructed per task attempt as `cls(task=..., model=..., auxiliary_models=[...])`;
+`run()` returns the task's experiences (`model.chat` / `model.generate` completions, or `Conversation`s turned into
+experiences, or `model.extract_experience_from_history()`), each with its reward. The runner (`runner.py`) sets
+their group (one per task), model version and bookkeeping, and cuts, retries or skips a workflow that hangs,
+raises or returns something that is not a list of experiences.
+
+Built-ins:
+* `simple_workflow`: one chat turn, `repeat_times` samples, the task's reward function on each (today's
+  single-turn behaviour; the explorer runs it as one batched generation over the step's tasks).
+* `math_workflow`: the same with a reasoning system prompt (think / answer tags) when the task has none, as
+  DeepSeek-R1 and Trinity-RFT's math workflow prompt.
+* `tool_call_workflow`: multi-turn tool use: the model's reply is parsed for tool calls (workflow args
+  `tool_call_parser`: hermes | pythonic); each call runs (built-in tools or `tools_path`, a time limit
+  `tool_timeout`), its result goes back as a `tool` message, until a reply without calls or `max_turns`. One
+  experience per conversation, the loss on the model's tokens only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rft.data.dataset import Prompt
+from rft.experience import Experience
+from rft.explorer.model import Completion, Conversation, ModelHandle, WorkflowError
+from rft.registry import Registry
+from rft.rewards.scoring import score_responses
+
+WORKFLOWS: Registry[type] = Registry("workflow")
+
+
+def register_workflow(name: str) -> Callable[[type], type]:
+    """Class decorator registering a workflow under `name`. A user file imported again (a second run in the same
+    process) registers its classes anew; a built-in name cannot be taken."""
+    def wrap(cls: type) -> type:
+        existing = WORKFLOWS._items.get(name)
+        if existing is not None and existing.__module__.startswith("rft_workflow_") \
+                and cls.__module__.startswith("rft_workflow_"):
+            del WORKFLOWS._items[name]
+        return WORKFLOWS.register(name)(cls)
+    return wrap
+
+
+@dataclass
+class Task:
+    """One task as a workflow gets it."""
+
+    prompt: Prompt
+    """The prompt: its chat `messages` (system prompt included), `tools`, `ground_truth` (the reference:
+    reward_model.ground_truth or data.response_key), `data_source`, `extra_info`, and the raw `row`."""
+    index: int = 0
+    """The task's place in its step (its group)."""
+    repeat_times: int = 1
+    """Responses wanted (actor_rollout_ref.rollout.n; validation: val_kwargs.n)."""
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    reward_fn: Callable[..., Any] | None = None
+    """verl's signature: (data_source, solution_str, ground_truth, extra_info) -> float | dict with score."""
+    is_eval: bool = False
+
+    @property
+    def messages(self) -> list[dict]:
+        return [dict(m) for m in self.prompt.messages]
+
+    @property
+    def raw_task(self) -> dict:
+        return self.prompt.row
+
+    @property
+    def truth(self) -> Any:
+        return self.prompt.ground_truth
+
+    def score(self, response: str) -> tuple[float, dict[str, float]]:
+        """(the reward of `response`, its named parts) from the task's reward function (time limit, checks and
+        failure policy as for any reward function)."""
+        if self.reward_fn is None:
+            raise WorkflowError("this task has no reward function")
+        scores, extras = score_responses(self.reward_fn, [self.prompt.data_source], [response],
+                                         [self.prompt.ground_truth], [self.prompt.extra_info])
+        return scores[0], {k: v[0] for k, v in extras.items()}
+
+
+class Workflow:
+    """Subclass, implement `run`, register with `@register_workflow("name")`."""
+
+    def __init__(self, *, task: Task, model: ModelHandle, auxiliary_models: list[ModelHandle] | None = None):
+        self.task, self.model, self.auxiliary_models = task, model, list(auxiliary_models or [])
+        self.args = dict(task.workflow_args)
+
+    def run(self) -> list[Experience]:
+        raise NotImplementedError
+
+
+def completion_experience(completion: Completion, reward: float, rewards: dict[str, float]) -> Experience:
+    """The experience of one single-turn completion."""
+    import torch
+
+    return Experience(tokens=torch.tensor(completion.prompt_ids + completion.token_ids, dtype=torch.long),
+                      prompt_length=len(completion.prompt_ids),
+                      action_mask=torch.ones(len(completion.token_ids), dtype=torch.long),
+                      logprobs=torch.tensor(completion.logprobs, dtype=torch.float32), reward=reward, group="",
+                      rewards=rewards, info={"response_text": completion.text})
+
+
+@register_workflow("simple_workflow")
+class SimpleWorkflow(Workflow):
+    def run(self) -> list[Experience]:
+        completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
+        return [completion_experience(c, *self.task.score(c.text)) for c in completions]
+
+
+R1_SYSTEM_PROMPT = (
+    "You are a helpful assistant who solves the user's problem step by step. Think it through first, then answer: "
+    "put your reasoning between <think> and </think> and your final answer between <answer> and </answer>, e.g. "
+    "<think> reasoning </think> <answer> answer </answer>."
+)
+
+
+@register_workflow("math_workflow")
+class MathWorkflow(SimpleWorkflow):
+    """simple_workflow with a think / answer system prompt when the task brings none (DeepSeek-R1's format)."""
+
+    def run(self) -> list[Experience]:
+        if not any(m["role"] == "system" for m in self.task.prompt.messages):
+            prompt = dataclasses.replace(self.task.prompt, messages=[{"role": "system", "content": R1_SYSTEM_PROMPT},
+                                                                     *self.task.prompt.messages])
+            self.task = dataclasses.replace(self.task, prompt=prompt)
+        return super().run()
+
+
+@register_workflow("tool_call_workflow")
+class ToolCallWorkflow(Workflow):
+    """Multi-turn tool use (see the module docstring). Workflow args: max_turns (default 4: model turns),
+    tool_call_parser (default: workflow.tool_call_parser), tools_path (a Python file whose functions are tools),
+    tool_timeout (seconds, 10)."""
+
+    def run(self) -> list[Experience]:
+        from rft.explorer.tools import load_tools, parse_tool_calls, run_tool
+
+        a = self.args
+        max_turns, parser = int(a.get("max_turns", 4)), a.get("tool_call_parser", self.model.tool_call_parser)
+        tools, timeout = load_tools(a.get("tools_path")), float(a.get("tool_timeout", 10.0))
+        start = self.model.start(self.task.messages, tools=self.task.prompt.tools)
+        conversations = self.model.sample(start, self.task.repeat_times)
+        active = list(conversations)
+        tool_calls = {id(c): 0 for c in conversations}
+        for _ in range(max_turns - 1):
+            pending = []
+            for c in active:
+                calls, _ = parse_tool_calls(c.last_reply, parser)
+                if not calls or c.finish_reason != "stop":
+                    continue
+                tool_calls[id(c)] += len(calls)
+                c.add([{"role": "tool", "content": run_tool(call, tools, timeout), "name": call.name}
+                       for call in calls])
+                pending.append(c)
+            if not pending:
+                break
+            self.model.respond(pending)
+            active = pending
+        out = []
+        for c in conversations:
+            reward, rewards = self.task.score(c.last_reply)
+            out.append(c.to_experience(reward, {**rewards, "tool_calls": float(tool_calls[id(c)])}))
+        return out
+
+
+def load_workflow_file(path: str) -> None:
+    """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
+    Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
+    from pathlib import Path
+
+    from rft.userfile import load_user_module
+
+    folder = Path(path).expanduser()
+    for file in sorted(folder.glob("*.py")) if folder.is_dir() else [path]:
+        load_user_module(file, "workflow.path", "rft_workflow")
+
+
+def workflow_class(name: str, path: str | None = None) -> type:
+    """The workflow registered as `name` (after importing `path` when given)."""
+    if path:
+        load_workflow_file(path)
+    try:
+        return WORKFLOWS.get(name)
+    except KeyError:
+        raise WorkflowError(f"workflow.type={name!r} is not a registered workflow; known: {WORKFLOWS.names()}"
+                            + ("" if path else " (a workflow of your own: set workflow.path to the file that "
+                                                "registers it with rft.explorer.workflow.register_workflow)")) from None
+
+
+__all__ = ["WORKFLOWS", "Conversation", "MathWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+           "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]

@@ -1,0 +1,93 @@
+"""`rft merge`: a training checkpoint to a Hugging Face folder (verl's model merger).
+
+A checkpoint holds only what was trained (`policy.safetensors`: every weight, or the LoRA adapter; `policy_dcp/` when
+several processes wrote it), so the model is rebuilt as the run built it, from the run's `config.yaml` (beside
+`checkpoints/`): the starting model folder, the LoRA settings. The weights are loaded into it
+(`load_policy_weights`: a DCP folder is read into the one-process model) and exported with the LoRA adapter merged
+(`export_hf`, atomic), with the tokenizer. RL runs (`rft train`), SFT runs (`rft sft`, SFT stages) and DPO runs (`rft dpo`, DPO stages) alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rft.errors import CheckpointError, RftError
+
+
+def checkpoint_folder(path: str | Path) -> Path:
+    """The global_step_N folder `path` names: itself, or the newest of a checkpoints/ folder or of a run folder."""
+    from rft.trainer.checkpoint import CheckpointManager
+
+    path = Path(path).expanduser()
+    if (path / "trainer_state.json").is_file():
+        return path
+    for root in (path, path / "checkpoints"):
+        latest = CheckpointManager(root).latest() if root.is_dir() else None
+        if latest is not None:
+            return latest
+    raise RftError(f"{str(path)!r} is not a checkpoint (global_step_N with trainer_state.json), nor a checkpoints/ "
+                   "or run folder holding one")
+
+
+def _load_dcp(folder: Path, model) -> None:
+    """The trainable weights of a DCP folder (several processes wrote it) into the one-process `model`, by name:
+    DCP reads exactly the tensors asked for and names any the folder lacks (LoRA settings that differ)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    state = {"model": {n: torch.empty_like(p.detach()) for n, p in params.items()}}
+    dcp.load(state, checkpoint_id=str(folder))
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(state["model"][name])
+
+
+def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path | None = None) -> Path:
+    import torch
+
+    from rft.config.dpo_schema import DPOConfig
+    from rft.config.load import merge_layers, read_yaml
+    from rft.config.schema import RFTConfig
+    from rft.config.sft_schema import SFTConfig
+    from rft.models.load import export_hf, load_tokenizer, load_trainable_model
+    from rft.trainer.checkpoint import POLICY_DCP, damage, load_policy_weights
+
+    folder = checkpoint_folder(checkpoint)
+    run = folder.parent.parent
+    config = Path(config) if config else run / "config.yaml"
+    if not config.is_file():
+        raise RftError(f"rft merge rebuilds the model from the run's config.yaml, and {str(config)!r} does not exist: "
+                       "give --config with the config the run was trained with")
+    why = damage(folder)
+    if why is not None:
+        raise CheckpointError(f"checkpoint {folder} is damaged ({why}); merge another one (global_step_N)")
+    raw = read_yaml(config)
+    if "actor_rollout_ref" in raw:
+        cfg = merge_layers(RFTConfig, [raw])
+        model_cfg, key = cfg.actor_rollout_ref.model, "actor_rollout_ref.model"
+        path, tokenizer_path = model_cfg.path, cfg.data.tokenizer or model_cfg.path
+    elif "model" in raw and "partial_pretrain" in raw.model:
+        # an rft dpo config is the SFT sections plus the preference loss's algorithm section
+        cfg = merge_layers(DPOConfig if "algorithm" in raw else SFTConfig, [raw])
+        model_cfg, key = cfg.model, "model"
+        path, tokenizer_path = model_cfg.partial_pretrain, model_cfg.partial_pretrain
+    else:
+        raise RftError(f"{str(config)!r} is neither an rft train nor an rft sft / dpo config (no actor_rollout_ref, "
+                       "no model.partial_pretrain)")
+    if not path or not (Path(path).expanduser() / "config.json").is_file():
+        raise RftError(f"{str(config)!r}: the run started from {path!r}, which is not a Hugging Face model folder "
+                       "any more; rft merge needs it to rebuild the model (give --config with a path that is)")
+    model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
+    try:
+        if (folder / POLICY_DCP).is_dir():
+            _load_dcp(folder / POLICY_DCP, model)
+        else:
+            load_policy_weights(folder, model)
+    except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
+        raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({' '.join(str(e).split())[:200]}); "
+                              "give --config with the config it was trained with") from None
+    tokenizer = load_tokenizer(tokenizer_path, model_cfg.trust_remote_code)
+    out = export_hf(model, tokenizer, out, merge_in_place=True)
+    print(f"rft merge: {folder} ({'LoRA merged' if model_cfg.lora_rank > 0 else 'full weights'}) -> {out}", flush=True)
+    return out

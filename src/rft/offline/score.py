@@ -1,0 +1,124 @@
+"""`rft eval`: score the responses of a parquet / jsonl file (verl's main_eval, evaluation.yaml keys) and report,
+per data source, mean@n, best@n and pass@k.
+
+For a data source whose rows have n responses each, with c_i of row i's passing (score >= metrics.pass_threshold):
+
+* `eval/<source>/reward/mean@n`: the mean score over all responses;
+* `eval/<source>/reward/best@n`: the mean over rows of the row's best score;
+* `eval/<source>/pass@k`: the mean over rows of the unbiased estimator of the chance that at least one of k
+  responses drawn without replacement from the row's n passes (Chen et al. 2021, "Evaluating Large Language Models
+  Trained on Code"): `1 - C(n - c, k) / C(n, k)`, computed as `1 - prod_{i = n - c + 1}^{n} (1 - k / i)`.
+
+The scores come from the reward function of `custom_reward_function` (the built-in scorers by data source by
+default, a typed reward with reward_fn_type, the functions of path with reward_kwargs) with its time limit, failure
+policy and worker processes (num_workers), as in training; llm_judge, which needs a judge model, is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rft.config.offline_schema import EvalConfig
+from rft.errors import RftError
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one prompt with `c` passing responses out of `n` (k <= n)."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, ... below n, and n."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return [*ks, n]
+
+
+def _ground_truth(value: Any) -> Any:
+    return value.get("ground_truth") if isinstance(value, dict) else value
+
+
+def metrics_of(groups: dict[str, list[list[float]]], threshold: float, ks: list[int] | None) -> dict[str, float]:
+    """The metrics of {data source: [the scores of each row's responses]} (every row of a source has n)."""
+    out: dict[str, float] = {}
+    for source in sorted(groups):
+        rows = groups[source]
+        n = len(rows[0])
+        for k in ks or default_ks(n):
+            if k > n:
+                raise RftError(f"metrics.k lists {k}, but the rows of data source {source!r} have {n} responses "
+                               f"each: k must be at most n")
+        out[f"eval/{source}/reward/mean@{n}"] = float(np.mean([s for row in rows for s in row]))
+        out[f"eval/{source}/reward/best@{n}"] = float(np.mean([max(row) for row in rows]))
+        for k in ks or default_ks(n):
+            passed = [sum(s >= threshold for s in row) for row in rows]
+            out[f"eval/{source}/pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in passed]))
+    return out
+
+
+def run_eval(cfg: EvalConfig) -> dict[str, float]:
+    from rft.data.io import read_rows
+    from rft.fsutil import write_text_atomic
+    from rft.rewards import build_reward_fn, score_responses
+
+    d, crf = cfg.data, cfg.custom_reward_function
+    rows = read_rows(d.path)
+    if not rows:
+        raise RftError(f"data.path={d.path!r} has no rows")
+    flat: dict[str, list] = {"source": [], "response": [], "truth": [], "extra": []}
+    counts: dict[str, set[int]] = {}
+    for i, row in enumerate(rows):
+        for key, what in ((d.prompt_key, "prompt_key"), (d.response_key, "response_key"),
+                          (d.data_source_key, "data_source_key"), (d.reward_model_key, "reward_model_key")):
+            if key not in row:
+                raise RftError(f"{d.path} row {i}: no column {key!r} (data.{what}); columns: {sorted(row)}")
+        responses = row[d.response_key]
+        responses = [responses] if isinstance(responses, str) else list(responses)
+        if not responses or not all(isinstance(r, str) for r in responses):
+            raise RftError(f"{d.path} row {i}: data.response_key {d.response_key!r} must hold a non-empty list of "
+                           f"strings, got {row[d.response_key]!r:.80}")
+        source = str(row[d.data_source_key])
+        counts.setdefault(source, set()).add(len(responses))
+        flat["source"] += [source] * len(responses)
+        flat["response"] += responses
+        flat["truth"] += [_ground_truth(row[d.reward_model_key])] * len(responses)
+        flat["extra"] += [row.get("extra_info") if isinstance(row.get("extra_info"), dict) else None] * len(responses)
+    for source, ns in counts.items():
+        if len(ns) > 1:
+            raise RftError(f"{d.path}: the rows of data source {source!r} have {sorted(ns)} responses: mean@n and "
+                           "pass@k need the same n for every row of a data source")
+    fn = build_reward_fn(crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error,
+                         reward_fn_type=crf.reward_fn_type, num_workers=crf.num_workers,
+                         reward_kwargs=crf.reward_kwargs)
+    scores, _ = score_responses(fn, flat["source"], flat["response"], flat["truth"], flat["extra"])
+    groups: dict[str, list[list[float]]] = {}
+    per_row, at = [], 0
+    for row in rows:
+        n = 1 if isinstance(row[d.response_key], str) else len(row[d.response_key])
+        row_scores = scores[at:at + n]
+        at += n
+        groups.setdefault(str(row[d.data_source_key]), []).append(row_scores)
+        per_row.append({"prompt": row[d.prompt_key], "data_source": str(row[d.data_source_key]), "scores": row_scores})
+    metrics = metrics_of(groups, cfg.metrics.pass_threshold, cfg.metrics.k)
+    out = Path(cfg.metrics.output_path or str(Path(d.path).with_suffix("")) + ".metrics.json")
+    report = {"data": str(d.path), "metrics": metrics, "rows": {s: len(g) for s, g in groups.items()},
+              "n": {s: len(g[0]) for s, g in groups.items()}, "pass_threshold": cfg.metrics.pass_threshold}
+    write_text_atomic(out.with_name(out.name.removesuffix(".json").removesuffix(".metrics") + ".scores.jsonl"),
+                      "".join(json.dumps(r, default=str) + "\n" for r in per_row))
+    write_text_atomic(out, json.dumps(report, indent=1) + "\n")
+    for source in sorted(groups):
+        shown = {k.split("/", 2)[2]: v for k, v in metrics.items() if k.startswith(f"eval/{source}/")}
+        print(f"rft eval: {source} ({len(groups[source])} prompts x {len(groups[source][0])}): " +
+              " ".join(f"{k}={v:.4f}" for k, v in shown.items()), flush=True)
+    print(f"rft eval: metrics in {out}", flush=True)
+    return metrics

@@ -1,0 +1,254 @@
+"""Monitors: each writes what its own library reads back (TensorBoard's event reader, MLflow's client on the SQLite
+store, W&B's offline transaction log), chosen by verl's trainer.logger and by Trinity-RFT's monitor section; the
+validation samples as each one's table; the refusals and the missing-extra errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from rl_helpers import make_assets
+
+from rft.cli import main
+from rft.config import ConfigError, load_config
+from rft.config.trinity import translate
+from rft.monitor import GENERATIONS, Tracker
+from rft.monitor.backends import RunInfo, mlflow_name
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+REWARD = "critic/score/mean"
+VAL = "val-core/arithmetic/reward/mean@1"
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    return make_assets(tmp_path_factory.mktemp("monitor_assets"))
+
+
+@pytest.fixture
+def offline_wandb(monkeypatch):
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def _train_args(assets: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+            f"data.train_files={assets / 'data' / 'train.parquet'}", f"data.val_files={assets / 'data' / 'val.parquet'}",
+            f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+            "data.max_response_length=4", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2", "trainer.total_training_steps=2", "trainer.test_freq=1",
+            "trainer.val_before_train=false", "trainer.log_val_generations=2", f"trainer.default_local_dir={out}",
+            *extra]
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------------------- readers
+def read_tensorboard(logdir: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[tuple[int, str]]]]:
+    """({tag: [(step, value)]}, {text tag: [(step, markdown)]}) with TensorBoard's own event reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    scalars = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    texts = {tag: [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
+             for tag in acc.Tags()["tensors"]}
+    return scalars, texts
+
+
+def read_wandb(folder: Path) -> tuple[list[dict], dict]:
+    """(history rows {key: value}, config) of the one offline run under `folder`, with W&B's own datastore
+    reader and record protobuf."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    files = sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1, files
+    store = datastore.DataStore()
+    store.open_for_scan(str(files[0]))
+    history, config = [], {}
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+        elif kind in ("run", "config"):  # the config given to wandb.init, then any later updates
+            items = record.run.config.update if kind == "run" else record.config.update
+            config.update({item.key: json.loads(item.value_json) for item in items})
+    return history, config
+
+
+def read_mlflow(uri: str, experiment: str):
+    """(the run, {metric: [(step, value)]}, the client) of the one run in `experiment`, with MLflow's client."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    history = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+               for key in run.data.metrics}
+    return run, history, client
+
+
+# ------------------------------------------------------------------------------------------------- the run
+def test_rft_train_writes_all_four_monitors_each_read_back_by_its_library(assets, tmp_path, offline_wandb):
+    out = tmp_path / "run"
+    code = main(_train_args(assets, out, "trainer.logger=[console,tensorboard,mlflow,wandb]",
+                            "trainer.project_name=mon", "trainer.experiment_name=all4"))
+    assert code == 0
+    file_rows = _jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in file_rows] == [1, 2]
+    expected = {(r["step"], key): value for r in file_rows for key, value in r.items()
+                if key != "step" and isinstance(value, float)}
+    samples = _jsonl(out / "val_generations.jsonl")
+    assert [s["step"] for s in samples] == [1, 2] and all(len(s["samples"]) == 2 for s in samples)
+
+    # TensorBoard: every scalar of metrics.jsonl at its step, the samples as a text table
+    scalars, texts = read_tensorboard(out / "monitor" / "tensorboard")
+    got = {(step, tag): value for tag, points in scalars.items() for step, value in points}
+    assert got.keys() == expected.keys()
+    assert all(got[k] == pytest.approx(expected[k], rel=1e-6, abs=1e-6) for k in expected)
+    table = dict(texts[GENERATIONS])[2]
+    assert samples[1]["samples"][0]["response"].replace("|", "\\|") in table and "| step | prompt |" in table
+
+    # MLflow: the default SQLite store in the run folder, params = the resolved config, metrics by step
+    run, history, client = read_mlflow(f"sqlite:///{out.resolve() / 'monitor' / 'mlflow.db'}", "mon")
+    assert run.info.run_name == "all4" and run.info.status == "FINISHED"
+    assert run.data.params["actor_rollout_ref.rollout.n"] == "2"
+    assert run.data.params["trainer.logger"] == str(["console", "tensorboard", "mlflow", "wandb"])
+    for (step, key), value in expected.items():
+        assert dict(history[mlflow_name(key)])[step] == pytest.approx(value, rel=1e-6, abs=1e-6)
+    assert mlflow_name(VAL) == "val-core/arithmetic/reward/mean_at_1" and mlflow_name(VAL) in history
+    table_file = client.download_artifacts(run.info.run_id, "val_generations.json", str(tmp_path / "dl"))
+    table = json.loads(Path(table_file).read_text())
+    assert table["columns"] == ["step", "prompt", "response", "score"] and len(table["data"]) == 4
+
+    # W&B: offline files under the run folder, read with W&B's own reader
+    wb_history, wb_config = read_wandb(out / "monitor")
+    by_step = {}
+    for row in wb_history:
+        by_step.setdefault(row["_step"], {}).update(row)
+    for (step, key), value in expected.items():
+        assert by_step[step][key] == pytest.approx(value, rel=1e-6, abs=1e-6)
+    assert by_step[2][f"{GENERATIONS}/_type"] == "table-file" and by_step[2][f"{GENERATIONS}/nrows"] == 2
+    assert wb_config["actor_rollout_ref"]["rollout"]["n"] == 2
+
+
+# --------------------------------------------------------------------------------------------- Trinity
+def _trinity(assets: Path, root: Path, monitor: dict) -> Path:
+    cfg = {
+        "project": "tri", "name": "mon", "checkpoint_root_dir": str(root),
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
+        "model": {"model_path": str(assets / "model"), "max_prompt_tokens": 32, "max_response_tokens": 4},
+        "buffer": {"batch_size": 2, "total_steps": 1,
+                   "explorer_input": {"taskset": {"path": str(assets / "data" / "train.parquet")}}},
+        "trainer": {"trainer_config": {"custom_reward_function": {"path": str(assets / "reward.py")}}},
+        "monitor": monitor,
+    }
+    path = root / "trinity.yaml"
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_trinity_monitor_type_tensorboard_runs_and_logs(assets, tmp_path):
+    assert main(["train", str(_trinity(assets, tmp_path, {"monitor_type": "tensorboard"}))]) == 0
+    scalars, _ = read_tensorboard(tmp_path / "tri" / "mon" / "monitor" / "tensorboard")
+    assert [step for step, _ in scalars[REWARD]] == [1]
+
+
+def test_trinity_monitor_type_mlflow_with_its_uri_runs_and_logs(assets, tmp_path, offline_wandb):
+    uri = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    path = _trinity(assets, tmp_path, {"monitor_type": "mlflow", "monitor_args": {"uri": uri}})
+    assert main(["train", str(path)]) == 0
+    run, history, _ = read_mlflow(uri, "tri")
+    assert run.info.run_name == "mon" and [step for step, _ in history[REWARD]] == [1]
+    assert not (tmp_path / "tri" / "mon" / "monitor" / "mlflow.db").exists()  # the given URI, not the default
+
+
+def test_trinity_monitor_section_maps_onto_logger_and_monitor_args():
+    base = {"project": "p", "name": "n", "model": {"model_path": "m"}, "algorithm": {"algorithm_type": "grpo"}}
+    out = translate({**base, "monitor": {"monitor_type": "wandb",
+                                         "monitor_args": {"base_url": "http://localhost:8080", "api_key": "k"}}})
+    assert out["trainer"]["logger"] == ["console", "wandb"]
+    assert out["trainer"]["monitor_args"] == {"base_url": "http://localhost:8080", "api_key": "k"}
+    assert translate({**base, "monitor": {"monitor_type": ["tensorboard", "mlflow"]}})["trainer"]["logger"] == [
+        "console", "tensorboard", "mlflow"]
+    for monitor, needle in (({"monitor_type": "swanlab"}, "monitor.monitor_type='swanlab': not shipped"),
+                            ({"monitor_type": "mlflow", "monitor_args": {"token": "x"}}, "monitor.monitor_args.token"),
+                            ({"enable_ray_timeline": True}, "monitor.enable_ray_timeline")):
+        with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("(", r"\(")):
+            translate({**base, "monitor": monitor}, "t.yaml")
+
+
+# ------------------------------------------------------------------------------------------ validation
+def _load(assets: Path, *overrides: str):
+    return load_config(None, [f"actor_rollout_ref.model.path={assets / 'model'}",
+                              f"data.train_files={assets / 'data' / 'train.parquet'}", *overrides])
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["trainer.logger=[console,swanlab]"], "'swanlab' is not supported by rft (not shipped"),
+    (["trainer.logger=[console,nope]"], "'nope' is not a monitor; choose from"),
+    (["trainer.logger=[tensorboard]", "trainer.monitor_args.uri=x"], "monitor_args.uri is a setting of the mlflow"),
+    (["trainer.logger=[mlflow]", "trainer.monitor_args.token=x"], "monitor_args.token is not a monitor setting"),
+])
+def test_logger_and_monitor_args_refused_by_name(assets, overrides, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):
+        _load(assets, *overrides)
+
+
+def test_missing_extra_is_named_before_anything_loads(assets, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"needs the wandb package.*pip install 'rft\[wandb\]'"):
+        _load(assets, "trainer.logger=[console,wandb]")
+    # the same line from the command line, exit 2
+    assert main(["config", "show", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", "trainer.logger=[wandb]"]) == 2
+
+
+# ----------------------------------------------------------------------------------------------- Tracker
+def test_tracker_sends_scalars_and_tables_to_every_monitor_and_resumes_tensorboard(tmp_path):
+    """A resumed TensorBoard log purges the steps the resume writes again, so each step has one value."""
+    from rft.monitor.backends import TensorBoardMonitor
+
+    info = RunInfo(folder=tmp_path, project="p", name="n")
+    tracker = Tracker(tmp_path / "metrics.jsonl", 3, console=False, monitors=[TensorBoardMonitor(info)])
+    for step in (1, 2, 3):
+        tracker.log(step, {"x": float(step)})
+    tracker.log_generations(3, [{"prompt": "1+1=", "response": "2", "score": 1.0}])
+    tracker.close()
+    resumed = RunInfo(folder=tmp_path, project="p", name="n", start_step=1)
+    tracker = Tracker(tmp_path / "metrics.jsonl", 3, start_step=1, console=False,
+                      monitors=[TensorBoardMonitor(resumed)])
+    for step in (2, 3):
+        tracker.log(step, {"x": 10.0 * step})
+    tracker.close()
+    scalars, texts = read_tensorboard(tmp_path / "monitor" / "tensorboard")
+    assert scalars["x"] == [(1, 1.0), (2, 20.0), (3, 30.0)]
+    assert [r["x"] for r in _jsonl(tmp_path / "metrics.jsonl")] == [1.0, 20.0, 30.0]
+    assert _jsonl(tmp_path / "val_generations.jsonl") == [
+        {"step": 3, "samples": [{"prompt": "1+1=", "response": "2", "score": 1.0}]}]
+    assert dict(texts[GENERATIONS])[3].splitlines() == ["| step | prompt | response | score |", "|---|---|---|---|",
+                                                        "| 3 | 1+1= | 2 | 1.0 |"]
+
+
+def test_mode_bench_logs_to_the_monitors_too(assets, tmp_path):
+    out = tmp_path / "run"
+    assert main(_train_args(assets, out, "trainer.mode=bench", "trainer.val_before_train=true",
+                            "trainer.logger=[tensorboard]")) == 0
+    scalars, _ = read_tensorboard(out / "bench" / "monitor" / "tensorboard")
+    (row,) = _jsonl(out / "bench" / "metrics.jsonl")
+    assert scalars["bench/arithmetic/reward/mean@1"] == [(0, pytest.approx(row["bench/arithmetic/reward/mean@1"]))]

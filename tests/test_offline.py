@@ -1,0 +1,257 @@
+"""rft generate, rft eval, rft merge: pass@k against a hand-computed case and a brute-force count, generate + eval
+reproducing the demo's held-out accuracy, merge of one-process and DCP checkpoints (full and LoRA) equal to the
+run's own export."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from demo_run import short_demo
+from rl_helpers import make_assets
+from safetensors.torch import load_file
+
+from rft.cli import main
+from rft.data.io import read_rows, write_parquet
+from rft.offline.score import default_ks, pass_at_k
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+# ------------------------------------------------------------------------------------------------ pass@k
+def test_pass_at_k_is_the_unbiased_estimator_by_brute_force():
+    """1 - C(n-c, k)/C(n, k) is the share of the k-subsets of n responses that hold a passing one."""
+    rng = random.Random(0)
+    for _ in range(40):
+        n = rng.randint(1, 8)
+        c, k = rng.randint(0, n), rng.randint(1, n)
+        passing = [True] * c + [False] * (n - c)
+        subsets = list(itertools.combinations(range(n), k))
+        expected = sum(any(passing[i] for i in s) for s in subsets) / len(subsets)
+        assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12), (n, c, k)
+    assert default_ks(1) == [1] and default_ks(5) == [1, 2, 4, 5] and default_ks(8) == [1, 2, 4, 8]
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+
+
+def _row(question: str, truth: str, responses: list[str], source: str = "arithmetic") -> dict:
+    return {"data_source": source, "prompt": [{"role": "user", "content": question}],
+            "reward_model": {"style": "rule", "ground_truth": truth}, "responses": responses}
+
+
+def test_rft_eval_on_a_hand_made_parquet_gives_the_hand_computed_pass_at_k(tmp_path, capsys):
+    # prompt 1: 1 of 4 responses right (c=1); prompt 2: 2 of 4 (c=2); n = 4
+    #   pass@1 = mean(c/n) = (1/4 + 2/4) / 2 = 0.375
+    #   pass@2 = mean(1 - C(n-c,2)/C(4,2)) = ((1 - 3/6) + (1 - 1/6)) / 2 = (0.5 + 0.8333...) / 2 = 0.6666...
+    #   pass@4 = 1 for both (n - c < 4)
+    #   mean@4 = 3 right of 8 = 0.375; best@4 = 1 (each prompt has a right one)
+    # gsm8k rows: 1 prompt, 2 responses, none right: every metric 0
+    rows = [_row("2+2=", "4", ["4", "5", "3", "22"]), _row("3+5=", "8", ["8", "8", "7", "0"]),
+            _row("q", "72", ["#### 71", "72"], source="openai/gsm8k")]
+    path = write_parquet(rows, tmp_path / "responses.parquet")
+    assert main(["eval", f"data.path={path}", "metrics.k=[1,2,4]"]) == 2  # gsm8k's rows have n = 2: k=4 too big
+    assert "k must be at most n" in capsys.readouterr().err
+    rows[2]["responses"] = ["#### 71", "72", "#### 70", "x"]
+    path = write_parquet(rows, tmp_path / "responses.parquet")
+    assert main(["eval", f"data.path={path}", "metrics.k=[1,2,4]"]) == 0
+    report = json.loads((tmp_path / "responses.metrics.json").read_text())
+    m = report["metrics"]
+    assert m["eval/arithmetic/pass@1"] == pytest.approx(0.375)
+    assert m["eval/arithmetic/pass@2"] == pytest.approx((0.5 + 5 / 6) / 2)
+    assert m["eval/arithmetic/pass@4"] == pytest.approx(1.0)
+    assert m["eval/arithmetic/reward/mean@4"] == pytest.approx(0.375)
+    assert m["eval/arithmetic/reward/best@4"] == pytest.approx(1.0)
+    assert m["eval/openai/gsm8k/pass@4"] == 0.0 and report["rows"] == {"arithmetic": 2, "openai/gsm8k": 1}
+    scores = [json.loads(line) for line in (tmp_path / "responses.scores.jsonl").read_text().splitlines()]
+    assert scores[0]["scores"] == [1.0, 0.0, 0.0, 0.0] and scores[0]["prompt"][0]["content"] == "2+2="
+    assert "arithmetic (2 prompts x 4): reward/mean@4=0.3750" in capsys.readouterr().out
+
+
+def test_rft_eval_custom_reward_function_and_its_keys(tmp_path, capsys):
+    (tmp_path / "r.py").write_text("def half(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                   "    return 0.5 if solution_str == ground_truth else 0.0\n")
+    rows = [{"src": "s", "q": "a", "gt": "x", "outs": ["x", "y"]}]
+    path = write_parquet(rows, tmp_path / "r.parquet")
+    args = ["eval", f"data.path={path}", "data.prompt_key=q", "data.response_key=outs", "data.data_source_key=src",
+            "data.reward_model_key=gt", f"custom_reward_function.path={tmp_path / 'r.py'}",
+            "custom_reward_function.name=half", f"metrics.output_path={tmp_path / 'out.json'}"]
+    assert main([*args, "metrics.pass_threshold=0.5"]) == 0
+    m = json.loads((tmp_path / "out.json").read_text())["metrics"]
+    assert m == {"eval/s/reward/mean@2": 0.25, "eval/s/reward/best@2": 0.5, "eval/s/pass@1": 0.5, "eval/s/pass@2": 1.0}
+    assert main(args) == 0  # pass_threshold 1.0: a 0.5 never passes
+    assert json.loads((tmp_path / "out.json").read_text())["metrics"]["eval/s/pass@2"] == 0.0
+    assert main([*args, "data.response_key=nope"]) == 2
+    assert "no column 'nope' (data.response_key)" in capsys.readouterr().err
+    assert main([*args, "ray_init.num_cpus=4"]) == 2
+    assert "ray_init.num_cpus=4 is not supported" in capsys.readouterr().err
+
+
+def test_rft_eval_honours_reward_fn_type_reward_kwargs_and_num_workers(tmp_path, capsys):
+    """The reward keys rft train takes reach rft eval's reward function: a typed reward (math_boxed_reward: the last
+    \\boxed{} against the ground truth, whatever the data source), reward_kwargs passed to path's functions, and the
+    judge, which needs rft train's auxiliary models, refused."""
+    rows = [_row("2+2=", "4", ["\\boxed{4}", "\\boxed{5}", "4"], source="no_scorer_for_this"),
+            _row("3+5=", "8", ["so \\boxed{8}", "\\boxed{8.0}", "\\boxed{9}"], source="no_scorer_for_this")]
+    path = write_parquet(rows, tmp_path / "boxed.parquet")
+    typed = ["eval", f"data.path={path}", "custom_reward_function.reward_fn_type=math_boxed_reward"]
+    assert main([*typed, "custom_reward_function.num_workers=1"]) == 0
+    m = json.loads((tmp_path / "boxed.metrics.json").read_text())["metrics"]
+    # row 1: 1 of 3 right (the bare "4" has no box); row 2: 2 of 3 (8.0 equals 8): mean@3 = 3/6
+    assert m["eval/no_scorer_for_this/reward/mean@3"] == pytest.approx(0.5)
+    assert m["eval/no_scorer_for_this/pass@1"] == pytest.approx((1 / 3 + 2 / 3) / 2)
+    assert main(["eval", f"data.path={path}"]) == 2  # the built-in scorers have none for this data source
+    capsys.readouterr()
+    for extra, needle in ((["custom_reward_function.num_workers=0"], "num_workers must be an integer >= 1"),
+                          (["custom_reward_function.reward_kwargs={a: 1}"], "the typed rewards take no arguments"),
+                          (["custom_reward_function.name=f"], "which a typed reward does not read")):
+        assert main([*typed, *extra]) == 2
+        assert needle in capsys.readouterr().err, needle
+    assert main(["eval", f"data.path={path}", "custom_reward_function.reward_fn_type=llm_judge"]) == 2
+    assert "which this command does not serve" in capsys.readouterr().err
+    assert main(["eval", f"data.path={path}", "custom_reward_function.reward_kwargs={a: 1}"]) == 2
+    assert "the built-in scorers take no arguments" in capsys.readouterr().err
+
+    (tmp_path / "r.py").write_text("def scaled(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):\n"
+                                   "    return scale * float(ground_truth in solution_str)\n")
+    own = ["eval", f"data.path={path}", f"custom_reward_function.path={tmp_path / 'r.py'}",
+           "custom_reward_function.name=scaled", "metrics.pass_threshold=0.5"]
+    assert main([*own, "custom_reward_function.reward_kwargs={scale: 0.5}"]) == 0
+    m = json.loads((tmp_path / "boxed.metrics.json").read_text())["metrics"]
+    # the truth's text is in 2 responses of each row: 4 of 6 score scale = 0.5, the rest 0
+    assert m["eval/no_scorer_for_this/reward/mean@3"] == pytest.approx(4 / 6 * 0.5)
+    assert m["eval/no_scorer_for_this/reward/best@3"] == pytest.approx(0.5)
+
+
+# ------------------------------------------------------------------------------------- generate + eval
+def test_generate_then_eval_reproduce_the_demos_held_out_accuracy(tmp_path_factory, tmp_path, capsys):
+    run = short_demo(tmp_path_factory)
+    demo = json.loads((run / "demo.json").read_text())
+    out = tmp_path / "val_responses.parquet"
+    # the demo's held-out evaluation: greedy, 5 new tokens, every prompt in one batch
+    assert main(["generate", f"data.path={run / 'data' / 'val.parquet'}", f"model.path={run / 'grpo' / 'model'}",
+                 f"data.output_path={out}", "data.n_samples=1", "rollout.do_sample=false",
+                 "rollout.response_length=5", "data.batch_size=256", "trainer.device=cpu"]) == 0
+    rows = read_rows(out)
+    assert len(rows) == 200 and all(len(r["responses"]) == 1 for r in rows)
+    assert rows[0]["prompt"] == read_rows(run / "data" / "val.parquet")[0]["prompt"]  # the input rows, kept
+    assert main(["eval", f"data.path={out}"]) == 0
+    metrics = json.loads((tmp_path / "val_responses.metrics.json").read_text())["metrics"]
+    assert metrics["eval/arithmetic/reward/mean@1"] == pytest.approx(demo["rl_accuracy"], abs=1e-9)
+    assert metrics["eval/arithmetic/pass@1"] == pytest.approx(demo["rl_accuracy"], abs=1e-9)
+    # and response by response: the demo's own held-out evaluation (rft.trainer.demo.held_out_accuracy) says the same
+    from rft.data.dataset import PromptDataset
+    from rft.explorer.evaluate import eos_token_ids, evaluate
+    from rft.models.load import load_causal_lm, load_tokenizer
+    from rft.rewards import default_compute_score
+    from rft.rollout import HFRollout, SamplingParams
+
+    tokenizer = load_tokenizer(str(run / "grpo" / "model"))
+    model = load_causal_lm(str(run / "grpo" / "model"), torch.float32, torch.device("cpu"))
+    _, samples = evaluate(HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id), tokenizer,
+                          PromptDataset(run / "data" / "val.parquet", tokenizer), default_compute_score,
+                          SamplingParams(n=1, do_sample=False, temperature=0.0, max_tokens=5))
+    assert [r["responses"][0] for r in rows] == [s["response"] for s in samples]
+    scores = [json.loads(line)["scores"][0] for line in (tmp_path / "val_responses.scores.jsonl").read_text().splitlines()]
+    assert scores == [s["score"] for s in samples]
+    capsys.readouterr()
+    # sampled: n responses per prompt, reproducible from the seed
+    def sampled(name: str) -> list:
+        assert main(["generate", f"data.path={run / 'data' / 'val.parquet'}", f"model.path={run / 'grpo' / 'model'}",
+                     f"data.output_path={tmp_path / name}", "data.n_samples=3", "rollout.response_length=5",
+                     "data.batch_size=64"]) == 0
+        return [r["responses"] for r in read_rows(tmp_path / name)]
+
+    first = sampled("sampled.parquet")
+    assert first == sampled("again.parquet") and all(len(r) == 3 for r in first)
+
+
+def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):
+    base = ["generate", "data.path=x.parquet", "model.path=m", f"data.output_path={tmp_path / 'o.parquet'}"]
+    for extra, needle in ((["trainer.n_gpus_per_node=8"], "trainer.n_gpus_per_node=8 is not supported"),
+                          (["rollout.name=vllm"], "rollout.name='vllm' is not supported"),
+                          (["data.n_samples=0"], "data.n_samples must be a positive integer"),
+                          (["data.output_path=o.jsonl"], "must be a .parquet file"),
+                          ([], "data.path: file 'x.parquet' does not exist")):
+        assert main([*base, *extra]) == 2
+        assert needle in capsys.readouterr().err, needle
+
+
+# ------------------------------------------------------------------------------------------------- merge
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    return make_assets(tmp_path_factory.mktemp("merge_assets"))
+
+
+def _train(assets: Path, out: Path, *extra: str) -> None:
+    assert main(["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}",
+                 f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+                 "data.max_response_length=4", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                 "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-2",
+                 "actor_rollout_ref.actor.optim.weight_decay=0", "trainer.total_training_steps=1", "trainer.save_freq=1",
+                 "trainer.logger=[]", f"trainer.default_local_dir={out}", *extra]) == 0
+
+
+def _same_weights(a: Path, b: Path) -> float:
+    x, y = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert sorted(x) == sorted(y)
+    return max(float((x[k] - y[k]).abs().max()) for k in x)
+
+
+@pytest.mark.parametrize("lora", [0, 4])
+def test_merge_a_checkpoint_equals_the_runs_own_export(assets, tmp_path, lora, capsys):
+    run = tmp_path / "run"
+    _train(assets, run, f"actor_rollout_ref.model.lora_rank={lora}")
+    assert main(["merge", str(run), str(tmp_path / "merged")]) == 0
+    assert ("LoRA merged" if lora else "full weights") in capsys.readouterr().out
+    assert _same_weights(run / "model", tmp_path / "merged") == 0.0
+    assert _same_weights(assets / "model", tmp_path / "merged") > 0  # the step moved the weights
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(tmp_path / "merged")  # a Hugging Face folder
+
+    # the same checkpoint as several processes write it: a DCP folder of the trainable weights
+    from rft.config import load_config
+    from rft.models.load import load_trainable_model
+    from rft.trainer.checkpoint import load_policy_weights, write_manifest
+    from rft.workers.fsdp import save_sharded
+
+    cfg = load_config(run / "config.yaml", validate_paths=False)
+    model = load_trainable_model(str(assets / "model"), cfg.actor_rollout_ref.model, torch.float32,
+                                 torch.device("cpu"), key="actor_rollout_ref.model")
+    step = run / "checkpoints" / "global_step_1"
+    load_policy_weights(step, model)
+    dcp = tmp_path / "dcp_run" / "checkpoints" / "global_step_1"
+    shutil.copytree(step, dcp, ignore=shutil.ignore_patterns("policy.safetensors", "manifest.json"))
+    shutil.copy(run / "config.yaml", tmp_path / "dcp_run" / "config.yaml")
+    save_sharded(dcp / "policy_dcp", model, None)
+    write_manifest(dcp)
+    assert main(["merge", str(dcp), str(tmp_path / "merged_dcp")]) == 0
+    assert _same_weights(run / "model", tmp_path / "merged_dcp") == 0.0
+
+
+def test_merge_needs_the_runs_config(assets, tmp_path, capsys):
+    run = tmp_path / "run"
+    _train(assets, run)
+    (run / "config.yaml").rename(tmp_path / "elsewhere.yaml")
+    assert main(["merge", str(run / "checkpoints"), str(tmp_path / "m")]) == 2
+    assert "rebuilds the model from the run's config.yaml" in capsys.readouterr().err
+    assert main(["merge", str(run), str(tmp_path / "m"), "--config", str(tmp_path / "elsewhere.yaml")]) == 0
+    assert math.isclose(_same_weights(run / "model", tmp_path / "m"), 0.0)
+
+
+def test_offline_examples_load():
+    from rft.config.offline_schema import load_eval_config, load_generation_config
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "offline"
+    generation = load_generation_config(root / "generate.yaml", validate_paths=False)
+    assert generation.data.n_samples == 1 and generation.rollout.do_sample is False
+    evaluation = load_eval_config(root / "eval.yaml", validate_paths=False)
+    assert evaluation.data.path == generation.data.output_path  # eval reads what generate writes

@@ -1,0 +1,142 @@
+"""rft studio without a browser: the forms are the schema, the validation is rft train's, the YAML it writes is the
+config it validated, the run view reads what a run folder holds; and the real server (started here on 127.0.0.1)
+serves both pages, writes a config, starts a run and shows its failure."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from rl_helpers import make_assets
+from studio_server import get, post, studio, wait_for
+
+from rft.config import ConfigError, load_config, to_yaml
+from rft.config.schema import RFTConfig
+from rft.config.sft_schema import SFTConfig
+from rft.config.validate import walk
+from rft.studio import forms, runs
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    return make_assets(tmp_path_factory.mktemp("studio_assets"))
+
+
+def _valid(assets: Path) -> dict:
+    return {"actor_rollout_ref.model.path": str(assets / "model"),
+            "data.train_files": str(assets / "data" / "train.parquet"), "data.train_batch_size": 4,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 4, "actor_rollout_ref.rollout.n": 2,
+            "data.max_prompt_length": 32, "data.max_response_length": 4, "trainer.logger": "[console]",
+            "trainer.total_training_steps": 1}
+
+
+# ------------------------------------------------------------------------------------------------- forms
+@pytest.mark.parametrize("kind, schema", [("rl", RFTConfig), ("sft", SFTConfig)])
+def test_every_field_comes_from_the_schema(kind, schema):
+    form = forms.form(kind)
+    by_key = {f["key"]: f for f in form["fields"]}
+    leaves = list(walk(schema()))
+    assert list(by_key) == [key for key, _, _ in leaves]  # every leaf once, in schema order
+    for key, f, default in leaves:
+        field = by_key[key]
+        assert field["help"] == f.metadata["help"] and field["default"] == json.loads(json.dumps(default, default=str))
+        if "choices" in f.metadata:
+            assert field["choices"] == json.loads(json.dumps(list(f.metadata["choices"])))
+        else:  # a nullable bool is a choice of null, true, false; other fields have no list
+            assert field["choices"] == ([None, True, False] if str(f.type) == "Optional[bool]" else None), key
+        assert field["unsupported"] == f.metadata.get("unsupported")
+    assert {k for k, f in by_key.items() if f["beginner"]} == set(forms.BEGINNER[kind])
+    assert by_key[next(iter(forms.BEGINNER[kind]))]["beginner"]
+    types = {f["type"] for f in form["fields"]}
+    assert types == {"bool", "int", "float", "str", "choice", "yaml"}
+
+
+def test_validation_is_rft_trains_and_the_yaml_is_what_it_validated(assets, tmp_path):
+    values = _valid(assets)
+    result = forms.check("rl", values)
+    assert result["ok"], result["error"]
+    cfg = load_config(None, result["overrides"])
+    path = tmp_path / "c.yaml"
+    path.write_text(result["yaml"])
+    assert to_yaml(load_config(path)) == to_yaml(cfg)
+    assert yaml.safe_load(result["yaml"])["data"]["train_batch_size"] == 4  # typed, as the command line parses
+    for key, value in (("data.train_batch_size", 3), ("actor_rollout_ref.rollout.n", "two"),
+                       ("trainer.logger", "[console, swanlab]"), ("data.val_files", str(tmp_path / "none.parquet"))):
+        bad = forms.check("rl", {**values, key: value})
+        with pytest.raises(ConfigError) as err:
+            load_config(None, bad["overrides"])
+        assert not bad["ok"] and bad["error"] == str(err.value) and key.split(".")[-1] in bad["error"]
+    sft = forms.check("sft", {"model.partial_pretrain": str(assets / "model"), "data.train_files": "x.jsonl"})
+    assert not sft["ok"] and "x.jsonl" in sft["error"]
+
+
+# ------------------------------------------------------------------------------------------------- runs
+def test_run_view_reads_a_run_folder(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "global_step_2").mkdir(parents=True)
+    (run / "checkpoints" / "global_step_2" / "policy.safetensors").write_bytes(b"x" * 1000)
+    (run / "checkpoints" / "latest").write_text("global_step_2\n")
+    (run / "config.yaml").write_text("trainer:\n  total_training_steps: 3\n")
+    lines = [{"step": 1, "critic/score/mean": 0.1, "response_length/mean": 4.0, "actor/kl_loss": 0.01,
+              "val-core/arithmetic/reward/mean@1": 0.2, "timing_s/step": 2.0, "timing_s/gen": 1.5},
+             {"step": 2, "critic/score/mean": 0.3, "response_length/mean": "nan", "timing_s/step": 4.0,
+              "timing_s/gen": 2.5}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 3, "crit')
+    (run / "val_before_train.json").write_text(json.dumps({"val-core/arithmetic/reward/mean@1": 0.1}))
+    (run / "val_generations.jsonl").write_text(json.dumps({"step": 2, "samples": [{"prompt": "p", "response": "r",
+                                                                                    "score": 1.0}]}) + "\n")
+    view = runs.read_run(run)
+    assert view["status"] == "stopped" and [p["name"] for p in view["parts"]] == ["run"]
+    part = view["parts"][0]
+    assert part["last_step"] == 2 and part["total_steps"] == 3  # the half-written line is left for later
+    charts = part["charts"]
+    assert charts["reward"] == {"reward (critic/score/mean)": [[1, 0.1], [2, 0.3]]}
+    assert charts["accuracy"] == {"arithmetic": [[0, 0.1], [1, 0.2]]}  # with the step-0 validation
+    assert charts["length"] == {"response length (mean)": [[1, 4.0]]}  # nan left out
+    assert charts["kl"] == {"actor/kl_loss": [[1, 0.01]]}
+    assert part["timings"] == [{"phase": "step", "last": 4.0, "mean": 3.0}, {"phase": "gen", "last": 2.5, "mean": 2.0}]
+    assert part["generations"]["samples"][0]["response"] == "r"
+    assert part["checkpoints"] == [{"name": "global_step_2", "step": 2, "bytes": 1000, "latest": True,
+                                    "damaged": False}]
+    (run / "failed.json").write_text(json.dumps({"error": "reward function 'f' raised ValueError"}))
+    view = runs.read_run(run)
+    assert view["status"] == "failed" and view["error"] == "reward function 'f' raised ValueError"
+    assert runs.read_run(tmp_path / "nope")["status"] == "missing"
+    assert runs.list_runs(tmp_path) == [str(run)]
+
+
+# ------------------------------------------------------------------------------------------------ server
+def test_the_server_serves_both_pages_writes_starts_and_shows_a_failed_run(assets, tmp_path):
+    (tmp_path / "bad_reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                                            "    raise ValueError('no score today')\n")
+    values = {**_valid(assets), "trainer.default_local_dir": str(tmp_path / "runs" / "bad"),
+              "custom_reward_function.path": str(tmp_path / "bad_reward.py")}
+    with studio(tmp_path / "runs", tmp_path) as url:
+        import urllib.request
+
+        for page in ("/config", "/run"):
+            html = urllib.request.urlopen(url + page, timeout=60).read().decode()
+            assert "rft studio" in html and "/static/studio.js" in html
+        assert "function renderRun" in urllib.request.urlopen(url + "/static/studio.js", timeout=60).read().decode()
+        assert get(url + "/api/form?kind=sft")["command"] == "rft sft"
+        status, result = post(url + "/api/validate", {"kind": "rl", "values": {**values, "data.train_batch_size": 0}})
+        assert status == 200 and not result["ok"] and "data.train_batch_size" in result["error"]
+        status, result = post(url + "/api/write", {"kind": "rl", "values": {**values, "data.train_batch_size": 0},
+                                                   "path": str(tmp_path / "bad.yaml")})
+        assert status == 400 and "not written" in result["error"] and not (tmp_path / "bad.yaml").exists()
+        path = tmp_path / "configs" / "run.yaml"
+        status, result = post(url + "/api/write", {"kind": "rl", "values": values, "path": str(path)})
+        assert status == 200 and path.read_text().startswith("# written by rft studio; run it with: rft train")
+        status, started = post(url + "/api/start", {"kind": "rl", "path": str(path)})
+        assert status == 200 and Path(started["run_dir"]) == tmp_path / "runs" / "bad"
+        view = wait_for(lambda: (v := get(f"{url}/api/run?dir={started['run_dir']}"))["status"] == "failed"
+                        and v["process"]["exit_code"] is not None and v)
+        assert "no score today" in view["error"] and view["process"]["exit_code"] == 2
+        assert any("rft: error:" in line for line in view["log"])
+        assert (tmp_path / "runs" / "bad" / "failed.json").is_file()
+        assert get(url + "/api/runs")["runs"] == [started["run_dir"]]

@@ -1,0 +1,537 @@
+"""Workflows: the generation server batches the calls of many workflow threads; multi-turn conversations keep the
+exact tokens with the tool turns masked; tool calls are parsed and tools run safely; workflows that hang, spin,
+raise or return garbage are cut, retried and skipped with a metric while the run goes on; the OpenAI-compatible
+endpoint serves the real `openai` client, and an agent written only against it trains through the endpoint with
+enable_history."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
+
+from rft.explorer.evaluate import eos_token_ids
+from rft.explorer.model import Cancelled, Conversation, GenerationServer, ModelHandle, WorkflowError
+from rft.explorer.tools import calculator, parse_tool_calls, run_tool
+from rft.models.load import load_causal_lm, load_tokenizer
+from rft.monitor import Timer
+from rft.rollout import HFRollout, SamplingParams
+from rft.tasks.calculator import TOOL
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return make_assets(tmp_path_factory.mktemp("assets"))
+
+
+@pytest.fixture(scope="module")
+def engine(assets):
+    model = load_causal_lm(str(assets / "model"), torch.float32, torch.device("cpu"))
+    tok = load_tokenizer(str(assets / "model"))
+    return HFRollout(model, eos_token_ids(model, tok), tok.pad_token_id), tok
+
+
+PARAMS = SamplingParams(n=1, temperature=1.0, max_tokens=5)
+
+
+# ------------------------------------------------------------------------------------------------ server
+class CountingEngine:
+    """The engine, counting its calls and rows."""
+
+    def __init__(self, engine):
+        self.inner, self.calls = engine, []
+        self.eos_ids, self.model = engine.eos_ids, engine.model
+
+    def generate(self, ids, mask, params, generator=None):
+        self.calls.append(ids.shape[0])
+        return self.inner.generate(ids, mask, params, generator)
+
+
+def test_concurrent_calls_are_served_in_one_batch_in_client_order(engine):
+    inner, tok = engine
+    counting = CountingEngine(inner)
+    server = GenerationServer(counting, tok, torch.Generator().manual_seed(0))
+    clients = [server.open((i,)) for i in range(6)]
+    results = {}
+
+    def call(i):
+        prompt = tok(f"{i}+{i}=", add_special_tokens=False)["input_ids"]
+        results[i] = server.submit(clients[i], [prompt], SamplingParams(n=2, temperature=1.0, max_tokens=4))
+        server.close(clients[i])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in reversed(range(6))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert counting.calls == [12]  # 6 clients x n=2, one engine call
+    assert all(len(results[i]) == 1 and len(results[i][0]) == 2 for i in range(6))
+    # the same requests again, in another thread order, give the same samples (rows ordered by client, one stream)
+    again = GenerationServer(counting, tok, torch.Generator().manual_seed(0))
+    clients = [again.open((i,)) for i in range(6)]
+    first = dict(results)
+    results.clear()
+    server_of = again
+
+    def call_again(i):
+        prompt = tok(f"{i}+{i}=", add_special_tokens=False)["input_ids"]
+        results[i] = server_of.submit(clients[i], [prompt], SamplingParams(n=2, temperature=1.0, max_tokens=4))
+        server_of.close(clients[i])
+
+    threads = [threading.Thread(target=call_again, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all([c.token_ids for c in results[i][0]] == [c.token_ids for c in first[i][0]] for i in range(6))
+
+
+def test_a_cancelled_client_holds_nobody_up(engine):
+    inner, tok = engine
+    server = GenerationServer(inner, tok)
+    busy, waiting = server.open((0,)), server.open((1,))  # `busy` never calls
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", server.submit(waiting, [[1, 2, 3]], PARAMS)))
+    t.start()
+    t.join(0.5)
+    assert t.is_alive()  # waits for `busy` to call too
+    server.close(busy, cancelled=True)
+    t.join(60)
+    assert len(out["r"][0]) == 1
+    with pytest.raises(Cancelled):
+        server.submit(busy, [[1, 2]], PARAMS)
+
+
+# ------------------------------------------------------------------------------------------ conversations
+def test_a_conversation_masks_what_the_model_did_not_write(engine):
+    inner, tok = engine
+    handle = ModelHandle(GenerationServer(inner, tok, torch.Generator().manual_seed(0)), tok,
+                         SamplingParams(n=1, temperature=1.0, max_tokens=6))
+    conv = handle.start([{"role": "user", "content": "12*34="}], tools=[TOOL])
+    prompt_text = conv.text
+    assert prompt_text.startswith("<|im_start|>system\ntools: calc<|im_end|>")
+    handle.respond([conv])
+    first = conv.last_reply
+    conv.add([{"role": "tool", "content": "408"}])
+    handle.respond([conv])
+    e = conv.to_experience(1.0)
+    # the tokens are the chat template's rendering of the whole conversation, up to the last generated token
+    rendered = tok.apply_chat_template(conv.messages, tools=[TOOL], tokenize=False)
+    assert tok.decode(e.tokens.tolist()) == conv.text and rendered.startswith(conv.text)
+    response = e.tokens[e.prompt_length:].tolist()
+    action = e.action_mask.tolist()
+    # the model's tokens are exactly its two turns; the tool turn and the template's glue are masked
+    assert tok.decode([t for t, a in zip(response, action) if a], skip_special_tokens=True) == first + conv.last_reply
+    masked = tok.decode([t for t, a in zip(response, action) if not a])
+    assert "<|im_start|>tool\n408<|im_end|>" in masked and masked.endswith("<|im_start|>assistant\n")
+    assert all(lp == 0.0 for lp, a in zip(e.logprobs.tolist(), action) if not a)
+    assert all(lp < 0.0 for lp, a in zip(e.logprobs.tolist(), action) if a)
+
+
+def test_a_template_that_rewrites_history_is_refused(engine):
+    _, tok = engine
+    rewriting = "{% for m in messages %}{% if not loop.last %}[old]{% endif %}{{ m['content'] }}{% endfor %}"
+    conv = Conversation(tok, [{"role": "user", "content": "hi"}], chat_template=rewriting)
+    conv.messages.append({"role": "assistant", "content": "x"})
+    with pytest.raises(WorkflowError, match="renders the conversation so far differently"):
+        conv.add([{"role": "user", "content": "again"}])
+
+
+# ------------------------------------------------------------------------------------------------ tools
+@pytest.mark.parametrize("text, parser, calls, rest", [
+    ('<tool_call>{"name": "calc", "arguments": {"e": "2*3"}}</tool_call>', "hermes", [("calc", {"e": "2*3"})], ""),
+    ('ok <tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call><tool_call>{"name": "b"}</tool_call>',
+     "hermes", [("a", {"x": 1}), ("b", {})], "ok"),
+    ("<tool_call>not json</tool_call>", "hermes", [], ""),
+    ('[calc(e="37*48")]', "pythonic", [("calc", {"e": "37*48"})], ""),
+    ('[f(a=1, b=[2, 3]), g()]', "pythonic", [("f", {"a": 1, "b": [2, 3]}), ("g", {})], ""),
+    ("[calc(e=__import__('os'))]", "pythonic", [], "[calc(e=__import__('os'))]"),  # never evaluated
+    ("1776", "pythonic", [], "1776"),
+])
+def test_tool_calls_are_parsed(text, parser, calls, rest):
+    got, left = parse_tool_calls(text, parser)
+    assert [(c.name, c.arguments) for c in got] == calls and left == rest
+
+
+def test_the_calculator_computes_and_refuses_code():
+    assert calculator("37*48") == "1776" and calculator(e="7/2") == "3.5" and calculator("(1+2)*-3") == "-9"
+    assert calculator("1/0") == "error: division by zero"
+    assert calculator("__import__('os').system('x')").startswith("error:")
+    assert calculator("2**10000").startswith("error:")
+
+
+def test_a_tool_that_fails_or_hangs_becomes_an_error_message():
+    from rft.explorer.tools import ToolCall
+
+    def boom(**_):
+        raise ValueError("bad input")
+
+    def hang(**_):
+        threading.Event().wait(30)
+
+    tools = {"boom": boom, "hang": hang}
+    assert run_tool(ToolCall("boom", {}), tools, 1.0) == "error: ValueError: bad input"
+    assert run_tool(ToolCall("hang", {}), tools, 0.2) == "error: tool 'hang' took longer than 0.2 s"
+    assert run_tool(ToolCall("nope", {}), tools, 1.0).startswith("error: unknown tool 'nope'")
+
+
+# ---------------------------------------------------------------------------------------------- runners
+BAD_WORKFLOWS = '''
+import time
+from rft.explorer.workflow import SimpleWorkflow, Workflow, register_workflow
+
+@register_workflow("flaky")
+class Flaky(SimpleWorkflow):
+    """Of each 8 tasks: the first hangs (sleeps), the second raises, the third returns garbage; the rest work."""
+    def run(self):
+        kind = self.task.index % 8
+        if kind == 0:
+            time.sleep(3600)
+        if kind == 1:
+            raise RuntimeError("the environment broke")
+        if kind == 2:
+            return ["not an experience"]
+        return super().run()
+
+@register_workflow("spinner")
+class Spinner(Workflow):
+    def run(self):
+        while True:
+            pass
+
+@register_workflow("broken")
+class Broken(Workflow):
+    def run(self):
+        raise RuntimeError("always")
+'''
+
+
+def test_hanging_raising_and_garbage_workflows_are_cut_retried_and_skipped(assets, tmp_path):
+    from rft.trainer.run import SyncRun
+
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "data.train_batch_size=8",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=8", "workflow.type=flaky",
+                            f"workflow.path={tmp_path / 'flaky.py'}", "workflow.max_timeout=5",
+                            "workflow.max_retry_times=1", "workflow.runner_per_model=8"))
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/tasks"] == 8 and metrics["workflow/skipped_tasks"] == 3
+    assert metrics["workflow/timeouts"] == 2 and metrics["workflow/errors"] == 2
+    assert metrics["workflow/bad_results"] == 2 and metrics["workflow/retries"] == 3
+    assert metrics["actor/grad_norm"] > 0  # the five good tasks trained
+    # a step whose every task fails trains nothing, and the run goes on
+    broken = SyncRun(rl_config(assets, tmp_path / "out2", "workflow.type=broken",
+                               f"workflow.path={tmp_path / 'flaky.py'}", "workflow.max_retry_times=0"))
+    empty = broken.train_step(1, Timer())
+    assert empty["train/empty_step"] == 1.0 and empty["workflow/skipped_tasks"] == 4 and "actor/grad_norm" not in empty
+
+
+def test_a_spinning_workflow_is_stopped(assets, tmp_path):
+    from rft.data.dataset import Prompt
+    from rft.explorer.model import GenerationServer
+    from rft.explorer.runner import RunnerSettings, WorkflowRunner
+    from rft.explorer.workflow import Task, load_workflow_file, workflow_class
+
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    load_workflow_file(str(tmp_path / "flaky.py"))
+    server = GenerationServer(None, None)
+    runner = WorkflowRunner(workflow_class("spinner"), server, lambda: ModelHandle(server, None, PARAMS),
+                            RunnerSettings(runner_per_model=2, max_timeout=0.5, max_retry_times=1))
+    tasks = [Task(prompt=Prompt([1], "x", "1", {}), index=i) for i in (900, 901)]
+    results, metrics = runner.run(tasks)
+    assert results == [[], []] and metrics["workflow/timeouts"] == 4 and metrics["workflow/skipped_tasks"] == 2
+    deadline = __import__("time").monotonic() + 10
+    while any(t.name.startswith("rft-workflow-90") and t.is_alive() for t in threading.enumerate()):
+        assert __import__("time").monotonic() < deadline, "a spinning workflow thread was not stopped"
+        __import__("time").sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------------ the endpoint
+AGENT_WORKFLOW = '''
+from rft.explorer.workflow import Workflow, register_workflow
+
+@register_workflow("openai_agent")
+class OpenAIAgent(Workflow):
+    """An agent that knows only the openai client: it asks twice, then the workflow rewards the calls."""
+    def run(self):
+        client = self.model.get_openai_client()
+        messages = list(self.task.messages)
+        for _ in range(2):
+            reply = client.chat.completions.create(model=client.models.list().data[0].id, messages=messages,
+                                                   n=1, max_tokens=4, logprobs=True, temperature=1.0)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+            messages.append({"role": "user", "content": "again"})
+        experiences = self.model.extract_experience_from_history()
+        for i, e in enumerate(experiences):
+            e.reward = float(len(e.info["response_text"]) % 3) + 0.1 * self.task.index + 0.01 * i
+        return experiences
+'''
+
+
+def test_an_openai_client_agent_trains_through_the_endpoint(assets, tmp_path):
+    pytest.importorskip("openai")
+    from rft.trainer.run import SyncRun
+
+    (tmp_path / "agent.py").write_text(AGENT_WORKFLOW)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "workflow.type=openai_agent",
+                            f"workflow.path={tmp_path / 'agent.py'}", "workflow.enable_history=true",
+                            "actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=reinforce_plus_plus"))
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 4
+    assert metrics["actor/grad_norm"] > 0
+    assert_all_moved(before, run.trainer.model)
+    assert metrics["workflow/model_calls"] == 2  # 4 agents x 2 calls, batched: one engine call per turn
+
+
+def test_the_endpoint_answers_the_openai_client(engine):
+    openai = pytest.importorskip("openai")
+    from rft.explorer.server import Endpoint
+
+    inner, tok = engine
+    server = GenerationServer(inner, tok, torch.Generator().manual_seed(0))
+    endpoint = Endpoint(lambda: ModelHandle(server, tok, SamplingParams(n=1, temperature=1.0, max_tokens=8)),
+                        "tiny", "pythonic")
+    try:
+        client = openai.OpenAI(base_url=endpoint.api_base, api_key="anything", max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["tiny"]
+        out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "1+1="}], n=3,
+                                             max_tokens=5, logprobs=True)
+        assert len(out.choices) == 3 and all(c.finish_reason in ("stop", "length") for c in out.choices)
+        lp = out.choices[0].logprobs.content
+        assert lp and all(t.logprob <= 0 for t in lp)
+        text = b"".join(bytes(t.bytes) for t in lp).decode("utf-8", "replace").replace("<|im_end|>", "")
+        assert text == out.choices[0].message.content
+        text = client.completions.create(model="tiny", prompt=["ab", "cd"], max_tokens=3, logprobs=1)
+        assert len(text.choices) == 2 and len(text.choices[0].logprobs.token_logprobs) >= 1
+        for bad, status in (({"model": "gpt-4"}, 404), ({"stream": True}, 400), ({"stop": ["x"]}, 400),
+                            ({"frequency_penalty": 1.0}, 400)):
+            with pytest.raises(openai.APIStatusError) as err:
+                client.chat.completions.create(**{"model": "tiny", "messages": [{"role": "user", "content": "x"}],
+                                                  **bad})
+            assert err.value.status_code == status
+    finally:
+        endpoint.close()
+
+
+# ------------------------------------------------------------------------------------- the tool workflow
+class ScriptedEngine:
+    """An engine that calls the calculator on the user's question and then answers with the tool's result, except
+    on every third first turn, where it guesses 7 straight away (so a group's rewards differ)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.eos_ids = torch.tensor([tok.eos_token_id])
+        self.first_turns = 0
+
+    def generate(self, ids, mask, params, generator=None):
+        from rft.rollout.base import RolloutOutput
+
+        rows = []
+        for row, m in zip(ids, mask):
+            text = self.tok.decode(row[m.bool()].tolist())
+            if "<|im_start|>tool\n" in text:
+                reply = text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0]
+            else:
+                self.first_turns += 1
+                question = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+                reply = "7" if self.first_turns % 3 == 0 else f'[calc(e="{question[:-1]}")]'
+            rows.append(self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.tok.pad_token_id)
+        valid = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+        return RolloutOutput(out, valid, -0.5 * valid.float())
+
+
+def test_the_tool_workflow_masks_the_tool_turns_and_trains(assets, tmp_path):
+    from rft.experience import to_batch
+    from rft.explorer.runner import RunnerSettings, WorkflowRunner
+    from rft.explorer.workflow import ToolCallWorkflow
+    from rft.tasks import write_calculator
+    from rft.trainer.run import SyncRun
+
+    write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "data.tools_key=tools", "workflow.type=tool_call_workflow",
+                            "workflow.args={tool_call_parser: pythonic}", "data.max_response_length=16",
+                            f"data.train_files={tmp_path / 'calc' / 'train.parquet'}", "custom_reward_function.path=null",
+                            "actor_rollout_ref.rollout.n=3"))
+    tok = run.tokenizer
+    server = GenerationServer(ScriptedEngine(tok), tok)
+    handle = lambda: ModelHandle(server, tok, SamplingParams(n=1, max_tokens=16))
+    runner = WorkflowRunner(ToolCallWorkflow, server, handle, RunnerSettings(max_timeout=60))
+    tasks = run.explorer.workflows.tasks(run.explorer.taskset.next_batch(), 3, is_eval=False)
+    results, metrics = runner.run(tasks)
+    assert metrics["workflow/skipped_tasks"] == 0
+    n_tool = 0
+    for task, experiences in zip(tasks, results):
+        a, b = task.prompt.extra_info["a"], task.prompt.extra_info["b"]
+        for e in experiences:
+            response = e.tokens[e.prompt_length:].tolist()
+            mine = tok.decode([t for t, m in zip(response, e.action_mask.tolist()) if m])
+            theirs = tok.decode([t for t, m in zip(response, e.action_mask.tolist()) if not m])
+            if mine == "7<|im_end|>":  # guessed: one turn, nothing masked, scored by the exact answer
+                assert theirs == "" and e.reward == float(a * b == 7)
+                continue
+            n_tool += 1
+            assert tok.decode(e.tokens.tolist()).endswith(
+                f'[calc(e="{a}*{b}")]<|im_end|>\n<|im_start|>tool\n{a * b}<|im_end|>\n'
+                f"<|im_start|>assistant\n{a * b}<|im_end|>")
+            assert mine == f'[calc(e="{a}*{b}")]<|im_end|>{a * b}<|im_end|>'  # the model's two turns
+            assert theirs == f"\n<|im_start|>tool\n{a * b}<|im_end|>\n<|im_start|>assistant\n"  # the tool's turn
+            assert e.reward == 1.0
+    assert 0 < n_tool < 12
+    # the batch keeps the mask: the loss, the advantages and the update see only the policy's tokens
+    batch = to_batch([e for r in results for e in r], tok.pad_token_id)
+    assert batch.loss_mask.sum() < batch.response_mask.sum()
+    before = trainable(run.trainer.model)
+    metrics = run.trainer.train_step(batch, 1, Timer())
+    assert_all_moved(before, run.trainer.model)
+    tool_tokens = batch.response_mask.bool() & ~batch.loss_mask.bool()
+    assert tool_tokens.any() and (batch.advantages[tool_tokens] == 0).all()
+    assert (batch.advantages[batch.loss_mask.bool()] != 0).any()
+
+
+def test_the_trinity_tools_example_trains_its_openai_agent(assets, tmp_path, monkeypatch):
+    """examples/trinity_tools.yaml with examples/workflows/calculator_agent.py (TRINITY_PLUGIN_DIRS): the agent's
+    tool calls go through the endpoint's parser, its calculator answers, every call it made is an experience, and
+    one step trains on them."""
+    pytest.importorskip("openai")
+    from pathlib import Path
+
+    from rft.config.trinity import load_trinity
+    from rft.experience import to_batch
+    from rft.tasks import write_calculator
+    from rft.trainer.run import SyncRun
+
+    root = Path(__file__).resolve().parents[1]
+    write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
+    for name, value in (("TRINITY_PLUGIN_DIRS", str(root / "examples" / "workflows")),
+                        ("RFT_MODEL", str(assets / "model")), ("RFT_DATA", str(tmp_path / "calc")),
+                        ("RFT_CHECKPOINT_ROOT", str(tmp_path / "out"))):
+        monkeypatch.setenv(name, value)
+    kind, cfg = load_trinity(str(root / "examples" / "trinity_tools.yaml"),
+                             ["buffer.batch_size=4", "algorithm.repeat_times=3", "buffer.total_steps=1"])
+    assert kind == "rl" and cfg.workflow.type == "calculator_agent" and cfg.workflow.enable_history
+    assert cfg.workflow.tool_call_parser == "pythonic" and cfg.data.tools_key == "tools"
+    run = SyncRun(cfg)
+    tok = run.tokenizer
+    run.explorer.workflows.server.engine = ScriptedEngine(tok)  # calls the tool, except every third first turn
+    experiences, metrics = run.explorer.workflows.explore_step(Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 4
+    by_task: dict[str, list] = {}
+    for e in experiences:
+        by_task.setdefault(e.group, []).append(e)
+    assert len(by_task) == 4
+    n_tool = 0
+    for group in by_task.values():
+        a, b = group[0].info["extra_info"]["a"], group[0].info["extra_info"]["b"]
+        prompts = [tok.decode(e.tokens[:e.prompt_length].tolist()) for e in group]
+        replies = [e.info["response_text"] for e in group]
+        # a tool conversation is two calls: the second's prompt holds the call and the calculator's answer
+        seconds = [i for i, p in enumerate(prompts) if f"<|im_start|>tool\n{a * b}<|im_end|>" in p]
+        n_tool += len(seconds)
+        for i in seconds:
+            assert replies[i] == str(a * b) and group[i].reward == 1.0
+            assert replies[i - 1] == f'[calc(e="{a}*{b}")]' and group[i - 1].reward == 1.0  # the call that led there
+            # the endpoint wrote the call back as the model wrote it: the second prompt extends the first call's tokens
+            first = group[i - 1].tokens
+            assert torch.equal(group[i].tokens[:len(first)], first)
+        assert len(group) == 3 + len(seconds)
+    assert 0 < n_tool < 12
+    before = trainable(run.trainer.model)
+    run.trainer.train_step(to_batch(experiences, tok.pad_token_id), 1, Timer())
+    assert_all_moved(before, run.trainer.model)
+
+
+# ------------------------------------------------------------------------------------------- the LLM judge
+class JudgeEngine:
+    """A judge that says yes when the graded answer starts with the reference's first digit, no when it starts
+    with another character, and rambles (no verdict) when it is empty; it keeps the prompts it was shown."""
+
+    def __init__(self, tok):
+        self.tok, self.eos_ids, self.seen = tok, torch.tensor([tok.eos_token_id]), []
+
+    def generate(self, ids, mask, params, generator=None):
+        from rft.rollout.base import RolloutOutput
+
+        rows = []
+        for row, m in zip(ids, mask):
+            text = self.tok.decode(row[m.bool()].tolist())
+            self.seen.append(text)
+            answer = text.split("Answer to grade: ")[1].split("\nIs the answer")[0]
+            reference = text.split("Reference answer: ")[1].split("\n")[0]
+            reply = "hmm" if not answer else ("Yes." if answer[0] == reference[0] else "No, it is wrong.")
+            rows.append(self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.tok.pad_token_id)
+        valid = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+        return RolloutOutput(out, valid, torch.zeros(valid.shape))
+
+
+def _verdict(response: str, truth: str) -> tuple[float, float]:
+    """(reward, judge_parsed) JudgeEngine gives."""
+    return (0.0, 0.0) if not response else (float(response[0] == truth[0]), 1.0)
+
+
+@pytest.mark.parametrize("workflow", ["simple_workflow", "math_workflow"])
+def test_the_llm_judge_scores_through_an_auxiliary_model(assets, tmp_path, workflow):
+    """reward_fn_type llm_judge: the batched path (one judge call for the step) and a workflow (each task's
+    question bound), the training rewards and the validation scores are the judge's verdicts."""
+    from rft.trainer.run import SyncRun
+
+    run = SyncRun(rl_config(assets, tmp_path / "out", "custom_reward_function.path=null",
+                            "custom_reward_function.reward_fn_type=llm_judge",
+                            f"workflow.auxiliary_models=[{{model_path: {assets / 'model'}}}]",
+                            f"workflow.type={workflow}", with_val=True))
+    judge = JudgeEngine(run.tokenizer)
+    run.explorer.auxiliary[0].server.engine = judge
+    experiences, _ = run.explorer.explore_step(Timer())
+    assert len(experiences) == 16
+    for e in experiences:
+        response, truth = e.info["response_text"], str(e.info["ground_truth"])
+        assert (e.reward, e.rewards["judge_parsed"]) == _verdict(response, truth)
+    questions = {p["content"] for e in experiences for p in e.info["raw_prompt"] if p["role"] == "user"}
+    assert {s.split("Question: ")[1].split("\n")[0] for s in judge.seen} == questions
+    assert judge.seen[0].startswith("<|im_start|>user\nGrade an answer against the reference.")
+    metrics, samples = run.explorer.evaluate()
+    assert len(samples) == 8
+    expected = [_verdict(s["response"], str(p.ground_truth))[0] for s, p in zip(samples, run.explorer.val_set.prompts)]
+    assert [s["score"] for s in samples] == expected
+    assert metrics["val-core/arithmetic/reward/mean@1"] == pytest.approx(sum(expected) / 8)
+
+
+def test_judge_settings_and_verdicts():
+    from rft.config.errors import ConfigError
+    from rft.rewards.judge import LLMJudge, check_settings, parse_verdict
+
+    assert parse_verdict("Yes, it is.") == 1.0 and parse_verdict("INCORRECT") == 0.0
+    assert parse_verdict("the answer is not right: no") == 0.0 and parse_verdict("maybe") is None
+    assert parse_verdict("Score: 7/10", "scale", 10) == 0.7 and parse_verdict("12", "scale", 10) == 1.0
+    assert parse_verdict("-3", "scale", 10) == 0.0 and parse_verdict("none", "scale") is None
+    assert check_settings({}, 1) == 0 and check_settings({"model": 1, "scoring": "scale"}, 2) == 1
+    for settings, n, needle in [({}, 0, "needs a judge model"), ({"model": 2}, 2, "model=2"),
+                                ({"temperature": 0}, 1, "['temperature'] are not llm_judge settings"),
+                                ({"scoring": "stars"}, 1, "scoring='stars'"), ({"max_score": 0}, 1, "max_score=0"),
+                                ({"template": "{question} {answer}"}, 1, "names ['answer']"),
+                                ({"template": "{question}"}, 1, "never shows the {response}"),
+                                ({"template": "{response"}, 1, "double other braces")]:
+        with pytest.raises(ConfigError, match=None) as err:
+            check_settings(settings, n)
+        assert needle in str(err.value), (settings, str(err.value))
+
+    class Handle:
+        def chat_batch(self, conversations, n=1):
+            self.asked = [c[0]["content"] for c in conversations]
+            return [[type("C", (), {"text": t})()] for t in ("8 out of 10", "no idea")]
+
+    handle = Handle()
+    judge = LLMJudge(handle, template="Q {question} R {reference} A {response}", scoring="scale", max_score=10)
+    assert judge.score_batch(["1+1=", "2+2="], ["2", "5"], ["2", "4"]) == ([0.8, 0.0], {"judge_parsed": [1.0, 0.0]})
+    assert handle.asked == ["Q 1+1= R 2 A 2", "Q 2+2= R 4 A 5"]
