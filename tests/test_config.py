@@ -30,7 +30,12 @@ def _is_trinity(path: Path) -> bool:
     return is_trinity(read_yaml(path))
 
 
-TRINITY_EXAMPLES = [p for p in ALL_EXAMPLES if _is_trinity(p)]
+def _is_offline(path: Path) -> bool:
+    """An `rft sft` / `rft dpo` config: its model section is the SFT one (model.partial_pretrain)."""
+    return "partial_pretrain" in (yaml.safe_load(path.read_text()).get("model") or {})
+
+
+TRINITY_EXAMPLES = [p for p in ALL_EXAMPLES if _is_trinity(p) and not _is_offline(p)]
 EXAMPLES = [p for p in ALL_EXAMPLES if p not in TRINITY_EXAMPLES]
 # The two keys validation requires; with validate_paths=False they need not exist.
 REQUIRED = ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet"]
@@ -55,7 +60,7 @@ def real_paths(tmp_path_factory) -> dict[str, Path]:
     from rft.tasks import write_arithmetic
 
     root = tmp_path_factory.mktemp("config_paths")
-    files = write_arithmetic(root / "data", n_train=16, n_val=4, seed=0)
+    files = write_arithmetic(root / "data", n_train=16, n_val=4, seed=0, preferences=True)
     return {"model": init_model("tiny", root / "model", seed=0), "reward_model": init_model("tiny-rm", root / "rm"),
             **files}
 
@@ -449,7 +454,21 @@ def test_examples_exist():
 
 
 STAGED = [p for p in EXAMPLES if "stages" in yaml.safe_load(p.read_text())]
-SINGLE = [p for p in EXAMPLES if p not in STAGED]
+# `rft dpo` configs: the SFT sections (model.partial_pretrain) plus the preference loss
+DPO = [p for p in EXAMPLES if _is_offline(p)]
+SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO]
+
+
+@pytest.mark.parametrize("example", DPO, ids=[p.name for p in DPO])
+def test_dpo_example_validates_with_real_paths(example, real_paths):
+    from rft.config import load_dpo_config
+
+    raw = yaml.safe_load(example.read_text())
+    assert load_dpo_config(example, validate_paths=False).algorithm.loss_type == raw["algorithm"]["loss_type"]
+    cfg = load_dpo_config(example, [f"model.partial_pretrain={real_paths['model']}",
+                                    f"data.train_files={real_paths['preference_train']}",
+                                    f"data.val_files={real_paths['preference_val']}"])
+    assert cfg.data.train_batch_size == raw["data"]["train_batch_size"]
 
 
 @pytest.mark.parametrize("example", STAGED, ids=[p.name for p in STAGED])
@@ -457,6 +476,10 @@ def test_staged_example_builds_every_stage(example, real_paths):
     from rft.trainer.stages import load_stages
 
     overrides = real_overrides(real_paths)
+    for i, stage in enumerate(yaml.safe_load(example.read_text())["stages"]):  # a DPO stage's preference pairs
+        if isinstance(stage.get("algorithm"), dict) and stage["algorithm"].get("algorithm_type") == "dpo":
+            overrides += [f"stages.{i}.data.train_files={real_paths['preference_train']}",
+                          f"stages.{i}.data.val_files={real_paths['preference_val']}"]
     stages = load_stages(example, overrides, validate_paths=True)
     raw = yaml.safe_load(example.read_text())
     assert [s.name for s in stages] == [x["stage_name"] for x in raw["stages"]]
@@ -501,12 +524,21 @@ def test_trinity_example_validates_with_real_paths(example, real_paths, tmp_path
     data.mkdir()
     for split, target in (("train", "train"), ("val", "val")):
         (data / f"{target}.parquet").write_bytes(Path(real_paths[split]).read_bytes())
+    raw = yaml.safe_load(example.read_text())
+    if raw["algorithm"]["algorithm_type"] == "dpo":  # an offline run: one DPO stage, in mode train
+        kind, stages = load_trinity(example, [f"model.model_path={real_paths['model']}",
+                                              f"buffer.trainer_input.experience_buffer.path="
+                                              f"{real_paths['preference_train']}"])
+        assert kind == "stages" and [s.kind for s in stages] == ["dpo"] and raw["mode"] == "train"
+        assert stages[0].cfg.model.partial_pretrain == str(real_paths["model"])
+        return
+    expert = [f"buffer.trainer_input.auxiliary_buffers.{name}.path={real_paths['preference_train']}"
+              for name in (raw["buffer"].get("trainer_input") or {}).get("auxiliary_buffers") or {}]
     kind, cfg = load_trinity(example, [f"model.model_path={real_paths['model']}",
                                        f"buffer.explorer_input.taskset.path={data}",
                                        *([f"buffer.explorer_input.eval_tasksets.0.path={data}"]
-                                         if "eval_tasksets" in example.read_text() else [])])
+                                         if "eval_tasksets" in example.read_text() else []), *expert])
     assert kind == "rl" and cfg.actor_rollout_ref.model.path == str(real_paths["model"])
-    raw = yaml.safe_load(example.read_text())
     assert cfg.trainer.mode == raw["mode"]
     assert cfg.synchronizer.sync_interval == raw["synchronizer"]["sync_interval"]
     assert cfg.synchronizer.sync_offset == raw["synchronizer"]["sync_offset"]

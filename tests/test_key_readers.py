@@ -1,9 +1,10 @@
 """Nothing is silently ignored (issue 11): every key rft accepts reaches code that reads it, or is refused by name.
 
-The schema walk: both schemas (RFTConfig for `rft train`, SFTConfig for `rft sft`) are instrumented so that every
-read of a config field is recorded, except the generic walks that read every field (the `unsupported` / `choices`
-check, YAML dumps, copies). Short runs that build every part (critic, reward model, reference, LoRA, validation,
-checkpoints, a resume, dynamic sampling, the SFT trainer) then have to read every key that is not `unsupported`
+The schema walk: the schemas (RFTConfig for `rft train`, SFTConfig for `rft sft`, DPOConfig for `rft dpo`) are
+instrumented so that every read of a config field is recorded, except the generic walks that read every field (the
+`unsupported` / `choices` check, YAML dumps, copies). Short runs that build every part (critic, reward model,
+reference, LoRA, validation, checkpoints, a resume, dynamic sampling, mix's expert rows, the SFT and DPO trainers)
+then have to read every key that is not `unsupported`
 (those are refused at any value but their default, which does nothing). What is read only with several processes
 is listed in WITHOUT_A_READER_HERE with where it is read and tested.
 
@@ -24,7 +25,8 @@ from pathlib import Path
 import pytest
 from spec_configs import SPEC, md_yaml_blocks, merge
 
-from rft.config import load_config, load_sft_config
+from rft.config import load_config, load_dpo_config, load_sft_config
+from rft.config.dpo_schema import DPOConfig
 from rft.config.load import ConfigError
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
@@ -157,9 +159,11 @@ RL_RUNS = [
      "actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.total_training_steps=5",
      "actor_rollout_ref.model.use_remove_padding=true"],  # packed passes of a LoRA model
     # tasks from a database table, a persistent buffer with a staleness bound (the decoupled modes' keys that a
-    # one-process run reads; their two-process paths: tests/test_modes.py)
+    # one-process run reads; their two-process paths: tests/test_modes.py); Trinity's mix with expert rows
     ["data.task_storage=sql", "data.task_table=arith", "experience_buffer.storage_type=sql",
-     "experience_buffer.max_staleness=1", "experience_buffer.stale_policy=downweight"],
+     "experience_buffer.max_staleness=1", "experience_buffer.stale_policy=downweight", "algorithm.mix.enable=true",
+     "algorithm.mix.mu=0.2", "algorithm.mix.expert_data_ratio=0.5", "algorithm.mix.sft_loss_agg_mode=seq-mean-token-mean",
+     "data.expert.response_key=extra_info", "data.expert.response_dict_keys=[answer]", "data.expert.max_length=48"],
     # a multi-turn workflow (its own paths: tests/test_workflows.py)
     ["workflow.type=tool_call_workflow", "workflow.tool_call_parser=pythonic", "workflow.args={max_turns: 2}"],
 ]
@@ -176,7 +180,9 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
     crf = [f"custom_reward_function.path={assets / 'reward.py'}"]
     configs = [_rl(assets, tmp_path / f"rl{i}", *crf, *extra, f"reward_model.model.path={assets / 'rm'}",
                    f"trainer.default_hdfs_dir={tmp_path / 'mirror'}",
-                   *([f"data.train_files={tasks}"] if "data.task_storage=sql" in extra else []))
+                   *([f"data.train_files={tasks}"] if "data.task_storage=sql" in extra else []),
+                   *([f"data.expert.files={assets / 'data' / 'train.parquet'}"] if "algorithm.mix.enable=true" in extra
+                     else []))
                for i, extra in enumerate(RL_RUNS)]
     # a resume from a named checkpoint that deletes it afterwards
     configs.append(_rl(assets, tmp_path / "rl0", *crf, "trainer.total_training_steps=2",
@@ -200,9 +206,26 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
         "trainer.test_freq=1", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'sft'}",
         f"trainer.default_hdfs_dir={tmp_path / 'sft_mirror'}"], validate_paths=False)
 
+    pairs = tmp_path / "pairs.jsonl"  # string prompts, so the system-prompt keys are read
+    pairs.write_text("".join(json.dumps({"q": f"{i}+1=", "sys": "add", "good": str(i + 1), "bad": str(i)}) + "\n"
+                             for i in range(4)))
+    dpo = load_dpo_config(None, [
+        f"model.partial_pretrain={assets / 'model'}", f"data.train_files={pairs}", f"data.val_files={pairs}",
+        "data.prompt_key=q", "data.chosen_key=good", "data.rejected_key=bad", "data.system_prompt_key=sys",
+        "data.train_batch_size=2", "data.micro_batch_size_per_gpu=1", "algorithm.use_kl_loss=true",
+        "algorithm.entropy_coeff=0.01", "trainer.total_training_steps=2", "trainer.save_freq=1",
+        "trainer.test_freq=1", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'dpo'}"],
+        validate_paths=False)
+    dpo_system = load_dpo_config(None, [
+        f"model.partial_pretrain={assets / 'model'}", f"data.train_files={pairs}", "data.prompt_key=q",
+        "data.chosen_key=good", "data.rejected_key=bad", "data.system_prompt=add", "data.train_batch_size=2",
+        "data.micro_batch_size_per_gpu=2", "model.lora_rank=4",
+        "trainer.total_training_steps=1", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'dpo2'}"],
+        validate_paths=False)
+
     reads = Reads()
-    reads.install(monkeypatch, RFTConfig, SFTConfig)
-    from rft.config.validate import validate, validate_sft
+    reads.install(monkeypatch, RFTConfig, SFTConfig, DPOConfig)
+    from rft.config.validate import validate, validate_dpo, validate_sft
 
     for cfg in configs:
         reads.track(cfg)
@@ -219,11 +242,19 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
         reads.track(cfg)
         validate_sft(cfg)
         SFTTrainer(cfg).fit()
+    from rft.trainer.dpo import DPOTrainer
+
+    for cfg in (dpo, dpo_system):
+        reads.track(cfg)
+        validate_dpo(cfg)
+        DPOTrainer(cfg).fit()
 
     unread = sorted(_accepted_keys(RFTConfig) - reads.of(RFTConfig) - set(WITHOUT_A_READER_HERE))
     assert not unread, f"RL keys accepted without a reader: {unread}"
     unread_sft = sorted(_accepted_keys(SFTConfig) - reads.of(SFTConfig) - set(SFT_WITHOUT_A_READER_HERE))
     assert not unread_sft, f"SFT keys accepted without a reader: {unread_sft}"
+    unread_dpo = sorted(_accepted_keys(DPOConfig) - reads.of(DPOConfig) - set(SFT_WITHOUT_A_READER_HERE))
+    assert not unread_dpo, f"DPO keys accepted without a reader: {unread_dpo}"
     stale = sorted(k for k in WITHOUT_A_READER_HERE if k in reads.of(RFTConfig))
     assert not stale, f"read here after all, remove from WITHOUT_A_READER_HERE: {stale}"
 
@@ -235,12 +266,42 @@ TRINITY_EXEMPT = {
     "buffer.explorer_input.taskset.name": "a Ray actor's name (with storage_type sql / queue: data.task_table)",
     "buffer.explorer_input.eval_tasksets.name": "a Ray actor's name",
     "buffer.trainer_input.experience_buffer.name": "a Ray actor's name",
+    "buffer.trainer_input.auxiliary_buffers.sft_dataset.name": "a Ray actor's name",
+}
+# Trinity-RFT's mix and dpo algorithms with every argument they document (the page has no example of them)
+MIX_EXAMPLE = {
+    "project": "p", "name": "n", "model": {"model_path": "m"},
+    "algorithm": {"algorithm_type": "mix", "repeat_times": 8, "sample_strategy": "mix",
+                  "sample_strategy_args": {"expert_data_ratio": 0.25, "sft_dataset_name": "sft_dataset"},
+                  "policy_loss_fn": "mix", "policy_loss_fn_args": {"mu": 0.1, "clip_range": 0.2,
+                                                                   "use_token_level_loss_in_sft": True},
+                  "advantage_fn": "grpo", "entropy_loss_fn": "mix", "entropy_loss_fn_args": {"entropy_coef": 0.0},
+                  "kl_loss_fn": "k2", "kl_loss_fn_args": {"kl_coef": 0.001}, "kl_penalty_fn": "none"},
+    "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": "t.parquet"}},
+               "trainer_input": {"experience_buffer": {"name": "b", "storage_type": "queue"},
+                                 "auxiliary_buffers": {"sft_dataset": {
+                                     "name": "sft", "storage_type": "file", "path": "${oc.env:TRINITY_SFT_DATASET_PATH}",
+                                     "format": {"prompt_type": "plaintext", "prompt_key": "question",
+                                                "response_key": "answer"}}}}},
+}
+DPO_EXAMPLE = {
+    "project": "p", "name": "n", "mode": "train", "model": {"model_path": "m", "max_model_len": 64},
+    "algorithm": {"algorithm_type": "dpo", "repeat_times": 2, "policy_loss_fn": "dpo",
+                  "policy_loss_fn_args": {"beta": 0.1, "label_smoothing": 0.0}, "kl_loss_fn": "k1",
+                  "kl_loss_fn_args": {"kl_coef": 0.1}, "entropy_loss_fn": "default",
+                  "entropy_loss_fn_args": {"entropy_coef": 0.0}, "loss_agg_mode": "token-mean",
+                  "sample_strategy": "warmup"},
+    "buffer": {"total_epochs": 2, "train_batch_size": 64, "trainer_input": {"experience_buffer": {
+        "name": "dpo_buffer", "storage_type": "file", "path": "${oc.env:TRINITY_TASKSET_PATH}",
+        "format": {"prompt_type": "plaintext", "prompt_key": "prompt", "chosen_key": "chosen",
+                   "rejected_key": "rejected", "system_prompt": "be exact"}}}},
+    "trainer": {"save_interval": 30, "total_steps": 200},
 }
 
 
 def _trinity_examples() -> list[dict]:
-    """Each Trinity example block of the spec on a minimal base (the trainer block with its trainer_config),
-    its ${oc.env:...} variables resolved (the caller sets them)."""
+    """Each Trinity example block of the spec on a minimal base (the trainer block with its trainer_config), and
+    the mix and dpo examples above, their ${oc.env:...} variables resolved (the caller sets them)."""
     from omegaconf import OmegaConf
 
     blocks = [OmegaConf.to_container(OmegaConf.create(b), resolve=True)
@@ -256,6 +317,8 @@ def _trinity_examples() -> list[dict]:
         if isinstance(block.get("trainer"), dict):
             cfg["trainer"]["trainer_config"] = copy.deepcopy(verl)
         out.append(cfg)
+    for example in (MIX_EXAMPLE, DPO_EXAMPLE):
+        out.append(OmegaConf.to_container(OmegaConf.create(example), resolve=True))
     return out
 
 

@@ -88,6 +88,10 @@ def test_multiturn_loss_covers_every_assistant_turn(tmp_path, assets):
     ex = SFTDataset(tmp_path / "chat.parquet", tok, cfg.data).examples[0]
     learned = [t for t, m in zip(ex.response_ids, ex.loss_mask) if m]
     assert tok.decode(learned) == "2<|im_end|>4<|im_end|>"
+    # Trinity-RFT's messages rows without enable_concatenated_multi_turn: the last assistant turn only
+    cfg.data.multiturn.last_turn_only = True
+    ex = SFTDataset(tmp_path / "chat.parquet", tok, cfg.data).examples[0]
+    assert tok.decode([t for t, m in zip(ex.response_ids, ex.loss_mask) if m]) == "4<|im_end|>"
 
 
 def test_data_errors_name_the_row_and_key(tmp_path, assets):

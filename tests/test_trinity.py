@@ -155,7 +155,9 @@ def test_trinity_key_lands_on_its_verl_key(extra, key, expected):
 
 REFUSED = [
     ({"mode": "serve"}, "mode='serve'"),
-    ({"algorithm.algorithm_type": "dpo"}, "algorithm.algorithm_type='dpo'"),
+    ({"algorithm.algorithm_type": "dpo"}, "mode='both': the dpo algorithm runs in mode train"),
+    ({"algorithm.algorithm_type": "mix"}, "the auxiliary buffer 'sft_dataset' (algorithm.sample_strategy_args"),
+    ({"algorithm.algorithm_type": "cispo"}, "algorithm.algorithm_type='cispo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
     ({"ray_namespace": "x"}, "ray_namespace: rft does not use Ray"),
@@ -173,7 +175,7 @@ REFUSED = [
     ({"buffer.explorer_input.reply_prefix": "Answer:"}, "buffer.explorer_input.reply_prefix"),
     ({"buffer.trainer_input.experience_buffer": {"capacity": 8}},
      "buffer.trainer_input.experience_buffer.capacity"),
-    ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers"),
+    ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers.sft: rft reads"),
     ({"explorer.rollout_model": {"engine_type": "vllm"}}, "explorer.rollout_model.engine_type='vllm'"),
     ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
@@ -346,6 +348,19 @@ def test_an_sft_only_run_names_the_keys_that_have_no_effect(caplog):
                for r in caplog.records)
 
 
+def test_an_sft_messages_buffer_learns_the_last_turn_unless_turns_are_concatenated():
+    buffer = {"path": "s.jsonl", "format": {"prompt_type": "messages"}}
+    cfg = _with({"mode": "train", "algorithm": {"algorithm_type": "sft"}, "buffer.trainer_input.experience_buffer":
+                 buffer})
+    data = translate(cfg)["stages"][0]["data"]
+    assert data["multiturn"] == {"enable": True, "messages_key": "message", "last_turn_only": True}
+    buffer["format"]["enable_concatenated_multi_turn"] = True
+    assert translate(cfg)["stages"][0]["data"]["multiturn"]["last_turn_only"] is False
+    buffer["format"] = {"prompt_type": "plaintext", "enable_concatenated_multi_turn": True}
+    with pytest.raises(ConfigError, match="enable_concatenated_multi_turn: applies to prompt_type messages only"):
+        translate(cfg)
+
+
 def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():
     out = translate(_with({"algorithm.repeat_times": 4, "buffer.train_batch_size": 32}))
     assert out["data"]["train_batch_size"] == 8 and out["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 8
@@ -362,11 +377,15 @@ def test_max_model_len_alone_is_checked_against_the_lengths_in_effect():
             "data": {"max_prompt_length": 64, "max_response_length": 64}}}))
 
 
-def test_sample_strategy_warmup_is_refused_by_name():
-    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy='warmup': Trinity's warmup strategy mixes"):
-        translate(_with({"algorithm.sample_strategy": "warmup"}))
-    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy_args: the default strategy takes no"):
-        translate(_with({"algorithm.sample_strategy_args": {"steps": 3}}))
+def test_sample_strategy_warmup_is_the_default_strategy():
+    """Trinity-RFT's warmup strategy read SFT data for its sft_warmup_steps before the experiences (0 of them unless
+    set, a key the spec no longer has: SFT warm-ups are stages now) and is a deprecated alias of default today; the
+    expert rows mixed into every batch are the mix strategy's (tests/test_mix.py)."""
+    assert translate(_with({"algorithm.sample_strategy": "warmup"})) == translate(_with({}))
+    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy_args: the warmup strategy takes no"):
+        translate(_with({"algorithm.sample_strategy": "warmup", "algorithm.sample_strategy_args": {"steps": 3}}))
+    with pytest.raises(ConfigError, match=r"algorithm\.sample_strategy='staleness_control'"):
+        translate(_with({"algorithm.sample_strategy": "staleness_control"}))
 
 
 def test_save_strategy_holds_with_one_process_and_is_refused_with_several():

@@ -13,8 +13,15 @@ import torch
 from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
 
 from rft.explorer.evaluate import eos_token_ids
-from rft.explorer.model import (Cancelled, Completion, Conversation, GenerationServer, ModelHandle, UnextendableReply,
-                               WorkflowError)
+from rft.explorer.model import (
+    Cancelled,
+    Completion,
+    Conversation,
+    GenerationServer,
+    ModelHandle,
+    UnextendableReply,
+    WorkflowError,
+)
 from rft.explorer.tools import calculator, parse_tool_calls, run_tool
 from rft.models.load import load_causal_lm, load_tokenizer
 from rft.monitor import Timer

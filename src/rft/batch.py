@@ -36,6 +36,7 @@ _TENSOR_FIELDS = (
     "rollout_is_weights",
     "sum_pi_squared",
     "reward_components",
+    "expert_mask",
 )
 _LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text", "raw_prompt", "reward_rows")
 
@@ -63,6 +64,7 @@ class Batch:
     sum_pi_squared: torch.Tensor | None = None  # (B, R) sum_v pi_v^2 of the old policy (optimal token baseline)
     reward_components: torch.Tensor | None = None  # (B, K) per-row reward values of algorithm.gdpo_reward_keys
     model_version: torch.Tensor | None = None  # (B,) long: the weights version that generated each row
+    expert_mask: torch.Tensor | None = None  # (B,) bool: expert (SFT) rows of algorithm.mix, which carry the SFT loss
     action_mask: torch.Tensor | None = None  # (B, R) the response tokens the policy wrote (multi-turn: tool turns 0)
     data_source: list[str] = field(default_factory=list)
     ground_truth: list[Any] = field(default_factory=list)

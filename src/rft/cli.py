@@ -1,4 +1,4 @@
-"""`rft` command line: init-model, data, train, sft, demo, generate, eval, merge, studio, component, config.
+"""`rft` command line: init-model, data, train, sft, dpo, demo, generate, eval, merge, studio, component, config.
 
 `main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
 full disk or a folder without write permission, Ctrl-C / SIGTERM) ends with one line `rft: error: ...` (or
@@ -42,7 +42,8 @@ def cmd_data(args) -> int:
 
         try:
             paths = write_arithmetic(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                     max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip)
+                                     max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip,
+                                     preferences=args.preferences)
         except ValueError as e:  # the options' ranges
             raise RftError(f"rft data arithmetic: {e}") from None
     elif args.task == "calculator":
@@ -117,6 +118,18 @@ def cmd_sft(args) -> int:
     return run_spmd(cfg, ["sft", *([args.config] if args.config else []), *args.overrides], body)
 
 
+def cmd_dpo(args) -> int:
+    from rft.config import load_dpo_config
+
+    cfg = load_dpo_config(args.config, args.overrides)
+    from rft.trainer.dpo import DPOTrainer
+    from rft.trainer.run_folder import run_folder
+
+    with run_folder(cfg):
+        DPOTrainer(cfg).fit()
+    return 0
+
+
 def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
@@ -162,10 +175,28 @@ def cmd_component(args) -> int:
     return component_main([])
 
 
+def _offline_kind(path: str | None) -> str | None:
+    """"dpo" / "sft" for an `rft dpo` / `rft sft` YAML (its model section is the SFT one: model.partial_pretrain;
+    a DPO one has preference columns or the loss section), else None."""
+    from rft.config.load import read_yaml
+
+    raw = read_yaml(path) if path is not None else {}
+    if "partial_pretrain" not in (raw.get("model") or {}):
+        return None
+    return "dpo" if "algorithm" in raw or "chosen_key" in (raw.get("data") or {}) else "sft"
+
+
 def cmd_config(args) -> int:
     from rft.config import load_config, to_yaml
 
-    if args.action == "show" and _is_trinity(args.config):
+    offline = _offline_kind(args.config) if args.action == "show" else None
+    if offline is not None:
+        from rft.config import load_dpo_config, load_sft_config
+
+        load = load_dpo_config if offline == "dpo" else load_sft_config
+        print(f"# {args.config}: an rft {offline} config")
+        print(to_yaml(load(args.config, args.overrides, validate_paths=False)), end="")
+    elif args.action == "show" and _is_trinity(args.config):
         from rft.config.trinity import load_trinity
 
         kind, loaded = load_trinity(args.config, args.overrides, validate_paths=False)
@@ -210,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--ops", default="+")
     q.add_argument("--carry-slip", type=float, default=0.0,
                    help="arithmetic: share of carrying additions whose SFT demonstration forgets the carry")
+    q.add_argument("--preferences", action="store_true",
+                   help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the additions (chosen: "
+                        "the answer; rejected: the units carry wrong, forgotten or added)")
     q.add_argument("--tool-share", type=float, default=0.3,
                    help="calculator: share of SFT demonstrations that call the calculator tool")
     q.set_defaults(fn=cmd_data)
@@ -223,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_sft)
+
+    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides")
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_dpo)
 
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
                                     "accuracy per stage")

@@ -26,6 +26,15 @@ from rft.algorithms.policy_loss import (
     trl_actor_settings,
     vanilla_policy_loss,
 )
+from rft.algorithms.preference import (
+    PREFERENCE_LOSSES,
+    PreferenceLossInputs,
+    PreferenceLossOutputs,
+    compute_preference_loss,
+    preference_loss_spec,
+    preference_metrics,
+    sequence_logps,
+)
 from rft.algorithms.utils import (
     LOGIT_CHUNK_TOKENS,
     entropy_from_logits,
@@ -68,6 +77,13 @@ __all__ = [
     "policy_loss_zero_at_zero_advantage",
     "trl_actor_settings",
     "vanilla_policy_loss",
+    "PREFERENCE_LOSSES",
+    "PreferenceLossInputs",
+    "PreferenceLossOutputs",
+    "compute_preference_loss",
+    "preference_loss_spec",
+    "preference_metrics",
+    "sequence_logps",
     "LOGIT_CHUNK_TOKENS",
     "entropy_from_logits",
     "logprobs_from_logits",

@@ -14,12 +14,13 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from rft.config.dpo_schema import DPOConfig
 from rft.config.errors import ConfigError
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
-from rft.config.validate import validate, validate_sft
+from rft.config.validate import validate, validate_dpo, validate_sft
 
-__all__ = ["ConfigError", "load_config", "load_sft_config", "merge_layers", "parse_overrides", "read_yaml",
+__all__ = ["ConfigError", "load_config", "load_dpo_config", "load_sft_config", "merge_layers", "parse_overrides", "read_yaml",
            "to_dict", "to_yaml"]
 
 
@@ -106,6 +107,13 @@ def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (
     """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
     cfg = merge_layers(SFTConfig, [read_yaml(path)] if path is not None else [], overrides)
     validate_sft(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_dpo_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
+    """The validated DPO config (`DPOConfig`: the SFT sections plus the preference loss)."""
+    cfg = merge_layers(DPOConfig, [read_yaml(path)] if path is not None else [], overrides)
+    validate_dpo(cfg, check_paths=validate_paths)
     return cfg
 
 

@@ -46,6 +46,7 @@ def _rows_of_field(f, value) -> list[str]:
 
 
 def reference_markdown() -> str:
+    from rft.config.dpo_schema import DPOConfig
     from rft.config.sft_schema import SFTConfig
 
     lines = [
@@ -53,14 +54,16 @@ def reference_markdown() -> str:
         "",
         "Generated from the schemas' help texts by `rft config reference` (a test keeps this file in step).",
         "Keys are verl's nested names; set them in YAML or as `dotted.key=value` overrides. `rft train` takes the",
-        "RL keys (verl's ppo_trainer.yaml), `rft sft` the SFT keys (verl's sft_trainer.yaml), `rft generate` and",
-        "`rft eval` those of verl's generation.yaml and evaluation.yaml; a `stages:` list in",
-        "an `rft train` config runs several of either in order (see README). A Trinity-RFT YAML (`rft train`) and",
+        "RL keys (verl's ppo_trainer.yaml), `rft sft` the SFT keys (verl's sft_trainer.yaml), `rft dpo` the DPO",
+        "keys (the SFT sections plus TRL's DPO loss names; verl has no DPO trainer), `rft generate` and `rft eval`",
+        "those of verl's generation.yaml and evaluation.yaml; a `stages:` list in an `rft train` config runs RL, SFT",
+        "and DPO stages in order (see README). A Trinity-RFT YAML (`rft train`) and",
         "the component interfaces (`rft component NAME`) are translated to these keys (docs/components.md).",
         "",
     ]
     lines += _sections(RFTConfig, "RL training (`rft train`)")
     lines += _sections(SFTConfig, "SFT (`rft sft`, and `algorithm: sft` stages)")
+    lines += _sections(DPOConfig, "DPO (`rft dpo`, and `algorithm: dpo` stages)")
     from rft.config.offline_schema import EvalConfig, GenerationConfig
 
     lines += _sections(GenerationConfig, "Generation (`rft generate`, verl's generation.yaml)")

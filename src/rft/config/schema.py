@@ -106,6 +106,26 @@ class CustomClsConfig:
 
 
 @dataclass
+class ExpertDataConfig:
+    files: Any = fld(None, "algorithm.mix: the expert (SFT) rows mixed into each RL step, one parquet/jsonl file or a "
+                            "list (Trinity-RFT's auxiliary buffer): a prompt and a response column, or a messages "
+                            "column.")
+    prompt_key: str = fld("prompt", "Column of the prompt: a chat message list or a string (as rft sft's).")
+    response_key: str = fld("response", "Column of the response (a string); may be nested, see response_dict_keys.")
+    prompt_dict_keys: Optional[List[str]] = fld(None, "Keys to follow into a nested prompt column.")
+    response_dict_keys: Optional[List[str]] = fld(None, "Keys to follow into a nested response column, e.g. "
+                                                        "[answer] with response_key=extra_info.")
+    messages_key: Optional[str] = fld(None, "A column of chat messages instead of prompt / response: the loss "
+                                            "covers every assistant turn (rft sft's multiturn); null: prompt / "
+                                            "response columns.")
+    last_turn_only: bool = fld(False, "With messages_key: the loss covers the last assistant turn only (as rft sft's "
+                                      "data.multiturn.last_turn_only).")
+    max_length: int = fld(1024, "Maximum tokens of prompt + response of an expert row.")
+    truncation: str = fld("error", "An expert row over max_length: error, or cut tokens from the left / right.",
+                          choices=("error", "left", "right"))
+
+
+@dataclass
 class DataConfig:
     tokenizer: Optional[str] = fld(None, "Tokenizer folder; default: the policy model's folder.")
     train_files: Any = fld(None, "Training prompts: one parquet/jsonl file or a list of them (verl row format); "
@@ -165,6 +185,7 @@ class DataConfig:
     image_key: str = fld("images", "Column of images in multimodal data (multimodal data is refused).")
     trust_remote_code: bool = fld(False, "Allow a tokenizer folder's own Python code.")
     custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
+    expert: ExpertDataConfig = sub(ExpertDataConfig, "The expert rows of algorithm.mix (Trinity-RFT's mix).")
 
 
 # ------------------------------------------------------------------------------------------- actor / model
@@ -603,6 +624,23 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class MixConfig:
+    enable: bool = fld(
+        False, "Trinity-RFT's mix: each mini-batch of experiences gets expert rows (data.expert) at expert_data_ratio; "
+        "loss = (1 - mu) * policy loss (on the experiences) + mu * SFT loss (on the expert rows), each with the "
+        "mini-batch's normaliser of its own rows (docs/algorithms.md). The entropy and KL terms cover the experiences.")
+    mu: float = fld(0.1, "The SFT loss's weight, in [0, 1] (Trinity-RFT's policy_loss_fn_args.mu).")
+    expert_data_ratio: float = fld(
+        0.5, "The expert rows' share of each mini-batch, in [0, 1): a mini-batch of U experiences gets "
+        "E = ceil(ratio * U / (1 - ratio)) expert rows, so E = ceil(ratio * (U + E)) as in Trinity-RFT's mix "
+        "sample strategy.")
+    sft_loss_agg_mode: str = fld(
+        "token-mean", "The SFT loss's aggregation over the mini-batch's expert rows: token-mean (Trinity-RFT's "
+        "use_token_level_loss_in_sft=true) or seq-mean-token-mean (false).",
+        choices=("token-mean", "seq-mean-token-mean"))
+
+
+@dataclass
 class AlgorithmConfig:
     gamma: float = fld(1.0, "Discount factor of returns.")
     lam: float = fld(1.0, "GAE lambda.")
@@ -647,6 +685,7 @@ class AlgorithmConfig:
     gdpo_reward_weights: Optional[List[float]] = fld(
         None, "gdpo: one weight per gdpo_reward_keys entry for the sum of the normalised dimensions; null: all 1."
     )
+    mix: MixConfig = sub(MixConfig, "RL experiences plus expert SFT rows (Trinity-RFT's mix algorithm).")
 
 
 @dataclass

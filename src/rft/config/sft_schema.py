@@ -21,6 +21,8 @@ from rft.config.schema import (
 class MultiturnConfig:
     enable: bool = fld(False, "Train on a messages column: the loss covers every assistant turn.")
     messages_key: str = fld("messages", "Column holding the chat messages [{role, content}, ...].")
+    last_turn_only: bool = fld(False, "The loss covers the last assistant turn only (Trinity-RFT's messages format "
+                               "without enable_concatenated_multi_turn); false: every assistant turn (verl's).")
     tools_key: Optional[str] = fld(None, "Column holding each conversation's tools (OpenAI function schemas), "
                                          "rendered by the chat template; null: none.")
 

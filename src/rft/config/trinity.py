@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -46,9 +47,24 @@ ALGORITHMS = {
     "ppo": {"repeat_times": 1, "advantage_fn": "ppo", "policy_loss_fn": "ppo", "kl_penalty_fn": "none",
             "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
     "sft": {"policy_loss_fn": "sft", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
+    # offline, in mode train: rft dpo's keys (the pairs are Trinity's two experiences of a task, hence repeat_times 2)
+    "dpo": {"repeat_times": 2, "policy_loss_fn": "dpo", "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
+    # GRPO on the experiences plus SFT on the expert rows of an auxiliary buffer (algorithm.mix, data.expert)
+    "mix": {"repeat_times": 8, "advantage_fn": "grpo", "policy_loss_fn": "mix", "kl_penalty_fn": "none",
+            "kl_loss_fn": "k2", "entropy_loss_fn": "mix", "sample_strategy": "mix"},
 }
+OFFLINE = ("sft", "dpo")  # algorithm types run by an offline trainer (SFT-style sections), in mode train
+# Trinity-RFT's mix policy loss receives the batch sizes to rebuild its normalisers per micro-batch; rft takes them
+# from the mini-batch itself (the global normalisers), so these are refused
+MIX_NORMALISER_ARGS = ("use_dynamic_bsz", "repeat_times", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
+                       "ngpus_trainer", "read_batch_size_usual", "read_batch_size_expert", "gradient_accumulation")
+SAMPLE_STRATEGIES = ("default", "warmup")  # warmup: Trinity-RFT's deprecated alias of default
+MESSAGES_KEY = "message"  # Trinity-RFT's FormatConfig.messages_key default (rft's SFT default is "messages")
 ADVANTAGE_FNS = {"ppo": "gae", "grpo": "grpo", "opmd": "opmd", "reinforce_plus_plus": "reinforce_plus_plus",
-                 "remax": "remax", "rloo": "rloo", "asymre": "asymre"}
+                 "remax": "remax", "rloo": "rloo", "asymre": "asymre",
+                 # Trinity-RFT's earlier mix advantage: GRPO on the experiences, 0 on the expert rows (rft's
+                 # advantages are always computed before the expert rows join the batch)
+                 "mix": "grpo"}
 POLICY_LOSS_FNS = {"ppo": "vanilla", "opmd": "opmd", "gspo": "gspo"}
 KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 # Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
@@ -176,12 +192,11 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     algo = _section(algo, "algorithm")
     kind = algo.pop("algorithm_type", "ppo")
     if kind not in ALGORITHMS:
-        t.refuse("algorithm.algorithm_type", f"={kind!r}: rft runs {sorted(ALGORITHMS)} (dpo / mix are not "
-                                              "implemented)")
+        t.refuse("algorithm.algorithm_type", f"={kind!r}: rft runs {sorted(ALGORITHMS)}")
         return kind
     a = {**ALGORITHMS[kind], **{k: v for k, v in algo.items() if v is not None}}
     algo = {k: v for k, v in algo.items() if k not in ALGORITHMS[kind]}  # the taken keys
-    if kind == "sft":
+    if kind in OFFLINE:
         return kind
     if "repeat_times" in a:
         _set(out, f"{R}.n", a["repeat_times"])
@@ -200,30 +215,39 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         else:
             _set(out, target, value)
     loss = a["policy_loss_fn"]
-    if loss not in POLICY_LOSS_FNS:
-        t.refuse("algorithm.policy_loss_fn", f"={loss!r}: rft has {sorted(POLICY_LOSS_FNS)}")
+    mix = loss == "mix"  # Trinity's mix: its PPO loss on the experiences, mu times the SFT loss on expert rows
+    if loss not in POLICY_LOSS_FNS and not mix:
+        t.refuse("algorithm.policy_loss_fn", f"={loss!r}: rft has {sorted([*POLICY_LOSS_FNS, 'mix'])}")
     else:
-        _set(out, f"{A}.policy_loss.loss_mode", POLICY_LOSS_FNS[loss])
+        _set(out, f"{A}.policy_loss.loss_mode", POLICY_LOSS_FNS.get(loss, "vanilla"))
+        if mix:
+            _set(out, "algorithm.mix.enable", True)
         if loss == "gspo":  # Trinity's gspo aggregates per sequence unless told otherwise (rft's, like verl's, by
             _set(out, f"{A}.loss_agg_mode", "seq-mean-token-mean")  # loss_agg_mode, default token-mean)
     for key, value in (a.get("policy_loss_fn_args") or {}).items():
         target = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
                   "clip_range_high": f"{A}.clip_ratio_high", "tau": f"{A}.policy_loss.tau",
-                  "loss_agg_mode": f"{A}.loss_agg_mode"}.get(key)
-        if target is None:
+                  "loss_agg_mode": f"{A}.loss_agg_mode", **({"mu": "algorithm.mix.mu"} if mix else {})}.get(key)
+        if mix and key == "use_token_level_loss_in_sft":
+            _set(out, "algorithm.mix.sft_loss_agg_mode", "token-mean" if value else "seq-mean-token-mean")
+        elif mix and key in MIX_NORMALISER_ARGS:
+            t.refuse(f"algorithm.policy_loss_fn_args.{key}", "rft normalises the policy loss and the SFT loss by the "
+                                                             "experiences and the expert rows of each mini-batch "
+                                                             "(the global normalisers); remove it")
+        elif target is None:
             t.refuse(f"algorithm.policy_loss_fn_args.{key}", NOT_HONOURED)
         else:
             _set(out, target, value)
     # a Trinity KL function is a name ("none" or an estimator) plus {kl_coef}: as a loss or in the reward
-    for fn, switch, kind, coef in (("kl_loss_fn", f"{A}.use_kl_loss", f"{A}.kl_loss_type", f"{A}.kl_loss_coef"),
-                                   ("kl_penalty_fn", "algorithm.use_kl_in_reward", "algorithm.kl_penalty",
-                                    "algorithm.kl_ctrl.kl_coef")):
+    for fn, switch, estimator, coef in (("kl_loss_fn", f"{A}.use_kl_loss", f"{A}.kl_loss_type", f"{A}.kl_loss_coef"),
+                                        ("kl_penalty_fn", "algorithm.use_kl_in_reward", "algorithm.kl_penalty",
+                                         "algorithm.kl_ctrl.kl_coef")):
         name, args = a[fn], a.get(f"{fn}_args") or {}
         if name == "none":
             _set(out, switch, False)
         elif name in KL_FNS:
             _set(out, switch, True)
-            _set(out, kind, name)
+            _set(out, estimator, name)
             _set(out, coef, args.get("kl_coef", 0.001))
         else:
             t.refuse(f"algorithm.{fn}", f"={name!r}: rft has none, {', '.join(KL_FNS)}")
@@ -233,21 +257,17 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     ent_args = a.get("entropy_loss_fn_args") or {}
     if ent == "none":
         _set(out, f"{A}.entropy_coeff", 0.0)
-    elif ent == "default":
+    elif ent == "default" and mix and ent_args.get("entropy_coef", 0.0):
+        t.refuse("algorithm.entropy_loss_fn", "='default' with the mix policy loss: Trinity's default entropy bonus "
+                                              "covers the expert rows too, rft's the experiences only; use "
+                                              "entropy_loss_fn mix")
+    elif ent == "default" or (ent == "mix" and mix):  # mix: the bonus on the experiences, not the expert rows
         _set(out, f"{A}.entropy_coeff", ent_args.get("entropy_coef", 0.0))
     else:
-        t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none")
+        t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none (and mix with policy_loss_fn mix)")
     for key in set(ent_args) - {"entropy_coef"}:
         t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
-    strategy = a.get("sample_strategy", "default")
-    if strategy == "warmup":
-        t.refuse("algorithm.sample_strategy", "='warmup': Trinity's warmup strategy mixes auxiliary SFT data into "
-                                              "the experiences (its mix algorithm), which rft does not have; use "
-                                              "default (each batch as generated)")
-    elif strategy != "default":
-        t.refuse("algorithm.sample_strategy", f"={strategy!r}: rft reads each batch as generated (default)")
-    if a.get("sample_strategy_args"):
-        t.refuse("algorithm.sample_strategy_args", "the default strategy takes no arguments")
+    _sample_strategy(t, a, out, mix)
     if "loss_agg_mode" in a:
         _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
     taken = {"repeat_times", "advantage_fn", "advantage_fn_args", "policy_loss_fn", "policy_loss_fn_args",
@@ -255,6 +275,75 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
     t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm", NOT_HONOURED)
     return kind
+
+
+def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
+    """default (and warmup, its deprecated alias in Trinity-RFT: without SFT warm-up steps it reads each batch as
+    generated); mix: the expert rows of the auxiliary buffer sample_strategy_args.sft_dataset_name at
+    expert_data_ratio (algorithm.mix; the buffer becomes data.expert in `_buffer`)."""
+    strategy, args = a.get("sample_strategy", "default"), dict(a.get("sample_strategy_args") or {})
+    if strategy == "mix":
+        if not mix:
+            t.refuse("algorithm.sample_strategy", "='mix' reads expert rows, which only policy_loss_fn mix trains on")
+            return
+        _set(out, "algorithm.mix.expert_data_ratio", args.pop("expert_data_ratio", 0.5))
+        _set(out, "_trinity.expert_buffer", args.pop("sft_dataset_name", "sft_dataset"))
+        t.rest(args, "algorithm.sample_strategy_args", NOT_HONOURED)
+        return
+    if mix:
+        t.refuse("algorithm.policy_loss_fn", f"='mix' trains on the expert rows of sample_strategy mix, not "
+                                             f"{strategy!r}")
+    elif strategy not in SAMPLE_STRATEGIES:
+        t.refuse("algorithm.sample_strategy", f"={strategy!r}: rft reads each batch as generated (default, or its "
+                                              "alias warmup), or mixes in expert rows (mix, with policy_loss_fn mix)")
+    if args:
+        t.refuse("algorithm.sample_strategy_args", f"the {strategy} strategy takes no arguments")
+
+
+def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
+    """algorithm_type dpo: rft dpo's algorithm section (its preference loss is Trinity's: TRL's sigmoid with
+    label smoothing), plus Trinity's KL loss and entropy bonus on every response token."""
+    algo = _section(algo, "algorithm")
+    algo.pop("algorithm_type", None)
+    a = {**ALGORITHMS["dpo"], **{k: v for k, v in algo.items() if v is not None}}
+    if a.pop("repeat_times") != 2:
+        t.refuse("algorithm.repeat_times", "DPO reads pairs: Trinity-RFT sets repeat_times to 2 (a chosen and a "
+                                           "rejected response); remove it")
+    loss = a.pop("policy_loss_fn")
+    if loss != "dpo":
+        t.refuse("algorithm.policy_loss_fn", f"={loss!r}: the dpo algorithm trains with the dpo loss")
+    args = dict(a.pop("policy_loss_fn_args", None) or {})
+    for key in ("beta", "label_smoothing"):
+        if key in args:
+            _set(out, f"algorithm.{key}", args.pop(key))
+    t.rest(args, "algorithm.policy_loss_fn_args", NOT_HONOURED)
+    name, args = a.pop("kl_loss_fn"), dict(a.pop("kl_loss_fn_args", None) or {})
+    if name == "none":  # Trinity-RFT turns none into k2 (its reference log-probs ride on the KL loss); rft does not
+        _set(out, "algorithm.use_kl_loss", False)
+    elif name in KL_FNS:
+        _set(out, "algorithm.use_kl_loss", True)
+        _set(out, "algorithm.kl_loss_type", name)
+        _set(out, "algorithm.kl_loss_coef", args.pop("kl_coef", 0.001))
+    else:
+        t.refuse("algorithm.kl_loss_fn", f"={name!r}: rft has none, {', '.join(KL_FNS)}")
+    t.rest(args, "algorithm.kl_loss_fn_args", NOT_HONOURED)
+    ent, args = a.pop("entropy_loss_fn"), dict(a.pop("entropy_loss_fn_args", None) or {})
+    if ent in ("default", "none"):
+        _set(out, "algorithm.entropy_coeff", args.pop("entropy_coef", 0.0) if ent == "default" else 0.0)
+    else:
+        t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none")
+    t.rest(args, "algorithm.entropy_loss_fn_args", NOT_HONOURED)
+    if a.pop("kl_penalty_fn", "none") != "none":
+        t.refuse("algorithm.kl_penalty_fn", "DPO has no reward to put a KL penalty in; use kl_loss_fn")
+    for key in ("advantage_fn", "advantage_fn_args"):
+        if key in a:
+            a.pop(key)
+            t.refuse(f"algorithm.{key}", "DPO computes no advantages")
+    _sample_strategy(t, a, out, mix=False)
+    a.pop("sample_strategy", None), a.pop("sample_strategy_args", None)
+    if "loss_agg_mode" in a:
+        _set(out, "algorithm.loss_agg_mode", a.pop("loss_agg_mode"))
+    t.rest(a, "algorithm", NOT_HONOURED)
 
 
 def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
@@ -408,18 +497,33 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
         ts.pop(key, None)
 
 
-def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) -> None:
+def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) -> None:
+    """The buffer section of an `kind` ("rl", "sft" or "dpo") run."""
+    sft = kind in OFFLINE
     b = _section(buffer, "buffer")
     batch = b.pop("batch_size", None)
     train_batch = b.pop("train_batch_size", None)
-    if sft:
+    if kind == "dpo":  # pairs per step: tasks, or experiences (a chosen and a rejected each) / 2
+        if train_batch is not None and (not isinstance(train_batch, int) or train_batch % 2):
+            t.refuse("buffer.train_batch_size", f"={train_batch!r}: DPO experiences come in pairs (chosen, "
+                                                "rejected), so an even number; or set buffer.batch_size (pairs)")
+        elif train_batch is not None or batch is not None:
+            _set(out, "data.train_batch_size", train_batch // 2 if train_batch is not None else batch)
+    elif sft:
         if train_batch is not None or batch is not None:
             _set(out, "data.train_batch_size", train_batch if train_batch is not None else batch)
     else:
+        ratio, experts = out.get("algorithm", {}).get("mix", {}).get("expert_data_ratio"), 0
+        if ratio is not None and isinstance(train_batch, int) and isinstance(ratio, (int, float)) and 0 <= ratio < 1:
+            # mix: Trinity reads ceil(ratio x train_batch_size) expert rows and the rest from the experiences
+            experts = math.ceil(ratio * train_batch)
+            train_batch -= experts
+        of_which = f" less its ceil({ratio} x {train_batch + experts}) = {experts} expert rows" if experts else ""
         if batch is None and train_batch is not None:  # experiences per step: batch_size x repeat_times
             if not isinstance(train_batch, int) or train_batch % repeat:
-                t.refuse("buffer.train_batch_size", f"={train_batch!r} (experiences per step) is not a multiple of "
-                                                    f"repeat_times={repeat}; set buffer.batch_size (tasks per step)")
+                t.refuse("buffer.train_batch_size", f"={train_batch!r} (experiences per step{of_which}) is not a "
+                                                    f"multiple of repeat_times={repeat}; set buffer.batch_size "
+                                                    "(tasks per step)")
             else:
                 batch = train_batch // repeat
                 train_batch = None
@@ -427,8 +531,8 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
             _set(out, "data.train_batch_size", batch)
             _set(out, f"{A}.ppo_mini_batch_size", batch)
         if train_batch is not None and batch is not None and train_batch != batch * repeat:
-            t.refuse("buffer.train_batch_size", f"={train_batch}: rft trains on every experience of a step, "
-                                                f"batch_size x repeat_times = {batch * repeat}")
+            t.refuse("buffer.train_batch_size", f"={train_batch + experts}{of_which}: rft trains on every experience "
+                                                f"of a step, batch_size x repeat_times = {batch * repeat}")
     if "total_epochs" in b:
         _set(out, "trainer.total_epochs", b.pop("total_epochs"))
     if "total_steps" in b:
@@ -461,6 +565,9 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
             if key in exp:
                 _set(out, f"experience_buffer.{key}", exp.pop(key))
         t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
+        _auxiliary_buffers(t, trainer_input, out)
+    elif kind == "dpo":
+        _preference_buffer(t, trainer_input, out)
     else:
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         files = _files(t, "buffer.trainer_input.experience_buffer", exp.pop("path", None), exp.pop("split", "train"))
@@ -470,11 +577,12 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
         if exp.pop("storage_type", "file") != "file":
             t.refuse("buffer.trainer_input.experience_buffer.storage_type", "an SFT dataset is read from files")
         fmt = _section(exp.pop("format", None), "buffer.trainer_input.experience_buffer.format")
-        ptype = fmt.pop("prompt_type", "plaintext")
+        ptype = _prompt_type(t, fmt, "buffer.trainer_input.experience_buffer.format")
         if ptype == "messages":
             _set(out, "data.multiturn.enable", True)
-            if "messages_key" in fmt:
-                _set(out, "data.multiturn.messages_key", fmt.pop("messages_key"))
+            _set(out, "data.multiturn.messages_key", fmt.pop("messages_key", MESSAGES_KEY))
+        _concatenated_turns(t, fmt, "buffer.trainer_input.experience_buffer.format", ptype,
+                            "data.multiturn.last_turn_only", out)
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.{key}", fmt.pop(key))
@@ -484,10 +592,11 @@ def _buffer(t: _Translation, buffer: dict, out: dict, sft: bool, repeat: int) ->
         t.rest(explorer_input, "buffer.explorer_input", NOT_HONOURED)
     else:  # an sft stage inherits the global explorer input, which belongs to the RL stages
         t.rl_only += [f"buffer.explorer_input.{k}" for k in explorer_input]
-    t.rest(trainer_input, "buffer.trainer_input", "auxiliary buffers are not implemented")
+    t.rest(trainer_input, "buffer.trainer_input", "rft reads an auxiliary buffer only as the expert rows of the "
+                                                  "mix algorithm")
     if not sft:
         _plugin_dirs(t, out)
-    else:  # an sft stage inherits the global defaults of the tasksets, which belong to the RL stages
+    else:  # an offline stage inherits the global defaults of the tasksets, which belong to the RL stages
         for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
             if b.pop(key, None) is not None:
                 t.rl_only.append(f"buffer.{key}")
@@ -503,6 +612,87 @@ def _plugin_dirs(t: _Translation, out: dict) -> None:
                                         "(workflow.path); put them together")
     elif dirs:
         _set(out, "workflow.path", dirs[0].strip())
+
+
+def _prompt_type(t: _Translation, fmt: dict, where: str) -> str:
+    """A buffer format's prompt_type (popped): plaintext (default) or messages; another is refused."""
+    ptype = fmt.pop("prompt_type", "plaintext")
+    if ptype not in ("plaintext", "messages"):
+        t.refuse(f"{where}.prompt_type", f"={ptype!r}: Trinity-RFT has plaintext and messages")
+    return ptype
+
+
+def _concatenated_turns(t: _Translation, fmt: dict, where: str, ptype: str, target: str, out: dict) -> None:
+    """enable_concatenated_multi_turn (SFT rows in the messages format): the loss on every assistant turn (true) or,
+    Trinity-RFT's default, on the last message only (`target` = last_turn_only); a plaintext row has one turn."""
+    if "enable_concatenated_multi_turn" in fmt and ptype != "messages":
+        fmt.pop("enable_concatenated_multi_turn")
+        t.refuse(f"{where}.enable_concatenated_multi_turn", "applies to prompt_type messages only")
+    elif ptype == "messages":
+        _set(out, target, not fmt.pop("enable_concatenated_multi_turn", False))
+
+
+def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
+    """The mix algorithm's expert rows: the auxiliary buffer its sample strategy names (`_sample_strategy`), read
+    from files like an SFT dataset (data.expert); any other auxiliary buffer is refused."""
+    where = "buffer.trainer_input.auxiliary_buffers"
+    buffers = _section(trainer_input.pop("auxiliary_buffers", None), where)
+    wanted = out.get("_trinity", {}).get("expert_buffer")
+    for name, buf in buffers.items():
+        if name != wanted:
+            t.refuse(f"{where}.{name}", "rft reads an auxiliary buffer only as the expert rows of the mix algorithm "
+                                        "(algorithm.sample_strategy_args.sft_dataset_name" +
+                     (f", here {wanted!r})" if wanted else "; this run is not mix)"))
+            continue
+        buf = _section(buf, f"{where}.{name}")
+        buf.pop("name", None)  # a Ray actor's name
+        if buf.pop("storage_type", "file") != "file":
+            t.refuse(f"{where}.{name}.storage_type", "rft reads the expert rows from files (jsonl / parquet)")
+        files = _files(t, f"{where}.{name}", buf.pop("path", None), buf.pop("split", "train"))
+        if files:
+            _set(out, "data.expert.files", files)
+        fmt = _section(buf.pop("format", None), f"{where}.{name}.format")
+        ptype = _prompt_type(t, fmt, f"{where}.{name}.format")
+        if ptype == "messages":
+            _set(out, "data.expert.messages_key", fmt.pop("messages_key", MESSAGES_KEY))
+        _concatenated_turns(t, fmt, f"{where}.{name}.format", ptype, "data.expert.last_turn_only", out)
+        for key in ("prompt_key", "response_key"):
+            if key in fmt:
+                _set(out, f"data.expert.{key}", fmt.pop(key))
+        t.rest(fmt, f"{where}.{name}.format", NOT_HONOURED)
+        t.rest(buf, f"{where}.{name}", NOT_HONOURED)
+    if wanted and wanted not in buffers:
+        t.refuse(where, f"the mix algorithm reads its expert rows from the auxiliary buffer {wanted!r} "
+                        "(algorithm.sample_strategy_args.sft_dataset_name), which is missing")
+
+
+def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
+    """algorithm_type dpo: the experience buffer holds the preference pairs (rft dpo's data section)."""
+    where = "buffer.trainer_input.experience_buffer"
+    exp = _section(trainer_input.pop("experience_buffer", None), where)
+    files = _files(t, where, exp.pop("path", None), exp.pop("split", "train"))
+    if files:
+        _set(out, "data.train_files", files)
+    exp.pop("name", None)  # a Ray actor's name
+    if exp.pop("storage_type", "file") != "file":
+        t.refuse(f"{where}.storage_type", "rft reads preference pairs from files (jsonl / parquet)")
+    fmt = _section(exp.pop("format", None), f"{where}.format")
+    if _prompt_type(t, fmt, f"{where}.format") == "messages":  # the prompt's chat messages; responses as lists
+        _set(out, "data.prompt_key", fmt.pop("messages_key", MESSAGES_KEY))
+        for key in ("prompt_key", "system_prompt_key", "system_prompt"):
+            if key in fmt:
+                t.refuse(f"{where}.format.{key}", "a plaintext key; with prompt_type messages the prompt is the "
+                                                  "messages_key column")
+                fmt.pop(key)
+    else:
+        for key in ("prompt_key", "system_prompt_key", "system_prompt"):
+            if key in fmt:
+                _set(out, f"data.{key}", fmt.pop(key))
+    for key in ("chosen_key", "rejected_key"):
+        if key in fmt:
+            _set(out, f"data.{key}", fmt.pop(key))
+    t.rest(fmt, f"{where}.format", NOT_HONOURED)
+    t.rest(exp, where, NOT_HONOURED)
 
 
 def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
@@ -537,7 +727,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     t.rest(e, "explorer", NOT_HONOURED)
 
 
-def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool) -> None:
+def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool = False) -> None:
+    """`sft`: the keys of an offline (SFT or DPO) run; `pairs`: its batches count preference pairs (DPO)."""
     tr = _section(trainer, "trainer")
     tr.pop("name", None)
     strategy = tr.pop("save_strategy", "unrestricted")
@@ -566,7 +757,7 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool) -> None:
         inline = OmegaConf.to_container(read_yaml(path), resolve=True)
     if inline:
         if sft:
-            _sft_trainer_config(t, inline, out)
+            _sft_trainer_config(t, inline, out, pairs)
         else:
             for key, value in _leaves(inline).items():
                 mine = _get(out, key)
@@ -610,10 +801,11 @@ def _verl_default(key: str) -> Any:
     return _verl_default.table.get(key, _MISSING)  # type: ignore[attr-defined]
 
 
-def _sft_trainer_config(t: _Translation, inline: dict, out: dict) -> None:
+def _sft_trainer_config(t: _Translation, inline: dict, out: dict, pairs: bool = False) -> None:
     """The verl keys of trainer.trainer_config in an SFT stage: the ones with an SFT meaning land on SFT keys
     (`SFT_FROM_VERL`), the ones an SFT stage cannot honour are refused unless at verl's default, the rest are the RL
-    stages' (named in a note when the file has none)."""
+    stages' (named in a note when the file has none). A DPO stage (`pairs`) takes the same keys; its micro-batch
+    counts pairs, half verl's rows."""
     for key, value in _leaves(inline).items():
         where = f"trainer.trainer_config.{key}"
         if key in SFT_FROM_VERL:
@@ -629,6 +821,11 @@ def _sft_trainer_config(t: _Translation, inline: dict, out: dict) -> None:
             if key == f"{A}.optim.warmup_style" and value not in ("constant", "cosine"):
                 t.refuse(where, f"={value!r}: constant or cosine")
                 continue
+            if pairs and key == f"{A}.ppo_micro_batch_size_per_gpu":  # rows: a chosen and a rejected per pair
+                if not isinstance(value, int) or value % 2:
+                    t.refuse(where, f"={value!r}: DPO rows come in pairs (chosen, rejected); give an even number")
+                    continue
+                value //= 2
             mine = _get(out, target)
             if mine is not _MISSING and mine != value:
                 t.refuse(where, f"={value!r}, but a Trinity key of this file sets {target} to {mine!r}: give it once")
@@ -699,9 +896,11 @@ def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     t.rest(monitor, "monitor", NOT_HONOURED)
 
 
-def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:
-    """The verl (RL) or sft_trainer (SFT) sections of one (stage's) Trinity config."""
+def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
+    """The verl (RL), sft_trainer (SFT) or rft dpo (DPO) sections of one (stage's) Trinity config; `kind` is
+    `_mode`'s."""
     out: dict = {}
+    sft = kind in OFFLINE
     if not sft:
         if cfg.get("mode", "both") in MODES:
             _set(out, "trainer.mode", cfg.get("mode", "both"))
@@ -716,17 +915,21 @@ def _section_dialect(t: _Translation, cfg: dict, sft: bool) -> dict:
         t.rl_only += [f"synchronizer.{k}" for k in cfg.get("synchronizer") or {}]
         algo = _section(cfg.get("algorithm"), "algorithm")
         algo.pop("algorithm_type", None)
-        for key, value in algo.items():
+        if kind == "dpo":
+            _dpo_algorithm(t, algo, out)
+        for key, value in algo.items() if kind == "sft" else ():
             if key in ALGORITHMS["sft"] and value == ALGORITHMS["sft"][key]:
+                continue
+            if key == "sample_strategy" and value in SAMPLE_STRATEGIES:
                 continue
             t.refuse(f"algorithm.{key}", "an sft stage takes no algorithm keys")
     _model(t, cfg.get("model") or {}, out, sft)
-    _buffer(t, cfg.get("buffer") or {}, out, sft, repeat)
+    _buffer(t, cfg.get("buffer") or {}, out, kind, repeat)
     if not sft:
         _explorer(t, cfg.get("explorer") or {}, out)
     elif cfg.get("explorer"):
         t.rl_only += [f"explorer.{k}" for k in cfg["explorer"]]
-    _trainer(t, cfg.get("trainer") or {}, out, sft)
+    _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")
     if not sft:
         _check_model_len(t, out)
     _check_save_strategy(t, out)
@@ -748,17 +951,18 @@ def _check_save_strategy(t: _Translation, out: dict) -> None:
 MODES = ("both", "explore", "train", "bench")
 
 
-def _mode(t: _Translation, cfg: dict, where: str) -> bool:
-    """True for an SFT run (mode train, algorithm sft); an RL run's mode is trainer.mode (`_section_dialect`)."""
+def _mode(t: _Translation, cfg: dict, where: str) -> str:
+    """"sft" / "dpo" for an offline run (mode train, algorithm sft / dpo), else "rl" (its mode is trainer.mode,
+    `_section_dialect`)."""
     mode = cfg.get("mode", "both")
     kind = (cfg.get("algorithm") or {}).get("algorithm_type", "ppo")
-    if kind == "sft":
+    if kind in OFFLINE:
         if mode != "train":
-            t.refuse(f"{where}mode", f"={mode!r}: an sft algorithm runs in mode train (as in Trinity-RFT)")
-        return True
+            t.refuse(f"{where}mode", f"={mode!r}: the {kind} algorithm runs in mode train (as in Trinity-RFT)")
+        return kind
     if mode not in MODES:
         t.refuse(f"{where}mode", f"={mode!r}: rft has {', '.join(MODES)}")
-    return False
+    return "rl"
 
 
 def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> dict:
@@ -777,15 +981,17 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> 
                           "trainer.trainer_config)")
     stages = cfg.get("stages")
     base_cfg = {k: v for k, v in cfg.items() if k != "stages"}
+    staged = bool(stages)
     if not stages:
-        sft = _mode(t, cfg, "")
-        if not sft:
-            out = _section_dialect(t, base_cfg, sft=False)
+        kind = _mode(_Translation(), cfg, "")  # an offline run's mode is checked as its one stage's, below
+        if kind == "rl":
+            _mode(t, cfg, "")
+            out = _section_dialect(t, base_cfg, "rl")
             t.raise_if_any(path)
             return out
-        stages = [{"stage_name": cfg.get("name", "sft")}]
+        stages = [{"stage_name": cfg.get("name", kind)}]
     rl_base = _section_dialect(_Translation(), {**base_cfg, "algorithm": {"algorithm_type": "grpo"}, "mode": "both"},
-                               sft=False)  # the global verl sections (errors are reported per stage)
+                               "rl")  # the global verl sections (errors are reported per stage)
     out_stages = []
     rl_only: list[str] = []
     for i, stage in enumerate(stages):
@@ -797,27 +1003,30 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> 
         # a stage's algorithm replaces the global one; its other sections are merged over the global ones
         merged = _merge({k: v for k, v in base_cfg.items() if not (k == "algorithm" and "algorithm" in stage)},
                         stage)
-        where = f"stages[{i}]."
+        where = f"stages[{i}]." if staged else ""  # an offline run without stages: its keys by their own names
         sub = _Translation()
-        sft = _mode(sub, merged, where)
-        sections = _section_dialect(sub, merged, sft)
+        kind = _mode(sub, merged, where)
+        sections = _section_dialect(sub, merged, kind)
         for key, reason in sub.refusals:
             t.refuse(key if key.startswith("stages[") else where + key, reason)
         rl_only += [key for key in sub.rl_only if key not in rl_only]
         for key in sections.get("trainer", {}).copy():
             if key in ("default_local_dir", "project_name", "experiment_name"):
                 sections["trainer"].pop(key)  # stage folders and names are rft's (<run>/<stage_name>)
-        if sft:
+        if kind in OFFLINE:
             sections.get("model", {}).pop("partial_pretrain", None)  # each stage starts from the previous model
-            out_stages.append({"stage_name": name, "algorithm": "sft", **sections})
+            algorithm = {"algorithm_type": "dpo", **sections.pop("algorithm", {})} if kind == "dpo" else "sft"
+            out_stages.append({"stage_name": name, "algorithm": algorithm, **sections})
         else:
             sections.get("actor_rollout_ref", {}).get("model", {}).pop("path", None)
             algorithm = sections.pop("algorithm", {})
             out_stages.append({"stage_name": name, "algorithm": algorithm, **sections})
     t.raise_if_any(path)
-    if rl_only and all(s["algorithm"] == "sft" for s in out_stages):
+    offline = [s for s in out_stages if s["algorithm"] == "sft" or (isinstance(s["algorithm"], dict) and
+                                                                 s["algorithm"].get("algorithm_type") == "dpo")]
+    if rl_only and len(offline) == len(out_stages):
         logging.getLogger("rft").warning(
-            "rft: note: %s: this SFT run has no RL stage, so these keys of it have no effect: %s", path,
+            "rft: note: %s: this SFT / DPO run has no RL stage, so these keys of it have no effect: %s", path,
             ", ".join(rl_only))
     return {**rl_base, "stages": out_stages}
 

@@ -70,6 +70,12 @@ def inactive_sections(cfg: RFTConfig) -> dict[str, str]:
                 out[f"critic.{f.name}" + ("." if dataclasses.is_dataclass(getattr(cfg.critic, f.name)) else "")] = why
     if not (actor.use_kl_loss or algo.use_kl_in_reward):
         out["actor_rollout_ref.ref."] = "this run builds no reference (no KL term)"
+    if not algo.mix.enable:
+        why = "algorithm.mix.enable=false"
+        out["data.expert."] = why
+        for f in dataclasses.fields(algo.mix):
+            if f.name != "enable":
+                out[f"algorithm.mix.{f.name}"] = why
     return out
 
 
@@ -652,6 +658,37 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
         raise ConfigError("trainer.mode=train without data.train_files needs trainer.total_training_steps")
 
 
+def _check_mix(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
+    """algorithm.mix: the expert rows' files and format, mu and the ratio, and what mix does not combine with."""
+    mix, expert = cfg.algorithm.mix, cfg.data.expert
+    if not mix.enable:
+        return
+    files = _files(expert.files, "data.expert.files")
+    if not files:
+        raise ConfigError("algorithm.mix.enable=true needs data.expert.files: the expert (SFT) rows, a parquet/jsonl "
+                          "file or a list of them")
+    if check_paths:
+        _check_files_exist("data.expert.files", files)
+    if not 0 <= mix.mu <= 1:
+        raise ConfigError(f"algorithm.mix.mu must be in [0, 1] (the SFT loss's weight), got {mix.mu}")
+    if not 0 <= mix.expert_data_ratio < 1:
+        raise ConfigError(f"algorithm.mix.expert_data_ratio must be in [0, 1) (the expert rows' share of a "
+                          f"mini-batch), got {mix.expert_data_ratio}")
+    _positive("data.expert.max_length", expert.max_length)
+    if world_size > 1:
+        raise ConfigError(f"algorithm.mix.enable=true with {world_size} processes: the expert rows are not sharded "
+                          "over the ranks yet; run mix with one process (trainer.nnodes x n_gpus_per_node = 1)")
+    from rft.algorithms import estimator_spec
+
+    algo = cfg.algorithm
+    critic = cfg.critic.enable if cfg.critic.enable is not None else "values" in estimator_spec(algo.adv_estimator).needs
+    if critic:
+        raise ConfigError(f"algorithm.mix.enable=true with a critic (adv_estimator={algo.adv_estimator!r}, "
+                          f"critic.enable={cfg.critic.enable}): the critic "
+                          "would train on the expert rows, which have no reward; use a critic-free estimator (grpo, "
+                          "as Trinity-RFT's mix)")
+
+
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
 
 
@@ -885,6 +922,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     _check_critic(cfg, world_size, check_paths)
     _check_reward_model(cfg, check_paths)
     _check_decoupled(cfg, world_size)
+    _check_mix(cfg, world_size, check_paths)
     _check_workflow(cfg, world_size, check_paths)
     _check_keys_with_readers(cfg)
     if check_paths and check_model_path:
@@ -1022,3 +1060,54 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, c
         raise ConfigError(f"optim.warmup_steps_ratio must be in [0, 1], got {optim.warmup_steps_ratio}")
     if model.lora_rank < 0:
         raise ConfigError(f"model.lora_rank must be >= 0, got {model.lora_rank}")
+
+
+def validate_dpo(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
+    """The DPO config (rft's SFT sections plus the preference loss), before any model loads."""
+    from rft.algorithms import preference_loss_spec
+
+    _check_schema(cfg)
+    data, model, optim, trainer, algo = cfg.data, cfg.model, cfg.optim, cfg.trainer, cfg.algorithm
+    _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
+    if check_paths and check_model_path:
+        check_tokenizer_folder("model.partial_pretrain", model.partial_pretrain)
+    check_hdfs_dir("trainer.default_hdfs_dir", trainer.default_hdfs_dir)
+    _check_int("trainer.bad_update_limit", trainer.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
+    _check_runtime("trainer", trainer, several="rft dpo runs one process for now")
+    for key, value in (("data.train_batch_size", data.train_batch_size),
+                       ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
+                       ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
+        _positive(key, value)
+    for key, value in (("trainer.total_training_steps", trainer.total_training_steps),
+                       ("trainer.max_ckpt_to_keep", trainer.max_ckpt_to_keep)):
+        _positive(key, value, allow_none=True)
+    if data.train_batch_size % (data.micro_batch_size_per_gpu * world_size):
+        raise ConfigError(
+            f"data.train_batch_size ({data.train_batch_size} pairs) must be a multiple of "
+            f"data.micro_batch_size_per_gpu ({data.micro_batch_size_per_gpu}) x processes ({world_size})"
+        )
+    if len({data.prompt_key, data.chosen_key, data.rejected_key}) < 3:
+        raise ConfigError(f"data.prompt_key, chosen_key and rejected_key must name three different columns, got "
+                          f"{data.prompt_key!r}, {data.chosen_key!r}, {data.rejected_key!r}")
+    if optim.lr <= 0:
+        raise ConfigError(f"optim.lr must be > 0, got {optim.lr}")
+    if not 0 <= optim.warmup_steps_ratio <= 1:
+        raise ConfigError(f"optim.warmup_steps_ratio must be in [0, 1], got {optim.warmup_steps_ratio}")
+    if model.lora_rank < 0:
+        raise ConfigError(f"model.lora_rank must be >= 0, got {model.lora_rank}")
+    if not algo.beta > 0:
+        raise ConfigError(f"algorithm.beta must be > 0, got {algo.beta}")
+    if not 0 <= algo.label_smoothing < 0.5:
+        raise ConfigError(f"algorithm.label_smoothing must be in [0, 0.5), got {algo.label_smoothing}")
+    if algo.label_smoothing and not preference_loss_spec(algo.loss_type).uses_label_smoothing:
+        raise ConfigError(f"algorithm.label_smoothing={algo.label_smoothing} is read by loss_type sigmoid and robust "
+                          f"only, not {algo.loss_type!r}; set it to 0 or change the loss_type")
+    for key in ("kl_loss_coef", "entropy_coeff"):
+        if getattr(algo, key) < 0:
+            raise ConfigError(f"algorithm.{key} must be >= 0, got {getattr(algo, key)}")
+    if algo.kl_loss_coef != DPO_KL_COEF_DEFAULT and not algo.use_kl_loss:
+        raise ConfigError(f"algorithm.kl_loss_coef={algo.kl_loss_coef} has no effect with algorithm.use_kl_loss="
+                          "false; set use_kl_loss=true or remove it")
+
+
+DPO_KL_COEF_DEFAULT = 0.001

@@ -3,7 +3,7 @@
 Each row becomes (prompt ids, response ids, loss mask over the response). Single turn: the prompt is chat-templated
 with the generation prompt, the response is its text plus the EOS token, and every response token carries loss.
 Multi-turn: the conversation's first token is the prompt, the rest the response, and only the assistant turns
-(their text and closing EOS) carry loss.
+(their text and closing EOS) carry loss; with `multiturn.last_turn_only` only the last of them.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class SFTDataset:
                 where = f"{file} row {i}"
                 if data_cfg.multiturn.enable:
                     example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where,
-                                              data_cfg.multiturn.tools_key)
+                                              data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only)
                 else:
                     for column in (data_cfg.prompt_key, data_cfg.response_key):
                         if column not in row:
@@ -66,7 +66,8 @@ class SFTDataset:
             raise DataError(f"no SFT rows in {files}")
 
     @staticmethod
-    def _multiturn(tokenizer, row: dict, key: str, where: str, tools_key: str | None = None) -> SFTExample:
+    def _multiturn(tokenizer, row: dict, key: str, where: str, tools_key: str | None = None,
+                   last_turn_only: bool = False) -> SFTExample:
         if key not in row:
             raise DataError(f"{where}: no column {key!r} (data.multiturn.messages_key); columns: {sorted(row)}")
         if tools_key is not None and tools_key not in row:
@@ -75,8 +76,9 @@ class SFTDataset:
         tools = _tools(row[tools_key], where) if tools_key else None
         full = _template(tokenizer, messages, generation_prompt=False, tools=tools)
         mask = [0] * len(full)
+        assistant = [turn for turn, m in enumerate(messages) if m["role"] == "assistant"]
         for turn, message in enumerate(messages):
-            if message["role"] != "assistant":
+            if message["role"] != "assistant" or (last_turn_only and turn != assistant[-1]):
                 continue
             start = len(_template(tokenizer, messages[:turn], generation_prompt=True, tools=tools)) if turn else 0
             # the turn's text and its EOS; not the template's trailing newline

@@ -4,7 +4,7 @@ A checkpoint holds only what was trained (`policy.safetensors`: every weight, or
 several processes wrote it), so the model is rebuilt as the run built it, from the run's `config.yaml` (beside
 `checkpoints/`): the starting model folder, the LoRA settings. The weights are loaded into it
 (`load_policy_weights`: a DCP folder is read into the one-process model) and exported with the LoRA adapter merged
-(`export_hf`, atomic), with the tokenizer. RL runs (`rft train`) and SFT runs (`rft sft`, SFT stages) alike.
+(`export_hf`, atomic), with the tokenizer. RL runs (`rft train`), SFT runs (`rft sft`, SFT stages) and DPO runs (`rft dpo`, DPO stages) alike.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def _load_dcp(folder: Path, model) -> None:
 def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path | None = None) -> Path:
     import torch
 
+    from rft.config.dpo_schema import DPOConfig
     from rft.config.load import merge_layers, read_yaml
     from rft.config.schema import RFTConfig
     from rft.config.sft_schema import SFTConfig
@@ -67,12 +68,13 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
         model_cfg, key = cfg.actor_rollout_ref.model, "actor_rollout_ref.model"
         path, tokenizer_path = model_cfg.path, cfg.data.tokenizer or model_cfg.path
     elif "model" in raw and "partial_pretrain" in raw.model:
-        cfg = merge_layers(SFTConfig, [raw])
+        # an rft dpo config is the SFT sections plus the preference loss's algorithm section
+        cfg = merge_layers(DPOConfig if "algorithm" in raw else SFTConfig, [raw])
         model_cfg, key = cfg.model, "model"
         path, tokenizer_path = model_cfg.partial_pretrain, model_cfg.partial_pretrain
     else:
-        raise RftError(f"{str(config)!r} is neither an rft train nor an rft sft config (no actor_rollout_ref, no "
-                       "model.partial_pretrain)")
+        raise RftError(f"{str(config)!r} is neither an rft train nor an rft sft / dpo config (no actor_rollout_ref, "
+                       "no model.partial_pretrain)")
     if not path or not (Path(path).expanduser() / "config.json").is_file():
         raise RftError(f"{str(config)!r}: the run started from {path!r}, which is not a Hugging Face model folder "
                        "any more; rft merge needs it to rebuild the model (give --config with a path that is)")

@@ -2,7 +2,7 @@
 io."""
 
 from rft.data.io import read_rows, write_parquet
-from rft.tasks.arithmetic import arithmetic_rows, write_arithmetic
+from rft.tasks.arithmetic import arithmetic_rows, preference_rows, write_arithmetic
 from rft.tasks.calculator import write_calculator
 from rft.tasks.gsm8k import convert_gsm8k, gsm8k_ground_truth, gsm8k_rows
 
@@ -11,6 +11,7 @@ __all__ = [
     "convert_gsm8k",
     "gsm8k_ground_truth",
     "gsm8k_rows",
+    "preference_rows",
     "read_rows",
     "write_arithmetic",
     "write_calculator",

@@ -4,6 +4,11 @@ Small enough for a tiny model to learn in minutes, so a run can show the reward 
 demonstration for SFT (`extra_info.demonstration`): the answer, or, with `carry_slip`, the answer of a sloppy
 teacher who now and then forgets the carry out of the units digit. SFT on those copies the teacher's slips; an
 RL stage rewarded by the exact answer can then do better than its teacher (what `rft demo` shows).
+
+`preference_rows` turns rows into DPO pairs about that carry (`rft data arithmetic --preferences`): for every
+addition the correct answer is chosen and the one that gets the units carry wrong is rejected: forgotten where the
+units digits carry (a + b - 10, the sloppy teacher's slip), added where they do not (a + b + 10). Pairs on both sides
+of the rule: with the forgotten carries alone, DPO learns to add 10 to every answer.
 """
 
 from __future__ import annotations
@@ -85,6 +90,34 @@ def arithmetic_rows(
     return rows
 
 
+def _wrong_carry(question: str) -> str | None:
+    """The answer of an addition "a+b=" with the units carry wrong: forgotten (a + b - 10) where the units digits
+    carry, added (a + b + 10) where they do not; None for another operation."""
+    if "+" not in question:
+        return None
+    a, b = (int(x) for x in question[:-1].split("+"))
+    return str(a + b - 10) if a % 10 + b % 10 >= 10 else str(a + b + 10)
+
+
+def preference_rows(rows: list[dict]) -> list[dict]:
+    """DPO pairs of the additions among `rows`: the prompt (the row's chat messages), `chosen` = the correct answer,
+    `rejected` = the answer with the units carry wrong (`_wrong_carry`), with the row's data_source, ground truth
+    and extra_info (`carries`: whether the units digits carry); TRL's standard preference format with a
+    conversational prompt."""
+    pairs = []
+    for row in rows:
+        question = row["extra_info"]["question"]
+        sloppy = _wrong_carry(question)
+        if sloppy is None:
+            continue
+        a, b = (int(x) for x in question[:-1].split("+"))
+        pairs.append({"data_source": row["data_source"], "prompt": row["prompt"],
+                      "chosen": row["extra_info"]["answer"], "rejected": sloppy,
+                      "reward_model": row["reward_model"],
+                      "extra_info": {**row["extra_info"], "index": len(pairs), "carries": a % 10 + b % 10 >= 10}})
+    return pairs
+
+
 def write_arithmetic(
     out_dir: str | Path,
     n_train: int = 2000,
@@ -93,17 +126,28 @@ def write_arithmetic(
     max_digits: int = 2,
     ops: str = "+",
     carry_slip: float = 0.0,
+    preferences: bool = False,
 ) -> dict[str, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under `out_dir`; no val question appears in train.
 
     Val is drawn from ``seed + 1`` with the train questions excluded; `carry_slip` (see `arithmetic_rows`) applies
-    to the train demonstrations only. Returns {"train": path, "val": path}.
+    to the train demonstrations only. `preferences`: also ``preference_train.parquet`` and
+    ``preference_val.parquet``, the DPO pairs (`preference_rows`) of the train and val additions. Returns
+    {"train": path, "val": path} (and "preference_train", "preference_val").
     """
     train = arithmetic_rows(n_train, seed, "train", max_digits, ops, carry_slip=carry_slip)
     train_questions = {row["extra_info"]["question"] for row in train}
     val = arithmetic_rows(n_val, seed + 1, "val", max_digits, ops, exclude=train_questions)
     out_dir = Path(out_dir)
-    return {
+    paths = {
         "train": write_parquet(train, out_dir / "train.parquet"),
         "val": write_parquet(val, out_dir / "val.parquet"),
     }
+    if preferences:
+        for split, rows in (("train", train), ("val", val)):
+            pairs = preference_rows(rows)
+            if not pairs:
+                raise ValueError(f"no {split} question is an addition, so there is no preference pair; add '+' to "
+                                 "ops")
+            paths[f"preference_{split}"] = write_parquet(pairs, out_dir / f"preference_{split}.parquet")
+    return paths

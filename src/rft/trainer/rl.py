@@ -54,6 +54,7 @@ from rft.trainer.checkpoint import (
     save_training_state,
     step_of,
 )
+from rft.trainer.mix import ExpertRows
 from rft.trainer.rollout_correction import apply_rollout_correction, corrects_rollout
 from rft.workers.critic import CriticSettings, CriticWorker
 from rft.workers.fsdp import full_state_dict, wrap
@@ -130,6 +131,8 @@ class RLTrainer:
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
+        # algorithm.mix: the expert rows each update adds (trainer/mix.py)
+        self.expert = ExpertRows(cfg, tokenizer) if cfg.algorithm.mix.enable else None
         self.ckpt = CheckpointManager(
             self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep,
             mirror=trainer.default_hdfs_dir,
@@ -190,7 +193,7 @@ class RLTrainer:
                 metrics.update(self.critic.update(batch, step))
         if step > self.cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
             with timer("update_actor"):
-                metrics.update(self.worker.update(batch, step))
+                metrics.update(self.worker.update(self.expert.attach(batch) if self.expert else batch, step))
         metrics.update(self.batch_metrics(batch))
         metrics["training/global_step"] = step
         if "update_actor" in timer.times:  # not during critic warmup
@@ -341,7 +344,8 @@ class RLTrainer:
             save_training_state(
                 folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.save_contents), model=self.model,
                 optimizer=self.worker.optimizer, scheduler=self.worker.scheduler, generators=generators,
-                tokenizer=self.tokenizer, state={"global_step": step, "kl_coef": self.kl_ctrl.value, **state},
+                tokenizer=self.tokenizer, state={"global_step": step, "kl_coef": self.kl_ctrl.value, **state,
+                                                 **({"expert": self.expert.state_dict()} if self.expert else {})},
                 dist=self.dist,
                 export=(lambda out: self.export(out, critic=False)) if self.dist.enabled else None,
             )
@@ -369,6 +373,8 @@ class RLTrainer:
                               model=self.critic.model, optimizer=self.critic.optimizer,
                               scheduler=self.critic.scheduler, dist=self.dist)
         self.kl_ctrl.value = state["kl_coef"]
+        if self.expert is not None:
+            self.expert.load_state_dict(state.get("expert", {}))
         self.global_step = state["global_step"] = step_of(folder)
         if self.dist.is_main:
             print(f"rft: resumed from {folder} at step {self.global_step}", flush=True)

@@ -57,6 +57,8 @@ class _FSDP:
 
 
 class SFTTrainer:
+    name = "sft"  # the log lines' prefix (DPOTrainer reuses this loop)
+
     def __init__(self, cfg, dist: Dist = SINGLE):
         """`dist`: this process's rank among the processes of the run (default: one process)."""
         configure_cpu_runtime()
@@ -70,8 +72,8 @@ class SFTTrainer:
         torch.manual_seed(trainer.seed)
 
         self.tokenizer = load_tokenizer(model_cfg.partial_pretrain, model_cfg.trust_remote_code)
-        self.train_set = SFTDataset(data.train_files, self.tokenizer, data)
-        self.val_set = SFTDataset(data.val_files, self.tokenizer, data) if data.val_files else None
+        self.train_set = self.dataset(data.train_files)
+        self.val_set = self.dataset(data.val_files) if data.val_files else None
         self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
@@ -100,7 +102,7 @@ class SFTTrainer:
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
                                   recovered=self._recovered_metrics) if main else SilentTracker()
         where = self.device if not self.dist.enabled else f"{self.dist.world_size} processes ({self.device.type})"
-        tracker.write(f"rft sft: {self.total_steps} steps on {where}, {len(self.train_set)} rows, "
+        tracker.write(f"rft {self.name}: {self.total_steps} steps on {where}, {len(self.train_set)} rows, "
                       f"output {self.out}")
         last: dict[str, float] = {}
         while self.global_step < self.total_steps:
@@ -113,7 +115,7 @@ class SFTTrainer:
                     metrics = self.train_step(self.train_set.batch(rows, self.tokenizer.pad_token_id))
                 if self.val_set is not None and t.test_freq > 0 and (is_last or step % t.test_freq == 0):
                     with timer("testing"):
-                        metrics["val/loss"] = self.val_loss()
+                        metrics.update(self.validate())
                 if t.save_freq > 0 and (is_last or step % t.save_freq == 0):
                     self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
@@ -123,9 +125,17 @@ class SFTTrainer:
             tracker.log(step, metrics)
             last = metrics
         self._export(self.out / "model", final=True)
-        tracker.write(f"rft sft: model written to {self.out / 'model'}")
+        tracker.write(f"rft {self.name}: model written to {self.out / 'model'}")
         tracker.close()
         return last
+
+    def dataset(self, files):
+        """The rows of `files` (data.train_files / data.val_files) as a dataset with `batch(indices, pad_id)`."""
+        return SFTDataset(files, self.tokenizer, self.cfg.data)
+
+    def validate(self) -> dict[str, float]:
+        """The validation metrics of the step (trainer.test_freq)."""
+        return {"val/loss": self.val_loss()}
 
     def _nll_sum(self, batch) -> torch.Tensor:
         """Sum over loss tokens of -log p (temperature 1)."""
@@ -203,6 +213,6 @@ class SFTTrainer:
         self._recovered_metrics = state.get("metrics")
         self.global_step = step_of(folder)
         if self.dist.is_main:
-            print(f"rft sft: resumed from {folder} at step {self.global_step}", flush=True)
+            print(f"rft {self.name}: resumed from {folder} at step {self.global_step}", flush=True)
 
 

@@ -7,6 +7,9 @@ overrides of any section:
       - stage_name: sft
         algorithm: sft                 # or {algorithm_type: sft}; its sections are sft_trainer.yaml's
         optim: {lr: 3.0e-3}
+      - stage_name: dpo
+        algorithm: {algorithm_type: dpo, beta: 0.1}   # or dpo; the other keys are the DPO config's algorithm
+        data: {train_files: prefs.parquet}            # section; its sections are rft dpo's (docs/config.md)
       - stage_name: grpo               # an RL stage: overrides of the global (RL) sections
         algorithm: {adv_estimator: grpo}
 
@@ -25,6 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rft.config.dpo_schema import DPOConfig
 from rft.config.load import ConfigError, merge_layers
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
@@ -37,8 +41,8 @@ _STAGE_KEYS = {"stage_name", "algorithm", "mode"}
 @dataclass
 class Stage:
     name: str
-    kind: str  # "sft" | "rl"
-    cfg: Any  # SFTConfig | RFTConfig
+    kind: str  # "sft" | "dpo" | "rl"
+    cfg: Any  # SFTConfig | DPOConfig | RFTConfig
     out: Path
 
     @property
@@ -51,11 +55,13 @@ class Stage:
 
 
 def _kind(raw: dict, where: str) -> tuple[str, dict]:
-    """("sft" | "rl", the algorithm section to merge for RL stages)."""
+    """("sft" | "dpo" | "rl", the algorithm section to merge for RL and DPO stages)."""
     algorithm = raw.get("algorithm")
     mode = raw.get("mode")
     if algorithm == "sft" or mode == "sft":
         return "sft", {}
+    if algorithm == "dpo":
+        return "dpo", {}
     if isinstance(algorithm, dict):
         algorithm = dict(algorithm)
         kind = algorithm.pop("algorithm_type", None)
@@ -63,6 +69,8 @@ def _kind(raw: dict, where: str) -> tuple[str, dict]:
             if algorithm:
                 raise ConfigError(f"{where}: an sft stage takes no algorithm keys, got {sorted(algorithm)}")
             return "sft", {}
+        if kind == "dpo":
+            return "dpo", algorithm
         if kind is not None:
             algorithm.setdefault("adv_estimator", kind)
         return "rl", algorithm
@@ -87,7 +95,7 @@ def load_stages(path, overrides=(), validate_paths: bool = True) -> list[Stage]:
 
 def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
     """The validated stages of a staged config (already merged with command-line overrides)."""
-    from rft.config.validate import validate, validate_sft
+    from rft.config.validate import validate, validate_dpo, validate_sft
 
     data = OmegaConf.to_container(raw, resolve=True)
     stages_raw = data.pop("stages")
@@ -123,6 +131,11 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
             cfg = _typed(SFTConfig, [inherited, sections, forced], where)
             validate_sft(cfg, check_paths=check_paths, check_model_path=i == 0,
                          world_size=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node)
+        elif kind == "dpo":  # the SFT stage's inherited keys, plus the DPO loss of the stage's algorithm mapping
+            cfg = _typed(DPOConfig, [_inherited(base, previous_model, name), {"algorithm": algorithm}, sections,
+                                     _forced_offline(previous_model, out)], where)
+            validate_dpo(cfg, check_paths=check_paths, check_model_path=i == 0,
+                         world_size=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node)
         else:
             forced = {"actor_rollout_ref": {"model": {"path": previous_model}},
                       "trainer": {"default_local_dir": str(out)}}
@@ -148,6 +161,21 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
     return stages
 
 
+def _inherited(base: RFTConfig, previous_model: str, name: str) -> dict:
+    """What an offline (DPO) stage takes from the global sections: the model's trust_remote_code, the seed,
+    device, monitors and names (as an SFT stage does)."""
+    t = base.trainer
+    return {"model": {"partial_pretrain": previous_model,
+                      "trust_remote_code": base.actor_rollout_ref.model.trust_remote_code},
+            "trainer": {"seed": t.seed, "device": t.device, "logger": t.logger, "monitor_args": t.monitor_args,
+                        "project_name": t.project_name, "experiment_name": f"{t.experiment_name}_{name}"}}
+
+
+def _forced_offline(previous_model: str, out: Path) -> dict:
+    """The keys an offline stage cannot set: it starts from the previous stage's model, writes to its folder."""
+    return {"model": {"partial_pretrain": previous_model}, "trainer": {"default_local_dir": str(out)}}
+
+
 def _typed(schema: type, layers: list[dict], where: str):
     try:
         return merge_layers(schema, layers)
@@ -165,6 +193,10 @@ def run_stage(stage: Stage, dist: Dist = SINGLE) -> None:
             from rft.trainer.sft import SFTTrainer
 
             SFTTrainer(stage.cfg, dist).fit()
+        elif stage.kind == "dpo":
+            from rft.trainer.dpo import DPOTrainer
+
+            DPOTrainer(stage.cfg).fit()
         else:
             from rft.trainer.run import SyncRun
 

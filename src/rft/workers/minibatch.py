@@ -82,15 +82,31 @@ def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], g
 
 
 def loss_tokens(batch: Batch) -> torch.Tensor:
-    """(B, R) the tokens that carry loss: `batch.loss_mask` when set (rollout correction's rejection sampling
-    leaves the rejected tokens out of it), else the response mask. The response mask stays the attention mask."""
-    return batch.loss_mask if batch.loss_mask is not None else batch.response_mask
+    """(B, R) the tokens that carry the policy's loss: `batch.loss_mask` when set (rollout correction's rejection
+    sampling leaves the rejected tokens out of it), else the response mask; never those of expert rows
+    (`batch.expert_mask`, algorithm.mix: they carry the SFT loss, `expert_tokens`). The response mask stays the
+    attention mask."""
+    tokens = batch.loss_mask if batch.loss_mask is not None else batch.response_mask
+    if batch.expert_mask is not None:
+        tokens = tokens * (~batch.expert_mask.to(tokens.device))[:, None]
+    return tokens
 
 
-def mini_batch_norm(mini: Batch, max_response_length: int, dist: Dist = SINGLE) -> AggNorm:
+def expert_tokens(batch: Batch) -> torch.Tensor:
+    """(B, R) the tokens of the expert rows that carry the SFT loss (algorithm.mix); all 0 without expert rows."""
+    tokens = batch.loss_mask if batch.loss_mask is not None else batch.response_mask
+    if batch.expert_mask is None:
+        return torch.zeros_like(tokens)
+    return tokens * batch.expert_mask.to(tokens.device)[:, None]
+
+
+def mini_batch_norm(mini: Batch, max_response_length: int, dist: Dist = SINGLE, expert: bool = False) -> AggNorm:
     """The normalisers of a whole mini-batch (its rows on every rank), given to each of its micro-batches: its loss
-    tokens (`loss_tokens`), its rows, and `max_response_length` (seq-mean-token-sum-norm's constant)."""
-    counts = dist.sum(torch.tensor([float(loss_tokens(mini).sum()), float(len(mini))], dtype=torch.float64))
+    tokens (`loss_tokens`), its rows, and `max_response_length` (seq-mean-token-sum-norm's constant). Rows and
+    tokens are those of the experiences, or with `expert` those of the expert rows (`expert_tokens`)."""
+    is_expert = mini.expert_mask if mini.expert_mask is not None else torch.zeros(len(mini), dtype=torch.bool)
+    tokens, rows = (expert_tokens(mini), is_expert.sum()) if expert else (loss_tokens(mini), (~is_expert).sum())
+    counts = dist.sum(torch.tensor([float(tokens.sum()), float(rows)], dtype=torch.float64))
     return AggNorm(num_tokens=float(counts[0]), num_seqs=float(counts[1]), max_len=max_response_length)
 
 
@@ -191,6 +207,23 @@ class MiniBatchWorker:
 
     budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
+    def mini_batches(self, batch: Batch, step: int, epoch: int) -> list[Batch]:
+        """The mini-batches of one epoch: ppo_mini_batch_size x n rows of experiences each (this rank's share),
+        whole groups shuffled between them when asked; expert rows (algorithm.mix) dealt out equally, each
+        mini-batch getting its share after its experiences."""
+        rows_per_mini = self.s.ppo_mini_batch_size * self.s.n // self.dist.world_size  # this rank's rows
+        order = self._row_order(batch, step, epoch)
+        data = batch.select(order) if order is not None else batch
+        if data.expert_mask is None:
+            return list(data.split(rows_per_mini))
+        is_expert = data.expert_mask.tolist()
+        rows = [i for i, e in enumerate(is_expert) if not e]
+        experts = [i for i, e in enumerate(is_expert) if e]
+        k = max(1, -(-len(rows) // rows_per_mini))
+        per = len(experts) // k
+        return [data.select(rows[j * rows_per_mini:(j + 1) * rows_per_mini] + experts[j * per:(j + 1) * per])
+                for j in range(k)]
+
     def _row_order(self, batch: Batch, step: int, epoch: int) -> list[int] | None:
         """Rows with whole groups shuffled (a group never straddles mini-batches), or None to keep the order."""
         if not self.s.shuffle:
@@ -205,13 +238,10 @@ class MiniBatchWorker:
         metrics averaged over the mini-batch steps, with `<prefix>/grad_norm` and `<prefix>/lr`."""
         s, prefix = self.s, self.prefix
         self.model.train()
-        rows_per_mini = s.ppo_mini_batch_size * s.n // self.dist.world_size  # this rank's rows
         history: dict[str, list[float]] = defaultdict(list)
         skipped = 0
         for epoch in range(s.ppo_epochs):
-            order = self._row_order(batch, step, epoch)
-            data = batch.select(order) if order is not None else batch
-            for index, mini in enumerate(data.split(rows_per_mini)):
+            for index, mini in enumerate(self.mini_batches(batch, step, epoch)):
                 self.optimizer.zero_grad(set_to_none=True)
                 seed = (((s.seed * 1_000_003 + step) * 1_009 + epoch) * 1_013 + index) % 2**63
                 sums = self.dist.sum_metrics(self.backward_mini_batch(mini, seed))  # every rank's share

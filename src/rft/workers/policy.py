@@ -8,7 +8,9 @@ the worker run the reference on each micro-batch (no gradient) for its logits; a
 `policy_loss_needs_minibatch` (clip_cov, kl_cov; bypass_mode's batch-normalised weights) gets the detached inputs
 of its whole mini-batch (one extra no-gradient forward pass per mini-batch, only when the mini-batch is split).
 The loss runs on `loss_tokens` (the response tokens rollout correction's rejection sampling kept) and multiplies the
-batch's rollout-correction IS weights in (`Batch.rollout_is_weights`), both set by the trainer.
+batch's rollout-correction IS weights in (`Batch.rollout_is_weights`), both set by the trainer. With algorithm.mix
+the batch also holds expert rows (`Batch.expert_mask`): the policy loss, entropy and KL skip them, and they carry
+mu times the SFT loss, aggregated with the mini-batch's normaliser of the expert rows (`expert_tokens`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_sched
     build_optimizer,
     build_scheduler,
     clipped_step,
+    expert_tokens,
     loss_tokens,
     mini_batch_norm,
 )
@@ -256,6 +259,8 @@ class UpdateSettings:
     logit_chunk_tokens: int | None = LOGIT_CHUNK_TOKENS  # token positions per chunk of entropy / full KL; None: all
     bad_update_limit: int = 3  # trainer.bad_update_limit: skipped optimizer steps in a row before the run stops
     max_token_len: int | None = None  # use_dynamic_bsz: real tokens per forward/backward pass (else micro_rows)
+    mix_mu: float | None = None  # algorithm.mix: the SFT loss's weight on the expert rows; None: no mix
+    mix_sft_agg: str = "token-mean"  # algorithm.mix.sft_loss_agg_mode
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -282,6 +287,8 @@ class UpdateSettings:
             rollout_rs_threshold=rc.rollout_rs_threshold, bypass_loss_type=rc.loss_type,
             bad_update_limit=cfg.trainer.bad_update_limit,
             max_token_len=actor.ppo_max_token_len_per_gpu if actor.use_dynamic_bsz else None,
+            mix_mu=cfg.algorithm.mix.mu if cfg.algorithm.mix.enable else None,
+            mix_sft_agg=cfg.algorithm.mix.sft_loss_agg_mode,
             logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
 
@@ -315,10 +322,11 @@ class PolicyWorker(MiniBatchWorker):
         )
 
     def _micro_loss(self, mb: Batch, norm: AggNorm, seed: int = 0, minibatch: PolicyLossInputs | None = None,
-                    rows: torch.Tensor | None = None, metric_norm: AggNorm | None = None
-                    ) -> tuple[torch.Tensor, dict[str, float]]:
+                    rows: torch.Tensor | None = None, metric_norm: AggNorm | None = None,
+                    expert_norm: AggNorm | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """This micro-batch's loss (its share of the mini-batch's, `norm`) and metrics (their shares of the
-        mini-batch's; `metric_norm`: the normalisers of the rows trained on when some were left out)."""
+        mini-batch's; `metric_norm`: the normalisers of the rows trained on when some were left out; `expert_norm`:
+        the expert rows' normalisers with algorithm.mix)."""
         s = self.s
         metric_norm = metric_norm or norm
         R = mb.response_ids.shape[1]
@@ -336,7 +344,8 @@ class PolicyWorker(MiniBatchWorker):
         inputs = self._loss_inputs(mb, logprobs, norm, seed)
         inputs.minibatch, inputs.rows = minibatch, rows  # rows: mb's rows in `minibatch`
         out = compute_policy_loss(s.loss_mode, inputs)
-        loss = out.loss
+        # algorithm.mix (Trinity-RFT): (1 - mu) * policy loss on the experiences + mu * SFT loss on the expert rows
+        loss = out.loss if s.mix_mu is None else (1.0 - s.mix_mu) * out.loss
         share = float(mask.sum()) / max(metric_norm.num_tokens, 1.0)  # token share of this micro-batch
         # a loss's own names (no '/') go under actor/; rollout_corr/... (bypass_mode) keep theirs
         metrics = {(k if "/" in k else f"actor/{k}"): v * share for k, v in out.metrics.items()}
@@ -355,15 +364,20 @@ class PolicyWorker(MiniBatchWorker):
             loss = loss + s.kl_loss_coef * kl_term
             metrics["actor/kl_loss"] = float(kl_term.detach())
             metrics["actor/kl_coef"] = s.kl_loss_coef * share
+        if s.mix_mu is not None:
+            sft = agg_loss(-logprobs, expert_tokens(mb).to(logprobs.device).float(), s.mix_sft_agg, expert_norm)
+            loss = loss + s.mix_mu * sft
+            metrics["actor/sft_loss"] = float(sft.detach())
         return loss, metrics
 
     def drops_zero_advantage_rows(self) -> bool:
         """Whether rows whose advantages are 0 on every loss token can be left out of the update exactly: the policy
         loss declares a per-token loss that is 0 with 0 gradient where A = 0 (`policy_loss_zero_at_zero_advantage`)
-        and no entropy or KL term adds a gradient of its own. Their tokens still count in the normalisers."""
+        and no entropy or KL term adds a gradient of its own (nor mix's SFT loss: expert rows have no advantage). Their
+        tokens still count in the normalisers."""
         s = self.s
         return (policy_loss_zero_at_zero_advantage(s.loss_mode, s) and not s.entropy_coeff and not s.use_kl_loss
-                and not policy_loss_needs_minibatch(s.loss_mode, s))
+                and not policy_loss_needs_minibatch(s.loss_mode, s) and s.mix_mu is None)
 
     def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
         """Accumulate the gradient of one mini-batch's loss into the parameters' `.grad`, micro-batch by
@@ -387,6 +401,7 @@ class PolicyWorker(MiniBatchWorker):
             if not metric_norm.num_tokens:  # every row left out: the metrics are 0 (a filler pass reports them)
                 metric_norm = norm
         plan = self.plan(mini, sync=dropped is not None or bool(getattr(s, "max_token_len", None)))
+        expert_norm = mini_batch_norm(mini, norm.max_len, self.dist, expert=True) if s.mix_mu is not None else None
         whole, offset = None, 0
         if policy_loss_needs_minibatch(s.loss_mode, s) and (len(plan[1]) > 1 or self.dist.enabled):
             # The token selection of this loss uses statistics of the whole mini-batch: give every micro-batch
@@ -400,7 +415,8 @@ class PolicyWorker(MiniBatchWorker):
                 whole = replace(whole, **{k: self.dist.gather_rows(getattr(whole, k)) for k in (
                     "logprobs", "old_logprobs", "advantages", "response_mask")})
         sums = self.accumulate(mini, lambda rows, mb: self._micro_loss(
-            mb, norm, seed, whole, torch.tensor(rows, dtype=torch.long) + offset, metric_norm), plan=plan, filler=full)
+            mb, norm, seed, whole, torch.tensor(rows, dtype=torch.long) + offset, metric_norm,
+            expert_norm), plan=plan, filler=full)
         if dropped is not None:
             sums["actor/zero_adv_rows"] = float(dropped)
             for p in self.params:  # a model that ran no pass: its gradient is exactly 0, and the step takes it

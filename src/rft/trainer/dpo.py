@@ -1,0 +1,118 @@
+"""Direct preference optimisation (`rft dpo`, and `algorithm: dpo` stages; Trinity-RFT's algorithm_type dpo).
+
+The SFT trainer's loop with another step: its dataset machinery (preference pairs instead of SFT rows), the
+optimizer / scheduler builders, the update guard, checkpoints with the exact resume, the monitor and the export
+are `SFTTrainer`'s. The reference policy is the starting model: a frozen copy with full fine-tuning, the model with
+its LoRA adapter disabled with LoRA (`reference_of`); its log-probs are computed on each micro-batch, without
+gradient. The loss (`rft.algorithms.preference`) is the mean over the step's pairs, plus Trinity-RFT's optional KL
+and entropy terms aggregated over the step's response tokens; the micro-batch size never changes the gradient.
+
+Metrics: train/loss, rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins (TRL's names),
+logps/chosen, logps/rejected (mean sequence log-probs), actor/kl_loss and actor/entropy when those terms are on;
+train/preference_loss (the loss without those terms); validation: the same names under val/ (val/loss,
+val/rewards/accuracies, ...) over every pair of data.val_files.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from rft.algorithms import (
+    AggNorm,
+    PreferenceLossInputs,
+    agg_loss,
+    compute_preference_loss,
+    kl_penalty,
+    preference_loss_spec,
+    preference_metrics,
+    sequence_logps,
+)
+from rft.batch import Batch
+from rft.data.preference import PreferenceDataset
+from rft.models.load import frozen_copy, is_peft
+from rft.trainer.sft import SFTTrainer
+from rft.workers.policy import forward_logprobs, reference_of
+
+
+class DPOTrainer(SFTTrainer):
+    name = "dpo"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        # the starting weights, before a resume loads the trained ones (fit)
+        self.ref_model = None if is_peft(self.model) else frozen_copy(self.model)
+        self.spec = preference_loss_spec(cfg.algorithm.loss_type)
+
+    def dataset(self, files):
+        return PreferenceDataset(files, self.tokenizer, self.cfg.data)
+
+    def _pair_losses(self, mb: Batch, norm: AggNorm, n_pairs: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """This micro-batch's share of the step's loss (its pairs' losses over the step's `n_pairs`, its tokens'
+        KL / entropy terms with the step's `norm`) and its share of the metrics."""
+        algo = self.cfg.algorithm
+        with torch.no_grad(), reference_of(self.model, self.ref_model) as ref:
+            ref_logprobs, _ = forward_logprobs(ref, mb, temperature=1.0)  # (2n, R)
+        logprobs, entropy = forward_logprobs(self.model, mb, temperature=1.0, with_entropy=algo.entropy_coeff != 0,
+                                             entropy_grad=True)
+        mask = mb.loss_mask.to(logprobs.device)
+        seq = sequence_logps(logprobs, mask, self.spec.length_normalized)  # (2n,)
+        ref_seq = sequence_logps(ref_logprobs.to(logprobs.device), mask, self.spec.length_normalized)
+        out = compute_preference_loss(algo.loss_type, PreferenceLossInputs(
+            chosen_logps=seq[0::2], rejected_logps=seq[1::2], ref_chosen_logps=ref_seq[0::2],
+            ref_rejected_logps=ref_seq[1::2], beta=algo.beta, label_smoothing=algo.label_smoothing))
+        loss = out.losses.sum() / n_pairs
+        metrics = {k: float(v.sum()) / n_pairs for k, v in preference_metrics(out).items()}
+        metrics["logps/chosen"] = float(seq[0::2].detach().sum()) / n_pairs
+        metrics["logps/rejected"] = float(seq[1::2].detach().sum()) / n_pairs
+        metrics["train/preference_loss"] = float(loss.detach())
+        if algo.use_kl_loss:
+            kl = agg_loss(kl_penalty(logprobs, ref_logprobs.to(logprobs.device), algo.kl_loss_type), mask,
+                          algo.loss_agg_mode, norm)
+            loss = loss + algo.kl_loss_coef * kl
+            metrics["actor/kl_loss"] = float(kl.detach())
+        if algo.entropy_coeff:
+            entropy_term = agg_loss(entropy, mask, algo.loss_agg_mode, norm)
+            loss = loss - algo.entropy_coeff * entropy_term
+            metrics["actor/entropy"] = float(entropy_term.detach())
+        metrics["train/loss"] = float(loss.detach())
+        return loss, metrics
+
+    def _norm(self, batch: Batch) -> AggNorm:
+        """The step's normalisers of the KL / entropy terms: its loss tokens and rows."""
+        return AggNorm(num_tokens=float(batch.loss_mask.sum()), num_seqs=float(len(batch)),
+                       max_len=batch.response_ids.shape[1])
+
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step over the pairs of `batch` (chosen rows even, rejected rows odd), micro-batch by
+        micro-batch (data.micro_batch_size_per_gpu pairs)."""
+        self.model.train()
+        n_pairs, norm = len(batch) // 2, self._norm(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = defaultdict(float)
+        for mb in batch.split(2 * self.cfg.data.micro_batch_size_per_gpu):
+            loss, metrics = self._pair_losses(mb, norm, n_pairs)
+            loss.backward()
+            for k, v in metrics.items():
+                sums[k] += v
+        lr = self.optimizer.param_groups[0]["lr"]
+        grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, losses=[sums["train/loss"]])
+        self.scheduler.step()
+        return {**sums, "train/grad_norm": grad_norm, "train/lr": lr, "train/pairs": float(n_pairs),
+                "train/tokens": float(batch.loss_mask.sum()), "train/skipped_updates": float(why is not None)}
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """val/loss and val/rewards/* (and val/logps/*) over every held-out pair, without gradient."""
+        self.model.eval()
+        pairs = list(range(len(self.val_set)))
+        batch = self.val_set.batch(pairs, self.tokenizer.pad_token_id)
+        norm = self._norm(batch)
+        sums: dict[str, float] = defaultdict(float)
+        for mb in batch.split(2 * self.cfg.data.micro_batch_size_per_gpu):
+            _, metrics = self._pair_losses(mb, norm, len(pairs))
+            for k, v in metrics.items():
+                sums[k] += v
+        self.model.train()
+        return {f"val/{k.split('/', 1)[1] if k.startswith('train/') else k}": v for k, v in sums.items()}

@@ -1,0 +1,314 @@
+"""Trinity-RFT's mix (algorithm.mix, data.expert; Trinity's algorithm_type mix): expert SFT rows join each RL
+update at expert_data_ratio; the expert rows get mu times the SFT loss and the experiences (1 - mu) times the policy
+loss, each with the mini-batch's normaliser of its own rows; a Trinity YAML with algorithm_type mix trains and
+resumes exactly."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from rl_helpers import assert_all_moved, make_assets, rl_config, trainable
+from safetensors.torch import load_file
+
+from rft.batch import Batch
+from rft.config import ConfigError
+from rft.config.trinity import load_trinity, translate
+from rft.data.dataset import PromptDataset, left_pad
+from rft.data.io import read_rows
+from rft.models.load import load_tokenizer
+from rft.trainer.mix import expert_rows_per_mini_batch
+from rft.trainer.rl import RLTrainer
+from rft.trainer.run import SyncRun
+from rft.workers.policy import forward_logprobs
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    root = make_assets(tmp_path_factory.mktemp("mix"))
+    rows = read_rows(root / "data" / "train.parquet")
+    (root / "expert.jsonl").write_text("".join(  # Trinity's plaintext SFT rows: a question and its answer
+        json.dumps({"question": r["extra_info"]["question"], "answer": r["extra_info"]["answer"]}) + "\n"
+        for r in rows))
+    return root
+
+
+def mix_cfg(assets: Path, out: Path, *overrides: str):
+    return rl_config(assets, out, "algorithm.mix.enable=true", f"data.expert.files={assets / 'expert.jsonl'}",
+                     "data.expert.prompt_key=question", "data.expert.response_key=answer", "data.expert.max_length=48",
+                     *overrides)
+
+
+def test_expert_rows_per_mini_batch_is_trinitys_ceil_of_the_ratio_of_all_rows():
+    # E = ceil(r U / (1 - r)): U = 192, r = 0.25 -> 64 (Trinity's mix_math example: 64 expert + 192 usual of 256);
+    # U = 16, r = 0.2 -> 4 (0.2 x 16 / 0.8 = 4.000...04 in floats); U = 10, r = 0.3 -> ceil(4.29) = 5
+    assert [expert_rows_per_mini_batch(u, r) for u, r in ((192, 0.25), (16, 0.2), (10, 0.3), (16, 0.5), (8, 0.0))] \
+        == [64, 4, 5, 16, 0]
+    for u, r in ((192, 0.25), (10, 0.3), (7, 0.6)):  # E = ceil(r (U + E)), the share Trinity reads
+        e = expert_rows_per_mini_batch(u, r)
+        assert e == -(-round(r * (u + e) * 1e9) // 10**9)
+
+
+def _experiences(trainer: RLTrainer, tok, assets: Path) -> Batch:
+    """4 prompts x 4 responses with random advantages (the step's experiences before the update)."""
+    prompts = PromptDataset(assets / "data" / "train.parquet", tok).prompts[:4]
+    texts = ["12", "7", "123", "4"]
+    responses = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts] * 4
+    prompt_ids, prompt_mask = left_pad([p.ids for p in prompts for _ in range(4)], tok.pad_token_id)
+    width = max(len(r) for r in responses)
+    response_ids = torch.full((16, width), tok.pad_token_id)
+    response_mask = torch.zeros((16, width), dtype=torch.long)
+    for i, r in enumerate(responses):
+        response_ids[i, :len(r)], response_mask[i, :len(r)] = torch.tensor(r), 1
+    advantages = torch.randn((16, width), generator=torch.Generator().manual_seed(0)) * response_mask
+    return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
+                 response_mask=response_mask, group=torch.arange(4).repeat_interleave(4), advantages=advantages,
+                 returns=advantages.clone(), scores=torch.zeros(16), data_source=["arithmetic"] * 16)
+
+
+@pytest.fixture(scope="module")
+def setup(assets, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mixrun")
+    cfg = mix_cfg(assets, out, "algorithm.mix.mu=0.3", "algorithm.mix.expert_data_ratio=0.2",
+                  "actor_rollout_ref.actor.grad_clip=0")
+    tok = load_tokenizer(str(assets / "model"))
+    trainer = RLTrainer(cfg, tok, total_steps=1)
+    batch = _experiences(trainer, tok, assets)
+    return trainer, batch, trainer.expert.attach(batch)
+
+
+def test_attach_adds_the_expert_rows_with_neutral_rl_fields(setup):
+    trainer, batch, mixed = setup
+    assert trainer.expert.rows == 4 and len(mixed) == 20  # 16 experiences + ceil(0.2 x 16 / 0.8) expert rows
+    assert mixed.expert_mask.tolist() == [False] * 16 + [True] * 4
+    expert = mixed.select(list(range(16, 20)))
+    assert expert.advantages.abs().sum() == 0 and expert.scores.tolist() == [0.0] * 4
+    assert torch.equal(expert.loss_mask, expert.response_mask)  # the SFT rows' response tokens carry loss
+    assert len(set(mixed.group.tolist())) == 8  # each expert row a group of its own
+    assert torch.equal(mixed.select(list(range(16))).advantages[:, :batch.advantages.shape[1]], batch.advantages)
+
+
+def _step_gradient(trainer: RLTrainer, mixed: Batch, micro_rows: int | None) -> tuple[torch.Tensor, dict]:
+    trainer.worker.s.micro_rows = micro_rows
+    trainer.worker.optimizer.zero_grad(set_to_none=True)
+    metrics = trainer.worker.backward_mini_batch(mixed)
+    return torch.cat([p.grad.flatten() for p in trainer.worker.params]), metrics
+
+
+def test_expert_rows_get_the_sft_loss_and_experiences_the_policy_loss_with_the_global_normalisers(setup):
+    """loss = (1 - mu) * sum_{experience tokens} -A * ratio / (experience tokens of the mini-batch)
+            + mu * sum_{expert tokens} -log p / (expert tokens of the mini-batch),
+    computed here in one forward pass over all 20 rows (ratio = exp(logp - sg(logp)) = 1: one update per batch);
+    the worker gives the same loss parts and gradient for any micro-batch size."""
+    trainer, _, mixed = setup
+    whole, metrics = _step_gradient(trainer, mixed, None)
+    split, metrics_split = _step_gradient(trainer, mixed, 3)  # micro-batches of 3 rows mix both kinds
+    assert (whole - split).abs().max() <= 1e-6
+
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    logprobs, _ = forward_logprobs(model, mixed, trainer.settings.temperature)
+    experience = (mixed.loss_mask * ~mixed.expert_mask[:, None]).float()
+    expert = (mixed.loss_mask * mixed.expert_mask[:, None]).float()
+    ratio = torch.exp(logprobs - logprobs.detach())
+    pg_loss = (-mixed.advantages * ratio * experience).sum() / experience.sum()
+    sft_loss = (-logprobs * expert).sum() / expert.sum()
+    (0.7 * pg_loss + 0.3 * sft_loss).backward(retain_graph=True)
+    by_hand = torch.cat([p.grad.flatten() for p in trainer.worker.params])
+    assert (by_hand - whole).abs().max() <= 1e-5
+    for m in (metrics, metrics_split):
+        assert m["actor/pg_loss"] == pytest.approx(float(pg_loss.detach()), abs=1e-5)
+        assert m["actor/sft_loss"] == pytest.approx(float(sft_loss.detach()), abs=1e-5)
+    # the weights: mu = 0 leaves only the experiences' policy loss, mu = 1 only the expert rows' SFT loss
+    for mu, expected in ((0.0, pg_loss), (1.0, sft_loss)):
+        trainer.worker.s.mix_mu = mu
+        model.zero_grad(set_to_none=True)
+        expected_grad = torch.autograd.grad(expected, trainer.worker.params, retain_graph=True)
+        got, _ = _step_gradient(trainer, mixed, 3)
+        assert (torch.cat([g.flatten() for g in expected_grad]) - got).abs().max() <= 1e-5
+    trainer.worker.s.mix_mu = 0.3
+    # Trinity's use_token_level_loss_in_sft=false: the mean over the expert rows of their token means
+    trainer.worker.s.mix_sft_agg = "seq-mean-token-mean"
+    _, seq_metrics = _step_gradient(trainer, mixed, 3)
+    per_row = (-logprobs * expert).sum(-1)[16:] / expert.sum(-1)[16:]
+    assert seq_metrics["actor/sft_loss"] == pytest.approx(float(per_row.mean().detach()), abs=1e-5)
+    trainer.worker.s.mix_sft_agg = "token-mean"
+
+
+
+def test_multi_turn_experiences_keep_their_action_mask_beside_the_expert_rows(setup):
+    """Experiences with tool tokens inside their responses (action mask 0 there; `to_batch` makes the action mask
+    the loss mask): the policy loss and its normaliser cover the policy's tokens only, the expert rows get the SFT
+    loss on their response tokens, which are their action mask too."""
+    trainer, batch, _ = setup
+    action = batch.response_mask.clone()
+    action[:, 1] = 0  # the second response token of every row is a tool's
+    action = action * batch.response_mask
+    assert 0 < int(action.sum()) < int(batch.response_mask.sum())
+    multi = Batch(**{**{k: getattr(batch, k) for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask",
+                                                          "group", "scores", "data_source")},
+                     "advantages": batch.advantages * action, "returns": batch.returns * action,
+                     "action_mask": action, "loss_mask": action.clone()})
+    mixed = trainer.expert.attach(multi)
+    assert mixed.expert_mask.tolist() == [False] * 16 + [True] * 4
+    width = action.shape[1]
+    assert torch.equal(mixed.action_mask[:16, :width], action) and mixed.action_mask[:16, width:].sum() == 0
+    assert torch.equal(mixed.loss_mask[:16, :width], action)
+    assert torch.equal(mixed.action_mask[16:], mixed.loss_mask[16:]) and mixed.action_mask[16:].sum() > 0
+    assert torch.equal(mixed.loss_mask[16:], mixed.response_mask[16:])
+    # and without a loss mask, the experiences' action mask is their loss mask (the next expert rows are others)
+    no_loss_mask = trainer.expert.attach(Batch(**{**multi.__dict__, "loss_mask": None}))
+    assert torch.equal(no_loss_mask.loss_mask[:16, :width], action)
+
+    whole, metrics = _step_gradient(trainer, mixed, None)
+    split, _ = _step_gradient(trainer, mixed, 3)
+    assert (whole - split).abs().max() <= 1e-6
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    logprobs, _ = forward_logprobs(model, mixed, trainer.settings.temperature)
+    is_expert = mixed.expert_mask[:, None]
+    experience = (mixed.action_mask * ~is_expert).float()  # the policy's tokens: no tool token, no expert row
+    expert = (mixed.response_mask * is_expert).float()
+    ratio = torch.exp(logprobs - logprobs.detach())
+    pg_loss = (-mixed.advantages * ratio * experience).sum() / experience.sum()
+    sft_loss = (-logprobs * expert).sum() / expert.sum()
+    (0.7 * pg_loss + 0.3 * sft_loss).backward()
+    by_hand = torch.cat([p.grad.flatten() for p in trainer.worker.params])
+    assert (by_hand - whole).abs().max() <= 1e-5
+    assert metrics["actor/pg_loss"] == pytest.approx(float(pg_loss.detach()), abs=1e-5)
+    assert metrics["actor/sft_loss"] == pytest.approx(float(sft_loss.detach()), abs=1e-5)
+    # the normaliser is the policy's tokens: over all response tokens the loss would differ
+    over_response = (-mixed.advantages * (mixed.response_mask * ~is_expert).float()).sum() / \
+        (mixed.response_mask * ~is_expert).sum()
+    assert float(over_response) != pytest.approx(float(pg_loss.detach()), abs=1e-4)
+
+
+def test_each_mini_batch_gets_its_share_of_the_expert_rows(assets, tmp_path):
+    cfg = mix_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.shuffle=true",
+                  "algorithm.mix.expert_data_ratio=0.2")
+    tok = load_tokenizer(str(assets / "model"))
+    trainer = RLTrainer(cfg, tok, total_steps=1)
+    assert trainer.expert.per_mini_batch == 2 and trainer.expert.rows == 4  # ceil(0.2 x 8 / 0.8) per 8 experiences
+    mixed = trainer.expert.attach(_experiences(trainer, tok, assets))
+    minis = trainer.worker.mini_batches(mixed, step=1, epoch=0)
+    assert [m.expert_mask.tolist() for m in minis] == [[False] * 8 + [True] * 2] * 2
+    groups = [g for m in minis for g in m.group.tolist()]
+    assert sorted(groups) == sorted(mixed.group.tolist())  # every row once, whole groups
+
+
+def test_mix_is_refused_where_it_cannot_hold(assets, tmp_path):
+    with pytest.raises(ConfigError, match="algorithm.mix.enable=true needs data.expert.files"):
+        rl_config(assets, tmp_path, "algorithm.mix.enable=true")
+    with pytest.raises(ConfigError, match=r"algorithm.mix.expert_data_ratio must be in \[0, 1\)"):
+        mix_cfg(assets, tmp_path, "algorithm.mix.expert_data_ratio=1.0")
+    with pytest.raises(ConfigError, match="with a critic"):
+        mix_cfg(assets, tmp_path, "algorithm.adv_estimator=gae")
+
+
+# ------------------------------------------------------------------------------------------ Trinity's mix
+def trinity_mix(assets: Path, out: Path, steps: int) -> dict:
+    return {
+        "project": "p", "name": "mix", "checkpoint_root_dir": str(out),
+        "algorithm": {"algorithm_type": "mix", "repeat_times": 4,
+                      "sample_strategy_args": {"expert_data_ratio": 0.25},
+                      "policy_loss_fn_args": {"mu": 0.2, "clip_range": 0.2, "use_token_level_loss_in_sft": True}},
+        "model": {"model_path": str(assets / "model"), "max_prompt_tokens": 32, "max_response_tokens": 6},
+        "buffer": {"batch_size": 4, "total_steps": steps,
+                   "explorer_input": {"taskset": {"path": str(assets / "data" / "train.parquet")}},
+                   "trainer_input": {"experience_buffer": {"name": "buf", "storage_type": "queue"},
+                                     "auxiliary_buffers": {"sft_dataset": {
+                                         "name": "expert", "storage_type": "file", "path": str(assets / "expert.jsonl"),
+                                         "format": {"prompt_type": "plaintext", "prompt_key": "question",
+                                                    "response_key": "answer"}}}}},
+        "explorer": {"eval_on_startup": False},
+        "trainer": {"save_interval": 1, "trainer_config": {
+            "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-3, "weight_decay": 0.0}}},
+            "custom_reward_function": {"path": str(assets / "reward.py")}, "trainer": {"logger": []}}},
+    }
+
+
+def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path):
+    out = translate(trinity_mix(assets, tmp_path, 2))
+    assert out["algorithm"]["mix"] == {"enable": True, "mu": 0.2, "expert_data_ratio": 0.25,
+                                       "sft_loss_agg_mode": "token-mean"}
+    assert out["algorithm"]["adv_estimator"] == "grpo" and out["actor_rollout_ref"]["rollout"]["n"] == 4
+    assert out["data"]["expert"] == {"files": str(assets / "expert.jsonl"), "prompt_key": "question",
+                                     "response_key": "answer"}
+    assert out["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "vanilla"
+    earlier = trinity_mix(assets, tmp_path, 2)  # Trinity's earlier mix advantage: grpo without the expert rows
+    earlier["algorithm"]["advantage_fn"] = "mix"
+    assert translate(earlier)["algorithm"]["adv_estimator"] == "grpo"
+    # Trinity reads buffer.train_batch_size rows, ceil(0.25 x T) of them expert: T = 22 is 16 experiences + 6
+    cfg = trinity_mix(assets, tmp_path, 2)
+    cfg["buffer"]["train_batch_size"] = 22
+    assert translate(cfg)["data"]["train_batch_size"] == 4
+    cfg["buffer"]["train_batch_size"] = 20  # 15 experiences + 5
+    with pytest.raises(ConfigError, match=r"buffer.train_batch_size=20 less its ceil\(0.25 x 20\) = 5 expert rows: "
+                                          "rft trains on every experience of a step, batch_size x repeat_times = 16"):
+        translate(cfg)
+    del cfg["buffer"]["batch_size"]
+    assert translate({**cfg, "buffer": {**cfg["buffer"], "train_batch_size": 22}})["data"]["train_batch_size"] == 4
+    # what rft cannot take from Trinity's mix is refused by name
+    for key, value, needle in (
+            ("policy_loss_fn_args", {"mu": 0.1, "read_batch_size_expert": 64}, "read_batch_size_expert: rft normal"),
+            ("entropy_loss_fn", "default", None), ("sample_strategy", "default", "policy_loss_fn='mix' trains on")):
+        cfg = trinity_mix(assets, tmp_path, 2)
+        cfg["algorithm"][key] = value
+        if needle is None:  # default with a zero coefficient is the same bonus (none)
+            assert translate(cfg)["actor_rollout_ref"]["actor"]["entropy_coeff"] == 0.0
+            cfg["algorithm"]["entropy_loss_fn_args"] = {"entropy_coef": 0.01}
+            needle = "covers the expert rows too"
+        with pytest.raises(ConfigError, match=needle):
+            translate(cfg)
+
+
+def test_the_spec_trainer_input_block_is_read_by_the_mix_algorithm(assets):
+    from spec_configs import SPEC, md_yaml_blocks
+
+    block = next(b for b in md_yaml_blocks(SPEC / "trinity_config_reference.md") if list(b) == ["buffer"]
+                 and "sft_dataset" in ((b["buffer"].get("trainer_input") or {}).get("auxiliary_buffers") or {}))
+    block = copy.deepcopy(block)
+    aux = block["buffer"]["trainer_input"]["auxiliary_buffers"]
+    aux.pop("other_buffer")  # the page's `...` placeholder
+    aux["sft_dataset"]["path"] = str(assets / "expert.jsonl")
+    cfg = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "mix"}, "model": {"model_path": "m"},
+           "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": "t.parquet"}}, **block["buffer"]}}
+    refusals: list = []
+    out = translate(cfg, "t.yaml", refusals=refusals)
+    assert refusals == []
+    assert out["data"]["expert"]["response_key"] == "answer" and out["experience_buffer"]["max_read_timeout"] == 1800
+
+
+def test_a_trinity_mix_yaml_trains_every_parameter_and_resumes_exactly(assets, tmp_path):
+    def run(out: Path, steps: int) -> SyncRun:
+        path = out / "mix.yaml"
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(trinity_mix(assets, out, steps)))
+        kind, cfg = load_trinity(path)
+        assert kind == "rl" and cfg.algorithm.mix.enable
+        return SyncRun(cfg)
+
+    one = run(tmp_path / "one", 3)
+    start = trainable(one.trainer.model)
+    one.fit()
+    assert_all_moved(start, one.trainer.model)
+    lines = [json.loads(x) for x in (tmp_path / "one" / "p" / "mix" / "metrics.jsonl").read_text().splitlines()]
+    assert all(x["actor/sft_loss"] > 0 and "actor/pg_loss" in x for x in lines)
+    two = run(tmp_path / "two", 3)
+    for step in (1, 2):  # two steps of the same run, then "killed"
+        from rft.monitor import Timer
+
+        two.train_step(step, Timer())
+        two.trainer.global_step = step
+        two.save_checkpoint(step)
+    assert two.trainer.expert.state_dict()["batch_in_epoch"] == 2
+    resumed = run(tmp_path / "two", 3)
+    resumed.fit()
+    assert resumed.trainer.expert.state_dict() == one.trainer.expert.state_dict()
+    a = load_file(tmp_path / "one" / "p" / "mix" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "two" / "p" / "mix" / "model" / "model.safetensors")
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
