@@ -93,7 +93,7 @@ def test_sigkill_mid_training_then_resume(workdir):
 @pytest.mark.parametrize("override, message", [
     ("data.foo=1", "unknown config key 'data.foo'"),
     ("actor_rollout_ref.rollout.name=vllm", "rollout.name='vllm'"),
-    ("actor_rollout_ref.actor.use_dynamic_bsz=true", "use_dynamic_bsz"),
+    ("algorithm.adv_estimator=nope", "adv_estimator"),
     ("data.train_files=missing.parquet", "does not exist"),
     ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),
 ])

@@ -78,7 +78,7 @@ class SFTTrainer:
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device, key="model")
-        if cfg.use_remove_padding:
+        if getattr(cfg, "use_remove_padding", False):  # rft sft's key; rft dpo's schema has none (refused there)
             enable_remove_padding(self.model, "use_remove_padding")
         self.model = wrap(self.model, model_cfg.strategy, _FSDP(), dist, self.device)
         self.loss_scale = loss_scale(self.model, dist)
