@@ -338,6 +338,7 @@ def pair_log_ratios(model_dir: Path, pairs: Path, data_cfg) -> torch.Tensor:
 
 
 @pytest.mark.slow
+@pytest.mark.longest
 @pytest.mark.timeout(2400)  # about 3 minutes on 2 idle cores; the demo's 1200 SFT steps take 15 on a busy machine
 def test_sft_then_dpo_raises_the_margin_and_held_out_accuracy_over_the_sloppy_sft_stage(tmp_path):
     """The demo's SFT stage (trainer/demo.py: 1200 steps on a teacher who forgets the units carry in 75% of the
