@@ -1027,18 +1027,16 @@ def _check_token_budgets(cfg: RFTConfig) -> None:
             )
 
 
-def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:
-    """The SFT config (verl's sft_trainer.yaml keys), before any model loads. `world_size`: default
-    trainer.nnodes x trainer.n_gpus_per_node."""
-    _check_schema(cfg)
-    world_size = processes(cfg.trainer) if world_size is None else world_size
+def _check_sft_loop(cfg, check_paths: bool, check_model_path: bool, several: str | None = None) -> None:
+    """The keys rft sft and rft dpo share (the SFT loop's model, data sizes, optimizer, trainer section).
+    `several`: why this trainer runs one process only (None: several are allowed)."""
     data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
     _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
     if check_paths and check_model_path:
         check_tokenizer_folder("model.partial_pretrain", model.partial_pretrain)
     check_hdfs_dir("trainer.default_hdfs_dir", trainer.default_hdfs_dir)
     _check_int("trainer.bad_update_limit", trainer.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
-    _check_runtime("trainer", trainer)
+    _check_runtime("trainer", trainer, several=several)
     for key, value in (("data.train_batch_size", data.train_batch_size),
                        ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
                        ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
@@ -1046,6 +1044,21 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, c
     for key, value in (("trainer.total_training_steps", trainer.total_training_steps),
                        ("trainer.max_ckpt_to_keep", trainer.max_ckpt_to_keep)):
         _positive(key, value, allow_none=True)
+    if optim.lr <= 0:
+        raise ConfigError(f"optim.lr must be > 0, got {optim.lr}")
+    if not 0 <= optim.warmup_steps_ratio <= 1:
+        raise ConfigError(f"optim.warmup_steps_ratio must be in [0, 1], got {optim.warmup_steps_ratio}")
+    if model.lora_rank < 0:
+        raise ConfigError(f"model.lora_rank must be >= 0, got {model.lora_rank}")
+
+
+def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:
+    """The SFT config (verl's sft_trainer.yaml keys), before any model loads. `world_size`: default
+    trainer.nnodes x trainer.n_gpus_per_node."""
+    _check_schema(cfg)
+    world_size = processes(cfg.trainer) if world_size is None else world_size
+    data = cfg.data
+    _check_sft_loop(cfg, check_paths, check_model_path)
     local = data.train_batch_size // world_size  # rows per process and step
     if data.train_batch_size % world_size or (local % data.micro_batch_size_per_gpu
                                               and data.micro_batch_size_per_gpu < local):
@@ -1054,12 +1067,6 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, c
             f"({world_size}), and its share per process ({data.train_batch_size / world_size:g} rows) a multiple of "
             f"data.micro_batch_size_per_gpu ({data.micro_batch_size_per_gpu}) or at most one micro-batch"
         )
-    if optim.lr <= 0:
-        raise ConfigError(f"optim.lr must be > 0, got {optim.lr}")
-    if not 0 <= optim.warmup_steps_ratio <= 1:
-        raise ConfigError(f"optim.warmup_steps_ratio must be in [0, 1], got {optim.warmup_steps_ratio}")
-    if model.lora_rank < 0:
-        raise ConfigError(f"model.lora_rank must be >= 0, got {model.lora_rank}")
 
 
 def validate_dpo(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
@@ -1067,20 +1074,8 @@ def validate_dpo(cfg, check_paths: bool = True, world_size: int = 1, check_model
     from rft.algorithms import preference_loss_spec
 
     _check_schema(cfg)
-    data, model, optim, trainer, algo = cfg.data, cfg.model, cfg.optim, cfg.trainer, cfg.algorithm
-    _check_inputs("model.partial_pretrain", model.partial_pretrain, data, check_paths, check_model_path)
-    if check_paths and check_model_path:
-        check_tokenizer_folder("model.partial_pretrain", model.partial_pretrain)
-    check_hdfs_dir("trainer.default_hdfs_dir", trainer.default_hdfs_dir)
-    _check_int("trainer.bad_update_limit", trainer.bad_update_limit, 0, "bad optimizer steps in a row before stopping")
-    _check_runtime("trainer", trainer, several="rft dpo runs one process for now")
-    for key, value in (("data.train_batch_size", data.train_batch_size),
-                       ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
-                       ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
-        _positive(key, value)
-    for key, value in (("trainer.total_training_steps", trainer.total_training_steps),
-                       ("trainer.max_ckpt_to_keep", trainer.max_ckpt_to_keep)):
-        _positive(key, value, allow_none=True)
+    data, algo = cfg.data, cfg.algorithm
+    _check_sft_loop(cfg, check_paths, check_model_path, several="rft dpo runs one process for now")
     if data.train_batch_size % (data.micro_batch_size_per_gpu * world_size):
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size} pairs) must be a multiple of "
@@ -1089,12 +1084,6 @@ def validate_dpo(cfg, check_paths: bool = True, world_size: int = 1, check_model
     if len({data.prompt_key, data.chosen_key, data.rejected_key}) < 3:
         raise ConfigError(f"data.prompt_key, chosen_key and rejected_key must name three different columns, got "
                           f"{data.prompt_key!r}, {data.chosen_key!r}, {data.rejected_key!r}")
-    if optim.lr <= 0:
-        raise ConfigError(f"optim.lr must be > 0, got {optim.lr}")
-    if not 0 <= optim.warmup_steps_ratio <= 1:
-        raise ConfigError(f"optim.warmup_steps_ratio must be in [0, 1], got {optim.warmup_steps_ratio}")
-    if model.lora_rank < 0:
-        raise ConfigError(f"model.lora_rank must be >= 0, got {model.lora_rank}")
     if not algo.beta > 0:
         raise ConfigError(f"algorithm.beta must be > 0, got {algo.beta}")
     if not 0 <= algo.label_smoothing < 0.5:
