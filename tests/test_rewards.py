@@ -310,6 +310,7 @@ def test_reward_kwargs_reach_every_function_of_the_file(tmp_path):
     "overrides, needles",
     [
         (["custom_reward_function.name=[a,b]"], ["custom_reward_function.name lists 2 functions", ".path"]),
+        (["custom_reward_function.name=my_score"], ["name='my_score' picks a function of", "path", "not set"]),
         (["custom_reward_function.path=r.py", "custom_reward_function.name=[a,a]"], ["lists a function twice"]),
         (["custom_reward_function.path=r.py", "custom_reward_function.name=[]"], ["non-empty list"]),
         (["custom_reward_function.path=r.py", "custom_reward_function.name=[a,b]",

@@ -207,6 +207,13 @@ def test_tool_calls_are_parsed(text, parser, calls, rest):
     assert [(c.name, c.arguments) for c in got] == calls and left == rest
 
 
+def test_the_clip_ratio_reads_the_last_turn_the_policy_wrote():
+    from rft.trainer.rl import last_turn_lengths
+
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0, 0], [0] * 8, [0, 1, 0, 1, 0, 0, 0, 1]])
+    assert last_turn_lengths(mask).tolist() == [3, 3, 0, 1]
+
+
 def test_the_calculator_computes_and_refuses_code():
     assert calculator("37*48") == "1776" and calculator(e="7/2") == "3.5" and calculator("(1+2)*-3") == "-9"
     assert calculator("1/0") == "error: division by zero"
@@ -443,6 +450,8 @@ def test_the_tool_workflow_masks_the_tool_turns_and_trains(assets, tmp_path):
     before = trainable(run.trainer.model)
     metrics = run.trainer.train_step(batch, 1, Timer())
     assert_all_moved(before, run.trainer.model)
+    # clip_ratio counts a row whose last turn hit the per-turn limit, not a conversation longer than one turn's
+    assert metrics["response_length/max"] > 16 and metrics["response_length/clip_ratio"] == 0.0
     tool_tokens = batch.response_mask.bool() & ~batch.loss_mask.bool()
     assert tool_tokens.any() and (batch.advantages[tool_tokens] == 0).all()
     assert (batch.advantages[batch.loss_mask.bool()] != 0).any()

@@ -247,6 +247,12 @@ def _check_reward_functions(crf: Any) -> None:
             f"custom_reward_function.name lists {len(names)} functions: set custom_reward_function.path to the "
             "Python file that defines them"
         )
+    if names != ["compute_score"] and not crf.path and not crf.reward_fn_type:
+        raise ConfigError(
+            f"custom_reward_function.name={crf.name!r} picks a function of custom_reward_function.path, which is not "
+            "set: set path to the Python file that defines it, or remove name (the built-in scorers are chosen by "
+            "each row's data_source)"
+        )
     if crf.reward_weights is not None:
         count = len(names) if crf.path else 1
         weights = list(crf.reward_weights)

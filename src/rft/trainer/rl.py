@@ -74,6 +74,15 @@ def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
     return {f"{name}/mean": float(x.mean()), f"{name}/max": float(x.max()), f"{name}/min": float(x.min())}
 
 
+def last_turn_lengths(action_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) the length of each row's last run of policy tokens in a (B, R) action mask (0 for a row without)."""
+    mask = action_mask.bool()
+    pos = torch.arange(mask.shape[1]).expand_as(mask)
+    last = torch.where(mask, pos, -1).max(-1).values  # the last policy token, -1 when none
+    gap = torch.where(~mask & (pos < last[:, None]), pos, -1).max(-1).values  # the last masked token before it
+    return (last - gap).clamp(min=0) * mask.any(-1)
+
+
 def _log_prob_micro_rows(section) -> int | None:
     """Rows per no-grad log-prob pass of a rollout / ref config section (None: the whole batch)."""
     return section.log_prob_micro_batch_size_per_gpu or section.log_prob_micro_batch_size
@@ -321,9 +330,12 @@ class RLTrainer:
         return metrics
 
     def batch_metrics(self, batch: Batch) -> dict[str, float]:
+        """response_length/* over whole responses (tool turns included) and clip_ratio, the share of rows whose
+        last turn the policy wrote reached max_response_length (the per-turn limit of a multi-turn workflow)."""
         lengths = self.dist.gather_rows(batch.response_mask.sum(-1))
         metrics = _stats("response_length", lengths)
-        metrics["response_length/clip_ratio"] = float((lengths >= self.cfg.data.max_response_length).float().mean())
+        turns = lengths if batch.action_mask is None else self.dist.gather_rows(last_turn_lengths(batch.action_mask))
+        metrics["response_length/clip_ratio"] = float((turns >= self.cfg.data.max_response_length).float().mean())
         metrics.update(self._stats("prompt_length", batch.prompt_mask.sum(-1)))
         return metrics
 
