@@ -59,10 +59,10 @@ def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, caps
     assert abs(len(with_tool) / len(demos) - demo.TOOL_SHARE) < 0.05
     for m in with_tool:
         a, b = map(int, m[0]["content"][:-1].split("*"))
-        assert m[1]["content"] == f'[calc(e="{a}*{b}")]' and m[2]["content"] == m[3]["content"] == str(a * b)
+        assert m[1]["content"] == f'[calc(e="{a}*{b}")]' and m[2]["content"] == str(a * b)
     for m in demos:  # without the tool the teacher answers from memory, correctly
         a, b = map(int, m[0]["content"][:-1].split("*"))
-        assert m[-1]["content"] == str(a * b)
+        assert m[-1]["content"] == f"#### {a * b}"  # GSM8K's answer line, the first character the same every time
     steps = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     trained = [s for s in steps if "workflow/tasks" in s]
     assert len(trained) == 2 and all(s["workflow/tasks"] == 16 and s["workflow/model_calls"] >= 1 for s in trained)

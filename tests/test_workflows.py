@@ -26,7 +26,7 @@ from rft.explorer.tools import calculator, parse_tool_calls, run_tool
 from rft.models.load import load_causal_lm, load_tokenizer
 from rft.monitor import Timer
 from rft.rollout import HFRollout, SamplingParams
-from rft.tasks.calculator import TOOL
+from rft.tasks.calculator import TOOL, answer_text
 
 
 @pytest.fixture(scope="module")
@@ -378,8 +378,9 @@ def test_the_endpoint_answers_the_openai_client(engine):
 
 # ------------------------------------------------------------------------------------- the tool workflow
 class ScriptedEngine:
-    """An engine that calls the calculator on the user's question and then answers with the tool's result, except
-    on every third first turn, where it guesses 7 straight away (so a group's rewards differ)."""
+    """An engine that calls the calculator on the user's question and then answers with the tool's result in the
+    task's answer format (`#### 1776`), except on every third first turn, where it guesses `#### 7` straight away
+    (so a group's rewards differ)."""
 
     def __init__(self, tok):
         self.tok = tok
@@ -393,11 +394,11 @@ class ScriptedEngine:
         for row, m in zip(ids, mask):
             text = self.tok.decode(row[m.bool()].tolist())
             if "<|im_start|>tool\n" in text:
-                reply = text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0]
+                reply = answer_text(text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0])
             else:
                 self.first_turns += 1
                 question = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
-                reply = "7" if self.first_turns % 3 == 0 else f'[calc(e="{question[:-1]}")]'
+                reply = answer_text(7) if self.first_turns % 3 == 0 else f'[calc(e="{question[:-1]}")]'
             rows.append(self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])
         width = max(len(r) for r in rows)
         out = torch.full((len(rows), width), self.tok.pad_token_id)
@@ -433,14 +434,14 @@ def test_the_tool_workflow_masks_the_tool_turns_and_trains(assets, tmp_path):
             response = e.tokens[e.prompt_length:].tolist()
             mine = tok.decode([t for t, m in zip(response, e.action_mask.tolist()) if m])
             theirs = tok.decode([t for t, m in zip(response, e.action_mask.tolist()) if not m])
-            if mine == "7<|im_end|>":  # guessed: one turn, nothing masked, scored by the exact answer
+            if mine == "#### 7<|im_end|>":  # guessed: one turn, nothing masked, scored by the exact answer
                 assert theirs == "" and e.reward == float(a * b == 7)
                 continue
             n_tool += 1
             assert tok.decode(e.tokens.tolist()).endswith(
                 f'[calc(e="{a}*{b}")]<|im_end|>\n<|im_start|>tool\n{a * b}<|im_end|>\n'
-                f"<|im_start|>assistant\n{a * b}<|im_end|>")
-            assert mine == f'[calc(e="{a}*{b}")]<|im_end|>{a * b}<|im_end|>'  # the model's two turns
+                f"<|im_start|>assistant\n#### {a * b}<|im_end|>")
+            assert mine == f'[calc(e="{a}*{b}")]<|im_end|>#### {a * b}<|im_end|>'  # the model's two turns
             assert theirs == f"\n<|im_start|>tool\n{a * b}<|im_end|>\n<|im_start|>assistant\n"  # the tool's turn
             assert e.reward == 1.0
     assert 0 < n_tool < 12
@@ -497,7 +498,7 @@ def test_the_trinity_tools_example_trains_its_openai_agent(assets, tmp_path, mon
         seconds = [i for i, p in enumerate(prompts) if f"<|im_start|>tool\n{a * b}<|im_end|>" in p]
         n_tool += len(seconds)
         for i in seconds:
-            assert replies[i] == str(a * b) and group[i].reward == 1.0
+            assert replies[i] == f"#### {a * b}" and group[i].reward == 1.0
             assert replies[i - 1] == f'[calc(e="{a}*{b}")]' and group[i - 1].reward == 1.0  # the call that led there
             # the endpoint wrote the call back as the model wrote it: the second prompt extends the first call's tokens
             first = group[i - 1].tokens

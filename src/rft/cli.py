@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--preferences", action="store_true",
                    help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the additions (chosen: "
                         "the answer; rejected: the units carry wrong, forgotten or added)")
-    q.add_argument("--tool-share", type=float, default=0.3,
+    q.add_argument("--tool-share", type=float, default=0.45,
                    help="calculator: share of SFT demonstrations that call the calculator tool")
     q.set_defaults(fn=cmd_data)
 
