@@ -6,7 +6,7 @@ Errors are `ConfigError`s that name the key and say what is allowed; they are ra
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +123,14 @@ def to_yaml(cfg: Any) -> str:
 
 def to_dict(cfg: Any) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+
+
+def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: leaf} of a nested mapping (an empty mapping is a leaf)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

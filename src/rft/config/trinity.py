@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.config.errors import ConfigError
+from rft.config.load import flatten
 
 # top-level keys only Trinity configs have (verl's are data, actor_rollout_ref, critic, reward_model, algorithm,
 # trainer, custom_reward_function)
@@ -759,7 +760,7 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
         if sft:
             _sft_trainer_config(t, inline, out, pairs)
         else:
-            for key, value in _leaves(inline).items():
+            for key, value in flatten(inline).items():
                 mine = _get(out, key)
                 if mine is not _MISSING and mine != value:
                     t.refuse(f"trainer.trainer_config.{key}", f"={value!r}, but a Trinity key of this file sets it "
@@ -770,17 +771,6 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
 
 
 _MISSING = object()
-
-
-def _leaves(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{dotted key: value} of the non-mapping leaves of `tree` (an empty mapping is a leaf)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(_leaves(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _get(tree: dict, key: str) -> Any:
@@ -806,7 +796,7 @@ def _sft_trainer_config(t: _Translation, inline: dict, out: dict, pairs: bool = 
     (`SFT_FROM_VERL`), the ones an SFT stage cannot honour are refused unless at verl's default, the rest are the RL
     stages' (named in a note when the file has none). A DPO stage (`pairs`) takes the same keys; its micro-batch
     counts pairs, half verl's rows."""
-    for key, value in _leaves(inline).items():
+    for key, value in flatten(inline).items():
         where = f"trainer.trainer_config.{key}"
         if key in SFT_FROM_VERL:
             target = SFT_FROM_VERL[key]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rft.config.load import flatten
 from rft.config.schema import LOGGERS
 
 MONITOR_DIR = "monitor"
@@ -56,17 +57,6 @@ class RunInfo:
         from rft.config import to_dict
 
         return to_dict(self.config)
-
-
-def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
-    """{dotted key: leaf} of a nested mapping (an empty mapping is a leaf)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
