@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from sft_helpers import max_weight_difference, stop_after_two_steps_then_resume
 from transformers import AutoTokenizer
 
 from rft.config import ConfigError, load_dpo_config
@@ -172,8 +173,6 @@ def test_lora_reference_is_the_model_with_its_adapter_disabled(assets, tmp_path)
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_dpo_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     """4 steps in one run == a run stopped after 2 saved steps, then resumed (the reference stays the start)."""
-    from safetensors.torch import load_file
-
     extra = ["model.lora_rank=4", "model.lora_alpha=8"] if lora else []
     extra += ["trainer.test_freq=4"]
     one = DPOTrainer(make_cfg(assets, tmp_path / "one", "trainer.total_training_steps=4", *extra))
@@ -182,15 +181,9 @@ def test_dpo_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     unmoved = [n for n, p in one.model.named_parameters() if p.requires_grad and torch.equal(start[n], p)]
     assert not unmoved, f"parameters that did not move: {unmoved}"
     assert "val/rewards/accuracies" in last and "val/loss" in last
-    stopped = DPOTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *extra))
-    for step in (1, 2):  # the first half of the same run, then "killed"
-        stopped.global_step = step
-        stopped.train_step(stopped.train_set.batch(stopped.sampler.next_batch(), stopped.tokenizer.pad_token_id))
-        stopped.ckpt.save(step, stopped._write_checkpoint)
-    DPOTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *extra)).fit()
-    a = load_file(tmp_path / "one" / "model" / "model.safetensors")
-    b = load_file(tmp_path / "two" / "model" / "model.safetensors")
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    stop_after_two_steps_then_resume(
+        DPOTrainer, lambda: make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *extra))
+    assert max_weight_difference(tmp_path / "one" / "model", tmp_path / "two" / "model") <= 1e-6
     lines = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [3, 4]
 

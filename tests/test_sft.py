@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sft_helpers import max_weight_difference, stop_after_two_steps_then_resume
 from transformers import AutoTokenizer
 
 from rft.config import load_sft_config
@@ -133,14 +134,9 @@ def test_sft_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     after = {n: p.detach() for n, p in one.model.named_parameters() if p.requires_grad}
     if not lora:  # LoRA's A moves from the second step on; the merged export is compared below
         assert not [n for n in start if torch.equal(start[n], after[n])]
-    stopped = SFTTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *extra))
-    for step in (1, 2):  # the first half of the same run, then "killed"
-        stopped.global_step = step
-        stopped.train_step(stopped.train_set.batch(stopped.sampler.next_batch(), stopped.tokenizer.pad_token_id))
-        stopped.ckpt.save(step, stopped._write_checkpoint)
-    SFTTrainer(make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *extra)).fit()
+    stop_after_two_steps_then_resume(
+        SFTTrainer, lambda: make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *extra))
+    assert max_weight_difference(tmp_path / "one" / "model", tmp_path / "two" / "model") <= 1e-6
     a = load_file(tmp_path / "one" / "model" / "model.safetensors")
-    b = load_file(tmp_path / "two" / "model" / "model.safetensors")
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
     base = load_file(assets / "model" / "model.safetensors")
     assert max(float((a[k] - base[k]).abs().max()) for k in base) > 1e-4
