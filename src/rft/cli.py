@@ -315,15 +315,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _split_positionals(args) -> None:
-    """`rft train a=b` (no YAML) and `rft data gsm8k SRC OUT` / `rft data arithmetic OUT`."""
+    """`rft train a=b` (no YAML) and `rft data gsm8k SRC OUT` / `rft data arithmetic|calculator OUT`."""
     if getattr(args, "config", None) and "=" in args.config and not args.config.endswith((".yaml", ".yml")):
         args.overrides = [args.config, *args.overrides]
         args.config = None
     if args.command == "data":
         items = args.src_or_out
-        if args.task == "arithmetic":
+        if args.task in ("arithmetic", "calculator"):  # synthetic tasks: written, not converted
             if len(items) != 1:
-                raise SystemExit("usage: rft data arithmetic OUT")
+                raise SystemExit(f"usage: rft data {args.task} OUT")
             args.src, args.out = None, items[0]
         else:
             if len(items) != 2:
