@@ -125,8 +125,6 @@ def test_micro_batch_size_does_not_change_the_gradient(assets, tmp_path):
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_sft_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     """4 steps in one run == a 4-step run stopped after 2 saved steps, then resumed (same cosine schedule)."""
-    from safetensors.torch import load_file
-
     extra = ["model.lora_rank=4", "model.lora_alpha=8"] if lora else []
     one = SFTTrainer(make_cfg(assets, tmp_path / "one", "trainer.total_training_steps=4", *extra))
     start = {n: p.detach().clone() for n, p in one.model.named_parameters() if p.requires_grad}
@@ -137,6 +135,4 @@ def test_sft_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     stop_after_two_steps_then_resume(
         SFTTrainer, lambda: make_cfg(assets, tmp_path / "two", "trainer.total_training_steps=4", *extra))
     assert max_weight_difference(tmp_path / "one" / "model", tmp_path / "two" / "model") <= 1e-6
-    a = load_file(tmp_path / "one" / "model" / "model.safetensors")
-    base = load_file(assets / "model" / "model.safetensors")
-    assert max(float((a[k] - base[k]).abs().max()) for k in base) > 1e-4
+    assert max_weight_difference(assets / "model", tmp_path / "one" / "model") > 1e-4  # the export moved
