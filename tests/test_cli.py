@@ -109,7 +109,7 @@ def test_rft_data_calculator_writes_the_task_and_refuses_a_bad_share(tmp_path):
     from rft.data.io import read_rows
 
     out = rft("data", "calculator", "c", "--n-train", "20", "--n-val", "5", "--tool-share", "0.5", cwd=tmp_path)
-    assert [line.split(":")[0] for line in out.stdout.splitlines()] == ["train", "val", "sft"]
+    assert [line.split(":")[0] for line in out.stdout.splitlines()] == ["train", "val", "sft", "copy"]
     assert len(read_rows(tmp_path / "c" / "train.parquet")) == 20 and len(read_rows(tmp_path / "c" / "val.parquet")) == 5
     bad = rft("data", "calculator", "c2", "--tool-share", "1.5", cwd=tmp_path, check=False)
     assert bad.returncode != 0 and bad.stderr.strip() == "rft: error: rft data calculator: tool_share=1.5 must be in [0, 1]"

@@ -33,6 +33,11 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
     assert all(int(r["extra_info"]["answer"]) - int(r["extra_info"]["demonstration"]) == 10 for r in slipped)
     out = capsys.readouterr().out
     assert "held-out greedy accuracy after sft" in out and "after grpo" in out
+    # the accuracies are the grpo stage's validations before its first step and after its last: the demo's
+    # held-out evaluation of the stages' models agrees (to a prompt or two: batching may round differently)
+    val = tmp_path / "data" / "val.parquet"
+    for stage, reported in (("sft", result["sft_accuracy"]), ("grpo", result["rl_accuracy"])):
+        assert abs(demo.held_out_accuracy(tmp_path / stage / "model", val, max_tokens=5) - reported) <= 0.02
     # a second run finds both stages finished and reports the same accuracies (deterministic models)
     again = demo.run_demo(tmp_path, seed=1)
     assert "already finished" in capsys.readouterr().out
@@ -42,6 +47,7 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
 def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, capsys):
     """`rft demo --task tools` cut down: the teacher's tool share, a staged config whose RL stage runs the tool
     workflow, workflow metrics per step, and every output the arithmetic demo promises."""
+    monkeypatch.setattr(demo, "COPY_STEPS", 5)
     monkeypatch.setattr(demo, "TOOLS_SFT_STEPS", 20)
     monkeypatch.setattr(demo, "TOOLS_RL_STEPS", 2)
     monkeypatch.setattr(demo, "N_VAL", 40)
@@ -52,17 +58,31 @@ def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, caps
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "grpo" / "model" / "config.json").is_file()
     cfg = OmegaConf.load(tmp_path / "config.yaml")
-    assert cfg.workflow.type == "tool_call_workflow" and cfg.stages[0].data.multiturn.enable
-    # the teacher calls the calculator in TOOL_SHARE of its demonstrations, always with the right call and answer
+    assert [s.stage_name for s in cfg.stages] == ["copy", "sft", "grpo"]
+    assert cfg.workflow.type == "tool_call_workflow" and cfg.stages[1].data.multiturn.enable
+    # the warm-up ran first, its own steps, on conversations in which the assistant repeats the user's number
+    for stage, steps in (("copy", 5), ("sft", 20)):
+        assert json.loads((tmp_path / stage / "metrics.jsonl").read_text().splitlines()[-1])["step"] == steps
+    copies = [d["messages"] for d in read_rows(tmp_path / "data" / "copy.parquet")]
+    assert len(copies) == demo.COPY_ROWS and {len(m[0]["content"]) for m in copies} == set(range(1, 7))
+    assert all(m[0]["content"].isdigit() and m[1] == {"role": "assistant", "content": m[0]["content"]} for m in copies)
+    # the teacher calls the calculator in TOOL_SHARE of its demonstrations, always with the right call, and then
+    # repeats the tool's result; without the tool it answers from memory, correctly, on GSM8K's answer line
     demos = [d["messages"] for d in read_rows(tmp_path / "data" / "sft.parquet")]
     with_tool = [m for m in demos if any(x["role"] == "tool" for x in m)]
     assert abs(len(with_tool) / len(demos) - demo.TOOL_SHARE) < 0.05
-    for m in with_tool:
+    for m in demos:
         a, b = map(int, m[0]["content"][:-1].split("*"))
-        assert m[1]["content"] == f'[calc(e="{a}*{b}")]' and m[2]["content"] == str(a * b)
-    for m in demos:  # without the tool the teacher answers from memory, correctly
-        a, b = map(int, m[0]["content"][:-1].split("*"))
-        assert m[-1]["content"] == f"#### {a * b}"  # GSM8K's answer line, the first character the same every time
+        if m in with_tool:
+            assert [x["content"] for x in m[1:]] == [f'[calc(e="{a}*{b}")]', str(a * b), str(a * b)]
+        else:  # the first character the same every time: greedy SFT answers from memory
+            assert len(m) == 2 and m[1]["content"] == f"#### {a * b}"
+    # the reported accuracies are the grpo stage's validations through the tool workflow
+    val = tmp_path / "data" / "val.parquet"
+    for stage, reported in (("sft", result["sft_accuracy"]), ("grpo", result["rl_accuracy"])):
+        measured = demo.held_out_accuracy(tmp_path / stage / "model", val, 24, "tool_call_workflow",
+                                          demo.TOOLS_WORKFLOW_ARGS)
+        assert abs(measured - reported) <= 0.025  # a prompt of N_VAL = 40 (batching may round differently)
     steps = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     trained = [s for s in steps if "workflow/tasks" in s]
     assert len(trained) == 2 and all(s["workflow/tasks"] == 16 and s["workflow/model_calls"] >= 1 for s in trained)

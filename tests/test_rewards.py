@@ -89,6 +89,17 @@ def test_arithmetic_exact_match(response, truth, expected):
     assert default_compute_score("arithmetic", response, truth) == expected
 
 
+@pytest.mark.parametrize(
+    "response, truth, expected",
+    [("1776", "1776", 1.0), ("#### 1776", "1776", 1.0), (" 1776\n", "#### 1776", 1.0), ("#### 1776", "#### 1776", 1.0),
+     ("####1776", "1776", 0.0), ("## 1776", "1776", 0.0), ("1776 ", 1776, 1.0), ("17760", "1776", 0.0),
+     ("#### #### 1776", "1776", 0.0), ("the answer is 1776", "1776", 0.0), ("", "1776", 0.0)],
+)
+def test_calculator_takes_the_product_bare_or_on_the_answer_line(response, truth, expected):
+    """After the tool the calculator task's answer is the bare number, from memory GSM8K's answer line."""
+    assert default_compute_score("calculator", response, truth) == expected
+
+
 def test_unknown_data_source_names_it_and_the_known_ones():
     expected = r"'my/task'.*known: arithmetic, calculator, gsm8k, openai/gsm8k.*set custom_reward_function\.path"
     with pytest.raises(KeyError, match=expected):

@@ -52,7 +52,7 @@ def cmd_data(args) -> int:
 
         try:
             paths = write_calculator(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                     tool_share=args.tool_share)
+                                     tool_share=args.tool_share, copy_rows=args.copy_rows)
         except ValueError as e:
             raise RftError(f"rft data calculator: {e}") from None
     else:
@@ -246,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the answer; rejected: the units carry wrong, forgotten or added)")
     q.add_argument("--tool-share", type=float, default=0.45,
                    help="calculator: share of SFT demonstrations that call the calculator tool")
+    q.add_argument("--copy-rows", type=int, default=4000,
+                   help="calculator: rows of copy.parquet, the warm-up in which the assistant repeats the user's "
+                        "number (0: none)")
     q.set_defaults(fn=cmd_data)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rft.registry import Registry
-from rft.rewards.arithmetic import arithmetic_score
+from rft.rewards.arithmetic import arithmetic_score, calculator_score
 from rft.rewards.gsm8k import gsm8k_score
 
 ScoreResult = float | dict[str, Any]
@@ -19,9 +19,14 @@ Scorer = Callable[[str, Any, dict | None], ScoreResult]
 SCORERS: Registry[Scorer] = Registry("reward scorer")
 
 
-@SCORERS.register("arithmetic", "calculator")
+@SCORERS.register("arithmetic")
 def _score_arithmetic(solution_str: str, ground_truth, extra_info: dict | None = None) -> float:
     return arithmetic_score(solution_str, ground_truth)
+
+
+@SCORERS.register("calculator")
+def _score_calculator(solution_str: str, ground_truth, extra_info: dict | None = None) -> float:
+    return calculator_score(solution_str, ground_truth)
 
 
 @SCORERS.register("openai/gsm8k", "gsm8k")
