@@ -180,8 +180,9 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic") -> dic
         data = write_calculator(out / "data", n_train=N_TRAIN, n_val=N_VAL, seed=seed, tool_share=TOOL_SHARE,
                                 copy_rows=COPY_ROWS)
         config = tools_demo_config(model_dir, data, out, seed)
-        story = (f"the teacher calls the calculator in {TOOL_SHARE:.0%} of its demonstrations and otherwise answers "
-                 "from memory; GRPO, through the tool workflow, is rewarded by the exact product")
+        story = (f"a warm-up teaches the model to repeat a number; the teacher calls the calculator in {TOOL_SHARE:.0%} "
+                 "of its demonstrations and otherwise answers from memory; GRPO, through the tool workflow, is "
+                 "rewarded by the exact product")
     else:
         data = write_arithmetic(out / "data", n_train=N_TRAIN, n_val=N_VAL, seed=seed, max_digits=2, carry_slip=CARRY_SLIP)
         config = demo_config(model_dir, data, out, seed)
