@@ -95,7 +95,7 @@ def tools_demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) 
         "algorithm": {"adv_estimator": "grpo"},
         "workflow": {"type": "tool_call_workflow", "args": dict(TOOLS_WORKFLOW_ARGS), "runner_per_model": 16},
         "trainer": {"project_name": "rft_demo_tools", "experiment_name": f"seed{seed}", "default_local_dir": str(out),
-                    "seed": seed, "val_before_train": False, "test_freq": TOOLS_TEST_FREQ, "save_freq": 20,
+                    "seed": seed, "val_before_train": False, "test_freq": TOOLS_TEST_FREQ, "save_freq": TOOLS_TEST_FREQ,
                     "max_actor_ckpt_to_keep": 1},
         "stages": [
             {"stage_name": "copy", "algorithm": "sft",
@@ -103,7 +103,7 @@ def tools_demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) 
                       "train_batch_size": TOOLS_SFT_BATCH, "micro_batch_size_per_gpu": TOOLS_SFT_BATCH,
                       "max_length": 32},
              "optim": dict(sft_optim),
-             "trainer": {"total_training_steps": COPY_STEPS, "save_freq": COPY_STEPS, "max_ckpt_to_keep": 1}},
+             "trainer": {"total_training_steps": COPY_STEPS, "save_freq": 50, "max_ckpt_to_keep": 1}},
             {"stage_name": "sft", "algorithm": "sft",
              "data": {"train_files": str(data["sft"]), "multiturn": {"enable": True, "tools_key": "tools"},
                       "train_batch_size": TOOLS_SFT_BATCH, "micro_batch_size_per_gpu": TOOLS_SFT_BATCH,
