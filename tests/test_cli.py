@@ -104,7 +104,7 @@ def test_bad_config_is_refused_before_anything_loads(workdir, override, message)
     assert not (workdir / "refused").exists()
 
 
-def test_rft_data_calculator_writes_the_task_and_refuses_a_bad_share(tmp_path):
+def test_rft_data_calculator_writes_the_task_and_refuses_bad_options(tmp_path):
     """`rft data calculator OUT` takes one folder, like `rft data arithmetic` (it was read as gsm8k's SRC OUT)."""
     from rft.data.io import read_rows
 
@@ -114,3 +114,6 @@ def test_rft_data_calculator_writes_the_task_and_refuses_a_bad_share(tmp_path):
     bad = rft("data", "calculator", "c2", "--tool-share", "1.5", cwd=tmp_path, check=False)
     assert bad.returncode != 0 and bad.stderr.strip() == "rft: error: rft data calculator: tool_share=1.5 must be in [0, 1]"
     assert not (tmp_path / "c2").exists()
+    bad = rft("data", "calculator", "c3", "--copy-rows", "-1", cwd=tmp_path, check=False)
+    assert bad.returncode != 0 and bad.stderr.strip() == "rft: error: rft data calculator: copy_rows=-1 must be >= 0"
+    assert not (tmp_path / "c3").exists()
