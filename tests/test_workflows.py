@@ -112,6 +112,41 @@ def test_a_cancelled_client_holds_nobody_up(engine):
         server.submit(busy, [[1, 2]], PARAMS)
 
 
+def test_a_runners_late_threads_still_join_the_first_batch(engine):
+    """The runner announces its threads' clients before they open, so a step's first batch waits for the thread
+    that starts last (it used to run with whichever threads had opened, so the samples hung on thread timing)."""
+    import itertools
+    import time
+
+    from rft.data.dataset import Prompt
+    from rft.explorer.runner import RunnerSettings, WorkflowRunner
+    from rft.explorer.workflow import SimpleWorkflow, Task
+
+    inner, tok = engine
+
+    def run(late: set[int]) -> tuple[list[int], list]:
+        counting = CountingEngine(inner)
+        server = GenerationServer(counting, tok, torch.Generator().manual_seed(0))
+        made = itertools.count()
+
+        def make_handle() -> ModelHandle:
+            if next(made) in late:
+                time.sleep(0.2)  # this attempt's thread opens its client late (less than PATIENCE)
+            return ModelHandle(server, tok, SamplingParams(n=1, temperature=1.0, max_tokens=4))
+
+        tasks = [Task(prompt=Prompt([], "arithmetic", str(2 * i), {}, messages=[{"role": "user", "content": f"{i}+{i}="}]),
+                      index=i, repeat_times=2, reward_fn=lambda src, text, truth, extra=None: float(text == truth))
+                 for i in range(4)]
+        results, metrics = WorkflowRunner(SimpleWorkflow, server, make_handle, RunnerSettings(runner_per_model=4)).run(tasks)
+        assert metrics["workflow/skipped_tasks"] == 0
+        return counting.calls, [[e.tokens.tolist() for e in r] for r in results]
+
+    calls, samples = run(late=set())
+    assert calls == [8]  # 4 tasks x 2 samples, one engine call
+    for late in ({0}, {3}, {1, 2}):  # whichever threads start late: the same batch, the same samples
+        assert run(late) == (calls, samples)
+
+
 # ------------------------------------------------------------------------------------------ conversations
 def test_a_conversation_masks_what_the_model_did_not_write(engine):
     inner, tok = engine

@@ -4,7 +4,9 @@ batches from many workflow threads (and the OpenAI-compatible endpoint) by one g
 `GenerationServer` owns the rollout engine. Every caller is a *client* (a workflow attempt, an HTTP request); a
 client's call blocks until every open client is waiting on the server, then all waiting requests run as one batch
 (one engine call per distinct sampling setting), rows ordered by client and call, so a step's generation is as
-batched as the workflows allow and as deterministic as they are. A client busy elsewhere for longer than
+batched as the workflows allow and as deterministic as they are. A runner also announces the clients it is about
+to open (`expect`): a worker thread between two attempts counts as one, so the first batch of a step does not run
+before the last workflow thread has started, whatever the threads' timing. A client busy elsewhere for longer than
 `PATIENCE` seconds (a slow tool, a workflow about to be cut) no longer holds the others up: the waiting requests
 run without it (its later call joins the next batch); nor does a client that was closed or cancelled.
 
@@ -78,20 +80,33 @@ class GenerationServer:
         self._cancelled: set[str] = set()
         self._pending: list[_Request] = []
         self._running = False
+        self._expected = 0  # clients announced by a runner and not open yet (`expect`)
         self._ids = itertools.count()
         self.calls = 0  # engine calls made (batches)
 
     # --------------------------------------------------------------------------------------------- clients
-    def open(self, order: tuple = ()) -> str:
-        """A new client; `order` sorts its rows within a batch (e.g. (task index, attempt))."""
+    def expect(self, count: int) -> None:
+        """`count` more (or, negative, fewer) clients are about to open: batches wait for them as for open ones
+        (up to PATIENCE)."""
+        with self._cond:
+            self._expected = max(0, self._expected + count)
+            self._cond.notify_all()
+
+    def open(self, order: tuple = (), expected: bool = False) -> str:
+        """A new client; `order` sorts its rows within a batch (e.g. (task index, attempt)); `expected`: one of the
+        clients announced with `expect`."""
         with self._cond:
             client = f"c{next(self._ids)}"
             self._clients[client] = (*order, client)
+            if expected:
+                self._expected = max(0, self._expected - 1)
             return client
 
-    def close(self, client: str, cancelled: bool = False) -> None:
+    def close(self, client: str, cancelled: bool = False, expect_another: bool = False) -> None:
+        """`expect_another`: the caller opens a client again (or calls `expect(-1)`), so batches wait for it."""
         with self._cond:
-            self._clients.pop(client, None)
+            if self._clients.pop(client, None) is not None and expect_another:
+                self._expected += 1
             if cancelled:
                 self._cancelled.add(client)
                 for r in self._pending:
@@ -137,7 +152,8 @@ class GenerationServer:
         if not self._pending:
             return False
         waiting = {r.client for r in self._pending}
-        return waiting >= set(self._clients) or time.monotonic() - self._pending[0].since >= PATIENCE
+        everyone = not self._expected and waiting >= set(self._clients)
+        return everyone or time.monotonic() - self._pending[0].since >= PATIENCE
 
     def _run(self, batch: list[_Request]) -> None:
         """One engine call per distinct sampling setting; rows in client order."""

@@ -81,6 +81,12 @@ class WorkflowRunner:
         queue = list(range(len(tasks)))
 
         def worker() -> None:
+            try:
+                work()
+            finally:  # this thread opens no more clients
+                self.server.expect(-1)
+
+        def work() -> None:
             while True:
                 with lock:
                     if not queue:
@@ -108,6 +114,7 @@ class WorkflowRunner:
 
         threads = [threading.Thread(target=worker, name=f"rft-runner-{k}", daemon=True)
                    for k in range(max(1, min(self.s.runner_per_model, len(tasks))))]
+        self.server.expect(len(threads))  # each thread's next client: no batch runs before they have all started
         for t in threads:
             t.start()
         for t in threads:
@@ -123,7 +130,7 @@ class WorkflowRunner:
         """One attempt in a thread of its own: (experiences, None) or ([], (kind, why))."""
         try:
             handle = self.make_handle()
-            handle.client = self.server.open((task.index, attempt))
+            handle.client = self.server.open((task.index, attempt), expected=True)
         except Exception as e:  # the runner's own setup: the attempt fails like the workflow's error
             return [], ("errors", f"could not set up the attempt: {type(e).__name__}: {e}")
         box: dict = {}
@@ -138,14 +145,14 @@ class WorkflowRunner:
                 pass
             except BaseException as e:  # the workflow's own error: reported, retried
                 box["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-            finally:
-                self.server.close(handle.client)
+            finally:  # the runner's thread opens its next client or says it will not (expect(-1))
+                self.server.close(handle.client, expect_another=True)
 
         thread = threading.Thread(target=target, name=f"rft-workflow-{task.index}-{attempt}", daemon=True)
         thread.start()
         thread.join(self.s.max_timeout)
         if thread.is_alive():
-            self.server.close(handle.client, cancelled=True)
+            self.server.close(handle.client, cancelled=True, expect_another=True)
             _raise_in(thread, _Attempt)
             return [], ("timeouts", f"cut after workflow.max_timeout={self.s.max_timeout:g} s")
         if "error" in box:
