@@ -15,7 +15,7 @@ and after its last). Two tasks:
   samples take the tool path in about TOOL_SHARE of conversations and copy its result. GRPO runs through the
   multi-turn tool workflow, rewarded by the exact answer, and learns to call the tool; its rollouts are
   conversations whose tool turns are masked out of the loss. Measured with bench/demo_seeds.py (bench/RESULTS.md):
-  +0.840, +0.820, +0.815 for seeds 0, 1, 2 in 247, 265, 243 s.
+  +0.825, +0.835, +0.835 for seeds 0, 1, 2 in 237, 223, 235 s.
 
 Leaves, under the output folder: `config.yaml` (rerun or edit it with `rft train`), one folder per stage (`sft/`
 and `grpo/`, and `copy/` for tools: metrics, checkpoints, models), `demo.json` (`sft_accuracy`, `rl_accuracy`,
