@@ -6,6 +6,7 @@ enable_history."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -632,3 +633,30 @@ def test_judge_settings_and_verdicts():
     judge = LLMJudge(handle, template="Q {question} R {reference} A {response}", scoring="scale", max_score=10)
     assert judge.score_batch(["1+1=", "2+2="], ["2", "5"], ["2", "4"]) == ([0.8, 0.0], {"judge_parsed": [1.0, 0.0]})
     assert handle.asked == ["Q 1+1= R 2 A 2", "Q 2+2= R 4 A 5"]
+
+
+def test_a_workflow_run_resumes_exactly(assets, tmp_path):
+    """2 steps through the tool workflow in one run == 1 step, then a resumed run to 2: the runner's threads, the
+    server's batches and the sampling stream repeat (the batches used to hang on thread timing)."""
+    from safetensors.torch import load_file
+
+    from rft.tasks import write_calculator
+    from rft.trainer.run import SyncRun
+
+    write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0, copy_rows=0)
+
+    def config(out: str, steps: int):
+        return rl_config(assets, tmp_path / out, "data.tools_key=tools", "workflow.type=tool_call_workflow",
+                         "workflow.args={tool_call_parser: pythonic, max_turns: 2}", "workflow.runner_per_model=4",
+                         f"data.train_files={tmp_path / 'calc' / 'train.parquet'}", "data.max_prompt_length=64",
+                         "trainer.save_freq=1", f"trainer.total_training_steps={steps}")
+
+    SyncRun(config("one", 2)).fit()
+    SyncRun(config("two", 1)).fit()
+    SyncRun(config("two", 2)).fit()
+    one, two = (load_file(tmp_path / out / "model" / "model.safetensors") for out in ("one", "two"))
+    assert max(float((one[k] - two[k]).abs().max()) for k in one) <= 1e-6
+    initial = load_file(assets / "model" / "model.safetensors")
+    assert max(float((one[k] - initial[k]).abs().max()) for k in one if k in initial) > 1e-4  # it trained
+    lines = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2] and all(x["workflow/tasks"] == 4 for x in lines)
