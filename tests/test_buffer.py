@@ -89,6 +89,29 @@ def fresh_database(server_url: str) -> str:
     return server_url.rsplit("/", 1)[0] + f"/{name}"
 
 
+def test_processes_that_create_the_tables_at_once_all_succeed(pg_url):
+    """Explorer and trainer open a fresh PostgreSQL buffer at the same moment: both find the tables missing, and
+    the second CREATE used to fail on the catalog's unique index (a flaky test_modes run); the creation now holds an
+    advisory lock. Eight openers at once, three times."""
+    import threading
+
+    def open_buffer(url: str, start: threading.Barrier, errors: list[str]) -> None:
+        start.wait()
+        try:
+            SQLBuffer(url).engine.dispose()
+        except Exception as e:  # the failure is the finding
+            errors.append(f"{type(e).__name__}: {e}")
+
+    for _ in range(3):
+        url, start, errors = fresh_database(pg_url), threading.Barrier(8), []
+        threads = [threading.Thread(target=open_buffer, args=(url, start, errors)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+
+
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def buffer(request, tmp_path):
     if request.param == "memory":

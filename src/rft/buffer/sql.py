@@ -80,6 +80,20 @@ def make_engine(url: str) -> sa.Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
+DDL_LOCK = 0x7266745F  # "rft_": the PostgreSQL advisory lock that serialises the tables' creation
+
+
+def create_tables(engine: sa.Engine) -> None:
+    """The buffer's tables, unless they exist. On PostgreSQL under a transaction-scoped advisory lock: two processes
+    that both find the tables missing would otherwise both create them, and the second fails on the catalog's
+    unique index (UniqueViolation on pg_class / pg_type), `IF NOT EXISTS` notwithstanding. SQLite serialises
+    writers itself (a locked database is retried by the caller)."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": DDL_LOCK})
+        _meta.create_all(conn, checkfirst=True)
+
+
 class SQLBuffer:
     def __init__(self, url: str, *, use_priority_queue: bool = False, reuse_cooldown_time: float | None = None,
                  priority_decay: float = 2.0, poll_s: float = 0.05):
@@ -87,7 +101,7 @@ class SQLBuffer:
         self.engine = make_engine(url)
         for attempt in range(5):  # explorer and trainer may create the tables at the same moment
             try:
-                _meta.create_all(self.engine, checkfirst=True)
+                create_tables(self.engine)
                 break
             except sa.exc.OperationalError:
                 if attempt == 4:
