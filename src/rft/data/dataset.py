@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from rft.data.chat import render
 from rft.data.io import DataError, read_rows
 
 
@@ -117,7 +118,7 @@ class PromptDataset:
                     chat = [{"role": "system", "content": str(system)}, *chat]
                 chats.append(chat)
                 tools.append(_tools(row[tools_key], where) if tools_key else None)
-                texts.append(self._render(tokenizer, chat, tools[-1], chat_template))
+                texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template))
             encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
             for i, (row, ids, chat, row_tools) in enumerate(zip(rows, encoded, chats, tools)):
                 if len(ids) > max_prompt_length:
@@ -150,14 +151,6 @@ class PromptDataset:
                 )
         if not self.prompts:
             raise DataError(f"no prompts left in {files} after filtering overlong prompts")
-
-    @staticmethod
-    def _render(tokenizer, messages: list[dict], tools: list[dict] | None = None,
-                chat_template: str | None = None) -> str:
-        if chat_template or getattr(tokenizer, "chat_template", None):
-            return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
-                                                 chat_template=chat_template)
-        return "\n".join(m["content"] for m in messages)
 
     def __len__(self) -> int:
         return len(self.prompts)

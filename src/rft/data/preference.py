@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from rft.batch import Batch
+from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, left_pad
 from rft.data.io import read_rows
 
@@ -35,8 +36,7 @@ class PreferenceExample:
 
 
 def _template(tokenizer, messages: list[dict], generation_prompt: bool) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return encode(tokenizer, messages, generation_prompt=generation_prompt)
 
 
 def _as_messages(value: Any) -> list[dict] | None:

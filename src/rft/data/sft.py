@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from rft.batch import Batch
+from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, _tools, left_pad
 from rft.data.io import read_rows
 
@@ -35,9 +36,7 @@ def _dig(value: Any, keys: list[str] | None, where: str, column: str) -> Any:
 
 
 def _template(tokenizer, messages: list[dict], generation_prompt: bool, tools: list[dict] | None = None) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=generation_prompt,
-                                         tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return encode(tokenizer, messages, generation_prompt=generation_prompt, tools=tools)
 
 
 class SFTDataset:

@@ -79,6 +79,8 @@ def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, p
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
-    """The ids that end a response: the generation config's EOS list, else the tokenizer's EOS."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None) or tokenizer.eos_token_id
-    return list(eos) if isinstance(eos, (list, tuple)) else [eos]
+    """The ids that end a response: the generation config's EOS ids (one or a list, as Llama 3 lists three) and the
+    tokenizer's EOS, which SFT puts at the end of every demonstration."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = list(eos) if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
+    return ids + [i for i in [tokenizer.eos_token_id] if i is not None and i not in ids]

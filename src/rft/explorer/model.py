@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rft.data.chat import encode, render
 from rft.data.dataset import left_pad
 from rft.errors import RftError
 from rft.experience import Experience
@@ -204,8 +205,7 @@ class Conversation:
         self.finish_reason: str | None = None
 
     def _render(self, messages: list[dict]) -> str:
-        return self.tokenizer.apply_chat_template(messages, tools=self.tools, add_generation_prompt=True,
-                                                  tokenize=False, chat_template=self.chat_template)
+        return render(self.tokenizer, messages, tools=self.tools, chat_template=self.chat_template)
 
     def copy(self) -> Conversation:
         other = object.__new__(Conversation)
@@ -315,11 +315,8 @@ class ModelHandle:
     def chat_batch(self, conversations: list[list[dict]], n: int = 1, tools: list[dict] | None = None,
                    **sampling) -> list[list[Completion]]:
         """`n` completions of the next assistant turn after each of `conversations`, in one call."""
-        ids = []
-        for messages in conversations:
-            text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                      tokenize=False, chat_template=self.chat_template)
-            ids.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = [encode(self.tokenizer, messages, tools=tools, chat_template=self.chat_template)
+               for messages in conversations]
         return self._submit(ids, self.params(n, **sampling))
 
     def generate(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:

@@ -70,9 +70,9 @@ def _quiet_transformers() -> None:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
-    """The tokenizer of the folder `path` (pad = EOS when it has no pad token). A folder whose tokenizer is empty
-    (transformers builds one from a folder without tokenizer files) or has no EOS token is an RftError naming the
-    folder: the run would fail much later in a reshape."""
+    """The tokenizer of the folder `path`, with a pad token (`choose_pad_token` when it has none). A folder whose
+    tokenizer is empty (transformers builds one from a folder without tokenizer files) or has no EOS token is an
+    RftError naming the folder: the run would fail much later in a reshape."""
     from transformers import AutoTokenizer
 
     from rft.errors import RftError
@@ -86,8 +86,31 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
         if tok.eos_token is None:
             raise RftError(f"the tokenizer of {path!r} has neither an EOS nor a pad token, which generation needs to "
                            "end and pad responses; use a tokenizer that defines eos_token")
-        tok.pad_token = tok.eos_token
+        tok.pad_token = choose_pad_token(tok)
+        log.info("the tokenizer of %s has no pad token; padding with %r (id %d)%s", path, tok.pad_token,
+                 tok.pad_token_id, " (its EOS: it has no other special token)" if tok.pad_token == tok.eos_token
+                 else "")
     return tok
+
+
+def choose_pad_token(tok) -> str:
+    """A pad token for a tokenizer without one (Llama 3, Mistral, GPT-2): its `unk_token`, else a special token
+    named for padding (Llama 3's `<|finetune_right_pad_id|>`), else an end-of-text token that is not the EOS, else
+    an unused reserved special token, else EOS.
+    Not EOS where another exists, so that no pass that tells padding by its id can mask a real EOS away (rft's
+    masks come from lengths, but exported models and other tools meet the choice too)."""
+    eos = {tok.eos_token_id}
+    specials = [t for t in tok.all_special_tokens if tok.convert_tokens_to_ids(t) not in eos]
+    added = [t.content for t in getattr(tok, "added_tokens_decoder", {}).values() if getattr(t, "special", False)]
+    added = [t for t in added if tok.convert_tokens_to_ids(t) not in eos]
+    if tok.unk_token is not None and tok.unk_token_id not in eos:
+        return tok.unk_token
+    for names in (("pad",), ("endoftext", "end_of_text")):  # Qwen pads with <|endoftext|>
+        for token in [*specials, *added]:
+            if any(name in token.lower() for name in names):
+                return token
+    reserved = [t for t in added if "reserved" in t.lower()]
+    return reserved[0] if reserved else tok.eos_token
 
 
 def _load_pretrained(auto_class, path: str, dtype: torch.dtype, device: torch.device, *,
@@ -110,8 +133,39 @@ def _load_pretrained(auto_class, path: str, dtype: torch.dtype, device: torch.de
         if not hasattr(config, name):
             raise ValueError(f"{key}.override_config.{name}: the model config has no attribute {name!r}")
         setattr(config, name, value)
-    model = auto_class.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
+    model_class = auto_class if trust_remote_code else head_class(auto_class, config)
+    model = model_class.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
     return model.to(device)
+
+
+def head_class(auto_class, config):
+    """The class `auto_class` (an `AutoModelFor...` class) loads for `config`. For a decoder whose family has no
+    token- or sequence-classification class in transformers (Cohere, Granite, OLMo, OPT, ...), the same class built
+    the way transformers builds those it has: its generic head (`GenericForTokenClassification` /
+    `GenericForSequenceClassification`: a `score` Linear on the backbone's hidden states) on the family's
+    pretrained-model base, so a value or reward model exists for every causal LM."""
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
+    from transformers.modeling_layers import GenericForSequenceClassification, GenericForTokenClassification
+    from transformers.modeling_utils import PreTrainedModel
+
+    generic = {AutoModelForTokenClassification: (GenericForTokenClassification, "ForTokenClassification"),
+               AutoModelForSequenceClassification: (GenericForSequenceClassification, "ForSequenceClassification")}
+    if auto_class not in generic or type(config) in auto_class._model_mapping:
+        return auto_class
+    if type(config) not in AutoModelForCausalLM._model_mapping:
+        return auto_class  # not a causal LM either: auto_class's own error names the config
+    causal = AutoModelForCausalLM._model_mapping[type(config)]
+    base = next((c for c in causal.__mro__[1:] if issubclass(c, PreTrainedModel) and c is not PreTrainedModel
+                 and c.__name__.endswith("PreTrainedModel")), None)
+    if base is None:
+        return auto_class
+    mixin, suffix = generic[auto_class]
+    name = causal.__name__.removesuffix("ForCausalLM").removesuffix("LMHeadModel") + suffix
+    return type(name, (mixin, base), {"__module__": causal.__module__})
 
 
 def load_causal_lm(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
@@ -121,13 +175,18 @@ def load_causal_lm(path: str, dtype: torch.dtype, device: torch.device, *, exter
     config section named in error messages."""
     from transformers import AutoModelForCausalLM
 
-    return _load_pretrained(AutoModelForCausalLM, path, dtype, device, external_lib=external_lib,
-                            trust_remote_code=trust_remote_code, override_config=override_config, key=key)
+    from rft.models.arch import router_recorder
+
+    model = _load_pretrained(AutoModelForCausalLM, path, dtype, device, external_lib=external_lib,
+                             trust_remote_code=trust_remote_code, override_config=override_config, key=key)
+    router_recorder(model)  # a mixture of experts: its load-balancing loss recorded by rft (models/arch.py)
+    return model
 
 
-VALUE_HEAD = "score"
-"""The module name of the scalar head of a value model (`*ForTokenClassification`) and of a reward model
-(`*ForSequenceClassification`) in transformers' decoder classes."""
+VALUE_HEADS = ("score", "classifier")
+"""The module names of the scalar head of a value model (`*ForTokenClassification`: `score`, or `classifier` in
+GPT-2, GPT-NeoX, Falcon, Bloom, MPT) and of a reward model (`*ForSequenceClassification`: `score`) in transformers'
+decoder classes."""
 
 
 def load_value_model(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
@@ -148,10 +207,11 @@ def load_value_model(path: str, dtype: torch.dtype, device: torch.device, *, ext
 def scalar_head(model: nn.Module, key: str) -> tuple[nn.Module, nn.Linear]:
     """(decoder backbone, Linear(hidden, 1) head) of a value or reward model, or ValueError naming `key`."""
     base = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    head = getattr(model, VALUE_HEAD, None)
-    if not isinstance(base, nn.Module) or not isinstance(head, nn.Linear) or head.out_features != 1:
+    head = next((getattr(model, name) for name in VALUE_HEADS if isinstance(getattr(model, name, None), nn.Linear)),
+                None)
+    if not isinstance(base, nn.Module) or head is None or head.out_features != 1:
         raise ValueError(
-            f"{key}: {type(model).__name__} is not a decoder with a one-label `{VALUE_HEAD}` head; rft reads scores "
+            f"{key}: {type(model).__name__} is not a decoder with a one-label `score` head; rft reads scores "
             "from score(last hidden state) of classes such as Qwen2ForSequenceClassification / "
             "LlamaForSequenceClassification with num_labels=1"
         )
@@ -174,17 +234,18 @@ def load_reward_model(path: str, dtype: torch.dtype, device: torch.device, *, ex
 
 def apply_lora(model: nn.Module, model_cfg, task_type: str = "CAUSAL_LM") -> nn.Module:
     """A peft LoRA adapter on `model` (rank, alpha, target / exclude modules from `model_cfg`). A value model
-    (task_type TOKEN_CLS) keeps its new `score` head out of LoRA and trains it in full (peft's modules_to_save)."""
+    (task_type TOKEN_CLS) keeps its new scalar head (`VALUE_HEADS`) out of LoRA and trains it in full (peft's modules_to_save)."""
     from peft import LoraConfig, get_peft_model
 
     exclude = parse_module_list(model_cfg.exclude_modules)
     if task_type != "CAUSAL_LM":
+        heads = [name for name in VALUE_HEADS if hasattr(model, name)]
         if exclude is None:
-            exclude = [VALUE_HEAD]
+            exclude = heads
         elif isinstance(exclude, str):
-            exclude = f"(?:{exclude})|(?:(?:.*\\.)?{VALUE_HEAD})"
+            exclude = f"(?:{exclude})|(?:(?:.*\\.)?(?:{'|'.join(heads)}))"
         else:
-            exclude = [*exclude, VALUE_HEAD]
+            exclude = [*exclude, *heads]
     lora = LoraConfig(
         r=model_cfg.lora_rank,
         lora_alpha=model_cfg.lora_alpha,

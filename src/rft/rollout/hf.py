@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from rft.models.arch import attention_only, decode_mask_kind
 from rft.models.load import device_of
 from rft.rollout.base import RolloutOutput, SamplingParams
 from rft.rollout.cache import PreallocatedCache
@@ -114,10 +115,11 @@ class HFRollout:
         row_prompt = row_prompt.to(device)
         eos_ids = self.eos_ids.to(device)
         B, width = row_prompt.shape[0], ids.shape[1]
-        config = getattr(self.model, "config", None)
-        layers = getattr(config, "num_hidden_layers", None)
-        full_only = set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
-        cache = PreallocatedCache(layers, width + params.max_tokens) if layers else DynamicCache()
+        layers = getattr(getattr(self.model, "config", None), "num_hidden_layers", None)
+        if attention_only(self.model):
+            cache = PreallocatedCache(layers, width + params.max_tokens)
+        else:  # recurrent or linear-attention layers: transformers' own cache for them
+            cache = DynamicCache(config=self.model.config)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
                          use_cache=True, logits_to_keep=1)
@@ -127,13 +129,18 @@ class HFRollout:
         else:
             cache.reorder_cache(row_prompt)
         attn, next_pos = attn[row_prompt], positions[row_prompt, -1:] + 1
-        # the decode steps' mask (B, 1, 1, prompt + new tokens), True where a key is attended: no mask when no row
-        # has padding (what transformers passes to SDPA then too)
+        # The decode steps' mask over prompt + new tokens, built once and sliced: (B, 1, 1, L) booleans, True where
+        # a key is attended, where the model takes a prepared mask (`decode_mask_kind`), with no mask at all when
+        # no row has padding (what transformers passes to SDPA then too); else the (B, L) padding mask, from which
+        # the model builds its own (sliding windows, ALiBi, ...).
+        kind = decode_mask_kind(self.model, width + params.max_tokens)
         padded = not bool(attn.all())
         decode_mask = None
-        if full_only and padded:
-            decode_mask = torch.ones(B, 1, 1, width + params.max_tokens, dtype=torch.bool, device=device)
-            decode_mask[:, 0, 0, :width] = attn.bool()
+        if kind == "2d" or padded:
+            decode_mask = torch.ones(B, width + params.max_tokens, dtype=attn.dtype, device=device)
+            decode_mask[:, :width] = attn
+            if kind == "4d":
+                decode_mask = decode_mask.bool()[:, None, None, :]
         live = torch.arange(B, device=device)  # the rows the forward passes still run on
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         full_logits = None
@@ -161,17 +168,9 @@ class HFRollout:
                 if 0 < len(running) <= 0.75 * len(live):  # drop the finished rows from the passes
                     live, next_pos = live[running], next_pos[running]
                     cache.rows(running)
-                    attn = attn[running]
                     if decode_mask is not None:
                         decode_mask = decode_mask[running]
-            length = width + step + 1
-            if decode_mask is not None:
-                mask = {"full_attention": decode_mask[..., :length]}
-            elif full_only:
-                mask = {"full_attention": None}
-            else:
-                attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-                mask = attn
+            mask = None if decode_mask is None else decode_mask[..., :width + step + 1]
             out = self.model(input_ids=token[live, None], attention_mask=mask, position_ids=next_pos,
                              past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :].float()

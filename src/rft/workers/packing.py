@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from rft.models.arch import architecture, sliding_window
 
 PACKED_ATTENTION = "rft_packed"
 """The attention implementation name a model with use_remove_padding runs under: SDPA, except for a packed call."""
@@ -53,6 +55,7 @@ class PackedRows:
     col: torch.Tensor
     rows: int
     width: int
+    windows: list = field(default_factory=list, compare=False)  # the sliding windows the attention calls were given
 
 
 def _unpack(x: torch.Tensor, packed: PackedRows) -> torch.Tensor:
@@ -73,6 +76,9 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    unsupported = [name for name in ("softcap", "s_aux", "sinks") if kwargs.get(name) is not None]
+    if unsupported:
+        raise NotImplementedError(f"packed attention does not apply {', '.join(unsupported)}")
     groups = getattr(module, "num_key_value_groups", 1)
     q = _unpack(query, packed)  # (rows, H, width, d)
     k = _unpack(key, packed)
@@ -80,7 +86,14 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+    window = kwargs.get("sliding_window")
+    packed.windows.append(window)
+    mask = None
+    if window and window < packed.width:  # a sliding layer: each query sees the `window` keys up to itself
+        i = torch.arange(packed.width, device=q.device)
+        mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                           is_causal=mask is None,
                                                            scale=scaling)  # (rows, H, width, d)
     out = out.transpose(1, 2)[packed.row, packed.col]  # (T, H, d)
     return out.unsqueeze(0), None
@@ -111,7 +124,7 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
     cfgs = list(_configs(model))
     impls = {c._attn_implementation for c in cfgs}
     if not cfgs or not impls <= {"sdpa", PACKED_ATTENTION}:
-        _log(f"{key}=true: {type(model).__name__} uses attention {sorted(map(str, impls))}, not sdpa; running padded")
+        _log(f"{key}=true: {architecture(model)} uses attention {sorted(map(str, impls))}, not sdpa; running padded")
         return False
     _register()
     for c in cfgs:
@@ -125,7 +138,7 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
         setattr(model, PACKED_ATTR, False)
         for c in cfgs:
             c._attn_implementation = "sdpa"
-        _log(f"{key}=true: {type(model).__name__} does not run packed ({why}); running padded")
+        _log(f"{key}=true: {architecture(model)} does not run packed ({why}); running padded")
     return ok
 
 
@@ -142,9 +155,14 @@ def _self_check(model: nn.Module) -> tuple[bool, str]:
     try:
         padded = _logits(model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False))
         row, col = attn.nonzero(as_tuple=True)
-        packed = forward_packed(model, ids[row, col], positions[row, col], row, 2, None)
+        packed = forward_packed(model, ids[row, col], positions[row, col], row, 2, None, windows := [])
     finally:
         model.train(was)
+    if not windows:
+        return False, "its decoder layers do not hand the packed rows to the attention function"
+    window = sliding_window(next(_configs(model)))
+    if window is not None and window not in windows:
+        return False, f"its attention layers do not pass their sliding window ({window}) to the attention function"
     diff = float((padded[row, col] - packed).abs().max())
     return diff < 1e-4, f"packed and padded logits differ by {diff:.3g}"
 
@@ -154,19 +172,23 @@ def _logits(out) -> torch.Tensor:
 
 
 def forward_packed(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor, row: torch.Tensor, rows: int,
-                   keep: torch.Tensor | None) -> torch.Tensor:
+                   keep: torch.Tensor | None, windows: list | None = None) -> torch.Tensor:
     """The model's output (logits, or a value head's) at the packed positions `keep` (all when None), (len, ·),
-    for the packed tokens `ids` (T,) with their `positions` (T,) and the `row` (T,, ascending) each belongs to."""
+    for the packed tokens `ids` (T,) with their `positions` (T,) and the `row` (T,, ascending) each belongs to.
+    `windows`: a list that collects the sliding window each attention call was given (None for a full layer)."""
     lengths = torch.bincount(row, minlength=rows)
     starts = torch.cumsum(lengths, 0) - lengths
     col = torch.arange(len(row), device=row.device) - starts[row]
-    packed = PackedRows(row=row, col=col, rows=rows, width=int(lengths.max()))
+    packed = PackedRows(row=row, col=col, rows=rows, width=int(lengths.max()),
+                        windows=windows if windows is not None else [])
     cfg = next(_configs(model))
     if cfg._attn_implementation != PACKED_ATTENTION:
         raise RuntimeError("forward_packed: the model does not run rft's packed attention (enable_remove_padding)")
-    masks = dict.fromkeys(set(getattr(cfg, "layer_types", None) or ["full_attention"]) | {"full_attention"})
+    # the attention masks the rows' boundaries itself; a prepared (4-d) mask keeps transformers from building a
+    # (T, T) one, which models take as given (an architecture that reads the mask elsewhere fails the self-check)
+    placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device)
     kwargs = {"logits_to_keep": keep} if keep is not None else {}
-    out = model(input_ids=ids[None], position_ids=positions[None], attention_mask=masks, use_cache=False,
+    out = model(input_ids=ids[None], position_ids=positions[None], attention_mask=placeholder, use_cache=False,
                 rft_packed=packed, **kwargs)
     logits = _logits(out)[0]
     return logits if keep is None or logits.shape[0] == len(keep) else logits[keep]
@@ -209,7 +231,7 @@ def enable_torch_compile(model: nn.Module, key: str) -> bool:
         return False
     layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
     if not layers:
-        _log(f"{key}=true: {type(model).__name__} has no decoder layers to compile; running eagerly")
+        _log(f"{key}=true: {architecture(model)} has no decoder layers to compile; running eagerly")
         return False
     for layer in layers:
         layer.compile(dynamic=True)

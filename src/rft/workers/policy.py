@@ -38,6 +38,7 @@ from rft.algorithms import (
 )
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
+from rft.models.arch import router_recorder
 from rft.models.load import device_of
 from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler, clipped_step: re-exported)
     MiniBatchWorker,
@@ -71,6 +72,10 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[
     `batch` (at least 1) <= R, and the LM head runs only on the positions that predict response tokens
     (`logits_to_keep`).
     """
+    router = router_recorder(model) if torch.is_grad_enabled() else None
+    if router is not None:  # a mixture of experts in a pass with gradients: its load-balancing loss too
+        router.start()
+    attn = None
     if packs(model):
         logits, labels = _packed_logits(model, batch)
     else:
@@ -78,6 +83,8 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[
         logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
                        logits_to_keep=r_len + 1).logits[:, :-1].float()  # (B, r_len, V)
         labels = ids[:, p_len:]
+    if router is not None:
+        router.stop(attn)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     return logits, labels
@@ -364,6 +371,12 @@ class PolicyWorker(MiniBatchWorker):
             loss = loss + s.kl_loss_coef * kl_term
             metrics["actor/kl_loss"] = float(kl_term.detach())
             metrics["actor/kl_coef"] = s.kl_loss_coef * share
+        router = router_recorder(self.model)
+        aux = router.take() if router is not None else None
+        if aux is not None:  # a mixture of experts: reported, and applied when its config asks (output_router_logits)
+            metrics["actor/router_aux_loss"] = float(aux.detach()) * share
+            if router.applied:
+                loss = loss + router.coef * aux * share
         if s.mix_mu is not None:
             sft = agg_loss(-logprobs, expert_tokens(mb).to(logprobs.device).float(), s.mix_sft_agg, expert_norm)
             loss = loss + s.mix_mu * sft
