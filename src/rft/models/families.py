@@ -44,9 +44,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "olmo2": dict(model_type="olmo2", num_key_value_heads=1),
     "gemma2": dict(model_type="gemma2", num_key_value_heads=1, head_dim=32, sliding_window=8),
     "gemma3_text": dict(model_type="gemma3_text", num_key_value_heads=1, head_dim=32, sliding_window=8),
-    "granite": dict(model_type="granite", num_key_value_heads=1),
+    # Granite 3's multipliers, but for its logits_scaling (8), which would flatten a random model's distribution
+    "granite": dict(model_type="granite", num_key_value_heads=1, embedding_multiplier=12.0,
+                    residual_multiplier=0.22, attention_multiplier=1 / 32),
     "falcon": dict(model_type="falcon", alibi=True, new_decoder_architecture=False, multi_query=True),
-    "opt": dict(model_type="opt", ffn_dim=128, word_embed_proj_dim=64),
+    # GELU for OPT's ReLU: a ReLU input within rounding of 0 flips its gradient between two passes of different
+    # shapes (packed, padded), which the gradient comparison would read as a difference
+    "opt": dict(model_type="opt", ffn_dim=128, word_embed_proj_dim=64, activation_function="gelu"),
     "starcoder2": dict(model_type="starcoder2", num_key_value_heads=1),
     "mixtral": dict(model_type="mixtral", num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2,
                     intermediate_size=64),
