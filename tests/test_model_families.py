@@ -325,3 +325,52 @@ def test_the_router_loss_is_reported_and_applied_in_training(root, tmp_path):
     plain, aux = _weights(tmp_path / "plain" / "model"), _weights(tmp_path / "aux" / "model")
     assert plain.keys() == aux.keys()
     assert any("gate" in n and not torch.equal(w, aux[n]) for n, w in plain.items())
+
+
+# ------------------------------------------------------------------------------------------------ bf16, CLI
+def test_a_bf16_folder_trains_in_fp32_on_cpu_and_exports_bf16(root, tmp_path, caplog):
+    import json
+
+    import torch as t
+    from safetensors import safe_open
+
+    init_family_model("llama", tmp_path / "bf16", dtype=t.bfloat16)
+    with caplog.at_level("INFO", logger="rft"):
+        _grpo(root, tmp_path / "bf16", tmp_path / "run")
+    assert "is saved in bfloat16; computing in float32, and exporting in bfloat16" in caplog.text
+    exported = tmp_path / "run" / "model"
+    assert json.loads((exported / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(exported / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {t.bfloat16}  # noqa: SIM118 (safe_open has no iterator)
+    _assert_loads_and_moved(tmp_path / "bf16", exported)
+
+
+def test_rft_init_model_writes_any_family(tmp_path, capsys):
+    assert main(["init-model", str(tmp_path / "m"), "--family", "mistral", "--tokenizer", "base"]) == 0
+    assert "wrote mistral model (base tokenizer," in capsys.readouterr().out
+    assert type(AutoModelForCausalLM.from_pretrained(tmp_path / "m")).__name__ == "MistralForCausalLM"
+    assert not load_tokenizer(str(tmp_path / "m")).chat_template
+    assert main(["init-model", str(tmp_path / "m"), "--family", "gpt2"]) == 2  # not empty, no --overwrite
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert main(["init-model", str(tmp_path / "m2"), "--preset", "tiny", "--family", "gpt2"]) == 2
+    assert main(["init-model", str(tmp_path / "m2"), "--tokenizer", "base"]) == 2
+    assert "--tokenizer applies to --family models" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, targets, changed", [
+    ("llama", "all-linear", ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+    ("gpt2", "all-linear", ("c_attn", "c_proj", "c_fc")),  # Conv1D layers
+    ("gpt2", "[c_attn]", ("c_attn",)),
+    ("phi3", "[qkv_proj,gate_up_proj]", ("qkv_proj", "gate_up_proj")),
+    ("mixtral", "all-linear", ("q_proj", "k_proj", "v_proj", "o_proj", "mlp.gate",  # the router too
+                               "experts.gate_up_proj", "experts.down_proj")),  # the fused experts' 3-d weights
+])
+def test_lora_by_each_familys_module_names(root, tmp_path, family, targets, changed):
+    """Two LoRA GRPO steps: the merged export differs from the base exactly in the targeted modules' weights."""
+    _grpo(root, root / family, tmp_path / "run", "actor_rollout_ref.model.lora_rank=4",
+          f"actor_rollout_ref.model.target_modules={targets}", "actor_rollout_ref.actor.optim.lr=1e-2")
+    before, after = _weights(root / family), _weights(tmp_path / "run" / "model")
+    moved = {n for n in before if not torch.equal(before[n], after[n])}
+    assert moved and all(any(c in n for c in changed) for n in moved), moved
+    assert all(any(c in n for n in moved) for c in changed), moved

@@ -24,14 +24,28 @@ def _setup_env() -> None:
 
 
 def cmd_init_model(args) -> int:
+    from rft.errors import RftError
     from rft.models.tiny import REWARD_PRESETS, init_model, parameter_count
 
-    path = init_model(args.preset, args.out, seed=args.seed, overwrite=args.overwrite)
+    if args.family is None and args.tokenizer != "chatml":
+        raise RftError("rft init-model: --tokenizer applies to --family models; the presets have rft's own")
+    if args.family is not None:
+        from rft.models.families import init_family_model
+
+        if args.preset is not None:
+            raise RftError("rft init-model: give --preset or --family, not both")
+        path = init_family_model(args.family, args.out, tokenizer=args.tokenizer, seed=args.seed,
+                                 overwrite=args.overwrite)
+        what = f"{args.family} model ({args.tokenizer} tokenizer"
+    else:
+        preset = args.preset or "tiny"
+        path = init_model(preset, args.out, seed=args.seed, overwrite=args.overwrite)
+        what = f"{preset} model ("
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     auto = AutoModelForSequenceClassification if args.preset in REWARD_PRESETS else AutoModelForCausalLM
     n = parameter_count(auto.from_pretrained(path))
-    print(f"wrote {args.preset} model ({n:,} parameters) to {path}")
+    print(f"wrote {what}{', ' if what.endswith('tokenizer') else ''}{n:,} parameters) to {path}")
     return 0
 
 
@@ -223,10 +237,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rft", description="Reinforcement fine-tuning for LLMs.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    q = sub.add_parser("init-model", help="write an offline tiny Qwen2-architecture model and tokenizer")
+    from rft.models.families import FAMILIES, TOKENIZER_STYLES
+
+    q = sub.add_parser("init-model", help="write an offline tiny Qwen2-architecture model and tokenizer (or a "
+                                          "small model of another family with --family)")
     q.add_argument("out")
-    q.add_argument("--preset", default="tiny", choices=("tiny", "small", "tiny-rm"),
-                   help="tiny / small: causal LMs; tiny-rm: a one-label reward model on tiny's backbone")
+    q.add_argument("--preset", default=None, choices=("tiny", "small", "tiny-rm"),
+                   help="tiny (default) / small: causal LMs; tiny-rm: a one-label reward model on tiny's backbone")
+    q.add_argument("--family", default=None, choices=sorted(FAMILIES),
+                   help="a random two-layer model of this transformers family instead (the model-family tests')")
+    q.add_argument("--tokenizer", default="chatml", choices=TOKENIZER_STYLES,
+                   help="with --family: chatml (rft's), no-pad (Llama 3's way: no pad token), base (no chat "
+                        "template, no pad token, BOS added)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--overwrite", action="store_true")
     q.set_defaults(fn=cmd_init_model)

@@ -25,8 +25,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rft.fsutil import atomic_dir
 
 _SIZES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
@@ -114,18 +112,25 @@ def build_family_config(family: str, vocab_size: int, eos_token_id: int, bos_tok
 
 
 def init_family_model(family: str, out_dir: str | os.PathLike[str], tokenizer: str = "chatml", seed: int = 0,
-                      dtype: torch.dtype = torch.float32) -> Path:
+                      dtype=None, overwrite: bool = False) -> Path:
     """Writes a seeded, randomly initialised causal LM of `family` with a `tokenizer` style into `out_dir` (a new
-    or empty folder), saved in `dtype`."""
+    or empty folder, or any with `overwrite`: replaced once the new one is complete), saved in `dtype` (a torch
+    dtype; float32 when None)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+    from rft.models.load import _quiet_transformers
+
+    _quiet_transformers()
     if tokenizer not in TOKENIZER_STYLES:
         raise ValueError(f"unknown tokenizer style {tokenizer!r}; known: {', '.join(TOKENIZER_STYLES)}")
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}")
     out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir} exists and is not empty")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} exists and is not a directory")
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with atomic_dir(out_dir) as staging:
         vocab = _write_tokenizer(staging, tokenizer)
@@ -135,5 +140,5 @@ def init_family_model(family: str, out_dir: str | os.PathLike[str], tokenizer: s
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-        model.to(dtype).save_pretrained(staging)
+        model.to(dtype or torch.float32).save_pretrained(staging)
     return out_dir

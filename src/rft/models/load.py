@@ -23,6 +23,10 @@ _DTYPES = {
 }
 
 
+SAVED_DTYPE_ATTR = "_rft_saved_dtype"
+"""Set on a loaded model to the dtype its folder holds its weights in (None when the config does not say)."""
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -133,8 +137,14 @@ def _load_pretrained(auto_class, path: str, dtype: torch.dtype, device: torch.de
         if not hasattr(config, name):
             raise ValueError(f"{key}.override_config.{name}: the model config has no attribute {name!r}")
         setattr(config, name, value)
+    saved = getattr(config, "dtype", None)
     model_class = auto_class if trust_remote_code else head_class(auto_class, config)
     model = model_class.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
+    saved = _DTYPES.get(str(saved).removeprefix("torch."))
+    if saved is not None and saved != dtype:
+        log.info("%s is saved in %s; computing in %s, and exporting in %s", path, str(saved).removeprefix("torch."),
+                 str(dtype).removeprefix("torch."), str(saved).removeprefix("torch."))
+    setattr(model, SAVED_DTYPE_ATTR, saved)
     return model.to(device)
 
 
@@ -285,10 +295,16 @@ def frozen_copy(model: nn.Module) -> nn.Module:
 
 
 def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: bool = False) -> Path:
-    """Write a Hugging Face folder (LoRA merged) that `from_pretrained` loads; atomic."""
+    """Write a Hugging Face folder (LoRA merged) that `from_pretrained` loads; atomic. The weights are written in
+    the dtype the model was loaded from (`SAVED_DTYPE_ATTR`: a bf16 folder trained in fp32 on CPU exports bf16)."""
     out_dir = Path(out_dir)
+    copied = False
     if is_peft(model):
+        copied = not merge_in_place
         model = (model if merge_in_place else copy.deepcopy(model)).merge_and_unload()
+    saved = getattr(model, SAVED_DTYPE_ATTR, None)
+    if saved is not None and next(model.parameters()).dtype != saved:
+        model = (model if copied else copy.deepcopy(model)).to(saved)
     with atomic_dir(out_dir) as tmp:
         checked_write(lambda: model.save_pretrained(tmp, safe_serialization=True), tmp / "model.safetensors")
         tokenizer.save_pretrained(tmp)
