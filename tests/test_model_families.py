@@ -374,3 +374,16 @@ def test_lora_by_each_familys_module_names(root, tmp_path, family, targets, chan
     moved = {n for n in before if not torch.equal(before[n], after[n])}
     assert moved and all(any(c in n for c in changed) for n in moved), moved
     assert all(any(c in n for n in moved) for c in changed), moved
+
+
+@pytest.mark.slow
+def test_torch_compile_finds_the_layers_of_families_whose_blocks_are_not_named_decoder_layers(root, capsys):
+    """GPT-2's layers are GPT2Block: the layers compiled are the model's `_no_split_modules`, as FSDP's units."""
+    from rft.workers.packing import compile_backend_works, enable_torch_compile
+
+    model = load_causal_lm(str(root / "gpt2"), torch.float32, CPU)
+    blocks = [m for m in model.modules() if type(m).__name__ == "GPT2Block"]
+    assert len(blocks) == 2
+    assert enable_torch_compile(model, "actor_rollout_ref.actor.use_torch_compile") == compile_backend_works()[0]
+    if compile_backend_works()[0]:
+        assert all(b._compiled_call_impl is not None for b in blocks)

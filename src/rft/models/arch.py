@@ -26,6 +26,24 @@ def architecture(model: nn.Module) -> str:
     return type(getattr(base, "module", base)).__name__
 
 
+def layer_classes(model: nn.Module, names: list[str] | str | None = None) -> set[str]:
+    """Class names of the modules wrapped as units: `names` (wrap_policy.transformer_layer_cls_to_wrap), else the
+    model's own `_no_split_modules` (the decoder layer, e.g. Qwen2DecoderLayer)."""
+    if isinstance(names, str):
+        names = [names]
+    if names:
+        return set(names)
+    for module in (model, getattr(model, "get_base_model", lambda: None)()):
+        found = getattr(module, "_no_split_modules", None)
+        if found:
+            return set(found)
+    found = {type(m).__name__ for m in model.modules() if type(m).__name__.endswith("DecoderLayer")}
+    if not found:
+        raise ValueError(f"{type(model).__name__}: no decoder layer class to shard by; set "
+                         "fsdp_config.wrap_policy.transformer_layer_cls_to_wrap")
+    return found
+
+
 def _config(model: nn.Module):
     return getattr(model, "config", None)
 

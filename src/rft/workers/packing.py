@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from rft.models.arch import architecture, sliding_window
+from rft.models.arch import architecture, layer_classes, sliding_window
 
 PACKED_ATTENTION = "rft_packed"
 """The attention implementation name a model with use_remove_padding runs under: SDPA, except for a packed call."""
@@ -229,7 +229,11 @@ def enable_torch_compile(model: nn.Module, key: str) -> bool:
     if not ok:
         _log(f"{key}=true: torch.compile does not work on this machine ({why}); running eagerly")
         return False
-    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    try:
+        classes = layer_classes(model)
+    except ValueError:
+        classes = set()
+    layers = [m for m in model.modules() if type(m).__name__ in classes]  # GPT-2's GPT2Block, Bloom's BloomBlock too
     if not layers:
         _log(f"{key}=true: {architecture(model)} has no decoder layers to compile; running eagerly")
         return False
