@@ -68,6 +68,19 @@ def test_sequence_tis_and_icepop_by_hand():
     assert m["rollout_is_oob_ratio"] == pytest.approx(0.25)
 
 
+def test_every_weight_outside_the_icepop_band_gives_finite_metrics_and_the_zeroed_rows():
+    """Every ratio (2, 0.5, 4 | 3) outside the band 5_10: all weights 0. verl divides by zero for the effective
+    sample size here; rft reports 0 effective samples and both rows zeroed."""
+    w, m = rollout_is_weights(log_ratio(), t(MASK), "token", "5_10")
+    close(w, [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert m["rollout_is_eff_sample_size"] == 0.0 and m["rollout_is_zeroed_rows"] == 2.0
+    assert all(math.isfinite(v) for v in m.values()), m
+    _, m = rollout_is_weights(log_ratio(), t(MASK), "token", "0.5_3.5")  # row 0 keeps two weights, row 1 one
+    assert m["rollout_is_zeroed_rows"] == 0.0 and m["rollout_is_eff_sample_size"] > 0
+    _, m = rollout_is_weights(log_ratio(), t(MASK), "token", "3_3.5")  # only row 1's 3 stays
+    assert m["rollout_is_zeroed_rows"] == 1.0
+
+
 def test_batch_normalisation_by_hand():
     corr = compute_rollout_correction(log_ratio(), torch.zeros(2, 3, dtype=F64), t(MASK), "token", 2.0, True)
     # token weights 2, 0.5, 2 | 2: mean 1.625 -> divided by it

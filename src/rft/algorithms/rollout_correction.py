@@ -187,7 +187,12 @@ def rollout_is_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str =
     metrics["rollout_is_std"] = _clamped_std(weights, mask, 0.0, upper)
     clamped = weights.clamp(min=0.0, max=upper)
     normalised = clamped / (masked_mean(clamped, mask) + 1e-8)
-    metrics["rollout_is_eff_sample_size"] = 1.0 / float(masked_mean(normalised.square(), mask))
+    # 1 / E[w^2] of the mean-1 weights; 0 when no weight is left (every one outside an IcePop band), where verl
+    # divides by zero
+    second_moment = float(masked_mean(normalised.square(), mask))
+    metrics["rollout_is_eff_sample_size"] = 1.0 / second_moment if second_moment > 0 else 0.0
+    # rows with tokens whose every weight is 0: they add nothing to the loss this step
+    metrics["rollout_is_zeroed_rows"] = float((valid.any(dim=-1) & ~(weights.ne(0) & valid).any(dim=-1)).sum())
     seq_mean = masked_mean(weights, mask, dim=-1)  # (B,) every row, 0 for an empty one
     metrics.update({"rollout_is_seq_mean": float(seq_mean.mean()),
                     "rollout_is_seq_std": float(seq_mean.std()) if seq_mean.numel() > 1 else 0.0,

@@ -652,7 +652,8 @@ class AlgorithmConfig:
         choices=ADV_ESTIMATOR_NAMES,
     )
     norm_adv_by_std_in_grpo: bool = fld(
-        True, "grpo, grpo_passk: divide by the group std + 1e-6 (false: Dr. GRPO's mean-centred advantage)."
+        True, "grpo, grpo_passk, gdpo (each reward dimension): divide by the group std + 1e-6 (false: Dr. GRPO's "
+        "mean-centred advantage; verl's trainer does not pass it to gdpo, docs/algorithms.md)."
     )
     scale_rewards: Optional[str] = fld(
         None,
