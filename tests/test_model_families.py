@@ -387,3 +387,27 @@ def test_torch_compile_finds_the_layers_of_families_whose_blocks_are_not_named_d
     assert enable_torch_compile(model, "actor_rollout_ref.actor.use_torch_compile") == compile_backend_works()[0]
     if compile_backend_works()[0]:
         assert all(b._compiled_call_impl is not None for b in blocks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "olmo2", "mistral", "qwen3_moe", "falcon"])
+def test_ppo_with_a_critic_packed_and_by_token_budget(root, family, tmp_path):
+    """PPO's critic on each family's backbone (OLMo2: rft's generic head; GPT-2: its `classifier`), every pass
+    packed where the family packs and cut by token budget (use_dynamic_bsz), two steps: both exports load."""
+    from transformers import AutoConfig
+
+    data = root / "data"
+    assert main(["train", str(EXAMPLES / "arithmetic_ppo.yaml"), f"actor_rollout_ref.model.path={root / family}",
+                 f"data.train_files={data / 'train.parquet'}", "data.val_files=null",
+                 f"custom_reward_function.path={root / 'reward.py'}", "data.train_batch_size=4",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=4", "data.max_response_length=4",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "critic.ppo_micro_batch_size_per_gpu=8",
+                 "actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true",
+                 "actor_rollout_ref.actor.use_dynamic_bsz=true", "critic.use_dynamic_bsz=true",
+                 "trainer.total_training_steps=2", "trainer.save_freq=-1", "trainer.val_before_train=false",
+                 "trainer.logger=[]", f"trainer.default_local_dir={tmp_path}"]) == 0
+    _assert_loads_and_moved(root / family, tmp_path / "model")
+    critic = tmp_path / "critic"
+    assert AutoConfig.from_pretrained(critic).architectures[0].endswith("ForTokenClassification")
+    value = load_value_model(str(critic), torch.float32, CPU)
+    assert value(input_ids=torch.randint(0, 200, (1, 4))).logits.shape == (1, 4, 1)
