@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import record  # noqa: E402
+import record
 
 SETTINGS = {
     "native": {},
