@@ -255,3 +255,25 @@ def test_offline_examples_load():
     assert generation.data.n_samples == 1 and generation.rollout.do_sample is False
     evaluation = load_eval_config(root / "eval.yaml", validate_paths=False)
     assert evaluation.data.path == generation.data.output_path  # eval reads what generate writes
+
+
+def test_outputs_are_checked_before_the_work_and_a_users_file_is_never_replaced(assets, tmp_path, capsys):
+    """rft merge onto an existing file (it used to delete it), onto a folder of the user's, and rft generate under
+    a path whose parent is a file (it used to generate everything first): one line each, nothing touched."""
+    run = tmp_path / "run"
+    _train(assets, run)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine too")
+    for out, needle in ((afile, "is a file; name a new folder"), (mine, "is a folder that holds no model"),
+                        (afile / "m", "is a file, not a folder")):
+        assert main(["merge", str(run), str(out)]) == 2
+        assert needle in capsys.readouterr().err, needle
+    assert afile.read_text() == "mine" and (mine / "notes.txt").read_text() == "mine too"
+    assert main(["merge", str(run), str(run / "model")]) == 0  # a model folder is replaced, as before
+    assert main(["generate", f"data.path={assets / 'data' / 'val.parquet'}", f"model.path={assets / 'model'}",
+                 f"data.output_path={afile / 'o.parquet'}"]) == 2
+    err = capsys.readouterr().err
+    assert "data.output_path: " in err and "is a file, not a folder" in err and "prompts" not in err

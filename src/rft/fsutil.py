@@ -152,3 +152,23 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def output_problem(path: str | Path, folder: bool) -> str | None:
+    """Why `path` cannot take an output, known before any work: a folder output (`folder`) over an existing file, or
+    over a non-empty folder that holds no Hugging Face model (a user's folder, which writing would replace); a file
+    output over a folder; a parent that is a file. None when it can."""
+    path = Path(path)
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{str(parent)!r} is a file, not a folder"
+            break
+    if folder and path.exists():
+        if not path.is_dir():
+            return f"{str(path)!r} is a file; name a new folder (or a model folder to replace)"
+        if any(path.iterdir()) and not (path / "config.json").is_file():
+            return f"{str(path)!r} is a folder that holds no model, which writing there would replace; name a new one"
+    if not folder and path.is_dir():
+        return f"{str(path)!r} is a folder; name a file"
+    return None

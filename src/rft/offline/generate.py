@@ -20,13 +20,18 @@ RESPONSES = "responses"
 def run_generate(cfg: GenerationConfig) -> Path:
     from rft.data.dataset import PromptDataset
     from rft.data.io import read_rows, write_parquet
+    from rft.errors import RftError
     from rft.explorer.evaluate import eos_token_ids, rollout_batch
+    from rft.fsutil import output_problem
     from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
     from rft.rollout import HFRollout, SamplingParams
     from rft.runtime import configure_cpu_runtime
 
     configure_cpu_runtime()
     d, r, m = cfg.data, cfg.rollout, cfg.model
+    problem = output_problem(d.output_path, folder=False)
+    if problem:
+        raise RftError(f"data.output_path: {problem}")
     start = time.perf_counter()
     device = resolve_device(cfg.trainer.device)
     dtype = compute_dtype(r.dtype, device)

@@ -50,9 +50,13 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
     from rft.config.load import merge_layers, read_yaml
     from rft.config.schema import RFTConfig
     from rft.config.sft_schema import SFTConfig
+    from rft.fsutil import output_problem
     from rft.models.load import export_hf, load_tokenizer, load_trainable_model
     from rft.trainer.checkpoint import POLICY_DCP, damage, load_policy_weights
 
+    problem = output_problem(out, folder=True)
+    if problem:
+        raise RftError(f"rft merge: the output {problem}")
     folder = checkpoint_folder(checkpoint)
     run = folder.parent.parent
     config = Path(config) if config else run / "config.yaml"
