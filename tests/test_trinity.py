@@ -185,6 +185,9 @@ REFUSED = [
     ({"data_processor": {"task_pipeline": {}}, "log": {"level": "INFO"}}, "log:"),
     ({"trainer.trainer_type": "megatron"}, "trainer.trainer_type"),
     ({"data": {"train_files": "x"}}, "data: not a Trinity-RFT section"),
+    # a path that does not exist is named as missing (it was called "a file, not a folder holding splits")
+    ({"buffer.explorer_input.taskset": {"path": "/no/such/tasks", "split": "train"}},
+     "buffer.explorer_input.taskset.path='/no/such/tasks' does not exist"),
 ]
 
 

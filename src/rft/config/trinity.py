@@ -433,7 +433,10 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
             t.refuse(f"{where}.path", "is required: the database (a SQLAlchemy URL or a SQLite file)")
     else:
         path, split = ts.pop("path", None), ts.pop("split", None)
-        if split is not None and path and not Path(path).expanduser().is_dir() and Path(path).stem != split:
+        if split is not None and path and not Path(path).expanduser().exists():
+            t.refuse(f"{where}.path", f"={path!r} does not exist: give the folder holding the {split!r} split, or "
+                                      "its file")
+        elif split is not None and path and not Path(path).expanduser().is_dir() and Path(path).stem != split:
             t.refuse(f"{where}.split", f"={split!r}, but path={path!r} is a file, not a folder holding splits: "
                                        "remove split or give the folder")
         files = _files(t, where, path, split or ("test" if eval_set else "train"))
