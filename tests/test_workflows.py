@@ -660,3 +660,25 @@ def test_a_workflow_run_resumes_exactly(assets, tmp_path):
     assert max(float((one[k] - initial[k]).abs().max()) for k in one if k in initial) > 1e-4  # it trained
     lines = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2] and all(x["workflow/tasks"] == 4 for x in lines)
+
+
+def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tmp_path, capsys):
+    """Each empty explore step advances the step (it used to be redone forever, a metrics line and a checkpoint of
+    'step 1' each round); trainer.bad_update_limit + 1 of them in a row stop the run with one line, exit 2."""
+    import json
+
+    from rft.cli import main
+
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    args = ["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+            f"data.train_files={assets / 'data' / 'train.parquet'}", f"custom_reward_function.path={assets / 'reward.py'}",
+            "data.max_prompt_length=32", "data.max_response_length=4", "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2", "workflow.type=broken",
+            f"workflow.path={tmp_path / 'flaky.py'}", "workflow.max_retry_times=0", "trainer.logger=[]",
+            "trainer.save_freq=1", "trainer.bad_update_limit=2", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    assert main([*args, "trainer.total_training_steps=10"]) == 2
+    assert "3 explore steps in a row gave no experience" in capsys.readouterr().err
+    lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2] and all(x["train/empty_step"] == 1.0 for x in lines)
+    # fewer empty steps than the limit: the run finishes its steps
+    assert main([*args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'out2'}"]) == 0

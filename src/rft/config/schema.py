@@ -45,7 +45,8 @@ HDFS_HELP = ("A second copy of every checkpoint (verl's HDFS copy): a local or m
 BAD_UPDATES_HELP = ("Optimizer steps skipped in a row (non-finite loss or gradient norm, non-finite weights after the "
                     "step, or an update larger than the weights themselves; each skipped step restores the weights "
                     "and optimizer state from a copy taken before it and is counted in <prefix>/skipped_updates) "
-                    "before the run stops with an error; 0: stop at the first.")
+                    "before the run stops with an error; 0: stop at the first. rft train's explore steps that give no "
+                    "experience (every workflow task failed) count against the same limit.")
 MULTI_PROCESS = ("rft's SFT shards every decoder layer over the processes (FSDP2 / FSDP1, model.strategy) with each "
                  "rank taking a contiguous share of the step's rows; other FSDP settings are not implemented for it")
 CPU_ONLY_OFFLOAD = ("On CPU a no-op (everything already lives in host memory); on cuda it needs a sharded model, i.e. "

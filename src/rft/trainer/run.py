@@ -18,6 +18,7 @@ import torch
 from rft.buffer import make_buffer
 from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist
+from rft.errors import RftError
 from rft.experience import to_batch
 from rft.explorer import Explorer, load_tasksets
 from rft.explorer.evaluate import eos_token_ids
@@ -64,6 +65,7 @@ class SyncRun:
         self.buffer = make_buffer(cfg)
         self.sync = MemorySync(engine)
         self._step_metrics: dict = {}
+        self.empty_steps = 0  # explore steps in a row without an experience
 
     @property
     def global_step(self) -> int:
@@ -115,8 +117,16 @@ class SyncRun:
         experiences, metrics = self.explorer.explore_step(timer)
         metrics["training/epoch"] = self.explorer.taskset.epoch
         if not experiences:  # every workflow of the step failed (the explorer said so): nothing to train on
+            self.empty_steps += 1
+            limit = self.cfg.trainer.bad_update_limit
+            if self.empty_steps > limit:
+                raise RftError(f"{self.empty_steps} explore steps in a row gave no experience (every task of each "
+                               f"failed; trainer.bad_update_limit={limit}): the workflow fails on every task; "
+                               "its errors are the warnings above")
+            self.trainer.global_step = step  # the step is spent: the run goes on to the next
             self.sync.publish(None, step)
             return {**metrics, "train/empty_step": 1.0}
+        self.empty_steps = 0
         self.buffer.write(experiences)
         read = self.buffer.read(len(experiences), step)
         labels = [e.info["position"] for e in read.experiences] if self.dist.enabled else None
