@@ -262,3 +262,36 @@ def test_a_multi_turn_experience_keeps_its_action_mask_in_the_batch():
     assert batch.response_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch.action_mask.tolist() == [[1, 0, 1], [1, 1, 0]] and batch.loss_mask.tolist() == [[1, 0, 1], [1, 1, 0]]
     assert to_batch([plain], 0).action_mask is None  # single-turn rows: no separate mask
+
+
+def test_a_database_that_cannot_be_used_is_one_line_naming_it(tmp_path):
+    """A server refusing connections, one that accepts and never answers (connect timeout), a damaged SQLite file
+    and a missing driver: each an RftError naming the URL (password hidden), none a hang or a bug report."""
+    import socket
+    import threading
+    import time
+
+    from rft.buffer.sql import CONNECT_TIMEOUT_S
+    from rft.errors import RftError
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    with pytest.raises(RftError, match=r"'postgresql\+psycopg://u:\*\*\*@127.0.0.1:\d+/db': cannot reach the database"):
+        SQLBuffer(f"postgresql+psycopg://u:secret@127.0.0.1:{port}/db")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(silent.accept()) for _ in range(8)], daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(RftError, match="cannot reach the database .*timeout"):
+        SQLBuffer(f"postgresql+psycopg://u@127.0.0.1:{silent.getsockname()[1]}/db")
+    assert time.monotonic() - start < CONNECT_TIMEOUT_S * 3
+    silent.close()
+    (tmp_path / "bad.db").write_bytes(b"not sqlite " * 500)
+    with pytest.raises(RftError, match="not a database the buffer can open"):
+        SQLBuffer(f"sqlite:///{tmp_path / 'bad.db'}")
+    with pytest.raises(RftError, match="its driver 'pymysql' is not installed"):
+        SQLBuffer("mysql+pymysql://u@127.0.0.1/db")

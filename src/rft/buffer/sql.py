@@ -22,6 +22,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rft.buffer.base import BufferClosed, Read
+from rft.errors import RftError
 from rft.experience import Experience
 
 _meta = sa.MetaData()
@@ -77,7 +78,29 @@ def make_engine(url: str) -> sa.Engine:
             cursor.close()
 
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    connect_args = {}
+    if url.startswith("postgresql"):  # a server that accepts and never answers must not hang the run
+        connect_args = {"connect_timeout": CONNECT_TIMEOUT_S,
+                        "options": f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}"}
+    try:
+        return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    except ModuleNotFoundError as e:  # the database's driver
+        extra = " (pip install 'rft[postgres]')" if url.startswith("postgresql") else ""
+        raise RftError(f"experience_buffer.path {_shown(url)}: its driver {e.name!r} is not installed{extra}") from None
+    except sa.exc.ArgumentError as e:
+        raise RftError(f"experience_buffer.path {_shown(url)} is not a database URL SQLAlchemy reads ({e})") from None
+
+
+CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_S = 120
+
+
+def _shown(url: str) -> str:
+    """`url` with its password masked, for messages."""
+    try:
+        return repr(sa.engine.make_url(url).render_as_string(hide_password=True))
+    except Exception:
+        return repr(url)
 
 
 DDL_LOCK = 0x7266745F  # "rft_": the PostgreSQL advisory lock that serialises the tables' creation
@@ -103,10 +126,18 @@ class SQLBuffer:
             try:
                 create_tables(self.engine)
                 break
-            except sa.exc.OperationalError:
+            except sa.exc.OperationalError as e:
+                if self.engine.dialect.name != "sqlite":  # a server refusing, unreachable or silent
+                    reason = " ".join(str(e.orig or e).split())[:200]
+                    raise RftError(f"experience_buffer.path {_shown(url)}: cannot reach the database ({reason}); "
+                                   "start it or fix the URL") from None
                 if attempt == 4:
                     raise
                 time.sleep(0.2)
+            except sa.exc.DatabaseError as e:  # SQLite: not a database file
+                raise RftError(f"experience_buffer.path {_shown(url)}: not a database the buffer can open "
+                               f"({' '.join(str(e.orig or e).split())[:120]}); move it aside or name another "
+                               "file") from None
         self.priority = use_priority_queue
         self.reuse_cooldown_time = reuse_cooldown_time if use_priority_queue else None
         self.decay = priority_decay
