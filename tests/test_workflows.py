@@ -403,11 +403,24 @@ def test_the_endpoint_answers_the_openai_client(engine):
         text = client.completions.create(model="tiny", prompt=["ab", "cd"], max_tokens=3, logprobs=1)
         assert len(text.choices) == 2 and len(text.choices[0].logprobs.token_logprobs) >= 1
         for bad, status in (({"model": "gpt-4"}, 404), ({"stream": True}, 400), ({"stop": ["x"]}, 400),
-                            ({"frequency_penalty": 1.0}, 400)):
+                            ({"frequency_penalty": 1.0}, 400), ({"max_tokens": 0}, 400)):
             with pytest.raises(openai.APIStatusError) as err:
                 client.chat.completions.create(**{"model": "tiny", "messages": [{"role": "user", "content": "x"}],
                                                   **bad})
             assert err.value.status_code == status
+        # past the model's 2048 positions: refused as OpenAI refuses it (the engine used to decode on, hanging every
+        # other call), a prompt too long as well as a completion
+        context = inner.model.config.max_position_embeddings
+        for messages, max_tokens in (([{"role": "user", "content": "x"}], 200000),
+                                     ([{"role": "user", "content": "7" * (context + 100)}], None)):
+            with pytest.raises(openai.BadRequestError, match="maximum context length is 2048 tokens"):
+                client.chat.completions.create(model="tiny", messages=messages, max_tokens=max_tokens)
+        with pytest.raises(openai.BadRequestError, match="maximum context length"):
+            client.completions.create(model="tiny", prompt="7" * context, max_tokens=1)
+        near = "7" * (context - 20)  # 20 positions left: the default 8 new tokens fit, 30 asked do not
+        assert client.completions.create(model="tiny", prompt=near).choices[0].finish_reason in ("stop", "length")
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="tiny", prompt=near, max_tokens=30)
     finally:
         endpoint.close()
 

@@ -9,7 +9,8 @@ with `enable_history`, are recorded for `extract_experience_from_history()`. A r
 on its own (no history).
 
 What the engine cannot do is refused with HTTP 400 and an OpenAI-style error body (never ignored): streaming, stop
-sequences, top-logprobs alternatives, and an unknown model name (404).
+sequences, top-logprobs alternatives, a prompt or max_tokens past the model's context, and an unknown model name
+(404).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import uuid
 import weakref
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from rft.data.chat import encode
 from rft.explorer.model import ModelHandle
 from rft.explorer.tools import parse_tool_calls
 
@@ -171,16 +173,30 @@ class Endpoint:
             if body.get(key):
                 raise ApiError(400, f"{key} is not supported by rft's engine")
 
-    def _sampling(self, body: dict) -> dict:
+    def _sampling(self, body: dict, handle: ModelHandle, prompts: list[list[int]]) -> dict:
+        """The call's sampling settings; a prompt or `max_tokens` past the model's context is refused as OpenAI
+        refuses it (400, context_length_exceeded), and the default number of new tokens ends at the context."""
         out = {}
         for key in ("temperature", "top_p", "top_k"):
             if body.get(key) is not None:
                 out[key] = body[key]
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         if limit is not None:
-            out["max_tokens"] = int(limit)
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ApiError(400, f"max_tokens must be a positive integer, got {limit!r}")
+            out["max_tokens"] = limit
         if out.get("temperature") == 0:
             out["do_sample"] = False
+        context = _context_length(handle)
+        if context is not None:
+            longest = max((len(p) for p in prompts), default=0)
+            wanted = out.get("max_tokens", handle.sampling.max_tokens)
+            if longest + (wanted if limit is not None else 1) > context:
+                raise ApiError(400, f"This model's maximum context length is {context} tokens. However, you requested "
+                                    f"{longest + wanted} tokens ({longest} in the messages, {wanted} in the "
+                                    "completion). Please reduce the length of the messages or completion.")
+            if limit is None and longest + wanted > context:
+                out["max_tokens"] = context - longest
         return out
 
     REMEMBERED = 4096
@@ -203,7 +219,9 @@ class Endpoint:
         if body.get("tool_choice") not in (None, "auto", "none"):
             raise ApiError(400, "tool_choice must be auto or none")
         handle = self._handle(key)
-        completions = handle.chat(messages, n=int(body.get("n") or 1), tools=tools, **self._sampling(body))
+        prompt = encode(handle.tokenizer, messages, tools=tools, chat_template=handle.chat_template)
+        completions = handle.chat(messages, n=int(body.get("n") or 1), tools=tools,
+                                  **self._sampling(body, handle, [prompt]))
         choices = []
         for i, c in enumerate(completions):
             message: dict = {"role": "assistant", "content": c.text}
@@ -233,7 +251,8 @@ class Endpoint:
         if not prompts or not all(isinstance(p, str) for p in prompts):
             raise ApiError(400, "prompt must be a string or a list of strings")
         handle = self._handle(key)
-        out = handle.generate(prompts, n=int(body.get("n") or 1), **self._sampling(body))
+        ids = [handle.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        out = handle.generate(prompts, n=int(body.get("n") or 1), **self._sampling(body, handle, ids))
         choices, flat = [], []
         for completions in out:
             for c in completions:
@@ -276,3 +295,10 @@ def _usage(completions) -> dict:
     prompt = sum(len(c.prompt_ids) for c in completions[:1])
     completion = sum(len(c.token_ids) for c in completions)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _context_length(handle: ModelHandle) -> int | None:
+    """The positions the served model holds (its config's max_position_embeddings), None when it does not say."""
+    model = getattr(handle.server.engine, "model", None)
+    value = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
