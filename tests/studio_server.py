@@ -13,16 +13,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+TOKENS: dict[str, str] = {}
+"""The token of each running studio, by base URL: `get` and `post` send it (`Authorization: token ...`)."""
+
+
 @contextmanager
 def studio(runs_dir: Path, cwd: Path):
-    """The base URL of a running `rft studio --port 0 --runs runs_dir` (cwd `cwd`)."""
+    """The base URL of a running `rft studio --port 0 --runs runs_dir` (cwd `cwd`); its token is `TOKENS[url]`."""
     process = subprocess.Popen([sys.executable, "-m", "rft", "studio", "--host", "127.0.0.1", "--port", "0",
                                 "--runs", str(runs_dir)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         line = process.stdout.readline()
-        match = re.search(r"(http://127\.0\.0\.1:\d+)/config", line)
+        match = re.search(r"(http://127\.0\.0\.1:\d+)/config\?token=([\w-]+)", line)
         assert match, f"rft studio printed {line!r}"
+        TOKENS[match[1]] = match[2]
         yield match[1]
     finally:
         process.terminate()
@@ -30,13 +35,18 @@ def studio(runs_dir: Path, cwd: Path):
         process.stdout.close()
 
 
+def _auth(url: str) -> dict[str, str]:
+    return next(({"Authorization": f"token {t}"} for base, t in TOKENS.items() if url.startswith(base)), {})
+
+
 def get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=60) as response:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=_auth(url)), timeout=60) as response:
         return json.loads(response.read())
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json",
+                                                                      **_auth(url)})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from rl_helpers import make_assets
-from studio_server import get, post, studio, wait_for
+from studio_server import TOKENS, get, post, studio, wait_for
 
 from rft.config import ConfigError, load_config, to_yaml
 from rft.config.schema import RFTConfig
@@ -120,7 +120,7 @@ def test_the_server_serves_both_pages_writes_starts_and_shows_a_failed_run(asset
         import urllib.request
 
         for page in ("/config", "/run"):
-            html = urllib.request.urlopen(url + page, timeout=60).read().decode()
+            html = urllib.request.urlopen(f"{url}{page}?token={TOKENS[url]}", timeout=60).read().decode()
             assert "rft studio" in html and "/static/studio.js" in html
         assert "function renderRun" in urllib.request.urlopen(url + "/static/studio.js", timeout=60).read().decode()
         assert get(url + "/api/form?kind=sft")["command"] == "rft sft"
@@ -140,3 +140,64 @@ def test_the_server_serves_both_pages_writes_starts_and_shows_a_failed_run(asset
         assert any("rft: error:" in line for line in view["log"])
         assert (tmp_path / "runs" / "bad" / "failed.json").is_file()
         assert get(url + "/api/runs")["runs"] == [started["run_dir"]]
+
+
+def _raw(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None) -> tuple[int, str]:
+    """One request with exactly these headers (urllib adds Host from the URL unless given)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, body, headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_the_studio_refuses_what_another_web_page_could_send(assets, tmp_path):
+    """Each attack a page the user opens could make on a server on 127.0.0.1 (issue: a text/plain POST from
+    Origin evil.example wrote a YAML and started rft train), refused; the studio's own requests still work."""
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    values = {**_valid(assets), "trainer.default_local_dir": str(tmp_path / "runs" / "r")}
+    good_yaml = tmp_path / "ok.yaml"
+    with studio(tmp_path / "runs", tmp_path) as url:
+        token = TOKENS[url]
+        auth = {"Authorization": f"token {token}"}
+        body = json.dumps({"kind": "rl", "values": values, "path": str(good_yaml)}).encode()
+        as_json = {"Content-Type": "application/json"}
+        # no token, a wrong one: pages and API alike
+        for path in ("/config", "/run", "/api/runs", f"/api/form?kind=rl&token={token[:-1]}x"):
+            assert _raw(url + path)[0] == 403, path
+        assert _raw(url + "/api/write", "POST", body, as_json)[0] == 403 and not good_yaml.exists()
+        # the simple cross-origin POST a page can send without a preflight: text/plain, foreign Origin
+        status, _ = _raw(url + "/api/write", "POST", body, {"Content-Type": "text/plain", "Origin": "http://evil.example"})
+        assert status == 403 and not good_yaml.exists()
+        status, _ = _raw(url + "/api/write", "POST", body, {"Content-Type": "text/plain", **auth})  # token, not JSON
+        assert status == 415 and not good_yaml.exists()
+        status, _ = _raw(url + "/api/start", "POST", body, {**as_json, **auth, "Origin": "http://evil.example"})
+        assert status == 403
+        # DNS rebinding: the right token even, under a foreign Host
+        assert _raw(url + "/api/runs", headers={**auth, "Host": "evil.example"})[0] == 403
+        assert _raw(f"{url}/config?token={token}", headers={"Host": "evil.example:80"})[0] == 403
+        # writes only under the studio's folder, runs and run views only under --runs
+        for path in (outside / "x.yaml", tmp_path / ".." / f"{tmp_path.name}-outside" / "x.yaml"):
+            status, text = post(url + "/api/write", {"kind": "rl", "values": values, "path": str(path)})
+            assert status == 403 and "outside" in text["error"] and not outside.exists()
+        status, text = post(url + "/api/write", {"kind": "rl", "values": {
+            **values, "trainer.default_local_dir": str(outside / "run")}, "path": str(tmp_path / "elsewhere.yaml")})
+        assert status == 200  # a valid config may name any folder; starting it is what is refused
+        status, text = post(url + "/api/start", {"kind": "rl", "path": str(tmp_path / "elsewhere.yaml")})
+        assert status == 403 and "outside" in text["error"] and not outside.exists()
+        assert _raw(f"{url}/api/run?dir={tmp_path}", headers=auth)[0] == 403
+        # malformed JSON: a 400 with its reason, not a bug report
+        status, text = _raw(url + "/api/validate", "POST", b"{not json", {**as_json, **auth})
+        assert status == 400 and "not JSON" in text
+        # the studio's own: the printed URL sets the cookie the page's calls carry; same-origin POST with Origin
+        status, _ = _raw(f"{url}/config?token={token}")
+        assert status == 200
+        cookie = {"Cookie": f"rft_studio_token={token}"}
+        assert _raw(url + "/api/runs", headers=cookie)[0] == 200
+        status, _ = _raw(url + "/api/write", "POST", body, {**as_json, **cookie, "Origin": url})
+        assert status == 200 and good_yaml.is_file()
+        assert _raw(url + "/static/studio.js")[0] == 200  # the script holds nothing secret

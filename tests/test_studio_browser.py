@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from demo_run import short_demo
-from studio_server import studio, wait_for
+from studio_server import TOKENS, studio, wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -54,7 +54,7 @@ def test_config_generator_and_run_view_in_chromium(browser, tmp_path_factory, tm
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with studio(run.parent, tmp_path) as url:
         # ---- the config generator: beginner view, filled in; a bad value; then valid
-        browser.get(url + "/config")
+        browser.get(f"{url}/config?token={TOKENS[url]}")  # the printed URL: its token becomes the page's cookie
         wait_for(lambda: "rft: error:" in _text(browser, "#validation"), timeout=120)
         assert "actor_rollout_ref.model.path is required" in _text(browser, "#validation")
         _type(browser, "actor_rollout_ref.model.path", str(run / "grpo" / "model"))

@@ -8,15 +8,26 @@
     POST /api/start             {kind, path} -> `rft train|sft <path>` started, its output in <run>/studio.log
     GET  /api/run?dir=...       runs.read_run
     GET  /api/runs              the run folders under --runs
+
+Any web page the user opens can send requests to a server on 127.0.0.1, so the studio defends itself as Jupyter does
+(docs/monitors.md, "Studio security"): a secret token made at each start, in the URL it prints, required on every
+page and API call (the page's request sets it as a SameSite=Strict cookie the page's own calls then carry; a client
+may send `Authorization: token <token>`); the Host header must name the bound address or localhost (DNS rebinding);
+an Origin header, when sent, must be the studio's own; a POST body must be `application/json` (a form or text/plain
+POST, which a page can send without asking, is refused); configs are written only under the folder the studio was
+started in, runs start and are shown only under --runs.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 import subprocess
 import sys
 import threading
 from http import HTTPStatus
+from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -28,11 +39,31 @@ from rft.studio import forms, runs
 STATIC = {"studio.js": "text/javascript", "studio.css": "text/css", "index.html": "text/html"}
 
 
-class Studio:
-    """What the handlers share: the folder of runs to list, the runs this server started."""
+COOKIE = "rft_studio_token"
+LOCAL_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
-    def __init__(self, runs_dir: str | Path):
-        self.runs_dir = Path(runs_dir)
+
+class Forbidden(Exception):
+    """A request the studio refuses (403): no token, a foreign Host or Origin, a path outside its folders."""
+
+
+def _inside(path: str | Path, root: Path) -> Path:
+    """`path` resolved, when it lies under `root`; else Forbidden."""
+    resolved = Path(path).expanduser().resolve()
+    if resolved != root and root not in resolved.parents:
+        raise Forbidden(f"{str(path)!r} is outside {str(root)!r}, the only folder this studio uses for that")
+    return resolved
+
+
+class Studio:
+    """What the handlers share: the folder of runs to list, the folder configs are written under, the token, the
+    runs this server started."""
+
+    def __init__(self, runs_dir: str | Path, workdir: str | Path | None = None, host: str = "127.0.0.1"):
+        self.runs_dir = Path(runs_dir).expanduser().resolve()
+        self.workdir = Path(workdir or Path.cwd()).expanduser().resolve()
+        self.token = secrets.token_urlsafe(24)
+        self.hosts = LOCAL_NAMES | {host.strip("[]")}
         self.started: dict[str, subprocess.Popen] = {}
         self.lock = threading.Lock()
 
@@ -41,8 +72,10 @@ class Studio:
 
         if kind not in forms.KINDS:
             raise ValueError(f"unknown config kind {kind!r}")
+        path = str(_inside(path, self.workdir))
         cfg = (load_config if kind == "rl" else load_sft_config)(path)  # what the run will refuse, refused now
         out = Path(cfg.trainer.default_local_dir)
+        _inside(out, self.runs_dir)
         out.mkdir(parents=True, exist_ok=True)
         with self.lock:
             running = self.started.get(str(out.resolve()))
@@ -57,6 +90,7 @@ class Studio:
         return {"run_dir": str(out), "pid": process.pid}
 
     def run_view(self, folder: str) -> dict:
+        _inside(folder, self.runs_dir)
         view = runs.read_run(folder)
         process = self.started.get(str(Path(folder).expanduser().resolve()))
         if process is not None:
@@ -96,11 +130,45 @@ def make_handler(studio: Studio) -> type[BaseHTTPRequestHandler]:
         def _json(self, value: Any, status: int = 200) -> None:
             self._send(json.dumps(value).encode(), "application/json", status)
 
+        def _guard(self, query: dict, needs_token: bool = True) -> bool:
+            """Refuse (403) a foreign Host or Origin and, where `needs_token`, a request without the token;
+            returns whether the token came in the query (a page then sets it as a cookie)."""
+            host = self.headers.get("Host") or ""
+            name = urlparse(f"//{host}").hostname or ""
+            if name not in studio.hosts:
+                raise Forbidden(f"Host {host!r} is not this studio's address")
+            origin = self.headers.get("Origin")
+            if origin is not None and origin != f"http://{host}":
+                raise Forbidden(f"Origin {origin!r} is not this studio's")
+            if not needs_token:
+                return False
+            given = query.get("token")
+            if given is None:
+                auth = self.headers.get("Authorization") or ""
+                given = auth[len("token "):] if auth.startswith("token ") else None
+            from_query = given is not None
+            if given is None:
+                cookie = SimpleCookie(self.headers.get("Cookie") or "")
+                given = cookie[COOKIE].value if COOKIE in cookie else None
+            if given is None or not hmac.compare_digest(given, studio.token):
+                raise Forbidden("no valid token: open the URL rft studio printed (it carries the token)")
+            return from_query
+
         def do_GET(self) -> None:
             url = urlparse(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             try:
-                if url.path in ("/", "/config", "/run"):
+                page = url.path in ("/", "/config", "/run")
+                if self._guard(query, needs_token=not url.path.startswith("/static/")) and page:
+                    body = _static("index.html")
+                    self.send_response(200)
+                    self.send_header("Set-Cookie", f"{COOKIE}={studio.token}; Path=/; HttpOnly; SameSite=Strict")
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Cache-Control", "no-store")
+                    self.end_headers()
+                    self.wfile.write(body)
+                elif page:
                     self._send(_static("index.html"), "text/html")
                 elif url.path.startswith("/static/") and url.path.removeprefix("/static/") in STATIC:
                     name = url.path.removeprefix("/static/")
@@ -113,13 +181,25 @@ def make_handler(studio: Studio) -> type[BaseHTTPRequestHandler]:
                     self._json({"root": str(studio.runs_dir), "runs": runs.list_runs(studio.runs_dir)})
                 else:
                     self._json({"error": f"no such page: {url.path}"}, HTTPStatus.NOT_FOUND)
+            except Forbidden as e:
+                self._json({"error": str(e)}, HTTPStatus.FORBIDDEN)
             except (ValueError, OSError) as e:
                 self._json({"error": str(e)}, HTTPStatus.BAD_REQUEST)
 
         def do_POST(self) -> None:
             url = urlparse(self.path)
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                self._guard({k: v[-1] for k, v in parse_qs(url.query).items()})
+                if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+                    self._json({"error": "the request body must be JSON (Content-Type: application/json)"},
+                               HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
+                    return
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                except ValueError:
+                    raise ValueError("the request body is not JSON") from None
+                if not isinstance(body, dict):
+                    raise ValueError("the request body must be a JSON object")
                 kind = body.get("kind", "rl")
                 if url.path == "/api/validate":
                     self._json(forms.check(kind, body.get("values") or {}))
@@ -129,6 +209,8 @@ def make_handler(studio: Studio) -> type[BaseHTTPRequestHandler]:
                     self._json(studio.start(kind, body.get("path") or ""))
                 else:
                     self._json({"error": f"no such action: {url.path}"}, HTTPStatus.NOT_FOUND)
+            except Forbidden as e:
+                self._json({"error": str(e)}, HTTPStatus.FORBIDDEN)
             except Exception as e:  # the page shows the line; the server keeps serving
                 from rft.errors import describe_failure
 
@@ -139,6 +221,7 @@ def make_handler(studio: Studio) -> type[BaseHTTPRequestHandler]:
 
             if not path.endswith((".yaml", ".yml")):
                 raise ValueError(f"the config file must end in .yaml, got {path!r}")
+            _inside(path, studio.workdir)
             result = forms.check(kind, values)
             if not result["ok"]:
                 raise ValueError(f"not written: the config is not valid ({result['error']})")
@@ -152,7 +235,7 @@ def make_handler(studio: Studio) -> type[BaseHTTPRequestHandler]:
 
 def make_server(host: str = "127.0.0.1", port: int = 0, runs_dir: str | Path = "runs") -> ThreadingHTTPServer:
     """The studio's server, bound (port 0: a free port, `server.server_address[1]`) but not serving yet."""
-    studio = Studio(runs_dir)
+    studio = Studio(runs_dir, host=host)
     server = ThreadingHTTPServer((host, port), make_handler(studio))
     server.daemon_threads = True
     server.studio = studio  # type: ignore[attr-defined]
@@ -163,12 +246,13 @@ def serve(host: str = "127.0.0.1", port: int = 8501, runs_dir: str | Path = "run
     forms.check("rl", {}, check_paths=False)  # imports the validation now, not on the first request
     server = make_server(host, port, runs_dir)
     url = f"http://{host}:{server.server_address[1]}"
-    print(f"rft studio: {url}/config (config generator), {url}/run (run view of {Path(runs_dir).resolve()}); "
-          "Ctrl-C stops it", flush=True)
+    token = server.studio.token  # type: ignore[attr-defined]
+    print(f"rft studio: {url}/config?token={token} (config generator), {url}/run?token={token} (run view of "
+          f"{Path(runs_dir).resolve()}); Ctrl-C stops it", flush=True)
     if open_browser:
         import webbrowser
 
-        webbrowser.open(f"{url}/config")
+        webbrowser.open(f"{url}/config?token={token}")
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # the runs it started go on (their own sessions); their folders show them
