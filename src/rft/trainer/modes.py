@@ -273,7 +273,7 @@ def run_bench(cfg) -> Path:
     """Evaluate the starting model (trainer.val_before_train) and every checkpoint of the run (only the newest
     with trainer.bench_on_latest_checkpoint) on data.val_files; one line per model in <out>/bench/metrics.jsonl
     (`step`, `checkpoint`, bench/<data_source>/reward/mean@<n>)."""
-    from rft.trainer.checkpoint import CheckpointManager, load_policy_weights
+    from rft.trainer.checkpoint import CheckpointManager, damage, load_policy_weights
 
     configure_cpu_runtime()
     data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
@@ -290,8 +290,14 @@ def run_bench(cfg) -> Path:
     engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id, arr.rollout.micro_batch_size)
     explorer = Explorer(cfg, tokenizer, engine, rewards, None, val_set)
     manager = CheckpointManager(out / "checkpoints")
-    steps = manager.steps()
-    if t.bench_on_latest_checkpoint:
+    steps = []
+    for step in manager.steps():  # checked as resume and merge check them, before any evaluation
+        why = damage(manager.path(step))
+        if why is None:
+            steps.append(step)
+        else:
+            print(f"rft bench: checkpoint {manager.path(step)} is damaged ({why}); skipped", flush=True)
+    if t.bench_on_latest_checkpoint:  # the newest whole one, as a resume takes it
         steps = steps[-1:]
     models: list[tuple[int, str]] = [(0, "start")] if t.val_before_train else []
     models += [(step, manager.path(step).name) for step in steps]
