@@ -12,7 +12,6 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-
 TOKENS: dict[str, str] = {}
 """The token of each running studio, by base URL: `get` and `post` send it (`Authorization: token ...`)."""
 
