@@ -1,6 +1,23 @@
 """The explorer / buffer / trainer split reproduces the synchronous loop it replaced: mode both with
 sync_interval 1 and sync_offset 0 reruns the golden 3-step runs of examples/arithmetic_grpo.yaml and
-arithmetic_ppo.yaml (recorded by tests/golden/record.py before the split) to 1e-6, metrics and weights."""
+arithmetic_ppo.yaml (recorded by tests/golden/record.py before the split), metrics and weights.
+
+The bounds come from how far another machine's float32 rounding moves these runs, measured with
+tests/golden/variation.py (PyTorch's AVX2 and default kernels, MKL's AVX2 path, 2 threads, on the AMD EPYC the goldens
+were recorded on; the default kernels move them most), times ~3:
+
+| quantity | measured at most | bound |
+| --- | --- | --- |
+| a metric, relative to max(1, its size) | 3.2e-6 (ppo) | 1e-5 |
+| a sampled weight, absolute | 1.3e-5 (grpo) | 4e-5 |
+| a tensor's sum | 1.3e-4 absolute, 6.4e-6 of max(100, sum) | 1e-5 relative + 2e-3 |
+| a tensor's sum of squares | 2.9e-6 of the o_proj's 6.6 | 1e-5 relative + 1e-6 |
+
+(The sum of squares of a bias that starts at 0 is ~1e-14 after three steps: only the absolute term means anything
+there; a 1e-6 relative bound failed on another machine by 1.23e-6.) A lost step or a changed formula moves far more:
+one Adam step at the examples' lr moves every weight by ~1e-4 and a 128 x 512 matrix's sum by ~1e-2, and the step's
+metrics (loss, score, KL) change at the 1e-2 level.
+"""
 
 from __future__ import annotations
 
@@ -29,13 +46,13 @@ def test_golden_run_is_reproduced(workdir, name):
         missing = set(old) - set(new)
         assert not missing, f"step {old['step']}: metrics no longer logged: {sorted(missing)}"
         for key, value in old.items():
-            assert new[key] == pytest.approx(value, rel=1e-6, abs=1e-6), (old["step"], key)
+            assert new[key] == pytest.approx(value, rel=1e-5, abs=1e-5), (old["step"], key)
     assert golden["weights"].keys() == now["weights"].keys()
     for part, tensors in golden["weights"].items():
         assert tensors.keys() == now["weights"][part].keys()
         for tensor, fp in tensors.items():
             got = now["weights"][part][tensor]
             assert got["index"] == fp["index"]
-            assert max(abs(a - b) for a, b in zip(got["values"], fp["values"])) <= 1e-6, (part, tensor)
-            assert got["sum"] == pytest.approx(fp["sum"], rel=1e-6, abs=1e-4), (part, tensor)
-            assert got["sumsq"] == pytest.approx(fp["sumsq"], rel=1e-6), (part, tensor)
+            assert max(abs(a - b) for a, b in zip(got["values"], fp["values"])) <= 4e-5, (part, tensor)
+            assert abs(got["sum"] - fp["sum"]) <= 1e-5 * abs(fp["sum"]) + 2e-3, (part, tensor)
+            assert abs(got["sumsq"] - fp["sumsq"]) <= 1e-5 * fp["sumsq"] + 1e-6, (part, tensor)
