@@ -246,6 +246,15 @@ def test_without_a_chat_template_prompts_are_plain_text(llamas):
     templated = load_tokenizer(str(llamas / "no-pad"))
     assert not adds_bos(templated)  # the template writes the BOS
     assert render(templated, user).startswith("<s><|im_start|>user\n1+2=")
+    # a data row whose prompt is a string: that string (after the BOS the tokenizer adds), or with a template the
+    # user message it stands for
+    from rft.data.dataset import PromptDataset
+
+    rows = [{"prompt": "12+34=", "data_source": "arithmetic", "reward_model": {"ground_truth": "46"}}]
+    plain = PromptDataset([("rows", rows)], tok)[0].ids
+    assert plain == tok("12+34=")["input_ids"] and plain[0] == tok.bos_token_id
+    assert templated.decode(PromptDataset([("rows", rows)], templated)[0].ids) == render(
+        templated, [{"role": "user", "content": "12+34="}])
 
 
 @pytest.mark.slow
