@@ -220,3 +220,20 @@ def test_bench_evaluates_every_checkpoint(assets, tmp_path):
                cwd=tmp_path)
     assert "global_step_2 is damaged" in proc.stdout
     assert [r["checkpoint"] for r in lines(out / "bench" / "metrics.jsonl")] == ["global_step_1"]
+
+
+def test_mode_both_whose_explorer_child_is_killed_ends_in_one_line(assets, tmp_path):
+    """The explorer child of mode both SIGKILLed while the trainer waits for its experiences: the trainer stops with
+    one line naming it and how to resume, exit 2 (it was reported as a bug in rft, exit 1)."""
+    out = tmp_path / "out"
+    trainer = start("train", *overrides(assets, out, 50, "synchronizer.sync_offset=1"), cwd=tmp_path)  # 2 processes
+    explorer_log = out / "explorer" / "metrics.jsonl"
+    wait_for(lambda: explorer_log.exists() and len(lines(explorer_log)) >= 1)
+    children = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
+    assert len(children) == 1
+    os.kill(int(children[0]), signal.SIGKILL)
+    log, _ = trainer.communicate(timeout=600)
+    assert trainer.returncode == 2, log
+    errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
+    assert len(errors) == 1 and "the explorer process exited with code -9" in errors[0], log
+    assert "run the same command again to resume" in errors[0] and "bug in rft" not in log

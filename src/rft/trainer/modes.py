@@ -22,6 +22,7 @@ import torch
 
 from rft.buffer import BufferClosed, make_buffer
 from rft.config import to_yaml
+from rft.errors import RftError
 from rft.experience import to_batch
 from rft.explorer import Explorer, load_prompts, load_tasksets
 from rft.explorer.evaluate import eos_token_ids
@@ -226,7 +227,7 @@ class TrainLoop:
         ends the run with an error while the trainer waits."""
         def watch() -> None:
             if explorer is not None and explorer.poll() is not None:
-                raise RuntimeError(f"the explorer process exited with code {explorer.returncode} before trainer "
+                raise RftError(f"the explorer process exited with code {explorer.returncode} before trainer "
                                    f"step {step} had its experiences; run the same command again to resume")
         try:
             return self.buffer.read(self.rows, step, self.cfg.experience_buffer.max_read_timeout, min_version,
@@ -260,7 +261,8 @@ def _train_with_explorer_child(cfg, module_args: list[str]) -> int:
         loop.fit(explorer=child)
         code = child.wait(timeout=cfg.synchronizer.sync_timeout)
         if code != 0:
-            raise RuntimeError(f"the explorer process exited with code {code}")
+            raise RftError(f"the explorer process exited with code {code} (its error is above); run the same "
+                           "command again to resume")
     finally:
         if child.poll() is None:
             child.kill()
