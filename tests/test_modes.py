@@ -237,3 +237,18 @@ def test_mode_both_whose_explorer_child_is_killed_ends_in_one_line(assets, tmp_p
     errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
     assert len(errors) == 1 and "the explorer process exited with code -9" in errors[0], log
     assert "run the same command again to resume" in errors[0] and "bug in rft" not in log
+
+
+def test_mode_both_whose_trainer_is_killed_leaves_an_explorer_that_says_so(assets, tmp_path):
+    """The trainer of mode both SIGKILLed: its explorer child's next weight broadcast breaks, and it stops with one
+    line naming the trainer and how to resume (it used to print gloo's error as a bug in rft)."""
+    out = tmp_path / "out"
+    trainer = start("train", *overrides(assets, out, 50, "synchronizer.sync_offset=1",
+                                        "synchronizer.sync_method=nccl"), cwd=tmp_path)
+    explorer_log = out / "explorer" / "metrics.jsonl"
+    wait_for(lambda: explorer_log.exists() and len(lines(explorer_log)) >= 1)
+    trainer.send_signal(signal.SIGKILL)
+    log, _ = trainer.communicate(timeout=600)  # to the end of the pipe the explorer child shares: it has exited
+    errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
+    assert len(errors) == 1 and "the weight broadcast from the trainer broke" in errors[0], log
+    assert "run the same command again to resume" in errors[0] and "bug in rft" not in log

@@ -67,7 +67,11 @@ class ProcessGroupSender:
     def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Queue a copy of `weights` as `version`; the broadcast happens when the explorer asks for it."""
         if self.error is not None:
-            raise RuntimeError(f"the weight broadcast to the explorer failed: {self.error}") from self.error
+            from rft.errors import RftError
+
+            raise RftError(f"the weight broadcast to the explorer failed ({' '.join(str(self.error).split())[:160]}): "
+                           "the explorer process exited or stopped answering; run the same command again to "
+                           "resume") from self.error
         self._queue.put(({k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}, version))
 
     def close(self) -> None:
@@ -91,9 +95,16 @@ class ProcessGroupReceiver:
         """Take the trainer's messages in order until one of a version >= `need`; returns it."""
         while True:
             version = torch.zeros(1, dtype=torch.long)
-            tdist.broadcast(version, src=0)
-            for name in sorted(self._buffers):
-                tdist.broadcast(self._buffers[name], src=0)
+            try:
+                tdist.broadcast(version, src=0)
+                for name in sorted(self._buffers):
+                    tdist.broadcast(self._buffers[name], src=0)
+            except (RuntimeError, tdist.DistError) as e:  # gloo / NCCL: the trainer's end of the group is gone
+                from rft.errors import RftError
+
+                raise RftError(f"the weight broadcast from the trainer broke ({' '.join(str(e).split())[:160]}): the "
+                               "trainer process exited or stopped answering; run the same command again to "
+                               "resume") from None
             self.version = int(version)
             if self.version >= need:
                 return self._buffers, self.version
