@@ -695,3 +695,15 @@ def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tm
     assert [x["step"] for x in lines] == [1, 2] and all(x["train/empty_step"] == 1.0 for x in lines)
     # fewer empty steps than the limit: the run finishes its steps
     assert main([*args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'out2'}"]) == 0
+
+
+def test_a_tools_file_that_does_not_import_is_refused_before_the_model_loads(assets, tmp_path, capsys):
+    from rft.cli import main
+
+    (tmp_path / "tools.py").write_text("def add(a, b:\n    return a + b\n")
+    assert main(["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", "workflow.type=tool_call_workflow",
+                 f"workflow.args={{tools_path: {tmp_path / 'tools.py'}}}",
+                 f"trainer.default_local_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert "workflow.args.tools_path" in err and "SyntaxError" in err and not (tmp_path / "out").exists()

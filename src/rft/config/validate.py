@@ -755,6 +755,11 @@ def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
     if why:
         raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
                           "or drop it")
+    tools_path = (wf.args or {}).get("tools_path") if wf.type == "tool_call_workflow" else None
+    if tools_path and check_paths:  # loaded now: a file that does not import would fail every task of every step
+        from rft.explorer.tools import load_tools
+
+        load_tools(str(tools_path))
 
 
 def _estimator_needs(cfg: RFTConfig) -> frozenset:
