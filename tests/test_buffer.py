@@ -14,7 +14,7 @@ import torch
 from rft.batch import Batch
 from rft.buffer import BufferClosed, FileBuffer, MemoryQueue, SQLBuffer, database_url
 from rft.experience import Experience, from_batch, to_batch
-from rft.sync.schedule import published_versions, required_version, staleness
+from rft.sync.schedule import published_versions, required_version, staleness, versions_after
 
 
 def exp(group: str, version: int = 0, step: int = 1, reward: float = 1.0, response=(7, 8, 2)) -> Experience:
@@ -242,6 +242,26 @@ def test_sync_schedule_matches_trinity():
     # interval 1, offset 1: one step off-policy (verl's one-step-off recipe)
     assert [staleness(n, 1, 1) for n in range(1, 6)] == [0, 1, 1, 1, 1]
     assert max(staleness(n, 4, 3) for n in range(1, 50)) == 4 + 3 - 1
+
+
+def test_the_trainer_keeps_the_versions_later_explore_steps_use():
+    """sync_interval 2, offset 1 over 6 steps: explore steps 1..6 use versions 0, 0, 0, 2, 2, 4. An explorer
+    resumed after step 3 needs 2 and 4; the trainer at step s keeps the versions steps after s use, and a
+    checkpoint at s saves those older than s."""
+    from rft.trainer.modes import KeptVersions
+
+    assert versions_after(0, 6, 2, 1) == [0, 2, 4]
+    assert versions_after(3, 6, 2, 1) == [2, 4] and versions_after(5, 6, 2, 1) == [4] and not versions_after(6, 6, 2, 1)
+    kept, w = KeptVersions(6, 2, 1, {}), torch.zeros(2)
+    held = []
+    for step in range(0, 7):
+        w += 1  # the trainer's weights after step s are s + 1
+        kept.after_step(step, {"w": w})
+        held.append(({v: float(x["w"][0]) for v, x in kept.kept.items()}, sorted(kept.before(step))))
+    assert held == [({0: 1.0}, []), ({0: 1.0}, [0]), ({0: 1.0, 2: 3.0}, [0]), ({2: 3.0}, [2]),
+                    ({2: 3.0, 4: 5.0}, [2]), ({4: 5.0}, [4]), ({4: 5.0}, [4])]
+    # a resumed trainer starts from what its checkpoint saved
+    assert KeptVersions(6, 2, 1, {2: {"w": torch.ones(1)}}).kept.keys() == {2}
 
 
 def test_batch_is_made_from_one_experience_per_row():

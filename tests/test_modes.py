@@ -1,7 +1,8 @@
 """The modes of an RL run through the command line, as a user starts them: mode both as two processes with the
 staleness the sync settings imply (weights over a process group and through files), modes explore and train as two
-commands on one SQLite or PostgreSQL buffer with every experience trained on exactly once, both sides killed and
-restarted mid-run with an exact resume of the trainer, and mode bench over a finished run's checkpoints."""
+commands on one SQLite or PostgreSQL buffer with every experience trained on exactly once, either side killed
+mid-run (the explorer in its schedule's awkward place) and the rerun equal to the uninterrupted run, and mode bench
+over a finished run's checkpoints."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rl_helpers import make_assets
+from rl_helpers import SHAPED_REWARD, make_assets
 from safetensors.torch import load_file
 
 from rft.buffer import SQLBuffer, database_url
@@ -157,44 +158,104 @@ def wait_for(predicate, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
-def test_killed_explorer_and_trainer_resume(assets, tmp_path):
-    """SIGKILL the explorer mid-run and restart it, then the trainer: the run finishes, every experience is read
-    once, and the trainer's weights equal a trainer that read the same experiences without interruption."""
-    steps = 6
+# ------------------------------------------------------------------------------- killed mid-schedule
+# 0.05 s a response: an explore step takes ~1 s, so the test stops the explorer between two of its steps for sure
+SLOW_REWARD = SHAPED_REWARD + """
+import time
+
+_score = compute_score
+
+
+def compute_score(*args, **kwargs):
+    time.sleep(0.05)
+    return _score(*args, **kwargs)
+"""
+
+
+@pytest.fixture(scope="module")
+def slow_assets(tmp_path_factory) -> Path:
+    return make_assets(tmp_path_factory.mktemp("slow"), SLOW_REWARD)
+
+
+def decoupled(assets: Path, out: Path, method: str) -> list[str]:
+    """Mode both as two processes, the explorer one step ahead: explore step n generates with version n - 2."""
+    return overrides(assets, out, 4, "synchronizer.sync_offset=1", f"synchronizer.sync_method={method}")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(slow_assets, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("uninterrupted") / "out"
+    rft("train", *decoupled(slow_assets, out, "nccl"), cwd=out.parent)
+    return out
+
+
+@pytest.mark.parametrize("method,victim", [("nccl", "explorer"), ("nccl", "both"), ("checkpoint", "explorer")])
+def test_decoupled_run_killed_mid_schedule_resumes_as_if_uninterrupted(slow_assets, uninterrupted, tmp_path, method,
+                                                                       victim):
+    """Mode both killed with the trainer's checkpoint at step 2 and the explorer's position at step 2, whose next
+    step generates with version 1, older than the checkpoint: the rerun replays the explorer's schedule, and its
+    versions, experiences and final weights are the uninterrupted run's (the nccl rerun generated step 3 with
+    version 2 and ended 3e-4 away)."""
     out = tmp_path / "out"
+    args = decoupled(slow_assets, out, method)
+    trainer = start("train", *args, cwd=tmp_path)
     url = database_url(str(out / "buffer.sqlite"))
-    common = overrides(assets, out, steps, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1")
-    trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
-    explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
+    state = lambda: (SQLBuffer(url).explorer_state() or {}).get("step", 0) if (out / "buffer.sqlite").exists() else 0
+    wait_for(lambda: state() >= 2)
+    (child,) = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
+    os.kill(int(child), signal.SIGSTOP)
+    assert state() == 2, "the explorer was stopped after its step 3 was written: the test's timing failed"
+    wait_for(lambda: (out / "checkpoints" / "global_step_2" / "trainer_state.json").is_file())
+    if victim == "both":  # the machine went down
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+    os.kill(int(child), signal.SIGKILL)
+    log, _ = trainer.communicate(timeout=600)
+    if victim == "explorer":  # the trainer saw its child die: one line, exit 2 (it was reported as a bug in rft)
+        errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
+        assert trainer.returncode == 2 and len(errors) == 1, log
+        assert "the explorer process exited with code -9" in errors[0] and "run the same command again" in errors[0]
+    proc = rft("train", *args, cwd=tmp_path)
+    assert "resumed from" in proc.stdout and "global_step_2" in proc.stdout
+    assert_same_run(out, uninterrupted, url)
+
+
+def assert_same_run(out: Path, reference: Path, url: str) -> None:
+    """The run in `out` explored and trained as the uninterrupted `reference`: each step's weights version,
+    every experience read once, the same training metrics (1e-6) and final weights (1e-6)."""
+    explorer = lines(out / "explorer" / "metrics.jsonl")
+    assert [x["step"] for x in explorer] == [1, 2, 3, 4]
+    assert [x["rollout/model_version"] for x in explorer] == [0, 0, 1, 2]
+    assert_each_read_once(url, 4, 16)
+    trained, expected = lines(out / "metrics.jsonl"), lines(reference / "metrics.jsonl")
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
+        assert [x[key] for x in trained] == pytest.approx([x[key] for x in expected], abs=1e-6), key
+    a, b = load_file(out / "model" / "model.safetensors"), load_file(reference / "model" / "model.safetensors")
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+
+
+def test_killed_explorer_and_trainer_of_two_commands_resume_as_if_uninterrupted(slow_assets, uninterrupted, tmp_path):
+    """Modes explore and train as two commands: SIGKILL the explorer mid-run and start it again, then the trainer:
+    the run finishes, every experience is read once, and versions, metrics and weights are those of the same
+    schedule run uninterrupted (mode both, nccl)."""
+    out = tmp_path / "out"
+    args = decoupled(slow_assets, out, "checkpoint")
+    url = database_url(str(out / "buffer.sqlite"))
+    trainer = start("train", *args, "trainer.mode=train", cwd=tmp_path)
+    explorer = start("train", *args, "trainer.mode=explore", cwd=tmp_path)
     state = lambda: (SQLBuffer(url).explorer_state() or {}).get("step", 0) if (out / "buffer.sqlite").exists() else 0
     wait_for(lambda: state() >= 2)
     explorer.send_signal(signal.SIGKILL)
     explorer.wait()
-    explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
+    explorer = start("train", *args, "trainer.mode=explore", cwd=tmp_path)
     trained = lambda: len(lines(out / "metrics.jsonl")) if (out / "metrics.jsonl").exists() else 0
-    wait_for(lambda: trained() >= 3)
+    wait_for(lambda: trained() >= 2)
     trainer.send_signal(signal.SIGKILL)
     trainer.wait()
-    trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
+    trainer = start("train", *args, "trainer.mode=train", cwd=tmp_path)
     finish(explorer)
-    log = finish(trainer)
-    assert "resumed from" in log
-    assert [x["step"] for x in lines(out / "metrics.jsonl")] == list(range(1, steps + 1))
-    assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == list(range(1, steps + 1))
-    assert_each_read_once(url, steps, 16)
-
-    # the same experiences, read again from the start by an uninterrupted trainer
-    again = tmp_path / "again"
-    again.mkdir()
-    import sqlite3
-
-    with sqlite3.connect(out / "buffer.sqlite") as src, sqlite3.connect(again / "buffer.sqlite") as dst:
-        src.backup(dst)  # the database with its write-ahead log
-    SQLBuffer(database_url(str(again / "buffer.sqlite"))).release_after(0)
-    rft("train", *overrides(assets, again, steps, "trainer.mode=train", "synchronizer.sync_interval=2",
-                            "synchronizer.sync_offset=1"), cwd=tmp_path)
-    a, b = load_file(out / "model" / "model.safetensors"), load_file(again / "model" / "model.safetensors")
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    assert "resumed from" in finish(trainer)
+    assert_same_run(out, uninterrupted, url)
 
 
 # ------------------------------------------------------------------------------------------------ bench
@@ -220,23 +281,6 @@ def test_bench_evaluates_every_checkpoint(assets, tmp_path):
                cwd=tmp_path)
     assert "global_step_2 is damaged" in proc.stdout
     assert [r["checkpoint"] for r in lines(out / "bench" / "metrics.jsonl")] == ["global_step_1"]
-
-
-def test_mode_both_whose_explorer_child_is_killed_ends_in_one_line(assets, tmp_path):
-    """The explorer child of mode both SIGKILLed while the trainer waits for its experiences: the trainer stops with
-    one line naming it and how to resume, exit 2 (it was reported as a bug in rft, exit 1)."""
-    out = tmp_path / "out"
-    trainer = start("train", *overrides(assets, out, 50, "synchronizer.sync_offset=1"), cwd=tmp_path)  # 2 processes
-    explorer_log = out / "explorer" / "metrics.jsonl"
-    wait_for(lambda: explorer_log.exists() and len(lines(explorer_log)) >= 1)
-    children = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
-    assert len(children) == 1
-    os.kill(int(children[0]), signal.SIGKILL)
-    log, _ = trainer.communicate(timeout=600)
-    assert trainer.returncode == 2, log
-    errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
-    assert len(errors) == 1 and "the explorer process exited with code -9" in errors[0], log
-    assert "run the same command again to resume" in errors[0] and "bug in rft" not in log
 
 
 def test_mode_both_whose_trainer_is_killed_leaves_an_explorer_that_says_so(assets, tmp_path):

@@ -3,9 +3,11 @@ of the two processes of mode both (rank 0 the trainer, rank 1 the explorer; rend
 
 The group runs gloo over host memory, on GPUs too for now (a GPU-to-GPU NCCL path is not written: this machine has
 no GPU to run it on). The trainer hands a copy of its weights to a sender thread and trains on; the thread
-broadcasts when the explorer is ready for them. Both sides know which versions travel: the trainer's version when
-it starts (so a restarted explorer catches up), then every version the explorer's schedule needs after it
-(`rft.sync.schedule.published_versions`), so neither side waits for a message that never comes.
+broadcasts when the explorer is ready for them. Both sides know which versions travel: on joining, the explorer
+sends the step it has explored to (0, or where a restarted one resumes), and the trainer then sends exactly the
+versions its later steps generate with (`rft.sync.schedule.versions_after`), in order, so neither side waits for
+a message that never comes and a restarted explorer takes the versions its schedule names (the trainer keeps the
+older ones with its checkpoints, see `rft.trainer.modes.TrainLoop`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ def _join(rank: int, timeout: float) -> None:
                              timeout=datetime.timedelta(seconds=timeout))
 
 
+def snapshot(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A host-memory copy of `weights` that training does not change (what `publish` takes)."""
+    return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}
+
+
+def _explorer_step(step: int = 0) -> int:
+    """The explorer's position, sent by it (rank 1) to the trainer when both join."""
+    value = torch.tensor([step], dtype=torch.long)
+    tdist.broadcast(value, src=1)
+    return int(value)
+
+
 def _send(weights: dict[str, torch.Tensor], version: int) -> None:
     tdist.broadcast(torch.tensor([version], dtype=torch.long), src=0)
     for name in sorted(weights):
@@ -43,11 +57,12 @@ def _send(weights: dict[str, torch.Tensor], version: int) -> None:
 
 
 class ProcessGroupSender:
-    """The trainer's side (rank 0)."""
+    """The trainer's side (rank 0). `explorer_step`: the step the explorer has explored to."""
 
     def __init__(self, timeout: float):
         self.timeout = timeout
         _join(0, timeout)
+        self.explorer_step = _explorer_step()
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="rft-weight-sender", daemon=True)
@@ -65,14 +80,15 @@ class ProcessGroupSender:
                 return
 
     def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """Queue a copy of `weights` as `version`; the broadcast happens when the explorer asks for it."""
+        """Queue `weights` (a `snapshot`, not changed afterwards) as `version`; the broadcast happens when the
+        explorer asks for it."""
         if self.error is not None:
             from rft.errors import RftError
 
             raise RftError(f"the weight broadcast to the explorer failed ({' '.join(str(self.error).split())[:160]}): "
                            "the explorer process exited or stopped answering; run the same command again to "
                            "resume") from self.error
-        self._queue.put(({k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}, version))
+        self._queue.put((weights, version))
 
     def close(self) -> None:
         """Wait (up to the sync timeout) until the explorer has taken every queued version, then leave the group."""
@@ -84,10 +100,11 @@ class ProcessGroupSender:
 
 class ProcessGroupReceiver:
     """The explorer's side (rank 1): receives into tensors shaped like `template` (its own copy of the trainable
-    parameters, by name)."""
+    parameters, by name); `step`: the step it has explored to, which decides the versions the trainer sends."""
 
-    def __init__(self, template: dict[str, torch.Tensor], timeout: float):
+    def __init__(self, template: dict[str, torch.Tensor], timeout: float, step: int):
         _join(1, timeout)
+        _explorer_step(step)
         self._buffers = {k: torch.empty_like(v, device="cpu").contiguous() for k, v in template.items()}
         self.version = -1
 

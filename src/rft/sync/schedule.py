@@ -19,11 +19,16 @@ def required_version(step: int, interval: int, offset: int) -> int:
     return interval * max(0, (step - offset - 1) // interval)
 
 
+def versions_after(step: int, total_steps: int, interval: int, offset: int) -> list[int]:
+    """The versions explore steps `step + 1 .. total_steps` generate with, in order, each once."""
+    return sorted({required_version(n, interval, offset) for n in range(step + 1, total_steps + 1)})
+
+
 def published_versions(total_steps: int, interval: int, offset: int) -> list[int]:
     """The versions the explorer of a `total_steps` run needs beyond the starting model, in order: what the
     trainer publishes (it publishes nothing the explorer will not read, so a blocking broadcast never waits
     for a reader that has finished)."""
-    return sorted({v for n in range(1, total_steps + 1) if (v := required_version(n, interval, offset)) > 0})
+    return [v for v in versions_after(0, total_steps, interval, offset) if v > 0]
 
 
 def staleness(step: int, interval: int, offset: int) -> int:

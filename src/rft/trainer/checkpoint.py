@@ -198,6 +198,29 @@ def _load_weights(model, file: Path, folder: Path) -> None:
             p.copy_(saved[name].to(p.device))
 
 
+EXPLORER_VERSIONS = "explorer_versions"
+"""A checkpoint's folder of earlier weights (`v<N>.safetensors`, trainer step N's trainable parameters) that the
+explorer of a two-process run may still generate with after a restart (`rft.trainer.modes.TrainLoop`)."""
+
+
+def save_versions(folder: Path, versions: dict[int, dict]) -> None:
+    from safetensors.torch import save_file
+
+    (folder / EXPLORER_VERSIONS).mkdir()
+    for version, weights in versions.items():
+        file = folder / EXPLORER_VERSIONS / f"v{version}.safetensors"
+        checked_write(lambda weights=weights, file=file: save_file(weights, file), file)
+
+
+def load_versions(folder: Path) -> dict[int, dict]:
+    """The weights `save_versions` wrote into checkpoint `folder`, by version ({} when it holds none)."""
+    from safetensors.torch import load_file
+
+    if not (folder / EXPLORER_VERSIONS).is_dir():
+        return {}
+    return {int(p.stem[1:]): load_file(p) for p in sorted((folder / EXPLORER_VERSIONS).glob("v*.safetensors"))}
+
+
 POLICY_DCP = "policy_dcp"
 """The folder of a checkpoint written by several processes: trainable weights and optimizer state, sharded."""
 MODEL_DCP = "model_dcp"

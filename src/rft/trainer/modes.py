@@ -33,6 +33,8 @@ from rft.rewards.pipeline import RewardPipeline
 from rft.rollout import HFRollout
 from rft.runtime import configure_cpu_runtime
 from rft.sync import schedule
+from rft.sync.process_group import snapshot
+from rft.trainer.checkpoint import EXPLORER_VERSIONS
 from rft.trainer.run import total_training_steps
 
 ROLE_ENV = "RFT_ROLE"
@@ -93,20 +95,22 @@ class ExploreLoop:
         cfg, ex, engine = self.cfg, self.explorer, self.explorer.engine
         s, t = cfg.synchronizer, cfg.trainer
         method = sync_method(cfg)
-        if method == "nccl":
-            from rft.sync.process_group import ProcessGroupReceiver
-
-            self.sync = ProcessGroupReceiver(self.trainable, s.sync_timeout)
-            weights, version = self.sync.receive(-1)  # the trainer's weights when it started
-            engine.update_weights(weights, version)
-        else:
-            from rft.sync.checkpoint import CheckpointSync
-
-            self.sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset)
         state = self.buffer.explorer_state()
         if state is not None:
             ex.load_state_dict(state)
         self.buffer.truncate_after(ex.step)  # what a killed explorer wrote after its last recorded step
+        if method == "nccl":
+            from rft.sync.process_group import ProcessGroupReceiver
+
+            # the trainer sends exactly the versions the steps after ex.step generate with; the first one now
+            self.sync = ProcessGroupReceiver(self.trainable, s.sync_timeout, ex.step)
+            if ex.step < self.total_steps:
+                need = schedule.required_version(ex.step + 1, s.sync_interval, s.sync_offset)
+                engine.update_weights(*self.sync.receive(need))
+        else:  # the starting model is version 0
+            from rft.sync.checkpoint import CheckpointSync
+
+            self.sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset)
         folder = self.out / EXPLORER_DIR
         folder.mkdir(parents=True, exist_ok=True)
         write_text_atomic(folder / "config.yaml", to_yaml(cfg))
@@ -145,6 +149,31 @@ class ExploreLoop:
 
 
 # ---------------------------------------------------------------------------------------------- trainer
+class KeptVersions:
+    """What a trainer broadcasting to its explorer (sync_method nccl) keeps in host memory: copies of the versions
+    (trainable weights after trainer step v) that explore steps after its current step generate with, at most
+    sync_offset // sync_interval + 2 of them. They go to the explorer, and those older than a checkpoint's step are
+    saved with it, so a rerun sends a restarted explorer the versions its schedule names whatever step it resumes
+    at, and the run is the uninterrupted one."""
+
+    def __init__(self, total_steps: int, interval: int, offset: int, saved: dict[int, dict[str, torch.Tensor]]):
+        self.interval, self.offset = interval, offset
+        self.versions = set(schedule.versions_after(0, total_steps, interval, offset))
+        self.kept = dict(saved)
+
+    def after_step(self, step: int, weights: dict[str, torch.Tensor]) -> None:
+        """Trainer step `step` is done with `weights`: keep them if a step generates with them; forget the versions
+        no explore step after `step` generates with."""
+        oldest = schedule.required_version(step + 1, self.interval, self.offset)
+        self.kept = {v: w for v, w in self.kept.items() if v >= oldest}
+        if step in self.versions and step not in self.kept:
+            self.kept[step] = snapshot(weights)
+
+    def before(self, step: int) -> dict[int, dict[str, torch.Tensor]]:
+        """The kept versions older than `step` (what checkpoint `step` saves beside its own weights)."""
+        return {v: w for v, w in self.kept.items() if v < step}
+
+
 class TrainLoop:
     """Trainer steps on batches read from the buffer; weights published for the explorer as the schedule asks."""
 
@@ -170,12 +199,18 @@ class TrainLoop:
         write_text_atomic(self.out / "config.yaml", to_yaml(cfg))  # after the resume's checks passed
         start = self.trainer.global_step
         self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
-        publish_at = set(schedule.published_versions(self.total_steps, s.sync_interval, s.sync_offset))
-        sync = self._publisher(start)
         tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,
                                   recovered=state.get("metrics") if state else None)
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {self.trainer.device}, reading "
                       f"{self.rows} experiences a step, output {self.out}")
+        kept = None
+        if sync_method(cfg) == "nccl":
+            kept = KeptVersions(self.total_steps, s.sync_interval, s.sync_offset,
+                                state[EXPLORER_VERSIONS] if state else {})
+            kept.after_step(start, self.trainer.trainable_weights())
+            sync, publish_at = self._broadcaster(start, kept, tracker.write)
+        else:
+            sync, publish_at = self._writer(start)
         last: dict[str, float] = {}
         for step in range(start + 1, self.total_steps + 1):
             timer = Timer()
@@ -193,12 +228,20 @@ class TrainLoop:
                 metrics.update({"buffer/rows": float(len(read.experiences)), "buffer/wait_s": read.waited_s,
                                 "buffer/partial_reads": float(read.partial),
                                 "rollout/staleness/dropped": float(read.dropped)})
+                if kept is not None:
+                    kept.after_step(step, self.trainer.trainable_weights())
                 if step in publish_at:
                     with timer("sync"):
-                        sync.publish(self.trainer.trainable_weights(), step)
+                        try:
+                            sync.publish(kept.kept[step] if kept is not None else self.trainer.trainable_weights(),
+                                         step)
+                        except RftError:  # a broken broadcast: said as the child's exit when that is its cause
+                            _watch_explorer(explorer, step, grace_s=5.0)
+                            raise
                 if t.save_freq > 0 and (step == self.total_steps or step % t.save_freq == 0):
                     with timer("save_checkpoint"):
-                        self.trainer.save_checkpoint(step, {"metrics": {**metrics, **timer.metrics()}}, {})
+                        self.trainer.save_checkpoint(step, {"metrics": {**metrics, **timer.metrics()}}, {},
+                                                     kept.before(step) if kept is not None else None)
             metrics.update(timer.metrics())
             tracker.log(step, metrics)
             last = metrics
@@ -207,33 +250,59 @@ class TrainLoop:
         sync.close()
         return last
 
-    def _publisher(self, start: int):
-        s = self.cfg.synchronizer
-        if sync_method(self.cfg) == "nccl":
-            from rft.sync.process_group import ProcessGroupSender
+    def _broadcaster(self, start: int, kept: KeptVersions, write) -> tuple[object, set[int]]:
+        """sync_method nccl: join the explorer, send the versions up to `start` that its next steps generate with
+        (from `kept`), and return the sender with the later versions to send after their trainer steps."""
+        from rft.sync.process_group import ProcessGroupSender
 
-            sender = ProcessGroupSender(s.sync_timeout)
-            sender.publish(self.trainer.trainable_weights(), start)  # what a (re)started explorer begins with
-            return sender
+        s = self.cfg.synchronizer
+        sender = ProcessGroupSender(s.sync_timeout)
+        explored = sender.explorer_step
+        needed = schedule.versions_after(explored, self.total_steps, s.sync_interval, s.sync_offset)
+        early = [v for v in needed if v <= start]
+        missing = [v for v in early if v not in kept.kept]
+        if missing:  # a checkpoint written without them (an older rft, another sync method): the newest instead
+            write(f"rft trainer: checkpoint global_step_{start} does not hold the weights of version(s) "
+                  f"{', '.join(map(str, missing))} that explore steps after {explored} generate with; the explorer "
+                  f"goes on with version {start}, so this resume is not an exact replay of the run")
+            kept.kept.setdefault(start, snapshot(self.trainer.trainable_weights()))
+            early = [start]
+        for version in early:
+            sender.publish(kept.kept[version], version)
+        return sender, {v for v in needed if v > start}
+
+    def _writer(self, start: int) -> tuple[object, set[int]]:
+        """sync_method checkpoint: the folder keeps the versions an explorer may still ask for, across restarts."""
         from rft.sync.checkpoint import CheckpointSync
 
+        s = self.cfg.synchronizer
         sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset)
         if start > 0:
             sync.publish(self.trainer.trainable_weights(), start)
-        return sync
+        return sync, set(schedule.published_versions(self.total_steps, s.sync_interval, s.sync_offset))
 
     def _read(self, step: int, min_version: int | None, explorer: subprocess.Popen | None):
         """The step's experiences; None when the explorer finished and nothing is left. A dead explorer child
         ends the run with an error while the trainer waits."""
-        def watch() -> None:
-            if explorer is not None and explorer.poll() is not None:
-                raise RftError(f"the explorer process exited with code {explorer.returncode} before trainer "
-                                   f"step {step} had its experiences; run the same command again to resume")
         try:
             return self.buffer.read(self.rows, step, self.cfg.experience_buffer.max_read_timeout, min_version,
-                                    watch=watch)
+                                    watch=lambda: _watch_explorer(explorer, step))
         except BufferClosed:
             return None
+
+
+def _watch_explorer(explorer: subprocess.Popen | None, step: int, grace_s: float = 0.0) -> None:
+    """Raise the one line for the explorer child of mode both having exited (waiting up to `grace_s` for a child
+    whose end broke a broadcast to be reaped); nothing while it runs."""
+    if explorer is None:
+        return
+    try:
+        code = explorer.wait(grace_s) if grace_s else explorer.poll()
+    except subprocess.TimeoutExpired:
+        return
+    if code is not None:
+        raise RftError(f"the explorer process exited with code {code} at trainer step {step}; run the same command "
+                       "again to resume")
 
 
 def run_both_async(cfg, module_args: list[str]) -> int:

@@ -46,12 +46,15 @@ from rft.models.load import (
 )
 from rft.monitor import Timer
 from rft.trainer.checkpoint import (
+    EXPLORER_VERSIONS,
     CheckpointManager,
     load_module_state,
     load_training_state,
+    load_versions,
     resume_folder,
     save_module_state,
     save_training_state,
+    save_versions,
     step_of,
 )
 from rft.trainer.mix import ExpertRows
@@ -349,10 +352,14 @@ class RLTrainer:
         return {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
 
     # -------------------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self, step: int, state: dict, generators: dict[str, torch.Generator]) -> Path:
+    def save_checkpoint(self, step: int, state: dict, generators: dict[str, torch.Generator],
+                        versions: dict[int, dict[str, torch.Tensor]] | None = None) -> Path:
         """Checkpoint `step`: the policy (and critic) with optimizers and schedules, the KL coefficient, and the
-        caller's `state` (step metrics, the explorer's position) and `generators` (their RNG states)."""
+        caller's `state` (step metrics, the explorer's position) and `generators` (their RNG states); `versions`:
+        earlier trainable weights by step that a restarted explorer may still need (`resume` returns them)."""
         def write(folder: Path) -> None:
+            if versions:
+                save_versions(folder, versions)
             save_training_state(
                 folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.save_contents), model=self.model,
                 optimizer=self.worker.optimizer, scheduler=self.worker.scheduler, generators=generators,
@@ -370,7 +377,8 @@ class RLTrainer:
 
     def resume(self, generators: dict[str, torch.Generator]) -> dict | None:
         """Continue from the checkpoint trainer.resume_mode picks (None: start afresh); restores the RNG states of
-        `generators`. Returns the checkpoint's trainer_state.json, its step in `global_step`."""
+        `generators`. Returns the checkpoint's trainer_state.json, its step in `global_step`, and under
+        "explorer_versions" the weights `save_checkpoint` was given as `versions`."""
         t = self.cfg.trainer
         folder = resume_folder(t.resume_mode, t.resume_from_path, self.ckpt)
         if folder is None:
@@ -388,6 +396,7 @@ class RLTrainer:
         if self.expert is not None:
             self.expert.load_state_dict(state.get("expert", {}))
         self.global_step = state["global_step"] = step_of(folder)
+        state[EXPLORER_VERSIONS] = load_versions(folder)
         if self.dist.is_main:
             print(f"rft: resumed from {folder} at step {self.global_step}", flush=True)
         if t.del_local_ckpt_after_load:
