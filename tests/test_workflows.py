@@ -7,6 +7,7 @@ enable_history."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 
 import pytest
@@ -300,6 +301,11 @@ class Spinner(Workflow):
 class Broken(Workflow):
     def run(self):
         raise RuntimeError("always")
+
+@register_workflow("agent")
+class Agent(Workflow):
+    def run(self):
+        self.model.get_openai_client()
 '''
 
 
@@ -695,6 +701,28 @@ def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tm
     assert [x["step"] for x in lines] == [1, 2] and all(x["train/empty_step"] == 1.0 for x in lines)
     # fewer empty steps than the limit: the run finishes its steps
     assert main([*args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'out2'}"]) == 0
+
+
+def test_a_workflow_without_the_package_it_needs_stops_the_run_at_its_first_task(assets, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """rft's API refusing the setup (an agent asking for the OpenAI client where openai is not installed) is not a
+    task's failure: the run stops with that line at once (it failed every task of every step, and the run only
+    stopped after trainer.bad_update_limit empty steps)."""
+    from rft.cli import main
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # `import openai` raises ImportError
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    assert main(["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", "data.max_prompt_length=32",
+                 "data.max_response_length=4", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                 "workflow.type=agent", f"workflow.path={tmp_path / 'flaky.py'}", "trainer.logger=[]",
+                 f"custom_reward_function.path={assets / 'reward.py'}", "trainer.total_training_steps=5",
+                 f"trainer.default_local_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert [x for x in err.splitlines() if x.startswith("rft: error:")] == [
+        "rft: error: the OpenAI client needs the openai package: pip install 'rft[agents]'"]
+    assert "workflow Agent on task" not in err  # not retried as a task's failure
+    assert not (tmp_path / "out" / "metrics.jsonl").exists() or not (tmp_path / "out" / "metrics.jsonl").read_text()
 
 
 def test_a_tools_file_that_does_not_import_is_refused_before_the_model_loads(assets, tmp_path, capsys):

@@ -8,6 +8,8 @@ call blocked in C, such as a long sleep, is abandoned in a daemon thread), and t
 raises, or returns anything but a non-empty list of experiences with consistent fields, fails the same way. A
 failed task is retried up to `max_retry_times` times, then skipped; the metrics count it
 (`workflow/timeouts`, `workflow/errors`, `workflow/bad_results`, `workflow/retries`, `workflow/skipped_tasks`).
+An `RftError` is not a task's failure but the setup's (rft's API saying what to fix, such as a package to
+install): the step starts no more attempts and the run stops with its line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rft.errors import RftError
 from rft.experience import Experience
 from rft.explorer.model import Cancelled, GenerationServer, ModelHandle
 from rft.explorer.workflow import Task
@@ -79,6 +82,7 @@ class WorkflowRunner:
         durations: list[float] = []
         lock = threading.Lock()
         queue = list(range(len(tasks)))
+        fatal: list[RftError] = []
 
         def worker() -> None:
             try:
@@ -98,6 +102,11 @@ class WorkflowRunner:
                             counts["retries"] += 1
                     started = time.monotonic()
                     out, failure = self._attempt(tasks[i], attempt)
+                    if failure is not None and failure[0] == "fatal":
+                        with lock:
+                            fatal.append(failure[1])
+                            queue.clear()
+                        return
                     if failure is None:
                         with lock:
                             results[i] = out
@@ -119,6 +128,8 @@ class WorkflowRunner:
             t.start()
         for t in threads:
             t.join()
+        if fatal:
+            raise fatal[0]
         metrics = {f"workflow/{k}": float(v) for k, v in counts.items()}
         metrics["workflow/tasks"] = float(len(tasks))
         if durations:
@@ -126,8 +137,9 @@ class WorkflowRunner:
             metrics["workflow/run_s/max"] = max(durations)
         return results, metrics
 
-    def _attempt(self, task: Task, attempt: int) -> tuple[list[Experience], tuple[str, str] | None]:
-        """One attempt in a thread of its own: (experiences, None) or ([], (kind, why))."""
+    def _attempt(self, task: Task, attempt: int) -> tuple[list[Experience], tuple[str, object] | None]:
+        """One attempt in a thread of its own: (experiences, None) or ([], (kind, why)); kind "fatal": the
+        RftError the attempt raised."""
         try:
             handle = self.make_handle()
             handle.client = self.server.open((task.index, attempt), expected=True)
@@ -143,6 +155,8 @@ class WorkflowRunner:
                 pass
             except Cancelled:
                 pass
+            except RftError as e:  # rft's API refusing the setup: no attempt can succeed
+                box["fatal"] = e
             except BaseException as e:  # the workflow's own error: reported, retried
                 box["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
             finally:  # the runner's thread opens its next client or says it will not (expect(-1))
@@ -155,6 +169,8 @@ class WorkflowRunner:
             self.server.close(handle.client, cancelled=True, expect_another=True)
             _raise_in(thread, _Attempt)
             return [], ("timeouts", f"cut after workflow.max_timeout={self.s.max_timeout:g} s")
+        if "fatal" in box:
+            return [], ("fatal", box["fatal"])
         if "error" in box:
             return [], ("errors", f"raised {box['error']}")
         why = check_experiences(box.get("out"))
