@@ -88,6 +88,16 @@ def test_sigkill_mid_training_then_resume(workdir):
     third = rft(*args, cwd=workdir)
     assert "at step 8" in third.stdout
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == steps
+    # and the killed run is the uninterrupted one: each step's metrics and the final weights
+    from safetensors.torch import load_file
+
+    rft(*train_args("whole", *args[-3:]), cwd=workdir)
+    killed, whole = ([json.loads(x) for x in (workdir / d / "metrics.jsonl").read_text().splitlines()]
+                     for d in ("killed", "whole"))
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+        assert [x[key] for x in killed] == pytest.approx([x[key] for x in whole], abs=1e-6), key
+    a, b = (load_file(workdir / d / "model" / "model.safetensors") for d in ("killed", "whole"))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
 
 
 @pytest.mark.parametrize("override, message", [
