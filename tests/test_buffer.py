@@ -264,6 +264,35 @@ def test_the_trainer_keeps_the_versions_later_explore_steps_use():
     assert KeptVersions(6, 2, 1, {2: {"w": torch.ones(1)}}).kept.keys() == {2}
 
 
+@pytest.mark.parametrize("explored, saved, sent, later, note", [
+    (2, {1}, [1, 2], {3}, False),  # the explorer resumes at step 3, which its schedule runs on version 1
+    (4, {1}, [], {3}, False),  # an explorer ahead of the checkpoint waits for versions the trainer redoes
+    (2, set(), [2], {3}, True),  # a checkpoint without version 1 (an older rft): the newest, and a line saying so
+])
+def test_a_restarted_trainer_sends_the_versions_the_explorer_resumes_with(monkeypatch, explored, saved, sent, later,
+                                                                          note):
+    """Trainer resumed at step 2 of 5, sync_interval 1, offset 1 (explore step n uses version n - 2): what it sends
+    the explorer that joined at step `explored` before training on, and which versions it sends after their steps."""
+    from types import SimpleNamespace
+
+    import rft.sync.process_group as pg
+    from rft.trainer.modes import KeptVersions, TrainLoop
+
+    published = []
+    monkeypatch.setattr(pg, "ProcessGroupSender", lambda timeout: SimpleNamespace(
+        explorer_step=explored, publish=lambda weights, version: published.append((version, float(weights["w"])))))
+    loop = object.__new__(TrainLoop)
+    loop.cfg = SimpleNamespace(synchronizer=SimpleNamespace(sync_interval=1, sync_offset=1, sync_timeout=1.0))
+    loop.total_steps = 5
+    loop.trainer = SimpleNamespace(trainable_weights=lambda: {"w": torch.tensor(2.0)})  # the checkpoint's
+    kept = KeptVersions(5, 1, 1, {v: {"w": torch.tensor(float(v))} for v in saved})
+    kept.after_step(2, loop.trainer.trainable_weights())
+    lines = []
+    _, publish_at = loop._broadcaster(2, kept, lines.append)
+    assert published == [(v, float(v)) for v in sent] and publish_at == later
+    assert bool(lines) == note and (not note or "not an exact replay" in lines[0])
+
+
 def test_batch_is_made_from_one_experience_per_row():
     batch = Batch(prompt_ids=torch.tensor([[1, 2]]), prompt_mask=torch.ones(1, 2, dtype=torch.long),
                   response_ids=torch.tensor([[3, 0]]), response_mask=torch.tensor([[1, 0]]),
