@@ -725,6 +725,24 @@ def test_a_workflow_without_the_package_it_needs_stops_the_run_at_its_first_task
     assert not (tmp_path / "out" / "metrics.jsonl").exists() or not (tmp_path / "out" / "metrics.jsonl").read_text()
 
 
+@pytest.mark.parametrize("workflow, args, unknown", [
+    ("tool_call_workflow", "{tools_path:/x.py}", "'tools_path:/x.py'"),  # YAML flow style without the space
+    ("tool_call_workflow", "{max_turn: 3}", "'max_turn'"),
+    ("math_workflow", "{max_turns: 3}", "'max_turns'"),
+])
+def test_arguments_a_built_in_workflow_does_not_read_are_refused(assets, tmp_path, capsys, workflow, args, unknown):
+    """They were read as nothing: the run trained with the defaults (a tools_path that does not exist, misspelt,
+    trained for minutes on the built-in tools)."""
+    from rft.cli import main
+
+    assert main(["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", f"workflow.type={workflow}",
+                 f"workflow.args={args}", f"trainer.default_local_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"workflow.args: [{unknown}] are not arguments of workflow.type='{workflow}'" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_tools_file_that_does_not_import_is_refused_before_the_model_loads(assets, tmp_path, capsys):
     from rft.cli import main
 

@@ -913,7 +913,9 @@ class WorkflowConfig:
                                     "register_workflow), or a folder of them (Trinity-RFT's plugin folder; the "
                                     "Trinity dialect reads TRINITY_PLUGIN_DIRS); loaded in the explorer.")
     args: Dict[str, Any] = fld({}, "The workflow's arguments (Trinity's workflow_args): tool_call_workflow takes "
-                                   "max_turns, tool_call_parser (hermes | pythonic), tools_path, tool_timeout.")
+                                   "max_turns, tool_call_parser (hermes | pythonic), tools_path, tool_timeout; "
+                                   "simple_workflow and math_workflow none; others are refused for built-in "
+                                   "workflows (a user workflow reads what it likes).")
     runner_per_model: int = fld(8, "Workflows run at once (threads; their model calls batch together).")
     max_timeout: float = fld(900.0, "Seconds a workflow may run on one task before it is cut (then retried).")
     max_retry_times: int = fld(2, "Retries of a task whose workflow timed out, raised or returned garbage, before "

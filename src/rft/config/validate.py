@@ -755,6 +755,15 @@ def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
     if why:
         raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
                           "or drop it")
+    if wf.type in BUILTIN_WORKFLOWS:  # a misspelt argument would be read as its default
+        from rft.explorer.workflow import WORKFLOWS
+
+        known = WORKFLOWS.get(wf.type).ARGS
+        unknown = sorted(set(wf.args or {}) - known)
+        if unknown:
+            raise ConfigError(f"workflow.args: {unknown} are not arguments of workflow.type={wf.type!r}, which "
+                              f"takes {sorted(known) or 'none'} (in YAML flow style a space follows the colon: "
+                              "{max_turns: 2})")
     tools_path = (wf.args or {}).get("tools_path") if wf.type == "tool_call_workflow" else None
     if tools_path and check_paths:  # loaded now: a file that does not import would fail every task of every step
         from rft.explorer.tools import load_tools

@@ -87,6 +87,10 @@ class Task:
 class Workflow:
     """Subclass, implement `run`, register with `@register_workflow("name")`."""
 
+    ARGS: frozenset[str] | None = None
+    """The workflow args (`workflow.args`) it reads; a config naming others is refused. None: any (a user
+    workflow reads what it likes)."""
+
     def __init__(self, *, task: Task, model: ModelHandle, auxiliary_models: list[ModelHandle] | None = None):
         self.task, self.model, self.auxiliary_models = task, model, list(auxiliary_models or [])
         self.args = dict(task.workflow_args)
@@ -108,6 +112,8 @@ def completion_experience(completion: Completion, reward: float, rewards: dict[s
 
 @register_workflow("simple_workflow")
 class SimpleWorkflow(Workflow):
+    ARGS = frozenset()
+
     def run(self) -> list[Experience]:
         completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
         return [completion_experience(c, *self.task.score(c.text)) for c in completions]
@@ -137,6 +143,8 @@ class ToolCallWorkflow(Workflow):
     """Multi-turn tool use (see the module docstring). Workflow args: max_turns (default 4: model turns),
     tool_call_parser (default: workflow.tool_call_parser), tools_path (a Python file whose functions are tools),
     tool_timeout (seconds, 10)."""
+
+    ARGS = frozenset({"max_turns", "tool_call_parser", "tools_path", "tool_timeout"})
 
     def run(self) -> list[Experience]:
         from rft.explorer.model import UnextendableReply
