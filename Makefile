@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
 demo: setup
 	rm -rf runs/demo
