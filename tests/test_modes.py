@@ -200,11 +200,10 @@ def test_decoupled_run_killed_mid_schedule_resumes_as_if_uninterrupted(slow_asse
     args = decoupled(slow_assets, out, method)
     trainer = start("train", *args, cwd=tmp_path)
     url = database_url(str(out / "buffer.sqlite"))
-    state = lambda: (SQLBuffer(url).explorer_state() or {}).get("step", 0) if (out / "buffer.sqlite").exists() else 0
-    wait_for(lambda: state() >= 2)
+    wait_for(lambda: explored(out, url) >= 2)
     (child,) = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
     os.kill(int(child), signal.SIGSTOP)
-    assert state() == 2, "the explorer was stopped after its step 3 was written: the test's timing failed"
+    assert explored(out, url) == 2, "the explorer was stopped after its step 3 was written: the test's timing failed"
     wait_for(lambda: (out / "checkpoints" / "global_step_2" / "trainer_state.json").is_file())
     if victim == "both":  # the machine went down
         trainer.send_signal(signal.SIGKILL)
@@ -218,6 +217,13 @@ def test_decoupled_run_killed_mid_schedule_resumes_as_if_uninterrupted(slow_asse
     proc = rft("train", *args, cwd=tmp_path)
     assert "resumed from" in proc.stdout and "global_step_2" in proc.stdout
     assert_same_run(out, uninterrupted, url)
+
+
+def explored(out: Path, url: str) -> int:
+    """The explorer's step as its buffer records it (0 before the buffer exists)."""
+    if not (out / "buffer.sqlite").exists():
+        return 0
+    return (SQLBuffer(url).explorer_state() or {}).get("step", 0)
 
 
 def assert_same_run(out: Path, reference: Path, url: str) -> None:
@@ -243,8 +249,7 @@ def test_killed_explorer_and_trainer_of_two_commands_resume_as_if_uninterrupted(
     url = database_url(str(out / "buffer.sqlite"))
     trainer = start("train", *args, "trainer.mode=train", cwd=tmp_path)
     explorer = start("train", *args, "trainer.mode=explore", cwd=tmp_path)
-    state = lambda: (SQLBuffer(url).explorer_state() or {}).get("step", 0) if (out / "buffer.sqlite").exists() else 0
-    wait_for(lambda: state() >= 2)
+    wait_for(lambda: explored(out, url) >= 2)
     explorer.send_signal(signal.SIGKILL)
     explorer.wait()
     explorer = start("train", *args, "trainer.mode=explore", cwd=tmp_path)

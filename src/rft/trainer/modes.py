@@ -169,6 +169,15 @@ class KeptVersions:
         if step in self.versions and step not in self.kept:
             self.kept[step] = snapshot(weights)
 
+    def get(self, version: int) -> dict[str, torch.Tensor] | None:
+        """The kept weights of `version`, or None when they are not kept."""
+        return self.kept.get(version)
+
+    def keep_if_missing(self, version: int, weights: dict[str, torch.Tensor]) -> None:
+        """Keep a copy of `weights` as `version` unless that version is kept already."""
+        if version not in self.kept:
+            self.kept[version] = snapshot(weights)
+
     def before(self, step: int) -> dict[int, dict[str, torch.Tensor]]:
         """The kept versions older than `step` (what checkpoint `step` saves beside its own weights)."""
         return {v: w for v, w in self.kept.items() if v < step}
@@ -233,7 +242,7 @@ class TrainLoop:
                 if step in publish_at:
                     with timer("sync"):
                         try:
-                            sync.publish(kept.kept[step] if kept is not None else self.trainer.trainable_weights(),
+                            sync.publish(kept.get(step) if kept is not None else self.trainer.trainable_weights(),
                                          step)
                         except RftError:  # a broken broadcast: said as the child's exit when that is its cause
                             _watch_explorer(explorer, step, grace_s=5.0)
@@ -260,15 +269,15 @@ class TrainLoop:
         explored = sender.explorer_step
         needed = schedule.versions_after(explored, self.total_steps, s.sync_interval, s.sync_offset)
         early = [v for v in needed if v <= start]
-        missing = [v for v in early if v not in kept.kept]
+        missing = [v for v in early if kept.get(v) is None]
         if missing:  # a checkpoint written without them (an older rft, another sync method): the newest instead
             write(f"rft trainer: checkpoint global_step_{start} does not hold the weights of version(s) "
                   f"{', '.join(map(str, missing))} that explore steps after {explored} generate with; the explorer "
                   f"goes on with version {start}, so this resume is not an exact replay of the run")
-            kept.kept.setdefault(start, snapshot(self.trainer.trainable_weights()))
+            kept.keep_if_missing(start, self.trainer.trainable_weights())
             early = [start]
         for version in early:
-            sender.publish(kept.kept[version], version)
+            sender.publish(kept.get(version), version)
         return sender, {v for v in needed if v > start}
 
     def _writer(self, start: int) -> tuple[object, set[int]]:
