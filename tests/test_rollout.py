@@ -295,3 +295,32 @@ def test_rollout_logprobs_match_a_full_forward_pass(model, prompts, temperature)
     diff = (logprobs - out.logprobs)[valid].abs().max().item()
     assert diff < 1e-4, diff
     assert math.isfinite(diff)
+
+
+def test_hf_weights_merge_lora_as_peft_does_without_touching_the_base(tmp_path):
+    """What the vLLM engine loads (models.load.hf_weights): the Hugging Face names and values of
+    merge_and_unload(), computed without modifying the LoRA model; a plain model's own state dict."""
+    from omegaconf import OmegaConf
+
+    from rft.models.load import apply_lora, hf_weights, load_causal_lm
+    from rft.models.tiny import init_model
+
+    init_model("tiny", tmp_path / "m", seed=0)
+    plain = load_causal_lm(str(tmp_path / "m"), torch.float32, torch.device("cpu"))
+    assert hf_weights(plain).keys() == plain.state_dict().keys()
+    lora = apply_lora(load_causal_lm(str(tmp_path / "m"), torch.float32, torch.device("cpu")),
+                      OmegaConf.create({"lora_rank": 4, "lora_alpha": 8, "target_modules": "all-linear",
+                                        "exclude_modules": None}))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in lora.parameters():
+            if p.requires_grad:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    before = {k: v.clone() for k, v in lora.state_dict().items()}
+    merged = hf_weights(lora)
+    assert all(torch.equal(before[k], v) for k, v in lora.state_dict().items())  # nothing merged in place
+    reference = copy.deepcopy(lora).merge_and_unload().state_dict()
+    assert merged.keys() == reference.keys() == plain.state_dict().keys()
+    assert max(float((merged[k] - reference[k]).abs().max()) for k in merged) <= 1e-6
+    changed = [k for k in merged if not torch.equal(merged[k], plain.state_dict()[k])]
+    assert changed and all(k.endswith("proj.weight") for k in changed)  # the adapted linears, nothing else

@@ -176,7 +176,7 @@ REFUSED = [
     ({"buffer.trainer_input.experience_buffer": {"capacity": 8}},
      "buffer.trainer_input.experience_buffer.capacity"),
     ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers.sft: rft reads"),
-    ({"explorer.rollout_model": {"engine_type": "vllm"}}, "explorer.rollout_model.engine_type='vllm'"),
+    ({"explorer.rollout_model": {"engine_type": "sglang"}}, "explorer.rollout_model.engine_type='sglang'"),
     ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
@@ -295,11 +295,11 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path):
 
 def test_refused_trinity_config_exits_2(work, tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(_with({"mode": "serve", "explorer.rollout_model": {"engine_type": "vllm"}})))
+    path.write_text(yaml.safe_dump(_with({"mode": "serve", "explorer.rollout_model": {"engine_type": "sglang"}})))
     proc = subprocess.run([sys.executable, "-m", "rft", "train", str(path)], env=ENV, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "mode='serve'" in proc.stderr and "explorer.rollout_model.engine_type='vllm'" in proc.stderr
+    assert "mode='serve'" in proc.stderr and "explorer.rollout_model.engine_type='sglang'" in proc.stderr
 
 
 # ------------------------------------------------------------------------ issue 11: nothing silently dropped
@@ -398,3 +398,16 @@ def test_save_strategy_holds_with_one_process_and_is_refused_with_several():
         translate(_with({"trainer.save_strategy": "single_process", "cluster.gpu_per_node": 2}))
     with pytest.raises(ConfigError, match=r"trainer\.save_strategy='sometimes'"):
         translate(_with({"trainer.save_strategy": "sometimes"}))
+
+
+def test_the_vllm_engine_and_its_keys_reach_the_rollout_section():
+    """Trinity's engine_type vllm / vllm_async is rft's vllm engine; its engine keys land on verl's rollout keys
+    (an absent engine_type is rft's hf engine: vLLM is an optional extra, docs/rollout.md)."""
+    keys = {"engine_type": "vllm_async", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.7,
+            "enforce_eager": False, "enable_prefix_caching": False, "max_model_len": 96, "dtype": "float32"}
+    rollout = translate(_with({"explorer.rollout_model": keys}), "t.yaml")["actor_rollout_ref"]["rollout"]
+    assert {k: rollout[k] for k in ("name", "tensor_model_parallel_size", "gpu_memory_utilization", "enforce_eager",
+                                    "enable_prefix_caching", "max_model_len", "dtype")} == {
+        "name": "vllm", "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.7, "enforce_eager": False,
+        "enable_prefix_caching": False, "max_model_len": 96, "dtype": "float32"}
+    assert "name" not in translate(_with({}), "t.yaml").get("actor_rollout_ref", {}).get("rollout", {})

@@ -36,10 +36,12 @@ def check_engine(plan: Plan, name: str, value: str) -> None:
     """A rollout engine name: rft has `hf` (transformers with a KV cache)."""
     if value == "hf":
         return
-    if value in ("vllm", "sglang"):
-        why = ("needs CUDA, which this machine does not have" if not has_cuda()
-               else "is not implemented by rft yet")
-        plan.refuse(name, f"={value!r}: the {value} engine {why}; set it to 'hf' (rft's transformers engine with a "
+    if value == "vllm":
+        plan.refuse(name, "='vllm': rft's components generate with the hf engine for now (the vLLM engine is "
+                          "reached through a config's actor_rollout_ref.rollout.name: vllm, docs/rollout.md); set "
+                          "it to 'hf' (rft's transformers engine with a KV cache)")
+    elif value == "sglang":
+        plan.refuse(name, "='sglang': rft has no SGLang engine; set it to 'hf' (rft's transformers engine with a "
                           "KV cache)")
     else:
         plan.refuse(name, f"={value!r} is not a rollout engine rft knows; set it to 'hf'")

@@ -61,7 +61,7 @@ class Input:
     def mapping(self) -> str:
         if self.vllm:
             hf = "".join(f", or {v!r} (what the hf engine does)" for v in _schema_also(self.key))
-            return (f"vLLM setting: only the default (no effect: rft's engine is hf){hf} is accepted"
+            return (f"vLLM setting: only the default (no effect: the components' engine is hf){hf} is accepted"
                     f"{self._key_note()}")
         return self.lands_on or (f"`{self.key}`" if self.key else "")
 
@@ -215,9 +215,10 @@ class Component:
                     plan.set(inp.key, value, inp.name)
                 elif value != inp.default:
                     also = "".join(f" or {v!r} (what the hf engine does)" for v in hf_values)
-                    plan.refuse(inp.name, f"={value!r} configures the vLLM engine, which rft does not have (it "
-                                          f"generates with its hf engine); only the spec default {inp.default!r} "
-                                          f"(no effect){also} is accepted")
+                    plan.refuse(inp.name, f"={value!r} configures the vLLM engine, which rft's components do not "
+                                          f"drive yet (they generate with the hf engine; a config's rollout.name: "
+                                          f"vllm does); only the spec default {inp.default!r} (no effect){also} is "
+                                          "accepted")
                 else:
                     plan.inert.append(f"{inp.name}={value!r}")
             elif inp.key is not None and value is not None:

@@ -10,8 +10,8 @@ A = "actor_rollout_ref.actor"
 M = "actor_rollout_ref.model"
 R = "actor_rollout_ref.rollout"
 VLLM = {"vllm": True}
-ENGINE_NOTE = {"lands_on": f"`{R}.name` (with rollout_name; the two must agree): 'hf' is rft's engine; vllm / "
-                           "sglang are refused"}
+ENGINE_NOTE = {"lands_on": f"`{R}.name` (with rollout_name; the two must agree): 'hf'; vllm is refused (the "
+                           "components do not drive the vLLM engine yet), sglang too (no such engine)"}
 
 ROWS = [
     ("Engine and Data Parameters", "ENGINE", "string", "vllm", True, None, None, "Engine type (default: vllm)",

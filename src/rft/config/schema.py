@@ -38,8 +38,10 @@ def sub(cls: type, help: str) -> Any:
     return field(default_factory=cls, metadata={"help": help})
 
 
-VLLM_ONLY = ("a vLLM engine knob (GPU only); rft's `hf` engine has no such setting (the vLLM engine is not "
-             "implemented yet)")
+VLLM_KEYS = ("gpu_memory_utilization", "enforce_eager", "free_cache_engine", "enable_chunked_prefill",
+             "enable_prefix_caching", "load_format", "tensor_model_parallel_size", "max_model_len",
+             "max_num_batched_tokens", "max_num_seqs", "engine_kwargs")
+"""The rollout keys only the vLLM engine reads."""
 HDFS_HELP = ("A second copy of every checkpoint (verl's HDFS copy): a local or mounted folder gets "
              "<dir>/global_step_N/ copied in after each save (atomically); null: none.")
 BAD_UPDATES_HELP = ("Optimizer steps skipped in a row (non-finite loss or gradient norm, non-finite weights after the "
@@ -418,8 +420,9 @@ class ValKwargsConfig:
 
 @dataclass
 class RolloutConfig:
-    name: str = fld("hf", "Rollout engine: hf (transformers, KV cache); vllm and sglang are refused for now "
-                          "(docs/scaling.md).", choices=("hf", "vllm", "sglang"))
+    name: str = fld("hf", "Rollout engine: hf (transformers with a KV cache) or vllm (vLLM in the trainer's "
+                          "process; `make vllm` installs it; docs/rollout.md); sglang is refused (no such engine "
+                          "in rft).", choices=("hf", "vllm", "sglang"))
     mode: str = fld("sync", "Rollout mode.", choices=("sync",))
     temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
     top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
@@ -443,17 +446,36 @@ class RolloutConfig:
     log_prob_max_token_len_per_gpu: Optional[int] = fld(
         None, "Real tokens per log-prob pass with log_prob_use_dynamic_bsz, per process; null: "
         "actor.ppo_max_token_len_per_gpu (verl's interpolation).")
-    gpu_memory_utilization: float = fld(0.5, "vLLM memory share.", unsupported=VLLM_ONLY)
-    enforce_eager: bool = fld(True, "vLLM without CUDA graphs.", unsupported=VLLM_ONLY)
-    free_cache_engine: bool = fld(True, "vLLM sleeps between rollouts.", unsupported=VLLM_ONLY)
-    enable_chunked_prefill: bool = fld(False, "vLLM chunked prefill.", unsupported=VLLM_ONLY)
-    load_format: str = fld("dummy_dtensor", "vLLM weight loader.", unsupported=VLLM_ONLY)
+    # the vLLM engine's keys (rollout.name=vllm; docs/rollout.md): with the hf engine they have no effect, as in
+    # verl, and a value other than the default is named in a note line (validate.inactive_sections)
+    gpu_memory_utilization: float = fld(
+        0.5, "vLLM: the share of the device's memory the engine takes (weights, activations, KV cache). On CPU "
+        "vLLM reads it as a share of host memory; rft sizes the KV cache to what the run's batches hold at once, "
+        "within that share.")
+    enforce_eager: bool = fld(True, "vLLM: eager execution, no CUDA graphs / compilation.")
+    free_cache_engine: bool = fld(
+        True, "vLLM: sleep between rollouts (KV cache freed, weights offloaded) while the trainer updates. vLLM's "
+        "sleep mode needs CUDA: on CPU the engine keeps its memory, and the log says so once.")
+    enable_chunked_prefill: bool = fld(False, "vLLM: split long prefills into chunks of max_num_batched_tokens.")
+    enable_prefix_caching: bool = fld(
+        True, "vLLM: reuse the KV cache of shared prompt prefixes (the n samples of a prompt); cleared at every "
+        "weight update.")
+    load_format: str = fld(
+        "dummy_dtensor", "vLLM: how the engine gets its first weights. dummy_* (verl's default): random weights, "
+        "then the actor's weights are loaded into it before the first rollout; auto / safetensors / pt: read "
+        "from actor_rollout_ref.model.path (then the actor's weights, which equal them at step 0).")
     tensor_model_parallel_size: int = fld(
-        2, "vLLM tensor parallel size (verl's default 2). The hf engine is not sharded, as 1 says; 2 is accepted as "
-        "verl's default, which configures an engine that is not there.", unsupported=VLLM_ONLY, also=(1,))
-    max_num_batched_tokens: int = fld(8192, "vLLM scheduler token budget.", unsupported=VLLM_ONLY)
-    max_num_seqs: int = fld(1024, "vLLM maximum concurrent sequences.", unsupported=VLLM_ONLY)
-    engine_kwargs: Dict[str, Any] = fld({}, "Extra engine arguments.", unsupported=VLLM_ONLY)
+        2, "vLLM tensor parallel size (verl's default 2). rft runs the engine in the trainer's process: 1. 2 is "
+        "accepted on a machine without CUDA (verl's default; one engine, said in the log); more than 1 with CUDA "
+        "is refused until rft shards its engine.", also=(1,))
+    max_model_len: Optional[int] = fld(
+        None, "vLLM: the longest sequence the engine holds; null: data.max_prompt_length + "
+        "data.max_response_length (a multi-turn workflow's whole conversation: workflow.max_model_len).")
+    max_num_batched_tokens: int = fld(8192, "vLLM: the scheduler's token budget per engine step.")
+    max_num_seqs: int = fld(1024, "vLLM: the most sequences in one engine step.")
+    engine_kwargs: Dict[str, Any] = fld(
+        {}, "More engine arguments by engine: engine_kwargs.vllm.<name> goes to vllm.LLM as it is (null: vLLM's "
+        "default); engine_kwargs.sglang is refused (rft has no sglang engine).")
     val_kwargs: ValKwargsConfig = sub(ValKwargsConfig, "Sampling for validation.")
 
 

@@ -703,13 +703,21 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     e = _section(explorer, "explorer")
     e.pop("name", None)
     rm = _section(e.pop("rollout_model", None), "explorer.rollout_model")
-    engine = rm.pop("engine_type", "hf")
-    if engine != "hf":
-        t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft generates with its hf engine "
-                                                       "(transformers with a KV cache); vLLM is not implemented")
-    for key, ok in (("engine_num", 1), ("tensor_parallel_size", 1)):
-        if rm.pop(key, ok) != ok:
-            t.refuse(f"explorer.rollout_model.{key}", f"rft runs one engine in its own process; only {ok!r}")
+    engine = rm.pop("engine_type", "hf")  # Trinity's default is vllm; rft's is hf (vLLM is an optional extra)
+    if engine in ("vllm", "vllm_async"):  # one engine in Trinity: its asynchronous vLLM engine
+        _set(out, "actor_rollout_ref.rollout.name", "vllm")
+    elif engine != "hf":
+        t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft's engines are vllm (vllm_async) and hf "
+                                                       "(transformers with a KV cache)")
+    if rm.pop("engine_num", 1) != 1:
+        t.refuse("explorer.rollout_model.engine_num", "rft runs one engine in the explorer's process; only 1")
+    if "tensor_parallel_size" in rm:
+        _set(out, "actor_rollout_ref.rollout.tensor_model_parallel_size", rm.pop("tensor_parallel_size"))
+    for key, target in (("gpu_memory_utilization", "gpu_memory_utilization"), ("enforce_eager", "enforce_eager"),
+                        ("enable_prefix_caching", "enable_prefix_caching"), ("max_model_len", "max_model_len"),
+                        ("dtype", "dtype")):
+        if key in rm:
+            _set(out, f"actor_rollout_ref.rollout.{target}", rm.pop(key))
     if "enable_history" in rm:
         _set(out, "workflow.enable_history", rm.pop("enable_history"))
     if "enable_openai_api" in rm:  # the OpenAI-compatible endpoint the workflows reach

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.config.errors import ConfigError
-from rft.config.schema import RFTConfig
+from rft.config.schema import VLLM_KEYS, RFTConfig
 
 log = logging.getLogger("rft")
 
@@ -70,6 +70,10 @@ def inactive_sections(cfg: RFTConfig) -> dict[str, str]:
                 out[f"critic.{f.name}" + ("." if dataclasses.is_dataclass(getattr(cfg.critic, f.name)) else "")] = why
     if not (actor.use_kl_loss or algo.use_kl_in_reward):
         out["actor_rollout_ref.ref."] = "this run builds no reference (no KL term)"
+    if cfg.actor_rollout_ref.rollout.name != "vllm":
+        why = f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name!r} (these are the vLLM engine's)"
+        for key in VLLM_KEYS:
+            out[f"actor_rollout_ref.rollout.{key}"] = why
     if not algo.mix.enable:
         why = "algorithm.mix.enable=false"
         out["data.expert."] = why
@@ -132,6 +136,45 @@ def _check_model_dir(key: str, path: str) -> None:
             f"{key}={path!r} is not a Hugging Face model folder (no config.json); rft loads models from local "
             "folders only"
         )
+
+
+def _check_vllm(rollout, world_size: int) -> None:
+    """rollout.name=vllm: vLLM importable (the error names the extra), its keys' values usable here."""
+    import torch
+
+    from rft.errors import RftError
+    from rft.rollout.vllm_engine import require_vllm
+
+    r = "actor_rollout_ref.rollout"
+    try:
+        require_vllm(f"{r}.name=vllm")
+    except RftError as e:
+        raise ConfigError(str(e)) from None
+    if world_size > 1:
+        raise ConfigError(f"{r}.name=vllm with {world_size} trainer processes: rft runs the vLLM engine in a single "
+                          "trainer process for now; use 1 process or the hf engine")
+    tp = rollout.tensor_model_parallel_size
+    if tp < 1 or (tp > 1 and torch.cuda.is_available()):
+        raise ConfigError(f"{r}.tensor_model_parallel_size={tp}: rft runs its vLLM engine unsharded in the "
+                          "trainer's process; set 1")
+    if tp > 2:
+        raise ConfigError(f"{r}.tensor_model_parallel_size={tp} needs {tp} devices and this machine has no CUDA; "
+                          "set 1 (2, verl's default, is accepted and runs one engine)")
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        raise ConfigError(f"{r}.gpu_memory_utilization={rollout.gpu_memory_utilization} must be in (0, 1]")
+    for key in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
+        value = getattr(rollout, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"{r}.{key}={value} must be >= 1")
+    kwargs = rollout.engine_kwargs or {}
+    unknown = sorted(set(kwargs) - {"vllm", "sglang"})
+    if unknown:
+        raise ConfigError(f"{r}.engine_kwargs: {unknown} are not engines; the keys are vllm (arguments of vllm.LLM) "
+                          "and sglang")
+    if not _all_null(kwargs.get("sglang") or {}):
+        raise ConfigError(f"{r}.engine_kwargs.sglang: rft has no SGLang engine; remove it")
+    if not isinstance(kwargs.get("vllm") or {}, dict):
+        raise ConfigError(f"{r}.engine_kwargs.vllm must be a mapping of vllm.LLM arguments")
 
 
 def _check_files_exist(key: str, files: list[str]) -> None:
@@ -821,15 +864,11 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
             raise ConfigError(f"{key}={kind!r} is unknown; choose one of {KL_ESTIMATORS.names()}")
 
     # ---- engines and devices
-    if rollout.name != "hf":
-        import torch
-
-        why = ("needs CUDA, which this machine does not have" if not torch.cuda.is_available()
-               else "is not implemented by rft yet (docs/scaling.md: the vLLM plan)")
-        raise ConfigError(
-            f"actor_rollout_ref.rollout.name={rollout.name!r}: the {rollout.name} engine {why}; use 'hf' "
-            "(transformers generation with a KV cache)"
-        )
+    if rollout.name == "sglang":
+        raise ConfigError("actor_rollout_ref.rollout.name='sglang': rft has no SGLang engine; use 'vllm' or 'hf' "
+                          "(transformers generation with a KV cache)")
+    if rollout.name == "vllm":
+        _check_vllm(rollout, world_size)
     _check_runtime("trainer", trainer)
     if world_size > 1:
         _check_processes(cfg, world_size)

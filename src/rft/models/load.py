@@ -131,8 +131,9 @@ def _load_pretrained(auto_class, path: str, dtype: torch.dtype, device: torch.de
         setattr(config, name, value)
     overrides = dict(override_config or {})
     overrides.update(overrides.pop("model_config", None) or {})
-    if overrides.pop("moe_config", None):
-        raise ValueError(f"{key}.override_config.moe_config is Megatron-only; remove it")
+    moe = overrides.pop("moe_config", None)  # verl's Megatron MoE switches: accepted only all false / null
+    if moe and not (isinstance(moe, dict) and not any(moe.values())):
+        raise ValueError(f"{key}.override_config.moe_config={moe!r} is Megatron-only; remove it")
     for name, value in overrides.items():
         if not hasattr(config, name):
             raise ValueError(f"{key}.override_config.{name}: the model config has no attribute {name!r}")
@@ -285,6 +286,27 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
 
 def is_peft(model: nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "merge_and_unload")
+
+
+def hf_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors by their Hugging Face names, as `from_pretrained` would load them, without a copy of
+    the model: a LoRA model's adapted weights merged (base + scale * B @ A, computed here, so the base weights
+    are never modified), modules_to_save's trained copies under the original names."""
+    if not is_peft(model):
+        return {n: t.detach() for n, t in model.state_dict().items()}
+    base = model.get_base_model()
+    merged = {}
+    for prefix, module in base.named_modules():
+        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+            delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
+            merged[f"{prefix}.base_layer.weight"] = module.base_layer.weight.detach() + delta
+    out = {}
+    for name, t in base.state_dict().items():
+        if ".lora_" in name or ".original_module." in name:
+            continue
+        value = merged.get(name, t).detach()
+        out[name.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")] = value
+    return out
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

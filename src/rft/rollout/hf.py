@@ -50,6 +50,17 @@ def response_mask_from(tokens: torch.Tensor, eos_ids: torch.Tensor, ignore_eos: 
     return (eos_before == 0).long()
 
 
+@torch.no_grad()
+def copy_named(model: nn.Module, weights) -> None:
+    """Copy `weights` (name -> tensor, named as the model's parameters) into the model's parameters."""
+    params = dict(model.named_parameters())
+    unknown = sorted(set(weights) - set(params))
+    if unknown:
+        raise KeyError(f"update_weights: the rollout model has no parameters {unknown[:5]}")
+    for name, value in weights.items():
+        params[name].copy_(value.to(params[name].device, params[name].dtype))
+
+
 class HFRollout:
     def __init__(self, model: nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size: int | None = None,
                  all_done: Callable[[bool], bool] | None = None):
@@ -68,12 +79,7 @@ class HFRollout:
         """Copy `weights` (name -> tensor, named as the model's parameters) into the model; None: the model is the
         trained one itself (nothing to copy)."""
         if weights is not None:
-            params = dict(self.model.named_parameters())
-            unknown = sorted(set(weights) - set(params))
-            if unknown:
-                raise KeyError(f"update_weights: the rollout model has no parameters {unknown[:5]}")
-            for name, value in weights.items():
-                params[name].copy_(value.to(params[name].device, params[name].dtype))
+            copy_named(self.model, weights)
         self.version = version
 
     @torch.no_grad()

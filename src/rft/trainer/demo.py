@@ -174,7 +174,8 @@ def validation_before_and_after(rl_out: Path, steps: int) -> tuple[float, float]
     return before, accuracy(last[-1])
 
 
-def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic") -> dict:
+def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine: str = "hf") -> dict:
+    """`engine`: the GRPO stage's rollout engine (hf, or vllm: docs/rollout.md; the arithmetic task only)."""
     from rft.monitor.plots import plot_curves
     from rft.runtime import configure_cpu_runtime
     from rft.trainer.stages import build_stages, run_stages
@@ -195,6 +196,7 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic") -> dic
     else:
         data = write_arithmetic(out / "data", n_train=N_TRAIN, n_val=N_VAL, seed=seed, max_digits=2, carry_slip=CARRY_SLIP)
         config = demo_config(model_dir, data, out, seed)
+        config["actor_rollout_ref"]["rollout"]["name"] = engine
         story = (f"SFT copies a teacher who forgets the units carry in {CARRY_SLIP:.0%} of carrying additions; "
                  "GRPO is rewarded by the exact answer")
     config_path = out / "config.yaml"
@@ -209,7 +211,7 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic") -> dic
     print(f"rft demo: held-out greedy accuracy after sft: {sft_accuracy:.3f} (the {rl.name} stage's validation "
           f"before its first step)\nrft demo: held-out greedy accuracy after {rl.name}: {rl_accuracy:.3f}", flush=True)
     plot_curves([(s.name, s.out) for s in stages], out / "curves.png", title=f"rft demo {task} (seed {seed})")
-    result = {"task": task, "sft_accuracy": sft_accuracy, "rl_accuracy": rl_accuracy,
+    result = {"task": task, "engine": engine, "sft_accuracy": sft_accuracy, "rl_accuracy": rl_accuracy,
               "seconds": round(time.perf_counter() - start, 1), "seed": seed, "model": str(final),
               "config": str(config_path), "curves": str(out / "curves.png")}
     write_text_atomic(out / "demo.json", json.dumps(result, indent=1) + "\n")

@@ -25,12 +25,11 @@ from rft.config import to_yaml
 from rft.errors import RftError
 from rft.experience import to_batch
 from rft.explorer import Explorer, load_prompts, load_tasksets
-from rft.explorer.evaluate import eos_token_ids
 from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
 from rft.monitor import Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
-from rft.rollout import HFRollout
+from rft.rollout.engines import build_engine
 from rft.runtime import configure_cpu_runtime
 from rft.sync import schedule
 from rft.sync.process_group import snapshot
@@ -85,8 +84,7 @@ class ExploreLoop:
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
         model.requires_grad_(False)
         rewards = RewardPipeline.from_config(cfg, self.tokenizer, dtype, device)
-        engine = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id,
-                           arr.rollout.micro_batch_size)
+        engine = build_engine(cfg, model, self.tokenizer)
         self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set)
         self.buffer = make_buffer(cfg, shared=True)
         self.sync = None  # made in run(): nccl joins the trainer's process group there
@@ -367,7 +365,7 @@ def run_bench(cfg) -> Path:
     model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model")
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     rewards = RewardPipeline.from_config(cfg, tokenizer, dtype, device)
-    engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id, arr.rollout.micro_batch_size)
+    engine = build_engine(cfg, model, tokenizer)
     explorer = Explorer(cfg, tokenizer, engine, rewards, None, val_set)
     manager = CheckpointManager(out / "checkpoints")
     steps = []

@@ -21,13 +21,12 @@ from rft.distributed import SINGLE, Dist
 from rft.errors import RftError
 from rft.experience import to_batch
 from rft.explorer import Explorer, load_tasksets
-from rft.explorer.evaluate import eos_token_ids
 from rft.explorer.explorer import GENERATOR
 from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
-from rft.rollout import HFRollout
+from rft.rollout.engines import build_engine
 from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer
@@ -51,7 +50,7 @@ class SyncRun:
         default is one process."""
         configure_cpu_runtime()
         self.cfg, self.dist = cfg, dist
-        data, ro = cfg.data, cfg.actor_rollout_ref.rollout
+        data = cfg.data
         self.out = Path(cfg.trainer.default_local_dir)
         torch.manual_seed(cfg.trainer.seed)
         self.tokenizer = load_tokenizer(data.tokenizer or cfg.actor_rollout_ref.model.path, data.trust_remote_code)
@@ -59,8 +58,7 @@ class SyncRun:
         self.total_steps = total_training_steps(cfg, len(taskset))
         self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
         rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
-        engine = HFRollout(trainer.model, eos_token_ids(trainer.model, self.tokenizer), self.tokenizer.pad_token_id,
-                           ro.micro_batch_size, all_done=dist.all_true if dist.enabled else None)
+        engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
         self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set, dist)
         self.buffer = make_buffer(cfg)
         self.sync = MemorySync(engine)
@@ -132,7 +130,8 @@ class SyncRun:
         labels = [e.info["position"] for e in read.experiences] if self.dist.enabled else None
         batch = to_batch(read.experiences, self.tokenizer.pad_token_id, labels)
         metrics.update(self.trainer.train_step(batch, step, timer))
-        self.sync.publish(None, step)
+        with timer("sync"):  # the hf engine shares the model (nothing to do); vLLM reloads its weights
+            self.sync.publish(None, step)
         return metrics
 
     def validate(self, tracker: Tracker | SilentTracker | None = None) -> dict[str, float]:

@@ -1,0 +1,63 @@
+"""The engine a run generates with, from `actor_rollout_ref.rollout.name`: `hf` or `vllm`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from torch import nn
+
+log = logging.getLogger("rft")
+
+
+def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bool] | None = None):
+    """The rollout engine serving `model` (the trained model itself, or the explorer's copy of it).
+    `all_done`: the hf engine's check across the processes of a sharded model (`HFRollout`)."""
+    from rft.explorer.evaluate import eos_token_ids
+    from rft.rollout.hf import HFRollout
+
+    ro = cfg.actor_rollout_ref.rollout
+    eos = eos_token_ids(model, tokenizer)
+    if ro.name != "vllm":
+        return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done)
+    from rft.rollout.vllm_engine import VLLMRollout
+
+    engine = VLLMRollout(model, cfg.actor_rollout_ref.model.path, eos, tokenizer.pad_token_id, vllm_options(cfg, model))
+    engine.update_weights(None, 0)  # the served model's weights (a dummy load, LoRA, a resumed checkpoint)
+    return engine
+
+
+def vllm_options(cfg, model: nn.Module):
+    """`VLLMOptions` from the rollout keys (schema.RolloutConfig documents each)."""
+    import torch
+
+    from rft.rollout.vllm_engine import VLLMOptions
+
+    data, ro, t = cfg.data, cfg.actor_rollout_ref.rollout, cfg.trainer
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        log.info("rft: the vLLM engine computes in float32 on CPU (rollout.dtype=%s names a GPU dtype)", ro.dtype)
+        if ro.free_cache_engine:
+            log.info("rft: rollout.free_cache_engine: vLLM's sleep mode needs CUDA; on CPU the engine keeps its "
+                     "memory between rollouts")
+        if ro.tensor_model_parallel_size > 1:
+            log.info("rft: rollout.tensor_model_parallel_size=%d (verl's default) on a machine without CUDA: one "
+                     "unsharded vLLM engine in the trainer's process", ro.tensor_model_parallel_size)
+    length = data.max_prompt_length + data.max_response_length
+    if ro.max_model_len is not None:
+        max_model_len = ro.max_model_len
+    elif cfg.workflow.type in ("simple_workflow", "math_workflow"):
+        max_model_len = length
+    else:  # a multi-turn conversation: as long as the model holds
+        max_model_len = min(getattr(model.config, "max_position_embeddings", None) or 32768, 32768)
+    rows = max(data.train_batch_size * ro.n, (data.val_batch_size or 0) * ro.val_kwargs.n, 64)
+    extra = {k: v for k, v in ((ro.engine_kwargs or {}).get("vllm") or {}).items() if v is not None}
+    return VLLMOptions(
+        dtype=ro.dtype if cuda else "float32", seed=t.seed, max_model_len=max_model_len,
+        gpu_memory_utilization=ro.gpu_memory_utilization,
+        kv_cache_tokens=max(min(rows, ro.max_num_seqs) * length, max_model_len),
+        enforce_eager=ro.enforce_eager, enable_prefix_caching=ro.enable_prefix_caching,
+        enable_chunked_prefill=ro.enable_chunked_prefill, max_num_batched_tokens=ro.max_num_batched_tokens,
+        max_num_seqs=ro.max_num_seqs,
+        load_format="dummy" if ro.load_format.startswith("dummy") else ro.load_format, engine_kwargs=extra,
+        tokenizer=data.tokenizer)

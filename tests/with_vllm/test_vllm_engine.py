@@ -1,0 +1,232 @@
+"""The vLLM rollout engine (`actor_rollout_ref.rollout.name: vllm`) on this CPU, against the hf engine:
+
+(a) greedy tokens equal to the hf engine's on the same model, for several families (random models of
+    `rft.models.families`, head_dim 32, which vLLM's CPU attention takes), and the sampled tokens' log-probs equal
+    to the trainer's recomputation within a measured tolerance;
+(b) weights after an update (full fine-tuning and LoRA) make the engine's greedy tokens the updated model's;
+(c) sampling: n samples per prompt, top-k, EOS, and seeds from the caller's generator that repeat a run;
+(d) a GRPO run from the CLI on vLLM with verl's rollout defaults, logging the engine / trainer log-prob difference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rft.models.families import init_family_model
+from rft.models.load import load_causal_lm, load_tokenizer
+from rft.models.tiny import init_model
+from rft.rollout import HFRollout, SamplingParams
+from rft.rollout.vllm_engine import VLLMOptions, VLLMRollout
+from rft.workers.policy import forward_logprobs
+
+CPU = torch.device("cpu")
+FAMILIES = ("qwen2", "llama", "gpt2", "qwen3", "mistral")
+LOGPROB_TOL = 1e-4
+"""|vLLM's log-prob - the trainer's| on the sampled tokens, fp32 on CPU: vLLM's own kernels (its CPU attention,
+fused QKV and gate/up projections, oneDNN matmuls) sum in another order than transformers' (measured below 2e-5 on
+these models; a wrong temperature or an off-by-one position moves them by 0.1 and more)."""
+
+
+def _prompts(lengths=(3, 14, 9, 11), pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), pad)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, width - n:] = torch.randint(0, 256, (n,), generator=gen)
+        mask[i, width - n:] = 1
+    return ids, mask
+
+
+def _engine(path: Path, model, tok, **options) -> VLLMRollout:
+    return VLLMRollout(model, str(path), [tok.eos_token_id], tok.pad_token_id,
+                       VLLMOptions(max_model_len=128, kv_cache_tokens=4096, **options))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("vllm")
+    for family in FAMILIES:
+        init_family_model(family, root / family)
+    init_model("tiny", root / "tiny", seed=0)
+    return root
+
+
+def _trainer_logprobs(model, ids, mask, response, response_mask, temperature: float) -> torch.Tensor:
+    from rft.batch import Batch
+
+    batch = Batch(prompt_ids=ids, prompt_mask=mask, response_ids=response, response_mask=response_mask,
+                  group=torch.arange(len(ids)))
+    with torch.no_grad():
+        logprobs, _ = forward_logprobs(model, batch, temperature)
+    return logprobs * response_mask
+
+
+# ------------------------------------------------------------------------------------------- (a) parity
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_tokens_equal_the_hf_engines_and_log_probs_the_trainers(root, family):
+    tok = load_tokenizer(str(root / family))
+    model = load_causal_lm(str(root / family), torch.float32, CPU).eval()
+    ids, mask = _prompts(pad=tok.pad_token_id)
+    greedy = SamplingParams(n=1, do_sample=False, temperature=0.0, max_tokens=16, ignore_eos=True)
+    engine = _engine(root / family, model, tok)
+    engine.update_weights(None, 0)
+    ours, theirs = engine.generate(ids, mask, greedy), HFRollout(model, [tok.eos_token_id],
+                                                                  tok.pad_token_id).generate(ids, mask, greedy)
+    assert torch.equal(ours.response_ids, theirs.response_ids)
+    assert ours.response_mask.all()
+    # sampled at temperature 0.7: the log-probs are those of softmax(logits / 0.7), as the trainer recomputes them
+    sampled = engine.generate(ids, mask, SamplingParams(n=2, temperature=0.7, max_tokens=12, ignore_eos=True),
+                              torch.Generator().manual_seed(0))
+    rows = torch.arange(len(ids)).repeat_interleave(2)
+    recomputed = _trainer_logprobs(model, ids[rows], mask[rows], sampled.response_ids, sampled.response_mask, 0.7)
+    diff = float((recomputed - sampled.logprobs).abs().max())
+    print(f"{family}: max |vLLM - trainer| log-prob {diff:.2e}")
+    assert diff <= LOGPROB_TOL
+    assert float(sampled.logprobs.mean()) < -1e-3  # sampled, not all greedy choices of probability 1
+
+
+# ------------------------------------------------------------------------------------------- (b) weights
+def test_updated_weights_make_the_engine_generate_as_the_updated_model(root):
+    """Full fine-tuning (the trainer's model itself, None) and a LoRA model (the adapter merged on the way): after
+    update_weights the engine's greedy tokens are the hf engine's on the changed model, and they changed."""
+    from omegaconf import OmegaConf
+
+    from rft.models.load import apply_lora
+
+    tok = load_tokenizer(str(root / "tiny"))
+    model = load_causal_lm(str(root / "tiny"), torch.float32, CPU).eval()
+    ids, mask = _prompts(pad=tok.pad_token_id)
+    greedy = SamplingParams(n=1, do_sample=False, temperature=0.0, max_tokens=10, ignore_eos=True)
+    engine = _engine(root / "tiny", model, tok)
+    before = engine.generate(ids, mask, greedy).response_ids
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * p.std() * torch.randn(p.shape, generator=gen))
+    engine.update_weights(None, 3)
+    after = engine.generate(ids, mask, greedy).response_ids
+    assert engine.version == 3 and not torch.equal(before, after)
+    assert torch.equal(after, HFRollout(model, [tok.eos_token_id], tok.pad_token_id).generate(ids, mask,
+                                                                                               greedy).response_ids)
+
+    lora = apply_lora(load_causal_lm(str(root / "tiny"), torch.float32, CPU),
+                      OmegaConf.create({"lora_rank": 4, "lora_alpha": 8, "target_modules": "all-linear",
+                                        "exclude_modules": None, "use_dora": False}), task_type="CAUSAL_LM").eval()
+    engine = _engine(root / "tiny", lora, tok)
+    trainable = {n: p for n, p in lora.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    with torch.no_grad():  # an adapter that changes the model: B away from 0
+        update = {n: p + 0.3 * torch.randn(p.shape, generator=gen) for n, p in trainable.items()}
+    engine.update_weights(update, 1)  # the explorer's way: names of the LoRA model's parameters
+    assert all(torch.equal(trainable[n], update[n]) for n in update)
+    merged = HFRollout(lora, [tok.eos_token_id], tok.pad_token_id).generate(ids, mask, greedy).response_ids
+    assert not torch.equal(merged, before)
+    assert torch.equal(engine.generate(ids, mask, greedy).response_ids, merged)
+
+
+# ------------------------------------------------------------------------------------------- (c) sampling
+def test_sampling_n_per_prompt_top_k_eos_and_seeds(root):
+    tok = load_tokenizer(str(root / "tiny"))
+    model = load_causal_lm(str(root / "tiny"), torch.float32, CPU).eval()
+    ids, mask = _prompts(pad=tok.pad_token_id)
+    engine = _engine(root / "tiny", model, tok)
+    params = SamplingParams(n=3, temperature=1.0, top_k=5, max_tokens=20)
+    first = engine.generate(ids, mask, params, torch.Generator().manual_seed(7))
+    again = engine.generate(ids, mask, params, torch.Generator().manual_seed(7))
+    other = engine.generate(ids, mask, params, torch.Generator().manual_seed(8))
+    assert first.response_ids.shape[0] == 12 and torch.equal(first.response_ids, again.response_ids)
+    assert not torch.equal(first.response_ids, other.response_ids)
+    # top-5: every sampled token is among the 5 likeliest; its log-prob is of the renormalised top 5
+    valid = first.response_mask.bool()
+    assert torch.isfinite(first.logprobs[valid]).all() and (first.logprobs[valid] <= 0).all()
+    rows = torch.arange(len(ids)).repeat_interleave(3)
+    with torch.no_grad():
+        full = torch.cat([ids[rows], first.response_ids], 1)
+        full_mask = torch.cat([mask[rows], first.response_mask], 1)
+        logits = model(input_ids=full, attention_mask=full_mask,
+                       position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, ids.shape[1] - 1:-1]
+    rank = (logits > logits.gather(-1, first.response_ids[..., None])).sum(-1)
+    assert int(rank[valid].max()) < 5
+    # the mask ends at the first EOS (included), padding after it
+    eos = tok.eos_token_id
+    for row, m in zip(first.response_ids, first.response_mask):
+        n = int(m.sum())
+        assert (row[n:] == tok.pad_token_id).all()
+        if n < first.response_ids.shape[1]:
+            assert int(row[n - 1]) == eos
+    # rows come back in the prompts' order
+    greedy = SamplingParams(n=1, do_sample=False, temperature=0.0, max_tokens=4, ignore_eos=True)
+    single = engine.generate(ids, mask, greedy).response_ids
+    assert torch.equal(engine.generate(ids[[2, 0]], mask[[2, 0]], greedy).response_ids, single[[2, 0]])
+
+
+# ------------------------------------------------------------------------------------------- (d) a run
+def test_grpo_on_vllm_with_verls_rollout_defaults_trains_and_logs_the_log_prob_difference(root, tmp_path):
+    """verl's rollout section as ppo_trainer.yaml ships it (name vllm, tensor_model_parallel_size 2,
+    load_format dummy_dtensor, gpu_memory_utilization 0.5, free_cache_engine true): two GRPO steps on this CPU, the
+    engine / trainer log-prob difference logged each step, every trainable parameter moved."""
+    from rl_helpers import SHAPED_REWARD
+    from safetensors.torch import load_file
+
+    from rft.tasks import write_arithmetic
+
+    write_arithmetic(tmp_path / "data", n_train=32, n_val=8, seed=0, max_digits=1)
+    (tmp_path / "reward.py").write_text(SHAPED_REWARD)  # digits count: a random model's groups differ
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "rft", "train",
+            f"actor_rollout_ref.model.path={root / 'tiny'}", f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
+            f"data.val_files={tmp_path / 'data' / 'val.parquet'}", "data.train_batch_size=4",
+            "data.max_prompt_length=32", "data.max_response_length=8", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_epochs=2",
+            "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",
+            f"custom_reward_function.path={tmp_path / 'reward.py'}", "actor_rollout_ref.actor.optim.lr=1e-3",
+            "actor_rollout_ref.actor.optim.weight_decay=0",
+            "trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.logger=[console]",
+            f"trainer.default_local_dir={out}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    for x in lines:
+        assert x["training/rollout_probs_diff_valid"] == 1
+        assert 0 <= x["training/rollout_probs_diff_max"] <= LOGPROB_TOL * 10
+        assert math.isfinite(x["critic/score/mean"])
+    assert "val-core/" in " ".join(lines[-1])
+    before, after = load_file(root / "tiny" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert [k for k in before if torch.equal(before[k], after[k])] == []
+
+
+# ------------------------------------------------------------------------------------------- (e) the seeds
+@pytest.mark.slow
+def test_verls_ppo_trainer_yaml_runs_two_steps_on_vllm_unedited(root, tmp_path):
+    """The seed's ppo_trainer.yaml (rollout.name vllm and every rollout default; gae with a critic, 1024 prompts a
+    step, 512 + 512 tokens) for two steps, edited only where it names another machine: the model and data paths,
+    the one process of this machine (its n_gpus_per_node 8 names GPUs that are not here), the run's length, and an
+    offline W&B (its logger list names wandb)."""
+    from spec_configs import verl_ppo_trainer_yaml
+
+    from rft.tasks import write_arithmetic
+
+    write_arithmetic(tmp_path / "data", n_train=1024, n_val=4, seed=0, max_digits=2)
+    (tmp_path / "ppo_trainer.yaml").write_text(verl_ppo_trainer_yaml())
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "rft", "train", str(tmp_path / "ppo_trainer.yaml"),
+            f"actor_rollout_ref.model.path={root / 'tiny'}",
+            f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
+            f"data.val_files={tmp_path / 'data' / 'val.parquet'}", "trainer.n_gpus_per_node=1",
+            "trainer.total_training_steps=2", f"trainer.default_local_dir={out}"]
+    env = {**__import__("os").environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=1500, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    assert all("critic/vf_loss" in x and x["training/rollout_probs_diff_valid"] == 1 for x in lines)
+    assert (out / "model" / "model.safetensors").is_file()
