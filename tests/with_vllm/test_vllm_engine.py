@@ -205,21 +205,47 @@ def test_grpo_on_vllm_with_verls_rollout_defaults_trains_and_logs_the_log_prob_d
 
 
 # ------------------------------------------------------------------------------------------- (e) the seeds
+def _eos_model(source: Path, out: Path) -> Path:
+    """A copy of the random (untied) Llama at `source` whose likeliest next token is EOS everywhere (p 0.7 to
+    0.99): embedding dimension 0 is 1 for every token and no layer writes to it, and only the EOS row of the head
+    reads it."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(source)
+    assert not model.config.tie_word_embeddings
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 1.0
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[0] = 0
+            layer.mlp.down_proj.weight[0] = 0
+        model.lm_head.weight[:, 0] = 0
+        model.lm_head.weight[model.config.eos_token_id, 0] = 50.0
+    model.save_pretrained(out)
+    for f in source.iterdir():
+        if "token" in f.name or f.name == "vocab.json" or f.name == "merges.txt":
+            shutil.copy(f, out / f.name)
+    return out
+
+
 @pytest.mark.slow
 def test_verls_ppo_trainer_yaml_runs_two_steps_on_vllm_unedited(root, tmp_path):
     """The seed's ppo_trainer.yaml (rollout.name vllm and every rollout default; gae with a critic, 1024 prompts a
-    step, 512 + 512 tokens) for two steps, edited only where it names another machine: the model and data paths,
-    the one process of this machine (its n_gpus_per_node 8 names GPUs that are not here), the run's length, and an
-    offline W&B (its logger list names wandb)."""
+    step, up to 512 + 512 tokens) for two steps, edited only where it names another machine: the model and data
+    paths, the one process of this machine (its n_gpus_per_node 8 names GPUs that are not here), the run's length,
+    and an offline W&B (its logger list names wandb). The model is a random Llama that ends most responses at once
+    (`_eos_model`): with a random model's 512-token responses the two steps take some 20 minutes of this CPU."""
     from spec_configs import verl_ppo_trainer_yaml
 
     from rft.tasks import write_arithmetic
 
     write_arithmetic(tmp_path / "data", n_train=1024, n_val=4, seed=0, max_digits=2)
     (tmp_path / "ppo_trainer.yaml").write_text(verl_ppo_trainer_yaml())
+    model = _eos_model(root / "llama", tmp_path / "model")
     out = tmp_path / "run"
     args = [sys.executable, "-m", "rft", "train", str(tmp_path / "ppo_trainer.yaml"),
-            f"actor_rollout_ref.model.path={root / 'tiny'}",
+            f"actor_rollout_ref.model.path={model}",
             f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
             f"data.val_files={tmp_path / 'data' / 'val.parquet'}", "trainer.n_gpus_per_node=1",
             "trainer.total_training_steps=2", f"trainer.default_local_dir={out}"]
@@ -230,3 +256,12 @@ def test_verls_ppo_trainer_yaml_runs_two_steps_on_vllm_unedited(root, tmp_path):
     assert [x["step"] for x in lines] == [1, 2]
     assert all("critic/vf_loss" in x and x["training/rollout_probs_diff_valid"] == 1 for x in lines)
     assert (out / "model" / "model.safetensors").is_file()
+
+
+def test_an_argument_vllm_refuses_is_one_error_naming_the_keys(root):
+    from rft.errors import RftError
+
+    tok = load_tokenizer(str(root / "tiny"))
+    model = load_causal_lm(str(root / "tiny"), torch.float32, CPU)
+    with pytest.raises(RftError, match=r"the vLLM engine refused its arguments \(.*no_such_argument.*engine_kwargs"):
+        _engine(root / "tiny", model, tok, engine_kwargs={"no_such_argument": 1})

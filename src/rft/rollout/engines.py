@@ -44,12 +44,18 @@ def vllm_options(cfg, model: nn.Module):
             log.info("rft: rollout.tensor_model_parallel_size=%d (verl's default) on a machine without CUDA: one "
                      "unsharded vLLM engine in the trainer's process", ro.tensor_model_parallel_size)
     length = data.max_prompt_length + data.max_response_length
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 32768
     if ro.max_model_len is not None:
         max_model_len = ro.max_model_len
     elif cfg.workflow.type in ("simple_workflow", "math_workflow"):
         max_model_len = length
+        if length > positions:  # vLLM refuses a longer max_model_len than the model's positions
+            log.info("rft: the vLLM engine holds %d positions (the model's max_position_embeddings), fewer than "
+                     "data.max_prompt_length + data.max_response_length = %d: a response ends there", positions,
+                     length)
+            max_model_len = positions
     else:  # a multi-turn conversation: as long as the model holds
-        max_model_len = min(getattr(model.config, "max_position_embeddings", None) or 32768, 32768)
+        max_model_len = min(positions, 32768)
     rows = max(data.train_batch_size * ro.n, (data.val_batch_size or 0) * ro.val_kwargs.n, 64)
     extra = {k: v for k, v in ((ro.engine_kwargs or {}).get("vllm") or {}).items() if v is not None}
     return VLLMOptions(

@@ -21,6 +21,7 @@ vLLM is an optional dependency (`make vllm`, docs/rollout.md); `require_vllm` sa
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,13 +73,22 @@ def kv_bytes_per_token(config) -> int:
     return 2 * text.num_hidden_layers * kv_heads * head_dim * 4
 
 
+_live: weakref.ref | None = None
+"""The process's engine: vLLM keeps its parallel groups in module globals, and a second engine's would be torn
+down when the first is collected, so a new engine shuts the previous one down first (a staged run's RL stages)."""
+
+
 class VLLMRollout:
     def __init__(self, model: nn.Module, model_path: str, eos_token_ids: list[int], pad_token_id: int,
                  options: VLLMOptions):
         """`model`: the transformers model (LoRA-wrapped or not) whose weights the engine serves; `model_path`: the
         Hugging Face folder vLLM builds its model from (the architecture, and the weights until the first
         update)."""
+        global _live
         require_vllm()
+        previous = _live() if _live is not None else None
+        if previous is not None:
+            previous.close()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
         from transformers import AutoConfig
         from vllm import LLM
@@ -104,7 +114,19 @@ class VLLMRollout:
             kwargs["kv_cache_memory_bytes"] = int(min(options.gpu_memory_utilization * total,
                                                       max(options.kv_cache_tokens, 4096) * per_token))
         kwargs.update(options.engine_kwargs)
-        self.llm = LLM(**kwargs)
+        try:
+            self.llm = LLM(**kwargs)
+            _live = weakref.ref(self)
+        except (TypeError, ValueError) as e:  # vLLM's own check of its arguments (pydantic's errors are ValueErrors)
+            why = " ".join(str(e).split())[:600]
+            raise RftError(f"the vLLM engine refused its arguments ({why}); they come from actor_rollout_ref.rollout "
+                           "(docs/rollout.md), engine_kwargs.vllm included") from None
+
+    def close(self) -> None:
+        """Shut the engine down now (idempotent; vLLM's finalizer would otherwise do it when collected)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
 
     # ------------------------------------------------------------------------------------------ weights
     def _worker(self):
