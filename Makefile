@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test demo bench clean vllm test-vllm
+.PHONY: setup test demo bench clean vllm test-vllm bench-vllm
 
 setup: $(STAMP)
 
@@ -41,6 +41,9 @@ $(VSTAMP): pyproject.toml constraints.txt
 
 test-vllm: vllm
 	OMP_NUM_THREADS=1 $(VVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_vllm
+
+bench-vllm: vllm
+	$(VVENV)/bin/python bench/demo_engines.py
 
 demo: setup
 	rm -rf runs/demo

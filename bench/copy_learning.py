@@ -18,7 +18,6 @@ Each run takes ~40 s on 2 cores; they run one after the other. Appends a table t
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import platform
 import random
@@ -28,7 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
-RESULTS = HERE / "RESULTS.md"
+from results_md import append_section  # noqa: E402  (bench/ is the script's folder: on sys.path)
+
 HELD_OUT = 200  # numbers of a separate draw the trained model is asked to repeat
 
 
@@ -107,11 +107,8 @@ def main() -> int:
                 print(row, flush=True)
                 table.append(row)
     if not args.no_write:
-        stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        head = (f"\n## {stamp} — copy learning by answer prefix, role `{args.role}` ({platform.machine()}, "
-                f"`python bench/copy_learning.py`)\n\n")
-        with RESULTS.open("a") as f:
-            f.write(head + "\n".join(table) + "\n")
+        append_section(f"copy learning by answer prefix, role `{args.role}` ({platform.machine()}, "
+                       "`python bench/copy_learning.py`)", table)
     return 0
 
 

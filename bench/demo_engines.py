@@ -11,7 +11,6 @@ and the largest engine / trainer log-prob difference the GRPO stage logged.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import platform
@@ -21,8 +20,7 @@ import tempfile
 from pathlib import Path
 from statistics import mean
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "RESULTS.md"
+from results_md import append_section
 
 
 def run(engine: str, seed: int, out: Path) -> dict:
@@ -61,10 +59,9 @@ def main() -> int:
         import torch
         import transformers
 
-        head = (f"\n### rft demo, GRPO on hf vs vLLM ({_dt.date.today()}, {platform.machine()}, torch "
-                f"{torch.__version__}, transformers {transformers.__version__}, {os.cpu_count()} cores)\n\n")
-        with RESULTS.open("a") as f:
-            f.write(head + "\n".join(table) + "\n")
+        append_section(f"`rft demo --engine hf|vllm`, the GRPO stage on each engine (`bench/demo_engines.py`; "
+                       f"{platform.machine()}, nproc {os.cpu_count()}, torch {torch.__version__}, transformers "
+                       f"{transformers.__version__})", table)
     return 0
 
 
