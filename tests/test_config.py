@@ -475,7 +475,23 @@ def test_examples_exist():
 STAGED = [p for p in EXAMPLES if "stages" in yaml.safe_load(p.read_text())]
 # `rft dpo` configs: the SFT sections (model.partial_pretrain) plus the preference loss
 DPO = [p for p in EXAMPLES if _is_offline(p)]
-SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO]
+# the vLLM examples: loaded and validated where vLLM is (tests/with_vllm); here they must name the extra
+VLLM_EXAMPLES = [p for p in EXAMPLES if ((yaml.safe_load(p.read_text()).get("actor_rollout_ref") or {})
+                                         .get("rollout") or {}).get("name") == "vllm"]
+SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in VLLM_EXAMPLES]
+
+
+@pytest.mark.parametrize("example", VLLM_EXAMPLES, ids=[p.name for p in VLLM_EXAMPLES])
+def test_vllm_example_without_vllm_names_the_extra(example, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as in make test's venv
+    with pytest.raises(ConfigError, match=r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm"):
+        load_config(example, validate_paths=False)
+
+
+def test_there_is_a_vllm_example():
+    assert [p.name for p in VLLM_EXAMPLES] == ["arithmetic_grpo_vllm.yaml"]
 
 
 @pytest.mark.parametrize("example", DPO, ids=[p.name for p in DPO])

@@ -28,7 +28,7 @@ from spec_configs import SPEC, md_yaml_blocks, merge
 from rft.config import load_config, load_dpo_config, load_sft_config
 from rft.config.dpo_schema import DPOConfig
 from rft.config.load import ConfigError
-from rft.config.schema import RFTConfig
+from rft.config.schema import VLLM_KEYS, RFTConfig
 from rft.config.sft_schema import SFTConfig
 from rft.config.validate import walk
 
@@ -40,6 +40,10 @@ WITHOUT_A_READER_HERE = {
        for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.transformer_layer_cls_to_wrap")},
     "trainer.balance_batch": "several processes: rl.py generate_and_score -> distributed.step_shard "
                              "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
+    # the vLLM engine's keys: read by rollout/engines.py:vllm_options when rollout.name is vllm, which needs the
+    # venv of `make vllm` (tests/with_vllm runs them: verl's ppo_trainer.yaml with every one of them)
+    **{f"actor_rollout_ref.rollout.{key}": "the vLLM engine: rollout/engines.py:vllm_options (tests/with_vllm)"
+       for key in VLLM_KEYS},
 }
 SFT_WITHOUT_A_READER_HERE = {
     "model.strategy": "how several processes shard the model: read by trainer/sft.py only when trainer.nnodes x "

@@ -265,3 +265,14 @@ def test_an_argument_vllm_refuses_is_one_error_naming_the_keys(root):
     model = load_causal_lm(str(root / "tiny"), torch.float32, CPU)
     with pytest.raises(RftError, match=r"the vLLM engine refused its arguments \(.*no_such_argument.*engine_kwargs"):
         _engine(root / "tiny", model, tok, engine_kwargs={"no_such_argument": 1})
+
+
+def test_the_vllm_example_validates_with_real_paths(root, tmp_path):
+    from rft.config import load_config
+    from rft.tasks import write_arithmetic
+
+    data = write_arithmetic(tmp_path / "d", n_train=16, n_val=4, seed=0)
+    example = Path(__file__).resolve().parents[2] / "examples" / "arithmetic_grpo_vllm.yaml"
+    cfg = load_config(example, [f"actor_rollout_ref.model.path={root / 'tiny'}", f"data.train_files={data['train']}",
+                                f"data.val_files={data['val']}"], validate_paths=True)
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1

@@ -113,7 +113,8 @@ class ExploreLoop:
         folder.mkdir(parents=True, exist_ok=True)
         write_text_atomic(folder / "config.yaml", to_yaml(cfg))
         tracker = Tracker.for_run(cfg, folder, self.total_steps, ex.step, role="explorer",
-                                  console=os.environ.get(ROLE_ENV) != "explorer")
+                                  console=os.environ.get(ROLE_ENV) != "explorer",
+                                  recovered=state.get("metrics") if state else None)
         tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {len(ex.taskset) or 'a stream of'} tasks, "
                       f"sync every {s.sync_interval} step(s) offset {s.sync_offset} ({method}), output {folder}")
         if t.val_before_train and ex.step == 0 and ex.val_set is not None:
@@ -131,12 +132,14 @@ class ExploreLoop:
                 experiences, metrics = ex.explore_step(timer)
                 metrics["training/epoch"] = ex.taskset.epoch
                 metrics["rollout/model_version"] = engine.version
-                with timer("write"):
-                    self.buffer.write(experiences, ex.state_dict())
+                samples = None
                 if ex.val_set is not None and t.test_freq > 0 and (step == self.total_steps or step % t.test_freq == 0):
                     with timer("testing"):
                         val_metrics, samples = ex.evaluate()
                     metrics.update(val_metrics)
+                with timer("write"):  # the step's metrics line goes with it: a kill before tracker.log loses nothing
+                    self.buffer.write(experiences, {**ex.state_dict(), "metrics": {**metrics, **timer.metrics()}})
+                if samples is not None:
                     tracker.log_generations(step, samples[:t.log_val_generations])
             metrics.update(timer.metrics())
             tracker.log(step, metrics)
