@@ -713,11 +713,9 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         t.refuse("explorer.rollout_model.engine_num", "rft runs one engine in the explorer's process; only 1")
     if "tensor_parallel_size" in rm:
         _set(out, "actor_rollout_ref.rollout.tensor_model_parallel_size", rm.pop("tensor_parallel_size"))
-    for key, target in (("gpu_memory_utilization", "gpu_memory_utilization"), ("enforce_eager", "enforce_eager"),
-                        ("enable_prefix_caching", "enable_prefix_caching"), ("max_model_len", "max_model_len"),
-                        ("dtype", "dtype")):
-        if key in rm:
-            _set(out, f"actor_rollout_ref.rollout.{target}", rm.pop(key))
+    for key in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "max_model_len", "dtype"):
+        if key in rm:  # the same names as verl's rollout keys
+            _set(out, f"actor_rollout_ref.rollout.{key}", rm.pop(key))
     if "enable_history" in rm:
         _set(out, "workflow.enable_history", rm.pop("enable_history"))
     if "enable_openai_api" in rm:  # the OpenAI-compatible endpoint the workflows reach

@@ -90,7 +90,6 @@ class VLLMRollout:
         if previous is not None:
             previous.close()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
-        from transformers import AutoConfig
         from vllm import LLM
 
         self.eos_ids = sorted(set(eos_token_ids))
@@ -109,7 +108,7 @@ class VLLMRollout:
         if not torch.cuda.is_available() and options.kv_cache_tokens:
             # vLLM's CPU backend reads gpu_memory_utilization as a share of the host's memory; the cache rft asks
             # for is the smaller of that share and what the run's batches hold at once
-            per_token = kv_bytes_per_token(AutoConfig.from_pretrained(model_path))
+            per_token = kv_bytes_per_token(model.config)
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
             kwargs["kv_cache_memory_bytes"] = int(min(options.gpu_memory_utilization * total,
                                                       max(options.kv_cache_tokens, 4096) * per_token))
@@ -145,9 +144,8 @@ class VLLMRollout:
 
         if weights is not None:
             copy_named(self.model, weights)
-        items = [(name, t.to("cpu", torch.float32) if t.is_floating_point() else t.cpu())
-                 for name, t in hf_weights(self.model).items()]
-        self._worker().reload_weights(weights_iterator=iter(items))
+        # vLLM's weight loaders copy into its parameters, converting device and dtype
+        self._worker().reload_weights(weights_iterator=iter(hf_weights(self.model).items()))
         self.llm.reset_prefix_cache()
         self.version = version
 
@@ -174,12 +172,9 @@ class VLLMRollout:
                 rows.append(torch.tensor(tokens, dtype=torch.long))
                 logprobs.append(torch.tensor([step[t].logprob for step, t in zip(c.logprobs, tokens)],
                                              dtype=torch.float32))
-        width = max(1, max(len(r) for r in rows))
+        width = max(1, max(len(r) for r in rows))  # an empty completion: one padding column, masked below
         response = torch.stack([_pad_right(r[None], width, self.pad_token_id)[0] for r in rows])
         lp = torch.stack([_pad_right(x[None], width, 0.0)[0] for x in logprobs])
-        for i, r in enumerate(rows):  # an empty completion: one padding column, masked below
-            if len(r) == 0:
-                response[i] = self.pad_token_id
         mask = response_mask_from(response, torch.tensor(self.eos_ids), params.ignore_eos)
         mask = mask * (torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]).long()
         return RolloutOutput(response.masked_fill(mask == 0, self.pad_token_id), mask, lp * mask)
