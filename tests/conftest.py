@@ -1,5 +1,5 @@
-"""Collection order: the tests marked `longest` run first, so that under `pytest -n 2` (make test) one worker starts
-them at once while the other works through the rest, instead of one of them starting last and running alone.
+"""Collection order: the tests marked `longest` run first, so that under `pytest -n 2` (make test) none of them
+starts last and runs alone while the other worker idles.
 
 Skips: a test may skip only for a reason in `ALLOWED_SKIPS` (no CUDA device; Chromium, a system package that .ci/run
 installs; torch.compile on a machine without a compiler). Any other skip (a package `make test`'s setup should have

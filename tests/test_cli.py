@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import rft_here
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "arithmetic_grpo.yaml"
@@ -29,8 +30,8 @@ def rft(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("cli")
-    rft("init-model", "--preset", "tiny", "m", cwd=cwd)
-    rft("data", "arithmetic", "d", cwd=cwd)
+    rft_here("init-model", "--preset", "tiny", "m", cwd=cwd)
+    rft_here("data", "arithmetic", "d", cwd=cwd)
     return cwd
 
 
@@ -62,6 +63,7 @@ def test_end_to_end_three_steps(workdir):
     assert int(proc.stdout.strip().splitlines()[-1]) >= 1
 
 
+@pytest.mark.longest
 def test_sigkill_mid_training_then_resume(workdir):
     args = train_args("killed", "trainer.total_training_steps=8", "trainer.test_freq=-1",
                       "trainer.val_before_train=false")
@@ -79,19 +81,19 @@ def test_sigkill_mid_training_then_resume(workdir):
     killed_at = int((out / "checkpoints" / "latest").read_text().strip().split("_")[-1])
     assert 2 <= killed_at < 8
 
-    again = rft(*args, cwd=workdir)
+    again = rft_here(*args, cwd=workdir)
     assert "resumed from" in again.stdout and f"at step {killed_at}" in again.stdout
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 9))  # each step logged once: the repeated ones were rewritten
     assert (out / "model" / "model.safetensors").is_file()
     # a third run finds the work done: it resumes at step 8 and trains nothing more
-    third = rft(*args, cwd=workdir)
+    third = rft_here(*args, cwd=workdir)
     assert "at step 8" in third.stdout
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == steps
     # and the killed run is the uninterrupted one: each step's metrics and the final weights
     from safetensors.torch import load_file
 
-    rft(*train_args("whole", *args[-3:]), cwd=workdir)
+    rft_here(*train_args("whole", *args[-3:]), cwd=workdir)
     killed, whole = ([json.loads(x) for x in (workdir / d / "metrics.jsonl").read_text().splitlines()]
                      for d in ("killed", "whole"))
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy"):
@@ -108,7 +110,7 @@ def test_sigkill_mid_training_then_resume(workdir):
     ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),
 ])
 def test_bad_config_is_refused_before_anything_loads(workdir, override, message):
-    proc = rft(*train_args("refused", override), cwd=workdir, check=False)
+    proc = rft_here(*train_args("refused", override), cwd=workdir, check=False)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not (workdir / "refused").exists()
@@ -118,12 +120,12 @@ def test_rft_data_calculator_writes_the_task_and_refuses_bad_options(tmp_path):
     """`rft data calculator OUT` takes one folder, like `rft data arithmetic` (it was read as gsm8k's SRC OUT)."""
     from rft.data.io import read_rows
 
-    out = rft("data", "calculator", "c", "--n-train", "20", "--n-val", "5", "--tool-share", "0.5", cwd=tmp_path)
+    out = rft_here("data", "calculator", "c", "--n-train", "20", "--n-val", "5", "--tool-share", "0.5", cwd=tmp_path)
     assert [line.split(":")[0] for line in out.stdout.splitlines()] == ["train", "val", "sft", "copy"]
     assert len(read_rows(tmp_path / "c" / "train.parquet")) == 20 and len(read_rows(tmp_path / "c" / "val.parquet")) == 5
-    bad = rft("data", "calculator", "c2", "--tool-share", "1.5", cwd=tmp_path, check=False)
+    bad = rft_here("data", "calculator", "c2", "--tool-share", "1.5", cwd=tmp_path, check=False)
     assert bad.returncode != 0 and bad.stderr.strip() == "rft: error: rft data calculator: tool_share=1.5 must be in [0, 1]"
     assert not (tmp_path / "c2").exists()
-    bad = rft("data", "calculator", "c3", "--copy-rows", "-1", cwd=tmp_path, check=False)
+    bad = rft_here("data", "calculator", "c3", "--copy-rows", "-1", cwd=tmp_path, check=False)
     assert bad.returncode != 0 and bad.stderr.strip() == "rft: error: rft data calculator: copy_rows=-1 must be >= 0"
     assert not (tmp_path / "c3").exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import rft_here
 
 from rft.components import ComponentError, components, get_component
 from rft.components.amlyaml import component_yaml
@@ -572,8 +573,7 @@ def test_requirements_parsing_and_constraints():
 def test_failed_install_stops_the_run_with_pips_message(work, tmp_path):
     args = [*_cli_args(R, work), "--pypi_packages_override", "./no/such/package", "--model_output",
             str(tmp_path / "model"), "--intermediate_folder", str(tmp_path / "work")]
-    proc = subprocess.run([sys.executable, "-m", "rft", "component", R, *args], cwd=tmp_path, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    proc = rft_here("component", R, *args, cwd=tmp_path, check=False)
     assert proc.returncode == 2, proc.stderr
     assert "pypi_packages_override: pip install ./no/such/package failed" in proc.stderr
     assert "does not exist" in proc.stderr or "Invalid requirement" in proc.stderr  # pip's own words
@@ -664,9 +664,7 @@ def test_yaml_and_cli_agree(comp):
 
 
 def test_emit_yaml_from_the_command_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "rft", "component", G, "--emit-yaml"], env=ENV, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = rft_here("component", G, "--emit-yaml", cwd=tmp_path)
     assert proc.stdout == component_yaml(get_component(G))
 
 
@@ -689,9 +687,7 @@ def test_help_shows_each_input_with_its_description_and_default():
 
 def test_config_show_prints_the_canonical_config(work, tmp_path):
     args = ["config", "show", R, *_cli_args(R, work), "--actor_rft_mini_batch_size", "2"]
-    proc = subprocess.run([sys.executable, "-m", "rft", *args], env=ENV, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = rft_here(*args, cwd=tmp_path)
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 2
     assert cfg["actor_rollout_ref"]["rollout"]["n"] == 2
@@ -701,8 +697,7 @@ def test_config_show_prints_the_canonical_config(work, tmp_path):
 def test_refused_input_exits_2_before_anything_loads(work, tmp_path):
     args = [*_cli_args(V, work), "--ENGINE", "vllm", "--rollout_name", "vllm", "--model_output",
             str(tmp_path / "model")]
-    proc = subprocess.run([sys.executable, "-m", "rft", "component", V, *args], env=ENV, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = rft_here("component", V, *args, cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert "--ENGINE='vllm'" in proc.stderr and "--rollout_name='vllm'" in proc.stderr
     assert not (tmp_path / "model").exists()
@@ -731,9 +726,7 @@ def _documented(comp: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("comp", [R, V])
 def test_verl_style_component_trains_two_steps_and_writes_its_outputs(runs, comp):
-    proc = subprocess.run([sys.executable, "-m", "rft", *_documented(comp)], env=ENV, cwd=runs,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rft_here(*_documented(comp), cwd=runs)
     out = runs / "out"
     assert (out / "model" / "model.safetensors").is_file() and (out / "model" / "tokenizer.json").is_file()
     if comp == R:  # intermediate_folder: the run folder with its checkpoints
@@ -745,17 +738,16 @@ def test_verl_style_component_trains_two_steps_and_writes_its_outputs(runs, comp
 
 
 @pytest.mark.slow
-def test_grpo_component_trains_two_steps_and_writes_its_outputs(runs):
+def test_grpo_component_trains_two_steps_and_writes_its_outputs(runs, monkeypatch):
     import importlib.util
 
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", ENV["MLFLOW_TRACKING_URI"])
     argv = _documented(G)
     have_mlflow = importlib.util.find_spec("mlflow") is not None
     if not have_mlflow:  # the MLflow output is tested where mlflow is installed (pip install 'rft[mlflow]')
         i = argv.index("--mlflow_model_folder")
         argv = argv[:i] + argv[i + 2:]
-    proc = subprocess.run([sys.executable, "-m", "rft", *argv], env=ENV, cwd=runs, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rft_here(*argv, cwd=runs)
     out = runs / "out" / "grpo"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["global_step_1", "global_step_2", "latest"]
     assert (out / "model" / "model.safetensors").is_file()

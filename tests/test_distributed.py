@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import rft_here
 
 from rft.distributed import padded_shard, shard_bounds, step_shard
 
@@ -158,7 +159,7 @@ def assets(tmp_path_factory) -> Path:
 
 def train(assets: Path, out: Path, *extra: str, timeout: int = 300, launcher: tuple[str, ...] = ()
           ) -> subprocess.CompletedProcess:
-    """`rft train` as a user runs it. Greedy sampling, so one process and two generate the same responses;
+    """`rft train` as a user runs it (a one-process run in this process). Greedy sampling, so one process and two generate the same responses;
     reinforce_plus_plus (batch-wide whitening), a KL loss (the reference sharded too), two mini-batches of two
     prompts (old log-probs), micro-batches of 2 rows, a validation set of 7 prompts (uneven over 2 ranks)."""
     args = [
@@ -174,6 +175,8 @@ def train(assets: Path, out: Path, *extra: str, timeout: int = 300, launcher: tu
         "trainer.val_before_train=false", "trainer.logger=[]", "trainer.device=cpu",
         f"trainer.default_local_dir={out}", *extra,
     ]
+    if not launcher and "trainer.n_gpus_per_node=2" not in extra:  # one process: this one (tests/cli_helpers.py)
+        return rft_here("train", *args, cwd=out.parent)
     proc = subprocess.run([sys.executable, *launcher, "-m", "rft", "train", *args], env=ENV, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, f"rft train exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
@@ -265,6 +268,7 @@ PPO_LORA = ("algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4"
             "data.val_files=null", "trainer.test_freq=-1")
 
 
+@pytest.mark.longest
 def test_ppo_with_a_lora_actor_matches_one_process_and_resumes_a_one_process_checkpoint(assets, tmp_path):
     """gae (the critic sharded too, its values and whitening over both ranks), a LoRA actor under FSDP2 (the
     reference: the adapter disabled). A one-process checkpoint (safetensors + optimizer.pt) resumes in 2 processes."""

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import rft_here
 from rl_helpers import SHAPED_REWARD, make_assets
 from safetensors.torch import load_file
 
@@ -39,13 +40,6 @@ def overrides(assets: Path, out: Path, steps: int, *extra: str) -> list[str]:
             "trainer.val_before_train=false", f"trainer.total_training_steps={steps}", "trainer.save_freq=1",
             f"trainer.default_local_dir={out}", "trainer.logger=[]", "synchronizer.sync_timeout=300",
             "experience_buffer.max_read_timeout=300", *extra]
-
-
-def rft(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "rft", *args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, f"rft {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen:
@@ -77,8 +71,8 @@ def assert_each_read_once(url: str, steps: int, rows: int) -> dict[str, list[int
 @pytest.mark.parametrize("method", ["nccl", "checkpoint"])
 def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path, method):
     out = tmp_path / "out"
-    rft("train", *overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
-                            f"synchronizer.sync_method={method}"), cwd=tmp_path)
+    rft_here("train", *overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
+                                 f"synchronizer.sync_method={method}"), cwd=tmp_path)
     trainer = lines(out / "metrics.jsonl")
     explorer = lines(out / "explorer" / "metrics.jsonl")
     assert [x["step"] for x in trainer] == [1, 2, 3, 4, 5, 6] == [x["step"] for x in explorer]
@@ -103,12 +97,12 @@ def test_trinity_async_example_runs(assets, tmp_path):
     shutil.copy(assets / "data" / "train.parquet", tmp_path / "tasks" / "train.parquet")
     shutil.copy(assets / "data" / "val.parquet", tmp_path / "tasks" / "val.parquet")
     example = Path(__file__).resolve().parents[1] / "examples" / "trinity_async.yaml"
-    rft("train", str(example), f"model.model_path={assets / 'model'}", f"checkpoint_root_dir={tmp_path / 'ck'}",
-        f"buffer.explorer_input.taskset.path={tmp_path / 'tasks'}",
-        f"buffer.explorer_input.eval_tasksets.0.path={tmp_path / 'tasks'}", "buffer.batch_size=4",
-        "algorithm.repeat_times=4", "buffer.total_steps=3", "explorer.eval_interval=3", "model.max_response_tokens=6",
-        "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        f"trainer.trainer_config.custom_reward_function.path={assets / 'reward.py'}", cwd=tmp_path)
+    rft_here("train", str(example), f"model.model_path={assets / 'model'}", f"checkpoint_root_dir={tmp_path / 'ck'}",
+             f"buffer.explorer_input.taskset.path={tmp_path / 'tasks'}",
+             f"buffer.explorer_input.eval_tasksets.0.path={tmp_path / 'tasks'}", "buffer.batch_size=4",
+             "algorithm.repeat_times=4", "buffer.total_steps=3", "explorer.eval_interval=3",
+             "model.max_response_tokens=6", "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+             f"trainer.trainer_config.custom_reward_function.path={assets / 'reward.py'}", cwd=tmp_path)
     out = tmp_path / "ck" / "rft_examples" / "trinity_async"
     trainer = lines(out / "metrics.jsonl")
     assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 1]
@@ -185,7 +179,7 @@ def decoupled(assets: Path, out: Path, method: str) -> list[str]:
 @pytest.fixture(scope="module")
 def uninterrupted(slow_assets, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("uninterrupted") / "out"
-    rft("train", *decoupled(slow_assets, out, "nccl"), cwd=out.parent)
+    rft_here("train", *decoupled(slow_assets, out, "nccl"), cwd=out.parent)
     return out
 
 
@@ -214,7 +208,7 @@ def test_decoupled_run_killed_mid_schedule_resumes_as_if_uninterrupted(slow_asse
         errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
         assert trainer.returncode == 2 and len(errors) == 1, log
         assert "the explorer process exited with code -9" in errors[0] and "run the same command again" in errors[0]
-    proc = rft("train", *args, cwd=tmp_path)
+    proc = rft_here("train", *args, cwd=tmp_path)
     assert "resumed from" in proc.stdout and "global_step_2" in proc.stdout
     assert_same_run(out, uninterrupted, url)
 
@@ -267,23 +261,23 @@ def test_killed_explorer_and_trainer_of_two_commands_resume_as_if_uninterrupted(
 def test_bench_evaluates_every_checkpoint(assets, tmp_path):
     out = tmp_path / "out"
     val = f"data.val_files={assets / 'data' / 'val.parquet'}"
-    rft("train", *overrides(assets, out, 2, val, "trainer.val_before_train=true", "trainer.test_freq=2"), cwd=tmp_path)
-    rft("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.val_before_train=true"), cwd=tmp_path)
+    rft_here("train", *overrides(assets, out, 2, val, "trainer.val_before_train=true", "trainer.test_freq=2"), cwd=tmp_path)
+    rft_here("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.val_before_train=true"), cwd=tmp_path)
     rows = lines(out / "bench" / "metrics.jsonl")
     assert [(r["step"], r["checkpoint"]) for r in rows] == [(0, "start"), (1, "global_step_1"), (2, "global_step_2")]
     key = "arithmetic/reward/mean@1"
     # the starting model and the last checkpoint score what the run's own validation scored with them (greedy)
     assert rows[0][f"bench/{key}"] == json.loads((out / "val_before_train.json").read_text())[f"val-core/{key}"]
     assert rows[2][f"bench/{key}"] == lines(out / "metrics.jsonl")[-1][f"val-core/{key}"]
-    rft("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true",
-                            "trainer.val_before_train=false"), cwd=tmp_path)
+    rft_here("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true",
+                                 "trainer.val_before_train=false"), cwd=tmp_path)
     assert [r["checkpoint"] for r in lines(out / "bench" / "metrics.jsonl")] == ["global_step_2"]
     # a torn weight file in the newest checkpoint: named and skipped before any evaluation (bench used to score the
     # others, then end in a SafetensorError); the newest whole one is the latest
     weights = out / "checkpoints" / "global_step_2" / "policy.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    proc = rft("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.val_before_train=false"),
-               cwd=tmp_path)
+    proc = rft_here("train", *overrides(assets, out, 2, val, "trainer.mode=bench", "trainer.val_before_train=false"),
+                    cwd=tmp_path)
     assert "global_step_2 is damaged" in proc.stdout
     assert [r["checkpoint"] for r in lines(out / "bench" / "metrics.jsonl")] == ["global_step_1"]
 

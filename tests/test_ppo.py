@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import rft_here
 from rl_helpers import make_assets, rl_config, score, trainable
 from safetensors.torch import load_file, save_file
 
@@ -27,7 +26,6 @@ from rft.workers.critic import forward_values
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 OTHER_TEMPLATE = ("{%- for message in messages %}{{- message['role'] | capitalize + ': ' + message['content'] + '\\n' }}"
                   "{%- endfor %}")
@@ -64,25 +62,19 @@ def moved(before: dict, after: dict) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- CLI and resume
-def rft(*args: str, cwd: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "rft", *args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, f"rft {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-
-
 def test_ppo_from_the_cli_trains_and_resumes_exactly(assets, tmp_path):
     """examples/arithmetic_ppo.yaml (gae, critic, adaptive KL in the reward, critic_warmup 1) through `rft train`:
     3 steps in one run == 2 steps, then a resumed run to 3, for the policy, the critic and the KL coefficient."""
     def train(out: str, steps: int) -> None:
-        rft("train", str(REPO / "examples" / "arithmetic_ppo.yaml"), f"actor_rollout_ref.model.path={assets / 'model'}",
-            f"data.train_files={assets / 'data' / 'train.parquet'}", "data.val_files=null",
-            f"custom_reward_function.path={assets / 'reward.py'}", "data.train_batch_size=4",
-            "data.max_response_length=6", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size_per_gpu=4",
-            "actor_rollout_ref.actor.shuffle=true", "actor_rollout_ref.actor.optim.lr=1e-3",
-            "algorithm.kl_ctrl.target_kl=0.0001", "algorithm.kl_ctrl.horizon=10", "trainer.save_freq=1",
-            f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", "trainer.logger=[]",
-            cwd=tmp_path)
+        rft_here("train", str(REPO / "examples" / "arithmetic_ppo.yaml"),
+                 f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+                 "data.val_files=null", f"custom_reward_function.path={assets / 'reward.py'}", "data.train_batch_size=4",
+                 "data.max_response_length=6", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size_per_gpu=4",
+                 "actor_rollout_ref.actor.shuffle=true", "actor_rollout_ref.actor.optim.lr=1e-3",
+                 "algorithm.kl_ctrl.target_kl=0.0001", "algorithm.kl_ctrl.horizon=10", "trainer.save_freq=1",
+                 f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", "trainer.logger=[]",
+                 cwd=tmp_path)
 
     train("one", 3)
     train("two", 2)
@@ -291,16 +283,17 @@ def test_reward_model_scores_reach_the_advantages(assets, tmp_path):
 
 def test_rm_example_runs_from_the_cli(assets, tmp_path):
     """`rft init-model --preset tiny-rm`, then one step of examples/rm_grpo.yaml with validation."""
-    rft("init-model", "--preset", "tiny-rm", "rm", cwd=tmp_path)
+    rft_here("init-model", "--preset", "tiny-rm", "rm", cwd=tmp_path)
     from transformers import AutoModelForSequenceClassification
 
     assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm").config.num_labels == 1
-    rft("train", str(REPO / "examples" / "rm_grpo.yaml"), f"actor_rollout_ref.model.path={assets / 'model'}",
-        "reward_model.model.path=rm", f"data.train_files={assets / 'data' / 'train.parquet'}",
-        f"data.val_files={assets / 'data' / 'val.parquet'}", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "data.max_response_length=4", "trainer.total_training_steps=1", "trainer.val_before_train=false",
-        "trainer.save_freq=-1", "trainer.default_local_dir=out", "trainer.logger=[]", cwd=tmp_path)
+    rft_here("train", str(REPO / "examples" / "rm_grpo.yaml"), f"actor_rollout_ref.model.path={assets / 'model'}",
+             "reward_model.model.path=rm", f"data.train_files={assets / 'data' / 'train.parquet'}",
+             f"data.val_files={assets / 'data' / 'val.parquet'}", "data.train_batch_size=4",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "data.max_response_length=4",
+             "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.save_freq=-1",
+             "trainer.default_local_dir=out", "trainer.logger=[]", cwd=tmp_path)
     line = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
     assert {"reward_extra/rm_score/mean", "reward_extra/rule_score/mean",
             "val-core/arithmetic/reward/mean@1"} <= set(line)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import rft_here
 from safetensors.torch import load_file
 
 from rft.cli import main
@@ -189,8 +190,7 @@ def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes(work, tmp_path):
     line = one_error_line(proc.stderr)
     assert "file too large" in line and "policy.safetensors" in line and "resumes from the last one" in line
     assert not any(p.name.startswith(".") and "tmp" in p.name for p in (out / "checkpoints").iterdir())
-    again = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr
+    rft_here(*cmd[3:], cwd=tmp_path)  # the rerun, in this process (tests/cli_helpers.py)
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
@@ -371,8 +371,7 @@ def test_ctrl_c_and_sigterm_stop_between_phases_and_the_run_resumes_exactly(work
     assert len(stop) == 1 and "the same command resumes from" in stop[0], stderr
     latest = int((out / "checkpoints" / "latest").read_text().split("_")[-1])
     assert latest < 12 and not (out / "model").exists()
-    again = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr
+    again = rft_here(*cmd[3:], cwd=tmp_path)
     assert f"at step {latest}" in again.stdout
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == list(range(1, 13))
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import rft_here
 from test_distributed import ENV, REWARD, _free_port, close, metrics_of
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
@@ -42,7 +43,7 @@ def test_sft_on_two_processes_matches_one(assets, tmp_path):
             "data.response_dict_keys=[demonstration]", "data.train_batch_size=16", "data.micro_batch_size_per_gpu=4",
             "data.max_length=32", "optim.lr=3e-3", "trainer.total_training_steps=2", "trainer.save_freq=2",
             "trainer.test_freq=2", "trainer.logger=[]", "trainer.device=cpu", "model.strategy=fsdp2"]
-    rft("sft", *args, f"trainer.default_local_dir={tmp_path / 'one'}")
+    rft_here("sft", *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
     proc = rft("sft", *args, f"trainer.default_local_dir={tmp_path / 'two'}", "trainer.n_gpus_per_node=2")
     assert "2 steps on 2 processes" in proc.stdout
     one, two = metrics_of(tmp_path / "one"), metrics_of(tmp_path / "two")
@@ -74,12 +75,13 @@ def test_the_demos_staged_config_on_two_processes_matches_one(assets, tmp_path):
         cfg = demo_config(assets / "model", data, out, seed=0)
         path = tmp_path / f"demo{n}.yaml"
         path.write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
-        proc = rft("train", str(path), f"trainer.n_gpus_per_node={n}", "trainer.device=cpu", "trainer.logger=[]",
-                   "actor_rollout_ref.rollout.do_sample=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
-                   "stages.0.trainer.total_training_steps=2", "stages.0.trainer.save_freq=-1",
-                   "stages.1.trainer.total_training_steps=1", "stages.1.trainer.val_before_train=false",
-                   "stages.1.algorithm.adv_estimator=reinforce_plus_plus",
-                   f"custom_reward_function.path={assets / 'reward.py'}")
+        args = ["train", str(path), f"trainer.n_gpus_per_node={n}", "trainer.device=cpu", "trainer.logger=[]",
+                "actor_rollout_ref.rollout.do_sample=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
+                "stages.0.trainer.total_training_steps=2", "stages.0.trainer.save_freq=-1",
+                "stages.1.trainer.total_training_steps=1", "stages.1.trainer.val_before_train=false",
+                "stages.1.algorithm.adv_estimator=reinforce_plus_plus",
+                f"custom_reward_function.path={assets / 'reward.py'}"]
+        proc = rft_here(*args, cwd=tmp_path) if n == 1 else rft(*args)
         assert "all stages finished" in proc.stdout
         runs[n] = out
     for stage, keys in (("sft", ("train/loss", "train/grad_norm")),
@@ -171,8 +173,8 @@ def test_grpo_component_on_two_processes_matches_one(assets, tmp_path):
               "--num_generations", "4", "--num_iterations", "1", "--max_steps", "1", "--max_prompt_length", "32",
               "--max_completion_length", "6", "--temperature", "1e-6", "--apply_lora", "false", "--save_steps", "1",
               "--learning_rate", "1e-3"]
-    rft("component", "group_relative_policy_optimization", *common, "--per_device_train_batch_size", "8",
-        "--output_model_path", str(tmp_path / "one"))
+    rft_here("component", "group_relative_policy_optimization", *common, "--per_device_train_batch_size", "8",
+             "--output_model_path", str(tmp_path / "one"), cwd=tmp_path)
     proc = rft("component", "group_relative_policy_optimization", *common, "--per_device_train_batch_size", "4",
                "--num_processes", "2", "--output_model_path", str(tmp_path / "two"))
     assert "on 2 processes" in proc.stdout

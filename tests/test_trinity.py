@@ -4,19 +4,16 @@ keys where the engine has the part, every other key refused by its Trinity name;
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import rft_here
 
 from rft.config.load import ConfigError, read_yaml
 from rft.config.trinity import is_trinity, load_trinity, translate
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 BASE = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"}}
 
 
@@ -277,16 +274,13 @@ def test_stages_become_rft_stages(work, tmp_path):
 
 
 @pytest.mark.slow
-def test_rft_train_runs_a_trinity_config(work, tmp_path):
+def test_rft_train_runs_a_trinity_config(work, tmp_path, monkeypatch):
     path = _trinity_yaml(work, tmp_path / "t.yaml")
-    env = {**ENV, "RFT_TRINITY_ROOT": str(tmp_path / "root"), "RFT_TRINITY_NAME": "run"}
-    show = subprocess.run([sys.executable, "-m", "rft", "config", "show", str(path)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert show.returncode == 0, show.stderr
+    monkeypatch.setenv("RFT_TRINITY_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("RFT_TRINITY_NAME", "run")
+    show = rft_here("config", "show", str(path), cwd=tmp_path)
     assert "Trinity-RFT dialect" in show.stdout and "default_local_dir: " + str(tmp_path / "root") in show.stdout
-    proc = subprocess.run([sys.executable, "-m", "rft", "train", str(path)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rft_here("train", str(path), cwd=tmp_path)
     out = tmp_path / "root" / "rft-trinity" / "run"
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert (out / "model" / "model.safetensors").is_file()
@@ -296,8 +290,7 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path):
 def test_refused_trinity_config_exits_2(work, tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(_with({"mode": "serve", "explorer.rollout_model": {"engine_type": "sglang"}})))
-    proc = subprocess.run([sys.executable, "-m", "rft", "train", str(path)], env=ENV, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = rft_here("train", str(path), cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert "mode='serve'" in proc.stderr and "explorer.rollout_model.engine_type='sglang'" in proc.stderr
 

@@ -3,10 +3,9 @@ queue, sql, file)."""
 
 from pathlib import Path
 
-from rft.buffer.base import BufferClosed, ExperienceBuffer, Read
+from rft.buffer.base import BufferClosed, ExperienceBuffer, Read, database_url
 from rft.buffer.file import FileBuffer
 from rft.buffer.queue import MemoryQueue
-from rft.buffer.sql import SQLBuffer, database_url
 
 DEFAULT_FILE = "buffer.sqlite"
 
@@ -31,8 +30,18 @@ def make_buffer(cfg, shared: bool = False) -> ExperienceBuffer:
     url = buffer_url(cfg, shared)
     if url is None:
         return MemoryQueue()
+    from rft.buffer.sql import SQLBuffer  # SQLAlchemy loads only for a database buffer
+
     return SQLBuffer(url, use_priority_queue=b.use_priority_queue, reuse_cooldown_time=b.reuse_cooldown_time,
                      priority_decay=b.priority_decay)
+
+
+def __getattr__(name: str):
+    if name == "SQLBuffer":
+        from rft.buffer.sql import SQLBuffer
+
+        return SQLBuffer
+    raise AttributeError(f"module 'rft.buffer' has no attribute {name!r}")
 
 
 __all__ = ["BufferClosed", "ExperienceBuffer", "FileBuffer", "MemoryQueue", "Read", "SQLBuffer", "buffer_url",

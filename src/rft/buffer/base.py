@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from rft.experience import Experience
@@ -60,3 +61,10 @@ class ExperienceBuffer(Protocol):
         """The explorer will write nothing more."""
 
     def close(self) -> None: ...
+
+
+def database_url(path: str) -> str:
+    """A SQLAlchemy URL as it is, or a file path as a SQLite URL."""
+    if "://" in path:
+        return path
+    return f"sqlite:///{Path(path).expanduser().resolve()}"

@@ -51,13 +51,6 @@ META = sa.Table(
 )
 
 
-def database_url(path: str) -> str:
-    """A SQLAlchemy URL as it is, or a file path as a SQLite URL."""
-    if "://" in path:
-        return path
-    return f"sqlite:///{Path(path).expanduser().resolve()}"
-
-
 def make_engine(url: str) -> sa.Engine:
     """An engine for `url`; SQLite in WAL mode with a long busy timeout, so one writer and one reader in two
     processes wait for each other instead of failing."""

@@ -16,21 +16,23 @@ from __future__ import annotations
 import json
 import time
 
-import sqlalchemy as sa
-
-from rft.buffer.sql import database_url, make_engine
+from rft.buffer.base import database_url
 from rft.data.dataset import Prompt, PromptDataset, PromptSampler
 
 STORAGE_TYPES = ("file", "sql", "queue")
 
 
-def task_table(name: str) -> sa.Table:
+def task_table(name: str):
+    import sqlalchemy as sa  # loaded only for database tasksets
+
     return sa.Table(name, sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("task", sa.Text, nullable=False))
 
 
 def write_tasks(url: str, table: str, rows: list[dict]) -> None:
     """Append `rows` (verl's row format) to the task table `table` of the database `url` (created if missing)."""
+    from rft.buffer.sql import make_engine
+
     engine = make_engine(database_url(url))
     t = task_table(table)
     t.metadata.create_all(engine, checkfirst=True)
@@ -41,6 +43,10 @@ def write_tasks(url: str, table: str, rows: list[dict]) -> None:
 
 def read_tasks(url: str, table: str, after: int = 0, limit: int | None = None) -> list[tuple[int, dict]]:
     """(id, row) of the tasks with id > `after`, in id order, at most `limit`."""
+    import sqlalchemy as sa
+
+    from rft.buffer.sql import make_engine
+
     engine = make_engine(database_url(url))
     t = task_table(table)
     try:

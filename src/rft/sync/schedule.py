@@ -34,3 +34,19 @@ def published_versions(total_steps: int, interval: int, offset: int) -> list[int
 def staleness(step: int, interval: int, offset: int) -> int:
     """Trainer steps between the weights explore step `step` used and those trainer step `step` starts from."""
     return (step - 1) - required_version(step, interval, offset)
+
+
+def is_synchronous(cfg) -> bool:
+    """Mode both with on-policy weights (sync_interval 1, sync_offset 0): explorer and trainer are one loop."""
+    s = cfg.synchronizer
+    return cfg.trainer.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
+
+
+def sync_method(cfg) -> str:
+    """synchronizer.sync_method, or its default for the mode: memory (one process), nccl (the two processes of
+    mode both), checkpoint (modes explore / train / bench)."""
+    if cfg.synchronizer.sync_method is not None:
+        return cfg.synchronizer.sync_method
+    if is_synchronous(cfg):
+        return "memory"
+    return "nccl" if cfg.trainer.mode == "both" else "checkpoint"

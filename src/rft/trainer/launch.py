@@ -68,11 +68,13 @@ def run_rl(cfg, module_args: list[str]) -> int:
     """Run the RL config `cfg` with the processes it asks for; `module_args`: the `python -m rft` arguments that
     reproduce this command in each started process. Returns the exit status."""
     from rft.distributed import launch, launched
-    from rft.trainer.modes import is_synchronous, run_mode
+    from rft.sync.schedule import is_synchronous
     from rft.trainer.run_folder import run_folder
 
     check_launch(cfg)
     if not is_synchronous(cfg):  # explorer and trainer as separate loops (one process each)
+        from rft.trainer.modes import run_mode
+
         return run_mode(cfg, module_args)
     if launched() or processes(cfg.trainer) == 1:
         train_here(cfg)

@@ -33,27 +33,13 @@ from rft.rollout.engines import build_engine
 from rft.runtime import configure_cpu_runtime
 from rft.sync import schedule
 from rft.sync.process_group import snapshot
+from rft.sync.schedule import sync_method
 from rft.trainer.checkpoint import EXPLORER_VERSIONS
 from rft.trainer.run import total_training_steps
 
 ROLE_ENV = "RFT_ROLE"
 EXPLORER_DIR = "explorer"
 SYNC_DIR = "sync"
-
-
-def is_synchronous(cfg) -> bool:
-    s = cfg.synchronizer
-    return cfg.trainer.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
-
-
-def sync_method(cfg) -> str:
-    """synchronizer.sync_method, or its default for the mode: memory (one process), nccl (the two processes of
-    mode both), checkpoint (modes explore / train / bench)."""
-    if cfg.synchronizer.sync_method is not None:
-        return cfg.synchronizer.sync_method
-    if is_synchronous(cfg):
-        return "memory"
-    return "nccl" if cfg.trainer.mode == "both" else "checkpoint"
 
 
 def _share_threads() -> None:
