@@ -282,6 +282,23 @@ def test_bench_evaluates_every_checkpoint(assets, tmp_path):
     assert [r["checkpoint"] for r in lines(out / "bench" / "metrics.jsonl")] == ["global_step_1"]
 
 
+def test_an_explorer_that_dies_before_joining_stops_the_trainer_at_once(assets, tmp_path):
+    """Mode both, nccl: the explorer child fails while it starts (its reward file raises on import there), before
+    it joins the weight broadcast. The trainer, waiting for it to join, says so in one line and exits 2 (it used to
+    wait in torch.distributed's rendezvous for the whole sync timeout, deaf to SIGTERM)."""
+    reward = tmp_path / "reward.py"
+    reward.write_text("import os\nif os.environ.get('RFT_ROLE') == 'explorer':\n    raise ImportError('no')\n"
+                      + (assets / "reward.py").read_text())
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "rft", "train", *overrides(
+        assets, out, 3, "synchronizer.sync_offset=1", "synchronizer.sync_method=nccl", "synchronizer.sync_timeout=900",
+        f"custom_reward_function.path={reward}")], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("rft: error:")]
+    assert any("the explorer process exited with code 2 at trainer step 0" in x for x in errors), proc.stderr
+    assert "bug in rft" not in proc.stderr
+
+
 def test_mode_both_whose_trainer_is_killed_leaves_an_explorer_that_says_so(assets, tmp_path):
     """The trainer of mode both SIGKILLed: its explorer child's next weight broadcast breaks, and it stops with one
     line naming the trainer and how to resume (it used to print gloo's error as a bug in rft)."""

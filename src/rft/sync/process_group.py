@@ -2,7 +2,10 @@
 of the two processes of mode both (rank 0 the trainer, rank 1 the explorer; rendezvous on 127.0.0.1).
 
 The group runs gloo over host memory, on GPUs too for now (a GPU-to-GPU NCCL path is not written: this machine has
-no GPU to run it on). The trainer hands a copy of its weights to a sender thread and trains on; the thread
+no GPU to run it on). It is a group of its own, not torch.distributed's default group: the explorer's vLLM engine
+initialises that one for itself in the same process (as verl's and TRL's weight syncs keep theirs apart). The
+trainer waits for the explorer to join in one-second polls, so an explorer that dies before it joins stops the
+trainer at once with one line instead of after the sync timeout. The trainer hands a copy of its weights to a sender thread and trains on; the thread
 broadcasts when the explorer is ready for them. Both sides know which versions travel: on joining, the explorer
 sends the step it has explored to (0, or where a restarted one resumes), and the trainer then sends exactly the
 versions its later steps generate with (`rft.sync.schedule.versions_after`), in order, so neither side waits for
@@ -16,6 +19,8 @@ import datetime
 import os
 import queue
 import threading
+import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as tdist
@@ -31,11 +36,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _join(rank: int, timeout: float) -> None:
-    store = tdist.TCPStore(os.environ.get(ADDR_ENV, "127.0.0.1"), int(os.environ[PORT_ENV]), 2, is_master=rank == 0,
-                           timeout=datetime.timedelta(seconds=timeout))
-    tdist.init_process_group("gloo", store=store, rank=rank, world_size=2,
-                             timeout=datetime.timedelta(seconds=timeout))
+class _Group:
+    """The two processes' private gloo group (rank 0 the trainer, rank 1 the explorer). `alive`: called while the
+    trainer waits for the explorer to join; raises if the explorer has exited."""
+
+    def __init__(self, rank: int, timeout: float, alive: Callable[[], None] | None = None):
+        limit = datetime.timedelta(seconds=timeout)
+        addr, port = os.environ.get(ADDR_ENV, "127.0.0.1"), int(os.environ[PORT_ENV])
+        if rank == 0:
+            store = tdist.TCPStore(addr, port, 2, is_master=True, timeout=limit, wait_for_workers=False)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    store.wait([_JOINED], datetime.timedelta(seconds=1))
+                    break
+                except tdist.DistStoreError:  # not yet
+                    if alive is not None:
+                        alive()
+                    if time.monotonic() > deadline:
+                        from rft.errors import RftError
+
+                        raise RftError(f"the explorer process did not join the weight broadcast within "
+                                       f"synchronizer.sync_timeout={timeout:g} s; run the same command again to "
+                                       "resume (or raise the timeout)") from None
+        else:
+            store = tdist.TCPStore(addr, port, 2, is_master=False, timeout=limit)
+            store.set(_JOINED, "1")
+        self.group = tdist.ProcessGroupGloo(store, rank, 2, limit)
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        self.group.broadcast(tensor, src).wait()
+
+
+_JOINED = "rft/explorer-joined"
 
 
 def snapshot(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -43,26 +76,27 @@ def snapshot(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}
 
 
-def _explorer_step(step: int = 0) -> int:
+def _explorer_step(group: _Group, step: int = 0) -> int:
     """The explorer's position, sent by it (rank 1) to the trainer when both join."""
     value = torch.tensor([step], dtype=torch.long)
-    tdist.broadcast(value, src=1)
+    group.broadcast(value, src=1)
     return int(value)
 
 
-def _send(weights: dict[str, torch.Tensor], version: int) -> None:
-    tdist.broadcast(torch.tensor([version], dtype=torch.long), src=0)
+def _send(group: _Group, weights: dict[str, torch.Tensor], version: int) -> None:
+    group.broadcast(torch.tensor([version], dtype=torch.long), src=0)
     for name in sorted(weights):
-        tdist.broadcast(weights[name], src=0)
+        group.broadcast(weights[name], src=0)
 
 
 class ProcessGroupSender:
-    """The trainer's side (rank 0). `explorer_step`: the step the explorer has explored to."""
+    """The trainer's side (rank 0). `explorer_step`: the step the explorer has explored to; `alive`: raises if the
+    explorer process has exited (checked while waiting for it to join)."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, alive: Callable[[], None] | None = None):
         self.timeout = timeout
-        _join(0, timeout)
-        self.explorer_step = _explorer_step()
+        self._group = _Group(0, timeout, alive)
+        self.explorer_step = _explorer_step(self._group)
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="rft-weight-sender", daemon=True)
@@ -74,7 +108,7 @@ class ProcessGroupSender:
             if item is None:
                 return
             try:
-                _send(*item)
+                _send(self._group, *item)
             except BaseException as e:  # the explorer is gone: the trainer's loop reports it
                 self.error = e
                 return
@@ -94,8 +128,6 @@ class ProcessGroupSender:
         """Wait (up to the sync timeout) until the explorer has taken every queued version, then leave the group."""
         self._queue.put(None)
         self._thread.join(self.timeout)
-        if tdist.is_initialized():
-            tdist.destroy_process_group()
 
 
 class ProcessGroupReceiver:
@@ -103,8 +135,8 @@ class ProcessGroupReceiver:
     parameters, by name); `step`: the step it has explored to, which decides the versions the trainer sends."""
 
     def __init__(self, template: dict[str, torch.Tensor], timeout: float, step: int):
-        _join(1, timeout)
-        _explorer_step(step)
+        self._group = _Group(1, timeout)
+        _explorer_step(self._group, step)
         self._buffers = {k: torch.empty_like(v, device="cpu").contiguous() for k, v in template.items()}
         self.version = -1
 
@@ -113,9 +145,9 @@ class ProcessGroupReceiver:
         while True:
             version = torch.zeros(1, dtype=torch.long)
             try:
-                tdist.broadcast(version, src=0)
+                self._group.broadcast(version, src=0)
                 for name in sorted(self._buffers):
-                    tdist.broadcast(self._buffers[name], src=0)
+                    self._group.broadcast(self._buffers[name], src=0)
             except (RuntimeError, tdist.DistError) as e:  # gloo / NCCL: the trainer's end of the group is gone
                 from rft.errors import RftError
 
@@ -127,5 +159,4 @@ class ProcessGroupReceiver:
                 return self._buffers, self.version
 
     def close(self) -> None:
-        if tdist.is_initialized():
-            tdist.destroy_process_group()
+        """Nothing to tear down: the group goes with this object."""

@@ -204,7 +204,7 @@ class TrainLoop:
             kept = KeptVersions(self.total_steps, s.sync_interval, s.sync_offset,
                                 state[EXPLORER_VERSIONS] if state else {})
             kept.after_step(start, self.trainer.trainable_weights())
-            sync, publish_at = self._broadcaster(start, kept, tracker.write)
+            sync, publish_at = self._broadcaster(start, kept, tracker.write, explorer)
         else:
             sync, publish_at = self._writer(start)
         last: dict[str, float] = {}
@@ -246,13 +246,14 @@ class TrainLoop:
         sync.close()
         return last
 
-    def _broadcaster(self, start: int, kept: KeptVersions, write) -> tuple[object, set[int]]:
+    def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None
+                     ) -> tuple[object, set[int]]:
         """sync_method nccl: join the explorer, send the versions up to `start` that its next steps generate with
         (from `kept`), and return the sender with the later versions to send after their trainer steps."""
         from rft.sync.process_group import ProcessGroupSender
 
         s = self.cfg.synchronizer
-        sender = ProcessGroupSender(s.sync_timeout)
+        sender = ProcessGroupSender(s.sync_timeout, alive=lambda: _watch_explorer(explorer, start))
         explored = sender.explorer_step
         needed = schedule.versions_after(explored, self.total_steps, s.sync_interval, s.sync_offset)
         early = [v for v in needed if v <= start]
