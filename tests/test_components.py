@@ -197,10 +197,10 @@ TABLE: dict[str, list[tuple]] = {
     ],
     V: VERL_SHARED + [
         ("ENGINE", "hf", f"{RO}.name", "hf"),
-        ("ENGINE", "vllm", REFUSED, "--ENGINE='vllm'"),
+        ("ENGINE", "vllm", REFUSED, "--ENGINE='vllm': vLLM is not installed here (`make vllm`"),
         ("ENGINE", "sglang", REFUSED, "--ENGINE='sglang'", {"rollout_name": "sglang"}),
         ("rollout_name", "hf", f"{RO}.name", "hf"),
-        ("rollout_name", "vllm", REFUSED, "--rollout_name='vllm'"),
+        ("rollout_name", "vllm", REFUSED, "--rollout_name='vllm': vLLM is not installed"),
         ("data_image_key", "pictures", "data.image_key", "pictures"),
         ("actor_ppo_mini_batch_size", 2, f"{AA}.ppo_mini_batch_size", 2),
         ("actor_ppo_mini_batch_size", 3, REFUSED, "--actor_ppo_mini_batch_size"),

@@ -150,7 +150,8 @@ def _edit(cfg: dict, key: str, value) -> dict:
     return cfg
 
 
-def _edited(skip: str | None = None) -> dict:
+def edited_trinity_example(skip: str | None = None) -> dict:
+    """The Trinity example with TRINITY_EDITS applied (all but `skip`)."""
     cfg = trinity_example()
     for key, (value, _) in TRINITY_EDITS.items():
         if key != skip:
@@ -172,7 +173,7 @@ def test_trinity_example_with_its_trainer_config_loads_with_its_listed_edits(tri
     from rft.config.trinity import load_trinity
 
     path = trinity_env / "trinity.yaml"
-    path.write_text(yaml.safe_dump(_edited(), sort_keys=False))
+    path.write_text(yaml.safe_dump(edited_trinity_example(), sort_keys=False))
     kind, stages = load_trinity(path)
     assert kind == "stages" and [(s.name, s.kind) for s in stages] == [("sft_warmup", "sft"), ("rft", "rl")]
     sft, rl = stages
@@ -191,7 +192,7 @@ def test_each_trinity_edit_is_still_needed(trinity_env, key):
     from rft.config.trinity import load_trinity
 
     path = trinity_env / "trinity.yaml"
-    path.write_text(yaml.safe_dump(_edited(skip=key), sort_keys=False))
+    path.write_text(yaml.safe_dump(edited_trinity_example(skip=key), sort_keys=False))
     with pytest.raises(ConfigError) as err:
         load_trinity(path)
     leaf = key.split(".")[-1] if key != "cluster.gpu_per_node" else "n_gpus_per_node"

@@ -145,12 +145,8 @@ def cmd_dpo(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from rft.errors import RftError
     from rft.trainer.demo import run_demo
 
-    if args.engine != "hf" and args.task != "arithmetic":
-        raise RftError(f"rft demo --engine {args.engine}: the {args.task} demo generates with the hf engine for now "
-                       "(its multi-turn workflow is not tested on vLLM yet); drop --engine or use --task arithmetic")
     run_demo(args.output or ("runs/demo" if args.task == "arithmetic" else f"runs/demo-{args.task}"),
              seed=args.seed, task=args.task, engine=args.engine)
     return 0
@@ -299,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--output", help="run folder (default runs/demo, or runs/demo-<task>)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--engine", choices=("hf", "vllm"), default="hf",
-                   help="the GRPO stage's rollout engine (vllm: `make vllm`, docs/rollout.md; arithmetic only)")
+                   help="the GRPO stage's rollout engine (vllm: `make vllm`, docs/rollout.md)")
     q.set_defaults(fn=cmd_demo)
 
     q = sub.add_parser("generate", help="n responses per prompt of a parquet with a model folder (verl's "

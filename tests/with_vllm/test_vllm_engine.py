@@ -5,7 +5,9 @@
     to the trainer's recomputation within a measured tolerance;
 (b) weights after an update (full fine-tuning and LoRA) make the engine's greedy tokens the updated model's;
 (c) sampling: n samples per prompt, top-k, EOS, and seeds from the caller's generator that repeat a run;
-(d) a GRPO run from the CLI on vLLM with verl's rollout defaults, logging the engine / trainer log-prob difference.
+(d) a GRPO run from the CLI on vLLM with verl's rollout defaults, logging the engine / trainer log-prob difference;
+    mode both with the explorer as a second process whose vLLM engine takes the trainer's weights;
+(e) the seeds' own configs on vLLM: verl's ppo_trainer.yaml and Trinity-RFT's example (engine_type vllm).
 """
 
 from __future__ import annotations
@@ -204,6 +206,39 @@ def test_grpo_on_vllm_with_verls_rollout_defaults_trains_and_logs_the_log_prob_d
     assert [k for k in before if torch.equal(before[k], after[k])] == []
 
 
+@pytest.mark.slow
+def test_mode_both_with_the_explorer_process_on_vllm_takes_the_trainers_weights(root, tmp_path):
+    """Mode both with the explorer as a second process (sync_interval 2, nccl: explore steps 1 and 2 generate with
+    the starting weights, step 3 with trainer step 2's, broadcast over the process group into the explorer's vLLM
+    engine). Steps 1 and 3 are on policy, so the engine's log-probs are the trainer's within the parity tolerance,
+    which they are not unless the broadcast weights reached vLLM; step 2 generated one update ago and differs."""
+    from rl_helpers import SHAPED_REWARD
+
+    from rft.tasks import write_arithmetic
+
+    write_arithmetic(tmp_path / "data", n_train=32, n_val=8, seed=0, max_digits=1)
+    (tmp_path / "reward.py").write_text(SHAPED_REWARD)
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "rft", "train",
+            f"actor_rollout_ref.model.path={root / 'tiny'}", f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
+            "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=8",
+            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",
+            f"custom_reward_function.path={tmp_path / 'reward.py'}", "actor_rollout_ref.actor.optim.lr=1e-3",
+            "actor_rollout_ref.actor.optim.weight_decay=0", "synchronizer.sync_interval=2",
+            "synchronizer.sync_method=nccl", "trainer.total_training_steps=3", "trainer.val_before_train=false",
+            "trainer.logger=[]", f"trainer.default_local_dir={out}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    explorer = [json.loads(x) for x in (out / "explorer" / "metrics.jsonl").read_text().splitlines()]
+    trainer = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["rollout/model_version"] for x in explorer] == [0, 0, 2]
+    assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 0]
+    diff = [x["training/rollout_probs_diff_max"] for x in trainer]
+    assert diff[0] <= LOGPROB_TOL * 10 and diff[2] <= LOGPROB_TOL * 10, diff  # the weights reached vLLM
+    assert diff[1] > LOGPROB_TOL * 10, diff  # and the measure sees a policy one update away
+
+
 # ------------------------------------------------------------------------------------------- (e) the seeds
 def _eos_model(source: Path, out: Path) -> Path:
     """A copy of the random (untied) Llama at `source` whose likeliest next token is EOS everywhere (p 0.7 to
@@ -276,3 +311,105 @@ def test_the_vllm_example_validates_with_real_paths(root, tmp_path):
     cfg = load_config(example, [f"actor_rollout_ref.model.path={root / 'tiny'}", f"data.train_files={data['train']}",
                                 f"data.val_files={data['val']}"], validate_paths=True)
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+
+
+@pytest.mark.slow
+def test_trinitys_example_config_runs_two_steps_on_vllm(root, tmp_path, monkeypatch):
+    """Trinity-RFT's example (the page's global, algorithm, model, cluster, buffer, taskset, trainer, trainer_config
+    and stages blocks, with the edits tests/test_seed_configs.py lists) and its explorer block (engine_type vllm),
+    for two steps of each stage: its SFT warm-up, then GRPO through its math_workflow with countdown_reward, 32 tasks
+    x 8 rollouts a step on vLLM, up to 16384 response tokens. Edited only where it names another machine: the
+    model and data paths (the environment variables it reads; its auxiliary model, a hub name, is the test's model
+    too) and the run's length. The model is `_eos_model`'s Llama given the 32768 positions the example's
+    max_model_len (20480) asks of the model it names."""
+    import yaml
+    from spec_configs import SPEC, md_yaml_blocks, merge
+    from test_seed_configs import edited_trinity_example
+    from transformers import AutoConfig
+
+    model = _eos_model(root / "llama", tmp_path / "model")
+    config = AutoConfig.from_pretrained(model)
+    config.max_position_embeddings = 32768
+    config.save_pretrained(model)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for split, n in (("train", 64), ("test", 4)):
+        with (tasks / f"{split}.jsonl").open("w") as f:
+            for i in range(n):
+                numbers = [i % 7 + 1, i % 5 + 2, 3]
+                f.write(json.dumps({"question": f"Using {numbers}, make {sum(numbers)}.",
+                                    "answer": json.dumps({"target": sum(numbers), "numbers": numbers})}) + "\n")
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+1=", "response": str(i + 1)}) + "\n"
+                                                for i in range(64)))  # its SFT batch: 64 rows
+    for name, value in (("MODEL_PATH", model), ("TRINITY_TASKSET_PATH", tasks), ("TRINITY_DATASET_PATH",
+                        tmp_path / "sft.jsonl"), ("TRINITY_CHECKPOINT_ROOT_DIR", tmp_path / "checkpoints")):
+        monkeypatch.setenv(name, str(value))
+    explorer = next(b for b in md_yaml_blocks(SPEC / "trinity_config_reference.md") if list(b) == ["explorer"])
+    assert explorer["explorer"]["rollout_model"]["engine_type"] == "vllm"
+    explorer["explorer"]["auxiliary_models"][0]["model_path"] = str(model)
+    path = tmp_path / "trinity.yaml"
+    path.write_text(yaml.safe_dump(merge(edited_trinity_example(), explorer), sort_keys=False))
+    proc = subprocess.run([sys.executable, "-m", "rft", "train", str(path), "trainer.total_steps=2",
+                           "stages.0.buffer.total_steps=2"], capture_output=True, text=True, timeout=1500, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "checkpoints" / "Trinity-RFT" / "example"
+    sft = [json.loads(x) for x in (out / "sft_warmup" / "metrics.jsonl").read_text().splitlines()]
+    rl = [json.loads(x) for x in (out / "rft" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in sft] == [1, 2] and [x["step"] for x in rl] == [1, 2]
+    # the math_workflow ran through the model handle on vLLM: every task gave experiences, and they trained
+    assert all(x["workflow/errors"] == 0 and x["workflow/skipped_tasks"] == 0 and "actor/pg_loss" in x for x in rl)
+    assert all(x["training/rollout_probs_diff_valid"] == 1 for x in rl)
+    assert all(x["training/rollout_probs_diff_max"] <= LOGPROB_TOL * 10 for x in rl)
+    assert (out / "rft" / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_the_verl_component_generates_with_vllm_at_its_engine_defaults(root, tmp_path):
+    """verl_trainer_component's ENGINE and rollout_name default to vllm: where vLLM is installed they pick it and
+    the component's vLLM inputs land on verl's rollout keys (the config's vLLM checks apply to them). The
+    documented command line without its `--ENGINE hf --rollout_name hf` trains two steps on vLLM."""
+    import shlex
+
+    from rft.components import get_component
+    from rft.components.run import resolve
+    from rft.components.verl_trainer import EXAMPLE
+    from rft.tasks import write_arithmetic
+
+    write_arithmetic(tmp_path / "d", n_train=16, n_val=4, seed=0)
+    (tmp_path / "m").symlink_to(root / "tiny")
+    argv = shlex.split(EXAMPLE)[1:]
+    for name in ("--ENGINE", "--rollout_name"):
+        i = argv.index(name)
+        del argv[i:i + 2]
+    component = get_component("verl_trainer_component")
+    values = {"actor_model_path": str(root / "tiny"), "data_train_files": str(tmp_path / "d" / "train.parquet"),
+              "data_val_files": str(tmp_path / "d" / "val.parquet"), "trainer_n_gpus_per_node": 1, "rollout_gpu_memory_utilization": 0.4, "rollout_enforce_eager": True,
+              "actor_model_use_remove_padding": False, "data_train_batch_size": 4, "rollout_n": 2,
+              "actor_ppo_mini_batch_size": 4, "actor_ppo_micro_batch_size_per_gpu": 4}
+    cfg, plan = resolve(component, values, {"model_output": str(tmp_path / "never")})
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.gpu_memory_utilization, rollout.enforce_eager) == ("vllm", 0.4, True)
+    assert plan.inert == ["rollout_disable_mm_preprocessor_cache=True"]  # a multimodal setting: text only here
+    proc = subprocess.run([sys.executable, "-m", "rft", *argv], capture_output=True, text=True, timeout=900,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_the_tools_demo_runs_its_tool_workflow_on_vllm(tmp_path, monkeypatch):
+    """`rft demo --task tools --engine vllm` cut down: the multi-turn tool workflow's model handle generates with
+    vLLM (each turn a request to the engine, the tool's result appended), with no workflow errors, and the GRPO
+    stage trains on what it returns."""
+    from rft.trainer import demo
+
+    monkeypatch.setattr(demo, "COPY_STEPS", 5)
+    monkeypatch.setattr(demo, "TOOLS_SFT_STEPS", 20)
+    monkeypatch.setattr(demo, "TOOLS_RL_STEPS", 2)
+    monkeypatch.setattr(demo, "N_VAL", 40)
+    result = demo.run_demo(tmp_path, seed=0, task="tools", engine="vllm")
+    assert result["engine"] == "vllm" and 0.0 <= result["rl_accuracy"] <= 1.0
+    lines = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    assert all(x["workflow/errors"] == 0 and x["workflow/model_calls"] > 0 and "actor/pg_loss" in x for x in lines)
+    assert "rollout_probs_diff_max" in " ".join(lines[-1])

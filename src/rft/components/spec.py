@@ -31,7 +31,8 @@ class Input:
 
     How the value is honoured: `key` (the canonical key it is written to, unchanged), or the component's plan
     function for anything else (`lands_on` then says what it does, for --help and the docs). `vllm`: a setting of
-    the vLLM engine, which rft does not have: only the spec default is accepted, and it has no effect.
+    the vLLM engine, written to its key where the component's inputs pick that engine (`Component.engine`); with
+    the hf engine only the spec default (no effect) or what the hf engine does is accepted.
     `extension`: not in the spec, an rft addition (said so in its description)."""
 
     name: str
@@ -61,8 +62,10 @@ class Input:
     def mapping(self) -> str:
         if self.vllm:
             hf = "".join(f", or {v!r} (what the hf engine does)" for v in _schema_also(self.key))
-            return (f"vLLM setting: only the default (no effect: the components' engine is hf){hf} is accepted"
-                    f"{self._key_note()}")
+            if self.key is None:
+                return "vLLM setting rft's engines do not take: only the default (no effect) is accepted"
+            return (f"vLLM setting: `{self.key}` where the component generates with vLLM; with the hf engine only "
+                    f"the default (no effect){hf} is accepted")
         return self.lands_on or (f"`{self.key}`" if self.key else "")
 
     def _key_note(self) -> str:
@@ -164,6 +167,12 @@ class Plan:
         return names
 
 
+def _vllm_choice(component: Component) -> str:
+    names = [i.name for i in component.inputs if i.name in ("ENGINE", "rollout_name")]
+    return (f" (--{' and --'.join(names)} vllm pick vLLM)" if names
+            else " (it has no input that picks vLLM: a config's actor_rollout_ref.rollout.name: vllm does)")
+
+
 @dataclass(frozen=True)
 class Component:
     name: str
@@ -174,6 +183,8 @@ class Component:
     outputs: tuple[Output, ...]
     plan_fn: Callable[[Plan], None]
     example: str = ""  # the documented command line (docs, --help epilog)
+    engine: Callable[[dict[str, Any]], str] = lambda values: "hf"
+    """The rollout engine the inputs pick: 'vllm' writes the inputs marked `vllm` to their keys."""
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs] + [o.name for o in self.outputs]
@@ -207,26 +218,28 @@ class Component:
             raise ComponentError(f"{self.name}: required input(s) missing: " + ", ".join(f"--{m}" for m in missing))
         plan = Plan(self.name, full, {o.name: (outputs or {}).get(o.name) for o in self.outputs},
                     check_paths=check_paths)
+        engine = self.engine(full)
         for inp in self.inputs:
             value = full[inp.name]
-            if inp.vllm:
+            if inp.vllm and engine == "vllm" and inp.key is not None:
+                plan.set(inp.key, value, inp.name)  # the config's vLLM checks apply (ranges, TP on this machine)
+            elif inp.vllm:
                 hf_values = _schema_also(inp.key)  # values that say what the hf engine does (1: not sharded)
                 if value != inp.default and value in hf_values:
                     plan.set(inp.key, value, inp.name)
                 elif value != inp.default:
                     also = "".join(f" or {v!r} (what the hf engine does)" for v in hf_values)
-                    plan.refuse(inp.name, f"={value!r} configures the vLLM engine, which rft's components do not "
-                                          f"drive yet (they generate with the hf engine; a config's rollout.name: "
-                                          f"vllm does); only the spec default {inp.default!r} (no effect){also} is "
-                                          "accepted")
+                    plan.refuse(inp.name, f"={value!r} configures the vLLM engine, and this component generates "
+                                          f"with the hf engine{_vllm_choice(self)}; only the spec default "
+                                          f"{inp.default!r} (no effect){also} is accepted")
                 else:
                     plan.inert.append(f"{inp.name}={value!r}")
             elif inp.key is not None and value is not None:
                 plan.set(inp.key, value, inp.name)
         self.plan_fn(plan)
         if plan.inert:
-            plan.notes.append("vLLM settings at their spec defaults, not used by rft's hf engine: "
-                              + ", ".join(plan.inert))
+            unused = "not used by rft's hf engine" if engine == "hf" else "that rft's vLLM engine does not take"
+            plan.notes.append(f"vLLM settings at their spec defaults, {unused}: " + ", ".join(plan.inert))
         return plan
 
     # ------------------------------------------------------------------------------------------ command line

@@ -10,8 +10,9 @@ A = "actor_rollout_ref.actor"
 M = "actor_rollout_ref.model"
 R = "actor_rollout_ref.rollout"
 VLLM = {"vllm": True}
-ENGINE_NOTE = {"lands_on": f"`{R}.name` (with rollout_name; the two must agree): 'hf'; vllm is refused (the "
-                           "components do not drive the vLLM engine yet), sglang too (no such engine)"}
+ENGINE_NOTE = {"lands_on": f"`{R}.name` (with rollout_name; the two must agree): 'vllm' where vLLM is installed "
+                           "(refused with the install line where it is not), or 'hf'; sglang is refused (no such "
+                           "engine)"}
 
 ROWS = [
     ("Engine and Data Parameters", "ENGINE", "string", "vllm", True, None, None, "Engine type (default: vllm)",
@@ -129,8 +130,8 @@ def plan(p: Plan) -> None:
     if v["ENGINE"] != v["rollout_name"]:
         p.refuse("ENGINE", f"={v['ENGINE']!r} and rollout_name={v['rollout_name']!r} name different engines; both "
                            "set actor_rollout_ref.rollout.name: give them the same value")
-    elif v["ENGINE"] == "hf":
-        p.set(f"{R}.name", "hf", "ENGINE", "rollout_name")
+    else:
+        p.set(f"{R}.name", v["ENGINE"], "ENGINE", "rollout_name")
 
 
 EXAMPLE = ("rft component verl_trainer_component --ENGINE hf --rollout_name hf --actor_model_path m "
@@ -146,4 +147,5 @@ COMPONENT = Component(
     description="Component for Verl Finetuning. Supports reinforcement learning algorithms including GRPO (Group "
                 "Relative Policy Optimization) with PyTorch distributed training using FSDP.",
     inputs=verl_inputs(ROWS), outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE,
+    engine=lambda v: "vllm" if v["ENGINE"] == v["rollout_name"] == "vllm" else "hf",
 )

@@ -471,7 +471,9 @@ class RolloutConfig:
     max_model_len: Optional[int] = fld(
         None, "vLLM: the longest sequence the engine holds; null: data.max_prompt_length + "
         "data.max_response_length (a multi-turn workflow's whole conversation: workflow.max_model_len).")
-    max_num_batched_tokens: int = fld(8192, "vLLM: the scheduler's token budget per engine step.")
+    max_num_batched_tokens: Optional[int] = fld(
+        8192, "vLLM: the scheduler's token budget per engine step; null: vLLM's own (a Trinity-RFT config, which has "
+        "no such key, takes that).")
     max_num_seqs: int = fld(1024, "vLLM: the most sequences in one engine step.")
     engine_kwargs: Dict[str, Any] = fld(
         {}, "More engine arguments by engine: engine_kwargs.vllm.<name> goes to vllm.LLM as it is (null: vLLM's "

@@ -706,6 +706,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     engine = rm.pop("engine_type", "hf")  # Trinity's default is vllm; rft's is hf (vLLM is an optional extra)
     if engine in ("vllm", "vllm_async"):  # one engine in Trinity: its asynchronous vLLM engine
         _set(out, "actor_rollout_ref.rollout.name", "vllm")
+        # Trinity leaves the scheduler's token budget to vLLM; verl's 8192 is below Trinity's usual max_model_len
+        _set(out, "actor_rollout_ref.rollout.max_num_batched_tokens", None)
     elif engine != "hf":
         t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft's engines are vllm (vllm_async) and hf "
                                                        "(transformers with a KV cache)")

@@ -35,6 +35,8 @@ class RolloutOutput:
 class RolloutEngine(Protocol):
     version: int
     """The trainer step whose weights the engine generates with (0: the starting model)."""
+    eos_ids: torch.Tensor
+    """The token ids that end a response (sorted, long)."""
 
     def generate(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,

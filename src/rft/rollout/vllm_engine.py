@@ -92,7 +92,7 @@ class VLLMRollout:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
         from vllm import LLM
 
-        self.eos_ids = sorted(set(eos_token_ids))
+        self.eos_ids = torch.as_tensor(sorted(set(eos_token_ids)), dtype=torch.long)  # as HFRollout's
         self.pad_token_id = pad_token_id
         self.model = model
         self.version = 0
@@ -162,7 +162,7 @@ class VLLMRollout:
             requests.append(vllm.SamplingParams(
                 n=params.n, temperature=0.0 if params.greedy else params.temperature,
                 top_k=params.top_k if params.top_k > 0 else 0, top_p=params.top_p, max_tokens=params.max_tokens,
-                ignore_eos=params.ignore_eos, stop_token_ids=[] if params.ignore_eos else self.eos_ids,
+                ignore_eos=params.ignore_eos, stop_token_ids=[] if params.ignore_eos else self.eos_ids.tolist(),
                 logprobs=0, seed=None if params.greedy else int(seed), detokenize=False))
         outputs = self.llm.generate(prompts, requests, use_tqdm=False)
         rows, logprobs = [], []
@@ -175,6 +175,6 @@ class VLLMRollout:
         width = max(1, max(len(r) for r in rows))  # an empty completion: one padding column, masked below
         response = torch.stack([_pad_right(r[None], width, self.pad_token_id)[0] for r in rows])
         lp = torch.stack([_pad_right(x[None], width, 0.0)[0] for x in logprobs])
-        mask = response_mask_from(response, torch.tensor(self.eos_ids), params.ignore_eos)
+        mask = response_mask_from(response, self.eos_ids, params.ignore_eos)
         mask = mask * (torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]).long()
         return RolloutOutput(response.masked_fill(mask == 0, self.pad_token_id), mask, lp * mask)

@@ -175,7 +175,7 @@ def validation_before_and_after(rl_out: Path, steps: int) -> tuple[float, float]
 
 
 def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine: str = "hf") -> dict:
-    """`engine`: the GRPO stage's rollout engine (hf, or vllm: docs/rollout.md; the arithmetic task only)."""
+    """`engine`: the GRPO stage's rollout engine (hf, or vllm: docs/rollout.md)."""
     from rft.monitor.plots import plot_curves
     from rft.runtime import configure_cpu_runtime
     from rft.trainer.stages import build_stages, run_stages
@@ -196,9 +196,9 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine
     else:
         data = write_arithmetic(out / "data", n_train=N_TRAIN, n_val=N_VAL, seed=seed, max_digits=2, carry_slip=CARRY_SLIP)
         config = demo_config(model_dir, data, out, seed)
-        config["actor_rollout_ref"]["rollout"]["name"] = engine
         story = (f"SFT copies a teacher who forgets the units carry in {CARRY_SLIP:.0%} of carrying additions; "
                  "GRPO is rewarded by the exact answer")
+    config["actor_rollout_ref"]["rollout"]["name"] = engine
     config_path = out / "config.yaml"
     write_text_atomic(config_path, OmegaConf.to_yaml(OmegaConf.create(config)))
     print(f"rft demo: tiny model ({model_dir}), {task} task ({data['train'].parent}), config {config_path}")
