@@ -279,7 +279,7 @@ def test_a_restarted_trainer_sends_the_versions_the_explorer_resumes_with(monkey
     from rft.trainer.modes import KeptVersions, TrainLoop
 
     published = []
-    monkeypatch.setattr(pg, "ProcessGroupSender", lambda timeout: SimpleNamespace(
+    monkeypatch.setattr(pg, "ProcessGroupSender", lambda timeout, alive=None: SimpleNamespace(
         explorer_step=explored, publish=lambda weights, version: published.append((version, float(weights["w"])))))
     loop = object.__new__(TrainLoop)
     loop.cfg = SimpleNamespace(synchronizer=SimpleNamespace(sync_interval=1, sync_offset=1, sync_timeout=1.0))

@@ -68,9 +68,6 @@ class Input:
                     f"the default (no effect){hf} is accepted")
         return self.lands_on or (f"`{self.key}`" if self.key else "")
 
-    def _key_note(self) -> str:
-        return f"; verl key `{self.key}`" if self.key else ""
-
 
 @dataclass(frozen=True)
 class Output:
@@ -227,6 +224,10 @@ class Component:
                 hf_values = _schema_also(inp.key)  # values that say what the hf engine does (1: not sharded)
                 if value != inp.default and value in hf_values:
                     plan.set(inp.key, value, inp.name)
+                elif value != inp.default and engine == "vllm":  # a setting without an rft key
+                    plan.refuse(inp.name, f"={value!r}: rft's vLLM engine does not take this setting (it generates "
+                                          f"from text prompts only); only the spec default {inp.default!r} (no "
+                                          "effect) is accepted")
                 elif value != inp.default:
                     also = "".join(f" or {v!r} (what the hf engine does)" for v in hf_values)
                     plan.refuse(inp.name, f"={value!r} configures the vLLM engine, and this component generates "

@@ -5,8 +5,8 @@ The group runs gloo over host memory, on GPUs too for now (a GPU-to-GPU NCCL pat
 no GPU to run it on). It is a group of its own, not torch.distributed's default group: the explorer's vLLM engine
 initialises that one for itself in the same process (as verl's and TRL's weight syncs keep theirs apart). The
 trainer waits for the explorer to join in one-second polls, so an explorer that dies before it joins stops the
-trainer at once with one line instead of after the sync timeout. The trainer hands a copy of its weights to a sender thread and trains on; the thread
-broadcasts when the explorer is ready for them. Both sides know which versions travel: on joining, the explorer
+trainer at once with one line instead of after the sync timeout. The trainer hands a copy of its weights to a
+sender thread and trains on; the thread broadcasts when the explorer is ready for them. Both sides know which versions travel: on joining, the explorer
 sends the step it has explored to (0, or where a restarted one resumes), and the trainer then sends exactly the
 versions its later steps generate with (`rft.sync.schedule.versions_after`), in order, so neither side waits for
 a message that never comes and a restarted explorer takes the versions its schedule names (the trainer keeps the

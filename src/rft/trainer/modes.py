@@ -246,7 +246,7 @@ class TrainLoop:
         sync.close()
         return last
 
-    def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None
+    def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None = None
                      ) -> tuple[object, set[int]]:
         """sync_method nccl: join the explorer, send the versions up to `start` that its next steps generate with
         (from `kept`), and return the sender with the later versions to send after their trainer steps."""
