@@ -197,7 +197,7 @@ TABLE: dict[str, list[tuple]] = {
     ],
     V: VERL_SHARED + [
         ("ENGINE", "hf", f"{RO}.name", "hf"),
-        ("ENGINE", "vllm", REFUSED, "--ENGINE='vllm': vLLM is not installed here (`make vllm`"),
+        ("ENGINE", "vllm", REFUSED, "--ENGINE='vllm': vLLM is not installed here; install it with `make vllm`"),
         ("ENGINE", "sglang", REFUSED, "--ENGINE='sglang'", {"rollout_name": "sglang"}),
         ("rollout_name", "hf", f"{RO}.name", "hf"),
         ("rollout_name", "vllm", REFUSED, "--rollout_name='vllm': vLLM is not installed"),

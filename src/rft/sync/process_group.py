@@ -6,11 +6,11 @@ no GPU to run it on). It is a group of its own, not torch.distributed's default 
 initialises that one for itself in the same process (as verl's and TRL's weight syncs keep theirs apart). The
 trainer waits for the explorer to join in one-second polls, so an explorer that dies before it joins stops the
 trainer at once with one line instead of after the sync timeout. The trainer hands a copy of its weights to a
-sender thread and trains on; the thread broadcasts when the explorer is ready for them. Both sides know which versions travel: on joining, the explorer
-sends the step it has explored to (0, or where a restarted one resumes), and the trainer then sends exactly the
-versions its later steps generate with (`rft.sync.schedule.versions_after`), in order, so neither side waits for
-a message that never comes and a restarted explorer takes the versions its schedule names (the trainer keeps the
-older ones with its checkpoints, see `rft.trainer.modes.TrainLoop`).
+sender thread and trains on; the thread broadcasts when the explorer is ready for them. Both sides know which
+versions travel: on joining, the explorer sends the step it has explored to (0, or where a restarted one resumes),
+and the trainer then sends exactly the versions its later steps generate with (`rft.sync.schedule.versions_after`),
+in order, so neither side waits for a message that never comes and a restarted explorer takes the versions its
+schedule names (the trainer keeps the older ones with its checkpoints, see `rft.trainer.modes.TrainLoop`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch
 import torch.distributed as tdist
 
 ADDR_ENV, PORT_ENV = "RFT_SYNC_ADDR", "RFT_SYNC_PORT"
+_JOINED = "rft/explorer-joined"  # the store key the explorer sets when it joins
 
 
 def free_port() -> int:
@@ -66,9 +67,6 @@ class _Group:
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         self.group.broadcast(tensor, src).wait()
-
-
-_JOINED = "rft/explorer-joined"
 
 
 def snapshot(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
