@@ -43,6 +43,7 @@ test-vllm: vllm
 	OMP_NUM_THREADS=1 $(VVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_vllm
 
 bench-vllm: vllm
+	$(VVENV)/bin/python bench/bench.py --engine hf vllm
 	$(VVENV)/bin/python bench/demo_engines.py
 
 demo: setup

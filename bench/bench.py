@@ -4,6 +4,11 @@ The shape of the comparison with TRL's GRPOTrainer (bench/vs_trl.py, side by sid
 (one optimizer step per batch), a fixed number of new tokens per response (ignore_eos), fp32.
 
     python bench/bench.py [--preset tiny|small|all] [--steps N] [--no-kl] [--no-write] [--profile]
+                          [--engine hf [vllm]]
+
+`--engine hf vllm` (in vLLM's venv: `make bench-vllm`) runs every configuration on each rollout engine, one after
+the other in the same invocation (the vLLM rows also run the old-log-prob pass, which logs the engine / trainer
+log-prob difference; the floor counts it).
 
 Each configuration runs in its own child process (so its peak RSS is its own): the trainer is built once (model
 loading is not timed), `--warmup` steps are run and dropped, then N steps are timed with the trainer's own
@@ -92,9 +97,10 @@ def matmul_gflops(m: int, k: int, n: int, min_time: float = 0.4) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ worker
-def overrides(model: str, data: str, out: str, response: int, kl: bool, total: int) -> list[str]:
+def overrides(model: str, data: str, out: str, response: int, kl: bool, total: int, engine: str = "hf") -> list[str]:
     return [
         f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.rollout.name={engine}",
         f"data.train_files={data}",
         "data.max_prompt_length=32",
         f"data.max_response_length={response}",
@@ -173,7 +179,7 @@ def run_worker(spec: dict) -> dict:
 
     warmup, steps = spec["warmup"], spec["steps"]
     cfg = load_config(None, overrides(spec["model"], spec["data"], spec["out"], spec["response"], spec["kl"],
-                                      warmup + steps))
+                                      warmup + steps, spec.get("engine", "hf")))
     rss_import = rss_mib()
     t0 = time.perf_counter()
     trainer = SyncRun(cfg)
@@ -233,6 +239,8 @@ def main() -> None:
     ap.add_argument("--wait-idle", type=float, default=60.0, metavar="S",
                     help="before each measurement wait up to S seconds for other processes to leave the CPU "
                          "(default 60; 0: never wait)")
+    ap.add_argument("--engine", nargs="+", choices=("hf", "vllm"), default=["hf"],
+                    help="rollout engines to run each configuration on, side by side (default hf)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -276,9 +284,9 @@ def main() -> None:
         for name in presets:
             model = init_model(name, tmp / f"model-{name}", seed=0)
             steps = args.steps if args.steps is not None else PRESETS[name]["steps"]
-            for kl in ([False] if args.no_kl else [False, True]):
-                spec = dict(model=str(model), data=str(data), out=str(tmp / f"out-{name}-{int(kl)}"),
-                            response=PRESETS[name]["response"], kl=kl, warmup=args.warmup,
+            for kl, engine in [(kl, e) for kl in ([False] if args.no_kl else [False, True]) for e in args.engine]:
+                spec = dict(model=str(model), data=str(data), out=str(tmp / f"out-{name}-{int(kl)}-{engine}"),
+                            response=PRESETS[name]["response"], kl=kl, warmup=args.warmup, engine=engine,
                             steps=steps + (1 if args.profile else 0), profile=args.profile)
                 wait_idle(args.wait_idle)
                 proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)],
@@ -286,11 +294,12 @@ def main() -> None:
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("@@RESULT@@")), None)
                 if proc.returncode != 0 or line is None:
                     sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-                    raise SystemExit(f"bench worker failed for {name} kl={kl} (exit {proc.returncode})")
+                    raise SystemExit(f"bench worker failed for {name} kl={kl} engine={engine} "
+                                     f"(exit {proc.returncode})")
                 r = json.loads(line[len("@@RESULT@@"):])
-                r.update(preset=name, kl=kl)
+                r.update(preset=name, kl=kl, engine=engine)
                 results.append(r)
-                print(f"  {name} use_kl_loss={str(kl).lower()}: {r['mean']['timing_s/step']:.3f} s/step "
+                print(f"  {name} {engine} use_kl_loss={str(kl).lower()}: {r['mean']['timing_s/step']:.3f} s/step "
                       f"({r['timed']} steps, build {r['build_s']:.1f} s)", flush=True)
                 if r.get("profile"):
                     print(f"\ntorch.profiler, {name} use_kl_loss={str(kl).lower()}, one step (self CPU time):")
@@ -311,7 +320,7 @@ def main() -> None:
 
 
 def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float) -> str:
-    head = ["preset", "params", "new tok", "kl/ref", "s/step", "median (min–max)",
+    head = ["preset", "engine", "params", "new tok", "kl/ref", "s/step", "median (min–max)",
             *[f"{p} s" for p in PHASES], "other s", "gen tok/s", "train tok/s", "GFLOP/step", "floor s",
             "eff", "eff@1024³", "peak RSS MiB", "other procs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
@@ -322,7 +331,7 @@ def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float
         step = m["timing_s/step"]
         floor = f / (rate * 1e9)
         phase_sum = sum(m.get(f"timing_s/{p}", 0.0) for p in PHASES)
-        cells = [name, f"{r['n_params'] / 1e6:.2f}M", str(PRESETS[name]["response"]), "yes" if r["kl"] else "no",
+        cells = [name, r.get("engine", "hf"), f"{r['n_params'] / 1e6:.2f}M", str(PRESETS[name]["response"]), "yes" if r["kl"] else "no",
                  f"{step:.3f}", f"{r['step_median']:.3f} ({r['step_min']:.3f}–{r['step_max']:.3f})",
                  *[f"{m[f'timing_s/{p}']:.3f}" if f"timing_s/{p}" in m else "–" for p in PHASES],
                  f"{step - phase_sum:.3f}", f"{m['perf/gen_tokens_per_s']:.0f}",

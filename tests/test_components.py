@@ -298,7 +298,7 @@ TABLE: dict[str, list[tuple]] = {
         ("use_liger_kernel", False, f"{AM}.use_liger", False),
         ("use_liger_kernel", True, REFUSED, "Liger kernels"),
         ("vllm_gpu_memory_utilization", 0.3, INERT, None),
-        ("vllm_gpu_memory_utilization", 0.9, REFUSED, "vLLM engine"),
+        ("vllm_gpu_memory_utilization", 0.9, REFUSED, "vLLM is not installed here: install it with `make vllm`"),
         ("vllm_tensor_parallel_size", 1, INERT, None),
         ("vllm_tensor_parallel_size", 2, REFUSED, "vLLM engine"),
         ("epsilon_high", 0.28, f"{AA}.clip_ratio_high", 0.28),

@@ -171,9 +171,9 @@ def test_sampling_n_per_prompt_top_k_eos_and_seeds(root):
 
 
 # ------------------------------------------------------------------------------------------- (d) a run
-def _grpo_on_vllm(root: Path, tmp_path: Path, *extra: str) -> Path:
-    """`rft train` of GRPO on vLLM (4 one-digit additions x 4 samples a step, the shaped reward of rl_helpers, whose
-    digit count makes a random model's groups differ; lr 1e-3) with `extra` overrides; asserts exit 0, returns the
+def _grpo_args(root: Path, tmp_path: Path, *extra: str) -> tuple[list[str], Path]:
+    """The command line of `rft train` of GRPO on vLLM (4 one-digit additions x 4 samples a step, the shaped reward
+    of rl_helpers, whose digit count makes a random model's groups differ; lr 1e-3) with `extra` overrides, and its
     run folder."""
     from rl_helpers import SHAPED_REWARD
 
@@ -182,13 +182,18 @@ def _grpo_on_vllm(root: Path, tmp_path: Path, *extra: str) -> Path:
     write_arithmetic(tmp_path / "data", n_train=32, n_val=8, seed=0, max_digits=1)
     (tmp_path / "reward.py").write_text(SHAPED_REWARD)
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "rft", "train",
+    return [sys.executable, "-m", "rft", "train",
             f"actor_rollout_ref.model.path={root / 'tiny'}", f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
             "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=8",
             "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",
             f"custom_reward_function.path={tmp_path / 'reward.py'}", "actor_rollout_ref.actor.optim.lr=1e-3",
-            "actor_rollout_ref.actor.optim.weight_decay=0", f"trainer.default_local_dir={out}", *extra]
+            "actor_rollout_ref.actor.optim.weight_decay=0", f"trainer.default_local_dir={out}", *extra], out
+
+
+def _grpo_on_vllm(root: Path, tmp_path: Path, *extra: str) -> Path:
+    """`rft train` of `_grpo_args`; asserts exit 0, returns the run folder."""
+    args, out = _grpo_args(root, tmp_path, *extra)
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
@@ -229,6 +234,81 @@ def test_mode_both_with_the_explorer_process_on_vllm_takes_the_trainers_weights(
     diff = [x["training/rollout_probs_diff_max"] for x in trainer]
     assert diff[0] <= LOGPROB_TOL * 10 and diff[2] <= LOGPROB_TOL * 10, diff  # the weights reached vLLM
     assert diff[1] > LOGPROB_TOL * 10, diff  # and the measure sees a policy one update away
+
+
+@pytest.mark.slow
+def test_explore_on_vllm_and_train_as_two_commands_carry_weights_through_checkpoint_files(root, tmp_path):
+    """`trainer.mode: explore` (the vLLM engine) and `trainer.mode: train` as two commands on one SQLite buffer, as
+    on two machines: the trainer's weights reach the explorer's engine as sync files (sync_method checkpoint,
+    sync_interval 2), so explore steps 1 and 3 are on policy (the log-prob difference within the parity tolerance)
+    and step 2 is one update behind."""
+    args, out = _grpo_args(root, tmp_path, "synchronizer.sync_interval=2", "synchronizer.sync_method=checkpoint",
+                           "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.logger=[]")
+    procs = [subprocess.Popen([*args, f"trainer.mode={mode}"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for mode in ("train", "explore")]
+    for proc in procs:
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-3000:]
+    explorer = [json.loads(x) for x in (out / "explorer" / "metrics.jsonl").read_text().splitlines()]
+    trainer = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["rollout/model_version"] for x in explorer] == [0, 0, 2]
+    diff = [x["training/rollout_probs_diff_max"] for x in trainer]
+    assert diff[0] <= LOGPROB_TOL * 10 and diff[2] <= LOGPROB_TOL * 10, diff  # the sync file reached vLLM
+    assert diff[1] > LOGPROB_TOL * 10, diff
+
+
+@pytest.mark.slow
+def test_two_trainer_processes_each_generate_on_their_own_vllm_engine_with_the_gathered_weights(root, tmp_path):
+    """trainer.n_gpus_per_node=2: two FSDP processes, a vLLM engine in each (vLLM's external launcher, as verl's
+    hybrid engine), each generating its rank's half of the prompts. Every step is on policy, so the log-prob
+    difference, gathered over both ranks' rows, stays within the parity tolerance only if each rank's engine took
+    the whole policy gathered from the shards after every update (one update at this learning rate moves it past
+    that, as the mode-both test shows); the final model is the trained one."""
+    from safetensors.torch import load_file
+
+    out = _grpo_on_vllm(root, tmp_path, "trainer.n_gpus_per_node=2", "trainer.total_training_steps=3",
+                        "trainer.val_before_train=false", "trainer.logger=[]")
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2, 3]
+    diff = [x["training/rollout_probs_diff_max"] for x in lines]
+    assert all(0 <= d <= LOGPROB_TOL * 10 for d in diff), diff
+    before, after = load_file(root / "tiny" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert [k for k in before if torch.equal(before[k], after[k])] == []
+
+
+@pytest.mark.slow
+def test_a_run_on_vllm_killed_after_a_checkpoint_resumes_exactly(root, tmp_path):
+    """SIGKILL once step 2's checkpoint is written, then the same command: the engine reloads the checkpoint's
+    weights and the explorer's generator comes back, so vLLM's per-request seeds, the samples, the rewards, the
+    losses and the final weights are those of the run that was never stopped."""
+    import signal
+    import time
+
+    from safetensors.torch import load_file
+
+    extra = ("trainer.save_freq=1", "trainer.total_training_steps=4", "trainer.val_before_train=false",
+             "trainer.logger=[]")
+    whole = _grpo_on_vllm(root, tmp_path / "whole", *extra)
+    args, out = _grpo_args(root, tmp_path / "killed", *extra)
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while not (out / "checkpoints" / "global_step_2").is_dir():
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:] if proc.poll() else ""
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert not (out / "model").exists()
+    again = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+
+    def record(folder: Path) -> list[dict]:
+        lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in x.items() if not k.startswith(("timing_s/", "perf/"))} for x in lines]
+
+    assert [x["step"] for x in record(out)] == [1, 2, 3, 4]
+    assert record(out) == record(whole)
+    final, reference = load_file(out / "model" / "model.safetensors"), load_file(whole / "model" / "model.safetensors")
+    assert all(torch.equal(final[k], reference[k]) for k in reference)
 
 
 # ------------------------------------------------------------------------------------------- (e) the seeds
@@ -386,6 +466,29 @@ def test_the_verl_component_generates_with_vllm_at_its_engine_defaults(root, tmp
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
+
+
+def test_rft_trainer_generates_with_vllm_and_grpo_when_a_vllm_input_asks():
+    """Where vLLM is installed, rft_trainer (verl underneath, no engine input) generates with it at its defaults,
+    its vLLM inputs on verl's rollout keys; the TRL-based GRPO component generates with vLLM when a vllm_* input is
+    set away from its default (TRL's use_vllm), the value on its rollout key, and with the hf engine otherwise."""
+    from rft.components import get_component
+
+    def rollout(component: str, values: dict, output: str) -> tuple[dict, list[str]]:
+        plan = get_component(component).plan(values, {output: "out"}, check_paths=False)
+        assert not plan.refusals, plan.refusals
+        return plan.nested()["actor_rollout_ref"]["rollout"], plan.notes
+
+    ro, notes = rollout("rft_trainer", {"actor_model_path": "m", "data_train_files": "t.parquet", "data_val_files": "v.parquet",
+                                        "rollout_gpu_memory_utilization": 0.4}, "model_output")
+    assert (ro["name"], ro["gpu_memory_utilization"], ro["enforce_eager"]) == ("vllm", 0.4, False)
+    assert any(n.startswith("rollout engine vLLM") for n in notes), notes
+    grpo = {"model_name_or_path": "m", "dataset_train_split": "t.jsonl", "deepspeed_config": "ds.json"}
+    ro, notes = rollout("group_relative_policy_optimization", grpo, "output_model_path")
+    assert ro.get("name", "hf") == "hf" and "gpu_memory_utilization" not in ro
+    ro, _ = rollout("group_relative_policy_optimization", {**grpo, "vllm_gpu_memory_utilization": 0.5},
+                    "output_model_path")
+    assert (ro["name"], ro["gpu_memory_utilization"]) == ("vllm", 0.5)
 
 
 @pytest.mark.slow

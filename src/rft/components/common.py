@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from rft.components.spec import Input, Plan
+from rft.components.spec import Input, Plan, vllm_install_hint, vllm_installed
 
 
 def has_cuda() -> bool:
@@ -37,10 +37,8 @@ def check_engine(plan: Plan, name: str, value: str) -> None:
     if value == "hf":
         return
     if value == "vllm":
-        if importlib.util.find_spec("vllm") is None:
-            from rft.rollout.vllm_engine import INSTALL_HINT
-
-            plan.refuse(name, f"='vllm': vLLM is not installed here; {INSTALL_HINT}, or set it to 'hf' (rft's "
+        if not vllm_installed():
+            plan.refuse(name, f"='vllm': vLLM is not installed here; {vllm_install_hint()}, or set it to 'hf' (rft's "
                               "transformers engine with a KV cache)")
     elif value == "sglang":
         plan.refuse(name, "='sglang': rft has no SGLang engine; set it to 'hf' (rft's transformers engine with a "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rft.components.common import check_liger, resolve_model_folder
 from rft.components.deepspeed import plan_deepspeed
-from rft.components.spec import Component, Input, Output, Plan
+from rft.components.spec import Component, Input, Output, Plan, vllm_installed
 
 A = "actor_rollout_ref.actor"
 M = "actor_rollout_ref.model"
@@ -126,8 +126,9 @@ INPUTS = (
     _i("use_liger_kernel", "boolean", False, "Whether to use the Liger kernel.", MISC, key=f"{M}.use_liger",
        lands_on=f"`{M}.use_liger`; true is refused (no Triton here / not implemented)"),
     _i("vllm_gpu_memory_utilization", "number", 0.3, "Control the GPU memory utilization for vLLM.", MISC,
-       vllm=True),
-    _i("vllm_tensor_parallel_size", "integer", 1, "Control the tensor parallel size for vLLM.", MISC, vllm=True),
+       vllm=True, key=f"{R}.gpu_memory_utilization"),
+    _i("vllm_tensor_parallel_size", "integer", 1, "Control the tensor parallel size for vLLM.", MISC, vllm=True,
+       key=f"{R}.tensor_model_parallel_size"),
     # ---- rft extensions: TRL GRPOConfig options the spec fixes at TRL's defaults
     _i("epsilon_high", "number", None, f"Upper clipping epsilon (TRL's epsilon_high; default: epsilon). {EXT}.", G,
        extension=True, lands_on=f"`{A}.clip_ratio_high`"),
@@ -396,9 +397,16 @@ EXAMPLE = ("rft component group_relative_policy_optimization --model_name_or_pat
            "--max_prompt_length 32 --max_completion_length 6 --save_steps 1 --eval_strategy steps --eval_steps 2 "
            "--output_model_path out/grpo --mlflow_model_folder out/mlflow")
 
+def _engine(values: dict) -> str:
+    asked = any(values[i.name] != i.default for i in INPUTS if i.vllm)
+    return "vllm" if asked and vllm_installed() else "hf"
+
+
 COMPONENT = Component(
     name="group_relative_policy_optimization", version="0.0.1", display_name="Group Relative Policy Optimization",
     description="Component to run Group Relative Policy optimization. Supports PyTorch distributed training with "
                 "DeepSpeed optimizations.",
-    inputs=INPUTS, outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE,
+    inputs=INPUTS, outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE, engine=_engine,
+    engine_rule="TRL generates with vLLM when asked (use_vllm, which the spec lacks): a vllm_* input away from its "
+                "default asks for vLLM, where vLLM is installed",
 )

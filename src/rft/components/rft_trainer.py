@@ -4,7 +4,7 @@ the PPO batch sizes (`actor_rft_*`). Each input is written to the verl key it na
 from __future__ import annotations
 
 from rft.components.common import verl_checks, verl_inputs
-from rft.components.spec import Component, Output, Plan
+from rft.components.spec import Component, Output, Plan, vllm_installed
 
 A = "actor_rollout_ref.actor"
 M = "actor_rollout_ref.model"
@@ -174,4 +174,7 @@ COMPONENT = Component(
                 "GRPO (Group Relative Policy Optimization) and REINFORCE++ algorithms with distributed training "
                 "capabilities.",
     inputs=verl_inputs(ROWS), outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE,
+    engine=lambda v: "vllm" if vllm_installed() else "hf",
+    engine_rule="it has no input that picks the engine and generates with vLLM, verl's default engine, where vLLM "
+                "is installed",
 )

@@ -164,10 +164,16 @@ class Plan:
         return names
 
 
-def _vllm_choice(component: Component) -> str:
-    names = [i.name for i in component.inputs if i.name in ("ENGINE", "rollout_name")]
-    return (f" (--{' and --'.join(names)} vllm pick vLLM)" if names
-            else " (it has no input that picks vLLM: a config's actor_rollout_ref.rollout.name: vllm does)")
+def vllm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_install_hint() -> str:
+    from rft.rollout.vllm_engine import INSTALL_HINT
+
+    return INSTALL_HINT
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,8 @@ class Component:
     example: str = ""  # the documented command line (docs, --help epilog)
     engine: Callable[[dict[str, Any]], str] = lambda values: "hf"
     """The rollout engine the inputs pick: 'vllm' writes the inputs marked `vllm` to their keys."""
+    engine_rule: str = "it has no input that picks vLLM"
+    """How the engine is picked, for the messages and the docs."""
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs] + [o.name for o in self.outputs]
@@ -230,13 +238,17 @@ class Component:
                                           "effect) is accepted")
                 elif value != inp.default:
                     also = "".join(f" or {v!r} (what the hf engine does)" for v in hf_values)
+                    missing = "" if vllm_installed() else f"; vLLM is not installed here: {vllm_install_hint()}"
                     plan.refuse(inp.name, f"={value!r} configures the vLLM engine, and this component generates "
-                                          f"with the hf engine{_vllm_choice(self)}; only the spec default "
-                                          f"{inp.default!r} (no effect){also} is accepted")
+                                          f"with the hf engine here ({self.engine_rule}{missing}); otherwise only "
+                                          f"the spec default {inp.default!r} (no effect){also} is accepted")
                 else:
                     plan.inert.append(f"{inp.name}={value!r}")
             elif inp.key is not None and value is not None:
                 plan.set(inp.key, value, inp.name)
+        if engine == "vllm" and "ENGINE" not in full:  # (verl_trainer's plan sets it from its engine inputs)
+            plan.set("actor_rollout_ref.rollout.name", "vllm")
+            plan.notes.append(f"rollout engine vLLM: {self.engine_rule}")
         self.plan_fn(plan)
         if plan.inert:
             unused = "not used by rft's hf engine" if engine == "hf" else "that rft's vLLM engine does not take"

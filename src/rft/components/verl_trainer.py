@@ -148,4 +148,5 @@ COMPONENT = Component(
                 "Relative Policy Optimization) with PyTorch distributed training using FSDP.",
     inputs=verl_inputs(ROWS), outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE,
     engine=lambda v: "vllm" if v["ENGINE"] == v["rollout_name"] == "vllm" else "hf",
+    engine_rule="--ENGINE and --rollout_name vllm pick vLLM",
 )

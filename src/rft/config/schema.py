@@ -420,7 +420,7 @@ class ValKwargsConfig:
 
 @dataclass
 class RolloutConfig:
-    name: str = fld("hf", "Rollout engine: hf (transformers with a KV cache) or vllm (vLLM in the trainer's "
+    name: str = fld("hf", "Rollout engine: hf (transformers with a KV cache) or vllm (vLLM in each trainer "
                           "process; `make vllm` installs it; docs/rollout.md); sglang is refused (no such engine "
                           "in rft).", choices=("hf", "vllm", "sglang"))
     mode: str = fld("sync", "Rollout mode.", choices=("sync",))

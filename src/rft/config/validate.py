@@ -138,7 +138,7 @@ def _check_model_dir(key: str, path: str) -> None:
         )
 
 
-def _check_vllm(rollout, world_size: int) -> None:
+def _check_vllm(rollout) -> None:
     """rollout.name=vllm: vLLM importable (the error names the extra), its keys' values usable here."""
     import torch
 
@@ -150,9 +150,6 @@ def _check_vllm(rollout, world_size: int) -> None:
         require_vllm(f"{r}.name=vllm")
     except RftError as e:
         raise ConfigError(str(e)) from None
-    if world_size > 1:
-        raise ConfigError(f"{r}.name=vllm with {world_size} trainer processes: rft runs the vLLM engine in a single "
-                          "trainer process for now; use 1 process or the hf engine")
     tp = rollout.tensor_model_parallel_size
     if tp < 1 or (tp > 1 and torch.cuda.is_available()):
         raise ConfigError(f"{r}.tensor_model_parallel_size={tp}: rft runs its vLLM engine unsharded in the "
@@ -868,7 +865,7 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
         raise ConfigError("actor_rollout_ref.rollout.name='sglang': rft has no SGLang engine; use 'vllm' or 'hf' "
                           "(transformers generation with a KV cache)")
     if rollout.name == "vllm":
-        _check_vllm(rollout, world_size)
+        _check_vllm(rollout)
     _check_runtime("trainer", trainer)
     if world_size > 1:
         _check_processes(cfg, world_size)

@@ -10,9 +10,12 @@ from torch import nn
 log = logging.getLogger("rft")
 
 
-def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bool] | None = None):
+def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bool] | None = None,
+                 distributed: bool = False, weights=None):
     """The rollout engine serving `model` (the trained model itself, or the explorer's copy of it).
-    `all_done`: the hf engine's check across the processes of a sharded model (`HFRollout`)."""
+    `all_done`: the hf engine's check across the processes of a sharded model (`HFRollout`). vLLM only:
+    `distributed`, one engine in each of the run's torch.distributed processes (vLLM's external launcher: each
+    generates its rank's share); `weights`, what `model` takes before the engine first loads from it."""
     from rft.explorer.evaluate import eos_token_ids
     from rft.rollout.hf import HFRollout
 
@@ -22,8 +25,10 @@ def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bo
         return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done)
     from rft.rollout.vllm_engine import VLLMRollout
 
-    engine = VLLMRollout(model, cfg.actor_rollout_ref.model.path, eos, tokenizer.pad_token_id, vllm_options(cfg, model))
-    engine.update_weights(None, 0)  # the served model's weights (a dummy load, LoRA, a resumed checkpoint)
+    options = vllm_options(cfg, model)
+    options.distributed = distributed
+    engine = VLLMRollout(model, cfg.actor_rollout_ref.model.path, eos, tokenizer.pad_token_id, options)
+    engine.update_weights(weights, 0)  # the served model's weights (a dummy load, LoRA, a resumed checkpoint)
     return engine
 
 

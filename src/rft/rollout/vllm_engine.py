@@ -20,6 +20,7 @@ vLLM is an optional dependency (`make vllm`, docs/rollout.md); `require_vllm` sa
 
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from collections.abc import Mapping
@@ -61,6 +62,7 @@ class VLLMOptions:
     max_num_seqs: int | None = None
     load_format: str = "auto"
     tokenizer: str | None = None  # the folder of the run's tokenizer (data.tokenizer); None: the model's
+    distributed: bool = False  # one engine per torch.distributed process (vLLM's external launcher)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,6 +73,13 @@ def kv_bytes_per_token(config) -> int:
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     return 2 * text.num_hidden_layers * kv_heads * head_dim * 4
+
+
+def _rotary_reload_warning(record: logging.LogRecord) -> bool:
+    """False for vLLM's 'RotaryEmbedding: Failed to load weights' on every reload: a rotary layer's cos/sin cache
+    is computed, not loaded, so a checkpoint never holds it (vLLM puts the cache back; harmless). Other layers'
+    failures pass."""
+    return not (record.getMessage().endswith("Failed to load weights") and "Rotary" in str(record.args))
 
 
 _live: weakref.ref | None = None
@@ -92,6 +101,10 @@ class VLLMRollout:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
         from vllm import LLM
 
+        reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        if _rotary_reload_warning not in reload_log.filters:
+            reload_log.addFilter(_rotary_reload_warning)
+
         self.eos_ids = torch.as_tensor(sorted(set(eos_token_ids)), dtype=torch.long)  # as HFRollout's
         self.pad_token_id = pad_token_id
         self.model = model
@@ -112,6 +125,10 @@ class VLLMRollout:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
             kwargs["kv_cache_memory_bytes"] = int(min(options.gpu_memory_utilization * total,
                                                       max(options.kv_cache_tokens, 4096) * per_token))
+        if options.distributed:
+            # vLLM joins the processes' torch.distributed group: one engine per process, each generating its own
+            # requests (a tensor-parallel group of 1 per rank), as verl's hybrid engine and TRL's colocate mode
+            kwargs["distributed_executor_backend"] = "external_launcher"
         kwargs.update(options.engine_kwargs)
         try:
             self.llm = LLM(**kwargs)

@@ -419,16 +419,30 @@ class RLTrainer:
             return
         weights = full_state_dict(model, self.dist)
         if self.dist.is_main:
-            arr, c = self.cfg.actor_rollout_ref, self.cfg.critic
-            if critic:
-                copy = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype,
-                                            torch.device("cpu"), key="critic.model", value_head=True)
-            else:
-                copy = load_trainable_model(arr.model.path, arr.model, self.dtype, torch.device("cpu"),
-                                            key="actor_rollout_ref.model")
+            copy = self.unsharded_copy(critic)
             copy.load_state_dict(weights)
             export_hf(copy, tokenizer, out, merge_in_place=True)
         self.dist.barrier()
+
+    def unsharded_copy(self, critic: bool = False) -> torch.nn.Module:
+        """A fresh unsharded model (LoRA-wrapped as the trained one) on CPU, in the policy's (or the critic's)
+        architecture, with the folder's weights: what a sharded model's gathered weights are loaded into."""
+        arr, c = self.cfg.actor_rollout_ref, self.cfg.critic
+        if critic:
+            return load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, torch.device("cpu"),
+                                        key="critic.model", value_head=True)
+        return load_trainable_model(arr.model.path, arr.model, self.dtype, torch.device("cpu"),
+                                    key="actor_rollout_ref.model")
+
+    def full_policy_weights(self, like: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The policy's parameters, gathered whole on every rank (a collective: every rank calls it), named as
+        the parameters of `like` (an `unsharded_copy`): what a rollout engine beside each rank loads."""
+        state = full_state_dict(self.model, self.dist, everywhere=True)
+        names = [n for n, _ in like.named_parameters()]
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise RuntimeError(f"the gathered policy lacks parameters of its unsharded copy: {missing[:5]}")
+        return {n: state[n] for n in names}
 
     def export_final(self, write: Callable[[str], None] = print) -> None:
         """<out>/model (and <out>/critic) at the end of the run."""

@@ -58,10 +58,18 @@ class SyncRun:
         self.total_steps = total_training_steps(cfg, len(taskset))
         self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
         rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
-        engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
+        if dist.enabled and cfg.actor_rollout_ref.rollout.name == "vllm":
+            # a vLLM engine beside each rank (verl's hybrid engine), serving an unsharded copy of the policy that
+            # every sync fills with the gathered weights
+            served = trainer.unsharded_copy()
+            engine = build_engine(cfg, served, self.tokenizer, distributed=True,
+                                  weights=trainer.full_policy_weights(served))
+            self.sync = MemorySync(engine, gather=lambda: trainer.full_policy_weights(served))
+        else:
+            engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
+            self.sync = MemorySync(engine)
         self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set, dist)
         self.buffer = make_buffer(cfg)
-        self.sync = MemorySync(engine)
         self._step_metrics: dict = {}
         self.empty_steps = 0  # explore steps in a row without an experience
 

@@ -199,13 +199,13 @@ def load_full(model: nn.Module, optimizer: torch.optim.Optimizer | None, weights
         set_optimizer_state_dict(model, optimizer, by_name, options=_options(full_state_dict=True))
 
 
-def full_state_dict(model: nn.Module, dist: Dist) -> dict[str, torch.Tensor]:
-    """All weights of a sharded `model` (frozen ones too), gathered on CPU on rank 0 (empty elsewhere). Every rank
-    must call it."""
+def full_state_dict(model: nn.Module, dist: Dist, everywhere: bool = False) -> dict[str, torch.Tensor]:
+    """All weights of a sharded `model` (frozen ones too), gathered on CPU on rank 0 (empty elsewhere; on every
+    rank with `everywhere`, on its device). Every rank must call it."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     # cpu_offload: gathered into host memory on rank 0 only; on CPU every rank gathers in place (FSDP1's offload
     # path crashes on CPU tensors) and the others drop their copy
     on_gpu = next(model.parameters()).device.type != "cpu"
-    state = get_model_state_dict(model, options=_options(full_state_dict=True, cpu_offload=on_gpu))
-    return state if dist.is_main else {}
+    state = get_model_state_dict(model, options=_options(full_state_dict=True, cpu_offload=on_gpu and not everywhere))
+    return state if dist.is_main or everywhere else {}
