@@ -598,3 +598,19 @@ def test_cli_config_show_error_exits_2(capsys, tmp_path):
 
     assert main(["config", "show", str(tmp_path / "nope.yaml")]) == 2
     assert "rft: error:" in capsys.readouterr().err
+
+
+def test_decoupled_modes_take_several_trainer_processes_and_say_what_they_cannot():
+    """Mode train and mode both (off the one-process schedule) run their trainer on several processes, mode both
+    then syncing through files by default; the explorer's own modes, and nccl from several processes, are refused
+    with what to set."""
+    from rft.sync.schedule import sync_method
+
+    two = ("trainer.n_gpus_per_node=2", "synchronizer.sync_interval=2")
+    assert load(*two, "trainer.mode=train").trainer.mode == "train"
+    assert sync_method(load(*two)) == "checkpoint"
+    assert sync_method(load("synchronizer.sync_interval=2")) == "nccl"  # one trainer process: the broadcast
+    with pytest.raises(ConfigError, match=r"sync_method=nccl with 2 trainer processes.*use checkpoint"):
+        load(*two, "synchronizer.sync_method=nccl")
+    with pytest.raises(ConfigError, match=r"trainer.mode=explore runs in one process.*train or both"):
+        load(*two, "trainer.mode=explore")

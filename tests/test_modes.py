@@ -91,6 +91,26 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
     assert max(float((trained[n] - start[n]).abs().max()) for n in start if n in trained) > 1e-4
 
 
+@pytest.mark.slow
+def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_explorer(assets, tmp_path):
+    """Mode both with trainer.n_gpus_per_node=2: two FSDP trainer processes, rank 0 starting the explorer child,
+    the weights gathered from the shards into sync files (the default sync method with several processes). Explore
+    steps 1 and 3 generate with versions 0 and 2, so they are on policy: the explorer's log-probs are the
+    trainer's (fp32), which they are only if the gathered weights reached it; steps 2 and 4 are one update behind."""
+    out = tmp_path / "out"
+    proc = start("train", *overrides(assets, out, 4, "synchronizer.sync_interval=2", "trainer.n_gpus_per_node=2",
+                                     "actor_rollout_ref.actor.ppo_epochs=2"),  # epochs 2: old log-probs computed
+                 cwd=tmp_path)
+    assert "on 2 processes" in finish(proc)
+    trainer, explorer = lines(out / "metrics.jsonl"), lines(out / "explorer" / "metrics.jsonl")
+    assert [x["rollout/model_version"] for x in explorer] == [0, 0, 2, 2]
+    assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 0, 1]
+    diff = [x["training/rollout_probs_diff_max"] for x in trainer]
+    assert diff[0] < 1e-4 and diff[2] < 1e-4 and diff[1] > 1e-4 and diff[3] > 1e-4, diff
+    assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+
+
 def test_trinity_async_example_runs(assets, tmp_path):
     """examples/trinity_async.yaml (explorer one step ahead, nccl) with the test's model, data and size."""
     (tmp_path / "tasks").mkdir()
@@ -143,6 +163,61 @@ def test_explore_and_train_on_postgresql(assets, tmp_path):
         assert not (out / "buffer.sqlite").exists()
         assert_each_read_once(url, 3, 16)
     assert (out / "model" / "model.safetensors").is_file()
+
+
+def _descendant_with_rank(pid: int, rank: int) -> int:
+    """The pid of the `python -m rft` process below `pid` that a launcher started as `rank`."""
+    children = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            children.setdefault(int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(proc.name))
+        except (ValueError, OSError, IndexError):
+            continue
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        try:
+            env = (Path("/proc") / str(child) / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env and b"LOCAL_RANK=" + str(rank).encode() in env:
+            return child
+        todo += children.get(child, [])
+    raise AssertionError(f"no rank {rank} below {pid}")
+
+
+@pytest.mark.slow
+def test_train_on_two_processes_trains_as_one_process_and_resumes_after_a_rank_is_killed(assets, tmp_path):
+    """Four explore steps (the explorer alone; sync_interval 4: all with the starting weights) in a SQLite buffer,
+    trained by `trainer.mode=train` on one process and on two (FSDP: rank 0 reads each step's 16 experiences once,
+    every rank trains its contiguous half, the groups labelled over the whole step). Rank 1 of the two is killed
+    once checkpoint 1 is written and the command run again: the same losses step by step as one process, the same
+    final weights, and every experience read by exactly one step (the reads after the checkpoint read again)."""
+    common = ("synchronizer.sync_interval=4", "synchronizer.sync_method=checkpoint")
+    explored = tmp_path / "explored"
+    rft_here("train", *overrides(assets, explored, 4, *common, "trainer.mode=explore"), cwd=tmp_path)
+    runs = {n: tmp_path / f"train{n}" for n in (1, 2)}
+    for run in runs.values():
+        shutil.copytree(explored, run)
+    rft_here("train", *overrides(assets, runs[1], 4, *common, "trainer.mode=train"), cwd=tmp_path)
+    two_args = overrides(assets, runs[2], 4, *common, "trainer.mode=train", "trainer.n_gpus_per_node=2")
+    killed = start("train", *two_args, cwd=tmp_path)
+    wait_for(lambda: (runs[2] / "checkpoints" / "global_step_1").is_dir() or killed.poll() is not None)
+    os.kill(_descendant_with_rank(killed.pid, 1), signal.SIGKILL)
+    killed.communicate(timeout=120)
+    assert killed.returncode != 0 and not (runs[2] / "model").exists()
+    out = finish(start("train", *two_args, cwd=tmp_path))
+    assert "on 2 processes" in out and "resum" in out.lower()
+    one, two = lines(runs[1] / "metrics.jsonl"), lines(runs[2] / "metrics.jsonl")
+    assert [x["step"] for x in two] == [1, 2, 3, 4]
+    compared = [k for k in one[0] if k.startswith(("actor/", "critic/score", "critic/advantages"))]
+    assert "actor/pg_loss" in compared and "actor/grad_norm" in compared
+    for a, b in zip(one, two):
+        assert {k: round(b[k], 5) for k in compared} == pytest.approx({k: round(a[k], 5) for k in compared},
+                                                                      rel=1e-4, abs=1e-5)
+    final = [load_file(run / "model" / "model.safetensors") for run in runs.values()]
+    assert all((final[0][k] - final[1][k]).abs().max() < 1e-5 for k in final[0])
+    assert_each_read_once(database_url(str(runs[2] / "buffer.sqlite")), 4, 16)
 
 
 def wait_for(predicate, timeout: float = 300) -> None:

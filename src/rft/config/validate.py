@@ -675,11 +675,16 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
             raise ConfigError("experience_buffer.storage_type=file is written for people to read, not read by a "
                               "trainer: use it with trainer.mode=explore (queue or sql to train)")
         return
-    if world_size > 1:
+    if world_size > 1 and t.mode not in ("train", "both"):
         raise ConfigError(
-            f"trainer.mode={t.mode!r} with sync_interval={s.sync_interval}, sync_offset={s.sync_offset} runs the "
-            f"explorer and the trainer as one process each: set trainer.nnodes and trainer.n_gpus_per_node to 1 "
-            f"(several trainer processes are for the one-process loop: mode both, sync_interval 1, sync_offset 0)"
+            f"trainer.mode={t.mode} runs in one process: set trainer.nnodes and trainer.n_gpus_per_node to 1 "
+            f"(several processes are for the trainer: trainer.mode train or both)"
+        )
+    if world_size > 1 and t.mode == "both" and method == "nccl":
+        raise ConfigError(
+            f"synchronizer.sync_method=nccl with {world_size} trainer processes: rft broadcasts to the explorer from "
+            "one trainer process for now; use checkpoint (the default with several processes: rank 0 writes the "
+            "gathered weights under <default_local_dir>/sync/)"
         )
     if t.mode == "both" and method == "memory":
         raise ConfigError(

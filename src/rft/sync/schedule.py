@@ -44,9 +44,10 @@ def is_synchronous(cfg) -> bool:
 
 def sync_method(cfg) -> str:
     """synchronizer.sync_method, or its default for the mode: memory (one process), nccl (the two processes of
-    mode both), checkpoint (modes explore / train / bench)."""
+    mode both), checkpoint (modes explore / train / bench, and mode both with several trainer processes)."""
     if cfg.synchronizer.sync_method is not None:
         return cfg.synchronizer.sync_method
     if is_synchronous(cfg):
         return "memory"
-    return "nccl" if cfg.trainer.mode == "both" else "checkpoint"
+    several = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node > 1
+    return "nccl" if cfg.trainer.mode == "both" and not several else "checkpoint"

@@ -72,9 +72,19 @@ def run_rl(cfg, module_args: list[str]) -> int:
     from rft.trainer.run_folder import run_folder
 
     check_launch(cfg)
-    if not is_synchronous(cfg):  # explorer and trainer as separate loops (one process each)
-        from rft.trainer.modes import run_mode
+    if not is_synchronous(cfg):  # explorer and trainer as separate loops
+        from rft.trainer.modes import ROLE_ENV, TrainLoop, run_both_async, run_mode
 
+        several = launched() or processes(cfg.trainer) > 1
+        if several and cfg.trainer.mode == "train":
+            def train(dist: Dist) -> None:  # the trainer alone on several processes (FSDP)
+                with run_folder(cfg, dist):
+                    TrainLoop(cfg, dist).fit()
+
+            return run_spmd(cfg, module_args, train)
+        if several and cfg.trainer.mode == "both" and os.environ.get(ROLE_ENV) != "explorer":
+            # the trainer on several processes (FSDP); rank 0 starts the explorer child
+            return run_spmd(cfg, module_args, lambda dist: run_both_async(cfg, module_args, dist))
         return run_mode(cfg, module_args)
     if launched() or processes(cfg.trainer) == 1:
         train_here(cfg)

@@ -3,8 +3,11 @@ through the experience buffer and the synchronizer.
 
 * both, sync_interval 1, sync_offset 0: one process (`rft.trainer.run.SyncRun`, several with torchrun).
 * both otherwise: two processes. This one trains (`TrainLoop`); it starts the explorer (`ExploreLoop`) as a child
-  running the same command, which runs up to `sync_offset + sync_interval - 1` steps ahead of the trainer.
-* explore / train: one loop each, two commands (on one machine or two) sharing the buffer and the output folder.
+  running the same command, which runs up to `sync_offset + sync_interval - 1` steps ahead of the trainer. With
+  several trainer processes (FSDP), rank 0 starts the explorer and the weights go through sync files.
+* explore / train: one loop each, two commands (on one machine or two) sharing the buffer and the output folder;
+  `train` on several processes too (FSDP, as the one-process loop): rank 0 reads each step's experiences from the
+  buffer and every rank trains its contiguous share of them.
 * bench: evaluate the starting model and the saved checkpoints (`run_bench`).
 
 On a CPU each of the two processes of mode both takes half of the compute threads.
@@ -22,12 +25,13 @@ import torch
 
 from rft.buffer import BufferClosed, make_buffer
 from rft.config import to_yaml
+from rft.distributed import SINGLE, Dist, shard_bounds
 from rft.errors import RftError
 from rft.experience import to_batch
 from rft.explorer import Explorer, load_prompts, load_tasksets
 from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
-from rft.monitor import Timer, Tracker
+from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine
 from rft.runtime import configure_cpu_runtime
@@ -171,33 +175,39 @@ class KeptVersions:
 
 
 class TrainLoop:
-    """Trainer steps on batches read from the buffer; weights published for the explorer as the schedule asks."""
+    """Trainer steps on batches read from the buffer; weights published for the explorer as the schedule asks.
+    Several processes (`dist`, mode train): rank 0 reads the buffer, writes the sync files and the logs; the
+    experiences of a step go to every rank, which trains its share."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, dist: Dist = SINGLE):
         from rft.trainer.rl import RLTrainer
 
         configure_cpu_runtime()
-        self.cfg = cfg
+        self.cfg, self.dist = cfg, dist
         data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
         self.out = Path(t.default_local_dir)
         torch.manual_seed(t.seed)
         self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
         taskset, _ = load_tasksets(cfg, self.tokenizer) if data.train_files else (None, None)
         self.total_steps = total_training_steps(cfg, len(taskset) if taskset is not None else None)
-        self.trainer = RLTrainer(cfg, self.tokenizer, self.total_steps)
-        self.buffer = make_buffer(cfg, shared=True)
+        self.trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
+        self.buffer = make_buffer(cfg, shared=True) if dist.is_main else None
         self.rows = data.train_batch_size * arr.rollout.n
 
     def fit(self, explorer: subprocess.Popen | None = None) -> dict[str, float]:
         """`explorer`: the explorer child of mode both, watched between steps."""
         cfg, t, s, b = self.cfg, self.cfg.trainer, self.cfg.synchronizer, self.cfg.experience_buffer
+        main = self.dist.is_main
         state = self.trainer.resume({})
-        write_text_atomic(self.out / "config.yaml", to_yaml(cfg))  # after the resume's checks passed
         start = self.trainer.global_step
-        self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
+        if main:
+            write_text_atomic(self.out / "config.yaml", to_yaml(cfg))  # after the resume's checks passed
+            self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,
-                                  recovered=state.get("metrics") if state else None)
-        tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {self.trainer.device}, reading "
+                                  recovered=state.get("metrics") if state else None) if main else SilentTracker()
+        where = (f"{self.dist.world_size} processes ({self.trainer.device.type})" if self.dist.enabled
+                 else str(self.trainer.device))
+        tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {where}, reading "
                       f"{self.rows} experiences a step, output {self.out}")
         kept = None
         if sync_method(cfg) == "nccl":
@@ -214,12 +224,14 @@ class TrainLoop:
                 min_version = (step - 1) - b.max_staleness if (b.max_staleness is not None
                                                                 and b.stale_policy == "drop") else None
                 with timer("read"):
-                    read = self._read(step, min_version, explorer)
+                    read = self._read(step, min_version, explorer) if main else None
+                    if self.dist.enabled:
+                        read = self.dist.broadcast_object(read)
                 if read is None:
                     tracker.write(f"rft trainer: the explorer finished and every experience was read; stopping "
                                   f"after step {step - 1}")
                     break
-                batch = to_batch(read.experiences, self.tokenizer.pad_token_id)
+                batch = self._share(read.experiences)
                 metrics = self.trainer.train_step(batch, step, timer)
                 metrics.update({"buffer/rows": float(len(read.experiences)), "buffer/wait_s": read.waited_s,
                                 "buffer/partial_reads": float(read.partial),
@@ -229,8 +241,7 @@ class TrainLoop:
                 if step in publish_at:
                     with timer("sync"):
                         try:
-                            sync.publish(kept.get(step) if kept is not None else self.trainer.trainable_weights(),
-                                         step)
+                            sync.publish(kept.get(step) if kept is not None else self._weights(), step)
                         except RftError:  # a broken broadcast: said as the child's exit when that is its cause
                             _watch_explorer(explorer, step, grace_s=5.0)
                             raise
@@ -268,15 +279,41 @@ class TrainLoop:
             sender.publish(kept.get(version), version)
         return sender, {v for v in needed if v > start}
 
+    def _share(self, experiences: list) -> object:
+        """This rank's Batch of the step's `experiences`: all of them on one process; with several, a contiguous
+        share (`shard_bounds`: sizes differing by one at most), the groups labelled over the whole step so that advantages see
+        every group whole (the trainer gathers the rows)."""
+        if not self.dist.enabled:
+            return to_batch(experiences, self.tokenizer.pad_token_id)
+        first: dict[str, int] = {}
+        labels = [first.setdefault(e.group, len(first)) for e in experiences]
+        n, world = len(experiences), self.dist.world_size
+        lo, hi = shard_bounds(n, self.dist.rank, world)
+        if hi == lo:
+            raise RftError(f"the trainer read {n} experiences for {world} processes; each needs at least one "
+                           "(experience_buffer partial reads below the number of processes)")
+        return to_batch(experiences[lo:hi], self.tokenizer.pad_token_id, labels[lo:hi])
+
+    def _weights(self) -> dict[str, torch.Tensor]:
+        """The trainable weights the explorer loads: gathered whole from the shards onto rank 0 with several
+        processes (every rank calls it; the others get {})."""
+        return self.trainer.trainable_weights(gathered=self.dist.enabled)
+
     def _writer(self, start: int) -> tuple[object, set[int]]:
-        """sync_method checkpoint: the folder keeps the versions an explorer may still ask for, across restarts."""
+        """sync_method checkpoint: the folder keeps the versions an explorer may still ask for, across restarts
+        (written by rank 0; the other ranks only take part in gathering the weights)."""
         from rft.sync.checkpoint import CheckpointSync
 
         s = self.cfg.synchronizer
+        versions = set(schedule.published_versions(self.total_steps, s.sync_interval, s.sync_offset))
+        if not self.dist.is_main:
+            if start > 0:
+                self._weights()
+            return _Gatherer(), versions
         sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset)
         if start > 0:
-            sync.publish(self.trainer.trainable_weights(), start)
-        return sync, set(schedule.published_versions(self.total_steps, s.sync_interval, s.sync_offset))
+            sync.publish(self._weights(), start)
+        return sync, versions
 
     def _read(self, step: int, min_version: int | None, explorer: subprocess.Popen | None):
         """The step's experiences; None when the explorer finished and nothing is left. A dead explorer child
@@ -286,6 +323,16 @@ class TrainLoop:
                                     watch=lambda: _watch_explorer(explorer, step))
         except BufferClosed:
             return None
+
+
+class _Gatherer:
+    """The synchronizer of a rank other than 0: it has gathered its part of the weights; rank 0 writes them."""
+
+    def publish(self, weights, version: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _watch_explorer(explorer: subprocess.Popen | None, step: int, grace_s: float = 0.0) -> None:
@@ -302,8 +349,9 @@ def _watch_explorer(explorer: subprocess.Popen | None, step: int, grace_s: float
                        "again to resume")
 
 
-def run_both_async(cfg, module_args: list[str]) -> int:
-    """Mode both as two processes: the explorer a child running the same command, the trainer here."""
+def run_both_async(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
+    """Mode both as two processes: the explorer a child running the same command, the trainer here (`dist`: this
+    process is one rank of several trainer processes; rank 0 starts the explorer)."""
     from rft.trainer.run_folder import run_folder
 
     if os.environ.get(ROLE_ENV) == "explorer":
@@ -311,16 +359,26 @@ def run_both_async(cfg, module_args: list[str]) -> int:
         with run_folder(cfg, role="explorer"):
             ExploreLoop(cfg).run()
         return 0
-    _share_threads()
-    with run_folder(cfg):
-        return _train_with_explorer_child(cfg, module_args)
+    if not dist.enabled:
+        _share_threads()
+    with run_folder(cfg, dist):
+        return _train_with_explorer_child(cfg, module_args, dist)
 
 
-def _train_with_explorer_child(cfg, module_args: list[str]) -> int:
+# what a launcher sets in each of its processes: the explorer child is a process of its own, not a rank
+LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _train_with_explorer_child(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
     from rft.sync.process_group import ADDR_ENV, PORT_ENV, free_port
 
-    loop = TrainLoop(cfg)  # the model is loaded before the explorer starts competing for the cores
-    env = {**os.environ, ROLE_ENV: "explorer", ADDR_ENV: "127.0.0.1", PORT_ENV: str(free_port())}
+    loop = TrainLoop(cfg, dist)  # the model is loaded before the explorer starts competing for the cores
+    if not dist.is_main:
+        loop.fit()
+        return 0
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV and not k.startswith("TORCHELASTIC_")}
+    env.update({ROLE_ENV: "explorer", ADDR_ENV: "127.0.0.1", PORT_ENV: str(free_port())})
     os.environ[ADDR_ENV], os.environ[PORT_ENV] = env[ADDR_ENV], env[PORT_ENV]
     child = subprocess.Popen([sys.executable, "-m", "rft", *module_args], env=env)
     try:

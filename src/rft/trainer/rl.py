@@ -60,7 +60,7 @@ from rft.trainer.checkpoint import (
 from rft.trainer.mix import ExpertRows
 from rft.trainer.rollout_correction import apply_rollout_correction, corrects_rollout
 from rft.workers.critic import CriticSettings, CriticWorker
-from rft.workers.fsdp import full_state_dict, wrap
+from rft.workers.fsdp import full_state_dict, unwrapped_name, wrap
 from rft.workers.packing import enable_remove_padding, enable_torch_compile
 from rft.workers.policy import (
     PolicyWorker,
@@ -350,9 +350,18 @@ class RLTrainer:
         return _stats(name, self.dist.gather_rows(x.flatten()))
 
     # -------------------------------------------------------------------------------------- weights out
-    def trainable_weights(self) -> dict[str, torch.Tensor]:
-        """The trainable parameters by name (what a synchronizer sends to an explorer's copy of the model)."""
-        return {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
+    def trainable_weights(self, gathered: bool = False) -> dict[str, torch.Tensor]:
+        """The trainable parameters by name (what a synchronizer sends to an explorer's copy of the model).
+        `gathered` (several processes): whole, gathered from the shards onto rank 0 ({} on the others; every rank
+        calls it), by the unsharded model's names."""
+        if not gathered:
+            return {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
+        state = full_state_dict(self.model, self.dist)
+        names = {unwrapped_name(n) for n, p in self.model.named_parameters() if p.requires_grad}
+        missing = sorted(names - set(state)) if self.dist.is_main else []
+        if missing:
+            raise RuntimeError(f"the gathered policy lacks trainable parameters: {missing[:5]}")
+        return {n: t for n, t in state.items() if n in names}
 
     # -------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int, state: dict, generators: dict[str, torch.Generator],

@@ -199,6 +199,14 @@ def load_full(model: nn.Module, optimizer: torch.optim.Optimizer | None, weights
         set_optimizer_state_dict(model, optimizer, by_name, options=_options(full_state_dict=True))
 
 
+def unwrapped_name(name: str) -> str:
+    """A parameter's name in the unsharded model: FSDP1's and activation checkpointing's wrapper modules dropped
+    (as `get_model_state_dict` names them; FSDP2 keeps the names)."""
+    for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod."):
+        name = name.replace(wrapper, "")
+    return name
+
+
 def full_state_dict(model: nn.Module, dist: Dist, everywhere: bool = False) -> dict[str, torch.Tensor]:
     """All weights of a sharded `model` (frozen ones too), gathered on CPU on rank 0 (empty elsewhere; on every
     rank with `everywhere`, on its device). Every rank must call it."""
