@@ -614,3 +614,16 @@ def test_decoupled_modes_take_several_trainer_processes_and_say_what_they_cannot
         load(*two, "synchronizer.sync_method=nccl")
     with pytest.raises(ConfigError, match=r"trainer.mode=explore runs in one process.*train or both"):
         load(*two, "trainer.mode=explore")
+
+
+def test_several_explorers_need_the_decoupled_modes_a_database_and_file_tasksets():
+    apart = ("trainer.explorer_num=2", "synchronizer.sync_interval=2")
+    assert load(*apart).trainer.explorer_num == 2
+    with pytest.raises(ConfigError, match=r"explorer_num=2: the one-process loop"):
+        load("trainer.explorer_num=2")
+    with pytest.raises(ConfigError, match=r"explorer_rank=2 must be in \[0, trainer.explorer_num=2\)"):
+        load(*apart, "trainer.explorer_rank=2")
+    with pytest.raises(ConfigError, match=r"sync_method=nccl broadcasts to one explorer"):
+        load(*apart, "synchronizer.sync_method=nccl")
+    with pytest.raises(ConfigError, match=r"storage_type=file is not one"):
+        load(*apart, "trainer.mode=explore", "experience_buffer.storage_type=file")

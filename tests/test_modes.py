@@ -220,6 +220,62 @@ def test_train_on_two_processes_trains_as_one_process_and_resumes_after_a_rank_i
     assert_each_read_once(database_url(str(runs[2] / "buffer.sqlite")), 4, 16)
 
 
+@pytest.mark.slow
+def test_two_explore_commands_and_a_trainer_share_a_postgresql_buffer_and_survive_an_explorer_kill(assets, tmp_path):
+    """Two `mode: explore` commands (explorer_num 2, ranks 0 and 1: as on two machines) and one `mode: train` on one
+    PostgreSQL buffer. Explorer 0 generates steps 1 and 3, explorer 1 steps 2 and 4; explorer 1 is killed after its
+    first step and started again. Every step's experiences come from its one explorer and carry its tag, no task
+    is generated twice, and the trainer reads every experience exactly once."""
+    import sqlalchemy as sa
+    from pg_server import postgres
+
+    from rft.buffer.sql import EXPERIENCES
+    from rft.experience import Experience
+
+    out = tmp_path / "out"
+    with postgres() as url:
+        common = overrides(assets, out, 4, "synchronizer.sync_interval=2", "trainer.explorer_num=2",
+                           f"experience_buffer.path={url}", "experience_buffer.storage_type=sql")
+        trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
+        explorers = [start("train", *common, "trainer.mode=explore", f"trainer.explorer_rank={i}", cwd=tmp_path)
+                     for i in (0, 1)]
+        wait_for(lambda: (out / "explorer_1" / "metrics.jsonl").is_file()
+                 and (out / "explorer_1" / "metrics.jsonl").read_text().strip())
+        explorers[1].kill()
+        explorers[1].communicate(timeout=60)
+        explorers[1] = start("train", *common, "trainer.mode=explore", "trainer.explorer_rank=1", cwd=tmp_path)
+        for proc in (*explorers, trainer):
+            finish(proc)
+        assert_each_read_once(url, 4, 16)
+        with SQLBuffer(url).engine.connect() as conn:
+            rows = conn.execute(sa.select(EXPERIENCES.c.explore_step, EXPERIENCES.c.payload)).all()
+    by_step: dict[int, set] = {}
+    prompts: dict[int, set] = {}
+    for step, payload in rows:
+        e = Experience.from_bytes(payload)
+        by_step.setdefault(step, set()).add(e.info["explorer"])
+        prompts.setdefault(step, set()).add(json.dumps(e.info["raw_prompt"]))
+    assert by_step == {1: {0}, 2: {1}, 3: {0}, 4: {1}}
+    assert all(len(p) == 4 for p in prompts.values()) and len(set().union(*prompts.values())) == 16
+    assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == [1, 3]
+    assert [x["step"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [2, 4]
+    assert [x["step"] for x in lines(out / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_mode_both_with_two_explorer_processes(assets, tmp_path):
+    """Trinity's engine_num 2 as trainer.explorer_num=2 in mode both: the trainer starts two explorer processes,
+    which take turns at the steps (sync files, the default with several explorers), and trains on both."""
+    out = tmp_path / "out"
+    finish(start("train", *overrides(assets, out, 4, "synchronizer.sync_interval=2", "trainer.explorer_num=2"),
+                 cwd=tmp_path))
+    assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == [1, 3]
+    assert [x["step"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [2, 4]
+    assert [x["rollout/model_version"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [0, 2]
+    assert [x["rollout/staleness/max"] for x in lines(out / "metrics.jsonl")] == [0, 1, 0, 1]
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+
+
 def wait_for(predicate, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

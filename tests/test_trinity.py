@@ -174,7 +174,6 @@ REFUSED = [
      "buffer.trainer_input.experience_buffer.capacity"),
     ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers.sft: rft reads"),
     ({"explorer.rollout_model": {"engine_type": "sglang"}}, "explorer.rollout_model.engine_type='sglang'"),
-    ({"explorer.rollout_model": {"engine_num": 2}}, "explorer.rollout_model.engine_num"),
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
@@ -404,3 +403,10 @@ def test_the_vllm_engine_and_its_keys_reach_the_rollout_section():
         "name": "vllm", "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.7, "enforce_eager": False,
         "enable_prefix_caching": False, "max_model_len": 96, "dtype": "float32"}
     assert "name" not in translate(_with({}), "t.yaml").get("actor_rollout_ref", {}).get("rollout", {})
+
+
+def test_engine_num_is_the_number_of_explorer_processes():
+    """Trinity's explorer.rollout_model.engine_num: one explorer process per engine (trainer.explorer_num)."""
+    out = translate(_with({"explorer.rollout_model": {"engine_num": 2}, "synchronizer": {"sync_interval": 2}}),
+                    "t.yaml")
+    assert out["trainer"]["explorer_num"] == 2

@@ -32,8 +32,9 @@ def make_buffer(cfg, shared: bool = False) -> ExperienceBuffer:
         return MemoryQueue()
     from rft.buffer.sql import SQLBuffer  # SQLAlchemy loads only for a database buffer
 
+    t = cfg.trainer
     return SQLBuffer(url, use_priority_queue=b.use_priority_queue, reuse_cooldown_time=b.reuse_cooldown_time,
-                     priority_decay=b.priority_decay)
+                     priority_decay=b.priority_decay, explorers=t.explorer_num, explorer=t.explorer_rank)
 
 
 def __getattr__(name: str):

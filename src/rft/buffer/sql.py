@@ -112,8 +112,11 @@ def create_tables(engine: sa.Engine) -> None:
 
 class SQLBuffer:
     def __init__(self, url: str, *, use_priority_queue: bool = False, reuse_cooldown_time: float | None = None,
-                 priority_decay: float = 2.0, poll_s: float = 0.05):
+                 priority_decay: float = 2.0, poll_s: float = 0.05, explorers: int = 1, explorer: int = 0):
+        """`explorers`: how many explorers write (explore step n is explorer (n - 1) % explorers'); `explorer`:
+        which one this process is (its state and its rows are its own)."""
         self.url = url
+        self.explorers, self.explorer = explorers, explorer
         self.engine = make_engine(url)
         for attempt in range(5):  # explorer and trainer may create the tables at the same moment
             try:
@@ -145,18 +148,24 @@ class SQLBuffer:
             if rows:
                 conn.execute(EXPERIENCES.insert(), rows)
             if explorer_state is not None:
-                self._set(conn, "explorer_state", json.dumps(explorer_state))
+                self._set(conn, self._key("explorer_state"), json.dumps(explorer_state))
+
+    def _key(self, name: str, explorer: int | None = None) -> str:
+        """An explorer's key in rft_meta: explorer 0's is the name itself (as with one explorer)."""
+        explorer = self.explorer if explorer is None else explorer
+        return name if explorer == 0 else f"{name}/{explorer}"
 
     def finish(self) -> None:
         with self.engine.begin() as conn:
-            self._set(conn, "explorer_finished", "1")
+            self._set(conn, self._key("explorer_finished"), "1")
 
     def explorer_state(self) -> dict | None:
-        value = self._get("explorer_state")
+        value = self._get(self._key("explorer_state"))
         return json.loads(value) if value is not None else None
 
     def finished(self) -> bool:
-        return self._get("explorer_finished") == "1"
+        """Every explorer has written its last step."""
+        return all(self._get(self._key("explorer_finished", i)) == "1" for i in range(self.explorers))
 
     # ---------------------------------------------------------------------------------------- trainer side
     def read(self, rows: int, step: int, timeout: float | None = None, min_version: int | None = None,
@@ -239,11 +248,15 @@ class SQLBuffer:
             conn.execute(READS.delete().where(READS.c.step > step))
 
     def truncate_after(self, explore_step: int) -> None:
+        """Delete what this explorer wrote after its step `explore_step` (a killed explorer's partial writes)."""
         c = EXPERIENCES.c
+        mine = c.explore_step > explore_step
+        if self.explorers > 1:  # the other explorers' steps are theirs
+            mine = mine & ((c.explore_step - 1) % self.explorers == self.explorer)
         with self.engine.begin() as conn:
-            later = sa.select(c.seq).where(c.explore_step > explore_step)
+            later = sa.select(c.seq).where(mine)
             conn.execute(READS.delete().where(READS.c.seq.in_(later)))
-            conn.execute(EXPERIENCES.delete().where(c.explore_step > explore_step))
+            conn.execute(EXPERIENCES.delete().where(mine))
 
     # --------------------------------------------------------------------------------------------- misc
     def counts(self) -> dict[str, int]:

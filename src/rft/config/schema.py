@@ -863,6 +863,14 @@ class TrainerConfig:
     bench_on_latest_checkpoint: bool = fld(
         False, "mode bench: evaluate only the newest checkpoint (and the starting model with val_before_train)."
     )
+    explorer_num: int = fld(
+        1, "Explorers writing to one buffer (Trinity-RFT's explorer.rollout_model.engine_num): explore step n is "
+           "explorer (n - 1) % explorer_num's, so each task is drawn by exactly one. Mode both starts that many "
+           "explorer processes; with mode explore, run one command per explorer_rank (on any machines) against one "
+           "SQL buffer. > 1 needs a database buffer, file tasksets and sync_method checkpoint (docs/scaling.md).")
+    explorer_rank: int = fld(
+        0, "Which of the explorer_num explorers this command is (mode explore; mode both sets it for its explorer "
+           "processes). Explorer 0 also runs the validation.")
 
 
 # ------------------------------------------------------------------------------- explorer / buffer / synchronizer

@@ -711,8 +711,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     elif engine != "hf":
         t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft's engines are vllm (vllm_async) and hf "
                                                        "(transformers with a KV cache)")
-    if rm.pop("engine_num", 1) != 1:
-        t.refuse("explorer.rollout_model.engine_num", "rft runs one engine in the explorer's process; only 1")
+    if "engine_num" in rm:  # each engine an explorer process of its own, taking turns at the steps
+        _set(out, "trainer.explorer_num", rm.pop("engine_num"))
     if "tensor_parallel_size" in rm:
         _set(out, "actor_rollout_ref.rollout.tensor_model_parallel_size", rm.pop("tensor_parallel_size"))
     for key in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "max_model_len", "dtype"):

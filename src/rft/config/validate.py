@@ -638,6 +638,31 @@ def _check_processes(cfg: RFTConfig, world_size: int) -> None:
         )
 
 
+def _check_explorers(cfg: RFTConfig, method: str | None, one_process: bool) -> None:
+    """trainer.explorer_num / explorer_rank: several explorers share a database buffer and take turns at the steps."""
+    t = cfg.trainer
+    if not isinstance(t.explorer_num, int) or t.explorer_num < 1:
+        raise ConfigError(f"trainer.explorer_num must be an integer >= 1, got {t.explorer_num!r}")
+    if not isinstance(t.explorer_rank, int) or not 0 <= t.explorer_rank < t.explorer_num:
+        raise ConfigError(f"trainer.explorer_rank={t.explorer_rank!r} must be in [0, trainer.explorer_num="
+                          f"{t.explorer_num})")
+    if t.explorer_num == 1:
+        return
+    n = f"trainer.explorer_num={t.explorer_num}"
+    if one_process:
+        raise ConfigError(f"{n}: the one-process loop (mode both, sync_interval 1, sync_offset 0) has one engine; "
+                          "set synchronizer.sync_interval or sync_offset to run explorers apart, or explorer_num 1")
+    if cfg.experience_buffer.storage_type == "file":
+        raise ConfigError(f"{n}: explorers share a database buffer; experience_buffer.storage_type=file is not one")
+    if cfg.data.task_storage != "file":
+        raise ConfigError(f"{n}: explorers take turns at the steps of a taskset they each read whole; "
+                          f"data.task_storage={cfg.data.task_storage} is a stream they would compete for; use "
+                          "files, or explorer_num 1")
+    if method == "nccl":
+        raise ConfigError(f"{n}: synchronizer.sync_method=nccl broadcasts to one explorer; use checkpoint (the "
+                          "default with several explorers)")
+
+
 def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
     """trainer.mode, synchronizer.*, experience_buffer.* and the taskset: values in range, and a combination rft
     runs."""
@@ -668,6 +693,7 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
         raise ConfigError(f"experience_buffer.max_staleness must be an integer >= 0 or null, got {b.max_staleness!r}")
     one_process = t.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
     method = s.sync_method
+    _check_explorers(cfg, method, one_process)
     if one_process:
         # any sync_method: with sync_interval 1 and sync_offset 0 explorer and trainer take strict turns, which
         # rft runs in one process sharing the model (the same weights every step, nothing copied)

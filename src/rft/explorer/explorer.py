@@ -113,6 +113,12 @@ class Explorer:
                               do_sample=do_sample, max_tokens=self.cfg.data.max_response_length,
                               ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
 
+    def skip_step(self) -> None:
+        """Step over an explore step another explorer generates (trainer.explorer_num): its tasks drawn, so the
+        next step's are the ones every explorer draws for it."""
+        self.taskset.next_batch()
+        self.step += 1
+
     def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         """One step's experiences (this rank's share with several processes) and the explorer's metrics."""
         if self.workflows is not None:

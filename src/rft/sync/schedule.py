@@ -49,5 +49,5 @@ def sync_method(cfg) -> str:
         return cfg.synchronizer.sync_method
     if is_synchronous(cfg):
         return "memory"
-    several = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node > 1
+    several = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node > 1 or cfg.trainer.explorer_num > 1
     return "nccl" if cfg.trainer.mode == "both" and not several else "checkpoint"
