@@ -602,16 +602,14 @@ def test_cli_config_show_error_exits_2(capsys, tmp_path):
 
 def test_decoupled_modes_take_several_trainer_processes_and_say_what_they_cannot():
     """Mode train and mode both (off the one-process schedule) run their trainer on several processes, mode both
-    then syncing through files by default; the explorer's own modes, and nccl from several processes, are refused
-    with what to set."""
+    broadcasting from rank 0 by default (files with several explorers); the explorer's own modes on several
+    processes are refused with what to set."""
     from rft.sync.schedule import sync_method
 
     two = ("trainer.n_gpus_per_node=2", "synchronizer.sync_interval=2")
     assert load(*two, "trainer.mode=train").trainer.mode == "train"
-    assert sync_method(load(*two)) == "checkpoint"
-    assert sync_method(load("synchronizer.sync_interval=2")) == "nccl"  # one trainer process: the broadcast
-    with pytest.raises(ConfigError, match=r"sync_method=nccl with 2 trainer processes.*use checkpoint"):
-        load(*two, "synchronizer.sync_method=nccl")
+    assert sync_method(load(*two)) == "nccl"
+    assert sync_method(load(*two, "trainer.explorer_num=2")) == "checkpoint"
     with pytest.raises(ConfigError, match=r"trainer.mode=explore runs in one process.*train or both"):
         load(*two, "trainer.mode=explore")
 

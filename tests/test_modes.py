@@ -92,13 +92,15 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
 
 
 @pytest.mark.slow
-def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_explorer(assets, tmp_path):
-    """Mode both with trainer.n_gpus_per_node=2: two FSDP trainer processes, rank 0 starting the explorer child,
-    the weights gathered from the shards into sync files (the default sync method with several processes). Explore
-    steps 1 and 3 generate with versions 0 and 2, so they are on policy: the explorer's log-probs are the
-    trainer's (fp32), which they are only if the gathered weights reached it; steps 2 and 4 are one update behind."""
+@pytest.mark.parametrize("method", ["nccl", "checkpoint"])
+def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_explorer(assets, tmp_path, method):
+    """Mode both with trainer.n_gpus_per_node=2: two FSDP trainer processes, rank 0 starting the explorer child
+    and sending it the weights gathered from the shards (broadcast, or sync files). Explore steps 1 and 3 generate
+    with versions 0 and 2, so they are on policy: the explorer's log-probs are the trainer's (fp32), which they are
+    only if the gathered weights reached it; steps 2 and 4 are one update behind."""
     out = tmp_path / "out"
     proc = start("train", *overrides(assets, out, 4, "synchronizer.sync_interval=2", "trainer.n_gpus_per_node=2",
+                                     f"synchronizer.sync_method={method}",
                                      "actor_rollout_ref.actor.ppo_epochs=2"),  # epochs 2: old log-probs computed
                  cwd=tmp_path)
     assert "on 2 processes" in finish(proc)
@@ -107,7 +109,8 @@ def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_
     assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 0, 1]
     diff = [x["training/rollout_probs_diff_max"] for x in trainer]
     assert diff[0] < 1e-4 and diff[2] < 1e-4 and diff[1] > 1e-4 and diff[3] > 1e-4, diff
-    assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
+    if method == "checkpoint":
+        assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
 
 

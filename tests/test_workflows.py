@@ -753,3 +753,36 @@ def test_a_tools_file_that_does_not_import_is_refused_before_the_model_loads(ass
                  f"trainer.default_local_dir={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err
     assert "workflow.args.tools_path" in err and "SyntaxError" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_tool_workflow_runs_on_two_explorer_processes_beside_two_trainer_processes(assets, tmp_path):
+    """trainer.explorer_num=2 in mode both with the multi-turn tool workflow, and the trainer on two FSDP processes:
+    two explorer processes, each running its steps' tasks through its own workflow runners and model server,
+    taking turns at the steps; the trainer reads every experience once."""
+    import subprocess
+    import sys
+
+    from rft.buffer import SQLBuffer, database_url
+    from rft.tasks import write_calculator
+
+    write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rft", "train", f"actor_rollout_ref.model.path={assets / 'model'}",
+         f"data.train_files={tmp_path / 'calc' / 'train.parquet'}", "data.tools_key=tools",
+         "workflow.type=tool_call_workflow", "workflow.args={tool_call_parser: pythonic, max_turns: 2}",
+         "workflow.runner_per_model=4", "data.max_prompt_length=64", "data.max_response_length=8",
+         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
+         "synchronizer.sync_interval=2", "trainer.explorer_num=2", "trainer.n_gpus_per_node=2",
+         "trainer.total_training_steps=4",
+         "trainer.logger=[]", "trainer.val_before_train=false", f"trainer.default_local_dir={out}"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "on 2 processes" in proc.stdout
+    for folder, steps in (("explorer", [1, 3]), ("explorer_1", [2, 4])):
+        lines = [json.loads(x) for x in (out / folder / "metrics.jsonl").read_text().splitlines()]
+        assert [x["step"] for x in lines] == steps
+        assert all(x["workflow/tasks"] == 4 and x["workflow/skipped_tasks"] == 0 for x in lines)
+    reads = SQLBuffer(database_url(str(out / "buffer.sqlite"))).reads_by_id()
+    assert len(reads) == 4 * 4 * 2 and all(len(steps) == 1 for steps in reads.values())

@@ -17,6 +17,7 @@ from typing import Any
 
 from rft.config.errors import ConfigError
 from rft.config.schema import VLLM_KEYS, RFTConfig
+from rft.sync.schedule import is_synchronous
 
 log = logging.getLogger("rft")
 
@@ -706,12 +707,6 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
             f"trainer.mode={t.mode} runs in one process: set trainer.nnodes and trainer.n_gpus_per_node to 1 "
             f"(several processes are for the trainer: trainer.mode train or both)"
         )
-    if world_size > 1 and t.mode == "both" and method == "nccl":
-        raise ConfigError(
-            f"synchronizer.sync_method=nccl with {world_size} trainer processes: rft broadcasts to the explorer from "
-            "one trainer process for now; use checkpoint (the default with several processes: rank 0 writes the "
-            "gathered weights under <default_local_dir>/sync/)"
-        )
     if t.mode == "both" and method == "memory":
         raise ConfigError(
             f"synchronizer.sync_method=memory needs explorer and trainer in one process, but sync_interval="
@@ -819,10 +814,12 @@ def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
               "the batched single-turn path)"
     elif cfg.algorithm.filter_groups.enable:
         why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
-    elif world_size > 1:
+    elif world_size > 1 and is_synchronous(cfg):
         t = cfg.trainer
-        why = (f"several processes ({world_size}: trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x "
-               f"{t.n_gpus_per_node}; the workflow runners run in one process for now)")
+        why = (f"several processes in the one-process loop ({world_size}: trainer.nnodes x trainer.n_gpus_per_node "
+               f"= {t.nnodes} x {t.n_gpus_per_node}; its explorer shares the sharded model, and the workflow "
+               "runners run in an explorer process of their own: run the explorer apart, e.g. "
+               "synchronizer.sync_interval=2 or trainer.explorer_num=2 with mode both)")
     if why:
         raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
                           "or drop it")

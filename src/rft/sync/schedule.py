@@ -44,10 +44,9 @@ def is_synchronous(cfg) -> bool:
 
 def sync_method(cfg) -> str:
     """synchronizer.sync_method, or its default for the mode: memory (one process), nccl (the two processes of
-    mode both), checkpoint (modes explore / train / bench, and mode both with several trainer processes)."""
+    mode both), checkpoint (modes explore / train / bench, and mode both with several explorers)."""
     if cfg.synchronizer.sync_method is not None:
         return cfg.synchronizer.sync_method
     if is_synchronous(cfg):
         return "memory"
-    several = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node > 1 or cfg.trainer.explorer_num > 1
-    return "nccl" if cfg.trainer.mode == "both" and not several else "checkpoint"
+    return "nccl" if cfg.trainer.mode == "both" and cfg.trainer.explorer_num == 1 else "checkpoint"

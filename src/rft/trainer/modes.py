@@ -184,9 +184,10 @@ class KeptVersions:
         self.versions = set(schedule.versions_after(0, total_steps, interval, offset))
         self.kept = dict(saved)
 
-    def after_step(self, step: int, weights: dict[str, torch.Tensor]) -> None:
-        """Trainer step `step` is done with `weights`: keep them if a step generates with them; forget the versions
-        no explore step after `step` generates with."""
+    def after_step(self, step: int, weights: dict[str, torch.Tensor] | None) -> None:
+        """Trainer step `step` is done with `weights` (None where no explore step generates with them: not
+        gathered): keep them if a step generates with them; forget the versions no explore step after `step`
+        generates with."""
         oldest = schedule.required_version(step + 1, self.interval, self.offset)
         self.kept = {v: w for v, w in self.kept.items() if v >= oldest}
         if step in self.versions and step not in self.kept:
@@ -241,12 +242,18 @@ class TrainLoop:
                  else str(self.trainer.device))
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {where}, reading "
                       f"{self.rows} experiences a step, output {self.out}")
-        kept = None
+        kept, used = None, set()
         if sync_method(cfg) == "nccl":
-            kept = KeptVersions(self.total_steps, s.sync_interval, s.sync_offset,
-                                state[EXPLORER_VERSIONS] if state else {})
-            kept.after_step(start, self.trainer.trainable_weights())
-            sync, publish_at = self._broadcaster(start, kept, tracker.write, explorer)
+            # the versions explore steps generate with, gathered from the shards by every rank at the same steps
+            used = set(schedule.versions_after(0, self.total_steps, s.sync_interval, s.sync_offset))
+            weights = self._weights()
+            if main:
+                kept = KeptVersions(self.total_steps, s.sync_interval, s.sync_offset,
+                                    state[EXPLORER_VERSIONS] if state else {})
+                kept.after_step(start, weights)
+                sync, publish_at = self._broadcaster(start, kept, tracker.write, explorer, weights)
+            else:
+                sync, publish_at = _Gatherer(), set()
         else:
             sync, publish_at = self._writer(start)
         last: dict[str, float] = {}
@@ -268,8 +275,9 @@ class TrainLoop:
                 metrics.update({"buffer/rows": float(len(read.experiences)), "buffer/wait_s": read.waited_s,
                                 "buffer/partial_reads": float(read.partial),
                                 "rollout/staleness/dropped": float(read.dropped)})
+                weights = self._weights() if step in used else None
                 if kept is not None:
-                    kept.after_step(step, self.trainer.trainable_weights())
+                    kept.after_step(step, weights)
                 if step in publish_at:
                     with timer("sync"):
                         try:
@@ -289,10 +297,11 @@ class TrainLoop:
         sync.close()
         return last
 
-    def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None = None
-                     ) -> tuple[object, set[int]]:
+    def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None = None,
+                     current: dict[str, torch.Tensor] | None = None) -> tuple[object, set[int]]:
         """sync_method nccl: join the explorer, send the versions up to `start` that its next steps generate with
-        (from `kept`), and return the sender with the later versions to send after their trainer steps."""
+        (from `kept`; `current`: the trainable weights at `start`), and return the sender with the later versions
+        to send after their trainer steps."""
         from rft.sync.process_group import ProcessGroupSender
 
         s = self.cfg.synchronizer
@@ -305,7 +314,7 @@ class TrainLoop:
             write(f"rft trainer: checkpoint global_step_{start} does not hold the weights of version(s) "
                   f"{', '.join(map(str, missing))} that explore steps after {explored} generate with; the explorer "
                   f"goes on with version {start}, so this resume is not an exact replay of the run")
-            kept.keep_if_missing(start, self.trainer.trainable_weights())
+            kept.keep_if_missing(start, current if current is not None else self.trainer.trainable_weights())
             early = [start]
         for version in early:
             sender.publish(kept.get(version), version)
