@@ -54,6 +54,7 @@ bench: setup
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/vs_trl.py
 	$(BIN)/python bench/decoupled.py
+	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/demo_seeds.py
 	$(BIN)/python bench/demo_seeds.py --task tools
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +19,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class ServerURL(str):
+    """The server's SQLAlchemy URL, with `restart(down_s)`: the server stopped, down for `down_s` seconds, started
+    again on the same port and data."""
+
+    restart: object
+
+
 @contextlib.contextmanager
-def postgres() -> Iterator[str]:
-    """Yield a SQLAlchemy URL (psycopg) of a fresh database server on 127.0.0.1."""
+def postgres(max_connections: int = 100) -> Iterator[str]:
+    """Yield a SQLAlchemy URL (psycopg) of a fresh database server on 127.0.0.1 (`max_connections`: the server's
+    limit; PostgreSQL's default is 100)."""
     from pgserver._commands import POSTGRES_BIN_PATH, initdb, pg_ctl
     from pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
 
@@ -43,10 +52,18 @@ def postgres() -> Iterator[str]:
             os.chown(path, entry.pw_uid, entry.pw_gid)
     initdb(["--auth=trust", "--auth-local=trust", "-U", "postgres", "--encoding=utf8"], pgdata=data, user=user)
     port = _free_port()
-    pg_ctl(["-w", "-o", f"-h 127.0.0.1 -p {port} -k {sockets}", "-l", str(root / "log"), "start"], pgdata=data,
+    options = f"-h 127.0.0.1 -p {port} -k {sockets} -c max_connections={max_connections}"
+    pg_ctl(["-w", "-o", options, "-l", str(root / "log"), "start"], pgdata=data,
            user=user, timeout=60)
+    def restart(down_s: float = 0.0) -> None:  # stop (dropping every connection), wait, start on the same port
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user, timeout=60)
+        time.sleep(down_s)
+        pg_ctl(["-w", "-o", options, "-l", str(root / "log"), "start"], pgdata=data, user=user, timeout=60)
+
+    url = ServerURL(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres")
+    url.restart = restart
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        yield url
     finally:
         pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=data, user=user, timeout=60)
         import shutil

@@ -344,3 +344,33 @@ def test_a_database_that_cannot_be_used_is_one_line_naming_it(tmp_path):
         SQLBuffer(f"sqlite:///{tmp_path / 'bad.db'}")
     with pytest.raises(RftError, match="its driver 'pymysql' is not installed"):
         SQLBuffer("mysql+pymysql://u@127.0.0.1/db")
+
+
+def test_a_sync_folder_refusing_writes_for_a_moment_is_waited_out(tmp_path, monkeypatch, caplog):
+    """CheckpointSync.publish: a shared folder that refuses writes (EACCES, as an NFS mount whose permissions are
+    being fixed) for its first two attempts is retried, with one warning, and the version lands whole; a path
+    that cannot be a folder is not retried."""
+    import errno
+
+    import safetensors.torch
+
+    from rft.sync.checkpoint import CheckpointSync
+
+    real, calls = safetensors.torch.save_file, []
+
+    def flaky(tensors, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) <= 2:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", flaky)
+    sync = CheckpointSync(tmp_path / "sync", timeout=30)
+    with caplog.at_level("WARNING", logger="rft"):
+        sync.publish({"w": torch.ones(3)}, 2)
+    assert len(calls) == 3 and sync.versions() == [2]
+    assert torch.equal(sync.receive(2)[0]["w"], torch.ones(3))
+    assert sum("retrying" in r.getMessage() for r in caplog.records) == 1
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError):  # not transient: raised at once
+        CheckpointSync(tmp_path / "file", timeout=30).publish({"w": torch.ones(3)}, 1)

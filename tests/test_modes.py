@@ -279,6 +279,27 @@ def test_mode_both_with_two_explorer_processes(assets, tmp_path):
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
 
 
+@pytest.mark.slow
+def test_the_database_restarting_under_a_running_explorer_and_trainer_loses_nothing(assets, tmp_path):
+    """PostgreSQL stopped for 2 s and started again while `explore` and `train` run on it: both ride the outage out
+    (each buffer transaction retried whole, a warning saying so), finish, and every experience is read exactly
+    once."""
+    from pg_server import postgres
+
+    out = tmp_path / "out"
+    with postgres() as url:
+        common = overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
+                           f"experience_buffer.path={url}", "experience_buffer.storage_type=sql")
+        trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
+        explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
+        wait_for(lambda: (out / "metrics.jsonl").is_file() and len(lines(out / "metrics.jsonl")) >= 2)
+        url.restart(down_s=2.0)
+        logs = finish(explorer) + finish(trainer)
+        assert "retrying for up to" in logs and "succeeded after" in logs
+        assert_each_read_once(url, 6, 16)
+    assert [x["step"] for x in lines(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
 def wait_for(predicate, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

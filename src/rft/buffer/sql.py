@@ -13,6 +13,7 @@ exactly once across crashes of either side (unless replay is asked for: `use_pri
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import OrderedDict
@@ -86,6 +87,21 @@ def make_engine(url: str) -> sa.Engine:
 
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_S = 120
+OUTAGE_S = 120
+"""How long a database server may be unreachable (restarting, failing over) before the run stops: each write and
+read is one transaction, retried whole."""
+
+
+def _lost_connection(e: BaseException) -> bool:
+    """A server that went away or is not accepting connections yet; not a refused statement (SQLite's own
+    errors, a missing table, a constraint) which a retry would only repeat."""
+    if not isinstance(e, sa.exc.OperationalError | sa.exc.InterfaceError):
+        return False
+    if isinstance(e, sa.exc.DBAPIError) and e.connection_invalidated:
+        return True
+    text = str(e.orig or e).lower()
+    return any(s in text for s in ("connection", "terminating", "server closed", "shutting down", "starting up",
+                                   "the database system is", "could not connect"))
 
 
 def _shown(url: str) -> str:
@@ -140,7 +156,25 @@ class SQLBuffer:
         self.poll_s = poll_s
 
     # --------------------------------------------------------------------------------------- explorer side
+    def _retried(self, fn, what: str):
+        """`fn()` (one transaction), retried while the database server is unreachable, up to OUTAGE_S."""
+        from rft.retry import retrying
+
+        if self.engine.dialect.name == "sqlite":  # a local file: its errors are not outages
+            return fn()
+        try:
+            return retrying(fn, f"{what} ({_shown(self.url)})", _lost_connection, OUTAGE_S)
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+            if not _lost_connection(e):
+                raise
+            raise RftError(f"experience_buffer.path {_shown(self.url)}: the database was unreachable for more "
+                           f"than {OUTAGE_S} s ({' '.join(str(e.orig or e).split())[:160]}); start it, then run the "
+                           "same command again to resume") from None
+
     def write(self, experiences: list[Experience], explorer_state: dict | None = None) -> None:
+        self._retried(lambda: self._write(experiences, explorer_state), "writing to the experience buffer")
+
+    def _write(self, experiences: list[Experience], explorer_state: dict | None = None) -> None:
         rows = [{"id": e.id, "group_id": e.group, "explore_step": int(e.info.get("explore_step", 0)),
                  "model_version": e.model_version, "use_count": 0, "available_at": 0.0, "consumed": False,
                  "payload": e.to_bytes()} for e in experiences]
@@ -156,8 +190,11 @@ class SQLBuffer:
         return name if explorer == 0 else f"{name}/{explorer}"
 
     def finish(self) -> None:
-        with self.engine.begin() as conn:
-            self._set(conn, self._key("explorer_finished"), "1")
+        def mark() -> None:
+            with self.engine.begin() as conn:
+                self._set(conn, self._key("explorer_finished"), "1")
+
+        self._retried(mark, "marking the explorer finished")
 
     def explorer_state(self) -> dict | None:
         value = self._get(self._key("explorer_state"))
@@ -175,30 +212,10 @@ class SQLBuffer:
         delay = self.poll_s
         while True:
             finished = self.finished()  # before the read: whatever the explorer wrote before finishing is seen
-            with self.engine.begin() as conn:
-                groups = self._candidates(conn)
-                take, drop = [], []
-                count = 0
-                for members in groups.values():
-                    if min_version is not None and members[0].model_version < min_version:
-                        drop += members
-                        continue
-                    if count >= rows:
-                        break
-                    take += members
-                    count += len(members)
-                if drop:
-                    self._claim(conn, drop, step, dropped=True)
-                    out.dropped += len(drop)
-                timed_out = timeout is not None and time.monotonic() - start >= timeout
-                if count >= rows or finished or timed_out:
-                    if take:
-                        self._claim(conn, take, step, dropped=False)
-                        payloads = dict(conn.execute(sa.select(EXPERIENCES.c.seq, EXPERIENCES.c.payload).where(
-                            EXPERIENCES.c.seq.in_([r.seq for r in take]))).all())
-                        out.experiences = [Experience.from_bytes(payloads[r.seq]) for r in take]
-                    out.partial = count < rows
-                    break
+            done = self._retried(functools.partial(self._read_once, out, rows, step, min_version, finished, start,
+                                                   timeout), "reading the experience buffer")
+            if done:
+                break
             if watch is not None:
                 watch()
             time.sleep(delay)
@@ -215,13 +232,53 @@ class SQLBuffer:
             e.info["use_count"] = e.info.get("use_count", 0) + 1
         return out
 
-    def _candidates(self, conn) -> OrderedDict[str, list]:
-        """The readable experiences, grouped, groups in reading order (FIFO, or by priority)."""
+    def _read_once(self, out: Read, rows: int, step: int, min_version: int | None, finished: bool, start: float,
+                   timeout: float | None) -> bool:
+        """One look at the buffer, one transaction: claim the step's groups (and drop the too stale ones) when
+        enough are there, the explorer finished or the wait timed out; True then. `out` changes only after the
+        transaction committed (a retried one counts once)."""
+        with self.engine.begin() as conn:
+            groups = self._candidates(conn, rows)
+            take, drop = [], []
+            count = 0
+            for members in groups.values():
+                if min_version is not None and members[0].model_version < min_version:
+                    drop += members
+                    continue
+                if count >= rows:
+                    break
+                take += members
+                count += len(members)
+            if drop:
+                self._claim(conn, drop, step, dropped=True)
+            timed_out = timeout is not None and time.monotonic() - start >= timeout
+            done = count >= rows or finished or timed_out
+            experiences = []
+            if done and take:
+                self._claim(conn, take, step, dropped=False)
+                payloads = dict(conn.execute(sa.select(EXPERIENCES.c.seq, EXPERIENCES.c.payload).where(
+                    EXPERIENCES.c.seq.in_([r.seq for r in take]))).all())
+                experiences = [Experience.from_bytes(payloads[r.seq]) for r in take]
+        out.dropped += len(drop)
+        if done:
+            out.experiences, out.partial = experiences, count < rows
+        return done
+
+    def _candidates(self, conn, rows: int) -> OrderedDict[str, list]:
+        """The readable experiences, grouped, groups in reading order (FIFO, or by priority). FIFO: only the first
+        `rows` groups (each holds at least one experience, so enough for a read of `rows`), chosen by the database,
+        so a read costs the same however many experiences wait (many explorers ahead of the trainer); the priority
+        order needs every group."""
         c = EXPERIENCES.c
-        rows = conn.execute(sa.select(c.seq, c.group_id, c.model_version, c.use_count).where(
-            (c.consumed == sa.false()) & (c.available_at <= time.time())).order_by(c.seq)).all()
+        readable = (c.consumed == sa.false()) & (c.available_at <= time.time())
+        if not self.priority:
+            first = sa.select(c.group_id).where(readable).group_by(c.group_id).order_by(sa.func.min(c.seq)).limit(
+                max(rows, 1))
+            readable = readable & c.group_id.in_(first.scalar_subquery())
+        found = conn.execute(sa.select(c.seq, c.group_id, c.model_version, c.use_count).where(readable)
+                             .order_by(c.seq)).all()
         groups: OrderedDict[str, list] = OrderedDict()
-        for r in rows:
+        for r in found:
             groups.setdefault(r.group_id, []).append(r)
         if self.priority:  # Trinity-RFT's linear_decay: newest weights first, each read lowers a group's priority
             order = sorted(groups.items(), key=lambda kv: -(kv[1][0].model_version - self.decay * kv[1][0].use_count))
@@ -240,12 +297,16 @@ class SQLBuffer:
 
     def release_after(self, step: int) -> None:
         c = EXPERIENCES.c
-        with self.engine.begin() as conn:
-            reads = conn.execute(sa.select(READS.c.seq, READS.c.dropped).where(READS.c.step > step)).all()
-            for seq, dropped in reads:
-                conn.execute(EXPERIENCES.update().where(c.seq == seq).values(
-                    consumed=False, available_at=0.0, use_count=c.use_count - (0 if dropped else 1)))
-            conn.execute(READS.delete().where(READS.c.step > step))
+
+        def run() -> None:
+            with self.engine.begin() as conn:
+                reads = conn.execute(sa.select(READS.c.seq, READS.c.dropped).where(READS.c.step > step)).all()
+                for seq, dropped in reads:
+                    conn.execute(EXPERIENCES.update().where(c.seq == seq).values(
+                        consumed=False, available_at=0.0, use_count=c.use_count - (0 if dropped else 1)))
+                conn.execute(READS.delete().where(READS.c.step > step))
+
+        self._retried(run, "putting back the reads after a checkpoint")
 
     def truncate_after(self, explore_step: int) -> None:
         """Delete what this explorer wrote after its step `explore_step` (a killed explorer's partial writes)."""
@@ -253,12 +314,17 @@ class SQLBuffer:
         mine = c.explore_step > explore_step
         if self.explorers > 1:  # the other explorers' steps are theirs
             mine = mine & ((c.explore_step - 1) % self.explorers == self.explorer)
-        with self.engine.begin() as conn:
-            later = sa.select(c.seq).where(mine)
-            conn.execute(READS.delete().where(READS.c.seq.in_(later)))
-            conn.execute(EXPERIENCES.delete().where(mine))
 
-    # --------------------------------------------------------------------------------------------- misc
+        def run() -> None:
+            with self.engine.begin() as conn:
+                later = sa.select(c.seq).where(mine)
+                conn.execute(READS.delete().where(READS.c.seq.in_(later)))
+                conn.execute(EXPERIENCES.delete().where(mine))
+
+        # --------------------------------------------------------------------------------------------- misc
+
+        self._retried(run, "removing a killed explorer's partial step")
+
     def counts(self) -> dict[str, int]:
         """rows: experiences stored; consumed: used up; reads: (step, experience) reads recorded."""
         with self.engine.connect() as conn:
@@ -284,8 +350,11 @@ class SQLBuffer:
         conn.execute(META.insert().values(key=key, value=value))
 
     def _get(self, key: str) -> str | None:
-        with self.engine.connect() as conn:
-            return conn.execute(sa.select(META.c.value).where(META.c.key == key)).scalar()
+        def get() -> str | None:
+            with self.engine.connect() as conn:
+                return conn.execute(sa.select(META.c.value).where(META.c.key == key)).scalar()
+
+        return self._retried(get, "reading the experience buffer's state")
 
     def close(self) -> None:
         self.engine.dispose()

@@ -18,6 +18,15 @@ from rft.fsutil import write_text_atomic
 _FILE = re.compile(r"^v(\d+)\.safetensors$")
 
 
+def _transient_os_error(e: BaseException) -> bool:
+    """A file-system error that a shared folder may give for a moment (permissions being fixed, a full disk being
+    cleared, NFS's stale handles and I/O errors); not a path that does not exist."""
+    import errno
+
+    return isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EIO, errno.ESTALE,
+                                                  errno.EROFS, errno.EAGAIN)
+
+
 class CheckpointSync:
     def __init__(self, folder: str | Path, timeout: float, interval: int = 1, offset: int = 0):
         self.folder = Path(folder)
@@ -26,16 +35,25 @@ class CheckpointSync:
 
     # trainer side
     def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Write version `version`; a folder that refuses writes for a moment (a shared file system's hiccup) is
+        retried for up to the sync timeout."""
         from safetensors.torch import save_file
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        final = self.folder / f"v{version:08d}.safetensors"
-        tmp = final.with_name(f".{final.name}.tmp")
-        save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, tmp)
-        tmp.replace(final)
-        write_text_atomic(self.folder / "latest", f"{version}\n")
-        for old in self.versions()[:-self.keep]:
-            (self.folder / f"v{old:08d}.safetensors").unlink(missing_ok=True)
+        from rft.retry import retrying
+
+        tensors = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
+
+        def write() -> None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            final = self.folder / f"v{version:08d}.safetensors"
+            tmp = final.with_name(f".{final.name}.tmp")
+            save_file(tensors, tmp)
+            tmp.replace(final)
+            write_text_atomic(self.folder / "latest", f"{version}\n")
+            for old in self.versions()[:-self.keep]:
+                (self.folder / f"v{old:08d}.safetensors").unlink(missing_ok=True)
+
+        retrying(write, f"writing weights version {version} to {self.folder}", _transient_os_error, self.timeout)
 
     def versions(self) -> list[int]:
         if not self.folder.is_dir():
@@ -57,6 +75,9 @@ class CheckpointSync:
                     return load_file(self.folder / f"v{version:08d}.safetensors"), version
                 except FileNotFoundError:  # pruned between the listing and the load: look again
                     continue
+                except OSError as e:  # the folder unreadable for a moment: waited out like a late version
+                    if not _transient_os_error(e) or time.monotonic() - start > self.timeout:
+                        raise
             if time.monotonic() - start > self.timeout:
                 raise TimeoutError(
                     f"no trainer weights of version >= {need} appeared in {self.folder} within "
