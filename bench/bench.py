@@ -17,7 +17,9 @@ per-phase timer (`SyncRun.train_step(step, Timer())`, the phases `fit()` logs as
 FLOP floor (the time the step's dense matmul work would take at the machine's measured fp32 matmul rate):
     FLOPs/step = 2 * N_params * T_gen                      generation: prompt + response tokens of all B rows
                + 2 * N_params * T_seq   (per no-grad pass)  ref forward (and old log-probs, when computed)
-               + 6 * N_params * T_seq                      update: forward + backward over prompt + response
+               + 6 * N_params * T_seq * trained            update: forward + backward over prompt + response
+                                                            of the rows trained (trained: 1 - actor/zero_adv_rows
+                                                            / B; rows whose advantages are all 0 are left out)
     T_seq = T_gen = B * (mean prompt length + mean response length), non-padding tokens, B = 16 * 8 = 128 rows.
     floor s = FLOPs / (measured GFLOP/s of a torch.matmul (B*T, hidden) x (hidden, 4*hidden), default threads)
     efficiency = floor s / measured s/step.
@@ -51,7 +53,8 @@ PRESETS = {
 }
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
 FORMULA = ("FLOPs/step = 2*N*T (generation, prompt+response tokens of all 128 rows) + 2*N*T per no-grad "
-           "log-prob pass (ref, when use_kl_loss) + 6*N*T (update fwd+bwd); floor = FLOPs / measured fp32 "
+           "log-prob pass (ref, when use_kl_loss) + 6*N*T x the share of rows trained (update fwd+bwd; rows whose "
+           "advantages are all 0 are left out of its passes); floor = FLOPs / measured fp32 "
            "matmul GFLOP/s at the model's shape (B*T, h) x (h, 4h); eff = floor / measured s/step")
 
 
@@ -221,10 +224,13 @@ def run_worker(spec: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------ driver
 def flops(n_params: int, m: dict, rows: int) -> tuple[float, float]:
-    """(FLOPs per step, tokens per row) from the step's mean prompt/response lengths."""
+    """(FLOPs per step, tokens per row) from the step's mean prompt/response lengths: only the work done, so the
+    update counts the rows it trained on (rows whose advantages are all 0 are left out of its passes:
+    `actor/zero_adv_rows`; none at all when the update was skipped)."""
     t = rows * (m["prompt_length/mean"] + m["response_length/mean"])
     no_grad_passes = sum(1 for p in ("ref", "old_log_prob") if f"timing_s/{p}" in m)
-    return 2 * n_params * t + no_grad_passes * 2 * n_params * t + 6 * n_params * t, t
+    trained = max(0.0, rows - m.get("actor/zero_adv_rows", 0.0)) / rows
+    return 2 * n_params * t + no_grad_passes * 2 * n_params * t + 6 * n_params * t * trained, t
 
 
 def main() -> None:
