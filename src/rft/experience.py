@@ -127,6 +127,12 @@ def from_batch(batch: Batch, groups: list[str], model_version: int, info: dict[s
     return out
 
 
+def first_appearance_labels(experiences: list[Experience]) -> list[int]:
+    """Each experience's group as a number: the order in which its group first appears (0, 1, ...)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(e.group, len(first)) for e in experiences]
+
+
 def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: list[int] | None = None) -> Batch:
     """The Batch of `experiences` (rows in the given order; prompts left-padded, responses right-padded to the
     longest). `group`: `group_labels` when given (e.g. prompt positions shared by several processes), else the
@@ -151,8 +157,7 @@ def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: lis
     # multi-turn rows (tool results inside the response): the loss only on the policy's tokens
     gaps = not torch.equal(action_mask, response_mask)
     if group_labels is None:
-        first: dict[str, int] = {}
-        group_labels = [first.setdefault(e.group, len(first)) for e in experiences]
+        group_labels = first_appearance_labels(experiences)
     info = lambda key, default=None: [e.info.get(key, default) for e in experiences]
     baselines = info("reward_baseline")
     return Batch(

@@ -27,7 +27,7 @@ from rft.buffer import BufferClosed, make_buffer
 from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist, shard_bounds
 from rft.errors import RftError
-from rft.experience import to_batch
+from rft.experience import first_appearance_labels, to_batch
 from rft.explorer import Explorer, load_prompts, load_tasksets
 from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
@@ -326,8 +326,7 @@ class TrainLoop:
         every group whole (the trainer gathers the rows)."""
         if not self.dist.enabled:
             return to_batch(experiences, self.tokenizer.pad_token_id)
-        first: dict[str, int] = {}
-        labels = [first.setdefault(e.group, len(first)) for e in experiences]
+        labels = first_appearance_labels(experiences)
         n, world = len(experiences), self.dist.world_size
         lo, hi = shard_bounds(n, self.dist.rank, world)
         if hi == lo:
@@ -338,7 +337,7 @@ class TrainLoop:
     def _weights(self) -> dict[str, torch.Tensor]:
         """The trainable weights the explorer loads: gathered whole from the shards onto rank 0 with several
         processes (every rank calls it; the others get {})."""
-        return self.trainer.trainable_weights(gathered=self.dist.enabled)
+        return self.trainer.gathered_weights() if self.dist.enabled else self.trainer.trainable_weights()
 
     def _writer(self, start: int) -> tuple[object, set[int]]:
         """sync_method checkpoint: the folder keeps the versions an explorer may still ask for, across restarts

@@ -350,18 +350,22 @@ class RLTrainer:
         return _stats(name, self.dist.gather_rows(x.flatten()))
 
     # -------------------------------------------------------------------------------------- weights out
-    def trainable_weights(self, gathered: bool = False) -> dict[str, torch.Tensor]:
-        """The trainable parameters by name (what a synchronizer sends to an explorer's copy of the model).
-        `gathered` (several processes): whole, gathered from the shards onto rank 0 ({} on the others; every rank
-        calls it), by the unsharded model's names."""
-        if not gathered:
-            return {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
-        state = full_state_dict(self.model, self.dist)
-        names = {unwrapped_name(n) for n, p in self.model.named_parameters() if p.requires_grad}
-        missing = sorted(names - set(state)) if self.dist.is_main else []
+    def trainable_weights(self) -> dict[str, torch.Tensor]:
+        """The trainable parameters by name (what a synchronizer sends to an explorer's copy of the model)."""
+        return {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def gathered_weights(self, trainable_only: bool = True, everywhere: bool = False) -> dict[str, torch.Tensor]:
+        """The policy's parameters (the trainable ones, or all), gathered whole from the shards, by the unsharded
+        model's names: onto rank 0 ({} on the others), or onto every rank (`everywhere`: what a rollout engine
+        beside each rank loads). A collective: every rank calls it."""
+        state = full_state_dict(self.model, self.dist, everywhere)
+        if not state:
+            return {}
+        names = [unwrapped_name(n) for n, p in self.model.named_parameters() if p.requires_grad or not trainable_only]
+        missing = [n for n in names if n not in state]
         if missing:
-            raise RuntimeError(f"the gathered policy lacks trainable parameters: {missing[:5]}")
-        return {n: t for n, t in state.items() if n in names}
+            raise RuntimeError(f"the gathered policy lacks parameters: {missing[:5]}")
+        return {n: state[n] for n in names}
 
     # -------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int, state: dict, generators: dict[str, torch.Generator],
@@ -442,16 +446,6 @@ class RLTrainer:
                                         key="critic.model", value_head=True)
         return load_trainable_model(arr.model.path, arr.model, self.dtype, torch.device("cpu"),
                                     key="actor_rollout_ref.model")
-
-    def full_policy_weights(self, like: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The policy's parameters, gathered whole on every rank (a collective: every rank calls it), named as
-        the parameters of `like` (an `unsharded_copy`): what a rollout engine beside each rank loads."""
-        state = full_state_dict(self.model, self.dist, everywhere=True)
-        names = [n for n, _ in like.named_parameters()]
-        missing = [n for n in names if n not in state]
-        if missing:
-            raise RuntimeError(f"the gathered policy lacks parameters of its unsharded copy: {missing[:5]}")
-        return {n: state[n] for n in names}
 
     def export_final(self, write: Callable[[str], None] = print) -> None:
         """<out>/model (and <out>/critic) at the end of the run."""

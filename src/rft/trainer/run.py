@@ -61,10 +61,9 @@ class SyncRun:
         if dist.enabled and cfg.actor_rollout_ref.rollout.name == "vllm":
             # a vLLM engine beside each rank (verl's hybrid engine), serving an unsharded copy of the policy that
             # every sync fills with the gathered weights
-            served = trainer.unsharded_copy()
-            engine = build_engine(cfg, served, self.tokenizer, distributed=True,
-                                  weights=trainer.full_policy_weights(served))
-            self.sync = MemorySync(engine, gather=lambda: trainer.full_policy_weights(served))
+            gather = lambda: trainer.gathered_weights(trainable_only=False, everywhere=True)
+            engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=True, weights=gather())
+            self.sync = MemorySync(engine, gather=gather)
         else:
             engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
             self.sync = MemorySync(engine)
