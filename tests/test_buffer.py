@@ -185,6 +185,59 @@ def test_truncate_after_forgets_later_explore_steps(buffer):
     assert groups_of(buffer.read(5, 1, 0.1).experiences) == ["a"]
 
 
+@pytest.mark.parametrize("where", ["sqlite", "postgres"])
+def test_several_explorers_are_read_in_explore_step_order_whoever_wrote_first(tmp_path, where, request):
+    """Two explorers (explorer k writes steps k+1, k+3, ...): explorer 1's step 2 lands first, but the trainer's
+    step 1 waits for step 1 and reads it, then step 2; so a rerun reads what the first run read, whatever the
+    explorers' pace."""
+    url = (database_url(str(tmp_path / "b.sqlite")) if where == "sqlite"
+           else fresh_database(request.getfixturevalue("pg_url")))
+    first, second = SQLBuffer(url, explorers=2, explorer=0), SQLBuffer(url, explorers=2, explorer=1)
+    trainer = SQLBuffer(url, explorers=2)
+    second.write([exp("s2", step=2), exp("s2", step=2)], {"step": 2})
+    with pytest.raises(TimeoutError):  # step 2 is there, step 1 not: nothing is read
+        trainer.read(2, step=1, timeout=0.3)
+    first.write([exp("s1", step=1), exp("s1", step=1)], {"step": 1})
+    assert groups_of(trainer.read(2, step=1, timeout=5).experiences) == ["s1", "s1"]
+    assert groups_of(trainer.read(2, step=2, timeout=5).experiences) == ["s2", "s2"]
+    second.write([exp("s4", step=4)], {"step": 4})  # step 3 missing: explorer 0 is behind
+    with pytest.raises(TimeoutError):
+        trainer.read(1, step=3, timeout=0.2)
+    first.finish()  # explorer 0 is done (it had no step 3 to write after all): step 4 is next
+    assert groups_of(trainer.read(1, step=3, timeout=5).experiences) == ["s4"]
+
+
+def test_a_write_and_a_read_retried_after_their_commits_answer_was_lost_count_once(pg_url, monkeypatch):
+    """The connection drops after the database committed but before it said so: the retried write finds its
+    rows there and adds none (it used to fail on the unique id), the retried read returns the claim it made
+    (which used to be lost: claimed by the step, never trained on)."""
+    import sqlalchemy as sa
+
+    buffer = SQLBuffer(fresh_database(pg_url))
+    lost = sa.exc.OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+
+    def answer_lost_once(method):
+        calls = []
+
+        def once(*args, **kwargs):
+            result = method(*args, **kwargs)
+            calls.append(1)
+            if len(calls) == 1:
+                raise lost
+            return result
+
+        return once
+
+    monkeypatch.setattr(buffer, "_write", answer_lost_once(buffer._write))
+    buffer.write([exp("a"), exp("a"), exp("b")], {"step": 1})
+    assert buffer.counts() == {"rows": 3, "consumed": 0, "reads": 0} and buffer.explorer_state() == {"step": 1}
+    monkeypatch.setattr(buffer, "_read_once", answer_lost_once(buffer._read_once))
+    read = buffer.read(1, step=1, timeout=1)
+    assert groups_of(read.experiences) == ["a", "a"] and not read.partial
+    assert buffer.counts() == {"rows": 3, "consumed": 2, "reads": 2}
+    assert groups_of(buffer.read(1, step=2, timeout=1).experiences) == ["b"]
+
+
 def test_sql_buffer_is_shared_by_two_connections(tmp_path):
     writer, reader = sql_buffer(tmp_path), sql_buffer(tmp_path)  # two processes' views of one file
     writer.write([exp("a"), exp("a")], {"step": 1})

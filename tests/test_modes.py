@@ -91,19 +91,35 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
     assert max(float((trained[n] - start[n]).abs().max()) for n in start if n in trained) > 1e-4
 
 
+TWO_TRAINERS = ("synchronizer.sync_interval=2", "trainer.n_gpus_per_node=2",
+                "actor_rollout_ref.actor.ppo_epochs=2")  # epochs 2: old log-probs computed
+
+
+@pytest.fixture(scope="module")
+def two_trainers(assets, tmp_path_factory):
+    """Mode both with trainer.n_gpus_per_node=2, uninterrupted, by sync method (each run once per module)."""
+    runs: dict[str, tuple[Path, str]] = {}
+
+    def run(method: str) -> tuple[Path, str]:
+        if method not in runs:
+            out = tmp_path_factory.mktemp(f"two_trainers_{method}") / "out"
+            log = finish(start("train", *overrides(assets, out, 4, *TWO_TRAINERS, f"synchronizer.sync_method={method}"),
+                               cwd=out.parent))
+            runs[method] = out, log
+        return runs[method]
+
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["nccl", "checkpoint"])
-def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_explorer(assets, tmp_path, method):
+def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_explorer(two_trainers, method):
     """Mode both with trainer.n_gpus_per_node=2: two FSDP trainer processes, rank 0 starting the explorer child
     and sending it the weights gathered from the shards (broadcast, or sync files). Explore steps 1 and 3 generate
     with versions 0 and 2, so they are on policy: the explorer's log-probs are the trainer's (fp32), which they are
     only if the gathered weights reached it; steps 2 and 4 are one update behind."""
-    out = tmp_path / "out"
-    proc = start("train", *overrides(assets, out, 4, "synchronizer.sync_interval=2", "trainer.n_gpus_per_node=2",
-                                     f"synchronizer.sync_method={method}",
-                                     "actor_rollout_ref.actor.ppo_epochs=2"),  # epochs 2: old log-probs computed
-                 cwd=tmp_path)
-    assert "on 2 processes" in finish(proc)
+    out, log = two_trainers(method)
+    assert "on 2 processes" in log
     trainer, explorer = lines(out / "metrics.jsonl"), lines(out / "explorer" / "metrics.jsonl")
     assert [x["rollout/model_version"] for x in explorer] == [0, 0, 2, 2]
     assert [x["rollout/staleness/max"] for x in trainer] == [0, 1, 0, 1]
@@ -112,6 +128,26 @@ def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_
     if method == "checkpoint":
         assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+
+
+@pytest.mark.slow
+def test_mode_both_with_two_trainer_processes_resumes_as_uninterrupted_after_a_rank_is_killed(assets, two_trainers,
+                                                                                             tmp_path):
+    """The nccl run above, its trainer rank 1 SIGKILLed once checkpoint 2 is written: the command fails (rank 0
+    and the explorer child stop with it), and run again it resumes and trains as the uninterrupted run did, every
+    experience read once."""
+    reference, _ = two_trainers("nccl")
+    out = tmp_path / "out"
+    args = overrides(assets, out, 4, *TWO_TRAINERS, "synchronizer.sync_method=nccl")
+    killed = start("train", *args, cwd=tmp_path)
+    wait_for(lambda: (out / "checkpoints" / "global_step_2" / "trainer_state.json").is_file()
+             or killed.poll() is not None)
+    os.kill(_descendant_with_rank(killed.pid, 1), signal.SIGKILL)
+    log, _ = killed.communicate(timeout=180)
+    assert killed.returncode != 0 and not (out / "model").exists(), log
+    assert "resumed from" in finish(start("train", *args, cwd=tmp_path))
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert_same_training(out, reference)
 
 
 def test_trinity_async_example_runs(assets, tmp_path):
@@ -223,12 +259,37 @@ def test_train_on_two_processes_trains_as_one_process_and_resumes_after_a_rank_i
     assert_each_read_once(database_url(str(runs[2] / "buffer.sqlite")), 4, 16)
 
 
+TWO_EXPLORERS = ("synchronizer.sync_interval=2", "trainer.explorer_num=2")
+
+
+@pytest.fixture(scope="module")
+def two_explorers(assets, tmp_path_factory) -> Path:
+    """Trinity's engine_num 2 as trainer.explorer_num=2 in mode both, uninterrupted: the trainer starts two explorer
+    processes, which take turns at the steps (sync files, the default with several explorers)."""
+    out = tmp_path_factory.mktemp("two_explorers") / "out"
+    finish(start("train", *overrides(assets, out, 4, *TWO_EXPLORERS), cwd=out.parent))
+    return out
+
+
 @pytest.mark.slow
-def test_two_explore_commands_and_a_trainer_share_a_postgresql_buffer_and_survive_an_explorer_kill(assets, tmp_path):
+def test_mode_both_with_two_explorer_processes(two_explorers):
+    out = two_explorers
+    assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == [1, 3]
+    assert [x["step"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [2, 4]
+    assert [x["rollout/model_version"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [0, 2]
+    assert [x["rollout/staleness/max"] for x in lines(out / "metrics.jsonl")] == [0, 1, 0, 1]
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+
+
+@pytest.mark.slow
+def test_two_explore_commands_and_a_trainer_on_postgresql_survive_kills_and_train_as_uninterrupted(
+        assets, two_explorers, tmp_path):
     """Two `mode: explore` commands (explorer_num 2, ranks 0 and 1: as on two machines) and one `mode: train` on one
     PostgreSQL buffer. Explorer 0 generates steps 1 and 3, explorer 1 steps 2 and 4; explorer 1 is killed after its
-    first step and started again. Every step's experiences come from its one explorer and carry its tag, no task
-    is generated twice, and the trainer reads every experience exactly once."""
+    first step and started again, then the trainer after its first checkpoint. Every step's experiences come from
+    its one explorer and carry its tag, no task is generated twice, the trainer reads every experience exactly
+    once, in explore-step order whichever explorer wrote first: the metrics and final weights are those of the
+    uninterrupted mode-both run with two explorers."""
     import sqlalchemy as sa
     from pg_server import postgres
 
@@ -237,8 +298,8 @@ def test_two_explore_commands_and_a_trainer_share_a_postgresql_buffer_and_surviv
 
     out = tmp_path / "out"
     with postgres() as url:
-        common = overrides(assets, out, 4, "synchronizer.sync_interval=2", "trainer.explorer_num=2",
-                           f"experience_buffer.path={url}", "experience_buffer.storage_type=sql")
+        common = overrides(assets, out, 4, *TWO_EXPLORERS, f"experience_buffer.path={url}",
+                           "experience_buffer.storage_type=sql")
         trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
         explorers = [start("train", *common, "trainer.mode=explore", f"trainer.explorer_rank={i}", cwd=tmp_path)
                      for i in (0, 1)]
@@ -247,6 +308,10 @@ def test_two_explore_commands_and_a_trainer_share_a_postgresql_buffer_and_surviv
         explorers[1].kill()
         explorers[1].communicate(timeout=60)
         explorers[1] = start("train", *common, "trainer.mode=explore", "trainer.explorer_rank=1", cwd=tmp_path)
+        wait_for(lambda: (out / "checkpoints" / "global_step_1" / "trainer_state.json").is_file())
+        trainer.kill()
+        trainer.communicate(timeout=60)
+        trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
         for proc in (*explorers, trainer):
             finish(proc)
         assert_each_read_once(url, 4, 16)
@@ -262,21 +327,7 @@ def test_two_explore_commands_and_a_trainer_share_a_postgresql_buffer_and_surviv
     assert all(len(p) == 4 for p in prompts.values()) and len(set().union(*prompts.values())) == 16
     assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == [1, 3]
     assert [x["step"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [2, 4]
-    assert [x["step"] for x in lines(out / "metrics.jsonl")] == [1, 2, 3, 4]
-
-
-@pytest.mark.slow
-def test_mode_both_with_two_explorer_processes(assets, tmp_path):
-    """Trinity's engine_num 2 as trainer.explorer_num=2 in mode both: the trainer starts two explorer processes,
-    which take turns at the steps (sync files, the default with several explorers), and trains on both."""
-    out = tmp_path / "out"
-    finish(start("train", *overrides(assets, out, 4, "synchronizer.sync_interval=2", "trainer.explorer_num=2"),
-                 cwd=tmp_path))
-    assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == [1, 3]
-    assert [x["step"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [2, 4]
-    assert [x["rollout/model_version"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [0, 2]
-    assert [x["rollout/staleness/max"] for x in lines(out / "metrics.jsonl")] == [0, 1, 0, 1]
-    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert_same_training(out, two_explorers)
 
 
 @pytest.mark.slow
@@ -382,7 +433,13 @@ def assert_same_run(out: Path, reference: Path, url: str) -> None:
     assert [x["step"] for x in explorer] == [1, 2, 3, 4]
     assert [x["rollout/model_version"] for x in explorer] == [0, 0, 1, 2]
     assert_each_read_once(url, 4, 16)
+    assert_same_training(out, reference)
+
+
+def assert_same_training(out: Path, reference: Path) -> None:
+    """The same training metrics step by step (1e-6) and final weights (1e-6) as `reference`'s."""
     trained, expected = lines(out / "metrics.jsonl"), lines(reference / "metrics.jsonl")
+    assert [x["step"] for x in trained] == [x["step"] for x in expected]
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
         assert [x[key] for x in trained] == pytest.approx([x[key] for x in expected], abs=1e-6), key
     a, b = load_file(out / "model" / "model.safetensors"), load_file(reference / "model" / "model.safetensors")

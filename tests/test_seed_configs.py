@@ -91,8 +91,9 @@ TRINITY_EDITS = {
     "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "the example's SFT stage: rft's SFT "
                                                                               "has no token-budget micro-batches "
                                                                               "(its RL stages honour it)"),
-    "cluster.gpu_per_node": (1, "the example's math_workflow: rft's workflow runners run in one process for now "
-                                "(staged runs themselves take several)"),
+    "cluster.gpu_per_node": (1, "the example's math_workflow in a staged run: each RL stage is one loop of "
+                                "explorer and trainer, where a workflow runs on one process (`rft train` runs it "
+                                "beside several)"),
 }
 # what each of the other example blocks of the page still asks for that rft does not have
 TRINITY_BLOCK_REFUSALS = {

@@ -91,6 +91,9 @@ def test_stages_are_built_and_chained(workdir):
     ({"stages__1__actor_rollout_ref__actor__ppo_epochs": 0}, "ppo_epochs must be a positive integer"),
     ({"stages__1__stage_name": "sft"}, "must be unique"),
     ({"stages__0__actor_rollout_ref": {"model": {"path": "x"}}}, "stages[0]: unknown config key 'actor_rollout_ref'"),
+    ({"stages__1__synchronizer": {"sync_interval": 2}}, "stages[1]: trainer.mode='both', synchronizer.sync_interval=2"),
+    ({"trainer__n_gpus_per_node": 2, "stages__1__workflow": {"type": "math_workflow"}},
+     "stages[1]: workflow.type='math_workflow' beside 2 trainer processes (trainer.nnodes x trainer.n_gpus_per_node"),
 ])
 def test_a_bad_stage_is_refused_before_anything_runs(workdir, change, message):
     with pytest.raises(ConfigError) as err:

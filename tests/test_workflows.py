@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -755,34 +756,105 @@ def test_a_tools_file_that_does_not_import_is_refused_before_the_model_loads(ass
     assert "workflow.args.tools_path" in err and "SyntaxError" in err and not (tmp_path / "out").exists()
 
 
+def tool_workflow_command(assets: Path, tmp_path: Path, out: Path, *extra: str) -> list[str]:
+    """`rft train` with the calculator tool workflow (tasks in tmp_path/calc) on two trainer processes."""
+    return [sys.executable, "-m", "rft", "train", f"actor_rollout_ref.model.path={assets / 'model'}",
+            f"data.train_files={tmp_path / 'calc' / 'train.parquet'}", "data.tools_key=tools",
+            "workflow.type=tool_call_workflow", "workflow.args={tool_call_parser: pythonic, max_turns: 2}",
+            "workflow.runner_per_model=4", "data.max_prompt_length=64", "data.max_response_length=8",
+            "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+            "trainer.logger=[]", "trainer.val_before_train=false", f"trainer.default_local_dir={out}", *extra]
+
+
+@pytest.mark.slow
+def test_the_tool_workflow_on_the_on_policy_schedule_beside_two_trainer_processes(assets, tmp_path):
+    """Mode both's default schedule (sync_interval 1, sync_offset 0) with the tool workflow and two trainer
+    processes: the explorer runs as a process of its own (the log says why), still strictly on policy: every step
+    generated with the weights the trainer starts it from (staleness 0, the explorer's log-probs the trainer's)."""
+    import subprocess
+
+    from rft.tasks import write_calculator
+
+    write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
+    out = tmp_path / "out"
+    proc = subprocess.run(tool_workflow_command(assets, tmp_path, out, "trainer.total_training_steps=2",
+                                                "actor_rollout_ref.actor.ppo_epochs=2"),  # old log-probs computed
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "its explorer runs as a process of its own" in proc.stdout and "on 2 processes" in proc.stdout
+    trainer = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    explorer = [json.loads(x) for x in (out / "explorer" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["rollout/model_version"] for x in explorer] == [0, 1]
+    assert [x["rollout/staleness/max"] for x in trainer] == [0, 0]
+    assert all(x["training/rollout_probs_diff_max"] < 1e-4 for x in trainer), trainer
+
+
 @pytest.mark.slow
 def test_the_tool_workflow_runs_on_two_explorer_processes_beside_two_trainer_processes(assets, tmp_path):
     """trainer.explorer_num=2 in mode both with the multi-turn tool workflow, and the trainer on two FSDP processes:
     two explorer processes, each running its steps' tasks through its own workflow runners and model server,
-    taking turns at the steps; the trainer reads every experience once."""
+    taking turns at the steps; the trainer reads every experience once. The same run with explorer 1 SIGKILLed
+    after its first step stops (the trainer says its explorer died), and run again resumes to the uninterrupted
+    run's final weights."""
+    import os
+    import signal
     import subprocess
-    import sys
+    import time
+
+    from safetensors.torch import load_file
 
     from rft.buffer import SQLBuffer, database_url
     from rft.tasks import write_calculator
 
     write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
+
+    def command(out: Path) -> list[str]:
+        return tool_workflow_command(assets, tmp_path, out, "synchronizer.sync_interval=2", "trainer.explorer_num=2",
+                                     "trainer.total_training_steps=4")
+
+    def finished(out: Path) -> str:
+        proc = subprocess.run(command(out), capture_output=True, text=True, timeout=900, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft", "train", f"actor_rollout_ref.model.path={assets / 'model'}",
-         f"data.train_files={tmp_path / 'calc' / 'train.parquet'}", "data.tools_key=tools",
-         "workflow.type=tool_call_workflow", "workflow.args={tool_call_parser: pythonic, max_turns: 2}",
-         "workflow.runner_per_model=4", "data.max_prompt_length=64", "data.max_response_length=8",
-         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
-         "synchronizer.sync_interval=2", "trainer.explorer_num=2", "trainer.n_gpus_per_node=2",
-         "trainer.total_training_steps=4",
-         "trainer.logger=[]", "trainer.val_before_train=false", f"trainer.default_local_dir={out}"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "on 2 processes" in proc.stdout
+    assert "on 2 processes" in finished(out)
     for folder, steps in (("explorer", [1, 3]), ("explorer_1", [2, 4])):
         lines = [json.loads(x) for x in (out / folder / "metrics.jsonl").read_text().splitlines()]
         assert [x["step"] for x in lines] == steps
         assert all(x["workflow/tasks"] == 4 and x["workflow/skipped_tasks"] == 0 for x in lines)
     reads = SQLBuffer(database_url(str(out / "buffer.sqlite"))).reads_by_id()
     assert len(reads) == 4 * 4 * 2 and all(len(steps) == 1 for steps in reads.values())
+
+    killed_out = tmp_path / "killed"
+    killed = subprocess.Popen(command(killed_out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              cwd=tmp_path)
+    metrics = killed_out / "explorer_1" / "metrics.jsonl"
+    deadline = time.monotonic() + 600
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        assert killed.poll() is None and time.monotonic() < deadline, "explorer 1 never wrote its step"
+        time.sleep(0.05)
+    os.kill(_process_with_env(killed.pid, b"RFT_EXPLORER_RANK=1"), signal.SIGKILL)
+    log, _ = killed.communicate(timeout=300)
+    assert killed.returncode != 0 and "explorer" in log and not (killed_out / "model").exists(), log[-3000:]
+    assert "resumed from" in finished(killed_out)
+    reads = SQLBuffer(database_url(str(killed_out / "buffer.sqlite"))).reads_by_id()
+    assert len(reads) == 4 * 4 * 2 and all(len(steps) == 1 for steps in reads.values())
+    a, b = (load_file(folder / "model" / "model.safetensors") for folder in (out, killed_out))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+
+
+def _process_with_env(root: int, entry: bytes) -> int:
+    """The process below `root` whose environment holds `entry`."""
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            if entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return pid
+            todo += [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                     for c in (t / "children").read_text().split()]
+        except OSError:
+            continue
+    raise AssertionError(f"no process with {entry!r} below {root}")

@@ -8,7 +8,11 @@ trainer step read which experience, so a resumed trainer can put back the reads 
 finished). Every write and every read is one transaction, so a process killed at any point leaves either all of
 a step's experiences or none, and a read either claimed whole groups or nothing: each experience is trained on
 exactly once across crashes of either side (unless replay is asked for: `use_priority_queue` with
-`reuse_cooldown_time`).
+`reuse_cooldown_time`). Both are idempotent under a retry whose first commit's answer was lost: a write whose rows
+are in adds none, a step's read returns the claim it made.
+
+With several explorers (explorer k writes explore steps k + 1, k + 1 + K, ...) reads go in explore-step order and
+take only steps every earlier one of which is in, so the trainer reads what an uninterrupted run would have read.
 """
 
 from __future__ import annotations
@@ -179,10 +183,14 @@ class SQLBuffer:
                  "model_version": e.model_version, "use_count": 0, "available_at": 0.0, "consumed": False,
                  "payload": e.to_bytes()} for e in experiences]
         with self.engine.begin() as conn:
-            if rows:
+            # a retry after a commit whose answer was lost (the connection dropped): the rows are in already
+            there = rows and conn.execute(sa.select(EXPERIENCES.c.seq).where(EXPERIENCES.c.id == rows[0]["id"])).first()
+            if rows and not there:
                 conn.execute(EXPERIENCES.insert(), rows)
             if explorer_state is not None:
                 self._set(conn, self._key("explorer_state"), json.dumps(explorer_state))
+                if "step" in explorer_state:  # the step the readers wait for (several explorers), kept small
+                    self._set(conn, self._key("explored"), str(int(explorer_state["step"])))
 
     def _key(self, name: str, explorer: int | None = None) -> str:
         """An explorer's key in rft_meta: explorer 0's is the name itself (as with one explorer)."""
@@ -238,6 +246,13 @@ class SQLBuffer:
         enough are there, the explorer finished or the wait timed out; True then. `out` changes only after the
         transaction committed (a retried one counts once)."""
         with self.engine.begin() as conn:
+            claimed = conn.execute(sa.select(READS.c.seq).where((READS.c.step == step) & (READS.c.dropped == sa.false()))
+                                   .order_by(READS.c.seq)).scalars().all()
+            if claimed:  # a retry after a commit whose answer was lost: this step's read happened, return it
+                payloads = dict(conn.execute(sa.select(EXPERIENCES.c.seq, EXPERIENCES.c.payload).where(
+                    EXPERIENCES.c.seq.in_(claimed))).all())
+                out.experiences, out.partial = [Experience.from_bytes(payloads[s]) for s in claimed], False
+                return True
             groups = self._candidates(conn, rows)
             take, drop = [], []
             count = 0
@@ -271,12 +286,14 @@ class SQLBuffer:
         order needs every group."""
         c = EXPERIENCES.c
         readable = (c.consumed == sa.false()) & (c.available_at <= time.time())
+        if self.explorers > 1:  # in explore-step order, whichever explorer wrote first: the same run every time
+            readable = readable & (c.explore_step <= self._written_through(conn))
         if not self.priority:
-            first = sa.select(c.group_id).where(readable).group_by(c.group_id).order_by(sa.func.min(c.seq)).limit(
-                max(rows, 1))
+            first = sa.select(c.group_id).where(readable).group_by(c.group_id).order_by(
+                sa.func.min(c.explore_step), sa.func.min(c.seq)).limit(max(rows, 1))
             readable = readable & c.group_id.in_(first.scalar_subquery())
         found = conn.execute(sa.select(c.seq, c.group_id, c.model_version, c.use_count).where(readable)
-                             .order_by(c.seq)).all()
+                             .order_by(c.explore_step, c.seq)).all()
         groups: OrderedDict[str, list] = OrderedDict()
         for r in found:
             groups.setdefault(r.group_id, []).append(r)
@@ -284,6 +301,18 @@ class SQLBuffer:
             order = sorted(groups.items(), key=lambda kv: -(kv[1][0].model_version - self.decay * kv[1][0].use_count))
             groups = OrderedDict(order)
         return groups
+
+    def _written_through(self, conn) -> int:
+        """The explore step through which every step is in the buffer. Explorer k writes steps k + 1, k + 1 + K, ...
+        in order and records each with its rows, so step n is there once its explorer has recorded n or finished."""
+        keys = dict(conn.execute(sa.select(META.c.key, META.c.value).where(
+            META.c.key.like("explored%") | META.c.key.like("explorer_finished%"))).all())
+        first_missing = 2 ** 31 - 1
+        for k in range(self.explorers):
+            if keys.get(self._key("explorer_finished", k)) != "1":
+                done = int(keys.get(self._key("explored", k), 0))
+                first_missing = min(first_missing, done + 1 + (k - done) % self.explorers)
+        return first_missing - 1
 
     def _claim(self, conn, rows: list, step: int, dropped: bool) -> None:
         c = EXPERIENCES.c
@@ -321,9 +350,9 @@ class SQLBuffer:
                 conn.execute(READS.delete().where(READS.c.seq.in_(later)))
                 conn.execute(EXPERIENCES.delete().where(mine))
 
-        # --------------------------------------------------------------------------------------------- misc
-
         self._retried(run, "removing a killed explorer's partial step")
+
+    # --------------------------------------------------------------------------------------------- misc
 
     def counts(self) -> dict[str, int]:
         """rows: experiences stored; consumed: used up; reads: (step, experience) reads recorded."""

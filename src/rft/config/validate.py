@@ -17,7 +17,7 @@ from typing import Any
 
 from rft.config.errors import ConfigError
 from rft.config.schema import VLLM_KEYS, RFTConfig
-from rft.sync.schedule import is_synchronous
+from rft.sync.schedule import is_synchronous, workflow_apart
 
 log = logging.getLogger("rft")
 
@@ -692,7 +692,7 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
             raise ConfigError(f"experience_buffer.reuse_cooldown_time must be >= 0 seconds, got {b.reuse_cooldown_time}")
     if b.max_staleness is not None and (not isinstance(b.max_staleness, int) or b.max_staleness < 0):
         raise ConfigError(f"experience_buffer.max_staleness must be an integer >= 0 or null, got {b.max_staleness!r}")
-    one_process = t.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
+    one_process = is_synchronous(cfg)
     method = s.sync_method
     _check_explorers(cfg, method, one_process)
     if one_process:
@@ -709,9 +709,10 @@ def _check_decoupled(cfg: RFTConfig, world_size: int) -> None:
         )
     if t.mode == "both" and method == "memory":
         raise ConfigError(
-            f"synchronizer.sync_method=memory needs explorer and trainer in one process, but sync_interval="
-            f"{s.sync_interval} / sync_offset={s.sync_offset} run them as two: use nccl (a process-group broadcast) "
-            "or checkpoint (files), or null"
+            "synchronizer.sync_method=memory needs explorer and trainer in one process, but "
+            + (f"workflow.type={cfg.workflow.type} beside several trainer processes runs its explorer apart"
+               if workflow_apart(cfg) else f"sync_interval={s.sync_interval} / sync_offset={s.sync_offset} run them "
+               "as two") + ": use nccl (a process-group broadcast) or checkpoint (files), or null"
         )
     if t.mode in ("explore", "train", "bench") and method not in (None, "checkpoint"):
         raise ConfigError(
@@ -814,12 +815,6 @@ def _check_workflow(cfg: RFTConfig, world_size: int, check_paths: bool) -> None:
               "the batched single-turn path)"
     elif cfg.algorithm.filter_groups.enable:
         why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
-    elif world_size > 1 and is_synchronous(cfg):
-        t = cfg.trainer
-        why = (f"several processes in the one-process loop ({world_size}: trainer.nnodes x trainer.n_gpus_per_node "
-               f"= {t.nnodes} x {t.n_gpus_per_node}; its explorer shares the sharded model, and the workflow "
-               "runners run in an explorer process of their own: run the explorer apart, e.g. "
-               "synchronizer.sync_interval=2 or trainer.explorer_num=2 with mode both)")
     if why:
         raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
                           "or drop it")

@@ -37,9 +37,17 @@ def staleness(step: int, interval: int, offset: int) -> int:
 
 
 def is_synchronous(cfg) -> bool:
-    """Mode both with on-policy weights (sync_interval 1, sync_offset 0): explorer and trainer are one loop."""
+    """Mode both with on-policy weights (sync_interval 1, sync_offset 0): explorer and trainer are one loop; except a
+    workflow beside several trainer processes (its runners' threads cannot keep the sharded model's lockstep), which
+    runs its explorer as a process of its own on the same on-policy schedule (`workflow_apart`)."""
     s = cfg.synchronizer
-    return cfg.trainer.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0
+    return cfg.trainer.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0 and not workflow_apart(cfg)
+
+
+def workflow_apart(cfg) -> bool:
+    """A workflow other than simple_workflow with several trainer processes: its explorer runs apart."""
+    t = cfg.trainer
+    return cfg.workflow.type != "simple_workflow" and t.nnodes * t.n_gpus_per_node > 1
 
 
 def sync_method(cfg) -> str:

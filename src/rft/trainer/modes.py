@@ -242,6 +242,10 @@ class TrainLoop:
                  else str(self.trainer.device))
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {where}, reading "
                       f"{self.rows} experiences a step, output {self.out}")
+        if schedule.workflow_apart(cfg) and t.mode == "both":
+            tracker.write(f"rft trainer: workflow.type={cfg.workflow.type} beside {self.dist.world_size} trainer "
+                          "processes: its explorer runs as a process of its own (sync_interval "
+                          f"{s.sync_interval}, sync_offset {s.sync_offset})")
         kept, used = None, set()
         if sync_method(cfg) == "nccl":
             # the versions explore steps generate with, gathered from the shards by every rank at the same steps

@@ -33,6 +33,7 @@ from rft.config.load import ConfigError, merge_layers
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
 from rft.distributed import SINGLE, Dist
+from rft.sync.schedule import is_synchronous, workflow_apart
 
 DONE = "STAGE_DONE"
 _STAGE_KEYS = {"stage_name", "algorithm", "mode"}
@@ -141,13 +142,17 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
                       "trainer": {"default_local_dir": str(out)}}
             cfg = _typed(RFTConfig, [data, {"algorithm": algorithm}, sections, forced], where)
             validate(cfg, check_paths=check_paths, check_model_path=i == 0)
-            t = cfg.trainer
-            s = cfg.synchronizer
-            if t.mode != "both" or s.sync_interval != 1 or s.sync_offset != 0:
+            if not is_synchronous(cfg):
+                t, s = cfg.trainer, cfg.synchronizer
+                why = (f"workflow.type={cfg.workflow.type!r} beside {t.nnodes * t.n_gpus_per_node} trainer processes "
+                       f"(trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node}) runs its "
+                       "explorer as a process of its own" if workflow_apart(cfg) else
+                       f"trainer.mode={t.mode!r}, synchronizer.sync_interval={s.sync_interval}, sync_offset="
+                       f"{s.sync_offset} run explorer and trainer apart")
                 raise ConfigError(
-                    f"{where}: trainer.mode={t.mode!r}, synchronizer.sync_interval={s.sync_interval}, sync_offset="
-                    f"{s.sync_offset}: a staged run runs each RL stage with explorer and trainer in one process "
-                    "(mode both, sync_interval 1, sync_offset 0); run a decoupled stage on its own with `rft train`"
+                    f"{where}: {why}, but a staged run runs each RL stage as one loop of explorer and trainer (mode "
+                    "both, sync_interval 1, sync_offset 0; a workflow on one process); run that stage on its own with "
+                    "`rft train`"
                 )
         t = cfg.trainer
         if (t.nnodes, t.n_gpus_per_node) != (base.trainer.nnodes, base.trainer.n_gpus_per_node):
