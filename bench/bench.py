@@ -52,6 +52,14 @@ PRESETS = {
     "small": dict(response=64, steps=4),
 }
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
+# the reward of the benchmarks (here and bench/vs_trl.py, both sides): the exact answer plus half the share of
+# digit characters, so the responses of a group differ and every row is trained (with the arithmetic task's exact
+# reward an untrained model scores 0 everywhere, every advantage is 0 and the update has nothing to do)
+SHAPED_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    digits = sum(c.isdigit() for c in solution_str)
+    return float(solution_str.strip() == str(ground_truth)) + digits / (1 + len(solution_str))
+'''
 FORMULA = ("FLOPs/step = 2*N*T (generation, prompt+response tokens of all 128 rows) + 2*N*T per no-grad "
            "log-prob pass (ref, when use_kl_loss) + 6*N*T x the share of rows trained (update fwd+bwd; rows whose "
            "advantages are all 0 are left out of its passes); floor = FLOPs / measured fp32 "
@@ -100,9 +108,11 @@ def matmul_gflops(m: int, k: int, n: int, min_time: float = 0.4) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ worker
-def overrides(model: str, data: str, out: str, response: int, kl: bool, total: int, engine: str = "hf") -> list[str]:
+def overrides(model: str, data: str, out: str, response: int, kl: bool, total: int, engine: str = "hf",
+              reward: str | None = None) -> list[str]:
     return [
         f"actor_rollout_ref.model.path={model}",
+        *([f"custom_reward_function.path={reward}"] if reward else []),
         f"actor_rollout_ref.rollout.name={engine}",
         f"data.train_files={data}",
         "data.max_prompt_length=32",
@@ -182,7 +192,7 @@ def run_worker(spec: dict) -> dict:
 
     warmup, steps = spec["warmup"], spec["steps"]
     cfg = load_config(None, overrides(spec["model"], spec["data"], spec["out"], spec["response"], spec["kl"],
-                                      warmup + steps, spec.get("engine", "hf")))
+                                      warmup + steps, spec.get("engine", "hf"), spec.get("reward")))
     rss_import = rss_mib()
     t0 = time.perf_counter()
     trainer = SyncRun(cfg)
@@ -223,14 +233,17 @@ def run_worker(spec: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ driver
-def flops(n_params: int, m: dict, rows: int) -> tuple[float, float]:
-    """(FLOPs per step, tokens per row) from the step's mean prompt/response lengths: only the work done, so the
-    update counts the rows it trained on (rows whose advantages are all 0 are left out of its passes:
-    `actor/zero_adv_rows`; none at all when the update was skipped)."""
+def flops(n_params: int, m: dict, rows: int) -> dict[str, float]:
+    """The step's FLOPs by phase (gen, each no-grad log-prob pass, update_actor) and in all (`step`), from its mean
+    prompt / response lengths: only the work done, so the update counts the rows it trained on (rows whose
+    advantages are all 0 are left out of its passes: `actor/zero_adv_rows`; none at all when the update was
+    skipped); `trained`: that share."""
     t = rows * (m["prompt_length/mean"] + m["response_length/mean"])
-    no_grad_passes = sum(1 for p in ("ref", "old_log_prob") if f"timing_s/{p}" in m)
     trained = max(0.0, rows - m.get("actor/zero_adv_rows", 0.0)) / rows
-    return 2 * n_params * t + no_grad_passes * 2 * n_params * t + 6 * n_params * t * trained, t
+    out = {"gen": 2 * n_params * t, "update_actor": 6 * n_params * t * trained}
+    out.update({p: 2 * n_params * t for p in ("ref", "old_log_prob") if f"timing_s/{p}" in m})
+    out["step"], out["trained"] = sum(out.values()), trained
+    return out
 
 
 def main() -> None:
@@ -287,12 +300,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rft-bench-") as tmp:
         tmp = Path(tmp)
         data = write_arithmetic(tmp / "data", n_train=2000, n_val=10, seed=0)["train"]
+        reward = tmp / "reward_shaped.py"
+        reward.write_text(SHAPED_REWARD)
         for name in presets:
             model = init_model(name, tmp / f"model-{name}", seed=0)
             steps = args.steps if args.steps is not None else PRESETS[name]["steps"]
             for kl, engine in [(kl, e) for kl in ([False] if args.no_kl else [False, True]) for e in args.engine]:
                 spec = dict(model=str(model), data=str(data), out=str(tmp / f"out-{name}-{int(kl)}-{engine}"),
                             response=PRESETS[name]["response"], kl=kl, warmup=args.warmup, engine=engine,
+                            reward=str(reward),
                             steps=steps + (1 if args.profile else 0), profile=args.profile)
                 wait_idle(args.wait_idle)
                 proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)],
@@ -327,22 +343,26 @@ def main() -> None:
 
 def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float) -> str:
     head = ["preset", "engine", "params", "new tok", "kl/ref", "s/step", "median (min–max)",
-            *[f"{p} s" for p in PHASES], "other s", "gen tok/s", "train tok/s", "GFLOP/step", "floor s",
-            "eff", "eff@1024³", "peak RSS MiB", "other procs"]
+            *[f"{p} s" for p in PHASES], "other s", "gen tok/s", "train tok/s", "rows trained", "GFLOP/step",
+            "floor s", "eff", "gen eff", "update eff", "eff@1024³", "peak RSS MiB", "other procs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in results:
         m, name = r["mean"], r["preset"]
-        f, _ = flops(r["n_params"], m, 128)
-        rate = shape_rate[name][3]
+        work = flops(r["n_params"], m, 128)
+        f = work["step"]
+        rate = shape_rate[name][3] * 1e9
         step = m["timing_s/step"]
-        floor = f / (rate * 1e9)
+        floor = f / rate
+        phase_eff = {p: f"{100 * work[p] / rate / m[f'timing_s/{p}']:.0f}%" if work.get(p) else "–"
+                     for p in ("gen", "update_actor")}
         phase_sum = sum(m.get(f"timing_s/{p}", 0.0) for p in PHASES)
         cells = [name, r.get("engine", "hf"), f"{r['n_params'] / 1e6:.2f}M", str(PRESETS[name]["response"]), "yes" if r["kl"] else "no",
                  f"{step:.3f}", f"{r['step_median']:.3f} ({r['step_min']:.3f}–{r['step_max']:.3f})",
                  *[f"{m[f'timing_s/{p}']:.3f}" if f"timing_s/{p}" in m else "–" for p in PHASES],
                  f"{step - phase_sum:.3f}", f"{m['perf/gen_tokens_per_s']:.0f}",
-                 f"{m['perf/train_tokens_per_s']:.0f}", f"{f / 1e9:.2f}", f"{floor:.3f}",
-                 f"{100 * floor / step:.1f}%", f"{100 * f / (peak * 1e9) / step:.1f}%",
+                 f"{m['perf/train_tokens_per_s']:.0f}", f"{100 * work['trained']:.0f}%", f"{f / 1e9:.2f}",
+                 f"{floor:.3f}", f"{100 * floor / step:.1f}%", phase_eff["gen"], phase_eff["update_actor"],
+                 f"{100 * f / (peak * 1e9) / step:.1f}%",
                  f"{r['rss_peak_mib']:.0f} (import {r['rss_import_mib']:.0f})", f"{r['foreign_cores']:.2f} cores"]
         lines.append("| " + " | ".join(cells) + " |")
     rates = "; ".join(f"{n}: ({bt}x{h})x({h}x{i}) {g:.1f} GFLOP/s" for n, (bt, h, i, g) in shape_rate.items())
@@ -354,8 +374,10 @@ def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float
            "slows down many-fold when a core is taken, so those rows are not representative.**", ""]
           if busy else []),
         f"fp32 matmul rate: 1024³ {peak:.1f} GFLOP/s; model shape {rates}.",
-        f"Floor: {FORMULA}; eff@1024³ uses the 1024³ rate instead. N counts the tied embedding once; "
-        "attention-score FLOPs are not counted.",
+        f"Floor: {FORMULA}; gen eff / update eff: that phase's FLOPs at the rate over its own time; eff@1024³ "
+        "uses the 1024³ rate instead. N counts the tied embedding once; attention-score FLOPs are not counted. "
+        "Reward: the exact answer plus half the share of digits (SHAPED_REWARD), so every row is trained (rows "
+        "trained: the share whose advantages were not all 0).",
         "Shape: GRPO, 16 prompts x 8 samples, ppo_mini_batch_size 16 (one optimizer step), whole mini-batch per "
         "forward, ignore_eos (fixed response length), lr 1e-5, grad_clip 1.0, fp32. s/step is the mean of the "
         "timed steps after 2 warm-up steps; model loading is not timed. `other` = step minus the named phases "

@@ -8,7 +8,12 @@ each side (TRL: a TrainerCallback around each optimizer step, generation include
 Each side runs in its own process, back to back: TRL in `bench/.venv-trl` (made on first use: torch 2.13.0 under
 constraints.txt, trl 1.16.0), rft in this Python.
 
-    python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--steps 8] [--no-write] [--baseline-src DIR] [--profile]
+    python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--steps 8] [--repeats 2] [--no-write]
+                           [--baseline-src DIR] [--profile]
+
+Interleaved: each workload runs TRL, then each rft variant, `--repeats` times over (TRL, rft, TRL, rft, ...), so
+a slow spell of the shared machine hits both sides; every run is printed, and the table takes each side's best
+(lowest s/step) run.
 
 --baseline-src DIR also runs rft from another source tree (e.g. `git archive` of the commit before a change) as the
 variant `baseline`; --profile prints torch.profiler's table for one extra rft step of each variant (not timed).
@@ -18,9 +23,9 @@ Workloads (docs: bench/RESULTS.md):
   W2      small preset, 64 new tokens at most                   goal: rft <= 0.67x TRL, >= 75% of the FLOP floor
   W3      small preset, 128 new tokens at most (mixed lengths)  goal: rft's tokens/s within 15% of W2's
   growth  rft alone, tiny preset, ignore_eos 16 tokens, 16 / 32 / 64 prompts per step: s/step within 15% of linear
-Rewards: `exact` (the arithmetic task's: 1 for the exact answer; an untrained model scores 0 everywhere, so every
-group's advantages are 0 and rft leaves those rows out of its update) and `shaped` (digits in the answer, so
-groups differ and every row is trained on both sides).
+Reward: bench.py's SHAPED_REWARD (the exact answer plus half the share of digits), so groups differ and every
+row is trained on both sides (with the task's exact reward an untrained model scores 0 everywhere: rft would skip
+its update, TRL would not, and the comparison would flatter rft).
 
 rft's efficiency: the step's fp32 FLOPs (bench.py's floor: 2*N*T generation + 6*N*T update over the rows the update
 ran on) at the machine's measured matmul rate, divided by the measured s/step; generation and update also apart.
@@ -47,26 +52,13 @@ VENV = HERE / ".venv-trl"
 TRL = "trl==1.16.0"
 ROWS = 16 * 8
 
-REWARDS = {
-    "exact": '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    return float(solution_str.strip() == str(ground_truth))
-''',
-    "shaped": '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    digits = sum(c.isdigit() for c in solution_str)
-    return float(solution_str.strip() == str(ground_truth)) + digits / (1 + len(solution_str))
-''',
-}
-
-# name: (preset, max new tokens, reward, ignore_eos, prompts, rft variants)
+# name: (preset, max new tokens, ignore_eos, prompts, rft variants); the reward is bench.py's SHAPED_REWARD, the
+# same file for both sides, under which every row is trained
 WORKLOADS = {
-    "W1": [("tiny", 16, "exact", False, 16, ("default", "remove_padding", "compile")),
-           ("tiny", 16, "shaped", False, 16, ("default", "remove_padding"))],
-    "W2": [("small", 64, "exact", False, 16, ("default", "remove_padding")),
-           ("small", 64, "shaped", False, 16, ("default", "remove_padding", "compile"))],
-    "W3": [("small", 128, "shaped", False, 16, ("default", "remove_padding"))],
-    "growth": [("tiny", 16, "shaped", True, p, ("default",)) for p in (16, 32, 64)],
+    "W1": [("tiny", 16, False, 16, ("default", "remove_padding", "compile"))],
+    "W2": [("small", 64, False, 16, ("default", "remove_padding", "compile"))],
+    "W3": [("small", 128, False, 16, ("default", "remove_padding"))],
+    "growth": [("tiny", 16, True, p, ("default",)) for p in (16, 32, 64)],
 }
 VARIANTS = {
     "default": [],
@@ -211,6 +203,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default="W1,W2,W3,growth")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved runs of each side (best kept)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--wait-idle", type=float, default=60.0, metavar="S")
     ap.add_argument("--baseline-src", metavar="DIR",
@@ -232,7 +225,7 @@ def main() -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from bench import cpu_name, matmul_gflops, wait_idle
+    from bench import SHAPED_REWARD, cpu_name, matmul_gflops, wait_idle
     from rft.data.io import read_rows
     from rft.models.tiny import PRESETS as MODEL_PRESETS
     from rft.models.tiny import init_model
@@ -252,10 +245,10 @@ def main() -> None:
         trl_data.write_text("".join(json.dumps({"prompt": r["prompt"],
                                                 "ground_truth": str(r["reward_model"]["ground_truth"])}) + "\n"
                                     for r in read_rows(data)))
-        for name, text in REWARDS.items():
-            (tmp / f"reward_{name}.py").write_text(text)
+        reward = tmp / "reward_shaped.py"
+        reward.write_text(SHAPED_REWARD)
         for workload in wanted:
-            for preset, response, reward, ignore_eos, prompts, variants in WORKLOADS[workload]:
+            for preset, response, ignore_eos, prompts, variants in WORKLOADS[workload]:
                 model = tmp / f"model-{preset}"
                 if not model.exists():
                     init_model(preset, model, seed=0)
@@ -264,35 +257,49 @@ def main() -> None:
                     h, inter = MODEL_PRESETS[preset]["hidden_size"], MODEL_PRESETS[preset]["intermediate_size"]
                     rates[preset] = matmul_gflops(ROWS * (15 + response), h, inter)
                 base = dict(model=str(model), response=response, prompts=prompts, ignore_eos=ignore_eos,
-                            steps=args.steps, reward=str(tmp / f"reward_{reward}.py"))
-                label = f"{workload} {preset} {response} tok, {reward}, {prompts}x8"
-                trl = None
-                if workload != "growth":
-                    wait_idle(args.wait_idle)
-                    spec = {**base, "data": str(trl_data), "out": str(tmp / "trl-out")}
-                    env = {**os.environ, "PYTHONPATH": ""}
-                    trl, load = _child([str(trl_python()), __file__, "--trl-worker", json.dumps(spec)], env)
-                    trl.update(s=median_of(trl["times"]), load=load)
-                    print(f"  {label}: TRL {trl['s']:.3f} s/step (other procs {load:.2f} cores)", flush=True)
-                for variant in ((("baseline",) if args.baseline_src else ()) + tuple(variants)):
-                    wait_idle(args.wait_idle)
-                    spec = {**base, "parquet": str(data), "out": str(tmp / f"rft-{workload}-{variant}"),
-                            "variant": variant, "profile": args.profile,
-                            "steps": args.steps + (1 if args.profile else 0)}
-                    src = args.baseline_src if variant == "baseline" else str(ROOT / "src")
-                    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(src).resolve()), os.environ.get(
-                        "PYTHONPATH", "")])}  # this tree's rft (or the baseline's), whatever the venv has installed
-                    r, load = _child([sys.executable, __file__, "--rft-worker", json.dumps(spec)], env)
-                    row = summarise(r, rates[preset], prompts * 8)
-                    row.update(workload=workload, label=label, variant=variant, load=load, trl=trl, preset=preset,
-                               response=response, reward=reward, prompts=prompts)
-                    results.append(row)
-                    vs = f", {row['s'] / trl['s']:.2f}x TRL's" if trl else ""
-                    print(f"    rft {variant}: {row['s']:.3f} s/step{vs} (eff {100 * row['eff']:.0f}%, other procs "
-                          f"{load:.2f} cores)", flush=True)
-                    if r.get("profile"):
-                        print(f"\ntorch.profiler, {label}, rft {variant}, one step (self CPU time):\n{r['profile']}",
+                            steps=args.steps, reward=str(reward))
+                label = f"{workload} {preset} {response} tok, {prompts}x8"
+                names = (("baseline",) if args.baseline_src else ()) + tuple(variants)
+                trl_runs: list[dict] = []
+                rft_runs: dict[str, list[dict]] = {v: [] for v in names}
+                for repeat in range(1, args.repeats + 1):
+                    if workload != "growth":
+                        wait_idle(args.wait_idle)
+                        spec = {**base, "data": str(trl_data), "out": str(tmp / "trl-out")}
+                        env = {**os.environ, "PYTHONPATH": ""}
+                        trl, load = _child([str(trl_python()), __file__, "--trl-worker", json.dumps(spec)], env)
+                        trl.update(s=median_of(trl["times"]), load=load)
+                        trl_runs.append(trl)
+                        print(f"  {label}, run {repeat}: TRL {trl['s']:.3f} s/step (other procs {load:.2f} cores)",
                               flush=True)
+                    for variant in names:
+                        wait_idle(args.wait_idle)
+                        spec = {**base, "parquet": str(data), "out": str(tmp / f"rft-{workload}-{variant}"),
+                                "variant": variant, "profile": args.profile and repeat == 1,
+                                "steps": args.steps + (1 if args.profile and repeat == 1 else 0)}
+                        src = args.baseline_src if variant == "baseline" else str(ROOT / "src")
+                        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(src).resolve()), os.environ.get(
+                            "PYTHONPATH", "")])}  # this tree's rft (or the baseline's), whatever the venv has
+                        r, load = _child([sys.executable, __file__, "--rft-worker", json.dumps(spec)], env)
+                        row = summarise(r, rates[preset], prompts * 8)
+                        row.update(load=load, runs=[])
+                        rft_runs[variant].append(row)
+                        print(f"    rft {variant}, run {repeat}: {row['s']:.3f} s/step (eff {100 * row['eff']:.0f}%, "
+                              f"other procs {load:.2f} cores)", flush=True)
+                        if r.get("profile"):
+                            print(f"\ntorch.profiler, {label}, rft {variant}, one step (self CPU time):\n"
+                                  f"{r['profile']}", flush=True)
+                trl = min(trl_runs, key=lambda x: x["s"]) if trl_runs else None
+                if trl:
+                    trl["runs"] = [x["s"] for x in trl_runs]
+                for variant, runs in rft_runs.items():
+                    row = min(runs, key=lambda x: x["s"])
+                    row.update(workload=workload, label=label, variant=variant, trl=trl, preset=preset,
+                               response=response, prompts=prompts, runs=[x["s"] for x in runs])
+                    results.append(row)
+                    if trl:
+                        print(f"  {label}: rft {variant} best {row['s']:.3f} s/step, TRL best {trl['s']:.3f}: "
+                              f"{row['s'] / trl['s']:.2f}x", flush=True)
     table = render(results, rates)
     print()
     print(table)
@@ -322,14 +329,18 @@ def summarise(r: dict, rate: float, rows: int) -> dict:
 
 
 def render(results: list[dict], rates: dict[str, float]) -> str:
-    head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "gen s", "update s", "other s",
+    head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "runs (TRL; rft)", "gen s",
+            "update s", "other s",
             "rows trained", "resp tok (rft / TRL)", "resp tok/s", "eff", "gen eff", "update eff",
             "other procs (TRL / rft)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in results:
         trl = r["trl"]
         cells = [r["label"], r["variant"], f"{trl['s']:.3f}" if trl else "–", f"{r['s']:.3f}",
-                 f"{r['s'] / trl['s']:.2f}" if trl else "–", f"{r['gen']:.3f}", f"{r['upd']:.3f}",
+                 f"{r['s'] / trl['s']:.2f}" if trl else "–",
+                 "; ".join(([" ".join(f"{x:.3f}" for x in trl["runs"])] if trl else [])
+                           + [" ".join(f"{x:.3f}" for x in r["runs"])]),
+                 f"{r['gen']:.3f}", f"{r['upd']:.3f}",
                  f"{r['other']:.3f}", f"{100 * r['kept']:.0f}%",
                  f"{r['response']:.1f} / {trl['response_mean']:.1f}" if trl and trl["response_mean"] else
                  f"{r['response']:.1f}", f"{r['tok_s']:.0f}", f"{100 * r['eff']:.0f}%", f"{100 * r['gen_eff']:.0f}%",
@@ -338,7 +349,7 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     growth = [r for r in results if r["workload"] == "growth"]
     notes = ["", "fp32 matmul rate at the model's shape: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
-             + ". s/step: median of steps 3-8. eff = (2*N*T generation + 6*N*T update over the rows trained) / "
+             + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). eff = (2*N*T generation + 6*N*T update over the rows trained) / "
              "rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. rows trained: the "
              "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
              "other procs: cores other processes used during each side's run (2 cores in all)."]

@@ -1,0 +1,96 @@
+"""Where the hf engine's generation spends its time at a benchmark shape, against the fp32 floor.
+
+    python bench/decode_profile.py [--preset small] [--rows 128] [--tokens 64]
+
+Prints, on the machine at hand: the fp32 matmul rate at the floor's shape (bench.py's: all the step's tokens in one
+matrix) and at the shapes a decode step really multiplies (one token per row: M = rows), the time of one whole
+generation (prefill + `tokens` decode steps, ignore_eos) against its floor (2 * N * tokens at the floor's rate) and
+against the decode shapes' own rate, and torch.profiler's table of one generation (self CPU time by operator). The
+matmuls of a decode step are (rows, hidden) x (hidden, out): at rows = 128 they are small enough that the rate
+itself is lower than the floor assumes; the profile shows what the rest of the time is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="small", choices=("tiny", "small"))
+    ap.add_argument("--rows", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompt", type=int, default=15, help="prompt tokens per row (the arithmetic task's ~15)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--wait-idle", type=float, default=60.0, metavar="S")
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    from transformers import AutoModelForCausalLM
+
+    from bench import cpu_name, matmul_gflops, wait_idle
+    from rft.models.tiny import PRESETS, init_model
+    from rft.rollout.base import SamplingParams
+    from rft.rollout.hf import HFRollout
+
+    torch.set_flush_denormal(True)
+    wait_idle(args.wait_idle)
+    cfg = PRESETS[args.preset]
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    kv_out = h // heads * kv
+    big = args.rows * (args.prompt + args.tokens)
+    print(f"{cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads; preset {args.preset}, "
+          f"{args.rows} rows x {args.tokens} new tokens")
+    floor_rate = matmul_gflops(big, h, inter)
+    shapes = {"q / o": (h, h), "k / v": (h, kv_out), "gate / up": (h, inter), "down": (inter, h)}
+    rates = {name: matmul_gflops(args.rows, k, n) for name, (k, n) in shapes.items()}
+    print(f"fp32 matmul, the floor's shape ({big}x{h})x({h}x{inter}): {floor_rate:.1f} GFLOP/s")
+    for name, (k, n) in shapes.items():
+        print(f"  decode shape {name} ({args.rows}x{k})x({k}x{n}): {rates[name]:.1f} GFLOP/s "
+              f"({100 * rates[name] / floor_rate:.0f}% of the floor's rate)")
+    # one decode step's layer FLOPs at the decode shapes' rates: the best a decode step can do with these kernels
+    per_layer = {"q / o": 2, "k / v": 2, "gate / up": 2, "down": 1}
+    layer_s = sum(count * 2 * args.rows * shapes[n][0] * shapes[n][1] / (rates[n] * 1e9)
+                  for n, count in per_layer.items())
+    layer_flops = sum(count * 2 * args.rows * shapes[n][0] * shapes[n][1] for n, count in per_layer.items())
+    decode_rate = layer_flops / layer_s / 1e9
+    print(f"  a layer's matmuls at those rates: {decode_rate:.1f} GFLOP/s "
+          f"({100 * decode_rate / floor_rate:.0f}% of the floor's rate)")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = AutoModelForCausalLM.from_pretrained(init_model(args.preset, Path(tmp) / "m", seed=0),
+                                                     dtype=torch.float32)
+    n_params = sum(p.numel() for p in model.parameters())
+    engine = HFRollout(model, eos_token_ids=[0], pad_token_id=0)
+    prompts = torch.randint(5, 200, (args.rows // 8, args.prompt))
+    mask = torch.ones_like(prompts)
+    params = SamplingParams(n=8, temperature=1.0, max_tokens=args.tokens, ignore_eos=True)
+    gen = torch.Generator().manual_seed(0)
+    engine.generate(prompts, mask, params, gen)  # warm-up
+    times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        engine.generate(prompts, mask, params, gen)
+        times.append(time.perf_counter() - t0)
+    best = min(times)
+    flops = 2 * n_params * args.rows * (args.prompt + args.tokens)
+    print(f"generation: {best:.3f} s (best of {args.repeats}); floor {flops / floor_rate / 1e9:.3f} s at the floor's "
+          f"rate = {100 * flops / floor_rate / 1e9 / best:.0f}% efficiency; at the decode shapes' rate "
+          f"{flops / decode_rate / 1e9:.3f} s = {100 * flops / decode_rate / 1e9 / best:.0f}%")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        engine.generate(prompts, mask, params, gen)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=36))
+
+
+if __name__ == "__main__":
+    main()
