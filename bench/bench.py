@@ -15,12 +15,14 @@ loading is not timed), `--warmup` steps are run and dropped, then N steps are ti
 per-phase timer (`SyncRun.train_step(step, Timer())`, the phases `fit()` logs as timing_s/*).
 
 FLOP floor (the time the step's dense matmul work would take at the machine's measured fp32 matmul rate):
-    FLOPs/step = 2 * N_params * T_gen                      generation: prompt + response tokens of all B rows
+    FLOPs/step = 2 * N_params * T_gen                      generation: each prompt once (its 8 samples share the
+                                                            prefill) + every response token but the last
                + 2 * N_params * T_seq   (per no-grad pass)  ref forward (and old log-probs, when computed)
                + 6 * N_params * T_seq * trained            update: forward + backward over prompt + response
                                                             of the rows trained (trained: 1 - actor/zero_adv_rows
                                                             / B; rows whose advantages are all 0 are left out)
-    T_seq = T_gen = B * (mean prompt length + mean response length), non-padding tokens, B = 16 * 8 = 128 rows.
+    T_seq = B * (mean prompt length + mean response length), non-padding tokens, B = 16 * 8 = 128 rows;
+    T_gen = 16 * mean prompt length + B * (mean response length - 1).
     floor s = FLOPs / (measured GFLOP/s of a torch.matmul (B*T, hidden) x (hidden, 4*hidden), default threads)
     efficiency = floor s / measured s/step.
 N_params counts the tied embedding / LM head once; attention-score FLOPs (O(T^2)) are not counted, so the floor is
@@ -60,7 +62,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     digits = sum(c.isdigit() for c in solution_str)
     return float(solution_str.strip() == str(ground_truth)) + digits / (1 + len(solution_str))
 '''
-FORMULA = ("FLOPs/step = 2*N*T (generation, prompt+response tokens of all 128 rows) + 2*N*T per no-grad "
+FORMULA = ("FLOPs/step = 2*N*T_gen (generation: each of the 16 prompts once, as its 8 samples share the "
+           "prefill, and every response token but the last) + 2*N*T per no-grad "
            "log-prob pass (ref, when use_kl_loss) + 6*N*T x the share of rows trained (update fwd+bwd; rows whose "
            "advantages are all 0 are left out of its passes); floor = FLOPs / measured fp32 "
            "matmul GFLOP/s at the model's shape (B*T, h) x (h, 4h); eff = floor / measured s/step")
@@ -233,14 +236,22 @@ def run_worker(spec: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ driver
-def flops(n_params: int, m: dict, rows: int) -> dict[str, float]:
+def generated_tokens(rows: int, n: int, prompt: float, response: float) -> float:
+    """The tokens generation's forward passes must run: each prompt's once (its n samples share the prefill) and
+    every response token but the last (sampled from the pass before, never fed back)."""
+    return rows / n * prompt + rows * max(response - 1.0, 0.0)
+
+
+def flops(n_params: int, m: dict, rows: int, n: int = 8) -> dict[str, float]:
     """The step's FLOPs by phase (gen, each no-grad log-prob pass, update_actor) and in all (`step`), from its mean
-    prompt / response lengths: only the work done, so the update counts the rows it trained on (rows whose
-    advantages are all 0 are left out of its passes: `actor/zero_adv_rows`; none at all when the update was
-    skipped); `trained`: that share."""
-    t = rows * (m["prompt_length/mean"] + m["response_length/mean"])
+    prompt / response lengths: only the work done, so generation counts each prompt once (`generated_tokens`) and
+    the update the rows it trained on (rows whose advantages are all 0 are left out of its passes:
+    `actor/zero_adv_rows`; none at all when the update was skipped); `trained`: that share."""
+    prompt, response = m["prompt_length/mean"], m["response_length/mean"]
+    t = rows * (prompt + response)
     trained = max(0.0, rows - m.get("actor/zero_adv_rows", 0.0)) / rows
-    out = {"gen": 2 * n_params * t, "update_actor": 6 * n_params * t * trained}
+    out = {"gen": 2 * n_params * generated_tokens(rows, n, prompt, response),
+           "update_actor": 6 * n_params * t * trained}
     out.update({p: 2 * n_params * t for p in ("ref", "old_log_prob") if f"timing_s/{p}" in m})
     out["step"], out["trained"] = sum(out.values()), trained
     return out

@@ -4,10 +4,11 @@
 
 Prints, on the machine at hand: the fp32 matmul rate at the floor's shape (bench.py's: all the step's tokens in one
 matrix) and at the shapes a decode step really multiplies (one token per row: M = rows), the time of one whole
-generation (prefill + `tokens` decode steps, ignore_eos) against its floor (2 * N * tokens at the floor's rate) and
-against the decode shapes' own rate, and torch.profiler's table of one generation (self CPU time by operator). The
-matmuls of a decode step are (rows, hidden) x (hidden, out): at rows = 128 they are small enough that the rate
-itself is lower than the floor assumes; the profile shows what the rest of the time is.
+generation (prefill + `tokens` decode steps, ignore_eos) with the engine's decode attention and with transformers'
+SDPA (alternately), against its floor (2 * N * bench.py's generated tokens: each prompt once, each response token
+but the last, at the floor's rate) and against the decode shapes' own rate, and torch.profiler's table of one
+generation (self CPU time by operator). The matmuls of a decode step are (rows, hidden) x (hidden, out); the
+attention over the KV cache and the sampling are work the floor does not count; the profile shows where the time is.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from transformers import AutoModelForCausalLM
 
-    from bench import cpu_name, matmul_gflops, wait_idle
+    from bench import cpu_name, generated_tokens, matmul_gflops, wait_idle
+    from rft.models.attention import DECODE_ATTENTION, attention_configs
     from rft.models.tiny import PRESETS, init_model
     from rft.rollout.base import SamplingParams
     from rft.rollout.hf import HFRollout
@@ -75,15 +77,20 @@ def main() -> None:
     params = SamplingParams(n=8, temperature=1.0, max_tokens=args.tokens, ignore_eos=True)
     gen = torch.Generator().manual_seed(0)
     engine.generate(prompts, mask, params, gen)  # warm-up
-    times = []
+    # the engine's decode attention (grouped matrix products) and transformers' SDPA, alternately
+    times: dict[str, list[float]] = {DECODE_ATTENTION: [], "sdpa": []}
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        engine.generate(prompts, mask, params, gen)
-        times.append(time.perf_counter() - t0)
-    best = min(times)
-    flops = 2 * n_params * args.rows * (args.prompt + args.tokens)
-    print(f"generation: {best:.3f} s (best of {args.repeats}); floor {flops / floor_rate / 1e9:.3f} s at the floor's "
-          f"rate = {100 * flops / floor_rate / 1e9 / best:.0f}% efficiency; at the decode shapes' rate "
+        for impl, spent in times.items():
+            for c in attention_configs(model):
+                c._attn_implementation = impl
+            t0 = time.perf_counter()
+            engine.generate(prompts, mask, params, gen)
+            spent.append(time.perf_counter() - t0)
+    flops = 2 * n_params * generated_tokens(args.rows, 8, args.prompt, args.tokens)
+    best = min(times[DECODE_ATTENTION])
+    print(f"generation: {best:.3f} s (best of {args.repeats}; with transformers' SDPA for the decode attention "
+          f"{min(times['sdpa']):.3f} s); floor {flops / floor_rate / 1e9:.3f} s at the floor's rate = "
+          f"{100 * flops / floor_rate / 1e9 / best:.0f}% efficiency; at the decode shapes' rate "
           f"{flops / decode_rate / 1e9:.3f} s = {100 * flops / decode_rate / 1e9 / best:.0f}%")
     from torch.profiler import ProfilerActivity, profile
 

@@ -19,16 +19,17 @@ a slow spell of the shared machine hits both sides; every run is printed, and th
 variant `baseline`; --profile prints torch.profiler's table for one extra rft step of each variant (not timed).
 
 Workloads (docs: bench/RESULTS.md):
-  W1      tiny preset, 16 new tokens at most                    goal: rft <= 0.5x TRL's s/step
-  W2      small preset, 64 new tokens at most                   goal: rft <= 0.67x TRL, >= 75% of the FLOP floor
+  W1      tiny preset, 16 new tokens at most                    goal: rft <= 0.6x TRL's s/step
+  W2      small preset, 64 new tokens at most                   goal: rft <= 0.55x TRL; generation >= 75% and the
+                                                                update >= 80% of their FLOP floors
   W3      small preset, 128 new tokens at most (mixed lengths)  goal: rft's tokens/s within 15% of W2's
   growth  rft alone, tiny preset, ignore_eos 16 tokens, 16 / 32 / 64 prompts per step: s/step within 15% of linear
 Reward: bench.py's SHAPED_REWARD (the exact answer plus half the share of digits), so groups differ and every
 row is trained on both sides (with the task's exact reward an untrained model scores 0 everywhere: rft would skip
 its update, TRL would not, and the comparison would flatter rft).
 
-rft's efficiency: the step's fp32 FLOPs (bench.py's floor: 2*N*T generation + 6*N*T update over the rows the update
-ran on) at the machine's measured matmul rate, divided by the measured s/step; generation and update also apart.
+rft's efficiency: the step's fp32 FLOPs (bench.py's floor: 2*N*T_gen generation, each prompt once + the response
+tokens fed back, + 6*N*T update over the rows the update ran on) at the machine's measured matmul rate, divided by the measured s/step; generation and update also apart.
 """
 
 from __future__ import annotations
@@ -313,13 +314,15 @@ def main() -> None:
 
 def summarise(r: dict, rate: float, rows: int) -> dict:
     """Medians of steps 3.. of the rft rows: s/step, phases, tokens; the floor and efficiencies."""
+    from bench import generated_tokens
+
     steps = r["rows"][2:] if len(r["rows"]) >= 3 else r["rows"]
     med = lambda k: statistics.median([x.get(k, 0.0) for x in steps])
     n = r["n_params"]
     prompt, response = med("prompt_length/mean"), med("response_length/mean")
     tokens = rows * (prompt + response)
     kept = 1.0 - med("actor/zero_adv_rows") / rows
-    gen_flops, upd_flops = 2 * n * tokens, 6 * n * tokens * kept
+    gen_flops, upd_flops = 2 * n * generated_tokens(rows, 8, prompt, response), 6 * n * tokens * kept
     s, gen, upd = med("timing_s/step"), med("timing_s/gen"), med("timing_s/update_actor")
     return dict(s=s, gen=gen, upd=upd, prompt=prompt, response=response, kept=kept,
                 tok_s=rows * response / s, eff=(gen_flops + upd_flops) / (rate * 1e9) / s,
@@ -349,7 +352,7 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     growth = [r for r in results if r["workload"] == "growth"]
     notes = ["", "fp32 matmul rate at the model's shape: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
-             + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). eff = (2*N*T generation + 6*N*T update over the rows trained) / "
+             + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). eff = (2*N*T_gen generation, each prompt once + the response tokens fed back, + 6*N*T update over the rows trained) / "
              "rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. rows trained: the "
              "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
              "other procs: cores other processes used during each side's run (2 cores in all)."]

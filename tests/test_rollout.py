@@ -324,3 +324,87 @@ def test_hf_weights_merge_lora_as_peft_does_without_touching_the_base(tmp_path):
     assert max(float((merged[k] - reference[k]).abs().max()) for k in merged) <= 1e-6
     changed = [k for k in merged if not torch.equal(merged[k], plain.state_dict()[k])]
     assert changed and all(k.endswith("proj.weight") for k in changed)  # the adapted linears, nothing else
+
+
+# ------------------------------------------------------------------------------ the decode attention
+class _Attention(torch.nn.Module):
+    def __init__(self, groups: int):
+        super().__init__()
+        self.num_key_value_groups = groups
+        self.is_causal = True
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(8, 4), (4, 4), (6, 1)])
+@pytest.mark.parametrize("mask", ["none", "bool", "bool per head", "additive"])
+def test_decode_attention_is_sdpa(heads, kv_heads, mask):
+    """The engine's decode attention (grouped matrix products) against transformers' SDPA on a decode step: GQA, MHA
+    and MQA, without a mask, with a padding mask (boolean, one for all heads or one per head) and an additive one;
+    a prefill (several queries) goes to SDPA itself, unchanged."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from rft.models.attention import decode_attention
+
+    g = torch.Generator().manual_seed(0)
+    batch, length, dim = 3, 11, 16
+    module = _Attention(heads // kv_heads)
+    q = torch.randn(batch, heads, 1, dim, generator=g)
+    k, v = (torch.randn(batch, kv_heads, length, dim, generator=g) for _ in range(2))
+    keep = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    keep[0, ..., :4] = False  # a left-padded row
+    keep[2, ..., :1] = False
+    masks = {"none": None, "bool": keep, "bool per head": keep.expand(batch, heads, 1, length).clone(),
+             "additive": torch.zeros(batch, 1, 1, length).masked_fill(~keep, float("-inf"))
+             + 0.1 * torch.randn(batch, 1, 1, length, generator=g)}
+    ours, _ = decode_attention(module, q, k, v, masks[mask], scaling=0.3)
+    theirs, _ = sdpa_attention_forward(module, q, k, v, masks[mask], scaling=0.3)
+    assert ours.shape == theirs.shape == (batch, 1, heads, dim)
+    assert float((ours - theirs).abs().max()) < 2e-6
+    if mask == "bool":  # the padded keys take no part: changing them changes nothing
+        k2 = k.clone()
+        k2[0, :, :4] = 100.0
+        assert torch.allclose(decode_attention(module, q, k2, v, keep, scaling=0.3)[0], ours, atol=1e-6)
+    prefill = torch.randn(batch, heads, 5, dim, generator=g)
+    assert torch.equal(decode_attention(module, prefill, k, v, None)[0], sdpa_attention_forward(module, prefill, k, v, None)[0])
+
+
+def test_the_engine_decodes_with_its_attention_and_the_models_other_passes_are_sdpa(model_and_tokenizer, prompts):
+    """HFRollout switches an SDPA model to the decode attention; its generation equals the one under SDPA (greedy
+    tokens, log-probs to 1e-5) and a full forward pass (training, log-probs) is SDPA's to the bit."""
+    from transformers import AutoModelForCausalLM
+
+    from rft.models.attention import DECODE_ATTENTION, attention_configs
+
+    sdpa = AutoModelForCausalLM.from_pretrained(model_and_tokenizer[1].name_or_path, dtype=torch.float32).eval()
+    ours = copy.deepcopy(sdpa)
+    engine = HFRollout(ours, eos_token_ids=EOS_IDS, pad_token_id=PAD)
+    assert {c._attn_implementation for c in attention_configs(ours)} == {DECODE_ATTENTION}
+    with torch.no_grad():
+        assert torch.equal(ours(input_ids=prompts[0], attention_mask=prompts[1]).logits,
+                           sdpa(input_ids=prompts[0], attention_mask=prompts[1]).logits)
+    params = SamplingParams(do_sample=False, temperature=0.0, max_tokens=12)
+    got = engine.generate(*prompts, params)
+    for c in attention_configs(ours):
+        c._attn_implementation = "sdpa"
+    expected = engine.generate(*prompts, params)
+    assert torch.equal(got.response_ids, expected.response_ids)
+    assert float((got.logprobs - expected.logprobs).abs().max()) < 1e-5
+
+
+def test_generation_runs_compiled_layers_eagerly(model_and_tokenizer, prompts):
+    """use_torch_compile compiles the decoder layers for the training passes; generation runs them eagerly (its
+    shapes change every token: compiled, the layers recompiled until torch's limit, ~30 s on the small preset, and
+    then ran slower than eager). Nothing is compiled by a generation, and its output is the eager one."""
+    from torch._dynamo.utils import counters
+
+    from rft.workers.packing import compile_backend_works, enable_torch_compile
+
+    eager = copy.deepcopy(model_and_tokenizer[0])
+    compiled = copy.deepcopy(eager)
+    assert enable_torch_compile(compiled, "actor_rollout_ref.actor.use_torch_compile") == compile_backend_works()[0]
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    before = counters["frames"]["ok"]
+    got = HFRollout(compiled, EOS_IDS, PAD).generate(*prompts, params, torch.Generator().manual_seed(0))
+    assert counters["frames"]["ok"] == before
+    expected = HFRollout(eager, EOS_IDS, PAD).generate(*prompts, params, torch.Generator().manual_seed(0))
+    assert torch.equal(got.response_ids, expected.response_ids)
+    assert torch.equal(got.logprobs, expected.logprobs)

@@ -359,8 +359,9 @@ class ActorConfig:
     )
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO style).")
     use_torch_compile: bool = fld(
-        False, "torch.compile every decoder layer of the policy (and the reference) for the update, the log-prob "
-        "passes and generation (dynamic shapes; the first passes compile). Where the backend cannot compile (no C++ "
+        False, "torch.compile every decoder layer of the policy (and the reference) for the update and the log-prob "
+        "passes (dynamic shapes; the first passes compile); generation runs the layers eagerly (a decode step's "
+        "shapes change every token: compiled, it recompiled per layer and ran slower, docs/performance.md). Where the backend cannot compile (no C++ "
         "compiler on CPU, ...) rft runs eagerly and prints why. verl's default is true; rft's false: on CPU "
         "compiling costs more than it returns on short runs (bench/RESULTS.md).")
     entropy_from_logits_with_chunking: bool = fld(

@@ -78,7 +78,7 @@ def decode_mask_kind(model: nn.Module, length: int) -> str:
     per model: one decode step of a left-padded two-row batch both ways, logits compared."""
     config = _config(model)
     impl = getattr(config, "_attn_implementation", None)
-    if impl not in ("sdpa", "rft_packed") or not attention_only(model):
+    if impl not in ("sdpa", "rft_sdpa", "rft_packed") or not attention_only(model):
         return "2d"
     window = sliding_window(config)
     if window is not None and window < length:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from rft.models.arch import attention_only, decode_mask_kind
+from rft.models.attention import use_decode_attention
 from rft.models.load import device_of
 from rft.rollout.base import RolloutOutput, SamplingParams
 from rft.rollout.cache import PreallocatedCache
@@ -68,6 +69,7 @@ class HFRollout:
         finished; the decode loop stops only then (each forward pass of a sharded model needs every rank), the
         finished rows of a rank emitting padding meanwhile. None: one process."""
         self.model = model
+        use_decode_attention(model)
         self.eos_ids = torch.as_tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad_token_id = pad_token_id
         self.micro_batch_size = micro_batch_size
@@ -108,6 +110,14 @@ class HFRollout:
 
     def _generate(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
                   generator) -> RolloutOutput:
+        # Eager even where the model's layers are compiled (use_torch_compile): a decode step's shapes change with
+        # every token and the cache's Python state breaks the graph, so compiled layers recompile per layer until
+        # torch's recompile limit, ~30 s on this CPU, and then run slower than eager (bench/decode_profile.py).
+        with torch.compiler.set_stance("force_eager"):
+            return self._sample(prompt_ids, prompt_mask, row_prompt, params, generator)
+
+    def _sample(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
+                generator) -> RolloutOutput:
         """Sample for the rows `row_prompt` (each row's index into `prompt_ids`): one prefill per prompt, its KV cache
         repeated for the prompt's rows; a preallocated cache (no copy per token); the decode steps' padding mask
         built once; rows that finished dropped from the forward passes once a quarter of them did (every row still

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from rft.models.arch import architecture, layer_classes, sliding_window
+from rft.models.attention import DECODE_ATTENTION, attention_configs, decode_attention
 
 PACKED_ATTENTION = "rft_packed"
 """The attention implementation name a model with use_remove_padding runs under: SDPA, except for a packed call."""
@@ -69,13 +70,10 @@ def _unpack(x: torch.Tensor, packed: PackedRows) -> torch.Tensor:
 def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
     """transformers' attention interface: SDPA on the rows of a packed sequence when the call carries
-    `rft_packed` (a `PackedRows`), else transformers' own SDPA (generation, unpacked passes)."""
+    `rft_packed` (a `PackedRows`), else `decode_attention` (generation, unpacked passes)."""
     packed = kwargs.pop("rft_packed", None)
     if packed is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return decode_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     unsupported = [name for name in ("softcap", "s_aux", "sinks") if kwargs.get(name) is not None]
     if unsupported:
         raise NotImplementedError(f"packed attention does not apply {', '.join(unsupported)}")
@@ -107,26 +105,18 @@ def _register() -> None:
     AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
 
 
-def _configs(model: nn.Module):
-    seen = set()
-    for m in model.modules():
-        cfg = getattr(m, "config", None)
-        if cfg is not None and id(cfg) not in seen and hasattr(cfg, "_attn_implementation"):
-            seen.add(id(cfg))
-            yield cfg
-
-
 def enable_remove_padding(model: nn.Module, key: str) -> bool:
     """Run `model`'s forward passes on packed tokens (`forward_packed`) from now on; generation is unchanged (the
-    attention implementation falls back to SDPA for a call without packed rows). Checked on a two-row batch against
+    attention implementation falls back to `decode_attention` for a call without packed rows). Checked on a two-row batch against
     the padded forward first: an architecture whose forward does not route its attention through transformers'
     interface runs padded, with the reason printed (`key`: the config key that asked). Returns whether it packs."""
-    cfgs = list(_configs(model))
+    cfgs = list(attention_configs(model))
     impls = {c._attn_implementation for c in cfgs}
-    if not cfgs or not impls <= {"sdpa", PACKED_ATTENTION}:
+    if not cfgs or not impls <= {"sdpa", DECODE_ATTENTION, PACKED_ATTENTION}:
         _log(f"{key}=true: {architecture(model)} uses attention {sorted(map(str, impls))}, not sdpa; running padded")
         return False
     _register()
+    before = [c._attn_implementation for c in cfgs]
     for c in cfgs:
         c._attn_implementation = PACKED_ATTENTION
     setattr(model, PACKED_ATTR, True)
@@ -136,8 +126,8 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
         ok, why = False, f"{type(e).__name__}: {e}"
     if not ok:
         setattr(model, PACKED_ATTR, False)
-        for c in cfgs:
-            c._attn_implementation = "sdpa"
+        for c, impl in zip(cfgs, before):
+            c._attn_implementation = impl
         _log(f"{key}=true: {architecture(model)} does not run packed ({why}); running padded")
     return ok
 
@@ -160,7 +150,7 @@ def _self_check(model: nn.Module) -> tuple[bool, str]:
         model.train(was)
     if not windows:
         return False, "its decoder layers do not hand the packed rows to the attention function"
-    window = sliding_window(next(_configs(model)))
+    window = sliding_window(next(attention_configs(model)))
     if window is not None and window not in windows:
         return False, f"its attention layers do not pass their sliding window ({window}) to the attention function"
     diff = float((padded[row, col] - packed).abs().max())
@@ -181,7 +171,7 @@ def forward_packed(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor,
     col = torch.arange(len(row), device=row.device) - starts[row]
     packed = PackedRows(row=row, col=col, rows=rows, width=int(lengths.max()),
                         windows=windows if windows is not None else [])
-    cfg = next(_configs(model))
+    cfg = next(attention_configs(model))
     if cfg._attn_implementation != PACKED_ATTENTION:
         raise RuntimeError("forward_packed: the model does not run rft's packed attention (enable_remove_padding)")
     # the attention masks the rows' boundaries itself; a prepared (4-d) mask keeps transformers from building a
@@ -220,8 +210,8 @@ def compile_backend_works() -> tuple[bool, str]:
 
 
 def enable_torch_compile(model: nn.Module, key: str) -> bool:
-    """Compile every decoder layer of `model` (its forward; training and log-prob passes, and generation, which
-    calls the same layers). Falls back to eager with the reason printed when the backend does not compile here.
+    """Compile every decoder layer of `model` (its forward: training and log-prob passes; the hf engine runs them
+    eagerly, `torch.compiler.set_stance`). Falls back to eager with the reason printed when the backend does not compile here.
     Returns whether the layers are compiled."""
     if getattr(model, COMPILED_ATTR, False):
         return True
