@@ -94,6 +94,8 @@ def main() -> None:
           f"{flops / decode_rate / 1e9:.3f} s = {100 * flops / decode_rate / 1e9 / best:.0f}%")
     from torch.profiler import ProfilerActivity, profile
 
+    for c in attention_configs(model):  # the profile is of the engine as it runs: its own decode attention
+        c._attn_implementation = DECODE_ATTENTION
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         engine.generate(prompts, mask, params, gen)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=36))

@@ -830,11 +830,15 @@ def test_the_tool_workflow_runs_on_two_explorer_processes_beside_two_trainer_pro
     killed_out = tmp_path / "killed"
     killed = subprocess.Popen(command(killed_out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               cwd=tmp_path)
+    # killed once explorer 1 has written step 2 and the trainer has saved step 1 (so a rerun has something to resume
+    # from), and before explorer 1 can run step 4 (it waits for the weights of trainer step 2)
     metrics = killed_out / "explorer_1" / "metrics.jsonl"
+    saved = killed_out / "checkpoints" / "global_step_1"
     deadline = time.monotonic() + 600
-    while not (metrics.is_file() and metrics.read_text().strip()):
-        assert killed.poll() is None and time.monotonic() < deadline, "explorer 1 never wrote its step"
+    while not (metrics.is_file() and metrics.read_text().strip() and saved.is_dir()):
+        assert killed.poll() is None and time.monotonic() < deadline, "explorer 1 or the trainer never got there"
         time.sleep(0.05)
+    assert len(metrics.read_text().splitlines()) == 1, "explorer 1 ran past its first step before it was killed"
     os.kill(_process_with_env(killed.pid, b"RFT_EXPLORER_RANK=1"), signal.SIGKILL)
     log, _ = killed.communicate(timeout=300)
     assert killed.returncode != 0 and "explorer" in log and not (killed_out / "model").exists(), log[-3000:]
