@@ -116,7 +116,9 @@ def overrides(model: str, data: str, out: str, response: int, kl: bool, total: i
     return [
         f"actor_rollout_ref.model.path={model}",
         *([f"custom_reward_function.path={reward}"] if reward else []),
-        f"actor_rollout_ref.rollout.name={engine}",
+        f"actor_rollout_ref.rollout.name={engine.removesuffix('-compiled')}",
+        # hf-compiled: the hf engine with its decode step compiled (enforce_eager=false)
+        *(["actor_rollout_ref.rollout.enforce_eager=false"] if engine == "hf-compiled" else []),
         f"data.train_files={data}",
         "data.max_prompt_length=32",
         f"data.max_response_length={response}",
@@ -269,8 +271,9 @@ def main() -> None:
     ap.add_argument("--wait-idle", type=float, default=60.0, metavar="S",
                     help="before each measurement wait up to S seconds for other processes to leave the CPU "
                          "(default 60; 0: never wait)")
-    ap.add_argument("--engine", nargs="+", choices=("hf", "vllm"), default=["hf"],
-                    help="rollout engines to run each configuration on, side by side (default hf)")
+    ap.add_argument("--engine", nargs="+", choices=("hf", "hf-compiled", "vllm"), default=["hf"],
+                    help="rollout engines to run each configuration on, side by side (default hf; hf-compiled: "
+                         "the hf engine with rollout.enforce_eager=false, its decode step compiled)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
 

@@ -56,8 +56,8 @@ ROWS = 16 * 8
 # name: (preset, max new tokens, ignore_eos, prompts, rft variants); the reward is bench.py's SHAPED_REWARD, the
 # same file for both sides, under which every row is trained
 WORKLOADS = {
-    "W1": [("tiny", 16, False, 16, ("default", "remove_padding", "compile"))],
-    "W2": [("small", 64, False, 16, ("default", "remove_padding", "compile"))],
+    "W1": [("tiny", 16, False, 16, ("default", "remove_padding", "compile", "compiled_decode"))],
+    "W2": [("small", 64, False, 16, ("default", "remove_padding", "compile", "compiled_decode"))],
     "W3": [("small", 128, False, 16, ("default", "remove_padding"))],
     "growth": [("tiny", 16, True, p, ("default",)) for p in (16, 32, 64)],
 }
@@ -66,6 +66,7 @@ VARIANTS = {
     "baseline": [],  # the --baseline-src tree with its defaults
     "remove_padding": ["actor_rollout_ref.model.use_remove_padding=true"],
     "compile": ["actor_rollout_ref.actor.use_torch_compile=true"],
+    "compiled_decode": ["actor_rollout_ref.rollout.enforce_eager=false"],  # the hf engine's decode step compiled
 }
 
 

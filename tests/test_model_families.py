@@ -93,6 +93,33 @@ def test_greedy_rollout_equals_generate_and_its_log_probs_a_full_forward(root, f
     assert float((logprobs - out.logprobs).abs().max()) <= 1e-5
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2", "gpt2", "qwen3_moe"])
+def test_the_compiled_decode_step_samples_what_the_eager_loop_samples(root, family):
+    """`rollout.enforce_eager=false`: the decode step compiled over a static cache draws the eager loop's tokens
+    with its log-probs (1e-5), on left-padded prompts, with rows ending at different steps (an EOS set of every 7th
+    byte) and the n samples of a prompt sharing its prefill: a plain decoder, a sliding window narrower than the
+    sequence, eager attention with soft-capping, learned positions and a mixture of experts."""
+    from torch._dynamo.utils import counters
+
+    tok = load_tokenizer(str(root / family))
+    model = load_causal_lm(str(root / family), torch.float32, CPU).eval()
+    ids, mask = _prompts(tok)
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=16)
+    eos = list(range(0, 256, 7))
+    eager = HFRollout(model, eos, tok.pad_token_id).generate(ids, mask, params, torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    graphs = counters["stats"]["unique_graphs"]
+    compiled = HFRollout(model, eos, tok.pad_token_id, compiled=True).generate(
+        ids, mask, params, torch.Generator().manual_seed(0))
+    assert counters["stats"]["unique_graphs"] > graphs  # the steps ran compiled
+    lengths = eager.response_mask.sum(1)
+    assert len(set(lengths.tolist())) > 2  # rows ended at different steps
+    assert torch.equal(compiled.response_ids, eager.response_ids)
+    assert torch.equal(compiled.response_mask, eager.response_mask)
+    assert float((compiled.logprobs - eager.logprobs).abs().max()) <= 1e-5
+
+
 def test_the_decode_mask_is_prepared_only_where_the_model_takes_it(root):
     """Prepared (4-d) where SDPA attends the whole sequence; the padding mask for a sliding window narrower than the
     sequence (Mistral's 8), eager attention (Gemma2) and ALiBi (Falcon, found by the one-time check)."""

@@ -383,3 +383,32 @@ def test_the_three_keys_run_a_training_step(assets, tmp_path):
     assert metrics["actor/grad_norm"] > 0 and "actor/zero_adv_rows" in metrics
     with pytest.raises(ConfigError, match="ppo_max_token_len_per_gpu"):
         rl_config(assets, tmp_path / "b", f"{A}.use_dynamic_bsz=true", f"{A}.ppo_max_token_len_per_gpu=4")
+
+
+@pytest.mark.slow
+def test_enforce_eager_false_compiles_the_hf_engines_decode_step(assets, tmp_path, caplog):
+    """actor_rollout_ref.rollout.enforce_eager=false (verl's and Trinity's key: vLLM's captured decode step) with
+    the hf engine: the run's engine compiles its decode step, the log says so, and a step trains on what it
+    sampled; a sharded model or a Falcon (ALiBi) decodes eager and the log says why. The compiled tokens equal the
+    eager ones on five families (test_model_families)."""
+    import logging
+
+    from torch._dynamo.utils import counters
+
+    from rft.models.families import init_family_model
+    from rft.models.load import load_causal_lm
+    from rft.rollout.engines import compiled_decode
+
+    caplog.set_level(logging.INFO, logger="rft")
+    run = SyncRun(rl_config(assets, tmp_path, "actor_rollout_ref.rollout.enforce_eager=false"))
+    assert run.explorer.engine.compiled and "decode step is compiled with static shapes" in caplog.text
+    torch._dynamo.reset()
+    graphs = counters["stats"]["unique_graphs"]
+    metrics = run.train_step(1, Timer())
+    assert counters["stats"]["unique_graphs"] > graphs and metrics["actor/grad_norm"] > 0
+    assert not compiled_decode(True, run.trainer.model, sharded=False)
+    assert not compiled_decode(False, run.trainer.model, sharded=True)
+    assert "decodes eager, since its model is sharded" in caplog.text
+    falcon = load_causal_lm(str(init_family_model("falcon", tmp_path / "falcon")), torch.float32,
+                            torch.device("cpu"))
+    assert not compiled_decode(False, falcon, sharded=False) and "ALiBi" in caplog.text

@@ -38,7 +38,7 @@ def sub(cls: type, help: str) -> Any:
     return field(default_factory=cls, metadata={"help": help})
 
 
-VLLM_KEYS = ("gpu_memory_utilization", "enforce_eager", "free_cache_engine", "enable_chunked_prefill",
+VLLM_KEYS = ("gpu_memory_utilization", "free_cache_engine", "enable_chunked_prefill",
              "enable_prefix_caching", "load_format", "tensor_model_parallel_size", "max_model_len",
              "max_num_batched_tokens", "max_num_seqs", "engine_kwargs")
 """The rollout keys only the vLLM engine reads."""
@@ -453,7 +453,10 @@ class RolloutConfig:
         0.5, "vLLM: the share of the device's memory the engine takes (weights, activations, KV cache). On CPU "
         "vLLM reads it as a share of host memory; rft sizes the KV cache to what the run's batches hold at once, "
         "within that share.")
-    enforce_eager: bool = fld(True, "vLLM: eager execution, no CUDA graphs / compilation.")
+    enforce_eager: bool = fld(
+        True, "Eager execution. vLLM: false captures CUDA graphs / compiles. hf engine: false compiles the decode step "
+        "with static shapes (torch.compile over a static KV cache; every row in every step; the first generation "
+        "of each shape compiles; eager when the model is sharded over processes or has recurrent layers).")
     free_cache_engine: bool = fld(
         True, "vLLM: sleep between rollouts (KV cache freed, weights offloaded) while the trainer updates. vLLM's "
         "sleep mode needs CUDA: on CPU the engine keeps its memory, and the log says so once.")

@@ -22,7 +22,8 @@ def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bo
     ro = cfg.actor_rollout_ref.rollout
     eos = eos_token_ids(model, tokenizer)
     if ro.name != "vllm":
-        return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done)
+        return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done,
+                         compiled=compiled_decode(ro.enforce_eager, model, all_done is not None))
     from rft.rollout.vllm_engine import VLLMRollout
 
     options = vllm_options(cfg, model)
@@ -72,3 +73,23 @@ def vllm_options(cfg, model: nn.Module):
         max_num_seqs=ro.max_num_seqs,
         load_format="dummy" if ro.load_format.startswith("dummy") else ro.load_format, engine_kwargs=extra,
         tokenizer=data.tokenizer)
+
+
+def compiled_decode(enforce_eager: bool, model: nn.Module, sharded: bool) -> bool:
+    """Whether the hf engine compiles its decode step: `rollout.enforce_eager=false` asks for it (as it asks vLLM
+    for captured graphs). A model sharded over processes or one with recurrent / linear-attention layers decodes
+    eager, and so does one with ALiBi (its biases come from the padding mask, which a static cache's steps do not
+    give it); the log says why."""
+    from rft.models.arch import attention_only
+
+    if enforce_eager:
+        return False
+    why = ("its model is sharded over the run's processes" if sharded else
+           "its model has layers whose cache is not keys and values" if not attention_only(model) else
+           "its model's ALiBi biases come from the padding mask" if getattr(model.config, "alibi", False) else None)
+    if why:
+        log.info("rft: actor_rollout_ref.rollout.enforce_eager=false: the hf engine decodes eager, since %s", why)
+        return False
+    log.info("rft: actor_rollout_ref.rollout.enforce_eager=false: the hf engine's decode step is compiled with static "
+             "shapes (the first generation of each shape compiles it)")
+    return True

@@ -64,12 +64,17 @@ def copy_named(model: nn.Module, weights) -> None:
 
 class HFRollout:
     def __init__(self, model: nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size: int | None = None,
-                 all_done: Callable[[bool], bool] | None = None):
+                 all_done: Callable[[bool], bool] | None = None, compiled: bool = False):
         """`all_done(finished_here)`: with a model sharded over several processes, whether every rank's rows have
         finished; the decode loop stops only then (each forward pass of a sharded model needs every rank), the
-        finished rows of a rank emitting padding meanwhile. None: one process."""
+        finished rows of a rank emitting padding meanwhile. None: one process.
+        `compiled`: the decode step compiled with static shapes (`rollout.enforce_eager=false`, as vLLM captures its
+        decode step): a static KV cache of prompt + max_tokens positions, every row in every step, inductor fusing
+        the step's small kernels; the first generation of each shape pays the compilation."""
         self.model = model
         use_decode_attention(model)
+        self.compiled = compiled
+        self._step = None
         self.eos_ids = torch.as_tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad_token_id = pad_token_id
         self.micro_batch_size = micro_batch_size
@@ -114,6 +119,8 @@ class HFRollout:
         # every token and the cache's Python state breaks the graph, so compiled layers recompile per layer until
         # torch's recompile limit, ~30 s on this CPU, and then run slower than eager (bench/decode_profile.py).
         with torch.compiler.set_stance("force_eager"):
+            if self.compiled:
+                return self._sample_compiled(prompt_ids, prompt_mask, row_prompt, params, generator)
             return self._sample(prompt_ids, prompt_mask, row_prompt, params, generator)
 
     def _sample(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
@@ -196,6 +203,65 @@ class HFRollout:
         mask = response_mask_from(response, self.eos_ids, params.ignore_eos)
         response = response.masked_fill(mask == 0, self.pad_token_id)
         return RolloutOutput(response, mask, torch.stack(logprobs, dim=1).cpu() * mask)
+
+
+    def _sample_compiled(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
+                         generator) -> RolloutOutput:
+        """`_sample` with the decode step compiled: transformers' `StaticCache` (a fixed (rows, heads, prompt +
+        max_tokens, head_dim) buffer per layer, written in place; sliding-window layers as the model declares), the
+        prefill eager on the prompts and repeated for their rows, then every step one call of the compiled forward
+        pass over all rows with a fixed-shape padding mask. Finished rows stay in the passes (a smaller batch would
+        be another shape to compile); their tokens are padding as in `_sample`."""
+        from transformers import StaticCache
+
+        was_training = self.model.training
+        self.model.eval()
+        device = device_of(self.model)
+        ids, attn = prompt_ids.to(device), prompt_mask.to(device)
+        row_prompt = row_prompt.to(device)
+        eos_ids = self.eos_ids.to(device)
+        B, width = row_prompt.shape[0], ids.shape[1]
+        capacity = width + params.max_tokens
+        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1, :].float()[row_prompt]
+        cache.reorder_cache(row_prompt)
+        next_pos = positions[row_prompt, -1:] + 1
+        # the padding mask over every position of the cache; the causal mask built from the cache's length hides
+        # the positions not yet written
+        mask = torch.ones(B, capacity, dtype=attn.dtype, device=device)
+        mask[:, :width] = attn[row_prompt]
+        if self._step is None:
+            self._step = torch.compile(self._decode_step)
+        finished = torch.zeros(B, dtype=torch.bool, device=device)
+        tokens, logprobs = [], []
+        for step in range(params.max_tokens):
+            token = sample_next(logits, params, generator).to(device)
+            token = token.masked_fill(finished, self.pad_token_id)
+            scaled = logits / params.temperature if params.temperature > 0 else logits
+            logprobs.append(scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1))
+            tokens.append(token)
+            if not params.ignore_eos:
+                finished |= torch.isin(token, eos_ids)
+                done = bool(finished.all())
+                if self.all_done(done) if self.all_done is not None else done:
+                    break
+            if step + 1 == params.max_tokens:
+                break
+            with torch.compiler.set_stance("default"):
+                logits = self._step(token[:, None], next_pos, mask, cache)
+            next_pos = next_pos + 1
+        self.model.train(was_training)
+        response = torch.stack(tokens, dim=1).cpu()
+        done_mask = response_mask_from(response, self.eos_ids, params.ignore_eos)
+        response = response.masked_fill(done_mask == 0, self.pad_token_id)
+        return RolloutOutput(response, done_mask, torch.stack(logprobs, dim=1).cpu() * done_mask)
+
+    def _decode_step(self, token, position, mask, cache) -> torch.Tensor:
+        return self.model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache,
+                          use_cache=True).logits[:, -1, :].float()
 
 
 def _pad_right(x: torch.Tensor, width: int, value) -> torch.Tensor:
