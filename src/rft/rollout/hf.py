@@ -174,17 +174,8 @@ class HFRollout:
                 full_logits.zero_()
                 full_logits[live] = logits
                 logits = full_logits
-            token = sample_next(logits, params, generator).to(device)
-            token = token.masked_fill(finished, self.pad_token_id)
-            scaled = logits / params.temperature if params.temperature > 0 else logits
-            logprobs.append(scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1))
-            tokens.append(token)
-            if not params.ignore_eos:
-                finished |= torch.isin(token, eos_ids)
-                done = bool(finished.all())
-                if self.all_done(done) if self.all_done is not None else done:
-                    break
-            if step + 1 == params.max_tokens:
+            token = self._draw(logits, finished, params, generator, eos_ids, tokens, logprobs)
+            if self._ended(finished, params) or step + 1 == params.max_tokens:
                 break
             if not params.ignore_eos and isinstance(cache, PreallocatedCache):
                 running = (~finished[live]).nonzero().flatten()
@@ -199,10 +190,7 @@ class HFRollout:
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         self.model.train(was_training)
-        response = torch.stack(tokens, dim=1).cpu()
-        mask = response_mask_from(response, self.eos_ids, params.ignore_eos)
-        response = response.masked_fill(mask == 0, self.pad_token_id)
-        return RolloutOutput(response, mask, torch.stack(logprobs, dim=1).cpu() * mask)
+        return self._output(tokens, logprobs, params)
 
 
     def _sample_compiled(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
@@ -238,26 +226,40 @@ class HFRollout:
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         for step in range(params.max_tokens):
-            token = sample_next(logits, params, generator).to(device)
-            token = token.masked_fill(finished, self.pad_token_id)
-            scaled = logits / params.temperature if params.temperature > 0 else logits
-            logprobs.append(scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1))
-            tokens.append(token)
-            if not params.ignore_eos:
-                finished |= torch.isin(token, eos_ids)
-                done = bool(finished.all())
-                if self.all_done(done) if self.all_done is not None else done:
-                    break
-            if step + 1 == params.max_tokens:
+            token = self._draw(logits, finished, params, generator, eos_ids, tokens, logprobs)
+            if self._ended(finished, params) or step + 1 == params.max_tokens:
                 break
             with torch.compiler.set_stance("default"):
                 logits = self._step(token[:, None], next_pos, mask, cache)
             next_pos = next_pos + 1
         self.model.train(was_training)
+        return self._output(tokens, logprobs, params)
+
+    def _draw(self, logits, finished, params: SamplingParams, generator, eos_ids, tokens: list,
+              logprobs: list) -> torch.Tensor:
+        """Sample every row's next token from `logits` (padding for the rows that have `finished`), append it and its
+        log-prob to `tokens` / `logprobs`, and mark the rows it ends."""
+        token = sample_next(logits, params, generator).to(logits.device)
+        token = token.masked_fill(finished, self.pad_token_id)
+        scaled = logits / params.temperature if params.temperature > 0 else logits
+        logprobs.append(scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1))
+        tokens.append(token)
+        if not params.ignore_eos:
+            finished |= torch.isin(token, eos_ids)
+        return token
+
+    def _ended(self, finished, params: SamplingParams) -> bool:
+        """Whether every row has ended (with a sharded model: on every rank)."""
+        if params.ignore_eos:
+            return False
+        done = bool(finished.all())
+        return self.all_done(done) if self.all_done is not None else done
+
+    def _output(self, tokens: list, logprobs: list, params: SamplingParams) -> RolloutOutput:
         response = torch.stack(tokens, dim=1).cpu()
-        done_mask = response_mask_from(response, self.eos_ids, params.ignore_eos)
-        response = response.masked_fill(done_mask == 0, self.pad_token_id)
-        return RolloutOutput(response, done_mask, torch.stack(logprobs, dim=1).cpu() * done_mask)
+        mask = response_mask_from(response, self.eos_ids, params.ignore_eos)
+        response = response.masked_fill(mask == 0, self.pad_token_id)
+        return RolloutOutput(response, mask, torch.stack(logprobs, dim=1).cpu() * mask)
 
     def _decode_step(self, token, position, mask, cache) -> torch.Tensor:
         return self.model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache,
