@@ -117,26 +117,28 @@ class HFRollout:
                   generator) -> RolloutOutput:
         # Eager even where the model's layers are compiled (use_torch_compile): a decode step's shapes change with
         # every token and the cache's Python state breaks the graph, so compiled layers recompile per layer until
-        # torch's recompile limit, ~30 s on this CPU, and then run slower than eager (bench/decode_profile.py).
-        with torch.compiler.set_stance("force_eager"):
-            if self.compiled:
-                return self._sample_compiled(prompt_ids, prompt_mask, row_prompt, params, generator)
-            return self._sample(prompt_ids, prompt_mask, row_prompt, params, generator)
+        # torch's recompile limit, ~30 s on this CPU, and then run slower than eager (bench/decode_profile.py). The
+        # compiled decode step (`compiled`) is the one place compilation runs, as a whole step over a static cache.
+        device = device_of(self.model)
+        args = (prompt_ids.to(device), prompt_mask.to(device), row_prompt.to(device), self.eos_ids.to(device), params,
+                generator)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.compiler.set_stance("force_eager"):
+                return self._sample_compiled(*args) if self.compiled else self._sample(*args)
+        finally:
+            self.model.train(was_training)
 
-    def _sample(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
+    def _sample(self, ids, attn, row_prompt: torch.Tensor, eos_ids, params: SamplingParams,
                 generator) -> RolloutOutput:
-        """Sample for the rows `row_prompt` (each row's index into `prompt_ids`): one prefill per prompt, its KV cache
+        """Sample for the rows `row_prompt` (each row's index into `ids`): one prefill per prompt, its KV cache
         repeated for the prompt's rows; a preallocated cache (no copy per token); the decode steps' padding mask
         built once; rows that finished dropped from the forward passes once a quarter of them did (every row still
         draws its sample, so the sampling stream is the one of the whole batch); stop when every row has ended."""
         from transformers import DynamicCache
 
-        was_training = self.model.training
-        self.model.eval()
-        device = device_of(self.model)
-        ids, attn = prompt_ids.to(device), prompt_mask.to(device)
-        row_prompt = row_prompt.to(device)
-        eos_ids = self.eos_ids.to(device)
+        device = ids.device
         B, width = row_prompt.shape[0], ids.shape[1]
         layers = getattr(getattr(self.model, "config", None), "num_hidden_layers", None)
         if attention_only(self.model):
@@ -189,11 +191,10 @@ class HFRollout:
                              past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
-        self.model.train(was_training)
         return self._output(tokens, logprobs, params)
 
 
-    def _sample_compiled(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
+    def _sample_compiled(self, ids, attn, row_prompt: torch.Tensor, eos_ids, params: SamplingParams,
                          generator) -> RolloutOutput:
         """`_sample` with the decode step compiled: transformers' `StaticCache` (a fixed (rows, heads, prompt +
         max_tokens, head_dim) buffer per layer, written in place; sliding-window layers as the model declares), the
@@ -202,12 +203,7 @@ class HFRollout:
         be another shape to compile); their tokens are padding as in `_sample`."""
         from transformers import StaticCache
 
-        was_training = self.model.training
-        self.model.eval()
-        device = device_of(self.model)
-        ids, attn = prompt_ids.to(device), prompt_mask.to(device)
-        row_prompt = row_prompt.to(device)
-        eos_ids = self.eos_ids.to(device)
+        device = ids.device
         B, width = row_prompt.shape[0], ids.shape[1]
         capacity = width + params.max_tokens
         cache = StaticCache(config=self.model.config, max_cache_len=capacity)
@@ -232,7 +228,6 @@ class HFRollout:
             with torch.compiler.set_stance("default"):
                 logits = self._step(token[:, None], next_pos, mask, cache)
             next_pos = next_pos + 1
-        self.model.train(was_training)
         return self._output(tokens, logprobs, params)
 
     def _draw(self, logits, finished, params: SamplingParams, generator, eos_ids, tokens: list,
