@@ -29,7 +29,8 @@ row is trained on both sides (with the task's exact reward an untrained model sc
 its update, TRL would not, and the comparison would flatter rft).
 
 rft's efficiency: the step's fp32 FLOPs (bench.py's floor: 2*N*T_gen generation, each prompt once + the response
-tokens fed back, + 6*N*T update over the rows the update ran on) at the machine's measured matmul rate, divided by the measured s/step; generation and update also apart.
+tokens fed back, + 6*N*T update over the rows the update ran on) at the machine's measured matmul rate, divided by
+the measured s/step; generation and update also apart.
 """
 
 from __future__ import annotations
@@ -353,8 +354,9 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     growth = [r for r in results if r["workload"] == "growth"]
     notes = ["", "fp32 matmul rate at the model's shape: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
-             + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). eff = (2*N*T_gen generation, each prompt once + the response tokens fed back, + 6*N*T update over the rows trained) / "
-             "rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. rows trained: the "
+             + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). "
+             "eff = (2*N*T_gen generation, each prompt once + the response tokens fed back, + 6*N*T update over the "
+             "rows trained) / rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. rows trained: the "
              "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
              "other procs: cores other processes used during each side's run (2 cores in all)."]
     if len(growth) > 1:

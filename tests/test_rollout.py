@@ -364,7 +364,8 @@ def test_decode_attention_is_sdpa(heads, kv_heads, mask):
         k2[0, :, :4] = 100.0
         assert torch.allclose(decode_attention(module, q, k2, v, keep, scaling=0.3)[0], ours, atol=1e-6)
     prefill = torch.randn(batch, heads, 5, dim, generator=g)
-    assert torch.equal(decode_attention(module, prefill, k, v, None)[0], sdpa_attention_forward(module, prefill, k, v, None)[0])
+    assert torch.equal(decode_attention(module, prefill, k, v, None)[0],
+                       sdpa_attention_forward(module, prefill, k, v, None)[0])
 
 
 def test_the_engine_decodes_with_its_attention_and_the_models_other_passes_are_sdpa(model_and_tokenizer, prompts):

@@ -145,15 +145,8 @@ class HFRollout:
             cache = PreallocatedCache(layers, width + params.max_tokens)
         else:  # recurrent or linear-attention layers: transformers' own cache for them
             cache = DynamicCache(config=self.model.config)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
-                         use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1, :].float()[row_prompt]  # (B, V)
-        if isinstance(cache, PreallocatedCache):
-            cache.rows(row_prompt)
-        else:
-            cache.reorder_cache(row_prompt)
-        attn, next_pos = attn[row_prompt], positions[row_prompt, -1:] + 1
+        logits, next_pos = self._prefill(ids, attn, row_prompt, cache)
+        attn = attn[row_prompt]
         # The decode steps' mask over prompt + new tokens, built once and sliced: (B, 1, 1, L) booleans, True where
         # a key is attended, where the model takes a prepared mask (`decode_mask_kind`), with no mask at all when
         # no row has padding (what transformers passes to SDPA then too); else the (B, L) padding mask, from which
@@ -193,7 +186,6 @@ class HFRollout:
             next_pos = next_pos + 1
         return self._output(tokens, logprobs, params)
 
-
     def _sample_compiled(self, ids, attn, row_prompt: torch.Tensor, eos_ids, params: SamplingParams,
                          generator) -> RolloutOutput:
         """`_sample` with the decode step compiled: transformers' `StaticCache` (a fixed (rows, heads, prompt +
@@ -207,12 +199,7 @@ class HFRollout:
         B, width = row_prompt.shape[0], ids.shape[1]
         capacity = width + params.max_tokens
         cache = StaticCache(config=self.model.config, max_cache_len=capacity)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
-                         use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1, :].float()[row_prompt]
-        cache.reorder_cache(row_prompt)
-        next_pos = positions[row_prompt, -1:] + 1
+        logits, next_pos = self._prefill(ids, attn, row_prompt, cache)
         # the padding mask over every position of the cache; the causal mask built from the cache's length hides
         # the positions not yet written
         mask = torch.ones(B, capacity, dtype=attn.dtype, device=device)
@@ -229,6 +216,18 @@ class HFRollout:
                 logits = self._step(token[:, None], next_pos, mask, cache)
             next_pos = next_pos + 1
         return self._output(tokens, logprobs, params)
+
+    def _prefill(self, ids, attn, row_prompt: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass over the prompts into `cache`, then the cache repeated for the rows `row_prompt`.
+        Returns each row's logits for its first token (B, V) and the position of the token after its prompt."""
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
+        if isinstance(cache, PreallocatedCache):
+            cache.rows(row_prompt)
+        else:
+            cache.reorder_cache(row_prompt)
+        return out.logits[:, -1, :].float()[row_prompt], positions[row_prompt, -1:] + 1
 
     def _draw(self, logits, finished, params: SamplingParams, generator, eos_ids, tokens: list,
               logprobs: list) -> torch.Tensor:

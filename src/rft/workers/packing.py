@@ -107,9 +107,10 @@ def _register() -> None:
 
 def enable_remove_padding(model: nn.Module, key: str) -> bool:
     """Run `model`'s forward passes on packed tokens (`forward_packed`) from now on; generation is unchanged (the
-    attention implementation falls back to `decode_attention` for a call without packed rows). Checked on a two-row batch against
-    the padded forward first: an architecture whose forward does not route its attention through transformers'
-    interface runs padded, with the reason printed (`key`: the config key that asked). Returns whether it packs."""
+    attention implementation falls back to `decode_attention` for a call without packed rows). Checked on a two-row
+    batch against the padded forward first: an architecture whose forward does not route its attention through
+    transformers' interface runs padded, with the reason printed (`key`: the config key that asked). Returns whether
+    it packs."""
     cfgs = list(attention_configs(model))
     impls = {c._attn_implementation for c in cfgs}
     if not cfgs or not impls <= {"sdpa", DECODE_ATTENTION, PACKED_ATTENTION}:
@@ -211,8 +212,8 @@ def compile_backend_works() -> tuple[bool, str]:
 
 def enable_torch_compile(model: nn.Module, key: str) -> bool:
     """Compile every decoder layer of `model` (its forward: training and log-prob passes; the hf engine runs them
-    eagerly, `torch.compiler.set_stance`). Falls back to eager with the reason printed when the backend does not compile here.
-    Returns whether the layers are compiled."""
+    eagerly, `torch.compiler.set_stance`). Falls back to eager with the reason printed when the backend does not
+    compile here. Returns whether the layers are compiled."""
     if getattr(model, COMPILED_ATTR, False):
         return True
     ok, why = compile_backend_works()
