@@ -7,10 +7,19 @@ installed, a data folder that is missing) fails the run, so a missing install st
 
 from __future__ import annotations
 
+import getpass
 import importlib.util
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+if os.environ.get("ATEN_CPU_CAPABILITY"):
+    # inductor's on-disk cache is not keyed on ATEN_CPU_CAPABILITY: a run under another capability (the rounding of
+    # another machine) reused kernels compiled for this CPU's own and got NaN or a C++ build error. One cache each.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{os.environ['ATEN_CPU_CAPABILITY']}"))
 
 ALLOWED_SKIPS = ("needs a CUDA device", "needs Debian's chromium", "torch.compile does not work here",
                  "CPU processes (gloo)", "on CPU the component's 2 devices are 2 gloo processes",

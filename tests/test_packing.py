@@ -389,7 +389,8 @@ def test_the_three_keys_run_a_training_step(assets, tmp_path):
 def test_enforce_eager_false_compiles_the_hf_engines_decode_step(assets, tmp_path, caplog):
     """actor_rollout_ref.rollout.enforce_eager=false (verl's and Trinity's key: vLLM's captured decode step) with
     the hf engine: the run's engine compiles its decode step, the log says so, and a step trains on what it
-    sampled; a sharded model or a Falcon (ALiBi) decodes eager and the log says why. The compiled tokens equal the
+    sampled; a sharded model, a Falcon (ALiBi) or a machine where torch.compile does not work decodes eager and the
+    log says why. The compiled tokens equal the
     eager ones on five families (test_model_families)."""
     import logging
 
@@ -412,3 +413,7 @@ def test_enforce_eager_false_compiles_the_hf_engines_decode_step(assets, tmp_pat
     falcon = load_causal_lm(str(init_family_model("falcon", tmp_path / "falcon")), torch.float32,
                             torch.device("cpu"))
     assert not compiled_decode(False, falcon, sharded=False) and "ALiBi" in caplog.text
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(packing, "_COMPILE_OK", (False, "InvalidCxxCompiler: no working C++ compiler found"))
+        assert not compiled_decode(False, run.trainer.model, sharded=False)
+    assert "decodes eager, since torch.compile does not work here (InvalidCxxCompiler" in caplog.text

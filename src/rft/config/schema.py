@@ -361,9 +361,9 @@ class ActorConfig:
     use_torch_compile: bool = fld(
         False, "torch.compile every decoder layer of the policy (and the reference) for the update and the log-prob "
         "passes (dynamic shapes; the first passes compile); generation runs the layers eagerly (a decode step's "
-        "shapes change every token: compiled, it recompiled per layer and ran slower, docs/performance.md). Where the backend cannot compile (no C++ "
-        "compiler on CPU, ...) rft runs eagerly and prints why. verl's default is true; rft's false: on CPU "
-        "compiling costs more than it returns on short runs (bench/RESULTS.md).")
+        "shapes change every token: compiled, it recompiled per layer and ran slower, docs/performance.md). Where "
+        "the backend cannot compile (no C++ compiler on CPU, ...) rft runs eagerly and prints why. verl's default "
+        "is true; rft's false: on CPU compiling costs more than it returns on short runs (bench/RESULTS.md).")
     entropy_from_logits_with_chunking: bool = fld(
         True, "Compute the entropy (and the full KL) 1024 token positions at a time, so no (tokens, vocabulary) "
         "softmax is held at once; false: all positions at once (more memory, the same result). rft's default is "
@@ -456,7 +456,8 @@ class RolloutConfig:
     enforce_eager: bool = fld(
         True, "Eager execution. vLLM: false captures CUDA graphs / compiles. hf engine: false compiles the decode step "
         "with static shapes (torch.compile over a static KV cache; every row in every step; the first generation "
-        "of each shape compiles; eager when the model is sharded over processes or has recurrent layers).")
+        "of each shape compiles; eager, with the reason logged, when the model is sharded over processes, has "
+        "recurrent layers or ALiBi, or torch.compile does not work on the machine).")
     free_cache_engine: bool = fld(
         True, "vLLM: sleep between rollouts (KV cache freed, weights offloaded) while the trainer updates. vLLM's "
         "sleep mode needs CUDA: on CPU the engine keeps its memory, and the log says so once.")
