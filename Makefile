@@ -53,6 +53,8 @@ demo: setup
 bench: setup
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/vs_trl.py
+	$(BIN)/python bench/decode_profile.py
+	$(BIN)/python bench/update_profile.py
 	$(BIN)/python bench/decoupled.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/demo_seeds.py

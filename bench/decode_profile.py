@@ -10,6 +10,11 @@ but the last, at the floor's rate) and against the decode shapes' own rate; the 
 (`rollout.enforce_eager=false`), alternately with the eager loop; and torch.profiler's table of one generation
 each way (self CPU time by operator). The matmuls of a decode step are (rows, hidden) x (hidden, out); the
 attention over the KV cache and the sampling are work the floor does not count; the profile shows where the time is.
+
+And the ceiling no decode loop on this machine passes at this shape: the generation's matmuls alone, run back to
+back with the model's own linear layers on (rows, in) inputs (nothing else between them), plus reading the KV cache
+once per step at the rate this machine reads memory of that size; the floor over that time is the most of the floor
+a generation can reach with these matmul kernels, whatever is fused or dropped around them.
 """
 
 from __future__ import annotations
@@ -93,6 +98,7 @@ def main() -> None:
           f"{min(times['sdpa']):.3f} s); floor {flops / floor_rate / 1e9:.3f} s at the floor's rate = "
           f"{100 * flops / floor_rate / 1e9 / best:.0f}% efficiency; at the decode shapes' rate "
           f"{flops / decode_rate / 1e9:.3f} s = {100 * flops / decode_rate / 1e9 / best:.0f}%")
+    ceiling(model, args, flops / floor_rate / 1e9, best)
     from torch.profiler import ProfilerActivity, profile
 
     for c in attention_configs(model):  # the profiles are of the engine as it runs: its own decode attention
@@ -117,6 +123,45 @@ def main() -> None:
             e.generate(prompts, mask, params, gen)
         print(f"\ntorch.profiler, one generation, {name} (self CPU time):")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=16, max_name_column_width=40))
+
+
+def _best_of(fn, repeats: int = 5) -> float:
+    fn()
+    spent = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        spent.append(time.perf_counter() - t0)
+    return min(spent)
+
+
+@torch.no_grad()
+def ceiling(model, args, floor_s: float, measured_s: float) -> None:
+    """The generation's matmuls alone (the model's own linear layers, one decode step's worth `tokens - 1` times and
+    the prefill once) and one read of the filled KV cache per step: the least time any decode loop takes here."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    step_inputs = [torch.randn(args.rows, m.in_features) for m in linears]
+    prefill_inputs = [torch.randn(args.rows // 8 * args.prompt, m.in_features) for m in linears]
+
+    def matmuls(inputs):
+        for m, x in zip(linears, inputs):
+            m(x)
+
+    matmul_s = (args.tokens - 1) * _best_of(lambda: matmuls(step_inputs)) + _best_of(lambda: matmuls(prefill_inputs))
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    capacity = args.prompt + args.tokens
+    caches = [torch.randn(args.rows, cfg.num_key_value_heads, capacity, head_dim)
+              for _ in range(2 * cfg.num_hidden_layers)]  # every layer's keys and values, read in turn as a step does
+    read_s = _best_of(lambda: [c.sum() for c in caches])
+    filled = sum(args.prompt + t for t in range(1, args.tokens)) / capacity  # steps x the share of the cache filled
+    cache_s = read_s * filled
+    print(f"ceiling: the generation's matmuls alone (the model's linear layers back to back, {args.rows} rows a "
+          f"decode step) {matmul_s:.3f} s = {100 * floor_s / matmul_s:.0f}% of the floor; reading the KV cache once a "
+          f"step ({sum(c.numel() for c in caches) * 4 / 2**20:.0f} MiB at full length) {cache_s:.3f} s; together "
+          f"{matmul_s + cache_s:.3f} s: no decode loop here passes {100 * floor_s / (matmul_s + cache_s):.0f}% of the "
+          f"floor (measured: {100 * floor_s / measured_s:.0f}%, {measured_s - matmul_s - cache_s:.3f} s above the "
+          "ceiling: attention compute, norms, RoPE, SwiGLU, residuals, cache writes, sampling, dispatch)")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ Workloads (docs: bench/RESULTS.md):
                                                                 update >= 80% of their FLOP floors
   W3      small preset, 128 new tokens at most (mixed lengths)  goal: rft's tokens/s within 15% of W2's
   growth  rft alone, tiny preset, ignore_eos 16 tokens, 16 / 32 / 64 prompts per step: s/step within 15% of linear
+  length  rft alone, small preset, ignore_eos 64 / 128 / 256 new tokens, 16 prompts: s/step within 15% of linear in
+          the new tokens (also printed per prompt + response token)
+Variants: default, remove_padding (use_remove_padding), compile (use_torch_compile), compiled_decode
+(rollout.enforce_eager=false: the hf engine's compiled decode step) and fastest (the three together).
 Reward: bench.py's SHAPED_REWARD (the exact answer plus half the share of digits), so groups differ and every
 row is trained on both sides (with the task's exact reward an untrained model scores 0 everywhere: rft would skip
 its update, TRL would not, and the comparison would flatter rft).
@@ -57,10 +61,11 @@ ROWS = 16 * 8
 # name: (preset, max new tokens, ignore_eos, prompts, rft variants); the reward is bench.py's SHAPED_REWARD, the
 # same file for both sides, under which every row is trained
 WORKLOADS = {
-    "W1": [("tiny", 16, False, 16, ("default", "remove_padding", "compile", "compiled_decode"))],
-    "W2": [("small", 64, False, 16, ("default", "remove_padding", "compile", "compiled_decode"))],
+    "W1": [("tiny", 16, False, 16, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
+    "W2": [("small", 64, False, 16, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
     "W3": [("small", 128, False, 16, ("default", "remove_padding"))],
     "growth": [("tiny", 16, True, p, ("default",)) for p in (16, 32, 64)],
+    "length": [("small", t, True, 16, ("default",)) for t in (64, 128, 256)],
 }
 VARIANTS = {
     "default": [],
@@ -68,7 +73,10 @@ VARIANTS = {
     "remove_padding": ["actor_rollout_ref.model.use_remove_padding=true"],
     "compile": ["actor_rollout_ref.actor.use_torch_compile=true"],
     "compiled_decode": ["actor_rollout_ref.rollout.enforce_eager=false"],  # the hf engine's decode step compiled
+    "fastest": ["actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.use_torch_compile=true",
+                "actor_rollout_ref.rollout.enforce_eager=false"],  # the three together
 }
+SCALING = ("growth", "length")  # rft alone: s/step against the work's growth
 
 
 # ---------------------------------------------------------------------------------------------- the TRL venv
@@ -266,7 +274,7 @@ def main() -> None:
                 trl_runs: list[dict] = []
                 rft_runs: dict[str, list[dict]] = {v: [] for v in names}
                 for repeat in range(1, args.repeats + 1):
-                    if workload != "growth":
+                    if workload not in SCALING:
                         wait_idle(args.wait_idle)
                         spec = {**base, "data": str(trl_data), "out": str(tmp / "trl-out")}
                         env = {**os.environ, "PYTHONPATH": ""}
@@ -352,20 +360,34 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
                  f"{100 * r['upd_eff']:.0f}%" if r["kept"] > 0 else "–",
                  f"{trl['load']:.2f} / {r['load']:.2f}" if trl else f"– / {r['load']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    growth = [r for r in results if r["workload"] == "growth"]
     notes = ["", "fp32 matmul rate at the model's shape: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
              + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). "
              "eff = (2*N*T_gen generation, each prompt once + the response tokens fed back, + 6*N*T update over the "
              "rows trained) / rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. rows trained: the "
              "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
              "other procs: cores other processes used during each side's run (2 cores in all)."]
-    if len(growth) > 1:
-        base = growth[0]
-        parts = [f"{g['prompts']} prompts: {g['s']:.3f} s/step ({g['s'] / base['s'] / (g['prompts'] / base['prompts']):.2f}"
-                 " of linear)" for g in growth]
-        notes.append("Growth (rft, tiny, 16 tokens, ignore_eos): " + "; ".join(parts) + ".")
+    for name, what in (("growth", "prompts per step"), ("length", "new tokens per row")):
+        runs = [r for r in results if r["workload"] == name]
+        if len(runs) > 1:
+            notes.append(f"{name.capitalize()} (rft alone, s/step against {what}): " + scaling(runs) + ".")
     return "\n".join(lines + notes)
 
+
+def scaling(runs: list[dict]) -> str:
+    """Each run's s/step as a share of linear growth from the first, (s / s0) / (work / work0): work the prompts
+    (growth) or the new tokens per row (length); for length also per prompt + response token."""
+    def share(r, work):
+        return r["s"] / runs[0]["s"] / (work(r) / work(runs[0]))
+
+    parts = []
+    for r in runs:
+        if r["workload"] == "length":
+            parts.append(f"{r['label']}: {r['s']:.3f} s/step, {share(r, lambda x: x['response']):.2f} of linear in "
+                         f"new tokens ({share(r, lambda x: x['prompt'] + x['response']):.2f} in prompt + response "
+                         "tokens)")
+        else:
+            parts.append(f"{r['label']}: {r['s']:.3f} s/step, {share(r, lambda x: x['prompts']):.2f} of linear")
+    return "; ".join(parts)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,46 @@
+"""The benchmarks' arithmetic (bench/vs_trl.py): the floor counts only the work a step did, and the scaling
+workloads' shares of linear growth, on hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import vs_trl
+
+
+def _result(zero_adv_rows: float, n_params: int = 1_000_000) -> dict:
+    # three steps (summarise takes steps 3..): 10 prompt tokens, 5 response tokens, 128 rows
+    row = {"prompt_length/mean": 10.0, "response_length/mean": 5.0, "actor/zero_adv_rows": zero_adv_rows,
+           "timing_s/step": 2.0, "timing_s/gen": 0.5, "timing_s/update_actor": 1.4}
+    return {"rows": [dict(row), dict(row), dict(row)], "n_params": n_params}
+
+
+def test_the_floor_counts_generation_once_per_prompt_and_only_the_rows_trained():
+    # generation: 2 * N * (16 prompts x 10 tokens + 128 rows x (5 - 1) tokens) = 2e6 * 672 = 1.344e9 FLOPs
+    # update: 6 * N * 128 rows x 15 tokens x the share trained
+    everything = vs_trl.summarise(_result(0.0), rate=1.0, rows=128)
+    assert everything["gen_eff"] == pytest.approx(1.344e9 / 1e9 / 0.5)
+    assert everything["upd_eff"] == pytest.approx(1.152e10 / 1e9 / 1.4)
+    assert everything["eff"] == pytest.approx((1.344 + 11.52) / 2.0)
+    half = vs_trl.summarise(_result(64.0), rate=1.0, rows=128)
+    assert half["kept"] == 0.5 and half["upd_eff"] == pytest.approx(5.76 / 1.4)
+    # nothing trained (every advantage 0): the update's FLOPs are not counted, so no efficiency flatters the step
+    idle = vs_trl.summarise(_result(128.0), rate=1.0, rows=128)
+    assert idle["eff"] == pytest.approx(1.344 / 2.0) and math.isnan(idle["upd_eff"])
+
+
+def test_scaling_is_each_runs_time_over_linear_growth_from_the_first():
+    length = [dict(workload="length", label=f"{t} tok", s=s, prompt=15.0, response=float(t), prompts=16)
+              for t, s in ((64, 3.408), (256, 14.397))]
+    # 14.397 / 3.408 = 4.2245: over 4x the new tokens 1.06, over 271 / 79 = 3.4304x the row's tokens 1.23
+    assert vs_trl.scaling(length) == ("64 tok: 3.408 s/step, 1.00 of linear in new tokens (1.00 in prompt + response "
+                                      "tokens); 256 tok: 14.397 s/step, 1.06 of linear in new tokens (1.23 in prompt "
+                                      "+ response tokens)")
+    growth = [dict(workload="growth", label=f"{p}x8", s=s, prompt=15.0, response=16.0, prompts=p)
+              for p, s in ((16, 0.291), (64, 0.951))]
+    assert vs_trl.scaling(growth) == "16x8: 0.291 s/step, 1.00 of linear; 64x8: 0.951 s/step, 0.82 of linear"
