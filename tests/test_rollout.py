@@ -368,6 +368,28 @@ def test_decode_attention_is_sdpa(heads, kv_heads, mask):
                        sdpa_attention_forward(module, prefill, k, v, None)[0])
 
 
+def test_the_decode_attention_reads_only_the_written_part_of_a_static_cache():
+    """`rft_attend=n` (the compiled decode step's bucket): the keys and values after position n are not read (NaN
+    there changes nothing) and the result is the whole cache's with those positions masked; n past the buffer (a
+    sliding-window layer's shorter one) reads it whole."""
+    from rft.models.attention import ATTEND_KWARG, decode_attention
+
+    g = torch.Generator().manual_seed(1)
+    module = _Attention(2)
+    q = torch.randn(2, 4, 1, 8, generator=g)
+    k, v = (torch.randn(2, 2, 12, 8, generator=g) for _ in range(2))
+    written = torch.zeros(2, 1, 1, 12, dtype=torch.bool)
+    written[..., :7] = True  # 7 positions written, an attend bucket of 8
+    whole, _ = decode_attention(module, q, k, v, written)
+    k_unwritten, v_unwritten = k.clone(), v.clone()
+    k_unwritten[:, :, 8:] = float("nan")
+    v_unwritten[:, :, 8:] = float("nan")
+    bucket, _ = decode_attention(module, q, k_unwritten, v_unwritten, written, **{ATTEND_KWARG: 8})
+    assert torch.allclose(bucket, whole, atol=1e-6)
+    assert torch.isnan(decode_attention(module, q, k_unwritten, v_unwritten, written)[0]).any()  # read: NaN
+    assert torch.equal(decode_attention(module, q, k, v, written, **{ATTEND_KWARG: 40})[0], whole)
+
+
 def test_the_engine_decodes_with_its_attention_and_the_models_other_passes_are_sdpa(model_and_tokenizer, prompts):
     """HFRollout switches an SDPA model to the decode attention; its generation equals the one under SDPA (greedy
     tokens, log-probs to 1e-5) and a full forward pass (training, log-probs) is SDPA's to the bit."""

@@ -17,6 +17,9 @@ from torch import nn
 
 DECODE_ATTENTION = "rft_sdpa"
 """The attention implementation name: SDPA, with decode steps on the CPU as grouped matrix products."""
+ATTEND_KWARG = "rft_attend"
+"""The keyword (passed through the model's forward to its attention) with which the compiled decode step says how
+many leading positions of its static KV cache are written: the decode attention reads only those."""
 
 
 def decode_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -32,6 +35,13 @@ def decode_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    attend = kwargs.get(ATTEND_KWARG)
+    if attend is not None:
+        # a static cache: only its first `attend` positions are written yet (the compiled decode step's bucket; a
+        # sliding-window layer's shorter buffer is read whole)
+        key, value = key[:, :, :attend], value[:, :, :attend]
+        if attention_mask is not None:
+            attention_mask = attention_mask[..., :attend]
     groups = heads // kv_heads
     q = query.reshape(batch, kv_heads, groups, dim)  # the query heads of a KV head as the rows of one product
     scores = torch.matmul(q, key.transpose(-1, -2))  # (B, KV, G, L)

@@ -12,10 +12,14 @@ import torch
 from torch import nn
 
 from rft.models.arch import attention_only, decode_mask_kind
-from rft.models.attention import use_decode_attention
+from rft.models.attention import ATTEND_KWARG, DECODE_ATTENTION, attention_configs, use_decode_attention
 from rft.models.load import device_of
 from rft.rollout.base import RolloutOutput, SamplingParams
 from rft.rollout.cache import PreallocatedCache
+
+ATTEND_BUCKET = 16
+"""The compiled decode step attends its static cache in lengths of this many positions: a few shapes to compile,
+little attention to positions not written yet."""
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -206,14 +210,19 @@ class HFRollout:
         mask[:, :width] = attn[row_prompt]
         if self._step is None:
             self._step = torch.compile(self._decode_step)
+        # the decode attention reads only the written part of the cache, rounded up to ATTEND_BUCKET positions (the
+        # length is dynamic in the compiled graph after its second value); another attention reads it all
+        bucketed = all(c._attn_implementation == DECODE_ATTENTION for c in attention_configs(self.model))
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         for step in range(params.max_tokens):
             token = self._draw(logits, finished, params, generator, eos_ids, tokens, logprobs)
             if self._ended(finished, params) or step + 1 == params.max_tokens:
                 break
+            written = width + step + 1
+            attend = min(capacity, -(-written // ATTEND_BUCKET) * ATTEND_BUCKET) if bucketed else None
             with torch.compiler.set_stance("default"):
-                logits = self._step(token[:, None], next_pos, mask, cache)
+                logits = self._step(token[:, None], next_pos, mask, cache, attend)
             next_pos = next_pos + 1
         return self._output(tokens, logprobs, params)
 
@@ -255,9 +264,10 @@ class HFRollout:
         response = response.masked_fill(mask == 0, self.pad_token_id)
         return RolloutOutput(response, mask, torch.stack(logprobs, dim=1).cpu() * mask)
 
-    def _decode_step(self, token, position, mask, cache) -> torch.Tensor:
+    def _decode_step(self, token, position, mask, cache, attend: int | None) -> torch.Tensor:
+        extra = {} if attend is None else {ATTEND_KWARG: attend}
         return self.model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache,
-                          use_cache=True).logits[:, -1, :].float()
+                          use_cache=True, **extra).logits[:, -1, :].float()
 
 
 def _pad_right(x: torch.Tensor, width: int, value) -> torch.Tensor:
