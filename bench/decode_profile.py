@@ -125,7 +125,7 @@ def main() -> None:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=16, max_name_column_width=40))
 
 
-def _best_of(fn, repeats: int = 5) -> float:
+def best_of(fn, repeats: int = 5) -> float:
     fn()
     spent = []
     for _ in range(repeats):
@@ -147,13 +147,13 @@ def ceiling(model, args, floor_s: float, measured_s: float) -> None:
         for m, x in zip(linears, inputs):
             m(x)
 
-    matmul_s = (args.tokens - 1) * _best_of(lambda: matmuls(step_inputs)) + _best_of(lambda: matmuls(prefill_inputs))
+    matmul_s = (args.tokens - 1) * best_of(lambda: matmuls(step_inputs)) + best_of(lambda: matmuls(prefill_inputs))
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     capacity = args.prompt + args.tokens
     caches = [torch.randn(args.rows, cfg.num_key_value_heads, capacity, head_dim)
               for _ in range(2 * cfg.num_hidden_layers)]  # every layer's keys and values, read in turn as a step does
-    read_s = _best_of(lambda: [c.sum() for c in caches])
+    read_s = best_of(lambda: [c.sum() for c in caches])
     filled = sum(args.prompt + t for t in range(1, args.tokens)) / capacity  # steps x the share of the cache filled
     cache_s = read_s * filled
     print(f"ceiling: the generation's matmuls alone (the model's linear layers back to back, {args.rows} rows a "

@@ -21,18 +21,9 @@ import time
 from pathlib import Path
 
 import torch
+from decode_profile import best_of  # bench/ is the script's folder
 
 HERE = Path(__file__).resolve().parent
-
-
-def _best_of(fn, repeats: int = 3) -> float:
-    fn()
-    spent = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        spent.append(time.perf_counter() - t0)
-    return min(spent)
 
 
 def main() -> None:
@@ -73,7 +64,7 @@ def main() -> None:
         logits.log_softmax(-1).gather(-1, ids[..., None]).mean().backward()
         model.zero_grad(set_to_none=True)
 
-    eager_s = _best_of(passes, args.repeats)
+    eager_s = best_of(passes, args.repeats)
     print(f"forward + backward: eager {eager_s:.3f} s = {100 * floor_s / eager_s:.0f}% of the floor "
           f"({floor_s:.3f} s)", flush=True)
     ceiling(model, args, tokens, floor_s)
@@ -87,7 +78,7 @@ def main() -> None:
         t0 = time.perf_counter()
         passes()
         first = time.perf_counter() - t0
-        compiled_s = _best_of(passes, args.repeats)
+        compiled_s = best_of(passes, args.repeats)
         print(f"forward + backward, decoder layers compiled (use_torch_compile): {compiled_s:.3f} s = "
               f"{100 * floor_s / compiled_s:.0f}% of the floor (the first pass, compiling, {first:.1f} s)")
 
@@ -107,7 +98,7 @@ def ceiling(model, args, tokens: int, floor_s: float) -> None:
             torch.mm(g, m.weight)  # the input's gradient
             torch.mm(g.t(), x)  # the weight's gradient
 
-    matmul_s = _best_of(matmuls, args.repeats)
+    matmul_s = best_of(matmuls, args.repeats)
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     q, k, v = (torch.randn(args.rows, c.num_attention_heads, args.tokens, head_dim, requires_grad=True)
@@ -117,7 +108,7 @@ def ceiling(model, args, tokens: int, floor_s: float) -> None:
         for _ in range(c.num_hidden_layers):
             F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
 
-    attention_s = _best_of(attention, args.repeats)
+    attention_s = best_of(attention, args.repeats)
     print(f"ceiling: the passes' matmuls alone (the model's linear layers, forward and both gradients, back to back) "
           f"{matmul_s:.3f} s = {100 * floor_s / matmul_s:.0f}% of the floor; the attention's forward + backward "
           f"{attention_s:.3f} s; together {matmul_s + attention_s:.3f} s: no update on these kernels passes "
