@@ -390,6 +390,43 @@ def test_the_decode_attention_reads_only_the_written_part_of_a_static_cache():
     assert torch.equal(decode_attention(module, q, k, v, written, **{ATTEND_KWARG: 40})[0], whole)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["decode_attention", "packed_attention"])
+def test_the_compiled_decode_loop_attends_in_buckets_and_drops_finished_rows(model_and_tokenizer, prompts, packed):
+    """The loop of `rollout.enforce_eager=false` (its step run eagerly here, through a spy): each step attends the
+    written part of the static cache rounded up to ATTEND_BUCKET positions, under the decode attention and under
+    the packed one (use_remove_padding, whose decode steps are the decode attention's); the rows that ended leave
+    the passes once a quarter of them have, as in the eager loop, whose tokens and log-probs it draws."""
+    from rft.rollout.hf import ATTEND_BUCKET
+    from rft.workers.packing import enable_remove_padding
+
+    model = copy.deepcopy(model_and_tokenizer[0])
+    if packed:
+        assert enable_remove_padding(model, "actor_rollout_ref.model.use_remove_padding")
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=20)
+    engine = HFRollout(model, eos_token_ids=STOP_IDS, pad_token_id=PAD, compiled=True)
+    steps = []  # (rows in the pass, positions attended, positions written)
+
+    def step(token, position, mask, cache, attend):
+        steps.append((token.shape[0], attend, int(cache.get_seq_length()) + 1))
+        return engine._decode_step(token, position, mask, cache, attend)
+
+    engine._step = step
+    got = engine.generate(*prompts, params, torch.Generator().manual_seed(0))
+    width = prompts[0].shape[1]
+    capacity = width + params.max_tokens
+    assert [w for _, _, w in steps] == list(range(width + 1, width + 1 + len(steps)))
+    assert [a for _, a, _ in steps] == [min(capacity, -(-w // ATTEND_BUCKET) * ATTEND_BUCKET) for _, _, w in steps]
+    assert steps[0][1] < capacity  # not the whole cache
+    rows = [r for r, _, _ in steps]
+    assert rows[0] == 12 and rows == sorted(rows, reverse=True) and len(set(rows)) > 2  # rows left the passes
+    lengths = got.response_mask.sum(1)
+    assert all(rows[t] >= int((lengths > t + 1).sum()) for t in range(len(steps)))  # never a running row
+    expected = HFRollout(model, eos_token_ids=STOP_IDS, pad_token_id=PAD).generate(
+        *prompts, params, torch.Generator().manual_seed(0))
+    assert torch.equal(got.response_ids, expected.response_ids)
+    assert float((got.logprobs - expected.logprobs).abs().max()) <= 1e-5
+
+
 def test_the_engine_decodes_with_its_attention_and_the_models_other_passes_are_sdpa(model_and_tokenizer, prompts):
     """HFRollout switches an SDPA model to the decode attention; its generation equals the one under SDPA (greedy
     tokens, log-probs to 1e-5) and a full forward pass (training, log-probs) is SDPA's to the bit."""

@@ -17,6 +17,9 @@ from torch import nn
 
 DECODE_ATTENTION = "rft_sdpa"
 """The attention implementation name: SDPA, with decode steps on the CPU as grouped matrix products."""
+PACKED_ATTENTION = "rft_packed"
+"""The attention implementation name a model with use_remove_padding runs under (`rft.workers.packing`): SDPA on
+the rows of a packed call, every other call as `DECODE_ATTENTION`."""
 ATTEND_KWARG = "rft_attend"
 """The keyword (passed through the model's forward to its attention) with which the compiled decode step says how
 many leading positions of its static KV cache are written: the decode attention reads only those."""

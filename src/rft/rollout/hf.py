@@ -12,7 +12,13 @@ import torch
 from torch import nn
 
 from rft.models.arch import attention_only, decode_mask_kind
-from rft.models.attention import ATTEND_KWARG, DECODE_ATTENTION, attention_configs, use_decode_attention
+from rft.models.attention import (
+    ATTEND_KWARG,
+    DECODE_ATTENTION,
+    PACKED_ATTENTION,
+    attention_configs,
+    use_decode_attention,
+)
 from rft.models.load import device_of
 from rft.rollout.base import RolloutOutput, SamplingParams
 from rft.rollout.cache import PreallocatedCache
@@ -165,24 +171,17 @@ class HFRollout:
                 decode_mask = decode_mask.bool()[:, None, None, :]
         live = torch.arange(B, device=device)  # the rows the forward passes still run on
         finished = torch.zeros(B, dtype=torch.bool, device=device)
-        full_logits = None
         tokens, logprobs = [], []
         for step in range(params.max_tokens):
-            if len(live) < B:  # the finished rows' logits: any distribution (their token is replaced by padding)
-                full_logits = torch.zeros(B, logits.shape[-1], device=device) if full_logits is None else full_logits
-                full_logits.zero_()
-                full_logits[live] = logits
-                logits = full_logits
-            token = self._draw(logits, finished, params, generator, eos_ids, tokens, logprobs)
+            token = self._draw(_all_rows(logits, live, B), finished, params, generator, eos_ids, tokens, logprobs)
             if self._ended(finished, params) or step + 1 == params.max_tokens:
                 break
-            if not params.ignore_eos and isinstance(cache, PreallocatedCache):
-                running = (~finished[live]).nonzero().flatten()
-                if 0 < len(running) <= 0.75 * len(live):  # drop the finished rows from the passes
-                    live, next_pos = live[running], next_pos[running]
-                    cache.rows(running)
-                    if decode_mask is not None:
-                        decode_mask = decode_mask[running]
+            running = _still_running(finished, live, params) if isinstance(cache, PreallocatedCache) else None
+            if running is not None:  # drop the finished rows from the passes
+                live, next_pos = live[running], next_pos[running]
+                cache.rows(running)
+                if decode_mask is not None:
+                    decode_mask = decode_mask[running]
             mask = None if decode_mask is None else decode_mask[..., :width + step + 1]
             out = self.model(input_ids=token[live, None], attention_mask=mask, position_ids=next_pos,
                              past_key_values=cache, use_cache=True)
@@ -195,8 +194,9 @@ class HFRollout:
         """`_sample` with the decode step compiled: transformers' `StaticCache` (a fixed (rows, heads, prompt +
         max_tokens, head_dim) buffer per layer, written in place; sliding-window layers as the model declares), the
         prefill eager on the prompts and repeated for their rows, then every step one call of the compiled forward
-        pass over all rows with a fixed-shape padding mask. Finished rows stay in the passes (a smaller batch would
-        be another shape to compile); their tokens are padding as in `_sample`."""
+        pass over the rows still running with a fixed-width padding mask. Finished rows leave the passes as in
+        `_sample` (the cache's rows selected): the second batch size compiles the step once more with the batch
+        dimension dynamic, and no size after it does."""
         from transformers import StaticCache
 
         device = ids.device
@@ -210,19 +210,26 @@ class HFRollout:
         mask[:, :width] = attn[row_prompt]
         if self._step is None:
             self._step = torch.compile(self._decode_step)
-        # the decode attention reads only the written part of the cache, rounded up to ATTEND_BUCKET positions (the
-        # length is dynamic in the compiled graph after its second value); another attention reads it all
-        bucketed = all(c._attn_implementation == DECODE_ATTENTION for c in attention_configs(self.model))
+        # the decode attention (also the packed one's, use_remove_padding) reads only the written part of the cache,
+        # rounded up to ATTEND_BUCKET positions (the length is dynamic in the compiled graph after its second value);
+        # another attention reads it all
+        bucketed = all(c._attn_implementation in (DECODE_ATTENTION, PACKED_ATTENTION)
+                       for c in attention_configs(self.model))
+        live = torch.arange(B, device=device)
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         for step in range(params.max_tokens):
-            token = self._draw(logits, finished, params, generator, eos_ids, tokens, logprobs)
+            token = self._draw(_all_rows(logits, live, B), finished, params, generator, eos_ids, tokens, logprobs)
             if self._ended(finished, params) or step + 1 == params.max_tokens:
                 break
+            running = _still_running(finished, live, params)
+            if running is not None:  # as `_sample`: the batch dimension turns dynamic at the second size compiled
+                live, next_pos, mask = live[running], next_pos[running], mask[running]
+                cache.reorder_cache(running)
             written = width + step + 1
             attend = min(capacity, -(-written // ATTEND_BUCKET) * ATTEND_BUCKET) if bucketed else None
             with torch.compiler.set_stance("default"):
-                logits = self._step(token[:, None], next_pos, mask, cache, attend)
+                logits = self._step(token[live, None], next_pos, mask, cache, attend)
             next_pos = next_pos + 1
         return self._output(tokens, logprobs, params)
 
@@ -268,6 +275,25 @@ class HFRollout:
         extra = {} if attend is None else {ATTEND_KWARG: attend}
         return self.model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache,
                           use_cache=True, **extra).logits[:, -1, :].float()
+
+
+def _still_running(finished: torch.Tensor, live: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:
+    """The positions in `live` (the rows the forward passes run on) of its rows that have not finished, once at most
+    three quarters of them still run (dropping rows copies the KV cache: not for every row that ends); else None."""
+    if params.ignore_eos:
+        return None
+    running = (~finished[live]).nonzero().flatten()
+    return running if 0 < len(running) <= 0.75 * len(live) else None
+
+
+def _all_rows(logits: torch.Tensor, live: torch.Tensor, rows: int) -> torch.Tensor:
+    """(rows, V) logits from those of the `live` rows; a dropped (finished) row's are 0, any distribution does:
+    its token is replaced by padding, but it still draws, so the sampling stream is the whole batch's."""
+    if len(live) == rows:
+        return logits
+    full = logits.new_zeros(rows, logits.shape[-1])
+    full[live] = logits
+    return full
 
 
 def _pad_right(x: torch.Tensor, width: int, value) -> torch.Tensor:

@@ -34,10 +34,8 @@ import torch
 from torch import nn
 
 from rft.models.arch import architecture, layer_classes, sliding_window
-from rft.models.attention import DECODE_ATTENTION, attention_configs, decode_attention
+from rft.models.attention import DECODE_ATTENTION, PACKED_ATTENTION, attention_configs, decode_attention
 
-PACKED_ATTENTION = "rft_packed"
-"""The attention implementation name a model with use_remove_padding runs under: SDPA, except for a packed call."""
 PACKED_ATTR = "_rft_remove_padding"
 COMPILED_ATTR = "_rft_compiled"
 
