@@ -75,13 +75,9 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     unsupported = [name for name in ("softcap", "s_aux", "sinks") if kwargs.get(name) is not None]
     if unsupported:
         raise NotImplementedError(f"packed attention does not apply {', '.join(unsupported)}")
-    groups = getattr(module, "num_key_value_groups", 1)
     q = _unpack(query, packed)  # (rows, H, width, d)
-    k = _unpack(key, packed)
+    k = _unpack(key, packed)  # (rows, KV, width, d): SDPA groups the query heads of a KV head (no repeat_kv copy)
     v = _unpack(value, packed)
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
     window = kwargs.get("sliding_window")
     packed.windows.append(window)
     mask = None
@@ -89,8 +85,8 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         i = torch.arange(packed.width, device=q.device)
         mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                           is_causal=mask is None,
-                                                           scale=scaling)  # (rows, H, width, d)
+                                                           is_causal=mask is None, scale=scaling,
+                                                           enable_gqa=q.shape[1] != k.shape[1])  # (rows, H, width, d)
     out = out.transpose(1, 2)[packed.row, packed.col]  # (T, H, d)
     return out.unsqueeze(0), None
 
