@@ -8,15 +8,16 @@ each side (TRL: a TrainerCallback around each optimizer step, generation include
 Each side runs in its own process, back to back: TRL in `bench/.venv-trl` (made on first use: torch 2.13.0 under
 constraints.txt, trl 1.16.0), rft in this Python.
 
-    python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--steps 8] [--repeats 2] [--no-write]
-                           [--baseline-src DIR] [--profile]
+    python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--variants default,fastest] [--steps 8] [--repeats 2]
+                           [--no-write] [--baseline-src DIR [--baseline-variant fastest]] [--profile]
 
 Interleaved: each workload runs TRL, then each rft variant, `--repeats` times over (TRL, rft, TRL, rft, ...), so
 a slow spell of the shared machine hits both sides; every run is printed, and the table takes each side's best
 (lowest s/step) run.
 
 --baseline-src DIR also runs rft from another source tree (e.g. `git archive` of the commit before a change) as the
-variant `baseline`; --profile prints torch.profiler's table for one extra rft step of each variant (not timed).
+variant `baseline`, with the keys of `--baseline-variant` (default: none, the tree's defaults); --variants keeps
+only the named rft variants of each workload; --profile prints torch.profiler's table for one extra rft step of each variant (not timed).
 
 Workloads (docs: bench/RESULTS.md):
   W1      tiny preset, 16 new tokens at most                    goal: rft <= 0.6x TRL's s/step
@@ -69,7 +70,6 @@ WORKLOADS = {
 }
 VARIANTS = {
     "default": [],
-    "baseline": [],  # the --baseline-src tree with its defaults
     "remove_padding": ["actor_rollout_ref.model.use_remove_padding=true"],
     "compile": ["actor_rollout_ref.actor.use_torch_compile=true"],
     "compiled_decode": ["actor_rollout_ref.rollout.enforce_eager=false"],  # the hf engine's decode step compiled
@@ -163,7 +163,7 @@ def rft_worker(spec: dict) -> dict:
         f"custom_reward_function.path={spec['reward']}", "trainer.val_before_train=false", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "trainer.resume_mode=disable", "trainer.device=cpu", "trainer.logger=[]",
         f"trainer.total_training_steps={spec['steps']}", f"trainer.default_local_dir={spec['out']}",
-        *VARIANTS[spec["variant"]],
+        *spec["keys"],
     ])
     run = SyncRun(cfg)
     n_params = sum(p.numel() for p in run.trainer.model.parameters())
@@ -220,6 +220,9 @@ def main() -> None:
     ap.add_argument("--baseline-src", metavar="DIR",
                     help="also run rft from this source tree (e.g. an export of the commit before a change) as the "
                          "variant 'baseline', side by side")
+    ap.add_argument("--baseline-variant", default="default", choices=sorted(VARIANTS),
+                    help="the speed keys the baseline tree runs with (a variant's; default: none)")
+    ap.add_argument("--variants", help="only these rft variants of each workload, comma-separated (default: all)")
     ap.add_argument("--profile", action="store_true",
                     help="torch.profiler over one more rft step of each variant (printed; not in the median)")
     ap.add_argument("--trl-worker", help=argparse.SUPPRESS)
@@ -270,7 +273,8 @@ def main() -> None:
                 base = dict(model=str(model), response=response, prompts=prompts, ignore_eos=ignore_eos,
                             steps=args.steps, reward=str(reward))
                 label = f"{workload} {preset} {response} tok, {prompts}x8"
-                names = (("baseline",) if args.baseline_src else ()) + tuple(variants)
+                keep = set(args.variants.split(",")) if args.variants else set(variants)
+                names = (("baseline",) if args.baseline_src else ()) + tuple(v for v in variants if v in keep)
                 trl_runs: list[dict] = []
                 rft_runs: dict[str, list[dict]] = {v: [] for v in names}
                 for repeat in range(1, args.repeats + 1):
@@ -287,6 +291,7 @@ def main() -> None:
                         wait_idle(args.wait_idle)
                         spec = {**base, "parquet": str(data), "out": str(tmp / f"rft-{workload}-{variant}"),
                                 "variant": variant, "profile": args.profile and repeat == 1,
+                                "keys": VARIANTS[args.baseline_variant if variant == "baseline" else variant],
                                 "steps": args.steps + (1 if args.profile and repeat == 1 else 0)}
                         src = args.baseline_src if variant == "baseline" else str(ROOT / "src")
                         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(src).resolve()), os.environ.get(
