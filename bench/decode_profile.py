@@ -166,8 +166,8 @@ def ceiling(model, args, floor_s: float, measured_s: float) -> None:
     cache_s = read_s * filled
     print(f"ceiling: the generation's matmuls alone (the model's linear layers back to back, {args.rows} rows a "
           f"decode step) {matmul_s:.3f} s = {100 * floor_s / matmul_s:.0f}% of the floor (with q|k|v and gate|up "
-          f"fused into one product each: {fused_s:.3f} s = {100 * floor_s / fused_s:.0f}%); reading the KV cache once a "
-          f"step ({sum(c.numel() for c in caches) * 4 / 2**20:.0f} MiB at full length) {cache_s:.3f} s; together "
+          f"fused into one product each: {fused_s:.3f} s = {100 * floor_s / fused_s:.0f}%); reading the KV cache "
+          f"once a step ({sum(c.numel() for c in caches) * 4 / 2**20:.0f} MiB at full length) {cache_s:.3f} s; together "
           f"{matmul_s + cache_s:.3f} s: no decode loop here passes {100 * floor_s / (matmul_s + cache_s):.0f}% of the "
           f"floor (measured: {100 * floor_s / measured_s:.0f}%, {measured_s - matmul_s - cache_s:.3f} s above the "
           "ceiling: attention compute, norms, RoPE, SwiGLU, residuals, cache writes, sampling, dispatch)")

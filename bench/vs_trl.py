@@ -17,7 +17,8 @@ a slow spell of the shared machine hits both sides; every run is printed, and th
 
 --baseline-src DIR also runs rft from another source tree (e.g. `git archive` of the commit before a change) as the
 variant `baseline`, with the keys of `--baseline-variant` (default: none, the tree's defaults); --variants keeps
-only the named rft variants of each workload; --profile prints torch.profiler's table for one extra rft step of each variant (not timed).
+only the named rft variants of each workload; --profile prints torch.profiler's table for one extra rft step of
+each variant (not timed).
 
 Workloads (docs: bench/RESULTS.md):
   W1      tiny preset, 16 new tokens at most                    goal: rft <= 0.6x TRL's s/step
@@ -228,6 +229,9 @@ def main() -> None:
     ap.add_argument("--trl-worker", help=argparse.SUPPRESS)
     ap.add_argument("--rft-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    unknown = set(args.variants.split(",")) - set(VARIANTS) if args.variants else set()
+    if unknown:
+        ap.error(f"--variants: no variant {', '.join(sorted(unknown))} (the variants: {', '.join(VARIANTS)})")
     if args.trl_worker:
         print("@@RESULT@@" + json.dumps(trl_worker(json.loads(args.trl_worker))), flush=True)
         return

@@ -456,8 +456,8 @@ class RolloutConfig:
     enforce_eager: bool = fld(
         True, "Eager execution. vLLM: false captures CUDA graphs / compiles. hf engine: false compiles the decode step "
         "with static shapes (torch.compile over a static KV cache; finished rows leave the passes as in the eager "
-        "loop; the first generation of each shape compiles; eager, with the reason logged, when the model is sharded over processes, has "
-        "recurrent layers or ALiBi, or torch.compile does not work on the machine).")
+        "loop; the first generation of each shape compiles; eager, with the reason logged, when the model is "
+        "sharded over processes, has recurrent layers or ALiBi, or torch.compile does not work on the machine).")
     free_cache_engine: bool = fld(
         True, "vLLM: sleep between rollouts (KV cache freed, weights offloaded) while the trainer updates. vLLM's "
         "sleep mode needs CUDA: on CPU the engine keeps its memory, and the log says so once.")
