@@ -191,8 +191,8 @@ def rss_mib() -> float:
 
 def run_worker(spec: dict) -> dict:
     torch.set_flush_denormal(True)
-    from rft.config import load_config
     from rft.monitor import Timer
+    from rft.trainer.configure import load_config
     from rft.trainer.run import SyncRun
 
     warmup, steps = spec["warmup"], spec["steps"]

@@ -147,8 +147,8 @@ def rft_worker(spec: dict) -> dict:
     sys.path.insert(0, str(HERE))
     import torch
 
-    from rft.config import load_config
     from rft.monitor import Timer
+    from rft.trainer.configure import load_config
     from rft.trainer.run import SyncRun
 
     torch.set_flush_denormal(True)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from rft.config import load_config
 from rft.models.tiny import init_model
 from rft.tasks import write_arithmetic
+from rft.trainer.configure import load_config
 
 # A shaped reward: an untrained model's samples differ in it, so advantages (and gradients) are non-zero.
 SHAPED_REWARD = '''

@@ -20,9 +20,10 @@ from rft.algorithms import (
     estimator_spec,
     register_estimator,
 )
-from rft.config import ConfigError, load_config
+from rft.config import ConfigError
 from rft.config.schema import ADV_ESTIMATOR_NAMES
 from rft.registry import Registry
+from rft.trainer.configure import load_config
 
 EPS = 1e-6  # verl's grpo / grpo_passk epsilon (AdvantageInputs.epsilon)
 TRL_EPS = 1e-4  # TRL's GRPOTrainer constant

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rft.config import ConfigError, RFTConfig, load_config
-from rft.config.validate import validate, walk
+from rft.config import ConfigError, RFTConfig
+from rft.config.validate import walk
+from rft.trainer.configure import load_config
+from rft.trainer.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 # examples/offline/: rft generate / rft eval configs (tests/test_offline.py loads them)
@@ -25,7 +27,7 @@ ALL_EXAMPLES = sorted(p for p in ROOT.glob("examples/**/*.yaml") if "offline" no
 
 def _is_trinity(path: Path) -> bool:
     from rft.config.load import read_yaml
-    from rft.config.trinity import is_trinity
+    from rft.dialects.trinity import is_trinity
 
     return is_trinity(read_yaml(path))
 
@@ -496,7 +498,7 @@ def test_there_is_a_vllm_example():
 
 @pytest.mark.parametrize("example", DPO, ids=[p.name for p in DPO])
 def test_dpo_example_validates_with_real_paths(example, real_paths):
-    from rft.config import load_dpo_config
+    from rft.trainer.configure import load_dpo_config
 
     raw = yaml.safe_load(example.read_text())
     assert load_dpo_config(example, validate_paths=False).algorithm.loss_type == raw["algorithm"]["loss_type"]
@@ -550,7 +552,8 @@ def test_example_validates_with_real_paths(example, real_paths, tmp_path):
 @pytest.mark.parametrize("example", TRINITY_EXAMPLES, ids=[str(p.relative_to(ROOT / "examples"))
                                                            for p in TRINITY_EXAMPLES])
 def test_trinity_example_validates_with_real_paths(example, real_paths, tmp_path, monkeypatch):
-    from rft.config.trinity import PLUGIN_DIRS_ENV, load_trinity
+    from rft.dialects.trinity import PLUGIN_DIRS_ENV
+    from rft.trainer.configure import load_trinity
 
     if PLUGIN_DIRS_ENV in example.read_text():  # the header's command names the plugin folder
         monkeypatch.setenv(PLUGIN_DIRS_ENV, str(ROOT / "examples" / "workflows"))

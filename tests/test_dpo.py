@@ -16,12 +16,13 @@ from omegaconf import OmegaConf
 from sft_helpers import max_weight_difference, stop_after_two_steps_then_resume
 from transformers import AutoTokenizer
 
-from rft.config import ConfigError, load_dpo_config
+from rft.config import ConfigError
 from rft.data.dataset import DataError
 from rft.data.io import read_rows, write_parquet
 from rft.data.preference import PreferenceDataset
 from rft.models.tiny import init_model
 from rft.tasks import write_arithmetic
+from rft.trainer.configure import load_dpo_config
 from rft.trainer.dpo import DPOTrainer
 from rft.trainer.stages import build_stages
 from rft.workers.policy import forward_logprobs
@@ -256,7 +257,7 @@ def trinity_dpo(assets: Path, out: Path, **algorithm) -> dict:
 
 
 def test_trinity_dpo_keys_land_on_the_dpo_stage(assets, tmp_path):
-    from rft.config.trinity import translate
+    from rft.dialects.trinity import translate
 
     out = translate(trinity_dpo(assets, tmp_path, policy_loss_fn_args={"beta": 0.2, "label_smoothing": 0.1},
                                 kl_loss_fn="low_var_kl", kl_loss_fn_args={"kl_coef": 0.05},
@@ -289,7 +290,7 @@ def test_trinity_dpo_keys_land_on_the_dpo_stage(assets, tmp_path):
 def test_a_trinity_dpo_yaml_trains(assets, tmp_path):
     import yaml
 
-    from rft.config.trinity import load_trinity
+    from rft.trainer.configure import load_trinity
     from rft.trainer.stages import run_stages
 
     path = tmp_path / "dpo.yaml"

@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 from spec_configs import SPEC, md_yaml_blocks, merge
 
-from rft.config import load_config, load_dpo_config, load_sft_config
 from rft.config.dpo_schema import DPOConfig
 from rft.config.load import ConfigError
 from rft.config.schema import VLLM_KEYS, RFTConfig
 from rft.config.sft_schema import SFTConfig
 from rft.config.validate import walk
+from rft.trainer.configure import load_config, load_dpo_config, load_sft_config
 
 # ------------------------------------------------------------------------------------------ schema walk
 WITHOUT_A_READER_HERE = {
@@ -229,7 +229,7 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
 
     reads = Reads()
     reads.install(monkeypatch, RFTConfig, SFTConfig, DPOConfig)
-    from rft.config.validate import validate, validate_dpo, validate_sft
+    from rft.trainer.validate import validate, validate_dpo, validate_sft
 
     for cfg in configs:
         reads.track(cfg)
@@ -371,7 +371,7 @@ def _set_path(tree: dict, key: str, value) -> dict:
 
 def _outcome(cfg: dict) -> tuple[dict, list]:
     """(the translation, the refusals) of `cfg`."""
-    from rft.config.trinity import translate
+    from rft.dialects.trinity import translate
 
     refusals: list = []
     try:

@@ -17,10 +17,11 @@ from safetensors.torch import load_file
 
 from rft.batch import Batch
 from rft.config import ConfigError
-from rft.config.trinity import load_trinity, translate
 from rft.data.dataset import PromptDataset, left_pad
 from rft.data.io import read_rows
+from rft.dialects.trinity import translate
 from rft.models.load import load_tokenizer
+from rft.trainer.configure import load_trinity
 from rft.trainer.mix import expert_rows_per_mini_batch
 from rft.trainer.rl import RLTrainer
 from rft.trainer.run import SyncRun

@@ -13,10 +13,11 @@ import yaml
 from rl_helpers import make_assets
 
 from rft.cli import main
-from rft.config import ConfigError, load_config
-from rft.config.trinity import translate
+from rft.config import ConfigError
+from rft.dialects.trinity import translate
 from rft.monitor import GENERATIONS, Tracker
 from rft.monitor.backends import RunInfo, mlflow_name
+from rft.trainer.configure import load_config
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 REWARD = "critic/score/mean"

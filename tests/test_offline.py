@@ -218,9 +218,9 @@ def test_merge_a_checkpoint_equals_the_runs_own_export(assets, tmp_path, lora, c
     AutoModelForCausalLM.from_pretrained(tmp_path / "merged")  # a Hugging Face folder
 
     # the same checkpoint as several processes write it: a DCP folder of the trainable weights
-    from rft.config import load_config
     from rft.models.load import load_trainable_model
     from rft.trainer.checkpoint import load_policy_weights, write_manifest
+    from rft.trainer.configure import load_config
     from rft.workers.fsdp import save_sharded
 
     cfg = load_config(run / "config.yaml", validate_paths=False)
@@ -248,7 +248,7 @@ def test_merge_needs_the_runs_config(assets, tmp_path, capsys):
 
 
 def test_offline_examples_load():
-    from rft.config.offline_schema import load_eval_config, load_generation_config
+    from rft.trainer.configure import load_eval_config, load_generation_config
 
     root = Path(__file__).resolve().parents[1] / "examples" / "offline"
     generation = load_generation_config(root / "generate.yaml", validate_paths=False)

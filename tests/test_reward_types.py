@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rft.config import ConfigError, load_config
+from rft.config import ConfigError
 from rft.config.schema import CustomRewardConfig
-from rft.config.validate import validate
 from rft.errors import RewardError
 from rft.rewards import (
     REWARD_FN_TYPES,
@@ -30,6 +29,8 @@ from rft.rewards.countdown import countdown_equation, countdown_task, evaluate
 from rft.rewards.math_answers import answer_span, gold_text, last_boxed
 from rft.rewards.parallel import MIN_ROWS_PER_WORKER, shutdown
 from rft.rewards.runner import BudgetExceeded, RewardFunction, call_with_timeout, within_budget
+from rft.trainer.configure import load_config
+from rft.trainer.validate import validate
 
 GSM8K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
 

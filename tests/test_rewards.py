@@ -338,7 +338,8 @@ def test_reward_kwargs_reach_every_function_of_the_file(tmp_path):
     ],
 )
 def test_reward_function_config_errors(overrides, needles):
-    from rft.config import ConfigError, load_config
+    from rft.config import ConfigError
+    from rft.trainer.configure import load_config
 
     base = ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet"]
     with pytest.raises(ConfigError) as err:
@@ -348,7 +349,7 @@ def test_reward_function_config_errors(overrides, needles):
 
 
 def test_reward_function_config_accepts_a_list_with_weights():
-    from rft.config import load_config
+    from rft.trainer.configure import load_config
 
     cfg = load_config(None, ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet",
                              "custom_reward_function.path=r.py", "custom_reward_function.name=[a,b]",

@@ -254,8 +254,8 @@ def test_a_refused_resume_leaves_config_yaml_as_it_was(work, tmp_path, capsys):
 def test_a_refused_resume_inside_the_trainer_leaves_config_yaml(work, tmp_path):
     """The sampler's own check (a changed number of prompts), after the model loaded: config.yaml is still the
     first run's, because it is written only after the resume."""
-    from rft.config import load_config
     from rft.data.dataset import DataError
+    from rft.trainer.configure import load_config
     from rft.trainer.run import SyncRun
 
     out = tmp_path / "out"
@@ -395,7 +395,7 @@ def test_an_unexpected_exception_is_one_line_saying_it_is_a_bug(monkeypatch, cap
 
 # ----------------------------------------------------------------------------- keys that used to do nothing
 def _load(*overrides: str):
-    from rft.config import load_config
+    from rft.trainer.configure import load_config
 
     return load_config(None, ["actor_rollout_ref.model.path=m", "data.train_files=t.parquet", "data.train_batch_size=4",
                               "actor_rollout_ref.actor.ppo_mini_batch_size=4", *overrides], validate_paths=False)

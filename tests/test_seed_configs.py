@@ -16,8 +16,8 @@ import yaml
 from spec_configs import SPEC, md_yaml_blocks, merge, verl_ppo_trainer_yaml, verl_sft_trainer_yaml
 
 from rft.cli import main
-from rft.config import load_config, load_sft_config
 from rft.config.load import ConfigError
+from rft.trainer.configure import load_config, load_sft_config
 
 pytestmark = pytest.mark.skipif(not SPEC.is_dir(), reason=f"the seed's spec files are not at {SPEC}")
 
@@ -171,7 +171,7 @@ def trinity_env(work, monkeypatch, tmp_path):
 
 
 def test_trinity_example_with_its_trainer_config_loads_with_its_listed_edits(trinity_env, capsys):
-    from rft.config.trinity import load_trinity
+    from rft.trainer.configure import load_trinity
 
     path = trinity_env / "trinity.yaml"
     path.write_text(yaml.safe_dump(edited_trinity_example(), sort_keys=False))
@@ -190,7 +190,7 @@ def test_trinity_example_with_its_trainer_config_loads_with_its_listed_edits(tri
 
 @pytest.mark.parametrize("key", list(TRINITY_EDITS))
 def test_each_trinity_edit_is_still_needed(trinity_env, key):
-    from rft.config.trinity import load_trinity
+    from rft.trainer.configure import load_trinity
 
     path = trinity_env / "trinity.yaml"
     path.write_text(yaml.safe_dump(edited_trinity_example(skip=key), sort_keys=False))
@@ -202,7 +202,7 @@ def test_each_trinity_edit_is_still_needed(trinity_env, key):
 
 @pytest.mark.parametrize("name", list(TRINITY_BLOCK_REFUSALS))
 def test_the_other_trinity_blocks_are_refused_by_key(trinity_env, name):
-    from rft.config.trinity import translate
+    from rft.dialects.trinity import translate
 
     blocks = _blocks()
     block = next(b for b in blocks if list(b) == [name] or (

@@ -10,7 +10,6 @@ import torch
 from sft_helpers import max_weight_difference, stop_after_two_steps_then_resume
 from transformers import AutoTokenizer
 
-from rft.config import load_sft_config
 from rft.data.dataset import DataError
 from rft.data.io import write_parquet
 from rft.data.sft import SFTDataset
@@ -20,6 +19,7 @@ from rft.models.tiny import init_model
 from rft.rewards import default_compute_score
 from rft.rollout import HFRollout, SamplingParams
 from rft.tasks import write_arithmetic
+from rft.trainer.configure import load_sft_config
 from rft.trainer.sft import SFTTrainer
 
 os.environ["HF_HUB_OFFLINE"] = "1"

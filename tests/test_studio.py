@@ -13,11 +13,12 @@ import yaml
 from rl_helpers import make_assets
 from studio_server import TOKENS, get, post, studio, wait_for
 
-from rft.config import ConfigError, load_config, to_yaml
+from rft.config import ConfigError, to_yaml
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
 from rft.config.validate import walk
 from rft.studio import forms, runs
+from rft.trainer.configure import load_config
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

@@ -11,7 +11,8 @@ import yaml
 from cli_helpers import rft_here
 
 from rft.config.load import ConfigError, read_yaml
-from rft.config.trinity import is_trinity, load_trinity, translate
+from rft.dialects.trinity import is_trinity, translate
+from rft.trainer.configure import load_trinity
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"}}

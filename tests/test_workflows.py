@@ -521,9 +521,9 @@ def test_the_trinity_tools_example_trains_its_openai_agent(assets, tmp_path, mon
     pytest.importorskip("openai")
     from pathlib import Path
 
-    from rft.config.trinity import load_trinity
     from rft.experience import to_batch
     from rft.tasks import write_calculator
+    from rft.trainer.configure import load_trinity
     from rft.trainer.run import SyncRun
 
     root = Path(__file__).resolve().parents[1]

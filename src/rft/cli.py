@@ -89,7 +89,7 @@ def _is_staged(path: str | None) -> bool:
 
 def _is_trinity(path: str | None) -> bool:
     from rft.config.load import read_yaml
-    from rft.config.trinity import is_trinity
+    from rft.dialects.trinity import is_trinity
 
     return path is not None and is_trinity(read_yaml(path))
 
@@ -100,7 +100,7 @@ def cmd_train(args) -> int:
     # what each process of a several-process run executes again
     module_args = ["train", *([args.config] if args.config else []), *args.overrides]
     if _is_trinity(args.config):  # Trinity-RFT's dialect, translated to verl keys before anything loads
-        from rft.config.trinity import load_trinity
+        from rft.trainer.configure import load_trinity
 
         kind, loaded = load_trinity(args.config, args.overrides)
         if kind == "stages":
@@ -112,13 +112,13 @@ def cmd_train(args) -> int:
         from rft.trainer.stages import launch_stages, load_stages
 
         return launch_stages(load_stages(args.config, args.overrides), module_args)
-    from rft.config import load_config
+    from rft.trainer.configure import load_config
 
     return run_rl(load_config(args.config, args.overrides), module_args)
 
 
 def cmd_sft(args) -> int:
-    from rft.config import load_sft_config
+    from rft.trainer.configure import load_sft_config
 
     cfg = load_sft_config(args.config, args.overrides)
     from rft.trainer.launch import run_spmd
@@ -133,7 +133,7 @@ def cmd_sft(args) -> int:
 
 
 def cmd_dpo(args) -> int:
-    from rft.config import load_dpo_config
+    from rft.trainer.configure import load_dpo_config
 
     cfg = load_dpo_config(args.config, args.overrides)
     from rft.trainer.dpo import DPOTrainer
@@ -153,16 +153,16 @@ def cmd_demo(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from rft.config.offline_schema import load_generation_config
     from rft.offline.generate import run_generate
+    from rft.trainer.configure import load_generation_config
 
     run_generate(load_generation_config(args.config, args.overrides))
     return 0
 
 
 def cmd_eval(args) -> int:
-    from rft.config.offline_schema import load_eval_config
     from rft.offline.score import run_eval
+    from rft.trainer.configure import load_eval_config
 
     run_eval(load_eval_config(args.config, args.overrides))
     return 0
@@ -201,17 +201,18 @@ def _offline_kind(path: str | None) -> str | None:
 
 
 def cmd_config(args) -> int:
-    from rft.config import load_config, to_yaml
+    from rft.config import to_yaml
+    from rft.trainer.configure import load_config
 
     offline = _offline_kind(args.config) if args.action == "show" else None
     if offline is not None:
-        from rft.config import load_dpo_config, load_sft_config
+        from rft.trainer.configure import load_dpo_config, load_sft_config
 
         load = load_dpo_config if offline == "dpo" else load_sft_config
         print(f"# {args.config}: an rft {offline} config")
         print(to_yaml(load(args.config, args.overrides, validate_paths=False)), end="")
     elif args.action == "show" and _is_trinity(args.config):
-        from rft.config.trinity import load_trinity
+        from rft.trainer.configure import load_trinity
 
         kind, loaded = load_trinity(args.config, args.overrides, validate_paths=False)
         print(f"# {args.config}: Trinity-RFT dialect, as rft's verl keys")

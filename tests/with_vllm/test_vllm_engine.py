@@ -375,8 +375,8 @@ def test_an_argument_vllm_refuses_is_one_error_naming_the_keys(root):
 
 
 def test_the_vllm_example_validates_with_real_paths(root, tmp_path):
-    from rft.config import load_config
     from rft.tasks import write_arithmetic
+    from rft.trainer.configure import load_config
 
     data = write_arithmetic(tmp_path / "d", n_train=16, n_val=4, seed=0)
     example = Path(__file__).resolve().parents[2] / "examples" / "arithmetic_grpo_vllm.yaml"

@@ -1,5 +1,6 @@
 """Pure tensor math of RL fine-tuning: advantage estimators, policy losses, KL estimators and loss
-aggregation, each family behind a name registry. Imports only torch, the stdlib and ``rft.registry``."""
+aggregation, each family behind a name registry. Imports only torch, the stdlib and ``rft.registry``; ``checks.py``,
+the checks of the algorithm keys, also imports ``rft.config``."""
 
 from rft.algorithms.advantages import (
     ADV_ESTIMATORS,

@@ -56,7 +56,7 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
     """(the validated canonical RFTConfig, the plan). A canonical error names the inputs behind its keys."""
     from rft.config.load import ConfigError, merge_layers
     from rft.config.schema import RFTConfig
-    from rft.config.validate import validate
+    from rft.trainer.validate import validate
 
     outputs = outputs or {}
     plan = plan_for(comp, values, outputs, for_run)
@@ -74,8 +74,8 @@ def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
         argv: list[str] | None = None) -> dict[str, str]:
     """Train with the component's inputs and write its outputs; returns {output name: path}. `argv`: the
     `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node)."""
+    from rft.config.checks import processes
     from rft.config.load import ConfigError
-    from rft.config.validate import processes
     from rft.distributed import launch, launched
     from rft.trainer.launch import check_launch, train_here
 

@@ -1,6 +1,6 @@
-"""Load a config: verl-style nested YAML plus dotted `key=value` overrides, merged onto the schema.
-
-Errors are `ConfigError`s that name the key and say what is allowed; they are raised before any model loads.
+"""Read a config: verl-style nested YAML plus dotted `key=value` overrides, merged onto a schema (typed, unknown keys
+refused). Errors are `ConfigError`s that name the key and say what is allowed. Checking the typed config is the
+checks' job (`rft.config.checks`), and loading and checking together `rft.trainer.configure`'s.
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from rft.config.dpo_schema import DPOConfig
 from rft.config.errors import ConfigError
 from rft.config.schema import RFTConfig
-from rft.config.sft_schema import SFTConfig
-from rft.config.validate import validate, validate_dpo, validate_sft
 
-__all__ = ["ConfigError", "load_config", "load_dpo_config", "load_sft_config", "merge_layers", "parse_overrides", "read_yaml",
-           "to_dict", "to_yaml"]
+__all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_yaml", "to_dict", "to_yaml"]
 
 
 def _node_fields(cls: type, dotted: str) -> list[str]:
@@ -91,30 +87,6 @@ def read_yaml(path: str | Path) -> DictConfig:
     if not isinstance(loaded, DictConfig):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
     return loaded
-
-
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
-    """The validated RL config (`RFTConfig`) from a YAML file (optional) and dotted overrides."""
-    layers = [read_yaml(path)] if path is not None else []
-    if layers and "stages" in layers[0]:
-        raise ConfigError(f"{str(path)!r} lists stages: run it with `rft train` (rft.trainer.stages.load_stages)")
-    cfg = merge_layers(RFTConfig, layers, overrides)
-    validate(cfg, check_paths=validate_paths)
-    return cfg
-
-
-def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
-    """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
-    cfg = merge_layers(SFTConfig, [read_yaml(path)] if path is not None else [], overrides)
-    validate_sft(cfg, check_paths=validate_paths)
-    return cfg
-
-
-def load_dpo_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
-    """The validated DPO config (`DPOConfig`: the SFT sections plus the preference loss)."""
-    cfg = merge_layers(DPOConfig, [read_yaml(path)] if path is not None else [], overrides)
-    validate_dpo(cfg, check_paths=validate_paths)
-    return cfg
 
 
 def to_yaml(cfg: Any) -> str:

@@ -1,5 +1,5 @@
 """The configs of the offline commands: `rft generate` (verl's generation.yaml keys, main_generation) and `rft eval`
-(verl's evaluation.yaml keys, main_eval), same conventions as schema.py; their loading and validation.
+(verl's evaluation.yaml keys, main_eval), same conventions as schema.py. Their checks: rollout/checks.py and rewards/checks.py.
 
 `rft generate` writes the input rows with a `responses` column (a list of n strings per row), which is what
 `rft eval` reads (data.response_key).
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from rft.config.errors import ConfigError
 from rft.config.schema import DTYPES, CustomRewardConfig, fld, sub
 
 RAY = "rft runs these commands in one process, without Ray"
@@ -106,57 +105,3 @@ class EvalConfig:
     custom_reward_function: CustomRewardConfig = sub(CustomRewardConfig, "The reward function, as `rft train`'s.")
     metrics: EvalMetricsConfig = sub(EvalMetricsConfig, "pass@k and where the metrics go (rft's keys).")
     ray_init: RayInitConfig = sub(RayInitConfig, "verl's Ray settings.")
-
-
-# ------------------------------------------------------------------------------------------- load, validate
-def load_generation_config(path=None, overrides=(), validate_paths: bool = True) -> GenerationConfig:
-    from pathlib import Path
-
-    from rft.config.load import merge_layers, read_yaml
-    from rft.config.validate import _check_model_dir, _check_schema
-
-    cfg = merge_layers(GenerationConfig, [read_yaml(path)] if path is not None else [], overrides)
-    _check_schema(cfg)
-    d, r = cfg.data, cfg.rollout
-    for key, value in (("data.path", d.path), ("data.output_path", d.output_path), ("model.path", cfg.model.path)):
-        if not value:
-            raise ConfigError(f"{key} is required")
-    for key, value in (("data.n_samples", d.n_samples), ("data.batch_size", d.batch_size),
-                       ("rollout.prompt_length", r.prompt_length), ("rollout.response_length", r.response_length)):
-        if not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    if not d.output_path.endswith(".parquet"):
-        raise ConfigError(f"data.output_path={d.output_path!r} must be a .parquet file (what rft eval reads)")
-    if r.do_sample and r.temperature <= 0:
-        raise ConfigError("rollout.temperature must be > 0 when rollout.do_sample=true (set do_sample=false for "
-                          "greedy decoding)")
-    if not 0 < r.top_p <= 1:
-        raise ConfigError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
-    if validate_paths:
-        if not Path(d.path).expanduser().is_file():
-            raise ConfigError(f"data.path: file {d.path!r} does not exist")
-        _check_model_dir("model.path", cfg.model.path)
-    return cfg
-
-
-def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> EvalConfig:
-    from pathlib import Path
-
-    from rft.config.load import merge_layers, read_yaml
-    from rft.config.validate import _check_reward_functions, _check_schema, check_reward_fn_type
-
-    cfg = merge_layers(EvalConfig, [read_yaml(path)] if path is not None else [], overrides)
-    _check_schema(cfg)
-    if not cfg.data.path:
-        raise ConfigError("data.path is required: a parquet/jsonl file of rows with responses")
-    check_reward_fn_type(cfg.custom_reward_function)  # a typed reward; no reward model, no judge model here
-    _check_reward_functions(cfg.custom_reward_function)
-    k = cfg.metrics.k
-    if k is not None and (not k or not all(isinstance(x, int) and x > 0 for x in k)):
-        raise ConfigError(f"metrics.k must be null or a list of positive integers, got {k!r}")
-    if validate_paths:
-        for key, value in (("data.path", cfg.data.path), ("custom_reward_function.path",
-                                                          cfg.custom_reward_function.path)):
-            if value and not Path(value).expanduser().is_file():
-                raise ConfigError(f"{key}: file {value!r} does not exist")
-    return cfg

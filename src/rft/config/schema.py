@@ -8,7 +8,7 @@ Every field carries a help text (`rft config reference` prints them). Two more m
 
 A key of a part the run does not build (the critic without gae, the reward model while reward_model.enable is false,
 the reference without a KL term) has no effect, as in verl: its `unsupported` values are not refused then, and a
-non-default value is named in one note line before training (`rft.config.validate.inactive_sections`).
+non-default value is named in one note line before training (the `UNUSED` rules of `rft.config.checks`).
 
 Batch sizes: `train_batch_size` and `ppo_mini_batch_size` are global and counted in prompts (algorithmic);
 `*_per_gpu` sizes are per process and counted in rows (performance knobs that do not change the result).
@@ -448,7 +448,7 @@ class RolloutConfig:
         None, "Real tokens per log-prob pass with log_prob_use_dynamic_bsz, per process; null: "
         "actor.ppo_max_token_len_per_gpu (verl's interpolation).")
     # the vLLM engine's keys (rollout.name=vllm; docs/rollout.md): with the hf engine they have no effect, as in
-    # verl, and a value other than the default is named in a note line (validate.inactive_sections)
+    # verl, and a value other than the default is named in a note line (an `UNUSED` rule)
     gpu_memory_utilization: float = fld(
         0.5, "vLLM: the share of the device's memory the engine takes (weights, activations, KV cache). On CPU "
         "vLLM reads it as a share of host memory; rft sizes the KV cache to what the run's batches hold at once, "

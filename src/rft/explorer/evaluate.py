@@ -14,6 +14,7 @@ from rft.batch import Batch
 from rft.data.dataset import Prompt, PromptDataset, left_pad
 from rft.rewards import score_responses
 from rft.rollout import HFRollout, SamplingParams
+from rft.rollout.base import eos_token_ids  # noqa: F401  (public here before it moved down to the engines)
 
 
 def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: SamplingParams,
@@ -77,10 +78,3 @@ def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, p
         metrics[f"val-core/{source}/reward/mean@{params.n}"] = float(np.mean(values))
     return metrics, samples
 
-
-def eos_token_ids(model, tokenizer) -> list[int]:
-    """The ids that end a response: the generation config's EOS ids (one or a list, as Llama 3 lists three) and the
-    tokenizer's EOS, which SFT puts at the end of every demonstration."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids = list(eos) if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
-    return ids + [i for i in [tokenizer.eos_token_id] if i is not None and i not in ids]

@@ -376,10 +376,10 @@ def model_name(cfg) -> str:
 def auxiliary_model(cfg, spec: dict, index: int, engine):
     """A handle on auxiliary model `spec` ({model_path, temperature?, max_tokens?}): loaded frozen on the
     policy's device, served by an hf engine and a generation server of its own (greedy unless told)."""
-    from rft.explorer.evaluate import eos_token_ids
     from rft.explorer.model import GenerationServer, ModelHandle
     from rft.models.load import device_of, load_causal_lm, load_tokenizer
     from rft.rollout import HFRollout
+    from rft.rollout.base import eos_token_ids
 
     path = spec["model_path"]
     device = device_of(engine.model)

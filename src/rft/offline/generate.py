@@ -21,10 +21,11 @@ def run_generate(cfg: GenerationConfig) -> Path:
     from rft.data.dataset import PromptDataset
     from rft.data.io import read_rows, write_parquet
     from rft.errors import RftError
-    from rft.explorer.evaluate import eos_token_ids, rollout_batch
+    from rft.explorer.evaluate import rollout_batch
     from rft.fsutil import output_problem
     from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
     from rft.rollout import HFRollout, SamplingParams
+    from rft.rollout.base import eos_token_ids
     from rft.runtime import configure_cpu_runtime
 
     configure_cpu_runtime()

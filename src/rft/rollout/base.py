@@ -46,3 +46,11 @@ class RolloutEngine(Protocol):
     def update_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
         """Load `weights` (parameter name -> tensor, a subset of the model's: e.g. the trainable ones) and take
         `version`; None: the engine shares the trained model itself (one process), so only the version moves."""
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """The ids that end a response: the generation config's EOS ids (one or a list, as Llama 3 lists three) and the
+    tokenizer's EOS, which SFT puts at the end of every demonstration."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = list(eos) if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
+    return ids + [i for i in [tokenizer.eos_token_id] if i is not None and i not in ids]

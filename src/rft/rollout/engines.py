@@ -1,29 +1,61 @@
-"""The engine a run generates with, from `actor_rollout_ref.rollout.name`: `hf` or `vllm`."""
+"""The engines a run generates with, by `actor_rollout_ref.rollout.name`: each registered with what the trainer
+asks of it (`EngineSpec`), the way estimators declare what they need. `hf` and `vllm` are rft's."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import nn
 
+from rft.registry import Registry
+
 log = logging.getLogger("rft")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """An engine and what the trainer asks of it. `build(cfg, model, tokenizer, eos_ids, all_done, distributed,
+    weights)` makes it (see `build_engine`); `own_numerics`: its log-probs are not the trainer's (another kernel
+    library), so the old log-probs are computed every step and the gap is logged; `replica_per_rank`: with several
+    trainer processes each rank runs an engine of its own over an unsharded copy of the policy that every sync
+    fills with the gathered weights (verl's hybrid engine), instead of generating with the sharded model."""
+
+    build: Callable
+    own_numerics: bool = False
+    replica_per_rank: bool = False
+
+
+ENGINES: Registry[EngineSpec] = Registry("rollout engine")
+
+
+def engine_spec(name: str) -> EngineSpec:
+    return ENGINES.get(name)
 
 
 def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bool] | None = None,
                  distributed: bool = False, weights=None):
     """The rollout engine serving `model` (the trained model itself, or the explorer's copy of it).
-    `all_done`: the hf engine's check across the processes of a sharded model (`HFRollout`). vLLM only:
-    `distributed`, one engine in each of the run's torch.distributed processes (vLLM's external launcher: each
-    generates its rank's share); `weights`, what `model` takes before the engine first loads from it."""
-    from rft.explorer.evaluate import eos_token_ids
+    `all_done`: the hf engine's check across the processes of a sharded model (`HFRollout`). An engine with
+    `replica_per_rank`: `distributed`, one engine in each of the run's torch.distributed processes (each generates
+    its rank's share); `weights`, what `model` takes before the engine first loads from it."""
+    from rft.rollout.base import eos_token_ids
+
+    eos = eos_token_ids(model, tokenizer)
+    return engine_spec(cfg.actor_rollout_ref.rollout.name).build(cfg, model, tokenizer, eos, all_done, distributed,
+                                                                 weights)
+
+
+def _hf(cfg, model, tokenizer, eos, all_done, distributed, weights):
     from rft.rollout.hf import HFRollout
 
     ro = cfg.actor_rollout_ref.rollout
-    eos = eos_token_ids(model, tokenizer)
-    if ro.name != "vllm":
-        return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done,
-                         compiled=compiled_decode(ro.enforce_eager, model, all_done is not None))
+    return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done,
+                     compiled=compiled_decode(ro.enforce_eager, model, all_done is not None))
+
+
+def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
     from rft.rollout.vllm_engine import VLLMRollout
 
     options = vllm_options(cfg, model)
@@ -31,6 +63,10 @@ def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bo
     engine = VLLMRollout(model, cfg.actor_rollout_ref.model.path, eos, tokenizer.pad_token_id, options)
     engine.update_weights(weights, 0)  # the served model's weights (a dummy load, LoRA, a resumed checkpoint)
     return engine
+
+
+ENGINES.register("hf")(EngineSpec(_hf))
+ENGINES.register("vllm")(EngineSpec(_vllm, own_numerics=True, replica_per_rank=True))
 
 
 def vllm_options(cfg, model: nn.Module):

@@ -129,8 +129,8 @@ class _Notes(logging.Handler):
 def check(kind: str, values: dict[str, Any], check_paths: bool = True) -> dict:
     """Validate `values` as `rft train` / `rft sft` does: {ok, error (the `rft: error:` line), notes, overrides,
     yaml (the changed keys, nested), command}."""
-    from rft.config import load_config, load_sft_config
     from rft.errors import RftError
+    from rft.trainer.configure import load_config, load_sft_config
 
     try:
         items = overrides(kind, values)

@@ -68,7 +68,7 @@ class Studio:
         self.lock = threading.Lock()
 
     def start(self, kind: str, path: str) -> dict:
-        from rft.config import load_config, load_sft_config
+        from rft.trainer.configure import load_config, load_sft_config
 
         if kind not in forms.KINDS:
             raise ValueError(f"unknown config kind {kind!r}")

@@ -130,10 +130,11 @@ def held_out_accuracy(model_dir: Path, val_file: Path, max_tokens: int, workflow
     """Greedy accuracy of the model in `model_dir` on every validation prompt: one batched generation, or with
     `workflow` each task run through it (its tools included)."""
     from rft.data.dataset import PromptDataset
-    from rft.explorer.evaluate import eos_token_ids, evaluate
+    from rft.explorer.evaluate import evaluate
     from rft.models.load import load_causal_lm, load_tokenizer
     from rft.rewards import default_compute_score
     from rft.rollout import HFRollout, SamplingParams
+    from rft.rollout.base import eos_token_ids
 
     tokenizer = load_tokenizer(str(model_dir))
     model = load_causal_lm(str(model_dir), torch.float32, torch.device("cpu"))

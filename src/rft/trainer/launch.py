@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from rft.config.checks import processes
 from rft.config.load import ConfigError
-from rft.config.validate import processes
 from rft.distributed import Dist
 
 

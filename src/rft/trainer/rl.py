@@ -45,6 +45,7 @@ from rft.models.load import (
     resolve_device,
 )
 from rft.monitor import Timer
+from rft.rollout.engines import engine_spec
 from rft.trainer.checkpoint import (
     EXPLORER_VERSIONS,
     CheckpointManager,
@@ -138,12 +139,12 @@ class RLTrainer:
         self.critic = self._build_critic() if use_critic else None
         # With one optimizer step per batch of fresh experiences the policy that sampled is the policy being
         # updated, so the old log-probs are the detached current ones and need no forward pass of their own. Not
-        # so with vLLM: its numerics differ from the trainer's, so the old log-probs are computed every step and
-        # the difference is logged (training/rollout_probs_diff_*, docs/rollout.md).
+        # so with an engine of its own numerics (vLLM): the old log-probs are computed every step and the
+        # difference is logged (training/rollout_probs_diff_*, docs/rollout.md).
         updates = arr.actor.ppo_epochs * (cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size)
         rc = cfg.algorithm.rollout_correction
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
-                                   or arr.rollout.name == "vllm"
+                                   or engine_spec(arr.rollout.name).own_numerics
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
         # algorithm.mix: the expert rows each update adds (trainer/mix.py)

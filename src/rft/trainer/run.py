@@ -26,7 +26,7 @@ from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
-from rft.rollout.engines import build_engine
+from rft.rollout.engines import build_engine, engine_spec
 from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer
@@ -58,8 +58,8 @@ class SyncRun:
         self.total_steps = total_training_steps(cfg, len(taskset))
         self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
         rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
-        if dist.enabled and cfg.actor_rollout_ref.rollout.name == "vllm":
-            # a vLLM engine beside each rank (verl's hybrid engine), serving an unsharded copy of the policy that
+        if dist.enabled and engine_spec(cfg.actor_rollout_ref.rollout.name).replica_per_rank:
+            # an engine beside each rank (verl's hybrid engine: vLLM), serving an unsharded copy of the policy that
             # every sync fills with the gathered weights
             gather = lambda: trainer.gathered_weights(trainable_only=False, everywhere=True)
             engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=True, weights=gather())

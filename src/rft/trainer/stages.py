@@ -34,6 +34,7 @@ from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
 from rft.distributed import SINGLE, Dist
 from rft.sync.schedule import is_synchronous, workflow_apart
+from rft.trainer.validate import validate, validate_dpo, validate_sft
 
 DONE = "STAGE_DONE"
 _STAGE_KEYS = {"stage_name", "algorithm", "mode"}
@@ -96,8 +97,6 @@ def load_stages(path, overrides=(), validate_paths: bool = True) -> list[Stage]:
 
 def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
     """The validated stages of a staged config (already merged with command-line overrides)."""
-    from rft.config.validate import validate, validate_dpo, validate_sft
-
     data = OmegaConf.to_container(raw, resolve=True)
     stages_raw = data.pop("stages")
     if not isinstance(stages_raw, list) or not stages_raw:

@@ -5,7 +5,8 @@ synchronizer, monitor, ...; or algorithm.algorithm_type). OmegaConf resolves its
 model_path}`, `${oc.env:VAR,default}`). The parts rft's engine has map onto canonical keys (`TRINITY_KEYS` in
 docs/config-dialects: this module's tables); every other key is refused by its Trinity name with the reason, all
 at once, before anything loads. A `stages` list becomes rft's stages (`rft.trainer.stages`), each stage's Trinity
-sections merged over the global ones, as Trinity does.
+sections merged over the global ones, as Trinity does. This module maps keys and nothing else: the mapped
+config is loaded and checked as a verl one (`rft.trainer.configure.load_trinity`).
 
 Trinity's explorer / buffer / trainer / synchronizer keys are rft's own (`mode` -> trainer.mode, `synchronizer.*`,
 `buffer.trainer_input.experience_buffer.*` -> experience_buffer.*, taskset storage types -> data.task_storage;
@@ -875,7 +876,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
 
 def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     """monitor_type (one name or a list) -> trainer.logger (the console too), monitor_args -> trainer.monitor_args
-    (rft.config.validate checks each key against the monitors named)."""
+    (rft.monitor.checks checks each key against the monitors named)."""
     from rft.config.schema import LOGGERS, MONITOR_ARGS, REFUSED_LOGGERS
 
     kind = monitor.pop("monitor_type", None)
@@ -1031,44 +1032,3 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> 
             ", ".join(rl_only))
     return {**rl_base, "stages": out_stages}
 
-
-def load_trinity(path, overrides=(), validate_paths: bool = True):
-    """("rl", RFTConfig) or ("stages", [Stage]) of the Trinity YAML at `path`; dotted overrides use Trinity's keys
-    (e.g. buffer.total_steps=3) and apply before the translation."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from rft.config.load import merge_layers, parse_overrides, read_yaml
-    from rft.config.schema import RFTConfig
-    from rft.config.validate import validate
-
-    raw = read_yaml(path)
-    try:
-        for item in parse_overrides(overrides):
-            key, value = item.split("=", 1)
-            OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=True)
-        # an inline trainer_config is a verl config of its own: its interpolations (${actor_rollout_ref...}) resolve
-        # within it, as those of a trainer_config_path file do
-        inline = {}
-        for where, section in [("", raw), *((f"stages.{i}.", st) for i, st in enumerate(raw.get("stages") or []))]:
-            trainer = section.get("trainer") if hasattr(section, "get") else None
-            if hasattr(trainer, "get") and hasattr(trainer.get("trainer_config"), "keys"):
-                inline[where] = OmegaConf.to_container(trainer.trainer_config, resolve=False)
-                trainer.trainer_config = None
-        cfg = OmegaConf.to_container(raw, resolve=True)
-        for where, verl in inline.items():
-            node = cfg
-            for part in where.split(".")[:-1]:
-                node = node[int(part)] if isinstance(node, list) else node[part]
-            node["trainer"]["trainer_config"] = OmegaConf.to_container(OmegaConf.create(verl), resolve=True)
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{path}: {str(e).splitlines()[0]}; for a variable: set it in the environment, or "
-                          "replace the ${{...}} by its value") from None
-    out = translate(cfg, str(path))
-    if "stages" in out:
-        from rft.trainer.stages import build_stages
-
-        return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths)
-    rl = merge_layers(RFTConfig, [out])
-    validate(rl, check_paths=validate_paths)
-    return "rl", rl

@@ -1,0 +1,195 @@
+"""The checks of the algorithm keys: registered names, what an estimator needs, the loss options, rollout
+correction and the preference (DPO) loss. The only module of algorithms/ that imports rft.config."""
+
+from __future__ import annotations
+
+import math
+
+from rft.algorithms.advantages import ADV_ESTIMATORS, estimator_spec
+from rft.algorithms.kl import KL_ESTIMATORS
+from rft.algorithms.policy_loss import POLICY_LOSSES
+from rft.algorithms.preference import preference_loss_spec
+from rft.algorithms.rollout_correction import parse_is_threshold, parse_rs_options, parse_rs_thresholds
+from rft.config.checks import CHECKS, CheckContext, positive
+from rft.config.errors import ConfigError
+
+# Names that are part of verl's vocabulary but arrive with a later capability of rft (none at the moment).
+_PENDING_ESTIMATORS: dict[str, str] = {}
+
+DPO_KL_COEF_DEFAULT = 0.001
+
+
+@CHECKS.register("algorithms.names")
+def check_names(ctx: CheckContext) -> None:
+    """The estimator, policy loss and KL estimators are registered names."""
+    algo, actor = ctx.cfg.algorithm, ctx.cfg.actor_rollout_ref.actor
+    if algo.adv_estimator in _PENDING_ESTIMATORS:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} {_PENDING_ESTIMATORS[algo.adv_estimator]}; "
+            f"available: {ADV_ESTIMATORS.names()}"
+        )
+    if algo.adv_estimator not in ADV_ESTIMATORS:
+        raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator!r} is unknown; choose one of {ADV_ESTIMATORS.names()}")
+    if actor.policy_loss.loss_mode not in POLICY_LOSSES:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r} is unknown; "
+            f"choose one of {POLICY_LOSSES.names()}"
+        )
+    for key, kind in (("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type), ("algorithm.kl_penalty", algo.kl_penalty)):
+        if kind not in KL_ESTIMATORS:
+            raise ConfigError(f"{key}={kind!r} is unknown; choose one of {KL_ESTIMATORS.names()}")
+
+
+@CHECKS.register("algorithms.estimator")
+def check_estimator(ctx: CheckContext) -> None:
+    """What the estimator declares with its registration (`EstimatorSpec`): the smallest group, its options;
+    grpo's scaling keys, opmd's temperature; gdpo's reward dimensions and the optimal token baseline's sum of
+    squared probabilities, required where the estimator reads them and refused where nothing would."""
+    algo, actor, rollout = ctx.cfg.algorithm, ctx.cfg.actor_rollout_ref.actor, ctx.cfg.actor_rollout_ref.rollout
+    min_group = estimator_spec(algo.adv_estimator).min_group_size
+    if rollout.n < min_group:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} needs at least {min_group} responses per prompt: set "
+            f"actor_rollout_ref.rollout.n >= {min_group} (got {rollout.n})"
+        )
+    if algo.scale_rewards is not None:
+        if algo.adv_estimator != "grpo":
+            raise ConfigError(
+                f"algorithm.scale_rewards={algo.scale_rewards!r} is an option of adv_estimator=grpo only, got "
+                f"adv_estimator={algo.adv_estimator!r}; remove it (null)"
+            )
+        if not algo.norm_adv_by_std_in_grpo:
+            raise ConfigError(
+                f"algorithm.scale_rewards={algo.scale_rewards!r} (TRL) and algorithm.norm_adv_by_std_in_grpo=false "
+                "(verl) both choose the grpo scaling: set only one (scale_rewards=none is the unscaled advantage)"
+            )
+    if not algo.tau > 0:
+        raise ConfigError(f"algorithm.tau must be > 0 (opmd's logavgexp temperature), got {algo.tau}")
+    needs = estimator_spec(algo.adv_estimator).needs
+    keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
+    if "reward_components" in needs:
+        if not keys or not all(isinstance(k, str) and k for k in keys) or len(set(keys)) != len(keys):
+            raise ConfigError(
+                f"algorithm.adv_estimator={algo.adv_estimator!r} needs algorithm.gdpo_reward_keys: a list of distinct "
+                "keys of the reward function's returned dict (or names of several reward functions), got "
+                f"{keys!r}"
+            )
+        if weights is not None and (len(weights) != len(keys) or not all(math.isfinite(w) for w in weights)):
+            raise ConfigError(
+                f"algorithm.gdpo_reward_weights={list(weights)} must hold {len(keys)} finite numbers, one per "
+                f"algorithm.gdpo_reward_keys entry {list(keys)}"
+            )
+    elif keys is not None or weights is not None:
+        raise ConfigError(
+            f"algorithm.gdpo_reward_keys / gdpo_reward_weights are options of adv_estimator=gdpo, got "
+            f"adv_estimator={algo.adv_estimator!r}; remove them (null)"
+        )
+    if "sum_pi_squared" in needs and not actor.calculate_sum_pi_squared:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} weights returns by the policy's sum of squared "
+            "probabilities: set actor_rollout_ref.actor.calculate_sum_pi_squared=true (as verl requires)"
+        )
+    if actor.calculate_sum_pi_squared and algo.rollout_correction.bypass_mode:
+        raise ConfigError(
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=true is computed in the old log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips: set one of them to false"
+        )
+
+
+@CHECKS.register("algorithms.clip")
+def check_clip(ctx: CheckContext) -> None:
+    """PPO's clip ratios and the dual clip."""
+    actor = ctx.cfg.actor_rollout_ref.actor
+    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+        v = getattr(actor, key)
+        if v is not None and v < 0:
+            raise ConfigError(f"actor_rollout_ref.actor.{key} must be >= 0, got {v}")
+    if actor.clip_ratio_c <= 1:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c must be > 1 (dual clip), got {actor.clip_ratio_c}")
+
+
+@CHECKS.register("algorithms.loss_options")
+def check_loss_options(ctx: CheckContext) -> None:
+    """Ranges of the policy-loss options, the loss scale factors and the KL controller."""
+    cfg = ctx.cfg
+    actor, algo = cfg.actor_rollout_ref.actor, cfg.algorithm
+    pl = actor.policy_loss
+    prefix = "actor_rollout_ref.actor"
+    for key, value in (("policy_loss.clip_cov_ratio", pl.clip_cov_ratio), ("policy_loss.kl_cov_ratio", pl.kl_cov_ratio),
+                       ("tau_pos", actor.tau_pos), ("tau_neg", actor.tau_neg)):
+        if not value > 0:
+            raise ConfigError(f"{prefix}.{key} must be > 0, got {value}")
+    for key, value in (("policy_loss.ppo_kl_coef", pl.ppo_kl_coef), ("policy_loss.tau", pl.tau)):
+        if not value >= 0:
+            raise ConfigError(f"{prefix}.{key} must be >= 0, got {value}")
+    positive(f"{prefix}.loss_scale_factor", actor.loss_scale_factor, allow_none=True)
+    positive("critic.loss_scale_factor", cfg.critic.loss_scale_factor, allow_none=True)
+    if not pl.clip_cov_lb < pl.clip_cov_ub:
+        raise ConfigError(
+            f"{prefix}.policy_loss.clip_cov_lb ({pl.clip_cov_lb}) must be below clip_cov_ub ({pl.clip_cov_ub})"
+        )
+    ctrl = algo.kl_ctrl
+    if ctrl.type == "adaptive" and not (ctrl.target_kl > 0 and ctrl.horizon > 0):
+        raise ConfigError(
+            f"algorithm.kl_ctrl.type=adaptive needs algorithm.kl_ctrl.target_kl > 0 and horizon > 0, got "
+            f"target_kl={ctrl.target_kl}, horizon={ctrl.horizon}"
+        )
+
+
+@CHECKS.register("algorithms.rollout_correction")
+def check_rollout_correction(ctx: CheckContext) -> None:
+    """algorithm.rollout_correction.*: thresholds that parse, options that act, the bypass-mode loss; dro_beta."""
+    rc, pl = ctx.cfg.algorithm.rollout_correction, ctx.cfg.actor_rollout_ref.actor.policy_loss
+    prefix = "algorithm.rollout_correction"
+    if pl.loss_mode == "dro" and not (pl.dro_beta is not None and pl.dro_beta > 0):
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode=dro needs actor_rollout_ref.actor.policy_loss.dro_beta > 0, "
+            f"got {pl.dro_beta!r}"
+        )
+    try:
+        parse_is_threshold(rc.rollout_is_threshold)
+        if rc.rollout_rs is not None:
+            parse_rs_thresholds(parse_rs_options(rc.rollout_rs), rc.rollout_rs_threshold)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{prefix}: {err}") from None
+    if rc.rollout_is is None and (rc.rollout_is_batch_normalize or rc.rollout_is_threshold != 2.0):
+        raise ConfigError(
+            f"{prefix}.rollout_is_threshold / rollout_is_batch_normalize shape the IS weights, which "
+            f"{prefix}.rollout_is=null turns off: set rollout_is (token or sequence), or remove them"
+        )
+    if rc.rollout_rs is None and rc.rollout_rs_threshold is not None:
+        raise ConfigError(f"{prefix}.rollout_rs_threshold is set but {prefix}.rollout_rs is null: set rollout_rs "
+                          "(e.g. seq_mean_k3) or remove the threshold")
+    if rc.bypass_mode and pl.loss_mode not in ("vanilla", "bypass_mode"):
+        raise ConfigError(
+            f"{prefix}.bypass_mode=true runs verl's bypass-mode loss (PPO-clip or REINFORCE, {prefix}.loss_type) "
+            f"in place of actor_rollout_ref.actor.policy_loss.loss_mode={pl.loss_mode!r}: set loss_mode=bypass_mode "
+            f"(or vanilla), or bypass_mode=false"
+        )
+    if pl.loss_mode == "bypass_mode" and not rc.bypass_mode:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode is verl's bypass-mode loss: its old log-probs "
+            f"must be the rollout's; set {prefix}.bypass_mode=true"
+        )
+    if rc.loss_type != "ppo_clip" and not rc.bypass_mode:
+        raise ConfigError(f"{prefix}.loss_type={rc.loss_type!r} chooses the bypass-mode loss: set "
+                          f"{prefix}.bypass_mode=true, or remove it")
+
+
+@CHECKS.register("algorithms.preference")
+def check_preference(ctx: CheckContext) -> None:
+    """rft dpo's algorithm section: beta, label smoothing (read by the losses that use it), the KL and entropy terms."""
+    algo = ctx.cfg.algorithm
+    if not algo.beta > 0:
+        raise ConfigError(f"algorithm.beta must be > 0, got {algo.beta}")
+    if not 0 <= algo.label_smoothing < 0.5:
+        raise ConfigError(f"algorithm.label_smoothing must be in [0, 0.5), got {algo.label_smoothing}")
+    if algo.label_smoothing and not preference_loss_spec(algo.loss_type).uses_label_smoothing:
+        raise ConfigError(f"algorithm.label_smoothing={algo.label_smoothing} is read by loss_type sigmoid and robust "
+                          f"only, not {algo.loss_type!r}; set it to 0 or change the loss_type")
+    for key in ("kl_loss_coef", "entropy_coeff"):
+        if getattr(algo, key) < 0:
+            raise ConfigError(f"algorithm.{key} must be >= 0, got {getattr(algo, key)}")
+    if algo.kl_loss_coef != DPO_KL_COEF_DEFAULT and not algo.use_kl_loss:
+        raise ConfigError(f"algorithm.kl_loss_coef={algo.kl_loss_coef} has no effect with algorithm.use_kl_loss="
+                          "false; set use_kl_loss=true or remove it")

@@ -1,0 +1,108 @@
+"""The registry of config checks, and the small helpers they share.
+
+Each subsystem checks its own config section beside its code (`rft/<subsystem>/checks.py`) and registers each check
+here under `<owner>.<what>` (`@CHECKS.register("rollout.engine")`), the way `algorithms/` registers estimators;
+`UNUSED` holds, the same way, which keys have no effect when a part is not built (a critic, a reward model, ...).
+config/ knows none of them: the order in which they run is declared once, above them, in `rft/trainer/validate.py`
+(and `rft/offline/validate.py` for `rft generate` / `rft eval`). A check raises `ConfigError` naming the key and
+what to set; it runs before any model loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rft.config.errors import ConfigError
+from rft.registry import Registry
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a check sees: the typed config and how far to look. `check_paths`: files and folders must exist;
+    `check_model_path`: the model folder too (a later stage's model does not exist yet); `world_size`: the number
+    of processes the batch sizes are checked against; `inactive`: {key or key prefix ending in '.': why} of the
+    parts this run does not build (their keys have no effect)."""
+
+    cfg: Any
+    check_paths: bool = True
+    check_model_path: bool = True
+    world_size: int = 1
+    inactive: Mapping[str, str] = field(default_factory=dict)
+
+
+Check = Callable[[CheckContext], None]
+UnusedKeys = Callable[[Any], dict[str, str]]
+
+CHECKS: Registry[Check] = Registry("config check")
+"""`<owner>.<what>` -> check(ctx): raises ConfigError, or returns None."""
+UNUSED: Registry[UnusedKeys] = Registry("unused-keys rule")
+"""`<owner>.<part>` -> rule(cfg) -> {key or key prefix ending in '.': why}: the keys of a part the run does not build."""
+
+
+def run_checks(names: Iterable[str], ctx: CheckContext) -> None:
+    """Run the named checks in the order given (the first problem raises)."""
+    for name in names:
+        CHECKS.get(name)(ctx)
+
+
+def unused_keys(names: Iterable[str], cfg: Any) -> dict[str, str]:
+    """The inactive keys of `cfg` by the named rules, in their order."""
+    out: dict[str, str] = {}
+    for name in names:
+        out.update(UNUSED.get(name)(cfg))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+def processes(t: Any) -> int:
+    """The number of processes a trainer section asks for: nnodes x n_gpus_per_node."""
+    return t.nnodes * t.n_gpus_per_node
+
+
+def positive(key: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+
+
+def check_int(key: str, value: Any, low: int, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{key} must be an integer >= {low} ({what}), got {value!r}")
+
+
+def all_null(value: Any) -> bool:
+    """An engine_kwargs-style mapping whose nested values are all null (or the string 'None'): the default."""
+    if isinstance(value, dict):
+        return all(all_null(v) for v in value.values())
+    return value is None or value == "None"
+
+
+def data_files(value: Any, key: str) -> list[str]:
+    """The parquet / jsonl paths of a files key (one path or a list)."""
+    if value is None:
+        return []
+    files = [value] if isinstance(value, str) else list(value)
+    for f in files:
+        if not isinstance(f, str):
+            raise ConfigError(f"{key} must be a file path or a list of paths, got {f!r}")
+        if Path(f).suffix not in (".parquet", ".jsonl"):
+            raise ConfigError(f"{key}: {f!r} is not a .parquet or .jsonl file")
+    return files
+
+
+def check_files_exist(key: str, files: list[str]) -> None:
+    for f in files:
+        if not Path(f).expanduser().is_file():
+            raise ConfigError(f"{key}: file {f!r} does not exist")
+
+
+def check_model_dir(key: str, path: str) -> None:
+    if not (Path(path).expanduser() / "config.json").is_file():
+        raise ConfigError(
+            f"{key}={path!r} is not a Hugging Face model folder (no config.json); rft loads models from local "
+            "folders only"
+        )

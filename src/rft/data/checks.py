@@ -1,0 +1,54 @@
+"""The checks of the data keys: the model folder and the data files a trainer reads, the preference columns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rft.config.checks import CHECKS, CheckContext, check_files_exist, check_model_dir, data_files
+from rft.config.errors import ConfigError
+
+
+def check_inputs(model_key: str, model_path: str | None, data: Any, check_paths: bool,
+                 check_model_path: bool, require_train: bool = True) -> None:
+    """The model folder and the data files both trainers need (`data` has train_files / val_files);
+    `require_train`: data.train_files must be set."""
+    if not model_path:
+        raise ConfigError(f"{model_key} is required: a Hugging Face model folder")
+    if getattr(data, "task_storage", "file") != "file":  # a database: tasks of a table
+        if not isinstance(data.train_files, str) or not data.train_files:
+            raise ConfigError(f"data.task_storage={data.task_storage}: data.train_files must be one SQLAlchemy URL "
+                              f"or SQLite file, got {data.train_files!r}")
+        data_files(data.val_files, "data.val_files")
+        if check_paths:
+            check_files_exist("data.val_files", data_files(data.val_files, "data.val_files"))
+            if check_model_path:
+                check_model_dir(model_key, model_path)
+        return
+    train_files = data_files(data.train_files, "data.train_files")
+    val_files = data_files(data.val_files, "data.val_files")
+    if not train_files and require_train:
+        raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
+    if check_paths:
+        if check_model_path:
+            check_model_dir(model_key, model_path)
+        check_files_exist("data.train_files", train_files)
+        check_files_exist("data.val_files", val_files)
+
+
+@CHECKS.register("data.inputs")
+def check_rl_inputs(ctx: CheckContext) -> None:
+    """The policy's folder and the prompt files; a trainer reading experiences needs no tasks when told how many
+    steps to take, and bench evaluates only."""
+    cfg, trainer = ctx.cfg, ctx.cfg.trainer
+    require_train = not (trainer.mode == "bench" or (trainer.mode == "train" and trainer.total_training_steps))
+    check_inputs("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path, cfg.data, ctx.check_paths,
+                 ctx.check_model_path, require_train)
+
+
+@CHECKS.register("data.preference_columns")
+def check_preference_columns(ctx: CheckContext) -> None:
+    data = ctx.cfg.data
+    if len({data.prompt_key, data.chosen_key, data.rejected_key}) < 3:
+        raise ConfigError(f"data.prompt_key, chosen_key and rejected_key must name three different columns, got "
+                          f"{data.prompt_key!r}, {data.chosen_key!r}, {data.rejected_key!r}")
+

@@ -1,0 +1,141 @@
+"""The checks of the explorer's keys: the taskset's storage, several explorers, workflows (a workflow rft has, its
+arguments and tools, what it combines with) and DAPO's dynamic sampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rft.config.checks import CHECKS, CheckContext, check_model_dir, positive
+from rft.config.errors import ConfigError
+from rft.sync.schedule import is_synchronous
+
+BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
+
+
+@CHECKS.register("explorer.filter_groups")
+def check_filter_groups(ctx: CheckContext) -> None:
+    """DAPO's dynamic sampling keeps the groups whose metric varies: it needs a metric, and a whole number of
+    generation batches."""
+    fg = ctx.cfg.algorithm.filter_groups
+    if fg.enable and not fg.metric:
+        raise ConfigError(
+            "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric: score, seq_reward, "
+            "seq_final_reward, or a numeric key the reward function returns (e.g. acc)"
+        )
+    if not isinstance(fg.max_num_gen_batches, int):
+        raise ConfigError(
+            f"algorithm.filter_groups.max_num_gen_batches must be an integer (<= 0: no limit), got "
+            f"{fg.max_num_gen_batches!r}"
+        )
+
+
+@CHECKS.register("explorer.taskset")
+def check_taskset(ctx: CheckContext) -> None:
+    """A taskset read as a stream (queue) has no epochs; one in a database runs in one process for now."""
+    cfg = ctx.cfg
+    if cfg.data.task_storage == "queue" and not cfg.trainer.total_training_steps:
+        raise ConfigError("data.task_storage=queue reads tasks as a stream, which has no epochs: set "
+                          "trainer.total_training_steps")
+    if cfg.data.task_storage != "file" and ctx.world_size > 1:
+        raise ConfigError(f"data.task_storage={cfg.data.task_storage} runs in one process for now: set "
+                          "trainer.nnodes and trainer.n_gpus_per_node to 1")
+
+
+@CHECKS.register("explorer.explorers")
+def check_explorers(ctx: CheckContext) -> None:
+    """trainer.explorer_num / explorer_rank: several explorers share a database buffer and take turns at the steps."""
+    cfg = ctx.cfg
+    t = cfg.trainer
+    if not isinstance(t.explorer_num, int) or t.explorer_num < 1:
+        raise ConfigError(f"trainer.explorer_num must be an integer >= 1, got {t.explorer_num!r}")
+    if not isinstance(t.explorer_rank, int) or not 0 <= t.explorer_rank < t.explorer_num:
+        raise ConfigError(f"trainer.explorer_rank={t.explorer_rank!r} must be in [0, trainer.explorer_num="
+                          f"{t.explorer_num})")
+    if t.explorer_num == 1:
+        return
+    n = f"trainer.explorer_num={t.explorer_num}"
+    if is_synchronous(cfg):
+        raise ConfigError(f"{n}: the one-process loop (mode both, sync_interval 1, sync_offset 0) has one engine; "
+                          "set synchronizer.sync_interval or sync_offset to run explorers apart, or explorer_num 1")
+    if cfg.experience_buffer.storage_type == "file":
+        raise ConfigError(f"{n}: explorers share a database buffer; experience_buffer.storage_type=file is not one")
+    if cfg.data.task_storage != "file":
+        raise ConfigError(f"{n}: explorers take turns at the steps of a taskset they each read whole; "
+                          f"data.task_storage={cfg.data.task_storage} is a stream they would compete for; use "
+                          "files, or explorer_num 1")
+    if cfg.synchronizer.sync_method == "nccl":
+        raise ConfigError(f"{n}: synchronizer.sync_method=nccl broadcasts to one explorer; use checkpoint (the "
+                          "default with several explorers)")
+
+
+@CHECKS.register("explorer.workflow")
+def check_workflow(ctx: CheckContext) -> None:
+    """workflow.*: a workflow rft has (or a file that may register it), sizes in range, and what the workflow
+    machinery does not combine with (a reward model, ReMax's greedy baselines, dynamic sampling, several
+    processes)."""
+    cfg, check_paths = ctx.cfg, ctx.check_paths
+    wf = cfg.workflow
+    positive("workflow.runner_per_model", wf.runner_per_model)
+    if not wf.max_timeout > 0:
+        raise ConfigError(f"workflow.max_timeout must be > 0 seconds, got {wf.max_timeout}")
+    if not isinstance(wf.max_retry_times, int) or wf.max_retry_times < 0:
+        raise ConfigError(f"workflow.max_retry_times must be an integer >= 0, got {wf.max_retry_times!r}")
+    if not isinstance(wf.endpoint_port, int) or not 0 <= wf.endpoint_port <= 65535:
+        raise ConfigError(f"workflow.endpoint_port must be 0 (a free port) or a port number, got {wf.endpoint_port!r}")
+    if wf.type not in BUILTIN_WORKFLOWS and not wf.path:
+        raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}: set "
+                          "workflow.path to the Python file that registers it (rft.explorer.workflow."
+                          "register_workflow)")
+    if wf.path and check_paths and not Path(wf.path).expanduser().exists():
+        raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
+    for i, spec in enumerate(wf.auxiliary_models):
+        if not isinstance(spec, dict) or not spec.get("model_path"):
+            raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")
+        unknown = set(spec) - {"model_path", "temperature", "max_tokens", "tensor_parallel_size", "engine_type",
+                               "name"}
+        if unknown:
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: keys {sorted(unknown)} are not honoured; rft takes "
+                              "model_path, temperature, max_tokens (and tensor_parallel_size 1, engine_type hf)")
+        if spec.get("tensor_parallel_size", 1) != 1 or spec.get("engine_type", "hf") not in ("hf",):
+            raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
+                              "the explorer's process (tensor_parallel_size 1, engine_type hf)")
+        if check_paths:
+            check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"])
+    if wf.type == "simple_workflow":
+        judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
+        for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),
+                                    ("enable_history", wf.enable_history, False), ("endpoint", wf.endpoint, False),
+                                    ("auxiliary_models", [] if judged else wf.auxiliary_models, [])):
+            if value != default:
+                raise ConfigError(
+                    f"workflow.{key}={value!r} has no effect with workflow.type=simple_workflow (one batched chat turn "
+                    "per sample, no workflow code): set workflow.type to the workflow that uses it, or remove it"
+                )
+        return
+    from rft.algorithms import estimator_spec
+
+    why = None
+    if cfg.reward_model.enable:
+        why = "reward_model.enable (the reward model scores whole batches; workflows score their own experiences)"
+    elif "reward_baselines" in estimator_spec(cfg.algorithm.adv_estimator).needs:
+        why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} (its greedy baseline is one more generation of "\
+              "the batched single-turn path)"
+    elif cfg.algorithm.filter_groups.enable:
+        why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
+    if why:
+        raise ConfigError(f"workflow.type={wf.type!r} does not combine with {why}; use workflow.type=simple_workflow "
+                          "or drop it")
+    if wf.type in BUILTIN_WORKFLOWS:  # a misspelt argument would be read as its default
+        from rft.explorer.workflow import WORKFLOWS
+
+        known = WORKFLOWS.get(wf.type).ARGS
+        unknown = sorted(set(wf.args or {}) - known)
+        if unknown:
+            raise ConfigError(f"workflow.args: {unknown} are not arguments of workflow.type={wf.type!r}, which "
+                              f"takes {sorted(known) or 'none'} (in YAML flow style a space follows the colon: "
+                              "{max_turns: 2})")
+    tools_path = (wf.args or {}).get("tools_path") if wf.type == "tool_call_workflow" else None
+    if tools_path and check_paths:  # loaded now: a file that does not import would fail every task of every step
+        from rft.explorer.tools import load_tools
+
+        load_tools(str(tools_path))

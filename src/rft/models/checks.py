@@ -1,0 +1,53 @@
+"""The checks of the model keys: LoRA's rank, the override config, the tokenizer folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rft.config.checks import CHECKS, CheckContext
+from rft.config.errors import ConfigError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "vocab.txt")
+"""A folder holding one of these has a tokenizer transformers can load (without one it builds an empty one)."""
+
+
+def check_tokenizer_folder(key: str, path: str) -> None:
+    """The folder `path` holds tokenizer files (without any, transformers builds an empty tokenizer and the run
+    fails much later)."""
+    folder = Path(path).expanduser()
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{key}={path!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:3])}, ...): copy the model's "
+            "tokenizer files into it, or set data.tokenizer to a folder that has them"
+        )
+
+
+def check_lora_rank(key: str, rank: int) -> None:
+    if rank < 0:
+        raise ConfigError(f"{key} must be >= 0, got {rank}")
+
+
+@CHECKS.register("models.lora")
+def check_lora(ctx: CheckContext) -> None:
+    check_lora_rank("actor_rollout_ref.model.lora_rank", ctx.cfg.actor_rollout_ref.model.lora_rank)
+
+
+@CHECKS.register("models.override_config")
+def check_override_config(ctx: CheckContext) -> None:
+    """override_config.moe_config is Megatron's; rft has none of its MoE layers."""
+    moe = (ctx.cfg.actor_rollout_ref.model.override_config or {}).get("moe_config")
+    if moe and not (isinstance(moe, dict) and all(not v for v in moe.values())):
+        raise ConfigError(
+            f"actor_rollout_ref.model.override_config.moe_config={moe!r} configures Megatron's MoE layers, which "
+            "rft (FSDP / one process) does not have; remove it or leave its values false / null"
+        )
+
+
+@CHECKS.register("models.tokenizer")
+def check_tokenizer(ctx: CheckContext) -> None:
+    """data.tokenizer, or the model folder, holds tokenizer files."""
+    if ctx.check_paths and ctx.check_model_path:
+        data, arr = ctx.cfg.data, ctx.cfg.actor_rollout_ref
+        check_tokenizer_folder("data.tokenizer" if data.tokenizer else "actor_rollout_ref.model.path",
+                               data.tokenizer or arr.model.path)

@@ -1,0 +1,191 @@
+"""The checks of the reward keys: custom_reward_function (files, names, weights, typed rewards, the judge),
+reward_model, and DAPO's overlong buffer; the reward model's keys have no effect when it is off. And `rft eval`'s
+config (verl's evaluation.yaml)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from rft.config.checks import CHECKS, UNUSED, CheckContext, check_model_dir, positive
+from rft.config.errors import ConfigError
+
+
+@UNUSED.register("rewards.reward_model")
+def unused_reward_model_keys(cfg: Any) -> dict[str, str]:
+    if cfg.reward_model.enable:
+        return {}
+    why = "reward_model.enable=false"
+    return {f"reward_model.{key}": why
+            for key in ("model.", "micro_batch_size_per_gpu", "max_length", "reward_weight", "rule_weight")}
+
+
+@CHECKS.register("rewards.function")
+def check_function(ctx: CheckContext) -> None:
+    """custom_reward_function: its file exists, a typed reward's combinations, the names and weights."""
+    cfg = ctx.cfg
+    if ctx.check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
+        raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
+    check_reward_fn_type(cfg.custom_reward_function, cfg.reward_model, len(cfg.workflow.auxiliary_models))
+    check_reward_functions(cfg.custom_reward_function)
+
+
+def check_reward_functions(crf: Any) -> None:
+    """custom_reward_function.name: one name or a list of distinct names (a list needs a path); reward_weights:
+    null or one finite number per function (the built-in scorers count as one)."""
+    names = [crf.name] if isinstance(crf.name, str) else crf.name
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(
+            f"custom_reward_function.name must be a function name or a non-empty list of names, got {crf.name!r}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"custom_reward_function.name lists a function twice: {names}")
+    if len(names) > 1 and not crf.path:
+        raise ConfigError(
+            f"custom_reward_function.name lists {len(names)} functions: set custom_reward_function.path to the "
+            "Python file that defines them"
+        )
+    if names != ["compute_score"] and not crf.path and not crf.reward_fn_type:
+        raise ConfigError(
+            f"custom_reward_function.name={crf.name!r} picks a function of custom_reward_function.path, which is not "
+            "set: set path to the Python file that defines it, or remove name (the built-in scorers are chosen by "
+            "each row's data_source)"
+        )
+    if crf.reward_weights is not None:
+        count = len(names) if crf.path else 1
+        weights = list(crf.reward_weights)
+        if len(weights) != count or not all(math.isfinite(w) for w in weights):
+            raise ConfigError(
+                f"custom_reward_function.reward_weights={weights} must hold {count} finite number(s), one per "
+                f"reward function ({names if crf.path else crf.reward_fn_type or 'the built-in scorer'})"
+            )
+
+
+def check_reward_fn_type(crf: Any, rm: Any = None, judge_models: int | None = None) -> None:
+    """custom_reward_function.reward_fn_type (a typed reward, rft.rewards.typed; its name is checked by the schema
+    walk's choices) against the keys that choose another reward function, and num_workers, for any command that
+    builds a reward function from that section (`rft eval` too): `rm` the reward_model section (None: the command
+    has none); `judge_models` how many auxiliary models an llm_judge can choose from (None: the command serves none,
+    so llm_judge is refused)."""
+    if crf.num_workers is not None and (isinstance(crf.num_workers, bool) or not isinstance(crf.num_workers, int)
+                                        or crf.num_workers < 1):
+        raise ConfigError(f"custom_reward_function.num_workers must be an integer >= 1 or null, got {crf.num_workers!r}")
+    kind = crf.reward_fn_type
+    if crf.reward_kwargs and not crf.path and kind is None:
+        raise ConfigError(
+            f"custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the built-in scorers take no "
+            "arguments; they are for the functions of custom_reward_function.path (or llm_judge's settings)"
+        )
+    if kind is None:
+        return
+    key = f"custom_reward_function.reward_fn_type={kind!r}"
+    if kind == "llm_judge":
+        from rft.rewards.judge import check_settings
+
+        if judge_models is None:
+            raise ConfigError(f"{key}: the judge is one of rft train's workflow.auxiliary_models, which this command "
+                              "does not serve; score with rft train's validation, or choose another reward_fn_type")
+        check_settings(dict(crf.reward_kwargs), judge_models)
+        if rm is not None and rm.enable:
+            raise ConfigError(f"{key} with reward_model.enable=true: rft scores with one of them; remove one")
+        if crf.reward_weights is not None:
+            raise ConfigError(f"{key} with custom_reward_function.reward_weights: the judge is the only reward "
+                              "function; remove reward_weights")
+    elif crf.reward_kwargs:
+        raise ConfigError(f"{key} with custom_reward_function.reward_kwargs={dict(crf.reward_kwargs)!r}: the typed "
+                          "rewards take no arguments; remove reward_kwargs")
+    if crf.path:
+        raise ConfigError(
+            f"{key} and custom_reward_function.path={crf.path!r} are both set: each chooses the run's reward function "
+            "and rft would honour only one; remove one of them (to combine a typed reward with your own, import it "
+            "in your file: from rft.rewards import " + kind.replace("math_dapo_reward", "math_boxed_reward") + ")"
+        )
+    if crf.name != "compute_score":
+        raise ConfigError(
+            f"{key} with custom_reward_function.name={crf.name!r}: name picks a function of custom_reward_function.path"
+            ", which a typed reward does not read; remove name"
+        )
+    if rm is not None and rm.enable and rm.rule_weight == 0:
+        raise ConfigError(
+            f"{key} is set, but with reward_model.enable=true and reward_model.rule_weight=0 the reward function never "
+            "runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove reward_fn_type"
+        )
+
+
+@CHECKS.register("rewards.overlong_buffer")
+def check_overlong_buffer(ctx: CheckContext) -> None:
+    """DAPO's overlong penalty: a buffer inside the response length, a penalty factor >= 0."""
+    ob, data = ctx.cfg.reward_model.overlong_buffer, ctx.cfg.data
+    if ob.enable:
+        if not isinstance(ob.len, int) or not 0 < ob.len <= data.max_response_length:
+            raise ConfigError(
+                f"reward_model.overlong_buffer.len={ob.len!r} must be an integer in (0, data.max_response_length="
+                f"{data.max_response_length}] when reward_model.overlong_buffer.enable=true"
+            )
+        if not ob.penalty_factor >= 0:
+            raise ConfigError(f"reward_model.overlong_buffer.penalty_factor must be >= 0, got {ob.penalty_factor}")
+
+
+@CHECKS.register("rewards.reward_model")
+def check_reward_model(ctx: CheckContext) -> None:
+    """reward_model.*: a model folder when enabled, sizes, weights; a reward function that would never run."""
+    cfg, check_paths = ctx.cfg, ctx.check_paths
+    rm = cfg.reward_model
+    if not rm.enable:
+        return  # verl: the other reward_model keys have no effect then
+    if not rm.model.path:
+        raise ConfigError("reward_model.enable=true needs reward_model.model.path: a sequence-classification model "
+                          "folder with one label (e.g. from `rft init-model --preset tiny-rm`)")
+    if check_paths:
+        check_model_dir("reward_model.model.path", rm.model.path)
+        if rm.model.input_tokenizer and not Path(rm.model.input_tokenizer).expanduser().is_dir():
+            raise ConfigError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r} is not a folder")
+    for key in ("micro_batch_size_per_gpu", "max_length"):
+        positive(f"reward_model.{key}", getattr(rm, key), allow_none=True)
+    for key in ("reward_weight", "rule_weight"):
+        value = getattr(rm, key)
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"reward_model.{key} must be a finite number, got {value!r}")
+    if rm.reward_weight == 0 and rm.rule_weight == 0:
+        raise ConfigError("reward_model.reward_weight and reward_model.rule_weight are both 0: every score would be 0")
+    if rm.rule_weight == 0 and cfg.custom_reward_function.path:
+        raise ConfigError(
+            "custom_reward_function.path is set, but with reward_model.enable=true and reward_model.rule_weight=0 "
+            "the reward function never runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove "
+            "custom_reward_function.path"
+        )
+
+
+@CHECKS.register("rewards.reward_manager")
+def check_reward_manager(ctx: CheckContext) -> None:
+    """The overlong buffer is the dapo reward manager's (as in verl); a reward function's time limit is a number."""
+    cfg, crf = ctx.cfg, ctx.cfg.custom_reward_function
+    ob = cfg.reward_model.overlong_buffer
+    if ob.enable and cfg.reward_model.reward_manager != "dapo":
+        raise ConfigError(
+            "reward_model.overlong_buffer.enable=true: as in verl, the overlong buffer is applied by the dapo reward "
+            f"manager only; set reward_model.reward_manager=dapo (it is {cfg.reward_model.reward_manager!r})"
+        )
+    if crf.timeout is not None and (isinstance(crf.timeout, bool) or not isinstance(crf.timeout, (int, float))
+                                    or not math.isfinite(crf.timeout)):
+        raise ConfigError(f"custom_reward_function.timeout must be a number of seconds or null, got {crf.timeout!r}")
+
+
+@CHECKS.register("rewards.evaluation")
+def check_evaluation(ctx: CheckContext) -> None:
+    """rft eval (verl's evaluation.yaml): the responses file, a reward function that runs without a model server,
+    pass@k's k."""
+    cfg = ctx.cfg
+    if not cfg.data.path:
+        raise ConfigError("data.path is required: a parquet/jsonl file of rows with responses")
+    check_reward_fn_type(cfg.custom_reward_function)  # a typed reward; no reward model, no judge model here
+    check_reward_functions(cfg.custom_reward_function)
+    k = cfg.metrics.k
+    if k is not None and (not k or not all(isinstance(x, int) and x > 0 for x in k)):
+        raise ConfigError(f"metrics.k must be null or a list of positive integers, got {k!r}")
+    if ctx.check_paths:
+        for key, value in (("data.path", cfg.data.path), ("custom_reward_function.path",
+                                                          cfg.custom_reward_function.path)):
+            if value and not Path(value).expanduser().is_file():
+                raise ConfigError(f"{key}: file {value!r} does not exist")

@@ -1,0 +1,103 @@
+"""The checks of the rollout section: an engine rft has and what it needs, the sampling ranges; the vLLM keys
+have no effect with another engine. And `rft generate`'s config (verl's generation.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rft.config.checks import CHECKS, UNUSED, CheckContext, all_null, check_model_dir
+from rft.config.errors import ConfigError
+from rft.config.schema import VLLM_KEYS
+from rft.errors import RftError
+
+
+@UNUSED.register("rollout.vllm")
+def unused_vllm_keys(cfg: Any) -> dict[str, str]:
+    if cfg.actor_rollout_ref.rollout.name == "vllm":
+        return {}
+    why = f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name!r} (these are the vLLM engine's)"
+    return {f"actor_rollout_ref.rollout.{key}": why for key in VLLM_KEYS}
+
+
+@CHECKS.register("rollout.engine")
+def check_engine(ctx: CheckContext) -> None:
+    """rollout.name: an engine rft has; vLLM's keys usable here."""
+    rollout = ctx.cfg.actor_rollout_ref.rollout
+    if rollout.name == "sglang":
+        raise ConfigError("actor_rollout_ref.rollout.name='sglang': rft has no SGLang engine; use 'vllm' or 'hf' "
+                          "(transformers generation with a KV cache)")
+    if rollout.name == "vllm":
+        _check_vllm(rollout)
+
+
+def _check_vllm(rollout) -> None:
+    """rollout.name=vllm: vLLM importable (the error names the extra), its keys' values usable here."""
+    import torch
+
+    from rft.rollout.vllm_engine import require_vllm
+
+    r = "actor_rollout_ref.rollout"
+    try:
+        require_vllm(f"{r}.name=vllm")
+    except RftError as e:
+        raise ConfigError(str(e)) from None
+    tp = rollout.tensor_model_parallel_size
+    if tp < 1 or (tp > 1 and torch.cuda.is_available()):
+        raise ConfigError(f"{r}.tensor_model_parallel_size={tp}: rft runs its vLLM engine unsharded in the "
+                          "trainer's process; set 1")
+    if tp > 2:
+        raise ConfigError(f"{r}.tensor_model_parallel_size={tp} needs {tp} devices and this machine has no CUDA; "
+                          "set 1 (2, verl's default, is accepted and runs one engine)")
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        raise ConfigError(f"{r}.gpu_memory_utilization={rollout.gpu_memory_utilization} must be in (0, 1]")
+    for key in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
+        value = getattr(rollout, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"{r}.{key}={value} must be >= 1")
+    kwargs = rollout.engine_kwargs or {}
+    unknown = sorted(set(kwargs) - {"vllm", "sglang"})
+    if unknown:
+        raise ConfigError(f"{r}.engine_kwargs: {unknown} are not engines; the keys are vllm (arguments of vllm.LLM) "
+                          "and sglang")
+    if not all_null(kwargs.get("sglang") or {}):
+        raise ConfigError(f"{r}.engine_kwargs.sglang: rft has no SGLang engine; remove it")
+    if not isinstance(kwargs.get("vllm") or {}, dict):
+        raise ConfigError(f"{r}.engine_kwargs.vllm must be a mapping of vllm.LLM arguments")
+
+
+@CHECKS.register("rollout.sampling")
+def check_sampling(ctx: CheckContext) -> None:
+    """top_p, temperature and do_sample, for training and validation."""
+    rollout = ctx.cfg.actor_rollout_ref.rollout
+    if not 0 < rollout.top_p <= 1 or not 0 < rollout.val_kwargs.top_p <= 1:
+        raise ConfigError("actor_rollout_ref.rollout.top_p and val_kwargs.top_p must be in (0, 1]")
+    if rollout.temperature < 0 or rollout.val_kwargs.temperature < 0:
+        raise ConfigError("actor_rollout_ref.rollout.temperature and val_kwargs.temperature must be >= 0")
+    if rollout.do_sample and rollout.temperature == 0:
+        raise ConfigError("actor_rollout_ref.rollout.temperature=0 with do_sample=true: set do_sample=false for greedy")
+
+
+@CHECKS.register("rollout.generation")
+def check_generation(ctx: CheckContext) -> None:
+    """rft generate (verl's generation.yaml): the prompt file, the output parquet, the model, sizes, sampling."""
+    cfg = ctx.cfg
+    d, r = cfg.data, cfg.rollout
+    for key, value in (("data.path", d.path), ("data.output_path", d.output_path), ("model.path", cfg.model.path)):
+        if not value:
+            raise ConfigError(f"{key} is required")
+    for key, value in (("data.n_samples", d.n_samples), ("data.batch_size", d.batch_size),
+                       ("rollout.prompt_length", r.prompt_length), ("rollout.response_length", r.response_length)):
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+    if not d.output_path.endswith(".parquet"):
+        raise ConfigError(f"data.output_path={d.output_path!r} must be a .parquet file (what rft eval reads)")
+    if r.do_sample and r.temperature <= 0:
+        raise ConfigError("rollout.temperature must be > 0 when rollout.do_sample=true (set do_sample=false for "
+                          "greedy decoding)")
+    if not 0 < r.top_p <= 1:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    if ctx.check_paths:
+        if not Path(d.path).expanduser().is_file():
+            raise ConfigError(f"data.path: file {d.path!r} does not exist")
+        check_model_dir("model.path", cfg.model.path)

@@ -1,0 +1,99 @@
+"""Read a config in any dialect, type it, and check it: what every command loads before anything else.
+
+`rft.config.load` reads YAML and dotted overrides onto a schema (typed, unknown keys refused); `rft.dialects`
+maps other projects' keys onto rft's; `rft.trainer.validate` checks the result in its declared order. The
+functions here put the three together, one per kind of config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rft.config.dpo_schema import DPOConfig
+from rft.config.errors import ConfigError
+from rft.config.load import merge_layers, parse_overrides, read_yaml
+from rft.config.offline_schema import EvalConfig, GenerationConfig
+from rft.config.schema import RFTConfig
+from rft.config.sft_schema import SFTConfig
+from rft.dialects.trinity import translate
+from rft.trainer.stages import build_stages
+from rft.trainer.validate import validate, validate_dpo, validate_eval, validate_generation, validate_sft
+
+
+def _layers(path: str | Path | None) -> list:
+    return [read_yaml(path)] if path is not None else []
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
+    """The validated RL config (`RFTConfig`) from a YAML file (optional) and dotted overrides."""
+    layers = _layers(path)
+    if layers and "stages" in layers[0]:
+        raise ConfigError(f"{str(path)!r} lists stages: run it with `rft train` (rft.trainer.stages.load_stages)")
+    cfg = merge_layers(RFTConfig, layers, overrides)
+    validate(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
+    """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
+    cfg = merge_layers(SFTConfig, _layers(path), overrides)
+    validate_sft(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_dpo_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
+    """The validated DPO config (`DPOConfig`: the SFT sections plus the preference loss)."""
+    cfg = merge_layers(DPOConfig, _layers(path), overrides)
+    validate_dpo(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_generation_config(path=None, overrides=(), validate_paths: bool = True) -> GenerationConfig:
+    """The validated `rft generate` config (verl's generation.yaml keys)."""
+    cfg = merge_layers(GenerationConfig, _layers(path), overrides)
+    validate_generation(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> EvalConfig:
+    """The validated `rft eval` config (verl's evaluation.yaml keys)."""
+    cfg = merge_layers(EvalConfig, _layers(path), overrides)
+    validate_eval(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_trinity(path, overrides=(), validate_paths: bool = True):
+    """("rl", RFTConfig) or ("stages", [Stage]) of the Trinity YAML at `path`; dotted overrides use Trinity's keys
+    (e.g. buffer.total_steps=3) and apply before the translation."""
+    raw = read_yaml(path)
+    try:
+        for item in parse_overrides(overrides):
+            key, value = item.split("=", 1)
+            OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=True)
+        # an inline trainer_config is a verl config of its own: its interpolations (${actor_rollout_ref...}) resolve
+        # within it, as those of a trainer_config_path file do
+        inline = {}
+        for where, section in [("", raw), *((f"stages.{i}.", st) for i, st in enumerate(raw.get("stages") or []))]:
+            trainer = section.get("trainer") if hasattr(section, "get") else None
+            if hasattr(trainer, "get") and hasattr(trainer.get("trainer_config"), "keys"):
+                inline[where] = OmegaConf.to_container(trainer.trainer_config, resolve=False)
+                trainer.trainer_config = None
+        cfg = OmegaConf.to_container(raw, resolve=True)
+        for where, verl in inline.items():
+            node = cfg
+            for part in where.split(".")[:-1]:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            node["trainer"]["trainer_config"] = OmegaConf.to_container(OmegaConf.create(verl), resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{path}: {str(e).splitlines()[0]}; for a variable: set it in the environment, or "
+                          "replace the ${{...}} by its value") from None
+    out = translate(cfg, str(path))
+    if "stages" in out:
+        return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths)
+    rl = merge_layers(RFTConfig, [out])
+    validate(rl, check_paths=validate_paths)
+    return "rl", rl

@@ -1,0 +1,131 @@
+"""What `rft train`, `rft sft`, `rft dpo`, `rft generate` and `rft eval` check before any model loads, in order: each line one owner's check.
+
+A check lives beside what it protects (`rft/<owner>/checks.py`) and is registered under `<owner>.<what>` in
+`rft.config.checks.CHECKS`; this module is the one place that says which run kinds run which checks, and in which
+order (the first problem is the one reported). A new check is registered beside its code and named here; a check
+registered and named nowhere fails tests/test_layers.py.
+"""
+
+from __future__ import annotations
+
+# Each subsystem's checks, registered on import.
+import rft.algorithms.checks
+import rft.buffer.checks
+import rft.config.validate
+import rft.data.checks
+import rft.explorer.checks
+import rft.models.checks
+import rft.rewards.checks
+import rft.rollout.checks
+import rft.sync.checks
+import rft.trainer.checks
+import rft.workers.checks  # noqa: F401
+from rft.config.checks import CheckContext, processes, run_checks, unused_keys
+from rft.config.schema import RFTConfig
+
+UNUSED_RL = (
+    "rewards.reward_model",           # reward_model.* without reward_model.enable
+    "workers.critic",                 # critic.* when the run builds no critic
+    "workers.reference",              # actor_rollout_ref.ref.* without a KL term
+    "rollout.vllm",                   # the vLLM engine's keys with another engine
+    "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
+)
+"""The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
+
+RL = (
+    "config.schema",                  # choices, refused values; the unused parts' keys noted
+    "data.inputs",                    # the model folder, the prompt files
+    "rewards.function",               # custom_reward_function: file, typed reward, names and weights
+    "algorithms.names",               # estimator, policy loss, KL estimators registered
+    "rollout.engine",                 # an engine rft has; vLLM installed, its keys in range
+    "trainer.runtime",                # processes, device, loggers, resume
+    "config.processes",               # the batch splits over the processes
+    "config.sizes",                   # positive sizes, mini / micro divisibility, one prompt / response length
+    "algorithms.estimator",           # the group size and options an estimator needs
+    "rollout.sampling",               # top_p, temperature, do_sample
+    "algorithms.clip",                # clip ratios, dual clip
+    "workers.actor_optim",            # learning rate, warm-up, an optimizer that runs here
+    "workers.offload",                # FSDP offload on cuda
+    "models.lora",                    # LoRA rank
+    "workers.actor_checkpoint",       # what a checkpoint saves and loads
+    "algorithms.loss_options",        # policy-loss options, loss scales, KL controller
+    "rewards.overlong_buffer",        # DAPO's overlong penalty
+    "explorer.filter_groups",         # DAPO's dynamic sampling
+    "algorithms.rollout_correction",  # IS / rejection options, bypass mode
+    "workers.critic",                 # the critic's section, critic_warmup
+    "rewards.reward_model",           # a reward model folder, its weights
+    "explorer.taskset",               # a taskset stream or table
+    "sync.synchronizer",              # sync_interval, sync_offset, sync_timeout
+    "buffer.experience_buffer",       # read time-out, priority replay, staleness
+    "explorer.explorers",             # several explorers share a database buffer
+    "trainer.modes",                  # trainer.mode with sync_method and the buffer
+    "trainer.mix",                    # mix's expert rows
+    "explorer.workflow",              # workflows, their arguments and tools
+    "models.override_config",         # Megatron's MoE config refused
+    "rewards.reward_manager",         # the overlong buffer's manager, a reward time limit
+    "trainer.checkpoint_copies",      # mirror folder, checkpoints kept
+    "workers.entropy",                # one entropy setting
+    "workers.schedule",               # the schedules' length
+    "workers.guard",                  # bad optimizer steps before stopping
+    "workers.token_budgets",          # use_dynamic_bsz's budgets hold a row
+    "models.tokenizer",               # the tokenizer files
+)
+"""`rft train` (and every RL stage)."""
+
+SFT = (
+    "config.schema",
+    "trainer.sft",                    # model, data sizes, optimizer, trainer section
+    "config.sft_batch",               # the batch splits over processes and micro-batches
+)
+"""`rft sft` (and every SFT stage)."""
+
+DPO = (
+    "config.schema",
+    "trainer.dpo",                    # rft sft's sections, on one process
+    "config.dpo_batch",               # pairs split into micro-batches
+    "data.preference_columns",        # three different columns
+    "algorithms.preference",          # beta, label smoothing, KL and entropy terms
+)
+"""`rft dpo` (and every DPO stage)."""
+
+GENERATE = (
+    "config.schema",
+    "rollout.generation",             # prompts, output parquet, model, sizes, sampling
+)
+"""`rft generate`."""
+
+EVAL = (
+    "config.schema",
+    "rewards.evaluation",             # the responses file, the reward function, pass@k
+)
+"""`rft eval`."""
+
+
+def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = None,
+             check_model_path: bool = True) -> None:
+    """The RL config, before any model loads. `world_size`: the number of processes the batch sizes are checked
+    against; default trainer.nnodes x trainer.n_gpus_per_node."""
+    world_size = processes(cfg.trainer) if world_size is None else world_size
+    run_checks(RL, CheckContext(cfg, check_paths, check_model_path, world_size, unused_keys(UNUSED_RL, cfg)))
+
+
+def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:
+    """The SFT config (verl's sft_trainer.yaml keys), before any model loads. `world_size`: default
+    trainer.nnodes x trainer.n_gpus_per_node."""
+    world_size = processes(cfg.trainer) if world_size is None else world_size
+    run_checks(SFT, CheckContext(cfg, check_paths, check_model_path, world_size))
+
+
+def validate_dpo(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
+    """The DPO config (rft's SFT sections plus the preference loss), before any model loads."""
+    run_checks(DPO, CheckContext(cfg, check_paths, check_model_path, world_size))
+
+
+def validate_generation(cfg, check_paths: bool = True) -> None:
+    """The `rft generate` config (verl's generation.yaml keys)."""
+    run_checks(GENERATE, CheckContext(cfg, check_paths))
+
+
+def validate_eval(cfg, check_paths: bool = True) -> None:
+    """The `rft eval` config (verl's evaluation.yaml keys)."""
+    run_checks(EVAL, CheckContext(cfg, check_paths))

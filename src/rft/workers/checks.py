@@ -1,0 +1,241 @@
+"""The checks of the worker keys: the actor's and the critic's optimizers and schedules, FSDP offload, the critic
+section, checkpoint contents, entropy settings, the step guard and the token budgets of use_dynamic_bsz; the
+critic's and the reference's keys have no effect when the run builds neither."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from rft.algorithms import ADV_ESTIMATORS, estimator_spec
+from rft.config.checks import CHECKS, UNUSED, CheckContext, check_int, check_model_dir, positive
+from rft.config.errors import ConfigError
+
+log = logging.getLogger("rft")
+
+
+def builds_critic(cfg: Any) -> bool:
+    """critic.enable, or (null) whether the estimator needs values (an unknown estimator needs none)."""
+    algo = cfg.algorithm
+    needs_values = algo.adv_estimator in ADV_ESTIMATORS and "values" in estimator_spec(algo.adv_estimator).needs
+    return cfg.critic.enable if cfg.critic.enable is not None else needs_values
+
+
+@UNUSED.register("workers.critic")
+def unused_critic_keys(cfg: Any) -> dict[str, str]:
+    if builds_critic(cfg):
+        return {}
+    why = f"this run builds no critic (algorithm.adv_estimator={cfg.algorithm.adv_estimator!r})"
+    return {f"critic.{f.name}" + ("." if _is_section(f) else ""): why
+            for f in dataclasses.fields(type(cfg.critic)) if f.name != "enable"}
+
+
+def _is_section(f: dataclasses.Field) -> bool:
+    """A field holding a nested section (its key is a prefix), told from the schema, not from a value."""
+    factory = f.default_factory
+    return factory is not dataclasses.MISSING and dataclasses.is_dataclass(factory())  # type: ignore[misc]
+
+
+@UNUSED.register("workers.reference")
+def unused_reference_keys(cfg: Any) -> dict[str, str]:
+    if cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        return {}
+    return {"actor_rollout_ref.ref.": "this run builds no reference (no KL term)"}
+
+
+def check_optim(prefix: str, optim: Any, val_files: Any, test_freq: int) -> None:
+    """The optimizer can be built here; reduce_lr_on_plateau has validation metrics to follow."""
+    from rft.workers.optim import PLATEAU, optimizer_unavailable
+
+    reason = optimizer_unavailable(optim.optimizer)
+    if reason is not None:
+        raise ConfigError(f"{prefix}.optimizer={optim.optimizer!r} cannot run here: {reason}")
+    if optim.lr_scheduler_type == PLATEAU and (not val_files or test_freq <= 0):
+        raise ConfigError(
+            f"{prefix}.lr_scheduler_type={PLATEAU!r} steps on the validation reward: set data.val_files and "
+            "trainer.test_freq > 0"
+        )
+
+
+@CHECKS.register("workers.actor_optim")
+def check_actor_optim(ctx: CheckContext) -> None:
+    actor, data = ctx.cfg.actor_rollout_ref.actor, ctx.cfg.data
+    if actor.optim.lr <= 0:
+        raise ConfigError(f"actor_rollout_ref.actor.optim.lr must be > 0, got {actor.optim.lr}")
+    if not 0 <= actor.optim.lr_warmup_steps_ratio <= 1:
+        raise ConfigError("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio must be in [0, 1]")
+    check_optim("actor_rollout_ref.actor.optim", actor.optim, data.val_files, ctx.cfg.trainer.test_freq)
+
+
+@CHECKS.register("workers.offload")
+def check_offload(ctx: CheckContext) -> None:
+    """FSDP's CPU offload keys. On a CPU run the parameters and optimizer state already live in host memory: every
+    setting holds and changes nothing. On cuda a sharded model (several processes) keeps its parameter shards in
+    host memory with param_offload / offload_policy (FSDP1's CPUOffload, FSDP2's CPUOffloadPolicy), its optimizer
+    stepping there too; one process has no FSDP, hence no offload."""
+    from rft.models.load import resolve_device
+
+    cfg, world_size = ctx.cfg, ctx.world_size
+    if resolve_device(cfg.trainer.device).type == "cpu":
+        return
+    arr = cfg.actor_rollout_ref
+    for section, fsdp in (("actor_rollout_ref.actor", arr.actor.fsdp_config),
+                          ("actor_rollout_ref.ref", arr.ref.fsdp_config), ("critic.model", cfg.critic.model.fsdp_config)):
+        for name in ("param_offload", "optimizer_offload", "offload_policy"):
+            if not getattr(fsdp, name):
+                continue
+            if world_size == 1:
+                raise ConfigError(
+                    f"{section}.fsdp_config.{name}=true: one process on cuda has no FSDP, hence no CPU offload; set "
+                    "it to false, or run several processes (trainer.n_gpus_per_node)"
+                )
+            if name == "optimizer_offload" and not (fsdp.param_offload or fsdp.offload_policy):
+                raise ConfigError(
+                    f"{section}.fsdp_config.optimizer_offload=true alone: rft's optimizer steps where the parameter "
+                    "shards live, so set param_offload=true (or offload_policy=true) with it, or set it to false"
+                )
+
+
+def check_checkpoint_contents(prefix: str, ckpt: Any) -> None:
+    contents = set(ckpt.save_contents)
+    allowed_contents = {"model", "optimizer", "extra", "hf_model"}
+    for key, items in (("save_contents", contents), ("load_contents", set(ckpt.load_contents))):
+        if items - allowed_contents:
+            raise ConfigError(
+                f"{prefix}.{key}: {sorted(items - allowed_contents)} unknown; allowed: {sorted(allowed_contents)}"
+            )
+    if not set(ckpt.load_contents) <= contents:
+        raise ConfigError(f"{prefix}.load_contents must be a subset of save_contents")
+
+
+@CHECKS.register("workers.actor_checkpoint")
+def check_actor_checkpoint(ctx: CheckContext) -> None:
+    check_checkpoint_contents("actor_rollout_ref.actor.checkpoint", ctx.cfg.actor_rollout_ref.actor.checkpoint)
+
+
+@CHECKS.register("workers.critic")
+def check_critic(ctx: CheckContext) -> None:
+    """The critic's sizes and ranges (its null sizes follow the actor's), trainer.critic_warmup, and that an
+    estimator which needs values has a critic."""
+    cfg, world_size = ctx.cfg, ctx.world_size
+    critic, actor, algo = cfg.critic, cfg.actor_rollout_ref.actor, cfg.algorithm
+    needs_values = "values" in estimator_spec(algo.adv_estimator).needs
+    if needs_values and critic.enable is False:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} needs critic values: remove critic.enable=false "
+            "(null builds the critic when the estimator needs it)"
+        )
+    warmup = cfg.trainer.critic_warmup
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ConfigError(f"trainer.critic_warmup must be an integer >= 0, got {warmup!r}")
+    if not builds_critic(cfg):
+        if warmup > 0:
+            raise ConfigError(
+                f"trainer.critic_warmup={warmup} trains only a critic, and this run has none: use "
+                "algorithm.adv_estimator=gae or critic.enable=true, or set trainer.critic_warmup=0"
+            )
+        return
+    if ctx.check_paths and critic.model.path:
+        check_model_dir("critic.model.path", critic.model.path)
+    n, data = cfg.actor_rollout_ref.rollout.n, cfg.data
+    if critic.rollout_n is not None and critic.rollout_n != n:
+        raise ConfigError(
+            f"critic.rollout_n={critic.rollout_n} differs from actor_rollout_ref.rollout.n={n}; rft has one group "
+            "size: remove critic.rollout_n"
+        )
+    for key in ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+                "forward_micro_batch_size", "forward_micro_batch_size_per_gpu", "ppo_epochs"):
+        positive(f"critic.{key}", getattr(critic, key), allow_none=True)
+    for a, b in (("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+                 ("forward_micro_batch_size", "forward_micro_batch_size_per_gpu")):
+        if getattr(critic, a) is not None and getattr(critic, b) is not None:
+            raise ConfigError(f"set only one of critic.{a} and critic.{b}")
+    mini = critic.ppo_mini_batch_size or actor.ppo_mini_batch_size
+    if data.train_batch_size % mini or mini % world_size:
+        raise ConfigError(
+            f"critic.ppo_mini_batch_size ({mini}) must divide data.train_batch_size ({data.train_batch_size}) and "
+            f"be a multiple of the number of processes ({world_size}); both count prompts"
+        )
+    micro = critic.ppo_micro_batch_size_per_gpu or (
+        critic.ppo_micro_batch_size // world_size if critic.ppo_micro_batch_size else None)
+    rows_per_mini = mini * n // world_size
+    if micro is not None and rows_per_mini % micro:
+        raise ConfigError(
+            f"a critic mini-batch holds critic.ppo_mini_batch_size x rollout.n = {mini} x {n} = {rows_per_mini} rows "
+            f"per process, which is not a multiple of critic.ppo_micro_batch_size_per_gpu ({micro})"
+        )
+    if not critic.cliprange_value > 0:
+        raise ConfigError(f"critic.cliprange_value must be > 0, got {critic.cliprange_value}")
+    if critic.optim.lr <= 0:
+        raise ConfigError(f"critic.optim.lr must be > 0, got {critic.optim.lr}")
+    if not 0 <= critic.optim.lr_warmup_steps_ratio <= 1:
+        raise ConfigError("critic.optim.lr_warmup_steps_ratio must be in [0, 1]")
+    if critic.model.lora_rank < 0:
+        raise ConfigError(f"critic.model.lora_rank must be >= 0, got {critic.model.lora_rank}")
+    check_checkpoint_contents("critic.checkpoint", critic.checkpoint)
+
+
+@CHECKS.register("workers.entropy")
+def check_entropy(ctx: CheckContext) -> None:
+    """One entropy setting (the reference computes none); entropy_checkpointing=false is noted, not honoured."""
+    cfg = ctx.cfg
+    arr = cfg.actor_rollout_ref
+    actor = arr.actor
+    for name in ("entropy_from_logits_with_chunking", "entropy_checkpointing"):
+        ref_value = getattr(arr.ref, name)
+        if ref_value is not None and ref_value != getattr(actor, name) and (actor.use_kl_loss or
+                                                                           cfg.algorithm.use_kl_in_reward):
+            raise ConfigError(
+                f"actor_rollout_ref.ref.{name}={ref_value} differs from actor_rollout_ref.actor.{name}="
+                f"{getattr(actor, name)}: the reference computes no entropy, so rft has one setting; remove the "
+                "reference's (or make them equal)"
+            )
+    if not actor.entropy_checkpointing:
+        log.warning("rft: note: actor_rollout_ref.actor.entropy_checkpointing=false changes nothing: rft's entropy "
+                    "always recomputes its softmax in the backward (the same result, less memory)")
+
+
+@CHECKS.register("workers.schedule")
+def check_schedule(ctx: CheckContext) -> None:
+    """The schedules' length: -1 (the run's) or a positive number of steps."""
+    cfg = ctx.cfg
+    for prefix, optim in (("actor_rollout_ref.actor.optim", cfg.actor_rollout_ref.actor.optim),
+                          ("critic.optim", cfg.critic.optim)):
+        steps = optim.total_training_steps
+        if not isinstance(steps, int) or isinstance(steps, bool) or (steps != -1 and steps <= 0):
+            raise ConfigError(f"{prefix}.total_training_steps must be -1 (the run's length) or a positive number "
+                              f"of steps, got {steps!r}")
+
+
+@CHECKS.register("workers.guard")
+def check_guard(ctx: CheckContext) -> None:
+    check_int("trainer.bad_update_limit", ctx.cfg.trainer.bad_update_limit, 0,
+              "bad optimizer steps in a row before stopping")
+
+
+@CHECKS.register("workers.token_budgets")
+def check_token_budgets(ctx: CheckContext) -> None:
+    """use_dynamic_bsz: every token budget in use holds the longest sequence (prompt + response)."""
+    cfg = ctx.cfg
+    arr, c = cfg.actor_rollout_ref, cfg.critic
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    budgets = []
+    if arr.actor.use_dynamic_bsz:
+        budgets.append(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu))
+    for name, section in (("rollout", arr.rollout), ("ref", arr.ref)):
+        dynamic = section.log_prob_use_dynamic_bsz
+        if arr.actor.use_dynamic_bsz if dynamic is None else dynamic:
+            budget = section.log_prob_max_token_len_per_gpu
+            key = f"actor_rollout_ref.{name}.log_prob_max_token_len_per_gpu"
+            budgets.append((key if budget is not None else "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                            arr.actor.ppo_max_token_len_per_gpu if budget is None else budget))
+    if c.use_dynamic_bsz:
+        budgets += [("critic.ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu),
+                    ("critic.forward_max_token_len_per_gpu", c.forward_max_token_len_per_gpu)]
+    for key, value in budgets:
+        if not isinstance(value, int) or isinstance(value, bool) or value < longest:
+            raise ConfigError(
+                f"{key}={value!r} (use_dynamic_bsz) must be an integer of at least the longest sequence, "
+                f"data.max_prompt_length + data.max_response_length = {longest} tokens: one row must fit in a pass"
+            )

@@ -1,0 +1,146 @@
+"""The house's floors: config/ sits below the code it configures, every import points down, each check is
+registered beside its code and named in the one place that orders them (rft/trainer/validate.py)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "rft"
+
+LAYERS = [
+    # bottom first; a package or top-level module may import only those before it
+    "errors", "registry", "interrupts", "fsutil", "retry", "runtime", "userfile", "batch", "distributed",
+    "config", "dialects", "data", "experience", "models", "algorithms", "monitor", "rewards", "workers",
+    "rollout", "sync", "buffer", "explorer", "tasks", "trainer", "offline", "components", "studio", "cli",
+    "__main__",
+]
+ABOVE_CONFIG = ("trainer", "explorer", "rollout", "rewards", "workers", "buffer", "sync", "models")
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(rft module imported, line) for every import in the file, at module level or inside a function."""
+    tree = ast.parse(path.read_text())
+    package = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+    if path.name == "__init__.py":
+        package = package.rsplit(".", 1)[0] + "._"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: -node.level]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module == "rft":  # `from rft import interrupts`: the modules named
+                out += [(f"rft.{a.name}", node.lineno) for a in node.names]
+            else:
+                out.append((module, node.lineno))
+    return [(m, line) for m, line in out if m == "rft" or m.startswith("rft.")]
+
+
+def _unit(module: str) -> str:
+    """The package or top-level module of rft that `module` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "rft"
+
+
+def _files():
+    return sorted(SRC.rglob("*.py"))
+
+
+def test_config_imports_none_of_the_code_it_configures():
+    offenders = []
+    for path in sorted((SRC / "config").glob("*.py")):
+        for module, line in _imports(path):
+            if _unit(module) in ABOVE_CONFIG or _unit(module) not in ("config", "errors", "registry"):
+                offenders.append(f"config/{path.name}:{line} imports {module}")
+    assert offenders == []
+
+
+def test_every_import_points_down():
+    """No lower layer imports a higher one (hence no circle), counting imports inside functions too."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    units = {p.relative_to(SRC).parts[0].removesuffix(".py") for p in _files()} - {"__init__"}
+    assert units <= set(rank), f"place {sorted(units - set(rank))} in LAYERS"
+    upward = []
+    for path in _files():
+        rel = path.relative_to(SRC)
+        here = rel.parts[0].removesuffix(".py")
+        if here == "__init__":
+            continue
+        for module, line in _imports(path):
+            there = _unit(module)
+            if there == "rft":
+                continue  # the package itself: its __init__ holds the version only
+            if there != here and rank[there] > rank[here]:
+                upward.append(f"{rel}:{line} ({here}) imports {module} ({there})")
+    assert upward == []
+
+
+def test_the_root_package_imports_nothing_of_rft():
+    assert _imports(SRC / "__init__.py") == []
+
+
+def _orders():
+    from rft.trainer import validate
+
+    runs = {name: getattr(validate, name) for name in ("RL", "SFT", "DPO", "GENERATE", "EVAL")}
+    return runs, validate.UNUSED_RL
+
+
+def test_every_registered_check_runs_somewhere_and_is_its_owners():
+    from rft.config.checks import CHECKS, UNUSED
+
+    runs, unused = _orders()
+    named = {name for order in runs.values() for name in order}
+    assert set(CHECKS.names()) == named, "a check registered but run by no command, or named but not registered"
+    assert set(UNUSED.names()) == set(unused)
+    for order in runs.values():
+        assert len(order) == len(set(order)), order
+    for registry in (CHECKS, UNUSED):
+        for name in registry.names():
+            owner = name.split(".")[0]
+            module = registry.get(name).__module__
+            assert _unit(module) == owner, f"{name} is registered by {module}, not by {owner}/"
+
+
+def test_a_check_named_twice_or_unknown_is_refused():
+    from rft.config.checks import CHECKS, CheckContext, run_checks
+
+    with pytest.raises(KeyError, match="unknown config check 'rollout.nothing'; valid: .*rollout.engine"):
+        run_checks(["rollout.nothing"], CheckContext(cfg=None))
+    with pytest.raises(ValueError, match="registered twice"):
+        CHECKS.register("rollout.engine")(lambda ctx: None)
+
+
+def test_validation_runs_the_declared_order(monkeypatch):
+    """validate() is the list: each named check runs once, in the order RL declares."""
+    from rft.config import checks
+    from rft.config.schema import RFTConfig
+    from rft.trainer import validate
+
+    seen = []
+    for name in validate.RL:
+        monkeypatch.setitem(checks.CHECKS._items, name, lambda ctx, name=name: seen.append(name))
+    validate.validate(RFTConfig(), check_paths=False)
+    assert seen == list(validate.RL)
+
+
+@pytest.mark.parametrize("module", ["rft.config", "rft.config.checks", "rft.config.validate", "rft.dialects.trinity"])
+def test_the_schema_and_the_dialects_load_without_the_subsystems(module):
+    """config/ and the dialects import without torch or any subsystem (run in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; import {module}; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m.split('.')[:2] in "
+            f"[['rft', p] for p in {list(ABOVE_CONFIG)!r}]); print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    importlib.import_module(module)
