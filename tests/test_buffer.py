@@ -4,9 +4,11 @@ asked for) across a trainer that resumes, and the sync schedule gives the stalen
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,6 +77,34 @@ def pg_url():
 
     with postgres() as url:
         yield url
+
+
+def test_the_test_server_starts_from_a_venv_in_a_folder_only_its_owner_enters(tmp_path):
+    """A clone (and its venv) in root's 0700 home: as root the server runs as another user, which cannot
+    reach the wheel's programs there (initdb: PermissionError); pg_server runs a copy it can read. pgserver
+    is imported from a copy under a 0700 folder, as such a venv would hold it."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pgserver
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    home.chmod(0o700)
+    site = Path(pgserver.__file__).parent.parent
+    for name in ("pgserver", "pgserver.libs"):
+        if (site / name).exists():
+            shutil.copytree(site / name, home / "site" / name, symlinks=True)
+    script = ("import pgserver, sqlalchemy as sa; from pg_server import postgres\n"
+              f"assert pgserver.__file__.startswith({str(home)!r}), pgserver.__file__\n"
+              "with postgres() as url:\n"
+              "    with sa.create_engine(url).connect() as c:\n"
+              "        print('answer', c.execute(sa.text('select 41+1')).scalar())")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(home / "site"), str(Path(__file__).parent)])}
+    done = subprocess.run([sys.executable, "-c", script], cwd=home, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "answer 42" in done.stdout, done.stderr[-3000:]
 
 
 def fresh_database(server_url: str) -> str:
@@ -427,3 +457,97 @@ def test_a_sync_folder_refusing_writes_for_a_moment_is_waited_out(tmp_path, monk
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileExistsError):  # not transient: raised at once
         CheckpointSync(tmp_path / "file", timeout=30).publish({"w": torch.ones(3)}, 1)
+
+
+HOLD_LOCK = """import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("COMMIT")
+"""
+
+
+def hold_lock(path, seconds: float):
+    """Another process holding an open write transaction on the SQLite file `path` for `seconds`."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path), str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_a_sqlite_buffer_another_process_locks_is_waited_for_then_one_line_naming_it(tmp_path, monkeypatch):
+    """Another process's open transaction on the file: a short one is waited out; one held past LOCK_WAIT_S
+    is one line naming the file and the other process (it used to wait 120 s per attempt, silently, then fail
+    as a bug)."""
+    from rft.buffer import sql
+    from rft.errors import RftError, describe_failure
+
+    buffer = sql_buffer(tmp_path)
+    buffer.write([exp("a")], {"step": 1})
+    monkeypatch.setattr(sql, "LOCK_WAIT_S", 20.0)
+    holder = hold_lock(tmp_path / "b.sqlite", 1.0)
+    buffer.write([exp("b")], {"step": 2})  # waits for the commit, then writes
+    holder.wait(30)
+    monkeypatch.setattr(sql, "LOCK_WAIT_S", 1.0)
+    holder = hold_lock(tmp_path / "b.sqlite", 60.0)
+    try:
+        start = time.monotonic()
+        with pytest.raises(RftError) as err:
+            buffer.write([exp("c")], {"step": 3})
+        assert time.monotonic() - start < 10
+    finally:
+        holder.kill()
+        holder.wait(30)
+    line = describe_failure(err.value)
+    assert str(tmp_path / "b.sqlite") in line and "another process" in line and "\n" not in line, line
+    buffer.write([exp("c")], {"step": 3})  # the lock gone: the same command goes on
+    assert buffer.counts()["rows"] == 3 and buffer.explorer_state() == {"step": 3}
+
+
+WAIT_FOR_LOCK = """import sys
+from rft import interrupts
+from rft.buffer import SQLBuffer, database_url, sql
+sql.LOCK_WAIT_S = 300.0
+buffer = SQLBuffer(database_url(sys.argv[1]))
+try:
+    with interrupts.handled():
+        interrupts.check_between_phases("step")  # as in a run: training began, a signal waits for a boundary
+        print("writing", flush=True)
+        buffer.write([], {"step": 2})
+except KeyboardInterrupt as e:
+    print(getattr(e, "message", repr(e)), flush=True)
+    sys.exit(getattr(e, "exit_code", 130))
+"""
+
+
+def test_sigterm_stops_a_wait_for_a_sqlite_lock(tmp_path):
+    """SIGTERM while another process locks the buffer's file: the wait stops within a second or so, saying why
+    (SQLite's busy wait of 120 s used to hold the signal until it ended)."""
+    import signal
+    import subprocess
+    import sys
+
+    sql_buffer(tmp_path).write([exp("a")], {"step": 1})
+    holder = hold_lock(tmp_path / "b.sqlite", 120.0)
+    waiter = subprocess.Popen([sys.executable, "-c", WAIT_FOR_LOCK, str(tmp_path / "b.sqlite")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert waiter.stdout.readline().strip() == "writing"
+        time.sleep(1.0)
+        waiter.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        try:
+            out, _ = waiter.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the wait for the lock ignored SIGTERM")
+        assert time.monotonic() - start < 5
+    finally:
+        for process in (waiter, holder):
+            process.kill()
+            process.wait(30)
+    assert waiter.returncode == 143, out
+    assert "stopped by SIGTERM while waiting for the experience buffer" in out, out

@@ -336,3 +336,51 @@ def test_component_trains_with_two_processes(assets, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "2 CPU processes (gloo)" in proc.stdout and "1 steps on 2 processes" in proc.stdout
     assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+def test_a_killed_rank_and_a_sigterm_to_the_launcher_are_one_line_each(assets, tmp_path):
+    """Rank 0 SIGKILLed: rank 1 says in one line that another process of the run died (gloo's "Connection
+    reset by peer" read as a bug in rft); SIGTERM to the launcher: exit 143 and one `rft: stopped` line (it
+    exited 1 with a line from every rank and the agent's SignalException reported as a bug)."""
+    import signal
+    import time
+
+    from test_modes import _descendant_with_rank
+
+    def start(out: Path) -> subprocess.Popen:
+        args = [f"actor_rollout_ref.model.path={assets / 'model'}",
+                f"data.train_files={assets / 'data' / 'train.parquet'}",
+                f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+                "data.max_response_length=4", "data.train_batch_size=4",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+                "trainer.total_training_steps=200", "trainer.save_freq=1",
+                "trainer.val_before_train=false", "trainer.logger=[]", "trainer.device=cpu",
+                "trainer.n_gpus_per_node=2", f"trainer.default_local_dir={out}"]
+        proc = subprocess.Popen([sys.executable, "-m", "rft", "train", *args], env=ENV,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoints" / "global_step_1").is_dir():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        return proc
+
+    def rft_lines(stderr: str) -> list[str]:
+        assert "bug in rft" not in stderr and "Traceback" not in stderr, stderr[-4000:]
+        return [x for x in stderr.splitlines() if x.startswith("rft:")]
+
+    killed = start(tmp_path / "killed")
+    os.kill(_descendant_with_rank(killed.pid, 0), signal.SIGKILL)
+    _, err = killed.communicate(timeout=120)
+    lines = rft_lines(err)
+    launcher = "rft: 2 processes started, some failed (rank 0: killed by SIGKILL"
+    assert killed.returncode != 0 and lines[-1].startswith(launcher), err[-4000:]
+    assert lines[:-1] == [x for x in lines if "another process of this run stopped or died" in x], err[-4000:]
+    assert all("resumes from the last checkpoint" in x for x in lines[:-1])
+
+    stopped = start(tmp_path / "stopped")
+    stopped.send_signal(signal.SIGTERM)
+    _, err = stopped.communicate(timeout=120)
+    lines = rft_lines(err)
+    assert stopped.returncode == 143 and len(lines) == 1, err[-4000:]
+    assert lines[0].startswith("rft: stopped by SIGTERM"), lines
+    assert "the same command resumes from" in lines[0], lines

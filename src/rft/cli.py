@@ -387,7 +387,7 @@ def report(error: BaseException, debug: bool) -> int:
     """Print `error` as rft's one line (after its traceback with `debug`); return the exit status."""
     import traceback
 
-    from rft.errors import EXIT_BUG, RftError, describe_failure
+    from rft.errors import describe_failure, exit_code_of
     from rft.interrupts import Interrupted, StopNow
 
     if debug:
@@ -401,7 +401,7 @@ def report(error: BaseException, debug: bool) -> int:
               "last checkpoint", file=sys.stderr, flush=True)
         return 143 if name == "SIGTERM" else 130
     text = describe_failure(error)
-    code = error.exit_code if isinstance(error, RftError) else 2 if isinstance(error, OSError) else EXIT_BUG
+    code = exit_code_of(error)
     print(f"rft: error: {text}", file=sys.stderr, flush=True)
     return code
 

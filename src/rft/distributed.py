@@ -212,19 +212,61 @@ def shutdown() -> None:
 def launch(nproc: int, module_args: list[str]) -> int:
     """Run `python -m rft <module_args>` in `nproc` processes on this node through torch.distributed's elastic
     agent (torchrun --standalone: a c10d rendezvous on a free local port); returns 0 when every process succeeded,
-    1 otherwise (the failed ranks and their errors are printed)."""
+    1 otherwise (the failed ranks and how they ended are printed in one line; each rank prints its own error).
+
+    Ctrl-C / SIGTERM to this process: the agent passes the signal on and waits for the processes (they stop at
+    the next step, quietly: `interrupts.quiet`), then this raises `interrupts.Interrupted`, so the run reports
+    one `rft: stopped ...` line and exits 128 + the signal number, as one process does (the agent's
+    SignalException used to be reported as a bug, beside a line from every rank)."""
+    import logging
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from rft import interrupts
 
     # torchrun's default, passed down to the workers: one OpenMP thread per process
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
                           start_method="spawn")
+    # the agent's warnings and errors repeat rft's lines as log records (each module's logger has its level)
+    elastic = [lg for name, lg in list(logging.root.manager.loggerDict.items())
+               if name.startswith("torch.distributed.elastic") and isinstance(lg, logging.Logger)]
+    levels = [lg.level for lg in elastic]
+    for lg in elastic:
+        lg.setLevel(logging.CRITICAL)
+    os.environ[interrupts.LAUNCHER_ENV] = "1"
     try:
         elastic_launch(config, entrypoint=sys.executable)("-u", "-m", "rft", *module_args)
+    except SignalException as e:
+        name = signal.Signals(e.sigval).name
+        raise interrupts.Interrupted(name, f"stopped by {name} ({nproc} processes)") from None
     except ChildFailedError as e:
-        failures = "; ".join(f"rank {rank}: exit code {f.exitcode}" for rank, f in sorted(e.failures.items()))
+        codes = {rank: f.exitcode for rank, f in sorted(e.failures.items())}
+        stopped = {c for c in codes.values() if c in (130, 143, -signal.SIGINT, -signal.SIGTERM)}
+        if len(stopped) == 1 and all(c in stopped for c in codes.values()):  # a signal sent to the processes
+            name = "SIGINT" if stopped.pop() in (130, -signal.SIGINT) else "SIGTERM"
+            raise interrupts.Interrupted(name, f"stopped by {name} ({nproc} processes)") from None
+        failures = "; ".join(f"rank {rank}: {_ended(code)}" for rank, code in codes.items())
         print(f"rft: {nproc} processes started, some failed ({failures})", file=sys.stderr)
         return 1
+    finally:
+        os.environ.pop(interrupts.LAUNCHER_ENV, None)
+        for lg, level in zip(elastic, levels):
+            lg.setLevel(level)
     return 0
+
+
+def _ended(exitcode: int) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
+    import signal
+
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"

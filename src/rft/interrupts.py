@@ -9,12 +9,14 @@ same command resumes from the last checkpoint exactly.
 
 Several processes: every rank gets the signal (the terminal's process group, or the launcher forwarding SIGTERM);
 the ranks agree at the start of each step (one all-reduce of the flag), so they stop together and none waits in a
-collective for a rank that left.
+collective for a rank that left. Processes that rft's own launcher started (`quiet()`) stop without a word and
+exit 128 + the signal number: the launcher, which got the signal first, says the one line for the run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -23,6 +25,25 @@ from collections.abc import Iterator
 import torch
 
 SIGNALS = ("SIGINT", "SIGTERM")
+LAUNCHER_ENV = "RFT_LAUNCHER"
+"""Set to 1 by `rft.distributed.launch` for the processes it starts (they inherit it)."""
+
+
+def exit_code(signal_name: str) -> int:
+    return 143 if signal_name == "SIGTERM" else 130
+
+
+def quiet() -> bool:
+    """This process is a rank that rft's launcher started: its signals are the launcher's to report."""
+    return os.environ.get(LAUNCHER_ENV) == "1" and "RANK" in os.environ
+
+
+def _stop(error: KeyboardInterrupt) -> None:
+    """Raise `error`, or, in a process rft's launcher started, exit quietly with its code (the launcher's line
+    says it; one line per rank said the same thing N + 1 times)."""
+    if quiet():
+        raise SystemExit(exit_code(error.signal_name))
+    raise error
 
 
 class StopNow(KeyboardInterrupt):
@@ -41,7 +62,7 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(message)
         self.signal_name = signal_name
         self.message = message
-        self.exit_code = 143 if signal_name == "SIGTERM" else 130
+        self.exit_code = exit_code(signal_name)
 
 
 class _State:
@@ -57,8 +78,10 @@ _state = _State()
 def _handler(signum, frame) -> None:
     name = signal.Signals(signum).name
     if not _state.deferring or _state.signal_name is not None:
-        raise StopNow(name)
+        _stop(StopNow(name))
     _state.signal_name = name
+    if quiet():
+        return
     again = "press Ctrl-C again" if name == "SIGINT" else "send it again"
     print(f"rft: {name} received: stopping before the next phase ({again} to stop at once)", file=sys.stderr,
           flush=True)
@@ -95,6 +118,13 @@ def requested() -> str | None:
     return _state.signal_name
 
 
+def check_while_waiting(what: str) -> None:
+    """Called by a wait that may last long within a phase (a database file another process locks): a signal
+    received while deferring stops it now, not after the wait; `what` completes "stopped by SIGTERM while"."""
+    if _state.installed and _state.signal_name is not None:
+        _stop(Interrupted(_state.signal_name, f"stopped by {_state.signal_name} while {what}"))
+
+
 def check_between_phases(phase: str) -> None:
     """Called when a phase begins: from now on a first signal waits for a phase boundary; when one was received,
     raise `Interrupted` here. With several processes only the `step` phase (which every rank enters at the same
@@ -114,4 +144,4 @@ def check_between_phases(phase: str) -> None:
         if _state.signal_name is None:
             return
         name = _state.signal_name
-    raise Interrupted(name, f"stopped by {name} before phase {phase!r}")
+    _stop(Interrupted(name, f"stopped by {name} before phase {phase!r}"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from rft.buffer.base import BufferClosed, Read
 from rft.errors import RftError
 from rft.experience import Experience
 
+log = logging.getLogger("rft")
 _meta = sa.MetaData()
 EXPERIENCES = sa.Table(
     "rft_experiences", _meta,
@@ -56,13 +58,22 @@ META = sa.Table(
 )
 
 
+LOCK_WAIT_S = 120.0
+"""How long a SQLite buffer waits for a lock another process holds (explorer and trainer take turns in
+milliseconds; a transaction held open longer is another program's) before the run stops naming the file."""
+BUSY_SLICE_S = 0.5
+"""SQLite's own busy wait per attempt: short, so the wait returns to Python (signals, notice, limit)."""
+LOCK_NOTICE_S = 5.0
+
+
 def make_engine(url: str) -> sa.Engine:
-    """An engine for `url`; SQLite in WAL mode with a long busy timeout, so one writer and one reader in two
-    processes wait for each other instead of failing."""
+    """An engine for `url`; SQLite in WAL mode, waiting BUSY_SLICE_S for a lock at each attempt (`SQLBuffer`
+    retries up to LOCK_WAIT_S), so one writer and one reader in two processes wait for each other instead of
+    failing."""
     if url.startswith("sqlite"):
         if url not in ("sqlite://", "sqlite:///:memory:"):
             Path(url.split("sqlite:///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
-            engine = sa.create_engine(url, connect_args={"timeout": 120})
+            engine = sa.create_engine(url, connect_args={"timeout": BUSY_SLICE_S})
         else:  # one in-memory database shared by the threads of this process
             engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool,
                                       connect_args={"check_same_thread": False})
@@ -72,7 +83,7 @@ def make_engine(url: str) -> sa.Engine:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA busy_timeout=120000")
+            cursor.execute(f"PRAGMA busy_timeout={int(BUSY_SLICE_S * 1000)}")
             cursor.close()
 
         return engine
@@ -108,6 +119,41 @@ def _lost_connection(e: BaseException) -> bool:
                                    "the database system is", "could not connect"))
 
 
+def _locked(e: BaseException) -> bool:
+    """SQLite's "database is locked" (SQLITE_BUSY: another connection holds the lock past the busy wait) or
+    "database table is locked"."""
+    return isinstance(e, sa.exc.OperationalError) and "locked" in str(e.orig or e).lower()
+
+
+def _wait_for_lock(fn, url: str, what: str):
+    """`fn()` (one transaction), tried again while another process holds the SQLite file's lock, up to
+    LOCK_WAIT_S: a notice after LOCK_NOTICE_S, a Ctrl-C / SIGTERM honoured between attempts (the transaction
+    has not happened; the same command resumes), then one line naming the file."""
+    from rft import interrupts
+
+    start, noticed = time.monotonic(), False
+    while True:
+        try:
+            return fn()
+        except sa.exc.OperationalError as e:
+            if not _locked(e):
+                raise
+        waited = time.monotonic() - start
+        where = _shown(url)
+        if waited >= LOCK_WAIT_S:
+            raise RftError(f"experience_buffer.path {where}: another process has held a lock on the "
+                           f"database file for more than {LOCK_WAIT_S:.0f} s ({what}; an sqlite3 shell or "
+                           "viewer with an open transaction, or another run on the same file?); end it, then "
+                           "run the same command again") from None
+        if not noticed and waited >= LOCK_NOTICE_S:
+            log.warning("rft: the experience buffer %s is locked by another process; waiting up to %.0f s "
+                        "(Ctrl-C stops)", where, LOCK_WAIT_S)
+            noticed = True
+        interrupts.check_while_waiting(f"waiting for the experience buffer {where}, which another process "
+                                       "locks")
+        time.sleep(0.05)
+
+
 def _shown(url: str) -> str:
     """`url` with its password masked, for messages."""
     try:
@@ -138,22 +184,21 @@ class SQLBuffer:
         self.url = url
         self.explorers, self.explorer = explorers, explorer
         self.engine = make_engine(url)
-        for attempt in range(5):  # explorer and trainer may create the tables at the same moment
-            try:
+        try:
+            if self.engine.dialect.name == "sqlite":  # explorer and trainer may create the tables at once
+                _wait_for_lock(lambda: create_tables(self.engine), url, "opening the experience buffer")
+            else:
                 create_tables(self.engine)
-                break
-            except sa.exc.OperationalError as e:
-                if self.engine.dialect.name != "sqlite":  # a server refusing, unreachable or silent
-                    reason = " ".join(str(e.orig or e).split())[:200]
-                    raise RftError(f"experience_buffer.path {_shown(url)}: cannot reach the database ({reason}); "
-                                   "start it or fix the URL") from None
-                if attempt == 4:
-                    raise
-                time.sleep(0.2)
-            except sa.exc.DatabaseError as e:  # SQLite: not a database file
-                raise RftError(f"experience_buffer.path {_shown(url)}: not a database the buffer can open "
-                               f"({' '.join(str(e.orig or e).split())[:120]}); move it aside or name another "
-                               "file") from None
+        except sa.exc.OperationalError as e:
+            if self.engine.dialect.name != "sqlite":  # a server refusing, unreachable or silent
+                reason = " ".join(str(e.orig or e).split())[:200]
+                raise RftError(f"experience_buffer.path {_shown(url)}: cannot reach the database ({reason}); "
+                               "start it or fix the URL") from None
+            raise
+        except sa.exc.DatabaseError as e:  # SQLite: not a database file
+            raise RftError(f"experience_buffer.path {_shown(url)}: not a database the buffer can open "
+                           f"({' '.join(str(e.orig or e).split())[:120]}); move it aside or name another "
+                           "file") from None
         self.priority = use_priority_queue
         self.reuse_cooldown_time = reuse_cooldown_time if use_priority_queue else None
         self.decay = priority_decay
@@ -161,11 +206,12 @@ class SQLBuffer:
 
     # --------------------------------------------------------------------------------------- explorer side
     def _retried(self, fn, what: str):
-        """`fn()` (one transaction), retried while the database server is unreachable, up to OUTAGE_S."""
+        """`fn()` (one transaction), retried while the database server is unreachable, up to OUTAGE_S (a
+        SQLite file: while another process locks it, up to LOCK_WAIT_S)."""
         from rft.retry import retrying
 
-        if self.engine.dialect.name == "sqlite":  # a local file: its errors are not outages
-            return fn()
+        if self.engine.dialect.name == "sqlite":  # a local file: no outages; its locks are waited for
+            return _wait_for_lock(fn, self.url, what)
         try:
             return retrying(fn, f"{what} ({_shown(self.url)})", _lost_connection, OUTAGE_S)
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:

@@ -76,6 +76,25 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
     return out
 
 
+def _listen(port: int, handler) -> ThreadingHTTPServer:
+    """The server on 127.0.0.1:`port`; a port it cannot have is the config's fault, said in one line naming
+    the key (the OS error alone read "Address already in use ... check the path and the file system")."""
+    import errno
+
+    try:
+        return ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as e:
+        from rft.config import ConfigError
+
+        if e.errno == errno.EADDRINUSE:
+            raise ConfigError(f"workflow.endpoint_port={port}: port {port} on 127.0.0.1 is in use by "
+                              "another program (another run's endpoint?); set workflow.endpoint_port=0 to "
+                              "pick a free port, or another port") from None
+        raise ConfigError(f"workflow.endpoint_port={port}: the endpoint cannot listen on 127.0.0.1:{port} "
+                          f"({e.strerror or e}); set workflow.endpoint_port=0 to pick a free port, or "
+                          "another port") from None
+
+
 class Endpoint:
     def __init__(self, make_handle, model_name: str, tool_call_parser: str = "hermes", port: int = 0):
         """`make_handle()`: a model handle for requests that are no workflow's (ad-hoc clients, no history)."""
@@ -129,7 +148,7 @@ class Endpoint:
                 except Exception as e:  # a bug or a cancelled workflow: the client gets a 500, not a hang
                     self._fail(ApiError(500, f"{type(e).__name__}: {e}", "server_error"))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd = _listen(port, Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.api_base = f"http://127.0.0.1:{self.port}/v1"

@@ -71,6 +71,22 @@ def sliding_window(config) -> int | None:
     return int(window) if window else None
 
 
+def uses_alibi(model: nn.Module) -> bool:
+    """Whether `model`'s attention adds ALiBi biases, which its code builds from the padding mask: as its
+    config says (Falcon's `alibi`, MPT's `attn_config.alibi`), or, where the config has no such key, where the
+    model's modelling code builds them (Bloom's `build_alibi_tensor`: ALiBi is its only kind of position)."""
+    import sys
+
+    config = _config(model)
+    for part in (config, *vars(config or {}).values()):
+        value = part.get("alibi") if isinstance(part, dict) else getattr(part, "alibi", None)
+        if isinstance(value, bool):
+            return value
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    code = sys.modules.get(type(getattr(base, "module", base)).__module__)
+    return any("alibi" in name.lower() and callable(value) for name, value in vars(code or {}).items())
+
+
 def decode_mask_kind(model: nn.Module, length: int) -> str:
     """"4d" when a decode step of sequences up to `length` positions can take a prepared boolean mask, "2d" when it
     needs the padding mask. A prepared mask is only offered to SDPA attention with no window narrower than `length`;

@@ -119,25 +119,51 @@ def choose_pad_token(tok) -> str:
 
 def _load_pretrained(auto_class, path: str, dtype: torch.dtype, device: torch.device, *,
                      external_lib: str | None, trust_remote_code: bool, override_config: dict | None, key: str,
-                     **config_kwargs) -> nn.Module:
-    """`auto_class.from_pretrained(path)` with `override_config` (and `config_kwargs`) set on its config."""
-    from transformers import AutoConfig
+                     decoder: bool = False, tokenizer=None, **config_kwargs) -> nn.Module:
+    """`auto_class.from_pretrained(path)` with `override_config` (and `config_kwargs`) set on its config.
+    `decoder`: refuse a model that is not a causal decoder (`check_causal_config`, then `check_causal` on the
+    loaded model); `tokenizer`: refuse one with ids past the embedding (`check_vocab`). A torchvision that
+    does not load beside this torch (`errors.broken_torch_companion`) is one line too."""
+    from rft.errors import ModelError, broken_torch_companion
+
+    try:
+        return _load_checked(auto_class, path, dtype, device, external_lib=external_lib,
+                             trust_remote_code=trust_remote_code, override_config=override_config, key=key,
+                             decoder=decoder, tokenizer=tokenizer, **config_kwargs)
+    except ModelError:
+        raise
+    except Exception as e:
+        companion = broken_torch_companion(e)
+        if companion:
+            raise ModelError(f"{key}.path={path!r} does not load: {companion}") from e
+        raise
+
+
+def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.device, *,
+                  external_lib: str | None, trust_remote_code: bool, override_config: dict | None, key: str,
+                  decoder: bool, tokenizer, **config_kwargs) -> nn.Module:
+    from rft.errors import ModelError
 
     _quiet_transformers()
     if external_lib:
         importlib.import_module(external_lib)
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    config = load_config(path, key, trust_remote_code)
     for name, value in config_kwargs.items():  # set, not passed: from_pretrained drops names a config lacks
         setattr(config, name, value)
     overrides = dict(override_config or {})
     overrides.update(overrides.pop("model_config", None) or {})
     moe = overrides.pop("moe_config", None)  # verl's Megatron MoE switches: accepted only all false / null
     if moe and not (isinstance(moe, dict) and not any(moe.values())):
-        raise ValueError(f"{key}.override_config.moe_config={moe!r} is Megatron-only; remove it")
+        raise ModelError(f"{key}.override_config.moe_config={moe!r} is Megatron-only; remove it")
     for name, value in overrides.items():
         if not hasattr(config, name):
-            raise ValueError(f"{key}.override_config.{name}: the model config has no attribute {name!r}")
+            raise ModelError(f"{key}.override_config.{name}: the model config has no attribute {name!r}")
         setattr(config, name, value)
+    if decoder:
+        check_causal_config(config, path, key, trust_remote_code)
+    if tokenizer is not None:
+        check_vocab(config, tokenizer, path, key)
+    check_weight_files(path, key)
     saved = getattr(config, "dtype", None)
     model_class = auto_class if trust_remote_code else head_class(auto_class, config)
     model = model_class.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
@@ -146,7 +172,151 @@ def _load_pretrained(auto_class, path: str, dtype: torch.dtype, device: torch.de
         log.info("%s is saved in %s; computing in %s, and exporting in %s", path, str(saved).removeprefix("torch."),
                  str(dtype).removeprefix("torch."), str(saved).removeprefix("torch."))
     setattr(model, SAVED_DTYPE_ATTR, saved)
-    return model.to(device)
+    model = model.to(device)
+    if decoder:
+        check_causal(model, path, key)
+    return model
+
+
+def load_config(path: str, key: str, trust_remote_code: bool):
+    """The transformers config of the folder `path`. One that names code of its own (`auto_map` in config.json
+    for a model_type transformers does not know) while `<key>.trust_remote_code` is false, and one
+    transformers cannot read, are `ModelError`s naming the folder and what to set."""
+    import json
+
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from rft.errors import ModelError
+
+    remote = (f"{key}.path={path!r}: its config.json maps the model to Python code in the folder "
+              f"(auto_map), which transformers runs only with {key}.trust_remote_code=true; set that if you "
+              f"trust the code in {path!r}, or use a model transformers has built in")
+    file = Path(path).expanduser() / "config.json"
+    if not trust_remote_code and file.is_file():
+        try:
+            raw = json.loads(file.read_text())
+        except ValueError as e:
+            raise ModelError(f"{key}.path={path!r}: config.json is not valid JSON ({e})") from None
+        if isinstance(raw, dict) and raw.get("auto_map") and raw.get("model_type") not in CONFIG_MAPPING:
+            raise ModelError(remote)
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise ModelError(remote) from None
+        raise ModelError(f"{key}.path={path!r}: transformers cannot read its config "
+                         f"({' '.join(str(e).split())[:200]})") from None
+
+
+def _architecture_name(config) -> str:
+    names = getattr(config, "architectures", None) or []
+    return f"{names[0]} (model_type {config.model_type!r})" if names else f"a {config.model_type!r} model"
+
+
+NOT_CAUSAL = ("rft trains decoder-only causal LMs (Qwen2, Llama, Mistral, Gemma, GPT-2, ...), whose every "
+              "position sees only those before it; choose such a model")
+
+
+def check_causal_config(config, path: str, key: str, trust_remote_code: bool) -> None:
+    """What the config tells before any weight loads: an encoder-decoder (T5, BART) or a model transformers
+    has no causal-LM class for is a `ModelError` naming the folder and the architecture."""
+    from transformers import AutoModelForCausalLM
+
+    from rft.errors import ModelError
+
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, an encoder-decoder "
+                         f"(sequence-to-sequence) model, not a causal decoder: {NOT_CAUSAL}")
+    remote = trust_remote_code and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    if not remote and type(config) not in AutoModelForCausalLM._model_mapping:
+        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, which transformers has no "
+                         f"causal language model class for: {NOT_CAUSAL}")
+
+
+@torch.no_grad()
+def check_causal(model: nn.Module, path: str, key: str) -> None:
+    """Asked of the loaded model, as a config cannot tell (BERT's and GPT-NeoX's configs both say
+    is_decoder=false): two sequences that share their first two tokens must give those two positions the same
+    outputs. A bidirectional encoder loaded through a causal-LM head (BertLMHeadModel) sees the later tokens
+    there and is a `ModelError`; it would train and export without an error and never generate. A model whose
+    forward pass needs more than token ids is not checked."""
+    from rft.errors import ModelError
+
+    was = model.training
+    model.eval()
+    try:
+        vocab = model.get_input_embeddings().weight.shape[0]
+        device = device_of(model)
+        shared = [11, 12]
+        outs = [model(input_ids=torch.tensor([shared + tail], device=device) % vocab).logits.float()
+                for tail in ([13, 14, 15, 16], [40, 41, 42, 43])]
+    except Exception:  # a forward pass that needs more (pixel values, ...): nothing to tell from
+        return
+    finally:
+        model.train(was)
+    diff = (outs[0] - outs[1]).abs().flatten(2).amax(-1)[0]
+    if float(diff[:2].max()) > 1e-3 * float(diff[2:].max()):
+        config = model.config
+        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, loaded as "
+                         f"{type(model).__name__}: an encoder whose positions see the tokens after them, "
+                         f"not a causal decoder (is_decoder={getattr(config, 'is_decoder', None)}): "
+                         f"{NOT_CAUSAL}")
+
+
+def check_vocab(config, tokenizer, path: str, key: str) -> None:
+    """A tokenizer with token ids past the model's embedding (vocab_size rows) is a `ModelError` naming both
+    sizes, before the weights load: those ids would fail in the first forward pass ('index out of range in
+    self'). An embedding larger than the tokenizer (Qwen pads its own) is fine."""
+    from rft.errors import ModelError
+
+    rows = getattr(getattr(config, "text_config", None) or config, "vocab_size", None)
+    ids = tokenizer.get_vocab().values()
+    top = max(ids) + 1 if ids else 0
+    if isinstance(rows, int) and top > rows:
+        where = getattr(tokenizer, "name_or_path", "") or "the run's"
+        raise ModelError(f"the tokenizer {where!r} has token ids up to {top - 1} ({top} ids), more than the "
+                         f"{rows} rows of the embedding of {key}.path={path!r} (vocab_size {rows}): ids "
+                         f"from {rows} up would fail in the model; set data.tokenizer to the model's own "
+                         "tokenizer, or resize the model's embeddings to the tokenizer "
+                         "(resize_token_embeddings) and save it")
+
+
+def check_weight_files(path: str, key: str) -> None:
+    """The safetensors files of the folder `path` are whole: each header reads and covers its file, and every
+    shard the index names exists. A truncated download or copy is a `ModelError` naming the file, before any
+    loads."""
+    import json
+
+    from safetensors import safe_open
+
+    from rft.errors import ModelError
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return
+    index = folder / "model.safetensors.index.json"
+    names = set()
+    if index.is_file():
+        try:
+            names = set(json.loads(index.read_text())["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelError(f"{key}.path={path!r}: {index.name} is damaged ({e}); copy or download the "
+                             "model again") from None
+    elif (folder / "model.safetensors").is_file():
+        names = {"model.safetensors"}
+    again = "copy or download the model again"
+    for name in sorted(names):
+        file = folder / name
+        if not file.is_file():
+            raise ModelError(f"{key}.path={path!r}: {name}, which {index.name} lists, is missing; {again}")
+        try:
+            with safe_open(str(file), "pt") as f:
+                f.keys()
+        except Exception as e:
+            said = " ".join(str(e).split())[:120]
+            raise ModelError(f"{key}.path={path!r}: {name} is damaged or incomplete "
+                             f"({file.stat().st_size:,} bytes; {said}); {again}") from None
 
 
 def head_class(auto_class, config):
@@ -181,15 +351,17 @@ def head_class(auto_class, config):
 
 def load_causal_lm(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
                    trust_remote_code: bool = False, override_config: dict | None = None,
-                   key: str = "actor_rollout_ref.model") -> nn.Module:
+                   key: str = "actor_rollout_ref.model", tokenizer=None) -> nn.Module:
     """A causal LM from the folder `path` with `override_config` applied, on `device` in `dtype`. `key` is the
-    config section named in error messages."""
+    config section named in error messages; `tokenizer`, the one the run encodes with (its ids checked against
+    the embedding). Not a causal decoder (BERT, T5): a `ModelError`."""
     from transformers import AutoModelForCausalLM
 
     from rft.models.arch import router_recorder
 
     model = _load_pretrained(AutoModelForCausalLM, path, dtype, device, external_lib=external_lib,
-                             trust_remote_code=trust_remote_code, override_config=override_config, key=key)
+                             trust_remote_code=trust_remote_code, override_config=override_config, key=key,
+                             decoder=True, tokenizer=tokenizer)
     router_recorder(model)  # a mixture of experts: its load-balancing loss recorded by rft (models/arch.py)
     return model
 
@@ -202,17 +374,18 @@ decoder classes."""
 
 def load_value_model(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
                      trust_remote_code: bool = False, override_config: dict | None = None,
-                     key: str = "critic.model") -> nn.Module:
+                     key: str = "critic.model", tokenizer=None) -> nn.Module:
     """A value model: `AutoModelForTokenClassification` with one label (verl's critic), i.e. the decoder backbone
     of the folder `path` with a Linear(hidden, 1) head `score` on every position's last hidden state. From a causal
     LM folder the backbone loads and the head is initialised (normal, std = initializer_range; bias 0); from a
     saved value model (an rft critic export) or a reward model (`score` without bias) the head loads too. Dropout
-    before the head is off (classifier_dropout 0), so values are deterministic in train mode."""
+    before the head is off (classifier_dropout 0), so values are deterministic in train mode. Checked as
+    `load_causal_lm` checks."""
     from transformers import AutoModelForTokenClassification
 
     return _load_pretrained(AutoModelForTokenClassification, path, dtype, device, external_lib=external_lib,
                             trust_remote_code=trust_remote_code, override_config=override_config, key=key,
-                            num_labels=1, classifier_dropout=0.0)
+                            decoder=True, tokenizer=tokenizer, num_labels=1, classifier_dropout=0.0)
 
 
 def scalar_head(model: nn.Module, key: str) -> tuple[nn.Module, nn.Linear]:
@@ -270,13 +443,14 @@ def apply_lora(model: nn.Module, model_cfg, task_type: str = "CAUSAL_LM") -> nn.
 
 
 def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch.device, key: str,
-                         value_head: bool = False) -> nn.Module:
+                         value_head: bool = False, tokenizer=None) -> nn.Module:
     """The model a trainer updates: `load_causal_lm` (or `load_value_model` with `value_head`), then gradient
     checkpointing and LoRA as `model_cfg` (the RL `actor_rollout_ref.model` / `critic.model` or the SFT `model`
-    section) asks."""
+    section) asks. `tokenizer`: the run's, checked against the embedding."""
     load = load_value_model if value_head else load_causal_lm
     model = load(path, dtype, device, external_lib=model_cfg.external_lib,
-                 trust_remote_code=model_cfg.trust_remote_code, override_config=model_cfg.override_config, key=key)
+                 trust_remote_code=model_cfg.trust_remote_code, override_config=model_cfg.override_config,
+                 key=key, tokenizer=tokenizer)
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if model_cfg.lora_rank > 0:

@@ -41,7 +41,7 @@ def run_generate(cfg: GenerationConfig) -> Path:
     # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row
     prompts = PromptDataset([(d.path, rows)], tokenizer, prompt_key=d.prompt_key, max_prompt_length=r.prompt_length)
     model = load_causal_lm(m.path, dtype, device, external_lib=m.external_lib, trust_remote_code=m.trust_remote_code,
-                           key="model")
+                           key="model", tokenizer=tokenizer)
     model.eval()
     rollout = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id, r.micro_batch_size)
     params = SamplingParams(n=d.n_samples, temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,

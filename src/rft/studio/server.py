@@ -47,6 +47,11 @@ class Forbidden(Exception):
     """A request the studio refuses (403): no token, a foreign Host or Origin, a path outside its folders."""
 
 
+class BadRequest(ValueError):
+    """A request that cannot be served as sent (400, its message as is): a body that is not a JSON object,
+    an unknown config kind, a path that is not a YAML file. The client's fault, never called a bug in rft."""
+
+
 def _inside(path: str | Path, root: Path) -> Path:
     """`path` resolved, when it lies under `root`; else Forbidden."""
     resolved = Path(path).expanduser().resolve()
@@ -71,7 +76,7 @@ class Studio:
         from rft.trainer.configure import load_config, load_sft_config
 
         if kind not in forms.KINDS:
-            raise ValueError(f"unknown config kind {kind!r}")
+            raise BadRequest(f"unknown config kind {kind!r}; one of {list(forms.KINDS)}")
         path = str(_inside(path, self.workdir))
         cfg = (load_config if kind == "rl" else load_sft_config)(path)  # what the run will refuse, refused now
         out = Path(cfg.trainer.default_local_dir)
@@ -80,7 +85,8 @@ class Studio:
         with self.lock:
             running = self.started.get(str(out.resolve()))
             if running is not None and running.poll() is None:
-                raise ValueError(f"this studio already runs a command in {out} (pid {running.pid})")
+                raise BadRequest(f"this studio already runs a command in {out} (pid {running.pid}); wait "
+                                 "for it to finish or stop it")
             log = (out / runs.LOG).open("w", encoding="utf-8")
             process = subprocess.Popen([sys.executable, "-m", "rft", forms.KINDS[kind][2], str(path)],
                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -194,37 +200,53 @@ def make_handler(studio: Studio) -> type[BaseHTTPRequestHandler]:
                     self._json({"error": "the request body must be JSON (Content-Type: application/json)"},
                                HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
                     return
-                try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                except ValueError:
-                    raise ValueError("the request body is not JSON") from None
-                if not isinstance(body, dict):
-                    raise ValueError("the request body must be a JSON object")
-                kind = body.get("kind", "rl")
+                kind, values, path = self._body()
                 if url.path == "/api/validate":
-                    self._json(forms.check(kind, body.get("values") or {}))
+                    self._json(forms.check(kind, values))
                 elif url.path == "/api/write":
-                    self._json(self._write(kind, body.get("values") or {}, body.get("path") or ""))
+                    self._json(self._write(kind, values, path))
                 elif url.path == "/api/start":
-                    self._json(studio.start(kind, body.get("path") or ""))
+                    self._json(studio.start(kind, path))
                 else:
                     self._json({"error": f"no such action: {url.path}"}, HTTPStatus.NOT_FOUND)
             except Forbidden as e:
                 self._json({"error": str(e)}, HTTPStatus.FORBIDDEN)
+            except BadRequest as e:
+                self._json({"error": str(e)}, HTTPStatus.BAD_REQUEST)
             except Exception as e:  # the page shows the line; the server keeps serving
                 from rft.errors import describe_failure
 
                 self._json({"error": describe_failure(e)}, HTTPStatus.BAD_REQUEST)
 
+        def _body(self) -> tuple[str, dict, str]:
+            """The POST body's {kind, values, path}, each of its type, or BadRequest saying what is wrong."""
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = self.headers.get("Content-Length")
+                raise BadRequest(f"Content-Length {length!r} is not a number") from None
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError as e:
+                raise BadRequest(f"the request body is not JSON ({e}); send a JSON object") from None
+            if not isinstance(body, dict):
+                raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+            kind, values, path = body.get("kind", "rl"), body.get("values") or {}, body.get("path") or ""
+            if kind not in forms.KINDS:
+                raise BadRequest(f"unknown config kind {kind!r}; one of {list(forms.KINDS)}")
+            if not isinstance(values, dict) or not isinstance(path, str):
+                raise BadRequest("'values' must be a JSON object of config keys and 'path' a string")
+            return kind, values, path
+
         def _write(self, kind: str, values: dict, path: str) -> dict:
             from rft.fsutil import write_text_atomic
 
             if not path.endswith((".yaml", ".yml")):
-                raise ValueError(f"the config file must end in .yaml, got {path!r}")
+                raise BadRequest(f"the config file must end in .yaml, got {path!r}")
             _inside(path, studio.workdir)
             result = forms.check(kind, values)
             if not result["ok"]:
-                raise ValueError(f"not written: the config is not valid ({result['error']})")
+                raise BadRequest(f"not written: the config is not valid ({result['error']})")
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             header = f"# written by rft studio; run it with: {forms.form(kind)['command']} {path}\n"
             write_text_atomic(Path(path).expanduser(), header + result["yaml"])

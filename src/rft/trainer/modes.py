@@ -95,7 +95,8 @@ class ExploreLoop:
         device = resolve_device(t.device)
         dtype = compute_dtype(arr.rollout.dtype, device)
         # the policy built as the trainer builds it (LoRA included), so the synchronised names match
-        model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model")
+        model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model",
+                                     tokenizer=self.tokenizer)
         # what the trainer trains and sends (the LoRA adapter, or every parameter), by name
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
         model.requires_grad_(False)
@@ -460,7 +461,8 @@ def run_bench(cfg) -> Path:
     device = resolve_device(t.device)
     dtype = compute_dtype(arr.rollout.dtype, device)
     # built as the run built it (LoRA included): a checkpoint holds its trainable parameters
-    model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model")
+    model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model",
+                                 tokenizer=tokenizer)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     rewards = RewardPipeline.from_config(cfg, tokenizer, dtype, device)
     engine = build_engine(cfg, model, tokenizer)

@@ -107,7 +107,8 @@ class RLTrainer:
         # critic (the explorer fills `reward_baselines`, which need generation).
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
 
-        model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device, key="actor_rollout_ref.model")
+        model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device,
+                                     key="actor_rollout_ref.model", tokenizer=tokenizer)
         if arr.model.use_remove_padding:  # packed forward passes (the reference's copy packs too)
             enable_remove_padding(model, "actor_rollout_ref.model.use_remove_padding")
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, cfg.algorithm.kl_ctrl.kl_coef,
@@ -164,7 +165,7 @@ class RLTrainer:
                 raise ValueError(f"critic.model.tokenizer_path={c.model.tokenizer_path!r}: its vocabulary differs "
                                  "from the policy's, whose token ids the critic reads; remove it")
         model = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, self.device,
-                                     key="critic.model", value_head=True)
+                                     key="critic.model", value_head=True, tokenizer=self.tokenizer)
         if c.model.use_remove_padding:
             enable_remove_padding(model, "critic.model.use_remove_padding")
         model = wrap(model, c.strategy, c.model.fsdp_config, self.dist, self.device)

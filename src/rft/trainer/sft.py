@@ -77,7 +77,8 @@ class SFTTrainer:
         self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
-        self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device, key="model")
+        self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device,
+                                          key="model", tokenizer=self.tokenizer)
         if getattr(cfg, "use_remove_padding", False):  # rft sft's key; rft dpo's schema has none (refused there)
             enable_remove_padding(self.model, "use_remove_padding")
         self.model = wrap(self.model, model_cfg.strategy, _FSDP(), dist, self.device)

@@ -26,6 +26,7 @@ compile (no C++ compiler for inductor on CPU, ...) runs eagerly, with the reason
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -190,18 +191,61 @@ _COMPILE_OK: tuple[bool, str] | None = None
 
 def compile_backend_works() -> tuple[bool, str]:
     """(whether torch.compile's default backend compiles here, the reason when not): one tiny function compiled
-    once per process."""
+    once per process. The reason is the check's own error (inductor's C++ compiler error, not the wrapper's
+    `backend='inductor' raised:`)."""
     global _COMPILE_OK
     if _COMPILE_OK is None:
+        cache = inductor_cache_per_capability()
         try:
             fn = torch.compile(lambda x: torch.nn.functional.silu(x) * 2.0 + 1.0, dynamic=True)
             x = torch.randn(5)
             ok = torch.allclose(fn(x), torch.nn.functional.silu(x) * 2.0 + 1.0)
             _COMPILE_OK = (ok, "" if ok else "the compiled function gave a different result")
         except Exception as e:  # no C++ compiler, no Triton, ...
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            _COMPILE_OK = (False, f"{type(e).__name__}: {first[:200]}")
+            _COMPILE_OK = (False, compile_error(e))
+        if not _COMPILE_OK[0] and cache is None and os.environ.get("ATEN_CPU_CAPABILITY"):
+            capability = os.environ["ATEN_CPU_CAPABILITY"]
+            folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+            _COMPILE_OK = (False, f"{_COMPILE_OK[1]}; ATEN_CPU_CAPABILITY={capability} is set: if "
+                           f"TORCHINDUCTOR_CACHE_DIR={folder} holds kernels built under another capability, "
+                           "give this one a cache folder of its own")
     return _COMPILE_OK
+
+
+def compile_error(e: BaseException) -> str:
+    """`e`, a failed compile, in a few words: the innermost error (a `BackendCompilerFailed` wraps inductor's)
+    and, for a C++ compiler error, its first `error:` line."""
+    inner = e
+    while getattr(inner, "inner_exception", None) is not None:
+        inner = inner.inner_exception
+    lines = [x.strip() for x in str(inner).splitlines() if x.strip()]
+    text = lines[0] if lines else ""
+    compiler = next((x for x in lines if " error: " in x or x.startswith("error: ")), None)
+    if compiler and compiler != text:
+        text = f"{text}: {compiler.split(' error: ', 1)[-1]}"
+    return f"{type(inner).__name__}: {text}"[:240]
+
+
+def inductor_cache_per_capability() -> str | None:
+    """Under ATEN_CPU_CAPABILITY, unless TORCHINDUCTOR_CACHE_DIR names a folder of the user's, a cache folder
+    of inductor's own for that capability (its default one with the capability appended), which is returned:
+    inductor's on-disk cache is not keyed on the capability, and kernels and precompiled headers built under
+    another fail to compile ("'at::vec' has not been declared") or give NaN. None when nothing was set.
+    (inductor writes its default into TORCHINDUCTOR_CACHE_DIR once transformers has loaded a model: that one
+    is replaced.)"""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "").strip()
+    if not capability:
+        return None
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        default = os.path.abspath(default_cache_dir())
+    except Exception:  # another torch's layout
+        return None
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR", default) != default:
+        return None
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder = f"{default}_{capability}"
+    return folder
 
 
 def enable_torch_compile(model: nn.Module, key: str) -> bool:
