@@ -46,7 +46,8 @@ def check_estimator(ctx: CheckContext) -> None:
     grpo's scaling keys, opmd's temperature; gdpo's reward dimensions and the optimal token baseline's sum of
     squared probabilities, required where the estimator reads them and refused where nothing would."""
     algo, actor, rollout = ctx.cfg.algorithm, ctx.cfg.actor_rollout_ref.actor, ctx.cfg.actor_rollout_ref.rollout
-    min_group = estimator_spec(algo.adv_estimator).min_group_size
+    spec = estimator_spec(algo.adv_estimator)
+    min_group = spec.min_group_size
     if rollout.n < min_group:
         raise ConfigError(
             f"algorithm.adv_estimator={algo.adv_estimator!r} needs at least {min_group} responses per prompt: set "
@@ -65,7 +66,7 @@ def check_estimator(ctx: CheckContext) -> None:
             )
     if not algo.tau > 0:
         raise ConfigError(f"algorithm.tau must be > 0 (opmd's logavgexp temperature), got {algo.tau}")
-    needs = estimator_spec(algo.adv_estimator).needs
+    needs = spec.needs
     keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
     if "reward_components" in needs:
         if not keys or not all(isinstance(k, str) and k for k in keys) or len(set(keys)) != len(keys):

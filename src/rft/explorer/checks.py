@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rft.algorithms import estimator_spec
 from rft.config.checks import CHECKS, CheckContext, check_model_dir, positive
 from rft.config.errors import ConfigError
 from rft.sync.schedule import is_synchronous
@@ -112,8 +113,6 @@ def check_workflow(ctx: CheckContext) -> None:
                     "per sample, no workflow code): set workflow.type to the workflow that uses it, or remove it"
                 )
         return
-    from rft.algorithms import estimator_spec
-
     why = None
     if cfg.reward_model.enable:
         why = "reward_model.enable (the reward model scores whole batches; workflows score their own experiences)"

@@ -147,7 +147,7 @@ def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.devic
     _quiet_transformers()
     if external_lib:
         importlib.import_module(external_lib)
-    config = load_config(path, key, trust_remote_code)
+    config = read_model_config(path, key, trust_remote_code)
     for name, value in config_kwargs.items():  # set, not passed: from_pretrained drops names a config lacks
         setattr(config, name, value)
     overrides = dict(override_config or {})
@@ -178,7 +178,7 @@ def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.devic
     return model
 
 
-def load_config(path: str, key: str, trust_remote_code: bool):
+def read_model_config(path: str, key: str, trust_remote_code: bool):
     """The transformers config of the folder `path`. One that names code of its own (`auto_map` in config.json
     for a model_type transformers does not know) while `<key>.trust_remote_code` is false, and one
     transformers cannot read, are `ModelError`s naming the folder and what to set."""
