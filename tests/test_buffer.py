@@ -551,3 +551,25 @@ def test_sigterm_stops_a_wait_for_a_sqlite_lock(tmp_path):
             process.wait(30)
     assert waiter.returncode == 143, out
     assert "stopped by SIGTERM while waiting for the experience buffer" in out, out
+
+
+def test_a_table_another_process_creates_at_the_same_moment_is_taken_as_it_is(tmp_path, monkeypatch):
+    """Explorer and trainer open one SQLite buffer at once: the one that loses the race to CREATE a table gets
+    "table ... already exists" and opens the buffer on its next attempt (a race test_modes' kill tests met)."""
+    import sqlalchemy as sa
+
+    from rft.buffer import sql
+
+    real, calls = sql.create_tables, []
+
+    def racing(engine):
+        calls.append(1)
+        if len(calls) == 1:
+            real(engine)  # the other process's CREATE lands first
+            raise sa.exc.OperationalError("CREATE TABLE rft_reads", {},
+                                          Exception("table rft_reads already exists"))
+        real(engine)
+
+    monkeypatch.setattr(sql, "create_tables", racing)
+    buffer = SQLBuffer(database_url(str(tmp_path / "b.sqlite")))
+    assert len(calls) == 2 and buffer.engine.dialect.name == "sqlite"

@@ -125,10 +125,16 @@ def _locked(e: BaseException) -> bool:
     return isinstance(e, sa.exc.OperationalError) and "locked" in str(e.orig or e).lower()
 
 
-def _wait_for_lock(fn, url: str, what: str):
-    """`fn()` (one transaction), tried again while another process holds the SQLite file's lock, up to
-    LOCK_WAIT_S: a notice after LOCK_NOTICE_S, a Ctrl-C / SIGTERM honoured between attempts (the transaction
-    has not happened; the same command resumes), then one line naming the file."""
+def _created_beside(e: BaseException) -> bool:
+    """SQLite's "table ... already exists": another process created the table between this one's look and its
+    CREATE (explorer and trainer open the buffer at the same moment); the next attempt sees it."""
+    return isinstance(e, sa.exc.OperationalError) and "already exists" in str(e.orig or e).lower()
+
+
+def _wait_for_lock(fn, url: str, what: str, also: Callable[[BaseException], bool] = lambda e: False):
+    """`fn()` (one transaction), tried again while another process holds the SQLite file's lock (or `also`
+    accepts the error), up to LOCK_WAIT_S: a notice after LOCK_NOTICE_S, a Ctrl-C / SIGTERM honoured between
+    attempts (the transaction has not happened; the same command resumes), then one line naming the file."""
     from rft import interrupts
 
     start, noticed = time.monotonic(), False
@@ -136,7 +142,7 @@ def _wait_for_lock(fn, url: str, what: str):
         try:
             return fn()
         except sa.exc.OperationalError as e:
-            if not _locked(e):
+            if not (_locked(e) or also(e)):
                 raise
         waited = time.monotonic() - start
         where = _shown(url)
@@ -186,7 +192,8 @@ class SQLBuffer:
         self.engine = make_engine(url)
         try:
             if self.engine.dialect.name == "sqlite":  # explorer and trainer may create the tables at once
-                _wait_for_lock(lambda: create_tables(self.engine), url, "opening the experience buffer")
+                _wait_for_lock(lambda: create_tables(self.engine), url, "opening the experience buffer",
+                               also=_created_beside)
             else:
                 create_tables(self.engine)
         except sa.exc.OperationalError as e:
