@@ -306,19 +306,24 @@ class SQLBuffer:
                     EXPERIENCES.c.seq.in_(claimed))).all())
                 out.experiences, out.partial = [Experience.from_bytes(payloads[s]) for s in claimed], False
                 return True
-            groups = self._candidates(conn, rows)
-            take, drop = [], []
+            take, drop, taken = [], [], set()
             count = 0
-            for members in groups.values():
-                if min_version is not None and members[0].model_version < min_version:
-                    drop += members
-                    continue
-                if count >= rows:
+            while True:  # stale groups dropped make room among the candidates: look again at once
+                dropped_now = []
+                for group, members in self._candidates(conn, rows).items():
+                    if min_version is not None and members[0].model_version < min_version:
+                        dropped_now += members
+                        continue
+                    if count >= rows:
+                        break
+                    if group not in taken:
+                        taken.add(group)
+                        take += members
+                        count += len(members)
+                if not dropped_now:
                     break
-                take += members
-                count += len(members)
-            if drop:
-                self._claim(conn, drop, step, dropped=True)
+                self._claim(conn, dropped_now, step, dropped=True)
+                drop += dropped_now
             timed_out = timeout is not None and time.monotonic() - start >= timeout
             done = count >= rows or finished or timed_out
             experiences = []
