@@ -573,3 +573,118 @@ def test_a_table_another_process_creates_at_the_same_moment_is_taken_as_it_is(tm
     monkeypatch.setattr(sql, "create_tables", racing)
     buffer = SQLBuffer(database_url(str(tmp_path / "b.sqlite")))
     assert len(calls) == 2 and buffer.engine.dialect.name == "sqlite"
+
+
+# ------------------------------------------------------------------------------------ sharing a buffer
+LAYOUT = {"explorer_num": 2, "rollout_n": 4,
+          "model": {"model_type": "qwen2", "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 2,
+                    "tokenizer": "ab" * 32}}
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("explorer_num", 1, "is shared by trainer.explorer_num=2 explorers (as its run began); this process has "
+                        "trainer.explorer_num=1"),
+    ("rollout_n", 8, "holds groups of actor_rollout_ref.rollout.n=4 responses; this run has rollout.n=8: a new run "
+                     "needs a buffer of its own"),
+    ("model", {**LAYOUT["model"], "hidden_size": 256}, "holds experiences of another model (qwen2, hidden_size 64, "
+                                                       "2 layers, vocabulary 300"),
+    ("model", {**LAYOUT["model"], "tokenizer": "cd" * 32}, "tokenizer abababababab) than this process's"),
+])
+def test_a_process_of_another_run_layout_is_refused_in_one_line(tmp_path, key, value, said):
+    """The first process records the run's layout; one that differs in explorers, group size or model is refused
+    (a trainer without explorer_num beside two explorers stopped after half the steps; another model's samples
+    broke the update; another rollout.n trained on the first run's groups), one that agrees joins."""
+    from rft.errors import RftError, describe_failure
+
+    url = database_url(str(tmp_path / "b.sqlite"))
+    first = SQLBuffer(url, explorers=2)
+    first.join(LAYOUT, [])
+    SQLBuffer(url, explorers=2).join(dict(LAYOUT), [])  # the same terms: joins
+    with pytest.raises(RftError) as err:
+        SQLBuffer(url).join({**LAYOUT, key: value}, [])
+    line = describe_failure(err.value)
+    assert said in line and str(tmp_path / "b.sqlite") in line and "\n" not in line, line
+
+
+def test_a_role_held_by_a_live_process_is_refused_and_a_dead_holders_is_taken_over(tmp_path):
+    """Explorer 0 of a buffer held by a live process (its heartbeat moves): a second one is refused naming the
+    holder (two explore commands with one explorer_rank both generated every task of their steps). A killed
+    holder's role is taken at once by its rerun; a released one too."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from rft.errors import RftError, describe_failure
+
+    url = database_url(str(tmp_path / "b.sqlite"))
+    holder = SQLBuffer(url, explorers=2)
+    holder.join(LAYOUT, ["explorer/0"])
+    others = SQLBuffer(url, explorers=2)
+    others.join(LAYOUT, ["explorer/1", "trainer"])  # other roles are free
+    start = time.monotonic()
+    with pytest.raises(RftError) as err:
+        SQLBuffer(url, explorers=2).join(LAYOUT, ["explorer/0"])
+    assert time.monotonic() - start < 4.0  # the heartbeat moved: no need to watch it out
+    line = describe_failure(err.value)
+    assert f"trainer.explorer_rank=0 is explored by another process (pid {os.getpid()}" in line, line
+    assert "give each explore command its own trainer.explorer_rank in [0, trainer.explorer_num=2)" in line
+    holder.close()  # released: taken at once
+    others.close()
+    again = SQLBuffer(url, explorers=2)
+    again.join(LAYOUT, ["explorer/0"])
+    again.close()
+    child = subprocess.Popen([sys.executable, "-c", HOLD_ROLE, str(tmp_path / "b.sqlite"), json.dumps(LAYOUT)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "holding"
+        with pytest.raises(RftError, match=f"read by another trainer \\(pid {child.pid} on"):
+            SQLBuffer(url, explorers=2).join(LAYOUT, ["trainer"])
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        start = time.monotonic()
+        SQLBuffer(url, explorers=2).join(LAYOUT, ["trainer"])  # its process is gone: taken over
+        assert time.monotonic() - start < 2.0
+    finally:
+        child.kill()
+        child.wait(30)
+
+
+HOLD_ROLE = """import json, sys, time
+from rft.buffer import SQLBuffer, database_url
+SQLBuffer(database_url(sys.argv[1]), explorers=2).join(json.loads(sys.argv[2]), ["trainer"])
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_holder_on_another_host_is_watched_and_a_still_heartbeat_taken_over(tmp_path, monkeypatch):
+    """A holder recorded by another machine (its pid means nothing here): its heartbeat is watched for WATCH_S,
+    and one that stood still (the machine went down) is taken over; the process that lost its role says so at its
+    next write."""
+    import json
+
+    import sqlalchemy as sa
+
+    from rft.buffer import sharing, sql
+    from rft.errors import RftError
+
+    monkeypatch.setattr(sharing, "WATCH_S", 1.0)
+    url = database_url(str(tmp_path / "b.sqlite"))
+    first = SQLBuffer(url, explorers=2)
+    first.join(LAYOUT, ["explorer/1"])
+    first.holders._stop.set()  # its machine stops (the heartbeat with it)
+    first.holders._thread.join()
+    with first.engine.begin() as conn:
+        record = json.loads(conn.execute(sa.select(sql.META.c.value).where(
+            sql.META.c.key == "holder/explorer/1")).scalar())
+        conn.execute(sql.META.update().where(sql.META.c.key == "holder/explorer/1").values(
+            value=json.dumps({**record, "host": "elsewhere"})))
+    start = time.monotonic()
+    second = SQLBuffer(url, explorers=2)
+    second.join(LAYOUT, ["explorer/1"])
+    assert 1.0 <= time.monotonic() - start < 3.0
+    first.holders._beat_once(1)  # its machine back: it finds the role taken
+    with pytest.raises(RftError, match="explorer 1 was taken over by pid"):
+        first.write([exp("a")], {"step": 2})
+    second.close()

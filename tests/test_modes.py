@@ -469,6 +469,65 @@ def test_killed_explorer_and_trainer_of_two_commands_resume_as_if_uninterrupted(
     assert_same_run(out, uninterrupted, url)
 
 
+# ------------------------------------------------------------------------------------ one buffer, one run
+def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, tmp_path):
+    """A buffer explorer 0 of two began (explorer_num 2, rollout.n 4, the tiny model) refuses, each in one line
+    before training: a trainer told of one explorer (it stopped after half the steps, exit 0), a run with another
+    rollout.n (it trained on the first run's groups), an explorer on another model (it died in the update as a bug
+    in rft). The same terms join: explorer 1 writes its step and the trainer reads both."""
+    from rft.models.tiny import init_model
+
+    out = tmp_path / "out"
+    two = ("synchronizer.sync_interval=2", "trainer.explorer_num=2")
+    rft_here("train", *overrides(assets, out, 2, *two), "trainer.mode=explore", cwd=tmp_path)
+    buffer = f"experience_buffer.path={out / 'buffer.sqlite'}"
+    init_model("small", tmp_path / "other", seed=0)
+    cases = [
+        (overrides(assets, tmp_path / "t", 2, "synchronizer.sync_interval=2", buffer, "trainer.mode=train"),
+         "is shared by trainer.explorer_num=2 explorers (as its run began); this process has trainer.explorer_num=1"),
+        (overrides(assets, tmp_path / "n", 2, *two, buffer, "trainer.mode=train", "actor_rollout_ref.rollout.n=2"),
+         "holds groups of actor_rollout_ref.rollout.n=4 responses; this run has rollout.n=2"),
+        (overrides(assets, tmp_path / "m", 2, *two, buffer, "trainer.mode=explore", "trainer.explorer_rank=1",
+                   f"actor_rollout_ref.model.path={tmp_path / 'other'}"),
+         "holds experiences of another model (qwen2, hidden_size 128, 4 layers"),
+    ]
+    for args, said in cases:
+        proc = rft_here("train", *args, cwd=tmp_path, check=False)
+        errors = [x for x in proc.stderr.splitlines() if x.startswith("rft: error:")]
+        assert proc.returncode == 2 and len(errors) == 1 and said in errors[0], proc.stderr
+        assert "bug in rft" not in proc.stderr
+    rft_here("train", *overrides(assets, out, 2, *two), "trainer.mode=explore", "trainer.explorer_rank=1",
+             cwd=tmp_path)
+    rft_here("train", *overrides(assets, out, 2, *two), "trainer.mode=train", cwd=tmp_path)
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 2, 16)
+
+
+def test_a_second_explorer_of_the_same_rank_is_refused_while_the_first_runs(assets, tmp_path):
+    """Two explore commands with one explorer_rank on one buffer (from two run folders): the second stops in one
+    line naming the first's process (both used to exit 0, every task of their steps generated twice). Once the
+    first is killed, its rerun takes the rank over and resumes."""
+    out = tmp_path / "out"
+    url = database_url(str(out / "buffer.sqlite"))
+    args = overrides(assets, out, 3, "synchronizer.sync_interval=1", "synchronizer.sync_timeout=600")
+    first = start("train", *args, "trainer.mode=explore", cwd=tmp_path)  # waits at step 2 for the trainer's weights
+    try:
+        wait_for(lambda: explored(out, url) >= 1)
+        proc = rft_here("train", *overrides(assets, tmp_path / "second", 3, f"experience_buffer.path={out / 'buffer.sqlite'}",
+                                            "synchronizer.sync_interval=1"), "trainer.mode=explore",
+                        cwd=tmp_path, check=False)
+        errors = [x for x in proc.stderr.splitlines() if x.startswith("rft: error:")]
+        assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+        assert f"trainer.explorer_rank=0 is explored by another process (pid {first.pid} on" in errors[0]
+    finally:
+        first.kill()
+        first.wait(60)
+    rerun = start("train", *args, "trainer.mode=explore", cwd=tmp_path)
+    trainer = start("train", *args, "trainer.mode=train", cwd=tmp_path)
+    finish(rerun)
+    finish(trainer)
+    assert_each_read_once(url, 3, 16)
+
+
 # ------------------------------------------------------------------------------------------------ bench
 def test_bench_evaluates_every_checkpoint(assets, tmp_path):
     out = tmp_path / "out"

@@ -37,6 +37,18 @@ def make_buffer(cfg, shared: bool = False) -> ExperienceBuffer:
                      priority_decay=b.priority_decay, explorers=t.explorer_num, explorer=t.explorer_rank)
 
 
+def shareable(buffer: ExperienceBuffer) -> bool:
+    """A buffer other processes can open (a database one, not this process's in-memory database)."""
+    return hasattr(buffer, "join") and buffer.url not in ("sqlite://", "sqlite:///:memory:")
+
+
+def run_layout(cfg, model: dict | None) -> dict:
+    """What the processes sharing a buffer must agree on (`rft.buffer.sharing`); `model`: the actor's identity
+    (`rft.models.load.model_identity`)."""
+    return {"explorer_num": cfg.trainer.explorer_num, "rollout_n": cfg.actor_rollout_ref.rollout.n,
+            **({"model": model} if model is not None else {})}
+
+
 def __getattr__(name: str):
     if name == "SQLBuffer":
         from rft.buffer.sql import SQLBuffer
@@ -46,4 +58,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["BufferClosed", "ExperienceBuffer", "FileBuffer", "MemoryQueue", "Read", "SQLBuffer", "buffer_url",
-           "database_url", "make_buffer"]
+           "database_url", "make_buffer", "run_layout", "shareable"]

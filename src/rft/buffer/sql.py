@@ -28,6 +28,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rft.buffer.base import BufferClosed, Read
+from rft.buffer.sharing import LAYOUT_KEY, Holders, layout_mismatch
 from rft.errors import RftError
 from rft.experience import Experience
 
@@ -210,6 +211,30 @@ class SQLBuffer:
         self.reuse_cooldown_time = reuse_cooldown_time if use_priority_queue else None
         self.decay = priority_decay
         self.poll_s = poll_s
+        self.holders = Holders(self.engine, META, _shown(url), explorers, self._retried, self._set)
+
+    def join(self, layout: dict, roles: list[str]) -> None:
+        """Take part in the buffer's run (see `rft.buffer.sharing`): `layout` (explorer_num, rollout_n, model)
+        recorded when the buffer is new, else compared with the recorded one (one line where they differ); then
+        hold `roles` (explorer/<k>, trainer) while this process runs."""
+        mine = json.dumps(layout, sort_keys=True)
+
+        def record() -> str:
+            with self.engine.begin() as conn:
+                found = conn.execute(sa.select(META.c.value).where(META.c.key == LAYOUT_KEY)).scalar()
+                if found is None:
+                    conn.execute(META.insert().values(key=LAYOUT_KEY, value=mine))
+                return found or mine
+
+        try:
+            recorded = self._retried(record, "recording the experience buffer's run")
+        except sa.exc.IntegrityError:  # another process recorded it between this one's look and its insert
+            recorded = self._get(LAYOUT_KEY)
+        why = layout_mismatch(json.loads(recorded), layout, _shown(self.url))
+        if why is not None:
+            raise RftError(why)
+        for role in roles:
+            self.holders.take(role)
 
     # --------------------------------------------------------------------------------------- explorer side
     def _retried(self, fn, what: str):
@@ -229,6 +254,7 @@ class SQLBuffer:
                            "same command again to resume") from None
 
     def write(self, experiences: list[Experience], explorer_state: dict | None = None) -> None:
+        self.holders.check()
         self._retried(lambda: self._write(experiences, explorer_state), "writing to the experience buffer")
 
     def _write(self, experiences: list[Experience], explorer_state: dict | None = None) -> None:
@@ -268,6 +294,7 @@ class SQLBuffer:
     # ---------------------------------------------------------------------------------------- trainer side
     def read(self, rows: int, step: int, timeout: float | None = None, min_version: int | None = None,
              watch: Callable[[], None] | None = None) -> Read:
+        self.holders.check()
         start = time.monotonic()
         out = Read()
         delay = self.poll_s
@@ -444,4 +471,5 @@ class SQLBuffer:
         return self._retried(get, "reading the experience buffer's state")
 
     def close(self) -> None:
+        self.holders.release()
         self.engine.dispose()

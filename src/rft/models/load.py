@@ -178,6 +178,24 @@ def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.devic
     return model
 
 
+def model_identity(path: str, tokenizer) -> dict | None:
+    """What experiences depend on in a model, wherever its folder lies: its shape from config.json (the text
+    model's, for a vision-language one) and a SHA-256 of its tokenizer's vocabulary (token -> id); None for a
+    folder without a readable config.json."""
+    import hashlib
+    import json
+
+    try:
+        config = json.loads((Path(path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    vocab = sorted(tokenizer.get_vocab().items())
+    return {"model_type": config.get("model_type"), "vocab_size": text.get("vocab_size", config.get("vocab_size")),
+            "hidden_size": text.get("hidden_size"), "num_hidden_layers": text.get("num_hidden_layers"),
+            "tokenizer": hashlib.sha256(json.dumps(vocab).encode()).hexdigest()}
+
+
 def read_model_config(path: str, key: str, trust_remote_code: bool):
     """The transformers config of the folder `path`. One that names code of its own (`auto_map` in config.json
     for a model_type transformers does not know) while `<key>.trust_remote_code` is false, and one

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from rft.buffer import BufferClosed, make_buffer
+from rft.buffer import BufferClosed
 from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist, shard_bounds
 from rft.errors import RftError
@@ -39,7 +39,7 @@ from rft.sync import schedule
 from rft.sync.process_group import snapshot
 from rft.sync.schedule import sync_method
 from rft.trainer.checkpoint import EXPLORER_VERSIONS
-from rft.trainer.run import total_training_steps
+from rft.trainer.run import closed_on_error, joined_buffer, total_training_steps
 
 ROLE_ENV = "RFT_ROLE"
 EXPLORER_RANK_ENV = "RFT_EXPLORER_RANK"  # mode both: which of trainer.explorer_num explorers a child is
@@ -90,23 +90,31 @@ class ExploreLoop:
         self.out = Path(t.default_local_dir)
         torch.manual_seed(t.seed)
         self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
-        taskset, val_set = load_tasksets(cfg, self.tokenizer)
-        self.total_steps = total_training_steps(cfg, len(taskset))
-        device = resolve_device(t.device)
-        dtype = compute_dtype(arr.rollout.dtype, device)
-        # the policy built as the trainer builds it (LoRA included), so the synchronised names match
-        model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model",
-                                     tokenizer=self.tokenizer)
-        # what the trainer trains and sends (the LoRA adapter, or every parameter), by name
-        self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        model.requires_grad_(False)
-        rewards = RewardPipeline.from_config(cfg, self.tokenizer, dtype, device)
-        engine = build_engine(cfg, model, self.tokenizer)
-        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set)
-        self.buffer = make_buffer(cfg, shared=True)
-        self.sync = None  # made in run(): nccl joins the trainer's process group there
+        # the buffer's terms checked and this explorer's rank held before the model loads
+        self.buffer = joined_buffer(cfg, self.tokenizer, shared=True, roles=(f"explorer/{t.explorer_rank}",))
+        with closed_on_error(self.buffer):
+            taskset, val_set = load_tasksets(cfg, self.tokenizer)
+            self.total_steps = total_training_steps(cfg, len(taskset))
+            device = resolve_device(t.device)
+            dtype = compute_dtype(arr.rollout.dtype, device)
+            # the policy built as the trainer builds it (LoRA included), so the synchronised names match
+            model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model",
+                                         tokenizer=self.tokenizer)
+            # what the trainer trains and sends (the LoRA adapter, or every parameter), by name
+            self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+            model.requires_grad_(False)
+            rewards = RewardPipeline.from_config(cfg, self.tokenizer, dtype, device)
+            engine = build_engine(cfg, model, self.tokenizer)
+            self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set)
+            self.sync = None  # made in run(): nccl joins the trainer's process group there
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.buffer.close()  # its role freed: a rerun takes it at once
+
+    def _run(self) -> None:
         cfg, ex, engine = self.cfg, self.explorer, self.explorer.engine
         s, t = cfg.synchronizer, cfg.trainer
         method = sync_method(cfg)
@@ -224,12 +232,20 @@ class TrainLoop:
         self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
         taskset, _ = load_tasksets(cfg, self.tokenizer) if data.train_files else (None, None)
         self.total_steps = total_training_steps(cfg, len(taskset) if taskset is not None else None)
-        self.trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
-        self.buffer = make_buffer(cfg, shared=True) if dist.is_main else None
-        self.rows = data.train_batch_size * arr.rollout.n
+        self.buffer = joined_buffer(cfg, self.tokenizer, shared=True, roles=("trainer",)) if dist.is_main else None
+        with closed_on_error(self.buffer):
+            self.trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
+            self.rows = data.train_batch_size * arr.rollout.n
 
     def fit(self, explorer: subprocess.Popen | list[subprocess.Popen] | None = None) -> dict[str, float]:
         """`explorer`: the explorer child (children) of mode both, watched between steps."""
+        try:
+            return self._fit(explorer)
+        finally:
+            if self.buffer is not None:
+                self.buffer.close()  # its role freed: a rerun takes it at once
+
+    def _fit(self, explorer: subprocess.Popen | list[subprocess.Popen] | None) -> dict[str, float]:
         cfg, t, s, b = self.cfg, self.cfg.trainer, self.cfg.synchronizer, self.cfg.experience_buffer
         main = self.dist.is_main
         state = self.trainer.resume({})

@@ -10,12 +10,13 @@ sampler and sampling generator), so a resumed run regenerates exactly what an un
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import torch
 
-from rft.buffer import make_buffer
+from rft.buffer import ExperienceBuffer, make_buffer, run_layout, shareable
 from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist
 from rft.errors import RftError
@@ -23,7 +24,7 @@ from rft.experience import to_batch
 from rft.explorer import Explorer, load_tasksets
 from rft.explorer.explorer import GENERATOR
 from rft.fsutil import write_text_atomic
-from rft.models.load import load_tokenizer
+from rft.models.load import load_tokenizer, model_identity
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, engine_spec
@@ -31,6 +32,27 @@ from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer
 from rft.workers.optim import plateau_step
+
+
+def joined_buffer(cfg, tokenizer, shared: bool = False, roles: tuple[str, ...] = ()) -> ExperienceBuffer:
+    """The run's experience buffer, a database one joined as `roles` on the terms of this config and model
+    (`rft.buffer.sharing`): explorers and trainer of one run agree, a new run does not reuse another's buffer."""
+    buffer = make_buffer(cfg, shared=shared)
+    if shareable(buffer):
+        buffer.join(run_layout(cfg, model_identity(cfg.actor_rollout_ref.model.path, tokenizer)), list(roles))
+    return buffer
+
+
+@contextlib.contextmanager
+def closed_on_error(buffer: ExperienceBuffer | None):
+    """`buffer` closed (its roles freed, its heartbeat stopped) when the block that builds the rest of a run
+    fails: the process may go on (a command run in-process), and a rerun must find the roles free."""
+    try:
+        yield
+    except BaseException:
+        if buffer is not None:
+            buffer.close()
+        raise
 
 
 def total_training_steps(cfg, num_tasks: int | None) -> int:
@@ -56,21 +78,25 @@ class SyncRun:
         self.tokenizer = load_tokenizer(data.tokenizer or cfg.actor_rollout_ref.model.path, data.trust_remote_code)
         taskset, val_set = load_tasksets(cfg, self.tokenizer)
         self.total_steps = total_training_steps(cfg, len(taskset))
-        self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
-        rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
-        if dist.enabled and engine_spec(cfg.actor_rollout_ref.rollout.name).replica_per_rank:
-            # an engine beside each rank (verl's hybrid engine: vLLM), serving an unsharded copy of the policy that
-            # every sync fills with the gathered weights
-            gather = lambda: trainer.gathered_weights(trainable_only=False, everywhere=True)
-            engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=True, weights=gather())
-            self.sync = MemorySync(engine, gather=gather)
-        else:
-            engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
-            self.sync = MemorySync(engine)
-        self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set, dist)
-        self.buffer = make_buffer(cfg)
-        self._step_metrics: dict = {}
-        self.empty_steps = 0  # explore steps in a row without an experience
+        # a database buffer's terms checked before the model loads
+        self.buffer = joined_buffer(cfg, self.tokenizer, roles=("explorer/0", "trainer")) if dist.is_main else None
+        with closed_on_error(self.buffer):
+            self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
+            rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
+            if dist.enabled and engine_spec(cfg.actor_rollout_ref.rollout.name).replica_per_rank:
+                # an engine beside each rank (verl's hybrid engine: vLLM), serving an unsharded copy of the policy that
+                # every sync fills with the gathered weights
+                gather = lambda: trainer.gathered_weights(trainable_only=False, everywhere=True)
+                engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=True, weights=gather())
+                self.sync = MemorySync(engine, gather=gather)
+            else:
+                engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
+                self.sync = MemorySync(engine)
+            self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set, dist)
+            if self.buffer is None:
+                self.buffer = make_buffer(cfg)
+            self._step_metrics: dict = {}
+            self.empty_steps = 0  # explore steps in a row without an experience
 
     @property
     def global_step(self) -> int:
@@ -78,6 +104,12 @@ class SyncRun:
 
     # ------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
+        try:
+            return self._fit()
+        finally:
+            self.buffer.close()  # a database buffer's roles freed: a rerun takes them at once
+
+    def _fit(self) -> dict[str, float]:
         cfg, main, trainer = self.cfg.trainer, self.dist.is_main, self.trainer
         recovered = self.resume()
         if main:  # after the resume's checks: a refused resume leaves the folder's config.yaml as it was

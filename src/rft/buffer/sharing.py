@@ -1,0 +1,211 @@
+"""Who shares a database buffer, and on what terms.
+
+A buffer belongs to one run: the first process to open it (an explorer or the trainer, whichever starts first)
+records the run's *layout* in `rft_meta` (how many explorers take turns at its steps, how many responses a group
+holds, which model generated them), and every later process compares its own against it, so a trainer told of one
+explorer beside two, an explorer started on another model, or a new run with another `rollout.n` pointed at an old
+buffer is refused before it trains on what it cannot read right.
+
+Each role of a run (explorer k, the trainer) is *held* by one process: its holder record (host, pid, a token and
+a heartbeat a thread renews every HEARTBEAT_S) says so. A second process asking for a held role watches the
+heartbeat: one that moves is a live holder and the second process stops with one line; one that stands still for
+WATCH_S (or whose process is gone, on the same host) belongs to a killed process, whose rerun takes the role over
+as it resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+import sqlalchemy as sa
+
+from rft.errors import RftError
+
+log = logging.getLogger("rft")
+HEARTBEAT_S = 1.0
+WATCH_S = 4.0
+"""How long a heartbeat that does not move means its process is gone (several beats missed)."""
+LAYOUT_KEY = "run"
+HOLDER_KEY = "holder/"
+
+
+def host_id() -> str:
+    """This machine (and PID namespace: two containers on one host see different process ids) as a holder names
+    it."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}{'/' + namespace if namespace else ''}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _describe_model(model: dict) -> str:
+    return (f"{model.get('model_type')}, hidden_size {model.get('hidden_size')}, {model.get('num_hidden_layers')} "
+            f"layers, vocabulary {model.get('vocab_size')}, tokenizer {str(model.get('tokenizer'))[:12]}")
+
+
+def layout_mismatch(recorded: dict, mine: dict, where: str) -> str | None:
+    """The one line for a process whose layout `mine` differs from the buffer's `recorded` one; None if they agree
+    (a key either lacks is not compared: buffers of earlier versions record less)."""
+    def differs(key: str) -> bool:
+        return key in recorded and key in mine and recorded[key] != mine[key]
+
+    if differs("explorer_num"):
+        return (f"experience_buffer.path {where} is shared by trainer.explorer_num={recorded['explorer_num']} "
+                f"explorers (as its run began); this process has trainer.explorer_num={mine['explorer_num']}: give "
+                "the trainer and every explorer of the run the same value (Trinity-RFT: "
+                "explorer.rollout_model.engine_num)")
+    if differs("rollout_n"):
+        return (f"experience_buffer.path {where} holds groups of actor_rollout_ref.rollout.n={recorded['rollout_n']} "
+                f"responses; this run has rollout.n={mine['rollout_n']}: a new run needs a buffer of its own (another "
+                "experience_buffer.path, or move the old one aside), a resumed one the n it began with")
+    if differs("model"):
+        return (f"experience_buffer.path {where} holds experiences of another model ({_describe_model(recorded['model'])})"
+                f" than this process's actor_rollout_ref.model.path ({_describe_model(mine['model'])}): the explorers "
+                "and the trainer of a run start from the same model; a new run needs a buffer of its own")
+    return None
+
+
+def role_name(role: str) -> str:
+    return "the trainer" if role == "trainer" else f"explorer {role.removeprefix('explorer/')}"
+
+
+class Holders:
+    """The roles this process holds in the buffer of `engine`, kept by a heartbeat thread."""
+
+    def __init__(self, engine: sa.Engine, table: sa.Table, where: str, explorers: int,
+                 retried, setter) -> None:
+        self.engine, self.table, self.where, self.explorers = engine, table, where, explorers
+        self._retried, self._set = retried, setter
+        self.token = uuid.uuid4().hex
+        self.roles: list[str] = []
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self, role: str) -> dict | None:
+        def get():
+            with self.engine.connect() as conn:
+                return conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+
+        value = self._retried(get, "reading who holds a role of the experience buffer")
+        return json.loads(value) if value else None
+
+    def _mine(self, beat: int) -> str:
+        return json.dumps({"host": host_id(), "pid": os.getpid(), "token": self.token, "beat": beat,
+                           "since": time.time()})
+
+    def take(self, role: str) -> None:
+        """Hold `role` (explorer/<k>, trainer): at once when it is free or its holder is gone, else one line."""
+        holder = self._read(role)
+        if holder is not None and holder["token"] != self.token and not self._gone(role, holder):
+            raise RftError(self._conflict(role, holder))
+
+        def claim() -> bool:
+            with self.engine.begin() as conn:  # taken only if no one else took it meanwhile
+                now = conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+                if now is not None and (holder is None or json.loads(now)["token"] != holder["token"]):
+                    return False
+                self._set(conn, HOLDER_KEY + role, self._mine(0))
+                return True
+
+        if not self._retried(claim, "taking a role of the experience buffer"):
+            raise RftError(self._conflict(role, self._read(role) or {}))
+        if holder is not None and holder["token"] != self.token:
+            log.info("rft: %s of %s was held by pid %s on %s, which is gone; this process takes over",
+                     role_name(role), self.where, holder.get("pid"), holder.get("host"))
+        self.roles.append(role)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="rft-buffer-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _gone(self, role: str, holder: dict) -> bool:
+        """Whether the process `holder` names has ended: on this host, its pid; elsewhere (or a pid reused), its
+        heartbeat standing still for WATCH_S."""
+        if holder.get("host") == host_id() and not _pid_alive(int(holder.get("pid", 0))):
+            return True
+        log.info("rft: %s of %s is held by pid %s on %s; watching its heartbeat for up to %.0f s",
+                 role_name(role), self.where, holder.get("pid"), holder.get("host"), WATCH_S)
+        deadline = time.monotonic() + WATCH_S
+        while time.monotonic() < deadline:
+            time.sleep(HEARTBEAT_S / 4)
+            now = self._read(role)
+            if now is None or now.get("token") != holder.get("token"):
+                return now is None  # released meanwhile; or another process took it: live
+            if now.get("beat") != holder.get("beat"):
+                return False
+        return True
+
+    def _conflict(self, role: str, holder: dict) -> str:
+        who = f"pid {holder.get('pid')} on {str(holder.get('host', '?')).split('/')[0]}"
+        if role == "trainer":
+            return (f"experience_buffer.path {self.where} is read by another trainer ({who}): a buffer has one "
+                    "trainer; stop that one, or give this run its own experience_buffer.path")
+        return (f"experience_buffer.path {self.where}: trainer.explorer_rank={role.removeprefix('explorer/')} is "
+                f"explored by another process ({who}); give each explore command its own trainer.explorer_rank in "
+                f"[0, trainer.explorer_num={self.explorers}), or stop that one")
+
+    def _beat(self) -> None:
+        beat = 0
+        while not self._stop.wait(HEARTBEAT_S):
+            beat += 1
+            try:
+                self._beat_once(beat)
+            except sa.exc.SQLAlchemyError as e:  # the database away for a moment: the next beat tries again
+                log.debug("rft: buffer heartbeat skipped: %s", e)
+
+    def _beat_once(self, beat: int) -> None:
+        """Renew the records of the roles this process holds; one another process took over is `lost`."""
+        with self.engine.begin() as conn:
+            for role in self.roles:
+                now = conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+                if now is None or json.loads(now)["token"] != self.token:
+                    self.lost = role
+                    continue
+                conn.execute(self.table.update().where(self.table.c.key == HOLDER_KEY + role).values(
+                    value=self._mine(beat)))
+
+    def check(self) -> None:
+        """Raise if another process took a role of this one's (it found the heartbeat stopped for WATCH_S)."""
+        if self.lost is not None:
+            holder = self._read(self.lost) or {}
+            raise RftError(f"experience_buffer.path {self.where}: {role_name(self.lost)} was taken over by pid "
+                           f"{holder.get('pid')} on {str(holder.get('host', '?')).split('/')[0]} while this process "
+                           f"held it (its heartbeat stalled for {WATCH_S:.0f} s); stop one of them")
+
+    def release(self) -> None:
+        """Stop the heartbeat and free the roles (a rerun takes them at once)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+
+        def free() -> None:
+            with self.engine.begin() as conn:
+                for role in self.roles:
+                    now = conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+                    if now is not None and json.loads(now)["token"] == self.token:
+                        conn.execute(self.table.delete().where(self.table.c.key == HOLDER_KEY + role))
+
+        try:
+            self._retried(free, "freeing the roles of the experience buffer")
+        except (RftError, sa.exc.SQLAlchemyError) as e:  # the heartbeat stopped: a rerun takes them over anyway
+            log.debug("rft: buffer roles not freed: %s", e)
+        self.roles = []
