@@ -218,6 +218,30 @@ def test_a_truncated_safetensors_is_one_line_naming_the_file(work, tmp_path, cap
     assert code == 2 and f"path='{folder}': model.safetensors is damaged or incomplete" in line
 
 
+def test_the_critic_and_reward_models_folders_get_the_policys_checks(work, tmp_path, capsys):
+    """A critic tokenizer of another vocabulary and a reward model with a torn weight file: one line each naming
+    the key (the first was a ValueError reported as a bug in rft, the second failed in safetensors)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    other = tmp_path / "other-tokenizer"
+    tokenizer = AutoTokenizer.from_pretrained(work / "m")
+    tokenizer.add_tokens(["<extra_token>"])
+    tokenizer.save_pretrained(other)
+    code, _, err = run(args(work, tmp_path / "out", "algorithm.adv_estimator=gae",
+                            f"critic.model.tokenizer_path={other}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"critic.model.tokenizer_path='{other}': its vocabulary differs from the policy's" in line
+    rm = init_model("tiny-rm", tmp_path / "rm", seed=0)
+    data = (rm / "model.safetensors").read_bytes()
+    (rm / "model.safetensors").write_bytes(data[: len(data) // 2])
+    code, _, err = run(args(work, tmp_path / "out2", "reward_model.enable=true", f"reward_model.model.path={rm}"),
+                       capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"reward_model.model.path='{rm}': model.safetensors is damaged or incomplete" in line, line
+
+
 def test_a_torchvision_that_does_not_load_beside_this_torch_is_one_line(work, tmp_path):
     """pip's vLLM wheels bring CUDA builds of torchvision / torchaudio, which do not load beside the CPU
     torch; a fake torchvision on the path raises what the real one raises, where transformers imports it."""
@@ -346,6 +370,34 @@ def test_too_little_free_space_is_refused_before_the_model_loads(work, tmp_path,
     monkeypatch.setattr(run_folder.shutil, "disk_usage", lambda p: usage._replace(free=1000))
     code, _, err = run(args(work, tmp_path / "out"), capsys)
     assert code == 2 and "has 1000 B free, but the final model alone needs about" in one_error_line(err)
+
+
+def test_a_kv_cache_larger_than_the_free_memory_is_refused_before_the_model_loads(work, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """The hf engine's cache for 4 rows (2 prompts x 2) x (32 + 2,000,000) positions of the tiny model (keys and
+    values of 4 layers x 2 KV heads x 32 dims: 2 KiB a position in float32): 15.3 GiB, refused where 1 GiB is free (it was the allocator's 'can't allocate
+    memory' as a bug in rft); with the response length that fits, the same memory passes the check."""
+    from rft import runtime
+
+    monkeypatch.setattr(runtime, "available_memory", lambda: 2**30)
+    code, out, err = run(args(work, tmp_path / "out", "data.max_response_length=2000000"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "steps on" not in out, err
+    assert ("the hf engine's KV cache for 4 rows x 2,000,032 positions (data.max_prompt_length 32 + "
+            "data.max_response_length 2,000,000) of this model needs 15.3 GiB in float32, more than the 1.0 GiB of "
+            "memory free now") in line, line
+    code, _, err = run(args(work, tmp_path / "out2", "trainer.total_training_steps=1"), capsys)
+    assert code == 0, err
+
+
+def test_an_allocation_the_machine_cannot_serve_is_one_line_not_a_bug():
+    from rft.errors import describe_failure, exit_code_of
+
+    error = RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: you "
+                         "tried to allocate 40960014336 bytes. Error code 12 (Cannot allocate memory)")
+    line = describe_failure(error)
+    assert line.startswith("out of memory: this machine could not allocate 38.1 GiB;") and "bug" not in line
+    assert exit_code_of(error) == 2
 
 
 @pytest.mark.slow

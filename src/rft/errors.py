@@ -131,12 +131,30 @@ def peer_lost(error: BaseException) -> str | None:
     return f"{backend or 'torch.distributed'}: {said}" if said else None
 
 
+def out_of_memory(error: BaseException) -> str | None:
+    """For an allocation the machine could not serve (the CPU allocator's "can't allocate memory", CUDA's
+    OutOfMemoryError, Python's MemoryError): the line that says so, how much was asked and what lowers it; else
+    None."""
+    text = str(error)
+    cpu = isinstance(error, RuntimeError) and "can't allocate memory" in text
+    if not (cpu or isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"):
+        return None
+    import re
+
+    asked = re.search(r"allocate (\d+) bytes", text) or re.search(r"allocate ([\d.]+ [KMGT]iB)", text)
+    size = (f"{int(asked.group(1)) / 2**30:.1f} GiB" if asked.group(1).isdigit() else asked.group(1)) if asked else None
+    where = "GPU" if type(error).__name__ == "OutOfMemoryError" else "this machine"
+    return (f"out of memory: {where} could not allocate {size or 'what was asked'}; lower what is held at once "
+            "(data.max_response_length, the micro-batch sizes *_micro_batch_size_per_gpu, the rows generated at once "
+            "actor_rollout_ref.rollout.micro_batch_size), or run where more memory is free")
+
+
 def exit_code_of(error: BaseException) -> int:
     """The exit status `rft.cli.report` gives `error`: an expected failure's (a fault of the input or the
     environment: an `RftError`, an OS error, a torchvision that does not load) or `EXIT_BUG`."""
     if isinstance(error, RftError):
         return error.exit_code
-    if isinstance(error, OSError) or broken_torch_companion(error) or peer_lost(error):
+    if isinstance(error, OSError) or broken_torch_companion(error) or peer_lost(error) or out_of_memory(error):
         return EXIT_ERROR
     return EXIT_BUG
 
@@ -152,6 +170,9 @@ def describe_failure(error: BaseException) -> str:
         return companion
     if isinstance(error, OSError):
         return describe_os_error(error)
+    memory = out_of_memory(error)
+    if memory:
+        return memory
     lost = peer_lost(error)
     if lost:
         return (f"another process of this run stopped or died ({lost}), so this one stops too; see that "

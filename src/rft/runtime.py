@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from pathlib import Path
 
 import torch
 
@@ -26,3 +27,14 @@ def configure_cpu_runtime() -> None:
         libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
     except (OSError, AttributeError):  # not glibc (macOS, musl): the defaults stay
         log.debug("mallopt unavailable; large allocations use the allocator's defaults")
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory free for a new allocation (Linux's MemAvailable); None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -384,9 +384,10 @@ def auxiliary_model(cfg, spec: dict, index: int, engine):
     path = spec["model_path"]
     device = device_of(engine.model)
     dtype = next(engine.model.parameters()).dtype
-    model = load_causal_lm(path, dtype, device)
-    model.requires_grad_(False).eval()
     tokenizer = load_tokenizer(path)
+    # the folder checks of the policy's (a causal decoder, its own tokenizer's ids, whole weight files)
+    model = load_causal_lm(path, dtype, device, key=f"workflow.auxiliary_models[{index}].model", tokenizer=tokenizer)
+    model.requires_grad_(False).eval()
     aux = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
     temperature = float(spec.get("temperature", 0.0))
     params = SamplingParams(n=1, temperature=temperature, do_sample=temperature > 0,

@@ -421,12 +421,13 @@ def scalar_head(model: nn.Module, key: str) -> tuple[nn.Module, nn.Linear]:
 
 
 def load_reward_model(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
-                      trust_remote_code: bool = False, key: str = "reward_model.model") -> nn.Module:
-    """A reward model: `AutoModelForSequenceClassification` with one label, frozen, in eval mode."""
+                      trust_remote_code: bool = False, key: str = "reward_model.model", tokenizer=None) -> nn.Module:
+    """A reward model: `AutoModelForSequenceClassification` with one label, frozen, in eval mode. `tokenizer`:
+    the one whose ids it reads (checked against its embedding)."""
     from transformers import AutoModelForSequenceClassification
 
     model = _load_pretrained(AutoModelForSequenceClassification, path, dtype, device, external_lib=external_lib,
-                             trust_remote_code=trust_remote_code, override_config=None, key=key)
+                             trust_remote_code=trust_remote_code, override_config=None, key=key, tokenizer=tokenizer)
     scalar_head(model, f"{key}.path={path!r}")
     model.eval()
     for p in model.parameters():

@@ -89,15 +89,17 @@ class RewardPipeline:
 def build_reward_model(rm, tokenizer, dtype: torch.dtype, device: torch.device) -> RewardModel:
     """The reward model of the `reward_model` config section; its vocabulary must be the policy's (`tokenizer`)
     unless `model.input_tokenizer` re-templates the conversation."""
+    from rft.errors import ModelError
     from rft.models.load import load_reward_model, load_tokenizer
 
-    model = load_reward_model(rm.model.path, dtype, device, external_lib=rm.model.external_lib,
-                              trust_remote_code=rm.model.trust_remote_code)
     input_tokenizer = load_tokenizer(rm.model.input_tokenizer) if rm.model.input_tokenizer else None
     rm_tokenizer = None
     if input_tokenizer is not None or (Path(rm.model.path) / "tokenizer_config.json").is_file():
         rm_tokenizer = load_tokenizer(rm.model.path, rm.model.trust_remote_code)
     if input_tokenizer is None and rm_tokenizer is not None and rm_tokenizer.get_vocab() != tokenizer.get_vocab():
-        raise ValueError(f"reward_model.model.path={rm.model.path!r}: its vocabulary differs from the policy's; "
+        raise ModelError(f"reward_model.model.path={rm.model.path!r}: its vocabulary differs from the policy's; "
                          "set reward_model.model.input_tokenizer to the policy's tokenizer folder to re-tokenize")
+    # the ids it reads: its own tokenizer's where it re-tokenizes, else the policy's
+    model = load_reward_model(rm.model.path, dtype, device, external_lib=rm.model.external_lib,
+                              trust_remote_code=rm.model.trust_remote_code, tokenizer=rm_tokenizer or tokenizer)
     return RewardModel(model, rm_tokenizer, input_tokenizer, rm.micro_batch_size_per_gpu, rm.max_length)

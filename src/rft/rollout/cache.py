@@ -12,6 +12,15 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 
+def kv_bytes_per_token(config) -> int:
+    """float32 keys and values of one token over every layer of a transformers config."""
+    text = getattr(config, "text_config", None) or config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return 2 * text.num_hidden_layers * kv_heads * head_dim * 4
+
+
 class PreallocatedLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values live in a buffer of `capacity` positions (views of the filled part)."""
 

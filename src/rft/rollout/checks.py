@@ -66,6 +66,43 @@ def _check_vllm(rollout) -> None:
         raise ConfigError(f"{r}.engine_kwargs.vllm must be a mapping of vllm.LLM arguments")
 
 
+@CHECKS.register("rollout.kv_cache")
+def check_kv_cache(ctx: CheckContext) -> None:
+    """The hf engine on CPU preallocates keys and values for every row it generates at once and every position of
+    prompt + response: one that cannot fit in the memory free now is refused before the model loads (it failed
+    in the allocator, as a bug)."""
+    import json
+    from types import SimpleNamespace
+
+    from rft.models.load import resolve_device
+    from rft.rollout.cache import kv_bytes_per_token
+    from rft.runtime import available_memory
+
+    cfg = ctx.cfg
+    ro, data = cfg.actor_rollout_ref.rollout, cfg.data
+    if ro.name != "hf" or not (ctx.check_paths and ctx.check_model_path):
+        return
+    if resolve_device(cfg.trainer.device).type != "cpu":
+        return
+    try:
+        raw = json.loads((Path(cfg.actor_rollout_ref.model.path).expanduser() / "config.json").read_text())
+        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+        per_token = kv_bytes_per_token(SimpleNamespace(**text))
+    except (OSError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+        return  # the model's own checks say what is wrong with its folder
+    free = available_memory()
+    rows = ro.micro_batch_size or data.train_batch_size * ro.n
+    positions = data.max_prompt_length + data.max_response_length
+    need = rows * positions * per_token
+    if free is not None and need > free:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout: the hf engine's KV cache for {rows} rows x {positions:,} positions "
+            f"(data.max_prompt_length {data.max_prompt_length:,} + data.max_response_length "
+            f"{data.max_response_length:,}) of this model needs {need / 2**30:.1f} GiB in float32, more than the "
+            f"{free / 2**30:.1f} GiB of memory free now; lower data.max_response_length or the rows generated at "
+            "once (actor_rollout_ref.rollout.micro_batch_size)")
+
+
 @CHECKS.register("rollout.sampling")
 def check_sampling(ctx: CheckContext) -> None:
     """top_p, temperature and do_sample, for training and validation."""

