@@ -221,8 +221,6 @@ def test_a_truncated_safetensors_is_one_line_naming_the_file(work, tmp_path, cap
 def test_the_critic_and_reward_models_folders_get_the_policys_checks(work, tmp_path, capsys):
     """A critic tokenizer of another vocabulary and a reward model with a torn weight file: one line each naming
     the key (the first was a ValueError reported as a bug in rft, the second failed in safetensors)."""
-    import shutil
-
     from transformers import AutoTokenizer
 
     other = tmp_path / "other-tokenizer"
