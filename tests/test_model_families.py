@@ -2,7 +2,8 @@
 `rft.models.families.FAMILIES` (built from transformers' config classes, nothing downloaded), each checked for
 
 (a) greedy rollout tokens equal to `model.generate(do_sample=False)` on a left-padded batch of prompts of different
-    lengths (longer than Mistral's and Gemma's 8-position sliding windows), and the engine's log-probs equal to a full
+    lengths (longer than the 8-position sliding windows of Mistral, Gemma, GPT-OSS and Cohere 2 and Llama 4's
+    8-position attention chunks), and the engine's log-probs equal to a full
     forward's (1e-5, fp32);
 (b) the packed update's gradient equal to the padded one (5e-6 relative to the largest entry: measured at most
     1.4e-6 over the families with PyTorch's AVX-512, AVX2 and default kernels and 1 or 2 threads, ~6e-7 typical;
@@ -44,6 +45,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CANNOT_PACK = {
     "gemma2": "uses attention ['eager']",  # logit soft-capping: transformers runs Gemma2 on eager attention
     "falcon": "does not run packed",  # ALiBi: the biases come from the padding mask
+    "gpt_oss": "uses attention ['eager']",  # attention sinks: transformers runs GPT-OSS on eager attention
+    "llama4_text": "has chunked attention (attention_chunk_size 8)",  # in the model's mask, which packing replaces
 }
 """The families whose packed pass falls back to the padded one, and the reason printed."""
 
@@ -94,7 +97,7 @@ def test_greedy_rollout_equals_generate_and_its_log_probs_a_full_forward(root, f
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2", "gpt2", "qwen3_moe"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2", "gpt2", "qwen3_moe", "llama4_text", "gpt_oss", "cohere2"])
 def test_the_compiled_decode_step_samples_what_the_eager_loop_samples(root, family):
     """`rollout.enforce_eager=false`: the decode step compiled over a static cache draws the eager loop's tokens
     with its log-probs (1e-5), on left-padded prompts, with rows ending at different steps (an EOS set of every 7th

@@ -71,6 +71,16 @@ def sliding_window(config) -> int | None:
     return int(window) if window else None
 
 
+def attention_chunk(config) -> int | None:
+    """The chunk length of the model's chunked-attention layers (Llama 4's `attention_chunk_size`: a token attends
+    only to the earlier tokens of its own chunk), None when no layer is chunked."""
+    chunk = getattr(config, "attention_chunk_size", None) or None
+    types = getattr(config, "layer_types", None)
+    if chunk is None or (types is not None and "chunked_attention" not in types):
+        return None
+    return int(chunk)
+
+
 def uses_alibi(model: nn.Module) -> bool:
     """Whether `model`'s attention adds ALiBi biases, which its code builds from the padding mask: as its
     config says (Falcon's `alibi`, MPT's `attn_config.alibi`), or, where the config has no such key, where the
@@ -96,8 +106,8 @@ def decode_mask_kind(model: nn.Module, length: int) -> str:
     impl = getattr(config, "_attn_implementation", None)
     if impl not in ("sdpa", "rft_sdpa", "rft_packed") or not attention_only(model):
         return "2d"
-    window = sliding_window(config)
-    if window is not None and window < length:
+    window = min((w for w in (sliding_window(config), attention_chunk(config)) if w is not None), default=None)
+    if window is not None and window < length:  # the model's own mask narrows it
         return "2d"
     ok = getattr(model, _DECODE_MASK_ATTR, None)
     if ok is None:

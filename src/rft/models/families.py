@@ -5,7 +5,9 @@ config classes, for the model-family tests (tests/test_model_families.py) and fo
 Every family has two layers, hidden size 64 and head_dim 32 (vLLM's CPU attention needs >= 32), and the features
 that set it apart at its real size: GPT-2's learned absolute positions, Mistral's sliding window (8 positions, so
 that rollouts and updates cross it), Gemma2's logit soft-capping and alternating sliding layers, Phi's partial
-rotary, Falcon's ALiBi, the mixture-of-experts layers of Mixtral / Qwen3-MoE / Qwen2-MoE, tied and untied heads.
+rotary, Falcon's ALiBi, the mixture-of-experts layers of Mixtral / Qwen3-MoE / Qwen2-MoE, Llama 4's chunked
+attention (8 positions) and NoPE layers, GPT-OSS's attention sinks, Cohere 2's sliding layers, tied and untied
+heads.
 Weights are drawn with std 0.2 rather than the usual 0.02, so that a random model's next-token distribution is
 peaked enough for greedy decoding and log-prob comparisons to mean something.
 
@@ -54,6 +56,17 @@ FAMILIES: dict[str, dict[str, Any]] = {
                     intermediate_size=64),
     "qwen3_moe": dict(model_type="qwen3_moe", num_key_value_heads=1, head_dim=32, num_experts=4,
                       num_experts_per_tok=2, moe_intermediate_size=32),
+    # Llama 4's text model: chunked attention (8 positions here, 8192 at its real size) on its RoPE layers, a
+    # full-attention NoPE layer (every second one here, every fourth at its real size), mixture-of-experts layers
+    "llama4_text": dict(model_type="llama4_text", num_key_value_heads=1, head_dim=32, attention_chunk_size=8,
+                        no_rope_layer_interval=2, intermediate_size=64, intermediate_size_mlp=128,
+                        num_local_experts=2, num_experts_per_tok=1),
+    # attention sinks on alternating sliding layers, mixture-of-experts layers
+    "gpt_oss": dict(model_type="gpt_oss", num_key_value_heads=1, head_dim=32, sliding_window=8, num_local_experts=4,
+                    num_experts_per_tok=2, intermediate_size=64),
+    # alternating sliding layers; logit_scale 1 for its 0.0625, which would flatten a random model's distribution
+    "cohere2": dict(model_type="cohere2", num_key_value_heads=1, sliding_window=8,
+                    layer_types=["sliding_attention", "full_attention"], logit_scale=1.0),
 }
 """Family name -> its transformers model_type and the config keys that differ from `_SIZES`."""
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from rft.models.arch import architecture, layer_classes, sliding_window
+from rft.models.arch import architecture, attention_chunk, layer_classes, sliding_window
 from rft.models.attention import DECODE_ATTENTION, PACKED_ATTENTION, attention_configs, decode_attention
 
 PACKED_ATTR = "_rft_remove_padding"
@@ -110,6 +110,11 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
     impls = {c._attn_implementation for c in cfgs}
     if not cfgs or not impls <= {"sdpa", DECODE_ATTENTION, PACKED_ATTENTION}:
         _log(f"{key}=true: {architecture(model)} uses attention {sorted(map(str, impls))}, not sdpa; running padded")
+        return False
+    chunk = attention_chunk(cfgs[0])
+    if chunk is not None:  # expressed only in the mask the model builds, which a packed call replaces
+        _log(f"{key}=true: {architecture(model)} has chunked attention (attention_chunk_size {chunk}), which the "
+             "packed attention does not apply; running padded")
         return False
     _register()
     before = [c._attn_implementation for c in cfgs]
