@@ -71,6 +71,53 @@ def test_logprobs_and_entropy_match_categorical():
     close(entropy_from_logits(torch.zeros(2, 8, dtype=F64)), [math.log(8)] * 2)
 
 
+def test_the_chunked_lm_head_by_hand():
+    """Two tokens, vocabulary 2, hidden size 1, W = [[1], [-1]], no bias: the logits of h are (h, -h), so
+    log p(0) = -log(1 + e^{-2h}). h = 0: log(1/2) and entropy log 2; h = ln 2 / 2 (logits +-ln2 / 2, p = 2/3, 1/3):
+    log p(1) = log(1/3), entropy = -(2/3 log 2/3 + 1/3 log 1/3). d log p(0) / dh = 2 (1 - p(0)) = 1 at h = 0."""
+    from rft.algorithms.utils import LogitMap, linear_logprobs
+
+    h = torch.tensor([[0.0], [math.log(2) / 2]], dtype=F64, requires_grad=True)
+    w = torch.tensor([[1.0], [-1.0]], dtype=F64)
+    logprobs, entropy = linear_logprobs(h, w, None, torch.tensor([0, 1]), chunk_tokens=1)
+    close(logprobs, [math.log(0.5), math.log(1 / 3)], atol=1e-12)
+    close(entropy, [math.log(2), -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))], atol=1e-12)
+    logprobs[0].backward()
+    close(h.grad, [[1.0], [0.0]], atol=1e-12)
+    # temperature 2 halves the logits: h = ln 2 is then the second case's row
+    logprobs, _ = linear_logprobs(torch.tensor([[math.log(2)]], dtype=F64), w, None, torch.tensor([1]),
+                                  LogitMap(temperature=2.0))
+    close(logprobs, [math.log(1 / 3)], atol=1e-12)
+
+
+@pytest.mark.parametrize("scale, softcap, temperature", [(1.0, None, 1.0), (0.5, 3.0, 0.7), (2.0, None, 1.3)])
+def test_the_chunked_lm_head_equals_the_full_logits_and_their_gradients(scale, softcap, temperature):
+    """`linear_logprobs` against `logprobs_from_logits` / `entropy_from_logits` of the logits the model computes
+    (scaled, soft-capped, divided by the temperature), values and the gradients of hidden states, weight and bias,
+    in float64 (1e-12): the same function, chunked over 5 positions."""
+    from rft.algorithms.utils import LogitMap, linear_logprobs
+
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(37, 16, generator=gen, dtype=F64, requires_grad=True)
+    w = torch.randn(50, 16, generator=gen, dtype=F64, requires_grad=True)
+    b = torch.randn(50, generator=gen, dtype=F64, requires_grad=True)
+    labels = torch.randint(0, 50, (37,), generator=gen)
+    a, c = torch.randn(37, generator=gen, dtype=F64), torch.randn(37, generator=gen, dtype=F64)
+    raw = torch.nn.functional.linear(h, w, b) * scale
+    z = (softcap * torch.tanh(raw / softcap) if softcap else raw) / temperature
+    (logprobs_from_logits(z, labels) @ a + entropy_from_logits(z, None) @ c).backward()
+    expected = [logprobs_from_logits(z, labels).detach(), entropy_from_logits(z, None).detach()]
+    grads = [x.grad.clone() for x in (h, w, b)]
+    for x in (h, w, b):
+        x.grad = None
+    logprobs, entropy = linear_logprobs(h, w, b, labels, LogitMap(scale, softcap, temperature), chunk_tokens=5)
+    (logprobs @ a + entropy @ c).backward()
+    close(logprobs.detach(), expected[0], atol=1e-12)
+    close(entropy.detach(), expected[1], atol=1e-12)
+    for x, g in zip((h, w, b), grads):
+        close(x.grad, g, atol=1e-12)
+
+
 # ------------------------------------------------------------------------------------------ advantages
 
 

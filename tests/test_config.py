@@ -247,9 +247,11 @@ for _key, _f, _default in UNSUPPORTED:
 @pytest.mark.parametrize("key, f, default", list(UNSUPPORTED_BY_KIND.values()),
                          ids=[key for key, _, _ in UNSUPPORTED_BY_KIND.values()])
 def test_unsupported_field_refused_through_load_config(key, f, default):
-    assert load(f"{key}={json.dumps(default)}") is not None
+    every_part = ("critic.enable=true", "reward_model.enable=true", "reward_model.model.path=rm",
+                  "actor_rollout_ref.actor.use_kl_loss=true")  # as base_cfg: no key is in a part left unbuilt
+    assert load(*every_part, f"{key}={json.dumps(default)}") is not None
     with pytest.raises(ConfigError, match=re.escape(f"{key}=") + ".*not supported"):
-        load(f"{key}={json.dumps(_non_default(f, default))}")
+        load(*every_part, f"{key}={json.dumps(_non_default(f, default))}")
 
 
 def test_keys_of_parts_the_run_does_not_build_are_accepted_and_named(caplog):
@@ -628,3 +630,16 @@ def test_several_explorers_need_the_decoupled_modes_a_database_and_file_tasksets
         load(*apart, "synchronizer.sync_method=nccl")
     with pytest.raises(ConfigError, match=r"storage_type=file is not one"):
         load(*apart, "trainer.mode=explore", "experience_buffer.storage_type=file")
+
+
+def test_fused_kernels_take_the_torch_backend_and_refuse_triton(base_cfg):
+    """verl's use_fused_kernels is rft's chunked LM head (always on where exact): both values and impl_backend
+    torch pass; triton, which needs a GPU, and an unknown option are refused naming the key."""
+    for value in (True, False):
+        validate(set_key(base_cfg, "actor_rollout_ref.model.use_fused_kernels", value), check_paths=False)
+    key = "actor_rollout_ref.model.fused_kernel_options"
+    validate(set_key(base_cfg, key, {"impl_backend": "torch"}), check_paths=False)
+    with pytest.raises(ConfigError, match=re.escape(f"{key}.impl_backend='triton': Triton kernels need Triton")):
+        validate(set_key(base_cfg, key, {"impl_backend": "triton"}), check_paths=False)
+    with pytest.raises(ConfigError, match="the one option is impl_backend"):
+        validate(set_key(base_cfg, key, {"chunk": 4}), check_paths=False)

@@ -38,6 +38,10 @@ WITHOUT_A_READER_HERE = {
     **{f"{section}.fsdp_config.{key}": "several processes: workers/fsdp.py (tests/test_distributed.py)"
        for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
        for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.transformer_layer_cls_to_wrap")},
+    # verl's fused kernels are rft's chunked LM head (workers/lm_head.py), used whatever the value wherever it
+    # reproduces the model's logits: both values give the same numbers (tests/test_lm_head.py); its options'
+    # backend is checked (models/checks.py: torch, or refused)
+    "actor_rollout_ref.model.use_fused_kernels": "always on: workers/lm_head.py (tests/test_lm_head.py)",
     "trainer.balance_batch": "several processes: rl.py generate_and_score -> distributed.step_shard "
                              "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
     # the vLLM engine's keys: read by rollout/engines.py:vllm_options when rollout.name is vllm, which needs the

@@ -8,6 +8,8 @@ on padding cannot leak into a result or a gradient.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -124,6 +126,103 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = LOGIT_CHU
     """
     flat = logits.reshape(-1, logits.shape[-1])
     return _ChunkedEntropy.apply(flat, chunk_size).reshape(logits.shape[:-1])
+
+
+LINEAR_CHUNK_ELEMENTS = 1 << 25
+"""Logits per chunk of `linear_logprobs` (32M floats, 128 MiB a temporary): 220 token positions of a
+151,936-token vocabulary, LOGIT_CHUNK_TOKENS of a small one."""
+
+
+@dataclass(frozen=True)
+class LogitMap:
+    """What a causal LM does to ``hidden @ W.T + b`` before its softmax: multiply by `scale` (Cohere's
+    logit_scale, 1 / Granite's logits_scaling), soft-cap at `softcap` (Gemma 2 / 3: ``c * tanh(x / c)``), divide by
+    the sampling `temperature`."""
+
+    scale: float = 1.0
+    softcap: float | None = None
+    temperature: float = 1.0
+
+    def apply(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float]:
+        """(logits, d logits / d raw) of raw scores."""
+        u = raw * self.scale if self.scale != 1.0 else raw
+        inv_t = 1.0 / self.temperature if self.temperature > 0 else 1.0
+        if self.softcap:
+            t = torch.tanh(u / self.softcap)
+            return t * (self.softcap * inv_t), (1.0 - t * t) * (self.scale * inv_t)
+        return (u * inv_t if inv_t != 1.0 else u), self.scale * inv_t
+
+
+class _LinearLogprobs(torch.autograd.Function):
+    """Log-prob of each label and entropy under softmax(map(hidden @ W.T + b)) for (N, H) hidden states, chunked
+    over positions in the forward and the backward: a chunk's (n, V) logits exist only while it is computed, and
+    are recomputed in the backward (as fused linear-cross-entropy kernels do). Saved: the inputs (alive in the
+    caller anyway) and two (N,) vectors."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, logit_map: LogitMap, chunk: int):
+        n = hidden.shape[0]
+        dtype = torch.promote_types(hidden.dtype, torch.float32)  # float32 at least, as the logits' softmax is
+        logprobs, entropy, lse = (hidden.new_empty(n, dtype=dtype) for _ in range(3))
+        for start, end in _chunks(n, chunk):
+            raw = torch.nn.functional.linear(hidden[start:end], weight, bias).to(dtype)
+            z, _ = logit_map.apply(raw)
+            lse[start:end] = torch.logsumexp(z, dim=-1)
+            logp = z - lse[start:end, None]
+            logprobs[start:end] = logp.gather(-1, labels[start:end, None]).squeeze(-1)
+            entropy[start:end] = -(logp.exp() * logp).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
+        ctx.logit_map, ctx.chunk = logit_map, chunk
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logprobs, grad_entropy):
+        hidden, weight, bias, labels, lse, entropy = ctx.saved_tensors
+        want_h, want_w, want_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if want_h else None
+        dtype = lse.dtype
+        grad_w = torch.zeros_like(weight, dtype=dtype) if want_w else None
+        grad_b = torch.zeros_like(bias, dtype=dtype) if want_b and bias is not None else None
+        for start, end in _chunks(hidden.shape[0], ctx.chunk):
+            h = hidden[start:end]
+            raw = torch.nn.functional.linear(h, weight, bias).to(dtype)
+            z, dz_draw = ctx.logit_map.apply(raw)
+            logp = z - lse[start:end, None]
+            p = logp.exp()
+            # d logprob[label] / dz = onehot - p; d entropy / dz = -p (log p + H)
+            dz = torch.zeros_like(z)
+            if grad_entropy is not None:
+                dz = -(grad_entropy[start:end, None] * p) * (logp + entropy[start:end, None])
+            if grad_logprobs is not None:
+                g = grad_logprobs[start:end, None]
+                dz -= g * p
+                dz.scatter_add_(-1, labels[start:end, None], g)
+            draw = (dz * dz_draw).to(weight.dtype)
+            if want_h:
+                grad_h[start:end] = draw @ weight
+            if want_w:
+                grad_w.addmm_(draw.t().to(dtype), h.to(dtype))
+            if grad_b is not None:
+                grad_b += draw.to(dtype).sum(0)
+        return (grad_h, grad_w.to(weight.dtype) if grad_w is not None else None,
+                grad_b.to(bias.dtype) if grad_b is not None else None, None, None, None)
+
+
+def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                    logit_map: LogitMap = LogitMap(), chunk_tokens: int | None = LOGIT_CHUNK_TOKENS
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs, entropies) of `labels` (...,) under softmax(logit_map(hidden @ weight.T + bias)) for hidden
+    states (..., H), without the (..., V) logits: computed a chunk of positions at a time (at most
+    `chunk_tokens`, and at most LINEAR_CHUNK_ELEMENTS logits; None: only the second bound), forward and backward.
+    Equal to `logprobs_from_logits` and `entropy_from_logits` on the full logits up to float rounding; the
+    entropy's gradient flows only where the caller keeps it attached."""
+    shape = labels.shape
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    chunk = max(1, LINEAR_CHUNK_ELEMENTS // weight.shape[0])
+    if chunk_tokens:
+        chunk = min(chunk, chunk_tokens)
+    logprobs, entropy = _LinearLogprobs.apply(flat, weight, bias, labels.reshape(-1).long(), logit_map, chunk)
+    return logprobs.reshape(shape), entropy.reshape(shape)
 
 
 @torch.no_grad()

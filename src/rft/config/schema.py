@@ -211,10 +211,15 @@ class ModelConfig:
         "packing); an architecture that cannot take a packed call runs padded, with the reason printed.",
     )
     use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
-    use_fused_kernels: bool = fld(False, "verl's fused log-prob / entropy kernels.",
-                                  unsupported="fused kernels need Triton and a GPU")
-    fused_kernel_options: Dict[str, Any] = fld({}, "Options of the fused kernels (impl_backend).",
-                                               unsupported="fused kernels need Triton and a GPU")
+    use_fused_kernels: bool = fld(
+        False,
+        "verl's fused log-prob / entropy kernels: the log-probs and entropies computed from the LM head's input in "
+        "chunks of tokens, never holding a micro-batch's (tokens x vocabulary) logits (verl's torch backend). rft "
+        "does this whatever the value, wherever it reproduces the model's logits (rft.workers.lm_head; a model "
+        "whose head it does not reproduce uses its full logits, logged): true and false give the same numbers.")
+    fused_kernel_options: Dict[str, Any] = fld(
+        {}, "Options of the fused kernels: impl_backend 'torch' (rft's, above); 'triton' needs Triton and a GPU "
+            "and is refused.")
     use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a peft LoRA adapter.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")

@@ -63,6 +63,7 @@ RL = (
     "trainer.mix",                    # mix's expert rows
     "explorer.workflow",              # workflows, their arguments and tools
     "models.override_config",         # Megatron's MoE config refused
+    "models.fused_kernels",           # the fused kernels' torch backend
     "rewards.reward_manager",         # the overlong buffer's manager, a reward time limit
     "trainer.checkpoint_copies",      # mirror folder, checkpoints kept
     "workers.entropy",                # one entropy setting

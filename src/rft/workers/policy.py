@@ -16,7 +16,7 @@ mu times the SFT loss, aggregated with the mini-batch's normaliser of the expert
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -40,6 +40,7 @@ from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.models.arch import router_recorder
 from rft.models.load import device_of
+from rft.workers.lm_head import Head, head_input, head_logprobs, lm_head
 from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler, clipped_step: re-exported)
     MiniBatchWorker,
     build_optimizer,
@@ -65,8 +66,10 @@ def response_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, t
     return ids, attn, positions, p_len, r_len
 
 
-def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits (B, r, V) of softmax(logits / temperature), labels (B, r)) at the response positions.
+def forward_logits(model: nn.Module, batch: Batch, temperature: float,
+                   head: Head | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (B, r, V) of softmax(logits / temperature), labels (B, r)) at the response positions; with `head`
+    (`lm_head`), the hidden states (B, r, H) that head reads there instead of its logits (no temperature applied).
 
     Columns that are padding in every row are trimmed first (`response_window`), so r = the longest response of
     `batch` (at least 1) <= R, and the LM head runs only on the positions that predict response tokens
@@ -76,16 +79,19 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float) -> tuple[
     if router is not None:  # a mixture of experts in a pass with gradients: its load-balancing loss too
         router.start()
     attn = None
-    if packs(model):
-        logits, labels = _packed_logits(model, batch)
-    else:
-        ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
-                       logits_to_keep=r_len + 1).logits[:, :-1].float()  # (B, r_len, V)
-        labels = ids[:, p_len:]
+    with head_input(model, head) if head is not None else nullcontext() as store:
+        if packs(model):
+            logits, labels = _packed_logits(model, batch, store)
+        else:
+            ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
+                           logits_to_keep=r_len + 1).logits
+            # (B, r_len, V), or the head's input (B, r_len, H)
+            logits = store["hidden"][:, -(r_len + 1):-1] if store is not None else logits[:, :-1].float()
+            labels = ids[:, p_len:]
     if router is not None:
         router.stop(attn)
-    if temperature > 0 and temperature != 1.0:
+    if head is None and temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     return logits, labels
 
@@ -101,12 +107,16 @@ def packed_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, ...
     return ids[row, col], positions[row, col], row, t
 
 
-def _packed_logits(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r)."""
+def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r); or,
+    with `store` (`head_input`), the head's input (B, r, H)."""
     ids, positions, row, t = packed_window(batch, device_of(model))
     target = (t >= 0).nonzero().flatten()  # packed indices of response tokens; the token before predicts each
     r_len = max(1, int(batch.response_mask.sum(-1).max()))
     packed = forward_packed(model, ids, positions, row, len(batch), target - 1).float()  # (N, V)
+    if store is not None:  # the head's input, at the kept positions (or at all, for a model that keeps all)
+        hidden = store["hidden"][0]
+        packed = hidden if hidden.shape[0] == len(target) else hidden[target - 1]
     index = (row[target], t[target])
     logits = packed.new_zeros(len(batch), r_len, packed.shape[-1]).index_put(index, packed)
     labels = ids.new_zeros(len(batch), r_len).index_put(index, ids[target])
@@ -119,17 +129,27 @@ def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def forward_logprobs(
-    model: nn.Module, batch: Batch, temperature: float, with_entropy: bool = False, entropy_grad: bool = False
+    model: nn.Module, batch: Batch, temperature: float, with_entropy: bool = False, entropy_grad: bool = False,
+    chunk_tokens: int | None = LOGIT_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (B, R) of the response tokens under softmax(logits / temperature), and their entropy (B, R)
-    (chunked over token positions, see `entropy_from_logits`). See `forward_logits`."""
+    """Log-probs (B, R) of the response tokens under softmax(logits / temperature), and their entropy (B, R).
+    Through the LM head chunk by chunk where rft reproduces the model's logits (`rft.workers.lm_head`: never the
+    (tokens x vocabulary) logits of the whole batch at once), else from the full logits (the entropy chunked over
+    token positions, see `entropy_from_logits`). See `forward_logits`."""
     R = batch.response_ids.shape[1]
+    head = lm_head(model)
+    if head is not None:
+        hidden, labels = forward_logits(model, batch, temperature, head)
+        logprobs, entropy = head_logprobs(head, hidden, labels, temperature, chunk_tokens)
+        if not with_entropy:
+            return _pad(logprobs, R), None
+        return _pad(logprobs, R), _pad(entropy if entropy_grad and torch.is_grad_enabled() else entropy.detach(), R)
     logits, labels = forward_logits(model, batch, temperature)
     logprobs = logprobs_from_logits(logits, labels)
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = _pad(entropy_from_logits(logits if entropy_grad else logits.detach()), R)
+            entropy = _pad(entropy_from_logits(logits if entropy_grad else logits.detach(), chunk_tokens), R)
     return _pad(logprobs, R), entropy
 
 
@@ -342,11 +362,17 @@ class PolicyWorker(MiniBatchWorker):
         if kl_from_logits:
             with torch.no_grad(), reference_of(self.model, self.ref_model) as ref:
                 ref_logits, _ = forward_logits(ref, mb, s.temperature)
-        logits, labels = forward_logits(self.model, mb, s.temperature)
-        logprobs = _pad(logprobs_from_logits(logits, labels), R)
-        with torch.set_grad_enabled(s.entropy_coeff != 0 and torch.is_grad_enabled()):
-            entropy = _pad(entropy_from_logits(logits if s.entropy_coeff else logits.detach(),
-                                               s.logit_chunk_tokens), R)
+        logits = None
+        if kl_from_logits:  # the full KL needs both models' logits
+            logits, labels = forward_logits(self.model, mb, s.temperature)
+            logprobs = _pad(logprobs_from_logits(logits, labels), R)
+            with torch.set_grad_enabled(s.entropy_coeff != 0 and torch.is_grad_enabled()):
+                entropy = _pad(entropy_from_logits(logits if s.entropy_coeff else logits.detach(),
+                                                   s.logit_chunk_tokens), R)
+        else:
+            logprobs, entropy = forward_logprobs(self.model, mb, s.temperature, with_entropy=True,
+                                                 entropy_grad=s.entropy_coeff != 0, chunk_tokens=s.logit_chunk_tokens)
+        r = max(1, int(mb.response_mask.sum(-1).max()))  # the response columns the pass computed
         mask = loss_tokens(mb).to(logprobs.device).float()
         inputs = self._loss_inputs(mb, logprobs, norm, seed)
         inputs.minibatch, inputs.rows = minibatch, rows  # rows: mb's rows in `minibatch`
@@ -363,7 +389,6 @@ class PolicyWorker(MiniBatchWorker):
         if s.entropy_coeff:
             loss = loss - s.entropy_coeff * entropy_term
         if s.use_kl_loss:
-            r = logits.shape[1]
             ref_logprobs = mb.ref_logprobs[:, :r].to(logprobs.device) if mb.ref_logprobs is not None else None
             kl = _pad(kl_penalty(logprobs[:, :r], ref_logprobs, s.kl_loss_type, logits=logits,
                                  ref_logits=ref_logits, chunk_size=s.logit_chunk_tokens), R)
