@@ -584,9 +584,9 @@ LAYOUT = {"explorer_num": 2, "rollout_n": 4,
 @pytest.mark.parametrize("key, value, said", [
     ("explorer_num", 1, "is shared by trainer.explorer_num=2 explorers (as its run began); this process has "
                         "trainer.explorer_num=1"),
-    ("rollout_n", 8, "holds groups of actor_rollout_ref.rollout.n=4 responses; this run has rollout.n=8: a new run "
-                     "needs a buffer of its own"),
-    ("model", {**LAYOUT["model"], "hidden_size": 256}, "holds experiences of another model (qwen2, hidden_size 64, "
+    ("rollout_n", 8, "belongs to a run with actor_rollout_ref.rollout.n=4 (groups of that many responses); this run "
+                     "has rollout.n=8: a new run needs a buffer of its own"),
+    ("model", {**LAYOUT["model"], "hidden_size": 256}, "belongs to a run of another model (qwen2, hidden_size 64, "
                                                        "2 layers, vocabulary 300"),
     ("model", {**LAYOUT["model"], "tokenizer": "cd" * 32}, "tokenizer abababababab) than this process's"),
 ])
@@ -688,3 +688,47 @@ def test_a_holder_on_another_host_is_watched_and_a_still_heartbeat_taken_over(tm
     with pytest.raises(RftError, match="explorer 1 was taken over by pid"):
         first.write([exp("a")], {"step": 2})
     second.close()
+
+
+WAIT_FOR_DATA = """import sys
+from rft import interrupts
+from rft.buffer import SQLBuffer, database_url
+from rft.sync.checkpoint import CheckpointSync
+what = sys.argv[2]
+try:
+    with interrupts.handled():
+        interrupts.check_between_phases("step")  # as in a run: a first signal waits for a phase boundary
+        print("waiting", flush=True)
+        if what == "read":
+            SQLBuffer(database_url(sys.argv[1])).read(4, step=1, timeout=300)
+        else:
+            CheckpointSync(sys.argv[1], 300, 1, 0).receive(1)
+except KeyboardInterrupt as e:
+    print(getattr(e, "message", repr(e)), flush=True)
+    sys.exit(getattr(e, "exit_code", 130))
+"""
+
+
+@pytest.mark.parametrize("what", ["read", "receive"])
+def test_one_ctrl_c_stops_a_wait_for_experiences_or_weights(tmp_path, what):
+    """A trainer waiting for experiences, an explorer waiting for the trainer's weights: one SIGINT stops the wait
+    within a second or so, saying what it was waiting for (it used to wait on, up to the 300-1200 s time-out,
+    holding its role and its run folder)."""
+    import signal
+    import subprocess
+    import sys
+
+    target = str(tmp_path / "b.sqlite") if what == "read" else str(tmp_path / "sync")
+    waiter = subprocess.Popen([sys.executable, "-c", WAIT_FOR_DATA, target, what], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        assert waiter.stdout.readline().strip() == "waiting"
+        time.sleep(1.0)
+        waiter.send_signal(signal.SIGINT)
+        out, _ = waiter.communicate(timeout=15)
+    finally:
+        waiter.kill()
+        waiter.wait(30)
+    assert waiter.returncode == 130, out
+    said = "waiting for experiences in the experience buffer" if what == "read" else "waiting for the trainer's weights"
+    assert f"stopped by SIGINT while {said}" in out, out

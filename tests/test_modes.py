@@ -474,7 +474,8 @@ def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, 
     """A buffer explorer 0 of two began (explorer_num 2, rollout.n 4, the tiny model) refuses, each in one line
     before training: a trainer told of one explorer (it stopped after half the steps, exit 0), a run with another
     rollout.n (it trained on the first run's groups), an explorer on another model (it died in the update as a bug
-    in rft). The same terms join: explorer 1 writes its step and the trainer reads both."""
+    in rft). The same terms join: explorer 1 writes its step and the trainer reads both. Then a trainer of another
+    run on that read buffer, and the run's trainer resuming on a buffer that is not its own, are refused too."""
     from rft.models.tiny import init_model
 
     out = tmp_path / "out"
@@ -486,10 +487,11 @@ def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, 
         (overrides(assets, tmp_path / "t", 2, "synchronizer.sync_interval=2", buffer, "trainer.mode=train"),
          "is shared by trainer.explorer_num=2 explorers (as its run began); this process has trainer.explorer_num=1"),
         (overrides(assets, tmp_path / "n", 2, *two, buffer, "trainer.mode=train", "actor_rollout_ref.rollout.n=2"),
-         "holds groups of actor_rollout_ref.rollout.n=4 responses; this run has rollout.n=2"),
+         "belongs to a run with actor_rollout_ref.rollout.n=4 (groups of that many responses); this run has "
+         "rollout.n=2"),
         (overrides(assets, tmp_path / "m", 2, *two, buffer, "trainer.mode=explore", "trainer.explorer_rank=1",
                    f"actor_rollout_ref.model.path={tmp_path / 'other'}"),
-         "holds experiences of another model (qwen2, hidden_size 128, 4 layers"),
+         "belongs to a run of another model (qwen2, hidden_size 128, 4 layers"),
     ]
     for args, said in cases:
         proc = rft_here("train", *args, cwd=tmp_path, check=False)
@@ -500,6 +502,19 @@ def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, 
              cwd=tmp_path)
     rft_here("train", *overrides(assets, out, 2, *two), "trainer.mode=train", cwd=tmp_path)
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 2, 16)
+    # a new run's trainer (another folder) on the read buffer, with the same terms: it re-read every experience;
+    # the run's own trainer resuming on a buffer moved away: it trained explore steps 1.. as its steps 3..
+    (out / "buffer.sqlite").rename(tmp_path / "kept.sqlite")
+    later = [
+        (overrides(assets, tmp_path / "new", 2, *two, f"experience_buffer.path={tmp_path / 'kept.sqlite'}",
+                   "trainer.mode=train"), "was read by the trainer of another run (output folder "),
+        (overrides(assets, out, 3, *two, "trainer.mode=train"), "holds no read of trainer steps 1..2, yet the "
+                                                                 "trainer resumes from its checkpoint of step 2"),
+    ]
+    for args, said in later:
+        proc = rft_here("train", *args, cwd=tmp_path, check=False)
+        errors = [x for x in proc.stderr.splitlines() if x.startswith("rft: error:")]
+        assert proc.returncode == 2 and len(errors) == 1 and said in errors[0], proc.stderr
 
 
 def test_a_second_explorer_of_the_same_rank_is_refused_while_the_first_runs(assets, tmp_path):
@@ -526,6 +541,26 @@ def test_a_second_explorer_of_the_same_rank_is_refused_while_the_first_runs(asse
     finish(rerun)
     finish(trainer)
     assert_each_read_once(url, 3, 16)
+
+
+def test_the_explorer_child_of_a_killed_mode_both_trainer_ends_and_the_rerun_starts(assets, tmp_path):
+    """Mode both's trainer SIGKILLed while its explorer child waits for weights (sync files): the child, left
+    behind, stops within seconds with one line (it waited out the sync timeout, holding its role and the run
+    folder, so the command run again was refused); the command run again finishes."""
+    out = tmp_path / "out"
+    args = overrides(assets, out, 3, "synchronizer.sync_method=checkpoint", "synchronizer.sync_interval=1",
+                     "synchronizer.sync_offset=1", "synchronizer.sync_timeout=600")
+    trainer = start("train", *args, cwd=tmp_path)
+    wait_for(lambda: (out / "explorer" / "metrics.jsonl").exists())
+    (child,) = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
+    trainer.send_signal(signal.SIGKILL)
+    log, _ = trainer.communicate(timeout=60)  # the pipe ends when the child, which shares it, has exited too
+    assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+    errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
+    assert errors == [f"rft: error: the trainer process (pid {trainer.pid}) that started this explorer is gone; "
+                      "the explorer stops too: run the same command again to resume"], log
+    finish(start("train", *args, cwd=tmp_path))
+    assert [x["step"] for x in lines(out / "metrics.jsonl")][-1] == 3
 
 
 # ------------------------------------------------------------------------------------------------ bench

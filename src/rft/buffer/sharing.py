@@ -72,14 +72,19 @@ def layout_mismatch(recorded: dict, mine: dict, where: str) -> str | None:
                 "the trainer and every explorer of the run the same value (Trinity-RFT: "
                 "explorer.rollout_model.engine_num)")
     if differs("rollout_n"):
-        return (f"experience_buffer.path {where} holds groups of actor_rollout_ref.rollout.n={recorded['rollout_n']} "
-                f"responses; this run has rollout.n={mine['rollout_n']}: a new run needs a buffer of its own (another "
-                "experience_buffer.path, or move the old one aside), a resumed one the n it began with")
+        return (f"experience_buffer.path {where} belongs to a run with actor_rollout_ref.rollout.n={recorded['rollout_n']} "
+                f"(groups of that many responses); this run has rollout.n={mine['rollout_n']}: a new run needs a buffer of "
+                "its own (another experience_buffer.path, or move the old one aside), a resumed one the n it began with")
     if differs("model"):
-        return (f"experience_buffer.path {where} holds experiences of another model ({_describe_model(recorded['model'])})"
+        return (f"experience_buffer.path {where} belongs to a run of another model ({_describe_model(recorded['model'])})"
                 f" than this process's actor_rollout_ref.model.path ({_describe_model(mine['model'])}): the explorers "
                 "and the trainer of a run start from the same model; a new run needs a buffer of its own")
     return None
+
+
+def _host(holder: dict) -> str:
+    """The host a holder record names, without its PID namespace."""
+    return str(holder.get("host", "?")).split("/")[0]
 
 
 def role_name(role: str) -> str:
@@ -114,7 +119,8 @@ class Holders:
     def take(self, role: str) -> None:
         """Hold `role` (explorer/<k>, trainer): at once when it is free or its holder is gone, else one line."""
         holder = self._read(role)
-        if holder is not None and holder["token"] != self.token and not self._gone(role, holder):
+        why = self._gone(role, holder) if holder is not None and holder["token"] != self.token else None
+        if holder is not None and holder["token"] != self.token and why is None:
             raise RftError(self._conflict(role, holder))
 
         def claim() -> bool:
@@ -128,32 +134,32 @@ class Holders:
         if not self._retried(claim, "taking a role of the experience buffer"):
             raise RftError(self._conflict(role, self._read(role) or {}))
         if holder is not None and holder["token"] != self.token:
-            log.info("rft: %s of %s was held by pid %s on %s, which is gone; this process takes over",
-                     role_name(role), self.where, holder.get("pid"), holder.get("host"))
+            log.info("rft: %s of %s was held by pid %s on %s, %s; this process takes over", role_name(role),
+                     self.where, holder.get("pid"), _host(holder), why)
         self.roles.append(role)
         if self._thread is None:
             self._thread = threading.Thread(target=self._beat, name="rft-buffer-heartbeat", daemon=True)
             self._thread.start()
 
-    def _gone(self, role: str, holder: dict) -> bool:
-        """Whether the process `holder` names has ended: on this host, its pid; elsewhere (or a pid reused), its
-        heartbeat standing still for WATCH_S."""
+    def _gone(self, role: str, holder: dict) -> str | None:
+        """Why the process `holder` names no longer holds the role (None: it does): on this host, its pid ended;
+        elsewhere (or a pid reused), its heartbeat stood still for WATCH_S (a process stopped or cut off)."""
         if holder.get("host") == host_id() and not _pid_alive(int(holder.get("pid", 0))):
-            return True
+            return "which has ended"
         log.info("rft: %s of %s is held by pid %s on %s; watching its heartbeat for up to %.0f s",
-                 role_name(role), self.where, holder.get("pid"), holder.get("host"), WATCH_S)
+                 role_name(role), self.where, holder.get("pid"), _host(holder), WATCH_S)
         deadline = time.monotonic() + WATCH_S
         while time.monotonic() < deadline:
             time.sleep(HEARTBEAT_S / 4)
             now = self._read(role)
             if now is None or now.get("token") != holder.get("token"):
-                return now is None  # released meanwhile; or another process took it: live
+                return "which released it" if now is None else None  # or another process took it: live
             if now.get("beat") != holder.get("beat"):
-                return False
-        return True
+                return None
+        return f"whose heartbeat stood still for {WATCH_S:.0f} s (ended, stopped or cut off)"
 
     def _conflict(self, role: str, holder: dict) -> str:
-        who = f"pid {holder.get('pid')} on {str(holder.get('host', '?')).split('/')[0]}"
+        who = f"pid {holder.get('pid')} on {_host(holder)}"
         if role == "trainer":
             return (f"experience_buffer.path {self.where} is read by another trainer ({who}): a buffer has one "
                     "trainer; stop that one, or give this run its own experience_buffer.path")
@@ -186,7 +192,7 @@ class Holders:
         if self.lost is not None:
             holder = self._read(self.lost) or {}
             raise RftError(f"experience_buffer.path {self.where}: {role_name(self.lost)} was taken over by pid "
-                           f"{holder.get('pid')} on {str(holder.get('host', '?')).split('/')[0]} while this process "
+                           f"{holder.get('pid')} on {_host(holder)} while this process "
                            f"held it (its heartbeat stalled for {WATCH_S:.0f} s); stop one of them")
 
     def release(self) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from rft import interrupts
 from rft.buffer.base import BufferClosed, Read
 from rft.buffer.sharing import LAYOUT_KEY, Holders, layout_mismatch
 from rft.errors import RftError
@@ -59,6 +60,8 @@ META = sa.Table(
 )
 
 
+TRAINER_RUN_KEY = "trainer_run"
+"""rft_meta's record of the run whose trainer reads the buffer (`SQLBuffer.check_reader`)."""
 LOCK_WAIT_S = 120.0
 """How long a SQLite buffer waits for a lock another process holds (explorer and trainer take turns in
 milliseconds; a transaction held open longer is another program's) before the run stops naming the file."""
@@ -136,8 +139,6 @@ def _wait_for_lock(fn, url: str, what: str, also: Callable[[BaseException], bool
     """`fn()` (one transaction), tried again while another process holds the SQLite file's lock (or `also`
     accepts the error), up to LOCK_WAIT_S: a notice after LOCK_NOTICE_S, a Ctrl-C / SIGTERM honoured between
     attempts (the transaction has not happened; the same command resumes), then one line naming the file."""
-    from rft import interrupts
-
     start, noticed = time.monotonic(), False
     while True:
         try:
@@ -306,6 +307,8 @@ class SQLBuffer:
                 break
             if watch is not None:
                 watch()
+            # a Ctrl-C / SIGTERM stops the wait now (nothing was claimed: the rerun reads this step again)
+            interrupts.check_while_waiting(f"waiting for experiences in the experience buffer {_shown(self.url)}")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
         out.waited_s = time.monotonic() - start
@@ -408,6 +411,33 @@ class SQLBuffer:
             values = {"use_count": c.use_count + (0 if dropped else 1), "consumed": True}
         conn.execute(EXPERIENCES.update().where(c.seq.in_(seqs)).values(**values))
         conn.execute(READS.insert(), [{"step": step, "seq": s, "dropped": dropped} for s in seqs])
+
+    def check_reader(self, run: str, folder: str, start: int) -> None:
+        """The trainer of run `run` (its output `folder`), resuming after step `start`, reads this buffer: one line
+        when the buffer holds no read of steps 1..start (it is not the one the run trained on: replaced, emptied or
+        another path) or was read by the trainer of another run (a new run on an old buffer would train on that
+        run's experiences again); else the buffer records `run` as its reader."""
+        mine = json.dumps({"run": run, "folder": folder})
+
+        def look() -> str | None:
+            with self.engine.begin() as conn:
+                recorded = conn.execute(sa.select(META.c.value).where(META.c.key == TRAINER_RUN_KEY)).scalar()
+                read_any = conn.execute(sa.select(READS.c.step).limit(1)).first() is not None
+                if start > 0 and conn.execute(sa.select(READS.c.step).where(READS.c.step <= start).limit(1)).first() is None:
+                    return (f"experience_buffer.path {_shown(self.url)} holds no read of trainer steps 1..{start}, yet "
+                            f"the trainer resumes from its checkpoint of step {start}: it is not the buffer this run "
+                            "trained on (replaced, emptied, or another path); restore that one, or start a new run in "
+                            "another trainer.default_local_dir")
+                if recorded is not None and json.loads(recorded)["run"] != run and read_any:
+                    return (f"experience_buffer.path {_shown(self.url)} was read by the trainer of another run (output "
+                            f"folder {json.loads(recorded)['folder']}): a new run needs a buffer of its own (another "
+                            "experience_buffer.path, or move the old one aside)")
+                self._set(conn, TRAINER_RUN_KEY, mine)
+                return None
+
+        why = self._retried(look, "checking the experience buffer's reader")
+        if why is not None:
+            raise RftError(why)
 
     def release_after(self, step: int) -> None:
         c = EXPERIENCES.c

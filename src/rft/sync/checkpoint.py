@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from rft import interrupts
 from rft.fsutil import write_text_atomic
 
 _FILE = re.compile(r"^v(\d+)\.safetensors$")
@@ -84,6 +85,8 @@ class CheckpointSync:
                     f"synchronizer.sync_timeout={self.timeout} s: is the trainer running (trainer.mode=train with "
                     "the same trainer.default_local_dir)?"
                 )
+            # a Ctrl-C / SIGTERM stops the wait now (the explorer resumes after its last step written)
+            interrupts.check_while_waiting(f"waiting for the trainer's weights of version {need} in {self.folder}")
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
 

@@ -19,6 +19,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -26,7 +28,7 @@ import torch
 from rft.buffer import BufferClosed
 from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist, shard_bounds
-from rft.errors import RftError
+from rft.errors import EXIT_ERROR, RftError
 from rft.experience import first_appearance_labels, to_batch
 from rft.explorer import Explorer, load_prompts, load_tasksets
 from rft.fsutil import write_text_atomic
@@ -251,6 +253,10 @@ class TrainLoop:
         state = self.trainer.resume({})
         start = self.trainer.global_step
         if main:
+            if hasattr(self.buffer, "check_reader"):  # a database buffer: this run's, and read by this trainer
+                from rft.trainer.run_folder import run_id
+
+                self.buffer.check_reader(run_id(self.out), str(self.out.resolve()), start)
             write_text_atomic(self.out / "config.yaml", to_yaml(cfg))  # after the resume's checks passed
             self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,
@@ -418,6 +424,7 @@ def run_both_async(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
 
     if os.environ.get(ROLE_ENV) == "explorer":
         _share_threads()
+        _exit_with_parent()
         explorer_rank_from_env(cfg)
         with run_folder(cfg, role=explorer_role(cfg)):
             ExploreLoop(cfg).run()
@@ -426,6 +433,23 @@ def run_both_async(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
         _share_threads()
     with run_folder(cfg, dist):
         return _train_with_explorer_child(cfg, module_args, dist)
+
+
+def _exit_with_parent(poll_s: float = 1.0) -> None:
+    """An explorer child of mode both ends when the trainer that started it is gone (killed with SIGKILL: it
+    cannot stop its children), with one line: left running, it would hold its role in the buffer and the run folder,
+    and wait in the weight broadcast for the whole sync timeout, so the command run again could not start. Its
+    buffer writes are transactions, so ending at any point loses nothing (as a SIGKILL)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print(f"rft: error: the trainer process (pid {parent}) that started this explorer is gone; the explorer "
+              "stops too: run the same command again to resume", file=sys.stderr, flush=True)
+        os._exit(EXIT_ERROR)
+
+    threading.Thread(target=watch, name="rft-parent-watch", daemon=True).start()
 
 
 # what a launcher sets in each of its processes: the explorer child is a process of its own, not a rank

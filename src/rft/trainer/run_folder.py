@@ -204,9 +204,27 @@ def _record_failure(path: Path | None, error: BaseException) -> None:
                                             "command": " ".join(sys.argv)}) + "\n")
 
 
-def _resume_note(out: Path) -> str:
+RUN_ID_FILE = ".rft-run-id"
+
+
+def run_id(out: Path) -> str:
+    """The identity of the run whose output folder is `out`: a random id written there by its first trainer (kept
+    across reruns, gone with the folder), by which a database buffer knows its reader (`SQLBuffer.check_reader`)."""
+    import uuid
+
+    from rft.fsutil import write_text_atomic
+
+    path = Path(out) / RUN_ID_FILE
+    if not path.is_file():
+        write_text_atomic(path, uuid.uuid4().hex + "\n")
+    return path.read_text().strip()
+
+
+def _resume_note(out: Path, role: str = "trainer") -> str:
     from rft.trainer.checkpoint import CheckpointManager
 
+    if role.startswith("explorer"):  # its position is in the buffer, written with each step
+        return "the same command resumes after the last explore step written to the experience buffer"
     latest = CheckpointManager(out / "checkpoints").latest()
     if latest is None:
         return "no checkpoint was written yet (trainer.save_freq), so the same command starts over"
@@ -249,7 +267,7 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
             if for_children:
                 os.environ.pop(LOCK_ENV, None)
     except Interrupted as e:
-        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out)}")
+        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out, role)}")
         _record_failure(failed if lock is not None else None, stopped)
         raise stopped from None
     except BaseException as e:
