@@ -2,7 +2,9 @@
 would read and compute each response token's log-prob and entropy chunk by chunk (`linear_logprobs`), so no pass
 holds the (tokens x vocabulary) logits of a micro-batch: at a 151,936-token vocabulary they are 0.6 MB a token in
 float32 (2.4 GB for 4k tokens), plus as much again for their gradient, against 3.5 KB of hidden states (Qwen2.5-0.5B).
-This is what verl's `use_fused_kernels` (its torch backend) and Liger's fused linear cross-entropy do.
+This is what verl's `use_fused_kernels` (its torch backend) and Liger's fused linear cross-entropy do. A micro-batch
+whose logits fit in one chunk (at most 1,024 positions and 32M logits) computes them whole, as before: nothing to
+save, and no second product in the backward.
 
 The head is taken out only where rft reproduces the model's logits: a plain `nn.Linear` head (not LoRA-wrapped, not
 sharded), with the transforms the config declares (Cohere's `logit_scale`, Granite's `logits_scaling`, Gemma's
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rft.algorithms.utils import LogitMap, linear_logprobs
+from rft.algorithms.utils import LINEAR_CHUNK_ELEMENTS, LogitMap, linear_logprobs
 
 log = logging.getLogger("rft")
 _HEAD_ATTR = "_rft_lm_head"
@@ -91,6 +93,13 @@ def head_input(model: nn.Module, head: Head):
         yield store
     finally:
         del head.module.forward
+
+
+def head_chunk(head: Head, chunk_tokens: int | None) -> int:
+    """Token positions per chunk through `head` (`linear_logprobs`' rule): at most `chunk_tokens` and at most
+    LINEAR_CHUNK_ELEMENTS logits."""
+    chunk = max(1, LINEAR_CHUNK_ELEMENTS // head.module.weight.shape[0])
+    return min(chunk, chunk_tokens) if chunk_tokens else chunk
 
 
 def head_logprobs(head: Head, hidden: torch.Tensor, labels: torch.Tensor, temperature: float,

@@ -40,7 +40,7 @@ from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.models.arch import router_recorder
 from rft.models.load import device_of
-from rft.workers.lm_head import Head, head_input, head_logprobs, lm_head
+from rft.workers.lm_head import Head, head_chunk, head_input, head_logprobs, lm_head
 from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler, clipped_step: re-exported)
     MiniBatchWorker,
     build_optimizer,
@@ -138,6 +138,9 @@ def forward_logprobs(
     token positions, see `entropy_from_logits`). See `forward_logits`."""
     R = batch.response_ids.shape[1]
     head = lm_head(model)
+    positions = len(batch) * max(1, int(batch.response_mask.sum(-1).max()))
+    if head is not None and positions <= head_chunk(head, chunk_tokens):
+        head = None  # the logits fit in one chunk: computed whole, with nothing to recompute in the backward
     if head is not None:
         hidden, labels = forward_logits(model, batch, temperature, head)
         logprobs, entropy = head_logprobs(head, hidden, labels, temperature, chunk_tokens)
