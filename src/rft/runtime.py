@@ -38,3 +38,24 @@ def available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def exit_with_parent(code: int, message: str | None = None, parent: int | None = None, poll_s: float = 1.0) -> None:
+    """End this process (`os._exit(code)`, after `message` on stderr) once its parent `parent` (default: the
+    current one) is gone: a child left by a SIGKILLed parent would otherwise wait on forever. A daemon thread
+    watches."""
+    import os
+    import sys
+    import threading
+    import time
+
+    parent = os.getppid() if parent is None else parent
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        if message:
+            print(message.format(parent=parent), file=sys.stderr, flush=True)
+        os._exit(code)
+
+    threading.Thread(target=watch, name="rft-parent-watch", daemon=True).start()

@@ -208,6 +208,13 @@ class _LinearLogprobs(torch.autograd.Function):
                 grad_b.to(bias.dtype) if grad_b is not None else None, None, None, None)
 
 
+def linear_chunk(vocab: int, chunk_tokens: int | None) -> int:
+    """Token positions per chunk of `linear_logprobs` over a `vocab`-row head: at most `chunk_tokens` (None: no
+    bound of its own) and at most LINEAR_CHUNK_ELEMENTS logits."""
+    chunk = max(1, LINEAR_CHUNK_ELEMENTS // vocab)
+    return min(chunk, chunk_tokens) if chunk_tokens else chunk
+
+
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
                     logit_map: LogitMap = LogitMap(), chunk_tokens: int | None = LOGIT_CHUNK_TOKENS
                     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,9 +225,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     entropy's gradient flows only where the caller keeps it attached."""
     shape = labels.shape
     flat = hidden.reshape(-1, hidden.shape[-1])
-    chunk = max(1, LINEAR_CHUNK_ELEMENTS // weight.shape[0])
-    if chunk_tokens:
-        chunk = min(chunk, chunk_tokens)
+    chunk = linear_chunk(weight.shape[0], chunk_tokens)
     logprobs, entropy = _LinearLogprobs.apply(flat, weight, bias, labels.reshape(-1).long(), logit_map, chunk)
     return logprobs.reshape(shape), entropy.reshape(shape)
 

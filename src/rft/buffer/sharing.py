@@ -35,6 +35,11 @@ LAYOUT_KEY = "run"
 HOLDER_KEY = "holder/"
 
 
+def meta_value(conn, table: sa.Table, key: str) -> str | None:
+    """The value of `key` in the buffer's rft_meta `table`, within the transaction of `conn`."""
+    return conn.execute(sa.select(table.c.value).where(table.c.key == key)).scalar()
+
+
 def host_id() -> str:
     """This machine (and PID namespace: two containers on one host see different process ids) as a holder names
     it."""
@@ -107,7 +112,7 @@ class Holders:
     def _read(self, role: str) -> dict | None:
         def get():
             with self.engine.connect() as conn:
-                return conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+                return meta_value(conn, self.table, HOLDER_KEY + role)
 
         value = self._retried(get, "reading who holds a role of the experience buffer")
         return json.loads(value) if value else None
@@ -125,7 +130,7 @@ class Holders:
 
         def claim() -> bool:
             with self.engine.begin() as conn:  # taken only if no one else took it meanwhile
-                now = conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+                now = meta_value(conn, self.table, HOLDER_KEY + role)
                 if now is not None and (holder is None or json.loads(now)["token"] != holder["token"]):
                     return False
                 self._set(conn, HOLDER_KEY + role, self._mine(0))
@@ -180,7 +185,7 @@ class Holders:
         """Renew the records of the roles this process holds; one another process took over is `lost`."""
         with self.engine.begin() as conn:
             for role in self.roles:
-                now = conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+                now = meta_value(conn, self.table, HOLDER_KEY + role)
                 if now is None or json.loads(now)["token"] != self.token:
                     self.lost = role
                     continue
@@ -206,7 +211,7 @@ class Holders:
         def free() -> None:
             with self.engine.begin() as conn:
                 for role in self.roles:
-                    now = conn.execute(sa.select(self.table.c.value).where(self.table.c.key == HOLDER_KEY + role)).scalar()
+                    now = meta_value(conn, self.table, HOLDER_KEY + role)
                     if now is not None and json.loads(now)["token"] == self.token:
                         conn.execute(self.table.delete().where(self.table.c.key == HOLDER_KEY + role))
 

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from rft import interrupts
 from rft.buffer.base import BufferClosed, Read
-from rft.buffer.sharing import LAYOUT_KEY, Holders, layout_mismatch
+from rft.buffer.sharing import LAYOUT_KEY, Holders, layout_mismatch, meta_value
 from rft.errors import RftError
 from rft.experience import Experience
 
@@ -222,7 +222,7 @@ class SQLBuffer:
 
         def record() -> str:
             with self.engine.begin() as conn:
-                found = conn.execute(sa.select(META.c.value).where(META.c.key == LAYOUT_KEY)).scalar()
+                found = meta_value(conn, META, LAYOUT_KEY)
                 if found is None:
                     conn.execute(META.insert().values(key=LAYOUT_KEY, value=mine))
                 return found or mine
@@ -421,16 +421,16 @@ class SQLBuffer:
 
         def look() -> str | None:
             with self.engine.begin() as conn:
-                recorded = conn.execute(sa.select(META.c.value).where(META.c.key == TRAINER_RUN_KEY)).scalar()
+                recorded = json.loads(meta_value(conn, META, TRAINER_RUN_KEY) or "null")
                 read_any = conn.execute(sa.select(READS.c.step).limit(1)).first() is not None
                 if start > 0 and conn.execute(sa.select(READS.c.step).where(READS.c.step <= start).limit(1)).first() is None:
                     return (f"experience_buffer.path {_shown(self.url)} holds no read of trainer steps 1..{start}, yet "
                             f"the trainer resumes from its checkpoint of step {start}: it is not the buffer this run "
                             "trained on (replaced, emptied, or another path); restore that one, or start a new run in "
                             "another trainer.default_local_dir")
-                if recorded is not None and json.loads(recorded)["run"] != run and read_any:
+                if recorded is not None and recorded["run"] != run and read_any:
                     return (f"experience_buffer.path {_shown(self.url)} was read by the trainer of another run (output "
-                            f"folder {json.loads(recorded)['folder']}): a new run needs a buffer of its own (another "
+                            f"folder {recorded['folder']}): a new run needs a buffer of its own (another "
                             "experience_buffer.path, or move the old one aside)")
                 self._set(conn, TRAINER_RUN_KEY, mine)
                 return None
@@ -496,7 +496,7 @@ class SQLBuffer:
     def _get(self, key: str) -> str | None:
         def get() -> str | None:
             with self.engine.connect() as conn:
-                return conn.execute(sa.select(META.c.value).where(META.c.key == key)).scalar()
+                return meta_value(conn, META, key)
 
         return self._retried(get, "reading the experience buffer's state")
 

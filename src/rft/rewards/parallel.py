@@ -16,14 +16,13 @@ import multiprocessing
 import os
 import pickle
 import signal
-import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from rft.errors import RewardError
+from rft.runtime import exit_with_parent
 
 MIN_ROWS_PER_WORKER = 16
 """A batch is scored in processes only when each worker gets at least this many rows (measured: bench/rewards.py)."""
@@ -56,13 +55,7 @@ def _start_worker(parent: int) -> None:
     """In a new worker: ignore Ctrl-C (the trainer's handler decides), and leave when the trainer is gone (killed,
     or ended by os._exit, which skips the pool's shutdown): the worker would otherwise wait for work forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="rft-reward-parent", daemon=True).start()
+    exit_with_parent(0, parent=parent)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:

@@ -19,13 +19,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import torch
 
-from rft.buffer import BufferClosed
+from rft.buffer import BufferClosed, shareable
 from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist, shard_bounds
 from rft.errors import EXIT_ERROR, RftError
@@ -36,7 +34,7 @@ from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model,
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine
-from rft.runtime import configure_cpu_runtime
+from rft.runtime import configure_cpu_runtime, exit_with_parent
 from rft.sync import schedule
 from rft.sync.process_group import snapshot
 from rft.sync.schedule import sync_method
@@ -253,7 +251,7 @@ class TrainLoop:
         state = self.trainer.resume({})
         start = self.trainer.global_step
         if main:
-            if hasattr(self.buffer, "check_reader"):  # a database buffer: this run's, and read by this trainer
+            if shareable(self.buffer):  # a database buffer: this run's, and read by this trainer
                 from rft.trainer.run_folder import run_id
 
                 self.buffer.check_reader(run_id(self.out), str(self.out.resolve()), start)
@@ -424,7 +422,10 @@ def run_both_async(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
 
     if os.environ.get(ROLE_ENV) == "explorer":
         _share_threads()
-        _exit_with_parent()
+        # left by a SIGKILLed trainer, it would hold its role and the run folder and wait out the sync timeout, so
+        # the command run again could not start; its buffer writes are transactions: ending anywhere loses nothing
+        exit_with_parent(EXIT_ERROR, "rft: error: the trainer process (pid {parent}) that started this explorer is "
+                         "gone; the explorer stops too: run the same command again to resume")
         explorer_rank_from_env(cfg)
         with run_folder(cfg, role=explorer_role(cfg)):
             ExploreLoop(cfg).run()
@@ -433,23 +434,6 @@ def run_both_async(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
         _share_threads()
     with run_folder(cfg, dist):
         return _train_with_explorer_child(cfg, module_args, dist)
-
-
-def _exit_with_parent(poll_s: float = 1.0) -> None:
-    """An explorer child of mode both ends when the trainer that started it is gone (killed with SIGKILL: it
-    cannot stop its children), with one line: left running, it would hold its role in the buffer and the run folder,
-    and wait in the weight broadcast for the whole sync timeout, so the command run again could not start. Its
-    buffer writes are transactions, so ending at any point loses nothing (as a SIGKILL)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        print(f"rft: error: the trainer process (pid {parent}) that started this explorer is gone; the explorer "
-              "stops too: run the same command again to resume", file=sys.stderr, flush=True)
-        os._exit(EXIT_ERROR)
-
-    threading.Thread(target=watch, name="rft-parent-watch", daemon=True).start()
 
 
 # what a launcher sets in each of its processes: the explorer child is a process of its own, not a rank

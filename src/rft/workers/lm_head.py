@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rft.algorithms.utils import LINEAR_CHUNK_ELEMENTS, LogitMap, linear_logprobs
+from rft.algorithms.utils import LogitMap, linear_chunk, linear_logprobs
 
 log = logging.getLogger("rft")
 _HEAD_ATTR = "_rft_lm_head"
@@ -96,10 +96,8 @@ def head_input(model: nn.Module, head: Head):
 
 
 def head_chunk(head: Head, chunk_tokens: int | None) -> int:
-    """Token positions per chunk through `head` (`linear_logprobs`' rule): at most `chunk_tokens` and at most
-    LINEAR_CHUNK_ELEMENTS logits."""
-    chunk = max(1, LINEAR_CHUNK_ELEMENTS // head.module.weight.shape[0])
-    return min(chunk, chunk_tokens) if chunk_tokens else chunk
+    """Token positions per chunk through `head` (`linear_chunk`)."""
+    return linear_chunk(head.module.weight.shape[0], chunk_tokens)
 
 
 def head_logprobs(head: Head, hidden: torch.Tensor, labels: torch.Tensor, temperature: float,
