@@ -552,7 +552,9 @@ def test_the_explorer_child_of_a_killed_mode_both_trainer_ends_and_the_rerun_sta
                      "synchronizer.sync_offset=1", "synchronizer.sync_timeout=600")
     trainer = start("train", *args, cwd=tmp_path)
     wait_for(lambda: (out / "explorer" / "metrics.jsonl").exists())
-    (child,) = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
+    children = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
+    # the explorer child, not another child of the trainer's (a compile or reward worker)
+    (child,) = [c for c in children if b"RFT_ROLE=explorer" in Path(f"/proc/{c}/environ").read_bytes()]
     trainer.send_signal(signal.SIGKILL)
     log, _ = trainer.communicate(timeout=60)  # the pipe ends when the child, which shares it, has exited too
     assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
