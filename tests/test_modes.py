@@ -140,8 +140,7 @@ def test_mode_both_with_two_trainer_processes_resumes_as_uninterrupted_after_a_r
     out = tmp_path / "out"
     args = overrides(assets, out, 4, *TWO_TRAINERS, "synchronizer.sync_method=nccl")
     killed = start("train", *args, cwd=tmp_path)
-    wait_for(lambda: (out / "checkpoints" / "global_step_2" / "trainer_state.json").is_file()
-             or killed.poll() is not None)
+    wait_for(lambda: checkpointed(out, 2) or killed.poll() is not None)
     os.kill(_descendant_with_rank(killed.pid, 1), signal.SIGKILL)
     log, _ = killed.communicate(timeout=180)
     assert killed.returncode != 0 and not (out / "model").exists(), log
@@ -308,7 +307,7 @@ def test_two_explore_commands_and_a_trainer_on_postgresql_survive_kills_and_trai
         explorers[1].kill()
         explorers[1].communicate(timeout=60)
         explorers[1] = start("train", *common, "trainer.mode=explore", "trainer.explorer_rank=1", cwd=tmp_path)
-        wait_for(lambda: (out / "checkpoints" / "global_step_1" / "trainer_state.json").is_file())
+        wait_for(lambda: checkpointed(out, 1))
         trainer.kill()
         trainer.communicate(timeout=60)
         trainer = start("train", *common, "trainer.mode=train", cwd=tmp_path)
@@ -349,6 +348,16 @@ def test_the_database_restarting_under_a_running_explorer_and_trainer_loses_noth
         assert "retrying for up to" in logs and "succeeded after" in logs
         assert_each_read_once(url, 6, 16)
     assert [x["step"] for x in lines(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+def checkpointed(out: Path, step: int) -> bool:
+    """The checkpoint of `step` (or a later one) is committed: `latest` names it. Its folder appears, renamed whole,
+    a moment before; a kill in between resumes from the previous one, as it should."""
+    pointer = out / "checkpoints" / "latest"
+    try:
+        return int(pointer.read_text().strip().removeprefix("global_step_")) >= step
+    except (FileNotFoundError, ValueError):
+        return False
 
 
 def wait_for(predicate, timeout: float = 300) -> None:
@@ -404,7 +413,7 @@ def test_decoupled_run_killed_mid_schedule_resumes_as_if_uninterrupted(slow_asse
     (child,) = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
     os.kill(int(child), signal.SIGSTOP)
     assert explored(out, url) == 2, "the explorer was stopped after its step 3 was written: the test's timing failed"
-    wait_for(lambda: (out / "checkpoints" / "global_step_2" / "trainer_state.json").is_file())
+    wait_for(lambda: checkpointed(out, 2))
     if victim == "both":  # the machine went down
         trainer.send_signal(signal.SIGKILL)
         trainer.wait()
