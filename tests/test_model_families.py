@@ -97,7 +97,8 @@ def test_greedy_rollout_equals_generate_and_its_log_probs_a_full_forward(root, f
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2", "gpt2", "qwen3_moe", "llama4_text"])
+@pytest.mark.parametrize("family", ["mistral", *(pytest.param(f, marks=pytest.mark.heavy) for f in (
+    "llama", "gemma2", "gpt2", "qwen3_moe", "llama4_text"))])
 def test_the_compiled_decode_step_samples_what_the_eager_loop_samples(root, family):
     """`rollout.enforce_eager=false`: the decode step compiled over a static cache draws the eager loop's tokens
     with its log-probs (1e-5), on left-padded prompts, with rows ending at different steps (an EOS set of every 7th

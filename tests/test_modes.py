@@ -130,7 +130,7 @@ def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_mode_both_with_two_trainer_processes_resumes_as_uninterrupted_after_a_rank_is_killed(assets, two_trainers,
                                                                                              tmp_path):
     """The nccl run above, its trainer rank 1 SIGKILLed once checkpoint 2 is written: the command fails (rank 0
@@ -224,7 +224,7 @@ def _descendant_with_rank(pid: int, rank: int) -> int:
     raise AssertionError(f"no rank {rank} below {pid}")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_train_on_two_processes_trains_as_one_process_and_resumes_after_a_rank_is_killed(assets, tmp_path):
     """Four explore steps (the explorer alone; sync_interval 4: all with the starting weights) in a SQLite buffer,
     trained by `trainer.mode=train` on one process and on two (FSDP: rank 0 reads each step's 16 experiences once,
@@ -398,7 +398,9 @@ def uninterrupted(slow_assets, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("method,victim", [("nccl", "explorer"), ("nccl", "both"), ("checkpoint", "explorer")])
+@pytest.mark.parametrize("method,victim", [pytest.param("nccl", "explorer", marks=pytest.mark.heavy),
+                                           pytest.param("nccl", "both", marks=pytest.mark.heavy),
+                                           ("checkpoint", "explorer")])
 def test_decoupled_run_killed_mid_schedule_resumes_as_if_uninterrupted(slow_assets, uninterrupted, tmp_path, method,
                                                                        victim):
     """Mode both killed with the trainer's checkpoint at step 2 and the explorer's position at step 2, whose next
@@ -526,6 +528,7 @@ def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, 
         assert proc.returncode == 2 and len(errors) == 1 and said in errors[0], proc.stderr
 
 
+@pytest.mark.heavy
 def test_a_second_explorer_of_the_same_rank_is_refused_while_the_first_runs(assets, tmp_path):
     """Two explore commands with one explorer_rank on one buffer (from two run folders): the second stops in one
     line naming the first's process (both used to exit 0, every task of their steps generated twice). Once the
@@ -599,6 +602,7 @@ def test_bench_evaluates_every_checkpoint(assets, tmp_path):
     assert [r["checkpoint"] for r in lines(out / "bench" / "metrics.jsonl")] == ["global_step_1"]
 
 
+@pytest.mark.heavy
 def test_an_explorer_that_dies_before_joining_stops_the_trainer_at_once(assets, tmp_path):
     """Mode both, nccl: the explorer child fails while it starts (its reward file raises on import there), before
     it joins the weight broadcast. The trainer, waiting for it to join, says so in one line and exits 2 (it used to

@@ -342,7 +342,7 @@ def test_torch_compile_falls_back_with_the_reason(ragged, capsys, monkeypatch):
     assert "use_torch_compile=true: torch.compile does not work on this machine (InvalidCxxCompiler" in err
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_torch_compile_keeps_the_gradient(ragged):
     """The compiled decoder layers give the eager gradient (to 1e-5: inductor fuses and reorders float ops)."""
     run, batch = ragged
@@ -385,7 +385,7 @@ def test_the_three_keys_run_a_training_step(assets, tmp_path):
         rl_config(assets, tmp_path / "b", f"{A}.use_dynamic_bsz=true", f"{A}.ppo_max_token_len_per_gpu=4")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_enforce_eager_false_compiles_the_hf_engines_decode_step(assets, tmp_path, caplog):
     """actor_rollout_ref.rollout.enforce_eager=false (verl's and Trinity's key: vLLM's captured decode step) with
     the hf engine: the run's engine compiles its decode step, the log says so, and a step trains on what it

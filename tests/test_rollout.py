@@ -518,7 +518,7 @@ def test_a_failing_compile_check_names_its_own_error(monkeypatch):
     assert why.startswith("CppCompileError: C++ compile error: 'at::vec' has not been declared"), why
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_another_aten_cpu_capability_compiles_in_an_inductor_cache_of_its_own(tmp_path):
     """inductor's on-disk cache is not keyed on ATEN_CPU_CAPABILITY: after a run under this CPU's own kernels,
     one under `default` met precompiled headers built for the other ('at::vec' has not been declared) and fell

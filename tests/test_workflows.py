@@ -810,7 +810,7 @@ def test_the_tool_workflow_on_the_on_policy_schedule_beside_two_trainer_processe
     assert all(x["training/rollout_probs_diff_max"] < 1e-4 for x in trainer), trainer
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_the_tool_workflow_runs_on_two_explorer_processes_beside_two_trainer_processes(assets, tmp_path):
     """trainer.explorer_num=2 in mode both with the multi-turn tool workflow, and the trainer on two FSDP processes:
     two explorer processes, each running its steps' tasks through its own workflow runners and model server,
