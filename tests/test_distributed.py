@@ -384,3 +384,19 @@ def test_a_killed_rank_and_a_sigterm_to_the_launcher_are_one_line_each(assets, t
     assert stopped.returncode == 143 and len(lines) == 1, err[-4000:]
     assert lines[0].startswith("rft: stopped by SIGTERM"), lines
     assert "the same command resumes from" in lines[0], lines
+
+
+def test_sequence_parallel_on_two_processes_matches_one(runs, assets):
+    """verl's ulysses_sequence_parallel_size=2 over 2 processes: one data-parallel rank, every sequence split
+    between the two (packed), the reference too: the metrics of one process."""
+    root, _ = runs
+    train(assets, root / "sp", "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+          "actor_rollout_ref.model.use_remove_padding=true")
+    one, sp = metrics_of(root / "one"), metrics_of(root / "sp")
+    assert sorted(sp) == [1, 2, 3]
+    for key in STEP1:
+        assert close(one[1][key], sp[1][key]), (key, one[1][key], sp[1][key])
+    for key in ("actor/pg_loss", "actor/grad_norm"):
+        assert close(one[3][key], sp[3][key], 1e-4), (key, one[3][key], sp[3][key])
+    val = "val-core/arithmetic/reward/mean@1"
+    assert abs(one[3][val] - sp[3][val]) <= 1e-6

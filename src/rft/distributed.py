@@ -12,6 +12,13 @@ them, an equal share (contiguous, or dealt by prompt length with trainer.balance
 prompt stays on the rank that generated it, and the mini-batch j a rank trains on is its share of the one-process
 mini-batch j (the same optimizer steps, over the same prompts, whatever the number of processes, when mini-batches
 are not shuffled).
+
+Sequence parallelism (`with_sequence_parallel`, verl's `ulysses_sequence_parallel_size`): the processes form groups
+of `sp` consecutive ranks that hold the same data and split each sequence between them (`rft.workers.ulysses`). A
+`Dist` is then the data-parallel view: `rank` / `world_size` count the groups (the data is split world_size ways),
+`sp_rank` is the place within the group, `processes` all of them. Its collectives span every process and count each
+group once (a sum takes the group's first process's term; a gather its rows), so the trainer's statistics and
+normalisers are the data-parallel world's, whatever `sp`.
 """
 
 from __future__ import annotations
@@ -95,14 +102,46 @@ class Dist:
     world_size: int = 1
     local_rank: int = 0
     comm_device: str = "cpu"
+    sp: int = 1
+    """Processes per sequence-parallel group; they hold the same data (`rank`, `world_size`: the data-parallel
+    rank and size)."""
+    sp_rank: int = 0
+
+    @property
+    def processes(self) -> int:
+        return self.world_size * self.sp
+
+    @property
+    def process_rank(self) -> int:
+        """This process's rank among all of them (the groups are consecutive ranks)."""
+        return self.rank * self.sp + self.sp_rank
 
     @property
     def enabled(self) -> bool:
-        return self.world_size > 1
+        return self.processes > 1
 
     @property
     def is_main(self) -> bool:
-        return self.rank == 0
+        return self.process_rank == 0
+
+    def with_sequence_parallel(self, sp: int) -> Dist:
+        """The data-parallel view of these processes in groups of `sp` (see the module's docstring)."""
+        if sp == self.sp:
+            return self
+        processes, rank = self.processes, self.process_rank
+        if sp < 1 or processes % sp:
+            raise ValueError(f"sequence parallel size {sp} does not divide the {processes} processes")
+        return Dist(rank=rank // sp, world_size=processes // sp, local_rank=self.local_rank,
+                    comm_device=self.comm_device, sp=sp, sp_rank=rank % sp)
+
+    @property
+    def every_process(self) -> Dist:
+        """Every process as a rank of its own (sums over the processes' shards of a sharded model)."""
+        return self.with_sequence_parallel(1) if self.sp > 1 else self
+
+    def _firsts(self, parts: list) -> list:
+        """Of one entry per process, those of each group's first process (all of them without groups)."""
+        return parts[:: self.sp]
 
     def bounds(self, n: int) -> tuple[int, int]:
         return shard_bounds(n, self.rank, self.world_size)
@@ -118,7 +157,12 @@ class Dist:
         return t.to(x.device)
 
     def sum(self, x: torch.Tensor) -> torch.Tensor:
-        return self._reduce(x, torch.distributed.ReduceOp.SUM) if self.enabled else x
+        """`x` summed over the ranks (with groups: over the groups, each group's first process contributing)."""
+        if not self.enabled:
+            return x
+        if self.sp_rank:
+            x = torch.zeros_like(x)
+        return self._reduce(x, torch.distributed.ReduceOp.SUM)
 
     def max(self, x: torch.Tensor) -> torch.Tensor:
         return self._reduce(x, torch.distributed.ReduceOp.MAX) if self.enabled else x
@@ -148,17 +192,21 @@ class Dist:
         t = x.detach().to(self.comm_device)
         if dtype == torch.bool:  # gloo has no bool collectives
             t = t.to(torch.uint8)
-        rows = [int(r) for r in self.gather_sizes(t.shape[0])]
+        rows = [int(r) for r in self._gather_sizes(t.shape[0])]
         padded = torch.zeros((max(rows), *t.shape[1:]), dtype=t.dtype, device=t.device)
         padded[: t.shape[0]] = t
-        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        parts = [torch.empty_like(padded) for _ in range(self.processes)]
         torch.distributed.all_gather(parts, padded.contiguous())
-        out = torch.cat([p[:r] for p, r in zip(parts, rows)])
+        out = torch.cat(self._firsts([p[:r] for p, r in zip(parts, rows)]))
         return out.to(dtype).to(device)
 
     def gather_sizes(self, size: int) -> list[int]:
+        """Every rank's `size`, in rank order."""
+        return self._firsts(self._gather_sizes(size))
+
+    def _gather_sizes(self, size: int) -> list[int]:
         t = torch.tensor([size], dtype=torch.long, device=self.comm_device)
-        parts = [torch.empty_like(t) for _ in range(self.world_size)]
+        parts = [torch.empty_like(t) for _ in range(self.processes)]
         torch.distributed.all_gather(parts, t)
         return [int(p) for p in parts]
 
@@ -166,9 +214,9 @@ class Dist:
         """Every rank's picklable `obj`, in rank order."""
         if not self.enabled:
             return [obj]
-        out: list[Any] = [None] * self.world_size
+        out: list[Any] = [None] * self.processes
         torch.distributed.all_gather_object(out, obj)
-        return out
+        return self._firsts(out)
 
     def broadcast_object(self, obj: Any) -> Any:
         """Rank 0's `obj` on every rank."""
@@ -187,10 +235,11 @@ SINGLE = Dist()
 
 
 # ------------------------------------------------------------------------------------- process group
-def init_from_env(device_type: str) -> Dist:
+def init_from_env(device_type: str, sp: int = 1) -> Dist:
     """Join the process group of a launched run (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR / MASTER_PORT from the
     launcher): NCCL with this rank's GPU on cuda, gloo on CPU with one compute thread (several processes that each
-    use every core slow each other down 10-40x)."""
+    use every core slow each other down 10-40x). `sp` > 1: the data-parallel view of groups of `sp` processes
+    (`Dist.with_sequence_parallel`)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_type == "cuda":
@@ -201,7 +250,7 @@ def init_from_env(device_type: str) -> Dist:
         backend, comm = "gloo", "cpu"
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)
-    return Dist(rank=rank, world_size=world, local_rank=local_rank, comm_device=comm)
+    return Dist(rank=rank, world_size=world, local_rank=local_rank, comm_device=comm).with_sequence_parallel(sp)
 
 
 def shutdown() -> None:

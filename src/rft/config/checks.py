@@ -31,6 +31,13 @@ class CheckContext:
     check_model_path: bool = True
     world_size: int = 1
     inactive: Mapping[str, str] = field(default_factory=dict)
+    sp: int = 1
+    """The actor's sequence-parallel size when it divides world_size (groups of sp processes hold the same data)."""
+
+    @property
+    def data_parallel(self) -> int:
+        """The ranks the data is split over: the processes / sp."""
+        return self.world_size // self.sp
 
 
 Check = Callable[[CheckContext], None]

@@ -387,7 +387,10 @@ class ActorConfig:
     ppo_epochs: int = fld(1, "Passes over one batch of rollouts.")
     data_loader_seed: Optional[int] = fld(None, "Seed of the mini-batch shuffle (actor.shuffle); null: trainer.seed.")
     shuffle: bool = fld(False, "Shuffle groups between mini-batches each ppo epoch.")
-    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    ulysses_sequence_parallel_size: int = fld(
+        1, "Ulysses sequence parallelism: groups of this many processes hold the same data and split each sequence "
+        "between them (attention heads exchanged all-to-all); the data-parallel world is the processes / this. "
+        "Must divide the processes, and the model's attention heads (its KV heads divide it or by it).")
     optim: OptimConfig = sub(OptimConfig, "Optimizer and learning-rate schedule.")
     fsdp_config: FSDPConfig = sub(FSDPConfig, "FSDP settings.")
     checkpoint: ActorCheckpointConfig = sub(ActorCheckpointConfig, "Checkpoint contents.")
@@ -406,7 +409,9 @@ class RefConfig:
     log_prob_max_token_len_per_gpu: Optional[int] = fld(
         None, "Real tokens per log-prob pass with log_prob_use_dynamic_bsz, per process; null: "
         "actor.ppo_max_token_len_per_gpu (verl's interpolation).")
-    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    ulysses_sequence_parallel_size: Optional[int] = fld(
+        None, "The reference's sequence parallelism: the actor's (null, verl's interpolation) or 1 (each process of "
+        "a group computes the whole sequences).")
     entropy_from_logits_with_chunking: Optional[bool] = fld(
         None, "The reference computes no entropy; when set it must equal the actor's (verl interpolates it from "
         "there).")
@@ -786,7 +791,9 @@ class CriticConfig:
                                 "pass, forward_max_token_len_per_gpu per value pass); the gradient is unchanged.")
     ppo_max_token_len_per_gpu: int = fld(32768, "Real tokens per critic forward/backward pass with use_dynamic_bsz.")
     forward_max_token_len_per_gpu: int = fld(32768, "Real tokens per no-gradient value pass with use_dynamic_bsz.")
-    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    ulysses_sequence_parallel_size: Optional[int] = fld(
+        None, "The critic's sequence parallelism: the actor's (null) or 1 (each process of the actor's groups "
+        "computes the whole sequences; the critic trains on the actor's data split).")
     ppo_epochs: Optional[int] = fld(None, "Passes over one batch of rollouts; null: actor.ppo_epochs.")
     shuffle: Optional[bool] = fld(None, "Shuffle groups between mini-batches each epoch; null: actor.shuffle.")
     grad_clip: float = fld(1.0, "Clip the critic's global gradient norm to this value (<= 0: no clipping).")

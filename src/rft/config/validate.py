@@ -82,10 +82,13 @@ def check_schema(ctx: CheckContext) -> None:
 def check_processes(ctx: CheckContext) -> None:
     """What several processes need: a batch of prompts that splits evenly (all responses of a prompt stay on one
     rank)."""
-    data, t, world_size = ctx.cfg.data, ctx.cfg.trainer, ctx.world_size
+    data, t, world_size = ctx.cfg.data, ctx.cfg.trainer, ctx.data_parallel
     if world_size == 1:
         return
-    where = f"{world_size} processes (trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node})"
+    where = f"{ctx.world_size} processes (trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node})"
+    if ctx.sp > 1:
+        where = (f"{world_size} data-parallel groups ({where} in groups of "
+                 f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={ctx.sp})")
     if data.train_batch_size % world_size:
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes: "
@@ -97,7 +100,7 @@ def check_processes(ctx: CheckContext) -> None:
 def check_sizes(ctx: CheckContext) -> None:
     """The RL run's sizes: positive, the mini-batch dividing the batch and splitting over the processes, the
     micro-batch dividing a mini-batch's rows, one prompt and one response length."""
-    cfg, world_size = ctx.cfg, ctx.world_size
+    cfg, world_size = ctx.cfg, ctx.data_parallel
     data, arr, trainer = cfg.data, cfg.actor_rollout_ref, cfg.trainer
     actor, rollout = arr.actor, arr.rollout
     for key, value in (
@@ -138,7 +141,7 @@ def check_sizes(ctx: CheckContext) -> None:
     if actor.ppo_mini_batch_size % world_size:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}) must divide by the "
-            f"number of processes ({world_size})"
+            f"number of {'data-parallel groups' if ctx.sp > 1 else 'processes'} ({world_size})"
         )
     micro = actor.ppo_micro_batch_size_per_gpu or (
         actor.ppo_micro_batch_size // world_size if actor.ppo_micro_batch_size else None

@@ -290,7 +290,7 @@ def save_training_state(folder: Path, *, contents: set[str], model, optimizer, s
                          **{name: g.get_state() for name, g in generators.items()}}}
         checked_write(lambda: torch.save(extra, folder / "extra.pt"), folder / "extra.pt")
     (folder / "trainer_state.json").write_text(json.dumps(
-        {**state, "contents": sorted(contents), "processes": dist.world_size}, indent=1))
+        {**state, "contents": sorted(contents), "processes": dist.processes}, indent=1))
 
 
 def _export_hf_model(folder: Path, contents: set[str], model, tokenizer, export) -> None:

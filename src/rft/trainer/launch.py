@@ -53,7 +53,7 @@ def train_here(cfg) -> dict[str, float]:
     if not launched():
         with run_folder(cfg):
             return SyncRun(cfg).fit()
-    dist = init_from_env(resolve_device(cfg.trainer.device).type)
+    dist = init_from_env(resolve_device(cfg.trainer.device).type, sequence_parallel_size(cfg))
     interrupts.set_dist(dist)  # the ranks agree on a stop at the start of each step
     try:
         with run_folder(cfg, dist):
@@ -112,7 +112,7 @@ def run_spmd(cfg, module_args: list[str], body: Callable[[Dist], None], hold_fol
             return launch(processes(cfg.trainer), module_args)
         with run_folder(cfg, for_children=True):
             return launch(processes(cfg.trainer), module_args)
-    dist = init_from_env(resolve_device(cfg.trainer.device).type)
+    dist = init_from_env(resolve_device(cfg.trainer.device).type, sequence_parallel_size(cfg))
     interrupts.set_dist(dist)
     try:
         body(dist)
@@ -120,3 +120,10 @@ def run_spmd(cfg, module_args: list[str], body: Callable[[Dist], None], hold_fol
         return 0
     finally:
         shutdown()
+
+
+def sequence_parallel_size(cfg) -> int:
+    """The processes per sequence-parallel group an RL config asks for (actor_rollout_ref.actor's
+    ulysses_sequence_parallel_size), 1 for other configs."""
+    actor = getattr(getattr(cfg, "actor_rollout_ref", None), "actor", None)
+    return int(getattr(actor, "ulysses_sequence_parallel_size", 1) or 1)

@@ -259,12 +259,12 @@ class TrainLoop:
             self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,
                                   recovered=state.get("metrics") if state else None) if main else SilentTracker()
-        where = (f"{self.dist.world_size} processes ({self.trainer.device.type})" if self.dist.enabled
+        where = (f"{self.dist.processes} processes ({self.trainer.device.type})" if self.dist.enabled
                  else str(self.trainer.device))
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {where}, reading "
                       f"{self.rows} experiences a step, output {self.out}")
         if schedule.workflow_apart(cfg) and t.mode == "both":
-            tracker.write(f"rft trainer: workflow.type={cfg.workflow.type} beside {self.dist.world_size} trainer "
+            tracker.write(f"rft trainer: workflow.type={cfg.workflow.type} beside {self.dist.processes} trainer "
                           "processes: its explorer runs as a process of its own (sync_interval "
                           f"{s.sync_interval}, sync_offset {s.sync_offset})")
         kept, used = None, set()

@@ -72,6 +72,7 @@ from rft.workers.policy import (
     compute_old_logprobs,
     reference_of,
 )
+from rft.workers.ulysses import enable_sequence_parallel
 
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
@@ -121,6 +122,10 @@ class RLTrainer:
         self.model = model = wrap(model, arr.actor.strategy, arr.actor.fsdp_config, dist, self.device)
         self.ref_model = (wrap(ref_model, arr.actor.strategy, arr.ref.fsdp_config, dist, self.device)
                           if ref_model is not None else None)
+        if dist.sp > 1:  # Ulysses: each process of a group runs its slice of every sequence
+            enable_sequence_parallel(model, dist, "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
+            if self.ref_model is not None and (arr.ref.ulysses_sequence_parallel_size or dist.sp) > 1:
+                enable_sequence_parallel(self.ref_model, dist, "actor_rollout_ref.ref.ulysses_sequence_parallel_size")
         if arr.actor.use_torch_compile:
             for m in (model, self.ref_model):
                 if m is not None:
@@ -170,6 +175,8 @@ class RLTrainer:
         if c.model.use_remove_padding:
             enable_remove_padding(model, "critic.model.use_remove_padding")
         model = wrap(model, c.strategy, c.model.fsdp_config, self.dist, self.device)
+        if self.dist.sp > 1 and (c.ulysses_sequence_parallel_size or self.dist.sp) > 1:
+            enable_sequence_parallel(model, self.dist, "critic.ulysses_sequence_parallel_size")
         return CriticWorker(model, CriticSettings.from_config(self.cfg, self.settings), c.optim, self.total_steps,
                             self.dist)
 

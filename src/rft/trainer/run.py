@@ -116,7 +116,7 @@ class SyncRun:
             write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
                                   recovered=recovered) if main else SilentTracker()
-        where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.world_size} processes ({trainer.device.type})"
+        where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.processes} processes ({trainer.device.type})"
         tracker.write(f"rft: {self.total_steps} steps on {where} ({str(trainer.dtype).replace('torch.', '')}), "
                       f"{len(self.explorer.taskset)} train prompts, output {self.out}")
         last: dict[str, float] = {}

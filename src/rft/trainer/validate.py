@@ -39,6 +39,7 @@ RL = (
     "algorithms.names",               # estimator, policy loss, KL estimators registered
     "rollout.engine",                 # an engine rft has; vLLM installed, its keys in range
     "trainer.runtime",                # processes, device, loggers, resume
+    "workers.sequence_parallel",      # sp divides the processes and the heads; what it cannot run with
     "config.processes",               # the batch splits over the processes
     "config.sizes",                   # positive sizes, mini / micro divisibility, one prompt / response length
     "algorithms.estimator",           # the group size and options an estimator needs
@@ -108,7 +109,9 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     """The RL config, before any model loads. `world_size`: the number of processes the batch sizes are checked
     against; default trainer.nnodes x trainer.n_gpus_per_node."""
     world_size = processes(cfg.trainer) if world_size is None else world_size
-    run_checks(RL, CheckContext(cfg, check_paths, check_model_path, world_size, unused_keys(UNUSED_RL, cfg)))
+    sp = cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size
+    sp = sp if isinstance(sp, int) and sp >= 1 and world_size % sp == 0 else 1  # else refused by its check
+    run_checks(RL, CheckContext(cfg, check_paths, check_model_path, world_size, unused_keys(UNUSED_RL, cfg), sp))
 
 
 def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:

@@ -5,7 +5,10 @@ critic's and the reference's keys have no effect when the run builds neither."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from rft.algorithms import ADV_ESTIMATORS, estimator_spec
@@ -66,6 +69,54 @@ def check_actor_optim(ctx: CheckContext) -> None:
     if not 0 <= actor.optim.lr_warmup_steps_ratio <= 1:
         raise ConfigError("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio must be in [0, 1]")
     check_optim("actor_rollout_ref.actor.optim", actor.optim, data.val_files, ctx.cfg.trainer.test_freq)
+
+
+@CHECKS.register("workers.sequence_parallel")
+def check_sequence_parallel(ctx: CheckContext) -> None:
+    """Ulysses sequence parallelism (rft.workers.ulysses): the actor's size divides the processes and the model's
+    heads; the reference and the critic run with it or whole (1); what needs a micro-batch's whole logits (the
+    full KL, the optimal token baseline's sum of squared probabilities) is refused with it."""
+    cfg = ctx.cfg
+    arr = cfg.actor_rollout_ref
+    key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    sp = arr.actor.ulysses_sequence_parallel_size
+    check_int(key, sp, 1, "processes per sequence-parallel group")
+    for other, value in (("actor_rollout_ref.ref.ulysses_sequence_parallel_size", arr.ref.ulysses_sequence_parallel_size),
+                         ("critic.ulysses_sequence_parallel_size", cfg.critic.ulysses_sequence_parallel_size)):
+        if value is not None and value not in (1, sp) and other not in ctx.inactive and not any(
+                other.startswith(k) for k in ctx.inactive if k.endswith(".")):
+            raise ConfigError(f"{other}={value}: it runs on the actor's processes and data split, so it is the "
+                              f"actor's ({key}={sp}) or 1; set one of those (null: the actor's)")
+    if sp == 1:
+        return
+    if ctx.world_size % sp or ctx.world_size == 1:
+        raise ConfigError(
+            f"{key}={sp} does not divide the {ctx.world_size} process(es) (trainer.nnodes x trainer.n_gpus_per_node "
+            f"= {cfg.trainer.nnodes} x {cfg.trainer.n_gpus_per_node}): run a multiple of {sp} processes or set it "
+            "to 1")
+    needs_logits = [name for name, on in (
+        (f"actor_rollout_ref.actor.kl_loss_type={arr.actor.kl_loss_type}",
+         arr.actor.use_kl_loss and arr.actor.kl_loss_type == "full"),
+        (f"algorithm.kl_penalty={cfg.algorithm.kl_penalty}",
+         cfg.algorithm.use_kl_in_reward and cfg.algorithm.kl_penalty == "full"),
+        ("actor_rollout_ref.actor.calculate_sum_pi_squared", arr.actor.calculate_sum_pi_squared),
+    ) if on]
+    if needs_logits:
+        raise ConfigError(f"{key}={sp}: {needs_logits[0]} needs each micro-batch's whole logits, which sequence "
+                          "parallelism splits over the processes; set it to 1 or choose another")
+    if ctx.check_paths and ctx.check_model_path:
+        from rft.workers.ulysses import heads_error
+
+        folder = Path(arr.model.path).expanduser() / "config.json"
+        try:
+            config = SimpleNamespace(**json.loads(folder.read_text()))
+        except (OSError, ValueError, TypeError):
+            return  # the model checks say what is wrong with the folder
+        text = getattr(config, "text_config", None)
+        why = heads_error(SimpleNamespace(**text) if isinstance(text, dict) else config, sp)
+        if why:
+            raise ConfigError(f"{key}={sp}: the model {arr.model.path} cannot split its sequences over {sp} "
+                              f"processes ({why}); set a size that fits, or 1")
 
 
 @CHECKS.register("workers.offload")

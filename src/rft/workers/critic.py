@@ -21,11 +21,17 @@ from rft.models.load import device_of
 from rft.workers.minibatch import MiniBatchWorker, loss_tokens
 from rft.workers.packing import forward_packed, packs
 from rft.workers.policy import UpdateSettings, _pad, eval_passes, packed_window, response_window
+from rft.workers.ulysses import sequence_parallel, split_outputs
 
 
 def forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
     """(B, R) values of the response tokens (0 past each row's last one), with gradients if enabled."""
     R = batch.response_ids.shape[1]
+    if sequence_parallel(model) is not None:  # each process reads the values its slice holds
+        ids, attn, positions, p_len, _ = response_window(batch, device_of(model))
+        values = split_outputs(model, ids, attn, positions, p_len, lambda out, labels: out[:, :1].float(), 1,
+                               packed=packs(model), lm=False)[..., 0]
+        return _pad(values, R) * batch.response_mask.to(values.device)
     if packs(model):  # use_remove_padding: the real tokens packed, the value read before each response token
         ids, positions, row, t = packed_window(batch, device_of(model))
         target = (t >= 0).nonzero().flatten()

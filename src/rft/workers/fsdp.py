@@ -59,7 +59,7 @@ def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.de
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard
 
-        mesh = init_device_mesh(device.type, (dist.world_size,))
+        mesh = init_device_mesh(device.type, (dist.processes,))
         policy = CPUOffloadPolicy(pin_memory=True) if offload else OffloadPolicy()
         for module in list(model.modules()):
             if type(module).__name__ in classes:
@@ -90,8 +90,13 @@ def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.de
 
 def loss_scale(model: nn.Module, dist: Dist) -> float:
     """What a rank's loss is multiplied by before backward so that the reduced gradient is the sum over ranks:
-    the world size under FSDP1 (which averages), 1 otherwise (FSDP2's divide factor is set to 1 by `wrap`)."""
-    return float(dist.world_size) if dist.enabled and _fsdp1(model) else 1.0
+    the world size under FSDP1 (which averages), 1 otherwise (FSDP2's divide factor is set to 1 by `wrap`). With
+    sequence-parallel groups (`dist.sp`), a model that computes whole sequences on each process of a group (the
+    critic with ulysses_sequence_parallel_size 1) counts each group's gradient sp times: 1 / sp of it."""
+    from rft.workers.ulysses import sequence_parallel
+
+    scale = float(dist.processes) if dist.enabled and _fsdp1(model) else 1.0
+    return scale / dist.sp if dist.sp > 1 and sequence_parallel(model) is None else scale
 
 
 def clip_grad_norm(model: nn.Module, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:

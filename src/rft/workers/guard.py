@@ -123,7 +123,8 @@ class UpdateGuard:
             delta_sq, weight_sq = float(deltas[finite].square().sum()), float(weights[finite].square().sum())
         else:
             delta_sq = weight_sq = 0.0
-        totals = self.dist.sum(torch.tensor([nonfinite, delta_sq, weight_sq], dtype=torch.float64)).tolist()
+        totals = self.dist.every_process.sum(torch.tensor([nonfinite, delta_sq, weight_sq],
+                                                    dtype=torch.float64)).tolist()  # every shard
         ratio = math.sqrt(totals[1]) / max(math.sqrt(totals[2]), 1e-12)
         return totals[0] == 0, ratio
 

@@ -56,6 +56,9 @@ class PackedRows:
     rows: int
     width: int
     windows: list = field(default_factory=list, compare=False)  # the sliding windows the attention calls were given
+    keys: torch.Tensor | None = None
+    """(rows, width) bool: which columns are keys (a padded layout's rows, `rft.workers.ulysses`); None: every
+    column up to the row's length, padding after it."""
 
 
 def _unpack(x: torch.Tensor, packed: PackedRows) -> torch.Tensor:
@@ -82,9 +85,13 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     window = kwargs.get("sliding_window")
     packed.windows.append(window)
     mask = None
+    i = torch.arange(packed.width, device=q.device)
     if window and window < packed.width:  # a sliding layer: each query sees the `window` keys up to itself
-        i = torch.arange(packed.width, device=q.device)
         mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+    if packed.keys is not None:  # padding columns are no keys; a padding query attends to itself (no empty row)
+        causal = mask if mask is not None else i[None, :] <= i[:, None]
+        mask = ((causal[None] & packed.keys[:, None, :]) | torch.eye(packed.width, dtype=torch.bool,
+                                                                       device=q.device))[:, None]
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                                            is_causal=mask is None, scale=scaling,
                                                            enable_gqa=q.shape[1] != k.shape[1])  # (rows, H, width, d)

@@ -51,6 +51,7 @@ from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_sched
     mini_batch_norm,
 )
 from rft.workers.packing import forward_packed, packs, row_tokens, token_budget_bins
+from rft.workers.ulysses import sequence_parallel, split_outputs
 
 
 def response_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
@@ -75,6 +76,8 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
     `batch` (at least 1) <= R, and the LM head runs only on the positions that predict response tokens
     (`logits_to_keep`).
     """
+    if sequence_parallel(model) is not None:  # the config checks refuse what needs whole logits (rft.workers.checks)
+        raise NotImplementedError("the logits of a whole micro-batch are not computed under sequence parallelism")
     router = router_recorder(model) if torch.is_grad_enabled() else None
     if router is not None:  # a mixture of experts in a pass with gradients: its load-balancing loss too
         router.start()
@@ -137,6 +140,8 @@ def forward_logprobs(
     (tokens x vocabulary) logits of the whole batch at once), else from the full logits (the entropy chunked over
     token positions, see `entropy_from_logits`). See `forward_logits`."""
     R = batch.response_ids.shape[1]
+    if sequence_parallel(model) is not None:
+        return _split_logprobs(model, batch, temperature, with_entropy, entropy_grad, chunk_tokens)
     head = lm_head(model)
     positions = len(batch) * max(1, int(batch.response_mask.sum(-1).max()))
     if head is not None and positions <= head_chunk(head, chunk_tokens):
@@ -154,6 +159,27 @@ def forward_logprobs(
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = _pad(entropy_from_logits(logits if entropy_grad else logits.detach(), chunk_tokens), R)
     return _pad(logprobs, R), entropy
+
+
+def _split_logprobs(model: nn.Module, batch: Batch, temperature: float, with_entropy: bool, entropy_grad: bool,
+                    chunk_tokens: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`forward_logprobs` of a sequence-parallel model (`rft.workers.ulysses`): each process computes the log-probs
+    (and entropies) of the response tokens its slice predicts."""
+    R = batch.response_ids.shape[1]
+    ids, attn, positions, p_len, _ = response_window(batch, device_of(model))
+
+    def per_token(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+        columns = [logprobs_from_logits(logits, labels)]
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                columns.append(entropy_from_logits(logits if entropy_grad else logits.detach(), chunk_tokens))
+        return torch.stack(columns, dim=-1)
+
+    out = split_outputs(model, ids, attn, positions, p_len, per_token, 1 + with_entropy, packed=packs(model))
+    return _pad(out[..., 0], R), (_pad(out[..., 1], R) if with_entropy else None)
 
 
 @torch.no_grad()
