@@ -175,7 +175,8 @@ def train(assets: Path, out: Path, *extra: str, timeout: int = 300, launcher: tu
         "trainer.val_before_train=false", "trainer.logger=[]", "trainer.device=cpu",
         f"trainer.default_local_dir={out}", *extra,
     ]
-    if not launcher and "trainer.n_gpus_per_node=2" not in extra:  # one process: this one (tests/cli_helpers.py)
+    several = any(x.startswith("trainer.n_gpus_per_node=") and x != "trainer.n_gpus_per_node=1" for x in extra)
+    if not launcher and not several:  # one process: this one (tests/cli_helpers.py)
         return rft_here("train", *args, cwd=out.parent)
     proc = subprocess.run([sys.executable, *launcher, "-m", "rft", "train", *args], env=ENV, capture_output=True,
                           text=True, timeout=timeout)
@@ -261,6 +262,78 @@ def test_two_process_checkpoint_resumes_in_two_processes_exactly(runs, assets):
     assert metrics_of(resumed)[3]["actor/grad_norm"] == metrics_of(root / "two")[3]["actor/grad_norm"]
     a, b = load_file(root / "two" / "model" / "model.safetensors"), load_file(resumed / "model" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def final_weights_diff(a: Path, b: Path) -> float:
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(a / "model" / "model.safetensors"), load_file(b / "model" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+
+
+HYBRID = tuple(f"actor_rollout_ref.{s}.fsdp_config.fsdp_size=2" for s in ("actor", "ref"))
+ONE_MINI_BATCH = ("actor_rollout_ref.actor.ppo_mini_batch_size=4",)  # 4 prompts: one each on 4 processes
+SIZE_UNITS = tuple(f"actor_rollout_ref.{s}.fsdp_config.wrap_policy.min_num_params=100000" for s in ("actor", "ref"))
+"""Each decoder layer's MLP (3 x 64 x 1024 = 196,608 parameters) becomes a unit of its own inside the layer's."""
+
+
+@pytest.fixture(scope="module")
+def one_mini(runs, assets) -> Path:
+    """One process, one mini-batch of 4 prompts a step (so that 4 processes hold one prompt each)."""
+    root, _ = runs
+    train(assets, root / "one_mini", *ONE_MINI_BATCH)
+    return root / "one_mini"
+
+
+def test_hybrid_sharding_on_four_processes_matches_one_process_and_its_checkpoint_resumes(runs, assets, one_mini):
+    """fsdp_size=2 on 4 processes: a (2, 2) mesh, two groups each sharding a copy, the actor and the reference.
+    The gradient summed within and across the groups is the one-process gradient: the metrics of every step and
+    the final weights equal one process's; its checkpoint (DCP of 2-D DTensors) resumes in one process."""
+    root, _ = runs
+    train(assets, root / "hybrid", *ONE_MINI_BATCH, "trainer.n_gpus_per_node=4", *HYBRID, timeout=400)
+    one, hybrid = metrics_of(one_mini), metrics_of(root / "hybrid")
+    assert sorted(hybrid) == [1, 2, 3]
+    for key in STEP1:
+        assert close(one[1][key], hybrid[1][key]), (key, one[1][key], hybrid[1][key])
+    assert hybrid[1]["actor/grad_norm"] > 1
+    for key in ("actor/pg_loss", "actor/grad_norm"):
+        assert close(one[3][key], hybrid[3][key], 1e-4), (key, one[3][key], hybrid[3][key])
+    assert final_weights_diff(one_mini, root / "hybrid") < 1e-4
+    resumed = root / "hybrid_resumed"
+    shutil.copytree(root / "hybrid", resumed)
+    proc = train(assets, resumed, *ONE_MINI_BATCH, "trainer.resume_mode=resume_path",
+                 f"trainer.resume_from_path={resumed / 'checkpoints' / 'global_step_2'}")
+    assert "at step 2" in proc.stdout
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
+        assert close(metrics_of(resumed)[3][key], hybrid[3][key], 1e-4), key
+
+
+def test_fsdp1_hybrid_shard_with_size_based_units_matches_one_process(runs, assets, one_mini):
+    """FSDP1's HYBRID_SHARD over the same (2, 2) mesh, with min_num_params adding units: step 1 equals one
+    process's."""
+    root, _ = runs
+    train(assets, root / "hybrid_fsdp1", *ONE_MINI_BATCH, "trainer.n_gpus_per_node=4", *HYBRID, *SIZE_UNITS,
+          "actor_rollout_ref.actor.strategy=fsdp", "trainer.total_training_steps=1", timeout=400)
+    one, fsdp1 = metrics_of(one_mini), metrics_of(root / "hybrid_fsdp1")
+    for key in STEP1:
+        assert close(one[1][key], fsdp1[1][key]), (key, one[1][key], fsdp1[1][key])
+
+
+def test_hybrid_sharding_resumes_a_1d_checkpoint_with_size_based_units(runs, assets):
+    """fsdp_size=1 on 2 processes (a (2, 1) mesh: each process a whole copy, the gradients all-reduced across,
+    FSDP2), with min_num_params adding units, resumes the 1-D 2-process checkpoint: step 3 and the final weights
+    equal the uninterrupted 2-process run's."""
+    root, _ = runs
+    resumed = root / "hybrid_1d"
+    shutil.copytree(root / "two", resumed)
+    train(assets, resumed, "trainer.n_gpus_per_node=2", *SIZE_UNITS,
+          *(f"actor_rollout_ref.{s}.fsdp_config.fsdp_size=1" for s in ("actor", "ref")),
+          "trainer.resume_mode=resume_path", f"trainer.resume_from_path={resumed / 'checkpoints' / 'global_step_2'}")
+    again, two = metrics_of(resumed), metrics_of(root / "two")
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
+        assert close(again[3][key], two[3][key], 1e-4), (key, again[3][key], two[3][key])
+    assert final_weights_diff(root / "two", resumed) < 1e-4
 
 
 PPO_LORA = ("algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",

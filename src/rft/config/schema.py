@@ -262,8 +262,11 @@ class OptimConfig:
 
 @dataclass
 class WrapPolicyConfig:
-    min_num_params: int = fld(0, "FSDP wrap threshold.", unsupported="size-based wrapping (rft shards every "
-                              "decoder layer; transformer_layer_cls_to_wrap names other classes)")
+    min_num_params: int = fld(
+        0, "Size-based wrapping (several processes): besides the decoder layers, every submodule whose parameters not "
+        "already in a unit below it number at least this many becomes an FSDP unit, children first (torch's "
+        "size_based_auto_wrap_policy; ModuleList / ModuleDict and a module sharing a tied parameter never); 0: off. "
+        "verl uses the size rule instead of the layer classes when this is > 0; rft keeps the layers as units too.")
     transformer_layer_cls_to_wrap: Optional[Any] = fld(
         None, "Class names of the modules sharded as FSDP units (several processes); null: the model's decoder layer "
         "(its _no_split_modules, e.g. Qwen2DecoderLayer).")
@@ -280,8 +283,13 @@ class FSDPConfig:
                                "host memory). " + CPU_ONLY_OFFLOAD)
     forward_prefetch: bool = fld(False, "FSDP's forward prefetch of the next unit's parameters (GPU overlap).",
                                  unsupported="FSDP forward prefetch (a GPU communication overlap)")
-    fsdp_size: int = fld(-1, "FSDP group size; -1: all processes.",
-                         unsupported="hybrid sharding (FSDP over a subset of the processes); -1 shards over all")
+    fsdp_size: int = fld(
+        -1, "Processes one copy of the model is sharded over (several processes): -1 or the number of processes "
+        "shards over all of them; a divisor of it is hybrid sharding, a (processes / fsdp_size, fsdp_size) device "
+        "mesh: groups of fsdp_size processes each hold a sharded copy, the groups replicate it and all-reduce the "
+        "gradients (FSDP2 fully_shard over the 2-D mesh, FSDP1 HYBRID_SHARD; 1, a whole copy per process, needs "
+        "fsdp2: torch's FSDP1 makes a one-process group NO_SHARD, without the all-reduce). Memory per process grows "
+        "as the group shrinks; the gradient and the result do not change.")
 
 
 @dataclass

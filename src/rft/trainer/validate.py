@@ -48,6 +48,7 @@ RL = (
     "algorithms.clip",                # clip ratios, dual clip
     "workers.actor_optim",            # learning rate, warm-up, an optimizer that runs here
     "workers.offload",                # FSDP offload on cuda
+    "workers.fsdp_layout",            # fsdp_size divides the processes; min_num_params >= 0
     "models.lora",                    # LoRA rank
     "workers.actor_checkpoint",       # what a checkpoint saves and loads
     "algorithms.loss_options",        # policy-loss options, loss scales, KL controller

@@ -148,6 +148,50 @@ def check_offload(ctx: CheckContext) -> None:
                 )
 
 
+def _fsdp_sections(cfg: Any) -> list[tuple[str, Any, str]]:
+    """(key prefix, FSDPConfig, strategy key) of the sharded models this run builds: the actor, the reference (with
+    a KL term; it follows the actor's strategy), the critic (when built)."""
+    arr = cfg.actor_rollout_ref
+    sections = [("actor_rollout_ref.actor", arr.actor.fsdp_config, "actor_rollout_ref.actor.strategy")]
+    if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        sections.append(("actor_rollout_ref.ref", arr.ref.fsdp_config, "actor_rollout_ref.actor.strategy"))
+    if builds_critic(cfg):
+        sections.append(("critic.model", cfg.critic.model.fsdp_config, "critic.strategy"))
+    return sections
+
+
+def _key(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+@CHECKS.register("workers.fsdp_layout")
+def check_fsdp_layout(ctx: CheckContext) -> None:
+    """fsdp_size: -1 (every process) or a divisor of the number of processes (hybrid sharding, `workers/fsdp.py`),
+    not 1 under FSDP1 (torch makes a one-process shard group NO_SHARD, without the all-reduce across the groups);
+    wrap_policy.min_num_params: an integer >= 0."""
+    world = ctx.world_size
+    for section, fsdp, strategy_key in _fsdp_sections(ctx.cfg):
+        size = fsdp.fsdp_size
+        if not isinstance(size, int) or isinstance(size, bool) or not (size == -1 or (0 < size <= world
+                                                                                     and world % size == 0)):
+            divisors = [d for d in range(1, world + 1) if world % d == 0]
+            raise ConfigError(
+                f"{section}.fsdp_config.fsdp_size={size!r} is not -1 or a divisor of the {world} processes "
+                f"(trainer.nnodes x trainer.n_gpus_per_node): set -1 to shard over all of them, or one of {divisors} "
+                "for hybrid sharding (groups of that many processes)"
+            )
+        if size == 1 and world > 1 and _key(ctx.cfg, strategy_key) == "fsdp":
+            raise ConfigError(
+                f"{section}.fsdp_config.fsdp_size=1 with {strategy_key}=fsdp: FSDP1 turns a shard group of one "
+                "process into NO_SHARD, which never all-reduces the gradients across the groups; use "
+                f"{strategy_key}=fsdp2, or an fsdp_size of at least 2"
+            )
+        check_int(f"{section}.fsdp_config.wrap_policy.min_num_params", fsdp.wrap_policy.min_num_params, 0,
+                  "parameters that make a submodule an FSDP unit; 0: off")
+
+
 def check_checkpoint_contents(prefix: str, ckpt: Any) -> None:
     contents = set(ckpt.save_contents)
     allowed_contents = {"model", "optimizer", "extra", "hf_model"}
@@ -169,7 +213,7 @@ def check_actor_checkpoint(ctx: CheckContext) -> None:
 def check_critic(ctx: CheckContext) -> None:
     """The critic's sizes and ranges (its null sizes follow the actor's), trainer.critic_warmup, and that an
     estimator which needs values has a critic."""
-    cfg, world_size = ctx.cfg, ctx.world_size
+    cfg, world_size = ctx.cfg, ctx.data_parallel
     critic, actor, algo = cfg.critic, cfg.actor_rollout_ref.actor, cfg.algorithm
     needs_values = "values" in estimator_spec(algo.adv_estimator).needs
     if needs_values and critic.enable is False:

@@ -3,10 +3,23 @@
 around the model: the gradient norm of sharded gradients, sharded state dicts (torch.distributed.checkpoint) and the
 full weights gathered for a Hugging Face export.
 
+Units (`fsdp_units`): every module of the decoder-layer classes, and with `wrap_policy.min_num_params` > 0 any other
+submodule holding at least that many parameters not already in a unit below it (torch's `size_based_auto_wrap_policy`
+or-ed with the layer classes; `ModuleList` / `ModuleDict` never, a module sharing a parameter with one outside it,
+such as a tied embedding, never). The root is always the last unit.
+
+Mesh (`shard_mesh`): `fsdp_size` -1 (or the number of processes) shards over every process, a 1-D mesh; any other
+divisor of the number of processes is hybrid sharding, a 2-D mesh ("ddp", "fsdp") of world / fsdp_size groups of
+fsdp_size processes: each group holds one copy of the model sharded over its processes, the groups replicate it
+(FSDP2: `fully_shard(mesh=<2-D mesh>)`; FSDP1: ShardingStrategy.HYBRID_SHARD over the same mesh, not with
+fsdp_size 1, which torch turns into NO_SHARD without the all-reduce across the groups: refused).
+
 Gradients: FSDP averages the gradients over the ranks, while rft's loss on a rank is that rank's share of the
 global mini-batch loss (every normaliser is global, `AggNorm`), whose gradient is the SUM over ranks. `wrap`
-therefore sets FSDP2's divide factor to 1 (sum reductions), and `loss_scale` asks the worker to multiply FSDP1's loss
-by the world size, so the reduced gradient equals the one-process gradient.
+therefore sets FSDP2's divide factor to 1 (sum reductions: the reduce-scatter within a group and, under hybrid
+sharding, the all-reduce across the groups both SUM, so each shard holds the sum over every rank), and `loss_scale`
+asks the worker to multiply FSDP1's loss by the world size (FSDP1 divides by the world size, hybrid or not), so the
+reduced gradient equals the one-process gradient.
 """
 
 from __future__ import annotations
@@ -36,12 +49,64 @@ def _fsdp1(model: nn.Module) -> bool:
     return isinstance(model, FullyShardedDataParallel)
 
 
-def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.device) -> nn.Module:
-    """`model` sharded over all ranks with `strategy` (fsdp2 / fsdp), or `model` itself with one process.
+def fsdp_units(model: nn.Module, classes: set[str], min_num_params: int = 0) -> list[nn.Module]:
+    """The submodules of `model` that become FSDP units (the root, always the last unit, not among them), children
+    before their parents: every module whose class name is in `classes`, and with `min_num_params` > 0 every other
+    module whose parameters outside the units below it number at least `min_num_params` (torch's
+    `size_based_auto_wrap_policy` or-ed with the layer classes, as FSDP1's `_recursive_wrap` walks them), except
+    `ModuleList` / `ModuleDict` (torch's exclusions) and a module sharing a parameter with a module outside it (a
+    tied embedding and LM head stay with the root: one parameter cannot live in two units)."""
+    owners: dict[int, set[int]] = {}  # parameter -> the leaf-most modules registering it
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            owners.setdefault(id(p), set()).add(id(module))
+    units: list[nn.Module] = []
 
-    `fsdp_cfg` (an FSDPConfig): `wrap_policy.transformer_layer_cls_to_wrap` names the unit classes;
-    `offload_policy` (FSDP2) and `param_offload` (FSDP1's CPUOffload, FSDP2's CPUOffloadPolicy) keep parameters in
-    host memory on cuda. On CPU they already live there: the settings are accepted and change nothing."""
+    def visit(module: nn.Module) -> set[int]:
+        """Post-order: the ids of the parameters below `module` that no unit holds yet."""
+        loose = {id(p) for p in module.parameters(recurse=False)}
+        for child in module.children():
+            loose |= visit(child)
+        if module is model:
+            return loose
+        if type(module).__name__ in classes:
+            units.append(module)
+            return set()
+        if min_num_params > 0 and not isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            inside = {id(m) for m in module.modules()}
+            numel = {id(p): p.numel() for p in module.parameters()}
+            shared = any(owners[pid] - inside for pid in numel)
+            if not shared and sum(numel[pid] for pid in loose) >= min_num_params:
+                units.append(module)
+                return set()
+        return loose
+
+    visit(model)
+    return units
+
+
+def shard_mesh(device_type: str, world_size: int, fsdp_size: int = -1):
+    """The device mesh FSDP shards over: 1-D over the `world_size` processes when `fsdp_size` is -1 or
+    `world_size`; otherwise hybrid sharding, 2-D (world_size // fsdp_size, fsdp_size) named ("ddp", "fsdp"): ranks
+    [k * fsdp_size, (k + 1) * fsdp_size) shard one copy, the same position in every group holds the same shard.
+    The config validation refuses a size that does not divide `world_size` (`rft.workers.checks`)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if fsdp_size in (-1, world_size):
+        return init_device_mesh(device_type, (world_size,))
+    if fsdp_size < 1 or world_size % fsdp_size:
+        raise ValueError(f"fsdp_size={fsdp_size} does not divide {world_size} processes")
+    return init_device_mesh(device_type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+
+def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.device) -> nn.Module:
+    """`model` sharded over the ranks with `strategy` (fsdp2 / fsdp), or `model` itself with one process.
+
+    `fsdp_cfg` (an FSDPConfig): `wrap_policy.transformer_layer_cls_to_wrap` names the unit classes,
+    `wrap_policy.min_num_params` adds units by size (`fsdp_units`); `fsdp_size` shards within groups of that many
+    processes (hybrid sharding, `shard_mesh`); `offload_policy` (FSDP2) and `param_offload` (FSDP1's CPUOffload,
+    FSDP2's CPUOffloadPolicy) keep parameters in host memory on cuda. On CPU they already live there: the offload
+    settings are accepted and change nothing."""
     if not dist.enabled:
         return model
     if strategy not in STRATEGIES:
@@ -52,18 +117,19 @@ def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.de
     if not any(type(m).__name__ in classes for m in model.modules()):
         raise ValueError(f"fsdp_config.wrap_policy.transformer_layer_cls_to_wrap={sorted(classes)}: "
                          f"{type(model).__name__} has no module of these classes")
+    units = fsdp_units(model, classes, getattr(fsdp_cfg.wrap_policy, "min_num_params", 0))
+    fsdp_size = getattr(fsdp_cfg, "fsdp_size", -1)
+    hybrid = fsdp_size not in (-1, dist.processes)
     offload = device.type == "cuda" and (fsdp_cfg.offload_policy or fsdp_cfg.param_offload)
     if offload:  # the shards live in host memory; inputs still go to the GPU
         setattr(model, COMPUTE_DEVICE_ATTR, device)
     if strategy == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard
 
-        mesh = init_device_mesh(device.type, (dist.processes,))
+        mesh = shard_mesh(device.type, dist.processes, fsdp_size)
         policy = CPUOffloadPolicy(pin_memory=True) if offload else OffloadPolicy()
-        for module in list(model.modules()):
-            if type(module).__name__ in classes:
-                fully_shard(module, mesh=mesh, offload_policy=policy)
+        for module in units:  # children before parents
+            fully_shard(module, mesh=mesh, offload_policy=policy)
         fully_shard(model, mesh=mesh, offload_policy=policy)
         # sum over ranks (each rank's loss is its share of the global loss), with SUM collectives (gloo has no AVG)
         for module in model.modules():
@@ -72,15 +138,19 @@ def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.de
                 module.set_force_sum_reduction_for_comms(True)
         return model
     from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, ShardingStrategy
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.distributed.fsdp.wrap import CustomPolicy
 
     # FSDP1's state-dict code warns about its own deprecated internals (ShardedTensor, a gloo device lookup)
     for message in (".*ShardedTensor.*", ".*_get_pg_default_device.*", ".*Multiple backends are registered.*"):
         warnings.filterwarnings("ignore", message=message)
 
-    units = {type(m) for m in model.modules() if type(m).__name__ in classes}
+    if hybrid and fsdp_size == 1:  # FSDP1 clamps a one-process shard group to NO_SHARD: no all-reduce across
+        raise ValueError("fsdp_size=1 under FSDP1 would not all-reduce the gradients; use fsdp2 or fsdp_size >= 2")
+    unit_ids = {id(m) for m in units}
     wrapped = FullyShardedDataParallel(
-        model, auto_wrap_policy=ModuleWrapPolicy(units), sharding_strategy=ShardingStrategy.FULL_SHARD,
+        model, auto_wrap_policy=CustomPolicy(lambda m: id(m) in unit_ids),
+        sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
+        device_mesh=shard_mesh(device.type, dist.processes, fsdp_size) if hybrid else None,
         cpu_offload=CPUOffload(offload_params=bool(offload)), use_orig_params=True, device_id=device,
     )
     if offload:
