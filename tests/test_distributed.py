@@ -336,6 +336,20 @@ def test_hybrid_sharding_resumes_a_1d_checkpoint_with_size_based_units(runs, ass
     assert final_weights_diff(root / "two", resumed) < 1e-4
 
 
+def test_activation_offload_on_cpu_changes_nothing_and_says_so_once(runs, assets, caplog):
+    """actor_rollout_ref.model.enable_activation_offload on CPU: one note line naming the key,
+    and the same numbers (the context is only entered on cuda: workers/minibatch.py)."""
+    root, _ = runs
+    proc = train(assets, root / "offload", "actor_rollout_ref.model.enable_activation_offload=true",
+                 "trainer.total_training_steps=1")
+    note = "actor_rollout_ref.model.enable_activation_offload=true changes nothing on CPU"
+    said = [r.getMessage() for r in caplog.records] + (proc.stdout + proc.stderr).splitlines()
+    assert sum(note in x for x in said) == 1, said
+    one, offload = metrics_of(root / "one"), metrics_of(root / "offload")
+    for key in STEP1:
+        assert one[1][key] == offload[1][key], (key, one[1][key], offload[1][key])
+
+
 PPO_LORA = ("algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
             "critic.strategy=fsdp2", "critic.optim.lr=1e-3", "trainer.total_training_steps=2", "trainer.save_freq=1",
             "data.val_files=null", "trainer.test_freq=-1")

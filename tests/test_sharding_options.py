@@ -1,6 +1,7 @@
 """The sharding and memory keys beside the processes: which modules `wrap_policy.min_num_params` makes FSDP units
-(hand-computed on the tiny model, and against torch's own FSDP1 auto-wrap walk), and the config errors of `fsdp_size`
-and `min_num_params`. The runs on several processes are in tests/test_distributed.py."""
+(hand-computed on the tiny model, and against torch's own FSDP1 auto-wrap walk), the config errors of `fsdp_size`
+and `min_num_params`, and `enable_activation_offload`'s context around the update's forward passes. The runs on
+several processes are in tests/test_distributed.py."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import copy
 import functools
 
 import pytest
+import torch
 from torch import nn
 
 from rft.config.load import ConfigError
 from rft.trainer.configure import load_config
+from rft.workers import minibatch
 from rft.workers.fsdp import fsdp_units
 
 LAYER = {"Qwen2DecoderLayer"}
@@ -124,3 +127,53 @@ def test_min_num_params_must_be_a_count():
                                           r"must be an integer >= 0"):
         load("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params=-1")
     load("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params=100000")
+
+
+# ------------------------------------------------------------------------------------------ activation offload
+def test_activation_offload_context_is_save_on_cpu_on_cuda_only():
+    assert isinstance(minibatch.activation_offload_context(True, "cuda"), torch.autograd.graph.save_on_cpu)
+    for enabled, device_type in ((True, "cpu"), (False, "cuda"), (False, "cpu")):
+        assert not isinstance(minibatch.activation_offload_context(enabled, device_type),
+                              torch.autograd.graph.saved_tensors_hooks)
+
+
+class _Rows:
+    """What `accumulate` reads of a mini-batch: its length and `select`."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def select(self, rows: list[int]) -> _Rows:
+        return _Rows(self.x[rows])
+
+
+def test_every_update_forward_pass_runs_in_the_offload_context(monkeypatch):
+    """`accumulate` (the actor's and the critic's update) runs each micro-batch's forward pass, filler passes too,
+    inside the context, and the backward outside it; the gradient is unchanged. On this CPU machine the context is
+    replaced by hooks that pack saved tensors as save_on_cpu would (a copy) and count them."""
+    calls, packed = [], []
+
+    class Counting(torch.autograd.graph.saved_tensors_hooks):
+        def __init__(self):
+            super().__init__(lambda t: packed.append(1) or t.clone(), lambda t: t)
+
+    def context(enabled: bool, device_type: str):
+        calls.append((enabled, device_type))
+        return Counting()
+
+    def gradient(offload: bool) -> torch.Tensor:
+        torch.manual_seed(0)
+        worker = minibatch.MiniBatchWorker.__new__(minibatch.MiniBatchWorker)
+        worker.model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+        worker.loss_scale, worker.activation_offload = 1.0, offload
+        rows = _Rows(torch.randn(4, 3))
+        worker.accumulate(rows, lambda _, mb: (worker.model(mb.x).pow(2).sum(), {"n": 1.0}), plan=(None, [2, 2], 1))
+        return worker.model[0].weight.grad.clone()
+
+    plain = gradient(False)
+    monkeypatch.setattr(minibatch, "activation_offload_context", context)
+    assert torch.equal(gradient(True), plain)
+    assert calls == [(True, "cpu")] and len(packed) >= 3 * 2  # 3 passes (one filler), >= 2 saved tensors each

@@ -53,6 +53,10 @@ MULTI_PROCESS = ("rft's SFT shards every decoder layer over the processes (FSDP2
                  "rank taking a contiguous share of the step's rows; other FSDP settings are not implemented for it")
 CPU_ONLY_OFFLOAD = ("On CPU a no-op (everything already lives in host memory); on cuda it needs a sharded model, i.e. "
                     "several processes (one process on cuda is refused).")
+ACTIVATION_OFFLOAD_HELP = (
+    "Keep the activations the update's forward passes save for backward in host memory (torch.autograd.graph."
+    "save_on_cpu, pinned), copied back for the backward pass: less GPU memory, more host traffic. On CPU a no-op "
+    "(noted once in the log). The cuda path has not been run yet (the test suite runs on CPU).")
 STRATEGY_HELP = ("How the model is sharded over several processes (docs/scaling.md): fsdp2 (torch's fully_shard on "
                  "every decoder layer, then the root) or fsdp (FSDP1, FullyShardedDataParallel with the decoder "
                  "layers as units); one process uses neither.")
@@ -201,7 +205,7 @@ class ModelConfig:
         "`model_config` mapping is merged in as well."
     )
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
-    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported="activation offload")
+    enable_activation_offload: bool = fld(False, ACTIVATION_OFFLOAD_HELP)
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     use_remove_padding: bool = fld(
         False,
@@ -750,7 +754,7 @@ class CriticModelConfig:
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     override_config: Dict[str, Any] = fld({}, "Attributes set on the value model's config when loading.")
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
-    enable_activation_offload: bool = fld(False, "Offload activations to CPU.", unsupported="activation offload")
+    enable_activation_offload: bool = fld(False, ACTIVATION_OFFLOAD_HELP)
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     use_remove_padding: bool = fld(False, "The critic's passes on packed tokens (as actor_rollout_ref.model."
                                    "use_remove_padding): the same values and gradient as the padded passes.")

@@ -49,6 +49,7 @@ RL = (
     "workers.actor_optim",            # learning rate, warm-up, an optimizer that runs here
     "workers.offload",                # FSDP offload on cuda
     "workers.fsdp_layout",            # fsdp_size divides the processes; min_num_params >= 0
+    "workers.activation_offload",     # enable_activation_offload noted on CPU
     "models.lora",                    # LoRA rank
     "workers.actor_checkpoint",       # what a checkpoint saves and loads
     "algorithms.loss_options",        # policy-loss options, loss scales, KL controller

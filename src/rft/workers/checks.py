@@ -192,6 +192,24 @@ def check_fsdp_layout(ctx: CheckContext) -> None:
                   "parameters that make a submodule an FSDP unit; 0: off")
 
 
+@CHECKS.register("workers.activation_offload")
+def check_activation_offload(ctx: CheckContext) -> None:
+    """enable_activation_offload on CPU: the activations already live in host memory, so the key changes nothing;
+    said in one note line."""
+    from rft.models.load import resolve_device
+
+    cfg = ctx.cfg
+    if resolve_device(cfg.trainer.device).type != "cpu":
+        return
+    keys = ["actor_rollout_ref.model.enable_activation_offload"] if (
+        cfg.actor_rollout_ref.model.enable_activation_offload) else []
+    if builds_critic(cfg) and cfg.critic.model.enable_activation_offload:
+        keys.append("critic.model.enable_activation_offload")
+    if keys:
+        log.warning("rft: note: %s changes nothing on CPU: the activations already live in host memory (on cuda "
+                    "the update's forward passes keep them there)", ", ".join(f"{k}=true" for k in keys))
+
+
 def check_checkpoint_contents(prefix: str, ckpt: Any) -> None:
     contents = set(ckpt.save_contents)
     allowed_contents = {"model", "optimizer", "extra", "hf_model"}

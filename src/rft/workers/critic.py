@@ -63,6 +63,7 @@ class CriticSettings:
     loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
     max_token_len: int | None = None  # use_dynamic_bsz: real tokens per forward/backward pass (else micro_rows)
     forward_max_token_len: int | None = None  # use_dynamic_bsz: real tokens per no-gradient value pass
+    activation_offload: bool = False  # critic.model.enable_activation_offload (workers/minibatch.py)
 
     @classmethod
     def from_config(cls, cfg, actor: UpdateSettings) -> CriticSettings:
@@ -79,6 +80,7 @@ class CriticSettings:
             loss_scale_factor=c.loss_scale_factor or a.loss_scale_factor,
             max_token_len=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,
             forward_max_token_len=c.forward_max_token_len_per_gpu if c.use_dynamic_bsz else None,
+            activation_offload=c.model.enable_activation_offload,
         )
 
 

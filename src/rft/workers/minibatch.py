@@ -8,6 +8,9 @@ change the memory used, never the gradient: the gradients summed over the ranks 
 one-process gradient, and the metrics of the ranks' micro-batches are summed the same way. A worker subclass says how one mini-batch's
 gradient is accumulated (`backward_mini_batch`); the loop, the step and the metrics are written once, here.
 
+With `activation_offload` (model.enable_activation_offload) the forward pass of every micro-batch runs under
+`activation_offload_context`: on cuda the activations it saves for backward are kept in pinned host memory.
+
 Every optimizer step goes through an `UpdateGuard` (workers/guard.py): a step with a non-finite loss or gradient
 norm, or that leaves non-finite weights or explodes, is undone and counted (`<prefix>/skipped_updates`), and more
 than `settings.bad_update_limit` of them in a row stop the run.
@@ -15,6 +18,7 @@ than `settings.bad_update_limit` of them in a row stop the run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -25,6 +29,7 @@ from torch import nn
 from rft.algorithms import AggNorm
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
+from rft.models.load import device_of
 from rft.workers.guard import UpdateGuard
 from rft.workers.optim import is_plateau, make_named_scheduler
 from rft.workers.packing import row_tokens, token_budget_bins
@@ -81,6 +86,17 @@ def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], g
     return grad_norm, False
 
 
+def activation_offload_context(enabled: bool, device_type: str) -> contextlib.AbstractContextManager:
+    """What an update's forward passes run under: with `enabled` on cuda, torch.autograd.graph.save_on_cpu(
+    pin_memory=True), so the tensors autograd saves for backward wait in pinned host memory and are copied back
+    when the backward pass needs them (verl's enable_activation_offload; less GPU memory, more host traffic, the
+    same gradient). Elsewhere nothing: on CPU the activations already live in host memory. The cuda path has not
+    been run yet (there is no GPU where the tests run)."""
+    if enabled and device_type == "cuda":
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+    return contextlib.nullcontext()
+
+
 def loss_tokens(batch: Batch) -> torch.Tensor:
     """(B, R) the tokens that carry the policy's loss: `batch.loss_mask` when set (rollout correction's rejection
     sampling leaves the rejected tokens out of it), else the response mask; never those of expert rows
@@ -128,6 +144,7 @@ class MiniBatchWorker:
         self.s = settings
         self.dist = dist
         self.loss_scale = loss_scale(model, dist)
+        self.activation_offload = bool(getattr(settings, "activation_offload", False))
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, optim_cfg)
         self.guard = UpdateGuard(self.params, self.optimizer, getattr(settings, "bad_update_limit", 3), dist,
@@ -190,16 +207,19 @@ class MiniBatchWorker:
         order = order if order is not None else list(range(len(mini)))
         sums: dict[str, float] = defaultdict(float)
         start = 0
+        offload = activation_offload_context(self.activation_offload, device_of(self.model).type)
         for size in sizes:
             rows = order[start:start + size]
-            loss, metrics = micro_loss(rows, mini.select(rows) if size != len(mini) else mini)
+            with offload:  # the forward pass: what it saves for backward goes to host memory (cuda)
+                loss, metrics = micro_loss(rows, mini.select(rows) if size != len(mini) else mini)
             (loss * self.loss_scale if self.loss_scale != 1.0 else loss).backward()
             for k, v in metrics.items():
                 sums[k] += v
             start += size
         source = filler if filler is not None else mini
         for _ in range(fillers):  # the metrics count 0 too: every rank reports the same keys
-            loss, metrics = micro_loss([0], source.select([0]))
+            with offload:
+                loss, metrics = micro_loss([0], source.select([0]))
             (loss * 0.0).backward()
             for k, v in metrics.items():
                 sums[k] += 0.0 * v

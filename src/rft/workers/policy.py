@@ -317,6 +317,7 @@ class UpdateSettings:
     max_token_len: int | None = None  # use_dynamic_bsz: real tokens per forward/backward pass (else micro_rows)
     mix_mu: float | None = None  # algorithm.mix: the SFT loss's weight on the expert rows; None: no mix
     mix_sft_agg: str = "token-mean"  # algorithm.mix.sft_loss_agg_mode
+    activation_offload: bool = False  # model.enable_activation_offload: forward passes save to host memory (cuda)
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -345,6 +346,7 @@ class UpdateSettings:
             max_token_len=actor.ppo_max_token_len_per_gpu if actor.use_dynamic_bsz else None,
             mix_mu=cfg.algorithm.mix.mu if cfg.algorithm.mix.enable else None,
             mix_sft_agg=cfg.algorithm.mix.sft_loss_agg_mode,
+            activation_offload=arr.model.enable_activation_offload,
             logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
 
