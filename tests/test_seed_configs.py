@@ -216,3 +216,32 @@ def test_the_other_trinity_blocks_are_refused_by_key(trinity_env, name):
     cfg = OmegaConf.to_container(OmegaConf.create(merge(base, block)), resolve=True)
     translate(cfg, "t.yaml", refusals=refusals)
     assert {key for key, _ in refusals} == TRINITY_BLOCK_REFUSALS[name]
+
+
+@pytest.mark.heavy
+def test_verl_ppo_trainer_yaml_trains_with_sequence_parallelism_hybrid_sharding_and_activation_offload(work, tmp_path):
+    """The seed's ppo_trainer.yaml (GAE with a critic, FSDP1, torch.compile) with its listed edits, this machine's
+    small sizes and verl's scale keys: 4 processes in groups of 2 that split each sequence
+    (ulysses_sequence_parallel_size 2; the critic follows), the actor sharded within pairs and replicated across
+    them (fsdp_size 2), activation offload (a note on CPU): it resolves and trains 2 steps."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                           "MASTER_PORT")}
+    out = tmp_path / "out"
+    args = [str(work / "ppo_trainer.yaml"), *_machine(work), *_edits(), "trainer.n_gpus_per_node=4",
+            "trainer.device=cpu", "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.fsdp_config.fsdp_size=2",
+            "actor_rollout_ref.model.enable_activation_offload=true", "trainer.total_training_steps=2",
+            "trainer.logger=[console]", f"trainer.default_local_dir={out}", "trainer.default_hdfs_dir=null",
+            "trainer.val_before_train=false"]
+    proc = subprocess.run([sys.executable, "-m", "rft", "train", *args], env={**env, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "2 steps on 4 processes" in proc.stdout and "enable_activation_offload=true changes nothing on CPU" in (
+        proc.stdout + proc.stderr)
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2] and (out / "model" / "config.json").is_file() and (out / "critic").is_dir()

@@ -243,3 +243,22 @@ def test_heads_error_names_what_does_not_split():
     assert heads_error(SimpleNamespace(num_attention_heads=8, num_key_value_heads=8), 4) is None
     assert "6 key-value heads" in heads_error(SimpleNamespace(num_attention_heads=12, num_key_value_heads=6), 4)
     assert "14 attention heads" in heads_error(SimpleNamespace(num_attention_heads=14, num_key_value_heads=2), 4)
+
+
+def test_a_sequence_longer_than_a_learned_position_table_is_refused_before_loading(tiny, tmp_path, caplog):
+    """GPT-2's 512 learned positions (the family's tiny config): 32 + 600 tokens refused in one line; rft's tiny
+    Qwen2 (rotary, max_position_embeddings 2,048) past its positions goes on with a note."""
+    import logging
+
+    from rft.config import ConfigError
+    from rft.models.families import init_family_model
+
+    gpt2 = init_family_model("gpt2", tmp_path / "gpt2")
+    paths = {**tiny, "model": gpt2}
+    with pytest.raises(ConfigError, match=r"32 \+ 600 = 632 tokens, more than the 512 positions of .*learned "
+                                          r"position table.*lower them"):
+        _load("data.max_prompt_length=32", "data.max_response_length=600", paths=paths)
+    _load("data.max_prompt_length=32", "data.max_response_length=480", paths=paths)
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        _load("data.max_prompt_length=32", "data.max_response_length=4096", paths=tiny)
+    assert "4128 tokens, more than the 2048 positions" in caplog.text and "not trained" in caplog.text

@@ -1,11 +1,16 @@
-"""The checks of the model keys: LoRA's rank, the override config, the tokenizer folder."""
+"""The checks of the model keys: LoRA's rank, the override config, the tokenizer folder, the positions a model
+holds."""
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 from rft.config.checks import CHECKS, CheckContext
 from rft.config.errors import ConfigError
+
+log = logging.getLogger("rft")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model", "vocab.txt")
@@ -64,3 +69,37 @@ def check_tokenizer(ctx: CheckContext) -> None:
         data, arr = ctx.cfg.data, ctx.cfg.actor_rollout_ref
         check_tokenizer_folder("data.tokenizer" if data.tokenizer else "actor_rollout_ref.model.path",
                                data.tokenizer or arr.model.path)
+
+
+LEARNED_POSITIONS = ("gpt2", "gpt_bigcode", "gpt_neo", "opt", "biogpt", "xglm", "codegen", "gptj")
+"""Model types whose positions are a learned table (a position past it has no embedding: an index error)."""
+
+
+def model_positions(config: dict) -> int | None:
+    """The positions a model's config.json says it holds (max_position_embeddings or GPT-2's n_positions)."""
+    config = config.get("text_config") or config
+    value = config.get("max_position_embeddings") or config.get("n_positions")
+    return int(value) if isinstance(value, int) else None
+
+
+@CHECKS.register("models.positions")
+def check_positions(ctx: CheckContext) -> None:
+    """A prompt and its response fit the positions of a model with a learned position table (GPT-2, OPT, ...),
+    read from its config.json before it loads; past a rotary model's max_position_embeddings the run goes on,
+    with a note (positions it was not trained on)."""
+    if not (ctx.check_paths and ctx.check_model_path):
+        return
+    data, path = ctx.cfg.data, ctx.cfg.actor_rollout_ref.model.path
+    try:
+        config = json.loads((Path(path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # the model checks say what is wrong with the folder
+    positions = model_positions(config) if isinstance(config, dict) else None
+    need = data.max_prompt_length + data.max_response_length
+    if positions is None or need <= positions:
+        return
+    what = (f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
+            f"{data.max_response_length} = {need} tokens, more than the {positions} positions of {path}")
+    if (config.get("text_config") or config).get("model_type") in LEARNED_POSITIONS:
+        raise ConfigError(f"{what} (a learned position table, which has no position past it): lower them")
+    log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)

@@ -74,6 +74,7 @@ RL = (
     "workers.guard",                  # bad optimizer steps before stopping
     "workers.token_budgets",          # use_dynamic_bsz's budgets hold a row
     "models.tokenizer",               # the tokenizer files
+    "models.positions",               # a prompt and its response fit a learned position table
 )
 """`rft train` (and every RL stage)."""
 

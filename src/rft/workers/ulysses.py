@@ -215,7 +215,8 @@ def _self_check(model: nn.Module, sp: SPGroup) -> tuple[bool, str]:
     """The split pass's logits of a two-row batch (one row left-padded, 13 tokens: the slices cut through rows)
     against the model's own padded pass, in both layouts (every process computes all three)."""
     device = device_of(model)
-    vocab = model.get_input_embeddings().weight.shape[0]
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    vocab = config.vocab_size  # (under FSDP1 the embedding's weight outside a forward pass is this rank's shard)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (2, 13), generator=g).to(device)
     attn = torch.ones_like(ids)
