@@ -188,8 +188,10 @@ def enable_sequence_parallel(model: nn.Module, dist, key: str) -> None:
         raise ModelError(f"{key}={sp.size}: {name} uses attention {sorted(map(str, impls))}, not sdpa, which the "
                          "sequence-parallel attention replaces; set it to 1")
     chunk = attention_chunk(cfgs[0])
-    why = heads_error(cfgs[0], sp.size) or (
-        f"it has chunked attention (attention_chunk_size {chunk})" if chunk is not None else None)
+    if chunk is not None:  # expressed only in the mask the model builds, which the split pass replaces
+        raise ModelError(f"{key}={sp.size}: {name} has chunked attention (attention_chunk_size {chunk}), which the "
+                         "sequence-parallel attention does not apply; set it to 1")
+    why = heads_error(cfgs[0], sp.size)
     if why:
         raise ModelError(f"{key}={sp.size}: {name} cannot split its sequences over {sp.size} processes ({why}); "
                          "set it to a size that fits, or 1")
