@@ -21,6 +21,9 @@ def _setup_env() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("transformers", "httpx", "httpx2", "huggingface_hub", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    if os.environ.get("RANK", "0") != "0":  # a launched process other than rank 0: its config notes are rank 0's
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda record: not record.getMessage().startswith("rft: note:"))
 
 
 def cmd_init_model(args) -> int:
