@@ -487,3 +487,30 @@ def test_sequence_parallel_on_two_processes_matches_one(runs, assets):
         assert close(one[3][key], sp[3][key], 1e-4), (key, one[3][key], sp[3][key])
     val = "val-core/arithmetic/reward/mean@1"
     assert abs(one[3][val] - sp[3][val]) <= 1e-6
+
+
+def test_the_ranks_of_a_launcher_killed_outright_stop_within_seconds(assets, tmp_path):
+    """torch's launcher starts each rank in a session of its own, so a SIGKILL to the launcher's process group (a
+    machine's out-of-memory killer, a test's fault injection) does not reach them: each rank watches its launcher
+    and stops with one line once it is gone, instead of training on beside a rerun."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    args = [f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+            f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+            "data.max_response_length=6", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2", "trainer.total_training_steps=200", "trainer.val_before_train=false",
+            "trainer.logger=[]", "trainer.device=cpu", "trainer.n_gpus_per_node=2", f"trainer.default_local_dir={out}"]
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "train", *args], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    log, _ = proc.communicate(timeout=60)  # returns once every rank has closed the pipe: they have all ended
+    assert time.monotonic() - killed < 30, log[-3000:]
+    stops = [x for x in log.splitlines() if "of rank" in x and "is gone, so this rank stops" in x]
+    assert len(stops) == 2 and all(x.startswith("rft: error: the launcher (pid") for x in stops), log[-3000:]

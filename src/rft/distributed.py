@@ -250,6 +250,13 @@ def init_from_env(device_type: str, sp: int = 1) -> Dist:
         backend, comm = "gloo", "cpu"
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)
+    from rft.errors import EXIT_ERROR
+    from rft.runtime import exit_with_parent
+
+    # torch's launcher starts each rank in a session of its own: a launcher killed outright (SIGKILL, a machine's
+    # out-of-memory killer) would leave the ranks running on, writing into the run's folder beside its rerun
+    exit_with_parent(EXIT_ERROR, f"rft: error: the launcher (pid {{parent}}) of rank {rank} is gone, so this rank "
+                                 "stops: run the same command again")
     return Dist(rank=rank, world_size=world, local_rank=local_rank, comm_device=comm).with_sequence_parallel(sp)
 
 
