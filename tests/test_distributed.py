@@ -512,5 +512,7 @@ def test_the_ranks_of_a_launcher_killed_outright_stop_within_seconds(assets, tmp
     killed = time.monotonic()
     log, _ = proc.communicate(timeout=60)  # returns once every rank has closed the pipe: they have all ended
     assert time.monotonic() - killed < 30, log[-3000:]
-    stops = [x for x in log.splitlines() if "of rank" in x and "is gone, so this rank stops" in x]
-    assert len(stops) == 2 and all(x.startswith("rft: error: the launcher (pid") for x in stops), log[-3000:]
+    errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
+    # the first rank to see its launcher gone stops; the other stops the same way or on its peer's going
+    gone = [x for x in errors if x.startswith("rft: error: the launcher (pid") and "is gone, so this rank stops" in x]
+    assert gone and all(x in gone or "another process of this run stopped or died" in x for x in errors), log[-3000:]
