@@ -75,9 +75,21 @@ LEARNED_POSITIONS = ("gpt2", "gpt_bigcode", "gpt_neo", "opt", "biogpt", "xglm", 
 """Model types whose positions are a learned table (a position past it has no embedding: an index error)."""
 
 
+def text_config_json(path: str) -> dict | None:
+    """The language model's part of the config.json in the model folder `path` (its text_config for a
+    vision-language model), read before anything loads; None when it cannot be read (the model checks say why)."""
+    try:
+        config = json.loads((Path(path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
 def model_positions(config: dict) -> int | None:
-    """The positions a model's config.json says it holds (max_position_embeddings or GPT-2's n_positions)."""
-    config = config.get("text_config") or config
+    """The positions a model's (text) config says it holds (max_position_embeddings or GPT-2's n_positions)."""
     value = config.get("max_position_embeddings") or config.get("n_positions")
     return int(value) if isinstance(value, int) else None
 
@@ -90,16 +102,13 @@ def check_positions(ctx: CheckContext) -> None:
     if not (ctx.check_paths and ctx.check_model_path):
         return
     data, path = ctx.cfg.data, ctx.cfg.actor_rollout_ref.model.path
-    try:
-        config = json.loads((Path(path).expanduser() / "config.json").read_text())
-    except (OSError, ValueError):
-        return  # the model checks say what is wrong with the folder
-    positions = model_positions(config) if isinstance(config, dict) else None
+    config = text_config_json(path)
+    positions = model_positions(config) if config is not None else None
     need = data.max_prompt_length + data.max_response_length
     if positions is None or need <= positions:
         return
     what = (f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
             f"{data.max_response_length} = {need} tokens, more than the {positions} positions of {path}")
-    if (config.get("text_config") or config).get("model_type") in LEARNED_POSITIONS:
+    if config.get("model_type") in LEARNED_POSITIONS:
         raise ConfigError(f"{what} (a learned position table, which has no position past it): lower them")
     log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)

@@ -5,9 +5,7 @@ critic's and the reference's keys have no effect when the run builds neither."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -105,15 +103,13 @@ def check_sequence_parallel(ctx: CheckContext) -> None:
         raise ConfigError(f"{key}={sp}: {needs_logits[0]} needs each micro-batch's whole logits, which sequence "
                           "parallelism splits over the processes; set it to 1 or choose another")
     if ctx.check_paths and ctx.check_model_path:
+        from rft.models.checks import text_config_json
         from rft.workers.ulysses import heads_error
 
-        folder = Path(arr.model.path).expanduser() / "config.json"
-        try:
-            config = SimpleNamespace(**json.loads(folder.read_text()))
-        except (OSError, ValueError, TypeError):
+        config = text_config_json(arr.model.path)
+        if config is None:
             return  # the model checks say what is wrong with the folder
-        text = getattr(config, "text_config", None)
-        why = heads_error(SimpleNamespace(**text) if isinstance(text, dict) else config, sp)
+        why = heads_error(SimpleNamespace(**config), sp)
         if why:
             raise ConfigError(f"{key}={sp}: the model {arr.model.path} cannot split its sequences over {sp} "
                               f"processes ({why}); set a size that fits, or 1")

@@ -169,14 +169,19 @@ def _logits(out) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out[0]
 
 
+def row_columns(row: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(each packed token's column in its row (T,), each row's length (rows,)) for the row (T,, ascending) of each
+    token of a packed sequence."""
+    lengths = torch.bincount(row, minlength=rows)
+    return torch.arange(len(row), device=row.device) - (torch.cumsum(lengths, 0) - lengths)[row], lengths
+
+
 def forward_packed(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor, row: torch.Tensor, rows: int,
                    keep: torch.Tensor | None, windows: list | None = None) -> torch.Tensor:
     """The model's output (logits, or a value head's) at the packed positions `keep` (all when None), (len, ·),
     for the packed tokens `ids` (T,) with their `positions` (T,) and the `row` (T,, ascending) each belongs to.
     `windows`: a list that collects the sliding window each attention call was given (None for a full layer)."""
-    lengths = torch.bincount(row, minlength=rows)
-    starts = torch.cumsum(lengths, 0) - lengths
-    col = torch.arange(len(row), device=row.device) - starts[row]
+    col, lengths = row_columns(row, rows)
     packed = PackedRows(row=row, col=col, rows=rows, width=int(lengths.max()),
                         windows=windows if windows is not None else [])
     cfg = next(attention_configs(model))

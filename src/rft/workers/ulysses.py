@@ -34,7 +34,7 @@ from rft.errors import ModelError
 from rft.models.arch import architecture, attention_chunk, router_recorder
 from rft.models.attention import attention_configs
 from rft.models.load import device_of
-from rft.workers.packing import PACKED_ATTENTION, PackedRows, packed_attention
+from rft.workers.packing import PACKED_ATTENTION, PackedRows, _logits, packed_attention, row_columns
 
 ULYSSES_ATTENTION = "rft_ulysses"
 """The attention implementation of a sequence-parallel model: Ulysses' exchange around rft's packed attention for
@@ -266,9 +266,8 @@ class _Layout:
     def of(cls, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor, packed: bool, sp: int) -> _Layout:
         rows, width = ids.shape
         if packed:  # the real tokens (contiguous in each row), columns from 0
-            row, col = attn.nonzero(as_tuple=True)
-            lengths = torch.bincount(row, minlength=rows)
-            col = torch.arange(len(row), device=ids.device) - (torch.cumsum(lengths, 0) - lengths)[row]
+            row, _ = attn.nonzero(as_tuple=True)
+            col, lengths = row_columns(row, rows)
             keys, index = None, torch.full_like(ids, -1)
             index[attn.bool()] = torch.arange(len(row), device=ids.device)
             seq_ids, seq_pos, width = ids[attn.bool()], positions[attn.bool()], int(lengths.max())
@@ -332,12 +331,12 @@ def split_outputs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, posit
     out = model(input_ids=layout.ids[None, lo:lo + local], position_ids=layout.positions[None, lo:lo + local],
                 attention_mask=placeholder, use_cache=False, **{ULYSSES_KWARG: UlyssesCall(sp, layout.packed)},
                 **kwargs)
-    out = (out.logits if hasattr(out, "logits") else out[0])[0]
+    out = _logits(out)[0]
     if not lm or out.shape[0] != len(here):
         out = out[here]
     values = fn(out, labels[mine])  # (n, width)
     share = values.new_zeros(len(keep), width).index_put((mine,), values)
-    whole = _SumOfShares.apply(share, sp.group) if torch.is_grad_enabled() else _sum(share, sp)
+    whole = _SumOfShares.apply(share, sp.group)
     if router is not None:  # the load-balancing loss of the whole sequence's real tokens
         real = layout.index[attn.bool()]
         router.logits = [_GatherShares.apply(x.reshape(local, -1), sp.group, sp.rank, sp.size)[real]
@@ -345,7 +344,3 @@ def split_outputs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, posit
         router.stop(None)
     return whole.new_zeros(*target.shape, width).index_put((b, t), whole)
 
-
-def _sum(x: torch.Tensor, sp: SPGroup) -> torch.Tensor:
-    torch.distributed.all_reduce(x, group=sp.group)
-    return x
