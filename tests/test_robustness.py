@@ -388,6 +388,34 @@ def test_a_kv_cache_larger_than_the_free_memory_is_refused_before_the_model_load
     assert code == 0, err
 
 
+def test_a_model_whose_training_state_cannot_fit_in_the_free_memory_is_refused_before_it_loads(work, tmp_path, capsys,
+                                                                                                monkeypatch):
+    """The tiny model's 1,020,416 parameters, counted from its safetensors header, trained in full with AdamW:
+    4 bytes each of weights and gradients and 8 of Adam's moments = 16,326,656 B (15.6 MB), refused where 10 MB are
+    free; a frozen reference (a KL term) adds 4 bytes a parameter; LoRA trains an adapter (counted as nothing)
+    over the frozen weights (4 bytes a parameter: 3.9 MB), which passes."""
+    from rft import runtime
+    from rft.models.checks import saved_parameters
+
+    assert saved_parameters(str(work / "m")) == 1_020_416
+    assert saved_parameters(str(tmp_path)) is None  # no safetensors: nothing counted, nothing refused
+    monkeypatch.setattr(runtime, "available_memory", lambda: 10 * 2**20)
+    code, out, err = run(args(work, tmp_path / "out", "actor_rollout_ref.actor.use_kl_loss=false"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "steps on" not in out, err
+    assert (f"{work / 'm'} (1,020,416 parameters) needs at least 15.6 MB of memory on this machine for its 1 "
+            "process(es) before any activation (the actor's weights, gradients and optimizer state 15.6 MB; float32 "
+            "on CPU), more than the 10.0 MB free now: train a LoRA adapter (actor_rollout_ref.model.lora_rank, e.g. "
+            "32); or an optimizer with less state (actor_rollout_ref.actor.optim.optimizer=adafactor); or a smaller "
+            "model, or more machines (trainer.nnodes)") in line, line
+    code, _, err = run(args(work, tmp_path / "out", "actor_rollout_ref.actor.use_kl_loss=true",
+                            "actor_rollout_ref.actor.optim.optimizer=sgd"), capsys)
+    line = one_error_line(err)  # SGD keeps no state; the reference's weights: 3.9 MB + 3.9 MB + 3.9 MB
+    assert "needs at least 11.7 MB" in line and "the reference's weights 3.9 MB" in line, line
+    code, _, err = run(args(work, tmp_path / "out3", "actor_rollout_ref.model.lora_rank=8"), capsys)
+    assert code == 0, err
+
+
 def test_an_allocation_the_machine_cannot_serve_is_one_line_not_a_bug():
     from rft.errors import describe_failure, exit_code_of
 
@@ -537,7 +565,10 @@ def test_an_exploding_learning_rate_is_skipped_counted_and_stops_the_run(work, t
     assert "trainer.bad_update_limit=2" in line and "actor_rollout_ref.actor.optim.lr" in line
 
 
-def test_the_guard_restores_weights_and_optimizer_state_exactly():
+@pytest.mark.parametrize("trial", [True, False], ids=["trial", "snapshot"])
+def test_the_guard_restores_weights_and_optimizer_state_exactly(trial):
+    """A refused step leaves the weights and the optimizer state exactly as they were: tried on copies first (torch's
+    optimizers), or stepped and put back from a snapshot (the optimizers a trial cannot drive)."""
     from rft.workers.guard import UpdateGuard
 
     torch.manual_seed(0)
@@ -545,6 +576,8 @@ def test_the_guard_restores_weights_and_optimizer_state_exactly():
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-2)
     guard = UpdateGuard(params, opt, limit=1)
+    assert guard.trial
+    guard.trial = trial
     model(torch.randn(5, 4)).pow(2).sum().backward()
     assert guard.step(1.0)[1] is None  # a good step is taken
     weights = [p.detach().clone() for p in params]
@@ -558,6 +591,53 @@ def test_the_guard_restores_weights_and_optimizer_state_exactly():
         guard.step(0.0)  # unclipped: an update of ~1e10 per weight
     assert all(torch.equal(w, p) for w, p in zip(weights, params))
     assert all(torch.equal(v, opt.state[params[0]][k]) for k, v in state.items())
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.AdamW(ps, lr=0.3, weight_decay=0.1),
+    lambda ps: torch.optim.SGD(ps, lr=0.5),
+    lambda ps: torch.optim.RMSprop(ps, lr=0.05),
+    lambda ps: __import__("transformers").optimization.Adafactor(ps, lr=0.1, relative_step=False,
+                                                                 scale_parameter=False),
+], ids=["adamw", "sgd", "rmsprop", "adafactor"])
+def test_the_guards_trial_step_measures_the_step_the_optimizer_then_takes(make, monkeypatch):
+    """The trial (the optimizer's own step on copies, in blocks of 5 values here: rows of 2 for the (3, 4) weight,
+    one (3,) bias block) gives the update's norm ratio of the real step, leaves the weights and the state as they
+    were, and the step taken after it equals a plain optimizer step (two steps: the state exists at the second);
+    no standing copy of the weights is kept."""
+    from rft.workers import guard as guard_module
+    from rft.workers.guard import UpdateGuard
+
+    monkeypatch.setattr(guard_module, "TRIAL_BLOCK", 5)
+
+    def setup():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        params = list(model.parameters())
+        return model, params, make(params)
+
+    model, params, opt = setup()
+    twin, twin_params, twin_opt = setup()
+    guard = UpdateGuard(params, opt)
+    for step in range(2):
+        x = torch.randn(5, 4, generator=torch.Generator().manual_seed(step))
+        model(x).pow(2).sum().backward()
+        twin(x).pow(2).sum().backward()
+        before = [p.detach().clone() for p in params]
+        state = {id(p): {k: v.clone() if torch.is_tensor(v) else v for k, v in opt.state[p].items()} for p in params}
+        finite, ratio = guard._trial_step()
+        assert all(torch.equal(b, p) for b, p in zip(before, params))
+        assert all(torch.equal(v, opt.state[p][k]) if torch.is_tensor(v) else v == opt.state[p][k]
+                   for p in params for k, v in state[id(p)].items())
+        assert guard.step(0.0)[1] is None
+        opt.zero_grad()
+        twin_opt.step()
+        twin_opt.zero_grad()
+        assert all(torch.equal(a, b) for a, b in zip(params, twin_params))
+        moved = math.sqrt(sum(float((p - b).double().norm() ** 2) for p, b in zip(params, before)))
+        assert finite and ratio == pytest.approx(moved / math.sqrt(sum(float(b.double().norm() ** 2) for b in before)),
+                                                 rel=1e-6)
+    assert guard._weights is None and guard._state == {}
 
 
 def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,6 +30,15 @@ def configure_cpu_runtime() -> None:
         log.debug("mallopt unavailable; large allocations use the allocator's defaults")
 
 
+def human_bytes(n: float) -> str:
+    """`n` bytes in binary units: '1000 B', '15.6 MB', '22.1 GB'."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
 def available_memory() -> int | None:
     """Bytes of host memory free for a new allocation (Linux's MemAvailable); None where it cannot be read."""
     try:
@@ -38,6 +48,28 @@ def available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+_LIBC: Any = None
+
+
+def release_freed_memory() -> None:
+    """Hand the memory freed tensors left in the C allocator's heap back to the system (glibc's malloc_trim; a
+    no-op elsewhere). glibc keeps freed blocks below its mmap threshold (which grows to 32 MB as blocks are freed)
+    for reuse, so after a generation or a backward pass the process can hold GBs of freed tensors that the next
+    phase's allocations, shaped differently, do not reuse: measured at Qwen2.5-0.5B's shape, 1.6 GiB before the
+    optimizer step. A few milliseconds a call."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes.util
+
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018  (glibc only)
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
 
 
 def exit_with_parent(code: int, message: str | None = None, parent: int | None = None, poll_s: float = 1.0) -> None:

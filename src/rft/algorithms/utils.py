@@ -167,10 +167,12 @@ class _LinearLogprobs(torch.autograd.Function):
         for start, end in _chunks(n, chunk):
             raw = torch.nn.functional.linear(hidden[start:end], weight, bias).to(dtype)
             z, _ = logit_map.apply(raw)
+            del raw  # (n, V) buffers: at most two at a time, in place where the values are the same
             lse[start:end] = torch.logsumexp(z, dim=-1)
-            logp = z - lse[start:end, None]
+            logp = z.sub_(lse[start:end, None])
             logprobs[start:end] = logp.gather(-1, labels[start:end, None]).squeeze(-1)
-            entropy[start:end] = -(logp.exp() * logp).sum(-1)
+            entropy[start:end] = -logp.exp().mul_(logp).sum(-1)
+            del z, logp
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         ctx.logit_map, ctx.chunk = logit_map, chunk
         return logprobs, entropy
@@ -187,17 +189,23 @@ class _LinearLogprobs(torch.autograd.Function):
             h = hidden[start:end]
             raw = torch.nn.functional.linear(h, weight, bias).to(dtype)
             z, dz_draw = ctx.logit_map.apply(raw)
-            logp = z - lse[start:end, None]
+            del raw
+            # (n, V) buffers: three at most, in place where the values are those of the plain expressions
+            logp = z.sub_(lse[start:end, None])
             p = logp.exp()
             # d logprob[label] / dz = onehot - p; d entropy / dz = -p (log p + H)
-            dz = torch.zeros_like(z)
-            if grad_entropy is not None:
-                dz = -(grad_entropy[start:end, None] * p) * (logp + entropy[start:end, None])
+            if grad_entropy is not None:  # -(g_H * p) * (log p + H)
+                dz = logp.add_(entropy[start:end, None])
+                dz.mul_(torch.mul(p, grad_entropy[start:end, None]).neg_())
+            else:
+                dz = logp.zero_()
+            del z, logp
             if grad_logprobs is not None:
                 g = grad_logprobs[start:end, None]
-                dz -= g * p
+                dz.sub_(p.mul_(g))
                 dz.scatter_add_(-1, labels[start:end, None], g)
-            draw = (dz * dz_draw).to(weight.dtype)
+            del p
+            draw = (dz.mul_(dz_draw) if torch.is_tensor(dz_draw) or dz_draw != 1.0 else dz).to(weight.dtype)
             if want_h:
                 grad_h[start:end] = draw @ weight
             if want_w:

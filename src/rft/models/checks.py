@@ -1,5 +1,5 @@
 """The checks of the model keys: LoRA's rank, the override config, the tokenizer folder, the positions a model
-holds."""
+holds; what a model folder says before it loads (its config, its parameter count)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,24 @@ def text_config_json(path: str) -> dict | None:
         return None
     text = config.get("text_config")
     return text if isinstance(text, dict) else config
+
+
+def saved_parameters(path: str) -> int | None:
+    """The number of parameters in the model folder `path`'s safetensors files, read from their headers (nothing
+    loads; a tied embedding is saved once); None without safetensors files or when one cannot be read."""
+    import math
+    import struct
+
+    files = sorted(Path(path).expanduser().glob("*.safetensors"))
+    total = 0
+    try:
+        for file in files:
+            with file.open("rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+            total += sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    return total if files else None
 
 
 def model_positions(config: dict) -> int | None:

@@ -37,6 +37,7 @@ from rft.distributed import SINGLE, Dist
 from rft.errors import RftError, RunLocked
 from rft.fsutil import clean_stale
 from rft.interrupts import Interrupted
+from rft.runtime import human_bytes
 
 LOCK_NAME = ".rft.lock"
 FAILED = "failed.json"
@@ -44,14 +45,6 @@ FAILED = "failed.json"
 people and `rft studio` to read; removed when the next run takes the folder."""
 LOCK_ENV = "RFT_RUN_LOCK"
 """Set by a process that holds a run folder's lock for the processes it starts: the lock file's absolute path."""
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
 
 
 class RunLock:
@@ -160,8 +153,8 @@ def check_free_space(out: Path, needed: int) -> None:
     free = shutil.disk_usage(out).free
     if free < needed:
         raise RftError(
-            f"output folder {str(out)!r} has {_human(free)} free, but the final model alone needs about "
-            f"{_human(needed)} (the starting model's weights; checkpoints need more): free space there or choose "
+            f"output folder {str(out)!r} has {human_bytes(free)} free, but the final model alone needs about "
+            f"{human_bytes(needed)} (the starting model's weights; checkpoints need more): free space there or choose "
             "another trainer.default_local_dir"
         )
 

@@ -45,6 +45,7 @@ RL = (
     "algorithms.estimator",           # the group size and options an estimator needs
     "rollout.sampling",               # top_p, temperature, do_sample
     "rollout.kv_cache",               # the hf engine's KV cache fits in the memory free
+    "workers.memory",                 # the weights, gradients and optimizer state fit in the memory free
     "algorithms.clip",                # clip ratios, dual clip
     "workers.actor_optim",            # learning rate, warm-up, an optimizer that runs here
     "workers.offload",                # FSDP offload on cuda

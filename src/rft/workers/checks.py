@@ -188,6 +188,62 @@ def check_fsdp_layout(ctx: CheckContext) -> None:
                   "parameters that make a submodule an FSDP unit; 0: off")
 
 
+def _shard_group(fsdp: Any, world: int) -> int:
+    """The processes one copy of a model is sharded over: fsdp_size when it divides the processes, else all."""
+    size = fsdp.fsdp_size
+    return size if isinstance(size, int) and size > 0 and world % size == 0 else world
+
+
+@CHECKS.register("workers.memory")
+def check_memory(ctx: CheckContext) -> None:
+    """On CPU: what the run's processes on this machine hold for the whole run, the weights (float32), the
+    gradients and the optimizer state of the actor, the reference's weights, the critic's (each sharded over its
+    FSDP group), counted from the model folders' safetensors headers, fit in the memory free now. A lower bound
+    (no activations, no KV cache, no copy gathered for generation), so a run it refuses cannot fit; it is refused
+    before anything loads with the keys that shrink it. LoRA's adapter is counted as nothing."""
+    from rft.models.checks import saved_parameters
+    from rft.models.load import resolve_device
+    from rft.runtime import available_memory, human_bytes
+    from rft.workers.optim import STATE_VALUES
+
+    cfg = ctx.cfg
+    arr = cfg.actor_rollout_ref
+    if not (ctx.check_paths and ctx.check_model_path) or resolve_device(cfg.trainer.device).type != "cpu":
+        return
+    free = available_memory()
+    actor_params = saved_parameters(arr.model.path)
+    if free is None or actor_params is None:
+        return
+    world, local = ctx.world_size, min(ctx.world_size, cfg.trainer.n_gpus_per_node)
+
+    def training(params: int, model: Any, optim: Any) -> int:  # weights, gradients, optimizer state: bytes
+        trained = 0 if model.lora_rank > 0 else params
+        return 4 * params + 4 * trained * (1 + STATE_VALUES.get(optim.optimizer, 0))
+
+    parts = [("the actor's weights, gradients and optimizer state", training(actor_params, arr.model, arr.actor.optim),
+              _shard_group(arr.actor.fsdp_config, world))]
+    if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
+        parts.append(("the reference's weights", 4 * actor_params, _shard_group(arr.ref.fsdp_config, world)))
+    if builds_critic(cfg):
+        critic_params = saved_parameters(cfg.critic.model.path or arr.model.path) or actor_params
+        parts.append(("the critic's", training(critic_params, cfg.critic.model, cfg.critic.optim),
+                      _shard_group(cfg.critic.model.fsdp_config, world)))
+    need = sum(local * size // group for _, size, group in parts)
+    if need <= free:
+        return
+    what = ", ".join(f"{name} {human_bytes(local * size // group)}" for name, size, group in parts)
+    fixes = []
+    if arr.model.lora_rank == 0:
+        fixes.append("train a LoRA adapter (actor_rollout_ref.model.lora_rank, e.g. 32)")
+    if STATE_VALUES.get(arr.actor.optim.optimizer, 0) > 0:
+        fixes.append("an optimizer with less state (actor_rollout_ref.actor.optim.optimizer=adafactor)")
+    fixes.append("a smaller model, or more machines (trainer.nnodes)")
+    raise ConfigError(
+        f"{arr.model.path} ({actor_params:,} parameters) needs at least {human_bytes(need)} of memory on this "
+        f"machine for its {local} process(es) before any activation ({what}; float32 on CPU), more than the "
+        f"{human_bytes(free)} free now: {'; or '.join(fixes)}")
+
+
 @CHECKS.register("workers.activation_offload")
 def check_activation_offload(ctx: CheckContext) -> None:
     """enable_activation_offload on CPU: the activations already live in host memory, so the key changes nothing;

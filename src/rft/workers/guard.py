@@ -1,15 +1,23 @@
-"""Non-finite and exploding updates: an optimizer step that would poison the weights is undone, counted, and
-`limit` of them in a row stop the run.
+"""Non-finite and exploding updates: an optimizer step that would poison the weights is not taken, it is counted,
+and `limit` of them in a row stop the run.
 
 `UpdateGuard.step` replaces a bare clipped optimizer step:
 
-1. the step's losses and its (global) gradient norm must be finite, else no step is taken (nothing to undo);
-2. a copy of the trainable weights and the optimizer state is taken (host memory when they live on cuda), the
-   optimizer steps, and the new weights must be finite and the update no larger than `EXPLODING_RATIO` times the
-   weights themselves (||dw|| <= 10 ||w||, over all trainable parameters: a learning rate of 1e10 passes every
-   finiteness check at the step that ruins the model, and only the next forward pass overflows);
-3. otherwise the copy is put back (the weights and the optimizer state are exactly as before the step) and the
-   step counts as skipped. More than `limit` skipped steps in a row raise `TrainingDiverged`.
+1. the step's losses and its (global) gradient norm must be finite, else no step is taken;
+2. the step is tried first on copies, one block of a parameter at a time (the optimizer's own step on a copy of the
+   block's weights and state, with its gradient): the new weights must be finite and the update no larger than
+   `EXPLODING_RATIO` times the weights themselves (||dw|| <= 10 ||w||, over all trainable parameters: a learning
+   rate of 1e10 passes every finiteness check at the step that ruins the model, and only the next forward pass
+   overflows);
+3. only a step that passes is taken; one that fails is not (the weights and the optimizer state stay exactly as
+   they were) and counts as skipped. More than `limit` skipped steps in a row raise `TrainingDiverged`.
+
+The trial holds one block's copy at a time (at most `TRIAL_BLOCK` values per tensor; a parameter of an optimizer
+whose state is not elementwise, such as Adafactor's factored moments, is one block), so no standing copy of the
+weights and optimizer state exists: a full copy would hold 12 bytes a parameter under AdamW, as much again as the
+weights and both moments. An optimizer whose step the trial cannot drive on copies (bitsandbytes' AdEMAMix,
+GrokAdamW: their steps keep state beyond the per-parameter dicts) is guarded the old way: a copy of the weights and
+the state is taken before the step and put back when it fails.
 
 Several processes: the checks are all-reduced, so every rank takes the same decision.
 """
@@ -17,6 +25,7 @@ Several processes: the checks are all-reduced, so every rank takes the same deci
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Iterable
 
 import torch
@@ -28,6 +37,22 @@ from rft.errors import TrainingDiverged
 EXPLODING_RATIO = 10.0
 """An update whose norm exceeds this multiple of the weights' norm is rejected (normal steps move weights by a
 small fraction of their norm: ~1e-3 to 1e-1)."""
+TRIAL_BLOCK = 1 << 22
+"""Values per tensor of a trial step's block (16 MiB in float32)."""
+ELEMENTWISE = (torch.optim.Adam, torch.optim.SGD, torch.optim.Adagrad, torch.optim.RMSprop)
+"""Optimizers (AdamW is an Adam) whose step and state are elementwise: a parameter's rows step as they would whole."""
+
+
+def _trial_safe(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether a trial step on copies runs this optimizer's own step as it runs on the parameters: torch's
+    optimizers and transformers' Adafactor keep their state in the per-parameter dicts alone."""
+    if isinstance(optimizer, ELEMENTWISE):
+        return True
+    try:
+        from transformers.optimization import Adafactor
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return False
+    return isinstance(optimizer, Adafactor)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -58,6 +83,7 @@ class UpdateGuard:
         self.params, self.optimizer, self.limit, self.dist = params, optimizer, limit, dist
         self.lr_key, self.limit_key = lr_key, limit_key
         self.in_a_row = 0
+        self.trial = _trial_safe(optimizer)  # else a snapshot before each step, put back when it fails
         self._weights: list[torch.Tensor] | None = None  # the snapshot's buffers, reused every step
         self._state: dict = {}
 
@@ -108,6 +134,45 @@ class UpdateGuard:
                     current[k] = v.to(_local(p).device, copy=True) if torch.is_tensor(v) else v
 
     @torch.no_grad()
+    def _trial_step(self) -> tuple[bool, float]:
+        """(all weights finite after the step, ||w_new - w_old|| / ||w_old||) of the step the optimizer would take,
+        over every rank's shards, from the optimizer's own step run on copies, one block at a time; the parameters
+        and the optimizer's state are not touched."""
+        opt = self.optimizer
+        groups, state = opt.param_groups, opt.state
+        elementwise = isinstance(opt, ELEMENTWISE)
+        nonfinite = delta_sq = weight_sq = 0.0
+        try:
+            for group in groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue  # the optimizer leaves it as it is
+                    live, grad, saved = _local(p).detach(), _local(p.grad).detach(), state.get(p, {})
+                    blocks: list = [...]  # the whole tensor
+                    if elementwise and live.dim():  # rows of at most TRIAL_BLOCK values
+                        rows = max(1, TRIAL_BLOCK // max(1, live[0].numel()))
+                        blocks = [slice(i, i + rows) for i in range(0, live.shape[0], rows)]
+                    for block in blocks:
+                        w = live[block].clone()
+                        w.grad = grad[block]
+                        copied = {k: _local(v)[block if _local(v).shape == live.shape else ...].clone()
+                                  if torch.is_tensor(v) else v for k, v in saved.items()}
+                        opt.param_groups = [{**group, "params": [w]}]
+                        opt.state = defaultdict(dict, {w: copied} if copied else {})
+                        opt.step()
+                        old = live[block]
+                        if not bool(torch.isfinite(w).all()):
+                            nonfinite += 1
+                        else:
+                            delta_sq += float(torch.linalg.vector_norm(w - old, dtype=torch.float64) ** 2)
+                            weight_sq += float(torch.linalg.vector_norm(old, dtype=torch.float64) ** 2)
+        finally:
+            opt.param_groups, opt.state = groups, state
+        totals = self.dist.every_process.sum(torch.tensor([nonfinite, delta_sq, weight_sq],
+                                                           dtype=torch.float64)).tolist()  # every shard
+        return totals[0] == 0, math.sqrt(totals[1]) / max(math.sqrt(totals[2]), 1e-12)
+
+    @torch.no_grad()
     def _update_size(self, before: list[torch.Tensor]) -> tuple[bool, float]:
         """(all new weights finite, ||w_new - w_old|| / ||w_old||) over every rank's shards (multi-tensor norms)."""
         new = [_local(p).detach() for p in self.params]
@@ -149,15 +214,20 @@ class UpdateGuard:
         elif not math.isfinite(grad_norm):
             reason = f"non-finite gradient norm ({grad_norm})"
         if reason is None:
-            snapshot = self._snapshot()
-            self.optimizer.step()
-            finite, ratio = self._update_size(snapshot[0])
+            snapshot = None if self.trial else self._snapshot()
+            if snapshot is None:
+                finite, ratio = self._trial_step()
+            else:
+                self.optimizer.step()
+                finite, ratio = self._update_size(snapshot[0])
             if not finite:
                 reason = "non-finite weights after the step"
             elif ratio > EXPLODING_RATIO:
                 reason = f"an exploding update (||dw|| = {ratio:.3g} x ||w||)"
-            if reason is not None:
+            if reason is not None and snapshot is not None:
                 self._restore(snapshot)
+            elif reason is None and snapshot is None:
+                self.optimizer.step()
         if reason is None:
             self.in_a_row = 0
             return grad_norm, None

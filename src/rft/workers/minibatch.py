@@ -19,7 +19,6 @@ than `settings.bad_update_limit` of them in a row stop the run.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -30,6 +29,7 @@ from rft.algorithms import AggNorm
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.models.load import device_of
+from rft.runtime import release_freed_memory
 from rft.workers.guard import UpdateGuard
 from rft.workers.optim import is_plateau, make_named_scheduler
 from rft.workers.packing import row_tokens, token_budget_bins
@@ -65,25 +65,6 @@ def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: i
         return get_wsd_schedule(optimizer, warmup_steps, decay, num_training_steps=total_steps,
                                 min_lr_ratio=min_lr_ratio, num_cycles=num_cycles)
     raise ValueError(f"unknown lr schedule {kind!r}; valid: constant, cosine, wsd")
-
-
-def clipped_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grad_clip: float,
-                 model: nn.Module | None = None) -> tuple[float, bool]:
-    """Clip the global gradient norm to `grad_clip` (<= 0: no clipping), then step. A non-finite norm skips the
-    step and drops the gradients rather than write NaNs into the weights. Returns (norm before clipping, stepped).
-    `model`: the module owning `params` when it may be sharded (the norm is then taken over every rank's shard)."""
-    max_norm = grad_clip if grad_clip > 0 else float("inf")
-    if model is not None:
-        from rft.workers.fsdp import clip_grad_norm
-
-        grad_norm = float(clip_grad_norm(model, params, max_norm))
-    else:
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    if math.isfinite(grad_norm):
-        optimizer.step()
-        return grad_norm, True
-    optimizer.zero_grad(set_to_none=True)
-    return grad_norm, False
 
 
 def activation_offload_context(enabled: bool, device_type: str) -> contextlib.AbstractContextManager:
@@ -258,6 +239,7 @@ class MiniBatchWorker:
         metrics averaged over the mini-batch steps, with `<prefix>/grad_norm` and `<prefix>/lr`."""
         s, prefix = self.s, self.prefix
         self.model.train()
+        release_freed_memory()  # the generation's and the log-prob passes'
         history: dict[str, list[float]] = defaultdict(list)
         skipped = 0
         for epoch in range(s.ppo_epochs):
@@ -265,12 +247,14 @@ class MiniBatchWorker:
                 self.optimizer.zero_grad(set_to_none=True)
                 seed = (((s.seed * 1_000_003 + step) * 1_009 + epoch) * 1_013 + index) % 2**63
                 sums = self.dist.sum_metrics(self.backward_mini_batch(mini, seed))  # every rank's share
+                release_freed_memory()  # the backward pass's, before the optimizer's state is touched
                 grad_norm, why = self.guard.step(s.grad_clip, self.model if self.dist.enabled else None,
                                                  losses=[v for k, v in sums.items() if k.endswith("loss")])
                 skipped += why is not None
                 sums[f"{prefix}/grad_norm"] = grad_norm
                 for k, v in sums.items():
                     history[k].append(v)
+        self.optimizer.zero_grad(set_to_none=True)  # not held through the next generation (4 bytes a parameter)
         history[f"{prefix}/lr"] = [self.optimizer.param_groups[0]["lr"]]
         if not is_plateau(self.scheduler):  # reduce_lr_on_plateau steps on validation metrics (the trainer)
             self.scheduler.step()

@@ -84,6 +84,12 @@ _BUILDERS: dict[str, Callable[[list, object], torch.optim.Optimizer]] = {
 }
 
 
+STATE_VALUES: dict[str, int] = {"adamw_torch": 2, "adamw_torch_fused": 2, "ademamix": 3, "grokadamw": 2,
+                                 "adagrad": 1, "rmsprop": 1, "sgd": 0, "adafactor": 0}
+"""Values of optimizer state each trainable parameter holds, at least (Adam: two moments; AdEMAMix: three; SGD
+without momentum: none; Adafactor's are factored, rows plus columns, so ~0 a parameter)."""
+
+
 def make_optimizer(params: Iterable[nn.Parameter], optim_cfg, name: str = "adamw_torch") -> torch.optim.Optimizer:
     """The optimizer `name` over `params` with lr / betas / eps / weight_decay from `optim_cfg` (the Adam-family
     hyper-parameters are used by the names that have them). ValueError for a name `optimizer_unavailable` refuses."""

@@ -41,11 +41,10 @@ from rft.distributed import SINGLE, Dist
 from rft.models.arch import router_recorder
 from rft.models.load import device_of
 from rft.workers.lm_head import Head, head_chunk, head_input, head_logprobs, lm_head
-from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler, clipped_step: re-exported)
+from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler: re-exported)
     MiniBatchWorker,
     build_optimizer,
     build_scheduler,
-    clipped_step,
     expert_tokens,
     loss_tokens,
     mini_batch_norm,
