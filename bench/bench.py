@@ -69,6 +69,40 @@ FORMULA = ("FLOPs/step = 2*N*T_gen (generation: each of the 16 prompts once, as 
            "matmul GFLOP/s at the model's shape (B*T, h) x (h, 4h); eff = floor / measured s/step")
 
 
+# Real sizes: a model of a released checkpoint's shape with random weights and rft's tiny tokenizer (no download).
+REAL_SIZES = {
+    "qwen2.5-0.5b": dict(hidden_size=896, num_hidden_layers=24, intermediate_size=4864, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768),
+    "qwen2.5-1.5b": dict(hidden_size=1536, num_hidden_layers=28, intermediate_size=8960, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768),
+}
+
+
+def real_size_model(preset: str, out: Path, seed: int = 0) -> Path:
+    """A causal LM of `REAL_SIZES[preset]`'s shape (random weights, tied embeddings as Qwen2.5-0.5B) with the tiny
+    tokenizer. The embedding rows of the tokenizer's own ids share one added direction (norm 8, the rows' own ~0.6), so
+    the random model (tied embeddings) samples the tokenizer's ids, varied (otherwise ~99.8% of its tokens would be
+    ids past the tokenizer's vocabulary, every response would decode empty, every reward would be equal and no row
+    would be trained)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rft.models.tiny import build_config, init_model
+
+    init_model("tiny", out, seed=seed)
+    tiny = build_config("tiny").to_dict()
+    known = tiny["vocab_size"]
+    tiny.pop("layer_types", None)  # one per layer: rebuilt for the new depth
+    config = Qwen2Config(**{**tiny, **REAL_SIZES[preset]})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+        shared = torch.nn.functional.normalize(torch.randn(config.hidden_size), dim=0)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[:known] += 8.0 * shared
+    model.save_pretrained(out)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ machine
 def cpu_name() -> str:
     name = platform.processor()

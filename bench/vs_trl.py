@@ -28,6 +28,14 @@ Workloads (docs: bench/RESULTS.md):
   growth  rft alone, tiny preset, ignore_eos 16 tokens, 16 / 32 / 64 prompts per step: s/step within 15% of linear
   length  rft alone, small preset, ignore_eos 64 / 128 / 256 new tokens, 16 prompts: s/step within 15% of linear in
           the new tokens (also printed per prompt + response token)
+  Q05     Qwen2.5-0.5B's shape (494M parameters, vocabulary 151,936, random weights: bench.real_size_model), 4
+          prompts x 4 samples, 64 new tokens at most, gradient checkpointing on both sides (TRL's default)
+                                                                goal: rft's peak resident memory <= TRL's
+  Q05-full  the same without gradient checkpointing on either side
+Gradient checkpointing is the same on both sides of every workload (TRL's GRPOConfig turns it on by default: the
+W workloads turn it off there, as rft's default is; before 2026-11-25 they compared rft without it against TRL
+with it).
+Each run's peak resident memory (the worker process's maximum RSS, `getrusage`) is in the table beside s/step.
 Variants: default, remove_padding (use_remove_padding), compile (use_torch_compile), compiled_decode
 (rollout.enforce_eager=false: the hf engine's compiled decode step) and fastest (the three together).
 Reward: bench.py's SHAPED_REWARD (the exact answer plus half the share of digits), so groups differ and every
@@ -58,16 +66,21 @@ ROOT = HERE.parent
 RESULTS = HERE / "RESULTS.md"
 VENV = HERE / ".venv-trl"
 TRL = "trl==1.16.0"
-ROWS = 16 * 8
 
-# name: (preset, max new tokens, ignore_eos, prompts, rft variants); the reward is bench.py's SHAPED_REWARD, the
-# same file for both sides, under which every row is trained
+# name: (preset, max new tokens, ignore_eos, prompts, samples per prompt, gradient checkpointing on both sides,
+# rft variants); the reward is bench.py's SHAPED_REWARD, the same file for both sides, under which every row is
+# trained. Gradient checkpointing is set on both sides alike: TRL's GRPOConfig turns it on by default, rft's
+# enable_gradient_checkpointing (verl's) is off by default.
 WORKLOADS = {
-    "W1": [("tiny", 16, False, 16, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
-    "W2": [("small", 64, False, 16, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
-    "W3": [("small", 128, False, 16, ("default", "remove_padding"))],
-    "growth": [("tiny", 16, True, p, ("default",)) for p in (16, 32, 64)],
-    "length": [("small", t, True, 16, ("default",)) for t in (64, 128, 256)],
+    "W1": [("tiny", 16, False, 16, 8, False, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
+    "W2": [("small", 64, False, 16, 8, False, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
+    "W3": [("small", 128, False, 16, 8, False, ("default", "remove_padding"))],
+    "growth": [("tiny", 16, True, p, 8, False, ("default",)) for p in (16, 32, 64)],
+    "length": [("small", t, True, 16, 8, False, ("default",)) for t in (64, 128, 256)],
+    # a real size: Qwen2.5-0.5B's shape (random weights, bench.real_size_model), 4 prompts x 4 samples; with
+    # gradient checkpointing on both sides (TRL's default) and off on both
+    "Q05": [("qwen2.5-0.5b", 64, False, 4, 4, True, ("default",))],
+    "Q05-full": [("qwen2.5-0.5b", 64, False, 4, 4, False, ("default",))],
 }
 VARIANTS = {
     "default": [],
@@ -126,20 +139,20 @@ def trl_worker(spec: dict) -> dict:
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.t0)
 
-    n = 8
+    n = spec["samples"]
     args = GRPOConfig(
         output_dir=spec["out"], per_device_train_batch_size=spec["prompts"] * n, gradient_accumulation_steps=1,
         steps_per_generation=1, num_generations=n, num_iterations=1, max_completion_length=spec["response"],
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, learning_rate=1e-5, lr_scheduler_type="constant",
         max_steps=spec["steps"], logging_steps=1, report_to="none", save_strategy="no",
         use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0, model_init_kwargs={"dtype": torch.float32},
-        disable_dropout=True, max_grad_norm=1.0,
+        disable_dropout=True, max_grad_norm=1.0, gradient_checkpointing=spec["checkpointing"],
     )
     trainer = GRPOTrainer(model=spec["model"], reward_funcs=reward, args=args, train_dataset=dataset,
                           callbacks=[StepTimer()])
     trainer.train()
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
-    return {"times": times, "response_mean": statistics.mean(lengths) if lengths else None}
+    return {"times": times, "response_mean": statistics.mean(lengths) if lengths else None, "rss": peak_rss()}
 
 
 # ---------------------------------------------------------------------------------------------- rft side
@@ -155,7 +168,7 @@ def rft_worker(spec: dict) -> dict:
     cfg = load_config(None, [
         f"actor_rollout_ref.model.path={spec['model']}", f"data.train_files={spec['parquet']}",
         "data.max_prompt_length=32", f"data.max_response_length={spec['response']}",
-        f"data.train_batch_size={spec['prompts']}", "actor_rollout_ref.rollout.n=8",
+        f"data.train_batch_size={spec['prompts']}", f"actor_rollout_ref.rollout.n={spec['samples']}",
         f"actor_rollout_ref.rollout.ignore_eos={'true' if spec['ignore_eos'] else 'false'}",
         "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.dtype=float32",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={spec['prompts']}", "actor_rollout_ref.actor.use_kl_loss=false",
@@ -164,6 +177,7 @@ def rft_worker(spec: dict) -> dict:
         f"custom_reward_function.path={spec['reward']}", "trainer.val_before_train=false", "trainer.test_freq=-1",
         "trainer.save_freq=-1", "trainer.resume_mode=disable", "trainer.device=cpu", "trainer.logger=[]",
         f"trainer.total_training_steps={spec['steps']}", f"trainer.default_local_dir={spec['out']}",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={'true' if spec['checkpointing'] else 'false'}",
         *spec["keys"],
     ])
     run = SyncRun(cfg)
@@ -186,7 +200,12 @@ def rft_worker(spec: dict) -> dict:
             continue
         metrics.update(timer.metrics())
         rows.append({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-    return {"rows": rows, "n_params": n_params, "profile": table}
+    return {"rows": rows, "n_params": n_params, "profile": table, "rss": peak_rss()}
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory so far, in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -243,7 +262,7 @@ def main() -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from bench import SHAPED_REWARD, cpu_name, matmul_gflops, wait_idle
+    from bench import REAL_SIZES, SHAPED_REWARD, cpu_name, matmul_gflops, real_size_model, wait_idle
     from rft.data.io import read_rows
     from rft.models.tiny import PRESETS as MODEL_PRESETS
     from rft.models.tiny import init_model
@@ -266,17 +285,19 @@ def main() -> None:
         reward = tmp / "reward_shaped.py"
         reward.write_text(SHAPED_REWARD)
         for workload in wanted:
-            for preset, response, ignore_eos, prompts, variants in WORKLOADS[workload]:
+            for preset, response, ignore_eos, prompts, samples, checkpointing, variants in WORKLOADS[workload]:
                 model = tmp / f"model-{preset}"
+                sizes = REAL_SIZES.get(preset) or MODEL_PRESETS[preset]
                 if not model.exists():
-                    init_model(preset, model, seed=0)
+                    real_size_model(preset, model) if preset in REAL_SIZES else init_model(preset, model, seed=0)
                 if preset not in rates:
                     wait_idle(args.wait_idle)
-                    h, inter = MODEL_PRESETS[preset]["hidden_size"], MODEL_PRESETS[preset]["intermediate_size"]
-                    rates[preset] = matmul_gflops(ROWS * (15 + response), h, inter)
-                base = dict(model=str(model), response=response, prompts=prompts, ignore_eos=ignore_eos,
-                            steps=args.steps, reward=str(reward))
-                label = f"{workload} {preset} {response} tok, {prompts}x8"
+                    rates[preset] = matmul_gflops(prompts * samples * (15 + response), sizes["hidden_size"],
+                                                  sizes["intermediate_size"])
+                base = dict(model=str(model), response=response, prompts=prompts, samples=samples,
+                            ignore_eos=ignore_eos, steps=args.steps, reward=str(reward), checkpointing=checkpointing)
+                label = (f"{workload} {preset} {response} tok, {prompts}x{samples}"
+                         + (", gradient checkpointing" if checkpointing else ""))
                 keep = set(args.variants.split(",")) if args.variants else set(variants)
                 names = (("baseline",) if args.baseline_src else ()) + tuple(v for v in variants if v in keep)
                 trl_runs: list[dict] = []
@@ -289,8 +310,8 @@ def main() -> None:
                         trl, load = _child([str(trl_python()), __file__, "--trl-worker", json.dumps(spec)], env)
                         trl.update(s=median_of(trl["times"]), load=load)
                         trl_runs.append(trl)
-                        print(f"  {label}, run {repeat}: TRL {trl['s']:.3f} s/step (other procs {load:.2f} cores)",
-                              flush=True)
+                        print(f"  {label}, run {repeat}: TRL {trl['s']:.3f} s/step (peak RSS "
+                              f"{trl['rss'] / 2**30:.2f} GiB, other procs {load:.2f} cores)", flush=True)
                     for variant in names:
                         wait_idle(args.wait_idle)
                         spec = {**base, "parquet": str(data), "out": str(tmp / f"rft-{workload}-{variant}"),
@@ -301,11 +322,11 @@ def main() -> None:
                         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(src).resolve()), os.environ.get(
                             "PYTHONPATH", "")])}  # this tree's rft (or the baseline's), whatever the venv has
                         r, load = _child([sys.executable, __file__, "--rft-worker", json.dumps(spec)], env)
-                        row = summarise(r, rates[preset], prompts * 8)
-                        row.update(load=load, runs=[])
+                        row = summarise(r, rates[preset], prompts * samples, samples)
+                        row.update(load=load, runs=[], rss=r["rss"])
                         rft_runs[variant].append(row)
                         print(f"    rft {variant}, run {repeat}: {row['s']:.3f} s/step (eff {100 * row['eff']:.0f}%, "
-                              f"other procs {load:.2f} cores)", flush=True)
+                              f"peak RSS {row['rss'] / 2**30:.2f} GiB, other procs {load:.2f} cores)", flush=True)
                         if r.get("profile"):
                             print(f"\ntorch.profiler, {label}, rft {variant}, one step (self CPU time):\n"
                                   f"{r['profile']}", flush=True)
@@ -331,7 +352,7 @@ def main() -> None:
         print(f"appended to {RESULTS}")
 
 
-def summarise(r: dict, rate: float, rows: int) -> dict:
+def summarise(r: dict, rate: float, rows: int, samples: int) -> dict:
     """Medians of steps 3.. of the rft rows: s/step, phases, tokens; the floor and efficiencies."""
     from bench import generated_tokens
 
@@ -341,7 +362,7 @@ def summarise(r: dict, rate: float, rows: int) -> dict:
     prompt, response = med("prompt_length/mean"), med("response_length/mean")
     tokens = rows * (prompt + response)
     kept = 1.0 - med("actor/zero_adv_rows") / rows
-    gen_flops, upd_flops = 2 * n * generated_tokens(rows, 8, prompt, response), 6 * n * tokens * kept
+    gen_flops, upd_flops = 2 * n * generated_tokens(rows, samples, prompt, response), 6 * n * tokens * kept
     s, gen, upd = med("timing_s/step"), med("timing_s/gen"), med("timing_s/update_actor")
     return dict(s=s, gen=gen, upd=upd, prompt=prompt, response=response, kept=kept,
                 tok_s=rows * response / s, eff=(gen_flops + upd_flops) / (rate * 1e9) / s,
@@ -354,7 +375,7 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
     head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "runs (TRL; rft)", "gen s",
             "update s", "other s",
             "rows trained", "resp tok (rft / TRL)", "resp tok/s", "eff", "gen eff", "update eff",
-            "other procs (TRL / rft)"]
+            "other procs (TRL / rft)", "peak RSS GiB (TRL / rft)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in results:
         trl = r["trl"]
@@ -367,7 +388,8 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
                  f"{r['response']:.1f} / {trl['response_mean']:.1f}" if trl and trl["response_mean"] else
                  f"{r['response']:.1f}", f"{r['tok_s']:.0f}", f"{100 * r['eff']:.0f}%", f"{100 * r['gen_eff']:.0f}%",
                  f"{100 * r['upd_eff']:.0f}%" if r["kept"] > 0 else "–",
-                 f"{trl['load']:.2f} / {r['load']:.2f}" if trl else f"– / {r['load']:.2f}"]
+                 f"{trl['load']:.2f} / {r['load']:.2f}" if trl else f"– / {r['load']:.2f}",
+                 f"{trl['rss'] / 2**30:.2f} / {r['rss'] / 2**30:.2f}" if trl else f"– / {r['rss'] / 2**30:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     notes = ["", "fp32 matmul rate at the model's shape: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
              + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). "
