@@ -145,12 +145,13 @@ class UpdateGuard:
         try:
             for group in groups:
                 for p in group["params"]:
-                    if p.grad is None:
-                        continue  # the optimizer leaves it as it is
-                    live, grad, saved = _local(p).detach(), _local(p.grad).detach(), state.get(p, {})
+                    live, grad, saved = _local(p).detach(), p.grad, state.get(p, {})
+                    if grad is None or live.numel() == 0:
+                        continue  # the optimizer leaves it as it is (or this rank holds none of it)
+                    grad = _local(grad).detach()
                     blocks: list = [...]  # the whole tensor
                     if elementwise and live.dim():  # rows of at most TRIAL_BLOCK values
-                        rows = max(1, TRIAL_BLOCK // max(1, live[0].numel()))
+                        rows = max(1, TRIAL_BLOCK // max(1, math.prod(live.shape[1:])))
                         blocks = [slice(i, i + rows) for i in range(0, live.shape[0], rows)]
                     for block in blocks:
                         w = live[block].clone()
