@@ -7,8 +7,8 @@ shapes (random weights, rft's tiny tokenizer: `bench.real_size_model`), as a use
 Runs:
   grpo-1k    Qwen2.5-0.5B's shape, GRPO 4 prompts x 4 samples, 1,024 new tokens (ignore_eos), 1 step, one row per
              micro-batch with gradient checkpointing            goal: fits in 24 GB
-  sft        Qwen2.5-0.5B's shape, SFT on GSM8K (../shared/data/gsm8k), 16 rows a step of at most 512 tokens, 4
-             per micro-batch, 2 steps
+  sft        Qwen2.5-0.5B's shape, SFT on GSM8K (../shared/data/gsm8k), 8 rows a step of at most 2,048 tokens (the
+             tiny tokenizer spells most characters alone: a row is ~500-1,500 tokens), one per micro-batch, 2 steps
   lora-1.5b  Qwen2.5-1.5B's shape with a LoRA adapter (rank 32, all linear layers), GRPO 4 x 4, 64 new tokens,
              2 steps; the full fine-tune of this model is refused before it loads (its weights, gradients and Adam
              state need ~23 GiB: the check `workers.memory`), which the run first shows
@@ -49,7 +49,7 @@ RUNS = {
         "actor_rollout_ref.model.enable_gradient_checkpointing=true", "trainer.total_training_steps=1"]),
     "sft": dict(preset="qwen2.5-0.5b", command="sft", keys=[
         "data.prompt_key=prompt", "data.response_key=extra_info", "data.response_dict_keys=[answer]",
-        "data.train_batch_size=16", "data.micro_batch_size_per_gpu=4", "data.max_length=512",
+        "data.train_batch_size=8", "data.micro_batch_size_per_gpu=1", "data.max_length=2048",
         "data.truncation=right", "optim.lr=1e-5", "trainer.total_training_steps=2", "trainer.logger=[console]",
         "trainer.device=cpu"]),
     "lora-1.5b": dict(preset="qwen2.5-1.5b", command="train", keys=[
