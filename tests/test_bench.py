@@ -23,15 +23,18 @@ def _result(zero_adv_rows: float, n_params: int = 1_000_000) -> dict:
 def test_the_floor_counts_generation_once_per_prompt_and_only_the_rows_trained():
     # generation: 2 * N * (16 prompts x 10 tokens + 128 rows x (5 - 1) tokens) = 2e6 * 672 = 1.344e9 FLOPs
     # update: 6 * N * 128 rows x 15 tokens x the share trained
-    everything = vs_trl.summarise(_result(0.0), rate=1.0, rows=128)
+    everything = vs_trl.summarise(_result(0.0), rate=1.0, rows=128, samples=8)
     assert everything["gen_eff"] == pytest.approx(1.344e9 / 1e9 / 0.5)
     assert everything["upd_eff"] == pytest.approx(1.152e10 / 1e9 / 1.4)
     assert everything["eff"] == pytest.approx((1.344 + 11.52) / 2.0)
-    half = vs_trl.summarise(_result(64.0), rate=1.0, rows=128)
+    half = vs_trl.summarise(_result(64.0), rate=1.0, rows=128, samples=8)
     assert half["kept"] == 0.5 and half["upd_eff"] == pytest.approx(5.76 / 1.4)
     # nothing trained (every advantage 0): the update's FLOPs are not counted, so no efficiency flatters the step
-    idle = vs_trl.summarise(_result(128.0), rate=1.0, rows=128)
+    idle = vs_trl.summarise(_result(128.0), rate=1.0, rows=128, samples=8)
     assert idle["eff"] == pytest.approx(1.344 / 2.0) and math.isnan(idle["upd_eff"])
+    # 4 samples a prompt (Q05), 16 rows: generation 2 * N * (4 prompts x 10 tokens + 16 rows x 4 tokens) = 2.08e8
+    four = vs_trl.summarise(_result(0.0), rate=1.0, rows=16, samples=4)
+    assert four["gen_eff"] == pytest.approx(2.08e8 / 1e9 / 0.5)
 
 
 def test_scaling_is_each_runs_time_over_linear_growth_from_the_first():
