@@ -568,8 +568,15 @@ def test_the_explorer_child_of_a_killed_mode_both_trainer_ends_and_the_rerun_sta
     # the explorer child, not another child of the trainer's (a compile or reward worker)
     (child,) = [c for c in children if b"RFT_ROLE=explorer" in Path(f"/proc/{c}/environ").read_bytes()]
     trainer.send_signal(signal.SIGKILL)
-    log, _ = trainer.communicate(timeout=60)  # the pipe ends when the child, which shares it, has exited too
-    assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+    log, _ = trainer.communicate(timeout=60)  # the pipe ends when the child, which shares it, is exiting too
+
+    def gone() -> bool:  # the kernel closes an exiting process's files before it turns zombie: a short wait
+        try:
+            return "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+        except FileNotFoundError:
+            return True
+
+    wait_for(gone, timeout=10)
     errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
     assert errors == [f"rft: error: the trainer process (pid {trainer.pid}) that started this explorer is gone; "
                       "the explorer stops too: run the same command again to resume"], log
