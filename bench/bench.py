@@ -103,6 +103,14 @@ def real_size_model(preset: str, out: Path, seed: int = 0) -> Path:
     return out
 
 
+def append_results(heading: str, text: str) -> None:
+    """Append a dated section `## <date> — <heading>` holding `text` to bench/RESULTS.md, and say so."""
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    with RESULTS.open("a") as f:
+        f.write(f"\n## {stamp} — {heading}\n\n{text}\n")
+    print(f"appended to {RESULTS}")
+
+
 # ------------------------------------------------------------------------------------------------ machine
 def cpu_name() -> str:
     name = platform.processor()

@@ -21,7 +21,6 @@ AdamW's two moments: 16 bytes a parameter), and the rest (activations, the KV ca
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import re
@@ -33,7 +32,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "RESULTS.md"
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k"
 RFT = [sys.executable, "-m", "rft"]
 
@@ -52,7 +50,7 @@ RUNS = {
         "data.train_batch_size=8", "data.micro_batch_size_per_gpu=1", "data.max_length=2048",
         "data.truncation=right", "optim.lr=1e-5", "trainer.total_training_steps=2", "trainer.logger=[console]",
         "trainer.device=cpu"]),
-    "lora-1.5b": dict(preset="qwen2.5-1.5b", command="train", keys=[
+    "lora-1.5b": dict(preset="qwen2.5-1.5b", command="train", lora=True, keys=[
         *GRPO, "data.max_response_length=64", "actor_rollout_ref.model.lora_rank=32",
         "actor_rollout_ref.model.lora_alpha=32", "actor_rollout_ref.model.target_modules=all-linear",
         "actor_rollout_ref.actor.optim.lr=1e-4", "trainer.total_training_steps=2"]),
@@ -79,7 +77,7 @@ def main() -> None:
         ap.error(f"--runs: no run {', '.join(sorted(unknown))} (the runs: {', '.join(RUNS)})")
 
     sys.path.insert(0, str(HERE))
-    from bench import SHAPED_REWARD, cpu_name, real_size_model
+    from bench import SHAPED_REWARD, append_results, cpu_name, real_size_model
     from rft.models.checks import saved_parameters
     from rft.tasks import convert_gsm8k, write_arithmetic
 
@@ -115,7 +113,7 @@ def main() -> None:
             if code != 0:
                 sys.stderr.write(out[-6000:])
                 raise SystemExit(f"{name}: exit {code}")
-            trained = params if "lora_rank=32" not in " ".join(keys) else 0
+            trained = 0 if run.get("lora") else params
             own = 4 * params + 12 * trained
             step_s = [json.loads(x).get("timing_s/step") for x in (tmp / name / "metrics.jsonl").read_text()
                       .splitlines()] if (tmp / name / "metrics.jsonl").exists() else []
@@ -131,11 +129,8 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        with RESULTS.open("a") as f:
-            f.write(f"\n## {stamp} — real sizes (`bench/real_sizes.py`); {os.uname().nodename}: {cpu_name()}, nproc "
-                    f"{os.cpu_count()}, CPU, fp32, one process\n\n{text}\n")
-        print(f"appended to {RESULTS}")
+        append_results(f"real sizes (`bench/real_sizes.py`); {os.uname().nodename}: {cpu_name()}, nproc "
+                       f"{os.cpu_count()}, CPU, fp32, one process", text)
 
 
 if __name__ == "__main__":

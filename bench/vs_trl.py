@@ -50,7 +50,6 @@ the measured s/step; generation and update also apart.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import resource
@@ -63,7 +62,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "RESULTS.md"
 VENV = HERE / ".venv-trl"
 TRL = "trl==1.16.0"
 
@@ -262,7 +260,15 @@ def main() -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from bench import REAL_SIZES, SHAPED_REWARD, cpu_name, matmul_gflops, real_size_model, wait_idle
+    from bench import (
+        REAL_SIZES,
+        SHAPED_REWARD,
+        append_results,
+        cpu_name,
+        matmul_gflops,
+        real_size_model,
+        wait_idle,
+    )
     from rft.data.io import read_rows
     from rft.models.tiny import PRESETS as MODEL_PRESETS
     from rft.models.tiny import init_model
@@ -345,11 +351,8 @@ def main() -> None:
     print()
     print(table)
     if not args.no_write:
-        stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        with RESULTS.open("a") as f:
-            f.write(f"\n## {stamp} — rft vs TRL {TRL.split('==')[1]} side by side (`bench/vs_trl.py`); "
-                    f"{os.uname().nodename}: {machine}\n\n{table}\n")
-        print(f"appended to {RESULTS}")
+        append_results(f"rft vs TRL {TRL.split('==')[1]} side by side (`bench/vs_trl.py`); {os.uname().nodename}: "
+                       f"{machine}", table)
 
 
 def summarise(r: dict, rate: float, rows: int, samples: int) -> dict:
