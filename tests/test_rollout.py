@@ -119,6 +119,29 @@ def test_sample_next_greedy_is_argmax():
     assert torch.equal(top1, expected)
 
 
+def test_large_vocabularies_sample_by_the_inverse_distribution_function():
+    """From LARGE_VOCABULARY tokens on, one uniform number a row: the frequencies are the probabilities and a token
+    of probability 0 is never drawn (here 40,000 tokens of which three hold all the mass, one of them the last)."""
+    from rft.rollout.hf import LARGE_VOCABULARY
+
+    vocab, rows = 40_000, 20_000  # the std of a frequency is at most sqrt(0.25 / 20000) = 0.0035
+    assert vocab >= LARGE_VOCABULARY
+    probs = torch.zeros(vocab)
+    probs[[7, 20_000, vocab - 1]] = torch.tensor([0.5, 0.2, 0.3])
+    logits = probs.log().expand(rows, vocab)  # -inf where the probability is 0
+    tokens = sample_next(logits, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    assert set(tokens.unique().tolist()) == {7, 20_000, vocab - 1}
+    freq = torch.bincount(tokens, minlength=vocab)[[7, 20_000, vocab - 1]].double() / rows
+    assert torch.allclose(freq, torch.tensor([0.5, 0.2, 0.3], dtype=torch.double), atol=0.015), freq
+    # a uniform distribution over all 40,000: every tenth of the vocabulary gets a tenth of the draws
+    uniform = sample_next(torch.zeros(rows, vocab), SamplingParams(), torch.Generator().manual_seed(1))
+    tenths = torch.bincount(uniform // (vocab // 10), minlength=10).double() / rows
+    assert torch.allclose(tenths, torch.full((10,), 0.1, dtype=torch.double), atol=0.015), tenths
+    # the generator fixes the draws
+    again = sample_next(torch.zeros(rows, vocab), SamplingParams(), torch.Generator().manual_seed(1))
+    assert torch.equal(uniform, again)
+
+
 # ------------------------------------------------------------------------------------ the tiny model
 @pytest.fixture(scope="module")
 def model_and_tokenizer(tmp_path_factory):
@@ -541,3 +564,58 @@ def test_another_aten_cpu_capability_compiles_in_an_inductor_cache_of_its_own(tm
     if not outs[0].startswith("(True"):
         pytest.skip(f"torch.compile does not work here: {outs[0]}")
     assert outs[1].startswith("(True, '')") and outs[1].endswith("_default"), outs
+
+
+# ------------------------------------------------------------------------ generation's products (kernels)
+@pytest.mark.parametrize("kernel", ["onednn", "measure"])
+def test_generation_on_onednn_products_equals_mkls(model, prompts, monkeypatch, kernel):
+    """`rft.rollout.kernels`: the decode loop's products on oneDNN (forced, or where timed faster) give the greedy
+    tokens and the log-probs of `linear`'s (MKL), and leave the model's layers as they were."""
+    from rft.rollout import kernels
+
+    monkeypatch.setenv(kernels.KERNEL_ENV, "aten")
+    reference = generate(model, prompts, eos=STOP_IDS, n=2, max_tokens=10, do_sample=False)
+    monkeypatch.setenv(kernels.KERNEL_ENV, kernel)
+    routed = []
+    real = kernels._onednn
+    monkeypatch.setattr(kernels, "_onednn", lambda *a: routed.append(1) or real(*a))
+    out = generate(model, prompts, eos=STOP_IDS, n=2, max_tokens=10, do_sample=False)
+    if kernel == "onednn":
+        assert routed, "no product went to oneDNN"
+    assert torch.equal(out.response_ids, reference.response_ids)
+    assert (out.logprobs - reference.logprobs).abs().max() < 1e-5
+    assert not any("forward" in vars(m) for m in model.modules())  # the layers' own forward again
+
+
+def test_routed_layers_keep_autograd_and_other_dtypes_on_linear(monkeypatch):
+    from rft.rollout import kernels
+
+    monkeypatch.setenv(kernels.KERNEL_ENV, "onednn")
+    calls = []
+    monkeypatch.setattr(kernels, "_onednn", lambda x, w, b: calls.append(x.shape) or torch.nn.functional.linear(x, w, b))
+    net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2).double())
+    x = torch.randn(3, 8)
+    with kernels.fast_linears(net):
+        with torch.no_grad():
+            net[0](x)
+        assert calls == [(3, 8)]  # the float32 layer, without gradients
+        net[1](torch.randn(3, 4, dtype=torch.double))  # another dtype: linear
+        y = net[0](x)  # with gradients: linear, and the backward works
+        y.sum().backward()
+    assert calls == [(3, 8)] and net[0].weight.grad is not None
+
+
+def test_the_kernel_is_timed_once_per_shape_and_aten_is_never_timed(monkeypatch):
+    from rft.rollout import kernels
+
+    timed = []
+    monkeypatch.setattr(kernels, "_choice", {})
+    monkeypatch.setattr(kernels, "_measure", lambda rows, w, b: timed.append((rows, *w.shape)) or True)
+    weight = torch.randn(6, 5)
+    monkeypatch.setenv(kernels.KERNEL_ENV, "measure")
+    assert kernels.use_onednn(3, weight, None) and kernels.use_onednn(4, weight, None)  # both in the bucket of 4
+    assert kernels.use_onednn(5, weight, None)  # the bucket of 8
+    assert not kernels.use_onednn(kernels.LARGEST_ROWS + 1, weight, None)  # large products stay on MKL
+    assert timed == [(4, 6, 5), (8, 6, 5)]
+    monkeypatch.setenv(kernels.KERNEL_ENV, "aten")
+    assert not kernels.use_onednn(3, weight, None)

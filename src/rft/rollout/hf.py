@@ -22,6 +22,7 @@ from rft.models.attention import (
 from rft.models.load import device_of
 from rft.rollout.base import RolloutOutput, SamplingParams
 from rft.rollout.cache import PreallocatedCache
+from rft.rollout.kernels import fast_linears
 
 ATTEND_BUCKET = 16
 """The compiled decode step attends its static cache in lengths of this many positions: a few shapes to compile,
@@ -44,12 +45,32 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
+LARGE_VOCABULARY = 32768
+"""From this many tokens on, `sample_next` draws by the inverse of the distribution function (one uniform number a
+row) instead of `torch.multinomial`, which draws an exponential number for every token of the vocabulary: 57-70 ms
+a decode step for 16 rows of a 151,936-token vocabulary on this project's AMD EPYC, ~10% of a Qwen2.5-0.5B
+generation, against ~6 ms. Both draw exactly from the distribution; smaller vocabularies keep the samples of
+earlier releases (the draws differ between the two)."""
+
+
 def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
     """Next tokens (B,) from last-position logits (B, V)."""
     if params.greedy:
         return logits.argmax(-1)
-    logits = filter_logits(logits / params.temperature, params.top_k, params.top_p)
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+    probs = filter_logits(logits / params.temperature, params.top_k, params.top_p).softmax(-1)
+    if probs.shape[-1] >= LARGE_VOCABULARY:
+        return inverse_cdf_sample(probs, generator)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token a row of (B, V) probabilities: the first token whose cumulative probability exceeds u times the
+    row's total, u uniform on [0, 1) (the cumulative sums in float64, so a token's share is exact to ~1e-16 of the
+    total whatever V; a token of probability 0 is never drawn)."""
+    cdf = probs.to(torch.float64).cumsum_(-1)  # (B, V)
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
+    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)  # (B, 1)
+    return token.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
 
 
 def response_mask_from(tokens: torch.Tensor, eos_ids: torch.Tensor, ignore_eos: bool) -> torch.Tensor:
@@ -136,7 +157,10 @@ class HFRollout:
         self.model.eval()
         try:
             with torch.compiler.set_stance("force_eager"):
-                return self._sample_compiled(*args) if self.compiled else self._sample(*args)
+                if self.compiled:
+                    return self._sample_compiled(*args)
+                with fast_linears(self.model):
+                    return self._sample(*args)
         finally:
             self.model.train(was_training)
 
