@@ -35,7 +35,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -113,16 +112,9 @@ def append_results(heading: str, text: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ machine
 def cpu_name() -> str:
-    name = platform.processor()
-    if not name:
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-    return name or platform.machine()
+    from rft.runtime import cpu_model
+
+    return cpu_model()
 
 
 def matmul_gflops(m: int, k: int, n: int, min_time: float = 0.4) -> float:

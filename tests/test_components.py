@@ -458,6 +458,8 @@ DS_CASES = [
     ({"bf16": {"enabled": False}}, f"{RO}.dtype", "float32"),
     ({"bf16": {"enabled": True}}, f"{RO}.dtype", "bfloat16"),
     ({"bf16": {"enabled": "auto"}}, f"{RO}.dtype", "bfloat16"),
+    ({"bf16": {"enabled": True}}, f"{AA}.fsdp_config.mixed_precision.param_dtype", "bfloat16"),
+    ({"bf16": {"enabled": False}}, f"{AA}.fsdp_config.mixed_precision.param_dtype", "float32"),
     ({"bf16": {"enabled": True}, "fp16": {"enabled": True}}, REFUSED, "fp16.enabled=true together with bf16"),
     ({"zero_optimization": {"stage": 0}}, f"{AA}.strategy", "fsdp"),
     ({"zero_optimization": {"stage": 2}}, f"{AA}.strategy", "fsdp2"),

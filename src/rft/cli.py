@@ -151,7 +151,7 @@ def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
     run_demo(args.output or ("runs/demo" if args.task == "arithmetic" else f"runs/demo-{args.task}"),
-             seed=args.seed, task=args.task, engine=args.engine)
+             seed=args.seed, task=args.task, engine=args.engine, dtype=args.dtype)
     return 0
 
 
@@ -300,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                    help="the GRPO stage's rollout engine (vllm: `make vllm`, docs/rollout.md)")
+    q.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="what the GRPO stage computes in (its rollout.dtype and the actor's mixed_precision."
+                        "param_dtype; on a CPU bf16 only where it is faster: docs/performance.md); the recorded "
+                        "figures are float32's")
     q.set_defaults(fn=cmd_demo)
 
     q = sub.add_parser("generate", help="n responses per prompt of a parquet with a model folder (verl's "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,20 @@ def configure_cpu_runtime() -> None:
         libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
     except (OSError, AttributeError):  # not glibc (macOS, musl): the defaults stay
         log.debug("mallopt unavailable; large allocations use the allocator's defaults")
+
+
+def cpu_model() -> str:
+    """The CPU's model name ('AMD EPYC', 'Intel(R) Xeon(R) Processor'), else the machine's architecture."""
+    name = platform.processor()
+    if not name:
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+    return name or platform.machine()
 
 
 def human_bytes(n: float) -> str:

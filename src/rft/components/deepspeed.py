@@ -3,7 +3,8 @@
 * Batch and clipping values (`train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`, `train_batch_size`,
   `gradient_clipping`) are `"auto"` (taken from the training arguments) or must equal them, as transformers
   requires (a mismatch is an error there too).
-* `bf16` / `fp16` choose the dtype (`actor_rollout_ref.rollout.dtype`; CPU computes in float32 whatever is named).
+* `bf16` / `fp16` choose the dtype (`actor_rollout_ref.rollout.dtype` and the actor's `fsdp_config.mixed_precision.
+  param_dtype`; a CPU computes in a low precision only where it is faster there: docs/performance.md).
 * `zero_optimization.stage` 1-3 shard over the processes: FSDP2 (`actor.strategy=fsdp2`, `fsdp_size=-1`, all
   processes: one here). `offload_optimizer` / `offload_param` with device cpu are FSDP's offload keys.
 * `optimizer` / `scheduler` sections replace the `optim` / `lr_scheduler_type` inputs (as in transformers) when
@@ -149,11 +150,13 @@ def _dtype(p: Plan, ds: dict, refuse) -> None:
 
         if has_cuda():
             refuse("fp16", ".enabled=true: DeepSpeed trains fp16 with a loss scaler, which rft does not have; use "
-                           "bf16 (on CPU rft computes in float32 whatever is named)")
+                           "bf16")
             return
-        p.set("actor_rollout_ref.rollout.dtype", "float16", INPUT)
+        dtype = "float16"
     else:
-        p.set("actor_rollout_ref.rollout.dtype", "bfloat16" if bf16 else "float32", INPUT)
+        dtype = "bfloat16" if bf16 else "float32"
+    p.set("actor_rollout_ref.rollout.dtype", dtype, INPUT)
+    p.set("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype", dtype, INPUT)
     if isinstance(fp16_block, dict):
         unknown = set(fp16_block) - FP16_SCALER_KEYS - {"enabled"}
         for key in sorted(unknown):

@@ -56,7 +56,9 @@ class GenerationRolloutConfig:
     prompt_length: int = fld(1536, "Longest prompt in tokens (after the chat template); a longer one is an error "
                                    "naming the row.")
     response_length: int = fld(512, "Maximum number of generated tokens per response.")
-    dtype: str = fld("bfloat16", "Compute dtype (on CPU rft computes in float32 whatever is named here).",
+    dtype: str = fld("bfloat16", "The dtype generation computes in (the model is loaded in it). On a CPU a low "
+                     "precision is used only where this CPU computes it faster than float32 (measured once per "
+                     "machine; else float32, with the reason in the log).",
                      choices=DTYPES)
     micro_batch_size: Optional[int] = fld(None, "Rows per forward pass of the hf engine; null: the whole batch.")
     ignore_eos: bool = fld(False, "Keep generating after EOS up to response_length.")

@@ -276,9 +276,26 @@ class WrapPolicyConfig:
         "(its _no_split_modules, e.g. Qwen2DecoderLayer).")
 
 
+PRECISION_HELP = ("On a CPU a low precision is used only where this CPU computes it faster than float32 (measured "
+                  "once per machine; else float32, with the reason in the log: docs/performance.md).")
+
+
+@dataclass
+class MixedPrecisionConfig:
+    param_dtype: str = fld("bf16", "The dtype the model's forward and backward passes compute in (torch.autocast: "
+                           "matmuls in it, softmaxes, norms and losses in float32); the master weights and the "
+                           "optimizer state stay float32. " + PRECISION_HELP, choices=DTYPES)
+    reduce_dtype: str = fld("fp32", "The dtype the gradients are reduced in across processes (FSDP2's "
+                            "MixedPrecisionPolicy; one process reduces nothing).", choices=DTYPES)
+    buffer_dtype: str = fld("fp32", "The dtype of the model's floating buffers (rotary frequencies, ...) while it "
+                            "computes in a low precision.", choices=DTYPES)
+
+
 @dataclass
 class FSDPConfig:
     wrap_policy: WrapPolicyConfig = sub(WrapPolicyConfig, "FSDP wrap policy.")
+    mixed_precision: MixedPrecisionConfig = sub(MixedPrecisionConfig, "Mixed precision (verl's FSDP "
+                                                "mixed_precision: param, reduce and buffer dtypes).")
     param_offload: bool = fld(False, "Keep the parameter shards in host memory (FSDP1's CPUOffload, FSDP2's "
                               "CPUOffloadPolicy). " + CPU_ONLY_OFFLOAD)
     optimizer_offload: bool = fld(False, "Keep the optimizer state in host memory: with param_offload or "
@@ -457,8 +474,10 @@ class RolloutConfig:
     response_length: Optional[int] = fld(None, "Must equal data.max_response_length when set.")
     micro_batch_size: Optional[int] = fld(None, "Rows per generation call of the hf engine; null: all at once.")
     dtype: str = fld(
-        "bfloat16", "Rollout dtype (on CPU rft computes in float32 whatever is named here).", choices=DTYPES
-    )
+        "bfloat16", "The dtype generation computes in (the hf engine under torch.autocast over float32 weights; "
+        "vLLM's dtype). Where it differs from the actor's param_dtype the old log-probs are recomputed in the "
+        "training precision every step and the gap logged (training/rollout_probs_diff_*). " + PRECISION_HELP,
+        choices=DTYPES)
     log_prob_micro_batch_size: Optional[int] = fld(None, "Deprecated; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: Optional[int] = fld(
         None, "Rows per forward pass when recomputing old log-probs; null: the whole batch."

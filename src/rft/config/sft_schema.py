@@ -52,7 +52,10 @@ class SFTDataConfig:
 
 @dataclass
 class SFTFSDPConfig:
-    model_dtype: str = fld("fp32", "Parameter dtype (CPU computes in fp32 whatever is named).",
+    model_dtype: str = fld("fp32", "The dtype the forward and backward passes compute in (torch.autocast; the "
+                           "weights and the optimizer state stay float32, as verl's mixed precision keeps them). On a "
+                           "CPU a low precision is used only where this CPU computes it faster than float32 "
+                           "(measured once per machine; else float32, with the reason in the log).",
                            choices=("fp32", "bf16", "fp16", "float32", "bfloat16", "float16"))
     wrap_policy: dict = fld({"min_num_params": 0}, "FSDP wrap policy.", unsupported=MULTI_PROCESS)
     cpu_offload: bool = fld(False, "FSDP CPU offload.", unsupported=MULTI_PROCESS)

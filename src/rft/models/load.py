@@ -43,15 +43,14 @@ def device_of(model: nn.Module) -> torch.device:
     return getattr(model, COMPUTE_DEVICE_ATTR, None) or next(model.parameters()).device
 
 
-def compute_dtype(requested: str, device: torch.device) -> torch.dtype:
-    """The dtype rft computes in. On CPU that is float32 whatever a GPU config names: bf16 matmuls run ~500x
-    slower than fp32 on CPU."""
-    if device.type == "cpu":
-        if requested not in ("auto", "float32", "fp32"):
-            log.info("dtype %s requested; computing in float32 on CPU (bf16/fp16 matmuls are far slower there)",
-                     requested)
-        return torch.float32
-    return _DTYPES.get(requested, torch.bfloat16)
+def compute_dtype(requested: str, device: torch.device, what: str = "rollout") -> torch.dtype:
+    """The dtype a model that only generates is loaded and computes in: `requested` where this hardware computes it
+    fast, else float32 (`rft.models.precision.choose`), said in one log line."""
+    from rft.models.precision import choose, describe
+
+    choice = choose(requested, device)
+    log.info("rft: %s", describe({what: choice}))
+    return choice.dtype
 
 
 def parse_module_list(value: Any) -> Any:

@@ -48,11 +48,14 @@ def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bo
 
 
 def _hf(cfg, model, tokenizer, eos, all_done, distributed, weights):
+    from rft.models.load import device_of
+    from rft.models.precision import choose
     from rft.rollout.hf import HFRollout
 
     ro = cfg.actor_rollout_ref.rollout
     return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done,
-                     compiled=compiled_decode(ro.enforce_eager, model, all_done is not None))
+                     compiled=compiled_decode(ro.enforce_eager, model, all_done is not None),
+                     dtype=choose(ro.dtype, device_of(model)).dtype)
 
 
 def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
@@ -76,9 +79,11 @@ def vllm_options(cfg, model: nn.Module):
     from rft.rollout.vllm_engine import VLLMOptions
 
     data, ro, t = cfg.data, cfg.actor_rollout_ref.rollout, cfg.trainer
+    from rft.models.precision import choose
+
     cuda = torch.cuda.is_available()
+    dtype = choose(ro.dtype, torch.device("cuda" if cuda else "cpu")).dtype
     if not cuda:
-        log.info("rft: the vLLM engine computes in float32 on CPU (rollout.dtype=%s names a GPU dtype)", ro.dtype)
         if ro.free_cache_engine:
             log.info("rft: rollout.free_cache_engine: vLLM's sleep mode needs CUDA; on CPU the engine keeps its "
                      "memory between rollouts")
@@ -101,7 +106,7 @@ def vllm_options(cfg, model: nn.Module):
     rows = max(data.train_batch_size * ro.n, (data.val_batch_size or 0) * ro.val_kwargs.n, 64)
     extra = {k: v for k, v in ((ro.engine_kwargs or {}).get("vllm") or {}).items() if v is not None}
     return VLLMOptions(
-        dtype=ro.dtype if cuda else "float32", seed=t.seed, max_model_len=max_model_len,
+        dtype=str(dtype).removeprefix("torch."), seed=t.seed, max_model_len=max_model_len,
         gpu_memory_utilization=ro.gpu_memory_utilization,
         kv_cache_tokens=max(min(rows, ro.max_num_seqs) * length, max_model_len),
         enforce_eager=ro.enforce_eager, enable_prefix_caching=ro.enable_prefix_caching,

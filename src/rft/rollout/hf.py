@@ -20,6 +20,7 @@ from rft.models.attention import (
     use_decode_attention,
 )
 from rft.models.load import device_of
+from rft.models.precision import autocast
 from rft.rollout.base import RolloutOutput, SamplingParams
 from rft.rollout.cache import PreallocatedCache
 from rft.rollout.kernels import fast_linears
@@ -95,14 +96,19 @@ def copy_named(model: nn.Module, weights) -> None:
 
 class HFRollout:
     def __init__(self, model: nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size: int | None = None,
-                 all_done: Callable[[bool], bool] | None = None, compiled: bool = False):
+                 all_done: Callable[[bool], bool] | None = None, compiled: bool = False,
+                 dtype: torch.dtype | None = None):
         """`all_done(finished_here)`: with a model sharded over several processes, whether every rank's rows have
         finished; the decode loop stops only then (each forward pass of a sharded model needs every rank), the
         finished rows of a rank emitting padding meanwhile. None: one process.
         `compiled`: the decode step compiled with static shapes (`rollout.enforce_eager=false`, as vLLM captures its
         decode step): a static KV cache of prompt + max_tokens positions, every row in every step, inductor fusing
-        the step's small kernels; the first generation of each shape pays the compilation."""
+        the step's small kernels; the first generation of each shape pays the compilation.
+        `dtype`: what generation computes in (rollout.dtype as `models.precision.choose` resolved it), under
+        autocast when the model's weights are of a higher precision (cast once per generation); None: the weights'
+        own."""
         self.model = model
+        self.dtype = dtype
         use_decode_attention(model)
         self.compiled = compiled
         self._step = None
@@ -156,7 +162,7 @@ class HFRollout:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.compiler.set_stance("force_eager"):
+            with torch.compiler.set_stance("force_eager"), autocast(self.model, self.dtype):
                 if self.compiled:
                     return self._sample_compiled(*args)
                 with fast_linears(self.model):

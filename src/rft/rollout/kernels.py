@@ -11,7 +11,7 @@ meets a shape (M rounded up to a power of two, k, n), both kernels are timed on 
 one serves that shape for the rest of the process (`RFT_DECODE_KERNEL=aten|onednn` fixes the choice instead).
 Both compute the same product; oneDNN's sums round differently (~1e-6 relative).
 
-Only plain float32 `nn.Linear` layers on the CPU outside autograd are routed (a sharded, quantised or cuda weight
+Only plain float32 `nn.Linear` layers on the CPU outside autograd and autocast are routed (a sharded, quantised or cuda weight
 keeps `linear`), and only inside `fast_linears`, which the hf engine's eager decode loop enters.
 """
 
@@ -116,7 +116,8 @@ def _routed(layer: nn.Linear):
     plain = nn.Linear.forward.__get__(layer)
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":
+        if (torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu"
+                or torch.is_autocast_enabled("cpu")):  # autocast casts inside linear, not inside oneDNN's op
             return plain(x)
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if rows and use_onednn(rows, layer.weight, layer.bias):

@@ -59,7 +59,7 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
             "model": {"path": str(model)},
             "actor": {"ppo_mini_batch_size": 16,
                       "optim": {"lr": RL_LR, "weight_decay": 0.0, "warmup_style": RL_SCHEDULE}},
-            "rollout": {"n": 8, "temperature": 1.0, "dtype": "float32"},
+            "rollout": {"n": 8, "temperature": 1.0},
         },
         "algorithm": {"adv_estimator": "grpo"},
         "trainer": {"project_name": "rft_demo", "experiment_name": f"seed{seed}", "default_local_dir": str(out),
@@ -99,7 +99,7 @@ def tools_demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) 
         "actor_rollout_ref": {
             "model": {"path": str(model)},
             "actor": {"ppo_mini_batch_size": 16, "optim": {"lr": TOOLS_RL_LR, "weight_decay": 0.0}},
-            "rollout": {"n": 8, "temperature": 1.0, "dtype": "float32"},
+            "rollout": {"n": 8, "temperature": 1.0},
         },
         "algorithm": {"adv_estimator": "grpo"},
         "workflow": {"type": "tool_call_workflow", "args": dict(TOOLS_WORKFLOW_ARGS), "runner_per_model": 16},
@@ -175,8 +175,11 @@ def validation_before_and_after(rl_out: Path, steps: int) -> tuple[float, float]
     return before, accuracy(last[-1])
 
 
-def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine: str = "hf") -> dict:
-    """`engine`: the GRPO stage's rollout engine (hf, or vllm: docs/rollout.md)."""
+def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine: str = "hf",
+             dtype: str = "float32") -> dict:
+    """`engine`: the GRPO stage's rollout engine (hf, or vllm: docs/rollout.md); `dtype`: what the GRPO stage
+    computes in, its rollout and its updates (float32: the demo's recorded figures; the SFT stages are float32
+    either way, so a bf16 GRPO stage can start from a float32 run's SFT model)."""
     from rft.monitor.plots import plot_curves
     from rft.runtime import configure_cpu_runtime
     from rft.trainer.stages import build_stages, run_stages
@@ -200,6 +203,8 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine
         story = (f"SFT copies a teacher who forgets the units carry in {CARRY_SLIP:.0%} of carrying additions; "
                  "GRPO is rewarded by the exact answer")
     config["actor_rollout_ref"]["rollout"]["name"] = engine
+    config["actor_rollout_ref"]["rollout"]["dtype"] = dtype
+    config["actor_rollout_ref"]["actor"]["fsdp_config"] = {"mixed_precision": {"param_dtype": dtype}}
     config_path = out / "config.yaml"
     write_text_atomic(config_path, OmegaConf.to_yaml(OmegaConf.create(config)))
     print(f"rft demo: tiny model ({model_dir}), {task} task ({data['train'].parent}), config {config_path}")
@@ -212,7 +217,7 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine
     print(f"rft demo: held-out greedy accuracy after sft: {sft_accuracy:.3f} (the {rl.name} stage's validation "
           f"before its first step)\nrft demo: held-out greedy accuracy after {rl.name}: {rl_accuracy:.3f}", flush=True)
     plot_curves([(s.name, s.out) for s in stages], out / "curves.png", title=f"rft demo {task} (seed {seed})")
-    result = {"task": task, "engine": engine, "sft_accuracy": sft_accuracy, "rl_accuracy": rl_accuracy,
+    result = {"task": task, "engine": engine, "dtype": dtype, "sft_accuracy": sft_accuracy, "rl_accuracy": rl_accuracy,
               "seconds": round(time.perf_counter() - start, 1), "seed": seed, "model": str(final),
               "config": str(config_path), "curves": str(out / "curves.png")}
     write_text_atomic(out / "demo.json", json.dumps(result, indent=1) + "\n")

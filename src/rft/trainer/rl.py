@@ -15,6 +15,7 @@ normalisers and the logged metrics. Rank 0 writes the exports; checkpoints are w
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -36,8 +37,8 @@ from rft.algorithms import (
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.errors import ModelError
+from rft.models import precision
 from rft.models.load import (
-    compute_dtype,
     export_hf,
     frozen_copy,
     is_peft,
@@ -74,6 +75,8 @@ from rft.workers.policy import (
 )
 from rft.workers.ulysses import enable_sequence_parallel
 
+log = logging.getLogger("rft")
+
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
     x = x.float()
@@ -104,13 +107,18 @@ class RLTrainer:
         self.device = resolve_device(trainer.device)
         if dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", dist.local_rank)
-        self.dtype = compute_dtype(arr.rollout.dtype, self.device)
+        # What each model computes in (models/precision.py): the weights stay float32, the passes run under
+        # autocast in the precision the config names where this hardware computes it faster.
+        self.precision = {"rollout": precision.choose(arr.rollout.dtype, self.device),
+                          "actor": precision.choose(arr.actor.fsdp_config.mixed_precision.param_dtype, self.device)}
+        self.dtype = self.precision["rollout"].dtype  # the engine's and the reward model's
         # The optional inputs the estimator declared with its registration; the trainer fills `values` from the
         # critic (the explorer fills `reward_baselines`, which need generation).
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
 
-        model = load_trainable_model(arr.model.path, arr.model, self.dtype, self.device,
+        model = load_trainable_model(arr.model.path, arr.model, precision.MASTER, self.device,
                                      key="actor_rollout_ref.model", tokenizer=tokenizer)
+        precision.set_compute(model, self.precision["actor"], arr.actor.fsdp_config.mixed_precision, self.device)
         if arr.model.use_remove_padding:  # packed forward passes (the reference's copy packs too)
             enable_remove_padding(model, "actor_rollout_ref.model.use_remove_padding")
         self.kl_ctrl = make_kl_controller(cfg.algorithm.kl_ctrl.type, cfg.algorithm.kl_ctrl.kl_coef,
@@ -118,6 +126,12 @@ class RLTrainer:
         self.needs_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         # LoRA: the reference is the base model with the adapter disabled; full fine-tuning keeps a frozen copy.
         ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
+        if self.needs_ref:  # its own precision (a LoRA reference is the policy itself: the actor's)
+            mp = arr.ref.fsdp_config.mixed_precision
+            self.precision["ref"] = precision.choose(mp.param_dtype, self.device) if ref_model is not None \
+                else self.precision["actor"]
+            if ref_model is not None:
+                precision.set_compute(ref_model, self.precision["ref"], mp, self.device)
         # several processes: both are sharded over the ranks (every decoder layer, then the root)
         self.model = model = wrap(model, arr.actor.strategy, arr.actor.fsdp_config, dist, self.device)
         self.ref_model = (wrap(ref_model, arr.actor.strategy, arr.ref.fsdp_config, dist, self.device)
@@ -144,6 +158,7 @@ class RLTrainer:
         use_critic = cfg.critic.enable if cfg.critic.enable is not None else "values" in self.adv_needs
         self.critic_tokenizer = tokenizer
         self.critic = self._build_critic() if use_critic else None
+        log.info("rft: %s", precision.describe(self.precision))
         # With one optimizer step per batch of fresh experiences the policy that sampled is the policy being
         # updated, so the old log-probs are the detached current ones and need no forward pass of their own. Not
         # so with an engine of its own numerics (vLLM): the old log-probs are computed every step and the
@@ -152,6 +167,7 @@ class RLTrainer:
         rc = cfg.algorithm.rollout_correction
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
                                    or engine_spec(arr.rollout.name).own_numerics
+                                   or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
         # algorithm.mix: the expert rows each update adds (trainer/mix.py)
@@ -170,8 +186,10 @@ class RLTrainer:
             if self.critic_tokenizer.get_vocab() != self.tokenizer.get_vocab():
                 raise ModelError(f"critic.model.tokenizer_path={c.model.tokenizer_path!r}: its vocabulary differs "
                                  "from the policy's, whose token ids the critic reads; remove it")
-        model = load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, self.device,
+        model = load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER, self.device,
                                      key="critic.model", value_head=True, tokenizer=self.tokenizer)
+        self.precision["critic"] = precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device)
+        precision.set_compute(model, self.precision["critic"], c.model.fsdp_config.mixed_precision, self.device)
         if c.model.use_remove_padding:
             enable_remove_padding(model, "critic.model.use_remove_padding")
         model = wrap(model, c.strategy, c.model.fsdp_config, self.dist, self.device)
@@ -452,9 +470,9 @@ class RLTrainer:
         architecture, with the folder's weights: what a sharded model's gathered weights are loaded into."""
         arr, c = self.cfg.actor_rollout_ref, self.cfg.critic
         if critic:
-            return load_trainable_model(c.model.path or arr.model.path, c.model, self.dtype, torch.device("cpu"),
-                                        key="critic.model", value_head=True)
-        return load_trainable_model(arr.model.path, arr.model, self.dtype, torch.device("cpu"),
+            return load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER,
+                                        torch.device("cpu"), key="critic.model", value_head=True)
+        return load_trainable_model(arr.model.path, arr.model, precision.MASTER, torch.device("cpu"),
                                     key="actor_rollout_ref.model")
 
     def export_final(self, write: Callable[[str], None] = print) -> None:

@@ -13,6 +13,7 @@ writes the model; checkpoints are sharded (DCP), resumable by any number of proc
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -22,8 +23,8 @@ from rft.data.dataset import PromptSampler
 from rft.data.sft import SFTDataset
 from rft.distributed import SINGLE, Dist, padded_shard
 from rft.fsutil import write_text_atomic
+from rft.models import precision
 from rft.models.load import (
-    compute_dtype,
     export_hf,
     load_tokenizer,
     load_trainable_model,
@@ -43,6 +44,8 @@ from rft.workers.fsdp import full_state_dict, loss_scale, wrap
 from rft.workers.guard import UpdateGuard
 from rft.workers.packing import enable_remove_padding
 from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
+
+log = logging.getLogger("rft")
 
 SFT_CONTENTS = {"model", "optimizer", "extra"}
 
@@ -68,7 +71,9 @@ class SFTTrainer:
         self.device = resolve_device(trainer.device)
         if dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", dist.local_rank)
-        self.dtype = compute_dtype(model_cfg.fsdp_config.model_dtype, self.device)
+        # float32 weights and optimizer state; the passes compute in model_dtype where this hardware is fast in it
+        self.precision = precision.choose(model_cfg.fsdp_config.model_dtype, self.device)
+        self.dtype = precision.MASTER
         torch.manual_seed(trainer.seed)
 
         self.tokenizer = load_tokenizer(model_cfg.partial_pretrain, model_cfg.trust_remote_code)
@@ -79,6 +84,8 @@ class SFTTrainer:
 
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device,
                                           key="model", tokenizer=self.tokenizer)
+        precision.set_compute(self.model, self.precision)
+        log.info("rft: %s", precision.describe({self.name: self.precision}))
         if getattr(cfg, "use_remove_padding", False):  # rft sft's key; rft dpo's schema has none (refused there)
             enable_remove_padding(self.model, "use_remove_padding")
         self.model = wrap(self.model, model_cfg.strategy, _FSDP(), dist, self.device)

@@ -18,6 +18,7 @@ from torch import nn
 from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
 from rft.models.load import device_of
+from rft.models.precision import autocast
 from rft.workers.minibatch import MiniBatchWorker, loss_tokens
 from rft.workers.packing import forward_packed, packs
 from rft.workers.policy import UpdateSettings, _pad, eval_passes, packed_window, response_window
@@ -25,7 +26,13 @@ from rft.workers.ulysses import sequence_parallel, split_outputs
 
 
 def forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """(B, R) values of the response tokens (0 past each row's last one), with gradients if enabled."""
+    """(B, R) values of the response tokens (0 past each row's last one), with gradients if enabled; in the
+    critic's compute precision (models/precision.py)."""
+    with autocast(model):
+        return _forward_values(model, batch)
+
+
+def _forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
     R = batch.response_ids.shape[1]
     if sequence_parallel(model) is not None:  # each process reads the values its slice holds
         ids, attn, positions, p_len, _ = response_window(batch, device_of(model))

@@ -123,21 +123,31 @@ def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.de
     offload = device.type == "cuda" and (fsdp_cfg.offload_policy or fsdp_cfg.param_offload)
     if offload:  # the shards live in host memory; inputs still go to the GPU
         setattr(model, COMPUTE_DEVICE_ATTR, device)
+    from rft.models.precision import MASTER, REDUCE_ATTR
+
+    reduce = getattr(model, REDUCE_ATTR, MASTER)  # mixed_precision.reduce_dtype (models/precision.py)
     if strategy == "fsdp2":
-        from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard
+        from torch.distributed.fsdp import (
+            CPUOffloadPolicy,
+            FSDPModule,
+            MixedPrecisionPolicy,
+            OffloadPolicy,
+            fully_shard,
+        )
 
         mesh = shard_mesh(device.type, dist.processes, fsdp_size)
         policy = CPUOffloadPolicy(pin_memory=True) if offload else OffloadPolicy()
+        mixed = MixedPrecisionPolicy(reduce_dtype=reduce if reduce != MASTER else None)
         for module in units:  # children before parents
-            fully_shard(module, mesh=mesh, offload_policy=policy)
-        fully_shard(model, mesh=mesh, offload_policy=policy)
+            fully_shard(module, mesh=mesh, offload_policy=policy, mp_policy=mixed)
+        fully_shard(model, mesh=mesh, offload_policy=policy, mp_policy=mixed)
         # sum over ranks (each rank's loss is its share of the global loss), with SUM collectives (gloo has no AVG)
         for module in model.modules():
             if isinstance(module, FSDPModule):
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)
         return model
-    from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import CustomPolicy
 
     # FSDP1's state-dict code warns about its own deprecated internals (ShardedTensor, a gloo device lookup)
@@ -152,6 +162,7 @@ def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.de
         sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
         device_mesh=shard_mesh(device.type, dist.processes, fsdp_size) if hybrid else None,
         cpu_offload=CPUOffload(offload_params=bool(offload)), use_orig_params=True, device_id=device,
+        mixed_precision=MixedPrecision(reduce_dtype=reduce) if reduce != MASTER else None,
     )
     if offload:
         setattr(wrapped, COMPUTE_DEVICE_ATTR, device)

@@ -40,6 +40,7 @@ from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.models.arch import router_recorder
 from rft.models.load import device_of
+from rft.models.precision import autocast
 from rft.workers.lm_head import Head, head_chunk, head_input, head_logprobs, lm_head
 from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler: re-exported)
     MiniBatchWorker,
@@ -81,7 +82,7 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
     if router is not None:  # a mixture of experts in a pass with gradients: its load-balancing loss too
         router.start()
     attn = None
-    with head_input(model, head) if head is not None else nullcontext() as store:
+    with autocast(model), head_input(model, head) if head is not None else nullcontext() as store:
         if packs(model):
             logits, labels = _packed_logits(model, batch, store)
         else:
@@ -138,6 +139,12 @@ def forward_logprobs(
     Through the LM head chunk by chunk where rft reproduces the model's logits (`rft.workers.lm_head`: never the
     (tokens x vocabulary) logits of the whole batch at once), else from the full logits (the entropy chunked over
     token positions, see `entropy_from_logits`). See `forward_logits`."""
+    with autocast(model):  # the model's compute precision (models/precision.py), the chunked head's too
+        return _forward_logprobs(model, batch, temperature, with_entropy, entropy_grad, chunk_tokens)
+
+
+def _forward_logprobs(model: nn.Module, batch: Batch, temperature: float, with_entropy: bool, entropy_grad: bool,
+                      chunk_tokens: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     R = batch.response_ids.shape[1]
     if sequence_parallel(model) is not None:
         return _split_logprobs(model, batch, temperature, with_entropy, entropy_grad, chunk_tokens)

@@ -1,0 +1,219 @@
+"""The precision keys (models/precision.py): the choice on a CPU (measured once, cached, one log line), mixed
+precision's float32 weights and optimizer state, and bf16 runs of the passes and of a whole GRPO step.
+
+On a CPU without fast bf16 (this project's AVX2 machine) a run computes in float32 whatever it names; the bf16
+paths run here under RFT_CPU_PRECISION=requested, which computes in the named precision however slow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rft.models import precision
+from rft.models.precision import Choice, choose, describe
+from tests.rl_helpers import assert_all_moved, make_assets, rl_config, trainable
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def measured(monkeypatch, tmp_path):
+    """`speedup` with a made-up measurement (`rates[dtype]`), counted, and a cache folder of the test's own."""
+    rates: dict[torch.dtype, float] = {}
+    calls: list[torch.dtype] = []
+    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(precision.MODE_ENV, "measure")
+    monkeypatch.setattr(precision, "_speedups", {})
+    monkeypatch.setattr(precision, "measure", lambda dtype: calls.append(dtype) or rates[dtype])
+    return rates, calls
+
+
+# ------------------------------------------------------------------------------------------------ the choice
+def test_a_cpu_computes_in_bf16_only_where_it_runs_faster(measured, monkeypatch, tmp_path):
+    rates, _ = measured
+    rates[torch.bfloat16] = 2.6
+    fast = choose("bfloat16", CPU)
+    assert fast == Choice(torch.bfloat16, "bfloat16", "bf16 matmul 2.6x fp32 on this CPU")
+    precision._speedups.clear()  # another machine
+    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "another"))
+    rates[torch.bfloat16] = 0.016
+    slow = choose("bf16", CPU)
+    assert slow == Choice(torch.float32, "bf16", "bf16 matmul 0.016x fp32 on this CPU")
+    # float32 asked: float32, nothing measured; auto: the faster of bf16 and float32
+    assert choose("fp32", CPU) == Choice(torch.float32, "fp32")
+    assert choose("auto", CPU).dtype == torch.float32
+
+
+def test_the_measurement_runs_once_per_machine_and_is_cached_on_disk(measured, tmp_path):
+    rates, calls = measured
+    rates[torch.bfloat16], rates[torch.float16] = 3.0, 0.5
+    assert choose("bf16", CPU).dtype == torch.bfloat16
+    assert choose("bf16", CPU).dtype == torch.bfloat16  # in memory
+    precision._speedups.clear()  # a new process: read from the file
+    assert choose("bfloat16", CPU).dtype == torch.bfloat16
+    assert choose("fp16", CPU).dtype == torch.float32
+    assert calls == [torch.bfloat16, torch.float16]
+    cached = json.loads((tmp_path / "cache" / "precision.json").read_text())
+    assert sorted(cached.values()) == [0.5, 3.0]
+    assert all(k.startswith(precision._machine_key()) for k in cached)
+
+
+def test_the_mode_overrides_the_measurement(measured, monkeypatch):
+    rates, calls = measured
+    monkeypatch.setenv(precision.MODE_ENV, "requested")
+    assert choose("bf16", CPU) == Choice(torch.bfloat16, "bf16", "RFT_CPU_PRECISION=requested")
+    monkeypatch.setenv(precision.MODE_ENV, "float32")
+    assert choose("bf16", CPU) == Choice(torch.float32, "bf16", "RFT_CPU_PRECISION=float32")
+    monkeypatch.setenv(precision.MODE_ENV, "fast")
+    with pytest.raises(ValueError, match="RFT_CPU_PRECISION='fast': valid values are measure, requested, float32"):
+        choose("bf16", CPU)
+    assert calls == []
+    # a GPU computes in what is named, measured nowhere
+    assert choose("bf16", torch.device("cuda")) == Choice(torch.bfloat16, "bf16")
+    assert choose("auto", torch.device("cuda")).dtype == torch.bfloat16
+
+
+def test_one_line_says_what_runs_and_why():
+    slow = "bf16 matmul 0.016x fp32 on this CPU"
+    line = describe({"rollout": Choice(torch.float32, "bfloat16", slow), "actor": Choice(torch.float32, "bf16", slow),
+                     "critic": Choice(torch.float32, "fp32")})
+    assert line == ("precision: rollout fp32 (bfloat16 asked), actor fp32 (bf16 asked), critic fp32 "
+                    "(bf16 matmul 0.016x fp32 on this CPU)")
+    fast = "bf16 matmul 2.6x fp32 on this CPU"
+    assert describe({"rollout": Choice(torch.bfloat16, "bf16", fast), "actor": Choice(torch.bfloat16, "bf16", fast)}) \
+        == ("precision: rollout bf16, actor bf16 (bf16 matmul 2.6x fp32 on this CPU); master weights and optimizer "
+            "state fp32")
+
+
+def test_the_real_measurement_returns_a_ratio(monkeypatch):
+    ratio = precision.measure(torch.bfloat16)
+    assert 0 < ratio < 100
+
+
+# ------------------------------------------------------------------------------------------------ the passes
+class _MP:
+    param_dtype, reduce_dtype, buffer_dtype = "bf16", "fp32", "bf16"
+
+
+def test_mixed_precision_computes_in_bf16_over_float32_weights(monkeypatch):
+    monkeypatch.setenv(precision.MODE_ENV, "requested")
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    net.register_buffer("freq", torch.arange(4, dtype=torch.float32))
+    precision.set_compute(net, choose("bf16", CPU), _MP(), CPU)
+    assert getattr(net, precision.REDUCE_ATTR) == torch.float32
+    assert net.freq.dtype == torch.bfloat16  # buffer_dtype while computing in bf16
+    x = torch.randn(3, 8)
+    with precision.autocast(net):
+        y = net(x)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in net.parameters())
+    # the bf16 result is the float32 one to bf16's precision
+    assert torch.allclose(y.float(), net(x), rtol=0.05, atol=0.05)
+    # float32 compute: no autocast at all
+    precision.set_compute(net, Choice(torch.float32, "fp32"))
+    assert isinstance(precision.autocast(net), type(precision.contextlib.nullcontext()))
+
+
+def test_a_bf16_rollout_samples_close_to_float32(monkeypatch, tmp_path):
+    """The hf engine under autocast bf16 over float32 weights: its log-probs are the float32 forward's to bf16's
+    precision, and the weights are untouched."""
+    from transformers import AutoModelForCausalLM
+
+    from rft.batch import Batch
+    from rft.models.tiny import init_model
+    from rft.rollout import HFRollout, SamplingParams
+    from rft.workers.policy import forward_logprobs
+
+    path = init_model("tiny", tmp_path / "m", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    prompts = torch.randint(0, 250, (3, 5), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(prompts)
+    engine = HFRollout(model, [274], 272, dtype=torch.bfloat16)
+    out = engine.generate(prompts, mask, SamplingParams(n=2, max_tokens=8, ignore_eos=True),
+                          torch.Generator().manual_seed(0))
+    batch = Batch(prompt_ids=prompts.repeat_interleave(2, 0), prompt_mask=mask.repeat_interleave(2, 0),
+                  response_ids=out.response_ids, response_mask=out.response_mask,
+                  group=torch.arange(3).repeat_interleave(2))
+    with torch.no_grad():
+        fp32, _ = forward_logprobs(model, batch, 1.0)
+    gap = (fp32 - out.logprobs).abs().max().item()
+    assert 0 < gap < 0.1, gap  # bf16 rounding: not float32's 1e-6, not another distribution
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_a_grpo_step_in_bf16_trains_with_float32_state_and_logs_the_rollout_gap(monkeypatch, tmp_path, caplog):
+    """RFT_CPU_PRECISION=requested: the actor computes in bf16 (autocast), the rollout in float32 (asked): every
+    trainable parameter moves, weights and AdamW moments stay float32, and the old log-probs are recomputed in the
+    training precision with the gap to the rollout's logged."""
+    import logging
+
+    from rft.monitor import Timer
+    from rft.trainer.run import SyncRun
+
+    monkeypatch.setenv(precision.MODE_ENV, "requested")
+    assets = make_assets(tmp_path / "assets")
+    cfg = rl_config(assets, tmp_path / "out", "actor_rollout_ref.rollout.dtype=float32",
+                    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16")
+    with caplog.at_level(logging.INFO, logger="rft"):
+        run = SyncRun(cfg)
+    assert "rft: precision: rollout fp32, actor bf16 (RFT_CPU_PRECISION=requested); master weights and optimizer " \
+           "state fp32" in caplog.text
+    assert run.trainer.needs_old_logprobs  # rollout and update differ in precision
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
+    assert_all_moved(before, run.trainer.model)
+    assert all(p.dtype == torch.float32 for p in run.trainer.model.parameters())
+    state = run.trainer.worker.optimizer.state
+    assert state and all(v.dtype == torch.float32 for s in state.values() for v in s.values() if v.dim() > 0)
+    gap = metrics["training/rollout_probs_diff_max"]
+    assert 0 < gap < 0.5, gap  # bf16 against float32 log-probs of the same tokens
+
+
+def test_float32_asked_runs_exactly_as_before(monkeypatch, tmp_path):
+    """trainer.device cpu with float32 named everywhere: no autocast anywhere, whatever the mode (the numbers of
+    earlier releases: the golden tests hold them)."""
+    from rft.trainer.run import SyncRun
+
+    monkeypatch.setenv(precision.MODE_ENV, "requested")
+    assets = make_assets(tmp_path / "assets")
+    cfg = rl_config(assets, tmp_path / "out", "actor_rollout_ref.rollout.dtype=float32",
+                    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32")
+    run = SyncRun(cfg)
+    assert {k: c.dtype for k, c in run.trainer.precision.items()} == {"rollout": torch.float32,
+                                                                       "actor": torch.float32}
+    assert not run.trainer.needs_old_logprobs
+    assert isinstance(precision.autocast(run.trainer.model), type(precision.contextlib.nullcontext()))
+
+
+def test_sft_in_bf16_keeps_float32_weights_and_learns(monkeypatch, tmp_path, caplog):
+    """rft sft with model.fsdp_config.model_dtype=bf16 (RFT_CPU_PRECISION=requested): the passes in bf16, the
+    weights float32, every parameter moved and the loss falls over a few steps on the same rows."""
+    import logging
+
+    from rft.trainer.configure import load_sft_config
+    from rft.trainer.sft import SFTTrainer
+
+    monkeypatch.setenv(precision.MODE_ENV, "requested")
+    assets = make_assets(tmp_path / "assets")
+    cfg = load_sft_config(None, [
+        f"model.partial_pretrain={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+        "data.response_key=extra_info", "data.response_dict_keys=[answer]", "data.train_batch_size=8",
+        "data.micro_batch_size_per_gpu=8", "data.max_length=32", "optim.lr=3e-3", "optim.weight_decay=0.0",
+        "trainer.total_training_steps=4", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'out'}",
+        "model.fsdp_config.model_dtype=bf16"])
+    with caplog.at_level(logging.INFO, logger="rft"):
+        trainer = SFTTrainer(cfg)
+    assert "rft: precision: sft bf16 (RFT_CPU_PRECISION=requested)" in caplog.text
+    before = trainable(trainer.model)
+    rows = trainer.train_set.batch(trainer.sampler.next_batch(), trainer.tokenizer.pad_token_id)
+    losses = []
+    for step in range(1, 5):
+        trainer.global_step = step
+        losses.append(trainer.train_step(rows)["train/loss"])
+    assert_all_moved(before, trainer.model)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    assert losses[-1] < losses[0], losses
