@@ -35,7 +35,9 @@ Workloads (docs: bench/RESULTS.md):
 Gradient checkpointing is the same on both sides of every workload (TRL's GRPOConfig turns it on by default: the
 W workloads turn it off there, as rft's default is; before 2026-11-25 they compared rft without it against TRL
 with it).
-Each run's peak resident memory (the worker process's maximum RSS, `getrusage`) is in the table beside s/step.
+Each run's peak resident memory (the worker process's maximum RSS, `getrusage`) is in the table beside s/step, and
+the run's last generation beside the same generation (prompts, sampling parameters, generator state) replayed by the
+hf engine alone over the model folder in a fresh process (`last gen`: what the run around it costs generation).
 Variants: default, remove_padding (use_remove_padding), compile (use_torch_compile), compiled_decode
 (rollout.enforce_eager=false: the hf engine's compiled decode step) and fastest (the three together).
 Reward: bench.py's SHAPED_REWARD (the exact answer plus half the share of digits), so groups differ and every
@@ -180,6 +182,7 @@ def rft_worker(spec: dict) -> dict:
     ])
     run = SyncRun(cfg)
     n_params = sum(p.numel() for p in run.trainer.model.parameters())
+    record_generations(run.explorer.engine, Path(spec["out"]) / "replay.pt")
     rows, table = [], None
     for step in range(1, spec["steps"] + 1):
         timer = Timer()
@@ -199,6 +202,53 @@ def rft_worker(spec: dict) -> dict:
         metrics.update(timer.metrics())
         rows.append({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
     return {"rows": rows, "n_params": n_params, "profile": table, "rss": peak_rss()}
+
+
+def record_generations(engine, path: Path) -> None:
+    """Wrap `engine.generate` so that each call's inputs (prompts, sampling parameters, the generator's state before
+    it) and its seconds are saved to `path`: the last one is replayed by the engine alone in a fresh process
+    (`engine_worker`)."""
+    import torch
+
+    generate = engine.generate
+
+    def recorded(prompt_ids, prompt_mask, params, generator=None):
+        state = generator.get_state() if generator is not None else None
+        t0 = time.perf_counter()
+        out = generate(prompt_ids, prompt_mask, params, generator)
+        torch.save({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "params": params, "state": state,
+                    "seconds": time.perf_counter() - t0, "tokens": int(out.response_mask.sum())}, path)
+        return out
+
+    engine.generate = recorded
+
+
+def engine_worker(spec: dict) -> dict:
+    """The run's last generation again (`record_generations`), by the hf engine alone over the model folder loaded
+    afresh, in a process that trains nothing: the same prompts, parameters and draws, so the same tokens. Returns
+    both times."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rft.rollout.base import eos_token_ids
+    from rft.rollout.hf import HFRollout
+    from rft.runtime import configure_cpu_runtime
+
+    configure_cpu_runtime()
+    torch.set_flush_denormal(True)
+    replay = torch.load(Path(spec["out"]) / "replay.pt", weights_only=False)
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
+    times = []
+    for _ in range(2):  # the first pays the one-time work (the kernels' timing per shape), as the run's first step did
+        generator = torch.Generator()
+        generator.set_state(replay["state"])
+        t0 = time.perf_counter()
+        out = engine.generate(replay["prompt_ids"], replay["prompt_mask"], replay["params"], generator)
+        times.append(time.perf_counter() - t0)
+    return {"in_run": replay["seconds"], "alone": times[-1], "same_tokens": int(out.response_mask.sum()) ==
+            replay["tokens"]}
 
 
 def peak_rss() -> int:
@@ -245,6 +295,7 @@ def main() -> None:
                     help="torch.profiler over one more rft step of each variant (printed; not in the median)")
     ap.add_argument("--trl-worker", help=argparse.SUPPRESS)
     ap.add_argument("--rft-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--engine-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     unknown = set(args.variants.split(",")) - set(VARIANTS) if args.variants else set()
     if unknown:
@@ -254,6 +305,9 @@ def main() -> None:
         return
     if args.rft_worker:
         print("@@RESULT@@" + json.dumps(rft_worker(json.loads(args.rft_worker))), flush=True)
+        return
+    if args.engine_worker:
+        print("@@RESULT@@" + json.dumps(engine_worker(json.loads(args.engine_worker))), flush=True)
         return
 
     sys.path.insert(0, str(HERE))
@@ -329,10 +383,13 @@ def main() -> None:
                             "PYTHONPATH", "")])}  # this tree's rft (or the baseline's), whatever the venv has
                         r, load = _child([sys.executable, __file__, "--rft-worker", json.dumps(spec)], env)
                         row = summarise(r, rates[preset], prompts * samples, samples)
-                        row.update(load=load, runs=[], rss=r["rss"])
+                        replay, _ = _child([sys.executable, __file__, "--engine-worker", json.dumps(spec)], env)
+                        row.update(load=load, runs=[], rss=r["rss"], replay=replay)
                         rft_runs[variant].append(row)
                         print(f"    rft {variant}, run {repeat}: {row['s']:.3f} s/step (eff {100 * row['eff']:.0f}%, "
-                              f"peak RSS {row['rss'] / 2**30:.2f} GiB, other procs {load:.2f} cores)", flush=True)
+                              f"peak RSS {row['rss'] / 2**30:.2f} GiB, other procs {load:.2f} cores); its last "
+                              f"generation {replay['in_run']:.3f} s in the run, {replay['alone']:.3f} s by the engine "
+                              f"alone{'' if replay['same_tokens'] else ' (other tokens!)'}", flush=True)
                         if r.get("profile"):
                             print(f"\ntorch.profiler, {label}, rft {variant}, one step (self CPU time):\n"
                                   f"{r['profile']}", flush=True)
@@ -368,6 +425,7 @@ def summarise(r: dict, rate: float, rows: int, samples: int) -> dict:
     gen_flops, upd_flops = 2 * n * generated_tokens(rows, samples, prompt, response), 6 * n * tokens * kept
     s, gen, upd = med("timing_s/step"), med("timing_s/gen"), med("timing_s/update_actor")
     return dict(s=s, gen=gen, upd=upd, prompt=prompt, response=response, kept=kept,
+                first=r["rows"][0]["timing_s/step"] if r["rows"] else float("nan"),
                 tok_s=rows * response / s, eff=(gen_flops + upd_flops) / (rate * 1e9) / s,
                 gen_eff=gen_flops / (rate * 1e9) / max(gen, 1e-9),
                 upd_eff=upd_flops / (rate * 1e9) / max(upd, 1e-9) if kept > 0 else float("nan"),
@@ -375,7 +433,9 @@ def summarise(r: dict, rate: float, rows: int, samples: int) -> dict:
 
 
 def render(results: list[dict], rates: dict[str, float]) -> str:
-    head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "runs (TRL; rft)", "gen s",
+    head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "runs (TRL; rft)",
+            "rft first step s", "gen s",
+            "last gen: in run / alone s",
             "update s", "other s",
             "rows trained", "resp tok (rft / TRL)", "resp tok/s", "eff", "gen eff", "update eff",
             "other procs (TRL / rft)", "peak RSS GiB (TRL / rft)"]
@@ -386,7 +446,8 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
                  f"{r['s'] / trl['s']:.2f}" if trl else "–",
                  "; ".join(([" ".join(f"{x:.3f}" for x in trl["runs"])] if trl else [])
                            + [" ".join(f"{x:.3f}" for x in r["runs"])]),
-                 f"{r['gen']:.3f}", f"{r['upd']:.3f}",
+                 f"{r['first']:.1f}", f"{r['gen']:.3f}", f"{r['replay']['in_run']:.3f} / {r['replay']['alone']:.3f}",
+                 f"{r['upd']:.3f}",
                  f"{r['other']:.3f}", f"{100 * r['kept']:.0f}%",
                  f"{r['response']:.1f} / {trl['response_mean']:.1f}" if trl and trl["response_mean"] else
                  f"{r['response']:.1f}", f"{r['tok_s']:.0f}", f"{100 * r['eff']:.0f}%", f"{100 * r['gen_eff']:.0f}%",
@@ -395,9 +456,12 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
                  f"{trl['rss'] / 2**30:.2f} / {r['rss'] / 2**30:.2f}" if trl else f"– / {r['rss'] / 2**30:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     notes = ["", "fp32 matmul rate at the model's shape: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in rates.items())
-             + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed). "
+             + ". s/step: median of steps 3-8 of a run; each side's best of its interleaved runs (all listed); rft "
+             "first step: the first step's seconds (compiles, the kernels' timing per shape, first allocations). "
              "eff = (2*N*T_gen generation, each prompt once + the response tokens fed back, + 6*N*T update over the "
-             "rows trained) / rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. rows trained: the "
+             "rows trained) / rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. last gen: "
+             "the run's last generation, and the same one (prompts, parameters, draws) by the hf engine alone over the "
+             "model folder in a fresh process. rows trained: the "
              "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
              "other procs: cores other processes used during each side's run (2 cores in all)."]
     for name, what in (("growth", "prompts per step"), ("length", "new tokens per row")):

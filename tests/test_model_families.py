@@ -135,9 +135,11 @@ def test_the_decode_mask_is_prepared_only_where_the_model_takes_it(root):
 
 # ------------------------------------------------------------------------------------------------ (b) packing
 def _ragged_batch(tok, vocab: int) -> Batch:
-    """8 rows: prompts of 3 to 14 tokens (left padded), responses of 1 to 12 (right padded)."""
+    """8 rows: prompts of 3 to 14 tokens (left padded), rows 2-3 and 5-6 two responses to one prompt each (the
+    packed passes compute a shared prompt once), responses of 1 to 12 (right padded)."""
     gen = torch.Generator().manual_seed(3)
-    ids, mask = _prompts(tok, lengths=(3, 14, 9, 11, 5, 12, 7, 14))
+    ids, mask = _prompts(tok, lengths=(3, 14, 9, 9, 5, 12, 12, 14))
+    ids[3], mask[3], ids[6], mask[6] = ids[2], mask[2], ids[5], mask[5]
     lengths = torch.tensor([1, 12, 5, 9, 3, 12, 7, 2])
     response_mask = (torch.arange(12)[None] < lengths[:, None]).long()
     response = torch.randint(0, min(vocab, 256), (8, 12), generator=gen) * response_mask

@@ -125,6 +125,68 @@ def test_packed_log_probs_and_values_equal_the_padded_ones(ragged):
     assert entropy.shape == batch.response_mask.shape and bool(torch.isfinite(entropy).all())
 
 
+def test_a_prompt_several_rows_hold_is_packed_once():
+    """packed_window on three rows, the first two with one prompt (5 6 7), the third another (8 9, left-padded):
+    the shared prompt's tokens are packed with row 0 only, each row's layout reads them in front of its response,
+    and row 1's first response token is predicted by row 0's last prompt token (packed index 2).
+
+        ids (response_window)    attention       packed index of each cell (src; 10: none)
+        row 0: 5 6 7 10 11       1 1 1 1 1       0 1 2 3 4
+        row 1: 5 6 7 12  0       1 1 1 1 0       0 1 2 5 10
+        row 2: 0 8 9 13 14       0 1 1 1 1       6 7 8 9 10
+    """
+    from rft.batch import Batch
+    from rft.workers.policy import packed_window, prompt_owners
+
+    batch = Batch(prompt_ids=torch.tensor([[5, 6, 7], [5, 6, 7], [0, 8, 9]]),
+                  prompt_mask=torch.tensor([[1, 1, 1], [1, 1, 1], [0, 1, 1]]),
+                  response_ids=torch.tensor([[10, 11], [12, 0], [13, 14]]),
+                  response_mask=torch.tensor([[1, 1], [1, 0], [1, 1]]), group=torch.tensor([0, 0, 1]))
+    assert prompt_owners(batch.prompt_ids, batch.prompt_mask).tolist() == [0, 0, 2]
+    window = packed_window(batch, torch.device("cpu"))
+    tokens = window.tokens
+    assert tokens.ids.tolist() == [5, 6, 7, 10, 11, 12, 8, 9, 13, 14]
+    assert tokens.positions.tolist() == [0, 1, 2, 3, 4, 3, 0, 1, 2, 3]
+    assert tokens.row.tolist() == [0, 0, 0, 0, 0, 1, 2, 2, 2, 2]
+    assert tokens.col.tolist() == [0, 1, 2, 3, 4, 3, 0, 1, 2, 3]
+    assert tokens.src.tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 5, 10], [6, 7, 8, 9, 10]]
+    assert window.t.tolist() == [-1, -1, -1, 0, 1, 0, -1, -1, 0, 1]
+    assert window.before.tolist() == [2, 3, 2, 7, 8]
+    # no prompt held twice: each row's tokens one after another, as before
+    alone = packed_window(Batch(prompt_ids=batch.prompt_ids[1:], prompt_mask=batch.prompt_mask[1:],
+                                response_ids=batch.response_ids[1:], response_mask=batch.response_mask[1:],
+                                group=batch.group[1:]), torch.device("cpu"))
+    assert alone.tokens.src is None and alone.before.tolist() == [2, 5, 6]
+
+
+def test_groups_that_share_their_prompt_train_as_the_padded_pass(assets, tmp_path):
+    """A GRPO batch whose rows of a group share their prompt (4 prompts x 4 responses): the packed pass computes
+    each prompt once (fewer tokens than the rows hold) and its log-probs, values and gradient are the padded
+    ones to 1e-6, in one micro-batch and in micro-batches that split the groups."""
+    from rft.workers.policy import packed_window
+
+    run = SyncRun(rl_config(assets, tmp_path, "critic.enable=true"))
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
+    score(run, batch)
+    run.trainer.compute_advantages(batch)
+    window = packed_window(batch, torch.device("cpu"))
+    assert len(window.tokens.ids) == int(batch.response_mask.sum() + batch.prompt_mask[::4].sum())
+    model, critic = run.trainer.model, run.trainer.critic.model
+    padded_lp = compute_logprobs(model, batch, 1.0, None)
+    padded_values = forward_values(critic, batch).detach()
+    padded = _grads(run, batch)
+    _packed(model, True)
+    _packed(critic, True)
+    try:
+        assert float((compute_logprobs(model, batch, 1.0, None) - padded_lp).abs().max()) <= 1e-6
+        assert float((forward_values(critic, batch).detach() - padded_values).abs().max()) <= 1e-6
+        assert _close(padded, _grads(run, batch)) <= 1e-6
+        assert _close(padded, _grads(run, batch, micro_rows=6)) <= 1e-6
+    finally:
+        _packed(model, False)
+        _packed(critic, False)
+
+
 def test_an_architecture_that_cannot_pack_runs_padded(ragged, capsys, monkeypatch):
     run, _ = ragged
     import copy

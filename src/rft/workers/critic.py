@@ -40,10 +40,11 @@ def _forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
                                packed=packs(model), lm=False)[..., 0]
         return _pad(values, R) * batch.response_mask.to(values.device)
     if packs(model):  # use_remove_padding: the real tokens packed, the value read before each response token
-        ids, positions, row, t = packed_window(batch, device_of(model))
-        target = (t >= 0).nonzero().flatten()
-        out = forward_packed(model, ids, positions, row, len(batch), None)[target - 1, 0].float()  # (N,)
-        values = out.new_zeros(batch.response_mask.shape).index_put((row[target], t[target]), out)
+        window = packed_window(batch, device_of(model))
+        target = (window.t >= 0).nonzero().flatten()
+        out = forward_packed(model, window.tokens, None)[window.before, 0].float()  # (N,)
+        values = out.new_zeros(batch.response_mask.shape).index_put((window.tokens.row[target], window.t[target]),
+                                                                    out)
         return values * batch.response_mask.to(values.device)
     ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits  # (B, L, 1)

@@ -59,11 +59,17 @@ class PackedRows:
     keys: torch.Tensor | None = None
     """(rows, width) bool: which columns are keys (a padded layout's rows, `rft.workers.ulysses`); None: every
     column up to the row's length, padding after it."""
+    src: torch.Tensor | None = None
+    """(rows, width): the packed token at every column of the rows (T: none) where a token sits in several rows (a
+    prompt its group's rows share, `PackedTokens.src`); None: each token only at (row, col)."""
 
 
 def _unpack(x: torch.Tensor, packed: PackedRows) -> torch.Tensor:
     """(1, H, T, d) -> (rows, H, width, d), each row's tokens from column 0, zeros after."""
     tokens = x[0].transpose(0, 1)  # (T, H, d)
+    if packed.src is not None:  # a shared token read into every row that holds it (its gradients summed back)
+        cells = torch.cat([tokens, tokens.new_zeros(1, *tokens.shape[1:])])[packed.src]  # (rows, width, H, d)
+        return cells.transpose(1, 2)
     out = tokens.new_zeros(packed.rows, packed.width, *tokens.shape[1:])
     out = out.index_put((packed.row, packed.col), tokens)
     return out.transpose(1, 2)
@@ -153,7 +159,7 @@ def _self_check(model: nn.Module) -> tuple[bool, str]:
     try:
         padded = _logits(model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False))
         row, col = attn.nonzero(as_tuple=True)
-        packed = forward_packed(model, ids[row, col], positions[row, col], row, 2, None, windows := [])
+        packed = forward_packed(model, pack(ids[row, col], positions[row, col], row, 2), None, windows := [])
     finally:
         model.train(was)
     if not windows:
@@ -169,6 +175,30 @@ def _logits(out) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out[0]
 
 
+@dataclass(frozen=True)
+class PackedTokens:
+    """Tokens packed into one sequence (use_remove_padding) and the rows they form: `ids` and `positions` (T,), and
+    each token's own cell in the rows' layout, `row` and `col` (T,; every row from column 0), where its output is
+    read. `src` (rows, width; T for an empty cell): the token at every cell, where a token also sits in rows other
+    than its own (a prompt shared by the responses to it: each of them attends to it, the forward pass computes it
+    once); None: each token sits in its own cell only."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    rows: int
+    width: int
+    src: torch.Tensor | None = None
+
+
+def pack(ids: torch.Tensor, positions: torch.Tensor, row: torch.Tensor, rows: int) -> PackedTokens:
+    """`PackedTokens` of rows laid out one after another: the tokens `ids` (T,) with their `positions` (T,), each in
+    the row `row` (T,, ascending), in order."""
+    col, lengths = row_columns(row, rows)
+    return PackedTokens(ids, positions, row, col, rows, int(lengths.max()))
+
+
 def row_columns(row: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(each packed token's column in its row (T,), each row's length (rows,)) for the row (T,, ascending) of each
     token of a packed sequence."""
@@ -176,14 +206,14 @@ def row_columns(row: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tenso
     return torch.arange(len(row), device=row.device) - (torch.cumsum(lengths, 0) - lengths)[row], lengths
 
 
-def forward_packed(model: nn.Module, ids: torch.Tensor, positions: torch.Tensor, row: torch.Tensor, rows: int,
-                   keep: torch.Tensor | None, windows: list | None = None) -> torch.Tensor:
-    """The model's output (logits, or a value head's) at the packed positions `keep` (all when None), (len, ·),
-    for the packed tokens `ids` (T,) with their `positions` (T,) and the `row` (T,, ascending) each belongs to.
-    `windows`: a list that collects the sliding window each attention call was given (None for a full layer)."""
-    col, lengths = row_columns(row, rows)
-    packed = PackedRows(row=row, col=col, rows=rows, width=int(lengths.max()),
-                        windows=windows if windows is not None else [])
+def forward_packed(model: nn.Module, tokens: PackedTokens, keep: torch.Tensor | None,
+                   windows: list | None = None) -> torch.Tensor:
+    """The model's output (logits, or a value head's) at the packed positions `keep` (all when None; an index may
+    repeat), (len, ·), for the packed `tokens`. `windows`: a list that collects the sliding window each attention
+    call was given (None for a full layer)."""
+    packed = PackedRows(row=tokens.row, col=tokens.col, rows=tokens.rows, width=tokens.width,
+                        windows=windows if windows is not None else [], src=tokens.src)
+    ids, positions = tokens.ids, tokens.positions
     cfg = next(attention_configs(model))
     if cfg._attn_implementation != PACKED_ATTENTION:
         raise RuntimeError("forward_packed: the model does not run rft's packed attention (enable_remove_padding)")

@@ -50,7 +50,15 @@ from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_sched
     loss_tokens,
     mini_batch_norm,
 )
-from rft.workers.packing import forward_packed, packs, row_tokens, token_budget_bins
+from rft.workers.packing import (
+    PackedTokens,
+    forward_packed,
+    pack,
+    packs,
+    row_columns,
+    row_tokens,
+    token_budget_bins,
+)
 from rft.workers.ulysses import sequence_parallel, split_outputs
 
 
@@ -99,30 +107,73 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
     return logits, labels
 
 
-def packed_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """The real tokens of `batch` packed (use_remove_padding): (ids (T,), positions (T,), row (T,), response token
-    index (T,): t for response token t of its row, -1 for prompt tokens), the window of `response_window` (all
-    padding columns trimmed) with its padding tokens left out. Positions count the row's real tokens from 0, as the
-    padded pass's do."""
+@dataclass(frozen=True)
+class PackedWindow:
+    """The window of `response_window` packed (use_remove_padding): `tokens` (T), each token's response index `t`
+    (T,: t for response token t of its row, -1 for a prompt token) and, for each response token in packed order
+    (`(t >= 0).nonzero()`), the packed index of the token before it in its row, whose output predicts it
+    (`before`, N; repeated where responses share the prompt whose last token predicts their first)."""
+
+    tokens: PackedTokens
+    t: torch.Tensor
+    before: torch.Tensor
+
+
+def packed_window(batch: Batch, device: torch.device) -> PackedWindow:
+    """The real tokens of `batch` packed, with the padding of `response_window` left out and each prompt that
+    several rows hold (the responses to one prompt, a GRPO group) packed once: every token-wise layer computes it
+    once, and the attention lays it out again in front of each response (its gradient summed over them), which is
+    exactly the padded pass's result, with the prompts' share of the work divided by the group size. Positions
+    count each row's real tokens from 0, as the padded pass's do."""
     ids, attn, positions, p_len, _ = response_window(batch, device)
-    row, col = attn.nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    B, W = ids.shape
+    real = attn.bool()
+    rows = torch.arange(B, device=device)
+    owner = prompt_owners(ids[:, :p_len], real[:, :p_len])  # (B,) the first row holding each row's prompt
+    own = real.clone()
+    own[:, :p_len] &= (owner == rows)[:, None]  # a shared prompt's tokens packed with its first row only
+    row, col = own.nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    T = len(row)
     t = torch.where(col >= p_len, col - p_len, torch.full_like(col, -1))
-    return ids[row, col], positions[row, col], row, t
+    response = (t >= 0).nonzero().flatten()
+    if bool((owner == rows).all()):  # nothing shared: each row's tokens, one row after another
+        return PackedWindow(pack(ids[row, col], positions[row, col], row, B), t, response - 1)
+    index = torch.full((B, W), T, dtype=torch.long, device=device)
+    index[row, col] = torch.arange(T, device=device)
+    cell = torch.cat([index[owner, :p_len], index[:, p_len:]], dim=1)  # (B, W): the token at each real column
+    real_row, real_col = real.nonzero(as_tuple=True)
+    layout_col, lengths = row_columns(real_row, B)  # each real column's place in its row's layout
+    layout = torch.full((B, W), -1, dtype=torch.long, device=device)
+    layout[real_row, real_col] = layout_col
+    src = torch.full((B, int(lengths.max())), T, dtype=torch.long, device=device)
+    src[real_row, layout_col] = cell[real_row, real_col]
+    tokens = PackedTokens(ids[row, col], positions[row, col], row, layout[row, col], B, src.shape[1], src)
+    return PackedWindow(tokens, t, src[row[response], tokens.col[response] - 1])
+
+
+def prompt_owners(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) for each row, the first row whose prompt (its real tokens) is the same: the row itself unless an
+    earlier one holds its prompt."""
+    key = torch.cat([prompt_ids * prompt_mask, prompt_mask.long()], dim=1)
+    _, group = torch.unique(key, dim=0, return_inverse=True)
+    rows = torch.arange(len(key), device=key.device)
+    first = torch.full((int(group.max()) + 1,), len(key), dtype=torch.long, device=key.device)
+    return first.scatter_reduce(0, group, rows, "amin")[group]
 
 
 def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r); or,
     with `store` (`head_input`), the head's input (B, r, H)."""
-    ids, positions, row, t = packed_window(batch, device_of(model))
-    target = (t >= 0).nonzero().flatten()  # packed indices of response tokens; the token before predicts each
+    window = packed_window(batch, device_of(model))
+    tokens, target = window.tokens, (window.t >= 0).nonzero().flatten()  # the response tokens, in packed order
     r_len = max(1, int(batch.response_mask.sum(-1).max()))
-    packed = forward_packed(model, ids, positions, row, len(batch), target - 1).float()  # (N, V)
+    packed = forward_packed(model, tokens, window.before).float()  # (N, V)
     if store is not None:  # the head's input, at the kept positions (or at all, for a model that keeps all)
         hidden = store["hidden"][0]
-        packed = hidden if hidden.shape[0] == len(target) else hidden[target - 1]
-    index = (row[target], t[target])
+        packed = hidden if hidden.shape[0] == len(target) else hidden[window.before]
+    index = (tokens.row[target], window.t[target])
     logits = packed.new_zeros(len(batch), r_len, packed.shape[-1]).index_put(index, packed)
-    labels = ids.new_zeros(len(batch), r_len).index_put(index, ids[target])
+    labels = tokens.ids.new_zeros(len(batch), r_len).index_put(index, tokens.ids[target])
     return logits, labels
 
 
