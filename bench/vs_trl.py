@@ -211,6 +211,7 @@ def record_generations(engine, path: Path) -> None:
     import torch
 
     generate = engine.generate
+    path.parent.mkdir(parents=True, exist_ok=True)
 
     def recorded(prompt_ids, prompt_mask, params, generator=None):
         state = generator.get_state() if generator is not None else None
