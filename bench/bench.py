@@ -1,10 +1,11 @@
 """rft's step benchmark on CPU: GRPO on the arithmetic task with the offline tiny/small Qwen2 models.
 
 The shape of the comparison with TRL's GRPOTrainer (bench/vs_trl.py, side by side) on a 2-core machine: 16 prompts x 8 samples
-(one optimizer step per batch), a fixed number of new tokens per response (ignore_eos), fp32.
+(one optimizer step per batch), a fixed number of new tokens per response (ignore_eos), fp32 (`--precision bf16`:
+bf16 named for generation and the update, used where this CPU computes it faster; the table says what ran).
 
     python bench/bench.py [--preset tiny|small|all] [--steps N] [--no-kl] [--no-write] [--profile]
-                          [--engine hf [vllm]]
+                          [--engine hf [vllm]] [--precision fp32|bf16]
 
 `--engine hf vllm` (in vLLM's venv: `make bench-vllm`) runs every configuration on each rollout engine, one after
 the other in the same invocation (the vLLM rows also run the old-log-prob pass, which logs the engine / trainer
@@ -14,7 +15,8 @@ Each configuration runs in its own child process (so its peak RSS is its own): t
 loading is not timed), `--warmup` steps are run and dropped, then N steps are timed with the trainer's own
 per-phase timer (`SyncRun.train_step(step, Timer())`, the phases `fit()` logs as timing_s/*).
 
-FLOP floor (the time the step's dense matmul work would take at the machine's measured fp32 matmul rate):
+FLOP floor (the time the step's dense matmul work would take at the machine's measured fp32 matmul rate; the table
+also gives the efficiency against the bf16 rate at the same shape, the floor of a run that computes in bf16):
     FLOPs/step = 2 * N_params * T_gen                      generation: each prompt once (its 8 samples share the
                                                             prefill) + every response token but the last
                + 2 * N_params * T_seq   (per no-grad pass)  ref forward (and old log-probs, when computed)
@@ -117,11 +119,12 @@ def cpu_name() -> str:
     return cpu_model()
 
 
-def matmul_gflops(m: int, k: int, n: int, min_time: float = 0.4) -> float:
-    """fp32 torch.matmul (m, k) x (k, n) throughput in GFLOP/s (best of repeated timed batches)."""
+def matmul_gflops(m: int, k: int, n: int, min_time: float = 0.4, dtype: torch.dtype = torch.float32) -> float:
+    """torch.matmul (m, k) x (k, n) throughput in `dtype` (float32 by default) in GFLOP/s (best of repeated timed
+    batches)."""
     torch.set_num_threads(torch.get_num_threads())
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    out = torch.empty(m, n)
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    out = torch.empty(m, n, dtype=dtype)
     for _ in range(3):
         torch.matmul(a, b, out=out)
     reps = 1
@@ -146,7 +149,7 @@ def matmul_gflops(m: int, k: int, n: int, min_time: float = 0.4) -> float:
 
 # ------------------------------------------------------------------------------------------------ worker
 def overrides(model: str, data: str, out: str, response: int, kl: bool, total: int, engine: str = "hf",
-              reward: str | None = None) -> list[str]:
+              reward: str | None = None, precision: str = "fp32") -> list[str]:
     return [
         f"actor_rollout_ref.model.path={model}",
         *([f"custom_reward_function.path={reward}"] if reward else []),
@@ -160,7 +163,11 @@ def overrides(model: str, data: str, out: str, response: int, kl: bool, total: i
         "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.rollout.ignore_eos=true",
         "actor_rollout_ref.rollout.temperature=1.0",
-        "actor_rollout_ref.rollout.dtype=float32",
+        # fp32: float32 named everywhere; bf16: named for generation and the update, used where this CPU computes it
+        # faster (models/precision.py)
+        f"actor_rollout_ref.rollout.dtype={'float32' if precision == 'fp32' else 'bfloat16'}",
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={precision}",
+        f"actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype={precision}",
         "actor_rollout_ref.actor.ppo_mini_batch_size=16",
         f"actor_rollout_ref.actor.use_kl_loss={'true' if kl else 'false'}",
         "actor_rollout_ref.actor.kl_loss_coef=0.001",
@@ -231,12 +238,14 @@ def run_worker(spec: dict) -> dict:
 
     warmup, steps = spec["warmup"], spec["steps"]
     cfg = load_config(None, overrides(spec["model"], spec["data"], spec["out"], spec["response"], spec["kl"],
-                                      warmup + steps, spec.get("engine", "hf"), spec.get("reward")))
+                                      warmup + steps, spec.get("engine", "hf"), spec.get("reward"),
+                                      spec.get("precision", "fp32")))
     rss_import = rss_mib()
     t0 = time.perf_counter()
     trainer = SyncRun(cfg)
     build_s = time.perf_counter() - t0
     n_params = sum(p.numel() for p in trainer.trainer.model.parameters())
+    ran_in = {what: str(c.dtype).removeprefix("torch.") for what, c in trainer.trainer.precision.items()}
     rows: list[dict] = []
     prof_table = None
     busy0 = own0 = wall0 = 0.0
@@ -268,7 +277,8 @@ def run_worker(spec: dict) -> dict:
     steps_s = [r["timing_s/step"] for r in rows]
     return dict(mean=mean, n_params=n_params, build_s=build_s, rss_import_mib=rss_import, rss_peak_mib=rss_mib(),
                 step_min=min(steps_s), step_max=max(steps_s), step_median=sorted(steps_s)[len(steps_s) // 2],
-                timed=len(rows), profile=prof_table, foreign_cores=foreign, cpu_util=(own_cpu_s() - own0) / wall)
+                timed=len(rows), profile=prof_table, foreign_cores=foreign, cpu_util=(own_cpu_s() - own0) / wall,
+                ran_in=ran_in)
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -308,6 +318,9 @@ def main() -> None:
     ap.add_argument("--engine", nargs="+", choices=("hf", "hf-compiled", "vllm"), default=["hf"],
                     help="rollout engines to run each configuration on, side by side (default hf; hf-compiled: "
                          "the hf engine with rollout.enforce_eager=false, its decode step compiled)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="fp32: float32 named everywhere (default); bf16: bf16 named for generation and the update, "
+                         "used where this CPU computes it faster than fp32 (the table's `ran in` says)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -320,7 +333,7 @@ def main() -> None:
     t_start = time.perf_counter()
     presets = ["tiny", "small"] if args.preset == "all" else [args.preset]
     machine = (f"{cpu_name()}, nproc {os.cpu_count()}, torch {torch.__version__} "
-               f"({torch.get_num_threads()} threads), CPU, fp32")
+               f"({torch.get_num_threads()} threads), CPU, {args.precision} named")
     print(f"rft bench: {machine}")
 
     from transformers.utils import logging as hf_logging
@@ -335,14 +348,15 @@ def main() -> None:
     wait_idle(args.wait_idle)
     busy0, own0, wall0 = busy_s(), own_cpu_s(), time.perf_counter()
     peak = matmul_gflops(1024, 1024, 1024)
-    shape_rate = {}
+    shape_rate, bf16_rate = {}, {}
     for name in presets:
         h, inter = MODEL_PRESETS[name]["hidden_size"], MODEL_PRESETS[name]["intermediate_size"]
         bt = 128 * (15 + PRESETS[name]["response"])
         shape_rate[name] = (bt, h, inter, matmul_gflops(bt, h, inter))
+        bf16_rate[name] = matmul_gflops(bt, h, inter, min_time=0.2, dtype=torch.bfloat16)
     mm_foreign = (busy_s() - busy0 - (own_cpu_s() - own0)) / (time.perf_counter() - wall0)
     print(f"fp32 matmul (other processes used {mm_foreign:.2f} cores meanwhile): 1024^3 {peak:.1f} GFLOP/s; " + "; ".join(
-        f"{n} ({bt}x{h})x({h}x{i}) {g:.1f} GFLOP/s" for n, (bt, h, i, g) in shape_rate.items()))
+        f"{n} ({bt}x{h})x({h}x{i}) {g:.1f} GFLOP/s (bf16 {bf16_rate[n]:.1f})" for n, (bt, h, i, g) in shape_rate.items()))
 
     results = []
     with tempfile.TemporaryDirectory(prefix="rft-bench-") as tmp:
@@ -356,7 +370,7 @@ def main() -> None:
             for kl, engine in [(kl, e) for kl in ([False] if args.no_kl else [False, True]) for e in args.engine]:
                 spec = dict(model=str(model), data=str(data), out=str(tmp / f"out-{name}-{int(kl)}-{engine}"),
                             response=PRESETS[name]["response"], kl=kl, warmup=args.warmup, engine=engine,
-                            reward=str(reward),
+                            reward=str(reward), precision=args.precision,
                             steps=steps + (1 if args.profile else 0), profile=args.profile)
                 wait_idle(args.wait_idle)
                 proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)],
@@ -375,7 +389,7 @@ def main() -> None:
                     print(f"\ntorch.profiler, {name} use_kl_loss={str(kl).lower()}, one step (self CPU time):")
                     print(r["profile"])
 
-    table = render(results, shape_rate, peak, mm_foreign)
+    table = render(results, shape_rate, peak, mm_foreign, bf16_rate)
     print()
     print(table)
     total = time.perf_counter() - t_start
@@ -389,10 +403,11 @@ def main() -> None:
         print(f"appended to {RESULTS}")
 
 
-def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float) -> str:
+def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float, bf16_rate: dict) -> str:
     head = ["preset", "engine", "params", "new tok", "kl/ref", "s/step", "median (min–max)",
             *[f"{p} s" for p in PHASES], "other s", "gen tok/s", "train tok/s", "rows trained", "GFLOP/step",
-            "floor s", "eff", "gen eff", "update eff", "eff@1024³", "peak RSS MiB", "other procs"]
+            "ran in (gen / update)", "floor s", "eff", "gen eff", "update eff", "eff at the bf16 rate", "eff@1024³",
+            "peak RSS MiB", "other procs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in results:
         m, name = r["mean"], r["preset"]
@@ -409,7 +424,9 @@ def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float
                  *[f"{m[f'timing_s/{p}']:.3f}" if f"timing_s/{p}" in m else "–" for p in PHASES],
                  f"{step - phase_sum:.3f}", f"{m['perf/gen_tokens_per_s']:.0f}",
                  f"{m['perf/train_tokens_per_s']:.0f}", f"{100 * work['trained']:.0f}%", f"{f / 1e9:.2f}",
+                 f"{r['ran_in']['rollout']} / {r['ran_in']['actor']}",
                  f"{floor:.3f}", f"{100 * floor / step:.1f}%", phase_eff["gen"], phase_eff["update_actor"],
+                 f"{100 * f / (bf16_rate[name] * 1e9) / step:.1f}%",
                  f"{100 * f / (peak * 1e9) / step:.1f}%",
                  f"{r['rss_peak_mib']:.0f} (import {r['rss_import_mib']:.0f})", f"{r['foreign_cores']:.2f} cores"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -421,7 +438,11 @@ def render(results: list[dict], shape_rate: dict, peak: float, mm_foreign: float
            f"busy outside the benchmark; matmul calibration {mm_foreign:.2f}); on 2 cores torch's thread pool "
            "slows down many-fold when a core is taken, so those rows are not representative.**", ""]
           if busy else []),
-        f"fp32 matmul rate: 1024³ {peak:.1f} GFLOP/s; model shape {rates}.",
+        f"fp32 matmul rate: 1024³ {peak:.1f} GFLOP/s; model shape {rates}; bf16 at the model shapes: "
+        + ", ".join(f"{n} {g:.1f} GFLOP/s" for n, g in bf16_rate.items()) + ". ran in: what generation and the "
+        "update computed in (models/precision.py: bf16 where this CPU runs it faster than fp32); eff, gen eff and "
+        "update eff are against the fp32 rate, `eff at the bf16 rate` against the bf16 one (the floor a bf16 run "
+        "would be held to).",
         f"Floor: {FORMULA}; gen eff / update eff: that phase's FLOPs at the rate over its own time; eff@1024³ "
         "uses the 1024³ rate instead. N counts the tied embedding once; attention-score FLOPs are not counted. "
         "Reward: the exact answer plus half the share of digits (SHAPED_REWARD), so every row is trained (rows "

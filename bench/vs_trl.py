@@ -2,7 +2,8 @@
 
 Both get the same model folder (the offline tiny / small Qwen2), the same arithmetic prompts (chat template, the
 same tokenizer), the same reward function (one file, read by both), 16 prompts x 8 samples per optimizer step, no
-KL term (TRL's beta 0, rft's use_kl_loss false), temperature 1, lr 1e-5 constant, fp32 on CPU, responses ending at
+KL term (TRL's beta 0, rft's use_kl_loss false), temperature 1, lr 1e-5 constant, fp32 on CPU (`--precision bf16`:
+TRL with bf16=True, rft with bf16 named for its rollout and update), responses ending at
 EOS (no ignore_eos) up to the workload's new tokens, and 8 optimizer steps. s/step is the median of steps 3-8 of
 each side (TRL: a TrainerCallback around each optimizer step, generation included; rft: `SyncRun.train_step`).
 Each side runs in its own process, back to back: TRL in `bench/.venv-trl` (made on first use: torch 2.13.0 under
@@ -10,6 +11,7 @@ constraints.txt, trl 1.16.0), rft in this Python.
 
     python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--variants default,fastest] [--steps 8] [--repeats 2]
                            [--no-write] [--baseline-src DIR [--baseline-variant fastest]] [--profile]
+                           [--precision fp32|bf16]
 
 Interleaved: each workload runs TRL, then each rft variant, `--repeats` times over (TRL, rft, TRL, rft, ...), so
 a slow spell of the shared machine hits both sides; every run is printed, and the table takes each side's best
@@ -38,8 +40,10 @@ with it).
 Each run's peak resident memory (the worker process's maximum RSS, `getrusage`) is in the table beside s/step, and
 the run's last generation beside the same generation (prompts, sampling parameters, generator state) replayed by the
 hf engine alone over the model folder in a fresh process (`last gen`: what the run around it costs generation).
-Variants: default, remove_padding (use_remove_padding), compile (use_torch_compile), compiled_decode
-(rollout.enforce_eager=false: the hf engine's compiled decode step) and fastest (the three together).
+Variants: default (no keys: packed passes since 2026-11-25), padded (use_remove_padding=false, the default before),
+remove_padding (use_remove_padding=true: the default now, kept for --baseline-src runs of older trees), compile
+(use_torch_compile), compiled_decode (rollout.enforce_eager=false: the hf engine's compiled decode step) and fastest
+(the three speed keys together).
 Reward: bench.py's SHAPED_REWARD (the exact answer plus half the share of digits), so groups differ and every
 row is trained on both sides (with the task's exact reward an untrained model scores 0 everywhere: rft would skip
 its update, TRL would not, and the comparison would flatter rft).
@@ -72,9 +76,9 @@ TRL = "trl==1.16.0"
 # trained. Gradient checkpointing is set on both sides alike: TRL's GRPOConfig turns it on by default, rft's
 # enable_gradient_checkpointing (verl's) is off by default.
 WORKLOADS = {
-    "W1": [("tiny", 16, False, 16, 8, False, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
-    "W2": [("small", 64, False, 16, 8, False, ("default", "remove_padding", "compile", "compiled_decode", "fastest"))],
-    "W3": [("small", 128, False, 16, 8, False, ("default", "remove_padding"))],
+    "W1": [("tiny", 16, False, 16, 8, False, ("default", "padded", "compile", "compiled_decode", "fastest"))],
+    "W2": [("small", 64, False, 16, 8, False, ("default", "padded", "compile", "compiled_decode", "fastest"))],
+    "W3": [("small", 128, False, 16, 8, False, ("default", "padded"))],
     "growth": [("tiny", 16, True, p, 8, False, ("default",)) for p in (16, 32, 64)],
     "length": [("small", t, True, 16, 8, False, ("default",)) for t in (64, 128, 256)],
     # a real size: Qwen2.5-0.5B's shape (random weights, bench.real_size_model), 4 prompts x 4 samples; with
@@ -83,8 +87,9 @@ WORKLOADS = {
     "Q05-full": [("qwen2.5-0.5b", 64, False, 4, 4, False, ("default",))],
 }
 VARIANTS = {
-    "default": [],
-    "remove_padding": ["actor_rollout_ref.model.use_remove_padding=true"],
+    "default": [],  # packed passes (use_remove_padding, on by default since 2026-11-25)
+    "padded": ["actor_rollout_ref.model.use_remove_padding=false"],  # the default before 2026-11-25
+    "remove_padding": ["actor_rollout_ref.model.use_remove_padding=true"],  # the default now; for --baseline-src
     "compile": ["actor_rollout_ref.actor.use_torch_compile=true"],
     "compiled_decode": ["actor_rollout_ref.rollout.enforce_eager=false"],  # the hf engine's decode step compiled
     "fastest": ["actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.use_torch_compile=true",
@@ -145,7 +150,7 @@ def trl_worker(spec: dict) -> dict:
         steps_per_generation=1, num_generations=n, num_iterations=1, max_completion_length=spec["response"],
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, learning_rate=1e-5, lr_scheduler_type="constant",
         max_steps=spec["steps"], logging_steps=1, report_to="none", save_strategy="no",
-        use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0, model_init_kwargs={"dtype": torch.float32},
+        use_cpu=True, bf16=spec["precision"] == "bf16", seed=0, dataloader_num_workers=0, model_init_kwargs={"dtype": torch.float32},
         disable_dropout=True, max_grad_norm=1.0, gradient_checkpointing=spec["checkpointing"],
     )
     trainer = GRPOTrainer(model=spec["model"], reward_funcs=reward, args=args, train_dataset=dataset,
@@ -170,7 +175,13 @@ def rft_worker(spec: dict) -> dict:
         "data.max_prompt_length=32", f"data.max_response_length={spec['response']}",
         f"data.train_batch_size={spec['prompts']}", f"actor_rollout_ref.rollout.n={spec['samples']}",
         f"actor_rollout_ref.rollout.ignore_eos={'true' if spec['ignore_eos'] else 'false'}",
-        "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        # fp32: float32 named everywhere; bf16: bf16 named for the rollout and the update, used where this CPU
+        # computes it faster (models/precision.py; the run's log line says which)
+        *(["actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.actor.fsdp_config.mixed_precision."
+           "param_dtype=fp32"] if spec["precision"] == "fp32" else
+          ["actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.actor.fsdp_config.mixed_precision."
+           "param_dtype=bf16"]),
         f"actor_rollout_ref.actor.ppo_mini_batch_size={spec['prompts']}", "actor_rollout_ref.actor.use_kl_loss=false",
         "actor_rollout_ref.actor.optim.lr=1e-5", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
         "actor_rollout_ref.actor.grad_clip=1.0", "algorithm.adv_estimator=grpo",
@@ -181,10 +192,15 @@ def rft_worker(spec: dict) -> dict:
         *spec["keys"],
     ])
     run = SyncRun(cfg)
+    from rft.models.precision import describe
+
+    print(f"rft {describe(run.trainer.precision)}", file=sys.stderr, flush=True)
     n_params = sum(p.numel() for p in run.trainer.model.parameters())
-    record_generations(run.explorer.engine, Path(spec["out"]) / "replay.pt")
+    arm = record_generations(run.explorer.engine, Path(spec["out"]) / "replay.pt")
     rows, table = [], None
     for step in range(1, spec["steps"] + 1):
+        if step == spec["steps"] - (1 if spec.get("profile") else 0):
+            arm()  # the last timed step's generation, replayed by the engine alone afterwards
         timer = Timer()
         profile = spec.get("profile") and step == spec["steps"]  # the last step, profiled (not in the median)
         if profile:
@@ -204,30 +220,37 @@ def rft_worker(spec: dict) -> dict:
     return {"rows": rows, "n_params": n_params, "profile": table, "rss": peak_rss()}
 
 
-def record_generations(engine, path: Path) -> None:
-    """Wrap `engine.generate` so that each call's inputs (prompts, sampling parameters, the generator's state before
-    it) and its seconds are saved to `path`: the last one is replayed by the engine alone in a fresh process
-    (`engine_worker`)."""
+def record_generations(engine, path: Path):
+    """Wrap `engine.generate` so that its next call after `arm()` saves to `path` its inputs (prompts, sampling
+    parameters, the generator's state before it), the model's weights then and its seconds: replayed by the engine
+    alone in a fresh process (`engine_worker`). Returns `arm`."""
     import torch
 
     generate = engine.generate
     path.parent.mkdir(parents=True, exist_ok=True)
+    armed = []
 
     def recorded(prompt_ids, prompt_mask, params, generator=None):
+        if not armed:
+            return generate(prompt_ids, prompt_mask, params, generator)
+        armed.clear()
         state = generator.get_state() if generator is not None else None
+        weights = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
         t0 = time.perf_counter()
         out = generate(prompt_ids, prompt_mask, params, generator)
+        seconds = time.perf_counter() - t0
         torch.save({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "params": params, "state": state,
-                    "seconds": time.perf_counter() - t0, "tokens": int(out.response_mask.sum())}, path)
+                    "weights": weights, "seconds": seconds, "tokens": int(out.response_mask.sum())}, path)
         return out
 
     engine.generate = recorded
+    return lambda: armed.append(True)
 
 
 def engine_worker(spec: dict) -> dict:
-    """The run's last generation again (`record_generations`), by the hf engine alone over the model folder loaded
-    afresh, in a process that trains nothing: the same prompts, parameters and draws, so the same tokens. Returns
-    both times."""
+    """The run's last timed generation again (`record_generations`), by the hf engine alone over the model loaded
+    afresh with the run's weights of that moment, in a process that trains nothing: the same prompts, parameters
+    and draws, so the same tokens. Returns both times."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -240,6 +263,7 @@ def engine_worker(spec: dict) -> dict:
     replay = torch.load(Path(spec["out"]) / "replay.pt", weights_only=False)
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    model.load_state_dict(replay.pop("weights"))  # the run's weights at that generation
     engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
     times = []
     for _ in range(2):  # the first pays the one-time work (the kernels' timing per shape), as the run's first step did
@@ -292,6 +316,10 @@ def main() -> None:
     ap.add_argument("--baseline-variant", default="default", choices=sorted(VARIANTS),
                     help="the speed keys the baseline tree runs with (a variant's; default: none)")
     ap.add_argument("--variants", help="only these rft variants of each workload, comma-separated (default: all)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="fp32: both trainers in float32; bf16: TRL with bf16=True (autocast over float32 weights) "
+                         "against rft with bf16 named for its rollout and update (used where this CPU computes it "
+                         "faster than float32: models/precision.py)")
     ap.add_argument("--profile", action="store_true",
                     help="torch.profiler over one more rft step of each variant (printed; not in the median)")
     ap.add_argument("--trl-worker", help=argparse.SUPPRESS)
@@ -331,7 +359,7 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()
     ensure_trl_venv()
-    machine = f"{cpu_name()}, nproc {os.cpu_count()}, torch {torch.__version__}, CPU, fp32"
+    machine = f"{cpu_name()}, nproc {os.cpu_count()}, torch {torch.__version__}, CPU, {args.precision}"
     print(f"rft vs TRL {TRL.split('==')[1]}: {machine}", flush=True)
     wanted = [w.strip() for w in args.workloads.split(",") if w.strip()]
     results = []
@@ -356,6 +384,7 @@ def main() -> None:
                     rates[preset] = matmul_gflops(prompts * samples * (15 + response), sizes["hidden_size"],
                                                   sizes["intermediate_size"])
                 base = dict(model=str(model), response=response, prompts=prompts, samples=samples,
+                            precision=args.precision,
                             ignore_eos=ignore_eos, steps=args.steps, reward=str(reward), checkpointing=checkpointing)
                 label = (f"{workload} {preset} {response} tok, {prompts}x{samples}"
                          + (", gradient checkpointing" if checkpointing else ""))

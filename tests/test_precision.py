@@ -145,12 +145,10 @@ def test_a_bf16_rollout_samples_close_to_float32(monkeypatch, tmp_path):
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
 
-def test_a_grpo_step_in_bf16_trains_with_float32_state_and_logs_the_rollout_gap(monkeypatch, tmp_path, caplog):
+def test_a_grpo_step_in_bf16_trains_with_float32_state_and_logs_the_rollout_gap(monkeypatch, tmp_path):
     """RFT_CPU_PRECISION=requested: the actor computes in bf16 (autocast), the rollout in float32 (asked): every
     trainable parameter moves, weights and AdamW moments stay float32, and the old log-probs are recomputed in the
     training precision with the gap to the rollout's logged."""
-    import logging
-
     from rft.monitor import Timer
     from rft.trainer.run import SyncRun
 
@@ -158,10 +156,9 @@ def test_a_grpo_step_in_bf16_trains_with_float32_state_and_logs_the_rollout_gap(
     assets = make_assets(tmp_path / "assets")
     cfg = rl_config(assets, tmp_path / "out", "actor_rollout_ref.rollout.dtype=float32",
                     "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16")
-    with caplog.at_level(logging.INFO, logger="rft"):
-        run = SyncRun(cfg)
-    assert "rft: precision: rollout fp32, actor bf16 (RFT_CPU_PRECISION=requested); master weights and optimizer " \
-           "state fp32" in caplog.text
+    run = SyncRun(cfg)
+    assert describe(run.trainer.precision) == ("precision: rollout fp32, actor bf16 (RFT_CPU_PRECISION=requested); "
+                                               "master weights and optimizer state fp32")  # the run's start line
     assert run.trainer.needs_old_logprobs  # rollout and update differ in precision
     before = trainable(run.trainer.model)
     metrics = run.train_step(1, Timer())
@@ -189,11 +186,9 @@ def test_float32_asked_runs_exactly_as_before(monkeypatch, tmp_path):
     assert isinstance(precision.autocast(run.trainer.model), type(precision.contextlib.nullcontext()))
 
 
-def test_sft_in_bf16_keeps_float32_weights_and_learns(monkeypatch, tmp_path, caplog):
+def test_sft_in_bf16_keeps_float32_weights_and_learns(monkeypatch, tmp_path):
     """rft sft with model.fsdp_config.model_dtype=bf16 (RFT_CPU_PRECISION=requested): the passes in bf16, the
     weights float32, every parameter moved and the loss falls over a few steps on the same rows."""
-    import logging
-
     from rft.trainer.configure import load_sft_config
     from rft.trainer.sft import SFTTrainer
 
@@ -205,9 +200,8 @@ def test_sft_in_bf16_keeps_float32_weights_and_learns(monkeypatch, tmp_path, cap
         "data.micro_batch_size_per_gpu=8", "data.max_length=32", "optim.lr=3e-3", "optim.weight_decay=0.0",
         "trainer.total_training_steps=4", "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'out'}",
         "model.fsdp_config.model_dtype=bf16"])
-    with caplog.at_level(logging.INFO, logger="rft"):
-        trainer = SFTTrainer(cfg)
-    assert "rft: precision: sft bf16 (RFT_CPU_PRECISION=requested)" in caplog.text
+    trainer = SFTTrainer(cfg)
+    assert describe({"sft": trainer.precision}).startswith("precision: sft bf16 (RFT_CPU_PRECISION=requested)")
     before = trainable(trainer.model)
     rows = trainer.train_set.batch(trainer.sampler.next_batch(), trainer.tokenizer.pad_token_id)
     losses = []

@@ -119,27 +119,39 @@ def test_sample_next_greedy_is_argmax():
     assert torch.equal(top1, expected)
 
 
-def test_large_vocabularies_sample_by_the_inverse_distribution_function():
-    """From LARGE_VOCABULARY tokens on, one uniform number a row: the frequencies are the probabilities and a token
-    of probability 0 is never drawn (here 40,000 tokens of which three hold all the mass, one of them the last)."""
-    from rft.rollout.hf import LARGE_VOCABULARY
+def test_the_inverse_distribution_function_draws_the_probabilities():
+    """`inverse_cdf_sample`: the frequencies are the probabilities, a token of probability 0 is never drawn (three
+    of 1,000 tokens hold all the mass, one of them the last), and the generator fixes the draws."""
+    from rft.rollout.hf import inverse_cdf_sample
 
-    vocab, rows = 40_000, 20_000  # the std of a frequency is at most sqrt(0.25 / 20000) = 0.0035
-    assert vocab >= LARGE_VOCABULARY
-    probs = torch.zeros(vocab)
-    probs[[7, 20_000, vocab - 1]] = torch.tensor([0.5, 0.2, 0.3])
-    logits = probs.log().expand(rows, vocab)  # -inf where the probability is 0
-    tokens = sample_next(logits, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
-    assert set(tokens.unique().tolist()) == {7, 20_000, vocab - 1}
-    freq = torch.bincount(tokens, minlength=vocab)[[7, 20_000, vocab - 1]].double() / rows
+    vocab, rows = 1000, 20_000  # the std of a frequency is at most sqrt(0.25 / 20000) = 0.0035
+    probs = torch.zeros(rows, vocab)
+    probs[:, [7, 500, vocab - 1]] = torch.tensor([0.5, 0.2, 0.3])
+    tokens = inverse_cdf_sample(probs, torch.Generator().manual_seed(0))
+    assert set(tokens.unique().tolist()) == {7, 500, vocab - 1}
+    freq = torch.bincount(tokens, minlength=vocab)[[7, 500, vocab - 1]].double() / rows
     assert torch.allclose(freq, torch.tensor([0.5, 0.2, 0.3], dtype=torch.double), atol=0.015), freq
-    # a uniform distribution over all 40,000: every tenth of the vocabulary gets a tenth of the draws
-    uniform = sample_next(torch.zeros(rows, vocab), SamplingParams(), torch.Generator().manual_seed(1))
+    # uniform over all 1,000: every tenth of the vocabulary gets a tenth of the draws
+    uniform = inverse_cdf_sample(torch.full((rows, vocab), 1e-3), torch.Generator().manual_seed(1))
     tenths = torch.bincount(uniform // (vocab // 10), minlength=10).double() / rows
     assert torch.allclose(tenths, torch.full((10,), 0.1, dtype=torch.double), atol=0.015), tenths
-    # the generator fixes the draws
-    again = sample_next(torch.zeros(rows, vocab), SamplingParams(), torch.Generator().manual_seed(1))
+    again = inverse_cdf_sample(torch.full((rows, vocab), 1e-3), torch.Generator().manual_seed(1))
     assert torch.equal(uniform, again)
+
+
+def test_large_vocabularies_sample_by_the_inverse_distribution_function(monkeypatch):
+    """From LARGE_VOCABULARY tokens on, sample_next draws by `inverse_cdf_sample`, below by torch.multinomial."""
+    from rft.rollout import hf
+
+    drawn = []
+    real = hf.inverse_cdf_sample
+    monkeypatch.setattr(hf, "inverse_cdf_sample", lambda p, g: drawn.append(p.shape) or real(p, g))
+    logits = torch.full((4, hf.LARGE_VOCABULARY), float("-inf"))
+    logits[:, -1] = 0.0  # every draw must be the last token
+    tokens = sample_next(logits, SamplingParams(temperature=0.7), torch.Generator().manual_seed(0))
+    assert tokens.tolist() == [hf.LARGE_VOCABULARY - 1] * 4 and drawn == [(4, hf.LARGE_VOCABULARY)]
+    sample_next(logits[:, -100:], SamplingParams(), torch.Generator().manual_seed(0))
+    assert len(drawn) == 1  # a small vocabulary: multinomial
 
 
 # ------------------------------------------------------------------------------------ the tiny model

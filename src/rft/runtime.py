@@ -54,27 +54,57 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def available_memory() -> int | None:
-    """Bytes of host memory free for a new allocation (Linux's MemAvailable); None where it cannot be read."""
+def _meminfo(field: str) -> int | None:
+    """A field of Linux's /proc/meminfo in bytes; None where it cannot be read."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
 
 
+def available_memory() -> int | None:
+    """Bytes of host memory free for a new allocation (Linux's MemAvailable); None where it cannot be read."""
+    return _meminfo("MemAvailable")
+
+
+def total_memory() -> int | None:
+    """Bytes of host memory in all (Linux's MemTotal); None where it cannot be read."""
+    return _meminfo("MemTotal")
+
+
 _LIBC: Any = None
 
 
-def release_freed_memory() -> None:
+TRIM_SHARE = 0.25
+"""`release_freed_memory` trims only while the process holds more than this share of the machine's memory."""
+
+
+def resident_memory() -> int | None:
+    """This process's resident memory in bytes (Linux), None where it cannot be read."""
+    try:
+        import os
+
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def release_freed_memory(force: bool = False) -> None:
     """Hand the memory freed tensors left in the C allocator's heap back to the system (glibc's malloc_trim; a
-    no-op elsewhere). glibc keeps freed blocks below its mmap threshold (which grows to 32 MB as blocks are freed)
-    for reuse, so after a generation or a backward pass the process can hold GBs of freed tensors that the next
-    phase's allocations, shaped differently, do not reuse: measured at Qwen2.5-0.5B's shape, 1.6 GiB before the
-    optimizer step. A few milliseconds a call."""
+    no-op elsewhere), when the process holds more than TRIM_SHARE of the machine's memory (`force`: always).
+    glibc keeps freed blocks below its mmap threshold (which grows to 32 MB as blocks are freed) for reuse, so after
+    a generation or a backward pass the process can hold GBs of freed tensors that the next phase's allocations,
+    shaped differently, do not reuse: measured at Qwen2.5-0.5B's shape, 1.6 GiB before the optimizer step. A trim is
+    not free: 0.16 s a call at W2's shape here (a 3 GB heap), and the pages it returns fault in again when the next
+    phase touches them; a process that holds a small share of the machine keeps its heap."""
     global _LIBC
+    if not force:
+        rss, total = resident_memory(), total_memory()
+        if rss is not None and total and rss <= TRIM_SHARE * total:
+            return
     if _LIBC is None:
         import ctypes.util
 

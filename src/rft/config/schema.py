@@ -208,11 +208,13 @@ class ModelConfig:
     enable_activation_offload: bool = fld(False, ACTIVATION_OFFLOAD_HELP)
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     use_remove_padding: bool = fld(
-        False,
+        True,
         "Run the update and log-prob passes on packed tokens (verl's remove padding): the rows' real tokens in one "
-        "sequence, the attention per row, the LM head only where response tokens are predicted; the same gradient "
-        "as the padded pass (to float rounding). On CPU through rft's own packed SDPA attention (rft.workers."
-        "packing); an architecture that cannot take a packed call runs padded, with the reason printed.",
+        "sequence, a prompt that several rows hold (a group's) once, the attention per row, the LM head only where "
+        "response tokens are predicted; the same gradient as the padded pass (to float rounding). On by default "
+        "(verl's default is false; its examples turn it on): it is exact and faster (docs/performance.md). On CPU "
+        "through rft's own packed SDPA attention (rft.workers.packing); an architecture that cannot take a packed "
+        "call runs padded, with the reason printed.",
     )
     use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
     use_fused_kernels: bool = fld(
@@ -775,8 +777,9 @@ class CriticModelConfig:
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
     enable_activation_offload: bool = fld(False, ACTIVATION_OFFLOAD_HELP)
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
-    use_remove_padding: bool = fld(False, "The critic's passes on packed tokens (as actor_rollout_ref.model."
-                                   "use_remove_padding): the same values and gradient as the padded passes.")
+    use_remove_padding: bool = fld(True, "The critic's passes on packed tokens (as actor_rollout_ref.model."
+                                   "use_remove_padding, on by default as that is): the same values and gradient as "
+                                   "the padded passes.")
     use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a LoRA adapter and the value head in full.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")

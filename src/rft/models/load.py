@@ -43,13 +43,13 @@ def device_of(model: nn.Module) -> torch.device:
     return getattr(model, COMPUTE_DEVICE_ATTR, None) or next(model.parameters()).device
 
 
-def compute_dtype(requested: str, device: torch.device, what: str = "rollout") -> torch.dtype:
+def compute_dtype(requested: str, device: torch.device) -> torch.dtype:
     """The dtype a model that only generates is loaded and computes in: `requested` where this hardware computes it
-    fast, else float32 (`rft.models.precision.choose`), said in one log line."""
+    fast, else float32 (`rft.models.precision.choose`; the trainer's start line says which)."""
     from rft.models.precision import choose, describe
 
     choice = choose(requested, device)
-    log.info("rft: %s", describe({what: choice}))
+    log.debug("rft: %s", describe({"rollout": choice}))
     return choice.dtype
 
 

@@ -31,6 +31,7 @@ from rft.experience import first_appearance_labels, to_batch
 from rft.explorer import Explorer, load_prompts, load_tasksets
 from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
+from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine
@@ -263,6 +264,7 @@ class TrainLoop:
                  else str(self.trainer.device))
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {where}, reading "
                       f"{self.rows} experiences a step, output {self.out}")
+        tracker.write(f"rft trainer: {describe(self.trainer.precision)}")
         if schedule.workflow_apart(cfg) and t.mode == "both":
             tracker.write(f"rft trainer: workflow.type={cfg.workflow.type} beside {self.dist.processes} trainer "
                           "processes: its explorer runs as a process of its own (sync_interval "

@@ -158,7 +158,6 @@ class RLTrainer:
         use_critic = cfg.critic.enable if cfg.critic.enable is not None else "values" in self.adv_needs
         self.critic_tokenizer = tokenizer
         self.critic = self._build_critic() if use_critic else None
-        log.info("rft: %s", precision.describe(self.precision))
         # With one optimizer step per batch of fresh experiences the policy that sampled is the policy being
         # updated, so the old log-probs are the detached current ones and need no forward pass of their own. Not
         # so with an engine of its own numerics (vLLM): the old log-probs are computed every step and the

@@ -25,6 +25,7 @@ from rft.explorer import Explorer, load_tasksets
 from rft.explorer.explorer import GENERATOR
 from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer, model_identity
+from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, engine_spec
@@ -117,8 +118,8 @@ class SyncRun:
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
                                   recovered=recovered) if main else SilentTracker()
         where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.processes} processes ({trainer.device.type})"
-        tracker.write(f"rft: {self.total_steps} steps on {where} ({str(trainer.dtype).replace('torch.', '')}), "
-                      f"{len(self.explorer.taskset)} train prompts, output {self.out}")
+        tracker.write(f"rft: {self.total_steps} steps on {where}, {len(self.explorer.taskset)} train prompts, output "
+                      f"{self.out}\nrft: {describe(trainer.precision)}")
         last: dict[str, float] = {}
         if cfg.val_before_train and self.global_step == 0 and self.explorer.val_set is not None:
             # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own

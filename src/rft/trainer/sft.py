@@ -85,7 +85,6 @@ class SFTTrainer:
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device,
                                           key="model", tokenizer=self.tokenizer)
         precision.set_compute(self.model, self.precision)
-        log.info("rft: %s", precision.describe({self.name: self.precision}))
         if getattr(cfg, "use_remove_padding", False):  # rft sft's key; rft dpo's schema has none (refused there)
             enable_remove_padding(self.model, "use_remove_padding")
         self.model = wrap(self.model, model_cfg.strategy, _FSDP(), dist, self.device)
@@ -111,7 +110,7 @@ class SFTTrainer:
                                   recovered=self._recovered_metrics) if main else SilentTracker()
         where = self.device if not self.dist.enabled else f"{self.dist.world_size} processes ({self.device.type})"
         tracker.write(f"rft {self.name}: {self.total_steps} steps on {where}, {len(self.train_set)} rows, "
-                      f"output {self.out}")
+                      f"output {self.out}\nrft {self.name}: {precision.describe({self.name: self.precision})}")
         last: dict[str, float] = {}
         while self.global_step < self.total_steps:
             self.global_step += 1

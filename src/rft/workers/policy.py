@@ -91,8 +91,8 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
         router.start()
     attn = None
     with autocast(model), head_input(model, head) if head is not None else nullcontext() as store:
-        if packs(model):
-            logits, labels = _packed_logits(model, batch, store)
+        if packs(model):  # a router's load-balancing loss counts every row's tokens: no prompt shared then
+            logits, labels = _packed_logits(model, batch, store, share_prompts=router is None)
         else:
             ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
             logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
@@ -119,17 +119,19 @@ class PackedWindow:
     before: torch.Tensor
 
 
-def packed_window(batch: Batch, device: torch.device) -> PackedWindow:
-    """The real tokens of `batch` packed, with the padding of `response_window` left out and each prompt that
-    several rows hold (the responses to one prompt, a GRPO group) packed once: every token-wise layer computes it
-    once, and the attention lays it out again in front of each response (its gradient summed over them), which is
-    exactly the padded pass's result, with the prompts' share of the work divided by the group size. Positions
-    count each row's real tokens from 0, as the padded pass's do."""
+def packed_window(batch: Batch, device: torch.device, share_prompts: bool = True) -> PackedWindow:
+    """The real tokens of `batch` packed, with the padding of `response_window` left out and (`share_prompts`)
+    each prompt that several rows hold (the responses to one prompt, a GRPO group) packed once: every token-wise
+    layer computes it once, and the attention lays it out again in front of each response (its gradient summed over
+    them), which is exactly the padded pass's result, with the prompts' share of the work divided by the group size.
+    (Not exact for what counts tokens across the batch rather than per row: a mixture of experts' load-balancing
+    loss, whose pass does not share.) Positions count each row's real tokens from 0, as the padded pass's do."""
     ids, attn, positions, p_len, _ = response_window(batch, device)
     B, W = ids.shape
     real = attn.bool()
     rows = torch.arange(B, device=device)
-    owner = prompt_owners(ids[:, :p_len], real[:, :p_len])  # (B,) the first row holding each row's prompt
+    # (B,) the first row holding each row's prompt
+    owner = prompt_owners(ids[:, :p_len], real[:, :p_len]) if share_prompts else rows
     own = real.clone()
     own[:, :p_len] &= (owner == rows)[:, None]  # a shared prompt's tokens packed with its first row only
     row, col = own.nonzero(as_tuple=True)  # row-major: each row's tokens in order
@@ -161,10 +163,11 @@ def prompt_owners(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.
     return first.scatter_reduce(0, group, rows, "amin")[group]
 
 
-def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None,
+                   share_prompts: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r); or,
     with `store` (`head_input`), the head's input (B, r, H)."""
-    window = packed_window(batch, device_of(model))
+    window = packed_window(batch, device_of(model), share_prompts)
     tokens, target = window.tokens, (window.t >= 0).nonzero().flatten()  # the response tokens, in packed order
     r_len = max(1, int(batch.response_mask.sum(-1).max()))
     packed = forward_packed(model, tokens, window.before).float()  # (N, V)
