@@ -177,7 +177,7 @@ def test_missing_prompt_column(tokenizer, tmp_path):
 
 def test_images_column_refused(tokenizer, tmp_path):
     path = write_jsonl([{"prompt": "describe", "images": ["a.png"]}], tmp_path / "mm.jsonl")
-    with pytest.raises(DataError, match=r"'images'.*multimodal"):
+    with pytest.raises(DataError, match=r"row 0: the row has images \('images'\) but the model is a text-only model"):
         PromptDataset(path, tokenizer, max_prompt_length=64)
 
 
@@ -279,5 +279,5 @@ def test_images_on_a_later_row_are_refused(tmp_path, tokenizer):
     path = tmp_path / "mixed.jsonl"
     rows = [{"prompt": "1+1="}, {"prompt": "2+2=", "images": ["x.png"]}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(DataError, match="multimodal"):
+    with pytest.raises(DataError, match="row 1: the row has images .* text-only model; train a vision-language"):
         PromptDataset(path, tokenizer)

@@ -38,7 +38,7 @@ _TENSOR_FIELDS = (
     "reward_components",
     "expert_mask",
 )
-_LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text", "raw_prompt", "reward_rows")
+_LIST_FIELDS = ("data_source", "ground_truth", "extra_info", "response_text", "raw_prompt", "reward_rows", "images")
 
 
 @dataclass
@@ -72,6 +72,7 @@ class Batch:
     response_text: list[str] = field(default_factory=list)
     raw_prompt: list[list[dict]] = field(default_factory=list)  # the prompt's chat messages (reward-model templates)
     reward_rows: list[dict[str, float]] = field(default_factory=list)  # named per-row reward values (extras)
+    images: list[list[bytes]] = field(default_factory=list)  # each row's prompt images, encoded (empty: no images)
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]

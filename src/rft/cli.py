@@ -29,14 +29,27 @@ def _setup_env() -> None:
 def cmd_init_model(args) -> int:
     from rft.errors import RftError
     from rft.models.tiny import REWARD_PRESETS, init_model, parameter_count
+    from rft.models.vision_families import VISION_FAMILIES
 
     if args.family is None and args.tokenizer != "chatml":
         raise RftError("rft init-model: --tokenizer applies to --family models; the presets have rft's own")
+    if args.family is not None and args.preset is not None:
+        raise RftError("rft init-model: give --preset or --family, not both")
+    if args.family in VISION_FAMILIES:
+        from transformers import AutoModelForImageTextToText
+
+        from rft.models.vision_families import init_vision_model
+
+        if args.tokenizer != "chatml":
+            raise RftError("rft init-model: the vision-language families have rft's tokenizer and their processor's "
+                           "image tokens; --tokenizer applies to the text families")
+        path = init_vision_model(args.family, args.out, seed=args.seed, overwrite=args.overwrite)
+        n = parameter_count(AutoModelForImageTextToText.from_pretrained(path))
+        print(f"wrote {args.family} vision-language model and processor ({n:,} parameters) to {path}")
+        return 0
     if args.family is not None:
         from rft.models.families import init_family_model
 
-        if args.preset is not None:
-            raise RftError("rft init-model: give --preset or --family, not both")
         path = init_family_model(args.family, args.out, tokenizer=args.tokenizer, seed=args.seed,
                                  overwrite=args.overwrite)
         what = f"{args.family} model ({args.tokenizer} tokenizer"
@@ -72,6 +85,15 @@ def cmd_data(args) -> int:
                                      tool_share=args.tool_share, copy_rows=args.copy_rows)
         except ValueError as e:
             raise RftError(f"rft data calculator: {e}") from None
+    elif args.task == "shapes":
+        from rft.errors import RftError
+        from rft.tasks.shapes import write_shapes
+
+        try:
+            paths = write_shapes(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
+                                 max_count=args.max_count)
+        except ValueError as e:
+            raise RftError(f"rft data shapes: {e}") from None
     else:
         from rft.tasks import convert_gsm8k
 
@@ -242,14 +264,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     from rft.models.families import FAMILIES, TOKENIZER_STYLES
+    from rft.models.vision_families import VISION_FAMILIES
 
     q = sub.add_parser("init-model", help="write an offline tiny Qwen2-architecture model and tokenizer (or a "
                                           "small model of another family with --family)")
     q.add_argument("out")
     q.add_argument("--preset", default=None, choices=("tiny", "small", "tiny-rm"),
                    help="tiny (default) / small: causal LMs; tiny-rm: a one-label reward model on tiny's backbone")
-    q.add_argument("--family", default=None, choices=sorted(FAMILIES),
-                   help="a random two-layer model of this transformers family instead (the model-family tests')")
+    q.add_argument("--family", default=None, choices=sorted([*FAMILIES, *VISION_FAMILIES]),
+                   help="a random two-layer model of this transformers family instead (the model-family tests'); "
+                        f"vision-language ones ({', '.join(sorted(VISION_FAMILIES))}) with their processor")
     q.add_argument("--tokenizer", default="chatml", choices=TOKENIZER_STYLES,
                    help="with --family: chatml (rft's), no-pad (Llama 3's way: no pad token), base (no chat "
                         "template, no pad token, BOS added)")
@@ -258,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_init_model)
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format")
-    q.add_argument("task", choices=("arithmetic", "calculator", "gsm8k"))
+    q.add_argument("task", choices=("arithmetic", "calculator", "gsm8k", "shapes"))
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-train", type=int, default=2000)
@@ -272,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the answer; rejected: the units carry wrong, forgotten or added)")
     q.add_argument("--tool-share", type=float, default=0.45,
                    help="calculator: share of SFT demonstrations that call the calculator tool")
+    q.add_argument("--max-count", type=int, default=4,
+                   help="shapes: the most shapes a picture holds (1..9)")
     q.add_argument("--copy-rows", type=int, default=4000,
                    help="calculator: rows of copy.parquet, the warm-up in which the assistant repeats the user's "
                         "number (0: none)")
@@ -356,7 +382,7 @@ def _split_positionals(args) -> None:
         args.config = None
     if args.command == "data":
         items = args.src_or_out
-        if args.task in ("arithmetic", "calculator"):  # synthetic tasks: written, not converted
+        if args.task in ("arithmetic", "calculator", "shapes"):  # synthetic tasks: written, not converted
             if len(items) != 1:
                 raise SystemExit(f"usage: rft data {args.task} OUT")
             args.src, args.out = None, items[0]

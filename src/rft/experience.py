@@ -13,6 +13,7 @@ or as a JSON line (`to_json` / `from_json`, the `file` buffer's format for peopl
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import uuid
@@ -52,6 +53,8 @@ class Experience:
     info: dict[str, Any] = field(default_factory=dict)
     """data_source, ground_truth, extra_info, response_text, raw_prompt, reward_baseline (ReMax), explore_step, ..."""
     id: str = field(default_factory=new_id)
+    images: list[bytes] = field(default_factory=list)
+    """The prompt's images, encoded (a vision-language model's prompt; `rft.data.images`), for the trainer's passes."""
 
     @property
     def response(self) -> torch.Tensor:
@@ -61,13 +64,15 @@ class Experience:
     def _meta(self) -> dict:
         return {"id": self.id, "prompt_length": self.prompt_length, "length": int(self.tokens.numel()),
                 "reward": self.reward, "group": self.group, "model_version": self.model_version,
-                "rewards": self.rewards, "info": self.info}
+                "rewards": self.rewards, "info": self.info,
+                **({"image_bytes": [len(b) for b in self.images]} if self.images else {})}
 
     def to_bytes(self) -> bytes:
-        """JSON metadata, a newline, then tokens (int32), action mask (uint8), log-probs (float32)."""
+        """JSON metadata, a newline, then tokens (int32), action mask (uint8), log-probs (float32), then the images'
+        bytes one after another (their lengths in the metadata)."""
         arrays = (self.tokens.numpy().astype("<i4").tobytes() + self.action_mask.numpy().astype("u1").tobytes()
                   + self.logprobs.numpy().astype("<f4").tobytes())
-        return json.dumps(self._meta(), separators=(",", ":")).encode() + b"\n" + arrays
+        return json.dumps(self._meta(), separators=(",", ":")).encode() + b"\n" + arrays + b"".join(self.images)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Experience:
@@ -77,25 +82,33 @@ class Experience:
         tokens = np.frombuffer(arrays, "<i4", length, 0)
         mask = np.frombuffer(arrays, "u1", r, 4 * length)
         logprobs = np.frombuffer(arrays, "<f4", r, 4 * length + r)
+        images, start = [], 4 * length + 5 * r
+        for size in meta.get("image_bytes", []):
+            images.append(bytes(arrays[start:start + size]))
+            start += size
         return cls._from_meta(meta, torch.from_numpy(tokens.astype(np.int64)),
-                              torch.from_numpy(mask.astype(np.int64)), torch.from_numpy(logprobs.copy()))
+                              torch.from_numpy(mask.astype(np.int64)), torch.from_numpy(logprobs.copy()), images)
 
     def to_json(self) -> str:
-        return json.dumps({**self._meta(), "tokens": self.tokens.tolist(), "action_mask": self.action_mask.tolist(),
-                           "logprobs": self.logprobs.tolist()})
+        """One JSON object; images as base64 strings (`images`)."""
+        meta = {k: v for k, v in self._meta().items() if k != "image_bytes"}
+        images = {"images": [base64.b64encode(b).decode() for b in self.images]} if self.images else {}
+        return json.dumps({**meta, "tokens": self.tokens.tolist(), "action_mask": self.action_mask.tolist(),
+                           "logprobs": self.logprobs.tolist(), **images})
 
     @classmethod
     def from_json(cls, line: str) -> Experience:
         meta = json.loads(line)
         return cls._from_meta(meta, torch.tensor(meta["tokens"], dtype=torch.long),
                               torch.tensor(meta["action_mask"], dtype=torch.long),
-                              torch.tensor(meta["logprobs"], dtype=torch.float32))
+                              torch.tensor(meta["logprobs"], dtype=torch.float32),
+                              [base64.b64decode(b) for b in meta.get("images", [])])
 
     @classmethod
-    def _from_meta(cls, meta: dict, tokens, mask, logprobs) -> Experience:
+    def _from_meta(cls, meta: dict, tokens, mask, logprobs, images: list[bytes]) -> Experience:
         return cls(tokens=tokens, prompt_length=meta["prompt_length"], action_mask=mask, logprobs=logprobs,
                    reward=meta["reward"], group=meta["group"], model_version=meta["model_version"],
-                   rewards=meta.get("rewards") or {}, info=meta.get("info") or {}, id=meta["id"])
+                   rewards=meta.get("rewards") or {}, info=meta.get("info") or {}, id=meta["id"], images=images)
 
 
 # ------------------------------------------------------------------------------------------------ Batch <->
@@ -123,6 +136,7 @@ def from_batch(batch: Batch, groups: list[str], model_version: int, info: dict[s
             action_mask=torch.ones(len(response), dtype=torch.long), logprobs=logprobs.float().clone(),
             reward=float(batch.scores[i]), group=groups[i], model_version=model_version,
             rewards=dict(batch.reward_rows[i]) if batch.reward_rows else {}, info=row_info,
+            images=list(batch.images[i]) if batch.images else [],
         ))
     return out
 
@@ -171,6 +185,7 @@ def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: lis
         reward_rows=[dict(e.rewards) for e in experiences],
         model_version=torch.tensor([e.model_version for e in experiences], dtype=torch.long),
         action_mask=action_mask if gaps else None, loss_mask=action_mask if gaps else None,
+        images=[list(e.images) for e in experiences] if any(e.images for e in experiences) else [],
     )
 
 

@@ -189,7 +189,9 @@ class DataConfig:
         "end); right: cut from the right (keep the start); middle: keep both ends, cut the middle.",
         choices=("error", "left", "right", "middle"),
     )
-    image_key: str = fld("images", "Column of images in multimodal data (multimodal data is refused).")
+    image_key: str = fld("images", "Column of a row's images (a list: {bytes} / {path} as parquet stores them, paths "
+                         "relative to the data file, or PIL images); `<image>` in the prompt marks where each goes "
+                         "(none: first). Needs a vision-language model (docs/multimodal.md).")
     trust_remote_code: bool = fld(False, "Allow a tokenizer folder's own Python code.")
     custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
     expert: ExpertDataConfig = sub(ExpertDataConfig, "The expert rows of algorithm.mix (Trinity-RFT's mix).")
@@ -216,6 +218,10 @@ class ModelConfig:
         "through rft's own packed SDPA attention (rft.workers.packing); an architecture that cannot take a packed "
         "call runs padded, with the reason printed.",
     )
+    freeze_vision_tower: bool = fld(
+        True, "A vision-language model's vision tower (and its projector into the language model) left out of "
+        "training (verl's key; its default is false, rft's true: small image data rarely improves a pretrained "
+        "vision encoder, and freezing it saves its gradients and optimizer state). Without a vision tower: no effect.")
     use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
     use_fused_kernels: bool = fld(
         False,

@@ -38,6 +38,8 @@ class SFTDataConfig:
         None, "Keys to follow into a nested response column, e.g. [answer] with response_key=extra_info."
     )
     multiturn: MultiturnConfig = sub(MultiturnConfig, "Multi-turn conversations.")
+    image_key: str = fld("images", "Column of a row's images (as rft train's data.image_key: docs/multimodal.md); "
+                         "needs a vision-language model, single-turn rows.")
     micro_batch_size_per_gpu: int = fld(4, "Rows per forward/backward pass (gradient accumulation; performance only).")
     train_batch_size: int = fld(256, "Rows per optimizer step (global).")
     max_length: int = fld(1024, "Maximum tokens of prompt + response.")
@@ -70,6 +72,8 @@ class SFTModelConfig:
     override_config: dict = fld({}, "Attributes set on the model's config when loading.")
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass.")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
+    freeze_vision_tower: bool = fld(True, "A vision-language model's vision tower and projector left out of "
+                                    "training (as actor_rollout_ref.model.freeze_vision_tower).")
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters.")
     lora_alpha: int = fld(16, "LoRA alpha.")
     target_modules: Any = fld("all-linear", "LoRA target modules: 'all-linear', a list, or a regex.")

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from rft.data.chat import render
+from rft.data.images import has_images, row_images, with_image_parts
 from rft.data.io import DataError, read_rows
 
 
@@ -27,6 +28,7 @@ class Prompt:
     origin: str = ""  # "<file> row <i>", for messages about this prompt
     tools: list[dict] | None = None  # the tools the prompt declares (OpenAI function schemas), rendered with it
     row: dict = field(default_factory=dict)  # the raw row (workflows read their own columns from it)
+    images: list[bytes] = field(default_factory=list)  # the row's images, encoded (rft.data.images)
 
 
 def truncate(ids: list[int], max_len: int, mode: str) -> list[int]:
@@ -89,6 +91,7 @@ class PromptDataset:
         response_key: str | None = None,
         tools_key: str | None = None,
         chat_template: str | None = None,
+        vision=None,
     ):
         """Trinity-RFT's format keys: `system_prompt` (a system message put first; `system_prompt_key`: the column
         holding one, which wins), `response_key` (the column holding the reference answer: the ground truth instead
@@ -103,8 +106,14 @@ class PromptDataset:
             file, rows = file if isinstance(file, tuple) else (file, read_rows(file))
             if not rows:
                 raise DataError(f"data file {str(file)!r} has no rows")
-            if any(image_key in row for row in rows):
-                raise DataError(f"data file {str(file)!r} has a {image_key!r} column: multimodal data is not supported")
+            base = Path(file).parent if not isinstance(file, tuple) and Path(str(file)).exists() else None
+            if vision is None:
+                first = next((i for i, row in enumerate(rows) if has_images(row, image_key)), None)
+                if first is not None:
+                    raise DataError(f"{file} row {first}: the row has images ({image_key!r}) but the model is a "
+                                    "text-only model; train a vision-language model (docs/multimodal.md) or drop "
+                                    "the column")
+            images = [row_images(row, image_key, base, f"{file} row {i}") for i, row in enumerate(rows)]
             texts, chats, tools = [], [], []
             for i, row in enumerate(rows):
                 where = f"{file} row {i}"
@@ -116,20 +125,31 @@ class PromptDataset:
                 system = row[system_prompt_key] if system_prompt_key else system_prompt
                 if system is not None and chat[0]["role"] != "system":
                     chat = [{"role": "system", "content": str(system)}, *chat]
-                chats.append(chat)
                 tools.append(_tools(row[tools_key], where) if tools_key else None)
-                texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template))
+                if images[i]:
+                    chat = with_image_parts(chat, len(images[i]), where)
+                elif vision is not None:  # a vision model's placeholders need images
+                    with_image_parts(chat, 0, where)
+                if images[i]:
+                    texts.append(vision.render(chat, chat_template))
+                else:
+                    texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template))
+                chats.append(chat)
             encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+            for i, row_images_ in enumerate(images):  # the processor expands each image into its tokens
+                if row_images_:
+                    encoded[i] = vision.encode(texts[i], row_images_, f"{file} row {i}")
             for i, (row, ids, chat, row_tools) in enumerate(zip(rows, encoded, chats, tools)):
                 if len(ids) > max_prompt_length:
                     if filter_overlong_prompts:
                         self.num_filtered += 1
                         continue
-                    if truncation == "error":
+                    if truncation == "error" or images[i]:
                         raise DataError(
                             f"{file} row {i}: the prompt has {len(ids)} tokens > data.max_prompt_length="
-                            f"{max_prompt_length}; raise it, set data.filter_overlong_prompts=true, or set "
-                            "data.truncation to left|right|middle"
+                            f"{max_prompt_length}; raise it, set data.filter_overlong_prompts=true"
+                            + (" (a prompt with images is never cut: its image tokens stay whole)" if images[i] else
+                               ", or set data.truncation to left|right|middle")
                         )
                     ids = truncate(ids, max_prompt_length, truncation)
                 reward = row.get("reward_model") or {}
@@ -147,6 +167,7 @@ class PromptDataset:
                         origin=f"{file} row {i}",
                         tools=row_tools,
                         row=row,
+                        images=images[i],
                     )
                 )
         if not self.prompts:

@@ -24,10 +24,12 @@ class DataError(RftError, ValueError):
 def write_parquet(rows: list[dict], path: str | Path) -> Path:
     """Write `rows` to `path` atomically: into a temporary file beside it, then os.replace, so a reader never
     sees a half-written file and a failed write leaves any existing file untouched.
-    Creates parent directories."""
+    Creates parent directories. The columns are every row's keys (a row without one holds null there; pyarrow alone
+    would take the first row's keys and drop the others)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(rows)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    table = pa.Table.from_pylist([{key: row.get(key) for key in columns} for row in rows])
     # A fresh name rather than mkstemp, so the file gets the usual permissions instead of mkstemp's 0600.
     tmp_path = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:

@@ -23,6 +23,7 @@ import torch
 from rft.batch import Batch
 from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, left_pad
+from rft.data.images import refuse_images
 from rft.data.io import read_rows
 
 
@@ -58,6 +59,7 @@ class PreferenceDataset:
         for file in files:
             for i, row in enumerate(read_rows(file)):
                 where = f"{file} row {i}"
+                refuse_images(row, where, "DPO")
                 for key, column in (("prompt_key", data_cfg.prompt_key), ("chosen_key", data_cfg.chosen_key),
                                     ("rejected_key", data_cfg.rejected_key)):
                     if column not in row:

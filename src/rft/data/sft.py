@@ -8,7 +8,7 @@ Multi-turn: the conversation's first token is the prompt, the rest the response,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 from rft.batch import Batch
 from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, _tools, left_pad
+from rft.data.images import refuse_images, row_images, with_image_parts
 from rft.data.io import read_rows
 
 
@@ -25,6 +26,7 @@ class SFTExample:
     prompt_ids: list[int]
     response_ids: list[int]
     loss_mask: list[int]
+    images: list[bytes] = field(default_factory=list)  # the prompt's images, encoded (a vision-language model's)
 
 
 def _dig(value: Any, keys: list[str] | None, where: str, column: str) -> Any:
@@ -40,13 +42,19 @@ def _template(tokenizer, messages: list[dict], generation_prompt: bool, tools: l
 
 
 class SFTDataset:
-    def __init__(self, files, tokenizer, data_cfg):
+    def __init__(self, files, tokenizer, data_cfg, vision=None):
+        """`vision`: a vision-language model's `rft.models.vision.Vision`; single-turn rows with images
+        (`data.image_key`) are then encoded through its processor (docs/multimodal.md)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
         self.examples: list[SFTExample] = []
         eos = tokenizer.eos_token_id
+        image_key = getattr(data_cfg, "image_key", "images")
         for file in files:
             for i, row in enumerate(read_rows(file)):
                 where = f"{file} row {i}"
+                if vision is None or data_cfg.multiturn.enable:
+                    refuse_images(row, where, "SFT on a text-only model" if vision is None else "multi-turn SFT",
+                                  image_key)
                 if data_cfg.multiturn.enable:
                     example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where,
                                               data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only)
@@ -57,9 +65,17 @@ class SFTDataset:
                     prompt = _dig(row[data_cfg.prompt_key], data_cfg.prompt_dict_keys, where, data_cfg.prompt_key)
                     response = _dig(row[data_cfg.response_key], data_cfg.response_dict_keys, where,
                                     data_cfg.response_key)
-                    prompt_ids = _template(tokenizer, _messages(prompt, where), generation_prompt=True)
+                    messages = _messages(prompt, where)
+                    images = row_images(row, image_key, Path(file).parent, where) if vision is not None else []
+                    if images:  # the processor expands each image into the family's image tokens
+                        text = vision.render(with_image_parts(messages, len(images), where))
+                        prompt_ids = vision.encode(text, images, where)
+                    else:
+                        if vision is not None:  # placeholders without images
+                            with_image_parts(messages, 0, where)
+                        prompt_ids = _template(tokenizer, messages, generation_prompt=True)
                     response_ids = tokenizer(str(response), add_special_tokens=False)["input_ids"] + [eos]
-                    example = SFTExample(prompt_ids, response_ids, [1] * len(response_ids))
+                    example = SFTExample(prompt_ids, response_ids, [1] * len(response_ids), images)
                 self.examples.append(self._fit(example, data_cfg.max_length, data_cfg.truncation, where))
         if not self.examples:
             raise DataError(f"no SFT rows in {files}")
@@ -94,6 +110,9 @@ class SFTDataset:
         total = len(example.prompt_ids) + len(example.response_ids)
         if total <= max_length:
             return example
+        if example.images and truncation == "left":
+            raise DataError(f"{where}: {total} tokens > data.max_length={max_length}, and a prompt with images is "
+                            "never cut (its image tokens stay whole); raise data.max_length")
         if truncation == "error":
             raise DataError(f"{where}: {total} tokens > data.max_length={max_length}; raise it or set "
                             "data.truncation to left|right")
@@ -101,11 +120,11 @@ class SFTDataset:
             keep = max_length - len(example.prompt_ids)
             if keep <= 0:
                 raise DataError(f"{where}: the prompt alone exceeds data.max_length={max_length}")
-            return SFTExample(example.prompt_ids, example.response_ids[:keep], example.loss_mask[:keep])
+            return replace(example, response_ids=example.response_ids[:keep], loss_mask=example.loss_mask[:keep])
         cut = total - max_length  # left: cut the prompt's start
         if cut >= len(example.prompt_ids):
             raise DataError(f"{where}: the response alone exceeds data.max_length={max_length}")
-        return SFTExample(example.prompt_ids[cut:], example.response_ids, example.loss_mask)
+        return replace(example, prompt_ids=example.prompt_ids[cut:])
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -124,4 +143,5 @@ class SFTDataset:
             response_mask[row, :n] = 1
             loss_mask[row, :n] = torch.as_tensor(x.loss_mask)
         return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
-                     response_mask=response_mask, group=torch.arange(len(items)), loss_mask=loss_mask)
+                     response_mask=response_mask, group=torch.arange(len(items)), loss_mask=loss_mask,
+                     images=[x.images for x in items] if any(x.images for x in items) else [])

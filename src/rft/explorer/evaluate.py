@@ -21,7 +21,9 @@ def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: 
                   generator: torch.Generator | None) -> Batch:
     """Generate `params.n` responses for each of `prompts`; rows of one prompt are adjacent."""
     prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], tokenizer.pad_token_id)
-    out = rollout.generate(prompt_ids, prompt_mask, params, generator)
+    images = [p.images for p in prompts] if any(p.images for p in prompts) else None
+    out = (rollout.generate(prompt_ids, prompt_mask, params, generator) if images is None
+           else rollout.generate(prompt_ids, prompt_mask, params, generator, images=images))
     n = params.n
     rep = lambda xs: [x for x in xs for _ in range(n)]
     return Batch(
@@ -33,6 +35,7 @@ def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: 
         response_text=tokenizer.batch_decode(
             [ids[m.bool()].tolist() for ids, m in zip(out.response_ids, out.response_mask)],
             skip_special_tokens=True),
+        images=rep(images) if images is not None else [],
     )
 
 

@@ -26,6 +26,7 @@ from rft.data.dataset import Prompt, PromptDataset
 from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
 from rft.explorer.evaluate import evaluate, rollout_batch
+from rft.models.vision import vision_for
 from rft.monitor import Timer
 from rft.rewards.judge import JUDGE, LLMJudge, question_of
 from rft.rewards.pipeline import RewardPipeline
@@ -46,7 +47,8 @@ def load_prompts(cfg, tokenizer, files) -> PromptDataset:
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
                          image_key=data.image_key, system_prompt=data.system_prompt,
                          system_prompt_key=data.system_prompt_key, response_key=data.response_key,
-                         tools_key=data.tools_key, chat_template=data.chat_template)
+                         tools_key=data.tools_key, chat_template=data.chat_template,
+                         vision=vision_for(cfg.actor_rollout_ref.model.path))
 
 
 def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:

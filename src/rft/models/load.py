@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import importlib
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +246,13 @@ def check_causal_config(config, path: str, key: str, trust_remote_code: bool) ->
     if getattr(config, "is_encoder_decoder", False):
         raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, an encoder-decoder "
                          f"(sequence-to-sequence) model, not a causal decoder: {NOT_CAUSAL}")
+    from transformers import AutoModelForImageTextToText
+
+    from rft.models.vision import is_vision_config
+
     remote = trust_remote_code and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    if is_vision_config(config) and type(config) in AutoModelForImageTextToText._model_mapping:
+        return  # a vision-language model: a causal decoder over its text and image tokens
     if not remote and type(config) not in AutoModelForCausalLM._model_mapping:
         raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, which transformers has no "
                          f"causal language model class for: {NOT_CAUSAL}")
@@ -350,6 +357,13 @@ def head_class(auto_class, config):
     from transformers.modeling_layers import GenericForSequenceClassification, GenericForTokenClassification
     from transformers.modeling_utils import PreTrainedModel
 
+    from rft.models.vision import is_vision_config
+
+    if auto_class is AutoModelForCausalLM and is_vision_config(config):
+        from transformers import AutoModelForImageTextToText
+
+        if type(config) in AutoModelForImageTextToText._model_mapping:  # the family's image-text-to-text class
+            return AutoModelForImageTextToText
     generic = {AutoModelForTokenClassification: (GenericForTokenClassification, "ForTokenClassification"),
                AutoModelForSequenceClassification: (GenericForSequenceClassification, "ForSequenceClassification")}
     if auto_class not in generic or type(config) in auto_class._model_mapping:
@@ -375,10 +389,14 @@ def load_causal_lm(path: str, dtype: torch.dtype, device: torch.device, *, exter
     from transformers import AutoModelForCausalLM
 
     from rft.models.arch import router_recorder
+    from rft.models.vision import attach, vision_for
 
     model = _load_pretrained(AutoModelForCausalLM, path, dtype, device, external_lib=external_lib,
                              trust_remote_code=trust_remote_code, override_config=override_config, key=key,
                              decoder=True, tokenizer=tokenizer)
+    vision = vision_for(path, key)
+    if vision is not None:  # its processor beside it: the passes over image tokens need the pixels
+        attach(model, vision)
     router_recorder(model)  # a mixture of experts: its load-balancing loss recorded by rft (models/arch.py)
     return model
 
@@ -465,6 +483,8 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
     """The model a trainer updates: `load_causal_lm` (or `load_value_model` with `value_head`), then gradient
     checkpointing and LoRA as `model_cfg` (the RL `actor_rollout_ref.model` / `critic.model` or the SFT `model`
     section) asks. `tokenizer`: the run's, checked against the embedding."""
+    from rft.models.vision import freeze_vision_tower, vision_for
+
     load = load_value_model if value_head else load_causal_lm
     model = load(path, dtype, device, external_lib=model_cfg.external_lib,
                  trust_remote_code=model_cfg.trust_remote_code, override_config=model_cfg.override_config,
@@ -473,6 +493,11 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if model_cfg.lora_rank > 0:
         model = apply_lora(model, model_cfg, task_type="TOKEN_CLS" if value_head else "CAUSAL_LM")
+    freeze = getattr(model_cfg, "freeze_vision_tower", True)  # a value model's section has no such key
+    if freeze and vision_for(path, key) is not None:
+        frozen = freeze_vision_tower(model)
+        print(f"rft: {path}: the vision tower and projector frozen ({frozen:,} parameters; "
+              f"{key}.freeze_vision_tower=false trains them)", file=sys.stderr, flush=True)
     return model
 
 
@@ -511,7 +536,10 @@ def frozen_copy(model: nn.Module) -> nn.Module:
 def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: bool = False) -> Path:
     """Write a Hugging Face folder (LoRA merged) that `from_pretrained` loads; atomic. The weights are written in
     the dtype the model was loaded from (`SAVED_DTYPE_ATTR`: a bf16 folder trained in fp32 on CPU exports bf16)."""
+    from rft.models.vision import save_processor, vision_of
+
     out_dir = Path(out_dir)
+    vision = vision_of(model)
     copied = False
     if is_peft(model):
         copied = not merge_in_place
@@ -522,4 +550,6 @@ def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: 
     with atomic_dir(out_dir) as tmp:
         checked_write(lambda: model.save_pretrained(tmp, safe_serialization=True), tmp / "model.safetensors")
         tokenizer.save_pretrained(tmp)
+        if vision is not None:
+            save_processor(vision, tmp)
     return out_dir

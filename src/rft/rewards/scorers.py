@@ -19,7 +19,7 @@ Scorer = Callable[[str, Any, dict | None], ScoreResult]
 SCORERS: Registry[Scorer] = Registry("reward scorer")
 
 
-@SCORERS.register("arithmetic")
+@SCORERS.register("arithmetic", "shapes")
 def _score_arithmetic(solution_str: str, ground_truth, extra_info: dict | None = None) -> float:
     return arithmetic_score(solution_str, ground_truth)
 

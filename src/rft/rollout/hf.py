@@ -127,7 +127,12 @@ class HFRollout:
         self.version = version
 
     @torch.no_grad()
-    def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> RolloutOutput:
+    def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None,
+                 images: list[list[bytes]] | None = None) -> RolloutOutput:
+        """`params.n` responses to each prompt row (rows of a prompt adjacent). `images`: each prompt's images
+        (encoded; `rft.data.images`) for a vision-language model, whose prompt ids hold their image tokens."""
+        if images is not None and any(images):
+            return self._generate_vision(prompt_ids, prompt_mask, images, params, generator)
         device = device_of(self.model)
         if generator is not None and generator.device.type != device.type:
             # torch.multinomial needs a generator on the logits' device. Seed one there from the caller's (CPU)
@@ -143,12 +148,65 @@ class HFRollout:
             first = int(chunk[0])
             parts.append(self._generate(prompt_ids[first:int(chunk[-1]) + 1], prompt_mask[first:int(chunk[-1]) + 1],
                                         chunk - first, params, generator))
+        return self._concat(parts)
+
+    def _concat(self, parts: list[RolloutOutput]) -> RolloutOutput:
+        """The rows of `parts` one after another, right-padded to the widest response."""
         width = max(p.response_ids.shape[1] for p in parts)
         return RolloutOutput(
             response_ids=torch.cat([_pad_right(p.response_ids, width, self.pad_token_id) for p in parts]),
             response_mask=torch.cat([_pad_right(p.response_mask, width, 0) for p in parts]),
             logprobs=torch.cat([_pad_right(p.logprobs, width, 0.0) for p in parts]),
         )
+
+    def _generate_vision(self, prompt_ids, prompt_mask, images: list[list[bytes]], params: SamplingParams,
+                         generator) -> RolloutOutput:
+        """A vision-language model's responses: transformers' `generate()` with the processor's pixel inputs
+        (`rft.models.vision`), in chunks of `micro_batch_size` rows, drawing from a seed taken from `generator` (so
+        its state still fixes the samples); never sampling an image token (a response that opened an image would
+        not match the pixel inputs of the update); log-probs under softmax(logits / temperature), as `_sample`."""
+        from transformers import GenerationConfig
+
+        from rft.models.vision import forward_function, vision_of
+
+        vision = vision_of(self.model)
+        if vision is None:
+            raise ValueError("the rollout model is not a vision-language model: it cannot take images")
+        device = device_of(self.model)
+        row_prompt = torch.arange(prompt_ids.shape[0]).repeat_interleave(params.n)
+        greedy = params.greedy
+        config = GenerationConfig(
+            do_sample=not greedy, temperature=None if greedy else params.temperature,
+            top_k=params.top_k if params.top_k > 0 and not greedy else None,
+            top_p=params.top_p if params.top_p < 1.0 and not greedy else None, max_new_tokens=params.max_tokens,
+            min_new_tokens=params.max_tokens if params.ignore_eos else None,
+            eos_token_id=self.eos_ids.tolist(), pad_token_id=self.pad_token_id,
+            suppress_tokens=vision.special_ids or None, return_dict_in_generate=True, output_logits=True)
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if generator is not None else 0
+        was_training = self.model.training
+        self.model.eval()
+        parts = []
+        try:
+            rows = self.micro_batch_size or len(row_prompt)
+            for i in range(0, len(row_prompt), rows):
+                chunk = row_prompt[i:i + rows]
+                ids, attn = prompt_ids[chunk].to(device), prompt_mask[chunk].to(device)
+                extra = vision.model_kwargs([images[int(r)] for r in chunk], ids, forward=forward_function(self.model))
+                with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]), \
+                        autocast(self.model, self.dtype):
+                    torch.manual_seed(seed + i)
+                    out = self.model.generate(input_ids=ids, attention_mask=attn, **extra, generation_config=config)
+                tokens = out.sequences[:, ids.shape[1]:]
+                logits = torch.stack(out.logits, dim=1).float()
+                if params.temperature > 0:
+                    logits = logits / params.temperature
+                logprobs = logits.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)
+                mask = response_mask_from(tokens, self.eos_ids.to(tokens.device), params.ignore_eos)
+                parts.append(RolloutOutput(tokens.masked_fill(mask == 0, self.pad_token_id).cpu(), mask.cpu(),
+                                           (logprobs * mask).cpu()))
+        finally:
+            self.model.train(was_training)
+        return self._concat(parts)
 
     def _generate(self, prompt_ids, prompt_mask, row_prompt: torch.Tensor, params: SamplingParams,
                   generator) -> RolloutOutput:

@@ -30,6 +30,7 @@ from rft.models.load import (
     load_trainable_model,
     resolve_device,
 )
+from rft.models.vision import vision_for
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.runtime import configure_cpu_runtime
 from rft.trainer.checkpoint import (
@@ -138,7 +139,8 @@ class SFTTrainer:
 
     def dataset(self, files):
         """The rows of `files` (data.train_files / data.val_files) as a dataset with `batch(indices, pad_id)`."""
-        return SFTDataset(files, self.tokenizer, self.cfg.data)
+        return SFTDataset(files, self.tokenizer, self.cfg.data,
+                          vision=vision_for(self.cfg.model.partial_pretrain, "model"))
 
     def validate(self) -> dict[str, float]:
         """The validation metrics of the step (trainer.test_freq)."""

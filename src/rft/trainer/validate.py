@@ -76,6 +76,7 @@ RL = (
     "workers.token_budgets",          # use_dynamic_bsz's budgets hold a row
     "models.tokenizer",               # the tokenizer files
     "models.positions",               # a prompt and its response fit a learned position table
+    "workers.vision",                 # what a vision-language policy does not run with yet
 )
 """`rft train` (and every RL stage)."""
 

@@ -404,3 +404,27 @@ def check_token_budgets(ctx: CheckContext) -> None:
                 f"{key}={value!r} (use_dynamic_bsz) must be an integer of at least the longest sequence, "
                 f"data.max_prompt_length + data.max_response_length = {longest} tokens: one row must fit in a pass"
             )
+
+
+@CHECKS.register("workers.vision")
+def check_vision(ctx: CheckContext) -> None:
+    """A vision-language policy: what rft does not yet run with images is refused by name before any model loads
+    (docs/multimodal.md): a critic (value models of these families), sequence parallelism (the image features of a
+    row split over processes), workflows other than the batched simple_workflow (their model handle takes text)."""
+    from rft.models.vision import is_vision_folder
+
+    cfg = ctx.cfg
+    path = cfg.actor_rollout_ref.model.path
+    if not path or not is_vision_folder(path):
+        return
+    what = f"actor_rollout_ref.model.path={path!r} is a vision-language model"
+    if builds_critic(cfg):
+        raise ConfigError(f"{what}, and this run builds a critic (algorithm.adv_estimator="
+                          f"{cfg.algorithm.adv_estimator!r}): rft has no value model for vision-language families "
+                          "yet; use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...)")
+    if (cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size or 1) > 1:
+        raise ConfigError(f"{what}: actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 splits rows over "
+                          "processes, which a row's image features do not follow yet; set it to 1")
+    if cfg.workflow.type != "simple_workflow":
+        raise ConfigError(f"{what}: workflow.type={cfg.workflow.type!r} runs through a model handle that takes text "
+                          "alone yet; use the batched simple_workflow")

@@ -36,6 +36,7 @@ from torch import nn
 
 from rft.models.arch import architecture, attention_chunk, layer_classes, sliding_window
 from rft.models.attention import DECODE_ATTENTION, PACKED_ATTENTION, attention_configs, decode_attention
+from rft.models.vision import vision_of
 
 PACKED_ATTR = "_rft_remove_padding"
 COMPILED_ATTR = "_rft_compiled"
@@ -143,6 +144,9 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
         for c, impl in zip(cfgs, before):
             c._attn_implementation = impl
         _log(f"{key}=true: {architecture(model)} does not run packed ({why}); running padded")
+    elif vision_of(model) is not None:
+        _log(f"{key}=true: {architecture(model)} packs micro-batches of text rows; a micro-batch with images runs "
+             "padded (the family computes its image features and positions over whole rows)")
     return ok
 
 

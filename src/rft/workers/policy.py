@@ -41,6 +41,7 @@ from rft.distributed import SINGLE, Dist
 from rft.models.arch import router_recorder
 from rft.models.load import device_of
 from rft.models.precision import autocast
+from rft.models.vision import forward_function, vision_of
 from rft.workers.lm_head import Head, head_chunk, head_input, head_logprobs, lm_head
 from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler: re-exported)
     MiniBatchWorker,
@@ -90,13 +91,19 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
     if router is not None:  # a mixture of experts in a pass with gradients: its load-balancing loss too
         router.start()
     attn = None
+    vision = vision_of(model) if any(batch.images) else None
     with autocast(model), head_input(model, head) if head is not None else nullcontext() as store:
-        if packs(model):  # a router's load-balancing loss counts every row's tokens: no prompt shared then
-            logits, labels = _packed_logits(model, batch, store, share_prompts=router is None)
-        else:
+        if packs(model) and vision is None:  # a router's load-balancing loss counts every row's tokens: no prompt
+            logits, labels = _packed_logits(model, batch, store, share_prompts=router is None)  # shared then
+        else:  # padded; rows with images always (their pixels go with the rows, `rft.models.vision`)
             ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
+            extra = {}
+            if vision is not None:
+                extra = vision.model_kwargs(batch.images, ids, p_len, forward_function(model))
+                if vision.mrope:  # positions that depend on the images: the model computes them
+                    positions = None
             logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
-                           logits_to_keep=r_len + 1).logits
+                           logits_to_keep=r_len + 1, **extra).logits
             # (B, r_len, V), or the head's input (B, r_len, H)
             logits = store["hidden"][:, -(r_len + 1):-1] if store is not None else logits[:, :-1].float()
             labels = ids[:, p_len:]

@@ -1,0 +1,300 @@
+"""Images: verl's multimodal rows, the vision-language families rft builds offline, generation with pixels, the
+update's passes with the same pixel inputs, GRPO through the CLI, and the refusals (docs/multimodal.md)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+from cli_helpers import rft_here
+from PIL import Image
+from rl_helpers import SHAPED_REWARD
+
+from rft.batch import Batch
+from rft.data.dataset import PromptDataset, left_pad
+from rft.data.io import DataError, write_parquet
+from rft.experience import Experience, from_batch, to_batch
+from rft.models.load import load_causal_lm
+from rft.models.vision import vision_for
+from rft.models.vision_families import VISION_FAMILIES, init_vision_model
+from rft.rollout.base import SamplingParams
+from rft.rollout.hf import HFRollout
+from rft.tasks.shapes import shapes_rows
+from rft.workers.policy import forward_logprobs
+
+FAMILIES = sorted(VISION_FAMILIES)
+
+
+def png(colour=(255, 0, 0), size=(40, 30)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    """family -> its tiny model folder, built once per module."""
+    root = tmp_path_factory.mktemp("vlm")
+    return lambda family: (root / family if (root / family).exists()
+                           else init_vision_model(family, root / family, seed=0))
+
+
+def row(prompt, images, **extra):
+    return {"data_source": "shapes", "prompt": [{"role": "user", "content": prompt}], "images": images,
+            "reward_model": {"ground_truth": "1"}, **extra}
+
+
+def dataset(vlm, tmp_path, rows, family="qwen2_vl"):
+    path = str(vlm(family))
+    write_parquet(rows, tmp_path / "d.parquet")
+    vision = vision_for(path)
+    return PromptDataset(str(tmp_path / "d.parquet"), vision.tokenizer, vision=vision), vision
+
+
+# ------------------------------------------------------------------------------------------------ data
+def test_every_image_form_of_a_row_becomes_the_processors_image_tokens(vlm, tmp_path):
+    (tmp_path / "pics").mkdir()
+    (tmp_path / "pics" / "a.png").write_bytes(png((0, 0, 255)))
+    rows = [row("<image>count", [{"bytes": png()}]),
+            row("<image>count", [{"path": "pics/a.png"}]),  # relative to the data file
+            row("<image>count", [{"path": str(tmp_path / "pics" / "a.png")}]),
+            row("two: <image> and <image>", [{"bytes": png()}, {"bytes": png((0, 255, 0), (28, 90))}])]
+    data, vision = dataset(vlm, tmp_path, rows)
+    pad = vision.processor.image_token_id
+    # a 40 x 30 picture resizes to 28 x 28 (4 patches, one token after the 2 x 2 merge); 28 x 90 to 28 x 84
+    assert [p.ids.count(pad) for p in data.prompts] == [1, 1, 1, 1 + 3]
+    assert data[1].images == data[2].images == [(tmp_path / "pics" / "a.png").read_bytes()]
+    assert data[3].images[1] == rows[3]["images"][1]["bytes"]
+    # rows from Python: a path as a string, raw bytes, a PIL image (kept as PNG bytes)
+    pil = PromptDataset([("rows", [row("<image><image><image>", [str(tmp_path / "pics" / "a.png"), png(),
+                                                                  Image.new("RGB", (30, 30), (9, 9, 9))])])],
+                        vision.tokenizer, vision=vision)
+    assert pil[0].images[:2] == [(tmp_path / "pics" / "a.png").read_bytes(), png()]
+    assert Image.open(io.BytesIO(pil[0].images[2])).getpixel((3, 3)) == (9, 9, 9)
+
+
+def test_without_placeholders_the_images_go_first_in_the_user_message(vlm, tmp_path):
+    data, vision = dataset(vlm, tmp_path, [row("count them", [{"bytes": png()}, {"bytes": png()}])])
+    text = vision.tokenizer.decode(data[0].ids)
+    assert text.startswith("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|><|vision_start|>")
+    assert "<|vision_end|>count them<|im_end|>" in text
+    assert data[0].messages[0]["content"][:2] == [{"type": "image"}, {"type": "image"}]
+
+
+@pytest.mark.parametrize("bad, message", [
+    (row("<image><image>", [{"bytes": png()}]), "2 <image> placeholder(s) and the row 1 image(s)"),
+    (row("<image>", [{"path": "nowhere.png"}]), "nowhere.png' does not exist"),
+    (row("<image>", [{"bytes": b"not a picture"}]), "its image bytes does not decode as an image"),
+    (row("<image>", [{"bytes": png()}], videos=[{"bytes": b"x"}]), "the row has videos"),
+    (row("<image>", [{"neither": 1}]), "has neither 'bytes' nor 'path'"),
+])
+def test_bad_images_are_one_error_naming_the_row(vlm, tmp_path, bad, message):
+    with pytest.raises(DataError) as e:
+        dataset(vlm, tmp_path, [row("fine", []), bad])
+    assert "d.parquet row 1" in str(e.value) and message in str(e.value)
+
+
+def test_images_for_a_text_model_are_refused_before_it_loads(tmp_path):
+    from rft.models.tiny import build_tokenizer
+
+    write_parquet([row("<image>", [{"bytes": png()}])], tmp_path / "d.parquet")
+    with pytest.raises(DataError, match="row 0: the row has images .* but the model is a text-only model"):
+        PromptDataset(str(tmp_path / "d.parquet"), build_tokenizer())
+
+
+def test_sft_and_dpo_rows_with_images_are_refused_not_dropped(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rft.data.sft import SFTDataset
+    from rft.models.tiny import build_tokenizer
+
+    write_parquet([{"prompt": "a", "response": "b", "images": [{"bytes": png()}]}], tmp_path / "s.parquet")
+    cfg = OmegaConf.create({"prompt_key": "prompt", "response_key": "response", "multiturn": {"enable": False},
+                            "max_length": 64, "truncation": "error", "prompt_dict_keys": None,
+                            "response_dict_keys": None})
+    with pytest.raises(DataError, match=r"row 0: the row has images \('images' or 'videos'\), which SFT on a text-only"):
+        SFTDataset(str(tmp_path / "s.parquet"), build_tokenizer(), cfg)
+
+
+def test_experiences_carry_their_images_through_both_storage_forms():
+    e = Experience(tokens=torch.tensor([1, 2, 3, 4]), prompt_length=2, action_mask=torch.tensor([1, 1]),
+                   logprobs=torch.tensor([-0.5, -0.25]), reward=1.0, group="g", images=[png(), png((1, 2, 3))])
+    for back in (Experience.from_bytes(e.to_bytes()), Experience.from_json(e.to_json())):
+        assert back.images == e.images and torch.equal(back.tokens, e.tokens)
+        assert torch.equal(back.logprobs, e.logprobs) and back.reward == 1.0
+    plain = Experience.from_bytes(Experience(tokens=torch.tensor([1, 2]), prompt_length=1,
+                                             action_mask=torch.tensor([1]), logprobs=torch.tensor([-1.0]),
+                                             reward=0.0, group="h").to_bytes())
+    assert plain.images == []
+
+
+def test_the_shapes_task_counts_what_it_draws():
+    rows = shapes_rows(6, seed=3, split="train", max_count=4)
+    assert rows == shapes_rows(6, seed=3, split="train", max_count=4)  # the same seed draws the same pictures
+    for r in rows:
+        picture = Image.open(io.BytesIO(r["images"][0]["bytes"])).convert("RGB")
+        # shapes never touch: the connected non-white regions are the shapes
+        seen, regions = set(), 0
+        for x in range(56):
+            for y in range(56):
+                if (x, y) in seen or picture.getpixel((x, y)) == (255, 255, 255):
+                    continue
+                regions += 1
+                stack = [(x, y)]
+                while stack:
+                    p = stack.pop()
+                    if p in seen or not (0 <= p[0] < 56 and 0 <= p[1] < 56) or picture.getpixel(p) == (255, 255, 255):
+                        continue
+                    seen.add(p)
+                    stack += [(p[0] + 1, p[1]), (p[0] - 1, p[1]), (p[0], p[1] + 1), (p[0], p[1] - 1)]
+        assert str(regions) == r["reward_model"]["ground_truth"]
+
+
+# ------------------------------------------------------------------------------------------------ models
+def _prompts(vision):
+    from rft.data.images import with_image_parts
+
+    chats = [([{"role": "user", "content": "<image>how many?"}], [png()]),
+             ([{"role": "user", "content": "<image> or <image>"}], [png((0, 255, 0), (30, 90)), png((0, 0, 255))])]
+    ids = [vision.encode(vision.render(with_image_parts(c, len(im), "t")), im, "t") for c, im in chats]
+    return ids, [im for _, im in chats]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generation_with_images_equals_generate_and_a_full_forward(vlm, family):
+    path = str(vlm(family))
+    model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()
+    vision = vision_for(path)
+    pad = vision.tokenizer.pad_token_id
+    ids, images = _prompts(vision)
+    prompt_ids, prompt_mask = left_pad(ids, pad)
+    engine = HFRollout(model, eos_token_ids=[vision.tokenizer.eos_token_id], pad_token_id=pad)
+    greedy = engine.generate(prompt_ids, prompt_mask, SamplingParams(max_tokens=6, do_sample=False), images=images)
+    kwargs = vision.model_kwargs(images, prompt_ids, forward=model.forward)
+    reference = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs, max_new_tokens=6,
+                               do_sample=False, suppress_tokens=vision.special_ids,
+                               eos_token_id=[vision.tokenizer.eos_token_id], pad_token_id=pad)
+    width = greedy.response_ids.shape[1]
+    assert torch.equal(greedy.response_ids, reference[:, prompt_ids.shape[1]:][:, :width].masked_fill(
+        greedy.response_mask == 0, pad))
+    # sampled rows: their log-probs are the update's (a full forward with the same pixels), 2 samples a prompt
+    sampled = engine.generate(prompt_ids, prompt_mask, SamplingParams(n=2, max_tokens=5),
+                              torch.Generator().manual_seed(0), images=images)
+    batch = Batch(prompt_ids=prompt_ids.repeat_interleave(2, 0), prompt_mask=prompt_mask.repeat_interleave(2, 0),
+                  response_ids=sampled.response_ids, response_mask=sampled.response_mask,
+                  group=torch.arange(2).repeat_interleave(2), images=[im for im in images for _ in range(2)])
+    with torch.no_grad():
+        logprobs, _ = forward_logprobs(model, batch, temperature=1.0)
+    torch.testing.assert_close(logprobs * batch.response_mask, sampled.logprobs, atol=1e-5, rtol=0)
+    assert not torch.isin(sampled.response_ids, torch.tensor(vision.special_ids)).any()  # no image opened
+
+
+def test_the_experience_round_trip_keeps_the_passes_inputs(vlm):
+    path = str(vlm("qwen2_vl"))
+    model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()
+    vision = vision_for(path)
+    ids, images = _prompts(vision)
+    prompt_ids, prompt_mask = left_pad(ids, vision.tokenizer.pad_token_id)
+    engine = HFRollout(model, eos_token_ids=[vision.tokenizer.eos_token_id],
+                       pad_token_id=vision.tokenizer.pad_token_id)
+    out = engine.generate(prompt_ids, prompt_mask, SamplingParams(max_tokens=4), torch.Generator().manual_seed(1),
+                          images=images)
+    batch = Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=out.response_ids,
+                  response_mask=out.response_mask, group=torch.arange(2), scores=torch.zeros(2),
+                  rollout_logprobs=out.logprobs, images=images)
+    back = to_batch([Experience.from_bytes(e.to_bytes()) for e in from_batch(batch, ["a", "b"], 0)],
+                    vision.tokenizer.pad_token_id)
+    assert back.images == images
+    with torch.no_grad():
+        torch.testing.assert_close(forward_logprobs(model, back, 1.0)[0] * back.response_mask, out.logprobs,
+                                   atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------ training
+@pytest.mark.parametrize("family", FAMILIES)
+def test_grpo_on_images_through_the_cli_trains_the_language_model_and_exports(vlm, tmp_path, family):
+    from transformers import AutoModelForImageTextToText
+
+    from rft.models.vision import load_processor
+    from rft.tasks.shapes import write_shapes
+
+    model_dir = vlm(family)
+    write_shapes(tmp_path / "d", n_train=8, n_val=4, seed=0)
+    (tmp_path / "reward.py").write_text(SHAPED_REWARD)
+    proc = rft_here("train", "actor_rollout_ref.model.path=" + str(model_dir),
+                    f"data.train_files={tmp_path / 'd' / 'train.parquet'}",
+                    f"data.val_files={tmp_path / 'd' / 'val.parquet'}",
+                    f"custom_reward_function.path={tmp_path / 'reward.py'}",
+                    "data.max_prompt_length=64", "data.max_response_length=6", "data.train_batch_size=4",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+                    "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+                    "trainer.total_training_steps=2", "trainer.test_freq=-1", "trainer.logger=[]",
+                    f"trainer.default_local_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert "the vision tower and projector frozen" in proc.stderr
+    start = AutoModelForImageTextToText.from_pretrained(model_dir)
+    exported = AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "model")
+    text = [*start.get_decoder().parameters(), *start.get_output_embeddings().parameters()]
+    language = {n for n, p in start.named_parameters() if any(p is q for q in text)}
+    after = dict(exported.named_parameters())
+    moved = {n for n, p in start.named_parameters() if not torch.equal(p, after[n])}
+    assert language and moved == language, f"moved but not language: {moved - language}; stayed: {language - moved}"
+    assert type(exported).__name__ == json.loads((model_dir / "config.json").read_text())["architectures"][0]
+    assert type(load_processor(tmp_path / "out" / "model")).__name__ == type(vision_for(str(model_dir)).processor).__name__
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sft_on_images_through_the_cli_lowers_the_loss_and_exports(vlm, tmp_path, family):
+    from transformers import AutoModelForImageTextToText
+
+    from rft.models.vision import load_processor
+    from rft.tasks.shapes import write_shapes
+
+    write_shapes(tmp_path / "d", n_train=8, n_val=4, seed=0)
+    rft_here("sft", f"model.partial_pretrain={vlm(family)}", f"data.train_files={tmp_path / 'd' / 'train.parquet'}",
+             f"data.val_files={tmp_path / 'd' / 'val.parquet'}", "data.response_key=extra_info",
+             "data.response_dict_keys=[demonstration]", "data.train_batch_size=8", "data.micro_batch_size_per_gpu=4",
+             "data.max_length=64", "optim.lr=1e-2", "trainer.total_training_steps=3", "trainer.test_freq=-1",
+             "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'out'}", cwd=tmp_path)
+    losses = [json.loads(line)["train/loss"] for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+              if "train/loss" in line]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "model") is not None
+    assert type(load_processor(tmp_path / "out" / "model")).__name__ == type(vision_for(str(vlm(family))).processor).__name__
+
+
+@pytest.mark.parametrize("key, message", [
+    ("algorithm.adv_estimator=gae", "rft has no value model for vision-language families yet"),
+    ("actor_rollout_ref.rollout.name=vllm", "rft's vLLM engine takes no images yet"),
+])
+def test_what_images_do_not_run_with_yet_is_refused_before_the_model_loads(vlm, tmp_path, key, message):
+    write_parquet([row("<image>", [{"bytes": png()}])] * 4, tmp_path / "d.parquet")
+    proc = rft_here("train", f"actor_rollout_ref.model.path={vlm('qwen2_vl')}",
+                    f"data.train_files={tmp_path / 'd.parquet'}", "data.train_batch_size=4",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=4", key, cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and message in proc.stderr
+    assert proc.stderr.strip().startswith("rft: error:") and "Traceback" not in proc.stderr
+
+
+def test_the_verl_component_trains_two_steps_on_image_rows_of_its_image_key(vlm, tmp_path):
+    rows = [{**{k: v for k, v in r.items() if k != "images"}, "pictures": r["images"]}
+            for r in shapes_rows(8, seed=0, split="train")]
+    write_parquet(rows, tmp_path / "train.parquet")
+    write_parquet(rows[:4], tmp_path / "val.parquet")
+    files = ["--data_train_files", str(tmp_path / "train.parquet"), "--data_val_files", str(tmp_path / "val.parquet")]
+    rft_here("component", "verl_trainer_component", "--ENGINE", "hf", "--rollout_name", "hf",
+             "--actor_model_path", str(vlm("qwen2_5_vl")), *files, "--data_image_key", "pictures", "--trainer_n_gpus_per_node", "1",
+             "--actor_fsdp_config_offload_policy", "false", "--ref_fsdp_param_offload", "false",
+             "--data_train_batch_size", "4", "--actor_ppo_mini_batch_size", "4",
+             "--actor_ppo_micro_batch_size_per_gpu", "4", "--rollout_n", "2", "--data_max_prompt_length", "64",
+             "--data_max_response_length", "4", "--total_training_steps", "2", "--trainer_save_freq", "-1",
+             "--model_output", str(tmp_path / "out" / "model"), cwd=tmp_path)
+    assert (tmp_path / "out" / "model" / "preprocessor_config.json").is_file()
+    # without --data_image_key the pictures are a column rft does not read: placeholders without images, refused
+    proc = rft_here("component", "verl_trainer_component", "--ENGINE", "hf", "--rollout_name", "hf",
+                    "--actor_model_path", str(vlm("qwen2_5_vl")), *files, "--trainer_n_gpus_per_node", "1",
+                    "--data_train_batch_size", "4", "--actor_ppo_mini_batch_size", "4", "--total_training_steps",
+                    "1", "--model_output", str(tmp_path / "out2" / "model"), cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "row 0: the prompt has 1 <image> placeholder(s) and the row 0 image(s)" in \
+        proc.stderr and "data.image_key names the column of the images" in proc.stderr
