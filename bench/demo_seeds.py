@@ -3,6 +3,11 @@ model by at least 15 points within 5 minutes on this machine (the arithmetic tas
 at least 20 points within 6 minutes (the calculator task, multi-turn through the tool workflow).
 
     python bench/demo_seeds.py [--task arithmetic|tools] [--seeds 0 1 2] [--output DIR] [--no-write]
+                               [--dtype bfloat16 --sft-from DIR]
+
+`--dtype bfloat16 --sft-from DIR`: the GRPO stage in bf16 (`rft demo --dtype bfloat16`; on a CPU without fast bf16
+under RFT_CPU_PRECISION=requested) from the SFT models of an earlier float32 run kept in DIR (`--output DIR`), so
+the two GRPO stages start from one model; the bar is then bf16's accuracy within 2 points of float32's.
 
 Each seed runs `rft demo` in its own child process (as `make demo` does, with the machine's default threads), one
 after the other so their timings do not disturb each other. Prints one line per seed, appends a table to
@@ -26,10 +31,22 @@ RESULTS = HERE / "RESULTS.md"
 BARS = {"arithmetic": (0.15, 300.0), "tools": (0.20, 360.0)}  # (least lift, most seconds) per task
 
 
-def run_seed(seed: int, out: Path, task: str) -> dict:
+BF16_GAP = 0.02  # bf16's GRPO accuracy within this of float32's, from the same SFT model
+
+
+def run_seed(seed: int, out: Path, task: str, dtype: str = "float32", sft_from: Path | None = None) -> dict:
+    """`rft demo` for `seed` into `out`; with `sft_from`, its base model, data and finished SFT stages copied in first
+    (the demo skips a stage whose STAGE_DONE is there), so only the RL stage runs."""
+    if sft_from is not None:
+        import shutil
+
+        for part in sft_from.iterdir():
+            if part.is_dir() and (part.name in ("base_model", "data") or (part / "STAGE_DONE").exists()) \
+                    and part.name != "grpo":
+                shutil.copytree(part, out / part.name, dirs_exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-m", "rft", "demo", "--task", task, "--seed", str(seed), "--output", str(out)],
-                   check=True, env=env)
+    subprocess.run([sys.executable, "-m", "rft", "demo", "--task", task, "--seed", str(seed), "--output", str(out),
+                    "--dtype", dtype], check=True, env=env)
     return json.loads((out / "demo.json").read_text())
 
 
@@ -51,32 +68,51 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--output", help="keep each seed's run under DIR/seedN (default: a temporary folder)")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="what the GRPO stage computes in (rft demo --dtype)")
+    ap.add_argument("--sft-from", type=Path, metavar="DIR",
+                    help="start each seed's GRPO stage from DIR/seedN's SFT model (an earlier --output DIR)")
     args = ap.parse_args()
+    if args.sft_from is not None and args.dtype == "float32":
+        ap.error("--sft-from compares a bfloat16 GRPO stage with the float32 run in DIR: add --dtype bfloat16")
 
     with tempfile.TemporaryDirectory(prefix="rft_demo_seeds_") as tmp:
         root = Path(args.output or tmp)
         rows = []
         for seed in args.seeds:
-            result = run_seed(seed, root / f"seed{seed}", args.task)
+            sft = args.sft_from / f"seed{seed}" if args.sft_from else None
+            result = run_seed(seed, root / f"seed{seed}", args.task, args.dtype, sft)
             misses = verdict(result, args.task)
+            if sft is not None:  # the bar: bf16 within BF16_GAP of float32 from the same model; time is not one
+                ref = json.loads((sft / "demo.json").read_text())
+                result["fp32_accuracy"] = ref["rl_accuracy"]
+                gap = result["rl_accuracy"] - ref["rl_accuracy"]
+                misses = [f"bf16 {gap:+.3f} from float32"] if abs(gap) > BF16_GAP + 1e-9 else []
             rows.append((seed, result, misses))
             print(f"demo seed {seed}: sft {result['sft_accuracy']:.3f} -> grpo {result['rl_accuracy']:.3f} "
                   f"({result['rl_accuracy'] - result['sft_accuracy']:+.3f}) in {result['seconds']} s"
-                  f"{'  MISSES: ' + '; '.join(misses) if misses else ''}", flush=True)
+                  + (f", float32's grpo {result['fp32_accuracy']:.3f}" if sft is not None else "")
+                  + f"{'  MISSES: ' + '; '.join(misses) if misses else ''}", flush=True)
 
     if not args.no_write:
         import torch
 
         stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
         min_lift, max_seconds = BARS[args.task]
-        lines = [f"\n## {stamp} — `rft demo --task {args.task}` for seeds {', '.join(map(str, args.seeds))} "
+        bf16 = args.sft_from is not None
+        what = (f"`rft demo --task {args.task} --dtype bfloat16`, the GRPO stage from {args.sft_from}'s float32 SFT "
+                f"models (RFT_CPU_PRECISION={os.environ.get('RFT_CPU_PRECISION', 'measure')})" if bf16
+                else f"`rft demo --task {args.task}`")
+        bar = f"bf16 within {BF16_GAP} of float32" if bf16 else f"lift >= {min_lift}, <= {max_seconds:.0f} s"
+        lines = [f"\n## {stamp} — {what} for seeds {', '.join(map(str, args.seeds))} "
                  f"({platform.processor() or platform.machine()}, nproc {os.cpu_count()}, torch {torch.__version__})\n",
-                 f"| seed | SFT accuracy | GRPO accuracy | lift | seconds | bar (lift >= {min_lift}, "
-                 f"<= {max_seconds:.0f} s) |",
-                 "| --- | --- | --- | --- | --- | --- |"]
+                 f"| seed | SFT accuracy | GRPO accuracy | {'float32 GRPO accuracy | ' if bf16 else ''}lift | seconds "
+                 f"| bar ({bar}) |",
+                 "| --- | --- | --- | --- | --- | --- |" + (" --- |" if bf16 else "")]
         for seed, r, misses in rows:
             lines.append(f"| {seed} | {r['sft_accuracy']:.3f} | {r['rl_accuracy']:.3f} | "
-                         f"{r['rl_accuracy'] - r['sft_accuracy']:+.3f} | {r['seconds']} | "
+                         + (f"{r['fp32_accuracy']:.3f} | " if bf16 else "")
+                         + f"{r['rl_accuracy'] - r['sft_accuracy']:+.3f} | {r['seconds']} | "
                          f"{'held' if not misses else 'MISSED: ' + '; '.join(misses)} |")
         with RESULTS.open("a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
