@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-heavy test-faults demo bench clean vllm test-vllm bench-vllm
+.PHONY: setup test test-heavy test-faults demo demo-vision bench clean vllm test-vllm bench-vllm
 
 setup: $(STAMP)
 
@@ -59,6 +59,10 @@ demo: setup
 	rm -rf runs/demo
 	$(BIN)/rft demo --output runs/demo
 
+demo-vision: setup
+	rm -rf runs/demo-vision
+	$(BIN)/rft demo --task vision --output runs/demo-vision
+
 bench: setup
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/vs_trl.py
@@ -68,6 +72,7 @@ bench: setup
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/demo_seeds.py
 	$(BIN)/python bench/demo_seeds.py --task tools
+	$(BIN)/python bench/demo_seeds.py --task vision --seeds 0 1 2 3 4
 
 clean:
 	rm -rf $(VENV) runs

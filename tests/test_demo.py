@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import torch
 from omegaconf import OmegaConf
 
 import rft.trainer.demo as demo
@@ -88,3 +89,36 @@ def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, caps
     assert len(trained) == 2 and all(s["workflow/tasks"] == 16 and s["workflow/model_calls"] >= 1 for s in trained)
     out = capsys.readouterr().out
     assert "held-out greedy accuracy after sft" in out and "after grpo" in out
+
+
+def test_vision_demo_trains_a_vision_language_model_on_pictures(tmp_path, monkeypatch, capsys):
+    """`rft demo --task vision` cut down: the tiny Qwen2-VL, the sloppy counter's demonstrations, SFT then GRPO with
+    the vision tower trained, the accuracies the GRPO stage measured, every output."""
+    monkeypatch.setattr(demo, "VISION_SFT_STEPS", 10)
+    monkeypatch.setattr(demo, "VISION_RL_STEPS", 2)
+    monkeypatch.setattr(demo, "VISION_TEST_FREQ", 2)
+    monkeypatch.setattr(demo, "N_TRAIN", 200)
+    monkeypatch.setattr(demo, "N_VAL", 20)
+    result = demo.run_demo(tmp_path, seed=0, task="vision")
+    assert json.loads((tmp_path / "demo.json").read_text())["task"] == "vision"
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    config = json.loads((tmp_path / "base_model" / "config.json").read_text())
+    assert config["model_type"] == "qwen2_vl" and config["text_config"]["hidden_size"] == 128
+    cfg = OmegaConf.load(tmp_path / "config.yaml")
+    assert [s.stage_name for s in cfg.stages] == ["sft", "grpo"] and not cfg.actor_rollout_ref.model.freeze_vision_tower
+    # the teacher misses one shape in VISION_SLIP of the pictures of three or more, and never otherwise
+    rows = read_rows(tmp_path / "data" / "train.parquet")
+    big = [r for r in rows if int(r["extra_info"]["answer"]) >= 3]
+    slips = [r for r in big if r["extra_info"]["demonstration"] != r["extra_info"]["answer"]]
+    assert abs(len(slips) / len(big) - demo.VISION_SLIP) < 0.12
+    assert all(int(r["extra_info"]["demonstration"]) == int(r["extra_info"]["answer"]) - 1 for r in slips)
+    # every weight moved in SFT, the vision tower's too (it starts random)
+    from safetensors.torch import load_file
+
+    before, after = load_file(tmp_path / "base_model" / "model.safetensors"), load_file(
+        tmp_path / "sft" / "model" / "model.safetensors")
+    assert any(n.startswith("visual.") for n in before)
+    assert all(not torch.equal(before[n], after[n]) for n in before if n.endswith(".weight"))
+    measured = demo.held_out_accuracy(tmp_path / "grpo" / "model", tmp_path / "data" / "val.parquet", 2)
+    assert abs(measured - result["rl_accuracy"]) <= 0.05
+    assert "after grpo" in capsys.readouterr().out

@@ -298,3 +298,39 @@ def test_the_verl_component_trains_two_steps_on_image_rows_of_its_image_key(vlm,
                     "1", "--model_output", str(tmp_path / "out2" / "model"), cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "row 0: the prompt has 1 <image> placeholder(s) and the row 0 image(s)" in \
         proc.stderr and "data.image_key names the column of the images" in proc.stderr
+
+
+def test_a_lora_adapter_on_a_vision_language_model_trains_the_language_model_only(vlm, tmp_path):
+    from transformers import AutoModelForImageTextToText
+
+    from rft.tasks.shapes import write_shapes
+
+    model_dir = vlm("qwen2_5_vl")
+    write_shapes(tmp_path / "d", n_train=8, n_val=4, seed=0)
+    (tmp_path / "reward.py").write_text(SHAPED_REWARD)
+    rft_here("train", f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={tmp_path / 'd' / 'train.parquet'}",
+             f"custom_reward_function.path={tmp_path / 'reward.py'}", "actor_rollout_ref.model.lora_rank=4",
+             "actor_rollout_ref.model.lora_alpha=8", "data.max_prompt_length=64", "data.max_response_length=6",
+             "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+             "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-2", "trainer.total_training_steps=2",
+             "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'out'}", cwd=tmp_path)
+    start = AutoModelForImageTextToText.from_pretrained(model_dir)
+    after = dict(AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "model").named_parameters())
+    decoder = {id(p) for p in start.get_decoder().parameters()}
+    moved = {n for n, p in start.named_parameters() if not torch.equal(p, after[n])}
+    assert moved and all(id(dict(start.named_parameters())[n]) in decoder for n in moved)  # merged adapters
+    assert any(".self_attn.q_proj." in n for n in moved)
+
+
+def test_rft_init_model_writes_a_vision_family_with_its_processor(tmp_path, capsys):
+    from transformers import AutoModelForImageTextToText
+
+    from rft.cli import main
+    from rft.models.vision import load_processor
+
+    assert main(["init-model", str(tmp_path / "m"), "--family", "llava"]) == 0
+    assert "wrote llava vision-language model and processor (" in capsys.readouterr().out
+    assert type(AutoModelForImageTextToText.from_pretrained(tmp_path / "m")).__name__ == "LlavaForConditionalGeneration"
+    assert type(load_processor(tmp_path / "m")).__name__ == "LlavaProcessor"
+    assert main(["init-model", str(tmp_path / "m2"), "--family", "qwen2_vl", "--tokenizer", "base"]) == 2
+    assert "--tokenizer applies to the text families" in capsys.readouterr().err

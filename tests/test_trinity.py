@@ -128,6 +128,8 @@ MAPPED = [
     ({"buffer.explorer_input.taskset": {"path": "t", "format": {"response_key": "answer"}}}, "data.response_key",
      "answer"),
     ({"buffer.explorer_input.taskset": {"path": "t", "format": {"tools_key": "tools"}}}, "data.tools_key", "tools"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"image_key": "pictures"}}}, "data.image_key",
+     "pictures"),
     ({"buffer.explorer_input.taskset": {"path": "t", "format": {"system_prompt_key": "sys"}}},
      "data.system_prompt_key", "sys"),
     ({"buffer.explorer_input.system_prompt": "Be brief.", "buffer.explorer_input.taskset": {"path": "t"}},

@@ -91,7 +91,7 @@ def cmd_data(args) -> int:
 
         try:
             paths = write_shapes(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                 max_count=args.max_count)
+                                 max_count=args.max_count, slip=args.slip)
         except ValueError as e:
             raise RftError(f"rft data shapes: {e}") from None
     else:
@@ -298,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calculator: share of SFT demonstrations that call the calculator tool")
     q.add_argument("--max-count", type=int, default=4,
                    help="shapes: the most shapes a picture holds (1..9)")
+    q.add_argument("--slip", type=float, default=0.0,
+                   help="shapes: share of pictures of 3+ shapes whose SFT demonstration misses one")
     q.add_argument("--copy-rows", type=int, default=4000,
                    help="calculator: rows of copy.parquet, the warm-up in which the assistant repeats the user's "
                         "number (0: none)")
@@ -320,8 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
                                     "accuracy per stage")
-    q.add_argument("--task", choices=("arithmetic", "tools"), default="arithmetic",
-                   help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn)")
+    q.add_argument("--task", choices=("arithmetic", "tools", "vision"), default="arithmetic",
+                   help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn); "
+                        "vision: counting shapes in pictures with a tiny vision-language model")
     q.add_argument("--output", help="run folder (default runs/demo, or runs/demo-<task>)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--engine", choices=("hf", "vllm"), default="hf",

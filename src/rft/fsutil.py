@@ -137,6 +137,18 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
+def new_model_dir(out_dir: str | Path, overwrite: bool) -> Path:
+    """`out_dir` as a Path, checked to be a new or empty folder (or any folder, with `overwrite`), its parent made:
+    where `rft init-model` writes a model (FileExistsError otherwise)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} exists and is not a directory")
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling folder of `final`; on success its files get the umask's modes (`publish_modes`)

@@ -73,7 +73,7 @@ KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
 SYNCHRONIZER_KEYS = ("sync_method", "sync_interval", "sync_offset", "sync_timeout")
 # Trinity-RFT's task format keys that are rft's data keys (same names)
-FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key", "chat_template")
+FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key", "chat_template", "image_key")
 # explorer keys that are rft's workflow keys (same names)
 PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
 WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars", "auxiliary_models")

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rft.fsutil import atomic_dir
+from rft.fsutil import atomic_dir, new_model_dir
 
 _SIZES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
               max_position_embeddings=512, initializer_range=0.2)
@@ -139,12 +139,7 @@ def init_family_model(family: str, out_dir: str | os.PathLike[str], tokenizer: s
         raise ValueError(f"unknown tokenizer style {tokenizer!r}; known: {', '.join(TOKENIZER_STYLES)}")
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FileExistsError(f"{out_dir} exists and is not a directory")
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = new_model_dir(out_dir, overwrite)
     with atomic_dir(out_dir) as staging:
         vocab = _write_tokenizer(staging, tokenizer)
         tok = AutoTokenizer.from_pretrained(staging)

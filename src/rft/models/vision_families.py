@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rft.fsutil import atomic_dir
+from rft.fsutil import atomic_dir, new_model_dir
 
 TEXT_SIZES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                   intermediate_size=128, max_position_embeddings=1024, initializer_range=0.2)
@@ -212,22 +212,33 @@ def _draw_zero_matrices(model, std: float = 0.2) -> None:
                 p.normal_(0.0, std)
 
 
+DEMO_TEXT_SIZES = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                       intermediate_size=512)
+"""The language model of `rft demo --task vision`'s Qwen2-VL (the size of rft's `tiny` text preset): the test
+families' two layers of width 64 do not learn to count shapes within the demo's minutes."""
+
+
 def init_vision_model(family: str, out_dir: str | os.PathLike[str], seed: int = 0, dtype=None,
-                      overwrite: bool = False) -> Path:
+                      overwrite: bool = False, text_sizes: dict | None = None) -> Path:
     """Writes a seeded, randomly initialised vision-language model of `family` with its processor into `out_dir` (a
-    new or empty folder, or any with `overwrite`), saved in `dtype` (float32 when None)."""
+    new or empty folder, or any with `overwrite`), saved in `dtype` (float32 when None). `text_sizes`: the language
+    model's sizes instead of `TEXT_SIZES` (Qwen-VL families: the vision tower's output follows its width)."""
     from rft.models.load import _quiet_transformers
 
     _quiet_transformers()
     if family not in VISION_FAMILIES:
         raise ValueError(f"unknown vision-language family {family!r}; known: {', '.join(sorted(VISION_FAMILIES))}")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FileExistsError(f"{out_dir} exists and is not a directory")
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = new_model_dir(out_dir, overwrite)
     config, pieces = VISION_FAMILIES[family]()
+    if text_sizes:  # built again, so that what follows from the sizes (a layer type per layer) follows them
+        text = {**config.text_config.to_dict(), **text_sizes}
+        text.pop("layer_types", None)
+        config.text_config = type(config.text_config)(**text)
+    if text_sizes and "hidden_size" in text_sizes and config.model_type.startswith("qwen"):  # its merger's output
+        # is the language model's input (the other families' projectors map any tower width)
+        vision = config.vision_config
+        setattr(vision, "out_hidden_size" if hasattr(vision, "out_hidden_size") else "hidden_size",
+                text_sizes["hidden_size"])
     with atomic_dir(out_dir) as staging:
         _write(staging, config, pieces, seed, dtype)
     return out_dir
