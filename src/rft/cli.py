@@ -66,34 +66,21 @@ def cmd_init_model(args) -> int:
 
 
 def cmd_data(args) -> int:
-    if args.task == "arithmetic":
+    if args.task in ("arithmetic", "calculator", "shapes"):  # synthetic tasks: written, their options' ranges checked
         from rft.errors import RftError
-        from rft.tasks import write_arithmetic
-
-        try:
-            paths = write_arithmetic(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                     max_digits=args.max_digits, ops=args.ops, carry_slip=args.carry_slip,
-                                     preferences=args.preferences)
-        except ValueError as e:  # the options' ranges
-            raise RftError(f"rft data arithmetic: {e}") from None
-    elif args.task == "calculator":
-        from rft.errors import RftError
-        from rft.tasks import write_calculator
-
-        try:
-            paths = write_calculator(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                     tool_share=args.tool_share, copy_rows=args.copy_rows)
-        except ValueError as e:
-            raise RftError(f"rft data calculator: {e}") from None
-    elif args.task == "shapes":
-        from rft.errors import RftError
+        from rft.tasks import write_arithmetic, write_calculator
         from rft.tasks.shapes import write_shapes
 
+        write, options = {
+            "arithmetic": (write_arithmetic, dict(max_digits=args.max_digits, ops=args.ops,
+                                                  carry_slip=args.carry_slip, preferences=args.preferences)),
+            "calculator": (write_calculator, dict(tool_share=args.tool_share, copy_rows=args.copy_rows)),
+            "shapes": (write_shapes, dict(max_count=args.max_count, slip=args.slip)),
+        }[args.task]
         try:
-            paths = write_shapes(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed,
-                                 max_count=args.max_count, slip=args.slip)
+            paths = write(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed, **options)
         except ValueError as e:
-            raise RftError(f"rft data shapes: {e}") from None
+            raise RftError(f"rft data {args.task}: {e}") from None
     else:
         from rft.tasks import convert_gsm8k
 
