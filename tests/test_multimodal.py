@@ -191,6 +191,57 @@ def test_generation_with_images_equals_generate_and_a_full_forward(vlm, family):
     assert not torch.isin(sampled.response_ids, torch.tensor(vision.special_ids)).any()  # no image opened
 
 
+def _grads(model, batch):
+    """The gradient of every trainable parameter under a loss that weighs each response token's log-prob."""
+    model.zero_grad()
+    logprobs, _ = forward_logprobs(model, batch, temperature=1.0)
+    weights = torch.linspace(-1.0, 1.0, logprobs.numel()).view_as(logprobs)
+    (logprobs * batch.response_mask * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return grads, (logprobs * batch.response_mask).detach()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_packed_rows_with_images_have_the_padded_gradient_or_run_padded_by_name(vlm, family, capsys):
+    """use_remove_padding with images: a GRPO group (one prompt, its images encoded once), the same question of
+    another picture (not shared: a different prompt) and a prompt with two images, ragged responses; every
+    gradient packed == padded (1e-5), or the family runs padded with its reason printed."""
+    from rft.models.vision import PACKED_FAMILIES
+    from rft.workers.packing import PACKED_ATTR, enable_remove_padding
+
+    path = str(vlm(family))
+    model = load_causal_lm(path, torch.float32, torch.device("cpu"))
+    model.get_input_embeddings().weight.requires_grad_(True)
+    vision = vision_for(path)
+    ids, images = _prompts(vision)
+    from rft.data.images import with_image_parts
+
+    other = [png((0, 0, 255))]  # the first question again, of another picture of the same size
+    ids.insert(1, vision.encode(vision.render(with_image_parts([{"role": "user", "content": "<image>how many?"}],
+                                                               1, "t")), other, "t"))
+    images.insert(1, other)
+    assert ids[0] == ids[1]
+    prompt_ids, prompt_mask = left_pad(ids, vision.tokenizer.pad_token_id)
+    take = [0, 0, 1, 2, 2]
+    g = torch.Generator().manual_seed(0)
+    response_ids = torch.randint(3, 200, (5, 6), generator=g)
+    response_mask = (torch.arange(6)[None] < torch.tensor([6, 3, 5, 1, 4])[:, None]).long()
+    batch = Batch(prompt_ids=prompt_ids[take], prompt_mask=prompt_mask[take], response_ids=response_ids * response_mask,
+                  response_mask=response_mask, group=torch.tensor(take), images=[images[i] for i in take])
+    padded, padded_lp = _grads(model, batch)
+    assert enable_remove_padding(model, "actor_rollout_ref.model.use_remove_padding")
+    packed, packed_lp = _grads(model, batch)
+    setattr(model, PACKED_ATTR, False)
+    assert torch.equal(_grads(model, batch)[1], padded_lp)  # off again: the padded pass as before
+    if family not in PACKED_FAMILIES:
+        assert "a micro-batch with images runs padded: " in capsys.readouterr().err
+        return
+    torch.testing.assert_close(packed_lp, padded_lp, atol=1e-5, rtol=0)
+    assert padded.keys() == packed.keys() and len(padded) > 10
+    for name in padded:
+        torch.testing.assert_close(packed[name], padded[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_the_experience_round_trip_keeps_the_passes_inputs(vlm):
     path = str(vlm("qwen2_vl"))
     model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()

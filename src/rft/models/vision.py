@@ -113,6 +113,15 @@ def _chat_template(path: Path) -> str | None:
     return None
 
 
+# The families whose micro-batches with images run packed (use_remove_padding), the packed pass equal to the padded
+# one (tests/test_multimodal.py: gradients): their language model attends causally over image tokens as over text.
+PACKED_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "idefics3", "smolvlm"})
+UNPACKED_REASONS = {
+    "gemma3": "Gemma 3's image tokens attend to each other both ways (its token_type_ids), which rft's packed "
+              "attention (causal rows) does not express",
+}
+
+
 class Vision:
     """A vision-language model's processor, as rft uses it (module docstring)."""
 
@@ -141,6 +150,15 @@ class Vision:
     @property
     def name(self) -> str:
         return type(self.processor).__name__
+
+    @property
+    def packs(self) -> bool:
+        """Whether a micro-batch with images runs packed when the model packs (`PACKED_FAMILIES`)."""
+        return self.model_type in PACKED_FAMILIES
+
+    @property
+    def unpacked_reason(self) -> str:
+        return UNPACKED_REASONS.get(self.model_type, f"packing rows with images is not tested for {self.model_type}")
 
     def render(self, messages: list[dict], chat_template: str | None = None) -> str:
         """The prompt text of `messages` (with image parts) and the generation prompt, by the processor's template.
@@ -193,6 +211,37 @@ class Vision:
                 out[key] = torch.nn.functional.pad(types, (0, ids.shape[1] - width))
         device = ids.device
         return {k: v.to(device) for k, v in out.items()}
+
+
+    def packed_kwargs(self, model: nn.Module, images: list[list[bytes]], ids: torch.Tensor, attn: torch.Tensor,
+                      p_len: int, row: torch.Tensor, col: torch.Tensor, owner: torch.Tensor,
+                      forward=None) -> dict[str, torch.Tensor]:
+        """What a packed forward pass (`rft.workers.packing.forward_packed`) gives the model beside the tokens it
+        packed from (`row`, `col`) of the padded window `ids` / `attn` (B, W; the prompts in the first `p_len`
+        columns): the pixels of the rows whose prompt tokens are packed (`owner`: each row's prompt's row; a shared
+        prompt's images are encoded once, as its tokens are computed once), in the packed order the model replaces
+        the image tokens in; the packed tokens' token types; and for M-RoPE the positions the model computes over
+        whole rows from their images (its own `get_rope_index`), (3, 1, T)."""
+        own = [i for i in range(len(images)) if int(owner[i]) == i]
+        out = self.pixel_inputs([images[i] for i in own])
+        if not out:
+            return out
+        out = {k: v.to(ids.device) for k, v in out.items()}
+        types = None
+        if self.token_type_keys:
+            types = torch.as_tensor(self.processor.create_mm_token_type_ids(ids[:, :p_len].tolist()),
+                                    dtype=torch.long, device=ids.device)
+            types = torch.nn.functional.pad(types, (0, ids.shape[1] - p_len))
+            accepts = set(inspect.signature(forward).parameters) if forward is not None else set()
+            out.update({key: types[row, col][None] for key in self.token_type_keys if key in accepts})
+        if self.mrope:
+            counts = [len(images[i]) for i in own if images[i]]
+            grids = dict(zip([i for i in own if images[i]], out["image_grid_thw"].split(counts)))
+            every_row = torch.cat([grids[int(owner[i])] for i in range(len(images)) if images[i]])
+            rope_index = next(m.get_rope_index for m in model.modules() if hasattr(m, "get_rope_index"))
+            positions, _ = rope_index(ids, mm_token_type_ids=types, image_grid_thw=every_row, attention_mask=attn)
+            out["position_ids"] = positions[:, row, col][:, None]
+        return out
 
 
 def attach(model: nn.Module, vision: Vision) -> None:

@@ -121,7 +121,10 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
     transformers' interface runs padded, with the reason printed (`key`: the config key that asked). Returns whether
     it packs."""
     cfgs = list(attention_configs(model))
-    impls = {c._attn_implementation for c in cfgs}
+    # a vision tower attends within each image, whose patches are never packed: it keeps its attention (setting a
+    # composite config sets its sub-configs: the towers are set back after)
+    towers = [c.vision_config for c in cfgs if getattr(c, "vision_config", None) is not None]
+    impls = {c._attn_implementation for c in cfgs if not any(c is t for t in towers)}
     if not cfgs or not impls <= {"sdpa", DECODE_ATTENTION, PACKED_ATTENTION}:
         _log(f"{key}=true: {architecture(model)} uses attention {sorted(map(str, impls))}, not sdpa; running padded")
         return False
@@ -134,6 +137,9 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
     before = [c._attn_implementation for c in cfgs]
     for c in cfgs:
         c._attn_implementation = PACKED_ATTENTION
+    for c, impl in zip(cfgs, before):
+        if any(c is t for t in towers):
+            c._attn_implementation = impl
     setattr(model, PACKED_ATTR, True)
     try:
         ok, why = _self_check(model)
@@ -144,9 +150,9 @@ def enable_remove_padding(model: nn.Module, key: str) -> bool:
         for c, impl in zip(cfgs, before):
             c._attn_implementation = impl
         _log(f"{key}=true: {architecture(model)} does not run packed ({why}); running padded")
-    elif vision_of(model) is not None:
+    elif vision_of(model) is not None and not vision_of(model).packs:
         _log(f"{key}=true: {architecture(model)} packs micro-batches of text rows; a micro-batch with images runs "
-             "padded (the family computes its image features and positions over whole rows)")
+             f"padded: {vision_of(model).unpacked_reason}")
     return ok
 
 
@@ -211,10 +217,11 @@ def row_columns(row: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def forward_packed(model: nn.Module, tokens: PackedTokens, keep: torch.Tensor | None,
-                   windows: list | None = None) -> torch.Tensor:
+                   windows: list | None = None, **inputs: torch.Tensor) -> torch.Tensor:
     """The model's output (logits, or a value head's) at the packed positions `keep` (all when None; an index may
     repeat), (len, ·), for the packed `tokens`. `windows`: a list that collects the sliding window each attention
-    call was given (None for a full layer)."""
+    call was given (None for a full layer). `inputs`: what else the model takes (a vision-language model's pixels,
+    its own `position_ids` for M-RoPE: `Vision.packed_kwargs`)."""
     packed = PackedRows(row=tokens.row, col=tokens.col, rows=tokens.rows, width=tokens.width,
                         windows=windows if windows is not None else [], src=tokens.src)
     ids, positions = tokens.ids, tokens.positions
@@ -225,8 +232,9 @@ def forward_packed(model: nn.Module, tokens: PackedTokens, keep: torch.Tensor | 
     # (T, T) one, which models take as given (an architecture that reads the mask elsewhere fails the self-check)
     placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device)
     kwargs = {"logits_to_keep": keep} if keep is not None else {}
-    out = model(input_ids=ids[None], position_ids=positions[None], attention_mask=placeholder, use_cache=False,
-                rft_packed=packed, **kwargs)
+    kwargs["position_ids"] = positions[None]
+    out = model(input_ids=ids[None], attention_mask=placeholder, use_cache=False, rft_packed=packed,
+                **{**kwargs, **inputs})
     logits = _logits(out)[0]
     return logits if keep is None or logits.shape[0] == len(keep) else logits[keep]
 

@@ -41,7 +41,7 @@ from rft.distributed import SINGLE, Dist
 from rft.models.arch import router_recorder
 from rft.models.load import device_of
 from rft.models.precision import autocast
-from rft.models.vision import forward_function, vision_of
+from rft.models.vision import Vision, forward_function, vision_of
 from rft.workers.lm_head import Head, head_chunk, head_input, head_logprobs, lm_head
 from rft.workers.minibatch import (  # noqa: F401  (build_optimizer, build_scheduler: re-exported)
     MiniBatchWorker,
@@ -93,9 +93,10 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
     attn = None
     vision = vision_of(model) if any(batch.images) else None
     with autocast(model), head_input(model, head) if head is not None else nullcontext() as store:
-        if packs(model) and vision is None:  # a router's load-balancing loss counts every row's tokens: no prompt
-            logits, labels = _packed_logits(model, batch, store, share_prompts=router is None)  # shared then
-        else:  # padded; rows with images always (their pixels go with the rows, `rft.models.vision`)
+        if packs(model) and (vision is None or vision.packs):  # a router's load-balancing loss counts every
+            # row's tokens: no prompt shared then
+            logits, labels = _packed_logits(model, batch, store, share_prompts=router is None, vision=vision)
+        else:  # padded; rows with images of a family that does not pack them (`rft.models.vision`)
             ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
             extra = {}
             if vision is not None:
@@ -119,11 +120,19 @@ class PackedWindow:
     """The window of `response_window` packed (use_remove_padding): `tokens` (T), each token's response index `t`
     (T,: t for response token t of its row, -1 for a prompt token) and, for each response token in packed order
     (`(t >= 0).nonzero()`), the packed index of the token before it in its row, whose output predicts it
-    (`before`, N; repeated where responses share the prompt whose last token predicts their first)."""
+    (`before`, N; repeated where responses share the prompt whose last token predicts their first). `ids`, `attn`
+    (B, W) and `p_len`: the window `response_window` laid out padded; `col` (T,): each packed token's column in it
+    (its row: `tokens.row`); `owner` (B,): the row whose prompt tokens each row's response reads (itself unless
+    shared)."""
 
     tokens: PackedTokens
     t: torch.Tensor
     before: torch.Tensor
+    ids: torch.Tensor
+    attn: torch.Tensor
+    p_len: int
+    col: torch.Tensor
+    owner: torch.Tensor
 
 
 def packed_window(batch: Batch, device: torch.device, share_prompts: bool = True) -> PackedWindow:
@@ -132,13 +141,15 @@ def packed_window(batch: Batch, device: torch.device, share_prompts: bool = True
     layer computes it once, and the attention lays it out again in front of each response (its gradient summed over
     them), which is exactly the padded pass's result, with the prompts' share of the work divided by the group size.
     (Not exact for what counts tokens across the batch rather than per row: a mixture of experts' load-balancing
-    loss, whose pass does not share.) Positions count each row's real tokens from 0, as the padded pass's do."""
+    loss, whose pass does not share.) Positions count each row's real tokens from 0, as the padded pass's do. Rows
+    with images share a prompt only where its images are the same too (one question asked of several pictures is
+    several prompts)."""
     ids, attn, positions, p_len, _ = response_window(batch, device)
     B, W = ids.shape
     real = attn.bool()
     rows = torch.arange(B, device=device)
     # (B,) the first row holding each row's prompt
-    owner = prompt_owners(ids[:, :p_len], real[:, :p_len]) if share_prompts else rows
+    owner = prompt_owners(ids[:, :p_len], real[:, :p_len], batch.images) if share_prompts else rows
     own = real.clone()
     own[:, :p_len] &= (owner == rows)[:, None]  # a shared prompt's tokens packed with its first row only
     row, col = own.nonzero(as_tuple=True)  # row-major: each row's tokens in order
@@ -146,7 +157,8 @@ def packed_window(batch: Batch, device: torch.device, share_prompts: bool = True
     t = torch.where(col >= p_len, col - p_len, torch.full_like(col, -1))
     response = (t >= 0).nonzero().flatten()
     if bool((owner == rows).all()):  # nothing shared: each row's tokens, one row after another
-        return PackedWindow(pack(ids[row, col], positions[row, col], row, B), t, response - 1)
+        return PackedWindow(pack(ids[row, col], positions[row, col], row, B), t, response - 1, ids, attn, p_len,
+                            col, owner)
     index = torch.full((B, W), T, dtype=torch.long, device=device)
     index[row, col] = torch.arange(T, device=device)
     cell = torch.cat([index[owner, :p_len], index[:, p_len:]], dim=1)  # (B, W): the token at each real column
@@ -157,27 +169,37 @@ def packed_window(batch: Batch, device: torch.device, share_prompts: bool = True
     src = torch.full((B, int(lengths.max())), T, dtype=torch.long, device=device)
     src[real_row, layout_col] = cell[real_row, real_col]
     tokens = PackedTokens(ids[row, col], positions[row, col], row, layout[row, col], B, src.shape[1], src)
-    return PackedWindow(tokens, t, src[row[response], tokens.col[response] - 1])
+    return PackedWindow(tokens, t, src[row[response], tokens.col[response] - 1], ids, attn, p_len, col, owner)
 
 
-def prompt_owners(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
-    """(B,) for each row, the first row whose prompt (its real tokens) is the same: the row itself unless an
-    earlier one holds its prompt."""
+def prompt_owners(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                  images: list[list[bytes]] | None = None) -> torch.Tensor:
+    """(B,) for each row, the first row whose prompt (its real tokens, and its `images` when rows have some) is
+    the same: the row itself unless an earlier one holds its prompt."""
     key = torch.cat([prompt_ids * prompt_mask, prompt_mask.long()], dim=1)
+    if images is not None and any(images):
+        seen: dict[tuple, int] = {}
+        same = [seen.setdefault(tuple(row), len(seen)) for row in images]
+        key = torch.cat([key, torch.tensor(same, device=key.device)[:, None]], dim=1)
     _, group = torch.unique(key, dim=0, return_inverse=True)
     rows = torch.arange(len(key), device=key.device)
     first = torch.full((int(group.max()) + 1,), len(key), dtype=torch.long, device=key.device)
     return first.scatter_reduce(0, group, rows, "amin")[group]
 
 
-def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None,
-                   share_prompts: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None, share_prompts: bool = True,
+                   vision: Vision | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r); or,
-    with `store` (`head_input`), the head's input (B, r, H)."""
+    with `store` (`head_input`), the head's input (B, r, H). With `vision`, the images of the rows whose prompts
+    are packed go with them (each prompt's images encoded once, as its tokens are computed once)."""
     window = packed_window(batch, device_of(model), share_prompts)
     tokens, target = window.tokens, (window.t >= 0).nonzero().flatten()  # the response tokens, in packed order
     r_len = max(1, int(batch.response_mask.sum(-1).max()))
-    packed = forward_packed(model, tokens, window.before).float()  # (N, V)
+    extra = {}
+    if vision is not None:
+        extra = vision.packed_kwargs(model, batch.images, window.ids, window.attn, window.p_len, tokens.row,
+                                     window.col, window.owner, forward_function(model))
+    packed = forward_packed(model, tokens, window.before, **extra).float()  # (N, V)
     if store is not None:  # the head's input, at the kept positions (or at all, for a model that keeps all)
         hidden = store["hidden"][0]
         packed = hidden if hidden.shape[0] == len(target) else hidden[window.before]
