@@ -152,6 +152,58 @@ def test_the_shapes_task_counts_what_it_draws():
         assert str(regions) == r["reward_model"]["ground_truth"]
 
 
+def test_geometry3k_in_the_hubs_layout_becomes_verls_rows_with_their_diagrams(vlm, tmp_path):
+    """`rft data geometry3k SRC OUT` on a local copy laid out as the hub's (data/<split>-*.parquet, images as
+    {bytes, path}) and as jsonl with a path: verl's geo3k rows, the diagrams as bytes; they load for a VLM with one
+    image each, and the built-in scorer grades them as verl's geo3k does."""
+    from rft.rewards.scorers import default_compute_score
+    from rft.tasks.geometry3k import INSTRUCTION
+
+    src = tmp_path / "geometry3k"
+    (src / "data").mkdir(parents=True)
+    write_parquet([{"problem": "<image>Find x.", "answer": "3\\sqrt{3}", "images": [{"bytes": png(), "path": None}]},
+                   {"problem": "<image>Find the area.", "answer": "60", "images": [{"bytes": png((0, 9, 9)),
+                                                                                    "path": "a.png"}]}],
+                  src / "data" / "train-00000-of-00001.parquet")
+    write_parquet([{"problem": "<image>Find y.", "answer": "12", "images": [{"bytes": png((1, 2, 3))}]}],
+                  src / "data" / "test-00000-of-00001.parquet")
+    proc = rft_here("data", "geometry3k", str(src), "out", cwd=tmp_path)
+    assert proc.stdout.split() == ["train:", "out/train.parquet", "test:", "out/test.parquet"]
+    from rft.data.io import read_rows
+
+    train = read_rows(tmp_path / "out/train.parquet")
+    assert [r["prompt"][0]["content"] for r in train] == [f"<image>Find x. {INSTRUCTION}",
+                                                          f"<image>Find the area. {INSTRUCTION}"]
+    assert train[1]["images"] == [{"bytes": png((0, 9, 9))}] and train[0]["data_source"] == "hiyouga/geometry3k"
+    assert train[0]["reward_model"] == {"style": "rule", "ground_truth": "3\\sqrt{3}"}
+    assert train[1]["extra_info"] == {"split": "train", "index": 1, "answer": "60", "question": "<image>Find the area."}
+    data, vision = dataset(vlm, tmp_path, train)
+    image = vision.tokenizer.convert_tokens_to_ids("<|vision_start|>")
+    assert [p.ids.count(image) for p in data.prompts] == [1, 1] and data[1].images == [png((0, 9, 9))]
+    # verl's geo3k: 0.9 x the boxed answer's accuracy + 0.1 x <think>...</think>...\boxed{...}
+    for response, score in [("<think>30-60-90</think> so \\boxed{3\\sqrt{3}}", 1.0), ("\\boxed{\\sqrt{27}}", 0.9),
+                            ("<think>?</think> \\boxed{5}", 0.1), ("3\\sqrt{3}", 0.0)]:
+        assert default_compute_score("hiyouga/geometry3k", response, "3\\sqrt{3}")["score"] == pytest.approx(score)
+    # jsonl with a diagram's path, relative to the file; a row without its diagram names the row
+    (src / "b").mkdir()
+    (src / "b" / "d.png").write_bytes(png((7, 7, 7)))
+    (src / "b" / "train.jsonl").write_text(json.dumps({"problem": "Find z.", "answer": "4", "images": ["d.png"]}))
+    (src / "b" / "test.jsonl").write_text(json.dumps({"problem": "Find w.", "answer": "5", "images": []}))
+    proc = rft_here("data", "geometry3k", str(src / "b"), "out2", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"rft: error: {src / 'b' / 'test.jsonl'} row 0: 'images' must be a list of the problem's diagrams, got an "
+        "empty list"]
+    assert not (tmp_path / "out2").exists()  # nothing written: every split is checked first
+    (src / "b" / "test.jsonl").write_text(json.dumps({"problem": "Find w.", "answer": "5", "images": ["d.png"]}))
+    rft_here("data", "geometry3k", str(src / "b"), "out2", cwd=tmp_path)
+    assert read_rows(tmp_path / "out2/train.parquet")[0]["images"] == [{"bytes": png((7, 7, 7))}]
+    (src / "b" / "test.jsonl").unlink()
+    proc = rft_here("data", "geometry3k", str(src / "b"), "out3", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and f"no Geometry3K test split in '{src / 'b'}'" in proc.stderr
+    proc = rft_here("data", "geometry3k", str(tmp_path / "out"), "out3", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "row 0: expected a text 'problem' and an 'answer'" in proc.stderr
+
+
 # ------------------------------------------------------------------------------------------------ models
 def _prompts(vision):
     from rft.data.images import with_image_parts

@@ -81,13 +81,14 @@ def cmd_data(args) -> int:
             paths = write(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed, **options)
         except ValueError as e:
             raise RftError(f"rft data {args.task}: {e}") from None
-    else:
+    else:  # a local copy of a dataset, converted
         from rft.tasks import convert_gsm8k
+        from rft.tasks.geometry3k import convert_geometry3k
 
         if not args.src:
             print("rft data gsm8k needs SRC: a folder with train.jsonl and test.jsonl", file=sys.stderr)
             return 2
-        paths = convert_gsm8k(args.src, args.out)
+        paths = {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k}[args.task](args.src, args.out)
     for split, path in paths.items():
         print(f"{split}: {path}")
     return 0
@@ -269,7 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_init_model)
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format")
-    q.add_argument("task", choices=("arithmetic", "calculator", "gsm8k", "shapes"))
+    q.add_argument("task", choices=("arithmetic", "calculator", "geometry3k", "gsm8k", "shapes"),
+                   help="gsm8k SRC OUT: GSM8K's train/test.jsonl converted; geometry3k SRC OUT: a local copy of "
+                        "hiyouga/geometry3k (data/<split>-*.parquet) converted with its diagrams; the others: "
+                        "synthetic tasks written to OUT")
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-train", type=int, default=2000)
@@ -378,7 +382,7 @@ def _split_positionals(args) -> None:
             args.src, args.out = None, items[0]
         else:
             if len(items) != 2:
-                raise SystemExit("usage: rft data gsm8k SRC OUT")
+                raise SystemExit(f"usage: rft data {args.task} SRC OUT")
             args.src, args.out = items
 
 

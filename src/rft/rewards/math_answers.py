@@ -210,3 +210,20 @@ def math_boxed_reward(data_source: str, solution_str: str, ground_truth: Any,
     else:
         accuracy, timed_out = verify_answer(ground_truth, "\\boxed{" + boxed + "}", "plain")
     return {"score": accuracy, "accuracy": accuracy, "math_verify_timeout": timed_out}
+
+
+_GEO3K_FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
+
+
+def geo3k_reward(data_source: str, solution_str: str, ground_truth: Any,
+                 extra_info: dict | None = None) -> dict[str, float]:
+    """verl's geo3k scorer (data_source "hiyouga/geometry3k"): score = 0.9 * accuracy + 0.1 * format.
+
+    accuracy: 1.0 when the last \\boxed{} of the response is equivalent to the ground truth (`math_boxed_reward`;
+    verl grades with mathruler's grade_answer, rft with math-verify), else 0.0. format: 1.0 when the whole response
+    is ``<think>...</think>`` followed by text holding a \\boxed{...} (verl's pattern, matched in full), else 0.0.
+    Returns {"score", "accuracy", "format_score", "math_verify_timeout"}."""
+    parts = math_boxed_reward(data_source, solution_str, ground_truth, extra_info)
+    fmt = 1.0 if _GEO3K_FORMAT.fullmatch(solution_str) else 0.0
+    return {**parts, "score": 0.9 * parts["accuracy"] + 0.1 * fmt, "format_score": fmt}
+

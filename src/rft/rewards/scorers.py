@@ -34,6 +34,13 @@ def _score_gsm8k(solution_str: str, ground_truth, extra_info: dict | None = None
     return gsm8k_score(solution_str, ground_truth, method="strict")
 
 
+@SCORERS.register("hiyouga/geometry3k", "geometry3k")
+def _score_geometry3k(solution_str: str, ground_truth, extra_info: dict | None = None) -> dict:
+    from rft.rewards.math_answers import geo3k_reward
+
+    return geo3k_reward("hiyouga/geometry3k", solution_str, ground_truth, extra_info)
+
+
 def default_compute_score(
     data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None
 ) -> ScoreResult:
