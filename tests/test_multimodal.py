@@ -347,6 +347,48 @@ def test_grpo_on_images_through_the_cli_trains_the_language_model_and_exports(vl
     assert type(load_processor(tmp_path / "out" / "model")).__name__ == type(vision_for(str(model_dir)).processor).__name__
 
 
+@pytest.mark.heavy
+def test_two_fsdp2_processes_train_a_vision_language_model_as_one_does(vlm, tmp_path):
+    """GRPO with images on 2 processes (FSDP2 over gloo, each rank its share of the prompts and their pictures,
+    packed passes) equals 1 process: step-1 metrics, and the exported weights after 2 steps."""
+    import os
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForImageTextToText
+
+    from rft.tasks.shapes import write_shapes
+
+    write_shapes(tmp_path / "d", n_train=8, n_val=4, seed=0)
+    (tmp_path / "reward.py").write_text(SHAPED_REWARD)
+    args = ["train", f"actor_rollout_ref.model.path={vlm('qwen2_5_vl')}",
+            f"data.train_files={tmp_path / 'd' / 'train.parquet'}", f"data.val_files={tmp_path / 'd' / 'val.parquet'}",
+            f"custom_reward_function.path={tmp_path / 'reward.py'}", "data.max_prompt_length=64",
+            "data.max_response_length=6", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.do_sample=false", "algorithm.adv_estimator=reinforce_plus_plus",
+            "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+            "actor_rollout_ref.actor.strategy=fsdp2", "trainer.total_training_steps=2", "trainer.test_freq=-1",
+            "trainer.logger=[]", "trainer.device=cpu"]
+    rft_here(*args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                             "MASTER_PORT")}
+    proc = subprocess.run([sys.executable, "-m", "rft", *args, f"trainer.default_local_dir={tmp_path / 'two'}",
+                           "trainer.n_gpus_per_node=2"], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    one, two = ([json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+                for run in ("one", "two"))
+    for key in ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean"):
+        assert abs(one[0][key] - two[0][key]) <= 1e-5 * max(1.0, abs(one[0][key])), (key, one[0][key], two[0][key])
+    assert one[0]["actor/grad_norm"] > 0
+    a = dict(AutoModelForImageTextToText.from_pretrained(tmp_path / "one" / "model").named_parameters())
+    b = dict(AutoModelForImageTextToText.from_pretrained(tmp_path / "two" / "model").named_parameters())
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sft_on_images_through_the_cli_lowers_the_loss_and_exports(vlm, tmp_path, family):
     from transformers import AutoModelForImageTextToText
@@ -370,12 +412,14 @@ def test_sft_on_images_through_the_cli_lowers_the_loss_and_exports(vlm, tmp_path
 @pytest.mark.parametrize("key, message", [
     ("algorithm.adv_estimator=gae", "rft has no value model for vision-language families yet"),
     ("actor_rollout_ref.rollout.name=vllm", "rft's vLLM engine takes no images yet"),
+    ("trainer.n_gpus_per_node=2 actor_rollout_ref.actor.strategy=fsdp",
+     "on 2 processes with actor_rollout_ref.actor.strategy=fsdp (FSDP1)"),
 ])
 def test_what_images_do_not_run_with_yet_is_refused_before_the_model_loads(vlm, tmp_path, key, message):
     write_parquet([row("<image>", [{"bytes": png()}])] * 4, tmp_path / "d.parquet")
     proc = rft_here("train", f"actor_rollout_ref.model.path={vlm('qwen2_vl')}",
                     f"data.train_files={tmp_path / 'd.parquet'}", "data.train_batch_size=4",
-                    "actor_rollout_ref.actor.ppo_mini_batch_size=4", key, cwd=tmp_path, check=False)
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=4", *key.split(), cwd=tmp_path, check=False)
     assert proc.returncode != 0 and message in proc.stderr
     assert proc.stderr.strip().startswith("rft: error:") and "Traceback" not in proc.stderr
 

@@ -195,7 +195,10 @@ class HFRollout:
                 with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]), \
                         autocast(self.model, self.dtype):
                     torch.manual_seed(seed + i)
-                    out = self.model.generate(input_ids=ids, attention_mask=attn, **extra, generation_config=config)
+                    # sharded over ranks: every rank runs forward passes until all have finished (each pass
+                    # needs every rank), as the text path's `all_done`
+                    out = self.model.generate(input_ids=ids, attention_mask=attn, **extra, generation_config=config,
+                                              synced_gpus=self.all_done is not None)
                 tokens = out.sequences[:, ids.shape[1]:]
                 logits = torch.stack(out.logits, dim=1).float()
                 if params.temperature > 0:

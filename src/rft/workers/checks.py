@@ -410,7 +410,10 @@ def check_token_budgets(ctx: CheckContext) -> None:
 def check_vision(ctx: CheckContext) -> None:
     """A vision-language policy: what rft does not yet run with images is refused by name before any model loads
     (docs/multimodal.md): a critic (value models of these families), sequence parallelism (the image features of a
-    row split over processes), workflows other than the batched simple_workflow (their model handle takes text)."""
+    row split over processes), FSDP1 over several processes (generation runs the vision tower outside the root's
+    forward pass, where FSDP1 has not gathered the root's parameters; FSDP2's are gathered for generation,
+    `workers/fsdp.py:gathered_for_generation`), workflows other than the batched simple_workflow (their model
+    handle takes text)."""
     from rft.models.vision import is_vision_folder
 
     cfg = ctx.cfg
@@ -425,6 +428,10 @@ def check_vision(ctx: CheckContext) -> None:
     if (cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size or 1) > 1:
         raise ConfigError(f"{what}: actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 splits rows over "
                           "processes, which a row's image features do not follow yet; set it to 1")
+    if ctx.world_size > 1 and cfg.actor_rollout_ref.actor.strategy == "fsdp":
+        raise ConfigError(f"{what}, on {ctx.world_size} processes with actor_rollout_ref.actor.strategy=fsdp (FSDP1), "
+                          "whose root parameters generation's vision tower reads outside the root's forward pass; "
+                          "set actor_rollout_ref.actor.strategy=fsdp2 (tested equal to one process)")
     if cfg.workflow.type != "simple_workflow":
         raise ConfigError(f"{what}: workflow.type={cfg.workflow.type!r} runs through a model handle that takes text "
                           "alone yet; use the batched simple_workflow")

@@ -202,6 +202,12 @@ def gathered_for_generation(model: nn.Module) -> Iterator[None]:
     layers = [m for m in model.modules() if isinstance(m, FSDPModule) and m is not model]  # the root keeps its own
     for m in layers:
         m.set_reshard_after_forward(False, recurse=False)
+    # the root's own parameters gathered now, the root set up as the root first: a vision-language model's
+    # generate() runs its vision tower (whose patch embedding and merger are the root's, whose blocks are units)
+    # before any forward pass of the root, which would do both (a unit's forward first would take itself for the
+    # root)
+    model._get_fsdp_state()._lazy_init()
+    model.unshard()
     try:
         yield
     finally:
