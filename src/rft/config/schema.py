@@ -128,7 +128,8 @@ class ExpertDataConfig:
     last_turn_only: bool = fld(False, "With messages_key: the loss covers the last assistant turn only (as rft sft's "
                                       "data.multiturn.last_turn_only).")
     max_length: int = fld(1024, "Maximum tokens of prompt + response of an expert row.")
-    truncation: str = fld("error", "An expert row over max_length: error, or cut tokens from the left / right.",
+    truncation: str = fld("error", "Expert rows over max_length: as rft sft's data.truncation (error; right: cut the "
+                          "response's end; left: the prompt's start; a row they cannot fit dropped and counted).",
                           choices=("error", "left", "right"))
 
 
