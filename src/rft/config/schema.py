@@ -161,6 +161,11 @@ class DataConfig:
     chat_template: Optional[str] = fld(None, "A Jinja chat template used instead of the tokenizer's (Trinity's "
                                              "format.chat_template).")
     val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
+    val_max_samples: int = fld(
+        -1, "Validate on at most this many prompts of val_files (verl's key and meaning): with data.shuffle a "
+        "sample drawn once with data.seed (numpy's default_rng(seed).choice, the rows verl picks when no prompt is "
+        "filtered), else the first ones; the same prompts at every validation. -1 (any value <= 0): all of them, "
+        "and a run that validates on more than 300 says so in a note.")
     prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
     max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")
     max_response_length: int = fld(512, "Maximum number of generated tokens per response.")
