@@ -45,13 +45,17 @@ def test_truncate_error_mode_on_long_ids_raises():
 
 # --------------------------------------------------------------------------------------- PromptDataset
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from transformers import AutoTokenizer
-
+def tiny(tmp_path_factory) -> Path:
     from rft.models.tiny import init_model
 
-    path = init_model("tiny", tmp_path_factory.mktemp("data_tiny") / "m", seed=0)
-    return AutoTokenizer.from_pretrained(path)
+    return init_model("tiny", tmp_path_factory.mktemp("data_tiny") / "m", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny)
 
 
 def chat_ids(tokenizer, messages) -> list[int]:
@@ -281,3 +285,36 @@ def test_images_on_a_later_row_are_refused(tmp_path, tokenizer):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(DataError, match="row 1: the row has images .* text-only model; train a vision-language"):
         PromptDataset(path, tokenizer)
+
+
+# ------------------------------------------------------------------------------------------ validation cap
+def test_val_max_samples_caps_validation_as_verl_does_and_a_large_validation_says_so(tiny, tokenizer, tmp_path,
+                                                                                     caplog):
+    """data.val_max_samples (verl's key): with data.shuffle the rows numpy's default_rng(data.seed) picks (verl's
+    RLHFDataset), else the first ones; uncapped, a validation of more than 300 prompts says how many and the key."""
+    import numpy as np
+
+    from rft.explorer import Explorer, load_val_prompts
+    from rft.trainer.configure import load_config
+
+    path = tmp_path / "val.parquet"
+    write_parquet(arithmetic_rows(301, seed=0, split="test"), path)
+    questions = [p.extra_info["question"] for p in PromptDataset(path, tokenizer)]
+    cfg = lambda *extra: load_config(None, [f"actor_rollout_ref.model.path={tiny}", f"data.val_files={path}",
+                                            f"data.train_files={path}", "data.train_batch_size=4",
+                                            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                            "trainer.total_training_steps=1", *extra], validate_paths=False)
+    sampled = load_val_prompts(cfg("data.val_max_samples=5", "data.seed=3"), tokenizer)
+    expected = np.random.default_rng(3).choice(301, size=5, replace=False).tolist()
+    assert [p.extra_info["question"] for p in sampled] == [questions[i] for i in expected]
+    first = load_val_prompts(cfg("data.val_max_samples=5", "data.shuffle=false"), tokenizer)
+    assert [p.extra_info["question"] for p in first] == questions[:5]
+    note = ("rft: note: each validation generates for all 301 prompts of data.val_files (x1 responses); set "
+            "data.val_max_samples=N to validate on N of them")
+    for extra, notes in ((["trainer.test_freq=10"], [note]), (["trainer.test_freq=-1", "trainer.val_before_train=false"], []),
+                         (["trainer.test_freq=10", "data.val_max_samples=301"], [])):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rft"):
+            config = cfg(*extra)
+            Explorer(config, tokenizer, None, None, None, load_val_prompts(config, tokenizer))
+        assert caplog.messages == notes, extra

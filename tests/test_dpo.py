@@ -103,6 +103,15 @@ def test_data_and_config_errors_name_the_key(assets, tmp_path):
     with pytest.raises(DataError, match="data.max_length=4"):
         PreferenceDataset(assets / "data" / "preference_train.parquet", tok,
                           make_cfg(assets, tmp_path, "data.max_length=4").data)
+    # prompt 12 tokens, responses 2 and 6 (the tiny tokenizer: 8 + characters, characters + EOS)
+    write_parquet([{"prompt": "1+1=", "chosen": "2", "rejected": "22222"}] * 2, tmp_path / "pairs.parquet")
+    with pytest.raises(DataError) as e:
+        PreferenceDataset(tmp_path / "pairs.parquet", tok, make_cfg(assets, tmp_path, "data.max_length=13").data)
+    pairs = tmp_path / "pairs.parquet"
+    assert str(e.value) == (
+        f"{pairs}: 2 of 2 pairs exceed data.max_length=13 tokens (the longest: 18 tokens, {pairs} row 0); set "
+        "data.max_length=18 to keep every pair whole, or data.truncation=right (cuts the responses' ends of 2) or "
+        "data.truncation=left (cuts the prompts' starts of 2)")
     for change, message in (("algorithm.loss_type=kto", "algorithm.loss_type='kto' is not allowed"),
                             ("algorithm.label_smoothing=0.1", None),
                             ("algorithm.beta=0", "algorithm.beta must be > 0"),

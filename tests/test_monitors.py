@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import rft_here
 from rl_helpers import make_assets
 
 from rft.cli import main
 from rft.config import ConfigError
 from rft.dialects.trinity import translate
-from rft.monitor import GENERATIONS, Tracker
+from rft.monitor import GENERATIONS, ConsoleMonitor, Tracker, format_duration
 from rft.monitor.backends import RunInfo, mlflow_name
 from rft.trainer.configure import load_config
 
@@ -253,3 +254,55 @@ def test_mode_bench_logs_to_the_monitors_too(assets, tmp_path):
     scalars, _ = read_tensorboard(out / "bench" / "monitor" / "tensorboard")
     (row,) = _jsonl(out / "bench" / "metrics.jsonl")
     assert scalars["bench/arithmetic/reward/mean@1"] == [(0, pytest.approx(row["bench/arithmetic/reward/mean@1"]))]
+
+
+# ------------------------------------------------------------------------------------------------- console
+def test_console_plain_lines_show_what_a_person_watches_and_the_time_left(capsys):
+    """Not a terminal (pytest's capture): a plain line a step for a short run, with the loss or reward, the
+    validation result, tokens/s (the step's prompt + response tokens over its time) and the time left at the mean
+    step time so far: after step 1 of 4 at 2 s, 3 x 2 s; after step 2 at 4 s, 2 x 3 s."""
+    console = ConsoleMonitor(total_steps=4)
+    console.log(1, {"train/loss": 1.23456, "perf/total_num_tokens": 1000.0, "timing_s/step": 2.0})
+    console.log(2, {"critic/score/mean": 0.5, "actor/pg_loss": -0.01, "response_length/mean": 12.0,
+                    "val-core/openai/gsm8k/reward/mean@1": 0.25, "perf/total_num_tokens": 1000.0, "timing_s/step": 4.0})
+    console.close()
+    assert capsys.readouterr().out.splitlines() == [
+        "step 1/4: loss=1.23 tok/s=500 s/step=2 left=6s",
+        "step 2/4: score=0.5 pg_loss=-0.01 len=12 val_gsm8k=0.250 tok/s=250 s/step=4 left=6s"]
+    assert [format_duration(s) for s in (0.4, 59, 61, 3599, 3660 * 2)] == ["0s", "59s", "1m01s", "59m59s", "2h02m"]
+
+
+def test_console_lines_of_short_rl_sft_and_dpo_runs(assets, tmp_path):
+    """`rft train`, `rft sft` and `rft dpo` as a user runs them (logger console, output not a terminal): each
+    step's line shows the reward (RL) or the loss (SFT, DPO), the validation result of the last step, tokens/s and
+    the time left."""
+    from rft.tasks import write_arithmetic
+
+    data = assets / "data"
+    write_arithmetic(tmp_path / "pref", n_train=8, n_val=4, seed=0, preferences=True)
+    number = r"-?[\d.]+(e[-+]\d+)?"
+    runs = {
+        "rl": (_train_args(assets, tmp_path / "rl", "trainer.logger=[console]", "trainer.test_freq=2"),
+               rf"score={number} pg_loss={number} len={number}", rf"val_arithmetic={number}"),
+        "sft": (["sft", f"model.partial_pretrain={assets / 'model'}", f"data.train_files={data / 'train.parquet'}",
+                 f"data.val_files={data / 'val.parquet'}", "data.response_key=extra_info",
+                 "data.response_dict_keys=[answer]", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=4",
+                 "data.max_length=32", "trainer.total_training_steps=2", "trainer.test_freq=2",
+                 "trainer.logger=[console]", f"trainer.default_local_dir={tmp_path / 'sft'}"],
+                rf"loss={number}", rf"val_loss={number}"),
+        "dpo": (["dpo", f"model.partial_pretrain={assets / 'model'}",
+                 f"data.train_files={tmp_path / 'pref' / 'preference_train.parquet'}",
+                 f"data.val_files={tmp_path / 'pref' / 'preference_val.parquet'}", "data.train_batch_size=4",
+                 "data.micro_batch_size_per_gpu=4", "data.max_length=32", "trainer.total_training_steps=2",
+                 "trainer.test_freq=2", "trainer.logger=[console]", f"trainer.default_local_dir={tmp_path / 'dpo'}"],
+                rf"loss={number} acc={number}", rf"val_loss={number} val_acc={number}"),
+    }
+    import re
+
+    for name, (args, watched, validation) in runs.items():
+        out = rft_here(*args, cwd=tmp_path).stdout
+        lines = [line for line in out.splitlines() if line.startswith("step ")]
+        assert len(lines) == 2, (name, out)
+        assert re.fullmatch(rf"step 1/2: {watched} tok/s=\d+ s/step={number} left=\d+s", lines[0]), (name, lines)
+        assert re.fullmatch(rf"step 2/2: {watched}( len={number})? {validation} tok/s=\d+ s/step={number} left=0s",
+                            lines[1]), (name, lines)

@@ -247,6 +247,24 @@ def test_merge_needs_the_runs_config(assets, tmp_path, capsys):
     assert math.isclose(_same_weights(run / "model", tmp_path / "m"), 0.0)
 
 
+def test_merge_of_a_run_without_checkpoints_names_its_model_folder(tmp_path, capsys):
+    """`rft merge dpo_out m2` on a run that saved no checkpoint (trainer.save_freq unset, the default) says why, and
+    names dpo_out/model, the run's final export, as the model it wants; without one, how to get a checkpoint."""
+    run = tmp_path / "dpo_out"
+    (run / "model").mkdir(parents=True)
+    assert main(["merge", str(run), str(tmp_path / "m2")]) == 2
+    why = (f"rft: error: {str(run)!r} is not a checkpoint (global_step_N with trainer_state.json), nor a checkpoints/ "
+           "or run folder holding one; runs write checkpoints only with trainer.save_freq set (rft train, sft and dpo: "
+           "none by default)")
+    assert capsys.readouterr().err == why + "; rerun with trainer.save_freq=N to merge a step's weights\n"
+    (run / "model" / "config.json").write_text("{}")
+    (run / "model" / "model.safetensors").write_bytes(b"")
+    assert main(["merge", str(run), str(tmp_path / "m2")]) == 2
+    assert capsys.readouterr().err == (why + f"; {str(run / 'model')!r} is already a Hugging Face model (the run's "
+                                       "final export): nothing to merge, use it as it is\n")
+    assert not (tmp_path / "m2").exists()
+
+
 def test_offline_examples_load():
     from rft.trainer.configure import load_eval_config, load_generation_config
 

@@ -108,6 +108,41 @@ def test_data_errors_name_the_row_and_key(tmp_path, assets):
         SFTDataset(assets / "data" / "train.parquet", tok, long.data)
 
 
+def test_rows_over_max_length_are_judged_together_with_fixes_that_work(tmp_path, assets, caplog):
+    """One message for every row over data.max_length: how many, the longest, the max_length that keeps them all,
+    and what each truncation would cut and drop; right / left then drop the rows they cannot fit, with a count.
+    The tiny tokenizer: a prompt of k characters is 8 + k tokens, a response of m characters m + 1 (its EOS)."""
+    tok = AutoTokenizer.from_pretrained(assets / "model")
+    rows = tmp_path / "rows.parquet"
+    write_parquet([{"prompt": "1+1=", "response": "2"},  # 12 + 2: fits
+                   {"prompt": "1+1=", "response": "2" * 15},  # 12 + 16: right and left cut it
+                   {"prompt": "a" * 14, "response": "2"},  # 22 + 2: the prompt alone exceeds: right drops it
+                   {"prompt": "1+1=", "response": "3" * 25}],  # 12 + 26: the response alone exceeds: left drops it
+                  rows)
+    data = lambda truncation: make_cfg(assets, tmp_path, "data.response_key=response", "data.response_dict_keys=null",
+                                       "data.max_length=20", f"data.truncation={truncation}").data
+    exceed = f"{rows}: 3 of 4 rows exceed data.max_length=20 tokens (the longest: 38 tokens, {rows} row 3)"
+    with pytest.raises(DataError) as e:
+        SFTDataset(rows, tok, data("error"))
+    assert str(e.value) == (
+        f"{exceed}; set data.max_length=38 to keep every row whole, or data.truncation=right (cuts the responses' "
+        "ends of 2, drops 1 row with no response token within the limit) or data.truncation=left (cuts the "
+        "prompts' starts of 2, drops 1 row with a response that alone reaches the limit)")
+    with caplog.at_level("WARNING", logger="rft"):
+        right = SFTDataset(rows, tok, data("right"))
+    assert caplog.messages == [f"rft: note: {exceed}; data.truncation=right cut the responses' ends of 2, dropped 1 "
+                               "row with no response token within the limit; data.max_length=38 would keep every row "
+                               "whole"]
+    assert [len(x.prompt_ids) + len(x.response_ids) for x in right.examples] == [14, 20, 20]
+    assert [len(x.prompt_ids) for x in SFTDataset(rows, tok, data("left")).examples] == [12, 4, 18]
+    write_parquet([{"prompt": "a" * 14, "response": "2"}], rows)
+    with pytest.raises(DataError) as e:
+        SFTDataset(rows, tok, data("right"))
+    assert str(e.value) == (f"{rows}: 1 of 1 row exceeds data.max_length=20 tokens (the longest: 24 tokens, {rows} "
+                            "row 0), and data.truncation=right fits none of them (all have no response token within "
+                            "the limit); set data.max_length=24")
+
+
 def test_micro_batch_size_does_not_change_the_gradient(assets, tmp_path):
     grads = []
     for micro in (15, 3):

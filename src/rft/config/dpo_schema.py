@@ -29,8 +29,10 @@ class DPODataConfig:
     micro_batch_size_per_gpu: int = fld(8, "Pairs per forward/backward pass (2 rows each; gradient accumulation, "
                                         "performance only).")
     max_length: int = fld(1024, "Maximum tokens of the prompt plus the longer of its two responses.")
-    truncation: str = fld("error", "A pair over max_length: error, cut the prompt's start (left) or the "
-                          "responses' ends (right).", choices=("error", "left", "right"))
+    truncation: str = fld("error", "Pairs over max_length: error (one message for all of them), cut the prompt's "
+                          "start (left) or the responses' ends (right). A pair they cannot fit is dropped, with a note "
+                          "counting them (right: no token of a response within max_length; left: a response alone "
+                          "reaches it); none left is an error.", choices=("error", "left", "right"))
 
 
 @dataclass

@@ -128,7 +128,8 @@ class ExpertDataConfig:
     last_turn_only: bool = fld(False, "With messages_key: the loss covers the last assistant turn only (as rft sft's "
                                       "data.multiturn.last_turn_only).")
     max_length: int = fld(1024, "Maximum tokens of prompt + response of an expert row.")
-    truncation: str = fld("error", "An expert row over max_length: error, or cut tokens from the left / right.",
+    truncation: str = fld("error", "Expert rows over max_length: as rft sft's data.truncation (error; right: cut the "
+                          "response's end; left: the prompt's start; a row they cannot fit dropped and counted).",
                           choices=("error", "left", "right"))
 
 
@@ -160,6 +161,11 @@ class DataConfig:
     chat_template: Optional[str] = fld(None, "A Jinja chat template used instead of the tokenizer's (Trinity's "
                                              "format.chat_template).")
     val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
+    val_max_samples: int = fld(
+        -1, "Validate on at most this many prompts of val_files (verl's key and meaning): with data.shuffle a "
+        "sample drawn once with data.seed (numpy's default_rng(seed).choice, the rows verl picks when no prompt is "
+        "filtered), else the first ones; the same prompts at every validation. -1 (any value <= 0): all of them, "
+        "and a run that validates on more than 300 says so in a note.")
     prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
     max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")
     max_response_length: int = fld(512, "Maximum number of generated tokens per response.")

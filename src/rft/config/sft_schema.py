@@ -44,8 +44,10 @@ class SFTDataConfig:
     train_batch_size: int = fld(256, "Rows per optimizer step (global).")
     max_length: int = fld(1024, "Maximum tokens of prompt + response.")
     truncation: str = fld(
-        "error", "A row over max_length: error, or cut tokens from the left / right.", choices=("error", "left", "right")
-    )
+        "error", "Rows over max_length: error (one message for all of them: how many, the longest, what each "
+        "truncation would do), cut the response's end (right) or the prompt's start (left). A row they cannot fit "
+        "is dropped, with a note counting them (right: no response token within max_length; left: the response "
+        "alone reaches it, or the prompt has images); none left is an error.", choices=("error", "left", "right"))
     balance_dp_token: bool = fld(False, "Balance tokens across processes.", unsupported=MULTI_PROCESS)
     chat_template: Optional[str] = fld(None, "Override the tokenizer's chat template.", unsupported="template overrides")
     custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")

@@ -179,6 +179,10 @@ class PromptDataset:
     def __getitem__(self, i: int) -> Prompt:
         return self.prompts[i]
 
+    def keep(self, indices: Sequence[int]) -> None:
+        """Keep only the prompts at `indices`, in that order (a capped validation set)."""
+        self.prompts = [self.prompts[i] for i in indices]
+
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, mask), both (B, P) with P the longest sequence: left padding keeps every last token in column P-1."""

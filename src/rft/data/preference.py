@@ -25,6 +25,7 @@ from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, left_pad
 from rft.data.images import refuse_images
 from rft.data.io import read_rows
+from rft.data.lengths import Span, judge_lengths
 
 
 @dataclass
@@ -54,7 +55,8 @@ class PreferenceDataset:
 
     def __init__(self, files, tokenizer, data_cfg):
         files = [files] if isinstance(files, (str, Path)) else list(files)
-        self.examples: list[PreferenceExample] = []
+        examples: list[PreferenceExample] = []
+        spans: list[Span] = []
         self.tokenizer = tokenizer
         for file in files:
             for i, row in enumerate(read_rows(file)):
@@ -69,10 +71,14 @@ class PreferenceDataset:
                 chosen = self._response(prompt, prompt_ids, row[data_cfg.chosen_key], where, data_cfg.chosen_key)
                 rejected = self._response(prompt, prompt_ids, row[data_cfg.rejected_key], where,
                                           data_cfg.rejected_key)
-                example = PreferenceExample(prompt_ids, *chosen, *rejected)
-                self.examples.append(self._fit(example, data_cfg.max_length, data_cfg.truncation, where))
-        if not self.examples:
+                examples.append(PreferenceExample(prompt_ids, *chosen, *rejected))
+                spans.append(self._span(examples[-1], where))
+        if not examples:
             raise DataError(f"no preference rows in {files}")
+        keep = judge_lengths(spans, data_cfg.max_length, data_cfg.truncation, source=", ".join(map(str, files)),
+                             unit="pairs")
+        self.examples = [self._cut(x, data_cfg.max_length, data_cfg.truncation)
+                         for x, kept in zip(examples, keep) if kept]
 
     @staticmethod
     def _prompt(row: dict, cfg, where: str) -> list[dict]:
@@ -120,24 +126,26 @@ class PreferenceDataset:
         return ids, mask
 
     @staticmethod
-    def _fit(x: PreferenceExample, max_length: int, truncation: str, where: str) -> PreferenceExample:
-        longest = max(len(x.chosen_ids), len(x.rejected_ids))
-        total = len(x.prompt_ids) + longest
+    def _span(x: PreferenceExample, where: str) -> Span:
+        """The pair's lengths: the prompt with the longer response; right truncation must keep a loss token of
+        each response."""
+        prompt = len(x.prompt_ids)
+        return Span(where, prompt, prompt + max(len(x.chosen_ids), len(x.rejected_ids)),
+                    prompt + max(x.chosen_mask.index(1), x.rejected_mask.index(1)))
+
+    @staticmethod
+    def _cut(x: PreferenceExample, max_length: int, truncation: str) -> PreferenceExample:
+        """`x` within `max_length`: as it is, or cut by `truncation` (a pair `judge_lengths` kept)."""
+        total = len(x.prompt_ids) + max(len(x.chosen_ids), len(x.rejected_ids))
         if total <= max_length:
             return x
-        if truncation == "error":
-            raise DataError(f"{where}: prompt + longest response = {total} tokens > data.max_length={max_length}; "
-                            "raise it or set data.truncation to left|right")
         if truncation == "right":  # keep the prompt: cut the responses' ends
             keep = max_length - len(x.prompt_ids)
-            if keep <= 0:
-                raise DataError(f"{where}: the prompt alone exceeds data.max_length={max_length}")
             return PreferenceExample(x.prompt_ids, x.chosen_ids[:keep], x.chosen_mask[:keep], x.rejected_ids[:keep],
                                      x.rejected_mask[:keep])
-        cut = total - max_length  # left: cut the prompt's start
-        if cut >= len(x.prompt_ids):
-            raise DataError(f"{where}: a response alone exceeds data.max_length={max_length}")
-        return PreferenceExample(x.prompt_ids[cut:], x.chosen_ids, x.chosen_mask, x.rejected_ids, x.rejected_mask)
+        # left: cut the prompt's start
+        return PreferenceExample(x.prompt_ids[total - max_length:], x.chosen_ids, x.chosen_mask, x.rejected_ids,
+                                 x.rejected_mask)
 
     def __len__(self) -> int:
         return len(self.examples)

@@ -19,6 +19,7 @@ from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, _tools, left_pad
 from rft.data.images import refuse_images, row_images, with_image_parts
 from rft.data.io import read_rows
+from rft.data.lengths import Span, judge_lengths
 
 
 @dataclass
@@ -42,11 +43,14 @@ def _template(tokenizer, messages: list[dict], generation_prompt: bool, tools: l
 
 
 class SFTDataset:
-    def __init__(self, files, tokenizer, data_cfg, vision=None):
+    def __init__(self, files, tokenizer, data_cfg, vision=None, keys: str = "data"):
         """`vision`: a vision-language model's `rft.models.vision.Vision`; single-turn rows with images
-        (`data.image_key`) are then encoded through its processor (docs/multimodal.md)."""
+        (`data.image_key`) are then encoded through its processor (docs/multimodal.md). Rows over
+        `data_cfg.max_length` are judged all at once (`rft.data.lengths`); `keys`: where the config sets
+        max_length and truncation, for messages."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
-        self.examples: list[SFTExample] = []
+        examples: list[SFTExample] = []
+        spans: list[Span] = []
         eos = tokenizer.eos_token_id
         image_key = getattr(data_cfg, "image_key", "images")
         for file in files:
@@ -76,9 +80,14 @@ class SFTDataset:
                         prompt_ids = _template(tokenizer, messages, generation_prompt=True)
                     response_ids = tokenizer(str(response), add_special_tokens=False)["input_ids"] + [eos]
                     example = SFTExample(prompt_ids, response_ids, [1] * len(response_ids), images)
-                self.examples.append(self._fit(example, data_cfg.max_length, data_cfg.truncation, where))
-        if not self.examples:
+                examples.append(example)
+                spans.append(self._span(example, where))
+        if not examples:
             raise DataError(f"no SFT rows in {files}")
+        keep = judge_lengths(spans, data_cfg.max_length, data_cfg.truncation, source=", ".join(map(str, files)),
+                             key=keys)
+        self.examples = [self._cut(x, data_cfg.max_length, data_cfg.truncation)
+                         for x, kept in zip(examples, keep) if kept]
 
     @staticmethod
     def _multiturn(tokenizer, row: dict, key: str, where: str, tools_key: str | None = None,
@@ -106,25 +115,21 @@ class SFTDataset:
         return SFTExample(full[:1], full[1:], mask[1:])
 
     @staticmethod
-    def _fit(example: SFTExample, max_length: int, truncation: str, where: str) -> SFTExample:
+    def _span(example: SFTExample, where: str) -> Span:
+        prompt = len(example.prompt_ids)
+        return Span(where, prompt, prompt + len(example.response_ids), prompt + example.loss_mask.index(1),
+                    whole_prompt=bool(example.images))
+
+    @staticmethod
+    def _cut(example: SFTExample, max_length: int, truncation: str) -> SFTExample:
+        """`example` within `max_length`: as it is, or cut by `truncation` (a row `judge_lengths` kept)."""
         total = len(example.prompt_ids) + len(example.response_ids)
         if total <= max_length:
             return example
-        if example.images and truncation == "left":
-            raise DataError(f"{where}: {total} tokens > data.max_length={max_length}, and a prompt with images is "
-                            "never cut (its image tokens stay whole); raise data.max_length")
-        if truncation == "error":
-            raise DataError(f"{where}: {total} tokens > data.max_length={max_length}; raise it or set "
-                            "data.truncation to left|right")
         if truncation == "right":  # keep the start: cut the response's end
             keep = max_length - len(example.prompt_ids)
-            if keep <= 0:
-                raise DataError(f"{where}: the prompt alone exceeds data.max_length={max_length}")
             return replace(example, response_ids=example.response_ids[:keep], loss_mask=example.loss_mask[:keep])
-        cut = total - max_length  # left: cut the prompt's start
-        if cut >= len(example.prompt_ids):
-            raise DataError(f"{where}: the response alone exceeds data.max_length={max_length}")
-        return replace(example, prompt_ids=example.prompt_ids[cut:])
+        return replace(example, prompt_ids=example.prompt_ids[total - max_length:])  # left: cut the prompt's start
 
     def __len__(self) -> int:
         return len(self.examples)

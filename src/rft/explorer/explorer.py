@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 
+import numpy as np
 import torch
 
 from rft.algorithms import estimator_spec, informative_groups
@@ -51,6 +52,37 @@ def load_prompts(cfg, tokenizer, files) -> PromptDataset:
                          vision=vision_for(cfg.actor_rollout_ref.model.path))
 
 
+LARGE_VALIDATION = 300
+"""Validation prompts above which a run says how many it validates on, and which key caps them."""
+
+
+def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
+    """The validation prompts of data.val_files (None without), at most data.val_max_samples of them (verl's key
+    and meaning: with data.shuffle a sample drawn with numpy's default_rng(data.seed), else the first rows)."""
+    data = cfg.data
+    if not data.val_files:
+        return None
+    val_set = load_prompts(cfg, tokenizer, data.val_files)
+    total, cap = len(val_set), data.val_max_samples
+    if 0 < cap < total:
+        val_set.keep(np.random.default_rng(data.seed).choice(total, size=cap, replace=False).tolist()
+                     if data.shuffle else range(cap))
+        log.info("rft: validating on %d of the %d prompts of data.val_files (data.val_max_samples; %s)", cap, total,
+                 f"a sample drawn with data.seed={data.seed}" if data.shuffle else "the first ones")
+    return val_set
+
+
+def note_large_validation(cfg, val_set: PromptDataset) -> None:
+    """One note where a run validates on more than LARGE_VALIDATION prompts without data.val_max_samples: how many,
+    and the key that caps them (a GSM8K test set's 1,319 prompts take minutes at every validation)."""
+    t = cfg.trainer
+    validates = t.test_freq > 0 or t.val_before_train or t.mode == "bench"
+    if len(val_set) > LARGE_VALIDATION and cfg.data.val_max_samples <= 0 and validates and t.explorer_rank == 0:
+        log.warning("rft: note: each validation generates for all %d prompts of data.val_files (x%d responses); set "
+                    "data.val_max_samples=N to validate on N of them", len(val_set),
+                    cfg.actor_rollout_ref.rollout.val_kwargs.n)
+
+
 def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
     """`batch` with its (B, R) response tensors right-padded to `width` columns (padding: masked out)."""
     extra = width - batch.response_ids.shape[1]
@@ -70,7 +102,7 @@ def load_tasksets(cfg, tokenizer):
     from rft.explorer.taskset import FileTaskset, make_taskset
 
     taskset = make_taskset(cfg, lambda files: load_prompts(cfg, tokenizer, files)) if cfg.data.train_files else None
-    val_set = load_prompts(cfg, tokenizer, cfg.data.val_files) if cfg.data.val_files else None
+    val_set = load_val_prompts(cfg, tokenizer)
     check_reward_inputs(cfg, taskset.dataset if isinstance(taskset, FileTaskset) else None, val_set)
     return taskset, val_set
 
@@ -83,6 +115,8 @@ class Explorer:
         only evaluates (mode bench)."""
         self.cfg, self.tokenizer, self.engine, self.rewards, self.dist = cfg, tokenizer, engine, rewards, dist
         self.taskset, self.val_set = taskset, val_set
+        if val_set is not None:
+            note_large_validation(cfg, val_set)
         self.generator = torch.Generator().manual_seed(cfg.trainer.seed)
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
         self.step = 0  # explore steps done

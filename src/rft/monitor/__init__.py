@@ -23,9 +23,14 @@ from typing import Any, Protocol
 from rft import interrupts
 from rft.fsutil import write_text_atomic
 
-_BAR_KEYS = ("critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/step")
-_SHORT = {"critic/score/mean": "score", "actor/pg_loss": "pg_loss", "response_length/mean": "len",
-          "timing_s/step": "s/step"}
+# What a person watches, in the order shown: RL's score and policy loss (mix: its SFT loss on the expert rows),
+# SFT's and DPO's loss (DPO: how often the chosen response wins), the response length, the validation results; then
+# tokens/s, s/step and the time left (`console_fields`).
+_WATCHED = {"critic/score/mean": "score", "train/loss": "loss", "rewards/accuracies": "acc",
+            "actor/pg_loss": "pg_loss", "actor/sft_loss": "sft_loss", "response_length/mean": "len",
+            "val/loss": "val_loss", "val/rewards/accuracies": "val_acc"}
+TOKENS = "perf/total_num_tokens"
+"""verl's name: the prompt + response tokens of a training step's batch (every process's); tokens/s on the console."""
 GENERATIONS = "val/generations"
 """The table of validation samples: columns step, prompt, response, score (one row per sample)."""
 GENERATIONS_FILE = "val_generations.jsonl"
@@ -100,8 +105,10 @@ class FileMonitor:
 
 
 class ConsoleMonitor:
-    """A tqdm bar with the key metrics; when the console is not a terminal, a plain line every `log_every` steps
-    (default about 20 over the run). Tables are printed one row a line."""
+    """A tqdm bar with the key metrics and its own estimate of the time left; when the console is not a terminal (a
+    log file, a pipe, a test), a plain line every `log_every` steps (default about 20 over the run) with the same
+    metrics and `left=`, the time the steps still to run take at the mean step time so far. Tables are printed one
+    row a line."""
 
     def __init__(self, total_steps: int, start_step: int = 0, log_every: int | None = None):
         from tqdm import tqdm
@@ -109,11 +116,12 @@ class ConsoleMonitor:
         self.plain_every = log_every or max(1, total_steps // 20)
         self.bar = tqdm(total=total_steps, initial=start_step, desc="rft", unit="step", file=sys.stdout,
                         dynamic_ncols=True, disable=None)
+        self.step_seconds: list[float] = []  # timing_s/step of each step logged by this process
 
     def log(self, step: int, metrics: Mapping[str, float], advance: bool = True) -> None:
-        shown = {_SHORT[k]: f"{metrics[k]:.3g}" for k in _BAR_KEYS if k in metrics}
-        shown.update({k.split("/")[-3] if k.count("/") >= 3 else k: f"{v:.3f}"
-                      for k, v in metrics.items() if k.startswith("val-core/")})
+        if "timing_s/step" in metrics:
+            self.step_seconds.append(float(metrics["timing_s/step"]))
+        shown = console_fields(metrics)
         self.bar.set_postfix(shown, refresh=False)
         if advance:
             self.bar.update(1)
@@ -121,7 +129,15 @@ class ConsoleMonitor:
             self.bar.refresh()
         if self.bar.disable and (step % self.plain_every == 0 or step == self.bar.total):
             # not a terminal: ~20 plain lines over the run instead of a bar
-            print(f"step {step}: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
+            left = self.time_left(step)
+            shown.update({"left": format_duration(left)} if left is not None else {})
+            print(f"step {step}/{self.bar.total}: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
+
+    def time_left(self, step: int) -> float | None:
+        """Seconds the steps after `step` take at the mean step time of the steps logged so far (None before any)."""
+        if not self.step_seconds:
+            return None
+        return sum(self.step_seconds) / len(self.step_seconds) * max(self.bar.total - step, 0)
 
     def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -132,6 +148,33 @@ class ConsoleMonitor:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def console_fields(metrics: Mapping[str, float]) -> dict[str, str]:
+    """The console's fields of one step: what a person watches (`_WATCHED`; each validation data source's reward
+    as `val_<source>`), tokens/s (prompt + response tokens of the step over its time; an explorer without a
+    trainer: its generation's `gen_tok/s`) and s/step."""
+    shown = {name: f"{metrics[k]:.3g}" for k, name in _WATCHED.items() if k in metrics}
+    shown.update({f"val_{k.split('/')[-3]}": f"{v:.3f}" for k, v in metrics.items()
+                  if k.startswith("val-core/") and k.count("/") >= 3})
+    seconds = metrics.get("timing_s/step")
+    if TOKENS in metrics and seconds:
+        shown["tok/s"] = f"{metrics[TOKENS] / seconds:.0f}"
+    elif "perf/gen_tokens_per_s" in metrics:
+        shown["gen_tok/s"] = f"{metrics['perf/gen_tokens_per_s']:.0f}"
+    if seconds is not None:
+        shown["s/step"] = f"{seconds:.3g}"
+    return shown
+
+
+def format_duration(seconds: float) -> str:
+    """`1h05m`, `4m09s`, `12s`: a time left as a person reads it."""
+    seconds = round(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
 
 
 class Tracker:

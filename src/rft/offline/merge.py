@@ -26,7 +26,18 @@ def checkpoint_folder(path: str | Path) -> Path:
         if latest is not None:
             return latest
     raise RftError(f"{str(path)!r} is not a checkpoint (global_step_N with trainer_state.json), nor a checkpoints/ "
-                   "or run folder holding one")
+                   f"or run folder holding one; {_no_checkpoint_hint(path)}")
+
+
+def _no_checkpoint_hint(path: Path) -> str:
+    """What to do instead, for a folder without a checkpoint: runs write checkpoints only when asked (rft train, sft
+    and dpo alike), and a run's `model/` (its final export) or the folder itself may already be the Hugging Face
+    model the user wants."""
+    why = "runs write checkpoints only with trainer.save_freq set (rft train, sft and dpo: none by default)"
+    for model, what in ((path, ""), (path / "model", " (the run's final export)")):
+        if (model / "config.json").is_file() and any(model.glob("*.safetensors")):
+            return f"{why}; {str(model)!r} is already a Hugging Face model{what}: nothing to merge, use it as it is"
+    return f"{why}; rerun with trainer.save_freq=N to merge a step's weights"
 
 
 def _load_dcp(folder: Path, model) -> None:

@@ -32,6 +32,7 @@ from rft.algorithms import (
 from rft.batch import Batch
 from rft.data.preference import PreferenceDataset
 from rft.models.load import frozen_copy, is_peft
+from rft.monitor import TOKENS
 from rft.trainer.sft import SFTTrainer
 from rft.workers.policy import forward_logprobs, reference_of
 
@@ -100,7 +101,8 @@ class DPOTrainer(SFTTrainer):
         grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, losses=[sums["train/loss"]])
         self.scheduler.step()
         return {**sums, "train/grad_norm": grad_norm, "train/lr": lr, "train/pairs": float(n_pairs),
-                "train/tokens": float(batch.loss_mask.sum()), "train/skipped_updates": float(why is not None)}
+                "train/tokens": float(batch.loss_mask.sum()), TOKENS: self._all_tokens(batch),
+                "train/skipped_updates": float(why is not None)}
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:

@@ -28,7 +28,7 @@ from rft.config import to_yaml
 from rft.distributed import SINGLE, Dist, shard_bounds
 from rft.errors import EXIT_ERROR, RftError
 from rft.experience import first_appearance_labels, to_batch
-from rft.explorer import Explorer, load_prompts, load_tasksets
+from rft.explorer import Explorer, load_tasksets, load_val_prompts
 from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
 from rft.models.precision import describe
@@ -483,7 +483,7 @@ def run_bench(cfg) -> Path:
     out = Path(t.default_local_dir)
     torch.manual_seed(t.seed)
     tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
-    val_set = load_prompts(cfg, tokenizer, data.val_files)
+    val_set = load_val_prompts(cfg, tokenizer)
     device = resolve_device(t.device)
     dtype = compute_dtype(arr.rollout.dtype, device)
     # built as the run built it (LoRA included): a checkpoint holds its trainable parameters

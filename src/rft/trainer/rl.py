@@ -46,7 +46,7 @@ from rft.models.load import (
     load_trainable_model,
     resolve_device,
 )
-from rft.monitor import Timer
+from rft.monitor import TOKENS, Timer
 from rft.rollout.engines import engine_spec
 from rft.trainer.checkpoint import (
     EXPLORER_VERSIONS,
@@ -238,8 +238,9 @@ class RLTrainer:
                 metrics.update(self.worker.update(self.expert.attach(batch) if self.expert else batch, step))
         metrics.update(self.batch_metrics(batch))
         metrics["training/global_step"] = step
+        n_all = float(self.dist.sum(torch.stack([batch.response_mask.sum(), batch.prompt_mask.sum()])).sum())
+        metrics[TOKENS] = n_all
         if "update_actor" in timer.times:  # not during critic warmup
-            n_all = float(self.dist.sum(torch.stack([batch.response_mask.sum(), batch.prompt_mask.sum()])).sum())
             metrics["perf/train_tokens_per_s"] = (n_all * self.settings.ppo_epochs
                                                   / max(timer.times["update_actor"], 1e-9))
         return metrics

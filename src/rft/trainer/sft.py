@@ -31,7 +31,7 @@ from rft.models.load import (
     resolve_device,
 )
 from rft.models.vision import vision_for
-from rft.monitor import SilentTracker, Timer, Tracker
+from rft.monitor import TOKENS, SilentTracker, Timer, Tracker
 from rft.runtime import configure_cpu_runtime
 from rft.trainer.checkpoint import (
     CheckpointManager,
@@ -169,8 +169,12 @@ class SFTTrainer:
         grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, self.model if self.dist.enabled else None,
                                          losses=[loss_sum])
         self.scheduler.step()
-        return {"train/loss": loss_sum, "train/grad_norm": grad_norm, "train/lr": lr,
-                "train/tokens": n_tokens, "train/skipped_updates": float(why is not None)}
+        return {"train/loss": loss_sum, "train/grad_norm": grad_norm, "train/lr": lr, "train/tokens": n_tokens,
+                TOKENS: self._all_tokens(batch), "train/skipped_updates": float(why is not None)}
+
+    def _all_tokens(self, batch) -> float:
+        """The prompt + response tokens of every rank's rows of the step (tokens/s on the console)."""
+        return float(self.dist.sum((batch.prompt_mask.sum() + batch.response_mask.sum()).double()))
 
     @torch.no_grad()
     def val_loss(self) -> float:
