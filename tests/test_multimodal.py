@@ -409,6 +409,68 @@ def test_sft_on_images_through_the_cli_lowers_the_loss_and_exports(vlm, tmp_path
     assert type(load_processor(tmp_path / "out" / "model")).__name__ == type(vision_for(str(vlm(family))).processor).__name__
 
 
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "llava"])
+def test_a_workflow_conversation_and_the_openai_endpoint_take_images_and_train_on_what_the_model_saw(vlm, family):
+    """A workflow's model handle on a VLM: a conversation whose first turn holds an image part with its bytes and
+    whose second user turn brings another as OpenAI's image_url data URL; the experience carries both images and
+    its log-probs are the update's forward over its tokens and pixels (padded and packed). The OpenAI-compatible
+    endpoint takes image_url parts the same way, and a text model's handle refuses images."""
+    import base64
+
+    import openai
+
+    from rft.explorer.model import GenerationServer, ModelHandle, WorkflowError
+    from rft.explorer.server import Endpoint
+    from rft.workers.packing import PACKED_ATTR, enable_remove_padding
+
+    path = str(vlm(family))
+    model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()
+    vision = vision_for(path)
+    tok = vision.tokenizer
+    engine = HFRollout(model, eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
+    server = GenerationServer(engine, tok, torch.Generator().manual_seed(0))
+    handle = ModelHandle(server, tok, SamplingParams(n=1, max_tokens=4), vision=vision, enable_history=True)
+    red, wide = png(), png((0, 200, 0), (60, 30))
+    url = "data:image/png;base64," + base64.b64encode(wide).decode()
+    conversation = handle.start([{"role": "user", "content": [{"type": "image", "image": red},
+                                                               {"type": "text", "text": "how many?"}]}])
+    handle.respond([conversation])
+    conversation.add([{"role": "user", "content": [{"type": "text", "text": "and here?"},
+                                                   {"type": "image_url", "image_url": {"url": url}}]}])
+    handle.respond([conversation])
+    experience = conversation.to_experience(1.0)
+    assert experience.images == [red, wide] and conversation.turns == 2
+    batch = to_batch([experience, experience], tok.pad_token_id)
+    action = batch.action_mask.bool()
+    with torch.no_grad():
+        padded, _ = forward_logprobs(model, batch, temperature=1.0)
+        assert enable_remove_padding(model, "test")
+        packed, _ = forward_logprobs(model, batch, temperature=1.0)
+        setattr(model, PACKED_ATTR, False)
+    torch.testing.assert_close(padded[0][action[0]], experience.logprobs[experience.action_mask.bool()],
+                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(packed * batch.response_mask, padded * batch.response_mask, atol=1e-5, rtol=0)
+    # the endpoint: an image_url part in OpenAI's form; the call's experience carries the image
+    endpoint = Endpoint(lambda: handle, family)
+    try:
+        client = openai.OpenAI(base_url=endpoint.api_base, api_key="anything", max_retries=0)
+        handle.history.clear()
+        out = client.chat.completions.create(model=family, max_tokens=3, messages=[
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": "what is it?"}]}])
+        assert out.choices[0].finish_reason in ("stop", "length")
+        (called,) = handle.history
+        assert called.images == [wide]
+        with pytest.raises(openai.BadRequestError, match="not a base64 data: URL; rft fetches no URLs"):
+            client.chat.completions.create(model=family, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}])
+    finally:
+        endpoint.close()
+    text_handle = ModelHandle(server, tok, SamplingParams(n=1, max_tokens=4))
+    with pytest.raises(WorkflowError, match=r"hold 1 image\(s\) and the model is a text model"):
+        text_handle.chat([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}])
+
+
 @pytest.mark.parametrize("key, message", [
     ("algorithm.adv_estimator=gae", "rft has no value model for vision-language families yet"),
     ("actor_rollout_ref.rollout.name=vllm", "rft's vLLM engine takes no images yet"),

@@ -119,6 +119,73 @@ def with_image_parts(messages: list[dict], count: int, where: str) -> list[dict]
     return out
 
 
+IMAGE_PART_TYPES = ("image", "image_url", "input_image")
+
+
+def message_images(messages: list[dict], where: str) -> tuple[list[dict], list[bytes]]:
+    """(`messages` with every image part as the chat template's bare {"type": "image"}, the images' encoded bytes in
+    order) for messages a workflow or the OpenAI-compatible endpoint sends: an image part is {"type": "image",
+    "image": <bytes, a PIL image, a path or {"bytes": ...}>} (what `Task.messages` holds) or OpenAI's {"type":
+    "image_url", "image_url": {"url": "data:image/png;base64,..."}} (a data URL: nothing is fetched). Messages
+    without images come back unchanged."""
+    out, images = [], []
+    for m in messages:
+        content = m.get("content")
+        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES
+                                                    for p in content):
+            out.append(m)
+            continue
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in IMAGE_PART_TYPES:
+                parts.append(part)
+                continue
+            value = part.get("image") if kind == "image" else part.get(kind)
+            if isinstance(value, dict) and kind != "image":  # {"image_url": {"url": ...}}
+                value = value.get("url")
+            if isinstance(value, str) and kind != "image":
+                value = _data_url(value, where)
+            if value is None:
+                raise DataError(f"{where}: an image part without its image ({{'type': {kind!r}}}: give the image "
+                                "(bytes, a path) or a data: URL)")
+            images.append(image_bytes(value, None, f"{where} (image {len(images)})"))
+            parts.append({"type": "image"})
+        out.append({**m, "content": parts})
+    return out, images
+
+
+def _data_url(url: str, where: str) -> bytes:
+    """The bytes of a base64 `data:` URL (an image part's image_url); any other URL is refused (rft fetches
+    nothing)."""
+    import base64
+    import binascii
+
+    if not url.startswith("data:") or ";base64," not in url[:100]:
+        raise DataError(f"{where}: image_url {url[:60]!r} is not a base64 data: URL; rft fetches no URLs: send the "
+                        "image inline (data:image/png;base64,...)")
+    try:
+        return base64.b64decode(url.split(";base64,", 1)[1], validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise DataError(f"{where}: image_url's base64 data does not decode ({e})") from None
+
+
+def filled_image_parts(messages: list[dict], images: list[bytes]) -> list[dict]:
+    """`messages` (with bare {"type": "image"} parts, as `with_image_parts` writes them) with each image part
+    holding its image's bytes, in order: messages that carry their images (`message_images` reads them back)."""
+    if not images:
+        return [dict(m) for m in messages]
+    it = iter(images)
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = [{**p, "image": next(it)} if isinstance(p, dict) and p.get("type") == "image" else p
+                       for p in content]
+        out.append({**m, "content": content})
+    return out
+
+
 def decode(data: bytes):
     """A PIL image (RGB) from encoded bytes."""
     Image = _pil()

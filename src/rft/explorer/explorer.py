@@ -332,11 +332,13 @@ class Workflows:
 
     def handle(self, server, params):
         from rft.explorer.model import ModelHandle
+        from rft.models.vision import vision_of
 
         wf = self.ex.cfg.workflow
         return ModelHandle(server, self.ex.tokenizer, params, chat_template=self.ex.cfg.data.chat_template,
                            endpoint=self.endpoint, enable_history=wf.enable_history,
-                           tool_call_parser=wf.tool_call_parser)
+                           tool_call_parser=wf.tool_call_parser,
+                           vision=vision_of(getattr(self.ex.engine, "model", None)))
 
     def tasks(self, prompts, n: int, is_eval: bool) -> list:
         from rft.explorer.workflow import Task

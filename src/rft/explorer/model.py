@@ -13,6 +13,12 @@ run without it (its later call joins the next batch); nor does a client that was
 `Conversation` keeps a multi-turn exchange as the exact tokens the model saw: the prompt, each generated turn (its
 tokens in the action mask, with their log-probs) and what came between turns (tool results, environment or user
 messages: rendered by the chat template, tokenized, masked out). `ModelHandle` is what a workflow holds.
+
+A vision-language model's handle (`ModelHandle.vision`) takes images in the messages: image parts holding their
+image (`Task.messages` fills them from the row) or OpenAI's `image_url` parts with a data URL
+(`rft.data.images.message_images`). The processor expands them into the prompt's image tokens, the images travel with
+the request to the engine, and a conversation's or completion's experience carries them, in order (images a later
+turn brings too).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 
 from rft.data.chat import encode, render
 from rft.data.dataset import left_pad
+from rft.data.images import message_images
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.rollout import SamplingParams
@@ -60,6 +67,8 @@ class Completion:
     """Each generated token's log-prob under softmax(logits / temperature) (the behaviour policy)."""
     finish_reason: str
     """stop (EOS) or length (max tokens)."""
+    images: list[bytes] = field(default_factory=list)
+    """The prompt's images (encoded), for a vision-language model."""
 
 
 @dataclass
@@ -68,6 +77,7 @@ class _Request:
     order: tuple
     prompts: list[list[int]]
     params: SamplingParams
+    images: list[list[bytes]]
     result: list[list[Completion]] | None = None
     error: BaseException | None = None
     since: float = field(default_factory=time.monotonic)
@@ -117,15 +127,17 @@ class GenerationServer:
             self._cond.notify_all()
 
     # ---------------------------------------------------------------------------------------------- calls
-    def submit(self, client: str, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        """`params.n` completions of each prompt (token ids), once every open client waits too."""
+    def submit(self, client: str, prompts: list[list[int]], params: SamplingParams,
+               images: list[list[bytes]] | None = None) -> list[list[Completion]]:
+        """`params.n` completions of each prompt (token ids; `images`: each prompt's, for a vision-language model),
+        once every open client waits too."""
         with self._cond:
             if client in self._cancelled:
                 raise Cancelled(f"client {client} was cancelled")
             ad_hoc = client not in self._clients
             if ad_hoc:
                 self._clients[client] = (float("inf"), client)
-            request = _Request(client, self._clients[client], prompts, params)
+            request = _Request(client, self._clients[client], prompts, params, images or [[] for _ in prompts])
             self._pending.append(request)
             self._cond.notify_all()
             try:
@@ -165,7 +177,7 @@ class GenerationServer:
         for params, requests in groups.items():
             try:
                 rows = [(r, i, p) for r in requests for i, p in enumerate(r.prompts) for _ in range(r.params.n)]
-                outs = self._generate([p for _, _, p in rows], params)
+                outs = self._generate([p for _, _, p in rows], params, [r.images[i] for r, i, _ in rows])
                 for r in requests:
                     r.result = [[] for _ in r.prompts]
                 for (r, i, _), out in zip(rows, outs):
@@ -174,18 +186,21 @@ class GenerationServer:
                 for r in requests:
                     r.result, r.error = None, e
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def _generate(self, prompts: list[list[int]], params: SamplingParams,
+                  images: list[list[bytes]]) -> list[Completion]:
         self.calls += 1
         ids, mask = left_pad(prompts, self.tokenizer.pad_token_id)
-        out = self.engine.generate(ids, mask, params, self.generator)
+        with_images = {"images": images} if any(images) else {}
+        out = self.engine.generate(ids, mask, params, self.generator, **with_images)
         completions = []
-        for prompt, tokens, valid, logprobs in zip(prompts, out.response_ids, out.response_mask, out.logprobs):
+        for prompt, pictures, tokens, valid, logprobs in zip(prompts, images, out.response_ids, out.response_mask,
+                                                             out.logprobs):
             tokens = tokens[valid.bool()].tolist()
             ended = bool(tokens) and tokens[-1] in self.engine.eos_ids.tolist()
             completions.append(Completion(
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True), prompt_ids=list(prompt),
                 token_ids=tokens, logprobs=logprobs[: len(tokens)].tolist(),
-                finish_reason="stop" if ended and not params.ignore_eos else "length"))
+                finish_reason="stop" if ended and not params.ignore_eos else "length", images=list(pictures)))
         return completions
 
 
@@ -194,24 +209,34 @@ class Conversation:
     """A conversation as the exact tokens the model saw (see the module docstring)."""
 
     def __init__(self, tokenizer, messages: list[dict], tools: list[dict] | None = None,
-                 chat_template: str | None = None):
-        self.tokenizer, self.tools, self.chat_template = tokenizer, tools, chat_template
+                 chat_template: str | None = None, vision=None):
+        self.tokenizer, self.tools, self.chat_template, self.vision = tokenizer, tools, chat_template, vision
+        messages, self.images = _images_of(messages, vision)
         self.messages = [dict(m) for m in messages]
         self.text = self._render(self.messages)
-        self.ids = tokenizer(self.text, add_special_tokens=False)["input_ids"]
+        self.ids = self._tokens(self.text, self.images)
         self.action = [0] * len(self.ids)
         self.logprobs = [0.0] * len(self.ids)
         self.prompt_length = len(self.ids)
         self.finish_reason: str | None = None
 
     def _render(self, messages: list[dict]) -> str:
+        if self.vision is not None:
+            return self.vision.render(messages, self.chat_template, self.tools)
         return render(self.tokenizer, messages, tools=self.tools, chat_template=self.chat_template)
+
+    def _tokens(self, text: str, images: list[bytes]) -> list[int]:
+        """`text`'s tokens, its images expanded into their image tokens by the processor."""
+        if images:
+            return self.vision.encode(text, images, "a workflow's conversation")
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def copy(self) -> Conversation:
         other = object.__new__(Conversation)
         other.__dict__.update(self.__dict__)
         other.messages = [dict(m) for m in self.messages]
         other.ids, other.action, other.logprobs = list(self.ids), list(self.action), list(self.logprobs)
+        other.images = list(self.images)
         return other
 
     @property
@@ -237,6 +262,7 @@ class Conversation:
     def add(self, messages: list[dict]) -> None:
         """Messages the model did not write (tool results, environment, user), then the generation prompt:
         the chat template's rendering of them after the conversation so far, tokenized, action mask 0."""
+        messages, images = _images_of(messages, self.vision)
         full = self._render(self.messages + [dict(m) for m in messages])
         if not full.startswith(self.text) and not getattr(self, "_clean_reply", True):
             raise UnextendableReply("the model's last reply does not survive the round trip through text (a special "
@@ -247,7 +273,8 @@ class Conversation:
                 "rewrites earlier turns, e.g. drops reasoning), so the new messages cannot be appended to them; "
                 "use a template that renders earlier turns verbatim (data.chat_template)"
             )
-        delta = self.tokenizer(full[len(self.text):], add_special_tokens=False)["input_ids"]
+        delta = self._tokens(full[len(self.text):], images)
+        self.images += images
         self.ids += delta
         self.action += [0] * len(delta)
         self.logprobs += [0.0] * len(delta)
@@ -263,7 +290,21 @@ class Conversation:
             action_mask=torch.tensor(self.action[p:], dtype=torch.long),
             logprobs=torch.tensor(self.logprobs[p:], dtype=torch.float32), reward=float(reward), group="",
             rewards=dict(rewards or {}), info={"response_text": self.last_reply, "turns": self.turns, **(info or {})},
+            images=list(self.images),
         )
+
+
+def _images_of(messages: list[dict], vision) -> tuple[list[dict], list[bytes]]:
+    """(`messages` with bare image parts, their images) (`message_images`); images for a text model are a
+    `WorkflowError`."""
+    try:
+        messages, images = message_images(messages, "a workflow's messages")
+    except ValueError as e:  # DataError
+        raise WorkflowError(str(e)) from None
+    if images and vision is None:
+        raise WorkflowError(f"the messages hold {len(images)} image(s) and the model is a text model: it takes no "
+                            "images")
+    return messages, images
 
 
 # --------------------------------------------------------------------------------------------------- handle
@@ -288,6 +329,8 @@ class ModelHandle:
     tool_call_parser: str = "hermes"
     """How tool calls are found in a reply (workflow.tool_call_parser): the endpoint's and tool_call_workflow's."""
     history: list[Experience] = field(default_factory=list)
+    vision: Any = None
+    """A vision-language model's `rft.models.vision.Vision` (its messages may hold images), else None."""
 
     def params(self, n: int = 1, **overrides) -> SamplingParams:
         unknown = set(overrides) - _SAMPLING_KEYS
@@ -295,10 +338,11 @@ class ModelHandle:
             raise TypeError(f"unknown sampling settings {sorted(unknown)}; known: {sorted(_SAMPLING_KEYS)}")
         return dataclasses.replace(self.sampling, n=n, **overrides)
 
-    def _submit(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+    def _submit(self, prompts: list[list[int]], params: SamplingParams,
+                images: list[list[bytes]] | None = None) -> list[list[Completion]]:
         client = self.client or self.server.open((float("inf"),))
         try:
-            out = self.server.submit(client, prompts, params)
+            out = self.server.submit(client, prompts, params, images)
         finally:
             if self.client is None:
                 self.server.close(client)
@@ -315,9 +359,15 @@ class ModelHandle:
     def chat_batch(self, conversations: list[list[dict]], n: int = 1, tools: list[dict] | None = None,
                    **sampling) -> list[list[Completion]]:
         """`n` completions of the next assistant turn after each of `conversations`, in one call."""
-        ids = [encode(self.tokenizer, messages, tools=tools, chat_template=self.chat_template)
-               for messages in conversations]
-        return self._submit(ids, self.params(n, **sampling))
+        prompts = [self.prompt(messages, tools) for messages in conversations]
+        return self._submit([ids for ids, _ in prompts], self.params(n, **sampling), [im for _, im in prompts])
+
+    def prompt(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[bytes]]:
+        """(the token ids of `messages` with the assistant's generation prompt, their images)."""
+        if self.vision is None and not any(isinstance(m.get("content"), list) for m in messages):
+            return encode(self.tokenizer, messages, tools=tools, chat_template=self.chat_template), []
+        conversation = self.start(messages, tools)
+        return conversation.ids, conversation.images
 
     def generate(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:
         """`n` completions of each raw text prompt (no chat template)."""
@@ -325,13 +375,13 @@ class ModelHandle:
         return self._submit(ids, self.params(n, **sampling))
 
     def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
-        return Conversation(self.tokenizer, messages, tools, self.chat_template)
+        return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision)
 
     def respond(self, conversations: list[Conversation], **sampling) -> None:
         """One assistant turn for each conversation (one batched call), appended to it."""
         if not conversations:
             return
-        out = self._submit([c.ids for c in conversations], self.params(1, **sampling))
+        out = self._submit([c.ids for c in conversations], self.params(1, **sampling), [c.images for c in conversations])
         for conversation, (completion,) in zip(conversations, out):
             conversation.append_completion(completion)
 
@@ -376,4 +426,4 @@ def _experience_of(c: Completion) -> Experience:
     return Experience(tokens=torch.tensor(c.prompt_ids + c.token_ids, dtype=torch.long),
                       prompt_length=len(c.prompt_ids), action_mask=torch.ones(len(c.token_ids), dtype=torch.long),
                       logprobs=torch.tensor(c.logprobs, dtype=torch.float32), reward=0.0, group="",
-                      info={"response_text": c.text})
+                      info={"response_text": c.text}, images=list(c.images))

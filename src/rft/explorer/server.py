@@ -23,8 +23,8 @@ import uuid
 import weakref
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from rft.data.chat import encode
-from rft.explorer.model import ModelHandle
+from rft.data.images import IMAGE_PART_TYPES
+from rft.explorer.model import ModelHandle, WorkflowError
 from rft.explorer.tools import parse_tool_calls
 
 _ACCEPTED = {"model", "messages", "prompt", "n", "temperature", "top_p", "top_k", "max_tokens",
@@ -45,8 +45,19 @@ def _text(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
+        kinds = {p.get("type") if isinstance(p, dict) else type(p).__name__ for p in content} - {"text"}
+        if kinds - set(IMAGE_PART_TYPES):
+            raise ApiError(400, f"message content parts of type {sorted(map(str, kinds))}: text and image_url "
+                                "parts are taken")
         return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     raise ApiError(400, "message content must be a string or a list of text parts")
+
+
+def _image_parts(content) -> list[dict]:
+    """The image parts of an OpenAI message content (image_url with a data URL), in order."""
+    if not isinstance(content, list):
+        return []
+    return [p for p in content if isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES]
 
 
 def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dict:
@@ -71,6 +82,10 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
                 calls.append(f"{f.get('name')}(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")")
         text = text + ("".join(calls) if parser == "hermes" else "[" + ", ".join(calls) + "]")
     out = {"role": m["role"], "content": text}
+    if m["role"] != "assistant" and _image_parts(m.get("content")):  # text and images in their order, the
+        # images read by the model handle
+        out["content"] = [p if p.get("type") != "text" else {"type": "text", "text": p.get("text", "")}
+                          for p in m["content"]]
     if m.get("name"):
         out["name"] = m["name"]
     return out
@@ -238,7 +253,10 @@ class Endpoint:
         if body.get("tool_choice") not in (None, "auto", "none"):
             raise ApiError(400, "tool_choice must be auto or none")
         handle = self._handle(key)
-        prompt = encode(handle.tokenizer, messages, tools=tools, chat_template=handle.chat_template)
+        try:
+            prompt, _ = handle.prompt(messages, tools)
+        except WorkflowError as e:  # images for a text model, an image_url that is no data URL, ...
+            raise ApiError(400, str(e)) from None
         completions = handle.chat(messages, n=int(body.get("n") or 1), tools=tools,
                                   **self._sampling(body, handle, [prompt]))
         choices = []

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft.data.dataset import Prompt
+from rft.data.images import filled_image_parts
 from rft.experience import Experience
 from rft.explorer.model import Completion, Conversation, ModelHandle, WorkflowError
 from rft.registry import Registry
@@ -64,7 +65,9 @@ class Task:
 
     @property
     def messages(self) -> list[dict]:
-        return [dict(m) for m in self.prompt.messages]
+        """The prompt's messages; a row's images in their image parts ({"type": "image", "image": <bytes>}), which
+        the model handle of a vision-language model reads."""
+        return filled_image_parts(self.prompt.messages, self.prompt.images)
 
     @property
     def raw_task(self) -> dict:
@@ -107,7 +110,7 @@ def completion_experience(completion: Completion, reward: float, rewards: dict[s
                       prompt_length=len(completion.prompt_ids),
                       action_mask=torch.ones(len(completion.token_ids), dtype=torch.long),
                       logprobs=torch.tensor(completion.logprobs, dtype=torch.float32), reward=reward, group="",
-                      rewards=rewards, info={"response_text": completion.text})
+                      rewards=rewards, info={"response_text": completion.text}, images=list(completion.images))
 
 
 @register_workflow("simple_workflow")

@@ -160,7 +160,7 @@ class Vision:
     def unpacked_reason(self) -> str:
         return UNPACKED_REASONS.get(self.model_type, f"packing rows with images is not tested for {self.model_type}")
 
-    def render(self, messages: list[dict], chat_template: str | None = None) -> str:
+    def render(self, messages: list[dict], chat_template: str | None = None, tools: list[dict] | None = None) -> str:
         """The prompt text of `messages` (with image parts) and the generation prompt, by the processor's template.
         A processor built without its video processor renders by `ProcessorMixin`'s own method: some (SmolVLM's)
         read video settings from it on every call."""
@@ -169,6 +169,9 @@ class Vision:
         apply = self.processor.apply_chat_template
         if getattr(self.processor, "video_processor", ...) is None:
             apply = ProcessorMixin.apply_chat_template.__get__(self.processor)
+        if tools:
+            return apply(messages, add_generation_prompt=True, tokenize=False, chat_template=chat_template,
+                         tools=tools)
         return apply(messages, add_generation_prompt=True, tokenize=False, chat_template=chat_template)
 
     def encode(self, text: str, images: list[bytes], where: str) -> list[int]:
@@ -194,33 +197,33 @@ class Vision:
         keep = set(self.processor.image_processor.model_input_names) - set(self.processor.unused_input_names)
         return {k: v for k, v in out.items() if k in keep and isinstance(v, torch.Tensor)}
 
-    def model_kwargs(self, images: list[list[bytes]], ids: torch.Tensor, prompt_width: int | None = None,
-                     forward=None) -> dict[str, torch.Tensor]:
+    def model_kwargs(self, images: list[list[bytes]], ids: torch.Tensor, forward=None) -> dict[str, torch.Tensor]:
         """What a forward pass over `ids` (B, L) needs beside them for the rows' `images`: pixel tensors, and the
-        token-type ids (of the first `prompt_width` columns, 0 after: response tokens are text) that `forward` (the
-        model's forward function, whose parameters are checked) takes."""
+        token-type ids that `forward` (the model's forward function, whose parameters are checked) takes, over
+        every column (a later turn of a conversation may bring images too; sampled tokens are never image
+        tokens)."""
         out = self.pixel_inputs(images)
         if not out:
             return out
         accepts = set(inspect.signature(forward).parameters) if forward is not None else set(self.token_type_keys)
-        width = ids.shape[1] if prompt_width is None else prompt_width
-        for key in self.token_type_keys:
-            if key in accepts:
-                types = torch.as_tensor(self.processor.create_mm_token_type_ids(ids[:, :width].tolist()),
-                                        dtype=torch.long, device=ids.device)
-                out[key] = torch.nn.functional.pad(types, (0, ids.shape[1] - width))
+        types = self.token_types(ids) if self.token_type_keys else None
+        out.update({key: types for key in self.token_type_keys if key in accepts})
         device = ids.device
         return {k: v.to(device) for k, v in out.items()}
 
+    def token_types(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) the processor's token types of `ids` (0 text, 1 image, ...)."""
+        return torch.as_tensor(self.processor.create_mm_token_type_ids(ids.tolist()), dtype=torch.long,
+                               device=ids.device)
 
     def packed_kwargs(self, model: nn.Module, images: list[list[bytes]], ids: torch.Tensor, attn: torch.Tensor,
-                      p_len: int, row: torch.Tensor, col: torch.Tensor, owner: torch.Tensor,
+                      row: torch.Tensor, col: torch.Tensor, owner: torch.Tensor,
                       forward=None) -> dict[str, torch.Tensor]:
         """What a packed forward pass (`rft.workers.packing.forward_packed`) gives the model beside the tokens it
-        packed from (`row`, `col`) of the padded window `ids` / `attn` (B, W; the prompts in the first `p_len`
-        columns): the pixels of the rows whose prompt tokens are packed (`owner`: each row's prompt's row; a shared
-        prompt's images are encoded once, as its tokens are computed once), in the packed order the model replaces
-        the image tokens in; the packed tokens' token types; and for M-RoPE the positions the model computes over
+        packed from (`row`, `col`) of the padded window `ids` / `attn` (B, W): the pixels of the rows whose prompt
+        tokens are packed (`owner`: each row's prompt's row; a shared prompt's images are encoded once, as its
+        tokens are computed once; rows with images after their prompt share none), in the packed order the model
+        replaces the image tokens in; the packed tokens' token types; and for M-RoPE the positions the model computes over
         whole rows from their images (its own `get_rope_index`), (3, 1, T)."""
         own = [i for i in range(len(images)) if int(owner[i]) == i]
         out = self.pixel_inputs([images[i] for i in own])
@@ -229,9 +232,7 @@ class Vision:
         out = {k: v.to(ids.device) for k, v in out.items()}
         types = None
         if self.token_type_keys:
-            types = torch.as_tensor(self.processor.create_mm_token_type_ids(ids[:, :p_len].tolist()),
-                                    dtype=torch.long, device=ids.device)
-            types = torch.nn.functional.pad(types, (0, ids.shape[1] - p_len))
+            types = self.token_types(ids)
             accepts = set(inspect.signature(forward).parameters) if forward is not None else set()
             out.update({key: types[row, col][None] for key in self.token_type_keys if key in accepts})
         if self.mrope:

@@ -412,8 +412,8 @@ def check_vision(ctx: CheckContext) -> None:
     (docs/multimodal.md): a critic (value models of these families), sequence parallelism (the image features of a
     row split over processes), FSDP1 over several processes (generation runs the vision tower outside the root's
     forward pass, where FSDP1 has not gathered the root's parameters; FSDP2's are gathered for generation,
-    `workers/fsdp.py:gathered_for_generation`), workflows other than the batched simple_workflow (their model
-    handle takes text)."""
+    `workers/fsdp.py:gathered_for_generation`). Workflows take images through their model handle
+    (`rft.explorer.model`)."""
     from rft.models.vision import is_vision_folder
 
     cfg = ctx.cfg
@@ -432,6 +432,3 @@ def check_vision(ctx: CheckContext) -> None:
         raise ConfigError(f"{what}, on {ctx.world_size} processes with actor_rollout_ref.actor.strategy=fsdp (FSDP1), "
                           "whose root parameters generation's vision tower reads outside the root's forward pass; "
                           "set actor_rollout_ref.actor.strategy=fsdp2 (tested equal to one process)")
-    if cfg.workflow.type != "simple_workflow":
-        raise ConfigError(f"{what}: workflow.type={cfg.workflow.type!r} runs through a model handle that takes text "
-                          "alone yet; use the batched simple_workflow")

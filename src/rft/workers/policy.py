@@ -100,7 +100,7 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
             ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
             extra = {}
             if vision is not None:
-                extra = vision.model_kwargs(batch.images, ids, p_len, forward_function(model))
+                extra = vision.model_kwargs(batch.images, ids, forward_function(model))
                 if vision.mrope:  # positions that depend on the images: the model computes them
                     positions = None
             logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
@@ -192,12 +192,14 @@ def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None, sh
     """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r); or,
     with `store` (`head_input`), the head's input (B, r, H). With `vision`, the images of the rows whose prompts
     are packed go with them (each prompt's images encoded once, as its tokens are computed once)."""
+    if vision is not None and share_prompts and bool((vision.token_types(batch.response_ids) > 0).any()):
+        share_prompts = False  # images in a conversation's later turns: each row's images go with its own tokens
     window = packed_window(batch, device_of(model), share_prompts)
     tokens, target = window.tokens, (window.t >= 0).nonzero().flatten()  # the response tokens, in packed order
     r_len = max(1, int(batch.response_mask.sum(-1).max()))
     extra = {}
     if vision is not None:
-        extra = vision.packed_kwargs(model, batch.images, window.ids, window.attn, window.p_len, tokens.row,
+        extra = vision.packed_kwargs(model, batch.images, window.ids, window.attn, tokens.row,
                                      window.col, window.owner, forward_function(model))
     packed = forward_packed(model, tokens, window.before, **extra).float()  # (N, V)
     if store is not None:  # the head's input, at the kept positions (or at all, for a model that keeps all)
