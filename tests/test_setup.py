@@ -1,0 +1,24 @@
+"""What a fresh clone's first commands read: pyproject.toml's packaging metadata (`make setup`'s `pip install -e .`)
+and the Makefile's demo targets."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_pyproject_builds_without_a_setuptools_deprecation():
+    """setuptools 77+ warns twice per `pip install -e .` about a `license = {text = ...}` table: the SPDX string
+    and license-files it asks for instead, read by the setuptools the build uses, with its warnings as errors."""
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist = apply_configuration(Distribution(), REPO / "pyproject.toml")
+    assert dist.metadata.license_expression == "Apache-2.0"
+    assert [REPO / f for f in dist.metadata.license_files] == [REPO / "LICENSE"]
+    assert "Apache License" in (REPO / "LICENSE").read_text()
+
