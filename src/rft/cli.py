@@ -90,6 +90,9 @@ def cmd_data(args) -> int:
         paths = convert_gsm8k(args.src, args.out)
     for split, path in paths.items():
         print(f"{split}: {path}")
+    held_out = paths.get("val") or paths.get("test")  # gsm8k keeps verl's name for its held-out split
+    if "train" in paths and held_out is not None:
+        print(f"for rft train: data.train_files={paths['train']} data.val_files={held_out}")
     return 0
 
 
@@ -269,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_init_model)
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format")
-    q.add_argument("task", choices=("arithmetic", "calculator", "gsm8k", "shapes"))
+    q.add_argument("task", choices=("arithmetic", "calculator", "gsm8k", "shapes"),
+                   help="gsm8k converts SRC's train.jsonl / test.jsonl to OUT/train.parquet / OUT/test.parquet "
+                        "(verl's names); the synthetic tasks write OUT/train.parquet / OUT/val.parquet")
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-train", type=int, default=2000)
