@@ -41,7 +41,16 @@ def train_args(out: str, *extra: str) -> list[str]:
 
 
 def test_end_to_end_three_steps(workdir):
-    rft(*train_args("out", "trainer.total_training_steps=3"), cwd=workdir)
+    run = rft(*train_args("out", "trainer.total_training_steps=3"), cwd=workdir)
+    # the console of the quick start: a random model, which answers nothing right, told once why nothing trains; no
+    # precision it did not ask for, no library's FutureWarning (transformers' on past_key_values, every step)
+    printed = run.stdout.splitlines()
+    assert [line for line in printed if "nothing to learn" in line] == [
+        "rft: step 1: all rewards equal (0): no advantage, nothing to learn this step (a model that answers every "
+        "prompt wrong, as a random one does, or every one right, has no better answer to learn from); this note is "
+        "not repeated"]
+    assert "rft: precision: fp32" in printed and "asked" not in run.stdout
+    assert "Warning" not in run.stderr and "precision" not in run.stderr, run.stderr
     out = workdir / "out"
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2, 3]
