@@ -3,6 +3,8 @@ and the Makefile's demo targets."""
 
 from __future__ import annotations
 
+import itertools
+import re
 import warnings
 from pathlib import Path
 
@@ -22,3 +24,17 @@ def test_pyproject_builds_without_a_setuptools_deprecation():
     assert [REPO / f for f in dist.metadata.license_files] == [REPO / "LICENSE"]
     assert "Apache License" in (REPO / "LICENSE").read_text()
 
+
+
+def _recipe(target: str) -> list[str]:
+    """The command lines of `target`'s recipe in the Makefile."""
+    lines = (REPO / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"{re.escape(target)}:", line))
+    return [line.strip() for line in itertools.takewhile(lambda x: x.startswith("\t"), lines[start + 1:])]
+
+
+def test_make_demo_keeps_a_stopped_demo_to_resume():
+    """A stopped `make demo` says the same command resumes: its recipe must not delete the run folder first (it
+    did, `rm -rf runs/demo`); the demo itself resumes, or says it has finished (tests/test_demo.py)."""
+    assert _recipe("demo") == ["$(BIN)/rft demo --output runs/demo"]
+    assert _recipe("demo-vision") == ["$(BIN)/rft demo --task vision --output runs/demo-vision"]
