@@ -55,12 +55,12 @@ bench-vllm: vllm
 	$(VVENV)/bin/python bench/bench.py --engine hf vllm
 	$(VVENV)/bin/python bench/demo_engines.py
 
+# run again after a stop (Ctrl-C), either resumes where it stopped; a finished one says so (rm -rf runs/demo to
+# run it again)
 demo: setup
-	rm -rf runs/demo
 	$(BIN)/rft demo --output runs/demo
 
 demo-vision: setup
-	rm -rf runs/demo-vision
 	$(BIN)/rft demo --task vision --output runs/demo-vision
 
 bench: setup

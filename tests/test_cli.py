@@ -41,7 +41,16 @@ def train_args(out: str, *extra: str) -> list[str]:
 
 
 def test_end_to_end_three_steps(workdir):
-    rft(*train_args("out", "trainer.total_training_steps=3"), cwd=workdir)
+    run = rft(*train_args("out", "trainer.total_training_steps=3"), cwd=workdir)
+    # the console of the quick start: a random model, which answers nothing right, told once why nothing trains; no
+    # precision it did not ask for, no library's FutureWarning (transformers' on past_key_values, every step)
+    printed = run.stdout.splitlines()
+    assert [line for line in printed if "nothing to learn" in line] == [
+        "rft: step 1: all rewards equal (0): no advantage, nothing to learn this step (a model that answers every "
+        "prompt wrong, as a random one does, or every one right, has no better answer to learn from); this note is "
+        "not repeated"]
+    assert "rft: precision: fp32" in printed and "asked" not in run.stdout
+    assert "Warning" not in run.stderr and "precision" not in run.stderr, run.stderr
     out = workdir / "out"
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2, 3]
@@ -121,7 +130,7 @@ def test_rft_data_calculator_writes_the_task_and_refuses_bad_options(tmp_path):
     from rft.data.io import read_rows
 
     out = rft_here("data", "calculator", "c", "--n-train", "20", "--n-val", "5", "--tool-share", "0.5", cwd=tmp_path)
-    assert [line.split(":")[0] for line in out.stdout.splitlines()] == ["train", "val", "sft", "copy"]
+    assert [line.split(":")[0] for line in out.stdout.splitlines()] == ["train", "val", "sft", "copy", "for rft train"]
     assert len(read_rows(tmp_path / "c" / "train.parquet")) == 20 and len(read_rows(tmp_path / "c" / "val.parquet")) == 5
     bad = rft_here("data", "calculator", "c2", "--tool-share", "1.5", cwd=tmp_path, check=False)
     assert bad.returncode != 0 and bad.stderr.strip() == "rft: error: rft data calculator: tool_share=1.5 must be in [0, 1]"
@@ -129,3 +138,27 @@ def test_rft_data_calculator_writes_the_task_and_refuses_bad_options(tmp_path):
     bad = rft_here("data", "calculator", "c3", "--copy-rows", "-1", cwd=tmp_path, check=False)
     assert bad.returncode != 0 and bad.stderr.strip() == "rft: error: rft data calculator: copy_rows=-1 must be >= 0"
     assert not (tmp_path / "c3").exists()
+
+
+def test_rft_data_gsm8k_names_its_split_files_and_a_missing_one_names_them_too(workdir, tmp_path):
+    """`rft data gsm8k` writes verl's train.parquet / test.parquet and says which keys read them; a data file given
+    under the synthetic tasks' name (val.parquet) is refused with the file that is there."""
+    src = tmp_path / "src"
+    src.mkdir()
+    row = {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"}
+    for split in ("train", "test"):
+        (src / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
+    out = rft_here("data", "gsm8k", str(src), "g", cwd=workdir)
+    assert out.stdout.splitlines() == ["train: g/train.parquet", "test: g/test.parquet",
+                                       "for rft train: data.train_files=g/train.parquet data.val_files=g/test.parquet"]
+    bad = rft_here(*train_args("refused", "data.train_files=g/train.parquet", "data.val_files=g/val.parquet"),
+                   cwd=workdir, check=False)
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [
+        "rft: error: data.val_files: file 'g/val.parquet' does not exist; did you mean 'g/test.parquet'? ('g' holds "
+        "test.parquet, train.parquet)"]
+    bad = rft_here(*train_args("refused", "data.train_files=g/trian.parquet"), cwd=workdir, check=False)
+    assert "file 'g/trian.parquet' does not exist; did you mean 'g/train.parquet'?" in bad.stderr
+    bad = rft_here(*train_args("refused", "data.train_files=nowhere/train.parquet"), cwd=workdir, check=False)
+    assert bad.stderr.splitlines() == [
+        "rft: error: data.train_files: file 'nowhere/train.parquet' does not exist, nor does its folder 'nowhere'"]
+    assert not (workdir / "refused").exists()

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
 import rft.trainer.demo as demo
+import rft.trainer.stages as stages
 from rft.data.io import read_rows
+from rft.distributed import SINGLE
+from rft.errors import RftError
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -39,12 +44,53 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
     val = tmp_path / "data" / "val.parquet"
     for stage, reported in (("sft", result["sft_accuracy"]), ("grpo", result["rl_accuracy"])):
         assert abs(demo.held_out_accuracy(tmp_path / stage / "model", val, max_tokens=5) - reported) <= 0.02
-    # a second run finds both stages finished and reports the same accuracies (deterministic models)
+    # a second run finds the demo finished and says so, with the same accuracies
     again = demo.run_demo(tmp_path, seed=1)
     assert "already finished" in capsys.readouterr().out
     assert (again["sft_accuracy"], again["rl_accuracy"]) == (result["sft_accuracy"], result["rl_accuracy"])
 
 
+
+
+def test_a_demo_stopped_part_way_resumes_and_counts_the_time_of_every_call(tmp_path, monkeypatch, capsys):
+    """`make demo` stopped by Ctrl-C, then run again: the second call resumes (the SFT stage is not run again) and
+    demo.json's seconds are both calls' (it counted the last call only); a third call says the demo has finished."""
+    monkeypatch.setattr(demo, "SFT_STEPS", 10)
+    monkeypatch.setattr(demo, "RL_STEPS", 2)
+    monkeypatch.setattr(demo, "N_VAL", 20)
+    run_stage = stages.run_stage
+
+    def stopped_before_grpo(stage, dist=SINGLE):
+        if stage.name == "grpo":
+            time.sleep(1.0)
+            raise KeyboardInterrupt  # what rft's handler raises for a Ctrl-C
+        run_stage(stage, dist)
+
+    monkeypatch.setattr(stages, "run_stage", stopped_before_grpo)
+    with pytest.raises(KeyboardInterrupt):
+        demo.run_demo(tmp_path, seed=1)
+    state = json.loads((tmp_path / demo.STATE).read_text())
+    assert state["calls"] == 1 and state["seconds"] >= 1.0 and not (tmp_path / "demo.json").exists()
+    monkeypatch.setattr(stages, "run_stage", run_stage)
+    capsys.readouterr()
+
+    start = time.perf_counter()
+    result = demo.run_demo(tmp_path, seed=1)
+    second = time.perf_counter() - start
+    out = capsys.readouterr().out
+    assert f"rft demo: resuming {tmp_path} (call 2; {state['seconds']} s before)" in out
+    assert "stage 'sft' already finished" in out
+    saved = json.loads((tmp_path / "demo.json").read_text())
+    assert saved == result and saved["calls"] == 2
+    assert state["seconds"] + 0.9 * second <= saved["seconds"] <= state["seconds"] + second + 0.1
+    assert not (tmp_path / demo.STATE).exists()  # finished: demo.json holds the whole time
+
+    assert demo.run_demo(tmp_path, seed=1) == saved
+    assert capsys.readouterr().out == (
+        f"rft demo: {tmp_path} already finished (demo.json): accuracy {saved['sft_accuracy']:.3f} after SFT -> "
+        f"{saved['rl_accuracy']:.3f} after GRPO in {saved['seconds']} s; remove {tmp_path} to run it again\n")
+    with pytest.raises(RftError, match="holds a finished demo of .*'seed': 1.*, not .*'seed': 2"):
+        demo.run_demo(tmp_path, seed=2)
 def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, capsys):
     """`rft demo --task tools` cut down: the teacher's tool share, a staged config whose RL stage runs the tool
     workflow, workflow metrics per step, and every output the arithmetic demo promises."""

@@ -6,11 +6,13 @@ here as the reference: the same tokens, log-probs to 1e-6, with the same generat
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
 
 from rft.data.dataset import PromptDataset, left_pad
+from rft.models.arch import cache_kwarg
 from rft.models.load import load_causal_lm, load_tokenizer
 from rft.rollout import HFRollout, SamplingParams
 from rft.rollout.hf import response_mask_from, sample_next
@@ -25,9 +27,8 @@ def reference_generate(model, eos, pad, prompt_ids, prompt_mask, params, generat
     ids, attn = prompt_ids.repeat_interleave(params.n, 0), prompt_mask.repeat_interleave(params.n, 0)
     eos = torch.tensor(eos)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True,
-                logits_to_keep=1)
+    cache = {cache_kwarg(model): DynamicCache()}
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1, **cache)
     next_pos = positions[:, -1:] + 1
     finished = torch.zeros(ids.shape[0], dtype=torch.bool)
     tokens, logprobs = [], []
@@ -44,8 +45,7 @@ def reference_generate(model, eos, pad, prompt_ids, prompt_mask, params, generat
         if step + 1 == params.max_tokens:
             break
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
-                    use_cache=True)
+        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos, use_cache=True, **cache)
         next_pos = next_pos + 1
     response = torch.stack(tokens, dim=1)
     mask = response_mask_from(response, eos, params.ignore_eos)
@@ -99,17 +99,28 @@ def test_the_decode_loop_samples_what_the_reference_does(setup, case, prompts_pe
         assert int(lengths.min()) < params.max_tokens // 2 < int(lengths.max())  # mixed lengths
 
 
+
+
+def test_generation_passes_the_cache_by_the_name_transformers_takes(setup):
+    """transformers 5.24 renamed the forward pass's `past_key_values` to `cache` and warns (FutureWarning) on every
+    call that uses the old name: every run printed it. The decode loop passes the name the model takes."""
+    model, tok, ids, mask = setup
+    assert cache_kwarg(model) == "cache"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        HFRollout(model, [tok.eos_token_id], tok.pad_token_id).generate(
+            ids[:2], mask[:2], SamplingParams(n=2, temperature=1.0, max_tokens=4), torch.Generator().manual_seed(0))
 def test_the_cache_is_written_in_place(setup):
     from rft.rollout.cache import PreallocatedCache
 
     model, tok, ids, mask = setup
     cache = PreallocatedCache(model.config.num_hidden_layers, ids.shape[1] + 4)
-    model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
     buffer = cache.layers[0]._k
     cache.rows(torch.arange(len(ids)).repeat_interleave(2))
     assert cache.layers[0].keys.shape[0] == 2 * len(ids) and cache.get_seq_length() == ids.shape[1]
     buffer = cache.layers[0]._k
     step = torch.zeros(2 * len(ids), 1, dtype=torch.long)
-    model(input_ids=step, past_key_values=cache, use_cache=True,
-          position_ids=torch.full((2 * len(ids), 1), ids.shape[1]))
+    model(input_ids=step, use_cache=True, position_ids=torch.full((2 * len(ids), 1), ids.shape[1]),
+          **{cache_kwarg(model): cache})
     assert cache.layers[0]._k is buffer and cache.get_seq_length() == ids.shape[1] + 1  # no new allocation

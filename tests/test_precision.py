@@ -87,6 +87,21 @@ def test_one_line_says_what_runs_and_why():
             "state fp32")
 
 
+
+
+def test_a_run_that_names_no_precision_gets_a_plain_line(measured):
+    """The precision keys default to auto (verl's bf16 default made every CPU run print '(bf16 asked)' and why it
+    was not honoured, though nobody asked): on a CPU slow in bf16 auto is float32 with nothing to explain; what a
+    config does name and does not get is still told, with the reason."""
+    from rft.config.schema import MixedPrecisionConfig, RolloutConfig
+
+    assert MixedPrecisionConfig().param_dtype == "auto" and RolloutConfig().dtype == "auto"
+    measured[0][torch.bfloat16] = 0.016
+    auto = choose("auto", CPU)
+    assert auto == Choice(torch.float32, "auto", "bf16 matmul 0.016x fp32 on this CPU")
+    assert describe({"rollout": Choice(torch.float32, "float32"), "actor": auto, "ref": auto}) == "precision: fp32"
+    assert describe({"rollout": auto, "actor": choose("bf16", CPU), "ref": auto}) == (
+        "precision: rollout fp32, actor fp32 (bf16 asked), ref fp32 (bf16 matmul 0.016x fp32 on this CPU)")
 def test_the_real_measurement_returns_a_ratio(monkeypatch):
     ratio = precision.measure(torch.bfloat16)
     assert 0 < ratio < 100

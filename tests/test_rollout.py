@@ -332,6 +332,25 @@ def test_rollout_logprobs_match_a_full_forward_pass(model, prompts, temperature)
     assert math.isfinite(diff)
 
 
+
+
+def test_a_lora_adapter_is_applied_without_a_library_futurewarning(tmp_path):
+    """peft reads the model's deprecated `is_gradient_checkpointing`, and transformers printed a FutureWarning on
+    every LoRA run: apply_lora silences exactly that message."""
+    import warnings
+
+    from omegaconf import OmegaConf
+
+    from rft.models.load import apply_lora, load_causal_lm
+    from rft.models.tiny import init_model
+
+    init_model("tiny", tmp_path / "m", seed=0)
+    model = load_causal_lm(str(tmp_path / "m"), torch.float32, torch.device("cpu"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        lora = apply_lora(model, OmegaConf.create({"lora_rank": 4, "lora_alpha": 8, "target_modules": "all-linear",
+                                                  "exclude_modules": None}))
+    assert any("lora_A" in name for name, _ in lora.named_parameters())
 def test_hf_weights_merge_lora_as_peft_does_without_touching_the_base(tmp_path):
     """What the vLLM engine loads (models.load.hf_weights): the Hugging Face names and values of
     merge_and_unload(), computed without modifying the LoRA model; a plain model's own state dict."""

@@ -91,6 +91,9 @@ def cmd_data(args) -> int:
         paths = {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k}[args.task](args.src, args.out)
     for split, path in paths.items():
         print(f"{split}: {path}")
+    held_out = paths.get("val") or paths.get("test")  # gsm8k keeps verl's name for its held-out split
+    if "train" in paths and held_out is not None:
+        print(f"for rft train: data.train_files={paths['train']} data.val_files={held_out}")
     return 0
 
 
@@ -271,9 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format")
     q.add_argument("task", choices=("arithmetic", "calculator", "geometry3k", "gsm8k", "shapes"),
-                   help="gsm8k SRC OUT: GSM8K's train/test.jsonl converted; geometry3k SRC OUT: a local copy of "
-                        "hiyouga/geometry3k (data/<split>-*.parquet) converted with its diagrams; the others: "
-                        "synthetic tasks written to OUT")
+                   help="gsm8k SRC OUT: GSM8K's train.jsonl / test.jsonl to OUT/train.parquet / OUT/test.parquet "
+                        "(verl's names); geometry3k SRC OUT: a local copy of hiyouga/geometry3k (data/<split>-*"
+                        ".parquet) with its diagrams, the same names; the synthetic tasks write OUT/train.parquet / "
+                        "OUT/val.parquet")
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-train", type=int, default=2000)

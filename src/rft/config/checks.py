@@ -104,7 +104,41 @@ def data_files(value: Any, key: str) -> list[str]:
 def check_files_exist(key: str, files: list[str]) -> None:
     for f in files:
         if not Path(f).expanduser().is_file():
-            raise ConfigError(f"{key}: file {f!r} does not exist")
+            raise missing_file(key, f)
+
+
+HELD_OUT_SPLITS = ("val", "valid", "validation", "test", "dev", "eval")
+"""The names one held-out split goes by: verl's GSM8K preprocessing (and `rft data gsm8k`) writes test.parquet,
+rft's synthetic tasks (`rft data arithmetic`, ...) val.parquet."""
+SHOWN_FILES = 8
+
+
+def missing_file(key: str, path: str) -> ConfigError:
+    """The error for `key`'s data file `path`, which does not exist: it names the data files its folder holds and
+    the one likeliest meant (the same split under another name, test.parquet for val.parquet, or a close spelling)."""
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        return ConfigError(f"{key}: file {path!r} does not exist, nor does its folder {str(folder)!r}")
+    present = sorted(p.name for p in folder.iterdir() if p.suffix in (".parquet", ".jsonl") and p.is_file())
+    if not present:
+        return ConfigError(f"{key}: file {path!r} does not exist, and {str(folder)!r} holds no .parquet or .jsonl "
+                           "file")
+    meant = _likeliest(Path(path).name, present)
+    hint = f"; did you mean {str(Path(path).parent / meant)!r}?" if meant else ""
+    shown = ", ".join(present[:SHOWN_FILES]) + (f", ... ({len(present)} in all)" if len(present) > SHOWN_FILES else "")
+    return ConfigError(f"{key}: file {path!r} does not exist{hint} ({str(folder)!r} holds {shown})")
+
+
+def _likeliest(name: str, present: list[str]) -> str | None:
+    import difflib
+
+    wanted = Path(name)
+    if wanted.stem in HELD_OUT_SPLITS:
+        splits = [p for p in present if Path(p).stem in HELD_OUT_SPLITS]
+        if splits:
+            return min(splits, key=lambda p: Path(p).suffix != wanted.suffix)  # the same format first
+    close = difflib.get_close_matches(name, present, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def check_model_dir(key: str, path: str) -> None:

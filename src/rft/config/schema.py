@@ -291,12 +291,14 @@ class WrapPolicyConfig:
 
 
 PRECISION_HELP = ("On a CPU a low precision is used only where this CPU computes it faster than float32 (measured "
-                  "once per machine; else float32, with the reason in the log: docs/performance.md).")
+                  "once per machine; else float32, with the reason in the log: docs/performance.md). auto (the "
+                  "default): bf16 on a GPU, as verl's default, and on a CPU where it is faster; else float32, with "
+                  "nothing to say about it, as nothing was asked.")
 
 
 @dataclass
 class MixedPrecisionConfig:
-    param_dtype: str = fld("bf16", "The dtype the model's forward and backward passes compute in (torch.autocast: "
+    param_dtype: str = fld("auto", "The dtype the model's forward and backward passes compute in (torch.autocast: "
                            "matmuls in it, softmaxes, norms and losses in float32); the master weights and the "
                            "optimizer state stay float32. " + PRECISION_HELP, choices=DTYPES)
     reduce_dtype: str = fld("fp32", "The dtype the gradients are reduced in across processes (FSDP2's "
@@ -488,7 +490,7 @@ class RolloutConfig:
     response_length: Optional[int] = fld(None, "Must equal data.max_response_length when set.")
     micro_batch_size: Optional[int] = fld(None, "Rows per generation call of the hf engine; null: all at once.")
     dtype: str = fld(
-        "bfloat16", "The dtype generation computes in (the hf engine under torch.autocast over float32 weights; "
+        "auto", "The dtype generation computes in (the hf engine under torch.autocast over float32 weights; "
         "vLLM's dtype). Where it differs from the actor's param_dtype the old log-probs are recomputed in the "
         "training precision every step and the gap logged (training/rollout_probs_diff_*). " + PRECISION_HELP,
         choices=DTYPES)

@@ -44,6 +44,17 @@ def layer_classes(model: nn.Module, names: list[str] | str | None = None) -> set
     return found
 
 
+def cache_kwarg(model: nn.Module) -> str:
+    """The keyword `model`'s forward pass takes its KV cache by: `cache` in recent transformers (5.24, `make
+    setup`'s; the old `past_key_values` still works there but warns on every call, a FutureWarning),
+    `past_key_values` in earlier releases (the vLLM venv's). Asked of the transformers model's forward signature
+    (under a peft wrapper, which passes the keyword on)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
 def _config(model: nn.Module):
     return getattr(model, "config", None)
 
@@ -135,10 +146,10 @@ def _prepared_mask_matches(model: nn.Module) -> bool:
     try:
         logits = []
         for mask in (full, full.bool()[:, None, None, :]):
-            cache = DynamicCache()
-            model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
-            out = model(input_ids=step, attention_mask=mask, position_ids=positions[:, -1:] + 1,
-                        past_key_values=cache, use_cache=True)
+            cache = {cache_kwarg(model): DynamicCache()}
+            model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **cache)
+            out = model(input_ids=step, attention_mask=mask, position_ids=positions[:, -1:] + 1, use_cache=True,
+                        **cache)
             logits.append(out.logits[:, -1].float())
     finally:
         model.train(was)

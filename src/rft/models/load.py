@@ -7,6 +7,7 @@ import copy
 import importlib
 import logging
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -475,7 +476,11 @@ def apply_lora(model: nn.Module, model_cfg, task_type: str = "CAUSAL_LM") -> nn.
         bias="none",
         task_type=task_type,
     )
-    return get_peft_model(model, lora)
+    with warnings.catch_warnings():
+        # peft 0.21 asks the model's `is_gradient_checkpointing`, which transformers 5.24 deprecates with a
+        # FutureWarning each LoRA run printed; nothing rft passes avoids it (peft reads the attribute itself)
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, lora)
 
 
 def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch.device, key: str,

@@ -150,15 +150,18 @@ def choose(name: str, device: torch.device) -> Choice:
 
 def describe(choices: dict[str, Choice]) -> str:
     """One log line for the precisions of a run: 'precision: rollout bf16, actor bf16 (bf16 matmul 2.6x fp32 on
-    this CPU); master weights and optimizer state fp32'."""
+    this CPU); master weights and optimizer state fp32'. A reason is told only where a precision the config named
+    is not the one that runs, or a pass computes below float32; a run in float32 that asked for nothing else
+    (`auto`, the default, on a CPU slow in bf16) gets a plain 'precision: fp32'."""
     parts, reasons = [], []
     for what, c in choices.items():
-        asked = dtype_of(c.asked)
-        note = "" if asked in (None, c.dtype) else f" ({c.asked} asked)"
-        parts.append(f"{what} {SHORT[c.dtype]}{note}")
-        if c.reason and c.reason not in reasons:
+        refused = dtype_of(c.asked) not in (None, c.dtype)
+        parts.append(f"{what} {SHORT[c.dtype]}" + (f" ({c.asked} asked)" if refused else ""))
+        if c.reason and (refused or c.dtype != torch.float32) and c.reason not in reasons:
             reasons.append(c.reason)
     lowp = any(c.dtype != torch.float32 for c in choices.values())
+    if not lowp and not reasons:
+        return "precision: fp32"
     return (f"precision: {', '.join(parts)}" + (f" ({'; '.join(reasons)})" if reasons else "")
             + ("; master weights and optimizer state fp32" if lowp else ""))
 

@@ -1,13 +1,16 @@
-"""Training curves of one or more run directories (e.g. SFT then GRPO) as one PNG on a shared step axis.
+"""Training curves of one or more run directories (e.g. SFT then GRPO) as one PNG, a column of panels per stage.
 
 Reads what the trainers write: `metrics.jsonl` (one JSON object per step) and, for RL runs,
-`val_before_train.json` (the step-0 validation). Three panels: training reward `critic/score/mean` (with an SFT
-stage's `train/loss` on the panel's right-hand axis), validation accuracy `val-core/<data_source>/reward/mean@<n>`
-(one line per data source), and response length `response_length/mean`.
+`val_before_train.json` (the step-0 validation). Each stage has its own x-axis, its own steps (the demo's 1,600 SFT
+steps beside 300 GRPO ones would leave GRPO a sixth of a shared axis), and up to three panels, each with its own
+y label: an SFT stage's `train/loss`; reward and accuracy, the training reward `critic/score/mean` with the
+validation accuracy `val-core/<data_source>/reward/mean@<n>` (one line per data source), both in the reward's
+units; and response length `response_length/mean`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -79,8 +82,18 @@ def _val_name(key: str) -> str | None:
     return f"val/{m['source']}" if m["n"] == "1" else f"val/{m['source']}@{m['n']}"
 
 
-def _stage_series(records: list[dict], before: dict, offset: int) -> Series:
-    """One stage's points with x = offset + step; the val_before_train values sit at x = offset."""
+PANELS = (("sft_loss", f"SFT loss\n({SFT_LOSS_KEY})"), ("reward", "reward / accuracy\n(val-core reward/mean@n)"),
+          ("length", f"response length\n({LENGTH_KEY})"))
+"""The panels a stage can have, top to bottom: (what it plots, its y label); "reward" also holds the val lines."""
+VAL_COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:olive", "tab:cyan")
+"""One per data source's validation line, none the training reward's blue."""
+
+
+def stage_series(run_dir: str | Path) -> Series:
+    """One stage's points at its own steps, {"reward" | "sft_loss" | "length" | "val/<source>[@n]": [(step, y)]}
+    ("@n" left out for mean@1); the val_before_train values sit at step 0, non-finite values are left out.
+    Raises as `read_metrics`."""
+    run_dir = Path(run_dir)
     series: Series = {}
 
     def add(name: str, x: int, value) -> None:
@@ -88,51 +101,30 @@ def _stage_series(records: list[dict], before: dict, offset: int) -> Series:
         if y is not None:
             series.setdefault(name, []).append((x, y))
 
-    for key, value in before.items():
+    for key, value in _val_before_train(run_dir).items():
         if (name := _val_name(key)) is not None:
-            add(name, offset, value)
-    for record in sorted(records, key=lambda r: r["step"]):
-        x = offset + record["step"]
+            add(name, 0, value)
+    for record in sorted(read_metrics(run_dir), key=lambda r: r["step"]):
         for key, value in record.items():
-            if key == REWARD_KEY:
-                add("reward", x, value)
-            elif key == SFT_LOSS_KEY:
-                add("sft_loss", x, value)
-            elif key == LENGTH_KEY:
-                add("length", x, value)
-            elif (name := _val_name(key)) is not None:
-                add(name, x, value)
+            name = {REWARD_KEY: "reward", SFT_LOSS_KEY: "sft_loss", LENGTH_KEY: "length"}.get(key) or _val_name(key)
+            if name is not None:
+                add(name, record["step"], value)
     return series
 
 
-def _load_stages(runs: list[tuple[str, Path]]) -> tuple[list[tuple[str, int, Series]], int]:
-    """(stage name, step offset, series) per stage, each stage starting where the previous one's last step
-    was, and the total step count."""
-    stages = []
-    offset = 0
-    for name, run_dir in runs:
-        run_dir = Path(run_dir)
-        records = read_metrics(run_dir)
-        stages.append((name, offset, _stage_series(records, _val_before_train(run_dir), offset)))
-        offset += max(r["step"] for r in records)
-    return stages, offset
+def _panels(series: Series) -> list[str]:
+    """The panels a stage's series fill, in PANELS order (one "reward" panel for a validation alone)."""
+    has = {"reward" if name.startswith("val/") else name for name in series}
+    return [panel for panel, _ in PANELS if panel in has]
 
 
-def plot_curves(runs: list[tuple[str, Path]], out_png: str | Path, title: str | None = None, *,
-                return_series: bool = False) -> Path | tuple[Path, Series]:
-    """Plot reward, validation accuracy and response length of the stages in `runs` to `out_png`.
-
-    `runs` is an ordered list of (stage name, run directory); stage k's steps are offset by the last step of
-    stages 0..k-1, so e.g. GRPO step 1 after a 3-step SFT run is plotted at x = 4. A dashed line and the stage
-    name mark where each stage starts. The PNG is written atomically and `out_png` returned; with
-    `return_series=True` also the plotted points, {"reward" | "sft_loss" | "length" | "val/<source>[@n]":
-    [(x, y), ...]},
-    where "@n" is left out for mean@1.
-    """
+def curves_figure(runs: list[tuple[str, Path]], title: str | None = None):
+    """The matplotlib Figure of the stages in `runs`, an ordered list of (stage name, run directory): a column per
+    stage, titled with its name, of its panels (`PANELS`) over its own steps, each column as wide as the others.
+    The caller closes it (`matplotlib.pyplot.close`)."""
     if not runs:
         raise ValueError("plot_curves: runs is empty, give at least one (stage_name, run_dir)")
-    out_png = Path(out_png)
-    stages, total_steps = _load_stages(runs)
+    stages = [(name, stage_series(run_dir), max(r["step"] for r in read_metrics(run_dir))) for name, run_dir in runs]
 
     import matplotlib
 
@@ -140,53 +132,59 @@ def plot_curves(runs: list[tuple[str, Path]], out_png: str | Path, title: str | 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True, constrained_layout=True)
-    try:
-        ax_reward, ax_val, ax_len = axes
-        for ax, key, color, ylabel in ((ax_reward, "reward", "tab:blue", f"train reward\n({REWARD_KEY})"),
-                                       (ax_len, "length", "tab:green", f"response length\n({LENGTH_KEY})")):
-            # one segment per stage: a line drawn across a boundary would join unrelated runs
-            for _, _, series in stages:
-                if key in series:
-                    xs, ys = zip(*series[key])
-                    ax.plot(xs, ys, color=color, marker="." if len(xs) <= 50 else None)
-            ax.set_ylabel(ylabel)
-        if any("sft_loss" in s for _, _, s in stages):
-            ax_loss = ax_reward.twinx()  # SFT has no reward: its loss shares the panel, on its own axis
-            for _, _, series in stages:
-                if "sft_loss" in series:
-                    xs, ys = zip(*series["sft_loss"])
-                    ax_loss.plot(xs, ys, color="tab:orange", marker="." if len(xs) <= 50 else None)
-            ax_loss.set_ylabel(f"SFT loss ({SFT_LOSS_KEY})", color="tab:orange")
-
-        val_names = sorted({name for _, _, s in stages for name in s if name.startswith("val/")})
-        for name in val_names:
-            # a data source is one line across stages: the next stage's val_before_train continues it
-            points = [p for _, _, s in stages for p in s.get(name, [])]
-            xs, ys = zip(*points)
-            ax_val.plot(xs, ys, marker="o", markersize=4, label=name.removeprefix("val/"))
-        if val_names:
-            ax_val.legend(loc="best", fontsize="small", title="data source", title_fontsize="small")
-        ax_val.set_ylabel("validation accuracy\n(val-core reward/mean@n)")
-
-        for ax, has_data in ((ax_reward, any("reward" in s or "sft_loss" in s for _, _, s in stages)),
-                             (ax_val, bool(val_names)),
-                             (ax_len, any("length" in s for _, _, s in stages))):
-            if not has_data:
-                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
-                        color="gray", fontsize="large")
+    rows = max(max(len(_panels(series)) for _, series, _ in stages), 1)
+    fig = plt.figure(figsize=(max(5.0 * len(stages), 7.0), 3.2 * rows + 0.8), layout="constrained")
+    grid = fig.add_gridspec(rows, len(stages))
+    labels = dict(PANELS)
+    for column, (name, series, last) in enumerate(stages):
+        panels = _panels(series) or [None]
+        axes = []
+        for i, panel in enumerate(panels):  # k panels share the column's rows evenly
+            ax = fig.add_subplot(grid[i * rows // len(panels):(i + 1) * rows // len(panels), column],
+                                 sharex=axes[0] if axes else None)
+            axes.append(ax)
+            if panel is None:
+                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="gray",
+                        fontsize="large")
+            else:
+                _draw(ax, panel, series)
+                ax.set_ylabel(labels[panel])
             ax.grid(alpha=0.3)
-            for _, offset, _ in stages:
-                ax.axvline(offset, color="gray", linestyle="--", linewidth=1)
-        for name, offset, _ in stages:
-            ax_reward.text(offset, 1.02, f" {name}", transform=ax_reward.get_xaxis_transform(),
-                           ha="left", va="bottom", color="dimgray", fontweight="bold")
-        ax_len.set_xlabel("step (stages concatenated)")
-        ax_len.xaxis.set_major_locator(MaxNLocator(integer=True))
-        pad = max(total_steps, 1) * 0.02  # keeps end markers and the x = 0 stage line off the frame
-        ax_len.set_xlim(-pad, max(total_steps, 1) + pad)
-        fig.suptitle(title or " \u2192 ".join(name for name, _ in runs))
+            if i < len(panels) - 1:
+                ax.tick_params(labelbottom=False)  # the column's step numbers under its lowest panel only
+        axes[0].set_title(name, fontweight="bold")
+        axes[-1].set_xlabel(f"{name} step")
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+        pad = max(last, 1) * 0.02  # keeps end markers and the step-0 validation off the frame
+        axes[-1].set_xlim(-pad, max(last, 1) + pad)
+    fig.suptitle(title or " \u2192 ".join(name for name, _ in runs))
+    return fig
 
+
+def _draw(ax, panel: str, series: Series) -> None:
+    """One panel's lines: the series `panel` names, and in the reward panel each data source's validation."""
+    marker = lambda points: "." if len(points) <= 50 else None
+    color = {"sft_loss": "tab:orange", "reward": "tab:blue", "length": "tab:green"}[panel]
+    if panel in series:
+        xs, ys = zip(*series[panel])
+        ax.plot(xs, ys, color=color, marker=marker(xs), label=f"train reward ({REWARD_KEY})" if panel == "reward"
+                else None)
+    if panel == "reward":
+        validations = sorted(n for n in series if n.startswith("val/"))
+        for name, val_color in zip(validations, itertools.cycle(VAL_COLORS)):
+            xs, ys = zip(*series[name])
+            ax.plot(xs, ys, color=val_color, marker="o", markersize=4,
+                    label=f"validation {name.removeprefix('val/')}")
+        ax.legend(loc="best", fontsize="small")
+
+
+def plot_curves(runs: list[tuple[str, Path]], out_png: str | Path, title: str | None = None) -> Path:
+    """Draw `runs` (`curves_figure`) to `out_png`, written atomically; returns `out_png`."""
+    out_png = Path(out_png)
+    fig = curves_figure(runs, title)
+    import matplotlib.pyplot as plt
+
+    try:
         out_png.parent.mkdir(parents=True, exist_ok=True)
         tmp = out_png.with_name(f".{out_png.name}.tmp-{uuid.uuid4().hex[:8]}")
         try:
@@ -196,11 +194,4 @@ def plot_curves(runs: list[tuple[str, Path]], out_png: str | Path, title: str | 
             tmp.unlink(missing_ok=True)
     finally:
         plt.close(fig)
-
-    if not return_series:
-        return out_png
-    merged: Series = {}
-    for _, _, series in stages:
-        for name, points in series.items():
-            merged.setdefault(name, []).extend(points)
-    return out_png, merged
+    return out_png

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rft.config.checks import CHECKS, UNUSED, CheckContext, all_null, check_model_dir
+from rft.config.checks import CHECKS, UNUSED, CheckContext, all_null, check_model_dir, missing_file
 from rft.config.errors import ConfigError
 from rft.config.schema import VLLM_KEYS
 from rft.errors import RftError
@@ -142,5 +142,5 @@ def check_generation(ctx: CheckContext) -> None:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
     if ctx.check_paths:
         if not Path(d.path).expanduser().is_file():
-            raise ConfigError(f"data.path: file {d.path!r} does not exist")
+            raise missing_file("data.path", d.path)
         check_model_dir("model.path", cfg.model.path)

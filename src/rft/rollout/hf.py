@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from rft.models.arch import attention_only, decode_mask_kind
+from rft.models.arch import attention_only, cache_kwarg, decode_mask_kind
 from rft.models.attention import (
     ATTEND_KWARG,
     DECODE_ATTENTION,
@@ -108,6 +108,7 @@ class HFRollout:
         autocast when the model's weights are of a higher precision (cast once per generation); None: the weights'
         own."""
         self.model = model
+        self.cache_kwarg = cache_kwarg(model)
         self.dtype = dtype
         use_decode_attention(model)
         self.compiled = compiled
@@ -275,7 +276,7 @@ class HFRollout:
                     decode_mask = decode_mask[running]
             mask = None if decode_mask is None else decode_mask[..., :width + step + 1]
             out = self.model(input_ids=token[live, None], attention_mask=mask, position_ids=next_pos,
-                             past_key_values=cache, use_cache=True)
+                             use_cache=True, **{self.cache_kwarg: cache})
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         return self._output(tokens, logprobs, params)
@@ -328,8 +329,8 @@ class HFRollout:
         """One forward pass over the prompts into `cache`, then the cache repeated for the rows `row_prompt`.
         Returns each row's logits for its first token (B, V) and the position of the token after its prompt."""
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
-                         use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **{self.cache_kwarg: cache})
         if isinstance(cache, PreallocatedCache):
             cache.rows(row_prompt)
         else:
@@ -363,9 +364,9 @@ class HFRollout:
         return RolloutOutput(response, mask, torch.stack(logprobs, dim=1).cpu() * mask)
 
     def _decode_step(self, token, position, mask, cache, attend: int | None) -> torch.Tensor:
-        extra = {} if attend is None else {ATTEND_KWARG: attend}
-        return self.model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache,
-                          use_cache=True, **extra).logits[:, -1, :].float()
+        extra = {self.cache_kwarg: cache} if attend is None else {self.cache_kwarg: cache, ATTEND_KWARG: attend}
+        return self.model(input_ids=token, attention_mask=mask, position_ids=position, use_cache=True,
+                          **extra).logits[:, -1, :].float()
 
 
 def _still_running(finished: torch.Tensor, live: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:

@@ -24,6 +24,11 @@ and after its last). Two tasks:
 Leaves, under the output folder: `config.yaml` (rerun or edit it with `rft train`), one folder per stage (`sft/`
 and `grpo/`, and `copy/` for tools: metrics, checkpoints, models), `demo.json` (`sft_accuracy`, `rl_accuracy`,
 `seconds`) and `curves.png`.
+
+A demo stopped part-way (Ctrl-C, a kill) resumes when run again into the same folder: finished stages are skipped, a
+stage resumes from its last checkpoint, and `demo.json`'s `seconds` counts every call (`demo_state.json` keeps the
+seconds of the calls before, written after each stage and when a call stops). A finished demo's folder is not run
+again: the call says so, with its accuracies.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from rft.errors import RftError
 from rft.fsutil import write_text_atomic
 from rft.models.tiny import init_model
 from rft.models.vision_families import DEMO_TEXT_SIZES, init_vision_model
@@ -205,18 +211,68 @@ def validation_before_and_after(rl_out: Path, steps: int) -> tuple[float, float]
     return before, accuracy(last[-1])
 
 
+STATE = "demo_state.json"
+"""The seconds and the number of the calls before this one, of a demo not finished yet."""
+
+
+def finished_demo(out: Path, settings: dict) -> dict | None:
+    """The result `demo.json` holds when `out` has a finished demo of these `settings` (told to the user), None when
+    it has none; a finished demo of other settings is refused (its folder is not run again)."""
+    path = out / "demo.json"
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    held = {key: result.get(key) for key in settings}
+    if held != settings:
+        raise RftError(f"{out} holds a finished demo of {held}, not {settings}: give another --output, or remove "
+                       f"{out} to run this one there")
+    print(f"rft demo: {out} already finished (demo.json): accuracy {result['sft_accuracy']:.3f} after SFT -> "
+          f"{result['rl_accuracy']:.3f} after GRPO in {result['seconds']} s; remove {out} to run it again", flush=True)
+    return result
+
+
+class CallClock:
+    """The demo's time over every call into its folder: the earlier calls' seconds (`STATE`) plus this one's."""
+
+    def __init__(self, out: Path):
+        self.path, self.start = out / STATE, time.perf_counter()
+        earlier = json.loads(self.path.read_text()) if self.path.is_file() else {"seconds": 0.0, "calls": 0}
+        self.earlier, self.calls = float(earlier["seconds"]), int(earlier["calls"]) + 1
+
+    def seconds(self) -> float:
+        return round(self.earlier + time.perf_counter() - self.start, 1)
+
+    def save(self, *_) -> None:
+        """Record the time so far, for the next call should this one stop (called after each stage and on a stop)."""
+        write_text_atomic(self.path, json.dumps({"seconds": self.seconds(), "calls": self.calls}) + "\n")
+
+
 def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine: str = "hf",
              dtype: str = "float32") -> dict:
     """`engine`: the GRPO stage's rollout engine (hf, or vllm: docs/rollout.md); `dtype`: what the GRPO stage
     computes in, its rollout and its updates (float32: the demo's recorded figures; the SFT stages are float32
     either way, so a bf16 GRPO stage can start from a float32 run's SFT model)."""
+    out = Path(output)
+    done = finished_demo(out, {"task": task, "seed": seed, "engine": engine, "dtype": dtype})
+    if done is not None:
+        return done
+    out.mkdir(parents=True, exist_ok=True)
+    clock = CallClock(out)
+    if clock.calls > 1:
+        print(f"rft demo: resuming {out} (call {clock.calls}; {clock.earlier} s before)", flush=True)
+    try:
+        return _run_demo(out, seed, task, engine, dtype, clock)
+    except BaseException:  # a stop (Ctrl-C, SIGTERM) or a failure: the next call adds this one's time
+        clock.save()
+        raise
+
+
+def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: CallClock) -> dict:
     from rft.monitor.plots import plot_curves
     from rft.runtime import configure_cpu_runtime
     from rft.trainer.stages import build_stages, run_stages
 
-    start = time.perf_counter()
     configure_cpu_runtime()
-    out = Path(output)
     model_dir = out / "base_model"
     if not (model_dir / "config.json").is_file():
         if task == "vision":
@@ -249,16 +305,17 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine
     print(f"rft demo: {story}")
 
     stages = build_stages(OmegaConf.load(config_path))
-    final = run_stages(stages)
+    final = run_stages(stages, after_stage=clock.save)
     rl = stages[-1]
     sft_accuracy, rl_accuracy = validation_before_and_after(rl.out, rl.cfg.trainer.total_training_steps)
     print(f"rft demo: held-out greedy accuracy after sft: {sft_accuracy:.3f} (the {rl.name} stage's validation "
           f"before its first step)\nrft demo: held-out greedy accuracy after {rl.name}: {rl_accuracy:.3f}", flush=True)
     plot_curves([(s.name, s.out) for s in stages], out / "curves.png", title=f"rft demo {task} (seed {seed})")
     result = {"task": task, "engine": engine, "dtype": dtype, "sft_accuracy": sft_accuracy, "rl_accuracy": rl_accuracy,
-              "seconds": round(time.perf_counter() - start, 1), "seed": seed, "model": str(final),
+              "seconds": clock.seconds(), "calls": clock.calls, "seed": seed, "model": str(final),
               "config": str(config_path), "curves": str(out / "curves.png")}
     write_text_atomic(out / "demo.json", json.dumps(result, indent=1) + "\n")
+    clock.path.unlink(missing_ok=True)  # finished: demo.json holds the whole time
     print(f"rft demo: accuracy {result['sft_accuracy']:.3f} after SFT -> {result['rl_accuracy']:.3f} after GRPO "
           f"({result['rl_accuracy'] - result['sft_accuracy']:+.3f}) in {result['seconds']} s; model in {final}, "
           f"curves in {out / 'curves.png'}")

@@ -33,6 +33,7 @@ from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
+from rft.monitor.notes import NothingToLearn
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine
 from rft.runtime import configure_cpu_runtime, exit_with_parent
@@ -270,6 +271,7 @@ class TrainLoop:
                           "processes: its explorer runs as a process of its own (sync_interval "
                           f"{s.sync_interval}, sync_offset {s.sync_offset})")
         kept, used = None, set()
+        nothing_to_learn = NothingToLearn()
         if sync_method(cfg) == "nccl":
             # the versions explore steps generate with, gathered from the shards by every rank at the same steps
             used = set(schedule.versions_after(0, self.total_steps, s.sync_interval, s.sync_offset))
@@ -318,6 +320,8 @@ class TrainLoop:
                                                      kept.before(step) if kept is not None else None)
             metrics.update(timer.metrics())
             tracker.log(step, metrics)
+            if (note := nothing_to_learn.note(step, metrics)) is not None:
+                tracker.write(note)
             last = metrics
         self.trainer.export_final(tracker.write)
         tracker.close()

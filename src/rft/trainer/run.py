@@ -27,6 +27,7 @@ from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer, model_identity
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
+from rft.monitor.notes import NothingToLearn
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, engine_spec
 from rft.runtime import configure_cpu_runtime
@@ -121,6 +122,7 @@ class SyncRun:
         tracker.write(f"rft: {self.total_steps} steps on {where}, {len(self.explorer.taskset)} train prompts, output "
                       f"{self.out}\nrft: {describe(trainer.precision)}")
         last: dict[str, float] = {}
+        nothing_to_learn = NothingToLearn()
         if cfg.val_before_train and self.global_step == 0 and self.explorer.val_set is not None:
             # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
             last = self.validate(tracker)
@@ -145,6 +147,8 @@ class SyncRun:
                         self.save_checkpoint(step)
             metrics.update(timer.metrics())
             tracker.log(step, metrics)
+            if (note := nothing_to_learn.note(step, metrics)) is not None:
+                tracker.write(note)
             last = metrics
         trainer.export_final(tracker.write)
         tracker.close()

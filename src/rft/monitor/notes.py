@@ -1,0 +1,32 @@
+"""Notes for a person watching a run: what its numbers alone do not say.
+
+`NothingToLearn`: a step whose advantages are all zero moves the policy by nothing but its KL and entropy terms.
+With a group-relative estimator (GRPO, RLOO, ...) that is every step of a model whose responses to each prompt
+all score alike, e.g. the quick start's random model, which answers nothing right: its console says
+`score=0 pg_loss=0` step after step, and the note says why, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+ADVANTAGES = ("critic/advantages/min", "critic/advantages/max")
+SCORES = ("critic/score/min", "critic/score/max")
+
+
+class NothingToLearn:
+    """The note for the first step of a run with every advantage zero (`note`); None for every other step."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def note(self, step: int, metrics: Mapping[str, float]) -> str | None:
+        if self.said or not all(metrics.get(k) == 0 for k in ADVANTAGES):
+            return None
+        self.said = True
+        low, high = (metrics.get(k) for k in SCORES)
+        what = f"all rewards equal ({low:g})" if low is not None and low == high else \
+            "each prompt's responses scored alike"
+        return (f"rft: step {step}: {what}: no advantage, nothing to learn this step (a model that answers every "
+                "prompt wrong, as a random one does, or every one right, has no better answer to learn from); "
+                "this note is not repeated")

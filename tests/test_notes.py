@@ -1,0 +1,23 @@
+"""The notes a run prints for the person watching it (rft.monitor.notes)."""
+
+from __future__ import annotations
+
+from rft.monitor.notes import NothingToLearn
+
+ZERO_ADVANTAGES = {"critic/advantages/min": 0.0, "critic/advantages/max": 0.0}
+
+
+def test_a_step_with_nothing_to_learn_is_told_once_with_its_cause():
+    notes = NothingToLearn()
+    assert notes.note(1, {"critic/advantages/min": -0.7, "critic/advantages/max": 1.2, "critic/score/min": 0.0,
+                          "critic/score/max": 1.0}) is None  # something to learn
+    assert notes.note(2, {"train/empty_step": 1.0}) is None  # no update at all: no advantages logged
+    # every prompt's group alike, but not every reward: some prompts always right, others always wrong
+    said = notes.note(3, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 1.0})
+    assert said == ("rft: step 3: each prompt's responses scored alike: no advantage, nothing to learn this step (a "
+                    "model that answers every prompt wrong, as a random one does, or every one right, has no better "
+                    "answer to learn from); this note is not repeated")
+    assert notes.note(4, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 0.0}) is None  # said
+    fresh = NothingToLearn()
+    assert fresh.note(7, {**ZERO_ADVANTAGES, "critic/score/min": 1.0, "critic/score/max": 1.0}).startswith(
+        "rft: step 7: all rewards equal (1): no advantage, nothing to learn this step")
