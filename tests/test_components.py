@@ -410,12 +410,87 @@ def test_table_matches_the_spec(comp):
 
 def test_spec_defaults_run_as_given(work):
     """rft_trainer with only its required inputs: the spec's default actor_model_use_remove_padding=true lands on
-    its key (packed passes); the 8 GPUs are honoured (on CPU: 8 gloo processes, with a note)."""
+    its key (packed passes); the 8 GPUs given (as Azure ML gives every input) are honoured (on CPU: 8 gloo
+    processes, with a note)."""
     values = {k: v for k, v in base_values(R, work).items() if k in ("actor_model_path", "data_train_files",
                                                                       "data_val_files")}
-    cfg, plan = resolve(get_component(R), values, outputs_of(R, work))
+    cfg, plan = resolve(get_component(R), {**values, "trainer_n_gpus_per_node": 8}, outputs_of(R, work))
     assert cfg.actor_rollout_ref.model.use_remove_padding is True
     assert cfg.trainer.n_gpus_per_node == 8
+
+
+@pytest.mark.parametrize("comp", [R, V])
+def test_a_process_count_not_given_is_this_machines(work, comp, monkeypatch):
+    """Issue 42: the spec's default of 8 GPUs per node made a first run on a laptop start 8 CPU processes (and
+    fail on a batch size that does not split over 8). Not given, it is one process per CUDA device, else one; the
+    offload defaults (true) that one CUDA process cannot honour are left false, each with a note."""
+    import rft.components.common as common
+
+    values = {k: v for k, v in base_values(comp, work).items() if k != "trainer_n_gpus_per_node"}
+    cfg, plan = resolve(get_component(comp), values, outputs_of(comp, work))  # 4 prompts x 2: not over 8
+    if not _cuda():
+        assert cfg.trainer.n_gpus_per_node == 1
+        assert ("trainer_n_gpus_per_node not given: 1 process, as this machine has no CUDA device (the spec default "
+                "8 describes an 8-GPU node); give --trainer_n_gpus_per_node N for N processes") in plan.notes
+    monkeypatch.setattr(common, "has_cuda", lambda: True)  # the plan on a machine with one GPU
+    monkeypatch.setattr(common, "devices_here", lambda: 1)
+    plan = get_component(comp).plan(values, check_paths=False)
+    assert plan.overrides["trainer.n_gpus_per_node"] == 1
+    assert plan.overrides[f"{AA}.fsdp_config.offload_policy"] is False
+    assert plan.overrides[f"{AR}.fsdp_config.param_offload"] is False
+    assert "actor_fsdp_config_offload_policy, ref_fsdp_param_offload not given: false" in " ".join(plan.notes)
+    given = get_component(comp).plan({**values, "ref_fsdp_param_offload": True}, check_paths=False)
+    assert given.overrides[f"{AR}.fsdp_config.param_offload"] is True  # given: the config check refuses it
+
+
+def test_every_refusal_of_a_command_line_is_reported_at_once(work, tmp_path):
+    """Issue 42: refusals arrived one per run (an unknown input, a bad value or a missing input stopped at the
+    first). One `rft: error:` line each, exit status 2 once."""
+    args = ["--actor_model_pat", str(work / "m"), "--data_train_files", str(work / "d/train.parquet"),
+            "--rollout_n", "two", "--use_liger_kernel", "true", "--trainer_nnodes", "2", "--model_output", "o"]
+    proc = rft_here("component", R, *args, cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    *lines, launch = proc.stderr.splitlines()
+    assert launch.startswith("rft: error: rft_trainer: trainer.nnodes=2: rft starts the processes of one node itself")
+    assert lines == [
+        "rft: error: rft_trainer: --actor_model_pat is not an input of this component; did you mean "
+        "--actor_model_path?",
+        "rft: error: rft_trainer: --use_liger_kernel is not an input of this component; rft component rft_trainer "
+        "--help lists them",
+        "rft: error: rft_trainer: --rollout_n='two' is not a valid integer",
+        "rft: error: rft_trainer: --data_val_files is required",
+        "rft: error: rft_trainer: --actor_model_path is required",
+    ]
+    with pytest.raises(ComponentError) as err:  # a plan refusal, the canonical config's problem and the launch's
+        from rft.components.run import run
+
+        run(get_component(V), {**base_values(V, work), "ENGINE": "sglang", "rollout_name": "sglang",
+                               "data_train_batch_size": 3, "trainer_nnodes": 2}, outputs_of(V, work))
+    engine, name, sizes, launch = str(err.value).splitlines()
+    assert engine.startswith("verl_trainer_component: --ENGINE='sglang': rft has no SGLang engine")
+    assert name.startswith("verl_trainer_component: --rollout_name='sglang': rft has no SGLang engine")
+    assert "--data_train_batch_size" in sizes and "give an invalid config: " in sizes, sizes
+    assert launch.startswith("verl_trainer_component: trainer.nnodes=2: rft starts the processes of one node")
+
+
+def test_the_documented_grpo_commands_run_from_an_empty_folder(tmp_path):
+    """Issue 42: the GRPO example read d/train.jsonl with a `problem` column and a ds.json that no documented
+    command wrote. The commands docs/components.md shows, as they stand, in an empty folder (the example cut to
+    one step without evaluation or MLflow, to stay quick)."""
+    docs = (REPO / "docs" / "components.md").read_text()
+    comp = get_component(G)
+    for command in comp.setup:
+        assert command in docs, command
+        argv, _, out = (part.strip() for part in command.partition(">"))
+        proc = rft_here(*shlex.split(argv)[1:], cwd=tmp_path)
+        if out:
+            (tmp_path / out).write_text(proc.stdout)
+    argv = _documented(G)
+    i = argv.index("--mlflow_model_folder")
+    rft_here(*argv[:i], *argv[i + 2:], "--max_steps", "1", "--eval_strategy", "no", cwd=tmp_path)
+    out = tmp_path / "out" / "grpo"
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert (out / "model" / "model.safetensors").is_file()
 
 
 def test_processes_on_cpu_and_several_nodes(work):

@@ -131,6 +131,46 @@ def test_unknown_key_in_yaml(tmp_path):
         load(path=path)
 
 
+# issue 42: the nearest allowed key ("did you mean"), first in the list, and where the key came from
+def test_unknown_override_names_the_command_line_and_the_nearest_key():
+    with pytest.raises(ConfigError) as err:
+        load("trainer.total_training_step=3")
+    assert str(err.value).startswith(
+        "command line (trainer.total_training_step=3): unknown config key 'trainer.total_training_step'; did you "
+        "mean 'trainer.total_training_steps'? Allowed keys under 'trainer': total_training_steps, total_epochs, ")
+
+
+def test_unknown_key_in_a_file_names_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("actor_rollout_ref:\n  actor:\n    optim:\n      lrr: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load(path=path)
+    assert str(err.value).startswith(f"{path}: unknown config key 'actor_rollout_ref.actor.optim.lrr'; did you "
+                                     "mean 'actor_rollout_ref.actor.optim.lr'? Allowed keys under "
+                                     "'actor_rollout_ref.actor.optim': lr, ")
+
+
+@pytest.mark.parametrize("loader, key, nearest", [
+    ("load_sft_config", "optim.lrr", "'optim.lr'"),
+    ("load_dpo_config", "algorithm.bta", "'algorithm.beta'"),
+    ("load_generation_config", "data.n_sample", "'data.n_samples'"),
+    ("load_eval_config", "data.respons_key", "'data.response_key'"),
+])
+def test_every_schema_suggests_the_nearest_key(loader, key, nearest):
+    import rft.trainer.configure as configure
+
+    with pytest.raises(ConfigError) as err:
+        getattr(configure, loader)(None, [f"{key}=1"], validate_paths=False)
+    assert f"unknown config key '{key}'; did you mean {nearest}? Allowed keys under " in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_no_close_key_lists_the_allowed_ones_alone():
+    with pytest.raises(ConfigError) as err:
+        load("data.foo=1")
+    assert "did you mean" not in str(err.value) and "Allowed keys under 'data': " in str(err.value)
+
+
 # --------------------------------------------------------------------------------------- bad values
 @pytest.mark.parametrize(
     "override, key",

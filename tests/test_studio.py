@@ -76,6 +76,21 @@ def test_validation_is_rft_trains_and_the_yaml_is_what_it_validated(assets, tmp_
     assert not sft["ok"] and "x.jsonl" in sft["error"]
 
 
+@pytest.mark.parametrize("kind, key, expected", [
+    ("rl", "trainer.total_training_step", "unknown config key 'trainer.total_training_step'; did you mean "
+                                          "'trainer.total_training_steps'? Allowed keys under 'trainer': "
+                                          "total_training_steps, total_epochs, "),
+    ("rl", "trainr.total_training_steps", "unknown config key 'trainr.total_training_steps'; did you mean 'trainer'? "
+                                          "Allowed keys at the top level: trainer, data, "),
+    ("sft", "optim.lrr", "unknown config key 'optim.lrr'; did you mean 'optim.lr'? Allowed keys under 'optim': lr, "
+                         "betas, eps, weight_decay, warmup_steps_ratio, clip_grad, lr_scheduler, min_lr_ratio"),
+])
+def test_live_check_of_an_unknown_key_names_the_nearest_and_the_allowed_keys(kind, key, expected):
+    """Issue 42: the live check named the unknown key only."""
+    result = forms.check(kind, {key: 1})
+    assert not result["ok"] and result["error"].startswith(expected), result["error"]
+
+
 # ------------------------------------------------------------------------------------------------- runs
 def test_run_view_reads_a_run_folder(tmp_path):
     run = tmp_path / "run"

@@ -12,7 +12,10 @@ from cli_helpers import rft_here
 
 from rft.config.load import ConfigError, read_yaml
 from rft.dialects.trinity import is_trinity, translate
+from rft.dialects.trinity_keys import KEYS
 from rft.trainer.configure import load_trinity
+
+TRINITY_MODEL_KEYS = KEYS["model"]
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"}}
@@ -183,7 +186,8 @@ REFUSED = [
     ({"service": {"data_juicer": {"auto_start": True}}}, "service:"),
     ({"data_processor": {"task_pipeline": {}}, "log": {"level": "INFO"}}, "log:"),
     ({"trainer.trainer_type": "megatron"}, "trainer.trainer_type"),
-    ({"data": {"train_files": "x"}}, "data: not a Trinity-RFT section"),
+    ({"data": {"train_files": "x"}}, "t.yaml: data: a verl section, not a Trinity-RFT one: put verl keys under "
+                                     "trainer.trainer_config"),
     # a path that does not exist is named as missing (it was called "a file, not a folder holding splits")
     ({"buffer.explorer_input.taskset": {"path": "/no/such/tasks", "split": "train"}},
      "buffer.explorer_input.taskset.path='/no/such/tasks' does not exist"),
@@ -197,10 +201,82 @@ def test_what_rft_cannot_honour_is_refused_by_key(extra, needle):
     assert needle in str(err.value), str(err.value)
 
 
-def test_all_refusals_are_reported_together():
+def test_all_refusals_are_reported_together_one_line_each():
     with pytest.raises(ConfigError) as err:
-        translate(_with({"mode": "serve", "monitor.monitor_type": "clearml", "synchronizer.sync_style": "fixed"}))
-    assert "3 Trinity-RFT key(s)" in str(err.value)
+        translate(_with({"mode": "serve", "monitor.monitor_type": "clearml", "synchronizer.sync_style": "fixed"}),
+                  "t.yaml")
+    assert [line.split(":")[1].strip() for line in str(err.value).splitlines()] == [
+        "mode='serve'", "synchronizer.sync_style", "monitor.monitor_type='clearml'"]
+
+
+# ------------------------------------------- issue 42: a misspelt key is unknown (did you mean), not "cannot honour"
+MISSPELT = [
+    ({"buffer.total_step": 3}, "buffer.total_step", "'buffer.total_steps'", "under 'buffer': total_steps, "),
+    ({"model.model_pth": "m"}, "model.model_pth", "'model.model_path'", "under 'model': model_path, "),
+    ({"projct": "p"}, "projct", "'project'", "at the top level: project, "),
+    ({"explorer.eval_intervall": 2}, "explorer.eval_intervall", "'explorer.eval_interval'", "eval_interval, "),
+    ({"buffer.explorer_input.taskset": {"path": "t", "formt": {}}}, "buffer.explorer_input.taskset.formt",
+     "'buffer.explorer_input.taskset.format'", "under 'buffer.explorer_input.taskset': format, "),
+    ({"buffer.explorer_input.eval_tasksets": [{"path": "t", "rollout_args": {"temprature": 0}}]},
+     "buffer.explorer_input.eval_tasksets[0].rollout_args.temprature",
+     "'buffer.explorer_input.eval_tasksets[0].rollout_args.temperature'", ": temperature, "),
+]
+
+
+@pytest.mark.parametrize("extra, key, nearest, listed", MISSPELT, ids=[m[1] for m in MISSPELT])
+def test_a_misspelt_key_is_unknown_with_the_nearest_trinity_key(extra, key, nearest, listed):
+    with pytest.raises(ConfigError) as err:
+        translate(_with(extra), "t.yaml")
+    line = str(err.value)
+    assert "\n" not in line and "cannot honour" not in line, line
+    assert line.startswith(f"t.yaml: {key}: unknown Trinity-RFT key; did you mean {nearest}? Trinity-RFT's keys "), line
+    assert listed in line, line
+
+
+def test_a_trinity_key_rft_refuses_keeps_cannot_honour():
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"cluster.ray_address": "auto"}), "t.yaml")
+    assert str(err.value) == ("t.yaml: cluster.ray_address: a Trinity-RFT key rft cannot honour (no equivalent in its "
+                              "one-process synchronous loop); remove it")
+
+
+def test_a_misspelt_stage_key_names_its_stage():
+    cfg = _with({})
+    cfg["stages"] = [{"stage_name": "a", "buffer": {"total_step": 2}, "trainr": {}}]
+    with pytest.raises(ConfigError) as err:
+        translate(cfg, "t.yaml")
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("t.yaml: stages[0].trainr: unknown Trinity-RFT key; did you mean 'stages[0].trainer'?")
+    assert lines[1].startswith("t.yaml: stages[0].buffer.total_step: unknown Trinity-RFT key; did you mean "
+                               "'stages[0].buffer.total_steps'?")
+
+
+def test_each_refusal_names_the_file_or_the_command_line_override(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace("max_prompt_tokens", "max_prompt_token"))
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path, ["buffer.total_step=3", "cluster.ray_address=auto"])
+    assert str(err.value).splitlines() == [
+        "command line (cluster.ray_address=auto): cluster.ray_address: a Trinity-RFT key rft cannot honour (no "
+        "equivalent in its one-process synchronous loop); remove it",
+        f"{path}: model.max_prompt_token: unknown Trinity-RFT key; did you mean 'model.max_prompt_tokens'? "
+        "Trinity-RFT's keys under 'model': " + ", ".join(["max_prompt_tokens", "max_response_tokens", *(
+            k for k in TRINITY_MODEL_KEYS if k not in ("max_prompt_tokens", "max_response_tokens"))]),
+        "command line (buffer.total_step=3): buffer.total_step: unknown Trinity-RFT key; did you mean "
+        "'buffer.total_steps'? Trinity-RFT's keys under 'buffer': total_steps, total_epochs, batch_size, "
+        "train_batch_size, explorer_input, trainer_input, default_workflow_type, default_reward_fn_type, "
+        "system_prompt, max_retry_times, max_retry_interval, explorer_output, tokenizer_path, pad_token_id, "
+        "cache_dir"]
+
+
+def test_rft_prints_one_error_line_per_refusal(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    proc = rft_here("config", "show", str(path), "buffer.total_step=3", "mode=serve", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    first, second = [line for line in proc.stderr.splitlines() if line.startswith("rft: error:")]
+    assert first == "rft: error: command line (mode=serve): mode='serve': rft has both, explore, train, bench"
+    assert second.startswith("rft: error: command line (buffer.total_step=3): buffer.total_step: unknown "
+                             "Trinity-RFT key; did you mean 'buffer.total_steps'? ")
 
 
 def test_recognised_by_its_sections_only():

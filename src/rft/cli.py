@@ -415,7 +415,8 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def report(error: BaseException, debug: bool) -> int:
-    """Print `error` as rft's one line (after its traceback with `debug`); return the exit status."""
+    """Print `error` as rft's one line, or a line per problem it lists (after its traceback with `debug`); return
+    the exit status."""
     import traceback
 
     from rft.errors import describe_failure, exit_code_of
@@ -431,9 +432,9 @@ def report(error: BaseException, debug: bool) -> int:
         print(f"rft: stopped by {name}; files rft writes are whole or absent, so the same command resumes from the "
               "last checkpoint", file=sys.stderr, flush=True)
         return 143 if name == "SIGTERM" else 130
-    text = describe_failure(error)
     code = exit_code_of(error)
-    print(f"rft: error: {text}", file=sys.stderr, flush=True)
+    for line in describe_failure(error).splitlines() or [""]:  # several refusals: one line each
+        print(f"rft: error: {line}", file=sys.stderr, flush=True)
     return code
 
 

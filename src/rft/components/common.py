@@ -32,6 +32,42 @@ def check_processes(plan: Plan, name: str, value: int | None) -> None:
                           f"each{crowded}")
 
 
+def devices_here() -> int:
+    """The processes one node of this machine runs: one per CUDA device, else 1."""
+    import torch
+
+    return torch.cuda.device_count() if has_cuda() else 1
+
+
+def default_processes(plan: Plan, name: str) -> None:
+    """A process count left at its spec default (8 GPUs per node: a GPU cluster) runs on the devices this machine
+    has: its CUDA devices, else one process, with a note saying how to ask for more. A count given (Azure ML
+    passes every input) is honoured as given (`check_processes`)."""
+    asked = plan.values[name]
+    if name in plan.given or not isinstance(asked, int) or asked <= devices_here():
+        return
+    plan.values[name] = devices_here()
+    plan.set(plan.keys[name], devices_here(), name)
+    here = f"{devices_here()} processes, one per CUDA device here" if has_cuda() else \
+        "1 process, as this machine has no CUDA device"
+    plan.notes.append(f"{name} not given: {here} (the spec default {asked} describes an {asked}-GPU node); give "
+                      f"--{name} N for N processes")
+
+
+def default_offload(plan: Plan) -> None:
+    """FSDP offload inputs left at a spec default of true, on one CUDA process (no FSDP, hence no offload): false,
+    with a note. Given as true, they are refused by the config's check (workers.offload)."""
+    if not has_cuda() or plan.values.get("trainer_n_gpus_per_node") != 1 or plan.values.get("trainer_nnodes") != 1:
+        return
+    left = [name for name, value in plan.values.items() if name not in plan.given and value is True
+            and (plan.keys.get(name) or "").endswith(("param_offload", "optimizer_offload", "offload_policy"))]
+    for name in left:
+        plan.set(plan.keys[name], False, name)
+    if left:
+        plan.notes.append(f"{', '.join(left)} not given: false (their spec default true needs FSDP, which one "
+                          "process on cuda does not have)")
+
+
 def check_engine(plan: Plan, name: str, value: str) -> None:
     """A rollout engine name: `hf` (transformers with a KV cache) or `vllm` where vLLM is installed."""
     if value == "hf":
@@ -91,6 +127,8 @@ def verl_inputs(rows: list[tuple]) -> tuple[Input, ...]:
 def verl_checks(plan: Plan) -> None:
     """The checks both verl-style components make on the inputs they share."""
     v = plan.values
+    default_processes(plan, "trainer_n_gpus_per_node")
+    default_offload(plan)
     for name in ("trainer_n_gpus_per_node", "trainer_nnodes"):
         check_processes(plan, name, v.get(name))
     path = resolve_model_folder(plan, "actor_model_path", v.get("actor_model_path")) if plan.check_paths else \

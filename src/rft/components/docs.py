@@ -40,7 +40,7 @@ def wrapped_example(comp: Component, width: int = 100) -> str:
 
 
 def input_table(comp: Component) -> str:
-    lines = ["```bash", wrapped_example(comp), "```", "",
+    lines = ["```bash", *comp.setup, wrapped_example(comp), "```", "",
              "| input | type | default | rft: where it lands |", "| --- | --- | --- | --- |"]
     for inp in comp.inputs:
         default = "required" if inp.required else ("-" if inp.default is None else f"`{inp.default!r}`")

@@ -253,12 +253,12 @@ def _processes(p: Plan) -> int | None:
 def plan(p: Plan) -> None:
     v = p.values
     mu, n = v["num_iterations"], v["num_generations"]
-    if mu < 1:
+    if mu < 1:  # refused, then planned as 1 so that the other inputs are checked in the same run
         p.refuse("num_iterations", f"={mu} must be >= 1")
-        return
+        mu = 1
     if n < 1:
         p.refuse("num_generations", f"={n} must be >= 1")
-        return
+        n = 1
 
     # ---- data and model
     train, val = _datasets(p)
@@ -289,26 +289,24 @@ def plan(p: Plan) -> None:
         p.set(f"{A}.{key}", value, src)
 
     # ---- processes and batches: TRL's rows per optimizer step over all processes
-    world = _processes(p)
-    if world is None:
-        return
+    world = _processes(p) or 1  # a refused count: the rest planned for one process
     rows = v["per_device_train_batch_size"] * v["gradient_accumulation_steps"] * world
+    prompts = 1  # what the steps below count when the batch inputs are refused
     if v["per_device_train_batch_size"] < 1 or v["gradient_accumulation_steps"] < 1:
         p.refuse("per_device_train_batch_size", "and gradient_accumulation_steps must be >= 1")
-        return
-    if rows % n:
+    elif rows % n:
         p.refuse("per_device_train_batch_size", f"x gradient_accumulation_steps x processes = "
                  f"{v['per_device_train_batch_size']} x {v['gradient_accumulation_steps']} x {world} = {rows} "
                  f"completions per step is not a multiple of num_generations={n}")
-        return
-    prompts = rows // n
-    p.set("data.train_batch_size", prompts, "per_device_train_batch_size", "gradient_accumulation_steps",
-          "num_generations")
-    p.set(f"{A}.ppo_mini_batch_size", prompts, "per_device_train_batch_size", "gradient_accumulation_steps",
-          "num_generations")
-    for key in (f"{A}.ppo_micro_batch_size_per_gpu", f"{R}.log_prob_micro_batch_size_per_gpu",
-                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"):
-        p.set(key, v["per_device_train_batch_size"], "per_device_train_batch_size")
+    else:
+        prompts = rows // n
+        p.set("data.train_batch_size", prompts, "per_device_train_batch_size", "gradient_accumulation_steps",
+              "num_generations")
+        p.set(f"{A}.ppo_mini_batch_size", prompts, "per_device_train_batch_size", "gradient_accumulation_steps",
+              "num_generations")
+        for key in (f"{A}.ppo_micro_batch_size_per_gpu", f"{R}.log_prob_micro_batch_size_per_gpu",
+                    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"):
+            p.set(key, v["per_device_train_batch_size"], "per_device_train_batch_size")
 
     # ---- how long: TRL steps are optimizer steps (num_iterations per rft step)
     num_rows = _count_rows(p, train) if train and p.check_paths else None
@@ -392,10 +390,20 @@ def plan(p: Plan) -> None:
 
 
 EXAMPLE = ("rft component group_relative_policy_optimization --model_name_or_path m --dataset_train_split "
-           "d/train.jsonl --dataset_validation_split d/val.jsonl --dataset_prompt_column problem --deepspeed_config "
-           "ds.json --per_device_train_batch_size 8 --num_generations 2 --num_iterations 1 --max_steps 2 "
-           "--max_prompt_length 32 --max_completion_length 6 --save_steps 1 --eval_strategy steps --eval_steps 2 "
-           "--output_model_path out/grpo --mlflow_model_folder out/mlflow")
+           "d/train.parquet --dataset_validation_split d/val.parquet --dataset_prompt_column prompt "
+           "--deepspeed_config ds.json --per_device_train_batch_size 8 --num_generations 2 --num_iterations 1 "
+           "--max_steps 2 --max_prompt_length 32 --max_completion_length 6 --save_steps 1 --eval_strategy steps "
+           "--eval_steps 2 --output_model_path out/grpo --mlflow_model_folder out/mlflow")
+# the files EXAMPLE reads: a tiny model, the arithmetic rows (verl's: the prompt, data_source, reward_model), and
+# the DeepSpeed config the spec requires
+SETUP = ("rft init-model m", "rft data arithmetic d --n-train 64 --n-val 8",
+         "rft component group_relative_policy_optimization --emit-deepspeed-config > ds.json")
+DEEPSPEED_TEMPLATE = {  # the shape of the Azure ML fine-tuning components' ZeRO-3 file; "auto": from the inputs
+    "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
+    "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto", "loss_scale": 0},
+    "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                          "stage3_gather_16bit_weights_on_model_save": True},
+    "steps_per_print": 10, "wall_clock_breakdown": False}
 
 def _engine(values: dict) -> str:
     asked = any(values[i.name] != i.default for i in INPUTS if i.vllm)
@@ -406,7 +414,8 @@ COMPONENT = Component(
     name="group_relative_policy_optimization", version="0.0.1", display_name="Group Relative Policy Optimization",
     description="Component to run Group Relative Policy optimization. Supports PyTorch distributed training with "
                 "DeepSpeed optimizations.",
-    inputs=INPUTS, outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE, engine=_engine,
+    inputs=INPUTS, outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE, engine=_engine, setup=SETUP,
+    deepspeed_template=DEEPSPEED_TEMPLATE,
     engine_rule="TRL generates with vLLM when asked (use_vllm, which the spec lacks): a vllm_* input away from its "
                 "default asks for vLLM, where vLLM is installed",
 )

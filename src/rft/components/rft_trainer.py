@@ -167,13 +167,14 @@ EXAMPLE = ("rft component rft_trainer --actor_model_path m --data_train_files d/
            "--data_train_batch_size 4 --actor_rft_mini_batch_size 4 --actor_rft_micro_batch_size_per_gpu 4 "
            "--rollout_n 2 --data_max_prompt_length 32 --data_max_response_length 6 --total_training_steps 2 "
            "--trainer_save_freq 1 --trainer_test_freq 2 --intermediate_folder out/work --model_output out/model")
+SETUP = ("rft init-model m", "rft data arithmetic d --n-train 64 --n-val 8")  # the files EXAMPLE reads
 
 COMPONENT = Component(
     name="rft_trainer", version="0.0.1", display_name="RL Trainer",
     description="Component for Multi-Strategy Reinforcement Learning Training of Large Language Models. Supports "
                 "GRPO (Group Relative Policy Optimization) and REINFORCE++ algorithms with distributed training "
                 "capabilities.",
-    inputs=verl_inputs(ROWS), outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE,
+    inputs=verl_inputs(ROWS), outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE, setup=SETUP,
     engine=lambda v: "vllm" if vllm_installed() else "hf",
     engine_rule="it has no input that picks the engine and generates with vLLM, verl's default engine, where vLLM "
                 "is installed",

@@ -3,6 +3,7 @@ the outputs. Every refusal is raised before anything loads."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -21,17 +22,15 @@ REQUIRED_OUTPUTS = {"rft_trainer": ("model_output",), "verl_trainer_component": 
 WORK_ENV = "RFT_COMPONENT_WORK"
 
 
-def format_refusals(comp: Component, refusals: list[tuple[str, str]]) -> str:
-    lines = [f"{comp.name}: {len(refusals)} input(s) refused before anything loaded:"]
-    for name, reason in refusals:
-        sep = "" if reason[:1] in ("=", ":") else " "
-        lines.append(f"  --{name}{sep}{reason}")
-    return "\n".join(lines)
+def refusal_line(comp: Component, name: str, reason: str) -> str:
+    """One line naming the refused input `name` and why (`reason`: "=value ..." or text)."""
+    sep = "" if reason[:1] in ("=", ":") else " "
+    return f"{comp.name}: --{name}{sep}{reason}"
 
 
 def plan_for(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
              for_run: bool = True) -> Plan:
-    """The plan of the inputs, with its refusals raised (`for_run` False: --show-config, no file checks)."""
+    """The plan of the inputs, with every refusal collected (`for_run` False: --show-config, no file checks)."""
     plan = comp.plan(values, outputs, check_paths=for_run)
     if for_run:
         for name in REQUIRED_OUTPUTS.get(comp.name, ()):
@@ -46,27 +45,39 @@ def plan_for(comp: Component, values: dict[str, Any], outputs: dict[str, str | N
     work = outputs.get(WORK_OUTPUT.get(comp.name, ""))
     if work:
         plan.set("trainer.default_local_dir", str(work), WORK_OUTPUT[comp.name])
-    if plan.refusals:
-        raise ComponentError(format_refusals(comp, plan.refusals))
     return plan
 
 
 def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | None] | None = None,
-            for_run: bool = True):
-    """(the validated canonical RFTConfig, the plan). A canonical error names the inputs behind its keys."""
+            for_run: bool = True, launching: bool = False):
+    """(the validated canonical RFTConfig, the plan). Every problem of the inputs is raised at once, one line
+    each: the plan's refusals, then the first problem of the canonical config without the refused inputs' keys
+    (naming the inputs behind its keys), and when `launching` (`run`) the launch's (several nodes need
+    torchrun)."""
     from rft.config.load import ConfigError, merge_layers
     from rft.config.schema import RFTConfig
+    from rft.trainer.launch import check_launch
     from rft.trainer.validate import validate
 
-    outputs = outputs or {}
-    plan = plan_for(comp, values, outputs, for_run)
-    try:
-        cfg = merge_layers(RFTConfig, [plan.nested()])
+    plan = plan_for(comp, values, outputs or {}, for_run)
+    problems = [refusal_line(comp, name, reason) for name, reason in plan.refusals]
+    refused = {name for name, _ in plan.refusals}
+    cfg = None
+    try:  # without the refused inputs' keys: their problems are reported already
+        cfg = merge_layers(RFTConfig, [plan.nested(without=refused)])
         validate(cfg, check_paths=for_run)
     except ConfigError as e:
         names = plan.inputs_of(str(e))
-        who = ", ".join(f"--{n}" for n in names) if names else "the inputs"
-        raise ComponentError(f"{comp.name}: {who} give an invalid config: {e}") from None
+        if not refused or (names and not refused & set(names)):  # else an echo of a refused input
+            who = ", ".join(f"--{n}" for n in names) if names else "the inputs"
+            problems.append(f"{comp.name}: {who} give an invalid config: {e}")
+    if launching and cfg is not None:
+        try:
+            check_launch(cfg)
+        except ConfigError as e:
+            problems.append(f"{comp.name}: {e}")
+    if problems:
+        raise ComponentError("\n".join(problems))
     return cfg, plan
 
 
@@ -75,15 +86,10 @@ def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
     """Train with the component's inputs and write its outputs; returns {output name: path}. `argv`: the
     `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node)."""
     from rft.config.checks import processes
-    from rft.config.load import ConfigError
     from rft.distributed import launch, launched
-    from rft.trainer.launch import check_launch, train_here
+    from rft.trainer.launch import train_here
 
-    cfg, plan = resolve(comp, values, outputs)
-    try:
-        check_launch(cfg)
-    except ConfigError as e:
-        raise ComponentError(f"{comp.name}: {e}") from None
+    cfg, plan = resolve(comp, values, outputs, launching=True)
     started_by_us = launched() and WORK_ENV in os.environ
     temp = None
     if started_by_us:
@@ -149,6 +155,21 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _unknown_arguments(extra: list[str]) -> dict[str, Any]:
+    """{name: value} of the arguments the component's parser did not know (`--name value` or `--name=value`), to
+    be refused with the rest; a stray word is refused under its own name."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(extra):
+        token = extra[i]
+        name, eq, value = token.removeprefix("--").partition("=")
+        if not eq and token.startswith("--") and i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+            value, i = extra[i + 1], i + 1
+        out[name] = value
+        i += 1
+    return out
+
+
 def main(argv: list[str]) -> int:
     """`rft component ...`; returns the exit status (2: refused)."""
     from rft.components.amlyaml import component_yaml
@@ -161,8 +182,14 @@ def main(argv: list[str]) -> int:
         if "--emit-yaml" in argv[1:]:  # needs none of the required inputs
             print(component_yaml(comp), end="")
             return 0
-        args = comp.parser().parse_args(argv[1:])
-        values = {i.name: getattr(args, i.name) for i in comp.inputs}
+        if "-h" in argv[1:] or "--help" in argv[1:]:
+            comp.parser().parse_args(argv[1:])  # prints the help and exits
+        if "--emit-deepspeed-config" in argv[1:] and comp.deepspeed_template:
+            print(json.dumps(comp.deepspeed_template, indent=2))
+            return 0
+        args, extra = comp.parser(strict=False).parse_known_args(argv[1:])
+        values = {**{i.name: getattr(args, i.name) for i in comp.inputs if hasattr(args, i.name)},
+                  **_unknown_arguments(extra)}
         outputs = {o.name: getattr(args, o.name) for o in comp.outputs}
         if args.show_config:
             from rft.config import to_yaml
@@ -180,5 +207,6 @@ def main(argv: list[str]) -> int:
         run(comp, values, outputs, argv)
         return 0
     except ComponentError as e:
-        print(f"rft component: error: {e}", file=sys.stderr)
+        for line in str(e).splitlines():
+            print(f"rft: error: {line}", file=sys.stderr)
         return 2

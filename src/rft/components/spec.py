@@ -130,6 +130,10 @@ class Plan:
     refusals: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     inert: list[str] = field(default_factory=list)
+    given: frozenset[str] = frozenset()
+    """The inputs named on the command line (Azure ML names them all); the others are at their spec defaults."""
+    keys: dict[str, str | None] = field(default_factory=dict)
+    """{input: the canonical key its table row writes it to (None: the plan function decides)}."""
     check_paths: bool = True
     extra: dict[str, Any] = field(default_factory=dict)  # component-specific facts for the run (e.g. DS config)
 
@@ -142,10 +146,14 @@ class Plan:
     def refuse(self, name: str, reason: str) -> None:
         self.refusals.append((name, reason))
 
-    def nested(self) -> dict:
-        """The overrides as a nested mapping (one OmegaConf layer)."""
+
+    def nested(self, without: set[str] | frozenset[str] = frozenset()) -> dict:
+        """The overrides as a nested mapping (one OmegaConf layer); `without`: leave out the keys these inputs
+        set."""
         out: dict = {}
         for key, value in self.overrides.items():
+            if without & set(self.sources.get(key, ())):
+                continue
             node = out
             *parents, leaf = key.split(".")
             for part in parents:
@@ -190,6 +198,10 @@ class Component:
     """The rollout engine the inputs pick: 'vllm' writes the inputs marked `vllm` to their keys."""
     engine_rule: str = "it has no input that picks vLLM"
     """How the engine is picked, for the messages and the docs."""
+    setup: tuple[str, ...] = ()
+    """The commands that write the files the documented command line (`example`) reads, run before it."""
+    deepspeed_template: dict | None = None
+    """A DeepSpeed config for a deepspeed_config input, printed by --emit-deepspeed-config."""
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs] + [o.name for o in self.outputs]
@@ -207,22 +219,26 @@ class Component:
 
     def plan(self, values: dict[str, Any], outputs: dict[str, str | None] | None = None,
              check_paths: bool = True) -> Plan:
-        """The plan of `values` (missing inputs take their defaults); refusals are collected, not raised."""
-        unknown = set(values) - {i.name for i in self.inputs}
-        if unknown:
-            raise ComponentError(f"{self.name}: unknown input(s) {sorted(unknown)}")
-        full = {**self.defaults(), **values}
+        """The plan of `values`, the inputs given (the others take their defaults): every refusal is collected,
+        not raised. An unknown input, a value that does not parse (planned at its default) and a missing required
+        input are refusals too, so that one run names them all."""
+        from rft.config.suggest import did_you_mean
+
+        names = [i.name for i in self.inputs]
+        refusals = [(name, "is not an input of this component; " + (did_you_mean(name, names, lambda n: f"--{n}")
+                     or f"rft component {self.name} --help lists them")) for name in values if name not in names]
+        full = {**self.defaults(), **{k: v for k, v in values.items() if k in names}}
         for inp in self.inputs:
             if full[inp.name] is not None:
                 try:
                     full[inp.name] = parse_value(inp, full[inp.name])
                 except ValueError as e:
-                    raise ComponentError(str(e)) from None
-        missing = [i.name for i in self.inputs if i.required and full[i.name] in (None, "")]
-        if missing:
-            raise ComponentError(f"{self.name}: required input(s) missing: " + ", ".join(f"--{m}" for m in missing))
+                    refusals.append((inp.name, "=" + str(e).split(": ", 1)[1]))
+                    full[inp.name] = inp.default
+        refusals += [(i.name, "is required") for i in self.inputs if i.required and full[i.name] in (None, "")]
         plan = Plan(self.name, full, {o.name: (outputs or {}).get(o.name) for o in self.outputs},
-                    check_paths=check_paths)
+                    given=frozenset(values) & set(names), keys={i.name: i.key for i in self.inputs},
+                    refusals=refusals, check_paths=check_paths)
         engine = self.engine(full)
         for inp in self.inputs:
             value = full[inp.name]
@@ -256,18 +272,23 @@ class Component:
         return plan
 
     # ------------------------------------------------------------------------------------------ command line
-    def parser(self) -> argparse.ArgumentParser:
+    def parser(self, strict: bool = True) -> argparse.ArgumentParser:
+        """The command line (and its --help). `strict` False: the values as given, unconverted, and only the
+        inputs given (no defaults, nothing required, no abbreviations), for `plan` to refuse every bad one at
+        once."""
         p = argparse.ArgumentParser(
             prog=f"rft component {self.name}", description=f"{self.display_name} ({self.name} "
             f"{self.version}): {self.description}", formatter_class=argparse.RawDescriptionHelpFormatter,
-            epilog=("Example:\n  " + self.example) if self.example else None)
+            epilog=("Example:\n  " + self.example) if self.example else None, allow_abbrev=strict)
         groups: dict[str, Any] = {}
         for inp in self.inputs:
             group = groups.get(inp.group)
             if group is None:
                 group = groups[inp.group] = p.add_argument_group(inp.group or "inputs")
-            group.add_argument(f"--{inp.name}", dest=inp.name, default=inp.default, required=inp.required,
-                               type=_converter(inp), metavar=inp.type.upper(), help=input_help(inp))
+            checked = {"default": inp.default, "required": inp.required, "type": _converter(inp)} if strict else \
+                {"default": argparse.SUPPRESS}
+            group.add_argument(f"--{inp.name}", dest=inp.name, metavar=inp.type.upper(), help=input_help(inp),
+                               **checked)
         out = p.add_argument_group("outputs")
         for o in self.outputs:
             out.add_argument(f"--{o.name}", dest=o.name, default=None, metavar="PATH",
@@ -277,6 +298,10 @@ class Component:
                          help="print the Azure ML command-component YAML of this interface and exit")
         act.add_argument("--show-config", action="store_true",
                          help="print the resolved canonical (verl-key) config and exit without training")
+        if self.deepspeed_template:
+            act.add_argument("--emit-deepspeed-config", action="store_true",
+                             help="print a DeepSpeed config for deepspeed_config (ZeRO-3, every size 'auto': "
+                                  "taken from the inputs) and exit")
         return p
 
 

@@ -141,12 +141,13 @@ EXAMPLE = ("rft component verl_trainer_component --ENGINE hf --rollout_name hf -
            "--actor_ppo_micro_batch_size_per_gpu 4 --rollout_n 2 --data_max_prompt_length 32 "
            "--data_max_response_length 6 --total_training_steps 2 --trainer_save_freq 1 --trainer_test_freq 2 "
            "--model_output out/model")
+SETUP = ("rft init-model m", "rft data arithmetic d --n-train 64 --n-val 8")  # the files EXAMPLE reads
 
 COMPONENT = Component(
     name="verl_trainer_component", version="0.0.1", display_name="Verl Trainer Component",
     description="Component for Verl Finetuning. Supports reinforcement learning algorithms including GRPO (Group "
                 "Relative Policy Optimization) with PyTorch distributed training using FSDP.",
-    inputs=verl_inputs(ROWS), outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE,
+    inputs=verl_inputs(ROWS), outputs=OUTPUTS, plan_fn=plan, example=EXAMPLE, setup=SETUP,
     engine=lambda v: "vllm" if v["ENGINE"] == v["rollout_name"] == "vllm" else "hf",
     engine_rule="--ENGINE and --rollout_name vllm pick vLLM",
 )

@@ -16,6 +16,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from rft.config.errors import ConfigError
 from rft.config.schema import RFTConfig
+from rft.config.suggest import key_hint, origin
 
 __all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_yaml", "to_dict", "to_yaml"]
 
@@ -30,15 +31,16 @@ def _node_fields(cls: type, dotted: str) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
-def _explain(err: OmegaConfBaseException, schema: type = RFTConfig) -> ConfigError:
+def _explain(err: OmegaConfBaseException, schema: type = RFTConfig, overrides: Iterable[str] = (),
+             path: str | None = None) -> ConfigError:
+    """One line for OmegaConf's `err`; an unknown key is named with where it came from (the file `path` or the
+    command line's `overrides`), the nearest allowed key and every allowed key at that place."""
     full_key = getattr(err, "full_key", None) or ""
     if isinstance(err, ConfigKeyError) or "not in" in str(err):
         parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
-        allowed = _node_fields(schema, parent)
-        where = f"under '{parent}'" if parent else "at the top level"
-        return ConfigError(
-            f"unknown config key '{full_key}'. Allowed keys {where}: {', '.join(allowed)}"
-        )
+        source = origin(full_key, list(overrides), path)
+        return ConfigError(f"{source + ': ' if source else ''}unknown config key '{full_key}'; "
+                           + key_hint(full_key, _node_fields(schema, parent)))
     msg = str(err).split("\n")[0]
     if not full_key:
         return ConfigError(f"bad config: {msg}; sections such as 'data' hold keys, not values")
@@ -65,15 +67,18 @@ def parse_overrides(overrides: Iterable[str]) -> list[str]:
     return out
 
 
-def merge_layers(schema: type, layers: list, overrides: Iterable[str] = ()) -> Any:
-    """The typed config object: `schema` defaults, then each mapping in `layers`, then dotted overrides."""
+def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path: str | Path | None = None,
+                 applied: Iterable[str] = ()) -> Any:
+    """The typed config object: `schema` defaults, then each mapping in `layers`, then dotted overrides. An
+    unknown key's error says where it came from: the command line (`overrides`, or `applied`: overrides already
+    merged into the layers), else the file `path` the layers were read from."""
+    items = parse_overrides(overrides)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers,
-                                 OmegaConf.from_dotlist(parse_overrides(overrides)))
+        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers, OmegaConf.from_dotlist(items))
         OmegaConf.resolve(merged)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        raise _explain(e, schema) from None
+        raise _explain(e, schema, [*items, *applied], str(path) if path is not None else None) from None
 
 
 def read_yaml(path: str | Path) -> DictConfig:

@@ -26,12 +26,15 @@ import copy
 import logging
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from rft.config.errors import ConfigError
 from rft.config.load import flatten
+from rft.config.suggest import key_hint, origin
+from rft.dialects.trinity_keys import trinity_keys
 
 # top-level keys only Trinity configs have (verl's are data, actor_rollout_ref, critic, reward_model, algorithm,
 # trainer, custom_reward_function)
@@ -138,23 +141,47 @@ def _set(out: dict, key: str, value: Any) -> None:
 
 
 class _Translation:
-    def __init__(self) -> None:
+    """The refusals of one translation, (key, reason) pairs; `prefix` ("stages[i].") goes before every key a
+    stage's translation refuses."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
         self.refusals: list[tuple[str, str]] = []
         self.rl_only: list[str] = []  # keys an SFT stage leaves to the RL stages (named when there are none)
 
     def refuse(self, key: str, reason: str) -> None:
-        self.refusals.append((key, reason))
+        self.refusals.append((key if key.startswith("stages[") else self.prefix + key, reason))
 
     def rest(self, section: dict, where: str, reason: str) -> None:
-        """Refuse the keys of `section` nobody took."""
+        """Refuse the keys of `section` nobody took: by `reason` a key Trinity-RFT has there, as unknown (with the
+        nearest Trinity-RFT key) one it has not."""
+        known = trinity_keys(where)
         for key in section:
-            self.refuse(f"{where}.{key}" if where else key, reason)
+            full = f"{where}.{key}" if where else key
+            if known is not None and key not in known:
+                self.refuse(full, unknown_key(self.prefix + full, known))
+            else:
+                self.refuse(full, reason)
 
-    def raise_if_any(self, path: str) -> None:
+    def raise_if_any(self, path: str, overrides: list[str] | tuple = ()) -> None:
+        """A ConfigError of one line per refusal, each naming where its key came from (the file `path` or a
+        command-line override)."""
         if self.refusals:
-            lines = [f"{path}: {len(self.refusals)} Trinity-RFT key(s) rft cannot honour:"]
-            lines += [f"  {key}{'' if reason.startswith('=') else ': '}{reason}" for key, reason in self.refusals]
-            raise ConfigError("\n".join(lines))
+            raise ConfigError("\n".join(refusal_line(key, reason, path, overrides) for key, reason in self.refusals))
+
+
+def unknown_key(key: str, known: tuple[str, ...]) -> str:
+    """The reason for refusing `key`, which is not Trinity-RFT's: unknown, with the nearest of the `known` keys."""
+    return "unknown Trinity-RFT key; " + key_hint(key, known, "Trinity-RFT's keys")
+
+
+def refusal_line(key: str, reason: str, path: str, overrides: list[str] | tuple = ()) -> str:
+    """One line: where the refused `key` came from (the command line, the environment, else the file `path`),
+    the key and the reason."""
+    dotted = re.sub(r"\[(\d+)\]", r".\1", key)  # stages[1].x -> stages.1.x, as an override writes it
+    source = ("environment" if key.startswith("$") else origin(dotted, overrides, "")
+              or origin(re.sub(r"^stages\.\d+\.", "", dotted), overrides, path))  # a global key, merged into a stage
+    return f"{source}: {key}{'' if reason.startswith('=') else ': '}{reason}"
 
 
 def _section(value: Any, where: str) -> dict:
@@ -166,7 +193,7 @@ def _section(value: Any, where: str) -> dict:
     return dict(value)
 
 
-NOT_HONOURED = "not honoured by rft (no equivalent in its one-process synchronous loop); remove it"
+NOT_HONOURED = "a Trinity-RFT key rft cannot honour (no equivalent in its one-process synchronous loop); remove it"
 
 
 def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
@@ -967,20 +994,28 @@ def _mode(t: _Translation, cfg: dict, where: str) -> str:
     return "rl"
 
 
-def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> dict:
+VERL_SECTIONS = ("data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function")
+"""verl's top-level sections that Trinity-RFT has not (its algorithm and trainer sections are its own)."""
+
+
+def translate(cfg: dict, path: str = "config", refusals: list | None = None, overrides: list[str] | tuple = ()
+              ) -> dict:
     """The rft config (verl keys; with `stages` when the Trinity config has stages or is an SFT run) of the
-    resolved Trinity config `cfg`. ConfigError lists every key rft cannot honour; with a `refusals` list they are
-    appended to it instead ((key, reason) pairs) and the translation of the rest is returned."""
+    resolved Trinity config `cfg` (read from the file `path`, then the command line's `overrides` applied).
+    ConfigError has a line per key rft refuses (an unknown one, or a Trinity-RFT key it cannot honour), each naming
+    the file or the override it came from; with a `refusals` list they are appended to it instead ((key, reason)
+    pairs) and the translation of the rest is returned."""
     t = _Translation()
     if refusals is not None:
-        t.raise_if_any = lambda path: refusals.extend(t.refusals)  # type: ignore[method-assign]
+        t.raise_if_any = lambda path, overrides=(): refusals.extend(t.refusals)  # type: ignore[method-assign]
     known = set(SECTIONS)
     for key, value in cfg.items():
         if key in known and key not in ("stages", *_SCALARS) and value is not None and not isinstance(value, dict):
             raise ConfigError(f"{path}: {key} must be a mapping of keys (a section), got {type(value).__name__}")
-        if key not in known:
-            t.refuse(key, "not a Trinity-RFT section (or verl keys mixed into a Trinity config: put them under "
-                          "trainer.trainer_config)")
+        if key in VERL_SECTIONS:
+            t.refuse(key, "a verl section, not a Trinity-RFT one: put verl keys under trainer.trainer_config")
+        elif key not in known:
+            t.rest({key: value}, "", NOT_HONOURED)
     stages = cfg.get("stages")
     base_cfg = {k: v for k, v in cfg.items() if k != "stages"}
     staged = bool(stages)
@@ -989,7 +1024,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> 
         if kind == "rl":
             _mode(t, cfg, "")
             out = _section_dialect(t, base_cfg, "rl")
-            t.raise_if_any(path)
+            t.raise_if_any(path, overrides)
             return out
         stages = [{"stage_name": cfg.get("name", kind)}]
     rl_base = _section_dialect(_Translation(), {**base_cfg, "algorithm": {"algorithm_type": "grpo"}, "mode": "both"},
@@ -1002,15 +1037,15 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> 
         if not name:
             t.refuse(f"stages[{i}].stage_name", "is required")
             continue
+        t.rest({k: v for k, v in stage.items() if k not in trinity_keys("")}, f"stages[{i}]", NOT_HONOURED)
         # a stage's algorithm replaces the global one; its other sections are merged over the global ones
         merged = _merge({k: v for k, v in base_cfg.items() if not (k == "algorithm" and "algorithm" in stage)},
                         stage)
         where = f"stages[{i}]." if staged else ""  # an offline run without stages: its keys by their own names
-        sub = _Translation()
+        sub = _Translation(where)
         kind = _mode(sub, merged, where)
         sections = _section_dialect(sub, merged, kind)
-        for key, reason in sub.refusals:
-            t.refuse(key if key.startswith("stages[") else where + key, reason)
+        t.refusals += sub.refusals
         rl_only += [key for key in sub.rl_only if key not in rl_only]
         for key in sections.get("trainer", {}).copy():
             if key in ("default_local_dir", "project_name", "experiment_name"):
@@ -1023,7 +1058,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None) -> 
             sections.get("actor_rollout_ref", {}).get("model", {}).pop("path", None)
             algorithm = sections.pop("algorithm", {})
             out_stages.append({"stage_name": name, "algorithm": algorithm, **sections})
-    t.raise_if_any(path)
+    t.raise_if_any(path, overrides)
     offline = [s for s in out_stages if s["algorithm"] == "sft" or (isinstance(s["algorithm"], dict) and
                                                                  s["algorithm"].get("algorithm_type") == "dpo")]
     if rl_only and len(offline) == len(out_stages):

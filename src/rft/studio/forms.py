@@ -85,6 +85,20 @@ def _defaults(kind: str) -> dict[str, Any]:
     return {field["key"]: field for field in form(kind)["fields"]}
 
 
+def unknown_key(kind: str, key: str) -> str:
+    """The error for a `key` the schema of `kind` lacks, as `rft train` words it: the first part of it that is
+    unknown, the nearest key at that place and every key there (rft.config.suggest)."""
+    from rft.config.suggest import key_hint
+
+    page = form(kind)
+    names = [*(s["key"] for s in page["sections"]), *(f["key"] for f in page["fields"])]
+    parts = key.split(".")
+    first = next(".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) not in names)
+    parent = first.rpartition(".")[0]
+    return f"unknown config key '{key}'; " + key_hint(first, [name.rpartition(".")[2] for name in names
+                                                              if name.rpartition(".")[0] == parent])
+
+
 def overrides(kind: str, values: dict[str, Any]) -> list[str]:
     """`key=value` overrides (what `rft train a=b` takes) of the values that differ from the defaults. A value is
     the field's own type, or for yaml fields the YAML text typed into the form; "" or None is null."""
@@ -92,7 +106,7 @@ def overrides(kind: str, values: dict[str, Any]) -> list[str]:
     out = []
     for key, value in values.items():
         if key not in known:
-            raise ValueError(f"unknown config key {key!r}")
+            raise ValueError(unknown_key(kind, key))
         field = known[key]
         if field["type"] == "yaml" and isinstance(value, str):
             text = value.strip()

@@ -33,35 +33,35 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), v
     layers = _layers(path)
     if layers and "stages" in layers[0]:
         raise ConfigError(f"{str(path)!r} lists stages: run it with `rft train` (rft.trainer.stages.load_stages)")
-    cfg = merge_layers(RFTConfig, layers, overrides)
+    cfg = merge_layers(RFTConfig, layers, overrides, path)
     validate(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
-    cfg = merge_layers(SFTConfig, _layers(path), overrides)
+    cfg = merge_layers(SFTConfig, _layers(path), overrides, path)
     validate_sft(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_dpo_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated DPO config (`DPOConfig`: the SFT sections plus the preference loss)."""
-    cfg = merge_layers(DPOConfig, _layers(path), overrides)
+    cfg = merge_layers(DPOConfig, _layers(path), overrides, path)
     validate_dpo(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_generation_config(path=None, overrides=(), validate_paths: bool = True) -> GenerationConfig:
     """The validated `rft generate` config (verl's generation.yaml keys)."""
-    cfg = merge_layers(GenerationConfig, _layers(path), overrides)
+    cfg = merge_layers(GenerationConfig, _layers(path), overrides, path)
     validate_generation(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> EvalConfig:
     """The validated `rft eval` config (verl's evaluation.yaml keys)."""
-    cfg = merge_layers(EvalConfig, _layers(path), overrides)
+    cfg = merge_layers(EvalConfig, _layers(path), overrides, path)
     validate_eval(cfg, check_paths=validate_paths)
     return cfg
 
@@ -70,8 +70,9 @@ def load_trinity(path, overrides=(), validate_paths: bool = True):
     """("rl", RFTConfig) or ("stages", [Stage]) of the Trinity YAML at `path`; dotted overrides use Trinity's keys
     (e.g. buffer.total_steps=3) and apply before the translation."""
     raw = read_yaml(path)
+    overrides = parse_overrides(overrides)
     try:
-        for item in parse_overrides(overrides):
+        for item in overrides:
             key, value = item.split("=", 1)
             OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=True)
         # an inline trainer_config is a verl config of its own: its interpolations (${actor_rollout_ref...}) resolve
@@ -91,9 +92,12 @@ def load_trinity(path, overrides=(), validate_paths: bool = True):
     except OmegaConfBaseException as e:
         raise ConfigError(f"{path}: {str(e).splitlines()[0]}; for a variable: set it in the environment, or "
                           "replace the ${{...}} by its value") from None
-    out = translate(cfg, str(path))
+    out = translate(cfg, str(path), overrides=overrides)
+    # what the translation leaves unknown are verl keys of trainer.trainer_config
+    where, verl = f"{path} (trainer.trainer_config)", "trainer.trainer_config."
+    given = [item.removeprefix(verl) for item in overrides if item.startswith(verl)]
     if "stages" in out:
-        return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths)
-    rl = merge_layers(RFTConfig, [out])
+        return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths, path=where, overrides=given)
+    rl = merge_layers(RFTConfig, [out], path=where, applied=given)
     validate(rl, check_paths=validate_paths)
     return "rl", rl

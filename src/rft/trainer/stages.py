@@ -92,16 +92,18 @@ def load_stages(path, overrides=(), validate_paths: bool = True) -> list[Stage]:
     for item in parse_overrides(overrides):
         key, value = item.split("=", 1)
         OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=False)
-    return build_stages(raw, check_paths=validate_paths)
+    return build_stages(raw, check_paths=validate_paths, path=path, overrides=parse_overrides(overrides))
 
 
-def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
-    """The validated stages of a staged config (already merged with command-line overrides)."""
+def build_stages(raw: DictConfig, check_paths: bool = True, path=None, overrides: list[str] | tuple = ()) -> list[Stage]:
+    """The validated stages of a staged config (already merged with command-line `overrides`; they and the file
+    `path` are named in an unknown key's error)."""
     data = OmegaConf.to_container(raw, resolve=True)
     stages_raw = data.pop("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
         raise ConfigError("stages must be a non-empty list of {stage_name, algorithm, ...overrides}")
-    base = merge_layers(RFTConfig, [data])  # the global sections, typed (unknown keys refused here)
+    # the global sections, typed (unknown keys refused here)
+    base = merge_layers(RFTConfig, [data], path=path, applied=overrides)
     root = Path(base.trainer.default_local_dir)
     names: set[str] = set()
     stages: list[Stage] = []
@@ -116,6 +118,7 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
         names.add(name)
         kind, algorithm = _kind(stage_raw, where)
         sections = {k: v for k, v in stage_raw.items() if k not in _STAGE_KEYS}
+        given = [item.removeprefix(f"stages.{i}.") for item in overrides if item.startswith(f"stages.{i}.")]
         out = root / name
         if kind == "sft":
             model = base.actor_rollout_ref.model
@@ -128,18 +131,18 @@ def build_stages(raw: DictConfig, check_paths: bool = True) -> list[Stage]:
                             "experiment_name": f"{base.trainer.experiment_name}_{name}"},
             }
             forced = {"model": {"partial_pretrain": previous_model}, "trainer": {"default_local_dir": str(out)}}
-            cfg = _typed(SFTConfig, [inherited, sections, forced], where)
+            cfg = _typed(SFTConfig, [inherited, sections, forced], where, path, given)
             validate_sft(cfg, check_paths=check_paths, check_model_path=i == 0,
                          world_size=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node)
         elif kind == "dpo":  # the SFT stage's inherited keys, plus the DPO loss of the stage's algorithm mapping
             cfg = _typed(DPOConfig, [_inherited(base, previous_model, name), {"algorithm": algorithm}, sections,
-                                     _forced_offline(previous_model, out)], where)
+                                     _forced_offline(previous_model, out)], where, path, given)
             validate_dpo(cfg, check_paths=check_paths, check_model_path=i == 0,
                          world_size=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node)
         else:
             forced = {"actor_rollout_ref": {"model": {"path": previous_model}},
                       "trainer": {"default_local_dir": str(out)}}
-            cfg = _typed(RFTConfig, [data, {"algorithm": algorithm}, sections, forced], where)
+            cfg = _typed(RFTConfig, [data, {"algorithm": algorithm}, sections, forced], where, path, given)
             validate(cfg, check_paths=check_paths, check_model_path=i == 0)
             if not is_synchronous(cfg):
                 t, s = cfg.trainer, cfg.synchronizer
@@ -180,9 +183,9 @@ def _forced_offline(previous_model: str, out: Path) -> dict:
     return {"model": {"partial_pretrain": previous_model}, "trainer": {"default_local_dir": str(out)}}
 
 
-def _typed(schema: type, layers: list[dict], where: str):
+def _typed(schema: type, layers: list[dict], where: str, path=None, given: list[str] | tuple = ()):
     try:
-        return merge_layers(schema, layers)
+        return merge_layers(schema, layers, path=path, applied=given)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
 
