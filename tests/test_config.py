@@ -517,12 +517,13 @@ def test_examples_exist():
 
 
 STAGED = [p for p in EXAMPLES if "stages" in yaml.safe_load(p.read_text())]
-# `rft dpo` configs: the SFT sections (model.partial_pretrain) plus the preference loss
-DPO = [p for p in EXAMPLES if _is_offline(p)]
+# `rft dpo` configs: the SFT sections (model.partial_pretrain) plus the preference loss; `rft sft` configs: without
+DPO = [p for p in EXAMPLES if _is_offline(p) and "algorithm" in yaml.safe_load(p.read_text())]
+SFT = [p for p in EXAMPLES if _is_offline(p) and p not in DPO]
 # the vLLM examples: loaded and validated where vLLM is (tests/with_vllm); here they must name the extra
 VLLM_EXAMPLES = [p for p in EXAMPLES if ((yaml.safe_load(p.read_text()).get("actor_rollout_ref") or {})
                                          .get("rollout") or {}).get("name") == "vllm"]
-SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in VLLM_EXAMPLES]
+SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in SFT and p not in VLLM_EXAMPLES]
 
 
 @pytest.mark.parametrize("example", VLLM_EXAMPLES, ids=[p.name for p in VLLM_EXAMPLES])
@@ -548,6 +549,20 @@ def test_dpo_example_validates_with_real_paths(example, real_paths):
                                     f"data.train_files={real_paths['preference_train']}",
                                     f"data.val_files={real_paths['preference_val']}"])
     assert cfg.data.train_batch_size == raw["data"]["train_batch_size"]
+
+
+@pytest.mark.parametrize("example", SFT, ids=[p.name for p in SFT])
+def test_sft_example_keeps_its_values(example):
+    from rft.trainer.configure import load_sft_config
+
+    cfg = load_sft_config(example, validate_paths=False)
+    for section, values in yaml.safe_load(example.read_text()).items():
+        for key, value in values.items():
+            assert getattr(getattr(cfg, section), key) == value, (section, key)
+
+
+def test_there_is_an_sft_example():
+    assert [p.name for p in SFT] == ["gsm8k_sft.yaml"]
 
 
 @pytest.mark.parametrize("example", STAGED, ids=[p.name for p in STAGED])

@@ -286,6 +286,7 @@ def one_mini(runs, assets) -> Path:
     return root / "one_mini"
 
 
+@pytest.mark.heavy  # four processes: make test-heavy (FSDP1's hybrid sharding test stays in make test)
 def test_hybrid_sharding_on_four_processes_matches_one_process_and_its_checkpoint_resumes(runs, assets, one_mini):
     """fsdp_size=2 on 4 processes: a (2, 2) mesh, two groups each sharding a copy, the actor and the reference.
     The gradient summed within and across the groups is the one-process gradient: the metrics of every step and

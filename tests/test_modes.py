@@ -112,7 +112,8 @@ def two_trainers(assets, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["nccl", "checkpoint"])
+@pytest.mark.parametrize("method", ["nccl", pytest.param("checkpoint", marks=pytest.mark.heavy)])  # the second
+# weight-sync method's run in make test-heavy
 def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_explorer(two_trainers, method):
     """Mode both with trainer.n_gpus_per_node=2: two FSDP trainer processes, rank 0 starting the explorer child
     and sending it the weights gathered from the shards (broadcast, or sync files). Explore steps 1 and 3 generate

@@ -168,7 +168,8 @@ def test_geometry3k_in_the_hubs_layout_becomes_verls_rows_with_their_diagrams(vl
     write_parquet([{"problem": "<image>Find y.", "answer": "12", "images": [{"bytes": png((1, 2, 3))}]}],
                   src / "data" / "test-00000-of-00001.parquet")
     proc = rft_here("data", "geometry3k", str(src), "out", cwd=tmp_path)
-    assert proc.stdout.split() == ["train:", "out/train.parquet", "test:", "out/test.parquet"]
+    assert proc.stdout.splitlines() == ["train: out/train.parquet", "test: out/test.parquet", "for rft train: "
+                                        "data.train_files=out/train.parquet data.val_files=out/test.parquet"]
     from rft.data.io import read_rows
 
     train = read_rows(tmp_path / "out/train.parquet")

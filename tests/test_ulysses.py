@@ -169,7 +169,7 @@ def _run(world: int, sp: int) -> dict:
         return dict(results)
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.heavy)])  # 4 processes: make test-heavy
 def test_sequence_parallel_passes_equal_one_process(world):
     """Log-probs and entropies to 1e-5, every parameter's gradient (summed over the processes) to 1e-5 of its
     largest entry, on every process; sp=2 over 2 processes (one data-parallel rank) and over 4 (two)."""

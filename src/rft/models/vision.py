@@ -151,6 +151,10 @@ class Vision:
     def name(self) -> str:
         return type(self.processor).__name__
 
+    def has_image_tokens(self, ids: torch.Tensor) -> bool:
+        """Whether `ids` hold any of the image special tokens (`special_ids`)."""
+        return bool(self.special_ids) and bool(torch.isin(ids, torch.tensor(self.special_ids, device=ids.device)).any())
+
     @property
     def packs(self) -> bool:
         """Whether a micro-batch with images runs packed when the model packs (`PACKED_FAMILIES`)."""
@@ -206,13 +210,16 @@ class Vision:
         if not out:
             return out
         accepts = set(inspect.signature(forward).parameters) if forward is not None else set(self.token_type_keys)
-        types = self.token_types(ids) if self.token_type_keys else None
-        out.update({key: types for key in self.token_type_keys if key in accepts})
+        keys = [key for key in self.token_type_keys if key in accepts]
+        if keys:
+            types = self.token_types(ids)
+            out.update({key: types for key in keys})
         device = ids.device
         return {k: v.to(device) for k, v in out.items()}
 
     def token_types(self, ids: torch.Tensor) -> torch.Tensor:
-        """(B, L) the processor's token types of `ids` (0 text, 1 image, ...)."""
+        """(B, L) the processor's token types of `ids` (0 text, 1 image, ...), for a family whose forward takes
+        them."""
         return torch.as_tensor(self.processor.create_mm_token_type_ids(ids.tolist()), dtype=torch.long,
                                device=ids.device)
 
@@ -230,11 +237,10 @@ class Vision:
         if not out:
             return out
         out = {k: v.to(ids.device) for k, v in out.items()}
-        types = None
-        if self.token_type_keys:
-            types = self.token_types(ids)
-            accepts = set(inspect.signature(forward).parameters) if forward is not None else set()
-            out.update({key: types[row, col][None] for key in self.token_type_keys if key in accepts})
+        accepts = set(inspect.signature(forward).parameters) if forward is not None else set()
+        keys = [key for key in self.token_type_keys if key in accepts]
+        types = self.token_types(ids) if keys or self.mrope else None
+        out.update({key: types[row, col][None] for key in keys})
         if self.mrope:
             counts = [len(images[i]) for i in own if images[i]]
             grids = dict(zip([i for i in own if images[i]], out["image_grid_thw"].split(counts)))

@@ -192,7 +192,7 @@ def _packed_logits(model: nn.Module, batch: Batch, store: dict | None = None, sh
     """`forward_logits` on packed tokens: the logits (B, r, V) (0 where a row has no token) and labels (B, r); or,
     with `store` (`head_input`), the head's input (B, r, H). With `vision`, the images of the rows whose prompts
     are packed go with them (each prompt's images encoded once, as its tokens are computed once)."""
-    if vision is not None and share_prompts and bool((vision.token_types(batch.response_ids) > 0).any()):
+    if vision is not None and share_prompts and vision.has_image_tokens(batch.response_ids):
         share_prompts = False  # images in a conversation's later turns: each row's images go with its own tokens
     window = packed_window(batch, device_of(model), share_prompts)
     tokens, target = window.tokens, (window.t >= 0).nonzero().flatten()  # the response tokens, in packed order
