@@ -41,7 +41,9 @@ def joined_buffer(cfg, tokenizer, shared: bool = False, roles: tuple[str, ...] =
     (`rft.buffer.sharing`): explorers and trainer of one run agree, a new run does not reuse another's buffer."""
     buffer = make_buffer(cfg, shared=shared)
     if shareable(buffer):
-        buffer.join(run_layout(cfg, model_identity(cfg.actor_rollout_ref.model.path, tokenizer)), list(roles))
+        with closed_on_error(buffer):  # refused: its connections closed now, not when collected (a process that
+            # goes on, and a file moved meanwhile, would meet them: SQLite's "disk I/O error")
+            buffer.join(run_layout(cfg, model_identity(cfg.actor_rollout_ref.model.path, tokenizer)), list(roles))
     return buffer
 
 
