@@ -147,7 +147,7 @@ def test_mode_explore_writes_the_processed_experiences(assets, tmp_path):
 ERRORS = [
     ("data_processor.experience_pipeline.operators=[{name: data_juicer, args: {config_path: dj.yaml}}]",
      "data_processor.experience_pipeline.operators[0].name='data_juicer': Data-Juicer's operators need the "
-     "py-data-juicer package, which rft does not install (docs/workflows.md: it cannot share rft's pinned torch)"),
+     "py-data-juicer package, which rft does not ship: it does not import as released (docs/workflows.md)"),
     ("data_processor.experience_pipeline.operators=[{name: reward_shaper}]",
      "data_processor.experience_pipeline.operators[0].name='reward_shaper' is not an operator rft has: "
      "pass_rate_calculator, reward_shaping_mapper"),
@@ -160,7 +160,7 @@ ERRORS = [
     ("data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: {min_score: 0.0}}]",
      "data_processor.task_pipeline.operators[0].name='llm_difficulty_score_filter': a Data-Juicer operator "
      "scoring each task with an LLM; rft has not built it (Data-Juicer's own needs the py-data-juicer package, "
-     "which rft does not install)"),
+     "which rft does not ship: docs/workflows.md)"),
     ("data_processor.task_pipeline.operators=[{name: text_length_filter, args: {min_len: -1}}]",
      "data_processor.task_pipeline.operators[0].args (text_length_filter): min_len=-1 must be an integer >= 0"),
 ]

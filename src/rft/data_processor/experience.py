@@ -95,8 +95,8 @@ class PassRateCalculator:
 
 
 NOT_BUILT = {
-    "data_juicer": "Data-Juicer's operators need the py-data-juicer package, which rft does not install "
-                   "(docs/workflows.md: it cannot share rft's pinned torch)",
+    "data_juicer": "Data-Juicer's operators need the py-data-juicer package, which rft does not ship: it does not "
+                   "import as released (docs/workflows.md)",
     "reward_filter": "not built in rft yet",
     "reward_std_filter": "not built in rft yet (algorithm.filter_groups drops the groups whose rewards all agree)",
     "invalid_reward_filter": "not built in rft yet",

@@ -55,7 +55,8 @@ class TextLengthFilter:
 
 NOT_BUILT = {
     "llm_difficulty_score_filter": "a Data-Juicer operator scoring each task with an LLM; rft has not built it "
-                                   "(Data-Juicer's own needs the py-data-juicer package, which rft does not install)",
+                                   "(Data-Juicer's own needs the py-data-juicer package, which rft does not ship: "
+                                   "docs/workflows.md)",
 }
 """Data-Juicer operators Trinity-RFT's documentation shows for tasks, refused by name with the reason."""
 

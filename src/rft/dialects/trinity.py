@@ -908,7 +908,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
 
 
 
-DATA_JUICER = ("Data-Juicer's own pipeline, which needs the py-data-juicer package rft does not install "
+DATA_JUICER = ("Data-Juicer's own pipeline, which needs the py-data-juicer package rft does not ship "
                "(docs/workflows.md); give rft's operators instead")
 """Why the Data-Juicer-only keys of the task pipeline are refused."""
 
