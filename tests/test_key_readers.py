@@ -172,8 +172,12 @@ RL_RUNS = [
      "experience_buffer.max_staleness=1", "experience_buffer.stale_policy=downweight", "algorithm.mix.enable=true",
      "algorithm.mix.mu=0.2", "algorithm.mix.expert_data_ratio=0.5", "algorithm.mix.sft_loss_agg_mode=seq-mean-token-mean",
      "data.expert.response_key=extra_info", "data.expert.response_dict_keys=[answer]", "data.expert.max_length=48"],
-    # a multi-turn workflow (its own paths: tests/test_workflows.py)
-    ["workflow.type=tool_call_workflow", "workflow.tool_call_parser=pythonic", "workflow.args={max_turns: 2}"],
+    # a multi-turn workflow (its own paths: tests/test_workflows.py), Trinity's data processor over its tasks and
+    # experiences (tests/test_data_processor.py)
+    ["workflow.type=tool_call_workflow", "workflow.tool_call_parser=pythonic", "workflow.args={max_turns: 2}",
+     "data_processor.task_pipeline.operators=[{name: text_length_filter, args: {min_len: 0}}]",
+     "data_processor.task_pipeline.target_fields=[prompt]",
+     "data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}]"],
 ]
 
 

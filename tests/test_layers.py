@@ -14,7 +14,7 @@ LAYERS = [
     # bottom first; a package or top-level module may import only those before it
     "errors", "registry", "interrupts", "fsutil", "retry", "runtime", "userfile", "batch", "distributed",
     "config", "dialects", "data", "experience", "models", "algorithms", "monitor", "rewards", "workers",
-    "rollout", "sync", "buffer", "explorer", "tasks", "trainer", "offline", "components", "studio", "cli",
+    "rollout", "sync", "buffer", "data_processor", "explorer", "tasks", "trainer", "offline", "components", "studio", "cli",
     "__main__",
 ]
 ABOVE_CONFIG = ("trainer", "explorer", "rollout", "rewards", "workers", "buffer", "sync", "models")

@@ -1035,6 +1035,40 @@ class WorkflowConfig:
 
 
 @dataclass
+class ExperiencePipelineConfig:
+    operators: List[Any] = fld(
+        [], "Operators run in order over each explore step's experiences, after the rewards and before the buffer, so "
+            "the trainer reads what they make of them (Trinity-RFT's experience_pipeline): a list of {name, args}. "
+            "reward_shaping_mapper (args.reward_shaping_configs: a list of {stats_key, op_type ADD | SUB | MUL | DIV, "
+            "weight}; the stat is the experience's info[stats_key], else its named reward value), "
+            "pass_rate_calculator (each experience's info.pass_rate: its group's mean reward). Each experience's "
+            "info.operators names the operators it went through (docs/workflows.md).")
+
+
+@dataclass
+class TaskPipelineConfig:
+    operators: List[Any] = fld(
+        [], "Operators run in order over the tasks before exploring (Trinity-RFT's task_pipeline, Data-Juicer's "
+            "operator names and arguments): a list of {name, args}. text_length_filter (args min_len 10, max_len, "
+            "text_key: keep the tasks whose text has min_len <= characters <= max_len). They read data.train_files "
+            "(Trinity-RFT's task_pipeline.inputs) and write `output`, which the explorer reads as its taskset.")
+    target_fields: List[str] = fld(
+        [], "The task fields the operators read (Data-Juicer's text_keys): the first is an operator's text unless "
+            "its args name text_key; empty: data.prompt_key. A field holding chat messages reads as their contents "
+            "joined by newlines.")
+    output: Optional[str] = fld(
+        None, "Where the kept tasks are written, a .parquet or .jsonl file; null: <default_local_dir>/task_pipeline/"
+              "tasks.parquet.")
+
+
+@dataclass
+class DataProcessorConfig:
+    task_pipeline: TaskPipelineConfig = sub(TaskPipelineConfig, "Operators over the tasks before exploring.")
+    experience_pipeline: ExperiencePipelineConfig = sub(
+        ExperiencePipelineConfig, "Operators over each explore step's experiences before they reach the buffer.")
+
+
+@dataclass
 class RFTConfig:
     data: DataConfig = sub(DataConfig, "Prompts.")
     actor_rollout_ref: ActorRolloutRefConfig = sub(ActorRolloutRefConfig, "Policy, rollout and reference.")
@@ -1049,3 +1083,5 @@ class RFTConfig:
         SynchronizerConfig, "When and how weights travel from trainer to explorer (rft keys, Trinity-RFT's names).")
     workflow: WorkflowConfig = sub(WorkflowConfig, "How the explorer turns tasks into experiences (rft keys, "
                                                    "Trinity-RFT's names).")
+    data_processor: DataProcessorConfig = sub(
+        DataProcessorConfig, "Operators over the tasks and over the experiences (rft keys, Trinity-RFT's names).")

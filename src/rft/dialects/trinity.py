@@ -459,6 +459,12 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
         files = ts.pop("path", None)
         if not files:
             t.refuse(f"{where}.path", "is required: the database (a SQLAlchemy URL or a SQLite file)")
+    elif not eval_set and out.get("_trinity", {}).get("processed_tasks"):
+        # the task pipeline reads its inputs and writes the kept tasks to the path (`_data_processor`), a folder's
+        # output.jsonl, the one file the explorer then reads (its split names no other)
+        ts.pop("split", None)
+        ts.pop("path", None)
+        files = None
     else:
         path, split = ts.pop("path", None), ts.pop("split", None)
         if split is not None and path and not Path(path).expanduser().exists():
@@ -896,10 +902,59 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
             _set(out, f"synchronizer.{key}", sync.pop(key))
     t.rest(sync, "synchronizer", NOT_HONOURED)
     _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
-    for key in ("service", "data_processor", "log"):
+    for key in ("service", "log"):
         if cfg.get(key):
-            t.refuse(key, "Trinity's services, data processors and Ray logging are not implemented")
+            t.refuse(key, "Trinity's services and Ray logging are not implemented")
 
+
+
+DATA_JUICER = ("Data-Juicer's own pipeline, which needs the py-data-juicer package rft does not ship "
+               "(docs/workflows.md); give rft's operators instead")
+"""Why the Data-Juicer-only keys of the task pipeline are refused."""
+
+
+def _data_processor(t: _Translation, dp: dict, out: dict, taskset: dict) -> None:
+    """data_processor -> rft's data_processor section (Trinity-RFT's names; rft's check judges the operators).
+    The task pipeline's inputs are the raw tasks (data.train_files; a folder: its train split, as a taskset's) and
+    the taskset's path is where Trinity-RFT writes the kept ones (a folder: its output.jsonl), which the explorer
+    then reads (task_pipeline.output)."""
+    where = "data_processor.task_pipeline"
+    tp = _section(dp.pop("task_pipeline", None), where)
+    for key in ("operators", "target_fields"):
+        if tp.get(key) is not None:
+            _set(out, f"{where}.{key}", list(tp.pop(key)))
+    inputs = tp.pop("inputs", None)
+    if inputs:
+        files = [_files(t, f"{where}.inputs[{i}]", path, "train")
+                 for i, path in enumerate([inputs] if isinstance(inputs, str) else inputs)]
+        files = [f for found in files if found for f in ([found] if isinstance(found, str) else found)]
+        _set(out, "data.train_files", files[0] if len(files) == 1 else files)
+        path = taskset.get("path")
+        if path:
+            _set(out, f"{where}.output", path if Path(path).suffix in (".jsonl", ".parquet")
+                 else str(Path(path) / "output.jsonl"))
+    if tp.pop("num_process", None) is not None:
+        t.refuse(f"{where}.num_process", "Data-Juicer's worker processes: rft's task operators run in the process "
+                                         "that loads the taskset; remove it")
+    for key, unset in (("config_path", None), ("priority_weights", {}), ("top_k", -1), ("output", None)):
+        if tp.get(key, unset) not in (unset, None):
+            t.refuse(f"{where}.{key}", DATA_JUICER if key != "output" else "the output is the taskset's path")
+        tp.pop(key, None)
+    t.rest(tp, where, NOT_HONOURED)
+    where = "data_processor.experience_pipeline"
+    ep = _section(dp.pop("experience_pipeline", None), where)
+    if ep.get("operators") is not None:
+        _set(out, f"{where}.operators", list(ep.pop("operators")))
+    if ep.pop("save_input", False) or ep.pop("input_save_path", None):
+        t.refuse(f"{where}.save_input", "rft does not keep the pipeline's input experiences; set it false (the "
+                                        "buffer holds the processed ones, info.operators naming what changed them)")
+    ep.pop("input_save_path", None)
+    for key in ("inputs", "output"):
+        if ep.pop(key, None):
+            t.refuse(f"{where}.{key}", "the pipeline reads the explorer's experiences and writes the experience "
+                                       "buffer; remove it")
+    t.rest(ep, where, NOT_HONOURED)
+    t.rest(dp, "data_processor", NOT_HONOURED)
 
 def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     """monitor_type (one name or a list) -> trainer.logger (the console too), monitor_args -> trainer.monitor_args
@@ -953,9 +1008,15 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
                 continue
             t.refuse(f"algorithm.{key}", "an sft stage takes no algorithm keys")
     _model(t, cfg.get("model") or {}, out, sft)
+    if not sft and ((cfg.get("data_processor") or {}).get("task_pipeline") or {}).get("inputs"):
+        _set(out, "_trinity.processed_tasks", True)  # the taskset's path is the task pipeline's output
     _buffer(t, cfg.get("buffer") or {}, out, kind, repeat)
     if not sft:
+        _data_processor(t, _section(cfg.get("data_processor"), "data_processor"), out,
+                        ((cfg.get("buffer") or {}).get("explorer_input") or {}).get("taskset") or {})
         _explorer(t, cfg.get("explorer") or {}, out)
+    elif cfg.get("data_processor"):
+        t.rl_only.append("data_processor")
     elif cfg.get("explorer"):
         t.rl_only += [f"explorer.{k}" for k in cfg["explorer"]]
     _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")

@@ -87,6 +87,10 @@ KEYS: dict[str, tuple[str, ...]] = {
     "synchronizer": ("sync_method", "sync_style", "sync_interval", "explorer_sync_interval",
                      "trainer_sync_interval", "sync_offset", "sync_timeout", "group_name", "wait_for_checkpoint",
                      "explorer_world_size", "ray_namespace"),
+    "data_processor": ("task_pipeline", "experience_pipeline"),
+    "data_processor.task_pipeline": ("operators", "num_process", "config_path", "inputs", "output", "target_fields",
+                                     "priority_weights", "top_k"),
+    "data_processor.experience_pipeline": ("operators", "save_input", "input_save_path", "inputs", "output"),
 }
 for _place in ("tasksets[]", "eval_tasksets[]"):  # every taskset has a training taskset's keys
     for _tail in ("", ".format", ".rollout_args"):

@@ -24,6 +24,7 @@ import torch
 from rft.algorithms import estimator_spec, informative_groups
 from rft.batch import Batch, concat_batches
 from rft.data.dataset import Prompt, PromptDataset
+from rft.data_processor import ExperiencePipeline, run_task_pipeline
 from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
 from rft.explorer.evaluate import evaluate, rollout_batch
@@ -97,11 +98,14 @@ def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
 
 def load_tasksets(cfg, tokenizer):
     """(the training taskset, the validation prompts or None) of an RL config, checked against the reward
-    function (known data sources, ground truth present) before any model loads."""
+    function (known data sources, ground truth present) before any model loads. With a task pipeline the taskset
+    is its output file, made here."""
     from rft.explorer.preflight import check_reward_inputs
     from rft.explorer.taskset import FileTaskset, make_taskset
 
-    taskset = make_taskset(cfg, lambda files: load_prompts(cfg, tokenizer, files)) if cfg.data.train_files else None
+    processed = run_task_pipeline(cfg) if cfg.data.train_files else None  # data_processor.task_pipeline's output
+    taskset = make_taskset(cfg, lambda files: load_prompts(cfg, tokenizer, processed or files)) \
+        if cfg.data.train_files else None
     val_set = load_val_prompts(cfg, tokenizer)
     check_reward_inputs(cfg, taskset.dataset if isinstance(taskset, FileTaskset) else None, val_set)
     return taskset, val_set
@@ -130,6 +134,7 @@ class Explorer:
         # simple_workflow runs as one batched generation over the step's tasks (below); any other workflow through
         # the runners, its model calls batched by a generation server
         self.workflows = None if cfg.workflow.type == "simple_workflow" else Workflows(self)
+        self.pipeline = ExperiencePipeline.from_config(cfg)  # data_processor.experience_pipeline, None without
 
     # ----------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -156,9 +161,18 @@ class Explorer:
         self.step += 1
 
     def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
-        """One step's experiences (this rank's share with several processes) and the explorer's metrics."""
-        if self.workflows is not None:
-            return self.workflows.explore_step(timer)
+        """One step's experiences (this rank's share with several processes) and the explorer's metrics, after the
+        experience pipeline's operators (what every mode writes to the buffer)."""
+        experiences, metrics = self.workflows.explore_step(timer) if self.workflows is not None \
+            else self.generate_step(timer)
+        if self.pipeline is not None:
+            with timer("experience_pipeline"):
+                experiences, more = self.pipeline.process(experiences)
+            metrics.update(more)
+        return experiences, metrics
+
+    def generate_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
+        """One step of simple_workflow: one batched generation over the step's tasks, scored."""
         batch, rows = self.generate_and_score(timer)
         metrics: dict[str, float] = {}
         if self.cfg.algorithm.filter_groups.enable:

@@ -13,6 +13,7 @@ import rft.algorithms.checks
 import rft.buffer.checks
 import rft.config.validate
 import rft.data.checks
+import rft.data_processor.checks
 import rft.explorer.checks
 import rft.models.checks
 import rft.rewards.checks
@@ -66,6 +67,8 @@ RL = (
     "trainer.modes",                  # trainer.mode with sync_method and the buffer
     "trainer.mix",                    # mix's expert rows
     "explorer.workflow",              # workflows, their arguments and tools
+    "data_processor.task_pipeline",   # task operators rft has, their args, a file taskset
+    "data_processor.experience_pipeline",  # experience operators rft has, their args
     "models.override_config",         # Megatron's MoE config refused
     "models.fused_kernels",           # the fused kernels' torch backend
     "rewards.reward_manager",         # the overlong buffer's manager, a reward time limit

@@ -1,0 +1,9 @@
+"""Trinity-RFT's data processor: operators over the tasks before exploring (`tasks.py`, the task pipeline) and over
+each explore step's experiences before they reach the buffer (`experience.py`, the experience pipeline). The
+operators are rft's own code under Trinity-RFT's and Data-Juicer's names and arguments; Data-Juicer itself is not
+used (docs/workflows.md says why)."""
+
+from rft.data_processor.experience import EXPERIENCE_OPERATORS, ExperiencePipeline
+from rft.data_processor.tasks import TASK_OPERATORS, run_task_pipeline
+
+__all__ = ["EXPERIENCE_OPERATORS", "ExperiencePipeline", "TASK_OPERATORS", "run_task_pipeline"]

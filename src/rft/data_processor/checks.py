@@ -1,0 +1,39 @@
+"""The checks of data_processor: every operator one rft has, its args what it takes, before any model loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rft.config.checks import CHECKS, CheckContext
+from rft.config.errors import ConfigError
+from rft.data_processor.experience import ExperiencePipeline
+from rft.data_processor.tasks import task_operators
+
+EXPERIENCE = "data_processor.experience_pipeline"
+TASKS = "data_processor.task_pipeline"
+
+
+@CHECKS.register("data_processor.experience_pipeline")
+def check_experience_pipeline(ctx: CheckContext) -> None:
+    """The operators are built once here (as the explorer builds them), so a bad name or argument is one line."""
+    try:
+        ExperiencePipeline.from_config(ctx.cfg)
+    except ValueError as e:
+        raise ConfigError(f"{EXPERIENCE}.{e}") from None
+
+
+@CHECKS.register("data_processor.task_pipeline")
+def check_task_pipeline(ctx: CheckContext) -> None:
+    cfg = ctx.cfg
+    tp = cfg.data_processor.task_pipeline
+    try:
+        task_operators(tp.operators)
+    except ValueError as e:
+        raise ConfigError(f"{TASKS}.{e}") from None
+    if not tp.operators:
+        return
+    if cfg.data.task_storage != "file":
+        raise ConfigError(f"{TASKS} reads task files: data.task_storage={cfg.data.task_storage} is a database; "
+                          "use files (data.task_storage=file) or remove the operators")
+    if tp.output is not None and Path(tp.output).suffix not in (".parquet", ".jsonl"):
+        raise ConfigError(f"{TASKS}.output={tp.output!r} must be a .parquet or .jsonl file")

@@ -1,0 +1,212 @@
+"""Trinity-RFT's data processor: the experience pipeline's operators (reward_shaping_mapper's ADD / SUB / MUL / DIV,
+pass_rate_calculator) on hand-computed experiences, the task pipeline's text_length_filter, one short run whose
+buffer rows hold the shaped rewards the trainer read and each row's provenance, an explorer run of mode explore,
+the one-line errors of operators rft has not, and the Trinity dialect's mapping."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import sqlalchemy as sa
+import torch
+from cli_helpers import rft_here
+from rl_helpers import make_assets, rl_config
+
+from rft.buffer import database_url
+from rft.buffer.sql import EXPERIENCES
+from rft.config.load import ConfigError
+from rft.data.io import read_rows
+from rft.data_processor import ExperiencePipeline
+from rft.data_processor.tasks import TextLengthFilter
+from rft.dialects.trinity import translate
+from rft.experience import Experience
+from rft.trainer.run import SyncRun
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+# parity of the response's length (0 / 1, so a group's pass rate varies) and its length as a named reward value
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": float(len(solution_str) % 2), "chars": float(len(solution_str))}
+'''
+SHAPING = ('data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}, {name: reward_shaping_mapper, '
+           'args: {reward_shaping_configs: [{stats_key: chars, op_type: ADD, weight: 0.5}, '
+           '{stats_key: pass_rate, op_type: MUL, weight: 2.0}]}}]')
+MAX_LEN = 5  # the task pipeline keeps the questions of at most 5 characters ("7+96=", not "49+97=")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return make_assets(tmp_path_factory.mktemp("assets"), REWARD)
+
+
+def experience(reward: float, group: str = "g", info: dict | None = None, rewards: dict | None = None) -> Experience:
+    return Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=2, action_mask=torch.ones(1, dtype=torch.long),
+                      logprobs=torch.zeros(1), reward=reward, group=group, info=dict(info or {}),
+                      rewards=dict(rewards or {}))
+
+
+def shaping(*configs: dict) -> list[dict]:
+    return [{"name": "reward_shaping_mapper", "args": {"reward_shaping_configs": list(configs)}}]
+
+
+# ------------------------------------------------------------------------------------------- operators
+@pytest.mark.parametrize("op_type, expected", [("ADD", 1.0 + 0.5 * 4), ("SUB", 1.0 - 0.5 * 4),
+                                               ("MUL", 1.0 * (0.5 * 4)), ("DIV", 1.0 / (0.5 * 4))])
+def test_reward_shaping_mapper_applies_weight_times_the_stat(op_type, expected):
+    exps, metrics = ExperiencePipeline(shaping({"stats_key": "q", "op_type": op_type, "weight": 0.5})).process(
+        [experience(1.0, info={"q": 4})])
+    assert exps[0].reward == expected
+    assert metrics["experience_pipeline/reward_diff/mean"] == expected - 1.0
+
+
+def test_reward_shaping_reads_info_before_the_named_rewards_and_skips_experiences_without_the_stat():
+    # defaults ADD, weight 1.0 (Trinity-RFT's); a DIV by w x s = 0 leaves the reward
+    pipeline = ExperiencePipeline(shaping({"stats_key": "q"}, {"stats_key": "zero", "op_type": "DIV"}))
+    exps, metrics = pipeline.process([experience(1.0, info={"q": 2.0}, rewards={"q": 100.0, "zero": 0.0}),
+                                      experience(1.0, rewards={"q": 3.0}), experience(1.0)])
+    assert [e.reward for e in exps] == [3.0, 4.0, 1.0]
+    assert (metrics["experience_pipeline/reward_diff/min"], metrics["experience_pipeline/reward_diff/max"]) == (0, 3)
+    assert [e.info["operators"] for e in exps] == [["reward_shaping_mapper"]] * 3
+
+
+def test_pass_rate_calculator_gives_each_experience_its_groups_mean_reward():
+    exps, metrics = ExperiencePipeline([{"name": "pass_rate_calculator"}]).process(
+        [experience(1.0, "a"), experience(0.0, "a"), experience(1.0, "a"), experience(0.0, "b")])
+    assert [e.info["pass_rate"] for e in exps] == [2 / 3, 2 / 3, 2 / 3, 0.0]
+    assert [e.reward for e in exps] == [1.0, 0.0, 1.0, 0.0]
+    assert metrics == {"experience_pipeline/pass_rate/mean": (2 / 3 + 0.0) / 2,
+                       "experience_pipeline/experience_count": 4.0}
+
+
+def test_text_length_filter_keeps_min_len_to_max_len_characters_of_the_text():
+    rows = [{"p": "a" * 9}, {"p": "a" * 10}, {"p": [{"role": "user", "content": "a" * 6}, {"content": "bbb"}]},
+            {"p": "a" * 12}, {"q": "a" * 11}]
+    # Data-Juicer's default min_len 10; messages read as their contents joined by a newline (6 + 1 + 3 = 10)
+    assert TextLengthFilter().process(rows, "p") == [rows[1], rows[2], rows[3]]
+    assert TextLengthFilter(max_len=11, text_key="q").process(rows, "p") == [rows[4]]
+
+
+# ---------------------------------------------------------------------------------------------- a run
+def prompt_text(row: dict) -> str:
+    return "\n".join(m["content"] for m in row["prompt"])
+
+
+def test_a_run_trains_on_the_shaped_rewards_its_buffer_holds_with_their_provenance(assets, tmp_path):
+    out = tmp_path / "out"
+    cfg = rl_config(assets, out, "experience_buffer.storage_type=sql", SHAPING,
+                    "data_processor.task_pipeline.operators=[{name: text_length_filter, args: {min_len: 0, "
+                    f"max_len: {MAX_LEN}}}}}]")
+    kept = [r for r in read_rows(assets / "data" / "train.parquet") if len(prompt_text(r)) <= MAX_LEN]
+    assert 4 <= len(kept) < 64
+    run = SyncRun(cfg)
+    assert len(run.explorer.taskset) == len(kept)
+    run.fit()
+    assert read_rows(out / "task_pipeline" / "tasks.parquet") == kept  # the explorer's taskset
+    engine = sa.create_engine(database_url(str(out / "buffer.sqlite")))
+    with engine.connect() as conn:
+        rows = [Experience.from_bytes(p) for p in conn.execute(sa.select(EXPERIENCES.c.payload)).scalars()]
+    assert len(rows) == 16
+    by_group: dict[str, list[float]] = {}
+    for e in rows:
+        by_group.setdefault(e.group, []).append(len(e.info["response_text"]) % 2)
+    for e in rows:
+        text = e.info["response_text"]
+        pass_rate = sum(by_group[e.group]) / len(by_group[e.group])
+        assert e.info["pass_rate"] == pass_rate
+        assert e.reward == pytest.approx((len(text) % 2 + 0.5 * len(text)) * (2.0 * pass_rate), abs=1e-6)
+        assert e.info["operators"] == ["pass_rate_calculator", "reward_shaping_mapper"]
+        assert len(prompt_text({"prompt": e.info["raw_prompt"]})) <= MAX_LEN
+    metrics = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert metrics["critic/score/mean"] == pytest.approx(sum(e.reward for e in rows) / 16, abs=1e-5)
+    assert metrics["experience_pipeline/experience_count"] == 16
+
+
+def test_mode_explore_writes_the_processed_experiences(assets, tmp_path):
+    out = tmp_path / "out"
+    args = [f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+            f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+            "data.max_response_length=6", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2", "trainer.val_before_train=false", "trainer.total_training_steps=1",
+            f"trainer.default_local_dir={out}", "trainer.logger=[]", "trainer.mode=explore",
+            "experience_buffer.storage_type=file",
+            "data_processor.experience_pipeline.operators=[{name: reward_shaping_mapper, args: "
+            "{reward_shaping_configs: [{stats_key: chars, op_type: MUL, weight: -1.0}]}}]"]
+    rft_here("train", *args, cwd=tmp_path)
+    rows = [Experience.from_json(x) for x in (out / "experiences" / "experiences.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    for e in rows:
+        text = e.info["response_text"]
+        assert e.reward == (len(text) % 2) * -float(len(text)) and e.rewards["chars"] == len(text)
+        assert e.info["operators"] == ["reward_shaping_mapper"]
+
+
+# -------------------------------------------------------------------------------------------- errors
+ERRORS = [
+    ("data_processor.experience_pipeline.operators=[{name: data_juicer, args: {config_path: dj.yaml}}]",
+     "data_processor.experience_pipeline.operators[0].name='data_juicer': Data-Juicer's operators need the "
+     "py-data-juicer package, which rft does not ship: it does not import as released (docs/workflows.md)"),
+    ("data_processor.experience_pipeline.operators=[{name: reward_shaper}]",
+     "data_processor.experience_pipeline.operators[0].name='reward_shaper' is not an operator rft has: "
+     "pass_rate_calculator, reward_shaping_mapper"),
+    ("data_processor.experience_pipeline.operators=[{name: pass_rate_calculator, args: {threshold: 1}}]",
+     "data_processor.experience_pipeline.operators[0].args.threshold: pass_rate_calculator takes no arguments"),
+    ("data_processor.experience_pipeline.operators=[{name: reward_shaping_mapper, args: {reward_shaping_configs: "
+     "[{stats_key: q, op_type: POW}]}}]",
+     "data_processor.experience_pipeline.operators[0].args (reward_shaping_mapper): reward_shaping_configs[0]."
+     "op_type='POW': one of ADD, SUB, MUL, DIV"),
+    ("data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: {min_score: 0.0}}]",
+     "data_processor.task_pipeline.operators[0].name='llm_difficulty_score_filter': a Data-Juicer operator "
+     "scoring each task with an LLM; rft has not built it (Data-Juicer's own needs the py-data-juicer package, "
+     "which rft does not ship: docs/workflows.md)"),
+    ("data_processor.task_pipeline.operators=[{name: text_length_filter, args: {min_len: -1}}]",
+     "data_processor.task_pipeline.operators[0].args (text_length_filter): min_len=-1 must be an integer >= 0"),
+]
+
+
+@pytest.mark.parametrize("override, line", ERRORS, ids=[e[1][:60] for e in ERRORS])
+def test_an_operator_rft_has_not_is_one_error_line_before_any_model_loads(assets, tmp_path, override, line):
+    with pytest.raises(ConfigError) as err:
+        rl_config(assets, tmp_path / "out", override)
+    assert str(err.value) == line
+
+
+def test_rft_train_prints_the_operator_error_as_one_line(assets, tmp_path):
+    proc = rft_here("train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                    f"data.train_files={assets / 'data' / 'train.parquet'}",
+                    "data_processor.experience_pipeline.operators=[{name: data_juicer}]", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert [x for x in proc.stderr.splitlines() if x.strip()] == [
+        "rft: error: data_processor.experience_pipeline.operators[0].name='data_juicer': " + ERRORS[0][1].split(
+            "'data_juicer': ")[1]]
+
+
+# ------------------------------------------------------------------------------------------- Trinity
+def test_trinity_data_processor_lands_on_rfts_section(assets, tmp_path):
+    (tmp_path / "out").mkdir()
+    cfg = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"},
+           "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": str(tmp_path / "out")}}},
+           "data_processor": {
+               "task_pipeline": {"operators": [{"name": "text_length_filter", "args": {"max_len": 40}}],
+                                 "inputs": [str(assets / "data")], "target_fields": ["prompt"]},
+               "experience_pipeline": {"operators": shaping({"stats_key": "q", "op_type": "ADD", "weight": 1.0}),
+                                       "save_input": False}}}
+    out = translate(cfg, "t.yaml")
+    assert out["data_processor"] == {
+        "task_pipeline": {"operators": [{"name": "text_length_filter", "args": {"max_len": 40}}],
+                          "target_fields": ["prompt"], "output": str(tmp_path / "out" / "output.jsonl")},
+        "experience_pipeline": {"operators": shaping({"stats_key": "q", "op_type": "ADD", "weight": 1.0})}}
+    assert out["data"]["train_files"] == str(assets / "data" / "train.parquet")  # the inputs: the raw tasks
+
+
+def test_trinity_data_juicer_keys_are_refused_by_name():
+    refusals: list = []
+    translate({"project": "p", "model": {"model_path": "m"},
+               "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": "t.parquet"}}},
+               "data_processor": {"task_pipeline": {"num_process": 32, "config_path": "dj.yaml", "top_k": 8},
+                                  "experience_pipeline": {"save_input": True}}}, "t.yaml", refusals=refusals)
+    assert [key for key, _ in refusals] == [
+        "data_processor.task_pipeline.num_process", "data_processor.task_pipeline.config_path",
+        "data_processor.task_pipeline.top_k", "data_processor.experience_pipeline.save_input"]
