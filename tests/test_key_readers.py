@@ -233,29 +233,34 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
 
     reads = Reads()
     reads.install(monkeypatch, RFTConfig, SFTConfig, DPOConfig)
+    from rft.trainer.run_folder import run_folder
     from rft.trainer.validate import validate, validate_dpo, validate_sft
 
-    for cfg in configs:
+    for cfg in configs:  # each in its run folder, as the command line runs it (the folder reads the log keys)
         reads.track(cfg)
         validate(cfg)
-        SyncRun(cfg).fit()
+        with run_folder(cfg):
+            SyncRun(cfg).fit()
     # mode bench over the first run's checkpoints
     from rft.trainer.modes import run_bench
 
     bench = _rl(assets, tmp_path / "rl0", *crf, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true")
     reads.track(bench)
     validate(bench)
-    run_bench(bench)
+    with run_folder(bench, role="bench"):
+        run_bench(bench)
     for cfg in (sft, chat):
         reads.track(cfg)
         validate_sft(cfg)
-        SFTTrainer(cfg).fit()
+        with run_folder(cfg):
+            SFTTrainer(cfg).fit()
     from rft.trainer.dpo import DPOTrainer
 
     for cfg in (dpo, dpo_system):
         reads.track(cfg)
         validate_dpo(cfg)
-        DPOTrainer(cfg).fit()
+        with run_folder(cfg):
+            DPOTrainer(cfg).fit()
 
     unread = sorted(_accepted_keys(RFTConfig) - reads.of(RFTConfig) - set(WITHOUT_A_READER_HERE))
     assert not unread, f"RL keys accepted without a reader: {unread}"

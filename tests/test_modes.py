@@ -129,6 +129,20 @@ def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_
     if method == "checkpoint":
         assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert_logs(out, log, ["explorer.log", "trainer.log", "trainer_1.log"])
+
+
+def assert_logs(out: Path, console: str, names: list[str]) -> None:
+    """A log file per process (rft.monitor.logfile), each line one the console showed (the default level, INFO;
+    a substring: the processes share the console, and a print's line and its newline are two writes), the
+    trainer's with its progress lines."""
+    assert sorted(p.name for p in (out / "log").iterdir()) == names
+    for name in names:
+        for line in (out / "log" / name).read_text().splitlines():
+            level, _, _, message = line.split(" ", 3)
+            assert level in ("INFO", "WARNING", "ERROR") and message in console, (name, line)
+    assert any(x.split(" ", 3)[3].startswith("step 4/4: ") for x in (out / "log" / "trainer.log").read_text()
+               .splitlines())
 
 
 @pytest.mark.heavy
@@ -279,6 +293,7 @@ def test_mode_both_with_two_explorer_processes(two_explorers):
     assert [x["rollout/model_version"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [0, 2]
     assert [x["rollout/staleness/max"] for x in lines(out / "metrics.jsonl")] == [0, 1, 0, 1]
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert sorted(p.name for p in (out / "log").iterdir()) == ["explorer.log", "explorer_1.log", "trainer.log"]
 
 
 @pytest.mark.slow

@@ -100,7 +100,8 @@ TRINITY_BLOCK_REFUSALS = {
     "monitor": set(),  # monitor_type wandb with its base_url / api_key: trainer.logger, trainer.monitor_args
     "explorer": set(),  # engine_type vllm is rft's vllm engine (validated where the config loads), the rest honoured
     "synchronizer": set(),  # rft's synchronizer section has Trinity's keys (issue 12)
-    "service": {"service"}, "data_processor": {"data_processor"}, "log": {"log"},  # not implemented
+    "service": {"service"}, "data_processor": {"data_processor"},  # not implemented
+    "log": set(),  # trainer.log_level / log_group_by_node (tests/test_run_logs.py)
     # the mix algorithm's expert rows: refused by name in this (ppo) run; tests/test_mix.py loads the block with
     # algorithm_type mix
     "trainer_input": {"buffer.trainer_input.auxiliary_buffers.sft_dataset",

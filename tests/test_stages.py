@@ -64,6 +64,11 @@ def test_sigkill_in_the_second_stage_does_not_redo_the_first(workdir):
     assert (out / "grpo" / "STAGE_DONE").is_file() and (out / "grpo" / "model" / "config.json").is_file()
     # the grpo stage started from the sft stage's model
     assert "path: run/sft/model" in (out / "grpo" / "config.yaml").read_text()
+    # each stage's log in its folder; the rerun continues the killed stage's
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.log")) == ["grpo/log/trainer.log",
+                                                                                  "sft/log/trainer.log"]
+    grpo_log = (out / "grpo" / "log" / "trainer.log").read_text()
+    assert "INFO" in grpo_log.split("rft: resumed from", 1)[0].splitlines()[-1]
 
 
 def _raw(workdir: Path, **stage_changes):

@@ -8,6 +8,9 @@ from typing import Any, Dict, List, Optional
 from rft.config.schema import (
     BAD_UPDATES_HELP,
     HDFS_HELP,
+    LOG_GROUP_BY_NODE_HELP,
+    LOG_LEVEL_HELP,
+    LOG_LEVELS,
     LOGGER_HELP,
     MONITOR_ARGS_HELP,
     MULTI_PROCESS,
@@ -110,6 +113,8 @@ class SFTTrainerConfig:
     total_training_steps: Optional[int] = fld(None, "Stop after this many optimizer steps.")
     logger: List[str] = fld(["console"], LOGGER_HELP)
     monitor_args: Dict[str, Any] = fld({}, MONITOR_ARGS_HELP)
+    log_level: str = fld("INFO", LOG_LEVEL_HELP, choices=LOG_LEVELS)
+    log_group_by_node: bool = fld(False, LOG_GROUP_BY_NODE_HELP)
     seed: int = fld(1, "Seed of the row shuffle and initialisation.")
     save_freq: int = fld(-1, "Checkpoint every N steps and at the last; <= 0: none.")
     test_freq: int = fld(-1, "val/loss every N steps and at the last; <= 0: never.")
