@@ -118,8 +118,15 @@ MONITOR_ARGS_HELP = (
 # --------------------------------------------------------------------------------------------------- data
 @dataclass
 class CustomClsConfig:
-    path: Optional[str] = fld(None, "File defining a custom dataset class.", unsupported="custom dataset classes")
-    name: Optional[str] = fld(None, "Name of the custom dataset class.", unsupported="custom dataset classes")
+    path: Optional[str] = fld(
+        None, "A Python file defining the dataset class that reads train_files and val_files instead of rft (verl's "
+        "custom_cls): a torch.utils.data.Dataset built as verl builds it, cls(data_files=<the files>, tokenizer, "
+        "processor, config=<this data section>). Each row it returns (dataset[i]) must follow rft's row contract: a "
+        "mapping with the prompt (data.prompt_key: chat messages [{role, content}, ...] or a string) and optionally "
+        "data_source, reward_model {ground_truth} and extra_info, a verl data file's row before tokenization "
+        "(docs/data.md); checked row by row when the data loads, before the model. Needs task_storage file; null: "
+        "rft reads the files (parquet / jsonl) itself.")
+    name: Optional[str] = fld(None, "The dataset class in custom_cls.path (required with it).")
 
 
 @dataclass
@@ -209,7 +216,8 @@ class DataConfig:
                          "relative to the data file, or PIL images); `<image>` in the prompt marks where each goes "
                          "(none: first). Needs a vision-language model (docs/multimodal.md).")
     trust_remote_code: bool = fld(False, "Allow a tokenizer folder's own Python code.")
-    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
+    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A dataset class of yours that reads the files (verl's "
+                                                       "custom_cls; docs/data.md).")
     expert: ExpertDataConfig = sub(ExpertDataConfig, "The expert rows of algorithm.mix (Trinity-RFT's mix).")
 
 

@@ -14,10 +14,17 @@ from rft.config.schema import (
     LOGGER_HELP,
     MONITOR_ARGS_HELP,
     MULTI_PROCESS,
-    CustomClsConfig,
     fld,
     sub,
 )
+
+
+@dataclass
+class SFTCustomClsConfig:
+    path: Optional[str] = fld(None, "File defining a custom dataset class.", unsupported="custom SFT dataset classes "
+                              "(rft train's data.custom_cls reads RL prompts)")
+    name: Optional[str] = fld(None, "Name of the custom dataset class.", unsupported="custom SFT dataset classes "
+                              "(rft train's data.custom_cls reads RL prompts)")
 
 
 @dataclass
@@ -53,7 +60,7 @@ class SFTDataConfig:
         "alone reaches it, or the prompt has images); none left is an error.", choices=("error", "left", "right"))
     balance_dp_token: bool = fld(False, "Balance tokens across processes.", unsupported=MULTI_PROCESS)
     chat_template: Optional[str] = fld(None, "Override the tokenizer's chat template.", unsupported="template overrides")
-    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
+    custom_cls: SFTCustomClsConfig = sub(SFTCustomClsConfig, "A custom dataset class.")
     use_shm: bool = fld(False, "Copy data to shared memory.", unsupported="shared-memory loading")
 
 
