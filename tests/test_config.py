@@ -600,6 +600,8 @@ def test_example_validates_with_real_paths(example, real_paths, tmp_path):
         overrides = overrides[:2]
     if raw.custom_reward_function.path:
         overrides.append(f"custom_reward_function.path={ROOT / raw.custom_reward_function.path}")
+    if raw.data.custom_cls.path:
+        overrides.append(f"data.custom_cls.path={ROOT / raw.data.custom_cls.path}")
     if raw.reward_model.enable:
         overrides.append(f"reward_model.model.path={real_paths['reward_model']}")
     cfg = load_config(example, overrides, validate_paths=True)

@@ -125,7 +125,26 @@ def assets(tmp_path_factory) -> Path:
 
     root = make_assets(tmp_path_factory.mktemp("readers"))
     init_model("tiny-rm", root / "rm", seed=0)
+    (root / "rows.py").write_text(ROWS_CLASS)
     return root
+
+
+ROWS_CLASS = """
+import pyarrow.parquet as pq
+from torch.utils.data import Dataset
+
+
+class Rows(Dataset):
+    def __init__(self, data_files, tokenizer, config, processor=None):
+        self.rows = [r for f in ([data_files] if isinstance(data_files, str) else data_files)
+                     for r in pq.read_table(f).to_pylist()]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+"""
 
 
 def _rl(assets: Path, out: Path, *overrides: str):
@@ -140,8 +159,9 @@ def _rl(assets: Path, out: Path, *overrides: str):
 
 RL_RUNS = [
     # a critic (LoRA), a reward model mixed with two weighted reward functions, an adaptive in-reward KL, the
-    # overlong buffer, hf_model in checkpoints, a mirror folder, named schedulers, validation samples
-    ["algorithm.adv_estimator=gae", "critic.model.lora_rank=4", "critic.ppo_micro_batch_size_per_gpu=2",
+    # overlong buffer, hf_model in checkpoints, a mirror folder, named schedulers, validation samples, the prompts
+    # read by a dataset class (data.custom_cls: the rows of the files, passed through)
+    ["data.custom_cls.name=Rows", "algorithm.adv_estimator=gae", "critic.model.lora_rank=4", "critic.ppo_micro_batch_size_per_gpu=2",
      "critic.forward_micro_batch_size_per_gpu=2", "reward_model.enable=true", "reward_model.rule_weight=0.5",
      "reward_model.micro_batch_size_per_gpu=2", "reward_model.max_length=64",
      "custom_reward_function.name=[compute_score]", "custom_reward_function.reward_weights=[2.0]",
@@ -191,6 +211,7 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
     write_tasks(tasks, "arith", read_rows(assets / "data" / "train.parquet"))
     crf = [f"custom_reward_function.path={assets / 'reward.py'}"]
     configs = [_rl(assets, tmp_path / f"rl{i}", *crf, *extra, f"reward_model.model.path={assets / 'rm'}",
+                   *([f"data.custom_cls.path={assets / 'rows.py'}"] if "data.custom_cls.name=Rows" in extra else []),
                    f"trainer.default_hdfs_dir={tmp_path / 'mirror'}",
                    *([f"data.train_files={tasks}"] if "data.task_storage=sql" in extra else []),
                    *([f"data.expert.files={assets / 'data' / 'train.parquet'}"] if "algorithm.mix.enable=true" in extra
@@ -237,29 +258,34 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
 
     reads = Reads()
     reads.install(monkeypatch, RFTConfig, SFTConfig, DPOConfig)
+    from rft.trainer.run_folder import run_folder
     from rft.trainer.validate import validate, validate_dpo, validate_sft
 
-    for cfg in configs:
+    for cfg in configs:  # each in its run folder, as the command line runs it (the folder reads the log keys)
         reads.track(cfg)
         validate(cfg)
-        SyncRun(cfg).fit()
+        with run_folder(cfg):
+            SyncRun(cfg).fit()
     # mode bench over the first run's checkpoints
     from rft.trainer.modes import run_bench
 
     bench = _rl(assets, tmp_path / "rl0", *crf, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true")
     reads.track(bench)
     validate(bench)
-    run_bench(bench)
+    with run_folder(bench, role="bench"):
+        run_bench(bench)
     for cfg in (sft, chat):
         reads.track(cfg)
         validate_sft(cfg)
-        SFTTrainer(cfg).fit()
+        with run_folder(cfg):
+            SFTTrainer(cfg).fit()
     from rft.trainer.dpo import DPOTrainer
 
     for cfg in (dpo, dpo_system):
         reads.track(cfg)
         validate_dpo(cfg)
-        DPOTrainer(cfg).fit()
+        with run_folder(cfg):
+            DPOTrainer(cfg).fit()
 
     unread = sorted(_accepted_keys(RFTConfig) - reads.of(RFTConfig) - set(WITHOUT_A_READER_HERE))
     assert not unread, f"RL keys accepted without a reader: {unread}"

@@ -129,6 +129,21 @@ def test_mode_both_with_two_trainer_processes_sends_the_gathered_weights_to_the_
     if method == "checkpoint":
         assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert_logs(out, log, ["explorer.log", "trainer.log", "trainer_1.log"])
+
+
+def assert_logs(out: Path, console: str, names: list[str]) -> None:
+    """A log file per process (rft.monitor.logfile; rank 1 shows nothing at the default level, INFO), each line one
+    the console showed (a substring: the processes share the console, and a print's line and its newline are two
+    writes): the trainer's from its first line to the model it wrote, the explorer's to its last step."""
+    assert sorted(p.name for p in (out / "log").iterdir()) == names
+    messages = {}
+    for name in names:
+        messages[name] = [line.split(" ", 3)[3] for line in (out / "log" / name).read_text().splitlines()]
+        assert all(m in console for m in messages[name]), (name, messages[name])
+    assert messages["trainer.log"][0].startswith("rft trainer: steps 1..4 on 2 processes (cpu)")
+    assert messages["trainer.log"][-1] == f"rft: model written to {out / 'model'}"
+    assert messages["explorer.log"][-1] == "rft explorer: 4 steps written to the experience buffer"
 
 
 @pytest.mark.heavy
@@ -279,6 +294,7 @@ def test_mode_both_with_two_explorer_processes(two_explorers):
     assert [x["rollout/model_version"] for x in lines(out / "explorer_1" / "metrics.jsonl")] == [0, 2]
     assert [x["rollout/staleness/max"] for x in lines(out / "metrics.jsonl")] == [0, 1, 0, 1]
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert sorted(p.name for p in (out / "log").iterdir()) == ["explorer.log", "explorer_1.log", "trainer.log"]
 
 
 @pytest.mark.slow

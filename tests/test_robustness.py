@@ -670,6 +670,7 @@ def test_ctrl_c_and_sigterm_stop_between_phases_and_the_run_resumes_exactly(work
     name = signal.Signals(sig).name
     stop = [x for x in stderr.splitlines() if x.startswith(f"rft: stopped by {name} before phase")]
     assert len(stop) == 1 and "the same command resumes from" in stop[0], stderr
+    assert (out / "log" / "trainer.log").read_text().splitlines()[-1].endswith(f" {stop[0]}")  # its log's last line
     latest = int((out / "checkpoints" / "latest").read_text().split("_")[-1])
     assert latest < 12 and not (out / "model").exists()
     again = rft_here(*cmd[3:], cwd=tmp_path)

@@ -64,6 +64,12 @@ def test_sigkill_in_the_second_stage_does_not_redo_the_first(workdir):
     assert (out / "grpo" / "STAGE_DONE").is_file() and (out / "grpo" / "model" / "config.json").is_file()
     # the grpo stage started from the sft stage's model
     assert "path: run/sft/model" in (out / "grpo" / "config.yaml").read_text()
+    # each stage's log in its folder; the rerun continues the killed stage's
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.log")) == ["grpo/log/trainer.log",
+                                                                                  "sft/log/trainer.log"]
+    grpo_log = (out / "grpo" / "log" / "trainer.log").read_text().splitlines()
+    resumed = [i for i, line in enumerate(grpo_log) if line.startswith("INFO ") and "rft: resumed from" in line]
+    assert len(resumed) == 1 and resumed[0] > 0  # after the killed run's lines
 
 
 def _raw(workdir: Path, **stage_changes):

@@ -184,7 +184,7 @@ REFUSED = [
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
     ({"service": {"data_juicer": {"auto_start": True}}}, "service:"),
-    ({"data_processor": {"task_pipeline": {}}, "log": {"level": "INFO"}}, "log:"),
+    ({"data_processor": {"task_pipeline": {}}, "log": {"level": "INFO"}}, "data_processor:"),  # log: honoured
     ({"trainer.trainer_type": "megatron"}, "trainer.trainer_type"),
     ({"data": {"train_files": "x"}}, "t.yaml: data: a verl section, not a Trinity-RFT one: put verl keys under "
                                      "trainer.trainer_config"),

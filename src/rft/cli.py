@@ -419,23 +419,17 @@ def report(error: BaseException, debug: bool) -> int:
     the exit status."""
     import traceback
 
-    from rft.errors import describe_failure, exit_code_of
-    from rft.interrupts import Interrupted, StopNow
+    from rft.errors import exit_code_of, failure_lines
 
     if debug:
         traceback.print_exception(error)
-    if isinstance(error, Interrupted):
-        print(f"rft: {error.message}", file=sys.stderr, flush=True)
-        return error.exit_code
-    if isinstance(error, KeyboardInterrupt):
-        name = error.signal_name if isinstance(error, StopNow) else "SIGINT"
-        print(f"rft: stopped by {name}; files rft writes are whole or absent, so the same command resumes from the "
-              "last checkpoint", file=sys.stderr, flush=True)
-        return 143 if name == "SIGTERM" else 130
-    code = exit_code_of(error)
-    for line in describe_failure(error).splitlines() or [""]:  # several refusals: one line each
-        print(f"rft: error: {line}", file=sys.stderr, flush=True)
-    return code
+    for line in failure_lines(error):
+        print(line, file=sys.stderr, flush=True)
+    if isinstance(error, KeyboardInterrupt):  # a stop: 128 + the signal's number
+        from rft.interrupts import exit_code
+
+        return exit_code(getattr(error, "signal_name", "SIGINT"))
+    return exit_code_of(error)
 
 
 def main(argv: list[str] | None = None) -> int:

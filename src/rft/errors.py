@@ -183,6 +183,19 @@ def describe_failure(error: BaseException) -> str:
             "with --debug (or RFT_DEBUG=1) for the traceback and report it")
 
 
+def failure_lines(error: BaseException) -> list[str]:
+    """The lines `rft.cli.report` prints for `error` (a run's log file ends with them too): a stop's one line
+    (`rft: stopped ...`, or the message of a stop honoured between phases), else `rft: error: ...`, one line per
+    problem the error lists."""
+    if isinstance(error, KeyboardInterrupt):
+        message = getattr(error, "message", None)  # a stop between phases (rft.interrupts.Interrupted)
+        if message:
+            return [f"rft: {message}"]
+        return [f"rft: stopped by {getattr(error, 'signal_name', 'SIGINT')}; files rft writes are whole or absent, so "
+                "the same command resumes from the last checkpoint"]
+    return [f"rft: error: {line}" for line in describe_failure(error).splitlines() or [""]]
+
+
 def debug_requested() -> bool:
     """RFT_DEBUG=1 (or true / yes): show tracebacks."""
     return os.environ.get("RFT_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")

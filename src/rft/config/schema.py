@@ -99,6 +99,16 @@ LOGGER_HELP = (
     "rft[mlflow]), wandb (offline under <out>/monitor/wandb unless an API key is set in WANDB_API_KEY or "
     "monitor_args.api_key, or WANDB_MODE says otherwise; extra rft[wandb]). Metric names are the same everywhere "
     "(MLflow allows no '@': there mean@1 reads mean_at_1). docs/monitors.md.")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_LEVEL_HELP = (
+    "The lowest level written to each process's log file, <default_local_dir>/log/<role>.log (Trinity-RFT's "
+    "log.level; roles: trainer, trainer_1, ... for the other trainer ranks, explorer, explorer_1, ..., bench; a "
+    "staged run's in each stage's folder). The file holds the lines the process shows on its console (`rft: error:` "
+    "lines at ERROR, Python warnings at WARNING, the rest at INFO) and its log records, each with its level and "
+    "time, and ends with the error that stopped the run; DEBUG adds every step's metrics and the process's "
+    "command. The console is unchanged (docs/monitors.md).")
+LOG_GROUP_BY_NODE_HELP = ("Log files under log/<node_ip>/ (Trinity-RFT's log.group_by_node): one folder per machine "
+                          "of a several-node run, the address found as Ray finds it (127.0.0.1 without a network).")
 MONITOR_ARGS_HELP = (
     "Settings of the monitors (Trinity-RFT's monitor_args): mlflow: uri (tracking URI), username / password (set "
     "MLFLOW_TRACKING_USERNAME / PASSWORD); wandb: base_url (WANDB_BASE_URL), api_key (WANDB_API_KEY: logs online). A "
@@ -108,8 +118,15 @@ MONITOR_ARGS_HELP = (
 # --------------------------------------------------------------------------------------------------- data
 @dataclass
 class CustomClsConfig:
-    path: Optional[str] = fld(None, "File defining a custom dataset class.", unsupported="custom dataset classes")
-    name: Optional[str] = fld(None, "Name of the custom dataset class.", unsupported="custom dataset classes")
+    path: Optional[str] = fld(
+        None, "A Python file defining the dataset class that reads train_files and val_files instead of rft (verl's "
+        "custom_cls): a torch.utils.data.Dataset built as verl builds it, cls(data_files=<the files>, tokenizer, "
+        "processor, config=<this data section>). Each row it returns (dataset[i]) must follow rft's row contract: a "
+        "mapping with the prompt (data.prompt_key: chat messages [{role, content}, ...] or a string) and optionally "
+        "data_source, reward_model {ground_truth} and extra_info, a verl data file's row before tokenization "
+        "(docs/data.md); checked row by row when the data loads, before the model. Needs task_storage file; null: "
+        "rft reads the files (parquet / jsonl) itself.")
+    name: Optional[str] = fld(None, "The dataset class in custom_cls.path (required with it).")
 
 
 @dataclass
@@ -199,7 +216,8 @@ class DataConfig:
                          "relative to the data file, or PIL images); `<image>` in the prompt marks where each goes "
                          "(none: first). Needs a vision-language model (docs/multimodal.md).")
     trust_remote_code: bool = fld(False, "Allow a tokenizer folder's own Python code.")
-    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
+    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A dataset class of yours that reads the files (verl's "
+                                                       "custom_cls; docs/data.md).")
     expert: ExpertDataConfig = sub(ExpertDataConfig, "The expert rows of algorithm.mix (Trinity-RFT's mix).")
 
 
@@ -878,6 +896,8 @@ class TrainerConfig:
         None, "Print a metrics line every N steps when the console is not a terminal; null: about 20 over the run. "
         "metrics.jsonl always holds every step."
     )
+    log_level: str = fld("INFO", LOG_LEVEL_HELP, choices=LOG_LEVELS)
+    log_group_by_node: bool = fld(False, LOG_GROUP_BY_NODE_HELP)
     nnodes: int = fld(1, "Nodes; > 1 needs torchrun on every node (docs/scaling.md).")
     n_gpus_per_node: int = fld(
         1, "Processes per node, one per GPU (NCCL); without CUDA as many CPU processes (gloo, one thread each). "

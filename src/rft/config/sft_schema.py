@@ -8,13 +8,23 @@ from typing import Any, Dict, List, Optional
 from rft.config.schema import (
     BAD_UPDATES_HELP,
     HDFS_HELP,
+    LOG_GROUP_BY_NODE_HELP,
+    LOG_LEVEL_HELP,
+    LOG_LEVELS,
     LOGGER_HELP,
     MONITOR_ARGS_HELP,
     MULTI_PROCESS,
-    CustomClsConfig,
     fld,
     sub,
 )
+
+
+@dataclass
+class SFTCustomClsConfig:
+    path: Optional[str] = fld(None, "File defining a custom dataset class.", unsupported="custom SFT dataset classes "
+                              "(rft train's data.custom_cls reads RL prompts)")
+    name: Optional[str] = fld(None, "Name of the custom dataset class.", unsupported="custom SFT dataset classes "
+                              "(rft train's data.custom_cls reads RL prompts)")
 
 
 @dataclass
@@ -50,7 +60,7 @@ class SFTDataConfig:
         "alone reaches it, or the prompt has images); none left is an error.", choices=("error", "left", "right"))
     balance_dp_token: bool = fld(False, "Balance tokens across processes.", unsupported=MULTI_PROCESS)
     chat_template: Optional[str] = fld(None, "Override the tokenizer's chat template.", unsupported="template overrides")
-    custom_cls: CustomClsConfig = sub(CustomClsConfig, "A custom dataset class.")
+    custom_cls: SFTCustomClsConfig = sub(SFTCustomClsConfig, "A custom dataset class.")
     use_shm: bool = fld(False, "Copy data to shared memory.", unsupported="shared-memory loading")
 
 
@@ -110,6 +120,8 @@ class SFTTrainerConfig:
     total_training_steps: Optional[int] = fld(None, "Stop after this many optimizer steps.")
     logger: List[str] = fld(["console"], LOGGER_HELP)
     monitor_args: Dict[str, Any] = fld({}, MONITOR_ARGS_HELP)
+    log_level: str = fld("INFO", LOG_LEVEL_HELP, choices=LOG_LEVELS)
+    log_group_by_node: bool = fld(False, LOG_GROUP_BY_NODE_HELP)
     seed: int = fld(1, "Seed of the row shuffle and initialisation.")
     save_freq: int = fld(-1, "Checkpoint every N steps and at the last; <= 0: none.")
     test_freq: int = fld(-1, "val/loss every N steps and at the last; <= 0: never.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rft.config.checks import CHECKS, CheckContext, check_files_exist, check_model_dir, data_files
@@ -41,8 +42,35 @@ def check_rl_inputs(ctx: CheckContext) -> None:
     steps to take, and bench evaluates only."""
     cfg, trainer = ctx.cfg, ctx.cfg.trainer
     require_train = not (trainer.mode == "bench" or (trainer.mode == "train" and trainer.total_training_steps))
+    if cfg.data.custom_cls.path is not None or cfg.data.custom_cls.name is not None:
+        check_custom_cls(ctx, require_train)
+        return
     check_inputs("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path, cfg.data, ctx.check_paths,
                  ctx.check_model_path, require_train)
+
+
+def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:
+    """data.custom_cls: a Python file and a class name; its class reads train_files / val_files as it likes (verl
+    passes them on as they are), so those are not checked as rft's parquet / jsonl files. The class is imported and
+    its rows checked when the data loads, with the tokenizer it is built with, before the model
+    (`rft.data.custom`)."""
+    data, custom, model = ctx.cfg.data, ctx.cfg.data.custom_cls, ctx.cfg.actor_rollout_ref.model.path
+    if not custom.path:
+        raise ConfigError(f"data.custom_cls.name={custom.name!r} needs data.custom_cls.path: the .py file defining it")
+    if not custom.name:
+        raise ConfigError(f"data.custom_cls.path={custom.path!r} needs data.custom_cls.name: the dataset class in it")
+    if not model:
+        raise ConfigError("actor_rollout_ref.model.path is required: a Hugging Face model folder")
+    if data.task_storage != "file":
+        raise ConfigError(f"data.custom_cls reads data.train_files through its class, so it needs "
+                          f"data.task_storage=file, got {data.task_storage!r}")
+    if require_train and not data.train_files:
+        raise ConfigError("data.train_files is required: what the class data.custom_cls.name reads")
+    if ctx.check_paths:
+        if ctx.check_model_path:
+            check_model_dir("actor_rollout_ref.model.path", model)
+        if not Path(custom.path).expanduser().is_file() or Path(custom.path).suffix != ".py":
+            raise ConfigError(f"data.custom_cls.path: {custom.path!r} is not a Python file (.py)")
 
 
 @CHECKS.register("data.preference_columns")

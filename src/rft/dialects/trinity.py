@@ -902,9 +902,29 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
             _set(out, f"synchronizer.{key}", sync.pop(key))
     t.rest(sync, "synchronizer", NOT_HONOURED)
     _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
-    for key in ("service", "log"):
-        if cfg.get(key):
-            t.refuse(key, "Trinity's services and Ray logging are not implemented")
+    _log(t, _section(cfg.get("log"), "log"), out)
+    if cfg.get("service"):
+        t.refuse("service", "Trinity's services are not implemented")
+
+
+def _log(t: _Translation, log: dict, out: dict) -> None:
+    """log.level (in any case, as Trinity reads it) -> trainer.log_level, log.group_by_node ->
+    trainer.log_group_by_node (rft.monitor.logfile); log.save_dir is set by Trinity itself ("DO NOT SET"), and rft's
+    log folder is <trainer.default_local_dir>/log, Trinity's <checkpoint_root_dir>/<project>/<name>/log."""
+    from rft.config.schema import LOG_LEVELS
+
+    if "level" in log:
+        level = log.pop("level")
+        if str(level).upper() not in LOG_LEVELS:
+            t.refuse("log.level", f"={level!r}: one of {', '.join(LOG_LEVELS)}")
+        else:
+            _set(out, "trainer.log_level", str(level).upper())
+    if "group_by_node" in log:
+        _set(out, "trainer.log_group_by_node", log.pop("group_by_node"))
+    if "save_dir" in log:
+        t.refuse("log.save_dir", f"={log.pop('save_dir')!r}: set by Trinity-RFT itself, not in a config; rft writes "
+                                 "each process's log under <checkpoint_root_dir>/<project>/<name>/log")
+    t.rest(log, "log", NOT_HONOURED)
 
 
 

@@ -84,6 +84,7 @@ KEYS: dict[str, tuple[str, ...]] = {
                 "offload_policy", "save_strategy", "max_checkpoints_to_keep", "megatron", "trust_remote_code",
                 "trainer_config", "trainer_config_path"),
     "monitor": ("monitor_type", "monitor_args", "detailed_stats", "enable_ray_timeline", "cache_dir"),
+    "log": ("level", "group_by_node", "save_dir"),
     "synchronizer": ("sync_method", "sync_style", "sync_interval", "explorer_sync_interval",
                      "trainer_sync_interval", "sync_offset", "sync_timeout", "group_name", "wait_for_checkpoint",
                      "explorer_world_size", "ray_namespace"),

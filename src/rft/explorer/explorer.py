@@ -42,15 +42,20 @@ GENERATOR = "rollout"
 
 
 def load_prompts(cfg, tokenizer, files) -> PromptDataset:
-    """The prompts of `files` (paths, or (name, rows) pairs) with the data section's template, length, truncation
-    and format settings (Trinity's system_prompt(_key), response_key, tools_key, chat_template)."""
+    """The prompts of `files` (paths, or (name, rows) pairs; with data.custom_cls what its dataset class reads
+    from them) with the data section's template, length, truncation and format settings (Trinity's
+    system_prompt(_key), response_key, tools_key, chat_template)."""
     data = cfg.data
+    vision = vision_for(cfg.actor_rollout_ref.model.path)
+    if data.custom_cls.path is not None:
+        from rft.data.custom import custom_rows
+
+        files = [custom_rows(data, files, tokenizer, vision.processor if vision is not None else None)]
     return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
                          image_key=data.image_key, system_prompt=data.system_prompt,
                          system_prompt_key=data.system_prompt_key, response_key=data.response_key,
-                         tools_key=data.tools_key, chat_template=data.chat_template,
-                         vision=vision_for(cfg.actor_rollout_ref.model.path))
+                         tools_key=data.tools_key, chat_template=data.chat_template, vision=vision)
 
 
 LARGE_VALIDATION = 300

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import sys
 import time
@@ -34,6 +35,7 @@ TOKENS = "perf/total_num_tokens"
 GENERATIONS = "val/generations"
 """The table of validation samples: columns step, prompt, response, score (one row per sample)."""
 GENERATIONS_FILE = "val_generations.jsonl"
+logger = logging.getLogger("rft")
 
 
 class Timer:
@@ -202,6 +204,8 @@ class Tracker:
                    recovered, getattr(t, "log_freq", None), monitors)
 
     def log(self, step: int, metrics: dict[str, float], advance: bool = True) -> None:
+        if logger.isEnabledFor(logging.DEBUG):  # every metric of every step, for the log file (trainer.log_level)
+            logger.debug("rft: step %d: %s", step, json.dumps({k: _plain(v) for k, v in sorted(metrics.items())}))
         for monitor in self.monitors:
             if monitor is self.console:
                 self.console.log(step, metrics, advance)

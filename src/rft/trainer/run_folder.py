@@ -9,7 +9,9 @@
   killed run is taken over (said in a note);
 * temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
 * the checkpoint a resume will read is checked against the config (batch size, seed) before the model loads;
-* a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named.
+* a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
+* each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
+  `rft.monitor.logfile`), the error or stop that ends the run its last line.
 
 Several processes: the process that started the others holds the lock for them (`LOCK_ENV` tells them); under an
 outside launcher (torchrun) rank 0 takes it.
@@ -227,8 +229,8 @@ def _resume_note(out: Path, role: str = "trainer") -> str:
 @contextlib.contextmanager
 def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: str = "trainer") -> Iterator[Path]:
     """Hold the output folder of `cfg` (an RL or SFT config) for one run; see the module docstring.
-    `for_children`: this process only starts the processes that train (it holds the lock for them); `role`:
-    trainer, explorer or bench (see Roles)."""
+    `for_children`: this process only starts the processes that train (it holds the lock for them, and they write
+    the logs); `role`: trainer, explorer or bench (see Roles)."""
     out = Path(cfg.trainer.default_local_dir).expanduser()
     lock_name = LOCK_NAME if role == "trainer" else f".rft-{role}.lock"
     lock_file = str(out.resolve() / lock_name)
@@ -241,31 +243,53 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
     if lock is not None:
         failed.unlink(missing_ok=True)
     try:
-        if lock is not None and role != "trainer":
-            for line in clean_stale(out / role):
-                print(f"rft: an earlier {role} was interrupted: {line}", flush=True)
-        elif lock is not None:
-            for line in clean_stale(out) + clean_stale(out / "checkpoints"):
-                print(f"rft: an earlier run was interrupted: {line}", flush=True)
-            check_free_space(out, weights_bytes(_model_path(cfg)))
-            mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
-            if mirror:
-                _prepare(Path(mirror).expanduser())
-            check_resume_matches(cfg)
-        if for_children:
-            os.environ[LOCK_ENV] = lock_file
-        try:
-            yield out
-        finally:
+        with (_process_log(cfg, out, role, dist, for_children),
+              _failure_recorded(failed if lock is not None else None, out, role)):
+            if lock is not None and role != "trainer":
+                for line in clean_stale(out / role):
+                    print(f"rft: an earlier {role} was interrupted: {line}", flush=True)
+            elif lock is not None:
+                for line in clean_stale(out) + clean_stale(out / "checkpoints"):
+                    print(f"rft: an earlier run was interrupted: {line}", flush=True)
+                check_free_space(out, weights_bytes(_model_path(cfg)))
+                mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
+                if mirror:
+                    _prepare(Path(mirror).expanduser())
+                check_resume_matches(cfg)
             if for_children:
-                os.environ.pop(LOCK_ENV, None)
-    except Interrupted as e:
-        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out, role)}")
-        _record_failure(failed if lock is not None else None, stopped)
-        raise stopped from None
-    except BaseException as e:
-        _record_failure(failed if lock is not None else None, e)
-        raise
+                os.environ[LOCK_ENV] = lock_file
+            try:
+                yield out
+            finally:
+                if for_children:
+                    os.environ.pop(LOCK_ENV, None)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _process_log(cfg: Any, out: Path, role: str, dist: Dist, for_children: bool) -> contextlib.AbstractContextManager:
+    """This process's log file, `<out>/log/[<node_ip>/]<role>.log` (`rft.monitor.logfile`): the trainer's ranks
+    after the first are trainer_1, trainer_2, ...; a process that only starts the others has none."""
+    from rft.monitor.logfile import log_path, run_log
+
+    if for_children:
+        return contextlib.nullcontext()
+    name = f"{role}_{dist.process_rank}" if dist.process_rank > 0 else role
+    t = cfg.trainer
+    return run_log(log_path(out, name, t.log_group_by_node), t.log_level)
+
+
+@contextlib.contextmanager
+def _failure_recorded(failed: Path | None, out: Path, role: str) -> Iterator[None]:
+    """An error or stop of the block written to `failed` (None: not this process's to write); a stop by Ctrl-C /
+    SIGTERM gets the checkpoint the same command resumes from named."""
+    try:
+        yield
+    except Interrupted as e:
+        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out, role)}")
+        _record_failure(failed, stopped)
+        raise stopped from None
+    except BaseException as e:
+        _record_failure(failed, e)
+        raise

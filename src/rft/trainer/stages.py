@@ -126,7 +126,8 @@ def build_stages(raw: DictConfig, check_paths: bool = True, path=None, overrides
                 "model": {"partial_pretrain": previous_model, "trust_remote_code": model.trust_remote_code},
                 "trainer": {"seed": base.trainer.seed, "device": base.trainer.device, "logger": base.trainer.logger,
                             "nnodes": base.trainer.nnodes, "n_gpus_per_node": base.trainer.n_gpus_per_node,
-                            "monitor_args": base.trainer.monitor_args,
+                            "monitor_args": base.trainer.monitor_args, "log_level": base.trainer.log_level,
+                            "log_group_by_node": base.trainer.log_group_by_node,
                             "project_name": base.trainer.project_name,
                             "experiment_name": f"{base.trainer.experiment_name}_{name}"},
             }
@@ -170,11 +171,12 @@ def build_stages(raw: DictConfig, check_paths: bool = True, path=None, overrides
 
 def _inherited(base: RFTConfig, previous_model: str, name: str) -> dict:
     """What an offline (DPO) stage takes from the global sections: the model's trust_remote_code, the seed,
-    device, monitors and names (as an SFT stage does)."""
+    device, monitors, log settings and names (as an SFT stage does)."""
     t = base.trainer
     return {"model": {"partial_pretrain": previous_model,
                       "trust_remote_code": base.actor_rollout_ref.model.trust_remote_code},
             "trainer": {"seed": t.seed, "device": t.device, "logger": t.logger, "monitor_args": t.monitor_args,
+                        "log_level": t.log_level, "log_group_by_node": t.log_group_by_node,
                         "project_name": t.project_name, "experiment_name": f"{t.experiment_name}_{name}"}}
 
 
