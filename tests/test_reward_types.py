@@ -383,7 +383,8 @@ def test_workers_keep_the_time_limit_and_report_failures_as_in_process():
                     outcomes.append(score_responses(fn, *args))
                 except RewardError as e:
                     outcomes.append(str(e))
-                assert time.monotonic() - start < 15  # the slow row was cut at 0.5 s, not left to sleep 30 s
+                # the slow row was cut at 0.5 s, not left to sleep 30 s (a loaded machine took 18 s to get there)
+                assert time.monotonic() - start < 25
             assert outcomes[0] == outcomes[1]
             if on_error == "zero":
                 scores, metrics = outcomes[0]
