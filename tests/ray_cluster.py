@@ -18,6 +18,9 @@ from pathlib import Path
 
 RAY = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
 """The `ray` command of this interpreter's Ray (its script may not be on PATH)."""
+TEST_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+"""No usage reports, and no token authentication: a token in ~/.ray (which a Ray instance of rft's own writes, as
+Ray does for any new local instance) turns it on for a head, and the second node then fails to join it."""
 STARTED = "Ray runtime started"
 """What `ray start` prints once its node is up (with --block it then stays, watching the node's processes)."""
 
@@ -30,7 +33,7 @@ def free_port() -> int:
 
 def _start(args: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
     """`ray start --block <args>` in a session of its own, returned once its node is up."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, **TEST_ENV}
     with log.open("w") as out:
         proc = subprocess.Popen([*RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
                                  "--num-gpus", "0", "--disable-usage-stats", *args],
@@ -65,6 +68,8 @@ def local_cluster(root: Path, timeout_s: float = 60.0) -> Iterator[str]:
     ends."""
     port = free_port()
     nodes: list[subprocess.Popen] = []
+    saved = {k: os.environ.get(k) for k in TEST_ENV}
+    os.environ.update(TEST_ENV)  # the test's own process connects as a driver
     try:
         nodes.append(_start(["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir",
                              str(root / "head"), "--resources", json.dumps({"node0": 1})], root / "head.log",
@@ -75,3 +80,8 @@ def local_cluster(root: Path, timeout_s: float = 60.0) -> Iterator[str]:
     finally:
         for proc in reversed(nodes):
             _stop(proc)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -157,3 +157,17 @@ def test_a_cluster_too_small_for_the_placement_says_what_is_missing(cluster, ass
         + re.escape(": add nodes or resources (`ray start --num-cpus / --num-gpus`), or lower trainer.nnodes / "
                     "trainer.n_gpus_per_node"), run.stderr.strip())
     assert line is not None and line[1] == line[2], run.stderr
+
+
+@ON_A_CLUSTER
+def test_verl_num_cpus_starts_a_ray_instance_for_the_run_and_stops_it(assets, tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the token Ray writes for a new local instance (~/.ray/auth_token)
+    run = _train(assets, tmp_path, "ray_init.num_cpus=2", "trainer.n_gpus_per_node=2")
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        "rft: error: the Ray instance rft started on this machine (ray_init.num_cpus=2) grants the placement (trainer "
+        "node 0: 2 x (1 CPU) on one node), but starting rft's processes on Ray is not built yet (docs/cluster.md); "
+        "remove ray_init.num_cpus to start them here"]
+    assert not ray.is_initialized()

@@ -7,6 +7,7 @@ then stops with one line saying so. Ray is imported here only, and only when tho
 
 from __future__ import annotations
 
+import logging
 import socket
 from dataclasses import dataclass
 from typing import NoReturn
@@ -123,9 +124,11 @@ def connect(cfg) -> str:
     returns how to name it in messages."""
     r = cfg.ray_init
     ray = import_ray()
+    # Ray's own warnings (its connection retries, "token authentication is enabled") would surround rft's one line
+    logging.getLogger("ray").setLevel(logging.ERROR)
     if r.address is None:
         ray.init(num_cpus=r.num_cpus, include_dashboard=False, configure_logging=False)
-        return f"the Ray instance rft started on this machine ({r.num_cpus} CPUs)"
+        return f"the Ray instance rft started on this machine (ray_init.num_cpus={r.num_cpus})"
     if r.address != "auto":
         reachable(r.address, r.connect_timeout)
     try:
@@ -182,5 +185,6 @@ def run_on_ray(cfg) -> NoReturn:
             remove_placement_group(pg)
     finally:
         ray.shutdown()
+    key = ADDRESS_KEYS if cfg.ray_init.address is not None else "ray_init.num_cpus"
     raise RftError(f"{where} grants the placement ({_need(groups)}), but starting rft's processes on Ray is not "
-                   f"built yet (docs/cluster.md); remove {ADDRESS_KEYS} to start them here")
+                   f"built yet (docs/cluster.md); remove {key} to start them here")
