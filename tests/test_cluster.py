@@ -80,6 +80,30 @@ def test_an_address_that_does_not_answer_is_one_line_after_the_connect_timeout()
     assert str(err.value).startswith(f"the Ray cluster at 127.0.0.1:{port} did not answer within 1 s (no answer)")
 
 
+def test_an_address_that_answers_but_not_as_grpc_is_one_line():
+    import threading
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def http1() -> None:  # an HTTP/1 server's answer to HTTP/2's preface
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(64)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        server = threading.Thread(target=http1, daemon=True)
+        server.start()
+        with pytest.raises(RftError) as err:
+            reachable(f"127.0.0.1:{port}", 5.0)
+        server.join(5)
+    assert str(err.value) == (
+        f"127.0.0.1:{port} answers, but not as a Ray head's GCS port (no gRPC answer): give the port of `ray start "
+        "--head --port PORT` in ray_init.address (Trinity-RFT: cluster.ray_address)")
+
+
 def test_trinity_ray_address_is_verl_ray_init_address():
     from test_trinity import _with
 
