@@ -195,3 +195,37 @@ def test_verl_num_cpus_starts_a_ray_instance_for_the_run_and_stops_it(assets, tm
         "node 0: 2 x (1 CPU) on one node), but starting rft's processes on Ray is not built yet (docs/cluster.md); "
         "remove ray_init.num_cpus to start them here"]
     assert not ray.is_initialized()
+
+
+HOLD_NODE0 = """
+import sys, time, ray
+ray.init(address=sys.argv[1], configure_logging=False, log_to_driver=False)
+@ray.remote(num_cpus=1, resources={"node0": 1})
+class Holder:
+    def ready(self):
+        return True
+holder = Holder.remote()
+ray.get(holder.ready.remote(), timeout=60)
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+@ON_A_CLUSTER
+def test_a_placement_the_cluster_does_not_grant_in_time_says_what_is_free(cluster, assets, tmp_path):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_NODE0, cluster], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"  # node0's CPU is taken; the totals still fit
+        run = _train(assets, tmp_path, f"ray_init.address={cluster}", "trainer.nnodes=2",
+                     "trainer.ray_wait_register_center_timeout=2")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        f"rft: error: the Ray cluster at {cluster} did not grant trainer node 0: 1 x (1 CPU) on one node, trainer "
+        "node 1: 1 x (1 CPU) on one node within 2 s (trainer.ray_wait_register_center_timeout); free when asked: "
+        "{'CPU': 1.0}"]

@@ -150,19 +150,19 @@ def live_nodes() -> list[Node]:
 
 def reserve(groups: list[Group], timeout_s: float, where: str) -> list:
     """One STRICT_PACK placement group per group, granted by Ray within `timeout_s`, else the one line with what
-    the cluster has free."""
+    the cluster had free when asked (other jobs hold the rest)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
+    free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
     pgs = [placement_group([{"CPU": 1, **({"GPU": g.gpus} if g.gpus else {})}] * g.bundles, strategy="STRICT_PACK")
            for g in groups]
     ready, _ = ray.wait([pg.ready() for pg in pgs], num_returns=len(pgs), timeout=timeout_s)
     if len(ready) < len(pgs):
         for pg in pgs:
             remove_placement_group(pg)
-        free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
         raise RftError(f"{where} did not grant {_need(groups)} within {timeout_s:g} s "
-                       f"(trainer.ray_wait_register_center_timeout); free now: {free or 'nothing'}")
+                       f"(trainer.ray_wait_register_center_timeout); free when asked: {free or 'nothing'}")
     return pgs
 
 
