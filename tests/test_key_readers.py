@@ -42,6 +42,7 @@ WITHOUT_A_READER_HERE = {
     # reproduces the model's logits: both values give the same numbers (tests/test_lm_head.py); its options'
     # backend is checked (models/checks.py: torch, or refused)
     "actor_rollout_ref.model.use_fused_kernels": "always on: workers/lm_head.py (tests/test_lm_head.py)",
+    "trainer.ray_wait_register_center_timeout": "with Ray only: trainer/cluster.py:reserve (tests/test_cluster.py)",
     "trainer.balance_batch": "several processes: rl.py generate_and_score -> distributed.step_shard "
                              "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
     # the vLLM engine's keys: read by rollout/engines.py:vllm_options when rollout.name is vllm, which needs the

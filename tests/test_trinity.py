@@ -238,8 +238,8 @@ def test_a_misspelt_key_is_unknown_with_the_nearest_trinity_key(extra, key, near
 
 def test_a_trinity_key_rft_refuses_keeps_cannot_honour():
     with pytest.raises(ConfigError) as err:
-        translate(_with({"cluster.ray_address": "auto"}), "t.yaml")
-    assert str(err.value) == ("t.yaml: cluster.ray_address: a Trinity-RFT key rft cannot honour (no equivalent in its "
+        translate(_with({"cluster.total_gpu_num": 8}), "t.yaml")
+    assert str(err.value) == ("t.yaml: cluster.total_gpu_num: a Trinity-RFT key rft cannot honour (no equivalent in its "
                               "one-process synchronous loop); remove it")
 
 
@@ -258,9 +258,9 @@ def test_each_refusal_names_the_file_or_the_command_line_override(work, tmp_path
     path = _trinity_yaml(work, tmp_path / "t.yaml")
     path.write_text(path.read_text().replace("max_prompt_tokens", "max_prompt_token"))
     with pytest.raises(ConfigError) as err:
-        load_trinity(path, ["buffer.total_step=3", "cluster.ray_address=auto"])
+        load_trinity(path, ["buffer.total_step=3", "cluster.total_gpu_num=8"])
     assert str(err.value).splitlines() == [
-        "command line (cluster.ray_address=auto): cluster.ray_address: a Trinity-RFT key rft cannot honour (no "
+        "command line (cluster.total_gpu_num=8): cluster.total_gpu_num: a Trinity-RFT key rft cannot honour (no "
         "equivalent in its one-process synchronous loop); remove it",
         f"{path}: model.max_prompt_token: unknown Trinity-RFT key; did you mean 'model.max_prompt_tokens'? "
         "Trinity-RFT's keys under 'model': " + ", ".join(["max_prompt_tokens", "max_response_tokens", *(

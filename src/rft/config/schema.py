@@ -929,7 +929,9 @@ class TrainerConfig:
         None, "Critic checkpoints to keep. The critic is saved inside each global_step_N folder (critic/), so "
         "max_actor_ckpt_to_keep keeps both: when set, it must equal max_actor_ckpt_to_keep."
     )
-    ray_wait_register_center_timeout: int = fld(300, "Ray start-up timeout.", unsupported="Ray")
+    ray_wait_register_center_timeout: int = fld(
+        300, "With Ray (ray_init): seconds to wait for the cluster to grant the run's placement (docs/cluster.md). "
+             "Without Ray: no effect.")
     balance_batch: bool = fld(
         True, "Several processes: deal each mini-batch's prompts to the ranks so that their prompt tokens are "
         "balanced (longest first to the rank with the fewest, equal counts per rank), instead of contiguous "
@@ -1089,6 +1091,21 @@ class DataProcessorConfig:
 
 
 @dataclass
+class RayInitConfig:
+    address: Optional[str] = fld(
+        None, "Run on a Ray cluster (docs/cluster.md; `pip install 'rft[ray]'`): `auto` (the cluster started on "
+              "this machine, or RAY_ADDRESS) or HOST:PORT (the head's GCS port); ray.init's own argument, which verl "
+              "passes through (Trinity-RFT: cluster.ray_address). null: no Ray, rft starts its processes itself.")
+    num_cpus: Optional[int] = fld(
+        None, "verl's key: without an address, rft starts a Ray instance of this many CPUs on this machine for the "
+              "run; with an address it is refused (a running cluster's CPUs are `ray start --num-cpus`). null: no "
+              "Ray of rft's own.")
+    connect_timeout: float = fld(
+        10.0, "With an address: seconds to reach the cluster before the run stops with one line (rft's key). > 0.")
+    timeline_json_file: Optional[str] = fld(None, "Ray's timeline file.", unsupported="a Ray timeline")
+
+
+@dataclass
 class RFTConfig:
     data: DataConfig = sub(DataConfig, "Prompts.")
     actor_rollout_ref: ActorRolloutRefConfig = sub(ActorRolloutRefConfig, "Policy, rollout and reference.")
@@ -1105,3 +1122,4 @@ class RFTConfig:
                                                    "Trinity-RFT's names).")
     data_processor: DataProcessorConfig = sub(
         DataProcessorConfig, "Operators over the tasks and over the experiences (rft keys, Trinity-RFT's names).")
+    ray_init: RayInitConfig = sub(RayInitConfig, "Ray as the launcher (verl's section; docs/cluster.md).")

@@ -10,7 +10,8 @@ config is loaded and checked as a verl one (`rft.trainer.configure.load_trinity`
 
 Trinity's explorer / buffer / trainer / synchronizer keys are rft's own (`mode` -> trainer.mode, `synchronizer.*`,
 `buffer.trainer_input.experience_buffer.*` -> experience_buffer.*, taskset storage types -> data.task_storage;
-docs/scaling.md); what rft's engine does not have (vLLM, workflow runners, Ray) is refused.
+docs/scaling.md; `cluster.ray_address` -> ray_init.address: docs/cluster.md); what rft's engine does not have is
+refused.
 
 `trainer.trainer_config` (verl keys) goes into an RL run as it is; a key it sets that a Trinity key sets too, to
 another value, is refused (one of the two would be ignored). An SFT stage takes the keys that have an SFT meaning
@@ -895,6 +896,9 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         _set(out, "trainer.nnodes", cluster.pop("node_num"))
     if "gpu_per_node" in cluster:
         _set(out, "trainer.n_gpus_per_node", cluster.pop("gpu_per_node"))
+    address = cluster.pop("ray_address", None)  # Trinity's default `auto` is for a key left out: there, no Ray
+    if address is not None:
+        _set(out, "ray_init.address", str(address))
     t.rest(cluster, "cluster", NOT_HONOURED)
     sync = dict(cfg.get("synchronizer") or {})
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
@@ -1108,6 +1112,8 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             t.raise_if_any(path, overrides)
             return out
         stages = [{"stage_name": cfg.get("name", kind)}]
+    if _section(cfg.get("cluster"), "cluster").get("ray_address") is not None:
+        t.refuse("cluster.ray_address", "Ray places the processes of an RL run without stages only (docs/cluster.md)")
     rl_base = _section_dialect(_Translation(), {**base_cfg, "algorithm": {"algorithm_type": "grpo"}, "mode": "both"},
                                "rl")  # the global verl sections (errors are reported per stage)
     out_stages = []

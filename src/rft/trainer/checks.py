@@ -74,6 +74,27 @@ def check_rl_runtime(ctx: CheckContext) -> None:
     check_runtime("trainer", ctx.cfg.trainer)
 
 
+@CHECKS.register("trainer.ray")
+def check_ray(ctx: CheckContext) -> None:
+    """ray_init: an address or a Ray instance of rft's own (not both), a positive timeout, Ray installed
+    (docs/cluster.md)."""
+    import importlib.util
+
+    r = ctx.cfg.ray_init
+    positive("ray_init.num_cpus", r.num_cpus, allow_none=True)
+    if r.address is not None and r.num_cpus is not None:
+        raise ConfigError(f"ray_init.num_cpus={r.num_cpus} starts a Ray instance of rft's own, but ray_init.address="
+                          f"{r.address!r} names a running cluster, whose CPUs are its `ray start --num-cpus`: "
+                          "set one of them")
+    if r.address is not None and not r.address.strip():
+        raise ConfigError("ray_init.address is empty: give `auto` or HOST:PORT, or null for no Ray")
+    if not r.connect_timeout > 0:
+        raise ConfigError(f"ray_init.connect_timeout must be > 0 seconds, got {r.connect_timeout!r}")
+    if (r.address is not None or r.num_cpus is not None) and importlib.util.find_spec("ray") is None:
+        raise ConfigError("ray_init asks for Ray (ray_init.address, Trinity-RFT's cluster.ray_address, or "
+                          "ray_init.num_cpus), which is not installed: pip install 'rft[ray]'")
+
+
 @CHECKS.register("trainer.modes")
 def check_modes(ctx: CheckContext) -> None:
     """trainer.mode and synchronizer.sync_method: a combination rft runs, and a buffer a trainer can read."""

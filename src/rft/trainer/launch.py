@@ -69,8 +69,11 @@ def run_rl(cfg, module_args: list[str]) -> int:
     reproduce this command in each started process. Returns the exit status."""
     from rft.distributed import launch, launched
     from rft.sync.schedule import is_synchronous
+    from rft.trainer.cluster import ray_requested, run_on_ray
     from rft.trainer.run_folder import run_folder
 
+    if ray_requested(cfg) and not launched():  # Ray is the launcher (docs/cluster.md)
+        return run_on_ray(cfg)
     check_launch(cfg)
     if not is_synchronous(cfg):  # explorer and trainer as separate loops
         from rft.trainer.modes import ROLE_ENV, TrainLoop, run_both_async, run_mode

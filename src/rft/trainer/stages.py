@@ -234,7 +234,12 @@ def run_stages(stages: list[Stage], after_stage=None, dist: Dist = SINGLE) -> Pa
 def launch_stages(stages: list[Stage], module_args: list[str]) -> int:
     """Run a staged config with the processes its trainer section asks for (every stage on the same processes:
     `build_stages` checks it); `module_args` re-run this command in each started process."""
+    from rft.trainer.cluster import ray_requested
     from rft.trainer.launch import run_spmd
+
+    if any(ray_requested(stage.cfg) for stage in stages):
+        raise ConfigError("ray_init: Ray places the processes of an RL run without stages only (docs/cluster.md); "
+                          "remove ray_init from the stages")
 
     def body(dist: Dist) -> None:
         final = run_stages(stages, dist=dist)

@@ -40,6 +40,7 @@ RL = (
     "algorithms.names",               # estimator, policy loss, KL estimators registered
     "rollout.engine",                 # an engine rft has; vLLM installed, its keys in range
     "trainer.runtime",                # processes, device, loggers, resume
+    "trainer.ray",                    # ray_init: an address or rft's own Ray instance, Ray installed
     "workers.sequence_parallel",      # sp divides the processes and the heads; what it cannot run with
     "config.processes",               # the batch splits over the processes
     "config.sizes",                   # positive sizes, mini / micro divisibility, one prompt / response length
