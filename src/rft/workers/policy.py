@@ -121,7 +121,7 @@ class PackedWindow:
     (T,: t for response token t of its row, -1 for a prompt token) and, for each response token in packed order
     (`(t >= 0).nonzero()`), the packed index of the token before it in its row, whose output predicts it
     (`before`, N; repeated where responses share the prompt whose last token predicts their first). `ids`, `attn`
-    (B, W) and `p_len`: the window `response_window` laid out padded; `col` (T,): each packed token's column in it
+    (B, W): the window `response_window` laid out padded; `col` (T,): each packed token's column in it
     (its row: `tokens.row`); `owner` (B,): the row whose prompt tokens each row's response reads (itself unless
     shared)."""
 
@@ -130,7 +130,6 @@ class PackedWindow:
     before: torch.Tensor
     ids: torch.Tensor
     attn: torch.Tensor
-    p_len: int
     col: torch.Tensor
     owner: torch.Tensor
 
@@ -157,8 +156,8 @@ def packed_window(batch: Batch, device: torch.device, share_prompts: bool = True
     t = torch.where(col >= p_len, col - p_len, torch.full_like(col, -1))
     response = (t >= 0).nonzero().flatten()
     if bool((owner == rows).all()):  # nothing shared: each row's tokens, one row after another
-        return PackedWindow(pack(ids[row, col], positions[row, col], row, B), t, response - 1, ids, attn, p_len,
-                            col, owner)
+        return PackedWindow(pack(ids[row, col], positions[row, col], row, B), t, response - 1, ids, attn, col,
+                            owner)
     index = torch.full((B, W), T, dtype=torch.long, device=device)
     index[row, col] = torch.arange(T, device=device)
     cell = torch.cat([index[owner, :p_len], index[:, p_len:]], dim=1)  # (B, W): the token at each real column
@@ -169,7 +168,7 @@ def packed_window(batch: Batch, device: torch.device, share_prompts: bool = True
     src = torch.full((B, int(lengths.max())), T, dtype=torch.long, device=device)
     src[real_row, layout_col] = cell[real_row, real_col]
     tokens = PackedTokens(ids[row, col], positions[row, col], row, layout[row, col], B, src.shape[1], src)
-    return PackedWindow(tokens, t, src[row[response], tokens.col[response] - 1], ids, attn, p_len, col, owner)
+    return PackedWindow(tokens, t, src[row[response], tokens.col[response] - 1], ids, attn, col, owner)
 
 
 def prompt_owners(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
