@@ -209,13 +209,18 @@ class Vision:
         out = self.pixel_inputs(images)
         if not out:
             return out
-        accepts = set(inspect.signature(forward).parameters) if forward is not None else set(self.token_type_keys)
-        keys = [key for key in self.token_type_keys if key in accepts]
+        keys = self.type_keys(forward)
         if keys:
             types = self.token_types(ids)
             out.update({key: types for key in keys})
         device = ids.device
         return {k: v.to(device) for k, v in out.items()}
+
+    def type_keys(self, forward=None) -> list[str]:
+        """The token-type inputs of the processor that `forward` (the model's forward function) takes; every one
+        when it is not given."""
+        accepts = set(inspect.signature(forward).parameters) if forward is not None else set(self.token_type_keys)
+        return [key for key in self.token_type_keys if key in accepts]
 
     def token_types(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, L) the processor's token types of `ids` (0 text, 1 image, ...), for a family whose forward takes
@@ -237,8 +242,7 @@ class Vision:
         if not out:
             return out
         out = {k: v.to(ids.device) for k, v in out.items()}
-        accepts = set(inspect.signature(forward).parameters) if forward is not None else set()
-        keys = [key for key in self.token_type_keys if key in accepts]
+        keys = self.type_keys(forward)
         types = self.token_types(ids) if keys or self.mrope else None
         out.update({key: types[row, col][None] for key in keys})
         if self.mrope:
