@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,21 +67,24 @@ def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 @contextlib.contextmanager
 def local_cluster(root: Path, timeout_s: float = 60.0) -> Iterator[str]:
     """Yield the address (127.0.0.1:PORT) of a two-node cluster that is stopped when the block ends, however it
-    ends."""
+    ends. Logs go to `root`; the head's temp folder is a short one of its own under /tmp, removed at the end: Ray
+    puts its AF_UNIX sockets at <temp>/session_<date>_<pid>/sockets/..., and a socket path is at most 107 bytes
+    (pytest's tmp paths, /tmp/pytest-of-<user>/pytest-N/popen-gwN/..., leave too little of them)."""
     port = free_port()
     nodes: list[subprocess.Popen] = []
+    temp = tempfile.mkdtemp(prefix="rft-ray-", dir="/tmp")
     saved = {k: os.environ.get(k) for k in TEST_ENV}
     os.environ.update(TEST_ENV)  # the test's own process connects as a driver
     try:
-        nodes.append(_start(["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir",
-                             str(root / "head"), "--resources", json.dumps({"node0": 1})], root / "head.log",
-                            timeout_s))
+        nodes.append(_start(["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp,
+                             "--resources", json.dumps({"node0": 1})], root / "head.log", timeout_s))
         nodes.append(_start(["--address", f"127.0.0.1:{port}", "--resources", json.dumps({"node1": 1})],
                             root / "node1.log", timeout_s))
         yield f"127.0.0.1:{port}"
     finally:
         for proc in reversed(nodes):
             _stop(proc)
+        shutil.rmtree(temp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
