@@ -520,3 +520,15 @@ def test_the_ranks_of_a_launcher_killed_outright_stop_within_seconds(assets, tmp
     # the first rank to see its launcher gone stops; the other stops the same way or on its peer's going
     gone = [x for x in errors if x.startswith("rft: error: the launcher (pid") and "is gone, so this rank stops" in x]
     assert gone and all(x in gone or "another process of this run stopped or died" in x for x in errors), log[-3000:]
+
+
+def test_two_processes_whose_responses_end_at_different_lengths(assets, tmp_path):
+    """Sampled responses that end (EOS) at different lengths, so each rank's rows are of a different width: the
+    ranks pad them to the widest of all before the trainer gathers (B, R) tensors (the runs above all reach
+    max_response_length, where every width is equal; this one crashed gloo with mismatched all_gather sizes)."""
+    out = tmp_path / "out"
+    train(assets, out, "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.do_sample=true",
+          "data.max_response_length=256", "trainer.total_training_steps=1", "trainer.save_freq=0",
+          "trainer.test_freq=0")
+    m = metrics_of(out)[1]
+    assert m["response_length/min"] < m["response_length/max"], m

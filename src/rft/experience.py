@@ -147,16 +147,18 @@ def first_appearance_labels(experiences: list[Experience]) -> list[int]:
     return [first.setdefault(e.group, len(first)) for e in experiences]
 
 
-def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: list[int] | None = None) -> Batch:
+def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: list[int] | None = None,
+             width: int = 1) -> Batch:
     """The Batch of `experiences` (rows in the given order; prompts left-padded, responses right-padded to the
-    longest). `group`: `group_labels` when given (e.g. prompt positions shared by several processes), else the
+    longest, or to `width` columns when wider: the widest of several processes' batches, whose (B, R) tensors the
+    trainer gathers). `group`: `group_labels` when given (e.g. prompt positions shared by several processes), else the
     order in which each group first appears (0, 1, ...). `rollout_logprobs` are the behaviour log-probs. When some
     response tokens are not the policy's (a multi-turn row's tool results), `action_mask` marks the policy's and
     `loss_mask` starts as it (the losses run on it; `response_mask` stays the attention mask)."""
     if not experiences:
         raise ValueError("to_batch needs at least one experience")
     prompt_ids, prompt_mask = left_pad([e.tokens[:e.prompt_length].tolist() for e in experiences], pad_token_id)
-    width = max(1, max(len(e.response) for e in experiences))
+    width = max(width, max(len(e.response) for e in experiences))
     B = len(experiences)
     response_ids = torch.full((B, width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((B, width), dtype=torch.long)

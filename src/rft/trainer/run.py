@@ -174,7 +174,9 @@ class SyncRun:
         self.buffer.write(experiences)
         read = self.buffer.read(len(experiences), step)
         labels = [e.info["position"] for e in read.experiences] if self.dist.enabled else None
-        batch = to_batch(read.experiences, self.tokenizer.pad_token_id, labels)
+        # every rank's responses padded to the widest of all: the trainer gathers (B, R) tensors over the ranks
+        width = self.dist.max_int(max(len(e.response) for e in read.experiences))
+        batch = to_batch(read.experiences, self.tokenizer.pad_token_id, labels, width)
         metrics.update(self.trainer.train_step(batch, step, timer))
         with timer("sync"):  # the hf engine shares the model (nothing to do); vLLM reloads its weights
             self.sync.publish(None, step)
