@@ -1,6 +1,6 @@
 """A real Ray cluster of two nodes on 127.0.0.1 for the tests: a head (`ray start --head`) and a second node (`ray
-start --address`), each a `ray start --block` process in a session of its own with its own temp folder, 1 CPU and a
-custom resource naming it (`node0`, `node1`), so an actor can be pinned to either. Stopped by signalling those two
+start --address`), each a `ray start --block` process in a session of its own, with 2 CPUs (as Ray counts them) and
+a custom resource naming it (`node0`, `node1`), so an actor can be pinned to either. Stopped by signalling those two
 sessions, never by `ray stop` (it stops every Ray process of the user on the machine: another test's cluster too)."""
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(args: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
+def _start(args: list[str], log: Path, timeout_s: float, cpus: int) -> subprocess.Popen:
     """`ray start --block <args>` in a session of its own, returned once its node is up."""
     env = {**os.environ, **TEST_ENV}
     with log.open("w") as out:
-        proc = subprocess.Popen([*RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+        proc = subprocess.Popen([*RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus),
                                  "--num-gpus", "0", "--disable-usage-stats", *args],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.monotonic() + timeout_s
@@ -65,26 +65,29 @@ def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def local_cluster(root: Path, timeout_s: float = 60.0) -> Iterator[str]:
+def local_cluster(root: Path, timeout_s: float = 60.0, cpus: int = 2) -> Iterator[str]:
     """Yield the address (127.0.0.1:PORT) of a two-node cluster that is stopped when the block ends, however it
-    ends. Logs go to `root`; the head's temp folder is a short one of its own under /tmp, removed at the end: Ray
+    ends. Logs go to `root`; each node's temp folder is a short one of its own under /tmp, removed at the end: Ray
     puts its AF_UNIX sockets at <temp>/session_<date>_<pid>/sockets/..., and a socket path is at most 107 bytes
     (pytest's tmp paths, /tmp/pytest-of-<user>/pytest-N/popen-gwN/..., leave too little of them)."""
     port = free_port()
     nodes: list[subprocess.Popen] = []
-    temp = tempfile.mkdtemp(prefix="rft-ray-", dir="/tmp")
+    temps = [tempfile.mkdtemp(prefix="rft-ray-", dir="/tmp") for _ in range(2)]  # two nodes on one machine: one
+    # folder would have each node's log monitor pass each line of the other's processes on too
     saved = {k: os.environ.get(k) for k in TEST_ENV}
     os.environ.update(TEST_ENV)  # the test's own process connects as a driver
     try:
-        nodes.append(_start(["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp,
-                             "--resources", json.dumps({"node0": 1})], root / "head.log", timeout_s))
-        nodes.append(_start(["--address", f"127.0.0.1:{port}", "--resources", json.dumps({"node1": 1})],
-                            root / "node1.log", timeout_s))
+        nodes.append(_start(["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temps[0],
+                             "--resources", json.dumps({"node0": 1})], root / "head.log", timeout_s, cpus))
+        nodes.append(_start(["--address", f"127.0.0.1:{port}", "--temp-dir", temps[1],
+                             "--resources", json.dumps({"node1": 1})],
+                            root / "node1.log", timeout_s, cpus))
         yield f"127.0.0.1:{port}"
     finally:
         for proc in reversed(nodes):
             _stop(proc)
-        shutil.rmtree(temp, ignore_errors=True)
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

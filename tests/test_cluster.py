@@ -1,10 +1,14 @@
-"""Ray as the launcher, first slice (docs/cluster.md): the keys (verl's ray_init, Trinity-RFT's cluster.ray_address),
-an address that does not answer as one line within the connect timeout, and, on a real two-node cluster on
-127.0.0.1 (tests/ray_cluster.py), actors pinned to each node and the placement checked against the cluster."""
+"""Ray as the launcher (docs/cluster.md): the keys (verl's ray_init, Trinity-RFT's cluster.ray_address), an address
+that does not answer as one line within the connect timeout, and, on a real two-node cluster on 127.0.0.1
+(tests/ray_cluster.py): actors pinned to each node, the placement checked against the cluster, mode both with 2
+trainer processes and 2 explorers placed on it equal to rft's own launch, a killed actor as the run's one line and
+its rerun resuming."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import time
 from pathlib import Path
@@ -13,7 +17,19 @@ import pytest
 from cli_helpers import rft_here
 from ray_cluster import free_port, local_cluster
 from rl_helpers import make_assets, rl_config
+from test_modes import (
+    TWO_TRAINERS,
+    assert_each_read_once,
+    assert_same_training,
+    checkpointed,
+    finish,
+    lines,
+    overrides,
+    start,
+    wait_for,
+)
 
+from rft.buffer import database_url
 from rft.config.load import ConfigError
 from rft.dialects.trinity import translate
 from rft.errors import RftError
@@ -159,25 +175,123 @@ def _train(assets: Path, tmp_path: Path, *overrides: str):
                     *overrides, cwd=tmp_path, check=False)
 
 
+TWO_AND_TWO = (*TWO_TRAINERS, "trainer.explorer_num=2")
+"""Mode both with 2 trainer processes (FSDP) and 2 explorers taking turns at the steps (sync files)."""
+
+
+@pytest.fixture(scope="module")
+def launched_by_rft(assets, tmp_path_factory) -> Path:
+    """TWO_AND_TWO for 4 steps, the processes started by rft itself."""
+    out = tmp_path_factory.mktemp("by_rft") / "out"
+    finish(start("train", *overrides(assets, out, 4, *TWO_AND_TWO), cwd=out.parent))
+    return out
+
+
 @ON_A_CLUSTER
-def test_rft_train_reserves_the_placement_then_says_the_launch_is_not_built(cluster, assets, tmp_path):
+def test_mode_both_on_ray_trains_as_the_processes_rft_starts_itself(cluster, assets, launched_by_rft, tmp_path):
+    """2 trainer processes and 2 explorers, placed by the driver on the two-node cluster: the same metrics step by
+    step and the same final weights as rft's own launch, a log file per process, each console line once."""
+    out = tmp_path / "out"
+    log = finish(start("train", *overrides(assets, out, 4, *TWO_AND_TWO, f"ray_init.address={cluster}"),
+                       cwd=tmp_path))
+    first = log.splitlines()[0]
+    assert re.fullmatch(re.escape(f"rft: 4 processes on the Ray cluster at {cluster}: ") + r"trainer rank 0 on \S+, "
+                        r"trainer rank 1 on \S+, explorer 0 on \S+, explorer 1 on \S+", first), log
+    assert log.count("rft: model written to") == 1 and "(trainer_rank_0 pid=" in log, log
+    assert_same_training(out, launched_by_rft)
+    steps = lambda path: [(x["step"], x["rollout/model_version"]) for x in lines(path / "metrics.jsonl")]
+    for explorer in ("explorer", "explorer_1"):  # the steps each explorer took, with the versions they synced
+        assert steps(out / explorer) == steps(launched_by_rft / explorer)
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert sorted(p.name for p in (out / "log").iterdir()) == [
+        "explorer.log", "explorer_1.log", "trainer.log", "trainer_1.log"]
+
+
+def _placed(role_env: bytes, cwd: Path) -> int | None:
+    """The pid of the `python -m rft` process the Ray driver placed whose environment holds `role_env`, run in
+    `cwd`; None while there is none."""
+    for proc in Path("/proc").iterdir():
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            if b"RFT_RAY_PLACED=1" in env and role_env in env and (proc / "cwd").resolve() == cwd.resolve():
+                return int(proc.name)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+@ON_A_CLUSTER
+def test_a_killed_explorer_actor_is_the_runs_one_line_and_the_rerun_resumes(cluster, assets, launched_by_rft,
+                                                                            tmp_path):
+    """Explorer 1's Ray actor SIGKILLed (its worker process: what a lost node does to it) once checkpoint 1 is
+    written: the driver ends the run with one line naming it, no process of the run is left, and the same command
+    run again resumes and trains as the uninterrupted run did."""
+    out = tmp_path / "out"
+    args = overrides(assets, out, 4, *TWO_AND_TWO, f"ray_init.address={cluster}")
+    run = start("train", *args, cwd=tmp_path)
+    wait_for(lambda: checkpointed(out, 1) or run.poll() is not None)
+    explorer = _placed(b"RFT_EXPLORER_RANK=1", tmp_path)
+    assert explorer is not None and run.poll() is None
+    actor = int((Path("/proc") / str(explorer) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(actor, signal.SIGKILL)
+    log, _ = run.communicate(timeout=180)
+    assert run.returncode == 2 and not (out / "model").exists(), log
+    line = [x for x in log.splitlines() if x.startswith("rft: error:")]
+    assert len(line) == 1 and re.fullmatch(r"rft: error: the explorer 1 on \S+ died \(.+\); run the same command "
+                                           r"again to resume", line[0]), log
+    wait_for(lambda: _placed(b"RFT_RAY_PLACED=1", tmp_path) is None, timeout=30)  # the others follow their actors
+    log = finish(start("train", *args, cwd=tmp_path))
+    assert "resumed from" in log, log
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert_same_training(out, launched_by_rft)
+
+
+@ON_A_CLUSTER
+def test_modes_explore_train_and_bench_on_ray_with_ctrl_c_passed_on(cluster, assets, tmp_path):
+    """Modes explore and train as two commands, each placed on the cluster (the trainer on 2 processes): Ctrl-C to
+    the trainer's driver once checkpoint 1 is written reaches its processes, which stop at their next step (rft's
+    `stopped by` line, exit 130); run again it finishes, every experience read once. Then mode bench on the
+    cluster evaluates the checkpoints."""
+    out = tmp_path / "out"
+    common = overrides(assets, out, 4, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
+                       f"ray_init.address={cluster}", f"data.val_files={assets / 'data' / 'val.parquet'}")
+    trainer = start("train", *common, "trainer.mode=train", "trainer.n_gpus_per_node=2", cwd=tmp_path)
+    explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
+    wait_for(lambda: checkpointed(out, 1) or trainer.poll() is not None)
+    trainer.send_signal(signal.SIGINT)
+    log, _ = trainer.communicate(timeout=180)
+    assert trainer.returncode == 130, log
+    assert "rft: SIGINT received: passed on to the 2 processes" in log
+    assert re.search(r"^rft: stopped by SIGINT \(2 processes on Ray\); the same command resumes from .*global_step_\d$",
+                     log, re.M), log
+    assert "resumed from" in finish(start("train", *common, "trainer.mode=train", "trainer.n_gpus_per_node=2",
+                                          cwd=tmp_path))
+    finish(explorer)
+    assert_each_read_once(database_url(str(out / "buffer.sqlite")), 4, 16)
+    assert [x["rollout/model_version"] for x in lines(out / "explorer" / "metrics.jsonl")] == [0, 0, 0, 2]
+    log = finish(start("train", *common, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true",
+                       cwd=tmp_path))
+    assert log.startswith(f"rft: 1 process on the Ray cluster at {cluster}: bench on "), log
+    assert [x["checkpoint"] for x in lines(out / "bench" / "metrics.jsonl")] == ["global_step_4"]
+
+
+@ON_A_CLUSTER
+def test_two_trainer_nodes_on_ray_train(cluster, assets, tmp_path):
+    """trainer.nnodes=2: one trainer process per placement group (the two nodes' worth), torchrun's rendezvous at
+    rank 0's node; rft's own launch refuses several nodes."""
     run = _train(assets, tmp_path, f"ray_init.address={cluster}", "trainer.nnodes=2", "trainer.n_gpus_per_node=1")
-    assert run.returncode == 2
-    assert run.stderr.splitlines() == [
-        f"rft: error: the Ray cluster at {cluster} grants the placement (trainer node 0: 1 x (1 CPU) on one node, "
-        "trainer node 1: 1 x (1 CPU) on one node), but starting rft's processes on Ray is not built yet "
-        "(docs/cluster.md); remove ray_init.address (Trinity-RFT: cluster.ray_address) to start them here"]
-    assert not (tmp_path / "checkpoints").exists()
+    assert run.returncode == 0, run.stderr
+    assert "on 2 processes (cpu)" in run.stdout and (tmp_path / "model" / "model.safetensors").is_file()
 
 
 @ON_A_CLUSTER
 def test_a_cluster_too_small_for_the_placement_says_what_is_missing(cluster, assets, tmp_path):
-    run = _train(assets, tmp_path, f"ray_init.address={cluster}", "trainer.n_gpus_per_node=2")
+    run = _train(assets, tmp_path, f"ray_init.address={cluster}", "trainer.n_gpus_per_node=4")
     assert run.returncode == 2
     # the nodes' address is the one Ray records: this machine's, where --node-ip-address 127.0.0.1 was asked
     line = re.fullmatch(
-        re.escape(f"rft: error: the Ray cluster at {cluster}: the placement needs trainer node 0: 2 x (1 CPU) on one "
-                  "node; the cluster has 2 nodes: ") + r"(\S+) \(1 CPU, 0 GPU\), (\S+) \(1 CPU, 0 GPU\)"
+        re.escape(f"rft: error: the Ray cluster at {cluster}: the placement needs trainer node 0: 4 x (1 CPU) on one "
+                  "node; the cluster has 2 nodes: ") + r"(\S+) \(2 CPU, 0 GPU\), (\S+) \(2 CPU, 0 GPU\)"
         + re.escape(": add nodes or resources (`ray start --num-cpus / --num-gpus`), or lower trainer.nnodes / "
                     "trainer.n_gpus_per_node"), run.stderr.strip())
     assert line is not None and line[1] == line[2], run.stderr
@@ -189,11 +303,10 @@ def test_verl_num_cpus_starts_a_ray_instance_for_the_run_and_stops_it(assets, tm
 
     monkeypatch.setenv("HOME", str(tmp_path))  # the token Ray writes for a new local instance (~/.ray/auth_token)
     run = _train(assets, tmp_path, "ray_init.num_cpus=2", "trainer.n_gpus_per_node=2")
-    assert run.returncode == 2
-    assert run.stderr.splitlines() == [
-        "rft: error: the Ray instance rft started on this machine (ray_init.num_cpus=2) grants the placement (trainer "
-        "node 0: 2 x (1 CPU) on one node), but starting rft's processes on Ray is not built yet (docs/cluster.md); "
-        "remove ray_init.num_cpus to start them here"]
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("rft: 2 processes on the Ray instance rft started on this machine "
+                                 "(ray_init.num_cpus=2): trainer rank 0 on "), run.stdout
+    assert (tmp_path / "model" / "model.safetensors").is_file()
     assert not ray.is_initialized()
 
 
@@ -218,14 +331,14 @@ def test_a_placement_the_cluster_does_not_grant_in_time_says_what_is_free(cluste
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD_NODE0, cluster], stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline().strip() == "holding"  # node0's CPU is taken; the totals still fit
-        run = _train(assets, tmp_path, f"ray_init.address={cluster}", "trainer.nnodes=2",
+        assert holder.stdout.readline().strip() == "holding"  # one of node0's CPUs is taken; the totals still fit
+        run = _train(assets, tmp_path, f"ray_init.address={cluster}", "trainer.nnodes=2", "trainer.n_gpus_per_node=2",
                      "trainer.ray_wait_register_center_timeout=2")
     finally:
         holder.kill()
         holder.wait()
     assert run.returncode == 2
     assert run.stderr.splitlines() == [
-        f"rft: error: the Ray cluster at {cluster} did not grant trainer node 0: 1 x (1 CPU) on one node, trainer "
-        "node 1: 1 x (1 CPU) on one node within 2 s (trainer.ray_wait_register_center_timeout); free when asked: "
-        "{'CPU': 1.0}"]
+        f"rft: error: the Ray cluster at {cluster} did not grant trainer node 0: 2 x (1 CPU) on one node, trainer "
+        "node 1: 2 x (1 CPU) on one node within 2 s (trainer.ray_wait_register_center_timeout); free when asked: "
+        "{'CPU': 3.0}"]

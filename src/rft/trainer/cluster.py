@@ -1,18 +1,29 @@
-"""Ray as the launcher, first slice (docs/cluster.md). With `ray_init.address` (Trinity-RFT: `cluster.ray_address`)
-or `ray_init.num_cpus` set, `rft train` reaches the cluster within `ray_init.connect_timeout` (`connect`), works out
-the bundles its processes need (`placement`), checks them against the cluster's nodes (`shortfall`) and has Ray
-grant them within `trainer.ray_wait_register_center_timeout` (`reserve`): each failure is one line before any model
-loads. Starting the processes on the granted bundles is the design of docs/cluster.md, not built yet, so the run
-then stops with one line saying so. Ray is imported here only, and only when those keys are set."""
+"""Ray as the launcher (docs/cluster.md). With `ray_init.address` (Trinity-RFT: `cluster.ray_address`) or
+`ray_init.num_cpus` set, `rft train` is a driver that loads no model: it reaches the cluster within
+`ray_init.connect_timeout` (`connect`), works out the bundles its processes need (`placement`), checks them against
+the cluster's nodes (`shortfall`), has Ray grant them within `trainer.ray_wait_register_center_timeout` (`reserve`),
+then starts one actor per bundle, each running `python -m rft <the same arguments>` as its child with the
+environment torchrun would give a rank (`run_on_ray`), and supervises them: the first process that fails or dies
+ends the run with one line naming it. Inside each placed process the code path is the one of rft's own launch, so
+the same seeds give the same metrics and weights. Ray is imported here only, and only when those keys are set."""
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
-from typing import NoReturn
 
 from rft.errors import RftError
+
+PLACED_ENV = "RFT_RAY_PLACED"
+"""Set to 1 in every process the Ray driver starts: it runs its part of the run and never asks Ray again; mode
+both's trainer does not start explorer processes (the driver placed them)."""
+NODE_ENV = ("CUDA_VISIBLE_DEVICES", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_")
+"""The driver's environment reaches every placed process (the run's own settings: OMP_NUM_THREADS, HF_*, RFT_*,
+PYTHONPATH...), except these, which are each node's own."""
 
 ADDRESS_KEYS = "ray_init.address (Trinity-RFT: cluster.ray_address)"
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -89,7 +100,12 @@ def _have(nodes: list[Node]) -> str:
 
 # ------------------------------------------------------------------------------------------------- Ray
 def import_ray():
-    """Ray, or the one line that says how to install it."""
+    """Ray, or the one line that says how to install it. The placed processes' lines reach the driver's console
+    each once (Ray would fold lines that several processes print alike into one, "[repeated 2x across
+    cluster]"), uncoloured when the console is not a terminal (a log file)."""
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # read when Ray is imported
+    if not sys.stdout.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     try:
         import ray
     except ImportError:
@@ -166,9 +182,190 @@ def reserve(groups: list[Group], timeout_s: float, where: str) -> list:
     return pgs
 
 
-def run_on_ray(cfg) -> NoReturn:
-    """The slice that is built: connect, check, reserve, release; then the line that placing the processes is
-    not built yet (docs/cluster.md). Always leaves the cluster as it found it."""
+def placed_by_ray() -> bool:
+    """This process was started by rft's Ray driver."""
+    return os.environ.get(PLACED_ENV) == "1"
+
+
+@dataclass
+class Placed:
+    """One process of the run on a granted bundle: its actor, the environment of its child, and where it is."""
+
+    role: str  # "trainer rank 1", "explorer 0", "bench"
+    actor: object
+    ip: str = ""
+    port: int = 0
+    sync_port: int = 0
+    gpus: tuple[str, ...] = ()
+    env: dict | None = None
+
+
+def _actor_class(ray):
+    @ray.remote(num_cpus=1, max_concurrency=2)
+    class RftProcess:
+        """One placed process: `run` starts `python -m rft ...` as its child and returns its exit code; `signal`
+        (a second concurrent call) passes Ctrl-C / SIGTERM on to it. The child ends itself when this actor dies
+        (`rft.runtime.exit_with_parent`)."""
+
+        def __init__(self, role: str):
+            self.role, self.child = role, None
+
+        def __repr__(self) -> str:  # the prefix of the child's lines on the driver's console
+            return self.role.replace(" ", "_")
+
+        def where(self) -> tuple[str, int, int, tuple[str, ...]]:
+            """This node's IP, two ports free on it (the rendezvous, the weight broadcast), its GPUs."""
+            import ray
+
+            ports = []
+            for _ in range(2):
+                with socket.socket() as s:
+                    s.bind(("", 0))
+                    ports.append(s.getsockname()[1])
+            return ray.util.get_node_ip_address(), *ports, tuple(str(g) for g in ray.get_gpu_ids())
+
+        def run(self, args: list[str], env: dict, cwd: str) -> int:
+            self.child = subprocess.Popen([sys.executable, "-u", "-m", "rft", *args], cwd=cwd,
+                                          env={**os.environ, **env})
+            return self.child.wait()
+
+        def signal(self, signum: int) -> None:
+            if self.child is not None and self.child.poll() is None:
+                self.child.send_signal(signum)
+
+    return RftProcess
+
+
+def _place(ray, cfg, groups: list[Group], pgs: list) -> list[Placed]:
+    """One actor per bundle, each told where it is: trainer ranks in group order (rank g x n_gpus_per_node + b),
+    then the explorers (or this mode's one process)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    actor = _actor_class(ray)
+    placed = []
+    rank = 0
+    for group, pg in zip(groups, pgs):
+        for b in range(group.bundles):
+            if group.role.startswith("trainer"):
+                role, rank = f"trainer rank {rank}", rank + 1
+            else:
+                role = group.role
+            strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=b)
+            placed.append(Placed(role, actor.options(scheduling_strategy=strategy, num_gpus=group.gpus).remote(role)))
+    for p, (ip, port, sync_port, gpus) in zip(placed, ray.get([p.actor.where.remote() for p in placed])):
+        p.ip, p.port, p.sync_port, p.gpus = ip, port, sync_port, gpus
+    return placed
+
+
+def _environments(cfg, groups: list[Group], placed: list[Placed]) -> None:
+    """Each placed process's environment: the driver's (less each node's own), PLACED_ENV, and for the trainer
+    ranks torchrun's variables with rank 0's node as the rendezvous; the explorers reach the trainer's weight
+    broadcast at rank 0's node too. On GPUs, CUDA_VISIBLE_DEVICES of a trainer node's ranks lists the GPUs Ray gave
+    them in bundle order, so that LOCAL_RANK indexes its own (Ray narrows each actor to its one GPU)."""
+    from rft.interrupts import LAUNCHER_ENV
+    from rft.sync.process_group import ADDR_ENV, PORT_ENV
+    from rft.trainer.modes import EXPLORER_RANK_ENV, ROLE_ENV
+
+    base = {k: v for k, v in os.environ.items() if k not in NODE_ENV}
+    base[PLACED_ENV] = "1"
+    trainers = [p for p in placed if p.role.startswith("trainer")]
+    head = trainers[0] if trainers else placed[0]
+    base[ADDR_ENV], base[PORT_ENV] = head.ip, str(head.sync_port)
+    t, world = cfg.trainer, len(trainers)
+    for i, p in enumerate(trainers):
+        node, local = divmod(i, t.n_gpus_per_node)
+        p.env = {**base, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        if world > 1:
+            p.env.update({"RANK": str(i), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
+                          "LOCAL_WORLD_SIZE": str(t.n_gpus_per_node), "GROUP_RANK": str(node),
+                          "GROUP_WORLD_SIZE": str(t.nnodes), "MASTER_ADDR": head.ip, "MASTER_PORT": str(head.port),
+                          LAUNCHER_ENV: "1"})
+        group = trainers[node * t.n_gpus_per_node:(node + 1) * t.n_gpus_per_node]
+        if all(q.gpus for q in group):
+            p.env["CUDA_VISIBLE_DEVICES"] = ",".join(q.gpus[0] for q in group)
+    explorers = [p for p in placed if p.role.startswith("explorer ")]
+    for i, p in enumerate(explorers):
+        p.env = {**base, ROLE_ENV: "explorer", EXPLORER_RANK_ENV: str(i)}
+    for p in placed:
+        if p.env is None:  # mode explore or bench: this command's one process
+            p.env = dict(base)
+    ips = {p.ip for p in placed}
+    shared = t.mode in ("explore", "train") or explorers
+    if len(ips) > 1 and shared:
+        from rft.buffer import buffer_url
+
+        url = buffer_url(cfg, shared=True)
+        if url is not None and url.startswith("sqlite"):
+            raise RftError(f"the run is placed on {len(ips)} nodes ({', '.join(sorted(ips))}), but its experience "
+                           f"buffer is SQLite ({url}), whose locks do not hold across machines: give a PostgreSQL "
+                           "experience_buffer.path every node reaches")
+
+
+def _ended(ray, ref) -> str | None:
+    """None when the process behind `ref` exited 0; else how it ended."""
+    from rft.distributed import _ended as exit_text
+
+    try:
+        code = ray.get(ref)
+    except ray.exceptions.RayActorError as e:  # how Ray words it (Ray 2.60)
+        text = str(e)
+        for cause, said in (("because its node has died", "its node was lost"),
+                            ("because its worker process has died", "its Ray worker process died"),
+                            ("ray.kill", "killed with ray.kill")):
+            if cause in text:
+                return f"died ({said})"
+        return f"died ({text.strip().splitlines()[0] if text.strip() else type(e).__name__})"
+    except ray.exceptions.RayError as e:
+        return f"failed in Ray ({type(e).__name__})"
+    return None if code == 0 else f"ended with {exit_text(code)}"
+
+
+def _supervise(ray, placed: list[Placed], args: list[str]) -> int:
+    """Run every placed process and wait for them; the first that fails or dies ends the run (the others are
+    killed: their children follow) with the one line naming it. Ctrl-C / SIGTERM here is passed on to every
+    process, which stops at the next step as one process does (the run then stops with rft's `stopped by` line);
+    a second one kills them at once. The wait returns every second so that Python sees a signal."""
+    import signal
+
+    from rft import interrupts
+
+    refs = {p.actor.run.remote(args, p.env, os.getcwd()): p for p in placed}
+    pending, stopping, finished = list(refs), None, True
+    try:
+        while pending:
+            try:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+            except KeyboardInterrupt as e:
+                if stopping is not None:
+                    raise
+                stopping = getattr(e, "signal_name", "SIGINT")
+                print(f"rft: {stopping} received: passed on to the {len(placed)} processes, which stop at their next "
+                      "step (send it again to stop them at once)", file=sys.stderr, flush=True)
+                for p in placed:
+                    p.actor.signal.remote(getattr(signal, stopping))
+                continue
+            for ref in ready:
+                how = _ended(ray, ref)
+                finished = finished and how is None
+                if how is not None and not (stopping and how.startswith("ended with")):
+                    p = refs[ref]
+                    raise RftError(f"the {p.role} on {p.ip} {how}; run the same command again to resume")
+    finally:
+        for p in placed:
+            ray.kill(p.actor)
+    if stopping is not None and not finished:
+        raise interrupts.Interrupted(stopping, f"stopped by {stopping} ({len(placed)} processes on Ray)")
+    if stopping is not None:
+        print(f"rft: the {stopping} came during the last phase; the command finished", file=sys.stderr, flush=True)
+    return 0
+
+
+def run_on_ray(cfg, module_args: list[str]) -> int:
+    """The run `cfg` on Ray: connect, check and reserve the placement, hold the output folder for the processes
+    (as rft's own launcher does), start them and supervise them. Always leaves the cluster as it found it."""
+    from rft.trainer.modes import explorer_role
+    from rft.trainer.run_folder import run_folder
+
     ray = import_ray()
     where = connect(cfg)
     try:
@@ -179,12 +376,20 @@ def run_on_ray(cfg) -> NoReturn:
         if missing is not None:
             raise RftError(f"{where}: {missing}: add nodes or resources (`ray start --num-cpus / --num-gpus`), or "
                            "lower trainer.nnodes / trainer.n_gpus_per_node")
-        from ray.util.placement_group import remove_placement_group
+        pgs = reserve(groups, cfg.trainer.ray_wait_register_center_timeout, where)
+        try:
+            placed = _place(ray, cfg, groups, pgs)
+            mode = cfg.trainer.mode
+            role = {"bench": "bench", "explore": explorer_role(cfg)}.get(mode, "trainer")
+            with run_folder(cfg, for_children=True, role=role):
+                _environments(cfg, groups, placed)
+                print(f"rft: {len(placed)} process{'es' * (len(placed) > 1)} on {where}: "
+                      + ", ".join(f"{p.role} on {p.ip}" for p in placed), flush=True)
+                return _supervise(ray, placed, module_args)
+        finally:
+            from ray.util.placement_group import remove_placement_group
 
-        for pg in reserve(groups, cfg.trainer.ray_wait_register_center_timeout, where):
-            remove_placement_group(pg)
+            for pg in pgs:
+                remove_placement_group(pg)
     finally:
         ray.shutdown()
-    key = ADDRESS_KEYS if cfg.ray_init.address is not None else "ray_init.num_cpus"
-    raise RftError(f"{where} grants the placement ({_need(groups)}), but starting rft's processes on Ray is not "
-                   f"built yet (docs/cluster.md); remove {key} to start them here")

@@ -23,6 +23,7 @@ def check_launch(cfg) -> None:
     """The process counts of the environment (a launcher's WORLD_SIZE / LOCAL_WORLD_SIZE) agree with the config;
     several nodes need a launcher."""
     from rft.distributed import launched
+    from rft.trainer.modes import ROLE_ENV
 
     t = cfg.trainer
     if launched():
@@ -34,7 +35,7 @@ def check_launch(cfg) -> None:
                 f"trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node}: set them to the "
                 "launcher's nodes and processes per node"
             )
-    elif t.nnodes > 1:
+    elif t.nnodes > 1 and os.environ.get(ROLE_ENV) != "explorer":  # an explorer is no rank: nnodes is not its
         raise ConfigError(
             f"trainer.nnodes={t.nnodes}: rft starts the processes of one node itself; for several nodes start it on "
             f"every node with torch's launcher, e.g. `{multi_node_command(cfg)}` (docs/scaling.md)"
@@ -69,11 +70,24 @@ def run_rl(cfg, module_args: list[str]) -> int:
     reproduce this command in each started process. Returns the exit status."""
     from rft.distributed import launch, launched
     from rft.sync.schedule import is_synchronous
-    from rft.trainer.cluster import ray_requested, run_on_ray
+    from rft.trainer.cluster import placed_by_ray, ray_requested, run_on_ray
     from rft.trainer.run_folder import run_folder
 
-    if ray_requested(cfg) and not launched():  # Ray is the launcher (docs/cluster.md)
-        return run_on_ray(cfg)
+    if placed_by_ray():
+        import signal
+
+        from rft.errors import EXIT_ERROR
+        from rft.runtime import exit_with_parent
+
+        # a Ray worker blocks SIGINT, and a process it starts inherits the mask: the driver's Ctrl-C passed on
+        # would never arrive
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+        # a Ray actor killed (or its node lost) leaves no process of the run behind
+        exit_with_parent(EXIT_ERROR, "rft: error: the Ray actor (pid {parent}) that started this process is gone, "
+                                     "so it stops: run the same command again to resume")
+    elif ray_requested(cfg) and not launched():  # Ray is the launcher (docs/cluster.md)
+        return run_on_ray(cfg, module_args)
     check_launch(cfg)
     if not is_synchronous(cfg):  # explorer and trainer as separate loops
         from rft.trainer.modes import ROLE_ENV, TrainLoop, run_both_async, run_mode

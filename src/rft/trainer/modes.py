@@ -363,7 +363,9 @@ class TrainLoop:
         if hi == lo:
             raise RftError(f"the trainer read {n} experiences for {world} processes; each needs at least one "
                            "(experience_buffer partial reads below the number of processes)")
-        return to_batch(experiences[lo:hi], self.tokenizer.pad_token_id, labels[lo:hi])
+        # every rank's responses padded to the widest of the step: the trainer gathers (B, R) tensors over the ranks
+        width = max(len(e.response) for e in experiences)
+        return to_batch(experiences[lo:hi], self.tokenizer.pad_token_id, labels[lo:hi], width)
 
     def _weights(self) -> dict[str, torch.Tensor]:
         """The trainable weights the explorer loads: gathered whole from the shards onto rank 0 with several
@@ -449,9 +451,10 @@ LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_R
 
 def _train_with_explorer_child(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
     from rft.sync.process_group import ADDR_ENV, PORT_ENV, free_port
+    from rft.trainer.cluster import placed_by_ray
 
     loop = TrainLoop(cfg, dist)  # the model is loaded before the explorer starts competing for the cores
-    if not dist.is_main:
+    if not dist.is_main or placed_by_ray():  # Ray's driver placed the explorers and supervises them
         loop.fit()
         return 0
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV and not k.startswith("TORCHELASTIC_")}
