@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -126,12 +127,12 @@ def test_expert_rows_get_the_sft_loss_and_experiences_the_policy_loss_with_the_g
         assert m["actor/sft_loss"] == pytest.approx(float(sft_loss.detach()), abs=1e-5)
     # the weights: mu = 0 leaves only the experiences' policy loss, mu = 1 only the expert rows' SFT loss
     for mu, expected in ((0.0, pg_loss), (1.0, sft_loss)):
-        trainer.worker.s.mix_mu = mu
+        trainer.worker.mu = mu  # the step's weight (algorithm.mix.mu, or CHORD's schedule at the step)
         model.zero_grad(set_to_none=True)
         expected_grad = torch.autograd.grad(expected, trainer.worker.params, retain_graph=True)
         got, _ = _step_gradient(trainer, mixed, 3)
         assert (torch.cat([g.flatten() for g in expected_grad]) - got).abs().max() <= 1e-5
-    trainer.worker.s.mix_mu = 0.3
+    trainer.worker.mu = 0.3
     # Trinity's use_token_level_loss_in_sft=false: the mean over the expert rows of their token means
     trainer.worker.s.mix_sft_agg = "seq-mean-token-mean"
     _, seq_metrics = _step_gradient(trainer, mixed, 3)
@@ -139,6 +140,44 @@ def test_expert_rows_get_the_sft_loss_and_experiences_the_policy_loss_with_the_g
     assert seq_metrics["actor/sft_loss"] == pytest.approx(float(per_row.mean().detach()), abs=1e-5)
     trainer.worker.s.mix_sft_agg = "token-mean"
 
+
+
+def test_chord_mu_schedule_is_a_warm_up_then_a_cosine_to_the_valley():
+    """CHORD's mu by hand: warm-up 4 steps to the peak 0.5, decay over 4 steps to 0.1, then 0.1."""
+    from rft.trainer.mix import mu_at
+
+    got = [mu_at(step, 0.5, 0.1, 4, 4) for step in range(0, 10)]
+    cos = lambda k: 0.1 + 0.4 * 0.5 * (1 + math.cos(math.pi * k / 4))
+    expected = [0.0, 0.125, 0.25, 0.375, 0.5, cos(1), cos(2), cos(3), 0.1, 0.1]
+    assert got == pytest.approx(expected, abs=1e-12)
+    assert expected[6] == pytest.approx(0.3) and expected[5] == pytest.approx(0.1 + 0.2 * (1 + math.sqrt(0.5)))
+    assert mu_at(7, 0.3, None, 4, 4) == 0.3  # no valley: mu constant
+    assert mu_at(0, 0.1, 0.1, 0, 0) == 0.1  # Trinity's defaults: peak = valley, no warm-up or decay
+
+
+def test_chord_phi_weights_each_expert_tokens_nll_by_p_times_1_minus_p(setup):
+    """sft_token_weight phi: the SFT term is sum -log p * sg(p (1 - p)) / expert tokens, by hand; with CHORD's
+    schedule the worker's update reports the step's mu."""
+    trainer, _, mixed = setup
+    model, s = trainer.model, trainer.worker.s
+    model.zero_grad(set_to_none=True)
+    logprobs, _ = forward_logprobs(model, mixed, trainer.settings.temperature)
+    experience = (mixed.loss_mask * ~mixed.expert_mask[:, None]).float()
+    expert = (mixed.loss_mask * mixed.expert_mask[:, None]).float()
+    p = logprobs.detach().exp()
+    sft_phi = (-logprobs * p * (1 - p) * expert).sum() / expert.sum()
+    ratio = torch.exp(logprobs - logprobs.detach())
+    pg_loss = (-mixed.advantages * ratio * experience).sum() / experience.sum()
+    s.mix_phi, trainer.worker.mu = True, 0.4
+    try:
+        expected = torch.autograd.grad(0.6 * pg_loss + 0.4 * sft_phi, trainer.worker.params, retain_graph=True)
+        got, metrics = _step_gradient(trainer, mixed, 3)
+    finally:
+        s.mix_phi, trainer.worker.mu = False, s.mix_mu
+    assert (torch.cat([g.flatten() for g in expected]) - got).abs().max() <= 1e-5
+    assert metrics["actor/sft_loss"] == pytest.approx(float(sft_phi.detach()), abs=1e-6)
+    plain = float(((-logprobs * expert).sum() / expert.sum()).detach())
+    assert 0 < metrics["actor/sft_loss"] < plain / 3  # p (1 - p) <= 1/4
 
 
 def test_multi_turn_experiences_keep_their_action_mask_beside_the_expert_rows(setup):
@@ -265,6 +304,40 @@ def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path
             needle = "covers the expert rows too"
         with pytest.raises(ConfigError, match=needle):
             translate(cfg)
+
+
+def test_trinity_mix_chord_lands_on_the_mu_schedule_and_phi(assets, tmp_path):
+    """algorithm_type mix_chord: Trinity's defaults (peak = valley = 0.1, phi on), its arguments mapped by name,
+    and a 3-step run whose actor/mix_mu follows the schedule."""
+    cfg = trinity_mix(assets, tmp_path, 3)
+    cfg["algorithm"] = {"algorithm_type": "mix_chord", "repeat_times": 4, "sample_strategy_args":
+                        {"expert_data_ratio": 0.25}}
+    assert translate(cfg)["algorithm"]["mix"] == {"enable": True, "mu": 0.1, "mu_valley": 0.1,
+                                                  "sft_token_weight": "phi", "expert_data_ratio": 0.25}
+    cfg["algorithm"]["policy_loss_fn_args"] = {"mu_warmup_steps": 2, "mu_decay_steps": 2, "mu_peak": 0.5,
+                                               "mu_valley": 0.02, "enable_phi_function": False,
+                                               "use_token_level_loss_in_sft": False, "clip_range": 0.2}
+    mix = translate(cfg)["algorithm"]["mix"]
+    assert mix == {"enable": True, "mu": 0.5, "mu_valley": 0.02, "mu_warmup_steps": 2, "mu_decay_steps": 2,
+                   "sft_token_weight": "none", "sft_loss_agg_mode": "seq-mean-token-mean", "expert_data_ratio": 0.25}
+    cfg["algorithm"]["policy_loss_fn_args"]["mu"] = 0.3  # mix's constant weight: not CHORD's
+    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_fn_args.mu"):
+        translate(cfg)
+    del cfg["algorithm"]["policy_loss_fn_args"]["mu"]
+    path = tmp_path / "chord.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    kind, loaded = load_trinity(path)
+    SyncRun(loaded).fit()
+    lines = [json.loads(x) for x in (tmp_path / "p" / "mix" / "metrics.jsonl").read_text().splitlines()]
+    # steps 1, 2, 3: half-way up, the peak, then half-way down the cosine
+    assert [x["actor/mix_mu"] for x in lines] == pytest.approx([0.25, 0.5, 0.26], abs=1e-9)
+    assert all(x["actor/sft_loss"] > 0 for x in lines)
+
+
+def test_a_mu_schedule_without_a_valley_is_refused(assets, tmp_path):
+    with pytest.raises(ConfigError, match=r"algorithm.mix.mu_warmup_steps=3 schedules mu \(CHORD\), which needs "
+                                          "algorithm.mix.mu_valley"):
+        mix_cfg(assets, tmp_path, "algorithm.mix.mu_warmup_steps=3")
 
 
 def test_the_spec_trainer_input_block_is_read_by_the_mix_algorithm(assets):

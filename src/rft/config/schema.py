@@ -743,6 +743,16 @@ class MixConfig:
         "token-mean", "The SFT loss's aggregation over the mini-batch's expert rows: token-mean (Trinity-RFT's "
         "use_token_level_loss_in_sft=true) or seq-mean-token-mean (false).",
         choices=("token-mean", "seq-mean-token-mean"))
+    mu_valley: Optional[float] = fld(
+        None, "CHORD (Trinity-RFT's mix_chord): mu follows a schedule instead of staying constant: from 0 up to mu "
+        "(the peak) linearly over mu_warmup_steps, then a cosine decay to mu_valley over mu_decay_steps, then "
+        "mu_valley (step: the trainer step, from 1; docs/algorithms.md). null: mu is constant.")
+    mu_warmup_steps: int = fld(0, "CHORD: the steps of mu's linear warm-up (needs mu_valley).")
+    mu_decay_steps: int = fld(0, "CHORD: the steps of mu's cosine decay from mu to mu_valley (needs mu_valley).")
+    sft_token_weight: str = fld(
+        "none", "The SFT loss's per-token weight on the expert rows: none (-log p) or phi (CHORD-phi: -log p x "
+        "p (1 - p), p detached, which downweights the tokens the policy is already sure or hopeless about; "
+        "Trinity-RFT's enable_phi_function).", choices=("none", "phi"))
 
 
 @dataclass

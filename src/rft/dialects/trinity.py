@@ -58,7 +58,13 @@ ALGORITHMS = {
     # GRPO on the experiences plus SFT on the expert rows of an auxiliary buffer (algorithm.mix, data.expert)
     "mix": {"repeat_times": 8, "advantage_fn": "grpo", "policy_loss_fn": "mix", "kl_penalty_fn": "none",
             "kl_loss_fn": "k2", "entropy_loss_fn": "mix", "sample_strategy": "mix"},
+    # CHORD: mix with mu scheduled and the SFT loss's tokens weighted by phi (algorithm.mix.mu_valley, ...)
+    "mix_chord": {"repeat_times": 8, "advantage_fn": "grpo", "policy_loss_fn": "mix_chord", "kl_penalty_fn": "none",
+                  "kl_loss_fn": "k2", "entropy_loss_fn": "mix", "sample_strategy": "mix"},
 }
+# Trinity-RFT's mix_chord policy-loss arguments (its defaults: no warm-up or decay, peak = valley = 0.1, phi on)
+CHORD_ARGS = {"mu_peak": "algorithm.mix.mu", "mu_valley": "algorithm.mix.mu_valley",
+              "mu_warmup_steps": "algorithm.mix.mu_warmup_steps", "mu_decay_steps": "algorithm.mix.mu_decay_steps"}
 OFFLINE = ("sft", "dpo")  # algorithm types run by an offline trainer (SFT-style sections), in mode train
 # Trinity-RFT's mix policy loss receives the batch sizes to rebuild its normalisers per micro-batch; rft takes them
 # from the mini-batch itself (the global normalisers), so these are refused
@@ -245,20 +251,28 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         else:
             _set(out, target, value)
     loss = a["policy_loss_fn"]
-    mix = loss == "mix"  # Trinity's mix: its PPO loss on the experiences, mu times the SFT loss on expert rows
+    # Trinity's mix: its PPO loss on the experiences, mu times the SFT loss on expert rows; mix_chord: CHORD's
+    chord = loss == "mix_chord"
+    mix = loss == "mix" or chord
     if loss not in POLICY_LOSS_FNS and not mix:
-        t.refuse("algorithm.policy_loss_fn", f"={loss!r}: rft has {sorted([*POLICY_LOSS_FNS, 'mix'])}")
+        t.refuse("algorithm.policy_loss_fn", f"={loss!r}: rft has {sorted([*POLICY_LOSS_FNS, 'mix', 'mix_chord'])}")
     else:
         _set(out, f"{A}.policy_loss.loss_mode", POLICY_LOSS_FNS.get(loss, "vanilla"))
         if mix:
             _set(out, "algorithm.mix.enable", True)
+        if chord:  # Trinity's defaults, which its arguments below override
+            for key, value in (("mu", 0.1), ("mu_valley", 0.1), ("sft_token_weight", "phi")):
+                _set(out, f"algorithm.mix.{key}", value)
         if loss == "gspo":  # Trinity's gspo aggregates per sequence unless told otherwise (rft's, like verl's, by
             _set(out, f"{A}.loss_agg_mode", "seq-mean-token-mean")  # loss_agg_mode, default token-mean)
     for key, value in (a.get("policy_loss_fn_args") or {}).items():
         target = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
                   "clip_range_high": f"{A}.clip_ratio_high", "tau": f"{A}.policy_loss.tau",
-                  "loss_agg_mode": f"{A}.loss_agg_mode", **({"mu": "algorithm.mix.mu"} if mix else {})}.get(key)
-        if mix and key == "use_token_level_loss_in_sft":
+                  "loss_agg_mode": f"{A}.loss_agg_mode", **(CHORD_ARGS if chord else {"mu": "algorithm.mix.mu"}
+                                                             if mix else {})}.get(key)
+        if chord and key == "enable_phi_function":
+            _set(out, "algorithm.mix.sft_token_weight", "phi" if value else "none")
+        elif mix and key == "use_token_level_loss_in_sft":
             _set(out, "algorithm.mix.sft_loss_agg_mode", "token-mean" if value else "seq-mean-token-mean")
         elif mix and key in MIX_NORMALISER_ARGS:
             t.refuse(f"algorithm.policy_loss_fn_args.{key}", "rft normalises the policy loss and the SFT loss by the "
@@ -679,7 +693,7 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
     wanted = out.get("_trinity", {}).get("expert_buffer")
     for name, buf in buffers.items():
         if name != wanted:
-            t.refuse(f"{where}.{name}", "rft reads an auxiliary buffer only as the expert rows of the mix algorithm "
+            t.refuse(f"{where}.{name}", "rft reads an auxiliary buffer only as the expert rows of the mix algorithms (mix, mix_chord) "
                                         "(algorithm.sample_strategy_args.sft_dataset_name" +
                      (f", here {wanted!r})" if wanted else "; this run is not mix)"))
             continue

@@ -152,6 +152,18 @@ def check_mix(ctx: CheckContext) -> None:
         check_files_exist("data.expert.files", files)
     if not 0 <= mix.mu <= 1:
         raise ConfigError(f"algorithm.mix.mu must be in [0, 1] (the SFT loss's weight), got {mix.mu}")
+    if mix.mu_valley is None:
+        for key in ("mu_warmup_steps", "mu_decay_steps"):
+            if getattr(mix, key):
+                raise ConfigError(f"algorithm.mix.{key}={getattr(mix, key)} schedules mu (CHORD), which needs "
+                                  "algorithm.mix.mu_valley: the weight it decays to")
+    else:
+        if not 0 <= mix.mu_valley <= 1:
+            raise ConfigError(f"algorithm.mix.mu_valley must be in [0, 1] (the SFT loss's weight after the decay), "
+                              f"got {mix.mu_valley}")
+        for key in ("mu_warmup_steps", "mu_decay_steps"):
+            if getattr(mix, key) < 0:
+                raise ConfigError(f"algorithm.mix.{key} must be >= 0 steps, got {getattr(mix, key)}")
     if not 0 <= mix.expert_data_ratio < 1:
         raise ConfigError(f"algorithm.mix.expert_data_ratio must be in [0, 1) (the expert rows' share of a "
                           f"mini-batch), got {mix.expert_data_ratio}")

@@ -407,6 +407,8 @@ class UpdateSettings:
     max_token_len: int | None = None  # use_dynamic_bsz: real tokens per forward/backward pass (else micro_rows)
     mix_mu: float | None = None  # algorithm.mix: the SFT loss's weight on the expert rows; None: no mix
     mix_sft_agg: str = "token-mean"  # algorithm.mix.sft_loss_agg_mode
+    mix_schedule: tuple | None = None  # CHORD: (mu_valley, mu_warmup_steps, mu_decay_steps); None: mu constant
+    mix_phi: bool = False  # algorithm.mix.sft_token_weight phi: each expert token's -log p weighted by p (1 - p)
     activation_offload: bool = False  # model.enable_activation_offload: forward passes save to host memory (cuda)
 
     @classmethod
@@ -436,6 +438,9 @@ class UpdateSettings:
             max_token_len=actor.ppo_max_token_len_per_gpu if actor.use_dynamic_bsz else None,
             mix_mu=cfg.algorithm.mix.mu if cfg.algorithm.mix.enable else None,
             mix_sft_agg=cfg.algorithm.mix.sft_loss_agg_mode,
+            mix_schedule=((cfg.algorithm.mix.mu_valley, cfg.algorithm.mix.mu_warmup_steps,
+                           cfg.algorithm.mix.mu_decay_steps) if cfg.algorithm.mix.mu_valley is not None else None),
+            mix_phi=cfg.algorithm.mix.sft_token_weight == "phi",
             activation_offload=arr.model.enable_activation_offload,
             logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
         )
@@ -450,6 +455,16 @@ class PolicyWorker(MiniBatchWorker):
         reference is `model` with its adapter disabled and `ref_model` stays None."""
         super().__init__(model, settings, optim_cfg, total_steps, dist)
         self.ref_model = ref_model
+        self.mu = settings.mix_mu  # algorithm.mix: the SFT loss's weight this step (CHORD's schedule moves it)
+
+    def update(self, batch: Batch, step: int) -> dict[str, float]:
+        s = self.s
+        if s.mix_mu is None:
+            return super().update(batch, step)
+        from rft.trainer.mix import mu_at
+
+        self.mu = mu_at(step, s.mix_mu, *(s.mix_schedule or (None, 0, 0)))
+        return {**super().update(batch, step), "actor/mix_mu": self.mu}
 
     def _loss_inputs(self, mb: Batch, logprobs: torch.Tensor, norm: AggNorm | None, seed: int) -> PolicyLossInputs:
         s = self.s
@@ -499,7 +514,7 @@ class PolicyWorker(MiniBatchWorker):
         inputs.minibatch, inputs.rows = minibatch, rows  # rows: mb's rows in `minibatch`
         out = compute_policy_loss(s.loss_mode, inputs)
         # algorithm.mix (Trinity-RFT): (1 - mu) * policy loss on the experiences + mu * SFT loss on the expert rows
-        loss = out.loss if s.mix_mu is None else (1.0 - s.mix_mu) * out.loss
+        loss = out.loss if s.mix_mu is None else (1.0 - self.mu) * out.loss
         share = float(mask.sum()) / max(metric_norm.num_tokens, 1.0)  # token share of this micro-batch
         # a loss's own names (no '/') go under actor/; rollout_corr/... (bypass_mode) keep theirs
         metrics = {(k if "/" in k else f"actor/{k}"): v * share for k, v in out.metrics.items()}
@@ -524,8 +539,12 @@ class PolicyWorker(MiniBatchWorker):
             if router.applied:
                 loss = loss + router.coef * aux * share
         if s.mix_mu is not None:
-            sft = agg_loss(-logprobs, expert_tokens(mb).to(logprobs.device).float(), s.mix_sft_agg, expert_norm)
-            loss = loss + s.mix_mu * sft
+            nll = -logprobs
+            if s.mix_phi:  # CHORD-phi: p (1 - p), detached, per expert token
+                p = logprobs.detach().exp()
+                nll = nll * p * (1 - p)
+            sft = agg_loss(nll, expert_tokens(mb).to(logprobs.device).float(), s.mix_sft_agg, expert_norm)
+            loss = loss + self.mu * sft
             metrics["actor/sft_loss"] = float(sft.detach())
         return loss, metrics
 
