@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-heavy test-faults demo demo-vision bench clean vllm test-vllm bench-vllm
+.PHONY: setup test test-heavy test-faults demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer
 
 setup: $(STAMP)
 
@@ -50,6 +50,24 @@ $(VSTAMP): pyproject.toml constraints.txt
 
 test-vllm: vllm
 	OMP_NUM_THREADS=1 $(VVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_vllm
+
+# Data-Juicer (the experience pipeline's data_juicer operator) in a venv of its own, which rft runs as a worker
+# process: py-data-juicer 1.6.1 imports aiohttp without declaring it, and installs what it misses into the running
+# environment at run time (docs/workflows.md). Its extras pin torch 2.8 and pandas < 3: not installed.
+DJVENV := .venv-dj
+DJSTAMP := $(DJVENV)/.installed
+data-juicer: $(DJSTAMP)
+
+$(DJSTAMP): constraints.txt
+	$(PYTHON) -m venv $(DJVENV)
+	$(DJVENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DJVENV)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0 py-data-juicer==1.6.1 \
+		aiohttp ray msgpack
+	touch $(DJSTAMP)
+
+test-data-juicer: setup data-juicer
+	RFT_DATA_JUICER_PYTHON=$(CURDIR)/$(DJVENV)/bin/python OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q \
+		-p no:cacheprovider tests/with_data_juicer
 
 bench-vllm: vllm
 	$(VVENV)/bin/python bench/bench.py --engine hf vllm

@@ -38,6 +38,8 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 def pytest_ignore_collect(collection_path, config):
     """Leave tests/with_vllm out of a collection of tests/ where vLLM is not installed (make test's venv)."""
+    if collection_path == Path(__file__).parent / "with_data_juicer" and not os.environ.get("RFT_DATA_JUICER_PYTHON"):
+        return True  # Data-Juicer's environment of its own: make test-data-juicer
     return True if not HAS_VLLM and collection_path == Path(__file__).parent / "with_vllm" else None
 
 

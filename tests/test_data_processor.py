@@ -146,11 +146,17 @@ def test_mode_explore_writes_the_processed_experiences(assets, tmp_path):
 # -------------------------------------------------------------------------------------------- errors
 ERRORS = [
     ("data_processor.experience_pipeline.operators=[{name: data_juicer, args: {config_path: dj.yaml}}]",
-     "data_processor.experience_pipeline.operators[0].name='data_juicer': Data-Juicer's operators need the "
-     "py-data-juicer package, which rft does not ship: it does not import as released (docs/workflows.md)"),
+     "data_processor.experience_pipeline.operators[0].args (data_juicer): config_path dj.yaml: cannot be read (No "
+     "such file or directory)"),
+    ("data_processor.experience_pipeline.operators=[{name: data_juicer, args: {operators: [{text_length_filter: "
+     "{}}]}}]",
+     "data_processor.experience_pipeline.operators[0] (data_juicer): Data-Juicer runs in a Python environment of its "
+     "own (py-data-juicer cannot share rft's, docs/workflows.md): build one (`make data-juicer`, or pip install "
+     "py-data-juicer aiohttp ray in a venv) and set RFT_DATA_JUICER_PYTHON (or data_processor.data_juicer.python) "
+     "to its python"),
     ("data_processor.experience_pipeline.operators=[{name: reward_shaper}]",
      "data_processor.experience_pipeline.operators[0].name='reward_shaper' is not an operator rft has: "
-     "pass_rate_calculator, reward_shaping_mapper"),
+     "data_juicer, pass_rate_calculator, reward_shaping_mapper"),
     ("data_processor.experience_pipeline.operators=[{name: pass_rate_calculator, args: {threshold: 1}}]",
      "data_processor.experience_pipeline.operators[0].args.threshold: pass_rate_calculator takes no arguments"),
     ("data_processor.experience_pipeline.operators=[{name: reward_shaping_mapper, args: {reward_shaping_configs: "
@@ -167,7 +173,9 @@ ERRORS = [
 
 
 @pytest.mark.parametrize("override, line", ERRORS, ids=[e[1][:60] for e in ERRORS])
-def test_an_operator_rft_has_not_is_one_error_line_before_any_model_loads(assets, tmp_path, override, line):
+def test_an_operator_rft_has_not_is_one_error_line_before_any_model_loads(assets, tmp_path, override, line,
+                                                                        monkeypatch):
+    monkeypatch.delenv("RFT_DATA_JUICER_PYTHON", raising=False)  # Data-Juicer's own tests: tests/with_data_juicer
     with pytest.raises(ConfigError) as err:
         rl_config(assets, tmp_path / "out", override)
     assert str(err.value) == line
@@ -179,8 +187,8 @@ def test_rft_train_prints_the_operator_error_as_one_line(assets, tmp_path):
                     "data_processor.experience_pipeline.operators=[{name: data_juicer}]", cwd=tmp_path, check=False)
     assert proc.returncode != 0
     assert [x for x in proc.stderr.splitlines() if x.strip()] == [
-        "rft: error: data_processor.experience_pipeline.operators[0].name='data_juicer': " + ERRORS[0][1].split(
-            "'data_juicer': ")[1]]
+        "rft: error: data_processor.experience_pipeline.operators[0].args (data_juicer): give one of operators "
+        "(Data-Juicer's process list) or config_path (a Data-Juicer recipe)"]
 
 
 # ------------------------------------------------------------------------------------------- Trinity

@@ -100,7 +100,7 @@ TRINITY_BLOCK_REFUSALS = {
     "monitor": set(),  # monitor_type wandb with its base_url / api_key: trainer.logger, trainer.monitor_args
     "explorer": set(),  # engine_type vllm is rft's vllm engine (validated where the config loads), the rest honoured
     "synchronizer": set(),  # rft's synchronizer section has Trinity's keys (issue 12)
-    "service": {"service"},  # not implemented
+    "service": set(),  # data_processor.data_juicer (tests/with_data_juicer runs its server)
     "log": set(),  # trainer.log_level / log_group_by_node (tests/test_run_logs.py)
     # Data-Juicer's worker processes; its operators (llm_difficulty_score_filter, data_juicer) are refused by rft's
     # check where the config loads (tests/test_data_processor.py)

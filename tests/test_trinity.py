@@ -183,7 +183,7 @@ REFUSED = [
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
-    ({"service": {"data_juicer": {"auto_start": True}}}, "service:"),
+    ({"service": {"data_juicer": {"auto_start": True, "np": 4}}}, "service.data_juicer.np"),
     # log and the data processor honoured (tests/test_run_logs.py, tests/test_data_processor.py); Data-Juicer's
     # worker processes not
     ({"data_processor": {"task_pipeline": {"num_process": 4}}, "log": {"level": "INFO"}},

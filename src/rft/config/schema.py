@@ -1073,8 +1073,10 @@ class ExperiencePipelineConfig:
             "the trainer reads what they make of them (Trinity-RFT's experience_pipeline): a list of {name, args}. "
             "reward_shaping_mapper (args.reward_shaping_configs: a list of {stats_key, op_type ADD | SUB | MUL | DIV, "
             "weight}; the stat is the experience's info[stats_key], else its named reward value), "
-            "pass_rate_calculator (each experience's info.pass_rate: its group's mean reward). Each experience's "
-            "info.operators names the operators it went through (docs/workflows.md).")
+            "pass_rate_calculator (each experience's info.pass_rate: its group's mean reward), data_juicer "
+            "(Data-Juicer's filters: args.operators or args.config_path; their stats in info, the experiences they "
+            "reject dropped). Each experience's info.operators names the operators it went through "
+            "(docs/workflows.md).")
 
 
 @dataclass
@@ -1094,10 +1096,28 @@ class TaskPipelineConfig:
 
 
 @dataclass
+class DataJuicerServiceConfig:
+    python: Optional[str] = fld(
+        None, "The Python interpreter of the environment that holds py-data-juicer (`make data-juicer` builds "
+              ".venv-dj); null: $RFT_DATA_JUICER_PYTHON. Data-Juicer cannot share rft's environment "
+              "(docs/workflows.md).")
+    server_url: Optional[str] = fld(
+        None, "Trinity-RFT's service.data_juicer.server_url: the data_juicer operators send their rows to the "
+              "Data-Juicer server there (rft's worker in its HTTP mode, `python -I .../dj_worker.py --port PORT`, "
+              "run in the Data-Juicer environment). null: a worker process of the run, over pipes.")
+    auto_start: bool = fld(
+        False, "Trinity-RFT's service.data_juicer.auto_start: the run starts the Data-Juicer server itself on "
+               "127.0.0.1:port and stops it when it ends; server_url, when given, must be that address.")
+    port: int = fld(5005, "With auto_start: the port of the server the run starts (Trinity-RFT's default 5005).")
+
+
+@dataclass
 class DataProcessorConfig:
     task_pipeline: TaskPipelineConfig = sub(TaskPipelineConfig, "Operators over the tasks before exploring.")
     experience_pipeline: ExperiencePipelineConfig = sub(
         ExperiencePipelineConfig, "Operators over each explore step's experiences before they reach the buffer.")
+    data_juicer: DataJuicerServiceConfig = sub(
+        DataJuicerServiceConfig, "Where the data_juicer operators run Data-Juicer (Trinity-RFT's service.data_juicer).")
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rft.config.checks import CHECKS, CheckContext
+from rft.config.checks import CHECKS, UNUSED, CheckContext
 from rft.config.errors import ConfigError
 from rft.data_processor.experience import ExperiencePipeline
 from rft.data_processor.tasks import task_operators
@@ -13,13 +13,28 @@ EXPERIENCE = "data_processor.experience_pipeline"
 TASKS = "data_processor.task_pipeline"
 
 
+@UNUSED.register("data_processor.data_juicer")
+def unused_data_juicer_keys(cfg) -> dict[str, str]:
+    ops = cfg.data_processor.experience_pipeline.operators or []
+    if any(isinstance(op, dict) and op.get("name") == "data_juicer" for op in ops):
+        return {}
+    return {"data_processor.data_juicer.": "no data_juicer operator in data_processor.experience_pipeline"}
+
+
 @CHECKS.register("data_processor.experience_pipeline")
 def check_experience_pipeline(ctx: CheckContext) -> None:
     """The operators are built once here (as the explorer builds them), so a bad name or argument is one line."""
     try:
-        ExperiencePipeline.from_config(ctx.cfg)
+        pipeline = ExperiencePipeline.from_config(ctx.cfg)
     except ValueError as e:
         raise ConfigError(f"{EXPERIENCE}.{e}") from None
+    if pipeline is not None:
+        for i, (name, op) in enumerate(pipeline.operators):
+            try:
+                if hasattr(op, "check"):
+                    op.check()
+            except ValueError as e:
+                raise ConfigError(f"{EXPERIENCE}.operators[{i}] ({name}): {e}") from None
 
 
 @CHECKS.register("data_processor.task_pipeline")

@@ -95,8 +95,6 @@ class PassRateCalculator:
 
 
 NOT_BUILT = {
-    "data_juicer": "Data-Juicer's operators need the py-data-juicer package, which rft does not ship: it does not "
-                   "import as released (docs/workflows.md)",
     "reward_filter": "not built in rft yet",
     "reward_std_filter": "not built in rft yet (algorithm.filter_groups drops the groups whose rewards all agree)",
     "invalid_reward_filter": "not built in rft yet",
@@ -113,7 +111,32 @@ class ExperiencePipeline:
     def from_config(cls, cfg) -> ExperiencePipeline | None:
         """The pipeline of `cfg`, None without operators."""
         specs = cfg.data_processor.experience_pipeline.operators
-        return cls(specs) if specs else None
+        if not specs:
+            return None
+        pipeline = cls(specs)
+        servers = 0
+        for i, (name, op) in enumerate(pipeline.operators):
+            if hasattr(op, "configure"):  # data_juicer: where Data-Juicer runs (data_processor.data_juicer)
+                try:
+                    op.configure(cfg.data_processor.data_juicer)
+                except ValueError as e:
+                    raise ValueError(f"operators[{i}] ({name}): {e}") from None
+                servers += cfg.data_processor.data_juicer.auto_start
+        if servers > 1:
+            raise ValueError("operators: several data_juicer operators with data_processor.data_juicer.auto_start "
+                             "would each start a server on its port: put their Data-Juicer operators in one list")
+        return pipeline
+
+    def check(self) -> None:
+        """The operators that can say more than their arguments before a run (Data-Juicer's names) do so."""
+        for _, op in self.operators:
+            if hasattr(op, "check"):
+                op.check()
+
+    def close(self) -> None:
+        for _, op in self.operators:
+            if hasattr(op, "close"):
+                op.close()
 
     def process(self, experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         """The experiences after every operator, each naming them in info["operators"]; the operators' metrics as

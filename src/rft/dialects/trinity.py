@@ -921,8 +921,18 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     t.rest(sync, "synchronizer", NOT_HONOURED)
     _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
     _log(t, _section(cfg.get("log"), "log"), out)
-    if cfg.get("service"):
-        t.refuse("service", "Trinity's services are not implemented")
+    _service(t, _section(cfg.get("service"), "service"), out)
+
+
+def _service(t: _Translation, service: dict, out: dict) -> None:
+    """service.data_juicer (server_url, auto_start, port) -> data_processor.data_juicer: where the data_juicer
+    operators run Data-Juicer (rft.data_processor.data_juicer); Trinity-RFT has no other service."""
+    dj = _section(service.pop("data_juicer", None), "service.data_juicer")
+    for key in ("server_url", "auto_start", "port"):
+        if key in dj:
+            _set(out, f"data_processor.data_juicer.{key}", dj.pop(key))
+    t.rest(dj, "service.data_juicer", NOT_HONOURED)
+    t.rest(service, "service", NOT_HONOURED)
 
 
 def _log(t: _Translation, log: dict, out: dict) -> None:

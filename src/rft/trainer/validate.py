@@ -30,6 +30,7 @@ UNUSED_RL = (
     "workers.reference",              # actor_rollout_ref.ref.* without a KL term
     "rollout.vllm",                   # the vLLM engine's keys with another engine
     "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
+    "data_processor.data_juicer",     # where Data-Juicer runs, without a data_juicer operator
 )
 """The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
 

@@ -1,0 +1,143 @@
+"""Data-Juicer's filters in a process of their own: run by the interpreter of an environment that holds
+py-data-juicer (never rft's: see docs/workflows.md), started by `rft.data_processor.data_juicer`. Imports nothing of
+rft. One JSON object per line on stdin, one answer per line on stdout:
+
+    {"cmd": "load", "process": [{"text_length_filter": {...}}, ...]}  ->  {"ops": ["text_length_filter", ...]}
+    {"cmd": "run", "rows": [{"text": ..., ...}, ...]}                  ->  {"stats": [{...}, ...], "keep": [...]}
+
+or {"error": "..."}. With `--port PORT [--with-parent]` it serves the same over HTTP on 127.0.0.1 instead (Trinity-RFT's
+service.data_juicer): POST a JSON {"process": [...], "rows": [...]} and get {"stats", "keep"} back (400 with
+{"error"}); GET / answers {"ok": true}. Data-Juicer installs a package it misses at run time (its LazyLoader runs `uv pip install` /
+`pip install` into the running environment, with no switch to turn it off): refused here, so a missing package
+is an error line, not a download."""
+
+import json
+import subprocess
+import sys
+
+
+def _no_installs() -> None:
+    from data_juicer.utils.lazy_loader import LazyLoader
+
+    def refuse(cls, package_spec, pip_args=None):
+        raise subprocess.CalledProcessError(1, ["rft: Data-Juicer's installs at run time are off", package_spec])
+
+    LazyLoader._install_package = classmethod(refuse)
+
+
+class Filters:
+    """Data-Juicer's filters of one process list, loaded once; `run` over rows."""
+
+    def __init__(self, process: list[dict]):
+        from data_juicer.ops import load_ops
+        from data_juicer.ops.base_op import OPERATORS, Filter
+
+        self.names = [next(iter(spec)) for spec in process]
+        for name in self.names:
+            if name not in OPERATORS.modules:
+                raise ValueError(f"Data-Juicer has no operator {name!r}")
+        self.ops = load_ops(process)
+        for name, op in zip(self.names, self.ops):
+            if not isinstance(op, Filter):
+                raise ValueError(f"{name} is a Data-Juicer {type(op).__mro__[1].__name__}, not a filter: rft runs "
+                                 "Data-Juicer's filters over experiences (their stats, and which to keep); a changed "
+                                 "text would have to become tokens again")
+
+    def run(self, rows: list[dict]) -> dict:
+        from data_juicer.utils.constant import Fields
+
+        if not rows:  # a request that only loads the operators (rft's check)
+            return {"stats": [], "keep": []}
+        batch = {k: [r.get(k) for r in rows] for k in rows[0]}
+        batch[Fields.stats] = [{} for _ in rows]
+        keep = [True] * len(rows)
+        for op in self.ops:
+            batch = op.compute_stats_batched(batch)
+            keep = [a and bool(b) for a, b in zip(keep, op.process_batched(batch))]
+        return {"stats": batch[Fields.stats], "keep": keep}
+
+
+def _error(e: Exception) -> dict:
+    return {"error": str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"}
+
+
+def serve(port: int, with_parent: bool) -> None:
+    """The HTTP mode; `with_parent`: end when the process that started this one is gone (a run's own server,
+    auto_start), so a run killed outright leaves no server holding its port."""
+    import os
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    if with_parent:
+        parent = os.getppid()
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(0)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    loaded: dict[str, Filters] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, code: int, body: dict) -> None:
+            data = json.dumps(body, default=float).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._answer(200, {"ok": True})
+
+        def do_POST(self):
+            try:
+                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                key = json.dumps(req["process"], sort_keys=True)
+                if key not in loaded:
+                    loaded[key] = Filters(req["process"])
+                self._answer(200, loaded[key].run(req.get("rows", [])))
+            except Exception as e:
+                self._answer(400, _error(e))
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", port), Handler)
+    print(f"rft Data-Juicer server on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+def main() -> None:
+    out = sys.stdout
+    sys.stdout = sys.stderr  # whatever Data-Juicer prints stays off the answer channel
+    try:
+        _no_installs()
+        import data_juicer.ops  # noqa: F401 - registers the operators
+    except Exception as e:
+        out.write(json.dumps({"error": f"Data-Juicer does not import here ({type(e).__name__}: {e})"}) + "\n")
+        out.flush()
+        return
+    if len(sys.argv) >= 3 and sys.argv[1] == "--port":
+        serve(int(sys.argv[2]), "--with-parent" in sys.argv[3:])
+        return
+    filters = None
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            if req["cmd"] == "load":
+                filters = Filters(req["process"])
+                answer = {"ops": filters.names}
+            else:
+                answer = filters.run(req["rows"])
+        except Exception as e:
+            answer = _error(e)
+        out.write(json.dumps(answer, default=float) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
