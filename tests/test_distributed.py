@@ -356,7 +356,7 @@ PPO_LORA = ("algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4"
             "data.val_files=null", "trainer.test_freq=-1")
 
 
-@pytest.mark.longest
+@pytest.mark.heavy  # 60 s: make test-heavy (make test keeps under 20 minutes)
 def test_ppo_with_a_lora_actor_matches_one_process_and_resumes_a_one_process_checkpoint(assets, tmp_path):
     """gae (the critic sharded too, its values and whitening over both ranks), a LoRA actor under FSDP2 (the
     reference: the adapter disabled). A one-process checkpoint (safetensors + optimizer.pt) resumes in 2 processes."""

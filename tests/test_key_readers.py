@@ -43,6 +43,11 @@ WITHOUT_A_READER_HERE = {
     # backend is checked (models/checks.py: torch, or refused)
     "actor_rollout_ref.model.use_fused_kernels": "always on: workers/lm_head.py (tests/test_lm_head.py)",
     "trainer.ray_wait_register_center_timeout": "with Ray only: trainer/cluster.py:reserve (tests/test_cluster.py)",
+    # where the data_juicer operators run Data-Juicer: read by data_processor/data_juicer.py:configure and
+    # _interpreter, with a data_juicer operator, whose environment `make data-juicer` builds (tests/with_data_juicer)
+    **{f"data_processor.data_juicer.{key}": "with a data_juicer operator: data_processor/data_juicer.py "
+                                            "(tests/with_data_juicer)" for key in ("python", "server_url",
+                                                                                   "auto_start", "port")},
     "trainer.balance_batch": "several processes: rl.py generate_and_score -> distributed.step_shard "
                              "(tests/test_robustness.py::test_balance_batch_deals_prompts_by_length)",
     # the vLLM engine's keys: read by rollout/engines.py:vllm_options when rollout.name is vllm, which needs the

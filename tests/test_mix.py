@@ -144,7 +144,7 @@ def test_expert_rows_get_the_sft_loss_and_experiences_the_policy_loss_with_the_g
 
 def test_chord_mu_schedule_is_a_warm_up_then_a_cosine_to_the_valley():
     """CHORD's mu by hand: warm-up 4 steps to the peak 0.5, decay over 4 steps to 0.1, then 0.1."""
-    from rft.trainer.mix import mu_at
+    from rft.workers.policy import mu_at
 
     got = [mu_at(step, 0.5, 0.1, 4, 4) for step in range(0, 10)]
     cos = lambda k: 0.1 + 0.4 * 0.5 * (1 + math.cos(math.pi * k / 4))

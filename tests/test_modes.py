@@ -297,7 +297,7 @@ def test_mode_both_with_two_explorer_processes(two_explorers):
     assert sorted(p.name for p in (out / "log").iterdir()) == ["explorer.log", "explorer_1.log", "trainer.log"]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # 70 s: make test-heavy (make test keeps under 20 minutes)
 def test_two_explore_commands_and_a_trainer_on_postgresql_survive_kills_and_train_as_uninterrupted(
         assets, two_explorers, tmp_path):
     """Two `mode: explore` commands (explorer_num 2, ranks 0 and 1: as on two machines) and one `mode: train` on one
@@ -474,6 +474,7 @@ def assert_same_training(out: Path, reference: Path) -> None:
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
 
 
+@pytest.mark.heavy  # 40 s: make test-heavy
 def test_killed_explorer_and_trainer_of_two_commands_resume_as_if_uninterrupted(slow_assets, uninterrupted, tmp_path):
     """Modes explore and train as two commands: SIGKILL the explorer mid-run and start it again, then the trainer:
     the run finishes, every experience is read once, and versions, metrics and weights are those of the same
@@ -572,6 +573,7 @@ def test_a_second_explorer_of_the_same_rank_is_refused_while_the_first_runs(asse
     assert_each_read_once(url, 3, 16)
 
 
+@pytest.mark.heavy  # 50 s: make test-heavy
 def test_the_explorer_child_of_a_killed_mode_both_trainer_ends_and_the_rerun_starts(assets, tmp_path):
     """Mode both's trainer SIGKILLed while its explorer child waits for weights (sync files): the child, left
     behind, stops within seconds with one line (it waited out the sync timeout, holding its role and the run

@@ -12,7 +12,7 @@ How many: a mini-batch of U = ppo_mini_batch_size x rollout.n experiences gets E
 the trainer reads. A step of k mini-batches reads k E.
 
 CHORD (Trinity-RFT's mix_chord; Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts"): the SFT loss's weight
-mu follows `mu_at` (warm-up, cosine decay to a valley) instead of staying constant, and with sft_token_weight phi
+mu follows `workers.policy.mu_at` (warm-up, cosine decay to a valley) instead of staying constant, and with sft_token_weight phi
 each expert token's -log p is weighted by p (1 - p) (the policy worker).
 """
 
@@ -31,19 +31,6 @@ from rft.data.sft import SFTDataset
 # the (B, R) fields: per response token (the others are per row, or (B, K))
 _PER_TOKEN = ("old_logprobs", "ref_logprobs", "rollout_logprobs", "values", "token_rewards", "ref_kl", "advantages",
               "returns", "loss_mask", "action_mask", "rollout_is_weights", "sum_pi_squared")
-
-
-def mu_at(step: int, mu: float, valley: float | None, warmup_steps: int, decay_steps: int) -> float:
-    """The SFT loss's weight at trainer step `step`: `mu` when there is no schedule (`valley` None); else CHORD's:
-    step / warmup_steps x mu during the warm-up, then a cosine from mu down to `valley` over decay_steps, then
-    `valley`."""
-    if valley is None:
-        return mu
-    if step < warmup_steps:
-        return step / warmup_steps * mu
-    if step >= warmup_steps + decay_steps:
-        return valley
-    return valley + (mu - valley) * 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / decay_steps))
 
 
 def expert_rows_per_mini_batch(experiences: int, ratio: float) -> int:

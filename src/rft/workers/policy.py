@@ -15,6 +15,7 @@ mu times the SFT loss, aggregated with the mini-batch's normaliser of the expert
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -446,6 +447,20 @@ class UpdateSettings:
         )
 
 
+def mu_at(step: int, mu: float, valley: float | None, warmup_steps: int, decay_steps: int) -> float:
+    """The SFT loss's weight at trainer step `step`: `mu` when there is no schedule (`valley` None); else CHORD's:
+    step / warmup_steps x mu during the warm-up, then a cosine from mu down to `valley` over decay_steps, then
+    `valley`."""
+    if valley is None:
+        return mu
+    if step < warmup_steps:
+        return step / warmup_steps * mu
+    if step >= warmup_steps + decay_steps:
+        return valley
+    return valley + (mu - valley) * 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / decay_steps))
+
+
+
 class PolicyWorker(MiniBatchWorker):
     prefix = "actor"
 
@@ -461,8 +476,6 @@ class PolicyWorker(MiniBatchWorker):
         s = self.s
         if s.mix_mu is None:
             return super().update(batch, step)
-        from rft.trainer.mix import mu_at
-
         self.mu = mu_at(step, s.mix_mu, *(s.mix_schedule or (None, 0, 0)))
         return {**super().update(batch, step), "actor/mix_mu": self.mu}
 
