@@ -6,10 +6,13 @@ them: `stats_key: text_len`), the experiences a filter drops leave the step.
 Data-Juicer runs in an environment of its own, through a worker process of the run (`dj_worker.py`, JSON lines
 over its stdin / stdout, started at the first step and ended with the run; or the same worker as an HTTP server,
 Trinity-RFT's service.data_juicer: started by the run with auto_start, or already running at server_url):
-py-data-juicer 1.6.1 installs packages
-into the running environment when it misses one and declares dependencies it does not install (docs/workflows.md
-has the measurements). Its interpreter is `args.python`, else $RFT_DATA_JUICER_PYTHON; `make data-juicer` builds
-one (.venv-dj)."""
+py-data-juicer 1.6.1 installs packages into the running environment when it misses one and declares dependencies
+it does not install (docs/workflows.md has the measurements). Its interpreter is `args.python`, else
+data_processor.data_juicer.python, else $RFT_DATA_JUICER_PYTHON; `make data-juicer` builds one (.venv-dj).
+
+A bad argument or recipe is a ValueError where the operator is built (the config check's one line); what goes
+wrong where Data-Juicer runs (no interpreter, an unknown operator, a worker that ends, a server that does not
+answer) is a `DataJuicerError`: the config check's line when the check meets it, the run's when a run does."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.data_processor.experience import EXPERIENCE_OPERATORS
+from rft.errors import RftError
 from rft.experience import Experience
 
 PYTHON_ENV = "RFT_DATA_JUICER_PYTHON"
@@ -31,6 +35,10 @@ SERVER_START_S = 120
 """How long a server the run starts (auto_start) may take to answer: Data-Juicer's imports take 2-8 s here."""
 REQUEST_S = 600
 """One step's rows through a server: the bound on its answer."""
+
+
+class DataJuicerError(RftError, ValueError):
+    """Data-Juicer, where it runs, refused or failed: the user's environment or operators, not a bug in rft."""
 
 
 @EXPERIENCE_OPERATORS.register("data_juicer")
@@ -67,13 +75,13 @@ class DataJuicerOperator:
     def _interpreter(self) -> str:
         python = self.python or os.environ.get(PYTHON_ENV)
         if not python:
-            raise ValueError(f"Data-Juicer runs in a Python environment of its own (py-data-juicer cannot share "
-                             f"rft's, docs/workflows.md): build one (`make data-juicer`, or pip install "
-                             f"py-data-juicer aiohttp ray in a venv) and set {PYTHON_ENV} (or "
-                             "data_processor.data_juicer.python) to its python")
+            raise DataJuicerError(f"Data-Juicer runs in a Python environment of its own (py-data-juicer cannot share "
+                                  f"rft's, docs/workflows.md): build one (`make data-juicer`, or pip install "
+                                  f"py-data-juicer aiohttp ray in a venv) and set {PYTHON_ENV} (or "
+                                  "data_processor.data_juicer.python) to its python")
         if not Path(python).is_file():
-            raise ValueError(f"the Data-Juicer interpreter {python} does not exist (data_processor.data_juicer."
-                             f"python / {PYTHON_ENV})")
+            raise DataJuicerError(f"the Data-Juicer interpreter {python} does not exist (data_processor.data_juicer."
+                                  f"python / {PYTHON_ENV})")
         return python
 
     # ------------------------------------------------------------------------------------- the worker
@@ -82,7 +90,8 @@ class DataJuicerOperator:
             self._post([])
             return
         # -I: isolated, so the worker's folder (this one, which holds data_juicer.py) does not shadow the package
-        command = [self._interpreter(), "-I", str(WORKER), *(["--port", str(self.port), "--with-parent"] if self.port else [])]
+        server = ["--port", str(self.port), "--with-parent"] if self.port else []
+        command = [self._interpreter(), "-I", str(WORKER), *server]
         self.worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                        env={**os.environ, **OFFLINE})
         if self.port is None:
@@ -97,9 +106,9 @@ class DataJuicerOperator:
                 if self.worker.poll() is not None or time.monotonic() > deadline:
                     code = self.worker.poll()
                     self.close()
-                    raise ValueError(f"the Data-Juicer server the run started on 127.0.0.1:{self.port} did not "
-                                     f"answer within {SERVER_START_S} s (" + (f"it exited with code {code}; its "
-                                     "output is above" if code is not None else "still starting") + ")") from None
+                    raise DataJuicerError(f"the Data-Juicer server the run started on 127.0.0.1:{self.port} did not "
+                                          f"answer within {SERVER_START_S} s (" + (f"it exited with code {code}; its "
+                                          "output is above" if code is not None else "still starting") + ")") from None
                 time.sleep(0.5)
 
     def _post(self, rows: list[dict]) -> dict:
@@ -113,13 +122,13 @@ class DataJuicerOperator:
             with urllib.request.urlopen(request, timeout=REQUEST_S) as answer:
                 return json.loads(answer.read())
         except urllib.error.HTTPError as e:
-            raise ValueError(json.loads(e.read()).get("error", str(e))) from None
+            raise DataJuicerError(json.loads(e.read()).get("error", str(e))) from None
         except (urllib.error.URLError, OSError) as e:
             if self.port is not None:
                 raise ConnectionError(str(e)) from None
-            raise ValueError(f"the Data-Juicer server at {self.url} does not answer ({getattr(e, 'reason', e)}): "
-                             "start it (`python -I .../rft/data_processor/dj_worker.py --port PORT` in the "
-                             "Data-Juicer environment) or set data_processor.data_juicer.auto_start") from None
+            raise DataJuicerError(f"the Data-Juicer server at {self.url} does not answer ({getattr(e, 'reason', e)}): "
+                                  "start it (`python -I .../rft/data_processor/dj_worker.py --port PORT` in the "
+                                  "Data-Juicer environment) or set data_processor.data_juicer.auto_start") from None
 
     def _ask(self, request: dict) -> dict:
         assert self.worker is not None and self.worker.stdin is not None and self.worker.stdout is not None
@@ -131,12 +140,12 @@ class DataJuicerOperator:
             line = ""
         if not line:
             code = self.worker.wait()
-            raise RuntimeError(f"the Data-Juicer worker ({self.python}) ended with exit code {code}; its output is "
-                               "above")
+            raise DataJuicerError(f"the Data-Juicer worker ({self.worker.args[0]}) ended with exit code {code}; its "
+                                       "output is above")
         answer = json.loads(line)
         if "error" in answer:
             self.close()
-            raise ValueError(answer["error"])
+            raise DataJuicerError(answer["error"])
         return answer
 
     def check(self) -> None:

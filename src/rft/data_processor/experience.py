@@ -127,12 +127,6 @@ class ExperiencePipeline:
                              "would each start a server on its port: put their Data-Juicer operators in one list")
         return pipeline
 
-    def check(self) -> None:
-        """The operators that can say more than their arguments before a run (Data-Juicer's names) do so."""
-        for _, op in self.operators:
-            if hasattr(op, "check"):
-                op.check()
-
     def close(self) -> None:
         for _, op in self.operators:
             if hasattr(op, "close"):

@@ -693,8 +693,8 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
     wanted = out.get("_trinity", {}).get("expert_buffer")
     for name, buf in buffers.items():
         if name != wanted:
-            t.refuse(f"{where}.{name}", "rft reads an auxiliary buffer only as the expert rows of the mix algorithms (mix, mix_chord) "
-                                        "(algorithm.sample_strategy_args.sft_dataset_name" +
+            t.refuse(f"{where}.{name}", "rft reads an auxiliary buffer only as the expert rows of the mix algorithms "
+                                        "(mix, mix_chord) (algorithm.sample_strategy_args.sft_dataset_name" +
                      (f", here {wanted!r})" if wanted else "; this run is not mix)"))
             continue
         buf = _section(buf, f"{where}.{name}")

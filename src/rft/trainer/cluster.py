@@ -257,7 +257,7 @@ def _place(ray, cfg, groups: list[Group], pgs: list) -> list[Placed]:
     return placed
 
 
-def _environments(cfg, groups: list[Group], placed: list[Placed]) -> None:
+def _environments(cfg, placed: list[Placed]) -> None:
     """Each placed process's environment: the driver's (less each node's own), PLACED_ENV, and for the trainer
     ranks torchrun's variables with rank 0's node as the rendezvous; the explorers reach the trainer's weight
     broadcast at rank 0's node too. On GPUs, CUDA_VISIBLE_DEVICES of a trainer node's ranks lists the GPUs Ray gave
@@ -382,7 +382,7 @@ def run_on_ray(cfg, module_args: list[str]) -> int:
             mode = cfg.trainer.mode
             role = {"bench": "bench", "explore": explorer_role(cfg)}.get(mode, "trainer")
             with run_folder(cfg, for_children=True, role=role):
-                _environments(cfg, groups, placed)
+                _environments(cfg, placed)
                 print(f"rft: {len(placed)} process{'es' * (len(placed) > 1)} on {where}: "
                       + ", ".join(f"{p.role} on {p.ip}" for p in placed), flush=True)
                 return _supervise(ray, placed, module_args)

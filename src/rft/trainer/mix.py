@@ -12,8 +12,8 @@ How many: a mini-batch of U = ppo_mini_batch_size x rollout.n experiences gets E
 the trainer reads. A step of k mini-batches reads k E.
 
 CHORD (Trinity-RFT's mix_chord; Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts"): the SFT loss's weight
-mu follows `workers.policy.mu_at` (warm-up, cosine decay to a valley) instead of staying constant, and with sft_token_weight phi
-each expert token's -log p is weighted by p (1 - p) (the policy worker).
+mu follows `workers.policy.mu_at` (warm-up, cosine decay to a valley) instead of staying constant, and with
+sft_token_weight phi each expert token's -log p is weighted by p (1 - p) (the policy worker).
 """
 
 from __future__ import annotations

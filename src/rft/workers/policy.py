@@ -460,7 +460,6 @@ def mu_at(step: int, mu: float, valley: float | None, warmup_steps: int, decay_s
     return valley + (mu - valley) * 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / decay_steps))
 
 
-
 class PolicyWorker(MiniBatchWorker):
     prefix = "actor"
 
