@@ -10,13 +10,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from rft.sync.process_group import free_port
 
 RAY = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
 """The `ray` command of this interpreter's Ray (its script may not be on PATH)."""
@@ -25,12 +26,6 @@ TEST_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 Ray does for any new local instance) turns it on for a head, and the second node then fails to join it."""
 STARTED = "Ray runtime started"
 """What `ray start` prints once its node is up (with --block it then stays, watching the node's processes)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(args: list[str], log: Path, timeout_s: float, cpus: int) -> subprocess.Popen:
