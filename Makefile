@@ -62,7 +62,7 @@ $(DJSTAMP): constraints.txt
 	$(PYTHON) -m venv $(DJVENV)
 	$(DJVENV)/bin/python -m pip install --quiet --upgrade pip
 	$(DJVENV)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0 py-data-juicer==1.6.1 \
-		aiohttp ray msgpack
+		aiohttp ray msgpack openai
 	touch $(DJSTAMP)
 
 test-data-juicer: setup data-juicer

@@ -164,9 +164,18 @@ ERRORS = [
      "data_processor.experience_pipeline.operators[0].args (reward_shaping_mapper): reward_shaping_configs[0]."
      "op_type='POW': one of ADD, SUB, MUL, DIV"),
     ("data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: {min_score: 0.0}}]",
-     "data_processor.task_pipeline.operators[0].name='llm_difficulty_score_filter': a Data-Juicer operator "
-     "scoring each task with an LLM; rft has not built it (Data-Juicer's own needs the py-data-juicer package, "
-     "which rft does not ship: docs/workflows.md)"),
+     "data_processor.task_pipeline.operators[0] (llm_difficulty_score_filter, a Data-Juicer operator): "
+     "llm_difficulty_score_filter: api_or_hf_model='gpt-4o' (Data-Juicer's default) is no local model folder and no "
+     "OpenAI-compatible server is named for it (model_params.base_url, or $OPENAI_BASE_URL): give a model folder "
+     "(rft serves it on 127.0.0.1 with its hf engine) or the address of a server that serves that model"),
+    ("data_processor.task_pipeline.operators=[{name: words_num_filter}]",
+     "data_processor.task_pipeline.operators[0] (words_num_filter): Data-Juicer runs in a Python environment of its "
+     "own (py-data-juicer cannot share rft's, docs/workflows.md): build one (`make data-juicer`, or pip install "
+     "py-data-juicer aiohttp ray in a venv) and set RFT_DATA_JUICER_PYTHON (or data_processor.data_juicer.python) "
+     "to its python"),
+    ("data_processor.task_pipeline.num_process=4",
+     "data_processor.task_pipeline.num_process=4 sets the processes of the pipeline's Data-Juicer operators, and "
+     "it has none (rft's own run in the process that loads the taskset): remove it"),
     ("data_processor.task_pipeline.operators=[{name: text_length_filter, args: {min_len: -1}}]",
      "data_processor.task_pipeline.operators[0].args (text_length_filter): min_len=-1 must be an integer >= 0"),
 ]
@@ -209,12 +218,13 @@ def test_trinity_data_processor_lands_on_rfts_section(assets, tmp_path):
     assert out["data"]["train_files"] == str(assets / "data" / "train.parquet")  # the inputs: the raw tasks
 
 
-def test_trinity_data_juicer_keys_are_refused_by_name():
+def test_trinity_data_juicer_keys_are_refused_by_name_and_num_process_lands_on_rfts():
     refusals: list = []
-    translate({"project": "p", "model": {"model_path": "m"},
-               "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": "t.parquet"}}},
-               "data_processor": {"task_pipeline": {"num_process": 32, "config_path": "dj.yaml", "top_k": 8},
-                                  "experience_pipeline": {"save_input": True}}}, "t.yaml", refusals=refusals)
+    out = translate({"project": "p", "model": {"model_path": "m"},
+                     "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": "t.parquet"}}},
+                     "data_processor": {"task_pipeline": {"num_process": 32, "config_path": "dj.yaml", "top_k": 8},
+                                        "experience_pipeline": {"save_input": True}}}, "t.yaml", refusals=refusals)
     assert [key for key, _ in refusals] == [
-        "data_processor.task_pipeline.num_process", "data_processor.task_pipeline.config_path",
-        "data_processor.task_pipeline.top_k", "data_processor.experience_pipeline.save_input"]
+        "data_processor.task_pipeline.config_path", "data_processor.task_pipeline.top_k",
+        "data_processor.experience_pipeline.save_input"]
+    assert out["data_processor"]["task_pipeline"]["num_process"] == 32  # Data-Juicer's np (rft checks its use)

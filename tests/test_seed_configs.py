@@ -102,9 +102,9 @@ TRINITY_BLOCK_REFUSALS = {
     "synchronizer": set(),  # rft's synchronizer section has Trinity's keys (issue 12)
     "service": set(),  # data_processor.data_juicer (tests/with_data_juicer runs its server)
     "log": set(),  # trainer.log_level / log_group_by_node (tests/test_run_logs.py)
-    # Data-Juicer's worker processes; its operators (llm_difficulty_score_filter, data_juicer) are refused by rft's
-    # check where the config loads (tests/test_data_processor.py)
-    "data_processor": {"data_processor.task_pipeline.num_process"},
+    # num_process: Data-Juicer's processes; the operators run through Data-Juicer where the config is checked
+    # (tests/with_data_juicer runs this block on the arithmetic taskset)
+    "data_processor": set(),
     # the mix algorithm's expert rows: refused by name in this (ppo) run; tests/test_mix.py loads the block with
     # algorithm_type mix
     "trainer_input": {"buffer.trainer_input.auxiliary_buffers.sft_dataset",

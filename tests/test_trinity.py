@@ -184,10 +184,10 @@ REFUSED = [
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
     ({"service": {"data_juicer": {"auto_start": True, "np": 4}}}, "service.data_juicer.np"),
-    # log and the data processor honoured (tests/test_run_logs.py, tests/test_data_processor.py); Data-Juicer's
-    # worker processes not
-    ({"data_processor": {"task_pipeline": {"num_process": 4}}, "log": {"level": "INFO"}},
-     "data_processor.task_pipeline.num_process"),
+    # log and the data processor honoured (tests/test_run_logs.py, tests/test_data_processor.py); a Data-Juicer
+    # recipe's sample selection not
+    ({"data_processor": {"task_pipeline": {"num_process": 4, "top_k": 8}}, "log": {"level": "INFO"}},
+     "data_processor.task_pipeline.top_k"),
     ({"trainer.trainer_type": "megatron"}, "trainer.trainer_type"),
     ({"data": {"train_files": "x"}}, "t.yaml: data: a verl section, not a Trinity-RFT one: put verl keys under "
                                      "trainer.trainer_config"),

@@ -1084,8 +1084,15 @@ class TaskPipelineConfig:
     operators: List[Any] = fld(
         [], "Operators run in order over the tasks before exploring (Trinity-RFT's task_pipeline, Data-Juicer's "
             "operator names and arguments): a list of {name, args}. text_length_filter (args min_len 10, max_len, "
-            "text_key: keep the tasks whose text has min_len <= characters <= max_len). They read data.train_files "
-            "(Trinity-RFT's task_pipeline.inputs) and write `output`, which the explorer reads as its taskset.")
+            "text_key: keep the tasks whose text has min_len <= characters <= max_len) runs in rft; any other name "
+            "is a Data-Juicer filter run by Data-Juicer (data_processor.data_juicer: its environment), e.g. "
+            "llm_difficulty_score_filter, whose api_or_hf_model a local model folder rft serves on 127.0.0.1. They "
+            "read data.train_files (Trinity-RFT's task_pipeline.inputs) and write `output`, which the explorer reads "
+            "as its taskset.")
+    num_process: Optional[int] = fld(
+        None, "Trinity-RFT's / Data-Juicer's np: the processes each Data-Juicer operator of the pipeline runs with "
+              "(its num_proc unless its args name one; Data-Juicer lowers it to the CPUs and memory it finds). null: "
+              "Data-Juicer's default. Refused for a pipeline without Data-Juicer operators.")
     target_fields: List[str] = fld(
         [], "The task fields the operators read (Data-Juicer's text_keys): the first is an operator's text unless "
             "its args name text_key; empty: data.prompt_key. A field holding chat messages reads as their contents "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.data_processor.experience import EXPERIENCE_OPERATORS
+from rft.data_processor.llm import Serve, check_llm_args, with_served_models
 from rft.errors import RftError
 from rft.experience import Experience
 
@@ -56,7 +57,12 @@ class DataJuicerOperator:
             raise ValueError("give one of operators (Data-Juicer's process list) or config_path (a Data-Juicer "
                              "recipe)")
         self.process_list = _process_list(operators, config_path)
+        for spec in self.process_list:
+            check_llm_args(*next(iter(spec.items())))
         self.python, self.url, self.port = python, None, None
+        self.serve: Serve | None = None
+        """Serves a local model folder an LLM operator names (`rft.data_processor.llm`); set by the run."""
+        self._sent = self.process_list  # what Data-Juicer was given: with the addresses of the models served
 
     def configure(self, service) -> None:
         """data_processor.data_juicer: the interpreter, and whether Data-Juicer is a server (started here with
@@ -85,7 +91,9 @@ class DataJuicerOperator:
         return python
 
     # ------------------------------------------------------------------------------------- the worker
-    def _start(self) -> None:
+    def _start(self, check: bool = False) -> None:
+        """Start (or reach) where Data-Juicer runs; `check`: only to load the operators (no model is served)."""
+        self._sent = self.process_list if check else with_served_models(self.process_list, self.serve)
         if self.url is not None and self.port is None:  # a server already running: nothing to start
             self._post([])
             return
@@ -95,7 +103,7 @@ class DataJuicerOperator:
         self.worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                        env={**os.environ, **OFFLINE})
         if self.port is None:
-            self._ask({"cmd": "load", "process": self.process_list})
+            self._ask({"cmd": "load", "process": self._sent})
             return
         deadline = time.monotonic() + SERVER_START_S
         while True:  # the server is up once it answers
@@ -111,12 +119,12 @@ class DataJuicerOperator:
                                           "output is above" if code is not None else "still starting") + ")") from None
                 time.sleep(0.5)
 
-    def _post(self, rows: list[dict]) -> dict:
+    def _post(self, rows: list[dict], tasks: bool = False) -> dict:
         """One request to the Data-Juicer server: its answer; ConnectionError when nothing answers there."""
         import urllib.error
         import urllib.request
 
-        body = json.dumps({"process": self.process_list, "rows": rows}).encode()
+        body = json.dumps({"process": self._sent, "rows": rows, "tasks": tasks}, default=str).encode()
         request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_S) as answer:
@@ -133,7 +141,7 @@ class DataJuicerOperator:
     def _ask(self, request: dict) -> dict:
         assert self.worker is not None and self.worker.stdin is not None and self.worker.stdout is not None
         try:
-            self.worker.stdin.write(json.dumps(request) + "\n")
+            self.worker.stdin.write(json.dumps(request, default=str) + "\n")
             self.worker.stdin.flush()
             line = self.worker.stdout.readline()
         except BrokenPipeError:
@@ -152,7 +160,7 @@ class DataJuicerOperator:
         """Load the operators where Data-Juicer runs, then stop what was started: an unknown name or bad
         arguments are one line before any model loads (2-8 s: the worker's imports)."""
         try:
-            self._start()
+            self._start(check=True)
         finally:
             self.close()
 
@@ -173,14 +181,21 @@ class DataJuicerOperator:
         self.close()
 
     # ---------------------------------------------------------------------------------- the operator
+    def run(self, rows: list[dict], tasks: bool = False) -> dict:
+        """Data-Juicer's {"stats", "keep"} over `rows`; `tasks`: through its dataset path with each operator's
+        num_proc processes (a taskset), else in the worker's process (a step's experiences)."""
+        if self.worker is None and (self.url is None or self.port is not None):  # nothing started yet
+            self._start()
+        if self.url is not None:
+            return self._post(rows, tasks)
+        return self._ask({"cmd": "tasks" if tasks else "run", "rows": rows})
+
     def process(self, experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         if not experiences:
             return experiences, {}
-        if self.worker is None and (self.url is None or self.port is not None):  # nothing started yet
-            self._start()
         rows = [{"text": e.info.get("response_text", ""), "prompt": _prompt(e), "response":
                  e.info.get("response_text", ""), "reward": e.reward} for e in experiences]
-        answer = self._post(rows) if self.url is not None else self._ask({"cmd": "run", "rows": rows})
+        answer = self.run(rows)
         kept = []
         for e, stats, keep in zip(experiences, answer["stats"], answer["keep"]):
             e.info.update(stats)

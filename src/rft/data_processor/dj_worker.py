@@ -4,9 +4,14 @@ rft. One JSON object per line on stdin, one answer per line on stdout:
 
     {"cmd": "load", "process": [{"text_length_filter": {...}}, ...]}  ->  {"ops": ["text_length_filter", ...]}
     {"cmd": "run", "rows": [{"text": ..., ...}, ...]}                  ->  {"stats": [{...}, ...], "keep": [...]}
+    {"cmd": "tasks", "rows": [...]}                                    ->  {"stats": [...], "keep": [...]}
+
+("run": the experiences of a step, each operator's stats computed over the rows in this process; "tasks": a
+taskset through Data-Juicer's own dataset path, `Filter.run`, with each operator's `num_proc` processes as
+Data-Juicer runs a recipe)
 
 or {"error": "..."}. With `--port PORT [--with-parent]` it serves the same over HTTP on 127.0.0.1 instead (Trinity-RFT's
-service.data_juicer): POST a JSON {"process": [...], "rows": [...]} and get {"stats", "keep"} back (400 with
+service.data_juicer): POST a JSON {"process": [...], "rows": [...], "tasks": false} and get {"stats", "keep"} back (400 with
 {"error"}); GET / answers {"ok": true}. Data-Juicer installs a package it misses at run time (its LazyLoader runs `uv pip install` /
 `pip install` into the running environment, with no switch to turn it off): refused here, so a missing package
 is an error line, not a download."""
@@ -56,6 +61,27 @@ class Filters:
             keep = [a and bool(b) for a, b in zip(keep, op.process_batched(batch))]
         return {"stats": batch[Fields.stats], "keep": keep}
 
+    def run_tasks(self, rows: list[dict]) -> dict:
+        """Data-Juicer's dataset path (each filter's stats, then its selection, with its num_proc processes); the
+        rows keep their index through it."""
+        from data_juicer.core.data import NestedDataset
+        from data_juicer.utils.constant import Fields
+
+        if not rows:
+            return {"stats": [], "keep": []}
+        data = NestedDataset.from_list([{**r, ROW: i} for i, r in enumerate(rows)])
+        for op in self.ops:
+            data = op.run(data)
+        stats = [{} for _ in rows]
+        for i, s in zip(data[ROW], data[Fields.stats] if len(data) else []):
+            stats[i] = s
+        kept = set(data[ROW])
+        return {"stats": stats, "keep": [i in kept for i in range(len(rows))]}
+
+
+ROW = "__rft_row__"
+"""The column that carries a task's index through Data-Juicer's dataset path."""
+
 
 def _error(e: Exception) -> dict:
     return {"error": str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"}
@@ -99,7 +125,9 @@ def serve(port: int, with_parent: bool) -> None:
                 key = json.dumps(req["process"], sort_keys=True)
                 if key not in loaded:
                     loaded[key] = Filters(req["process"])
-                self._answer(200, loaded[key].run(req.get("rows", [])))
+                filters = loaded[key]
+                rows = req.get("rows", [])
+                self._answer(200, filters.run_tasks(rows) if req.get("tasks") else filters.run(rows))
             except Exception as e:
                 self._answer(400, _error(e))
 
@@ -114,6 +142,10 @@ def serve(port: int, with_parent: bool) -> None:
 def main() -> None:
     out = sys.stdout
     sys.stdout = sys.stderr  # whatever Data-Juicer prints stays off the answer channel
+    import logging
+
+    for name in ("httpx", "httpx2", "openai"):  # a line per request an LLM operator makes
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         _no_installs()
         import data_juicer.ops  # noqa: F401 - registers the operators
@@ -131,6 +163,8 @@ def main() -> None:
             if req["cmd"] == "load":
                 filters = Filters(req["process"])
                 answer = {"ops": filters.names}
+            elif req["cmd"] == "tasks":
+                answer = filters.run_tasks(req["rows"])
             else:
                 answer = filters.run(req["rows"])
         except Exception as e:

@@ -108,8 +108,9 @@ class ExperiencePipeline:
         self.operators = build_operators(specs, EXPERIENCE_OPERATORS, NOT_BUILT)
 
     @classmethod
-    def from_config(cls, cfg) -> ExperiencePipeline | None:
-        """The pipeline of `cfg`, None without operators."""
+    def from_config(cls, cfg, serve=None) -> ExperiencePipeline | None:
+        """The pipeline of `cfg`, None without operators; `serve`: how the run serves a local model folder a
+        Data-Juicer LLM operator names (`rft.data_processor.llm`)."""
         specs = cfg.data_processor.experience_pipeline.operators
         if not specs:
             return None
@@ -122,6 +123,7 @@ class ExperiencePipeline:
                 except ValueError as e:
                     raise ValueError(f"operators[{i}] ({name}): {e}") from None
                 servers += cfg.data_processor.data_juicer.auto_start
+                op.serve = serve
         if servers > 1:
             raise ValueError("operators: several data_juicer operators with data_processor.data_juicer.auto_start "
                              "would each start a server on its port: put their Data-Juicer operators in one list")

@@ -1,9 +1,10 @@
 """The task pipeline (Trinity-RFT's data_processor.task_pipeline): operators over the raw tasks before exploring,
 whose output file is the explorer's taskset.
 
-Trinity-RFT runs these through Data-Juicer; rft runs its own code under Data-Juicer's operator names, arguments and
-defaults (a task is a row; its text is the first of target_fields, Data-Juicer's text_keys, unless an operator's
-args name text_key). The pipeline runs where the taskset is loaded (every process that loads it gets the same
+Trinity-RFT runs these through Data-Juicer; rft runs text_length_filter as its own code under Data-Juicer's name,
+arguments and defaults (a task is a row; its text is the first of target_fields, Data-Juicer's text_keys, unless an
+operator's args name text_key), and any other operator through Data-Juicer itself (`data_juicer.py`: its dataset
+path, num_process processes; an LLM operator's local model folder served by the run, `llm.py`). The pipeline runs where the taskset is loaded (every process that loads it gets the same
 rows, so the step counts agree) and writes the kept rows atomically, in their order.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from rft.data.io import DataError, read_rows, write_parquet
 from rft.data_processor.experience import build_operators
+from rft.data_processor.llm import Serve
 from rft.fsutil import write_text_atomic
 from rft.registry import Registry
 
@@ -53,17 +55,48 @@ class TextLengthFilter:
         return [r for r in rows if self.min_len <= len(text_of(r.get(key))) <= self.max_len]
 
 
-NOT_BUILT = {
-    "llm_difficulty_score_filter": "a Data-Juicer operator scoring each task with an LLM; rft has not built it "
-                                   "(Data-Juicer's own needs the py-data-juicer package, which rft does not ship: "
-                                   "docs/workflows.md)",
-}
-"""Data-Juicer operators Trinity-RFT's documentation shows for tasks, refused by name with the reason."""
+def task_operators(specs, num_process: int | None = None, text_key: str | None = None,
+                   service=None) -> list[tuple[str, object]]:
+    """(name, operator) of data_processor.task_pipeline.operators: rft's own by name (TASK_OPERATORS), any other
+    a Data-Juicer filter run by Data-Juicer (`DataJuicerOperator`; num_proc from `num_process`, text_key from
+    `text_key` unless its args name them; `service`: data_processor.data_juicer). A bad one is a ValueError
+    naming its index."""
+    from rft.data_processor.data_juicer import DataJuicerOperator
+
+    out = []
+    for i, spec in enumerate(specs or []):
+        name = spec.get("name") if isinstance(spec, dict) else None
+        args = spec.get("args") or {} if isinstance(spec, dict) else None
+        if not isinstance(name, str) or set(spec) - {"name", "args"} or not isinstance(args, dict):
+            raise ValueError(f"operators[{i}] must be a mapping {{name, args}}, got {spec!r}")
+        if name in TASK_OPERATORS:
+            try:
+                [(_, op)] = build_operators([spec], TASK_OPERATORS, {})
+            except ValueError as e:
+                raise ValueError(str(e).replace("operators[0]", f"operators[{i}]", 1)) from None
+            out.append((name, op))
+            continue
+        defaults = {"num_proc": num_process, "text_key": text_key}
+        args = {**{k: v for k, v in defaults.items() if v is not None}, **args}
+        try:
+            op = DataJuicerOperator(operators=[{name: args}])
+            if service is not None:
+                op.configure(service)
+        except ValueError as e:
+            raise ValueError(f"operators[{i}] ({name}, a Data-Juicer operator): {e}") from None
+        out.append((name, op))
+    return out
 
 
-def task_operators(specs) -> list[tuple[str, object]]:
-    """(name, operator) of data_processor.task_pipeline.operators; a bad one is a ValueError naming its index."""
-    return build_operators(specs, TASK_OPERATORS, NOT_BUILT)
+def pipeline_operators(cfg) -> list[tuple[str, object]]:
+    """The task pipeline's operators as `cfg` builds them."""
+    tp = cfg.data_processor.task_pipeline
+    return task_operators(tp.operators, tp.num_process, text_key_of(cfg), cfg.data_processor.data_juicer)
+
+
+def text_key_of(cfg) -> str:
+    tp = cfg.data_processor.task_pipeline
+    return tp.target_fields[0] if tp.target_fields else cfg.data.prompt_key
 
 
 def output_path(cfg) -> Path:
@@ -71,20 +104,30 @@ def output_path(cfg) -> Path:
     return Path(tp.output) if tp.output else Path(cfg.trainer.default_local_dir) / OUTPUT
 
 
-def run_task_pipeline(cfg) -> str | None:
+def run_task_pipeline(cfg, serve: Serve | None = None) -> str | None:
     """Run data_processor.task_pipeline over data.train_files (Trinity-RFT's task_pipeline.inputs) and write the
-    kept tasks to its output; returns that file (None without operators). No task kept is a DataError."""
+    kept tasks to its output; returns that file (None without operators). `serve`: how the run serves a local model
+    folder a Data-Juicer LLM operator names (`rft.data_processor.llm`). No task kept is a DataError."""
     tp = cfg.data_processor.task_pipeline
     if not tp.operators:
         return None
     files = cfg.data.train_files
     rows = [row for path in ([files] if isinstance(files, str) else files) for row in read_rows(path)]
-    text_key = tp.target_fields[0] if tp.target_fields else cfg.data.prompt_key
+    text_key = text_key_of(cfg)
     counts = []
-    for name, op in task_operators(tp.operators):
+    for name, op in pipeline_operators(cfg):
         before = len(rows)
-        rows = op.process(rows, text_key)
-        counts.append(f"{name} dropped {before - len(rows)}")
+        if hasattr(op, "run"):  # Data-Juicer's
+            op.serve = serve
+            try:
+                answer = op.run(rows, tasks=True)
+            finally:
+                op.close()
+            rows = [r for r, keep in zip(rows, answer["keep"]) if keep]
+            counts.append(f"{name} dropped {before - len(rows)}{_stats_line(answer['stats'])}")
+        else:
+            rows = op.process(rows, text_key)
+            counts.append(f"{name} dropped {before - len(rows)}")
     if not rows:
         raise DataError(f"data_processor.task_pipeline kept no task ({', '.join(counts)}): loosen its operators' "
                         "args")
@@ -95,3 +138,13 @@ def run_task_pipeline(cfg) -> str | None:
         write_parquet(rows, out)
     log.info("rft: task pipeline: %d tasks kept (%s), written to %s", len(rows), ", ".join(counts), out)
     return str(out)
+
+
+def _stats_line(stats: list[dict]) -> str:
+    """`; <stat> mean X` for each numeric stat Data-Juicer computed over the tasks."""
+    means = []
+    for key in sorted({k for s in stats for k in s}):
+        values = [s[key] for s in stats if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
+        if values:
+            means.append(f"; {key} mean {sum(values) / len(values):.3g}")
+    return "".join(means)

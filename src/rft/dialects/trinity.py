@@ -956,9 +956,9 @@ def _log(t: _Translation, log: dict, out: dict) -> None:
 
 
 
-DATA_JUICER = ("Data-Juicer's own pipeline, which needs the py-data-juicer package rft does not ship "
-               "(docs/workflows.md); give rft's operators instead")
-"""Why the Data-Juicer-only keys of the task pipeline are refused."""
+DATA_JUICER = ("a Data-Juicer recipe and its sample selection, which rft does not run for tasks; list the "
+               "recipe's operators under task_pipeline.operators (each runs through Data-Juicer, docs/workflows.md)")
+"""Why the recipe-level keys of the task pipeline are refused."""
 
 
 def _data_processor(t: _Translation, dp: dict, out: dict, taskset: dict) -> None:
@@ -981,9 +981,9 @@ def _data_processor(t: _Translation, dp: dict, out: dict, taskset: dict) -> None
         if path:
             _set(out, f"{where}.output", path if Path(path).suffix in (".jsonl", ".parquet")
                  else str(Path(path) / "output.jsonl"))
-    if tp.pop("num_process", None) is not None:
-        t.refuse(f"{where}.num_process", "Data-Juicer's worker processes: rft's task operators run in the process "
-                                         "that loads the taskset; remove it")
+    if tp.get("num_process") is not None:
+        _set(out, f"{where}.num_process", tp.pop("num_process"))
+    tp.pop("num_process", None)
     for key, unset in (("config_path", None), ("priority_weights", {}), ("top_k", -1), ("output", None)):
         if tp.get(key, unset) not in (unset, None):
             t.refuse(f"{where}.{key}", DATA_JUICER if key != "output" else "the output is the taskset's path")

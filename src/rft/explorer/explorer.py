@@ -108,7 +108,11 @@ def load_tasksets(cfg, tokenizer):
     from rft.explorer.preflight import check_reward_inputs
     from rft.explorer.taskset import FileTaskset, make_taskset
 
-    processed = run_task_pipeline(cfg) if cfg.data.train_files else None  # data_processor.task_pipeline's output
+    served = ServedModels(cfg, "data_processor.task_pipeline")
+    try:  # data_processor.task_pipeline's output
+        processed = run_task_pipeline(cfg, served) if cfg.data.train_files else None
+    finally:
+        served.close()
     taskset = make_taskset(cfg, lambda files: load_prompts(cfg, tokenizer, processed or files)) \
         if cfg.data.train_files else None
     val_set = load_val_prompts(cfg, tokenizer)
@@ -139,7 +143,15 @@ class Explorer:
         # simple_workflow runs as one batched generation over the step's tasks (below); any other workflow through
         # the runners, its model calls batched by a generation server
         self.workflows = None if cfg.workflow.type == "simple_workflow" else Workflows(self)
-        self.pipeline = ExperiencePipeline.from_config(cfg)  # data_processor.experience_pipeline, None without
+        self.served = ServedModels(cfg, "data_processor.experience_pipeline")
+        # data_processor.experience_pipeline, None without
+        self.pipeline = ExperiencePipeline.from_config(cfg, self.served)
+
+    def close(self) -> None:
+        """The experience pipeline's Data-Juicer worker or server and the models served for it, stopped."""
+        if self.pipeline is not None:
+            self.pipeline.close()
+        self.served.close()
 
     # ----------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -433,21 +445,66 @@ def model_name(cfg) -> str:
 def auxiliary_model(cfg, spec: dict, index: int, engine):
     """A handle on auxiliary model `spec` ({model_path, temperature?, max_tokens?}): loaded frozen on the
     policy's device, served by an hf engine and a generation server of its own (greedy unless told)."""
+    from rft.models.load import device_of
+
+    return local_model_handle(cfg, spec["model_path"], dtype=next(engine.model.parameters()).dtype,
+                              device=device_of(engine.model), key=f"workflow.auxiliary_models[{index}].model",
+                              temperature=float(spec.get("temperature", 0.0)),
+                              max_tokens=int(spec.get("max_tokens", cfg.data.max_response_length)),
+                              seed=cfg.trainer.seed + 100 + index)
+
+
+def local_model_handle(cfg, path: str, *, dtype, device, key: str, temperature: float, max_tokens: int, seed: int):
+    """A model handle on the folder `path`, loaded frozen and served by an hf engine and a generation server of its
+    own; `key` names it in errors."""
     from rft.explorer.model import GenerationServer, ModelHandle
-    from rft.models.load import device_of, load_causal_lm, load_tokenizer
+    from rft.models.load import load_causal_lm, load_tokenizer
     from rft.rollout import HFRollout
     from rft.rollout.base import eos_token_ids
 
-    path = spec["model_path"]
-    device = device_of(engine.model)
-    dtype = next(engine.model.parameters()).dtype
     tokenizer = load_tokenizer(path)
     # the folder checks of the policy's (a causal decoder, its own tokenizer's ids, whole weight files)
-    model = load_causal_lm(path, dtype, device, key=f"workflow.auxiliary_models[{index}].model", tokenizer=tokenizer)
+    model = load_causal_lm(path, dtype, device, key=key, tokenizer=tokenizer)
     model.requires_grad_(False).eval()
-    aux = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
-    temperature = float(spec.get("temperature", 0.0))
-    params = SamplingParams(n=1, temperature=temperature, do_sample=temperature > 0,
-                            max_tokens=int(spec.get("max_tokens", cfg.data.max_response_length)))
-    server = GenerationServer(aux, tokenizer, torch.Generator().manual_seed(cfg.trainer.seed + 100 + index))
+    engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
+    params = SamplingParams(n=1, temperature=temperature, do_sample=temperature > 0, max_tokens=max_tokens)
+    server = GenerationServer(engine, tokenizer, torch.Generator().manual_seed(seed))
     return ModelHandle(server, tokenizer, params)
+
+
+class ServedModels:
+    """Local model folders served as OpenAI-compatible endpoints on 127.0.0.1, one per folder, for Data-Juicer's
+    LLM operators in the data processor (`rft.data_processor.llm`): greedy, up to data.max_response_length new
+    tokens unless a request says otherwise, on the run's device in its rollout precision; closed with the
+    pipeline."""
+
+    def __init__(self, cfg, where: str):
+        self.cfg, self.where = cfg, where
+        self.endpoints: dict = {}
+        self.requests: dict[str, int] = {}
+
+    def __call__(self, path: str) -> str:
+        from rft.explorer.server import Endpoint
+        from rft.models.load import compute_dtype, resolve_device
+
+        if path not in self.endpoints:
+            cfg = self.cfg
+            device = resolve_device(cfg.trainer.device)
+            handle = local_model_handle(cfg, path, dtype=compute_dtype(cfg.actor_rollout_ref.rollout.dtype, device),
+                                        device=device, key=f"{self.where} api_or_hf_model", temperature=0.0,
+                                        max_tokens=cfg.data.max_response_length, seed=cfg.trainer.seed + 200)
+            self.requests[path] = 0
+
+            def serve_one(path=path):
+                self.requests[path] += 1  # each request of Data-Juicer's (no workflow's key) asks for a handle
+                return handle
+
+            self.endpoints[path] = Endpoint(serve_one, path)
+            log.info("rft: %s: serving %s for Data-Juicer at %s", self.where, path, self.endpoints[path].api_base)
+        return self.endpoints[path].api_base
+
+    def close(self) -> None:
+        for path, endpoint in self.endpoints.items():
+            endpoint.close()
+            log.info("rft: %s: served %d requests with %s", self.where, self.requests[path], path)
+        self.endpoints.clear()

@@ -115,6 +115,7 @@ class ExploreLoop:
             self._run()
         finally:
             self.buffer.close()  # its role freed: a rerun takes it at once
+            self.explorer.close()
 
     def _run(self) -> None:
         cfg, ex, engine = self.cfg, self.explorer, self.explorer.engine

@@ -112,6 +112,7 @@ class SyncRun:
             return self._fit()
         finally:
             self.buffer.close()  # a database buffer's roles freed: a rerun takes them at once
+            self.explorer.close()
 
     def _fit(self) -> dict[str, float]:
         cfg, main, trainer = self.cfg.trainer, self.dist.is_main, self.trainer

@@ -1,0 +1,74 @@
+"""Data-Juicer's LLM operators (llm_difficulty_score_filter, llm_quality_score_filter, ...) with a model rft serves.
+
+Those operators ask an OpenAI-compatible server (`api_or_hf_model` names the model; `model_params.base_url`, else
+$OPENAI_BASE_URL, says where it is), or load the model themselves (`is_hf_model` / `enable_vllm`, in Data-Juicer's
+environment). Trinity-RFT's documented example names a hosted model. Here `api_or_hf_model` may be a local model
+folder instead: the run serves it with rft's `hf` engine on 127.0.0.1 (the explorer's OpenAI-compatible endpoint,
+`rft.explorer.server`) for as long as the pipeline runs, and the operator is pointed there. A name that is neither a
+local folder nor reachable through a base URL is refused where the config is checked, before any model loads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+MODEL_ARG = "api_or_hf_model"
+BASE_URL_ENV = ("OPENAI_BASE_URL", "OPENAI_API_URL", "DASHSCOPE_BASE_URL")
+"""Where Data-Juicer's API models find their server when model_params names none (its own order)."""
+
+DEFAULT_MODEL = "gpt-4o"
+"""Data-Juicer's default api_or_hf_model for its llm_* operators (a hosted model: no server here answers for it)."""
+
+Serve = Callable[[str], str]
+"""A local model folder -> the base URL (http://127.0.0.1:PORT/v1) of an OpenAI-compatible endpoint serving it
+under that folder's name as given."""
+
+
+def _api_mode(args: dict) -> bool:
+    return not args.get("is_hf_model") and not args.get("enable_vllm")
+
+
+def served_folder(args: dict) -> str | None:
+    """The local model folder rft serves for this operator's args, None when it asks a server of its own or loads
+    the model itself."""
+    model = args.get(MODEL_ARG)
+    params = args.get("model_params") or {}
+    if not isinstance(model, str) or not _api_mode(args) or params.get("base_url"):
+        return None
+    return model if (Path(model) / "config.json").is_file() else None
+
+
+def check_llm_args(name: str, args: dict) -> None:
+    """An LLM operator whose model no server will answer for is a ValueError (one line) naming what to give."""
+    if (MODEL_ARG not in args and not name.startswith("llm_")) or not _api_mode(args):
+        return
+    model = args.get(MODEL_ARG, DEFAULT_MODEL)
+    params = args.get("model_params") or {}
+    if not isinstance(params, dict):
+        raise ValueError(f"{name}: model_params must be a mapping, got {params!r}")
+    if served_folder(args) or params.get("base_url") or any(os.environ.get(v) for v in BASE_URL_ENV):
+        return
+    hint = (f" ({model} is a folder without config.json)" if isinstance(model, str) and Path(model).is_dir()
+            else "")
+    default = "" if MODEL_ARG in args else " (Data-Juicer's default)"
+    raise ValueError(f"{name}: {MODEL_ARG}={model!r}{default} is no local model folder{hint} and no OpenAI-compatible server "
+                     f"is named for it (model_params.base_url, or ${BASE_URL_ENV[0]}): give a model folder (rft "
+                     "serves it on 127.0.0.1 with its hf engine) or the address of a server that serves that model")
+
+
+def with_served_models(process: list[dict], serve: Serve | None) -> list[dict]:
+    """Data-Juicer's process list with each served folder's operator pointed at rft's endpoint for it."""
+    out = []
+    for spec in process:
+        (name, args), = spec.items()
+        folder = served_folder(args)
+        if folder is not None:
+            if serve is None:
+                raise ValueError(f"{name}: {MODEL_ARG}={folder!r} is served by the run, which is not serving models "
+                                 "here")
+            params = {**(args.get("model_params") or {}), "base_url": serve(folder), "api_key": "rft"}
+            args = {**args, "model_params": params}
+        out.append({name: args})
+    return out

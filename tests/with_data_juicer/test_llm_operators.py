@@ -1,0 +1,159 @@
+"""Data-Juicer's LLM operators in the data processor (rft.data_processor.llm): the seed Trinity-RFT configuration's
+data_processor block (llm_difficulty_score_filter over the tasks with num_process 32, a Data-Juicer recipe with
+llm_quality_score_filter over each step's experiences, reward_shaping_mapper adding its score) run on the arithmetic
+taskset with a local model folder rft serves on 127.0.0.1, and a filter deciding by the scores of an
+OpenAI-compatible server already running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+import yaml
+from rl_helpers import make_assets
+from spec_configs import SPEC, md_yaml_blocks
+
+from rft.buffer import database_url
+from rft.buffer.sql import EXPERIENCES
+from rft.experience import Experience
+
+assert os.environ.get("RFT_DATA_JUICER_PYTHON"), "run with `make test-data-juicer` (RFT_DATA_JUICER_PYTHON)"
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = make_assets(tmp_path_factory.mktemp("assets"))
+    from rft.data.io import read_rows
+
+    raw = root / "raw"  # Trinity-RFT's raw tasks: question / answer rows
+    raw.mkdir()
+    rows = read_rows(root / "data" / "train.parquet")[:8]
+    (raw / "train.jsonl").write_text("".join(
+        json.dumps({"question": r["extra_info"]["question"], "answer": r["extra_info"]["answer"]}) + "\n"
+        for r in rows))
+    return root
+
+
+def seed_data_processor(model: Path, recipe: Path) -> dict:
+    """The trinity_config_reference.md data_processor block, its paths local: the model the LLM operators name is
+    `model` (a folder), the experience recipe `recipe`."""
+    block = next(b for b in md_yaml_blocks(SPEC / "trinity_config_reference.md") if list(b) == ["data_processor"])
+    tp = block["data_processor"]["task_pipeline"]
+    assert tp["num_process"] == 32 and tp["operators"][0]["name"] == "llm_difficulty_score_filter"
+    tp["operators"][0]["args"]["api_or_hf_model"] = str(model)
+    ep = block["data_processor"]["experience_pipeline"]
+    assert ep["operators"][0]["name"] == "data_juicer"
+    ep["operators"][0]["args"]["config_path"] = str(recipe)
+    return block
+
+
+def test_the_seed_data_processor_runs_on_the_arithmetic_taskset(assets, tmp_path):
+    recipe = tmp_path / "dj_scoring_exp.yaml"  # Trinity-RFT's example recipe: an LLM's quality score
+    recipe.write_text(yaml.safe_dump({"process": [{"llm_quality_score_filter": {
+        "api_or_hf_model": str(assets / "model"), "min_score": 0.0, "input_keys": ["prompt", "response"],
+        "field_names": ["Question", "Answer"]}}]}))
+    config = {"project": "p", "name": "dp", "mode": "both", "checkpoint_root_dir": str(tmp_path / "ckpt"),
+              "algorithm": {"algorithm_type": "grpo", "repeat_times": 4},
+              "model": {"model_path": str(assets / "model"), "max_prompt_tokens": 32, "max_response_tokens": 6},
+              "buffer": {"batch_size": 4, "total_steps": 1, "default_reward_fn_type": "math_reward",
+                         "explorer_input": {"taskset": {"name": "arithmetic", "path": str(tmp_path / "tasks"),
+                                                        "format": {"prompt_key": "question",
+                                                                   "response_key": "answer"}}},
+                         "trainer_input": {"experience_buffer": {"name": "b", "storage_type": "sql"}}},
+              **seed_data_processor(assets / "model", recipe)}
+    path = tmp_path / "trinity.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    env = {**os.environ, "TRINITY_TASKSET_PATH": str(assets / "raw")}
+
+    def rft(*args):
+        done = subprocess.run([sys.executable, "-m", "rft", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    shown = rft("config", "show", str(path))
+    assert "refus" not in shown.stdout + shown.stderr and "num_process: 32" in shown.stdout
+    err = rft("train", str(path)).stderr
+    # every task scored by the served model (Data-Juicer's 3 tries each: a random model writes no JSON, score 0)
+    assert "rft: task pipeline: 8 tasks kept (llm_difficulty_score_filter dropped 0; llm_difficulty_score mean 0)" in err
+    assert f"rft: data_processor.task_pipeline: served 24 requests with {assets / 'model'}" in err
+    assert f"rft: data_processor.experience_pipeline: served 48 requests with {assets / 'model'}" in err
+    assert "HTTP Request" not in err  # the operator's client is quiet
+    tasks = (tmp_path / "tasks" / "output.jsonl").read_text().splitlines()
+    assert [json.loads(t)["question"] for t in tasks] == [
+        json.loads(t)["question"] for t in (assets / "raw" / "train.jsonl").read_text().splitlines()]
+    engine = sa.create_engine(database_url(str(tmp_path / "ckpt" / "p" / "dp" / "buffer.sqlite")))
+    with engine.connect() as conn:
+        rows = [Experience.from_bytes(p) for p in conn.execute(sa.select(EXPERIENCES.c.payload)).scalars()]
+    assert len(rows) == 16
+    for e in rows:
+        assert e.info["llm_quality_score"] == 0.0 and e.info["operators"] == ["data_juicer", "reward_shaping_mapper"]
+
+
+class Scorer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint that rates a question hard (5 on every dimension) when it adds a 9,
+    else easy (1)."""
+
+    asked: list[str] = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        text = body["messages"][-1]["content"]
+        Scorer.asked.append(body["model"])
+        level = 5 if "+9" in text else 1
+        dims = ["linguistic_complexity", "conceptual_depth", "prior_knowledge", "step_complexity", "ambiguity"]
+        reply = json.dumps({"dimension_scores": {d: level for d in dims}, "flags": [], "rationale": "r"})
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_llm_filter_keeps_the_tasks_a_running_server_scores_within_its_bounds(assets, tmp_path):
+    from rft.data_processor import run_task_pipeline
+    from rft.trainer.configure import load_config
+
+    server = HTTPServer(("127.0.0.1", 0), Scorer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        raw = assets / "raw" / "train.jsonl"
+        cfg = load_config(None, [
+            f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={raw}",
+            f"trainer.default_local_dir={tmp_path / 'out'}", "data_processor.task_pipeline.num_process=2",
+            "data_processor.task_pipeline.target_fields=[question]",
+            "data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: {api_or_hf_model: "
+            "hosted-7b, min_score: 0.5, input_keys: [question], field_names: [Question], model_params: {base_url: "
+            f"'http://127.0.0.1:{server.server_port}/v1', api_key: k}}}}}}]"])
+        out = run_task_pipeline(cfg)
+    finally:
+        server.shutdown()
+    from rft.data.io import read_rows
+
+    kept = [row["question"] for row in read_rows(out)]
+    every = [json.loads(line)["question"] for line in raw.read_text().splitlines()]
+    assert kept == [q for q in every if "+9" in q] and 0 < len(kept) < len(every)
+    assert set(Scorer.asked) == {"hosted-7b"} and len(Scorer.asked) == len(every)  # one call each: all parsed
+
+
+def test_the_example_config_shows_with_no_refusal(assets, tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny").symlink_to(assets / "model")
+    (tmp_path / "examples").symlink_to(root / "examples")
+    done = subprocess.run([sys.executable, "-m", "rft", "config", "show", "examples/data_juicer/trinity_llm_scores.yaml"],
+                          cwd=tmp_path, env={**os.environ, "TRINITY_TASKSET_PATH": str(assets / "raw")},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refus" not in done.stdout + done.stderr and "llm_difficulty_score_filter" in done.stdout
