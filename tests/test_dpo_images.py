@@ -149,3 +149,24 @@ def test_pairs_with_images_for_a_text_model_are_refused_not_dropped(tmp_path):
     with pytest.raises(DataError, match=r"row 0: the row has images \('images' or 'videos'\), which DPO on a "
                                         r"text-only model does not take"):
         PreferenceDataset(str(tmp_path / "pairs.parquet"), build_tokenizer(), cfg)
+
+
+def test_message_list_responses_continue_the_prompt_with_its_image_tokens(vlm, tmp_path):
+    """TRL's conversational pairs with an image: the prompt is the processor's (its image expanded), each response
+    the assistant turn after it, with loss on its text and EOS (not the template's newline after it)."""
+    from omegaconf import OmegaConf
+
+    vision = vision_for(str(vlm("qwen2_vl")))
+    write_parquet([{"prompt": [{"role": "user", "content": "count"}], "images": [{"bytes": png()}],
+                    "chosen": [{"role": "assistant", "content": "one"}],
+                    "rejected": [{"role": "assistant", "content": "four"}]}], tmp_path / "pairs.parquet")
+    cfg = OmegaConf.create({"prompt_key": "prompt", "chosen_key": "chosen", "rejected_key": "rejected",
+                            "system_prompt_key": None, "system_prompt": None, "image_key": "images",
+                            "max_length": 64, "truncation": "error"})
+    x = PreferenceDataset(str(tmp_path / "pairs.parquet"), vision.tokenizer, cfg, vision=vision).examples[0]
+    decode = vision.tokenizer.decode
+    assert decode(x.prompt_ids) == ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>count<|im_end|>\n"
+                                    "<|im_start|>assistant\n")  # a 40 x 30 picture: one image token
+    assert decode(x.chosen_ids) == "one<|im_end|>\n" and decode(x.rejected_ids) == "four<|im_end|>\n"
+    masked = [i for i, m in zip(x.chosen_ids, x.chosen_mask) if m]
+    assert decode(masked) == "one<|im_end|>" and x.images == [png()]
