@@ -25,6 +25,8 @@ class DPODataConfig:
                                            "(Trinity-RFT's format key); null: none.")
     system_prompt: Optional[str] = fld(None, "A string prompt: a system message put before it when "
                                        "system_prompt_key is null (Trinity-RFT's format key).")
+    image_key: str = fld("images", "Column of a row's images (as rft train's data.image_key: docs/multimodal.md), "
+                         "which the chosen and rejected responses share; needs a vision-language model.")
     train_batch_size: int = fld(64, "Preference pairs per optimizer step (global).")
     micro_batch_size_per_gpu: int = fld(8, "Pairs per forward/backward pass (2 rows each; gradient accumulation, "
                                         "performance only).")

@@ -8,13 +8,22 @@ string prompt becomes one user message, preceded by a system message when `syste
 response is its text plus the EOS token (as in rft's SFT rows); a message-list response is the template of the
 whole conversation after the prompt's tokens, with loss on its assistant turns (their text and closing EOS).
 
+With a vision-language model, a row may hold images (`data.image_key`, as SFT and RL rows: docs/multimodal.md):
+`<image>` placeholders in the prompt (or none: the images go first), and the chosen and rejected responses share
+the prompt's images. The prompt, and a message-list response's conversation, are then rendered and encoded by the
+model's processor (`rft.models.vision.Vision`: each image expanded into the family's image tokens); the pair's
+two rows carry the images, so every forward pass over them (the policy's, the reference's) gets the same pixel
+inputs. A text-only model's rows with images are refused, never dropped.
+
 A batch of pairs is a `Batch` of 2 x pairs rows: the chosen response of pair i in row 2i, the rejected one in row
-2i + 1 (group = pair), `loss_mask` on the tokens whose log-probs make the sequence log-prob.
+2i + 1 (group = pair), `loss_mask` on the tokens whose log-probs make the sequence log-prob, `images` each row's
+prompt images (none when no pair has any).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +32,7 @@ import torch
 from rft.batch import Batch
 from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, left_pad
-from rft.data.images import refuse_images
+from rft.data.images import refuse_images, row_images, with_image_parts
 from rft.data.io import read_rows
 from rft.data.lengths import Span, judge_lengths
 
@@ -35,10 +44,21 @@ class PreferenceExample:
     chosen_mask: list[int]
     rejected_ids: list[int]
     rejected_mask: list[int]
+    images: list[bytes] = field(default_factory=list)  # the prompt's images, encoded; both responses share them
 
 
 def _template(tokenizer, messages: list[dict], generation_prompt: bool) -> list[int]:
     return encode(tokenizer, messages, generation_prompt=generation_prompt)
+
+
+Encode = Callable[[list[dict], bool], list[int]]
+"""A row's chat encoder: (messages, generation_prompt) -> token ids."""
+
+
+def _text_parts(messages: list[dict]) -> list[dict]:
+    """`messages` with each string content as one text part: the content form vision-language chat templates read."""
+    return [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
+            for m in messages]
 
 
 def _as_messages(value: Any) -> list[dict] | None:
@@ -51,27 +71,38 @@ def _as_messages(value: Any) -> list[dict] | None:
 
 class PreferenceDataset:
     """Every pair of one or more files, tokenized at load time. `data_cfg` has prompt_key, chosen_key,
-    rejected_key, system_prompt_key, system_prompt, max_length and truncation (error | left | right)."""
+    rejected_key, system_prompt_key, system_prompt, image_key, max_length and truncation (error | left | right).
+    `vision`: a vision-language model's `rft.models.vision.Vision`; rows with images are then encoded through its
+    processor (module docstring)."""
 
-    def __init__(self, files, tokenizer, data_cfg):
+    def __init__(self, files, tokenizer, data_cfg, vision=None):
         files = [files] if isinstance(files, (str, Path)) else list(files)
         examples: list[PreferenceExample] = []
         spans: list[Span] = []
         self.tokenizer = tokenizer
+        image_key = getattr(data_cfg, "image_key", "images")
         for file in files:
             for i, row in enumerate(read_rows(file)):
                 where = f"{file} row {i}"
-                refuse_images(row, where, "DPO")
+                if vision is None:
+                    refuse_images(row, where, "DPO on a text-only model", image_key)
                 for key, column in (("prompt_key", data_cfg.prompt_key), ("chosen_key", data_cfg.chosen_key),
                                     ("rejected_key", data_cfg.rejected_key)):
                     if column not in row:
                         raise DataError(f"{where}: no column {column!r} (data.{key}); columns: {sorted(row)}")
                 prompt = self._prompt(row, data_cfg, where)
-                prompt_ids = _template(tokenizer, prompt, generation_prompt=True)
-                chosen = self._response(prompt, prompt_ids, row[data_cfg.chosen_key], where, data_cfg.chosen_key)
-                rejected = self._response(prompt, prompt_ids, row[data_cfg.rejected_key], where,
+                images = row_images(row, image_key, Path(file).parent, where) if vision is not None else []
+                if images:
+                    prompt = with_image_parts(prompt, len(images), where)
+                elif vision is not None:  # placeholders without images
+                    with_image_parts(prompt, 0, where)
+                encode_row = self._encoder(vision, images, where)
+                prompt_ids = encode_row(prompt, True)
+                chosen = self._response(encode_row, prompt, prompt_ids, row[data_cfg.chosen_key], where,
+                                        data_cfg.chosen_key)
+                rejected = self._response(encode_row, prompt, prompt_ids, row[data_cfg.rejected_key], where,
                                           data_cfg.rejected_key)
-                examples.append(PreferenceExample(prompt_ids, *chosen, *rejected))
+                examples.append(PreferenceExample(prompt_ids, *chosen, *rejected, images=images))
                 spans.append(self._span(examples[-1], where))
         if not examples:
             raise DataError(f"no preference rows in {files}")
@@ -79,6 +110,17 @@ class PreferenceDataset:
                              unit="pairs")
         self.examples = [self._cut(x, data_cfg.max_length, data_cfg.truncation)
                          for x, kept in zip(examples, keep) if kept]
+
+    def _encoder(self, vision, images: list[bytes], where: str) -> Encode:
+        """The row's chat encoder: the tokenizer's chat template, or with images the processor's, which expands
+        each image into the family's image tokens."""
+        if not images:
+            return lambda messages, generation_prompt: _template(self.tokenizer, messages, generation_prompt)
+
+        def encode_row(messages: list[dict], generation_prompt: bool) -> list[int]:
+            return vision.encode(vision.render(_text_parts(messages), generation_prompt=generation_prompt), images,
+                                 where)
+        return encode_row
 
     @staticmethod
     def _prompt(row: dict, cfg, where: str) -> list[dict]:
@@ -95,9 +137,9 @@ class PreferenceDataset:
         return ([{"role": "system", "content": str(system)}] if system is not None else []) + [
             {"role": "user", "content": value}]
 
-    def _response(self, prompt: list[dict], prompt_ids: list[int], value: Any, where: str,
+    def _response(self, encode_row: Encode, prompt: list[dict], prompt_ids: list[int], value: Any, where: str,
                   column: str) -> tuple[list[int], list[int]]:
-        """(token ids, loss mask) of one response."""
+        """(token ids, loss mask) of one response; `encode_row` encodes the row's conversations (with its images)."""
         tok = self.tokenizer
         if isinstance(value, str):
             ids = tok(value, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
@@ -106,7 +148,7 @@ class PreferenceDataset:
         if turns is None:
             raise DataError(f"{where}: column {column!r} must be a string or a chat message list "
                             "[{role, content}, ...]")
-        full = _template(tok, prompt + turns, generation_prompt=False)
+        full = encode_row(prompt + turns, False)
         if full[:len(prompt_ids)] != prompt_ids:
             raise DataError(f"{where}: the chat template of the prompt is not a prefix of the template of the prompt "
                             f"and {column!r}; give {column!r} as a string")
@@ -115,8 +157,8 @@ class PreferenceDataset:
             messages = (prompt + turns)[: turn + 1]
             if messages[-1]["role"] != "assistant":
                 continue
-            start = len(_template(tok, messages[:-1], generation_prompt=True))
-            end = len(_template(tok, messages, generation_prompt=False))
+            start = len(encode_row(messages[:-1], True))
+            end = len(encode_row(messages, False))
             while end > start and full[end - 1] != tok.eos_token_id:  # the turn's text and EOS, not a newline
                 end -= 1
             mask[start:end] = [1] * (end - start)
@@ -131,7 +173,7 @@ class PreferenceDataset:
         each response."""
         prompt = len(x.prompt_ids)
         return Span(where, prompt, prompt + max(len(x.chosen_ids), len(x.rejected_ids)),
-                    prompt + max(x.chosen_mask.index(1), x.rejected_mask.index(1)))
+                    prompt + max(x.chosen_mask.index(1), x.rejected_mask.index(1)), whole_prompt=bool(x.images))
 
     @staticmethod
     def _cut(x: PreferenceExample, max_length: int, truncation: str) -> PreferenceExample:
@@ -141,18 +183,17 @@ class PreferenceDataset:
             return x
         if truncation == "right":  # keep the prompt: cut the responses' ends
             keep = max_length - len(x.prompt_ids)
-            return PreferenceExample(x.prompt_ids, x.chosen_ids[:keep], x.chosen_mask[:keep], x.rejected_ids[:keep],
-                                     x.rejected_mask[:keep])
-        # left: cut the prompt's start
-        return PreferenceExample(x.prompt_ids[total - max_length:], x.chosen_ids, x.chosen_mask, x.rejected_ids,
-                                 x.rejected_mask)
+            return replace(x, chosen_ids=x.chosen_ids[:keep], chosen_mask=x.chosen_mask[:keep],
+                           rejected_ids=x.rejected_ids[:keep], rejected_mask=x.rejected_mask[:keep])
+        return replace(x, prompt_ids=x.prompt_ids[total - max_length:])  # left: cut the prompt's start (no images)
 
     def __len__(self) -> int:
         return len(self.examples)
 
     def batch(self, indices: list[int], pad_id: int) -> Batch:
         """The pairs `indices` as 2 x len(indices) rows: chosen (even rows) and rejected (odd rows) of each pair;
-        prompts left-padded, responses right-padded, `loss_mask` on the tokens that make the sequence log-prob."""
+        prompts left-padded, responses right-padded, `loss_mask` on the tokens that make the sequence log-prob,
+        `images` each row's prompt images (the pair's two rows the same)."""
         items = [self.examples[i] for i in indices]
         prompts = [x.prompt_ids for x in items for _ in range(2)]
         responses = [(ids, mask) for x in items for ids, mask in ((x.chosen_ids, x.chosen_mask),
@@ -168,4 +209,5 @@ class PreferenceDataset:
             loss_mask[row, :len(ids)] = torch.as_tensor(mask)
         return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                      response_mask=response_mask, group=torch.arange(len(items)).repeat_interleave(2),
-                     loss_mask=loss_mask)
+                     loss_mask=loss_mask,
+                     images=[x.images for x in items for _ in range(2)] if any(x.images for x in items) else [])

@@ -7,6 +7,10 @@ its LoRA adapter disabled with LoRA (`reference_of`); its log-probs are computed
 gradient. The loss (`rft.algorithms.preference`) is the mean over the step's pairs, plus Trinity-RFT's optional KL
 and entropy terms aggregated over the step's response tokens; the micro-batch size never changes the gradient.
 
+With a vision-language model, pairs may hold images (`rft.data.preference`; docs/multimodal.md): both rows of a pair
+carry the prompt's images, so the policy's and the reference's passes (`forward_logprobs`) get the same pixel
+inputs; the vision tower is frozen as for SFT (model.freeze_vision_tower).
+
 Metrics: train/loss, rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins (TRL's names),
 logps/chosen, logps/rejected (mean sequence log-probs), actor/kl_loss and actor/entropy when those terms are on;
 train/preference_loss (the loss without those terms); validation: the same names under val/ (val/loss,
@@ -32,6 +36,7 @@ from rft.algorithms import (
 from rft.batch import Batch
 from rft.data.preference import PreferenceDataset
 from rft.models.load import frozen_copy, is_peft
+from rft.models.vision import vision_for
 from rft.monitor import TOKENS
 from rft.trainer.sft import SFTTrainer
 from rft.workers.policy import forward_logprobs, reference_of
@@ -47,7 +52,8 @@ class DPOTrainer(SFTTrainer):
         self.spec = preference_loss_spec(cfg.algorithm.loss_type)
 
     def dataset(self, files):
-        return PreferenceDataset(files, self.tokenizer, self.cfg.data)
+        return PreferenceDataset(files, self.tokenizer, self.cfg.data,
+                                 vision=vision_for(self.cfg.model.partial_pretrain, "model"))
 
     def _pair_losses(self, mb: Batch, norm: AggNorm, n_pairs: int) -> tuple[torch.Tensor, dict[str, float]]:
         """This micro-batch's share of the step's loss (its pairs' losses over the step's `n_pairs`, its tokens'
