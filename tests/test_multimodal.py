@@ -16,12 +16,14 @@ from rft.batch import Batch
 from rft.data.dataset import PromptDataset, left_pad
 from rft.data.io import DataError, write_parquet
 from rft.experience import Experience, from_batch, to_batch
-from rft.models.load import load_causal_lm
+from rft.models.load import load_causal_lm, load_value_model
+from rft.models.tiny import init_model
 from rft.models.vision import vision_for
 from rft.models.vision_families import VISION_FAMILIES, init_vision_model
 from rft.rollout.base import SamplingParams
 from rft.rollout.hf import HFRollout
 from rft.tasks.shapes import shapes_rows
+from rft.workers.critic import forward_values
 from rft.workers.policy import forward_logprobs
 
 FAMILIES = sorted(VISION_FAMILIES)
@@ -295,6 +297,52 @@ def test_packed_rows_with_images_have_the_padded_gradient_or_run_padded_by_name(
         torch.testing.assert_close(packed[name], padded[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_critics_packed_values_with_images_equal_its_padded_ones_or_run_padded_by_name(vlm, family, capsys):
+    """The value model of a vision-language policy (its family's backbone and a one-label head): a GRPO group
+    (one prompt, its images encoded once), the same question of another picture and a prompt with two images,
+    ragged responses; values packed == padded (1e-5) and so is the gradient of the last decoder layer and the head,
+    or the family runs padded with its reason printed. The values read the pixels: another picture, other values."""
+    from rft.data.images import with_image_parts
+    from rft.models.vision import PACKED_FAMILIES
+    from rft.workers.packing import PACKED_ATTR, enable_remove_padding
+
+    path = str(vlm(family))
+    model = load_value_model(path, torch.float32, torch.device("cpu"))
+    vision = vision_for(path)
+    ids, images = _prompts(vision)
+    other = [png((0, 0, 255))]  # the first question again, of another picture of the same size
+    ids.insert(1, vision.encode(vision.render(with_image_parts([{"role": "user", "content": "<image>how many?"}],
+                                                               1, "t")), other, "t"))
+    images.insert(1, other)
+    prompt_ids, prompt_mask = left_pad(ids, vision.tokenizer.pad_token_id)
+    take = [0, 0, 1, 2, 2]
+    response_ids = torch.randint(3, 200, (5, 6), generator=torch.Generator().manual_seed(0))
+    response_mask = (torch.arange(6)[None] < torch.tensor([6, 3, 5, 1, 4])[:, None]).long()
+    batch = Batch(prompt_ids=prompt_ids[take], prompt_mask=prompt_mask[take], response_ids=response_ids * response_mask,
+                  response_mask=response_mask, group=torch.tensor(take), images=[images[i] for i in take])
+    layer = model.get_decoder().layers[-1]
+
+    def values_and_grads():
+        model.zero_grad()
+        values = forward_values(model, batch)
+        (values * torch.linspace(-1.0, 1.0, values.numel()).view_as(values)).sum().backward()
+        return values.detach(), {n: p.grad.clone() for n, p in [*layer.named_parameters(), *model.score.named_parameters()]}
+
+    padded, padded_grads = values_and_grads()
+    assert not torch.allclose(padded[1], padded[2], atol=1e-4)  # rows 1 and 2: one question, two pictures
+    assert enable_remove_padding(model, "critic.model.use_remove_padding")
+    packed, packed_grads = values_and_grads()
+    setattr(model, PACKED_ATTR, False)
+    if family not in PACKED_FAMILIES:
+        assert "a micro-batch with images runs padded: " in capsys.readouterr().err
+        assert torch.equal(packed, padded)
+        return
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=0)
+    for name in padded_grads:
+        torch.testing.assert_close(packed_grads[name], padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_the_experience_round_trip_keeps_the_passes_inputs(vlm):
     path = str(vlm("qwen2_vl"))
     model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()
@@ -473,13 +521,19 @@ def test_a_workflow_conversation_and_the_openai_endpoint_take_images_and_train_o
 
 
 @pytest.mark.parametrize("key, message", [
-    ("algorithm.adv_estimator=gae", "rft has no value model for vision-language families yet"),
+    ("algorithm.adv_estimator=gae critic.model.path={text}",
+     "is a text model: the critic reads the policy's image tokens with their pixels"),
+    ("algorithm.adv_estimator=gae critic.model.path={llava}",
+     "is a 'llava' vision-language model: the critic reads the policy's image tokens with their pixels"),
     ("actor_rollout_ref.rollout.name=vllm", "rft's vLLM engine takes no images yet"),
     ("trainer.n_gpus_per_node=2 actor_rollout_ref.actor.strategy=fsdp",
      "on 2 processes with actor_rollout_ref.actor.strategy=fsdp (FSDP1)"),
 ])
 def test_what_images_do_not_run_with_yet_is_refused_before_the_model_loads(vlm, tmp_path, key, message):
     write_parquet([row("<image>", [{"bytes": png()}])] * 4, tmp_path / "d.parquet")
+    if "{text}" in key:
+        init_model("tiny", tmp_path / "text", seed=0)
+    key = key.format(text=tmp_path / "text", llava=vlm("llava") if "{llava}" in key else "")
     proc = rft_here("train", f"actor_rollout_ref.model.path={vlm('qwen2_vl')}",
                     f"data.train_files={tmp_path / 'd.parquet'}", "data.train_batch_size=4",
                     "actor_rollout_ref.actor.ppo_mini_batch_size=4", *key.split(), cwd=tmp_path, check=False)
