@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +29,7 @@ from rft.workers.critic import forward_values
 from rft.workers.policy import forward_logprobs
 
 FAMILIES = sorted(VISION_FAMILIES)
+REPO = Path(__file__).resolve().parents[1]
 
 
 def png(colour=(255, 0, 0), size=(40, 30)) -> bytes:
@@ -394,6 +397,66 @@ def test_grpo_on_images_through_the_cli_trains_the_language_model_and_exports(vl
     assert language and moved == language, f"moved but not language: {moved - language}; stayed: {language - moved}"
     assert type(exported).__name__ == json.loads((model_dir / "config.json").read_text())["architectures"][0]
     assert type(load_processor(tmp_path / "out" / "model")).__name__ == type(vision_for(str(model_dir)).processor).__name__
+
+
+def _ppo_on_shapes(model_dir, tmp_path, out: str, steps: int, *extra: str):
+    """examples/shapes_ppo_vision.yaml on 8 pictures of the shapes task, 4 prompts a step, to `tmp_path / out`."""
+    from rft.tasks.shapes import write_shapes
+
+    if not (tmp_path / "d").exists():
+        write_shapes(tmp_path / "d", n_train=8, n_val=4, seed=0)
+        (tmp_path / "reward.py").write_text(SHAPED_REWARD)
+    return rft_here("train", str(REPO / "examples" / "shapes_ppo_vision.yaml"),
+                    f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={tmp_path / 'd' / 'train.parquet'}",
+                    "data.val_files=null", f"custom_reward_function.path={tmp_path / 'reward.py'}",
+                    "data.max_response_length=6", "data.train_batch_size=4",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+                    "critic.ppo_micro_batch_size_per_gpu=16", "actor_rollout_ref.actor.optim.lr=1e-3",
+                    "critic.optim.lr=1e-2", "critic.optim.weight_decay=0.0", f"trainer.total_training_steps={steps}",
+                    "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / out}", *extra, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "llava"])
+def test_ppo_with_a_critic_on_images_through_the_cli_trains_its_language_model_and_value_head(vlm, tmp_path, family):
+    """examples/shapes_ppo_vision.yaml (GAE: a critic from the policy's folder) for 2 steps: the critic's loss is
+    finite, every weight of its language model and value head moved and none of its vision tower; the policy's
+    export loads as its image-text-to-text class, the critic's as the value model it was, with the processor."""
+    from transformers import AutoModelForImageTextToText
+
+    from rft.models.vision import load_processor
+
+    model_dir = vlm(family)
+    proc = _ppo_on_shapes(model_dir, tmp_path, "out", 2)
+    assert proc.stderr.count("the vision tower and projector frozen") == 2  # the policy's and the critic's
+    lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(math.isfinite(x["critic/vf_loss"]) and "actor/pg_loss" in x for x in lines)
+    start = load_value_model(str(model_dir), torch.float32, torch.device("cpu"))
+    critic = load_value_model(str(tmp_path / "out" / "critic"), torch.float32, torch.device("cpu"))
+    assert type(critic).__name__ == type(start).__name__
+    after = dict(critic.named_parameters())
+    trained = {id(p) for m in (start.get_decoder(), start.score) for p in m.parameters()}
+    language = {n for n, p in start.named_parameters() if id(p) in trained}
+    moved = {n for n, p in start.named_parameters() if not torch.equal(p, after[n])}
+    assert {"score.weight", "score.bias"} <= language and len(language) > 10
+    assert moved == language, f"moved but not trained: {moved - language}; stayed: {language - moved}"
+    exported = AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "model")
+    assert type(exported).__name__ == json.loads((model_dir / "config.json").read_text())["architectures"][0]
+    assert type(load_processor(tmp_path / "out" / "critic")).__name__ == type(vision_for(str(model_dir)).processor).__name__
+
+
+def test_a_vision_language_critic_resumes_from_its_checkpoint_exactly(vlm, tmp_path):
+    """PPO on images, 2 steps in one run == 1 step, then a resumed run to 2, for the policy and the critic."""
+    from safetensors.torch import load_file
+
+    _ppo_on_shapes(vlm("qwen2_vl"), tmp_path, "one", 2)
+    _ppo_on_shapes(vlm("qwen2_vl"), tmp_path, "two", 1, "trainer.save_freq=1")
+    assert "rft: resumed from" in _ppo_on_shapes(vlm("qwen2_vl"), tmp_path, "two", 2, "trainer.save_freq=1").stdout
+    assert (tmp_path / "two" / "checkpoints" / "global_step_1" / "critic" / "optimizer.pt").is_file()
+    for part in ("model", "critic"):
+        a = load_file(tmp_path / "one" / part / "model.safetensors")
+        b = load_file(tmp_path / "two" / part / "model.safetensors")
+        assert a.keys() == b.keys()
+        assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6, part
 
 
 @pytest.mark.heavy
