@@ -349,7 +349,8 @@ def head_class(auto_class, config):
     token- or sequence-classification class in transformers (Cohere, Granite, OLMo, OPT, ...), the same class built
     the way transformers builds those it has: its generic head (`GenericForTokenClassification` /
     `GenericForSequenceClassification`: a `score` Linear on the backbone's hidden states) on the family's
-    pretrained-model base, so a value or reward model exists for every causal LM."""
+    pretrained-model base, so a value or reward model exists for every causal LM; a vision-language family's value
+    model is `vision_value_class`'s."""
     from transformers import (
         AutoModelForCausalLM,
         AutoModelForSequenceClassification,
