@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,15 +18,18 @@ from rft.batch import Batch
 from rft.data.dataset import PromptDataset, left_pad
 from rft.data.io import DataError, write_parquet
 from rft.experience import Experience, from_batch, to_batch
-from rft.models.load import load_causal_lm
+from rft.models.load import load_causal_lm, load_value_model
+from rft.models.tiny import init_model
 from rft.models.vision import vision_for
 from rft.models.vision_families import VISION_FAMILIES, init_vision_model
 from rft.rollout.base import SamplingParams
 from rft.rollout.hf import HFRollout
 from rft.tasks.shapes import shapes_rows
+from rft.workers.critic import forward_values
 from rft.workers.policy import forward_logprobs
 
 FAMILIES = sorted(VISION_FAMILIES)
+REPO = Path(__file__).resolve().parents[1]
 
 
 def png(colour=(255, 0, 0), size=(40, 30)) -> bytes:
@@ -295,6 +300,52 @@ def test_packed_rows_with_images_have_the_padded_gradient_or_run_padded_by_name(
         torch.testing.assert_close(packed[name], padded[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_critics_packed_values_with_images_equal_its_padded_ones_or_run_padded_by_name(vlm, family, capsys):
+    """The value model of a vision-language policy (its family's backbone and a one-label head): a GRPO group
+    (one prompt, its images encoded once), the same question of another picture and a prompt with two images,
+    ragged responses; values packed == padded (1e-5) and so is the gradient of the last decoder layer and the head,
+    or the family runs padded with its reason printed. The values read the pixels: another picture, other values."""
+    from rft.data.images import with_image_parts
+    from rft.models.vision import PACKED_FAMILIES
+    from rft.workers.packing import PACKED_ATTR, enable_remove_padding
+
+    path = str(vlm(family))
+    model = load_value_model(path, torch.float32, torch.device("cpu"))
+    vision = vision_for(path)
+    ids, images = _prompts(vision)
+    other = [png((0, 0, 255))]  # the first question again, of another picture of the same size
+    ids.insert(1, vision.encode(vision.render(with_image_parts([{"role": "user", "content": "<image>how many?"}],
+                                                               1, "t")), other, "t"))
+    images.insert(1, other)
+    prompt_ids, prompt_mask = left_pad(ids, vision.tokenizer.pad_token_id)
+    take = [0, 0, 1, 2, 2]
+    response_ids = torch.randint(3, 200, (5, 6), generator=torch.Generator().manual_seed(0))
+    response_mask = (torch.arange(6)[None] < torch.tensor([6, 3, 5, 1, 4])[:, None]).long()
+    batch = Batch(prompt_ids=prompt_ids[take], prompt_mask=prompt_mask[take], response_ids=response_ids * response_mask,
+                  response_mask=response_mask, group=torch.tensor(take), images=[images[i] for i in take])
+    layer = model.get_decoder().layers[-1]
+
+    def values_and_grads():
+        model.zero_grad()
+        values = forward_values(model, batch)
+        (values * torch.linspace(-1.0, 1.0, values.numel()).view_as(values)).sum().backward()
+        return values.detach(), {n: p.grad.clone() for n, p in [*layer.named_parameters(), *model.score.named_parameters()]}
+
+    padded, padded_grads = values_and_grads()
+    assert not torch.allclose(padded[1], padded[2], atol=1e-4)  # rows 1 and 2: one question, two pictures
+    assert enable_remove_padding(model, "critic.model.use_remove_padding")
+    packed, packed_grads = values_and_grads()
+    setattr(model, PACKED_ATTR, False)
+    if family not in PACKED_FAMILIES:
+        assert "a micro-batch with images runs padded: " in capsys.readouterr().err
+        assert torch.equal(packed, padded)
+        return
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=0)
+    for name in padded_grads:
+        torch.testing.assert_close(packed_grads[name], padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_the_experience_round_trip_keeps_the_passes_inputs(vlm):
     path = str(vlm("qwen2_vl"))
     model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()
@@ -346,6 +397,66 @@ def test_grpo_on_images_through_the_cli_trains_the_language_model_and_exports(vl
     assert language and moved == language, f"moved but not language: {moved - language}; stayed: {language - moved}"
     assert type(exported).__name__ == json.loads((model_dir / "config.json").read_text())["architectures"][0]
     assert type(load_processor(tmp_path / "out" / "model")).__name__ == type(vision_for(str(model_dir)).processor).__name__
+
+
+def _ppo_on_shapes(model_dir, tmp_path, out: str, steps: int, *extra: str):
+    """examples/shapes_ppo_vision.yaml on 8 pictures of the shapes task, 4 prompts a step, to `tmp_path / out`."""
+    from rft.tasks.shapes import write_shapes
+
+    if not (tmp_path / "d").exists():
+        write_shapes(tmp_path / "d", n_train=8, n_val=4, seed=0)
+        (tmp_path / "reward.py").write_text(SHAPED_REWARD)
+    return rft_here("train", str(REPO / "examples" / "shapes_ppo_vision.yaml"),
+                    f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={tmp_path / 'd' / 'train.parquet'}",
+                    "data.val_files=null", f"custom_reward_function.path={tmp_path / 'reward.py'}",
+                    "data.max_response_length=6", "data.train_batch_size=4",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+                    "critic.ppo_micro_batch_size_per_gpu=16", "actor_rollout_ref.actor.optim.lr=1e-3",
+                    "critic.optim.lr=1e-2", "critic.optim.weight_decay=0.0", f"trainer.total_training_steps={steps}",
+                    "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / out}", *extra, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "llava"])
+def test_ppo_with_a_critic_on_images_through_the_cli_trains_its_language_model_and_value_head(vlm, tmp_path, family):
+    """examples/shapes_ppo_vision.yaml (GAE: a critic from the policy's folder) for 2 steps: the critic's loss is
+    finite, every weight of its language model and value head moved and none of its vision tower; the policy's
+    export loads as its image-text-to-text class, the critic's as the value model it was, with the processor."""
+    from transformers import AutoModelForImageTextToText
+
+    from rft.models.vision import load_processor
+
+    model_dir = vlm(family)
+    proc = _ppo_on_shapes(model_dir, tmp_path, "out", 2)
+    assert proc.stderr.count("the vision tower and projector frozen") == 2  # the policy's and the critic's
+    lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(math.isfinite(x["critic/vf_loss"]) and "actor/pg_loss" in x for x in lines)
+    start = load_value_model(str(model_dir), torch.float32, torch.device("cpu"))
+    critic = load_value_model(str(tmp_path / "out" / "critic"), torch.float32, torch.device("cpu"))
+    assert type(critic).__name__ == type(start).__name__
+    after = dict(critic.named_parameters())
+    trained = {id(p) for m in (start.get_decoder(), start.score) for p in m.parameters()}
+    language = {n for n, p in start.named_parameters() if id(p) in trained}
+    moved = {n for n, p in start.named_parameters() if not torch.equal(p, after[n])}
+    assert {"score.weight", "score.bias"} <= language and len(language) > 10
+    assert moved == language, f"moved but not trained: {moved - language}; stayed: {language - moved}"
+    exported = AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "model")
+    assert type(exported).__name__ == json.loads((model_dir / "config.json").read_text())["architectures"][0]
+    assert type(load_processor(tmp_path / "out" / "critic")).__name__ == type(vision_for(str(model_dir)).processor).__name__
+
+
+def test_a_vision_language_critic_resumes_from_its_checkpoint_exactly(vlm, tmp_path):
+    """PPO on images, 2 steps in one run == 1 step, then a resumed run to 2, for the policy and the critic."""
+    from safetensors.torch import load_file
+
+    _ppo_on_shapes(vlm("qwen2_vl"), tmp_path, "one", 2)
+    _ppo_on_shapes(vlm("qwen2_vl"), tmp_path, "two", 1, "trainer.save_freq=1")
+    assert "rft: resumed from" in _ppo_on_shapes(vlm("qwen2_vl"), tmp_path, "two", 2, "trainer.save_freq=1").stdout
+    assert (tmp_path / "two" / "checkpoints" / "global_step_1" / "critic" / "optimizer.pt").is_file()
+    for part in ("model", "critic"):
+        a = load_file(tmp_path / "one" / part / "model.safetensors")
+        b = load_file(tmp_path / "two" / part / "model.safetensors")
+        assert a.keys() == b.keys()
+        assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6, part
 
 
 @pytest.mark.heavy
@@ -473,13 +584,19 @@ def test_a_workflow_conversation_and_the_openai_endpoint_take_images_and_train_o
 
 
 @pytest.mark.parametrize("key, message", [
-    ("algorithm.adv_estimator=gae", "rft has no value model for vision-language families yet"),
+    ("algorithm.adv_estimator=gae critic.model.path={text}",
+     "is a text model: the critic reads the policy's image tokens with their pixels"),
+    ("algorithm.adv_estimator=gae critic.model.path={llava}",
+     "is a 'llava' vision-language model: the critic reads the policy's image tokens with their pixels"),
     ("actor_rollout_ref.rollout.name=vllm", "rft's vLLM engine takes no images yet"),
     ("trainer.n_gpus_per_node=2 actor_rollout_ref.actor.strategy=fsdp",
      "on 2 processes with actor_rollout_ref.actor.strategy=fsdp (FSDP1)"),
 ])
 def test_what_images_do_not_run_with_yet_is_refused_before_the_model_loads(vlm, tmp_path, key, message):
     write_parquet([row("<image>", [{"bytes": png()}])] * 4, tmp_path / "d.parquet")
+    if "{text}" in key:
+        init_model("tiny", tmp_path / "text", seed=0)
+    key = key.format(text=tmp_path / "text", llava=vlm("llava") if "{llava}" in key else "")
     proc = rft_here("train", f"actor_rollout_ref.model.path={vlm('qwen2_vl')}",
                     f"data.train_files={tmp_path / 'd.parquet'}", "data.train_batch_size=4",
                     "actor_rollout_ref.actor.ppo_mini_batch_size=4", *key.split(), cwd=tmp_path, check=False)

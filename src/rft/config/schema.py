@@ -829,6 +829,10 @@ class CriticModelConfig:
         "all-linear", "LoRA target modules: 'all-linear', a list of module names, or a regex string (never the head)."
     )
     exclude_modules: Any = fld(None, "Modules excluded from LoRA: a list of names or a regex string.")
+    freeze_vision_tower: Optional[bool] = fld(
+        None, "A vision-language value model's vision tower (and its projector) left out of the critic's training "
+        "(rft's key; verl's critic has none); null: actor_rollout_ref.model.freeze_vision_tower. Without a vision "
+        "tower: no effect.")
     fsdp_config: FSDPConfig = sub(FSDPConfig, "FSDP settings of the critic.")
 
 

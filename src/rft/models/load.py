@@ -349,7 +349,8 @@ def head_class(auto_class, config):
     token- or sequence-classification class in transformers (Cohere, Granite, OLMo, OPT, ...), the same class built
     the way transformers builds those it has: its generic head (`GenericForTokenClassification` /
     `GenericForSequenceClassification`: a `score` Linear on the backbone's hidden states) on the family's
-    pretrained-model base, so a value or reward model exists for every causal LM."""
+    pretrained-model base, so a value or reward model exists for every causal LM; a vision-language family's value
+    model is `vision_value_class`'s."""
     from transformers import (
         AutoModelForCausalLM,
         AutoModelForSequenceClassification,
@@ -365,6 +366,8 @@ def head_class(auto_class, config):
 
         if type(config) in AutoModelForImageTextToText._model_mapping:  # the family's image-text-to-text class
             return AutoModelForImageTextToText
+    if auto_class is AutoModelForTokenClassification and is_vision_config(config):
+        return vision_value_class(config) or auto_class
     generic = {AutoModelForTokenClassification: (GenericForTokenClassification, "ForTokenClassification"),
                AutoModelForSequenceClassification: (GenericForSequenceClassification, "ForSequenceClassification")}
     if auto_class not in generic or type(config) in auto_class._model_mapping:
@@ -379,6 +382,36 @@ def head_class(auto_class, config):
     mixin, suffix = generic[auto_class]
     name = causal.__name__.removesuffix("ForCausalLM").removesuffix("LMHeadModel") + suffix
     return type(name, (mixin, base), {"__module__": causal.__module__})
+
+
+def vision_value_class(config):
+    """The value-model class of a vision-language config (None when transformers has no image-text-to-text class
+    for it): transformers' generic token-classification head (`score`, Linear(text hidden, labels), on the last
+    hidden states) over the family's backbone (`AutoModel`: its vision tower, projector and language model, the
+    `model` of its `...ForConditionalGeneration`), built as `head_class` builds one for a text family without a
+    token-classification class. It reads a folder of the policy's as its image-text-to-text class does: the
+    family's renaming of older checkpoints' weight names (Qwen2-VL's `visual.` and `model.layers.`) is registered
+    for it too."""
+    from transformers import AutoModelForImageTextToText
+    from transformers.conversion_mapping import (
+        get_checkpoint_conversion_mapping,
+        register_checkpoint_conversion_mapping,
+    )
+    from transformers.modeling_layers import GenericForTokenClassification
+    from transformers.modeling_utils import PreTrainedModel
+
+    policy = AutoModelForImageTextToText._model_mapping.get(type(config), None)
+    if policy is None:
+        return None
+    base = next((c for c in policy.__mro__[1:] if issubclass(c, PreTrainedModel) and c is not PreTrainedModel
+                 and c.__name__.endswith("PreTrainedModel")), None)
+    if base is None or base.base_model_prefix != GenericForTokenClassification.base_model_prefix:
+        return None
+    name = policy.__name__.removesuffix("ForConditionalGeneration") + "ForTokenClassification"
+    renames = get_checkpoint_conversion_mapping(policy.__name__)
+    if renames:
+        register_checkpoint_conversion_mapping(name, renames, overwrite=True)
+    return type(name, (GenericForTokenClassification, base), {"__module__": policy.__module__})
 
 
 def load_causal_lm(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
@@ -416,12 +449,19 @@ def load_value_model(path: str, dtype: torch.dtype, device: torch.device, *, ext
     LM folder the backbone loads and the head is initialised (normal, std = initializer_range; bias 0); from a
     saved value model (an rft critic export) or a reward model (`score` without bias) the head loads too. Dropout
     before the head is off (classifier_dropout 0), so values are deterministic in train mode. Checked as
-    `load_causal_lm` checks."""
+    `load_causal_lm` checks. A vision-language folder: the family's backbone with the same head
+    (`vision_value_class`), its processor attached as the policy's is (its passes get the rows' pixels)."""
     from transformers import AutoModelForTokenClassification
 
-    return _load_pretrained(AutoModelForTokenClassification, path, dtype, device, external_lib=external_lib,
-                            trust_remote_code=trust_remote_code, override_config=override_config, key=key,
-                            decoder=True, tokenizer=tokenizer, num_labels=1, classifier_dropout=0.0)
+    from rft.models.vision import attach, vision_for
+
+    model = _load_pretrained(AutoModelForTokenClassification, path, dtype, device, external_lib=external_lib,
+                             trust_remote_code=trust_remote_code, override_config=override_config, key=key,
+                             decoder=True, tokenizer=tokenizer, num_labels=1, classifier_dropout=0.0)
+    vision = vision_for(path, key)
+    if vision is not None:  # a vision-language value model: its passes get the pixels as the policy's do
+        attach(model, vision)
+    return model
 
 
 def scalar_head(model: nn.Module, key: str) -> tuple[nn.Module, nn.Linear]:
@@ -484,10 +524,11 @@ def apply_lora(model: nn.Module, model_cfg, task_type: str = "CAUSAL_LM") -> nn.
 
 
 def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch.device, key: str,
-                         value_head: bool = False, tokenizer=None) -> nn.Module:
+                         value_head: bool = False, tokenizer=None, freeze_vision: bool | None = None) -> nn.Module:
     """The model a trainer updates: `load_causal_lm` (or `load_value_model` with `value_head`), then gradient
     checkpointing and LoRA as `model_cfg` (the RL `actor_rollout_ref.model` / `critic.model` or the SFT `model`
-    section) asks. `tokenizer`: the run's, checked against the embedding."""
+    section) asks. `tokenizer`: the run's, checked against the embedding. `freeze_vision`: whether a
+    vision-language model's vision tower is frozen; None: `model_cfg.freeze_vision_tower`."""
     from rft.models.vision import freeze_vision_tower, vision_for
 
     load = load_value_model if value_head else load_causal_lm
@@ -498,7 +539,7 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if model_cfg.lora_rank > 0:
         model = apply_lora(model, model_cfg, task_type="TOKEN_CLS" if value_head else "CAUSAL_LM")
-    freeze = getattr(model_cfg, "freeze_vision_tower", True)  # a value model's section has no such key
+    freeze = getattr(model_cfg, "freeze_vision_tower", True) if freeze_vision is None else freeze_vision
     if freeze and vision_for(path, key) is not None:
         frozen = freeze_vision_tower(model)
         print(f"rft: {path}: the vision tower and projector frozen ({frozen:,} parameters; "

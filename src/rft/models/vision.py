@@ -272,11 +272,16 @@ def vision_of(model: nn.Module) -> Vision | None:
 
 
 def forward_function(model: nn.Module) -> Any:
-    """The forward function whose parameters say what the model takes (through PEFT and FSDP wrappers)."""
+    """The forward function whose parameters say what the model takes (through PEFT and FSDP wrappers; a value
+    model's generic head, which hands every keyword to its backbone: the backbone's)."""
+    from transformers.modeling_layers import GenericForTokenClassification
+
     inner = model
     for attr in ("get_base_model",):
         if hasattr(inner, attr):
             inner = getattr(inner, attr)()
+    if isinstance(inner, GenericForTokenClassification):
+        inner = getattr(inner, inner.base_model_prefix)
     return inner.forward
 
 
@@ -296,10 +301,15 @@ def vision_for(path: str | None, key: str = "actor_rollout_ref.model") -> Vision
 
 
 def freeze_vision_tower(model: nn.Module) -> int:
-    """Take every parameter outside the language model (its decoder and output head) out of training: the vision
-    tower and its projector (a LoRA adapter's on them too). Returns how many parameters were frozen."""
+    """Take every parameter outside the language model (its decoder and output head, or a value model's scalar
+    head) out of training: the vision tower and its projector (a LoRA adapter's on them too). Returns how many
+    parameters were frozen."""
+    from rft.models.load import VALUE_HEADS
+
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    keep = {id(p) for m in (base.get_decoder(), base.get_output_embeddings()) if m is not None for p in m.parameters()}
+    heads = [getattr(base, name, None) for name in VALUE_HEADS]
+    keep = {id(p) for m in (base.get_decoder(), base.get_output_embeddings(), *heads) if isinstance(m, nn.Module)
+            for p in m.parameters()}
     frozen = 0
     for p in base.parameters():
         if id(p) not in keep and p.requires_grad:

@@ -186,7 +186,8 @@ class RLTrainer:
                 raise ModelError(f"critic.model.tokenizer_path={c.model.tokenizer_path!r}: its vocabulary differs "
                                  "from the policy's, whose token ids the critic reads; remove it")
         model = load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER, self.device,
-                                     key="critic.model", value_head=True, tokenizer=self.tokenizer)
+                                     key="critic.model", value_head=True, tokenizer=self.tokenizer,
+                                     freeze_vision=self._critic_freezes_vision())
         self.precision["critic"] = precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device)
         precision.set_compute(model, self.precision["critic"], c.model.fsdp_config.mixed_precision, self.device)
         if c.model.use_remove_padding:
@@ -196,6 +197,11 @@ class RLTrainer:
             enable_sequence_parallel(model, self.dist, "critic.ulysses_sequence_parallel_size")
         return CriticWorker(model, CriticSettings.from_config(self.cfg, self.settings), c.optim, self.total_steps,
                             self.dist)
+
+    def _critic_freezes_vision(self) -> bool:
+        """critic.model.freeze_vision_tower, null: the policy's setting."""
+        own = self.cfg.critic.model.freeze_vision_tower
+        return self.cfg.actor_rollout_ref.model.freeze_vision_tower if own is None else own
 
     # ------------------------------------------------------------------------------------------- one step
     def train_step(self, batch: Batch, step: int, timer: Timer) -> dict[str, float]:
@@ -471,7 +477,8 @@ class RLTrainer:
         arr, c = self.cfg.actor_rollout_ref, self.cfg.critic
         if critic:
             return load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER,
-                                        torch.device("cpu"), key="critic.model", value_head=True)
+                                        torch.device("cpu"), key="critic.model", value_head=True,
+                                        freeze_vision=self._critic_freezes_vision())
         return load_trainable_model(arr.model.path, arr.model, precision.MASTER, torch.device("cpu"),
                                     key="actor_rollout_ref.model")
 

@@ -409,11 +409,14 @@ def check_token_budgets(ctx: CheckContext) -> None:
 @CHECKS.register("workers.vision")
 def check_vision(ctx: CheckContext) -> None:
     """A vision-language policy: what rft does not yet run with images is refused by name before any model loads
-    (docs/multimodal.md): a critic (value models of these families), sequence parallelism (the image features of a
-    row split over processes), FSDP1 over several processes (generation runs the vision tower outside the root's
-    forward pass, where FSDP1 has not gathered the root's parameters; FSDP2's are gathered for generation,
-    `workers/fsdp.py:gathered_for_generation`). Workflows take images through their model handle
-    (`rft.explorer.model`)."""
+    (docs/multimodal.md): sequence parallelism (the image features of a row split over processes), FSDP1 over
+    several processes (generation runs the vision tower outside the root's forward pass, where FSDP1 has not
+    gathered the root's parameters; FSDP2's are gathered for generation, `workers/fsdp.py:gathered_for_generation`),
+    and a critic that cannot see the images (critic.model.path a text model, or another family's, whose processor
+    would not make the policy's image tokens). A critic of the policy's family trains (PPO with GAE: the value
+    model is the family's backbone with a value head, `rft.models.load.vision_value_class`, its passes given the
+    rows' pixels; critic.model.freeze_vision_tower, null: the actor's). Workflows take images through their model
+    handle (`rft.explorer.model`)."""
     from rft.models.vision import is_vision_folder
 
     cfg = ctx.cfg
@@ -421,10 +424,15 @@ def check_vision(ctx: CheckContext) -> None:
     if not path or not is_vision_folder(path):
         return
     what = f"actor_rollout_ref.model.path={path!r} is a vision-language model"
-    if builds_critic(cfg):
-        raise ConfigError(f"{what}, and this run builds a critic (algorithm.adv_estimator="
-                          f"{cfg.algorithm.adv_estimator!r}): rft has no value model for vision-language families "
-                          "yet; use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...)")
+    critic_path = cfg.critic.model.path
+    if builds_critic(cfg) and critic_path and ctx.check_paths:
+        family = _model_type(critic_path)
+        if not is_vision_folder(critic_path) or family != _model_type(path):
+            kind = f"a {family!r} vision-language model" if is_vision_folder(critic_path) else "a text model"
+            raise ConfigError(f"{what} ({_model_type(path)!r}) and critic.model.path={critic_path!r} is {kind}: "
+                              "the critic reads the policy's image tokens with their pixels, so it is a model of the "
+                              "policy's family; remove critic.model.path (null: the policy's) or give one of that "
+                              "family (a saved rft critic of it)")
     if (cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size or 1) > 1:
         raise ConfigError(f"{what}: actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 splits rows over "
                           "processes, which a row's image features do not follow yet; set it to 1")
@@ -432,3 +440,14 @@ def check_vision(ctx: CheckContext) -> None:
         raise ConfigError(f"{what}, on {ctx.world_size} processes with actor_rollout_ref.actor.strategy=fsdp (FSDP1), "
                           "whose root parameters generation's vision tower reads outside the root's forward pass; "
                           "set actor_rollout_ref.actor.strategy=fsdp2 (tested equal to one process)")
+
+
+def _model_type(path: str) -> str | None:
+    """The model_type in the folder `path`'s config.json (None when it has none)."""
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(path) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        return None

@@ -4,8 +4,11 @@ value loss (verl's DataParallelPPOCritic).
 The model is the decoder backbone with a scalar head on each position's last hidden state
 (`rft.models.load.load_value_model`). The value of response token t is read at the position that predicts it
 (p - 1 + t, the state before the token is chosen), the same window the policy's log-probs use
-(`response_window`). The update loop (epochs, group-shuffled mini-batches, micro-batches aggregated with the
-mini-batch's normaliser, clipped optimizer step, scheduler) is the policy's (`workers/minibatch.py`).
+(`response_window`). A vision-language value model (the policy's family: its backbone, vision tower included,
+under the same head) gets the rows' pixels and token types in its padded and packed passes as the policy does
+(`rft.workers.policy.forward_logits`). The update loop (epochs, group-shuffled mini-batches, micro-batches
+aggregated with the mini-batch's normaliser, clipped optimizer step, scheduler) is the policy's
+(`workers/minibatch.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from rft.algorithms import AggNorm, value_loss
 from rft.batch import Batch
 from rft.models.load import device_of
 from rft.models.precision import autocast
+from rft.models.vision import forward_function, vision_of
 from rft.workers.minibatch import MiniBatchWorker, loss_tokens
 from rft.workers.packing import forward_packed, packs
 from rft.workers.policy import UpdateSettings, _pad, eval_passes, packed_window, response_window
@@ -39,15 +43,28 @@ def _forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
         values = split_outputs(model, ids, attn, positions, p_len, lambda out, labels: out[:, :1].float(), 1,
                                packed=packs(model), lm=False)[..., 0]
         return _pad(values, R) * batch.response_mask.to(values.device)
-    if packs(model):  # use_remove_padding: the real tokens packed, the value read before each response token
-        window = packed_window(batch, device_of(model))
+    vision = vision_of(model) if any(batch.images) else None
+    if packs(model) and (vision is None or vision.packs):  # use_remove_padding: the real tokens packed, the value
+        # read before each response token; a prompt's images go with its packed tokens, as in the policy's passes
+        share = vision is None or not vision.has_image_tokens(batch.response_ids)  # later turns' images: unshared
+        window = packed_window(batch, device_of(model), share)
         target = (window.t >= 0).nonzero().flatten()
-        out = forward_packed(model, window.tokens, None)[window.before, 0].float()  # (N,)
+        extra = {} if vision is None else vision.packed_kwargs(
+            model, batch.images, window.ids, window.attn, window.tokens.row, window.col, window.owner,
+            forward_function(model))
+        out = forward_packed(model, window.tokens, None, **extra)[window.before, 0].float()  # (N,)
         values = out.new_zeros(batch.response_mask.shape).index_put((window.tokens.row[target], window.t[target]),
                                                                     out)
         return values * batch.response_mask.to(values.device)
+    # padded; rows with images of a family that does not pack them (`rft.models.vision`)
     ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits  # (B, L, 1)
+    extra = {}
+    if vision is not None:
+        extra = vision.model_kwargs(batch.images, ids, forward_function(model))
+        if vision.mrope:  # positions that depend on the images: the model computes them
+            positions = None
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
+                **extra).logits  # (B, L, 1)
     values = out[:, p_len - 1:p_len - 1 + r_len, 0].float()  # (B, r)
     return _pad(values, R) * batch.response_mask.to(values.device)
 
