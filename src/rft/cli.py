@@ -411,7 +411,24 @@ def _dispatch(argv: list[str]) -> int:
         return component_main(component_argv)
     args = build_parser().parse_args(argv)
     _split_positionals(args)
+    _require_something_to_run(args)
     return args.fn(args)
+
+
+EXAMPLE_CONFIGS = {"train": "examples/gsm8k_grpo_small.yaml actor_rollout_ref.model.path=MODEL",
+                   "sft": "examples/gsm8k_sft.yaml model.partial_pretrain=MODEL",
+                   "dpo": "examples/arithmetic_dpo.yaml model.partial_pretrain=MODEL"}
+"""A runnable first command line per training command, for `rft train` typed alone (the README's first screen)."""
+
+
+def _require_something_to_run(args) -> None:
+    """`rft train` / `sft` / `dpo` with neither a YAML nor an override: say what the command takes, with an example
+    (a config of defaults alone would fail on its first required key, which tells a newcomer little)."""
+    from rft.config.errors import ConfigError
+
+    if args.command in EXAMPLE_CONFIGS and not args.config and not args.overrides:
+        raise ConfigError(f"rft {args.command} takes a YAML config and/or section.key=value overrides, e.g. "
+                          f"rft {args.command} {EXAMPLE_CONFIGS[args.command]} (rft {args.command} --help)")
 
 
 def report(error: BaseException, debug: bool) -> int:
