@@ -28,9 +28,11 @@ def _setup_env() -> None:
 
 def cmd_init_model(args) -> int:
     from rft.errors import RftError
+    from rft.models.load import _quiet_transformers
     from rft.models.tiny import REWARD_PRESETS, init_model, parameter_count
     from rft.models.vision_families import VISION_FAMILIES
 
+    _quiet_transformers()  # its one line, not transformers' bars for writing and loading back a 1M-parameter model
     if args.family is None and args.tokenizer != "chatml":
         raise RftError("rft init-model: --tokenizer applies to --family models; the presets have rft's own")
     if args.family is not None and args.preset is not None:
