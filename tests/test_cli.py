@@ -162,3 +162,26 @@ def test_rft_data_gsm8k_names_its_split_files_and_a_missing_one_names_them_too(w
     assert bad.stderr.splitlines() == [
         "rft: error: data.train_files: file 'nowhere/train.parquet' does not exist, nor does its folder 'nowhere'"]
     assert not (workdir / "refused").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "dpo"])
+def test_a_training_command_with_nothing_given_says_what_it_takes(command, capsys):
+    """`rft train` alone (a newcomer's first try) says what the command takes and where an example is, not that a
+    model key deep in the config is missing."""
+    from rft.cli import main
+
+    assert main([command]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rft: error: rft {command} takes a YAML config and/or section.key=value overrides, "), err
+    assert "examples/" in err and f"rft {command} --help" in err and len(err.splitlines()) == 1
+
+
+def test_init_model_prints_its_one_line_without_transformers_progress_bars(tmp_path):
+    """`rft init-model --preset tiny m`, the README's first rft command: one line saying what it wrote, not
+    transformers' 'Writing model shards' / 'Loading weights' bars on stderr (shown even when it is not a terminal)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()  # as a fresh process starts: another test may have turned them off
+    run = rft_here("init-model", "--preset", "tiny", "m", cwd=tmp_path)
+    assert run.stderr == "", run.stderr
+    assert run.stdout == "wrote tiny model (1,020,416 parameters) to m\n"

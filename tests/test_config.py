@@ -166,6 +166,21 @@ def test_every_schema_suggests_the_nearest_key(loader, key, nearest):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("key, nearest", [
+    ("trainer.total_steps", "trainer.total_training_steps"),  # Trinity-RFT's name; difflib alone: total_epochs
+    ("trainer.total_step", "trainer.total_training_steps"),
+    ("trainer.max_steps", "trainer.total_training_steps"),  # Hugging Face Trainer's / TRL's
+    ("trainer.num_train_epochs", "trainer.total_epochs"),
+    ("actor_rollout_ref.actor.optim.learning_rate", "actor_rollout_ref.actor.optim.lr"),
+])
+def test_another_trainers_name_for_a_key_suggests_rfts_not_a_lookalike(key, nearest):
+    """`trainer.total_steps=3` (the steps, as Trinity-RFT or HF's max_steps name them) must not suggest
+    total_epochs, which spells closer and means something else: a run of 3 epochs instead of 3 steps."""
+    with pytest.raises(ConfigError) as err:
+        load(f"{key}=3")
+    assert f"did you mean '{nearest}'? Allowed keys under " in str(err.value), str(err.value)
+
+
 def test_no_close_key_lists_the_allowed_ones_alone():
     with pytest.raises(ConfigError) as err:
         load("data.foo=1")

@@ -21,3 +21,13 @@ def test_a_step_with_nothing_to_learn_is_told_once_with_its_cause():
     fresh = NothingToLearn()
     assert fresh.note(7, {**ZERO_ADVANTAGES, "critic/score/min": 1.0, "critic/score/max": 1.0}).startswith(
         "rft: step 7: all rewards equal (1): no advantage, nothing to learn this step")
+
+
+def test_a_mix_step_with_nothing_for_the_policy_loss_says_the_sft_loss_still_trains():
+    """Trinity's mix: zero advantages leave the policy loss nothing, but the SFT loss on the expert rows still trains
+    the model: the note must not say the step learns nothing."""
+    said = NothingToLearn().note(1, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 0.0,
+                                     "actor/sft_loss": 5.6})
+    assert said.startswith("rft: step 1: all rewards equal (0): no advantage, nothing for the policy loss to learn "
+                           "this step (the SFT loss on the expert rows still trains)"), said
+    assert "nothing to learn this step" not in said

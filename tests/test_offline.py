@@ -295,3 +295,14 @@ def test_outputs_are_checked_before_the_work_and_a_users_file_is_never_replaced(
                  f"data.output_path={afile / 'o.parquet'}"]) == 2
     err = capsys.readouterr().err
     assert "data.output_path: " in err and "is a file, not a folder" in err and "prompts" not in err
+
+
+def test_merge_of_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    """`rft merge grpo merged` before the run (or with its name misspelt) says the folder does not exist, not that
+    runs write no checkpoints without trainer.save_freq."""
+    (tmp_path / "grpo_run").mkdir()
+    assert main(["merge", str(tmp_path / "grpo_rn"), str(tmp_path / "merged")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rft: error: {str(tmp_path / 'grpo_rn')!r} does not exist"), err
+    assert "save_freq" not in err and "'grpo_run'" in err
+    assert not (tmp_path / "merged").exists()

@@ -28,9 +28,11 @@ def _setup_env() -> None:
 
 def cmd_init_model(args) -> int:
     from rft.errors import RftError
+    from rft.models.load import _quiet_transformers
     from rft.models.tiny import REWARD_PRESETS, init_model, parameter_count
     from rft.models.vision_families import VISION_FAMILIES
 
+    _quiet_transformers()  # its one line, not transformers' bars for writing and loading back a 1M-parameter model
     if args.family is None and args.tokenizer != "chatml":
         raise RftError("rft init-model: --tokenizer applies to --family models; the presets have rft's own")
     if args.family is not None and args.preset is not None:
@@ -411,7 +413,24 @@ def _dispatch(argv: list[str]) -> int:
         return component_main(component_argv)
     args = build_parser().parse_args(argv)
     _split_positionals(args)
+    _require_something_to_run(args)
     return args.fn(args)
+
+
+EXAMPLE_CONFIGS = {"train": "examples/gsm8k_grpo_small.yaml actor_rollout_ref.model.path=MODEL",
+                   "sft": "examples/gsm8k_sft.yaml model.partial_pretrain=MODEL",
+                   "dpo": "examples/arithmetic_dpo.yaml model.partial_pretrain=MODEL"}
+"""A runnable first command line per training command, for `rft train` typed alone (the README's first screen)."""
+
+
+def _require_something_to_run(args) -> None:
+    """`rft train` / `sft` / `dpo` with neither a YAML nor an override: say what the command takes, with an example
+    (a config of defaults alone would fail on its first required key, which tells a newcomer little)."""
+    from rft.config.errors import ConfigError
+
+    if args.command in EXAMPLE_CONFIGS and not args.config and not args.overrides:
+        raise ConfigError(f"rft {args.command} takes a YAML config and/or section.key=value overrides, e.g. "
+                          f"rft {args.command} {EXAMPLE_CONFIGS[args.command]} (rft {args.command} --help)")
 
 
 def report(error: BaseException, debug: bool) -> int:

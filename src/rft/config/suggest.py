@@ -12,18 +12,37 @@ import difflib
 from collections.abc import Callable, Sequence
 
 CUTOFF = 0.6
+_STEPS = ("total_training_steps", "total_steps")
+_EPOCHS = ("total_epochs",)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "total_steps": _STEPS, "total_step": _STEPS, "max_steps": _STEPS, "num_steps": _STEPS, "train_steps": _STEPS,
+    "num_train_steps": _STEPS, "num_training_steps": _STEPS, "training_steps": _STEPS, "steps": _STEPS,
+    "epochs": _EPOCHS, "num_epochs": _EPOCHS, "num_train_epochs": _EPOCHS, "max_epochs": _EPOCHS,
+    "learning_rate": ("lr",),
+}
+"""Other trainers' names (Trinity-RFT's, Hugging Face Trainer's and TRL's) for a key whose own name spells further
+from them than a key that means something else: `total_steps` is closer to `total_epochs` than to
+`total_training_steps` by difflib's ratio. The first of a name's targets present among the known keys is suggested
+before any close spelling."""
+
+
+def _close(name: str, known: Sequence[str], n: int) -> list[str]:
+    """Up to `n` of `known` nearest `name`: its alias present there, then difflib's close matches, closest first."""
+    alias = [k for k in ALIASES.get(name, ()) if k in known and k != name][:1]
+    close = difflib.get_close_matches(name, list(known), n=n, cutoff=CUTOFF)
+    return [*alias, *(k for k in close if k not in alias)][:n]
 
 
 def nearest_first(name: str, known: Sequence[str]) -> list[str]:
     """`known` with its close matches to `name` first (closest first), then the rest in their own order."""
-    close = difflib.get_close_matches(name, list(known), n=len(known), cutoff=CUTOFF)
+    close = _close(name, known, len(known))
     return [*close, *(k for k in known if k not in close)]
 
 
 def did_you_mean(name: str, known: Sequence[str], spell: Callable[[str], str] = lambda k: f"'{k}'") -> str:
-    """"did you mean 'x'?" naming the closest of `known` to `name` (as `spell` writes it), or "" when none is
-    close."""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=CUTOFF)
+    """"did you mean 'x'?" naming the closest of `known` to `name` (as `spell` writes it; another trainer's name
+    for it first, `ALIASES`), or "" when none is close."""
+    close = _close(name, known, 1)
     return f"did you mean {spell(close[0])}?" if close else ""
 
 

@@ -3,7 +3,8 @@
 `NothingToLearn`: a step whose advantages are all zero moves the policy by nothing but its KL and entropy terms.
 With a group-relative estimator (GRPO, RLOO, ...) that is every step of a model whose responses to each prompt
 all score alike, e.g. the quick start's random model, which answers nothing right: its console says
-`score=0 pg_loss=0` step after step, and the note says why, once.
+`score=0 pg_loss=0` step after step, and the note says why, once. In Trinity-RFT's mix the SFT loss on the
+expert rows still trains such a step, and the note says so.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class NothingToLearn:
         low, high = (metrics.get(k) for k in SCORES)
         what = f"all rewards equal ({low:g})" if low is not None and low == high else \
             "each prompt's responses scored alike"
-        return (f"rft: step {step}: {what}: no advantage, nothing to learn this step (a model that answers every "
-                "prompt wrong, as a random one does, or every one right, has no better answer to learn from); "
-                "this note is not repeated")
+        nothing = ("nothing for the policy loss to learn this step (the SFT loss on the expert rows still trains)"
+                   if "actor/sft_loss" in metrics else "nothing to learn this step")
+        return (f"rft: step {step}: {what}: no advantage, {nothing} (a model that answers every prompt wrong, as a "
+                "random one does, or every one right, has no better answer to learn from); this note is not repeated")

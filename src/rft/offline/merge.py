@@ -19,6 +19,9 @@ def checkpoint_folder(path: str | Path) -> Path:
     from rft.trainer.checkpoint import CheckpointManager
 
     path = Path(path).expanduser()
+    if not path.exists():
+        raise RftError(f"{str(path)!r} does not exist{_beside(path)}; rft merge takes a run folder, its checkpoints/ "
+                       "or one global_step_N folder")
     if (path / "trainer_state.json").is_file():
         return path
     for root in (path, path / "checkpoints"):
@@ -27,6 +30,18 @@ def checkpoint_folder(path: str | Path) -> Path:
             return latest
     raise RftError(f"{str(path)!r} is not a checkpoint (global_step_N with trainer_state.json), nor a checkpoints/ "
                    f"or run folder holding one; {_no_checkpoint_hint(path)}")
+
+
+def _beside(path: Path) -> str:
+    """", did you mean 'x'? (folder holds: ...)" for a missing path whose folder exists, else ""."""
+    from rft.config.suggest import did_you_mean
+
+    parent = path.parent
+    if not parent.is_dir():
+        return ""
+    names = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith("."))
+    hint = did_you_mean(path.name, names)
+    return f" ({hint})" if hint else ""
 
 
 def _no_checkpoint_hint(path: Path) -> str:
