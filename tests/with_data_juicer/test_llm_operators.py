@@ -38,6 +38,7 @@ def assets(tmp_path_factory):
     (raw / "train.jsonl").write_text("".join(
         json.dumps({"question": r["extra_info"]["question"], "answer": r["extra_info"]["answer"]}) + "\n"
         for r in rows))
+    (raw / "test.jsonl").write_text((raw / "train.jsonl").read_text())  # the seed's eval taskset reads it too
     return root
 
 
@@ -157,3 +158,43 @@ def test_the_example_config_shows_with_no_refusal(assets, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "refus" not in done.stdout + done.stderr and "llm_difficulty_score_filter" in done.stdout
+
+
+def test_the_seed_trinity_configuration_with_its_runtime_blocks_loads_with_no_refusal(assets, tmp_path,
+                                                                                      monkeypatch):
+    """trinity_config_reference.md's example as test_seed_configs assembles it (with its listed edits), plus the
+    page's service, data_processor and log blocks, local paths and a free port: it loads, every stage, with no
+    refusal (the Data-Juicer operators loaded where Data-Juicer runs, the server auto-started and stopped)."""
+    import socket
+
+    from spec_configs import merge
+    from test_seed_configs import edited_trinity_example
+
+    from rft.trainer.configure import load_trinity
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"process": [{"llm_quality_score_filter": {
+        "api_or_hf_model": str(assets / "model"), "min_score": 0.0}}]}))
+    blocks = md_yaml_blocks(SPEC / "trinity_config_reference.md")
+    service = next(b for b in blocks if list(b) == ["service"] and b["service"])
+    log = next(b for b in blocks if list(b) == ["log"] and b["log"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    service["service"]["data_juicer"].update(server_url=f"http://127.0.0.1:{port}", port=port)
+    for key, value in (("MODEL_PATH", assets / "model"), ("TRINITY_TASKSET_PATH", assets / "raw"),
+                       ("TRINITY_DATASET_PATH", assets / "sft.jsonl"), ("TRINITY_SFT_DATASET_PATH", assets / "sft.jsonl"),
+                       ("TRINITY_CHECKPOINT_ROOT_DIR", tmp_path / "checkpoints")):
+        monkeypatch.setenv(key, str(value))
+    (assets / "sft.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+1=", "response": str(i + 1)}) + "\n"
+                                              for i in range(8)))
+    cfg = merge(merge(merge(edited_trinity_example(), service), seed_data_processor(assets / "model", recipe)), log)
+    path = tmp_path / "trinity.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    kind, stages = load_trinity(path)
+    rl = [s for s in stages if s.kind == "rl"]
+    assert kind == "stages" and rl
+    dp = rl[0].cfg.data_processor
+    assert dp.task_pipeline.num_process == 32 and dp.data_juicer.auto_start and dp.data_juicer.port == port
+    with socket.socket() as s:  # the check's server stopped
+        assert s.connect_ex(("127.0.0.1", port)) != 0

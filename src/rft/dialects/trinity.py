@@ -1042,9 +1042,10 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
             "repeat_times", 1)
     else:
         repeat = 1
-        # the global keys an SFT run has too (names, folder, processes, monitor); the synchronizer is the RL stages'
-        _globals(t, {k: v for k, v in cfg.items() if k != "synchronizer"}, out)
-        t.rl_only += [f"synchronizer.{k}" for k in cfg.get("synchronizer") or {}]
+        # the global keys an SFT run has too (names, folder, processes, monitor); the synchronizer and the services
+        # (Data-Juicer's, for the data processor) are the RL stages'
+        _globals(t, {k: v for k, v in cfg.items() if k not in ("synchronizer", "service")}, out)
+        t.rl_only += [f"{section}.{k}" for section in ("synchronizer", "service") for k in cfg.get(section) or {}]
         algo = _section(cfg.get("algorithm"), "algorithm")
         algo.pop("algorithm_type", None)
         if kind == "dpo":
