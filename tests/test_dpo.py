@@ -126,6 +126,32 @@ def test_data_and_config_errors_name_the_key(assets, tmp_path):
             make_cfg(assets, tmp_path, change)
 
 
+def test_val_max_samples_validates_on_the_first_pairs_and_a_large_validation_says_so(assets, tmp_path, caplog,
+                                                                                   monkeypatch):
+    """data.val_max_samples (as rft sft's, verl's sft_trainer.yaml key): a validation reads the first N pairs of
+    data.val_files; uncapped, a run validating on more than 300 pairs says how many and the key, once."""
+    val = write_parquet([{"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": str(i)} for i in range(301)],
+                        tmp_path / "big.parquet")
+    cfg = lambda *extra: make_cfg(assets, tmp_path / "out", f"data.val_files={val}", "trainer.total_training_steps=1",
+                                  *extra)
+    note = ("rft: note: each validation computes val/loss and val/rewards/* over all 301 pairs of data.val_files; "
+            "set data.val_max_samples=N to validate on N of them")
+    for extra, notes in ((["trainer.test_freq=1"], [note]), (["trainer.test_freq=-1"], []),
+                         (["trainer.test_freq=1", "data.val_max_samples=7"], [])):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rft"):
+            trainer = DPOTrainer(cfg(*extra))
+        assert caplog.messages == notes, extra
+    evaluated = []  # the pairs validation batches, as their prompts' token ids
+    batch = trainer.val_set.batch
+    monkeypatch.setattr(trainer.val_set, "batch", lambda indices, pad_id: (evaluated.extend(
+        trainer.val_set.examples[i].prompt_ids for i in indices), batch(indices, pad_id))[1])
+    metrics = trainer.fit()  # one step, validated once
+    assert math.isfinite(metrics["val/loss"]) and math.isfinite(metrics["val/rewards/accuracies"])
+    every = PreferenceDataset(val, trainer.tokenizer, trainer.cfg.data).examples
+    assert evaluated == [x.prompt_ids for x in every[:7]]
+
+
 # ------------------------------------------------------------------------------------------ the step
 def test_the_step_is_the_hand_computed_dpo_loss_and_the_micro_batch_size_does_not_change_it(assets, tmp_path):
     """Full fine-tuning: the reference is a frozen copy of the starting weights. The gradient of one step equals

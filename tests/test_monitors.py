@@ -306,3 +306,25 @@ def test_console_lines_of_short_rl_sft_and_dpo_runs(assets, tmp_path):
         assert re.fullmatch(rf"step 1/2: {watched} tok/s=\d+ s/step={number} left=\d+s", lines[0]), (name, lines)
         assert re.fullmatch(rf"step 2/2: {watched}( len={number})? {validation} tok/s=\d+ s/step={number} left=0s",
                             lines[1]), (name, lines)
+
+
+def test_console_lines_of_a_short_mix_run(assets, tmp_path):
+    """Trinity-RFT's mix (`rft train` with algorithm.mix, expert rows from the arithmetic preference set's chosen
+    answers, as examples/trinity_mix.yaml): each step's line shows the reward and the policy loss, the SFT loss on
+    the expert rows, the validation reward of the last step, tokens/s and the time left."""
+    import re
+
+    from rft.tasks import write_arithmetic
+
+    write_arithmetic(tmp_path / "pref", n_train=8, n_val=4, seed=0, preferences=True)
+    args = _train_args(assets, tmp_path / "mix", "trainer.logger=[console]", "trainer.test_freq=2",
+                       "algorithm.mix.enable=true", f"data.expert.files={tmp_path / 'pref' / 'preference_train.parquet'}",
+                       "data.expert.response_key=chosen", "data.expert.max_length=48")
+    out = rft_here(*args, cwd=tmp_path).stdout
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    number = r"-?[\d.]+(e[-+]\d+)?"
+    watched = rf"score={number} pg_loss={number} sft_loss={number} len={number}"
+    assert len(lines) == 2, out
+    assert re.fullmatch(rf"step 1/2: {watched} tok/s=\d+ s/step={number} left=\d+s", lines[0]), lines
+    assert re.fullmatch(rf"step 2/2: {watched} val_arithmetic={number} tok/s=\d+ s/step={number} left=0s",
+                        lines[1]), lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -141,6 +142,32 @@ def test_rows_over_max_length_are_judged_together_with_fixes_that_work(tmp_path,
     assert str(e.value) == (f"{rows}: 1 of 1 row exceeds data.max_length=20 tokens (the longest: 24 tokens, {rows} "
                             "row 0), and data.truncation=right fits none of them (all have no response token within "
                             "the limit); set data.max_length=24")
+
+
+def test_val_max_samples_validates_on_the_first_rows_and_a_large_validation_says_so(assets, tmp_path, caplog,
+                                                                                  monkeypatch):
+    """data.val_max_samples (verl's sft_trainer.yaml key and meaning): a validation reads the first N rows of
+    data.val_files; uncapped, a run validating on more than 300 rows says how many and the key, once."""
+    write_arithmetic(tmp_path / "big", n_train=4, n_val=301, seed=1)
+    val = tmp_path / "big" / "val.parquet"
+    cfg = lambda *extra: make_cfg(assets, tmp_path / "out", f"data.val_files={val}", "trainer.total_training_steps=1",
+                                  *extra)
+    note = ("rft: note: each validation computes val/loss over all 301 rows of data.val_files; set "
+            "data.val_max_samples=N to validate on N of them")
+    for extra, notes in ((["trainer.test_freq=1"], [note]), (["trainer.test_freq=-1"], []),
+                         (["trainer.test_freq=1", "data.val_max_samples=5"], [])):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rft"):
+            trainer = SFTTrainer(cfg(*extra))
+        assert caplog.messages == notes, extra
+    every = SFTDataset(val, trainer.tokenizer, trainer.cfg.data).examples
+    evaluated = []  # the rows validation batches, as (prompt, response) token ids
+    batch = trainer.val_set.batch
+    monkeypatch.setattr(trainer.val_set, "batch", lambda indices, pad_id: (evaluated.extend(
+        (trainer.val_set.examples[i].prompt_ids, trainer.val_set.examples[i].response_ids) for i in indices),
+        batch(indices, pad_id))[1])
+    assert math.isfinite(trainer.fit()["val/loss"])  # one step, validated once
+    assert evaluated == [(x.prompt_ids, x.response_ids) for x in every[:5]]
 
 
 def test_micro_batch_size_does_not_change_the_gradient(assets, tmp_path):

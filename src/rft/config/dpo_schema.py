@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from rft.config.schema import KL_ESTIMATOR_NAMES, LOSS_AGG_MODE_NAMES, fld, sub
-from rft.config.sft_schema import SFTModelConfig, SFTOptimConfig, SFTTrainerConfig
+from rft.config.sft_schema import VAL_MAX_SAMPLES_HELP, SFTModelConfig, SFTOptimConfig, SFTTrainerConfig
 
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")  # the names registered in rft.algorithms.PREFERENCE_LOSSES
 
@@ -17,6 +17,7 @@ DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")  # the names registered i
 class DPODataConfig:
     train_files: Any = fld(None, "Preference rows: one parquet/jsonl file or a list of them.")
     val_files: Any = fld(None, "Held-out preference rows (val/loss, val/rewards/*); null disables validation.")
+    val_max_samples: int = fld(-1, VAL_MAX_SAMPLES_HELP.replace("<unit>", "pairs"))
     prompt_key: str = fld("prompt", "Column of the prompt: a string (one user message) or a chat message list.")
     chosen_key: str = fld("chosen", "Column of the preferred response: a string (the assistant's text) or a chat "
                           "message list continuing the prompt (loss on its assistant turns).")

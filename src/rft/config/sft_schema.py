@@ -18,6 +18,12 @@ from rft.config.schema import (
     sub,
 )
 
+VAL_MAX_SAMPLES_HELP = (
+    "Validate on at most this many <unit> of val_files (verl's sft_trainer.yaml key and meaning): the first ones "
+    "(verl's SFT config has no data.shuffle, so its SFTDataset keeps the first rows), counted after data.truncation "
+    "drops any; the same ones at every validation. -1 (any value <= 0): all of them, and a run that validates on "
+    "more than 300 says so in a note.")
+
 
 @dataclass
 class SFTCustomClsConfig:
@@ -41,6 +47,7 @@ class MultiturnConfig:
 class SFTDataConfig:
     train_files: Any = fld(None, "Training rows: one parquet/jsonl file or a list of them.")
     val_files: Any = fld(None, "Validation rows (val/loss); null disables validation.")
+    val_max_samples: int = fld(-1, VAL_MAX_SAMPLES_HELP.replace("<unit>", "rows"))
     prompt_key: str = fld("prompt", "Column of the prompt: a chat message list or a string.")
     response_key: str = fld("response", "Column of the response (a string); may be nested, see response_dict_keys.")
     prompt_dict_keys: Optional[List[str]] = fld(None, "Keys to follow into a nested prompt column, e.g. [question].")

@@ -187,6 +187,10 @@ class PreferenceDataset:
                            rejected_ids=x.rejected_ids[:keep], rejected_mask=x.rejected_mask[:keep])
         return replace(x, prompt_ids=x.prompt_ids[total - max_length:])  # left: cut the prompt's start (no images)
 
+    def keep(self, indices: list[int]) -> None:
+        """Keep only the pairs at `indices`, in that order (a capped validation set)."""
+        self.examples = [self.examples[i] for i in indices]
+
     def __len__(self) -> int:
         return len(self.examples)
 

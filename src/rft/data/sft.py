@@ -131,6 +131,10 @@ class SFTDataset:
             return replace(example, response_ids=example.response_ids[:keep], loss_mask=example.loss_mask[:keep])
         return replace(example, prompt_ids=example.prompt_ids[total - max_length:])  # left: cut the prompt's start
 
+    def keep(self, indices: list[int]) -> None:
+        """Keep only the rows at `indices`, in that order (a capped validation set)."""
+        self.examples = [self.examples[i] for i in indices]
+
     def __len__(self) -> int:
         return len(self.examples)
 

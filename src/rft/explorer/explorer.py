@@ -18,12 +18,12 @@ import functools
 import logging
 import os
 
-import numpy as np
 import torch
 
 from rft.algorithms import estimator_spec, informative_groups
 from rft.batch import Batch, concat_batches
 from rft.data.dataset import Prompt, PromptDataset
+from rft.data.validation import capped_validation, note_uncapped_validation
 from rft.data_processor import ExperiencePipeline, run_task_pipeline
 from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
@@ -58,10 +58,6 @@ def load_prompts(cfg, tokenizer, files) -> PromptDataset:
                          tools_key=data.tools_key, chat_template=data.chat_template, vision=vision)
 
 
-LARGE_VALIDATION = 300
-"""Validation prompts above which a run says how many it validates on, and which key caps them."""
-
-
 def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
     """The validation prompts of data.val_files (None without), at most data.val_max_samples of them (verl's key
     and meaning: with data.shuffle a sample drawn with numpy's default_rng(data.seed), else the first rows)."""
@@ -69,24 +65,20 @@ def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
     if not data.val_files:
         return None
     val_set = load_prompts(cfg, tokenizer, data.val_files)
-    total, cap = len(val_set), data.val_max_samples
-    if 0 < cap < total:
-        val_set.keep(np.random.default_rng(data.seed).choice(total, size=cap, replace=False).tolist()
-                     if data.shuffle else range(cap))
-        log.info("rft: validating on %d of the %d prompts of data.val_files (data.val_max_samples; %s)", cap, total,
-                 f"a sample drawn with data.seed={data.seed}" if data.shuffle else "the first ones")
+    kept = capped_validation(len(val_set), data.val_max_samples, data.shuffle, data.seed, "prompts")
+    if kept is not None:
+        val_set.keep(kept)
     return val_set
 
 
 def note_large_validation(cfg, val_set: PromptDataset) -> None:
-    """One note where a run validates on more than LARGE_VALIDATION prompts without data.val_max_samples: how many,
-    and the key that caps them (a GSM8K test set's 1,319 prompts take minutes at every validation)."""
+    """One note where a run validates on more than 300 prompts (rft.data.validation) without data.val_max_samples:
+    how many, and the key that caps them (a GSM8K test set's 1,319 prompts take minutes at every validation)."""
     t = cfg.trainer
-    validates = t.test_freq > 0 or t.val_before_train or t.mode == "bench"
-    if len(val_set) > LARGE_VALIDATION and cfg.data.val_max_samples <= 0 and validates and t.explorer_rank == 0:
-        log.warning("rft: note: each validation generates for all %d prompts of data.val_files (x%d responses); set "
-                    "data.val_max_samples=N to validate on N of them", len(val_set),
-                    cfg.actor_rollout_ref.rollout.val_kwargs.n)
+    if (t.test_freq > 0 or t.val_before_train or t.mode == "bench") and t.explorer_rank == 0:
+        note_uncapped_validation(len(val_set), cfg.data.val_max_samples,
+                                 f"generates for all {len(val_set)} prompts of data.val_files "
+                                 f"(x{cfg.actor_rollout_ref.rollout.val_kwargs.n} responses)")
 
 
 def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:

@@ -14,7 +14,7 @@ inputs; the vision tower is frozen as for SFT (model.freeze_vision_tower).
 Metrics: train/loss, rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins (TRL's names),
 logps/chosen, logps/rejected (mean sequence log-probs), actor/kl_loss and actor/entropy when those terms are on;
 train/preference_loss (the loss without those terms); validation: the same names under val/ (val/loss,
-val/rewards/accuracies, ...) over every pair of data.val_files.
+val/rewards/accuracies, ...) over every pair of data.val_files (at most data.val_max_samples of them: the first ones).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from rft.workers.policy import forward_logprobs, reference_of
 
 class DPOTrainer(SFTTrainer):
     name = "dpo"
+    val_unit, val_metrics = "pairs", "val/loss and val/rewards/*"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -112,7 +113,8 @@ class DPOTrainer(SFTTrainer):
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """val/loss and val/rewards/* (and val/logps/*) over every held-out pair, without gradient."""
+        """val/loss and val/rewards/* (and val/logps/*) over every held-out pair (data.val_max_samples of them where
+        set), without gradient."""
         self.model.eval()
         pairs = list(range(len(self.val_set)))
         batch = self.val_set.batch(pairs, self.tokenizer.pad_token_id)

@@ -21,6 +21,7 @@ import torch
 from rft.config import to_yaml
 from rft.data.dataset import PromptSampler
 from rft.data.sft import SFTDataset
+from rft.data.validation import capped_validation, note_uncapped_validation
 from rft.distributed import SINGLE, Dist, padded_shard
 from rft.fsutil import write_text_atomic
 from rft.models import precision
@@ -62,6 +63,7 @@ class _FSDP:
 
 class SFTTrainer:
     name = "sft"  # the log lines' prefix (DPOTrainer reuses this loop)
+    val_unit, val_metrics = "rows", "val/loss"  # what validation reads, and what it computes (the note's words)
 
     def __init__(self, cfg, dist: Dist = SINGLE):
         """`dist`: this process's rank among the processes of the run (default: one process)."""
@@ -79,7 +81,7 @@ class SFTTrainer:
 
         self.tokenizer = load_tokenizer(model_cfg.partial_pretrain, model_cfg.trust_remote_code)
         self.train_set = self.dataset(data.train_files)
-        self.val_set = self.dataset(data.val_files) if data.val_files else None
+        self.val_set = self.load_val_set()
         self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
@@ -142,6 +144,21 @@ class SFTTrainer:
         return SFTDataset(files, self.tokenizer, self.cfg.data,
                           vision=vision_for(self.cfg.model.partial_pretrain, "model"))
 
+    def load_val_set(self):
+        """The dataset of data.val_files (None without), at most data.val_max_samples of it (verl's key and meaning
+        for SFT: the first ones), with one note where an uncapped validation reads more than 300."""
+        data = self.cfg.data
+        if not data.val_files:
+            return None
+        val_set = self.dataset(data.val_files)
+        kept = capped_validation(len(val_set), data.val_max_samples, shuffle=False, seed=None, unit=self.val_unit)
+        if kept is not None:
+            val_set.keep(kept)
+        if self.cfg.trainer.test_freq > 0 and self.dist.is_main:
+            note_uncapped_validation(len(val_set), data.val_max_samples, f"computes {self.val_metrics} over all "
+                                     f"{len(val_set)} {self.val_unit} of data.val_files")
+        return val_set
+
     def validate(self) -> dict[str, float]:
         """The validation metrics of the step (trainer.test_freq)."""
         return {"val/loss": self.val_loss()}
@@ -178,7 +195,8 @@ class SFTTrainer:
 
     @torch.no_grad()
     def val_loss(self) -> float:
-        """The token-mean NLL over every validation row (each rank its share, padded to equal passes)."""
+        """The token-mean NLL over every validation row (data.val_max_samples of them where set; each rank its
+        share, padded to equal passes)."""
         self.model.eval()
         total, tokens = 0.0, 0.0
         rows = self.cfg.data.micro_batch_size_per_gpu
