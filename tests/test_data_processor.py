@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -87,6 +88,25 @@ def test_text_length_filter_keeps_min_len_to_max_len_characters_of_the_text():
     # Data-Juicer's default min_len 10; messages read as their contents joined by a newline (6 + 1 + 3 = 10)
     assert TextLengthFilter().process(rows, "p") == [rows[1], rows[2], rows[3]]
     assert TextLengthFilter(max_len=11, text_key="q").process(rows, "p") == [rows[4]]
+
+
+def test_a_task_pipeline_output_made_from_the_same_inputs_is_reused_and_remade_when_they_change(assets, tmp_path,
+                                                                                                caplog):
+    from rft.data_processor import run_task_pipeline
+
+    def config(max_len: int):
+        return rl_config(assets, tmp_path / "out", "data_processor.task_pipeline.operators=[{name: "
+                         f"text_length_filter, args: {{min_len: 0, max_len: {max_len}}}}}]")
+
+    caplog.set_level("INFO", logger="rft")
+    out = Path(run_task_pipeline(config(MAX_LEN)))
+    made = out.stat().st_mtime_ns
+    assert run_task_pipeline(config(MAX_LEN)) == str(out) and out.stat().st_mtime_ns == made
+    assert "was made from the same files and operators; reused" in caplog.text
+    caplog.clear()
+    longer = read_rows(run_task_pipeline(config(MAX_LEN + 1)))  # another argument: filtered again
+    assert "reused" not in caplog.text
+    assert len(longer) == sum(len(prompt_text(r)) <= MAX_LEN + 1 for r in read_rows(assets / "data" / "train.parquet"))
 
 
 # ---------------------------------------------------------------------------------------------- a run

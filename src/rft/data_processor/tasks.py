@@ -112,7 +112,14 @@ def run_task_pipeline(cfg, serve: Serve | None = None) -> str | None:
     if not tp.operators:
         return None
     files = cfg.data.train_files
-    rows = [row for path in ([files] if isinstance(files, str) else files) for row in read_rows(path)]
+    files = [files] if isinstance(files, str) else list(files)
+    out = output_path(cfg)
+    key = _made_from(cfg, files)
+    stamp = out.with_name(out.name + ".made-from")
+    if out.is_file() and stamp.is_file() and stamp.read_text() == key:
+        log.info("rft: task pipeline: %s was made from the same files and operators; reused", out)
+        return str(out)
+    rows = [row for path in files for row in read_rows(path)]
     text_key = text_key_of(cfg)
     counts = []
     for name, op in pipeline_operators(cfg):
@@ -131,13 +138,26 @@ def run_task_pipeline(cfg, serve: Serve | None = None) -> str | None:
     if not rows:
         raise DataError(f"data_processor.task_pipeline kept no task ({', '.join(counts)}): loosen its operators' "
                         "args")
-    out = output_path(cfg)
     if out.suffix == ".jsonl":
         write_text_atomic(out, "".join(json.dumps(r) + "\n" for r in rows))
     else:
         write_parquet(rows, out)
+    write_text_atomic(stamp, key)
     log.info("rft: task pipeline: %d tasks kept (%s), written to %s", len(rows), ", ".join(counts), out)
     return str(out)
+
+
+def _made_from(cfg, files: list[str]) -> str:
+    """What the pipeline's output depends on: its operators and fields, and each input file's size and time. A
+    rerun (a resume, each process of a run) whose inputs match reuses the output instead of filtering again (an LLM
+    operator asks a model about every task)."""
+    import hashlib
+
+    tp = cfg.data_processor.task_pipeline
+    stat = [(str(Path(f).resolve()), Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]
+    made = {"operators": tp.operators, "target_fields": tp.target_fields, "num_process": tp.num_process,
+            "prompt_key": cfg.data.prompt_key, "files": stat}
+    return hashlib.sha256(json.dumps(made, sort_keys=True, default=str).encode()).hexdigest() + "\n"
 
 
 def _stats_line(stats: list[dict]) -> str:
