@@ -64,3 +64,13 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: item.get_closest_marker("longest") is None)  # stable: the rest keep their order
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    """family -> its tiny vision-language model folder (`rft init-model --family`), built once per module."""
+    from rft.models.vision_families import init_vision_model
+
+    root = tmp_path_factory.mktemp("vlm")
+    return lambda family: (root / family if (root / family).exists()
+                           else init_vision_model(family, root / family, seed=0))

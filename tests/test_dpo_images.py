@@ -3,34 +3,18 @@ log-prob of a chosen response against a direct forward with the processor's pixe
 
 from __future__ import annotations
 
-import io
 import json
 import math
 
 import pytest
 import torch
 from cli_helpers import rft_here
-from PIL import Image
+from vision_helpers import png
 
 from rft.data.io import DataError, write_parquet
 from rft.data.preference import PreferenceDataset
 from rft.models.vision import vision_for
-from rft.models.vision_families import init_vision_model
 from rft.tasks.shapes import shapes_rows
-
-
-def png(colour=(255, 0, 0), size=(40, 30)) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", size, colour).save(out, format="PNG")
-    return out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory):
-    """family -> its tiny model folder, built once per module."""
-    root = tmp_path_factory.mktemp("vlm")
-    return lambda family: (root / family if (root / family).exists()
-                           else init_vision_model(family, root / family, seed=0))
 
 
 def shape_pairs(n: int) -> list[dict]:

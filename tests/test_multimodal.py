@@ -13,6 +13,7 @@ import torch
 from cli_helpers import rft_here
 from PIL import Image
 from rl_helpers import SHAPED_REWARD
+from vision_helpers import png
 
 from rft.batch import Batch
 from rft.data.dataset import PromptDataset, left_pad
@@ -21,7 +22,7 @@ from rft.experience import Experience, from_batch, to_batch
 from rft.models.load import load_causal_lm, load_value_model
 from rft.models.tiny import init_model
 from rft.models.vision import vision_for
-from rft.models.vision_families import VISION_FAMILIES, init_vision_model
+from rft.models.vision_families import VISION_FAMILIES
 from rft.rollout.base import SamplingParams
 from rft.rollout.hf import HFRollout
 from rft.tasks.shapes import shapes_rows
@@ -30,20 +31,6 @@ from rft.workers.policy import forward_logprobs
 
 FAMILIES = sorted(VISION_FAMILIES)
 REPO = Path(__file__).resolve().parents[1]
-
-
-def png(colour=(255, 0, 0), size=(40, 30)) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", size, colour).save(out, format="PNG")
-    return out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory):
-    """family -> its tiny model folder, built once per module."""
-    root = tmp_path_factory.mktemp("vlm")
-    return lambda family: (root / family if (root / family).exists()
-                           else init_vision_model(family, root / family, seed=0))
 
 
 def row(prompt, images, **extra):

@@ -25,7 +25,14 @@ from rft.models.precision import autocast
 from rft.models.vision import forward_function, vision_of
 from rft.workers.minibatch import MiniBatchWorker, loss_tokens
 from rft.workers.packing import forward_packed, packs
-from rft.workers.policy import UpdateSettings, _pad, eval_passes, packed_window, response_window
+from rft.workers.policy import (
+    UpdateSettings,
+    _pad,
+    eval_passes,
+    packed_window,
+    padded_inputs,
+    response_window,
+)
 from rft.workers.ulysses import sequence_parallel, split_outputs
 
 
@@ -57,14 +64,8 @@ def _forward_values(model: nn.Module, batch: Batch) -> torch.Tensor:
                                                                     out)
         return values * batch.response_mask.to(values.device)
     # padded; rows with images of a family that does not pack them (`rft.models.vision`)
-    ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
-    extra = {}
-    if vision is not None:
-        extra = vision.model_kwargs(batch.images, ids, forward_function(model))
-        if vision.mrope:  # positions that depend on the images: the model computes them
-            positions = None
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
-                **extra).logits  # (B, L, 1)
+    inputs, p_len, r_len = padded_inputs(model, batch, vision)
+    out = model(**inputs, use_cache=False).logits  # (B, L, 1)
     values = out[:, p_len - 1:p_len - 1 + r_len, 0].float()  # (B, r)
     return _pad(values, R) * batch.response_mask.to(values.device)
 

@@ -77,6 +77,19 @@ def response_window(batch: Batch, device: torch.device) -> tuple[torch.Tensor, t
     return ids, attn, positions, p_len, r_len
 
 
+def padded_inputs(model: nn.Module, batch: Batch, vision: Vision | None) -> tuple[dict, int, int]:
+    """The keyword inputs of a padded forward over `response_window` (input_ids, attention_mask, position_ids and,
+    for a vision-language model, its pixel inputs; positions left to the model where they depend on the images,
+    M-RoPE), with the prompt and response widths p and r."""
+    ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
+    extra = {}
+    if vision is not None:
+        extra = vision.model_kwargs(batch.images, ids, forward_function(model))
+        if vision.mrope:  # positions that depend on the images: the model computes them
+            positions = None
+    return {"input_ids": ids, "attention_mask": attn, "position_ids": positions, **extra}, p_len, r_len
+
+
 def forward_logits(model: nn.Module, batch: Batch, temperature: float,
                    head: Head | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits (B, r, V) of softmax(logits / temperature), labels (B, r)) at the response positions; with `head`
@@ -98,17 +111,12 @@ def forward_logits(model: nn.Module, batch: Batch, temperature: float,
             # row's tokens: no prompt shared then
             logits, labels = _packed_logits(model, batch, store, share_prompts=router is None, vision=vision)
         else:  # padded; rows with images of a family that does not pack them (`rft.models.vision`)
-            ids, attn, positions, p_len, r_len = response_window(batch, device_of(model))
-            extra = {}
-            if vision is not None:
-                extra = vision.model_kwargs(batch.images, ids, forward_function(model))
-                if vision.mrope:  # positions that depend on the images: the model computes them
-                    positions = None
-            logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
-                           logits_to_keep=r_len + 1, **extra).logits
+            inputs, p_len, r_len = padded_inputs(model, batch, vision)
+            attn = inputs["attention_mask"]
+            logits = model(**inputs, use_cache=False, logits_to_keep=r_len + 1).logits
             # (B, r_len, V), or the head's input (B, r_len, H)
             logits = store["hidden"][:, -(r_len + 1):-1] if store is not None else logits[:, :-1].float()
-            labels = ids[:, p_len:]
+            labels = inputs["input_ids"][:, p_len:]
     if router is not None:
         router.stop(attn)
     if head is None and temperature > 0 and temperature != 1.0:
