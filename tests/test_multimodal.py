@@ -607,12 +607,14 @@ def test_what_images_do_not_run_with_yet_is_refused_before_the_model_loads(vlm, 
 
 
 def test_the_vllm_engine_refuses_each_vision_family_by_name_and_reason(vlm, tmp_path):
-    from rft.rollout.vllm_engine import IMAGE_FAMILY_REFUSALS, image_refusal
+    from rft.rollout.vllm_engine import IMAGE_FAMILIES, IMAGE_FAMILY_REFUSALS, image_refusal
 
-    assert set(IMAGE_FAMILY_REFUSALS) == set(VISION_FAMILIES)  # every family rft builds has its measured reason
-    for family in ("smolvlm", "llava"):
+    # every family rft builds runs on vLLM with images (tests/with_vllm) or is refused with its measured reason
+    assert set(IMAGE_FAMILY_REFUSALS) | set(IMAGE_FAMILIES) == set(VISION_FAMILIES)
+    for family in ("gemma3", "llava"):
         refusal = image_refusal(str(vlm(family)))
         assert f"is a {family!r} model" in refusal and IMAGE_FAMILY_REFUSALS[family] in refusal
+    assert image_refusal(str(vlm("smolvlm"))) is None
     init_model("tiny", tmp_path / "text", seed=0)
     assert image_refusal(str(tmp_path / "text")) is None
 
