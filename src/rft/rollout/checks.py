@@ -28,12 +28,12 @@ def check_engine(ctx: CheckContext) -> None:
         raise ConfigError("actor_rollout_ref.rollout.name='sglang': rft has no SGLang engine; use 'vllm' or 'hf' "
                           "(transformers generation with a KV cache)")
     if rollout.name == "vllm":
-        from rft.models.vision import is_vision_folder
+        from rft.rollout.vllm_engine import image_refusal
 
         path = ctx.cfg.actor_rollout_ref.model.path
-        if path and is_vision_folder(path):
-            raise ConfigError(f"actor_rollout_ref.rollout.name='vllm' with the vision-language model {path!r}: rft's "
-                              "vLLM engine takes no images yet; use rollout.name=hf (docs/multimodal.md)")
+        refusal = image_refusal(path) if path else None
+        if refusal:
+            raise ConfigError(f"actor_rollout_ref.rollout.name='vllm': {refusal}")
         _check_vllm(rollout)
 
 

