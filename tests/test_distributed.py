@@ -426,6 +426,7 @@ def test_component_trains_with_two_processes(assets, tmp_path):
     assert (tmp_path / "model" / "model.safetensors").is_file()
 
 
+@pytest.mark.heavy  # ~60 s: make test-heavy
 def test_a_killed_rank_and_a_sigterm_to_the_launcher_are_one_line_each(assets, tmp_path):
     """Rank 0 SIGKILLed: rank 1 says in one line that another process of the run died (gloo's "Connection
     reset by peer" read as a bug in rft); SIGTERM to the launcher: exit 143 and one `rft: stopped` line (it

@@ -375,7 +375,7 @@ def sloppy_sft_model(out: Path) -> Path:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # ~60 s: make test-heavy (make test had reached 20 minutes under load)
 def test_dpo_raises_the_margin_and_held_out_accuracy_over_the_sloppy_sft_model(tmp_path):
     """From the demo's SFT stage's model, which learned to add but copies the teacher's slips, a DPO stage on the
     arithmetic preference set (each addition's answer preferred to the one with the units carry wrong): every

@@ -346,7 +346,7 @@ def test_two_explore_commands_and_a_trainer_on_postgresql_survive_kills_and_trai
     assert_same_training(out, two_explorers)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # ~45 s: make test-heavy
 def test_the_database_restarting_under_a_running_explorer_and_trainer_loses_nothing(assets, tmp_path):
     """PostgreSQL stopped for 2 s and started again while `explore` and `train` run on it: both ride the outage out
     (each buffer transaction retried whole, a warning saying so), finish, and every experience is read exactly
