@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -147,9 +148,11 @@ class ExperiencePipeline:
         return experiences, metrics
 
 
-def build_operators(specs: Any, registry: Registry, refused: dict[str, str]) -> list[tuple[str, Any]]:
-    """(name, operator) of each {name, args} of `specs`, built from `registry`; an unknown or `refused` name, args
-    the operator does not take, or a spec of another shape is a ValueError naming its index."""
+def build_operators(specs: Any, registry: Registry, refused: dict[str, str],
+                    other: tuple[str, Callable[[str, dict], Any]] | None = None) -> list[tuple[str, Any]]:
+    """(name, operator) of each {name, args} of `specs`, built from `registry`; `other` = (what they are, build):
+    how a name the registry has not is built (else it is refused). An unknown or `refused` name, args the operator
+    does not take, or a spec of another shape is a ValueError naming its index."""
     out = []
     for i, spec in enumerate(specs or []):
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or set(spec) - {"name", "args"}:
@@ -157,11 +160,18 @@ def build_operators(specs: Any, registry: Registry, refused: dict[str, str]) -> 
         name, args = spec["name"], spec.get("args") or {}
         if name in refused:
             raise ValueError(f"operators[{i}].name={name!r}: {refused[name]}")
-        if name not in registry:
+        if name not in registry and other is None:
             raise ValueError(f"operators[{i}].name={name!r} is not an operator rft has: "
                              f"{', '.join(registry.names())}")
         if not isinstance(args, dict):
             raise ValueError(f"operators[{i}].args must be a mapping, got {args!r}")
+        if name not in registry:
+            kind, build = other
+            try:
+                out.append((name, build(name, args)))
+            except ValueError as e:
+                raise ValueError(f"operators[{i}] ({name}, {kind}): {e}") from None
+            continue
         takes = list(inspect.signature(registry.get(name)).parameters)
         for key in args:
             if key not in takes:

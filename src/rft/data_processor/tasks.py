@@ -63,29 +63,15 @@ def task_operators(specs, num_process: int | None = None, text_key: str | None =
     naming its index."""
     from rft.data_processor.data_juicer import DataJuicerOperator
 
-    out = []
-    for i, spec in enumerate(specs or []):
-        name = spec.get("name") if isinstance(spec, dict) else None
-        args = spec.get("args") or {} if isinstance(spec, dict) else None
-        if not isinstance(name, str) or set(spec) - {"name", "args"} or not isinstance(args, dict):
-            raise ValueError(f"operators[{i}] must be a mapping {{name, args}}, got {spec!r}")
-        if name in TASK_OPERATORS:
-            try:
-                [(_, op)] = build_operators([spec], TASK_OPERATORS, {})
-            except ValueError as e:
-                raise ValueError(str(e).replace("operators[0]", f"operators[{i}]", 1)) from None
-            out.append((name, op))
-            continue
-        defaults = {"num_proc": num_process, "text_key": text_key}
-        args = {**{k: v for k, v in defaults.items() if v is not None}, **args}
-        try:
-            op = DataJuicerOperator(operators=[{name: args}])
-            if service is not None:
-                op.configure(service)
-        except ValueError as e:
-            raise ValueError(f"operators[{i}] ({name}, a Data-Juicer operator): {e}") from None
-        out.append((name, op))
-    return out
+    defaults = {k: v for k, v in (("num_proc", num_process), ("text_key", text_key)) if v is not None}
+
+    def data_juicer(name: str, args: dict) -> DataJuicerOperator:
+        op = DataJuicerOperator(operators=[{name: {**defaults, **args}}])
+        if service is not None:
+            op.configure(service)
+        return op
+
+    return build_operators(specs, TASK_OPERATORS, {}, other=("a Data-Juicer operator", data_juicer))
 
 
 def pipeline_operators(cfg) -> list[tuple[str, object]]:
