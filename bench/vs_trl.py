@@ -3,7 +3,8 @@
 Both get the same model folder (the offline tiny / small Qwen2), the same arithmetic prompts (chat template, the
 same tokenizer), the same reward function (one file, read by both), 16 prompts x 8 samples per optimizer step, no
 KL term (TRL's beta 0, rft's use_kl_loss false), temperature 1, lr 1e-5 constant, fp32 on CPU (`--precision bf16`:
-TRL with bf16=True, rft with bf16 named for its rollout and update), responses ending at
+TRL with bf16=True, rft with bf16 named for its rollout and update; `--precision auto`: TRL in fp32, rft with no
+precision key, as a user's first run: bf16 where this CPU computes it faster), responses ending at
 EOS (no ignore_eos) up to the workload's new tokens, and 8 optimizer steps. s/step is the median of steps 3-8 of
 each side (TRL: a TrainerCallback around each optimizer step, generation included; rft: `SyncRun.train_step`).
 Each side runs in its own process, back to back: TRL in `bench/.venv-trl` (made on first use: torch 2.13.0 under
@@ -11,7 +12,7 @@ constraints.txt, trl 1.16.0), rft in this Python.
 
     python bench/vs_trl.py [--workloads W1,W2,W3,growth] [--variants default,fastest] [--steps 8] [--repeats 2]
                            [--no-write] [--baseline-src DIR [--baseline-variant fastest]] [--profile]
-                           [--precision fp32|bf16]
+                           [--precision fp32|bf16|auto]
 
 Interleaved: each workload runs TRL, then each rft variant, `--repeats` times over (TRL, rft, TRL, rft, ...), so
 a slow spell of the shared machine hits both sides; every run is printed, and the table takes each side's best
@@ -177,11 +178,12 @@ def rft_worker(spec: dict) -> dict:
         f"actor_rollout_ref.rollout.ignore_eos={'true' if spec['ignore_eos'] else 'false'}",
         "actor_rollout_ref.rollout.temperature=1.0",
         # fp32: float32 named everywhere; bf16: bf16 named for the rollout and the update, used where this CPU
-        # computes it faster (models/precision.py; the run's log line says which)
-        *(["actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.actor.fsdp_config.mixed_precision."
-           "param_dtype=fp32"] if spec["precision"] == "fp32" else
-          ["actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.actor.fsdp_config.mixed_precision."
-           "param_dtype=bf16"]),
+        # computes it faster (models/precision.py; the run's log line says which); auto: no key (rft's default)
+        *{"fp32": ["actor_rollout_ref.rollout.dtype=float32",
+                   "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"],
+          "bf16": ["actor_rollout_ref.rollout.dtype=bfloat16",
+                   "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"],
+          "auto": []}[spec["precision"]],
         f"actor_rollout_ref.actor.ppo_mini_batch_size={spec['prompts']}", "actor_rollout_ref.actor.use_kl_loss=false",
         "actor_rollout_ref.actor.optim.lr=1e-5", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
         "actor_rollout_ref.actor.grad_clip=1.0", "algorithm.adv_estimator=grpo",
@@ -240,7 +242,8 @@ def record_generations(engine, path: Path):
         out = generate(prompt_ids, prompt_mask, params, generator)
         seconds = time.perf_counter() - t0
         torch.save({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "params": params, "state": state,
-                    "weights": weights, "seconds": seconds, "tokens": int(out.response_mask.sum())}, path)
+                    "weights": weights, "seconds": seconds, "tokens": int(out.response_mask.sum()),
+                    "dtype": engine.dtype}, path)
         return out
 
     engine.generate = recorded
@@ -264,7 +267,8 @@ def engine_worker(spec: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
     model.load_state_dict(replay.pop("weights"))  # the run's weights at that generation
-    engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
+    engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id,
+                       dtype=replay["dtype"])  # the run's generation precision
     times = []
     for _ in range(2):  # the first pays the one-time work (the kernels' timing per shape), as the run's first step did
         generator = torch.Generator()
@@ -316,10 +320,11 @@ def main() -> None:
     ap.add_argument("--baseline-variant", default="default", choices=sorted(VARIANTS),
                     help="the speed keys the baseline tree runs with (a variant's; default: none)")
     ap.add_argument("--variants", help="only these rft variants of each workload, comma-separated (default: all)")
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+    ap.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="fp32",
                     help="fp32: both trainers in float32; bf16: TRL with bf16=True (autocast over float32 weights) "
                          "against rft with bf16 named for its rollout and update (used where this CPU computes it "
-                         "faster than float32: models/precision.py)")
+                         "faster than float32: models/precision.py); auto: TRL in float32 against rft with no "
+                         "precision key (its default: bf16 where this CPU computes it faster)")
     ap.add_argument("--profile", action="store_true",
                     help="torch.profiler over one more rft step of each variant (printed; not in the median)")
     ap.add_argument("--trl-worker", help=argparse.SUPPRESS)

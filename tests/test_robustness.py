@@ -640,6 +640,72 @@ def test_the_guards_trial_step_measures_the_step_the_optimizer_then_takes(make, 
     assert guard._weights is None and guard._state == {}
 
 
+def test_adams_bound_is_hand_computed_and_reached_by_the_worst_gradient_history():
+    """C_t: 1 at the first step for any betas; (0.1 / sqrt(0.001)) / sqrt(1 - 0.81 / 0.999) = 7.2703 in the limit for
+    (0.9, 0.999); none where b1 >= sqrt(b2). Gradients growing as (b2 / b1)^k (the Cauchy-Schwarz equality case) make
+    torch's own Adam step (lr 1, eps 0) move a weight by exactly C_t, and random histories never by more."""
+    from rft.workers.guard import adam_constant
+
+    assert adam_constant(0.9, 0.999, 1) == pytest.approx(1.0) and adam_constant(0.5, 0.6, 1) == pytest.approx(1.0)
+    assert adam_constant(0.9, 0.999, 10**6) == pytest.approx(7.2703, abs=1e-4)
+    assert adam_constant(0.9, 0.8, 5) == math.inf
+    b1, b2 = 0.9, 0.99
+    w = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([w], lr=1.0, betas=(b1, b2), eps=0.0)
+    for t in range(1, 31):
+        w.grad = torch.tensor([(b2 / b1) ** t], dtype=torch.float64)
+        before = float(w)
+        opt.step()
+        assert abs(float(w) - before) == pytest.approx(adam_constant(b1, b2, t), rel=1e-9)
+    torch.manual_seed(0)
+    ws = torch.zeros(1000, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([ws], lr=1.0, betas=(0.9, 0.999), eps=0.0)
+    for t in range(1, 60):
+        ws.grad = torch.randn(1000, dtype=torch.float64) * torch.rand(1000, dtype=torch.float64).pow(8) * 10 ** (t % 7)
+        before = ws.detach().clone()
+        opt.step()
+        assert float((ws - before).abs().max()) <= adam_constant(0.9, 0.999, t) * (1 + 1e-12)
+
+
+def test_the_guard_skips_the_trial_only_where_adams_bound_proves_the_step_passes(monkeypatch):
+    """At a training learning rate AdamW's step is taken without a trial (the bound is far below the ratio) and equals
+    a plain step; at lr 1e10 the bound proves nothing and the trial runs and refuses the step."""
+    from rft.workers.guard import UpdateGuard, adam_constant
+
+    def setup(lr):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        params = list(model.parameters())
+        return model, params, torch.optim.AdamW(params, lr=lr, weight_decay=0.1)
+
+    trials = []
+    monkeypatch.setattr(UpdateGuard, "_trial_step", lambda self, real=UpdateGuard._trial_step: trials.append(1)
+                        or real(self))
+    model, params, opt = setup(1e-3)
+    twin, twin_params, twin_opt = setup(1e-3)
+    guard = UpdateGuard(params, opt)
+    for step in range(3):
+        x = torch.randn(5, 4, generator=torch.Generator().manual_seed(step))
+        model(x).pow(2).sum().backward()
+        twin(x).pow(2).sum().backward()
+        bound = guard.adam_bound()
+        w = math.sqrt(sum(float(p.double().norm() ** 2) for p in params))
+        # ||lr wd w|| + lr C_t sqrt(15 values), over ||w||
+        assert bound == pytest.approx((1e-3 * 0.1 * w + 1e-3 * adam_constant(0.9, 0.999, step + 1) * math.sqrt(15)) / w)
+        assert guard.step(0.0)[1] is None
+        twin_opt.step()
+        opt.zero_grad()
+        twin_opt.zero_grad()
+        assert all(torch.equal(a, b) for a, b in zip(params, twin_params))
+    assert trials == []
+    model, params, opt = setup(1e10)
+    guard = UpdateGuard(params, opt)
+    model(torch.randn(5, 4)).pow(2).sum().backward()
+    before = [p.detach().clone() for p in params]
+    assert guard.adam_bound() > 1e9 and "exploding update" in guard.step(0.0)[1] and trials == [1]
+    assert all(torch.equal(b, p) for b, p in zip(before, params))
+
+
 def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):
     from rft.trainer.checkpoint import CheckpointManager, _save_weights
 

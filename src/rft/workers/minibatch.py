@@ -42,7 +42,7 @@ def build_optimizer(params: Iterable[nn.Parameter], optim_cfg, name: str | None 
     else AdamW) over `params`, from a config with lr, betas, eps and weight_decay."""
     from rft.workers.optim import make_optimizer
 
-    return make_optimizer(params, optim_cfg, name or getattr(optim_cfg, "optimizer", None) or "adamw_torch")
+    return make_optimizer(params, optim_cfg, name or getattr(optim_cfg, "optimizer", None) or "adamw_torch_fused")
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int,
