@@ -479,3 +479,24 @@ def test_enforce_eager_false_compiles_the_hf_engines_decode_step(assets, tmp_pat
         mp.setattr(packing, "_COMPILE_OK", (False, "InvalidCxxCompiler: no working C++ compiler found"))
         assert not compiled_decode(False, run.trainer.model, sharded=False)
     assert "decodes eager, since torch.compile does not work here (InvalidCxxCompiler" in caplog.text
+
+
+def test_the_packed_attention_computes_in_float32_under_cpu_autocast():
+    """CPU autocast would run SDPA in bf16, whose CPU kernels are several times slower than float32's at training
+    shapes: the packed attention computes it in float32 on the bf16 projections and hands back their dtype. Its
+    output is float32 SDPA's exactly, and not bf16 SDPA's (which differs by bf16 rounding)."""
+    from rft.workers.packing import PackedRows, _sdpa, _unpack, packed_attention
+
+    gen = torch.Generator().manual_seed(0)
+    lengths = [5, 3, 7]
+    row = torch.cat([torch.full((n,), r) for r, n in enumerate(lengths)])
+    col = torch.cat([torch.arange(n) for n in lengths])
+    packed = PackedRows(row=row, col=col, rows=3, width=7)
+    q, k, v = (torch.randn(1, h, 15, 16, generator=gen).to(torch.bfloat16) for h in (4, 2, 2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = packed_attention(None, q, k, v, None, rft_packed=packed)
+        in_bf16 = _sdpa(*(_unpack(x, packed) for x in (q, k, v)), None, 0.0, None)
+    expected = _sdpa(*(_unpack(x, packed).float() for x in (q, k, v)), None, 0.0, None)
+    expected = expected.to(torch.bfloat16).transpose(1, 2)[row, col].unsqueeze(0)
+    assert out.dtype == torch.bfloat16 and in_bf16.dtype == torch.bfloat16 and torch.equal(out, expected)
+    assert not torch.equal(out, in_bf16.transpose(1, 2)[row, col].unsqueeze(0))

@@ -40,6 +40,10 @@ from rft.models.vision import vision_of
 
 PACKED_ATTR = "_rft_remove_padding"
 COMPILED_ATTR = "_rft_compiled"
+CPU_SLOW_SDPA = (torch.bfloat16, torch.float16)
+"""Dtypes the packed attention computes in float32 on a CPU: PyTorch's CPU SDPA (flash) kernels in bf16 ran 6x
+slower than in float32 at the small preset's training shape (128 rows x 8 heads x 80 columns x 32, forward and
+backward) and no faster at Qwen2.5-0.5B's (bench/RESULTS.md, 2026-11-26); the matmuls around it stay in bf16."""
 
 
 def _log(message: str) -> None:
@@ -76,6 +80,13 @@ def _unpack(x: torch.Tensor, packed: PackedRows) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
+def _sdpa(q, k, v, mask, dropout: float, scaling: float | None) -> torch.Tensor:
+    """SDPA over (rows, H, width, d) rows, causal where no mask is given; the query heads of a KV head grouped."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                            is_causal=mask is None, scale=scaling,
+                                                            enable_gqa=q.shape[1] != k.shape[1])
+
+
 def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
     """transformers' attention interface: SDPA on the rows of a packed sequence when the call carries
@@ -99,9 +110,13 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         causal = mask if mask is not None else i[None, :] <= i[:, None]
         mask = ((causal[None] & packed.keys[:, None, :]) | torch.eye(packed.width, dtype=torch.bool,
                                                                        device=q.device))[:, None]
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                           is_causal=mask is None, scale=scaling,
-                                                           enable_gqa=q.shape[1] != k.shape[1])  # (rows, H, width, d)
+    if q.device.type == "cpu" and (q.dtype in CPU_SLOW_SDPA or (torch.is_autocast_enabled("cpu") and
+                                                                torch.get_autocast_dtype("cpu") in CPU_SLOW_SDPA)):
+        dtype = q.dtype  # CPU autocast would run SDPA in bf16 / fp16: its float32 kernels are faster here
+        with torch.autocast("cpu", enabled=False):
+            out = _sdpa(q.float(), k.float(), v.float(), mask, dropout, scaling).to(dtype)
+    else:
+        out = _sdpa(q, k, v, mask, dropout, scaling)
     out = out.transpose(1, 2)[packed.row, packed.col]  # (T, H, d)
     return out.unsqueeze(0), None
 
