@@ -47,7 +47,8 @@ remove_padding (use_remove_padding=true: the default now, kept for --baseline-sr
 (the three speed keys together).
 Reward: bench.py's SHAPED_REWARD (the exact answer plus half the share of digits), so groups differ and every
 row is trained on both sides (with the task's exact reward an untrained model scores 0 everywhere: rft would skip
-its update, TRL would not, and the comparison would flatter rft).
+its update, TRL would not, and the comparison would flatter rft). The real-size workloads add a term in the response's length
+below 0.01 (`TIE_BREAK`): their random model drifts to responses where the shaped reward is 0 everywhere too.
 
 rft's efficiency: the step's fp32 FLOPs (bench.py's floor: 2*N*T_gen generation, each prompt once + the response
 tokens fed back, + 6*N*T update over the rows the update ran on) at the machine's measured matmul rate, divided by
@@ -97,6 +98,20 @@ VARIANTS = {
                 "actor_rollout_ref.rollout.enforce_eager=false"],  # the three together
 }
 SCALING = ("growth", "length")  # rft alone: s/step against the work's growth
+
+
+TIE_BREAK = '''
+_shaped = compute_score
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return _shaped(data_source, solution_str, ground_truth) + 0.01 * len(solution_str) / (1 + len(solution_str))
+'''
+"""The real-size workloads' reward: the shaped one plus a term in the response's length below 0.01. The random
+0.5B model drifts within a step or two to responses with no digit and no EOS (seen in bf16 on an Intel Xeon,
+2026-11-26: every row of steps 2-5 scored 0), where every group's rewards are equal, rft leaves every row out of its
+update (exactly: their advantages are 0) and TRL still runs its own; responses of different lengths keep the
+rewards of a group apart, so both sides train every row."""
 
 
 # ---------------------------------------------------------------------------------------------- the TRL venv
@@ -378,6 +393,8 @@ def main() -> None:
                                     for r in read_rows(data)))
         reward = tmp / "reward_shaped.py"
         reward.write_text(SHAPED_REWARD)
+        tie_break = tmp / "reward_shaped_tie_break.py"
+        tie_break.write_text(SHAPED_REWARD + TIE_BREAK)
         for workload in wanted:
             for preset, response, ignore_eos, prompts, samples, checkpointing, variants in WORKLOADS[workload]:
                 model = tmp / f"model-{preset}"
@@ -390,7 +407,8 @@ def main() -> None:
                                                   sizes["intermediate_size"])
                 base = dict(model=str(model), response=response, prompts=prompts, samples=samples,
                             precision=args.precision,
-                            ignore_eos=ignore_eos, steps=args.steps, reward=str(reward), checkpointing=checkpointing)
+                            ignore_eos=ignore_eos, steps=args.steps, checkpointing=checkpointing,
+                            reward=str(tie_break if preset in REAL_SIZES else reward))
                 label = (f"{workload} {preset} {response} tok, {prompts}x{samples}"
                          + (", gradient checkpointing" if checkpointing else ""))
                 keep = set(args.variants.split(",")) if args.variants else set(variants)
