@@ -74,6 +74,7 @@ KL_ESTIMATOR_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+",
 # transformers' TrainingArguments.optim names and get_scheduler names (rft.workers.optim builds them).
 OPTIMIZER_NAMES = ("adamw_torch", "adamw_torch_fused", "adafactor", "ademamix", "sgd", "adagrad", "rmsprop",
                    "galore_adamw", "lomo", "adalomo", "grokadamw", "schedule_free_sgd")
+DEFAULT_OPTIMIZER = "adamw_torch_fused"  # transformers' TrainingArguments.optim default
 SCHEDULER_NAMES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                    "inverse_sqrt", "reduce_lr_on_plateau")
 LOSS_AGG_MODE_NAMES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
@@ -282,7 +283,7 @@ class OptimConfig:
     betas: List[float] = fld([0.9, 0.999], "AdamW betas.")
     eps: float = fld(1e-8, "AdamW epsilon.")
     optimizer: str = fld(
-        "adamw_torch_fused",
+        DEFAULT_OPTIMIZER,
         "Optimizer by transformers' TrainingArguments.optim name (lr, betas, eps, weight_decay above): "
         "adamw_torch_fused (the default, as transformers' TrainingArguments.optim: torch's AdamW in one fused kernel, "
         "5-6x faster than adamw_torch's per-tensor loop on a CPU, the same update within float rounding), "

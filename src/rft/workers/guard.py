@@ -171,7 +171,10 @@ class UpdateGuard:
             if not live:
                 continue
             lr, (b1, b2) = float(group["lr"]), group["betas"]
-            steps = {int(s["step"]) + 1 if "step" in s else 1 for _, s in live}
+            counts = [torch.as_tensor(s["step"], dtype=torch.float64) for _, s in live if "step" in s]
+            steps = {int(t) + 1 for t in torch.stack(counts).unique().tolist()} if counts else set()
+            if len(counts) < len(live):  # a parameter without state yet takes its first step
+                steps.add(1)
             c = max(adam_constant(b1, b2, t) for t in steps)
             norms = torch.stack(torch._foreach_norm([w for w, _ in live])).double()
             w_sq = float(norms.square().sum())

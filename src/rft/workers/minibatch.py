@@ -40,9 +40,9 @@ LR_KEYS = {"actor": "actor_rollout_ref.actor.optim.lr", "critic": "critic.optim.
 def build_optimizer(params: Iterable[nn.Parameter], optim_cfg, name: str | None = None) -> torch.optim.Optimizer:
     """The optimizer `name` (transformers' `optim` names, `rft.workers.optim`; default: the config's `optimizer`,
     else AdamW) over `params`, from a config with lr, betas, eps and weight_decay."""
-    from rft.workers.optim import make_optimizer
+    from rft.workers.optim import DEFAULT_OPTIMIZER, make_optimizer
 
-    return make_optimizer(params, optim_cfg, name or getattr(optim_cfg, "optimizer", None) or "adamw_torch_fused")
+    return make_optimizer(params, optim_cfg, name or getattr(optim_cfg, "optimizer", None) or DEFAULT_OPTIMIZER)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from rft.config.schema import OPTIMIZER_NAMES, SCHEDULER_NAMES
+from rft.config.schema import DEFAULT_OPTIMIZER, OPTIMIZER_NAMES, SCHEDULER_NAMES
 
 PLATEAU = "reduce_lr_on_plateau"
 
@@ -90,8 +90,7 @@ STATE_VALUES: dict[str, int] = {"adamw_torch": 2, "adamw_torch_fused": 2, "adema
 without momentum: none; Adafactor's are factored, rows plus columns, so ~0 a parameter)."""
 
 
-def make_optimizer(params: Iterable[nn.Parameter], optim_cfg,
-                   name: str = "adamw_torch_fused") -> torch.optim.Optimizer:
+def make_optimizer(params: Iterable[nn.Parameter], optim_cfg, name: str = DEFAULT_OPTIMIZER) -> torch.optim.Optimizer:
     """The optimizer `name` over `params` with lr / betas / eps / weight_decay from `optim_cfg` (the Adam-family
     hyper-parameters are used by the names that have them). ValueError for a name `optimizer_unavailable` refuses."""
     reason = optimizer_unavailable(name)
