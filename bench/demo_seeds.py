@@ -4,11 +4,13 @@ at least 20 points within 6 minutes (the calculator task, multi-turn through the
 `rft demo --task vision` by at least 15 points within 10 minutes (counting shapes in pictures; seeds 0-4).
 
     python bench/demo_seeds.py [--task arithmetic|tools|vision] [--seeds 0 1 2] [--output DIR] [--no-write]
-                               [--dtype bfloat16 --sft-from DIR]
+                               [--dtype bfloat16|float32 --sft-from DIR]
 
 `--dtype bfloat16 --sft-from DIR`: the GRPO stage in bf16 (`rft demo --dtype bfloat16`; on a CPU without fast bf16
 under RFT_CPU_PRECISION=requested) from the SFT models of an earlier float32 run kept in DIR (`--output DIR`), so
-the two GRPO stages start from one model; the bar is then bf16's accuracy within 2 points of float32's.
+the two GRPO stages start from one model; the bar is then bf16's accuracy at most 2 points below float32's.
+`--dtype float32 --sft-from DIR` runs the float32 GRPO stage again from the same models, e.g. under another
+`ATEN_CPU_CAPABILITY`: how far float32 rounding alone moves the result, the yardstick for the bf16 comparison.
 
 Each seed runs `rft demo` in its own child process (as `make demo` does, with the machine's default threads), one
 after the other so their timings do not disturb each other. Prints one line per seed, appends a table to
@@ -32,7 +34,9 @@ RESULTS = HERE / "RESULTS.md"
 BARS = {"arithmetic": (0.15, 300.0), "tools": (0.20, 360.0), "vision": (0.15, 600.0)}  # (least lift, most s)
 
 
-BF16_GAP = 0.02  # bf16's GRPO accuracy within this of float32's, from the same SFT model
+BF16_GAP = 0.02
+"""bf16's GRPO accuracy reaches at least float32's less this, from the same SFT model (issue 39: "reaches within 2
+points of its fp32 accuracy"); a bf16 run that does better than float32 has lost no learning."""
 
 
 def run_seed(seed: int, out: Path, task: str, dtype: str = "float32", sft_from: Path | None = None) -> dict:
@@ -56,7 +60,7 @@ def verdict(result: dict, task: str) -> list[str]:
     min_lift, max_seconds = BARS[task]
     misses = []
     lift = result["rl_accuracy"] - result["sft_accuracy"]
-    if lift < min_lift:
+    if lift < min_lift - 1e-9:  # accuracies count 200 answers: 0.485 - 0.335 is 0.15 less a rounding
         misses.append(f"lift {lift:+.3f} < {min_lift}")
     if result["seconds"] > max_seconds:
         misses.append(f"{result['seconds']} s > {max_seconds:.0f} s")
@@ -72,10 +76,10 @@ def main() -> int:
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="what the GRPO stage computes in (rft demo --dtype)")
     ap.add_argument("--sft-from", type=Path, metavar="DIR",
-                    help="start each seed's GRPO stage from DIR/seedN's SFT model (an earlier --output DIR)")
+                    help="start each seed's GRPO stage from DIR/seedN's SFT model (an earlier --output DIR) and compare it "
+                         "with DIR's float32 GRPO stage (with --dtype float32: the same stage again, e.g. under "
+                         "another ATEN_CPU_CAPABILITY, the rounding's own spread)")
     args = ap.parse_args()
-    if args.sft_from is not None and args.dtype == "float32":
-        ap.error("--sft-from compares a bfloat16 GRPO stage with the float32 run in DIR: add --dtype bfloat16")
 
     with tempfile.TemporaryDirectory(prefix="rft_demo_seeds_") as tmp:
         root = Path(args.output or tmp)
@@ -84,11 +88,11 @@ def main() -> int:
             sft = args.sft_from / f"seed{seed}" if args.sft_from else None
             result = run_seed(seed, root / f"seed{seed}", args.task, args.dtype, sft)
             misses = verdict(result, args.task)
-            if sft is not None:  # the bar: bf16 within BF16_GAP of float32 from the same model; time is not one
+            if sft is not None:  # the bar: bf16 at most BF16_GAP below float32 from the same model; time is not one
                 ref = json.loads((sft / "demo.json").read_text())
                 result["fp32_accuracy"] = ref["rl_accuracy"]
                 gap = result["rl_accuracy"] - ref["rl_accuracy"]
-                misses = [f"bf16 {gap:+.3f} from float32"] if abs(gap) > BF16_GAP + 1e-9 else []
+                misses = [f"{args.dtype} {gap:+.3f} from float32"] if gap < -BF16_GAP - 1e-9 else []
             rows.append((seed, result, misses))
             print(f"demo seed {seed}: sft {result['sft_accuracy']:.3f} -> grpo {result['rl_accuracy']:.3f} "
                   f"({result['rl_accuracy'] - result['sft_accuracy']:+.3f}) in {result['seconds']} s"
@@ -101,10 +105,10 @@ def main() -> int:
         stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
         min_lift, max_seconds = BARS[args.task]
         bf16 = args.sft_from is not None
-        what = (f"`rft demo --task {args.task} --dtype bfloat16`, the GRPO stage from {args.sft_from}'s float32 SFT "
-                f"models (RFT_CPU_PRECISION={os.environ.get('RFT_CPU_PRECISION', 'measure')})" if bf16
+        what = (f"`rft demo --task {args.task} --dtype {args.dtype}`, the GRPO stage from {args.sft_from}'s "
+                f"float32 SFT models (RFT_CPU_PRECISION={os.environ.get('RFT_CPU_PRECISION', 'measure')})" if bf16
                 else f"`rft demo --task {args.task}`")
-        bar = f"bf16 within {BF16_GAP} of float32" if bf16 else f"lift >= {min_lift}, <= {max_seconds:.0f} s"
+        bar = f"{args.dtype} >= the float32 run - {BF16_GAP}" if bf16 else f"lift >= {min_lift}, <= {max_seconds:.0f} s"
         lines = [f"\n## {stamp} — {what} for seeds {', '.join(map(str, args.seeds))} "
                  f"({platform.processor() or platform.machine()}, nproc {os.cpu_count()}, torch {torch.__version__})\n",
                  f"| seed | SFT accuracy | GRPO accuracy | {'float32 GRPO accuracy | ' if bf16 else ''}lift | seconds "
