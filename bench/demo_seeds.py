@@ -80,6 +80,11 @@ def main() -> int:
                          "with DIR's float32 GRPO stage (with --dtype float32: the same stage again, e.g. under "
                          "another ATEN_CPU_CAPABILITY, the rounding's own spread)")
     args = ap.parse_args()
+    missing = [s for s in args.seeds if args.sft_from is not None
+               and not (args.sft_from / f"seed{s}" / "demo.json").is_file()]
+    if missing:
+        ap.error(f"--sft-from {args.sft_from}: no finished float32 run of seed(s) {', '.join(map(str, missing))} there "
+                 f"(seedN/demo.json); run `demo_seeds.py --seeds ... --output {args.sft_from}` first")
 
     with tempfile.TemporaryDirectory(prefix="rft_demo_seeds_") as tmp:
         root = Path(args.output or tmp)
@@ -104,19 +109,19 @@ def main() -> int:
 
         stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
         min_lift, max_seconds = BARS[args.task]
-        bf16 = args.sft_from is not None
+        compared = args.sft_from is not None  # a GRPO stage against DIR's float32 one (--sft-from)
         what = (f"`rft demo --task {args.task} --dtype {args.dtype}`, the GRPO stage from {args.sft_from}'s "
-                f"float32 SFT models (RFT_CPU_PRECISION={os.environ.get('RFT_CPU_PRECISION', 'measure')})" if bf16
+                f"float32 SFT models (RFT_CPU_PRECISION={os.environ.get('RFT_CPU_PRECISION', 'measure')})" if compared
                 else f"`rft demo --task {args.task}`")
-        bar = f"{args.dtype} >= the float32 run - {BF16_GAP}" if bf16 else f"lift >= {min_lift}, <= {max_seconds:.0f} s"
+        bar = f"{args.dtype} >= the float32 run - {BF16_GAP}" if compared else f"lift >= {min_lift}, <= {max_seconds:.0f} s"
         lines = [f"\n## {stamp} — {what} for seeds {', '.join(map(str, args.seeds))} "
                  f"({platform.processor() or platform.machine()}, nproc {os.cpu_count()}, torch {torch.__version__})\n",
-                 f"| seed | SFT accuracy | GRPO accuracy | {'float32 GRPO accuracy | ' if bf16 else ''}lift | seconds "
+                 f"| seed | SFT accuracy | GRPO accuracy | {'float32 GRPO accuracy | ' if compared else ''}lift | seconds "
                  f"| bar ({bar}) |",
-                 "| --- | --- | --- | --- | --- | --- |" + (" --- |" if bf16 else "")]
+                 "| --- | --- | --- | --- | --- | --- |" + (" --- |" if compared else "")]
         for seed, r, misses in rows:
             lines.append(f"| {seed} | {r['sft_accuracy']:.3f} | {r['rl_accuracy']:.3f} | "
-                         + (f"{r['fp32_accuracy']:.3f} | " if bf16 else "")
+                         + (f"{r['fp32_accuracy']:.3f} | " if compared else "")
                          + f"{r['rl_accuracy'] - r['sft_accuracy']:+.3f} | {r['seconds']} | "
                          f"{'held' if not misses else 'MISSED: ' + '; '.join(misses)} |")
         with RESULTS.open("a", encoding="utf-8") as f:
