@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import rft_here
 from ray_cluster import free_port, local_cluster
-from rl_helpers import make_assets, rl_config
+from rl_helpers import SHAPED_REWARD, make_assets, rl_config
 from test_modes import (
     TWO_TRAINERS,
     assert_each_read_once,
@@ -39,6 +39,28 @@ from rft.trainer.cluster import Group, Node, placement, reachable, shortfall
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
     return make_assets(tmp_path_factory.mktemp("assets"))
+
+
+# the rewards of an explorer whose working directory holds a file `hold` wait, once the trainer's first checkpoint is
+# committed (out/checkpoints/latest), until the file goes (bounded: 300 s)
+GATED_REWARD = SHAPED_REWARD + """
+import time
+from pathlib import Path
+
+_score = compute_score
+
+
+def compute_score(*args, **kwargs):
+    deadline = time.monotonic() + 300
+    while Path("hold").exists() and Path("out/checkpoints/latest").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _score(*args, **kwargs)
+"""
+
+
+@pytest.fixture(scope="module")
+def gated_assets(tmp_path_factory) -> Path:
+    return make_assets(tmp_path_factory.mktemp("gated"), GATED_REWARD)
 
 
 # ------------------------------------------------------------------------------------------ no cluster
@@ -247,19 +269,23 @@ def test_a_killed_explorer_actor_is_the_runs_one_line_and_the_rerun_resumes(clus
 
 
 @ON_A_CLUSTER
-def test_modes_explore_train_and_bench_on_ray_with_ctrl_c_passed_on(cluster, assets, tmp_path):
+def test_modes_explore_train_and_bench_on_ray_with_ctrl_c_passed_on(cluster, gated_assets, tmp_path):
     """Modes explore and train as two commands, each placed on the cluster (the trainer on 2 processes): Ctrl-C to
     the trainer's driver once checkpoint 1 is written reaches its processes, which stop at their next step (rft's
     `stopped by` line, exit 130); run again it finishes, every experience read once. Then mode bench on the
-    cluster evaluates the checkpoints."""
+    cluster evaluates the checkpoints. The explorer's rewards are held from checkpoint 1 on until the trainer has
+    stopped (GATED_REWARD): its step 4 needs version 2, written after checkpoint 1, so the trainer cannot finish
+    before the signal however late the signal comes on a loaded machine."""
     out = tmp_path / "out"
-    common = overrides(assets, out, 4, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
-                       f"ray_init.address={cluster}", f"data.val_files={assets / 'data' / 'val.parquet'}")
+    common = overrides(gated_assets, out, 4, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
+                       f"ray_init.address={cluster}", f"data.val_files={gated_assets / 'data' / 'val.parquet'}")
+    (tmp_path / "hold").touch()
     trainer = start("train", *common, "trainer.mode=train", "trainer.n_gpus_per_node=2", cwd=tmp_path)
     explorer = start("train", *common, "trainer.mode=explore", cwd=tmp_path)
     wait_for(lambda: checkpointed(out, 1) or trainer.poll() is not None)
     trainer.send_signal(signal.SIGINT)
     log, _ = trainer.communicate(timeout=180)
+    (tmp_path / "hold").unlink()
     assert trainer.returncode == 130, log
     assert "rft: SIGINT received: passed on to the 2 processes" in log
     assert re.search(r"^rft: stopped by SIGINT \(2 processes on Ray\); the same command resumes from .*global_step_\d$",
