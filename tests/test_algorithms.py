@@ -118,6 +118,46 @@ def test_the_chunked_lm_head_equals_the_full_logits_and_their_gradients(scale, s
         close(x.grad, g, atol=1e-12)
 
 
+def test_the_chunked_lm_heads_backward_computes_in_autocasts_dtype():
+    """Under CPU bf16 autocast the backward's products (a vocabulary block's logits again, the gradients of hidden
+    states and weight) run in bf16 as the forward's did, not in the float32 of the saved tensors: three a block,
+    the blocks holding the forward chunk's 5 x 50 logits (6 of the 50 rows for 37 positions: 9 blocks); the
+    gradients are autocast's own full-logits pass's to bf16 rounding, in float32."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from rft.algorithms.utils import LogitMap, linear_logprobs
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.dtypes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.linear):
+                self.dtypes.append(tuple(a.dtype for a in args if torch.is_tensor(a)))
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(37, 16, generator=gen, requires_grad=True)
+    w = torch.randn(50, 16, generator=gen, requires_grad=True)
+    labels = torch.randint(0, 50, (37,), generator=gen)
+    a, c = torch.randn(37, generator=gen), torch.randn(37, generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = torch.nn.functional.linear(h, w).float()
+    (logprobs_from_logits(z, labels) @ a + entropy_from_logits(z, None) @ c).backward()
+    expected = [h.grad.clone(), w.grad.clone()]
+    h.grad = w.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logprobs, entropy = linear_logprobs(h, w, None, labels, LogitMap(), chunk_tokens=5)
+    products = Products()
+    with products:
+        (logprobs @ a + entropy @ c).backward()
+    assert len(products.dtypes) == 3 * 9 and set(products.dtypes) == {(torch.bfloat16, torch.bfloat16)}
+    assert h.grad.dtype == w.grad.dtype == torch.float32
+    for got, want in zip((h.grad, w.grad), expected):
+        assert float((got - want).norm() / want.norm()) < 1e-2
+
+
 # ------------------------------------------------------------------------------------------ advantages
 
 

@@ -154,10 +154,17 @@ class LogitMap:
 
 
 class _LinearLogprobs(torch.autograd.Function):
-    """Log-prob of each label and entropy under softmax(map(hidden @ W.T + b)) for (N, H) hidden states, chunked
-    over positions in the forward and the backward: a chunk's (n, V) logits exist only while it is computed, and
-    are recomputed in the backward (as fused linear-cross-entropy kernels do). Saved: the inputs (alive in the
-    caller anyway) and two (N,) vectors."""
+    """Log-prob of each label and entropy under softmax(map(hidden @ W.T + b)) for (N, H) hidden states, without
+    the (N, V) logits: the forward goes a chunk of positions at a time, the backward a block of the vocabulary at a
+    time (as fused linear-cross-entropy kernels do, the block's logits recomputed), with as many logits per block
+    as the forward's chunk holds. Saved: the inputs (alive in the caller anyway) and two (N,) vectors.
+
+    Over vocabulary blocks each row of the weight's gradient is written once, from one product over all N
+    positions, where position chunks would add a (V, H) product into it per chunk; the hidden states' (N, H)
+    gradient is what accumulates. Under autocast the backward's products (the block's logits again, both
+    gradients) compute in the autocast dtype as the forward's did, over the block's rows of the weight cast (an
+    autograd Function's backward runs outside autocast: in float32 they took 4.3 of the 5.5 s of Qwen2.5-0.5B's
+    head at 1,000 positions, bf16 products run 3.8x faster on an AMX CPU)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, logit_map: LogitMap, chunk: int):
@@ -175,45 +182,55 @@ class _LinearLogprobs(torch.autograd.Function):
             del z, logp
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         ctx.logit_map, ctx.chunk = logit_map, chunk
+        device = hidden.device.type
+        ctx.compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         return logprobs, entropy
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropy):
+        with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):
+            return _LinearLogprobs._backward(ctx, grad_logprobs, grad_entropy)
+
+    @staticmethod
+    def _backward(ctx, grad_logprobs, grad_entropy):
         hidden, weight, bias, labels, lse, entropy = ctx.saved_tensors
         want_h, want_w, want_b = ctx.needs_input_grad[:3]
-        grad_h = torch.empty_like(hidden) if want_h else None
+        n, vocab = hidden.shape[0], weight.shape[0]
         dtype = lse.dtype
-        grad_w = torch.zeros_like(weight, dtype=dtype) if want_w else None
-        grad_b = torch.zeros_like(bias, dtype=dtype) if want_b and bias is not None else None
-        for start, end in _chunks(hidden.shape[0], ctx.chunk):
-            h = hidden[start:end]
-            raw = torch.nn.functional.linear(h, weight, bias).to(dtype)
+        compute = ctx.compute if ctx.compute is not None and ctx.compute != weight.dtype else weight.dtype
+        grad_h = torch.zeros_like(hidden, dtype=dtype) if want_h else None
+        grad_w = torch.empty_like(weight) if want_w else None  # each row written once
+        grad_b = torch.empty_like(bias) if want_b and bias is not None else None
+        h = hidden.to(compute)
+        block = max(1, ctx.chunk * vocab // max(n, 1))  # vocabulary rows a block: the forward chunk's logits
+        for v0, v1 in _chunks(vocab, block):
+            w = weight[v0:v1].to(compute)
+            raw = torch.nn.functional.linear(h, w, None if bias is None else bias[v0:v1].to(compute)).to(dtype)
             z, dz_draw = ctx.logit_map.apply(raw)
             del raw
-            # (n, V) buffers: three at most, in place where the values are those of the plain expressions
-            logp = z.sub_(lse[start:end, None])
+            # (n, block) buffers: three at most, in place where the values are those of the plain expressions
+            logp = z.sub_(lse[:, None])
             p = logp.exp()
             # d logprob[label] / dz = onehot - p; d entropy / dz = -p (log p + H)
             if grad_entropy is not None:  # -(g_H * p) * (log p + H)
-                dz = logp.add_(entropy[start:end, None])
-                dz.mul_(torch.mul(p, grad_entropy[start:end, None]).neg_())
+                dz = logp.add_(entropy[:, None])
+                dz.mul_(torch.mul(p, grad_entropy[:, None]).neg_())
             else:
                 dz = logp.zero_()
             del z, logp
             if grad_logprobs is not None:
-                g = grad_logprobs[start:end, None]
-                dz.sub_(p.mul_(g))
-                dz.scatter_add_(-1, labels[start:end, None], g)
+                dz.sub_(p.mul_(grad_logprobs[:, None]))
+                inside = ((labels >= v0) & (labels < v1)).nonzero().squeeze(-1)  # the positions labelled here
+                dz.index_put_((inside, labels[inside] - v0), grad_logprobs[inside], accumulate=True)
             del p
-            draw = (dz.mul_(dz_draw) if torch.is_tensor(dz_draw) or dz_draw != 1.0 else dz).to(weight.dtype)
+            draw = (dz.mul_(dz_draw) if torch.is_tensor(dz_draw) or dz_draw != 1.0 else dz).to(compute)
             if want_h:
-                grad_h[start:end] = draw @ weight
+                grad_h += draw @ w
             if want_w:
-                grad_w.addmm_(draw.t().to(dtype), h.to(dtype))
+                grad_w[v0:v1] = draw.t() @ h
             if grad_b is not None:
-                grad_b += draw.to(dtype).sum(0)
-        return (grad_h, grad_w.to(weight.dtype) if grad_w is not None else None,
-                grad_b.to(bias.dtype) if grad_b is not None else None, None, None, None)
+                grad_b[v0:v1] = draw.sum(0, dtype=dtype)
+        return (grad_h.to(hidden.dtype) if grad_h is not None else None, grad_w, grad_b, None, None, None)
 
 
 def linear_chunk(vocab: int, chunk_tokens: int | None) -> int:
@@ -227,8 +244,9 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
                     logit_map: LogitMap = LogitMap(), chunk_tokens: int | None = LOGIT_CHUNK_TOKENS
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs, entropies) of `labels` (...,) under softmax(logit_map(hidden @ weight.T + bias)) for hidden
-    states (..., H), without the (..., V) logits: computed a chunk of positions at a time (at most
-    `chunk_tokens`, and at most LINEAR_CHUNK_ELEMENTS logits; None: only the second bound), forward and backward.
+    states (..., H), without the (..., V) logits: the forward computed a chunk of positions at a time (at most
+    `chunk_tokens`, and at most LINEAR_CHUNK_ELEMENTS logits; None: only the second bound), the backward a block
+    of the vocabulary holding as many logits.
     Equal to `logprobs_from_logits` and `entropy_from_logits` on the full logits up to float rounding; the
     entropy's gradient flows only where the caller keeps it attached."""
     shape = labels.shape
