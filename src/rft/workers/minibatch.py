@@ -107,6 +107,42 @@ def mini_batch_norm(mini: Batch, max_response_length: int, dist: Dist = SINGLE, 
     return AggNorm(num_tokens=float(counts[0]), num_seqs=float(counts[1]), max_len=max_response_length)
 
 
+TRIM_POINTS = 4
+"""The backward pass hands freed memory back at the boundaries of this many equal runs of decoder layers."""
+
+
+def trim_in_backward(model: nn.Module, points: int = TRIM_POINTS) -> int:
+    """Hooks on every (layers / `points`)-th decoder layer of a model on the CPU whose output's gradient calls
+    `release_freed_memory` (which trims only a process holding a large share of the machine). The backward frees
+    the activations layer by layer while it allocates the weights' gradients, shaped otherwise: glibc keeps the
+    freed blocks, and the heap grew by the gradients' size over the activations' (Qwen2.5-0.5B, 16 x 64 tokens:
+    peak 10.8 GiB, 9.9 with three trims in the backward, ~0.03 s each). Layers that `use_torch_compile` compiled
+    get none (a hook inside the compiled call). Returns the number of hooks."""
+    from rft.models.arch import layer_classes
+
+    if device_of(model).type != "cpu":
+        return 0
+    try:
+        classes = layer_classes(model)
+    except ValueError:
+        return 0
+    layers = [m for m in model.modules() if type(m).__name__ in classes]
+    every = max(1, len(layers) // points)
+    chosen = [m for m in layers[every::every] if getattr(m, "_compiled_call_impl", None) is None]
+
+    def trim(grad: torch.Tensor) -> None:
+        release_freed_memory()
+
+    def on_output(module, args, output) -> None:
+        hidden = output[0] if isinstance(output, tuple) else output
+        if torch.is_tensor(hidden) and hidden.requires_grad:
+            hidden.register_hook(trim)
+
+    for layer in chosen:
+        layer.register_forward_hook(on_output)
+    return len(chosen)
+
+
 class MiniBatchWorker:
     """A trained model with its optimizer, schedule and PPO update loop (the policy and the critic are two).
 
@@ -117,6 +153,7 @@ class MiniBatchWorker:
     """
 
     prefix = "worker"
+    _trimming = 0  # trim_in_backward's hooks on self.model: 0 not yet installed, else their number (-1: none)
 
     def __init__(self, model: nn.Module, settings, optim_cfg, total_steps: int, dist: Dist = SINGLE):
         from rft.workers.fsdp import loss_scale
@@ -189,10 +226,13 @@ class MiniBatchWorker:
         sums: dict[str, float] = defaultdict(float)
         start = 0
         offload = activation_offload_context(self.activation_offload, device_of(self.model).type)
+        if not self._trimming:  # once, the model compiled or not by now
+            self._trimming = trim_in_backward(self.model) or -1
         for size in sizes:
             rows = order[start:start + size]
             with offload:  # the forward pass: what it saves for backward goes to host memory (cuda)
                 loss, metrics = micro_loss(rows, mini.select(rows) if size != len(mini) else mini)
+            release_freed_memory()  # the forward's temporaries: the backward's gradients are shaped otherwise
             (loss * self.loss_scale if self.loss_scale != 1.0 else loss).backward()
             for k, v in metrics.items():
                 sums[k] += v
