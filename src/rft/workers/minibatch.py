@@ -153,7 +153,7 @@ class MiniBatchWorker:
     """
 
     prefix = "worker"
-    _trimming = 0  # trim_in_backward's hooks on self.model: 0 not yet installed, else their number (-1: none)
+    _trim_hooks: int | None = None  # trim_in_backward's hooks on self.model (None: not yet installed)
 
     def __init__(self, model: nn.Module, settings, optim_cfg, total_steps: int, dist: Dist = SINGLE):
         from rft.workers.fsdp import loss_scale
@@ -226,8 +226,8 @@ class MiniBatchWorker:
         sums: dict[str, float] = defaultdict(float)
         start = 0
         offload = activation_offload_context(self.activation_offload, device_of(self.model).type)
-        if not self._trimming:  # once, the model compiled or not by now
-            self._trimming = trim_in_backward(self.model) or -1
+        if self._trim_hooks is None:  # once, the model compiled or not by now
+            self._trim_hooks = trim_in_backward(self.model)
         for size in sizes:
             rows = order[start:start + size]
             with offload:  # the forward pass: what it saves for backward goes to host memory (cuda)
