@@ -68,3 +68,37 @@ def test_the_backward_hands_freed_memory_back_between_runs_of_layers(monkeypatch
     other = Qwen2ForCausalLM(config)
     other.model.layers[4].compile()  # a hook would run inside the compiled call
     assert minibatch.trim_in_backward(other) == 2
+
+
+def test_the_backward_trims_between_runs_of_layers_in_every_model_family(monkeypatch):
+    """trim_in_backward finds the decoder layers of each family rft builds (models/families.py: GPT-2's blocks,
+    mixture-of-experts and sliding-window layers, layers returning a tensor or a tuple) and its hooks fire in the
+    backward pass, once each, and never in a pass without gradients."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rft.models.families import _SIZES, FAMILIES
+    from rft.workers import minibatch
+
+    calls = []
+    monkeypatch.setattr(minibatch, "release_freed_memory", lambda: calls.append(1))
+    missed = {}
+    for family in FAMILIES:
+        keys = {**_SIZES, **FAMILIES[family], "num_hidden_layers": 4}
+        if "layer_types" in keys:
+            keys["layer_types"] = (keys["layer_types"] * 4)[:4]
+        config = AutoConfig.for_model(keys.pop("model_type"), **keys, vocab_size=64, eos_token_id=1,
+                                        bos_token_id=None, pad_token_id=None)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config)
+        calls.clear()
+        hooks = minibatch.trim_in_backward(model, points=2)  # 4 layers: a hook on the third
+        ids = torch.randint(2, 64, (2, 12))
+        with torch.no_grad():
+            model(input_ids=ids)
+        quiet = len(calls)
+        model(input_ids=ids).logits.sum().backward()
+        if (hooks, quiet, len(calls)) != (1, 0, 1):
+            missed[family] = (hooks, quiet, len(calls))
+    assert not missed, f"(hooks, trims without gradients, trims in the backward) per family: {missed}"
+    assert len(FAMILIES) >= 15  # every family: none left out of the loop above
