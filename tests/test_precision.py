@@ -60,6 +60,21 @@ def test_the_measurement_runs_once_per_machine_and_is_cached_on_disk(measured, t
     assert all(k.startswith(precision._machine_key()) for k in cached)
 
 
+def test_the_measurement_runs_under_the_runs_allocator_settings(monkeypatch):
+    """`measure` times the matmuls after `configure_cpu_runtime` (which every rft process computes under): with
+    glibc's defaults a bf16 matmul on an AMX CPU measured 1.0x fp32 instead of 5.0x (oneDNN's buffers mmapped
+    afresh each call), and the cache would have kept the wrong choice."""
+    from rft import runtime
+
+    events = []
+    monkeypatch.setattr(runtime, "configure_cpu_runtime", lambda: events.append("configured"))
+    monkeypatch.setattr(precision, "_rate", lambda dtype: events.append(dtype) or
+                        {torch.float32: 100.0, torch.bfloat16: 260.0}[dtype])
+    assert precision.measure(torch.bfloat16) == pytest.approx(2.6)
+    assert events[0] == "configured" and events[1:] == [torch.float32, torch.bfloat16] * 2
+    assert precision._machine_key().endswith("|runtime")  # rates cached before this setting are measured again
+
+
 def test_the_mode_overrides_the_measurement(measured, monkeypatch):
     rates, calls = measured
     monkeypatch.setenv(precision.MODE_ENV, "requested")
