@@ -93,7 +93,10 @@ def test_greedy_rollout_equals_generate_and_its_log_probs_a_full_forward(root, f
         logits = model(input_ids=full, attention_mask=full_mask,
                        position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, ids.shape[1] - 1:-1]
     logprobs = logits.float().log_softmax(-1).gather(-1, out.response_ids[..., None]).squeeze(-1)
-    assert float((logprobs - out.logprobs).abs().max()) <= 1e-5
+    # float32 rounding of a cached decode against one pass: llama and mistral reach 1.1e-5 at one position under
+    # PyTorch's AVX2 kernels on an Intel Xeon (ATEN_CPU_CAPABILITY=avx2, 2026-11-26); a wrong position or mask moves
+    # log-probs by 1e-2 and more
+    assert float((logprobs - out.logprobs).abs().max()) <= 2e-5
 
 
 @pytest.mark.slow

@@ -161,7 +161,9 @@ def _mini_batch_grads(run, batch, micro_rows) -> list[torch.Tensor]:
 @pytest.mark.parametrize("loss_mode", POLICY_LOSS_NAMES)
 def test_micro_batch_size_never_changes_the_gradient(mini_batch, loss_mode):
     """Every aggregation mode, with the entropy bonus and a KL loss: the gradient of one mini-batch with micro
-    batches of 4 rows equals the one with the whole mini-batch at once (max abs diff <= 1e-6)."""
+    batches of 4 rows equals the one with the whole mini-batch at once (max abs diff <= 2e-6 of the largest
+    gradient entry, or absolute below 1: opmd reached 1.1e-6 of its 4.05 under PyTorch's AVX2 kernels on an Intel
+    Xeon; a micro-batch normalised by its own tokens or rows would be off by tens of percent)."""
     run, batch = mini_batch
     s = run.trainer.worker.s
     s.loss_mode, s.entropy_coeff, s.kl_loss_coef, s.kl_loss_type = loss_mode, 0.01, 0.1, "low_var_kl"
@@ -174,7 +176,7 @@ def test_micro_batch_size_never_changes_the_gradient(mini_batch, loss_mode):
         split = _mini_batch_grads(run, batch, 4)
         diff = max(float((a - b).abs().max()) for a, b in zip(whole, split))
         largest = max(float(g.abs().max()) for g in whole)
-        assert diff <= 1e-6 * max(1.0, largest), (mode, diff)  # float32: relative once token-sum grows it
+        assert diff <= 2e-6 * max(1.0, largest), (mode, diff)  # float32: relative once token-sum grows it
         assert largest > 1e-4
 
 

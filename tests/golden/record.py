@@ -20,7 +20,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 EXAMPLES = {"grpo": "arithmetic_grpo.yaml", "ppo": "arithmetic_ppo.yaml"}
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+       "RFT_CPU_PRECISION": "float32"}  # float32 runs: on a CPU that computes bf16 faster `auto` would pick bf16
 SAMPLES = 64
 
 
