@@ -270,7 +270,10 @@ def test_train_on_two_processes_trains_as_one_process_and_resumes_after_a_rank_i
         assert {k: round(b[k], 5) for k in compared} == pytest.approx({k: round(a[k], 5) for k in compared},
                                                                       rel=1e-4, abs=1e-5)
     final = [load_file(run / "model" / "model.safetensors") for run in runs.values()]
-    assert all((final[0][k] - final[1][k]).abs().max() < 1e-5 for k in final[0])
+    apart = {k: float((final[0][k] - final[1][k]).abs().max()) for k in final[0]}
+    # float32 rounding of two ranks' summed gradients against one's, through 4 Adam steps: 1.5e-5 at most under
+    # PyTorch's AVX2 kernels on an Intel Xeon (below 1e-5 natively); one step at this lr moves a weight by ~1e-3
+    assert max(apart.values()) < 5e-5, sorted(apart.items(), key=lambda kv: -kv[1])[:3]
     assert_each_read_once(database_url(str(runs[2] / "buffer.sqlite")), 4, 16)
 
 
