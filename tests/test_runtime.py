@@ -75,22 +75,17 @@ def test_the_backward_trims_between_runs_of_layers_in_every_model_family(monkeyp
     mixture-of-experts and sliding-window layers, layers returning a tensor or a tuple) and its hooks fire in the
     backward pass, once each, and never in a pass without gradients."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    from rft.models.families import _SIZES, FAMILIES
+    from rft.models.families import FAMILIES, build_family_config
     from rft.workers import minibatch
 
     calls = []
     monkeypatch.setattr(minibatch, "release_freed_memory", lambda: calls.append(1))
     missed = {}
     for family in FAMILIES:
-        keys = {**_SIZES, **FAMILIES[family], "num_hidden_layers": 4}
-        if "layer_types" in keys:
-            keys["layer_types"] = (keys["layer_types"] * 4)[:4]
-        config = AutoConfig.for_model(keys.pop("model_type"), **keys, vocab_size=64, eos_token_id=1,
-                                        bos_token_id=None, pad_token_id=None)
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(build_family_config(family, vocab_size=64, eos_token_id=1, layers=4))
         calls.clear()
         hooks = minibatch.trim_in_backward(model, points=2)  # 4 layers: a hook on the third
         ids = torch.randint(2, 64, (2, 12))

@@ -112,15 +112,21 @@ def _write_tokenizer(directory: Path, style: str) -> int:
     return backend.get_vocab_size()
 
 
-def build_family_config(family: str, vocab_size: int, eos_token_id: int, bos_token_id: int | None = None):
-    """The transformers config of `family` at rft's test sizes."""
+def build_family_config(family: str, vocab_size: int, eos_token_id: int, bos_token_id: int | None = None,
+                        layers: int | None = None):
+    """The transformers config of `family` at rft's test sizes; `layers` decoder layers instead of two (a family's
+    explicit `layer_types` repeated to as many)."""
     from transformers import AutoConfig
 
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}")
-    keys = dict(FAMILIES[family])
+    keys = {**_SIZES, **FAMILIES[family]}
     model_type = keys.pop("model_type")
-    return AutoConfig.for_model(model_type, **{**_SIZES, **keys}, vocab_size=vocab_size, eos_token_id=eos_token_id,
+    if layers is not None:
+        keys["num_hidden_layers"] = layers
+        if "layer_types" in keys:
+            keys["layer_types"] = (keys["layer_types"] * layers)[:layers]
+    return AutoConfig.for_model(model_type, **keys, vocab_size=vocab_size, eos_token_id=eos_token_id,
                                 bos_token_id=bos_token_id, pad_token_id=None)
 
 
