@@ -39,8 +39,9 @@ Gradient checkpointing is the same on both sides of every workload (TRL's GRPOCo
 W workloads turn it off there, as rft's default is; before 2026-11-25 they compared rft without it against TRL
 with it).
 Each run's peak resident memory (the worker process's maximum RSS, `getrusage`) is in the table beside s/step, and
-the run's last generation beside the same generation (prompts, sampling parameters, generator state) replayed by the
-hf engine alone over the model folder in a fresh process (`last gen`: what the run around it costs generation).
+the run's last generation beside the same generation (prompts, sampling parameters, generator state, weights)
+replayed alternately in the run's process after its steps and by the hf engine alone in a fresh process (`last gen`:
+what the run around it costs generation, side by side so that the machine's drift reaches both).
 Variants: default (no keys: packed passes since 2026-11-25), padded (use_remove_padding=false, the default before),
 remove_padding (use_remove_padding=true: the default now, kept for --baseline-src runs of older trees), compile
 (use_torch_compile), compiled_decode (rollout.enforce_eager=false: the hf engine's compiled decode step) and fastest
@@ -234,7 +235,9 @@ def rft_worker(spec: dict) -> dict:
             continue
         metrics.update(timer.metrics())
         rows.append({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-    return {"rows": rows, "n_params": n_params, "profile": table, "rss": peak_rss()}
+    rss = peak_rss()  # the run's own peak, before the replays below
+    return {"rows": rows, "n_params": n_params, "profile": table, "rss": rss,
+            "replay": replay_side_by_side(run.explorer.engine, spec)}
 
 
 def record_generations(engine, path: Path):
@@ -252,10 +255,12 @@ def record_generations(engine, path: Path):
             return generate(prompt_ids, prompt_mask, params, generator)
         armed.clear()
         state = generator.get_state() if generator is not None else None
-        weights = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
         t0 = time.perf_counter()
         out = generate(prompt_ids, prompt_mask, params, generator)
         seconds = time.perf_counter() - t0
+        # the weights it generated with (a generation changes none), copied after it: before, the copy's 2 GB at
+        # Qwen2.5-0.5B's size would change the memory the timed generation meets
+        weights = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
         torch.save({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "params": params, "state": state,
                     "weights": weights, "seconds": seconds, "tokens": int(out.response_mask.sum()),
                     "dtype": engine.dtype}, path)
@@ -265,10 +270,73 @@ def record_generations(engine, path: Path):
     return lambda: armed.append(True)
 
 
-def engine_worker(spec: dict) -> dict:
-    """The run's last timed generation again (`record_generations`), by the hf engine alone over the model loaded
-    afresh with the run's weights of that moment, in a process that trains nothing: the same prompts, parameters
-    and draws, so the same tokens. Returns both times."""
+REPLAY_ROUNDS = 4
+"""Generations each side of `replay_side_by_side` times, in the order A B B A A B B A (a drift of the machine's speed
+through the comparison reaches both sides alike)."""
+
+
+def _replay(engine, replay: dict) -> tuple[float, int]:
+    """`replay`'s generation by `engine` (same prompts, parameters and draws): (seconds, response tokens)."""
+    import torch
+
+    generator = None
+    if replay["state"] is not None:
+        generator = torch.Generator()
+        generator.set_state(replay["state"])
+    t0 = time.perf_counter()
+    out = engine.generate(replay["prompt_ids"], replay["prompt_mask"], replay["params"], generator)
+    return time.perf_counter() - t0, int(out.response_mask.sum())
+
+
+def replay_side_by_side(engine, spec: dict) -> dict:
+    """The run's last timed generation (`record_generations`) timed again, alternately, in this process (which holds
+    the run: optimizer state, the heap the updates left, the compiled or timed kernels) over the weights it had
+    then, and by the hf engine alone in a fresh process that trains nothing (`engine_worker`, waiting on a pipe):
+    what the run around it costs generation, measured so that the machine's drift (25-40% within minutes on a
+    shared host) reaches both sides. Returns the recorded in-run seconds and both sides' times."""
+    import torch
+
+    replay = torch.load(Path(spec["out"]) / "replay.pt", weights_only=False)
+    worker = subprocess.Popen([sys.executable, __file__, "--engine-worker", json.dumps(spec)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        _await(worker, "@@READY@@")  # loaded, and its first generation (the one-time work) done
+        with torch.no_grad():
+            weights = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+            engine.model.load_state_dict(replay["weights"])  # the weights of the recorded generation
+        ours, theirs, same = [], [], True
+        for side in ("ABBA" * REPLAY_ROUNDS)[:2 * REPLAY_ROUNDS]:
+            if side == "A":
+                seconds, tokens = _replay(engine, replay)
+                ours.append(seconds)
+            else:
+                worker.stdin.write("go\n")
+                worker.stdin.flush()
+                seconds, tokens = (float(x) for x in _await(worker, "@@GEN@@").split())
+                theirs.append(seconds)
+            same &= int(tokens) == replay["tokens"]
+        with torch.no_grad():
+            engine.model.load_state_dict(weights)
+    finally:
+        worker.stdin.close()
+        worker.wait(timeout=60)
+    return {"in_run": replay["seconds"], "in_process": ours, "alone": theirs, "same_tokens": same}
+
+
+def _await(worker: subprocess.Popen, tag: str) -> str:
+    """The rest of the worker's next line that starts with `tag` (other lines pass through to stderr)."""
+    for line in worker.stdout:
+        if line.startswith(tag):
+            return line[len(tag):]
+        sys.stderr.write(line)
+    raise SystemExit(f"the engine worker ended before {tag} (exit {worker.wait()})")
+
+
+def engine_worker(spec: dict) -> None:
+    """The hf engine alone over the model loaded afresh with the weights of the run's last timed generation
+    (`record_generations`), in a process that trains nothing: one generation of it (the one-time work: the kernels'
+    timing per shape, first allocations), then another for each "go" line on stdin, its seconds and response tokens
+    printed after @@GEN@@ (the same prompts, parameters and draws, so the same tokens)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -284,15 +352,11 @@ def engine_worker(spec: dict) -> dict:
     model.load_state_dict(replay.pop("weights"))  # the run's weights at that generation
     engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id,
                        dtype=replay["dtype"])  # the run's generation precision
-    times = []
-    for _ in range(2):  # the first pays the one-time work (the kernels' timing per shape), as the run's first step did
-        generator = torch.Generator()
-        generator.set_state(replay["state"])
-        t0 = time.perf_counter()
-        out = engine.generate(replay["prompt_ids"], replay["prompt_mask"], replay["params"], generator)
-        times.append(time.perf_counter() - t0)
-    return {"in_run": replay["seconds"], "alone": times[-1], "same_tokens": int(out.response_mask.sum()) ==
-            replay["tokens"]}
+    _replay(engine, replay)
+    print("@@READY@@", flush=True)
+    for _ in sys.stdin:
+        seconds, tokens = _replay(engine, replay)
+        print(f"@@GEN@@{seconds} {tokens}", flush=True)
 
 
 def peak_rss() -> int:
@@ -356,7 +420,7 @@ def main() -> None:
         print("@@RESULT@@" + json.dumps(rft_worker(json.loads(args.rft_worker))), flush=True)
         return
     if args.engine_worker:
-        print("@@RESULT@@" + json.dumps(engine_worker(json.loads(args.engine_worker))), flush=True)
+        engine_worker(json.loads(args.engine_worker))
         return
 
     sys.path.insert(0, str(HERE))
@@ -436,13 +500,15 @@ def main() -> None:
                             "PYTHONPATH", "")])}  # this tree's rft (or the baseline's), whatever the venv has
                         r, load = _child([sys.executable, __file__, "--rft-worker", json.dumps(spec)], env)
                         row = summarise(r, rates[preset], prompts * samples, samples)
-                        replay, _ = _child([sys.executable, __file__, "--engine-worker", json.dumps(spec)], env)
+                        replay = r["replay"]
                         row.update(load=load, runs=[], rss=r["rss"], replay=replay)
                         rft_runs[variant].append(row)
                         print(f"    rft {variant}, run {repeat}: {row['s']:.3f} s/step (eff {100 * row['eff']:.0f}%, "
                               f"peak RSS {row['rss'] / 2**30:.2f} GiB, other procs {load:.2f} cores); its last "
-                              f"generation {replay['in_run']:.3f} s in the run, {replay['alone']:.3f} s by the engine "
-                              f"alone{'' if replay['same_tokens'] else ' (other tokens!)'}", flush=True)
+                              f"generation {replay['in_run']:.3f} s in the run; again, alternately, in the run's "
+                              f"process {_seconds(replay['in_process'])} and by the engine alone "
+                              f"{_seconds(replay['alone'])}{'' if replay['same_tokens'] else ' (other tokens!)'}",
+                              flush=True)
                         if r.get("profile"):
                             print(f"\ntorch.profiler, {label}, rft {variant}, one step (self CPU time):\n"
                                   f"{r['profile']}", flush=True)
@@ -463,6 +529,16 @@ def main() -> None:
     if not args.no_write:
         append_results(f"rft vs TRL {TRL.split('==')[1]} side by side (`bench/vs_trl.py`); {os.uname().nodename}: "
                        f"{machine}", table)
+
+
+def _seconds(times: list[float]) -> str:
+    return f"{statistics.median(times):.3f} s (" + ", ".join(f"{t:.3f}" for t in times) + ")"
+
+
+def _last_gen(replay: dict) -> str:
+    ours, alone = statistics.median(replay["in_process"]), statistics.median(replay["alone"])
+    return (f"{replay['in_run']:.3f} / {ours:.3f} / {alone:.3f} ({100 * (ours / alone - 1):+.0f}%)"
+            + ("" if replay["same_tokens"] else " other tokens!"))
 
 
 def summarise(r: dict, rate: float, rows: int, samples: int) -> dict:
@@ -488,7 +564,7 @@ def summarise(r: dict, rate: float, rows: int, samples: int) -> dict:
 def render(results: list[dict], rates: dict[str, float]) -> str:
     head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "runs (TRL; rft)",
             "rft first step s", "gen s",
-            "last gen: in run / alone s",
+            "last gen: in run / again in its process / alone s",
             "update s", "other s",
             "rows trained", "resp tok (rft / TRL)", "resp tok/s", "eff", "gen eff", "update eff",
             "other procs (TRL / rft)", "peak RSS GiB (TRL / rft)"]
@@ -499,7 +575,7 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
                  f"{r['s'] / trl['s']:.2f}" if trl else "–",
                  "; ".join(([" ".join(f"{x:.3f}" for x in trl["runs"])] if trl else [])
                            + [" ".join(f"{x:.3f}" for x in r["runs"])]),
-                 f"{r['first']:.1f}", f"{r['gen']:.3f}", f"{r['replay']['in_run']:.3f} / {r['replay']['alone']:.3f}",
+                 f"{r['first']:.1f}", f"{r['gen']:.3f}", _last_gen(r["replay"]),
                  f"{r['upd']:.3f}",
                  f"{r['other']:.3f}", f"{100 * r['kept']:.0f}%",
                  f"{r['response']:.1f} / {trl['response_mean']:.1f}" if trl and trl["response_mean"] else
@@ -513,8 +589,10 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
              "first step: the first step's seconds (compiles, the kernels' timing per shape, first allocations). "
              "eff = (2*N*T_gen generation, each prompt once + the response tokens fed back, + 6*N*T update over the "
              "rows trained) / rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. last gen: "
-             "the run's last generation, and the same one (prompts, parameters, draws) by the hf engine alone over the "
-             "model folder in a fresh process. rows trained: the "
+             "the run's last generation, then the same one (prompts, parameters, draws, weights) again, alternately, "
+             f"{REPLAY_ROUNDS} times in the run's process after its steps and {REPLAY_ROUNDS} times by the hf engine "
+             "alone in a fresh process (medians; the two replays' ratio is the figure: measured side by side). "
+             "rows trained: the "
              "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
              "other procs: cores other processes used during each side's run (2 cores in all)."]
     for name, what in (("growth", "prompts per step"), ("length", "new tokens per row")):
