@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from rft.config import ConfigError
 from rft.models.tiny import init_model
 from rft.tasks import write_arithmetic
-from rft.trainer.stages import build_stages
+from rft.trainer.stages import build_stages, load_stages
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "arithmetic_sft_grpo.yaml"
@@ -106,3 +106,25 @@ def test_a_bad_stage_is_refused_before_anything_runs(workdir, change, message):
         build_stages(_raw(workdir, **change))
     assert message in str(err.value)
     assert not (workdir / "unused").exists()
+
+
+@pytest.mark.parametrize("stage", ["5", "-1", "sfft"])
+def test_an_override_of_a_stage_that_is_not_there_is_a_config_error(workdir, stage):
+    """A stage override is addressed by index 0..N-1 or stage_name; any other is refused as a config error naming
+    the override and the stages there are (it was OmegaConf's ConfigIndexError / TypeError, reported as a bug)."""
+    bad = rft_here(*args("unused")[3:7], f"stages.{stage}.trainer.total_training_steps=2", cwd=workdir, check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        f"rft: error: override 'stages.{stage}.trainer.total_training_steps=2': there is no stage '{stage}'; the "
+        "config has 2 stage(s), addressed by index 0..1 or by stage_name (0=sft, 1=grpo), e.g. "
+        "stages.0.trainer.total_training_steps=2"
+    )
+    assert not (workdir / "unused").exists()
+
+
+def test_a_stage_override_may_name_the_stage(workdir):
+    sft, grpo = load_stages(EXAMPLE, ["stages.sft.trainer.total_training_steps=3",
+                                      "stages.grpo.trainer.total_training_steps=4"], validate_paths=False)
+    assert (sft.cfg.trainer.total_training_steps, grpo.cfg.trainer.total_training_steps) == (3, 4)
+    with pytest.raises(ConfigError, match=r"stages\[1\]: command line \(trainer.nosuch=1\): unknown config key"):
+        load_stages(EXAMPLE, ["stages.grpo.trainer.nosuch=1"], validate_paths=False)

@@ -84,15 +84,36 @@ def _kind(raw: dict, where: str) -> tuple[str, dict]:
 
 
 def load_stages(path, overrides=(), validate_paths: bool = True) -> list[Stage]:
-    """The validated stages of the staged YAML at `path` with dotted overrides; overrides may index the list,
-    e.g. `stages.1.trainer.total_training_steps=5`."""
+    """The validated stages of the staged YAML at `path` with dotted overrides; overrides may address a stage by
+    index or stage_name, e.g. `stages.1.trainer.total_training_steps=5` or `stages.grpo.trainer.…`."""
     from rft.config.load import parse_overrides, read_yaml
 
     raw = read_yaml(path)
-    for item in parse_overrides(overrides):
+    items = [_stage_item(raw, item) for item in parse_overrides(overrides)]
+    for item in items:
         key, value = item.split("=", 1)
         OmegaConf.update(raw, key, OmegaConf.from_dotlist([f"v={value}"]).v, force_add=False)
-    return build_stages(raw, check_paths=validate_paths, path=path, overrides=parse_overrides(overrides))
+    return build_stages(raw, check_paths=validate_paths, path=path, overrides=items)
+
+
+def _stage_item(raw: DictConfig, item: str) -> str:
+    """The override `item` with its stage addressed by index (`stages.<i>.…`); a stage may be named by its index
+    0..N-1 or its stage_name; any other stage is refused here, not left to OmegaConf's index errors."""
+    key, value = item.split("=", 1)
+    parts = key.split(".")
+    stages = raw.get("stages")
+    if parts[0] != "stages" or len(parts) < 2 or not OmegaConf.is_list(stages):
+        return item
+    names = [str(s.get("stage_name")) if OmegaConf.is_dict(s) else None for s in stages]
+    if parts[1].isdigit() and int(parts[1]) < len(stages):
+        return item
+    if parts[1] in names:
+        return ".".join(["stages", str(names.index(parts[1])), *parts[2:]]) + "=" + value
+    named = ", ".join(f"{i}={n}" for i, n in enumerate(names) if n is not None)
+    raise ConfigError(
+        f"override {item!r}: there is no stage {parts[1]!r}; the config has {len(stages)} stage(s), addressed by "
+        f"index 0..{len(stages) - 1} or by stage_name ({named}), e.g. stages.0.trainer.total_training_steps=2"
+    )
 
 
 def build_stages(raw: DictConfig, check_paths: bool = True, path=None, overrides: list[str] | tuple = ()) -> list[Stage]:
