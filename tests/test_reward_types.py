@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -319,11 +321,14 @@ def test_preflight_checks_the_ground_truth_the_type_reads(tmp_path):
 
 # ------------------------------------------------------------------------------------------ parallel scoring
 def sleepy_reward(data_source, solution_str, ground_truth, extra_info=None):
-    """A picklable reward for the worker tests: sleeps on "slow", raises on "boom", else the length."""
+    """A picklable reward for the worker tests: sleeps on "slow", raises on "boom", exits on "exit", else the
+    length."""
     if solution_str == "slow":
         time.sleep(30)
     if solution_str == "boom":
         raise ArithmeticError("boom on purpose")
+    if solution_str == "exit":
+        sys.exit(3)
     return {"score": float(len(solution_str)), "length": float(len(solution_str))}
 
 
@@ -394,6 +399,51 @@ def test_workers_keep_the_time_limit_and_report_failures_as_in_process():
                 assert "raised ArithmeticError: boom on purpose on row 3" in outcomes[0]
     finally:
         shutdown()
+
+
+def test_sys_exit_in_a_reward_function_is_its_failure():
+    """sys.exit() in the function is a failure of its row like any exception (it was rft's SystemExit, the run's
+    exit status 3 with no error line): in process, in the thread a time limit runs it in off the main thread, and
+    in the worker processes."""
+    n = 2 * MIN_ROWS_PER_WORKER
+    responses = ["x" * i for i in range(n)]
+    responses[5] = "exit"
+    args = (["d"] * n, responses, [None] * n, [None] * n)
+
+    def off_the_main_thread(fn):
+        box = {}
+
+        def score():
+            try:
+                box["out"] = score_responses(fn, *args)
+            except BaseException as e:
+                box["out"] = e
+
+        thread = threading.Thread(target=score)
+        thread.start()
+        thread.join()
+        return box["out"]
+
+    try:
+        for workers in (1, 2):
+            fn = RewardFunction(sleepy_reward, "the exiting reward", timeout=30.0, on_error="error", workers=workers)
+            with pytest.raises(RewardError) as e:
+                score_responses(fn, *args)
+            assert str(e.value).startswith("the exiting reward called sys.exit(3) on row 5 (data_source 'd'")
+            assert "custom_reward_function.on_error=zero" in str(e.value)
+            threaded = off_the_main_thread(fn)
+            assert isinstance(threaded, RewardError) and str(threaded) == str(e.value)
+            zero = RewardFunction(sleepy_reward, "the exiting reward", timeout=30.0, on_error="zero", workers=workers)
+            scores, metrics = score_responses(zero, *args)
+            assert [i for i, f in enumerate(metrics["reward_failed"]) if f] == [5] and scores[5] == 0.0
+        with pytest.raises(KeyboardInterrupt):  # Ctrl-C is still the user's, not a reward failure
+            score_responses(RewardFunction(interrupted_reward, "r"), ["d"], ["x"], [None], [None])
+    finally:
+        shutdown()
+
+
+def interrupted_reward(data_source, solution_str, ground_truth, extra_info=None):
+    raise KeyboardInterrupt
 
 
 # ------------------------------------------------------------------------------------------ rft train

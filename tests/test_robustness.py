@@ -311,6 +311,7 @@ def test_vllms_cuda_build_on_a_machine_without_cuda_is_one_line(work, tmp_path, 
 # --------------------------------------------------------------------------------------- bad rewards
 @pytest.mark.parametrize("body, needle", [
     ("return 1 / 0", "raised ZeroDivisionError: division by zero on row 0 (data_source 'arithmetic'"),
+    ("import sys\nsys.exit(3)", "called sys.exit(3) on row 0 (data_source 'arithmetic'"),
     ("return math.nan", "returned score nan for row 0 (data_source 'arithmetic')"),
     ("return 'high'", "returned a score of type str ('high') for row 0"),
 ])
@@ -328,6 +329,14 @@ def test_a_missing_reward_function_is_one_line(work, tmp_path, capsys):
     code, out, err = run(args(work, tmp_path / "out", f"custom_reward_function.path={reward}",
                               "custom_reward_function.name=nope"), capsys)
     assert code == 2 and "defines no 'nope'; callables it defines: compute_score" in one_error_line(err)
+
+
+def test_a_reward_file_that_exits_when_imported_is_one_line(work, tmp_path, capsys):
+    reward = tmp_path / "quits.py"
+    reward.write_text("import sys\nsys.exit(4)\n")
+    code, _, err = run(args(work, tmp_path / "out", f"custom_reward_function.path={reward}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "custom_reward_function.path: importing" in line and "raised SystemExit: 4" in line, line
 
 
 def test_a_sleeping_reward_function_is_cut_by_the_timeout(work, tmp_path, capsys):

@@ -31,7 +31,7 @@ def load_user_module(path: str | Path, key: str, prefix: str = "rft_user", error
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit() at import is the file's failure, not rft's exit
         del sys.modules[module_name]
         raise error(f"{key}: importing {str(file)!r} raised {type(e).__name__}: {' '.join(str(e).split())[:200]}; "
                     "fix the file") from e

@@ -74,7 +74,7 @@ def shutdown() -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _portable(error: Exception) -> Exception | tuple[str, str]:
+def _portable(error: BaseException) -> BaseException | tuple[str, str]:
     """The exception itself when it survives pickling, else its type name and message."""
     try:
         pickle.loads(pickle.dumps(error))
@@ -89,7 +89,7 @@ def _score_chunk(fn: Callable[..., Any], calls: list[tuple]) -> list[tuple[Any, 
     for args in calls:
         try:
             outcomes.append((fn(*args), None))
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit() too: reported as the row's failure, not the worker's
             outcomes.append((None, _portable(e)))
     return outcomes
 

@@ -111,10 +111,12 @@ def score_responses(
                     f"{label_of(fn)} {e} (custom_reward_function.timeout) on row {row} (data_source "
                     f"{data_source!r}); make it faster, raise the timeout, or {advice(fn, 'timeout')}"
                 ) from e
-            except Exception as e:
+            except (Exception, SystemExit) as e:  # sys.exit() in the function is its failure, not rft's exit
                 message = " ".join(str(e).split())[:200]
+                raised = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
+                    f"raised {type(e).__name__}: {message}"
                 raise RewardError(
-                    f"{label_of(fn)} raised {type(e).__name__}: {message} on row {row} (data_source "
+                    f"{label_of(fn)} {raised} on row {row} (data_source "
                     f"{data_source!r}, ground truth {_short(ground_truth, 40)}); {advice(fn)}"
                 ) from e
             score, metrics = _score_of(result, row, data_source, fn)
