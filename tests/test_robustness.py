@@ -22,6 +22,7 @@ from cli_helpers import rft_here
 from safetensors.torch import load_file
 
 from rft.cli import main
+from rft.config import ConfigError
 from rft.errors import TrainingDiverged
 from rft.models.tiny import init_model
 from rft.tasks import write_arithmetic
@@ -204,6 +205,54 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused_before_the_weights_loa
     assert code == 2 and f"has token ids up to {ids - 1} ({ids} ids), more than the {ids - 2} rows" in line
     assert f"actor_rollout_ref.model.path='{folder}'" in line and "data.tokenizer" in line
     assert not loads  # refused before the weights load
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("vocab_size", "its config.json has an invalid value (Field 'vocab_size' expected int, got str (value: 'x')); "
+                   "fix '{folder}/config.json', or copy or download the model again"),
+    ("json", "its config.json is not valid JSON (Expecting value: line 1 column 16 (char 15)); fix"),
+    ("weights", "has a config.json but no weights file (none of model.safetensors, model.safetensors.index.json, "
+                "pytorch_model.bin, pytorch_model.bin.index.json); copy the model's weight files into it, or set "
+                "actor_rollout_ref.model.path to a complete model folder"),
+])
+def test_a_broken_model_folder_is_one_line_naming_the_key(work, tmp_path, capsys, monkeypatch, damage, needle):
+    """A wrong value in config.json was huggingface_hub's StrictDataclassFieldValidationError, reported as a bug in
+    rft; a folder without weights was transformers' 'no file named model.safetensors ... found', naming no key.
+    Both are refused with the config's checks, before the model (or its tokenizer) loads."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "broken"
+    shutil.copytree(work / "m", folder)
+    config = json.loads((folder / "config.json").read_text())
+    if damage == "vocab_size":
+        (folder / "config.json").write_text(json.dumps({**config, "vocab_size": "x"}))
+    elif damage == "json":
+        (folder / "config.json").write_text('{"vocab_size": ')
+    else:
+        (folder / "model.safetensors").unlink()
+    loads = []
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: loads.append(a))
+    code, _, err = run(args(work, tmp_path / "out", f"actor_rollout_ref.model.path={folder}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and line.startswith(f"rft: error: actor_rollout_ref.model.path='{folder}'"), line
+    assert needle.format(folder=folder) in line, line
+    assert not loads and not (tmp_path / "out").exists()
+
+
+def test_a_broken_sft_model_folder_names_model_partial_pretrain(tmp_path):
+    from rft.config.checks import check_model_dir
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": "x"}))
+    with pytest.raises(ConfigError, match=r"model.partial_pretrain='.*': its config.json has an invalid value "
+                                          r"\(Field 'vocab_size' expected int"):
+        check_model_dir("model.partial_pretrain", str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    with pytest.raises(ConfigError, match=r"model.partial_pretrain='.*' has a config.json but no weights file"):
+        check_model_dir("model.partial_pretrain", str(tmp_path))
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"")  # shards (their index missing) pass here
+    check_model_dir("model.partial_pretrain", str(tmp_path))
 
 
 def test_a_truncated_safetensors_is_one_line_naming_the_file(work, tmp_path, capsys):

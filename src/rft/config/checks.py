@@ -141,9 +141,28 @@ def _likeliest(name: str, present: list[str]) -> str | None:
     return close[0] if close else None
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+"""The weight files transformers loads a model folder from (one of them; an index lists its shards)."""
+
+
 def check_model_dir(key: str, path: str) -> None:
-    if not (Path(path).expanduser() / "config.json").is_file():
+    """The folder `path` (set by `key`) is a Hugging Face model folder transformers can load, told before any model
+    loads: a config.json transformers reads (a wrong value in it was a bug in rft's report) and a weights file (its
+    absence was transformers' message, which names no key)."""
+    folder = Path(path).expanduser()
+    if not (folder / "config.json").is_file():
         raise ConfigError(
             f"{key}={path!r} is not a Hugging Face model folder (no config.json); rft loads models from local "
             "folders only"
+        )
+    from rft.models.checks import config_json_problem
+
+    problem = config_json_problem(folder)
+    if problem:
+        raise ConfigError(f"{key}={path!r}: its config.json {problem}; fix {str(folder / 'config.json')!r}, "
+                          "or copy or download the model again")
+    if not any((folder / name).is_file() for name in WEIGHT_FILES) and not any(folder.glob("*.safetensors")):
+        raise ConfigError(
+            f"{key}={path!r} has a config.json but no weights file (none of {', '.join(WEIGHT_FILES)}); copy the "
+            f"model's weight files into it, or set {key} to a complete model folder"
         )

@@ -219,8 +219,14 @@ def read_model_config(path: str, key: str, trust_remote_code: bool):
             raise ModelError(f"{key}.path={path!r}: config.json is not valid JSON ({e})") from None
         if isinstance(raw, dict) and raw.get("auto_map") and raw.get("model_type") not in CONFIG_MAPPING:
             raise ModelError(remote)
+    from huggingface_hub.errors import StrictDataclassError
+
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except StrictDataclassError as e:  # a value of the wrong type (transformers' configs are strict dataclasses)
+        cause = " ".join(str(e.__cause__ or e).split())[:200]
+        raise ModelError(f"{key}.path={path!r}: its config.json has an invalid value ({cause}); fix it, or copy or "
+                         "download the model again") from None
     except ValueError as e:
         if "trust_remote_code" in str(e):
             raise ModelError(remote) from None
