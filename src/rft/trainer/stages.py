@@ -104,7 +104,8 @@ def _stage_item(raw: DictConfig, item: str) -> str:
     stages = raw.get("stages")
     if parts[0] != "stages" or len(parts) < 2 or not OmegaConf.is_list(stages):
         return item
-    names = [str(s.get("stage_name")) if OmegaConf.is_dict(s) else None for s in stages]
+    names = [str(s.stage_name) if OmegaConf.is_dict(s) and s.get("stage_name") is not None else None
+             for s in stages]
     if parts[1].isdigit() and int(parts[1]) < len(stages):
         return item
     if parts[1] in names:
