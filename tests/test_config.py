@@ -608,6 +608,32 @@ def test_example_loads_without_paths(example):
                 assert getattr(getattr(cfg, section), key) == value, (section, key)
 
 
+@pytest.mark.parametrize("example", SINGLE + SFT, ids=[p.name for p in SINGLE + SFT])
+def test_an_examples_config_yaml_read_back_is_no_change_on_resume(example, tmp_path):
+    """A rerun compares its config with the config.yaml the run wrote (`check_resume_matches`): written and read
+    back, every example's config is unchanged, and a changed lr is named with both values."""
+    from omegaconf import OmegaConf
+
+    from rft.config.load import to_yaml
+    from rft.trainer.configure import load_sft_config
+    from rft.trainer.run_folder import changed_on_resume
+
+    load = load_sft_config if example in SFT else load_config
+    cfg = load(example, validate_paths=False)
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))
+    started = OmegaConf.to_container(OmegaConf.load(tmp_path / "config.yaml"))
+    assert changed_on_resume(cfg, started) == []
+    lr = "optim.lr" if example in SFT else "actor_rollout_ref.actor.optim.lr"
+    moved = load(example, [f"{lr}=0.5", "trainer.total_training_steps=99"], validate_paths=False)
+    assert changed_on_resume(moved, started) == [f"{lr} ({started_lr(started, lr)} -> 0.5)"]
+
+
+def started_lr(started: dict, key: str):
+    for part in key.split("."):
+        started = started[part]
+    return started
+
+
 @pytest.mark.parametrize("example", SINGLE, ids=[p.name for p in SINGLE])
 def test_example_validates_with_real_paths(example, real_paths, tmp_path):
     raw = load_config(example, validate_paths=False)

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import signal
 import stat
 import subprocess
@@ -556,6 +557,40 @@ def test_a_refused_resume_leaves_config_yaml_as_it_was(work, tmp_path, capsys):
     assert code == 2 and "data.train_batch_size=2, this run has 4" in line and "resume_mode=disable" in line
     assert "steps on" not in stdout  # refused before the model loaded
     assert (out / "config.yaml").read_text() == before
+
+
+def test_a_resume_with_a_changed_key_is_refused_naming_it_and_config_yaml_kept(work, tmp_path, capsys):
+    """The checkpoint's optimizer and scheduler would override a new lr, and a new model.path would reach only the
+    KL reference model: refused before the model loads, each key with its old and new value."""
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    before = (out / "config.yaml").read_text()
+    shutil.copytree(work / "m", work / "m3", dirs_exist_ok=True)
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2",
+                                 "actor_rollout_ref.actor.optim.lr=5e-3",
+                                 f"actor_rollout_ref.model.path={work / 'm3'}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and f"resuming {out} from global_step_1 with changed keys " in line, line
+    assert "actor_rollout_ref.actor.optim.lr (0.001 -> 0.005)" in line
+    assert f"actor_rollout_ref.model.path ({work / 'm'} -> {work / 'm3'})" in line
+    assert "total_training_steps" not in line and "trainer.resume_mode=disable" in line
+    assert "steps on" not in stdout and "resumed from" not in stdout  # refused before the model loaded
+    assert (out / "config.yaml").read_text() == before
+    code, stdout, err = run(args(work, out, "actor_rollout_ref.actor.optim.lr=5e-3", "trainer.resume_mode=disable"),
+                            capsys)
+    assert code == 0 and "resumed from" not in stdout, err  # a new run in the same folder
+    assert "lr: 0.005" in (out / "config.yaml").read_text()
+
+
+def test_a_resume_with_more_steps_and_a_new_cadence_trains_further(work, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    code, stdout, err = run(args(work, out, "trainer.save_freq=2", "trainer.total_training_steps=2",
+                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"), capsys)
+    assert code == 0, err
+    assert "resumed from" in stdout and "at step 1" in stdout
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert "total_training_steps: 2" in (out / "config.yaml").read_text()
 
 
 def test_a_refused_resume_inside_the_trainer_leaves_config_yaml(work, tmp_path):

@@ -184,6 +184,18 @@ def test_micro_batch_size_does_not_change_the_gradient(assets, tmp_path):
     assert (grads[0] - grads[1]).abs().max() <= 1e-6
 
 
+def test_sft_resume_with_a_changed_key_is_refused_before_the_model_loads(assets, tmp_path):
+    """`rft sft` holds its folder through run_folder too: a rerun that changes optim.lr (which the checkpoint's
+    optimizer and scheduler would override) is refused; more steps resume."""
+    from rft.errors import RftError
+    from rft.trainer.run_folder import check_resume_matches
+
+    SFTTrainer(make_cfg(assets, tmp_path, "trainer.total_training_steps=1", "trainer.save_freq=1")).fit()
+    with pytest.raises(RftError, match=r"from global_step_1 with changed keys optim.lr \(0.003 -> 0.01\): "):
+        check_resume_matches(make_cfg(assets, tmp_path, "optim.lr=1e-2", "trainer.save_freq=1"))
+    check_resume_matches(make_cfg(assets, tmp_path, "trainer.total_training_steps=3", "trainer.test_freq=1"))
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_sft_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     """4 steps in one run == a 4-step run stopped after 2 saved steps, then resumed (same cosine schedule)."""

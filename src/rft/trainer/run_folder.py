@@ -8,7 +8,9 @@
   into the same folder while the first lives; the kernel drops an flock when its process dies, so the lock of a
   killed run is taken over (said in a note);
 * temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
-* the checkpoint a resume will read is checked against the config (batch size, seed) before the model loads;
+* the checkpoint a resume will read is checked against the config before the model loads: the batch size and seed,
+  and every key changed since the checkpointed run started (its config.yaml) but the few a resume may change
+  (`RESUME_MAY_CHANGE`: length, cadence, logging, output, process count);
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
   `rft.monitor.logfile`), the error or stop that ends the run its last line.
@@ -161,14 +163,83 @@ def check_free_space(out: Path, needed: int) -> None:
         )
 
 
+RESUME_MAY_CHANGE = frozenset({
+    # how long: a rerun extends or shortens the run
+    "trainer.total_training_steps", "trainer.total_epochs",
+    # how often it validates, saves and reports, and where to
+    "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.logger", "trainer.monitor_args",
+    "trainer.log_freq", "trainer.log_level", "trainer.log_group_by_node", "trainer.log_val_generations",
+    "trainer.project_name", "trainer.experiment_name", "trainer.default_local_dir", "trainer.default_hdfs_dir",
+    "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep",
+    "trainer.remove_previous_ckpt_in_save", "trainer.del_local_ckpt_after_load",
+    # which checkpoint to continue from
+    "trainer.resume_mode", "trainer.resume_from_path",
+    # how many processes: batch sizes are global and a checkpoint loads into any number of processes
+    "trainer.nnodes", "trainer.n_gpus_per_node",
+})
+"""Config keys a resumed run may change. Any other changed key is refused (`changed_on_resume`): the checkpoint's
+optimizer and scheduler state, weights and sampler position would override it, or it would apply to only part of
+the run (a new model.path would load the KL reference model from it, the policy from the checkpoint)."""
+RESUME_MAY_CHANGE_SUFFIX = "_per_gpu"
+"""... and the `_per_gpu` micro-batch sizes: performance knobs that never change the gradient."""
+
+
+def _leaves(cfg: Any, tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, plain value) of each field of the config dataclass `cfg`; `tree` is its `to_dict` (a mapping
+    valued field, such as monitor_args, is one leaf)."""
+    import dataclasses
+
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _leaves(value, tree[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", tree[f.name]
+
+
+_ABSENT = object()
+
+
+def _lookup(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def changed_on_resume(cfg: Any, started: dict) -> list[str]:
+    """`key (old -> new)` for each key of `cfg` that differs from the config the checkpointed run was started with
+    (`started`, its config.yaml) and is not one a resume may change (`RESUME_MAY_CHANGE`). A key missing from
+    `started` (written by another version of rft) is not compared."""
+    from rft.config.load import to_dict
+
+    out = []
+    for key, value in _leaves(cfg, to_dict(cfg)):
+        if key in RESUME_MAY_CHANGE or key.endswith(RESUME_MAY_CHANGE_SUFFIX):
+            continue
+        old = _lookup(started, key)
+        if old is not _ABSENT and old != value:
+            out.append(f"{key} ({_show(old)} -> {_show(value)})")
+    return out
+
+
 def check_resume_matches(cfg: Any) -> None:
     """The checkpoint a resume would read was written with this config's batch size and seed (the sampler state
-    refuses otherwise, but only after the model has loaded)."""
+    refuses otherwise, but only after the model has loaded), and with this config: a key changed since the
+    checkpointed run started (its run folder's config.yaml) is refused unless a resume may change it
+    (`RESUME_MAY_CHANGE`), since the checkpoint's state would silently override it."""
+    from omegaconf import DictConfig, OmegaConf
+
     from rft.trainer.checkpoint import CheckpointManager, resume_folder
 
     t = cfg.trainer
-    folder = resume_folder(t.resume_mode, t.resume_from_path, CheckpointManager(Path(t.default_local_dir) /
-                                                                                "checkpoints"), quiet=True)
+    out = Path(t.default_local_dir)
+    folder = resume_folder(t.resume_mode, t.resume_from_path, CheckpointManager(out / "checkpoints"), quiet=True)
     if folder is None or not (folder / "trainer_state.json").is_file():
         return
     try:
@@ -185,6 +256,21 @@ def check_resume_matches(cfg: Any) -> None:
                 f"same data and batch size; set {what}={sampler[key]}, or trainer.resume_mode=disable to start "
                 "over (or another trainer.default_local_dir)"
             )
+    started = folder.parent.parent / "config.yaml"  # of the run folder holding checkpoints/, written as it started
+    try:
+        loaded = OmegaConf.load(started) if started.is_file() else None
+    except Exception:  # yaml's errors: an unreadable config.yaml leaves nothing to compare with
+        loaded = None
+    if not isinstance(loaded, DictConfig):
+        return  # none to compare with (a checkpoint copied on its own)
+    changed = changed_on_resume(cfg, OmegaConf.to_container(loaded))
+    if changed:
+        at = folder.name if folder.parent.parent.resolve() == out.expanduser().resolve() else str(folder)
+        raise RftError(
+            f"resuming {out} from {at} with changed keys {', '.join(changed)}: a resumed run continues the "
+            "checkpoint's training; restore them, or start a new run in another trainer.default_local_dir (or "
+            "trainer.resume_mode=disable)"
+        )
 
 
 def _record_failure(path: Path | None, error: BaseException) -> None:
