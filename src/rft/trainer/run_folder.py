@@ -174,8 +174,11 @@ RESUME_MAY_CHANGE = frozenset({
     "trainer.remove_previous_ckpt_in_save", "trainer.del_local_ckpt_after_load",
     # which checkpoint to continue from
     "trainer.resume_mode", "trainer.resume_from_path",
-    # how many processes: batch sizes are global and a checkpoint loads into any number of processes
-    "trainer.nnodes", "trainer.n_gpus_per_node",
+    # how many processes and where: batch sizes are global and a checkpoint loads into any number of processes,
+    # on any device
+    "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.device",
+    # which loop this command runs: Trinity's explore and train commands share one run folder (docs/modes.md)
+    "trainer.mode",
 })
 """Config keys a resumed run may change. Any other changed key is refused (`changed_on_resume`): the checkpoint's
 optimizer and scheduler state, weights and sampler position would override it, or it would apply to only part of
