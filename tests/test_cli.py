@@ -164,6 +164,70 @@ def test_rft_data_gsm8k_names_its_split_files_and_a_missing_one_names_them_too(w
     assert not (workdir / "refused").exists()
 
 
+def sft_args(out: str, *extra: str) -> list[str]:
+    return ["sft", "model.partial_pretrain=m", "data.train_files=d/train.parquet", "data.response_key=extra_info",
+            "data.response_dict_keys=[answer]", "data.train_batch_size=8", "data.micro_batch_size_per_gpu=8",
+            "data.max_length=32", "trainer.total_training_steps=1", "trainer.save_freq=1", "trainer.logger=[console]",
+            f"trainer.default_local_dir={out}", *extra]
+
+
+def _folder_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_another_trainer_refuses_a_run_folders_checkpoints_and_leaves_the_folder_as_it_was(workdir):
+    """`rft sft` into an `rft train` run's folder would resume from the GRPO checkpoint (its weights, its step),
+    overwrite config.yaml and mix its metrics.jsonl: it is refused before any model loads, and the refusal leaves
+    the other run's folder as it was (no failed.json, no line in its log); the same the other way round, for
+    checkpoints written before they named their trainer, and for a checkpoint named in trainer.resume_from_path."""
+    from rft.trainer.checkpoint import check_resume_kind, write_manifest
+    from rft.trainer.configure import load_dpo_config
+
+    rft_here(*train_args("rx", "trainer.total_training_steps=1", "trainer.test_freq=-1",
+                         "trainer.val_before_train=false"), cwd=workdir)
+    rx = workdir / "rx"
+    state_file = rx / "checkpoints" / "global_step_1" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert (state["trainer"], state["algorithm"]) == ("train", "grpo")
+    before = _folder_files(rx)
+    refused = rft_here(*sft_args("rx"), cwd=workdir, check=False)
+    assert refused.returncode != 0 and refused.stderr.splitlines() == [
+        "rft: error: rx holds an rft train (grpo) run's checkpoints; rft sft would resume from them: use another "
+        "trainer.default_local_dir, or trainer.resume_mode=disable to start fresh there"]
+    assert "resumed" not in refused.stdout
+    after = _folder_files(rx)
+    assert after.pop(".rft.lock") == b"" and before.pop(".rft.lock") == b""  # taken and given back
+    assert after == before  # no failed.json, config.yaml, metrics.jsonl and log/trainer.log untouched
+
+    # a checkpoint of before trainer_state.json named its trainer: an RL one by its kl_coef, its algorithm by the
+    # run's config.yaml
+    del state["trainer"], state["algorithm"]
+    state_file.write_text(json.dumps(state))
+    write_manifest(state_file.parent)  # whole as written
+    refused = rft_here(*sft_args("rx"), cwd=workdir, check=False)
+    assert "rx holds an rft train (grpo) run's checkpoints; rft sft would resume from them" in refused.stderr
+    named = rft_here(*sft_args("elsewhere", "trainer.resume_mode=resume_path",
+                               f"trainer.resume_from_path={state_file.parent}"), cwd=workdir, check=False)
+    assert named.returncode != 0 and "is an rft train (grpo) run's checkpoint; rft sft would resume from it" in \
+        named.stderr
+    assert not (workdir / "elsewhere" / "failed.json").exists()
+
+    rft_here(*sft_args("sx"), cwd=workdir)
+    sx = workdir / "sx"
+    assert json.loads((sx / "checkpoints" / "global_step_1" / "trainer_state.json").read_text())["trainer"] == "sft"
+    refused = rft_here(*train_args("sx"), cwd=workdir, check=False)
+    assert refused.returncode != 0 and refused.stderr.splitlines() == [
+        "rft: error: sx holds an rft sft run's checkpoints; rft train would resume from them: use another "
+        "trainer.default_local_dir, or trainer.resume_mode=disable to start fresh there"]
+    assert not (sx / "failed.json").exists()
+    dpo = load_dpo_config(None, ["model.partial_pretrain=m", "data.train_files=p.parquet",
+                                 f"trainer.default_local_dir={sx}"], validate_paths=False)
+    with pytest.raises(Exception, match="holds an rft sft run's checkpoints; rft dpo would resume from them"):
+        check_resume_kind(dpo)
+    dpo.trainer.resume_mode = "disable"
+    check_resume_kind(dpo)  # starting fresh there is the user's choice
+
+
 @pytest.mark.parametrize("command", ["train", "sft", "dpo"])
 def test_a_training_command_with_nothing_given_says_what_it_takes(command, capsys):
     """`rft train` alone (a newcomer's first try) says what the command takes and where an example is, not that a

@@ -13,6 +13,9 @@ Two layouts, one loader. One process writes the trainable weights as `policy.saf
 shard). Either resumes with any number of processes: a DCP folder is resharded on load (into an unsharded model
 too), a one-process checkpoint is loaded whole into every rank's shards. `extra.pt` (scheduler, RNG states) and
 `trainer_state.json` are rank 0's. Several nodes need a shared file system for the checkpoint folder.
+
+trainer_state.json names the trainer that wrote the checkpoint (`trainer_kind`: train with its algorithm, sft,
+dpo); a run of another trainer refuses to resume from it (`check_resume_kind`, before any model loads).
 """
 
 from __future__ import annotations
@@ -408,6 +411,87 @@ def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointMa
             print(f"rft: checkpoint {folder} is damaged ({why}); moved it to {aside.name} and resuming from the "
                   "previous whole checkpoint, if any", flush=True)
     return None
+
+
+def trainer_kind(cfg) -> dict:
+    """The trainer a run of `cfg` is, as its checkpoints record it in trainer_state.json: `trainer` (the command
+    that resumes from them: train, sft or dpo; a stage of a staged run is the trainer of its kind) and, for `rft
+    train`, `algorithm` (algorithm.adv_estimator)."""
+    if hasattr(cfg, "actor_rollout_ref"):
+        return {"trainer": "train", "algorithm": cfg.algorithm.adv_estimator}
+    return {"trainer": "dpo" if hasattr(getattr(cfg, "algorithm", None), "loss_type") else "sft"}
+
+
+def written_by(folder: Path) -> dict | None:
+    """The trainer that wrote the checkpoint `folder` (`trainer_kind`'s keys; `trainer` "sft or dpo" where the files
+    cannot tell them apart), or None when unknown. Checkpoints written before they recorded it tell by their files:
+    an RL run's trainer_state.json holds kl_coef, SFT's and DPO's do not; the run folder's config.yaml (a DPO
+    config has algorithm.loss_type, an RL one adv_estimator) tells SFT from DPO and names the RL algorithm."""
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    if "trainer" in state:
+        return {k: state[k] for k in ("trainer", "algorithm") if k in state}
+    config = _run_config(folder)
+    algorithm = config.get("algorithm") if isinstance(config.get("algorithm"), dict) else {}
+    if "kl_coef" in state:
+        return {"trainer": "train", **({"algorithm": algorithm["adv_estimator"]} if "adv_estimator" in algorithm
+                                       else {})}
+    if "loss_type" in algorithm:
+        return {"trainer": "dpo"}
+    if config and "actor_rollout_ref" not in config:
+        return {"trainer": "sft"}
+    return {"trainer": "sft or dpo"}
+
+
+def _run_config(folder: Path) -> dict:
+    """The config.yaml of the run folder holding the checkpoint `folder` (`<run>/checkpoints/global_step_N`), {}
+    when there is none or it does not parse."""
+    from omegaconf import OmegaConf
+
+    path = folder.parent.parent / "config.yaml"
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception:  # absent or unreadable: no evidence
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def describe_trainer(kind: dict) -> str:
+    """`rft train (grpo)`, `rft sft`, ...: a `trainer_kind` as the command that runs it."""
+    algorithm = f" ({kind['algorithm']})" if kind.get("algorithm") else ""
+    return f"rft {kind['trainer']}{algorithm}"
+
+
+def check_resume_kind(cfg) -> None:
+    """Refuse a run that would resume from checkpoints another trainer wrote (an `rft sft` into an `rft train`
+    run's folder, ...): its weights, optimizer and step would be taken for this run's, and config.yaml and
+    metrics.jsonl overwritten and mixed. Called before any model loads; reads only."""
+    t = cfg.trainer
+    manager = CheckpointManager(Path(t.default_local_dir).expanduser() / "checkpoints")
+    try:
+        folder = resume_folder(t.resume_mode, t.resume_from_path, manager, quiet=True)
+    except CheckpointError:
+        return  # the run's own checks report a checkpoint that cannot be used
+    if folder is None:
+        return
+    written, this = written_by(folder), trainer_kind(cfg)
+    if written is None or this["trainer"] in str(written.get("trainer")).split(" or "):
+        return
+    command = f"rft {this['trainer']}"
+    if t.resume_mode == "resume_path":
+        raise CheckpointError(
+            f"trainer.resume_from_path={str(t.resume_from_path)!r} is an {describe_trainer(written)} run's "
+            f"checkpoint; {command} would resume from it: name a checkpoint of an {command} run, or set "
+            "trainer.resume_mode=disable to start fresh"
+        )
+    raise CheckpointError(
+        f"{t.default_local_dir} holds an {describe_trainer(written)} run's checkpoints; {command} would resume from "
+        "them: use another trainer.default_local_dir, or trainer.resume_mode=disable to start fresh there"
+    )
 
 
 def load_policy_weights(folder: Path, model) -> None:

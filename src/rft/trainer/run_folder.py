@@ -10,7 +10,9 @@
 * temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
 * the checkpoint a resume will read is checked against the config before the model loads: the batch size and seed,
   and every key changed since the checkpointed run started (its config.yaml) but the few a resume may change
-  (`RESUME_MAY_CHANGE`: length, cadence, logging, output, process count);
+  (`RESUME_MAY_CHANGE`: length, cadence, logging, output, process count); a checkpoint another trainer wrote (an
+  `rft train` run's, resumed by `rft sft`, ...) is refused before the run takes the folder: the refusal writes no
+  failed.json and no log there;
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
   `rft.monitor.logfile`), the error or stop that ends the run its last line.
@@ -276,6 +278,18 @@ def check_resume_matches(cfg: Any) -> None:
         )
 
 
+def _refuse_another_trainers_checkpoints(cfg: Any, lock: RunLock) -> None:
+    """`check_resume_kind` while holding the folder's lock, before the run takes the folder: a refusal leaves the
+    other run's folder as it was (no failed.json, no log lines, its lock file emptied)."""
+    from rft.trainer.checkpoint import check_resume_kind
+
+    try:
+        check_resume_kind(cfg)
+    except BaseException:
+        lock.release()
+        raise
+
+
 def _record_failure(path: Path | None, error: BaseException) -> None:
     from rft.errors import describe_failure
     from rft.fsutil import write_text_atomic
@@ -328,6 +342,8 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
     if dist.is_main and not held_by_parent:
         _prepare(out)
         lock = RunLock(out, lock_name).acquire()
+        if role == "trainer":
+            _refuse_another_trainers_checkpoints(cfg, lock)
     failed = out / (FAILED if role == "trainer" else f"failed-{role}.json")
     if lock is not None:
         failed.unlink(missing_ok=True)

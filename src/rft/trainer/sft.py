@@ -41,6 +41,7 @@ from rft.trainer.checkpoint import (
     save_training_state,
     step_of,
     trainable_parameters,
+    trainer_kind,
 )
 from rft.workers.fsdp import full_state_dict, loss_scale, wrap
 from rft.workers.guard import UpdateGuard
@@ -229,7 +230,8 @@ class SFTTrainer:
     def _write_checkpoint(self, folder: Path) -> None:
         save_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
                             scheduler=self.scheduler, generators={}, tokenizer=self.tokenizer,
-                            state={"global_step": self.global_step, "sampler": self.sampler.state_dict(),
+                            state={"global_step": self.global_step, **trainer_kind(self.cfg),
+                                   "sampler": self.sampler.state_dict(),
                                    "metrics": self._step_metrics}, dist=self.dist,
                             export=(lambda out: self._export(out)) if self.dist.enabled else None)
 
