@@ -111,6 +111,26 @@ def test_sigkill_mid_training_then_resume(workdir):
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
 
 
+def test_a_closed_console_pipe_does_not_end_the_run(workdir):
+    """`rft train ... 2>&1 | head -1`: the reader closes the pipe after the first line; the run carries on (its
+    console output dropped) and ends as it would have, exit 0, checkpoint and model written, the log file noting it."""
+    args = train_args("piped", "trainer.total_training_steps=2", "trainer.test_freq=-1",
+                      "trainer.val_before_train=false")
+    proc = subprocess.Popen([sys.executable, "-m", "rft", *args], cwd=workdir, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` exits
+    assert first and proc.wait(timeout=600) == 0
+    out = workdir / "piped"
+    assert (out / "checkpoints" / "global_step_2" / "trainer_state.json").is_file()
+    assert (out / "model" / "model.safetensors").is_file()
+    assert not (out / "failed.json").exists()
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    log_text = (out / "log" / "trainer.log").read_text()
+    assert "the console's pipe was closed (stdout and stderr); the run carries on" in log_text
+    assert "model written to" in log_text  # console lines after the close still reach the log
+
+
 @pytest.mark.parametrize("override, message", [
     ("data.foo=1", "unknown config key 'data.foo'"),
     ("actor_rollout_ref.rollout.name=sglang", "rollout.name='sglang'"),

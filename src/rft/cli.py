@@ -452,20 +452,22 @@ def report(error: BaseException, debug: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rft.console import guarded_console
     from rft.errors import debug_requested
     from rft.interrupts import handled
 
-    _setup_env()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in argv or debug_requested()
-    argv = [a for a in argv if a != "--debug"]
-    try:
-        with handled():
-            return _dispatch(argv)
-    except SystemExit:
-        raise
-    except BaseException as e:  # the one error boundary: one line, the traceback only with --debug
-        return report(e, debug)
+    with guarded_console():  # a closed stdout pipe (`| head`, quitting `less`) does not end the run
+        _setup_env()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        debug = "--debug" in argv or debug_requested()
+        argv = [a for a in argv if a != "--debug"]
+        try:
+            with handled():
+                return _dispatch(argv)
+        except SystemExit:
+            raise
+        except BaseException as e:  # the one error boundary: one line, the traceback only with --debug
+            return report(e, debug)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ What goes in, from when the process takes its run folder (`rft.trainer.run_folde
 config's notes, printed before, are not in it): every line the process shows on its console, as it shows it (stdout
 and stderr are copied line by line; the console itself is unchanged), and the records of Python's `logging`, each
 with its level and time. A run that ends with an error or a stop ends its log with the line the command prints for
-it. trainer.log_level filters:
+it. A console that goes away (its pipe closed: `| head`, quitting `less`; `rft.console`) is noted in it, and
+the run carries on. trainer.log_level filters:
 records by their own level, console lines by theirs (`rft: error:` lines ERROR, Python warnings WARNING, the rest
 INFO); DEBUG adds rft's debug records (each step's metrics, the process's command), which the console never shows.
 """
@@ -27,6 +28,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from rft.console import closed_note
 from rft.errors import failure_lines
 
 LOG_DIR = "log"
@@ -119,6 +121,8 @@ def run_log(path: Path, level: str = "INFO") -> Iterator[Path]:
     try:
         with _rft_debug_records(handler.level == logging.DEBUG), _console_copied(emit) as copies:
             log.debug("rft: log of pid %d on %s: %s", os.getpid(), socket.gethostname(), " ".join(sys.argv))
+            if (note := closed_note()) is not None:  # the console went away before the log began
+                log.warning(note)
             try:
                 yield path
             except BaseException as e:
