@@ -216,15 +216,17 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
     tasks = f"sqlite:///{tmp_path / 'tasks.db'}"
     write_tasks(tasks, "arith", read_rows(assets / "data" / "train.parquet"))
     crf = [f"custom_reward_function.path={assets / 'reward.py'}"]
-    configs = [_rl(assets, tmp_path / f"rl{i}", *crf, *extra, f"reward_model.model.path={assets / 'rm'}",
-                   *([f"data.custom_cls.path={assets / 'rows.py'}"] if "data.custom_cls.name=Rows" in extra else []),
-                   f"trainer.default_hdfs_dir={tmp_path / 'mirror'}",
-                   *([f"data.train_files={tasks}"] if "data.task_storage=sql" in extra else []),
-                   *([f"data.expert.files={assets / 'data' / 'train.parquet'}"] if "algorithm.mix.enable=true" in extra
-                     else []))
-               for i, extra in enumerate(RL_RUNS)]
-    # a resume from a named checkpoint that deletes it afterwards
-    configs.append(_rl(assets, tmp_path / "rl0", *crf, "trainer.total_training_steps=2",
+    keys = [[*crf, *extra, f"reward_model.model.path={assets / 'rm'}",
+             *([f"data.custom_cls.path={assets / 'rows.py'}"] if "data.custom_cls.name=Rows" in extra else []),
+             f"trainer.default_hdfs_dir={tmp_path / 'mirror'}",
+             *([f"data.train_files={tasks}"] if "data.task_storage=sql" in extra else []),
+             *([f"data.expert.files={assets / 'data' / 'train.parquet'}"] if "algorithm.mix.enable=true" in extra
+               else [])]
+            for extra in RL_RUNS]
+    configs = [_rl(assets, tmp_path / f"rl{i}", *k) for i, k in enumerate(keys)]
+    # a resume from a named checkpoint that deletes it afterwards (the first run's keys: a resume may change only
+    # its length, cadence and checkpoint keys)
+    configs.append(_rl(assets, tmp_path / "rl0", *keys[0], "trainer.total_training_steps=2",
                        "trainer.resume_mode=resume_path", "trainer.del_local_ckpt_after_load=true",
                        f"trainer.resume_from_path={tmp_path / 'rl0' / 'checkpoints' / 'global_step_1'}"))
     messages = tmp_path / "chat.jsonl"
@@ -275,7 +277,7 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
     # mode bench over the first run's checkpoints
     from rft.trainer.modes import run_bench
 
-    bench = _rl(assets, tmp_path / "rl0", *crf, "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true")
+    bench = _rl(assets, tmp_path / "rl0", *keys[0], "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true")
     reads.track(bench)
     validate(bench)
     with run_folder(bench, role="bench"):

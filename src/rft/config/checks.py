@@ -10,6 +10,7 @@ what to set; it runs before any model loads.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,6 +146,34 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 """The weight files transformers loads a model folder from (one of them; an index lists its shards)."""
 
 
+def config_json_problem(folder: Path) -> str | None:
+    """What is wrong with the config.json of the model folder `folder`, read as transformers reads it (e.g. "has an
+    invalid value: Field 'vocab_size' expected int, got str"); None when it reads, or when it names code of its
+    own (auto_map), which only the model's loading may run (with trust_remote_code)."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        raw = json.loads((folder / "config.json").read_text())
+    except ValueError as e:
+        return f"is not valid JSON ({e})"
+    if not isinstance(raw, dict):
+        return f"is not a JSON object (it holds a {type(raw).__name__})"
+    if raw.get("auto_map") and raw.get("model_type") not in CONFIG_MAPPING:
+        return None
+    try:
+        AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    except StrictDataclassError as e:
+        cause = e.__cause__ if e.__cause__ is not None else e
+        return f"has an invalid value ({' '.join(str(cause).split())[:200]})"
+    except (ValueError, TypeError, KeyError) as e:
+        if "trust_remote_code" in str(e):
+            return None
+        return f"is not one transformers can read ({' '.join(str(e).split())[:200]})"
+    return None
+
+
 def check_model_dir(key: str, path: str) -> None:
     """The folder `path` (set by `key`) is a Hugging Face model folder transformers can load, told before any model
     loads: a config.json transformers reads (a wrong value in it was a bug in rft's report) and a weights file (its
@@ -155,8 +184,6 @@ def check_model_dir(key: str, path: str) -> None:
             f"{key}={path!r} is not a Hugging Face model folder (no config.json); rft loads models from local "
             "folders only"
         )
-    from rft.models.checks import config_json_problem
-
     problem = config_json_problem(folder)
     if problem:
         raise ConfigError(f"{key}={path!r}: its config.json {problem}; fix {str(folder / 'config.json')!r}, "

@@ -28,34 +28,6 @@ def check_tokenizer_folder(key: str, path: str) -> None:
         )
 
 
-def config_json_problem(folder: Path) -> str | None:
-    """What is wrong with the config.json of the model folder `folder`, read as transformers reads it (e.g. "has an
-    invalid value: Field 'vocab_size' expected int, got str"); None when it reads, or when it names code of its
-    own (auto_map), which only the model's loading may run (with trust_remote_code)."""
-    from huggingface_hub.errors import StrictDataclassError
-    from transformers import AutoConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    try:
-        raw = json.loads((folder / "config.json").read_text())
-    except ValueError as e:
-        return f"is not valid JSON ({e})"
-    if not isinstance(raw, dict):
-        return f"is not a JSON object (it holds a {type(raw).__name__})"
-    if raw.get("auto_map") and raw.get("model_type") not in CONFIG_MAPPING:
-        return None
-    try:
-        AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
-    except StrictDataclassError as e:
-        cause = e.__cause__ if e.__cause__ is not None else e
-        return f"has an invalid value ({' '.join(str(cause).split())[:200]})"
-    except (ValueError, TypeError, KeyError) as e:
-        if "trust_remote_code" in str(e):
-            return None
-        return f"is not one transformers can read ({' '.join(str(e).split())[:200]})"
-    return None
-
-
 def check_lora_rank(key: str, rank: int) -> None:
     if rank < 0:
         raise ConfigError(f"{key} must be >= 0, got {rank}")

@@ -10,8 +10,8 @@
 * temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
 * the checkpoint a resume will read is checked against the config before the model loads: the batch size and seed,
   and every key changed since the checkpointed run started (its config.yaml) but the few a resume may change
-  (`RESUME_MAY_CHANGE`: length, cadence, logging, output, process count); a checkpoint another trainer wrote (an
-  `rft train` run's, resumed by `rft sft`, ...) is refused before the run takes the folder: the refusal writes no
+  (`RESUME_MAY_CHANGE`: length, cadence, logging, output, processes, how passes are sharded and laid out); a
+  checkpoint another trainer wrote (an `rft train` run's, resumed by `rft sft`, ...) is refused before the run takes the folder: the refusal writes no
   failed.json and no log there;
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
@@ -187,30 +187,20 @@ optimizer and scheduler state, weights and sampler position would override it, o
 the run (a new model.path would load the KL reference model from it, the policy from the checkpoint)."""
 RESUME_MAY_CHANGE_SUFFIX = "_per_gpu"
 """... and the `_per_gpu` micro-batch sizes: performance knobs that never change the gradient."""
+RESUME_MAY_CHANGE_NAMES = frozenset({
+    # how a pass is laid out, not what it computes: a sharded checkpoint loads under any sharding (FSDP's wrap
+    # policy, fsdp_size, offloading), packed or padded passes, recomputed or kept activations, compiled or eager
+    "enable_gradient_checkpointing", "enable_activation_offload", "use_remove_padding", "use_torch_compile",
+    "use_dynamic_bsz", "ulysses_sequence_parallel_size", "enforce_eager", "entropy_from_logits_with_chunking",
+    "entropy_checkpointing",
+})
+"""... and these keys of any section, and every key of an `fsdp_config` but its mixed precision."""
 
 
-def _leaves(cfg: Any, tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, plain value) of each field of the config dataclass `cfg`; `tree` is its `to_dict` (a mapping
-    valued field, such as monitor_args, is one leaf)."""
-    import dataclasses
-
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _leaves(value, tree[f.name], f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", tree[f.name]
-
-
-_ABSENT = object()
-
-
-def _lookup(tree: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return _ABSENT
-        tree = tree[part]
-    return tree
+def _may_change(key: str) -> bool:
+    parts = key.split(".")
+    return (key in RESUME_MAY_CHANGE or key.endswith(RESUME_MAY_CHANGE_SUFFIX) or parts[-1] in RESUME_MAY_CHANGE_NAMES
+            or ("fsdp_config" in parts and "mixed_precision" not in parts))
 
 
 def _show(value: Any) -> str:
@@ -221,15 +211,15 @@ def changed_on_resume(cfg: Any, started: dict) -> list[str]:
     """`key (old -> new)` for each key of `cfg` that differs from the config the checkpointed run was started with
     (`started`, its config.yaml) and is not one a resume may change (`RESUME_MAY_CHANGE`). A key missing from
     `started` (written by another version of rft) is not compared."""
-    from rft.config.load import to_dict
+    from rft.config.load import flatten, to_dict
 
+    before = flatten(started)
     out = []
-    for key, value in _leaves(cfg, to_dict(cfg)):
-        if key in RESUME_MAY_CHANGE or key.endswith(RESUME_MAY_CHANGE_SUFFIX):
+    for key, value in flatten(to_dict(cfg)).items():  # the dict, not the config's fields: no key is "read" here
+        if _may_change(key):
             continue
-        old = _lookup(started, key)
-        if old is not _ABSENT and old != value:
-            out.append(f"{key} ({_show(old)} -> {_show(value)})")
+        if key in before and before[key] != value:
+            out.append(f"{key} ({_show(before[key])} -> {_show(value)})")
     return out
 
 
