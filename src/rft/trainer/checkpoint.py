@@ -435,7 +435,7 @@ def written_by(folder: Path) -> dict | None:
         return None
     if "trainer" in state:
         return {k: state[k] for k in ("trainer", "algorithm") if k in state}
-    config = _run_config(folder)
+    config = run_config(folder)
     algorithm = config.get("algorithm") if isinstance(config.get("algorithm"), dict) else {}
     if "kl_coef" in state:
         return {"trainer": "train", **({"algorithm": algorithm["adv_estimator"]} if "adv_estimator" in algorithm
@@ -447,7 +447,7 @@ def written_by(folder: Path) -> dict | None:
     return {"trainer": "sft or dpo"}
 
 
-def _run_config(folder: Path) -> dict:
+def run_config(folder: Path) -> dict:
     """The config.yaml of the run folder holding the checkpoint `folder` (`<run>/checkpoints/global_step_N`), {}
     when there is none or it does not parse."""
     from omegaconf import OmegaConf

@@ -414,7 +414,8 @@ class RLTrainer:
             save_training_state(
                 folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.save_contents), model=self.model,
                 optimizer=self.worker.optimizer, scheduler=self.worker.scheduler, generators=generators,
-                tokenizer=self.tokenizer, state={"global_step": step, "kl_coef": self.kl_ctrl.value, **trainer_kind(self.cfg), **state,
+                tokenizer=self.tokenizer, state={"global_step": step, "kl_coef": self.kl_ctrl.value,
+                                                 **trainer_kind(self.cfg), **state,
                                                  **({"expert": self.expert.state_dict()} if self.expert else {})},
                 dist=self.dist,
                 export=(lambda out: self.export(out, critic=False)) if self.dist.enabled else None,

@@ -11,8 +11,8 @@
 * the checkpoint a resume will read is checked against the config before the model loads: the batch size and seed,
   and every key changed since the checkpointed run started (its config.yaml) but the few a resume may change
   (`RESUME_MAY_CHANGE`: length, cadence, logging, output, processes, how passes are sharded and laid out); a
-  checkpoint another trainer wrote (an `rft train` run's, resumed by `rft sft`, ...) is refused before the run takes the folder: the refusal writes no
-  failed.json and no log there;
+  checkpoint another trainer wrote (an `rft train` run's, resumed by `rft sft`, ...) is refused before the run
+  takes the folder: the refusal writes no failed.json and no log there;
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
   `rft.monitor.logfile`), the error or stop that ends the run its last line.
@@ -228,9 +228,7 @@ def check_resume_matches(cfg: Any) -> None:
     refuses otherwise, but only after the model has loaded), and with this config: a key changed since the
     checkpointed run started (its run folder's config.yaml) is refused unless a resume may change it
     (`RESUME_MAY_CHANGE`), since the checkpoint's state would silently override it."""
-    from omegaconf import DictConfig, OmegaConf
-
-    from rft.trainer.checkpoint import CheckpointManager, resume_folder
+    from rft.trainer.checkpoint import CheckpointManager, resume_folder, run_config
 
     t = cfg.trainer
     out = Path(t.default_local_dir)
@@ -251,14 +249,10 @@ def check_resume_matches(cfg: Any) -> None:
                 f"same data and batch size; set {what}={sampler[key]}, or trainer.resume_mode=disable to start "
                 "over (or another trainer.default_local_dir)"
             )
-    started = folder.parent.parent / "config.yaml"  # of the run folder holding checkpoints/, written as it started
-    try:
-        loaded = OmegaConf.load(started) if started.is_file() else None
-    except Exception:  # yaml's errors: an unreadable config.yaml leaves nothing to compare with
-        loaded = None
-    if not isinstance(loaded, DictConfig):
+    started = run_config(folder)  # the run folder's config.yaml, written as the checkpointed run started
+    if not started:
         return  # none to compare with (a checkpoint copied on its own)
-    changed = changed_on_resume(cfg, OmegaConf.to_container(loaded))
+    changed = changed_on_resume(cfg, started)
     if changed:
         at = folder.name if folder.parent.parent.resolve() == out.expanduser().resolve() else str(folder)
         raise RftError(
