@@ -582,6 +582,31 @@ def test_a_resume_with_a_changed_key_is_refused_naming_it_and_config_yaml_kept(w
     assert "lr: 0.005" in (out / "config.yaml").read_text()
 
 
+def test_a_resume_looks_its_checkpoint_up_once_before_the_model_loads(work, tmp_path, capsys, monkeypatch):
+    """The kind check (before the run takes its folder) and the changed-keys check (after) read the one checkpoint
+    they were handed: one quiet look, not one each. A named checkpoint that is not whole is still reported once the
+    run holds its folder (its failed.json names it), before the model loads."""
+    from rft.trainer import checkpoint
+
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    looks = []
+    real = checkpoint.resume_folder
+    monkeypatch.setattr(checkpoint, "resume_folder",
+                        lambda *a, quiet=False, **k: looks.append(quiet) or real(*a, quiet=quiet, **k))
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "actor_rollout_ref.actor.optim.lr=5e-3"), capsys)
+    assert code == 2 and "with changed keys actor_rollout_ref.actor.optim.lr (0.001 -> 0.005)" in one_error_line(err)
+    assert looks == [True] and "steps on" not in stdout
+
+    looks.clear()
+    named = tmp_path / "named"
+    code, stdout, err = run(args(work, named, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={out}"),
+                            capsys)
+    assert code != 0 and "is not a whole rft checkpoint (no trainer_state.json)" in one_error_line(err)
+    assert looks == [True] and "steps on" not in stdout
+    assert "is not a whole rft checkpoint" in json.loads((named / "failed.json").read_text())["error"]
+
+
 def test_a_resume_with_more_steps_and_a_new_cadence_trains_further(work, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
