@@ -243,17 +243,62 @@ def test_a_broken_model_folder_is_one_line_naming_the_key(work, tmp_path, capsys
 
 
 def test_a_broken_sft_model_folder_names_model_partial_pretrain(tmp_path):
-    from rft.config.checks import check_model_dir
+    from rft.config.checks import CheckContext, check_model_dir
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": "x"}))
     with pytest.raises(ConfigError, match=r"model.partial_pretrain='.*': its config.json has an invalid value "
                                           r"\(Field 'vocab_size' expected int"):
-        check_model_dir("model.partial_pretrain", str(tmp_path))
+        check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     with pytest.raises(ConfigError, match=r"model.partial_pretrain='.*' has a config.json but no weights file"):
-        check_model_dir("model.partial_pretrain", str(tmp_path))
+        check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"")  # shards (their index missing) pass here
-    check_model_dir("model.partial_pretrain", str(tmp_path))
+    check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"vocab_size": ', "its config.json is not valid JSON (Expecting value: line 1 column 16 (char 15))"),
+    ("[1, 2]", "its config.json is not a JSON object (it holds a list)"),
+    ('{"model_type": "qwen2", "vocab_size": "x"}', "its config.json has an invalid value (Field 'vocab_size' "
+                                                   "expected int, got str"),
+], ids=["json", "list", "vocab_size"])
+def test_the_config_check_and_the_loader_read_config_json_alike(tmp_path, content, problem):
+    """One reader of config.json (`rft.config.checks.read_config_json`) behind the config's check (a ConfigError,
+    before anything loads) and the loader's backstop for library use (a ModelError): the same fault, the same
+    words (the loader said 'config.json is not valid JSON', and of a JSON list 'transformers cannot read its
+    config (Unrecognized model ...)')."""
+    from rft.config.checks import CheckContext, check_model_dir
+    from rft.errors import ModelError
+    from rft.models.load import read_model_config
+
+    (tmp_path / "config.json").write_text(content)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError) as checked:
+        check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
+    with pytest.raises(ModelError) as loaded:
+        read_model_config(str(tmp_path), "actor_rollout_ref.model", trust_remote_code=False)
+    assert problem in str(checked.value) and problem in str(loaded.value), (checked.value, loaded.value)
+    assert str(loaded.value).startswith(f"actor_rollout_ref.model.path='{tmp_path}': its config.json ")
+
+
+def test_one_validation_reads_each_model_folders_config_json_once(work, monkeypatch):
+    """transformers reads a model folder's config.json once per validation however many keys name it (the
+    critic's folder is the policy's here, spelled another way); the next validation reads it again."""
+    from transformers import AutoConfig
+
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    reads = []
+    real = AutoConfig.from_pretrained.__func__
+    monkeypatch.setattr(AutoConfig, "from_pretrained",
+                        classmethod(lambda cls, path, *a, **k: reads.append(str(path)) or real(cls, path, *a, **k)))
+    cfg = load_config(None, args(work, work / "out", "algorithm.adv_estimator=gae",
+                                 f"critic.model.path={work / 'd' / '..' / 'm'}")[1:], validate_paths=False)
+    validate(cfg)
+    assert reads == [str(work / "m")]
+    validate(cfg)
+    assert reads == [str(work / "m")] * 2
 
 
 def test_a_truncated_safetensors_is_one_line_naming_the_file(work, tmp_path, capsys):
