@@ -663,6 +663,29 @@ def test_a_resume_with_more_steps_and_a_new_cadence_trains_further(work, tmp_pat
     assert "total_training_steps: 2" in (out / "config.yaml").read_text()
 
 
+def test_a_resume_may_change_what_validation_reads_and_how_it_samples(work, tmp_path, capsys):
+    """Validation has generators of its own and changes no training state: a rerun with other data.val_files and
+    val_kwargs resumes and validates on them (they were refused as changed keys); a new lr beside them is still
+    refused, naming only the lr."""
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1", f"data.val_files={work / 'd' / 'val.parquet'}"), capsys)[0] == 0
+    write_arithmetic(tmp_path / "d2", n_train=8, n_val=3, seed=1)
+    validation = [f"data.val_files={tmp_path / 'd2' / 'val.parquet'}", "trainer.test_freq=1",
+                  "actor_rollout_ref.rollout.val_kwargs.temperature=0.7",
+                  "actor_rollout_ref.rollout.val_kwargs.do_sample=true"]
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "actor_rollout_ref.actor.optim.lr=5e-3",
+                                 "trainer.total_training_steps=2", *validation), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "with changed keys actor_rollout_ref.actor.optim.lr (0.001 -> 0.005): " in line, line
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2", *validation),
+                            capsys)
+    assert code == 0, err
+    assert "resumed from" in stdout and "at step 1" in stdout
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and any(k.startswith("val-core/") for k in records[1])
+    assert "temperature: 0.7" in (out / "config.yaml").read_text()
+
+
 def test_a_refused_resume_inside_the_trainer_leaves_config_yaml(work, tmp_path):
     """The sampler's own check (a changed number of prompts), after the model loaded: config.yaml is still the
     first run's, because it is written only after the resume."""

@@ -10,8 +10,8 @@
 * temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
 * the checkpoint a resume will read (looked up once, as the lock is taken: `checkpoint_to_resume`) is checked against
   the config before the model loads: the batch size and seed, and every key changed since the checkpointed run started
-  (its config.yaml) but the few a resume may change (`RESUME_MAY_CHANGE`: length, cadence, logging, output, processes,
-  how passes are sharded and laid out); a checkpoint another trainer wrote (an `rft train` run's, resumed by `rft
+  (its config.yaml) but the few a resume may change (`RESUME_MAY_CHANGE`: length, cadence, validation, logging,
+  output, processes, how passes are sharded and laid out); a checkpoint another trainer wrote (an `rft train` run's, resumed by `rft
   sft`, ...) is refused before the run takes the folder: the refusal writes no failed.json and no log there;
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
@@ -170,6 +170,9 @@ RESUME_MAY_CHANGE = frozenset({
     "trainer.total_training_steps", "trainer.total_epochs",
     # how often it validates, saves and reports, and where to
     "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.logger", "trainer.monitor_args",
+    # what it validates on and how it samples there: validation draws from generators of its own (never the
+    # training stream) and changes no weight, optimizer or sampler state
+    "data.val_files", "data.val_max_samples", "data.val_batch_size",
     "trainer.log_freq", "trainer.log_level", "trainer.log_group_by_node", "trainer.log_val_generations",
     "trainer.project_name", "trainer.experiment_name", "trainer.default_local_dir", "trainer.default_hdfs_dir",
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep",
@@ -187,6 +190,8 @@ optimizer and scheduler state, weights and sampler position would override it, o
 the run (a new model.path would load the KL reference model from it, the policy from the checkpoint)."""
 RESUME_MAY_CHANGE_SUFFIX = "_per_gpu"
 """... and the `_per_gpu` micro-batch sizes: performance knobs that never change the gradient."""
+RESUME_MAY_CHANGE_SECTIONS = ("actor_rollout_ref.rollout.val_kwargs.",)
+"""... and every key of these sections: validation's sampling (temperature, top_p, top_k, n, do_sample)."""
 RESUME_MAY_CHANGE_NAMES = frozenset({
     # how a pass is laid out, not what it computes: a sharded checkpoint loads under any sharding (FSDP's wrap
     # policy, fsdp_size, offloading), packed or padded passes, recomputed or kept activations, compiled or eager
@@ -200,6 +205,7 @@ RESUME_MAY_CHANGE_NAMES = frozenset({
 def _may_change(key: str) -> bool:
     parts = key.split(".")
     return (key in RESUME_MAY_CHANGE or key.endswith(RESUME_MAY_CHANGE_SUFFIX) or parts[-1] in RESUME_MAY_CHANGE_NAMES
+            or key.startswith(RESUME_MAY_CHANGE_SECTIONS)
             or ("fsdp_config" in parts and "mixed_precision" not in parts))
 
 
