@@ -200,7 +200,7 @@ def test_another_trainer_refuses_a_run_folders_checkpoints_and_leaves_the_folder
     overwrite config.yaml and mix its metrics.jsonl: it is refused before any model loads, and the refusal leaves
     the other run's folder as it was (no failed.json, no line in its log); the same the other way round, for
     checkpoints written before they named their trainer, and for a checkpoint named in trainer.resume_from_path."""
-    from rft.trainer.checkpoint import check_resume_kind, write_manifest
+    from rft.trainer.checkpoint import check_resume_kind, checkpoint_to_resume, write_manifest
     from rft.trainer.configure import load_dpo_config
 
     rft_here(*train_args("rx", "trainer.total_training_steps=1", "trainer.test_freq=-1",
@@ -243,9 +243,9 @@ def test_another_trainer_refuses_a_run_folders_checkpoints_and_leaves_the_folder
     dpo = load_dpo_config(None, ["model.partial_pretrain=m", "data.train_files=p.parquet",
                                  f"trainer.default_local_dir={sx}"], validate_paths=False)
     with pytest.raises(Exception, match="holds an rft sft run's checkpoints; rft dpo would resume from them"):
-        check_resume_kind(dpo)
+        check_resume_kind(dpo, checkpoint_to_resume(dpo))
     dpo.trainer.resume_mode = "disable"
-    check_resume_kind(dpo)  # starting fresh there is the user's choice
+    check_resume_kind(dpo, checkpoint_to_resume(dpo))  # starting fresh there is the user's choice
 
 
 @pytest.mark.parametrize("command", ["train", "sft", "dpo"])

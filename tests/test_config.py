@@ -611,7 +611,8 @@ def test_example_loads_without_paths(example):
 @pytest.mark.parametrize("example", SINGLE + SFT, ids=[p.name for p in SINGLE + SFT])
 def test_an_examples_config_yaml_read_back_is_no_change_on_resume(example, tmp_path):
     """A rerun compares its config with the config.yaml the run wrote (`check_resume_matches`): written and read
-    back, every example's config is unchanged, and a changed lr is named with both values."""
+    back, every example's config is unchanged, and a changed lr is named with both values; a new length and new
+    validation (its files, sample cap, sampling) pass."""
     from omegaconf import OmegaConf
 
     from rft.config.load import to_yaml
@@ -624,7 +625,11 @@ def test_an_examples_config_yaml_read_back_is_no_change_on_resume(example, tmp_p
     started = OmegaConf.to_container(OmegaConf.load(tmp_path / "config.yaml"))
     assert changed_on_resume(cfg, started) == []
     lr = "optim.lr" if example in SFT else "actor_rollout_ref.actor.optim.lr"
-    moved = load(example, [f"{lr}=0.5", "trainer.total_training_steps=99"], validate_paths=False)
+    validation = ["data.val_files=other/val.parquet", "data.val_max_samples=3"]
+    if example not in SFT:
+        validation += ["data.val_batch_size=2", "actor_rollout_ref.rollout.val_kwargs.temperature=0.5",
+                       "actor_rollout_ref.rollout.val_kwargs.n=4"]
+    moved = load(example, [f"{lr}=0.5", "trainer.total_training_steps=99", *validation], validate_paths=False)
     assert changed_on_resume(moved, started) == [f"{lr} ({started_lr(started, lr)} -> 0.5)"]
 
 

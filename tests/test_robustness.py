@@ -243,17 +243,62 @@ def test_a_broken_model_folder_is_one_line_naming_the_key(work, tmp_path, capsys
 
 
 def test_a_broken_sft_model_folder_names_model_partial_pretrain(tmp_path):
-    from rft.config.checks import check_model_dir
+    from rft.config.checks import CheckContext, check_model_dir
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": "x"}))
     with pytest.raises(ConfigError, match=r"model.partial_pretrain='.*': its config.json has an invalid value "
                                           r"\(Field 'vocab_size' expected int"):
-        check_model_dir("model.partial_pretrain", str(tmp_path))
+        check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     with pytest.raises(ConfigError, match=r"model.partial_pretrain='.*' has a config.json but no weights file"):
-        check_model_dir("model.partial_pretrain", str(tmp_path))
+        check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"")  # shards (their index missing) pass here
-    check_model_dir("model.partial_pretrain", str(tmp_path))
+    check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"vocab_size": ', "its config.json is not valid JSON (Expecting value: line 1 column 16 (char 15))"),
+    ("[1, 2]", "its config.json is not a JSON object (it holds a list)"),
+    ('{"model_type": "qwen2", "vocab_size": "x"}', "its config.json has an invalid value (Field 'vocab_size' "
+                                                   "expected int, got str"),
+], ids=["json", "list", "vocab_size"])
+def test_the_config_check_and_the_loader_read_config_json_alike(tmp_path, content, problem):
+    """One reader of config.json (`rft.config.checks.read_config_json`) behind the config's check (a ConfigError,
+    before anything loads) and the loader's backstop for library use (a ModelError): the same fault, the same
+    words (the loader said 'config.json is not valid JSON', and of a JSON list 'transformers cannot read its
+    config (Unrecognized model ...)')."""
+    from rft.config.checks import CheckContext, check_model_dir
+    from rft.errors import ModelError
+    from rft.models.load import read_model_config
+
+    (tmp_path / "config.json").write_text(content)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError) as checked:
+        check_model_dir("model.partial_pretrain", str(tmp_path), CheckContext(cfg=None))
+    with pytest.raises(ModelError) as loaded:
+        read_model_config(str(tmp_path), "actor_rollout_ref.model", trust_remote_code=False)
+    assert problem in str(checked.value) and problem in str(loaded.value), (checked.value, loaded.value)
+    assert str(loaded.value).startswith(f"actor_rollout_ref.model.path='{tmp_path}': its config.json ")
+
+
+def test_one_validation_reads_each_model_folders_config_json_once(work, monkeypatch):
+    """transformers reads a model folder's config.json once per validation however many keys name it (the
+    critic's folder is the policy's here, spelled another way); the next validation reads it again."""
+    from transformers import AutoConfig
+
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    reads = []
+    real = AutoConfig.from_pretrained.__func__
+    monkeypatch.setattr(AutoConfig, "from_pretrained",
+                        classmethod(lambda cls, path, *a, **k: reads.append(str(path)) or real(cls, path, *a, **k)))
+    cfg = load_config(None, args(work, work / "out", "algorithm.adv_estimator=gae",
+                                 f"critic.model.path={work / 'd' / '..' / 'm'}")[1:], validate_paths=False)
+    validate(cfg)
+    assert reads == [str(work / "m")]
+    validate(cfg)
+    assert reads == [str(work / "m")] * 2
 
 
 def test_a_truncated_safetensors_is_one_line_naming_the_file(work, tmp_path, capsys):
@@ -582,6 +627,31 @@ def test_a_resume_with_a_changed_key_is_refused_naming_it_and_config_yaml_kept(w
     assert "lr: 0.005" in (out / "config.yaml").read_text()
 
 
+def test_a_resume_looks_its_checkpoint_up_once_before_the_model_loads(work, tmp_path, capsys, monkeypatch):
+    """The kind check (before the run takes its folder) and the changed-keys check (after) read the one checkpoint
+    they were handed: one quiet look, not one each. A named checkpoint that is not whole is still reported once the
+    run holds its folder (its failed.json names it), before the model loads."""
+    from rft.trainer import checkpoint
+
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    looks = []
+    real = checkpoint.resume_folder
+    monkeypatch.setattr(checkpoint, "resume_folder",
+                        lambda *a, quiet=False, **k: looks.append(quiet) or real(*a, quiet=quiet, **k))
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "actor_rollout_ref.actor.optim.lr=5e-3"), capsys)
+    assert code == 2 and "with changed keys actor_rollout_ref.actor.optim.lr (0.001 -> 0.005)" in one_error_line(err)
+    assert looks == [True] and "steps on" not in stdout
+
+    looks.clear()
+    named = tmp_path / "named"
+    code, stdout, err = run(args(work, named, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={out}"),
+                            capsys)
+    assert code != 0 and "is not a whole rft checkpoint (no trainer_state.json)" in one_error_line(err)
+    assert looks == [True] and "steps on" not in stdout
+    assert "is not a whole rft checkpoint" in json.loads((named / "failed.json").read_text())["error"]
+
+
 def test_a_resume_with_more_steps_and_a_new_cadence_trains_further(work, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
@@ -591,6 +661,29 @@ def test_a_resume_with_more_steps_and_a_new_cadence_trains_further(work, tmp_pat
     assert "resumed from" in stdout and "at step 1" in stdout
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert "total_training_steps: 2" in (out / "config.yaml").read_text()
+
+
+def test_a_resume_may_change_what_validation_reads_and_how_it_samples(work, tmp_path, capsys):
+    """Validation has generators of its own and changes no training state: a rerun with other data.val_files and
+    val_kwargs resumes and validates on them (they were refused as changed keys); a new lr beside them is still
+    refused, naming only the lr."""
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1", f"data.val_files={work / 'd' / 'val.parquet'}"), capsys)[0] == 0
+    write_arithmetic(tmp_path / "d2", n_train=8, n_val=3, seed=1)
+    validation = [f"data.val_files={tmp_path / 'd2' / 'val.parquet'}", "trainer.test_freq=1",
+                  "actor_rollout_ref.rollout.val_kwargs.temperature=0.7",
+                  "actor_rollout_ref.rollout.val_kwargs.do_sample=true"]
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "actor_rollout_ref.actor.optim.lr=5e-3",
+                                 "trainer.total_training_steps=2", *validation), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "with changed keys actor_rollout_ref.actor.optim.lr (0.001 -> 0.005): " in line, line
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2", *validation),
+                            capsys)
+    assert code == 0, err
+    assert "resumed from" in stdout and "at step 1" in stdout
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and any(k.startswith("val-core/") for k in records[1])
+    assert "temperature: 0.7" in (out / "config.yaml").read_text()
 
 
 def test_a_refused_resume_inside_the_trainer_leaves_config_yaml(work, tmp_path):

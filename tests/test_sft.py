@@ -188,12 +188,15 @@ def test_sft_resume_with_a_changed_key_is_refused_before_the_model_loads(assets,
     """`rft sft` holds its folder through run_folder too: a rerun that changes optim.lr (which the checkpoint's
     optimizer and scheduler would override) is refused; more steps resume."""
     from rft.errors import RftError
+    from rft.trainer.checkpoint import checkpoint_to_resume
     from rft.trainer.run_folder import check_resume_matches
 
     SFTTrainer(make_cfg(assets, tmp_path, "trainer.total_training_steps=1", "trainer.save_freq=1")).fit()
+    changed = make_cfg(assets, tmp_path, "optim.lr=1e-2", "trainer.save_freq=1")
     with pytest.raises(RftError, match=r"from global_step_1 with changed keys optim.lr \(0.003 -> 0.01\): "):
-        check_resume_matches(make_cfg(assets, tmp_path, "optim.lr=1e-2", "trainer.save_freq=1"))
-    check_resume_matches(make_cfg(assets, tmp_path, "trainer.total_training_steps=3", "trainer.test_freq=1"))
+        check_resume_matches(changed, checkpoint_to_resume(changed))
+    longer = make_cfg(assets, tmp_path, "trainer.total_training_steps=3", "trainer.test_freq=1")
+    check_resume_matches(longer, checkpoint_to_resume(longer))
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])

@@ -34,6 +34,10 @@ class CheckContext:
     inactive: Mapping[str, str] = field(default_factory=dict)
     sp: int = 1
     """The actor's sequence-parallel size when it divides world_size (groups of sp processes hold the same data)."""
+    config_json_problems: dict[Path, str | None] = field(default_factory=dict, compare=False, repr=False)
+    """{model folder: what is wrong with its config.json (`config_json_problem`), None: nothing}, kept by
+    `check_model_dir`: a folder several keys name (the critic's is often the policy's) is read by transformers once
+    per validation; the next validation reads it again."""
 
     @property
     def data_parallel(self) -> int:
@@ -146,45 +150,71 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 """The weight files transformers loads a model folder from (one of them; an index lists its shards)."""
 
 
-def config_json_problem(folder: Path) -> str | None:
-    """What is wrong with the config.json of the model folder `folder`, read as transformers reads it (e.g. "has an
-    invalid value: Field 'vocab_size' expected int, got str"); None when it reads, or when it names code of its
-    own (auto_map), which only the model's loading may run (with trust_remote_code)."""
+class ConfigJsonError(ValueError):
+    """What is wrong with a model folder's config.json (`read_config_json`): the message completes "its config.json
+    ...". `remote_code`: it names code of its own (auto_map), which transformers runs only with trust_remote_code."""
+
+    def __init__(self, problem: str, remote_code: bool = False):
+        super().__init__(problem)
+        self.remote_code = remote_code
+
+
+def read_config_json(folder: Path, trust_remote_code: bool = False):
+    """The transformers config of the model folder `folder`, read as transformers reads it (AutoConfig); what is
+    wrong with its config.json is a `ConfigJsonError` (e.g. "has an invalid value (Field 'vocab_size' expected int,
+    got str ...)"). Without `trust_remote_code`, config.json is read first: invalid JSON, not an object, or code of
+    its own (auto_map, for a model_type transformers does not know) is said before transformers reads it. Shared by
+    the config's model-folder check (`check_model_dir`) and the model's loading (`rft.models.load`)."""
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    remote = "maps the model to Python code in the folder (auto_map)"
+    file = folder / "config.json"
+    if not trust_remote_code and file.is_file():
+        try:
+            raw = json.loads(file.read_text())
+        except ValueError as e:
+            raise ConfigJsonError(f"is not valid JSON ({e})") from None
+        if not isinstance(raw, dict):
+            raise ConfigJsonError(f"is not a JSON object (it holds a {type(raw).__name__})")
+        if raw.get("auto_map") and raw.get("model_type") not in CONFIG_MAPPING:
+            raise ConfigJsonError(remote, remote_code=True)
     try:
-        raw = json.loads((folder / "config.json").read_text())
-    except ValueError as e:
-        return f"is not valid JSON ({e})"
-    if not isinstance(raw, dict):
-        return f"is not a JSON object (it holds a {type(raw).__name__})"
-    if raw.get("auto_map") and raw.get("model_type") not in CONFIG_MAPPING:
-        return None
-    try:
-        AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
-    except StrictDataclassError as e:
+        return AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    except StrictDataclassError as e:  # a value of the wrong type (transformers' configs are strict dataclasses)
         cause = e.__cause__ if e.__cause__ is not None else e
-        return f"has an invalid value ({' '.join(str(cause).split())[:200]})"
+        raise ConfigJsonError(f"has an invalid value ({' '.join(str(cause).split())[:200]})") from None
     except (ValueError, TypeError, KeyError) as e:
         if "trust_remote_code" in str(e):
-            return None
-        return f"is not one transformers can read ({' '.join(str(e).split())[:200]})"
+            raise ConfigJsonError(remote, remote_code=True) from None
+        raise ConfigJsonError(f"is not one transformers can read ({' '.join(str(e).split())[:200]})") from None
+
+
+def config_json_problem(folder: Path) -> str | None:
+    """What is wrong with the config.json of the model folder `folder` (`read_config_json`); None when it reads, or
+    when it names code of its own (auto_map), which only the model's loading may run (with trust_remote_code)."""
+    try:
+        read_config_json(folder)
+    except ConfigJsonError as e:
+        return None if e.remote_code else str(e)
     return None
 
 
-def check_model_dir(key: str, path: str) -> None:
+def check_model_dir(key: str, path: str, ctx: CheckContext) -> None:
     """The folder `path` (set by `key`) is a Hugging Face model folder transformers can load, told before any model
-    loads: a config.json transformers reads (a wrong value in it was a bug in rft's report) and a weights file (its
-    absence was transformers' message, which names no key)."""
+    loads: a config.json transformers reads (a wrong value in it was a bug in rft's report; read once per folder in
+    the validation of `ctx`) and a weights file (its absence was transformers' message, which names no key)."""
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file():
         raise ConfigError(
             f"{key}={path!r} is not a Hugging Face model folder (no config.json); rft loads models from local "
             "folders only"
         )
-    problem = config_json_problem(folder)
+    seen = folder.resolve()
+    if seen not in ctx.config_json_problems:
+        ctx.config_json_problems[seen] = config_json_problem(folder)
+    problem = ctx.config_json_problems[seen]
     if problem:
         raise ConfigError(f"{key}={path!r}: its config.json {problem}; fix {str(folder / 'config.json')!r}, "
                           "or copy or download the model again")

@@ -9,10 +9,11 @@ from rft.config.checks import CHECKS, CheckContext, check_files_exist, check_mod
 from rft.config.errors import ConfigError
 
 
-def check_inputs(model_key: str, model_path: str | None, data: Any, check_paths: bool,
-                 check_model_path: bool, require_train: bool = True) -> None:
-    """The model folder and the data files both trainers need (`data` has train_files / val_files);
-    `require_train`: data.train_files must be set."""
+def check_inputs(model_key: str, model_path: str | None, data: Any, ctx: CheckContext,
+                 require_train: bool = True) -> None:
+    """The model folder and the data files both trainers need (`data` has train_files / val_files), as far as `ctx`
+    looks; `require_train`: data.train_files must be set."""
+    check_paths, check_model_path = ctx.check_paths, ctx.check_model_path
     if not model_path:
         raise ConfigError(f"{model_key} is required: a Hugging Face model folder")
     if getattr(data, "task_storage", "file") != "file":  # a database: tasks of a table
@@ -23,7 +24,7 @@ def check_inputs(model_key: str, model_path: str | None, data: Any, check_paths:
         if check_paths:
             check_files_exist("data.val_files", data_files(data.val_files, "data.val_files"))
             if check_model_path:
-                check_model_dir(model_key, model_path)
+                check_model_dir(model_key, model_path, ctx)
         return
     train_files = data_files(data.train_files, "data.train_files")
     val_files = data_files(data.val_files, "data.val_files")
@@ -31,7 +32,7 @@ def check_inputs(model_key: str, model_path: str | None, data: Any, check_paths:
         raise ConfigError("data.train_files is required: a parquet/jsonl file or a list of them")
     if check_paths:
         if check_model_path:
-            check_model_dir(model_key, model_path)
+            check_model_dir(model_key, model_path, ctx)
         check_files_exist("data.train_files", train_files)
         check_files_exist("data.val_files", val_files)
 
@@ -45,8 +46,7 @@ def check_rl_inputs(ctx: CheckContext) -> None:
     if cfg.data.custom_cls.path is not None or cfg.data.custom_cls.name is not None:
         check_custom_cls(ctx, require_train)
         return
-    check_inputs("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path, cfg.data, ctx.check_paths,
-                 ctx.check_model_path, require_train)
+    check_inputs("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path, cfg.data, ctx, require_train)
 
 
 def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:
@@ -68,7 +68,7 @@ def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:
         raise ConfigError("data.train_files is required: what the class data.custom_cls.name reads")
     if ctx.check_paths:
         if ctx.check_model_path:
-            check_model_dir("actor_rollout_ref.model.path", model)
+            check_model_dir("actor_rollout_ref.model.path", model, ctx)
         if not Path(custom.path).expanduser().is_file() or Path(custom.path).suffix != ".py":
             raise ConfigError(f"data.custom_cls.path: {custom.path!r} is not a Python file (.py)")
 

@@ -101,7 +101,7 @@ def check_workflow(ctx: CheckContext) -> None:
             raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
                               "the explorer's process (tensor_parallel_size 1, engine_type hf)")
         if check_paths:
-            check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"])
+            check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"], ctx)
     if wf.type == "simple_workflow":
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),

@@ -198,40 +198,22 @@ def model_identity(path: str, tokenizer) -> dict | None:
 
 
 def read_model_config(path: str, key: str, trust_remote_code: bool):
-    """The transformers config of the folder `path`. One that names code of its own (`auto_map` in config.json
-    for a model_type transformers does not know) while `<key>.trust_remote_code` is false, and one
-    transformers cannot read, are `ModelError`s naming the folder and what to set."""
-    import json
-
-    from transformers import AutoConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
+    """The transformers config of the folder `path` (`rft.config.checks.read_config_json`, as the config's checks
+    read it). One that names code of its own (`auto_map` in config.json for a model_type transformers does not
+    know) while `<key>.trust_remote_code` is false, and one transformers cannot read, are `ModelError`s naming the
+    folder and what to set: the config's checks say the second first, this is the backstop of library use."""
+    from rft.config.checks import ConfigJsonError, read_config_json
     from rft.errors import ModelError
 
-    remote = (f"{key}.path={path!r}: its config.json maps the model to Python code in the folder "
-              f"(auto_map), which transformers runs only with {key}.trust_remote_code=true; set that if you "
-              f"trust the code in {path!r}, or use a model transformers has built in")
-    file = Path(path).expanduser() / "config.json"
-    if not trust_remote_code and file.is_file():
-        try:
-            raw = json.loads(file.read_text())
-        except ValueError as e:
-            raise ModelError(f"{key}.path={path!r}: config.json is not valid JSON ({e})") from None
-        if isinstance(raw, dict) and raw.get("auto_map") and raw.get("model_type") not in CONFIG_MAPPING:
-            raise ModelError(remote)
-    from huggingface_hub.errors import StrictDataclassError
-
     try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except StrictDataclassError as e:  # a value of the wrong type (transformers' configs are strict dataclasses)
-        cause = " ".join(str(e.__cause__ or e).split())[:200]
-        raise ModelError(f"{key}.path={path!r}: its config.json has an invalid value ({cause}); fix it, or copy or "
-                         "download the model again") from None
-    except ValueError as e:
-        if "trust_remote_code" in str(e):
-            raise ModelError(remote) from None
-        raise ModelError(f"{key}.path={path!r}: transformers cannot read its config "
-                         f"({' '.join(str(e).split())[:200]})") from None
+        return read_config_json(Path(path).expanduser(), trust_remote_code)
+    except ConfigJsonError as e:
+        if e.remote_code:
+            raise ModelError(f"{key}.path={path!r}: its config.json {e}, which transformers runs only with "
+                             f"{key}.trust_remote_code=true; set that if you trust the code in {path!r}, or use a "
+                             "model transformers has built in") from None
+        raise ModelError(f"{key}.path={path!r}: its config.json {e}; fix it, or copy or download the model "
+                         "again") from None
 
 
 def _architecture_name(config) -> str:

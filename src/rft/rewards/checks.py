@@ -138,7 +138,7 @@ def check_reward_model(ctx: CheckContext) -> None:
         raise ConfigError("reward_model.enable=true needs reward_model.model.path: a sequence-classification model "
                           "folder with one label (e.g. from `rft init-model --preset tiny-rm`)")
     if check_paths:
-        check_model_dir("reward_model.model.path", rm.model.path)
+        check_model_dir("reward_model.model.path", rm.model.path, ctx)
         if rm.model.input_tokenizer and not Path(rm.model.input_tokenizer).expanduser().is_dir():
             raise ConfigError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r} is not a folder")
     for key in ("micro_batch_size_per_gpu", "max_length"):

@@ -143,4 +143,4 @@ def check_generation(ctx: CheckContext) -> None:
     if ctx.check_paths:
         if not Path(d.path).expanduser().is_file():
             raise missing_file("data.path", d.path)
-        check_model_dir("model.path", cfg.model.path)
+        check_model_dir("model.path", cfg.model.path, ctx)

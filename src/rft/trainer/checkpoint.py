@@ -466,18 +466,22 @@ def describe_trainer(kind: dict) -> str:
     return f"rft {kind['trainer']}{algorithm}"
 
 
-def check_resume_kind(cfg) -> None:
-    """Refuse a run that would resume from checkpoints another trainer wrote (an `rft sft` into an `rft train`
-    run's folder, ...): its weights, optimizer and step would be taken for this run's, and config.yaml and
-    metrics.jsonl overwritten and mixed. Called before any model loads; reads only."""
+def checkpoint_to_resume(cfg) -> Path | None:
+    """The checkpoint a run of `cfg` would resume from (`resume_folder`), looked up before the run, reading only: a
+    damaged one is passed over, not moved aside. A named one that cannot be used raises CheckpointError."""
     t = cfg.trainer
     manager = CheckpointManager(Path(t.default_local_dir).expanduser() / "checkpoints")
-    try:
-        folder = resume_folder(t.resume_mode, t.resume_from_path, manager, quiet=True)
-    except CheckpointError:
-        return  # the run's own checks report a checkpoint that cannot be used
+    return resume_folder(t.resume_mode, t.resume_from_path, manager, quiet=True)
+
+
+def check_resume_kind(cfg, folder: Path | None) -> None:
+    """Refuse a run that would resume from checkpoints another trainer wrote (an `rft sft` into an `rft train`
+    run's folder, ...): its weights, optimizer and step would be taken for this run's, and config.yaml and
+    metrics.jsonl overwritten and mixed. `folder`: the checkpoint the run would resume from
+    (`checkpoint_to_resume`), None when it starts fresh. Called before any model loads; reads only."""
     if folder is None:
         return
+    t = cfg.trainer
     written, this = written_by(folder), trainer_kind(cfg)
     if written is None or this["trainer"] in str(written.get("trainer")).split(" or "):
         return

@@ -197,7 +197,7 @@ def _check_sft_loop(ctx: CheckContext, several: str | None = None) -> None:
     `several`: why this trainer runs one process only (None: several are allowed)."""
     cfg = ctx.cfg
     data, model, optim, trainer = cfg.data, cfg.model, cfg.optim, cfg.trainer
-    check_inputs("model.partial_pretrain", model.partial_pretrain, data, ctx.check_paths, ctx.check_model_path)
+    check_inputs("model.partial_pretrain", model.partial_pretrain, data, ctx)
     if ctx.check_paths and ctx.check_model_path:
         check_tokenizer_folder("model.partial_pretrain", model.partial_pretrain)
     check_hdfs_dir("trainer.default_hdfs_dir", trainer.default_hdfs_dir)

@@ -8,11 +8,11 @@
   into the same folder while the first lives; the kernel drops an flock when its process dies, so the lock of a
   killed run is taken over (said in a note);
 * temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
-* the checkpoint a resume will read is checked against the config before the model loads: the batch size and seed,
-  and every key changed since the checkpointed run started (its config.yaml) but the few a resume may change
-  (`RESUME_MAY_CHANGE`: length, cadence, logging, output, processes, how passes are sharded and laid out); a
-  checkpoint another trainer wrote (an `rft train` run's, resumed by `rft sft`, ...) is refused before the run
-  takes the folder: the refusal writes no failed.json and no log there;
+* the checkpoint a resume will read (looked up once, as the lock is taken: `checkpoint_to_resume`) is checked against
+  the config before the model loads: the batch size and seed, and every key changed since the checkpointed run started
+  (its config.yaml) but the few a resume may change (`RESUME_MAY_CHANGE`: length, cadence, validation, logging,
+  output, processes, how passes are sharded and laid out); a checkpoint another trainer wrote (an `rft train` run's, resumed by `rft
+  sft`, ...) is refused before the run takes the folder: the refusal writes no failed.json and no log there;
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
   `rft.monitor.logfile`), the error or stop that ends the run its last line.
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.distributed import SINGLE, Dist
-from rft.errors import RftError, RunLocked
+from rft.errors import CheckpointError, RftError, RunLocked
 from rft.fsutil import clean_stale
 from rft.interrupts import Interrupted
 from rft.runtime import human_bytes
@@ -170,6 +170,9 @@ RESUME_MAY_CHANGE = frozenset({
     "trainer.total_training_steps", "trainer.total_epochs",
     # how often it validates, saves and reports, and where to
     "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.logger", "trainer.monitor_args",
+    # what it validates on and how it samples there: validation draws from generators of its own (never the
+    # training stream) and changes no weight, optimizer or sampler state
+    "data.val_files", "data.val_max_samples", "data.val_batch_size",
     "trainer.log_freq", "trainer.log_level", "trainer.log_group_by_node", "trainer.log_val_generations",
     "trainer.project_name", "trainer.experiment_name", "trainer.default_local_dir", "trainer.default_hdfs_dir",
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep",
@@ -187,6 +190,8 @@ optimizer and scheduler state, weights and sampler position would override it, o
 the run (a new model.path would load the KL reference model from it, the policy from the checkpoint)."""
 RESUME_MAY_CHANGE_SUFFIX = "_per_gpu"
 """... and the `_per_gpu` micro-batch sizes: performance knobs that never change the gradient."""
+RESUME_MAY_CHANGE_SECTIONS = ("actor_rollout_ref.rollout.val_kwargs.",)
+"""... and every key of these sections: validation's sampling (temperature, top_p, top_k, n, do_sample)."""
 RESUME_MAY_CHANGE_NAMES = frozenset({
     # how a pass is laid out, not what it computes: a sharded checkpoint loads under any sharding (FSDP's wrap
     # policy, fsdp_size, offloading), packed or padded passes, recomputed or kept activations, compiled or eager
@@ -200,6 +205,7 @@ RESUME_MAY_CHANGE_NAMES = frozenset({
 def _may_change(key: str) -> bool:
     parts = key.split(".")
     return (key in RESUME_MAY_CHANGE or key.endswith(RESUME_MAY_CHANGE_SUFFIX) or parts[-1] in RESUME_MAY_CHANGE_NAMES
+            or key.startswith(RESUME_MAY_CHANGE_SECTIONS)
             or ("fsdp_config" in parts and "mixed_precision" not in parts))
 
 
@@ -223,16 +229,15 @@ def changed_on_resume(cfg: Any, started: dict) -> list[str]:
     return out
 
 
-def check_resume_matches(cfg: Any) -> None:
-    """The checkpoint a resume would read was written with this config's batch size and seed (the sampler state
-    refuses otherwise, but only after the model has loaded), and with this config: a key changed since the
-    checkpointed run started (its run folder's config.yaml) is refused unless a resume may change it
-    (`RESUME_MAY_CHANGE`), since the checkpoint's state would silently override it."""
-    from rft.trainer.checkpoint import CheckpointManager, resume_folder, run_config
+def check_resume_matches(cfg: Any, folder: Path | None) -> None:
+    """The checkpoint a resume would read (`folder`, from `checkpoint_to_resume`; None: the run starts fresh) was
+    written with this config's batch size and seed (the sampler state refuses otherwise, but only after the model
+    has loaded), and with this config: a key changed since the checkpointed run started (its run folder's
+    config.yaml) is refused unless a resume may change it (`RESUME_MAY_CHANGE`), since the checkpoint's state would
+    silently override it."""
+    from rft.trainer.checkpoint import run_config
 
-    t = cfg.trainer
-    out = Path(t.default_local_dir)
-    folder = resume_folder(t.resume_mode, t.resume_from_path, CheckpointManager(out / "checkpoints"), quiet=True)
+    out = Path(cfg.trainer.default_local_dir)
     if folder is None or not (folder / "trainer_state.json").is_file():
         return
     try:
@@ -262,16 +267,23 @@ def check_resume_matches(cfg: Any) -> None:
         )
 
 
-def _refuse_another_trainers_checkpoints(cfg: Any, lock: RunLock) -> None:
-    """`check_resume_kind` while holding the folder's lock, before the run takes the folder: a refusal leaves the
-    other run's folder as it was (no failed.json, no log lines, its lock file emptied)."""
-    from rft.trainer.checkpoint import check_resume_kind
+def _checkpoint_of_the_right_kind(cfg: Any, lock: RunLock) -> Path | CheckpointError | None:
+    """The checkpoint the run would resume from, looked up once (`checkpoint_to_resume`) while holding the folder's
+    lock and before the run takes the folder, and `check_resume_kind` on it: a refusal leaves the other run's
+    folder as it was (no failed.json, no log lines, its lock file emptied). A named checkpoint that cannot be used
+    is returned, not raised: the run raises it once it holds its folder, which records it (failed.json, its log)."""
+    from rft.trainer.checkpoint import check_resume_kind, checkpoint_to_resume
 
     try:
-        check_resume_kind(cfg)
+        try:
+            folder = checkpoint_to_resume(cfg)
+        except CheckpointError as e:
+            return e
+        check_resume_kind(cfg, folder)
     except BaseException:
         lock.release()
         raise
+    return folder
 
 
 def _record_failure(path: Path | None, error: BaseException) -> None:
@@ -322,12 +334,12 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
     lock_name = LOCK_NAME if role == "trainer" else f".rft-{role}.lock"
     lock_file = str(out.resolve() / lock_name)
     held_by_parent = os.environ.get(LOCK_ENV) == lock_file
-    lock = None
+    lock, resume_from = None, None
     if dist.is_main and not held_by_parent:
         _prepare(out)
         lock = RunLock(out, lock_name).acquire()
         if role == "trainer":
-            _refuse_another_trainers_checkpoints(cfg, lock)
+            resume_from = _checkpoint_of_the_right_kind(cfg, lock)
     failed = out / (FAILED if role == "trainer" else f"failed-{role}.json")
     if lock is not None:
         failed.unlink(missing_ok=True)
@@ -344,7 +356,9 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
                 mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
                 if mirror:
                     _prepare(Path(mirror).expanduser())
-                check_resume_matches(cfg)
+                if isinstance(resume_from, CheckpointError):
+                    raise resume_from
+                check_resume_matches(cfg, resume_from)
             if for_children:
                 os.environ[LOCK_ENV] = lock_file
             try:

@@ -302,7 +302,7 @@ def check_critic(ctx: CheckContext) -> None:
             )
         return
     if ctx.check_paths and critic.model.path:
-        check_model_dir("critic.model.path", critic.model.path)
+        check_model_dir("critic.model.path", critic.model.path, ctx)
     n, data = cfg.actor_rollout_ref.rollout.n, cfg.data
     if critic.rollout_n is not None and critic.rollout_n != n:
         raise ConfigError(
