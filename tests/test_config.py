@@ -704,6 +704,29 @@ def test_cli_config_show_error_exits_2(capsys, tmp_path):
     assert "rft: error:" in capsys.readouterr().err
 
 
+def test_verl_keys_a_verl_user_copies_load_or_are_refused_with_what_to_do(capsys):
+    from rft.cli import main
+
+    # verl's data.dataloader_num_workers: rft has no DataLoader; 0 (loading in the trainer's process) is what it does
+    assert load("data.dataloader_num_workers=0").data.dataloader_num_workers == 0
+    assert main(["config", "show", str(ROOT / "examples" / "arithmetic_grpo.yaml"),
+                 "data.dataloader_num_workers=8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rft: error: data.dataloader_num_workers=8 is not supported")
+    assert "no DataLoader" in err and "remove it or set it to None or 0" in err
+    # verl's trainer.val_only: validate, then stop; what it needs is named
+    val = "data.val_files=val.parquet"
+    assert load("trainer.val_only=true", val).trainer.val_only is True
+    for overrides, needles in ((["trainer.val_only=true"], ["trainer.val_only", "data.val_files: set it"]),
+                               (["trainer.val_only=true", val, "trainer.val_before_train=false"],
+                                ["trainer.val_only", "set val_before_train=true"]),
+                               (["trainer.val_only=true", val, "trainer.mode=explore"],
+                                ["trainer.val_only", "trainer.mode=explore", "trainer.mode=bench"])):
+        with pytest.raises(ConfigError) as e:
+            load(*overrides)
+        assert all(n in str(e.value) for n in needles), str(e.value)
+
+
 def test_decoupled_modes_take_several_trainer_processes_and_say_what_they_cannot():
     """Mode train and mode both (off the one-process schedule) run their trainer on several processes, mode both
     broadcasting from rank 0 by default (files with several explorers); the explorer's own modes on several

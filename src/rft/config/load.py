@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from rft.config.errors import ConfigError
-from rft.config.schema import RFTConfig
+from rft.config.schema import REFUSED_KEYS, RFTConfig
 from rft.config.suggest import key_hint, origin
 
 __all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_yaml", "to_dict", "to_yaml"]
@@ -39,6 +39,9 @@ def _explain(err: OmegaConfBaseException, schema: type = RFTConfig, overrides: I
     if isinstance(err, ConfigKeyError) or "not in" in str(err):
         parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
         source = origin(full_key, list(overrides), path)
+        if schema is RFTConfig and full_key in REFUSED_KEYS:
+            return ConfigError(f"{source + ': ' if source else ''}'{full_key}' is a verl key rft does not have: "
+                               + REFUSED_KEYS[full_key])
         return ConfigError(f"{source + ': ' if source else ''}unknown config key '{full_key}'; "
                            + key_hint(full_key, _node_fields(schema, parent)))
     msg = str(err).split("\n")[0]

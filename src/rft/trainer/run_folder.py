@@ -169,9 +169,9 @@ RESUME_MAY_CHANGE = frozenset({
     # how long: a rerun extends or shortens the run
     "trainer.total_training_steps", "trainer.total_epochs",
     # how often it validates, saves and reports, and where to
-    "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.logger", "trainer.monitor_args",
-    "trainer.log_freq", "trainer.log_level", "trainer.log_group_by_node", "trainer.log_val_generations",
-    "trainer.project_name", "trainer.experiment_name", "trainer.default_local_dir", "trainer.default_hdfs_dir",
+    "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.val_only", "trainer.logger",
+    "trainer.monitor_args", "trainer.log_freq", "trainer.log_level", "trainer.log_group_by_node",
+    "trainer.log_val_generations", "trainer.project_name", "trainer.experiment_name", "trainer.default_local_dir", "trainer.default_hdfs_dir",
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep",
     "trainer.remove_previous_ckpt_in_save", "trainer.del_local_ckpt_after_load",
     # which checkpoint to continue from
