@@ -222,6 +222,17 @@ def test_bad_choice_lists_choices(override, choices):
     assert str(choices) in msg
 
 
+def test_one_logger_name_is_a_list_of_it(tmp_path):
+    # verl's Tracking takes a string for trainer.logger; so does rft, on the command line and in YAML
+    assert load("trainer.logger=console").trainer.logger == ["console"]
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer:\n  logger: tensorboard\n")
+    assert load(path=path).trainer.logger == ["tensorboard"]
+    assert load("trainer.logger=[console,file]").trainer.logger == ["console", "file"]
+    with pytest.raises(ConfigError, match="trainer.logger"):
+        load("trainer.logger=swanlab")  # one name is checked as the list's names are
+
+
 def test_override_value_that_is_not_yaml_is_a_config_error():
     # hydra-style mapping without spaces: PyYAML cannot parse it; the user must see which override failed
     bad = "actor_rollout_ref.rollout.engine_kwargs={vllm:{swap_space:null}}"

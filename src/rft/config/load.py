@@ -21,6 +21,10 @@ from rft.config.suggest import key_hint, origin
 __all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_yaml", "to_dict", "to_yaml"]
 
 
+ONE_OR_MORE = ("trainer.logger",)
+"""List keys that take one name for a list of it (`trainer.logger=console`: [console]), as verl's Tracking does."""
+
+
 def _node_fields(cls: type, dotted: str) -> list[str]:
     """Field names of the dataclass found at `dotted` below `cls` (for 'allowed keys' messages)."""
     for part in [p for p in dotted.split(".") if p]:
@@ -77,7 +81,14 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
     merged into the layers), else the file `path` the layers were read from."""
     items = parse_overrides(overrides)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers, OmegaConf.from_dotlist(items))
+        layers = [*(OmegaConf.create(layer) for layer in layers), OmegaConf.from_dotlist(items)]
+        for key in ONE_OR_MORE:
+            if key.rpartition(".")[2] in _node_fields(schema, key.rpartition(".")[0]):
+                for layer in layers:
+                    value = OmegaConf.select(layer, key, default=None, throw_on_resolution_failure=False)
+                    if isinstance(value, str):
+                        OmegaConf.update(layer, key, [value], merge=False)
+        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers)
         OmegaConf.resolve(merged)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:

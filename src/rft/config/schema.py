@@ -117,7 +117,7 @@ REFUSED_KEYS = {
 refused by name with the reason and what to set instead (not as an unknown key)."""
 MONITOR_ARGS = {"uri": "mlflow", "username": "mlflow", "password": "mlflow", "base_url": "wandb", "api_key": "wandb"}
 LOGGER_HELP = (
-    "Monitors (verl's names; Trinity-RFT's monitor.monitor_type): console (progress bar, or a line every log_freq "
+    "Monitors, a list of names or one name (verl's names; Trinity-RFT's monitor.monitor_type): console (progress bar, or a line every log_freq "
     "steps), file (metrics.jsonl; always written, naming it changes nothing), tensorboard (event files under "
     "<out>/monitor/tensorboard; extra rft[tensorboard]), mlflow (tracking URI from monitor_args.uri, else "
     "MLFLOW_TRACKING_URI, else the SQLite store <out>/monitor/mlflow.db; params: the resolved config; extra "
