@@ -367,6 +367,11 @@ def test_train_batch_not_multiple_of_mini_batch():
         load("data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=4")
     msg = str(err.value)
     assert "data.train_batch_size (10)" in msg and "ppo_mini_batch_size (4)" in msg
+    # the value it suggests is one that loads: the largest divisor of 10 below 4
+    assert msg.endswith("set actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of 10, e.g. "
+                        "actor_rollout_ref.actor.ppo_mini_batch_size=2")
+    load("data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
 
 
 def test_mini_batch_rows_not_multiple_of_micro_batch():
@@ -376,6 +381,9 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
              "actor_rollout_ref.rollout.n=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5")
     msg = str(err.value)
     assert "4 x 3 = 12" in msg and "ppo_micro_batch_size_per_gpu (5)" in msg
+    assert "a divisor of 12, e.g. actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in msg
+    load("data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+         "actor_rollout_ref.rollout.n=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
     # 6 divides 12
     assert load("actor_rollout_ref.rollout.n=3",
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=6").actor_rollout_ref.rollout.n == 3
@@ -393,7 +401,8 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
                                           "3 processes", "1 x 3"]),
         (["trainer.nnodes=0"], ["trainer.nnodes", "positive"]),
         (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "data.train_batch_size=6"],
-         ["ppo_mini_batch_size (3)", "number of processes (2)"]),
+         ["ppo_mini_batch_size (3)", "number of processes (2)", "a divisor of 6 and a multiple of 2, e.g. "
+          "actor_rollout_ref.actor.ppo_mini_batch_size=2"]),
         (["actor_rollout_ref.rollout.temperature=0"], ["temperature=0", "do_sample=false"]),
         (["actor_rollout_ref.rollout.top_p=0"], ["top_p"]),
         (["actor_rollout_ref.actor.ppo_micro_batch_size=4"], ["ppo_micro_batch_size", "only one"]),

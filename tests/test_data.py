@@ -177,6 +177,13 @@ def test_missing_prompt_column(tokenizer, tmp_path):
         PromptDataset(str(path), tokenizer, max_prompt_length=64)
     msg = str(err.value)
     assert str(path) in msg and "'prompt'" in msg and "data.prompt_key" in msg and "question" in msg
+    # what to do: the key to set and the columns to choose from; a close one named first
+    assert "set data.prompt_key=<one of them>" in msg and "the rows have the columns question" in msg
+    path = write_parquet([{"prompts": "1+1=", "answer": "2"}], tmp_path / "p.parquet")
+    with pytest.raises(DataError, match=r"did you mean data\.prompt_key=prompts\? the rows have the columns "
+                                        r"prompts, answer: set data\.prompt_key=<one of them>"):
+        PromptDataset(str(path), tokenizer, max_prompt_length=64)
+    assert len(PromptDataset(str(path), tokenizer, prompt_key="prompts", max_prompt_length=64)) == 1
 
 
 def test_images_column_refused(tokenizer, tmp_path):
@@ -257,7 +264,8 @@ def test_resume_continues_with_the_same_batches(before):
 
 
 def test_fewer_items_than_batch_size_raises():
-    with pytest.raises(DataError, match=r"3 prompts.*data\.train_batch_size=4"):
+    with pytest.raises(DataError, match=r"3 prompts.*data\.train_batch_size=4.*lower data\.train_batch_size to at "
+                                        r"most 3"):
         PromptSampler(num_items=3, batch_size=4)
 
 

@@ -15,7 +15,7 @@ import torch
 
 from rft.data.chat import render
 from rft.data.images import has_images, row_images, with_image_parts
-from rft.data.io import DataError, read_rows
+from rft.data.io import DataError, missing_column, read_rows
 
 
 @dataclass
@@ -120,7 +120,7 @@ class PromptDataset:
                 for key, what in ((prompt_key, "data.prompt_key"), (system_prompt_key, "data.system_prompt_key"),
                                   (response_key, "data.response_key"), (tools_key, "data.tools_key")):
                     if key is not None and key not in row:
-                        raise DataError(f"{where}: no column {key!r} ({what}); columns: {sorted(row)}")
+                        raise missing_column(where, key, what, row)
                 chat = _messages(row[prompt_key], where)
                 system = row[system_prompt_key] if system_prompt_key else system_prompt
                 if system is not None and chat[0]["role"] != "system":
@@ -206,7 +206,9 @@ class PromptSampler:
     def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1):
         if num_items < batch_size:
             raise DataError(
-                f"the training set has {num_items} prompts, fewer than data.train_batch_size={batch_size}"
+                f"the training set has {num_items} prompts, fewer than data.train_batch_size={batch_size} (the "
+                f"prompts of one step): lower data.train_batch_size to at most {num_items} (and "
+                "actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of it), or add prompts"
             )
         self.num_items, self.batch_size, self.shuffle, self.seed = num_items, batch_size, shuffle, seed
         self.epoch, self.batch_in_epoch = 0, 0
