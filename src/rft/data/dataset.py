@@ -6,6 +6,7 @@ A row is `{data_source, prompt: [{role, content}, ...], ability, reward_model: {
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ import torch
 from rft.data.chat import render
 from rft.data.images import has_images, row_images, with_image_parts
 from rft.data.io import DataError, missing_column, read_rows
+
+log = logging.getLogger("rft")
 
 
 @dataclass
@@ -101,6 +104,7 @@ class PromptDataset:
         self.chat_template = chat_template
         self.prompts: list[Prompt] = []
         self.num_filtered = 0
+        dropped: list[int] = []  # the lengths of the prompts filter_overlong_prompts drops
         for file in files:
             # a path, or (name, rows) for rows from elsewhere (a database table)
             file, rows = file if isinstance(file, tuple) else (file, read_rows(file))
@@ -143,6 +147,7 @@ class PromptDataset:
                 if len(ids) > max_prompt_length:
                     if filter_overlong_prompts:
                         self.num_filtered += 1
+                        dropped.append(len(ids))
                         continue
                     if truncation == "error" or images[i]:
                         raise DataError(
@@ -170,8 +175,17 @@ class PromptDataset:
                         images=images[i],
                     )
                 )
-        if not self.prompts:
-            raise DataError(f"no prompts left in {files} after filtering overlong prompts")
+        names = ", ".join(str(f[0] if isinstance(f, tuple) else f) for f in files)
+        if dropped and not self.prompts:
+            raise DataError(
+                f"every prompt of {names} ({len(dropped)}) is longer than data.max_prompt_length={max_prompt_length} "
+                f"tokens (after the chat template; the shortest has {min(dropped)}, the longest {max(dropped)}), so "
+                "data.filter_overlong_prompts=true drops them all: raise data.max_prompt_length to at least "
+                f"{min(dropped)}, or set data.filter_overlong_prompts=false and data.truncation to left|right|middle")
+        if dropped:
+            log.warning("rft: note: data.filter_overlong_prompts dropped %d of the %d prompts of %s: longer than "
+                        "data.max_prompt_length=%d tokens (the longest has %d)", len(dropped),
+                        len(dropped) + len(self.prompts), names, max_prompt_length, max(dropped))
 
     def __len__(self) -> int:
         return len(self.prompts)
