@@ -222,6 +222,17 @@ def test_bad_choice_lists_choices(override, choices):
     assert str(choices) in msg
 
 
+def test_one_logger_name_is_a_list_of_it(tmp_path):
+    # verl's Tracking takes a string for trainer.logger; so does rft, on the command line and in YAML
+    assert load("trainer.logger=console").trainer.logger == ["console"]
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer:\n  logger: tensorboard\n")
+    assert load(path=path).trainer.logger == ["tensorboard"]
+    assert load("trainer.logger=[console,file]").trainer.logger == ["console", "file"]
+    with pytest.raises(ConfigError, match="trainer.logger"):
+        load("trainer.logger=swanlab")  # one name is checked as the list's names are
+
+
 def test_override_value_that_is_not_yaml_is_a_config_error():
     # hydra-style mapping without spaces: PyYAML cannot parse it; the user must see which override failed
     bad = "actor_rollout_ref.rollout.engine_kwargs={vllm:{swap_space:null}}"
@@ -356,6 +367,11 @@ def test_train_batch_not_multiple_of_mini_batch():
         load("data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=4")
     msg = str(err.value)
     assert "data.train_batch_size (10)" in msg and "ppo_mini_batch_size (4)" in msg
+    # the value it suggests is one that loads: the largest divisor of 10 below 4
+    assert msg.endswith("set actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of 10, e.g. "
+                        "actor_rollout_ref.actor.ppo_mini_batch_size=2")
+    load("data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
 
 
 def test_mini_batch_rows_not_multiple_of_micro_batch():
@@ -365,6 +381,9 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
              "actor_rollout_ref.rollout.n=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5")
     msg = str(err.value)
     assert "4 x 3 = 12" in msg and "ppo_micro_batch_size_per_gpu (5)" in msg
+    assert "a divisor of 12, e.g. actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in msg
+    load("data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+         "actor_rollout_ref.rollout.n=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
     # 6 divides 12
     assert load("actor_rollout_ref.rollout.n=3",
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=6").actor_rollout_ref.rollout.n == 3
@@ -382,7 +401,8 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
                                           "3 processes", "1 x 3"]),
         (["trainer.nnodes=0"], ["trainer.nnodes", "positive"]),
         (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "data.train_batch_size=6"],
-         ["ppo_mini_batch_size (3)", "number of processes (2)"]),
+         ["ppo_mini_batch_size (3)", "number of processes (2)", "a divisor of 6 and a multiple of 2, e.g. "
+          "actor_rollout_ref.actor.ppo_mini_batch_size=2"]),
         (["actor_rollout_ref.rollout.temperature=0"], ["temperature=0", "do_sample=false"]),
         (["actor_rollout_ref.rollout.top_p=0"], ["top_p"]),
         (["actor_rollout_ref.actor.ppo_micro_batch_size=4"], ["ppo_micro_batch_size", "only one"]),
@@ -707,6 +727,29 @@ def test_cli_config_show_error_exits_2(capsys, tmp_path):
 
     assert main(["config", "show", str(tmp_path / "nope.yaml")]) == 2
     assert "rft: error:" in capsys.readouterr().err
+
+
+def test_verl_keys_a_verl_user_copies_load_or_are_refused_with_what_to_do(capsys):
+    from rft.cli import main
+
+    # verl's data.dataloader_num_workers: rft has no DataLoader; 0 (loading in the trainer's process) is what it does
+    assert load("data.dataloader_num_workers=0").data.dataloader_num_workers == 0
+    assert main(["config", "show", str(ROOT / "examples" / "arithmetic_grpo.yaml"),
+                 "data.dataloader_num_workers=8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rft: error: data.dataloader_num_workers=8 is not supported")
+    assert "no DataLoader" in err and "remove it or set it to None or 0" in err
+    # verl's trainer.val_only: validate, then stop; what it needs is named
+    val = "data.val_files=val.parquet"
+    assert load("trainer.val_only=true", val).trainer.val_only is True
+    for overrides, needles in ((["trainer.val_only=true"], ["trainer.val_only", "data.val_files: set it"]),
+                               (["trainer.val_only=true", val, "trainer.val_before_train=false"],
+                                ["trainer.val_only", "set val_before_train=true"]),
+                               (["trainer.val_only=true", val, "trainer.mode=explore"],
+                                ["trainer.val_only", "trainer.mode=explore", "trainer.mode=bench"])):
+        with pytest.raises(ConfigError) as e:
+            load(*overrides)
+        assert all(n in str(e.value) for n in needles), str(e.value)
 
 
 def test_decoupled_modes_take_several_trainer_processes_and_say_what_they_cannot():

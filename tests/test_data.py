@@ -127,12 +127,21 @@ def test_lengths_straddle_limit(tokenizer):
     assert lengths[0] <= LIMIT < lengths[1] and lengths[2] <= LIMIT < lengths[3], lengths
 
 
-def test_filter_overlong_prompts(tokenizer, tmp_path):
+def test_filter_overlong_prompts(tokenizer, tmp_path, caplog):
     path = write_jsonl(long_and_short_rows(), tmp_path / "p.jsonl")
     ds = PromptDataset(path, tokenizer, max_prompt_length=LIMIT, filter_overlong_prompts=True,
                        truncation="left")
     assert ds.num_filtered == 2
     assert [p.extra_info["i"] for p in ds.prompts] == [0, 2]
+    # one note: how many were dropped, the limit and the longest prompt's length
+    longest = max(len(chat_ids(tokenizer, [{"role": "user", "content": row["prompt"]}]))
+                  for row in long_and_short_rows())
+    notes = [r.getMessage() for r in caplog.records if "filter_overlong_prompts" in r.getMessage()]
+    assert notes == [f"rft: note: data.filter_overlong_prompts dropped 2 of the 4 prompts of {path}: longer than "
+                     f"data.max_prompt_length={LIMIT} tokens (the longest has {longest})"]
+    caplog.clear()
+    PromptDataset(path, tokenizer, max_prompt_length=longest, filter_overlong_prompts=True)
+    assert not caplog.records  # nothing dropped, nothing said
 
 
 def test_overlong_prompt_error_names_file_row_length_and_keys(tokenizer, tmp_path):
@@ -167,8 +176,14 @@ def test_truncation_modes(tokenizer, tmp_path, mode):
 
 def test_everything_filtered_raises(tokenizer, tmp_path):
     path = write_jsonl([{"prompt": "x" * 40}], tmp_path / "p.jsonl")
-    with pytest.raises(DataError, match="no prompts left"):
+    n_tokens = len(chat_ids(tokenizer, [{"role": "user", "content": "x" * 40}]))
+    with pytest.raises(DataError) as err:
         PromptDataset(path, tokenizer, max_prompt_length=LIMIT, filter_overlong_prompts=True)
+    msg = str(err.value)
+    for needle in (f"every prompt of {path} (1)", f"data.max_prompt_length={LIMIT}", f"the longest {n_tokens}",
+                   f"raise data.max_prompt_length to at least {n_tokens}", "data.filter_overlong_prompts=false",
+                   "data.truncation"):
+        assert needle in msg, (needle, msg)
 
 
 def test_missing_prompt_column(tokenizer, tmp_path):
@@ -177,6 +192,13 @@ def test_missing_prompt_column(tokenizer, tmp_path):
         PromptDataset(str(path), tokenizer, max_prompt_length=64)
     msg = str(err.value)
     assert str(path) in msg and "'prompt'" in msg and "data.prompt_key" in msg and "question" in msg
+    # what to do: the key to set and the columns to choose from; a close one named first
+    assert "set data.prompt_key=<one of them>" in msg and "the rows have the columns question" in msg
+    path = write_parquet([{"prompts": "1+1=", "answer": "2"}], tmp_path / "p.parquet")
+    with pytest.raises(DataError, match=r"did you mean data\.prompt_key=prompts\? the rows have the columns "
+                                        r"prompts, answer: set data\.prompt_key=<one of them>"):
+        PromptDataset(str(path), tokenizer, max_prompt_length=64)
+    assert len(PromptDataset(str(path), tokenizer, prompt_key="prompts", max_prompt_length=64)) == 1
 
 
 def test_images_column_refused(tokenizer, tmp_path):
@@ -257,7 +279,8 @@ def test_resume_continues_with_the_same_batches(before):
 
 
 def test_fewer_items_than_batch_size_raises():
-    with pytest.raises(DataError, match=r"3 prompts.*data\.train_batch_size=4"):
+    with pytest.raises(DataError, match=r"3 prompts.*data\.train_batch_size=4.*lower data\.train_batch_size to at "
+                                        r"most 3"):
         PromptSampler(num_items=3, batch_size=4)
 
 

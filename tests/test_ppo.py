@@ -303,8 +303,10 @@ def test_rm_example_runs_from_the_cli(assets, tmp_path):
 @pytest.mark.parametrize("overrides, needles", [
     (["critic.enable=false"], ["adv_estimator='gae'", "critic.enable=false"]),
     (["algorithm.adv_estimator=grpo", "trainer.critic_warmup=2"], ["trainer.critic_warmup=2", "critic.enable=true"]),
-    (["critic.ppo_mini_batch_size=3"], ["critic.ppo_mini_batch_size (3)", "data.train_batch_size (4)"]),
-    (["critic.ppo_micro_batch_size_per_gpu=3"], ["4 x 4 = 16", "critic.ppo_micro_batch_size_per_gpu (3)"]),
+    (["critic.ppo_mini_batch_size=3"], ["critic.ppo_mini_batch_size (3)", "data.train_batch_size (4)",
+                                        "e.g. critic.ppo_mini_batch_size=2"]),
+    (["critic.ppo_micro_batch_size_per_gpu=3"], ["4 x 4 = 16", "critic.ppo_micro_batch_size_per_gpu (3)",
+                                                 "e.g. critic.ppo_micro_batch_size_per_gpu=2"]),
     (["critic.cliprange_value=0"], ["critic.cliprange_value must be > 0"]),
     (["critic.rollout_n=2"], ["critic.rollout_n=2", "rollout.n=4"]),
     (["critic.use_dynamic_bsz=true", "critic.forward_max_token_len_per_gpu=8"],

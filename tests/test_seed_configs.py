@@ -17,6 +17,7 @@ from spec_configs import SPEC, md_yaml_blocks, merge, verl_ppo_trainer_yaml, ver
 
 from rft.cli import main
 from rft.config.load import ConfigError
+from rft.config.sft_schema import SFTConfig
 from rft.trainer.configure import load_config, load_sft_config
 
 pytestmark = pytest.mark.skipif(not SPEC.is_dir(), reason=f"the seed's spec files are not at {SPEC}")
@@ -83,6 +84,75 @@ def test_verl_sft_trainer_yaml_loads_unchanged(work, capsys):
     assert cfg.optim.lr_scheduler == "cosine" and cfg.model.fsdp_config.model_dtype == "fp32"
     assert main(["config", "reference"]) == 0  # the CLI runs; `rft sft` itself trains (tests/test_sft.py)
     capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------- every key of verl's reference
+VERL_KEYS_OFF_THE_PAGE = ("trainer.val_only", "data.dataloader_num_workers")
+"""Keys of verl's ppo_trainer.yaml that its config page does not print, which a verl user copies too."""
+
+
+def _verl_reference_keys() -> list[tuple[str, str]]:
+    """(schema, dotted key) of every key on verl's config page: each leaf of its YAML blocks (ppo_trainer.yaml's,
+    its custom_cls block under data and its Megatron optim block under the actor; evaluation.yaml's;
+    sft_trainer.yaml's) and each full key its prose names (``data.train_files``)."""
+    import re
+
+    from spec_configs import rst_yaml_blocks
+
+    from rft.config.load import flatten
+
+    text = (SPEC / "verl_config_reference.rst").read_text()
+    blocks = rst_yaml_blocks(SPEC / "verl_config_reference.rst")
+    trainer = blocks.index(next(b for b in blocks if b.startswith("trainer:")))
+    out = []
+    for i, block in enumerate(blocks):
+        tree = yaml.safe_load(block)
+        name = next(iter(tree))
+        schema = "rl" if i <= trainer else ("sft" if name in ("optim", "model") else "eval")
+        prefix = {"custom_cls": "data.", "optim": "actor_rollout_ref.actor."}.get(name, "") if schema == "rl" else ""
+        out += [(schema, key) for key in flatten(tree, prefix)]
+    prose = set(re.findall(r"``([a-z_]+(?:\.[a-z_]+)+)``", text)) - {"actor.use_kl_loss"}  # its short name for
+    # actor_rollout_ref.actor.use_kl_loss
+    out += [("eval" if key in ("data.path", "data.response_key", "data.data_source_key", "data.reward_model_key")
+             else "sft" if key.startswith("optim.") else "rl", key) for key in sorted(prose)]
+    return out + [("rl", key) for key in VERL_KEYS_OFF_THE_PAGE]
+
+
+def _in_schema(node, dotted: str) -> bool:
+    """`dotted` is a field (or section) of the config object `node`, or a key inside a free mapping of it."""
+    import dataclasses
+
+    for part in dotted.split("."):
+        if isinstance(node, dict):  # a mapping of free keys (engine_kwargs, override_config)
+            return True
+        if not dataclasses.is_dataclass(node) or part not in {f.name for f in dataclasses.fields(node)}:
+            return False
+        node = getattr(node, part)
+    return True
+
+
+def test_every_key_of_verls_reference_is_a_key_or_refused_with_its_reason():
+    """A verl user pastes any key of verl's config page: it is a field of rft's schema (so it loads, or a value
+    rft cannot honour is refused with the field's reason: tests/test_config.py), or REFUSED_KEYS refuses it by
+    name with the reason and the key to set (a Megatron optimizer key), never the bare "unknown config key" that a
+    misspelling gets."""
+    from rft.config.offline_schema import EvalConfig
+    from rft.config.schema import REFUSED_KEYS, RFTConfig
+
+    schemas = {"rl": RFTConfig(), "sft": SFTConfig(), "eval": EvalConfig()}
+    keys = _verl_reference_keys()
+    assert len(keys) > 150 and ("rl", "actor_rollout_ref.actor.optim.min_lr") in keys
+    missing = [f"{schema}: {key}" for schema, key in keys if not _in_schema(schemas[schema], key)
+               and not (schema == "rl" and key in REFUSED_KEYS)]
+    assert not missing, missing
+    refused = sorted({key for schema, key in keys if schema == "rl" and key in REFUSED_KEYS})
+    assert len(refused) == 10  # the nine Megatron optimizer keys, the prose's external_libs
+    for key in refused:
+        with pytest.raises(ConfigError) as err:
+            load_config(None, ["actor_rollout_ref.model.path=m", "data.train_files=t.parquet", f"{key}=1"],
+                        validate_paths=False)
+        assert f"'{key}' is a verl key rft does not have: " in str(err.value) and "unknown" not in str(err.value)
+        assert REFUSED_KEYS[key] in str(err.value)
 
 
 # ------------------------------------------------------------------------------------- Trinity-RFT

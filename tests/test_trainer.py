@@ -133,6 +133,20 @@ def test_fit_writes_outputs_and_model_loads(assets, tmp_path):
     assert out.shape[1] > ids.shape[1]
 
 
+def test_val_only_validates_and_stops_without_training(assets, tmp_path):
+    # verl's trainer.val_only: the validation before training, then exit; nothing trained, saved or exported
+    cfg = make_cfg(assets, tmp_path, "trainer.val_only=true", "trainer.val_before_train=true",
+                   "trainer.total_training_steps=2", "trainer.save_freq=1")
+    run = SyncRun(cfg)
+    before = trainable(run.trainer.model)
+    metrics = run.fit()
+    assert "val-core/arithmetic/reward/mean@1" in metrics
+    assert json.loads((tmp_path / "val_only.json").read_text()) == metrics
+    assert run.global_step == 0 and not (tmp_path / "metrics.jsonl").read_text().strip()  # no training step
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "model").exists()
+    assert all(torch.equal(before[n], p) for n, p in trainable(run.trainer.model).items())
+
+
 def test_crash_while_saving_keeps_the_previous_checkpoint(tmp_path):
     manager = CheckpointManager(tmp_path, max_to_keep=None)
     manager.save(1, lambda d: (d / "w").write_text("one"))

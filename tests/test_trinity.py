@@ -282,6 +282,23 @@ def test_rft_prints_one_error_line_per_refusal(work, tmp_path):
                              "Trinity-RFT key; did you mean 'buffer.total_steps'? ")
 
 
+def test_a_bad_value_is_named_by_the_trinity_key_that_holds_it(work, tmp_path):
+    # the value lands on rft's actor_rollout_ref.rollout.n, which types and checks it: the error names the
+    # Trinity key the user wrote (and where), rft's key after it
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace("repeat_times: 2", "repeat_times: four"))
+    proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith(f"rft: error: {path}: algorithm.repeat_times='four' (rft's "
+                                  "actor_rollout_ref.rollout.n): bad value"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    # a value the checks refuse, given on the command line
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path, ["algorithm.repeat_times=0"])
+    assert str(err.value).startswith("command line (algorithm.repeat_times=0): algorithm.repeat_times=0 (rft's "
+                                     "actor_rollout_ref.rollout.n): actor_rollout_ref.rollout.n must be a positive")
+
+
 def test_recognised_by_its_sections_only():
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_grpo.yaml")) is False
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_sft_grpo.yaml")) is False

@@ -74,6 +74,22 @@ def processes(t: Any) -> int:
     return t.nnodes * t.n_gpus_per_node
 
 
+def valid_size(total: int, near: int, multiple_of: int = 1) -> int | None:
+    """The size to suggest instead of a refused `near` that must divide `total` (and be a multiple of
+    `multiple_of`): the largest such divisor at most `near`, else the smallest; None when there is none."""
+    fits = [d for d in range(1, total + 1) if total % d == 0 and d % multiple_of == 0]
+    below = [d for d in fits if d <= near]
+    return below[-1] if below else (fits[0] if fits else None)
+
+
+def suggest_divisor(key: str, total: int, near: int, multiple_of: int = 1) -> str:
+    """"set <key> to a divisor of <total>, e.g. <the nearest valid one>" (what to do about a size that does not
+    divide)."""
+    what = f"a divisor of {total}" + (f" and a multiple of {multiple_of}" if multiple_of > 1 else "")
+    size = valid_size(total, near, multiple_of)
+    return f"set {key} to {what}" + (f", e.g. {key}={size}" if size is not None else "")
+
+
 def positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return

@@ -15,10 +15,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from rft.config.errors import ConfigError
-from rft.config.schema import RFTConfig
+from rft.config.schema import REFUSED_KEYS, RFTConfig
 from rft.config.suggest import key_hint, origin
 
 __all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_yaml", "to_dict", "to_yaml"]
+
+
+ONE_OR_MORE = ("trainer.logger",)
+"""List keys that take one name for a list of it (`trainer.logger=console`: [console]), as verl's Tracking does."""
 
 
 def _node_fields(cls: type, dotted: str) -> list[str]:
@@ -39,6 +43,9 @@ def _explain(err: OmegaConfBaseException, schema: type = RFTConfig, overrides: I
     if isinstance(err, ConfigKeyError) or "not in" in str(err):
         parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
         source = origin(full_key, list(overrides), path)
+        if schema is RFTConfig and full_key in REFUSED_KEYS:
+            return ConfigError(f"{source + ': ' if source else ''}'{full_key}' is a verl key rft does not have: "
+                               + REFUSED_KEYS[full_key])
         return ConfigError(f"{source + ': ' if source else ''}unknown config key '{full_key}'; "
                            + key_hint(full_key, _node_fields(schema, parent)))
     msg = str(err).split("\n")[0]
@@ -74,7 +81,14 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
     merged into the layers), else the file `path` the layers were read from."""
     items = parse_overrides(overrides)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers, OmegaConf.from_dotlist(items))
+        layers = [*(OmegaConf.create(layer) for layer in layers), OmegaConf.from_dotlist(items)]
+        for key in ONE_OR_MORE:
+            if key.rpartition(".")[2] in _node_fields(schema, key.rpartition(".")[0]):
+                for layer in layers:
+                    value = OmegaConf.select(layer, key, default=None, throw_on_resolution_failure=False)
+                    if isinstance(value, str):
+                        OmegaConf.update(layer, key, [value], merge=False)
+        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers)
         OmegaConf.resolve(merged)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:

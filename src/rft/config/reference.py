@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rft.config.schema import RFTConfig
+from rft.config.schema import REFUSED_KEYS, RFTConfig
 
 
 def _rows(cls: type, prefix: str = "") -> list[str]:
@@ -20,7 +20,8 @@ def _rows(cls: type, prefix: str = "") -> list[str]:
         if "choices" in f.metadata:
             help_text += " One of: " + ", ".join(f"`{c}`" for c in f.metadata["choices"]) + "."
         if "unsupported" in f.metadata:
-            help_text += f" **Not supported yet** ({f.metadata['unsupported']}): only the default is accepted."
+            also = "".join(f" (or `{v!r}`)" for v in f.metadata.get("also", ()))
+            help_text += f" **Not supported yet** ({f.metadata['unsupported']}): only the default{also} is accepted."
         rows.append(f"| `{key}` | `{value!r}` | {help_text.replace('|', '/')} |")
     return rows
 
@@ -62,6 +63,9 @@ def reference_markdown() -> str:
         "",
     ]
     lines += _sections(RFTConfig, "RL training (`rft train`)")
+    lines += ["## verl keys rft does not have", "", "Keys of verl's config reference that no section above holds: "
+              "each is refused by name, with the reason and what to set instead.", "", "| key | why, and what to do |",
+              "| --- | --- |", *(f"| `{key}` | {why} |" for key, why in REFUSED_KEYS.items()), ""]
     lines += _sections(SFTConfig, "SFT (`rft sft`, and `algorithm: sft` stages)")
     lines += _sections(DPOConfig, "DPO (`rft dpo`, and `algorithm: dpo` stages)")
     from rft.config.offline_schema import EvalConfig, GenerationConfig

@@ -91,9 +91,33 @@ REFUSED_LOGGERS = {
     "clearml": "not implemented; use tensorboard, mlflow or wandb",
     "trackio": "not implemented; use tensorboard, mlflow or wandb",
 }
+_MEGATRON = "a key of verl's Megatron optimizer (actor.strategy megatron); rft's optimizer is the FSDP one"
+_FOR_EACH_OPTIM = {
+    "clip_grad": f"{_MEGATRON}: set <section>.grad_clip instead",
+    "lr_warmup_init": f"{_MEGATRON}, whose warmup starts from 0: remove it",
+    "lr_decay_steps": f"{_MEGATRON}, whose schedule runs over optim.total_training_steps (default: the run's "
+                      "steps): remove it, or set <section>.optim.total_training_steps",
+    "lr_decay_style": f"{_MEGATRON}: set <section>.optim.warmup_style (constant, cosine) or lr_scheduler_type (linear, "
+                      "cosine, ...) instead",
+    "min_lr": f"{_MEGATRON}: set <section>.optim.min_lr_ratio (min_lr / lr, with warmup_style cosine) instead",
+    "weight_decay_incr_style": f"{_MEGATRON}, whose weight decay is constant (optim.weight_decay): remove it",
+    "lr_wsd_decay_style": f"{_MEGATRON}, which has no warmup-stable-decay schedule: remove it, or choose "
+                          "<section>.optim.lr_scheduler_type",
+    "lr_wsd_decay_steps": f"{_MEGATRON}, which has no warmup-stable-decay schedule: remove it",
+    "use_checkpoint_opt_param_scheduler": f"{_MEGATRON}, whose checkpoints always hold the schedule's state (resumed "
+                                          "with it): remove it",
+}
+REFUSED_KEYS = {
+    **{f"{section}.optim.{key}": why.replace("<section>", section) for section in ("actor_rollout_ref.actor", "critic")
+       for key, why in _FOR_EACH_OPTIM.items()},
+    "actor_rollout_ref.model.external_libs": "verl's config page spells external_lib so in its prose; the key "
+                                             "(verl's and rft's) is actor_rollout_ref.model.external_lib: set that",
+}
+"""Keys of verl's config reference (../shared/spec/verl_config_reference.rst) that no rft schema field holds, each
+refused by name with the reason and what to set instead (not as an unknown key)."""
 MONITOR_ARGS = {"uri": "mlflow", "username": "mlflow", "password": "mlflow", "base_url": "wandb", "api_key": "wandb"}
 LOGGER_HELP = (
-    "Monitors (verl's names; Trinity-RFT's monitor.monitor_type): console (progress bar, or a line every log_freq "
+    "Monitors, a list of names or one name (verl's names; Trinity-RFT's monitor.monitor_type): console (progress bar, or a line every log_freq "
     "steps), file (metrics.jsonl; always written, naming it changes nothing), tensorboard (event files under "
     "<out>/monitor/tensorboard; extra rft[tensorboard]), mlflow (tracking URI from monitor_args.uri, else "
     "MLFLOW_TRACKING_URI, else the SQLite store <out>/monitor/mlflow.db; params: the resolved config; extra "
@@ -202,6 +226,10 @@ class DataConfig:
     return_full_prompt: bool = fld(False, "Keep the templated prompt text.",
                                    unsupported="the templated prompt text is not kept in rft's Batch")
     shuffle: bool = fld(True, "Shuffle the training prompts each epoch (seeded by data.seed).")
+    dataloader_num_workers: Optional[int] = fld(
+        None, "verl: worker processes of the torch DataLoader that reads the training prompts.",
+        unsupported="rft has no DataLoader: it reads and tokenizes the prompts once, in the trainer's own process, "
+        "before the model loads, so there are no loader workers to start", also=(0,))
     seed: int = fld(1, "Seed of the training-prompt shuffle.")
     filter_overlong_prompts: bool = fld(False, "Drop prompts longer than max_prompt_length when loading.")
     filter_overlong_prompts_workers: int = fld(
@@ -925,6 +953,12 @@ class TrainerConfig:
     seed: int = fld(0, "Seed of sampling, initialisation and mini-batch shuffles.")
     save_freq: int = fld(-1, "Save a checkpoint every N steps and at the last step; <= 0: no checkpoints (the final model is still written).")
     val_before_train: bool = fld(True, "Validate before the first step.")
+    val_only: bool = fld(
+        False, "Validate the model the run starts from (the starting model, or the checkpoint it resumes from) on "
+        "data.val_files, write the metrics to <default_local_dir>/val_only.json and stop without training (verl's "
+        "key and meaning: its validation before training, then exit; needs val_before_train and data.val_files). "
+        "The one-loop run only (trainer.mode both, synchronizer.sync_interval 1, sync_offset 0); trainer.mode bench "
+        "evaluates a run's checkpoints.")
     test_freq: int = fld(-1, "Validate every N steps and after the last step; <= 0: never during training.")
     critic_warmup: int = fld(
         0, "The first critic_warmup steps train only the critic; the actor is updated from step critic_warmup + 1."

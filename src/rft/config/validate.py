@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from rft.config.checks import CHECKS, CheckContext, all_null, positive
+from rft.config.checks import CHECKS, CheckContext, all_null, positive, suggest_divisor
 from rft.config.errors import ConfigError
 
 log = logging.getLogger("rft")
@@ -133,15 +133,18 @@ def check_sizes(ctx: CheckContext) -> None:
     ):
         if getattr(actor, a) is not None and getattr(actor, b) is not None:
             raise ConfigError(f"set only one of actor_rollout_ref.actor.{a} and actor_rollout_ref.actor.{b}")
+    mini_key = "actor_rollout_ref.actor.ppo_mini_batch_size"
     if data.train_batch_size % actor.ppo_mini_batch_size:
         raise ConfigError(
-            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of "
-            f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}); both count prompts"
+            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of {mini_key} "
+            f"({actor.ppo_mini_batch_size}); both count prompts: "
+            + suggest_divisor(mini_key, data.train_batch_size, actor.ppo_mini_batch_size, world_size)
         )
     if actor.ppo_mini_batch_size % world_size:
         raise ConfigError(
-            f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}) must divide by the "
-            f"number of {'data-parallel groups' if ctx.sp > 1 else 'processes'} ({world_size})"
+            f"{mini_key} ({actor.ppo_mini_batch_size}) must divide by the number of "
+            f"{'data-parallel groups' if ctx.sp > 1 else 'processes'} ({world_size}): "
+            + suggest_divisor(mini_key, data.train_batch_size, actor.ppo_mini_batch_size, world_size)
         )
     micro = actor.ppo_micro_batch_size_per_gpu or (
         actor.ppo_micro_batch_size // world_size if actor.ppo_micro_batch_size else None
@@ -151,7 +154,8 @@ def check_sizes(ctx: CheckContext) -> None:
         raise ConfigError(
             f"a mini-batch holds ppo_mini_batch_size x rollout.n = {actor.ppo_mini_batch_size} x {rollout.n} = "
             f"{rows_per_mini} rows per process, which is not a multiple of "
-            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})"
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro}): "
+            + suggest_divisor("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", rows_per_mini, micro)
         )
     for key, value in (("prompt_length", data.max_prompt_length), ("response_length", data.max_response_length)):
         set_value = getattr(rollout, key)

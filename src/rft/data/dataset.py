@@ -6,6 +6,7 @@ A row is `{data_source, prompt: [{role, content}, ...], ability, reward_model: {
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,9 @@ import torch
 
 from rft.data.chat import render
 from rft.data.images import has_images, row_images, with_image_parts
-from rft.data.io import DataError, read_rows
+from rft.data.io import DataError, missing_column, read_rows
+
+log = logging.getLogger("rft")
 
 
 @dataclass
@@ -101,6 +104,7 @@ class PromptDataset:
         self.chat_template = chat_template
         self.prompts: list[Prompt] = []
         self.num_filtered = 0
+        dropped: list[int] = []  # the lengths of the prompts filter_overlong_prompts drops
         for file in files:
             # a path, or (name, rows) for rows from elsewhere (a database table)
             file, rows = file if isinstance(file, tuple) else (file, read_rows(file))
@@ -120,7 +124,7 @@ class PromptDataset:
                 for key, what in ((prompt_key, "data.prompt_key"), (system_prompt_key, "data.system_prompt_key"),
                                   (response_key, "data.response_key"), (tools_key, "data.tools_key")):
                     if key is not None and key not in row:
-                        raise DataError(f"{where}: no column {key!r} ({what}); columns: {sorted(row)}")
+                        raise missing_column(where, key, what, row)
                 chat = _messages(row[prompt_key], where)
                 system = row[system_prompt_key] if system_prompt_key else system_prompt
                 if system is not None and chat[0]["role"] != "system":
@@ -143,6 +147,7 @@ class PromptDataset:
                 if len(ids) > max_prompt_length:
                     if filter_overlong_prompts:
                         self.num_filtered += 1
+                        dropped.append(len(ids))
                         continue
                     if truncation == "error" or images[i]:
                         raise DataError(
@@ -170,8 +175,17 @@ class PromptDataset:
                         images=images[i],
                     )
                 )
-        if not self.prompts:
-            raise DataError(f"no prompts left in {files} after filtering overlong prompts")
+        names = ", ".join(str(f[0] if isinstance(f, tuple) else f) for f in files)
+        if dropped and not self.prompts:
+            raise DataError(
+                f"every prompt of {names} ({len(dropped)}) is longer than data.max_prompt_length={max_prompt_length} "
+                f"tokens (after the chat template; the shortest has {min(dropped)}, the longest {max(dropped)}), so "
+                "data.filter_overlong_prompts=true drops them all: raise data.max_prompt_length to at least "
+                f"{min(dropped)}, or set data.filter_overlong_prompts=false and data.truncation to left|right|middle")
+        if dropped:
+            log.warning("rft: note: data.filter_overlong_prompts dropped %d of the %d prompts of %s: longer than "
+                        "data.max_prompt_length=%d tokens (the longest has %d)", len(dropped),
+                        len(dropped) + len(self.prompts), names, max_prompt_length, max(dropped))
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -206,7 +220,9 @@ class PromptSampler:
     def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1):
         if num_items < batch_size:
             raise DataError(
-                f"the training set has {num_items} prompts, fewer than data.train_batch_size={batch_size}"
+                f"the training set has {num_items} prompts, fewer than data.train_batch_size={batch_size} (the "
+                f"prompts of one step): lower data.train_batch_size to at most {num_items} (and "
+                "actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of it), or add prompts"
             )
         self.num_items, self.batch_size, self.shuffle, self.seed = num_items, batch_size, shuffle, seed
         self.epoch, self.batch_in_epoch = 0, 0

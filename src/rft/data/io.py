@@ -21,6 +21,17 @@ class DataError(RftError, ValueError):
     """A data file that cannot be used as it is, with the file and the row named."""
 
 
+def missing_column(where: str, column: str, key: str, row: dict) -> DataError:
+    """The error for the row at `where` (a file and row) without the column `column` that the config key `key`
+    names: the row's columns, the closest first, and the key to set to one of them."""
+    from rft.config.suggest import did_you_mean, nearest_first
+
+    columns = nearest_first(column, sorted(map(str, row)))
+    hint = did_you_mean(column, columns, lambda c: f"{key}={c}")
+    return DataError(f"{where}: no column {column!r} ({key}); {hint + ' ' if hint else ''}the rows have the columns "
+                     f"{', '.join(columns)}: set {key}=<one of them>")
+
+
 def write_parquet(rows: list[dict], path: str | Path) -> Path:
     """Write `rows` to `path` atomically: into a temporary file beside it, then os.replace, so a reader never
     sees a half-written file and a failed write leaves any existing file untouched.

@@ -33,7 +33,7 @@ from rft.batch import Batch
 from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, left_pad
 from rft.data.images import refuse_images, row_images, with_image_parts
-from rft.data.io import read_rows
+from rft.data.io import missing_column, read_rows
 from rft.data.lengths import Span, judge_lengths
 
 
@@ -89,7 +89,7 @@ class PreferenceDataset:
                 for key, column in (("prompt_key", data_cfg.prompt_key), ("chosen_key", data_cfg.chosen_key),
                                     ("rejected_key", data_cfg.rejected_key)):
                     if column not in row:
-                        raise DataError(f"{where}: no column {column!r} (data.{key}); columns: {sorted(row)}")
+                        raise missing_column(where, column, f"data.{key}", row)
                 prompt = self._prompt(row, data_cfg, where)
                 images = row_images(row, image_key, Path(file).parent, where) if vision is not None else []
                 if images:

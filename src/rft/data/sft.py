@@ -18,7 +18,7 @@ from rft.batch import Batch
 from rft.data.chat import encode
 from rft.data.dataset import DataError, _messages, _tools, left_pad
 from rft.data.images import refuse_images, row_images, with_image_parts
-from rft.data.io import read_rows
+from rft.data.io import missing_column, read_rows
 from rft.data.lengths import Span, judge_lengths
 
 
@@ -63,9 +63,10 @@ class SFTDataset:
                     example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where,
                                               data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only)
                 else:
-                    for column in (data_cfg.prompt_key, data_cfg.response_key):
+                    for column, key in ((data_cfg.prompt_key, "data.prompt_key"),
+                                        (data_cfg.response_key, "data.response_key")):
                         if column not in row:
-                            raise DataError(f"{where}: no column {column!r}; columns: {sorted(row)}")
+                            raise missing_column(where, column, key, row)
                     prompt = _dig(row[data_cfg.prompt_key], data_cfg.prompt_dict_keys, where, data_cfg.prompt_key)
                     response = _dig(row[data_cfg.response_key], data_cfg.response_dict_keys, where,
                                     data_cfg.response_key)

@@ -1179,3 +1179,69 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             ", ".join(rl_only))
     return {**rl_base, "stages": out_stages}
 
+
+
+# ------------------------------------------------------------------------------ errors in the Trinity key's words
+def _scalar_leaves(tree: Any, parts: tuple = ()) -> list[tuple[tuple, Any]]:
+    """(path, value) of every string, number or boolean in `tree` (mappings and lists walked)."""
+    if isinstance(tree, dict):
+        return [leaf for k, v in tree.items() for leaf in _scalar_leaves(v, (*parts, k))]
+    if isinstance(tree, list):
+        return [leaf for i, v in enumerate(tree) for leaf in _scalar_leaves(v, (*parts, i))]
+    return [(parts, tree)] if isinstance(tree, (str, int, float)) else []
+
+
+def _spelt(parts: tuple) -> str:
+    """A path as a Trinity key is written in rft's messages: buffer.explorer_input.eval_tasksets[0].path."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+
+
+def _landings(out: dict, key: str) -> tuple:
+    """The values rft's `key` has in a translation: the run's and each stage's."""
+    return (_get(out, key), *(_get(s, key) for s in out.get("stages") or [] if isinstance(s, dict)))
+
+
+def trinity_sources(cfg: dict, key: str) -> list[tuple[str, Any]]:
+    """(Trinity key, its value) of the keys of the resolved Trinity config `cfg` whose value rft's `key` takes: each
+    string, number and boolean changed in turn, those whose change changes `key` in the translation. The reverse
+    map an error about a value needs, to name the key the user wrote (run only when there is an error: one
+    translation per key of the file)."""
+    log = logging.getLogger("rft")
+    quiet, log.disabled = log.disabled, True  # the translation's notes were given once, by the real one
+    try:
+        before = _landings(translate(copy.deepcopy(cfg), refusals=[]), key)
+        found = []
+        for parts, value in _scalar_leaves(cfg):
+            changed = (not value) if isinstance(value, bool) else f"{value}_" if isinstance(value, str) else 2 * value + 1
+            edited = copy.deepcopy(cfg)
+            node = edited
+            for part in parts[:-1]:
+                node = node[part]
+            node[parts[-1]] = changed
+            try:
+                after = _landings(translate(edited, refusals=[]), key)
+            except Exception:  # a value the translation cannot take: not where `key` comes from
+                continue
+            if after != before and value in before:  # the value itself, as the message quotes it
+                found.append((_spelt(parts), value))
+        return found
+    finally:
+        log.disabled = quiet
+
+
+def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overrides: list[str] | tuple = ()
+                     ) -> ConfigError:
+    """`error`, raised by loading or checking the translation `out` of the Trinity config `cfg` (the file `path`,
+    then the command line's `overrides`), with the Trinity keys that set the rft keys it names put first:
+    "t.yaml: algorithm.repeat_times='four' (rft's actor_rollout_ref.rollout.n): bad value for ..."."""
+    message = str(error)
+    named = [k for k in dict.fromkeys(re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", message))
+             if any(v is not _MISSING for v in _landings(out, k))]
+    sources = [(trinity_key, value, key) for key in named for trinity_key, value in trinity_sources(cfg, key)
+               if trinity_key != key]
+    if not sources:
+        return error
+    first = sources[0][0]
+    where = origin(first, list(overrides), path)
+    said = ", ".join(f"{trinity_key}={value!r} (rft's {key})" for trinity_key, value, key in sources)
+    return ConfigError(f"{where}: {said}: {message}")

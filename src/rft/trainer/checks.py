@@ -101,6 +101,18 @@ def check_modes(ctx: CheckContext) -> None:
     cfg, world_size = ctx.cfg, ctx.world_size
     t, s, b = cfg.trainer, cfg.synchronizer, cfg.experience_buffer
     method = s.sync_method
+    if t.val_only:  # verl's: the validation before training, then exit
+        if not is_synchronous(cfg):
+            raise ConfigError(
+                f"trainer.val_only=true runs in the one-loop run (trainer.mode both, synchronizer.sync_interval 1, "
+                f"sync_offset 0), not with trainer.mode={t.mode}, sync_interval={s.sync_interval}, "
+                f"sync_offset={s.sync_offset}: set those, or use trainer.mode=bench to evaluate a run's models")
+        if not t.val_before_train:
+            raise ConfigError("trainer.val_only=true stops after the validation before training, which "
+                              "trainer.val_before_train=false turns off: set val_before_train=true (verl's val_only "
+                              "has no effect without it)")
+        if not cfg.data.val_files:
+            raise ConfigError("trainer.val_only=true validates on data.val_files: set it")
     if is_synchronous(cfg):
         # any sync_method: with sync_interval 1 and sync_offset 0 explorer and trainer take strict turns, which
         # rft runs in one process sharing the model (the same weights every step, nothing copied)

@@ -7,6 +7,7 @@ functions here put the three together, one per kind of config.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from rft.config.load import merge_layers, parse_overrides, read_yaml
 from rft.config.offline_schema import EvalConfig, GenerationConfig
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
-from rft.dialects.trinity import translate
+from rft.dialects.trinity import in_trinity_terms, translate
 from rft.trainer.stages import build_stages
 from rft.trainer.validate import validate, validate_dpo, validate_eval, validate_generation, validate_sft
 
@@ -92,12 +93,16 @@ def load_trinity(path, overrides=(), validate_paths: bool = True):
     except OmegaConfBaseException as e:
         raise ConfigError(f"{path}: {str(e).splitlines()[0]}; for a variable: set it in the environment, or "
                           "replace the ${{...}} by its value") from None
-    out = translate(cfg, str(path), overrides=overrides)
+    out = translate(copy.deepcopy(cfg), str(path), overrides=overrides)
     # what the translation leaves unknown are verl keys of trainer.trainer_config
     where, verl = f"{path} (trainer.trainer_config)", "trainer.trainer_config."
     given = [item.removeprefix(verl) for item in overrides if item.startswith(verl)]
-    if "stages" in out:
-        return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths, path=where, overrides=given)
-    rl = merge_layers(RFTConfig, [out], path=where, applied=given)
-    validate(rl, check_paths=validate_paths)
+    try:
+        if "stages" in out:
+            return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths, path=where,
+                                          overrides=given)
+        rl = merge_layers(RFTConfig, [out], path=where, applied=given)
+        validate(rl, check_paths=validate_paths)
+    except ConfigError as e:  # it names rft's keys: the Trinity keys that set them go first
+        raise in_trinity_terms(e, cfg, out, str(path), overrides) from None
     return "rl", rl

@@ -126,6 +126,14 @@ class SyncRun:
                       f"{self.out}\nrft: {describe(trainer.precision)}")
         last: dict[str, float] = {}
         nothing_to_learn = NothingToLearn()
+        if cfg.val_only:  # verl's: validate the model the run starts from, then stop (checks: val_files is set)
+            last = self.validate(tracker)
+            if main:
+                write_text_atomic(self.out / "val_only.json", json.dumps(last, indent=1) + "\n")
+            tracker.write(f"validation only (trainer.val_only), step {self.global_step}: "
+                          + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
+            tracker.close()
+            return last
         if cfg.val_before_train and self.global_step == 0 and self.explorer.val_set is not None:
             # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
             last = self.validate(tracker)

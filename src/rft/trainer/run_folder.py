@@ -169,7 +169,8 @@ RESUME_MAY_CHANGE = frozenset({
     # how long: a rerun extends or shortens the run
     "trainer.total_training_steps", "trainer.total_epochs",
     # how often it validates, saves and reports, and where to
-    "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.logger", "trainer.monitor_args",
+    "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.val_only", "trainer.logger",
+    "trainer.monitor_args",
     # what it validates on and how it samples there: validation draws from generators of its own (never the
     # training stream) and changes no weight, optimizer or sampler state
     "data.val_files", "data.val_max_samples", "data.val_batch_size",

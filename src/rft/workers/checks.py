@@ -10,7 +10,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from rft.algorithms import ADV_ESTIMATORS, estimator_spec
-from rft.config.checks import CHECKS, UNUSED, CheckContext, check_int, check_model_dir, positive
+from rft.config.checks import (
+    CHECKS,
+    UNUSED,
+    CheckContext,
+    check_int,
+    check_model_dir,
+    positive,
+    suggest_divisor,
+)
 from rft.config.errors import ConfigError
 
 log = logging.getLogger("rft")
@@ -320,7 +328,8 @@ def check_critic(ctx: CheckContext) -> None:
     if data.train_batch_size % mini or mini % world_size:
         raise ConfigError(
             f"critic.ppo_mini_batch_size ({mini}) must divide data.train_batch_size ({data.train_batch_size}) and "
-            f"be a multiple of the number of processes ({world_size}); both count prompts"
+            f"be a multiple of the number of processes ({world_size}); both count prompts: "
+            + suggest_divisor("critic.ppo_mini_batch_size", data.train_batch_size, mini, world_size)
         )
     micro = critic.ppo_micro_batch_size_per_gpu or (
         critic.ppo_micro_batch_size // world_size if critic.ppo_micro_batch_size else None)
@@ -328,7 +337,8 @@ def check_critic(ctx: CheckContext) -> None:
     if micro is not None and rows_per_mini % micro:
         raise ConfigError(
             f"a critic mini-batch holds critic.ppo_mini_batch_size x rollout.n = {mini} x {n} = {rows_per_mini} rows "
-            f"per process, which is not a multiple of critic.ppo_micro_batch_size_per_gpu ({micro})"
+            f"per process, which is not a multiple of critic.ppo_micro_batch_size_per_gpu ({micro}): "
+            + suggest_divisor("critic.ppo_micro_batch_size_per_gpu", rows_per_mini, micro)
         )
     if not critic.cliprange_value > 0:
         raise ConfigError(f"critic.cliprange_value must be > 0, got {critic.cliprange_value}")
