@@ -269,3 +269,16 @@ def test_init_model_prints_its_one_line_without_transformers_progress_bars(tmp_p
     run = rft_here("init-model", "--preset", "tiny", "m", cwd=tmp_path)
     assert run.stderr == "", run.stderr
     assert run.stdout == "wrote tiny model (1,020,416 parameters) to m\n"
+
+
+def test_version_prints_the_installed_version_which_is_the_packages_own(tmp_path):
+    """`rft --version`: one line, the version pip installed, the same as pyproject.toml's and `rft.__version__`."""
+    import re
+    from importlib.metadata import version
+
+    import rft
+
+    run = rft_here("--version", cwd=tmp_path)
+    assert run.stdout == f"rft {version('rft')}\n" and run.stderr == ""
+    declared = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert version("rft") == declared == rft.__version__

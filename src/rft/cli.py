@@ -252,8 +252,23 @@ def cmd_config(args) -> int:
     return 0
 
 
+def version() -> str:
+    """rft's version: the installed distribution's (pip's metadata), else the package's own `__version__` (a source
+    tree on PYTHONPATH without an install)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("rft")
+    except PackageNotFoundError:
+        import rft
+
+        return rft.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rft", description="Reinforcement fine-tuning for LLMs.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     from rft.models.families import FAMILIES, TOKENIZER_STYLES
