@@ -282,3 +282,16 @@ def test_version_prints_the_installed_version_which_is_the_packages_own(tmp_path
     assert run.stdout == f"rft {version('rft')}\n" and run.stderr == ""
     declared = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
     assert version("rft") == declared == rft.__version__
+
+
+def test_init_model_over_a_folder_names_the_command_lines_flag(tmp_path):
+    """`rft init-model m` over a non-empty m says to pass --overwrite (it said the library's overwrite=True), leaves
+    the folder as it was, and --overwrite replaces it."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "notes.txt").write_text("mine")
+    refused = rft_here("init-model", "m", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        "rft: error: m exists and is not empty; pass --overwrite to replace it"]
+    assert [p.name for p in (tmp_path / "m").iterdir()] == ["notes.txt"]
+    rft_here("init-model", "m", "--overwrite", cwd=tmp_path)
+    assert (tmp_path / "m" / "model.safetensors").is_file() and not (tmp_path / "m" / "notes.txt").exists()
