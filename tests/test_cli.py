@@ -295,3 +295,51 @@ def test_init_model_over_a_folder_names_the_command_lines_flag(tmp_path):
     assert [p.name for p in (tmp_path / "m").iterdir()] == ["notes.txt"]
     rft_here("init-model", "m", "--overwrite", cwd=tmp_path)
     assert (tmp_path / "m" / "model.safetensors").is_file() and not (tmp_path / "m" / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("flag", ["--n-train", "--n-val"])
+def test_rft_data_refuses_a_split_of_no_rows(tmp_path, flag):
+    """`rft data arithmetic d --n-train 0` wrote d/train.parquet with no rows (which rft train then refuses)."""
+    bad = rft_here("data", "arithmetic", "d", flag, "0", cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [
+        f"rft: error: rft data arithmetic: {flag} 0: a split needs at least 1 row (rft train refuses an empty data "
+        "file)"]
+    assert not (tmp_path / "d").exists()
+
+
+def test_rft_data_refuses_to_write_over_data_without_overwrite(tmp_path):
+    """Like `rft init-model`, `rft data` leaves what a folder holds unless told --overwrite: a second `rft data
+    arithmetic d` (another seed, other rows) said nothing and replaced the data a run had trained on."""
+    rft_here("data", "arithmetic", "d", "--n-train", "8", "--n-val", "4", cwd=tmp_path)
+    before = _folder_files(tmp_path / "d")
+    bad = rft_here("data", "arithmetic", "d", "--seed", "1", "--preferences", cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [
+        "rft: error: rft data arithmetic: d already holds train.parquet, val.parquet; pass --overwrite to write over "
+        "them, or choose another folder"]
+    assert _folder_files(tmp_path / "d") == before
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    rft_here("data", "arithmetic", "d", "--seed", "1", "--n-train", "8", "--n-val", "4", "--overwrite", cwd=tmp_path)
+    after = _folder_files(tmp_path / "d")
+    assert after.pop("notes.txt") == b"mine" and after.keys() == before.keys() and after != before
+    # gsm8k converted into its source folder: nothing there has the name of what it writes
+    src = tmp_path / "g"
+    src.mkdir()
+    row = {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"}
+    for split in ("train", "test"):
+        (src / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
+    rft_here("data", "gsm8k", "g", "g", cwd=tmp_path)
+    assert "already holds train.parquet, test.parquet" in rft_here("data", "gsm8k", "g", "g", cwd=tmp_path,
+                                                                    check=False).stderr
+
+
+@pytest.mark.parametrize("args", [["arithmetic", "--preferences"], ["calculator", "--copy-rows", "3"],
+                                  ["calculator", "--copy-rows", "0"], ["shapes"]])
+def test_rft_data_checks_the_files_its_task_writes(tmp_path, args):
+    """The names `rft data` checks before writing (cli.task_files) are the files each task writes."""
+    from rft.cli import build_parser, task_files
+
+    argv = ["data", args[0], "out", *args[1:], "--n-train", "6", "--n-val", "3"]
+    rft_here(*argv, cwd=tmp_path)
+    parsed = build_parser().parse_args(argv)
+    parsed.out = "out"
+    assert sorted(task_files(parsed)) == sorted(p.name for p in (tmp_path / "out").iterdir())

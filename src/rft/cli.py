@@ -67,7 +67,37 @@ def cmd_init_model(args) -> int:
     return 0
 
 
+def task_files(args) -> list[str]:
+    """The files `rft data TASK ... OUT` writes into OUT (what the task's writer writes; a test holds them equal)."""
+    from rft.tasks.geometry3k import GEOMETRY3K_SPLITS
+    from rft.tasks.gsm8k import GSM8K_SPLITS
+
+    splits = {"arithmetic": ["train", "val", *(["preference_train", "preference_val"] if args.preferences else [])],
+              "calculator": ["train", "val", "sft", *(["copy"] if args.copy_rows else [])],
+              "shapes": ["train", "val"], "gsm8k": GSM8K_SPLITS, "geometry3k": GEOMETRY3K_SPLITS}[args.task]
+    return [f"{split}.parquet" for split in splits]
+
+
+def check_data_args(args) -> None:
+    """`rft data`'s refusals before anything is written: a split of no rows (rft train refuses an empty data file),
+    and files OUT already holds, which only --overwrite replaces (as `rft init-model` refuses a non-empty folder)."""
+    from pathlib import Path
+
+    from rft.errors import RftError
+
+    if args.task in ("arithmetic", "calculator", "shapes"):
+        for flag, n in (("--n-train", args.n_train), ("--n-val", args.n_val)):
+            if n < 1:
+                raise RftError(f"rft data {args.task}: {flag} {n}: a split needs at least 1 row (rft train refuses an "
+                               "empty data file)")
+    there = [name for name in task_files(args) if (Path(args.out) / name).exists()]
+    if there and not args.overwrite:
+        raise RftError(f"rft data {args.task}: {args.out} already holds {', '.join(there)}; pass --overwrite to write "
+                       "over them, or choose another folder")
+
+
 def cmd_data(args) -> int:
+    check_data_args(args)
     if args.task in ("arithmetic", "calculator", "shapes"):  # synthetic tasks: written, their options' ranges checked
         from rft.errors import RftError
         from rft.tasks import write_arithmetic, write_calculator
@@ -286,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --family: chatml (rft's), no-pad (Llama 3's way: no pad token), base (no chat "
                         "template, no pad token, BOS added)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--overwrite", action="store_true")
+    q.add_argument("--overwrite", action="store_true", help="replace OUT when it is not empty (refused without)")
     q.set_defaults(fn=cmd_init_model)
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format")
@@ -296,9 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
                         ".parquet) with its diagrams, the same names; the synthetic tasks write OUT/train.parquet / "
                         "OUT/val.parquet")
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
+    q.add_argument("--overwrite", action="store_true",
+                   help="write over the files of the same names OUT holds (refused without; other files are left)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--n-train", type=int, default=2000)
-    q.add_argument("--n-val", type=int, default=200)
+    q.add_argument("--n-train", type=int, default=2000, help="the synthetic tasks: training rows (at least 1)")
+    q.add_argument("--n-val", type=int, default=200, help="the synthetic tasks: held-out rows (at least 1)")
     q.add_argument("--max-digits", type=int, default=2)
     q.add_argument("--ops", default="+")
     q.add_argument("--carry-slip", type=float, default=0.0,
