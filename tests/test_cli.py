@@ -136,6 +136,13 @@ def test_a_closed_console_pipe_does_not_end_the_run(workdir):
     ("actor_rollout_ref.rollout.name=sglang", "rollout.name='sglang'"),
     ("algorithm.adv_estimator=nope", "adv_estimator"),
     ("data.train_files=missing.parquet", "does not exist"),
+    # a mistyped path is missing whatever its name ends in (it was "not a .parquet or .jsonl file"); an existing
+    # file of another kind is not a data file
+    ("data.train_files=/no/such/file", "data.train_files: file '/no/such/file' does not exist, nor does its folder"),
+    ("data.val_files=d/val", "data.val_files: file 'd/val' does not exist; did you mean 'd/val.parquet'?"),
+    ("data.train_files=d/train.csv", "data.train_files: file 'd/train.csv' does not exist ('d' holds train.parquet, "
+                                     "val.parquet)"),
+    ("data.train_files=m/config.json", "data.train_files: 'm/config.json' is not a .parquet or .jsonl file"),
     ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),
 ])
 def test_bad_config_is_refused_before_anything_loads(workdir, override, message):
