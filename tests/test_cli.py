@@ -210,8 +210,9 @@ def test_another_trainer_refuses_a_run_folders_checkpoints_and_leaves_the_folder
     from rft.trainer.checkpoint import check_resume_kind, write_manifest
     from rft.trainer.configure import load_dpo_config
 
-    rft_here(*train_args("rx", "trainer.total_training_steps=1", "trainer.test_freq=-1",
-                         "trainer.val_before_train=false"), cwd=workdir)
+    run = rft_here(*train_args("rx", "trainer.total_training_steps=1", "trainer.test_freq=-1",
+                               "trainer.val_before_train=false"), cwd=workdir)
+    assert "rft: 1 step on cpu, 2000 train prompts, output rx" in run.stdout.splitlines()  # not "1 steps"
     rx = workdir / "rx"
     state_file = rx / "checkpoints" / "global_step_1" / "trainer_state.json"
     state = json.loads(state_file.read_text())
@@ -239,7 +240,8 @@ def test_another_trainer_refuses_a_run_folders_checkpoints_and_leaves_the_folder
         named.stderr
     assert not (workdir / "elsewhere" / "failed.json").exists()
 
-    rft_here(*sft_args("sx"), cwd=workdir)
+    run = rft_here(*sft_args("sx"), cwd=workdir)
+    assert "rft sft: 1 step on cpu, 2000 rows, output sx" in run.stdout.splitlines()
     sx = workdir / "sx"
     assert json.loads((sx / "checkpoints" / "global_step_1" / "trainer_state.json").read_text())["trainer"] == "sft"
     refused = rft_here(*train_args("sx"), cwd=workdir, check=False)
@@ -350,3 +352,14 @@ def test_rft_data_checks_the_files_its_task_writes(tmp_path, args):
     parsed = build_parser().parse_args(argv)
     parsed.out = "out"
     assert sorted(task_files(parsed)) == sorted(p.name for p in (tmp_path / "out").iterdir())
+
+
+def test_counts_in_what_rft_prints_are_singular_for_one():
+    """One helper words the counts of console lines and messages ("1 steps", "1 prompts" before)."""
+    from rft.console import counted
+    from rft.data.dataset import DataError, PromptSampler
+
+    assert [counted(1, "step"), counted(0, "step"), counted(2, "process", "processes")] == [
+        "1 step", "0 steps", "2 processes"]
+    with pytest.raises(DataError, match=r"^the training set has 1 prompt, fewer than data.train_batch_size=2$"):
+        PromptSampler(1, 2)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from rft.console import counted
 from rft.data.chat import render
 from rft.data.images import has_images, row_images, with_image_parts
 from rft.data.io import DataError, read_rows
@@ -206,7 +207,7 @@ class PromptSampler:
     def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1):
         if num_items < batch_size:
             raise DataError(
-                f"the training set has {num_items} prompts, fewer than data.train_batch_size={batch_size}"
+                f"the training set has {counted(num_items, 'prompt')}, fewer than data.train_batch_size={batch_size}"
             )
         self.num_items, self.batch_size, self.shuffle, self.seed = num_items, batch_size, shuffle, seed
         self.epoch, self.batch_in_epoch = 0, 0
