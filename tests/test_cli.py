@@ -3,6 +3,7 @@ resume, and bad input refused before any model loads."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -363,3 +364,46 @@ def test_counts_in_what_rft_prints_are_singular_for_one():
         "1 step", "0 steps", "2 processes"]
     with pytest.raises(DataError, match=r"^the training set has 1 prompt, fewer than data.train_batch_size=2$"):
         PromptSampler(1, 2)
+
+
+def _epilog_commands(text: str) -> list[list[str]]:
+    """The command lines of an epilog's examples (indented `rft ...`, continuation lines joined, comments cut)."""
+    import shlex
+
+    lines = text.replace("\\\n", " ").splitlines()
+    return [shlex.split(line, comments=True) for line in lines if line.startswith("  rft ")]
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "dpo", "demo", "data"])
+def test_help_ends_with_examples_that_run_and_the_docs_of_the_keys(workdir, tmp_path, command):
+    """`rft train --help` had no example and no pointer to the keys: each main command's help ends with command
+    lines from the repository's root, and they run as shown, in order, in a fresh folder (the training commands
+    through their config's validation, paths included; the demo through the parser; the model is the workdir's
+    tiny one), and the documents they name exist."""
+    import re
+
+    from rft.cli import EPILOGS, build_parser
+    from rft.trainer.configure import load_config, load_dpo_config, load_sft_config
+
+    shown = rft_here(command, "--help", cwd=tmp_path)
+    assert EPILOGS[command] in shown.stdout
+    for doc in re.findall(r"\b(?:docs/[a-z_]+|README)\.md\b", EPILOGS[command]):
+        assert (REPO / doc).is_file(), doc
+    if command in ("train", "sft", "dpo"):
+        assert "docs/config.md" in EPILOGS[command]
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    (tmp_path / "tests").symlink_to(REPO / "tests")
+    loaders = {"train": load_config, "sft": load_sft_config, "dpo": load_dpo_config}
+    ran = []
+    for argv in _epilog_commands(EPILOGS[command]):
+        assert argv[0] == "rft"
+        args = build_parser().parse_args(argv[1:])  # every option as shown exists
+        if args.command == "init-model":
+            (tmp_path / args.out).symlink_to(workdir / "m")
+        elif args.command == "data":
+            rft_here(*argv[1:], cwd=tmp_path)
+        elif args.command in loaders:
+            with contextlib.chdir(tmp_path):
+                loaders[args.command](args.config, args.overrides)
+        ran.append(args.command)
+    assert command in ran

@@ -296,6 +296,57 @@ def version() -> str:
         return rft.__version__
 
 
+def _keys(section: str = "") -> str:
+    """The epilog's pointer to the config keys' reference (`section`: its part for the command)."""
+    return (f"config keys (verl's names) go in the YAML or on the command line as section.key=value: docs/config.md"
+            f"{section}\nlists them (or `rft config reference`); `rft config show CONFIG [section.key=value ...]` prints "
+            "the resolved config")
+
+
+EPILOGS = {
+    "train": f"""\
+examples, from the repository's root (README.md):
+  rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
+  rft data arithmetic d                       # d/train.parquet, d/val.parquet
+  rft train examples/arithmetic_grpo.yaml actor_rollout_ref.model.path=m data.train_files=d/train.parquet \\
+      data.val_files=d/val.parquet trainer.total_training_steps=3 trainer.default_local_dir=out
+
+{_keys()}.
+A Trinity-RFT YAML, and a `stages:` list of SFT / DPO / RL stages, run too (README.md).""",
+    "sft": f"""\
+examples, from the repository's root (README.md):
+  rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
+  rft data gsm8k tests/data/gsm8k d           # GSM8K's first rows: d/train.parquet, d/test.parquet
+  rft sft examples/gsm8k_sft.yaml model.partial_pretrain=m trainer.total_training_steps=4 \\
+      trainer.default_local_dir=sft
+
+{_keys(" (its SFT part)")}.""",
+    "dpo": f"""\
+examples, from the repository's root (examples/arithmetic_dpo.yaml):
+  rft init-model --preset tiny m              # better: a model that makes the mistakes, e.g. runs/demo/sft/model
+  rft data arithmetic d --carry-slip 0.75 --preferences   # d/preference_train.parquet, d/preference_val.parquet
+  rft dpo examples/arithmetic_dpo.yaml model.partial_pretrain=m trainer.default_local_dir=out
+
+{_keys(" (its DPO part)")}.
+The preference losses: docs/algorithms.md.""",
+    "demo": """\
+examples:
+  rft demo                                    # SFT then GRPO on two-digit additions, in runs/demo
+  rft demo --task tools --seed 1 --output runs/tools
+
+what it runs and prints: README.md ("The demo and the tests in detail"); the tools task: docs/workflows.md; the
+vision task: docs/multimodal.md""",
+    "data": """\
+examples, from the repository's root:
+  rft data arithmetic d --n-train 2000 --n-val 200    # d/train.parquet, d/val.parquet
+  rft data gsm8k tests/data/gsm8k gsm8k               # gsm8k/train.parquet, gsm8k/test.parquet
+
+the rows they hold (verl's format) and how rft train reads them: docs/data.md""",
+}
+"""The end of `rft <command> --help`: command lines that run as shown (tests/test_cli.py runs them) and where the
+keys are described."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rft", description="Reinforcement fine-tuning for LLMs.")
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
@@ -319,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--overwrite", action="store_true", help="replace OUT when it is not empty (refused without)")
     q.set_defaults(fn=cmd_init_model)
 
-    q = sub.add_parser("data", help="write task data as parquet in verl's row format")
+    q = sub.add_parser("data", help="write task data as parquet in verl's row format", epilog=EPILOGS["data"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("task", choices=("arithmetic", "calculator", "geometry3k", "gsm8k", "shapes"),
                    help="gsm8k SRC OUT: GSM8K's train.jsonl / test.jsonl to OUT/train.parquet / OUT/test.parquet "
                         "(verl's names); geometry3k SRC OUT: a local copy of hiyouga/geometry3k (data/<split>-*"
@@ -349,23 +401,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "number (0: none)")
     q.set_defaults(fn=cmd_data)
 
-    q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")
+    q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides", epilog=EPILOGS["train"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_train)
 
-    q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides")
+    q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides", epilog=EPILOGS["sft"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_sft)
 
-    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides")
+    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides", epilog=EPILOGS["dpo"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_dpo)
 
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
-                                    "accuracy per stage")
+                                    "accuracy per stage", epilog=EPILOGS["demo"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("--task", choices=("arithmetic", "tools", "vision"), default="arithmetic",
                    help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn); "
                         "vision: counting shapes in pictures with a tiny vision-language model")
