@@ -317,42 +317,93 @@ def test_rft_data_refuses_a_split_of_no_rows(tmp_path, flag):
     assert not (tmp_path / "d").exists()
 
 
-def test_rft_data_refuses_to_write_over_data_without_overwrite(tmp_path):
-    """Like `rft init-model`, `rft data` leaves what a folder holds unless told --overwrite: a second `rft data
-    arithmetic d` (another seed, other rows) said nothing and replaced the data a run had trained on."""
-    rft_here("data", "arithmetic", "d", "--n-train", "8", "--n-val", "4", cwd=tmp_path)
-    before = _folder_files(tmp_path / "d")
-    bad = rft_here("data", "arithmetic", "d", "--seed", "1", "--preferences", cwd=tmp_path, check=False)
-    assert bad.returncode == 2 and bad.stderr.splitlines() == [
-        "rft: error: rft data arithmetic: d already holds train.parquet, val.parquet; pass --overwrite to write over "
-        "them, or choose another folder"]
-    assert _folder_files(tmp_path / "d") == before
-    (tmp_path / "d" / "notes.txt").write_text("mine")
-    rft_here("data", "arithmetic", "d", "--seed", "1", "--n-train", "8", "--n-val", "4", "--overwrite", cwd=tmp_path)
-    after = _folder_files(tmp_path / "d")
-    assert after.pop("notes.txt") == b"mine" and after.keys() == before.keys() and after != before
-    # gsm8k converted into its source folder: nothing there has the name of what it writes
-    src = tmp_path / "g"
-    src.mkdir()
+def _stamped(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """The files of `folder` (hidden ones too) with their bytes and modification times, the times first set to one
+    moment long ago, so that a file written again shows a new time whatever the file system's clock resolution."""
+    for path in folder.iterdir():
+        os.utime(path, ns=(10**18, 10**18))
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def _gsm8k_source(folder: Path) -> None:
+    folder.mkdir()
     row = {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"}
     for split in ("train", "test"):
-        (src / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
-    rft_here("data", "gsm8k", "g", "g", cwd=tmp_path)
-    assert "already holds train.parquet, test.parquet" in rft_here("data", "gsm8k", "g", "g", cwd=tmp_path,
-                                                                    check=False).stderr
+        (folder / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
 
 
-@pytest.mark.parametrize("args", [["arithmetic", "--preferences"], ["calculator", "--copy-rows", "3"],
-                                  ["calculator", "--copy-rows", "0"], ["shapes"]])
-def test_rft_data_checks_the_files_its_task_writes(tmp_path, args):
-    """The names `rft data` checks before writing (cli.task_files) are the files each task writes."""
-    from rft.cli import build_parser, task_files
-
-    argv = ["data", args[0], "out", *args[1:], "--n-train", "6", "--n-val", "3"]
+@pytest.mark.parametrize("args", [["arithmetic", "--preferences"], ["calculator", "--copy-rows", "3"], ["shapes"],
+                                  ["gsm8k"]], ids=["arithmetic", "calculator", "shapes", "gsm8k-into-its-source"])
+def test_rft_data_run_again_as_it_was_leaves_the_data_and_succeeds(tmp_path, args):
+    """The README and the examples' headers run `rft data TASK OUT` into a folder again with the same options: the
+    same task and options write the same bytes, so the second run says the data is there and exits 0, touching no
+    file (it was refused, exit 2). gsm8k converted into its own source folder too."""
+    if args[0] == "gsm8k":
+        _gsm8k_source(tmp_path / "g")
+        argv = ["data", "gsm8k", "g", "g"]
+    else:
+        argv = ["data", args[0], "g", *args[1:], "--n-train", "6", "--n-val", "3"]
     rft_here(*argv, cwd=tmp_path)
-    parsed = build_parser().parse_args(argv)
-    parsed.out = "out"
-    assert sorted(task_files(parsed)) == sorted(p.name for p in (tmp_path / "out").iterdir())
+    before = _stamped(tmp_path / "g")
+    again = rft_here(*argv, cwd=tmp_path, check=False)
+    assert again.returncode == 0 and again.stderr == "" and len(again.stdout.splitlines()) == 1
+    assert again.stdout.startswith(f"rft data {args[0]}: g already holds train.parquet, ")
+    assert again.stdout.rstrip().endswith(", byte for byte as these options write them: nothing written")
+    # the same files, bytes and times: no staging folder left behind either
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "g").iterdir())} == before
+
+
+def test_rft_data_writes_only_the_files_a_folder_lacks(tmp_path):
+    """`rft data arithmetic d` after `... d --preferences` (train / val the same bytes) leaves everything; the other
+    way round it adds the preference files and leaves train / val as they were."""
+    rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3", cwd=tmp_path)
+    before = _stamped(tmp_path / "d")
+    out = rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3", "--preferences", cwd=tmp_path)
+    assert "preference_train: d/preference_train.parquet" in out.stdout
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "d").iterdir())}
+    assert sorted(after) == ["preference_train.parquet", "preference_val.parquet", "train.parquet", "val.parquet"]
+    assert {name: after[name] for name in before} == before
+    assert "nothing written" in rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3",
+                                         cwd=tmp_path).stdout
+
+
+def test_rft_data_refuses_other_data_without_overwrite_and_replaces_it_with(tmp_path):
+    """Like `rft init-model`, `rft data` leaves what a folder holds unless told --overwrite: a second `rft data
+    arithmetic d` with other options (other rows) said nothing and replaced the data a run had trained on. The
+    refusal names the files that differ (--carry-slip changes only the training demonstrations, so train.parquet),
+    writes nothing, not even the files the folder lacks; --overwrite replaces those alone, by rename, and leaves
+    the files of the same bytes and the user's own files as they were."""
+    rft_here("data", "arithmetic", "d", "--n-train", "8", "--n-val", "4", cwd=tmp_path)
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    before = _stamped(tmp_path / "d")
+    other = ["data", "arithmetic", "d", "--n-train", "8", "--n-val", "4", "--carry-slip", "1", "--preferences"]
+    bad = rft_here(*other, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.splitlines() == [
+        "rft: error: rft data arithmetic: d already holds train.parquet with other data than these options write; "
+        "pass --overwrite to write over them, or choose another folder"]
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "d").iterdir())} == before
+    rft_here(*other, "--overwrite", cwd=tmp_path)
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "d").iterdir())}
+    assert sorted(after) == ["notes.txt", "preference_train.parquet", "preference_val.parquet", "train.parquet",
+                             "val.parquet"]
+    assert after["notes.txt"] == before["notes.txt"] and after["val.parquet"] == before["val.parquet"]
+    assert after["train.parquet"][0] != before["train.parquet"][0]
+    assert "nothing written" in rft_here(*other, cwd=tmp_path).stdout  # the data it wrote is now what is there
+    # gsm8k converted into its source folder, the source changed since
+    _gsm8k_source(tmp_path / "g")
+    rft_here("data", "gsm8k", "g", "g", cwd=tmp_path)
+    (tmp_path / "g" / "train.jsonl").write_text((tmp_path / "g" / "train.jsonl").read_text().replace("3 apples",
+                                                                                                     "5 apples"))
+    assert "rft data gsm8k: g already holds train.parquet with other data" in rft_here(
+        "data", "gsm8k", "g", "g", cwd=tmp_path, check=False).stderr
+
+
+def test_rft_data_that_fails_leaves_no_folder(tmp_path):
+    """Options checked by the task's writer (--max-count) fail before any file is in place: the folder the
+    staging made for it is removed again."""
+    bad = rft_here("data", "shapes", "new/s", "--max-count", "12", cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and "max_count must be in 1..9" in bad.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_counts_in_what_rft_prints_are_singular_for_one():

@@ -67,22 +67,8 @@ def cmd_init_model(args) -> int:
     return 0
 
 
-def task_files(args) -> list[str]:
-    """The files `rft data TASK ... OUT` writes into OUT (what the task's writer writes; a test holds them equal)."""
-    from rft.tasks.geometry3k import GEOMETRY3K_SPLITS
-    from rft.tasks.gsm8k import GSM8K_SPLITS
-
-    splits = {"arithmetic": ["train", "val", *(["preference_train", "preference_val"] if args.preferences else [])],
-              "calculator": ["train", "val", "sft", *(["copy"] if args.copy_rows else [])],
-              "shapes": ["train", "val"], "gsm8k": GSM8K_SPLITS, "geometry3k": GEOMETRY3K_SPLITS}[args.task]
-    return [f"{split}.parquet" for split in splits]
-
-
 def check_data_args(args) -> None:
-    """`rft data`'s refusals before anything is written: a split of no rows (rft train refuses an empty data file),
-    and files OUT already holds, which only --overwrite replaces (as `rft init-model` refuses a non-empty folder)."""
-    from pathlib import Path
-
+    """`rft data`'s refusal before anything is written: a split of no rows (rft train refuses an empty data file)."""
     from rft.errors import RftError
 
     if args.task in ("arithmetic", "calculator", "shapes"):
@@ -90,14 +76,10 @@ def check_data_args(args) -> None:
             if n < 1:
                 raise RftError(f"rft data {args.task}: {flag} {n}: a split needs at least 1 row (rft train refuses an "
                                "empty data file)")
-    there = [name for name in task_files(args) if (Path(args.out) / name).exists()]
-    if there and not args.overwrite:
-        raise RftError(f"rft data {args.task}: {args.out} already holds {', '.join(there)}; pass --overwrite to write "
-                       "over them, or choose another folder")
 
 
-def cmd_data(args) -> int:
-    check_data_args(args)
+def write_task_data(args, out) -> dict:
+    """Write the task's files into the folder `out`; returns their paths by split."""
     if args.task in ("arithmetic", "calculator", "shapes"):  # synthetic tasks: written, their options' ranges checked
         from rft.errors import RftError
         from rft.tasks import write_arithmetic, write_calculator
@@ -110,17 +92,45 @@ def cmd_data(args) -> int:
             "shapes": (write_shapes, dict(max_count=args.max_count, slip=args.slip)),
         }[args.task]
         try:
-            paths = write(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed, **options)
+            return write(out, n_train=args.n_train, n_val=args.n_val, seed=args.seed, **options)
         except ValueError as e:
             raise RftError(f"rft data {args.task}: {e}") from None
-    else:  # a local copy of a dataset, converted
-        from rft.tasks import convert_gsm8k
-        from rft.tasks.geometry3k import convert_geometry3k
+    from rft.tasks import convert_gsm8k  # a local copy of a dataset, converted
+    from rft.tasks.geometry3k import convert_geometry3k
 
-        if not args.src:
-            print("rft data gsm8k needs SRC: a folder with train.jsonl and test.jsonl", file=sys.stderr)
-            return 2
-        paths = {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k}[args.task](args.src, args.out)
+    return {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k}[args.task](args.src, out)
+
+
+def cmd_data(args) -> int:
+    """The task's files are written into a staging folder inside OUT, then compared with what OUT holds: files of
+    the same bytes are left as they are (the same task and options write the same bytes), so running the command
+    again changes nothing; files of other bytes are replaced only with --overwrite (a run may have trained on them);
+    the rest is renamed into OUT, one file at a time."""
+    import os
+    from pathlib import Path
+
+    from rft.errors import RftError
+    from rft.fsutil import differing_files, staging_in
+
+    check_data_args(args)
+    if args.task in ("gsm8k", "geometry3k") and not args.src:
+        print("rft data gsm8k needs SRC: a folder with train.jsonl and test.jsonl", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    with staging_in(out) as staging:
+        staged = write_task_data(args, staging)
+        names = [path.name for path in staged.values()]
+        new, differ = differing_files(staging, out, names)
+        if differ and not args.overwrite:
+            raise RftError(f"rft data {args.task}: {args.out} already holds {', '.join(differ)} with other data than "
+                           "these options write; pass --overwrite to write over them, or choose another folder")
+        if not new and not differ:
+            print(f"rft data {args.task}: {args.out} already holds {', '.join(names)}, byte for byte as these "
+                  "options write them: nothing written")
+            return 0
+        for name in [*new, *differ]:
+            os.replace(staging / name, out / name)
+    paths = {split: out / path.name for split, path in staged.items()}
     for split, path in paths.items():
         print(f"{split}: {path}")
     held_out = paths.get("val") or paths.get("test")  # gsm8k keeps verl's name for its held-out split
@@ -379,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "OUT/val.parquet")
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
     q.add_argument("--overwrite", action="store_true",
-                   help="write over the files of the same names OUT holds (refused without; other files are left)")
+                   help="write over the files of the same names OUT holds with other bytes (refused without; the "
+                        "same bytes, and other files, are left)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-train", type=int, default=2000, help="the synthetic tasks: training rows (at least 1)")
     q.add_argument("--n-val", type=int, default=200, help="the synthetic tasks: held-out rows (at least 1)")
