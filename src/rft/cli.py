@@ -326,7 +326,7 @@ A Trinity-RFT YAML, and a `stages:` list of SFT / DPO / RL stages, run too (READ
     "sft": f"""\
 examples, from the repository's root (README.md):
   rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
-  rft data gsm8k tests/data/gsm8k d           # GSM8K's first rows: d/train.parquet, d/test.parquet
+  rft data gsm8k tests/data/gsm8k gsm8k       # GSM8K's first rows: gsm8k/train.parquet, gsm8k/test.parquet
   rft sft examples/gsm8k_sft.yaml model.partial_pretrain=m trainer.total_training_steps=4 \\
       trainer.default_local_dir=sft
 
@@ -334,7 +334,7 @@ examples, from the repository's root (README.md):
     "dpo": f"""\
 examples, from the repository's root (examples/arithmetic_dpo.yaml):
   rft init-model --preset tiny m              # better: a model that makes the mistakes, e.g. runs/demo/sft/model
-  rft data arithmetic d --carry-slip 0.75 --preferences   # d/preference_train.parquet, d/preference_val.parquet
+  rft data arithmetic data/arithmetic_slip --carry-slip 0.75 --preferences  # with preference_*.parquet
   rft dpo examples/arithmetic_dpo.yaml model.partial_pretrain=m trainer.default_local_dir=out
 
 {_keys(" (its DPO part)")}.
