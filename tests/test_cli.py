@@ -3,6 +3,7 @@ resume, and bad input refused before any model loads."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -136,6 +137,13 @@ def test_a_closed_console_pipe_does_not_end_the_run(workdir):
     ("actor_rollout_ref.rollout.name=sglang", "rollout.name='sglang'"),
     ("algorithm.adv_estimator=nope", "adv_estimator"),
     ("data.train_files=missing.parquet", "does not exist"),
+    # a mistyped path is missing whatever its name ends in (it was "not a .parquet or .jsonl file"); an existing
+    # file of another kind is not a data file
+    ("data.train_files=/no/such/file", "data.train_files: file '/no/such/file' does not exist, nor does its folder"),
+    ("data.val_files=d/val", "data.val_files: file 'd/val' does not exist; did you mean 'd/val.parquet'?"),
+    ("data.train_files=d/train.csv", "data.train_files: file 'd/train.csv' does not exist ('d' holds train.parquet, "
+                                     "val.parquet)"),
+    ("data.train_files=m/config.json", "data.train_files: 'm/config.json' is not a .parquet or .jsonl file"),
     ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),
 ])
 def test_bad_config_is_refused_before_anything_loads(workdir, override, message):
@@ -203,8 +211,9 @@ def test_another_trainer_refuses_a_run_folders_checkpoints_and_leaves_the_folder
     from rft.trainer.checkpoint import check_resume_kind, checkpoint_to_resume, write_manifest
     from rft.trainer.configure import load_dpo_config
 
-    rft_here(*train_args("rx", "trainer.total_training_steps=1", "trainer.test_freq=-1",
-                         "trainer.val_before_train=false"), cwd=workdir)
+    run = rft_here(*train_args("rx", "trainer.total_training_steps=1", "trainer.test_freq=-1",
+                               "trainer.val_before_train=false"), cwd=workdir)
+    assert "rft: 1 step on cpu, 2000 train prompts, output rx" in run.stdout.splitlines()  # not "1 steps"
     rx = workdir / "rx"
     state_file = rx / "checkpoints" / "global_step_1" / "trainer_state.json"
     state = json.loads(state_file.read_text())
@@ -232,7 +241,8 @@ def test_another_trainer_refuses_a_run_folders_checkpoints_and_leaves_the_folder
         named.stderr
     assert not (workdir / "elsewhere" / "failed.json").exists()
 
-    rft_here(*sft_args("sx"), cwd=workdir)
+    run = rft_here(*sft_args("sx"), cwd=workdir)
+    assert "rft sft: 1 step on cpu, 2000 rows, output sx" in run.stdout.splitlines()
     sx = workdir / "sx"
     assert json.loads((sx / "checkpoints" / "global_step_1" / "trainer_state.json").read_text())["trainer"] == "sft"
     refused = rft_here(*train_args("sx"), cwd=workdir, check=False)
@@ -269,3 +279,182 @@ def test_init_model_prints_its_one_line_without_transformers_progress_bars(tmp_p
     run = rft_here("init-model", "--preset", "tiny", "m", cwd=tmp_path)
     assert run.stderr == "", run.stderr
     assert run.stdout == "wrote tiny model (1,020,416 parameters) to m\n"
+
+
+def test_version_prints_the_installed_version_which_is_the_packages_own(tmp_path):
+    """`rft --version`: one line, the version pip installed, the same as pyproject.toml's and `rft.__version__`."""
+    import re
+    from importlib.metadata import version
+
+    import rft
+
+    run = rft_here("--version", cwd=tmp_path)
+    assert run.stdout == f"rft {version('rft')}\n" and run.stderr == ""
+    declared = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert version("rft") == declared == rft.__version__
+
+
+def test_init_model_over_a_folder_names_the_command_lines_flag(tmp_path):
+    """`rft init-model m` over a non-empty m says to pass --overwrite (it said the library's overwrite=True), leaves
+    the folder as it was, and --overwrite replaces it."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "notes.txt").write_text("mine")
+    refused = rft_here("init-model", "m", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        "rft: error: m exists and is not empty; pass --overwrite to replace it"]
+    assert [p.name for p in (tmp_path / "m").iterdir()] == ["notes.txt"]
+    rft_here("init-model", "m", "--overwrite", cwd=tmp_path)
+    assert (tmp_path / "m" / "model.safetensors").is_file() and not (tmp_path / "m" / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("flag", ["--n-train", "--n-val"])
+def test_rft_data_refuses_a_split_of_no_rows(tmp_path, flag):
+    """`rft data arithmetic d --n-train 0` wrote d/train.parquet with no rows (which rft train then refuses)."""
+    bad = rft_here("data", "arithmetic", "d", flag, "0", cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [
+        f"rft: error: rft data arithmetic: {flag} 0: a split needs at least 1 row (rft train refuses an empty data "
+        "file)"]
+    assert not (tmp_path / "d").exists()
+
+
+def _stamped(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """The files of `folder` (hidden ones too) with their bytes and modification times, the times first set to one
+    moment long ago, so that a file written again shows a new time whatever the file system's clock resolution."""
+    for path in folder.iterdir():
+        os.utime(path, ns=(10**18, 10**18))
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def _gsm8k_source(folder: Path) -> None:
+    folder.mkdir()
+    row = {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"}
+    for split in ("train", "test"):
+        (folder / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
+
+
+@pytest.mark.parametrize("args", [["arithmetic", "--preferences"], ["calculator", "--copy-rows", "3"], ["shapes"],
+                                  ["gsm8k"]], ids=["arithmetic", "calculator", "shapes", "gsm8k-into-its-source"])
+def test_rft_data_run_again_as_it_was_leaves_the_data_and_succeeds(tmp_path, args):
+    """The README and the examples' headers run `rft data TASK OUT` into a folder again with the same options: the
+    same task and options write the same bytes, so the second run says the data is there and exits 0, touching no
+    file (it was refused, exit 2). gsm8k converted into its own source folder too."""
+    if args[0] == "gsm8k":
+        _gsm8k_source(tmp_path / "g")
+        argv = ["data", "gsm8k", "g", "g"]
+    else:
+        argv = ["data", args[0], "g", *args[1:], "--n-train", "6", "--n-val", "3"]
+    rft_here(*argv, cwd=tmp_path)
+    before = _stamped(tmp_path / "g")
+    again = rft_here(*argv, cwd=tmp_path, check=False)
+    assert again.returncode == 0 and again.stderr == "" and len(again.stdout.splitlines()) == 1
+    assert again.stdout.startswith(f"rft data {args[0]}: g already holds train.parquet, ")
+    assert again.stdout.rstrip().endswith(", byte for byte as these options write them: nothing written")
+    # the same files, bytes and times: no staging folder left behind either
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "g").iterdir())} == before
+
+
+def test_rft_data_writes_only_the_files_a_folder_lacks(tmp_path):
+    """`rft data arithmetic d` after `... d --preferences` (train / val the same bytes) leaves everything; the other
+    way round it adds the preference files and leaves train / val as they were."""
+    rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3", cwd=tmp_path)
+    before = _stamped(tmp_path / "d")
+    out = rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3", "--preferences", cwd=tmp_path)
+    assert "preference_train: d/preference_train.parquet" in out.stdout
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "d").iterdir())}
+    assert sorted(after) == ["preference_train.parquet", "preference_val.parquet", "train.parquet", "val.parquet"]
+    assert {name: after[name] for name in before} == before
+    assert "nothing written" in rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3",
+                                         cwd=tmp_path).stdout
+
+
+def test_rft_data_refuses_other_data_without_overwrite_and_replaces_it_with(tmp_path):
+    """Like `rft init-model`, `rft data` leaves what a folder holds unless told --overwrite: a second `rft data
+    arithmetic d` with other options (other rows) said nothing and replaced the data a run had trained on. The
+    refusal names the files that differ (--carry-slip changes only the training demonstrations, so train.parquet),
+    writes nothing, not even the files the folder lacks; --overwrite replaces those alone, by rename, and leaves
+    the files of the same bytes and the user's own files as they were."""
+    rft_here("data", "arithmetic", "d", "--n-train", "8", "--n-val", "4", cwd=tmp_path)
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    before = _stamped(tmp_path / "d")
+    other = ["data", "arithmetic", "d", "--n-train", "8", "--n-val", "4", "--carry-slip", "1", "--preferences"]
+    bad = rft_here(*other, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.splitlines() == [
+        "rft: error: rft data arithmetic: d already holds train.parquet with other data than these options write; "
+        "pass --overwrite to write over them, or choose another folder"]
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "d").iterdir())} == before
+    rft_here(*other, "--overwrite", cwd=tmp_path)
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((tmp_path / "d").iterdir())}
+    assert sorted(after) == ["notes.txt", "preference_train.parquet", "preference_val.parquet", "train.parquet",
+                             "val.parquet"]
+    assert after["notes.txt"] == before["notes.txt"] and after["val.parquet"] == before["val.parquet"]
+    assert after["train.parquet"][0] != before["train.parquet"][0]
+    assert "nothing written" in rft_here(*other, cwd=tmp_path).stdout  # the data it wrote is now what is there
+    # gsm8k converted into its source folder, the source changed since
+    _gsm8k_source(tmp_path / "g")
+    rft_here("data", "gsm8k", "g", "g", cwd=tmp_path)
+    (tmp_path / "g" / "train.jsonl").write_text((tmp_path / "g" / "train.jsonl").read_text().replace("3 apples",
+                                                                                                     "5 apples"))
+    assert "rft data gsm8k: g already holds train.parquet with other data" in rft_here(
+        "data", "gsm8k", "g", "g", cwd=tmp_path, check=False).stderr
+
+
+def test_rft_data_that_fails_leaves_no_folder(tmp_path):
+    """Options checked by the task's writer (--max-count) fail before any file is in place: the folder the
+    staging made for it is removed again."""
+    bad = rft_here("data", "shapes", "new/s", "--max-count", "12", cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and "max_count must be in 1..9" in bad.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_counts_in_what_rft_prints_are_singular_for_one():
+    """One helper words the counts of console lines and messages ("1 steps", "1 prompts" before)."""
+    from rft.console import counted
+    from rft.data.dataset import DataError, PromptSampler
+
+    assert [counted(1, "step"), counted(0, "step"), counted(2, "process", "processes")] == [
+        "1 step", "0 steps", "2 processes"]
+    with pytest.raises(DataError, match=r"^the training set has 1 prompt, fewer than data.train_batch_size=2$"):
+        PromptSampler(1, 2)
+
+
+def _epilog_commands(text: str) -> list[list[str]]:
+    """The command lines of an epilog's examples (indented `rft ...`, continuation lines joined, comments cut)."""
+    import shlex
+
+    lines = text.replace("\\\n", " ").splitlines()
+    return [shlex.split(line, comments=True) for line in lines if line.startswith("  rft ")]
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "dpo", "demo", "data"])
+def test_help_ends_with_examples_that_run_and_the_docs_of_the_keys(workdir, tmp_path, command):
+    """`rft train --help` had no example and no pointer to the keys: each main command's help ends with command
+    lines from the repository's root, and they run as shown, in order, in a fresh folder (the training commands
+    through their config's validation, paths included; the demo through the parser; the model is the workdir's
+    tiny one), and the documents they name exist."""
+    import re
+
+    from rft.cli import EPILOGS, build_parser
+    from rft.trainer.configure import load_config, load_dpo_config, load_sft_config
+
+    shown = rft_here(command, "--help", cwd=tmp_path)
+    assert EPILOGS[command] in shown.stdout
+    for doc in re.findall(r"\b(?:docs/[a-z_]+|README)\.md\b", EPILOGS[command]):
+        assert (REPO / doc).is_file(), doc
+    if command in ("train", "sft", "dpo"):
+        assert "docs/config.md" in EPILOGS[command]
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    (tmp_path / "tests").symlink_to(REPO / "tests")
+    loaders = {"train": load_config, "sft": load_sft_config, "dpo": load_dpo_config}
+    ran = []
+    for argv in _epilog_commands(EPILOGS[command]):
+        assert argv[0] == "rft"
+        args = build_parser().parse_args(argv[1:])  # every option as shown exists
+        if args.command == "init-model":
+            (tmp_path / args.out).symlink_to(workdir / "m")
+        elif args.command == "data":
+            rft_here(*argv[1:], cwd=tmp_path)
+        elif args.command in loaders:
+            with contextlib.chdir(tmp_path):
+                loaders[args.command](args.config, args.overrides)
+        ran.append(args.command)
+    assert command in ran

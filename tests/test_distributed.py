@@ -383,7 +383,7 @@ def test_under_torchrun_rft_joins_instead_of_launching(runs, assets):
     root, _ = runs
     proc = train(assets, root / "torchrun", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=1",
                  launcher=("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"))
-    assert proc.stdout.count("rft: 1 steps on 2 processes") == 1  # rank 0 of one group of two
+    assert proc.stdout.count("rft: 1 step on 2 processes") == 1  # rank 0 of one group of two
     one, under = metrics_of(root / "one"), metrics_of(root / "torchrun")
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert close(one[1][key], under[1][key]), (key, one[1][key], under[1][key])
@@ -422,7 +422,7 @@ def test_component_trains_with_two_processes(assets, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "rft", "component", "verl_trainer_component", *args], env=ENV,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "2 CPU processes (gloo)" in proc.stdout and "1 steps on 2 processes" in proc.stdout
+    assert "2 CPU processes (gloo)" in proc.stdout and "1 step on 2 processes" in proc.stdout
     assert (tmp_path / "model" / "model.safetensors").is_file()
 
 

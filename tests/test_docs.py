@@ -22,3 +22,46 @@ def test_config_reference_documents_every_key():
         for key, field, _ in walk(schema()):
             assert f"| `{key}` |" in text
             assert field.metadata.get("help"), f"{key} has no help text"
+
+
+def _rft_data_commands(text: str) -> list[list[str]]:
+    """The `rft data ...` command lines of `text`: in code blocks, inline code and YAML comment lines, each cut at
+    the end of its line, a backtick, a comment or `&&`."""
+    import re
+    import shlex
+
+    return [shlex.split(m) for m in re.findall(r"\brft data [^`#&\n]*", text.replace("\\\n", " "))]
+
+
+def test_the_rft_data_commands_of_the_docs_run_one_after_another_in_one_folder(tmp_path):
+    """The README's sections, docs/*.md, the examples' headers and `rft <command> --help` write their data with
+    `rft data`; a user runs them one after another in one folder, and `rft data` refuses to write other data over
+    a folder's files: so each folder they name gets one data set (the same command again changes nothing), and
+    every command runs. Skipped: mentions without a folder (`rft data shapes writes ...`), the user's copies of
+    data sets (`path/to/gsm8k`, `<local copy of ...>`, outside the repository) and docs/components.md, whose
+    sections each run in an empty folder, as it says."""
+    from cli_helpers import rft_here
+
+    from rft.cli import EPILOGS, build_parser
+
+    (tmp_path / "tests").symlink_to(REPO / "tests")
+    sources = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "components.md"),
+               *sorted((REPO / "examples").rglob("*.yaml"))]
+    texts = [(str(p.relative_to(REPO)), p.read_text()) for p in sources]
+    texts += [(f"rft {name} --help", epilog) for name, epilog in EPILOGS.items()]
+    ran: dict[tuple[str, ...], str] = {}
+    for where, text in texts:
+        for words in _rft_data_commands(text):
+            try:
+                args = build_parser().parse_args(words[1:])
+            except SystemExit:  # a mention of the command, not a command line
+                continue
+            source = (REPO / args.src_or_out[0]).resolve() if len(args.src_or_out) == 2 else REPO
+            if any(w.startswith("<") for w in words) or not (source.exists() and source.is_relative_to(REPO)):
+                continue  # a placeholder for the user's copy of a data set
+            if tuple(words) not in ran:
+                proc = rft_here(*words[1:], cwd=tmp_path, check=False)
+                assert proc.returncode == 0, f"{where}: {' '.join(words)}: {proc.stderr}"
+                ran[tuple(words)] = where
+    folders = {build_parser().parse_args(list(words[1:])).src_or_out[-1] for words in ran}
+    assert {"gsm8k", "d", "data/arithmetic", "data/arithmetic_slip", "shapes"} <= folders, folders

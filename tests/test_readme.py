@@ -56,7 +56,7 @@ def test_every_rft_command_of_the_first_screen_runs_and_leaves_what_it_says(tmp_
         rft_here(*words[1:], cwd=tmp_path)
         ran.append(words[1])
     assert ran == ["init-model", "data", "train", "sft", "merge"]
-    assert (tmp_path / "d" / "train.parquet").is_file() and (tmp_path / "d" / "test.parquet").is_file()
+    assert (tmp_path / "gsm8k" / "train.parquet").is_file() and (tmp_path / "gsm8k" / "test.parquet").is_file()
     steps = (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()
     assert len([s for s in steps if '"actor/pg_loss"' in s]) == 4
     for folder in ("grpo/model", "sft/model", "merged"):

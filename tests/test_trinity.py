@@ -385,6 +385,19 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path, monkeypatch):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["global_step_1", "global_step_2", "latest"]
 
 
+def test_a_taskset_path_that_is_not_there_is_said_to_be_missing(work, tmp_path):
+    """A taskset's mistyped file (no split: the path is the file) is missing, not "not a .parquet or .jsonl file";
+    with a split it names Trinity's key."""
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    for override, message in [
+        (["buffer.explorer_input.taskset.split=null", "buffer.explorer_input.taskset.path=/no/such/tasks.csv"],
+         "data.train_files: file '/no/such/tasks.csv' does not exist, nor does its folder '/no/such'"),
+        (["buffer.explorer_input.taskset.path=/no/such/tasks.csv"],
+         "buffer.explorer_input.taskset.path='/no/such/tasks.csv' does not exist")]:
+        proc = rft_here("train", str(path), *override, cwd=tmp_path, check=False)
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 def test_refused_trinity_config_exits_2(work, tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(_with({"mode": "serve", "explorer.rollout_model": {"engine_type": "sglang"}})))

@@ -67,7 +67,19 @@ def cmd_init_model(args) -> int:
     return 0
 
 
-def cmd_data(args) -> int:
+def check_data_args(args) -> None:
+    """`rft data`'s refusal before anything is written: a split of no rows (rft train refuses an empty data file)."""
+    from rft.errors import RftError
+
+    if args.task in ("arithmetic", "calculator", "shapes"):
+        for flag, n in (("--n-train", args.n_train), ("--n-val", args.n_val)):
+            if n < 1:
+                raise RftError(f"rft data {args.task}: {flag} {n}: a split needs at least 1 row (rft train refuses an "
+                               "empty data file)")
+
+
+def write_task_data(args, out) -> dict:
+    """Write the task's files into the folder `out`; returns their paths by split."""
     if args.task in ("arithmetic", "calculator", "shapes"):  # synthetic tasks: written, their options' ranges checked
         from rft.errors import RftError
         from rft.tasks import write_arithmetic, write_calculator
@@ -80,17 +92,45 @@ def cmd_data(args) -> int:
             "shapes": (write_shapes, dict(max_count=args.max_count, slip=args.slip)),
         }[args.task]
         try:
-            paths = write(args.out, n_train=args.n_train, n_val=args.n_val, seed=args.seed, **options)
+            return write(out, n_train=args.n_train, n_val=args.n_val, seed=args.seed, **options)
         except ValueError as e:
             raise RftError(f"rft data {args.task}: {e}") from None
-    else:  # a local copy of a dataset, converted
-        from rft.tasks import convert_gsm8k
-        from rft.tasks.geometry3k import convert_geometry3k
+    from rft.tasks import convert_gsm8k  # a local copy of a dataset, converted
+    from rft.tasks.geometry3k import convert_geometry3k
 
-        if not args.src:
-            print("rft data gsm8k needs SRC: a folder with train.jsonl and test.jsonl", file=sys.stderr)
-            return 2
-        paths = {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k}[args.task](args.src, args.out)
+    return {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k}[args.task](args.src, out)
+
+
+def cmd_data(args) -> int:
+    """The task's files are written into a staging folder inside OUT, then compared with what OUT holds: files of
+    the same bytes are left as they are (the same task and options write the same bytes), so running the command
+    again changes nothing; files of other bytes are replaced only with --overwrite (a run may have trained on them);
+    the rest is renamed into OUT, one file at a time."""
+    import os
+    from pathlib import Path
+
+    from rft.errors import RftError
+    from rft.fsutil import differing_files, staging_in
+
+    check_data_args(args)
+    if args.task in ("gsm8k", "geometry3k") and not args.src:
+        print("rft data gsm8k needs SRC: a folder with train.jsonl and test.jsonl", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    with staging_in(out) as staging:
+        staged = write_task_data(args, staging)
+        names = [path.name for path in staged.values()]
+        new, differ = differing_files(staging, out, names)
+        if differ and not args.overwrite:
+            raise RftError(f"rft data {args.task}: {args.out} already holds {', '.join(differ)} with other data than "
+                           "these options write; pass --overwrite to write over them, or choose another folder")
+        if not new and not differ:
+            print(f"rft data {args.task}: {args.out} already holds {', '.join(names)}, byte for byte as these "
+                  "options write them: nothing written")
+            return 0
+        for name in [*new, *differ]:
+            os.replace(staging / name, out / name)
+    paths = {split: out / path.name for split, path in staged.items()}
     for split, path in paths.items():
         print(f"{split}: {path}")
     held_out = paths.get("val") or paths.get("test")  # gsm8k keeps verl's name for its held-out split
@@ -252,8 +292,74 @@ def cmd_config(args) -> int:
     return 0
 
 
+def version() -> str:
+    """rft's version: the installed distribution's (pip's metadata), else the package's own `__version__` (a source
+    tree on PYTHONPATH without an install)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("rft")
+    except PackageNotFoundError:
+        import rft
+
+        return rft.__version__
+
+
+def _keys(section: str = "") -> str:
+    """The epilog's pointer to the config keys' reference (`section`: its part for the command)."""
+    return (f"config keys (verl's names) go in the YAML or on the command line as section.key=value: docs/config.md"
+            f"{section}\nlists them (or `rft config reference`); `rft config show CONFIG [section.key=value ...]` prints "
+            "the resolved config")
+
+
+EPILOGS = {
+    "train": f"""\
+examples, from the repository's root (README.md):
+  rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
+  rft data arithmetic d                       # d/train.parquet, d/val.parquet
+  rft train examples/arithmetic_grpo.yaml actor_rollout_ref.model.path=m data.train_files=d/train.parquet \\
+      data.val_files=d/val.parquet trainer.total_training_steps=3 trainer.default_local_dir=out
+
+{_keys()}.
+A Trinity-RFT YAML, and a `stages:` list of SFT / DPO / RL stages, run too (README.md).""",
+    "sft": f"""\
+examples, from the repository's root (README.md):
+  rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
+  rft data gsm8k tests/data/gsm8k gsm8k       # GSM8K's first rows: gsm8k/train.parquet, gsm8k/test.parquet
+  rft sft examples/gsm8k_sft.yaml model.partial_pretrain=m trainer.total_training_steps=4 \\
+      trainer.default_local_dir=sft
+
+{_keys(" (its SFT part)")}.""",
+    "dpo": f"""\
+examples, from the repository's root (examples/arithmetic_dpo.yaml):
+  rft init-model --preset tiny m              # better: a model that makes the mistakes, e.g. runs/demo/sft/model
+  rft data arithmetic data/arithmetic_slip --carry-slip 0.75 --preferences  # with preference_*.parquet
+  rft dpo examples/arithmetic_dpo.yaml model.partial_pretrain=m trainer.default_local_dir=out
+
+{_keys(" (its DPO part)")}.
+The preference losses: docs/algorithms.md.""",
+    "demo": """\
+examples:
+  rft demo                                    # SFT then GRPO on two-digit additions, in runs/demo
+  rft demo --task tools --seed 1 --output runs/tools
+
+what it runs and prints: README.md ("The demo and the tests in detail"); the tools task: docs/workflows.md; the
+vision task: docs/multimodal.md""",
+    "data": """\
+examples, from the repository's root:
+  rft data arithmetic d --n-train 2000 --n-val 200    # d/train.parquet, d/val.parquet
+  rft data gsm8k tests/data/gsm8k gsm8k               # gsm8k/train.parquet, gsm8k/test.parquet
+
+the rows they hold (verl's format) and how rft train reads them: docs/data.md""",
+}
+"""The end of `rft <command> --help`: command lines that run as shown (tests/test_cli.py runs them) and where the
+keys are described."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rft", description="Reinforcement fine-tuning for LLMs.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     from rft.models.families import FAMILIES, TOKENIZER_STYLES
@@ -271,19 +377,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --family: chatml (rft's), no-pad (Llama 3's way: no pad token), base (no chat "
                         "template, no pad token, BOS added)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--overwrite", action="store_true")
+    q.add_argument("--overwrite", action="store_true", help="replace OUT when it is not empty (refused without)")
     q.set_defaults(fn=cmd_init_model)
 
-    q = sub.add_parser("data", help="write task data as parquet in verl's row format")
+    q = sub.add_parser("data", help="write task data as parquet in verl's row format", epilog=EPILOGS["data"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("task", choices=("arithmetic", "calculator", "geometry3k", "gsm8k", "shapes"),
                    help="gsm8k SRC OUT: GSM8K's train.jsonl / test.jsonl to OUT/train.parquet / OUT/test.parquet "
                         "(verl's names); geometry3k SRC OUT: a local copy of hiyouga/geometry3k (data/<split>-*"
                         ".parquet) with its diagrams, the same names; the synthetic tasks write OUT/train.parquet / "
                         "OUT/val.parquet")
     q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
+    q.add_argument("--overwrite", action="store_true",
+                   help="write over the files of the same names OUT holds with other bytes (refused without; the "
+                        "same bytes, and other files, are left)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--n-train", type=int, default=2000)
-    q.add_argument("--n-val", type=int, default=200)
+    q.add_argument("--n-train", type=int, default=2000, help="the synthetic tasks: training rows (at least 1)")
+    q.add_argument("--n-val", type=int, default=200, help="the synthetic tasks: held-out rows (at least 1)")
     q.add_argument("--max-digits", type=int, default=2)
     q.add_argument("--ops", default="+")
     q.add_argument("--carry-slip", type=float, default=0.0,
@@ -302,23 +412,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "number (0: none)")
     q.set_defaults(fn=cmd_data)
 
-    q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides")
+    q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides", epilog=EPILOGS["train"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_train)
 
-    q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides")
+    q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides", epilog=EPILOGS["sft"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_sft)
 
-    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides")
+    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides", epilog=EPILOGS["dpo"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_dpo)
 
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
-                                    "accuracy per stage")
+                                    "accuracy per stage", epilog=EPILOGS["demo"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("--task", choices=("arithmetic", "tools", "vision"), default="arithmetic",
                    help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn); "
                         "vision: counting shapes in pictures with a tiny vision-language model")

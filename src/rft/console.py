@@ -5,6 +5,8 @@ ignores SIGPIPE, so the next write raises BrokenPipeError, which would end a tra
 While `guarded_console()` holds, the first such write points the stream's file descriptor at os.devnull (and the
 other standard stream's too when it is the same pipe), notes it in the log (the run's log file, `rft.monitor.
 logfile`) and carries on: console output is dropped, the log file, metrics and checkpoints are written as before.
+
+`counted` words a count for the lines rft prints ("1 step", "2 steps").
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ import sys
 from collections.abc import Iterator
 
 log = logging.getLogger("rft")
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` and `noun`, singular for one: counted(1, "step") == "1 step", counted(3, "process", "processes") ==
+    "3 processes" (`plural`: where adding an s is wrong)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 CLOSED: list[str] = []

@@ -166,6 +166,38 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def staging_in(folder: str | Path) -> Iterator[Path]:
+    """Yield a new temporary folder `.staging.tmp-<8 hex>` inside `folder` (made, with its parents, where missing),
+    from which files are renamed into `folder` (one file system: each rename atomic); it is removed on exit, and on
+    an error so are the folders this made, where empty."""
+    folder = Path(folder)
+    made = [path for path in (folder, *folder.parents) if not path.exists()]  # the innermost first
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = folder / f".staging.tmp-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def differing_files(staging: Path, folder: Path, names: list[str]) -> tuple[list[str], list[str]]:
+    """Of the files `names` in `staging`: those `folder` lacks, and those it holds with other bytes (or as a
+    non-file). The rest `folder` holds byte for byte."""
+    import filecmp
+
+    new = [name for name in names if not (folder / name).exists()]
+    differ = [name for name in names if name not in new
+              and not ((folder / name).is_file() and filecmp.cmp(staging / name, folder / name, shallow=False))]
+    return new, differ
+
+
 def output_problem(path: str | Path, folder: bool) -> str | None:
     """Why `path` cannot take an output, known before any work: a folder output (`folder`) over an existing file, or
     over a non-empty folder that holds no Hugging Face model (a user's folder, which writing would replace); a file

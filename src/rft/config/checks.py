@@ -118,6 +118,8 @@ def data_files(value: Any, key: str) -> list[str]:
         if not isinstance(f, str):
             raise ConfigError(f"{key} must be a file path or a list of paths, got {f!r}")
         if Path(f).suffix not in (".parquet", ".jsonl"):
+            if not Path(f).expanduser().exists():  # a mistyped path: that it is missing, not that its name is wrong
+                raise missing_file(key, f)
             raise ConfigError(f"{key}: {f!r} is not a .parquet or .jsonl file")
     return files
 

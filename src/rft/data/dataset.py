@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from rft.console import counted
 from rft.data.chat import render
 from rft.data.images import has_images, row_images, with_image_parts
 from rft.data.io import DataError, missing_column, read_rows
@@ -220,8 +221,8 @@ class PromptSampler:
     def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1):
         if num_items < batch_size:
             raise DataError(
-                f"the training set has {num_items} prompts, fewer than data.train_batch_size={batch_size} (the "
-                f"prompts of one step): lower data.train_batch_size to at most {num_items} (and "
+                f"the training set has {counted(num_items, 'prompt')}, fewer than data.train_batch_size={batch_size} "
+                f"(the prompts of one step): lower data.train_batch_size to at most {num_items} (and "
                 "actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of it), or add prompts"
             )
         self.num_items, self.batch_size, self.shuffle, self.seed = num_items, batch_size, shuffle, seed

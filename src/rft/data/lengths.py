@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rft.console import counted
 from rft.data.dataset import DataError
 
 log = logging.getLogger("rft")
@@ -54,7 +55,7 @@ def judge_lengths(spans: Sequence[Span], max_length: int, truncation: str, *, so
     if not over:
         return [True] * len(spans)
     longest = max(over, key=lambda s: s.total)
-    exceed = (f"{source}: {len(over)} of {_count(len(spans), unit)} exceed{'s' if len(over) == 1 else ''} "
+    exceed = (f"{source}: {len(over)} of {counted(len(spans), unit[:-1], unit)} exceed{'s' if len(over) == 1 else ''} "
               f"{key}.max_length={max_length} tokens (the longest: {longest.total} tokens, {longest.where})")
     fit_all = f"{key}.max_length={longest.total}"
     if truncation == "error":
@@ -76,7 +77,7 @@ def _outcome(over: Sequence[Span], max_length: int, truncation: str, unit: str, 
     if len(dropped) < len(over):
         parts.append(f"{'cut' if done else 'cuts'} {CUTS[truncation]} of {len(over) - len(dropped)}")
     if dropped:
-        parts.append(f"{'dropped' if done else 'drops'} {_count(len(dropped), unit)} with "
+        parts.append(f"{'dropped' if done else 'drops'} {counted(len(dropped), unit[:-1], unit)} with "
                      f"{_why_dropped(dropped, truncation)}")
     return ", ".join(parts)
 
@@ -88,5 +89,3 @@ def _why_dropped(dropped: Sequence[Span], truncation: str) -> str:
     return why
 
 
-def _count(n: int, unit: str) -> str:
-    return f"{n} {unit if n != 1 else unit[:-1]}"

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from rft.fsutil import atomic_dir
+from rft.fsutil import atomic_dir, new_model_dir
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -289,12 +289,7 @@ def init_model(
     reward_model = preset in REWARD_PRESETS
     if reward_model:
         config.num_labels = 1
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True to replace it")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FileExistsError(f"{out_dir} exists and is not a directory")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = new_model_dir(out_dir, overwrite)  # the families' check, whose message names --overwrite
 
     with atomic_dir(out_dir) as staging:
         vocab = _write_tokenizer_files(staging)

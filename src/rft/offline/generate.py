@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from rft.config.offline_schema import GenerationConfig
+from rft.console import counted
 
 RESPONSES = "responses"
 
@@ -55,6 +56,6 @@ def run_generate(cfg: GenerationConfig) -> Path:
             responses += [texts[i:i + d.n_samples] for i in range(0, len(texts), d.n_samples)]
             print(f"rft generate: {len(responses)}/{len(prompts)} prompts", flush=True)
     out = write_parquet([{**row, RESPONSES: texts} for row, texts in zip(rows, responses)], d.output_path)
-    print(f"rft generate: {len(rows)} prompts x {d.n_samples} responses in {time.perf_counter() - start:.1f} s -> "
+    print(f"rft generate: {counted(len(rows), 'prompt')} x {counted(d.n_samples, 'response')} in {time.perf_counter() - start:.1f} s -> "
           f"{out}", flush=True)
     return out

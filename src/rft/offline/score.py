@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rft.config.offline_schema import EvalConfig
+from rft.console import counted
 from rft.errors import RftError
 
 
@@ -118,7 +119,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
     write_text_atomic(out, json.dumps(report, indent=1) + "\n")
     for source in sorted(groups):
         shown = {k.split("/", 2)[2]: v for k, v in metrics.items() if k.startswith(f"eval/{source}/")}
-        print(f"rft eval: {source} ({len(groups[source])} prompts x {len(groups[source][0])}): " +
+        print(f"rft eval: {source} ({counted(len(groups[source]), 'prompt')} x {len(groups[source][0])}): " +
               " ".join(f"{k}={v:.4f}" for k, v in shown.items()), flush=True)
     print(f"rft eval: metrics in {out}", flush=True)
     return metrics

@@ -25,6 +25,7 @@ import torch
 
 from rft.buffer import BufferClosed, shareable
 from rft.config import to_yaml
+from rft.console import counted
 from rft.distributed import SINGLE, Dist, shard_bounds
 from rft.errors import EXIT_ERROR, RftError
 from rft.experience import first_appearance_labels, to_batch
@@ -143,8 +144,9 @@ class ExploreLoop:
         tracker = Tracker.for_run(cfg, folder, self.total_steps, ex.step, role="explorer",
                                   console=os.environ.get(ROLE_ENV) != "explorer",
                                   recovered=state.get("metrics") if state else None)
-        tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {len(ex.taskset) or 'a stream of'} tasks, "
-                      f"sync every {s.sync_interval} step(s) offset {s.sync_offset} ({method}), output {folder}")
+        tasks = counted(len(ex.taskset), "task") if len(ex.taskset) else "a stream of tasks"
+        tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {tasks}, sync every "
+                      f"{counted(s.sync_interval, 'step')} offset {s.sync_offset} ({method}), output {folder}")
         if t.val_before_train and ex.step == 0 and ex.val_set is not None and t.explorer_rank == 0:
             metrics, _ = ex.evaluate()
             write_text_atomic(folder / "val_before_train.json", json.dumps(metrics, indent=1) + "\n")
@@ -178,7 +180,7 @@ class ExploreLoop:
             metrics.update(timer.metrics())
             tracker.log(step, metrics)
         self.buffer.finish()
-        tracker.write(f"rft explorer: {self.total_steps} steps written to the experience buffer")
+        tracker.write(f"rft explorer: {counted(self.total_steps, 'step')} written to the experience buffer")
         tracker.close()
         self.sync.close()
 
@@ -262,10 +264,10 @@ class TrainLoop:
             self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,
                                   recovered=state.get("metrics") if state else None) if main else SilentTracker()
-        where = (f"{self.dist.processes} processes ({self.trainer.device.type})" if self.dist.enabled
-                 else str(self.trainer.device))
+        where = (f"{counted(self.dist.processes, 'process', 'processes')} ({self.trainer.device.type})"
+                 if self.dist.enabled else str(self.trainer.device))
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {where}, reading "
-                      f"{self.rows} experiences a step, output {self.out}")
+                      f"{counted(self.rows, 'experience')} a step, output {self.out}")
         tracker.write(f"rft trainer: {describe(self.trainer.precision)}")
         if schedule.workflow_apart(cfg) and t.mode == "both":
             tracker.write(f"rft trainer: workflow.type={cfg.workflow.type} beside {self.dist.processes} trainer "

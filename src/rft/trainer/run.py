@@ -18,6 +18,7 @@ import torch
 
 from rft.buffer import ExperienceBuffer, make_buffer, run_layout, shareable
 from rft.config import to_yaml
+from rft.console import counted
 from rft.distributed import SINGLE, Dist
 from rft.errors import RftError
 from rft.experience import to_batch
@@ -121,9 +122,11 @@ class SyncRun:
             write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
                                   recovered=recovered) if main else SilentTracker()
-        where = f"{trainer.device}" if not self.dist.enabled else f"{self.dist.processes} processes ({trainer.device.type})"
-        tracker.write(f"rft: {self.total_steps} steps on {where}, {len(self.explorer.taskset)} train prompts, output "
-                      f"{self.out}\nrft: {describe(trainer.precision)}")
+        where = (f"{counted(self.dist.processes, 'process', 'processes')} ({trainer.device.type})" if self.dist.enabled
+                 else f"{trainer.device}")
+        tracker.write(f"rft: {counted(self.total_steps, 'step')} on {where}, "
+                      f"{counted(len(self.explorer.taskset), 'train prompt')}, output {self.out}\nrft: "
+                      f"{describe(trainer.precision)}")
         last: dict[str, float] = {}
         nothing_to_learn = NothingToLearn()
         if cfg.val_only:  # verl's: validate the model the run starts from, then stop (checks: val_files is set)

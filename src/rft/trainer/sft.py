@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from rft.config import to_yaml
+from rft.console import counted
 from rft.data.dataset import PromptSampler
 from rft.data.sft import SFTDataset
 from rft.data.validation import capped_validation, note_uncapped_validation
@@ -112,9 +113,10 @@ class SFTTrainer:
             write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
                                   recovered=self._recovered_metrics) if main else SilentTracker()
-        where = self.device if not self.dist.enabled else f"{self.dist.world_size} processes ({self.device.type})"
-        tracker.write(f"rft {self.name}: {self.total_steps} steps on {where}, {len(self.train_set)} rows, "
-                      f"output {self.out}\nrft {self.name}: {precision.describe({self.name: self.precision})}")
+        where = self.device if not self.dist.enabled else \
+            f"{counted(self.dist.world_size, 'process', 'processes')} ({self.device.type})"
+        tracker.write(f"rft {self.name}: {counted(self.total_steps, 'step')} on {where}, "
+                      f"{counted(len(self.train_set), 'row')}, output {self.out}\nrft {self.name}: {precision.describe({self.name: self.precision})}")
         last: dict[str, float] = {}
         while self.global_step < self.total_steps:
             self.global_step += 1
