@@ -398,6 +398,35 @@ def test_a_sleeping_reward_function_is_cut_by_the_timeout(work, tmp_path, capsys
     assert code == 2 and "took longer than 0.5 s (custom_reward_function.timeout) on row 0" in one_error_line(err)
 
 
+@pytest.mark.parametrize("on_error", ["error", "zero"])
+def test_a_reward_function_with_the_wrong_signature_is_refused_before_the_model_loads(work, tmp_path, capsys,
+                                                                                        on_error):
+    """compute_score(text) fails on every row (rft passes four arguments): with on_error=zero that was a run of
+    0 rewards that exited 0. Refused by the config check, whatever on_error says: the model's weights here are
+    cut after their header, so a run that loaded them fails on them (shown first), and the output folder is never
+    made."""
+    import struct
+
+    model = tmp_path / "cut"
+    shutil.copytree(work / "m", model)
+    weights = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(weights[:8 + struct.unpack("<Q", weights[:8])[0] + 16])
+    code, _, err = run(args(work, tmp_path / "loaded", f"actor_rollout_ref.model.path={model}"), capsys)
+    assert code != 0 and "compute_score" not in err  # loading the model fails
+    reward = tmp_path / "wrong.py"
+    reward.write_text("def compute_score(text):\n    return float(len(text))\n")
+    out = tmp_path / "out"
+    code, stdout, err = run(args(work, out, f"actor_rollout_ref.model.path={model}",
+                                 f"custom_reward_function.path={reward}",
+                                 f"custom_reward_function.on_error={on_error}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and not out.exists() and "steps on" not in stdout, err
+    assert f"custom_reward_function.name: 'compute_score' in {str(reward)!r} has the signature compute_score(text)" \
+        in line, line
+    assert ("cannot take rft's call compute_score(data_source, solution_str, ground_truth, extra_info), the four "
+            "passed positionally") in line and "too many positional arguments" in line, line
+
+
 def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys):
     reward = write_reward(tmp_path / "half.py", "if extra_info.get('index', 0) % 2:\n    time.sleep(30)\n"
                                                 "return float(solution_str.strip() == ground_truth)")
