@@ -31,3 +31,17 @@ def test_a_mix_step_with_nothing_for_the_policy_loss_says_the_sft_loss_still_tra
     assert said.startswith("rft: step 1: all rewards equal (0): no advantage, nothing for the policy loss to learn "
                            "this step (the SFT loss on the expert rows still trains)"), said
     assert "nothing to learn this step" not in said
+
+
+def test_a_step_whose_rewards_were_substituted_does_not_blame_the_model():
+    """on_error=zero scored some rows 0 because the reward function failed on them: the note says what share, and
+    not that the model answers wrong."""
+    said = NothingToLearn().note(2, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 0.0,
+                                     "reward_extra/reward_failed/mean": 0.5})
+    assert said.startswith("rft: step 2: all rewards equal (0): no advantage, nothing to learn this step (50% of its "
+                           "rows scored 0 by custom_reward_function.on_error=zero because the reward function failed "
+                           "on them"), said
+    assert "fix the reward function" in said and "model that answers" not in said
+    # no failed row (the key is logged whenever on_error=zero): the usual cause
+    assert "a model that answers every prompt wrong" in NothingToLearn().note(
+        2, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 0.0, "reward_extra/reward_failed/mean": 0.0})

@@ -318,6 +318,59 @@ def test_reward_kwargs_reach_every_function_of_the_file(tmp_path):
     assert both("t", "12", "12", None) == {"exact": 2.0, "length": 3.0, "score": 5.0}
 
 
+VERL_CALL = "compute_score(data_source, solution_str, ground_truth, extra_info)"
+
+
+@pytest.mark.parametrize("source, reward_kwargs, taken", [
+    # taken: rft's call binds to each
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info):", None, True),
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):", None, True),
+    ("def compute_score(*args):", None, True),
+    ("def compute_score(*args, **kwargs):", None, True),
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info, *, scale=1.0):", None, True),
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info, *, scale):", {"scale": 2.0}, True),
+    ("class Scorer:\n    def __call__(self, data_source, solution_str, ground_truth, extra_info=None):\n"
+     "        return 1.0\ncompute_score = Scorer()\ndef unused():", None, True),
+    ("import functools\ndef _score(bonus, data_source, solution_str, ground_truth, extra_info):\n        return 1.0\n"
+     "compute_score = functools.partial(_score, 0.5)\ndef unused():", None, True),
+    # refused: each fails on every row
+    ("def compute_score(text):", None, False),
+    ("def compute_score(solution_str, ground_truth):", None, False),
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info, *, scale):", None, False),
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):", {"bonus": 1.0}, False),
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):", {"ground_truth": "7"}, False),
+    ("class Scorer:\n    def __call__(self, text):\n        return 1.0\ncompute_score = Scorer()\ndef unused():",
+     None, False),
+])
+def test_a_function_is_refused_exactly_when_rfts_call_cannot_reach_it(tmp_path, source, reward_kwargs, taken):
+    """The signature check (before any model loads) against the call itself: every convention that scores today
+    (positional, defaults, *args / **kwargs, keyword-only filled by reward_kwargs, a callable object, a partial)
+    passes, and a function the call raises TypeError on is refused naming the file, the function, its signature and
+    the call."""
+    from rft.errors import RewardError
+    from rft.rewards.combine import WithKwargs
+
+    path = _write(tmp_path, "r.py", source + "\n    return 1.0\n")
+    fn = load_custom_reward(path)  # not checked: what rft called before the check existed
+    try:
+        score_responses(WithKwargs(fn, reward_kwargs) if reward_kwargs else fn, ["a"], ["1"], ["1"], [None])
+        works = True
+    except RewardError as e:
+        assert "raised TypeError" in str(e)
+        works = False
+    assert works == taken
+    if works:
+        assert build_reward_fn(path, reward_kwargs=reward_kwargs, on_error="zero") is not None
+        return
+    with pytest.raises(RewardError) as refused:
+        build_reward_fn(path, reward_kwargs=reward_kwargs, on_error="zero")
+    message = str(refused.value)
+    assert f"'compute_score' in {str(path)!r} has the signature compute_score(" in message, message
+    assert f"cannot take rft's call {VERL_CALL}" in message, message
+    if reward_kwargs:
+        assert f"keyword arguments {', '.join(reward_kwargs)} (custom_reward_function.reward_kwargs)" in message
+
+
 @pytest.mark.parametrize(
     "overrides, needles",
     [

@@ -443,9 +443,61 @@ def test_a_sleeping_reward_function_is_cut_by_the_timeout(work, tmp_path, capsys
     assert code == 2 and "took longer than 0.5 s (custom_reward_function.timeout) on row 0" in one_error_line(err)
 
 
-def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys):
-    reward = write_reward(tmp_path / "half.py", "if extra_info.get('index', 0) % 2:\n    time.sleep(30)\n"
-                                                "return float(solution_str.strip() == ground_truth)")
+@pytest.mark.parametrize("on_error", ["error", "zero"])
+def test_a_reward_function_with_the_wrong_signature_is_refused_before_the_model_loads(work, tmp_path, capsys,
+                                                                                        on_error):
+    """compute_score(text) fails on every row (rft passes four arguments): with on_error=zero that was a run of
+    0 rewards that exited 0. Refused by the config check, whatever on_error says: the model's weights here are
+    cut after their header, so a run that loaded them fails on them (shown first), and the output folder is never
+    made."""
+    import struct
+
+    model = tmp_path / "cut"
+    shutil.copytree(work / "m", model)
+    weights = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(weights[:8 + struct.unpack("<Q", weights[:8])[0] + 16])
+    code, _, err = run(args(work, tmp_path / "loaded", f"actor_rollout_ref.model.path={model}"), capsys)
+    assert code != 0 and "compute_score" not in err  # loading the model fails
+    reward = tmp_path / "wrong.py"
+    reward.write_text("def compute_score(text):\n    return float(len(text))\n")
+    out = tmp_path / "out"
+    code, stdout, err = run(args(work, out, f"actor_rollout_ref.model.path={model}",
+                                 f"custom_reward_function.path={reward}",
+                                 f"custom_reward_function.on_error={on_error}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and not out.exists() and "steps on" not in stdout, err
+    assert f"custom_reward_function.name: 'compute_score' in {str(reward)!r} has the signature compute_score(text)" \
+        in line, line
+    assert ("cannot take rft's call compute_score(data_source, solution_str, ground_truth, extra_info), the four "
+            "passed positionally") in line and "too many positional arguments" in line, line
+
+
+def test_on_error_zero_stops_a_step_whose_every_row_failed(work, tmp_path, capsys):
+    """on_error=zero substitutes 0 for a row that fails; a function that fails on every row (here a name it never
+    defined) is broken, not a model with nothing to learn: the run stops at the first step, exit 2, one line naming
+    the function and the first failure (type and message), before any step is trained."""
+    reward = write_reward(tmp_path / "broken.py", "return undefined_name")
+    out = tmp_path / "out"
+    code, stdout, err = run(args(work, out, f"custom_reward_function.path={reward}",
+                                 "custom_reward_function.on_error=zero", "trainer.total_training_steps=2"), capsys)
+    line = one_error_line(err)
+    assert code == 2, err
+    assert "the reward function failed on every row of explore step 1 (4 of 4;" in line, line
+    assert f"reward function 'compute_score' in {str(reward)!r} raised NameError: name 'undefined_name' is not " \
+           "defined on row 0" in line, line
+    assert "set custom_reward_function.on_error=zero" not in line  # it is set already
+    metrics = out / "metrics.jsonl"
+    assert "step 1/2" not in stdout and not (metrics.exists() and metrics.read_text().strip()), stdout
+
+
+def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys, caplog):
+    """Every other call overruns the time limit: half of each step's rows (a step whose every row failed would stop
+    the run, test_on_error_zero_stops_a_step_whose_every_row_failed)."""
+    reward = tmp_path / "half.py"
+    reward.write_text("import itertools, time\nCALLS = itertools.count()\n\n"
+                      "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    if next(CALLS) % 2:\n        time.sleep(30)\n"
+                      "    return float(solution_str.strip() == ground_truth)\n")
     out = tmp_path / "out"
     code, _, err = run(args(work, out, f"custom_reward_function.path={reward}", "custom_reward_function.timeout=0.3",
                             "custom_reward_function.on_error=zero", "trainer.total_training_steps=2"), capsys)
@@ -453,6 +505,11 @@ def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys)
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("reward_extra/reward_failed/mean" in x for x in lines)
     assert sum(x["reward_extra/reward_failed/mean"] for x in lines) > 0
+    # each step with failures says how many rows were scored 0 and why, without suggesting on_error=zero again
+    said = [r.getMessage() for r in caplog.records if "rows scored 0 by custom_reward_function.on_error=zero"
+            in r.getMessage()]
+    assert said and all(x.startswith("rft: explore step ") and "took longer than 0.3 s" in x for x in said), err
+    assert not any("set custom_reward_function.on_error=zero" in x for x in said)
 
 
 # ------------------------------------------------------------------------------------ files and disks

@@ -724,6 +724,26 @@ def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tm
     assert main([*args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'out2'}"]) == 0
 
 
+def test_a_reward_that_fails_on_every_response_of_a_workflow_step_stops_the_run(assets, tmp_path, capsys):
+    """Workflows score each response on its own (Task.score): with on_error=zero a reward function failing on all of
+    them is still a broken function, said once for the step with its first failure, exit 2."""
+    from rft.cli import main
+
+    (tmp_path / "broken.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                        "    raise KeyError('answer')\n")
+    out = tmp_path / "out"
+    assert main(["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", "data.max_prompt_length=32",
+                 "data.max_response_length=4", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                 "actor_rollout_ref.rollout.n=2", "workflow.type=math_workflow", "trainer.logger=[]",
+                 f"custom_reward_function.path={tmp_path / 'broken.py'}", "custom_reward_function.on_error=zero",
+                 "trainer.total_training_steps=2", f"trainer.default_local_dir={out}"]) == 2
+    errors = [x for x in capsys.readouterr().err.splitlines() if x.startswith("rft: error:")]
+    assert len(errors) == 1 and "failed on every row of explore step 1 (8 of 8;" in errors[0], errors
+    assert "raised KeyError: 'answer' on row 0" in errors[0], errors
+    assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text()
+
+
 def test_a_workflow_without_the_package_it_needs_stops_the_run_at_its_first_task(assets, tmp_path, capsys,
                                                                                   monkeypatch):
     """rft's API refusing the setup (an agent asking for the OpenAI client where openai is not installed) is not a

@@ -661,8 +661,10 @@ class CustomRewardConfig:
     path: Optional[str] = fld(None, "Python file defining the reward function; null: built-in scorers by data_source.")
     name: Any = fld(
         "compute_score",
-        "Function in that file: (data_source, solution_str, ground_truth, extra_info). A list of names combines "
-        "several functions (TRL's reward_funcs): the score is their weighted sum, each logged as reward_extra/<name>.",
+        "Function in that file: (data_source, solution_str, ground_truth, extra_info), called with the four "
+        "positionally (and reward_kwargs as keywords); one that cannot take that call is refused before the model "
+        "loads. A list of names combines several functions (TRL's reward_funcs): the score is their weighted sum, "
+        "each logged as reward_extra/<name>.",
     )
     reward_weights: Optional[List[float]] = fld(
         None, "Weights of the reward functions, one per name (TRL's reward_weights); null: all 1.0."
@@ -675,7 +677,9 @@ class CustomRewardConfig:
     on_error: str = fld(
         "error", "A row whose reward function raises, overruns the timeout, or returns a non-number / NaN: error "
         "(stop with one line naming the function, its file, the row and its data_source); zero (score it 0 and "
-        "count it: reward_extra/reward_failed/mean, the share of failed rows).", choices=("error", "zero"),
+        "count it: reward_extra/reward_failed/mean, the share of failed rows, and a warning per step; a step whose "
+        "every row fails stops the run all the same, naming the first failure: a broken function, not a model with "
+        "nothing to learn).", choices=("error", "zero"),
     )
     # The names registered in rft.rewards.REWARD_FN_TYPES (a test keeps the two equal).
     reward_fn_type: Optional[str] = fld(

@@ -32,6 +32,7 @@ from rft.models.vision import vision_for
 from rft.monitor import Timer
 from rft.rewards.judge import JUDGE, LLMJudge, question_of
 from rft.rewards.pipeline import RewardPipeline
+from rft.rewards.scoring import FAILED, report_failures
 from rft.rollout import SamplingParams
 from rft.workers.fsdp import gathered_for_generation
 
@@ -205,8 +206,12 @@ class Explorer:
             prompts = [prompts[i] for i in positions]
         with timer("gen"):
             batch = self.generate_batch(prompts, positions)
+        failures: list[str] = []
         with timer("reward"):
-            rows = self.rewards.score(batch)
+            rows = self.rewards.score(batch, failures)
+        if FAILED in rows:  # on_error=zero; with several processes every rank's rows, each rank its own first
+            failed, total = self.dist.sum(torch.tensor([len(failures), len(batch)])).tolist()
+            report_failures(failed, total, next(iter(failures), None), f"explore step {self.step + 1}")
         if "reward_baselines" in self.adv_needs:
             with timer("gen_max"):
                 batch.reward_baselines = self.greedy_baselines(prompts)
@@ -388,6 +393,9 @@ class Workflows:
                 e.info = {"data_source": p.data_source, "ground_truth": p.ground_truth, "extra_info": p.extra_info,
                           "raw_prompt": p.messages, **e.info, "explore_step": ex.step, "position": task.index}
                 out.append(e)
+        failures = [message for task in tasks for message in task.reward_failures]
+        report_failures(sum(1 for e in out if e.rewards.get(FAILED)), len(out), next(iter(failures), None),
+                        f"explore step {ex.step}")
         if not out:
             log.warning("rft: workflow %r failed on every task of explore step %d (the warnings above say how): the "
                         "step has no experiences", ex.cfg.workflow.type, ex.step)

@@ -62,6 +62,9 @@ class Task:
     reward_fn: Callable[..., Any] | None = None
     """verl's signature: (data_source, solution_str, ground_truth, extra_info) -> float | dict with score."""
     is_eval: bool = False
+    reward_failures: list[str] = field(default_factory=list)
+    """What `score` scored 0 (custom_reward_function.on_error=zero): each failed response's message, which the
+    explorer reads to stop a step whose every response failed."""
 
     @property
     def messages(self) -> list[dict]:
@@ -83,7 +86,7 @@ class Task:
         if self.reward_fn is None:
             raise WorkflowError("this task has no reward function")
         scores, extras = score_responses(self.reward_fn, [self.prompt.data_source], [response],
-                                         [self.prompt.ground_truth], [self.prompt.extra_info])
+                                         [self.prompt.ground_truth], [self.prompt.extra_info], self.reward_failures)
         return scores[0], {k: v[0] for k, v in extras.items()}
 
 

@@ -4,7 +4,8 @@
 With a group-relative estimator (GRPO, RLOO, ...) that is every step of a model whose responses to each prompt
 all score alike, e.g. the quick start's random model, which answers nothing right: its console says
 `score=0 pg_loss=0` step after step, and the note says why, once. In Trinity-RFT's mix the SFT loss on the
-expert rows still trains such a step, and the note says so.
+expert rows still trains such a step, and the note says so. Where rows were scored 0 because the reward function
+failed on them (custom_reward_function.on_error=zero), the note says what share, not that the model answers wrong.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Mapping
 
 ADVANTAGES = ("critic/advantages/min", "critic/advantages/max")
 SCORES = ("critic/score/min", "critic/score/max")
+SUBSTITUTED = "reward_extra/reward_failed/mean"
+"""The share of a step's rows whose reward function failed, scored 0 by on_error=zero (rft.rewards.scoring)."""
 
 
 class NothingToLearn:
@@ -30,5 +33,10 @@ class NothingToLearn:
             "each prompt's responses scored alike"
         nothing = ("nothing for the policy loss to learn this step (the SFT loss on the expert rows still trains)"
                    if "actor/sft_loss" in metrics else "nothing to learn this step")
-        return (f"rft: step {step}: {what}: no advantage, {nothing} (a model that answers every prompt wrong, as a "
-                "random one does, or every one right, has no better answer to learn from); this note is not repeated")
+        substituted = metrics.get(SUBSTITUTED, 0.0)
+        why = (f"{substituted:.0%} of its rows scored 0 by custom_reward_function.on_error=zero because the reward "
+               "function failed on them, as the warnings say: rewards that say nothing of the model; fix the reward "
+               "function" if substituted > 0 else
+               "a model that answers every prompt wrong, as a random one does, or every one right, has no better "
+               "answer to learn from")
+        return f"rft: step {step}: {what}: no advantage, {nothing} ({why}); this note is not repeated"

@@ -23,12 +23,26 @@ def unused_reward_model_keys(cfg: Any) -> dict[str, str]:
 
 @CHECKS.register("rewards.function")
 def check_function(ctx: CheckContext) -> None:
-    """custom_reward_function: its file exists, a typed reward's combinations, the names and weights."""
+    """custom_reward_function: its file exists, a typed reward's combinations, the names and weights, and (with
+    the paths) the functions take the call rft makes."""
     cfg = ctx.cfg
     if ctx.check_paths and cfg.custom_reward_function.path and not Path(cfg.custom_reward_function.path).is_file():
         raise ConfigError(f"custom_reward_function.path: file {cfg.custom_reward_function.path!r} does not exist")
     check_reward_fn_type(cfg.custom_reward_function, cfg.reward_model, len(cfg.workflow.auxiliary_models))
     check_reward_functions(cfg.custom_reward_function)
+    if ctx.check_paths:
+        check_callable(cfg.custom_reward_function)
+
+
+def check_callable(crf: Any) -> None:
+    """The functions of custom_reward_function.path, imported now: a file that does not import, a name it does not
+    define, or a function that cannot take rft's call (a wrong signature) would fail on every row after the model
+    loaded (with on_error=zero scoring every row 0)."""
+    if crf.path:
+        from rft.rewards.custom import load_callable_rewards
+
+        load_callable_rewards(crf.path, [crf.name] if isinstance(crf.name, str) else list(crf.name),
+                              crf.reward_kwargs)
 
 
 def check_reward_functions(crf: Any) -> None:
@@ -189,3 +203,4 @@ def check_evaluation(ctx: CheckContext) -> None:
                                                           cfg.custom_reward_function.path)):
             if value and not Path(value).expanduser().is_file():
                 raise ConfigError(f"{key}: file {value!r} does not exist")
+        check_callable(cfg.custom_reward_function)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rft.errors import RewardError
-from rft.rewards.custom import load_custom_rewards
+from rft.rewards.custom import load_callable_rewards
 from rft.rewards.parallel import default_workers
 from rft.rewards.runner import RewardFunction
 from rft.rewards.scorers import default_compute_score
@@ -94,7 +94,7 @@ def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score
         if typed.parallel:
             workers = default_workers() if num_workers is None else num_workers
     elif path:
-        functions = list(zip(names, load_custom_rewards(path, names)))
+        functions = list(zip(names, load_callable_rewards(path, names, reward_kwargs)))
         if reward_kwargs:
             functions = [(name, WithKwargs(fn, reward_kwargs)) for name, fn in functions]
         label = (f"reward function {names[0]!r}" if len(names) == 1 else f"reward functions {names}") + \

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rft.errors import RewardError
@@ -27,6 +28,43 @@ def load_custom_rewards(path: str | Path, names: list[str]) -> list[Callable]:
     module = load_user_module(path, "custom_reward_function.path", "rft_custom_reward", RewardError)
     file, module_name = Path(module.__file__), module.__name__
     return [_function(module, module_name, file, name) for name in names]
+
+
+def load_callable_rewards(path: str | Path, names: list[str], reward_kwargs: Mapping | None = None
+                          ) -> list[Callable]:
+    """`load_custom_rewards`, each function checked against the call rft makes (`check_call`): what the config check
+    runs before any model loads, and `build_reward_fn` again when it builds the run's reward."""
+    functions = load_custom_rewards(path, names)
+    for name, fn in zip(names, functions):
+        check_call(fn, name, path, reward_kwargs)
+    return functions
+
+
+def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping | None = None) -> None:
+    """RewardError when `fn` cannot take the call rft makes: ``fn(data_source, solution_str, ground_truth,
+    extra_info, **reward_kwargs)``, the four positionally (verl's NaiveRewardManager call).
+
+    Checked with `inspect.Signature.bind`, so defaults, ``*args``, ``**kwargs`` and keyword-only parameters count as
+    they would in the call (a callable object's ``__call__``, a class's ``__init__``); a callable whose signature
+    Python cannot read (some builtins) is not checked. Such a function would fail on every row, and with
+    custom_reward_function.on_error=zero score every row 0 instead of stopping.
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    kwargs = dict(reward_kwargs or {})
+    try:
+        signature.bind("data_source", "solution_str", "ground_truth", None, **kwargs)
+    except TypeError as e:
+        keywords = (f" and the keyword arguments {', '.join(map(str, kwargs))} (custom_reward_function.reward_kwargs)"
+                    if kwargs else "")
+        raise RewardError(
+            f"custom_reward_function.name: {name!r} in {str(path)!r} has the signature {name}{signature}, which "
+            f"cannot take rft's call {name}(data_source, solution_str, ground_truth, extra_info){keywords}, the four "
+            f"passed positionally as verl passes them ({e}); give it those parameters, e.g. def {name}(data_source, "
+            "solution_str, ground_truth, extra_info=None, **kwargs)"
+        ) from None
 
 
 def _function(module, module_name: str, file: Path, name: str) -> Callable:

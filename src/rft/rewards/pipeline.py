@@ -50,28 +50,30 @@ class RewardPipeline:
         return cls(reward_fn, reward_model, rm.reward_weight, rm.rule_weight, rm.overlong_buffer,
                    cfg.data.max_response_length)
 
-    def score_rows(self, batch: Batch) -> tuple[list[float], dict[str, list[float]]]:
-        """(B scores, per-row extra values) before the overlong penalty."""
+    def score_rows(self, batch: Batch, failures: list[str] | None = None
+                   ) -> tuple[list[float], dict[str, list[float]]]:
+        """(B scores, per-row extra values) before the overlong penalty; `failures`: see `score_responses`."""
         if self.judge is not None:
             return self.judge.score_batch([question_of(p) for p in batch.raw_prompt], batch.response_text,
                                           batch.ground_truth)
         if self.reward_model is None:
             return score_responses(self.reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
-                                   batch.extra_info)
+                                   batch.extra_info, failures)
         model_scores = self.reward_model.score(batch).double()
         total, extra = self.reward_weight * model_scores, {}
         if self.rule_weight != 0:
             rule, extra = score_responses(self.reward_fn, batch.data_source, batch.response_text,
-                                          batch.ground_truth, batch.extra_info)
+                                          batch.ground_truth, batch.extra_info, failures)
             total = total + self.rule_weight * torch.tensor(rule, dtype=torch.float64)
             extra = {**extra, "rule_score": rule}
         return total.tolist(), {**extra, "rm_score": model_scores.tolist()}
 
-    def score(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def score(self, batch: Batch, failures: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Set `batch.scores` (B,) and `batch.reward_rows` (each row's extras); returns every per-row value by
         name (B,) for dynamic sampling: the extras, `score` (before the overlong penalty), `seq_reward` and
-        `seq_final_reward` (after it; verl's names)."""
-        scores, extra = self.score_rows(batch)
+        `seq_final_reward` (after it; verl's names). `failures`: the messages of the rows whose reward function
+        failed and were scored 0 (on_error=zero) are appended to it."""
+        scores, extra = self.score_rows(batch, failures)
         raw = torch.tensor(scores, dtype=torch.float32)
         batch.scores = raw
         if self.overlong is not None:  # DAPO's soft overlong punishment, added to the score

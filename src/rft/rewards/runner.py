@@ -144,4 +144,6 @@ def advice(fn: Callable[..., Any], kind: str = "error") -> str:
             "reward_extra/reward_failed/mean)")
     if kind == "timeout":
         return zero
-    return f"fix {fn.fix}, or {zero}" if isinstance(fn, RewardFunction) else "fix the function"
+    if isinstance(fn, RewardFunction):  # on_error=zero: said of a row it scored 0 already
+        return f"fix {fn.fix}" if fn.on_error == "zero" else f"fix {fn.fix}, or {zero}"
+    return "fix the function"

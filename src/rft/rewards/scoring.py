@@ -53,12 +53,36 @@ def _score_of(result: Any, row: int, data_source: str, fn: Callable[..., Any]) -
     return score, metrics
 
 
+_ELSEWHERE = "its message is in another process's log"
+
+
+def report_failures(failed: int, rows: int, first: str | None, where: str) -> None:
+    """Say how many of `rows` rows of `where` (a step's batch) failed and were scored 0 under on_error=zero (a
+    warning with the first failure's message, `first`), or raise RewardError when every row did: zero substitutes
+    for a row that fails now and then, and a function that fails on every row is broken (a wrong signature, a
+    missing import), which training on all-0 rewards would hide as a model with nothing to learn."""
+    if rows and failed == rows:
+        raise RewardError(
+            f"the reward function failed on every row of {where} ({failed} of {rows}; custom_reward_function."
+            f"on_error=zero scores a failed row 0, but with none left the run would train on nothing): "
+            f"{first or _ELSEWHERE}"
+        )
+    if failed:
+        _warn_failures(failed, rows, first or _ELSEWHERE, where)
+
+
+def _warn_failures(failed: int, rows: int, first: str, where: str) -> None:
+    log.warning("rft: %s: %d of %d rows scored 0 by custom_reward_function.on_error=zero (their reward failed); the "
+                "first: %s", where, failed, rows, first)
+
+
 def score_responses(
     fn: Callable[..., Any],
     data_sources: Sequence[str],
     responses: Sequence[str],
     ground_truths: Sequence[Any],
     extra_infos: Sequence[dict | None],
+    failures: list[str] | None = None,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Call ``fn(data_source, solution_str, ground_truth, extra_info)`` (positionally) once per row.
 
@@ -75,7 +99,9 @@ def score_responses(
     score (not a number, NaN / inf, a dict without "score"). With the function's policy `error` (the default for
     a plain function) the first failure raises RewardError naming the function, its file, the row and its
     data_source; with `zero` the row scores 0, its metrics count as absent, and the per-row extra
-    `reward_failed` (1.0 for failed rows) is reported for every row.
+    `reward_failed` (1.0 for failed rows) is reported for every row. Each failed row's message is appended to
+    `failures` when given (the caller says them, per step: `report_failures`); otherwise one warning says how many
+    rows of the call failed and how the first did.
 
     Returns (scores, metrics): B floats, and {metric name: B floats}.
     """
@@ -95,6 +121,7 @@ def score_responses(
     scores: list[float] = []
     row_metrics: list[dict[str, float]] = []
     failed: list[float] = []
+    messages: list[str] = []  # each failed row's, under on_error=zero
     for row, (data_source, response, ground_truth, extra_info) in enumerate(calls):
         try:
             try:
@@ -109,7 +136,7 @@ def score_responses(
             except TimeoutError as e:
                 raise RewardError(
                     f"{label_of(fn)} {e} (custom_reward_function.timeout) on row {row} (data_source "
-                    f"{data_source!r}); make it faster, raise the timeout, or {advice(fn, 'timeout')}"
+                    f"{data_source!r}); make it faster or raise the timeout{_or_zero(fn)}"
                 ) from e
             except (Exception, SystemExit) as e:  # sys.exit() in the function is its failure, not rft's exit
                 message = " ".join(str(e).split())[:200]
@@ -123,12 +150,16 @@ def score_responses(
         except RewardError as e:
             if not zero_on_error:
                 raise
-            if not any(failed):
-                log.warning("rft: reward failure scored 0 (custom_reward_function.on_error=zero): %s", e)
+            messages.append(str(e))
             score, metrics = 0.0, None
         scores.append(score)
         row_metrics.append(metrics)
         failed.append(1.0 if metrics is None else 0.0)
+
+    if failures is not None:
+        failures.extend(messages)
+    elif messages:
+        _warn_failures(len(messages), num_rows, messages[0], "a batch")
 
     metric_names = sorted({name for metrics in row_metrics if metrics for name in metrics})
     for name in metric_names:
