@@ -413,7 +413,8 @@ def test_counts_in_what_rft_prints_are_singular_for_one():
 
     assert [counted(1, "step"), counted(0, "step"), counted(2, "process", "processes")] == [
         "1 step", "0 steps", "2 processes"]
-    with pytest.raises(DataError, match=r"^the training set has 1 prompt, fewer than data.train_batch_size=2$"):
+    with pytest.raises(DataError, match=r"^the training set has 1 prompt, fewer than data.train_batch_size=2 .*"
+                                        r"lower data.train_batch_size to at most 1"):
         PromptSampler(1, 2)
 
 

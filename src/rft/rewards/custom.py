@@ -42,7 +42,8 @@ def load_callable_rewards(path: str | Path, names: list[str], reward_kwargs: Map
 
 def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping | None = None) -> None:
     """RewardError when `fn` cannot take the call rft makes: ``fn(data_source, solution_str, ground_truth,
-    extra_info, **reward_kwargs)``, the four positionally (verl's NaiveRewardManager call).
+    extra_info, **reward_kwargs)``, the four positionally (verl's NaiveRewardManager passes them by these names, so a
+    function written for verl takes rft's call too).
 
     Checked with `inspect.Signature.bind`, so defaults, ``*args``, ``**kwargs`` and keyword-only parameters count as
     they would in the call (a callable object's ``__call__``, a class's ``__init__``); a callable whose signature
@@ -62,7 +63,7 @@ def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping
         raise RewardError(
             f"custom_reward_function.name: {name!r} in {str(path)!r} has the signature {name}{signature}, which "
             f"cannot take rft's call {name}(data_source, solution_str, ground_truth, extra_info){keywords}, the four "
-            f"passed positionally as verl passes them ({e}); give it those parameters, e.g. def {name}(data_source, "
+            f"passed positionally ({e}); give it those parameters, e.g. def {name}(data_source, "
             "solution_str, ground_truth, extra_info=None, **kwargs)"
         ) from None
 
