@@ -412,20 +412,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "number (0: none)")
     q.set_defaults(fn=cmd_data)
 
-    q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides", epilog=EPILOGS["train"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides",
+                       epilog=EPILOGS["train"], formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_train)
 
-    q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides", epilog=EPILOGS["sft"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides",
+                       epilog=EPILOGS["sft"], formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_sft)
 
-    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides", epilog=EPILOGS["dpo"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = sub.add_parser("dpo", help="direct preference optimisation (DPO, IPO, ...) from a YAML plus dotted overrides",
+                       epilog=EPILOGS["dpo"], formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_dpo)
