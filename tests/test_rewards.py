@@ -3,6 +3,7 @@ batch scoring."""
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 
@@ -318,15 +319,16 @@ def test_reward_kwargs_reach_every_function_of_the_file(tmp_path):
     assert both("t", "12", "12", None) == {"exact": 2.0, "length": 3.0, "score": 5.0}
 
 
-VERL_CALL = "compute_score(data_source, solution_str, ground_truth, extra_info)"
+VERL_CALL = "compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)"
 
 
 @pytest.mark.parametrize("source, reward_kwargs, taken", [
     # taken: rft's call binds to each
     ("def compute_score(data_source, solution_str, ground_truth, extra_info):", None, True),
     ("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):", None, True),
-    ("def compute_score(*args):", None, True),
+    ("def compute_score(**kwargs):", None, True),
     ("def compute_score(*args, **kwargs):", None, True),
+    ("def compute_score(solution_str, ground_truth, data_source=None, extra_info=None):", None, True),
     ("def compute_score(data_source, solution_str, ground_truth, extra_info, *, scale=1.0):", None, True),
     ("def compute_score(data_source, solution_str, ground_truth, extra_info, *, scale):", {"scale": 2.0}, True),
     ("class Scorer:\n    def __call__(self, data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -338,7 +340,9 @@ VERL_CALL = "compute_score(data_source, solution_str, ground_truth, extra_info)"
     ("def compute_score(solution_str, ground_truth):", None, False),
     ("def compute_score(data_source, solution_str, ground_truth, extra_info, *, scale):", None, False),
     ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):", {"bonus": 1.0}, False),
-    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):", {"ground_truth": "7"}, False),
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):", {"ground_truth": "7"}, True),
+    ("def compute_score(*args):", None, False),
+    ("def compute_score(source, text, truth, info=None):", None, False),
     ("class Scorer:\n    def __call__(self, text):\n        return 1.0\ncompute_score = Scorer()\ndef unused():",
      None, False),
 ])
@@ -348,12 +352,12 @@ def test_a_function_is_refused_exactly_when_rfts_call_cannot_reach_it(tmp_path, 
     passes, and a function the call raises TypeError on is refused naming the file, the function, its signature and
     the call."""
     from rft.errors import RewardError
-    from rft.rewards.combine import WithKwargs
+    from rft.rewards.combine import VerlCall
 
     path = _write(tmp_path, "r.py", source + "\n    return 1.0\n")
     fn = load_custom_reward(path)  # not checked: what rft called before the check existed
     try:
-        score_responses(WithKwargs(fn, reward_kwargs) if reward_kwargs else fn, ["a"], ["1"], ["1"], [None])
+        score_responses(VerlCall(fn, reward_kwargs), ["a"], ["1"], ["1"], [None])
         works = True
     except RewardError as e:
         assert "raised TypeError" in str(e)
@@ -410,3 +414,20 @@ def test_reward_function_config_accepts_a_list_with_weights():
                              "custom_reward_function.reward_weights=[1.0,0.5]"], validate_paths=False)
     assert cfg.custom_reward_function.name == ["a", "b"]
     assert cfg.custom_reward_function.reward_weights == [1.0, 0.5]
+
+
+def test_a_function_written_for_verl_gets_each_value_by_its_name(tmp_path):
+    """verl's reward managers call compute_score(data_source=..., solution_str=..., ground_truth=...,
+    extra_info=...): a function whose parameters come in another order gets each value under its own name (a
+    positional call gave it the data source as the response, the response as the ground truth)."""
+    seen = tmp_path / "seen.jsonl"
+    path = _write(tmp_path, "r.py", "import json\n"
+                  "def compute_score(solution_str, ground_truth, data_source=None, extra_info=None):\n"
+                  f"    with open({str(seen)!r}, 'a') as f:\n"
+                  "        f.write(json.dumps([solution_str, ground_truth, data_source, extra_info]) + '\\n')\n"
+                  "    return float(solution_str == ground_truth)\n")
+    fn = build_reward_fn(path, on_error="error")
+    scores, _ = score_responses(fn, ["arithmetic", "arithmetic"], ["12", "13"], ["12", "12"], [{"i": 0}, {"i": 1}])
+    assert list(scores) == [1.0, 0.0]
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [
+        ["12", "12", "arithmetic", {"i": 0}], ["13", "12", "arithmetic", {"i": 1}]]

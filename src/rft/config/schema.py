@@ -661,9 +661,9 @@ class CustomRewardConfig:
     path: Optional[str] = fld(None, "Python file defining the reward function; null: built-in scorers by data_source.")
     name: Any = fld(
         "compute_score",
-        "Function in that file: (data_source, solution_str, ground_truth, extra_info), called with the four "
-        "positionally (and reward_kwargs as keywords); one that cannot take that call is refused before the model "
-        "loads. A list of names combines several functions (TRL's reward_funcs): the score is their weighted sum, "
+        "Function in that file: (data_source, solution_str, ground_truth, extra_info), called with the four by "
+        "name as verl calls it (and reward_kwargs as keywords); one that cannot take that call is refused before the "
+        "model loads. A list of names combines several functions (TRL's reward_funcs): the score is their weighted sum, "
         "each logged as reward_extra/<name>.",
     )
     reward_weights: Optional[List[float]] = fld(

@@ -43,15 +43,20 @@ class WeightedReward:
         return out
 
 
-class WithKwargs:
-    """A reward function called with fixed keyword arguments (verl's custom_reward_function.reward_kwargs: they
-    override what the call passes)."""
+class VerlCall:
+    """A function of `custom_reward_function.path`, called as verl's reward managers call it: the four by name,
+    ``fn(data_source=..., solution_str=..., ground_truth=..., extra_info=...)``, so a function written for verl gets
+    each value under its own name whatever the order of its parameters; plus ``reward_kwargs`` (verl's
+    custom_reward_function.reward_kwargs), which win over what the call passes. A class, so that it pickles (to
+    worker processes) whenever the function does."""
 
-    def __init__(self, fn: Callable, kwargs: dict):
-        self.fn, self.kwargs = fn, dict(kwargs)
+    def __init__(self, fn: Callable, kwargs: dict | None = None):
+        self.fn, self.kwargs = fn, dict(kwargs or {})
 
-    def __call__(self, *args, **kwargs):
-        return self.fn(*args, **{**kwargs, **self.kwargs})
+    def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
+                 **kwargs):
+        return self.fn(**{"data_source": data_source, "solution_str": solution_str, "ground_truth": ground_truth,
+                          "extra_info": extra_info, **kwargs, **self.kwargs})
 
 
 def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence[float]) -> Callable:
@@ -94,9 +99,8 @@ def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score
         if typed.parallel:
             workers = default_workers() if num_workers is None else num_workers
     elif path:
-        functions = list(zip(names, load_callable_rewards(path, names, reward_kwargs)))
-        if reward_kwargs:
-            functions = [(name, WithKwargs(fn, reward_kwargs)) for name, fn in functions]
+        functions = [(name, VerlCall(fn, reward_kwargs))
+                     for name, fn in zip(names, load_callable_rewards(path, names, reward_kwargs))]
         label = (f"reward function {names[0]!r}" if len(names) == 1 else f"reward functions {names}") + \
             f" in {str(path)!r}"
     else:

@@ -40,10 +40,13 @@ def load_callable_rewards(path: str | Path, names: list[str], reward_kwargs: Map
     return functions
 
 
+VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+"""The arguments a reward function of `custom_reward_function.path` is called with, by these names."""
+
+
 def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping | None = None) -> None:
-    """RewardError when `fn` cannot take the call rft makes: ``fn(data_source, solution_str, ground_truth,
-    extra_info, **reward_kwargs)``, the four positionally (verl's NaiveRewardManager passes them by these names, so a
-    function written for verl takes rft's call too).
+    """RewardError when `fn` cannot take the call rft makes (`combine.VerlCall`), verl's reward managers' call:
+    ``fn(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)``, the four by name.
 
     Checked with `inspect.Signature.bind`, so defaults, ``*args``, ``**kwargs`` and keyword-only parameters count as
     they would in the call (a callable object's ``__call__``, a class's ``__init__``); a callable whose signature
@@ -56,14 +59,14 @@ def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping
         return
     kwargs = dict(reward_kwargs or {})
     try:
-        signature.bind("data_source", "solution_str", "ground_truth", None, **kwargs)
+        signature.bind(**{**dict.fromkeys(VERL_ARGS), **kwargs})
     except TypeError as e:
         keywords = (f" and the keyword arguments {', '.join(map(str, kwargs))} (custom_reward_function.reward_kwargs)"
                     if kwargs else "")
         raise RewardError(
             f"custom_reward_function.name: {name!r} in {str(path)!r} has the signature {name}{signature}, which "
-            f"cannot take rft's call {name}(data_source, solution_str, ground_truth, extra_info){keywords}, the four "
-            f"passed positionally ({e}); give it those parameters, e.g. def {name}(data_source, "
+            f"cannot take rft's call {name}({', '.join(f'{a}=...' for a in VERL_ARGS)}){keywords}, the four passed "
+            f"by name as verl passes them ({e}); give it parameters of those names, e.g. def {name}(data_source, "
             "solution_str, ground_truth, extra_info=None, **kwargs)"
         ) from None
 
