@@ -317,6 +317,20 @@ def test_rft_data_refuses_a_split_of_no_rows(tmp_path, flag):
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("args, takes", [
+    (["arithmetic", "a", "b"], "rft data arithmetic takes OUT (the folder to write), got 2 (a b)"),
+    (["shapes"], "rft data shapes takes OUT (the folder to write), got none"),
+    (["gsm8k", "g"], "rft data gsm8k takes SRC OUT (the local copy to convert, the folder to write), got 1 (g)"),
+    (["geometry3k", "a", "b", "c"], "rft data geometry3k takes SRC OUT"),
+])
+def test_rft_data_with_a_wrong_count_of_folders_says_what_the_task_takes(tmp_path, args, takes):
+    """`rft data arithmetic a b` exited 1 with a bare `usage: ...` line, not rft's one error line."""
+    bad = rft_here("data", *args, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+    assert bad.stderr.startswith(f"rft: error: {takes}") and f"e.g. rft data {args[0]} " in bad.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def _stamped(folder: Path) -> dict[str, tuple[bytes, int]]:
     """The files of `folder` (hidden ones too) with their bytes and modification times, the times first set to one
     moment long ago, so that a file written again shows a new time whatever the file system's clock resolution."""
