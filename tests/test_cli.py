@@ -144,6 +144,11 @@ def test_a_closed_console_pipe_does_not_end_the_run(workdir):
     ("data.train_files=d/train.csv", "data.train_files: file 'd/train.csv' does not exist ('d' holds train.parquet, "
                                      "val.parquet)"),
     ("data.train_files=m/config.json", "data.train_files: 'm/config.json' is not a .parquet or .jsonl file"),
+    # a folder: the data files it holds and the one to set (it was "not a .parquet or .jsonl file")
+    ("data.train_files=d", "data.train_files: 'd' is a folder, not a .parquet or .jsonl file; it holds "
+                           "train.parquet, val.parquet: set data.train_files=d/train.parquet"),
+    ("data.val_files=d", "set data.val_files=d/val.parquet"),
+    ("data.train_files=m", "data.train_files: 'm' is a folder, and it holds no .parquet or .jsonl file"),
     ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),
 ])
 def test_bad_config_is_refused_before_anything_loads(workdir, override, message):

@@ -120,6 +120,8 @@ def data_files(value: Any, key: str) -> list[str]:
         if Path(f).suffix not in (".parquet", ".jsonl"):
             if not Path(f).expanduser().exists():  # a mistyped path: that it is missing, not that its name is wrong
                 raise missing_file(key, f)
+            if Path(f).expanduser().is_dir():
+                raise folder_given(key, f)
             raise ConfigError(f"{key}: {f!r} is not a .parquet or .jsonl file")
     return files
 
@@ -150,6 +152,21 @@ def missing_file(key: str, path: str) -> ConfigError:
     hint = f"; did you mean {str(Path(path).parent / meant)!r}?" if meant else ""
     shown = ", ".join(present[:SHOWN_FILES]) + (f", ... ({len(present)} in all)" if len(present) > SHOWN_FILES else "")
     return ConfigError(f"{key}: file {path!r} does not exist{hint} ({str(folder)!r} holds {shown})")
+
+
+def folder_given(key: str, path: str) -> ConfigError:
+    """The error for `key` set to the folder `path` rather than a file in it: the data files it holds and the one
+    to set (the split the key names: train.parquet for train_files, val.parquet or test.parquet for val_files)."""
+    folder = Path(path).expanduser()
+    present = sorted(p.name for p in folder.iterdir() if p.suffix in (".parquet", ".jsonl") and p.is_file())
+    if not present:
+        return ConfigError(f"{key}: {path!r} is a folder, and it holds no .parquet or .jsonl file: set {key} to a data "
+                           "file (`rft data ...` writes them)")
+    wanted = "val.parquet" if key.endswith("val_files") else "train.parquet"
+    meant = _likeliest(wanted, present) or present[0]
+    shown = ", ".join(present[:SHOWN_FILES]) + (f", ... ({len(present)} in all)" if len(present) > SHOWN_FILES else "")
+    return ConfigError(f"{key}: {path!r} is a folder, not a .parquet or .jsonl file; it holds {shown}: set "
+                       f"{key}={Path(path) / meant}")
 
 
 def _likeliest(name: str, present: list[str]) -> str | None:
