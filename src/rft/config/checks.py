@@ -90,6 +90,12 @@ def suggest_divisor(key: str, total: int, near: int, multiple_of: int = 1) -> st
     return f"set {key} to {what}" + (f", e.g. {key}={size}" if size is not None else "")
 
 
+def suggest_multiple(key: str, of: int, near: int) -> str:
+    """"set <key> to a multiple of <of>, e.g. <the largest at most `near`, else `of`>" (what to do about a size that
+    must divide by `of`)."""
+    return f"set {key} to a multiple of {of}, e.g. {key}={max(of, near - near % of)}"
+
+
 def positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
