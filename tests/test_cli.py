@@ -144,6 +144,11 @@ def test_a_closed_console_pipe_does_not_end_the_run(workdir):
     ("data.train_files=d/train.csv", "data.train_files: file 'd/train.csv' does not exist ('d' holds train.parquet, "
                                      "val.parquet)"),
     ("data.train_files=m/config.json", "data.train_files: 'm/config.json' is not a .parquet or .jsonl file"),
+    # a folder: the data files it holds and the one to set (it was "not a .parquet or .jsonl file")
+    ("data.train_files=d", "data.train_files: 'd' is a folder, not a .parquet or .jsonl file; it holds "
+                           "train.parquet, val.parquet: set data.train_files=d/train.parquet"),
+    ("data.val_files=d", "set data.val_files=d/val.parquet"),
+    ("data.train_files=m", "data.train_files: 'm' is a folder, and it holds no .parquet or .jsonl file"),
     ("actor_rollout_ref.model.path=nowhere", "not a Hugging Face model folder"),
 ])
 def test_bad_config_is_refused_before_anything_loads(workdir, override, message):
@@ -315,6 +320,20 @@ def test_rft_data_refuses_a_split_of_no_rows(tmp_path, flag):
         f"rft: error: rft data arithmetic: {flag} 0: a split needs at least 1 row (rft train refuses an empty data "
         "file)"]
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("args, takes", [
+    (["arithmetic", "a", "b"], "rft data arithmetic takes OUT (the folder to write), got 2 (a b)"),
+    (["shapes"], "rft data shapes takes OUT (the folder to write), got none"),
+    (["gsm8k", "g"], "rft data gsm8k takes SRC OUT (the local copy to convert, the folder to write), got 1 (g)"),
+    (["geometry3k", "a", "b", "c"], "rft data geometry3k takes SRC OUT"),
+])
+def test_rft_data_with_a_wrong_count_of_folders_says_what_the_task_takes(tmp_path, args, takes):
+    """`rft data arithmetic a b` exited 1 with a bare `usage: ...` line, not rft's one error line."""
+    bad = rft_here("data", *args, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+    assert bad.stderr.startswith(f"rft: error: {takes}") and f"e.g. rft data {args[0]} " in bad.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def _stamped(folder: Path) -> dict[str, tuple[bytes, int]]:

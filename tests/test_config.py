@@ -389,6 +389,28 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=6").actor_rollout_ref.rollout.n == 3
 
 
+@pytest.mark.parametrize("command, overrides, suggested", [
+    # 16 rows per process, micro-batches of 6: the largest divisor of 16 at most 6
+    ("sft", ["data.train_batch_size=16", "data.micro_batch_size_per_gpu=6"],
+     "set data.micro_batch_size_per_gpu to a divisor of 16, e.g. data.micro_batch_size_per_gpu=4"),
+    # 15 rows over 2 processes: the largest multiple of 2 at most 15
+    ("sft", ["data.train_batch_size=15", "data.micro_batch_size_per_gpu=7", "trainer.n_gpus_per_node=2"],
+     "set data.train_batch_size to a multiple of 2, e.g. data.train_batch_size=14"),
+    ("dpo", ["data.train_batch_size=8", "data.micro_batch_size_per_gpu=3"],
+     "set data.micro_batch_size_per_gpu to a divisor of 8, e.g. data.micro_batch_size_per_gpu=2"),
+])
+def test_sft_and_dpo_batch_errors_name_a_size_that_loads(command, overrides, suggested):
+    """The SFT and DPO batch divisibility errors named the sizes but no value that fits (the RL ones did)."""
+    from rft.trainer.configure import load_dpo_config, load_sft_config
+
+    loader = {"sft": load_sft_config, "dpo": load_dpo_config}[command]
+    base = ["model.partial_pretrain=model", "data.train_files=train.parquet"]
+    with pytest.raises(ConfigError) as err:
+        loader(None, [*base, *overrides], validate_paths=False)
+    assert str(err.value).endswith(suggested)
+    loader(None, [*base, *overrides, suggested.rsplit("e.g. ", 1)[1]], validate_paths=False)
+
+
 @pytest.mark.parametrize(
     "overrides, needles",
     [

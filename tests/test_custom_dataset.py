@@ -122,8 +122,9 @@ def _bad_model(assets: Path, root: Path) -> Path:
 
 
 @pytest.mark.parametrize("name, line", [
-    ("TokenizedRows", "rft: error: data.custom_cls TokenizedRows ({path}): row 0 has no key 'prompt' (data.prompt_key); "
-                      "its keys: ['attention_mask', 'input_ids']; rft's row contract: a mapping with the prompt "
+    ("TokenizedRows", "rft: error: data.custom_cls TokenizedRows ({path}): row 0: no column 'prompt' (data.prompt_key); "
+                      "the rows have the columns attention_mask, input_ids: set data.prompt_key=<one of them>; "
+                      "rft's row contract: a mapping with the prompt "
                       "(data.prompt_key: chat messages [{{role, content}}, ...] or a string) and optionally "
                       "data_source, reward_model {{ground_truth}}, extra_info, as a verl data file's row before "
                       "tokenization (docs/data.md)"),

@@ -56,6 +56,8 @@ def test_the_rft_data_commands_of_the_docs_run_one_after_another_in_one_folder(t
                 args = build_parser().parse_args(words[1:])
             except SystemExit:  # a mention of the command, not a command line
                 continue
+            if not args.src_or_out:  # a mention without a folder (`rft data shapes writes ...`)
+                continue
             source = (REPO / args.src_or_out[0]).resolve() if len(args.src_or_out) == 2 else REPO
             if any(w.startswith("<") for w in words) or not (source.exists() and source.is_relative_to(REPO)):
                 continue  # a placeholder for the user's copy of a data set

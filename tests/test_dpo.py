@@ -100,6 +100,10 @@ def test_data_and_config_errors_name_the_key(assets, tmp_path):
     write_parquet([{"prompt": "1+1=", "chosen": "2"}], tmp_path / "half.parquet")
     with pytest.raises(DataError, match=r"no column 'rejected' \(data.rejected_key\)"):
         PreferenceDataset(tmp_path / "half.parquet", tok, make_cfg(assets, tmp_path).data)
+    write_parquet([{"prompt": "1+1=", "chosen": "2", "rejected": "3", "sys": "Add."}], tmp_path / "sys.parquet")
+    with pytest.raises(DataError, match=r"no column 'system' \(data.system_prompt_key\); .*the rows have the columns "
+                                        r".*sys.*: set data.system_prompt_key=<one of them>"):
+        PreferenceDataset(tmp_path / "sys.parquet", tok, make_cfg(assets, tmp_path, "data.system_prompt_key=system").data)
     with pytest.raises(DataError, match="data.max_length=4"):
         PreferenceDataset(assets / "data" / "preference_train.parquet", tok,
                           make_cfg(assets, tmp_path, "data.max_length=4").data)

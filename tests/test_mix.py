@@ -18,12 +18,12 @@ from safetensors.torch import load_file
 
 from rft.batch import Batch
 from rft.config import ConfigError
-from rft.data.dataset import PromptDataset, left_pad
+from rft.data.dataset import DataError, PromptDataset, left_pad
 from rft.data.io import read_rows
 from rft.dialects.trinity import translate
 from rft.models.load import load_tokenizer
 from rft.trainer.configure import load_trinity
-from rft.trainer.mix import expert_rows_per_mini_batch
+from rft.trainer.mix import ExpertRows, expert_rows_per_mini_batch
 from rft.trainer.rl import RLTrainer
 from rft.trainer.run import SyncRun
 from rft.workers.policy import forward_logprobs
@@ -238,6 +238,16 @@ def test_each_mini_batch_gets_its_share_of_the_expert_rows(assets, tmp_path):
     assert [m.expert_mask.tolist() for m in minis] == [[False] * 8 + [True] * 2] * 2
     groups = [g for m in minis for g in m.group.tolist()]
     assert sorted(groups) == sorted(mixed.group.tolist())  # every row once, whole groups
+
+
+def test_a_missing_expert_column_names_the_data_expert_key(assets, tmp_path):
+    """The expert rows' columns are data.expert's keys; the message named data.prompt_key (the prompts' key)."""
+    tok = load_tokenizer(str(assets / "model"))
+    with pytest.raises(DataError, match=r"no column 'questions' \(data.expert.prompt_key\); did you mean "
+                                        r"data.expert.prompt_key=question\? .*set data.expert.prompt_key=<one of them>"):
+        ExpertRows(mix_cfg(assets, tmp_path, "data.expert.prompt_key=questions"), tok)
+    with pytest.raises(DataError, match=r"no column 'messages' \(data.expert.messages_key\)"):
+        ExpertRows(mix_cfg(assets, tmp_path, "data.expert.messages_key=messages"), tok)
 
 
 def test_mix_is_refused_where_it_cannot_hold(assets, tmp_path):

@@ -88,7 +88,9 @@ def test_rft_eval_custom_reward_function_and_its_keys(tmp_path, capsys):
     assert main(args) == 0  # pass_threshold 1.0: a 0.5 never passes
     assert json.loads((tmp_path / "out.json").read_text())["metrics"]["eval/s/pass@2"] == 0.0
     assert main([*args, "data.response_key=nope"]) == 2
-    assert "no column 'nope' (data.response_key)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no column 'nope' (data.response_key)" in err and "set data.response_key=<one of them>" in err
+    assert "the rows have the columns " in err and "outs" in err
     assert main([*args, "ray_init.num_cpus=4"]) == 2
     assert "ray_init.num_cpus=4 is not supported" in capsys.readouterr().err
 

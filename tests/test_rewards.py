@@ -322,6 +322,24 @@ def test_reward_kwargs_reach_every_function_of_the_file(tmp_path):
 VERL_CALL = "compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)"
 
 
+@pytest.mark.parametrize("source", [
+    "async def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n",
+    "class Scorer:\n    async def __call__(self, data_source, solution_str, ground_truth, extra_info=None):\n"
+    "        return 1.0\ncompute_score = Scorer()\n",
+])
+def test_an_async_reward_function_is_refused(tmp_path, source):
+    """rft's reward call is synchronous: an async def (or an object with an async __call__) returned a coroutine on
+    every row instead of a score."""
+    from rft.errors import RewardError
+
+    path = _write(tmp_path, "r.py", source)
+    with pytest.raises(RewardError) as refused:
+        build_reward_fn(path, on_error="zero")
+    message = str(refused.value)
+    assert f"'compute_score' in {str(path)!r} is an async function" in message and "\n" not in message
+    assert "rft calls reward functions synchronously" in message and "make it a plain def compute_score(" in message
+
+
 @pytest.mark.parametrize("source, reward_kwargs, taken", [
     # taken: rft's call binds to each
     ("def compute_score(data_source, solution_str, ground_truth, extra_info):", None, True),

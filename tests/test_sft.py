@@ -94,6 +94,12 @@ def test_multiturn_loss_covers_every_assistant_turn(tmp_path, assets):
     cfg.data.multiturn.last_turn_only = True
     ex = SFTDataset(tmp_path / "chat.parquet", tok, cfg.data).examples[0]
     assert tok.decode([t for t, m in zip(ex.response_ids, ex.loss_mask) if m]) == "4<|im_end|>"
+    # a messages column under another name: the key to set, and the columns there are
+    cfg.data.multiturn.messages_key = "message"
+    with pytest.raises(DataError, match=r"no column 'message' \(data.multiturn.messages_key\); did you mean "
+                                        r"data.multiturn.messages_key=messages\? the rows have the columns messages: "
+                                        r"set data.multiturn.messages_key=<one of them>"):
+        SFTDataset(tmp_path / "chat.parquet", tok, cfg.data)
 
 
 def test_data_errors_name_the_row_and_key(tmp_path, assets):

@@ -113,9 +113,6 @@ def cmd_data(args) -> int:
     from rft.fsutil import differing_files, staging_in
 
     check_data_args(args)
-    if args.task in ("gsm8k", "geometry3k") and not args.src:
-        print("rft data gsm8k needs SRC: a folder with train.jsonl and test.jsonl", file=sys.stderr)
-        return 2
     out = Path(args.out)
     with staging_in(out) as staging:
         staged = write_task_data(args, staging)
@@ -387,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(verl's names); geometry3k SRC OUT: a local copy of hiyouga/geometry3k (data/<split>-*"
                         ".parquet) with its diagrams, the same names; the synthetic tasks write OUT/train.parquet / "
                         "OUT/val.parquet")
-    q.add_argument("src_or_out", nargs="+", metavar="[SRC] OUT")
+    q.add_argument("src_or_out", nargs="*", metavar="[SRC] OUT")  # "*": a wrong count is rft's own error line
     q.add_argument("--overwrite", action="store_true",
                    help="write over the files of the same names OUT holds with other bytes (refused without; the "
                         "same bytes, and other files, are left)")
@@ -495,15 +492,17 @@ def _split_positionals(args) -> None:
         args.overrides = [args.config, *args.overrides]
         args.config = None
     if args.command == "data":
+        from rft.errors import RftError
+
         items = args.src_or_out
-        if args.task in ("arithmetic", "calculator", "shapes"):  # synthetic tasks: written, not converted
-            if len(items) != 1:
-                raise SystemExit(f"usage: rft data {args.task} OUT")
-            args.src, args.out = None, items[0]
-        else:
-            if len(items) != 2:
-                raise SystemExit(f"usage: rft data {args.task} SRC OUT")
-            args.src, args.out = items
+        synthetic = args.task in ("arithmetic", "calculator", "shapes")  # written, not converted from a SRC
+        if len(items) != (1 if synthetic else 2):
+            takes, example = (("OUT (the folder to write)", "d") if synthetic else
+                              ("SRC OUT (the local copy to convert, the folder to write)", f"SRC {args.task}"))
+            got = f"{len(items)} ({' '.join(items)})" if items else "none"
+            raise RftError(f"rft data {args.task} takes {takes}, got {got}: e.g. rft data {args.task} {example} "
+                           "(rft data --help)")
+        args.src, args.out = (None, items[0]) if synthetic else items
 
 
 def _component_argv(argv: list[str]) -> list[str] | None:

@@ -90,6 +90,12 @@ def suggest_divisor(key: str, total: int, near: int, multiple_of: int = 1) -> st
     return f"set {key} to {what}" + (f", e.g. {key}={size}" if size is not None else "")
 
 
+def suggest_multiple(key: str, of: int, near: int) -> str:
+    """"set <key> to a multiple of <of>, e.g. <the largest at most `near`, else `of`>" (what to do about a size that
+    must divide by `of`)."""
+    return f"set {key} to a multiple of {of}, e.g. {key}={max(of, near - near % of)}"
+
+
 def positive(key: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -120,6 +126,8 @@ def data_files(value: Any, key: str) -> list[str]:
         if Path(f).suffix not in (".parquet", ".jsonl"):
             if not Path(f).expanduser().exists():  # a mistyped path: that it is missing, not that its name is wrong
                 raise missing_file(key, f)
+            if Path(f).expanduser().is_dir():
+                raise folder_given(key, f)
             raise ConfigError(f"{key}: {f!r} is not a .parquet or .jsonl file")
     return files
 
@@ -150,6 +158,21 @@ def missing_file(key: str, path: str) -> ConfigError:
     hint = f"; did you mean {str(Path(path).parent / meant)!r}?" if meant else ""
     shown = ", ".join(present[:SHOWN_FILES]) + (f", ... ({len(present)} in all)" if len(present) > SHOWN_FILES else "")
     return ConfigError(f"{key}: file {path!r} does not exist{hint} ({str(folder)!r} holds {shown})")
+
+
+def folder_given(key: str, path: str) -> ConfigError:
+    """The error for `key` set to the folder `path` rather than a file in it: the data files it holds and the one
+    to set (the split the key names: train.parquet for train_files, val.parquet or test.parquet for val_files)."""
+    folder = Path(path).expanduser()
+    present = sorted(p.name for p in folder.iterdir() if p.suffix in (".parquet", ".jsonl") and p.is_file())
+    if not present:
+        return ConfigError(f"{key}: {path!r} is a folder, and it holds no .parquet or .jsonl file: set {key} to a data "
+                           "file (`rft data ...` writes them)")
+    wanted = "val.parquet" if key.endswith("val_files") else "train.parquet"
+    meant = _likeliest(wanted, present) or present[0]
+    shown = ", ".join(present[:SHOWN_FILES]) + (f", ... ({len(present)} in all)" if len(present) > SHOWN_FILES else "")
+    return ConfigError(f"{key}: {path!r} is a folder, not a .parquet or .jsonl file; it holds {shown}: set "
+                       f"{key}={Path(path) / meant}")
 
 
 def _likeliest(name: str, present: list[str]) -> str | None:

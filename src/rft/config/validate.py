@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from rft.config.checks import CHECKS, CheckContext, all_null, positive, suggest_divisor
+from rft.config.checks import CHECKS, CheckContext, all_null, positive, suggest_divisor, suggest_multiple
 from rft.config.errors import ConfigError
 
 log = logging.getLogger("rft")
@@ -170,13 +170,18 @@ def check_sizes(ctx: CheckContext) -> None:
 def check_sft_batch(ctx: CheckContext) -> None:
     """rft sft: the batch splits over the processes, and a process's share over its micro-batches."""
     data, world_size = ctx.cfg.data, ctx.world_size
-    local = data.train_batch_size // world_size  # rows per process and step
-    if data.train_batch_size % world_size or (local % data.micro_batch_size_per_gpu
-                                              and data.micro_batch_size_per_gpu < local):
+    micro = data.micro_batch_size_per_gpu
+    if data.train_batch_size % world_size:
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes "
-            f"({world_size}), and its share per process ({data.train_batch_size / world_size:g} rows) a multiple of "
-            f"data.micro_batch_size_per_gpu ({data.micro_batch_size_per_gpu}) or at most one micro-batch"
+            f"({world_size}): " + suggest_multiple("data.train_batch_size", world_size, data.train_batch_size)
+        )
+    local = data.train_batch_size // world_size  # rows per process and step
+    if local % micro and micro < local:
+        raise ConfigError(
+            f"data.train_batch_size's share per process ({local} rows) must be a multiple of "
+            f"data.micro_batch_size_per_gpu ({micro}) or at most one micro-batch: "
+            + suggest_divisor("data.micro_batch_size_per_gpu", local, micro)
         )
 
 
@@ -184,8 +189,10 @@ def check_sft_batch(ctx: CheckContext) -> None:
 def check_dpo_batch(ctx: CheckContext) -> None:
     """rft dpo: the batch of pairs splits into micro-batches on every process."""
     data, world_size = ctx.cfg.data, ctx.world_size
-    if data.train_batch_size % (data.micro_batch_size_per_gpu * world_size):
+    micro = data.micro_batch_size_per_gpu
+    if data.train_batch_size % (micro * world_size):
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size} pairs) must be a multiple of "
-            f"data.micro_batch_size_per_gpu ({data.micro_batch_size_per_gpu}) x processes ({world_size})"
+            f"data.micro_batch_size_per_gpu ({micro}) x processes ({world_size}): "  # 1: trainer.dpo refuses more
+            + suggest_divisor("data.micro_batch_size_per_gpu", data.train_batch_size // world_size, micro)
         )

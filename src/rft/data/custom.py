@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rft.data.io import DataError
+from rft.data.io import DataError, missing_column
 
 CONTRACT = ("a mapping with the prompt (data.prompt_key: chat messages [{role, content}, ...] or a string) and "
             "optionally data_source, reward_model {ground_truth}, extra_info, as a verl data file's row before "
@@ -76,6 +76,6 @@ def custom_rows(data: Any, files: Any, tokenizer, processor=None) -> tuple[str, 
             raise DataError(f"{where}: row {i} is a {type(row).__name__}; rft's row contract: {CONTRACT}")
         for key, what in required.items():
             if key is not None and key not in row:
-                raise DataError(f"{where}: row {i} has no key {key!r} ({what}); its keys: {sorted(row)}; rft's row "
-                                f"contract: {CONTRACT}")
+                missing = missing_column(f"{where}: row {i}", key, what, row)
+                raise DataError(f"{missing}; rft's row contract: {CONTRACT}")
     return where, [dict(row) for row in rows]

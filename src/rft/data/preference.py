@@ -130,7 +130,7 @@ class PreferenceDataset:
         system = None
         if cfg.system_prompt_key:
             if cfg.system_prompt_key not in row:
-                raise DataError(f"{where}: no column {cfg.system_prompt_key!r} (data.system_prompt_key)")
+                raise missing_column(where, cfg.system_prompt_key, "data.system_prompt_key", row)
             system = row[cfg.system_prompt_key]
         elif cfg.system_prompt:
             system = cfg.system_prompt

@@ -46,8 +46,8 @@ class SFTDataset:
     def __init__(self, files, tokenizer, data_cfg, vision=None, keys: str = "data"):
         """`vision`: a vision-language model's `rft.models.vision.Vision`; single-turn rows with images
         (`data.image_key`) are then encoded through its processor (docs/multimodal.md). Rows over
-        `data_cfg.max_length` are judged all at once (`rft.data.lengths`); `keys`: where the config sets
-        max_length and truncation, for messages."""
+        `data_cfg.max_length` are judged all at once (`rft.data.lengths`); `keys`: the config section that sets
+        the columns, max_length and truncation, for messages (`data`, or mix's `data.expert`)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
         examples: list[SFTExample] = []
         spans: list[Span] = []
@@ -61,10 +61,12 @@ class SFTDataset:
                                   image_key)
                 if data_cfg.multiturn.enable:
                     example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where,
-                                              data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only)
+                                              data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only,
+                                              # data.expert names its messages_key without a multiturn level
+                                              keys=f"{keys}.multiturn" if keys == "data" else keys)
                 else:
-                    for column, key in ((data_cfg.prompt_key, "data.prompt_key"),
-                                        (data_cfg.response_key, "data.response_key")):
+                    for column, key in ((data_cfg.prompt_key, f"{keys}.prompt_key"),
+                                        (data_cfg.response_key, f"{keys}.response_key")):
                         if column not in row:
                             raise missing_column(where, column, key, row)
                     prompt = _dig(row[data_cfg.prompt_key], data_cfg.prompt_dict_keys, where, data_cfg.prompt_key)
@@ -92,11 +94,11 @@ class SFTDataset:
 
     @staticmethod
     def _multiturn(tokenizer, row: dict, key: str, where: str, tools_key: str | None = None,
-                   last_turn_only: bool = False) -> SFTExample:
+                   last_turn_only: bool = False, keys: str = "data.multiturn") -> SFTExample:
         if key not in row:
-            raise DataError(f"{where}: no column {key!r} (data.multiturn.messages_key); columns: {sorted(row)}")
+            raise missing_column(where, key, f"{keys}.messages_key", row)
         if tools_key is not None and tools_key not in row:
-            raise DataError(f"{where}: no column {tools_key!r} (data.multiturn.tools_key); columns: {sorted(row)}")
+            raise missing_column(where, tools_key, f"{keys}.tools_key", row)
         messages = _messages(row[key], where)
         tools = _tools(row[tools_key], where) if tools_key else None
         full = _template(tokenizer, messages, generation_prompt=False, tools=tools)

@@ -68,7 +68,7 @@ def metrics_of(groups: dict[str, list[list[float]]], threshold: float, ks: list[
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, float]:
-    from rft.data.io import read_rows
+    from rft.data.io import missing_column, read_rows
     from rft.fsutil import write_text_atomic
     from rft.rewards import build_reward_fn, score_responses
 
@@ -82,7 +82,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
         for key, what in ((d.prompt_key, "prompt_key"), (d.response_key, "response_key"),
                           (d.data_source_key, "data_source_key"), (d.reward_model_key, "reward_model_key")):
             if key not in row:
-                raise RftError(f"{d.path} row {i}: no column {key!r} (data.{what}); columns: {sorted(row)}")
+                raise missing_column(f"{d.path} row {i}", key, f"data.{what}", row)
         responses = row[d.response_key]
         responses = [responses] if isinstance(responses, str) else list(responses)
         if not responses or not all(isinstance(r, str) for r in responses):

@@ -51,8 +51,15 @@ def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping
     Checked with `inspect.Signature.bind`, so defaults, ``*args``, ``**kwargs`` and keyword-only parameters count as
     they would in the call (a callable object's ``__call__``, a class's ``__init__``); a callable whose signature
     Python cannot read (some builtins) is not checked. Such a function would fail on every row, and with
-    custom_reward_function.on_error=zero score every row 0 instead of stopping.
+    custom_reward_function.on_error=zero score every row 0 instead of stopping. So would an ``async def`` (or an
+    object whose ``__call__`` is one): rft's call is synchronous, and it would return a coroutine, not a score.
     """
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):  # a function, an object
+        raise RewardError(
+            f"custom_reward_function.name: {name!r} in {str(path)!r} is an async function: rft calls reward "
+            "functions synchronously, so it would return a coroutine, not a score, on every row; make it a plain "
+            f"def {name}(...) (run anything it awaits inside it, e.g. with asyncio.run)"
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
