@@ -501,7 +501,7 @@ def test_custom_reward_function_file_missing(real_paths, tmp_path):
     with pytest.raises(ConfigError, match=missing_file):
         load(*real_overrides(real_paths), f"custom_reward_function.path={tmp_path / 'reward.py'}",
              validate_paths=True)
-    (tmp_path / "reward.py").write_text("def compute_score(*args):\n    return 0.0\n")
+    (tmp_path / "reward.py").write_text("def compute_score(*args, **kwargs):\n    return 0.0\n")
     cfg = load(*real_overrides(real_paths), f"custom_reward_function.path={tmp_path / 'reward.py'}",
                validate_paths=True)
     assert cfg.custom_reward_function.path == str(tmp_path / "reward.py")

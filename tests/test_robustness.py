@@ -468,8 +468,8 @@ def test_a_reward_function_with_the_wrong_signature_is_refused_before_the_model_
     assert code == 2 and not out.exists() and "steps on" not in stdout, err
     assert f"custom_reward_function.name: 'compute_score' in {str(reward)!r} has the signature compute_score(text)" \
         in line, line
-    assert ("cannot take rft's call compute_score(data_source, solution_str, ground_truth, extra_info), the four "
-            "passed positionally") in line and "too many positional arguments" in line, line
+    assert ("cannot take rft's call compute_score(data_source=..., solution_str=..., ground_truth=..., "
+            "extra_info=...), the four passed by name") in line and "missing a required argument" in line, line
 
 
 def test_on_error_zero_stops_a_step_whose_every_row_failed(work, tmp_path, capsys):

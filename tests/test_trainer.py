@@ -133,13 +133,17 @@ def test_fit_writes_outputs_and_model_loads(assets, tmp_path):
     assert out.shape[1] > ids.shape[1]
 
 
-def test_val_only_validates_and_stops_without_training(assets, tmp_path):
-    # verl's trainer.val_only: the validation before training, then exit; nothing trained, saved or exported
+def test_val_only_validates_and_stops_without_training(assets, tmp_path, capsys):
+    # verl's trainer.val_only: the validation before training, then exit; nothing trained, saved or exported, and
+    # the config.yaml of a run already in the folder (what rft merge and a resume's checks read) left as it was
     cfg = make_cfg(assets, tmp_path, "trainer.val_only=true", "trainer.val_before_train=true",
                    "trainer.total_training_steps=2", "trainer.save_freq=1")
+    (tmp_path / "config.yaml").write_text("the run's own: 1\n")
     run = SyncRun(cfg)
     before = trainable(run.trainer.model)
     metrics = run.fit()
+    assert (tmp_path / "config.yaml").read_text() == "the run's own: 1\n"
+    assert "rft: validation only (trainer.val_only) at step 0 on" in capsys.readouterr().out
     assert "val-core/arithmetic/reward/mean@1" in metrics
     assert json.loads((tmp_path / "val_only.json").read_text()) == metrics
     assert run.global_step == 0 and not (tmp_path / "metrics.jsonl").read_text().strip()  # no training step

@@ -118,13 +118,18 @@ class SyncRun:
     def _fit(self) -> dict[str, float]:
         cfg, main, trainer = self.cfg.trainer, self.dist.is_main, self.trainer
         recovered = self.resume()
-        if main:  # after the resume's checks: a refused resume leaves the folder's config.yaml as it was
+        # after the resume's checks: a refused resume leaves the folder's config.yaml as it was; so does a
+        # validation-only run in a run's folder (config.yaml is what its checkpoints were trained with: rft merge
+        # and a resume's checks read it)
+        if main and not (cfg.val_only and (self.out / "config.yaml").exists()):
             write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
                                   recovered=recovered) if main else SilentTracker()
         where = (f"{counted(self.dist.processes, 'process', 'processes')} ({trainer.device.type})" if self.dist.enabled
                  else f"{trainer.device}")
-        tracker.write(f"rft: {counted(self.total_steps, 'step')} on {where}, "
+        what = (f"validation only (trainer.val_only) at step {self.global_step}" if cfg.val_only
+                else counted(self.total_steps, "step"))
+        tracker.write(f"rft: {what} on {where}, "
                       f"{counted(len(self.explorer.taskset), 'train prompt')}, output {self.out}\nrft: "
                       f"{describe(trainer.precision)}")
         last: dict[str, float] = {}
