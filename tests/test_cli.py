@@ -336,6 +336,21 @@ def test_rft_data_with_a_wrong_count_of_folders_says_what_the_task_takes(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, said", [
+    (["arithmetic", "d", "--tool-share", "0.5"], "rft data arithmetic: --tool-share applies to calculator only"),
+    (["shapes", "d", "--carry-slip", "0.5"], "rft data shapes: --carry-slip applies to arithmetic only"),
+    (["gsm8k", "src", "d", "--n-train", "5"], "rft data gsm8k: --n-train applies to arithmetic and calculator and "
+                                              "shapes only"),
+])
+def test_rft_data_refuses_an_option_its_task_does_not_take(tmp_path, args, said):
+    """An option of another task was silently ignored (`rft data arithmetic d --tool-share 0.5` wrote the usual
+    data and exited 0)."""
+    bad = rft_here("data", *args, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert bad.stderr.startswith(f"rft: error: {said}"), bad.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def _stamped(folder: Path) -> dict[str, tuple[bytes, int]]:
     """The files of `folder` (hidden ones too) with their bytes and modification times, the times first set to one
     moment long ago, so that a file written again shows a new time whatever the file system's clock resolution."""

@@ -67,13 +67,28 @@ def cmd_init_model(args) -> int:
     return 0
 
 
+SYNTHETIC = ("arithmetic", "calculator", "shapes")
+TASK_OPTIONS = {
+    "n_train": SYNTHETIC, "n_val": SYNTHETIC, "seed": SYNTHETIC,
+    "max_digits": ("arithmetic",), "ops": ("arithmetic",), "carry_slip": ("arithmetic",), "preferences": ("arithmetic",),
+    "tool_share": ("calculator",), "copy_rows": ("calculator",),
+    "max_count": ("shapes",), "slip": ("shapes",),
+}
+"""`rft data`'s options (their defaults None: the writer's own default) and the tasks each applies to: one given
+to another task is refused, not ignored."""
+
+
 def check_data_args(args) -> None:
     """`rft data`'s refusal before anything is written: a split of no rows (rft train refuses an empty data file)."""
     from rft.errors import RftError
 
+    for dest, tasks in TASK_OPTIONS.items():
+        if getattr(args, dest) is not None and args.task not in tasks:
+            raise RftError(f"rft data {args.task}: --{dest.replace('_', '-')} applies to {' and '.join(tasks)} only; "
+                           f"leave it out (see rft data --help)")
     if args.task in ("arithmetic", "calculator", "shapes"):
         for flag, n in (("--n-train", args.n_train), ("--n-val", args.n_val)):
-            if n < 1:
+            if n is not None and n < 1:
                 raise RftError(f"rft data {args.task}: {flag} {n}: a split needs at least 1 row (rft train refuses an "
                                "empty data file)")
 
@@ -85,14 +100,11 @@ def write_task_data(args, out) -> dict:
         from rft.tasks import write_arithmetic, write_calculator
         from rft.tasks.shapes import write_shapes
 
-        write, options = {
-            "arithmetic": (write_arithmetic, dict(max_digits=args.max_digits, ops=args.ops,
-                                                  carry_slip=args.carry_slip, preferences=args.preferences)),
-            "calculator": (write_calculator, dict(tool_share=args.tool_share, copy_rows=args.copy_rows)),
-            "shapes": (write_shapes, dict(max_count=args.max_count, slip=args.slip)),
-        }[args.task]
+        write = {"arithmetic": write_arithmetic, "calculator": write_calculator, "shapes": write_shapes}[args.task]
+        options = {dest: getattr(args, dest) for dest, tasks in TASK_OPTIONS.items()
+                   if args.task in tasks and getattr(args, dest) is not None}  # the rest: the writer's defaults
         try:
-            return write(out, n_train=args.n_train, n_val=args.n_val, seed=args.seed, **options)
+            return write(out, **options)
         except ValueError as e:
             raise RftError(f"rft data {args.task}: {e}") from None
     from rft.tasks import convert_gsm8k  # a local copy of a dataset, converted
@@ -388,25 +400,26 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--overwrite", action="store_true",
                    help="write over the files of the same names OUT holds with other bytes (refused without; the "
                         "same bytes, and other files, are left)")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--n-train", type=int, default=2000, help="the synthetic tasks: training rows (at least 1)")
-    q.add_argument("--n-val", type=int, default=200, help="the synthetic tasks: held-out rows (at least 1)")
-    q.add_argument("--max-digits", type=int, default=2)
-    q.add_argument("--ops", default="+")
-    q.add_argument("--carry-slip", type=float, default=0.0,
-                   help="arithmetic: share of carrying additions whose SFT demonstration forgets the carry")
-    q.add_argument("--preferences", action="store_true",
+    # default None: the task's writer's own default (rft.tasks), and an option given to a task it does not apply
+    # to is refused (TASK_OPTIONS)
+    q.add_argument("--seed", type=int, help="the synthetic tasks: the rows' seed (default 0)")
+    q.add_argument("--n-train", type=int, help="the synthetic tasks: training rows (at least 1; default 2000)")
+    q.add_argument("--n-val", type=int, help="the synthetic tasks: held-out rows (at least 1; default 200)")
+    q.add_argument("--max-digits", type=int, help="arithmetic: digits of each operand (default 2)")
+    q.add_argument("--ops", help="arithmetic: the operators, e.g. +- (default +)")
+    q.add_argument("--carry-slip", type=float,
+                   help="arithmetic: share of carrying additions whose SFT demonstration forgets the carry (default 0)")
+    q.add_argument("--preferences", action="store_true", default=None,
                    help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the additions (chosen: "
                         "the answer; rejected: the units carry wrong, forgotten or added)")
-    q.add_argument("--tool-share", type=float, default=0.45,
-                   help="calculator: share of SFT demonstrations that call the calculator tool")
-    q.add_argument("--max-count", type=int, default=4,
-                   help="shapes: the most shapes a picture holds (1..9)")
-    q.add_argument("--slip", type=float, default=0.0,
-                   help="shapes: share of pictures of 3+ shapes whose SFT demonstration misses one")
-    q.add_argument("--copy-rows", type=int, default=4000,
+    q.add_argument("--tool-share", type=float,
+                   help="calculator: share of SFT demonstrations that call the calculator tool (default 0.45)")
+    q.add_argument("--max-count", type=int, help="shapes: the most shapes a picture holds (1..9; default 4)")
+    q.add_argument("--slip", type=float,
+                   help="shapes: share of pictures of 3+ shapes whose SFT demonstration misses one (default 0)")
+    q.add_argument("--copy-rows", type=int,
                    help="calculator: rows of copy.parquet, the warm-up in which the assistant repeats the user's "
-                        "number (0: none)")
+                        "number (0: none; default 4000)")
     q.set_defaults(fn=cmd_data)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides",
