@@ -987,6 +987,31 @@ def test_ctrl_c_and_sigterm_stop_between_phases_and_the_run_resumes_exactly(work
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == list(range(1, 13))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["loading", "training"])
+def test_a_stop_before_the_first_checkpoint_says_the_run_starts_again(work, tmp_path, when):
+    """Stopped while the model loads (its log file exists: the run holds its folder) or between the phases of step 2,
+    before the first checkpoint (save_freq=10): the line used to say the same command resumes from the last
+    checkpoint; there is none, so it says that, names trainer.save_freq=10 and that the rerun starts at step 0."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rft", *args(work, out, "trainer.save_freq=10", "trainer.total_training_steps=20")]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = (out / "log" / "trainer.log") if when == "loading" else (out / "metrics.jsonl")
+    deadline = time.time() + 300
+    while not (ready.is_file() and (when == "loading" or ready.read_text().strip())):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    stop = [x for x in stderr.splitlines() if x.startswith("rft: stopped by SIGINT")]
+    assert len(stop) == 1, stderr
+    assert "no checkpoint was written yet (trainer.save_freq=10)" in stop[0], stop
+    assert "the same command starts the run again from step 0" in stop[0] and "resumes" not in stop[0], stop
+    assert not (out / "checkpoints").is_dir() or not any((out / "checkpoints").iterdir())
+    assert json.loads((out / "failed.json").read_text())["error"] == stop[0].removeprefix("rft: ")
+
+
 def test_debug_shows_the_traceback(work, tmp_path, capsys):
     code, _, err = run(["--debug", *args(work, tmp_path / "out", "data.train_files=missing.parquet")], capsys)
     assert code == 2 and "Traceback" in err and err.strip().splitlines()[-1].startswith("rft: error:")

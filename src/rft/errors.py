@@ -188,11 +188,11 @@ def failure_lines(error: BaseException) -> list[str]:
     (`rft: stopped ...`, or the message of a stop honoured between phases), else `rft: error: ...`, one line per
     problem the error lists."""
     if isinstance(error, KeyboardInterrupt):
-        message = getattr(error, "message", None)  # a stop between phases (rft.interrupts.Interrupted)
+        message = getattr(error, "message", None)  # a stop the run's folder described (rft.interrupts)
         if message:
             return [f"rft: {message}"]
         return [f"rft: stopped by {getattr(error, 'signal_name', 'SIGINT')}; files rft writes are whole or absent, so "
-                "the same command resumes from the last checkpoint"]
+                "the same command resumes from a run's last checkpoint, or starts again where none was written"]
     return [f"rft: error: {line}" for line in describe_failure(error).splitlines() or [""]]
 
 

@@ -5,7 +5,8 @@ signal stops the process at once (`StopNow`, a KeyboardInterrupt: nothing is at 
 first training phase has begun (`monitor.Timer` calls `check_between_phases` on entering each phase), the first
 signal only sets a flag and says so in one line; the run then stops when the next phase would begin, raising
 `Interrupted`. A second signal stops at once. Either way the files a run writes are whole (atomic writes), so the
-same command resumes from the last checkpoint exactly.
+same command resumes from the last checkpoint exactly, or, before the first one is written, starts the run again
+from step 0 (the run's folder says which: `rft.trainer.run_folder`).
 
 Several processes: every rank gets the signal (the terminal's process group, or the launcher forwarding SIGTERM);
 the ranks agree at the start of each step (one all-reduce of the flag), so they stop together and none waits in a
@@ -47,11 +48,13 @@ def _stop(error: KeyboardInterrupt) -> None:
 
 
 class StopNow(KeyboardInterrupt):
-    """A signal that stops the process at once (before training, or the second one)."""
+    """A signal that stops the process at once (before training, or the second one). `message`: the CLI's line,
+    when the run's folder said what the same command does next (`rft.trainer.run_folder`)."""
 
-    def __init__(self, signal_name: str):
-        super().__init__(signal_name)
+    def __init__(self, signal_name: str, message: str | None = None):
+        super().__init__(message or signal_name)
         self.signal_name = signal_name
+        self.message = message
 
 
 class Interrupted(KeyboardInterrupt):

@@ -13,7 +13,8 @@
   (its config.yaml) but the few a resume may change (`RESUME_MAY_CHANGE`: length, cadence, validation, logging,
   output, processes, how passes are sharded and laid out); a checkpoint another trainer wrote (an `rft train` run's, resumed by `rft
   sft`, ...) is refused before the run takes the folder: the refusal writes no failed.json and no log there;
-* a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`) gets the checkpoint it will resume from named;
+* a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`, `StopNow`) gets the checkpoint it will resume from
+  named, or, before the first is written, says so (trainer.save_freq) and that the run starts again from step 0;
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
   `rft.monitor.logfile`), the error or stop that ends the run its last line.
 
@@ -42,7 +43,7 @@ from typing import Any
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, RftError, RunLocked
 from rft.fsutil import clean_stale
-from rft.interrupts import Interrupted
+from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
 
 LOCK_NAME = ".rft.lock"
@@ -315,14 +316,17 @@ def run_id(out: Path) -> str:
     return path.read_text().strip()
 
 
-def _resume_note(out: Path, role: str = "trainer") -> str:
+def _resume_note(out: Path, role: str = "trainer", save_freq: int | None = None) -> str:
+    """What the same command does after a stop: resume from the latest checkpoint in `out`, or, with none there
+    yet, start the run again (`save_freq`: the run's trainer.save_freq, named when known)."""
     from rft.trainer.checkpoint import CheckpointManager
 
     if role.startswith("explorer"):  # its position is in the buffer, written with each step
         return "the same command resumes after the last explore step written to the experience buffer"
     latest = CheckpointManager(out / "checkpoints").latest()
     if latest is None:
-        return "no checkpoint was written yet (trainer.save_freq), so the same command starts over"
+        freq = "trainer.save_freq" if save_freq is None else f"trainer.save_freq={save_freq}"
+        return f"no checkpoint was written yet ({freq}), so the same command starts the run again from step 0"
     return f"the same command resumes from {latest}"
 
 
@@ -346,7 +350,8 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
         failed.unlink(missing_ok=True)
     try:
         with (_process_log(cfg, out, role, dist, for_children),
-              _failure_recorded(failed if lock is not None else None, out, role)):
+              _failure_recorded(failed if lock is not None else None, out, role,
+                                getattr(cfg.trainer, "save_freq", None))):
             if lock is not None and role != "trainer":
                 for line in clean_stale(out / role):
                     print(f"rft: an earlier {role} was interrupted: {line}", flush=True)
@@ -385,13 +390,18 @@ def _process_log(cfg: Any, out: Path, role: str, dist: Dist, for_children: bool)
 
 
 @contextlib.contextmanager
-def _failure_recorded(failed: Path | None, out: Path, role: str) -> Iterator[None]:
+def _failure_recorded(failed: Path | None, out: Path, role: str, save_freq: int | None) -> Iterator[None]:
     """An error or stop of the block written to `failed` (None: not this process's to write); a stop by Ctrl-C /
-    SIGTERM gets the checkpoint the same command resumes from named."""
+    SIGTERM, between phases or at once, gets the checkpoint the same command resumes from named, or says there is
+    none yet (`_resume_note`)."""
     try:
         yield
     except Interrupted as e:
-        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out, role)}")
+        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out, role, save_freq)}")
+        _record_failure(failed, stopped)
+        raise stopped from None
+    except StopNow as e:
+        stopped = StopNow(e.signal_name, f"stopped by {e.signal_name}; {_resume_note(out, role, save_freq)}")
         _record_failure(failed, stopped)
         raise stopped from None
     except BaseException as e:
