@@ -490,6 +490,45 @@ def test_on_error_zero_stops_a_step_whose_every_row_failed(work, tmp_path, capsy
     assert "step 1/2" not in stdout and not (metrics.exists() and metrics.read_text().strip()), stdout
 
 
+def test_on_error_zero_stops_a_validation_whose_every_row_failed(work, tmp_path, capsys):
+    """The same rule for validation: a function failing on every validation row reported a 0.0000 score as the
+    model's (after a warning about "a batch"); the run stops, exit 2, one line naming validation, the count, the
+    function and its first failure, before any step is trained."""
+    reward = write_reward(tmp_path / "broken.py", "return undefined_name")
+    out = tmp_path / "out"
+    code, stdout, err = run(args(work, out, f"custom_reward_function.path={reward}",
+                                 "custom_reward_function.on_error=zero", f"data.val_files={work / 'd' / 'val.parquet'}",
+                                 "trainer.val_before_train=true", "actor_rollout_ref.rollout.val_kwargs.n=2"), capsys)
+    line = one_error_line(err)
+    assert code == 2, err
+    assert "the reward function failed on every row of validation (8 of 8;" in line, line
+    assert f"reward function 'compute_score' in {str(reward)!r} raised NameError: name 'undefined_name' is not " \
+           "defined on row 0" in line, line
+    assert "val-core" not in stdout and not (out / "val_before_train.json").exists(), stdout
+    metrics = out / "metrics.jsonl"
+    assert not (metrics.exists() and metrics.read_text().strip()), stdout
+
+
+def test_on_error_zero_says_how_many_validation_rows_failed(work, tmp_path, capsys, caplog):
+    """Every other call fails: the validation's warning says "validation" and counts its rows (4 of 8), once for
+    the pass; it said "a batch", once per scoring call."""
+    reward = tmp_path / "half.py"
+    reward.write_text("import itertools\nCALLS = itertools.count()\n\n"
+                      "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    if next(CALLS) % 2:\n        raise ValueError('odd call')\n"
+                      "    return float(solution_str.strip() == ground_truth)\n")
+    code, _, err = run(args(work, tmp_path / "out", f"custom_reward_function.path={reward}",
+                            "custom_reward_function.on_error=zero", f"data.val_files={work / 'd' / 'val.parquet'}",
+                            "trainer.val_before_train=true", "actor_rollout_ref.rollout.val_kwargs.n=2",
+                            "data.val_batch_size=2"), capsys)
+    assert code == 0, err
+    said = [r.getMessage() for r in caplog.records if "rows scored 0 by custom_reward_function.on_error=zero"
+            in r.getMessage()]
+    assert said and said[0].startswith("rft: validation: 4 of 8 rows scored 0"), said
+    assert "raised ValueError: odd call" in said[0], said
+    assert not any("a batch" in x for x in said), said
+
+
 def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys, caplog):
     """Every other call overruns the time limit: half of each step's rows (a step whose every row failed would stop
     the run, test_on_error_zero_stops_a_step_whose_every_row_failed)."""

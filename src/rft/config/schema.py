@@ -677,9 +677,9 @@ class CustomRewardConfig:
     on_error: str = fld(
         "error", "A row whose reward function raises, overruns the timeout, or returns a non-number / NaN: error "
         "(stop with one line naming the function, its file, the row and its data_source); zero (score it 0 and "
-        "count it: reward_extra/reward_failed/mean, the share of failed rows, and a warning per step; a step whose "
-        "every row fails stops the run all the same, naming the first failure: a broken function, not a model with "
-        "nothing to learn).", choices=("error", "zero"),
+        "count it: reward_extra/reward_failed/mean, the share of failed rows, and a warning per step or validation; "
+        "a step or validation whose every row fails stops the run all the same, naming the first failure: a broken "
+        "function, not a model with nothing to learn).", choices=("error", "zero"),
     )
     # The names registered in rft.rewards.REWARD_FN_TYPES (a test keeps the two equal).
     reward_fn_type: Optional[str] = fld(

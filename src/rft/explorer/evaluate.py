@@ -13,6 +13,7 @@ import torch
 from rft.batch import Batch
 from rft.data.dataset import Prompt, PromptDataset, left_pad
 from rft.rewards import score_responses
+from rft.rewards.scoring import FAILED, report_failures
 from rft.rollout import HFRollout, SamplingParams
 from rft.rollout.base import eos_token_ids  # noqa: F401  (public here before it moved down to the engines)
 
@@ -42,13 +43,17 @@ def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: 
 @torch.no_grad()
 def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, params: SamplingParams,
              chunk: int | None = None, seed: int = 0,
-             scorer: Callable[[Batch], list[float]] | None = None, indices: list[int] | None = None,
+             scorer: Callable[[Batch, list[str]], tuple[list[float], dict[str, list[float]]]] | None = None,
+             indices: list[int] | None = None,
              keep: int | None = None,
              gather: Callable[[object], list] | None = None) -> tuple[dict[str, float], list[dict]]:
     """(`val-core/<data_source>/reward/mean@<n>` metrics, per-response samples) over the whole dataset.
 
     Sampling (if any) draws from a generator seeded here, so evaluation never shifts a training stream. `scorer`,
-    when given, scores each generated Batch instead of `reward_fn` (the RL trainer's rule + reward-model scores).
+    when given, scores each generated Batch instead of `reward_fn` (the RL trainer's rule + reward-model scores:
+    `RewardPipeline.score_rows`). Rows whose reward failed and were scored 0 (custom_reward_function.on_error=zero)
+    are counted in one warning; a validation whose every row failed raises RewardError (`report_failures`): its
+    0 would read as the model's score.
     Several processes: each generates for its `indices` of the dataset (default: all), of which the first `keep`
     are real (the rest pads every rank to the same number of forward passes), and `gather` (every rank's object,
     in rank order) joins the ranks' results before the metrics.
@@ -57,24 +62,27 @@ def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, p
     indices = list(range(len(dataset))) if indices is None else indices
     keep = len(indices) if keep is None else keep
     chunk = chunk or len(indices)
-    sources, scores, samples = [], [], []
+    sources, scores, samples, failed, failures = [], [], [], [], []
     for start in range(0, len(indices), chunk):
         batch = rollout_batch(rollout, tokenizer, [dataset[i] for i in indices[start:start + chunk]], params,
                               generator)
         if scorer is not None:
-            s = list(scorer(batch))
+            s, extras = scorer(batch, failures)
         else:
-            s, _ = score_responses(reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
-                                   batch.extra_info)
+            s, extras = score_responses(reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
+                                        batch.extra_info, failures)
         real = min(max(keep - start, 0), len(batch) // params.n) * params.n  # rows of real prompts
         sources += batch.data_source[:real]
         scores += s[:real]
+        failed += extras.get(FAILED, [])[:real]
         samples += [{"prompt": tokenizer.decode(p[m.bool()].tolist()), "response": r, "score": x}
                     for p, m, r, x in zip(batch.prompt_ids[:real], batch.prompt_mask[:real],
                                           batch.response_text[:real], s[:real])]
     if gather is not None:
-        parts = gather((sources, scores, samples))
-        sources, scores, samples = ([x for part in parts for x in part[i]] for i in range(3))
+        parts = gather((sources, scores, samples, failed, failures[:1]))
+        sources, scores, samples, failed, failures = ([x for part in parts for x in part[i]] for i in range(5))
+    report_failures(int(sum(failed)), len(scores), next(iter(failures), None), "validation",
+                    without="its score would be 0 whatever the model answered")
     metrics = {}
     for source in sorted(set(sources)):
         values = [x for x, src in zip(scores, sources) if src == source]

@@ -319,7 +319,7 @@ class Explorer:
         vk, data = self.cfg.actor_rollout_ref.rollout.val_kwargs, self.cfg.data
         params = self.sampling_params(vk, n=vk.n, do_sample=vk.do_sample)
         batch_scored = self.rewards.reward_model is not None or self.rewards.judge is not None
-        scorer = (lambda b: self.rewards.score_rows(b)[0]) if batch_scored else None
+        scorer = self.rewards.score_rows if batch_scored else None
         reward_fn = self.rewards.reward_fn
         seed = self.cfg.trainer.seed + 7919
         if not self.dist.enabled:

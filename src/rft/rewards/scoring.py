@@ -56,16 +56,17 @@ def _score_of(result: Any, row: int, data_source: str, fn: Callable[..., Any]) -
 _ELSEWHERE = "its message is in another process's log"
 
 
-def report_failures(failed: int, rows: int, first: str | None, where: str) -> None:
-    """Say how many of `rows` rows of `where` (a step's batch) failed and were scored 0 under on_error=zero (a
-    warning with the first failure's message, `first`), or raise RewardError when every row did: zero substitutes
-    for a row that fails now and then, and a function that fails on every row is broken (a wrong signature, a
-    missing import), which training on all-0 rewards would hide as a model with nothing to learn."""
+def report_failures(failed: int, rows: int, first: str | None, where: str,
+                    without: str = "the run would train on nothing") -> None:
+    """Say how many of `rows` rows of `where` (a step's batch, a validation pass) failed and were scored 0 under
+    on_error=zero (a warning with the first failure's message, `first`), or raise RewardError when every row did:
+    zero substitutes for a row that fails now and then, and a function that fails on every row is broken (a wrong
+    signature, a missing import), which all-0 rewards would hide as a model with nothing to learn (or, in a
+    validation, as its score). `without`: what a pass with no row scored would come to."""
     if rows and failed == rows:
         raise RewardError(
             f"the reward function failed on every row of {where} ({failed} of {rows}; custom_reward_function."
-            f"on_error=zero scores a failed row 0, but with none left the run would train on nothing): "
-            f"{first or _ELSEWHERE}"
+            f"on_error=zero scores a failed row 0, but with none left {without}): {first or _ELSEWHERE}"
         )
     if failed:
         _warn_failures(failed, rows, first or _ELSEWHERE, where)
