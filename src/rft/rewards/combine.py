@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rft.errors import RewardError
-from rft.rewards.custom import load_callable_rewards
+from rft.rewards.custom import VERL_ARGS, load_callable_rewards
 from rft.rewards.parallel import default_workers
 from rft.rewards.runner import RewardFunction
 from rft.rewards.scorers import default_compute_score
@@ -53,10 +53,13 @@ class VerlCall:
     def __init__(self, fn: Callable, kwargs: dict | None = None):
         self.fn, self.kwargs = fn, dict(kwargs or {})
 
-    def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                 **kwargs):
-        return self.fn(**{"data_source": data_source, "solution_str": solution_str, "ground_truth": ground_truth,
-                          "extra_info": extra_info, **kwargs, **self.kwargs})
+    def __call__(self, *values: Any, **kwargs):
+        """`values`: rft's positional call, in the order of `VERL_ARGS` (extra_info may be left out: None), passed
+        on by those names, the list `check_call` binds."""
+        if len(values) > len(VERL_ARGS):
+            raise TypeError(f"a reward function takes {len(VERL_ARGS)} arguments ({', '.join(VERL_ARGS)}), "
+                            f"got {len(values)}")
+        return self.fn(**{"extra_info": None, **dict(zip(VERL_ARGS, values)), **kwargs, **self.kwargs})
 
 
 def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence[float]) -> Callable:
