@@ -472,6 +472,25 @@ def test_a_reward_function_with_the_wrong_signature_is_refused_before_the_model_
             "extra_info=...), the four passed by name") in line and "missing a required argument" in line, line
 
 
+def test_a_reward_file_is_imported_once_per_process_until_it_changes(work, tmp_path, capsys):
+    """The config check imports the reward file to check its function's signature, and the run's reward is built
+    from it: its import-time side effects (here a line appended to a file) ran twice in one run. Once now, and not
+    again for another run of the unchanged file in the same process; a changed file is imported again."""
+    imports = tmp_path / "imports.txt"
+    reward = tmp_path / "counted.py"
+    reward.write_text(f"with open({str(imports)!r}, 'a') as f:\n    f.write('imported\\n')\n\n"
+                      "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(solution_str.strip() == ground_truth)\n")
+    code, _, err = run(args(work, tmp_path / "one", f"custom_reward_function.path={reward}"), capsys)
+    assert code == 0, err
+    assert imports.read_text().splitlines() == ["imported"]
+    code, _, err = run(args(work, tmp_path / "two", f"custom_reward_function.path={reward}"), capsys)
+    assert code == 0 and imports.read_text().splitlines() == ["imported"], err
+    reward.write_text(reward.read_text() + "\nCHANGED = True\n")
+    code, _, err = run(args(work, tmp_path / "three", f"custom_reward_function.path={reward}"), capsys)
+    assert code == 0 and imports.read_text().splitlines() == ["imported", "imported"], err
+
+
 def test_on_error_zero_stops_a_step_whose_every_row_failed(work, tmp_path, capsys):
     """on_error=zero substitutes 0 for a row that fails; a function that fails on every row (here a name it never
     defined) is broken, not a model with nothing to learn: the run stops at the first step, exit 2, one line naming

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 
 from rft.errors import RewardError
 from rft.userfile import load_user_module
@@ -16,7 +17,7 @@ def load_custom_reward(path: str | Path, name: str = "compute_score") -> Callabl
     The function is called as ``fn(data_source, solution_str, ground_truth, extra_info)`` (verl's signature)
     and returns a float, or a dict with the reward under "score" and numeric metrics under other keys.
     The module is registered in sys.modules under a name unique to the resolved path, so two files that share
-    a file name do not collide, and loading the same file again re-executes it.
+    a file name do not collide; a file is imported once per process while it is unchanged (`reward_module`).
     """
     return load_custom_rewards(path, [name])[0]
 
@@ -25,9 +26,31 @@ def load_custom_rewards(path: str | Path, names: list[str]) -> list[Callable]:
     """The functions `names` of the Python file at `path`, imported once (see `load_custom_reward`)."""
     if not names or not all(names):
         raise RewardError(f"custom_reward_function.name is empty; name a function defined in {str(path)!r}")
-    module = load_user_module(path, "custom_reward_function.path", "rft_custom_reward", RewardError)
+    module = reward_module(path)
     file, module_name = Path(module.__file__), module.__name__
     return [_function(module, module_name, file, name) for name in names]
+
+
+_MODULES: dict[Path, tuple[int, int, ModuleType]] = {}  # resolved path -> (mtime_ns, size, module)
+
+
+def reward_module(path: str | Path) -> ModuleType:
+    """The module of the reward file at `path`, imported once per process for each version of the file (resolved
+    path, modification time, size): the config check imports it to check its functions' signatures before any
+    model loads, and `build_reward_fn` builds each stage's reward from it, so its import-time side effects (a
+    model or a table it loads, a line it logs) happen once; a file changed since is imported again."""
+    file = Path(path).expanduser().resolve()
+    try:
+        stat = file.stat()
+    except OSError:
+        stat = None  # load_user_module says what is wrong with it
+    cached = _MODULES.get(file)
+    if stat is not None and cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
+        return cached[2]
+    module = load_user_module(path, "custom_reward_function.path", "rft_custom_reward", RewardError)
+    if stat is not None:
+        _MODULES[file] = (stat.st_mtime_ns, stat.st_size, module)
+    return module
 
 
 def load_callable_rewards(path: str | Path, names: list[str], reward_kwargs: Mapping | None = None
