@@ -305,7 +305,8 @@ def replay_side_by_side(engine, spec: dict) -> dict:
             weights = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
             engine.model.load_state_dict(replay["weights"])  # the weights of the recorded generation
         ours, theirs, same = [], [], True
-        for side in ("ABBA" * REPLAY_ROUNDS)[:2 * REPLAY_ROUNDS]:
+        rounds = spec.get("replay_rounds", REPLAY_ROUNDS)
+        for side in ("ABBA" * rounds)[:2 * rounds]:
             if side == "A":
                 seconds, tokens = _replay(engine, replay)
                 ours.append(seconds)
@@ -404,6 +405,9 @@ def main() -> None:
                          "against rft with bf16 named for its rollout and update (used where this CPU computes it "
                          "faster than float32: models/precision.py); auto: TRL in float32 against rft with no "
                          "precision key (its default: bf16 where this CPU computes it faster)")
+    ap.add_argument("--replay-rounds", type=int, default=REPLAY_ROUNDS, metavar="N",
+                    help="replays of the run's last generation each side (the run's process, the engine alone); a "
+                         f"gap below ~15%% needs 8 or more on a noisy machine (default {REPLAY_ROUNDS})")
     ap.add_argument("--profile", action="store_true",
                     help="torch.profiler over one more rft step of each variant (printed; not in the median)")
     ap.add_argument("--trl-worker", help=argparse.SUPPRESS)
@@ -470,7 +474,7 @@ def main() -> None:
                     rates[preset] = matmul_gflops(prompts * samples * (15 + response), sizes["hidden_size"],
                                                   sizes["intermediate_size"])
                 base = dict(model=str(model), response=response, prompts=prompts, samples=samples,
-                            precision=args.precision,
+                            precision=args.precision, replay_rounds=args.replay_rounds,
                             ignore_eos=ignore_eos, steps=args.steps, checkpointing=checkpointing,
                             reward=str(tie_break if preset in REAL_SIZES else reward))
                 label = (f"{workload} {preset} {response} tok, {prompts}x{samples}"
@@ -523,7 +527,7 @@ def main() -> None:
                     if trl:
                         print(f"  {label}: rft {variant} best {row['s']:.3f} s/step, TRL best {trl['s']:.3f}: "
                               f"{row['s'] / trl['s']:.2f}x", flush=True)
-    table = render(results, rates)
+    table = render(results, rates, args.replay_rounds)
     print()
     print(table)
     if not args.no_write:
@@ -561,7 +565,7 @@ def summarise(r: dict, rate: float, rows: int, samples: int) -> dict:
                 other=s - gen - upd)
 
 
-def render(results: list[dict], rates: dict[str, float]) -> str:
+def render(results: list[dict], rates: dict[str, float], rounds: int = REPLAY_ROUNDS) -> str:
     head = ["workload", "rft variant", "TRL s/step", "rft s/step", "rft / TRL", "runs (TRL; rft)",
             "rft first step s", "gen s",
             "last gen: in run / again in its process / alone s",
@@ -590,7 +594,8 @@ def render(results: list[dict], rates: dict[str, float]) -> str:
              "eff = (2*N*T_gen generation, each prompt once + the response tokens fed back, + 6*N*T update over the "
              "rows trained) / rate / s/step; gen eff and update eff: each phase's own FLOPs over its own time. last gen: "
              "the run's last generation, then the same one (prompts, parameters, draws, weights) again, alternately, "
-             f"{REPLAY_ROUNDS} times in the run's process after its steps and {REPLAY_ROUNDS} times by the hf engine "
+             f"{rounds} times in the run's process after its steps and {rounds} times by the "
+             "hf engine "
              "alone in a fresh process (medians; the two replays' ratio is the figure: measured side by side). "
              "rows trained: the "
              "share of rows whose advantages were not all 0 (rft leaves the others out of the update, exactly). "
