@@ -351,6 +351,30 @@ def test_rft_data_refuses_an_option_its_task_does_not_take(tmp_path, args, said)
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, said", [
+    (["arithmetic", "f"], "rft data arithmetic: OUT 'f' is a file; OUT is the folder to write the task's files into: "
+                          "name a folder"),
+    (["shapes", "f/d"], "rft data shapes: 'f' (on OUT's path 'f/d') is a file; OUT is the folder"),
+    (["gsm8k", "g/train.jsonl", "out"], "rft data gsm8k: SRC 'g/train.jsonl' is a file; SRC is the folder holding "
+                                        "train.jsonl and test.jsonl: 'g' probably (rft data gsm8k g out)"),
+    (["geometry3k", "geo/data/train-00000-of-00001.parquet", "out"],
+     "rft data geometry3k: SRC 'geo/data/train-00000-of-00001.parquet' is a file; SRC is the folder holding "
+     "data/<split>-*.parquet (or <split>.parquet / <split>.jsonl): 'geo' probably (rft data geometry3k geo out)"),
+])
+def test_rft_data_refuses_a_file_where_a_folder_goes_naming_the_folder(tmp_path, args, said):
+    """OUT an existing file was a raw '[Errno 17] File exists' line; SRC a file of the source (the newcomer's
+    `rft data gsm8k .../train.jsonl gsm8k`) was "no such GSM8K file: '.../train.jsonl/train.jsonl'"."""
+    (tmp_path / "f").write_text("mine\n")
+    _gsm8k_source(tmp_path / "g")
+    (tmp_path / "geo" / "data").mkdir(parents=True)
+    (tmp_path / "geo" / "data" / "train-00000-of-00001.parquet").write_bytes(b"")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    bad = rft_here("data", *args, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert bad.stderr.startswith(f"rft: error: {said}"), bad.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def _stamped(folder: Path) -> dict[str, tuple[bytes, int]]:
     """The files of `folder` (hidden ones too) with their bytes and modification times, the times first set to one
     moment long ago, so that a file written again shows a new time whatever the file system's clock resolution."""

@@ -80,7 +80,10 @@ to another task is refused, not ignored."""
 
 
 def check_data_args(args) -> None:
-    """`rft data`'s refusal before anything is written: a split of no rows (rft train refuses an empty data file)."""
+    """`rft data`'s refusals before anything is written: an option of another task, a split of no rows (rft train
+    refuses an empty data file), an OUT that is a file, a SRC that is a file (of the folder SRC should be)."""
+    from pathlib import Path
+
     from rft.errors import RftError
 
     for dest, tasks in TASK_OPTIONS.items():
@@ -92,6 +95,22 @@ def check_data_args(args) -> None:
             if n is not None and n < 1:
                 raise RftError(f"rft data {args.task}: {flag} {n}: a split needs at least 1 row (rft train refuses an "
                                "empty data file)")
+    out = Path(args.out)
+    for path in (out, *out.parents):  # the innermost that exists must be a folder (a raw "[Errno 17]" before)
+        if path.exists():
+            if not path.is_dir():
+                what = f"OUT {args.out!r}" if path == out else f"{str(path)!r} (on OUT's path {args.out!r})"
+                raise RftError(f"rft data {args.task}: {what} is a file; OUT is the folder to write the task's files "
+                               "into: name a folder")
+            break
+    if args.src is not None and Path(args.src).is_file():  # its file named where its folder goes
+        holds = {"gsm8k": "train.jsonl and test.jsonl",
+                 "geometry3k": "data/<split>-*.parquet (or <split>.parquet / <split>.jsonl)"}[args.task]
+        likely = Path(args.src).parent
+        if args.task == "geometry3k" and likely.name == "data":  # a hub shard: data/train-00000-of-00001.parquet
+            likely = likely.parent
+        raise RftError(f"rft data {args.task}: SRC {args.src!r} is a file; SRC is the folder holding {holds}: "
+                       f"{str(likely)!r} probably (rft data {args.task} {likely} {args.out})")
 
 
 def write_task_data(args, out) -> dict:
