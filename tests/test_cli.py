@@ -272,7 +272,7 @@ def test_a_training_command_with_nothing_given_says_what_it_takes(command, capsy
     assert main([command]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"rft: error: rft {command} takes a YAML config and/or section.key=value overrides, "), err
-    assert "examples/" in err and f"rft {command} --help" in err and len(err.splitlines()) == 1
+    assert "`rft example " in err and f"rft {command} --help" in err and len(err.splitlines()) == 1
 
 
 def test_init_model_prints_its_one_line_without_transformers_progress_bars(tmp_path):
@@ -349,6 +349,30 @@ def test_rft_data_refuses_an_option_its_task_does_not_take(tmp_path, args, said)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
     assert bad.stderr.startswith(f"rft: error: {said}"), bad.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, said", [
+    (["arithmetic", "f"], "rft data arithmetic: OUT 'f' is a file; OUT is the folder to write the task's files into: "
+                          "name a folder"),
+    (["shapes", "f/d"], "rft data shapes: 'f' (on OUT's path 'f/d') is a file; OUT is the folder"),
+    (["gsm8k", "g/train.jsonl", "out"], "rft data gsm8k: SRC 'g/train.jsonl' is a file; SRC is the folder holding "
+                                        "train.jsonl and test.jsonl: 'g' probably (rft data gsm8k g out)"),
+    (["geometry3k", "geo/data/train-00000-of-00001.parquet", "out"],
+     "rft data geometry3k: SRC 'geo/data/train-00000-of-00001.parquet' is a file; SRC is the folder holding "
+     "data/<split>-*.parquet (or <split>.parquet / <split>.jsonl): 'geo' probably (rft data geometry3k geo out)"),
+])
+def test_rft_data_refuses_a_file_where_a_folder_goes_naming_the_folder(tmp_path, args, said):
+    """OUT an existing file was a raw '[Errno 17] File exists' line; SRC a file of the source (the newcomer's
+    `rft data gsm8k .../train.jsonl gsm8k`) was "no such GSM8K file: '.../train.jsonl/train.jsonl'"."""
+    (tmp_path / "f").write_text("mine\n")
+    _gsm8k_source(tmp_path / "g")
+    (tmp_path / "geo" / "data").mkdir(parents=True)
+    (tmp_path / "geo" / "data" / "train-00000-of-00001.parquet").write_bytes(b"")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    bad = rft_here("data", *args, cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert bad.stderr.startswith(f"rft: error: {said}"), bad.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def _stamped(folder: Path) -> dict[str, tuple[bytes, int]]:
@@ -463,9 +487,9 @@ def _epilog_commands(text: str) -> list[list[str]]:
 @pytest.mark.parametrize("command", ["train", "sft", "dpo", "demo", "data"])
 def test_help_ends_with_examples_that_run_and_the_docs_of_the_keys(workdir, tmp_path, command):
     """`rft train --help` had no example and no pointer to the keys: each main command's help ends with command
-    lines from the repository's root, and they run as shown, in order, in a fresh folder (the training commands
-    through their config's validation, paths included; the demo through the parser; the model is the workdir's
-    tiny one), and the documents they name exist."""
+    lines, and they run as shown, in order, in a fresh folder without the repository's examples/ (`rft example`
+    writes the config there; the training commands run through their config's validation, paths included; the demo
+    through the parser; the model is the workdir's tiny one), and the documents they name exist."""
     import re
 
     from rft.cli import EPILOGS, build_parser
@@ -477,8 +501,7 @@ def test_help_ends_with_examples_that_run_and_the_docs_of_the_keys(workdir, tmp_
         assert (REPO / doc).is_file(), doc
     if command in ("train", "sft", "dpo"):
         assert "docs/config.md" in EPILOGS[command]
-    (tmp_path / "examples").symlink_to(REPO / "examples")
-    (tmp_path / "tests").symlink_to(REPO / "tests")
+    (tmp_path / "tests").symlink_to(REPO / "tests")  # the GSM8K rows of `rft data gsm8k tests/data/gsm8k`
     loaders = {"train": load_config, "sft": load_sft_config, "dpo": load_dpo_config}
     ran = []
     for argv in _epilog_commands(EPILOGS[command]):
@@ -486,7 +509,7 @@ def test_help_ends_with_examples_that_run_and_the_docs_of_the_keys(workdir, tmp_
         args = build_parser().parse_args(argv[1:])  # every option as shown exists
         if args.command == "init-model":
             (tmp_path / args.out).symlink_to(workdir / "m")
-        elif args.command == "data":
+        elif args.command in ("data", "example"):
             rft_here(*argv[1:], cwd=tmp_path)
         elif args.command in loaders:
             with contextlib.chdir(tmp_path):

@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rft"
 
 LAYERS = [
     # bottom first; a package or top-level module may import only those before it
-    "errors", "registry", "interrupts", "fsutil", "retry", "runtime", "console", "userfile", "batch", "distributed",
+    "errors", "registry", "interrupts", "fsutil", "retry", "runtime", "console", "userfile", "example_files", "batch", "distributed",
     "config", "dialects", "data", "experience", "models", "algorithms", "monitor", "rewards", "workers",
     "rollout", "sync", "buffer", "data_processor", "explorer", "tasks", "trainer", "offline", "components", "studio", "cli",
     "__main__",

@@ -1,4 +1,5 @@
-"""`rft` command line: init-model, data, train, sft, dpo, demo, generate, eval, merge, studio, component, config.
+"""`rft` command line: init-model, data, example, train, sft, dpo, demo, generate, eval, merge, studio, component,
+config.
 
 `main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
 full disk or a folder without write permission, Ctrl-C / SIGTERM) ends with one line `rft: error: ...` (or
@@ -79,7 +80,10 @@ to another task is refused, not ignored."""
 
 
 def check_data_args(args) -> None:
-    """`rft data`'s refusal before anything is written: a split of no rows (rft train refuses an empty data file)."""
+    """`rft data`'s refusals before anything is written: an option of another task, a split of no rows (rft train
+    refuses an empty data file), an OUT that is a file, a SRC that is a file (of the folder SRC should be)."""
+    from pathlib import Path
+
     from rft.errors import RftError
 
     for dest, tasks in TASK_OPTIONS.items():
@@ -91,6 +95,22 @@ def check_data_args(args) -> None:
             if n is not None and n < 1:
                 raise RftError(f"rft data {args.task}: {flag} {n}: a split needs at least 1 row (rft train refuses an "
                                "empty data file)")
+    out = Path(args.out)
+    for path in (out, *out.parents):  # the innermost that exists must be a folder (a raw "[Errno 17]" before)
+        if path.exists():
+            if not path.is_dir():
+                what = f"OUT {args.out!r}" if path == out else f"{str(path)!r} (on OUT's path {args.out!r})"
+                raise RftError(f"rft data {args.task}: {what} is a file; OUT is the folder to write the task's files "
+                               "into: name a folder")
+            break
+    if args.src is not None and Path(args.src).is_file():  # its file named where its folder goes
+        holds = {"gsm8k": "train.jsonl and test.jsonl",
+                 "geometry3k": "data/<split>-*.parquet (or <split>.parquet / <split>.jsonl)"}[args.task]
+        likely = Path(args.src).parent
+        if args.task == "geometry3k" and likely.name == "data":  # a hub shard: data/train-00000-of-00001.parquet
+            likely = likely.parent
+        raise RftError(f"rft data {args.task}: SRC {args.src!r} is a file; SRC is the folder holding {holds}: "
+                       f"{str(likely)!r} probably (rft data {args.task} {likely} {args.out})")
 
 
 def write_task_data(args, out) -> dict:
@@ -145,6 +165,54 @@ def cmd_data(args) -> int:
     held_out = paths.get("val") or paths.get("test")  # gsm8k keeps verl's name for its held-out split
     if "train" in paths and held_out is not None:
         print(f"for rft train: data.train_files={paths['train']} data.val_files={held_out}")
+    return 0
+
+
+def cmd_example(args) -> int:
+    """`rft example`: the shipped example configs, one a line with what it is; `rft example NAME [DEST]`: NAME
+    written into the folder DEST byte for byte (the same bytes there already: nothing written; other bytes: refused
+    without --overwrite, as `rft data` does), then its header with the path it has there."""
+    from pathlib import Path
+
+    from rft.config.suggest import did_you_mean
+    from rft.errors import RftError
+    from rft.example_files import companions, header, shipped, summary
+    from rft.fsutil import output_problem, write_text_atomic
+
+    examples = shipped()
+    if args.name is None:
+        width = max(len(name) for name in examples)
+        for name, path in examples.items():
+            print(f"{name:<{width}}  {summary(path)}")
+        print("rft example NAME [DEST] writes one into DEST (default: this folder)")
+        return 0
+    name = args.name.removeprefix("examples/").removesuffix(".yaml")
+    if name not in examples:
+        hint = did_you_mean(name, list(examples))
+        raise RftError(f"rft example: no example is named {args.name!r}{'; ' + hint if hint else ''}; `rft example` "
+                       "lists them")
+    source = examples[name]
+    target = Path(args.dest) / source.name
+    if target.is_dir():
+        raise RftError(f"rft example {name}: {str(target)!r} is a folder; name another DEST to write {source.name} "
+                       "into")
+    problem = output_problem(target, folder=False)  # DEST, or a folder above it, a file
+    if problem is not None:
+        raise RftError(f"rft example {name}: {problem}; DEST is the folder to write {source.name} into")
+    text = source.read_bytes().decode("utf-8")  # its bytes as they are (read_text would translate line ends)
+    if target.is_file() and target.read_bytes() == source.read_bytes():
+        print(f"rft example {name}: {target} already holds it, byte for byte: nothing written")
+        return 0
+    if target.exists() and not args.overwrite:
+        raise RftError(f"rft example {name}: {target} already exists with other contents; pass --overwrite to write "
+                       "over it, or name another folder")
+    write_text_atomic(target, text)
+    print(f"wrote {target}; its header, with the path it has here:")
+    for line in header(text):
+        print(line.replace(f"examples/{name}{source.suffix}", str(target)))
+    for other in companions(name, text):
+        print(f"it reads examples/{other}{'' if other.endswith('.py') else '.yaml'}: `rft example {other} "
+              f"{Path('examples', other).parent.as_posix()}` writes it there")
     return 0
 
 
@@ -324,27 +392,30 @@ def _keys(section: str = "") -> str:
 
 EPILOGS = {
     "train": f"""\
-examples, from the repository's root (README.md):
+examples, in any folder (`rft example` lists the example configs rft ships; README.md):
+  rft example arithmetic_grpo                 # writes arithmetic_grpo.yaml here (the repository's examples/)
   rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
   rft data arithmetic d                       # d/train.parquet, d/val.parquet
-  rft train examples/arithmetic_grpo.yaml actor_rollout_ref.model.path=m data.train_files=d/train.parquet \\
+  rft train arithmetic_grpo.yaml actor_rollout_ref.model.path=m data.train_files=d/train.parquet \\
       data.val_files=d/val.parquet trainer.total_training_steps=3 trainer.default_local_dir=out
 
 {_keys()}.
 A Trinity-RFT YAML, and a `stages:` list of SFT / DPO / RL stages, run too (README.md).""",
     "sft": f"""\
-examples, from the repository's root (README.md):
+examples (`rft example` lists the example configs rft ships; README.md):
+  rft example gsm8k_sft                       # writes gsm8k_sft.yaml here (the repository's examples/)
   rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
-  rft data gsm8k tests/data/gsm8k gsm8k       # GSM8K's first rows: gsm8k/train.parquet, gsm8k/test.parquet
-  rft sft examples/gsm8k_sft.yaml model.partial_pretrain=m trainer.total_training_steps=4 \\
+  rft data gsm8k tests/data/gsm8k gsm8k       # GSM8K's first rows (in the repository; or your copy's folder)
+  rft sft gsm8k_sft.yaml model.partial_pretrain=m trainer.total_training_steps=4 \\
       trainer.default_local_dir=sft
 
 {_keys(" (its SFT part)")}.""",
     "dpo": f"""\
-examples, from the repository's root (examples/arithmetic_dpo.yaml):
+examples, in any folder (`rft example` lists the example configs rft ships; arithmetic_dpo.yaml's header):
+  rft example arithmetic_dpo                  # writes arithmetic_dpo.yaml here (the repository's examples/)
   rft init-model --preset tiny m              # better: a model that makes the mistakes, e.g. runs/demo/sft/model
   rft data arithmetic data/arithmetic_slip --carry-slip 0.75 --preferences  # with preference_*.parquet
-  rft dpo examples/arithmetic_dpo.yaml model.partial_pretrain=m trainer.default_local_dir=out
+  rft dpo arithmetic_dpo.yaml model.partial_pretrain=m trainer.default_local_dir=out
 
 {_keys(" (its DPO part)")}.
 The preference losses: docs/algorithms.md.""",
@@ -421,6 +492,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calculator: rows of copy.parquet, the warm-up in which the assistant repeats the user's "
                         "number (0: none; default 4000)")
     q.set_defaults(fn=cmd_data)
+
+    q = sub.add_parser("example", help="list the example configs, or write one into a folder (rft example NAME "
+                       "[DEST]): they ship with rft, so they are there outside the repository too")
+    q.add_argument("name", nargs="?", metavar="NAME", help="the example (`rft example` lists them)")
+    q.add_argument("dest", nargs="?", default=".", metavar="DEST",
+                   help="the folder to write NAME's file into (made where missing; default: this folder)")
+    q.add_argument("--overwrite", action="store_true",
+                   help="write over a file of that name DEST holds with other contents (refused without)")
+    q.set_defaults(fn=cmd_example)
 
     q = sub.add_parser("train", help="RL training from a verl-style YAML plus dotted overrides",
                        epilog=EPILOGS["train"], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -540,13 +620,15 @@ def _dispatch(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     _split_positionals(args)
     _require_something_to_run(args)
+    _require_config_here(args)
     return args.fn(args)
 
 
-EXAMPLE_CONFIGS = {"train": "examples/gsm8k_grpo_small.yaml actor_rollout_ref.model.path=MODEL",
-                   "sft": "examples/gsm8k_sft.yaml model.partial_pretrain=MODEL",
-                   "dpo": "examples/arithmetic_dpo.yaml model.partial_pretrain=MODEL"}
-"""A runnable first command line per training command, for `rft train` typed alone (the README's first screen)."""
+EXAMPLE_CONFIGS = {"train": ("gsm8k_grpo_small", "actor_rollout_ref.model.path=MODEL"),
+                   "sft": ("gsm8k_sft", "model.partial_pretrain=MODEL"),
+                   "dpo": ("arithmetic_dpo", "model.partial_pretrain=MODEL")}
+"""A runnable first command line per training command, for `rft train` typed alone (the README's first screen):
+the shipped example (`rft example NAME` writes it) and the override it needs."""
 
 
 def _require_something_to_run(args) -> None:
@@ -555,8 +637,21 @@ def _require_something_to_run(args) -> None:
     from rft.config.errors import ConfigError
 
     if args.command in EXAMPLE_CONFIGS and not args.config and not args.overrides:
+        name, override = EXAMPLE_CONFIGS[args.command]
         raise ConfigError(f"rft {args.command} takes a YAML config and/or section.key=value overrides, e.g. "
-                          f"rft {args.command} {EXAMPLE_CONFIGS[args.command]} (rft {args.command} --help)")
+                          f"rft {args.command} {name}.yaml {override} after `rft example {name}` writes it here "
+                          f"(rft {args.command} --help)")
+
+
+def _require_config_here(args) -> None:
+    """A config `examples/NAME.yaml` (the docs' and the examples' own command lines) that is not in this folder,
+    as outside the repository: say that `rft example NAME` writes it, not only that it does not exist."""
+    from rft.config.errors import ConfigError
+    from rft.example_files import missing_example_problem
+
+    problem = missing_example_problem(args.config) if getattr(args, "config", None) else None
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def report(error: BaseException, debug: bool) -> int:
