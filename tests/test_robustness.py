@@ -96,6 +96,18 @@ def test_an_unknown_data_source_is_found_when_the_data_loads(work, tmp_path, cap
     assert "steps on" not in out  # training never started
 
 
+def test_a_misspelt_data_source_is_answered_with_the_closest_built_in_ones(work, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"{i}+1=", "data_source": "openai/gsm8kk" if i else "mystery",
+                                        "reward_model": {"ground_truth": str(i + 1)}}) + "\n" for i in range(4)))
+    code, out, err = run(args(work, tmp_path / "out", f"data.train_files={rows}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and ("data_source 'openai/gsm8kk' (3 rows; did you mean 'openai/gsm8k'?), 'mystery' (1 rows) "
+                          "(first: ") in line, line
+    assert "; built-in: openai/gsm8k, " in line  # the closest first
+    assert "steps on" not in out
+
+
 def test_rows_without_ground_truth_are_refused_for_a_builtin_scorer(work, tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"prompt": f"{i}+1=", "data_source": "arithmetic"}) + "\n" for i in range(4)))
