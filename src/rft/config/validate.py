@@ -103,7 +103,8 @@ def check_processes(ctx: CheckContext) -> None:
     if data.train_batch_size % world_size:
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes: "
-            f"{where} each generate for train_batch_size / processes prompts"
+            f"{where} each generate for train_batch_size / processes prompts; "
+            + suggest_multiple("data.train_batch_size", world_size, data.train_batch_size)
         )
 
 
