@@ -49,7 +49,8 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
                 raise DataError(
                     f"no built-in reward scorer for data_source {listed} (first: {first.origin}); "
                     f"{known_sources(unknown.most_common(1)[0][0])}. Set custom_reward_function.path to a Python "
-                    "file defining compute_score(data_source, solution_str, ground_truth, extra_info), or fix the rows' data_source"
+                    "file defining compute_score(data_source, solution_str, ground_truth, extra_info), or fix the "
+                    "rows' data_source"
                 )
         missing = [p for p in dataset.prompts if p.ground_truth is None]
         if not missing:
