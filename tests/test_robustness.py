@@ -721,6 +721,24 @@ def test_a_resume_looks_its_checkpoint_up_once_before_the_model_loads(work, tmp_
     assert "is not a whole rft checkpoint" in json.loads((named / "failed.json").read_text())["error"]
 
 
+def test_a_checkpoint_a_kill_left_moved_aside_is_restored_before_the_resume_checks_it(work, tmp_path, capsys):
+    """A save killed between its two renames (`replace_dir`) leaves the checkpoint as .global_step_1.old-* and the
+    new one as .global_step_1.tmp-*: the clean-up puts the old one back before the resume looks for its checkpoint,
+    so a changed key is refused as it would be without the kill (the look missed it: the run went on unchecked)."""
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    checkpoints = out / "checkpoints"
+    shutil.copytree(checkpoints / "global_step_1", checkpoints / ".global_step_1.tmp-deadbeef")
+    (checkpoints / "global_step_1").rename(checkpoints / ".global_step_1.old-89abcdef")
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "actor_rollout_ref.actor.optim.lr=5e-3"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and (f"resuming {out} from global_step_1 with changed keys actor_rollout_ref.actor.optim.lr "
+                          "(0.001 -> 0.005)") in line, line
+    assert "steps on" not in stdout and "resumed from" not in stdout
+    assert f"restored {checkpoints / 'global_step_1'} from .global_step_1.old-89abcdef" in stdout
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["global_step_1", "latest"]
+
+
 def test_a_resume_with_more_steps_and_a_new_cadence_trains_further(work, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
