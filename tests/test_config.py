@@ -411,6 +411,16 @@ def test_sft_and_dpo_batch_errors_name_a_size_that_loads(command, overrides, sug
     loader(None, [*base, *overrides, suggested.rsplit("e.g. ", 1)[1]], validate_paths=False)
 
 
+def test_a_batch_that_does_not_split_over_the_processes_names_one_that_does():
+    """RL's refusal named the processes but no batch size (SFT's did): 10 prompts over 4 processes (mini-batches
+    of 4, 1 prompt x 2 responses per process), the largest multiple of 4 at most 10."""
+    sizes = ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]
+    with pytest.raises(ConfigError) as err:
+        load(*sizes, "data.train_batch_size=10")
+    assert str(err.value).endswith("set data.train_batch_size to a multiple of 4, e.g. data.train_batch_size=8")
+    assert load(*sizes, "data.train_batch_size=8").data.train_batch_size == 8
+
+
 @pytest.mark.parametrize(
     "overrides, needles",
     [

@@ -102,10 +102,13 @@ def test_calculator_takes_the_product_bare_or_on_the_answer_line(response, truth
 
 
 def test_unknown_data_source_names_it_and_the_known_ones():
-    expected = (r"'my/task'.*known: arithmetic, calculator, geometry3k, gsm8k, hiyouga/geometry3k, openai/gsm8k, "
+    expected = (r"'my/task'; built-in: arithmetic, calculator, geometry3k, gsm8k, hiyouga/geometry3k, openai/gsm8k, "
                 r"shapes.*set custom_reward_function\.path")
     with pytest.raises(KeyError, match=expected):
         default_compute_score("my/task", "1", "1")
+    # a misspelt one: the closest first, and said
+    with pytest.raises(KeyError, match=r"'openai/gsm8kk'; did you mean 'openai/gsm8k'\? built-in: openai/gsm8k, "):
+        default_compute_score("openai/gsm8kk", "1", "1")
 
 
 # --- custom reward files ---

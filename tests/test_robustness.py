@@ -96,6 +96,18 @@ def test_an_unknown_data_source_is_found_when_the_data_loads(work, tmp_path, cap
     assert "steps on" not in out  # training never started
 
 
+def test_a_misspelt_data_source_is_answered_with_the_closest_built_in_ones(work, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"{i}+1=", "data_source": "openai/gsm8kk" if i else "mystery",
+                                        "reward_model": {"ground_truth": str(i + 1)}}) + "\n" for i in range(4)))
+    code, out, err = run(args(work, tmp_path / "out", f"data.train_files={rows}"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and ("data_source 'openai/gsm8kk' (3 rows; did you mean 'openai/gsm8k'?), 'mystery' (1 rows) "
+                          "(first: ") in line, line
+    assert "; built-in: openai/gsm8k, " in line  # the closest first
+    assert "steps on" not in out
+
+
 def test_rows_without_ground_truth_are_refused_for_a_builtin_scorer(work, tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"prompt": f"{i}+1=", "data_source": "arithmetic"}) + "\n" for i in range(4)))
@@ -765,6 +777,24 @@ def test_a_resume_looks_its_checkpoint_up_once_before_the_model_loads(work, tmp_
     assert code != 0 and "is not a whole rft checkpoint (no trainer_state.json)" in one_error_line(err)
     assert looks == [True] and "steps on" not in stdout
     assert "is not a whole rft checkpoint" in json.loads((named / "failed.json").read_text())["error"]
+
+
+def test_a_checkpoint_a_kill_left_moved_aside_is_restored_before_the_resume_checks_it(work, tmp_path, capsys):
+    """A save killed between its two renames (`replace_dir`) leaves the checkpoint as .global_step_1.old-* and the
+    new one as .global_step_1.tmp-*: the clean-up puts the old one back before the resume looks for its checkpoint,
+    so a changed key is refused as it would be without the kill (the look missed it: the run went on unchecked)."""
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    checkpoints = out / "checkpoints"
+    shutil.copytree(checkpoints / "global_step_1", checkpoints / ".global_step_1.tmp-deadbeef")
+    (checkpoints / "global_step_1").rename(checkpoints / ".global_step_1.old-89abcdef")
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "actor_rollout_ref.actor.optim.lr=5e-3"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and (f"resuming {out} from global_step_1 with changed keys actor_rollout_ref.actor.optim.lr "
+                          "(0.001 -> 0.005)") in line, line
+    assert "steps on" not in stdout and "resumed from" not in stdout
+    assert f"restored {checkpoints / 'global_step_1'} from .global_step_1.old-89abcdef" in stdout
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["global_step_1", "latest"]
 
 
 def test_a_resume_with_more_steps_and_a_new_cadence_trains_further(work, tmp_path, capsys):

@@ -299,6 +299,24 @@ def test_a_bad_value_is_named_by_the_trinity_key_that_holds_it(work, tmp_path):
                                      "actor_rollout_ref.rollout.n): actor_rollout_ref.rollout.n must be a positive")
 
 
+def test_a_misspelt_choice_of_a_same_named_key_names_the_file_and_the_closest_choice(work, tmp_path):
+    # synchronizer.* keys are rft's own names too: the error names the file (or the override) all the same, lists
+    # the values YAML can give (no Python None) and the closest one
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace("sync_method: nccl", "sync_method: memroy"))
+    proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.strip() == (
+        f"rft: error: {path}: synchronizer.sync_method='memroy' is not allowed; choose one of ['memory', "
+        "'checkpoint', 'nccl'] or leave it unset; did you mean 'memory'?")
+    # on the command line; a -1 (which doubling plus one left unchanged) is found where it came from too
+    for override in ("synchronizer.sync_method=memroy", "synchronizer.sync_timeout=-1"):
+        with pytest.raises(ConfigError) as err:
+            load_trinity(_trinity_yaml(work, tmp_path / "t.yaml"), [override])
+        assert str(err.value).startswith(f"command line ({override}): synchronizer."), str(err.value)
+        assert "None" not in str(err.value)
+
+
 def test_recognised_by_its_sections_only():
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_grpo.yaml")) is False
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_sft_grpo.yaml")) is False

@@ -16,6 +16,7 @@ from typing import Any
 
 from rft.config.checks import CHECKS, CheckContext, all_null, positive, suggest_divisor, suggest_multiple
 from rft.config.errors import ConfigError
+from rft.config.suggest import did_you_mean
 
 log = logging.getLogger("rft")
 
@@ -44,6 +45,16 @@ def _inactive(key: str, inactive: dict[str, str]) -> str | None:
     return None
 
 
+def choice_hint(value: Any, choices: tuple) -> str:
+    """"choose one of ['memory', 'checkpoint', 'nccl'] or leave it unset; did you mean 'memory'?" for a `value`
+    none of `choices` is: a None choice said in words (a YAML file spells it null, or leaves the key out), then the
+    choice closest to a misspelt string."""
+    named = [c for c in choices if c is not None]
+    unset = " or leave it unset" if None in choices else ""
+    meant = did_you_mean(value, [c for c in named if isinstance(c, str)]) if isinstance(value, str) else ""
+    return f"choose one of {named}{unset}" + (f"; {meant}" if meant else "")
+
+
 def _check_schema(cfg: Any, inactive: dict[str, str] | None = None) -> None:
     """`choices`, then `unsupported` (a value other than the default and the field's `also` values is refused)
     outside the `inactive` sections; inside them, the keys set to something other than the default are named in
@@ -52,7 +63,7 @@ def _check_schema(cfg: Any, inactive: dict[str, str] | None = None) -> None:
     for key, f, value in walk(cfg):
         choices = f.metadata.get("choices")
         if choices is not None and value not in choices:
-            raise ConfigError(f"{key}={value!r} is not allowed; choose one of {list(choices)}")
+            raise ConfigError(f"{key}={value!r} is not allowed; {choice_hint(value, choices)}")
         default = _default_of(f)
         why = _inactive(key, inactive or {})
         if why is not None:
@@ -92,7 +103,8 @@ def check_processes(ctx: CheckContext) -> None:
     if data.train_batch_size % world_size:
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes: "
-            f"{where} each generate for train_batch_size / processes prompts"
+            f"{where} each generate for train_batch_size / processes prompts; "
+            + suggest_multiple("data.train_batch_size", world_size, data.train_batch_size)
         )
 
 

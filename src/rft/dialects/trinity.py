@@ -1212,7 +1212,7 @@ def trinity_sources(cfg: dict, key: str) -> list[tuple[str, Any]]:
         before = _landings(translate(copy.deepcopy(cfg), refusals=[]), key)
         found = []
         for parts, value in _scalar_leaves(cfg):
-            changed = (not value) if isinstance(value, bool) else f"{value}_" if isinstance(value, str) else 2 * value + 1
+            changed = (not value) if isinstance(value, bool) else f"{value}_" if isinstance(value, str) else 2 * abs(value) + 1
             edited = copy.deepcopy(cfg)
             node = edited
             for part in parts[:-1]:
@@ -1233,14 +1233,16 @@ def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overri
                      ) -> ConfigError:
     """`error`, raised by loading or checking the translation `out` of the Trinity config `cfg` (the file `path`,
     then the command line's `overrides`), with the Trinity keys that set the rft keys it names put first:
-    "t.yaml: algorithm.repeat_times='four' (rft's actor_rollout_ref.rollout.n): bad value for ..."."""
+    "t.yaml: algorithm.repeat_times='four' (rft's actor_rollout_ref.rollout.n): bad value for ...". A key of
+    the same name in both (synchronizer.*) is named by the message itself: only where it came from goes first."""
     message = str(error)
     named = [k for k in dict.fromkeys(re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", message))
              if any(v is not _MISSING for v in _landings(out, k))]
-    sources = [(trinity_key, value, key) for key in named for trinity_key, value in trinity_sources(cfg, key)
-               if trinity_key != key]
+    found = [(trinity_key, value, key) for key in named for trinity_key, value in trinity_sources(cfg, key)]
+    sources = [(trinity_key, value, key) for trinity_key, value, key in found if trinity_key != key]
     if not sources:
-        return error
+        where = origin(found[0][0], list(overrides), path) if found else ""
+        return ConfigError(f"{where}: {message}") if where and not message.startswith(where) else error
     first = sources[0][0]
     where = origin(first, list(overrides), path)
     said = ", ".join(f"{trinity_key}={value!r} (rft's {key})" for trinity_key, value, key in sources)

@@ -14,7 +14,7 @@ from collections import Counter
 
 from rft.data.dataset import DataError, PromptDataset
 from rft.rewards.judge import JUDGE
-from rft.rewards.scorers import SCORERS
+from rft.rewards.scorers import SCORERS, known_sources, meant_source
 from rft.rewards.typed import REWARD_FN_TYPES
 
 log = logging.getLogger("rft")
@@ -44,11 +44,13 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
             unknown = Counter(p.data_source for p in dataset.prompts if p.data_source not in SCORERS)
             if unknown:
                 first = next(p for p in dataset.prompts if p.data_source not in SCORERS)
-                listed = ", ".join(f"{src!r} ({n} rows)" for src, n in unknown.most_common(5))
+                listed = ", ".join(f"{src!r} ({n} rows{'; ' + meant if (meant := meant_source(src)) else ''})"
+                                   for src, n in unknown.most_common(5))
                 raise DataError(
-                    f"no built-in reward scorer for data_source {listed} (first: {first.origin}); built-in: "
-                    f"{', '.join(SCORERS.names())}. Set custom_reward_function.path to a Python file defining "
-                    "compute_score(data_source, solution_str, ground_truth, extra_info), or fix the rows' data_source"
+                    f"no built-in reward scorer for data_source {listed} (first: {first.origin}); "
+                    f"{known_sources(unknown.most_common(1)[0][0])}. Set custom_reward_function.path to a Python "
+                    "file defining compute_score(data_source, solution_str, ground_truth, extra_info), or fix the "
+                    "rows' data_source"
                 )
         missing = [p for p in dataset.prompts if p.ground_truth is None]
         if not missing:

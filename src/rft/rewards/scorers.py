@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rft.config.suggest import did_you_mean, nearest_first
 from rft.registry import Registry
 from rft.rewards.arithmetic import arithmetic_score, calculator_score
 from rft.rewards.gsm8k import gsm8k_score
@@ -41,6 +42,16 @@ def _score_geometry3k(solution_str: str, ground_truth, extra_info: dict | None =
     return geo3k_reward("hiyouga/geometry3k", solution_str, ground_truth, extra_info)
 
 
+def meant_source(data_source: Any) -> str:
+    """"did you mean 'openai/gsm8k'?" naming the built-in data source closest to `data_source`, or ""."""
+    return did_you_mean(str(data_source), SCORERS.names())
+
+
+def known_sources(data_source: Any) -> str:
+    """"built-in: openai/gsm8k, arithmetic, ...": the built-in data sources, the closest to `data_source` first."""
+    return f"built-in: {', '.join(nearest_first(str(data_source), SCORERS.names()))}"
+
+
 def default_compute_score(
     data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None
 ) -> ScoreResult:
@@ -48,7 +59,7 @@ def default_compute_score(
     if data_source not in SCORERS:
         raise KeyError(
             f"no built-in reward scorer for data_source {data_source!r}; "
-            f"known: {', '.join(SCORERS.names())}. "
+            f"{' '.join(filter(None, (meant_source(data_source), known_sources(data_source))))}. "
             "For other data sources set custom_reward_function.path to a Python file defining "
             "compute_score(data_source, solution_str, ground_truth, extra_info)"
         )

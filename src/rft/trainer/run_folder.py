@@ -7,7 +7,8 @@
 * a lock (`.rft.lock`, an flock on it, with the holder's pid / host / command written in it) refuses a second run
   into the same folder while the first lives; the kernel drops an flock when its process dies, so the lock of a
   killed run is taken over (said in a note);
-* temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed;
+* temporary files an interrupted run left (`.X.tmp-*`, `.X.old-*`: `rft.fsutil.clean_stale`) are removed, as the
+  lock is taken: a checkpoint a kill left moved aside between a save's two renames is put back before the lookup;
 * the checkpoint a resume will read (looked up once, as the lock is taken: `checkpoint_to_resume`) is checked against
   the config before the model loads: the batch size and seed, and every key changed since the checkpointed run started
   (its config.yaml) but the few a resume may change (`RESUME_MAY_CHANGE`: length, cadence, validation, logging,
@@ -269,23 +270,31 @@ def check_resume_matches(cfg: Any, folder: Path | None) -> None:
         )
 
 
-def _checkpoint_of_the_right_kind(cfg: Any, lock: RunLock) -> Path | CheckpointError | None:
-    """The checkpoint the run would resume from, looked up once (`checkpoint_to_resume`) while holding the folder's
-    lock and before the run takes the folder, and `check_resume_kind` on it: a refusal leaves the other run's
-    folder as it was (no failed.json, no log lines, its lock file emptied). A named checkpoint that cannot be used
-    is returned, not raised: the run raises it once it holds its folder, which records it (failed.json, its log)."""
+def _tidy_and_find_checkpoint(cfg: Any, out: Path, lock: RunLock
+                              ) -> tuple[list[str], Path | CheckpointError | None]:
+    """What `clean_stale` did to the run folder `out` and its checkpoints, then the checkpoint the run would resume
+    from, looked up once (`checkpoint_to_resume`) while holding the folder's lock and before the run takes the
+    folder, and `check_resume_kind` on it. The clean-up goes first: a checkpoint a kill left moved aside between a
+    save's two renames is put back, so the lookup (and the changed-keys check after it) sees it. A refusal leaves
+    the other run's folder as it was but for that clean-up (no failed.json, no log lines, its lock file emptied).
+    A named checkpoint that cannot be used is returned, not raised: the run raises it once it holds its folder,
+    which records it (failed.json, its log)."""
     from rft.trainer.checkpoint import check_resume_kind, checkpoint_to_resume
 
+    cleaned: list[str] = []
     try:
+        cleaned = clean_stale(out) + clean_stale(out / "checkpoints")
         try:
             folder = checkpoint_to_resume(cfg)
         except CheckpointError as e:
-            return e
+            return cleaned, e
         check_resume_kind(cfg, folder)
     except BaseException:
+        for line in cleaned:
+            print(f"rft: an earlier run was interrupted: {line}", flush=True)
         lock.release()
         raise
-    return folder
+    return cleaned, folder
 
 
 def _record_failure(path: Path | None, error: BaseException) -> None:
@@ -339,12 +348,12 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
     lock_name = LOCK_NAME if role == "trainer" else f".rft-{role}.lock"
     lock_file = str(out.resolve() / lock_name)
     held_by_parent = os.environ.get(LOCK_ENV) == lock_file
-    lock, resume_from = None, None
+    lock, resume_from, interrupted = None, None, []
     if dist.is_main and not held_by_parent:
         _prepare(out)
         lock = RunLock(out, lock_name).acquire()
         if role == "trainer":
-            resume_from = _checkpoint_of_the_right_kind(cfg, lock)
+            interrupted, resume_from = _tidy_and_find_checkpoint(cfg, out, lock)
     failed = out / (FAILED if role == "trainer" else f"failed-{role}.json")
     if lock is not None:
         failed.unlink(missing_ok=True)
@@ -356,7 +365,7 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
                 for line in clean_stale(out / role):
                     print(f"rft: an earlier {role} was interrupted: {line}", flush=True)
             elif lock is not None:
-                for line in clean_stale(out) + clean_stale(out / "checkpoints"):
+                for line in interrupted:
                     print(f"rft: an earlier run was interrupted: {line}", flush=True)
                 check_free_space(out, weights_bytes(_model_path(cfg)))
                 mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
