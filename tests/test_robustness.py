@@ -548,6 +548,33 @@ def test_on_error_zero_says_how_many_validation_rows_failed(work, tmp_path, caps
     assert not any("a batch" in x for x in said), said
 
 
+@pytest.mark.parametrize("greedy_failing", [1, 2])
+def test_on_error_zero_names_remax_greedy_baselines_and_their_count(work, tmp_path, capsys, caplog, greedy_failing):
+    """ReMax scores one greedy response per prompt for its baseline: its failed rows were said as "a batch", and a
+    baseline of all-0 failures went on. Each step scores 4 sampled rows, then 2 greedy ones (calls 4 and 5 of 6):
+    one failing greedy row is a warning naming the greedy baselines and the count; both stop the run (exit 2)."""
+    reward = tmp_path / "greedy.py"
+    reward.write_text("import itertools\nCALLS = itertools.count()\n\n"
+                      "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      f"    if next(CALLS) % 6 >= {6 - greedy_failing}:\n        raise ValueError('greedy row')\n"
+                      "    return float(solution_str.strip() == ground_truth)\n")
+    code, _, err = run(args(work, tmp_path / "out", "algorithm.adv_estimator=remax",
+                            f"custom_reward_function.path={reward}", "custom_reward_function.on_error=zero"), capsys)
+    said = [r.getMessage() for r in caplog.records if "rows scored 0 by custom_reward_function.on_error=zero"
+            in r.getMessage()]
+    assert not any("a batch" in x for x in said), said
+    if greedy_failing == 1:
+        assert code == 0, err
+        assert said == [x for x in said if x.startswith("rft: the greedy baselines (ReMax) of explore step 1: 1 of 2 "
+                                                        "rows scored 0")] and said, said
+        assert "raised ValueError: greedy row" in said[0], said
+    else:
+        line = one_error_line(err)
+        assert code == 2, err
+        assert "failed on every row of the greedy baselines (ReMax) of explore step 1 (2 of 2;" in line, line
+        assert "every prompt's baseline would be 0" in line and "raised ValueError: greedy row" in line, line
+
+
 def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys, caplog):
     """Every other call overruns the time limit: half of each step's rows (a step whose every row failed would stop
     the run, test_on_error_zero_stops_a_step_whose_every_row_failed)."""
