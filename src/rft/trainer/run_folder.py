@@ -44,7 +44,7 @@ from typing import Any
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, RftError, RunLocked
-from rft.fsutil import clean_stale
+from rft.fsutil import clean_stale, process_alive
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
 
@@ -83,7 +83,7 @@ class RunLock:
                 raise self._locked(self._holder()) from None
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
-            if previous.get("host") == socket.gethostname() and _alive(previous.get("pid")):
+            if previous.get("host") == socket.gethostname() and process_alive(previous.get("pid")):
                 raise self._locked(previous) from None
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # no flock here: the pid file alone
         self.fd = fd
@@ -112,18 +112,6 @@ class RunLock:
             os.ftruncate(self.fd, 0)
         os.close(self.fd)  # closing the descriptor drops the flock
         self.fd = None
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _prepare(out: Path) -> None:
