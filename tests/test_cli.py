@@ -464,6 +464,35 @@ def test_rft_data_that_fails_leaves_no_folder(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_rft_data_removes_the_staging_folder_of_a_killed_process_not_of_a_live_one(tmp_path):
+    """A SIGKILLed `rft data` left its `.staging.tmp-*` folder in OUT for good. The staging folder names its
+    process: the next `rft data` into OUT removes the killed one's (said in a line) and leaves the one of a process
+    still writing there."""
+    holder = ("import sys, time\nfrom rft.fsutil import staging_in\n\nwith staging_in(sys.argv[1]) as staging:\n"
+              "    print(staging, flush=True)\n    time.sleep(600)\n")
+
+    def hold() -> tuple[subprocess.Popen, Path]:
+        proc = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path / "d")], env=ENV, stdout=subprocess.PIPE,
+                                text=True)
+        return proc, Path(proc.stdout.readline().strip())
+
+    killed, left = hold()
+    killed.kill()
+    killed.wait()
+    live, held = hold()
+    try:
+        assert left.is_dir() and held.is_dir() and left != held
+        out = rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3", cwd=tmp_path)
+        assert not left.exists() and held.is_dir()
+        assert f"rft data: an earlier rft data was interrupted: removed {Path('d') / left.name} (its process, pid {killed.pid}, is " \
+               "gone)" in out.stdout.splitlines(), out.stdout
+        assert sorted(p.name for p in (tmp_path / "d").iterdir()) == sorted([held.name, "train.parquet",
+                                                                             "val.parquet"])
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_counts_in_what_rft_prints_are_singular_for_one():
     """One helper words the counts of console lines and messages ("1 steps", "1 prompts" before)."""
     from rft.console import counted

@@ -560,6 +560,33 @@ def test_on_error_zero_says_how_many_validation_rows_failed(work, tmp_path, caps
     assert not any("a batch" in x for x in said), said
 
 
+@pytest.mark.parametrize("greedy_failing", [1, 2])
+def test_on_error_zero_names_remax_greedy_baselines_and_their_count(work, tmp_path, capsys, caplog, greedy_failing):
+    """ReMax scores one greedy response per prompt for its baseline: its failed rows were said as "a batch", and a
+    baseline of all-0 failures went on. Each step scores 4 sampled rows, then 2 greedy ones (calls 4 and 5 of 6):
+    one failing greedy row is a warning naming the greedy baselines and the count; both stop the run (exit 2)."""
+    reward = tmp_path / "greedy.py"
+    reward.write_text("import itertools\nCALLS = itertools.count()\n\n"
+                      "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      f"    if next(CALLS) % 6 >= {6 - greedy_failing}:\n        raise ValueError('greedy row')\n"
+                      "    return float(solution_str.strip() == ground_truth)\n")
+    code, _, err = run(args(work, tmp_path / "out", "algorithm.adv_estimator=remax",
+                            f"custom_reward_function.path={reward}", "custom_reward_function.on_error=zero"), capsys)
+    said = [r.getMessage() for r in caplog.records if "rows scored 0 by custom_reward_function.on_error=zero"
+            in r.getMessage()]
+    assert not any("a batch" in x for x in said), said
+    if greedy_failing == 1:
+        assert code == 0, err
+        assert said == [x for x in said if x.startswith("rft: the greedy baselines (ReMax) of explore step 1: 1 of 2 "
+                                                        "rows scored 0")] and said, said
+        assert "raised ValueError: greedy row" in said[0], said
+    else:
+        line = one_error_line(err)
+        assert code == 2, err
+        assert "failed on every row of the greedy baselines (ReMax) of explore step 1 (2 of 2;" in line, line
+        assert "every prompt's baseline would be 0" in line and "raised ValueError: greedy row" in line, line
+
+
 def test_on_error_zero_scores_failures_0_and_counts_them(work, tmp_path, capsys, caplog):
     """Every other call overruns the time limit: half of each step's rows (a step whose every row failed would stop
     the run, test_on_error_zero_stops_a_step_whose_every_row_failed)."""
@@ -668,7 +695,10 @@ def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes(work, tmp_path):
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, preexec_fn=limit)
     assert proc.returncode == 2
     line = one_error_line(proc.stderr)
-    assert "file too large" in line and "policy.safetensors" in line and "resumes from the last one" in line
+    assert "file too large" in line and "policy.safetensors" in line, line
+    # the first checkpoint was the one not written: the rerun starts over, as the line says (it said "resumes")
+    assert line.endswith("no checkpoint was written yet (trainer.save_freq=1), so the same command starts the run "
+                         "again from step 0"), line
     assert not any(p.name.startswith(".") and "tmp" in p.name for p in (out / "checkpoints").iterdir())
     rft_here(*cmd[3:], cwd=tmp_path)  # the rerun, in this process (tests/cli_helpers.py)
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
@@ -1098,6 +1128,73 @@ def test_a_stop_before_the_first_checkpoint_says_the_run_starts_again(work, tmp_
     assert "the same command starts the run again from step 0" in stop[0] and "resumes" not in stop[0], stop
     assert not (out / "checkpoints").is_dir() or not any((out / "checkpoints").iterdir())
     assert json.loads((out / "failed.json").read_text())["error"] == stop[0].removeprefix("rft: ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["disable", "resume_path"])
+def test_a_stop_says_what_trainer_resume_mode_makes_the_same_command_do(work, tmp_path, mode):
+    """After checkpoints were written, the stop's line named the newest as the one the same command resumes from,
+    whatever trainer.resume_mode said: with disable the command starts again from step 0, with resume_path it
+    resumes from the named checkpoint again. The line says so, and how to resume from the newest instead."""
+    out = tmp_path / "out"
+    rft_here(*args(work, out, "trainer.save_freq=1"), cwd=tmp_path)
+    first = out / "checkpoints" / "global_step_1"
+    mode_keys = (["trainer.resume_mode=disable"] if mode == "disable" else
+                 ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={first}"])
+    cmd = [sys.executable, "-m", "rft",
+           *args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=12", *mode_keys)]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "global_step_2").is_dir():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    stop = [x for x in stderr.splitlines() if x.startswith("rft: stopped by SIGINT")]
+    assert len(stop) == 1, stderr
+    newest = f"set trainer.resume_mode=auto to resume from {out / 'checkpoints' / 'global_step_'}"
+    if mode == "disable":
+        assert "trainer.resume_mode=disable, so the same command starts the run again from step 0" in stop[0], stop
+        assert f"; {newest}" in stop[0] and "instead" in stop[0], stop
+    else:
+        assert f"trainer.resume_mode=resume_path, so the same command resumes from {first} " \
+               "(trainer.resume_from_path) again" in stop[0], stop
+        assert f"; {newest}" in stop[0] and stop[0].endswith(", the latest"), stop
+        assert not stop[0].endswith("global_step_1, the latest"), stop
+    assert json.loads((out / "failed.json").read_text())["error"] == stop[0].removeprefix("rft: ")
+
+
+def test_a_lost_process_says_what_the_same_command_does(work, tmp_path, monkeypatch):
+    """The line of a run that ends because another process died said the same command "resumes from the last
+    checkpoint": before the first one there is none (it starts again from step 0), and trainer.resume_mode=disable
+    starts again whatever there is. The run's folder says which, in the line and in failed.json."""
+    from rft.errors import describe_failure
+    from rft.trainer.configure import load_config
+    from rft.trainer.run_folder import run_folder
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    lost = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+
+    def crash(out: Path, *keys: str) -> str:
+        cfg = load_config(None, args(work, out, "trainer.save_freq=5", *keys)[1:])
+        with pytest.raises(RuntimeError) as raised, run_folder(cfg):
+            raise lost
+        line = describe_failure(raised.value)
+        assert line.startswith("another process of this run stopped or died (gloo: connection closed by peer)")
+        assert json.loads((out / "failed.json").read_text())["error"] == line
+        return line
+
+    line = crash(tmp_path / "fresh")
+    assert line.endswith("(or the launcher's); no checkpoint was written yet (trainer.save_freq=5), "
+                         "so the same command starts the run again from step 0"), line
+    saved = tmp_path / "saved"
+    rft_here(*args(work, saved, "trainer.save_freq=1"), cwd=tmp_path)
+    del lost.resume_note
+    line = crash(saved, "trainer.resume_mode=disable")
+    assert "trainer.resume_mode=disable, so the same command starts the run again from step 0" in line, line
+    assert line.endswith(f"set trainer.resume_mode=auto to resume from {saved / 'checkpoints' / 'global_step_1'} "
+                         "instead"), line
 
 
 def test_debug_shows_the_traceback(work, tmp_path, capsys):

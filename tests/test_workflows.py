@@ -744,6 +744,44 @@ def test_a_reward_that_fails_on_every_response_of_a_workflow_step_stops_the_run(
     assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text()
 
 
+@pytest.mark.parametrize("broken", ["every", "half"])
+def test_a_workflow_validation_says_its_failed_rows_and_stops_when_all_failed(assets, tmp_path, capsys, caplog,
+                                                                                broken):
+    """Validation through a workflow had no check: a reward failing on every response (on_error=zero) reported a
+    val-core score of 0 as the model's. It stops the run as the plain validation does (exit 2, one line naming
+    validation and its count), and a pass where some failed says how many in one warning."""
+    from rft.cli import main
+
+    fails = "True" if broken == "every" else "next(CALLS) % 2"
+    (tmp_path / "broken.py").write_text(
+        "import itertools\nCALLS = itertools.count()\n\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        f"    if {fails}:\n        raise KeyError('answer')\n    return 1.0\n")
+    out = tmp_path / "out"
+    code = main(["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}",
+                 f"data.val_files={assets / 'data' / 'val.parquet'}", "trainer.val_before_train=true",
+                 "trainer.total_training_steps=1", "actor_rollout_ref.rollout.val_kwargs.n=2",
+                 "data.max_prompt_length=32", "data.max_response_length=4", "data.train_batch_size=4",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
+                 "workflow.type=math_workflow", "trainer.logger=[]",
+                 f"custom_reward_function.path={tmp_path / 'broken.py'}", "custom_reward_function.on_error=zero",
+                 f"trainer.default_local_dir={out}"])
+    err = capsys.readouterr().err
+    errors = [x for x in err.splitlines() if x.startswith("rft: error:")]
+    if broken == "every":
+        assert code == 2 and len(errors) == 1, err
+        assert "the reward function failed on every row of validation (16 of 16;" in errors[0], errors
+        assert "its score would be 0 whatever the model answered" in errors[0], errors
+        assert "raised KeyError: 'answer' on row 0" in errors[0], errors
+        assert not (out / "val_before_train.json").exists()
+    else:
+        said = [r.getMessage() for r in caplog.records if "rows scored 0 by custom_reward_function.on_error=zero"
+                in r.getMessage()]
+        assert code == 0 and errors == [], err
+        assert said and said[0].startswith("rft: validation: 8 of 16 rows scored 0"), said
+
+
 def test_a_workflow_without_the_package_it_needs_stops_the_run_at_its_first_task(assets, tmp_path, capsys,
                                                                                   monkeypatch):
     """rft's API refusing the setup (an agent asking for the OpenAI client where openai is not installed) is not a

@@ -134,18 +134,21 @@ def write_task_data(args, out) -> dict:
 
 
 def cmd_data(args) -> int:
-    """The task's files are written into a staging folder inside OUT, then compared with what OUT holds: files of
-    the same bytes are left as they are (the same task and options write the same bytes), so running the command
-    again changes nothing; files of other bytes are replaced only with --overwrite (a run may have trained on them);
-    the rest is renamed into OUT, one file at a time."""
+    """The task's files are written into a staging folder inside OUT (those a killed `rft data` left are removed
+    first: `clean_stale_staging`), then compared with what OUT holds: files of the same bytes are left as they are
+    (the same task and options write the same bytes), so running the command again changes nothing; files of other
+    bytes are replaced only with --overwrite (a run may have trained on them); the rest is renamed into OUT, one
+    file at a time."""
     import os
     from pathlib import Path
 
     from rft.errors import RftError
-    from rft.fsutil import differing_files, staging_in
+    from rft.fsutil import clean_stale_staging, differing_files, staging_in
 
     check_data_args(args)
     out = Path(args.out)
+    for line in clean_stale_staging(out):
+        print(f"rft data: an earlier rft data was interrupted: {line}")
     with staging_in(out) as staging:
         staged = write_task_data(args, staging)
         names = [path.name for path in staged.values()]

@@ -51,6 +51,16 @@ class ModelError(RftError, ValueError):
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
+RESUME_EITHER = "the same command resumes from the run's last checkpoint, or starts it again where none was written"
+"""What the same command does next, as far as a line can tell without the run's folder."""
+
+
+def resume_note_of(error: BaseException) -> str:
+    """What the same command does after `error` ended a run: the run's folder says it (`resume_note`, set by
+    `rft.trainer.run_folder` from trainer.resume_mode and the checkpoints there), else `RESUME_EITHER`."""
+    return getattr(error, "resume_note", None) or RESUME_EITHER
+
+
 def describe_os_error(e: OSError) -> str:
     """One line for an operating-system error: the file, what happened, what to do."""
     if e.errno is None:  # raised by rft or a library with its own message
@@ -59,9 +69,8 @@ def describe_os_error(e: OSError) -> str:
     if e.errno in DISK_FULL:
         what = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
                 errno.EFBIG: "file too large for this file system or process limit"}[e.errno]
-        return (f"{what} while writing{where or ' a file'}: free space on that file system (or raise the limit), "
-                "then run the same command again; checkpoints are written whole or not at all, so it resumes from "
-                "the last one")
+        return (f"{what} while writing{where or ' a file'}: free space on that file system (or raise the limit); "
+                f"checkpoints are written whole or not at all, and {resume_note_of(e)}")
     if isinstance(e, PermissionError):
         return (f"permission denied on{where or ' a file'} ({e.strerror}); choose a folder you can write "
                 "(e.g. trainer.default_local_dir=...) or fix its permissions")
@@ -176,8 +185,7 @@ def describe_failure(error: BaseException) -> str:
     lost = peer_lost(error)
     if lost:
         return (f"another process of this run stopped or died ({lost}), so this one stops too; see that "
-                "process's line (or the launcher's), then run the same command again: it resumes from the "
-                "last checkpoint")
+                f"process's line (or the launcher's); {resume_note_of(error)}")
     message = " ".join(str(error).split())[:300]
     return (f"unexpected {type(error).__name__}: {message}. This is a bug in rft (or a library it calls): run again "
             "with --debug (or RFT_DEBUG=1) for the traceback and report it")
@@ -192,7 +200,7 @@ def failure_lines(error: BaseException) -> list[str]:
         if message:
             return [f"rft: {message}"]
         return [f"rft: stopped by {getattr(error, 'signal_name', 'SIGINT')}; files rft writes are whole or absent, so "
-                "the same command resumes from a run's last checkpoint, or starts again where none was written"]
+                f"{RESUME_EITHER}"]
     return [f"rft: error: {line}" for line in describe_failure(error).splitlines() or [""]]
 
 

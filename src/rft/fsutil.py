@@ -1,8 +1,10 @@
 """Atomic writes of files and folders: build under a temporary sibling name, rename into place when complete.
 
 Temporary names are `.<name>.tmp-<8 hex>` (and `.<name>.old-<8 hex>` for a folder moved aside while it is replaced),
-so a run that finds them in its folder knows an earlier run was interrupted (`clean_stale`). What rft writes gets the
-permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
+so a run that finds them in its folder knows an earlier run was interrupted (`clean_stale`, under the run folder's
+lock). A staging folder made inside a folder no lock holds (`staging_in`: `rft data`) names its process,
+`.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`).
+What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
 
@@ -13,12 +15,14 @@ import errno
 import os
 import re
 import shutil
+import socket
 import stat
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-[0-9a-f]{8}$")
+_STAGING = re.compile(r"^\.staging-(?P<pid>\d+)@(?P<host>.+)\.tmp-[0-9a-f]{8}$")
 
 
 def os_error_of(error: BaseException, path: str | Path) -> OSError | None:
@@ -107,6 +111,36 @@ def clean_stale(folder: str | Path) -> list[str]:
     return done
 
 
+def process_alive(pid: object) -> bool:
+    """Whether a process `pid` (an int > 0) runs on this machine (another user's counts)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_staging(folder: str | Path) -> list[str]:
+    """Remove the staging folders `staging_in` made in `folder` whose process is gone (killed before it removed
+    its own): named for this machine and a pid no process has. One of a live process, or of another machine, is
+    left alone. Returns what was done, one line each."""
+    folder = Path(folder)
+    done: list[str] = []
+    if not folder.is_dir():
+        return done
+    for path in sorted(folder.iterdir()):
+        m = _STAGING.match(path.name)
+        if m is None or m.group("host") != socket.gethostname() or process_alive(int(m.group("pid"))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        done.append(f"removed {path} (its process, pid {m.group('pid')}, is gone)")
+    return done
+
+
 def replace_dir(staging: Path, final: Path) -> None:
     """Rename `staging` to `final`; an existing `final` is moved aside first, restored if the rename fails,
     and deleted afterwards."""
@@ -150,6 +184,21 @@ def new_model_dir(out_dir: str | Path, overwrite: bool) -> Path:
 
 
 @contextlib.contextmanager
+def _folder_made(folder: Path) -> Iterator[None]:
+    """Make `folder` with its missing parents for the block; on an error in it, remove the folders this made,
+    where empty (the innermost first), so a failed write leaves no trace."""
+    made = [path for path in (folder, *folder.parents) if not path.exists()]  # the innermost first
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
+
+
+@contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling folder of `final`; on success its files get the umask's modes (`publish_modes`)
     and it replaces `final`; on error it is removed."""
@@ -168,23 +217,18 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def staging_in(folder: str | Path) -> Iterator[Path]:
-    """Yield a new temporary folder `.staging.tmp-<8 hex>` inside `folder` (made, with its parents, where missing),
-    from which files are renamed into `folder` (one file system: each rename atomic); it is removed on exit, and on
-    an error so are the folders this made, where empty."""
+    """Yield a new temporary folder `.staging-<pid>@<host>.tmp-<8 hex>` inside `folder` (made, with its parents,
+    where missing), from which files are renamed into `folder` (one file system: each rename atomic); it is removed
+    on exit, and on an error so are the folders this made, where empty. One a killed process left is removed by
+    the next `clean_stale_staging` of `folder`."""
     folder = Path(folder)
-    made = [path for path in (folder, *folder.parents) if not path.exists()]  # the innermost first
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = folder / f".staging.tmp-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        for path in made:
-            with contextlib.suppress(OSError):
-                path.rmdir()
-        raise
-    shutil.rmtree(staging, ignore_errors=True)
+    with _folder_made(folder):
+        staging = folder / f".staging-{os.getpid()}@{socket.gethostname()}.tmp-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+        try:
+            yield staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def differing_files(staging: Path, folder: Path, names: list[str]) -> tuple[list[str], list[str]]:

@@ -13,7 +13,7 @@ import torch
 from rft.batch import Batch
 from rft.data.dataset import Prompt, PromptDataset, left_pad
 from rft.rewards import score_responses
-from rft.rewards.scoring import FAILED, report_failures
+from rft.rewards.scoring import FAILED, UNSCORED_VALIDATION, report_failures
 from rft.rollout import HFRollout, SamplingParams
 from rft.rollout.base import eos_token_ids  # noqa: F401  (public here before it moved down to the engines)
 
@@ -82,7 +82,7 @@ def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, p
         parts = gather((sources, scores, samples, failed, failures[:1]))
         sources, scores, samples, failed, failures = ([x for part in parts for x in part[i]] for i in range(5))
     report_failures(int(sum(failed)), len(scores), next(iter(failures), None), "validation",
-                    without="its score would be 0 whatever the model answered")
+                    without=UNSCORED_VALIDATION)
     metrics = {}
     for source in sorted(set(sources)):
         values = [x for x, src in zip(scores, sources) if src == source]

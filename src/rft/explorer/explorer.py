@@ -32,7 +32,7 @@ from rft.models.vision import vision_for
 from rft.monitor import Timer
 from rft.rewards.judge import JUDGE, LLMJudge, question_of
 from rft.rewards.pipeline import RewardPipeline
-from rft.rewards.scoring import FAILED, report_failures
+from rft.rewards.scoring import FAILED, UNSCORED_VALIDATION, UNTRAINED_STEP, report_failures
 from rft.rollout import SamplingParams
 from rft.workers.fsdp import gathered_for_generation
 
@@ -209,9 +209,8 @@ class Explorer:
         failures: list[str] = []
         with timer("reward"):
             rows = self.rewards.score(batch, failures)
-        if FAILED in rows:  # on_error=zero; with several processes every rank's rows, each rank its own first
-            failed, total = self.dist.sum(torch.tensor([len(failures), len(batch)])).tolist()
-            report_failures(failed, total, next(iter(failures), None), f"explore step {self.step + 1}")
+        if FAILED in rows:  # on_error=zero
+            self.report_failed_rows(failures, len(batch), f"explore step {self.step + 1}")
         if "reward_baselines" in self.adv_needs:
             with timer("gen_max"):
                 batch.reward_baselines = self.greedy_baselines(prompts)
@@ -242,9 +241,19 @@ class Explorer:
         params = self.sampling_params(ro, n=1, do_sample=False)
         with gathered_for_generation(self.engine.model):
             greedy = rollout_batch(self.engine, self.tokenizer, prompts, params, generator=None)
-        scores, _ = self.rewards.score_rows(greedy)
+        failures: list[str] = []
+        scores, extras = self.rewards.score_rows(greedy, failures)
+        if FAILED in extras:  # on_error=zero
+            self.report_failed_rows(failures, len(greedy), f"the greedy baselines (ReMax) of explore step "
+                                    f"{self.step + 1}", without="every prompt's baseline would be 0")
         position = torch.arange(len(prompts)).repeat_interleave(ro.n)  # each row's prompt, as in rollout_batch
         return torch.tensor(scores, dtype=torch.float32)[position]
+
+    def report_failed_rows(self, failures: list[str], rows: int, where: str, without: str = UNTRAINED_STEP) -> None:
+        """`report_failures` over the `rows` rows of `where` scored on this rank, of which `failures` failed (their
+        messages), and on every other rank (each says its own first failure)."""
+        failed, total = self.dist.sum(torch.tensor([len(failures), rows])).tolist()
+        report_failures(failed, total, next(iter(failures), None), where, without=without)
 
     def dynamic_sampling(self, batch: Batch, rows: dict[str, torch.Tensor],
                          timer: Timer) -> tuple[Batch, dict[str, float]]:
@@ -393,9 +402,7 @@ class Workflows:
                 e.info = {"data_source": p.data_source, "ground_truth": p.ground_truth, "extra_info": p.extra_info,
                           "raw_prompt": p.messages, **e.info, "explore_step": ex.step, "position": task.index}
                 out.append(e)
-        failures = [message for task in tasks for message in task.reward_failures]
-        report_failures(sum(1 for e in out if e.rewards.get(FAILED)), len(out), next(iter(failures), None),
-                        f"explore step {ex.step}")
+        report_task_failures(tasks, out, f"explore step {ex.step}")
         if not out:
             log.warning("rft: workflow %r failed on every task of explore step %d (the warnings above say how): the "
                         "step has no experiences", ex.cfg.workflow.type, ex.step)
@@ -419,12 +426,25 @@ class Workflows:
         return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n)
 
 
+def report_task_failures(tasks: list, experiences: list[Experience], where: str,
+                         without: str = UNTRAINED_STEP) -> None:
+    """`report_failures` over the responses a workflow gave `tasks` (`experiences`): those its reward scored 0
+    under on_error=zero (their `reward_failed`), the first failure as the tasks recorded it (`Task.reward_failures`);
+    every response failed: RewardError."""
+    failures = [message for task in tasks for message in task.reward_failures]
+    report_failures(sum(1 for e in experiences if e.rewards.get(FAILED)), len(experiences), next(iter(failures), None),
+                    where, without=without)
+
+
 def evaluate_workflow(runner, tasks: list, tokenizer, n: int) -> tuple[dict[str, float], list[dict]]:
     """(val-core/<data_source>/reward/mean@n, samples) of `tasks` run through `runner`'s workflow; a skipped
-    task scores 0."""
+    task scores 0. Responses whose reward failed and were scored 0 (on_error=zero) are counted in one warning; a
+    validation whose every response failed raises RewardError (`report_task_failures`), as `evaluate` does."""
     import numpy as np
 
     results, _ = runner.run(tasks)
+    report_task_failures(tasks, [e for experiences in results for e in experiences], "validation",
+                         without=UNSCORED_VALIDATION)
     by_source: dict[str, list[float]] = {}
     samples = []
     for task, experiences in zip(tasks, results):

@@ -54,10 +54,14 @@ def _score_of(result: Any, row: int, data_source: str, fn: Callable[..., Any]) -
 
 
 _ELSEWHERE = "its message is in another process's log"
+UNTRAINED_STEP = "the run would train on nothing"
+UNSCORED_VALIDATION = "its score would be 0 whatever the model answered"
+"""`report_failures`'s `without`: what an explore step, a validation pass (plain or through a workflow), with no
+row scored would come to."""
 
 
 def report_failures(failed: int, rows: int, first: str | None, where: str,
-                    without: str = "the run would train on nothing") -> None:
+                    without: str = UNTRAINED_STEP) -> None:
     """Say how many of `rows` rows of `where` (a step's batch, a validation pass) failed and were scored 0 under
     on_error=zero (a warning with the first failure's message, `first`), or raise RewardError when every row did:
     zero substitutes for a row that fails now and then, and a function that fails on every row is broken (a wrong

@@ -15,7 +15,9 @@
   output, processes, how passes are sharded and laid out); a checkpoint another trainer wrote (an `rft train` run's, resumed by `rft
   sft`, ...) is refused before the run takes the folder: the refusal writes no failed.json and no log there;
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`, `StopNow`) gets the checkpoint it will resume from
-  named, or, before the first is written, says so (trainer.save_freq) and that the run starts again from step 0;
+  named, or, before the first is written, says so (trainer.save_freq) and that the run starts again from step 0,
+  as trainer.resume_mode has it (disable: from step 0 all the same; resume_path: from resume_from_path again); an
+  error that ends the run carries the same words (`resume_note`: a full disk's line, another process lost);
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
   `rft.monitor.logfile`), the error or stop that ends the run its last line.
 
@@ -43,7 +45,7 @@ from typing import Any
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, RftError, RunLocked
-from rft.fsutil import clean_stale
+from rft.fsutil import clean_stale, process_alive
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
 
@@ -82,7 +84,7 @@ class RunLock:
                 raise self._locked(self._holder()) from None
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
-            if previous.get("host") == socket.gethostname() and _alive(previous.get("pid")):
+            if previous.get("host") == socket.gethostname() and process_alive(previous.get("pid")):
                 raise self._locked(previous) from None
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # no flock here: the pid file alone
         self.fd = fd
@@ -111,18 +113,6 @@ class RunLock:
             os.ftruncate(self.fd, 0)
         os.close(self.fd)  # closing the descriptor drops the flock
         self.fd = None
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _prepare(out: Path) -> None:
@@ -325,16 +315,30 @@ def run_id(out: Path) -> str:
     return path.read_text().strip()
 
 
-def _resume_note(out: Path, role: str = "trainer", save_freq: int | None = None) -> str:
-    """What the same command does after a stop: resume from the latest checkpoint in `out`, or, with none there
-    yet, start the run again (`save_freq`: the run's trainer.save_freq, named when known)."""
-    from rft.trainer.checkpoint import CheckpointManager
+def _resume_note(cfg: Any, out: Path, role: str = "trainer") -> str:
+    """What the same command does after a stop or a crash, as trainer.resume_mode decides (`resume_folder`): resume
+    from the latest whole checkpoint in `out` (auto), or, with none there yet, start the run again (naming
+    trainer.save_freq); start again whatever checkpoints there are (disable); resume from trainer.resume_from_path
+    (resume_path), not from a checkpoint written since."""
+    from rft.trainer.checkpoint import CheckpointManager, resume_folder
 
     if role.startswith("explorer"):  # its position is in the buffer, written with each step
         return "the same command resumes after the last explore step written to the experience buffer"
-    latest = CheckpointManager(out / "checkpoints").latest()
+    t = cfg.trainer
+    mode = getattr(t, "resume_mode", "auto")
+    latest = resume_folder("auto", None, CheckpointManager(out / "checkpoints"), quiet=True)
+    if mode == "disable":
+        instead = f"; set trainer.resume_mode=auto to resume from {latest} instead" if latest else ""
+        return (f"trainer.resume_mode=disable, so the same command starts the run again from step 0 whatever "
+                f"checkpoints there are{instead}")
+    if mode == "resume_path":
+        named = Path(t.resume_from_path).expanduser()
+        later = (f"; set trainer.resume_mode=auto to resume from {latest}, the latest"
+                 if latest is not None and latest.resolve() != named.resolve() else "")
+        return (f"trainer.resume_mode=resume_path, so the same command resumes from {named} "
+                f"(trainer.resume_from_path) again{later}")
     if latest is None:
-        freq = "trainer.save_freq" if save_freq is None else f"trainer.save_freq={save_freq}"
+        freq = f"trainer.save_freq={t.save_freq}" if hasattr(t, "save_freq") else "trainer.save_freq"
         return f"no checkpoint was written yet ({freq}), so the same command starts the run again from step 0"
     return f"the same command resumes from {latest}"
 
@@ -359,8 +363,7 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
         failed.unlink(missing_ok=True)
     try:
         with (_process_log(cfg, out, role, dist, for_children),
-              _failure_recorded(failed if lock is not None else None, out, role,
-                                getattr(cfg.trainer, "save_freq", None))):
+              _failure_recorded(failed if lock is not None else None, cfg, out, role)):
             if lock is not None and role != "trainer":
                 for line in clean_stale(out / role):
                     print(f"rft: an earlier {role} was interrupted: {line}", flush=True)
@@ -399,20 +402,23 @@ def _process_log(cfg: Any, out: Path, role: str, dist: Dist, for_children: bool)
 
 
 @contextlib.contextmanager
-def _failure_recorded(failed: Path | None, out: Path, role: str, save_freq: int | None) -> Iterator[None]:
-    """An error or stop of the block written to `failed` (None: not this process's to write); a stop by Ctrl-C /
-    SIGTERM, between phases or at once, gets the checkpoint the same command resumes from named, or says there is
-    none yet (`_resume_note`)."""
+def _failure_recorded(failed: Path | None, cfg: Any, out: Path, role: str) -> Iterator[None]:
+    """An error or stop of the block written to `failed` (None: not this process's to write), with what the same
+    command does next (`_resume_note`): in the line of a stop by Ctrl-C / SIGTERM, between phases or at once, and
+    as the error's `resume_note` for the lines that end with it (`rft.errors.describe_failure`: another process
+    lost, a full disk)."""
     try:
         yield
     except Interrupted as e:
-        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(out, role, save_freq)}")
+        stopped = Interrupted(e.signal_name, f"{e.message}; {_resume_note(cfg, out, role)}")
         _record_failure(failed, stopped)
         raise stopped from None
     except StopNow as e:
-        stopped = StopNow(e.signal_name, f"stopped by {e.signal_name}; {_resume_note(out, role, save_freq)}")
+        stopped = StopNow(e.signal_name, f"stopped by {e.signal_name}; {_resume_note(cfg, out, role)}")
         _record_failure(failed, stopped)
         raise stopped from None
     except BaseException as e:
+        with contextlib.suppress(OSError, AttributeError):  # unreadable folder: the line says what is true of any
+            e.resume_note = _resume_note(cfg, out, role)
         _record_failure(failed, e)
         raise
