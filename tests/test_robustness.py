@@ -920,10 +920,17 @@ def test_an_exploding_learning_rate_is_skipped_counted_and_stops_the_run(work, t
     saved = load_file(out / "checkpoints" / "global_step_3" / "policy.safetensors")
     assert all(torch.equal(saved[k], start[k]) for k in start)  # every step undone: the starting weights
     code, _, err = run(args(work, tmp_path / "stops", "actor_rollout_ref.actor.optim.lr=1e10",
-                            "trainer.total_training_steps=5", "trainer.bad_update_limit=2"), capsys)
+                            "trainer.total_training_steps=5", "trainer.bad_update_limit=2", "trainer.save_freq=10"),
+                       capsys)
     line = one_error_line(err)
     assert code == 2 and "3 optimizer steps in a row were skipped" in line and "exploding update" in line
     assert "trainer.bad_update_limit=2" in line and "actor_rollout_ref.actor.optim.lr" in line
+    # stopped before its first checkpoint: the line says the rerun starts again (it said "resume from the last
+    # checkpoint"), and failed.json says the same
+    assert line.endswith("; no checkpoint was written yet (trainer.save_freq=10), so the same command starts the "
+                         "run again from step 0"), line
+    assert "resume" not in line, line
+    assert json.loads((tmp_path / "stops" / "failed.json").read_text())["error"] == line.removeprefix("rft: error: ")
 
 
 @pytest.mark.parametrize("trial", [True, False], ids=["trial", "snapshot"])

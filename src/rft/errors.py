@@ -36,7 +36,11 @@ class CheckpointError(RftError):
 
 
 class TrainingDiverged(RftError):
-    """Updates that keep producing non-finite or exploding values."""
+    """Updates that keep producing non-finite or exploding values. The message says what to change; the line ends
+    with what the same command does next (`resume_note_of`: the run's folder sets it as the error leaves the run)."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}; {resume_note_of(self)}"
 
 
 class RunLocked(RftError):

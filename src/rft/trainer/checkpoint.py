@@ -182,7 +182,7 @@ def _save_weights(model, file: Path) -> None:
     if bad:
         raise TrainingDiverged(
             f"refusing to write a checkpoint from non-finite weights ({len(bad)} tensors, e.g. {bad[0]}); the "
-            "previous checkpoint stays the latest: lower the learning rate and resume from it"
+            "previous checkpoint stays the latest: lower the learning rate"
         )
     checked_write(lambda: save_file(weights, file), file)
 

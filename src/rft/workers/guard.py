@@ -295,7 +295,6 @@ class UpdateGuard:
             raise TrainingDiverged(
                 f"{self.in_a_row} optimizer steps in a row were skipped (the last: {reason}; gradient norm "
                 f"{grad_norm:.4g}), more than {self.limit_key}={self.limit}: the weights and optimizer state are "
-                f"those before the first of them. Lower {self.lr_key} (or check the data and the reward), then "
-                "run the same command to resume from the last checkpoint"
+                f"those before the first of them. Lower {self.lr_key} (or check the data and the reward)"
             )
         return grad_norm, reason
