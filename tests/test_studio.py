@@ -119,6 +119,10 @@ def test_run_view_reads_a_run_folder(tmp_path):
     assert part["generations"]["samples"][0]["response"] == "r"
     assert part["checkpoints"] == [{"name": "global_step_2", "step": 2, "bytes": 1000, "latest": True,
                                     "damaged": False}]
+    (run / ".rft.lock").write_text(json.dumps({"pid": os.getpid()}) + "\n")  # a live process holds the lock
+    assert runs.read_run(run)["status"] == "running"
+    (run / ".rft.lock").write_text(json.dumps({"pid": 0}) + "\n")  # no process: not os.kill(0, 0)'s own group
+    assert runs.read_run(run)["status"] == "stopped"
     (run / "failed.json").write_text(json.dumps({"error": "reward function 'f' raised ValueError"}))
     view = runs.read_run(run)
     assert view["status"] == "failed" and view["error"] == "reward function 'f' raised ValueError"

@@ -111,15 +111,27 @@ def clean_stale(folder: str | Path) -> list[str]:
     return done
 
 
+def host_id() -> str:
+    """This machine and PID namespace, as a record that names a process should name where it runs: two containers
+    on one host (one hostname, often) see different process ids, so a pid is only tested (`process_alive`) where
+    the recorded host_id is this one."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}{'/' + namespace if namespace else ''}"
+
+
 def process_alive(pid: object) -> bool:
-    """Whether a process `pid` (an int > 0) runs on this machine (another user's counts)."""
-    if not isinstance(pid, int) or pid <= 0:
+    """Whether a process `pid` (an int > 0; anything else is none) runs in this PID namespace (another user's
+    counts). The one pid check: the run lock, `rft data`'s staging folders, a buffer's role holders, `rft studio`."""
+    if not isinstance(pid, int) or pid <= 0:  # os.kill(0, 0) would signal our own process group: "alive"
         return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # another user's process
         return True
     return True
 

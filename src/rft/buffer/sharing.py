@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -26,6 +25,7 @@ import uuid
 import sqlalchemy as sa
 
 from rft.errors import RftError
+from rft.fsutil import host_id, process_alive
 
 log = logging.getLogger("rft")
 HEARTBEAT_S = 1.0
@@ -38,26 +38,6 @@ HOLDER_KEY = "holder/"
 def meta_value(conn, table: sa.Table, key: str) -> str | None:
     """The value of `key` in the buffer's rft_meta `table`, within the transaction of `conn`."""
     return conn.execute(sa.select(table.c.value).where(table.c.key == key)).scalar()
-
-
-def host_id() -> str:
-    """This machine (and PID namespace: two containers on one host see different process ids) as a holder names
-    it."""
-    try:
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        namespace = ""
-    return f"{socket.gethostname()}{'/' + namespace if namespace else ''}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _describe_model(model: dict) -> str:
@@ -149,7 +129,7 @@ class Holders:
     def _gone(self, role: str, holder: dict) -> str | None:
         """Why the process `holder` names no longer holds the role (None: it does): on this host, its pid ended;
         elsewhere (or a pid reused), its heartbeat stood still for WATCH_S (a process stopped or cut off)."""
-        if holder.get("host") == host_id() and not _pid_alive(int(holder.get("pid", 0))):
+        if holder.get("host") == host_id() and not process_alive(holder.get("pid")):
             return "which has ended"
         log.info("rft: %s of %s is held by pid %s on %s; watching its heartbeat for up to %.0f s",
                  role_name(role), self.where, holder.get("pid"), _host(holder), WATCH_S)

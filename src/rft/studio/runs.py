@@ -11,10 +11,11 @@ the run.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
+
+from rft.fsutil import process_alive
 
 LOG = "studio.log"
 """The output of a run `rft studio` started (in its run folder)."""
@@ -149,13 +150,7 @@ def _holder_alive(folder: Path) -> bool:
             pid = json.loads(lock.read_text() or "{}").get("pid")
         except (OSError, ValueError):
             continue
-        if isinstance(pid, int) and pid > 0:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                continue
-            except PermissionError:
-                return True
+        if process_alive(pid):
             return True
     return False
 
