@@ -132,6 +132,25 @@ def test_a_closed_console_pipe_does_not_end_the_run(workdir):
     assert "model written to" in log_text  # console lines after the close still reach the log
 
 
+@pytest.mark.parametrize("text, message", [
+    ("data:\n  train_batch_size: 4\n  train_batch_size: 8\n",
+     "at line 3, column 3: the key 'train_batch_size' appears twice at the same level (the mapping that starts at "
+     "line 2, column 3); keep one of them"),
+    ("data:\n  train_batch_size: 4\n\tval_files: v.parquet\n",
+     "at line 3, column 1: a tab character, which YAML does not allow in indentation; indent with spaces"),
+    ("data:\n  train_files: \"t.parquet\n  val_files: v.parquet\n",
+     "at line 2, column 16: a quoted value opened here is not closed (found unexpected end of stream at line 4, "
+     "column 1); close the quote"),
+], ids=["duplicate-key", "tab", "unclosed-quote"])
+def test_an_invalid_yaml_file_is_one_line_naming_the_file_line_and_column(tmp_path, text, message):
+    """yaml's own error is four lines (each printed as an `rft: error:` line): one line says where and what."""
+    (tmp_path / "bad.yaml").write_text(text)
+    for command in (["train", "bad.yaml"], ["config", "show", "bad.yaml"]):
+        proc = rft_here(*command, cwd=tmp_path, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.splitlines() == [f"rft: error: config file 'bad.yaml' is not valid YAML {message}"], proc.stderr
+
+
 @pytest.mark.parametrize("override, message", [
     ("data.foo=1", "unknown config key 'data.foo'"),
     ("actor_rollout_ref.rollout.name=sglang", "rollout.name='sglang'"),

@@ -95,14 +95,50 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
         raise _explain(e, schema, [*items, *applied], str(path) if path is not None else None) from None
 
 
+def _at(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _char_at(path: str | Path, mark: Any) -> str:
+    """The character of the file `path` at yaml's `mark` ('' where there is none)."""
+    try:
+        line = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()[mark.line]
+    except (OSError, IndexError):
+        return ""
+    return line[mark.column] if mark.column < len(line) else ""
+
+
+def yaml_problem(path: str | Path, e: yaml.YAMLError) -> str:
+    """One line for yaml's error `e` reading the file `path` (yaml's own text is four lines): the file, the line and
+    column, what is wrong and what to do. A duplicate key names both places, an unclosed quote where it opens."""
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    context, context_mark = getattr(e, "context", None) or "", getattr(e, "context_mark", None)
+    if mark is None:
+        return f"config file {str(path)!r} is not valid YAML: {' '.join(str(e).split())}"
+    where, what, todo = mark, problem or "not valid YAML", "fix it (YAML: 'key: value', nested keys indented by spaces)"
+    if "duplicate key" in what:
+        key = what.rsplit(" ", 1)[-1]
+        what = f"the key '{key}' appears twice at the same level" + (
+            f" (the mapping that starts at {_at(context_mark)})" if context_mark is not None else "")
+        todo = "keep one of them"
+    elif "quoted scalar" in context and context_mark is not None:
+        where, what = context_mark, f"a quoted value opened here is not closed ({what} at {_at(mark)})"
+        todo = "close the quote"
+    elif _char_at(path, mark) == "\t":
+        what, todo = "a tab character, which YAML does not allow in indentation", "indent with spaces"
+    return f"config file {str(path)!r} is not valid YAML at {_at(where)}: {what}; {todo}"
+
+
 def read_yaml(path: str | Path) -> DictConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
         loaded = OmegaConf.load(path)
-    except Exception as e:  # yaml errors
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(yaml_problem(path, e)) from None
+    except Exception as e:  # anything else OmegaConf's loader raises, e.g. an undecodable file
+        raise ConfigError(f"config file {str(path)!r} cannot be read as YAML: {' '.join(str(e).split())}") from None
     if not isinstance(loaded, DictConfig):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
     return loaded
