@@ -421,6 +421,20 @@ def test_a_batch_that_does_not_split_over_the_processes_names_one_that_does():
     assert load(*sizes, "data.train_batch_size=8").data.train_batch_size == 8
 
 
+def test_a_batch_that_does_not_split_over_the_processes_names_one_the_mini_batch_divides_too():
+    """22 prompts over 4 processes with mini-batches of 8: the suggestion was 20, which the next check refuses (8 does
+    not divide it); it is now the largest multiple of lcm(4, 8) = 8 at most 22, and that loads."""
+    sizes = ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]
+    with pytest.raises(ConfigError) as err:
+        load(*sizes, "data.train_batch_size=22")
+    message = str(err.value)
+    assert "set data.train_batch_size to a multiple of 8, e.g. data.train_batch_size=16 (of " \
+           "actor_rollout_ref.actor.ppo_mini_batch_size (8) too, which must divide it)" in message, message
+    suggested = message.split("e.g. ", 1)[1].split(" ", 1)[0]
+    assert load(*sizes, suggested).data.train_batch_size == 16
+
+
 @pytest.mark.parametrize(
     "overrides, needles",
     [

@@ -101,10 +101,17 @@ def check_processes(ctx: CheckContext) -> None:
         where = (f"{world_size} data-parallel groups ({where} in groups of "
                  f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={ctx.sp})")
     if data.train_batch_size % world_size:
+        # the value named must pass config.sizes too, so it is a multiple of the mini-batch as well: of
+        # lcm(processes, mini-batch), which is the mini-batch where that splits over the processes (else
+        # config.sizes asks for another mini-batch first)
+        mini = ctx.cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+        both = mini if isinstance(mini, int) and mini > world_size and not mini % world_size else world_size
+        suggestion = suggest_multiple("data.train_batch_size", both, data.train_batch_size)
+        if both != world_size:
+            suggestion += f" (of actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) too, which must divide it)"
         raise ConfigError(
             f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes: "
-            f"{where} each generate for train_batch_size / processes prompts; "
-            + suggest_multiple("data.train_batch_size", world_size, data.train_batch_size)
+            f"{where} each generate for train_batch_size / processes prompts; " + suggestion
         )
 
 
