@@ -493,6 +493,24 @@ def test_the_documented_grpo_commands_run_from_an_empty_folder(tmp_path):
     assert (out / "model" / "model.safetensors").is_file()
 
 
+def test_grpo_names_the_data_source_a_mistyped_one_meant(work, tmp_path):
+    """Rows whose data_source no built-in scorer knows (and no reward_function): the refusal lists them with the
+    closest built-in one (config.suggest's did_you_mean, as rft train's check says it) and the built-in sources
+    closest first; it listed the names without a suggestion."""
+    from rft.data.io import read_rows
+
+    rows = [dict(row) for row in read_rows(work / "d" / "train.jsonl")]
+    with (tmp_path / "train.jsonl").open("w") as f:
+        for row in rows:
+            f.write(json.dumps({**row, "data_source": "arithmetik"}, default=str) + "\n")
+    with pytest.raises(ComponentError) as err:
+        resolved(G, work, dataset_train_split=str(tmp_path / "train.jsonl"))
+    message = str(err.value)
+    assert "rows with data_source 'arithmetik' (did you mean 'arithmetic'?) have no built-in reward scorer " \
+           "(built-in: arithmetic, " in message, message
+    assert "reward_function" in message, message
+
+
 def test_processes_on_cpu_and_several_nodes(work):
     """n_gpus_per_node on a machine without CUDA: that many CPU processes (a note says so); nnodes > 1 needs torchrun
     on every node, so a run started without a launcher is refused before anything loads."""

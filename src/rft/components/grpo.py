@@ -206,7 +206,7 @@ def _datasets(p: Plan) -> tuple[list[str] | str | None, list[str] | str | None]:
 def _count_rows(p: Plan, files) -> int | None:
     """The number of training rows; without a reward_function, each row must name a built-in scorer."""
     from rft.data.io import read_rows
-    from rft.rewards.scorers import SCORERS
+    from rft.rewards.scorers import SCORERS, known_sources, meant_source
 
     try:
         rows = [row for f in ([files] if isinstance(files, str) else files) for row in read_rows(f)]
@@ -215,9 +215,10 @@ def _count_rows(p: Plan, files) -> int | None:
     if p.values["reward_function"] is None:
         bad = sorted({str(r.get("data_source")) for r in rows if r.get("data_source") not in SCORERS})
         if bad:
-            p.refuse("dataset_train_split", f"rows with data_source {bad[:5]} have no built-in reward scorer (known: "
-                                            f"{SCORERS.names()}); give each row a data_source and reward_model."
-                                            "ground_truth, or a reward_function file")
+            listed = ", ".join(f"{src!r}{f' ({meant})' if (meant := meant_source(src)) else ''}" for src in bad[:5])
+            p.refuse("dataset_train_split", f"rows with data_source {listed} have no built-in reward scorer "
+                                            f"({known_sources(bad[0])}); give each row a built-in data_source and "
+                                            "reward_model.ground_truth, or a reward_function file")
     return len(rows)
 
 
