@@ -65,6 +65,14 @@ def resume_note_of(error: BaseException) -> str:
     return getattr(error, "resume_note", None) or RESUME_EITHER
 
 
+def ends_with_resume_note(error: BaseException) -> bool:
+    """Whether `error`'s line ends with what the same command does next (`resume_note_of`): a diverged run, a full
+    disk, another process of the run lost; the run's folder works the note out only for these (it looks at the
+    checkpoints)."""
+    return (isinstance(error, TrainingDiverged) or (isinstance(error, OSError) and error.errno in DISK_FULL)
+            or peer_lost(error) is not None)
+
+
 def describe_os_error(e: OSError) -> str:
     """One line for an operating-system error: the file, what happened, what to do."""
     if e.errno is None:  # raised by rft or a library with its own message

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.distributed import SINGLE, Dist
-from rft.errors import CheckpointError, RftError, RunLocked
+from rft.errors import CheckpointError, RftError, RunLocked, ends_with_resume_note
 from rft.fsutil import clean_stale, process_alive
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
@@ -418,7 +418,8 @@ def _failure_recorded(failed: Path | None, cfg: Any, out: Path, role: str) -> It
         _record_failure(failed, stopped)
         raise stopped from None
     except BaseException as e:
-        with contextlib.suppress(OSError, AttributeError):  # unreadable folder: the line says what is true of any
-            e.resume_note = _resume_note(cfg, out, role)
+        if ends_with_resume_note(e):  # not a config refusal's: its checks read the checkpoint once, before this
+            with contextlib.suppress(OSError, AttributeError):  # unreadable folder: the line says what is true of any
+                e.resume_note = _resume_note(cfg, out, role)
         _record_failure(failed, e)
         raise
