@@ -540,3 +540,49 @@ def test_engine_num_is_the_number_of_explorer_processes():
     out = translate(_with({"explorer.rollout_model": {"engine_num": 2}, "synchronizer": {"sync_interval": 2}}),
                     "t.yaml")
     assert out["trainer"]["explorer_num"] == 2
+
+
+# --------------------------------------- algorithm.optimizer: Trinity's OptimizerConfig is the actor's optimizer
+OPTIMIZER = [
+    ({"lr": 3e-6}, "lr", 3e-6),
+    ({"lr_warmup_steps": 5}, "lr_warmup_steps", 5),
+    ({"lr_warmup_steps_ratio": 0.1}, "lr_warmup_steps_ratio", 0.1),
+    ({"betas": [0.9, 0.95]}, "betas", [0.9, 0.95]),
+    ({"weight_decay": 0.0}, "weight_decay", 0.0),
+    ({"lr_scheduler_type": "cosine"}, "warmup_style", "cosine"),
+    ({"lr_scheduler_type": "cosine"}, "min_lr_ratio", 0.01),  # Trinity's default, read by a cosine schedule
+    ({"warmup_style": "cosine", "min_lr_ratio": 0.1}, "min_lr_ratio", 0.1),
+    ({"optimizer_type": "sgd"}, "optimizer", "sgd"),
+]
+
+
+@pytest.mark.parametrize("optimizer, key, expected", OPTIMIZER, ids=[f"{o[1]}-{i}" for i, o in enumerate(OPTIMIZER)])
+def test_algorithm_optimizer_is_the_actors_optimizer(optimizer, key, expected):
+    out = translate(_with({"algorithm.optimizer": optimizer}))
+    assert _get(out, f"actor_rollout_ref.actor.optim.{key}") == expected
+
+
+@pytest.mark.parametrize("optimizer, needle", [
+    ({"lr_scheduler_type": "linear"}, "algorithm.optimizer.lr_scheduler_type='linear': rft's schedules"),
+    ({"optimizer_type": "lion"}, "algorithm.optimizer.optimizer_type='lion'"),
+    ({"clip_grad": 0.5}, "algorithm.optimizer.clip_grad=0.5: the actor's gradient clipping is trainer.grad_clip"),
+    ({"lrr": 1e-6}, "algorithm.optimizer.lrr: unknown Trinity-RFT key; did you mean 'algorithm.optimizer.lr'?"),
+])
+def test_an_algorithm_optimizer_field_rft_has_not_is_refused_by_name(optimizer, needle):
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"algorithm.optimizer": optimizer}), "t.yaml")
+    assert needle in str(err.value) and "cannot honour" not in str(err.value), str(err.value)
+
+
+def test_explorer_rollout_model_seed_is_the_runs_seed():
+    assert _get(translate(_with({"explorer.rollout_model": {"seed": 7}})), "trainer.seed") == 7
+
+
+def test_config_show_gives_algorithm_optimizer_lr_as_the_actors_lr(work, tmp_path):
+    raw = yaml.safe_load(_trinity_yaml(work, tmp_path / "t.yaml").read_text())
+    del raw["trainer"]["trainer_config"]["actor_rollout_ref"]["actor"]["optim"]
+    raw["algorithm"]["optimizer"] = {"lr": 2.5e-5}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
+    proc = rft_here("config", "show", str(tmp_path / "t.yaml"), cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "\n    optim:\n      lr: 2.5e-05\n" in proc.stdout, proc.stdout  # actor_rollout_ref.actor.optim

@@ -314,11 +314,48 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     _sample_strategy(t, a, out, mix)
     if "loss_agg_mode" in a:
         _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
+    _optimizer(t, _section(algo.pop("optimizer", None), "algorithm.optimizer"), out)
     taken = {"repeat_times", "advantage_fn", "advantage_fn_args", "policy_loss_fn", "policy_loss_fn_args",
              "kl_loss_fn", "kl_loss_fn_args", "kl_penalty_fn", "kl_penalty_fn_args", "entropy_loss_fn",
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
     t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm", NOT_HONOURED)
     return kind
+
+
+OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps": "lr_warmup_steps", "lr_warmup_steps_ratio": "lr_warmup_steps_ratio",
+                  "min_lr_ratio": "min_lr_ratio", "betas": "betas", "weight_decay": "weight_decay"}
+SCHEDULES = ("constant", "cosine")  # Trinity's lr_scheduler_type values, rft's optim.warmup_style ones
+
+
+def _optimizer(t: _Translation, opt: dict, out: dict) -> None:
+    """algorithm.optimizer (Trinity's OptimizerConfig, which it copies field by field onto verl's actor.optim):
+    the actor's optimizer and schedule. Trinity's lr_scheduler_type (and warmup_style, its deprecated name) is
+    verl's and rft's warmup_style; its min_lr_ratio default is 0.01 (rft's 0.0), which only a cosine schedule
+    reads; optimizer_type adam / adamw is rft's default AdamW."""
+    for key, target in OPTIMIZER_KEYS.items():
+        if key in opt:
+            _set(out, f"{A}.optim.{target}", opt.pop(key))
+    schedule = opt.pop("lr_scheduler_type", None)
+    style = opt.pop("warmup_style", None)
+    for key, value in (("lr_scheduler_type", schedule), ("warmup_style", style)):
+        if value is not None and value not in SCHEDULES:
+            t.refuse(f"algorithm.optimizer.{key}", f"={value!r}: rft's schedules after the warmup are "
+                                                   f"{', '.join(SCHEDULES)}")
+    schedule = schedule or style
+    if schedule in SCHEDULES:
+        _set(out, f"{A}.optim.warmup_style", schedule)
+        if schedule == "cosine" and _get(out, f"{A}.optim.min_lr_ratio") is _MISSING:
+            _set(out, f"{A}.optim.min_lr_ratio", 0.01)  # Trinity's default
+    kind = opt.pop("optimizer_type", "adam")
+    if kind == "sgd":
+        _set(out, f"{A}.optim.optimizer", "sgd")
+    elif kind not in ("adam", "adamw"):
+        t.refuse("algorithm.optimizer.optimizer_type", f"={kind!r}: Trinity-RFT's are adam (AdamW), adamw, sgd")
+    clip = opt.pop("clip_grad", 1.0)
+    if clip != 1.0:  # Trinity's verl actor clips by trainer.grad_clip, not by this field
+        t.refuse("algorithm.optimizer.clip_grad", f"={clip!r}: the actor's gradient clipping is trainer.grad_clip "
+                                                  "(rft's actor_rollout_ref.actor.grad_clip); set that instead")
+    t.rest(opt, "algorithm.optimizer", "not a field of Trinity-RFT's OptimizerConfig that rft has; remove it")
 
 
 def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
@@ -771,6 +808,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "workflow.enable_history", rm.pop("enable_history"))
     if "enable_openai_api" in rm:  # the OpenAI-compatible endpoint the workflows reach
         _set(out, "workflow.endpoint", rm.pop("enable_openai_api"))
+    if "seed" in rm:  # the rollout engine's sampling seed; rft's one seed covers sampling
+        _set(out, "trainer.seed", rm.pop("seed"))
     if "tool_call_parser" in rm:
         _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
     if "chat_template" in rm:
