@@ -494,9 +494,6 @@ def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():
 
 
 def test_max_model_len_alone_is_checked_against_the_lengths_in_effect():
-    assert translate(_with({"model.max_model_len": 2048}))  # rft's defaults: 512 + 512
-    with pytest.raises(ConfigError, match=r"model\.max_model_len=1000 is below .* 512 \+ 512 = 1024"):
-        translate(_with({"model.max_model_len": 1000}))
     with pytest.raises(ConfigError, match=r"model\.max_model_len=100 .* 64 \+ 64 = 128"):
         translate(_with({"model.max_model_len": 100, "trainer.trainer_config": {
             "data": {"max_prompt_length": 64, "max_response_length": 64}}}))
@@ -586,3 +583,15 @@ def test_config_show_gives_algorithm_optimizer_lr_as_the_actors_lr(work, tmp_pat
     proc = rft_here("config", "show", str(tmp_path / "t.yaml"), cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "\n    optim:\n      lr: 2.5e-05\n" in proc.stdout, proc.stdout  # actor_rollout_ref.actor.optim
+
+
+@pytest.mark.parametrize("model, prompt, response", [
+    ({"max_model_len": 1200, "max_response_tokens": 32}, 1168, 32),  # the trial's config: not rft's 512
+    ({"max_model_len": 1200, "max_prompt_tokens": 1000}, 1000, 200),
+    ({"max_model_len": 1000}, 500, 500),
+    ({"max_model_len": 100, "max_response_tokens": 150}, 1, 99),  # Trinity keeps the response below max_model_len
+    ({"max_prompt_tokens": 64, "max_response_tokens": 16}, 64, 16),
+])
+def test_the_missing_length_is_derived_from_max_model_len_as_trinity_does(model, prompt, response):
+    out = translate(_with({f"model.{k}": v for k, v in model.items()}))
+    assert (out["data"]["max_prompt_length"], out["data"]["max_response_length"]) == (prompt, response)

@@ -459,21 +459,33 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
 
 
 def _check_model_len(t: _Translation, out: dict) -> None:
-    """model.max_model_len (RL): the prompt and response limits in effect (Trinity's keys, trainer_config or
-    rft's defaults) must fit in it; every sequence then does."""
+    """model.max_model_len (RL): as Trinity-RFT's config checker, the missing one of the prompt and response limits
+    (Trinity's keys or trainer_config's data.max_prompt_length / max_response_length) is max_model_len less the
+    other (the other kept below max_model_len), both missing are half of it each; the two must fit in it."""
     max_len = out.get("_trinity", {}).pop("max_model_len", None)
     if max_len is None:
         return
-    from rft.config.schema import DataConfig
-
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
+        t.refuse("model.max_model_len", f"={max_len!r}: give the longest prompt + response in tokens, an integer >= 2")
+        return
     data = out.get("data", {})
-    prompt = data.get("max_prompt_length", DataConfig.max_prompt_length)
-    response = data.get("max_response_length", DataConfig.max_response_length)
-    if not isinstance(max_len, int) or prompt + response > max_len:
+    prompt, response = data.get("max_prompt_length"), data.get("max_response_length")
+    if prompt is None and response is None:
+        prompt = max_len // 2
+        response = max_len - prompt
+    elif prompt is None:
+        response = min(response, max_len - 1)
+        prompt = max_len - response
+    elif response is None:
+        prompt = min(prompt, max_len - 1)
+        response = max_len - prompt
+    _set(out, "data.max_prompt_length", prompt)
+    _set(out, "data.max_response_length", response)
+    if prompt + response > max_len:
         t.refuse("model.max_model_len", f"={max_len!r} is below the prompt + response limits in effect, "
                                         f"{prompt} + {response} = {prompt + response} (model.max_prompt_tokens / "
-                                        "max_response_tokens, else rft's data.max_prompt_length / "
-                                        "max_response_length); raise it or set those two")
+                                        "max_response_tokens, or trainer_config's data.max_prompt_length / "
+                                        "max_response_length); raise it or lower those")
 
 
 def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: dict) -> None:
