@@ -595,3 +595,12 @@ def test_config_show_gives_algorithm_optimizer_lr_as_the_actors_lr(work, tmp_pat
 def test_the_missing_length_is_derived_from_max_model_len_as_trinity_does(model, prompt, response):
     out = translate(_with({f"model.{k}": v for k, v in model.items()}))
     assert (out["data"]["max_prompt_length"], out["data"]["max_response_length"]) == (prompt, response)
+
+
+def test_a_too_long_prompt_is_named_by_the_trinity_keys(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    proc = rft_here("train", str(path), "model.max_prompt_tokens=2", cwd=tmp_path, check=False)
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert line.startswith("rft: error: ") and "model.max_prompt_tokens=2 (rft's data.max_prompt_length)" in line, line
+    assert "trainer.trainer_config.data.filter_overlong_prompts=true" in line, line

@@ -242,7 +242,13 @@ def cmd_train(args) -> int:
             from rft.trainer.stages import launch_stages
 
             return launch_stages(loaded, module_args)
-        return run_rl(loaded, module_args)
+        from rft.data.io import DataError
+        from rft.trainer.configure import trinity_run_error
+
+        try:
+            return run_rl(loaded, module_args)
+        except DataError as e:  # it names rft's data keys: say them in the Trinity YAML's terms
+            raise trinity_run_error(e, args.config, args.overrides) from None
     if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
         from rft.trainer.stages import launch_stages, load_stages
 
