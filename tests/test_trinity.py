@@ -604,3 +604,32 @@ def test_a_too_long_prompt_is_named_by_the_trinity_keys(work, tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert line.startswith("rft: error: ") and "model.max_prompt_tokens=2 (rft's data.max_prompt_length)" in line, line
     assert "trainer.trainer_config.data.filter_overlong_prompts=true" in line, line
+
+
+def test_math_workflow_without_a_reward_fn_scores_with_math_reward_as_trinity_does():
+    out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow"}))
+    assert out["custom_reward_function"]["reward_fn_type"] == "math_reward"
+    out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow",
+                           "buffer.explorer_input.default_reward_fn_type": "accuracy_reward"}))
+    assert out["custom_reward_function"]["reward_fn_type"] == "accuracy_reward"
+    out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow",
+                           "trainer.trainer_config": {"custom_reward_function": {"path": "r.py"}}}))
+    assert "reward_fn_type" not in out["custom_reward_function"]
+    assert "reward_fn_type" not in translate(_with({})).get("custom_reward_function", {})
+
+
+def test_an_eval_tasksets_name_labels_its_rows_without_a_data_source(work, tmp_path):
+    from transformers import AutoTokenizer
+
+    from rft.data.dataset import PromptDataset
+
+    (tmp_path / "e.jsonl").write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    (tmp_path / "f.jsonl").write_text(json.dumps({"prompt": "2+2=", "answer": "4", "data_source": "own"}) + "\n")
+    out = translate(_with({"buffer.explorer_input.eval_tasksets": [
+        {"name": "gsm8k-eval", "path": str(tmp_path / "e.jsonl")}, {"path": str(tmp_path / "f.jsonl")}]}))
+    assert out["data"]["val_data_sources"] == ["gsm8k-eval", None]
+    tokenizer = AutoTokenizer.from_pretrained(work / "m")
+    prompts = PromptDataset([str(tmp_path / "e.jsonl"), str(tmp_path / "f.jsonl")], tokenizer,
+                            data_sources=out["data"]["val_data_sources"]).prompts
+    assert [p.data_source for p in prompts] == ["gsm8k-eval", "own"]  # a row's own data_source wins
+    assert PromptDataset(str(tmp_path / "e.jsonl"), tokenizer).prompts[0].data_source == "unknown"  # verl's

@@ -655,12 +655,18 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
                 _set(out, "data.train_files", files)
         evals = explorer_input.pop("eval_tasksets", None) or []
         val_files: list = []
+        val_names: list = []  # each eval taskset's name: the data_source of its rows that have none
         for i, ts in enumerate(evals):
+            name = ts.get("name") if isinstance(ts, dict) else None
             files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True, defaults)
             if files:
-                val_files += files if isinstance(files, list) else [files]
+                files = files if isinstance(files, list) else [files]
+                val_files += files
+                val_names += [str(name) if name else None] * len(files)
         if val_files:
             _set(out, "data.val_files", val_files)
+        if any(val_names):
+            _set(out, "data.val_data_sources", val_names)
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
         for key in EXPERIENCE_BUFFER_KEYS:
@@ -1122,9 +1128,19 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")
     if not sft:
         _check_model_len(t, out)
+        _math_workflow_reward(out)
     _check_save_strategy(t, out)
     out.pop("_trinity", None)
     return out
+
+
+def _math_workflow_reward(out: dict) -> None:
+    """Trinity-RFT's math_workflow scores with its math_reward when the taskset names no reward function (its
+    MathWorkflow's default), not by the rows' data_source: so does rft, unless trainer_config gives a reward
+    function file."""
+    reward = out.get("custom_reward_function", {})
+    if _get(out, "workflow.type") == "math_workflow" and not reward.get("reward_fn_type") and not reward.get("path"):
+        _set(out, "custom_reward_function.reward_fn_type", "math_reward")
 
 
 def _check_save_strategy(t: _Translation, out: dict) -> None:
