@@ -633,3 +633,23 @@ def test_an_eval_tasksets_name_labels_its_rows_without_a_data_source(work, tmp_p
                             data_sources=out["data"]["val_data_sources"]).prompts
     assert [p.data_source for p in prompts] == ["gsm8k-eval", "own"]  # a row's own data_source wins
     assert PromptDataset(str(tmp_path / "e.jsonl"), tokenizer).prompts[0].data_source == "unknown"  # verl's
+
+
+@pytest.mark.slow
+def test_a_large_validation_note_names_the_key_as_a_trinity_yaml_sets_it(work, tmp_path, caplog):
+    """Trinity-RFT has no cap on an eval taskset's rows: the note names rft's key where a Trinity YAML puts it."""
+    import pandas as pd
+
+    rows = pd.read_parquet(work / "tasks" / "test.parquet")
+    pd.concat([rows] * (301 // len(rows) + 1)).head(301).to_parquet(tmp_path / "big.parquet")
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    proc = rft_here("train", str(path), f"buffer.explorer_input.eval_tasksets.0.path={tmp_path / 'big.parquet'}",
+                    "buffer.explorer_input.eval_tasksets.0.split=null", "trainer.save_interval=0",
+                    f"checkpoint_root_dir={tmp_path / 'ck'}", cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    notes = [r.getMessage() for r in caplog.records if "each validation generates for all 301 prompts" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].endswith("set trainer.trainer_config.data.val_max_samples=N to validate on "
+                                                 "N of them"), notes
+    from rft.data import validation
+
+    assert validation.CAP_KEY == "data.val_max_samples"  # rft's own spelling again after the run
