@@ -459,6 +459,30 @@ def test_a_sync_folder_refusing_writes_for_a_moment_is_waited_out(tmp_path, monk
         CheckpointSync(tmp_path / "file", timeout=30).publish({"w": torch.ones(3)}, 1)
 
 
+def test_an_announcing_explorer_says_it_waits_and_reminds_while_it_waits(tmp_path, monkeypatch, caplog):
+    """CheckpointSync(announce=True) (mode explore): one line when its first wait starts, naming the version, the
+    folder, the command to start and the timeout; a reminder every REMIND_EVERY s; later waits start silently;
+    announce=False (mode both, whose trainer is its own parent) prints nothing."""
+    from rft.sync import checkpoint
+
+    monkeypatch.setattr(checkpoint, "REMIND_EVERY", 0.3)
+    sync = checkpoint.CheckpointSync(tmp_path / "sync", timeout=1.0, announce=True)
+    with caplog.at_level("WARNING", logger="rft"), pytest.raises(TimeoutError):
+        sync.receive(1)
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith(f"rft: waiting for the trainer's weights of version 1 in {tmp_path / 'sync'} (start "
+                              "trainer.mode=train"), said
+    assert "gives up after synchronizer.sync_timeout=1 s" in said[0], said
+    assert 2 <= len(said) <= 5 and all(line.startswith("rft: still (") for line in said[1:]), said
+    caplog.clear()
+    monkeypatch.setattr(checkpoint, "REMIND_EVERY", 60.0)
+    with caplog.at_level("WARNING", logger="rft"), pytest.raises(TimeoutError):
+        sync.receive(2)  # not the first wait: a step's routine wait for the trainer
+    with caplog.at_level("WARNING", logger="rft"), pytest.raises(TimeoutError):
+        checkpoint.CheckpointSync(tmp_path / "sync", timeout=0.2).receive(1)
+    assert caplog.records == []
+
+
 HOLD_LOCK = """import sqlite3, sys, time
 connection = sqlite3.connect(sys.argv[1], isolation_level=None)
 connection.execute("BEGIN EXCLUSIVE")

@@ -190,6 +190,21 @@ def test_trinity_async_example_runs(assets, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ explore / train
+def test_explore_without_a_trainer_says_what_it_waits_for(assets, tmp_path):
+    """mode explore alone: its first step generates with the starting model, then it waits for the trainer's
+    weights, says so in one line at once, and gives up after the sync timeout."""
+    out = tmp_path / "out"
+    proc = start("train", *overrides(assets, out, 3, "trainer.mode=explore"), "synchronizer.sync_timeout=3",
+                 cwd=tmp_path)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, log
+    waiting = [x for x in log.splitlines() if "waiting for the trainer's weights" in x]
+    assert waiting == [f"rft: waiting for the trainer's weights of version 1 in {out / 'sync'} (start "
+                       "trainer.mode=train, Trinity-RFT's mode: train, with the same trainer.default_local_dir and "
+                       "buffer); gives up after synchronizer.sync_timeout=3 s"], log
+    assert "rft: error:" in log.splitlines()[-1] and "synchronizer.sync_timeout=3" in log.splitlines()[-1], log
+
+
 def run_explore_and_train(assets: Path, tmp_path: Path, steps: int, *extra: str) -> Path:
     out = tmp_path / "out"
     common = overrides(assets, out, steps, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1", *extra)

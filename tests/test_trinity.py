@@ -494,9 +494,6 @@ def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():
 
 
 def test_max_model_len_alone_is_checked_against_the_lengths_in_effect():
-    assert translate(_with({"model.max_model_len": 2048}))  # rft's defaults: 512 + 512
-    with pytest.raises(ConfigError, match=r"model\.max_model_len=1000 is below .* 512 \+ 512 = 1024"):
-        translate(_with({"model.max_model_len": 1000}))
     with pytest.raises(ConfigError, match=r"model\.max_model_len=100 .* 64 \+ 64 = 128"):
         translate(_with({"model.max_model_len": 100, "trainer.trainer_config": {
             "data": {"max_prompt_length": 64, "max_response_length": 64}}}))
@@ -540,3 +537,119 @@ def test_engine_num_is_the_number_of_explorer_processes():
     out = translate(_with({"explorer.rollout_model": {"engine_num": 2}, "synchronizer": {"sync_interval": 2}}),
                     "t.yaml")
     assert out["trainer"]["explorer_num"] == 2
+
+
+# --------------------------------------- algorithm.optimizer: Trinity's OptimizerConfig is the actor's optimizer
+OPTIMIZER = [
+    ({"lr": 3e-6}, "lr", 3e-6),
+    ({"lr_warmup_steps": 5}, "lr_warmup_steps", 5),
+    ({"lr_warmup_steps_ratio": 0.1}, "lr_warmup_steps_ratio", 0.1),
+    ({"betas": [0.9, 0.95]}, "betas", [0.9, 0.95]),
+    ({"weight_decay": 0.0}, "weight_decay", 0.0),
+    ({"lr_scheduler_type": "cosine"}, "warmup_style", "cosine"),
+    ({"lr_scheduler_type": "cosine"}, "min_lr_ratio", 0.01),  # Trinity's default, read by a cosine schedule
+    ({"warmup_style": "cosine", "min_lr_ratio": 0.1}, "min_lr_ratio", 0.1),
+    ({"optimizer_type": "sgd"}, "optimizer", "sgd"),
+]
+
+
+@pytest.mark.parametrize("optimizer, key, expected", OPTIMIZER, ids=[f"{o[1]}-{i}" for i, o in enumerate(OPTIMIZER)])
+def test_algorithm_optimizer_is_the_actors_optimizer(optimizer, key, expected):
+    out = translate(_with({"algorithm.optimizer": optimizer}))
+    assert _get(out, f"actor_rollout_ref.actor.optim.{key}") == expected
+
+
+@pytest.mark.parametrize("optimizer, needle", [
+    ({"lr_scheduler_type": "linear"}, "algorithm.optimizer.lr_scheduler_type='linear': rft's schedules"),
+    ({"optimizer_type": "lion"}, "algorithm.optimizer.optimizer_type='lion'"),
+    ({"clip_grad": 0.5}, "algorithm.optimizer.clip_grad=0.5: the actor's gradient clipping is trainer.grad_clip"),
+    ({"lrr": 1e-6}, "algorithm.optimizer.lrr: unknown Trinity-RFT key; did you mean 'algorithm.optimizer.lr'?"),
+])
+def test_an_algorithm_optimizer_field_rft_has_not_is_refused_by_name(optimizer, needle):
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"algorithm.optimizer": optimizer}), "t.yaml")
+    assert needle in str(err.value) and "cannot honour" not in str(err.value), str(err.value)
+
+
+def test_explorer_rollout_model_seed_is_the_runs_seed():
+    assert _get(translate(_with({"explorer.rollout_model": {"seed": 7}})), "trainer.seed") == 7
+
+
+def test_config_show_gives_algorithm_optimizer_lr_as_the_actors_lr(work, tmp_path):
+    raw = yaml.safe_load(_trinity_yaml(work, tmp_path / "t.yaml").read_text())
+    del raw["trainer"]["trainer_config"]["actor_rollout_ref"]["actor"]["optim"]
+    raw["algorithm"]["optimizer"] = {"lr": 2.5e-5}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
+    proc = rft_here("config", "show", str(tmp_path / "t.yaml"), cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "\n    optim:\n      lr: 2.5e-05\n" in proc.stdout, proc.stdout  # actor_rollout_ref.actor.optim
+
+
+@pytest.mark.parametrize("model, prompt, response", [
+    ({"max_model_len": 1200, "max_response_tokens": 32}, 1168, 32),  # the trial's config: not rft's 512
+    ({"max_model_len": 1200, "max_prompt_tokens": 1000}, 1000, 200),
+    ({"max_model_len": 1000}, 500, 500),
+    ({"max_model_len": 100, "max_response_tokens": 150}, 1, 99),  # Trinity keeps the response below max_model_len
+    ({"max_prompt_tokens": 64, "max_response_tokens": 16}, 64, 16),
+])
+def test_the_missing_length_is_derived_from_max_model_len_as_trinity_does(model, prompt, response):
+    out = translate(_with({f"model.{k}": v for k, v in model.items()}))
+    assert (out["data"]["max_prompt_length"], out["data"]["max_response_length"]) == (prompt, response)
+
+
+def test_a_too_long_prompt_is_named_by_the_trinity_keys(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    proc = rft_here("train", str(path), "model.max_prompt_tokens=2", cwd=tmp_path, check=False)
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert line.startswith("rft: error: ") and "model.max_prompt_tokens=2 (rft's data.max_prompt_length)" in line, line
+    assert "trainer.trainer_config.data.filter_overlong_prompts=true" in line, line
+
+
+def test_math_workflow_without_a_reward_fn_scores_with_math_reward_as_trinity_does():
+    out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow"}))
+    assert out["custom_reward_function"]["reward_fn_type"] == "math_reward"
+    out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow",
+                           "buffer.explorer_input.default_reward_fn_type": "accuracy_reward"}))
+    assert out["custom_reward_function"]["reward_fn_type"] == "accuracy_reward"
+    out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow",
+                           "trainer.trainer_config": {"custom_reward_function": {"path": "r.py"}}}))
+    assert "reward_fn_type" not in out["custom_reward_function"]
+    assert "reward_fn_type" not in translate(_with({})).get("custom_reward_function", {})
+
+
+def test_an_eval_tasksets_name_labels_its_rows_without_a_data_source(work, tmp_path):
+    from transformers import AutoTokenizer
+
+    from rft.data.dataset import PromptDataset
+
+    (tmp_path / "e.jsonl").write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    (tmp_path / "f.jsonl").write_text(json.dumps({"prompt": "2+2=", "answer": "4", "data_source": "own"}) + "\n")
+    out = translate(_with({"buffer.explorer_input.eval_tasksets": [
+        {"name": "gsm8k-eval", "path": str(tmp_path / "e.jsonl")}, {"path": str(tmp_path / "f.jsonl")}]}))
+    assert out["data"]["val_data_sources"] == ["gsm8k-eval", None]
+    tokenizer = AutoTokenizer.from_pretrained(work / "m")
+    prompts = PromptDataset([str(tmp_path / "e.jsonl"), str(tmp_path / "f.jsonl")], tokenizer,
+                            data_sources=out["data"]["val_data_sources"]).prompts
+    assert [p.data_source for p in prompts] == ["gsm8k-eval", "own"]  # a row's own data_source wins
+    assert PromptDataset(str(tmp_path / "e.jsonl"), tokenizer).prompts[0].data_source == "unknown"  # verl's
+
+
+@pytest.mark.slow
+def test_a_large_validation_note_names_the_key_as_a_trinity_yaml_sets_it(work, tmp_path, caplog):
+    """Trinity-RFT has no cap on an eval taskset's rows: the note names rft's key where a Trinity YAML puts it."""
+    import pandas as pd
+
+    rows = pd.read_parquet(work / "tasks" / "test.parquet")
+    pd.concat([rows] * (301 // len(rows) + 1)).head(301).to_parquet(tmp_path / "big.parquet")
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    proc = rft_here("train", str(path), f"buffer.explorer_input.eval_tasksets.0.path={tmp_path / 'big.parquet'}",
+                    "buffer.explorer_input.eval_tasksets.0.split=null", "trainer.save_interval=0",
+                    f"checkpoint_root_dir={tmp_path / 'ck'}", cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    notes = [r.getMessage() for r in caplog.records if "each validation generates for all 301 prompts" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].endswith("set trainer.trainer_config.data.val_max_samples=N to validate on "
+                                                 "N of them"), notes
+    from rft.data import validation
+
+    assert validation.CAP_KEY == "data.val_max_samples"  # rft's own spelling again after the run

@@ -238,14 +238,10 @@ def cmd_train(args) -> int:
     # what each process of a several-process run executes again
     module_args = ["train", *([args.config] if args.config else []), *args.overrides]
     if _is_trinity(args.config):  # Trinity-RFT's dialect, translated to verl keys before anything loads
-        from rft.trainer.configure import load_trinity
+        from rft.data.validation import TRINITY_CAP_KEY, spelling_cap_key
 
-        kind, loaded = load_trinity(args.config, args.overrides)
-        if kind == "stages":
-            from rft.trainer.stages import launch_stages
-
-            return launch_stages(loaded, module_args)
-        return run_rl(loaded, module_args)
+        with spelling_cap_key(TRINITY_CAP_KEY):  # its notes name the key as a Trinity YAML sets it
+            return _train_trinity(args, module_args)
     if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
         from rft.trainer.stages import launch_stages, load_stages
 
@@ -253,6 +249,22 @@ def cmd_train(args) -> int:
     from rft.trainer.configure import load_config
 
     return run_rl(load_config(args.config, args.overrides), module_args)
+
+
+def _train_trinity(args, module_args: list[str]) -> int:
+    from rft.data.io import DataError
+    from rft.trainer.configure import load_trinity, trinity_run_error
+    from rft.trainer.launch import run_rl
+
+    kind, loaded = load_trinity(args.config, args.overrides)
+    if kind == "stages":
+        from rft.trainer.stages import launch_stages
+
+        return launch_stages(loaded, module_args)
+    try:
+        return run_rl(loaded, module_args)
+    except DataError as e:  # it names rft's data keys: say them in the Trinity YAML's terms
+        raise trinity_run_error(e, args.config, args.overrides) from None
 
 
 def cmd_sft(args) -> int:

@@ -203,6 +203,10 @@ class DataConfig:
     chat_template: Optional[str] = fld(None, "A Jinja chat template used instead of the tokenizer's (Trinity's "
                                              "format.chat_template).")
     val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
+    val_data_sources: Optional[List[Optional[str]]] = fld(
+        None, "The data_source of the rows of each val_files entry (in order) that have none, the label of their "
+        "val-core/<data_source>/... metrics (Trinity-RFT: each eval taskset's name); null, or a null entry: "
+        "'unknown' (verl's).")
     val_max_samples: int = fld(
         -1, "Validate on at most this many prompts of val_files (verl's key and meaning): with data.shuffle a "
         "sample drawn once with data.seed (numpy's default_rng(seed).choice, the rows verl picks when no prompt is "

@@ -96,17 +96,20 @@ class PromptDataset:
         tools_key: str | None = None,
         chat_template: str | None = None,
         vision=None,
+        data_sources: Sequence[str | None] | None = None,
     ):
         """Trinity-RFT's format keys: `system_prompt` (a system message put first; `system_prompt_key`: the column
         holding one, which wins), `response_key` (the column holding the reference answer: the ground truth instead
         of reward_model.ground_truth), `tools_key` (the column of OpenAI function schemas rendered with the chat
-        template), `chat_template` (a Jinja template used instead of the tokenizer's)."""
+        template), `chat_template` (a Jinja template used instead of the tokenizer's). `data_sources`: per file, the
+        data_source of its rows that have none (else "unknown", verl's)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
         self.chat_template = chat_template
         self.prompts: list[Prompt] = []
         self.num_filtered = 0
         dropped: list[int] = []  # the lengths of the prompts filter_overlong_prompts drops
-        for file in files:
+        for index, file in enumerate(files):
+            source = (data_sources[index] if data_sources and index < len(data_sources) else None) or "unknown"
             # a path, or (name, rows) for rows from elsewhere (a database table)
             file, rows = file if isinstance(file, tuple) else (file, read_rows(file))
             if not rows:
@@ -165,7 +168,7 @@ class PromptDataset:
                 self.prompts.append(
                     Prompt(
                         ids=list(ids),
-                        data_source=str(row.get("data_source", "unknown")),
+                        data_source=str(row.get("data_source", source)),
                         ground_truth=(row[response_key] if response_key else
                                       reward.get("ground_truth") if isinstance(reward, dict) else None),
                         extra_info=dict(row.get("extra_info") or {}),

@@ -314,11 +314,48 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     _sample_strategy(t, a, out, mix)
     if "loss_agg_mode" in a:
         _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
+    _optimizer(t, _section(algo.pop("optimizer", None), "algorithm.optimizer"), out)
     taken = {"repeat_times", "advantage_fn", "advantage_fn_args", "policy_loss_fn", "policy_loss_fn_args",
              "kl_loss_fn", "kl_loss_fn_args", "kl_penalty_fn", "kl_penalty_fn_args", "entropy_loss_fn",
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
     t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm", NOT_HONOURED)
     return kind
+
+
+OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps": "lr_warmup_steps", "lr_warmup_steps_ratio": "lr_warmup_steps_ratio",
+                  "min_lr_ratio": "min_lr_ratio", "betas": "betas", "weight_decay": "weight_decay"}
+SCHEDULES = ("constant", "cosine")  # Trinity's lr_scheduler_type values, rft's optim.warmup_style ones
+
+
+def _optimizer(t: _Translation, opt: dict, out: dict) -> None:
+    """algorithm.optimizer (Trinity's OptimizerConfig, which it copies field by field onto verl's actor.optim):
+    the actor's optimizer and schedule. Trinity's lr_scheduler_type (and warmup_style, its deprecated name) is
+    verl's and rft's warmup_style; its min_lr_ratio default is 0.01 (rft's 0.0), which only a cosine schedule
+    reads; optimizer_type adam / adamw is rft's default AdamW."""
+    for key, target in OPTIMIZER_KEYS.items():
+        if key in opt:
+            _set(out, f"{A}.optim.{target}", opt.pop(key))
+    schedule = opt.pop("lr_scheduler_type", None)
+    style = opt.pop("warmup_style", None)
+    for key, value in (("lr_scheduler_type", schedule), ("warmup_style", style)):
+        if value is not None and value not in SCHEDULES:
+            t.refuse(f"algorithm.optimizer.{key}", f"={value!r}: rft's schedules after the warmup are "
+                                                   f"{', '.join(SCHEDULES)}")
+    schedule = schedule or style
+    if schedule in SCHEDULES:
+        _set(out, f"{A}.optim.warmup_style", schedule)
+        if schedule == "cosine" and _get(out, f"{A}.optim.min_lr_ratio") is _MISSING:
+            _set(out, f"{A}.optim.min_lr_ratio", 0.01)  # Trinity's default
+    kind = opt.pop("optimizer_type", "adam")
+    if kind == "sgd":
+        _set(out, f"{A}.optim.optimizer", "sgd")
+    elif kind not in ("adam", "adamw"):
+        t.refuse("algorithm.optimizer.optimizer_type", f"={kind!r}: Trinity-RFT's are adam (AdamW), adamw, sgd")
+    clip = opt.pop("clip_grad", 1.0)
+    if clip != 1.0:  # Trinity's verl actor clips by trainer.grad_clip, not by this field
+        t.refuse("algorithm.optimizer.clip_grad", f"={clip!r}: the actor's gradient clipping is trainer.grad_clip "
+                                                  "(rft's actor_rollout_ref.actor.grad_clip); set that instead")
+    t.rest(opt, "algorithm.optimizer", "not a field of Trinity-RFT's OptimizerConfig that rft has; remove it")
 
 
 def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
@@ -422,21 +459,33 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
 
 
 def _check_model_len(t: _Translation, out: dict) -> None:
-    """model.max_model_len (RL): the prompt and response limits in effect (Trinity's keys, trainer_config or
-    rft's defaults) must fit in it; every sequence then does."""
+    """model.max_model_len (RL): as Trinity-RFT's config checker, the missing one of the prompt and response limits
+    (Trinity's keys or trainer_config's data.max_prompt_length / max_response_length) is max_model_len less the
+    other (the other kept below max_model_len), both missing are half of it each; the two must fit in it."""
     max_len = out.get("_trinity", {}).pop("max_model_len", None)
     if max_len is None:
         return
-    from rft.config.schema import DataConfig
-
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
+        t.refuse("model.max_model_len", f"={max_len!r}: give the longest prompt + response in tokens, an integer >= 2")
+        return
     data = out.get("data", {})
-    prompt = data.get("max_prompt_length", DataConfig.max_prompt_length)
-    response = data.get("max_response_length", DataConfig.max_response_length)
-    if not isinstance(max_len, int) or prompt + response > max_len:
+    prompt, response = data.get("max_prompt_length"), data.get("max_response_length")
+    if prompt is None and response is None:
+        prompt = max_len // 2
+        response = max_len - prompt
+    elif prompt is None:
+        response = min(response, max_len - 1)
+        prompt = max_len - response
+    elif response is None:
+        prompt = min(prompt, max_len - 1)
+        response = max_len - prompt
+    _set(out, "data.max_prompt_length", prompt)
+    _set(out, "data.max_response_length", response)
+    if prompt + response > max_len:
         t.refuse("model.max_model_len", f"={max_len!r} is below the prompt + response limits in effect, "
                                         f"{prompt} + {response} = {prompt + response} (model.max_prompt_tokens / "
-                                        "max_response_tokens, else rft's data.max_prompt_length / "
-                                        "max_response_length); raise it or set those two")
+                                        "max_response_tokens, or trainer_config's data.max_prompt_length / "
+                                        "max_response_length); raise it or lower those")
 
 
 def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: dict) -> None:
@@ -606,12 +655,18 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
                 _set(out, "data.train_files", files)
         evals = explorer_input.pop("eval_tasksets", None) or []
         val_files: list = []
+        val_names: list = []  # each eval taskset's name: the data_source of its rows that have none
         for i, ts in enumerate(evals):
+            name = ts.get("name") if isinstance(ts, dict) else None
             files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True, defaults)
             if files:
-                val_files += files if isinstance(files, list) else [files]
+                files = files if isinstance(files, list) else [files]
+                val_files += files
+                val_names += [str(name) if name else None] * len(files)
         if val_files:
             _set(out, "data.val_files", val_files)
+        if any(val_names):
+            _set(out, "data.val_data_sources", val_names)
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
         for key in EXPERIENCE_BUFFER_KEYS:
@@ -771,6 +826,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "workflow.enable_history", rm.pop("enable_history"))
     if "enable_openai_api" in rm:  # the OpenAI-compatible endpoint the workflows reach
         _set(out, "workflow.endpoint", rm.pop("enable_openai_api"))
+    if "seed" in rm:  # the rollout engine's sampling seed; rft's one seed covers sampling
+        _set(out, "trainer.seed", rm.pop("seed"))
     if "tool_call_parser" in rm:
         _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
     if "chat_template" in rm:
@@ -1071,9 +1128,19 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")
     if not sft:
         _check_model_len(t, out)
+        _math_workflow_reward(out)
     _check_save_strategy(t, out)
     out.pop("_trinity", None)
     return out
+
+
+def _math_workflow_reward(out: dict) -> None:
+    """Trinity-RFT's math_workflow scores with its math_reward when the taskset names no reward function (its
+    MathWorkflow's default), not by the rows' data_source: so does rft, unless trainer_config gives a reward
+    function file."""
+    reward = out.get("custom_reward_function", {})
+    if _get(out, "workflow.type") == "math_workflow" and not reward.get("reward_fn_type") and not reward.get("path"):
+        _set(out, "custom_reward_function.reward_fn_type", "math_reward")
 
 
 def _check_save_strategy(t: _Translation, out: dict) -> None:

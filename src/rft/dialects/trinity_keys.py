@@ -36,6 +36,8 @@ KEYS: dict[str, tuple[str, ...]] = {
                   "policy_loss_fn_args", "kl_loss_fn", "kl_loss_fn_args", "entropy_loss_fn", "entropy_loss_fn_args",
                   "loss_agg_mode", "enable_router_replay", "bypass_old_logprobs", "rollout_correction",
                   "use_token_level_loss"),
+    "algorithm.optimizer": ("lr", "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "warmup_style",
+                            "lr_scheduler_type", "optimizer_type", "betas", "weight_decay", "clip_grad"),
     "model": ("model_path", "trust_remote_code", "critic_model_path", "custom_chat_template", "chat_template_path",
               "temperature", "top_p", "top_k", "logprobs", "max_model_len", "max_prompt_tokens",
               "max_response_tokens", "min_response_tokens", "enable_prompt_truncation", "repetition_penalty",

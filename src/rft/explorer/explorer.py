@@ -42,7 +42,7 @@ log = logging.getLogger("rft")
 GENERATOR = "rollout"
 
 
-def load_prompts(cfg, tokenizer, files) -> PromptDataset:
+def load_prompts(cfg, tokenizer, files, data_sources=None) -> PromptDataset:
     """The prompts of `files` (paths, or (name, rows) pairs; with data.custom_cls what its dataset class reads
     from them) with the data section's template, length, truncation and format settings (Trinity's
     system_prompt(_key), response_key, tools_key, chat_template)."""
@@ -52,11 +52,13 @@ def load_prompts(cfg, tokenizer, files) -> PromptDataset:
         from rft.data.custom import custom_rows
 
         files = [custom_rows(data, files, tokenizer, vision.processor if vision is not None else None)]
+        data_sources = None  # one dataset of all the files
     return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
                          image_key=data.image_key, system_prompt=data.system_prompt,
                          system_prompt_key=data.system_prompt_key, response_key=data.response_key,
-                         tools_key=data.tools_key, chat_template=data.chat_template, vision=vision)
+                         tools_key=data.tools_key, chat_template=data.chat_template, vision=vision,
+                         data_sources=data_sources)
 
 
 def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
@@ -65,7 +67,7 @@ def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
     data = cfg.data
     if not data.val_files:
         return None
-    val_set = load_prompts(cfg, tokenizer, data.val_files)
+    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources)
     kept = capped_validation(len(val_set), data.val_max_samples, data.shuffle, data.seed, "prompts")
     if kept is not None:
         val_set.keep(kept)

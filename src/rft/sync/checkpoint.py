@@ -7,6 +7,7 @@ restart it takes the newest one that is new enough."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ from rft import interrupts
 from rft.fsutil import write_text_atomic
 
 _FILE = re.compile(r"^v(\d+)\.safetensors$")
+REMIND_EVERY = 60.0  # seconds between the lines a waiting explorer prints while no trainer publishes
+log = logging.getLogger("rft")
 
 
 def _transient_os_error(e: BaseException) -> bool:
@@ -29,9 +32,15 @@ def _transient_os_error(e: BaseException) -> bool:
 
 
 class CheckpointSync:
-    def __init__(self, folder: str | Path, timeout: float, interval: int = 1, offset: int = 0):
+    def __init__(self, folder: str | Path, timeout: float, interval: int = 1, offset: int = 0,
+                 announce: bool = False):
+        """`announce`: say so when the explorer waits (mode explore, whose trainer is another command that may not
+        be running): one line when its first wait starts (later ones, a step's training, are routine), and one every
+        REMIND_EVERY seconds while any wait lasts."""
         self.folder = Path(folder)
         self.timeout = timeout
+        self.announce = announce
+        self.announced = False
         self.keep = offset // interval + 2  # versions between the explorer's need and the trainer's newest, + 1
 
     # trainer side
@@ -67,7 +76,7 @@ class CheckpointSync:
         up to the sync timeout for the trainer to publish them."""
         from safetensors.torch import load_file
 
-        start, delay = time.monotonic(), 0.05
+        start, delay, said = time.monotonic(), 0.05, None
         while True:
             versions = self.versions()
             if versions and versions[-1] >= need:
@@ -85,6 +94,13 @@ class CheckpointSync:
                     f"synchronizer.sync_timeout={self.timeout} s: is the trainer running (trainer.mode=train with "
                     "the same trainer.default_local_dir)?"
                 )
+            since = time.monotonic() - (start if said is None else said)
+            if self.announce and ((said is None and not self.announced) or since >= REMIND_EVERY):
+                waited = "" if said is None else f"still ({time.monotonic() - start:.0f} s) "
+                log.warning("rft: %swaiting for the trainer's weights of version %d in %s (start trainer.mode=train, "
+                            "Trinity-RFT's mode: train, with the same trainer.default_local_dir and buffer); gives "
+                            "up after synchronizer.sync_timeout=%g s", waited, need, self.folder, self.timeout)
+                said, self.announced = time.monotonic(), True
             # a Ctrl-C / SIGTERM stops the wait now (the explorer resumes after its last step written)
             interrupts.check_while_waiting(f"waiting for the trainer's weights of version {need} in {self.folder}")
             time.sleep(delay)

@@ -8,6 +8,7 @@ functions here put the three together, one per kind of config.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -70,6 +71,36 @@ def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> Ev
 def load_trinity(path, overrides=(), validate_paths: bool = True):
     """("rl", RFTConfig) or ("stages", [Stage]) of the Trinity YAML at `path`; dotted overrides use Trinity's keys
     (e.g. buffer.total_steps=3) and apply before the translation."""
+    cfg = _resolved_trinity(path, overrides)
+    overrides = parse_overrides(overrides)
+    out = translate(copy.deepcopy(cfg), str(path), overrides=overrides)
+    # what the translation leaves unknown are verl keys of trainer.trainer_config
+    where, verl = f"{path} (trainer.trainer_config)", "trainer.trainer_config."
+    given = [item.removeprefix(verl) for item in overrides if item.startswith(verl)]
+    try:
+        if "stages" in out:
+            return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths, path=where,
+                                          overrides=given)
+        rl = merge_layers(RFTConfig, [out], path=where, applied=given)
+        validate(rl, check_paths=validate_paths)
+    except ConfigError as e:  # it names rft's keys: the Trinity keys that set them go first
+        raise in_trinity_terms(e, cfg, out, str(path), overrides) from None
+    return "rl", rl
+
+
+def trinity_run_error(error: Exception, path, overrides=()) -> ConfigError:
+    """A run's `error` about its data (a prompt over data.max_prompt_length, ...) in the Trinity YAML's terms: the
+    Trinity keys that set the rft keys it names go first; a key rft has and Trinity-RFT has not is named where a
+    Trinity YAML sets it (trainer.trainer_config.data.filter_overlong_prompts)."""
+    cfg = _resolved_trinity(path, overrides)
+    out = translate(copy.deepcopy(cfg), str(path), overrides=parse_overrides(overrides))
+    message = re.sub(r"(?<![\w.])data\.(filter_overlong_prompts|truncation)\b", r"trainer.trainer_config.data.\1",
+                     str(error))
+    return in_trinity_terms(ConfigError(message), cfg, out, str(path), parse_overrides(overrides))
+
+
+def _resolved_trinity(path, overrides=()) -> dict:
+    """The Trinity YAML at `path`, its dotted overrides applied and its interpolations resolved."""
     raw = read_yaml(path)
     overrides = parse_overrides(overrides)
     try:
@@ -93,16 +124,4 @@ def load_trinity(path, overrides=(), validate_paths: bool = True):
     except OmegaConfBaseException as e:
         raise ConfigError(f"{path}: {str(e).splitlines()[0]}; for a variable: set it in the environment, or "
                           "replace the ${{...}} by its value") from None
-    out = translate(copy.deepcopy(cfg), str(path), overrides=overrides)
-    # what the translation leaves unknown are verl keys of trainer.trainer_config
-    where, verl = f"{path} (trainer.trainer_config)", "trainer.trainer_config."
-    given = [item.removeprefix(verl) for item in overrides if item.startswith(verl)]
-    try:
-        if "stages" in out:
-            return "stages", build_stages(OmegaConf.create(out), check_paths=validate_paths, path=where,
-                                          overrides=given)
-        rl = merge_layers(RFTConfig, [out], path=where, applied=given)
-        validate(rl, check_paths=validate_paths)
-    except ConfigError as e:  # it names rft's keys: the Trinity keys that set them go first
-        raise in_trinity_terms(e, cfg, out, str(path), overrides) from None
-    return "rl", rl
+    return cfg

@@ -137,7 +137,8 @@ class ExploreLoop:
         else:  # the starting model is version 0
             from rft.sync.checkpoint import CheckpointSync
 
-            self.sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset)
+            self.sync = CheckpointSync(self.out / SYNC_DIR, s.sync_timeout, s.sync_interval, s.sync_offset,
+                                       announce=t.mode == "explore")
         folder = explorer_folder(self.out, t.explorer_rank)
         folder.mkdir(parents=True, exist_ok=True)
         write_text_atomic(folder / "config.yaml", to_yaml(cfg))
