@@ -1075,6 +1075,37 @@ def test_ctrl_c_and_sigterm_stop_between_phases_and_the_run_resumes_exactly(work
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == list(range(1, 13))
 
 
+def test_a_stop_at_once_is_described_by_its_own_signal():
+    """The line failed.json records for a stop with no message of its own names the signal that stopped it (it said
+    SIGINT after a SIGTERM); a plain KeyboardInterrupt is Ctrl-C's."""
+    from rft.errors import describe_failure, failure_lines
+    from rft.interrupts import StopNow
+
+    assert describe_failure(StopNow("SIGTERM")) == "stopped by SIGTERM"
+    assert failure_lines(StopNow("SIGTERM"))[0].startswith("rft: stopped by SIGTERM;")
+    assert describe_failure(StopNow("SIGTERM", "stopped by SIGTERM; no checkpoint")) == "stopped by SIGTERM; no checkpoint"
+    assert describe_failure(KeyboardInterrupt()) == "stopped by SIGINT"
+
+
+@pytest.mark.slow
+def test_sigterm_while_training_is_recorded_as_sigterm(work, tmp_path):
+    """`timeout 300 rft train ...`: a SIGTERM between the phases of a step, and the run stops before the next phase;
+    failed.json says SIGTERM, as the console did."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rft", *args(work, out, "trainer.save_freq=10", "trainer.total_training_steps=20")]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip()):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in stderr, stderr
+    assert "terminate called" not in stderr, stderr
+    failed = json.loads((out / "failed.json").read_text())
+    assert failed["error"].startswith("stopped by SIGTERM") and "SIGINT" not in failed["error"], failed
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("when", ["loading", "training"])
 def test_a_stop_before_the_first_checkpoint_says_the_run_starts_again(work, tmp_path, when):
