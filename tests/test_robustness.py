@@ -1049,6 +1049,34 @@ def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):
     assert manager.latest() is None and list((tmp_path / "checkpoints").iterdir()) == []
 
 
+def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, capsys, monkeypatch):
+    """The same command again after the run finished: its last checkpoint is at the last step and model/ was
+    written after it, so it says the run is complete, exits 0 and neither loads a model nor rewrites model/. A
+    higher trainer.total_training_steps, or model/ gone, trains (resumes) as before."""
+    from rft.trainer import run as run_module
+    from rft.trainer.configure import load_config
+    from rft.trainer.run_folder import finished_run
+
+    out = tmp_path / "out"
+    argv = args(work, out, "trainer.save_freq=1")
+    assert run(argv, capsys)[0] == 0
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert f"rft: {out} is complete (1/1 steps, model in {out / 'model'}); nothing to do (raise " \
+           "trainer.total_training_steps / total_epochs to train on)" in stdout.splitlines()
+    assert weights.stat().st_mtime_ns == written
+    assert finished_run(load_config(None, argv[1:] + ["trainer.total_training_steps=2"])) is None
+    shutil.rmtree(out / "model")
+    assert finished_run(load_config(None, argv[1:])) is None
+
+
 # -------------------------------------------------------------------------------------- signals
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
