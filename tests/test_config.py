@@ -349,14 +349,16 @@ def test_vllm_keys_with_the_hf_engine_have_no_effect_and_a_set_one_is_named(capl
     assert "engine_kwargs={'vllm': {'swap_space': 4}}" in notes[0] and "gpu_memory_utilization=0.8" in notes[0]
 
 
-def test_rollout_name_vllm_without_vllm_installed_names_the_extra(monkeypatch):
+def test_rollout_name_vllm_without_vllm_installed_names_the_extra(monkeypatch, real_paths):
+    """A run (its files checked) needs vLLM and says so, naming the extra and the hf engine that runs without it;
+    the config alone (`rft config show`: files not checked) loads."""
     import sys
 
-    from rft.errors import RftError
-
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
-    with pytest.raises(RftError, match=r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm"):
-        load("actor_rollout_ref.rollout.name=vllm")
+    with pytest.raises(ConfigError, match=r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm.*"
+                                          r"set actor_rollout_ref.rollout.name=hf, which runs without it"):
+        load(*real_overrides(real_paths), "actor_rollout_ref.rollout.name=vllm", validate_paths=True)
+    assert load("actor_rollout_ref.rollout.name=vllm").actor_rollout_ref.rollout.name == "vllm"
     with pytest.raises(ConfigError, match="rft has no SGLang engine"):
         load("actor_rollout_ref.rollout.name=sglang")
 
@@ -609,12 +611,23 @@ SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in S
 
 
 @pytest.mark.parametrize("example", VLLM_EXAMPLES, ids=[p.name for p in VLLM_EXAMPLES])
-def test_vllm_example_without_vllm_names_the_extra(example, monkeypatch):
+def test_vllm_example_without_vllm_names_the_extra(example, monkeypatch, real_paths, caplog, capsys):
+    """Without vLLM: `rft train` refuses the example (naming the extra and the hf engine); `rft config show` shows
+    it, exit 0, with that reason as a note."""
+    import logging
     import sys
 
+    from rft.cli import main
+
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as in make test's venv
-    with pytest.raises(ConfigError, match=r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm"):
-        load_config(example, validate_paths=False)
+    with pytest.raises(ConfigError, match=r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm.*"
+                                          r"rollout.name=hf, which runs without it"):
+        load_config(example, real_overrides(real_paths), validate_paths=True)
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        assert main(["config", "show", str(example)]) == 0
+    assert "name: vllm" in capsys.readouterr().out
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rft: note:")]
+    assert any("needs the vllm package" in n and "rollout.name=hf" in n and "rft train" in n for n in notes), notes
 
 
 def test_there_is_a_vllm_example():

@@ -383,7 +383,8 @@ def test_a_bf16_folder_trains_in_fp32_on_cpu_and_exports_bf16(root, tmp_path, ca
     init_family_model("llama", tmp_path / "bf16", dtype=t.bfloat16)
     with caplog.at_level("INFO", logger="rft"):
         _grpo(root, tmp_path / "bf16", tmp_path / "run")
-    assert "is saved in bfloat16; computing in float32, and exporting in bfloat16" in caplog.text
+    assert "is saved in bfloat16; computing in float32" in caplog.text
+    assert "the trained model is exported in bfloat16, as saved" in caplog.text
     exported = tmp_path / "run" / "model"
     assert json.loads((exported / "config.json").read_text())["dtype"] == "bfloat16"
     with safe_open(exported / "model.safetensors", "pt") as f:

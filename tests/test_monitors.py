@@ -16,7 +16,7 @@ from rl_helpers import make_assets
 from rft.cli import main
 from rft.config import ConfigError
 from rft.dialects.trinity import translate
-from rft.monitor import GENERATIONS, ConsoleMonitor, Tracker, format_duration
+from rft.monitor import GENERATIONS, ConsoleMonitor, Tracker, format_duration, time_left, validations_after
 from rft.monitor.backends import RunInfo, mlflow_name
 from rft.trainer.configure import load_config
 
@@ -270,6 +270,53 @@ def test_console_plain_lines_show_what_a_person_watches_and_the_time_left(capsys
         "step 1/4: loss=1.23 tok/s=500 s/step=2 left=6s",
         "step 2/4: score=0.5 pg_loss=-0.01 len=12 val_gsm8k=0.250 tok/s=250 s/step=4 left=6s"]
     assert [format_duration(s) for s in (0.4, 59, 61, 3599, 3660 * 2)] == ["0s", "59s", "1m01s", "59m59s", "2h02m"]
+
+
+def test_time_left_counts_the_validations_to_come():
+    """Validations every test_freq steps and after the last: 3 steps at test_freq 2 validate after steps 2 and 3;
+    after step 1 at 5 s a step and 36 s the validation, 2 x 5 + 2 x 36 = 82 s (the trial's run said 5 s)."""
+    assert [validations_after(s, 3, 2) for s in (0, 1, 2, 3)] == [2, 2, 1, 0]
+    assert [validations_after(s, 6, 2) for s in (0, 1, 2, 5, 6)] == [3, 3, 2, 1, 0]  # 2, 4, 6
+    assert [validations_after(s, 5, 1) for s in (0, 4)] == [5, 1]
+    assert validations_after(0, 5, 0) == validations_after(0, 5, -1) == 0
+    assert time_left(1, 3, [5.0], test_freq=2, validation_seconds=36.0) == 5 * 2 + 36 * 2
+    assert time_left(1, 3, [5.0], test_freq=2) == 10  # no validation measured yet: none counted
+    assert time_left(2, 3, [5.0, 7.0], test_freq=2, validation_seconds=30.0) == 6 + 30
+    assert time_left(0, 3, [], test_freq=2, validation_seconds=30.0) is None
+
+
+def test_console_time_left_takes_the_validation_out_of_the_step_time(capsys):
+    """A step's `timing_s/step` holds its validation: after step 2 of 4 (2 s, then 3 s + a 10 s validation, every
+    2 steps), 2 x mean(2, 3) + 1 validation (step 4) x 10 = 15 s."""
+    console = ConsoleMonitor(total_steps=4, test_freq=2)
+    console.log(1, {"timing_s/step": 2.0})
+    console.log(2, {"timing_s/step": 13.0, "timing_s/testing": 10.0})
+    console.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("left=6s") and lines[1].endswith("left=15s"), lines
+
+
+def test_console_time_left_of_a_short_run_counts_its_validations(assets, tmp_path, monkeypatch, capsys):
+    """The trial's run: 3 steps, test_freq 2, validation before training. Each validation made to take 1.5 s: the
+    line after step 1 counts the two to come (after steps 2 and 3) at the before-training one's cost, >= 3 s."""
+    import re
+    import time
+
+    from rft.trainer.run import SyncRun
+
+    validate = SyncRun.validate
+
+    def slow_validate(self, *args, **kwargs):
+        time.sleep(1.5)
+        return validate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncRun, "validate", slow_validate)
+    assert main(_train_args(assets, tmp_path / "run", "trainer.logger=[console]", "trainer.total_training_steps=3",
+                            "trainer.test_freq=2", "trainer.val_before_train=true")) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    left = [re.search(r"left=(\d+)s$", line) for line in lines]
+    assert len(lines) == 3 and all(left), lines
+    assert int(left[0].group(1)) >= 3 and left[2].group(1) == "0", lines
 
 
 def test_console_lines_of_short_rl_sft_and_dpo_runs(assets, tmp_path):

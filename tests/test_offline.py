@@ -174,6 +174,22 @@ def test_generate_then_eval_reproduce_the_demos_held_out_accuracy(tmp_path_facto
     assert first == sampled("again.parquet") and all(len(r) == 3 for r in first)
 
 
+def test_generate_from_a_bf16_folder_does_not_claim_to_export(tmp_path, caplog):
+    """`rft generate` writes responses, not a model: its line about the folder's dtype says what it computes in and
+    nothing about exporting (it said "exporting in bfloat16")."""
+    from rft.models.families import init_family_model
+    from rft.tasks import write_arithmetic
+
+    model = init_family_model("llama", tmp_path / "bf16", dtype=torch.bfloat16)
+    files = write_arithmetic(tmp_path / "d", n_train=4, n_val=2, seed=0)
+    with caplog.at_level("INFO", logger="rft"):
+        assert main(["generate", f"data.path={files['val']}", f"model.path={model}", "trainer.device=cpu",
+                     f"data.output_path={tmp_path / 'o.parquet'}", "data.n_samples=1", "rollout.response_length=2",
+                     "rollout.dtype=float32"]) == 0
+    assert "is saved in bfloat16; computing in float32" in caplog.text
+    assert "export" not in caplog.text, caplog.text
+
+
 def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):
     base = ["generate", "data.path=x.parquet", "model.path=m", f"data.output_path={tmp_path / 'o.parquet'}"]
     for extra, needle in ((["trainer.n_gpus_per_node=8"], "trainer.n_gpus_per_node=8 is not supported"),

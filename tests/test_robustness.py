@@ -1086,6 +1086,34 @@ def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):
     assert manager.latest() is None and list((tmp_path / "checkpoints").iterdir()) == []
 
 
+def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, capsys, monkeypatch):
+    """The same command again after the run finished: its last checkpoint is at the last step and model/ was
+    written after it, so it says the run is complete, exits 0 and neither loads a model nor rewrites model/. A
+    higher trainer.total_training_steps, or model/ gone, trains (resumes) as before."""
+    from rft.trainer import run as run_module
+    from rft.trainer.configure import load_config
+    from rft.trainer.run_folder import finished_run
+
+    out = tmp_path / "out"
+    argv = args(work, out, "trainer.save_freq=1")
+    assert run(argv, capsys)[0] == 0
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert f"rft: {out} is complete (1/1 steps, model in {out / 'model'}); nothing to do (raise " \
+           "trainer.total_training_steps / total_epochs to train on)" in stdout.splitlines()
+    assert weights.stat().st_mtime_ns == written
+    assert finished_run(load_config(None, argv[1:] + ["trainer.total_training_steps=2"])) is None
+    shutil.rmtree(out / "model")
+    assert finished_run(load_config(None, argv[1:])) is None
+
+
 # -------------------------------------------------------------------------------------- signals
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -1110,6 +1138,37 @@ def test_ctrl_c_and_sigterm_stop_between_phases_and_the_run_resumes_exactly(work
     again = rft_here(*cmd[3:], cwd=tmp_path)
     assert f"at step {latest}" in again.stdout
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == list(range(1, 13))
+
+
+def test_a_stop_at_once_is_described_by_its_own_signal():
+    """The line failed.json records for a stop with no message of its own names the signal that stopped it (it said
+    SIGINT after a SIGTERM); a plain KeyboardInterrupt is Ctrl-C's."""
+    from rft.errors import describe_failure, failure_lines
+    from rft.interrupts import StopNow
+
+    assert describe_failure(StopNow("SIGTERM")) == "stopped by SIGTERM"
+    assert failure_lines(StopNow("SIGTERM"))[0].startswith("rft: stopped by SIGTERM;")
+    assert describe_failure(StopNow("SIGTERM", "stopped by SIGTERM; no checkpoint")) == "stopped by SIGTERM; no checkpoint"
+    assert describe_failure(KeyboardInterrupt()) == "stopped by SIGINT"
+
+
+@pytest.mark.slow
+def test_sigterm_while_training_is_recorded_as_sigterm(work, tmp_path):
+    """`timeout 300 rft train ...`: a SIGTERM between the phases of a step, and the run stops before the next phase;
+    failed.json says SIGTERM, as the console did."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rft", *args(work, out, "trainer.save_freq=10", "trainer.total_training_steps=20")]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip()):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in stderr, stderr
+    assert "terminate called" not in stderr, stderr
+    failed = json.loads((out / "failed.json").read_text())
+    assert failed["error"].startswith("stopped by SIGTERM") and "SIGINT" not in failed["error"], failed
 
 
 @pytest.mark.slow

@@ -185,7 +185,7 @@ def describe_failure(error: BaseException) -> str:
     if isinstance(error, RftError):
         return str(error)
     if isinstance(error, KeyboardInterrupt):
-        return getattr(error, "message", None) or "stopped by SIGINT"
+        return getattr(error, "message", None) or f"stopped by {getattr(error, 'signal_name', None) or 'SIGINT'}"
     companion = broken_torch_companion(error)  # before OSError: a CUDA build's missing libcudart is one
     if companion:
         return companion

@@ -170,8 +170,9 @@ def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.devic
     model = model_class.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
     saved = _DTYPES.get(str(saved).removeprefix("torch."))
     if saved is not None and saved != dtype:
-        log.info("%s is saved in %s; computing in %s, and exporting in %s", path, str(saved).removeprefix("torch."),
-                 str(dtype).removeprefix("torch."), str(saved).removeprefix("torch."))
+        # only a trainer exports (load_trainable_model says so); generation, scoring, the reference model do not
+        log.info("%s is saved in %s; computing in %s", path, str(saved).removeprefix("torch."),
+                 str(dtype).removeprefix("torch."))
     setattr(model, SAVED_DTYPE_ATTR, saved)
     model = model.to(device)
     if decoder:
@@ -523,6 +524,9 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
     model = load(path, dtype, device, external_lib=model_cfg.external_lib,
                  trust_remote_code=model_cfg.trust_remote_code, override_config=model_cfg.override_config,
                  key=key, tokenizer=tokenizer)
+    saved = getattr(model, SAVED_DTYPE_ATTR, None)
+    if saved is not None and saved != dtype:
+        log.info("%s: the trained model is exported in %s, as saved", path, str(saved).removeprefix("torch."))
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if model_cfg.lora_rank > 0:

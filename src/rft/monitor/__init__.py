@@ -109,20 +109,25 @@ class FileMonitor:
 class ConsoleMonitor:
     """A tqdm bar with the key metrics and its own estimate of the time left; when the console is not a terminal (a
     log file, a pipe, a test), a plain line every `log_every` steps (default about 20 over the run) with the same
-    metrics and `left=`, the time the steps still to run take at the mean step time so far. Tables are printed one
-    row a line."""
+    metrics and `left=` (`time_left`: the steps still to run and the validations still to come, every `test_freq`
+    steps and after the last). Tables are printed one row a line."""
 
-    def __init__(self, total_steps: int, start_step: int = 0, log_every: int | None = None):
+    def __init__(self, total_steps: int, start_step: int = 0, log_every: int | None = None, test_freq: int = 0):
         from tqdm import tqdm
 
         self.plain_every = log_every or max(1, total_steps // 20)
         self.bar = tqdm(total=total_steps, initial=start_step, desc="rft", unit="step", file=sys.stdout,
                         dynamic_ncols=True, disable=None)
-        self.step_seconds: list[float] = []  # timing_s/step of each step logged by this process
+        self.test_freq = test_freq
+        self.step_seconds: list[float] = []  # each step's timing_s/step less its validation, logged by this process
+        self.validation_seconds: float | None = None  # the last validation's time (None before one has run)
 
     def log(self, step: int, metrics: Mapping[str, float], advance: bool = True) -> None:
+        testing = metrics.get("timing_s/testing")
+        if testing is not None:
+            self.validation_seconds = float(testing)
         if "timing_s/step" in metrics:
-            self.step_seconds.append(float(metrics["timing_s/step"]))
+            self.step_seconds.append(float(metrics["timing_s/step"]) - float(testing or 0.0))
         shown = console_fields(metrics)
         self.bar.set_postfix(shown, refresh=False)
         if advance:
@@ -136,10 +141,7 @@ class ConsoleMonitor:
             print(f"step {step}/{self.bar.total}: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
 
     def time_left(self, step: int) -> float | None:
-        """Seconds the steps after `step` take at the mean step time of the steps logged so far (None before any)."""
-        if not self.step_seconds:
-            return None
-        return sum(self.step_seconds) / len(self.step_seconds) * max(self.bar.total - step, 0)
+        return time_left(step, self.bar.total, self.step_seconds, self.test_freq, self.validation_seconds)
 
     def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -169,6 +171,27 @@ def console_fields(metrics: Mapping[str, float]) -> dict[str, str]:
     return shown
 
 
+def validations_after(step: int, total_steps: int, test_freq: int) -> int:
+    """How many validations the steps after `step` run: every `test_freq`-th step and the last (once where it is
+    both); none with test_freq <= 0 (the validation before training comes before any step)."""
+    if test_freq <= 0 or step >= total_steps:
+        return 0
+    return total_steps // test_freq - step // test_freq + (total_steps % test_freq != 0)
+
+
+def time_left(step: int, total_steps: int, step_seconds: Sequence[float], test_freq: int = 0,
+              validation_seconds: float | None = None) -> float | None:
+    """Seconds the run still takes after `step`: the steps left at the mean of `step_seconds` (the steps' times
+    without their validation), plus the validations still to come (`validations_after`) at `validation_seconds`
+    each (the last one measured; none counted before one has run). None before any step."""
+    if not step_seconds:
+        return None
+    left = sum(step_seconds) / len(step_seconds) * max(total_steps - step, 0)
+    if validation_seconds is not None:
+        left += validations_after(step, total_steps, test_freq) * validation_seconds
+    return left
+
+
 def format_duration(seconds: float) -> str:
     """`1h05m`, `4m09s`, `12s`: a time left as a person reads it."""
     seconds = round(seconds)
@@ -184,9 +207,10 @@ class Tracker:
     trainer.logger (`Tracker.for_run`). Every call goes to every monitor."""
 
     def __init__(self, path: str | Path, total_steps: int, start_step: int = 0, console: bool = True,
-                 recovered: dict | None = None, log_every: int | None = None, monitors: Sequence[Monitor] = ()):
+                 recovered: dict | None = None, log_every: int | None = None, monitors: Sequence[Monitor] = (),
+                 test_freq: int = 0):
         self.file = FileMonitor(path, start_step, recovered)
-        self.console = ConsoleMonitor(total_steps, start_step, log_every) if console else None
+        self.console = ConsoleMonitor(total_steps, start_step, log_every, test_freq) if console else None
         self.monitors: list[Monitor] = [self.file, *([self.console] if self.console else []), *monitors]
 
     @classmethod
@@ -201,7 +225,7 @@ class Tracker:
                        monitor_args=dict(t.monitor_args or {}), start_step=start_step)
         monitors = build_monitors(t.logger, info)
         return cls(Path(folder) / "metrics.jsonl", total_steps, start_step, console and "console" in t.logger,
-                   recovered, getattr(t, "log_freq", None), monitors)
+                   recovered, getattr(t, "log_freq", None), monitors, getattr(t, "test_freq", 0))
 
     def log(self, step: int, metrics: dict[str, float], advance: bool = True) -> None:
         if logger.isEnabledFor(logging.DEBUG):  # every metric of every step, for the log file (trainer.log_level)
@@ -220,6 +244,12 @@ class Tracker:
     def log_generations(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
         """Validation samples ({prompt, response, score}) as the `val/generations` table of every monitor."""
         self.log_table(GENERATIONS, step, [{"step": step, **sample} for sample in samples])
+
+    def validated(self, seconds: float) -> None:
+        """The time a validation outside the steps took (the one before training): the time left counts it for the
+        validations to come until a step's own `timing_s/testing` replaces it."""
+        if self.console is not None:
+            self.console.validation_seconds = seconds
 
     def write(self, text: str) -> None:
         if self.console is not None:
@@ -242,6 +272,9 @@ class SilentTracker:
         pass
 
     def log_generations(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+        pass
+
+    def validated(self, seconds: float) -> None:
         pass
 
     def write(self, text: str) -> None:

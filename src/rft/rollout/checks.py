@@ -22,7 +22,8 @@ def unused_vllm_keys(cfg: Any) -> dict[str, str]:
 
 @CHECKS.register("rollout.engine")
 def check_engine(ctx: CheckContext) -> None:
-    """rollout.name: an engine rft has; vLLM's keys usable here."""
+    """rollout.name: an engine rft has; vLLM's keys usable here (vLLM installed: only where the run's files are
+    checked too, not for `rft config show`, which shows the config and runs nothing)."""
     rollout = ctx.cfg.actor_rollout_ref.rollout
     if rollout.name == "sglang":
         raise ConfigError("actor_rollout_ref.rollout.name='sglang': rft has no SGLang engine; use 'vllm' or 'hf' "
@@ -34,20 +35,30 @@ def check_engine(ctx: CheckContext) -> None:
         refusal = image_refusal(path) if path else None
         if refusal:
             raise ConfigError(f"actor_rollout_ref.rollout.name='vllm': {refusal}")
+        if ctx.check_paths:
+            vllm_problem = missing_vllm()
+            if vllm_problem:
+                raise ConfigError(vllm_problem)
         _check_vllm(rollout)
 
 
-def _check_vllm(rollout) -> None:
-    """rollout.name=vllm: vLLM importable (the error names the extra), its keys' values usable here."""
-    import torch
-
+def missing_vllm() -> str | None:
+    """Why the vLLM engine cannot start here (one line naming the extra and the hf engine), None where it can."""
     from rft.rollout.vllm_engine import require_vllm
 
     r = "actor_rollout_ref.rollout"
     try:
         require_vllm(f"{r}.name=vllm")
     except RftError as e:
-        raise ConfigError(str(e)) from None
+        return f"{e}; or set {r}.name=hf, which runs without it"
+    return None
+
+
+def _check_vllm(rollout) -> None:
+    """rollout.name=vllm: its keys' values usable here."""
+    import torch
+
+    r = "actor_rollout_ref.rollout"
     tp = rollout.tensor_model_parallel_size
     if tp < 1 or (tp > 1 and torch.cuda.is_available()):
         raise ConfigError(f"{r}.tensor_model_parallel_size={tp}: rft runs its vLLM engine unsharded in the "

@@ -149,7 +149,10 @@ class ExploreLoop:
         tracker.write(f"rft explorer: steps {ex.step + 1}..{self.total_steps}, {tasks}, sync every "
                       f"{counted(s.sync_interval, 'step')} offset {s.sync_offset} ({method}), output {folder}")
         if t.val_before_train and ex.step == 0 and ex.val_set is not None and t.explorer_rank == 0:
-            metrics, _ = ex.evaluate()
+            timer = Timer()
+            with timer("testing"):
+                metrics, _ = ex.evaluate()
+            tracker.validated(timer.times["testing"])  # the time left counts the validations to come at its cost
             write_text_atomic(folder / "val_before_train.json", json.dumps(metrics, indent=1) + "\n")
         while ex.step < self.total_steps:
             step = ex.step + 1

@@ -144,7 +144,10 @@ class SyncRun:
             return last
         if cfg.val_before_train and self.global_step == 0 and self.explorer.val_set is not None:
             # metrics.jsonl holds one line per training step; the step-0 validation has a file of its own
-            last = self.validate(tracker)
+            timer = Timer()
+            with timer("testing"):
+                last = self.validate(tracker)
+            tracker.validated(timer.times["testing"])  # the time left counts the validations to come at its cost
             if main:
                 write_text_atomic(self.out / "val_before_train.json", json.dumps(last, indent=1) + "\n")
             tracker.write("validation before training: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))

@@ -287,6 +287,38 @@ def _tidy_and_find_checkpoint(cfg: Any, out: Path, lock: RunLock
     return cleaned, folder
 
 
+def finished_run(cfg: Any) -> str | None:
+    """The line saying the RL run of `cfg` is already complete, None where it is not: its folder's last checkpoint
+    (the one trainer.resume_mode auto resumes from) is an `rft train` run's at the run's last step, and model/ was
+    written after it (the final export), with this config (a changed key: None, and the run's own check refuses
+    it). Rerunning the command would reload everything to rewrite model/; it says so instead, before any model
+    loads. Reads only."""
+    from rft.trainer.checkpoint import CheckpointManager, step_of, written_by
+    from rft.trainer.run import total_training_steps
+
+    t = cfg.trainer
+    if t.resume_mode != "auto":
+        return None
+    out = Path(t.default_local_dir).expanduser()
+    latest = CheckpointManager(out / "checkpoints").latest()
+    if latest is None or (written_by(latest) or {}).get("trainer") != "train":
+        return None
+    try:
+        state = json.loads((latest / "trainer_state.json").read_text())
+        step = step_of(latest)
+        total = total_training_steps(cfg, (state.get("sampler") or {}).get("num_items"))
+        check_resume_matches(cfg, latest)
+    except (OSError, ValueError, AttributeError, RftError):
+        return None
+    exports = [out / "model"] + ([out / "critic"] if any(latest.glob("critic*")) else [])
+    saved = (latest / "trainer_state.json").stat().st_mtime
+    if step != total or not all((folder / "config.json").is_file() and (folder / "config.json").stat().st_mtime
+                                >= saved for folder in exports):
+        return None
+    return (f"rft: {out} is complete ({step}/{total} steps, model in {out / 'model'}); nothing to do (raise "
+            "trainer.total_training_steps / total_epochs to train on)")
+
+
 def _record_failure(path: Path | None, error: BaseException) -> None:
     from rft.errors import describe_failure
     from rft.fsutil import write_text_atomic
