@@ -1110,6 +1110,8 @@ def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, caps
            "trainer.total_training_steps / total_epochs to train on)" in stdout.splitlines()
     assert weights.stat().st_mtime_ns == written
     assert finished_run(load_config(None, argv[1:] + ["trainer.total_training_steps=2"])) is None
+    val_only = ["trainer.val_only=true", "trainer.val_before_train=true", f"data.val_files={work / 'd' / 'train.parquet'}"]
+    assert finished_run(load_config(None, argv[1:] + val_only)) is None  # validates the finished model
     shutil.rmtree(out / "model")
     assert finished_run(load_config(None, argv[1:])) is None
 

@@ -291,13 +291,13 @@ def finished_run(cfg: Any) -> str | None:
     """The line saying the RL run of `cfg` is already complete, None where it is not: its folder's last checkpoint
     (the one trainer.resume_mode auto resumes from) is an `rft train` run's at the run's last step, and model/ was
     written after it (the final export), with this config (a changed key: None, and the run's own check refuses
-    it). Rerunning the command would reload everything to rewrite model/; it says so instead, before any model
+    it), and the run is not asked to validate only (trainer.val_only). Rerunning the command would reload everything to rewrite model/; it says so instead, before any model
     loads. Reads only."""
     from rft.trainer.checkpoint import CheckpointManager, step_of, written_by
     from rft.trainer.run import total_training_steps
 
     t = cfg.trainer
-    if t.resume_mode != "auto":
+    if t.resume_mode != "auto" or t.val_only:  # val_only validates a finished run's model: not nothing to do
         return None
     out = Path(t.default_local_dir).expanduser()
     latest = CheckpointManager(out / "checkpoints").latest()
