@@ -1181,10 +1181,20 @@ def test_a_stop_before_the_first_checkpoint_says_the_run_starts_again(work, tmp_
     checkpoint; there is none, so it says that, names trainer.save_freq=10 and that the rerun starts at step 0."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "rft", *args(work, out, "trainer.save_freq=10", "trainer.total_training_steps=20")]
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready = (out / "log" / "trainer.log") if when == "loading" else (out / "metrics.jsonl")
+    stop = _sigint_once(cmd, lambda: ready.is_file() and (when == "loading" or ready.read_text().strip()))
+    assert "no checkpoint was written yet (trainer.save_freq=10)" in stop[0], stop
+    assert "the same command starts the run again from step 0" in stop[0] and "resumes" not in stop[0], stop
+    assert not (out / "checkpoints").is_dir() or not any((out / "checkpoints").iterdir())
+    assert json.loads((out / "failed.json").read_text())["error"] == stop[0].removeprefix("rft: ")
+
+
+def _sigint_once(cmd: list[str], ready) -> list[str]:
+    """Start `cmd`, send it SIGINT once `ready()` holds: it exits 130 without a traceback and prints one stop line,
+    returned as a one-item list."""
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    while not (ready.is_file() and (when == "loading" or ready.read_text().strip())):
+    while not ready():
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
@@ -1192,10 +1202,7 @@ def test_a_stop_before_the_first_checkpoint_says_the_run_starts_again(work, tmp_
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     stop = [x for x in stderr.splitlines() if x.startswith("rft: stopped by SIGINT")]
     assert len(stop) == 1, stderr
-    assert "no checkpoint was written yet (trainer.save_freq=10)" in stop[0], stop
-    assert "the same command starts the run again from step 0" in stop[0] and "resumes" not in stop[0], stop
-    assert not (out / "checkpoints").is_dir() or not any((out / "checkpoints").iterdir())
-    assert json.loads((out / "failed.json").read_text())["error"] == stop[0].removeprefix("rft: ")
+    return stop
 
 
 @pytest.mark.slow
@@ -1211,16 +1218,7 @@ def test_a_stop_says_what_trainer_resume_mode_makes_the_same_command_do(work, tm
                  ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={first}"])
     cmd = [sys.executable, "-m", "rft",
            *args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=12", *mode_keys)]
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / "global_step_2").is_dir():
-        assert proc.poll() is None and time.time() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
-    stop = [x for x in stderr.splitlines() if x.startswith("rft: stopped by SIGINT")]
-    assert len(stop) == 1, stderr
+    stop = _sigint_once(cmd, (out / "checkpoints" / "global_step_2").is_dir)
     newest = f"set trainer.resume_mode=auto to resume from {out / 'checkpoints' / 'global_step_'}"
     if mode == "disable":
         assert "trainer.resume_mode=disable, so the same command starts the run again from step 0" in stop[0], stop
