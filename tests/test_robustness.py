@@ -503,39 +503,26 @@ def test_a_reward_file_is_imported_once_per_process_until_it_changes(work, tmp_p
     assert code == 0 and imports.read_text().splitlines() == ["imported", "imported"], err
 
 
-def test_on_error_zero_stops_a_step_whose_every_row_failed(work, tmp_path, capsys):
+@pytest.mark.parametrize("where", ["explore step 1 (4 of 4;", "validation (8 of 8;"])
+def test_on_error_zero_stops_a_step_or_validation_whose_every_row_failed(work, tmp_path, capsys, where):
     """on_error=zero substitutes 0 for a row that fails; a function that fails on every row (here a name it never
-    defined) is broken, not a model with nothing to learn: the run stops at the first step, exit 2, one line naming
-    the function and the first failure (type and message), before any step is trained."""
+    defined) is broken, not a model with nothing to learn: the run stops at the first step (or at the validation
+    before training, which reported a 0.0000 score as the model's), exit 2, one line naming where, the count, the
+    function and the first failure (type and message), before any step is trained."""
     reward = write_reward(tmp_path / "broken.py", "return undefined_name")
     out = tmp_path / "out"
+    validation = ([f"data.val_files={work / 'd' / 'val.parquet'}", "trainer.val_before_train=true",
+                   "actor_rollout_ref.rollout.val_kwargs.n=2"] if where.startswith("validation") else [])
     code, stdout, err = run(args(work, out, f"custom_reward_function.path={reward}",
-                                 "custom_reward_function.on_error=zero", "trainer.total_training_steps=2"), capsys)
+                                 "custom_reward_function.on_error=zero", "trainer.total_training_steps=2",
+                                 *validation), capsys)
     line = one_error_line(err)
     assert code == 2, err
-    assert "the reward function failed on every row of explore step 1 (4 of 4;" in line, line
+    assert f"the reward function failed on every row of {where}" in line, line
     assert f"reward function 'compute_score' in {str(reward)!r} raised NameError: name 'undefined_name' is not " \
            "defined on row 0" in line, line
     assert "set custom_reward_function.on_error=zero" not in line  # it is set already
-    metrics = out / "metrics.jsonl"
-    assert "step 1/2" not in stdout and not (metrics.exists() and metrics.read_text().strip()), stdout
-
-
-def test_on_error_zero_stops_a_validation_whose_every_row_failed(work, tmp_path, capsys):
-    """The same rule for validation: a function failing on every validation row reported a 0.0000 score as the
-    model's (after a warning about "a batch"); the run stops, exit 2, one line naming validation, the count, the
-    function and its first failure, before any step is trained."""
-    reward = write_reward(tmp_path / "broken.py", "return undefined_name")
-    out = tmp_path / "out"
-    code, stdout, err = run(args(work, out, f"custom_reward_function.path={reward}",
-                                 "custom_reward_function.on_error=zero", f"data.val_files={work / 'd' / 'val.parquet'}",
-                                 "trainer.val_before_train=true", "actor_rollout_ref.rollout.val_kwargs.n=2"), capsys)
-    line = one_error_line(err)
-    assert code == 2, err
-    assert "the reward function failed on every row of validation (8 of 8;" in line, line
-    assert f"reward function 'compute_score' in {str(reward)!r} raised NameError: name 'undefined_name' is not " \
-           "defined on row 0" in line, line
-    assert "val-core" not in stdout and not (out / "val_before_train.json").exists(), stdout
+    assert "step 1/2" not in stdout and "val-core" not in stdout and not (out / "val_before_train.json").exists()
     metrics = out / "metrics.jsonl"
     assert not (metrics.exists() and metrics.read_text().strip()), stdout
 
