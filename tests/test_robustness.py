@@ -1163,27 +1163,30 @@ def test_sigterm_while_training_is_recorded_as_sigterm(work, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("when", ["loading", "training"])
 def test_a_stop_before_the_first_checkpoint_says_the_run_starts_again(work, tmp_path, when):
-    """Stopped while the model loads (its log file exists: the run holds its folder) or between the phases of step 2,
-    before the first checkpoint (save_freq=10): the line used to say the same command resumes from the last
-    checkpoint; there is none, so it says that, names trainer.save_freq=10 and that the rerun starts at step 0."""
+    """Stopped while the model loads (its log file exists: the run holds its folder; 0.3 s later, past the log's
+    own set-up, where a signal gets the general line, true either way) or between the phases of step 2, before the
+    first checkpoint (save_freq=10): the line used to say the same command resumes from the last checkpoint; there
+    is none, so it says that, names trainer.save_freq=10 and that the rerun starts at step 0."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "rft", *args(work, out, "trainer.save_freq=10", "trainer.total_training_steps=20")]
     ready = (out / "log" / "trainer.log") if when == "loading" else (out / "metrics.jsonl")
-    stop = _sigint_once(cmd, lambda: ready.is_file() and (when == "loading" or ready.read_text().strip()))
+    stop = _sigint_once(cmd, lambda: ready.is_file() and (when == "loading" or ready.read_text().strip()),
+                        settle=0.3 if when == "loading" else 0.0)
     assert "no checkpoint was written yet (trainer.save_freq=10)" in stop[0], stop
     assert "the same command starts the run again from step 0" in stop[0] and "resumes" not in stop[0], stop
     assert not (out / "checkpoints").is_dir() or not any((out / "checkpoints").iterdir())
     assert json.loads((out / "failed.json").read_text())["error"] == stop[0].removeprefix("rft: ")
 
 
-def _sigint_once(cmd: list[str], ready) -> list[str]:
-    """Start `cmd`, send it SIGINT once `ready()` holds: it exits 130 without a traceback and prints one stop line,
-    returned as a one-item list."""
+def _sigint_once(cmd: list[str], ready, settle: float = 0.0) -> list[str]:
+    """Start `cmd`, send it SIGINT `settle` seconds after `ready()` holds: it exits 130 without a traceback and
+    prints one stop line, returned as a one-item list."""
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not ready():
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.01)
+    time.sleep(settle)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
