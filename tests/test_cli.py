@@ -80,15 +80,20 @@ def test_sigkill_mid_training_then_resume(workdir):
     out = workdir / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "rft", *args], cwd=workdir, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = out / "checkpoints" / "latest"  # written (atomically) after the checkpoint's folder is in place
+
+    def latest_step() -> int:
+        return int(latest.read_text().strip().split("_")[-1]) if latest.is_file() else 0
+
     deadline = time.time() + 300
-    while not (out / "checkpoints" / "global_step_2").is_dir():
+    while latest_step() < 2:  # not the folder: a kill between its rename and `latest` found step 1 there
         assert proc.poll() is None, "training ended before it could be killed"
         assert time.time() < deadline
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "model").exists(), "the run finished before the kill: nothing was tested"
-    killed_at = int((out / "checkpoints" / "latest").read_text().strip().split("_")[-1])
+    killed_at = latest_step()
     assert 2 <= killed_at < 8
 
     again = rft_here(*args, cwd=workdir)
