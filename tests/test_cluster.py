@@ -158,6 +158,43 @@ def test_ray_init_num_cpus_with_an_address_is_refused(assets, tmp_path):
         "running cluster, whose CPUs are its `ray start --num-cpus`: set one of them")
 
 
+def test_the_driver_prints_every_line_of_the_returned_processes_before_it_lets_them_go():
+    """Ray's log monitor delivers a process's last lines some time after the process has returned: the driver
+    waits for the mark each placed process writes last on stdout and stderr, prints the lines and not the marks."""
+    import threading
+
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    from rft.trainer.cluster import _Console
+
+    printed, handlers = [], list(dispatcher.handlers)
+    dispatcher.add_handler("ray_print_logs", lambda data: printed.append((data["is_err"], data["lines"])))
+    try:
+        console = _Console(wait_s=20)
+        assert console.hooked
+
+        def late(role: str, delay: float) -> None:
+            time.sleep(delay)
+            dispatcher.emit({"is_err": False, "lines": [f"{role}: model written to x", f"{console.mark}{role}"]})
+            dispatcher.emit({"is_err": True, "lines": [f"{console.mark}{role}"]})
+
+        threads = [threading.Thread(target=late, args=args) for args in (("trainer_rank_0", 1.0), ("explorer_0", 0.5))]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        console.drain(["trainer_rank_0", "explorer_0"])
+        waited = time.monotonic() - start
+        assert 0.9 < waited < 10, waited
+        assert sorted(printed) == [(False, ["explorer_0: model written to x"]),
+                                   (False, ["trainer_rank_0: model written to x"])]
+        start = time.monotonic()
+        console.drain([])  # nothing returned (killed, lost): nothing to wait for
+        assert time.monotonic() - start < 0.5
+    finally:
+        dispatcher.handlers = handlers
+
+
+
 # -------------------------------------------------------------------------------------- a real cluster
 ON_A_CLUSTER = pytest.mark.heavy
 """The two nodes start in 20-45 s and stop in about 10 on the 2-core machine: make test-heavy runs these."""
@@ -220,6 +257,7 @@ def test_mode_both_on_ray_trains_as_the_processes_rft_starts_itself(cluster, ass
     assert re.fullmatch(re.escape(f"rft: 4 processes on the Ray cluster at {cluster}: ") + r"trainer rank 0 on \S+, "
                         r"trainer rank 1 on \S+, explorer 0 on \S+, explorer 1 on \S+", first), log
     assert log.count("rft: model written to") == 1 and "(trainer_rank_0 pid=" in log, log
+    assert "rft-ray-end" not in log, log  # the marks that end each process's output are not printed
     assert_same_training(out, launched_by_rft)
     steps = lambda path: [(x["step"], x["rollout/model_version"]) for x in lines(path / "metrics.jsonl")]
     for explorer in ("explorer", "explorer_1"):  # the steps each explorer took, with the versions they synced

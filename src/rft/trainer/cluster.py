@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 from rft.errors import RftError
@@ -182,6 +183,53 @@ def reserve(groups: list[Group], timeout_s: float, where: str) -> list:
     return pgs
 
 
+class _Console:
+    """The placed processes' lines reach the driver through Ray's log monitor, which tails each worker's files and
+    publishes what it read some time later: a driver that kills the actors and disconnects as soon as they have
+    returned can lose their last lines (a run's "model written to", a failure's one line; seen under load). Each
+    actor therefore ends its output with a mark on stdout and on stderr once its child has exited; this driver takes
+    the marks out of what it prints and, before it lets the actors go, waits (at most `wait_s`) for the marks of
+    those that returned. Ray (2.60) offers no public hook for the driver's printing: without one (another Ray), no
+    marks are written and the wait is a short pause."""
+
+    def __init__(self, wait_s: float = 30.0):
+        import threading
+        import uuid
+
+        self.mark, self.wait_s = f"rft-ray-end-{uuid.uuid4().hex}:", wait_s
+        self.seen: set[str] = set()
+        self.arrived = threading.Condition()
+        try:
+            from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+            with dispatcher._lock:
+                (i, (name, printer)), = [(i, h) for i, h in enumerate(dispatcher.handlers) if h[0] == "ray_print_logs"]
+                dispatcher.handlers[i] = (name, lambda data: self._take(printer, data))
+            self.hooked = True
+        except (ImportError, AttributeError, ValueError):
+            self.hooked = False
+
+    def _take(self, printer, data) -> None:
+        lines = data.get("lines") or []
+        marks = [line for line in lines if line.startswith(self.mark)]
+        if marks:
+            with self.arrived:
+                self.seen.update(f"{m}:{'err' if data.get('is_err') else 'out'}" for m in marks)
+                self.arrived.notify_all()
+            data = {**data, "lines": [line for line in lines if not line.startswith(self.mark)]}
+        if data.get("lines"):
+            printer(data)
+
+    def drain(self, roles: list[str]) -> None:
+        """Wait until every line `roles` wrote has been printed here."""
+        if not self.hooked:
+            time.sleep(1.0)
+            return
+        want = {f"{self.mark}{role}:{stream}" for role in roles for stream in ("out", "err")}
+        with self.arrived:
+            self.arrived.wait_for(lambda: want <= self.seen, timeout=self.wait_s)
+
+
 def placed_by_ray() -> bool:
     """This process was started by rft's Ray driver."""
     return os.environ.get(PLACED_ENV) == "1"
@@ -224,10 +272,14 @@ def _actor_class(ray):
                     ports.append(s.getsockname()[1])
             return ray.util.get_node_ip_address(), *ports, tuple(str(g) for g in ray.get_gpu_ids())
 
-        def run(self, args: list[str], env: dict, cwd: str) -> int:
+        def run(self, args: list[str], env: dict, cwd: str, mark: str | None) -> int:
             self.child = subprocess.Popen([sys.executable, "-u", "-m", "rft", *args], cwd=cwd,
                                           env={**os.environ, **env})
-            return self.child.wait()
+            code = self.child.wait()
+            if mark is not None:  # the last line of each stream (_Console)
+                print(f"{mark}{self.role}", flush=True)
+                print(f"{mark}{self.role}", file=sys.stderr, flush=True)
+            return code
 
         def signal(self, signum: int) -> None:
             if self.child is not None and self.child.poll() is None:
@@ -320,17 +372,19 @@ def _ended(ray, ref) -> str | None:
     return None if code == 0 else f"ended with {exit_text(code)}"
 
 
-def _supervise(ray, placed: list[Placed], args: list[str]) -> int:
+def _supervise(ray, placed: list[Placed], args: list[str], console: _Console) -> int:
     """Run every placed process and wait for them; the first that fails or dies ends the run (the others are
     killed: their children follow) with the one line naming it. Ctrl-C / SIGTERM here is passed on to every
     process, which stops at the next step as one process does (the run then stops with rft's `stopped by` line);
-    a second one kills them at once. The wait returns every second so that Python sees a signal."""
+    a second one kills them at once. The wait returns every second so that Python sees a signal. Before the
+    actors go, the lines of those that returned are all printed (`_Console`)."""
     import signal
 
     from rft import interrupts
 
-    refs = {p.actor.run.remote(args, p.env, os.getcwd()): p for p in placed}
-    pending, stopping, finished = list(refs), None, True
+    mark = console.mark if console.hooked else None
+    refs = {p.actor.run.remote(args, p.env, os.getcwd(), mark): p for p in placed}
+    pending, stopping, finished, returned = list(refs), None, True, []
     try:
         while pending:
             try:
@@ -346,11 +400,14 @@ def _supervise(ray, placed: list[Placed], args: list[str]) -> int:
                 continue
             for ref in ready:
                 how = _ended(ray, ref)
+                if how is None or how.startswith("ended with"):
+                    returned.append(refs[ref].role)
                 finished = finished and how is None
                 if how is not None and not (stopping and how.startswith("ended with")):
                     p = refs[ref]
                     raise RftError(f"the {p.role} on {p.ip} {how}; run the same command again to resume")
     finally:
+        console.drain(returned)
         for p in placed:
             ray.kill(p.actor)
     if stopping is not None and not finished:
@@ -369,6 +426,7 @@ def run_on_ray(cfg, module_args: list[str]) -> int:
     ray = import_ray()
     where = connect(cfg)
     try:
+        console = _Console()
         nodes = live_nodes()
         gpus = cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and any(n.gpus for n in nodes))
         groups = placement(cfg, gpus)
@@ -385,7 +443,7 @@ def run_on_ray(cfg, module_args: list[str]) -> int:
                 _environments(cfg, placed)
                 print(f"rft: {len(placed)} process{'es' * (len(placed) > 1)} on {where}: "
                       + ", ".join(f"{p.role} on {p.ip}" for p in placed), flush=True)
-                return _supervise(ray, placed, module_args)
+                return _supervise(ray, placed, module_args, console)
         finally:
             from ray.util.placement_group import remove_placement_group
 
