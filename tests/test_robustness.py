@@ -1077,9 +1077,14 @@ def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, caps
     """The same command again after the run finished: its last checkpoint is at the last step and model/ was
     written after it, so it says the run is complete, exits 0 and neither loads a model nor rewrites model/. A
     higher trainer.total_training_steps, or model/ gone, trains (resumes) as before."""
+    from rft.trainer import checkpoint
     from rft.trainer import run as run_module
+    from rft.trainer.checkpoint import checkpoint_to_resume
     from rft.trainer.configure import load_config
-    from rft.trainer.run_folder import finished_run
+    from rft.trainer.run_folder import _complete
+
+    def finished_run(cfg):
+        return _complete(cfg, out, checkpoint_to_resume(cfg))
 
     out = tmp_path / "out"
     argv = args(work, out, "trainer.save_freq=1")
@@ -1091,8 +1096,11 @@ def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, caps
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    looks, real = [], checkpoint.resume_folder
+    monkeypatch.setattr(checkpoint, "resume_folder", lambda *a, **k: looks.append(1) or real(*a, **k))
     code, stdout, stderr = run(argv, capsys)
     assert code == 0, stderr
+    assert looks == [1]  # the run's own lookup, the damage-aware one it would resume from, decides
     assert f"rft: {out} is complete (1/1 steps, model in {out / 'model'}); nothing to do (raise " \
            "trainer.total_training_steps / total_epochs to train on)" in stdout.splitlines()
     assert weights.stat().st_mtime_ns == written

@@ -706,7 +706,7 @@ def report(error: BaseException, debug: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from rft.console import guarded_console
-    from rft.errors import debug_requested
+    from rft.errors import RunComplete, debug_requested
     from rft.interrupts import handled
 
     with guarded_console():  # a closed stdout pipe (`| head`, quitting `less`) does not end the run
@@ -719,6 +719,9 @@ def main(argv: list[str] | None = None) -> int:
                 return _dispatch(argv)
         except SystemExit:
             raise
+        except RunComplete as e:  # said before any model loads; nothing trained or written again
+            print(e, flush=True)
+            return 0
         except BaseException as e:  # the one error boundary: one line, the traceback only with --debug
             return report(e, debug)
 

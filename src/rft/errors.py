@@ -47,6 +47,10 @@ class RunLocked(RftError):
     """Another live run holds the output folder."""
 
 
+class RunComplete(Exception):
+    """The run a command asks for is already complete: its line is the command's output (exit 0), not an error."""
+
+
 class ModelError(RftError, ValueError):
     """A model folder that cannot be trained: not a causal decoder, code it may not run, a tokenizer larger
     than its embedding, a damaged weight file."""

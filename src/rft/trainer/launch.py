@@ -103,12 +103,6 @@ def run_rl(cfg, module_args: list[str]) -> int:
             # the trainer on several processes (FSDP); rank 0 starts the explorer child
             return run_spmd(cfg, module_args, lambda dist: run_both_async(cfg, module_args, dist))
         return run_mode(cfg, module_args)
-    if not launched():
-        from rft.trainer.run_folder import finished_run
-
-        if (done := finished_run(cfg)) is not None:  # said before any model loads, not trained again
-            print(done, flush=True)
-            return 0
     if launched() or processes(cfg.trainer) == 1:
         train_here(cfg)
         return 0

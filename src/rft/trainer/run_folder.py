@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.distributed import SINGLE, Dist
-from rft.errors import CheckpointError, RftError, RunLocked, ends_with_resume_note
+from rft.errors import CheckpointError, RftError, RunComplete, RunLocked, ends_with_resume_note
 from rft.fsutil import clean_stale, process_alive
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
@@ -287,33 +287,31 @@ def _tidy_and_find_checkpoint(cfg: Any, out: Path, lock: RunLock
     return cleaned, folder
 
 
-def finished_run(cfg: Any) -> str | None:
-    """The line saying the RL run of `cfg` is already complete, None where it is not: its folder's last checkpoint
-    (the one trainer.resume_mode auto resumes from) is an `rft train` run's at the run's last step, and model/ was
-    written after it (the final export), with this config (a changed key: None, and the run's own check refuses
-    it), and the run is not asked to validate only (trainer.val_only). Rerunning the command would reload everything to rewrite model/; it says so instead, before any model
-    loads. Reads only."""
-    from rft.trainer.checkpoint import CheckpointManager, step_of, written_by
+def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
+    """The line saying the RL run of `cfg` in `out` is already complete, None where it is not: `checkpoint` (the
+    one the run resumes from, looked up once) is a one-loop `rft train` run's at the run's last step, model/ (and
+    critic/) were written after it (the final export), its keys are this config's (a changed key: None, and the
+    run's own check refuses it), and the run is not asked to validate only (trainer.val_only). Rerunning the
+    command would reload everything to rewrite model/; it says so instead. Reads only."""
+    from rft.sync.schedule import is_synchronous
+    from rft.trainer.checkpoint import step_of, written_by
     from rft.trainer.run import total_training_steps
 
     t = cfg.trainer
-    if t.resume_mode != "auto" or t.val_only:  # val_only validates a finished run's model: not nothing to do
-        return None
-    out = Path(t.default_local_dir).expanduser()
-    latest = CheckpointManager(out / "checkpoints").latest()
-    if latest is None or (written_by(latest) or {}).get("trainer") != "train":
+    if (not isinstance(checkpoint, Path) or t.resume_mode != "auto" or t.val_only or not is_synchronous(cfg)
+            or (written_by(checkpoint) or {}).get("trainer") != "train"):
         return None
     try:
-        state = json.loads((latest / "trainer_state.json").read_text())
-        step = step_of(latest)
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+        step = step_of(checkpoint)
         total = total_training_steps(cfg, (state.get("sampler") or {}).get("num_items"))
-        check_resume_matches(cfg, latest)
+        exports = [out / "model"] + ([out / "critic"] if any(checkpoint.glob("critic*")) else [])
+        saved = (checkpoint / "trainer_state.json").stat().st_mtime
+        if step != total or not all((folder / "config.json").is_file()
+                                    and (folder / "config.json").stat().st_mtime >= saved for folder in exports):
+            return None
+        check_resume_matches(cfg, checkpoint)
     except (OSError, ValueError, AttributeError, RftError):
-        return None
-    exports = [out / "model"] + ([out / "critic"] if any(latest.glob("critic*")) else [])
-    saved = (latest / "trainer_state.json").stat().st_mtime
-    if step != total or not all((folder / "config.json").is_file() and (folder / "config.json").stat().st_mtime
-                                >= saved for folder in exports):
         return None
     return (f"rft: {out} is complete ({step}/{total} steps, model in {out / 'model'}); nothing to do (raise "
             "trainer.total_training_steps / total_epochs to train on)")
@@ -390,6 +388,12 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
         lock = RunLock(out, lock_name).acquire()
         if role == "trainer":
             interrupted, resume_from = _tidy_and_find_checkpoint(cfg, out, lock)
+            done = _complete(cfg, out, resume_from) if dist.processes == 1 else None
+            if done is not None:  # ends the command before the model loads (its peers, if any, are not started)
+                for line in interrupted:
+                    print(f"rft: an earlier run was interrupted: {line}", flush=True)
+                lock.release()
+                raise RunComplete(done)
     failed = out / (FAILED if role == "trainer" else f"failed-{role}.json")
     if lock is not None:
         failed.unlink(missing_ok=True)
