@@ -407,9 +407,11 @@ def _supervise(ray, placed: list[Placed], args: list[str], console: _Console) ->
                     p = refs[ref]
                     raise RftError(f"the {p.role} on {p.ip} {how}; run the same command again to resume")
     finally:
-        console.drain(returned)
-        for p in placed:
-            ray.kill(p.actor)
+        try:
+            console.drain(returned)
+        finally:  # a second Ctrl-C during the wait still kills them
+            for p in placed:
+                ray.kill(p.actor)
     if stopping is not None and not finished:
         raise interrupts.Interrupted(stopping, f"stopped by {stopping} ({len(placed)} processes on Ray)")
     if stopping is not None:
