@@ -41,7 +41,8 @@ with it).
 Each run's peak resident memory (the worker process's maximum RSS, `getrusage`) is in the table beside s/step, and
 the run's last generation beside the same generation (prompts, sampling parameters, generator state, weights)
 replayed alternately in the run's process after its steps and by the hf engine alone in a fresh process (`last gen`:
-what the run around it costs generation, side by side so that the machine's drift reaches both).
+what the run around it costs generation, side by side so that the machine's drift reaches both). Each replay in the
+run's process follows `release_freed_memory`, as each generation of the run follows its update's last one.
 Variants: default (no keys: packed passes since 2026-11-25), padded (use_remove_padding=false, the default before),
 remove_padding (use_remove_padding=true: the default now, kept for --baseline-src runs of older trees), compile
 (use_torch_compile), compiled_decode (rollout.enforce_eager=false: the hf engine's compiled decode step) and fastest
@@ -296,6 +297,8 @@ def replay_side_by_side(engine, spec: dict) -> dict:
     shared host) reaches both sides. Returns the recorded in-run seconds and both sides' times."""
     import torch
 
+    from rft.runtime import release_freed_memory
+
     replay = torch.load(Path(spec["out"]) / "replay.pt", weights_only=False)
     worker = subprocess.Popen([sys.executable, __file__, "--engine-worker", json.dumps(spec)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -308,6 +311,7 @@ def replay_side_by_side(engine, spec: dict) -> dict:
         rounds = spec.get("replay_rounds", REPLAY_ROUNDS)
         for side in ("ABBA" * rounds)[:2 * rounds]:
             if side == "A":
+                release_freed_memory()  # as the run's update ends, before each of its generations
                 seconds, tokens = _replay(engine, replay)
                 ours.append(seconds)
             else:

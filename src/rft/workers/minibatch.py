@@ -295,6 +295,7 @@ class MiniBatchWorker:
                 for k, v in sums.items():
                     history[k].append(v)
         self.optimizer.zero_grad(set_to_none=True)  # not held through the next generation (4 bytes a parameter)
+        release_freed_memory()  # the gradients' and the optimizer step's: the next generation allocates otherwise
         history[f"{prefix}/lr"] = [self.optimizer.param_groups[0]["lr"]]
         if not is_plateau(self.scheduler):  # reduce_lr_on_plateau steps on validation metrics (the trainer)
             self.scheduler.step()
