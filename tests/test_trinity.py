@@ -317,6 +317,72 @@ def test_a_misspelt_choice_of_a_same_named_key_names_the_file_and_the_closest_ch
         assert "None" not in str(err.value)
 
 
+# ------------------------- a misspelt value of a Trinity key with a closed set of names: did you mean, as verl's keys
+MISSPELT_CHOICES = [
+    ({"mode": "bothh"}, "mode='bothh'", "'both'"),
+    ({"algorithm.algorithm_type": "grop"}, "algorithm.algorithm_type='grop'", "'grpo'"),
+    ({"monitor.monitor_type": "tensorbord"}, "monitor.monitor_type='tensorbord'", "'tensorboard'"),
+    ({"monitor.monitor_type": ["console", "wandbb"]}, "monitor.monitor_type='wandbb'", "'wandb'"),
+    ({"algorithm.advantage_fn": "rlo"}, "algorithm.advantage_fn='rlo'", "'rloo'"),
+    ({"algorithm.policy_loss_fn": "gspoo"}, "algorithm.policy_loss_fn='gspoo'", "'gspo'"),
+    ({"algorithm.kl_loss_fn": "k33"}, "algorithm.kl_loss_fn='k33'", "'k3'"),
+    ({"algorithm.kl_penalty_fn": "nnone"}, "algorithm.kl_penalty_fn='nnone'", "'none'"),
+    ({"algorithm.entropy_loss_fn": "defualt"}, "algorithm.entropy_loss_fn='defualt'", "'default'"),
+    ({"algorithm.sample_strategy": "defaut"}, "algorithm.sample_strategy='defaut'", "'default'"),
+    ({"algorithm.optimizer": {"lr_scheduler_type": "cosin"}}, "algorithm.optimizer.lr_scheduler_type='cosin'",
+     "'cosine'"),
+    ({"algorithm.optimizer": {"optimizer_type": "adamm"}}, "algorithm.optimizer.optimizer_type='adamm'", "'adam'"),
+    ({"explorer.rollout_model": {"engine_type": "vlm"}}, "explorer.rollout_model.engine_type='vlm'", "'vllm'"),
+    ({"trainer.save_strategy": "single_proces"}, "trainer.save_strategy='single_proces'", "'single_process'"),
+    ({"trainer.trainer_type": "verll"}, "trainer.trainer_type='verll'", "'verl'"),
+    ({"log.level": "debg"}, "log.level='debg'", "'debug'"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "storage_type": "fiel"}},
+     "buffer.explorer_input.taskset.storage_type='fiel'", "'file'"),
+    ({"buffer.explorer_input.eval_tasksets": [{"path": "v", "storage_type": "flie"}]},
+     "buffer.explorer_input.eval_tasksets[0].storage_type='flie'", "'file'"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"prompt_type": "mesages"}}},
+     "buffer.explorer_input.taskset.format.prompt_type='mesages'", "'messages'"),
+    ({"mode": "trian", "algorithm": {"algorithm_type": "sft"}, "buffer.trainer_input.experience_buffer":
+      {"path": "s.jsonl"}}, "mode='trian'", "'train'"),
+    ({"mode": "train", "algorithm": {"algorithm_type": "sft"}, "buffer.trainer_input.experience_buffer":
+      {"path": "s.jsonl", "storage_type": "fille"}}, "buffer.trainer_input.experience_buffer.storage_type='fille'",
+     "'file'"),
+]
+
+
+@pytest.mark.parametrize("extra, said, meant", MISSPELT_CHOICES, ids=[m[1] for m in MISSPELT_CHOICES])
+def test_a_misspelt_choice_says_did_you_mean_in_its_one_line(extra, said, meant):
+    with pytest.raises(ConfigError) as err:
+        translate(_with(extra), "t.yaml")
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"t.yaml: {said}: "), line
+    assert line.endswith(f"; did you mean {meant}?"), line
+
+
+def test_a_refused_choice_that_is_no_misspelling_names_no_other_choice():
+    for extra in ({"mode": "serve"}, {"algorithm.algorithm_type": "cispo"}, {"monitor.monitor_type": "swanlab"}):
+        with pytest.raises(ConfigError) as err:
+            translate(_with(extra), "t.yaml")
+        assert "did you mean" not in str(err.value), str(err.value)
+
+
+def test_rft_says_did_you_mean_for_a_misspelt_mode_and_workflow_type(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace("mode: both", "mode: bothh"))
+    proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"rft: error: {path}: mode='bothh': rft has both, explore, train, bench; did you mean 'both'?"), proc.stderr
+    # the workflow and reward function types are checked as rft's keys, named by the Trinity key that set them
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    for override, meant in (("buffer.explorer_input.default_workflow_type=math_workfow", "'math_workflow'"),
+                            ("buffer.explorer_input.default_reward_fn_type=math_rewrd", "'math_reward'")):
+        with pytest.raises(ConfigError) as err:
+            load_trinity(path, [override])
+        key, value = override.split("=")
+        assert str(err.value).startswith(f"command line ({override}): {key}={value!r} (rft's "), str(err.value)
+        assert f"did you mean {meant}?" in str(err.value), str(err.value)
+
+
 def test_recognised_by_its_sections_only():
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_grpo.yaml")) is False
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_sft_grpo.yaml")) is False

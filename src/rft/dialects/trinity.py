@@ -29,12 +29,13 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rft.config.errors import ConfigError
 from rft.config.load import flatten
-from rft.config.suggest import key_hint, origin
+from rft.config.suggest import did_you_mean, key_hint, origin
 from rft.dialects.trinity_keys import trinity_keys
 
 # top-level keys only Trinity configs have (verl's are data, actor_rollout_ref, critic, reward_model, algorithm,
@@ -90,6 +91,7 @@ WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 M = "actor_rollout_ref.model"
+STORAGE_TYPES = ("file", "sql", "queue")  # a taskset's storage_type (Trinity-RFT's StorageType)
 SAVE_STRATEGIES = ("single_thread", "single_process", "single_node", "unrestricted")
 
 # trainer_config keys (verl) an SFT stage honours, and the SFT key each lands on
@@ -182,6 +184,14 @@ def unknown_key(key: str, known: tuple[str, ...]) -> str:
     return "unknown Trinity-RFT key; " + key_hint(key, known, "Trinity-RFT's keys")
 
 
+def not_one_of(value: Any, choices: Iterable[str], reason: str) -> str:
+    """The reason for refusing `value`, none of the names `choices` a Trinity key takes: "=<value>: <reason>", then
+    "; did you mean 'x'?" naming the choice closest to a misspelt string (`did_you_mean`, as the verl keys'
+    `rft.config.validate.choice_hint`)."""
+    meant = did_you_mean(value, [c for c in choices if c != value]) if isinstance(value, str) else ""
+    return f"={value!r}: {reason}" + (f"; {meant}" if meant else "")
+
+
 def refusal_line(key: str, reason: str, path: str, overrides: list[str] | tuple = ()) -> str:
     """One line: where the refused `key` came from (the command line, the environment, else the file `path`),
     the key and the reason."""
@@ -228,7 +238,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     algo = _section(algo, "algorithm")
     kind = algo.pop("algorithm_type", "ppo")
     if kind not in ALGORITHMS:
-        t.refuse("algorithm.algorithm_type", f"={kind!r}: rft runs {sorted(ALGORITHMS)}")
+        t.refuse("algorithm.algorithm_type", not_one_of(kind, ALGORITHMS, f"rft runs {sorted(ALGORITHMS)}"))
         return kind
     a = {**ALGORITHMS[kind], **{k: v for k, v in algo.items() if v is not None}}
     algo = {k: v for k, v in algo.items() if k not in ALGORITHMS[kind]}  # the taken keys
@@ -238,7 +248,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         _set(out, f"{R}.n", a["repeat_times"])
     adv = a["advantage_fn"]
     if adv not in ADVANTAGE_FNS:
-        t.refuse("algorithm.advantage_fn", f"={adv!r}: rft has {sorted(ADVANTAGE_FNS)}")
+        t.refuse("algorithm.advantage_fn", not_one_of(adv, ADVANTAGE_FNS, f"rft has {sorted(ADVANTAGE_FNS)}"))
     else:
         _set(out, "algorithm.adv_estimator", ADVANTAGE_FNS[adv])
     for key, value in (a.get("advantage_fn_args") or {}).items():
@@ -255,7 +265,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     chord = loss == "mix_chord"
     mix = loss == "mix" or chord
     if loss not in POLICY_LOSS_FNS and not mix:
-        t.refuse("algorithm.policy_loss_fn", f"={loss!r}: rft has {sorted([*POLICY_LOSS_FNS, 'mix', 'mix_chord'])}")
+        losses = sorted([*POLICY_LOSS_FNS, "mix", "mix_chord"])
+        t.refuse("algorithm.policy_loss_fn", not_one_of(loss, losses, f"rft has {losses}"))
     else:
         _set(out, f"{A}.policy_loss.loss_mode", POLICY_LOSS_FNS.get(loss, "vanilla"))
         if mix:
@@ -294,7 +305,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
             _set(out, estimator, name)
             _set(out, coef, args.get("kl_coef", 0.001))
         else:
-            t.refuse(f"algorithm.{fn}", f"={name!r}: rft has none, {', '.join(KL_FNS)}")
+            t.refuse(f"algorithm.{fn}", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
         for key in set(args) - {"kl_coef"}:
             t.refuse(f"algorithm.{fn}_args.{key}", NOT_HONOURED)
     ent = a["entropy_loss_fn"]
@@ -308,7 +319,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     elif ent == "default" or (ent == "mix" and mix):  # mix: the bonus on the experiences, not the expert rows
         _set(out, f"{A}.entropy_coeff", ent_args.get("entropy_coef", 0.0))
     else:
-        t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none (and mix with policy_loss_fn mix)")
+        t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none", "mix"),
+                                                         "rft has default, none (and mix with policy_loss_fn mix)"))
     for key in set(ent_args) - {"entropy_coef"}:
         t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
     _sample_strategy(t, a, out, mix)
@@ -339,8 +351,8 @@ def _optimizer(t: _Translation, opt: dict, out: dict) -> None:
     style = opt.pop("warmup_style", None)
     for key, value in (("lr_scheduler_type", schedule), ("warmup_style", style)):
         if value is not None and value not in SCHEDULES:
-            t.refuse(f"algorithm.optimizer.{key}", f"={value!r}: rft's schedules after the warmup are "
-                                                   f"{', '.join(SCHEDULES)}")
+            t.refuse(f"algorithm.optimizer.{key}",
+                     not_one_of(value, SCHEDULES, f"rft's schedules after the warmup are {', '.join(SCHEDULES)}"))
     schedule = schedule or style
     if schedule in SCHEDULES:
         _set(out, f"{A}.optim.warmup_style", schedule)
@@ -350,7 +362,8 @@ def _optimizer(t: _Translation, opt: dict, out: dict) -> None:
     if kind == "sgd":
         _set(out, f"{A}.optim.optimizer", "sgd")
     elif kind not in ("adam", "adamw"):
-        t.refuse("algorithm.optimizer.optimizer_type", f"={kind!r}: Trinity-RFT's are adam (AdamW), adamw, sgd")
+        t.refuse("algorithm.optimizer.optimizer_type",
+                 not_one_of(kind, ("adam", "adamw", "sgd"), "Trinity-RFT's are adam (AdamW), adamw, sgd"))
     clip = opt.pop("clip_grad", 1.0)
     if clip != 1.0:  # Trinity's verl actor clips by trainer.grad_clip, not by this field
         t.refuse("algorithm.optimizer.clip_grad", f"={clip!r}: the actor's gradient clipping is trainer.grad_clip "
@@ -375,8 +388,9 @@ def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
         t.refuse("algorithm.policy_loss_fn", f"='mix' trains on the expert rows of sample_strategy mix, not "
                                              f"{strategy!r}")
     elif strategy not in SAMPLE_STRATEGIES:
-        t.refuse("algorithm.sample_strategy", f"={strategy!r}: rft reads each batch as generated (default, or its "
-                                              "alias warmup), or mixes in expert rows (mix, with policy_loss_fn mix)")
+        t.refuse("algorithm.sample_strategy", not_one_of(strategy, (*SAMPLE_STRATEGIES, "mix"), (
+            "rft reads each batch as generated (default, or its alias warmup), or mixes in expert rows (mix, with "
+            "policy_loss_fn mix)")))
     if args:
         t.refuse("algorithm.sample_strategy_args", f"the {strategy} strategy takes no arguments")
 
@@ -406,13 +420,13 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
         _set(out, "algorithm.kl_loss_type", name)
         _set(out, "algorithm.kl_loss_coef", args.pop("kl_coef", 0.001))
     else:
-        t.refuse("algorithm.kl_loss_fn", f"={name!r}: rft has none, {', '.join(KL_FNS)}")
+        t.refuse("algorithm.kl_loss_fn", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
     t.rest(args, "algorithm.kl_loss_fn_args", NOT_HONOURED)
     ent, args = a.pop("entropy_loss_fn"), dict(a.pop("entropy_loss_fn_args", None) or {})
     if ent in ("default", "none"):
         _set(out, "algorithm.entropy_coeff", args.pop("entropy_coef", 0.0) if ent == "default" else 0.0)
     else:
-        t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none")
+        t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none"), "rft has default, none"))
     t.rest(args, "algorithm.entropy_loss_fn_args", NOT_HONOURED)
     if a.pop("kl_penalty_fn", "none") != "none":
         t.refuse("algorithm.kl_penalty_fn", "DPO has no reward to put a KL penalty in; use kl_loss_fn")
@@ -538,12 +552,14 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
             t.refuse(f"{where}.split", f"={split!r}, but path={path!r} is a file, not a folder holding splits: "
                                        "remove split or give the folder")
         files = _files(t, where, path, split or ("test" if eval_set else "train"))
-        if storage != "file":
-            t.refuse(f"{where}.storage_type", f"={storage!r}: rft reads eval tasksets from files (jsonl / parquet)")
+        if storage != "file" and eval_set:
+            t.refuse(f"{where}.storage_type", not_one_of(storage, ("file",), "rft reads eval tasksets from files "
+                                                                            "(jsonl / parquet)"))
+        elif storage != "file":
+            t.refuse(f"{where}.storage_type", not_one_of(storage, STORAGE_TYPES, "Trinity-RFT's are "
+                                                                               f"{', '.join(STORAGE_TYPES)}"))
     fmt = _section(ts.pop("format", None), f"{where}.format")
-    ptype = fmt.pop("prompt_type", "plaintext")
-    if ptype not in ("plaintext", "messages"):
-        t.refuse(f"{where}.format.prompt_type", "rft reads a string or a chat message list")
+    ptype = _prompt_type(t, fmt, f"{where}.format")
     # the prompt column: prompt_key (plaintext) or messages_key (messages); rft reads either form from it
     prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
     if prompt_column is not None:
@@ -682,8 +698,10 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         if files:
             _set(out, "data.train_files", files)
         exp.pop("name", None)
-        if exp.pop("storage_type", "file") != "file":
-            t.refuse("buffer.trainer_input.experience_buffer.storage_type", "an SFT dataset is read from files")
+        storage = exp.pop("storage_type", "file")
+        if storage != "file":
+            t.refuse("buffer.trainer_input.experience_buffer.storage_type",
+                     not_one_of(storage, ("file",), "an SFT dataset is read from files"))
         fmt = _section(exp.pop("format", None), "buffer.trainer_input.experience_buffer.format")
         ptype = _prompt_type(t, fmt, "buffer.trainer_input.experience_buffer.format")
         if ptype == "messages":
@@ -726,7 +744,8 @@ def _prompt_type(t: _Translation, fmt: dict, where: str) -> str:
     """A buffer format's prompt_type (popped): plaintext (default) or messages; another is refused."""
     ptype = fmt.pop("prompt_type", "plaintext")
     if ptype not in ("plaintext", "messages"):
-        t.refuse(f"{where}.prompt_type", f"={ptype!r}: Trinity-RFT has plaintext and messages")
+        t.refuse(f"{where}.prompt_type", not_one_of(ptype, ("plaintext", "messages"), "Trinity-RFT has plaintext and "
+                                                                                     "messages"))
     return ptype
 
 
@@ -754,8 +773,10 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
             continue
         buf = _section(buf, f"{where}.{name}")
         buf.pop("name", None)  # a Ray actor's name
-        if buf.pop("storage_type", "file") != "file":
-            t.refuse(f"{where}.{name}.storage_type", "rft reads the expert rows from files (jsonl / parquet)")
+        storage = buf.pop("storage_type", "file")
+        if storage != "file":
+            t.refuse(f"{where}.{name}.storage_type", not_one_of(storage, ("file",), "rft reads the expert rows from "
+                                                                                  "files (jsonl / parquet)"))
         files = _files(t, f"{where}.{name}", buf.pop("path", None), buf.pop("split", "train"))
         if files:
             _set(out, "data.expert.files", files)
@@ -782,8 +803,10 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
     if files:
         _set(out, "data.train_files", files)
     exp.pop("name", None)  # a Ray actor's name
-    if exp.pop("storage_type", "file") != "file":
-        t.refuse(f"{where}.storage_type", "rft reads preference pairs from files (jsonl / parquet)")
+    storage = exp.pop("storage_type", "file")
+    if storage != "file":
+        t.refuse(f"{where}.storage_type", not_one_of(storage, ("file",), "rft reads preference pairs from files "
+                                                                        "(jsonl / parquet)"))
     fmt = _section(exp.pop("format", None), f"{where}.format")
     if _prompt_type(t, fmt, f"{where}.format") == "messages":  # the prompt's chat messages; responses as lists
         _set(out, "data.prompt_key", fmt.pop("messages_key", MESSAGES_KEY))
@@ -813,8 +836,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         # Trinity leaves the scheduler's token budget to vLLM; verl's 8192 is below Trinity's usual max_model_len
         _set(out, "actor_rollout_ref.rollout.max_num_batched_tokens", None)
     elif engine != "hf":
-        t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft's engines are vllm (vllm_async) and hf "
-                                                       "(transformers with a KV cache)")
+        t.refuse("explorer.rollout_model.engine_type", not_one_of(engine, ("vllm", "vllm_async", "hf"), (
+            "rft's engines are vllm (vllm_async) and hf (transformers with a KV cache)")))
     if "engine_num" in rm:  # each engine an explorer process of its own, taking turns at the steps
         _set(out, "trainer.explorer_num", rm.pop("engine_num"))
     if "tensor_parallel_size" in rm:
@@ -851,11 +874,13 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
     tr.pop("name", None)
     strategy = tr.pop("save_strategy", "unrestricted")
     if strategy not in SAVE_STRATEGIES:
-        t.refuse("trainer.save_strategy", f"={strategy!r}: Trinity's strategies are {', '.join(SAVE_STRATEGIES)}")
+        t.refuse("trainer.save_strategy",
+                 not_one_of(strategy, SAVE_STRATEGIES, f"Trinity's strategies are {', '.join(SAVE_STRATEGIES)}"))
     elif strategy != "unrestricted":  # checked against the number of processes (_check_save_strategy)
         _set(out, "_trinity.save_strategy", strategy)
-    if tr.pop("trainer_type", "verl") != "verl":
-        t.refuse("trainer.trainer_type", "rft is a verl-style trainer; only verl")
+    kind = tr.pop("trainer_type", "verl")
+    if kind != "verl":
+        t.refuse("trainer.trainer_type", not_one_of(kind, ("verl",), "rft is a verl-style trainer; only verl"))
     if "save_interval" in tr:
         _set(out, "trainer.save_freq", tr.pop("save_interval"))
     if "total_steps" in tr:
@@ -1001,7 +1026,8 @@ def _log(t: _Translation, log: dict, out: dict) -> None:
     if "level" in log:
         level = log.pop("level")
         if str(level).upper() not in LOG_LEVELS:
-            t.refuse("log.level", f"={level!r}: one of {', '.join(LOG_LEVELS)}")
+            t.refuse("log.level", not_one_of(level, [*LOG_LEVELS, *map(str.lower, LOG_LEVELS)],  # in any case
+                                             f"one of {', '.join(LOG_LEVELS)}"))
         else:
             _set(out, "trainer.log_level", str(level).upper())
     if "group_by_node" in log:
@@ -1070,7 +1096,8 @@ def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     kinds = [kind] if isinstance(kind, str) else list(kind or [])
     for name in kinds:
         if name in REFUSED_LOGGERS or name not in LOGGERS:
-            t.refuse("monitor.monitor_type", f"={name!r}: " + REFUSED_LOGGERS.get(name, f"rft has {list(LOGGERS)}"))
+            t.refuse("monitor.monitor_type", f"={name!r}: " + REFUSED_LOGGERS[name] if name in REFUSED_LOGGERS
+                     else not_one_of(name, LOGGERS, f"rft has {list(LOGGERS)}"))
     if kinds:
         _set(out, "trainer.logger", ["console", *[k for k in kinds if k != "console"]])
     args = _section(monitor.pop("monitor_args", None), "monitor.monitor_args")
@@ -1164,10 +1191,11 @@ def _mode(t: _Translation, cfg: dict, where: str) -> str:
     kind = (cfg.get("algorithm") or {}).get("algorithm_type", "ppo")
     if kind in OFFLINE:
         if mode != "train":
-            t.refuse(f"{where}mode", f"={mode!r}: the {kind} algorithm runs in mode train (as in Trinity-RFT)")
+            t.refuse(f"{where}mode", not_one_of(mode, ("train",), f"the {kind} algorithm runs in mode train (as in "
+                                                                   "Trinity-RFT)"))
         return kind
     if mode not in MODES:
-        t.refuse(f"{where}mode", f"={mode!r}: rft has {', '.join(MODES)}")
+        t.refuse(f"{where}mode", not_one_of(mode, MODES, f"rft has {', '.join(MODES)}"))
     return "rl"
 
 
