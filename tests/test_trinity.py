@@ -665,11 +665,71 @@ def test_the_missing_length_is_derived_from_max_model_len_as_trinity_does(model,
 
 def test_a_too_long_prompt_is_named_by_the_trinity_keys(work, tmp_path):
     path = _trinity_yaml(work, tmp_path / "t.yaml")
-    proc = rft_here("train", str(path), "model.max_prompt_tokens=2", cwd=tmp_path, check=False)
+    proc = rft_here("train", str(path), "model.max_prompt_tokens=2", "model.enable_prompt_truncation=false",
+                    cwd=tmp_path, check=False)
     line = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert line.startswith("rft: error: ") and "model.max_prompt_tokens=2 (rft's data.max_prompt_length)" in line, line
     assert "trainer.trainer_config.data.filter_overlong_prompts=true" in line, line
+    # the prompt would be cut but for the Trinity key that said not to: the line names it, not rft's data.truncation
+    assert "or set model.enable_prompt_truncation=true to cut its start" in line and "truncation to" not in line, line
+
+
+# ----------------------------- model.enable_prompt_truncation: Trinity-RFT's vLLM engine keeps a long prompt's end
+@pytest.mark.parametrize("model, rollout_model, truncation", [
+    ({"enable_prompt_truncation": True}, {}, "left"),
+    ({"enable_prompt_truncation": False}, {}, "error"),
+    ({}, {}, "left"),  # Trinity-RFT's default is true
+    ({}, {"enable_prompt_truncation": False}, "error"),
+    # the rollout model's own wins over model's (Trinity gives the rollout model model's only where it has none)
+    ({"enable_prompt_truncation": True}, {"enable_prompt_truncation": False}, "error"),
+    ({"enable_prompt_truncation": False}, {"enable_prompt_truncation": None}, "error"),
+])
+def test_enable_prompt_truncation_is_data_truncation(model, rollout_model, truncation):
+    out = translate(_with({"model": {"model_path": "m", "max_prompt_tokens": 64, **model},
+                           "explorer.rollout_model": rollout_model}), "t.yaml")
+    assert out["data"]["truncation"] == truncation
+
+
+def test_enable_prompt_truncation_needs_a_prompt_limit_and_is_given_once():
+    # left out with no prompt limit in the file: rft's own default (an overlong prompt is an error)
+    assert "truncation" not in translate(_with({}), "t.yaml").get("data", {})
+    # true without one: refused, as Trinity-RFT refuses it
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"model.enable_prompt_truncation": True}), "t.yaml")
+    assert str(err.value).startswith("t.yaml: model.enable_prompt_truncation=True cuts a prompt to "
+                                     "model.max_prompt_tokens, which is not set"), str(err.value)
+    # the limit from max_model_len, or trainer_config's, holds too
+    assert translate(_with({"model.max_model_len": 96}), "t.yaml")["data"]["truncation"] == "left"
+    limit = {"data": {"max_prompt_length": 32}}
+    assert translate(_with({"trainer.trainer_config": limit}), "t.yaml")["data"]["truncation"] == "left"
+    # trainer_config's data.truncation is taken when the Trinity key is left out, refused when it says otherwise
+    out = translate(_with({"model.max_prompt_tokens": 64, "trainer.trainer_config": {"data": {"truncation": "middle"}}}))
+    assert out["data"]["truncation"] == "middle"
+    with pytest.raises(ConfigError, match=r"trainer_config\.data\.truncation='middle', but a Trinity key"):
+        translate(_with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": False,
+                         "trainer.trainer_config": {"data": {"truncation": "middle"}}}))
+    with pytest.raises(ConfigError, match=r"model\.enable_prompt_truncation='yes': true"):
+        translate(_with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": "yes"}))
+
+
+def test_enable_prompt_truncation_is_the_rl_stages_in_an_sft_stage():
+    cfg = _with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": False})
+    cfg["stages"] = [SFT_STAGE, {"stage_name": "rl"}]
+    sft, rl = translate(cfg, "t.yaml")["stages"]
+    assert "truncation" not in sft.get("data", {}) and rl["data"]["truncation"] == "error"
+
+
+@pytest.mark.slow
+def test_rft_train_cuts_a_long_prompts_start_with_enable_prompt_truncation(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    for overrides in ([], ["model.enable_prompt_truncation=true"]):
+        root = tmp_path / f"root{len(overrides)}"
+        proc = rft_here("train", str(path), "model.max_prompt_tokens=8", f"checkpoint_root_dir={root}",
+                        "trainer.save_interval=0", *overrides, cwd=tmp_path, check=False)
+        assert proc.returncode == 0, proc.stderr
+        (metrics,) = [json.loads(x) for x in (root / "rft-trinity" / "arith" / "metrics.jsonl").read_text().splitlines()]
+        assert metrics["prompt_length/max"] == 8, metrics  # the arithmetic prompts are longer after the chat template
 
 
 def test_math_workflow_without_a_reward_fn_scores_with_math_reward_as_trinity_does():

@@ -462,6 +462,11 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
             _set(out, "data.max_response_length", response)
         if max_len is not None:  # checked against the lengths in effect (_check_model_len)
             _set(out, "_trinity.max_model_len", max_len)
+    truncation = model.pop("enable_prompt_truncation", None)
+    if sft and truncation is not None:  # the rollout model's setting: Trinity's trainer does not read it
+        t.rl_only.append("model.enable_prompt_truncation")
+    elif truncation is not None:
+        _prompt_truncation(t, out, truncation, "model.enable_prompt_truncation")
     if model.pop("min_response_tokens", 1) != 1:
         t.refuse("model.min_response_tokens", "rft's engine stops at EOS from the first token; only 1 is honoured")
     critic = model.pop("critic_model_path", None)
@@ -470,6 +475,49 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
     elif critic is not None and sft:
         t.rl_only.append("model.critic_model_path")
     t.rest(model, "model", NOT_HONOURED)
+
+
+PROMPT_TRUNCATION = {True: "left", False: "error"}
+"""Trinity-RFT's enable_prompt_truncation as rft's data.truncation. true (its default) cuts a prompt over
+max_prompt_tokens to its last max_prompt_tokens tokens: its vLLM engine passes truncate_prompt_tokens, which keeps a
+prompt's end, and sets its tokenizer's truncation_side to left (its newest versions give a text prompt over the
+limit a masked-out experience instead: rft's nearest is data.filter_overlong_prompts). false sends the prompt whole,
+to overflow max_model_len; rft has no room for it, so a prompt over the limit is an error naming the key."""
+
+
+def _prompt_truncation(t: _Translation, out: dict, value: Any, where: str) -> None:
+    """model.enable_prompt_truncation, or explorer.rollout_model's own (which Trinity-RFT's rollout model takes over
+    model's; null: model's), `where`: rft's data.truncation (`PROMPT_TRUNCATION`)."""
+    if value is None:
+        return
+    if not isinstance(value, bool):
+        t.refuse(where, f"={value!r}: true (cut a prompt over max_prompt_tokens) or false")
+        return
+    _set(out, "data.truncation", PROMPT_TRUNCATION[value])
+    _set(out, "_trinity.truncation_key", where)
+
+
+def _check_prompt_truncation(t: _Translation, out: dict) -> None:
+    """The prompt limit enable_prompt_truncation cuts to: true needs one (Trinity-RFT refuses it without
+    max_prompt_tokens); left out, it is Trinity's default, true, where a limit is in effect (model.max_prompt_tokens,
+    max_model_len or trainer_config's data.max_prompt_length) and trainer_config sets no data.truncation."""
+    where = out.get("_trinity", {}).pop("truncation_key", None)
+    limited = _get(out, "data.max_prompt_length") is not _MISSING
+    if where is not None and not limited and _get(out, "data.truncation") == PROMPT_TRUNCATION[True]:
+        t.refuse(where, "=True cuts a prompt to model.max_prompt_tokens, which is not set: set it (or "
+                        "model.max_model_len), as Trinity-RFT requires")
+    elif where is None and limited and _get(out, "data.truncation") is _MISSING:
+        _set(out, "data.truncation", PROMPT_TRUNCATION[True])
+
+
+def prompt_truncation_off(cfg: dict) -> str | None:
+    """The key of the resolved Trinity config `cfg` that turned prompt truncation off (rft's data.truncation=error),
+    or None."""
+    for key in ("explorer.rollout_model.enable_prompt_truncation", "model.enable_prompt_truncation"):
+        value = _get(cfg, key)
+        if value is not _MISSING and value is not None:
+            return key if value is False else None
+    return None
 
 
 def _check_model_len(t: _Translation, out: dict) -> None:
@@ -851,6 +899,9 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "workflow.endpoint", rm.pop("enable_openai_api"))
     if "seed" in rm:  # the rollout engine's sampling seed; rft's one seed covers sampling
         _set(out, "trainer.seed", rm.pop("seed"))
+    if "enable_prompt_truncation" in rm:
+        _prompt_truncation(t, out, rm.pop("enable_prompt_truncation"),
+                           "explorer.rollout_model.enable_prompt_truncation")
     if "tool_call_parser" in rm:
         _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
     if "chat_template" in rm:
@@ -1155,6 +1206,7 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")
     if not sft:
         _check_model_len(t, out)
+        _check_prompt_truncation(t, out)
         _math_workflow_reward(out)
     _check_save_strategy(t, out)
     out.pop("_trinity", None)
