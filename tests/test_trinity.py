@@ -637,6 +637,74 @@ def test_an_algorithm_optimizer_field_rft_has_not_is_refused_by_name(optimizer, 
     assert needle in str(err.value) and "cannot honour" not in str(err.value), str(err.value)
 
 
+def _offline_stage(kind: str, optimizer: dict, **top) -> dict:
+    """The translation of an SFT / DPO stage (`kind`) whose algorithm section sets `optimizer`, before an RL stage."""
+    cfg = _with(top)
+    cfg["stages"] = [{**SFT_STAGE, "algorithm": {"algorithm_type": kind, "optimizer": optimizer}}, {"stage_name": "rl"}]
+    return translate(cfg, "t.yaml")["stages"][0]
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+@pytest.mark.parametrize("optimizer, optim", [
+    ({"lr": 3e-5}, {"lr": 3e-5}),
+    ({"lr_warmup_steps_ratio": 0.2, "lr_warmup_steps": -1}, {"warmup_steps_ratio": 0.2}),
+    ({"betas": [0.9, 0.99], "weight_decay": 0.0}, {"betas": [0.9, 0.99], "weight_decay": 0.0}),
+    ({"lr_scheduler_type": "constant"}, {"lr_scheduler": "constant"}),
+    ({"warmup_style": "cosine"}, {"lr_scheduler": "cosine", "min_lr_ratio": 0.01}),  # Trinity's min_lr_ratio
+    ({"lr_scheduler_type": "cosine", "min_lr_ratio": 0.1}, {"lr_scheduler": "cosine", "min_lr_ratio": 0.1}),
+    ({"optimizer_type": "adamw", "clip_grad": 1.0}, {}),
+])
+def test_algorithm_optimizer_is_an_offline_stages_optimizer(kind, optimizer, optim):
+    """Trinity-RFT trains its SFT and DPO stages' actor with algorithm.optimizer as it does its RL stages'."""
+    assert _offline_stage(kind, optimizer).get("optim", {}) == optim
+
+
+@pytest.mark.parametrize("optimizer, needle", [
+    ({"optimizer_type": "sgd"}, "algorithm.optimizer.optimizer_type='sgd': an SFT / DPO stage trains with AdamW"),
+    ({"lr_warmup_steps": 5}, "algorithm.optimizer.lr_warmup_steps=5: an SFT / DPO stage warms up for a fraction"),
+    ({"clip_grad": 0.5}, "algorithm.optimizer.clip_grad=0.5: the actor's gradient clipping is trainer.grad_clip "
+                         "(rft's optim.clip_grad)"),
+    ({"lr_scheduler_type": "cosin"}, "algorithm.optimizer.lr_scheduler_type='cosin': rft's schedules after the "
+                                     "warmup are constant, cosine; did you mean 'cosine'?"),
+])
+def test_an_offline_stages_optimizer_field_rft_has_not_is_refused_by_name(optimizer, needle):
+    with pytest.raises(ConfigError) as err:
+        _offline_stage("sft", optimizer)
+    assert str(err.value).startswith(f"t.yaml: stages[0].{needle}"), str(err.value)
+
+
+def test_an_offline_stages_lr_given_twice_is_refused():
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.trainer\.trainer_config\.actor_rollout_ref\.actor\.optim\.lr="
+                                          r"0\.0001, but a Trinity key of this file sets optim\.lr to 3e-05"):
+        _offline_stage("sft", {"lr": 3e-5}, **{"trainer.trainer_config": {"actor_rollout_ref": {"actor": {
+            "optim": {"lr": 1e-4}}}}})
+
+
+@pytest.mark.slow
+def test_an_sft_warmup_stage_trains_with_algorithm_optimizer_lr(work, tmp_path):
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
+                                                for i in range(8)))
+    raw = yaml.safe_load(_trinity_yaml(work, tmp_path / "t.yaml", steps=1).read_text())
+    raw["stages"] = [
+        {"stage_name": "sft_warmup", "mode": "train",
+         "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 3.0e-5, "lr_scheduler_type": "constant"}},
+         "buffer": {"train_batch_size": 4, "total_steps": 1,
+                    "trainer_input": {"experience_buffer": {"name": "s", "path": str(tmp_path / "sft.jsonl"),
+                                                            "format": {"prompt_key": "q", "response_key": "a"}}}}},
+        {"stage_name": "rft", "algorithm": {"algorithm_type": "grpo", "optimizer": {"lr": 1.0e-4}}},
+    ]
+    del raw["trainer"]["trainer_config"]["actor_rollout_ref"]["actor"]["optim"]  # each stage's algorithm.optimizer
+    raw["checkpoint_root_dir"] = str(tmp_path / "root")
+    raw["trainer"]["save_interval"] = 0
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
+    rft_here("train", str(tmp_path / "t.yaml"), cwd=tmp_path)
+    out = tmp_path / "root" / "rft-trinity" / "arith"
+    (sft,) = [json.loads(x) for x in (out / "sft_warmup" / "metrics.jsonl").read_text().splitlines()]
+    assert sft["train/lr"] == pytest.approx(3e-5), sft
+    (rl,) = [json.loads(x) for x in (out / "rft" / "metrics.jsonl").read_text().splitlines()]
+    assert rl["actor/lr"] == pytest.approx(1e-4), rl  # the RL stage's own
+
+
 def test_explorer_rollout_model_seed_is_the_runs_seed():
     assert _get(translate(_with({"explorer.rollout_model": {"seed": 7}})), "trainer.seed") == 7
 

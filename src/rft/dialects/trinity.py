@@ -336,17 +336,26 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
 
 OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps": "lr_warmup_steps", "lr_warmup_steps_ratio": "lr_warmup_steps_ratio",
                   "min_lr_ratio": "min_lr_ratio", "betas": "betas", "weight_decay": "weight_decay"}
+# the same fields as an SFT / DPO stage's optim keys (rft sft's; SFT_FROM_VERL maps verl's onto them alike)
+OFFLINE_OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps_ratio": "warmup_steps_ratio", "min_lr_ratio": "min_lr_ratio",
+                          "betas": "betas", "weight_decay": "weight_decay"}
 SCHEDULES = ("constant", "cosine")  # Trinity's lr_scheduler_type values, rft's optim.warmup_style ones
 
 
-def _optimizer(t: _Translation, opt: dict, out: dict) -> None:
-    """algorithm.optimizer (Trinity's OptimizerConfig, which it copies field by field onto verl's actor.optim):
-    the actor's optimizer and schedule. Trinity's lr_scheduler_type (and warmup_style, its deprecated name) is
-    verl's and rft's warmup_style; its min_lr_ratio default is 0.01 (rft's 0.0), which only a cosine schedule
-    reads; optimizer_type adam / adamw is rft's default AdamW."""
-    for key, target in OPTIMIZER_KEYS.items():
+def _optimizer(t: _Translation, opt: dict, out: dict, offline: bool = False) -> None:
+    """algorithm.optimizer (Trinity's OptimizerConfig, which it copies field by field onto verl's actor.optim, the
+    optimizer of its SFT and DPO stages too): the actor's optimizer and schedule, or (`offline`) the optim section
+    of an SFT / DPO stage. Trinity's lr_scheduler_type (and warmup_style, its deprecated name) is verl's and rft's
+    warmup_style (an offline stage's lr_scheduler); its min_lr_ratio default is 0.01 (rft's 0.0), which only a
+    cosine schedule reads; optimizer_type adam / adamw is rft's default AdamW."""
+    prefix = "optim." if offline else f"{A}.optim."
+    for key, target in (OFFLINE_OPTIMIZER_KEYS if offline else OPTIMIZER_KEYS).items():
         if key in opt:
-            _set(out, f"{A}.optim.{target}", opt.pop(key))
+            _set(out, prefix + target, opt.pop(key))
+    warmup_steps = opt.pop("lr_warmup_steps", None) if offline else None
+    if warmup_steps not in (None, -1):  # verl's -1: the ratio decides
+        t.refuse("algorithm.optimizer.lr_warmup_steps", f"={warmup_steps!r}: an SFT / DPO stage warms up for a "
+                                                        "fraction of its steps; set lr_warmup_steps_ratio instead")
     schedule = opt.pop("lr_scheduler_type", None)
     style = opt.pop("warmup_style", None)
     for key, value in (("lr_scheduler_type", schedule), ("warmup_style", style)):
@@ -355,19 +364,21 @@ def _optimizer(t: _Translation, opt: dict, out: dict) -> None:
                      not_one_of(value, SCHEDULES, f"rft's schedules after the warmup are {', '.join(SCHEDULES)}"))
     schedule = schedule or style
     if schedule in SCHEDULES:
-        _set(out, f"{A}.optim.warmup_style", schedule)
-        if schedule == "cosine" and _get(out, f"{A}.optim.min_lr_ratio") is _MISSING:
-            _set(out, f"{A}.optim.min_lr_ratio", 0.01)  # Trinity's default
+        _set(out, prefix + ("lr_scheduler" if offline else "warmup_style"), schedule)
+        if schedule == "cosine" and _get(out, f"{prefix}min_lr_ratio") is _MISSING:
+            _set(out, f"{prefix}min_lr_ratio", 0.01)  # Trinity's default
     kind = opt.pop("optimizer_type", "adam")
-    if kind == "sgd":
+    if kind == "sgd" and not offline:
         _set(out, f"{A}.optim.optimizer", "sgd")
     elif kind not in ("adam", "adamw"):
         t.refuse("algorithm.optimizer.optimizer_type",
-                 not_one_of(kind, ("adam", "adamw", "sgd"), "Trinity-RFT's are adam (AdamW), adamw, sgd"))
+                 not_one_of(kind, ("adam", "adamw"), "an SFT / DPO stage trains with AdamW (adam, adamw)") if offline
+                 else not_one_of(kind, ("adam", "adamw", "sgd"), "Trinity-RFT's are adam (AdamW), adamw, sgd"))
     clip = opt.pop("clip_grad", 1.0)
     if clip != 1.0:  # Trinity's verl actor clips by trainer.grad_clip, not by this field
         t.refuse("algorithm.optimizer.clip_grad", f"={clip!r}: the actor's gradient clipping is trainer.grad_clip "
-                                                  "(rft's actor_rollout_ref.actor.grad_clip); set that instead")
+                                                  f"(rft's {'optim.clip_grad' if offline else f'{A}.grad_clip'}); "
+                                                  "set that instead")
     t.rest(opt, "algorithm.optimizer", "not a field of Trinity-RFT's OptimizerConfig that rft has; remove it")
 
 
@@ -438,6 +449,7 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
     a.pop("sample_strategy", None), a.pop("sample_strategy_args", None)
     if "loss_agg_mode" in a:
         _set(out, "algorithm.loss_agg_mode", a.pop("loss_agg_mode"))
+    _optimizer(t, _section(a.pop("optimizer", None), "algorithm.optimizer"), out, offline=True)
     t.rest(a, "algorithm", NOT_HONOURED)
 
 
@@ -1183,6 +1195,8 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
         t.rl_only += [f"{section}.{k}" for section in ("synchronizer", "service") for k in cfg.get(section) or {}]
         algo = _section(cfg.get("algorithm"), "algorithm")
         algo.pop("algorithm_type", None)
+        if kind == "sft":  # Trinity trains an SFT stage's actor with algorithm.optimizer too (_dpo_algorithm: DPO's)
+            _optimizer(t, _section(algo.pop("optimizer", None), "algorithm.optimizer"), out, offline=True)
         if kind == "dpo":
             _dpo_algorithm(t, algo, out)
         for key, value in algo.items() if kind == "sft" else ():
