@@ -317,6 +317,72 @@ def test_a_misspelt_choice_of_a_same_named_key_names_the_file_and_the_closest_ch
         assert "None" not in str(err.value)
 
 
+# ------------------------- a misspelt value of a Trinity key with a closed set of names: did you mean, as verl's keys
+MISSPELT_CHOICES = [
+    ({"mode": "bothh"}, "mode='bothh'", "'both'"),
+    ({"algorithm.algorithm_type": "grop"}, "algorithm.algorithm_type='grop'", "'grpo'"),
+    ({"monitor.monitor_type": "tensorbord"}, "monitor.monitor_type='tensorbord'", "'tensorboard'"),
+    ({"monitor.monitor_type": ["console", "wandbb"]}, "monitor.monitor_type='wandbb'", "'wandb'"),
+    ({"algorithm.advantage_fn": "rlo"}, "algorithm.advantage_fn='rlo'", "'rloo'"),
+    ({"algorithm.policy_loss_fn": "gspoo"}, "algorithm.policy_loss_fn='gspoo'", "'gspo'"),
+    ({"algorithm.kl_loss_fn": "k33"}, "algorithm.kl_loss_fn='k33'", "'k3'"),
+    ({"algorithm.kl_penalty_fn": "nnone"}, "algorithm.kl_penalty_fn='nnone'", "'none'"),
+    ({"algorithm.entropy_loss_fn": "defualt"}, "algorithm.entropy_loss_fn='defualt'", "'default'"),
+    ({"algorithm.sample_strategy": "defaut"}, "algorithm.sample_strategy='defaut'", "'default'"),
+    ({"algorithm.optimizer": {"lr_scheduler_type": "cosin"}}, "algorithm.optimizer.lr_scheduler_type='cosin'",
+     "'cosine'"),
+    ({"algorithm.optimizer": {"optimizer_type": "adamm"}}, "algorithm.optimizer.optimizer_type='adamm'", "'adam'"),
+    ({"explorer.rollout_model": {"engine_type": "vlm"}}, "explorer.rollout_model.engine_type='vlm'", "'vllm'"),
+    ({"trainer.save_strategy": "single_proces"}, "trainer.save_strategy='single_proces'", "'single_process'"),
+    ({"trainer.trainer_type": "verll"}, "trainer.trainer_type='verll'", "'verl'"),
+    ({"log.level": "debg"}, "log.level='debg'", "'debug'"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "storage_type": "fiel"}},
+     "buffer.explorer_input.taskset.storage_type='fiel'", "'file'"),
+    ({"buffer.explorer_input.eval_tasksets": [{"path": "v", "storage_type": "flie"}]},
+     "buffer.explorer_input.eval_tasksets[0].storage_type='flie'", "'file'"),
+    ({"buffer.explorer_input.taskset": {"path": "t", "format": {"prompt_type": "mesages"}}},
+     "buffer.explorer_input.taskset.format.prompt_type='mesages'", "'messages'"),
+    ({"mode": "trian", "algorithm": {"algorithm_type": "sft"}, "buffer.trainer_input.experience_buffer":
+      {"path": "s.jsonl"}}, "mode='trian'", "'train'"),
+    ({"mode": "train", "algorithm": {"algorithm_type": "sft"}, "buffer.trainer_input.experience_buffer":
+      {"path": "s.jsonl", "storage_type": "fille"}}, "buffer.trainer_input.experience_buffer.storage_type='fille'",
+     "'file'"),
+]
+
+
+@pytest.mark.parametrize("extra, said, meant", MISSPELT_CHOICES, ids=[m[1] for m in MISSPELT_CHOICES])
+def test_a_misspelt_choice_says_did_you_mean_in_its_one_line(extra, said, meant):
+    with pytest.raises(ConfigError) as err:
+        translate(_with(extra), "t.yaml")
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"t.yaml: {said}: "), line
+    assert line.endswith(f"; did you mean {meant}?"), line
+
+
+def test_a_refused_choice_that_is_no_misspelling_names_no_other_choice():
+    for extra in ({"mode": "serve"}, {"algorithm.algorithm_type": "cispo"}, {"monitor.monitor_type": "swanlab"}):
+        with pytest.raises(ConfigError) as err:
+            translate(_with(extra), "t.yaml")
+        assert "did you mean" not in str(err.value), str(err.value)
+
+
+def test_rft_says_did_you_mean_for_a_misspelt_mode_and_workflow_type(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace("mode: both", "mode: bothh"))
+    proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"rft: error: {path}: mode='bothh': rft has both, explore, train, bench; did you mean 'both'?"), proc.stderr
+    # the workflow and reward function types are checked as rft's keys, named by the Trinity key that set them
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    for override, meant in (("buffer.explorer_input.default_workflow_type=math_workfow", "'math_workflow'"),
+                            ("buffer.explorer_input.default_reward_fn_type=math_rewrd", "'math_reward'")):
+        with pytest.raises(ConfigError) as err:
+            load_trinity(path, [override])
+        key, value = override.split("=")
+        assert str(err.value).startswith(f"command line ({override}): {key}={value!r} (rft's "), str(err.value)
+        assert f"did you mean {meant}?" in str(err.value), str(err.value)
+
+
 def test_recognised_by_its_sections_only():
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_grpo.yaml")) is False
     assert is_trinity(read_yaml(REPO / "examples" / "arithmetic_sft_grpo.yaml")) is False
@@ -571,6 +637,74 @@ def test_an_algorithm_optimizer_field_rft_has_not_is_refused_by_name(optimizer, 
     assert needle in str(err.value) and "cannot honour" not in str(err.value), str(err.value)
 
 
+def _offline_stage(kind: str, optimizer: dict, **top) -> dict:
+    """The translation of an SFT / DPO stage (`kind`) whose algorithm section sets `optimizer`, before an RL stage."""
+    cfg = _with(top)
+    cfg["stages"] = [{**SFT_STAGE, "algorithm": {"algorithm_type": kind, "optimizer": optimizer}}, {"stage_name": "rl"}]
+    return translate(cfg, "t.yaml")["stages"][0]
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+@pytest.mark.parametrize("optimizer, optim", [
+    ({"lr": 3e-5}, {"lr": 3e-5}),
+    ({"lr_warmup_steps_ratio": 0.2, "lr_warmup_steps": -1}, {"warmup_steps_ratio": 0.2}),
+    ({"betas": [0.9, 0.99], "weight_decay": 0.0}, {"betas": [0.9, 0.99], "weight_decay": 0.0}),
+    ({"lr_scheduler_type": "constant"}, {"lr_scheduler": "constant"}),
+    ({"warmup_style": "cosine"}, {"lr_scheduler": "cosine", "min_lr_ratio": 0.01}),  # Trinity's min_lr_ratio
+    ({"lr_scheduler_type": "cosine", "min_lr_ratio": 0.1}, {"lr_scheduler": "cosine", "min_lr_ratio": 0.1}),
+    ({"optimizer_type": "adamw", "clip_grad": 1.0}, {}),
+])
+def test_algorithm_optimizer_is_an_offline_stages_optimizer(kind, optimizer, optim):
+    """Trinity-RFT trains its SFT and DPO stages' actor with algorithm.optimizer as it does its RL stages'."""
+    assert _offline_stage(kind, optimizer).get("optim", {}) == optim
+
+
+@pytest.mark.parametrize("optimizer, needle", [
+    ({"optimizer_type": "sgd"}, "algorithm.optimizer.optimizer_type='sgd': an SFT / DPO stage trains with AdamW"),
+    ({"lr_warmup_steps": 5}, "algorithm.optimizer.lr_warmup_steps=5: an SFT / DPO stage warms up for a fraction"),
+    ({"clip_grad": 0.5}, "algorithm.optimizer.clip_grad=0.5: the actor's gradient clipping is trainer.grad_clip "
+                         "(rft's optim.clip_grad)"),
+    ({"lr_scheduler_type": "cosin"}, "algorithm.optimizer.lr_scheduler_type='cosin': rft's schedules after the "
+                                     "warmup are constant, cosine; did you mean 'cosine'?"),
+])
+def test_an_offline_stages_optimizer_field_rft_has_not_is_refused_by_name(optimizer, needle):
+    with pytest.raises(ConfigError) as err:
+        _offline_stage("sft", optimizer)
+    assert str(err.value).startswith(f"t.yaml: stages[0].{needle}"), str(err.value)
+
+
+def test_an_offline_stages_lr_given_twice_is_refused():
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.trainer\.trainer_config\.actor_rollout_ref\.actor\.optim\.lr="
+                                          r"0\.0001, but a Trinity key of this file sets optim\.lr to 3e-05"):
+        _offline_stage("sft", {"lr": 3e-5}, **{"trainer.trainer_config": {"actor_rollout_ref": {"actor": {
+            "optim": {"lr": 1e-4}}}}})
+
+
+@pytest.mark.slow
+def test_an_sft_warmup_stage_trains_with_algorithm_optimizer_lr(work, tmp_path):
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
+                                                for i in range(8)))
+    raw = yaml.safe_load(_trinity_yaml(work, tmp_path / "t.yaml", steps=1).read_text())
+    raw["stages"] = [
+        {"stage_name": "sft_warmup", "mode": "train",
+         "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 3.0e-5, "lr_scheduler_type": "constant"}},
+         "buffer": {"train_batch_size": 4, "total_steps": 1,
+                    "trainer_input": {"experience_buffer": {"name": "s", "path": str(tmp_path / "sft.jsonl"),
+                                                            "format": {"prompt_key": "q", "response_key": "a"}}}}},
+        {"stage_name": "rft", "algorithm": {"algorithm_type": "grpo", "optimizer": {"lr": 1.0e-4}}},
+    ]
+    del raw["trainer"]["trainer_config"]["actor_rollout_ref"]["actor"]["optim"]  # each stage's algorithm.optimizer
+    raw["checkpoint_root_dir"] = str(tmp_path / "root")
+    raw["trainer"]["save_interval"] = 0
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
+    rft_here("train", str(tmp_path / "t.yaml"), cwd=tmp_path)
+    out = tmp_path / "root" / "rft-trinity" / "arith"
+    (sft,) = [json.loads(x) for x in (out / "sft_warmup" / "metrics.jsonl").read_text().splitlines()]
+    assert sft["train/lr"] == pytest.approx(3e-5), sft
+    (rl,) = [json.loads(x) for x in (out / "rft" / "metrics.jsonl").read_text().splitlines()]
+    assert rl["actor/lr"] == pytest.approx(1e-4), rl  # the RL stage's own
+
+
 def test_explorer_rollout_model_seed_is_the_runs_seed():
     assert _get(translate(_with({"explorer.rollout_model": {"seed": 7}})), "trainer.seed") == 7
 
@@ -599,11 +733,71 @@ def test_the_missing_length_is_derived_from_max_model_len_as_trinity_does(model,
 
 def test_a_too_long_prompt_is_named_by_the_trinity_keys(work, tmp_path):
     path = _trinity_yaml(work, tmp_path / "t.yaml")
-    proc = rft_here("train", str(path), "model.max_prompt_tokens=2", cwd=tmp_path, check=False)
+    proc = rft_here("train", str(path), "model.max_prompt_tokens=2", "model.enable_prompt_truncation=false",
+                    cwd=tmp_path, check=False)
     line = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert line.startswith("rft: error: ") and "model.max_prompt_tokens=2 (rft's data.max_prompt_length)" in line, line
     assert "trainer.trainer_config.data.filter_overlong_prompts=true" in line, line
+    # the prompt would be cut but for the Trinity key that said not to: the line names it, not rft's data.truncation
+    assert "or set model.enable_prompt_truncation=true to cut its start" in line and "truncation to" not in line, line
+
+
+# ----------------------------- model.enable_prompt_truncation: Trinity-RFT's vLLM engine keeps a long prompt's end
+@pytest.mark.parametrize("model, rollout_model, truncation", [
+    ({"enable_prompt_truncation": True}, {}, "left"),
+    ({"enable_prompt_truncation": False}, {}, "error"),
+    ({}, {}, "left"),  # Trinity-RFT's default is true
+    ({}, {"enable_prompt_truncation": False}, "error"),
+    # the rollout model's own wins over model's (Trinity gives the rollout model model's only where it has none)
+    ({"enable_prompt_truncation": True}, {"enable_prompt_truncation": False}, "error"),
+    ({"enable_prompt_truncation": False}, {"enable_prompt_truncation": None}, "error"),
+])
+def test_enable_prompt_truncation_is_data_truncation(model, rollout_model, truncation):
+    out = translate(_with({"model": {"model_path": "m", "max_prompt_tokens": 64, **model},
+                           "explorer.rollout_model": rollout_model}), "t.yaml")
+    assert out["data"]["truncation"] == truncation
+
+
+def test_enable_prompt_truncation_needs_a_prompt_limit_and_is_given_once():
+    # left out with no prompt limit in the file: rft's own default (an overlong prompt is an error)
+    assert "truncation" not in translate(_with({}), "t.yaml").get("data", {})
+    # true without one: refused, as Trinity-RFT refuses it
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"model.enable_prompt_truncation": True}), "t.yaml")
+    assert str(err.value).startswith("t.yaml: model.enable_prompt_truncation=True cuts a prompt to "
+                                     "model.max_prompt_tokens, which is not set"), str(err.value)
+    # the limit from max_model_len, or trainer_config's, holds too
+    assert translate(_with({"model.max_model_len": 96}), "t.yaml")["data"]["truncation"] == "left"
+    limit = {"data": {"max_prompt_length": 32}}
+    assert translate(_with({"trainer.trainer_config": limit}), "t.yaml")["data"]["truncation"] == "left"
+    # trainer_config's data.truncation is taken when the Trinity key is left out, refused when it says otherwise
+    out = translate(_with({"model.max_prompt_tokens": 64, "trainer.trainer_config": {"data": {"truncation": "middle"}}}))
+    assert out["data"]["truncation"] == "middle"
+    with pytest.raises(ConfigError, match=r"trainer_config\.data\.truncation='middle', but a Trinity key"):
+        translate(_with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": False,
+                         "trainer.trainer_config": {"data": {"truncation": "middle"}}}))
+    with pytest.raises(ConfigError, match=r"model\.enable_prompt_truncation='yes': true"):
+        translate(_with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": "yes"}))
+
+
+def test_enable_prompt_truncation_is_the_rl_stages_in_an_sft_stage():
+    cfg = _with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": False})
+    cfg["stages"] = [SFT_STAGE, {"stage_name": "rl"}]
+    sft, rl = translate(cfg, "t.yaml")["stages"]
+    assert "truncation" not in sft.get("data", {}) and rl["data"]["truncation"] == "error"
+
+
+@pytest.mark.slow
+def test_rft_train_cuts_a_long_prompts_start_with_enable_prompt_truncation(work, tmp_path):
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    for overrides in ([], ["model.enable_prompt_truncation=true"]):
+        root = tmp_path / f"root{len(overrides)}"
+        proc = rft_here("train", str(path), "model.max_prompt_tokens=8", f"checkpoint_root_dir={root}",
+                        "trainer.save_interval=0", *overrides, cwd=tmp_path, check=False)
+        assert proc.returncode == 0, proc.stderr
+        (metrics,) = [json.loads(x) for x in (root / "rft-trinity" / "arith" / "metrics.jsonl").read_text().splitlines()]
+        assert metrics["prompt_length/max"] == 8, metrics  # the arithmetic prompts are longer after the chat template
 
 
 def test_math_workflow_without_a_reward_fn_scores_with_math_reward_as_trinity_does():

@@ -29,12 +29,13 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rft.config.errors import ConfigError
 from rft.config.load import flatten
-from rft.config.suggest import key_hint, origin
+from rft.config.suggest import did_you_mean, key_hint, origin
 from rft.dialects.trinity_keys import trinity_keys
 
 # top-level keys only Trinity configs have (verl's are data, actor_rollout_ref, critic, reward_model, algorithm,
@@ -90,6 +91,7 @@ WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 M = "actor_rollout_ref.model"
+STORAGE_TYPES = ("file", "sql", "queue")  # a taskset's storage_type (Trinity-RFT's StorageType)
 SAVE_STRATEGIES = ("single_thread", "single_process", "single_node", "unrestricted")
 
 # trainer_config keys (verl) an SFT stage honours, and the SFT key each lands on
@@ -182,6 +184,14 @@ def unknown_key(key: str, known: tuple[str, ...]) -> str:
     return "unknown Trinity-RFT key; " + key_hint(key, known, "Trinity-RFT's keys")
 
 
+def not_one_of(value: Any, choices: Iterable[str], reason: str) -> str:
+    """The reason for refusing `value`, none of the names `choices` a Trinity key takes: "=<value>: <reason>", then
+    "; did you mean 'x'?" naming the choice closest to a misspelt string (`did_you_mean`, as the verl keys'
+    `rft.config.validate.choice_hint`)."""
+    meant = did_you_mean(value, [c for c in choices if c != value]) if isinstance(value, str) else ""
+    return f"={value!r}: {reason}" + (f"; {meant}" if meant else "")
+
+
 def refusal_line(key: str, reason: str, path: str, overrides: list[str] | tuple = ()) -> str:
     """One line: where the refused `key` came from (the command line, the environment, else the file `path`),
     the key and the reason."""
@@ -228,7 +238,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     algo = _section(algo, "algorithm")
     kind = algo.pop("algorithm_type", "ppo")
     if kind not in ALGORITHMS:
-        t.refuse("algorithm.algorithm_type", f"={kind!r}: rft runs {sorted(ALGORITHMS)}")
+        t.refuse("algorithm.algorithm_type", not_one_of(kind, ALGORITHMS, f"rft runs {sorted(ALGORITHMS)}"))
         return kind
     a = {**ALGORITHMS[kind], **{k: v for k, v in algo.items() if v is not None}}
     algo = {k: v for k, v in algo.items() if k not in ALGORITHMS[kind]}  # the taken keys
@@ -238,7 +248,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         _set(out, f"{R}.n", a["repeat_times"])
     adv = a["advantage_fn"]
     if adv not in ADVANTAGE_FNS:
-        t.refuse("algorithm.advantage_fn", f"={adv!r}: rft has {sorted(ADVANTAGE_FNS)}")
+        t.refuse("algorithm.advantage_fn", not_one_of(adv, ADVANTAGE_FNS, f"rft has {sorted(ADVANTAGE_FNS)}"))
     else:
         _set(out, "algorithm.adv_estimator", ADVANTAGE_FNS[adv])
     for key, value in (a.get("advantage_fn_args") or {}).items():
@@ -255,7 +265,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     chord = loss == "mix_chord"
     mix = loss == "mix" or chord
     if loss not in POLICY_LOSS_FNS and not mix:
-        t.refuse("algorithm.policy_loss_fn", f"={loss!r}: rft has {sorted([*POLICY_LOSS_FNS, 'mix', 'mix_chord'])}")
+        losses = sorted([*POLICY_LOSS_FNS, "mix", "mix_chord"])
+        t.refuse("algorithm.policy_loss_fn", not_one_of(loss, losses, f"rft has {losses}"))
     else:
         _set(out, f"{A}.policy_loss.loss_mode", POLICY_LOSS_FNS.get(loss, "vanilla"))
         if mix:
@@ -294,7 +305,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
             _set(out, estimator, name)
             _set(out, coef, args.get("kl_coef", 0.001))
         else:
-            t.refuse(f"algorithm.{fn}", f"={name!r}: rft has none, {', '.join(KL_FNS)}")
+            t.refuse(f"algorithm.{fn}", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
         for key in set(args) - {"kl_coef"}:
             t.refuse(f"algorithm.{fn}_args.{key}", NOT_HONOURED)
     ent = a["entropy_loss_fn"]
@@ -308,7 +319,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     elif ent == "default" or (ent == "mix" and mix):  # mix: the bonus on the experiences, not the expert rows
         _set(out, f"{A}.entropy_coeff", ent_args.get("entropy_coef", 0.0))
     else:
-        t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none (and mix with policy_loss_fn mix)")
+        t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none", "mix"),
+                                                         "rft has default, none (and mix with policy_loss_fn mix)"))
     for key in set(ent_args) - {"entropy_coef"}:
         t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
     _sample_strategy(t, a, out, mix)
@@ -324,37 +336,49 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
 
 OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps": "lr_warmup_steps", "lr_warmup_steps_ratio": "lr_warmup_steps_ratio",
                   "min_lr_ratio": "min_lr_ratio", "betas": "betas", "weight_decay": "weight_decay"}
+# the same fields as an SFT / DPO stage's optim keys (rft sft's; SFT_FROM_VERL maps verl's onto them alike)
+OFFLINE_OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps_ratio": "warmup_steps_ratio", "min_lr_ratio": "min_lr_ratio",
+                          "betas": "betas", "weight_decay": "weight_decay"}
 SCHEDULES = ("constant", "cosine")  # Trinity's lr_scheduler_type values, rft's optim.warmup_style ones
 
 
-def _optimizer(t: _Translation, opt: dict, out: dict) -> None:
-    """algorithm.optimizer (Trinity's OptimizerConfig, which it copies field by field onto verl's actor.optim):
-    the actor's optimizer and schedule. Trinity's lr_scheduler_type (and warmup_style, its deprecated name) is
-    verl's and rft's warmup_style; its min_lr_ratio default is 0.01 (rft's 0.0), which only a cosine schedule
-    reads; optimizer_type adam / adamw is rft's default AdamW."""
-    for key, target in OPTIMIZER_KEYS.items():
+def _optimizer(t: _Translation, opt: dict, out: dict, offline: bool = False) -> None:
+    """algorithm.optimizer (Trinity's OptimizerConfig, which it copies field by field onto verl's actor.optim, the
+    optimizer of its SFT and DPO stages too): the actor's optimizer and schedule, or (`offline`) the optim section
+    of an SFT / DPO stage. Trinity's lr_scheduler_type (and warmup_style, its deprecated name) is verl's and rft's
+    warmup_style (an offline stage's lr_scheduler); its min_lr_ratio default is 0.01 (rft's 0.0), which only a
+    cosine schedule reads; optimizer_type adam / adamw is rft's default AdamW."""
+    prefix = "optim." if offline else f"{A}.optim."
+    for key, target in (OFFLINE_OPTIMIZER_KEYS if offline else OPTIMIZER_KEYS).items():
         if key in opt:
-            _set(out, f"{A}.optim.{target}", opt.pop(key))
+            _set(out, prefix + target, opt.pop(key))
+    warmup_steps = opt.pop("lr_warmup_steps", None) if offline else None
+    if warmup_steps not in (None, -1):  # verl's -1: the ratio decides
+        t.refuse("algorithm.optimizer.lr_warmup_steps", f"={warmup_steps!r}: an SFT / DPO stage warms up for a "
+                                                        "fraction of its steps; set lr_warmup_steps_ratio instead")
     schedule = opt.pop("lr_scheduler_type", None)
     style = opt.pop("warmup_style", None)
     for key, value in (("lr_scheduler_type", schedule), ("warmup_style", style)):
         if value is not None and value not in SCHEDULES:
-            t.refuse(f"algorithm.optimizer.{key}", f"={value!r}: rft's schedules after the warmup are "
-                                                   f"{', '.join(SCHEDULES)}")
+            t.refuse(f"algorithm.optimizer.{key}",
+                     not_one_of(value, SCHEDULES, f"rft's schedules after the warmup are {', '.join(SCHEDULES)}"))
     schedule = schedule or style
     if schedule in SCHEDULES:
-        _set(out, f"{A}.optim.warmup_style", schedule)
-        if schedule == "cosine" and _get(out, f"{A}.optim.min_lr_ratio") is _MISSING:
-            _set(out, f"{A}.optim.min_lr_ratio", 0.01)  # Trinity's default
+        _set(out, prefix + ("lr_scheduler" if offline else "warmup_style"), schedule)
+        if schedule == "cosine" and _get(out, f"{prefix}min_lr_ratio") is _MISSING:
+            _set(out, f"{prefix}min_lr_ratio", 0.01)  # Trinity's default
     kind = opt.pop("optimizer_type", "adam")
-    if kind == "sgd":
+    if kind == "sgd" and not offline:
         _set(out, f"{A}.optim.optimizer", "sgd")
     elif kind not in ("adam", "adamw"):
-        t.refuse("algorithm.optimizer.optimizer_type", f"={kind!r}: Trinity-RFT's are adam (AdamW), adamw, sgd")
+        t.refuse("algorithm.optimizer.optimizer_type",
+                 not_one_of(kind, ("adam", "adamw"), "an SFT / DPO stage trains with AdamW (adam, adamw)") if offline
+                 else not_one_of(kind, ("adam", "adamw", "sgd"), "Trinity-RFT's are adam (AdamW), adamw, sgd"))
     clip = opt.pop("clip_grad", 1.0)
     if clip != 1.0:  # Trinity's verl actor clips by trainer.grad_clip, not by this field
         t.refuse("algorithm.optimizer.clip_grad", f"={clip!r}: the actor's gradient clipping is trainer.grad_clip "
-                                                  "(rft's actor_rollout_ref.actor.grad_clip); set that instead")
+                                                  f"(rft's {'optim.clip_grad' if offline else f'{A}.grad_clip'}); "
+                                                  "set that instead")
     t.rest(opt, "algorithm.optimizer", "not a field of Trinity-RFT's OptimizerConfig that rft has; remove it")
 
 
@@ -375,8 +399,9 @@ def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
         t.refuse("algorithm.policy_loss_fn", f"='mix' trains on the expert rows of sample_strategy mix, not "
                                              f"{strategy!r}")
     elif strategy not in SAMPLE_STRATEGIES:
-        t.refuse("algorithm.sample_strategy", f"={strategy!r}: rft reads each batch as generated (default, or its "
-                                              "alias warmup), or mixes in expert rows (mix, with policy_loss_fn mix)")
+        t.refuse("algorithm.sample_strategy", not_one_of(strategy, (*SAMPLE_STRATEGIES, "mix"), (
+            "rft reads each batch as generated (default, or its alias warmup), or mixes in expert rows (mix, with "
+            "policy_loss_fn mix)")))
     if args:
         t.refuse("algorithm.sample_strategy_args", f"the {strategy} strategy takes no arguments")
 
@@ -406,13 +431,13 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
         _set(out, "algorithm.kl_loss_type", name)
         _set(out, "algorithm.kl_loss_coef", args.pop("kl_coef", 0.001))
     else:
-        t.refuse("algorithm.kl_loss_fn", f"={name!r}: rft has none, {', '.join(KL_FNS)}")
+        t.refuse("algorithm.kl_loss_fn", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
     t.rest(args, "algorithm.kl_loss_fn_args", NOT_HONOURED)
     ent, args = a.pop("entropy_loss_fn"), dict(a.pop("entropy_loss_fn_args", None) or {})
     if ent in ("default", "none"):
         _set(out, "algorithm.entropy_coeff", args.pop("entropy_coef", 0.0) if ent == "default" else 0.0)
     else:
-        t.refuse("algorithm.entropy_loss_fn", f"={ent!r}: rft has default, none")
+        t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none"), "rft has default, none"))
     t.rest(args, "algorithm.entropy_loss_fn_args", NOT_HONOURED)
     if a.pop("kl_penalty_fn", "none") != "none":
         t.refuse("algorithm.kl_penalty_fn", "DPO has no reward to put a KL penalty in; use kl_loss_fn")
@@ -424,6 +449,7 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
     a.pop("sample_strategy", None), a.pop("sample_strategy_args", None)
     if "loss_agg_mode" in a:
         _set(out, "algorithm.loss_agg_mode", a.pop("loss_agg_mode"))
+    _optimizer(t, _section(a.pop("optimizer", None), "algorithm.optimizer"), out, offline=True)
     t.rest(a, "algorithm", NOT_HONOURED)
 
 
@@ -448,6 +474,11 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
             _set(out, "data.max_response_length", response)
         if max_len is not None:  # checked against the lengths in effect (_check_model_len)
             _set(out, "_trinity.max_model_len", max_len)
+    truncation = model.pop("enable_prompt_truncation", None)
+    if sft and truncation is not None:  # the rollout model's setting: Trinity's trainer does not read it
+        t.rl_only.append("model.enable_prompt_truncation")
+    elif truncation is not None:
+        _prompt_truncation(t, out, truncation, "model.enable_prompt_truncation")
     if model.pop("min_response_tokens", 1) != 1:
         t.refuse("model.min_response_tokens", "rft's engine stops at EOS from the first token; only 1 is honoured")
     critic = model.pop("critic_model_path", None)
@@ -456,6 +487,49 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
     elif critic is not None and sft:
         t.rl_only.append("model.critic_model_path")
     t.rest(model, "model", NOT_HONOURED)
+
+
+PROMPT_TRUNCATION = {True: "left", False: "error"}
+"""Trinity-RFT's enable_prompt_truncation as rft's data.truncation. true (its default) cuts a prompt over
+max_prompt_tokens to its last max_prompt_tokens tokens: its vLLM engine passes truncate_prompt_tokens, which keeps a
+prompt's end, and sets its tokenizer's truncation_side to left (its newest versions give a text prompt over the
+limit a masked-out experience instead: rft's nearest is data.filter_overlong_prompts). false sends the prompt whole,
+to overflow max_model_len; rft has no room for it, so a prompt over the limit is an error naming the key."""
+
+
+def _prompt_truncation(t: _Translation, out: dict, value: Any, where: str) -> None:
+    """model.enable_prompt_truncation, or explorer.rollout_model's own (which Trinity-RFT's rollout model takes over
+    model's; null: model's), `where`: rft's data.truncation (`PROMPT_TRUNCATION`)."""
+    if value is None:
+        return
+    if not isinstance(value, bool):
+        t.refuse(where, f"={value!r}: true (cut a prompt over max_prompt_tokens) or false")
+        return
+    _set(out, "data.truncation", PROMPT_TRUNCATION[value])
+    _set(out, "_trinity.truncation_key", where)
+
+
+def _check_prompt_truncation(t: _Translation, out: dict) -> None:
+    """The prompt limit enable_prompt_truncation cuts to: true needs one (Trinity-RFT refuses it without
+    max_prompt_tokens); left out, it is Trinity's default, true, where a limit is in effect (model.max_prompt_tokens,
+    max_model_len or trainer_config's data.max_prompt_length) and trainer_config sets no data.truncation."""
+    where = out.get("_trinity", {}).pop("truncation_key", None)
+    limited = _get(out, "data.max_prompt_length") is not _MISSING
+    if where is not None and not limited and _get(out, "data.truncation") == PROMPT_TRUNCATION[True]:
+        t.refuse(where, "=True cuts a prompt to model.max_prompt_tokens, which is not set: set it (or "
+                        "model.max_model_len), as Trinity-RFT requires")
+    elif where is None and limited and _get(out, "data.truncation") is _MISSING:
+        _set(out, "data.truncation", PROMPT_TRUNCATION[True])
+
+
+def prompt_truncation_off(cfg: dict) -> str | None:
+    """The key of the resolved Trinity config `cfg` that turned prompt truncation off (rft's data.truncation=error),
+    or None."""
+    for key in ("explorer.rollout_model.enable_prompt_truncation", "model.enable_prompt_truncation"):
+        value = _get(cfg, key)
+        if value is not _MISSING and value is not None:
+            return key if value is False else None
+    return None
 
 
 def _check_model_len(t: _Translation, out: dict) -> None:
@@ -538,12 +612,14 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
             t.refuse(f"{where}.split", f"={split!r}, but path={path!r} is a file, not a folder holding splits: "
                                        "remove split or give the folder")
         files = _files(t, where, path, split or ("test" if eval_set else "train"))
-        if storage != "file":
-            t.refuse(f"{where}.storage_type", f"={storage!r}: rft reads eval tasksets from files (jsonl / parquet)")
+        if storage != "file" and eval_set:
+            t.refuse(f"{where}.storage_type", not_one_of(storage, ("file",), "rft reads eval tasksets from files "
+                                                                            "(jsonl / parquet)"))
+        elif storage != "file":
+            t.refuse(f"{where}.storage_type", not_one_of(storage, STORAGE_TYPES, "Trinity-RFT's are "
+                                                                               f"{', '.join(STORAGE_TYPES)}"))
     fmt = _section(ts.pop("format", None), f"{where}.format")
-    ptype = fmt.pop("prompt_type", "plaintext")
-    if ptype not in ("plaintext", "messages"):
-        t.refuse(f"{where}.format.prompt_type", "rft reads a string or a chat message list")
+    ptype = _prompt_type(t, fmt, f"{where}.format")
     # the prompt column: prompt_key (plaintext) or messages_key (messages); rft reads either form from it
     prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
     if prompt_column is not None:
@@ -682,8 +758,10 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         if files:
             _set(out, "data.train_files", files)
         exp.pop("name", None)
-        if exp.pop("storage_type", "file") != "file":
-            t.refuse("buffer.trainer_input.experience_buffer.storage_type", "an SFT dataset is read from files")
+        storage = exp.pop("storage_type", "file")
+        if storage != "file":
+            t.refuse("buffer.trainer_input.experience_buffer.storage_type",
+                     not_one_of(storage, ("file",), "an SFT dataset is read from files"))
         fmt = _section(exp.pop("format", None), "buffer.trainer_input.experience_buffer.format")
         ptype = _prompt_type(t, fmt, "buffer.trainer_input.experience_buffer.format")
         if ptype == "messages":
@@ -726,7 +804,8 @@ def _prompt_type(t: _Translation, fmt: dict, where: str) -> str:
     """A buffer format's prompt_type (popped): plaintext (default) or messages; another is refused."""
     ptype = fmt.pop("prompt_type", "plaintext")
     if ptype not in ("plaintext", "messages"):
-        t.refuse(f"{where}.prompt_type", f"={ptype!r}: Trinity-RFT has plaintext and messages")
+        t.refuse(f"{where}.prompt_type", not_one_of(ptype, ("plaintext", "messages"), "Trinity-RFT has plaintext and "
+                                                                                     "messages"))
     return ptype
 
 
@@ -754,8 +833,10 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
             continue
         buf = _section(buf, f"{where}.{name}")
         buf.pop("name", None)  # a Ray actor's name
-        if buf.pop("storage_type", "file") != "file":
-            t.refuse(f"{where}.{name}.storage_type", "rft reads the expert rows from files (jsonl / parquet)")
+        storage = buf.pop("storage_type", "file")
+        if storage != "file":
+            t.refuse(f"{where}.{name}.storage_type", not_one_of(storage, ("file",), "rft reads the expert rows from "
+                                                                                  "files (jsonl / parquet)"))
         files = _files(t, f"{where}.{name}", buf.pop("path", None), buf.pop("split", "train"))
         if files:
             _set(out, "data.expert.files", files)
@@ -782,8 +863,10 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
     if files:
         _set(out, "data.train_files", files)
     exp.pop("name", None)  # a Ray actor's name
-    if exp.pop("storage_type", "file") != "file":
-        t.refuse(f"{where}.storage_type", "rft reads preference pairs from files (jsonl / parquet)")
+    storage = exp.pop("storage_type", "file")
+    if storage != "file":
+        t.refuse(f"{where}.storage_type", not_one_of(storage, ("file",), "rft reads preference pairs from files "
+                                                                        "(jsonl / parquet)"))
     fmt = _section(exp.pop("format", None), f"{where}.format")
     if _prompt_type(t, fmt, f"{where}.format") == "messages":  # the prompt's chat messages; responses as lists
         _set(out, "data.prompt_key", fmt.pop("messages_key", MESSAGES_KEY))
@@ -813,8 +896,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         # Trinity leaves the scheduler's token budget to vLLM; verl's 8192 is below Trinity's usual max_model_len
         _set(out, "actor_rollout_ref.rollout.max_num_batched_tokens", None)
     elif engine != "hf":
-        t.refuse("explorer.rollout_model.engine_type", f"={engine!r}: rft's engines are vllm (vllm_async) and hf "
-                                                       "(transformers with a KV cache)")
+        t.refuse("explorer.rollout_model.engine_type", not_one_of(engine, ("vllm", "vllm_async", "hf"), (
+            "rft's engines are vllm (vllm_async) and hf (transformers with a KV cache)")))
     if "engine_num" in rm:  # each engine an explorer process of its own, taking turns at the steps
         _set(out, "trainer.explorer_num", rm.pop("engine_num"))
     if "tensor_parallel_size" in rm:
@@ -828,6 +911,9 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "workflow.endpoint", rm.pop("enable_openai_api"))
     if "seed" in rm:  # the rollout engine's sampling seed; rft's one seed covers sampling
         _set(out, "trainer.seed", rm.pop("seed"))
+    if "enable_prompt_truncation" in rm:
+        _prompt_truncation(t, out, rm.pop("enable_prompt_truncation"),
+                           "explorer.rollout_model.enable_prompt_truncation")
     if "tool_call_parser" in rm:
         _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
     if "chat_template" in rm:
@@ -851,11 +937,13 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
     tr.pop("name", None)
     strategy = tr.pop("save_strategy", "unrestricted")
     if strategy not in SAVE_STRATEGIES:
-        t.refuse("trainer.save_strategy", f"={strategy!r}: Trinity's strategies are {', '.join(SAVE_STRATEGIES)}")
+        t.refuse("trainer.save_strategy",
+                 not_one_of(strategy, SAVE_STRATEGIES, f"Trinity's strategies are {', '.join(SAVE_STRATEGIES)}"))
     elif strategy != "unrestricted":  # checked against the number of processes (_check_save_strategy)
         _set(out, "_trinity.save_strategy", strategy)
-    if tr.pop("trainer_type", "verl") != "verl":
-        t.refuse("trainer.trainer_type", "rft is a verl-style trainer; only verl")
+    kind = tr.pop("trainer_type", "verl")
+    if kind != "verl":
+        t.refuse("trainer.trainer_type", not_one_of(kind, ("verl",), "rft is a verl-style trainer; only verl"))
     if "save_interval" in tr:
         _set(out, "trainer.save_freq", tr.pop("save_interval"))
     if "total_steps" in tr:
@@ -1001,7 +1089,8 @@ def _log(t: _Translation, log: dict, out: dict) -> None:
     if "level" in log:
         level = log.pop("level")
         if str(level).upper() not in LOG_LEVELS:
-            t.refuse("log.level", f"={level!r}: one of {', '.join(LOG_LEVELS)}")
+            t.refuse("log.level", not_one_of(level, [*LOG_LEVELS, *map(str.lower, LOG_LEVELS)],  # in any case
+                                             f"one of {', '.join(LOG_LEVELS)}"))
         else:
             _set(out, "trainer.log_level", str(level).upper())
     if "group_by_node" in log:
@@ -1070,7 +1159,8 @@ def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     kinds = [kind] if isinstance(kind, str) else list(kind or [])
     for name in kinds:
         if name in REFUSED_LOGGERS or name not in LOGGERS:
-            t.refuse("monitor.monitor_type", f"={name!r}: " + REFUSED_LOGGERS.get(name, f"rft has {list(LOGGERS)}"))
+            t.refuse("monitor.monitor_type", f"={name!r}: " + REFUSED_LOGGERS[name] if name in REFUSED_LOGGERS
+                     else not_one_of(name, LOGGERS, f"rft has {list(LOGGERS)}"))
     if kinds:
         _set(out, "trainer.logger", ["console", *[k for k in kinds if k != "console"]])
     args = _section(monitor.pop("monitor_args", None), "monitor.monitor_args")
@@ -1105,6 +1195,8 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
         t.rl_only += [f"{section}.{k}" for section in ("synchronizer", "service") for k in cfg.get(section) or {}]
         algo = _section(cfg.get("algorithm"), "algorithm")
         algo.pop("algorithm_type", None)
+        if kind == "sft":  # Trinity trains an SFT stage's actor with algorithm.optimizer too (_dpo_algorithm: DPO's)
+            _optimizer(t, _section(algo.pop("optimizer", None), "algorithm.optimizer"), out, offline=True)
         if kind == "dpo":
             _dpo_algorithm(t, algo, out)
         for key, value in algo.items() if kind == "sft" else ():
@@ -1128,6 +1220,7 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")
     if not sft:
         _check_model_len(t, out)
+        _check_prompt_truncation(t, out)
         _math_workflow_reward(out)
     _check_save_strategy(t, out)
     out.pop("_trinity", None)
@@ -1164,10 +1257,11 @@ def _mode(t: _Translation, cfg: dict, where: str) -> str:
     kind = (cfg.get("algorithm") or {}).get("algorithm_type", "ppo")
     if kind in OFFLINE:
         if mode != "train":
-            t.refuse(f"{where}mode", f"={mode!r}: the {kind} algorithm runs in mode train (as in Trinity-RFT)")
+            t.refuse(f"{where}mode", not_one_of(mode, ("train",), f"the {kind} algorithm runs in mode train (as in "
+                                                                   "Trinity-RFT)"))
         return kind
     if mode not in MODES:
-        t.refuse(f"{where}mode", f"={mode!r}: rft has {', '.join(MODES)}")
+        t.refuse(f"{where}mode", not_one_of(mode, MODES, f"rft has {', '.join(MODES)}"))
     return "rl"
 
 

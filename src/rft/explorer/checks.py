@@ -8,6 +8,7 @@ from pathlib import Path
 from rft.algorithms import estimator_spec
 from rft.config.checks import CHECKS, CheckContext, check_model_dir, positive
 from rft.config.errors import ConfigError
+from rft.config.suggest import did_you_mean
 from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
@@ -84,9 +85,10 @@ def check_workflow(ctx: CheckContext) -> None:
     if not isinstance(wf.endpoint_port, int) or not 0 <= wf.endpoint_port <= 65535:
         raise ConfigError(f"workflow.endpoint_port must be 0 (a free port) or a port number, got {wf.endpoint_port!r}")
     if wf.type not in BUILTIN_WORKFLOWS and not wf.path:
-        raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}: set "
-                          "workflow.path to the Python file that registers it (rft.explorer.workflow."
-                          "register_workflow)")
+        meant = did_you_mean(wf.type, BUILTIN_WORKFLOWS) if isinstance(wf.type, str) else ""
+        raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}"
+                          + (f": {meant} Else set" if meant else ": set") + " workflow.path to the Python file "
+                          "that registers it (rft.explorer.workflow.register_workflow)")
     if wf.path and check_paths and not Path(wf.path).expanduser().exists():
         raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
     for i, spec in enumerate(wf.auxiliary_models):
