@@ -517,6 +517,26 @@ def test_rft_data_removes_the_staging_folder_of_a_killed_process_not_of_a_live_o
         live.wait()
 
 
+def test_rft_data_removes_an_older_rfts_unnamed_staging_folder_once_an_hour_went_by_without_a_change(tmp_path):
+    """An rft from before staging folders named their process left `.staging.tmp-*` folders, which no later
+    `rft data` removed. They name no process to ask, so time decides: one in which nothing changed for two hours is
+    removed (said in a line); one a file in it was written to a minute ago (an older rft still writing) is left."""
+    out = tmp_path / "d"
+    old, busy = out / ".staging.tmp-0123abcd", out / ".staging.tmp-89abcdef"
+    for folder in (old, busy):
+        folder.mkdir(parents=True)
+        (folder / "train.parquet").write_bytes(b"half")
+    hours_ago, minute_ago = time.time() - 2 * 3600, time.time() - 60
+    for path in (old / "train.parquet", old, busy):
+        os.utime(path, (hours_ago, hours_ago))
+    os.utime(busy / "train.parquet", (minute_ago, minute_ago))  # the folder is old, a file in it is being written
+    run = rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3", cwd=tmp_path)
+    assert not old.exists() and (busy / "train.parquet").read_bytes() == b"half"
+    assert (f"rft data: an earlier rft data was interrupted: removed {Path('d') / old.name} (it names no process, as "
+            "an older rft data made it, and nothing in it changed for 2.0 hours)") in run.stdout.splitlines(), run.stdout
+    assert sorted(p.name for p in out.iterdir()) == [busy.name, "train.parquet", "val.parquet"]
+
+
 def test_counts_in_what_rft_prints_are_singular_for_one():
     """One helper words the counts of console lines and messages ("1 steps", "1 prompts" before)."""
     from rft.console import counted

@@ -3,7 +3,8 @@
 Temporary names are `.<name>.tmp-<8 hex>` (and `.<name>.old-<8 hex>` for a folder moved aside while it is replaced),
 so a run that finds them in its folder knows an earlier run was interrupted (`clean_stale`, under the run folder's
 lock). A staging folder made inside a folder no lock holds (`staging_in`: `rft data`) names its process,
-`.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`).
+`.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`;
+one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour).
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
@@ -23,6 +24,10 @@ from pathlib import Path
 
 _STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-[0-9a-f]{8}$")
 _STAGING = re.compile(r"^\.staging-(?P<pid>\d+)@(?P<host>.+)\.tmp-[0-9a-f]{8}$")
+_UNNAMED_STAGING = re.compile(r"^\.staging\.tmp-[0-9a-f]{8}$")  # rft data's name before it named its process
+UNNAMED_STAGING_AGE_S = 3600.0
+"""How long nothing in a `.staging.tmp-*` folder (no process named) must have changed before `clean_stale_staging`
+takes it for a killed `rft data`'s."""
 
 
 def os_error_of(error: BaseException, path: str | Path) -> OSError | None:
@@ -136,15 +141,43 @@ def process_alive(pid: object) -> bool:
     return True
 
 
+def _last_change(path: Path) -> float:
+    """The newest modification time of `path` and of everything under it (a file being written changes its own)."""
+    newest = path.lstat().st_mtime
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
+
+
 def clean_stale_staging(folder: str | Path) -> list[str]:
-    """Remove the staging folders `staging_in` made in `folder` whose process is gone (killed before it removed
-    its own): named for this machine and a pid no process has. One of a live process, or of another machine, is
-    left alone. Returns what was done, one line each."""
+    """Remove the staging folders a killed `rft data` left in `folder`. Returns what was done, one line each.
+
+    * `.staging-<pid>@<host>.tmp-*` (`staging_in`): removed when named for this machine and a pid no process has; one
+      of a live process, or of another machine, is left alone.
+    * `.staging.tmp-*`, made by an rft from before staging folders named their process: nothing says whose it is,
+      and `rft data` takes no lock that could tell, so the one safe evidence is time: it is removed once nothing in
+      it has changed for UNNAMED_STAGING_AGE_S (an hour). A live `rft data` writes its task's files within minutes of
+      making the folder, each write changing the folder or the file written, so an hour's quiet means its
+      process is gone; a younger one is left alone (it may be an old rft's, still writing)."""
+    import time
+
     folder = Path(folder)
     done: list[str] = []
     if not folder.is_dir():
         return done
     for path in sorted(folder.iterdir()):
+        if _UNNAMED_STAGING.match(path.name) and path.is_dir() and not path.is_symlink():
+            try:
+                quiet = time.time() - _last_change(path)
+            except OSError:  # removed meanwhile
+                continue
+            if quiet >= UNNAMED_STAGING_AGE_S:
+                shutil.rmtree(path, ignore_errors=True)
+                done.append(f"removed {path} (it names no process, as an older rft data made it, and nothing in it "
+                            f"changed for {quiet / 3600:.1f} hours)")
+            continue
         m = _STAGING.match(path.name)
         if m is None or m.group("host") != socket.gethostname() or process_alive(int(m.group("pid"))):
             continue
