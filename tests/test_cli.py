@@ -537,6 +537,33 @@ def test_rft_data_removes_an_older_rfts_unnamed_staging_folder_once_an_hour_went
     assert sorted(p.name for p in out.iterdir()) == [busy.name, "train.parquet", "val.parquet"]
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_staging_folders_name_their_host_as_the_run_lock_does_and_only_this_ones_are_tested(tmp_path):
+    """A staging folder names its host as the run lock and the buffer's holders do: `host_id`, the machine and its
+    PID namespace (as a file-name part, `host_tag`), not the bare hostname two containers of one machine share. The
+    next `rft data` removes the folder of a dead pid named for this host_id and leaves one named for another
+    container of the same hostname, whose pids it cannot see."""
+    import socket
+
+    from rft.fsutil import clean_stale_staging, host_tag, staging_in
+
+    with staging_in(tmp_path) as staging:
+        assert staging.name.startswith(f".staging-{os.getpid()}@{host_tag()}.tmp-"), staging.name
+    dead = _dead_pid()
+    mine = tmp_path / f".staging-{dead}@{host_tag()}.tmp-0123abcd"
+    other = tmp_path / f".staging-{dead}@{socket.gethostname()}_pid_1.tmp-89abcdef"
+    for folder in (mine, other):
+        folder.mkdir()
+    assert clean_stale_staging(tmp_path) == [f"removed {mine} (its process, pid {dead}, is gone)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]
+
+
 def test_counts_in_what_rft_prints_are_singular_for_one():
     """One helper words the counts of console lines and messages ("1 steps", "1 prompts" before)."""
     from rft.console import counted

@@ -736,6 +736,33 @@ def test_a_second_run_into_a_live_runs_folder_is_refused_and_a_dead_ones_lock_ta
     assert f"took over the lock of an earlier run that is no longer running (pid {holder.pid}" in stdout
 
 
+def test_the_run_lock_names_its_host_as_host_id_and_tests_the_pid_of_this_one(tmp_path, monkeypatch):
+    """The lock names its holder's host as `host_id` (machine and PID namespace), as the buffer's holders do. Where
+    the file system has no flock the pid in the file decides: a live pid named for this host_id is refused (it was
+    compared with the bare hostname, so the run took the live holder's lock over)."""
+    import errno
+    import fcntl
+
+    from rft.errors import RunLocked
+    from rft.fsutil import host_id
+    from rft.trainer.run_folder import LOCK_NAME, RunLock
+
+    lock = RunLock(tmp_path).acquire()
+    try:
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["host"] == host_id()
+    finally:
+        lock.release()
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": host_id(), "started": "then",
+                                                  "command": "rft train"}) + "\n")
+    with pytest.raises(RunLocked, match=f"in use by another rft run \\(pid {os.getppid()} on "):
+        RunLock(tmp_path).acquire()
+
+
 def test_a_refused_resume_leaves_config_yaml_as_it_was(work, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0

@@ -127,6 +127,17 @@ def host_id() -> str:
     return f"{socket.gethostname()}{'/' + namespace if namespace else ''}"
 
 
+def on_this_host(recorded: object) -> bool:
+    """Whether the host a record names (a lock's, a staging folder's) is this one, so that its pid can be tested
+    here: `host_id()`, or the bare hostname a record written before rft recorded host_id holds (tested as then)."""
+    return recorded in (host_id(), host_tag(), socket.gethostname())
+
+
+def host_tag() -> str:
+    """`host_id()` as a part of a file name (`staging_in`): its '/' and the namespace's brackets as '_'."""
+    return re.sub(r"[^\w.-]+", "_", host_id()).strip("_")
+
+
 def process_alive(pid: object) -> bool:
     """Whether a process `pid` (an int > 0; anything else is none) runs in this PID namespace (another user's
     counts). The one pid check: the run lock, `rft data`'s staging folders, a buffer's role holders, `rft studio`."""
@@ -154,8 +165,9 @@ def _last_change(path: Path) -> float:
 def clean_stale_staging(folder: str | Path) -> list[str]:
     """Remove the staging folders a killed `rft data` left in `folder`. Returns what was done, one line each.
 
-    * `.staging-<pid>@<host>.tmp-*` (`staging_in`): removed when named for this machine and a pid no process has; one
-      of a live process, or of another machine, is left alone.
+    * `.staging-<pid>@<host>.tmp-*` (`staging_in`): removed when named for this machine and PID namespace
+      (`on_this_host`) and a pid no process has; one of a live process, or of another machine or container, is left
+      alone.
     * `.staging.tmp-*`, made by an rft from before staging folders named their process: nothing says whose it is,
       and `rft data` takes no lock that could tell, so the one safe evidence is time: it is removed once nothing in
       it has changed for UNNAMED_STAGING_AGE_S (an hour). A live `rft data` writes its task's files within minutes of
@@ -179,7 +191,7 @@ def clean_stale_staging(folder: str | Path) -> list[str]:
                             f"changed for {quiet / 3600:.1f} hours)")
             continue
         m = _STAGING.match(path.name)
-        if m is None or m.group("host") != socket.gethostname() or process_alive(int(m.group("pid"))):
+        if m is None or not on_this_host(m.group("host")) or process_alive(int(m.group("pid"))):
             continue
         shutil.rmtree(path, ignore_errors=True)
         done.append(f"removed {path} (its process, pid {m.group('pid')}, is gone)")
@@ -262,13 +274,13 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def staging_in(folder: str | Path) -> Iterator[Path]:
-    """Yield a new temporary folder `.staging-<pid>@<host>.tmp-<8 hex>` inside `folder` (made, with its parents,
+    """Yield a new temporary folder `.staging-<pid>@<host_tag>.tmp-<8 hex>` inside `folder` (made, with its parents,
     where missing), from which files are renamed into `folder` (one file system: each rename atomic); it is removed
     on exit, and on an error so are the folders this made, where empty. One a killed process left is removed by
     the next `clean_stale_staging` of `folder`."""
     folder = Path(folder)
     with _folder_made(folder):
-        staging = folder / f".staging-{os.getpid()}@{socket.gethostname()}.tmp-{uuid.uuid4().hex[:8]}"
+        staging = folder / f".staging-{os.getpid()}@{host_tag()}.tmp-{uuid.uuid4().hex[:8]}"
         staging.mkdir()
         try:
             yield staging
