@@ -922,6 +922,32 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_whole_one(work, tmp_pat
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
+def test_a_damaged_run_config_yaml_refuses_the_resume_in_one_line_and_is_passed_over_where_it_may_be(work, tmp_path,
+                                                                                                    capsys):
+    """The resume compares its keys with the run's config.yaml (`check_resume_matches`); one that does not parse
+    (hand-edited) is one line naming the file, line and column, before the model loads, and the file is kept: it
+    was read as no config, so the resume compared nothing and went on. Where the file is only evidence among others
+    (`written_by`: which trainer wrote a checkpoint older than trainer_state.json's `trainer`), it is passed over."""
+    from rft.trainer.checkpoint import written_by
+
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    damaged = (out / "config.yaml").read_text() + "trainer_note: 'unclosed\n"
+    (out / "config.yaml").write_text(damaged)
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "steps on" not in stdout and "resumed from" not in stdout, err
+    assert line.startswith(f"rft: error: config file '{out / 'config.yaml'}' is not valid YAML at line "
+                           f"{len(damaged.splitlines())}, column 15: a quoted value opened here is not closed"), line
+    assert (out / "config.yaml").read_text() == damaged
+
+    legacy = tmp_path / "legacy" / "checkpoints" / "global_step_1"
+    legacy.mkdir(parents=True)
+    (legacy / "trainer_state.json").write_text(json.dumps({"kl_coef": 0.1}))
+    (tmp_path / "legacy" / "config.yaml").write_text("algorithm: {adv_estimator: grpo\n")
+    assert written_by(legacy) == {"trainer": "train"}
+
+
 # ------------------------------------------------------------------------------------ exploding updates
 def test_an_exploding_learning_rate_is_skipped_counted_and_stops_the_run(work, tmp_path, capsys):
     out = tmp_path / "out"

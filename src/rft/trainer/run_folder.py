@@ -227,7 +227,8 @@ def check_resume_matches(cfg: Any, folder: Path | None) -> None:
     written with this config's batch size and seed (the sampler state refuses otherwise, but only after the model
     has loaded), and with this config: a key changed since the checkpointed run started (its run folder's
     config.yaml) is refused unless a resume may change it (`RESUME_MAY_CHANGE`), since the checkpoint's state would
-    silently override it."""
+    silently override it. A config.yaml that does not parse is refused with the loader's line (file, line, column):
+    passed over, the resume would compare nothing."""
     from rft.trainer.checkpoint import run_config
 
     out = Path(cfg.trainer.default_local_dir)
