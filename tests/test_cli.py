@@ -564,6 +564,21 @@ def test_staging_folders_name_their_host_as_the_run_lock_does_and_only_this_ones
     assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]
 
 
+@pytest.mark.parametrize(("argv", "start"), [
+    (["trian", "x.yaml"], "rft: error: unknown command 'trian' (did you mean 'train'?); the commands are "),
+    (["exmaple", "arithmetic_grpo"], "rft: error: unknown command 'exmaple' (did you mean 'example'?); "),
+    (["xyzzy"], "rft: error: unknown command 'xyzzy'; the commands are init-model, data, example, train, "),
+])
+def test_a_mistyped_command_is_one_line_with_the_nearest_command(argv, start, tmp_path):
+    """argparse answered `rft trian` with its usage and an `invalid choice` line listing every command; rft's own
+    line names the nearest command (none when nothing is close) and lists them, exit 2, nothing written."""
+    run = rft_here(*argv, cwd=tmp_path, check=False)
+    assert run.returncode == 2 and run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith(start) and "(rft --help says what each does)" in run.stderr, run.stderr
+    assert "did you mean" not in run.stderr or argv[0] != "xyzzy"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_counts_in_what_rft_prints_are_singular_for_one():
     """One helper words the counts of console lines and messages ("1 steps", "1 prompts" before)."""
     from rft.console import counted

@@ -649,11 +649,28 @@ def _dispatch(argv: list[str]) -> int:
         from rft.components.run import main as component_main
 
         return component_main(component_argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _refuse_unknown_command(parser, argv)
+    args = parser.parse_args(argv)
     _split_positionals(args)
     _require_something_to_run(args)
     _require_config_here(args)
     return args.fn(args)
+
+
+def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """`rft trian ...`: one line with the nearest command (argparse's own answer is its usage and an `invalid
+    choice` line listing every command)."""
+    from rft.config.suggest import did_you_mean
+    from rft.errors import RftError
+
+    if not argv or argv[0].startswith("-"):  # an option (--help, --version): argparse's
+        return
+    commands = next(list(a.choices) for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if argv[0] not in commands:
+        hint = did_you_mean(argv[0], commands)
+        raise RftError(f"unknown command {argv[0]!r}{f' ({hint})' if hint else ''}; the commands are "
+                       f"{', '.join(commands)} (rft --help says what each does)")
 
 
 EXAMPLE_CONFIGS = {"train": ("gsm8k_grpo_small", "actor_rollout_ref.model.path=MODEL"),
