@@ -517,6 +517,68 @@ def test_rft_data_removes_the_staging_folder_of_a_killed_process_not_of_a_live_o
         live.wait()
 
 
+def test_rft_data_removes_an_older_rfts_unnamed_staging_folder_once_an_hour_went_by_without_a_change(tmp_path):
+    """An rft from before staging folders named their process left `.staging.tmp-*` folders, which no later
+    `rft data` removed. They name no process to ask, so time decides: one in which nothing changed for two hours is
+    removed (said in a line); one a file in it was written to a minute ago (an older rft still writing) is left."""
+    out = tmp_path / "d"
+    old, busy = out / ".staging.tmp-0123abcd", out / ".staging.tmp-89abcdef"
+    for folder in (old, busy):
+        folder.mkdir(parents=True)
+        (folder / "train.parquet").write_bytes(b"half")
+    hours_ago, minute_ago = time.time() - 2 * 3600, time.time() - 60
+    for path in (old / "train.parquet", old, busy):
+        os.utime(path, (hours_ago, hours_ago))
+    os.utime(busy / "train.parquet", (minute_ago, minute_ago))  # the folder is old, a file in it is being written
+    run = rft_here("data", "arithmetic", "d", "--n-train", "6", "--n-val", "3", cwd=tmp_path)
+    assert not old.exists() and (busy / "train.parquet").read_bytes() == b"half"
+    assert (f"rft data: an earlier rft data was interrupted: removed {Path('d') / old.name} (it names no process, as "
+            "an older rft data made it, and nothing in it changed for 2.0 hours)") in run.stdout.splitlines(), run.stdout
+    assert sorted(p.name for p in out.iterdir()) == [busy.name, "train.parquet", "val.parquet"]
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_staging_folders_name_their_host_as_the_run_lock_does_and_only_this_ones_are_tested(tmp_path):
+    """A staging folder names its host as the run lock and the buffer's holders do: `host_id`, the machine and its
+    PID namespace (as a file-name part, `host_tag`), not the bare hostname two containers of one machine share. The
+    next `rft data` removes the folder of a dead pid named for this host_id and leaves one named for another
+    container of the same hostname, whose pids it cannot see."""
+    import socket
+
+    from rft.fsutil import clean_stale_staging, host_tag, staging_in
+
+    with staging_in(tmp_path) as staging:
+        assert staging.name.startswith(f".staging-{os.getpid()}@{host_tag()}.tmp-"), staging.name
+    dead = _dead_pid()
+    mine = tmp_path / f".staging-{dead}@{host_tag()}.tmp-0123abcd"
+    other = tmp_path / f".staging-{dead}@{socket.gethostname()}_pid_1.tmp-89abcdef"
+    for folder in (mine, other):
+        folder.mkdir()
+    assert clean_stale_staging(tmp_path) == [f"removed {mine} (its process, pid {dead}, is gone)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]
+
+
+@pytest.mark.parametrize(("argv", "start"), [
+    (["trian", "x.yaml"], "rft: error: unknown command 'trian' (did you mean 'train'?); the commands are "),
+    (["exmaple", "arithmetic_grpo"], "rft: error: unknown command 'exmaple' (did you mean 'example'?); "),
+    (["xyzzy"], "rft: error: unknown command 'xyzzy'; the commands are init-model, data, example, train, "),
+])
+def test_a_mistyped_command_is_one_line_with_the_nearest_command(argv, start, tmp_path):
+    """argparse answered `rft trian` with its usage and an `invalid choice` line listing every command; rft's own
+    line names the nearest command (none when nothing is close) and lists them, exit 2, nothing written."""
+    run = rft_here(*argv, cwd=tmp_path, check=False)
+    assert run.returncode == 2 and run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith(start) and "(rft --help says what each does)" in run.stderr, run.stderr
+    assert "did you mean" not in run.stderr or argv[0] != "xyzzy"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_counts_in_what_rft_prints_are_singular_for_one():
     """One helper words the counts of console lines and messages ("1 steps", "1 prompts" before)."""
     from rft.console import counted

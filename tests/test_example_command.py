@@ -51,7 +51,7 @@ def test_rft_example_writes_the_repositorys_bytes_and_refuses_other_bytes_withou
     assert written.read_bytes() == repo_file.read_bytes()
     # its header as it runs here: the path written, not the repository's
     assert "rft train out/configs/arithmetic_grpo.yaml actor_rollout_ref.model.path=m" in run.stdout
-    assert "examples/arithmetic_grpo.yaml" not in run.stdout
+    assert "examples/arithmetic_grpo.yaml" not in run.stdout and "rft example arithmetic_grpo &&" not in run.stdout
 
     rft_here("example", "offline/eval", cwd=tmp_path)  # the default DEST: this folder
     assert (tmp_path / "eval.yaml").read_bytes() == (REPO / "examples" / "offline" / "eval.yaml").read_bytes()
@@ -66,6 +66,20 @@ def test_rft_example_writes_the_repositorys_bytes_and_refuses_other_bytes_withou
     assert len(refused.stderr.splitlines()) == 1 and written.read_text() == "# mine\n"
     rft_here("example", "arithmetic_grpo", "out/configs", "--overwrite", cwd=tmp_path)
     assert written.read_bytes() == repo_file.read_bytes()
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_examples_header_runs_it_from_where_rft_example_writes_it(example):
+    """An example's header said `rft train examples/NAME.yaml`, a path a user who got the file with `rft example
+    NAME` does not have (it is NAME.yaml in their folder). The header's commands start `rft example NAME &&` and
+    run NAME.yaml, which works there and in a clone alike."""
+    from rft.example_files import header
+
+    name = example.stem
+    commands = "\n".join(header(example.read_text()))
+    assert re.search(rf"\brft example {name} && ", commands), commands
+    assert re.search(rf"\brft (train|sft|dpo|generate|eval) {name}\.yaml(\s|$)", commands), commands
+    assert f"examples/{name}.yaml" not in commands
 
 
 @pytest.mark.parametrize(("argv", "words"), [

@@ -736,6 +736,33 @@ def test_a_second_run_into_a_live_runs_folder_is_refused_and_a_dead_ones_lock_ta
     assert f"took over the lock of an earlier run that is no longer running (pid {holder.pid}" in stdout
 
 
+def test_the_run_lock_names_its_host_as_host_id_and_tests_the_pid_of_this_one(tmp_path, monkeypatch):
+    """The lock names its holder's host as `host_id` (machine and PID namespace), as the buffer's holders do. Where
+    the file system has no flock the pid in the file decides: a live pid named for this host_id is refused (it was
+    compared with the bare hostname, so the run took the live holder's lock over)."""
+    import errno
+    import fcntl
+
+    from rft.errors import RunLocked
+    from rft.fsutil import host_id
+    from rft.trainer.run_folder import LOCK_NAME, RunLock
+
+    lock = RunLock(tmp_path).acquire()
+    try:
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["host"] == host_id()
+    finally:
+        lock.release()
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": host_id(), "started": "then",
+                                                  "command": "rft train"}) + "\n")
+    with pytest.raises(RunLocked, match=f"in use by another rft run \\(pid {os.getppid()} on "):
+        RunLock(tmp_path).acquire()
+
+
 def test_a_refused_resume_leaves_config_yaml_as_it_was(work, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
@@ -893,6 +920,32 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_whole_one(work, tmp_pat
     names = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert names == ["global_step_1", "global_step_2", "global_step_2.corrupt", "global_step_3", "latest"]
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_a_damaged_run_config_yaml_refuses_the_resume_in_one_line_and_is_passed_over_where_it_may_be(work, tmp_path,
+                                                                                                    capsys):
+    """The resume compares its keys with the run's config.yaml (`check_resume_matches`); one that does not parse
+    (hand-edited) is one line naming the file, line and column, before the model loads, and the file is kept: it
+    was read as no config, so the resume compared nothing and went on. Where the file is only evidence among others
+    (`written_by`: which trainer wrote a checkpoint older than trainer_state.json's `trainer`), it is passed over."""
+    from rft.trainer.checkpoint import written_by
+
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    damaged = (out / "config.yaml").read_text() + "trainer_note: 'unclosed\n"
+    (out / "config.yaml").write_text(damaged)
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2"), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "steps on" not in stdout and "resumed from" not in stdout, err
+    assert line.startswith(f"rft: error: config file '{out / 'config.yaml'}' is not valid YAML at line "
+                           f"{len(damaged.splitlines())}, column 15: a quoted value opened here is not closed"), line
+    assert (out / "config.yaml").read_text() == damaged
+
+    legacy = tmp_path / "legacy" / "checkpoints" / "global_step_1"
+    legacy.mkdir(parents=True)
+    (legacy / "trainer_state.json").write_text(json.dumps({"kl_coef": 0.1}))
+    (tmp_path / "legacy" / "config.yaml").write_text("algorithm: {adv_estimator: grpo\n")
+    assert written_by(legacy) == {"trainer": "train"}
 
 
 # ------------------------------------------------------------------------------------ exploding updates

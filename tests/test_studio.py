@@ -162,6 +162,34 @@ def test_the_server_serves_both_pages_writes_starts_and_shows_a_failed_run(asset
         assert get(url + "/api/runs")["runs"] == [started["run_dir"]]
 
 
+
+def test_a_run_whose_lock_is_held_on_another_host_is_running_elsewhere(tmp_path):
+    """A lock names its holder's host (`host_id`: machine and PID namespace). A pid of another host or container
+    cannot be tested here, so its lock, while held (not emptied), reads "running elsewhere" with the host: it read
+    as stopped (the pid not alive here), or as running when the number was a pid of this machine. A lock of this
+    host is tested as before."""
+    import subprocess
+    import sys
+
+    from rft.fsutil import host_id
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "critic/score/mean": 0.1}) + "\n")
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a pid no process has here
+    elsewhere = "node7/pid:[4026531836]"
+    (run / ".rft.lock").write_text(json.dumps({"pid": proc.pid, "host": elsewhere}) + "\n")
+    view = runs.read_run(run)
+    assert view["status"] == "running elsewhere" and view["running_on"] == elsewhere
+    (run / ".rft.lock").write_text(json.dumps({"pid": proc.pid, "host": host_id()}) + "\n")
+    assert runs.read_run(run)["status"] == "stopped"
+    (run / ".rft.lock").write_text(json.dumps({"pid": os.getpid(), "host": host_id()}) + "\n")
+    assert runs.read_run(run)["status"] == "running"
+    (run / ".rft.lock").write_text("")  # released by the run on the other host
+    view = runs.read_run(run)
+    assert view["status"] == "stopped" and view["running_on"] is None
+
 def _raw(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None) -> tuple[int, str]:
     """One request with exactly these headers (urllib adds Host from the URL unless given)."""
     import urllib.error

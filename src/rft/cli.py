@@ -174,7 +174,9 @@ def cmd_data(args) -> int:
 def cmd_example(args) -> int:
     """`rft example`: the shipped example configs, one a line with what it is; `rft example NAME [DEST]`: NAME
     written into the folder DEST byte for byte (the same bytes there already: nothing written; other bytes: refused
-    without --overwrite, as `rft data` does), then its header with the path it has there."""
+    without --overwrite, as `rft data` does), then its header with the path it has there (a header's commands
+    start `rft example NAME && rft train NAME.yaml`, which run in the current folder, a clone's or a user's)."""
+    import re
     from pathlib import Path
 
     from rft.config.suggest import did_you_mean
@@ -211,8 +213,10 @@ def cmd_example(args) -> int:
                        "over it, or name another folder")
     write_text_atomic(target, text)
     print(f"wrote {target}; its header, with the path it has here:")
-    for line in header(text):
-        print(line.replace(f"examples/{name}{source.suffix}", str(target)))
+    for line in header(text):  # `rft example NAME && rft train NAME.yaml`: done, and the file is at `target`
+        line = re.sub(rf"\S*rft example {re.escape(name)} && ", "", line)
+        line = line.replace(f"examples/{name}{source.suffix}", str(target))
+        print(re.sub(rf"(?<![\w./-]){re.escape(source.name)}", str(target), line))
     for other in companions(name, text):
         print(f"it reads examples/{other}{'' if other.endswith('.py') else '.yaml'}: `rft example {other} "
               f"{Path('examples', other).parent.as_posix()}` writes it there")
@@ -649,11 +653,28 @@ def _dispatch(argv: list[str]) -> int:
         from rft.components.run import main as component_main
 
         return component_main(component_argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _refuse_unknown_command(parser, argv)
+    args = parser.parse_args(argv)
     _split_positionals(args)
     _require_something_to_run(args)
     _require_config_here(args)
     return args.fn(args)
+
+
+def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """`rft trian ...`: one line with the nearest command (argparse's own answer is its usage and an `invalid
+    choice` line listing every command)."""
+    from rft.config.suggest import did_you_mean
+    from rft.errors import RftError
+
+    if not argv or argv[0].startswith("-"):  # an option (--help, --version): argparse's
+        return
+    commands = next(list(a.choices) for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if argv[0] not in commands:
+        hint = did_you_mean(argv[0], commands)
+        raise RftError(f"unknown command {argv[0]!r}{f' ({hint})' if hint else ''}; the commands are "
+                       f"{', '.join(commands)} (rft --help says what each does)")
 
 
 EXAMPLE_CONFIGS = {"train": ("gsm8k_grpo_small", "actor_rollout_ref.model.path=MODEL"),
@@ -676,7 +697,7 @@ def _require_something_to_run(args) -> None:
 
 
 def _require_config_here(args) -> None:
-    """A config `examples/NAME.yaml` (the docs' and the examples' own command lines) that is not in this folder,
+    """A config `examples/NAME.yaml` (the docs' command lines) that is not in this folder,
     as outside the repository: say that `rft example NAME` writes it, not only that it does not exist."""
     from rft.config.errors import ConfigError
     from rft.example_files import missing_example_problem

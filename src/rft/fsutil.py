@@ -3,7 +3,8 @@
 Temporary names are `.<name>.tmp-<8 hex>` (and `.<name>.old-<8 hex>` for a folder moved aside while it is replaced),
 so a run that finds them in its folder knows an earlier run was interrupted (`clean_stale`, under the run folder's
 lock). A staging folder made inside a folder no lock holds (`staging_in`: `rft data`) names its process,
-`.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`).
+`.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`;
+one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour).
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
@@ -23,6 +24,10 @@ from pathlib import Path
 
 _STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-[0-9a-f]{8}$")
 _STAGING = re.compile(r"^\.staging-(?P<pid>\d+)@(?P<host>.+)\.tmp-[0-9a-f]{8}$")
+_UNNAMED_STAGING = re.compile(r"^\.staging\.tmp-[0-9a-f]{8}$")  # rft data's name before it named its process
+UNNAMED_STAGING_AGE_S = 3600.0
+"""How long nothing in a `.staging.tmp-*` folder (no process named) must have changed before `clean_stale_staging`
+takes it for a killed `rft data`'s."""
 
 
 def os_error_of(error: BaseException, path: str | Path) -> OSError | None:
@@ -122,6 +127,17 @@ def host_id() -> str:
     return f"{socket.gethostname()}{'/' + namespace if namespace else ''}"
 
 
+def on_this_host(recorded: object) -> bool:
+    """Whether the host a record names (a lock's, a staging folder's) is this one, so that its pid can be tested
+    here: `host_id()`, or the bare hostname a record written before rft recorded host_id holds (tested as then)."""
+    return recorded in (host_id(), host_tag(), socket.gethostname())
+
+
+def host_tag() -> str:
+    """`host_id()` as a part of a file name (`staging_in`): its '/' and the namespace's brackets as '_'."""
+    return re.sub(r"[^\w.-]+", "_", host_id()).strip("_")
+
+
 def process_alive(pid: object) -> bool:
     """Whether a process `pid` (an int > 0; anything else is none) runs in this PID namespace (another user's
     counts). The one pid check: the run lock, `rft data`'s staging folders, a buffer's role holders, `rft studio`."""
@@ -136,17 +152,46 @@ def process_alive(pid: object) -> bool:
     return True
 
 
+def _last_change(path: Path) -> float:
+    """The newest modification time of `path` and of everything under it (a file being written changes its own)."""
+    newest = path.lstat().st_mtime
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
+
+
 def clean_stale_staging(folder: str | Path) -> list[str]:
-    """Remove the staging folders `staging_in` made in `folder` whose process is gone (killed before it removed
-    its own): named for this machine and a pid no process has. One of a live process, or of another machine, is
-    left alone. Returns what was done, one line each."""
+    """Remove the staging folders a killed `rft data` left in `folder`. Returns what was done, one line each.
+
+    * `.staging-<pid>@<host>.tmp-*` (`staging_in`): removed when named for this machine and PID namespace
+      (`on_this_host`) and a pid no process has; one of a live process, or of another machine or container, is left
+      alone.
+    * `.staging.tmp-*`, made by an rft from before staging folders named their process: nothing says whose it is,
+      and `rft data` takes no lock that could tell, so the one safe evidence is time: it is removed once nothing in
+      it has changed for UNNAMED_STAGING_AGE_S (an hour). A live `rft data` writes its task's files within minutes of
+      making the folder, each write changing the folder or the file written, so an hour's quiet means its
+      process is gone; a younger one is left alone (it may be an old rft's, still writing)."""
+    import time
+
     folder = Path(folder)
     done: list[str] = []
     if not folder.is_dir():
         return done
     for path in sorted(folder.iterdir()):
+        if _UNNAMED_STAGING.match(path.name) and path.is_dir() and not path.is_symlink():
+            try:
+                quiet = time.time() - _last_change(path)
+            except OSError:  # removed meanwhile
+                continue
+            if quiet >= UNNAMED_STAGING_AGE_S:
+                shutil.rmtree(path, ignore_errors=True)
+                done.append(f"removed {path} (it names no process, as an older rft data made it, and nothing in it "
+                            f"changed for {quiet / 3600:.1f} hours)")
+            continue
         m = _STAGING.match(path.name)
-        if m is None or m.group("host") != socket.gethostname() or process_alive(int(m.group("pid"))):
+        if m is None or not on_this_host(m.group("host")) or process_alive(int(m.group("pid"))):
             continue
         shutil.rmtree(path, ignore_errors=True)
         done.append(f"removed {path} (its process, pid {m.group('pid')}, is gone)")
@@ -229,13 +274,13 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def staging_in(folder: str | Path) -> Iterator[Path]:
-    """Yield a new temporary folder `.staging-<pid>@<host>.tmp-<8 hex>` inside `folder` (made, with its parents,
+    """Yield a new temporary folder `.staging-<pid>@<host_tag>.tmp-<8 hex>` inside `folder` (made, with its parents,
     where missing), from which files are renamed into `folder` (one file system: each rename atomic); it is removed
     on exit, and on an error so are the folders this made, where empty. One a killed process left is removed by
     the next `clean_stale_staging` of `folder`."""
     folder = Path(folder)
     with _folder_made(folder):
-        staging = folder / f".staging-{os.getpid()}@{socket.gethostname()}.tmp-{uuid.uuid4().hex[:8]}"
+        staging = folder / f".staging-{os.getpid()}@{host_tag()}.tmp-{uuid.uuid4().hex[:8]}"
         staging.mkdir()
         try:
             yield staging

@@ -3,7 +3,8 @@
 A run folder is one run (`metrics.jsonl` at its root, `explorer/` for a decoupled explorer) or a staged run (one
 sub-folder per stage, in the order of its config.yaml's `stages`). For each part: the curves (reward, validation
 accuracy with the step-0 validation, response length, KL), the phase timings, the latest validation generations,
-the checkpoints and the final model; for the run: whether it is running (its lock's holder lives), finished, failed
+the checkpoints and the final model; for the run: whether it is running (its lock's holder lives), running elsewhere
+(its lock names another host, whose processes this one cannot see), finished, failed
 (`failed.json`, the line the command printed) or stopped, and the tail of the log `rft studio` kept when it started
 the run.
 """
@@ -15,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rft.fsutil import process_alive
+from rft.fsutil import on_this_host, process_alive
 
 LOG = "studio.log"
 """The output of a run `rft studio` started (in its run folder)."""
@@ -143,16 +144,24 @@ def _stage_names(root: Path) -> list[str]:
     return [str(s.get("stage_name")) for s in stages or [] if isinstance(s, dict) and s.get("stage_name")]
 
 
-def _holder_alive(folder: Path) -> bool:
-    """A live process holds the folder's run lock (`.rft.lock` names it while held)."""
+def _lock_holders(folder: Path) -> list[str]:
+    """Where the folder's run locks are held (`.rft.lock` and the other roles' name their holder while held): "" for
+    a live process of this host, the host's name for a process of another host (or container), whose pid cannot
+    be tested from here: it counts as running there until its lock is released (an empty file)."""
+    holders = []
     for lock in folder.glob(".rft*.lock"):
         try:
-            pid = json.loads(lock.read_text() or "{}").get("pid")
+            holder = json.loads(lock.read_text() or "{}")
         except (OSError, ValueError):
             continue
-        if process_alive(pid):
-            return True
-    return False
+        if not isinstance(holder, dict) or not holder.get("pid"):
+            continue
+        if not holder.get("host") or on_this_host(holder.get("host")):  # no host named: tested here, as before
+            if process_alive(holder.get("pid")):
+                holders.append("")
+        else:
+            holders.append(str(holder.get("host")))
+    return holders
 
 
 def parts_of(root: Path) -> list[tuple[str, Path]]:
@@ -179,9 +188,11 @@ def read_run(path: str | Path) -> dict:
     log = root / LOG
     log_tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:] if log.is_file() else None
     error_lines = [line for line in log_tail or [] if line.startswith("rft: error:")]
-    running = any(_holder_alive(folder) for _, folder in [("", root), *parts_of(root)])
-    if running:
+    holders = [h for _, folder in [("", root), *parts_of(root)] for h in _lock_holders(folder)]
+    if "" in holders:
         status = "running"
+    elif holders:
+        status = "running elsewhere"
     elif failures or error_lines:
         status = "failed"
     elif parts and (parts[-1]["model"] or (root / "demo.json").is_file()):
@@ -190,7 +201,7 @@ def read_run(path: str | Path) -> dict:
         status = "stopped" if parts else "empty"
     error = failures[0]["error"] if failures else (error_lines[-1].removeprefix("rft: error: ") if error_lines else None)
     return {"folder": str(root), "exists": True, "status": status, "parts": parts, "log": log_tail, "error": error,
-            "demo": _read_json(root / "demo.json")}
+            "demo": _read_json(root / "demo.json"), "running_on": holders[0] if status == "running elsewhere" else None}
 
 
 def list_runs(root: str | Path) -> list[str]:

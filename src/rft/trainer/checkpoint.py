@@ -435,7 +435,12 @@ def written_by(folder: Path) -> dict | None:
         return None
     if "trainer" in state:
         return {k: state[k] for k in ("trainer", "algorithm") if k in state}
-    config = run_config(folder)
+    from rft.config.errors import ConfigError
+
+    try:
+        config = run_config(folder)
+    except ConfigError:  # a damaged config.yaml: no evidence, the files alone tell
+        config = {}
     algorithm = config.get("algorithm") if isinstance(config.get("algorithm"), dict) else {}
     if "kl_coef" in state:
         return {"trainer": "train", **({"algorithm": algorithm["adv_estimator"]} if "adv_estimator" in algorithm
@@ -449,15 +454,16 @@ def written_by(folder: Path) -> dict | None:
 
 def run_config(folder: Path) -> dict:
     """The config.yaml of the run folder holding the checkpoint `folder` (`<run>/checkpoints/global_step_N`), {}
-    when there is none or it does not parse."""
+    when there is none. One that does not parse raises the config loader's one line (`read_yaml`: the file, line
+    and column); a reader that can do without it catches that ConfigError (`written_by`)."""
     from omegaconf import OmegaConf
 
+    from rft.config.load import read_yaml
+
     path = folder.parent.parent / "config.yaml"
-    try:
-        loaded = OmegaConf.to_container(OmegaConf.load(path))
-    except Exception:  # absent or unreadable: no evidence
+    if not path.is_file():
         return {}
-    return loaded if isinstance(loaded, dict) else {}
+    return OmegaConf.to_container(read_yaml(path))
 
 
 def describe_trainer(kind: dict) -> str:

@@ -268,6 +268,7 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine
 
 
 def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: CallClock) -> dict:
+    from rft.config.load import read_yaml
     from rft.monitor.plots import plot_curves
     from rft.runtime import configure_cpu_runtime
     from rft.trainer.stages import build_stages, run_stages
@@ -304,7 +305,7 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
     print(f"rft demo: {'tiny Qwen2-VL' if task == 'vision' else 'tiny'} model ({model_dir}), {task} task ({data['train'].parent}), config {config_path}")
     print(f"rft demo: {story}")
 
-    stages = build_stages(OmegaConf.load(config_path))
+    stages = build_stages(read_yaml(config_path), path=config_path)
     final = run_stages(stages, after_stage=clock.save)
     rl = stages[-1]
     sft_accuracy, rl_accuracy = validation_before_and_after(rl.out, rl.cfg.trainer.total_training_steps)

@@ -36,7 +36,6 @@ import errno
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -45,7 +44,7 @@ from typing import Any
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, RftError, RunComplete, RunLocked, ends_with_resume_note
-from rft.fsutil import clean_stale, process_alive
+from rft.fsutil import clean_stale, host_id, on_this_host, process_alive
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
 
@@ -59,7 +58,8 @@ LOCK_ENV = "RFT_RUN_LOCK"
 
 class RunLock:
     """An exclusive lock on a run folder: flock on `<folder>/.rft.lock` (dropped by the kernel when the holder
-    dies); where the file system has no flock, the pid written in the file decides whether its holder lives."""
+    dies); where the file system has no flock, the pid written in the file decides whether its holder lives. The
+    file names the holder's host as `host_id()` (machine and PID namespace), the one its pid can be tested on."""
 
     def __init__(self, folder: Path, name: str = LOCK_NAME):
         self.path = folder / name
@@ -84,15 +84,15 @@ class RunLock:
                 raise self._locked(self._holder()) from None
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
-            if previous.get("host") == socket.gethostname() and process_alive(previous.get("pid")):
+            if on_this_host(previous.get("host")) and process_alive(previous.get("pid")):
                 raise self._locked(previous) from None
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # no flock here: the pid file alone
         self.fd = fd
         pid = previous.get("pid")
-        if pid and (pid != os.getpid() or previous.get("host") != socket.gethostname()):
+        if pid and (pid != os.getpid() or previous.get("host") != host_id()):
             print(f"rft: note: {self.path.parent}: took over the lock of an earlier run that is no longer running "
                   f"(pid {pid} on {previous.get('host', '?')}, started {previous.get('started', '?')})", flush=True)
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        info = {"pid": os.getpid(), "host": host_id(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
@@ -227,7 +227,8 @@ def check_resume_matches(cfg: Any, folder: Path | None) -> None:
     written with this config's batch size and seed (the sampler state refuses otherwise, but only after the model
     has loaded), and with this config: a key changed since the checkpointed run started (its run folder's
     config.yaml) is refused unless a resume may change it (`RESUME_MAY_CHANGE`), since the checkpoint's state would
-    silently override it."""
+    silently override it. A config.yaml that does not parse is refused with the loader's line (file, line, column):
+    passed over, the resume would compare nothing."""
     from rft.trainer.checkpoint import run_config
 
     out = Path(cfg.trainer.default_local_dir)

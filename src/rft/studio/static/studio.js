@@ -254,7 +254,8 @@ function renderRun(view) {
   const demo = view.demo ? ` \u2014 held-out accuracy ${fmt(view.demo.sft_accuracy)} after SFT, ` +
     `${fmt(view.demo.rl_accuracy)} after GRPO` : "";
   status.className = "status " + ({failed: "bad", finished: "ok"}[view.status] || "pending");
-  status.textContent = `${view.folder}: ${view.status}${progress}${demo}`;
+  const where = view.running_on ? ` on ${view.running_on}` : "";  // a lock held on another host
+  status.textContent = `${view.folder}: ${view.status}${where}${progress}${demo}`;
   status.dataset.status = view.status;
   const error = $("#run-error");
   error.hidden = !view.error;
