@@ -133,6 +133,12 @@ def on_this_host(recorded: object) -> bool:
     return recorded in (host_id(), host_tag(), socket.gethostname())
 
 
+def machine_of(recorded: object) -> str:
+    """The machine a recorded host (`host_id()`, or a bare hostname) names, without its PID namespace: how a
+    message names it."""
+    return str(recorded if recorded is not None else "?").split("/")[0]
+
+
 def host_tag() -> str:
     """`host_id()` as a part of a file name (`staging_in`): its '/' and the namespace's brackets as '_'."""
     return re.sub(r"[^\w.-]+", "_", host_id()).strip("_")

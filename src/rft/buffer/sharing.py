@@ -25,7 +25,7 @@ import uuid
 import sqlalchemy as sa
 
 from rft.errors import RftError
-from rft.fsutil import host_id, process_alive
+from rft.fsutil import host_id, machine_of, process_alive
 
 log = logging.getLogger("rft")
 HEARTBEAT_S = 1.0
@@ -68,8 +68,7 @@ def layout_mismatch(recorded: dict, mine: dict, where: str) -> str | None:
 
 
 def _host(holder: dict) -> str:
-    """The host a holder record names, without its PID namespace."""
-    return str(holder.get("host", "?")).split("/")[0]
+    return machine_of(holder.get("host"))
 
 
 def role_name(role: str) -> str:

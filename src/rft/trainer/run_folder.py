@@ -44,7 +44,7 @@ from typing import Any
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, RftError, RunComplete, RunLocked, ends_with_resume_note
-from rft.fsutil import clean_stale, host_id, on_this_host, process_alive
+from rft.fsutil import clean_stale, host_id, machine_of, on_this_host, process_alive
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
 
@@ -99,7 +99,7 @@ class RunLock:
         return self
 
     def _locked(self, holder: dict) -> RunLocked:
-        who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}: "
+        who = (f"pid {holder.get('pid', '?')} on {machine_of(holder.get('host'))}, started {holder.get('started', '?')}: "
                f"{holder.get('command', '?')}") if holder else "another process"
         return RunLocked(
             f"output folder {str(self.path.parent)!r} is in use by another rft run ({who}); wait for it to finish "
