@@ -91,6 +91,23 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
     assert max(float((trained[n] - start[n]).abs().max()) for n in start if n in trained) > 1e-4
 
 
+def test_the_weights_reach_an_explorer_that_generates_in_bf16(assets, tmp_path):
+    """verl's rollout dtype bf16, computed as named (the suite computes in float32 elsewhere; a CPU with fast bf16
+    picks it by default): the explorer's model is bf16, the trainer's master weights float32, and the nccl broadcast
+    sends them in the explorer's dtype (it failed with gloo's size mismatch, 140800 against 70400 bytes)."""
+    out = tmp_path / "out"
+    env = {**ENV, "RFT_CPU_PRECISION": "requested"}
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "train", *overrides(
+        assets, out, 3, "synchronizer.sync_offset=1", "synchronizer.sync_method=nccl",
+        "actor_rollout_ref.rollout.dtype=bfloat16")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    log = finish(proc)
+    assert "computing in bfloat16" in log, log
+    explorer = lines(out / "explorer" / "metrics.jsonl")
+    assert [x["rollout/model_version"] for x in explorer] == [0, 0, 1]  # version 1 came over the broadcast
+    assert (out / "model" / "config.json").is_file()
+
+
 TWO_TRAINERS = ("synchronizer.sync_interval=2", "trainer.n_gpus_per_node=2",
                 "actor_rollout_ref.actor.ppo_epochs=2")  # epochs 2: old log-probs computed
 

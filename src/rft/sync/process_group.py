@@ -10,7 +10,10 @@ sender thread and trains on; the thread broadcasts when the explorer is ready fo
 versions travel: on joining, the explorer sends the step it has explored to (0, or where a restarted one resumes),
 and the trainer then sends exactly the versions its later steps generate with (`rft.sync.schedule.versions_after`),
 in order, so neither side waits for a message that never comes and a restarted explorer takes the versions its
-schedule names (the trainer keeps the older ones with its checkpoints, see `rft.trainer.modes.TrainLoop`).
+schedule names (the trainer keeps the older ones with its checkpoints, see `rft.trainer.modes.TrainLoop`). With the
+step it also sends the dtype of its receiving tensors (its model's: bf16 where the rollout computes in bf16), and
+the trainer casts its float32 master weights to it as it sends: a broadcast's sizes must match on both sides, and
+the explorer's half-size copy is what it loads anyway.
 """
 
 from __future__ import annotations
@@ -74,17 +77,22 @@ def snapshot(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}
 
 
-def _explorer_step(group: _Group, step: int = 0) -> int:
-    """The explorer's position, sent by it (rank 1) to the trainer when both join."""
-    value = torch.tensor([step], dtype=torch.long)
+WIRE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""The dtypes the weights may travel in, by their index (what the explorer announces on joining)."""
+
+
+def _explorer_joins(group: _Group, step: int = 0, dtype: torch.dtype = torch.float32) -> tuple[int, torch.dtype]:
+    """The explorer's position and the dtype it receives the weights in, sent by it (rank 1) to the trainer when
+    both join."""
+    value = torch.tensor([step, WIRE_DTYPES.index(dtype)], dtype=torch.long)
     group.broadcast(value, src=1)
-    return int(value)
+    return int(value[0]), WIRE_DTYPES[int(value[1])]
 
 
-def _send(group: _Group, weights: dict[str, torch.Tensor], version: int) -> None:
+def _send(group: _Group, weights: dict[str, torch.Tensor], version: int, dtype: torch.dtype) -> None:
     group.broadcast(torch.tensor([version], dtype=torch.long), src=0)
     for name in sorted(weights):
-        group.broadcast(weights[name], src=0)
+        group.broadcast(weights[name].to(dtype).contiguous(), src=0)
 
 
 class ProcessGroupSender:
@@ -94,7 +102,7 @@ class ProcessGroupSender:
     def __init__(self, timeout: float, alive: Callable[[], None] | None = None):
         self.timeout = timeout
         self._group = _Group(0, timeout, alive)
-        self.explorer_step = _explorer_step(self._group)
+        self.explorer_step, self.dtype = _explorer_joins(self._group)
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="rft-weight-sender", daemon=True)
@@ -106,7 +114,7 @@ class ProcessGroupSender:
             if item is None:
                 return
             try:
-                _send(self._group, *item)
+                _send(self._group, *item, self.dtype)
             except BaseException as e:  # the explorer is gone: the trainer's loop reports it
                 self.error = e
                 return
@@ -130,12 +138,16 @@ class ProcessGroupSender:
 
 class ProcessGroupReceiver:
     """The explorer's side (rank 1): receives into tensors shaped like `template` (its own copy of the trainable
-    parameters, by name); `step`: the step it has explored to, which decides the versions the trainer sends."""
+    parameters, by name), in their dtype where they share one (else float32: the engine's load casts);
+    `step`: the step it has explored to, which decides the versions the trainer sends."""
 
     def __init__(self, template: dict[str, torch.Tensor], timeout: float, step: int):
+        dtypes = {v.dtype for v in template.values()}
+        dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        dtype = dtype if dtype in WIRE_DTYPES else torch.float32
         self._group = _Group(1, timeout)
-        _explorer_step(self._group, step)
-        self._buffers = {k: torch.empty_like(v, device="cpu").contiguous() for k, v in template.items()}
+        _explorer_joins(self._group, step, dtype)
+        self._buffers = {k: torch.empty(v.shape, dtype=dtype) for k, v in template.items()}
         self.version = -1
 
     def receive(self, need: int) -> tuple[dict[str, torch.Tensor], int]:
