@@ -68,17 +68,23 @@ def test_rft_example_writes_the_repositorys_bytes_and_refuses_other_bytes_withou
     assert written.read_bytes() == repo_file.read_bytes()
 
 
-@pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
+RECIPES = ("data_juicer/dj_scoring_exp.yaml",)
+"""Shipped YAML files that are no rft config (a Data-Juicer recipe another example reads)."""
+
+
+@pytest.mark.parametrize("example", sorted(p for p in (REPO / "examples").rglob("*.yaml")
+                                           if p.relative_to(REPO / "examples").as_posix() not in RECIPES),
+                         ids=lambda p: p.relative_to(REPO / "examples").as_posix())
 def test_every_examples_header_runs_it_from_where_rft_example_writes_it(example):
     """An example's header said `rft train examples/NAME.yaml`, a path a user who got the file with `rft example
-    NAME` does not have (it is NAME.yaml in their folder). The header's commands start `rft example NAME &&` and
-    run NAME.yaml, which works there and in a clone alike."""
+    NAME` does not have (it is NAME.yaml in their folder; offline/eval.yaml's is eval.yaml). The header's commands
+    start `rft example NAME &&` and run the file by its own name, which works there and in a clone alike."""
     from rft.example_files import header
 
-    name = example.stem
+    name = example.relative_to(REPO / "examples").with_suffix("").as_posix()
     commands = "\n".join(header(example.read_text()))
-    assert re.search(rf"\brft example {name} && ", commands), commands
-    assert re.search(rf"\brft (train|sft|dpo|generate|eval) {name}\.yaml(\s|$)", commands), commands
+    assert re.search(rf"\brft example {re.escape(name)} && ", commands), commands
+    assert re.search(rf"\brft (train|sft|dpo|generate|eval) {example.stem}\.yaml(\s|$)", commands), commands
     assert f"examples/{name}.yaml" not in commands
 
 
@@ -123,3 +129,11 @@ def test_a_written_example_runs_where_it_is_written_after_the_data_command_of_it
     with contextlib.chdir(tmp_path):
         cfg = load_config("gsm8k_grpo_small.yaml", ["actor_rollout_ref.model.path=m"])
     assert cfg.data.train_files == "gsm8k/train.parquet"
+
+
+def test_rft_example_says_how_to_get_a_file_the_example_reads_once(tmp_path):
+    """A companion file (the Data-Juicer recipe trinity_llm_scores.yaml reads) whose `rft example` command the
+    header already gives is not announced a second time below it."""
+    run = rft_here("example", "data_juicer/trinity_llm_scores", cwd=tmp_path)
+    assert run.stdout.count("rft example data_juicer/dj_scoring_exp examples/data_juicer") == 1, run.stdout
+    assert "it reads examples/" not in run.stdout

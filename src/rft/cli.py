@@ -218,6 +218,8 @@ def cmd_example(args) -> int:
         line = line.replace(f"examples/{name}{source.suffix}", str(target))
         print(re.sub(rf"(?<![\w./-]){re.escape(source.name)}", str(target), line))
     for other in companions(name, text):
+        if f"rft example {other} " in "\n".join(header(text)):  # the header's commands write it already
+            continue
         print(f"it reads examples/{other}{'' if other.endswith('.py') else '.yaml'}: `rft example {other} "
               f"{Path('examples', other).parent.as_posix()}` writes it there")
     return 0
