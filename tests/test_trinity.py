@@ -206,10 +206,21 @@ def test_what_rft_cannot_honour_is_refused_by_key(extra, needle):
 
 def test_all_refusals_are_reported_together_one_line_each():
     with pytest.raises(ConfigError) as err:
-        translate(_with({"mode": "serve", "monitor.monitor_type": "clearml", "synchronizer.sync_style": "fixed"}),
+        translate(_with({"mode": "serve", "monitor.monitor_type": "clearml",
+                         "synchronizer.sync_style": "dynamic_by_trainer"}),
                   "t.yaml")
     assert [line.split(":")[1].strip() for line in str(err.value).splitlines()] == [
-        "mode='serve'", "synchronizer.sync_style", "monitor.monitor_type='clearml'"]
+        "mode='serve'", "synchronizer.sync_style='dynamic_by_trainer'", "monitor.monitor_type='clearml'"]
+
+
+def test_sync_style_fixed_is_what_rft_does():
+    """Trinity-RFT's default sync_style, fixed (every sync_interval steps, sync_offset ahead), is rft's schedule:
+    accepted as written in a copied config; the dynamic styles are refused, a misspelling with its did-you-mean."""
+    cfg = translate(_with({"synchronizer.sync_style": "fixed", "synchronizer.sync_interval": 2}), "t.yaml")
+    assert cfg["synchronizer"]["sync_interval"] == 2 and "sync_style" not in cfg["synchronizer"]
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"synchronizer.sync_style": "fixd"}), "t.yaml")
+    assert "synchronizer.sync_style='fixd'" in str(err.value) and "did you mean 'fixed'" in str(err.value)
 
 
 # ------------------------------------------- issue 42: a misspelt key is unknown (did you mean), not "cannot honour"

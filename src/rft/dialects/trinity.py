@@ -1060,6 +1060,11 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         _set(out, "ray_init.address", str(address))
     t.rest(cluster, "cluster", NOT_HONOURED)
     sync = dict(cfg.get("synchronizer") or {})
+    style = sync.pop("sync_style", "fixed")
+    if str(style).lower() != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
+        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", "dynamic_by_trainer", "dynamic_by_explorer"),
+                 "rft synchronises on the fixed schedule (`fixed`, Trinity-RFT's default: every sync_interval "
+                 "steps, sync_offset ahead); remove it or set fixed"))
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
