@@ -91,7 +91,7 @@ class RunLock:
         pid = previous.get("pid")
         if pid and (pid != os.getpid() or previous.get("host") != host_id()):
             print(f"rft: note: {self.path.parent}: took over the lock of an earlier run that is no longer running "
-                  f"(pid {pid} on {previous.get('host', '?')}, started {previous.get('started', '?')})", flush=True)
+                  f"(pid {pid} on {machine_of(previous.get('host'))}, started {previous.get('started', '?')})", flush=True)
         info = {"pid": os.getpid(), "host": host_id(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
@@ -281,11 +281,16 @@ def _tidy_and_find_checkpoint(cfg: Any, out: Path, lock: RunLock
             return cleaned, e
         check_resume_kind(cfg, folder)
     except BaseException:
-        for line in cleaned:
-            print(f"rft: an earlier run was interrupted: {line}", flush=True)
+        _say_interrupted(cleaned)
         lock.release()
         raise
     return cleaned, folder
+
+
+def _say_interrupted(cleaned: list[str]) -> None:
+    """What `clean_stale` undid of an interrupted run in the folder, a line each."""
+    for line in cleaned:
+        print(f"rft: an earlier run was interrupted: {line}", flush=True)
 
 
 def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
@@ -391,8 +396,7 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
             interrupted, resume_from = _tidy_and_find_checkpoint(cfg, out, lock)
             done = _complete(cfg, out, resume_from) if dist.processes == 1 else None
             if done is not None:  # ends the command before the model loads (its peers, if any, are not started)
-                for line in interrupted:
-                    print(f"rft: an earlier run was interrupted: {line}", flush=True)
+                _say_interrupted(interrupted)
                 lock.release()
                 raise RunComplete(done)
     failed = out / (FAILED if role == "trainer" else f"failed-{role}.json")
@@ -405,8 +409,7 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
                 for line in clean_stale(out / role):
                     print(f"rft: an earlier {role} was interrupted: {line}", flush=True)
             elif lock is not None:
-                for line in interrupted:
-                    print(f"rft: an earlier run was interrupted: {line}", flush=True)
+                _say_interrupted(interrupted)
                 check_free_space(out, weights_bytes(_model_path(cfg)))
                 mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
                 if mirror:
