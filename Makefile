@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-heavy test-faults demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer
+.PHONY: setup test test-heavy test-faults test-bf16 demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer
 
 setup: $(STAMP)
 
@@ -23,6 +23,14 @@ test: setup
 # for its minutes; .ci/run runs them
 test-heavy: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=10 --ignore=tests/with_vllm -m heavy tests
+
+# the multi-process tests (modes, processes, workflows, staged runs) again in the precision each config names (bf16
+# by verl's defaults), as a user's run computes on a CPU where bf16 is faster; make test computes in float32
+# everywhere (tests/conftest.py), so that golden files hold on every CPU
+BF16_TESTS := tests/test_modes.py tests/test_distributed.py tests/test_workflows.py tests/test_scale.py
+test-bf16: setup
+	RFT_TEST_CPU_PRECISION=requested OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=5 \
+		-m "not faults and not heavy" $(BF16_TESTS)
 
 # fault injection at random moments (tests/test_faults.py): whole runs killed again and again, minutes each
 test-faults: setup

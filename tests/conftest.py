@@ -23,7 +23,10 @@ if os.environ.get("ATEN_CPU_CAPABILITY"):
 
 # The suite computes in float32 whatever a config names (models/precision.py), as on a CPU without fast bf16, so the
 # golden files and exact comparisons hold on every machine; tests/test_precision.py sets its own mode per test.
-os.environ["RFT_CPU_PRECISION"] = "float32"
+# `make test-bf16` runs the multi-process tests with RFT_TEST_CPU_PRECISION=requested: each config's own precision
+# (verl's defaults name bf16), as a user's run computes on a CPU where bf16 is faster.
+os.environ["RFT_CPU_PRECISION"] = os.environ.get("RFT_TEST_CPU_PRECISION", "float32")
+TEST_PRECISION = os.environ["RFT_CPU_PRECISION"]
 
 ALLOWED_SKIPS = ("needs a CUDA device", "needs Debian's chromium", "torch.compile does not work here",
                  "CPU processes (gloo)", "on CPU the component's 2 devices are 2 gloo processes",

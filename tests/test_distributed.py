@@ -32,9 +32,30 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 '''
 
 
+BF16 = os.environ.get("RFT_CPU_PRECISION") == "requested"
+"""`make test-bf16` (tests/conftest.py): the runs compute in the precision their configs name, bf16 by verl's defaults;
+one process and two then sum in other orders and round differently in bf16 (a gradient norm of 7.8 agreed to 1.5e-4
+relative, a policy loss of 0.055 to 1e-4 after 3 steps; sequence parallel's gradient norm of 6.3 to 1.8e-3), so
+`close` allows 5e-3: still far below what a lost or doubled gradient moves (a factor)."""
+
+
 def close(a: float, b: float, tol: float = 1e-5) -> bool:
-    """Equal to `tol`, relative for values above 1 (a gradient norm of 8 agrees to ~4e-7 relative here)."""
+    """Equal to `tol`, relative for values above 1 (a gradient norm of 8 agrees to ~4e-7 relative here); 5e-3 at
+    least in bf16 (BF16)."""
+    tol = max(tol, 5e-3) if BF16 else tol
     return abs(a - b) <= tol * max(1.0, abs(a))
+
+
+def weights_apart(a: dict, b: dict, start: dict) -> float:
+    """How far apart two runs' final weights are: the largest difference of an element in float32 runs; in bf16 the
+    difference's norm over the norm of what training moved (`start` -> `a`). Adam moves an element by about lr
+    whatever its gradient's size, so an element whose gradient is near 0 and rounds to the other sign in one run ends
+    2 lr from the other run's: the largest element says nothing there, the share of the movement does."""
+    if not BF16:
+        return max(float((a[k] - b[k]).abs().max()) for k in a)
+    apart = sum(float((a[k] - b[k]).double().pow(2).sum()) for k in a) ** 0.5
+    moved = sum(float((a[k] - start[k]).double().pow(2).sum()) for k in a) ** 0.5
+    return apart / moved
 
 
 # ------------------------------------------------------------------------------------------ the split, pure
@@ -224,7 +245,7 @@ def test_fsdp1_matches_one_process(runs, assets):
     assert (root / "fsdp1" / "checkpoints" / "global_step_1" / "policy_dcp").is_dir()
 
 
-def test_two_process_run_writes_sharded_checkpoints_and_a_loadable_model(runs):
+def test_two_process_run_writes_sharded_checkpoints_and_a_loadable_model(runs, assets):
     from transformers import AutoModelForCausalLM
 
     root, proc = runs
@@ -232,10 +253,10 @@ def test_two_process_run_writes_sharded_checkpoints_and_a_loadable_model(runs):
     assert (ckpt / "policy_dcp").is_dir() and not (ckpt / "policy.safetensors").exists()
     assert json.loads((ckpt / "trainer_state.json").read_text())["processes"] == 2
     assert "2 processes" in proc.stdout
-    model = AutoModelForCausalLM.from_pretrained(root / "two" / "model")
-    one = AutoModelForCausalLM.from_pretrained(root / "one" / "model")
-    diff = max(float((a - b).abs().max()) for a, b in zip(model.state_dict().values(), one.state_dict().values()))
-    assert diff < 1e-4, diff
+    two, one, start = (AutoModelForCausalLM.from_pretrained(p).state_dict()
+                       for p in (root / "two" / "model", root / "one" / "model", assets / "model"))
+    diff = weights_apart(one, two, start)
+    assert diff < (1e-2 if BF16 else 1e-4), diff  # bf16: 0.16% of the movement apart (measured)
 
 
 def test_two_process_checkpoint_resumes_in_one_process(runs, assets):
