@@ -524,6 +524,8 @@ def test_an_sft_stage_takes_every_trainer_config_key_with_an_sft_meaning():
     assert stage["model"]["lora_rank"] == 8 and stage["model"]["lora_alpha"] == 32
     assert stage["model"]["enable_gradient_checkpointing"] is True
     assert stage["optim"] == {"clip_grad": 0.5, "lr": 2e-5, "lr_scheduler": "constant", "warmup_steps_ratio": 0.2}
+    # a trainer_config optim key is not refused as given twice: Trinity's default fills only what nothing sets
+    assert _sft_stage({"actor_rollout_ref": {"actor": {"optim": {"lr": 2e-5}}}})["optim"]["lr"] == 2e-5
     assert stage["data"]["micro_batch_size_per_gpu"] == 2
     assert stage["trainer"]["max_ckpt_to_keep"] == 3 and stage["trainer"]["test_freq"] == 7
     assert stage["trainer"]["save_freq"] == 9
@@ -655,6 +657,11 @@ def _offline_stage(kind: str, optimizer: dict, **top) -> dict:
     return translate(cfg, "t.yaml")["stages"][0]
 
 
+# Trinity-RFT's optimizer defaults (its verl actor's optim and grad_clip, the spec's "veRL Trainer Configuration"), as
+# an SFT / DPO stage's optim keys: a constant lr of 1e-6 from the first step, the gradient norm clipped at 1
+TRINITY_OPTIM = {"lr": 1e-6, "warmup_steps_ratio": 0.0, "lr_scheduler": "constant", "clip_grad": 1.0}
+
+
 @pytest.mark.parametrize("kind", ["sft", "dpo"])
 @pytest.mark.parametrize("optimizer, optim", [
     ({"lr": 3e-5}, {"lr": 3e-5}),
@@ -666,8 +673,26 @@ def _offline_stage(kind: str, optimizer: dict, **top) -> dict:
     ({"optimizer_type": "adamw", "clip_grad": 1.0}, {}),
 ])
 def test_algorithm_optimizer_is_an_offline_stages_optimizer(kind, optimizer, optim):
-    """Trinity-RFT trains its SFT and DPO stages' actor with algorithm.optimizer as it does its RL stages'."""
-    assert _offline_stage(kind, optimizer).get("optim", {}) == optim
+    """Trinity-RFT trains its SFT and DPO stages' actor with algorithm.optimizer as it does its RL stages'; the
+    fields it leaves out are Trinity's defaults."""
+    assert _offline_stage(kind, optimizer)["optim"] == {**TRINITY_OPTIM, **optim}
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+def test_an_offline_stage_without_algorithm_optimizer_trains_with_trinitys_defaults(kind, tmp_path):
+    """No algorithm.optimizer: Trinity-RFT's optimizer (constant lr 1e-6, no warm-up), not rft sft's (lr 1e-5,
+    cosine after a 10% warm-up), in a stage and in a run without stages alike."""
+    cfg = _with({})
+    buffer = {**SFT_STAGE["buffer"], "train_batch_size": 16}  # DPO: 8 pairs
+    cfg["stages"] = [{**SFT_STAGE, "algorithm": {"algorithm_type": kind}, "buffer": buffer}, {"stage_name": "rl"}]
+    assert translate(cfg)["stages"][0].get("optim") == TRINITY_OPTIM
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({**cfg, "stages": [cfg["stages"][0]]}))  # the typed config a stage runs with
+    _, (stage,) = load_trinity(path, validate_paths=False)
+    optim = stage.cfg.optim
+    assert (optim.lr, optim.warmup_steps_ratio, optim.lr_scheduler, optim.clip_grad) == (1e-6, 0.0, "constant", 1.0)
+    unstaged = _with({"mode": "train", "algorithm": {"algorithm_type": kind}, "buffer": buffer})
+    assert translate(unstaged)["stages"][0].get("optim") == TRINITY_OPTIM
 
 
 @pytest.mark.parametrize("optimizer, needle", [

@@ -340,6 +340,12 @@ OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps": "lr_warmup_steps", "lr_warmup_s
 OFFLINE_OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps_ratio": "warmup_steps_ratio", "min_lr_ratio": "min_lr_ratio",
                           "betas": "betas", "weight_decay": "weight_decay"}
 SCHEDULES = ("constant", "cosine")  # Trinity's lr_scheduler_type values, rft's optim.warmup_style ones
+# Trinity-RFT's optimizer where neither algorithm.optimizer nor trainer_config's actor.optim sets a field, as an SFT /
+# DPO stage's optim keys: its verl actor's (../shared/spec/trinity_config_reference.md, "veRL Trainer Configuration":
+# lr 1e-6, lr_warmup_steps_ratio 0, warmup_style constant, grad_clip 1.0), not rft sft's (lr 1e-5, a cosine schedule
+# after a 10% warm-up). An RL stage's are rft's actor defaults, the same values. The spec gives no betas or
+# weight_decay (those stay rft sft's), and no min_lr_ratio, which only a cosine schedule reads.
+OFFLINE_OPTIMIZER_DEFAULTS = {"lr": 1e-6, "warmup_steps_ratio": 0.0, "lr_scheduler": "constant", "clip_grad": 1.0}
 
 
 def _optimizer(t: _Translation, opt: dict, out: dict, offline: bool = False) -> None:
@@ -1223,7 +1229,11 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     elif cfg.get("explorer"):
         t.rl_only += [f"explorer.{k}" for k in cfg["explorer"]]
     _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")
-    if not sft:
+    if sft:  # what the YAML leaves out of the optimizer is Trinity's default, not rft sft's
+        for key, value in OFFLINE_OPTIMIZER_DEFAULTS.items():
+            if _get(out, f"optim.{key}") is _MISSING:
+                _set(out, f"optim.{key}", value)
+    else:
         _check_model_len(t, out)
         _check_prompt_truncation(t, out)
         _math_workflow_reward(out)
