@@ -4,6 +4,7 @@ keys where the engine has the part, every other key refused by its Trinity name;
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -778,6 +779,55 @@ def test_a_too_long_prompt_is_named_by_the_trinity_keys(work, tmp_path):
     # the prompt would be cut but for the Trinity key that said not to: the line names it, not rft's data.truncation
     assert "or set model.enable_prompt_truncation=true to cut its start" in line and "truncation to" not in line, line
 
+
+
+def test_a_staged_runs_too_long_prompt_is_named_by_its_stages_trinity_keys(work, tmp_path):
+    """A stage's data error (here the second stage's prompt over its own limit, with truncation off) names the
+    Trinity keys of that stage, as an unstaged run's does, in one line."""
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    raw = yaml.safe_load(path.read_text())
+    raw.update(name="staged", checkpoint_root_dir=str(tmp_path / "root"))
+    raw["stages"] = [{"stage_name": "first"},
+                     {"stage_name": "second", "model": {"max_prompt_tokens": 2, "enable_prompt_truncation": False}}]
+    path.write_text(yaml.safe_dump(raw))
+    # the first stage finished in an earlier start of the run, which is skipped: its model is the tiny one
+    first = tmp_path / "root" / "rft-trinity" / "staged" / "first"
+    shutil.copytree(work / "m", first / "model")
+    (first / "STAGE_DONE").write_text("{}\n")
+    proc = rft_here("train", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("rft: error: ")]
+    assert line.startswith(f"rft: error: {path}: stages[1].model.max_prompt_tokens=2 (rft's data.max_prompt_length): "
+                           "stage 'second' (stages[1]): "), line
+    assert "set stages[1].trainer.trainer_config.data.filter_overlong_prompts=true" in line, line
+    assert "or set stages[1].model.enable_prompt_truncation=true to cut its start" in line, line
+    assert "truncation to" not in line and " data.filter_overlong_prompts" not in line, line
+    # given on the command line (stages.1.x), the line names the override
+    raw["stages"][1].pop("model")
+    path.write_text(yaml.safe_dump(raw))
+    override = "stages.1.model.max_prompt_tokens=2"
+    proc = rft_here("train", str(path), override, "stages.1.model.enable_prompt_truncation=false", cwd=tmp_path,
+                    check=False)
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("rft: error: ")]
+    assert line.startswith(f"rft: error: command line ({override}): stages[1].model.max_prompt_tokens=2 (rft's "
+                           "data.max_prompt_length): stage 'second' (stages[1]): "), line
+
+
+def test_an_sft_runs_data_error_is_named_by_its_trinity_key(work, tmp_path):
+    """An SFT run without stages runs as one stage: its data error names the Trinity key too (no stage to name)."""
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
+                                                for i in range(8)))
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(_with({
+        "mode": "train", "checkpoint_root_dir": str(tmp_path / "root"), "algorithm": {"algorithm_type": "sft"},
+        "model": {"model_path": str(work / "m")},
+        "buffer": {"train_batch_size": 4, "total_steps": 1, "trainer_input": {"experience_buffer": {
+            "path": str(tmp_path / "sft.jsonl"), "format": {"prompt_key": "question", "response_key": "a"}}}}})))
+    proc = rft_here("train", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"rft: error: {path}: buffer.trainer_input.experience_buffer.format.prompt_key="
+                                  f"'question' (rft's data.prompt_key): {tmp_path / 'sft.jsonl'} row 0: no column "
+                                  "'question'"), proc.stderr
 
 # ----------------------------- model.enable_prompt_truncation: Trinity-RFT's vLLM engine keeps a long prompt's end
 @pytest.mark.parametrize("model, rollout_model, truncation", [
