@@ -4,6 +4,7 @@ keys where the engine has the part, every other key refused by its Trinity name;
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -524,6 +525,8 @@ def test_an_sft_stage_takes_every_trainer_config_key_with_an_sft_meaning():
     assert stage["model"]["lora_rank"] == 8 and stage["model"]["lora_alpha"] == 32
     assert stage["model"]["enable_gradient_checkpointing"] is True
     assert stage["optim"] == {"clip_grad": 0.5, "lr": 2e-5, "lr_scheduler": "constant", "warmup_steps_ratio": 0.2}
+    # a trainer_config optim key is not refused as given twice: Trinity's default fills only what nothing sets
+    assert _sft_stage({"actor_rollout_ref": {"actor": {"optim": {"lr": 2e-5}}}})["optim"]["lr"] == 2e-5
     assert stage["data"]["micro_batch_size_per_gpu"] == 2
     assert stage["trainer"]["max_ckpt_to_keep"] == 3 and stage["trainer"]["test_freq"] == 7
     assert stage["trainer"]["save_freq"] == 9
@@ -655,6 +658,11 @@ def _offline_stage(kind: str, optimizer: dict, **top) -> dict:
     return translate(cfg, "t.yaml")["stages"][0]
 
 
+# Trinity-RFT's optimizer defaults (its verl actor's optim and grad_clip, the spec's "veRL Trainer Configuration"), as
+# an SFT / DPO stage's optim keys: a constant lr of 1e-6 from the first step, the gradient norm clipped at 1
+TRINITY_OPTIM = {"lr": 1e-6, "warmup_steps_ratio": 0.0, "lr_scheduler": "constant", "clip_grad": 1.0}
+
+
 @pytest.mark.parametrize("kind", ["sft", "dpo"])
 @pytest.mark.parametrize("optimizer, optim", [
     ({"lr": 3e-5}, {"lr": 3e-5}),
@@ -666,8 +674,26 @@ def _offline_stage(kind: str, optimizer: dict, **top) -> dict:
     ({"optimizer_type": "adamw", "clip_grad": 1.0}, {}),
 ])
 def test_algorithm_optimizer_is_an_offline_stages_optimizer(kind, optimizer, optim):
-    """Trinity-RFT trains its SFT and DPO stages' actor with algorithm.optimizer as it does its RL stages'."""
-    assert _offline_stage(kind, optimizer).get("optim", {}) == optim
+    """Trinity-RFT trains its SFT and DPO stages' actor with algorithm.optimizer as it does its RL stages'; the
+    fields it leaves out are Trinity's defaults."""
+    assert _offline_stage(kind, optimizer)["optim"] == {**TRINITY_OPTIM, **optim}
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+def test_an_offline_stage_without_algorithm_optimizer_trains_with_trinitys_defaults(kind, tmp_path):
+    """No algorithm.optimizer: Trinity-RFT's optimizer (constant lr 1e-6, no warm-up), not rft sft's (lr 1e-5,
+    cosine after a 10% warm-up), in a stage and in a run without stages alike."""
+    cfg = _with({})
+    buffer = {**SFT_STAGE["buffer"], "train_batch_size": 16}  # DPO: 8 pairs
+    cfg["stages"] = [{**SFT_STAGE, "algorithm": {"algorithm_type": kind}, "buffer": buffer}, {"stage_name": "rl"}]
+    assert translate(cfg)["stages"][0].get("optim") == TRINITY_OPTIM
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({**cfg, "stages": [cfg["stages"][0]]}))  # the typed config a stage runs with
+    _, (stage,) = load_trinity(path, validate_paths=False)
+    optim = stage.cfg.optim
+    assert (optim.lr, optim.warmup_steps_ratio, optim.lr_scheduler, optim.clip_grad) == (1e-6, 0.0, "constant", 1.0)
+    unstaged = _with({"mode": "train", "algorithm": {"algorithm_type": kind}, "buffer": buffer})
+    assert translate(unstaged)["stages"][0].get("optim") == TRINITY_OPTIM
 
 
 @pytest.mark.parametrize("optimizer, needle", [
@@ -753,6 +779,55 @@ def test_a_too_long_prompt_is_named_by_the_trinity_keys(work, tmp_path):
     # the prompt would be cut but for the Trinity key that said not to: the line names it, not rft's data.truncation
     assert "or set model.enable_prompt_truncation=true to cut its start" in line and "truncation to" not in line, line
 
+
+
+def test_a_staged_runs_too_long_prompt_is_named_by_its_stages_trinity_keys(work, tmp_path):
+    """A stage's data error (here the second stage's prompt over its own limit, with truncation off) names the
+    Trinity keys of that stage, as an unstaged run's does, in one line."""
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    raw = yaml.safe_load(path.read_text())
+    raw.update(name="staged", checkpoint_root_dir=str(tmp_path / "root"))
+    raw["stages"] = [{"stage_name": "first"},
+                     {"stage_name": "second", "model": {"max_prompt_tokens": 2, "enable_prompt_truncation": False}}]
+    path.write_text(yaml.safe_dump(raw))
+    # the first stage finished in an earlier start of the run, which is skipped: its model is the tiny one
+    first = tmp_path / "root" / "rft-trinity" / "staged" / "first"
+    shutil.copytree(work / "m", first / "model")
+    (first / "STAGE_DONE").write_text("{}\n")
+    proc = rft_here("train", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("rft: error: ")]
+    assert line.startswith(f"rft: error: {path}: stages[1].model.max_prompt_tokens=2 (rft's data.max_prompt_length): "
+                           "stage 'second' (stages[1]): "), line
+    assert "set stages[1].trainer.trainer_config.data.filter_overlong_prompts=true" in line, line
+    assert "or set stages[1].model.enable_prompt_truncation=true to cut its start" in line, line
+    assert "truncation to" not in line and " data.filter_overlong_prompts" not in line, line
+    # given on the command line (stages.1.x), the line names the override
+    raw["stages"][1].pop("model")
+    path.write_text(yaml.safe_dump(raw))
+    override = "stages.1.model.max_prompt_tokens=2"
+    proc = rft_here("train", str(path), override, "stages.1.model.enable_prompt_truncation=false", cwd=tmp_path,
+                    check=False)
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("rft: error: ")]
+    assert line.startswith(f"rft: error: command line ({override}): stages[1].model.max_prompt_tokens=2 (rft's "
+                           "data.max_prompt_length): stage 'second' (stages[1]): "), line
+
+
+def test_an_sft_runs_data_error_is_named_by_its_trinity_key(work, tmp_path):
+    """An SFT run without stages runs as one stage: its data error names the Trinity key too (no stage to name)."""
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
+                                                for i in range(8)))
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(_with({
+        "mode": "train", "checkpoint_root_dir": str(tmp_path / "root"), "algorithm": {"algorithm_type": "sft"},
+        "model": {"model_path": str(work / "m")},
+        "buffer": {"train_batch_size": 4, "total_steps": 1, "trainer_input": {"experience_buffer": {
+            "path": str(tmp_path / "sft.jsonl"), "format": {"prompt_key": "question", "response_key": "a"}}}}})))
+    proc = rft_here("train", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"rft: error: {path}: buffer.trainer_input.experience_buffer.format.prompt_key="
+                                  f"'question' (rft's data.prompt_key): {tmp_path / 'sft.jsonl'} row 0: no column "
+                                  "'question'"), proc.stderr
 
 # ----------------------------- model.enable_prompt_truncation: Trinity-RFT's vLLM engine keeps a long prompt's end
 @pytest.mark.parametrize("model, rollout_model, truncation", [

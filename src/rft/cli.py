@@ -263,10 +263,11 @@ def _train_trinity(args, module_args: list[str]) -> int:
     from rft.trainer.launch import run_rl
 
     kind, loaded = load_trinity(args.config, args.overrides)
-    if kind == "stages":
+    if kind == "stages":  # a stage's error is said where it is raised: in each process that runs the stages
         from rft.trainer.stages import launch_stages
 
-        return launch_stages(loaded, module_args)
+        return launch_stages(loaded, module_args, data_error=lambda e, stage: trinity_run_error(
+            e, args.config, args.overrides, stage=stage))
     try:
         return run_rl(loaded, module_args)
     except DataError as e:  # it names rft's data keys: say them in the Trinity YAML's terms

@@ -23,13 +23,14 @@ a note.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -340,6 +341,12 @@ OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps": "lr_warmup_steps", "lr_warmup_s
 OFFLINE_OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps_ratio": "warmup_steps_ratio", "min_lr_ratio": "min_lr_ratio",
                           "betas": "betas", "weight_decay": "weight_decay"}
 SCHEDULES = ("constant", "cosine")  # Trinity's lr_scheduler_type values, rft's optim.warmup_style ones
+# Trinity-RFT's optimizer where neither algorithm.optimizer nor trainer_config's actor.optim sets a field, as an SFT /
+# DPO stage's optim keys: its verl actor's (../shared/spec/trinity_config_reference.md, "veRL Trainer Configuration":
+# lr 1e-6, lr_warmup_steps_ratio 0, warmup_style constant, grad_clip 1.0), not rft sft's (lr 1e-5, a cosine schedule
+# after a 10% warm-up). An RL stage's are rft's actor defaults, the same values. The spec gives no betas or
+# weight_decay (those stay rft sft's), and no min_lr_ratio, which only a cosine schedule reads.
+OFFLINE_OPTIMIZER_DEFAULTS = {"lr": 1e-6, "warmup_steps_ratio": 0.0, "lr_scheduler": "constant", "clip_grad": 1.0}
 
 
 def _optimizer(t: _Translation, opt: dict, out: dict, offline: bool = False) -> None:
@@ -522,13 +529,16 @@ def _check_prompt_truncation(t: _Translation, out: dict) -> None:
         _set(out, "data.truncation", PROMPT_TRUNCATION[True])
 
 
-def prompt_truncation_off(cfg: dict) -> str | None:
+def prompt_truncation_off(cfg: dict, stage: int | None = None) -> str | None:
     """The key of the resolved Trinity config `cfg` that turned prompt truncation off (rft's data.truncation=error),
-    or None."""
+    or None; with `stage` (an index into cfg's stages), in that stage, whose own keys go over the global ones:
+    stages[1].model.enable_prompt_truncation."""
+    scopes = [(f"stages[{stage}].", cfg["stages"][stage])] if stage is not None and cfg.get("stages") else []
     for key in ("explorer.rollout_model.enable_prompt_truncation", "model.enable_prompt_truncation"):
-        value = _get(cfg, key)
-        if value is not _MISSING and value is not None:
-            return key if value is False else None
+        for prefix, section in [*scopes, ("", cfg)]:
+            value = _get(section, key)
+            if value is not _MISSING and value is not None:
+                return prefix + key if value is False else None
     return None
 
 
@@ -1223,7 +1233,11 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     elif cfg.get("explorer"):
         t.rl_only += [f"explorer.{k}" for k in cfg["explorer"]]
     _trainer(t, cfg.get("trainer") or {}, out, sft, pairs=kind == "dpo")
-    if not sft:
+    if sft:  # what the YAML leaves out of the optimizer is Trinity's default, not rft sft's
+        for key, value in OFFLINE_OPTIMIZER_DEFAULTS.items():
+            if _get(out, f"optim.{key}") is _MISSING:
+                _set(out, f"optim.{key}", value)
+    else:
         _check_model_len(t, out)
         _check_prompt_truncation(t, out)
         _math_workflow_reward(out)
@@ -1362,20 +1376,32 @@ def _spelt(parts: tuple) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
 
 
-def _landings(out: dict, key: str) -> tuple:
-    """The values rft's `key` has in a translation: the run's and each stage's."""
-    return (_get(out, key), *(_get(s, key) for s in out.get("stages") or [] if isinstance(s, dict)))
+def _landings(out: dict, key: str, stage: int | None = None) -> tuple:
+    """The values rft's `key` has in a translation: the run's and each stage's, or (`stage`) that stage's."""
+    stages = [s for s in out.get("stages") or [] if isinstance(s, dict)]
+    if stage is not None:
+        return (_get(stages[stage], key),)
+    return (_get(out, key), *(_get(s, key) for s in stages))
 
 
-def trinity_sources(cfg: dict, key: str) -> list[tuple[str, Any]]:
-    """(Trinity key, its value) of the keys of the resolved Trinity config `cfg` whose value rft's `key` takes: each
-    string, number and boolean changed in turn, those whose change changes `key` in the translation. The reverse
-    map an error about a value needs, to name the key the user wrote (run only when there is an error: one
-    translation per key of the file)."""
+@contextlib.contextmanager
+def notes_given() -> Iterator[None]:
+    """Translations within say no notes: the translation's notes were given once, by the real one."""
     log = logging.getLogger("rft")
-    quiet, log.disabled = log.disabled, True  # the translation's notes were given once, by the real one
+    quiet, log.disabled = log.disabled, True
     try:
-        before = _landings(translate(copy.deepcopy(cfg), refusals=[]), key)
+        yield
+    finally:
+        log.disabled = quiet
+
+
+def trinity_sources(cfg: dict, key: str, stage: int | None = None) -> list[tuple[str, Any]]:
+    """(Trinity key, its value) of the keys of the resolved Trinity config `cfg` whose value rft's `key` takes (in
+    the translation's stage `stage`, else anywhere): each string, number and boolean changed in turn, those whose
+    change changes `key` in the translation. The reverse map an error about a value needs, to name the key the user
+    wrote (run only when there is an error: one translation per key of the file)."""
+    with notes_given():
+        before = _landings(translate(copy.deepcopy(cfg), refusals=[]), key, stage)
         found = []
         for parts, value in _scalar_leaves(cfg):
             changed = (not value) if isinstance(value, bool) else f"{value}_" if isinstance(value, str) else 2 * abs(value) + 1
@@ -1385,31 +1411,36 @@ def trinity_sources(cfg: dict, key: str) -> list[tuple[str, Any]]:
                 node = node[part]
             node[parts[-1]] = changed
             try:
-                after = _landings(translate(edited, refusals=[]), key)
+                after = _landings(translate(edited, refusals=[]), key, stage)
             except Exception:  # a value the translation cannot take: not where `key` comes from
                 continue
             if after != before and value in before:  # the value itself, as the message quotes it
                 found.append((_spelt(parts), value))
         return found
-    finally:
-        log.disabled = quiet
 
 
-def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overrides: list[str] | tuple = ()
-                     ) -> ConfigError:
+def _origin(key: str, overrides: list[str] | tuple, path: str) -> str:
+    """Where the Trinity `key` as rft's messages spell it (stages[1].model.x) came from: an override (which spells
+    it stages.1.model.x) or the file `path`."""
+    return origin(re.sub(r"\[(\d+)\]", r".\1", key), list(overrides), path)
+
+
+def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overrides: list[str] | tuple = (),
+                     stage: int | None = None) -> ConfigError:
     """`error`, raised by loading or checking the translation `out` of the Trinity config `cfg` (the file `path`,
-    then the command line's `overrides`), with the Trinity keys that set the rft keys it names put first:
-    "t.yaml: algorithm.repeat_times='four' (rft's actor_rollout_ref.rollout.n): bad value for ...". A key of
-    the same name in both (synchronizer.*) is named by the message itself: only where it came from goes first."""
+    then the command line's `overrides`), or by running its stage `stage`, with the Trinity keys that set the rft
+    keys it names put first: "t.yaml: algorithm.repeat_times='four' (rft's actor_rollout_ref.rollout.n): bad value
+    for ...". A key of the same name in both (synchronizer.*) is named by the message itself: only where it came
+    from goes first."""
     message = str(error)
     named = [k for k in dict.fromkeys(re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", message))
-             if any(v is not _MISSING for v in _landings(out, k))]
-    found = [(trinity_key, value, key) for key in named for trinity_key, value in trinity_sources(cfg, key)]
+             if any(v is not _MISSING for v in _landings(out, k, stage))]
+    found = [(trinity_key, value, key) for key in named for trinity_key, value in trinity_sources(cfg, key, stage)]
     sources = [(trinity_key, value, key) for trinity_key, value, key in found if trinity_key != key]
     if not sources:
-        where = origin(found[0][0], list(overrides), path) if found else ""
+        where = _origin(found[0][0], overrides, path) if found else ""
         return ConfigError(f"{where}: {message}") if where and not message.startswith(where) else error
     first = sources[0][0]
-    where = origin(first, list(overrides), path)
+    where = _origin(first, overrides, path)
     said = ", ".join(f"{trinity_key}={value!r} (rft's {key})" for trinity_key, value, key in sources)
     return ConfigError(f"{where}: {said}: {message}")

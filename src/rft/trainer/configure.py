@@ -21,7 +21,7 @@ from rft.config.load import merge_layers, parse_overrides, read_yaml
 from rft.config.offline_schema import EvalConfig, GenerationConfig
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
-from rft.dialects.trinity import in_trinity_terms, prompt_truncation_off, translate
+from rft.dialects.trinity import in_trinity_terms, notes_given, prompt_truncation_off, translate
 from rft.trainer.stages import build_stages
 from rft.trainer.validate import validate, validate_dpo, validate_eval, validate_generation, validate_sft
 
@@ -88,20 +88,26 @@ def load_trinity(path, overrides=(), validate_paths: bool = True):
     return "rl", rl
 
 
-def trinity_run_error(error: Exception, path, overrides=()) -> ConfigError:
+def trinity_run_error(error: Exception, path, overrides=(), stage: int | None = None) -> ConfigError:
     """A run's `error` about its data (a prompt over data.max_prompt_length, ...) in the Trinity YAML's terms: the
     Trinity keys that set the rft keys it names go first; a key rft has and Trinity-RFT has not is named where a
     Trinity YAML sets it (trainer.trainer_config.data.filter_overlong_prompts); data.truncation, where the YAML's
-    enable_prompt_truncation=false chose it, by that key."""
+    enable_prompt_truncation=false chose it, by that key. `stage`: the index of the stage that raised it (from
+    `load_trinity`'s stages): its keys, and the stage by name, where the YAML lists stages (stages[1].model...)."""
     cfg = _resolved_trinity(path, overrides)
-    out = translate(copy.deepcopy(cfg), str(path), overrides=parse_overrides(overrides))
-    message, off = str(error), prompt_truncation_off(cfg)
+    with notes_given():
+        out = translate(copy.deepcopy(cfg), str(path), overrides=parse_overrides(overrides))
+    staged = stage is not None and bool(cfg.get("stages"))  # an SFT / DPO run without stages is one stage
+    within = f"stages[{stage}]." if staged else ""
+    message, off = str(error), prompt_truncation_off(cfg, stage if staged else None)
     if off:  # the key that chose data.truncation=error
         message = message.replace("data.truncation to left|right|middle", f"{off}=true to cut its start (rft "
                                   "cannot send a prompt over the limit whole, as false asks)")
-    message = re.sub(r"(?<![\w.])data\.(filter_overlong_prompts|truncation)\b", r"trainer.trainer_config.data.\1",
-                     message)
-    return in_trinity_terms(ConfigError(message), cfg, out, str(path), parse_overrides(overrides))
+    message = re.sub(r"(?<![\w.])data\.(filter_overlong_prompts|truncation)\b",
+                     rf"{within}trainer.trainer_config.data.\1", message)
+    if staged:
+        message = f"stage {out['stages'][stage]['stage_name']!r} (stages[{stage}]): {message}"
+    return in_trinity_terms(ConfigError(message), cfg, out, str(path), parse_overrides(overrides), stage)
 
 
 def _resolved_trinity(path, overrides=()) -> dict:

@@ -22,6 +22,7 @@ built and validated before the first model loads.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from rft.config.dpo_schema import DPOConfig
 from rft.config.load import ConfigError, merge_layers
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
+from rft.data.io import DataError
 from rft.distributed import SINGLE, Dist
 from rft.sync.schedule import is_synchronous, workflow_apart
 from rft.trainer.validate import validate, validate_dpo, validate_sft
@@ -238,24 +240,33 @@ def run_stage(stage: Stage, dist: Dist = SINGLE) -> None:
     dist.barrier()  # the next stage reads this one's model
 
 
-def run_stages(stages: list[Stage], after_stage=None, dist: Dist = SINGLE) -> Path:
+def run_stages(stages: list[Stage], after_stage=None, dist: Dist = SINGLE,
+               data_error: Callable[[DataError, int], Exception] | None = None) -> Path:
     """Run the unfinished stages in order; `after_stage(stage)` is called after each (also skipped) stage.
-    `dist`: this process's rank among the run's processes (every rank runs every stage)."""
+    `dist`: this process's rank among the run's processes (every rank runs every stage). `data_error(error, i)`:
+    what to raise instead of the DataError of stage i (a dialect's words for the keys it names)."""
     say = print if dist.is_main else (lambda *a, **k: None)
-    for stage in stages:
+    for i, stage in enumerate(stages):
         if stage.done:
             say(f"rft: stage {stage.name!r} already finished ({stage.model_dir}); skipping", flush=True)
         else:
             say(f"rft: stage {stage.name!r} ({stage.kind}) -> {stage.out}", flush=True)
-            run_stage(stage, dist)
+            try:
+                run_stage(stage, dist)
+            except DataError as e:
+                if data_error is None:
+                    raise
+                raise data_error(e, i) from None
         if after_stage is not None:
             after_stage(stage)
     return stages[-1].model_dir
 
 
-def launch_stages(stages: list[Stage], module_args: list[str]) -> int:
+def launch_stages(stages: list[Stage], module_args: list[str],
+                  data_error: Callable[[DataError, int], Exception] | None = None) -> int:
     """Run a staged config with the processes its trainer section asks for (every stage on the same processes:
-    `build_stages` checks it); `module_args` re-run this command in each started process."""
+    `build_stages` checks it); `module_args` re-run this command in each started process (which says its own error,
+    `data_error` applied, as `run_stages` does here)."""
     from rft.trainer.cluster import ray_requested
     from rft.trainer.launch import run_spmd
 
@@ -264,7 +275,7 @@ def launch_stages(stages: list[Stage], module_args: list[str]) -> int:
                           "remove ray_init from the stages")
 
     def body(dist: Dist) -> None:
-        final = run_stages(stages, dist=dist)
+        final = run_stages(stages, dist=dist, data_error=data_error)
         if dist.is_main:
             print(f"rft: all stages finished; final model in {final}", flush=True)
 
