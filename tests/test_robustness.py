@@ -761,6 +761,16 @@ def test_the_run_lock_names_its_host_as_host_id_and_tests_the_pid_of_this_one(tm
                                                   "command": "rft train"}) + "\n")
     with pytest.raises(RunLocked, match=f"in use by another rft run \\(pid {os.getppid()} on "):
         RunLock(tmp_path).acquire()
+    # a holder on another machine or container: its pid means nothing here, so the lock is not taken over (it was,
+    # with a note that the run "is no longer running"); the refusal names the file to delete if it is not
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere/pid:[4026531836]", "started": "then",
+                                                  "command": "rft train"}) + "\n")
+    with pytest.raises(RunLocked, match="locked by an rft run on elsewhere \\(pid 1, started then: rft train\\), "
+                                        "and this file system has no flock") as refused:
+        RunLock(tmp_path).acquire()
+    assert f"delete {str(tmp_path / LOCK_NAME)!r} and run again" in str(refused.value)
+    (tmp_path / LOCK_NAME).write_text("")  # a lock its holder released: taken at once
+    RunLock(tmp_path).acquire().release()
 
 
 def test_a_refused_resume_leaves_config_yaml_as_it_was(work, tmp_path, capsys):

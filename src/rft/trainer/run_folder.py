@@ -59,7 +59,8 @@ LOCK_ENV = "RFT_RUN_LOCK"
 class RunLock:
     """An exclusive lock on a run folder: flock on `<folder>/.rft.lock` (dropped by the kernel when the holder
     dies); where the file system has no flock, the pid written in the file decides whether its holder lives. The
-    file names the holder's host as `host_id()` (machine and PID namespace), the one its pid can be tested on."""
+    file names the holder's host as `host_id()` (machine and PID namespace), the one its pid can be tested on: a
+    holder recorded on another host is refused there (it may be running), with the file to delete if it is not."""
 
     def __init__(self, folder: Path, name: str = LOCK_NAME):
         self.path = folder / name
@@ -84,6 +85,8 @@ class RunLock:
                 raise self._locked(self._holder()) from None
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
+            if previous.get("pid") and not on_this_host(previous.get("host")):
+                raise self._unknowable(previous) from None  # its pid cannot be tested here
             if on_this_host(previous.get("host")) and process_alive(previous.get("pid")):
                 raise self._locked(previous) from None
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # no flock here: the pid file alone
@@ -104,6 +107,16 @@ class RunLock:
         return RunLocked(
             f"output folder {str(self.path.parent)!r} is in use by another rft run ({who}); wait for it to finish "
             "or stop it, or give this run another folder (trainer.default_local_dir)"
+        )
+
+    def _unknowable(self, holder: dict) -> RunLocked:
+        """No flock, and the holder ran on another machine or container: whether it still runs cannot be known here
+        (a lock released on exit is emptied, so it was running or was killed)."""
+        return RunLocked(
+            f"output folder {str(self.path.parent)!r} was locked by an rft run on {machine_of(holder.get('host'))} "
+            f"(pid {holder.get('pid', '?')}, started {holder.get('started', '?')}: {holder.get('command', '?')}), and "
+            "this file system has no flock to tell whether it still runs; if it does not, delete "
+            f"{str(self.path)!r} and run again, or give this run another folder (trainer.default_local_dir)"
         )
 
     def release(self) -> None:
