@@ -71,8 +71,9 @@ def assert_each_read_once(url: str, steps: int, rows: int) -> dict[str, list[int
 @pytest.mark.parametrize("method", ["nccl", "checkpoint"])
 def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path, method):
     out = tmp_path / "out"
-    rft_here("train", *overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
-                                 f"synchronizer.sync_method={method}"), cwd=tmp_path)
+    command = ("train", *overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
+                                   f"synchronizer.sync_method={method}"))
+    rft_here(*command, cwd=tmp_path)
     trainer = lines(out / "metrics.jsonl")
     explorer = lines(out / "explorer" / "metrics.jsonl")
     assert [x["step"] for x in trainer] == [1, 2, 3, 4, 5, 6] == [x["step"] for x in explorer]
@@ -89,6 +90,11 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
     start = load_file(assets / "model" / "model.safetensors")
     trained = {n: p.detach() for n, p in model.named_parameters()}
     assert max(float((trained[n] - start[n]).abs().max()) for n in start if n in trained) > 1e-4
+    # the same command again: complete, said before the explorer process is started or a model loads
+    explored = (out / "explorer" / "metrics.jsonl").stat().st_mtime_ns
+    again = rft_here(*command, cwd=tmp_path)
+    assert f"rft: {out} is complete (6/6 steps, model in {out / 'model'})" in again.stdout, again.stdout
+    assert "rft explorer" not in again.stdout and (out / "explorer" / "metrics.jsonl").stat().st_mtime_ns == explored
 
 
 def test_the_weights_reach_an_explorer_that_generates_in_bf16(assets, tmp_path):
@@ -238,6 +244,17 @@ def test_explore_and_train_as_two_commands_on_sqlite(assets, tmp_path):
     assert [x["step"] for x in lines(out / "metrics.jsonl")] == [1, 2, 3, 4]
     assert [x["rollout/model_version"] for x in lines(out / "explorer" / "metrics.jsonl")] == [0, 0, 0, 2]
     assert sorted(p.name for p in (out / "sync").iterdir()) == ["latest", "v00000002.safetensors"]
+    # each command again: the trainer says the run is complete before a model loads, the explorer that its steps
+    # are written, and neither writes anything (the explorer said "4 steps written" and rewrote its config.yaml)
+    common = overrides(assets, out, 4, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1")
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*")  # SQLite's own files change as it opens and closes;
+               if p.is_file() and not p.name.startswith((".rft", "buffer.sqlite", "explorer.log"))}  # a log, its lines
+    trained = rft_here("train", *common, "trainer.mode=train", cwd=tmp_path)
+    assert f"rft: {out} is complete (4/4 steps, model in {out / 'model'})" in trained.stdout, trained.stdout
+    explored = rft_here("train", *common, "trainer.mode=explore", cwd=tmp_path)
+    assert (f"rft explorer: all 4 steps already written to the experience buffer ({out / 'explorer'}); nothing to "
+            "do (raise trainer.total_training_steps to explore on)") in explored.stdout.splitlines(), explored.stdout
+    assert {p: p.stat().st_mtime_ns for p in written} == written
 
 
 def test_explore_and_train_on_postgresql(assets, tmp_path):

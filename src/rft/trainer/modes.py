@@ -126,6 +126,12 @@ class ExploreLoop:
         if state is not None:
             ex.load_state_dict(state)
         self.buffer.truncate_after(ex.step)  # what a killed explorer wrote after its last recorded step
+        if ex.step >= self.total_steps and t.mode == "explore":  # the same command after it finished (in mode both
+            # the trainer, not complete, waits for its explorer to join the weight sync: it runs on as before)
+            print(f"rft explorer: all {counted(self.total_steps, 'step')} already written to the experience buffer "
+                  f"({explorer_folder(self.out, t.explorer_rank)}); nothing to do (raise "
+                  "trainer.total_training_steps to explore on)", flush=True)
+            return
         if method == "nccl":
             from rft.sync.process_group import ProcessGroupReceiver
 

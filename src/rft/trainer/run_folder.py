@@ -308,16 +308,16 @@ def _say_interrupted(cleaned: list[str]) -> None:
 
 def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
     """The line saying the RL run of `cfg` in `out` is already complete, None where it is not: `checkpoint` (the
-    one the run resumes from, looked up once) is a one-loop `rft train` run's at the run's last step, model/ (and
+    one the run resumes from, looked up once) is an `rft train` trainer's (one loop, or the trainer of mode both /
+    train, whose explorer's steps precede it) at the run's last step, model/ (and
     critic/) were written after it (the final export), its keys are this config's (a changed key: None, and the
     run's own check refuses it), and the run is not asked to validate only (trainer.val_only). Rerunning the
     command would reload everything to rewrite model/; it says so instead. Reads only."""
-    from rft.sync.schedule import is_synchronous
     from rft.trainer.checkpoint import step_of, written_by
     from rft.trainer.run import total_training_steps
 
     t = cfg.trainer
-    if (not isinstance(checkpoint, Path) or t.resume_mode != "auto" or t.val_only or not is_synchronous(cfg)
+    if (not isinstance(checkpoint, Path) or t.resume_mode != "auto" or t.val_only
             or (written_by(checkpoint) or {}).get("trainer") != "train"):
         return None
     try:
