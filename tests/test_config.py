@@ -334,6 +334,44 @@ def test_keys_of_parts_the_run_does_not_build_are_accepted_and_named(caplog):
              "reward_model.model.path=rm")
 
 
+@pytest.mark.parametrize("yaml_text, override, message", [
+    # a list for an integer was said to be "expected a list, e.g. [a, b]"
+    ("data:\n  train_batch_size: [1024]\n", None,
+     "cfg.yaml: config key 'data.train_batch_size' takes an integer, not a list ([1024]); set it to an integer"),
+    # a mapping for a list was "unexpected TypeError: Cannot merge incompatible container types ... a bug in rft"
+    ("trainer:\n  logger: {a: 1}\n", None,
+     "cfg.yaml: config key 'trainer.logger' takes a list, e.g. [a, b], not a mapping ({'a': 1}); set it to a list"),
+    (None, "trainer.logger={a: 1}",
+     "command line (trainer.logger={a: 1}): config key 'trainer.logger' takes a list, e.g. [a, b], not a mapping "
+     "({'a': 1}); set it to a list"),
+    ("actor_rollout_ref:\n  actor:\n    checkpoint:\n      save_contents: model\n", None,
+     "cfg.yaml: config key 'actor_rollout_ref.actor.checkpoint.save_contents' takes a list, e.g. [a, b], not a "
+     "string ('model'); set it to a list, e.g. [model]"),
+    # a value for a section was "bad config: Merge error: int is not a subclass of CustomClsConfig. value: 5"
+    ("data:\n  custom_cls: 5\n", None,
+     "cfg.yaml: config key 'data.custom_cls' takes a section of keys, not a number (5); set the keys under it "
+     "instead (data.custom_cls.path, data.custom_cls.name, ...)"),
+    # a value OmegaConf cannot convert names where it was set and what the key takes; the last override wins
+    ("actor_rollout_ref:\n  actor:\n    optim:\n      lr: fast\n", None,
+     "cfg.yaml: config key 'actor_rollout_ref.actor.optim.lr' takes a number, not a string ('fast'); set it to a "
+     "number"),
+    (None, "data.train_batch_size=four",
+     "command line (data.train_batch_size=four): config key 'data.train_batch_size' takes an integer, not a string "
+     "('four'); set it to an integer"),
+    (None, "actor_rollout_ref.actor.use_kl_loss=maybe",
+     "command line (actor_rollout_ref.actor.use_kl_loss=maybe): config key 'actor_rollout_ref.actor.use_kl_loss' "
+     "takes true or false, not a string ('maybe'); set it to true or false"),
+])
+def test_a_value_of_the_wrong_type_names_the_key_where_it_was_set_and_what_it_takes(tmp_path, monkeypatch,
+                                                                                    yaml_text, override, message):
+    monkeypatch.chdir(tmp_path)
+    if yaml_text is not None:
+        (tmp_path / "cfg.yaml").write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load(*([override] if override else []), path="cfg.yaml" if yaml_text is not None else None)
+    assert str(err.value) == message
+
+
 def test_vllm_keys_with_the_hf_engine_have_no_effect_and_a_set_one_is_named(caplog):
     """As in verl, the vLLM engine's keys mean nothing to another engine: verl's all-null `engine_kwargs` loads
     quietly, a value set is named in the note line (the vllm engine honours them: tests/with_vllm)."""
