@@ -334,6 +334,27 @@ def test_keys_of_parts_the_run_does_not_build_are_accepted_and_named(caplog):
              "reward_model.model.path=rm")
 
 
+def test_kl_keys_without_their_switch_have_no_effect_and_a_set_one_is_named(caplog):
+    """verl's ppo_trainer.yaml sets algorithm.kl_ctrl.kl_coef=0.005 with use_kl_in_reward=false: verl reads no
+    kl_ctrl key then, nor kl_loss_coef / kl_loss_type without use_kl_loss; rft names the ones set in a note (they
+    were accepted without a word). With the switch on they are used, and no note names them."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        load("algorithm.kl_ctrl.kl_coef=0.005", "algorithm.kl_penalty=low_var_kl",
+             "actor_rollout_ref.actor.kl_loss_coef=0.01")
+    notes = [r.getMessage() for r in caplog.records if "have no effect" in r.getMessage()]
+    assert ("rft: note: algorithm.use_kl_in_reward=false (no KL penalty in the reward), so these keys have no "
+            "effect: algorithm.kl_penalty='low_var_kl', algorithm.kl_ctrl.kl_coef=0.005") in notes, notes
+    assert ("rft: note: actor_rollout_ref.actor.use_kl_loss=false (no KL loss), so these keys have no effect: "
+            "actor_rollout_ref.actor.kl_loss_coef=0.01") in notes, notes
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        load("algorithm.kl_ctrl.kl_coef=0.005", "algorithm.use_kl_in_reward=true",
+             "actor_rollout_ref.actor.kl_loss_coef=0.01", "actor_rollout_ref.actor.use_kl_loss=true")
+    assert not [r for r in caplog.records if "kl_coef" in r.getMessage()], caplog.text
+
+
 @pytest.mark.parametrize("yaml_text, override, message", [
     # a list for an integer was said to be "expected a list, e.g. [a, b]"
     ("data:\n  train_batch_size: [1024]\n", None,
