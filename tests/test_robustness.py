@@ -1164,6 +1164,30 @@ def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, caps
     assert finished_run(load_config(None, argv[1:])) is None
 
 
+def test_a_run_folder_past_the_steps_asked_is_complete_and_loads_nothing(work, tmp_path, capsys, monkeypatch):
+    """A run trained on to 2 steps (total_training_steps raised), then the first command (1 step) again: its last
+    checkpoint is past the steps asked, so it says the run is complete, exits 0 and neither loads a model nor
+    rewrites model/ (it reloaded everything, printed "1 steps", trained nothing and exported model/ again)."""
+    from rft.trainer import run as run_module
+
+    out = tmp_path / "out"
+    argv = args(work, out, "trainer.save_freq=1")
+    assert run(argv + ["trainer.total_training_steps=2"], capsys)[0] == 0
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert (f"rft: {out} is complete (its last checkpoint is at step 2, past the 1 steps asked; model in "
+            f"{out / 'model'}); nothing to do (raise trainer.total_training_steps / total_epochs above 2 to train "
+            "on)") in stdout.splitlines(), stdout
+    assert weights.stat().st_mtime_ns == written
+
+
 # -------------------------------------------------------------------------------------- signals
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

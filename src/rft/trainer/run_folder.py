@@ -295,10 +295,11 @@ def _say_interrupted(cleaned: list[str]) -> None:
 
 def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
     """The line saying the RL run of `cfg` in `out` is already complete, None where it is not: `checkpoint` (the
-    one the run resumes from, looked up once) is a one-loop `rft train` run's at the run's last step, model/ (and
-    critic/) were written after it (the final export), its keys are this config's (a changed key: None, and the
-    run's own check refuses it), and the run is not asked to validate only (trainer.val_only). Rerunning the
-    command would reload everything to rewrite model/; it says so instead. Reads only."""
+    one the run resumes from, looked up once) is a one-loop `rft train` run's at the run's last step (or past it:
+    an earlier run into the folder took more steps), model/ (and critic/) were written after it (the final export),
+    its keys are this config's (a changed key: None, and the run's own check refuses it), and the run is not asked
+    to validate only (trainer.val_only). Rerunning the command would reload everything to rewrite model/; it says
+    so instead. Reads only."""
     from rft.sync.schedule import is_synchronous
     from rft.trainer.checkpoint import step_of, written_by
     from rft.trainer.run import total_training_steps
@@ -313,12 +314,16 @@ def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) ->
         total = total_training_steps(cfg, (state.get("sampler") or {}).get("num_items"))
         exports = [out / "model"] + ([out / "critic"] if any(checkpoint.glob("critic*")) else [])
         saved = (checkpoint / "trainer_state.json").stat().st_mtime
-        if step != total or not all((folder / "config.json").is_file()
+        if step < total or not all((folder / "config.json").is_file()
                                     and (folder / "config.json").stat().st_mtime >= saved for folder in exports):
             return None
         check_resume_matches(cfg, checkpoint)
     except (OSError, ValueError, AttributeError, RftError):
         return None
+    if step > total:  # an earlier run of the folder was asked for more steps: this one has none left to take
+        return (f"rft: {out} is complete (its last checkpoint is at step {step}, past the {total} steps asked; model "
+                f"in {out / 'model'}); nothing to do (raise trainer.total_training_steps / total_epochs above {step} "
+                "to train on)")
     return (f"rft: {out} is complete ({step}/{total} steps, model in {out / 'model'}); nothing to do (raise "
             "trainer.total_training_steps / total_epochs to train on)")
 
