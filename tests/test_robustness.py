@@ -1465,3 +1465,18 @@ def test_hdfs_dir_is_a_local_mirror_and_hdfs_urls_are_refused(work, tmp_path, ca
                             f"trainer.default_hdfs_dir={tmp_path / 'mirror'}"), capsys)
     assert code == 0, err
     assert (tmp_path / "mirror" / "global_step_1" / "policy.safetensors").is_file()
+
+
+def test_hdfs_dir_without_checkpoints_has_no_effect_and_no_folder_is_made(work, tmp_path, capsys, caplog):
+    """verl's ppo_trainer.yaml keeps save_freq: -1 beside default_hdfs_dir: ~/experiments/...: no checkpoint is
+    written, so there is nothing to mirror; the key is named in the note of keys without effect and the folder
+    (it was made, empty, in the user's home) is not made."""
+    import logging
+
+    mirror = tmp_path / "home" / "experiments" / "gsm8k"
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        code, _, err = run(args(work, tmp_path / "out", f"trainer.default_hdfs_dir={mirror}"), capsys)
+    assert code == 0, err
+    assert (f"rft: note: trainer.save_freq=-1 (no checkpoints are written), so these keys have no effect: "
+            f"trainer.default_hdfs_dir='{mirror}'") in caplog.text, caplog.text
+    assert not (tmp_path / "home").exists()

@@ -417,7 +417,7 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
                 _say_interrupted(interrupted)
                 check_free_space(out, weights_bytes(_model_path(cfg)))
                 mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
-                if mirror:
+                if mirror and getattr(cfg.trainer, "save_freq", 1) > 0:  # no checkpoint to copy: no folder
                     _prepare(Path(mirror).expanduser())
                 if isinstance(resume_from, CheckpointError):
                     raise resume_from
