@@ -1188,6 +1188,44 @@ def test_a_run_folder_past_the_steps_asked_is_complete_and_loads_nothing(work, t
     assert weights.stat().st_mtime_ns == written
 
 
+def test_a_finished_run_without_checkpoints_is_complete_and_other_keys_are_refused(work, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """trainer.save_freq=-1 (verl's default) writes no checkpoint. The same command again after the run finished
+    trained it again from step 0 and replaced model/; now it says the run is complete and loads nothing. The command
+    with another key (it replaced that run's model and metrics without a word) is refused naming the key; with
+    trainer.resume_mode=disable it trains again, as asked."""
+    from rft.trainer import run as run_module
+
+    out = tmp_path / "out"
+    argv = args(work, out)  # save_freq: the default, -1
+    assert run(argv, capsys)[0] == 0
+    assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    real_init = run_module.SyncRun.__init__
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert (f"rft: {out} is complete (model in {out / 'model'}; trainer.save_freq=-1 wrote no checkpoint); nothing "
+            "to do (with no checkpoint to train on from, trainer.resume_mode=disable trains it again from step 0, or "
+            "give another trainer.default_local_dir)") in stdout.splitlines(), stdout
+    code, _, stderr = run(argv + ["actor_rollout_ref.actor.optim.lr=1e-4"], capsys)
+    assert code == 2 and one_error_line(stderr) == (
+        f"rft: error: {out} holds a finished run (model in {out / 'model'}) with other keys: "
+        "actor_rollout_ref.actor.optim.lr (0.001 -> 0.0001); it wrote no checkpoint (trainer.save_freq=-1), so this "
+        "run would start again from step 0 and replace its model/ and metrics.jsonl: give this run another "
+        "trainer.default_local_dir, or set trainer.resume_mode=disable to replace that run")
+    assert weights.stat().st_mtime_ns == written and not (out / "failed.json").exists()
+    monkeypatch.setattr(run_module.SyncRun, "__init__", real_init)
+    code, _, stderr = run(argv + ["actor_rollout_ref.actor.optim.lr=1e-4", "trainer.resume_mode=disable"], capsys)
+    assert code == 0, stderr
+    assert weights.stat().st_mtime_ns != written
+
+
 # -------------------------------------------------------------------------------------- signals
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
