@@ -199,7 +199,8 @@ def test_rft_data_calculator_writes_the_task_and_refuses_bad_options(tmp_path):
 
 def test_rft_data_gsm8k_names_its_split_files_and_a_missing_one_names_them_too(workdir, tmp_path):
     """`rft data gsm8k` writes verl's train.parquet / test.parquet and says which keys read them; a data file given
-    under the synthetic tasks' name (val.parquet) is refused with the file that is there."""
+    under the synthetic tasks' name (val.parquet) is refused with the file that is there; GSM8K's own jsonl given
+    to `rft train` is refused with the `rft data gsm8k` command that converts it."""
     src = tmp_path / "src"
     src.mkdir()
     row = {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"}
@@ -215,9 +216,19 @@ def test_rft_data_gsm8k_names_its_split_files_and_a_missing_one_names_them_too(w
         "test.parquet, train.parquet)"]
     bad = rft_here(*train_args("refused", "data.train_files=g/trian.parquet"), cwd=workdir, check=False)
     assert "file 'g/trian.parquet' does not exist; did you mean 'g/train.parquet'?" in bad.stderr
+    # GSM8K's own rows given as they are (verl wants its rows): the `rft data` command that writes them, not
+    # "set data.prompt_key=<one of them>" (question: then no data source, no ground truth)
+    bad = rft_here(*train_args("raw", f"data.train_files={src / 'train.jsonl'}", "data.val_files=null"),
+                   cwd=workdir, check=False)
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [
+        f"rft: error: {src / 'train.jsonl'} row 0: no column 'prompt' (data.prompt_key): the rows are GSM8K's own "
+        f"(question, answer), not verl's; `rft data gsm8k {src} OUT` writes them as verl's rows (OUT/train.parquet, "
+        "OUT/test.parquet): set data.train_files / data.val_files to those"]
     bad = rft_here(*train_args("refused", "data.train_files=nowhere/train.parquet"), cwd=workdir, check=False)
     assert bad.stderr.splitlines() == [
-        "rft: error: data.train_files: file 'nowhere/train.parquet' does not exist, nor does its folder 'nowhere'"]
+        "rft: error: data.train_files: file 'nowhere/train.parquet' does not exist, nor does its folder 'nowhere': "
+        "set data.train_files to a .parquet or .jsonl file of verl's rows (`rft data --help`: the commands that "
+        "write them)"]
     assert not (workdir / "refused").exists()
 
 

@@ -334,6 +334,65 @@ def test_keys_of_parts_the_run_does_not_build_are_accepted_and_named(caplog):
              "reward_model.model.path=rm")
 
 
+def test_kl_keys_without_their_switch_have_no_effect_and_a_set_one_is_named(caplog):
+    """verl's ppo_trainer.yaml sets algorithm.kl_ctrl.kl_coef=0.005 with use_kl_in_reward=false: verl reads no
+    kl_ctrl key then, nor kl_loss_coef / kl_loss_type without use_kl_loss; rft names the ones set in a note (they
+    were accepted without a word). With the switch on they are used, and no note names them."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        load("algorithm.kl_ctrl.kl_coef=0.005", "algorithm.kl_penalty=low_var_kl",
+             "actor_rollout_ref.actor.kl_loss_coef=0.01")
+    notes = [r.getMessage() for r in caplog.records if "have no effect" in r.getMessage()]
+    assert ("rft: note: algorithm.use_kl_in_reward=false (no KL penalty in the reward), so these keys have no "
+            "effect: algorithm.kl_penalty='low_var_kl', algorithm.kl_ctrl.kl_coef=0.005") in notes, notes
+    assert ("rft: note: actor_rollout_ref.actor.use_kl_loss=false (no KL loss), so these keys have no effect: "
+            "actor_rollout_ref.actor.kl_loss_coef=0.01") in notes, notes
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        load("algorithm.kl_ctrl.kl_coef=0.005", "algorithm.use_kl_in_reward=true",
+             "actor_rollout_ref.actor.kl_loss_coef=0.01", "actor_rollout_ref.actor.use_kl_loss=true")
+    assert not [r for r in caplog.records if "kl_coef" in r.getMessage()], caplog.text
+
+
+@pytest.mark.parametrize("yaml_text, override, message", [
+    # a list for an integer was said to be "expected a list, e.g. [a, b]"
+    ("data:\n  train_batch_size: [1024]\n", None,
+     "cfg.yaml: config key 'data.train_batch_size' takes an integer, not a list ([1024]); set it to an integer"),
+    # a mapping for a list was "unexpected TypeError: Cannot merge incompatible container types ... a bug in rft"
+    ("trainer:\n  logger: {a: 1}\n", None,
+     "cfg.yaml: config key 'trainer.logger' takes a list, e.g. [a, b], not a mapping ({'a': 1}); set it to a list"),
+    (None, "trainer.logger={a: 1}",
+     "command line (trainer.logger={a: 1}): config key 'trainer.logger' takes a list, e.g. [a, b], not a mapping "
+     "({'a': 1}); set it to a list"),
+    ("actor_rollout_ref:\n  actor:\n    checkpoint:\n      save_contents: model\n", None,
+     "cfg.yaml: config key 'actor_rollout_ref.actor.checkpoint.save_contents' takes a list, e.g. [a, b], not a "
+     "string ('model'); set it to a list, e.g. [model]"),
+    # a value for a section was "bad config: Merge error: int is not a subclass of CustomClsConfig. value: 5"
+    ("data:\n  custom_cls: 5\n", None,
+     "cfg.yaml: config key 'data.custom_cls' takes a section of keys, not a number (5); set the keys under it "
+     "instead (data.custom_cls.path, data.custom_cls.name, ...)"),
+    # a value OmegaConf cannot convert names where it was set and what the key takes; the last override wins
+    ("actor_rollout_ref:\n  actor:\n    optim:\n      lr: fast\n", None,
+     "cfg.yaml: config key 'actor_rollout_ref.actor.optim.lr' takes a number, not a string ('fast'); set it to a "
+     "number"),
+    (None, "data.train_batch_size=four",
+     "command line (data.train_batch_size=four): config key 'data.train_batch_size' takes an integer, not a string "
+     "('four'); set it to an integer"),
+    (None, "actor_rollout_ref.actor.use_kl_loss=maybe",
+     "command line (actor_rollout_ref.actor.use_kl_loss=maybe): config key 'actor_rollout_ref.actor.use_kl_loss' "
+     "takes true or false, not a string ('maybe'); set it to true or false"),
+])
+def test_a_value_of_the_wrong_type_names_the_key_where_it_was_set_and_what_it_takes(tmp_path, monkeypatch,
+                                                                                    yaml_text, override, message):
+    monkeypatch.chdir(tmp_path)
+    if yaml_text is not None:
+        (tmp_path / "cfg.yaml").write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load(*([override] if override else []), path="cfg.yaml" if yaml_text is not None else None)
+    assert str(err.value) == message
+
+
 def test_vllm_keys_with_the_hf_engine_have_no_effect_and_a_set_one_is_named(caplog):
     """As in verl, the vLLM engine's keys mean nothing to another engine: verl's all-null `engine_kwargs` loads
     quietly, a value set is named in the note line (the vllm engine honours them: tests/with_vllm)."""

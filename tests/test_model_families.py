@@ -271,9 +271,14 @@ def test_the_pad_token_choice(tok, pad):
     assert choose_pad_token(tok) == pad
 
 
-def test_without_a_chat_template_prompts_are_plain_text(llamas):
-    tok = load_tokenizer(str(llamas / "base"))
+def test_without_a_chat_template_prompts_are_plain_text(llamas, caplog):
+    with caplog.at_level("INFO", logger="rft"):
+        tok = load_tokenizer(str(llamas / "base"))
     assert adds_bos(tok) and not tok.chat_template
+    # said, not silent (verl's apply_chat_template stops on such a tokenizer)
+    assert (f"the tokenizer of {llamas / 'base'} has no chat template; chat messages are rendered as plain text, a "
+            "base model's completion style (docs/models.md), unless the config gives a template "
+            "(data.chat_template)") in caplog.text
     user = [{"role": "user", "content": "1+2="}]
     assert render(tok, user) == "<s>1+2="
     turns = [*user, {"role": "assistant", "content": "3"}, {"role": "tool", "content": "42"}]

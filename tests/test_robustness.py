@@ -1174,6 +1174,68 @@ def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, caps
     assert finished_run(load_config(None, argv[1:])) is None
 
 
+def test_a_run_folder_past_the_steps_asked_is_complete_and_loads_nothing(work, tmp_path, capsys, monkeypatch):
+    """A run trained on to 2 steps (total_training_steps raised), then the first command (1 step) again: its last
+    checkpoint is past the steps asked, so it says the run is complete, exits 0 and neither loads a model nor
+    rewrites model/ (it reloaded everything, printed "1 steps", trained nothing and exported model/ again)."""
+    from rft.trainer import run as run_module
+
+    out = tmp_path / "out"
+    argv = args(work, out, "trainer.save_freq=1")
+    assert run(argv + ["trainer.total_training_steps=2"], capsys)[0] == 0
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert (f"rft: {out} is complete (its last checkpoint is at step 2, past the 1 steps asked; model in "
+            f"{out / 'model'}); nothing to do (raise trainer.total_training_steps / total_epochs above 2 to train "
+            "on)") in stdout.splitlines(), stdout
+    assert weights.stat().st_mtime_ns == written
+
+
+def test_a_finished_run_without_checkpoints_is_complete_and_other_keys_are_refused(work, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """trainer.save_freq=-1 (verl's default) writes no checkpoint. The same command again after the run finished
+    trained it again from step 0 and replaced model/; now it says the run is complete and loads nothing. The command
+    with another key (it replaced that run's model and metrics without a word) is refused naming the key; with
+    trainer.resume_mode=disable it trains again, as asked."""
+    from rft.trainer import run as run_module
+
+    out = tmp_path / "out"
+    argv = args(work, out)  # save_freq: the default, -1
+    assert run(argv, capsys)[0] == 0
+    assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    real_init = run_module.SyncRun.__init__
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert (f"rft: {out} is complete (model in {out / 'model'}; trainer.save_freq=-1 wrote no checkpoint); nothing "
+            "to do (with no checkpoint to train on from, trainer.resume_mode=disable trains it again from step 0, or "
+            "give another trainer.default_local_dir)") in stdout.splitlines(), stdout
+    code, _, stderr = run(argv + ["actor_rollout_ref.actor.optim.lr=1e-4"], capsys)
+    assert code == 2 and one_error_line(stderr) == (
+        f"rft: error: {out} holds a finished run (model in {out / 'model'}) with other keys: "
+        "actor_rollout_ref.actor.optim.lr (0.001 -> 0.0001); it wrote no checkpoint (trainer.save_freq=-1), so this "
+        "run would start again from step 0 and replace its model/ and metrics.jsonl: give this run another "
+        "trainer.default_local_dir, or set trainer.resume_mode=disable to replace that run")
+    assert weights.stat().st_mtime_ns == written and not (out / "failed.json").exists()
+    monkeypatch.setattr(run_module.SyncRun, "__init__", real_init)
+    code, _, stderr = run(argv + ["actor_rollout_ref.actor.optim.lr=1e-4", "trainer.resume_mode=disable"], capsys)
+    assert code == 0, stderr
+    assert weights.stat().st_mtime_ns != written
+
+
 # -------------------------------------------------------------------------------------- signals
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -1451,3 +1513,18 @@ def test_hdfs_dir_is_a_local_mirror_and_hdfs_urls_are_refused(work, tmp_path, ca
                             f"trainer.default_hdfs_dir={tmp_path / 'mirror'}"), capsys)
     assert code == 0, err
     assert (tmp_path / "mirror" / "global_step_1" / "policy.safetensors").is_file()
+
+
+def test_hdfs_dir_without_checkpoints_has_no_effect_and_no_folder_is_made(work, tmp_path, capsys, caplog):
+    """verl's ppo_trainer.yaml keeps save_freq: -1 beside default_hdfs_dir: ~/experiments/...: no checkpoint is
+    written, so there is nothing to mirror; the key is named in the note of keys without effect and the folder
+    (it was made, empty, in the user's home) is not made."""
+    import logging
+
+    mirror = tmp_path / "home" / "experiments" / "gsm8k"
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        code, _, err = run(args(work, tmp_path / "out", f"trainer.default_hdfs_dir={mirror}"), capsys)
+    assert code == 0, err
+    assert (f"rft: note: trainer.save_freq=-1 (no checkpoints are written), so these keys have no effect: "
+            f"trainer.default_hdfs_dir='{mirror}'") in caplog.text, caplog.text
+    assert not (tmp_path / "home").exists()

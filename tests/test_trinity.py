@@ -301,8 +301,9 @@ def test_a_bad_value_is_named_by_the_trinity_key_that_holds_it(work, tmp_path):
     path.write_text(path.read_text().replace("repeat_times: 2", "repeat_times: four"))
     proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
-    assert proc.stderr.startswith(f"rft: error: {path}: algorithm.repeat_times='four' (rft's "
-                                  "actor_rollout_ref.rollout.n): bad value"), proc.stderr
+    assert proc.stderr.strip() == (f"rft: error: {path}: algorithm.repeat_times='four' (rft's "
+                                   "actor_rollout_ref.rollout.n): config key 'actor_rollout_ref.rollout.n' takes an "
+                                   "integer, not a string ('four'); set it to an integer"), proc.stderr
     assert "Traceback" not in proc.stderr
     # a value the checks refuse, given on the command line
     with pytest.raises(ConfigError) as err:

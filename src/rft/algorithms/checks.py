@@ -10,13 +10,29 @@ from rft.algorithms.kl import KL_ESTIMATORS
 from rft.algorithms.policy_loss import POLICY_LOSSES
 from rft.algorithms.preference import preference_loss_spec
 from rft.algorithms.rollout_correction import parse_is_threshold, parse_rs_options, parse_rs_thresholds
-from rft.config.checks import CHECKS, CheckContext, positive
+from rft.config.checks import CHECKS, UNUSED, CheckContext, positive
 from rft.config.errors import ConfigError
 
 # Names that are part of verl's vocabulary but arrive with a later capability of rft (none at the moment).
 _PENDING_ESTIMATORS: dict[str, str] = {}
 
 DPO_KL_COEF_DEFAULT = 0.001
+
+
+@UNUSED.register("algorithms.kl")
+def unused_kl_keys(cfg) -> dict[str, str]:
+    """The KL terms' keys when their switch is off: the in-reward penalty's estimator and controller without
+    algorithm.use_kl_in_reward, the KL loss's coefficient and estimator without actor.use_kl_loss (verl reads
+    none of them then either)."""
+    out: dict[str, str] = {}
+    if not cfg.algorithm.use_kl_in_reward:
+        why = "algorithm.use_kl_in_reward=false (no KL penalty in the reward)"
+        out.update({"algorithm.kl_penalty": why, "algorithm.kl_ctrl.": why})
+    actor = cfg.actor_rollout_ref.actor
+    if not actor.use_kl_loss:
+        why = "actor_rollout_ref.actor.use_kl_loss=false (no KL loss)"
+        out.update({"actor_rollout_ref.actor.kl_loss_coef": why, "actor_rollout_ref.actor.kl_loss_type": why})
+    return out
 
 
 @CHECKS.register("algorithms.names")

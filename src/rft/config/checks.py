@@ -148,12 +148,13 @@ def missing_file(key: str, path: str) -> ConfigError:
     """The error for `key`'s data file `path`, which does not exist: it names the data files its folder holds and
     the one likeliest meant (the same split under another name, test.parquet for val.parquet, or a close spelling)."""
     folder = Path(path).expanduser().parent
+    todo = f"set {key} to a .parquet or .jsonl file of verl's rows (`rft data --help`: the commands that write them)"
     if not folder.is_dir():
-        return ConfigError(f"{key}: file {path!r} does not exist, nor does its folder {str(folder)!r}")
+        return ConfigError(f"{key}: file {path!r} does not exist, nor does its folder {str(folder)!r}: {todo}")
     present = sorted(p.name for p in folder.iterdir() if p.suffix in (".parquet", ".jsonl") and p.is_file())
     if not present:
         return ConfigError(f"{key}: file {path!r} does not exist, and {str(folder)!r} holds no .parquet or .jsonl "
-                           "file")
+                           f"file: {todo}")
     meant = _likeliest(Path(path).name, present)
     hint = f"; did you mean {str(Path(path).parent / meant)!r}?" if meant else ""
     shown = ", ".join(present[:SHOWN_FILES]) + (f", ... ({len(present)} in all)" if len(present) > SHOWN_FILES else "")

@@ -6,6 +6,9 @@ checks' job (`rft.config.checks`), and loading and checking together `rft.traine
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -51,9 +54,145 @@ def _explain(err: OmegaConfBaseException, schema: type = RFTConfig, overrides: I
     msg = str(err).split("\n")[0]
     if not full_key:
         return ConfigError(f"bad config: {msg}; sections such as 'data' hold keys, not values")
-    if "ListConfig" in msg:
-        msg = "expected a list, e.g. [a, b]"
+    expected = _expected_at(schema, full_key)
+    if expected is not None:  # a value OmegaConf cannot convert: 'four' for an integer, ...
+        value = getattr(err, "value", None)
+        source = origin(full_key, list(overrides)[::-1], path)  # the last override of a key is the one merged
+        return ConfigError(_wrong_type(schema, full_key, expected, value, source))
     return ConfigError(f"bad value for config key '{full_key}': {msg}")
+
+
+def _field_type(schema: type, dotted: str) -> Any:
+    """The declared type of the field at the dotted key below the dataclass `schema`, or None where the key is not
+    a field (unknown, or inside a free-form mapping)."""
+    cls: Any = schema
+    hint: Any = None
+    for part in dotted.split("."):
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            return None
+        hints = _fields_of(cls)
+        if part not in hints:
+            return None
+        cls = hint = hints[part]
+    return hint
+
+
+@functools.cache
+def _fields_of(cls: type) -> dict[str, Any]:
+    """{field name: its type} of the dataclass `cls` (the annotations evaluated once per class)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _unwrap(hint: Any) -> tuple[Any, bool]:
+    """(the type inside Optional[...], whether null is allowed)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else Any), True
+    return hint, False
+
+
+def _kind(hint: Any) -> str | None:
+    """What a field of type `hint` holds: 'section', 'list', 'mapping', 'int', 'float', 'bool', 'str'; None for
+    anything (Any)."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return "section"
+    origin_ = typing.get_origin(hint) or hint
+    if origin_ in (list, tuple):
+        return "list"
+    if origin_ is dict:
+        return "mapping"
+    return {int: "int", float: "float", bool: "bool", str: "str"}.get(origin_)
+
+
+_SAID = {"section": "a section of keys", "list": "a list, e.g. [a, b]",
+         "mapping": "a mapping of keys to values", "int": "an integer", "float": "a number", "bool": "true or false",
+         "str": "a string"}
+
+
+def _expected_at(schema: type, dotted: str) -> tuple[str, bool] | None:
+    """(what the field at `dotted` holds, whether null is allowed), None where that is not known or is anything."""
+    hint = _field_type(schema, dotted)
+    if hint is None:
+        return None
+    inner, nullable = _unwrap(hint)
+    kind = _kind(inner)
+    return (kind, nullable) if kind is not None else None
+
+
+def _given(value: Any) -> str:
+    """The value as the message shows it: its kind in words, then the value."""
+    if isinstance(value, Mapping):
+        what = "a mapping"
+    elif isinstance(value, (list, tuple)):
+        what = "a list"
+    elif value is None:
+        return "null"
+    elif isinstance(value, bool):
+        what = "a boolean"
+    elif isinstance(value, (int, float)):
+        what = "a number"
+    else:
+        what = "a string"
+    shown = repr(value if not isinstance(value, (Mapping, list, tuple)) else _plain(value))
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return f"{what} ({shown})"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _wrong_type(schema: type, key: str, expected: tuple[str, bool], value: Any, source: str) -> str:
+    """One line for `value` at `key`, which takes `expected` (`_expected_at`): where it came from, what the key
+    takes, what it got, and what to write instead."""
+    kind, nullable = expected
+    takes = _SAID[kind] + (" or null" if nullable else "")
+    if kind == "section":
+        fields = [f"{key}.{name}" for name in _node_fields(schema, key)[:3]]
+        todo = f"set the keys under it instead ({', '.join(fields)}, ...)"
+    elif kind == "list" and not isinstance(value, (Mapping, list, tuple)) and value is not None:
+        todo = f"set it to a list, e.g. [{value}]"
+    else:
+        todo = f"set it to {_SAID[kind].split(',')[0]}"
+    return f"{source + ': ' if source else ''}config key '{key}' takes {takes}, not {_given(value)}; {todo}"
+
+
+def _fits(kind: str, nullable: bool, value: Any) -> bool:
+    """Whether `value` has the shape `kind` needs (scalars are left to OmegaConf's conversion: '4' for an
+    integer is fine); an interpolation ${...} fits anything."""
+    if isinstance(value, str) and "${" in value:
+        return True
+    if value is None:
+        return nullable
+    if kind == "section" or kind == "mapping":
+        return isinstance(value, Mapping)
+    if kind == "list":
+        return isinstance(value, (list, tuple))
+    return not isinstance(value, (Mapping, list, tuple))
+
+
+def _check_shapes(schema: type, tree: Any, sources: Any, prefix: str = "") -> None:
+    """Refuse a value whose shape the schema's field cannot hold (a list for an integer, a mapping for a list, a
+    value for a section): OmegaConf's own errors for these name the wrong type or none (a TypeError). `sources`
+    (dotted key -> where it was set) names the file or the command line. Unknown keys are left to the merge."""
+    if not isinstance(tree, Mapping):
+        return
+    for name, value in tree.items():
+        key = f"{prefix}{name}"
+        expected = _expected_at(schema, key)
+        if expected is None:
+            continue
+        kind, nullable = expected
+        if not _fits(kind, nullable, value):
+            raise ConfigError(_wrong_type(schema, key, expected, value, sources(key)))
+        if kind == "section" and isinstance(value, Mapping):
+            _check_shapes(schema, value, sources, key + ".")
 
 
 def parse_overrides(overrides: Iterable[str]) -> list[str]:
@@ -88,6 +227,12 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
                     value = OmegaConf.select(layer, key, default=None, throw_on_resolution_failure=False)
                     if isinstance(value, str):
                         OmegaConf.update(layer, key, [value], merge=False)
+        file = str(path) if path is not None else None
+        for i, layer in enumerate(layers):  # the last layer is the command line's; `applied` are in the others
+            command_line = i == len(layers) - 1
+            given = (items if command_line else list(applied))[::-1]  # the last override of a key is merged
+            _check_shapes(schema, OmegaConf.to_container(layer, resolve=False),
+                          lambda key, given=given, file=None if command_line else file: origin(key, given, file))
         merged = OmegaConf.merge(OmegaConf.structured(schema), *layers)
         OmegaConf.resolve(merged)
         return OmegaConf.to_object(merged)

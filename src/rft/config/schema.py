@@ -43,7 +43,8 @@ VLLM_KEYS = ("gpu_memory_utilization", "free_cache_engine", "enable_chunked_pref
              "max_num_batched_tokens", "max_num_seqs", "engine_kwargs")
 """The rollout keys only the vLLM engine reads."""
 HDFS_HELP = ("A second copy of every checkpoint (verl's HDFS copy): a local or mounted folder gets "
-             "<dir>/global_step_N/ copied in after each save (atomically); null: none.")
+             "<dir>/global_step_N/ copied in after each save (atomically), made when the run starts; null: "
+             "none. With save_freq <= 0 (no checkpoints): no effect, no folder made.")
 BAD_UPDATES_HELP = ("Optimizer steps skipped in a row (non-finite loss or gradient norm, non-finite weights after the "
                     "step, or an update larger than the weights themselves; each skipped step restores the weights "
                     "and optimizer state from a copy taken before it and is counted in <prefix>/skipped_updates) "

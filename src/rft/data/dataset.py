@@ -17,7 +17,7 @@ import torch
 from rft.console import counted
 from rft.data.chat import render
 from rft.data.images import has_images, row_images, with_image_parts
-from rft.data.io import DataError, missing_column, read_rows
+from rft.data.io import DataError, missing_column, raw_rows, read_rows
 
 log = logging.getLogger("rft")
 
@@ -128,7 +128,7 @@ class PromptDataset:
                 for key, what in ((prompt_key, "data.prompt_key"), (system_prompt_key, "data.system_prompt_key"),
                                   (response_key, "data.response_key"), (tools_key, "data.tools_key")):
                     if key is not None and key not in row:
-                        raise missing_column(where, key, what, row)
+                        raise raw_rows(where, file, key, what, row) or missing_column(where, key, what, row)
                 chat = _messages(row[prompt_key], where)
                 system = row[system_prompt_key] if system_prompt_key else system_prompt
                 if system is not None and chat[0]["role"] != "system":

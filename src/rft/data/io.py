@@ -32,6 +32,26 @@ def missing_column(where: str, column: str, key: str, row: dict) -> DataError:
                      f"{', '.join(columns)}: set {key}=<one of them>")
 
 
+RAW_TASKS = {"gsm8k": ("GSM8K's", ("question", "answer"), "OUT/train.parquet, OUT/test.parquet")}
+"""Datasets as their publishers ship them, which `rft data TASK SRC OUT` turns into verl's rows: the columns that
+tell one, and the files it writes."""
+
+
+def raw_rows(where: str, file: Any, column: str, key: str, row: dict) -> DataError | None:
+    """The error for a row at `where` of `file` without the prompt column `column` (`key`: data.prompt_key) that is
+    a dataset's own row (`RAW_TASKS`: GSM8K's question / answer), not verl's: the `rft data` command that converts
+    it; None for any other row."""
+    if key != "data.prompt_key" or isinstance(file, tuple):
+        return None
+    for task, (whose, columns, writes) in RAW_TASKS.items():
+        if set(columns) <= set(map(str, row)):
+            folder = Path(str(file)).parent
+            return DataError(f"{where}: no column {column!r} ({key}): the rows are {whose} own ({', '.join(columns)}), "
+                             f"not verl's; `rft data {task} {folder} OUT` writes them as verl's rows ({writes}): "
+                             "set data.train_files / data.val_files to those")
+    return None
+
+
 def write_parquet(rows: list[dict], path: str | Path) -> Path:
     """Write `rows` to `path` atomically: into a temporary file beside it, then os.replace, so a reader never
     sees a half-written file and a failed write leaves any existing file untouched.

@@ -1443,4 +1443,6 @@ def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overri
     first = sources[0][0]
     where = _origin(first, overrides, path)
     said = ", ".join(f"{trinity_key}={value!r} (rft's {key})" for trinity_key, value, key in sources)
+    # the Trinity key says where the value came from: not the translation's trainer_config the loader names
+    message = message.removeprefix(f"{path} (trainer.trainer_config): ")
     return ConfigError(f"{where}: {said}: {message}")

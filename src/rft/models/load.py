@@ -75,9 +75,10 @@ def _quiet_transformers() -> None:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
-    """The tokenizer of the folder `path`, with a pad token (`choose_pad_token` when it has none). A folder whose
-    tokenizer is empty (transformers builds one from a folder without tokenizer files) or has no EOS token is an
-    RftError naming the folder: the run would fail much later in a reshape."""
+    """The tokenizer of the folder `path`, with a pad token (`choose_pad_token` when it has none; said in the log,
+    as a missing chat template is). A folder whose tokenizer is empty (transformers builds one from a folder without
+    tokenizer files) or has no EOS token is an RftError naming the folder: the run would fail much later in a
+    reshape."""
     from transformers import AutoTokenizer
 
     from rft.errors import RftError
@@ -95,6 +96,10 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
         log.info("the tokenizer of %s has no pad token; padding with %r (id %d)%s", path, tok.pad_token,
                  tok.pad_token_id, " (its EOS: it has no other special token)" if tok.pad_token == tok.eos_token
                  else "")
+    if not getattr(tok, "chat_template", None):  # verl's apply_chat_template would stop; rft renders plain text
+        log.info("the tokenizer of %s has no chat template; chat messages are rendered as plain text, a base "
+                 "model's completion style (docs/models.md), unless the config gives a template "
+                 "(data.chat_template)", path)
     return tok
 
 

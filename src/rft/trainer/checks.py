@@ -34,6 +34,18 @@ def unused_mix_keys(cfg: Any) -> dict[str, str]:
                                     if f.name != "enable"}}
 
 
+@UNUSED.register("trainer.checkpoints")
+def unused_checkpoint_keys(cfg: Any) -> dict[str, str]:
+    """What only a saved checkpoint reads, when trainer.save_freq <= 0 saves none (verl's default -1, which its
+    ppo_trainer.yaml keeps beside a default_hdfs_dir): the mirror folder and how many checkpoints are kept."""
+    t = cfg.trainer
+    if t.save_freq > 0:
+        return {}
+    why = f"trainer.save_freq={t.save_freq} (no checkpoints are written)"
+    return {f"trainer.{key}": why for key in ("default_hdfs_dir", "remove_previous_ckpt_in_save",
+                                              "max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep")}
+
+
 def check_runtime(prefix: str, t: Any, several: str | None = None) -> None:
     """Process counts, an available device, known loggers, a consistent resume setting (trainer sections).
     `several`: why this trainer runs one process only (None: several are allowed)."""

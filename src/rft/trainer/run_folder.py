@@ -14,6 +14,9 @@
   (its config.yaml) but the few a resume may change (`RESUME_MAY_CHANGE`: length, cadence, validation, logging,
   output, processes, how passes are sharded and laid out); a checkpoint another trainer wrote (an `rft train` run's, resumed by `rft
   sft`, ...) is refused before the run takes the folder: the refusal writes no failed.json and no log there;
+* a run already complete ends the command before any model loads (`_complete`: its checkpoint at or past the last
+  step, model/ written after it; `_finished_without_checkpoint`: save_freq <= 0, model/ written after the run's
+  config.yaml, where a rerun with other keys is refused);
 * a stop by Ctrl-C / SIGTERM (`rft.interrupts.Interrupted`, `StopNow`) gets the checkpoint it will resume from
   named, or, before the first is written, says so (trainer.save_freq) and that the run starts again from step 0,
   as trainer.resume_mode has it (disable: from step 0 all the same; resume_path: from resume_from_path again); an
@@ -309,10 +312,11 @@ def _say_interrupted(cleaned: list[str]) -> None:
 def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
     """The line saying the RL run of `cfg` in `out` is already complete, None where it is not: `checkpoint` (the
     one the run resumes from, looked up once) is an `rft train` trainer's (one loop, or the trainer of mode both /
-    train, whose explorer's steps precede it) at the run's last step, model/ (and
-    critic/) were written after it (the final export), its keys are this config's (a changed key: None, and the
-    run's own check refuses it), and the run is not asked to validate only (trainer.val_only). Rerunning the
-    command would reload everything to rewrite model/; it says so instead. Reads only."""
+    train, whose explorer's steps precede it) at the run's last step (or past it: an earlier run into the folder
+    took more steps), model/ (and critic/) were written after it (the final export), its keys are this config's (a
+    changed key: None, and the run's own check refuses it), and the run is not asked to validate only
+    (trainer.val_only). Rerunning the command would reload everything to rewrite model/; it says so instead. Reads
+    only."""
     from rft.trainer.checkpoint import step_of, written_by
     from rft.trainer.run import total_training_steps
 
@@ -326,14 +330,56 @@ def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) ->
         total = total_training_steps(cfg, (state.get("sampler") or {}).get("num_items"))
         exports = [out / "model"] + ([out / "critic"] if any(checkpoint.glob("critic*")) else [])
         saved = (checkpoint / "trainer_state.json").stat().st_mtime
-        if step != total or not all((folder / "config.json").is_file()
+        if step < total or not all((folder / "config.json").is_file()
                                     and (folder / "config.json").stat().st_mtime >= saved for folder in exports):
             return None
         check_resume_matches(cfg, checkpoint)
     except (OSError, ValueError, AttributeError, RftError):
         return None
+    if step > total:  # an earlier run of the folder was asked for more steps: this one has none left to take
+        return (f"rft: {out} is complete (its last checkpoint is at step {step}, past the {total} steps asked; model "
+                f"in {out / 'model'}); nothing to do (raise trainer.total_training_steps / total_epochs above {step} "
+                "to train on)")
     return (f"rft: {out} is complete ({step}/{total} steps, model in {out / 'model'}); nothing to do (raise "
             "trainer.total_training_steps / total_epochs to train on)")
+
+
+def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
+    """`_complete` for a run that wrote no checkpoint (trainer.save_freq <= 0, verl's default): `out` holds a
+    finished one-loop `rft train` run when its model/ was written after its config.yaml (the final export, after the
+    run started) and it has no failed.json. With this config's keys, the line saying it is complete; with other keys
+    a refusal naming them: having no checkpoint to resume, the run would start again from step 0 and replace that
+    run's model/ and metrics.jsonl without a word. None where `out` holds no such run. Reads only."""
+    from omegaconf import OmegaConf
+
+    from rft.config.load import flatten, read_yaml, to_dict
+    from rft.sync.schedule import is_synchronous
+
+    t = cfg.trainer
+    if (checkpoint is not None or not hasattr(cfg, "actor_rollout_ref") or t.resume_mode != "auto" or t.val_only
+            or not is_synchronous(cfg)):
+        return None
+    config, exported = out / "config.yaml", out / "model" / "config.json"
+    try:
+        if (out / FAILED).exists() or not exported.is_file() or exported.stat().st_mtime < config.stat().st_mtime:
+            return None
+        started = flatten(OmegaConf.to_container(read_yaml(config)))
+    except (OSError, RftError):
+        return None
+    if "actor_rollout_ref.model.path" not in started:  # another trainer's folder: its own checks refuse it
+        return None
+    changed = [f"{key} ({_show(started[key])} -> {_show(value)})" for key, value in flatten(to_dict(cfg)).items()
+               if key != "trainer.default_local_dir" and key in started and started[key] != value]
+    if changed:
+        raise RftError(
+            f"{out} holds a finished run (model in {out / 'model'}) with other keys: {', '.join(changed)}; it wrote no "
+            f"checkpoint (trainer.save_freq={t.save_freq}), so this run would start again from step 0 and replace its "
+            "model/ and metrics.jsonl: give this run another trainer.default_local_dir, or set "
+            "trainer.resume_mode=disable to replace that run"
+        )
+    return (f"rft: {out} is complete (model in {out / 'model'}; trainer.save_freq={t.save_freq} wrote no "
+            "checkpoint); nothing to do (with no checkpoint to train on from, trainer.resume_mode=disable trains it "
+            "again from step 0, or give another trainer.default_local_dir)")
 
 
 def _record_failure(path: Path | None, error: BaseException) -> None:
@@ -407,7 +453,12 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
         lock = RunLock(out, lock_name).acquire()
         if role == "trainer":
             interrupted, resume_from = _tidy_and_find_checkpoint(cfg, out, lock)
-            done = _complete(cfg, out, resume_from) if dist.processes == 1 else None
+            try:
+                done = (_complete(cfg, out, resume_from) or _finished_without_checkpoint(cfg, out, resume_from)
+                        if dist.processes == 1 else None)
+            except BaseException:  # a refusal leaves the folder as it was
+                lock.release()
+                raise
             if done is not None:  # ends the command before the model loads (its peers, if any, are not started)
                 _say_interrupted(interrupted)
                 lock.release()
@@ -425,7 +476,7 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
                 _say_interrupted(interrupted)
                 check_free_space(out, weights_bytes(_model_path(cfg)))
                 mirror = getattr(cfg.trainer, "default_hdfs_dir", None)
-                if mirror:
+                if mirror and getattr(cfg.trainer, "save_freq", 1) > 0:  # no checkpoint to copy: no folder
                     _prepare(Path(mirror).expanduser())
                 if isinstance(resume_from, CheckpointError):
                     raise resume_from

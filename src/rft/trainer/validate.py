@@ -28,8 +28,10 @@ UNUSED_RL = (
     "rewards.reward_model",           # reward_model.* without reward_model.enable
     "workers.critic",                 # critic.* when the run builds no critic
     "workers.reference",              # actor_rollout_ref.ref.* without a KL term
+    "algorithms.kl",                  # kl_ctrl.*, kl_penalty without use_kl_in_reward; kl_loss_* without use_kl_loss
     "rollout.vllm",                   # the vLLM engine's keys with another engine
     "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
+    "trainer.checkpoints",            # default_hdfs_dir, checkpoints kept, when save_freq <= 0 saves none
     "data_processor.data_juicer",     # where Data-Juicer runs, without a data_juicer operator
 )
 """The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
