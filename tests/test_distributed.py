@@ -166,6 +166,36 @@ def test_collectives_over_two_gloo_processes():
                 assert diff < 1e-12, (rank, key, diff)
 
 
+def test_the_launcher_exits_with_the_status_its_failed_ranks_share_and_notes_more_processes_than_cores(
+        monkeypatch, capsys):
+    """Every rank refusing the same config or data exits 2, and so does the command (it exited 1 whatever the ranks
+    said); mixed or signal endings give 1. More processes than cores on a CPU get a note (a CPU's
+    trainer.n_gpus_per_node=8 started 8 processes on 2 cores without a word)."""
+    import torch.distributed.launcher.api as api
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from rft.distributed import launch
+
+    def ending(*codes: int):
+        def launcher(config, entrypoint):
+            def run(*args):
+                raise ChildFailedError("rft", {r: ProcessFailure(local_rank=r, pid=100 + r, exitcode=c, error_file="")
+                                               for r, c in enumerate(codes)})
+            return run
+        return launcher
+
+    for codes, status in (((2, 2), 2), ((2, 1), 1), ((-9, -9), 1), ((2,), 2)):
+        monkeypatch.setattr(api, "elastic_launch", ending(*codes))
+        assert launch(len(codes), ["train"]) == status, codes
+    cores = len(os.sched_getaffinity(0))
+    capsys.readouterr()
+    monkeypatch.setattr(api, "elastic_launch", ending(2, 2, 2))
+    launch(cores + 1, ["train"])
+    assert f"rft: note: {cores + 1} processes on {cores} CPU cores" in capsys.readouterr().out
+    launch(cores, ["train"])
+    assert "rft: note:" not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------- rft train, 2 processes
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:

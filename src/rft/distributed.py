@@ -268,7 +268,8 @@ def shutdown() -> None:
 def launch(nproc: int, module_args: list[str]) -> int:
     """Run `python -m rft <module_args>` in `nproc` processes on this node through torch.distributed's elastic
     agent (torchrun --standalone: a c10d rendezvous on a free local port); returns 0 when every process succeeded,
-    1 otherwise (the failed ranks and how they ended are printed in one line; each rank prints its own error).
+    else the failed ranks' exit status where they share one (2 for a config or data error), 1 otherwise (the failed
+    ranks and how they ended are printed in one line; each rank prints its own error).
 
     Ctrl-C / SIGTERM to this process: the agent passes the signal on and waits for the processes (they stop at
     the next step, quietly: `interrupts.quiet`), then this raises `interrupts.Interrupted`, so the run reports
@@ -285,6 +286,11 @@ def launch(nproc: int, module_args: list[str]) -> int:
 
     # torchrun's default, passed down to the workers: one OpenMP thread per process
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if nproc > cores and not _has_cuda():
+        print(f"rft: note: {nproc} processes on {cores} CPU cores (trainer.n_gpus_per_node x nnodes on CPU: a process "
+              "each, one thread each); more processes than cores share them and run slower than as many as the cores",
+              flush=True)
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
                           start_method="spawn")
@@ -308,12 +314,19 @@ def launch(nproc: int, module_args: list[str]) -> int:
             raise interrupts.Interrupted(name, f"stopped by {name} ({nproc} processes)") from None
         failures = "; ".join(f"rank {rank}: {_ended(code)}" for rank, code in codes.items())
         print(f"rft: {nproc} processes started, some failed ({failures})", file=sys.stderr)
-        return 1
+        ended = set(codes.values())  # every failed rank's one status (2: an error in the config or the data)
+        return ended.pop() if len(ended) == 1 and 0 < next(iter(ended)) < 128 else 1
     finally:
         os.environ.pop(interrupts.LAUNCHER_ENV, None)
         for lg, level in zip(elastic, levels):
             lg.setLevel(level)
     return 0
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _ended(exitcode: int) -> str:
