@@ -444,6 +444,17 @@ def test_env_interpolation_with_and_without_the_variable(work, tmp_path, monkeyp
     assert cfg.trainer.experiment_name == "from_env" and cfg.trainer.total_training_steps == 5
 
 
+def test_an_unset_variable_is_named_by_the_key_that_holds_it(work, tmp_path, monkeypatch):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace(f"model_path: {work}/m", "model_path: ${oc.env:RFT_TRINITY_UNSET}"))
+    monkeypatch.delenv("RFT_TRINITY_UNSET", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path)
+    assert str(err.value) == (f"{path}: model.model_path: KeyError raised while resolving interpolation: "
+                              "\"Environment variable 'RFT_TRINITY_UNSET' not found\"; for a variable: set it in "
+                              "the environment, or replace the ${...} by its value")
+
+
 def test_stages_become_rft_stages(work, tmp_path):
     (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
                                                 for i in range(8)))
