@@ -584,6 +584,15 @@ def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():
         translate(_with({"algorithm.repeat_times": 4, "buffer.train_batch_size": 30}))
 
 
+@pytest.mark.parametrize("buffer_steps, trainer_steps, expected", [(2, 1000, 2), (1000, 3, 3), (None, 7, 7), (5, None, 5)])
+def test_buffer_and_trainer_total_steps_together_end_the_run_at_the_smaller(buffer_steps, trainer_steps, expected):
+    # Trinity's explorer stops after buffer.total_steps, its trainer after trainer.total_steps: the run ends at the
+    # first (the spec's example sets trainer.total_steps: 1000; buffer.total_steps=2 on top of it runs 2 steps)
+    extra = {k: v for k, v in (("buffer.total_steps", buffer_steps), ("trainer.total_steps", trainer_steps))
+             if v is not None}
+    assert translate(_with(extra))["trainer"]["total_training_steps"] == expected
+
+
 def test_max_model_len_alone_is_checked_against_the_lengths_in_effect():
     with pytest.raises(ConfigError, match=r"model\.max_model_len=100 .* 64 \+ 64 = 128"):
         translate(_with({"model.max_model_len": 100, "trainer.trainer_config": {

@@ -150,6 +150,19 @@ def _set(out: dict, key: str, value: Any) -> None:
     node[leaf] = value
 
 
+def _set_total_steps(out: dict, steps: Any) -> None:
+    """trainer.total_training_steps from buffer.total_steps or trainer.total_steps. Given both, the run ends at the
+    smaller, as Trinity's does: its explorer stops after buffer.total_steps steps (the trainer then runs out of
+    experiences), its trainer after trainer.total_steps. A value that is no step count is kept for validation to
+    refuse."""
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    before = out.get("trainer", {}).get("total_training_steps")
+    if steps is not None and (before is None or not count(steps) or (count(before) and steps < before)):
+        _set(out, "trainer.total_training_steps", steps)
+
+
 class _Translation:
     """The refusals of one translation, (key, reason) pairs; `prefix` ("stages[i].") goes before every key a
     stage's translation refuses."""
@@ -724,7 +737,7 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
     if "total_epochs" in b:
         _set(out, "trainer.total_epochs", b.pop("total_epochs"))
     if "total_steps" in b:
-        _set(out, "trainer.total_training_steps", b.pop("total_steps"))
+        _set_total_steps(out, b.pop("total_steps"))
     explorer_input = {k: v for k, v in _section(b.pop("explorer_input", None), "buffer.explorer_input").items()
                       if v is not None}
     trainer_input = {k: v for k, v in _section(b.pop("trainer_input", None), "buffer.trainer_input").items()
@@ -957,7 +970,7 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
     if "save_interval" in tr:
         _set(out, "trainer.save_freq", tr.pop("save_interval"))
     if "total_steps" in tr:
-        _set(out, "trainer.total_training_steps", tr.pop("total_steps"))
+        _set_total_steps(out, tr.pop("total_steps"))
     if "grad_clip" in tr:
         _set(out, "optim.clip_grad" if sft else f"{A}.grad_clip", tr.pop("grad_clip"))
     if "use_dynamic_bsz" in tr:
