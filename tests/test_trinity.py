@@ -311,6 +311,28 @@ def test_a_bad_value_is_named_by_the_trinity_key_that_holds_it(work, tmp_path):
                                      "actor_rollout_ref.rollout.n): actor_rollout_ref.rollout.n must be a positive")
 
 
+def test_a_refusal_names_the_trinity_key_of_a_list_item_and_says_what_to_set_in_trinity_keys(work, tmp_path):
+    from rft.dialects.trinity import in_trinity_terms
+
+    # the spec's explorer example names a hub model as an auxiliary model: the refusal names the Trinity key
+    # (workflow.auxiliary_models[0] is rft's, a key the Trinity file cannot hold) and the file
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace(
+        "explorer: {eval_interval: 2, eval_on_startup: false}",
+        "explorer: {eval_interval: 2, eval_on_startup: false, auxiliary_models: [{model_path: Qwen/Qwen2.5-7B-Instruct}]}"))
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path)
+    assert str(err.value).startswith(f"{path}: explorer.auxiliary_models[0].model_path='Qwen/Qwen2.5-7B-Instruct' "
+                                     "(rft's workflow.auxiliary_models[0].model_path): "), str(err.value)
+    # what to do is said in the Trinity key (vLLM's absence: its refusal ends "or set <rft's key>=hf")
+    cfg = _with({"explorer.rollout_model": {"engine_type": "vllm"}})
+    error = ConfigError("actor_rollout_ref.rollout.name=vllm: the vLLM engine needs the vllm package, which is not "
+                        "installed here; ... or set actor_rollout_ref.rollout.name=hf, which runs without it")
+    said = str(in_trinity_terms(error, cfg, translate(cfg), "t.yaml"))
+    assert said.startswith("t.yaml: explorer.rollout_model.engine_type='vllm' (rft's actor_rollout_ref.rollout.name)")
+    assert said.endswith("or set explorer.rollout_model.engine_type=hf, which runs without it"), said
+
+
 def test_a_misspelt_choice_of_a_same_named_key_names_the_file_and_the_closest_choice(work, tmp_path):
     # synchronizer.* keys are rft's own names too: the error names the file (or the override) all the same, lists
     # the values YAML can give (no Python None) and the closest one

@@ -1002,10 +1002,16 @@ _MISSING = object()
 
 
 def _get(tree: dict, key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(tree, dict) or part not in tree:
+    """The value of the dotted `key` in `tree` (a list's item as `name[i]`), _MISSING where there is none."""
+    for index, part in re.findall(r"\[(\d+)\]|([^.\[\]]+)", key):
+        if part:
+            if not isinstance(tree, dict) or part not in tree:
+                return _MISSING
+            tree = tree[part]
+        elif not isinstance(tree, list) or int(index) >= len(tree):
             return _MISSING
-        tree = tree[part]
+        else:
+            tree = tree[int(index)]
     return tree
 
 
@@ -1446,8 +1452,10 @@ def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overri
     for ...". A key of the same name in both (synchronizer.*) is named by the message itself: only where it came
     from goes first."""
     message = str(error)
-    named = [k for k in dict.fromkeys(re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", message))
-             if any(v is not _MISSING for v in _landings(out, k, stage))]
+    # rft's keys the message names: dotted, then those with a list's item (workflow.auxiliary_models[0].model_path)
+    keys = [*re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", message),
+            *re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)*(?:\[\d+\](?:\.[a-z_0-9]+)*)+", message)]
+    named = [k for k in dict.fromkeys(keys) if any(v is not _MISSING for v in _landings(out, k, stage))]
     found = [(trinity_key, value, key) for key in named for trinity_key, value in trinity_sources(cfg, key, stage)]
     sources = [(trinity_key, value, key) for trinity_key, value, key in found if trinity_key != key]
     if not sources:
@@ -1456,4 +1464,6 @@ def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overri
     first = sources[0][0]
     where = _origin(first, overrides, path)
     said = ", ".join(f"{trinity_key}={value!r} (rft's {key})" for trinity_key, value, key in sources)
+    for trinity_key, _, key in sources:  # what to do, in the keys the user can set (rft's are refused here)
+        message = message.replace(f"set {key}=", f"set {trinity_key}=")
     return ConfigError(f"{where}: {said}: {message}")
