@@ -224,6 +224,20 @@ def test_sync_style_fixed_is_what_rft_does():
     assert "synchronizer.sync_style='fixd'" in str(err.value) and "did you mean 'fixed'" in str(err.value)
 
 
+def test_mix_with_the_specs_sample_strategy_default_is_one_line_saying_to_set_mix():
+    # the spec's algorithm example writes sample_strategy: "default"; with algorithm_type mix (whose policy loss
+    # reads expert rows) the line names that key and what to set, and the mix run's auxiliary buffer is not
+    # refused a second time as "this run is not mix"
+    aux = {"sft_dataset": {"name": "sft_dataset", "storage_type": "file", "path": "/data/sft",
+                           "format": {"prompt_key": "question", "response_key": "answer"}}}
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"algorithm.algorithm_type": "mix", "algorithm.sample_strategy": "default",
+                         "buffer.trainer_input.auxiliary_buffers": aux}), "t.yaml")
+    assert str(err.value) == ("t.yaml: algorithm.sample_strategy='default': the mix policy loss (policy_loss_fn mix) "
+                              "trains on the expert rows that sample_strategy mix reads; set it to mix (the mix "
+                              "algorithms' default) or remove it")
+
+
 # ------------------------------------------- issue 42: a misspelt key is unknown (did you mean), not "cannot honour"
 MISSPELT = [
     ({"buffer.total_step": 3}, "buffer.total_step", "'buffer.total_steps'", "under 'buffer': total_steps, "),

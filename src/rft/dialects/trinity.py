@@ -415,9 +415,12 @@ def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
         _set(out, "_trinity.expert_buffer", args.pop("sft_dataset_name", "sft_dataset"))
         t.rest(args, "algorithm.sample_strategy_args", NOT_HONOURED)
         return
-    if mix:
-        t.refuse("algorithm.policy_loss_fn", f"='mix' trains on the expert rows of sample_strategy mix, not "
-                                             f"{strategy!r}")
+    if mix:  # the spec's algorithm example writes sample_strategy: "default"; mix's own default is mix
+        t.refuse("algorithm.sample_strategy", f"={strategy!r}: the mix policy loss (policy_loss_fn mix) trains on the "
+                                              "expert rows that sample_strategy mix reads; set it to mix (the mix "
+                                              "algorithms' default) or remove it")
+        # the auxiliary buffer is mix's all the same: not refused a second time as "this run is not mix"
+        _set(out, "_trinity.expert_buffer", args.get("sft_dataset_name", "sft_dataset"))
     elif strategy not in SAMPLE_STRATEGIES:
         t.refuse("algorithm.sample_strategy", not_one_of(strategy, (*SAMPLE_STRATEGIES, "mix"), (
             "rft reads each batch as generated (default, or its alias warmup), or mixes in expert rows (mix, with "
