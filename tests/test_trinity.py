@@ -942,6 +942,19 @@ def test_rft_train_cuts_a_long_prompts_start_with_enable_prompt_truncation(work,
         assert metrics["prompt_length/max"] == 8, metrics  # the arithmetic prompts are longer after the chat template
 
 
+def test_math_workflows_prompts_are_cut_at_max_prompt_tokens_too(work, tmp_path):
+    # math_workflow adds its think / answer system prompt (~70 tokens) to each task: the prompt the model sees is
+    # cut at max_prompt_tokens as the dataset's are (it went out whole: prompt_length/max 466-490 with 256 on gsm8k)
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    root = tmp_path / "root"
+    proc = rft_here("train", str(path), "model.max_prompt_tokens=32", f"checkpoint_root_dir={root}",
+                    "trainer.save_interval=0", "buffer.explorer_input.taskset.default_workflow_type=math_workflow",
+                    "buffer.explorer_input.taskset.default_reward_fn_type=math_reward", cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    (metrics,) = [json.loads(x) for x in (root / "rft-trinity" / "arith" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["prompt_length/max"] == 32, metrics
+
+
 def test_math_workflow_without_a_reward_fn_scores_with_math_reward_as_trinity_does():
     out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow"}))
     assert out["custom_reward_function"]["reward_fn_type"] == "math_reward"
