@@ -491,6 +491,26 @@ def test_an_unset_variable_is_named_by_the_key_that_holds_it(work, tmp_path, mon
                               "the environment, or replace the ${...} by its value")
 
 
+@pytest.mark.parametrize("storage, path", [("sql", "sqlite:///{blocker}/buffer.db"), ("queue", "{blocker}/b.db"),
+                                           ("file", "{blocker}/experiences")])
+def test_a_buffer_path_that_cannot_be_written_is_refused_by_its_trinity_key_before_loading(work, tmp_path, storage,
+                                                                                          path):
+    # it was an operating-system error after the models had loaded ("File exists: '...' (operating-system error
+    # 17)"), naming no key
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    config = _trinity_yaml(work, tmp_path / "t.yaml")
+    value = path.format(blocker=blocker)
+    override = f"buffer.trainer_input.experience_buffer.path={value}"
+    mode = ["mode=explore", "synchronizer.sync_method=checkpoint"] if storage == "file" else []  # file: explore's
+    with pytest.raises(ConfigError) as err:
+        load_trinity(config, [f"buffer.trainer_input.experience_buffer.storage_type={storage}", override, *mode])
+    assert str(err.value).startswith(f"command line ({override}): buffer.trainer_input.experience_buffer.path="
+                                     f"{value!r} (rft's experience_buffer.path): "), str(err.value)
+    assert str(err.value).endswith(f"{blocker} is a file, not a folder, so the buffer cannot be written there; "
+                                   "choose a path in a folder this process can write")
+
+
 def test_stages_become_rft_stages(work, tmp_path):
     (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
                                                 for i in range(8)))
