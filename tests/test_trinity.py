@@ -164,7 +164,7 @@ REFUSED = [
     ({"algorithm.algorithm_type": "cispo"}, "algorithm.algorithm_type='cispo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
-    ({"ray_namespace": "x"}, "ray_namespace: rft does not use Ray"),
+    ({"ray_namespace": "x"}, "ray_namespace: rft's Ray driver (cluster.ray_address) takes no namespace; remove it"),
     ({"model.min_response_tokens": 4}, "model.min_response_tokens"),
     ({"model.max_prompt_tokens": 64, "model.max_response_tokens": 64, "model.max_model_len": 100},
      "model.max_model_len=100"),
@@ -183,7 +183,8 @@ REFUSED = [
     ({"explorer.rollout_model": {"engine_type": "sglang"}}, "explorer.rollout_model.engine_type='sglang'"),
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
-    ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
+    ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline: rft writes no Ray timeline, on a cluster "
+                                            "(cluster.ray_address) either; remove it or set it false"),
     ({"service": {"data_juicer": {"auto_start": True, "np": 4}}}, "service.data_juicer.np"),
     # log and the data processor honoured (tests/test_run_logs.py, tests/test_data_processor.py); a Data-Juicer
     # recipe's sample selection not

@@ -1081,7 +1081,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     if cfg.get("continue_from_checkpoint", True) is False and root is None:
         _set(out, "trainer.resume_mode", "disable")
     if cfg.get("ray_namespace"):
-        t.refuse("ray_namespace", "rft does not use Ray")
+        t.refuse("ray_namespace", "rft's Ray driver (cluster.ray_address) takes no namespace; remove it")
     cluster = _section(cfg.get("cluster"), "cluster")
     if "node_num" in cluster:
         _set(out, "trainer.nnodes", cluster.pop("node_num"))
@@ -1208,7 +1208,8 @@ def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     if args:
         _set(out, "trainer.monitor_args", args)
     if monitor.pop("enable_ray_timeline", False):
-        t.refuse("monitor.enable_ray_timeline", "rft does not use Ray")
+        t.refuse("monitor.enable_ray_timeline", "rft writes no Ray timeline, on a cluster (cluster.ray_address) "
+                                                "either; remove it or set it false")
     t.rest(monitor, "monitor", NOT_HONOURED)
 
 
