@@ -163,6 +163,11 @@ REFUSED = [
     ({"algorithm.algorithm_type": "mix"}, "the auxiliary buffer 'sft_dataset' (algorithm.sample_strategy_args"),
     ({"algorithm.algorithm_type": "cispo"}, "algorithm.algorithm_type='cispo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
+    # the reference's algorithm example: grpo (no critic in Trinity) with the ppo advantage (a critic's values);
+    # rft built and trained a critic the config did not ask for
+    ({"algorithm.advantage_fn": "ppo"}, "algorithm.advantage_fn='ppo' (GAE) needs a critic's values, and "
+     "Trinity-RFT's grpo algorithm trains no critic; use algorithm_type: ppo for GAE with a critic, or remove "
+     "advantage_fn (grpo's default is grpo)"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
     ({"ray_namespace": "x"}, "ray_namespace: rft's Ray driver (cluster.ray_address) takes no namespace; remove it"),
     ({"model.min_response_tokens": 4}, "model.min_response_tokens"),

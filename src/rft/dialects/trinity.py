@@ -263,6 +263,14 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     adv = a["advantage_fn"]
     if adv not in ADVANTAGE_FNS:
         t.refuse("algorithm.advantage_fn", not_one_of(adv, ADVANTAGE_FNS, f"rft has {sorted(ADVANTAGE_FNS)}"))
+    elif adv == "ppo" and kind != "ppo":
+        # Trinity's algorithm type decides whether a critic is trained (use_critic: ppo's alone); its ppo
+        # advantage reads the critic's values, so grpo with advantage_fn ppo (the reference's algorithm example)
+        # cannot run there. rft's gae would build and train a critic the config does not ask for.
+        t.refuse("algorithm.advantage_fn", f"='ppo' (GAE) needs a critic's values, and Trinity-RFT's {kind} "
+                                           "algorithm trains no critic; use algorithm_type: ppo for GAE with a "
+                                           f"critic, or remove advantage_fn ({kind}'s default is "
+                                           f"{ALGORITHMS[kind]['advantage_fn']})")
     else:
         _set(out, "algorithm.adv_estimator", ADVANTAGE_FNS[adv])
     for key, value in (a.get("advantage_fn_args") or {}).items():
