@@ -1028,3 +1028,22 @@ def test_a_large_validation_note_names_the_key_as_a_trinity_yaml_sets_it(work, t
     from rft.data import validation
 
     assert validation.CAP_KEY == "data.val_max_samples"  # rft's own spelling again after the run
+
+
+def test_a_ground_truth_from_format_response_key_is_named_by_its_column(work, tmp_path):
+    # the spec's taskset reads its reference answers from format.response_key ('answer'): a reward that cannot use
+    # them says so of that column (it named reward_model.ground_truth, which those rows do not have)
+    from transformers import AutoTokenizer
+
+    from rft.data.dataset import PromptDataset
+    from rft.data.io import DataError
+    from rft.explorer.preflight import _check_typed_ground_truth
+
+    (tmp_path / "t.jsonl").write_text(json.dumps({"question": "1+1=", "answer": "it is #### 2"}) + "\n")
+    tokenizer = AutoTokenizer.from_pretrained(work / "m")
+    rows = PromptDataset(str(tmp_path / "t.jsonl"), tokenizer, prompt_key="question", response_key="answer")
+    with pytest.raises(DataError) as err:
+        _check_typed_ground_truth("countdown_reward", rows)
+    assert str(err.value).startswith("1 of 1 rows have a ground truth (their 'answer' column, data.response_key="
+                                     "answer) that custom_reward_function.reward_fn_type='countdown_reward' cannot "
+                                     f"use (first: {tmp_path / 't.jsonl'} row 0: "), str(err.value)
