@@ -517,6 +517,34 @@ def test_a_buffer_path_that_cannot_be_written_is_refused_by_its_trinity_key_befo
                                    "choose a path in a folder this process can write")
 
 
+def test_an_sft_stage_leaves_the_global_queue_settings_to_the_rl_stages(work, tmp_path):
+    # the reference's stage example under a global queue experience buffer (its buffer example's, max_read_timeout
+    # 1800): the SFT stage inherits them; the queue's settings are the RL stage's (no effect on files, as in
+    # Trinity), and a queue storage_type is refused saying to set file in the stage
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+1=", "response": str(i + 1)}) + "\n"
+                                                for i in range(8)))
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    raw = yaml.safe_load(path.read_text().replace("${oc.env:RFT_TRINITY_NAME,arith}", "staged"))
+    raw["synchronizer"] = {"sync_method": "nccl", "sync_interval": 1}
+    raw["buffer"]["trainer_input"] = {"experience_buffer": {"name": "q", "storage_type": "queue",
+                                                            "max_read_timeout": 1800}}
+    sft_buffer = {"name": "sft_buffer", "path": str(tmp_path / "sft.jsonl")}
+    raw["stages"] = [{"stage_name": "sft_warmup", "mode": "train", "algorithm": {"algorithm_type": "sft"},
+                      "buffer": {"train_batch_size": 4, "total_steps": 1,
+                                 "trainer_input": {"experience_buffer": sft_buffer}}},
+                     {"stage_name": "rft"}]
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path, validate_paths=False)
+    assert str(err.value) == (f"{path}: stages[0].buffer.trainer_input.experience_buffer.storage_type='queue': an SFT "
+                              "dataset is read from files; set it to file in this stage (a stage inherits the global "
+                              "experience buffer's)")
+    sft_buffer["storage_type"] = "file"
+    path.write_text(yaml.safe_dump(raw))
+    kind, (sft, rl) = load_trinity(path, validate_paths=False)
+    assert kind == "stages" and sft.kind == "sft" and rl.cfg.experience_buffer.max_read_timeout == 1800
+
+
 def test_stages_become_rft_stages(work, tmp_path):
     (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
                                                 for i in range(8)))

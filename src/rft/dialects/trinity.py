@@ -795,7 +795,14 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         storage = exp.pop("storage_type", "file")
         if storage != "file":
             t.refuse("buffer.trainer_input.experience_buffer.storage_type",
-                     not_one_of(storage, ("file",), "an SFT dataset is read from files"))
+                     not_one_of(storage, ("file",), "an SFT dataset is read from files; set it to file" +
+                                (" in this stage (a stage inherits the global experience buffer's)"
+                                 if t.prefix else "")))
+        # a queue's settings, which Trinity-RFT applies to queue storage only: in a stage, the global (RL)
+        # experience buffer's, inherited; they have no effect on the files an SFT / DPO run reads (said in a note)
+        t.rl_only += [f"buffer.trainer_input.experience_buffer.{key}"
+                      for key in ("max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
+                      if exp.pop(key, None) is not None]
         fmt = _section(exp.pop("format", None), "buffer.trainer_input.experience_buffer.format")
         ptype = _prompt_type(t, fmt, "buffer.trainer_input.experience_buffer.format")
         if ptype == "messages":
