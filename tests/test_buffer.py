@@ -756,3 +756,26 @@ def test_one_ctrl_c_stops_a_wait_for_experiences_or_weights(tmp_path, what):
     assert waiter.returncode == 130, out
     said = "waiting for experiences in the experience buffer" if what == "read" else "waiting for the trainer's weights"
     assert f"stopped by SIGINT while {said}" in out, out
+
+
+def test_the_trainer_waits_for_a_late_explorer_without_c10d_warnings(capfd, monkeypatch):
+    """The trainer's side of sync_method nccl polls for the explorer while its model loads: quietly (a timed-out
+    1 s store.wait printed two '[c10d] waitForInput ... timed out' lines to stderr every second), and both join."""
+    import threading
+    import time
+
+    import rft.sync.process_group as pg
+
+    monkeypatch.setenv(pg.PORT_ENV, str(pg.free_port()))
+    joined = {}
+
+    def explorer():
+        time.sleep(2.5)  # the explorer loading its model
+        joined["explorer"] = pg._Group(1, 30.0)
+
+    thread = threading.Thread(target=explorer)
+    thread.start()
+    trainer = pg._Group(0, 30.0)
+    thread.join()
+    assert "explorer" in joined and trainer.group is not None
+    assert "waitForInput" not in capfd.readouterr().err

@@ -375,3 +375,23 @@ def test_console_lines_of_a_short_mix_run(assets, tmp_path):
     assert re.fullmatch(rf"step 1/2: {watched} tok/s=\d+ s/step={number} left=\d+s", lines[0]), lines
     assert re.fullmatch(rf"step 2/2: {watched} val_arithmetic={number} tok/s=\d+ s/step={number} left=0s",
                         lines[1]), lines
+
+
+def test_a_monitor_that_will_not_start_is_one_line_naming_its_settings(tmp_path, offline_wandb, monkeypatch):
+    # the spec's Trinity example gives monitor_args.api_key: your_api_key; W&B rejects it when the run starts
+    from rft.errors import RftError
+    from rft.monitor.backends import build_monitors
+
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
+    for var in ("WANDB_API_KEY", "WANDB_BASE_URL"):  # the monitor sets them from monitor_args: undone after the test
+        monkeypatch.setenv(var, "unset")
+        monkeypatch.delenv(var)
+    info = RunInfo(tmp_path, "p", "n", monitor_args={"api_key": "your_api_key"})
+    with pytest.raises(RftError) as err:
+        build_monitors(["console", "wandb"], info)
+    message = str(err.value)
+    assert message.startswith("trainer.logger: the wandb monitor could not start (AuthenticationError: "), message
+    assert "API key must have 40+ characters" in message and "\n" not in message
+    assert message.endswith("check trainer.monitor_args api_key / base_url (Trinity-RFT: monitor.monitor_args), "
+                            "WANDB_API_KEY, or WANDB_MODE=offline to log without an account, or remove wandb from "
+                            "trainer.logger")

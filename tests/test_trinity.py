@@ -163,8 +163,13 @@ REFUSED = [
     ({"algorithm.algorithm_type": "mix"}, "the auxiliary buffer 'sft_dataset' (algorithm.sample_strategy_args"),
     ({"algorithm.algorithm_type": "cispo"}, "algorithm.algorithm_type='cispo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
+    # the reference's algorithm example: grpo (no critic in Trinity) with the ppo advantage (a critic's values);
+    # rft built and trained a critic the config did not ask for
+    ({"algorithm.advantage_fn": "ppo"}, "algorithm.advantage_fn='ppo' (GAE) needs a critic's values, and "
+     "Trinity-RFT's grpo algorithm trains no critic; use algorithm_type: ppo for GAE with a critic, or remove "
+     "advantage_fn (grpo's default is grpo)"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
-    ({"ray_namespace": "x"}, "ray_namespace: rft does not use Ray"),
+    ({"ray_namespace": "x"}, "ray_namespace: rft's Ray driver (cluster.ray_address) takes no namespace; remove it"),
     ({"model.min_response_tokens": 4}, "model.min_response_tokens"),
     ({"model.max_prompt_tokens": 64, "model.max_response_tokens": 64, "model.max_model_len": 100},
      "model.max_model_len=100"),
@@ -183,7 +188,8 @@ REFUSED = [
     ({"explorer.rollout_model": {"engine_type": "sglang"}}, "explorer.rollout_model.engine_type='sglang'"),
     ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
-    ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline"),
+    ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline: rft writes no Ray timeline, on a cluster "
+                                            "(cluster.ray_address) either; remove it or set it false"),
     ({"service": {"data_juicer": {"auto_start": True, "np": 4}}}, "service.data_juicer.np"),
     # log and the data processor honoured (tests/test_run_logs.py, tests/test_data_processor.py); a Data-Juicer
     # recipe's sample selection not
@@ -222,6 +228,20 @@ def test_sync_style_fixed_is_what_rft_does():
     with pytest.raises(ConfigError) as err:
         translate(_with({"synchronizer.sync_style": "fixd"}), "t.yaml")
     assert "synchronizer.sync_style='fixd'" in str(err.value) and "did you mean 'fixed'" in str(err.value)
+
+
+def test_mix_with_the_specs_sample_strategy_default_is_one_line_saying_to_set_mix():
+    # the spec's algorithm example writes sample_strategy: "default"; with algorithm_type mix (whose policy loss
+    # reads expert rows) the line names that key and what to set, and the mix run's auxiliary buffer is not
+    # refused a second time as "this run is not mix"
+    aux = {"sft_dataset": {"name": "sft_dataset", "storage_type": "file", "path": "/data/sft",
+                           "format": {"prompt_key": "question", "response_key": "answer"}}}
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"algorithm.algorithm_type": "mix", "algorithm.sample_strategy": "default",
+                         "buffer.trainer_input.auxiliary_buffers": aux}), "t.yaml")
+    assert str(err.value) == ("t.yaml: algorithm.sample_strategy='default': the mix policy loss (policy_loss_fn mix) "
+                              "trains on the expert rows that sample_strategy mix reads; set it to mix (the mix "
+                              "algorithms' default) or remove it")
 
 
 # ------------------------------------------- issue 42: a misspelt key is unknown (did you mean), not "cannot honour"
@@ -310,6 +330,28 @@ def test_a_bad_value_is_named_by_the_trinity_key_that_holds_it(work, tmp_path):
         load_trinity(path, ["algorithm.repeat_times=0"])
     assert str(err.value).startswith("command line (algorithm.repeat_times=0): algorithm.repeat_times=0 (rft's "
                                      "actor_rollout_ref.rollout.n): actor_rollout_ref.rollout.n must be a positive")
+
+
+def test_a_refusal_names_the_trinity_key_of_a_list_item_and_says_what_to_set_in_trinity_keys(work, tmp_path):
+    from rft.dialects.trinity import in_trinity_terms
+
+    # the spec's explorer example names a hub model as an auxiliary model: the refusal names the Trinity key
+    # (workflow.auxiliary_models[0] is rft's, a key the Trinity file cannot hold) and the file
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace(
+        "explorer: {eval_interval: 2, eval_on_startup: false}",
+        "explorer: {eval_interval: 2, eval_on_startup: false, auxiliary_models: [{model_path: Qwen/Qwen2.5-7B-Instruct}]}"))
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path)
+    assert str(err.value).startswith(f"{path}: explorer.auxiliary_models[0].model_path='Qwen/Qwen2.5-7B-Instruct' "
+                                     "(rft's workflow.auxiliary_models[0].model_path): "), str(err.value)
+    # what to do is said in the Trinity key (vLLM's absence: its refusal ends "or set <rft's key>=hf")
+    cfg = _with({"explorer.rollout_model": {"engine_type": "vllm"}})
+    error = ConfigError("actor_rollout_ref.rollout.name=vllm: the vLLM engine needs the vllm package, which is not "
+                        "installed here; ... or set actor_rollout_ref.rollout.name=hf, which runs without it")
+    said = str(in_trinity_terms(error, cfg, translate(cfg), "t.yaml"))
+    assert said.startswith("t.yaml: explorer.rollout_model.engine_type='vllm' (rft's actor_rollout_ref.rollout.name)")
+    assert said.endswith("or set explorer.rollout_model.engine_type=hf, which runs without it"), said
 
 
 def test_a_misspelt_choice_of_a_same_named_key_names_the_file_and_the_closest_choice(work, tmp_path):
@@ -445,6 +487,65 @@ def test_env_interpolation_with_and_without_the_variable(work, tmp_path, monkeyp
     assert cfg.trainer.experiment_name == "from_env" and cfg.trainer.total_training_steps == 5
 
 
+def test_an_unset_variable_is_named_by_the_key_that_holds_it(work, tmp_path, monkeypatch):
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace(f"model_path: {work}/m", "model_path: ${oc.env:RFT_TRINITY_UNSET}"))
+    monkeypatch.delenv("RFT_TRINITY_UNSET", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path)
+    assert str(err.value) == (f"{path}: model.model_path: KeyError raised while resolving interpolation: "
+                              "\"Environment variable 'RFT_TRINITY_UNSET' not found\"; for a variable: set it in "
+                              "the environment, or replace the ${...} by its value")
+
+
+@pytest.mark.parametrize("storage, path", [("sql", "sqlite:///{blocker}/buffer.db"), ("queue", "{blocker}/b.db"),
+                                           ("file", "{blocker}/experiences")])
+def test_a_buffer_path_that_cannot_be_written_is_refused_by_its_trinity_key_before_loading(work, tmp_path, storage,
+                                                                                          path):
+    # it was an operating-system error after the models had loaded ("File exists: '...' (operating-system error
+    # 17)"), naming no key
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    config = _trinity_yaml(work, tmp_path / "t.yaml")
+    value = path.format(blocker=blocker)
+    override = f"buffer.trainer_input.experience_buffer.path={value}"
+    mode = ["mode=explore", "synchronizer.sync_method=checkpoint"] if storage == "file" else []  # file: explore's
+    with pytest.raises(ConfigError) as err:
+        load_trinity(config, [f"buffer.trainer_input.experience_buffer.storage_type={storage}", override, *mode])
+    assert str(err.value).startswith(f"command line ({override}): buffer.trainer_input.experience_buffer.path="
+                                     f"{value!r} (rft's experience_buffer.path): "), str(err.value)
+    assert str(err.value).endswith(f"{blocker} is a file, not a folder, so the buffer cannot be written there; "
+                                   "choose a path in a folder this process can write")
+
+
+def test_an_sft_stage_leaves_the_global_queue_settings_to_the_rl_stages(work, tmp_path):
+    # the reference's stage example under a global queue experience buffer (its buffer example's, max_read_timeout
+    # 1800): the SFT stage inherits them; the queue's settings are the RL stage's (no effect on files, as in
+    # Trinity), and a queue storage_type is refused saying to set file in the stage
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+1=", "response": str(i + 1)}) + "\n"
+                                                for i in range(8)))
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    raw = yaml.safe_load(path.read_text().replace("${oc.env:RFT_TRINITY_NAME,arith}", "staged"))
+    raw["synchronizer"] = {"sync_method": "nccl", "sync_interval": 1}
+    raw["buffer"]["trainer_input"] = {"experience_buffer": {"name": "q", "storage_type": "queue",
+                                                            "max_read_timeout": 1800}}
+    sft_buffer = {"name": "sft_buffer", "path": str(tmp_path / "sft.jsonl")}
+    raw["stages"] = [{"stage_name": "sft_warmup", "mode": "train", "algorithm": {"algorithm_type": "sft"},
+                      "buffer": {"train_batch_size": 4, "total_steps": 1,
+                                 "trainer_input": {"experience_buffer": sft_buffer}}},
+                     {"stage_name": "rft"}]
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path, validate_paths=False)
+    assert str(err.value) == (f"{path}: stages[0].buffer.trainer_input.experience_buffer.storage_type='queue': an SFT "
+                              "dataset is read from files; set it to file in this stage (a stage inherits the global "
+                              "experience buffer's)")
+    sft_buffer["storage_type"] = "file"
+    path.write_text(yaml.safe_dump(raw))
+    kind, (sft, rl) = load_trinity(path, validate_paths=False)
+    assert kind == "stages" and sft.kind == "sft" and rl.cfg.experience_buffer.max_read_timeout == 1800
+
+
 def test_stages_become_rft_stages(work, tmp_path):
     (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n"
                                                 for i in range(8)))
@@ -572,6 +673,15 @@ def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():
     assert out["data"]["train_batch_size"] == 8 and out["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 8
     with pytest.raises(ConfigError, match=r"buffer\.train_batch_size=30 .* not a multiple of repeat_times=4"):
         translate(_with({"algorithm.repeat_times": 4, "buffer.train_batch_size": 30}))
+
+
+@pytest.mark.parametrize("buffer_steps, trainer_steps, expected", [(2, 1000, 2), (1000, 3, 3), (None, 7, 7), (5, None, 5)])
+def test_buffer_and_trainer_total_steps_together_end_the_run_at_the_smaller(buffer_steps, trainer_steps, expected):
+    # Trinity's explorer stops after buffer.total_steps, its trainer after trainer.total_steps: the run ends at the
+    # first (the spec's example sets trainer.total_steps: 1000; buffer.total_steps=2 on top of it runs 2 steps)
+    extra = {k: v for k, v in (("buffer.total_steps", buffer_steps), ("trainer.total_steps", trainer_steps))
+             if v is not None}
+    assert translate(_with(extra))["trainer"]["total_training_steps"] == expected
 
 
 def test_max_model_len_alone_is_checked_against_the_lengths_in_effect():
@@ -887,6 +997,19 @@ def test_rft_train_cuts_a_long_prompts_start_with_enable_prompt_truncation(work,
         assert metrics["prompt_length/max"] == 8, metrics  # the arithmetic prompts are longer after the chat template
 
 
+def test_math_workflows_prompts_are_cut_at_max_prompt_tokens_too(work, tmp_path):
+    # math_workflow adds its think / answer system prompt (~70 tokens) to each task: the prompt the model sees is
+    # cut at max_prompt_tokens as the dataset's are (it went out whole: prompt_length/max 466-490 with 256 on gsm8k)
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    root = tmp_path / "root"
+    proc = rft_here("train", str(path), "model.max_prompt_tokens=32", f"checkpoint_root_dir={root}",
+                    "trainer.save_interval=0", "buffer.explorer_input.taskset.default_workflow_type=math_workflow",
+                    "buffer.explorer_input.taskset.default_reward_fn_type=math_reward", cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    (metrics,) = [json.loads(x) for x in (root / "rft-trinity" / "arith" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["prompt_length/max"] == 32, metrics
+
+
 def test_math_workflow_without_a_reward_fn_scores_with_math_reward_as_trinity_does():
     out = translate(_with({"buffer.explorer_input.default_workflow_type": "math_workflow"}))
     assert out["custom_reward_function"]["reward_fn_type"] == "math_reward"
@@ -934,3 +1057,22 @@ def test_a_large_validation_note_names_the_key_as_a_trinity_yaml_sets_it(work, t
     from rft.data import validation
 
     assert validation.CAP_KEY == "data.val_max_samples"  # rft's own spelling again after the run
+
+
+def test_a_ground_truth_from_format_response_key_is_named_by_its_column(work, tmp_path):
+    # the spec's taskset reads its reference answers from format.response_key ('answer'): a reward that cannot use
+    # them says so of that column (it named reward_model.ground_truth, which those rows do not have)
+    from transformers import AutoTokenizer
+
+    from rft.data.dataset import PromptDataset
+    from rft.data.io import DataError
+    from rft.explorer.preflight import _check_typed_ground_truth
+
+    (tmp_path / "t.jsonl").write_text(json.dumps({"question": "1+1=", "answer": "it is #### 2"}) + "\n")
+    tokenizer = AutoTokenizer.from_pretrained(work / "m")
+    rows = PromptDataset(str(tmp_path / "t.jsonl"), tokenizer, prompt_key="question", response_key="answer")
+    with pytest.raises(DataError) as err:
+        _check_typed_ground_truth("countdown_reward", rows)
+    assert str(err.value).startswith("1 of 1 rows have a ground truth (their 'answer' column, data.response_key="
+                                     "answer) that custom_reward_function.reward_fn_type='countdown_reward' cannot "
+                                     f"use (first: {tmp_path / 't.jsonl'} row 0: "), str(err.value)

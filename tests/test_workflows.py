@@ -940,3 +940,25 @@ def _process_with_env(root: int, entry: bytes) -> int:
         except OSError:
             continue
     raise AssertionError(f"no process with {entry!r} below {root}")
+
+
+@pytest.mark.parametrize("truncation", ["left", "right", "error"])
+def test_chat_and_generate_cut_a_prompt_over_the_limit_as_data_truncation_says(engine, truncation):
+    """A workflow's chat / generate prompt over data.max_prompt_length is cut as the dataset's are (Trinity-RFT's
+    vLLM engine cuts every call at max_prompt_tokens): math_workflow's system prompt used to send gsm8k prompts of
+    ~480 tokens with max_prompt_tokens 256. `error` sends it whole, as before."""
+    from rft.explorer.model import encode
+
+    inner, tok = engine
+    handle = ModelHandle(GenerationServer(inner, tok, torch.Generator().manual_seed(0)), tok,
+                         SamplingParams(n=1, temperature=1.0, max_tokens=2), max_prompt_tokens=8,
+                         truncation=truncation)
+    messages = [{"role": "system", "content": "think first"}, {"role": "user", "content": "12+34+56+78="}]
+    full = encode(tok, messages)
+    text = "1+2+3+4+5+6+7+8+9="
+    raw = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(full) > 8 and len(raw) > 8
+    (chat,) = handle.chat(messages)
+    ((generated,),) = handle.generate([text])
+    expected = {"left": lambda ids: ids[-8:], "right": lambda ids: ids[:8], "error": lambda ids: ids}[truncation]
+    assert chat.prompt_ids == expected(full) and generated.prompt_ids == expected(raw)

@@ -1,9 +1,44 @@
-"""The checks of the experience buffer's keys: read time-outs, priority replay, staleness."""
+"""The checks of the experience buffer's keys: read time-outs, priority replay, staleness, a path that can be
+written."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from rft.config.checks import CHECKS, CheckContext
 from rft.config.errors import ConfigError
+
+
+def local_folder(storage_type: str, path: str | None) -> Path | None:
+    """The folder on this machine a buffer at `path` writes into (a SQLite database's, a file buffer's own); None
+    for the default path (under the output folder, checked with it), a database server or memory."""
+    if not path:
+        return None
+    if storage_type == "file":
+        return Path(path).expanduser()
+    from rft.buffer.base import database_url
+
+    url = database_url(path)
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        return None
+    return Path(url.removeprefix("sqlite:///")).expanduser().parent
+
+
+def check_buffer_path(b) -> None:
+    """The buffer's folder can be made and written, told before any model loads (the run met it after loading the
+    models, as an operating-system error naming no key)."""
+    folder = local_folder(b.storage_type, b.path)
+    if folder is None:
+        return
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    problem = (f"{existing} is a file, not a folder" if not existing.is_dir()
+               else f"{existing} cannot be written" if not os.access(existing, os.W_OK | os.X_OK) else None)
+    if problem:
+        raise ConfigError(f"experience_buffer.path={b.path!r}: {problem}, so the buffer cannot be written there; "
+                          "choose a path in a folder this process can write")
 
 
 @CHECKS.register("buffer.experience_buffer")
@@ -21,3 +56,5 @@ def check_experience_buffer(ctx: CheckContext) -> None:
             raise ConfigError(f"experience_buffer.reuse_cooldown_time must be >= 0 seconds, got {b.reuse_cooldown_time}")
     if b.max_staleness is not None and (not isinstance(b.max_staleness, int) or b.max_staleness < 0):
         raise ConfigError(f"experience_buffer.max_staleness must be an integer >= 0 or null, got {b.max_staleness!r}")
+    if ctx.check_paths:
+        check_buffer_path(b)

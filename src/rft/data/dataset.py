@@ -105,6 +105,7 @@ class PromptDataset:
         data_source of its rows that have none (else "unknown", verl's)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
         self.chat_template = chat_template
+        self.response_key = response_key  # where the ground truths came from, for messages about them
         self.prompts: list[Prompt] = []
         self.num_filtered = 0
         dropped: list[int] = []  # the lengths of the prompts filter_overlong_prompts drops

@@ -150,6 +150,19 @@ def _set(out: dict, key: str, value: Any) -> None:
     node[leaf] = value
 
 
+def _set_total_steps(out: dict, steps: Any) -> None:
+    """trainer.total_training_steps from buffer.total_steps or trainer.total_steps. Given both, the run ends at the
+    smaller, as Trinity's does: its explorer stops after buffer.total_steps steps (the trainer then runs out of
+    experiences), its trainer after trainer.total_steps. A value that is no step count is kept for validation to
+    refuse."""
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    before = out.get("trainer", {}).get("total_training_steps")
+    if steps is not None and (before is None or not count(steps) or (count(before) and steps < before)):
+        _set(out, "trainer.total_training_steps", steps)
+
+
 class _Translation:
     """The refusals of one translation, (key, reason) pairs; `prefix` ("stages[i].") goes before every key a
     stage's translation refuses."""
@@ -250,6 +263,14 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     adv = a["advantage_fn"]
     if adv not in ADVANTAGE_FNS:
         t.refuse("algorithm.advantage_fn", not_one_of(adv, ADVANTAGE_FNS, f"rft has {sorted(ADVANTAGE_FNS)}"))
+    elif adv == "ppo" and kind != "ppo":
+        # Trinity's algorithm type decides whether a critic is trained (use_critic: ppo's alone); its ppo
+        # advantage reads the critic's values, so grpo with advantage_fn ppo (the reference's algorithm example)
+        # cannot run there. rft's gae would build and train a critic the config does not ask for.
+        t.refuse("algorithm.advantage_fn", f"='ppo' (GAE) needs a critic's values, and Trinity-RFT's {kind} "
+                                           "algorithm trains no critic; use algorithm_type: ppo for GAE with a "
+                                           f"critic, or remove advantage_fn ({kind}'s default is "
+                                           f"{ALGORITHMS[kind]['advantage_fn']})")
     else:
         _set(out, "algorithm.adv_estimator", ADVANTAGE_FNS[adv])
     for key, value in (a.get("advantage_fn_args") or {}).items():
@@ -402,9 +423,12 @@ def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
         _set(out, "_trinity.expert_buffer", args.pop("sft_dataset_name", "sft_dataset"))
         t.rest(args, "algorithm.sample_strategy_args", NOT_HONOURED)
         return
-    if mix:
-        t.refuse("algorithm.policy_loss_fn", f"='mix' trains on the expert rows of sample_strategy mix, not "
-                                             f"{strategy!r}")
+    if mix:  # the spec's algorithm example writes sample_strategy: "default"; mix's own default is mix
+        t.refuse("algorithm.sample_strategy", f"={strategy!r}: the mix policy loss (policy_loss_fn mix) trains on the "
+                                              "expert rows that sample_strategy mix reads; set it to mix (the mix "
+                                              "algorithms' default) or remove it")
+        # the auxiliary buffer is mix's all the same: not refused a second time as "this run is not mix"
+        _set(out, "_trinity.expert_buffer", args.get("sft_dataset_name", "sft_dataset"))
     elif strategy not in SAMPLE_STRATEGIES:
         t.refuse("algorithm.sample_strategy", not_one_of(strategy, (*SAMPLE_STRATEGIES, "mix"), (
             "rft reads each batch as generated (default, or its alias warmup), or mixes in expert rows (mix, with "
@@ -724,7 +748,7 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
     if "total_epochs" in b:
         _set(out, "trainer.total_epochs", b.pop("total_epochs"))
     if "total_steps" in b:
-        _set(out, "trainer.total_training_steps", b.pop("total_steps"))
+        _set_total_steps(out, b.pop("total_steps"))
     explorer_input = {k: v for k, v in _section(b.pop("explorer_input", None), "buffer.explorer_input").items()
                       if v is not None}
     trainer_input = {k: v for k, v in _section(b.pop("trainer_input", None), "buffer.trainer_input").items()
@@ -771,7 +795,14 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         storage = exp.pop("storage_type", "file")
         if storage != "file":
             t.refuse("buffer.trainer_input.experience_buffer.storage_type",
-                     not_one_of(storage, ("file",), "an SFT dataset is read from files"))
+                     not_one_of(storage, ("file",), "an SFT dataset is read from files; set it to file" +
+                                (" in this stage (a stage inherits the global experience buffer's)"
+                                 if t.prefix else "")))
+        # a queue's settings, which Trinity-RFT applies to queue storage only: in a stage, the global (RL)
+        # experience buffer's, inherited; they have no effect on the files an SFT / DPO run reads (said in a note)
+        t.rl_only += [f"buffer.trainer_input.experience_buffer.{key}"
+                      for key in ("max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
+                      if exp.pop(key, None) is not None]
         fmt = _section(exp.pop("format", None), "buffer.trainer_input.experience_buffer.format")
         ptype = _prompt_type(t, fmt, "buffer.trainer_input.experience_buffer.format")
         if ptype == "messages":
@@ -957,7 +988,7 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
     if "save_interval" in tr:
         _set(out, "trainer.save_freq", tr.pop("save_interval"))
     if "total_steps" in tr:
-        _set(out, "trainer.total_training_steps", tr.pop("total_steps"))
+        _set_total_steps(out, tr.pop("total_steps"))
     if "grad_clip" in tr:
         _set(out, "optim.clip_grad" if sft else f"{A}.grad_clip", tr.pop("grad_clip"))
     if "use_dynamic_bsz" in tr:
@@ -989,10 +1020,16 @@ _MISSING = object()
 
 
 def _get(tree: dict, key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(tree, dict) or part not in tree:
+    """The value of the dotted `key` in `tree` (a list's item as `name[i]`), _MISSING where there is none."""
+    for index, part in re.findall(r"\[(\d+)\]|([^.\[\]]+)", key):
+        if part:
+            if not isinstance(tree, dict) or part not in tree:
+                return _MISSING
+            tree = tree[part]
+        elif not isinstance(tree, list) or int(index) >= len(tree):
             return _MISSING
-        tree = tree[part]
+        else:
+            tree = tree[int(index)]
     return tree
 
 
@@ -1059,7 +1096,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     if cfg.get("continue_from_checkpoint", True) is False and root is None:
         _set(out, "trainer.resume_mode", "disable")
     if cfg.get("ray_namespace"):
-        t.refuse("ray_namespace", "rft does not use Ray")
+        t.refuse("ray_namespace", "rft's Ray driver (cluster.ray_address) takes no namespace; remove it")
     cluster = _section(cfg.get("cluster"), "cluster")
     if "node_num" in cluster:
         _set(out, "trainer.nnodes", cluster.pop("node_num"))
@@ -1186,7 +1223,8 @@ def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     if args:
         _set(out, "trainer.monitor_args", args)
     if monitor.pop("enable_ray_timeline", False):
-        t.refuse("monitor.enable_ray_timeline", "rft does not use Ray")
+        t.refuse("monitor.enable_ray_timeline", "rft writes no Ray timeline, on a cluster (cluster.ray_address) "
+                                                "either; remove it or set it false")
     t.rest(monitor, "monitor", NOT_HONOURED)
 
 
@@ -1433,8 +1471,10 @@ def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overri
     for ...". A key of the same name in both (synchronizer.*) is named by the message itself: only where it came
     from goes first."""
     message = str(error)
-    named = [k for k in dict.fromkeys(re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", message))
-             if any(v is not _MISSING for v in _landings(out, k, stage))]
+    # rft's keys the message names: dotted, then those with a list's item (workflow.auxiliary_models[0].model_path)
+    keys = [*re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", message),
+            *re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)*(?:\[\d+\](?:\.[a-z_0-9]+)*)+", message)]
+    named = [k for k in dict.fromkeys(keys) if any(v is not _MISSING for v in _landings(out, k, stage))]
     found = [(trinity_key, value, key) for key in named for trinity_key, value in trinity_sources(cfg, key, stage)]
     sources = [(trinity_key, value, key) for trinity_key, value, key in found if trinity_key != key]
     if not sources:
@@ -1445,4 +1485,6 @@ def in_trinity_terms(error: ConfigError, cfg: dict, out: dict, path: str, overri
     said = ", ".join(f"{trinity_key}={value!r} (rft's {key})" for trinity_key, value, key in sources)
     # the Trinity key says where the value came from: not the translation's trainer_config the loader names
     message = message.removeprefix(f"{path} (trainer.trainer_config): ")
+    for trinity_key, _, key in sources:  # what to do, in the keys the user can set (rft's are refused here)
+        message = message.replace(f"set {key}=", f"set {trinity_key}=")
     return ConfigError(f"{where}: {said}: {message}")

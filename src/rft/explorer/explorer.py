@@ -374,10 +374,12 @@ class Workflows:
         from rft.models.vision import vision_of
 
         wf = self.ex.cfg.workflow
-        return ModelHandle(server, self.ex.tokenizer, params, chat_template=self.ex.cfg.data.chat_template,
+        data = self.ex.cfg.data
+        return ModelHandle(server, self.ex.tokenizer, params, chat_template=data.chat_template,
                            endpoint=self.endpoint, enable_history=wf.enable_history,
                            tool_call_parser=wf.tool_call_parser,
-                           vision=vision_of(getattr(self.ex.engine, "model", None)))
+                           vision=vision_of(getattr(self.ex.engine, "model", None)),
+                           max_prompt_tokens=data.max_prompt_length, truncation=data.truncation)
 
     def tasks(self, prompts, n: int, is_eval: bool) -> list:
         from rft.explorer.workflow import Task

@@ -331,6 +331,20 @@ class ModelHandle:
     history: list[Experience] = field(default_factory=list)
     vision: Any = None
     """A vision-language model's `rft.models.vision.Vision` (its messages may hold images), else None."""
+    max_prompt_tokens: int | None = None
+    truncation: str = "error"
+    """`chat` and `generate` cut a text prompt over `max_prompt_tokens` (data.max_prompt_length) as `truncation`
+    (data.truncation: left, right, middle) says, as the dataset cuts its prompts and as Trinity-RFT's vLLM engine
+    cuts every chat / generate call at max_prompt_tokens (math_workflow's system prompt made gsm8k's prompts ~480
+    tokens with max_prompt_tokens 256); `error` (or None) sends it whole. Conversations (start / respond) are not
+    cut: their tokens are the experience's."""
+
+    def _cut(self, ids: list[int]) -> list[int]:
+        if self.max_prompt_tokens is None or self.truncation not in ("left", "right", "middle"):
+            return ids
+        from rft.data.dataset import truncate
+
+        return truncate(ids, self.max_prompt_tokens, self.truncation)
 
     def params(self, n: int = 1, **overrides) -> SamplingParams:
         unknown = set(overrides) - _SAMPLING_KEYS
@@ -360,7 +374,8 @@ class ModelHandle:
                    **sampling) -> list[list[Completion]]:
         """`n` completions of the next assistant turn after each of `conversations`, in one call."""
         prompts = [self.prompt(messages, tools) for messages in conversations]
-        return self._submit([ids for ids, _ in prompts], self.params(n, **sampling), [im for _, im in prompts])
+        return self._submit([ids if images else self._cut(ids) for ids, images in prompts],
+                            self.params(n, **sampling), [im for _, im in prompts])
 
     def prompt(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[bytes]]:
         """(the token ids of `messages` with the assistant's generation prompt, their images)."""
@@ -371,7 +386,7 @@ class ModelHandle:
 
     def generate(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:
         """`n` completions of each raw text prompt (no chat template)."""
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        ids = [self._cut(self.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         return self._submit(ids, self.params(n, **sampling))
 
     def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:

@@ -78,8 +78,10 @@ def _check_typed_ground_truth(name: str, dataset: PromptDataset) -> None:
     bad = [(p, problem) for p in dataset.prompts if (problem := check(p.ground_truth)) is not None]
     if bad:
         first, problem = bad[0]
+        key = getattr(dataset, "response_key", None)
+        truth = f"ground truth (their {key!r} column, data.response_key={key})" if key else "reward_model.ground_truth"
         raise DataError(
-            f"{len(bad)} of {len(dataset)} rows have a reward_model.ground_truth that "
+            f"{len(bad)} of {len(dataset)} rows have a {truth} that "
             f"custom_reward_function.reward_fn_type={name!r} cannot use (first: {first.origin}: {problem}); fix the "
             "rows or choose another reward"
         )

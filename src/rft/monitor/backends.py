@@ -27,6 +27,7 @@ from typing import Any
 
 from rft.config.load import flatten
 from rft.config.schema import LOGGERS
+from rft.errors import RftError
 
 MONITOR_DIR = "monitor"
 
@@ -207,9 +208,34 @@ def build_monitors(loggers: Sequence[str], info: RunInfo) -> list:
     try:
         for name in dict.fromkeys(loggers):
             if name in BACKENDS:
-                out.append(BACKENDS[name](info))
+                try:
+                    out.append(BACKENDS[name](info))
+                except Exception as e:  # the library refused its settings: a bad key or URL, no server, ...
+                    if isinstance(e, OSError) and e.errno is not None:
+                        raise  # a file-system fault: the CLI's own line for it (full disk, no permission)
+                    raise MonitorError(name, e) from e
     except BaseException:
         for monitor in out:
             monitor.close()
         raise
     return out
+
+
+class MonitorError(RftError):
+    """A monitor whose library would not start (a rejected API key, a server that does not answer, ...): its
+    settings, not rft, are at fault, so the line names them."""
+
+    def __init__(self, name: str, error: Exception):
+        detail = (str(error).strip().splitlines() or [""])[0].rstrip(".")
+        super().__init__(f"trainer.logger: the {name} monitor could not start ({type(error).__name__}: {detail}); "
+                         f"check {MONITOR_SETTINGS[name]}, or remove {name} from trainer.logger")
+
+
+MONITOR_SETTINGS = {
+    "tensorboard": "that <out>/monitor/tensorboard can be written",
+    "mlflow": "trainer.monitor_args uri / username / password (Trinity-RFT: monitor.monitor_args) and "
+              "MLFLOW_TRACKING_URI",
+    "wandb": "trainer.monitor_args api_key / base_url (Trinity-RFT: monitor.monitor_args), WANDB_API_KEY, or "
+             "WANDB_MODE=offline to log without an account",
+}
+"""Where each monitor's settings are, for the line of one that would not start."""

@@ -4,9 +4,9 @@ of the two processes of mode both (rank 0 the trainer, rank 1 the explorer; rend
 The group runs gloo over host memory, on GPUs too for now (a GPU-to-GPU NCCL path is not written: this machine has
 no GPU to run it on). It is a group of its own, not torch.distributed's default group: the explorer's vLLM engine
 initialises that one for itself in the same process (as verl's and TRL's weight syncs keep theirs apart). The
-trainer waits for the explorer to join in one-second polls, so an explorer that dies before it joins stops the
-trainer at once with one line instead of after the sync timeout. The trainer hands a copy of its weights to a
-sender thread and trains on; the thread broadcasts when the explorer is ready for them. Both sides know which
+trainer polls its store for the explorer to join (quietly: no c10d timeout warnings on the console), so an explorer
+that dies before it joins stops the trainer at once with one line instead of after the sync timeout. The trainer
+hands a copy of its weights to a sender thread and trains on; the thread broadcasts when the explorer is ready for them. Both sides know which
 versions travel: on joining, the explorer sends the step it has explored to (0, or where a restarted one resumes),
 and the trainer then sends exactly the versions its later steps generate with (`rft.sync.schedule.versions_after`),
 in order, so neither side waits for a message that never comes and a restarted explorer takes the versions its
@@ -50,19 +50,18 @@ class _Group:
         if rank == 0:
             store = tdist.TCPStore(addr, port, 2, is_master=True, timeout=limit, wait_for_workers=False)
             deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    store.wait([_JOINED], datetime.timedelta(seconds=1))
-                    break
-                except tdist.DistStoreError:  # not yet
-                    if alive is not None:
-                        alive()
-                    if time.monotonic() > deadline:
-                        from rft.errors import RftError
+            # store.check, not a 1 s store.wait: each wait that times out prints two C++ warnings ("[c10d]
+            # waitForInput ... timed out after 1000ms") on the console while the explorer loads its model
+            while not store.check([_JOINED]):
+                time.sleep(0.2)
+                if alive is not None:
+                    alive()
+                if time.monotonic() > deadline:
+                    from rft.errors import RftError
 
-                        raise RftError(f"the explorer process did not join the weight broadcast within "
-                                       f"synchronizer.sync_timeout={timeout:g} s; run the same command again to "
-                                       "resume (or raise the timeout)") from None
+                    raise RftError(f"the explorer process did not join the weight broadcast within "
+                                   f"synchronizer.sync_timeout={timeout:g} s; run the same command again to "
+                                   "resume (or raise the timeout)") from None
         else:
             store = tdist.TCPStore(addr, port, 2, is_master=False, timeout=limit)
             store.set(_JOINED, "1")

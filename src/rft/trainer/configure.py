@@ -133,6 +133,8 @@ def _resolved_trinity(path, overrides=()) -> dict:
                 node = node[int(part)] if isinstance(node, list) else node[part]
             node["trainer"]["trainer_config"] = OmegaConf.to_container(OmegaConf.create(verl), resolve=True)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{path}: {str(e).splitlines()[0]}; for a variable: set it in the environment, or "
-                          "replace the ${{...}} by its value") from None
+        # the key whose value did not resolve (OmegaConf's full_key), so the line says which one to fix
+        key = f"{e.full_key}: " if getattr(e, "full_key", None) else ""
+        raise ConfigError(f"{path}: {key}{str(e).splitlines()[0]}; for a variable: set it in the environment, or "
+                          "replace the ${...} by its value") from None
     return cfg
