@@ -581,6 +581,10 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path, monkeypatch):
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert (out / "model" / "model.safetensors").is_file()
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["global_step_1", "global_step_2", "latest"]
+    again = rft_here("train", str(path), cwd=tmp_path)  # complete: what to raise is said in Trinity's keys
+    assert again.stdout.splitlines() == [
+        f"rft: {out} is complete (2/2 steps, model in {out / 'model'}); nothing to do (raise buffer.total_epochs, or "
+        "buffer.total_steps and trainer.total_steps (the run ends at the smaller), to train on)"], again.stdout
 
 
 def test_a_taskset_path_that_is_not_there_is_said_to_be_missing(work, tmp_path):

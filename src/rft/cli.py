@@ -268,10 +268,16 @@ def _train_trinity(args, module_args: list[str]) -> int:
 
         return launch_stages(loaded, module_args, data_error=lambda e, stage: trinity_run_error(
             e, args.config, args.overrides, stage=stage))
+    from rft.errors import RunComplete
+
     try:
         return run_rl(loaded, module_args)
     except DataError as e:  # it names rft's data keys: say them in the Trinity YAML's terms
         raise trinity_run_error(e, args.config, args.overrides) from None
+    except RunComplete as e:  # what to raise to train on, in the Trinity YAML's keys
+        raise RunComplete(str(e).replace(
+            "raise trainer.total_training_steps / total_epochs", "raise buffer.total_epochs, or buffer.total_steps "
+            "and trainer.total_steps (the run ends at the smaller),")) from None
 
 
 def cmd_sft(args) -> int:
