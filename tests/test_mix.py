@@ -305,7 +305,8 @@ def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path
     # what rft cannot take from Trinity's mix is refused by name
     for key, value, needle in (
             ("policy_loss_fn_args", {"mu": 0.1, "read_batch_size_expert": 64}, "read_batch_size_expert: rft normal"),
-            ("entropy_loss_fn", "default", None), ("sample_strategy", "default", "policy_loss_fn='mix' trains on")):
+            ("entropy_loss_fn", "default", None), ("sample_strategy", "default",
+                                                "sample_strategy='default': the mix policy loss \\(policy_loss_fn mix\\) trains on")):
         cfg = trinity_mix(assets, tmp_path, 2)
         cfg["algorithm"][key] = value
         if needle is None:  # default with a zero coefficient is the same bonus (none)

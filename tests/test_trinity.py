@@ -163,11 +163,6 @@ REFUSED = [
     ({"algorithm.algorithm_type": "mix"}, "the auxiliary buffer 'sft_dataset' (algorithm.sample_strategy_args"),
     ({"algorithm.algorithm_type": "cispo"}, "algorithm.algorithm_type='cispo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
-    # the reference's algorithm example: grpo (no critic in Trinity) with the ppo advantage (a critic's values);
-    # rft built and trained a critic the config did not ask for
-    ({"algorithm.advantage_fn": "ppo"}, "algorithm.advantage_fn='ppo' (GAE) needs a critic's values, and "
-     "Trinity-RFT's grpo algorithm trains no critic; use algorithm_type: ppo for GAE with a critic, or remove "
-     "advantage_fn (grpo's default is grpo)"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
     ({"ray_namespace": "x"}, "ray_namespace: rft's Ray driver (cluster.ray_address) takes no namespace; remove it"),
     ({"model.min_response_tokens": 4}, "model.min_response_tokens"),
@@ -209,6 +204,19 @@ def test_what_rft_cannot_honour_is_refused_by_key(extra, needle):
     with pytest.raises(ConfigError) as err:
         translate(_with(extra), "t.yaml")
     assert needle in str(err.value), str(err.value)
+
+
+def test_the_ppo_advantage_with_another_algorithm_type_trains_a_critic_and_says_so(caplog):
+    """The reference's own algorithm example, grpo with advantage_fn ppo: GAE reads a critic's values (Trinity-RFT's
+    grpo trains no critic), so rft trains one for it, and a note says so (it was silent)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"algorithm.advantage_fn": "ppo"}), "t.yaml")
+    assert out["algorithm"]["adv_estimator"] == "gae"
+    assert ("rft: note: algorithm.advantage_fn='ppo' (GAE) with algorithm_type grpo: GAE reads a critic's values, so "
+            "rft trains a critic (the critic.* keys; Trinity-RFT's grpo trains none); remove advantage_fn for grpo's "
+            "own (grpo), or set algorithm_type: ppo") in caplog.text
 
 
 def test_all_refusals_are_reported_together_one_line_each():

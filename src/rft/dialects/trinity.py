@@ -263,15 +263,15 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     adv = a["advantage_fn"]
     if adv not in ADVANTAGE_FNS:
         t.refuse("algorithm.advantage_fn", not_one_of(adv, ADVANTAGE_FNS, f"rft has {sorted(ADVANTAGE_FNS)}"))
-    elif adv == "ppo" and kind != "ppo":
-        # Trinity's algorithm type decides whether a critic is trained (use_critic: ppo's alone); its ppo
-        # advantage reads the critic's values, so grpo with advantage_fn ppo (the reference's algorithm example)
-        # cannot run there. rft's gae would build and train a critic the config does not ask for.
-        t.refuse("algorithm.advantage_fn", f"='ppo' (GAE) needs a critic's values, and Trinity-RFT's {kind} "
-                                           "algorithm trains no critic; use algorithm_type: ppo for GAE with a "
-                                           f"critic, or remove advantage_fn ({kind}'s default is "
-                                           f"{ALGORITHMS[kind]['advantage_fn']})")
     else:
+        if adv == "ppo" and kind != "ppo":
+            # Trinity's algorithm type decides whether a critic is trained (use_critic: ppo's alone), and its ppo
+            # advantage reads the critic's values: the reference's own algorithm example (grpo, advantage_fn ppo)
+            # asks for GAE, which rft computes with the critic it needs, trained as ppo's; said, not silent
+            logging.getLogger("rft").warning(
+                "rft: note: algorithm.advantage_fn='ppo' (GAE) with algorithm_type %s: GAE reads a critic's values, "
+                "so rft trains a critic (the critic.* keys; Trinity-RFT's %s trains none); remove advantage_fn for "
+                "%s's own (%s), or set algorithm_type: ppo", kind, kind, kind, ALGORITHMS[kind]["advantage_fn"])
         _set(out, "algorithm.adv_estimator", ADVANTAGE_FNS[adv])
     for key, value in (a.get("advantage_fn_args") or {}).items():
         target = {"gamma": "algorithm.gamma", "lam": "algorithm.lam", "opmd_baseline": "algorithm.opmd_baseline",
