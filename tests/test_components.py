@@ -855,6 +855,32 @@ def test_grpo_component_trains_two_steps_and_writes_its_outputs(runs, monkeypatc
         _check_mlflow_model(runs / "out" / "mlflow")
 
 
+@pytest.mark.slow
+def test_a_rerun_into_a_complete_run_writes_its_outputs_and_names_the_inputs(work, tmp_path):
+    """A second run into a finished intermediate_folder ended with "nothing to do" (exit 0) and never wrote its
+    model_output; it writes it from the run's model now. A run's own errors (a resume with a changed input, a
+    prompt over the limit) named only rft's keys: the inputs behind them lead the line."""
+    args = [*_cli_args(R, work), "--total_training_steps", "1", "--data_max_prompt_length", "32",
+            "--data_max_response_length", "4", "--intermediate_folder", "work"]
+    rft_here("component", R, *args, "--model_output", "first", cwd=tmp_path)
+    again = rft_here("component", R, *args, "--model_output", "second", cwd=tmp_path)
+    assert (tmp_path / "second" / "model.safetensors").read_bytes() == \
+        (tmp_path / "work" / "model" / "model.safetensors").read_bytes()
+    assert "rft rft_trainer: --total_training_steps: work is complete (1/1 steps" in again.stdout
+    assert "rft rft_trainer: model_output -> second" in again.stdout
+    changed = rft_here("component", R, *args, "--model_output", "third", "--actor_optim_lr", "1e-4", cwd=tmp_path,
+                       check=False)
+    assert changed.returncode == 2 and not (tmp_path / "third").exists()
+    assert changed.stderr.startswith("rft: error: rft_trainer: --actor_optim_lr, --intermediate_folder: resuming "
+                                     "work from global_step_1 with changed keys actor_rollout_ref.actor.optim.lr ")
+    long = rft_here("component", R, *_cli_args(R, work), "--data_max_prompt_length", "4",
+                    "--data_filter_overlong_prompts", "false", "--model_output", "fourth", cwd=tmp_path, check=False)
+    assert long.returncode == 2
+    assert long.stderr.startswith("rft: error: rft_trainer: --data_filter_overlong_prompts, --data_max_prompt_length, "
+                                  "--data_truncation: ")
+    assert "> data.max_prompt_length=4" in long.stderr
+
+
 def _check_mlflow_model(folder: Path) -> None:
     """The MLflow model loads offline with the transformers flavour and with pyfunc, and generates."""
     pytest.importorskip("mlflow")
