@@ -419,6 +419,18 @@ def test_spec_defaults_run_as_given(work):
     assert cfg.trainer.n_gpus_per_node == 8
 
 
+def test_grpo_at_its_spec_defaults_notes_no_key_it_set_itself(work, caplog):
+    """beta 0 (the spec default) has no KL term, hence no reference model: the plan wrote kl_loss_coef and the
+    reference's micro batch anyway, and every default run printed two notes naming rft keys the user never set
+    ("these keys have no effect: actor_rollout_ref.actor.kl_loss_coef=0.0, ...")."""
+    caplog.set_level("WARNING", logger="rft")
+    cfg, _ = resolved(G, work, per_device_train_batch_size=4)
+    assert cfg.actor_rollout_ref.actor.use_kl_loss is False
+    assert "have no effect" not in caplog.text, caplog.text
+    cfg, _ = resolved(G, work, per_device_train_batch_size=4, beta=0.04)
+    assert cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 4
+    assert cfg.actor_rollout_ref.actor.kl_loss_type == "low_var_kl"
+
 @pytest.mark.parametrize("comp", [R, V])
 def test_a_process_count_not_given_is_this_machines(work, comp, monkeypatch):
     """Issue 42: the spec's default of 8 GPUs per node made a first run on a laptop start 8 CPU processes (and

@@ -61,7 +61,8 @@ INPUTS = (
        lands_on=f"`{M}.lora_rank`=16, `lora_alpha`=32, `target_modules`=[q_proj,k_proj,v_proj] (TRL's LoRA with "
                 "the Azure component's modules); false: lora_rank 0"),
     _i("beta", "number", 0.0, "The beta parameter controls the strength of the KL divergence penalty in the "
-       "objective function", G, lands_on=f"`{A}.kl_loss_coef` (k3 = low_var_kl), `{A}.use_kl_loss` = beta > 0"),
+       "objective function", G, lands_on=f"`{A}.kl_loss_coef` (k3 = low_var_kl), `{A}.use_kl_loss` = beta > 0 "
+                                         "(0: no KL term, no reference model)"),
     _i("epsilon", "number", 0.5, "Epsilon value for clipping", G,
        lands_on=f"`{A}.clip_ratio_low` (and `clip_ratio_high` unless epsilon_high), no dual clip"),
     _i("num_iterations", "integer", 3, "Number of iterations per batch (denoted as μ in the algorithm).", G,
@@ -284,6 +285,8 @@ def plan(p: Plan) -> None:
 
     p.set("algorithm.adv_estimator", "grpo")
     for key, value in trl_actor_settings(v["loss_type"], v["epsilon"], v["epsilon_high"], v["beta"]).items():
+        if not v["beta"] and key in ("kl_loss_coef", "kl_loss_type"):
+            continue  # beta 0 (the spec default): no KL term, so keys that would be noted as without effect
         src = {"loss_agg_mode": "loss_type", "clip_ratio_high": "epsilon_high" if v["epsilon_high"] is not None
                else "epsilon", "clip_ratio_low": "epsilon", "use_kl_loss": "beta", "kl_loss_coef": "beta",
                "kl_loss_type": "beta"}.get(key, "epsilon")
@@ -305,8 +308,8 @@ def plan(p: Plan) -> None:
               "num_generations")
         p.set(f"{A}.ppo_mini_batch_size", prompts, "per_device_train_batch_size", "gradient_accumulation_steps",
               "num_generations")
-        for key in (f"{A}.ppo_micro_batch_size_per_gpu", f"{R}.log_prob_micro_batch_size_per_gpu",
-                    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"):
+        ref = ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",) if v["beta"] else ()  # beta 0: no ref
+        for key in (f"{A}.ppo_micro_batch_size_per_gpu", f"{R}.log_prob_micro_batch_size_per_gpu", *ref):
             p.set(key, v["per_device_train_batch_size"], "per_device_train_batch_size")
 
     # ---- how long: TRL steps are optimizer steps (num_iterations per rft step)
