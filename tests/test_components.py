@@ -521,6 +521,20 @@ def test_grpo_names_the_data_source_a_mistyped_one_meant(work, tmp_path):
     assert "rows with data_source 'arithmetik' (did you mean 'arithmetic'?) have no built-in reward scorer " \
            "(built-in: arithmetic, " in message, message
     assert "reward_function" in message, message
+    assert message.startswith(f"group_relative_policy_optimization: --dataset_train_split='{tmp_path}/train.jsonl': ")
+    (tmp_path / "named").mkdir()  # the same rows from dataset_name: the refusal named dataset_train_split, not given
+    shutil.copy(tmp_path / "train.jsonl", tmp_path / "named" / "train.jsonl")
+    with pytest.raises(ComponentError) as err:
+        resolved(G, work, dataset_train_split=None, dataset_name=str(tmp_path / "named"))
+    assert str(err.value).startswith(f"group_relative_policy_optimization: --dataset_name='{tmp_path}/named': rows "
+                                     "with data_source 'arithmetik'"), str(err.value)
+    assert f"in {tmp_path}/named/train.jsonl;" in str(err.value)
+    (tmp_path / "gsm8k").mkdir()  # GSM8K as published: the command that converts it
+    (tmp_path / "gsm8k" / "train.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    with pytest.raises(ComponentError) as err:
+        resolved(G, work, dataset_train_split=str(tmp_path / "gsm8k" / "train.jsonl"))
+    assert str(err.value).endswith(f"the rows are GSM8K's own (question, answer): `rft data gsm8k {tmp_path}/gsm8k "
+                                   "OUT` writes them as verl's rows (OUT/train.parquet, OUT/test.parquet): pass those")
 
 
 def test_processes_on_cpu_and_several_nodes(work):

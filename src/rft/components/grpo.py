@@ -206,7 +206,7 @@ def _datasets(p: Plan) -> tuple[list[str] | str | None, list[str] | str | None]:
 
 def _count_rows(p: Plan, files) -> int | None:
     """The number of training rows; without a reward_function, each row must name a built-in scorer."""
-    from rft.data.io import read_rows
+    from rft.data.io import RAW_TASKS, read_rows
     from rft.rewards.scorers import SCORERS, known_sources, meant_source
 
     try:
@@ -217,9 +217,14 @@ def _count_rows(p: Plan, files) -> int | None:
         bad = sorted({str(r.get("data_source")) for r in rows if r.get("data_source") not in SCORERS})
         if bad:
             listed = ", ".join(f"{src!r}{f' ({meant})' if (meant := meant_source(src)) else ''}" for src in bad[:5])
-            p.refuse("dataset_train_split", f"rows with data_source {listed} have no built-in reward scorer "
-                                            f"({known_sources(bad[0])}); give each row a built-in data_source and "
-                                            "reward_model.ground_truth, or a reward_function file")
+            given = "dataset_train_split" if p.values["dataset_train_split"] else "dataset_name"  # the rows' input
+            where = files if isinstance(files, str) else ", ".join(map(str, files))
+            raw = [f"; the rows are {whose} own ({', '.join(cols)}): `rft data {task} {Path(where.split(', ')[0]).parent} "
+                   f"OUT` writes them as verl's rows ({writes}): pass those"
+                   for task, (whose, cols, writes) in RAW_TASKS.items() if rows and set(cols) <= set(map(str, rows[0]))]
+            p.refuse(given, f"={p.values[given]!r}: rows with data_source {listed} have no built-in reward scorer "
+                            f"({known_sources(bad[0])}) in {where}; give each row a built-in data_source and "
+                            f"reward_model.ground_truth, or a reward_function file{''.join(raw)}")
     return len(rows)
 
 
