@@ -558,6 +558,46 @@ def test_required_inputs_and_outputs(work):
         resolve(get_component(G), base_values(G, work), {})
 
 
+def test_an_output_that_would_replace_other_files_is_refused_before_training(work, tmp_path):
+    """A model output replaces its folder whole: given an existing file, a folder of other files or the model input
+    itself, the run trained and then deleted them without a word (the file became the model folder). Refused before
+    anything loads; an earlier run's model_output, an empty folder, or a run folder with other files are fine."""
+    import importlib.util
+
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "papers").mkdir()
+    (tmp_path / "papers" / "a.pdf").write_text("mine")
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+
+    def refusals(comp: str, **outputs) -> list[str]:
+        try:
+            resolve(get_component(comp), base_values(comp, work), {**outputs_of(comp, work), **outputs})
+        except ComponentError as e:
+            return str(e).splitlines()
+        return []
+
+    t = str(tmp_path)
+    assert refusals(R, model_output=f"{t}/notes.txt", intermediate_folder=f"{t}/notes.txt") == [
+        f"rft_trainer: --model_output='{t}/notes.txt' is a file, not a folder; give a new or empty folder",
+        f"rft_trainer: --intermediate_folder='{t}/notes.txt' is a file, not a folder; give a new folder, or an "
+        "earlier run's to resume it"]
+    assert refusals(V, model_output=f"{t}/papers") == [
+        f"verl_trainer_component: --model_output='{t}/papers' holds other files (a.pdf), not an earlier run's "
+        "model_output (no config.json); the output replaces its folder whole, so give a new or empty folder"]
+    assert refusals(R, model_output=str(work / "m")) == [
+        f"rft_trainer: --model_output='{work}/m' is the model folder of --actor_model_path, which this output would "
+        "replace; give another folder"]
+    if importlib.util.find_spec("mlflow") is not None:  # (without it the output is refused as such)
+        assert refusals(G, output_model_path=f"{t}/papers", mlflow_model_folder=f"{t}/earlier") == [
+            f"group_relative_policy_optimization: --mlflow_model_folder='{t}/earlier' holds other files "
+            "(config.json), not an earlier run's mlflow_model_folder (no MLmodel); the output replaces its folder "
+            "whole, so give a new or empty folder"]
+    assert refusals(R, model_output=f"{t}/earlier", intermediate_folder=f"{t}/papers") == []
+    assert refusals(V, model_output=f"{t}/empty") == []
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "papers" / "a.pdf").is_file()
+
 def test_mlflow_output_without_mlflow_is_refused(work, monkeypatch):
     import rft.components.outputs as outputs
 

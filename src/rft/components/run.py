@@ -30,14 +30,29 @@ def refusal_line(comp: Component, name: str, reason: str) -> str:
     return f"{comp.name}: --{name}{sep}{reason}"
 
 
+def _same_folder(a: str | Path, b: str | Path) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
 def plan_for(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
              for_run: bool = True) -> Plan:
     """The plan of the inputs, with every refusal collected (`for_run` False: --show-config, no file checks)."""
     plan = comp.plan(values, outputs, check_paths=for_run)
     if for_run:
+        from rft.components.outputs import output_problem
+
         for name in REQUIRED_OUTPUTS.get(comp.name, ()):
             if not outputs.get(name):
                 plan.refuse(name, "is required: where the trained model is written")
+        model = plan.overrides.get("actor_rollout_ref.model.path")
+        for name, path in outputs.items():
+            work = name == WORK_OUTPUT.get(comp.name)
+            problem = output_problem(name, path, run_folder=work) if path else None
+            if problem is None and path and model and not work and _same_folder(path, model):
+                of = "".join(f" of --{n}" for n in plan.sources["actor_rollout_ref.model.path"][:1])
+                problem = f"={str(path)!r} is the model folder{of}, which this output would replace; give another folder"
+            if problem is not None:
+                plan.refuse(name, problem)
     if outputs.get("mlflow_model_folder"):
         from rft.components.outputs import mlflow_missing
 
