@@ -537,6 +537,15 @@ def test_grpo_names_the_data_source_a_mistyped_one_meant(work, tmp_path):
                                    "OUT` writes them as verl's rows (OUT/train.parquet, OUT/test.parquet): pass those")
 
 
+def test_config_show_resolves_a_fractional_epoch_count(work):
+    """`rft config show` (no file checks) refused --num_train_epochs 1.5 as if the dataset were not readable; it
+    counts the rows as the run does: ceil(1.5 x 64 rows / 4 prompts per step) = 24 steps."""
+    values = {**base_values(G, work), "num_train_epochs": 1.5, "per_device_train_batch_size": 8,
+              "num_generations": 2}
+    cfg, _ = resolve(get_component(G), values, outputs_of(G, work), for_run=False)
+    assert cfg.trainer.total_training_steps == 24
+    assert resolve(get_component(G), values, outputs_of(G, work))[0].trainer.total_training_steps == 24
+
 def test_processes_on_cpu_and_several_nodes(work):
     """n_gpus_per_node on a machine without CUDA: that many CPU processes (a note says so); nnodes > 1 needs torchrun
     on every node, so a run started without a launcher is refused before anything loads."""

@@ -205,7 +205,8 @@ def _datasets(p: Plan) -> tuple[list[str] | str | None, list[str] | str | None]:
 
 
 def _count_rows(p: Plan, files) -> int | None:
-    """The number of training rows; without a reward_function, each row must name a built-in scorer."""
+    """The number of training rows (None: not readable); without a reward_function, in a run (`check_paths`),
+    each row must name a built-in scorer."""
     from rft.data.io import RAW_TASKS, read_rows
     from rft.rewards.scorers import SCORERS, known_sources, meant_source
 
@@ -213,7 +214,7 @@ def _count_rows(p: Plan, files) -> int | None:
         rows = [row for f in ([files] if isinstance(files, str) else files) for row in read_rows(f)]
     except Exception:  # a missing or bad file: the config validation names it
         return None
-    if p.values["reward_function"] is None:
+    if p.values["reward_function"] is None and p.check_paths:
         bad = sorted({str(r.get("data_source")) for r in rows if r.get("data_source") not in SCORERS})
         if bad:
             listed = ", ".join(f"{src!r}{f' ({meant})' if (meant := meant_source(src)) else ''}" for src in bad[:5])
@@ -318,7 +319,7 @@ def plan(p: Plan) -> None:
             p.set(key, v["per_device_train_batch_size"], "per_device_train_batch_size")
 
     # ---- how long: TRL steps are optimizer steps (num_iterations per rft step)
-    num_rows = _count_rows(p, train) if train and p.check_paths else None
+    num_rows = _count_rows(p, train) if train else None  # (rft config show too: steps of a fractional epoch)
     per_epoch = num_rows // prompts if num_rows is not None else None
     total: int | None = None
     if v["max_steps"] > 0:
