@@ -558,6 +558,13 @@ def test_processes_on_cpu_and_several_nodes(work):
         run(get_component(R), {**base_values(R, work), "trainer_nnodes": 2}, outputs_of(R, work))
 
 
+def test_a_config_error_of_one_input_says_gives(work):
+    with pytest.raises(ComponentError) as err:
+        resolved(R, work, data_train_batch_size=-4)
+    assert str(err.value) == ("rft_trainer: --data_train_batch_size gives an invalid config: data.train_batch_size must "
+                              "be a positive integer, got -4")
+
+
 def test_required_inputs_and_outputs(work):
     with pytest.raises(ComponentError, match="--actor_model_path"):
         resolve(get_component(R), {"data_train_files": "x.parquet", "data_val_files": "y.parquet"})

@@ -87,7 +87,8 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
         names = plan.inputs_of(str(e))
         if not refused or (names and not refused & set(names)):  # else an echo of a refused input
             who = ", ".join(f"--{n}" for n in names) if names else "the inputs"
-            problems.append(f"{comp.name}: {who} give an invalid config: {e}")
+            give = "gives" if len(names) == 1 else "give"
+            problems.append(f"{comp.name}: {who} {give} an invalid config: {e}")
     if launching and cfg is not None:
         try:
             check_launch(cfg)
