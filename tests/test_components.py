@@ -603,8 +603,12 @@ def test_an_output_that_would_replace_other_files_is_refused_before_training(wor
         f"verl_trainer_component: --model_output='{t}/papers' holds other files (a.pdf), not an earlier run's "
         "model_output (no config.json); the output replaces its folder whole, so give a new or empty folder"]
     assert refusals(R, model_output=str(work / "m")) == [
-        f"rft_trainer: --model_output='{work}/m' is the model folder of --actor_model_path, which this output would "
+        f"rft_trainer: --model_output='{work}/m' holds the model folder of --actor_model_path, which this output "
+        "would replace; give another folder"]
+    assert refusals(R, model_output=f"{t}/out", intermediate_folder=f"{t}/out/work") == [
+        f"rft_trainer: --model_output='{t}/out' holds --intermediate_folder ({t}/out/work), which this output would "
         "replace; give another folder"]
+    assert refusals(R, model_output=f"{t}/out/work/model", intermediate_folder=f"{t}/out/work") == []
     if importlib.util.find_spec("mlflow") is not None:  # (without it the output is refused as such)
         assert refusals(G, output_model_path=f"{t}/papers", mlflow_model_folder=f"{t}/earlier") == [
             f"group_relative_policy_optimization: --mlflow_model_folder='{t}/earlier' holds other files "

@@ -30,8 +30,10 @@ def refusal_line(comp: Component, name: str, reason: str) -> str:
     return f"{comp.name}: --{name}{sep}{reason}"
 
 
-def _same_folder(a: str | Path, b: str | Path) -> bool:
-    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+def _within(inner: str | Path, outer: str | Path) -> bool:
+    """`inner` is the folder `outer` or a folder inside it."""
+    inner, outer = Path(inner).expanduser().resolve(), Path(outer).expanduser().resolve()
+    return inner == outer or outer in inner.parents
 
 
 def plan_for(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
@@ -44,13 +46,17 @@ def plan_for(comp: Component, values: dict[str, Any], outputs: dict[str, str | N
         for name in REQUIRED_OUTPUTS.get(comp.name, ()):
             if not outputs.get(name):
                 plan.refuse(name, "is required: where the trained model is written")
-        model = plan.overrides.get("actor_rollout_ref.model.path")
+        # what a model output, which replaces its folder whole, must not hold: the model input, the run folder
+        held = [(f"the model folder of --{n}", plan.overrides["actor_rollout_ref.model.path"])
+                for n in plan.sources.get("actor_rollout_ref.model.path", [])[:1]]
+        held += [(f"--{n} ({outputs[n]})", outputs[n]) for n in (WORK_OUTPUT.get(comp.name),) if outputs.get(n)]
         for name, path in outputs.items():
             work = name == WORK_OUTPUT.get(comp.name)
             problem = output_problem(name, path, run_folder=work) if path else None
-            if problem is None and path and model and not work and _same_folder(path, model):
-                of = "".join(f" of --{n}" for n in plan.sources["actor_rollout_ref.model.path"][:1])
-                problem = f"={str(path)!r} is the model folder{of}, which this output would replace; give another folder"
+            for what, folder in held if problem is None and path and not work else ():
+                if _within(folder, path):
+                    problem = f"={str(path)!r} holds {what}, which this output would replace; give another folder"
+                    break
             if problem is not None:
                 plan.refuse(name, problem)
     if outputs.get("mlflow_model_folder"):
