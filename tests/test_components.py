@@ -561,8 +561,8 @@ def test_processes_on_cpu_and_several_nodes(work):
 def test_a_config_error_of_one_input_says_gives(work):
     with pytest.raises(ComponentError) as err:
         resolved(R, work, data_train_batch_size=-4)
-    assert str(err.value) == ("rft_trainer: --data_train_batch_size gives an invalid config: data.train_batch_size must "
-                              "be a positive integer, got -4")
+    assert str(err.value) == ("rft_trainer: --data_train_batch_size gives an invalid config: data.train_batch_size "
+                              "must be a positive integer, got -4")
 
 
 def test_required_inputs_and_outputs(work):

@@ -219,10 +219,11 @@ def _count_rows(p: Plan, files) -> int | None:
         if bad:
             listed = ", ".join(f"{src!r}{f' ({meant})' if (meant := meant_source(src)) else ''}" for src in bad[:5])
             given = "dataset_train_split" if p.values["dataset_train_split"] else "dataset_name"  # the rows' input
-            where = files if isinstance(files, str) else ", ".join(map(str, files))
-            raw = [f"; the rows are {whose} own ({', '.join(cols)}): `rft data {task} {Path(where.split(', ')[0]).parent} "
-                   f"OUT` writes them as verl's rows ({writes}): pass those"
-                   for task, (whose, cols, writes) in RAW_TASKS.items() if rows and set(cols) <= set(map(str, rows[0]))]
+            listed_files = [files] if isinstance(files, str) else list(files)
+            where, folder = ", ".join(map(str, listed_files)), Path(str(listed_files[0])).parent
+            raw = [f"; the rows are {whose} own ({', '.join(cols)}): `rft data {task} {folder} OUT` writes them as "
+                   f"verl's rows ({writes}): pass those" for task, (whose, cols, writes) in RAW_TASKS.items()
+                   if rows and set(cols) <= set(map(str, rows[0]))]
             p.refuse(given, f"={p.values[given]!r}: rows with data_source {listed} have no built-in reward scorer "
                             f"({known_sources(bad[0])}) in {where}; give each row a built-in data_source and "
                             f"reward_model.ground_truth, or a reward_function file{''.join(raw)}")
