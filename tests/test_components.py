@@ -419,6 +419,18 @@ def test_spec_defaults_run_as_given(work):
     assert cfg.trainer.n_gpus_per_node == 8
 
 
+def test_grpo_at_its_spec_defaults_notes_no_key_it_set_itself(work, caplog):
+    """beta 0 (the spec default) has no KL term, hence no reference model: the plan wrote kl_loss_coef and the
+    reference's micro batch anyway, and every default run printed two notes naming rft keys the user never set
+    ("these keys have no effect: actor_rollout_ref.actor.kl_loss_coef=0.0, ...")."""
+    caplog.set_level("WARNING", logger="rft")
+    cfg, _ = resolved(G, work, per_device_train_batch_size=4)
+    assert cfg.actor_rollout_ref.actor.use_kl_loss is False
+    assert "have no effect" not in caplog.text, caplog.text
+    cfg, _ = resolved(G, work, per_device_train_batch_size=4, beta=0.04)
+    assert cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 4
+    assert cfg.actor_rollout_ref.actor.kl_loss_type == "low_var_kl"
+
 @pytest.mark.parametrize("comp", [R, V])
 def test_a_process_count_not_given_is_this_machines(work, comp, monkeypatch):
     """Issue 42: the spec's default of 8 GPUs per node made a first run on a laptop start 8 CPU processes (and
@@ -509,7 +521,30 @@ def test_grpo_names_the_data_source_a_mistyped_one_meant(work, tmp_path):
     assert "rows with data_source 'arithmetik' (did you mean 'arithmetic'?) have no built-in reward scorer " \
            "(built-in: arithmetic, " in message, message
     assert "reward_function" in message, message
+    assert message.startswith(f"group_relative_policy_optimization: --dataset_train_split='{tmp_path}/train.jsonl': ")
+    (tmp_path / "named").mkdir()  # the same rows from dataset_name: the refusal named dataset_train_split, not given
+    shutil.copy(tmp_path / "train.jsonl", tmp_path / "named" / "train.jsonl")
+    with pytest.raises(ComponentError) as err:
+        resolved(G, work, dataset_train_split=None, dataset_name=str(tmp_path / "named"))
+    assert str(err.value).startswith(f"group_relative_policy_optimization: --dataset_name='{tmp_path}/named': rows "
+                                     "with data_source 'arithmetik'"), str(err.value)
+    assert f"in {tmp_path}/named/train.jsonl;" in str(err.value)
+    (tmp_path / "gsm8k").mkdir()  # GSM8K as published: the command that converts it
+    (tmp_path / "gsm8k" / "train.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    with pytest.raises(ComponentError) as err:
+        resolved(G, work, dataset_train_split=str(tmp_path / "gsm8k" / "train.jsonl"))
+    assert str(err.value).endswith(f"the rows are GSM8K's own (question, answer): `rft data gsm8k {tmp_path}/gsm8k "
+                                   "OUT` writes them as verl's rows (OUT/train.parquet, OUT/test.parquet): pass those")
 
+
+def test_config_show_resolves_a_fractional_epoch_count(work):
+    """`rft config show` (no file checks) refused --num_train_epochs 1.5 as if the dataset were not readable; it
+    counts the rows as the run does: ceil(1.5 x 64 rows / 4 prompts per step) = 24 steps."""
+    values = {**base_values(G, work), "num_train_epochs": 1.5, "per_device_train_batch_size": 8,
+              "num_generations": 2}
+    cfg, _ = resolve(get_component(G), values, outputs_of(G, work), for_run=False)
+    assert cfg.trainer.total_training_steps == 24
+    assert resolve(get_component(G), values, outputs_of(G, work))[0].trainer.total_training_steps == 24
 
 def test_processes_on_cpu_and_several_nodes(work):
     """n_gpus_per_node on a machine without CUDA: that many CPU processes (a note says so); nnodes > 1 needs torchrun
@@ -523,6 +558,13 @@ def test_processes_on_cpu_and_several_nodes(work):
         run(get_component(R), {**base_values(R, work), "trainer_nnodes": 2}, outputs_of(R, work))
 
 
+def test_a_config_error_of_one_input_says_gives(work):
+    with pytest.raises(ComponentError) as err:
+        resolved(R, work, data_train_batch_size=-4)
+    assert str(err.value) == ("rft_trainer: --data_train_batch_size gives an invalid config: data.train_batch_size "
+                              "must be a positive integer, got -4")
+
+
 def test_required_inputs_and_outputs(work):
     with pytest.raises(ComponentError, match="--actor_model_path"):
         resolve(get_component(R), {"data_train_files": "x.parquet", "data_val_files": "y.parquet"})
@@ -531,6 +573,50 @@ def test_required_inputs_and_outputs(work):
     with pytest.raises(ComponentError, match="--output_model_path or mlflow_model_folder"):
         resolve(get_component(G), base_values(G, work), {})
 
+
+def test_an_output_that_would_replace_other_files_is_refused_before_training(work, tmp_path):
+    """A model output replaces its folder whole: given an existing file, a folder of other files or the model input
+    itself, the run trained and then deleted them without a word (the file became the model folder). Refused before
+    anything loads; an earlier run's model_output, an empty folder, or a run folder with other files are fine."""
+    import importlib.util
+
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "papers").mkdir()
+    (tmp_path / "papers" / "a.pdf").write_text("mine")
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+
+    def refusals(comp: str, **outputs) -> list[str]:
+        try:
+            resolve(get_component(comp), base_values(comp, work), {**outputs_of(comp, work), **outputs})
+        except ComponentError as e:
+            return str(e).splitlines()
+        return []
+
+    t = str(tmp_path)
+    assert refusals(R, model_output=f"{t}/notes.txt", intermediate_folder=f"{t}/notes.txt") == [
+        f"rft_trainer: --model_output='{t}/notes.txt' is a file, not a folder; give a new or empty folder",
+        f"rft_trainer: --intermediate_folder='{t}/notes.txt' is a file, not a folder; give a new folder, or an "
+        "earlier run's to resume it"]
+    assert refusals(V, model_output=f"{t}/papers") == [
+        f"verl_trainer_component: --model_output='{t}/papers' holds other files (a.pdf), not an earlier run's "
+        "model_output (no config.json); the output replaces its folder whole, so give a new or empty folder"]
+    assert refusals(R, model_output=str(work / "m")) == [
+        f"rft_trainer: --model_output='{work}/m' holds the model folder of --actor_model_path, which this output "
+        "would replace; give another folder"]
+    assert refusals(R, model_output=f"{t}/out", intermediate_folder=f"{t}/out/work") == [
+        f"rft_trainer: --model_output='{t}/out' holds --intermediate_folder ({t}/out/work), which this output would "
+        "replace; give another folder"]
+    assert refusals(R, model_output=f"{t}/out/work/model", intermediate_folder=f"{t}/out/work") == []
+    if importlib.util.find_spec("mlflow") is not None:  # (without it the output is refused as such)
+        assert refusals(G, output_model_path=f"{t}/papers", mlflow_model_folder=f"{t}/earlier") == [
+            f"group_relative_policy_optimization: --mlflow_model_folder='{t}/earlier' holds other files "
+            "(config.json), not an earlier run's mlflow_model_folder (no MLmodel); the output replaces its folder "
+            "whole, so give a new or empty folder"]
+    assert refusals(R, model_output=f"{t}/earlier", intermediate_folder=f"{t}/papers") == []
+    assert refusals(V, model_output=f"{t}/empty") == []
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "papers" / "a.pdf").is_file()
 
 def test_mlflow_output_without_mlflow_is_refused(work, monkeypatch):
     import rft.components.outputs as outputs
@@ -853,6 +939,32 @@ def test_grpo_component_trains_two_steps_and_writes_its_outputs(runs, monkeypatc
     assert cfg["actor_rollout_ref"]["actor"]["strategy"] == "fsdp2"  # ds.json: ZeRO-3
     if have_mlflow:
         _check_mlflow_model(runs / "out" / "mlflow")
+
+
+@pytest.mark.slow
+def test_a_rerun_into_a_complete_run_writes_its_outputs_and_names_the_inputs(work, tmp_path):
+    """A second run into a finished intermediate_folder ended with "nothing to do" (exit 0) and never wrote its
+    model_output; it writes it from the run's model now. A run's own errors (a resume with a changed input, a
+    prompt over the limit) named only rft's keys: the inputs behind them lead the line."""
+    args = [*_cli_args(R, work), "--total_training_steps", "1", "--data_max_prompt_length", "32",
+            "--data_max_response_length", "4", "--intermediate_folder", "work"]
+    rft_here("component", R, *args, "--model_output", "first", cwd=tmp_path)
+    again = rft_here("component", R, *args, "--model_output", "second", cwd=tmp_path)
+    assert (tmp_path / "second" / "model.safetensors").read_bytes() == \
+        (tmp_path / "work" / "model" / "model.safetensors").read_bytes()
+    assert "rft rft_trainer: --total_training_steps: work is complete (1/1 steps" in again.stdout
+    assert "rft rft_trainer: model_output -> second" in again.stdout
+    changed = rft_here("component", R, *args, "--model_output", "third", "--actor_optim_lr", "1e-4", cwd=tmp_path,
+                       check=False)
+    assert changed.returncode == 2 and not (tmp_path / "third").exists()
+    assert changed.stderr.startswith("rft: error: rft_trainer: --actor_optim_lr, --intermediate_folder: resuming "
+                                     "work from global_step_1 with changed keys actor_rollout_ref.actor.optim.lr ")
+    long = rft_here("component", R, *_cli_args(R, work), "--data_max_prompt_length", "4",
+                    "--data_filter_overlong_prompts", "false", "--model_output", "fourth", cwd=tmp_path, check=False)
+    assert long.returncode == 2
+    assert long.stderr.startswith("rft: error: rft_trainer: --data_filter_overlong_prompts, --data_max_prompt_length, "
+                                  "--data_truncation: ")
+    assert "> data.max_prompt_length=4" in long.stderr
 
 
 def _check_mlflow_model(folder: Path) -> None:

@@ -61,7 +61,8 @@ INPUTS = (
        lands_on=f"`{M}.lora_rank`=16, `lora_alpha`=32, `target_modules`=[q_proj,k_proj,v_proj] (TRL's LoRA with "
                 "the Azure component's modules); false: lora_rank 0"),
     _i("beta", "number", 0.0, "The beta parameter controls the strength of the KL divergence penalty in the "
-       "objective function", G, lands_on=f"`{A}.kl_loss_coef` (k3 = low_var_kl), `{A}.use_kl_loss` = beta > 0"),
+       "objective function", G, lands_on=f"`{A}.kl_loss_coef` (k3 = low_var_kl), `{A}.use_kl_loss` = beta > 0 "
+                                         "(0: no KL term, no reference model)"),
     _i("epsilon", "number", 0.5, "Epsilon value for clipping", G,
        lands_on=f"`{A}.clip_ratio_low` (and `clip_ratio_high` unless epsilon_high), no dual clip"),
     _i("num_iterations", "integer", 3, "Number of iterations per batch (denoted as μ in the algorithm).", G,
@@ -204,21 +205,28 @@ def _datasets(p: Plan) -> tuple[list[str] | str | None, list[str] | str | None]:
 
 
 def _count_rows(p: Plan, files) -> int | None:
-    """The number of training rows; without a reward_function, each row must name a built-in scorer."""
-    from rft.data.io import read_rows
+    """The number of training rows (None: not readable); without a reward_function, in a run (`check_paths`),
+    each row must name a built-in scorer."""
+    from rft.data.io import RAW_TASKS, read_rows
     from rft.rewards.scorers import SCORERS, known_sources, meant_source
 
     try:
         rows = [row for f in ([files] if isinstance(files, str) else files) for row in read_rows(f)]
     except Exception:  # a missing or bad file: the config validation names it
         return None
-    if p.values["reward_function"] is None:
+    if p.values["reward_function"] is None and p.check_paths:
         bad = sorted({str(r.get("data_source")) for r in rows if r.get("data_source") not in SCORERS})
         if bad:
             listed = ", ".join(f"{src!r}{f' ({meant})' if (meant := meant_source(src)) else ''}" for src in bad[:5])
-            p.refuse("dataset_train_split", f"rows with data_source {listed} have no built-in reward scorer "
-                                            f"({known_sources(bad[0])}); give each row a built-in data_source and "
-                                            "reward_model.ground_truth, or a reward_function file")
+            given = "dataset_train_split" if p.values["dataset_train_split"] else "dataset_name"  # the rows' input
+            listed_files = [files] if isinstance(files, str) else list(files)
+            where, folder = ", ".join(map(str, listed_files)), Path(str(listed_files[0])).parent
+            raw = [f"; the rows are {whose} own ({', '.join(cols)}): `rft data {task} {folder} OUT` writes them as "
+                   f"verl's rows ({writes}): pass those" for task, (whose, cols, writes) in RAW_TASKS.items()
+                   if rows and set(cols) <= set(map(str, rows[0]))]
+            p.refuse(given, f"={p.values[given]!r}: rows with data_source {listed} have no built-in reward scorer "
+                            f"({known_sources(bad[0])}) in {where}; give each row a built-in data_source and "
+                            f"reward_model.ground_truth, or a reward_function file{''.join(raw)}")
     return len(rows)
 
 
@@ -284,6 +292,8 @@ def plan(p: Plan) -> None:
 
     p.set("algorithm.adv_estimator", "grpo")
     for key, value in trl_actor_settings(v["loss_type"], v["epsilon"], v["epsilon_high"], v["beta"]).items():
+        if not v["beta"] and key in ("kl_loss_coef", "kl_loss_type"):
+            continue  # beta 0 (the spec default): no KL term, so keys that would be noted as without effect
         src = {"loss_agg_mode": "loss_type", "clip_ratio_high": "epsilon_high" if v["epsilon_high"] is not None
                else "epsilon", "clip_ratio_low": "epsilon", "use_kl_loss": "beta", "kl_loss_coef": "beta",
                "kl_loss_type": "beta"}.get(key, "epsilon")
@@ -305,12 +315,12 @@ def plan(p: Plan) -> None:
               "num_generations")
         p.set(f"{A}.ppo_mini_batch_size", prompts, "per_device_train_batch_size", "gradient_accumulation_steps",
               "num_generations")
-        for key in (f"{A}.ppo_micro_batch_size_per_gpu", f"{R}.log_prob_micro_batch_size_per_gpu",
-                    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"):
+        ref = ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",) if v["beta"] else ()  # beta 0: no ref
+        for key in (f"{A}.ppo_micro_batch_size_per_gpu", f"{R}.log_prob_micro_batch_size_per_gpu", *ref):
             p.set(key, v["per_device_train_batch_size"], "per_device_train_batch_size")
 
     # ---- how long: TRL steps are optimizer steps (num_iterations per rft step)
-    num_rows = _count_rows(p, train) if train and p.check_paths else None
+    num_rows = _count_rows(p, train) if train else None  # (rft config show too: steps of a fractional epoch)
     per_epoch = num_rows // prompts if num_rows is not None else None
     total: int | None = None
     if v["max_steps"] > 0:

@@ -1,7 +1,8 @@
 """A component's model outputs: the Hugging Face folder (model_output) and an MLflow model (mlflow_model_folder).
 
 Both are written whole or not at all: under a temporary sibling renamed into place, or, when the destination is an
-existing empty folder (an Azure ML output mount, which cannot be renamed), straight into it.
+existing empty folder (an Azure ML output mount, which cannot be renamed), straight into it. A destination holding
+anything else than an earlier run's output of that name is refused before the run trains (`output_problem`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,28 @@ def mlflow_missing() -> str | None:
     """Why an MLflow output cannot be written here, or None."""
     if importlib.util.find_spec("mlflow") is None:
         return f"mlflow is not installed; {MLFLOW_HINT}"
+    return None
+
+
+# what marks a folder as an earlier run's output of that name, which a new run may replace whole
+WRITTEN_BY_A_RUN = {"model_output": "config.json", "mlflow_model_folder": "MLmodel"}
+
+
+def output_problem(name: str, path: str | Path, run_folder: bool = False) -> str | None:
+    """Why the output `name` cannot be written at `path`, or None: a file that is not a folder; for a model output
+    (replaced whole), a folder holding anything but an earlier such output (its `WRITTEN_BY_A_RUN` file), which
+    would be deleted; `run_folder` outputs keep what else their folder holds. Checked before anything trains."""
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        instead = "a new folder, or an earlier run's to resume it" if run_folder else "a new or empty folder"
+        return f"={str(path)!r} is a file, not a folder; give {instead}"
+    if run_folder or not folder.is_dir() or name not in WRITTEN_BY_A_RUN:
+        return None
+    held = sorted(p.name for p in folder.iterdir())
+    if held and WRITTEN_BY_A_RUN[name] not in held:
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        return (f"={str(path)!r} holds other files ({shown}), not an earlier run's {name} (no "
+                f"{WRITTEN_BY_A_RUN[name]}); the output replaces its folder whole, so give a new or empty folder")
     return None
 
 

@@ -3,11 +3,13 @@ the outputs. Every refusal is raised before anything loads."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +30,35 @@ def refusal_line(comp: Component, name: str, reason: str) -> str:
     return f"{comp.name}: --{name}{sep}{reason}"
 
 
+def _within(inner: str | Path, outer: str | Path) -> bool:
+    """`inner` is the folder `outer` or a folder inside it."""
+    inner, outer = Path(inner).expanduser().resolve(), Path(outer).expanduser().resolve()
+    return inner == outer or outer in inner.parents
+
+
 def plan_for(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
              for_run: bool = True) -> Plan:
     """The plan of the inputs, with every refusal collected (`for_run` False: --show-config, no file checks)."""
     plan = comp.plan(values, outputs, check_paths=for_run)
     if for_run:
+        from rft.components.outputs import output_problem
+
         for name in REQUIRED_OUTPUTS.get(comp.name, ()):
             if not outputs.get(name):
                 plan.refuse(name, "is required: where the trained model is written")
+        # what a model output, which replaces its folder whole, must not hold: the model input, the run folder
+        held = [(f"the model folder of --{n}", plan.overrides["actor_rollout_ref.model.path"])
+                for n in plan.sources.get("actor_rollout_ref.model.path", [])[:1]]
+        held += [(f"--{n} ({outputs[n]})", outputs[n]) for n in (WORK_OUTPUT.get(comp.name),) if outputs.get(n)]
+        for name, path in outputs.items():
+            work = name == WORK_OUTPUT.get(comp.name)
+            problem = output_problem(name, path, run_folder=work) if path else None
+            for what, folder in held if problem is None and path and not work else ():
+                if _within(folder, path):
+                    problem = f"={str(path)!r} holds {what}, which this output would replace; give another folder"
+                    break
+            if problem is not None:
+                plan.refuse(name, problem)
     if outputs.get("mlflow_model_folder"):
         from rft.components.outputs import mlflow_missing
 
@@ -70,7 +93,8 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
         names = plan.inputs_of(str(e))
         if not refused or (names and not refused & set(names)):  # else an echo of a refused input
             who = ", ".join(f"--{n}" for n in names) if names else "the inputs"
-            problems.append(f"{comp.name}: {who} give an invalid config: {e}")
+            give = "gives" if len(names) == 1 else "give"
+            problems.append(f"{comp.name}: {who} {give} an invalid config: {e}")
     if launching and cfg is not None:
         try:
             check_launch(cfg)
@@ -81,12 +105,36 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
     return cfg, plan
 
 
+def _inputs_named(comp: Component, plan: Plan, message: str) -> str:
+    """`message` (a run's error or note, which names rft's canonical keys) led by the component and the inputs
+    behind the keys it names, so that a component user reads the names they set: `rft_trainer: --actor_optim_lr,
+    --intermediate_folder: resuming ... with changed keys actor_rollout_ref.actor.optim.lr ...`."""
+    names = plan.inputs_of(message)
+    return f"{comp.name}: {', '.join(f'--{n}' for n in names)}: {message}" if names else message
+
+
+@contextlib.contextmanager
+def _in_input_terms(comp: Component, plan: Plan) -> Iterator[None]:
+    """A run's expected failure (an `RftError`: a prompt over data.max_prompt_length, a resume with changed keys,
+    ...) raised with the inputs behind the keys it names (`_inputs_named`); its class, and so its exit status, stay
+    the same."""
+    from rft.errors import RftError
+
+    try:
+        yield
+    except RftError as e:
+        if len(e.args) == 1 and isinstance(e.args[0], str):
+            e.args = (_inputs_named(comp, plan, e.args[0]),)
+        raise
+
+
 def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
         argv: list[str] | None = None) -> dict[str, str]:
     """Train with the component's inputs and write its outputs; returns {output name: path}. `argv`: the
     `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node)."""
     from rft.config.checks import processes
     from rft.distributed import launch, launched
+    from rft.errors import RunComplete
     from rft.trainer.launch import train_here
 
     cfg, plan = resolve(comp, values, outputs, launching=True)
@@ -105,23 +153,31 @@ def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
         for note in plan.notes:
             print(f"rft {comp.name}: {note}", flush=True)
     if started_by_us:  # one of the processes started below: train, the first process writes the outputs
-        train_here(cfg)
+        with _in_input_terms(comp, plan):
+            train_here(cfg)
         return {}
     written: dict[str, str] = {}
     try:
-        if processes(cfg.trainer) > 1 and not launched():
-            from rft.trainer.run_folder import run_folder
+        try:
+            with _in_input_terms(comp, plan):
+                if processes(cfg.trainer) > 1 and not launched():
+                    from rft.trainer.run_folder import run_folder
 
-            os.environ[WORK_ENV] = str(cfg.trainer.default_local_dir)
-            try:
-                with run_folder(cfg, for_children=True):  # held for the processes it starts
-                    status = launch(processes(cfg.trainer), ["component", *(argv or [])])
-            finally:
-                os.environ.pop(WORK_ENV, None)
-            if status != 0:
-                raise ComponentError(f"{comp.name}: training failed in one of its {processes(cfg.trainer)} processes")
-        else:
-            train_here(cfg)
+                    os.environ[WORK_ENV] = str(cfg.trainer.default_local_dir)
+                    try:
+                        with run_folder(cfg, for_children=True):  # held for the processes it starts
+                            status = launch(processes(cfg.trainer), ["component", *(argv or [])])
+                    finally:
+                        os.environ.pop(WORK_ENV, None)
+                    if status != 0:
+                        raise ComponentError(f"{comp.name}: training failed in one of its "
+                                             f"{processes(cfg.trainer)} processes")
+                else:
+                    train_here(cfg)
+        except RunComplete as e:  # the run folder holds this run, finished: its model is what the outputs get
+            done = _inputs_named(comp, plan, str(e).removeprefix("rft: "))
+            print(f"rft {done if done.startswith(comp.name + ':') else f'{comp.name}: {done}'}; the outputs are "
+                  "written from its model", flush=True)
         if launched() and int(os.environ["RANK"]) != 0:
             temp = None  # a launch by torchrun: rank 0 writes the outputs and removes the run folder
             return {}
