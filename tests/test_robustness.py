@@ -1136,12 +1136,22 @@ def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):
     assert manager.latest() is None and list((tmp_path / "checkpoints").iterdir()) == []
 
 
+def forbid_model_loads(monkeypatch) -> None:
+    """Any model load (SyncRun, which loads the policy and the reference) fails the test: a command that must end
+    before one."""
+    from rft.trainer import run as run_module
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+
+
 def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, capsys, monkeypatch):
     """The same command again after the run finished: its last checkpoint is at the last step and model/ was
     written after it, so it says the run is complete, exits 0 and neither loads a model nor rewrites model/. A
     higher trainer.total_training_steps, or model/ gone, trains (resumes) as before."""
     from rft.trainer import checkpoint
-    from rft.trainer import run as run_module
     from rft.trainer.checkpoint import checkpoint_to_resume
     from rft.trainer.configure import load_config
     from rft.trainer.run_folder import _complete
@@ -1155,10 +1165,7 @@ def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, caps
     weights = out / "model" / "model.safetensors"
     written = weights.stat().st_mtime_ns
 
-    def no_model(*a, **k):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    forbid_model_loads(monkeypatch)
     looks, real = [], checkpoint.resume_folder
     monkeypatch.setattr(checkpoint, "resume_folder", lambda *a, **k: looks.append(1) or real(*a, **k))
     code, stdout, stderr = run(argv, capsys)
@@ -1178,18 +1185,13 @@ def test_a_run_folder_past_the_steps_asked_is_complete_and_loads_nothing(work, t
     """A run trained on to 2 steps (total_training_steps raised), then the first command (1 step) again: its last
     checkpoint is past the steps asked, so it says the run is complete, exits 0 and neither loads a model nor
     rewrites model/ (it reloaded everything, printed "1 steps", trained nothing and exported model/ again)."""
-    from rft.trainer import run as run_module
-
     out = tmp_path / "out"
     argv = args(work, out, "trainer.save_freq=1")
     assert run(argv + ["trainer.total_training_steps=2"], capsys)[0] == 0
     weights = out / "model" / "model.safetensors"
     written = weights.stat().st_mtime_ns
 
-    def no_model(*a, **k):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    forbid_model_loads(monkeypatch)
     code, stdout, stderr = run(argv, capsys)
     assert code == 0, stderr
     assert (f"rft: {out} is complete (its last checkpoint is at step 2, past the 1 steps asked; model in "
@@ -1214,10 +1216,7 @@ def test_a_finished_run_without_checkpoints_is_complete_and_other_keys_are_refus
     written = weights.stat().st_mtime_ns
     real_init = run_module.SyncRun.__init__
 
-    def no_model(*a, **k):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(run_module.SyncRun, "__init__", no_model)
+    forbid_model_loads(monkeypatch)
     code, stdout, stderr = run(argv, capsys)
     assert code == 0, stderr
     assert (f"rft: {out} is complete (model in {out / 'model'}; trainer.save_freq=-1 wrote no checkpoint); nothing "
