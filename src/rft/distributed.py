@@ -283,11 +283,12 @@ def launch(nproc: int, module_args: list[str]) -> int:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from rft import interrupts
+    from rft.runtime import usable_cores
 
     # torchrun's default, passed down to the workers: one OpenMP thread per process
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if nproc > cores and not _has_cuda():
+    cores = usable_cores()
+    if nproc > cores and not torch.cuda.is_available():
         print(f"rft: note: {nproc} processes on {cores} CPU cores (trainer.n_gpus_per_node x nnodes on CPU: a process "
               "each, one thread each); more processes than cores share them and run slower than as many as the cores",
               flush=True)
@@ -321,12 +322,6 @@ def launch(nproc: int, module_args: list[str]) -> int:
         for lg, level in zip(elastic, levels):
             lg.setLevel(level)
     return 0
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _ended(exitcode: int) -> str:

@@ -45,6 +45,13 @@ def cpu_model() -> str:
     return name or platform.machine()
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the OS has one), at least 1."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def human_bytes(n: float) -> str:
     """`n` bytes in binary units: '1000 B', '15.6 MB', '22.1 GB'."""
     for unit in ("B", "KB", "MB", "GB", "TB"):

@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from rft.errors import RewardError
-from rft.runtime import exit_with_parent
+from rft.runtime import exit_with_parent, usable_cores
 
 MIN_ROWS_PER_WORKER = 16
 """A batch is scored in processes only when each worker gets at least this many rows (measured: bench/rewards.py)."""
@@ -37,7 +37,7 @@ _pools: dict[int, ProcessPoolExecutor] = {}
 def default_workers() -> int:
     """The CPU cores this process may run on, shared with the node's other ranks (LOCAL_WORLD_SIZE, set by the
     launcher), at most `DEFAULT_MAX_WORKERS`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     try:
         ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
