@@ -41,7 +41,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -222,16 +222,16 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def changed_on_resume(cfg: Any, started: dict) -> list[str]:
+def changed_on_resume(cfg: Any, started: dict, may_change: Callable[[str], bool] = _may_change) -> list[str]:
     """`key (old -> new)` for each key of `cfg` that differs from the config the checkpointed run was started with
-    (`started`, its config.yaml) and is not one a resume may change (`RESUME_MAY_CHANGE`). A key missing from
-    `started` (written by another version of rft) is not compared."""
+    (`started`, its config.yaml) and is not one a resume may change (`may_change`: `RESUME_MAY_CHANGE`). A key
+    missing from `started` (written by another version of rft) is not compared."""
     from rft.config.load import flatten, to_dict
 
     before = flatten(started)
     out = []
     for key, value in flatten(to_dict(cfg)).items():  # the dict, not the config's fields: no key is "read" here
-        if _may_change(key):
+        if may_change(key):
             continue
         if key in before and before[key] != value:
             out.append(f"{key} ({_show(before[key])} -> {_show(value)})")
@@ -352,7 +352,7 @@ def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | Checkpo
     run's model/ and metrics.jsonl without a word. None where `out` holds no such run. Reads only."""
     from omegaconf import OmegaConf
 
-    from rft.config.load import flatten, read_yaml, to_dict
+    from rft.config.load import flatten, read_yaml
     from rft.sync.schedule import is_synchronous
 
     t = cfg.trainer
@@ -363,13 +363,13 @@ def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | Checkpo
     try:
         if (out / FAILED).exists() or not exported.is_file() or exported.stat().st_mtime < config.stat().st_mtime:
             return None
-        started = flatten(OmegaConf.to_container(read_yaml(config)))
+        started = OmegaConf.to_container(read_yaml(config))
     except (OSError, RftError):
         return None
-    if "actor_rollout_ref.model.path" not in started:  # another trainer's folder: its own checks refuse it
+    if "actor_rollout_ref.model.path" not in flatten(started):  # another trainer's folder: its own checks refuse it
         return None
-    changed = [f"{key} ({_show(started[key])} -> {_show(value)})" for key, value in flatten(to_dict(cfg)).items()
-               if key != "trainer.default_local_dir" and key in started and started[key] != value]
+    # no checkpoint to resume: every key but the folder's own is the finished run's
+    changed = changed_on_resume(cfg, started, may_change=lambda key: key == "trainer.default_local_dir")
     if changed:
         raise RftError(
             f"{out} holds a finished run (model in {out / 'model'}) with other keys: {', '.join(changed)}; it wrote no "
