@@ -29,13 +29,10 @@ ONE_OR_MORE = ("trainer.logger",)
 
 
 def _node_fields(cls: type, dotted: str) -> list[str]:
-    """Field names of the dataclass found at `dotted` below `cls` (for 'allowed keys' messages)."""
-    for part in [p for p in dotted.split(".") if p]:
-        f = {f.name: f for f in dataclasses.fields(cls)}.get(part)
-        if f is None or not dataclasses.is_dataclass(f.default_factory() if callable(f.default_factory) else None):
-            return []
-        cls = type(f.default_factory())
-    return [f.name for f in dataclasses.fields(cls)]
+    """Field names of the dataclass found at `dotted` below `cls` (for 'allowed keys' messages), [] where none is."""
+    dotted = ".".join(p for p in dotted.split(".") if p)
+    node = _field_type(cls, dotted) if dotted else cls
+    return [f.name for f in dataclasses.fields(node)] if isinstance(node, type) and dataclasses.is_dataclass(node) else []
 
 
 def _explain(err: OmegaConfBaseException, schema: type = RFTConfig, overrides: Iterable[str] = (),
