@@ -207,7 +207,7 @@ def _datasets(p: Plan) -> tuple[list[str] | str | None, list[str] | str | None]:
 def _count_rows(p: Plan, files) -> int | None:
     """The number of training rows (None: not readable); without a reward_function, in a run (`check_paths`),
     each row must name a built-in scorer."""
-    from rft.data.io import RAW_TASKS, read_rows
+    from rft.data.io import raw_task, read_rows
     from rft.rewards.scorers import SCORERS, known_sources, meant_source
 
     try:
@@ -221,12 +221,11 @@ def _count_rows(p: Plan, files) -> int | None:
             given = "dataset_train_split" if p.values["dataset_train_split"] else "dataset_name"  # the rows' input
             listed_files = [files] if isinstance(files, str) else list(files)
             where, folder = ", ".join(map(str, listed_files)), Path(str(listed_files[0])).parent
-            raw = [f"; the rows are {whose} own ({', '.join(cols)}): `rft data {task} {folder} OUT` writes them as "
-                   f"verl's rows ({writes}): pass those" for task, (whose, cols, writes) in RAW_TASKS.items()
-                   if rows and set(cols) <= set(map(str, rows[0]))]
+            found = raw_task(rows[0], folder) if rows else None
+            raw = f"; {found[0]}: {found[1]}: pass those" if found else ""
             p.refuse(given, f"={p.values[given]!r}: rows with data_source {listed} have no built-in reward scorer "
                             f"({known_sources(bad[0])}) in {where}; give each row a built-in data_source and "
-                            f"reward_model.ground_truth, or a reward_function file{''.join(raw)}")
+                            f"reward_model.ground_truth, or a reward_function file{raw}")
     return len(rows)
 
 

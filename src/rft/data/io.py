@@ -37,19 +37,25 @@ RAW_TASKS = {"gsm8k": ("GSM8K's", ("question", "answer"), "OUT/train.parquet, OU
 tell one, and the files it writes."""
 
 
-def raw_rows(where: str, file: Any, column: str, key: str, row: dict) -> DataError | None:
-    """The error for a row at `where` of `file` without the prompt column `column` (`key`: data.prompt_key) that is
-    a dataset's own row (`RAW_TASKS`: GSM8K's question / answer), not verl's: the `rft data` command that converts
-    it; None for any other row."""
-    if key != "data.prompt_key" or isinstance(file, tuple):
-        return None
+def raw_task(row: dict, folder: Any) -> tuple[str, str] | None:
+    """For a dataset's own row (`RAW_TASKS`: GSM8K's question / answer) read from `folder`: ("the rows are GSM8K's own
+    (question, answer)", "`rft data gsm8k FOLDER OUT` writes them as verl's rows (...)"); None for any other row."""
     for task, (whose, columns, writes) in RAW_TASKS.items():
         if set(columns) <= set(map(str, row)):
-            folder = Path(str(file)).parent
-            return DataError(f"{where}: no column {column!r} ({key}): the rows are {whose} own ({', '.join(columns)}), "
-                             f"not verl's; `rft data {task} {folder} OUT` writes them as verl's rows ({writes}): "
-                             "set data.train_files / data.val_files to those")
+            return (f"the rows are {whose} own ({', '.join(columns)})",
+                    f"`rft data {task} {folder} OUT` writes them as verl's rows ({writes})")
     return None
+
+
+def raw_rows(where: str, file: Any, column: str, key: str, row: dict) -> DataError | None:
+    """The error for a row at `where` of `file` without the prompt column `column` (`key`: data.prompt_key) that is
+    a dataset's own row, not verl's (`raw_task`): the `rft data` command that converts it; None for any other row."""
+    found = None if key != "data.prompt_key" or isinstance(file, tuple) else raw_task(row, Path(str(file)).parent)
+    if found is None:
+        return None
+    whose, convert = found
+    return DataError(f"{where}: no column {column!r} ({key}): {whose}, not verl's; {convert}: set data.train_files / "
+                     "data.val_files to those")
 
 
 def write_parquet(rows: list[dict], path: str | Path) -> Path:
