@@ -1273,6 +1273,30 @@ def test_a_stop_at_once_is_described_by_its_own_signal():
     assert describe_failure(KeyboardInterrupt()) == "stopped by SIGINT"
 
 
+def test_a_sigterm_while_the_error_line_is_printed_does_not_cut_it(tmp_path):
+    """A rank of a launched run that caught another rank's death prints its line while the launcher stops the ranks
+    with SIGTERM: the signal, arriving as the line is printed, was acted on with Python's default (the handlers were
+    put back before it), so the process died of it with the line only in its log (seen in CI). The line comes out
+    whole and the process exits with the error's status."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import rft.cli, rft.errors\n"
+        "from rft import interrupts\n"
+        "def dispatch(argv):\n"
+        "    interrupts.check_between_phases('step')  # training has begun: a first signal waits\n"
+        "    raise RuntimeError('another rank died')\n"
+        "lines = rft.errors.failure_lines\n"
+        "def failure_lines(error):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)  # the launcher's, while the line is made\n"
+        "    return lines(error)\n"
+        "rft.cli._dispatch, rft.errors.failure_lines = dispatch, failure_lines\n"
+        "sys.exit(rft.cli.main(['train']))\n")
+    done = subprocess.run([sys.executable, str(script)], env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "another rank died" in done.stderr, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and "SIGTERM" not in done.stderr, done.stderr
+
+
 @pytest.mark.slow
 def test_sigterm_while_training_is_recorded_as_sigterm(work, tmp_path):
     """`timeout 300 rft train ...`: a SIGTERM between the phases of a step, and the run stops before the next phase;

@@ -737,7 +737,7 @@ def report(error: BaseException, debug: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     from rft.console import guarded_console
     from rft.errors import RunComplete, debug_requested
-    from rft.interrupts import handled
+    from rft.interrupts import ending, handled
 
     with guarded_console():  # a closed stdout pipe (`| head`, quitting `less`) does not end the run
         _setup_env()
@@ -746,13 +746,19 @@ def main(argv: list[str] | None = None) -> int:
         argv = [a for a in argv if a != "--debug"]
         try:
             with handled():
-                return _dispatch(argv)
+                try:
+                    return _dispatch(argv)
+                except (SystemExit, RunComplete):
+                    raise
+                except BaseException as e:  # the one error boundary: one line, the traceback only with --debug
+                    ending()  # printed whole, whatever signal comes now
+                    return report(e, debug)
         except SystemExit:
             raise
         except RunComplete as e:  # said before any model loads; nothing trained or written again
             print(e, flush=True)
             return 0
-        except BaseException as e:  # the one error boundary: one line, the traceback only with --debug
+        except BaseException as e:  # a signal's stop raised while the handlers were put back
             return report(e, debug)
 
 

@@ -72,6 +72,7 @@ class _State:
     signal_name: str | None = None  # the first signal received while deferring
     deferring = False  # training has started: the first signal waits for the end of the phase
     installed = False
+    ending = False  # the process is printing the error it ends with: signals no longer act
     dist = None  # the ranks of a several-process run (they agree before stopping)
 
 
@@ -80,6 +81,8 @@ _state = _State()
 
 def _handler(signum, frame) -> None:
     name = signal.Signals(signum).name
+    if _state.ending:
+        return
     if not _state.deferring or _state.signal_name is not None:
         _stop(StopNow(name))
     _state.signal_name = name
@@ -102,13 +105,22 @@ def handled() -> Iterator[None]:
         signal.signal(getattr(signal, name), _handler)
     try:
         yield
-        if _state.signal_name is not None:  # it came during the last phase, and the work finished anyway
+        if _state.signal_name is not None and not _state.ending:  # it came during the last phase, and the work finished anyway
             print(f"rft: the {_state.signal_name} came during the last phase; the command finished", file=sys.stderr,
                   flush=True)
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
         _state.installed, _state.signal_name, _state.deferring, _state.dist = False, None, False, None
+        _state.ending = False
+
+
+def ending() -> None:
+    """The process is ending with an error and prints its line now: a signal from here on is not acted on (the
+    launcher stops a run's other ranks with SIGTERM when one of them died; one that caught the death itself was cut
+    off between logging its line and printing it, killed by the signal with nothing on the console)."""
+    if _state.installed:
+        _state.ending = True
 
 
 def set_dist(dist) -> None:
