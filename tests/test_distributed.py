@@ -236,6 +236,23 @@ def train(assets: Path, out: Path, *extra: str, timeout: int = 300, launcher: tu
     return proc
 
 
+def test_a_data_error_every_rank_meets_is_printed_once(assets, tmp_path):
+    """Two processes refusing the same data row: one `rft: error:` line above the launcher's summary, not one per
+    rank, and exit 2; each rank's own log still ends with it."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "rft", "train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                           f"data.train_files={assets / 'data' / 'train.parquet'}", "data.prompt_key=nope",
+                           "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                           "trainer.n_gpus_per_node=2", "trainer.device=cpu", "trainer.logger=[]",
+                           f"trainer.default_local_dir={out}"], env=ENV, capture_output=True, text=True, timeout=300)
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("rft:")]
+    said = "rft: error: " + str(assets / "data" / "train.parquet") + " row 0: no column 'nope' (data.prompt_key)"
+    assert proc.returncode == 2 and len(lines) == 2 and lines[0].startswith(said), proc.stderr
+    assert lines[1] == "rft: 2 processes started, some failed (rank 0: exit code 2; rank 1: exit code 2)", lines
+    for log in ("trainer.log", "trainer_1.log"):
+        assert (out / "log" / log).read_text().splitlines()[-1].endswith(f" {lines[0]}"), log
+
+
 def metrics_of(out: Path) -> dict[int, dict]:
     return {x["step"]: x for x in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
 

@@ -269,7 +269,8 @@ def launch(nproc: int, module_args: list[str]) -> int:
     """Run `python -m rft <module_args>` in `nproc` processes on this node through torch.distributed's elastic
     agent (torchrun --standalone: a c10d rendezvous on a free local port); returns 0 when every process succeeded,
     else the failed ranks' exit status where they share one (2 for a config or data error), 1 otherwise (the failed
-    ranks and how they ended are printed in one line; each rank prints its own error).
+    ranks and how they ended are printed in one line; each rank prints its own error, a line several ranks end
+    with once: `first_to_say`).
 
     Ctrl-C / SIGTERM to this process: the agent passes the signal on and waits for the processes (they stop at
     the next step, quietly: `interrupts.quiet`), then this raises `interrupts.Interrupted`, so the run reports
@@ -322,6 +323,26 @@ def launch(nproc: int, module_args: list[str]) -> int:
         for lg, level in zip(elastic, levels):
             lg.setLevel(level)
     return 0
+
+
+def first_to_say(line: str) -> bool:
+    """Whether this process prints the error line `line`. In a run rft's launcher started, a bad config value or
+    data row stops every rank with the same line (N copies above the launcher's summary): the first rank to say a
+    line says it for all, counted in the launcher's store, which outlives the ranks; the others keep it to their
+    own logs. True in any other process, or when that store cannot be reached."""
+    from datetime import timedelta
+    from hashlib import sha256
+
+    from rft.interrupts import quiet
+
+    if not quiet() or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return True
+    try:
+        store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                           is_master=False, timeout=timedelta(seconds=10))
+        return store.add(f"rft/said/{sha256(line.encode()).hexdigest()}", 1) == 1
+    except (KeyError, ValueError, RuntimeError):  # no store to ask (DistStoreError is a RuntimeError)
+        return True
 
 
 def _ended(exitcode: int) -> str:
