@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -100,6 +101,45 @@ def test_multiturn_loss_covers_every_assistant_turn(tmp_path, assets):
                                         r"data.multiturn.messages_key=messages\? the rows have the columns messages: "
                                         r"set data.multiturn.messages_key=<one of them>"):
         SFTDataset(tmp_path / "chat.parquet", tok, cfg.data)
+
+
+def test_trl_prompt_completion_rows_standard_and_conversational(tmp_path, assets):
+    """TRL's prompt-completion SFT rows: a string completion is its text and EOS; a conversational one (a message
+    list) is the assistant turn's text and closing EOS from the chat template, never the list's Python repr."""
+    tok = AutoTokenizer.from_pretrained(assets / "model")
+    rows = [{"prompt": [{"role": "user", "content": "1+1="}], "completion": [{"role": "assistant", "content": "2"}]},
+            {"prompt": "3+4=", "completion": "7"}]
+    (tmp_path / "trl.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    cfg = load_sft_config(None, [f"model.partial_pretrain={assets / 'model'}",
+                                 f"data.train_files={tmp_path / 'trl.jsonl'}", "data.response_key=completion"])
+    conversational, standard = SFTDataset(tmp_path / "trl.jsonl", tok, cfg.data).examples
+    assert tok.decode(conversational.prompt_ids) == "<|im_start|>user\n1+1=<|im_end|>\n<|im_start|>assistant\n"
+    # the template's newline after <|im_end|> is in the sequence, without loss
+    assert tok.decode(conversational.response_ids) == "2<|im_end|>\n"
+    assert tok.decode([t for t, m in zip(conversational.response_ids, conversational.loss_mask) if m]) == \
+        "2<|im_end|>"
+    assert tok.decode(standard.response_ids) == "7<|im_end|>" and all(standard.loss_mask)
+    # without data.response_key, the line names it
+    cfg.data.response_key = "response"
+    with pytest.raises(DataError, match=r"no column 'response' \(data.response_key\); did you mean "
+                                        r"data.response_key=completion\? \(TRL's prompt-completion format\)"):
+        SFTDataset(tmp_path / "trl.jsonl", tok, cfg.data)
+
+
+def test_trl_conversational_and_text_rows_name_what_to_set(tmp_path, assets):
+    tok = AutoTokenizer.from_pretrained(assets / "model")
+    write_parquet([{"messages": [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}]}],
+                  tmp_path / "chat.parquet")
+    write_parquet([{"text": "1+1=2"}], tmp_path / "text.parquet")
+    cfg = load_sft_config(None, [f"model.partial_pretrain={assets / 'model'}",
+                                 f"data.train_files={tmp_path / 'chat.parquet'}"])
+    with pytest.raises(DataError, match=r"chat.parquet row 0: no column 'prompt' \(data.prompt_key\), but chat "
+                                        r"conversations in 'messages' \(TRL's conversational format\): set "
+                                        r"data.multiturn.enable=true to train on their assistant turns$"):
+        SFTDataset(tmp_path / "chat.parquet", tok, cfg.data)
+    with pytest.raises(DataError, match=r"text.parquet row 0: no column 'prompt' \(data.prompt_key\), but a 'text' "
+                                        r"column \(TRL's language-modeling format\), which rft sft does not train on"):
+        SFTDataset(tmp_path / "text.parquet", tok, cfg.data)
 
 
 def test_data_errors_name_the_row_and_key(tmp_path, assets):
