@@ -190,6 +190,28 @@ def test_generate_from_a_bf16_folder_does_not_claim_to_export(tmp_path, caplog):
     assert "export" not in caplog.text, caplog.text
 
 
+def test_generate_past_gpt2s_position_table_is_one_line_with_the_longest_response_that_fits(tmp_path, capsys):
+    """A GPT-2 folder (512 learned positions, its n_positions) with rft generate's default response_length (512):
+    one line naming the longest prompt and the response_length that fits, before the model loads, not an IndexError
+    from the position table in the middle of generation; that response_length then generates."""
+    from rft.models.families import init_family_model
+
+    model = init_family_model("gpt2", tmp_path / "gpt2", tokenizer="base")
+    assert json.loads((model / "config.json").read_text())["n_positions"] == 512
+    (tmp_path / "p.jsonl").write_text('{"prompt": "1+2="}\n{"prompt": "12+34="}\n')
+    base = ["generate", f"data.path={tmp_path / 'p.jsonl'}", f"model.path={model}", "data.n_samples=1",
+            f"data.output_path={tmp_path / 'o.parquet'}", "rollout.dtype=float32", "rollout.do_sample=false"]
+    prompt = len(read_rows(tmp_path / "p.jsonl")[1]["prompt"])  # the base tokenizer: BOS, then a token per byte
+    assert main(base) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rft: error: rollout.response_length=512: the longest prompt ({tmp_path / 'p.jsonl'} row 1, "
+                   f"{prompt + 1} tokens) and its response need {prompt + 513} positions, more than the 512 of {model} "
+                   f"(a learned position table, which has no position past it): lower rollout.response_length to "
+                   f"at most {511 - prompt}"], err
+    assert main([*base, f"rollout.response_length={511 - prompt}", "rollout.ignore_eos=true"]) == 0
+    assert read_rows(tmp_path / "o.parquet")[1]["responses"]
+
+
 def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):
     base = ["generate", "data.path=x.parquet", "model.path=m", f"data.output_path={tmp_path / 'o.parquet'}"]
     for extra, needle in ((["trainer.n_gpus_per_node=8"], "trainer.n_gpus_per_node=8 is not supported"),
