@@ -130,6 +130,13 @@ def test_data_and_config_errors_name_the_key(assets, tmp_path):
             make_cfg(assets, tmp_path, change)
 
 
+def test_a_training_set_smaller_than_one_step_is_counted_in_pairs(assets, tmp_path):
+    with pytest.raises(DataError) as e:
+        DPOTrainer(make_cfg(assets, tmp_path, "data.train_batch_size=128", "data.micro_batch_size_per_gpu=8"))
+    assert str(e.value) == ("the training set has 64 pairs, fewer than data.train_batch_size=128 (the pairs of one "
+                            "step): lower data.train_batch_size to at most 64, or add pairs")
+
+
 def test_val_max_samples_validates_on_the_first_pairs_and_a_large_validation_says_so(assets, tmp_path, caplog,
                                                                                    monkeypatch):
     """data.val_max_samples (as rft sft's, verl's sft_trainer.yaml key): a validation reads the first N pairs of

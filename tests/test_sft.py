@@ -142,6 +142,19 @@ def test_trl_conversational_and_text_rows_name_what_to_set(tmp_path, assets):
         SFTDataset(tmp_path / "text.parquet", tok, cfg.data)
 
 
+def test_a_training_set_smaller_than_one_step_names_rows_and_no_rl_key(assets, tmp_path, capsys):
+    """rft sft with verl's default data.train_batch_size (256) on 80 rows: one line in rows, naming the SFT key to
+    lower and no RL key (it said "prompts" and actor_rollout_ref.actor.ppo_mini_batch_size, which rft sft has not)."""
+    from rft.cli import main
+
+    assert main(["sft", f"model.partial_pretrain={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", "data.response_key=extra_info",
+                 "data.response_dict_keys=[answer]", f"trainer.default_local_dir={tmp_path / 'out'}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "rft: error: the training set has 80 rows, fewer than data.train_batch_size=256 (the rows of one step): lower "
+        "data.train_batch_size to at most 80, or add rows")
+
+
 def test_data_errors_name_the_row_and_key(tmp_path, assets):
     tok = AutoTokenizer.from_pretrained(assets / "model")
     write_parquet([{"prompt": "1+1=", "extra_info": {"question": "1+1="}}], tmp_path / "rows.parquet")

@@ -84,7 +84,8 @@ class SFTTrainer:
         self.tokenizer = load_tokenizer(model_cfg.partial_pretrain, model_cfg.trust_remote_code)
         self.train_set = self.dataset(data.train_files)
         self.val_set = self.load_val_set()
-        self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
+        self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed,
+                                     unit=self.val_unit.removesuffix("s"), mini_batch_key=None)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device,
