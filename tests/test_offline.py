@@ -95,6 +95,25 @@ def test_rft_eval_custom_reward_function_and_its_keys(tmp_path, capsys):
     assert "ray_init.num_cpus=4 is not supported" in capsys.readouterr().err
 
 
+def test_rft_eval_scores_rows_without_data_source_with_your_own_reward_as_rft_train_does(tmp_path, capsys):
+    """Rows of a prompt and an answer column, no data_source (rft train reads them as "unknown", and rft generate
+    keeps them as they were): with custom_reward_function.path, or a typed reward, rft eval scores them under
+    "unknown"; the built-in scorers, chosen by the data source, still need the column."""
+    (tmp_path / "r.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                   "    return float(solution_str == ground_truth)\n")
+    path = write_parquet([{"prompt": "1+1=", "answer": "2", "responses": ["2", "3"]},
+                          {"prompt": "2+2=", "answer": "4", "responses": ["5", "3"]}], tmp_path / "gen.parquet")
+    args = ["eval", f"data.path={path}", "data.reward_model_key=answer"]
+    assert main([*args, f"custom_reward_function.path={tmp_path / 'r.py'}"]) == 0
+    report = json.loads((tmp_path / "gen.metrics.json").read_text())
+    assert report["metrics"]["eval/unknown/reward/mean@2"] == 0.25 and report["rows"] == {"unknown": 2}
+    assert main([*args, "custom_reward_function.reward_fn_type=math_boxed_reward"]) == 0  # no box: every score 0
+    assert json.loads((tmp_path / "gen.metrics.json").read_text())["metrics"]["eval/unknown/reward/best@2"] == 0.0
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "gen.parquet row 0: no column 'data_source' (data.data_source_key)" in capsys.readouterr().err
+
+
 def test_rft_eval_honours_reward_fn_type_reward_kwargs_and_num_workers(tmp_path, capsys):
     """The reward keys rft train takes reach rft eval's reward function: a typed reward (math_boxed_reward: the last
     \\boxed{} against the ground truth, whatever the data source), reward_kwargs passed to path's functions, and the
