@@ -2,7 +2,9 @@
 
 A row has a prompt column (a string, or a chat message list) and two response columns, each a string (the
 assistant's text) or a message list (the assistant turn(s) that continue the prompt's conversation): TRL's
-"standard" and "conversational" preference formats, and Trinity-RFT's `plaintext` / `messages` prompt types. A
+"standard" and "conversational" preference formats, and Trinity-RFT's `plaintext` / `messages` prompt types (a
+row without the prompt column whose chosen and rejected are whole conversations is TRL's implicit prompt: the
+messages both begin with are the prompt, as TRL's extract_prompt splits them). A
 string prompt becomes one user message, preceded by a system message when `system_prompt_key` names a column or
 `system_prompt` is set (Trinity-RFT's keys). The prompt is chat-templated with the generation prompt; a string
 response is its text plus the EOS token (as in rft's SFT rows); a message-list response is the template of the
@@ -28,7 +30,7 @@ from pathlib import Path
 import torch
 
 from rft.batch import Batch
-from rft.data.chat import response_tokens, row_encoder
+from rft.data.chat import as_messages, response_tokens, row_encoder
 from rft.data.dataset import DataError, _messages, left_pad
 from rft.data.images import refuse_images, row_images, with_image_parts
 from rft.data.io import missing_column, read_rows
@@ -62,6 +64,7 @@ class PreferenceDataset:
                 where = f"{file} row {i}"
                 if vision is None:
                     refuse_images(row, where, "DPO on a text-only model", image_key)
+                row = self._implicit_prompt(row, data_cfg, where)
                 for key, column in (("prompt_key", data_cfg.prompt_key), ("chosen_key", data_cfg.chosen_key),
                                     ("rejected_key", data_cfg.rejected_key)):
                     if column not in row:
@@ -86,6 +89,28 @@ class PreferenceDataset:
                              unit="pairs")
         self.examples = [self._cut(x, data_cfg.max_length, data_cfg.truncation)
                          for x, kept in zip(examples, keep) if kept]
+
+    @staticmethod
+    def _implicit_prompt(row: dict, cfg, where: str) -> dict:
+        """A row of TRL's implicit-prompt format, no prompt column and chosen and rejected each a whole conversation,
+        as a row with one: the messages both begin with are the prompt, the rest of each its response (TRL's
+        extract_prompt). Any other row as it is."""
+        if cfg.prompt_key in row or as_messages(row.get(cfg.chosen_key)) is None or \
+                as_messages(row.get(cfg.rejected_key)) is None:
+            return row
+        chosen, rejected = (list(v.tolist() if hasattr(v, "tolist") else v)
+                            for v in (row[cfg.chosen_key], row[cfg.rejected_key]))
+        shared = 0
+        while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+            shared += 1
+        if not shared or shared in (len(chosen), len(rejected)):
+            raise DataError(
+                f"{where}: no column {cfg.prompt_key!r} (data.prompt_key), and {cfg.chosen_key!r} and "
+                f"{cfg.rejected_key!r} are conversations that " + ("share no first message" if not shared else
+                                                                   "do not differ after the messages they share") +
+                " to be the prompt (TRL's implicit prompt): give each row its prompt in a column (data.prompt_key)")
+        return {**row, cfg.prompt_key: chosen[:shared], cfg.chosen_key: chosen[shared:],
+                cfg.rejected_key: rejected[shared:]}
 
     @staticmethod
     def _prompt(row: dict, cfg, where: str) -> list[dict]:
