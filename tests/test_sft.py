@@ -140,6 +140,11 @@ def test_trl_conversational_and_text_rows_name_what_to_set(tmp_path, assets):
     with pytest.raises(DataError, match=r"text.parquet row 0: no column 'prompt' \(data.prompt_key\), but a 'text' "
                                         r"column \(TRL's language-modeling format\), which rft sft does not train on"):
         SFTDataset(tmp_path / "text.parquet", tok, cfg.data)
+    # a row with its prompt and no response: the response key, whatever else it holds
+    write_parquet([{"prompt": "1+1=", "messages": [{"role": "user", "content": "1+1="}]}], tmp_path / "half.parquet")
+    with pytest.raises(DataError, match=r"half.parquet row 0: no column 'response' \(data.response_key\); the rows "
+                                        r"have the columns "):
+        SFTDataset(tmp_path / "half.parquet", tok, cfg.data)
 
 
 def test_a_training_set_smaller_than_one_step_names_rows_and_no_rl_key(assets, tmp_path, capsys):

@@ -123,17 +123,19 @@ class SFTDataset:
 
     @staticmethod
     def _not_single_turn(where: str, row: dict, data_cfg, keys: str) -> DataError | None:
-        """The error for a row without a prompt or response column that is TRL's conversational row (a messages
+        """The error for a row without the prompt column that is TRL's conversational row (a messages
         column: the key that trains on it) or its language-modeling row (a text column, which rft sft does not
         train on); None for any other row."""
         column = data_cfg.multiturn.messages_key or "messages"
         fix = (f"{keys}.messages_key={column}" if keys != "data" else "data.multiturn.enable=true" +
                ("" if column == "messages" else f" data.multiturn.messages_key={column}"))
+        if data_cfg.prompt_key in row:
+            return None
         if as_messages(row.get(column)) is not None:
             return DataError(f"{where}: no column {data_cfg.prompt_key!r} ({keys}.prompt_key), but chat "
                              f"conversations in {column!r} (TRL's conversational format): set {fix} to train on "
                              "their assistant turns")
-        if isinstance(row.get("text"), str) and data_cfg.prompt_key not in row:
+        if isinstance(row.get("text"), str):
             return DataError(f"{where}: no column {data_cfg.prompt_key!r} ({keys}.prompt_key), but a 'text' column "
                              "(TRL's language-modeling format), which rft sft does not train on: write each row as "
                              f"a prompt and a response column ({keys}.prompt_key, {keys}.response_key) or as chat "
