@@ -160,6 +160,32 @@ def test_a_training_set_smaller_than_one_step_names_rows_and_no_rl_key(assets, t
         "data.train_batch_size to at most 80, or add rows")
 
 
+def test_rows_past_gpt2s_position_table_are_one_line_before_the_model_loads(tmp_path, capsys):
+    """GPT-2's learned positions (512 in rft's two-layer family model) and rows of 600+ tokens under the default
+    data.max_length (1024): rft sft and rft dpo say the data.max_length that fits, where the forward pass stopped on
+    'unexpected IndexError'; with it (and data.truncation=right) the run trains."""
+    from rft.cli import main
+    from rft.models.families import init_family_model
+
+    model = init_family_model("gpt2", tmp_path / "gpt2", tokenizer="base")
+    long = "1 2 3 " * 100  # the base tokenizer: a token per byte
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"prompt": "count:", "response": long}) + "\n"
+                                                for _ in range(4)))
+    (tmp_path / "dpo.jsonl").write_text("".join(json.dumps({"prompt": "count:", "chosen": long, "rejected": "x"}) +
+                                                "\n" for _ in range(4)))
+    for command, unit in (("sft", "row"), ("dpo", "pair")):
+        args = [command, f"model.partial_pretrain={model}", f"data.train_files={tmp_path / (command + '.jsonl')}",
+                "data.train_batch_size=4", "data.micro_batch_size_per_gpu=4", "trainer.total_training_steps=1",
+                "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / command}"]
+        assert main(args) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"rft: error: the longest {unit} of data.train_files / val_files has {1 + 6 + 600 + 1} tokens, more than "
+            f"the 512 positions of {model} (a learned position table, which has no position past it): set "
+            f"data.max_length=512 (data.truncation then says what happens to longer {unit}s), or shorten them")
+        assert main([*args, "data.max_length=512", "data.truncation=right"]) == 0
+        assert (tmp_path / command / "model" / "model.safetensors").is_file()
+
+
 def test_data_errors_name_the_row_and_key(tmp_path, assets):
     tok = AutoTokenizer.from_pretrained(assets / "model")
     write_parquet([{"prompt": "1+1=", "extra_info": {"question": "1+1="}}], tmp_path / "rows.parquet")

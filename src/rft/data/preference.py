@@ -154,6 +154,11 @@ class PreferenceDataset:
     def __len__(self) -> int:
         return len(self.examples)
 
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest pair's longer sequence (the prompt and its longer response), as it is trained on."""
+        return max((len(x.prompt_ids) + max(len(x.chosen_ids), len(x.rejected_ids)) for x in self.examples), default=0)
+
     def batch(self, indices: list[int], pad_id: int) -> Batch:
         """The pairs `indices` as 2 x len(indices) rows: chosen (even rows) and rejected (odd rows) of each pair;
         prompts left-padded, responses right-padded, `loss_mask` on the tokens that make the sequence log-prob,

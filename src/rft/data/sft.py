@@ -166,6 +166,11 @@ class SFTDataset:
     def __len__(self) -> int:
         return len(self.examples)
 
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest row (prompt and response), as it is trained on."""
+        return max((len(x.prompt_ids) + len(x.response_ids) for x in self.examples), default=0)
+
     def batch(self, indices: list[int], pad_id: int) -> Batch:
         """A Batch: prompts left-padded, responses right-padded, `loss_mask` on the tokens that carry loss."""
         items = [self.examples[i] for i in indices]

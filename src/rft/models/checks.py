@@ -151,3 +151,17 @@ def check_generation_positions(path: str, prompts, response_length: int) -> None
         f"rollout.response_length={response_length}: the longest prompt ({longest.origin}, {len(longest.ids)} tokens) "
         f"and its response need {len(longest.ids) + response_length} positions, more than the {positions} of {path} "
         f"(a learned position table, which has no position past it): {fix}")
+
+
+def check_row_positions(path: str, longest: int, unit: str) -> None:
+    """rft sft's and rft dpo's rows, the longest `longest` tokens (after data.max_length and data.truncation), fit the
+    positions of the model at `path` when it has a learned position table (GPT-2, OPT, ...): checked when the data
+    has loaded, before the model, where the forward pass of a longer row would stop on an index error."""
+    config = text_config_json(path)
+    positions = model_positions(config) if config is not None else None
+    if positions is None or config.get("model_type") not in LEARNED_POSITIONS or longest <= positions:
+        return
+    raise ConfigError(
+        f"the longest {unit.removesuffix('s')} of data.train_files / val_files has {longest} tokens, more than the {positions} positions of {path} (a learned "
+        f"position table, which has no position past it): set data.max_length={positions} (data.truncation then "
+        f"says what happens to longer {unit}), or shorten them")
