@@ -116,6 +116,11 @@ def test_trls_implicit_prompt_rows_are_the_explicit_rows_they_spell(assets, tmp_
         assert str(e.value) == (f"{tmp_path / 'bad.parquet'} row 0: no column 'prompt' (data.prompt_key), and "
                                 f"'chosen' and 'rejected' are conversations that {what} to be the prompt (TRL's "
                                 "implicit prompt): give each row its prompt in a column (data.prompt_key)")
+    write_parquet([{"chosen": "2+2=4", "rejected": "2+2=22"}], tmp_path / "text.parquet")
+    with pytest.raises(DataError, match=r"text.parquet row 0: no column 'prompt' \(data.prompt_key\), and 'chosen' "
+                                        r"and 'rejected' are strings: TRL's implicit prompt as text, which rft does "
+                                        r"not split"):
+        PreferenceDataset(tmp_path / "text.parquet", tok, cfg.data)
 
 
 def test_data_and_config_errors_name_the_key(assets, tmp_path):

@@ -95,8 +95,15 @@ class PreferenceDataset:
         """A row of TRL's implicit-prompt format, no prompt column and chosen and rejected each a whole conversation,
         as a row with one: the messages both begin with are the prompt, the rest of each its response (TRL's
         extract_prompt). Any other row as it is."""
-        if cfg.prompt_key in row or as_messages(row.get(cfg.chosen_key)) is None or \
-                as_messages(row.get(cfg.rejected_key)) is None:
+        if cfg.prompt_key in row:
+            return row
+        if isinstance(row.get(cfg.chosen_key), str) and isinstance(row.get(cfg.rejected_key), str):
+            raise DataError(
+                f"{where}: no column {cfg.prompt_key!r} (data.prompt_key), and {cfg.chosen_key!r} and "
+                f"{cfg.rejected_key!r} are strings: TRL's implicit prompt as text, which rft does not split (where a "
+                "prompt ends in text is a guess); give each row its prompt in a column (data.prompt_key), or chosen "
+                "and rejected as chat message lists")
+        if as_messages(row.get(cfg.chosen_key)) is None or as_messages(row.get(cfg.rejected_key)) is None:
             return row
         chosen, rejected = (list(v.tolist() if hasattr(v, "tolist") else v)
                             for v in (row[cfg.chosen_key], row[cfg.rejected_key]))
