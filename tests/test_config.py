@@ -166,6 +166,42 @@ def test_every_schema_suggests_the_nearest_key(loader, key, nearest):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("loader, item, rft_key", [
+    ("load_config", "num_generations=4", "actor_rollout_ref.rollout.n"),
+    ("load_config", "max_completion_length=64", "data.max_response_length"),
+    ("load_config", "learning_rate=1e-6", "actor_rollout_ref.actor.optim.lr"),
+    ("load_config", "beta=0.04", "actor_rollout_ref.actor.kl_loss_coef (with actor_rollout_ref.actor.use_kl_loss=true)"),
+    ("load_sft_config", "learning_rate=1e-5", "optim.lr"),
+    ("load_sft_config", "max_steps=10", "trainer.total_training_steps"),
+    ("load_dpo_config", "beta=0.1", "algorithm.beta"),
+])
+def test_trls_flat_config_names_name_rfts_key(loader, item, rft_key):
+    """A TRL user's GRPOConfig / SFTConfig / DPOConfig name on the command line: the unknown-key line names rft's
+    (verl's) key for it (it listed the top-level sections alone: 'num_generations' is no close spelling of any)."""
+    import rft.trainer.configure as configure
+
+    key = item.split("=")[0]
+    with pytest.raises(ConfigError) as err:
+        getattr(configure, loader)(None, [item], validate_paths=False)
+    assert str(err.value).startswith(f"command line ({item}): unknown config key '{key}'; that is TRL's name: rft's "
+                                     f"(verl's) key is {rft_key}. Allowed keys at the top level: "), str(err.value)
+
+
+def test_every_trl_name_leads_to_a_key_of_its_schema():
+    from rft.config.dpo_schema import DPOConfig
+    from rft.config.load import _field_type
+    from rft.config.sft_schema import SFTConfig
+    from rft.config.suggest import TRL_KEYS
+
+    schemas = {"RFTConfig": RFTConfig, "SFTConfig": SFTConfig, "DPOConfig": DPOConfig}
+    assert set(TRL_KEYS) == set(schemas)
+    for name, keys in TRL_KEYS.items():
+        for trl, target in keys.items():
+            named = re.findall(r"[a-z_]+(?:\.[a-z_]+)+|\b(?:use_remove_padding)\b", target)
+            assert named and all(_field_type(schemas[name], k) is not None for k in named), (name, trl, target)
+            assert _field_type(schemas[name], trl) is None, (name, trl)  # TRL's name is not one of rft's keys
+
+
 @pytest.mark.parametrize("key, nearest", [
     ("trainer.total_steps", "trainer.total_training_steps"),  # Trinity-RFT's name; difflib alone: total_epochs
     ("trainer.total_step", "trainer.total_training_steps"),

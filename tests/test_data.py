@@ -186,6 +186,38 @@ def test_everything_filtered_raises(tokenizer, tmp_path):
         assert needle in msg, (needle, msg)
 
 
+def test_json_and_csv_data_files_name_the_conversion_that_works(tmp_path, monkeypatch):
+    """Hugging Face datasets' json and csv files (what a TRL user has): the refusal says how to make each a file rft
+    reads, and the command it gives does; a model's pretty-printed config.json gets no such advice."""
+    import subprocess
+    import sys
+
+    from rft.config.checks import data_files
+    from rft.config.errors import ConfigError
+    from rft.data.io import read_rows
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]
+    Path("lines.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    Path("array.json").write_text(json.dumps(rows, indent=2))
+    Path("rows.csv").write_text("prompt,answer\n1+1=,two\n2+2=,four\n")
+    Path("config.json").write_text(json.dumps({"model_type": "llama"}, indent=2))
+    refusals = {}
+    for name in ("lines.json", "array.json", "rows.csv", "config.json"):
+        with pytest.raises(ConfigError) as e:
+            data_files(name, "data.train_files")
+        refusals[name] = str(e.value)
+    assert refusals["lines.json"] == ("data.train_files: 'lines.json' is not a .parquet or .jsonl file; its lines are "
+                                      "JSON objects (JSON Lines): rename it lines.jsonl and set that")
+    assert refusals["config.json"] == "data.train_files: 'config.json' is not a .parquet or .jsonl file"
+    for name, written in (("array.json", "array.jsonl"), ("rows.csv", "rows.parquet")):
+        assert refusals[name].endswith(f", and set {written}"), refusals[name]
+        command = refusals[name].split('python -c "', 1)[1].split('"', 1)[0]
+        subprocess.run([sys.executable, "-c", command], check=True)
+    assert read_rows("array.jsonl") == rows
+    assert read_rows("rows.parquet") == [{"prompt": "1+1=", "answer": "two"}, {"prompt": "2+2=", "answer": "four"}]
+
+
 def test_missing_prompt_column(tokenizer, tmp_path):
     path = write_parquet([{"question": "1+1="}], tmp_path / "q.parquet")
     with pytest.raises(DataError) as err:

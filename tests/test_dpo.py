@@ -95,6 +95,34 @@ def test_pairs_become_interleaved_rows_in_plaintext_and_messages_formats(assets,
     assert tok.decode(batch.response_ids[3][batch.loss_mask[3].bool()]) == "22<|im_end|>"  # pair 1's rejected
 
 
+def test_trls_implicit_prompt_rows_are_the_explicit_rows_they_spell(assets, tmp_path):
+    """TRL's implicit-prompt preference rows (no prompt column; chosen and rejected each a whole conversation): the
+    messages both begin with are the prompt, the rest each response, the same tokens and masks as the explicit row;
+    rows whose conversations share no first message, or do not differ after it, are one line each."""
+    tok = AutoTokenizer.from_pretrained(assets / "model")
+    system, user = {"role": "system", "content": "be exact"}, {"role": "user", "content": "2+2="}
+    good, bad = {"role": "assistant", "content": "4"}, {"role": "assistant", "content": "22"}
+    write_parquet([{"chosen": [system, user, good], "rejected": [system, user, bad]}], tmp_path / "implicit.parquet")
+    write_parquet([{"prompt": [system, user], "chosen": [good], "rejected": [bad]}], tmp_path / "explicit.parquet")
+    cfg = make_cfg(assets, tmp_path)
+    implicit = PreferenceDataset(tmp_path / "implicit.parquet", tok, cfg.data).examples
+    assert implicit == PreferenceDataset(tmp_path / "explicit.parquet", tok, cfg.data).examples
+    assert tok.decode(implicit[0].prompt_ids).endswith("2+2=<|im_end|>\n<|im_start|>assistant\n")
+    for chosen, rejected, what in (([user, good], [{"role": "user", "content": "3+3="}, bad], "share no first message"),
+                                   ([user, good], [user, good], "do not differ after the messages they share")):
+        write_parquet([{"chosen": chosen, "rejected": rejected}], tmp_path / "bad.parquet")
+        with pytest.raises(DataError) as e:
+            PreferenceDataset(tmp_path / "bad.parquet", tok, cfg.data)
+        assert str(e.value) == (f"{tmp_path / 'bad.parquet'} row 0: no column 'prompt' (data.prompt_key), and "
+                                f"'chosen' and 'rejected' are conversations that {what} to be the prompt (TRL's "
+                                "implicit prompt): give each row its prompt in a column (data.prompt_key)")
+    write_parquet([{"chosen": "2+2=4", "rejected": "2+2=22"}], tmp_path / "text.parquet")
+    with pytest.raises(DataError, match=r"text.parquet row 0: no column 'prompt' \(data.prompt_key\), and 'chosen' "
+                                        r"and 'rejected' are strings: TRL's implicit prompt as text, which rft does "
+                                        r"not split"):
+        PreferenceDataset(tmp_path / "text.parquet", tok, cfg.data)
+
+
 def test_data_and_config_errors_name_the_key(assets, tmp_path):
     tok = AutoTokenizer.from_pretrained(assets / "model")
     write_parquet([{"prompt": "1+1=", "chosen": "2"}], tmp_path / "half.parquet")
@@ -128,6 +156,13 @@ def test_data_and_config_errors_name_the_key(assets, tmp_path):
             continue
         with pytest.raises(ConfigError, match=message):
             make_cfg(assets, tmp_path, change)
+
+
+def test_a_training_set_smaller_than_one_step_is_counted_in_pairs(assets, tmp_path):
+    with pytest.raises(DataError) as e:
+        DPOTrainer(make_cfg(assets, tmp_path, "data.train_batch_size=128", "data.micro_batch_size_per_gpu=8"))
+    assert str(e.value) == ("the training set has 64 pairs, fewer than data.train_batch_size=128 (the pairs of one "
+                            "step): lower data.train_batch_size to at most 64, or add pairs")
 
 
 def test_val_max_samples_validates_on_the_first_pairs_and_a_large_validation_says_so(assets, tmp_path, caplog,

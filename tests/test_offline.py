@@ -95,6 +95,25 @@ def test_rft_eval_custom_reward_function_and_its_keys(tmp_path, capsys):
     assert "ray_init.num_cpus=4 is not supported" in capsys.readouterr().err
 
 
+def test_rft_eval_scores_rows_without_data_source_with_your_own_reward_as_rft_train_does(tmp_path, capsys):
+    """Rows of a prompt and an answer column, no data_source (rft train reads them as "unknown", and rft generate
+    keeps them as they were): with custom_reward_function.path, or a typed reward, rft eval scores them under
+    "unknown"; the built-in scorers, chosen by the data source, still need the column."""
+    (tmp_path / "r.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                   "    return float(solution_str == ground_truth)\n")
+    path = write_parquet([{"prompt": "1+1=", "answer": "2", "responses": ["2", "3"]},
+                          {"prompt": "2+2=", "answer": "4", "responses": ["5", "3"]}], tmp_path / "gen.parquet")
+    args = ["eval", f"data.path={path}", "data.reward_model_key=answer"]
+    assert main([*args, f"custom_reward_function.path={tmp_path / 'r.py'}"]) == 0
+    report = json.loads((tmp_path / "gen.metrics.json").read_text())
+    assert report["metrics"]["eval/unknown/reward/mean@2"] == 0.25 and report["rows"] == {"unknown": 2}
+    assert main([*args, "custom_reward_function.reward_fn_type=math_boxed_reward"]) == 0  # no box: every score 0
+    assert json.loads((tmp_path / "gen.metrics.json").read_text())["metrics"]["eval/unknown/reward/best@2"] == 0.0
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "gen.parquet row 0: no column 'data_source' (data.data_source_key)" in capsys.readouterr().err
+
+
 def test_rft_eval_honours_reward_fn_type_reward_kwargs_and_num_workers(tmp_path, capsys):
     """The reward keys rft train takes reach rft eval's reward function: a typed reward (math_boxed_reward: the last
     \\boxed{} against the ground truth, whatever the data source), reward_kwargs passed to path's functions, and the
@@ -188,6 +207,28 @@ def test_generate_from_a_bf16_folder_does_not_claim_to_export(tmp_path, caplog):
                      "rollout.dtype=float32"]) == 0
     assert "is saved in bfloat16; computing in float32" in caplog.text
     assert "export" not in caplog.text, caplog.text
+
+
+def test_generate_past_gpt2s_position_table_is_one_line_with_the_longest_response_that_fits(tmp_path, capsys):
+    """A GPT-2 folder (512 learned positions, its n_positions) with rft generate's default response_length (512):
+    one line naming the longest prompt and the response_length that fits, before the model loads, not an IndexError
+    from the position table in the middle of generation; that response_length then generates."""
+    from rft.models.families import init_family_model
+
+    model = init_family_model("gpt2", tmp_path / "gpt2", tokenizer="base")
+    assert json.loads((model / "config.json").read_text())["n_positions"] == 512
+    (tmp_path / "p.jsonl").write_text('{"prompt": "1+2="}\n{"prompt": "12+34="}\n')
+    base = ["generate", f"data.path={tmp_path / 'p.jsonl'}", f"model.path={model}", "data.n_samples=1",
+            f"data.output_path={tmp_path / 'o.parquet'}", "rollout.dtype=float32", "rollout.do_sample=false"]
+    prompt = len(read_rows(tmp_path / "p.jsonl")[1]["prompt"])  # the base tokenizer: BOS, then a token per byte
+    assert main(base) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rft: error: rollout.response_length=512: the longest prompt ({tmp_path / 'p.jsonl'} row 1, "
+                   f"{prompt + 1} tokens) and its response need {prompt + 513} positions, more than the 512 of {model} "
+                   f"(a learned position table, which has no position past it): lower rollout.response_length to "
+                   f"at most {511 - prompt}"], err
+    assert main([*base, f"rollout.response_length={511 - prompt}", "rollout.ignore_eos=true"]) == 0
+    assert read_rows(tmp_path / "o.parquet")[1]["responses"]
 
 
 def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):

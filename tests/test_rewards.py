@@ -189,7 +189,8 @@ def test_custom_reward_errors(tmp_path):
     # only callables the file itself defines are listed: not the imported sqrt, the constant or _private
     with pytest.raises(
         ValueError,
-        match=r"custom_reward_function\.name.*helpers\.py.*no 'compute_score'.*defines: Scorer, reward_a$",
+        match=r"custom_reward_function\.name.*helpers\.py.*no 'compute_score'.*defines: Scorer, reward_a: "
+              r"set custom_reward_function\.name to one of them \(or a list of them\)$",
     ):
         load_custom_reward(path)
     not_callable = r"custom_reward_function\.name.*'THRESHOLD'.*helpers\.py.*float, not a callable"
@@ -394,6 +395,36 @@ def test_a_function_is_refused_exactly_when_rfts_call_cannot_reach_it(tmp_path, 
     assert f"cannot take rft's call {VERL_CALL}" in message, message
     if reward_kwargs:
         assert f"keyword arguments {', '.join(reward_kwargs)} (custom_reward_function.reward_kwargs)" in message
+
+
+@pytest.mark.parametrize("source, column", [
+    ("def reward(completions, answer, **kwargs):", "data.response_key=answer for the 'answer' this function reads"),
+    ("def reward(prompts, completions, **kwargs):", "data.response_key names)"),
+    ("def reward(completions, **kwargs):", "data.response_key names)"),
+])
+def test_a_reward_function_written_for_trl_is_refused_with_the_function_to_write(tmp_path, source, column):
+    """TRL's GRPOTrainer reward, f(completions, **columns) -> list[float]: one line (the config check's, before any
+    model loads) saying that rft calls once per response and the verl-signature function to write, with the
+    data.response_key that hands it the column it reads; a file without compute_score names the one function it
+    defines."""
+    from rft.errors import RewardError
+
+    path = _write(tmp_path, "trl_reward.py", source + "\n    return [1.0 for c in kwargs.get('x', [])]\n")
+    with pytest.raises(RewardError) as refused:
+        build_reward_fn(path)
+    assert str(refused.value) == (
+        f"custom_reward_function.name: {str(path.resolve())!r} defines no 'compute_score'; callables it defines: "
+        "reward: set custom_reward_function.name=reward")
+    with pytest.raises(RewardError) as refused:
+        build_reward_fn(path, "reward")
+    err = [str(refused.value)]
+    signature = source.removeprefix("def ").removesuffix(":")
+    assert "\n" not in err[0] and err[0].startswith(
+        f"custom_reward_function.name: 'reward' in {str(path)!r} has TRL's batched signature reward{signature[6:]} "
+        "(lists of completions in, a list of floats out); rft calls a reward function once per response, as verl "
+        "does: write def reward(data_source, solution_str, ground_truth, extra_info=None, **kwargs) returning a "
+        "float"), err
+    assert column in err[0], err
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -100,6 +101,89 @@ def test_multiturn_loss_covers_every_assistant_turn(tmp_path, assets):
                                         r"data.multiturn.messages_key=messages\? the rows have the columns messages: "
                                         r"set data.multiturn.messages_key=<one of them>"):
         SFTDataset(tmp_path / "chat.parquet", tok, cfg.data)
+
+
+def test_trl_prompt_completion_rows_standard_and_conversational(tmp_path, assets):
+    """TRL's prompt-completion SFT rows: a string completion is its text and EOS; a conversational one (a message
+    list) is the assistant turn's text and closing EOS from the chat template, never the list's Python repr."""
+    tok = AutoTokenizer.from_pretrained(assets / "model")
+    rows = [{"prompt": [{"role": "user", "content": "1+1="}], "completion": [{"role": "assistant", "content": "2"}]},
+            {"prompt": "3+4=", "completion": "7"}]
+    (tmp_path / "trl.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    cfg = load_sft_config(None, [f"model.partial_pretrain={assets / 'model'}",
+                                 f"data.train_files={tmp_path / 'trl.jsonl'}", "data.response_key=completion"])
+    conversational, standard = SFTDataset(tmp_path / "trl.jsonl", tok, cfg.data).examples
+    assert tok.decode(conversational.prompt_ids) == "<|im_start|>user\n1+1=<|im_end|>\n<|im_start|>assistant\n"
+    # the template's newline after <|im_end|> is in the sequence, without loss
+    assert tok.decode(conversational.response_ids) == "2<|im_end|>\n"
+    assert tok.decode([t for t, m in zip(conversational.response_ids, conversational.loss_mask) if m]) == \
+        "2<|im_end|>"
+    assert tok.decode(standard.response_ids) == "7<|im_end|>" and all(standard.loss_mask)
+    # without data.response_key, the line names it
+    cfg.data.response_key = "response"
+    with pytest.raises(DataError, match=r"no column 'response' \(data.response_key\); did you mean "
+                                        r"data.response_key=completion\? \(TRL's prompt-completion format\)"):
+        SFTDataset(tmp_path / "trl.jsonl", tok, cfg.data)
+
+
+def test_trl_conversational_and_text_rows_name_what_to_set(tmp_path, assets):
+    tok = AutoTokenizer.from_pretrained(assets / "model")
+    write_parquet([{"messages": [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}]}],
+                  tmp_path / "chat.parquet")
+    write_parquet([{"text": "1+1=2"}], tmp_path / "text.parquet")
+    cfg = load_sft_config(None, [f"model.partial_pretrain={assets / 'model'}",
+                                 f"data.train_files={tmp_path / 'chat.parquet'}"])
+    with pytest.raises(DataError, match=r"chat.parquet row 0: no column 'prompt' \(data.prompt_key\), but chat "
+                                        r"conversations in 'messages' \(TRL's conversational format\): set "
+                                        r"data.multiturn.enable=true to train on their assistant turns$"):
+        SFTDataset(tmp_path / "chat.parquet", tok, cfg.data)
+    with pytest.raises(DataError, match=r"text.parquet row 0: no column 'prompt' \(data.prompt_key\), but a 'text' "
+                                        r"column \(TRL's language-modeling format\), which rft sft does not train on"):
+        SFTDataset(tmp_path / "text.parquet", tok, cfg.data)
+    # a row with its prompt and no response: the response key, whatever else it holds
+    write_parquet([{"prompt": "1+1=", "messages": [{"role": "user", "content": "1+1="}]}], tmp_path / "half.parquet")
+    with pytest.raises(DataError, match=r"half.parquet row 0: no column 'response' \(data.response_key\); the rows "
+                                        r"have the columns "):
+        SFTDataset(tmp_path / "half.parquet", tok, cfg.data)
+
+
+def test_a_training_set_smaller_than_one_step_names_rows_and_no_rl_key(assets, tmp_path, capsys):
+    """rft sft with verl's default data.train_batch_size (256) on 80 rows: one line in rows, naming the SFT key to
+    lower and no RL key (it said "prompts" and actor_rollout_ref.actor.ppo_mini_batch_size, which rft sft has not)."""
+    from rft.cli import main
+
+    assert main(["sft", f"model.partial_pretrain={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", "data.response_key=extra_info",
+                 "data.response_dict_keys=[answer]", f"trainer.default_local_dir={tmp_path / 'out'}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "rft: error: the training set has 80 rows, fewer than data.train_batch_size=256 (the rows of one step): lower "
+        "data.train_batch_size to at most 80, or add rows")
+
+
+def test_rows_past_gpt2s_position_table_are_one_line_before_the_model_loads(tmp_path, capsys):
+    """GPT-2's learned positions (512 in rft's two-layer family model) and rows of 600+ tokens under the default
+    data.max_length (1024): rft sft and rft dpo say the data.max_length that fits, where the forward pass stopped on
+    'unexpected IndexError'; with it (and data.truncation=right) the run trains."""
+    from rft.cli import main
+    from rft.models.families import init_family_model
+
+    model = init_family_model("gpt2", tmp_path / "gpt2", tokenizer="base")
+    long = "1 2 3 " * 100  # the base tokenizer: a token per byte
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps({"prompt": "count:", "response": long}) + "\n"
+                                                for _ in range(4)))
+    (tmp_path / "dpo.jsonl").write_text("".join(json.dumps({"prompt": "count:", "chosen": long, "rejected": "x"}) +
+                                                "\n" for _ in range(4)))
+    for command, unit in (("sft", "row"), ("dpo", "pair")):
+        args = [command, f"model.partial_pretrain={model}", f"data.train_files={tmp_path / (command + '.jsonl')}",
+                "data.train_batch_size=4", "data.micro_batch_size_per_gpu=4", "trainer.total_training_steps=1",
+                "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / command}"]
+        assert main(args) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"rft: error: the longest {unit} of data.train_files / val_files has {1 + 6 + 600 + 1} tokens, more than "
+            f"the 512 positions of {model} (a learned position table, which has no position past it): set "
+            f"data.max_length=512 (data.truncation then says what happens to longer {unit}s), or shorten them")
+        assert main([*args, "data.max_length=512", "data.truncation=right"]) == 0
+        assert (tmp_path / command / "model" / "model.safetensors").is_file()
 
 
 def test_data_errors_name_the_row_and_key(tmp_path, assets):

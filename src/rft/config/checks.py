@@ -128,8 +128,36 @@ def data_files(value: Any, key: str) -> list[str]:
                 raise missing_file(key, f)
             if Path(f).expanduser().is_dir():
                 raise folder_given(key, f)
-            raise ConfigError(f"{key}: {f!r} is not a .parquet or .jsonl file")
+            raise ConfigError(f"{key}: {f!r} is not a .parquet or .jsonl file{_conversion(f)}")
     return files
+
+
+def _conversion(f: str) -> str:
+    """How to turn the .json or .csv data file `f` (what Hugging Face datasets' json and csv loaders read) into one
+    rft reads: a .json of JSON objects one per line is JSON Lines by another name; a JSON array and a CSV are
+    written out by a one-line command (the standard library's json, pyarrow's csv reader). "" for other files."""
+    path = Path(f)
+    stem = str(path.with_suffix(""))
+    if path.suffix == ".csv":
+        return (f"; write it as parquet, e.g. python -c \"import pyarrow.csv as c, pyarrow.parquet as p; "
+                f"p.write_table(c.read_csv('{f}'), '{stem}.parquet')\", and set {stem}.parquet")
+    if path.suffix != ".json":
+        return ""
+    try:
+        with path.expanduser().open(encoding="utf-8", errors="replace") as file:
+            start = file.read(4096).lstrip()[:1]
+            file.seek(0)
+            first = next((line for line in file if line.strip()), "")
+        one_row = isinstance(json.loads(first), dict)
+    except (OSError, ValueError):  # a pretty-printed object (a model's config.json) is no row per line
+        one_row = False
+    if one_row:
+        return f"; its lines are JSON objects (JSON Lines): rename it {stem}.jsonl and set that"
+    if start == "[":
+        return (f"; it is a JSON array: write it as JSON Lines, e.g. python -c \"import json; out = open('{stem}.jsonl', "
+                f"'w'); [out.write(json.dumps(row) + chr(10)) for row in json.load(open('{f}'))]\", and set "
+                f"{stem}.jsonl")
+    return ""
 
 
 def check_files_exist(key: str, files: list[str]) -> None:

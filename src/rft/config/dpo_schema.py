@@ -18,7 +18,9 @@ class DPODataConfig:
     train_files: Any = fld(None, "Preference rows: one parquet/jsonl file or a list of them.")
     val_files: Any = fld(None, "Held-out preference rows (val/loss, val/rewards/*); null disables validation.")
     val_max_samples: int = fld(-1, VAL_MAX_SAMPLES_HELP.replace("<unit>", "pairs"))
-    prompt_key: str = fld("prompt", "Column of the prompt: a string (one user message) or a chat message list.")
+    prompt_key: str = fld("prompt", "Column of the prompt: a string (one user message) or a chat message list. A "
+                                    "row without it whose chosen and rejected are whole conversations is TRL's "
+                                    "implicit prompt: the messages both begin with are the prompt.")
     chosen_key: str = fld("chosen", "Column of the preferred response: a string (the assistant's text) or a chat "
                           "message list continuing the prompt (loss on its assistant turns).")
     rejected_key: str = fld("rejected", "Column of the dispreferred response (as chosen_key).")

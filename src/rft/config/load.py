@@ -19,7 +19,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from rft.config.errors import ConfigError
 from rft.config.schema import REFUSED_KEYS, RFTConfig
-from rft.config.suggest import key_hint, origin
+from rft.config.suggest import key_hint, origin, trl_key
 
 __all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_yaml", "to_dict", "to_yaml"]
 
@@ -47,7 +47,7 @@ def _explain(err: OmegaConfBaseException, schema: type = RFTConfig, overrides: I
             return ConfigError(f"{source + ': ' if source else ''}'{full_key}' is a verl key rft does not have: "
                                + REFUSED_KEYS[full_key])
         return ConfigError(f"{source + ': ' if source else ''}unknown config key '{full_key}'; "
-                           + key_hint(full_key, _node_fields(schema, parent)))
+                           + trl_key(schema.__name__, full_key) + key_hint(full_key, _node_fields(schema, parent)))
     msg = str(err).split("\n")[0]
     if not full_key:
         return ConfigError(f"bad config: {msg}; sections such as 'data' hold keys, not values")

@@ -80,7 +80,9 @@ class EvalDataConfig:
     prompt_key: str = fld("prompt", "Column holding the prompt (written beside each row's scores).")
     response_key: str = fld("responses", "Column holding the responses: a list of strings (one string: one "
                                          "response).")
-    data_source_key: str = fld("data_source", "Column naming the data source: the scorer and the metric group.")
+    data_source_key: str = fld("data_source", "Column naming the data source: the scorer and the metric group. "
+                                              "With custom_reward_function.path or reward_fn_type, a row without "
+                                              "the data_source column is 'unknown', as rft train reads it.")
     reward_model_key: str = fld("reward_model", "Column holding {ground_truth: ...} (a plain value is the ground "
                                                 "truth itself).")
 

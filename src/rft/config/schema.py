@@ -161,7 +161,10 @@ class ExpertDataConfig:
                             "list (Trinity-RFT's auxiliary buffer): a prompt and a response column, or a messages "
                             "column.")
     prompt_key: str = fld("prompt", "Column of the prompt: a chat message list or a string (as rft sft's).")
-    response_key: str = fld("response", "Column of the response (a string); may be nested, see response_dict_keys.")
+    response_key: str = fld("response", "Column of the response: a string, or a chat message list "
+                                        "continuing the prompt (TRL's conversational completion: loss on its "
+                                        "assistant turns); may be nested, see response_dict_keys. TRL's "
+                                        "prompt-completion rows: response_key=completion.")
     prompt_dict_keys: Optional[List[str]] = fld(None, "Keys to follow into a nested prompt column.")
     response_dict_keys: Optional[List[str]] = fld(None, "Keys to follow into a nested response column, e.g. "
                                                         "[answer] with response_key=extra_info.")

@@ -49,7 +49,10 @@ class SFTDataConfig:
     val_files: Any = fld(None, "Validation rows (val/loss); null disables validation.")
     val_max_samples: int = fld(-1, VAL_MAX_SAMPLES_HELP.replace("<unit>", "rows"))
     prompt_key: str = fld("prompt", "Column of the prompt: a chat message list or a string.")
-    response_key: str = fld("response", "Column of the response (a string); may be nested, see response_dict_keys.")
+    response_key: str = fld("response", "Column of the response: a string, or a chat message list "
+                                       "continuing the prompt (TRL's conversational completion: loss on its "
+                                       "assistant turns); may be nested, see response_dict_keys. TRL's "
+                                       "prompt-completion rows: response_key=completion.")
     prompt_dict_keys: Optional[List[str]] = fld(None, "Keys to follow into a nested prompt column, e.g. [question].")
     response_dict_keys: Optional[List[str]] = fld(
         None, "Keys to follow into a nested response column, e.g. [answer] with response_key=extra_info."

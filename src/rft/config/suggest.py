@@ -70,3 +70,52 @@ def origin(key: str, overrides: Sequence[str] = (), path: str | None = None) -> 
         if given == key or key.startswith(given + ".") or given.startswith(key + "."):
             return f"command line ({item})"
     return str(path) if path else ""
+
+
+_TRL_SHARED = {
+    "max_steps": "trainer.total_training_steps", "num_train_epochs": "trainer.total_epochs",
+    "output_dir": "trainer.default_local_dir", "seed": "trainer.seed", "save_steps": "trainer.save_freq",
+    "eval_steps": "trainer.test_freq", "report_to": "trainer.logger",
+}
+_TRL_SFT = {
+    **_TRL_SHARED, "save_total_limit": "trainer.max_ckpt_to_keep", "model_name_or_path": "model.partial_pretrain",
+    "learning_rate": "optim.lr",
+    "weight_decay": "optim.weight_decay", "warmup_ratio": "optim.warmup_steps_ratio", "max_grad_norm": "optim.clip_grad",
+    "lr_scheduler_type": "optim.lr_scheduler", "max_length": "data.max_length",
+    "per_device_train_batch_size": "data.micro_batch_size_per_gpu", "gradient_checkpointing":
+        "model.enable_gradient_checkpointing", "padding_free": "use_remove_padding",
+}
+TRL_KEYS: dict[str, dict[str, str]] = {
+    "RFTConfig": {
+        **_TRL_SHARED, "save_total_limit": "trainer.max_actor_ckpt_to_keep",
+        "model_name_or_path": "actor_rollout_ref.model.path",
+        "learning_rate": "actor_rollout_ref.actor.optim.lr", "weight_decay": "actor_rollout_ref.actor.optim.weight_decay",
+        "warmup_ratio": "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+        "lr_scheduler_type": "actor_rollout_ref.actor.optim.lr_scheduler_type",
+        "max_grad_norm": "actor_rollout_ref.actor.grad_clip",
+        "gradient_checkpointing": "actor_rollout_ref.model.enable_gradient_checkpointing",
+        "num_generations": "actor_rollout_ref.rollout.n", "max_prompt_length": "data.max_prompt_length",
+        "max_completion_length": "data.max_response_length", "temperature": "actor_rollout_ref.rollout.temperature",
+        "top_p": "actor_rollout_ref.rollout.top_p", "top_k": "actor_rollout_ref.rollout.top_k",
+        "num_iterations": "actor_rollout_ref.actor.ppo_epochs", "epsilon": "actor_rollout_ref.actor.clip_ratio",
+        "epsilon_high": "actor_rollout_ref.actor.clip_ratio_high",
+        "beta": "actor_rollout_ref.actor.kl_loss_coef (with actor_rollout_ref.actor.use_kl_loss=true)",
+        "scale_rewards": "algorithm.norm_adv_by_std_in_grpo",
+        "loss_type": "actor_rollout_ref.actor.loss_agg_mode (TRL's grpo: seq-mean-token-mean; bnpo, dapo: "
+                     "token-mean; dr_grpo: seq-mean-token-sum-norm)",
+        "padding_free": "actor_rollout_ref.model.use_remove_padding",
+    },
+    "SFTConfig": _TRL_SFT,
+    "DPOConfig": {**{k: v for k, v in _TRL_SFT.items() if k != "padding_free"}, "beta": "algorithm.beta",
+                  "loss_type": "algorithm.loss_type", "label_smoothing": "algorithm.label_smoothing"},
+}
+"""TRL's flat config names (TrainingArguments, GRPOConfig for rft train's RFTConfig, SFTConfig, DPOConfig) given at
+the top level of a config of the schema named: rft's (verl's) dotted key for each, said in the unknown-key line.
+Where the two differ in more than the name, the value says how."""
+
+
+def trl_key(schema: str, key: str) -> str:
+    """"that is TRL's name: rft's (verl's) key is <dotted key>. " for TRL's `key` in a config of `schema`
+    (`TRL_KEYS`), else ""."""
+    rft = TRL_KEYS.get(schema, {}).get(key)
+    return f"that is TRL's name: rft's (verl's) key is {rft}. " if rft else ""

@@ -12,6 +12,11 @@ encoding would; with a chat template, the template decides (most write the BOS t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from rft.data.io import DataError
+
 
 def has_template(tokenizer, chat_template: str | None = None) -> bool:
     return bool(chat_template or getattr(tokenizer, "chat_template", None))
@@ -49,3 +54,68 @@ def plain_text(tokenizer, messages: list[dict]) -> str:
 def encode(tokenizer, messages: list[dict], **kwargs) -> list[int]:
     """The token ids of `render(tokenizer, messages, **kwargs)` (the rendering holds every special token)."""
     return tokenizer(render(tokenizer, messages, **kwargs), add_special_tokens=False)["input_ids"]
+
+
+Encode = Callable[[list[dict], bool], list[int]]
+"""A row's chat encoder: (messages, generation_prompt) -> token ids."""
+
+
+def _text_parts(messages: list[dict]) -> list[dict]:
+    """`messages` with each string content as one text part: the content form vision-language chat templates read."""
+    return [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
+            for m in messages]
+
+
+def row_encoder(tokenizer, vision=None, images: list[bytes] | None = None, where: str = "") -> Encode:
+    """A row's chat encoder: the tokenizer's chat template, or with images a vision-language model's processor
+    (`rft.models.vision.Vision`), which expands each image into the family's image tokens."""
+    if not images:
+        return lambda messages, generation_prompt: encode(tokenizer, messages, generation_prompt=generation_prompt)
+
+    def encode_row(messages: list[dict], generation_prompt: bool) -> list[int]:
+        return vision.encode(vision.render(_text_parts(messages), generation_prompt=generation_prompt), images,
+                             where)
+    return encode_row
+
+
+def as_messages(value: Any) -> list[dict] | None:
+    """`value` as a chat message list [{role, content}, ...] (a role defaults to the assistant), else None."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        return [{"role": m.get("role", "assistant"), "content": m["content"]} for m in value]
+    return None
+
+
+def response_tokens(tokenizer, encode_row: Encode, prompt: list[dict], prompt_ids: list[int], value: Any,
+                    where: str, column: str) -> tuple[list[int], list[int]]:
+    """(token ids, loss mask) of the response `value` to `prompt` (encoded as `prompt_ids`, with the generation
+    prompt), as SFT and preference rows give it (TRL's standard and conversational formats): a string is its text
+    plus the EOS token, every token with loss; a chat message list is the assistant turn(s) continuing the prompt's
+    conversation, the template of the whole conversation after the prompt's tokens, with loss on its assistant turns
+    (their text and closing EOS, not the template's newline after it)."""
+    if isinstance(value, str):
+        ids = tokenizer(value, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        return ids, [1] * len(ids)
+    turns = as_messages(value)
+    if turns is None:
+        raise DataError(f"{where}: column {column!r} must be a string or a chat message list "
+                        "[{role, content}, ...]")
+    full = encode_row(prompt + turns, False)
+    if full[:len(prompt_ids)] != prompt_ids:
+        raise DataError(f"{where}: the chat template of the prompt is not a prefix of the template of the prompt "
+                        f"and {column!r}; give {column!r} as a string")
+    mask = [0] * len(full)
+    for turn in range(len(prompt), len(prompt) + len(turns)):
+        messages = (prompt + turns)[: turn + 1]
+        if messages[-1]["role"] != "assistant":
+            continue
+        start = len(encode_row(messages[:-1], True))
+        end = len(encode_row(messages, False))
+        while end > start and full[end - 1] != tokenizer.eos_token_id:  # the turn's text and EOS, not a newline
+            end -= 1
+        mask[start:end] = [1] * (end - start)
+    ids, mask = full[len(prompt_ids):], mask[len(prompt_ids):]
+    if not any(mask):
+        raise DataError(f"{where}: column {column!r} has no assistant turn")
+    return ids, mask

@@ -222,12 +222,16 @@ class PromptSampler:
     but (seed, epoch): a resumed run sees exactly the prompts an uninterrupted run would.
     """
 
-    def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1):
+    def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1, unit: str = "prompt",
+                 mini_batch_key: str | None = "actor_rollout_ref.actor.ppo_mini_batch_size"):
+        """`unit`: what an item is, for the error of a training set smaller than one step (rft sft's rows, rft dpo's
+        pairs); `mini_batch_key`: the key that must divide data.train_batch_size, said there (None: none)."""
         if num_items < batch_size:
+            also = f" (and {mini_batch_key} to a divisor of it)" if mini_batch_key else ""
             raise DataError(
-                f"the training set has {counted(num_items, 'prompt')}, fewer than data.train_batch_size={batch_size} "
-                f"(the prompts of one step): lower data.train_batch_size to at most {num_items} (and "
-                "actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of it), or add prompts"
+                f"the training set has {counted(num_items, unit)}, fewer than data.train_batch_size={batch_size} "
+                f"(the {unit}s of one step): lower data.train_batch_size to at most {num_items}{also}, or add "
+                f"{unit}s"
             )
         self.num_items, self.batch_size, self.shuffle, self.seed = num_items, batch_size, shuffle, seed
         self.epoch, self.batch_in_epoch = 0, 0

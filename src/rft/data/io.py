@@ -21,13 +21,22 @@ class DataError(RftError, ValueError):
     """A data file that cannot be used as it is, with the file and the row named."""
 
 
+TRL_COLUMNS = {"response": ("completion", "TRL's prompt-completion format")}
+"""TRL's name for a column whose verl (rft) name differs, and the format it is TRL's name in."""
+
+
 def missing_column(where: str, column: str, key: str, row: dict) -> DataError:
     """The error for the row at `where` (a file and row) without the column `column` that the config key `key`
-    names: the row's columns, the closest first, and the key to set to one of them."""
+    names: the row's columns, the closest first (TRL's name for it first, `TRL_COLUMNS`), and the key to set to
+    one of them."""
     from rft.config.suggest import did_you_mean, nearest_first
 
     columns = nearest_first(column, sorted(map(str, row)))
     hint = did_you_mean(column, columns, lambda c: f"{key}={c}")
+    trl, fmt = TRL_COLUMNS.get(column, (None, ""))
+    if trl in columns:
+        columns = [trl, *(c for c in columns if c != trl)]
+        hint = f"did you mean {key}={trl}? ({fmt})"
     return DataError(f"{where}: no column {column!r} ({key}); {hint + ' ' if hint else ''}the rows have the columns "
                      f"{', '.join(columns)}: set {key}=<one of them>")
 

@@ -2,7 +2,9 @@
 
 A row has a prompt column (a string, or a chat message list) and two response columns, each a string (the
 assistant's text) or a message list (the assistant turn(s) that continue the prompt's conversation): TRL's
-"standard" and "conversational" preference formats, and Trinity-RFT's `plaintext` / `messages` prompt types. A
+"standard" and "conversational" preference formats, and Trinity-RFT's `plaintext` / `messages` prompt types (a
+row without the prompt column whose chosen and rejected are whole conversations is TRL's implicit prompt: the
+messages both begin with are the prompt, as TRL's extract_prompt splits them). A
 string prompt becomes one user message, preceded by a system message when `system_prompt_key` names a column or
 `system_prompt` is set (Trinity-RFT's keys). The prompt is chat-templated with the generation prompt; a string
 response is its text plus the EOS token (as in rft's SFT rows); a message-list response is the template of the
@@ -22,15 +24,13 @@ prompt images (none when no pair has any).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from rft.batch import Batch
-from rft.data.chat import encode
+from rft.data.chat import as_messages, response_tokens, row_encoder
 from rft.data.dataset import DataError, _messages, left_pad
 from rft.data.images import refuse_images, row_images, with_image_parts
 from rft.data.io import missing_column, read_rows
@@ -45,28 +45,6 @@ class PreferenceExample:
     rejected_ids: list[int]
     rejected_mask: list[int]
     images: list[bytes] = field(default_factory=list)  # the prompt's images, encoded; both responses share them
-
-
-def _template(tokenizer, messages: list[dict], generation_prompt: bool) -> list[int]:
-    return encode(tokenizer, messages, generation_prompt=generation_prompt)
-
-
-Encode = Callable[[list[dict], bool], list[int]]
-"""A row's chat encoder: (messages, generation_prompt) -> token ids."""
-
-
-def _text_parts(messages: list[dict]) -> list[dict]:
-    """`messages` with each string content as one text part: the content form vision-language chat templates read."""
-    return [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
-            for m in messages]
-
-
-def _as_messages(value: Any) -> list[dict] | None:
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) and "content" in m for m in value):
-        return [{"role": m.get("role", "assistant"), "content": m["content"]} for m in value]
-    return None
 
 
 class PreferenceDataset:
@@ -86,6 +64,7 @@ class PreferenceDataset:
                 where = f"{file} row {i}"
                 if vision is None:
                     refuse_images(row, where, "DPO on a text-only model", image_key)
+                row = self._implicit_prompt(row, data_cfg, where)
                 for key, column in (("prompt_key", data_cfg.prompt_key), ("chosen_key", data_cfg.chosen_key),
                                     ("rejected_key", data_cfg.rejected_key)):
                     if column not in row:
@@ -96,12 +75,12 @@ class PreferenceDataset:
                     prompt = with_image_parts(prompt, len(images), where)
                 elif vision is not None:  # placeholders without images
                     with_image_parts(prompt, 0, where)
-                encode_row = self._encoder(vision, images, where)
+                encode_row = row_encoder(tokenizer, vision, images, where)
                 prompt_ids = encode_row(prompt, True)
-                chosen = self._response(encode_row, prompt, prompt_ids, row[data_cfg.chosen_key], where,
-                                        data_cfg.chosen_key)
-                rejected = self._response(encode_row, prompt, prompt_ids, row[data_cfg.rejected_key], where,
-                                          data_cfg.rejected_key)
+                chosen = response_tokens(tokenizer, encode_row, prompt, prompt_ids, row[data_cfg.chosen_key],
+                                         where, data_cfg.chosen_key)
+                rejected = response_tokens(tokenizer, encode_row, prompt, prompt_ids, row[data_cfg.rejected_key],
+                                           where, data_cfg.rejected_key)
                 examples.append(PreferenceExample(prompt_ids, *chosen, *rejected, images=images))
                 spans.append(self._span(examples[-1], where))
         if not examples:
@@ -111,16 +90,34 @@ class PreferenceDataset:
         self.examples = [self._cut(x, data_cfg.max_length, data_cfg.truncation)
                          for x, kept in zip(examples, keep) if kept]
 
-    def _encoder(self, vision, images: list[bytes], where: str) -> Encode:
-        """The row's chat encoder: the tokenizer's chat template, or with images the processor's, which expands
-        each image into the family's image tokens."""
-        if not images:
-            return lambda messages, generation_prompt: _template(self.tokenizer, messages, generation_prompt)
-
-        def encode_row(messages: list[dict], generation_prompt: bool) -> list[int]:
-            return vision.encode(vision.render(_text_parts(messages), generation_prompt=generation_prompt), images,
-                                 where)
-        return encode_row
+    @staticmethod
+    def _implicit_prompt(row: dict, cfg, where: str) -> dict:
+        """A row of TRL's implicit-prompt format, no prompt column and chosen and rejected each a whole conversation,
+        as a row with one: the messages both begin with are the prompt, the rest of each its response (TRL's
+        extract_prompt). Any other row as it is."""
+        if cfg.prompt_key in row:
+            return row
+        if isinstance(row.get(cfg.chosen_key), str) and isinstance(row.get(cfg.rejected_key), str):
+            raise DataError(
+                f"{where}: no column {cfg.prompt_key!r} (data.prompt_key), and {cfg.chosen_key!r} and "
+                f"{cfg.rejected_key!r} are strings: TRL's implicit prompt as text, which rft does not split (where a "
+                "prompt ends in text is a guess); give each row its prompt in a column (data.prompt_key), or chosen "
+                "and rejected as chat message lists")
+        if as_messages(row.get(cfg.chosen_key)) is None or as_messages(row.get(cfg.rejected_key)) is None:
+            return row
+        chosen, rejected = (list(v.tolist() if hasattr(v, "tolist") else v)
+                            for v in (row[cfg.chosen_key], row[cfg.rejected_key]))
+        shared = 0
+        while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+            shared += 1
+        if not shared or shared in (len(chosen), len(rejected)):
+            raise DataError(
+                f"{where}: no column {cfg.prompt_key!r} (data.prompt_key), and {cfg.chosen_key!r} and "
+                f"{cfg.rejected_key!r} are conversations that " + ("share no first message" if not shared else
+                                                                   "do not differ after the messages they share") +
+                " to be the prompt (TRL's implicit prompt): give each row its prompt in a column (data.prompt_key)")
+        return {**row, cfg.prompt_key: chosen[:shared], cfg.chosen_key: chosen[shared:],
+                cfg.rejected_key: rejected[shared:]}
 
     @staticmethod
     def _prompt(row: dict, cfg, where: str) -> list[dict]:
@@ -136,36 +133,6 @@ class PreferenceDataset:
             system = cfg.system_prompt
         return ([{"role": "system", "content": str(system)}] if system is not None else []) + [
             {"role": "user", "content": value}]
-
-    def _response(self, encode_row: Encode, prompt: list[dict], prompt_ids: list[int], value: Any, where: str,
-                  column: str) -> tuple[list[int], list[int]]:
-        """(token ids, loss mask) of one response; `encode_row` encodes the row's conversations (with its images)."""
-        tok = self.tokenizer
-        if isinstance(value, str):
-            ids = tok(value, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            return ids, [1] * len(ids)
-        turns = _as_messages(value)
-        if turns is None:
-            raise DataError(f"{where}: column {column!r} must be a string or a chat message list "
-                            "[{role, content}, ...]")
-        full = encode_row(prompt + turns, False)
-        if full[:len(prompt_ids)] != prompt_ids:
-            raise DataError(f"{where}: the chat template of the prompt is not a prefix of the template of the prompt "
-                            f"and {column!r}; give {column!r} as a string")
-        mask = [0] * len(full)
-        for turn in range(len(prompt), len(prompt) + len(turns)):
-            messages = (prompt + turns)[: turn + 1]
-            if messages[-1]["role"] != "assistant":
-                continue
-            start = len(encode_row(messages[:-1], True))
-            end = len(encode_row(messages, False))
-            while end > start and full[end - 1] != tok.eos_token_id:  # the turn's text and EOS, not a newline
-                end -= 1
-            mask[start:end] = [1] * (end - start)
-        ids, mask = full[len(prompt_ids):], mask[len(prompt_ids):]
-        if not any(mask):
-            raise DataError(f"{where}: column {column!r} has no assistant turn")
-        return ids, mask
 
     @staticmethod
     def _span(x: PreferenceExample, where: str) -> Span:
@@ -193,6 +160,11 @@ class PreferenceDataset:
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest pair's longer sequence (the prompt and its longer response), as it is trained on."""
+        return max((len(x.prompt_ids) + max(len(x.chosen_ids), len(x.rejected_ids)) for x in self.examples), default=0)
 
     def batch(self, indices: list[int], pad_id: int) -> Batch:
         """The pairs `indices` as 2 x len(indices) rows: chosen (even rows) and rejected (odd rows) of each pair;

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from rft.batch import Batch
-from rft.data.chat import encode
+from rft.data.chat import as_messages, encode, response_tokens, row_encoder
 from rft.data.dataset import DataError, _messages, _tools, left_pad
 from rft.data.images import refuse_images, row_images, with_image_parts
 from rft.data.io import missing_column, read_rows
@@ -51,7 +51,6 @@ class SFTDataset:
         files = [files] if isinstance(files, (str, Path)) else list(files)
         examples: list[SFTExample] = []
         spans: list[Span] = []
-        eos = tokenizer.eos_token_id
         image_key = getattr(data_cfg, "image_key", "images")
         for file in files:
             for i, row in enumerate(read_rows(file)):
@@ -68,21 +67,26 @@ class SFTDataset:
                     for column, key in ((data_cfg.prompt_key, f"{keys}.prompt_key"),
                                         (data_cfg.response_key, f"{keys}.response_key")):
                         if column not in row:
-                            raise missing_column(where, column, key, row)
+                            raise self._not_single_turn(where, row, data_cfg, keys) or \
+                                missing_column(where, column, key, row)
                     prompt = _dig(row[data_cfg.prompt_key], data_cfg.prompt_dict_keys, where, data_cfg.prompt_key)
                     response = _dig(row[data_cfg.response_key], data_cfg.response_dict_keys, where,
                                     data_cfg.response_key)
                     messages = _messages(prompt, where)
                     images = row_images(row, image_key, Path(file).parent, where) if vision is not None else []
                     if images:  # the processor expands each image into the family's image tokens
-                        text = vision.render(with_image_parts(messages, len(images), where))
-                        prompt_ids = vision.encode(text, images, where)
+                        messages = with_image_parts(messages, len(images), where)
+                        prompt_ids = vision.encode(vision.render(messages), images, where)
                     else:
                         if vision is not None:  # placeholders without images
                             with_image_parts(messages, 0, where)
                         prompt_ids = _template(tokenizer, messages, generation_prompt=True)
-                    response_ids = tokenizer(str(response), add_special_tokens=False)["input_ids"] + [eos]
-                    example = SFTExample(prompt_ids, response_ids, [1] * len(response_ids), images)
+                    encode_row = row_encoder(tokenizer, vision, images, where)
+                    # a string (any scalar: its text) or TRL's conversational completion, a message list
+                    response = response if as_messages(response) is not None else str(response)
+                    response_ids, loss_mask = response_tokens(tokenizer, encode_row, messages, prompt_ids, response,
+                                                              where, data_cfg.response_key)
+                    example = SFTExample(prompt_ids, response_ids, loss_mask, images)
                 examples.append(example)
                 spans.append(self._span(example, where))
         if not examples:
@@ -118,6 +122,27 @@ class SFTDataset:
         return SFTExample(full[:1], full[1:], mask[1:])
 
     @staticmethod
+    def _not_single_turn(where: str, row: dict, data_cfg, keys: str) -> DataError | None:
+        """The error for a row without the prompt column that is TRL's conversational row (a messages
+        column: the key that trains on it) or its language-modeling row (a text column, which rft sft does not
+        train on); None for any other row."""
+        column = data_cfg.multiturn.messages_key or "messages"
+        fix = (f"{keys}.messages_key={column}" if keys != "data" else "data.multiturn.enable=true" +
+               ("" if column == "messages" else f" data.multiturn.messages_key={column}"))
+        if data_cfg.prompt_key in row:
+            return None
+        if as_messages(row.get(column)) is not None:
+            return DataError(f"{where}: no column {data_cfg.prompt_key!r} ({keys}.prompt_key), but chat "
+                             f"conversations in {column!r} (TRL's conversational format): set {fix} to train on "
+                             "their assistant turns")
+        if isinstance(row.get("text"), str):
+            return DataError(f"{where}: no column {data_cfg.prompt_key!r} ({keys}.prompt_key), but a 'text' column "
+                             "(TRL's language-modeling format), which rft sft does not train on: write each row as "
+                             f"a prompt and a response column ({keys}.prompt_key, {keys}.response_key) or as chat "
+                             f"messages ({fix})")
+        return None
+
+    @staticmethod
     def _span(example: SFTExample, where: str) -> Span:
         prompt = len(example.prompt_ids)
         return Span(where, prompt, prompt + len(example.response_ids), prompt + example.loss_mask.index(1),
@@ -140,6 +165,11 @@ class SFTDataset:
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest row (prompt and response), as it is trained on."""
+        return max((len(x.prompt_ids) + len(x.response_ids) for x in self.examples), default=0)
 
     def batch(self, indices: list[int], pad_id: int) -> Batch:
         """A Batch: prompts left-padded, responses right-padded, `loss_mask` on the tokens that carry loss."""

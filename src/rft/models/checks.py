@@ -130,3 +130,38 @@ def check_positions(ctx: CheckContext) -> None:
     if config.get("model_type") in LEARNED_POSITIONS:
         raise ConfigError(f"{what} (a learned position table, which has no position past it): lower them")
     log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
+
+
+def check_generation_positions(path: str, prompts, response_length: int) -> None:
+    """`rft generate`'s prompts, each with rollout.response_length new tokens, fit the positions of the model at
+    `path` when it has a learned position table (GPT-2, OPT, ...; a rotary model goes on, as `check_positions`
+    lets it): checked on the longest prompt of `prompts` (each with `ids` and `origin`), after the chat template and
+    before the model loads, where generation past the table would stop on an index error."""
+    config = text_config_json(path)
+    positions = model_positions(config) if config is not None else None
+    if positions is None or config.get("model_type") not in LEARNED_POSITIONS or not len(prompts):
+        return
+    longest = max((prompts[i] for i in range(len(prompts))), key=lambda p: len(p.ids))
+    if len(longest.ids) + response_length <= positions:
+        return
+    room = positions - len(longest.ids)
+    fix = (f"lower rollout.response_length to at most {room}" if room > 0 else
+           f"shorten the prompt (rollout.prompt_length={positions - 1} refuses such prompts by name)")
+    raise ConfigError(
+        f"rollout.response_length={response_length}: the longest prompt ({longest.origin}, {len(longest.ids)} tokens) "
+        f"and its response need {len(longest.ids) + response_length} positions, more than the {positions} of {path} "
+        f"(a learned position table, which has no position past it): {fix}")
+
+
+def check_row_positions(path: str, longest: int, unit: str) -> None:
+    """rft sft's and rft dpo's rows, the longest `longest` tokens (after data.max_length and data.truncation), fit the
+    positions of the model at `path` when it has a learned position table (GPT-2, OPT, ...): checked when the data
+    has loaded, before the model, where the forward pass of a longer row would stop on an index error."""
+    config = text_config_json(path)
+    positions = model_positions(config) if config is not None else None
+    if positions is None or config.get("model_type") not in LEARNED_POSITIONS or longest <= positions:
+        return
+    raise ConfigError(
+        f"the longest {unit.removesuffix('s')} of data.train_files / val_files has {longest} tokens, more than the {positions} positions of {path} (a learned "
+        f"position table, which has no position past it): set data.max_length={positions} (data.truncation then "
+        f"says what happens to longer {unit}), or shorten them")

@@ -24,6 +24,7 @@ def run_generate(cfg: GenerationConfig) -> Path:
     from rft.errors import RftError
     from rft.explorer.evaluate import rollout_batch
     from rft.fsutil import output_problem
+    from rft.models.checks import check_generation_positions
     from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
     from rft.rollout import HFRollout, SamplingParams
     from rft.rollout.base import eos_token_ids
@@ -41,6 +42,7 @@ def run_generate(cfg: GenerationConfig) -> Path:
     rows = read_rows(d.path)
     # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row
     prompts = PromptDataset([(d.path, rows)], tokenizer, prompt_key=d.prompt_key, max_prompt_length=r.prompt_length)
+    check_generation_positions(m.path, prompts, r.response_length)
     model = load_causal_lm(m.path, dtype, device, external_lib=m.external_lib, trust_remote_code=m.trust_remote_code,
                            key="model", tokenizer=tokenizer)
     model.eval()

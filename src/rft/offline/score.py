@@ -76,6 +76,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
     rows = read_rows(d.path)
     if not rows:
         raise RftError(f"data.path={d.path!r} has no rows")
+    if d.data_source_key == "data_source" and (crf.path or crf.reward_fn_type):
+        # your own or a typed reward picks no scorer by it: optional, as in the rows rft train reads (and rft
+        # generate keeps), verl's "unknown"; the built-in scorers need it
+        rows = [row if "data_source" in row else {**row, "data_source": "unknown"} for row in rows]
     flat: dict[str, list] = {"source": [], "response": [], "truth": [], "extra": []}
     counts: dict[str, set[int]] = {}
     for i, row in enumerate(rows):

@@ -91,6 +91,9 @@ def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping
     try:
         signature.bind(**{**dict.fromkeys(VERL_ARGS), **kwargs})
     except TypeError as e:
+        trl = trl_signature(fn, name, path, signature)
+        if trl is not None:
+            raise trl from None
         keywords = (f" and the keyword arguments {', '.join(map(str, kwargs))} (custom_reward_function.reward_kwargs)"
                     if kwargs else "")
         raise RewardError(
@@ -99,6 +102,30 @@ def check_call(fn: Callable, name: str, path: str | Path, reward_kwargs: Mapping
             f"by name as verl passes them ({e}); give it parameters of those names, e.g. def {name}(data_source, "
             "solution_str, ground_truth, extra_info=None, **kwargs)"
         ) from None
+
+
+TRL_ARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+"""The arguments TRL's GRPOTrainer passes a reward function by name besides the dataset's columns."""
+
+
+def trl_signature(fn: Callable, name: str, path: str | Path, signature: inspect.Signature) -> RewardError | None:
+    """The error for a function written for TRL's GRPOTrainer, ``f(prompts, completions, **kwargs) -> list[float]``
+    (a parameter named `completions` or `prompts` tells one): how to write it for rft's per-response call, and the
+    key that hands it the dataset column it reads (data.response_key); None for any other function."""
+    params = signature.parameters
+    if "completions" not in params and "prompts" not in params:
+        return None
+    columns = [p for p, v in params.items() if p not in TRL_ARGS and p not in VERL_ARGS
+               and v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL)]
+    column = (f" (or the column data.response_key names: data.response_key={columns[0]} for the {columns[0]!r} "
+              "this function reads)") if len(columns) == 1 else " (or the column data.response_key names)"
+    return RewardError(
+        f"custom_reward_function.name: {name!r} in {str(path)!r} has TRL's batched signature {name}{signature} (lists "
+        "of completions in, a list of floats out); rft calls a reward function once per response, as verl does: "
+        f"write def {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs) returning a float, "
+        f"solution_str the response's text, ground_truth the row's reward_model.ground_truth{column}, extra_info the "
+        "row's extra_info (docs/rewards.md)"
+    )
 
 
 def _function(module, module_name: str, file: Path, name: str) -> Callable:
@@ -111,9 +138,11 @@ def _function(module, module_name: str, file: Path, name: str) -> Callable:
             and not attr.startswith("_")
             and getattr(value, "__module__", None) == module_name
         )
+        fix = (f": set custom_reward_function.name={defined[0]}" if len(defined) == 1 else
+               ": set custom_reward_function.name to one of them (or a list of them)" if defined else "")
         raise RewardError(
             f"custom_reward_function.name: {str(file)!r} defines no {name!r}; "
-            f"callables it defines: {', '.join(defined) or '(none)'}"
+            f"callables it defines: {', '.join(defined) or '(none)'}{fix}"
         )
     fn = getattr(module, name)
     if not callable(fn):

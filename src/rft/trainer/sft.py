@@ -26,6 +26,7 @@ from rft.data.validation import capped_validation, note_uncapped_validation
 from rft.distributed import SINGLE, Dist, padded_shard
 from rft.fsutil import write_text_atomic
 from rft.models import precision
+from rft.models.checks import check_row_positions
 from rft.models.load import (
     export_hf,
     load_tokenizer,
@@ -84,7 +85,10 @@ class SFTTrainer:
         self.tokenizer = load_tokenizer(model_cfg.partial_pretrain, model_cfg.trust_remote_code)
         self.train_set = self.dataset(data.train_files)
         self.val_set = self.load_val_set()
-        self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed)
+        longest = max(ds.longest for ds in (self.train_set, self.val_set) if ds is not None)
+        check_row_positions(model_cfg.partial_pretrain, longest, self.val_unit)
+        self.sampler = PromptSampler(len(self.train_set), data.train_batch_size, shuffle=True, seed=trainer.seed,
+                                     unit=self.val_unit.removesuffix("s"), mini_batch_key=None)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
         self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device,
