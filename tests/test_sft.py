@@ -35,7 +35,12 @@ def assets(tmp_path_factory):
 
 
 def make_cfg(assets: Path, out: Path, *overrides: str):
-    return load_sft_config(None, [
+    return load_sft_config(None, sft_args(assets, out, *overrides))
+
+
+def sft_args(assets: Path, out: Path, *overrides: str) -> list[str]:
+    """The overrides of `make_cfg`, as `rft sft` takes them."""
+    return [
         f"model.partial_pretrain={assets / 'model'}",
         f"data.train_files={assets / 'data' / 'train.parquet'}",
         f"data.val_files={assets / 'data' / 'val.parquet'}",
@@ -43,7 +48,7 @@ def make_cfg(assets: Path, out: Path, *overrides: str):
         "data.train_batch_size=16", "data.micro_batch_size_per_gpu=16", "data.max_length=32",
         "optim.lr=3e-3", "optim.weight_decay=0.0", "trainer.total_training_steps=2", "trainer.logger=[]",
         f"trainer.default_local_dir={out}", *overrides,
-    ])
+    ]
 
 
 def greedy_accuracy(model_dir: Path, val_file: Path) -> float:
@@ -203,6 +208,17 @@ def test_sft_resume_with_a_changed_key_is_refused_before_the_model_loads(assets,
         check_resume_matches(changed, checkpoint_to_resume(changed))
     longer = make_cfg(assets, tmp_path, "trainer.total_training_steps=3", "trainer.test_freq=1")
     check_resume_matches(longer, checkpoint_to_resume(longer))
+
+
+def test_rerunning_a_finished_sft_run_with_checkpoints_is_no_error(assets, tmp_path):
+    """`rft sft` again after a run that saved checkpoints finished: the run folder's completeness check read
+    trainer.val_only, a key of rft train's alone, and the command ended in 'unexpected AttributeError'."""
+    from cli_helpers import rft_here
+
+    argv = ["sft", *sft_args(assets, tmp_path / "out", "trainer.total_training_steps=1", "trainer.save_freq=1")]
+    rft_here(*argv, cwd=tmp_path)
+    again = rft_here(*argv, cwd=tmp_path, check=False)
+    assert again.returncode == 0 and "unexpected" not in again.stderr, again.stderr
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])

@@ -321,8 +321,8 @@ def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) ->
     from rft.trainer.run import total_training_steps
 
     t = cfg.trainer
-    if (not isinstance(checkpoint, Path) or t.resume_mode != "auto" or t.val_only
-            or (written_by(checkpoint) or {}).get("trainer") != "train"):
+    if (not isinstance(checkpoint, Path) or (written_by(checkpoint) or {}).get("trainer") != "train"
+            or t.resume_mode != "auto" or t.val_only):  # val_only: rft train's key alone
         return None
     try:
         state = json.loads((checkpoint / "trainer_state.json").read_text())
