@@ -74,6 +74,31 @@ def test_rft_eval_on_a_hand_made_parquet_gives_the_hand_computed_pass_at_k(tmp_p
     assert "arithmetic (2 prompts x 4): reward/mean@4=0.3750" in capsys.readouterr().out
 
 
+def test_rft_eval_never_writes_over_the_responses_it_scores(tmp_path, capsys):
+    """metrics.output_path naming data.path wrote the metrics JSON over the responses (generate's output, gone); a
+    folder or a path under a file ended in a raw OS error. Each is one line before anything is scored or written;
+    the responses stay, byte for byte."""
+    path = write_parquet([_row("2+2=", "4", ["4", "5"])], tmp_path / "responses.parquet")
+    jsonl = tmp_path / "r.scores.jsonl"
+    jsonl.write_text(json.dumps(_row("2+2=", "4", ["4", "5"])) + "\n")
+    (tmp_path / "afile").write_text("mine")
+    kept = {p: p.read_bytes() for p in (path, jsonl)}
+    for data, out, line in (
+            (path, path, f"metrics.output_path={str(path)!r} must be a .json file (the metrics; <name>.scores.jsonl "
+                         "goes beside it), or null for <data.path without suffix>.metrics.json"),
+            (path, tmp_path, "must be a .json file"),
+            (path, tmp_path / "afile" / "m.json", f"metrics.output_path: {str(tmp_path / 'afile')!r} is a file, not "
+                                                  "a folder; name another .json file for the metrics"),
+            (jsonl, tmp_path / "r.json", f"metrics.output_path (its scores file, r.scores.jsonl): {str(jsonl)!r} is "
+                                         "data.path, the responses it scores; name another .json file for the metrics")):
+        assert main(["eval", f"data.path={data}", f"metrics.output_path={out}"]) == 2
+        err = capsys.readouterr().err
+        assert err.splitlines() == [f"rft: error: {err.splitlines()[0].removeprefix('rft: error: ')}"]
+        assert line in err, err
+    assert {p: p.read_bytes() for p in (path, jsonl)} == kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "r.scores.jsonl", "responses.parquet"]
+
+
 def test_rft_eval_custom_reward_function_and_its_keys(tmp_path, capsys):
     (tmp_path / "r.py").write_text("def half(data_source, solution_str, ground_truth, extra_info=None):\n"
                                    "    return 0.5 if solution_str == ground_truth else 0.0\n")
@@ -196,6 +221,9 @@ def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):
                           (["rollout.name=vllm"], "rollout.name='vllm' is not supported"),
                           (["data.n_samples=0"], "data.n_samples must be a positive integer"),
                           (["data.output_path=o.jsonl"], "must be a .parquet file"),
+                          # the prompts file was replaced by the responses
+                          (["data.output_path=./x.parquet"], "data.output_path='./x.parquet' is data.path: the prompts "
+                           "would be replaced by the responses; name another .parquet file"),
                           ([], "data.path: file 'x.parquet' does not exist")):
         assert main([*base, *extra]) == 2
         assert needle in capsys.readouterr().err, needle
@@ -309,6 +337,14 @@ def test_outputs_are_checked_before_the_work_and_a_users_file_is_never_replaced(
         assert needle in capsys.readouterr().err, needle
     assert afile.read_text() == "mine" and (mine / "notes.txt").read_text() == "mine too"
     assert main(["merge", str(run), str(run / "model")]) == 0  # a model folder is replaced, as before
+    # but not the model the run started from, which its resume and every later merge rebuild the model from
+    start = assets / "model"
+    weights = (start / "model.safetensors").read_bytes()
+    assert main(["merge", str(run), f"{start}/"]) == 2
+    assert capsys.readouterr().err == (f"rft: error: rft merge: the output '{start}/' is the model folder the run "
+                                       f"started from ({run / 'config.yaml'}), which its resume, and every merge of "
+                                       "its checkpoints, rebuild the model from; name a new folder\n")
+    assert (start / "model.safetensors").read_bytes() == weights
     assert main(["generate", f"data.path={assets / 'data' / 'val.parquet'}", f"model.path={assets / 'model'}",
                  f"data.output_path={afile / 'o.parquet'}"]) == 2
     err = capsys.readouterr().err
