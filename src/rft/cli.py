@@ -10,6 +10,7 @@ command line) or RFT_DEBUG=1 adds the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -668,7 +669,20 @@ def _dispatch(argv: list[str]) -> int:
     _split_positionals(args)
     _require_something_to_run(args)
     _require_config_here(args)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BaseException as e:
+        if args.command in RUNLESS and getattr(e, "resume_note", None) is None:
+            from rft.errors import STARTS_AGAIN
+
+            with contextlib.suppress(AttributeError):  # an exception type without a __dict__ keeps RESUME_EITHER
+                e.resume_note = STARTS_AGAIN
+        raise
+
+
+RUNLESS = ("init-model", "data", "example", "generate", "eval", "merge")
+"""The commands that hold no run folder and write no checkpoint: a stop or a full disk ends their line with
+`errors.STARTS_AGAIN`, not with a run's resume."""
 
 
 def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:

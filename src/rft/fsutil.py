@@ -52,14 +52,25 @@ def os_error_of(error: BaseException, path: str | Path) -> OSError | None:
 
 
 def checked_write(write: Callable[[], object], path: str | Path) -> None:
-    """Run `write()` (which writes `path`); a failure of the file system is raised as the OSError it is."""
+    """Run `write()` (which writes `path`); a failure of the file system is raised as the OSError it is, naming
+    `path` where it named no file (a full disk surfaces from write() or close() without one: the line said
+    "while writing a file")."""
     try:
         write()
     except Exception as e:
-        os_error = os_error_of(e, path)
-        if os_error is None or os_error is e:
+        os_error = _file_system_error(e, path)
+        if os_error is None:
             raise
         raise os_error from e
+
+
+def _file_system_error(error: Exception, path: str | Path) -> OSError | None:
+    """`checked_write`'s OSError for `error`, raised while writing `path`; None where `error` is to be raised as
+    it is (not the file system's, or an OSError that names its file)."""
+    os_error = os_error_of(error, path)
+    if os_error is error and error.filename is None and error.errno is not None:
+        return OSError(error.errno, error.strerror, str(path))
+    return None if os_error is error else os_error
 
 
 def current_umask() -> int:
@@ -226,7 +237,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        checked_write(lambda: tmp.write_text(text, encoding="utf-8"), path)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -264,13 +275,20 @@ def _folder_made(folder: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling folder of `final`; on success its files get the umask's modes (`publish_modes`)
-    and it replaces `final`; on error it is removed."""
+    and it replaces `final`; on error it is removed, and a failure of the file system in the block, where the writer
+    hid it (safetensors: "os error 27") or named no file, is raised as the OSError it is, naming `final`."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.mkdir()
     try:
-        yield staging
+        try:
+            yield staging
+        except Exception as e:
+            os_error = _file_system_error(e, final)
+            if os_error is None:
+                raise
+            raise os_error from e
         publish_modes(staging)
         replace_dir(staging, final)
     except BaseException:

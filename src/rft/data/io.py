@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rft.errors import RftError
+from rft.fsutil import checked_write
 
 ROW_SUFFIXES = (".parquet", ".jsonl")
 
@@ -70,7 +71,7 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
     # A fresh name rather than mkstemp, so the file gets the usual permissions instead of mkstemp's 0600.
     tmp_path = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        pq.write_table(table, tmp_path)
+        checked_write(lambda: pq.write_table(table, tmp_path), path)  # a full disk's error names no file
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)

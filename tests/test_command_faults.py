@@ -1,0 +1,85 @@
+"""Faults in the commands other than `rft train` (tests/test_robustness.py has train's): a full disk, a stop by
+Ctrl-C / SIGTERM and a kill in `rft init-model`, `rft generate` and `rft merge`, each in a real process: one line
+`rft: error: ...` (or `rft: stopped ...`) that says what the same command does next, and no output or temporary
+file left half written."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rft.data.io import write_parquet
+from rft.models.tiny import init_model
+
+pytestmark = pytest.mark.slow
+STARTS_AGAIN = "the same command starts again (it has nothing to resume)"  # rft.errors.STARTS_AGAIN, as printed
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def rft(*args: str, cwd: Path, limit_bytes: int | None = None) -> subprocess.CompletedProcess:
+    """`rft <args>` in a process of its own; `limit_bytes`: no file it writes may grow past it (RLIMIT_FSIZE, a
+    full disk as a process sees it)."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    # no .pyc written under the limit: CPython would write a truncated one (a short write it does not check)
+    env = {**ENV, "PYTHONDONTWRITEBYTECODE": "1"} if limit_bytes else ENV
+    return subprocess.run([sys.executable, "-m", "rft", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300, preexec_fn=limit if limit_bytes else None)
+
+
+def only_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_a_full_disk_in_init_model_and_generate_is_one_line_naming_the_output(tmp_path):
+    """init-model's safetensors writer hides the errno: the line called it a bug in rft. generate's parquet
+    writer names no file: the line said 'while writing a file'. Both said a run's checkpoint would be resumed."""
+    proc = rft("init-model", "m", cwd=tmp_path, limit_bytes=100_000)  # model.safetensors is ~4 MB
+    assert proc.returncode == 2
+    assert only_line(proc.stderr) == (
+        "rft: error: file too large for this file system or process limit while writing 'm': free space on that file "
+        f"system (or raise the limit); files rft writes are whole or absent, and {STARTS_AGAIN}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+    init_model("tiny", tmp_path / "m")
+    prompts = write_parquet([{"prompt": [{"role": "user", "content": f"{i}+1="}]} for i in range(8)],
+                            tmp_path / "prompts.parquet")
+    proc = rft("generate", f"data.path={prompts}", "model.path=m", "data.output_path=out/responses.parquet",
+               "data.n_samples=64", "rollout.response_length=16", "rollout.prompt_length=32", cwd=tmp_path,
+               limit_bytes=4096)
+    assert proc.returncode == 2, proc.stderr
+    assert only_line(proc.stderr) == (
+        "rft: error: file too large for this file system or process limit while writing 'out/responses.parquet': "
+        f"free space on that file system (or raise the limit); files rft writes are whole or absent, and "
+        f"{STARTS_AGAIN}")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_stopped_generate_says_it_starts_again_and_leaves_no_output(tmp_path):
+    """Ctrl-C in rft generate (which holds no run) said the same command resumes from the run's last checkpoint."""
+    init_model("tiny", tmp_path / "m")
+    prompts = write_parquet([{"prompt": [{"role": "user", "content": f"{i}+1="}]} for i in range(400)],
+                            tmp_path / "prompts.parquet")
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "generate", f"data.path={prompts}", "model.path=m",
+                             "data.output_path=out/responses.parquet", "data.batch_size=4", "data.n_samples=2",
+                             "rollout.response_length=8", "rollout.prompt_length=32"],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for _ in range(2000):  # its first progress line: generation has started
+        if proc.stdout.readline().startswith("rft generate: 4/400 prompts"):
+            break
+        assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert only_line(err) == f"rft: stopped by SIGINT; files rft writes are whole or absent, so {STARTS_AGAIN}"
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
