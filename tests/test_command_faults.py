@@ -10,6 +10,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,58 @@ def test_a_stopped_generate_says_it_starts_again_and_leaves_no_output(tmp_path):
     assert proc.returncode == 130, err
     assert only_line(err) == f"rft: stopped by SIGINT; files rft writes are whole or absent, so {STARTS_AGAIN}"
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_killed_init_model_leaves_a_staging_folder_the_next_write_removes(tmp_path):
+    """SIGKILL while rft init-model writes: the model folder is absent (never half written), and its model-sized
+    staging folder `.m.tmp-*` stayed for good beside it (no run folder's lock, nothing cleaned there); the same
+    command again removes it, says so, and writes the model."""
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "init-model", "--preset", "small", "m"], cwd=tmp_path,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(6000):  # its staging folder, with a file in it: writing has begun
+        staging = [p for p in tmp_path.iterdir() if p.name.startswith(".m.tmp-") and any(p.iterdir())]
+        if staging or proc.poll() is not None:
+            break
+        time.sleep(0.005)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert staging and proc.returncode == -signal.SIGKILL, "it finished before the kill"
+    assert not (tmp_path / "m").exists()
+    quiet = time.time() - 60  # a live writer's folder is never taken: nothing in it changed for a while
+    for path in [staging[0], *staging[0].rglob("*")]:
+        os.utime(path, (quiet, quiet))
+    proc = rft("init-model", "m", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"rft: note: an earlier write of m was killed: removed {staging[0].name}, the folder it was writing" in \
+        proc.stdout, proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+
+
+def test_clean_abandoned_leaves_a_live_writers_folder_and_puts_back_a_model_moved_aside(tmp_path):
+    """A staging folder its writer holds (an flock) stays; one nobody holds, quiet for a while, goes; a model a
+    kill left moved aside between replace_dir's two renames is put back."""
+    from rft.fsutil import _flock, clean_abandoned
+
+    final = tmp_path / "m"
+    live, dead = tmp_path / ".m.tmp-0000000a", tmp_path / ".m.tmp-0000000b"
+    for folder in (live, dead):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x")
+        quiet = time.time() - 60
+        for path in (folder, folder / "model.safetensors"):
+            os.utime(path, (quiet, quiet))
+    (tmp_path / ".m.old-0000000c").mkdir()
+    (tmp_path / ".m.old-0000000c" / "config.json").write_text("{}")
+    held = _flock(live)
+    try:
+        assert clean_abandoned(final) == [f"removed {dead}, the folder it was writing"]  # m missing, a writer lives
+        assert live.is_dir() and not dead.exists()
+    finally:
+        os.close(held)
+    assert clean_abandoned(final) == [f"removed {live}, the folder it was writing",
+                                      f"restored {final} from .m.old-0000000c"]
+    assert (final / "config.json").read_text() == "{}"
+    (tmp_path / ".m.old-0000000d").mkdir()
+    assert clean_abandoned(final) == [f"removed {tmp_path / '.m.old-0000000d'}, the earlier m it was replacing"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]

@@ -4,7 +4,9 @@ Temporary names are `.<name>.tmp-<8 hex>` (and `.<name>.old-<8 hex>` for a folde
 so a run that finds them in its folder knows an earlier run was interrupted (`clean_stale`, under the run folder's
 lock). A staging folder made inside a folder no lock holds (`staging_in`: `rft data`) names its process,
 `.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`;
-one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour).
+one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour). An `atomic_dir`
+writer holds an flock on its staging folder, so the next writer of the same folder removes what a killed one left
+beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`).
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
@@ -279,8 +281,11 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     hid it (safetensors: "os error 27") or named no file, is raised as the OSError it is, naming `final`."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    for line in clean_abandoned(final):
+        print(f"rft: note: an earlier write of {final} was killed: {line}", flush=True)
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.mkdir()
+    held = _flock(staging)  # for this process's life: a killed writer's folder is the one nobody holds
     try:
         try:
             yield staging
@@ -294,6 +299,87 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+ABANDONED_AFTER_S = 10.0
+"""How long nothing in an unlocked staging folder must have changed before `clean_abandoned` takes it for a killed
+writer's: a live one locks its folder the moment after making it."""
+
+
+def _quiet_for(path: Path) -> float:
+    """Seconds since `path` (a folder) or anything in it last changed."""
+    import time
+
+    try:
+        return time.time() - _last_change(path)
+    except OSError:  # removed meanwhile
+        return 0.0
+
+
+def _flock(folder: Path) -> int | None:
+    """An open descriptor of `folder` holding an exclusive flock on it (the kernel drops it when the process dies);
+    None where another process holds one, or the file system has none."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def clean_abandoned(final: str | Path) -> list[str]:
+    """Remove what writers of `final` (`atomic_dir`) that were killed left beside it, outside a run folder too
+    (`rft init-model`, `rft merge`: a model-sized hidden folder each, which nothing removed): a staging folder
+    `.<name>.tmp-*` no process holds and nothing changed in for ABANDONED_AFTER_S (a live writer holds an flock on
+    its own; one nobody can lock, as on a file system without flock, is left alone), and a `.<name>.old-*` (the previous `final`, moved aside by `replace_dir`):
+    removed where `final` exists, put back where a kill between the two renames left it missing. Returns what was
+    done, one line each."""
+    final = Path(final)
+    done: list[str] = []
+    try:
+        siblings = sorted(final.parent.iterdir())
+    except OSError:
+        return done
+    live = False
+    for path in siblings:
+        m = _STALE.match(path.name)
+        if m is None or m.group("name") != final.name or m.group("kind") != "tmp" or not path.is_dir() \
+                or path.is_symlink():
+            continue
+        fd = _flock(path)
+        if fd is None or _quiet_for(path) < ABANDONED_AFTER_S:  # its writer runs (or no flock here: it may), or
+            live = True                                          # has made it and is about to lock it
+            if fd is not None:
+                os.close(fd)
+            continue
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+        done.append(f"removed {path}, the folder it was writing")
+    for path in siblings:
+        m = _STALE.match(path.name)
+        if m is None or m.group("name") != final.name or m.group("kind") != "old" or not path.exists():
+            continue
+        if not final.exists() and not live:
+            os.replace(path, final)
+            done.append(f"restored {final} from {path.name}")
+        elif final.exists():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            done.append(f"removed {path}, the earlier {final.name} it was replacing")
+    return done
 
 
 @contextlib.contextmanager
