@@ -210,15 +210,33 @@ def test_sft_resume_with_a_changed_key_is_refused_before_the_model_loads(assets,
     check_resume_matches(longer, checkpoint_to_resume(longer))
 
 
-def test_rerunning_a_finished_sft_run_with_checkpoints_is_no_error(assets, tmp_path):
-    """`rft sft` again after a run that saved checkpoints finished: the run folder's completeness check read
-    trainer.val_only, a key of rft train's alone, and the command ended in 'unexpected AttributeError'."""
+@pytest.mark.parametrize("save_freq", [1, -1], ids=["checkpoints", "no_checkpoint"])
+def test_rerunning_a_finished_sft_run_says_it_is_complete_and_trains_nothing(assets, tmp_path, save_freq):
+    """`rft sft` again after its run finished, as `rft train` does: the line saying it is complete, exit 0, model/
+    not rewritten. With checkpoints the completeness check read trainer.val_only, a key of rft train's alone, and
+    the command ended in 'unexpected AttributeError'; without (trainer.save_freq=-1, the default) the run trained
+    again from step 0 and replaced model/ and metrics.jsonl without a word, and with another key it does so only
+    when told (trainer.resume_mode=disable)."""
     from cli_helpers import rft_here
 
-    argv = ["sft", *sft_args(assets, tmp_path / "out", "trainer.total_training_steps=1", "trainer.save_freq=1")]
+    out = tmp_path / "out"
+    argv = ["sft", *sft_args(assets, out, "trainer.total_training_steps=1", f"trainer.save_freq={save_freq}")]
     rft_here(*argv, cwd=tmp_path)
-    again = rft_here(*argv, cwd=tmp_path, check=False)
-    assert again.returncode == 0 and "unexpected" not in again.stderr, again.stderr
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    again = rft_here(*argv, cwd=tmp_path)
+    done = (f"rft: {out} is complete (1/1 steps, model in {out / 'model'}); nothing to do" if save_freq > 0 else
+            f"rft: {out} is complete (model in {out / 'model'}; trainer.save_freq=-1 wrote no checkpoint); nothing "
+            "to do")
+    assert done in again.stdout and "rft sft: model written" not in again.stdout, again.stdout
+    assert weights.stat().st_mtime_ns == written
+    if save_freq > 0:
+        return
+    other = rft_here(*argv, "optim.lr=1e-2", cwd=tmp_path, check=False)
+    assert other.returncode == 2 and other.stderr.startswith(
+        f"rft: error: {out} holds a finished run (model in {out / 'model'}) with other keys: optim.lr (0.003 -> "
+        "0.01); it wrote no checkpoint (trainer.save_freq=-1)"), other.stderr
+    assert weights.stat().st_mtime_ns == written
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
