@@ -360,3 +360,26 @@ def test_merge_of_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
     assert err.startswith(f"rft: error: {str(tmp_path / 'grpo_rn')!r} does not exist"), err
     assert "save_freq" not in err and "'grpo_run'" in err
     assert not (tmp_path / "merged").exists()
+
+
+def test_merge_of_a_checkpoint_a_live_run_removes_meanwhile_says_so(assets, tmp_path, capsys, monkeypatch):
+    """A live run keeping trainer.max_ckpt_to_keep removes a checkpoint after its next save, maybe while rft merge
+    reads it: the line was the bare 'No such file or directory: .../policy.safetensors'; now it says what happened
+    and what to do, and nothing is written."""
+    from rft.trainer import checkpoint
+
+    run = tmp_path / "run"
+    _train(assets, run)
+    real = checkpoint.load_policy_weights
+
+    def removed_meanwhile(folder, model):
+        shutil.rmtree(folder)  # the run's next save replaced it
+        return real(folder, model)
+
+    monkeypatch.setattr(checkpoint, "load_policy_weights", removed_meanwhile)
+    assert main(["merge", str(run), str(tmp_path / "merged")]) == 2
+    step = run / "checkpoints" / "global_step_1"
+    assert capsys.readouterr().err == (
+        f"rft: error: checkpoint {step} was removed while rft merge read it (the run in {run} replaced it with a newer "
+        "one, as trainer.max_ckpt_to_keep has it); run the same command again, or merge once the run has finished\n")
+    assert not (tmp_path / "merged").exists()

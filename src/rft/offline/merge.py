@@ -119,6 +119,13 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
             _load_dcp(folder / POLICY_DCP, model)
         else:
             load_policy_weights(folder, model)
+    except FileNotFoundError:
+        if folder.exists():
+            raise
+        # a live run keeping trainer.max_ckpt_to_keep removed it after its next save
+        raise CheckpointError(f"checkpoint {folder} was removed while rft merge read it (the run in {run} replaced it "
+                              "with a newer one, as trainer.max_ckpt_to_keep has it); run the same command again, or "
+                              "merge once the run has finished") from None
     except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
         raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({' '.join(str(e).split())[:200]}); "
                               "give --config with the config it was trained with") from None
