@@ -139,3 +139,20 @@ def test_clean_abandoned_leaves_a_live_writers_folder_and_puts_back_a_model_move
     (tmp_path / ".m.old-0000000d").mkdir()
     assert clean_abandoned(final) == [f"removed {tmp_path / '.m.old-0000000d'}, the earlier m it was replacing"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_init_model_into_this_folder_or_under_a_file_is_one_line(tmp_path):
+    """`rft init-model --overwrite .` ended in 'unexpected ValueError ... a bug in rft' (and a folder holding this
+    one would have been replaced, cwd and all); an OUT under a file in a raw '[Errno 17] File exists'."""
+    from cli_helpers import rft_here
+
+    (tmp_path / "mine.txt").write_text("mine")
+    for out, line in ((".", "rft: error: '.' is this folder or one that holds it, which the model would replace; "
+                            "name a new folder"),
+                      ("..", "rft: error: '..' is this folder or one that holds it, which the model would replace; "
+                             "name a new folder"),
+                      ("mine.txt/m", "rft: error: 'mine.txt' (on the path 'mine.txt/m') is a file, not a folder; name "
+                                     "a folder to write the model into")):
+        proc = rft_here("init-model", "--overwrite", out, cwd=tmp_path, check=False)
+        assert proc.returncode == 2 and proc.stderr == line + "\n", proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"] and (tmp_path / "mine.txt").read_text() == "mine"

@@ -4,6 +4,7 @@ run's own export."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -345,6 +346,10 @@ def test_outputs_are_checked_before_the_work_and_a_users_file_is_never_replaced(
                                        f"started from ({run / 'config.yaml'}), which its resume, and every merge of "
                                        "its checkpoints, rebuild the model from; name a new folder\n")
     assert (start / "model.safetensors").read_bytes() == weights
+    with contextlib.chdir(run / "model"):  # '.' of a model folder: 'unexpected ValueError ... a bug in rft'
+        assert main(["merge", str(run), "."]) == 2
+    assert capsys.readouterr().err == ("rft: error: rft merge: the output '.' is this folder or one that holds it, "
+                                       "which writing there would replace; name a new one\n")
     assert main(["generate", f"data.path={assets / 'data' / 'val.parquet'}", f"model.path={assets / 'model'}",
                  f"data.output_path={afile / 'o.parquet'}"]) == 2
     err = capsys.readouterr().err

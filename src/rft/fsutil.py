@@ -250,7 +250,16 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def new_model_dir(out_dir: str | Path, overwrite: bool) -> Path:
     """`out_dir` as a Path, checked to be a new or empty folder (or any folder, with `overwrite`), its parent made:
     where `rft init-model` writes a model (FileExistsError otherwise)."""
-    out_dir = Path(out_dir)
+    out_dir = Path(os.path.normpath(out_dir))  # 'a/b/..' is 'a': a folder's name, not '..'
+    if Path.cwd().resolve().is_relative_to(out_dir.resolve()):  # '.' (--overwrite): 'unexpected ValueError'
+        raise FileExistsError(f"{str(out_dir)!r} is this folder or one that holds it, which the model would replace; "
+                              "name a new folder")
+    for parent in out_dir.parents:  # a file on the way: a raw '[Errno 17] File exists' before
+        if parent.exists():
+            if not parent.is_dir():
+                raise FileExistsError(f"{str(parent)!r} (on the path {str(out_dir)!r}) is a file, not a folder; name "
+                                      "a folder to write the model into")
+            break
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
@@ -420,6 +429,8 @@ def output_problem(path: str | Path, folder: bool) -> str | None:
                 return f"{str(parent)!r} is a file, not a folder"
             break
     if folder and path.exists():
+        if Path.cwd().resolve().is_relative_to(path.resolve()):  # '.' of a model folder: 'unexpected ValueError'
+            return f"{str(path)!r} is this folder or one that holds it, which writing there would replace; name a new one"
         if not path.is_dir():
             return f"{str(path)!r} is a file; name a new folder (or a model folder to replace)"
         if any(path.iterdir()) and not (path / "config.json").is_file():
