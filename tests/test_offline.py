@@ -388,3 +388,18 @@ def test_merge_of_a_checkpoint_a_live_run_removes_meanwhile_says_so(assets, tmp_
         f"rft: error: checkpoint {step} was removed while rft merge read it (the run in {run} replaced it with a newer "
         "one, as trainer.max_ckpt_to_keep has it); run the same command again, or merge once the run has finished\n")
     assert not (tmp_path / "merged").exists()
+
+
+def test_a_damaged_input_parquet_names_the_key_that_points_at_it(assets, tmp_path, capsys):
+    """rft generate / rft eval read data.path; a truncated parquet there said to point data.train_files / val_files
+    (rft train's keys) at another file."""
+    whole = write_parquet([_row("2+2=", "4", ["4"])], tmp_path / "whole.parquet")
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(whole.read_bytes()[:100])
+    for argv in (["eval", f"data.path={damaged}"],
+                 ["generate", f"data.path={damaged}", f"model.path={assets / 'model'}",
+                  f"data.output_path={tmp_path / 'o.parquet'}"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rft: error: data file {str(damaged)!r} is not a readable parquet file") and \
+            err.endswith("; write it again (e.g. `rft data ...`) or point data.path at another file\n"), err

@@ -79,10 +79,11 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
     return path
 
 
-def read_rows(path: str | Path) -> list[dict]:
+def read_rows(path: str | Path, key: str = "data.train_files / val_files") -> list[dict]:
     """All rows of a .parquet or .jsonl file, as dicts (blank jsonl lines are skipped). A file that is not what
     its suffix says (a corrupt parquet, a jsonl line that is not a JSON object) is a DataError naming the file
-    and, for jsonl, the line."""
+    and, for jsonl, the line; `key`: the config key that names the file, which a damaged parquet's line says to
+    point at another."""
     path = Path(path).expanduser()
     if path.suffix not in ROW_SUFFIXES:
         raise DataError(f"cannot read rows from {str(path)!r}: expected one of {', '.join(ROW_SUFFIXES)}")
@@ -94,8 +95,7 @@ def read_rows(path: str | Path) -> list[dict]:
                 return f.read().to_pylist()
         except (pa.ArrowException, OSError) as e:  # ArrowInvalid: not parquet, truncated, bad footer
             raise DataError(f"data file {str(path)!r} is not a readable parquet file ({_one_line(e)}); "
-                            "write it again (e.g. `rft data ...`) or point data.train_files / val_files at "
-                            "another file") from None
+                            f"write it again (e.g. `rft data ...`) or point {key} at another file") from None
     rows = []
     for where, value in iter_jsonl(path):
         if not isinstance(value, dict):

@@ -93,7 +93,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
 
     d, crf = cfg.data, cfg.custom_reward_function
     out, scores_out = eval_outputs(cfg)
-    rows = read_rows(d.path)
+    rows = read_rows(d.path, key="data.path")
     if not rows:
         raise RftError(f"data.path={d.path!r} has no rows")
     flat: dict[str, list] = {"source": [], "response": [], "truth": [], "extra": []}
