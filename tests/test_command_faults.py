@@ -156,3 +156,14 @@ def test_init_model_into_this_folder_or_under_a_file_is_one_line(tmp_path):
         proc = rft_here("init-model", "--overwrite", out, cwd=tmp_path, check=False)
         assert proc.returncode == 2 and proc.stderr == line + "\n", proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"] and (tmp_path / "mine.txt").read_text() == "mine"
+
+
+def test_a_full_disk_in_rft_data_names_the_file_in_out_and_leaves_nothing(tmp_path):
+    """The line named the file's staging copy ('d/.staging-<pid>@<host>.tmp-<hex>/train.parquet'), a path the user
+    never sees; OUT, made by the command, is gone again."""
+    proc = rft("data", "arithmetic", "d", cwd=tmp_path, limit_bytes=20_000)  # train.parquet is ~40 kB
+    assert proc.returncode == 2
+    assert only_line(proc.stderr) == (
+        "rft: error: file too large for this file system or process limit while writing 'd/train.parquet': free "
+        f"space on that file system (or raise the limit); files rft writes are whole or absent, and {STARTS_AGAIN}")
+    assert list(tmp_path.iterdir()) == []

@@ -151,7 +151,12 @@ def cmd_data(args) -> int:
     for line in clean_stale_staging(out):
         print(f"rft data: an earlier rft data was interrupted: {line}")
     with staging_in(out) as staging:
-        staged = write_task_data(args, staging)
+        try:
+            staged = write_task_data(args, staging)
+        except OSError as e:  # a full disk: name the file in OUT, not its staging copy
+            if e.errno is None or e.filename is None or Path(e.filename).parent != staging:
+                raise
+            raise OSError(e.errno, e.strerror, str(out / Path(e.filename).name)) from e
         names = [path.name for path in staged.values()]
         new, differ = differing_files(staging, out, names)
         if differ and not args.overwrite:
