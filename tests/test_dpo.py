@@ -288,6 +288,35 @@ def test_rft_dpo_cli_runs_the_example(assets, tmp_path):
     assert {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins"} <= set(line)
 
 
+def test_a_finished_dpo_run_without_checkpoints_is_complete_and_rft_sft_there_is_refused(assets, tmp_path):
+    """A DPO run that saved no checkpoint (the default): the same command says it is complete; `rft sft` into its
+    folder, which no checkpoint names as a DPO run's, trained from step 0 and replaced the DPO model without a
+    word: it is refused, naming the run there, and the folder is left as it was."""
+    out = tmp_path / "out"
+    dpo = ["dpo", *(f"{k}={v}" for k, v in (("model.partial_pretrain", assets / "model"),
+                                             ("data.train_files", assets / "data" / "preference_train.parquet"),
+                                             ("data.val_files", assets / "data" / "preference_val.parquet"),
+                                             ("data.train_batch_size", 8), ("data.micro_batch_size_per_gpu", 8),
+                                             ("data.max_length", 32), ("trainer.total_training_steps", 1),
+                                             ("trainer.default_local_dir", out)))]
+    rft_here(*dpo, cwd=tmp_path)
+    weights = out / "model" / "model.safetensors"
+    written, metrics = weights.stat().st_mtime_ns, (out / "metrics.jsonl").read_text()
+    again = rft_here(*dpo, cwd=tmp_path).stdout
+    assert f"rft: {out} is complete (model in {out / 'model'}; trainer.save_freq=-1" in again, again
+    sft = rft_here("sft", f"model.partial_pretrain={assets / 'model'}",
+                   f"data.train_files={assets / 'data' / 'train.parquet'}", "data.response_key=extra_info",
+                   "data.response_dict_keys=[answer]", "data.train_batch_size=8", "data.micro_batch_size_per_gpu=8",
+                   "data.max_length=32", "trainer.total_training_steps=1", f"trainer.default_local_dir={out}",
+                   cwd=tmp_path, check=False)
+    assert sft.returncode == 2 and sft.stderr == (
+        f"rft: error: {out} holds a finished rft dpo run (model in {out / 'model'}) that wrote no checkpoint; rft sft "
+        "would start there from step 0 and replace its model/ and metrics.jsonl: use another "
+        "trainer.default_local_dir, or set trainer.resume_mode=disable to replace that run\n")
+    assert weights.stat().st_mtime_ns == written and (out / "metrics.jsonl").read_text() == metrics
+    assert not (out / "failed.json").exists()
+
+
 def test_a_dpo_stage_is_built_from_its_algorithm_mapping(assets, tmp_path):
     raw = OmegaConf.create({
         "actor_rollout_ref": {"model": {"path": str(assets / "model")}},

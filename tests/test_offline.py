@@ -4,6 +4,7 @@ run's own export."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -72,6 +73,31 @@ def test_rft_eval_on_a_hand_made_parquet_gives_the_hand_computed_pass_at_k(tmp_p
     scores = [json.loads(line) for line in (tmp_path / "responses.scores.jsonl").read_text().splitlines()]
     assert scores[0]["scores"] == [1.0, 0.0, 0.0, 0.0] and scores[0]["prompt"][0]["content"] == "2+2="
     assert "arithmetic (2 prompts x 4): reward/mean@4=0.3750" in capsys.readouterr().out
+
+
+def test_rft_eval_never_writes_over_the_responses_it_scores(tmp_path, capsys):
+    """metrics.output_path naming data.path wrote the metrics JSON over the responses (generate's output, gone); a
+    folder or a path under a file ended in a raw OS error. Each is one line before anything is scored or written;
+    the responses stay, byte for byte."""
+    path = write_parquet([_row("2+2=", "4", ["4", "5"])], tmp_path / "responses.parquet")
+    jsonl = tmp_path / "r.scores.jsonl"
+    jsonl.write_text(json.dumps(_row("2+2=", "4", ["4", "5"])) + "\n")
+    (tmp_path / "afile").write_text("mine")
+    kept = {p: p.read_bytes() for p in (path, jsonl)}
+    for data, out, line in (
+            (path, path, f"metrics.output_path={str(path)!r} must be a .json file (the metrics; <name>.scores.jsonl "
+                         "goes beside it), or null for <data.path without suffix>.metrics.json"),
+            (path, tmp_path, "must be a .json file"),
+            (path, tmp_path / "afile" / "m.json", f"metrics.output_path: {str(tmp_path / 'afile')!r} is a file, not "
+                                                  "a folder; name another .json file for the metrics"),
+            (jsonl, tmp_path / "r.json", f"metrics.output_path (its scores file, r.scores.jsonl): {str(jsonl)!r} is "
+                                         "data.path, the responses it scores; name another .json file for the metrics")):
+        assert main(["eval", f"data.path={data}", f"metrics.output_path={out}"]) == 2
+        err = capsys.readouterr().err
+        assert err.splitlines() == [f"rft: error: {err.splitlines()[0].removeprefix('rft: error: ')}"]
+        assert line in err, err
+    assert {p: p.read_bytes() for p in (path, jsonl)} == kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "r.scores.jsonl", "responses.parquet"]
 
 
 def test_rft_eval_custom_reward_function_and_its_keys(tmp_path, capsys):
@@ -237,6 +263,9 @@ def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):
                           (["rollout.name=vllm"], "rollout.name='vllm' is not supported"),
                           (["data.n_samples=0"], "data.n_samples must be a positive integer"),
                           (["data.output_path=o.jsonl"], "must be a .parquet file"),
+                          # the prompts file was replaced by the responses
+                          (["data.output_path=./x.parquet"], "data.output_path='./x.parquet' is data.path: the prompts "
+                           "would be replaced by the responses; name another .parquet file"),
                           ([], "data.path: file 'x.parquet' does not exist")):
         assert main([*base, *extra]) == 2
         assert needle in capsys.readouterr().err, needle
@@ -350,6 +379,18 @@ def test_outputs_are_checked_before_the_work_and_a_users_file_is_never_replaced(
         assert needle in capsys.readouterr().err, needle
     assert afile.read_text() == "mine" and (mine / "notes.txt").read_text() == "mine too"
     assert main(["merge", str(run), str(run / "model")]) == 0  # a model folder is replaced, as before
+    # but not the model the run started from, which its resume and every later merge rebuild the model from
+    start = assets / "model"
+    weights = (start / "model.safetensors").read_bytes()
+    assert main(["merge", str(run), f"{start}/"]) == 2
+    assert capsys.readouterr().err == (f"rft: error: rft merge: the output '{start}/' is the model folder the run "
+                                       f"started from ({run / 'config.yaml'}), which its resume, and every merge of "
+                                       "its checkpoints, rebuild the model from; name a new folder\n")
+    assert (start / "model.safetensors").read_bytes() == weights
+    with contextlib.chdir(run / "model"):  # '.' of a model folder: 'unexpected ValueError ... a bug in rft'
+        assert main(["merge", str(run), "."]) == 2
+    assert capsys.readouterr().err == ("rft: error: rft merge: the output '.' is this folder or one that holds it, "
+                                       "which writing there would replace; name a new one\n")
     assert main(["generate", f"data.path={assets / 'data' / 'val.parquet'}", f"model.path={assets / 'model'}",
                  f"data.output_path={afile / 'o.parquet'}"]) == 2
     err = capsys.readouterr().err
@@ -365,3 +406,41 @@ def test_merge_of_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
     assert err.startswith(f"rft: error: {str(tmp_path / 'grpo_rn')!r} does not exist"), err
     assert "save_freq" not in err and "'grpo_run'" in err
     assert not (tmp_path / "merged").exists()
+
+
+def test_merge_of_a_checkpoint_a_live_run_removes_meanwhile_says_so(assets, tmp_path, capsys, monkeypatch):
+    """A live run keeping trainer.max_ckpt_to_keep removes a checkpoint after its next save, maybe while rft merge
+    reads it: the line was the bare 'No such file or directory: .../policy.safetensors'; now it says what happened
+    and what to do, and nothing is written."""
+    from rft.trainer import checkpoint
+
+    run = tmp_path / "run"
+    _train(assets, run)
+    real = checkpoint.load_policy_weights
+
+    def removed_meanwhile(folder, model):
+        shutil.rmtree(folder)  # the run's next save replaced it
+        return real(folder, model)
+
+    monkeypatch.setattr(checkpoint, "load_policy_weights", removed_meanwhile)
+    assert main(["merge", str(run), str(tmp_path / "merged")]) == 2
+    step = run / "checkpoints" / "global_step_1"
+    assert capsys.readouterr().err == (
+        f"rft: error: checkpoint {step} was removed while rft merge read it (the run in {run} replaced it with a newer "
+        "one, as trainer.max_ckpt_to_keep has it); run the same command again, or merge once the run has finished\n")
+    assert not (tmp_path / "merged").exists()
+
+
+def test_a_damaged_input_parquet_names_the_key_that_points_at_it(assets, tmp_path, capsys):
+    """rft generate / rft eval read data.path; a truncated parquet there said to point data.train_files / val_files
+    (rft train's keys) at another file."""
+    whole = write_parquet([_row("2+2=", "4", ["4"])], tmp_path / "whole.parquet")
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(whole.read_bytes()[:100])
+    for argv in (["eval", f"data.path={damaged}"],
+                 ["generate", f"data.path={damaged}", f"model.path={assets / 'model'}",
+                  f"data.output_path={tmp_path / 'o.parquet'}"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rft: error: data file {str(damaged)!r} is not a readable parquet file") and \
+            err.endswith("; write it again (e.g. `rft data ...`) or point data.path at another file\n"), err

@@ -36,7 +36,12 @@ def assets(tmp_path_factory):
 
 
 def make_cfg(assets: Path, out: Path, *overrides: str):
-    return load_sft_config(None, [
+    return load_sft_config(None, sft_args(assets, out, *overrides))
+
+
+def sft_args(assets: Path, out: Path, *overrides: str) -> list[str]:
+    """The overrides of `make_cfg`, as `rft sft` takes them."""
+    return [
         f"model.partial_pretrain={assets / 'model'}",
         f"data.train_files={assets / 'data' / 'train.parquet'}",
         f"data.val_files={assets / 'data' / 'val.parquet'}",
@@ -44,7 +49,7 @@ def make_cfg(assets: Path, out: Path, *overrides: str):
         "data.train_batch_size=16", "data.micro_batch_size_per_gpu=16", "data.max_length=32",
         "optim.lr=3e-3", "optim.weight_decay=0.0", "trainer.total_training_steps=2", "trainer.logger=[]",
         f"trainer.default_local_dir={out}", *overrides,
-    ])
+    ]
 
 
 def greedy_accuracy(model_dir: Path, val_file: Path) -> float:
@@ -287,6 +292,35 @@ def test_sft_resume_with_a_changed_key_is_refused_before_the_model_loads(assets,
         check_resume_matches(changed, checkpoint_to_resume(changed))
     longer = make_cfg(assets, tmp_path, "trainer.total_training_steps=3", "trainer.test_freq=1")
     check_resume_matches(longer, checkpoint_to_resume(longer))
+
+
+@pytest.mark.parametrize("save_freq", [1, -1], ids=["checkpoints", "no_checkpoint"])
+def test_rerunning_a_finished_sft_run_says_it_is_complete_and_trains_nothing(assets, tmp_path, save_freq):
+    """`rft sft` again after its run finished, as `rft train` does: the line saying it is complete, exit 0, model/
+    not rewritten. With checkpoints the completeness check read trainer.val_only, a key of rft train's alone, and
+    the command ended in 'unexpected AttributeError'; without (trainer.save_freq=-1, the default) the run trained
+    again from step 0 and replaced model/ and metrics.jsonl without a word, and with another key it does so only
+    when told (trainer.resume_mode=disable)."""
+    from cli_helpers import rft_here
+
+    out = tmp_path / "out"
+    argv = ["sft", *sft_args(assets, out, "trainer.total_training_steps=1", f"trainer.save_freq={save_freq}")]
+    rft_here(*argv, cwd=tmp_path)
+    weights = out / "model" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    again = rft_here(*argv, cwd=tmp_path)
+    done = (f"rft: {out} is complete (1/1 steps, model in {out / 'model'}); nothing to do" if save_freq > 0 else
+            f"rft: {out} is complete (model in {out / 'model'}; trainer.save_freq=-1 wrote no checkpoint); nothing "
+            "to do")
+    assert done in again.stdout and "rft sft: model written" not in again.stdout, again.stdout
+    assert weights.stat().st_mtime_ns == written
+    if save_freq > 0:
+        return
+    other = rft_here(*argv, "optim.lr=1e-2", cwd=tmp_path, check=False)
+    assert other.returncode == 2 and other.stderr.startswith(
+        f"rft: error: {out} holds a finished run (model in {out / 'model'}) with other keys: optim.lr (0.003 -> "
+        "0.01); it wrote no checkpoint (trainer.save_freq=-1)"), other.stderr
+    assert weights.stat().st_mtime_ns == written
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])

@@ -128,3 +128,22 @@ def test_a_stage_override_may_name_the_stage(workdir):
     assert (sft.cfg.trainer.total_training_steps, grpo.cfg.trainer.total_training_steps) == (3, 4)
     with pytest.raises(ConfigError, match=r"stages\[1\]: command line \(trainer.nosuch=1\): unknown config key"):
         load_stages(EXAMPLE, ["stages.grpo.trainer.nosuch=1"], validate_paths=False)
+
+
+def test_stages_whose_runs_finished_before_their_done_file_are_done_on_the_rerun(workdir):
+    """A kill after a stage's run finished (model/ written) but before its STAGE_DONE file: the rerun's stage says
+    its run is complete and the staged run goes on. The SFT stage trained again from step 0 (its model/ replaced),
+    and the RL stage's 'complete; nothing to do' ended the whole command there, its STAGE_DONE never written."""
+    out = workdir / "done_run"
+    argv = args("done_run", "stages.1.trainer.total_training_steps=2")[3:]
+    rft_here(*argv, cwd=workdir)
+    sft_model = out / "sft" / "model" / "model.safetensors"
+    stamp = sft_model.stat().st_mtime_ns
+    for stage in ("sft", "grpo"):
+        (out / stage / "STAGE_DONE").unlink()
+    again = rft_here(*argv, cwd=workdir)
+    assert f"rft: {Path('done_run') / 'sft'} is complete (6/6 steps" in again.stdout, again.stdout
+    assert f"rft: {Path('done_run') / 'grpo'} is complete (2/2 steps" in again.stdout, again.stdout
+    assert "rft: all stages finished" in again.stdout
+    assert sft_model.stat().st_mtime_ns == stamp
+    assert (out / "sft" / "STAGE_DONE").is_file() and (out / "grpo" / "STAGE_DONE").is_file()

@@ -10,6 +10,7 @@ command line) or RFT_DEBUG=1 adds the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -150,7 +151,12 @@ def cmd_data(args) -> int:
     for line in clean_stale_staging(out):
         print(f"rft data: an earlier rft data was interrupted: {line}")
     with staging_in(out) as staging:
-        staged = write_task_data(args, staging)
+        try:
+            staged = write_task_data(args, staging)
+        except OSError as e:  # a full disk: name the file in OUT, not its staging copy
+            if e.errno is None or e.filename is None or Path(e.filename).parent != staging:
+                raise
+            raise OSError(e.errno, e.strerror, str(out / Path(e.filename).name)) from e
         names = [path.name for path in staged.values()]
         new, differ = differing_files(staging, out, names)
         if differ and not args.overwrite:
@@ -668,7 +674,20 @@ def _dispatch(argv: list[str]) -> int:
     _split_positionals(args)
     _require_something_to_run(args)
     _require_config_here(args)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BaseException as e:
+        if args.command in RUNLESS and getattr(e, "resume_note", None) is None:
+            from rft.errors import STARTS_AGAIN
+
+            with contextlib.suppress(AttributeError):  # an exception type without a __dict__ keeps RESUME_EITHER
+                e.resume_note = STARTS_AGAIN
+        raise
+
+
+RUNLESS = ("init-model", "data", "example", "generate", "eval", "merge")
+"""The commands that hold no run folder and write no checkpoint: a stop or a full disk ends their line with
+`errors.STARTS_AGAIN`, not with a run's resume."""
 
 
 def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:

@@ -62,6 +62,10 @@ DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 RESUME_EITHER = "the same command resumes from the run's last checkpoint, or starts it again where none was written"
 """What the same command does next, as far as a line can tell without the run's folder."""
 
+STARTS_AGAIN = "the same command starts again (it has nothing to resume)"
+"""What the same command does next where it holds no run (rft generate, eval, merge, data, example, init-model: the
+CLI sets it as their errors' `resume_note`)."""
+
 
 def resume_note_of(error: BaseException) -> str:
     """What the same command does after `error` ended a run: the run's folder says it (`resume_note`, set by
@@ -86,7 +90,7 @@ def describe_os_error(e: OSError) -> str:
         what = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
                 errno.EFBIG: "file too large for this file system or process limit"}[e.errno]
         return (f"{what} while writing{where or ' a file'}: free space on that file system (or raise the limit); "
-                f"checkpoints are written whole or not at all, and {resume_note_of(e)}")
+                f"files rft writes are whole or absent, and {resume_note_of(e)}")
     if isinstance(e, PermissionError):
         return (f"permission denied on{where or ' a file'} ({e.strerror}); choose a folder you can write "
                 "(e.g. trainer.default_local_dir=...) or fix its permissions")
@@ -216,7 +220,7 @@ def failure_lines(error: BaseException) -> list[str]:
         if message:
             return [f"rft: {message}"]
         return [f"rft: stopped by {getattr(error, 'signal_name', 'SIGINT')}; files rft writes are whole or absent, so "
-                f"{RESUME_EITHER}"]
+                f"{resume_note_of(error)}"]
     return [f"rft: error: {line}" for line in describe_failure(error).splitlines() or [""]]
 
 

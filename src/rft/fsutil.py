@@ -4,7 +4,9 @@ Temporary names are `.<name>.tmp-<8 hex>` (and `.<name>.old-<8 hex>` for a folde
 so a run that finds them in its folder knows an earlier run was interrupted (`clean_stale`, under the run folder's
 lock). A staging folder made inside a folder no lock holds (`staging_in`: `rft data`) names its process,
 `.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`;
-one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour).
+one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour). An `atomic_dir`
+writer holds an flock on its staging folder, so the next writer of the same folder removes what a killed one left
+beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`).
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
@@ -52,14 +54,25 @@ def os_error_of(error: BaseException, path: str | Path) -> OSError | None:
 
 
 def checked_write(write: Callable[[], object], path: str | Path) -> None:
-    """Run `write()` (which writes `path`); a failure of the file system is raised as the OSError it is."""
+    """Run `write()` (which writes `path`); a failure of the file system is raised as the OSError it is, naming
+    `path` where it named no file (a full disk surfaces from write() or close() without one: the line said
+    "while writing a file")."""
     try:
         write()
     except Exception as e:
-        os_error = os_error_of(e, path)
-        if os_error is None or os_error is e:
+        os_error = _file_system_error(e, path)
+        if os_error is None:
             raise
         raise os_error from e
+
+
+def _file_system_error(error: Exception, path: str | Path) -> OSError | None:
+    """`checked_write`'s OSError for `error`, raised while writing `path`; None where `error` is to be raised as
+    it is (not the file system's, or an OSError that names its file)."""
+    os_error = os_error_of(error, path)
+    if os_error is error and error.filename is None and error.errno is not None:
+        return OSError(error.errno, error.strerror, str(path))
+    return None if os_error is error else os_error
 
 
 def current_umask() -> int:
@@ -226,7 +239,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        checked_write(lambda: tmp.write_text(text, encoding="utf-8"), path)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -237,7 +250,16 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def new_model_dir(out_dir: str | Path, overwrite: bool) -> Path:
     """`out_dir` as a Path, checked to be a new or empty folder (or any folder, with `overwrite`), its parent made:
     where `rft init-model` writes a model (FileExistsError otherwise)."""
-    out_dir = Path(out_dir)
+    out_dir = Path(os.path.normpath(out_dir))  # 'a/b/..' is 'a': a folder's name, not '..'
+    if Path.cwd().resolve().is_relative_to(out_dir.resolve()):  # '.' (--overwrite): 'unexpected ValueError'
+        raise FileExistsError(f"{str(out_dir)!r} is this folder or one that holds it, which the model would replace; "
+                              "name a new folder")
+    for parent in out_dir.parents:  # a file on the way: a raw '[Errno 17] File exists' before
+        if parent.exists():
+            if not parent.is_dir():
+                raise FileExistsError(f"{str(parent)!r} (on the path {str(out_dir)!r}) is a file, not a folder; name "
+                                      "a folder to write the model into")
+            break
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
@@ -264,18 +286,109 @@ def _folder_made(folder: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling folder of `final`; on success its files get the umask's modes (`publish_modes`)
-    and it replaces `final`; on error it is removed."""
+    and it replaces `final`; on error it is removed, and a failure of the file system in the block, where the writer
+    hid it (safetensors: "os error 27") or named no file, is raised as the OSError it is, naming `final`."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    for line in clean_abandoned(final):
+        print(f"rft: note: an earlier write of {final} was killed: {line}", flush=True)
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.mkdir()
+    held = _flock(staging)  # for this process's life: a killed writer's folder is the one nobody holds
     try:
-        yield staging
+        try:
+            yield staging
+        except Exception as e:
+            os_error = _file_system_error(e, final)
+            if os_error is None:
+                raise
+            raise os_error from e
         publish_modes(staging)
         replace_dir(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+ABANDONED_AFTER_S = 10.0
+"""How long nothing in an unlocked staging folder must have changed before `clean_abandoned` takes it for a killed
+writer's: a live one locks its folder the moment after making it."""
+
+
+def _quiet_for(path: Path) -> float:
+    """Seconds since `path` (a folder) or anything in it last changed."""
+    import time
+
+    try:
+        return time.time() - _last_change(path)
+    except OSError:  # removed meanwhile
+        return 0.0
+
+
+def _flock(folder: Path) -> int | None:
+    """An open descriptor of `folder` holding an exclusive flock on it (the kernel drops it when the process dies);
+    None where another process holds one, or the file system has none."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def clean_abandoned(final: str | Path) -> list[str]:
+    """Remove what writers of `final` (`atomic_dir`) that were killed left beside it, outside a run folder too
+    (`rft init-model`, `rft merge`: a model-sized hidden folder each, which nothing removed): a staging folder
+    `.<name>.tmp-*` no process holds and nothing changed in for ABANDONED_AFTER_S (a live writer holds an flock on
+    its own; one nobody can lock, as on a file system without flock, is left alone), and a `.<name>.old-*` (the previous `final`, moved aside by `replace_dir`):
+    removed where `final` exists, put back where a kill between the two renames left it missing. Returns what was
+    done, one line each."""
+    final = Path(final)
+    done: list[str] = []
+    try:
+        siblings = sorted(final.parent.iterdir())
+    except OSError:
+        return done
+    live = False
+    for path in siblings:
+        m = _STALE.match(path.name)
+        if m is None or m.group("name") != final.name or m.group("kind") != "tmp" or not path.is_dir() \
+                or path.is_symlink():
+            continue
+        fd = _flock(path)
+        if fd is None or _quiet_for(path) < ABANDONED_AFTER_S:  # its writer runs (or no flock here: it may), or
+            live = True                                          # has made it and is about to lock it
+            if fd is not None:
+                os.close(fd)
+            continue
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+        done.append(f"removed {path}, the folder it was writing")
+    for path in siblings:
+        m = _STALE.match(path.name)
+        if m is None or m.group("name") != final.name or m.group("kind") != "old" or not path.exists():
+            continue
+        if not final.exists() and not live:
+            os.replace(path, final)
+            done.append(f"restored {final} from {path.name}")
+        elif final.exists():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            done.append(f"removed {path}, the earlier {final.name} it was replacing")
+    return done
 
 
 @contextlib.contextmanager
@@ -316,6 +429,8 @@ def output_problem(path: str | Path, folder: bool) -> str | None:
                 return f"{str(parent)!r} is a file, not a folder"
             break
     if folder and path.exists():
+        if Path.cwd().resolve().is_relative_to(path.resolve()):  # '.' of a model folder: 'unexpected ValueError'
+            return f"{str(path)!r} is this folder or one that holds it, which writing there would replace; name a new one"
         if not path.is_dir():
             return f"{str(path)!r} is a file; name a new folder (or a model folder to replace)"
         if any(path.iterdir()) and not (path / "config.json").is_file():

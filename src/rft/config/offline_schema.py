@@ -32,8 +32,8 @@ class GenerationDataConfig:
     prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
     n_samples: int = fld(5, "Responses per prompt (> 0).")
     output_path: Optional[str] = fld(
-        None, "Where the rows go, with a `responses` column (n_samples strings each): a .parquet file (required), "
-        "written under a temporary name and renamed.")
+        None, "Where the rows go, with a `responses` column (n_samples strings each): a .parquet file (required, not "
+        "data.path), written under a temporary name and renamed.")
     batch_size: int = fld(128, "Prompts per generation call (> 0).")
 
 
@@ -92,9 +92,9 @@ class EvalMetricsConfig:
     pass_threshold: float = fld(1.0, "A response passes (pass@k) when its score is >= this (rft's key).")
     k: Optional[List[int]] = fld(None, "The k of pass@k (each 1..n); null: the powers of two below n, and n.")
     output_path: Optional[str] = fld(
-        None, "Where the metrics go (JSON, written under a temporary name and renamed) with, beside it, "
-        "<name>.scores.jsonl (each row's prompt, data source and scores); null: <data.path without suffix>"
-        ".metrics.json.")
+        None, "Where the metrics go: a .json file (written under a temporary name and renamed) with, beside it, "
+        "<name>.scores.jsonl (each row's prompt, data source and scores); neither may be data.path; null: "
+        "<data.path without suffix>.metrics.json.")
 
 
 @dataclass

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rft.errors import RftError
+from rft.fsutil import checked_write
 
 ROW_SUFFIXES = (".parquet", ".jsonl")
 
@@ -79,7 +80,7 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
     # A fresh name rather than mkstemp, so the file gets the usual permissions instead of mkstemp's 0600.
     tmp_path = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        pq.write_table(table, tmp_path)
+        checked_write(lambda: pq.write_table(table, tmp_path), path)  # a full disk's error names no file
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
@@ -87,10 +88,11 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
     return path
 
 
-def read_rows(path: str | Path) -> list[dict]:
+def read_rows(path: str | Path, key: str = "data.train_files / val_files") -> list[dict]:
     """All rows of a .parquet or .jsonl file, as dicts (blank jsonl lines are skipped). A file that is not what
     its suffix says (a corrupt parquet, a jsonl line that is not a JSON object) is a DataError naming the file
-    and, for jsonl, the line."""
+    and, for jsonl, the line; `key`: the config key that names the file, which a damaged parquet's line says to
+    point at another."""
     path = Path(path).expanduser()
     if path.suffix not in ROW_SUFFIXES:
         raise DataError(f"cannot read rows from {str(path)!r}: expected one of {', '.join(ROW_SUFFIXES)}")
@@ -102,8 +104,7 @@ def read_rows(path: str | Path) -> list[dict]:
                 return f.read().to_pylist()
         except (pa.ArrowException, OSError) as e:  # ArrowInvalid: not parquet, truncated, bad footer
             raise DataError(f"data file {str(path)!r} is not a readable parquet file ({_one_line(e)}); "
-                            "write it again (e.g. `rft data ...`) or point data.train_files / val_files at "
-                            "another file") from None
+                            f"write it again (e.g. `rft data ...`) or point {key} at another file") from None
     rows = []
     for where, value in iter_jsonl(path):
         if not isinstance(value, dict):

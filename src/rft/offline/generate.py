@@ -39,7 +39,7 @@ def run_generate(cfg: GenerationConfig) -> Path:
     device = resolve_device(cfg.trainer.device)
     dtype = compute_dtype(r.dtype, device)
     tokenizer = load_tokenizer(m.path, m.trust_remote_code)
-    rows = read_rows(d.path)
+    rows = read_rows(d.path, key="data.path")
     # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row
     prompts = PromptDataset([(d.path, rows)], tokenizer, prompt_key=d.prompt_key, max_prompt_length=r.prompt_length)
     check_generation_positions(m.path, prompts, r.response_length)

@@ -108,12 +108,24 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
     if not path or not (Path(path).expanduser() / "config.json").is_file():
         raise RftError(f"{str(config)!r}: the run started from {path!r}, which is not a Hugging Face model folder "
                        "any more; rft merge needs it to rebuild the model (give --config with a path that is)")
+    for used, what in ((path, "started from"), (tokenizer_path, "reads its tokenizer from")):
+        if Path(out).expanduser().resolve() == Path(used).expanduser().resolve():  # it replaced it without a word
+            raise RftError(f"rft merge: the output {str(out)!r} is the model folder the run {what} ({config}), "
+                           "which its resume, and every merge of its checkpoints, rebuild the model from; name a new "
+                           "folder")
     model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
     try:
         if (folder / POLICY_DCP).is_dir():
             _load_dcp(folder / POLICY_DCP, model)
         else:
             load_policy_weights(folder, model)
+    except FileNotFoundError:
+        if folder.exists():
+            raise
+        # a live run keeping trainer.max_ckpt_to_keep removed it after its next save
+        raise CheckpointError(f"checkpoint {folder} was removed while rft merge read it (the run in {run} replaced it "
+                              "with a newer one, as trainer.max_ckpt_to_keep has it); run the same command again, or "
+                              "merge once the run has finished") from None
     except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
         raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({' '.join(str(e).split())[:200]}); "
                               "give --config with the config it was trained with") from None

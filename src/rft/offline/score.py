@@ -67,13 +67,33 @@ def metrics_of(groups: dict[str, list[list[float]]], threshold: float, ks: list[
     return out
 
 
+def eval_outputs(cfg: EvalConfig) -> tuple[Path, Path]:
+    """The metrics JSON (metrics.output_path, default <data.path without suffix>.metrics.json) and the scores
+    beside it (<name>.scores.jsonl), checked before any scoring: neither may be data.path, the responses being
+    scored (a metrics.output_path naming it wrote the JSON over them), a folder, or under a file."""
+    from rft.fsutil import output_problem
+
+    d = cfg.data
+    out = Path(cfg.metrics.output_path or str(Path(d.path).with_suffix("")) + ".metrics.json")
+    scores = out.with_name(out.name.removesuffix(".json").removesuffix(".metrics") + ".scores.jsonl")
+    for path in (out, scores):
+        problem = output_problem(path, folder=False)
+        if problem is None and path.expanduser().resolve() == Path(d.path).expanduser().resolve():
+            problem = f"{str(path)!r} is data.path, the responses it scores"
+        if problem is not None:
+            what = "" if path == out else f" (its scores file, {path.name})"
+            raise RftError(f"metrics.output_path{what}: {problem}; name another .json file for the metrics")
+    return out, scores
+
+
 def run_eval(cfg: EvalConfig) -> dict[str, float]:
     from rft.data.io import missing_column, read_rows
     from rft.fsutil import write_text_atomic
     from rft.rewards import build_reward_fn, score_responses
 
     d, crf = cfg.data, cfg.custom_reward_function
-    rows = read_rows(d.path)
+    out, scores_out = eval_outputs(cfg)
+    rows = read_rows(d.path, key="data.path")
     if not rows:
         raise RftError(f"data.path={d.path!r} has no rows")
     if d.data_source_key == "data_source" and (crf.path or crf.reward_fn_type):
@@ -115,11 +135,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
         groups.setdefault(str(row[d.data_source_key]), []).append(row_scores)
         per_row.append({"prompt": row[d.prompt_key], "data_source": str(row[d.data_source_key]), "scores": row_scores})
     metrics = metrics_of(groups, cfg.metrics.pass_threshold, cfg.metrics.k)
-    out = Path(cfg.metrics.output_path or str(Path(d.path).with_suffix("")) + ".metrics.json")
     report = {"data": str(d.path), "metrics": metrics, "rows": {s: len(g) for s, g in groups.items()},
               "n": {s: len(g[0]) for s, g in groups.items()}, "pass_threshold": cfg.metrics.pass_threshold}
-    write_text_atomic(out.with_name(out.name.removesuffix(".json").removesuffix(".metrics") + ".scores.jsonl"),
-                      "".join(json.dumps(r, default=str) + "\n" for r in per_row))
+    write_text_atomic(scores_out, "".join(json.dumps(r, default=str) + "\n" for r in per_row))
     write_text_atomic(out, json.dumps(report, indent=1) + "\n")
     for source in sorted(groups):
         shown = {k.split("/", 2)[2]: v for k, v in metrics.items() if k.startswith(f"eval/{source}/")}

@@ -195,6 +195,10 @@ def check_evaluation(ctx: CheckContext) -> None:
         raise ConfigError("data.path is required: a parquet/jsonl file of rows with responses")
     check_reward_fn_type(cfg.custom_reward_function)  # a typed reward; no reward model, no judge model here
     check_reward_functions(cfg.custom_reward_function)
+    out = cfg.metrics.output_path
+    if out is not None and not str(out).endswith(".json"):  # a parquet or YAML named here was written over
+        raise ConfigError(f"metrics.output_path={out!r} must be a .json file (the metrics; <name>.scores.jsonl goes "
+                          "beside it), or null for <data.path without suffix>.metrics.json")
     k = cfg.metrics.k
     if k is not None and (not k or not all(isinstance(x, int) and x > 0 for x in k)):
         raise ConfigError(f"metrics.k must be null or a list of positive integers, got {k!r}")

@@ -146,6 +146,9 @@ def check_generation(ctx: CheckContext) -> None:
             raise ConfigError(f"{key} must be a positive integer, got {value!r}")
     if not d.output_path.endswith(".parquet"):
         raise ConfigError(f"data.output_path={d.output_path!r} must be a .parquet file (what rft eval reads)")
+    if Path(d.output_path).expanduser().resolve() == Path(d.path).expanduser().resolve():
+        raise ConfigError(f"data.output_path={d.output_path!r} is data.path: the prompts would be replaced by the "
+                          "responses; name another .parquet file")
     if r.do_sample and r.temperature <= 0:
         raise ConfigError("rollout.temperature must be > 0 when rollout.do_sample=true (set do_sample=false for "
                           "greedy decoding)")

@@ -310,19 +310,20 @@ def _say_interrupted(cleaned: list[str]) -> None:
 
 
 def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
-    """The line saying the RL run of `cfg` in `out` is already complete, None where it is not: `checkpoint` (the
-    one the run resumes from, looked up once) is an `rft train` trainer's (one loop, or the trainer of mode both /
-    train, whose explorer's steps precede it) at the run's last step (or past it: an earlier run into the folder
-    took more steps), model/ (and critic/) were written after it (the final export), its keys are this config's (a
-    changed key: None, and the run's own check refuses it), and the run is not asked to validate only
-    (trainer.val_only). Rerunning the command would reload everything to rewrite model/; it says so instead. Reads
-    only."""
-    from rft.trainer.checkpoint import step_of, written_by
+    """The line saying the run of `cfg` (rft train, sft or dpo) in `out` is already complete, None where it is not:
+    `checkpoint` (the one the run resumes from, looked up once) is this trainer's (for rft train the trainer of one
+    loop, or of mode both / train, whose explorer's steps precede it) at the run's last step (or past it: an earlier
+    run into the folder took more steps), model/ (and critic/) were written after it (the final export), its keys
+    are this config's (a changed key: None, and the run's own check refuses it), and the run is not asked to
+    validate only (rft train's trainer.val_only). Rerunning the command would reload everything to rewrite model/;
+    it says so instead. Reads only."""
+    from rft.trainer.checkpoint import step_of, trainer_kind, written_by
     from rft.trainer.run import total_training_steps
 
     t = cfg.trainer
-    if (not isinstance(checkpoint, Path) or t.resume_mode != "auto" or t.val_only
-            or (written_by(checkpoint) or {}).get("trainer") != "train"):
+    if (not isinstance(checkpoint, Path)
+            or (written_by(checkpoint) or {}).get("trainer") != trainer_kind(cfg)["trainer"]
+            or t.resume_mode != "auto" or getattr(t, "val_only", False)):  # val_only: rft train's key alone
         return None
     try:
         state = json.loads((checkpoint / "trainer_state.json").read_text())
@@ -346,18 +347,21 @@ def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) ->
 
 def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
     """`_complete` for a run that wrote no checkpoint (trainer.save_freq <= 0, verl's default): `out` holds a
-    finished one-loop `rft train` run when its model/ was written after its config.yaml (the final export, after the
-    run started) and it has no failed.json. With this config's keys, the line saying it is complete; with other keys
-    a refusal naming them: having no checkpoint to resume, the run would start again from step 0 and replace that
-    run's model/ and metrics.jsonl without a word. None where `out` holds no such run. Reads only."""
+    finished run of this trainer (a one-loop `rft train` run, an `rft sft` or `rft dpo` run) when its model/ was
+    written after its config.yaml (the final export, after the run started) and it has no failed.json; another
+    trainer's such run is refused (no checkpoint names its trainer, as for `check_resume_kind`: its config.yaml
+    does). With this config's keys, the line saying it is complete; with other keys a refusal naming them: having
+    no checkpoint to resume, the run would start again from step 0 and replace that run's model/ and metrics.jsonl
+    without a word. None where `out` holds no such run. Reads only."""
     from omegaconf import OmegaConf
 
     from rft.config.load import flatten, read_yaml
     from rft.sync.schedule import is_synchronous
+    from rft.trainer.checkpoint import trainer_kind
 
     t = cfg.trainer
-    if (checkpoint is not None or not hasattr(cfg, "actor_rollout_ref") or t.resume_mode != "auto" or t.val_only
-            or not is_synchronous(cfg)):
+    rl = hasattr(cfg, "actor_rollout_ref")
+    if checkpoint is not None or t.resume_mode != "auto" or (rl and (t.val_only or not is_synchronous(cfg))):
         return None
     config, exported = out / "config.yaml", out / "model" / "config.json"
     try:
@@ -366,8 +370,18 @@ def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | Checkpo
         started = OmegaConf.to_container(read_yaml(config))
     except (OSError, RftError):
         return None
-    if "actor_rollout_ref.model.path" not in flatten(started):  # another trainer's folder: its own checks refuse it
+    flat = flatten(started)
+    kind = ("train" if "actor_rollout_ref.model.path" in flat else None if "model.partial_pretrain" not in flat
+            else "dpo" if "algorithm" in started else "sft")  # dpo's config is sft's plus the loss's algorithm section
+    if kind is None:
         return None
+    this = trainer_kind(cfg)["trainer"]
+    if kind != this:  # no checkpoint says whose the folder is (check_resume_kind): its config.yaml does
+        raise RftError(
+            f"{out} holds a finished rft {kind} run (model in {out / 'model'}) that wrote no checkpoint; rft {this} "
+            "would start there from step 0 and replace its model/ and metrics.jsonl: use another "
+            "trainer.default_local_dir, or set trainer.resume_mode=disable to replace that run"
+        )
     # no checkpoint to resume: every key but the folder's own is the finished run's
     changed = changed_on_resume(cfg, started, may_change=lambda key: key == "trainer.default_local_dir")
     if changed:

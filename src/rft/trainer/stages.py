@@ -15,7 +15,8 @@ overrides of any section:
 
 Stages run in order; each starts from the previous stage's output model; outputs go to `<run>/<stage_name>/`
 (`<run>` = the global trainer.default_local_dir); a stage that finished (its `STAGE_DONE` file exists) is skipped
-when the run is started again, and an unfinished one resumes from its own checkpoints. Every stage's config is
+when the run is started again, one whose run finished before that file was written (a kill in between) says its
+run is complete and is done, and an unfinished one resumes from its own checkpoints. Every stage's config is
 built and validated before the first model loads.
 """
 
@@ -218,25 +219,33 @@ def _typed(schema: type, layers: list[dict], where: str, path=None, given: list[
 
 def run_stage(stage: Stage, dist: Dist = SINGLE) -> None:
     """Run one stage in this process (`dist`: its rank among the run's processes; every rank calls it)."""
+    from rft.errors import RunComplete
     from rft.fsutil import write_text_atomic
     from rft.trainer.run_folder import run_folder
 
-    with run_folder(stage.cfg, dist):  # the stage's folder: locked, writable, cleaned, before its model loads
-        if stage.kind == "sft":
-            from rft.trainer.sft import SFTTrainer
-
-            SFTTrainer(stage.cfg, dist).fit()
-        elif stage.kind == "dpo":
-            from rft.trainer.dpo import DPOTrainer
-
-            DPOTrainer(stage.cfg).fit()
-        else:
-            from rft.trainer.run import SyncRun
-
-            SyncRun(stage.cfg, dist).fit()
+    def done() -> None:
         if dist.is_main:
             write_text_atomic(stage.out / DONE, json.dumps({"stage": stage.name, "model": str(stage.model_dir)})
                               + "\n")
+
+    try:
+        with run_folder(stage.cfg, dist):  # the stage's folder: locked, writable, cleaned, before its model loads
+            if stage.kind == "sft":
+                from rft.trainer.sft import SFTTrainer
+
+                SFTTrainer(stage.cfg, dist).fit()
+            elif stage.kind == "dpo":
+                from rft.trainer.dpo import DPOTrainer
+
+                DPOTrainer(stage.cfg).fit()
+            else:
+                from rft.trainer.run import SyncRun
+
+                SyncRun(stage.cfg, dist).fit()
+            done()
+    except RunComplete as e:  # its run finished, and a kill came before its DONE file: the stage is done
+        print(e, flush=True)
+        done()
     dist.barrier()  # the next stage reads this one's model
 
 
