@@ -121,12 +121,17 @@ def clean_stale(folder: str | Path) -> list[str]:
             os.replace(path, final)
             done.append(f"restored {final} from {path.name}")
             continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        _remove(path)
         done.append(f"removed {path}")
     return done
+
+
+def _remove(path: Path) -> None:
+    """Remove the file, link or folder `path` (a folder with what it holds; gone already is fine)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def host_id() -> str:
@@ -383,10 +388,7 @@ def clean_abandoned(final: str | Path) -> list[str]:
             os.replace(path, final)
             done.append(f"restored {final} from {path.name}")
         elif final.exists():
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            _remove(path)
             done.append(f"removed {path}, the earlier {final.name} it was replacing")
     return done
 
