@@ -144,6 +144,23 @@ def test_filter_overlong_prompts(tokenizer, tmp_path, caplog):
     assert not caplog.records  # nothing dropped, nothing said
 
 
+def test_prompts_that_end_with_an_assistant_turn_get_a_note(tokenizer, tmp_path, caplog):
+    """A TRL / SFT conversation given as RL prompts (data.prompt_key=messages) ends with the answer: the model is
+    asked for one more turn after it, which trained without a word; one note says so, with the count."""
+    turns = [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}]
+    path = write_jsonl([{"messages": turns}, {"messages": turns[:1]}, {"messages": turns}], tmp_path / "m.jsonl")
+    PromptDataset(path, tokenizer, prompt_key="messages", max_prompt_length=64)
+    notes = [r.getMessage() for r in caplog.records if "assistant turn" in r.getMessage()]
+    assert notes == [f"rft: note: 2 of the 3 prompts of {path} (data.prompt_key='messages') end with an assistant "
+                     "turn, so the model is asked for another assistant turn after it (as verl does); if that turn "
+                     "is the answer to learn, end each prompt with the user's turn and give the answer as the "
+                     "ground truth (reward_model.ground_truth, or its column as data.response_key)"], notes
+    caplog.clear()
+    PromptDataset(write_jsonl([{"messages": turns[:1]}], tmp_path / "u.jsonl"), tokenizer, prompt_key="messages",
+                  max_prompt_length=64)
+    assert not caplog.records  # prompts that end with the user's turn: nothing said
+
+
 def test_overlong_prompt_error_names_file_row_length_and_keys(tokenizer, tmp_path):
     path = write_jsonl(long_and_short_rows(), tmp_path / "p.jsonl")
     n_tokens = len(chat_ids(tokenizer, [{"role": "user", "content": "x" * 40}]))

@@ -191,6 +191,13 @@ class PromptDataset:
             log.warning("rft: note: data.filter_overlong_prompts dropped %d of the %d prompts of %s: longer than "
                         "data.max_prompt_length=%d tokens (the longest has %d)", len(dropped),
                         len(dropped) + len(self.prompts), names, max_prompt_length, max(dropped))
+        answered = sum(p.messages[-1]["role"] == "assistant" for p in self.prompts)
+        if answered:  # an SFT conversation given as RL prompts: its answer is in the prompt, and the model says more
+            log.warning("rft: note: %d of the %d prompts of %s (data.prompt_key=%r) end with an assistant turn, so "
+                        "the model is asked for another assistant turn after it (as verl does); if that turn is the "
+                        "answer to learn, end each prompt with the user's turn and give the answer as the ground "
+                        "truth (reward_model.ground_truth, or its column as data.response_key)", answered,
+                        len(self.prompts), names, prompt_key)
 
     def __len__(self) -> int:
         return len(self.prompts)
