@@ -112,6 +112,15 @@ def model_positions(config: dict) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def _positions_of(path: str) -> tuple[int | None, bool]:
+    """(the positions the model folder `path` holds, whether they are a learned table with nothing past it: GPT-2,
+    OPT, ...), read from its config.json before it loads; (None, False) where it says none."""
+    config = text_config_json(path)
+    if config is None:
+        return None, False
+    return model_positions(config), config.get("model_type") in LEARNED_POSITIONS
+
+
 @CHECKS.register("models.positions")
 def check_positions(ctx: CheckContext) -> None:
     """A prompt and its response fit the positions of a model with a learned position table (GPT-2, OPT, ...),
@@ -120,14 +129,13 @@ def check_positions(ctx: CheckContext) -> None:
     if not (ctx.check_paths and ctx.check_model_path):
         return
     data, path = ctx.cfg.data, ctx.cfg.actor_rollout_ref.model.path
-    config = text_config_json(path)
-    positions = model_positions(config) if config is not None else None
+    positions, learned = _positions_of(path)
     need = data.max_prompt_length + data.max_response_length
     if positions is None or need <= positions:
         return
     what = (f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
             f"{data.max_response_length} = {need} tokens, more than the {positions} positions of {path}")
-    if config.get("model_type") in LEARNED_POSITIONS:
+    if learned:
         raise ConfigError(f"{what} (a learned position table, which has no position past it): lower them")
     log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
 
@@ -137,9 +145,8 @@ def check_generation_positions(path: str, prompts, response_length: int) -> None
     `path` when it has a learned position table (GPT-2, OPT, ...; a rotary model goes on, as `check_positions`
     lets it): checked on the longest prompt of `prompts` (each with `ids` and `origin`), after the chat template and
     before the model loads, where generation past the table would stop on an index error."""
-    config = text_config_json(path)
-    positions = model_positions(config) if config is not None else None
-    if positions is None or config.get("model_type") not in LEARNED_POSITIONS or not len(prompts):
+    positions, learned = _positions_of(path)
+    if positions is None or not learned or not len(prompts):
         return
     longest = max((prompts[i] for i in range(len(prompts))), key=lambda p: len(p.ids))
     if len(longest.ids) + response_length <= positions:
@@ -157,11 +164,10 @@ def check_row_positions(path: str, longest: int, unit: str) -> None:
     """rft sft's and rft dpo's rows, the longest `longest` tokens (after data.max_length and data.truncation), fit the
     positions of the model at `path` when it has a learned position table (GPT-2, OPT, ...): checked when the data
     has loaded, before the model, where the forward pass of a longer row would stop on an index error."""
-    config = text_config_json(path)
-    positions = model_positions(config) if config is not None else None
-    if positions is None or config.get("model_type") not in LEARNED_POSITIONS or longest <= positions:
+    positions, learned = _positions_of(path)
+    if positions is None or not learned or longest <= positions:
         return
     raise ConfigError(
-        f"the longest {unit.removesuffix('s')} of data.train_files / val_files has {longest} tokens, more than the {positions} positions of {path} (a learned "
-        f"position table, which has no position past it): set data.max_length={positions} (data.truncation then "
-        f"says what happens to longer {unit}), or shorten them")
+        f"the longest {unit.removesuffix('s')} of data.train_files / val_files has {longest} tokens, more than the "
+        f"{positions} positions of {path} (a learned position table, which has no position past it): set "
+        f"data.max_length={positions} (data.truncation then says what happens to longer {unit}), or shorten them")
