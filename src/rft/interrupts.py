@@ -105,7 +105,8 @@ def handled() -> Iterator[None]:
         signal.signal(getattr(signal, name), _handler)
     try:
         yield
-        if _state.signal_name is not None and not _state.ending:  # it came during the last phase, and the work finished anyway
+        # it came during the last phase, and the work finished anyway (not when the process ends with an error)
+        if _state.signal_name is not None and not _state.ending:
             print(f"rft: the {_state.signal_name} came during the last phase; the command finished", file=sys.stderr,
                   flush=True)
     finally:
