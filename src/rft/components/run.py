@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -88,40 +89,68 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
     cfg = None
     try:  # without the refused inputs' keys: their problems are reported already
         cfg = merge_layers(RFTConfig, [plan.nested(without=refused)])
-        validate(cfg, check_paths=for_run)
+        with _notes_in_input_terms(plan):
+            validate(cfg, check_paths=for_run)
     except ConfigError as e:
         names = plan.inputs_of(str(e))
         if not refused or (names and not refused & set(names)):  # else an echo of a refused input
             who = ", ".join(f"--{n}" for n in names) if names else "the inputs"
             give = "gives" if len(names) == 1 else "give"
-            problems.append(f"{comp.name}: {who} {give} an invalid config: {e}")
+            problems.append(f"{comp.name}: {who} {give} an invalid config: {plan.in_input_terms(str(e))}")
     if launching and cfg is not None:
         try:
             check_launch(cfg)
         except ConfigError as e:
-            problems.append(f"{comp.name}: {e}")
+            problems.append(f"{comp.name}: {plan.in_input_terms(str(e))}")
     if problems:
         raise ComponentError("\n".join(problems))
     return cfg, plan
 
 
 def _inputs_named(comp: Component, plan: Plan, message: str) -> str:
-    """`message` (a run's error or note, which names rft's canonical keys) led by the component and the inputs
-    behind the keys it names, so that a component user reads the names they set: `rft_trainer: --actor_optim_lr,
-    --intermediate_folder: resuming ... with changed keys actor_rollout_ref.actor.optim.lr ...`."""
+    """`message` (a run's error or note, which names rft's canonical keys) in the component's terms: led by the
+    component and the inputs behind the keys it names, each key an input sets named by that input
+    (`Plan.in_input_terms`): `rft_trainer: --actor_optim_lr, --intermediate_folder: resuming ... with changed keys
+    --actor_optim_lr (3e-06 -> 0.0001) ...`."""
     names = plan.inputs_of(message)
+    message = plan.in_input_terms(message)
     return f"{comp.name}: {', '.join(f'--{n}' for n in names)}: {message}" if names else message
+
+
+class _InputTerms(logging.Filter):
+    """Rewrites each record of rft's logger (its notes: `rft: note: data.filter_overlong_prompts dropped ...`) in
+    the plan's input terms."""
+
+    def __init__(self, plan: Plan):
+        super().__init__()
+        self.plan = plan
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self.plan.in_input_terms(record.getMessage()), ()
+        return True
+
+
+@contextlib.contextmanager
+def _notes_in_input_terms(plan: Plan) -> Iterator[None]:
+    """For the block, the notes rft logs name the inputs behind the keys they name (`_InputTerms`)."""
+    logger, terms = logging.getLogger("rft"), _InputTerms(plan)
+    logger.addFilter(terms)
+    try:
+        yield
+    finally:
+        logger.removeFilter(terms)
 
 
 @contextlib.contextmanager
 def _in_input_terms(comp: Component, plan: Plan) -> Iterator[None]:
-    """A run's expected failure (an `RftError`: a prompt over data.max_prompt_length, a resume with changed keys,
-    ...) raised with the inputs behind the keys it names (`_inputs_named`); its class, and so its exit status, stay
-    the same."""
+    """A run in the component's terms: its notes (`_notes_in_input_terms`), and its expected failure (an
+    `RftError`: a prompt over data.max_prompt_length, a resume with changed keys, ...) raised with the inputs behind
+    the keys it names (`_inputs_named`); its class, and so its exit status, stay the same."""
     from rft.errors import RftError
 
     try:
-        yield
+        with _notes_in_input_terms(plan):
+            yield
     except RftError as e:
         if len(e.args) == 1 and isinstance(e.args[0], str):
             e.args = (_inputs_named(comp, plan, e.args[0]),)
