@@ -1015,6 +1015,116 @@ def test_a_rerun_into_a_complete_run_writes_its_outputs_and_names_the_inputs(wor
     assert "data." not in long.stderr.replace("d/train.parquet", "")
 
 
+def test_a_killed_processs_scratch_folder_is_removed_by_the_next_and_a_live_ones_kept(tmp_path, monkeypatch):
+    """The temporary run folder of a component run (`fsutil.held_scratch`) that a SIGKILL left is removed by the
+    next `clean_abandoned` of its name; one a live process holds is left alone."""
+    from rft import fsutil
+
+    monkeypatch.setattr(fsutil, "ABANDONED_AFTER_S", 0.0)
+    final = tmp_path / "rft-rft_trainer"
+    code = ("import sys, time\nfrom rft.fsutil import held_scratch\n"
+            "with held_scratch(sys.argv[1]) as d:\n    (d / 'f').write_text('x')\n    print(d, flush=True)\n"
+            "    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(final)], env=ENV, stdout=subprocess.PIPE, text=True)
+    killed = Path(proc.stdout.readline().strip())
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    assert killed.parent == tmp_path and killed.name.startswith(".rft-rft_trainer.tmp-")
+    assert (killed / "f").is_file()  # SIGKILL: nothing ran to remove it
+    with fsutil.held_scratch(final) as live:
+        assert fsutil.clean_abandoned(final) == [f"removed {killed}, the folder it was writing"]
+        assert sorted(tmp_path.iterdir()) == [live]
+    assert not live.exists()
+
+
+def test_the_first_line_of_a_run_in_a_temporary_folder_says_what_keeps_it():
+    from rft.components.run import temporary_line
+
+    said = {name: temporary_line(get_component(name), "/tmp/.rft-x.tmp-0") for name in (R, V, G)}
+    assert said[V] == ("run folder /tmp/.rft-x.tmp-0: temporary, removed when this command ends (one a killed run "
+                       "left is removed by the next component run); this component has no output that keeps it, so "
+                       "a rerun starts from step 0")
+    assert said[R].endswith("; give --intermediate_folder DIR to keep it, so that the same command resumes from its "
+                            "last checkpoint after a stop or a kill")
+    assert said[G].endswith("; give --output_model_path DIR to keep it, so that the same command resumes from its "
+                            "last checkpoint after a stop or a kill")
+
+
+@pytest.mark.slow
+def test_a_killed_component_run_leaves_its_temporary_run_folder_to_the_next(work, tmp_path, monkeypatch):
+    """Without --intermediate_folder the run folder was a tempfile.mkdtemp folder: a run killed (SIGKILL, OOM) left
+    it, with its checkpoints, for good. The first line says where it is and how to keep it; the next component run
+    removes the one a killed run left (nobody holds its lock), not one a live run holds."""
+    import signal
+    import tempfile
+
+    from rft import fsutil
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = [*_cli_args(R, work), "--data_max_prompt_length", "32", "--data_max_response_length", "4",
+            "--trainer_save_freq", "1", "--trainer_test_freq", "-1", "--trainer_val_before_train", "false"]
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "component", R, *args, "--total_training_steps", "50",
+                             "--model_output", "first"], cwd=tmp_path, env={**ENV, "TMPDIR": str(temp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("step "):  # global_step_1 is saved
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    left = list(temp.glob(".rft-rft_trainer.tmp-*"))
+    assert len(left) == 1 and (left[0] / "checkpoints" / "global_step_1").is_dir(), "".join(lines)
+    assert next(x for x in lines if x.startswith("rft")) == (
+        f"rft rft_trainer: run folder {left[0]}: temporary, removed when this command ends (one a killed run left is "
+        "removed by the next component run); give --intermediate_folder DIR to keep it, so that the same command "
+        "resumes from its last checkpoint after a stop or a kill\n")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(fsutil, "ABANDONED_AFTER_S", 0.0)  # (a killed run's folder: 10 s without a change)
+    with fsutil.held_scratch(temp / "rft-rft_trainer") as live:  # a run in progress
+        again = rft_here("component", R, *args, "--total_training_steps", "1", "--model_output", "second",
+                         cwd=tmp_path)
+        assert sorted(temp.glob(".rft-*")) == [live]
+    assert f"rft rft_trainer: note: a component run was killed: removed {left[0]}, the folder it was writing\n" \
+        in again.stdout
+    assert (tmp_path / "second" / "model.safetensors").is_file()
+    assert not list(temp.glob(".rft-*"))
+
+
+@pytest.mark.slow
+def test_a_stopped_component_run_says_it_starts_again(work, tmp_path):
+    """SIGTERM stops a run without --intermediate_folder between phases and its temporary run folder is removed;
+    the line said "the same command resumes from <that folder>/checkpoints/global_step_N", which no rerun could."""
+    import signal
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = [*_cli_args(R, work), "--data_max_prompt_length", "32", "--data_max_response_length", "4",
+            "--trainer_save_freq", "1", "--trainer_test_freq", "-1", "--trainer_val_before_train", "false",
+            "--total_training_steps", "50", "--model_output", "first"]
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "component", R, *args], cwd=tmp_path,
+                            env={**ENV, "TMPDIR": str(temp)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("step "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait() == 143, "".join(lines)
+    folder = next(x for x in lines if x.startswith("rft rft_trainer: run folder ")).split()[4].rstrip(":")
+    assert not list(temp.glob(".rft-*"))
+    assert lines[-1].endswith(f"; the run folder {folder} was temporary and is removed, so the same command starts "
+                              "the run again from step 0 (give --intermediate_folder DIR to keep a run folder to "
+                              "resume from)\n"), "".join(lines)
+    assert "resumes from" not in lines[-1].replace("to resume from", "")
+
+
 def _check_mlflow_model(folder: Path) -> None:
     """The MLflow model loads offline with the transformers flavour and with pyfunc, and generates."""
     pytest.importorskip("mlflow")

@@ -394,6 +394,25 @@ def clean_abandoned(final: str | Path) -> list[str]:
 
 
 @contextlib.contextmanager
+def held_scratch(final: str | Path) -> Iterator[Path]:
+    """Yield a new folder beside `final`, named as `atomic_dir`'s staging folder (`.<name>.tmp-<8 hex>`, mode 0700)
+    and held as it is (an flock, for this process's life), and remove it after the block: scratch space that nothing
+    publishes (a component run's run folder when no output keeps it). One a killed process left, which nobody holds,
+    is removed by the next `clean_abandoned(final)`."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    scratch = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    scratch.mkdir(mode=0o700)
+    held = _flock(scratch)
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if held is not None:
+            os.close(held)
+
+
+@contextlib.contextmanager
 def staging_in(folder: str | Path) -> Iterator[Path]:
     """Yield a new temporary folder `.staging-<pid>@<host_tag>.tmp-<8 hex>` inside `folder` (made, with its parents,
     where missing), from which files are renamed into `folder` (one file system: each rename atomic); it is removed

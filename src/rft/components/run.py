@@ -160,31 +160,95 @@ def _in_input_terms(comp: Component, plan: Plan) -> Iterator[None]:
 def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
         argv: list[str] | None = None) -> dict[str, str]:
     """Train with the component's inputs and write its outputs; returns {output name: path}. `argv`: the
-    `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node)."""
+    `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node).
+    Without an output that holds the run folder, it is a temporary one (`temporary_line`)."""
+    from rft.distributed import launched
+    from rft.trainer.launch import train_here
+
+    cfg, plan = resolve(comp, values, outputs, launching=True)
+    started_by_us = launched() and WORK_ENV in os.environ
+    says = not launched() or (not started_by_us and os.environ["RANK"] == "0")
+    with contextlib.ExitStack() as stack:
+        temp = None
+        if started_by_us:
+            cfg.trainer.default_local_dir = os.environ[WORK_ENV]
+        elif not outputs.get(WORK_OUTPUT.get(comp.name, "")):
+            if launched():  # torchrun started every process: one run folder name for all of them
+                temp = str(Path(tempfile.gettempdir()) /
+                           f"rft-{comp.name}-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}")
+                Path(temp).mkdir(parents=True, exist_ok=True)
+            else:
+                temp = str(stack.enter_context(_temporary_run_folder(comp)))
+            cfg.trainer.default_local_dir = temp
+            if says:
+                print(f"rft {comp.name}: {temporary_line(comp, temp, cleaned=not launched())}", flush=True)
+            stack.enter_context(_temporary_said(comp, temp))
+        if says:
+            for note in plan.notes:
+                print(f"rft {comp.name}: {note}", flush=True)
+        if started_by_us:  # one of the processes started below: train, the first process writes the outputs
+            with _in_input_terms(comp, plan):
+                train_here(cfg)
+            return {}
+        return _train_and_write(comp, plan, cfg, values, outputs, argv, temp)
+
+
+def temporary_line(comp: Component, folder: str, cleaned: bool = True) -> str:
+    """The first line of a run without an output that holds its run folder: where the folder is, that it goes
+    when the command ends (`cleaned`: and that the next component run removes it after a kill), and what keeps it
+    (so that a rerun resumes)."""
+    keep = WORK_OUTPUT.get(comp.name)
+    how = (f"give --{keep} DIR to keep it, so that the same command resumes from its last checkpoint after a stop "
+           "or a kill" if keep else "this component has no output that keeps it, so a rerun starts from step 0")
+    after_kill = " (one a killed run left is removed by the next component run)" if cleaned else ""
+    return f"run folder {folder}: temporary, removed when this command ends{after_kill}; {how}"
+
+
+def _temporary_run_folder(comp: Component) -> contextlib.AbstractContextManager[Path]:
+    """A new temporary run folder, `<tmp>/.rft-<component>.tmp-<8 hex>`, held (an flock) while this process lives
+    and removed when the block ends (`fsutil.held_scratch`); first, the ones that killed component runs left (nobody
+    holds them) are removed (`fsutil.clean_abandoned`), with a note each."""
+    from rft.fsutil import clean_abandoned, held_scratch
+
+    for name in components():
+        for line in clean_abandoned(Path(tempfile.gettempdir()) / f"rft-{name}"):
+            print(f"rft {comp.name}: note: a component run was killed: {line}", flush=True)
+    return held_scratch(Path(tempfile.gettempdir()) / f"rft-{comp.name}")
+
+
+@contextlib.contextmanager
+def _temporary_said(comp: Component, folder: str) -> Iterator[None]:
+    """A stop (Ctrl-C, SIGTERM) or an error of a run in a temporary folder says what the same command does next:
+    it starts again from step 0 (the run folder's own words, "resumes from <folder>/checkpoints/...", were untrue:
+    the folder is removed)."""
+    from rft.errors import ends_with_resume_note
+
+    keep = WORK_OUTPUT.get(comp.name)
+    note = (f"the run folder {folder} was temporary and is removed, so the same command starts the run again from "
+            f"step 0" + (f" (give --{keep} DIR to keep a run folder to resume from)" if keep else ""))
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if getattr(e, "message", None):  # "<the stop>; <what the run folder said next>"
+            e.message = f"{e.message.rpartition('; ')[0] or e.message}; {note}"
+        e.resume_note = note
+        raise
+    except BaseException as e:
+        if ends_with_resume_note(e):
+            with contextlib.suppress(AttributeError):
+                e.resume_note = note
+        raise
+
+
+def _train_and_write(comp: Component, plan: Plan, cfg, values: dict[str, Any], outputs: dict[str, str | None],
+                     argv: list[str] | None, temp: str | None) -> dict[str, str]:
+    """`run`'s training in the process that writes the outputs (it starts the others where the inputs ask for
+    several), then the outputs; a torchrun run folder (`temp`) is removed by rank 0."""
     from rft.config.checks import processes
     from rft.distributed import launch, launched
     from rft.errors import RunComplete
     from rft.trainer.launch import train_here
 
-    cfg, plan = resolve(comp, values, outputs, launching=True)
-    started_by_us = launched() and WORK_ENV in os.environ
-    temp = None
-    if started_by_us:
-        cfg.trainer.default_local_dir = os.environ[WORK_ENV]
-    elif not outputs.get(WORK_OUTPUT.get(comp.name, "")):
-        if launched():  # torchrun started every process: one run folder name for all of them
-            temp = str(Path(tempfile.gettempdir()) / f"rft-{comp.name}-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}")
-            Path(temp).mkdir(parents=True, exist_ok=True)
-        else:
-            temp = tempfile.mkdtemp(prefix=f"rft-{comp.name}-")
-        cfg.trainer.default_local_dir = temp
-    if not launched() or (not started_by_us and os.environ["RANK"] == "0"):
-        for note in plan.notes:
-            print(f"rft {comp.name}: {note}", flush=True)
-    if started_by_us:  # one of the processes started below: train, the first process writes the outputs
-        with _in_input_terms(comp, plan):
-            train_here(cfg)
-        return {}
     written: dict[str, str] = {}
     try:
         try:
