@@ -126,7 +126,11 @@ class _InputTerms(logging.Filter):
         self.plan = plan
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = self.plan.in_input_terms(record.getMessage()), ()
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # arguments that do not fit the format: the handler reports it, as before
+            return True
+        record.msg, record.args = self.plan.in_input_terms(message), ()
         return True
 
 
