@@ -6,7 +6,9 @@ lock). A staging folder made inside a folder no lock holds (`staging_in`: `rft d
 `.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`;
 one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour). An `atomic_dir`
 writer holds an flock on its staging folder, so the next writer of the same folder removes what a killed one left
-beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`).
+beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`); a scratch folder
+that nothing publishes (`held_scratch`: a component run's temporary run folder) is named and held the same way, so the
+same `clean_abandoned` removes the one a killed process left.
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
