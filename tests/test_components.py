@@ -463,7 +463,7 @@ def test_every_refusal_of_a_command_line_is_reported_at_once(work, tmp_path):
     proc = rft_here("component", R, *args, cwd=tmp_path, check=False)
     assert proc.returncode == 2
     *lines, launch = proc.stderr.splitlines()
-    assert launch.startswith("rft: error: rft_trainer: trainer.nnodes=2: rft starts the processes of one node itself")
+    assert launch.startswith("rft: error: rft_trainer: --trainer_nnodes=2: rft starts the processes of one node itself")
     assert lines == [
         "rft: error: rft_trainer: --actor_model_pat is not an input of this component; did you mean "
         "--actor_model_path?",
@@ -482,7 +482,7 @@ def test_every_refusal_of_a_command_line_is_reported_at_once(work, tmp_path):
     assert engine.startswith("verl_trainer_component: --ENGINE='sglang': rft has no SGLang engine")
     assert name.startswith("verl_trainer_component: --rollout_name='sglang': rft has no SGLang engine")
     assert "--data_train_batch_size" in sizes and "give an invalid config: " in sizes, sizes
-    assert launch.startswith("verl_trainer_component: trainer.nnodes=2: rft starts the processes of one node")
+    assert launch.startswith("verl_trainer_component: --trainer_nnodes=2: rft starts the processes of one node")
 
 
 def test_the_documented_grpo_commands_run_from_an_empty_folder(tmp_path):
@@ -561,8 +561,49 @@ def test_processes_on_cpu_and_several_nodes(work):
 def test_a_config_error_of_one_input_says_gives(work):
     with pytest.raises(ComponentError) as err:
         resolved(R, work, data_train_batch_size=-4)
-    assert str(err.value) == ("rft_trainer: --data_train_batch_size gives an invalid config: data.train_batch_size "
+    assert str(err.value) == ("rft_trainer: --data_train_batch_size gives an invalid config: --data_train_batch_size "
                               "must be a positive integer, got -4")
+
+
+def test_config_errors_and_notes_name_the_inputs_not_rfts_keys(work, caplog):
+    """A component user sets inputs, not rft's keys: an error or note told them to "set
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=N", a key they cannot give. Each key an input sets as given
+    is named by the input (`--actor_rft_micro_batch_size_per_gpu=2`), its shortened forms too (`rollout.n`)."""
+    with pytest.raises(ComponentError) as err:
+        resolved(R, work, actor_rft_micro_batch_size_per_gpu=3)
+    assert str(err.value) == (
+        "rft_trainer: --actor_rft_micro_batch_size_per_gpu gives an invalid config: a mini-batch holds "
+        "--actor_rft_mini_batch_size x --rollout_n = 4 x 2 = 8 rows per process, which is not a multiple of "
+        "--actor_rft_micro_batch_size_per_gpu (3): set --actor_rft_micro_batch_size_per_gpu to a divisor of 8, e.g. "
+        "--actor_rft_micro_batch_size_per_gpu=2")
+    with pytest.raises(ComponentError) as err:
+        resolved(V, work, data_train_batch_size=3)
+    message = str(err.value)
+    assert "set --actor_ppo_mini_batch_size to a divisor of 3, e.g. --actor_ppo_mini_batch_size=3" in message
+    assert "--data_train_batch_size (3) must be a multiple of --actor_ppo_mini_batch_size (4)" in message
+    assert "ppo_mini_batch_size " not in message.replace("--actor_ppo_mini_batch_size", "")
+    assert "data.train_batch_size" not in message
+    caplog.set_level("WARNING", logger="rft")
+    resolved(R, work, actor_use_kl_loss=False, actor_kl_loss_coef=0.5)
+    note = next(r.getMessage() for r in caplog.records if "kl_loss_coef" in r.getMessage())
+    assert note == "rft: note: --actor_use_kl_loss=false (no KL loss), so these keys have no effect: " \
+                   "--actor_kl_loss_coef=0.5", note
+
+
+def test_a_key_no_input_sets_as_given_stays_named(work):
+    """A key an input sets to something computed (GRPO's mini batch: per_device_train_batch_size x
+    gradient_accumulation_steps x processes / num_generations) keeps its name, as its value is not the input's; one
+    no input of the component sets ends the line saying so; one an input can set in other cases is not said to be
+    unsettable (max_steps sets trainer.total_training_steps)."""
+    _, plan = resolved(G, work, per_device_train_batch_size=4)
+    assert plan.in_input_terms("set actor_rollout_ref.actor.ppo_mini_batch_size=3 or ppo_micro_batch_size_per_gpu=2"
+                               ) == "set actor_rollout_ref.actor.ppo_mini_batch_size=3 or --per_device_train_batch_size=2"
+    assert plan.in_input_terms("start a new run (or trainer.resume_mode=disable); raise trainer.total_training_steps"
+                               ) == ("start a new run (or trainer.resume_mode=disable); raise "
+                                     "trainer.total_training_steps; group_relative_policy_optimization has no input "
+                                     "that sets trainer.resume_mode")
+    assert plan.in_input_terms("w/actor_rollout_ref.actor.optim.lr.txt; actor_rollout_ref.actor.optim.lr.") == \
+        "w/actor_rollout_ref.actor.optim.lr.txt; --learning_rate."  # a path is not a key
 
 
 def test_required_inputs_and_outputs(work):
@@ -953,18 +994,135 @@ def test_a_rerun_into_a_complete_run_writes_its_outputs_and_names_the_inputs(wor
     assert (tmp_path / "second" / "model.safetensors").read_bytes() == \
         (tmp_path / "work" / "model" / "model.safetensors").read_bytes()
     assert "rft rft_trainer: --total_training_steps: work is complete (1/1 steps" in again.stdout
+    assert "(raise --total_training_steps / --trainer_total_epochs to train on)" in again.stdout  # in input terms
+    assert "trainer.total" not in again.stdout and " total_epochs" not in again.stdout
     assert "rft rft_trainer: model_output -> second" in again.stdout
     changed = rft_here("component", R, *args, "--model_output", "third", "--actor_optim_lr", "1e-4", cwd=tmp_path,
                        check=False)
     assert changed.returncode == 2 and not (tmp_path / "third").exists()
     assert changed.stderr.startswith("rft: error: rft_trainer: --actor_optim_lr, --intermediate_folder: resuming "
-                                     "work from global_step_1 with changed keys actor_rollout_ref.actor.optim.lr ")
+                                     "work from global_step_1 with changed keys --actor_optim_lr (3e-06 -> 0.0001)")
+    assert "start a new run in another --intermediate_folder (or trainer.resume_mode=disable); rft_trainer has no " \
+           "input that sets trainer.resume_mode\n" in changed.stderr
+    assert "optim.lr" not in changed.stderr and "default_local_dir" not in changed.stderr
     long = rft_here("component", R, *_cli_args(R, work), "--data_max_prompt_length", "4",
                     "--data_filter_overlong_prompts", "false", "--model_output", "fourth", cwd=tmp_path, check=False)
     assert long.returncode == 2
     assert long.stderr.startswith("rft: error: rft_trainer: --data_filter_overlong_prompts, --data_max_prompt_length, "
                                   "--data_truncation: ")
-    assert "> data.max_prompt_length=4" in long.stderr
+    assert "> --data_max_prompt_length=4; raise it, set --data_filter_overlong_prompts=true, or set --data_truncation " \
+           "to left|right|middle" in long.stderr
+    assert "data." not in long.stderr.replace("d/train.parquet", "")
+
+
+def test_a_killed_processs_scratch_folder_is_removed_by_the_next_and_a_live_ones_kept(tmp_path, monkeypatch):
+    """The temporary run folder of a component run (`fsutil.held_scratch`) that a SIGKILL left is removed by the
+    next `clean_abandoned` of its name; one a live process holds is left alone."""
+    from rft import fsutil
+
+    monkeypatch.setattr(fsutil, "ABANDONED_AFTER_S", 0.0)
+    final = tmp_path / "rft-rft_trainer"
+    code = ("import sys, time\nfrom rft.fsutil import held_scratch\n"
+            "with held_scratch(sys.argv[1]) as d:\n    (d / 'f').write_text('x')\n    print(d, flush=True)\n"
+            "    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(final)], env=ENV, stdout=subprocess.PIPE, text=True)
+    killed = Path(proc.stdout.readline().strip())
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    assert killed.parent == tmp_path and killed.name.startswith(".rft-rft_trainer.tmp-")
+    assert (killed / "f").is_file()  # SIGKILL: nothing ran to remove it
+    with fsutil.held_scratch(final) as live:
+        assert fsutil.clean_abandoned(final) == [f"removed {killed}, the folder it was writing"]
+        assert sorted(tmp_path.iterdir()) == [live]
+    assert not live.exists()
+
+
+def test_the_first_line_of_a_run_in_a_temporary_folder_says_what_keeps_it():
+    from rft.components.run import temporary_line
+
+    said = {name: temporary_line(get_component(name), "/tmp/.rft-x.tmp-0") for name in (R, V, G)}
+    assert said[V] == ("run folder /tmp/.rft-x.tmp-0: temporary, removed when this command ends (one a killed run "
+                       "left is removed by the next component run); this component has no output that keeps it, so "
+                       "a rerun starts from step 0")
+    assert said[R].endswith("; give --intermediate_folder DIR to keep it, so that the same command resumes from its "
+                            "last checkpoint after a stop or a kill")
+    assert said[G].endswith("; give --output_model_path DIR to keep it, so that the same command resumes from its "
+                            "last checkpoint after a stop or a kill")
+
+
+@pytest.mark.slow
+def test_a_killed_component_run_leaves_its_temporary_run_folder_to_the_next(work, tmp_path, monkeypatch):
+    """Without --intermediate_folder the run folder was a tempfile.mkdtemp folder: a run killed (SIGKILL, OOM) left
+    it, with its checkpoints, for good. The first line says where it is and how to keep it; the next component run
+    removes the one a killed run left (nobody holds its lock), not one a live run holds."""
+    import signal
+    import tempfile
+
+    from rft import fsutil
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = [*_cli_args(R, work), "--data_max_prompt_length", "32", "--data_max_response_length", "4",
+            "--trainer_save_freq", "1", "--trainer_test_freq", "-1", "--trainer_val_before_train", "false"]
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "component", R, *args, "--total_training_steps", "50",
+                             "--model_output", "first"], cwd=tmp_path, env={**ENV, "TMPDIR": str(temp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("step "):  # global_step_1 is saved
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    left = list(temp.glob(".rft-rft_trainer.tmp-*"))
+    assert len(left) == 1 and (left[0] / "checkpoints" / "global_step_1").is_dir(), "".join(lines)
+    assert next(x for x in lines if x.startswith("rft")) == (
+        f"rft rft_trainer: run folder {left[0]}: temporary, removed when this command ends (one a killed run left is "
+        "removed by the next component run); give --intermediate_folder DIR to keep it, so that the same command "
+        "resumes from its last checkpoint after a stop or a kill\n")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(fsutil, "ABANDONED_AFTER_S", 0.0)  # (a killed run's folder: 10 s without a change)
+    with fsutil.held_scratch(temp / "rft-rft_trainer") as live:  # a run in progress
+        again = rft_here("component", R, *args, "--total_training_steps", "1", "--model_output", "second",
+                         cwd=tmp_path)
+        assert sorted(temp.glob(".rft-*")) == [live]
+    assert f"rft rft_trainer: note: a component run was killed: removed {left[0]}, the folder it was writing\n" \
+        in again.stdout
+    assert (tmp_path / "second" / "model.safetensors").is_file()
+    assert not list(temp.glob(".rft-*"))
+
+
+@pytest.mark.slow
+def test_a_stopped_component_run_says_it_starts_again(work, tmp_path):
+    """SIGTERM stops a run without --intermediate_folder between phases and its temporary run folder is removed;
+    the line said "the same command resumes from <that folder>/checkpoints/global_step_N", which no rerun could."""
+    import signal
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = [*_cli_args(R, work), "--data_max_prompt_length", "32", "--data_max_response_length", "4",
+            "--trainer_save_freq", "1", "--trainer_test_freq", "-1", "--trainer_val_before_train", "false",
+            "--total_training_steps", "50", "--model_output", "first"]
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "component", R, *args], cwd=tmp_path,
+                            env={**ENV, "TMPDIR": str(temp)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("step "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait() == 143, "".join(lines)
+    folder = next(x for x in lines if x.startswith("rft rft_trainer: run folder ")).split()[4].rstrip(":")
+    assert not list(temp.glob(".rft-*"))
+    assert lines[-1].endswith(f"; the run folder {folder} was temporary and is removed, so the same command starts "
+                              "the run again from step 0 (give --intermediate_folder DIR to keep a run folder to "
+                              "resume from)\n"), "".join(lines)
+    assert "resumes from" not in lines[-1].replace("to resume from", "")
 
 
 def _check_mlflow_model(folder: Path) -> None:

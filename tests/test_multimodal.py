@@ -626,7 +626,7 @@ def test_the_verl_component_trains_two_steps_on_image_rows_of_its_image_key(vlm,
                     "--data_train_batch_size", "4", "--actor_ppo_mini_batch_size", "4", "--total_training_steps",
                     "1", "--model_output", str(tmp_path / "out2" / "model"), cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "row 0: the prompt has 1 <image> placeholder(s) and the row 0 image(s)" in \
-        proc.stderr and "data.image_key names the column of the images" in proc.stderr
+        proc.stderr and "--data_image_key names the column of the images" in proc.stderr
 
 
 def test_a_lora_adapter_on_a_vision_language_model_trains_the_language_model_only(vlm, tmp_path):

@@ -6,7 +6,9 @@ lock). A staging folder made inside a folder no lock holds (`staging_in`: `rft d
 `.staging-<pid>@<host>.tmp-<8 hex>`, so the next one removes it once that process is gone (`clean_stale_staging`;
 one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed for an hour). An `atomic_dir`
 writer holds an flock on its staging folder, so the next writer of the same folder removes what a killed one left
-beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`).
+beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`); a scratch folder
+that nothing publishes (`held_scratch`: a component run's temporary run folder) is named and held the same way, so the
+same `clean_abandoned` removes the one a killed process left.
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
@@ -391,6 +393,25 @@ def clean_abandoned(final: str | Path) -> list[str]:
             _remove(path)
             done.append(f"removed {path}, the earlier {final.name} it was replacing")
     return done
+
+
+@contextlib.contextmanager
+def held_scratch(final: str | Path) -> Iterator[Path]:
+    """Yield a new folder beside `final`, named as `atomic_dir`'s staging folder (`.<name>.tmp-<8 hex>`, mode 0700)
+    and held as it is (an flock, for this process's life), and remove it after the block: scratch space that nothing
+    publishes (a component run's run folder when no output keeps it). One a killed process left, which nobody holds,
+    is removed by the next `clean_abandoned(final)`."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    scratch = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    scratch.mkdir(mode=0o700)
+    held = _flock(scratch)
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if held is not None:
+            os.close(held)
 
 
 @contextlib.contextmanager

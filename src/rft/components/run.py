@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -88,40 +89,72 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
     cfg = None
     try:  # without the refused inputs' keys: their problems are reported already
         cfg = merge_layers(RFTConfig, [plan.nested(without=refused)])
-        validate(cfg, check_paths=for_run)
+        with _notes_in_input_terms(plan):
+            validate(cfg, check_paths=for_run)
     except ConfigError as e:
         names = plan.inputs_of(str(e))
         if not refused or (names and not refused & set(names)):  # else an echo of a refused input
             who = ", ".join(f"--{n}" for n in names) if names else "the inputs"
             give = "gives" if len(names) == 1 else "give"
-            problems.append(f"{comp.name}: {who} {give} an invalid config: {e}")
+            problems.append(f"{comp.name}: {who} {give} an invalid config: {plan.in_input_terms(str(e))}")
     if launching and cfg is not None:
         try:
             check_launch(cfg)
         except ConfigError as e:
-            problems.append(f"{comp.name}: {e}")
+            problems.append(f"{comp.name}: {plan.in_input_terms(str(e))}")
     if problems:
         raise ComponentError("\n".join(problems))
     return cfg, plan
 
 
 def _inputs_named(comp: Component, plan: Plan, message: str) -> str:
-    """`message` (a run's error or note, which names rft's canonical keys) led by the component and the inputs
-    behind the keys it names, so that a component user reads the names they set: `rft_trainer: --actor_optim_lr,
-    --intermediate_folder: resuming ... with changed keys actor_rollout_ref.actor.optim.lr ...`."""
+    """`message` (a run's error or note, which names rft's canonical keys) in the component's terms: led by the
+    component and the inputs behind the keys it names, each key an input sets named by that input
+    (`Plan.in_input_terms`): `rft_trainer: --actor_optim_lr, --intermediate_folder: resuming ... with changed keys
+    --actor_optim_lr (3e-06 -> 0.0001) ...`."""
     names = plan.inputs_of(message)
+    message = plan.in_input_terms(message)
     return f"{comp.name}: {', '.join(f'--{n}' for n in names)}: {message}" if names else message
+
+
+class _InputTerms(logging.Filter):
+    """Rewrites each record of rft's logger (its notes: `rft: note: data.filter_overlong_prompts dropped ...`) in
+    the plan's input terms."""
+
+    def __init__(self, plan: Plan):
+        super().__init__()
+        self.plan = plan
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # arguments that do not fit the format: the handler reports it, as before
+            return True
+        record.msg, record.args = self.plan.in_input_terms(message), ()
+        return True
+
+
+@contextlib.contextmanager
+def _notes_in_input_terms(plan: Plan) -> Iterator[None]:
+    """For the block, the notes rft logs name the inputs behind the keys they name (`_InputTerms`)."""
+    logger, terms = logging.getLogger("rft"), _InputTerms(plan)
+    logger.addFilter(terms)
+    try:
+        yield
+    finally:
+        logger.removeFilter(terms)
 
 
 @contextlib.contextmanager
 def _in_input_terms(comp: Component, plan: Plan) -> Iterator[None]:
-    """A run's expected failure (an `RftError`: a prompt over data.max_prompt_length, a resume with changed keys,
-    ...) raised with the inputs behind the keys it names (`_inputs_named`); its class, and so its exit status, stay
-    the same."""
+    """A run in the component's terms: its notes (`_notes_in_input_terms`), and its expected failure (an
+    `RftError`: a prompt over data.max_prompt_length, a resume with changed keys, ...) raised with the inputs behind
+    the keys it names (`_inputs_named`); its class, and so its exit status, stay the same."""
     from rft.errors import RftError
 
     try:
-        yield
+        with _notes_in_input_terms(plan):
+            yield
     except RftError as e:
         if len(e.args) == 1 and isinstance(e.args[0], str):
             e.args = (_inputs_named(comp, plan, e.args[0]),)
@@ -131,31 +164,95 @@ def _in_input_terms(comp: Component, plan: Plan) -> Iterator[None]:
 def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
         argv: list[str] | None = None) -> dict[str, str]:
     """Train with the component's inputs and write its outputs; returns {output name: path}. `argv`: the
-    `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node)."""
+    `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node).
+    Without an output that holds the run folder, it is a temporary one (`temporary_line`)."""
+    from rft.distributed import launched
+    from rft.trainer.launch import train_here
+
+    cfg, plan = resolve(comp, values, outputs, launching=True)
+    started_by_us = launched() and WORK_ENV in os.environ
+    says = not launched() or (not started_by_us and os.environ["RANK"] == "0")
+    with contextlib.ExitStack() as stack:
+        temp = None
+        if started_by_us:
+            cfg.trainer.default_local_dir = os.environ[WORK_ENV]
+        elif not outputs.get(WORK_OUTPUT.get(comp.name, "")):
+            if launched():  # torchrun started every process: one run folder name for all of them
+                temp = str(Path(tempfile.gettempdir()) /
+                           f"rft-{comp.name}-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}")
+                Path(temp).mkdir(parents=True, exist_ok=True)
+            else:
+                temp = str(stack.enter_context(_temporary_run_folder(comp)))
+            cfg.trainer.default_local_dir = temp
+            if says:
+                print(f"rft {comp.name}: {temporary_line(comp, temp, cleaned=not launched())}", flush=True)
+            stack.enter_context(_temporary_said(comp, temp))
+        if says:
+            for note in plan.notes:
+                print(f"rft {comp.name}: {note}", flush=True)
+        if started_by_us:  # one of the processes started below: train, the first process writes the outputs
+            with _in_input_terms(comp, plan):
+                train_here(cfg)
+            return {}
+        return _train_and_write(comp, plan, cfg, values, outputs, argv, temp)
+
+
+def temporary_line(comp: Component, folder: str, cleaned: bool = True) -> str:
+    """The first line of a run without an output that holds its run folder: where the folder is, that it goes
+    when the command ends (`cleaned`: and that the next component run removes it after a kill), and what keeps it
+    (so that a rerun resumes)."""
+    keep = WORK_OUTPUT.get(comp.name)
+    how = (f"give --{keep} DIR to keep it, so that the same command resumes from its last checkpoint after a stop "
+           "or a kill" if keep else "this component has no output that keeps it, so a rerun starts from step 0")
+    after_kill = " (one a killed run left is removed by the next component run)" if cleaned else ""
+    return f"run folder {folder}: temporary, removed when this command ends{after_kill}; {how}"
+
+
+def _temporary_run_folder(comp: Component) -> contextlib.AbstractContextManager[Path]:
+    """A new temporary run folder, `<tmp>/.rft-<component>.tmp-<8 hex>`, held (an flock) while this process lives
+    and removed when the block ends (`fsutil.held_scratch`); first, the ones that killed component runs left (nobody
+    holds them) are removed (`fsutil.clean_abandoned`), with a note each."""
+    from rft.fsutil import clean_abandoned, held_scratch
+
+    for name in components():
+        for line in clean_abandoned(Path(tempfile.gettempdir()) / f"rft-{name}"):
+            print(f"rft {comp.name}: note: a component run was killed: {line}", flush=True)
+    return held_scratch(Path(tempfile.gettempdir()) / f"rft-{comp.name}")
+
+
+@contextlib.contextmanager
+def _temporary_said(comp: Component, folder: str) -> Iterator[None]:
+    """A stop (Ctrl-C, SIGTERM) or an error of a run in a temporary folder says what the same command does next:
+    it starts again from step 0 (the run folder's own words, "resumes from <folder>/checkpoints/...", were untrue:
+    the folder is removed)."""
+    from rft.errors import ends_with_resume_note
+
+    keep = WORK_OUTPUT.get(comp.name)
+    note = (f"the run folder {folder} was temporary and is removed, so the same command starts the run again from "
+            f"step 0" + (f" (give --{keep} DIR to keep a run folder to resume from)" if keep else ""))
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if getattr(e, "message", None):  # "<the stop>; <what the run folder said next>"
+            e.message = f"{e.message.rpartition('; ')[0] or e.message}; {note}"
+        e.resume_note = note
+        raise
+    except BaseException as e:
+        if ends_with_resume_note(e):
+            with contextlib.suppress(AttributeError):
+                e.resume_note = note
+        raise
+
+
+def _train_and_write(comp: Component, plan: Plan, cfg, values: dict[str, Any], outputs: dict[str, str | None],
+                     argv: list[str] | None, temp: str | None) -> dict[str, str]:
+    """`run`'s training in the process that writes the outputs (it starts the others where the inputs ask for
+    several), then the outputs; a torchrun run folder (`temp`) is removed by rank 0."""
     from rft.config.checks import processes
     from rft.distributed import launch, launched
     from rft.errors import RunComplete
     from rft.trainer.launch import train_here
 
-    cfg, plan = resolve(comp, values, outputs, launching=True)
-    started_by_us = launched() and WORK_ENV in os.environ
-    temp = None
-    if started_by_us:
-        cfg.trainer.default_local_dir = os.environ[WORK_ENV]
-    elif not outputs.get(WORK_OUTPUT.get(comp.name, "")):
-        if launched():  # torchrun started every process: one run folder name for all of them
-            temp = str(Path(tempfile.gettempdir()) / f"rft-{comp.name}-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}")
-            Path(temp).mkdir(parents=True, exist_ok=True)
-        else:
-            temp = tempfile.mkdtemp(prefix=f"rft-{comp.name}-")
-        cfg.trainer.default_local_dir = temp
-    if not launched() or (not started_by_us and os.environ["RANK"] == "0"):
-        for note in plan.notes:
-            print(f"rft {comp.name}: {note}", flush=True)
-    if started_by_us:  # one of the processes started below: train, the first process writes the outputs
-        with _in_input_terms(comp, plan):
-            train_here(cfg)
-        return {}
     written: dict[str, str] = {}
     try:
         try:

@@ -134,6 +134,9 @@ class Plan:
     """The inputs named on the command line (Azure ML names them all); the others are at their spec defaults."""
     keys: dict[str, str | None] = field(default_factory=dict)
     """{input: the canonical key its table row writes it to (None: the plan function decides)}."""
+    reachable: frozenset[str] = frozenset()
+    """The canonical keys some input or output of the component can set (its table key, or a key its row's `lands_on`
+    names), with values other than these; a key outside them is one no input sets."""
     check_paths: bool = True
     extra: dict[str, Any] = field(default_factory=dict)  # component-specific facts for the run (e.g. DS config)
 
@@ -170,6 +173,57 @@ class Plan:
             if re.search(re.escape(key) + r"(?![\w.])", message):
                 names += [n for n in self.sources[key] if n not in names]
         return names
+
+    def input_for(self, key: str) -> str | None:
+        """The one input (or run folder output) whose value `key` holds as given, so that "set `key`=V" reads
+        "set --input=V"; None where no input sets `key`, or where one sets it to something computed from it (a
+        batch size from three inputs, `val_kwargs.do_sample` from a temperature)."""
+        sources = self.sources.get(key, [])
+        if len(sources) != 1 or key not in self.overrides:
+            return None
+        name = sources[0]
+        given = {**self.outputs, **self.values}
+        if name not in given:
+            return None
+        value, held = given[name], self.overrides[key]
+        return name if self.keys.get(name) == key or (type(value) is type(held) and value == held) else None
+
+    def in_input_terms(self, message: str) -> str:
+        """`message` (a run's error or note, in rft's canonical keys) as a component user reads it: each key an
+        input sets as given named by that input (`actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2` ->
+        `--actor_rft_micro_batch_size_per_gpu=2`), also where the message shortens it to its last parts
+        (`ppo_mini_batch_size`, `rollout.n`, `total_epochs`) that no other key set here ends with; a key no input
+        sets stays, and where no input of the component can set it (`reachable`), the message ends saying so."""
+        import re
+
+        from rft.config.schema import RFTConfig
+        from rft.config.validate import walk
+
+        by_key = {key: name for key in self.sources if (name := self.input_for(key)) is not None}
+        by_tail: dict[str, set[str]] = {}
+        for key in self.sources:  # a shortened key names an input only where it names one key of the plan
+            parts = key.split(".")
+            for i in range(1, len(parts)):
+                tail = ".".join(parts[i:])
+                if "." in tail or "_" in tail:  # not one plain word ('n', 'lr', 'path'), which text uses as words
+                    by_tail.setdefault(tail, set()).add(key)
+        schema = {key for key, _, _ in walk(RFTConfig())}
+        unset: list[str] = []
+
+        def named(m: re.Match) -> str:
+            token = m.group(0)
+            tails = by_tail.get(token, set())
+            key = token if token in schema else next(iter(tails)) if len(tails) == 1 else None
+            if key in by_key:
+                return f"--{by_key[key]}"
+            if token in schema and token not in self.sources and token not in self.reachable and token not in unset:
+                unset.append(token)
+            return token
+
+        out = re.sub(r"(?<![\w./-])[A-Za-z_]\w*(?:\.\w+)*(?!\.?[\w/-])", named, message)
+        if unset:
+            out += f"; {self.component} has no input that sets {', '.join(unset)}"
+        return out
 
 
 def vllm_installed() -> bool:
@@ -214,6 +268,14 @@ class Component:
                 return inp
         raise KeyError(name)
 
+    def reachable_keys(self) -> frozenset[str]:
+        """The canonical keys the inputs and outputs can set: each row's key and the `keys` its `lands_on` names."""
+        import re
+
+        rows = [(i.key, i.mapping) for i in self.inputs] + [(None, o.lands_on) for o in self.outputs]
+        return frozenset(key for own, text in rows
+                         for key in ([own] if own else []) + re.findall(r"`([A-Za-z_][\w.]*\.\w+)`", text))
+
     def defaults(self) -> dict[str, Any]:
         return {i.name: i.default for i in self.inputs}
 
@@ -238,7 +300,7 @@ class Component:
         refusals += [(i.name, "is required") for i in self.inputs if i.required and full[i.name] in (None, "")]
         plan = Plan(self.name, full, {o.name: (outputs or {}).get(o.name) for o in self.outputs},
                     given=frozenset(values) & set(names), keys={i.name: i.key for i in self.inputs},
-                    refusals=refusals, check_paths=check_paths)
+                    refusals=refusals, check_paths=check_paths, reachable=self.reachable_keys())
         engine = self.engine(full)
         for inp in self.inputs:
             value = full[inp.name]
