@@ -340,7 +340,7 @@ def cmd_eval(args) -> int:
 def cmd_merge(args) -> int:
     from rft.offline.merge import merge_checkpoint
 
-    merge_checkpoint(args.checkpoint, args.out, args.config)
+    merge_checkpoint(args.checkpoint, args.out, args.config, overwrite=args.overwrite)
     return 0
 
 
@@ -605,6 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("checkpoint", help="a global_step_N folder, or a run / checkpoints folder (its latest)")
     q.add_argument("out", help="the Hugging Face folder to write (atomically)")
     q.add_argument("--config", help="the run's config.yaml (default: <run>/config.yaml beside checkpoints/)")
+    q.add_argument("--overwrite", action="store_true",
+                   help="replace an OUT that holds a model merged from other inputs, or one no rft merge wrote "
+                        "(refused without; the same inputs again: nothing written)")
     q.set_defaults(fn=cmd_merge)
 
     q = sub.add_parser("studio", help="web app on this machine: a config generator (forms from the schema, "
