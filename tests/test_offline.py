@@ -412,6 +412,21 @@ def test_merge_again_says_its_output_is_complete_and_other_inputs_are_refused(as
         f"rft: error: rft merge: the output {str(run / 'model')!r} holds a model no rft merge recorded (a run's own "
         "model/, a model of yours, or an older rft's merge), which merging would replace; name another folder, "
         "remove it, or pass --overwrite to replace it\n")
+    # a second rft merge into a folder one is writing (an flock on it: fsutil.sole_writer) is refused, not raced
+    import fcntl
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    held = os.open(busy, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        assert main(["merge", str(run), str(busy)]) == 2
+    finally:
+        os.close(held)
+    assert capsys.readouterr().err == (
+        f"rft: error: rft merge: another process is writing {str(busy)!r} now (the same command twice at once: the "
+        "last to end would replace the first one's output); wait for it to end, or name another folder\n")
+    assert list(busy.iterdir()) == []
 
 
 def test_merge_of_a_run_without_checkpoints_names_its_model_folder(tmp_path, capsys):

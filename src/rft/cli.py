@@ -29,6 +29,15 @@ def _setup_env() -> None:
 
 
 def cmd_init_model(args) -> int:
+    """`init_model_into` under an flock on OUT (`fsutil.sole_writer`): a second rft init-model into the same folder
+    while the first runs is refused in one line (the last to end replaced the first one's model)."""
+    from rft.fsutil import sole_writer
+
+    with sole_writer(args.out, "rft init-model"):
+        return init_model_into(args)
+
+
+def init_model_into(args) -> int:
     from rft.errors import RftError
     from rft.models.load import _quiet_transformers
     from rft.models.tiny import REWARD_PRESETS, init_model, parameter_count

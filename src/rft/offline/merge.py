@@ -119,7 +119,7 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
     from rft.config.load import merge_layers, read_yaml
     from rft.config.schema import RFTConfig
     from rft.config.sft_schema import SFTConfig
-    from rft.fsutil import output_problem
+    from rft.fsutil import output_problem, sole_writer
     from rft.models.load import export_hf, load_tokenizer, load_trainable_model
     from rft.trainer.checkpoint import POLICY_DCP, damage, load_policy_weights
 
@@ -156,29 +156,30 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
             raise RftError(f"rft merge: the output {str(out)!r} is the model folder the run {what} ({config}), "
                            "which its resume, and every merge of its checkpoints, rebuild the model from; name a new "
                            "folder")
-    inputs = inputs_of(folder, config, path)
-    if check_earlier_output(Path(out).expanduser(), inputs, overwrite):
-        return Path(out)
-    model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
-    try:
-        if (folder / POLICY_DCP).is_dir():
-            _load_dcp(folder / POLICY_DCP, model)
-        else:
-            load_policy_weights(folder, model)
-    except FileNotFoundError:
-        if folder.exists():
-            raise
-        # a live run keeping trainer.max_ckpt_to_keep removed it after its next save
-        raise CheckpointError(f"checkpoint {folder} was removed while rft merge read it (the run in {run} "
-                              "replaced it with a newer one, as trainer.max_ckpt_to_keep has it); run the same "
-                              "command again, or merge once the run has finished") from None
-    except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
-        why = " ".join(str(e).split())[:200]
-        raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({why}); give --config "
-                              "with the config it was trained with") from None
-    tokenizer = load_tokenizer(tokenizer_path, model_cfg.trust_remote_code)
-    out = export_hf(model, tokenizer, out, merge_in_place=True,
-                    extra_files={RECORD: json.dumps(inputs, indent=1) + "\n"})
-    weights = "LoRA merged" if model_cfg.lora_rank > 0 else "full weights"
-    print(f"rft merge: {folder} ({weights}) -> {out}", flush=True)
-    return out
+    with sole_writer(Path(out).expanduser(), "rft merge"):  # a second merge into OUT at once: refused
+        inputs = inputs_of(folder, config, path)
+        if check_earlier_output(Path(out).expanduser(), inputs, overwrite):
+            return Path(out)
+        model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
+        try:
+            if (folder / POLICY_DCP).is_dir():
+                _load_dcp(folder / POLICY_DCP, model)
+            else:
+                load_policy_weights(folder, model)
+        except FileNotFoundError:
+            if folder.exists():
+                raise
+            # a live run keeping trainer.max_ckpt_to_keep removed it after its next save
+            raise CheckpointError(f"checkpoint {folder} was removed while rft merge read it (the run in {run} "
+                                  "replaced it with a newer one, as trainer.max_ckpt_to_keep has it); run the same "
+                                  "command again, or merge once the run has finished") from None
+        except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
+            why = " ".join(str(e).split())[:200]
+            raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({why}); give --config "
+                                  "with the config it was trained with") from None
+        tokenizer = load_tokenizer(tokenizer_path, model_cfg.trust_remote_code)
+        out = export_hf(model, tokenizer, out, merge_in_place=True,
+                        extra_files={RECORD: json.dumps(inputs, indent=1) + "\n"})
+        weights = "LoRA merged" if model_cfg.lora_rank > 0 else "full weights"
+        print(f"rft merge: {folder} ({weights}) -> {out}", flush=True)
+        return out
