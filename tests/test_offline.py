@@ -136,8 +136,26 @@ def test_rft_eval_scores_rows_without_data_source_with_your_own_reward_as_rft_tr
     assert main([*args, "custom_reward_function.reward_fn_type=math_boxed_reward"]) == 0  # no box: every score 0
     assert json.loads((tmp_path / "gen.metrics.json").read_text())["metrics"]["eval/unknown/reward/best@2"] == 0.0
     capsys.readouterr()
+    # the built-in scorers: the columns the rows have and what those scorers need (the line said to set
+    # data.data_source_key to one of answer, prompt, responses: none names a scorer)
     assert main(args) == 2
-    assert "gen.parquet row 0: no column 'data_source' (data.data_source_key)" in capsys.readouterr().err
+    needs = ("'data_source' (data.data_source_key: the name of the scorer of each row; built-in: arithmetic, "
+             "calculator, geometry3k, gsm8k, hiyouga/geometry3k, openai/gsm8k, shapes)")
+    tail = ("or score these rows with your own function (custom_reward_function.path) or a typed reward "
+            "(custom_reward_function.reward_fn_type), with which a row without a data_source column is 'unknown'\n")
+    assert capsys.readouterr().err == (f"rft: error: {path} row 0: no column 'data_source'; the rows have the columns "
+                                       f"answer, prompt, responses, and the built-in scorers need {needs}: add it, "
+                                       + tail)
+    assert main(["eval", f"data.path={path}"]) == 2  # and no ground truth column either
+    assert capsys.readouterr().err == (
+        f"rft: error: {path} row 0: no column 'data_source'; the rows have the columns answer, prompt, responses, "
+        f"and the built-in scorers need {needs} and 'reward_model' (data.reward_model_key: {{ground_truth: ...}} or "
+        "the ground truth itself): add them, " + tail)
+    # your own function, and no ground truth column: the columns the file has, not with the 'unknown' data_source
+    assert main(["eval", f"data.path={path}", f"custom_reward_function.path={tmp_path / 'r.py'}"]) == 2
+    assert capsys.readouterr().err == (f"rft: error: {path} row 0: no column 'reward_model' (data.reward_model_key); "
+                                       "the rows have the columns answer, prompt, responses: set "
+                                       "data.reward_model_key=<one of them>\n")
 
 
 def test_rft_eval_honours_reward_fn_type_reward_kwargs_and_num_workers(tmp_path, capsys):
