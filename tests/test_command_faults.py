@@ -100,7 +100,7 @@ def test_a_killed_init_model_leaves_a_staging_folder_the_next_write_removes(tmp_
     proc.kill()
     proc.communicate(timeout=60)
     assert staging and proc.returncode == -signal.SIGKILL, "it finished before the kill"
-    assert not (tmp_path / "m").exists()
+    assert list((tmp_path / "m").iterdir()) == []  # the folder its lock was on (fsutil.sole_writer), empty
     quiet = time.time() - 60  # a live writer's folder is never taken: nothing in it changed for a while
     for path in [staging[0], *staging[0].rglob("*")]:
         os.utime(path, (quiet, quiet))
@@ -110,6 +110,48 @@ def test_a_killed_init_model_leaves_a_staging_folder_the_next_write_removes(tmp_
         proc.stdout, proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     assert (tmp_path / "m" / "model.safetensors").is_file()
+
+
+def test_a_second_init_model_into_a_folder_being_written_is_refused(tmp_path):
+    """Two rft init-model into one new folder at once both wrote it, and the last to end replaced the first one's
+    model without a word. The first holds an flock on the folder while it writes (fsutil.sole_writer): the second
+    is one line, exit 2, and touches nothing; once the first has ended, the folder holds its model."""
+    first = subprocess.Popen([sys.executable, "-m", "rft", "init-model", "--preset", "small", "m"], cwd=tmp_path,
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(6000):  # its staging folder, with a file in it: writing has begun
+        if any(p.name.startswith(".m.tmp-") and any(p.iterdir()) for p in tmp_path.iterdir()) or \
+                first.poll() is not None:
+            break
+        time.sleep(0.005)
+    first.send_signal(signal.SIGSTOP)  # still writing while the second runs, however fast the machine
+    assert first.poll() is None, "it finished before the second started"
+    try:
+        second = rft("init-model", "--seed", "1", "m", cwd=tmp_path)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert second.returncode == 2 and only_line(second.stderr) == (
+        "rft: error: rft init-model: another process is writing 'm' now (the same command twice at once: the last to "
+        "end would replace the first one's output); wait for it to end, or name another folder"), second.stderr
+    assert second.stdout == ""
+    from rft.models.tiny import init_model
+
+    expected = init_model("small", tmp_path / "expected", seed=0)  # the first's model, not the second's (seed 1)
+    assert (tmp_path / "m" / "model.safetensors").read_bytes() == (expected / "model.safetensors").read_bytes()
+    # the lock itself, as the first holds it: a folder that exists, or one the second would have made
+    import fcntl
+
+    for out in (tmp_path / "held", tmp_path / "new" / "held"):
+        out.mkdir(parents=True)
+        held = os.open(out, os.O_RDONLY)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            proc = rft("init-model", str(out), cwd=tmp_path)
+        finally:
+            os.close(held)
+        assert proc.returncode == 2 and "another process is writing" in only_line(proc.stderr)
+        assert list(out.iterdir()) == []
 
 
 def test_clean_abandoned_leaves_a_live_writers_folder_and_puts_back_a_model_moved_aside(tmp_path):

@@ -250,6 +250,58 @@ def test_a_missing_expert_column_names_the_data_expert_key(assets, tmp_path):
         ExpertRows(mix_cfg(assets, tmp_path, "data.expert.messages_key=messages"), tok)
 
 
+def test_expert_rows_errors_say_rows_and_the_expert_keys(assets, tmp_path):
+    """Fewer expert rows than a step reads said 'the training set has 3 prompts, fewer than
+    data.train_batch_size=16 (the prompts of one step): lower data.train_batch_size ... (and
+    actor_rollout_ref.actor.ppo_mini_batch_size ...), or add prompts', the RL prompts' error; an empty expert file
+    said 'no SFT rows'. Now: rows, the expert keys and the ratio that fits."""
+    tok = load_tokenizer(str(assets / "model"))
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(3)))
+    # 16 experiences a mini-batch (4 prompts x 4), ratio 0.5: 16 expert rows; 3 rows hold ratio 3 / 19 at most
+    with pytest.raises(DataError) as e:
+        ExpertRows(mix_cfg(assets, tmp_path, f"data.expert.files={few}"), tok)
+    assert str(e.value) == ("data.expert.files has 3 rows (after data.expert.max_length / truncation), fewer than "
+                            "the 16 expert rows of one step (16 per mini-batch of 16 experiences at "
+                            "algorithm.mix.expert_data_ratio=0.5, x 1 mini-batch): lower "
+                            "algorithm.mix.expert_data_ratio to at most 0.1578, or add expert rows")
+    assert ExpertRows(mix_cfg(assets, tmp_path, f"data.expert.files={few}", "algorithm.mix.expert_data_ratio=0.1578"),
+                      tok).rows == 3  # the ratio it names fits
+    with pytest.raises(DataError) as e:  # 4 mini-batches of 4 experiences, 1 expert row each: more than 3
+        ExpertRows(mix_cfg(assets, tmp_path, f"data.expert.files={few}", "algorithm.mix.expert_data_ratio=0.1",
+                           "actor_rollout_ref.actor.ppo_mini_batch_size=1"), tok)
+    assert str(e.value).endswith("fewer than the 4 expert rows of one step (1 per mini-batch of 4 experiences at "
+                                 "algorithm.mix.expert_data_ratio=0.1, x 4 mini-batches): add expert rows")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match=r"^data.expert.files: no rows in \["):
+        ExpertRows(mix_cfg(assets, tmp_path, f"data.expert.files={empty}"), tok)
+
+
+def test_expert_rows_past_gpt2s_position_table_are_refused_before_the_model_loads(assets, tmp_path, caplog):
+    """models.checks.check_positions covered the RL prompt + response only: an expert row up to
+    data.expert.max_length (default 1024) past GPT-2's 512 learned positions ended in an index error in the
+    update. Now one line before the model loads, naming the max_length that fits; a rotary model goes on with a
+    note."""
+    import logging
+
+    from rft.models.families import init_family_model
+
+    gpt2 = init_family_model("gpt2", tmp_path / "gpt2")
+    with pytest.raises(ConfigError) as e:
+        mix_cfg(assets, tmp_path, f"actor_rollout_ref.model.path={gpt2}", "data.expert.max_length=1024")
+    assert str(e.value) == (f"data.expert.max_length=1024: an expert row (algorithm.mix) of up to 1024 tokens, more "
+                            f"than the 512 positions of {gpt2} (a learned position table, which has no position past "
+                            "it): set data.expert.max_length=512 (data.expert.truncation then says what happens to "
+                            "longer rows)")
+    mix_cfg(assets, tmp_path, f"actor_rollout_ref.model.path={gpt2}", "data.expert.max_length=512")
+    rl_config(assets, tmp_path, f"actor_rollout_ref.model.path={gpt2}", "data.expert.max_length=1024")  # mix off
+    with caplog.at_level(logging.WARNING, logger="rft"):  # rft's tiny Qwen2: rotary, 2,048 positions
+        mix_cfg(assets, tmp_path, "data.expert.max_length=4096")
+    assert "data.expert.max_length=4096: an expert row (algorithm.mix) of up to 4096 tokens, more than the 2048 " \
+           "positions" in caplog.text and "not trained" in caplog.text
+
+
 def test_mix_is_refused_where_it_cannot_hold(assets, tmp_path):
     with pytest.raises(ConfigError, match="algorithm.mix.enable=true needs data.expert.files"):
         rl_config(assets, tmp_path, "algorithm.mix.enable=true")

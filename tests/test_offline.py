@@ -136,8 +136,26 @@ def test_rft_eval_scores_rows_without_data_source_with_your_own_reward_as_rft_tr
     assert main([*args, "custom_reward_function.reward_fn_type=math_boxed_reward"]) == 0  # no box: every score 0
     assert json.loads((tmp_path / "gen.metrics.json").read_text())["metrics"]["eval/unknown/reward/best@2"] == 0.0
     capsys.readouterr()
+    # the built-in scorers: the columns the rows have and what those scorers need (the line said to set
+    # data.data_source_key to one of answer, prompt, responses: none names a scorer)
     assert main(args) == 2
-    assert "gen.parquet row 0: no column 'data_source' (data.data_source_key)" in capsys.readouterr().err
+    needs = ("'data_source' (data.data_source_key: the name of the scorer of each row; built-in: arithmetic, "
+             "calculator, geometry3k, gsm8k, hiyouga/geometry3k, openai/gsm8k, shapes)")
+    tail = ("or score these rows with your own function (custom_reward_function.path) or a typed reward "
+            "(custom_reward_function.reward_fn_type), with which a row without a data_source column is 'unknown'\n")
+    assert capsys.readouterr().err == (f"rft: error: {path} row 0: no column 'data_source'; the rows have the columns "
+                                       f"answer, prompt, responses, and the built-in scorers need {needs}: add it, "
+                                       + tail)
+    assert main(["eval", f"data.path={path}"]) == 2  # and no ground truth column either
+    assert capsys.readouterr().err == (
+        f"rft: error: {path} row 0: no column 'data_source'; the rows have the columns answer, prompt, responses, "
+        f"and the built-in scorers need {needs} and 'reward_model' (data.reward_model_key: {{ground_truth: ...}} or "
+        "the ground truth itself): add them, " + tail)
+    # your own function, and no ground truth column: the columns the file has, not with the 'unknown' data_source
+    assert main(["eval", f"data.path={path}", f"custom_reward_function.path={tmp_path / 'r.py'}"]) == 2
+    assert capsys.readouterr().err == (f"rft: error: {path} row 0: no column 'reward_model' (data.reward_model_key); "
+                                       "the rows have the columns answer, prompt, responses: set "
+                                       "data.reward_model_key=<one of them>\n")
 
 
 def test_rft_eval_honours_reward_fn_type_reward_kwargs_and_num_workers(tmp_path, capsys):
@@ -271,6 +289,51 @@ def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):
         assert needle in capsys.readouterr().err, needle
 
 
+def test_generate_again_says_its_output_is_complete_and_other_inputs_are_refused(tmp_path, capsys):
+    """rft generate run again after it finished generated everything again and replaced the file without a word;
+    run with another sampling key, other prompts or another model, it replaced the responses of the first inputs.
+    Now the same inputs are one line and exit 0, nothing written; other ones are one line naming what changed."""
+    from rft.models.tiny import init_model
+
+    model = init_model("tiny", tmp_path / "m", seed=0)
+    prompts = write_parquet([{"prompt": [{"role": "user", "content": f"{i}+1="}]} for i in range(3)],
+                            tmp_path / "p.parquet")
+    out = tmp_path / "o.parquet"
+    base = ["generate", f"data.path={prompts}", f"model.path={model}", f"data.output_path={out}",
+            "data.n_samples=2", "rollout.response_length=3", "rollout.dtype=float32", "trainer.device=cpu"]
+    assert main(base) == 0
+    first = (out.read_bytes(), out.stat().st_mtime_ns)
+    capsys.readouterr()
+    assert main(base) == 0
+    said = capsys.readouterr()
+    assert said.out == (f"rft generate: data.output_path {str(out)!r} already holds the responses of these inputs "
+                        "(3 prompts x 2 responses; the same data.path, model.path and keys): nothing generated "
+                        "(remove it to generate again)\n") and said.err == ""
+    refused = (f"rft: error: data.output_path {str(out)!r} holds the responses of other inputs ({{}}), which "
+               "generating would replace; name another data.output_path, or remove it to generate again\n")
+    assert main([*base, "rollout.temperature=0.5"]) == 2
+    assert capsys.readouterr().err == refused.format("rollout.temperature was 1.0, now 0.5")
+    assert main([*base, "data.n_samples=4", "trainer.seed=1"]) == 2
+    assert capsys.readouterr().err == refused.format("trainer.seed was 0, now 1; data.n_samples was 2, now 4")
+    write_parquet([{"prompt": [{"role": "user", "content": f"{i}+2="}]} for i in range(3)], prompts)
+    assert main(base) == 2
+    assert capsys.readouterr().err == refused.format("the contents of data.path changed")
+    write_parquet([{"prompt": [{"role": "user", "content": f"{i}+1="}]} for i in range(3)], prompts)
+    other = init_model("tiny", tmp_path / "m2", seed=1)
+    assert main([*base[:2], f"model.path={other}", *base[3:]]) == 2
+    assert capsys.readouterr().err == refused.format(f"model.path was {model.resolve()}, now {other.resolve()}")
+    assert (out.read_bytes(), out.stat().st_mtime_ns) == first  # never replaced
+    assert main(base) == 0 and "nothing generated" in capsys.readouterr().out  # the same prompts' bytes again
+    # a file rft generate recorded nothing in (a user's, an older rft's output) is not replaced either
+    mine = write_parquet([{"a": 1}], tmp_path / "mine.parquet")
+    assert main([*base[:3], f"data.output_path={mine}", *base[4:]]) == 2
+    assert capsys.readouterr().err == (
+        f"rft: error: data.output_path {str(mine)!r} exists and holds no record of what rft generate made it from (a "
+        "file of yours, or one an older rft wrote), which generating would replace; name another data.output_path, "
+        "or remove it to generate again\n")
+    assert read_rows(mine) == [{"a": 1}]
+
+
 # ------------------------------------------------------------------------------------------------- merge
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
@@ -335,6 +398,55 @@ def test_merge_needs_the_runs_config(assets, tmp_path, capsys):
     assert math.isclose(_same_weights(run / "model", tmp_path / "m"), 0.0)
 
 
+def test_merge_again_says_its_output_is_complete_and_other_inputs_are_refused(assets, tmp_path, capsys):
+    """rft merge run again after it finished rebuilt and rewrote the model; into a folder merged from another
+    checkpoint, it replaced it without a word. Now the same inputs are one line and exit 0, nothing written (the
+    record: rft_merge.json in OUT); other ones are one line naming what changed, replaced only with --overwrite."""
+    run = tmp_path / "run"
+    _train(assets, run, "trainer.total_training_steps=2")
+    out = tmp_path / "merged"
+    assert main(["merge", str(run), str(out)]) == 0
+    step2 = run / "checkpoints" / "global_step_2"
+    assert json.loads((out / "rft_merge.json").read_text())["the checkpoint"] == str(step2.resolve())
+    weights = (out / "model.safetensors").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["merge", str(run), str(out)]) == 0
+    said = capsys.readouterr()
+    assert said.out == (f"rft merge: {str(out)!r} already holds this merge of {step2.resolve()} (the same checkpoint, "
+                        "config and starting model): nothing written (remove it to merge again)\n") and said.err == ""
+    step1 = run / "checkpoints" / "global_step_1"
+    assert main(["merge", str(step1), str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"rft: error: rft merge: the output {str(out)!r} holds a merge of other inputs (the checkpoint was "
+        f"{step2.resolve()}, now {step1.resolve()}), which merging would replace; name another folder, remove it, or "
+        "pass --overwrite to replace it\n")
+    assert (out / "model.safetensors").stat().st_mtime_ns == weights
+    assert main(["merge", str(step1), str(out), "--overwrite"]) == 0
+    assert (out / "model.safetensors").stat().st_mtime_ns != weights
+    assert json.loads((out / "rft_merge.json").read_text())["the checkpoint"] == str(step1.resolve())
+    # a model folder no merge recorded (here the run's own export) is replaced only with --overwrite
+    assert main(["merge", str(run), str(run / "model")]) == 2
+    assert capsys.readouterr().err == (
+        f"rft: error: rft merge: the output {str(run / 'model')!r} holds a model no rft merge recorded (a run's own "
+        "model/, a model of yours, or an older rft's merge), which merging would replace; name another folder, "
+        "remove it, or pass --overwrite to replace it\n")
+    # a second rft merge into a folder one is writing (an flock on it: fsutil.sole_writer) is refused, not raced
+    import fcntl
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    held = os.open(busy, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        assert main(["merge", str(run), str(busy)]) == 2
+    finally:
+        os.close(held)
+    assert capsys.readouterr().err == (
+        f"rft: error: rft merge: another process is writing {str(busy)!r} now (the same command twice at once: the "
+        "last to end would replace the first one's output); wait for it to end, or name another folder\n")
+    assert list(busy.iterdir()) == []
+
+
 def test_merge_of_a_run_without_checkpoints_names_its_model_folder(tmp_path, capsys):
     """`rft merge dpo_out m2` on a run that saved no checkpoint (trainer.save_freq unset, the default) says why, and
     names dpo_out/model, the run's final export, as the model it wants; without one, how to get a checkpoint."""
@@ -378,7 +490,7 @@ def test_outputs_are_checked_before_the_work_and_a_users_file_is_never_replaced(
         assert main(["merge", str(run), str(out)]) == 2
         assert needle in capsys.readouterr().err, needle
     assert afile.read_text() == "mine" and (mine / "notes.txt").read_text() == "mine too"
-    assert main(["merge", str(run), str(run / "model")]) == 0  # a model folder is replaced, as before
+    assert main(["merge", str(run), str(run / "model"), "--overwrite"]) == 0  # a model folder: with --overwrite
     # but not the model the run started from, which its resume and every later merge rebuild the model from
     start = assets / "model"
     weights = (start / "model.safetensors").read_bytes()

@@ -29,6 +29,15 @@ def _setup_env() -> None:
 
 
 def cmd_init_model(args) -> int:
+    """`init_model_into` under an flock on OUT (`fsutil.sole_writer`): a second rft init-model into the same folder
+    while the first runs is refused in one line (the last to end replaced the first one's model)."""
+    from rft.fsutil import sole_writer
+
+    with sole_writer(args.out, "rft init-model"):
+        return init_model_into(args)
+
+
+def init_model_into(args) -> int:
     from rft.errors import RftError
     from rft.models.load import _quiet_transformers
     from rft.models.tiny import REWARD_PRESETS, init_model, parameter_count
@@ -340,7 +349,7 @@ def cmd_eval(args) -> int:
 def cmd_merge(args) -> int:
     from rft.offline.merge import merge_checkpoint
 
-    merge_checkpoint(args.checkpoint, args.out, args.config)
+    merge_checkpoint(args.checkpoint, args.out, args.config, overwrite=args.overwrite)
     return 0
 
 
@@ -605,6 +614,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("checkpoint", help="a global_step_N folder, or a run / checkpoints folder (its latest)")
     q.add_argument("out", help="the Hugging Face folder to write (atomically)")
     q.add_argument("--config", help="the run's config.yaml (default: <run>/config.yaml beside checkpoints/)")
+    q.add_argument("--overwrite", action="store_true",
+                   help="replace an OUT that holds a model merged from other inputs, or one no rft merge wrote "
+                        "(refused without; the same inputs again: nothing written)")
     q.set_defaults(fn=cmd_merge)
 
     q = sub.add_parser("studio", help="web app on this machine: a config generator (forms from the schema, "

@@ -8,7 +8,9 @@ one named the older way, `.staging.tmp-<8 hex>`, once nothing in it has changed 
 writer holds an flock on its staging folder, so the next writer of the same folder removes what a killed one left
 beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`); a scratch folder
 that nothing publishes (`held_scratch`: a component run's temporary run folder) is named and held the same way, so the
-same `clean_abandoned` removes the one a killed process left.
+same `clean_abandoned` removes the one a killed process left. `rft init-model` and `rft merge` also hold an flock on
+the folder they write, from their checks of it to its replacement (`sole_writer`), so a second writer of the same
+folder at once is refused instead of replacing the first one's.
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
@@ -318,6 +320,47 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     finally:
         if held is not None:
             os.close(held)
+
+
+@contextlib.contextmanager
+def sole_writer(folder: str | Path, command: str) -> Iterator[None]:
+    """Hold an exclusive flock on the folder `folder` (made where missing) for the block, so that a second command
+    writing the same folder at once is refused (`RftError`, naming `command`) instead of replacing the first one's
+    output when it ends (`rft init-model`, `rft merge`: two into one new folder, the last one won). The writer's
+    `atomic_dir` staging folder, which replaces `folder`, is locked by it too, so the lock holds until the writer
+    ends. On an error in the block the folders this made are removed, where empty. A `folder` that cannot be one
+    (a file there or on its path) or a file system without flock: the block runs unlocked, and the writer's own
+    checks say what is wrong."""
+    import fcntl
+
+    folder = Path(os.path.normpath(folder))
+    existing = next((path for path in (folder, *folder.parents) if path.exists()), None)
+    if existing is not None and not existing.is_dir():
+        yield
+        return
+    made = [path for path in (folder, *folder.parents) if not path.exists()]  # the innermost first
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        from rft.errors import RftError
+
+        raise RftError(f"{command}: another process is writing {str(folder)!r} now (the same command twice at once: "
+                       "the last to end would replace the first one's output); wait for it to end, or name another "
+                       "folder") from None
+    except OSError:  # no flock on this file system: unlocked, as atomic_dir's writers are there
+        pass
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
+    finally:
+        os.close(fd)
 
 
 ABANDONED_AFTER_S = 10.0

@@ -33,7 +33,9 @@ class GenerationDataConfig:
     n_samples: int = fld(5, "Responses per prompt (> 0).")
     output_path: Optional[str] = fld(
         None, "Where the rows go, with a `responses` column (n_samples strings each): a .parquet file (required, not "
-        "data.path), written under a temporary name and renamed.")
+        "data.path), written under a temporary name and renamed, with a record of its inputs. An existing one: "
+        "complete when it holds the responses of the same inputs (nothing generated), else refused (another "
+        "path, or remove it).")
     batch_size: int = fld(128, "Prompts per generation call (> 0).")
 
 

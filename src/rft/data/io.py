@@ -68,15 +68,18 @@ def raw_rows(where: str, file: Any, column: str, key: str, row: dict) -> DataErr
                      "data.val_files to those")
 
 
-def write_parquet(rows: list[dict], path: str | Path) -> Path:
+def write_parquet(rows: list[dict], path: str | Path, metadata: dict[bytes, str] | None = None) -> Path:
     """Write `rows` to `path` atomically: into a temporary file beside it, then os.replace, so a reader never
     sees a half-written file and a failed write leaves any existing file untouched.
     Creates parent directories. The columns are every row's keys (a row without one holds null there; pyarrow alone
-    would take the first row's keys and drop the others)."""
+    would take the first row's keys and drop the others). `metadata`: entries of the schema's metadata, written in
+    the same file (`rft generate`'s record of its inputs)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = list(dict.fromkeys(key for row in rows for key in row))
     table = pa.Table.from_pylist([{key: row.get(key) for key in columns} for row in rows])
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
     # A fresh name rather than mkstemp, so the file gets the usual permissions instead of mkstemp's 0600.
     tmp_path = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:

@@ -53,7 +53,8 @@ class SFTDataset:
         spans: list[Span] = []
         image_key = getattr(data_cfg, "image_key", "images")
         for file in files:
-            for i, row in enumerate(read_rows(file)):
+            # a damaged file names the key that lists it (mix's data.expert.files; rft sft's train / val files)
+            for i, row in enumerate(read_rows(file, **({} if keys == "data" else {"key": f"{keys}.files"}))):
                 where = f"{file} row {i}"
                 if vision is None or data_cfg.multiturn.enable:
                     refuse_images(row, where, "SFT on a text-only model" if vision is None else "multi-turn SFT",
@@ -90,7 +91,7 @@ class SFTDataset:
                 examples.append(example)
                 spans.append(self._span(example, where))
         if not examples:
-            raise DataError(f"no SFT rows in {files}")
+            raise DataError(f"no SFT rows in {files}" if keys == "data" else f"{keys}.files: no rows in {files}")
         keep = judge_lengths(spans, data_cfg.max_length, data_cfg.truncation, source=", ".join(map(str, files)),
                              key=keys)
         self.examples = [self._cut(x, data_cfg.max_length, data_cfg.truncation)

@@ -123,21 +123,31 @@ def _positions_of(path: str) -> tuple[int | None, bool]:
 
 @CHECKS.register("models.positions")
 def check_positions(ctx: CheckContext) -> None:
-    """A prompt and its response fit the positions of a model with a learned position table (GPT-2, OPT, ...),
-    read from its config.json before it loads; past a rotary model's max_position_embeddings the run goes on,
-    with a note (positions it was not trained on)."""
+    """A prompt and its response, and with algorithm.mix an expert row (data.expert.max_length), fit the positions
+    of a model with a learned position table (GPT-2, OPT, ...), read from its config.json before it loads; past a
+    rotary model's max_position_embeddings the run goes on, with a note (positions it was not trained on)."""
     if not (ctx.check_paths and ctx.check_model_path):
         return
     data, path = ctx.cfg.data, ctx.cfg.actor_rollout_ref.model.path
     positions, learned = _positions_of(path)
-    need = data.max_prompt_length + data.max_response_length
-    if positions is None or need <= positions:
+    if positions is None:
         return
-    what = (f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
-            f"{data.max_response_length} = {need} tokens, more than the {positions} positions of {path}")
-    if learned:
-        raise ConfigError(f"{what} (a learned position table, which has no position past it): lower them")
-    log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
+    need = data.max_prompt_length + data.max_response_length
+    if need > positions:
+        what = (f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
+                f"{data.max_response_length} = {need} tokens, more than the {positions} positions of {path}")
+        if learned:
+            raise ConfigError(f"{what} (a learned position table, which has no position past it): lower them")
+        log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
+    expert = data.expert.max_length
+    if ctx.cfg.algorithm.mix.enable and expert > positions:  # an expert row is prompt and response in one
+        what = (f"data.expert.max_length={expert}: an expert row (algorithm.mix) of up to {expert} tokens, more than "
+                f"the {positions} positions of {path}")
+        if learned:
+            raise ConfigError(f"{what} (a learned position table, which has no position past it): set "
+                              f"data.expert.max_length={positions} (data.expert.truncation then says what happens to "
+                              "longer rows)")
+        log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
 
 
 def check_generation_positions(path: str, prompts, response_length: int) -> None:

@@ -4,6 +4,7 @@ peft, export a merged HF folder."""
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import logging
 import sys
@@ -576,9 +577,11 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return ref
 
 
-def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: bool = False) -> Path:
+def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: bool = False,
+              extra_files: dict[str, str] | None = None) -> Path:
     """Write a Hugging Face folder (LoRA merged) that `from_pretrained` loads; atomic. The weights are written in
-    the dtype the model was loaded from (`SAVED_DTYPE_ATTR`: a bf16 folder trained in fp32 on CPU exports bf16)."""
+    the dtype the model was loaded from (`SAVED_DTYPE_ATTR`: a bf16 folder trained in fp32 on CPU exports bf16).
+    `extra_files`: {name: text} written into the folder with the model (`rft merge`'s record of its inputs)."""
     from rft.models.vision import save_processor, vision_of
 
     out_dir = Path(out_dir)
@@ -595,4 +598,6 @@ def export_hf(model: nn.Module, tokenizer, out_dir: str | Path, merge_in_place: 
         tokenizer.save_pretrained(tmp)
         if vision is not None:
             save_processor(vision, tmp)
+        for name, text in (extra_files or {}).items():
+            checked_write(functools.partial((tmp / name).write_text, text, encoding="utf-8"), tmp / name)
     return out_dir

@@ -2,12 +2,17 @@
 
 The prompts go through the chat template and the length check of training (`PromptDataset`), the responses come
 from the `hf` engine, `rollout_batch` as in validation; the output is the input rows with a `responses` column (a
-list of n strings), written under a temporary name and renamed, which `rft eval` reads.
+list of n strings), written under a temporary name and renamed, which `rft eval` reads. What it was made from
+(`inputs_of`: the config, data.path's bytes, the model folder) is recorded in the parquet's metadata
+(`rft.offline.record`), so that the same command again says the output is complete and generates nothing, and a
+rerun with other inputs is refused instead of replacing it (`check_earlier_output`).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -16,6 +21,65 @@ from rft.config.offline_schema import GenerationConfig
 from rft.console import counted
 
 RESPONSES = "responses"
+RECORD_KEY = b"rft.generate"
+"""The parquet schema metadata key of the record of what the output was made from."""
+
+
+def inputs_of(cfg: GenerationConfig) -> dict[str, str]:
+    """The record of what `cfg` generates from (`rft.offline.record`): every key but data.output_path (the seed, the
+    sampling, the batch sizes: each can change a response), data.path and model.path resolved, and their contents."""
+    from rft.offline.record import CONTENTS, file_digest, folder_digest, resolved
+
+    flat: dict[str, str] = {}
+    for section, values in asdict(cfg).items():
+        for key, value in values.items():
+            flat[f"{section}.{key}"] = json.dumps(value) if not isinstance(value, str) else value
+    del flat["data.output_path"]
+    flat["data.path"], flat["model.path"] = resolved(cfg.data.path), resolved(cfg.model.path)
+    flat["data.path" + CONTENTS] = file_digest(cfg.data.path)
+    flat["model.path" + CONTENTS] = folder_digest(cfg.model.path)
+    return flat
+
+
+def recorded_inputs(path: Path) -> dict | None:
+    """The record an `rft generate` output holds; None for a file without one (not rft generate's, or an older
+    rft's) or one that is no parquet."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+        record = json.loads(metadata[RECORD_KEY])
+    except Exception:  # not a parquet, no record, a damaged one: none to trust
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def check_earlier_output(cfg: GenerationConfig, inputs: dict[str, str]) -> bool:
+    """Whether data.output_path already holds the responses of `inputs` (then said in one line); an output of
+    other inputs, or a file rft generate recorded nothing in, is refused (RftError) naming what changed."""
+    import pyarrow.parquet as pq
+
+    from rft.errors import RftError
+    from rft.offline.record import changes
+
+    out = Path(cfg.data.output_path).expanduser()
+    if not out.exists():
+        return False
+    where = f"data.output_path {cfg.data.output_path!r}"
+    recorded = recorded_inputs(out)
+    if recorded is None:
+        raise RftError(f"{where} exists and holds no record of what rft generate made it from (a file of yours, or "
+                       "one an older rft wrote), which generating would replace; name another data.output_path, or "
+                       "remove it to generate again")
+    changed = changes(recorded, inputs)
+    if changed:
+        raise RftError(f"{where} holds the responses of other inputs ({'; '.join(changed)}), which generating would "
+                       "replace; name another data.output_path, or remove it to generate again")
+    rows = pq.read_metadata(out).num_rows
+    print(f"rft generate: {where} already holds the responses of these inputs ({counted(rows, 'prompt')} x "
+          f"{counted(cfg.data.n_samples, 'response')}; the same data.path, model.path and keys): nothing generated "
+          "(remove it to generate again)", flush=True)
+    return True
 
 
 def run_generate(cfg: GenerationConfig) -> Path:
@@ -35,6 +99,9 @@ def run_generate(cfg: GenerationConfig) -> Path:
     problem = output_problem(d.output_path, folder=False)
     if problem:
         raise RftError(f"data.output_path: {problem}")
+    inputs = inputs_of(cfg)  # before the work: a data.path or model changed meanwhile is not recorded as used
+    if check_earlier_output(cfg, inputs):
+        return Path(d.output_path)
     start = time.perf_counter()
     device = resolve_device(cfg.trainer.device)
     dtype = compute_dtype(r.dtype, device)
@@ -57,7 +124,8 @@ def run_generate(cfg: GenerationConfig) -> Path:
             texts = rollout_batch(rollout, tokenizer, chunk, params, generator).response_text
             responses += [texts[i:i + d.n_samples] for i in range(0, len(texts), d.n_samples)]
             print(f"rft generate: {len(responses)}/{len(prompts)} prompts", flush=True)
-    out = write_parquet([{**row, RESPONSES: texts} for row, texts in zip(rows, responses)], d.output_path)
+    out = write_parquet([{**row, RESPONSES: texts} for row, texts in zip(rows, responses)], d.output_path,
+                        metadata={RECORD_KEY: json.dumps(inputs)})
     print(f"rft generate: {counted(len(rows), 'prompt')} x {counted(d.n_samples, 'response')} in {time.perf_counter() - start:.1f} s -> "
           f"{out}", flush=True)
     return out

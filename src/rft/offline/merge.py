@@ -5,13 +5,22 @@ several processes wrote it), so the model is rebuilt as the run built it, from t
 `checkpoints/`): the starting model folder, the LoRA settings. The weights are loaded into it
 (`load_policy_weights`: a DCP folder is read into the one-process model) and exported with the LoRA adapter merged
 (`export_hf`, atomic), with the tokenizer. RL runs (`rft train`), SFT runs (`rft sft`, SFT stages) and DPO runs (`rft dpo`, DPO stages) alike.
+
+What the folder was merged from (`inputs_of`: the checkpoint, the config, the starting model) is recorded in it,
+`rft_merge.json` (`rft.offline.record`), so the same command again says OUT is complete and writes nothing, and a
+merge of other inputs into it is refused without --overwrite (`check_earlier_output`), as is an OUT that holds a
+model no rft merge recorded (the run's own model/, a model of yours).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rft.errors import CheckpointError, RftError
+
+RECORD = "rft_merge.json"
+"""The file in a merged folder that records what it was merged from."""
 
 
 def checkpoint_folder(path: str | Path) -> Path:
@@ -69,14 +78,48 @@ def _load_dcp(folder: Path, model) -> None:
             p.copy_(state["model"][name])
 
 
-def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path | None = None) -> Path:
+def inputs_of(folder: Path, config: Path, model: str) -> dict[str, str]:
+    """The record of a merge (`rft.offline.record`): the checkpoint folder, the config and the model folder the run
+    started from, resolved, and their contents."""
+    from rft.offline.record import CONTENTS, file_digest, folder_digest, resolved
+
+    return {"the checkpoint": resolved(folder), "the checkpoint" + CONTENTS: folder_digest(folder),
+            "the config": resolved(config), "the config" + CONTENTS: file_digest(config),
+            "the starting model": resolved(model), "the starting model" + CONTENTS: folder_digest(model)}
+
+
+def check_earlier_output(out: Path, inputs: dict[str, str], overwrite: bool) -> bool:
+    """Whether the folder `out` already holds the merge of `inputs` (then said in one line); a merge of other
+    inputs, or a model no rft merge recorded, is refused (RftError) naming what differs, unless `overwrite`."""
+    from rft.offline.record import changes
+
+    if not out.is_dir() or not any(out.iterdir()):
+        return False
+    try:
+        recorded = json.loads((out / RECORD).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict) and not changes(recorded, inputs):
+        print(f"rft merge: {str(out)!r} already holds this merge of {inputs['the checkpoint']} (the same checkpoint, "
+              "config and starting model): nothing written (remove it to merge again)", flush=True)
+        return True
+    if overwrite:
+        return False
+    what = (f"a merge of other inputs ({'; '.join(changes(recorded, inputs))})" if isinstance(recorded, dict) else
+            "a model no rft merge recorded (a run's own model/, a model of yours, or an older rft's merge)")
+    raise RftError(f"rft merge: the output {str(out)!r} holds {what}, which merging would replace; name another "
+                   "folder, remove it, or pass --overwrite to replace it")
+
+
+def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path | None = None,
+                     overwrite: bool = False) -> Path:
     import torch
 
     from rft.config.dpo_schema import DPOConfig
     from rft.config.load import merge_layers, read_yaml
     from rft.config.schema import RFTConfig
     from rft.config.sft_schema import SFTConfig
-    from rft.fsutil import output_problem
+    from rft.fsutil import output_problem, sole_writer
     from rft.models.load import export_hf, load_tokenizer, load_trainable_model
     from rft.trainer.checkpoint import POLICY_DCP, damage, load_policy_weights
 
@@ -113,23 +156,30 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
             raise RftError(f"rft merge: the output {str(out)!r} is the model folder the run {what} ({config}), "
                            "which its resume, and every merge of its checkpoints, rebuild the model from; name a new "
                            "folder")
-    model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
-    try:
-        if (folder / POLICY_DCP).is_dir():
-            _load_dcp(folder / POLICY_DCP, model)
-        else:
-            load_policy_weights(folder, model)
-    except FileNotFoundError:
-        if folder.exists():
-            raise
-        # a live run keeping trainer.max_ckpt_to_keep removed it after its next save
-        raise CheckpointError(f"checkpoint {folder} was removed while rft merge read it (the run in {run} replaced it "
-                              "with a newer one, as trainer.max_ckpt_to_keep has it); run the same command again, or "
-                              "merge once the run has finished") from None
-    except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
-        raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({' '.join(str(e).split())[:200]}); "
-                              "give --config with the config it was trained with") from None
-    tokenizer = load_tokenizer(tokenizer_path, model_cfg.trust_remote_code)
-    out = export_hf(model, tokenizer, out, merge_in_place=True)
-    print(f"rft merge: {folder} ({'LoRA merged' if model_cfg.lora_rank > 0 else 'full weights'}) -> {out}", flush=True)
-    return out
+    with sole_writer(Path(out).expanduser(), "rft merge"):  # a second merge into OUT at once: refused
+        inputs = inputs_of(folder, config, path)
+        if check_earlier_output(Path(out).expanduser(), inputs, overwrite):
+            return Path(out)
+        model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
+        try:
+            if (folder / POLICY_DCP).is_dir():
+                _load_dcp(folder / POLICY_DCP, model)
+            else:
+                load_policy_weights(folder, model)
+        except FileNotFoundError:
+            if folder.exists():
+                raise
+            # a live run keeping trainer.max_ckpt_to_keep removed it after its next save
+            raise CheckpointError(f"checkpoint {folder} was removed while rft merge read it (the run in {run} "
+                                  "replaced it with a newer one, as trainer.max_ckpt_to_keep has it); run the same "
+                                  "command again, or merge once the run has finished") from None
+        except (ValueError, RuntimeError, KeyError) as e:  # DCP's mismatches
+            why = " ".join(str(e).split())[:200]
+            raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({why}); give --config "
+                                  "with the config it was trained with") from None
+        tokenizer = load_tokenizer(tokenizer_path, model_cfg.trust_remote_code)
+        out = export_hf(model, tokenizer, out, merge_in_place=True,
+                        extra_files={RECORD: json.dumps(inputs, indent=1) + "\n"})
+        weights = "LoRA merged" if model_cfg.lora_rank > 0 else "full weights"
+        print(f"rft merge: {folder} ({weights}) -> {out}", flush=True)
+        return out

@@ -86,6 +86,27 @@ def eval_outputs(cfg: EvalConfig) -> tuple[Path, Path]:
     return out, scores
 
 
+def no_data_source(where: str, cfg: EvalConfig, row: dict) -> RftError:
+    """The error for a row at `where` without the data source column, scored by the built-in scorers (no
+    custom_reward_function.path or reward_fn_type): the columns the row has, and what the built-in scorers need
+    of it (the data source, named among theirs, and the ground truth), or the rewards that need no data source.
+    Not `missing_column`'s 'set data.data_source_key=<one of the columns>': no column of a prompt / answer row
+    names a scorer."""
+    from rft.rewards.scorers import known_sources
+
+    d = cfg.data
+    needs = [f"{d.data_source_key!r} (data.data_source_key: the name of the scorer of each row; "
+             f"{known_sources(d.data_source_key)})"]
+    if d.reward_model_key not in row:
+        needs.append(f"{d.reward_model_key!r} (data.reward_model_key: {{ground_truth: ...}} or the ground truth "
+                     "itself)")
+    return RftError(f"{where}: no column {d.data_source_key!r}; the rows have the columns "
+                    f"{', '.join(sorted(map(str, row)))}, and the built-in scorers need {' and '.join(needs)}: add "
+                    f"{'them' if len(needs) > 1 else 'it'}, or score these rows with your own function "
+                    "(custom_reward_function.path) or a typed reward (custom_reward_function.reward_fn_type), with "
+                    "which a row without a data_source column is 'unknown'")
+
+
 def run_eval(cfg: EvalConfig) -> dict[str, float]:
     from rft.data.io import missing_column, read_rows
     from rft.fsutil import write_text_atomic
@@ -96,6 +117,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
     rows = read_rows(d.path, key="data.path")
     if not rows:
         raise RftError(f"data.path={d.path!r} has no rows")
+    read = rows  # as the file has them: what an error lists
     if d.data_source_key == "data_source" and (crf.path or crf.reward_fn_type):
         # your own or a typed reward picks no scorer by it: optional, as in the rows rft train reads (and rft
         # generate keeps), verl's "unknown"; the built-in scorers need it
@@ -103,10 +125,12 @@ def run_eval(cfg: EvalConfig) -> dict[str, float]:
     flat: dict[str, list] = {"source": [], "response": [], "truth": [], "extra": []}
     counts: dict[str, set[int]] = {}
     for i, row in enumerate(rows):
+        if d.data_source_key not in row and not (crf.path or crf.reward_fn_type):
+            raise no_data_source(f"{d.path} row {i}", cfg, read[i])
         for key, what in ((d.prompt_key, "prompt_key"), (d.response_key, "response_key"),
                           (d.data_source_key, "data_source_key"), (d.reward_model_key, "reward_model_key")):
             if key not in row:
-                raise missing_column(f"{d.path} row {i}", key, f"data.{what}", row)
+                raise missing_column(f"{d.path} row {i}", key, f"data.{what}", read[i])
         responses = row[d.response_key]
         responses = [responses] if isinstance(responses, str) else list(responses)
         if not responses or not all(isinstance(r, str) for r in responses):

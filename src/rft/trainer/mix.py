@@ -25,7 +25,9 @@ from types import SimpleNamespace
 import torch
 
 from rft.batch import Batch, concat_batches
+from rft.console import counted
 from rft.data.dataset import PromptSampler
+from rft.data.io import DataError
 from rft.data.sft import SFTDataset
 
 # the (B, R) fields: per response token (the others are per row, or (B, K))
@@ -37,6 +39,19 @@ def expert_rows_per_mini_batch(experiences: int, ratio: float) -> int:
     """E = ceil(ratio * U / (1 - ratio)) for U = `experiences` (0 <= ratio < 1). The product is rounded to 1e-9
     first, so a ratio written in decimal (0.2 x 12 / 0.8 = 3.0000000000000004) gives the E it means."""
     return math.ceil(round(ratio * experiences / (1.0 - ratio), 9))
+
+
+def too_few_expert_rows(have: int, per_mini_batch: int, mini_batches: int, experiences: int, ratio: float) -> str:
+    """The error for data.expert's `have` rows, fewer than a step reads (`per_mini_batch` x `mini_batches`): in the
+    expert keys' terms (the sampler's said 'prompts' and data.train_batch_size / ppo_mini_batch_size), with the
+    largest algorithm.mix.expert_data_ratio the rows hold."""
+    fits = have // mini_batches  # expert rows per mini-batch the file holds: E <= fits iff ratio <= fits / (U + fits)
+    lower = (f"lower algorithm.mix.expert_data_ratio to at most {math.floor(fits / (experiences + fits) * 1e4) / 1e4}, "
+             "or " if fits else "")
+    return (f"data.expert.files has {counted(have, 'row')} (after data.expert.max_length / truncation), fewer than "
+            f"the {per_mini_batch * mini_batches} expert rows of one step ({per_mini_batch} per mini-batch of "
+            f"{experiences} experiences at algorithm.mix.expert_data_ratio={ratio}, x {mini_batches} "
+            f"mini-batch{'es' if mini_batches != 1 else ''}): {lower}add expert rows")
 
 
 class ExpertRows:
@@ -53,8 +68,12 @@ class ExpertRows:
         self.per_mini_batch = expert_rows_per_mini_batch(arr.actor.ppo_mini_batch_size * arr.rollout.n,
                                                          cfg.algorithm.mix.expert_data_ratio)
         self.rows = self.per_mini_batch * mini_batches
-        self.sampler = PromptSampler(len(self.dataset), self.rows, shuffle=True, seed=cfg.trainer.seed) \
-            if self.rows else None
+        if len(self.dataset) < self.rows:
+            raise DataError(too_few_expert_rows(len(self.dataset), self.per_mini_batch, mini_batches,
+                                                arr.actor.ppo_mini_batch_size * arr.rollout.n,
+                                                cfg.algorithm.mix.expert_data_ratio))
+        self.sampler = PromptSampler(len(self.dataset), self.rows, shuffle=True, seed=cfg.trainer.seed,
+                                     unit="expert row", mini_batch_key=None) if self.rows else None
 
     def attach(self, batch: Batch) -> Batch:
         """`batch` (the step's experiences) followed by the next `rows` expert rows, `expert_mask` marking them.
