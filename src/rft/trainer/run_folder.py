@@ -339,10 +339,10 @@ def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) ->
         return None
     if step > total:  # an earlier run of the folder was asked for more steps: this one has none left to take
         return (f"rft: {out} is complete (its last checkpoint is at step {step}, past the {total} steps asked; model "
-                f"in {out / 'model'}); nothing to do (raise trainer.total_training_steps / total_epochs above {step} "
-                "to train on)")
+                f"in {out / 'model'}); nothing to do (raise trainer.total_training_steps / trainer.total_epochs above "
+                f"{step} to train on)")
     return (f"rft: {out} is complete ({step}/{total} steps, model in {out / 'model'}); nothing to do (raise "
-            "trainer.total_training_steps / total_epochs to train on)")
+            "trainer.total_training_steps / trainer.total_epochs to train on)")
 
 
 def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
