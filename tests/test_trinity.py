@@ -1162,3 +1162,28 @@ def test_a_ground_truth_from_format_response_key_is_named_by_its_column(work, tm
     assert str(err.value).startswith("1 of 1 rows have a ground truth (their 'answer' column, data.response_key="
                                      "answer) that custom_reward_function.reward_fn_type='countdown_reward' cannot "
                                      f"use (first: {tmp_path / 't.jsonl'} row 0: "), str(err.value)
+
+
+def test_a_stages_complete_line_names_the_keys_as_the_yaml_sets_them(tmp_path, monkeypatch, capsys):
+    """A stage whose run is complete says so in the keys of the config's dialect, as a run without stages does."""
+    import contextlib
+
+    from rft.config.spelling import spelling_keys
+    from rft.dialects.trinity import trinity_spelling
+    from rft.errors import RunComplete
+    from rft.trainer import run_folder, stages
+
+    @contextlib.contextmanager
+    def complete(cfg, dist):
+        raise RunComplete("rft: x is complete; nothing to do (raise trainer.total_training_steps / "
+                          "trainer.total_epochs to train on)")
+        yield
+
+    monkeypatch.setattr(run_folder, "run_folder", complete)
+    stage = stages.Stage("grpo", "rl", None, tmp_path / "grpo")
+    stage.out.mkdir()
+    with spelling_keys(trinity_spelling({})):
+        stages.run_stage(stage)
+    assert capsys.readouterr().out.splitlines() == [
+        "rft: x is complete; nothing to do (raise buffer.total_steps / buffer.total_epochs to train on)"]
+    assert stage.done
