@@ -1172,7 +1172,7 @@ def test_rerunning_a_complete_run_says_so_and_loads_nothing(work, tmp_path, caps
     assert code == 0, stderr
     assert looks == [1]  # the run's own lookup, the damage-aware one it would resume from, decides
     assert f"rft: {out} is complete (1/1 steps, model in {out / 'model'}); nothing to do (raise " \
-           "trainer.total_training_steps / total_epochs to train on)" in stdout.splitlines()
+           "trainer.total_training_steps / trainer.total_epochs to train on)" in stdout.splitlines()
     assert weights.stat().st_mtime_ns == written
     assert finished_run(load_config(None, argv[1:] + ["trainer.total_training_steps=2"])) is None
     val_only = ["trainer.val_only=true", "trainer.val_before_train=true", f"data.val_files={work / 'd' / 'train.parquet'}"]
@@ -1195,8 +1195,8 @@ def test_a_run_folder_past_the_steps_asked_is_complete_and_loads_nothing(work, t
     code, stdout, stderr = run(argv, capsys)
     assert code == 0, stderr
     assert (f"rft: {out} is complete (its last checkpoint is at step 2, past the 1 steps asked; model in "
-            f"{out / 'model'}); nothing to do (raise trainer.total_training_steps / total_epochs above 2 to train "
-            "on)") in stdout.splitlines(), stdout
+            f"{out / 'model'}); nothing to do (raise trainer.total_training_steps / trainer.total_epochs above 2 to "
+            "train on)") in stdout.splitlines(), stdout
     assert weights.stat().st_mtime_ns == written
 
 

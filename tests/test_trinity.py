@@ -157,6 +157,49 @@ def test_trinity_key_lands_on_its_verl_key(extra, key, expected):
     assert _get(translate(_with(extra)), key) == expected
 
 
+# a value for each Trinity key a run's messages name (SAID_AS) but for the taskset and checkpoint paths
+SAID_VALUES = {"buffer.total_steps": 7, "buffer.total_epochs": 3, "trainer.save_interval": 5,
+               "explorer.eval_interval": 4, "explorer.eval_on_startup": False, "algorithm.repeat_times": 4,
+               "buffer.batch_size": 8, "model.model_path": "m2", "model.max_prompt_tokens": 30,
+               "model.max_response_tokens": 9, "project": "p2", "name": "n2", "mode": "both", "cluster.node_num": 1,
+               "cluster.gpu_per_node": 1, "explorer.rollout_model.engine_num": 2, "trainer.grad_clip": 0.5,
+               "algorithm.optimizer.lr": 1e-5, "explorer.rollout_model.engine_type": "vllm"}
+
+
+def test_the_trinity_key_a_message_names_is_the_one_the_translation_set_the_key_from():
+    """`SAID_AS` (the Trinity key a message names for an rft key) agrees with the translation: that Trinity key set,
+    the rft key takes its value, and the translation records it as its source."""
+    from rft.dialects.trinity import FOLDER_KEYS, SAID_AS
+
+    untested = {k for k, trinity_key in SAID_AS.items() if trinity_key not in SAID_VALUES}
+    assert untested == {"trainer.default_local_dir", "data.train_files", "data.val_files"}
+    assert SAID_AS["trainer.default_local_dir"] == FOLDER_KEYS
+    for key, trinity_key in SAID_AS.items():
+        if key in untested:
+            continue
+        said_as: dict = {}
+        out = translate(_with({trinity_key: SAID_VALUES[trinity_key]}), said_as=said_as)
+        assert _get(out, key) == SAID_VALUES[trinity_key] and said_as[key] == trinity_key, (key, trinity_key)
+
+
+def test_a_message_names_the_trinity_key_that_set_an_rft_key_and_leaves_the_rest(tmp_path):
+    from rft.config.spelling import said, spelling_keys
+    from rft.dialects.trinity import trinity_spelling
+
+    said_as: dict = {}
+    translate(_with({"model.max_model_len": 40, "model.max_response_tokens": 6, "buffer.total_steps": 3,
+                     "trainer.total_steps": 2}), said_as=said_as)
+    message = ("raise trainer.total_training_steps. data.max_prompt_length=34 (rft's data.max_prompt_length) "
+               "data.max_response_length=6 data.seed=1 synchronizer.sync_interval=1 trainer.trainer_config.data.x "
+               "/a/data.max_prompt_length data.parquet")
+    with spelling_keys(trinity_spelling(said_as)):
+        assert said(message) == (
+            "raise buffer.total_steps and trainer.total_steps (the run ends at the smaller). model.max_model_len=34 "
+            "(rft's data.max_prompt_length) model.max_response_tokens=6 trainer.trainer_config.data.seed=1 "
+            "synchronizer.sync_interval=1 trainer.trainer_config.data.x /a/data.max_prompt_length data.parquet")
+    assert said(message) == message
+
+
 REFUSED = [
     ({"mode": "serve"}, "mode='serve'"),
     ({"algorithm.algorithm_type": "dpo"}, "mode='both': the dpo algorithm runs in mode train"),
@@ -591,8 +634,39 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path, monkeypatch):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["global_step_1", "global_step_2", "latest"]
     again = rft_here("train", str(path), cwd=tmp_path)  # complete: what to raise is said in Trinity's keys
     assert again.stdout.splitlines() == [
-        f"rft: {out} is complete (2/2 steps, model in {out / 'model'}); nothing to do (raise buffer.total_epochs, or "
-        "buffer.total_steps and trainer.total_steps (the run ends at the smaller), to train on)"], again.stdout
+        f"rft: {out} is complete (2/2 steps, model in {out / 'model'}); nothing to do (raise buffer.total_steps / "
+        "buffer.total_epochs to train on)"], again.stdout
+    both = rft_here("train", str(path), "trainer.total_steps=2", cwd=tmp_path)  # the two keys that end the run
+    assert both.stdout.splitlines()[-1].endswith("nothing to do (raise buffer.total_steps and trainer.total_steps "
+                                                 "(the run ends at the smaller) / buffer.total_epochs to train on)")
+    # an error of the run (not of the translation) names them too: the key changed, the folder, the switch
+    changed = rft_here("train", str(path), "algorithm.repeat_times=4", cwd=tmp_path, check=False)
+    assert changed.returncode == 2 and changed.stderr.splitlines() == [
+        f"rft: error: resuming {out} from global_step_2 with changed keys algorithm.repeat_times (2 -> 4): a resumed "
+        "run continues the checkpoint's training; restore them, or start a new run in another checkpoint_root_dir / "
+        "project / name (or trainer.trainer_config.trainer.resume_mode=disable)"], changed.stderr
+
+
+@pytest.mark.slow
+def test_mode_explores_nothing_to_do_line_and_the_notes_name_trinitys_keys(work, tmp_path, caplog):
+    """A Trinity run's notes and its explorer's nothing-to-do line name the keys as the YAML sets them (rft's
+    canonical ones only where a Trinity YAML has none: under trainer.trainer_config)."""
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    explore = ["mode=explore", "synchronizer.sync_method=checkpoint", f"checkpoint_root_dir={tmp_path / 'ck'}",
+               "buffer.trainer_input.experience_buffer.storage_type=file",
+               "explorer.rollout_model.gpu_memory_utilization=0.3"]  # a vLLM key: no effect with the hf engine
+    rft_here("train", str(path), *explore, cwd=tmp_path)
+    caplog.clear()
+    again = rft_here("train", str(path), *explore, cwd=tmp_path)
+    out = tmp_path / "ck" / "rft-trinity" / "arith" / "explorer"
+    assert again.stdout.splitlines()[-1] == (f"rft explorer: all 1 step already written to the experience buffer "
+                                             f"({out}); nothing to do (raise buffer.total_steps to explore on)")
+    notes = [r.getMessage() for r in caplog.records if "have no effect" in r.getMessage()]
+    assert notes == ["rft: note: explorer.rollout_model.engine_type='hf' (these are the vLLM engine's), so these "
+                     "keys have no effect: explorer.rollout_model.gpu_memory_utilization=0.3"], notes
+    from rft.config.spelling import said
+
+    assert said("actor_rollout_ref.rollout.n") == "actor_rollout_ref.rollout.n"  # rft's own keys after the run
 
 
 def test_a_taskset_path_that_is_not_there_is_said_to_be_missing(work, tmp_path):
@@ -1066,9 +1140,9 @@ def test_a_large_validation_note_names_the_key_as_a_trinity_yaml_sets_it(work, t
     notes = [r.getMessage() for r in caplog.records if "each validation generates for all 301 prompts" in r.getMessage()]
     assert len(notes) == 1 and notes[0].endswith("set trainer.trainer_config.data.val_max_samples=N to validate on "
                                                  "N of them"), notes
-    from rft.data import validation
+    from rft.config.spelling import said
 
-    assert validation.CAP_KEY == "data.val_max_samples"  # rft's own spelling again after the run
+    assert said("data.val_max_samples") == "data.val_max_samples"  # rft's own spelling again after the run
 
 
 def test_a_ground_truth_from_format_response_key_is_named_by_its_column(work, tmp_path):
@@ -1088,3 +1162,28 @@ def test_a_ground_truth_from_format_response_key_is_named_by_its_column(work, tm
     assert str(err.value).startswith("1 of 1 rows have a ground truth (their 'answer' column, data.response_key="
                                      "answer) that custom_reward_function.reward_fn_type='countdown_reward' cannot "
                                      f"use (first: {tmp_path / 't.jsonl'} row 0: "), str(err.value)
+
+
+def test_a_stages_complete_line_names_the_keys_as_the_yaml_sets_them(tmp_path, monkeypatch, capsys):
+    """A stage whose run is complete says so in the keys of the config's dialect, as a run without stages does."""
+    import contextlib
+
+    from rft.config.spelling import spelling_keys
+    from rft.dialects.trinity import trinity_spelling
+    from rft.errors import RunComplete
+    from rft.trainer import run_folder, stages
+
+    @contextlib.contextmanager
+    def complete(cfg, dist):
+        raise RunComplete("rft: x is complete; nothing to do (raise trainer.total_training_steps / "
+                          "trainer.total_epochs to train on)")
+        yield
+
+    monkeypatch.setattr(run_folder, "run_folder", complete)
+    stage = stages.Stage("grpo", "rl", None, tmp_path / "grpo")
+    stage.out.mkdir()
+    with spelling_keys(trinity_spelling({})):
+        stages.run_stage(stage)
+    assert capsys.readouterr().out.splitlines() == [
+        "rft: x is complete; nothing to do (raise buffer.total_steps / buffer.total_epochs to train on)"]
+    assert stage.done

@@ -259,10 +259,7 @@ def cmd_train(args) -> int:
     # what each process of a several-process run executes again
     module_args = ["train", *([args.config] if args.config else []), *args.overrides]
     if _is_trinity(args.config):  # Trinity-RFT's dialect, translated to verl keys before anything loads
-        from rft.data.validation import TRINITY_CAP_KEY, spelling_cap_key
-
-        with spelling_cap_key(TRINITY_CAP_KEY):  # its notes name the key as a Trinity YAML sets it
-            return _train_trinity(args, module_args)
+        return _train_trinity(args, module_args)
     if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
         from rft.trainer.stages import launch_stages, load_stages
 
@@ -273,26 +270,26 @@ def cmd_train(args) -> int:
 
 
 def _train_trinity(args, module_args: list[str]) -> int:
+    from rft.config.spelling import reworded, spelling_keys
     from rft.data.io import DataError
-    from rft.trainer.configure import load_trinity, trinity_run_error
+    from rft.errors import RftError, RunComplete
+    from rft.trainer.configure import load_trinity, trinity_run_error, trinity_said_as
     from rft.trainer.launch import run_rl
 
-    kind, loaded = load_trinity(args.config, args.overrides)
-    if kind == "stages":  # a stage's error is said where it is raised: in each process that runs the stages
-        from rft.trainer.stages import launch_stages
+    # its notes, errors and complete / nothing-to-do lines name the keys as the Trinity YAML sets them
+    with spelling_keys(trinity_said_as(args.config, args.overrides)):
+        kind, loaded = load_trinity(args.config, args.overrides)  # its errors name them already (in_trinity_terms)
+        if kind == "stages":  # a stage's error is said where it is raised: in each process that runs the stages
+            from rft.trainer.stages import launch_stages
 
-        return launch_stages(loaded, module_args, data_error=lambda e, stage: trinity_run_error(
-            e, args.config, args.overrides, stage=stage))
-    from rft.errors import RunComplete
-
-    try:
-        return run_rl(loaded, module_args)
-    except DataError as e:  # it names rft's data keys: say them in the Trinity YAML's terms
-        raise trinity_run_error(e, args.config, args.overrides) from None
-    except RunComplete as e:  # what to raise to train on, in the Trinity YAML's keys
-        raise RunComplete(str(e).replace(
-            "raise trainer.total_training_steps / total_epochs", "raise buffer.total_epochs, or buffer.total_steps "
-            "and trainer.total_steps (the run ends at the smaller),")) from None
+            return launch_stages(loaded, module_args, data_error=lambda e, stage: trinity_run_error(
+                e, args.config, args.overrides, stage=stage))
+        try:
+            return run_rl(loaded, module_args)
+        except DataError as e:  # it names rft's data keys: the Trinity keys that set them, with their values
+            raise trinity_run_error(e, args.config, args.overrides) from None
+        except (RftError, RunComplete) as e:
+            raise reworded(e) from None
 
 
 def cmd_sft(args) -> int:

@@ -3,32 +3,14 @@ large uncapped validation gets; shared by `rft train` (prompts), `rft sft` (rows
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 
 import numpy as np
 
 log = logging.getLogger("rft")
 
 LARGE_VALIDATION = 300
-"""Validation rows above which a run without data.val_max_samples says how many it validates on, and the key."""
-
-CAP_KEY = "data.val_max_samples"
-"""The cap as the note spells it (`spelling_cap_key`): a Trinity-RFT YAML has no key of its own for it and sets
-rft's under trainer.trainer_config (TRINITY_CAP_KEY, while `rft train` runs one)."""
-TRINITY_CAP_KEY = "trainer.trainer_config.data.val_max_samples"
-
-
-@contextlib.contextmanager
-def spelling_cap_key(key: str) -> Iterator[None]:
-    """The note names the cap as `key` while this holds."""
-    global CAP_KEY
-    before, CAP_KEY = CAP_KEY, key
-    try:
-        yield
-    finally:
-        CAP_KEY = before
+"""Validation rows above which a run without data.val_max_samples says how many it validates on, and the key (a run of another project's config names it as that config sets it: `rft.config.spelling`)."""
 
 
 def capped_validation(total: int, cap: int, shuffle: bool, seed: int | None, unit: str) -> list[int] | None:
@@ -47,4 +29,4 @@ def note_uncapped_validation(count: int, cap: int, work: str) -> None:
     (`cap` <= 0): `work` says what each validation does with them (a GSM8K test set's 1,319 prompts take minutes at
     every validation). The caller says it once, on the rank that logs, and only where the run validates."""
     if count > LARGE_VALIDATION and cap <= 0:
-        log.warning("rft: note: each validation %s; set %s=N to validate on N of them", work, CAP_KEY)
+        log.warning("rft: note: each validation %s; set data.val_max_samples=N to validate on N of them", work)

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import math
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,10 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _set(out: dict, key: str, value: Any) -> None:
+def _set(out: dict, key: str, value: Any, source: str | None = None) -> None:
+    """rft's `key` = `value`; `source`: the Trinity key it came from, recorded for the run's messages (`said_as`)."""
+    if source is not None:
+        out.setdefault("_trinity", {}).setdefault("said_as", {})[key] = source
     node = out
     *parents, leaf = key.split(".")
     for part in parents:
@@ -150,17 +154,22 @@ def _set(out: dict, key: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _set_total_steps(out: dict, steps: Any) -> None:
+def _set_total_steps(out: dict, steps: Any, source: str) -> None:
     """trainer.total_training_steps from buffer.total_steps or trainer.total_steps. Given both, the run ends at the
     smaller, as Trinity's does: its explorer stops after buffer.total_steps steps (the trainer then runs out of
     experiences), its trainer after trainer.total_steps. A value that is no step count is kept for validation to
-    refuse."""
+    refuse. `source`: the Trinity key that gives `steps`; given both, the run's messages name both."""
     def count(v):
         return isinstance(v, int) and not isinstance(v, bool)
 
     before = out.get("trainer", {}).get("total_training_steps")
+    said = out.get("_trinity", {}).get("said_as", {}).get("trainer.total_training_steps")
+    if said is not None:  # both: to raise the steps, raise both
+        source = f"{said} and {source} (the run ends at the smaller)"
     if steps is not None and (before is None or not count(steps) or (count(before) and steps < before)):
         _set(out, "trainer.total_training_steps", steps)
+    if steps is not None:
+        _set(out, "trainer.total_training_steps", _get(out, "trainer.total_training_steps"), source)
 
 
 class _Translation:
@@ -171,6 +180,7 @@ class _Translation:
         self.prefix = prefix
         self.refusals: list[tuple[str, str]] = []
         self.rl_only: list[str] = []  # keys an SFT stage leaves to the RL stages (named when there are none)
+        self.said_as: dict[str, str] = {}  # rft key -> the Trinity key that set it (`_set`'s source)
 
     def refuse(self, key: str, reason: str) -> None:
         self.refusals.append((key if key.startswith("stages[") else self.prefix + key, reason))
@@ -224,6 +234,9 @@ def _section(value: Any, where: str) -> dict:
     return dict(value)
 
 
+FOLDER_KEYS = "checkpoint_root_dir / project / name"
+"""trainer.default_local_dir as a Trinity YAML sets it: <checkpoint_root_dir>/<project>/<name>."""
+
 NOT_HONOURED = "a Trinity-RFT key rft cannot honour (no equivalent in its one-process synchronous loop); remove it"
 
 
@@ -259,7 +272,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     if kind in OFFLINE:
         return kind
     if "repeat_times" in a:
-        _set(out, f"{R}.n", a["repeat_times"])
+        _set(out, f"{R}.n", a["repeat_times"], "algorithm.repeat_times")
     adv = a["advantage_fn"]
     if adv not in ADVANTAGE_FNS:
         t.refuse("algorithm.advantage_fn", not_one_of(adv, ADVANTAGE_FNS, f"rft has {sorted(ADVANTAGE_FNS)}"))
@@ -379,7 +392,7 @@ def _optimizer(t: _Translation, opt: dict, out: dict, offline: bool = False) -> 
     prefix = "optim." if offline else f"{A}.optim."
     for key, target in (OFFLINE_OPTIMIZER_KEYS if offline else OPTIMIZER_KEYS).items():
         if key in opt:
-            _set(out, prefix + target, opt.pop(key))
+            _set(out, prefix + target, opt.pop(key), f"algorithm.optimizer.{key}")
     warmup_steps = opt.pop("lr_warmup_steps", None) if offline else None
     if warmup_steps not in (None, -1):  # verl's -1: the ratio decides
         t.refuse("algorithm.optimizer.lr_warmup_steps", f"={warmup_steps!r}: an SFT / DPO stage warms up for a "
@@ -487,7 +500,8 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
 def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
     model = _section(model, "model")
     if "model_path" in model:
-        _set(out, "model.partial_pretrain" if sft else "actor_rollout_ref.model.path", model.pop("model_path"))
+        _set(out, "model.partial_pretrain" if sft else "actor_rollout_ref.model.path", model.pop("model_path"),
+             "model.model_path")
     prompt, response = model.pop("max_prompt_tokens", None), model.pop("max_response_tokens", None)
     max_len = model.pop("max_model_len", None)
     if sft:  # one limit on prompt + response
@@ -500,9 +514,9 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
                           if v is not None]
     else:
         if prompt is not None:
-            _set(out, "data.max_prompt_length", prompt)
+            _set(out, "data.max_prompt_length", prompt, "model.max_prompt_tokens")
         if response is not None:
-            _set(out, "data.max_response_length", response)
+            _set(out, "data.max_response_length", response, "model.max_response_tokens")
         if max_len is not None:  # checked against the lengths in effect (_check_model_len)
             _set(out, "_trinity.max_model_len", max_len)
     truncation = model.pop("enable_prompt_truncation", None)
@@ -587,8 +601,9 @@ def _check_model_len(t: _Translation, out: dict) -> None:
     elif response is None:
         prompt = min(prompt, max_len - 1)
         response = max_len - prompt
-    _set(out, "data.max_prompt_length", prompt)
-    _set(out, "data.max_response_length", response)
+    said = out.setdefault("_trinity", {}).setdefault("said_as", {})  # a limit left out: derived from max_model_len
+    _set(out, "data.max_prompt_length", prompt, said.get("data.max_prompt_length", "model.max_model_len"))
+    _set(out, "data.max_response_length", response, said.get("data.max_response_length", "model.max_model_len"))
     if prompt + response > max_len:
         t.refuse("model.max_model_len", f"={max_len!r} is below the prompt + response limits in effect, "
                                         f"{prompt} + {response} = {prompt + response} (model.max_prompt_tokens / "
@@ -616,7 +631,7 @@ def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) ->
                         "tasksets of a run; make them equal")
         return
     owners.setdefault(key, where)
-    _set(out, key, value)
+    _set(out, key, value, owners[key])
 
 
 def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, defaults: dict) -> Any:
@@ -714,6 +729,7 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
     sft = kind in OFFLINE
     b = _section(buffer, "buffer")
     batch = b.pop("batch_size", None)
+    batch_given = batch is not None  # else derived from train_batch_size (experiences) / repeat_times
     train_batch = b.pop("train_batch_size", None)
     if kind == "dpo":  # pairs per step: tasks, or experiences (a chosen and a rejected each) / 2
         if train_batch is not None and (not isinstance(train_batch, int) or train_batch % 2):
@@ -740,15 +756,16 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
                 batch = train_batch // repeat
                 train_batch = None
         if batch is not None:
-            _set(out, "data.train_batch_size", batch)
-            _set(out, f"{A}.ppo_mini_batch_size", batch)
+            given = "buffer.batch_size" if batch_given else "buffer.train_batch_size / algorithm.repeat_times"
+            _set(out, "data.train_batch_size", batch, given)
+            _set(out, f"{A}.ppo_mini_batch_size", batch, given)
         if train_batch is not None and batch is not None and train_batch != batch * repeat:
             t.refuse("buffer.train_batch_size", f"={train_batch + experts}{of_which}: rft trains on every experience "
                                                 f"of a step, batch_size x repeat_times = {batch * repeat}")
     if "total_epochs" in b:
-        _set(out, "trainer.total_epochs", b.pop("total_epochs"))
+        _set(out, "trainer.total_epochs", b.pop("total_epochs"), "buffer.total_epochs")
     if "total_steps" in b:
-        _set_total_steps(out, b.pop("total_steps"))
+        _set_total_steps(out, b.pop("total_steps"), "buffer.total_steps")
     explorer_input = {k: v for k, v in _section(b.pop("explorer_input", None), "buffer.explorer_input").items()
                       if v is not None}
     trainer_input = {k: v for k, v in _section(b.pop("trainer_input", None), "buffer.trainer_input").items()
@@ -762,7 +779,7 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
             files = _taskset(t, explorer_input.pop("taskset"), "buffer.explorer_input.taskset", out, False,
                              defaults)
             if files:
-                _set(out, "data.train_files", files)
+                _set(out, "data.train_files", files, "buffer.explorer_input.taskset.path")
         evals = explorer_input.pop("eval_tasksets", None) or []
         val_files: list = []
         val_names: list = []  # each eval taskset's name: the data_source of its rows that have none
@@ -774,7 +791,7 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
                 val_files += files
                 val_names += [str(name) if name else None] * len(files)
         if val_files:
-            _set(out, "data.val_files", val_files)
+            _set(out, "data.val_files", val_files, "buffer.explorer_input.eval_tasksets")
         if any(val_names):
             _set(out, "data.val_data_sources", val_names)
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
@@ -933,25 +950,26 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     rm = _section(e.pop("rollout_model", None), "explorer.rollout_model")
     engine = rm.pop("engine_type", "hf")  # Trinity's default is vllm; rft's is hf (vLLM is an optional extra)
     if engine in ("vllm", "vllm_async"):  # one engine in Trinity: its asynchronous vLLM engine
-        _set(out, "actor_rollout_ref.rollout.name", "vllm")
+        _set(out, "actor_rollout_ref.rollout.name", "vllm", "explorer.rollout_model.engine_type")
         # Trinity leaves the scheduler's token budget to vLLM; verl's 8192 is below Trinity's usual max_model_len
         _set(out, "actor_rollout_ref.rollout.max_num_batched_tokens", None)
     elif engine != "hf":
         t.refuse("explorer.rollout_model.engine_type", not_one_of(engine, ("vllm", "vllm_async", "hf"), (
             "rft's engines are vllm (vllm_async) and hf (transformers with a KV cache)")))
     if "engine_num" in rm:  # each engine an explorer process of its own, taking turns at the steps
-        _set(out, "trainer.explorer_num", rm.pop("engine_num"))
+        _set(out, "trainer.explorer_num", rm.pop("engine_num"), "explorer.rollout_model.engine_num")
     if "tensor_parallel_size" in rm:
-        _set(out, "actor_rollout_ref.rollout.tensor_model_parallel_size", rm.pop("tensor_parallel_size"))
+        _set(out, "actor_rollout_ref.rollout.tensor_model_parallel_size", rm.pop("tensor_parallel_size"),
+             "explorer.rollout_model.tensor_parallel_size")
     for key in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "max_model_len", "dtype"):
         if key in rm:  # the same names as verl's rollout keys
-            _set(out, f"actor_rollout_ref.rollout.{key}", rm.pop(key))
+            _set(out, f"actor_rollout_ref.rollout.{key}", rm.pop(key), f"explorer.rollout_model.{key}")
     if "enable_history" in rm:
         _set(out, "workflow.enable_history", rm.pop("enable_history"))
     if "enable_openai_api" in rm:  # the OpenAI-compatible endpoint the workflows reach
         _set(out, "workflow.endpoint", rm.pop("enable_openai_api"))
     if "seed" in rm:  # the rollout engine's sampling seed; rft's one seed covers sampling
-        _set(out, "trainer.seed", rm.pop("seed"))
+        _set(out, "trainer.seed", rm.pop("seed"), "explorer.rollout_model.seed")
     if "enable_prompt_truncation" in rm:
         _prompt_truncation(t, out, rm.pop("enable_prompt_truncation"),
                            "explorer.rollout_model.enable_prompt_truncation")
@@ -964,9 +982,9 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         if key in e:
             _set(out, f"workflow.{key}", e.pop(key))
     if "eval_interval" in e:
-        _set(out, "trainer.test_freq", e.pop("eval_interval"))
+        _set(out, "trainer.test_freq", e.pop("eval_interval"), "explorer.eval_interval")
     if "eval_on_startup" in e:
-        _set(out, "trainer.val_before_train", e.pop("eval_on_startup"))
+        _set(out, "trainer.val_before_train", e.pop("eval_on_startup"), "explorer.eval_on_startup")
     if "bench_on_latest_checkpoint" in e:
         _set(out, "trainer.bench_on_latest_checkpoint", e.pop("bench_on_latest_checkpoint"))
     t.rest(e, "explorer", NOT_HONOURED)
@@ -986,11 +1004,11 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
     if kind != "verl":
         t.refuse("trainer.trainer_type", not_one_of(kind, ("verl",), "rft is a verl-style trainer; only verl"))
     if "save_interval" in tr:
-        _set(out, "trainer.save_freq", tr.pop("save_interval"))
+        _set(out, "trainer.save_freq", tr.pop("save_interval"), "trainer.save_interval")
     if "total_steps" in tr:
-        _set_total_steps(out, tr.pop("total_steps"))
+        _set_total_steps(out, tr.pop("total_steps"), "trainer.total_steps")
     if "grad_clip" in tr:
-        _set(out, "optim.clip_grad" if sft else f"{A}.grad_clip", tr.pop("grad_clip"))
+        _set(out, "optim.clip_grad" if sft else f"{A}.grad_clip", tr.pop("grad_clip"), "trainer.grad_clip")
     if "use_dynamic_bsz" in tr:
         _set(out, f"{A}.use_dynamic_bsz", tr.pop("use_dynamic_bsz"))
     inline, path = tr.pop("trainer_config", None), tr.pop("trainer_config_path", "") or None
@@ -1083,8 +1101,8 @@ def _sft_trainer_config(t: _Translation, inline: dict, out: dict, pairs: bool = 
 
 def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     project, name = cfg.get("project", "Trinity-RFT"), cfg.get("name", "rft")
-    _set(out, "trainer.project_name", project)
-    _set(out, "trainer.experiment_name", name)
+    _set(out, "trainer.project_name", project, "project")
+    _set(out, "trainer.experiment_name", name, "name")
     root = cfg.get("checkpoint_root_dir")
     if root is not None:
         folder = Path(root) / str(project) / str(name)
@@ -1092,16 +1110,16 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
             name = f"{name}_{time.strftime('%Y%m%d%H%M%S')}"  # Trinity starts a new experiment
             folder = Path(root) / str(project) / name
             _set(out, "trainer.experiment_name", name)
-        _set(out, "trainer.default_local_dir", str(folder))
+        _set(out, "trainer.default_local_dir", str(folder), FOLDER_KEYS)
     if cfg.get("continue_from_checkpoint", True) is False and root is None:
         _set(out, "trainer.resume_mode", "disable")
     if cfg.get("ray_namespace"):
         t.refuse("ray_namespace", "rft's Ray driver (cluster.ray_address) takes no namespace; remove it")
     cluster = _section(cfg.get("cluster"), "cluster")
     if "node_num" in cluster:
-        _set(out, "trainer.nnodes", cluster.pop("node_num"))
+        _set(out, "trainer.nnodes", cluster.pop("node_num"), "cluster.node_num")
     if "gpu_per_node" in cluster:
-        _set(out, "trainer.n_gpus_per_node", cluster.pop("gpu_per_node"))
+        _set(out, "trainer.n_gpus_per_node", cluster.pop("gpu_per_node"), "cluster.gpu_per_node")
     address = cluster.pop("ray_address", None)  # Trinity's default `auto` is for a key left out: there, no Ray
     if address is not None:
         _set(out, "ray_init.address", str(address))
@@ -1235,7 +1253,7 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     sft = kind in OFFLINE
     if not sft:
         if cfg.get("mode", "both") in MODES:
-            _set(out, "trainer.mode", cfg.get("mode", "both"))
+            _set(out, "trainer.mode", cfg.get("mode", "both"), "mode")
         _globals(t, cfg, out)
         kind = _algorithm(t, cfg.get("algorithm") or {}, out)
         repeat = (out.get("actor_rollout_ref", {}).get("rollout", {}).get("n")) or ALGORITHMS.get(kind, {}).get(
@@ -1280,7 +1298,7 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
         _check_prompt_truncation(t, out)
         _math_workflow_reward(out)
     _check_save_strategy(t, out)
-    out.pop("_trinity", None)
+    t.said_as.update(out.pop("_trinity", {}).get("said_as", {}))
     return out
 
 
@@ -1326,13 +1344,14 @@ VERL_SECTIONS = ("data", "actor_rollout_ref", "critic", "reward_model", "custom_
 """verl's top-level sections that Trinity-RFT has not (its algorithm and trainer sections are its own)."""
 
 
-def translate(cfg: dict, path: str = "config", refusals: list | None = None, overrides: list[str] | tuple = ()
-              ) -> dict:
+def translate(cfg: dict, path: str = "config", refusals: list | None = None, overrides: list[str] | tuple = (),
+              said_as: dict | None = None) -> dict:
     """The rft config (verl keys; with `stages` when the Trinity config has stages or is an SFT run) of the
     resolved Trinity config `cfg` (read from the file `path`, then the command line's `overrides` applied).
     ConfigError has a line per key rft refuses (an unknown one, or a Trinity-RFT key it cannot honour), each naming
     the file or the override it came from; with a `refusals` list they are appended to it instead ((key, reason)
-    pairs) and the translation of the rest is returned."""
+    pairs) and the translation of the rest is returned. A `said_as` dict gets, for a run without stages, each rft
+    key the translation set from a Trinity key and that key (`trinity_spelling`)."""
     t = _Translation()
     if refusals is not None:
         t.raise_if_any = lambda path, overrides=(): refusals.extend(t.refusals)  # type: ignore[method-assign]
@@ -1353,6 +1372,8 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             _mode(t, cfg, "")
             out = _section_dialect(t, base_cfg, "rl")
             t.raise_if_any(path, overrides)
+            if said_as is not None:
+                said_as.update(t.said_as)
             return out
         stages = [{"stage_name": cfg.get("name", kind)}]
     if _section(cfg.get("cluster"), "cluster").get("ray_address") is not None:
@@ -1397,6 +1418,55 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             ", ".join(rl_only))
     return {**rl_base, "stages": out_stages}
 
+
+
+# ------------------------------------------------------------------------------ a run's messages in Trinity's keys
+SAID_AS = {
+    "trainer.total_training_steps": "buffer.total_steps", "trainer.total_epochs": "buffer.total_epochs",
+    "trainer.save_freq": "trainer.save_interval", "trainer.test_freq": "explorer.eval_interval",
+    "trainer.val_before_train": "explorer.eval_on_startup", f"{R}.n": "algorithm.repeat_times",
+    "data.train_batch_size": "buffer.batch_size", f"{A}.ppo_mini_batch_size": "buffer.batch_size",
+    f"{M}.path": "model.model_path", "data.max_prompt_length": "model.max_prompt_tokens",
+    "data.max_response_length": "model.max_response_tokens", "trainer.default_local_dir": FOLDER_KEYS,
+    "trainer.project_name": "project", "trainer.experiment_name": "name", "trainer.mode": "mode",
+    "trainer.nnodes": "cluster.node_num", "trainer.n_gpus_per_node": "cluster.gpu_per_node",
+    "trainer.explorer_num": "explorer.rollout_model.engine_num", f"{A}.grad_clip": "trainer.grad_clip",
+    f"{A}.optim.lr": "algorithm.optimizer.lr", "data.train_files": "buffer.explorer_input.taskset.path",
+    "data.val_files": "buffer.explorer_input.eval_tasksets", f"{R}.name": "explorer.rollout_model.engine_type",
+}
+"""The Trinity key a message names for an rft key the YAML left out (the one a Trinity user sets for it; the
+translation's `_set` records the key that did set it, which goes first)."""
+
+VERL_KEYS_UNDER = ("data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm",
+                   "trainer")
+"""rft's sections a Trinity YAML sets under trainer.trainer_config (verl's sections)."""
+
+
+@functools.cache
+def _rl_keys() -> frozenset[str]:
+    """Every dotted key of rft's RL schema."""
+    from omegaconf import OmegaConf
+
+    from rft.config.schema import RFTConfig
+
+    return frozenset(flatten(OmegaConf.to_container(OmegaConf.structured(RFTConfig))))
+
+
+def trinity_spelling(said_as: dict[str, str]) -> Callable[[str], str | None]:
+    """How a run of a Trinity YAML names rft's key in its messages (`rft.config.spelling.spelling_keys`): the Trinity
+    key that set it (`said_as`, from `translate`), else the one a Trinity YAML sets it with (`SAID_AS`), else, for a
+    key of verl's sections, the same key under trainer.trainer_config; None (as it is) for the rest (rft's own
+    sections, whose keys are Trinity's: synchronizer.*, experience_buffer.*, ...)."""
+    def spelt(key: str) -> str | None:
+        if key in said_as:
+            return said_as[key]
+        if key in SAID_AS:
+            return SAID_AS[key]
+        if key.split(".", 1)[0] in VERL_KEYS_UNDER and key in _rl_keys():
+            return f"trainer.trainer_config.{key}"
+        return None
+
+    return spelt
 
 
 # ------------------------------------------------------------------------------ errors in the Trinity key's words

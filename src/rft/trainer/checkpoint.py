@@ -27,6 +27,7 @@ import uuid
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, TrainingDiverged
@@ -422,6 +423,21 @@ def trainer_kind(cfg) -> dict:
     return {"trainer": "dpo" if hasattr(getattr(cfg, "algorithm", None), "loss_type") else "sft"}
 
 
+def config_trainer(config: Any) -> str | None:
+    """The trainer (`trainer_kind`'s `trainer`: train, sft or dpo) whose resolved config is `config`, a run folder's
+    config.yaml as a dict, None where it is none of theirs: an RL config has actor_rollout_ref; SFT's and DPO's have
+    model.partial_pretrain, DPO's also its loss's algorithm section (algorithm.loss_type). The one reading of a
+    config.yaml for which trainer wrote it (`written_by`, `run_folder._finished_without_checkpoint`)."""
+    if not isinstance(config, dict):
+        return None
+    if isinstance(config.get("actor_rollout_ref"), dict):
+        return "train"
+    model, algorithm = config.get("model"), config.get("algorithm")
+    if not (isinstance(model, dict) and "partial_pretrain" in model):
+        return None
+    return "dpo" if isinstance(algorithm, dict) and "loss_type" in algorithm else "sft"
+
+
 def written_by(folder: Path) -> dict | None:
     """The trainer that wrote the checkpoint `folder` (`trainer_kind`'s keys; `trainer` "sft or dpo" where the files
     cannot tell them apart), or None when unknown. Checkpoints written before they recorded it tell by their files:
@@ -445,11 +461,8 @@ def written_by(folder: Path) -> dict | None:
     if "kl_coef" in state:
         return {"trainer": "train", **({"algorithm": algorithm["adv_estimator"]} if "adv_estimator" in algorithm
                                        else {})}
-    if "loss_type" in algorithm:
-        return {"trainer": "dpo"}
-    if config and "actor_rollout_ref" not in config:
-        return {"trainer": "sft"}
-    return {"trainer": "sft or dpo"}
+    kind = config_trainer(config)
+    return {"trainer": kind if kind in ("sft", "dpo") else "sft or dpo"}
 
 
 def run_config(folder: Path) -> dict:

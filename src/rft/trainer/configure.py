@@ -7,9 +7,10 @@ functions here put the three together, one per kind of config.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -21,7 +22,13 @@ from rft.config.load import merge_layers, parse_overrides, read_yaml
 from rft.config.offline_schema import EvalConfig, GenerationConfig
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
-from rft.dialects.trinity import in_trinity_terms, notes_given, prompt_truncation_off, translate
+from rft.dialects.trinity import (
+    in_trinity_terms,
+    notes_given,
+    prompt_truncation_off,
+    translate,
+    trinity_spelling,
+)
 from rft.trainer.stages import build_stages
 from rft.trainer.validate import validate, validate_dpo, validate_eval, validate_generation, validate_sft
 
@@ -86,6 +93,17 @@ def load_trinity(path, overrides=(), validate_paths: bool = True):
     except ConfigError as e:  # it names rft's keys: the Trinity keys that set them go first
         raise in_trinity_terms(e, cfg, out, str(path), overrides) from None
     return "rl", rl
+
+
+def trinity_said_as(path, overrides=()) -> Callable[[str], str | None]:
+    """How a run of the Trinity YAML at `path` (with its dotted `overrides`) names rft's keys in its messages
+    (`rft.config.spelling.spelling_keys`): by the Trinity keys that set them (`rft.dialects.trinity.trinity_spelling`).
+    A config the translation refuses is said by `load_trinity`: the keys it did map are named here."""
+    cfg = _resolved_trinity(path, overrides)
+    said_as: dict[str, str] = {}
+    with notes_given(), contextlib.suppress(ConfigError):
+        translate(copy.deepcopy(cfg), str(path), refusals=[], overrides=parse_overrides(overrides), said_as=said_as)
+    return trinity_spelling(said_as)
 
 
 def trinity_run_error(error: Exception, path, overrides=(), stage: int | None = None) -> ConfigError:

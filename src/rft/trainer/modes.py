@@ -25,6 +25,7 @@ import torch
 
 from rft.buffer import BufferClosed, shareable
 from rft.config import to_yaml
+from rft.config.spelling import said
 from rft.console import counted
 from rft.distributed import SINGLE, Dist, shard_bounds
 from rft.errors import EXIT_ERROR, RftError
@@ -128,9 +129,9 @@ class ExploreLoop:
         self.buffer.truncate_after(ex.step)  # what a killed explorer wrote after its last recorded step
         if ex.step >= self.total_steps and t.mode == "explore":  # the same command after it finished (in mode both
             # the trainer, not complete, waits for its explorer to join the weight sync: it runs on as before)
-            print(f"rft explorer: all {counted(self.total_steps, 'step')} already written to the experience buffer "
-                  f"({explorer_folder(self.out, t.explorer_rank)}); nothing to do (raise "
-                  "trainer.total_training_steps to explore on)", flush=True)
+            print(said(f"rft explorer: all {counted(self.total_steps, 'step')} already written to the experience "
+                       f"buffer ({explorer_folder(self.out, t.explorer_rank)}); nothing to do (raise "
+                       "trainer.total_training_steps to explore on)"), flush=True)
             return
         if method == "nccl":
             from rft.sync.process_group import ProcessGroupReceiver

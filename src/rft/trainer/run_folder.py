@@ -339,10 +339,10 @@ def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) ->
         return None
     if step > total:  # an earlier run of the folder was asked for more steps: this one has none left to take
         return (f"rft: {out} is complete (its last checkpoint is at step {step}, past the {total} steps asked; model "
-                f"in {out / 'model'}); nothing to do (raise trainer.total_training_steps / total_epochs above {step} "
-                "to train on)")
+                f"in {out / 'model'}); nothing to do (raise trainer.total_training_steps / trainer.total_epochs above "
+                f"{step} to train on)")
     return (f"rft: {out} is complete ({step}/{total} steps, model in {out / 'model'}); nothing to do (raise "
-            "trainer.total_training_steps / total_epochs to train on)")
+            "trainer.total_training_steps / trainer.total_epochs to train on)")
 
 
 def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
@@ -355,9 +355,9 @@ def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | Checkpo
     without a word. None where `out` holds no such run. Reads only."""
     from omegaconf import OmegaConf
 
-    from rft.config.load import flatten, read_yaml
+    from rft.config.load import read_yaml
     from rft.sync.schedule import is_synchronous
-    from rft.trainer.checkpoint import trainer_kind
+    from rft.trainer.checkpoint import config_trainer, trainer_kind
 
     t = cfg.trainer
     rl = hasattr(cfg, "actor_rollout_ref")
@@ -370,9 +370,7 @@ def _finished_without_checkpoint(cfg: Any, out: Path, checkpoint: Path | Checkpo
         started = OmegaConf.to_container(read_yaml(config))
     except (OSError, RftError):
         return None
-    flat = flatten(started)
-    kind = ("train" if "actor_rollout_ref.model.path" in flat else None if "model.partial_pretrain" not in flat
-            else "dpo" if "algorithm" in started else "sft")  # dpo's config is sft's plus the loss's algorithm section
+    kind = config_trainer(started)
     if kind is None:
         return None
     this = trainer_kind(cfg)["trainer"]

@@ -219,6 +219,7 @@ def _typed(schema: type, layers: list[dict], where: str, path=None, given: list[
 
 def run_stage(stage: Stage, dist: Dist = SINGLE) -> None:
     """Run one stage in this process (`dist`: its rank among the run's processes; every rank calls it)."""
+    from rft.config.spelling import said
     from rft.errors import RunComplete
     from rft.fsutil import write_text_atomic
     from rft.trainer.run_folder import run_folder
@@ -244,7 +245,7 @@ def run_stage(stage: Stage, dist: Dist = SINGLE) -> None:
                 SyncRun(stage.cfg, dist).fit()
             done()
     except RunComplete as e:  # its run finished, and a kill came before its DONE file: the stage is done
-        print(e, flush=True)
+        print(said(str(e)), flush=True)  # in the keys of the config's dialect (rft.config.spelling)
         done()
     dist.barrier()  # the next stage reads this one's model
 

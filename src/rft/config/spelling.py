@@ -1,0 +1,65 @@
+"""A run's messages in the keys its config was written in.
+
+A run of another project's config (a Trinity-RFT YAML: `rft.dialects.trinity`) is checked and run as rft's
+canonical keys, but its user set the other project's: while `spelling_keys` holds, `said` writes each canonical key a
+message names as that config sets it. It applies to every note logged on the "rft" logger, to the errors the run
+raises (`reworded`), and to the lines a run prints instead of training (complete, nothing to do). The renaming is
+the dialect's (it knows which of its keys set which of rft's); this module only finds the keys in the text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Callable, Iterator
+
+Rename = Callable[[str], "str | None"]
+
+# a dotted key: not part of a path, a longer key, a list item, or a message already naming rft's key as such
+# ("(rft's data.max_prompt_length)", `rft.dialects.trinity.in_trinity_terms`); a sentence's full stop may follow it
+_KEY = re.compile(r"(?<![\w./\-\[])(?<!rft's )([a-z_]+(?:\.[a-z_0-9]+)+)(?![\w/\-\[]|\.\w)")
+
+_rename: Rename | None = None
+
+
+def said(text: str) -> str:
+    """`text` with each canonical key named as the config being run sets it (unchanged outside `spelling_keys`, and
+    for a key the renaming leaves alone)."""
+    rename = _rename
+    if rename is None:
+        return text
+    return _KEY.sub(lambda m: rename(m.group(1)) or m.group(1), text)
+
+
+def reworded(error: BaseException) -> BaseException:
+    """`error` with its message `said`, for an error of one message (the run's RftError, RunComplete)."""
+    if len(error.args) == 1 and isinstance(error.args[0], str):
+        error.args = (said(error.args[0]),)
+    return error
+
+
+class _SaidNotes(logging.Filter):
+    """The notes and warnings of the "rft" logger, `said`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        spelt = said(message)
+        if spelt != message:
+            record.msg, record.args = spelt, ()
+        return True
+
+
+@contextlib.contextmanager
+def spelling_keys(rename: Rename) -> Iterator[None]:
+    """While this holds, `said` names a canonical key `key` as `rename(key)` (None: as it is), and the "rft" logger's
+    records are `said`."""
+    global _rename
+    before, _rename = _rename, rename
+    notes, log = _SaidNotes(), logging.getLogger("rft")
+    log.addFilter(notes)
+    try:
+        yield
+    finally:
+        log.removeFilter(notes)
+        _rename = before
