@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shutil
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 
 from rft.components import components, get_component
 from rft.components.spec import Component, ComponentError, Plan
+from rft.config.spelling import spelling
 
 # each component's output that holds the run folder (trainer.default_local_dir); none: a temporary folder
 WORK_OUTPUT = {"rft_trainer": "intermediate_folder", "group_relative_policy_optimization": "output_model_path"}
@@ -89,7 +89,7 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
     cfg = None
     try:  # without the refused inputs' keys: their problems are reported already
         cfg = merge_layers(RFTConfig, [plan.nested(without=refused)])
-        with _notes_in_input_terms(plan):
+        with spelling(plan.in_input_terms):  # its notes name the inputs behind the keys they name
             validate(cfg, check_paths=for_run)
     except ConfigError as e:
         names = plan.inputs_of(str(e))
@@ -117,43 +117,16 @@ def _inputs_named(comp: Component, plan: Plan, message: str) -> str:
     return f"{comp.name}: {', '.join(f'--{n}' for n in names)}: {message}" if names else message
 
 
-class _InputTerms(logging.Filter):
-    """Rewrites each record of rft's logger (its notes: `rft: note: data.filter_overlong_prompts dropped ...`) in
-    the plan's input terms."""
-
-    def __init__(self, plan: Plan):
-        super().__init__()
-        self.plan = plan
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except (TypeError, ValueError):  # arguments that do not fit the format: the handler reports it, as before
-            return True
-        record.msg, record.args = self.plan.in_input_terms(message), ()
-        return True
-
-
-@contextlib.contextmanager
-def _notes_in_input_terms(plan: Plan) -> Iterator[None]:
-    """For the block, the notes rft logs name the inputs behind the keys they name (`_InputTerms`)."""
-    logger, terms = logging.getLogger("rft"), _InputTerms(plan)
-    logger.addFilter(terms)
-    try:
-        yield
-    finally:
-        logger.removeFilter(terms)
-
-
 @contextlib.contextmanager
 def _in_input_terms(comp: Component, plan: Plan) -> Iterator[None]:
-    """A run in the component's terms: its notes (`_notes_in_input_terms`), and its expected failure (an
-    `RftError`: a prompt over data.max_prompt_length, a resume with changed keys, ...) raised with the inputs behind
-    the keys it names (`_inputs_named`); its class, and so its exit status, stay the same."""
+    """A run in the component's terms: its notes (`rft.config.spelling`: the inputs behind the keys they name), and
+    its expected failure (an `RftError`: a prompt over data.max_prompt_length, a resume with changed keys, ...)
+    raised with the inputs behind the keys it names (`_inputs_named`); its class, and so its exit status, stay the
+    same."""
     from rft.errors import RftError
 
     try:
-        with _notes_in_input_terms(plan):
+        with spelling(plan.in_input_terms):
             yield
     except RftError as e:
         if len(e.args) == 1 and isinstance(e.args[0], str):
