@@ -338,29 +338,23 @@ def sole_writer(folder: str | Path, command: str) -> Iterator[None]:
     if existing is not None and not existing.is_dir():
         yield
         return
-    made = [path for path in (folder, *folder.parents) if not path.exists()]  # the innermost first
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        from rft.errors import RftError
+    with _folder_made(folder):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            from rft.errors import RftError
 
-        raise RftError(f"{command}: another process is writing {str(folder)!r} now (the same command twice at once: "
-                       "the last to end would replace the first one's output); wait for it to end, or name another "
-                       "folder") from None
-    except OSError:  # no flock on this file system: unlocked, as atomic_dir's writers are there
-        pass
-    try:
-        yield
-    except BaseException:
-        for path in made:
-            with contextlib.suppress(OSError):
-                path.rmdir()
-        raise
-    finally:
-        os.close(fd)
+            raise RftError(f"{command}: another process is writing {str(folder)!r} now (the same command twice at "
+                           "once: the last to end would replace the first one's output); wait for it to end, or name "
+                           "another folder") from None
+        except OSError:  # no flock on this file system: unlocked, as atomic_dir's writers are there
+            pass
+        try:
+            yield
+        finally:
+            os.close(fd)
 
 
 ABANDONED_AFTER_S = 10.0
