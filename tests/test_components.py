@@ -554,8 +554,9 @@ def test_processes_on_cpu_and_several_nodes(work):
     if not _cuda():
         _, plan = resolved(R, work, trainer_n_gpus_per_node=2)
         assert any("2 CPU processes (gloo)" in note for note in plan.notes), plan.notes
-    with pytest.raises(ComponentError, match="torchrun --nnodes 2"):
+    with pytest.raises(ComponentError, match="torchrun --nnodes 2") as err:
         run(get_component(R), {**base_values(R, work), "trainer_nnodes": 2}, outputs_of(R, work))
+    assert f"-m rft component {R} ...`" in str(err.value) and "rft train" not in str(err.value), err.value
 
 
 def test_a_config_error_of_one_input_says_gives(work):

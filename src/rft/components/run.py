@@ -99,7 +99,7 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
             problems.append(f"{comp.name}: {who} {give} an invalid config: {plan.in_input_terms(str(e))}")
     if launching and cfg is not None:
         try:
-            check_launch(cfg)
+            check_launch(cfg, f"component {comp.name} ...")  # torchrun on each node runs the component
         except ConfigError as e:
             problems.append(f"{comp.name}: {plan.in_input_terms(str(e))}")
     if problems:

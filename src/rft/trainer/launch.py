@@ -19,9 +19,9 @@ def multi_node_command(cfg, command: str = "train ...") -> str:
             f"--rdzv-endpoint HOST:29500 --rdzv-id JOB_ID -m rft {command}")
 
 
-def check_launch(cfg) -> None:
+def check_launch(cfg, command: str = "train ...") -> None:
     """The process counts of the environment (a launcher's WORLD_SIZE / LOCAL_WORLD_SIZE) agree with the config;
-    several nodes need a launcher."""
+    several nodes need a launcher (the `rft` command each node runs under it: `command`)."""
     from rft.distributed import launched
     from rft.trainer.modes import ROLE_ENV
 
@@ -38,7 +38,7 @@ def check_launch(cfg) -> None:
     elif t.nnodes > 1 and os.environ.get(ROLE_ENV) != "explorer":  # an explorer is no rank: nnodes is not its
         raise ConfigError(
             f"trainer.nnodes={t.nnodes}: rft starts the processes of one node itself; for several nodes start it on "
-            f"every node with torch's launcher, e.g. `{multi_node_command(cfg)}` (docs/scaling.md)"
+            f"every node with torch's launcher, e.g. `{multi_node_command(cfg, command)}` (docs/scaling.md)"
         )
 
 
