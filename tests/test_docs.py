@@ -67,3 +67,75 @@ def test_the_rft_data_commands_of_the_docs_run_one_after_another_in_one_folder(t
                 ran[tuple(words)] = where
     folders = {build_parser().parse_args(list(words[1:])).src_or_out[-1] for words in ran}
     assert {"gsm8k", "d", "data/arithmetic", "data/arithmetic_slip", "shapes"} <= folders, folders
+
+
+def _doc_texts() -> list[tuple[str, str]]:
+    """What a user reads for command lines: README.md, docs/*.md, the example configs (their headers) and the
+    `rft <command> --help` epilogs, as (where, text)."""
+    from rft.cli import EPILOGS
+
+    sources = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").rglob("*.yaml"))]
+    return [*((str(p.relative_to(REPO)), p.read_text()) for p in sources),
+            *((f"rft {name} --help", epilog) for name, epilog in EPILOGS.items())]
+
+
+def _flags_of(parser) -> set[str]:
+    """The options of an argparse parser and of its subcommands' parsers (`rft config show`)."""
+    import argparse
+
+    flags = {option for action in parser._actions for option in action.option_strings}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= _flags_of(sub)
+    return flags
+
+
+def test_every_flag_the_docs_give_an_rft_command_is_one_it_takes():
+    """`rft <command> ... --flag` in the README, docs/*.md, the examples' headers and the --help epilogs: each flag
+    is an option of that command (of `rft component NAME` and `rft config show NAME`: an input or output of that
+    component, or the command's own switches), so a command pasted from the docs is not refused for a flag that was
+    renamed or never existed. Prose (`rft trains ...`) and placeholders (`--<input>`) are not command lines."""
+    import argparse
+    import re
+
+    from rft.cli import build_parser
+    from rft.components import components
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    table = components()
+    component_switches = {"--help", "-h", "--emit-yaml", "--show-config", "--emit-deepspeed-config"}
+    wrong = []
+    for where, text in _doc_texts():
+        for line in re.findall(r"\brft [a-z][\w-]*[^`#&|\n]*", text.replace("\\\n", " ")):
+            words = line.split()
+            if words[1] not in commands:
+                continue  # prose: `rft trains ...`
+            allowed = _flags_of(commands[words[1]])
+            named = [w for w in words[2:4] if w in table]
+            if words[1] == "component" or (words[1] == "config" and named):
+                if not named:
+                    continue  # `rft component NAME ...`
+                comp = table[named[0]]
+                allowed |= component_switches | {f"--{io.name}" for io in (*comp.inputs, *comp.outputs)}
+            for word in words[2:]:
+                flag = word.split("=", 1)[0].rstrip(".,:;)'\"")
+                if re.fullmatch(r"--[A-Za-z][\w-]*", flag) and flag not in allowed:
+                    wrong.append(f"{where}: {flag} in `{line.strip()}`")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_every_example_file_the_docs_name_exists():
+    """`examples/...` paths in the README, docs/*.md, the examples and the --help epilogs name files and folders of
+    the repository's examples/ (or verl's, where the text says so), so a user who opens or runs one finds it."""
+    import re
+
+    verls = {"examples/data_preprocess/geo3k.py", "examples/data_preprocess/gsm8k.py", "examples/sft/gsm8k",
+             "examples/grpo_trainer/run_qwen2_5_vl-7b.sh"}  # paths in verl's repository, named as verl's
+    missing = []
+    for where, text in _doc_texts():
+        for path in sorted(set(re.findall(r"(?<![\w/.-])examples/[\w./-]*[\w/]", text))):
+            if path not in verls and "NAME" not in path and not (REPO / path).exists():
+                missing.append(f"{where}: {path}")
+    assert missing == [], "\n".join(missing)
