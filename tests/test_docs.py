@@ -220,3 +220,32 @@ def test_every_example_file_the_docs_name_exists():
             if path not in verls and "NAME" not in path and not (REPO / path).exists():
                 missing.append(f"{where}: {path}")
     assert missing == [], "\n".join(missing)
+
+
+def test_every_config_key_the_docs_set_is_a_key_of_rft():
+    """A key the README or docs/*.md sets in inline code (`section.key=value`, `section.key: value`) whose section is
+    one of rft's (RL, SFT, DPO, generation, evaluation configs) is a key of one of them, so a user who copies the
+    setting is not refused (`optim.optimizer: adamw_torch` was the RL actor's key without its prefix, and no key of
+    `rft sft`). Keys of Trinity-RFT's dialect, said as such, are listed."""
+    import re
+
+    from rft.config.schema import RFTConfig
+    from rft.config.sft_schema import SFTConfig
+    from rft.config.validate import walk
+    from rft.trainer.configure import DPOConfig, EvalConfig, GenerationConfig
+
+    keys = {key for schema in (RFTConfig, SFTConfig, DPOConfig, GenerationConfig, EvalConfig)
+            for key, _, _ in walk(schema())}
+    sections = {key.split(".")[0] for key in keys}
+    trinity = {"algorithm.repeat_times"}  # README: a refused value named by the Trinity key that set it
+    wrong = []
+    for where, text in _doc_texts():
+        if where.startswith("examples/"):
+            continue
+        for code in re.findall(r"`([^`\n]+)`", text):
+            for key in re.findall(r"(?<![\w./$+-])([a-z_]+(?:\.[A-Za-z_]\w*)+)\s*(?:=|: )", code):
+                if key.split(".")[0] not in sections or key in trinity:
+                    continue
+                if key not in keys and not any(key.startswith(k + ".") for k in keys):  # a mapping's own keys
+                    wrong.append(f"{where}: {key} in `{code}`")
+    assert wrong == [], "\n".join(wrong)
