@@ -137,3 +137,19 @@ def test_rft_example_says_how_to_get_a_file_the_example_reads_once(tmp_path):
     run = rft_here("example", "data_juicer/trinity_llm_scores", cwd=tmp_path)
     assert run.stdout.count("rft example data_juicer/dj_scoring_exp examples/data_juicer") == 1, run.stdout
     assert "it reads examples/" not in run.stdout
+
+
+def test_rft_example_names_as_read_only_the_files_the_config_reads(tmp_path):
+    """gsm8k_grpo_small's header names examples/gsm8k_grpo.yaml, the recipe it shrinks, which it does not read: no
+    `it reads` line sends the user to write it; arithmetic_grpo_custom_dataset reads its dataset class by path
+    (data.custom_cls.path); the calculator agent's docstring names the config that uses it, not one it reads, and a
+    file without a comment header is written without an empty `its header` line."""
+    from rft.example_files import companions, shipped
+
+    small = rft_here("example", "gsm8k_grpo_small", cwd=tmp_path)
+    assert "it reads examples/" not in small.stdout, small.stdout
+    examples = shipped()
+    assert companions("arithmetic_grpo_custom_dataset",
+                      examples["arithmetic_grpo_custom_dataset"].read_text()) == ["datasets/question_answer.py"]
+    agent = rft_here("example", "workflows/calculator_agent.py", cwd=tmp_path)
+    assert agent.stdout == "wrote calculator_agent.py\n", agent.stdout

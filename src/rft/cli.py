@@ -227,7 +227,7 @@ def cmd_example(args) -> int:
         raise RftError(f"rft example {name}: {target} already exists with other contents; pass --overwrite to write "
                        "over it, or name another folder")
     write_text_atomic(target, text)
-    print(f"wrote {target}; its header, with the path it has here:")
+    print(f"wrote {target}{'; its header, with the path it has here:' if header(text) else ''}")
     for line in header(text):  # `rft example NAME && rft train NAME.yaml`: done, and the file is at `target`
         line = re.sub(rf"\S*rft example {re.escape(name)} && ", "", line)
         line = line.replace(f"examples/{name}{source.suffix}", str(target))

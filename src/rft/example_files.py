@@ -45,10 +45,15 @@ def header(text: str) -> list[str]:
 
 
 def companions(name: str, text: str) -> list[str]:
-    """The other shipped examples `text` reads by their repository path (`examples/datasets/question_answer.py`)."""
+    """The other shipped examples the config `text` reads by their repository path (`data.custom_cls.path:
+    examples/datasets/question_answer.py`): paths in its values, not in its comments, which also name examples it
+    only mentions (gsm8k_grpo_small's header names gsm8k_grpo, the recipe it shrinks); a Python example reads none."""
+    if name.endswith(".py"):
+        return []
+    values = "\n".join(re.sub(r"(^|\s)#.*", "", line) for line in text.splitlines())
     known = shipped()
     found = []
-    for path in re.findall(r"\bexamples/([\w./-]+\.(?:yaml|py))", text):
+    for path in re.findall(r"\bexamples/([\w./-]+\.(?:yaml|py))", values):
         other = path.removesuffix(".yaml")
         if other in known and other != name and other not in found:
             found.append(other)
