@@ -315,6 +315,21 @@ def test_bad_loss_options_are_refused_by_name(assets, tmp_path, overrides, key):
         make_cfg(assets, tmp_path, *overrides)
 
 
+def test_verls_dapo_gen_batch_size_is_accepted_at_the_train_batch_size_and_refused_by_name_otherwise(assets, tmp_path):
+    """verl's DAPO recipe sets data.gen_batch_size (its default: ${data.train_batch_size}); rft's dynamic sampling
+    generates data.train_batch_size prompts per generation batch, so that value is verl's meaning and any other is
+    refused naming the key (it was an unknown key whose hint was data.train_batch_size)."""
+    cfg = make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score")
+    same = make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score",
+                    f"data.gen_batch_size={cfg.data.train_batch_size}")
+    assert same.data.gen_batch_size == cfg.data.train_batch_size
+    with pytest.raises(ConfigError) as err:
+        make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score",
+                 f"data.gen_batch_size={3 * cfg.data.train_batch_size}")
+    assert str(err.value).startswith(f"data.gen_batch_size={3 * cfg.data.train_batch_size} (verl's DAPO recipe")
+    assert f"data.train_batch_size={cfg.data.train_batch_size} prompts per generation batch" in str(err.value)
+
+
 def test_choices_list_every_name(assets, tmp_path):
     with pytest.raises(ConfigError) as err:
         make_cfg(assets, tmp_path, "actor_rollout_ref.actor.kl_loss_type=k4")

@@ -220,6 +220,9 @@ class DataConfig:
     max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")
     max_response_length: int = fld(512, "Maximum number of generated tokens per response.")
     train_batch_size: int = fld(1024, "Prompts per training step (global); each is sampled rollout.n times.")
+    gen_batch_size: Optional[int] = fld(
+        None, "verl's DAPO recipe: prompts per generation batch of dynamic sampling (algorithm.filter_groups). rft "
+        "generates data.train_batch_size prompts per generation batch: only null or that value is accepted.")
     val_batch_size: Optional[int] = fld(None, "Prompts per validation generation call; null: all at once.")
     return_raw_input_ids: bool = fld(
         False, "verl: keep the prompt ids before the chat template, for a reward model with another template.",

@@ -17,7 +17,7 @@ BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
 @CHECKS.register("explorer.filter_groups")
 def check_filter_groups(ctx: CheckContext) -> None:
     """DAPO's dynamic sampling keeps the groups whose metric varies: it needs a metric, and a whole number of
-    generation batches."""
+    generation batches, each of data.train_batch_size prompts (verl's data.gen_batch_size: that value or none)."""
     fg = ctx.cfg.algorithm.filter_groups
     if fg.enable and not fg.metric:
         raise ConfigError(
@@ -28,6 +28,15 @@ def check_filter_groups(ctx: CheckContext) -> None:
         raise ConfigError(
             f"algorithm.filter_groups.max_num_gen_batches must be an integer (<= 0: no limit), got "
             f"{fg.max_num_gen_batches!r}"
+        )
+    data = ctx.cfg.data
+    if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
+        # verl's DAPO recipe (its default: ${data.train_batch_size}): a first generation batch larger than a step
+        raise ConfigError(
+            f"data.gen_batch_size={data.gen_batch_size!r} (verl's DAPO recipe: prompts per generation batch) is not "
+            f"supported by rft yet: its dynamic sampling generates data.train_batch_size={data.train_batch_size} "
+            "prompts per generation batch, and more batches until enough groups are kept (up to "
+            "algorithm.filter_groups.max_num_gen_batches); remove it or set it to data.train_batch_size"
         )
 
 
