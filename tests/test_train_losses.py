@@ -5,6 +5,7 @@ sampling in the RL loop; the new config keys are validated."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -315,19 +316,105 @@ def test_bad_loss_options_are_refused_by_name(assets, tmp_path, overrides, key):
         make_cfg(assets, tmp_path, *overrides)
 
 
-def test_verls_dapo_gen_batch_size_is_accepted_at_the_train_batch_size_and_refused_by_name_otherwise(assets, tmp_path):
-    """verl's DAPO recipe sets data.gen_batch_size (its default: ${data.train_batch_size}); rft's dynamic sampling
-    generates data.train_batch_size prompts per generation batch, so that value is verl's meaning and any other is
-    refused naming the key (it was an unknown key whose hint was data.train_batch_size)."""
-    cfg = make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score")
-    same = make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score",
-                    f"data.gen_batch_size={cfg.data.train_batch_size}")
+DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=even_only",
+        "algorithm.filter_groups.max_num_gen_batches=20")
+
+
+def test_verls_dapo_gen_batch_size_needs_the_filter_and_one_process(assets, tmp_path):
+    """verl's DAPO recipe sets data.gen_batch_size (its default: ${data.train_batch_size}; its run scripts 3x).
+    Another value than train_batch_size is dynamic sampling's generation batch: without the filter verl's main
+    trainer would train on all of its prompts a step, so rft refuses it saying so; with several processes it is
+    refused for now (the ranks' shares follow train_batch_size)."""
+    cfg = make_cfg(assets, tmp_path, *DAPO)
+    same = make_cfg(assets, tmp_path, *DAPO, f"data.gen_batch_size={cfg.data.train_batch_size}")
     assert same.data.gen_batch_size == cfg.data.train_batch_size
+    assert make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=12").data.gen_batch_size == 12
+    assert make_cfg(assets, tmp_path, "data.gen_batch_size=4").data.gen_batch_size == 4  # train_batch_size
     with pytest.raises(ConfigError) as err:
-        make_cfg(assets, tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score",
-                 f"data.gen_batch_size={3 * cfg.data.train_batch_size}")
-    assert str(err.value).startswith(f"data.gen_batch_size={3 * cfg.data.train_batch_size} (verl's DAPO recipe")
-    assert f"data.train_batch_size={cfg.data.train_batch_size} prompts per generation batch" in str(err.value)
+        make_cfg(assets, tmp_path, "data.gen_batch_size=12")
+    assert str(err.value).startswith("data.gen_batch_size=12 (verl's DAPO recipe")
+    assert "without algorithm.filter_groups.enable: verl's main trainer would then train on gen_batch_size" \
+        in str(err.value)
+    with pytest.raises(ConfigError, match=r"data.gen_batch_size=0 must be a whole number of prompts >= 1"):
+        make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=0")
+    with pytest.raises(ConfigError) as err:
+        make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=8", "trainer.n_gpus_per_node=2", "trainer.device=cpu",
+                 "actor_rollout_ref.actor.strategy=fsdp2")
+    assert "supports in one process for now (2 processes here)" in str(err.value)
+    from rft.data.dataset import DataError
+
+    with pytest.raises(DataError, match=re.escape("the training set has 64 prompts, fewer than data.gen_batch_size="
+                                                  "128 (the prompts of one generation batch): lower data.gen_batch_size "
+                                                  "to at most 64, or add prompts")):
+        SyncRun(make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=128"))
+
+
+def test_dynamic_sampling_draws_gen_batch_size_prompts_per_generation_batch(assets, tmp_path):
+    """data.gen_batch_size=8 with train_batch_size=4: every generation batch is the sampler's next 8 prompts, and
+    the first 4 kept groups train, in the order their prompts were drawn."""
+    run = SyncRun(make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=8"))
+    sampler = run.explorer.taskset.sampler
+    assert sampler.batch_size == 8 and sampler.batches_per_epoch == 64 // 8
+    batch, metrics = run.explorer.dynamic_sampling(*run.explorer.generate_and_score(Timer()), Timer())
+    gen_batches = int(metrics["train/num_gen_batches"])
+    assert sampler.batch_in_epoch == gen_batches  # one sampler batch per generation batch
+    assert metrics["train/num_generated_groups"] == 8 * gen_batches
+    assert metrics["train/num_kept_groups"] >= 4
+    assert len(batch) == 16 and len(torch.unique(batch.group)) == 4  # exactly train_batch_size groups
+    assert (batch.group[1:] >= batch.group[:-1]).all()  # rows of a group adjacent, in drawn order
+    assert all(int(str(gt)[-1]) % 2 == 0 for gt in batch.ground_truth)  # odd answers: even_only is always 0
+    # the kept groups' prompts are among the 8 x gen_batches prompts drawn, in the order they were drawn
+    drawn = [run.explorer.taskset.dataset[i].ids for i in sampler._order(0)[:8 * gen_batches].tolist()]
+    places = []
+    for g in torch.unique(batch.group).tolist():
+        row = int((batch.group == g).nonzero()[0, 0])
+        places.append(drawn.index(batch.prompt_ids[row][batch.prompt_mask[row].bool()].tolist()))
+    assert places == sorted(places) and len(set(places)) == 4
+    step = run.train_step(1, Timer())
+    assert step["actor/grad_norm"] > 0
+
+
+def test_total_steps_from_epochs_count_generation_batches(assets, tmp_path):
+    """verl's total_training_steps: len(dataloader) x total_epochs, the dataloader's batch being gen_batch_size:
+    64 prompts // 16 x 3 epochs = 12 steps (64 // 4 x 3 = 48 without gen_batch_size)."""
+    from rft.trainer.run import total_training_steps
+
+    epochs = ("trainer.total_training_steps=null", "trainer.total_epochs=3")
+    assert total_training_steps(make_cfg(assets, tmp_path, *DAPO, *epochs), 64) == 48
+    cfg = make_cfg(assets, tmp_path, *DAPO, *epochs, "data.gen_batch_size=16")
+    assert total_training_steps(cfg, 64) == 12
+    assert SyncRun(cfg).total_steps == 12
+
+
+def test_a_run_with_gen_batch_size_resumes_exactly(assets, tmp_path, capsys):
+    """rft train: 3 steps in one run == 1 step, then the same command resumed to 3. The sampler's state (in
+    generation batches of 8) and the sampling stream are checkpointed, so the resumed steps draw the same prompts
+    and responses; the resume check compares the checkpoint's sampler batch with data.gen_batch_size."""
+    from rft.cli import main
+
+    common = ["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+              f"data.train_files={assets / 'data' / 'train.parquet'}",
+              f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+              "data.max_response_length=6", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+              "actor_rollout_ref.rollout.n=4", "trainer.val_before_train=false", "trainer.logger=[]",
+              "trainer.save_freq=1", *DAPO, "data.gen_batch_size=8"]
+    assert main([*common, f"trainer.default_local_dir={tmp_path / 'one'}", "trainer.total_training_steps=3"]) == 0
+    assert main([*common, f"trainer.default_local_dir={tmp_path / 'two'}", "trainer.total_training_steps=1"]) == 0
+    capsys.readouterr()
+    assert main([*common, f"trainer.default_local_dir={tmp_path / 'two'}", "trainer.total_training_steps=3"]) == 0
+    assert "resumed from" in capsys.readouterr().out
+    one, two = ([json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+                for d in ("one", "two"))
+    assert [x["step"] for x in two] == [1, 2, 3]
+    state = json.loads((tmp_path / "two" / "checkpoints" / "global_step_3" / "trainer_state.json").read_text())
+    assert state["sampler"]["batch_size"] == 8
+    drawn = state["sampler"]["epoch"] * 64 // 8 + state["sampler"]["batch_in_epoch"]  # epochs of 8 batches
+    assert drawn == sum(x["train/num_gen_batches"] for x in one)
+    for a, b in zip(one, two):
+        assert a["train/num_generated_groups"] == 8 * a["train/num_gen_batches"]
+        for key in a:
+            if not key.startswith(("timing_s/", "perf/")):
+                assert b[key] == pytest.approx(a[key], abs=1e-6), (a["step"], key)
 
 
 def test_choices_list_every_name(assets, tmp_path):

@@ -221,8 +221,10 @@ class DataConfig:
     max_response_length: int = fld(512, "Maximum number of generated tokens per response.")
     train_batch_size: int = fld(1024, "Prompts per training step (global); each is sampled rollout.n times.")
     gen_batch_size: Optional[int] = fld(
-        None, "verl's DAPO recipe: prompts per generation batch of dynamic sampling (algorithm.filter_groups). rft "
-        "generates data.train_batch_size prompts per generation batch: only null or that value is accepted.")
+        None, "verl's DAPO recipe: prompts per generation batch of dynamic sampling (algorithm.filter_groups; "
+        "global); null: data.train_batch_size. Each batch draws this many prompts until train_batch_size groups are "
+        "kept; epochs count generation batches (total steps from epochs: training prompts // gen_batch_size x "
+        "total_epochs, as verl). Another value than train_batch_size needs the filter, and one process for now.")
     val_batch_size: Optional[int] = fld(None, "Prompts per validation generation call; null: all at once.")
     return_raw_input_ids: bool = fld(
         False, "verl: keep the prompt ids before the chat template, for a reward model with another template.",

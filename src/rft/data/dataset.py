@@ -230,17 +230,21 @@ class PromptSampler:
     """
 
     def __init__(self, num_items: int, batch_size: int, shuffle: bool = True, seed: int = 1, unit: str = "prompt",
-                 mini_batch_key: str | None = "actor_rollout_ref.actor.ppo_mini_batch_size"):
+                 mini_batch_key: str | None = "actor_rollout_ref.actor.ppo_mini_batch_size",
+                 batch_key: str = "data.train_batch_size"):
         """`unit`: what an item is, for the error of a training set smaller than one step (rft sft's rows, rft dpo's
-        pairs); `mini_batch_key`: the key that must divide data.train_batch_size, said there (None: none)."""
+        pairs); `mini_batch_key`: the key that must divide data.train_batch_size, said there (None: none);
+        `batch_key`: the key that set `batch_size` (data.gen_batch_size for DAPO's generation batches)."""
         if num_items < batch_size:
             also = f" (and {mini_batch_key} to a divisor of it)" if mini_batch_key else ""
+            what = "one step" if batch_key == "data.train_batch_size" else "one generation batch"
             raise DataError(
-                f"the training set has {counted(num_items, unit)}, fewer than data.train_batch_size={batch_size} "
-                f"(the {unit}s of one step): lower data.train_batch_size to at most {num_items}{also}, or add "
+                f"the training set has {counted(num_items, unit)}, fewer than {batch_key}={batch_size} "
+                f"(the {unit}s of {what}): lower {batch_key} to at most {num_items}{also}, or add "
                 f"{unit}s"
             )
         self.num_items, self.batch_size, self.shuffle, self.seed = num_items, batch_size, shuffle, seed
+        self.batch_key = batch_key
         self.epoch, self.batch_in_epoch = 0, 0
 
     @property
@@ -267,7 +271,7 @@ class PromptSampler:
     def load_state_dict(self, state: dict) -> None:
         """Continue where `state` stopped; refused when the data, batch size or seed differ (the batches would)."""
         for key, what in (("seed", "data.seed"), ("num_items", "the number of training prompts"),
-                          ("batch_size", "data.train_batch_size")):
+                          ("batch_size", self.batch_key)):
             if key in state and state[key] != getattr(self, key):
                 raise DataError(f"the checkpoint was written with {what}={state[key]}, this run has "
                                 f"{getattr(self, key)}; resume with the same data and batch size "

@@ -17,7 +17,8 @@ BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
 @CHECKS.register("explorer.filter_groups")
 def check_filter_groups(ctx: CheckContext) -> None:
     """DAPO's dynamic sampling keeps the groups whose metric varies: it needs a metric, and a whole number of
-    generation batches, each of data.train_batch_size prompts (verl's data.gen_batch_size: that value or none)."""
+    generation batches, each of verl's data.gen_batch_size prompts (default data.train_batch_size): another size
+    only with the filter (verl's main trainer would train on every prompt of it) and in one process."""
     fg = ctx.cfg.algorithm.filter_groups
     if fg.enable and not fg.metric:
         raise ConfigError(
@@ -30,13 +31,25 @@ def check_filter_groups(ctx: CheckContext) -> None:
             f"{fg.max_num_gen_batches!r}"
         )
     data = ctx.cfg.data
-    if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
-        # verl's DAPO recipe (its default: ${data.train_batch_size}): a first generation batch larger than a step
+    if data.gen_batch_size is None or data.gen_batch_size == data.train_batch_size:
+        return
+    gen = f"data.gen_batch_size={data.gen_batch_size!r}"
+    if not fg.enable:
+        # verl's main trainer draws gen_batch_size prompts a step and trains on all of them without the filter
         raise ConfigError(
-            f"data.gen_batch_size={data.gen_batch_size!r} (verl's DAPO recipe: prompts per generation batch) is not "
-            f"supported by rft yet: its dynamic sampling generates data.train_batch_size={data.train_batch_size} "
-            "prompts per generation batch, and more batches until enough groups are kept (up to "
-            "algorithm.filter_groups.max_num_gen_batches); remove it or set it to data.train_batch_size"
+            f"{gen} (verl's DAPO recipe: prompts per generation batch of dynamic sampling) differs from "
+            f"data.train_batch_size={data.train_batch_size} without algorithm.filter_groups.enable: verl's main "
+            "trainer would then train on gen_batch_size prompts a step; set algorithm.filter_groups.enable=true "
+            "(with its metric), or remove data.gen_batch_size"
+        )
+    if isinstance(data.gen_batch_size, bool) or not isinstance(data.gen_batch_size, int) or data.gen_batch_size < 1:
+        raise ConfigError(f"{gen} must be a whole number of prompts >= 1 (or null: data.train_batch_size)")
+    if ctx.world_size > 1:
+        # each rank's share of a generation batch and of the kept groups follow data.train_batch_size for now
+        raise ConfigError(
+            f"{gen} differs from data.train_batch_size={data.train_batch_size}, which rft's dynamic sampling "
+            f"supports in one process for now ({ctx.world_size} processes here): remove data.gen_batch_size or set "
+            "it to data.train_batch_size, or set trainer.nnodes and trainer.n_gpus_per_node to 1"
         )
 
 

@@ -3,8 +3,8 @@
 One explore step draws `data.train_batch_size` tasks (prompts) from the taskset, generates `rollout.n` responses to
 each with the rollout engine (`gen`), scores them with the reward pipeline (`reward`), adds what the advantage
 estimator declared it needs from generation (ReMax: one greedy response per prompt, scored alike: `gen_max`), and
-with DAPO's dynamic sampling (`algorithm.filter_groups`) generates further batches until enough groups whose metric
-varies are kept. The scored rows become `Experience`s stamped with the engine's weights version. Validation
+with DAPO's dynamic sampling (`algorithm.filter_groups`) draws generation batches (of verl's `data.gen_batch_size`
+prompts where set) until enough groups whose metric varies are kept. The scored rows become `Experience`s stamped with the engine's weights version. Validation
 (`evaluate`) generates for the held-out tasks without touching the training sampling stream.
 
 Several processes (`dist`): every rank draws the same task indices and generates for its contiguous share of every
@@ -28,6 +28,7 @@ from rft.data_processor import ExperiencePipeline, run_task_pipeline
 from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
 from rft.explorer.evaluate import evaluate, rollout_batch
+from rft.explorer.taskset import generation_batch
 from rft.models.vision import vision_for
 from rft.monitor import Timer
 from rft.rewards.judge import JUDGE, LLMJudge, question_of
@@ -197,8 +198,8 @@ class Explorer:
         return from_batch(batch, groups, self.engine.version, info), metrics
 
     def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor]]:
-        """One generation batch of `data.train_batch_size` prompts, scored (and its per-prompt baselines); with
-        several processes this rank's share of them. Returns the batch and its per-row reward values by name."""
+        """One generation batch (`data.train_batch_size` prompts, or `data.gen_batch_size` with dynamic sampling),
+        scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch and its per-row reward values by name."""
         prompts = self.taskset.next_batch()
         positions = None
         if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
@@ -260,9 +261,11 @@ class Explorer:
     def dynamic_sampling(self, batch: Batch, rows: dict[str, torch.Tensor],
                          timer: Timer) -> tuple[Batch, dict[str, float]]:
         """DAPO's dynamic sampling (verl's algorithm.filter_groups): drop the groups whose filter metric is the
-        same for every response, generate further batches until data.train_batch_size groups are kept, then keep
-        the first train_batch_size of them. More than max_num_gen_batches generation batches (> 0) is an error."""
+        same for every response, generate further batches (of data.gen_batch_size prompts where set, as `batch`)
+        until data.train_batch_size groups are kept, then keep the first train_batch_size of them (in generation
+        batch, then prompt order). More than max_num_gen_batches generation batches (> 0) is an error."""
         fg, want = self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size
+        per_batch = generation_batch(self.cfg.data)[0]  # prompts of every generation batch (of all ranks)
         kept: list[Batch] = []
         num_kept = num_generated = num_gen_batches = 0
         while True:
@@ -276,7 +279,8 @@ class Explorer:
             counts = torch.tensor([len(torch.unique(batch.group)), 0], dtype=torch.long)
             if keep.any():
                 kept.append(batch.select(keep.nonzero().flatten().tolist()))
-                kept[-1].group = kept[-1].group + (num_gen_batches - 1) * want  # unique over generation batches
+                # labels are prompt positions in their generation batch: unique over batches, ascending in order
+                kept[-1].group = kept[-1].group + (num_gen_batches - 1) * per_batch
                 counts[1] = len(torch.unique(kept[-1].group))
             counts = self.dist.sum(counts)  # several processes: every rank's groups (the same count on all)
             num_generated += int(counts[0])

@@ -60,12 +60,26 @@ def read_tasks(url: str, table: str, after: int = 0, limit: int | None = None) -
     return [(i, json.loads(task)) for i, task in rows]
 
 
-class FileTaskset:
-    """Tasks of files or of a table read whole, `batch_size` a step, a new seeded permutation each epoch."""
+def generation_batch(data) -> tuple[int, str]:
+    """(prompts per generation batch, the key that sets it): data.train_batch_size, or with DAPO's dynamic
+    sampling verl's data.gen_batch_size where set (its dataloader's batch size: a taskset's batches, epochs and
+    sampler state count generation batches; the config checks refuse it elsewhere)."""
+    if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
+        return data.gen_batch_size, "data.gen_batch_size"
+    return data.train_batch_size, "data.train_batch_size"
 
-    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int):
+
+class FileTaskset:
+    """Tasks of files or of a table read whole, `batch_size` a generation batch (a step's, without dynamic
+    sampling), a new seeded permutation each epoch."""
+
+    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int,
+                 batch_key: str = "data.train_batch_size"):
+        """`batch_key`: the key that set `batch_size`, named by the errors of a set or a checkpoint that differ."""
         self.dataset = dataset
-        self.sampler = PromptSampler(len(dataset), batch_size, shuffle, seed)
+        self.sampler = PromptSampler(len(dataset), batch_size, shuffle, seed, batch_key=batch_key,
+                                     mini_batch_key="actor_rollout_ref.actor.ppo_mini_batch_size"
+                                     if batch_key == "data.train_batch_size" else None)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -128,8 +142,9 @@ def make_taskset(cfg, make_prompts):
     """The training taskset of `cfg` (data.task_storage); `make_prompts(name_or_files, rows=None)` builds a
     PromptDataset of files or of named rows."""
     data = cfg.data
+    size, key = generation_batch(data)
     if data.task_storage == "file":
-        return FileTaskset(make_prompts(data.train_files), data.train_batch_size, data.shuffle, data.seed)
+        return FileTaskset(make_prompts(data.train_files), size, data.shuffle, data.seed, key)
     url = database_url(data.train_files)
     if data.task_storage == "sql":
         rows = [row for _, row in read_tasks(url, data.task_table)]
@@ -137,7 +152,6 @@ def make_taskset(cfg, make_prompts):
             from rft.data.dataset import DataError
 
             raise DataError(f"data.train_files={data.train_files!r}: the table {data.task_table!r} holds no tasks")
-        return FileTaskset(make_prompts([(f"{url}#{data.task_table}", rows)]), data.train_batch_size, data.shuffle,
-                           data.seed)
-    return QueueTaskset(url, data.task_table, lambda name, rows: make_prompts([(name, rows)]),
-                        data.train_batch_size, cfg.experience_buffer.max_read_timeout)
+        return FileTaskset(make_prompts([(f"{url}#{data.task_table}", rows)]), size, data.shuffle, data.seed, key)
+    return QueueTaskset(url, data.task_table, lambda name, rows: make_prompts([(name, rows)]), size,
+                        cfg.experience_buffer.max_read_timeout)

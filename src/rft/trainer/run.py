@@ -24,6 +24,7 @@ from rft.errors import RftError
 from rft.experience import to_batch
 from rft.explorer import Explorer, load_tasksets
 from rft.explorer.explorer import GENERATOR
+from rft.explorer.taskset import generation_batch
 from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer, model_identity
 from rft.models.precision import describe
@@ -62,13 +63,16 @@ def closed_on_error(buffer: ExperienceBuffer | None):
 
 def total_training_steps(cfg, num_tasks: int | None) -> int:
     """trainer.total_training_steps, else total_epochs passes over `num_tasks` tasks in batches of
-    data.train_batch_size."""
+    data.train_batch_size, or of data.gen_batch_size with DAPO's dynamic sampling (verl: len(dataloader) x
+    total_epochs, its dataloader's batch being gen_batch_size). A step that draws more than one generation batch
+    moves the taskset into further epochs: the run still takes this many steps (verl stops at the end of its last
+    epoch instead, possibly earlier)."""
     t = cfg.trainer
     if t.total_training_steps:
         return t.total_training_steps
     if not num_tasks:
         raise ValueError("trainer.total_training_steps is needed when no training taskset is given")
-    return num_tasks // cfg.data.train_batch_size * t.total_epochs
+    return num_tasks // generation_batch(cfg.data)[0] * t.total_epochs
 
 
 class SyncRun:

@@ -256,7 +256,12 @@ def check_resume_matches(cfg: Any, folder: Path | None) -> None:
         return  # the resume itself reports an unreadable checkpoint
     seed = cfg.data.seed if hasattr(cfg.data, "seed") else cfg.trainer.seed
     seed_key = "data.seed" if hasattr(cfg.data, "seed") else "trainer.seed"
-    for key, what, value in (("batch_size", "data.train_batch_size", cfg.data.train_batch_size),
+    size, size_key = cfg.data.train_batch_size, "data.train_batch_size"
+    if hasattr(cfg.data, "gen_batch_size"):  # an RL sampler draws generation batches (DAPO's data.gen_batch_size)
+        from rft.explorer.taskset import generation_batch
+
+        size, size_key = generation_batch(cfg.data)
+    for key, what, value in (("batch_size", size_key, size),
                              ("seed", seed_key, seed)):
         if key in sampler and sampler[key] != value:
             raise RftError(
