@@ -4,8 +4,9 @@ One explore step draws `data.train_batch_size` tasks (prompts) from the taskset,
 each with the rollout engine (`gen`), scores them with the reward pipeline (`reward`), adds what the advantage
 estimator declared it needs from generation (ReMax: one greedy response per prompt, scored alike: `gen_max`), and
 with DAPO's dynamic sampling (`algorithm.filter_groups`) draws generation batches (of verl's `data.gen_batch_size`
-prompts where set) until enough groups whose metric varies are kept. The scored rows become `Experience`s stamped with the engine's weights version. Validation
-(`evaluate`) generates for the held-out tasks without touching the training sampling stream.
+prompts where set) until enough groups whose metric varies are kept. The scored rows become `Experience`s stamped
+with the engine's weights version. Validation (`evaluate`) generates for the held-out tasks without touching the
+training sampling stream.
 
 Several processes (`dist`): every rank draws the same task indices and generates for its contiguous share of every
 mini-batch (all responses of a task on one rank); group positions are global, so the trainer can put the rows of
@@ -199,7 +200,8 @@ class Explorer:
 
     def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor]]:
         """One generation batch (`data.train_batch_size` prompts, or `data.gen_batch_size` with dynamic sampling),
-        scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch and its per-row reward values by name."""
+        scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch
+        and its per-row reward values by name."""
         prompts = self.taskset.next_batch()
         positions = None
         if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
