@@ -619,7 +619,8 @@ class RewardModelInnerConfig:
     )
     path: Optional[str] = fld(
         None, "Reward model folder: an AutoModelForSequenceClassification with one label (e.g. `rft init-model "
-        "--preset tiny-rm`); required with enable."
+        "--preset tiny-rm`); required with enable. A generative model's folder (only *ForCausalLM architectures in "
+        "its config.json) or a classifier of 2 or more labels is refused before it loads."
     )
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
@@ -647,7 +648,8 @@ class RewardModelConfig:
     micro_batch_size_per_gpu: Optional[int] = fld(None, "Rows per reward-model forward pass; null: the whole batch.")
     max_length: Optional[int] = fld(
         None, "Longest reward-model input in tokens; a longer prompt + response keeps its last max_length tokens; "
-        "null: no limit."
+        "null: no limit. A reward model with a learned position table (GPT-2, OPT) needs max_length within its "
+        "positions, unless data.max_prompt_length + data.max_response_length fit them (without input_tokenizer)."
     )
     reward_weight: float = fld(1.0, "Weight of the reward model's score in a response's score (rft's key).")
     rule_weight: float = fld(
