@@ -624,8 +624,10 @@ class RewardModelInnerConfig:
     )
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
-    fsdp_config: Dict[str, Any] = fld({}, "FSDP settings.", unsupported="sharding the reward model (each process "
-                                      "holds a whole copy)")
+    fsdp_config: Dict[str, Any] = fld(
+        {}, "FSDP settings; verl's documented block (min_num_params 0, param_offload false), which asks for what rft "
+        "does, is accepted.", unsupported="sharding the reward model (each process holds a whole copy)",
+        also=({"min_num_params": 0, "param_offload": False}, {"param_offload": False}))
 
 
 @dataclass

@@ -153,7 +153,11 @@ def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.devic
 
     _quiet_transformers()
     if external_lib:
-        importlib.import_module(external_lib)
+        try:
+            importlib.import_module(external_lib)
+        except ImportError as e:  # the module, or one it imports, is not installed: the user's setting, not a bug
+            raise ModelError(f"{key}.external_lib={external_lib!r} does not import ({type(e).__name__}: {e}); "
+                             "install it, or put its folder on PYTHONPATH") from None
     config = read_model_config(path, key, trust_remote_code)
     for name, value in config_kwargs.items():  # set, not passed: from_pretrained drops names a config lacks
         setattr(config, name, value)
