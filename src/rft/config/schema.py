@@ -1120,7 +1120,9 @@ class WorkflowConfig:
                                 choices=("hermes", "pythonic"))
     auxiliary_models: List[Any] = fld(
         [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "
-            "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen.")
+            "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen. "
+            "temperature: a number >= 0 (default 0, greedy); max_tokens: new tokens per reply, an integer >= 1 below "
+            "the model's positions (default data.max_response_length), checked before any model loads.")
 
 
 @dataclass
