@@ -20,8 +20,7 @@ def check_auxiliary_sampling(index: int, spec: dict) -> None:
     key = f"workflow.auxiliary_models[{index}]"
     tokens = spec.get("max_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-        raise ConfigError(f"{key}.max_tokens={tokens!r} must be an integer >= 1 (new tokens per reply; default "
-                          "data.max_response_length)")
+        raise ConfigError(f"{key}.max_tokens={tokens!r} must be an integer >= 1 (new tokens per reply)")
     temperature = spec.get("temperature")
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
                                     or not temperature >= 0):
