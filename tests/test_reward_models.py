@@ -110,3 +110,29 @@ def test_an_external_lib_that_does_not_import_is_one_line_naming_the_key(assets)
                           external_lib="rft_no_such_module")
     assert str(err.value).startswith("reward_model.model.external_lib='rft_no_such_module' does not import "
                                      "(ModuleNotFoundError: No module named 'rft_no_such_module')")
+
+
+def test_retemplating_needs_the_reward_models_tokenizer_and_its_chat_template(assets, tmp_path):
+    """reward_model.model.input_tokenizer re-tokenizes each conversation with the reward model's own tokenizer and
+    chat template: a folder without either failed in the first step, after the policy loaded, as 'unexpected
+    ValueError ... a bug in rft'."""
+    rm = save_rm(assets, "llama")
+    policy = f"reward_model.model.input_tokenizer={assets / 'model'}"
+    bare = tmp_path / "rm_without_tokenizer"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(rm / name, bare / name)
+    said = refusal(assets, tmp_path, f"reward_model.model.path={bare}", policy)
+    assert f"reward_model.model.path='{bare}' has no tokenizer" in said and "input_tokenizer to null" in said
+    untemplated = tmp_path / "rm_without_template"
+    shutil.copytree(rm, untemplated)
+    tok = T.AutoTokenizer.from_pretrained(untemplated)
+    tok.chat_template = None
+    for f in untemplated.glob("chat_template*"):
+        f.unlink()
+    tok.save_pretrained(untemplated)
+    assert not list(untemplated.glob("chat_template*"))
+    said = refusal(assets, tmp_path, f"reward_model.model.path={untemplated}", policy)
+    assert "the reward model's tokenizer has no chat template" in said
+    rl_config(assets, tmp_path, "reward_model.enable=true", "reward_model.rule_weight=1.0",
+              f"reward_model.model.path={rm}", policy)  # the policy's tokenizer files, with its chat template

@@ -614,8 +614,9 @@ class ActorRolloutRefConfig:
 class RewardModelInnerConfig:
     input_tokenizer: Optional[str] = fld(
         None, "The policy's tokenizer, when the reward model's chat template differs from the policy's: the response "
-        "is decoded with it and the conversation re-templated with the reward model's tokenizer; null: the policy's "
-        "token ids go to the reward model as they are (same vocabulary and template)."
+        "is decoded with it and the conversation re-templated with the reward model's tokenizer (its folder needs "
+        "tokenizer files and a chat template, checked before loading); null: the policy's token ids go to the "
+        "reward model as they are (same vocabulary and template)."
     )
     path: Optional[str] = fld(
         None, "Reward model folder: an AutoModelForSequenceClassification with one label (e.g. `rft init-model "

@@ -155,6 +155,8 @@ def check_reward_model(ctx: CheckContext) -> None:
         check_model_dir("reward_model.model.path", rm.model.path, ctx)
         if rm.model.input_tokenizer and not Path(rm.model.input_tokenizer).expanduser().is_dir():
             raise ConfigError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r} is not a folder")
+        if rm.model.input_tokenizer:
+            check_retemplating(rm.model.path)
     for key in ("micro_batch_size_per_gpu", "max_length"):
         positive(f"reward_model.{key}", getattr(rm, key), allow_none=True)
     if check_paths:
@@ -171,6 +173,34 @@ def check_reward_model(ctx: CheckContext) -> None:
             "the reward function never runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove "
             "custom_reward_function.path"
         )
+
+
+def check_retemplating(path: str) -> None:
+    """With reward_model.model.input_tokenizer the reward model's own tokenizer renders each conversation with its
+    chat template: its folder needs tokenizer files and a chat template (in tokenizer_config.json or a
+    chat_template.jinja / .json beside it), else the first step failed after the policy had loaded."""
+    import json
+
+    from rft.models.checks import TOKENIZER_FILES
+
+    key = "reward_model.model.path"
+    folder = Path(path).expanduser()
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{key}={path!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:3])}, ...), which "
+            "reward_model.model.input_tokenizer needs (the reward model's own tokenizer re-tokenizes each "
+            "conversation): copy the reward model's tokenizer files into it, or set input_tokenizer to null to "
+            "score the policy's tokens as they are (same vocabulary)")
+    try:
+        in_config = bool(json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        in_config = False
+    if not in_config and not any((folder / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        raise ConfigError(
+            f"{key}={path!r}: reward_model.model.input_tokenizer is set, but the reward model's tokenizer has no chat "
+            "template to render the conversation with (none in tokenizer_config.json, no chat_template.jinja); add "
+            "the template it was trained with, or set input_tokenizer to null to score the policy's tokens as they "
+            "are (same vocabulary)")
 
 
 CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
