@@ -136,3 +136,17 @@ def test_retemplating_needs_the_reward_models_tokenizer_and_its_chat_template(as
     assert "the reward model's tokenizer has no chat template" in said
     rl_config(assets, tmp_path, "reward_model.enable=true", "reward_model.rule_weight=1.0",
               f"reward_model.model.path={rm}", policy)  # the policy's tokenizer files, with its chat template
+
+
+def test_a_reward_model_folder_with_no_lm_head_is_refused_as_a_causal_lm(assets):
+    """A reward model's folder given as the policy or a judge (workflow.auxiliary_models) loaded as a causal LM with
+    a randomly initialised LM head (Llama's is untied), training or judging on noise without an error."""
+    from rft.errors import ModelError
+    from rft.models.load import load_causal_lm
+
+    rm = save_rm(assets, "llama")
+    with pytest.raises(ModelError) as err:
+        load_causal_lm(str(rm), torch.float32, torch.device("cpu"), key="workflow.auxiliary_models[0].model")
+    assert str(err.value).startswith(f"workflow.auxiliary_models[0].model.path='{rm}' is LlamaForSequenceClassification "
+                                     "(model_type 'llama'), a reward or value model")
+    assert "tie_word_embeddings is false" in str(err.value)
