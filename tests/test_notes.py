@@ -45,3 +45,16 @@ def test_a_step_whose_rewards_were_substituted_does_not_blame_the_model():
     # no failed row (the key is logged whenever on_error=zero): the usual cause
     assert "a model that answers every prompt wrong" in NothingToLearn().note(
         2, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 0.0, "reward_extra/reward_failed/mean": 0.0})
+
+
+def test_a_step_whose_judge_gave_no_verdict_does_not_blame_the_model():
+    """An llm_judge whose replies hold no verdict (a random judge, a template it does not follow) scores those rows
+    0: the note names the judge and the share, measured by reward_extra/judge_parsed/mean, not the policy."""
+    said = NothingToLearn().note(1, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 0.0,
+                                     "reward_extra/judge_parsed/mean": 0.0})
+    assert said.startswith("rft: step 1: all rewards equal (0): no advantage, nothing to learn this step (the judge's "
+                           "reply held no verdict for 100% of its rows, scored 0 (reward_extra/judge_parsed/mean=0)"), said
+    assert "reward_kwargs.scoring" in said and "model that answers" not in said
+    # every reply judged: the usual cause
+    assert "a model that answers every prompt wrong" in NothingToLearn().note(
+        1, {**ZERO_ADVANTAGES, "critic/score/min": 0.0, "critic/score/max": 0.0, "reward_extra/judge_parsed/mean": 1.0})

@@ -645,6 +645,26 @@ def test_the_llm_judge_scores_through_an_auxiliary_model(assets, tmp_path, workf
     assert metrics["val-core/arithmetic/reward/mean@1"] == pytest.approx(sum(expected) / 8)
 
 
+@pytest.mark.parametrize("spec, needle", [
+    ("max_tokens: 0", "workflow.auxiliary_models[0].max_tokens=0 must be an integer >= 1"),
+    ("max_tokens: abc", "workflow.auxiliary_models[0].max_tokens='abc' must be an integer >= 1"),
+    ("temperature: hot", "workflow.auxiliary_models[0].temperature='hot' must be a number >= 0"),
+    ("max_tokens: 100000", "workflow.auxiliary_models[0].max_tokens=100000: replies that long, after the prompt, "
+                           "pass the 2048 positions of"),
+])
+def test_a_judges_sampling_settings_are_checked_before_any_model_loads(assets, tmp_path, spec, needle):
+    """A judge's max_tokens / temperature of the wrong kind failed when the judge was served, after the policy had
+    loaded ('unexpected ValueError ... a bug in rft'); a max_tokens past its positions made every step generate
+    that many tokens per row (a judge that seems to hang)."""
+    from rft.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        rl_config(assets, tmp_path / "out", "custom_reward_function.path=null",
+                  "custom_reward_function.reward_fn_type=llm_judge",
+                  f"workflow.auxiliary_models=[{{model_path: {assets / 'model'}, {spec}}}]")
+    assert needle in str(err.value), str(err.value)
+
+
 def test_judge_settings_and_verdicts():
     from rft.config.errors import ConfigError
     from rft.rewards.judge import LLMJudge, check_settings, parse_verdict

@@ -619,17 +619,21 @@ class ActorRolloutRefConfig:
 class RewardModelInnerConfig:
     input_tokenizer: Optional[str] = fld(
         None, "The policy's tokenizer, when the reward model's chat template differs from the policy's: the response "
-        "is decoded with it and the conversation re-templated with the reward model's tokenizer; null: the policy's "
-        "token ids go to the reward model as they are (same vocabulary and template)."
+        "is decoded with it and the conversation re-templated with the reward model's tokenizer (its folder needs "
+        "tokenizer files and a chat template, checked before loading); null: the policy's token ids go to the "
+        "reward model as they are (same vocabulary and template)."
     )
     path: Optional[str] = fld(
         None, "Reward model folder: an AutoModelForSequenceClassification with one label (e.g. `rft init-model "
-        "--preset tiny-rm`); required with enable."
+        "--preset tiny-rm`); required with enable. A generative model's folder (only *ForCausalLM architectures in "
+        "its config.json) or a classifier of 2 or more labels is refused before it loads."
     )
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
-    fsdp_config: Dict[str, Any] = fld({}, "FSDP settings.", unsupported="sharding the reward model (each process "
-                                      "holds a whole copy)")
+    fsdp_config: Dict[str, Any] = fld(
+        {}, "FSDP settings; verl's documented block (min_num_params 0, param_offload false), which asks for what rft "
+        "does, is accepted.", unsupported="sharding the reward model (each process holds a whole copy)",
+        also=({"min_num_params": 0, "param_offload": False}, {"param_offload": False}))
 
 
 @dataclass
@@ -652,7 +656,8 @@ class RewardModelConfig:
     micro_batch_size_per_gpu: Optional[int] = fld(None, "Rows per reward-model forward pass; null: the whole batch.")
     max_length: Optional[int] = fld(
         None, "Longest reward-model input in tokens; a longer prompt + response keeps its last max_length tokens; "
-        "null: no limit."
+        "null: no limit. A reward model with a learned position table (GPT-2, OPT) needs max_length within its "
+        "positions, unless data.max_prompt_length + data.max_response_length fit them (without input_tokenizer)."
     )
     reward_weight: float = fld(1.0, "Weight of the reward model's score in a response's score (rft's key).")
     rule_weight: float = fld(
@@ -1121,7 +1126,9 @@ class WorkflowConfig:
                                 choices=("hermes", "pythonic"))
     auxiliary_models: List[Any] = fld(
         [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "
-            "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen.")
+            "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen. "
+            "temperature: a number >= 0 (default 0, greedy); max_tokens: new tokens per reply, an integer >= 1 below "
+            "the model's positions (default data.max_response_length), checked before any model loads.")
 
 
 @dataclass

@@ -14,6 +14,37 @@ from rft.sync.schedule import is_synchronous
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
 
 
+def check_auxiliary_sampling(index: int, spec: dict) -> None:
+    """An auxiliary model's max_tokens (an integer >= 1) and temperature (a number >= 0): a wrong one failed only when
+    the model was served, after the policy had loaded, as an error reported as a bug in rft."""
+    key = f"workflow.auxiliary_models[{index}]"
+    tokens = spec.get("max_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise ConfigError(f"{key}.max_tokens={tokens!r} must be an integer >= 1 (new tokens per reply)")
+    temperature = spec.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or not temperature >= 0):
+        raise ConfigError(f"{key}.temperature={temperature!r} must be a number >= 0 (0: greedy, the default)")
+
+
+def check_auxiliary_positions(index: int, spec: dict, default_tokens: int) -> None:
+    """An auxiliary model's replies of max_tokens fit its positions (read from its config.json): past them a model
+    with a learned position table (GPT-2) stops on an index error, and any other generates what it was never trained
+    on, one token at a time for every row of every step (a judge that seems to hang)."""
+    from rft.models.checks import model_positions, text_config_json
+
+    config = text_config_json(spec["model_path"])
+    positions = model_positions(config) if config is not None else None
+    tokens = spec.get("max_tokens") or default_tokens
+    if positions is not None and tokens >= positions:
+        key = f"workflow.auxiliary_models[{index}]"
+        said = f"{key}.max_tokens={tokens}" if spec.get("max_tokens") else \
+            f"{key}.max_tokens is unset, so data.max_response_length={tokens}"
+        raise ConfigError(f"{said}: replies that long, after the prompt, pass the {positions} positions of "
+                          f"{spec['model_path']!r}; set {key}.max_tokens to what a reply needs (a judge's verdict: a "
+                          "few tokens)")
+
+
 @CHECKS.register("explorer.filter_groups")
 def check_filter_groups(ctx: CheckContext) -> None:
     """DAPO's dynamic sampling keeps the groups whose metric varies: it needs a metric, and a whole number of
@@ -124,8 +155,10 @@ def check_workflow(ctx: CheckContext) -> None:
         if spec.get("tensor_parallel_size", 1) != 1 or spec.get("engine_type", "hf") not in ("hf",):
             raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
                               "the explorer's process (tensor_parallel_size 1, engine_type hf)")
+        check_auxiliary_sampling(i, spec)
         if check_paths:
             check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"], ctx)
+            check_auxiliary_positions(i, spec, cfg.data.max_response_length)
     if wf.type == "simple_workflow":
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),

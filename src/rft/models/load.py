@@ -153,7 +153,11 @@ def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.devic
 
     _quiet_transformers()
     if external_lib:
-        importlib.import_module(external_lib)
+        try:
+            importlib.import_module(external_lib)
+        except ImportError as e:  # the module, or one it imports, is not installed: the user's setting, not a bug
+            raise ModelError(f"{key}.external_lib={external_lib!r} does not import ({type(e).__name__}: {e}); "
+                             "install it, or put its folder on PYTHONPATH") from None
     config = read_model_config(path, key, trust_remote_code)
     for name, value in config_kwargs.items():  # set, not passed: from_pretrained drops names a config lacks
         setattr(config, name, value)
@@ -168,6 +172,8 @@ def _load_checked(auto_class, path: str, dtype: torch.dtype, device: torch.devic
         setattr(config, name, value)
     if decoder:
         check_causal_config(config, path, key, trust_remote_code)
+        if auto_class.__name__ == "AutoModelForCausalLM":
+            check_lm_head(config, path, key)
     if tokenizer is not None:
         check_vocab(config, tokenizer, path, key)
     check_weight_files(path, key)
@@ -252,6 +258,25 @@ def check_causal_config(config, path: str, key: str, trust_remote_code: bool) ->
     if not remote and type(config) not in AutoModelForCausalLM._model_mapping:
         raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, which transformers has no "
                          f"causal language model class for: {NOT_CAUSAL}")
+
+
+SCORE_HEADS = ("ForSequenceClassification", "ForTokenClassification")
+
+
+def check_lm_head(config, path: str, key: str) -> None:
+    """A reward or value model's folder (only *ForSequenceClassification / *ForTokenClassification architectures)
+    loaded as a causal LM: its weights hold a score head, not an LM head, so an untied LM head (tie_word_embeddings
+    false, as in Llama, Mistral, Gemma 2's configs) would be random weights, generating noise without an error. A
+    `ModelError` naming the folder; a tied one reads the embeddings, as the base model did."""
+    from rft.errors import ModelError
+
+    names = [n for n in getattr(config, "architectures", None) or [] if isinstance(n, str)]
+    text = getattr(config, "text_config", None) or config
+    if names and all(n.endswith(SCORE_HEADS) for n in names) and not getattr(text, "tie_word_embeddings", True):
+        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, a reward or value model: its weights "
+                         "hold a score head, not the LM head a causal LM generates with (tie_word_embeddings is "
+                         "false), which would be random; point it at a causal LM folder (the model the reward model "
+                         "was trained from, or a generative judge)")
 
 
 @torch.no_grad()

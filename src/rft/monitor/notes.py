@@ -5,7 +5,8 @@ With a group-relative estimator (GRPO, RLOO, ...) that is every step of a model 
 all score alike, e.g. the quick start's random model, which answers nothing right: its console says
 `score=0 pg_loss=0` step after step, and the note says why, once. In Trinity-RFT's mix the SFT loss on the
 expert rows still trains such a step, and the note says so. Where rows were scored 0 because the reward function
-failed on them (custom_reward_function.on_error=zero), the note says what share, not that the model answers wrong.
+failed on them (custom_reward_function.on_error=zero), or because an llm_judge's reply held no verdict, the note
+says what share, not that the model answers wrong.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ ADVANTAGES = ("critic/advantages/min", "critic/advantages/max")
 SCORES = ("critic/score/min", "critic/score/max")
 SUBSTITUTED = "reward_extra/reward_failed/mean"
 """The share of a step's rows whose reward function failed, scored 0 by on_error=zero (rft.rewards.scoring)."""
+JUDGED = "reward_extra/judge_parsed/mean"
+"""The share of a step's rows whose llm_judge reply held a verdict (rft.rewards.judge); the others scored 0."""
 
 
 class NothingToLearn:
@@ -34,9 +37,17 @@ class NothingToLearn:
         nothing = ("nothing for the policy loss to learn this step (the SFT loss on the expert rows still trains)"
                    if "actor/sft_loss" in metrics else "nothing to learn this step")
         substituted = metrics.get(SUBSTITUTED, 0.0)
-        why = (f"{substituted:.0%} of its rows scored 0 by custom_reward_function.on_error=zero because the reward "
-               "function failed on them, as the warnings say: rewards that say nothing of the model; fix the reward "
-               "function" if substituted > 0 else
-               "a model that answers every prompt wrong, as a random one does, or every one right, has no better "
-               "answer to learn from")
+        unjudged = 1.0 - metrics.get(JUDGED, 1.0)
+        if substituted > 0:
+            why = (f"{substituted:.0%} of its rows scored 0 by custom_reward_function.on_error=zero because the reward "
+                   "function failed on them, as the warnings say: rewards that say nothing of the model; fix the "
+                   "reward function")
+        elif unjudged > 0:
+            why = (f"the judge's reply held no verdict for {unjudged:.0%} of its rows, scored 0 "
+                   f"({JUDGED}={1 - unjudged:g}): rewards that say nothing of the policy; make the judge answer "
+                   "in the form custom_reward_function.reward_kwargs.scoring reads (its template, a judge model "
+                   "that follows it, enough max_tokens)")
+        else:
+            why = ("a model that answers every prompt wrong, as a random one does, or every one right, has no "
+                   "better answer to learn from")
         return f"rft: step {step}: {what}: no advantage, {nothing} ({why}); this note is not repeated"

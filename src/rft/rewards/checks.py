@@ -155,8 +155,12 @@ def check_reward_model(ctx: CheckContext) -> None:
         check_model_dir("reward_model.model.path", rm.model.path, ctx)
         if rm.model.input_tokenizer and not Path(rm.model.input_tokenizer).expanduser().is_dir():
             raise ConfigError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r} is not a folder")
+        if rm.model.input_tokenizer:
+            check_retemplating(rm.model.path)
     for key in ("micro_batch_size_per_gpu", "max_length"):
         positive(f"reward_model.{key}", getattr(rm, key), allow_none=True)
+    if check_paths:
+        check_reward_model_folder(rm, cfg.data)
     for key in ("reward_weight", "rule_weight"):
         value = getattr(rm, key)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -169,6 +173,82 @@ def check_reward_model(ctx: CheckContext) -> None:
             "the reward function never runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove "
             "custom_reward_function.path"
         )
+
+
+def check_retemplating(path: str) -> None:
+    """With reward_model.model.input_tokenizer the reward model's own tokenizer renders each conversation with its
+    chat template: its folder needs tokenizer files and a chat template (in tokenizer_config.json or a
+    chat_template.jinja / .json beside it), else the first step failed after the policy had loaded."""
+    import json
+
+    from rft.models.checks import TOKENIZER_FILES
+
+    key = "reward_model.model.path"
+    folder = Path(path).expanduser()
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{key}={path!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:3])}, ...), which "
+            "reward_model.model.input_tokenizer needs (the reward model's own tokenizer re-tokenizes each "
+            "conversation): copy the reward model's tokenizer files into it, or set input_tokenizer to null to "
+            "score the policy's tokens as they are (same vocabulary)")
+    try:
+        in_config = bool(json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        in_config = False
+    if not in_config and not any((folder / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        raise ConfigError(
+            f"{key}={path!r}: reward_model.model.input_tokenizer is set, but the reward model's tokenizer has no chat "
+            "template to render the conversation with (none in tokenizer_config.json, no chat_template.jinja); add "
+            "the template it was trained with, or set input_tokenizer to null to score the policy's tokens as they "
+            "are (same vocabulary)")
+
+
+CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+"""How the architectures of a generative model's config.json end (its head predicts tokens, not a score)."""
+
+
+def check_reward_model_folder(rm: Any, data: Any) -> None:
+    """What the reward model's config.json tells before it loads (verl loads it with num_labels=1): a generative
+    model (only *ForCausalLM architectures) would get a random score head, a classifier of 2 or more labels has no one
+    score to read (verl stops on the head's size mismatch); and a model with a learned position table (GPT-2, OPT)
+    must hold its longest input, prompt + response (or reward_model.max_length), or its forward pass would stop on an
+    index error mid-run."""
+    from rft.models.checks import LEARNED_POSITIONS, model_positions, text_config_json
+
+    key = f"reward_model.model.path={rm.model.path!r}"
+    config = text_config_json(rm.model.path)
+    if config is None:
+        return
+    names = [n for n in config.get("architectures") or [] if isinstance(n, str)]
+    remote = "AutoModelForSequenceClassification" in (config.get("auto_map") or {})
+    if names and not remote and all(n.endswith(CAUSAL_HEADS) for n in names):
+        raise ConfigError(
+            f"{key} is a generative model ({', '.join(names)}), not a reward model: its score head would be random "
+            "weights. Point it at a sequence-classification model with one label (AutoModelForSequenceClassification, "
+            "e.g. trained with TRL's RewardTrainer), or score with custom_reward_function / reward_fn_type=llm_judge")
+    labels = config.get("id2label")
+    count = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2)
+    if count != 1:
+        raise ConfigError(
+            f"{key} is a classifier with {count} labels (config.json's id2label / num_labels); a reward model has one "
+            "(num_labels=1: its one output is the score, as verl reads it). Use a one-label reward model, or re-save "
+            "the classifier's head as one label (e.g. the difference of its two labels' rows)")
+    positions = model_positions(config)
+    if positions is None or config.get("model_type") not in LEARNED_POSITIONS:
+        return
+    longest = data.max_prompt_length + data.max_response_length
+    table = (f"the {positions} positions of {key} (a learned position table, which has no position past it)")
+    fix = (f"set reward_model.max_length={positions} (a longer input keeps its last {positions} tokens, where the "
+           "score is read)")
+    if rm.max_length is not None:
+        if rm.max_length > positions:
+            raise ConfigError(f"reward_model.max_length={rm.max_length} is more than {table}: {fix}")
+    elif rm.model.input_tokenizer:
+        raise ConfigError(f"reward_model.max_length is null, and reward_model.model.input_tokenizer re-templates each "
+                          f"conversation to a length not known before the run, which may pass {table}: {fix}")
+    elif longest > positions:
+        raise ConfigError(f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
+                          f"{data.max_response_length} = {longest} tokens, more than {table}: {fix}")
 
 
 @CHECKS.register("rewards.reward_manager")

@@ -28,7 +28,9 @@ class RewardModel:
         """`model`: a one-label sequence classifier (`rft.models.load.load_reward_model`); `tokenizer`: its own
         (needed with `input_tokenizer`, the tokenizer that decodes the policy's responses)."""
         if input_tokenizer is not None and not getattr(tokenizer, "chat_template", None):
-            raise ValueError("reward_model.model.input_tokenizer is set, but the reward model's tokenizer has no "
+            from rft.errors import ModelError
+
+            raise ModelError("reward_model.model.input_tokenizer is set, but the reward model's tokenizer has no "
                              "chat template to apply; set input_tokenizer to null to score the policy's tokens")
         self.model = model
         self.base, self.head = scalar_head(model, "reward_model.model")
