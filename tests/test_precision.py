@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 
+from rft import runtime
 from rft.models import precision
 from rft.models.precision import Choice, choose, describe
 from tests.rl_helpers import assert_all_moved, make_assets, rl_config, trainable
@@ -55,9 +56,9 @@ def test_the_measurement_runs_once_per_machine_and_is_cached_on_disk(measured, t
     assert choose("bfloat16", CPU).dtype == torch.bfloat16
     assert choose("fp16", CPU).dtype == torch.float32
     assert calls == [torch.bfloat16, torch.float16]
-    cached = json.loads((tmp_path / "cache" / "precision.json").read_text())
+    cached = json.loads((tmp_path / "cache" / "measurements.json").read_text())
     assert sorted(cached.values()) == [0.5, 3.0]
-    assert all(k.startswith(precision._machine_key()) for k in cached)
+    assert all(k.startswith(runtime.machine_key()) for k in cached)
 
 
 def test_the_measurement_runs_under_the_runs_allocator_settings(monkeypatch):
@@ -72,7 +73,7 @@ def test_the_measurement_runs_under_the_runs_allocator_settings(monkeypatch):
                         {torch.float32: 100.0, torch.bfloat16: 260.0}[dtype])
     assert precision.measure(torch.bfloat16) == pytest.approx(2.6)
     assert events[0] == "configured" and events[1:] == [torch.float32, torch.bfloat16] * 2
-    assert precision._machine_key().endswith("|runtime")  # rates cached before this setting are measured again
+    assert runtime.machine_key().endswith("|runtime")  # rates cached before this setting are measured again
 
 
 def test_the_mode_overrides_the_measurement(measured, monkeypatch):

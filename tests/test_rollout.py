@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 
@@ -636,10 +637,11 @@ def test_routed_layers_keep_autograd_and_other_dtypes_on_linear(monkeypatch):
     assert calls == [(3, 8)] and net[0].weight.grad is not None
 
 
-def test_the_kernel_is_timed_once_per_shape_and_aten_is_never_timed(monkeypatch):
+def test_the_kernel_is_timed_once_per_shape_and_aten_is_never_timed(monkeypatch, tmp_path):
     from rft.rollout import kernels
 
     timed = []
+    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(kernels, "_choice", {})
     monkeypatch.setattr(kernels, "_measure", lambda rows, w, b: timed.append((rows, *w.shape)) or True)
     weight = torch.randn(6, 5)
@@ -650,3 +652,26 @@ def test_the_kernel_is_timed_once_per_shape_and_aten_is_never_timed(monkeypatch)
     assert timed == [(4, 6, 5), (8, 6, 5)]
     monkeypatch.setenv(kernels.KERNEL_ENV, "aten")
     assert not kernels.use_onednn(3, weight, None)
+
+
+def test_a_kernel_choice_holds_for_every_later_process_on_the_machine(monkeypatch, tmp_path):
+    """The choice timed for a shape is kept on disk: a later process (a resumed run) uses it without timing, even
+    where its own timing would pick the other kernel (on a busy machine it could, and the resumed run's products
+    would round differently from the straight run's)."""
+    from rft import runtime
+    from rft.rollout import kernels
+
+    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(kernels.KERNEL_ENV, "measure")
+    weight, timed = torch.randn(6, 5), []
+    monkeypatch.setattr(kernels, "_choice", {})
+    monkeypatch.setattr(kernels, "_measure", lambda rows, w, b: timed.append(rows) or True)
+    assert kernels.use_onednn(3, weight, None)
+    monkeypatch.setattr(kernels, "_choice", {})  # a new process on the same machine, whose timing says MKL
+    monkeypatch.setattr(kernels, "_measure", lambda rows, w, b: timed.append(rows) or False)
+    assert kernels.use_onednn(4, weight, None) and timed == [4]
+    cached = json.loads((tmp_path / runtime.MEASUREMENTS_FILE).read_text())
+    assert cached == {f"{runtime.machine_key()}|decode kernel 4x5x6: onednn faster": True}
+    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "another machine"))
+    monkeypatch.setattr(kernels, "_choice", {})
+    assert not kernels.use_onednn(4, weight, None) and timed == [4, 4]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
+import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -43,6 +46,50 @@ def cpu_model() -> str:
         except OSError:
             pass
     return name or platform.machine()
+
+
+T = TypeVar("T")
+MEASUREMENTS_FILE = "measurements.json"
+"""What rft measured of this machine (`measured_once`), in `~/.cache/rft` (`RFT_CACHE_DIR`)."""
+
+
+def machine_key() -> str:
+    """What a measurement of this machine depends on: the CPU model, torch's CPU capability (which
+    `ATEN_CPU_CAPABILITY` lowers), the thread count, torch's version and the allocator settings every rft process
+    computes under ("runtime": a key without it may hold a rate measured under glibc's defaults, which understate bf16
+    on a CPU with AMX: `rft.models.precision.measure`)."""
+    return f"{cpu_model()}|{torch.backends.cpu.get_cpu_capability()}|{torch.get_num_threads()} threads|" \
+           f"torch {torch.__version__}|runtime"
+
+
+def measurements_file() -> Path:
+    root = os.environ.get("RFT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "rft")
+    return Path(root) / MEASUREMENTS_FILE
+
+
+def measured_once(label: str, measure: Callable[[], T], kinds: tuple[type, ...] = (int, float)) -> T:
+    """`measure()` once per machine (`machine_key`) and `label`: kept in `measurements_file()`, so that every later
+    process on the machine uses the same value instead of timing again (a choice timed anew in each process could
+    differ between a run and its resumed half on a busy machine). A cached value whose type is not one of `kinds`
+    is measured again; a file that cannot be read or written costs a measurement, nothing else."""
+    path, key = measurements_file(), f"{machine_key()}|{label}"
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if not isinstance(cached, dict):
+        cached = {}
+    if type(cached.get(key)) in kinds:
+        return cached[key]
+    cached[key] = value = measure()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(cached, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError as e:
+        log.debug("rft: the measurements cache %s is not writable (%s)", path, e)
+    return value
 
 
 def usable_cores() -> int:

@@ -13,19 +13,17 @@ low-precision matmul is emulated and runs many times slower than float32 (this p
 ~1% of the float32 rate). So on a CPU the named precision is used where a measured matmul in it runs faster than in
 float32, and float32 otherwise, with the choice and its reason in one log line ("bf16 matmul 2.6x fp32 on this
 CPU"). The measurement (`speedup`) runs once per machine, CPU capability, thread count and torch version and is
-cached in `~/.cache/rft/precision.json` (`RFT_CACHE_DIR`). `RFT_CPU_PRECISION` overrides it: `measure` (the
+cached in `~/.cache/rft/measurements.json` (`RFT_CACHE_DIR`; `rft.runtime.measured_once`). `RFT_CPU_PRECISION` overrides it: `measure` (the
 default), `requested` (compute in the named precision however slow: for checking numerics) or `float32`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -57,20 +55,6 @@ def dtype_of(name: str) -> torch.dtype | None:
 
 
 # ------------------------------------------------------------------------------------------- the measurement
-def _cache_file() -> Path:
-    root = os.environ.get("RFT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "rft")
-    return Path(root) / "precision.json"
-
-
-def _machine_key() -> str:
-    from rft.runtime import cpu_model
-
-    # "runtime": measured under configure_cpu_runtime's allocator settings (a key without it may hold a rate
-    # measured under glibc's defaults, which understate bf16 on a CPU with AMX: `measure`)
-    return f"{cpu_model()}|{torch.backends.cpu.get_cpu_capability()}|{torch.get_num_threads()} threads|" \
-           f"torch {torch.__version__}|runtime"
-
-
 def _rate(dtype: torch.dtype, budget: float = 0.15) -> float:
     """Matmuls per second of `_SHAPE` in `dtype` (at least one call, then as many as fit in `budget` s)."""
     m, k, n = _SHAPE
@@ -101,26 +85,14 @@ def measure(dtype: torch.dtype) -> float:
 
 
 def speedup(dtype: torch.dtype) -> float:
-    """`measure(dtype)`, once per machine (cached in memory and in `~/.cache/rft/precision.json`)."""
+    """`measure(dtype)`, once per machine (cached in memory and in `~/.cache/rft/measurements.json`)."""
     if dtype == torch.float32:
         return 1.0
     if dtype in _speedups:
         return _speedups[dtype]
-    path, key = _cache_file(), f"{_machine_key()}|{SHORT[dtype]}"
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if not isinstance(cached.get(key), (int, float)):
-        cached[key] = measure(dtype)
-        try:  # a cache that cannot be written costs a measurement next time, nothing else
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(cached, indent=1) + "\n")
-            tmp.replace(path)
-        except OSError as e:
-            log.debug("rft: the precision cache %s is not writable (%s)", path, e)
-    _speedups[dtype] = float(cached[key])
+    from rft.runtime import measured_once
+
+    _speedups[dtype] = float(measured_once(SHORT[dtype], lambda: measure(dtype)))
     return _speedups[dtype]
 
 

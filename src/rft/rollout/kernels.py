@@ -7,9 +7,12 @@ calls for frozen CPU linears) is a second choice in the same build. Which is fas
 this project's AMD EPYC (AVX2, 2 threads), oneDNN took 61-85 ms against MKL's 182-235 ms for a Qwen2.5-0.5B LM head at
 16 rows (16 x 896 x 151,936) and 1.9-2.7 ms against 3.1-4.5 ms for its MLP's gate projection; at 1,248 rows (a
 training pass) MKL was the faster (bench/RESULTS.md, 2026-11-25). Nothing is assumed: the first time a generation
-meets a shape (M rounded up to a power of two, k, n), both kernels are timed on it, alternately, and the faster
-one serves that shape for the rest of the process (`RFT_DECODE_KERNEL=aten|onednn` fixes the choice instead).
-Both compute the same product; oneDNN's sums round differently (~1e-6 relative).
+on this machine meets a shape (M rounded up to a power of two, k, n), both kernels are timed on it, alternately,
+and the faster one serves that shape from then on, in this process and every later one on the machine (kept beside
+the precision's measurement: `rft.runtime.measured_once`), so that a run and its resumed half, or two runs of one
+config, compute with the same kernel (`RFT_DECODE_KERNEL=aten|onednn` fixes the choice instead). Both compute the
+same product; oneDNN's sums round differently (~1e-6 relative): a choice timed anew in each process could flip on a
+busy machine and move a resumed run's log-probs by that much.
 
 Only plain float32 `nn.Linear` layers on the CPU outside autograd and autocast are routed (a sharded, quantised or cuda weight
 keeps `linear`), and only inside `fast_linears`, which the hf engine's eager decode loop enters.
@@ -82,7 +85,10 @@ def use_onednn(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> bo
         return True
     key = (_bucket(rows), weight.shape[1], weight.shape[0], bias is not None)
     if key not in _choice:
-        _choice[key] = _measure(key[0], weight, bias)
+        from rft.runtime import measured_once
+
+        label = f"decode kernel {key[0]}x{key[1]}x{key[2]}{' +bias' if key[3] else ''}: onednn faster"
+        _choice[key] = measured_once(label, lambda: _measure(key[0], weight, bias), kinds=(bool,))
         log.debug("rft: generation's (%d x %d) x (%d x %d) products on %s", key[0], key[1], key[1], key[2],
                   "oneDNN" if _choice[key] else "MKL (torch.nn.functional.linear)")
     return _choice[key]
