@@ -885,6 +885,22 @@ def test_a_resume_may_change_what_validation_reads_and_how_it_samples(work, tmp_
     assert "temperature: 0.7" in (out / "config.yaml").read_text()
 
 
+def test_a_resume_compares_no_key_of_a_part_the_run_does_not_build(work, tmp_path, capsys, caplog):
+    """The reward model's keys while reward_model.enable=false have no effect (a note says so): a rerun that changes
+    one resumes (it was refused as a changed key); a part turned on is still refused, by its switch."""
+    out = tmp_path / "out"
+    assert run(args(work, out, "trainer.save_freq=1"), capsys)[0] == 0
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=2",
+                                 f"reward_model.model.path={work / 'm'}"), capsys)
+    assert code == 0, err
+    assert "resumed from" in stdout and "at step 1" in stdout
+    assert "reward_model.enable=false, so these keys have no effect: reward_model.model.path" in caplog.text
+    code, stdout, err = run(args(work, out, "trainer.save_freq=1", "trainer.total_training_steps=3",
+                                 "actor_rollout_ref.actor.use_kl_loss=true"), capsys)
+    assert code == 2 and "with changed keys actor_rollout_ref.actor.use_kl_loss (false -> true)" in \
+        one_error_line(err), err
+
+
 def test_a_refused_resume_inside_the_trainer_leaves_config_yaml(work, tmp_path):
     """The sampler's own check (a changed number of prompts), after the model loaded: config.yaml is still the
     first run's, because it is written only after the resume."""

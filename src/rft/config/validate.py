@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rft.config.checks import CHECKS, CheckContext, all_null, positive, suggest_divisor, suggest_multiple
@@ -38,7 +38,8 @@ def _default_of(f: dataclasses.Field) -> Any:
     return f.default_factory()  # type: ignore[misc]
 
 
-def _inactive(key: str, inactive: dict[str, str]) -> str | None:
+def inactive_reason(key: str, inactive: Mapping[str, str]) -> str | None:
+    """Why `key` has no effect, where a rule of `inactive` ({key or prefix ending in '.': why}) covers it."""
     for prefix, why in inactive.items():
         if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
             return why
@@ -65,7 +66,7 @@ def _check_schema(cfg: Any, inactive: dict[str, str] | None = None) -> None:
         if choices is not None and value not in choices:
             raise ConfigError(f"{key}={value!r} is not allowed; {choice_hint(value, choices)}")
         default = _default_of(f)
-        why = _inactive(key, inactive or {})
+        why = inactive_reason(key, inactive or {})
         if why is not None:
             if value != default and not (isinstance(value, dict) and all_null(value)):
                 unused.setdefault(why, []).append(f"{key}={value!r}")

@@ -222,16 +222,30 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
+def _unbuilt(cfg: Any) -> dict[str, str]:
+    """{key or prefix: why} of the parts an RL config does not build (the reward model while
+    reward_model.enable=false, ...: `rft.trainer.validate.UNUSED_RL`); none for another trainer's config."""
+    if not hasattr(cfg, "actor_rollout_ref"):
+        return {}
+    from rft.config.checks import unused_keys
+    from rft.trainer.validate import UNUSED_RL
+
+    return unused_keys(UNUSED_RL, cfg)
+
+
 def changed_on_resume(cfg: Any, started: dict, may_change: Callable[[str], bool] = _may_change) -> list[str]:
     """`key (old -> new)` for each key of `cfg` that differs from the config the checkpointed run was started with
-    (`started`, its config.yaml) and is not one a resume may change (`may_change`: `RESUME_MAY_CHANGE`). A key
-    missing from `started` (written by another version of rft) is not compared."""
+    (`started`, its config.yaml) and is not one a resume may change (`may_change`: `RESUME_MAY_CHANGE`) or a key of a
+    part this run does not build (`_unbuilt`: what switches it off, e.g. reward_model.enable, is compared itself,
+    so the part was off in the checkpointed run too). A key missing from `started` (written by another version of
+    rft) is not compared."""
     from rft.config.load import flatten, to_dict
+    from rft.config.validate import inactive_reason
 
-    before = flatten(started)
+    before, unbuilt = flatten(started), _unbuilt(cfg)
     out = []
     for key, value in flatten(to_dict(cfg)).items():  # the dict, not the config's fields: no key is "read" here
-        if may_change(key):
+        if may_change(key) or inactive_reason(key, unbuilt) is not None:
             continue
         if key in before and before[key] != value:
             out.append(f"{key} ({_show(before[key])} -> {_show(value)})")
