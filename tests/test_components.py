@@ -994,7 +994,7 @@ def test_a_rerun_into_a_complete_run_writes_its_outputs_and_names_the_inputs(wor
     again = rft_here("component", R, *args, "--model_output", "second", cwd=tmp_path)
     assert (tmp_path / "second" / "model.safetensors").read_bytes() == \
         (tmp_path / "work" / "model" / "model.safetensors").read_bytes()
-    assert "rft rft_trainer: --total_training_steps: work is complete (1/1 steps" in again.stdout
+    assert "rft rft_trainer: --total_training_steps, --trainer_total_epochs: work is complete (1/1 steps" in again.stdout
     assert "(raise --total_training_steps / --trainer_total_epochs to train on)" in again.stdout  # in input terms
     assert "trainer.total" not in again.stdout and " total_epochs" not in again.stdout
     assert "rft rft_trainer: model_output -> second" in again.stdout
