@@ -119,6 +119,14 @@ def test_the_training_commands_of_the_docs_validate_where_their_data_commands_ra
         assert failed == [], "\n".join(failed)
         for model in ("m", "models/tiny"):
             rft_here("init-model", "--preset", "tiny", model, cwd=folder)
+        for made in re.findall(r"\brft init-model (--(?:family|preset) [^`#&|\n]*)", text):  # the page's models
+            words = shlex.split(made)
+            try:
+                out = build_parser().parse_args(["init-model", *words]).out
+            except SystemExit:  # prose: `rft init-model --preset tiny-rm` names a preset
+                continue
+            if not (folder / out).exists() and not any(p in made for p in placeholders):
+                rft_here("init-model", *words, cwd=folder)
         for line in lines:
             words = shlex.split(line)
             if "--help" in words or any(p in w for w in words for p in placeholders):
