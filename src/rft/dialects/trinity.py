@@ -143,10 +143,15 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+def _said_as(out: dict) -> dict[str, str]:
+    """{rft key: the Trinity key that set it}, kept in `out` while it is translated (`_set`'s sources)."""
+    return out.setdefault("_trinity", {}).setdefault("said_as", {})
+
+
 def _set(out: dict, key: str, value: Any, source: str | None = None) -> None:
     """rft's `key` = `value`; `source`: the Trinity key it came from, recorded for the run's messages (`said_as`)."""
     if source is not None:
-        out.setdefault("_trinity", {}).setdefault("said_as", {})[key] = source
+        _said_as(out)[key] = source
     node = out
     *parents, leaf = key.split(".")
     for part in parents:
@@ -162,14 +167,15 @@ def _set_total_steps(out: dict, steps: Any, source: str) -> None:
     def count(v):
         return isinstance(v, int) and not isinstance(v, bool)
 
+    if steps is None:
+        return
     before = out.get("trainer", {}).get("total_training_steps")
     said = out.get("_trinity", {}).get("said_as", {}).get("trainer.total_training_steps")
     if said is not None:  # both: to raise the steps, raise both
         source = f"{said} and {source} (the run ends at the smaller)"
-    if steps is not None and (before is None or not count(steps) or (count(before) and steps < before)):
+    if before is None or not count(steps) or (count(before) and steps < before):
         _set(out, "trainer.total_training_steps", steps)
-    if steps is not None:
-        _set(out, "trainer.total_training_steps", _get(out, "trainer.total_training_steps"), source)
+    _said_as(out)["trainer.total_training_steps"] = source  # the smaller's or not: to raise it, raise both
 
 
 class _Translation:
@@ -601,7 +607,7 @@ def _check_model_len(t: _Translation, out: dict) -> None:
     elif response is None:
         prompt = min(prompt, max_len - 1)
         response = max_len - prompt
-    said = out.setdefault("_trinity", {}).setdefault("said_as", {})  # a limit left out: derived from max_model_len
+    said = _said_as(out)  # a limit left out: derived from max_model_len
     _set(out, "data.max_prompt_length", prompt, said.get("data.max_prompt_length", "model.max_model_len"))
     _set(out, "data.max_response_length", response, said.get("data.max_response_length", "model.max_model_len"))
     if prompt + response > max_len:
