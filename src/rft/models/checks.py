@@ -134,20 +134,23 @@ def check_positions(ctx: CheckContext) -> None:
         return
     need = data.max_prompt_length + data.max_response_length
     if need > positions:
-        what = (f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
-                f"{data.max_response_length} = {need} tokens, more than the {positions} positions of {path}")
-        if learned:
-            raise ConfigError(f"{what} (a learned position table, which has no position past it): lower them")
-        log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
+        _past_positions(f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
+                        f"{data.max_response_length} = {need} tokens, more than the {positions} positions of {path}",
+                        learned, "lower them")
     expert = data.expert.max_length
     if ctx.cfg.algorithm.mix.enable and expert > positions:  # an expert row is prompt and response in one
-        what = (f"data.expert.max_length={expert}: an expert row (algorithm.mix) of up to {expert} tokens, more than "
-                f"the {positions} positions of {path}")
-        if learned:
-            raise ConfigError(f"{what} (a learned position table, which has no position past it): set "
-                              f"data.expert.max_length={positions} (data.expert.truncation then says what happens to "
-                              "longer rows)")
-        log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
+        _past_positions(f"data.expert.max_length={expert}: an expert row (algorithm.mix) of up to {expert} tokens, "
+                        f"more than the {positions} positions of {path}", learned,
+                        f"set data.expert.max_length={positions} (data.expert.truncation then says what happens to "
+                        "longer rows)")
+
+
+def _past_positions(what: str, learned: bool, fix: str) -> None:
+    """`what` asks for positions past a model's: refused (saying `fix`) for a learned table, which has none past it;
+    a note for a rotary model, which runs on positions it was not trained on."""
+    if learned:
+        raise ConfigError(f"{what} (a learned position table, which has no position past it): {fix}")
+    log.warning("rft: note: %s (its max_position_embeddings): positions past them were not trained", what)
 
 
 def check_generation_positions(path: str, prompts, response_length: int) -> None:
