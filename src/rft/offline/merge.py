@@ -99,13 +99,14 @@ def check_earlier_output(out: Path, inputs: dict[str, str], overwrite: bool) -> 
         recorded = json.loads((out / RECORD).read_text())
     except (OSError, ValueError):
         recorded = None
-    if isinstance(recorded, dict) and not changes(recorded, inputs):
+    changed = changes(recorded, inputs) if isinstance(recorded, dict) else None
+    if changed == []:
         print(f"rft merge: {str(out)!r} already holds this merge of {inputs['the checkpoint']} (the same checkpoint, "
               "config and starting model): nothing written (remove it to merge again)", flush=True)
         return True
     if overwrite:
         return False
-    what = (f"a merge of other inputs ({'; '.join(changes(recorded, inputs))})" if isinstance(recorded, dict) else
+    what = (f"a merge of other inputs ({'; '.join(changed)})" if changed is not None else
             "a model no rft merge recorded (a run's own model/, a model of yours, or an older rft's merge)")
     raise RftError(f"rft merge: the output {str(out)!r} holds {what}, which merging would replace; name another "
                    "folder, remove it, or pass --overwrite to replace it")
