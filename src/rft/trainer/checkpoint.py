@@ -263,14 +263,14 @@ def _load_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, co
         from rft.workers.fsdp import load_full
 
         if "model" in contents:
-            optim_state = (torch.load(folder / "optimizer.pt", weights_only=False) if "optimizer" in contents
+            optim_state = (torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False) if "optimizer" in contents
                            else None)
             load_full(model, optimizer, load_file(folder / weights_file), optim_state)
         return
     if "model" in contents:
         _load_weights(model, folder / weights_file, folder)
     if "optimizer" in contents:
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False))
 
 
 def save_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, generators: dict,
@@ -340,7 +340,7 @@ def _load_training_state(folder: Path, *, contents: set[str], model, optimizer, 
     contents = set(contents) & set(state["contents"])
     _load_model_and_optimizer(folder, POLICY_DCP, "policy.safetensors", contents, model, optimizer, dist)
     if "extra" in contents:
-        extra = torch.load(folder / "extra.pt", weights_only=False)
+        extra = torch.load(folder / "extra.pt", map_location="cpu", weights_only=False)
         scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["rng"]["torch"])
         random.setstate(extra["rng"]["python"])
@@ -379,7 +379,7 @@ def load_module_state(folder: Path, *, contents: set[str], model, optimizer, sch
     contents = set(contents) & set(json.loads((folder / "contents.json").read_text()))
     _load_model_and_optimizer(folder, MODEL_DCP, "model.safetensors", contents, model, optimizer, dist)
     if "extra" in contents:
-        scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False))
+        scheduler.load_state_dict(torch.load(folder / "scheduler.pt", map_location="cpu", weights_only=False))
 
 
 def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointManager,
