@@ -445,6 +445,33 @@ def test_the_decode_attention_reads_only_the_written_part_of_a_static_cache():
     assert torch.equal(decode_attention(module, q, k, v, written, **{ATTEND_KWARG: 40})[0], whole)
 
 
+def test_the_compiled_steps_static_cache_keeps_one_dtype_per_layer(model_and_tokenizer):
+    """Under bf16 autocast a Qwen2 prefill writes float32 keys (bf16 projections times float32 rotary factors) and
+    bf16 values, and a later step can write bf16 keys: transformers' StaticCache refuses one of these writes (5.17
+    allocates the values in the keys' dtype, 5.24 each in its own, then refuses the bf16 key); the engine's cache
+    keeps both in the wider dtype, the bf16 writes widened exactly."""
+    from transformers import StaticCache
+
+    from rft.rollout.cache import OneDtypeStaticCache
+
+    config = model_and_tokenizer[0].config
+    g = torch.Generator().manual_seed(0)
+    shape = (2, config.num_key_value_heads, 3, config.hidden_size // config.num_attention_heads)
+    prefill_k, prefill_v = torch.randn(*shape, generator=g), torch.randn(*shape, generator=g).bfloat16()
+    step_k, step_v = (torch.randn(*shape[:2], 1, shape[3], generator=g).bfloat16() for _ in range(2))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        plain = StaticCache(config=config, max_cache_len=8)
+        plain.update(prefill_k, prefill_v, 0)
+        plain.update(step_k, step_v, 0)
+    cache = OneDtypeStaticCache(config=config, max_cache_len=8)
+    cache.update(prefill_k, prefill_v, 0)
+    keys, values = cache.update(step_k, step_v, 0)
+    assert keys.dtype == values.dtype == torch.float32
+    assert torch.equal(keys[:, :, :4], torch.cat([prefill_k, step_k.float()], 2))
+    assert torch.equal(values[:, :, :4], torch.cat([prefill_v, step_v], 2).float())
+    assert not keys[:, :, 4:].any()
+
+
 @pytest.mark.parametrize("packed", [False, True], ids=["decode_attention", "packed_attention"])
 def test_the_compiled_decode_loop_attends_in_buckets_and_drops_finished_rows(model_and_tokenizer, prompts, packed):
     """The loop of `rollout.enforce_eager=false` (its step run eagerly here, through a spy): each step attends the

@@ -9,7 +9,7 @@ prompt share its prefill) or dropped (rows that have finished) in place of the w
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer, StaticCache
 
 
 def kv_bytes_per_token(config) -> int:
@@ -66,3 +66,22 @@ class PreallocatedCache(Cache):
         """Keep the rows `index` of every layer (repeat_interleave for shared prompts, a subset for finished rows)."""
         for layer in self.layers:
             layer.rows(index)
+
+
+class OneDtypeStaticCache(StaticCache):
+    """transformers' `StaticCache` whose keys and values are written in one dtype per layer, the wider of the
+    prefill's two (every later write cast to it, as `PreallocatedLayer`'s `copy_` casts).
+
+    Under autocast a Qwen2 key is a bf16 projection times float32 rotary factors, so float32, and its value bf16.
+    transformers 5.17 allocates a layer's values in its keys' dtype and then refuses the bf16 values
+    (`index_copy_(): self and source expected to have the same dtype`: the compiled decode step failed on the H200
+    check's image and on a CPU with that release); 5.24 allocates each in its own dtype. The widening is exact
+    (bf16 -> float32) and the attention casts both to its own compute dtype, so the samples do not change."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        if layer.is_initialized:
+            key_dtype, value_dtype = layer.keys.dtype, layer.values.dtype
+        else:
+            key_dtype = value_dtype = torch.promote_types(key_states.dtype, value_states.dtype)
+        return super().update(key_states.to(key_dtype), value_states.to(value_dtype), layer_idx, *args, **kwargs)

@@ -22,7 +22,7 @@ from rft.models.attention import (
 from rft.models.load import device_of
 from rft.models.precision import autocast
 from rft.rollout.base import RolloutOutput, SamplingParams
-from rft.rollout.cache import PreallocatedCache
+from rft.rollout.cache import OneDtypeStaticCache, PreallocatedCache
 from rft.rollout.kernels import fast_linears
 
 ATTEND_BUCKET = 16
@@ -289,12 +289,10 @@ class HFRollout:
         pass over the rows still running with a fixed-width padding mask. Finished rows leave the passes as in
         `_sample` (the cache's rows selected): the second batch size compiles the step once more with the batch
         dimension dynamic, and no size after it does."""
-        from transformers import StaticCache
-
         device = ids.device
         B, width = row_prompt.shape[0], ids.shape[1]
         capacity = width + params.max_tokens
-        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        cache = OneDtypeStaticCache(config=self.model.config, max_cache_len=capacity)
         logits, next_pos = self._prefill(ids, attn, row_prompt, cache)
         # the padding mask over every position of the cache; the causal mask built from the cache's length hides
         # the positions not yet written
