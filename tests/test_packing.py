@@ -406,7 +406,8 @@ def test_torch_compile_falls_back_with_the_reason(ragged, capsys, monkeypatch):
 
 @pytest.mark.heavy
 def test_torch_compile_keeps_the_gradient(ragged):
-    """The compiled decoder layers give the eager gradient (to 1e-5: inductor fuses and reorders float ops)."""
+    """The compiled decoder layers give the eager gradient (to 1e-5: inductor fuses and reorders float ops), from
+    one graph that all the layers share."""
     run, batch = ragged
     ok, why = packing.compile_backend_works()
     if not ok:
@@ -417,14 +418,22 @@ def test_torch_compile_keeps_the_gradient(ragged):
     saved = copy.deepcopy(run.trainer.model.state_dict())
     layers = [m for m in run.trainer.model.modules() if type(m).__name__.endswith("DecoderLayer")]
     assert packing.enable_torch_compile(run.trainer.model, "k")
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # graphs another test compiled for the shared layer code are not reused
+    graphs = counters["stats"]["unique_graphs"]
     try:
         compiled = _grads(run, batch, loss_agg_mode="token-mean")
+        graphs = counters["stats"]["unique_graphs"] - graphs
     finally:
         for layer in layers:  # back to eager for the other tests
             layer._compiled_call_impl = None
         delattr(run.trainer.model, packing.COMPILED_ATTR)
         run.trainer.model.load_state_dict(saved)
     assert _close(eager, compiled) <= 1e-5
+    # one graph for every layer: a guard on per-call Python state (the self-check's list of sliding windows, grown
+    # by each layer's attention call) compiled a graph per layer until dynamo's recompile limit, then ran eagerly
+    assert graphs == 1 < len(layers), (graphs, len(layers))
 
 
 # ------------------------------------------------------------------------------------------- the config keys

@@ -60,7 +60,9 @@ class PackedRows:
     col: torch.Tensor
     rows: int
     width: int
-    windows: list = field(default_factory=list, compare=False)  # the sliding windows the attention calls were given
+    windows: list | None = field(default=None, compare=False)
+    """Where given (the self-check), the sliding window each attention call was given is appended to it; None in
+    training, where a list growing per layer would make compiled layers (use_torch_compile) recompile per layer."""
     keys: torch.Tensor | None = None
     """(rows, width) bool: which columns are keys (a padded layout's rows, `rft.workers.ulysses`); None: every
     column up to the row's length, padding after it."""
@@ -104,7 +106,8 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     k = _unpack(key, packed)  # (rows, KV, width, d): SDPA groups the query heads of a KV head (no repeat_kv copy)
     v = _unpack(value, packed)
     window = kwargs.get("sliding_window")
-    packed.windows.append(window)
+    if packed.windows is not None:
+        packed.windows.append(window)
     mask = None
     i = torch.arange(packed.width, device=q.device)
     if window and window < packed.width:  # a sliding layer: each query sees the `window` keys up to itself
@@ -242,7 +245,7 @@ def forward_packed(model: nn.Module, tokens: PackedTokens, keep: torch.Tensor | 
     call was given (None for a full layer). `inputs`: what else the model takes (a vision-language model's pixels,
     its own `position_ids` for M-RoPE: `Vision.packed_kwargs`)."""
     packed = PackedRows(row=tokens.row, col=tokens.col, rows=tokens.rows, width=tokens.width,
-                        windows=windows if windows is not None else [], src=tokens.src)
+                        windows=windows, src=tokens.src)
     ids, positions = tokens.ids, tokens.positions
     cfg = next(attention_configs(model))
     if cfg._attn_implementation != PACKED_ATTENTION:
