@@ -39,6 +39,7 @@ def run_example(name: str, workdir: Path, *extra: str) -> Path:
     out = workdir / f"out_{name}"
     rft("train", str(REPO / "examples" / EXAMPLES[name]), "actor_rollout_ref.model.path=m",
         "data.train_files=d/train.parquet", "data.val_files=d/val.parquet", "trainer.total_training_steps=3",
+        "trainer.device=cpu",  # the goldens are CPU float32 runs: a GPU machine's default device is cuda (bf16)
         f"trainer.default_local_dir={out}", *extra)
     return out
 
