@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-heavy test-faults test-bf16 demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer
+.PHONY: setup test test-heavy test-faults test-bf16 demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer gpu-check
 
 setup: $(STAMP)
 
@@ -102,3 +102,9 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) runs
+
+# the GPU check's preparation (bench/gpu_check.sh): .gpucheck/ with the script and the wheels the device image lacks;
+# it then runs on a lent GPU machine as `bash .gpucheck/gpu_check.sh` (the script's header: the call, what comes back)
+gpu-check:
+	bash bench/gpu_check.sh prepare
+	@echo 'now, on the GPU machine: bash .gpucheck/gpu_check.sh   (carry .gpucheck; about 8 minutes)'
