@@ -155,7 +155,9 @@ def test_the_training_commands_of_the_docs_validate_where_their_data_commands_ra
                     wrong.append(f"{path.relative_to(REPO)}: `{line.strip()}`: {e}")
             checked += 1
     assert wrong == [], "\n".join(wrong)
-    assert checked >= 5, checked  # README: 3, docs/scaling.md: 1, docs/multimodal.md: 1
+    # docs/overview.md: 1, docs/scaling.md: 1, docs/multimodal.md: 1; the README's quick start writes its configs with
+    # `rft example` in a folder of its own, and test_readme runs it whole (every command, what it leaves)
+    assert checked >= 3, checked
 
 
 def _doc_texts() -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ FIRST_SCREEN = "## The first ten minutes"
 
 def first_screen_commands() -> list[list[str]]:
     """The commands of the fenced bash blocks of the README's first section, comments and line continuations
-    removed."""
+    removed, a line's `&&`-joined commands one by one."""
     text = (ROOT / "README.md").read_text()
     assert FIRST_SCREEN in text, f"README.md has no {FIRST_SCREEN!r} section"
     section = text.split(FIRST_SCREEN, 1)[1].split("\n## ", 1)[0]
@@ -27,8 +27,10 @@ def first_screen_commands() -> list[list[str]]:
     for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
-            if words:
-                commands.append(words)
+            while words:
+                end = words.index("&&") if "&&" in words else len(words)
+                commands.append(words[:end])
+                words = words[end + 1:]
     return commands
 
 
@@ -43,21 +45,33 @@ def test_the_first_screen_is_near_the_top_and_shows_the_two_commands_and_how_to_
     assert (Path(sys.executable).parent / "activate").is_file() and (Path(sys.executable).parent / "rft").is_file()
 
 
+def test_the_readme_is_read_in_two_minutes_and_shows_how_to_install():
+    words = len((ROOT / "README.md").read_text().split())
+    assert words <= 1500, words
+    assert "pip install -c constraints.txt ." in (ROOT / "README.md").read_text()
+
+
 @pytest.mark.heavy
 def test_every_rft_command_of_the_first_screen_runs_and_leaves_what_it_says(tmp_path):
+    """In a fresh folder with the clone's examples/ and tests/ beside it: `mkdir` and `cd` as a shell does them, then
+    every rft command, in the scratch folder the README makes (nothing written outside it)."""
     from transformers import AutoModelForCausalLM
 
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "tests").symlink_to(ROOT / "tests")
-    ran = []
+    cwd, ran = tmp_path, []
     for words in first_screen_commands():
-        if words[0] != "rft" or words[1] == "studio":  # the studio serves until stopped: tests/test_studio.py
-            continue
-        rft_here(*words[1:], cwd=tmp_path)
-        ran.append(words[1])
-    assert ran == ["init-model", "data", "train", "sft", "merge"]
-    assert (tmp_path / "gsm8k" / "train.parquet").is_file() and (tmp_path / "gsm8k" / "test.parquet").is_file()
-    steps = (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()
+        if words[0] == "mkdir":
+            (cwd / words[-1]).mkdir(parents=True, exist_ok=True)
+        elif words[0] == "cd":
+            cwd = cwd / words[1]
+        elif words[0] == "rft" and words[1] != "studio":  # the studio serves until stopped: tests/test_studio.py
+            rft_here(*words[1:], cwd=cwd)
+            ran.append(words[1])
+    assert ran == ["init-model", "data", "example", "train", "example", "sft", "merge"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["examples", "tests", "try"]  # one scratch folder
+    assert (cwd / "gsm8k" / "train.parquet").is_file() and (cwd / "gsm8k" / "test.parquet").is_file()
+    steps = (cwd / "grpo" / "metrics.jsonl").read_text().splitlines()
     assert len([s for s in steps if '"actor/pg_loss"' in s]) == 4
     for folder in ("grpo/model", "sft/model", "merged"):
-        assert AutoModelForCausalLM.from_pretrained(tmp_path / folder) is not None, folder
+        assert AutoModelForCausalLM.from_pretrained(cwd / folder) is not None, folder

@@ -449,7 +449,7 @@ def _keys(section: str = "") -> str:
 
 EPILOGS = {
     "train": f"""\
-examples, in any folder (`rft example` lists the example configs rft ships; README.md):
+examples, in any folder (`rft example` lists the example configs rft ships; docs/overview.md):
   rft example arithmetic_grpo                 # writes arithmetic_grpo.yaml here (the repository's examples/)
   rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
   rft data arithmetic d                       # d/train.parquet, d/val.parquet
@@ -457,9 +457,9 @@ examples, in any folder (`rft example` lists the example configs rft ships; READ
       data.val_files=d/val.parquet trainer.total_training_steps=3 trainer.default_local_dir=out
 
 {_keys()}.
-A Trinity-RFT YAML, and a `stages:` list of SFT / DPO / RL stages, run too (README.md).""",
+A Trinity-RFT YAML, and a `stages:` list of SFT / DPO / RL stages, run too (docs/overview.md).""",
     "sft": f"""\
-examples (`rft example` lists the example configs rft ships; README.md):
+examples (`rft example` lists the example configs rft ships; docs/overview.md):
   rft example gsm8k_sft                       # writes gsm8k_sft.yaml here (the repository's examples/)
   rft init-model --preset tiny m              # or any local Hugging Face causal-LM folder
   rft data gsm8k tests/data/gsm8k gsm8k       # GSM8K's first rows (in the repository; or your copy's folder)
@@ -481,7 +481,7 @@ examples:
   rft demo                                    # SFT then GRPO on two-digit additions, in runs/demo
   rft demo --task tools --seed 1 --output runs/tools
 
-what it runs and prints: README.md ("The demo and the tests in detail"); the tools task: docs/workflows.md; the
+what it runs and prints: docs/testing.md; the tools task: docs/workflows.md; the
 vision task: docs/multimodal.md""",
     "data": """\
 examples, from the repository's root:

@@ -58,7 +58,7 @@ def reference_markdown() -> str:
         "RL keys (verl's ppo_trainer.yaml), `rft sft` the SFT keys (verl's sft_trainer.yaml), `rft dpo` the DPO",
         "keys (the SFT sections plus TRL's DPO loss names; verl has no DPO trainer), `rft generate` and `rft eval`",
         "those of verl's generation.yaml and evaluation.yaml; a `stages:` list in an `rft train` config runs RL, SFT",
-        "and DPO stages in order (see README). A Trinity-RFT YAML (`rft train`) and",
+        "and DPO stages in order (docs/overview.md). A Trinity-RFT YAML (`rft train`) and",
         "the component interfaces (`rft component NAME`) are translated to these keys (docs/components.md).",
         "",
     ]
