@@ -39,6 +39,8 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
     assert all(int(r["extra_info"]["answer"]) - int(r["extra_info"]["demonstration"]) == 10 for r in slipped)
     out = capsys.readouterr().out
     assert "held-out greedy accuracy after sft" in out and "after grpo" in out
+    assert out.rstrip().splitlines()[-1] == demo.lift_verdict("arithmetic", 1, result["sft_accuracy"],
+                                                              result["rl_accuracy"])
     # the accuracies are the grpo stage's validations before its first step and after its last: the demo's
     # held-out evaluation of the stages' models agrees (to a prompt or two: batching may round differently)
     val = tmp_path / "data" / "val.parquet"
@@ -50,6 +52,19 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
     assert (again["sft_accuracy"], again["rl_accuracy"]) == (result["sft_accuracy"], result["rl_accuracy"])
 
 
+
+
+def test_the_demo_compares_its_lift_with_its_bar_and_says_what_to_try_below_it():
+    assert demo.lift_verdict("arithmetic", 0, 0.575, 0.920) == (
+        "rft demo: GRPO lifted held-out accuracy by +0.345, at or above the demo's bar of +0.15")
+    assert "at or above" in demo.lift_verdict("arithmetic", 0, 0.335, 0.485)  # 0.15 less a float rounding
+    low_sft = demo.lift_verdict("arithmetic", 0, 0.200, 0.265)
+    assert low_sft.startswith("rft demo: the lift +0.065 is below the demo's bar of +0.15 (the SFT model had not "
+                              "learnt to add yet")
+    assert low_sft.endswith("try another seed, `rft demo --seed 1 --output runs/demo-seed1`")
+    tools = demo.lift_verdict("tools", 3, 0.1, 0.2)
+    assert "below the demo's bar of +0.20 (GRPO's gain depends on the seed" in tools
+    assert tools.endswith("`rft demo --task tools --seed 4 --output runs/demo-seed4`")
 
 
 def test_a_demo_stopped_part_way_resumes_and_counts_the_time_of_every_call(tmp_path, monkeypatch, capsys):
@@ -135,6 +150,8 @@ def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, caps
     assert len(trained) == 2 and all(s["workflow/tasks"] == 16 and s["workflow/model_calls"] >= 1 for s in trained)
     out = capsys.readouterr().out
     assert "held-out greedy accuracy after sft" in out and "after grpo" in out
+    assert out.rstrip().splitlines()[-1] == demo.lift_verdict("arithmetic", 1, result["sft_accuracy"],
+                                                              result["rl_accuracy"])
 
 
 def test_vision_demo_trains_a_vision_language_model_on_pictures(tmp_path, monkeypatch, capsys):
