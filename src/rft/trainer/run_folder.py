@@ -47,7 +47,15 @@ from typing import Any
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, RftError, RunComplete, RunLocked, ends_with_resume_note
-from rft.fsutil import clean_stale, host_id, machine_of, on_this_host, process_alive
+from rft.fsutil import (
+    clean_stale,
+    holder_record,
+    holder_text,
+    host_id,
+    machine_of,
+    on_this_host,
+    process_alive,
+)
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
 
@@ -98,18 +106,14 @@ class RunLock:
         if pid and (pid != os.getpid() or previous.get("host") != host_id()):
             print(f"rft: note: {self.path.parent}: took over the lock of an earlier run that is no longer running "
                   f"(pid {pid} on {machine_of(previous.get('host'))}, started {previous.get('started', '?')})", flush=True)
-        info = {"pid": os.getpid(), "host": host_id(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        os.pwrite(fd, (json.dumps(holder_record()) + "\n").encode(), 0)
         return self
 
     def _locked(self, holder: dict) -> RunLocked:
-        who = (f"pid {holder.get('pid', '?')} on {machine_of(holder.get('host'))}, started {holder.get('started', '?')}: "
-               f"{holder.get('command', '?')}") if holder else "another process"
         return RunLocked(
-            f"output folder {str(self.path.parent)!r} is in use by another rft run ({who}); wait for it to finish "
-            "or stop it, or give this run another folder (trainer.default_local_dir)"
+            f"output folder {str(self.path.parent)!r} is in use by another rft run ({holder_text(holder)}); wait for "
+            "it to finish or stop it, or give this run another folder (trainer.default_local_dir)"
         )
 
     def _unknowable(self, holder: dict) -> RunLocked:
