@@ -256,6 +256,22 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
+def write_text_once(path: str | Path, text: str) -> str:
+    """Write `path` unless it exists, whole (a temporary sibling linked into place: of processes writing it at
+    once, one's text is kept, the same for all); returns the text `path` holds."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    if not path.exists():
+        try:
+            checked_write(lambda: tmp.write_text(text, encoding="utf-8"), path)
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path.read_text(encoding="utf-8")
+
+
 def new_model_dir(out_dir: str | Path, overwrite: bool) -> Path:
     """`out_dir` as a Path, checked to be a new or empty folder (or any folder, with `overwrite`), its parent made:
     where `rft init-model` writes a model (FileExistsError otherwise)."""

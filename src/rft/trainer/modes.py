@@ -267,10 +267,8 @@ class TrainLoop:
         state = self.trainer.resume({})
         start = self.trainer.global_step
         if main:
-            if shareable(self.buffer):  # a database buffer: this run's, and read by this trainer
-                from rft.trainer.run_folder import run_id
-
-                self.buffer.check_reader(run_id(self.out), str(self.out.resolve()), start)
+            if shareable(self.buffer):  # a database buffer: the one this run's trainer read
+                self.buffer.check_reader(start)
             write_text_atomic(self.out / "config.yaml", to_yaml(cfg))  # after the resume's checks passed
             self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,

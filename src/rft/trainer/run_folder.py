@@ -432,17 +432,44 @@ def _record_failure(path: Path | None, error: BaseException) -> None:
 RUN_ID_FILE = ".rft-run-id"
 
 
-def run_id(out: Path) -> str:
-    """The identity of the run whose output folder is `out`: a random id written there by its first trainer (kept
-    across reruns, gone with the folder), by which a database buffer knows its reader (`SQLBuffer.check_reader`)."""
+def claim_buffer(buffer: Any, out: Path) -> None:
+    """The run of output folder `out` owns the persistent `buffer` (`rft.buffer.sharing.owner_refusal`), or this
+    process stops in one line before it reads or writes there.
+
+    The run's identity is a random id in `out/.rft-run-id`, written by the first process of the run to claim a
+    buffer (written once: the explorer and the trainer of a new run starting at the same moment agree on it) and
+    kept across reruns, so a resume in the same folder is the same run. The buffer records the first run to claim
+    it; a process of another run is refused. One exception, the two machines of docs/scaling.md without a shared
+    file system (the same output folder path on each): a folder without an id whose path the buffer's owner
+    recorded from another machine takes that owner's id, even when both machines started at once."""
     import uuid
 
-    from rft.fsutil import write_text_atomic
+    from rft.buffer.sharing import owner_refusal
+    from rft.fsutil import write_text_atomic, write_text_once
 
-    path = Path(out) / RUN_ID_FILE
-    if not path.is_file():
-        write_text_atomic(path, uuid.uuid4().hex + "\n")
-    return path.read_text().strip()
+    out = Path(out).expanduser().resolve()
+    here, id_file = str(out), out / RUN_ID_FILE
+
+    def elsewhere(owner: dict | None) -> bool:
+        """`owner` is this folder's path on another machine: the same run, whose folder this machine lacks."""
+        return owner is not None and owner.get("folder") == here and bool(owner.get("host")) \
+            and not on_this_host(owner.get("host"))
+
+    made = False
+    if id_file.is_file():
+        run = id_file.read_text().strip()
+    else:
+        owner = buffer.owner()
+        proposed = owner["run"] if elsewhere(owner) else uuid.uuid4().hex
+        run = write_text_once(id_file, proposed + "\n").strip()
+        made = run == proposed and not elsewhere(owner)
+    owner = buffer.own({"run": run, "folder": here, "host": host_id()})
+    if owner["run"] == run:
+        return
+    if made and elsewhere(owner):  # both machines started at once, and the other one recorded its id first
+        write_text_atomic(id_file, owner["run"] + "\n")
+        return
+    raise RftError(owner_refusal(owner, here, buffer.where))
 
 
 def _resume_note(cfg: Any, out: Path, role: str = "trainer") -> str:
