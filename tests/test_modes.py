@@ -69,12 +69,23 @@ def assert_each_read_once(url: str, steps: int, rows: int) -> dict[str, list[int
 
 
 # ------------------------------------------------------------------------------------------ mode both
+GLOO_LINE = "rft trainer: the weights go to the explorer by broadcast over a gloo process group, through host memory"
+
+
 @pytest.mark.parametrize("method", ["nccl", "checkpoint"])
 def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path, method):
+    """Trinity-RFT's sync_method nccl runs the gloo broadcast (rft has no NCCL weight sync), and the trainer's log
+    says so in one line (it said "(nccl)", a transport it does not run)."""
     out = tmp_path / "out"
     command = ("train", *overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
                                    f"synchronizer.sync_method={method}"))
-    rft_here(*command, cwd=tmp_path)
+    log = rft_here(*command, cwd=tmp_path).stdout
+    if method == "nccl":
+        assert GLOO_LINE + (", not NCCL: synchronizer.sync_method=nccl names Trinity-RFT's GPU-to-GPU NCCL "
+                            "broadcast, which rft does not have (docs/scaling.md); gloo, the same broadcast through "
+                            "host memory, runs instead") in log.splitlines(), log
+    else:
+        assert "gloo" not in log, log
     trainer = lines(out / "metrics.jsonl")
     explorer = lines(out / "explorer" / "metrics.jsonl")
     assert [x["step"] for x in trainer] == [1, 2, 3, 4, 5, 6] == [x["step"] for x in explorer]
@@ -100,16 +111,18 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
 
 def test_the_weights_reach_an_explorer_that_generates_in_bf16(assets, tmp_path):
     """verl's rollout dtype bf16, computed as named (the suite computes in float32 elsewhere; a CPU with fast bf16
-    picks it by default): the explorer's model is bf16, the trainer's master weights float32, and the nccl broadcast
-    sends them in the explorer's dtype (it failed with gloo's size mismatch, 140800 against 70400 bytes)."""
+    picks it by default): the explorer's model is bf16, the trainer's master weights float32, and the gloo broadcast
+    sends them in the explorer's dtype (it failed with gloo's size mismatch, 140800 against 70400 bytes). The
+    trainer's log says what the broadcast runs over."""
     out = tmp_path / "out"
     env = {**ENV, "RFT_CPU_PRECISION": "requested"}
     proc = subprocess.Popen([sys.executable, "-m", "rft", "train", *overrides(
-        assets, out, 3, "synchronizer.sync_offset=1", "synchronizer.sync_method=nccl",
+        assets, out, 3, "synchronizer.sync_offset=1", "synchronizer.sync_method=gloo",
         "actor_rollout_ref.rollout.dtype=bfloat16")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     log = finish(proc)
     assert "computing in bfloat16" in log, log
+    assert GLOO_LINE in log.splitlines(), log
     explorer = lines(out / "explorer" / "metrics.jsonl")
     assert [x["rollout/model_version"] for x in explorer] == [0, 0, 1]  # version 1 came over the broadcast
     assert (out / "model" / "config.json").is_file()
