@@ -448,6 +448,7 @@ def claim_buffer(buffer: Any, out: Path) -> None:
     from rft.fsutil import write_text_atomic, write_text_once
 
     out = Path(out).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)  # held by `run_folder` in a run; a loop built on its own makes it
     here, id_file = str(out), out / RUN_ID_FILE
 
     def elsewhere(owner: dict | None) -> bool:
