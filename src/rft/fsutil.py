@@ -9,8 +9,9 @@ writer holds an flock on its staging folder, so the next writer of the same fold
 beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`); a scratch folder
 that nothing publishes (`held_scratch`: a component run's temporary run folder) is named and held the same way, so the
 same `clean_abandoned` removes the one a killed process left. `rft init-model` and `rft merge` also hold an flock on
-the folder they write, from their checks of it to its replacement (`sole_writer`), so a second writer of the same
-folder at once is refused instead of replacing the first one's.
+the folder they write, from their checks of it to its replacement (`sole_writer`), and `rft generate` one on
+`.<name>.lock` beside its output file (naming its pid), so a second writer of the same output at once is refused
+instead of replacing the first one's.
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
