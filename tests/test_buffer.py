@@ -714,6 +714,124 @@ def test_a_holder_on_another_host_is_watched_and_a_still_heartbeat_taken_over(tm
     second.close()
 
 
+# ------------------------------------------------------------------------------- the run that owns a buffer
+@pytest.fixture(params=["sqlite", "postgres", "file"])
+def kept_buffer(request, tmp_path):
+    """Buffers that outlive their process: a function opening the one named `name` (again, as each process of a
+    run does)."""
+    databases: dict[str, str] = {}
+
+    def open_buffer(name: str = "b"):
+        if request.param == "file":
+            return FileBuffer(tmp_path / name)
+        if request.param == "sqlite":
+            return SQLBuffer(database_url(str(tmp_path / f"{name}.sqlite")))
+        if name not in databases:
+            databases[name] = fresh_database(request.getfixturevalue("pg_url"))
+        return SQLBuffer(databases[name])
+
+    return open_buffer
+
+
+def test_a_buffer_belongs_to_the_run_that_claimed_it_first_and_refuses_another(kept_buffer, tmp_path):
+    """The first run to claim a buffer records itself (its id, written in its output folder, the folder, the
+    host); the same run again (its other role, a resume: the same folder) goes on; a process of another run is one
+    line naming the buffer, the run that owns it and what to do (a new run's explorer took a finished run's steps
+    as its own and exited 0). A new run in the owner's folder path, the folder made again, is another run too."""
+    import shutil
+    import socket
+
+    from rft.errors import RftError, describe_failure
+    from rft.fsutil import host_id
+    from rft.trainer.run_folder import claim_buffer
+
+    first, other = tmp_path / "first", tmp_path / "other"
+    first.mkdir()
+    other.mkdir()
+    buffer = kept_buffer()
+    claim_buffer(buffer, first)
+    run = (first / ".rft-run-id").read_text().strip()
+    assert len(run) == 32 and buffer.owner() == {"run": run, "folder": str(first.resolve()), "host": host_id()}
+    claim_buffer(kept_buffer(), first)
+    assert (first / ".rft-run-id").read_text().strip() == run
+    with pytest.raises(RftError) as err:
+        claim_buffer(kept_buffer(), other)
+    assert describe_failure(err.value) == (
+        f"experience_buffer.path {buffer.where} belongs to another run (run {run[:8]}, output folder "
+        f"{first.resolve()} on {socket.gethostname()}), and this run (output folder {other.resolve()}) would take "
+        "that run's experiences as its own: give this run a buffer of its own (another experience_buffer.path, or "
+        f"move that one aside), or resume that run with trainer.default_local_dir={first.resolve()}")
+    shutil.rmtree(first)
+    first.mkdir()
+    with pytest.raises(RftError, match="belongs to another run"):
+        claim_buffer(kept_buffer(), first)
+    assert buffer.owner()["run"] == run
+
+
+def _claim_at_once(buffer, folder: Path, start: threading.Barrier, errors: list[str]) -> None:
+    from rft.trainer.run_folder import claim_buffer
+
+    start.wait()
+    try:
+        claim_buffer(buffer, folder)
+    except Exception as e:  # the failure is the finding
+        errors.append(f"{type(e).__name__}: {e}")
+
+
+def test_the_processes_of_a_new_run_starting_at_once_are_one_run(kept_buffer, tmp_path):
+    """The explorer and the trainer of a new run claim a new buffer at the same moment (four processes, three
+    times): each would have made an id of its own, and the later ones been refused; the folder's id is written
+    once, and all agree."""
+    for round in range(3):
+        folder = tmp_path / f"run{round}"
+        folder.mkdir()
+        start, errors = threading.Barrier(4), []
+        buffers = [kept_buffer(f"b{round}") for _ in range(4)]
+        threads = [threading.Thread(target=_claim_at_once, args=(b, folder, start, errors)) for b in buffers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert kept_buffer(f"b{round}").owner()["run"] == (folder / ".rft-run-id").read_text().strip()
+
+
+def test_the_same_folder_on_another_machine_is_the_same_run(kept_buffer, tmp_path):
+    """docs/scaling.md's two machines without a shared file system, each with the run's folder at one path: the
+    trainer's machine recorded the buffer's owner; the explorer's folder (the same path, no id there) takes that
+    run's id, also when both started at once (this machine found no owner yet and made an id of its own)."""
+    from rft.trainer.run_folder import claim_buffer
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    kept_buffer().own({"run": "a" * 32, "folder": str(folder.resolve()), "host": "trainer-machine"})
+    claim_buffer(kept_buffer(), folder)
+    assert (folder / ".rft-run-id").read_text().strip() == "a" * 32
+    (folder / ".rft-run-id").unlink()
+    racing = kept_buffer()
+    racing.owner = lambda: None  # its look came before the trainer's machine recorded itself
+    claim_buffer(racing, folder)
+    assert (folder / ".rft-run-id").read_text().strip() == "a" * 32
+
+
+def test_a_buffer_an_earlier_rft_read_belongs_to_the_run_whose_trainer_read_it(tmp_path):
+    """An earlier rft recorded only the run whose trainer read a database buffer (`trainer_run`): that run owns
+    it, and a process of another run is refused naming its folder."""
+    import json
+
+    from rft.buffer import sql
+    from rft.errors import RftError
+    from rft.trainer.run_folder import claim_buffer
+
+    buffer = sql_buffer(tmp_path)
+    with buffer.engine.begin() as conn:
+        conn.execute(sql.META.insert().values(key=sql.TRAINER_RUN_KEY, value=json.dumps(
+            {"run": "b" * 32, "folder": "/runs/old"})))
+    (tmp_path / "new").mkdir()
+    with pytest.raises(RftError, match="belongs to another run \\(run bbbbbbbb, output folder /runs/old\\), and "):
+        claim_buffer(sql_buffer(tmp_path), tmp_path / "new")
+
+
 WAIT_FOR_DATA = """import sys
 from rft import interrupts
 from rft.buffer import SQLBuffer, database_url

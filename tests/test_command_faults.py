@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rft.data.io import write_parquet
+from rft.data.io import read_rows, write_parquet
 from rft.models.tiny import init_model
 
 pytestmark = pytest.mark.slow
@@ -84,6 +84,66 @@ def test_a_stopped_generate_says_it_starts_again_and_leaves_no_output(tmp_path):
     assert proc.returncode == 130, err
     assert only_line(err) == f"rft: stopped by SIGINT; files rft writes are whole or absent, so {STARTS_AGAIN}"
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def _generating(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`rft generate <args>` started, returned once it printed its first progress line (it holds its output)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rft", "generate", *args], cwd=cwd, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for _ in range(2000):
+        if proc.stdout.readline().startswith("rft generate: 4/"):
+            return proc
+        assert proc.poll() is None, proc.communicate()
+    raise AssertionError("no progress line")
+
+
+def test_a_second_generate_into_one_output_is_refused_and_a_killed_ones_leftovers_do_not_block(tmp_path):
+    """Two rft generate into one output file at once both exited 0 and said they had written it; the file held
+    the last one's rows. The first now holds the output (`.responses.parquet.lock` beside it, naming its pid:
+    fsutil.sole_writer) from its check to its rename: the second is one line naming the output and the first's
+    pid, exit 2, and writes nothing; the file holds the first's responses. A generate killed mid-run leaves its
+    lock file (no process holds it) and a killed write's temporary files: the rerun is not blocked, removes them
+    with a note each, and writes the output."""
+    from rft.offline.generate import recorded_inputs
+
+    init_model("tiny", tmp_path / "m")
+    prompts = write_parquet([{"prompt": [{"role": "user", "content": f"{i}+1="}]} for i in range(40)],
+                            tmp_path / "prompts.parquet")
+    args = [f"data.path={prompts}", "model.path=m", "data.output_path=out/responses.parquet", "data.batch_size=4",
+            "data.n_samples=2", "rollout.response_length=8", "rollout.prompt_length=32"]
+    first = _generating(args, tmp_path)
+    first.send_signal(signal.SIGSTOP)  # still generating while the second runs, however fast the machine
+    try:
+        second = rft("generate", *args, "trainer.seed=1", cwd=tmp_path)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert second.returncode == 2 and only_line(second.stderr).startswith(
+        f"rft: error: rft generate: another process is writing 'out/responses.parquet' now (pid {first.pid} on "), \
+        second.stderr
+    assert only_line(second.stderr).endswith(
+        "the same command twice at once: the last to end would replace the first one's output); wait for it to "
+        "end, or name another data.output_path"), second.stderr
+    assert "rft generate: 40 prompts x 2 responses" not in second.stdout
+    assert recorded_inputs(tmp_path / "out" / "responses.parquet")["trainer.seed"] == "0"  # the first's
+    assert sorted(os.listdir(tmp_path / "out")) == ["responses.parquet"]  # its lock went with it
+
+    killed = _generating([*args[:2], "data.output_path=out/killed.parquet", *args[3:]], tmp_path)
+    killed.kill()
+    killed.communicate(timeout=60)
+    assert (tmp_path / "out" / ".killed.parquet.lock").is_file()  # left, naming a process that is gone
+    leftovers = [".killed.parquet.tmp-0123abcd", f".killed.parquet.{'ab' * 16}.tmp"]  # write_parquet's, then older
+    for name in leftovers:
+        (tmp_path / "out" / name).write_bytes(b"PAR1 half a file")
+    rerun = rft("generate", *args[:2], "data.output_path=out/killed.parquet", *args[3:], cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    for name in sorted(leftovers):
+        assert (f"rft: note: an earlier write of out/killed.parquet was killed: removed {name}, the file it was "
+                "writing") in rerun.stdout.splitlines(), rerun.stdout
+    assert sorted(os.listdir(tmp_path / "out")) == ["killed.parquet", "responses.parquet"]
+    assert len(read_rows(tmp_path / "out" / "killed.parquet")) == 40
 
 
 def test_a_killed_init_model_leaves_a_staging_folder_the_next_write_removes(tmp_path):

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,12 +69,23 @@ def assert_each_read_once(url: str, steps: int, rows: int) -> dict[str, list[int
 
 
 # ------------------------------------------------------------------------------------------ mode both
+GLOO_LINE = "rft trainer: the weights go to the explorer by broadcast over a gloo process group, through host memory"
+
+
 @pytest.mark.parametrize("method", ["nccl", "checkpoint"])
 def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path, method):
+    """Trinity-RFT's sync_method nccl runs the gloo broadcast (rft has no NCCL weight sync), and the trainer's log
+    says so in one line (it said "(nccl)", a transport it does not run)."""
     out = tmp_path / "out"
     command = ("train", *overrides(assets, out, 6, "synchronizer.sync_interval=2", "synchronizer.sync_offset=1",
                                    f"synchronizer.sync_method={method}"))
-    rft_here(*command, cwd=tmp_path)
+    log = rft_here(*command, cwd=tmp_path).stdout
+    if method == "nccl":
+        assert GLOO_LINE + (", not NCCL: synchronizer.sync_method=nccl names Trinity-RFT's GPU-to-GPU NCCL "
+                            "broadcast, which rft does not have (docs/scaling.md); gloo, the same broadcast through "
+                            "host memory, runs instead") in log.splitlines(), log
+    else:
+        assert "gloo" not in log, log
     trainer = lines(out / "metrics.jsonl")
     explorer = lines(out / "explorer" / "metrics.jsonl")
     assert [x["step"] for x in trainer] == [1, 2, 3, 4, 5, 6] == [x["step"] for x in explorer]
@@ -99,16 +111,18 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
 
 def test_the_weights_reach_an_explorer_that_generates_in_bf16(assets, tmp_path):
     """verl's rollout dtype bf16, computed as named (the suite computes in float32 elsewhere; a CPU with fast bf16
-    picks it by default): the explorer's model is bf16, the trainer's master weights float32, and the nccl broadcast
-    sends them in the explorer's dtype (it failed with gloo's size mismatch, 140800 against 70400 bytes)."""
+    picks it by default): the explorer's model is bf16, the trainer's master weights float32, and the gloo broadcast
+    sends them in the explorer's dtype (it failed with gloo's size mismatch, 140800 against 70400 bytes). The
+    trainer's log says what the broadcast runs over."""
     out = tmp_path / "out"
     env = {**ENV, "RFT_CPU_PRECISION": "requested"}
     proc = subprocess.Popen([sys.executable, "-m", "rft", "train", *overrides(
-        assets, out, 3, "synchronizer.sync_offset=1", "synchronizer.sync_method=nccl",
+        assets, out, 3, "synchronizer.sync_offset=1", "synchronizer.sync_method=gloo",
         "actor_rollout_ref.rollout.dtype=bfloat16")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     log = finish(proc)
     assert "computing in bfloat16" in log, log
+    assert GLOO_LINE in log.splitlines(), log
     explorer = lines(out / "explorer" / "metrics.jsonl")
     assert [x["rollout/model_version"] for x in explorer] == [0, 0, 1]  # version 1 came over the broadcast
     assert (out / "model" / "config.json").is_file()
@@ -555,8 +569,11 @@ def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, 
     """A buffer explorer 0 of two began (explorer_num 2, rollout.n 4, the tiny model) refuses, each in one line
     before training: a trainer told of one explorer (it stopped after half the steps, exit 0), a run with another
     rollout.n (it trained on the first run's groups), an explorer on another model (it died in the update as a bug
-    in rft). The same terms join: explorer 1 writes its step and the trainer reads both. Then a trainer of another
-    run on that read buffer, and the run's trainer resuming on a buffer that is not its own, are refused too."""
+    in rft). The same terms join: explorer 1 writes its step and the trainer reads both. Then an explorer and a
+    trainer of another run (another output folder) on that finished buffer, and the run's trainer resuming on a
+    buffer that is not its own, are refused too: the new run's explorer said "all 2 steps already written ...
+    nothing to do" and exited 0, taking the old run's rows as its own; now the buffer names the run that owns it
+    (`rft.trainer.run_folder.claim_buffer`)."""
     from rft.models.tiny import init_model
 
     out = tmp_path / "out"
@@ -583,12 +600,20 @@ def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, 
              cwd=tmp_path)
     rft_here("train", *overrides(assets, out, 2, *two), "trainer.mode=train", cwd=tmp_path)
     assert_each_read_once(database_url(str(out / "buffer.sqlite")), 2, 16)
-    # a new run's trainer (another folder) on the read buffer, with the same terms: it re-read every experience;
-    # the run's own trainer resuming on a buffer moved away: it trained explore steps 1.. as its steps 3..
+    # a new run's explorer and trainer (another folder) on the finished buffer, with the same terms: the explorer
+    # took its steps as written, the trainer re-read every experience; the run's own trainer resuming on a buffer
+    # moved away: it trained explore steps 1.. as its steps 3..
     (out / "buffer.sqlite").rename(tmp_path / "kept.sqlite")
+    run = (out / ".rft-run-id").read_text().strip()
+    owned = (f"experience_buffer.path {database_url(str(tmp_path / 'kept.sqlite'))!r} belongs to another run (run {run[:8]}, "
+             f"output folder {out.resolve()} on {socket.gethostname()}), and this run (output folder "
+             f"{(tmp_path / 'new').resolve()}) would take that run's experiences as its own: give this run a buffer "
+             "of its own (another experience_buffer.path, or move that one aside), or resume that run with "
+             f"trainer.default_local_dir={out.resolve()}")
+    new = overrides(assets, tmp_path / "new", 2, *two, f"experience_buffer.path={tmp_path / 'kept.sqlite'}")
     later = [
-        (overrides(assets, tmp_path / "new", 2, *two, f"experience_buffer.path={tmp_path / 'kept.sqlite'}",
-                   "trainer.mode=train"), "was read by the trainer of another run (output folder "),
+        ([*new, "trainer.mode=explore"], owned),
+        ([*new, "trainer.mode=train"], owned),
         (overrides(assets, out, 3, *two, "trainer.mode=train"), "holds no read of trainer steps 1..2, yet the "
                                                                  "trainer resumes from its checkpoint of step 2"),
     ]
@@ -596,13 +621,16 @@ def test_processes_of_another_run_are_refused_by_the_buffer_in_one_line(assets, 
         proc = rft_here("train", *args, cwd=tmp_path, check=False)
         errors = [x for x in proc.stderr.splitlines() if x.startswith("rft: error:")]
         assert proc.returncode == 2 and len(errors) == 1 and said in errors[0], proc.stderr
+        assert "already written" not in proc.stdout
+    assert not (tmp_path / "new" / "explorer" / "metrics.jsonl").exists()
 
 
 @pytest.mark.heavy
 def test_a_second_explorer_of_the_same_rank_is_refused_while_the_first_runs(assets, tmp_path):
     """Two explore commands with one explorer_rank on one buffer (from two run folders): the second stops in one
-    line naming the first's process (both used to exit 0, every task of their steps generated twice). Once the
-    first is killed, its rerun takes the rank over and resumes."""
+    line (both used to exit 0, every task of their steps generated twice): another run's, it names the run that owns
+    the buffer (the role's holder is refused by pid in tests/test_buffer.py). Once the first is killed, its rerun
+    takes the rank over and resumes."""
     out = tmp_path / "out"
     url = database_url(str(out / "buffer.sqlite"))
     args = overrides(assets, out, 3, "synchronizer.sync_interval=1", "synchronizer.sync_timeout=600")
@@ -614,7 +642,7 @@ def test_a_second_explorer_of_the_same_rank_is_refused_while_the_first_runs(asse
                         cwd=tmp_path, check=False)
         errors = [x for x in proc.stderr.splitlines() if x.startswith("rft: error:")]
         assert proc.returncode == 2 and len(errors) == 1, proc.stderr
-        assert f"trainer.explorer_rank=0 is explored by another process (pid {first.pid} on" in errors[0]
+        assert f"belongs to another run (run {(out / '.rft-run-id').read_text()[:8]}, output folder" in errors[0]
     finally:
         first.kill()
         first.wait(60)

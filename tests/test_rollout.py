@@ -702,3 +702,31 @@ def test_a_kernel_choice_holds_for_every_later_process_on_the_machine(monkeypatc
     monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "another machine"))
     monkeypatch.setattr(kernels, "_choice", {})
     assert not kernels.use_onednn(4, weight, None) and timed == [4, 4]
+
+
+def test_several_processes_sample_from_streams_of_their_own(model, prompts):
+    """Sampled rollouts of N processes are not one process's (docs/scaling.md, "What is computed over all
+    processes"); what holds instead. Rank r samples from its own stream (`rank_stream`), one draw from the shared
+    rollout generator whatever the rank: the same seed and rank give the same samples, bit for bit; the ranks'
+    streams differ (four ranks, four seeds) and so do their samples; every rank's shared generator is left in the
+    same state (a checkpoint holds one); and rank 0's samples are not one process's, which samples from the shared
+    generator itself."""
+    from rft.explorer.explorer import rank_stream
+
+    params = SamplingParams(n=2, max_tokens=8)
+
+    def step_one(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A run's first generation on `rank` (trainer.seed 0): its responses and the shared generator after."""
+        shared = torch.Generator().manual_seed(0)
+        engine = HFRollout(model, eos_token_ids=STOP_IDS, pad_token_id=PAD)
+        return engine.generate(*prompts, params, rank_stream(shared, rank)).response_ids, shared.get_state()
+
+    rank0, shared0 = step_one(0)
+    again, _ = step_one(0)
+    rank1, shared1 = step_one(1)
+    assert torch.equal(rank0, again)
+    assert not torch.equal(rank0, rank1)
+    assert torch.equal(shared0, shared1)
+    assert len({rank_stream(torch.Generator().manual_seed(0), r).initial_seed() for r in range(4)}) == 4
+    one_process = generate(model, prompts, eos=STOP_IDS, seed=0, n=2, max_tokens=8).response_ids
+    assert not torch.equal(one_process, rank0)

@@ -414,7 +414,7 @@ def test_a_misspelt_choice_of_a_same_named_key_names_the_file_and_the_closest_ch
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert proc.stderr.strip() == (
         f"rft: error: {path}: synchronizer.sync_method='memroy' is not allowed; choose one of ['memory', "
-        "'checkpoint', 'nccl'] or leave it unset; did you mean 'memory'?")
+        "'checkpoint', 'gloo', 'nccl'] or leave it unset; did you mean 'memory'?")
     # on the command line; a -1 (which doubling plus one left unchanged) is found where it came from too
     for override in ("synchronizer.sync_method=memroy", "synchronizer.sync_timeout=-1"):
         with pytest.raises(ConfigError) as err:

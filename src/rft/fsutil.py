@@ -9,8 +9,9 @@ writer holds an flock on its staging folder, so the next writer of the same fold
 beside it, where no lock guards the folder (`clean_abandoned`: `rft init-model`, `rft merge`); a scratch folder
 that nothing publishes (`held_scratch`: a component run's temporary run folder) is named and held the same way, so the
 same `clean_abandoned` removes the one a killed process left. `rft init-model` and `rft merge` also hold an flock on
-the folder they write, from their checks of it to its replacement (`sole_writer`), so a second writer of the same
-folder at once is refused instead of replacing the first one's.
+the folder they write, from their checks of it to its replacement (`sole_writer`), and `rft generate` one on
+`.<name>.lock` beside its output file (naming its pid), so a second writer of the same output at once is refused
+instead of replacing the first one's.
 What rft writes gets the permissions the umask gives (`publish_modes`): some writers (safetensors) create 0600 files, which nobody else on a
 shared machine could read.
 """
@@ -256,6 +257,22 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
+def write_text_once(path: str | Path, text: str) -> str:
+    """Write `path` unless it exists, whole (a temporary sibling linked into place: of processes writing it at
+    once, one's text is kept, the same for all); returns the text `path` holds."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    if not path.exists():
+        try:
+            checked_write(lambda: tmp.write_text(text, encoding="utf-8"), path)
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path.read_text(encoding="utf-8")
+
+
 def new_model_dir(out_dir: str | Path, overwrite: bool) -> Path:
     """`out_dir` as a Path, checked to be a new or empty folder (or any folder, with `overwrite`), its parent made:
     where `rft init-model` writes a model (FileExistsError otherwise)."""
@@ -322,39 +339,129 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
             os.close(held)
 
 
+def holder_record() -> dict:
+    """What a lock file says of the process holding it (`RunLock`, `sole_writer`'s file lock): its pid, its host
+    (`host_id`), when it started and its command line."""
+    import sys
+    import time
+
+    return {"pid": os.getpid(), "host": host_id(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv)}
+
+
+def holder_text(holder: dict) -> str:
+    """A lock holder's record (`holder_record`) as a message names it; "another process" for an empty one."""
+    if not holder:
+        return "another process"
+    return (f"pid {holder.get('pid', '?')} on {machine_of(holder.get('host'))}, started {holder.get('started', '?')}: "
+            f"{holder.get('command', '?')}")
+
+
+def _read_holder(path: Path) -> dict:
+    import json
+
+    try:
+        holder = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+_KILLED_WRITE = r"^\.{name}\.(tmp-[0-9a-f]{{8}}|[0-9a-f]{{32}}\.tmp)$"
+"""The temporary files of a killed writer of the file `name` (`.<name>.tmp-<8 hex>`; `.<name>.<32 hex>.tmp`, as
+`write_parquet` named them before)."""
+
+
 @contextlib.contextmanager
-def sole_writer(folder: str | Path, command: str) -> Iterator[None]:
-    """Hold an exclusive flock on the folder `folder` (made where missing) for the block, so that a second command
-    writing the same folder at once is refused (`RftError`, naming `command`) instead of replacing the first one's
-    output when it ends (`rft init-model`, `rft merge`: two into one new folder, the last one won). The writer's
-    `atomic_dir` staging folder, which replaces `folder`, is locked by it too, so the lock holds until the writer
-    ends. On an error in the block the folders this made are removed, where empty. A `folder` that cannot be one
-    (a file there or on its path) or a file system without flock: the block runs unlocked, and the writer's own
-    checks say what is wrong."""
+def sole_writer(path: str | Path, command: str, file_key: str | None = None) -> Iterator[None]:
+    """Hold an exclusive flock on the output `path` for the block, so that a second command writing it at once is
+    refused (`RftError`, naming `command`) instead of replacing the first one's output when it ends (`rft
+    init-model`, `rft merge`: two into one new folder; `rft generate`: two into one file; the last one won).
+
+    A folder (`file_key` None; made where missing) is locked itself; the writer's `atomic_dir` staging folder, which
+    replaces it, is locked by it too, so the lock holds until the writer ends. On an error in the block the folders
+    this made are removed, where empty. A folder that cannot be one (a file there or on its path) or a file system
+    without flock: the block runs unlocked, and the writer's own checks say what is wrong.
+
+    A file (`file_key`: the key that names it, which the refusal says to change) is locked through `.<name>.lock`
+    beside it, which names the holder (`holder_record`) for the refusal and is removed when the block ends; under
+    the lock the temporary files a killed writer left beside the file (`_KILLED_WRITE`) are removed, with a note."""
     import fcntl
 
-    folder = Path(os.path.normpath(folder))
-    existing = next((path for path in (folder, *folder.parents) if path.exists()), None)
+    path = Path(os.path.normpath(path))
+    if file_key is not None:
+        with _file_lock(path, command, file_key):
+            yield
+        return
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         yield
         return
-    with _folder_made(folder):
-        fd = os.open(folder, os.O_RDONLY)
+    with _folder_made(path):
+        fd = os.open(path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            from rft.errors import RftError
-
-            raise RftError(f"{command}: another process is writing {str(folder)!r} now (the same command twice at "
-                           "once: the last to end would replace the first one's output); wait for it to end, or name "
-                           "another folder") from None
+            raise _writing_refused(command, path, None, "folder") from None
         except OSError:  # no flock on this file system: unlocked, as atomic_dir's writers are there
             pass
         try:
             yield
         finally:
             os.close(fd)
+
+
+def _writing_refused(command: str, path: Path, holder: dict | None, other: str) -> Exception:
+    from rft.errors import RftError
+
+    who = f"{holder_text(holder)}; " if holder is not None else ""
+    return RftError(f"{command}: another process is writing {str(path)!r} now ({who}the same command twice at once: "
+                    f"the last to end would replace the first one's output); wait for it to end, or name another "
+                    f"{other}")
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, command: str, key: str) -> Iterator[None]:
+    """`sole_writer` of a file: an flock on `.<name>.lock` beside it, the holder written in it."""
+    import fcntl
+    import json
+
+    parent = path.parent
+    if next((p for p in (parent, *parent.parents) if p.exists()), parent).is_file():
+        yield  # the writer's own checks name the file on the path
+        return
+    parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(f".{path.name}.lock")
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _writing_refused(command, path, _read_holder(lock), key) from None
+        except OSError:  # no flock on this file system: unlocked
+            os.close(fd)
+            yield
+            return
+        try:  # the holder before removed the file between this one's open and its lock: lock the new one
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder_record()) + "\n").encode(), 0)
+        killed = re.compile(_KILLED_WRITE.format(name=re.escape(path.name)))
+        for left in sorted(p for p in parent.iterdir() if killed.match(p.name) and p.is_file()):
+            left.unlink(missing_ok=True)
+            print(f"rft: note: an earlier write of {path} was killed: removed {left.name}, the file it was writing",
+                  flush=True)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # while held: the next writer locks a new file (see the samestat above)
+        os.close(fd)
 
 
 ABANDONED_AFTER_S = 10.0

@@ -42,6 +42,12 @@ def shareable(buffer: ExperienceBuffer) -> bool:
     return hasattr(buffer, "join") and buffer.url not in ("sqlite://", "sqlite:///:memory:")
 
 
+def persistent(buffer: ExperienceBuffer) -> bool:
+    """A buffer that outlives this process (a database file or server, a file buffer's folder), which another run
+    may be pointed at: it records the run that owns it (`own`)."""
+    return shareable(buffer) or isinstance(buffer, FileBuffer)
+
+
 def run_layout(cfg, model: dict | None) -> dict:
     """What the processes sharing a buffer must agree on (`rft.buffer.sharing`); `model`: the actor's identity
     (`rft.models.load.model_identity`)."""
@@ -58,4 +64,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["BufferClosed", "ExperienceBuffer", "FileBuffer", "MemoryQueue", "Read", "SQLBuffer", "buffer_url",
-           "database_url", "make_buffer", "run_layout", "shareable"]
+           "database_url", "make_buffer", "persistent", "run_layout", "shareable"]

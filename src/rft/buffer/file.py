@@ -7,15 +7,28 @@ import json
 from pathlib import Path
 
 from rft.experience import Experience
-from rft.fsutil import write_text_atomic
+from rft.fsutil import write_text_atomic, write_text_once
+
+OWNER_FILE = "owner.json"
+"""The run that owns the folder's experiences (`rft.buffer.sharing.OWNER_KEY`)."""
 
 
 class FileBuffer:
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.where = repr(str(self.folder))
         self.file = self.folder / "experiences.jsonl"
         self.state_file = self.folder / "explorer_state.json"
+
+    def owner(self) -> dict | None:
+        """The run that owns the folder, or None while none is recorded (a folder an earlier rft wrote too)."""
+        path = self.folder / OWNER_FILE
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def own(self, run: dict) -> dict:
+        """Record `run` as the folder's owner unless one is recorded; returns the owner."""
+        return json.loads(write_text_once(self.folder / OWNER_FILE, json.dumps(run) + "\n"))
 
     def write(self, experiences: list[Experience], explorer_state: dict | None = None) -> None:
         """Append the experiences (one JSON object a line: Experience.to_json), then the explorer's state; a

@@ -11,6 +11,12 @@ a heartbeat a thread renews every HEARTBEAT_S) says so. A second process asking 
 heartbeat: one that moves is a live holder and the second process stops with one line; one that stands still for
 WATCH_S (or whose process is gone, on the same host) belongs to a killed process, whose rerun takes the role over
 as it resumes.
+
+A buffer also records the run that *owns* it (`OWNER_KEY`: the run id its output folder holds, `.rft-run-id`,
+written by the first process of the run; see `rft.trainer.run_folder.claim_buffer`): a database buffer in rft_meta,
+a file buffer in its folder. An explorer or trainer of another run is refused (`owner_refusal`) instead of taking
+that run's experiences, its position or its reads as its own (a new run's explorer on a finished run's buffer said
+"all steps already written" and exited 0).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ WATCH_S = 4.0
 """How long a heartbeat that does not move means its process is gone (several beats missed)."""
 LAYOUT_KEY = "run"
 HOLDER_KEY = "holder/"
+OWNER_KEY = "owner"
+"""rft_meta's record of the run that owns the buffer (`owner_refusal`): {"run": its id, "folder": its output
+folder, "host": `host_id()` of the process that recorded it}."""
 
 
 def meta_value(conn, table: sa.Table, key: str) -> str | None:
@@ -65,6 +74,16 @@ def layout_mismatch(recorded: dict, mine: dict, where: str) -> str | None:
                 f" than this process's actor_rollout_ref.model.path ({_describe_model(mine['model'])}): the explorers "
                 "and the trainer of a run start from the same model; a new run needs a buffer of its own")
     return None
+
+
+def owner_refusal(owner: dict, folder: str, where: str) -> str:
+    """The one line for a process whose run (output folder `folder`) is not `owner`, the run that owns the buffer
+    `where`."""
+    host = f" on {machine_of(owner['host'])}" if owner.get("host") else ""
+    return (f"experience_buffer.path {where} belongs to another run (run {str(owner.get('run'))[:8]}, output folder "
+            f"{owner.get('folder')}{host}), and this run (output folder {folder}) would take that run's experiences "
+            "as its own: give this run a buffer of its own (another experience_buffer.path, or move that one aside), "
+            f"or resume that run with trainer.default_local_dir={owner.get('folder')}")
 
 
 def _host(holder: dict) -> str:

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from rft import interrupts
 from rft.buffer.base import BufferClosed, Read
-from rft.buffer.sharing import LAYOUT_KEY, Holders, layout_mismatch, meta_value
+from rft.buffer.sharing import LAYOUT_KEY, OWNER_KEY, Holders, layout_mismatch, meta_value
 from rft.errors import RftError
 from rft.experience import Experience
 
@@ -61,7 +61,8 @@ META = sa.Table(
 
 
 TRAINER_RUN_KEY = "trainer_run"
-"""rft_meta's record of the run whose trainer reads the buffer (`SQLBuffer.check_reader`)."""
+"""rft_meta's record of the run whose trainer read the buffer, as an earlier rft wrote it: that run owns the buffer
+(`SQLBuffer.own`)."""
 LOCK_WAIT_S = 120.0
 """How long a SQLite buffer waits for a lock another process holds (explorer and trainer take turns in
 milliseconds; a transaction held open longer is another program's) before the run stops naming the file."""
@@ -189,7 +190,7 @@ class SQLBuffer:
                  priority_decay: float = 2.0, poll_s: float = 0.05, explorers: int = 1, explorer: int = 0):
         """`explorers`: how many explorers write (explore step n is explorer (n - 1) % explorers'); `explorer`:
         which one this process is (its state and its rows are its own)."""
-        self.url = url
+        self.url, self.where = url, _shown(url)
         self.explorers, self.explorer = explorers, explorer
         self.engine = make_engine(url)
         try:
@@ -218,24 +219,45 @@ class SQLBuffer:
         """Take part in the buffer's run (see `rft.buffer.sharing`): `layout` (explorer_num, rollout_n, model)
         recorded when the buffer is new, else compared with the recorded one (one line where they differ); then
         hold `roles` (explorer/<k>, trainer) while this process runs."""
-        mine = json.dumps(layout, sort_keys=True)
-
-        def record() -> str:
-            with self.engine.begin() as conn:
-                found = meta_value(conn, META, LAYOUT_KEY)
-                if found is None:
-                    conn.execute(META.insert().values(key=LAYOUT_KEY, value=mine))
-                return found or mine
-
-        try:
-            recorded = self._retried(record, "recording the experience buffer's run")
-        except sa.exc.IntegrityError:  # another process recorded it between this one's look and its insert
-            recorded = self._get(LAYOUT_KEY)
-        why = layout_mismatch(json.loads(recorded), layout, _shown(self.url))
+        recorded = self._record_once(LAYOUT_KEY, json.dumps(layout, sort_keys=True), "recording the experience "
+                                     "buffer's run")
+        why = layout_mismatch(json.loads(recorded), layout, self.where)
         if why is not None:
             raise RftError(why)
+        self.hold(roles)
+
+    def hold(self, roles: list[str]) -> None:
+        """Hold `roles` (explorer/<k>, trainer) while this process runs (`sharing.Holders`)."""
         for role in roles:
             self.holders.take(role)
+
+    def owner(self) -> dict | None:
+        """The run that owns the buffer (`sharing.OWNER_KEY`; an earlier rft's record of the run whose trainer
+        read it), or None while none is recorded."""
+        value = self._get(OWNER_KEY) or self._get(TRAINER_RUN_KEY)
+        return json.loads(value) if value is not None else None
+
+    def own(self, run: dict) -> dict:
+        """Record `run` as the buffer's owner unless one is recorded (a buffer an earlier rft wrote: the run whose
+        trainer read it); returns the owner."""
+        earlier = self._get(TRAINER_RUN_KEY)
+        return json.loads(self._record_once(OWNER_KEY, earlier or json.dumps(run), "recording the experience "
+                                            "buffer's owner"))
+
+    def _record_once(self, key: str, value: str, what: str) -> str:
+        """`value` recorded at `key` in rft_meta unless a value is there; returns the recorded one (of processes
+        recording at once, the first's)."""
+        def record() -> str:
+            with self.engine.begin() as conn:
+                found = meta_value(conn, META, key)
+                if found is None:
+                    conn.execute(META.insert().values(key=key, value=value))
+                return found or value
+
+        try:
+            return self._retried(record, what)
+        except sa.exc.IntegrityError:  # another process recorded it between this one's look and its insert
+            return self._get(key)
 
     # --------------------------------------------------------------------------------------- explorer side
     def _retried(self, fn, what: str):
@@ -412,32 +434,19 @@ class SQLBuffer:
         conn.execute(EXPERIENCES.update().where(c.seq.in_(seqs)).values(**values))
         conn.execute(READS.insert(), [{"step": step, "seq": s, "dropped": dropped} for s in seqs])
 
-    def check_reader(self, run: str, folder: str, start: int) -> None:
-        """The trainer of run `run` (its output `folder`), resuming after step `start`, reads this buffer: one line
-        when the buffer holds no read of steps 1..start (it is not the one the run trained on: replaced, emptied or
-        another path) or was read by the trainer of another run (a new run on an old buffer would train on that
-        run's experiences again); else the buffer records `run` as its reader."""
-        mine = json.dumps({"run": run, "folder": folder})
+    def check_reader(self, start: int) -> None:
+        """The trainer of the buffer's run (`own`), resuming after step `start`, reads this buffer: one line when the
+        buffer holds no read of steps 1..start (it is not the one the run trained on: replaced, emptied or another
+        path)."""
+        def look() -> bool:
+            with self.engine.connect() as conn:
+                return conn.execute(sa.select(READS.c.step).where(READS.c.step <= start).limit(1)).first() is not None
 
-        def look() -> str | None:
-            with self.engine.begin() as conn:
-                recorded = json.loads(meta_value(conn, META, TRAINER_RUN_KEY) or "null")
-                read_any = conn.execute(sa.select(READS.c.step).limit(1)).first() is not None
-                if start > 0 and conn.execute(sa.select(READS.c.step).where(READS.c.step <= start).limit(1)).first() is None:
-                    return (f"experience_buffer.path {_shown(self.url)} holds no read of trainer steps 1..{start}, yet "
-                            f"the trainer resumes from its checkpoint of step {start}: it is not the buffer this run "
-                            "trained on (replaced, emptied, or another path); restore that one, or start a new run in "
-                            "another trainer.default_local_dir")
-                if recorded is not None and recorded["run"] != run and read_any:
-                    return (f"experience_buffer.path {_shown(self.url)} was read by the trainer of another run (output "
-                            f"folder {recorded['folder']}): a new run needs a buffer of its own (another "
-                            "experience_buffer.path, or move the old one aside)")
-                self._set(conn, TRAINER_RUN_KEY, mine)
-                return None
-
-        why = self._retried(look, "checking the experience buffer's reader")
-        if why is not None:
-            raise RftError(why)
+        if start > 0 and not self._retried(look, "checking the experience buffer's reads"):
+            raise RftError(f"experience_buffer.path {self.where} holds no read of trainer steps 1..{start}, yet the "
+                           f"trainer resumes from its checkpoint of step {start}: it is not the buffer this run "
+                           "trained on (replaced, emptied, or another path); restore that one, or start a new run in "
+                           "another trainer.default_local_dir")
 
     def release_after(self, step: int) -> None:
         c = EXPERIENCES.c

@@ -1074,12 +1074,13 @@ class SynchronizerConfig:
         None,
         "How weights travel from trainer to explorer: memory (one process: the explorer samples from the trained "
         "model itself), checkpoint (the trainer writes them under <out>/sync/, the explorer loads the version it "
-        "needs: modes explore / train, or both as two processes), nccl (a torch.distributed broadcast between the "
-        "two processes of mode both: gloo over host memory). null: memory in one process, nccl for two processes "
-        "of mode both, checkpoint for modes explore / train. With sync_interval 1 and sync_offset 0 explorer and "
-        "trainer take strict turns, which rft runs in one process sharing the model whatever is named here (the "
-        "same weights every step, nothing copied).",
-        choices=(None, "memory", "checkpoint", "nccl"),
+        "needs: modes explore / train, or both as two processes), gloo (a torch.distributed broadcast between the "
+        "two processes of mode both, over a gloo group through host memory, on GPUs too). nccl: Trinity-RFT's name "
+        "for a GPU-to-GPU NCCL broadcast, which rft does not have: it runs gloo and says so. null: memory in one "
+        "process, gloo for two processes of mode both, checkpoint for modes explore / train. With sync_interval 1 "
+        "and sync_offset 0 explorer and trainer take strict turns, which rft runs in one process sharing the model "
+        "whatever is named here (the same weights every step, nothing copied).",
+        choices=(None, "memory", "checkpoint", "gloo", "nccl"),
     )
     sync_interval: int = fld(
         1, "The trainer publishes its weights every sync_interval steps; the explorer takes them after its steps "

@@ -47,7 +47,7 @@ def inactive_reason(key: str, inactive: Mapping[str, str]) -> str | None:
 
 
 def choice_hint(value: Any, choices: tuple) -> str:
-    """"choose one of ['memory', 'checkpoint', 'nccl'] or leave it unset; did you mean 'memory'?" for a `value`
+    """"choose one of ['memory', 'checkpoint', 'gloo', 'nccl'] or leave it unset; did you mean 'memory'?" for a `value`
     none of `choices` is: a None choice said in words (a YAML file spells it null, or leaves the key out), then the
     choice closest to a misspelt string."""
     named = [c for c in choices if c is not None]

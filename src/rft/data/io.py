@@ -81,7 +81,7 @@ def write_parquet(rows: list[dict], path: str | Path, metadata: dict[bytes, str]
     if metadata:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
     # A fresh name rather than mkstemp, so the file gets the usual permissions instead of mkstemp's 0600.
-    tmp_path = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp_path = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")  # fsutil's name: a killed write's is known
     try:
         checked_write(lambda: pq.write_table(table, tmp_path), path)  # a full disk's error names no file
         os.replace(tmp_path, path)

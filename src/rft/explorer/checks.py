@@ -118,9 +118,9 @@ def check_explorers(ctx: CheckContext) -> None:
         raise ConfigError(f"{n}: explorers take turns at the steps of a taskset they each read whole; "
                           f"data.task_storage={cfg.data.task_storage} is a stream they would compete for; use "
                           "files, or explorer_num 1")
-    if cfg.synchronizer.sync_method == "nccl":
-        raise ConfigError(f"{n}: synchronizer.sync_method=nccl broadcasts to one explorer; use checkpoint (the "
-                          "default with several explorers)")
+    if cfg.synchronizer.sync_method in ("gloo", "nccl"):
+        raise ConfigError(f"{n}: synchronizer.sync_method={cfg.synchronizer.sync_method} broadcasts to one "
+                          "explorer; use checkpoint (the default with several explorers)")
 
 
 @CHECKS.register("explorer.workflow")

@@ -117,6 +117,17 @@ def load_tasksets(cfg, tokenizer):
     return taskset, val_set
 
 
+def rank_stream(shared: torch.Generator, rank: int) -> torch.Generator:
+    """The sampling stream of process `rank` for one generation batch of several processes: a seed drawn from the
+    shared rollout generator (one draw on every rank, so the ranks' shared generators stay equal and a checkpoint
+    holds one state), offset by the rank, so that each rank samples its own responses. The same seed and number of
+    processes give the same samples; another number of processes gives other ones (docs/scaling.md: one process
+    samples from `shared` itself, and the hf engine draws the tokens of a batch's rows together, so a row's
+    draws depend on which rows share its batch)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=shared))
+    return torch.Generator().manual_seed((seed + 1_000_003 * rank) % 2**63)
+
+
 class Explorer:
     def __init__(self, cfg, tokenizer, engine, rewards: RewardPipeline, taskset,
                  val_set: PromptDataset | None = None, dist: Dist = SINGLE):
@@ -228,11 +239,9 @@ class Explorer:
         params = self.sampling_params(ro, n=ro.n, do_sample=ro.do_sample)
         if not self.dist.enabled:
             return rollout_batch(self.engine, self.tokenizer, prompts, params, self.generator)
-        # Each rank samples from its own stream, drawn from the shared generator (the same on every rank, so a
-        # checkpoint holds one state); prompts get globally unique group ids; every rank pads its responses to
-        # the widest of all, so the gathered (B, R) tensors are the one-process batch's.
-        seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        generator = torch.Generator().manual_seed((seed + 1_000_003 * self.dist.rank) % 2**63)
+        # Each rank samples from its own stream (`rank_stream`); prompts get globally unique group ids; every rank
+        # pads its responses to the widest of all, so the gathered (B, R) tensors are the one-process batch's.
+        generator = rank_stream(self.generator, self.dist.rank)
         with gathered_for_generation(self.engine.model):
             batch = rollout_batch(self.engine, self.tokenizer, prompts, params, generator)
         if positions is not None:

@@ -5,7 +5,8 @@ from the `hf` engine, `rollout_batch` as in validation; the output is the input 
 list of n strings), written under a temporary name and renamed, which `rft eval` reads. What it was made from
 (`inputs_of`: the config, data.path's bytes, the model folder) is recorded in the parquet's metadata
 (`rft.offline.record`), so that the same command again says the output is complete and generates nothing, and a
-rerun with other inputs is refused instead of replacing it (`check_earlier_output`).
+rerun with other inputs is refused instead of replacing it (`check_earlier_output`). One run writes an output at a
+time (`fsutil.sole_writer`): a second into the same file while the first runs is refused, naming the first.
 """
 
 from __future__ import annotations
@@ -83,25 +84,34 @@ def check_earlier_output(cfg: GenerationConfig, inputs: dict[str, str]) -> bool:
 
 
 def run_generate(cfg: GenerationConfig) -> Path:
-    from rft.data.dataset import PromptDataset
-    from rft.data.io import read_rows, write_parquet
     from rft.errors import RftError
-    from rft.explorer.evaluate import rollout_batch
-    from rft.fsutil import output_problem
-    from rft.models.checks import check_generation_positions
-    from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
-    from rft.rollout import HFRollout, SamplingParams
-    from rft.rollout.base import eos_token_ids
+    from rft.fsutil import output_problem, sole_writer
     from rft.runtime import configure_cpu_runtime
 
     configure_cpu_runtime()
-    d, r, m = cfg.data, cfg.rollout, cfg.model
+    d = cfg.data
     problem = output_problem(d.output_path, folder=False)
     if problem:
         raise RftError(f"data.output_path: {problem}")
     inputs = inputs_of(cfg)  # before the work: a data.path or model changed meanwhile is not recorded as used
-    if check_earlier_output(cfg, inputs):
-        return Path(d.output_path)
+    # one writer of the output from its check to its rename: a second generate into it at once is refused
+    with sole_writer(Path(d.output_path).expanduser(), "rft generate", file_key="data.output_path"):
+        if check_earlier_output(cfg, inputs):
+            return Path(d.output_path)
+        return _generate(cfg, inputs)
+
+
+def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
+    """The responses of `cfg`, written to data.output_path with the record of `inputs`."""
+    from rft.data.dataset import PromptDataset
+    from rft.data.io import read_rows, write_parquet
+    from rft.explorer.evaluate import rollout_batch
+    from rft.models.checks import check_generation_positions
+    from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
+    from rft.rollout import HFRollout, SamplingParams
+    from rft.rollout.base import eos_token_ids
+
+    d, r, m = cfg.data, cfg.rollout, cfg.model
     start = time.perf_counter()
     device = resolve_device(cfg.trainer.device)
     dtype = compute_dtype(r.dtype, device)

@@ -1,8 +1,11 @@
-"""`sync_method: nccl`: the trainer broadcasts its weights to the explorer over a torch.distributed process group
+"""`sync_method: gloo`: the trainer broadcasts its weights to the explorer over a torch.distributed process group
 of the two processes of mode both (rank 0 the trainer, rank 1 the explorer; rendezvous on 127.0.0.1).
 
-The group runs gloo over host memory, on GPUs too for now (a GPU-to-GPU NCCL path is not written: this machine has
-no GPU to run it on). It is a group of its own, not torch.distributed's default group: the explorer's vLLM engine
+The group runs gloo through host memory, on GPUs too: rft has no NCCL path for this sync. Trinity-RFT's
+`sync_method: nccl` (a GPU-to-GPU NCCL group between the trainer and its vLLM engines) runs as this, and the
+trainer's log says so (`transport_line`): in rft's own launch of mode both the explorer shares the trainer's GPU, and
+NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so an NCCL group needs an explorer placed on a GPU of
+its own, which has not been run. It is a group of its own, not torch.distributed's default group: the explorer's vLLM engine
 initialises that one for itself in the same process (as verl's and TRL's weight syncs keep theirs apart). The
 trainer polls its store for the explorer to join (quietly: no c10d timeout warnings on the console), so an explorer
 that dies before it joins stops the trainer at once with one line instead of after the sync timeout. The trainer
@@ -69,6 +72,18 @@ class _Group:
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         self.group.broadcast(tensor, src).wait()
+
+
+def transport_line(named: str | None, device: torch.device) -> str:
+    """The trainer's line saying what the weight broadcast runs over; `named`: synchronizer.sync_method as set
+    (Trinity-RFT's nccl runs as gloo), `device`: where the trainer's weights are."""
+    line = "rft trainer: the weights go to the explorer by broadcast over a gloo process group, through host memory"
+    if device.type != "cpu":
+        line += f" (copied from {device.type} to host memory and back)"
+    if named == "nccl":
+        line += (", not NCCL: synchronizer.sync_method=nccl names Trinity-RFT's GPU-to-GPU NCCL broadcast, which rft "
+                 "does not have (docs/scaling.md); gloo, the same broadcast through host memory, runs instead")
+    return line
 
 
 def snapshot(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -51,10 +51,13 @@ def workflow_apart(cfg) -> bool:
 
 
 def sync_method(cfg) -> str:
-    """synchronizer.sync_method, or its default for the mode: memory (one process), nccl (the two processes of
-    mode both), checkpoint (modes explore / train / bench, and mode both with several explorers)."""
-    if cfg.synchronizer.sync_method is not None:
-        return cfg.synchronizer.sync_method
+    """The weight sync that runs: synchronizer.sync_method, or its default for the mode: memory (one process), gloo
+    (the two processes of mode both), checkpoint (modes explore / train / bench, and mode both with several
+    explorers). nccl, Trinity-RFT's name for a GPU-to-GPU broadcast, runs as gloo (rft has no NCCL weight sync; the
+    trainer's log says so: `rft.sync.process_group.transport_line`)."""
+    named = cfg.synchronizer.sync_method
+    if named is not None:
+        return "gloo" if named == "nccl" else named
     if is_synchronous(cfg):
         return "memory"
-    return "nccl" if cfg.trainer.mode == "both" and cfg.trainer.explorer_num == 1 else "checkpoint"
+    return "gloo" if cfg.trainer.mode == "both" and cfg.trainer.explorer_num == 1 else "checkpoint"

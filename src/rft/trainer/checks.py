@@ -142,7 +142,7 @@ def check_modes(ctx: CheckContext) -> None:
             "synchronizer.sync_method=memory needs explorer and trainer in one process, but "
             + (f"workflow.type={cfg.workflow.type} beside several trainer processes runs its explorer apart"
                if workflow_apart(cfg) else f"sync_interval={s.sync_interval} / sync_offset={s.sync_offset} run them "
-               "as two") + ": use nccl (a process-group broadcast) or checkpoint (files), or null"
+               "as two") + ": use gloo (a process-group broadcast) or checkpoint (files), or null"
         )
     if t.mode in ("explore", "train", "bench") and method not in (None, "checkpoint"):
         raise ConfigError(

@@ -40,7 +40,7 @@ from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine
 from rft.runtime import configure_cpu_runtime, exit_with_parent
 from rft.sync import schedule
-from rft.sync.process_group import snapshot
+from rft.sync.process_group import snapshot, transport_line
 from rft.sync.schedule import sync_method
 from rft.trainer.checkpoint import EXPLORER_VERSIONS
 from rft.trainer.run import closed_on_error, joined_buffer, total_training_steps
@@ -110,7 +110,7 @@ class ExploreLoop:
             rewards = RewardPipeline.from_config(cfg, self.tokenizer, dtype, device)
             engine = build_engine(cfg, model, self.tokenizer)
             self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set)
-            self.sync = None  # made in run(): nccl joins the trainer's process group there
+            self.sync = None  # made in run(): gloo joins the trainer's process group there
 
     def run(self) -> None:
         try:
@@ -133,7 +133,7 @@ class ExploreLoop:
                        f"buffer ({explorer_folder(self.out, t.explorer_rank)}); nothing to do (raise "
                        "trainer.total_training_steps to explore on)"), flush=True)
             return
-        if method == "nccl":
+        if method == "gloo":
             from rft.sync.process_group import ProcessGroupReceiver
 
             # the trainer sends exactly the versions the steps after ex.step generate with; the first one now
@@ -198,7 +198,7 @@ class ExploreLoop:
 
 # ---------------------------------------------------------------------------------------------- trainer
 class KeptVersions:
-    """What a trainer broadcasting to its explorer (sync_method nccl) keeps in host memory: copies of the versions
+    """What a trainer broadcasting to its explorer (sync_method gloo) keeps in host memory: copies of the versions
     (trainable weights after trainer step v) that explore steps after its current step generate with, at most
     sync_offset // sync_interval + 2 of them. They go to the explorer, and those older than a checkpoint's step are
     saved with it, so a rerun sends a restarted explorer the versions its schedule names whatever step it resumes
@@ -267,10 +267,8 @@ class TrainLoop:
         state = self.trainer.resume({})
         start = self.trainer.global_step
         if main:
-            if shareable(self.buffer):  # a database buffer: this run's, and read by this trainer
-                from rft.trainer.run_folder import run_id
-
-                self.buffer.check_reader(run_id(self.out), str(self.out.resolve()), start)
+            if shareable(self.buffer):  # a database buffer: the one this run's trainer read
+                self.buffer.check_reader(start)
             write_text_atomic(self.out / "config.yaml", to_yaml(cfg))  # after the resume's checks passed
             self.buffer.release_after(start)  # reads after the checkpoint are read again, in the same order
         tracker = Tracker.for_run(cfg, self.out, self.total_steps, start,
@@ -286,7 +284,9 @@ class TrainLoop:
                           f"{s.sync_interval}, sync_offset {s.sync_offset})")
         kept, used = None, set()
         nothing_to_learn = NothingToLearn()
-        if sync_method(cfg) == "nccl":
+        if sync_method(cfg) == "gloo":
+            if main:
+                tracker.write(transport_line(s.sync_method, self.trainer.device))
             # the versions explore steps generate with, gathered from the shards by every rank at the same steps
             used = set(schedule.versions_after(0, self.total_steps, s.sync_interval, s.sync_offset))
             weights = self._weights()
@@ -344,7 +344,7 @@ class TrainLoop:
 
     def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None = None,
                      current: dict[str, torch.Tensor] | None = None) -> tuple[object, set[int]]:
-        """sync_method nccl: join the explorer, send the versions up to `start` that its next steps generate with
+        """sync_method gloo: join the explorer, send the versions up to `start` that its next steps generate with
         (from `kept`; `current`: the trainable weights at `start`), and return the sender with the later versions
         to send after their trainer steps."""
         from rft.sync.process_group import ProcessGroupSender

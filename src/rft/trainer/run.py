@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from rft.buffer import ExperienceBuffer, make_buffer, run_layout, shareable
+from rft.buffer import ExperienceBuffer, make_buffer, persistent, run_layout, shareable
 from rft.config import to_yaml
 from rft.console import counted
 from rft.distributed import SINGLE, Dist
@@ -40,12 +40,19 @@ from rft.workers.optim import plateau_step
 
 def joined_buffer(cfg, tokenizer, shared: bool = False, roles: tuple[str, ...] = ()) -> ExperienceBuffer:
     """The run's experience buffer, a database one joined as `roles` on the terms of this config and model
-    (`rft.buffer.sharing`): explorers and trainer of one run agree, a new run does not reuse another's buffer."""
+    (`rft.buffer.sharing`): explorers and trainer of one run agree, a new run does not reuse another's buffer (one
+    that outlives the process is owned by its run: `claim_buffer`)."""
+    from rft.trainer.run_folder import claim_buffer
+
     buffer = make_buffer(cfg, shared=shared)
-    if shareable(buffer):
-        with closed_on_error(buffer):  # refused: its connections closed now, not when collected (a process that
-            # goes on, and a file moved meanwhile, would meet them: SQLite's "disk I/O error")
-            buffer.join(run_layout(cfg, model_identity(cfg.actor_rollout_ref.model.path, tokenizer)), list(roles))
+    with closed_on_error(buffer):  # refused: its connections closed now, not when collected (a process that goes on,
+        # and a file moved meanwhile, would meet them: SQLite's "disk I/O error")
+        if shareable(buffer):
+            buffer.join(run_layout(cfg, model_identity(cfg.actor_rollout_ref.model.path, tokenizer)), [])
+        if persistent(buffer):
+            claim_buffer(buffer, Path(cfg.trainer.default_local_dir))
+        if shareable(buffer):
+            buffer.hold(list(roles))
     return buffer
 
 

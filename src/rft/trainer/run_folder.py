@@ -47,7 +47,15 @@ from typing import Any
 
 from rft.distributed import SINGLE, Dist
 from rft.errors import CheckpointError, RftError, RunComplete, RunLocked, ends_with_resume_note
-from rft.fsutil import clean_stale, host_id, machine_of, on_this_host, process_alive
+from rft.fsutil import (
+    clean_stale,
+    holder_record,
+    holder_text,
+    host_id,
+    machine_of,
+    on_this_host,
+    process_alive,
+)
 from rft.interrupts import Interrupted, StopNow
 from rft.runtime import human_bytes
 
@@ -98,18 +106,14 @@ class RunLock:
         if pid and (pid != os.getpid() or previous.get("host") != host_id()):
             print(f"rft: note: {self.path.parent}: took over the lock of an earlier run that is no longer running "
                   f"(pid {pid} on {machine_of(previous.get('host'))}, started {previous.get('started', '?')})", flush=True)
-        info = {"pid": os.getpid(), "host": host_id(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        os.pwrite(fd, (json.dumps(holder_record()) + "\n").encode(), 0)
         return self
 
     def _locked(self, holder: dict) -> RunLocked:
-        who = (f"pid {holder.get('pid', '?')} on {machine_of(holder.get('host'))}, started {holder.get('started', '?')}: "
-               f"{holder.get('command', '?')}") if holder else "another process"
         return RunLocked(
-            f"output folder {str(self.path.parent)!r} is in use by another rft run ({who}); wait for it to finish "
-            "or stop it, or give this run another folder (trainer.default_local_dir)"
+            f"output folder {str(self.path.parent)!r} is in use by another rft run ({holder_text(holder)}); wait for "
+            "it to finish or stop it, or give this run another folder (trainer.default_local_dir)"
         )
 
     def _unknowable(self, holder: dict) -> RunLocked:
@@ -428,17 +432,45 @@ def _record_failure(path: Path | None, error: BaseException) -> None:
 RUN_ID_FILE = ".rft-run-id"
 
 
-def run_id(out: Path) -> str:
-    """The identity of the run whose output folder is `out`: a random id written there by its first trainer (kept
-    across reruns, gone with the folder), by which a database buffer knows its reader (`SQLBuffer.check_reader`)."""
+def claim_buffer(buffer: Any, out: Path) -> None:
+    """The run of output folder `out` owns the persistent `buffer` (`rft.buffer.sharing.owner_refusal`), or this
+    process stops in one line before it reads or writes there.
+
+    The run's identity is a random id in `out/.rft-run-id`, written by the first process of the run to claim a
+    buffer (written once: the explorer and the trainer of a new run starting at the same moment agree on it) and
+    kept across reruns, so a resume in the same folder is the same run. The buffer records the first run to claim
+    it; a process of another run is refused. One exception, the two machines of docs/scaling.md without a shared
+    file system (the same output folder path on each): a folder without an id whose path the buffer's owner
+    recorded from another machine takes that owner's id, even when both machines started at once."""
     import uuid
 
-    from rft.fsutil import write_text_atomic
+    from rft.buffer.sharing import owner_refusal
+    from rft.fsutil import write_text_atomic, write_text_once
 
-    path = Path(out) / RUN_ID_FILE
-    if not path.is_file():
-        write_text_atomic(path, uuid.uuid4().hex + "\n")
-    return path.read_text().strip()
+    out = Path(out).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)  # held by `run_folder` in a run; a loop built on its own makes it
+    here, id_file = str(out), out / RUN_ID_FILE
+
+    def elsewhere(owner: dict | None) -> bool:
+        """`owner` is this folder's path on another machine: the same run, whose folder this machine lacks."""
+        return owner is not None and owner.get("folder") == here and bool(owner.get("host")) \
+            and not on_this_host(owner.get("host"))
+
+    made = False
+    if id_file.is_file():
+        run = id_file.read_text().strip()
+    else:
+        owner = buffer.owner()
+        proposed = owner["run"] if elsewhere(owner) else uuid.uuid4().hex
+        run = write_text_once(id_file, proposed + "\n").strip()
+        made = run == proposed and not elsewhere(owner)
+    owner = buffer.own({"run": run, "folder": here, "host": host_id()})
+    if owner["run"] == run:
+        return
+    if made and elsewhere(owner):  # both machines started at once, and the other one recorded its id first
+        write_text_atomic(id_file, owner["run"] + "\n")
+        return
+    raise RftError(owner_refusal(owner, here, buffer.where))
 
 
 def _resume_note(cfg: Any, out: Path, role: str = "trainer") -> str:
