@@ -360,6 +360,15 @@ def check_weight_files(path: str, key: str) -> None:
                 f.keys()
         except Exception as e:
             said = " ".join(str(e).split())[:120]
+            if isinstance(e, MemoryError) or "os error 12" in said:  # ENOMEM from its mmap, not a bad file
+                from rft.runtime import available_memory, human_bytes
+
+                free = available_memory()
+                machine = f"this machine ({human_bytes(free)} free now)" if free is not None else "this machine"
+                raise ModelError(
+                    f"{key}.path={path!r}: {name} ({human_bytes(file.stat().st_size)}) could not be mapped "
+                    f"into memory ({said}): {machine} or this process's limit (ulimit -v) leaves too little memory "
+                    "for the model; free memory, raise the limit, or use a smaller model") from None
             raise ModelError(f"{key}.path={path!r}: {name} is damaged or incomplete "
                              f"({file.stat().st_size:,} bytes; {said}); {again}") from None
 
