@@ -88,6 +88,22 @@ def test_bad_images_are_one_error_naming_the_row(vlm, tmp_path, bad, message):
     assert "d.parquet row 1" in str(e.value) and message in str(e.value)
 
 
+def test_a_truncated_jpeg_is_one_error_naming_the_file_row_column_and_what_to_do(vlm, tmp_path):
+    """PIL's verify() reads a JPEG's header only: a JPEG cut short passed it, and its decode failed later in the
+    processor, whose OSError ("image file is truncated (N bytes not processed)") named no file, row or remedy."""
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(out, format="JPEG")
+    cut = out.getvalue()[:-40]
+    rows = [row("<image>count", [{"bytes": png()}]) for _ in range(5)] + [row("<image>count", [{"bytes": cut}])]
+    with pytest.raises(DataError) as e:
+        dataset(vlm, tmp_path, rows)
+    said = str(e.value)
+    assert said.startswith(f"{tmp_path / 'd.parquet'} row 5 (images[0]): its image bytes does not decode as an image "
+                           "(OSError: "), said
+    assert "truncated" in said.lower().split("; ")[0], said
+    assert said.endswith("replace it with a whole image (a truncated download or copy?) or drop the row"), said
+
+
 def test_images_for_a_text_model_are_refused_before_it_loads(tmp_path):
     from rft.models.tiny import build_tokenizer
 
