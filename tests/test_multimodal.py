@@ -252,6 +252,32 @@ def test_generation_with_images_equals_generate_and_a_full_forward(vlm, family):
     assert not torch.isin(sampled.response_ids, torch.tensor(vision.special_ids)).any()  # no image opened
 
 
+def test_rft_generate_answers_image_rows_of_a_vision_language_model(vlm, tmp_path, capsys):
+    """rft generate read its prompts without the model's processor and refused image rows, saying a Qwen2.5-VL "is a
+    text-only model". Its greedy responses are the engine's, given the rows' pixels."""
+    from rft.cli import main
+    from rft.data.io import read_rows
+
+    path = str(vlm("qwen2_5_vl"))
+    vision = vision_for(path)
+    ids, images = _prompts(vision)
+    write_parquet([row("<image>how many?", [{"bytes": images[0][0]}]),
+                   row("<image> or <image>", [{"bytes": b} for b in images[1]])], tmp_path / "d.parquet")
+    code = main(["generate", f"model.path={path}", f"data.path={tmp_path / 'd.parquet'}", "data.n_samples=1",
+                 f"data.output_path={tmp_path / 'out.parquet'}", "rollout.do_sample=false", "rollout.dtype=float32",
+                 "rollout.response_length=6", "rollout.prompt_length=64", "trainer.device=cpu"])
+    assert code == 0, capsys.readouterr().err
+    model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()
+    pad = vision.tokenizer.pad_token_id
+    prompt_ids, prompt_mask = left_pad(ids, pad)
+    engine = HFRollout(model, eos_token_ids=[vision.tokenizer.eos_token_id], pad_token_id=pad)
+    greedy = engine.generate(prompt_ids, prompt_mask, SamplingParams(max_tokens=6, do_sample=False), images=images)
+    expected = vision.tokenizer.batch_decode([r[m.bool()].tolist() for r, m in zip(greedy.response_ids,
+                                                                                  greedy.response_mask)],
+                                             skip_special_tokens=True)
+    assert [r["responses"] for r in read_rows(str(tmp_path / "out.parquet"))] == [[t] for t in expected]
+
+
 def _grads(model, batch):
     """The gradient of every trainable parameter under a loss that weighs each response token's log-prob."""
     model.zero_grad()
