@@ -278,6 +278,18 @@ def test_rft_generate_answers_image_rows_of_a_vision_language_model(vlm, tmp_pat
     assert [r["responses"] for r in read_rows(str(tmp_path / "out.parquet"))] == [[t] for t in expected]
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_families_special_token_ids_are_inside_their_vocabulary(vlm, family):
+    """`rft init-model --family qwen2_5_vl` (and qwen2_vl) kept Qwen's bos_token_id 151643 in a
+    vocabulary of 279, which transformers called out of range on every load."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.from_pretrained(vlm(family)).get_text_config()
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = getattr(text, name, None)
+        assert value is None or 0 <= value < text.vocab_size, (name, value, text.vocab_size)
+
+
 def _grads(model, batch):
     """The gradient of every trainable parameter under a loss that weighs each response token's log-prob."""
     model.zero_grad()
