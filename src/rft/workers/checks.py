@@ -110,17 +110,29 @@ def check_sequence_parallel(ctx: CheckContext) -> None:
     if needs_logits:
         raise ConfigError(f"{key}={sp}: {needs_logits[0]} needs each micro-batch's whole logits, which sequence "
                           "parallelism splits over the processes; set it to 1 or choose another")
-    if ctx.check_paths and ctx.check_model_path:
-        from rft.models.checks import text_config_json
-        from rft.workers.ulysses import heads_error
+    if not (ctx.check_paths and ctx.check_model_path):
+        return
+    from rft.models.checks import text_config_json
+    from rft.workers.ulysses import heads_error
 
-        config = text_config_json(arr.model.path)
+    # each model split over the group: the actor's (its reference's too), and a critic that runs with the actor's
+    # size, from its own folder (it was refused only once both models had loaded on every process)
+    split = [(key, "actor_rollout_ref.model.path", arr.model.path)]
+    if builds_critic(cfg) and cfg.critic.ulysses_sequence_parallel_size in (None, sp):
+        split.append(("critic.ulysses_sequence_parallel_size", "critic.model.path",
+                      cfg.critic.model.path or arr.model.path))
+    for size_key, folder_key, path in split:
+        config = text_config_json(path)
         if config is None:
-            return  # the model checks say what is wrong with the folder
+            continue  # the model checks say what is wrong with the folder
         why = heads_error(SimpleNamespace(**config), sp)
-        if why:
-            raise ConfigError(f"{key}={sp}: the model {arr.model.path} cannot split its sequences over {sp} "
-                              f"processes ({why}); set a size that fits, or 1")
+        if why is None:
+            continue
+        if size_key == key:
+            raise ConfigError(f"{key}={sp}: the model {path} cannot split its sequences over {sp} processes ({why}); "
+                              "set a size that fits, or 1")
+        raise ConfigError(f"{key}={sp}: the critic's model {folder_key}={path!r} cannot split its sequences over {sp} "
+                          f"processes ({why}); set {size_key}=1 to run the critic whole, or a size that fits both")
 
 
 @CHECKS.register("workers.offload")
