@@ -264,19 +264,23 @@ SCORE_HEADS = ("ForSequenceClassification", "ForTokenClassification")
 
 
 def check_lm_head(config, path: str, key: str) -> None:
-    """A reward or value model's folder (only *ForSequenceClassification / *ForTokenClassification architectures)
-    loaded as a causal LM: its weights hold a score head, not an LM head, so an untied LM head (tie_word_embeddings
-    false, as in Llama, Mistral, Gemma 2's configs) would be random weights, generating noise without an error. A
-    `ModelError` naming the folder; a tied one reads the embeddings, as the base model did."""
+    """A reward or value model's folder (only *ForSequenceClassification / *ForTokenClassification
+    architectures) loaded as a causal LM: its weights hold a score head, not an LM head. Untied
+    (tie_word_embeddings false, as in Llama, Mistral, Gemma 2's configs), the LM head would be random weights;
+    tied, the embeddings read through layers trained to score, not to predict tokens. Either generates noise
+    without an error: a `ModelError` naming the folder, before its weights load."""
     from rft.errors import ModelError
 
     names = [n for n in getattr(config, "architectures", None) or [] if isinstance(n, str)]
+    if not names or not all(n.endswith(SCORE_HEADS) for n in names):
+        return
     text = getattr(config, "text_config", None) or config
-    if names and all(n.endswith(SCORE_HEADS) for n in names) and not getattr(text, "tie_word_embeddings", True):
-        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, a reward or value model: its weights "
-                         "hold a score head, not the LM head a causal LM generates with (tie_word_embeddings is "
-                         "false), which would be random; point it at a causal LM folder (the model the reward model "
-                         "was trained from, or a generative judge)")
+    tied = getattr(text, "tie_word_embeddings", True)
+    head = ("tie_word_embeddings is true: it would be the embeddings, read through layers trained to score" if tied
+            else "tie_word_embeddings is false: it would be random weights")
+    raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, a reward or value model: its "
+                     f"weights hold a score head, not the LM head a causal LM generates with ({head}); point it at "
+                     "a causal LM folder (the model the reward model was trained from, or a generative judge)")
 
 
 @torch.no_grad()
