@@ -146,9 +146,9 @@ def test_a_reward_model_folder_with_no_lm_head_is_refused_as_a_causal_lm(assets)
 
     rm = save_rm(assets, "llama")
     with pytest.raises(ModelError) as err:
-        load_causal_lm(str(rm), torch.float32, torch.device("cpu"), key="workflow.auxiliary_models[0].model")
-    assert str(err.value).startswith(f"workflow.auxiliary_models[0].model.path='{rm}' is LlamaForSequenceClassification "
-                                     "(model_type 'llama'), a reward or value model")
+        load_causal_lm(str(rm), torch.float32, torch.device("cpu"), key="workflow.auxiliary_models[0]")
+    assert str(err.value).startswith(f"workflow.auxiliary_models[0].model_path='{rm}' is "
+                                     "LlamaForSequenceClassification (model_type 'llama'), a reward or value model")
     assert "tie_word_embeddings is false" in str(err.value)
 
 
