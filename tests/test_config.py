@@ -239,6 +239,27 @@ def test_type_error_names_key(override, key):
         load(override)
 
 
+def test_an_out_of_range_value_names_where_it_came_from(tmp_path):
+    """`optim.lr=-1` was the one refusal naming neither the command line nor the file that set it (the loader's
+    refusals of a key or a type do): a check's "<key> must ..." now leads with it, for rft train, sft and dpo."""
+    from rft.trainer.configure import load_dpo_config, load_sft_config
+
+    with pytest.raises(ConfigError) as err:
+        load("actor_rollout_ref.actor.optim.lr=-1")
+    assert str(err.value) == ("command line (actor_rollout_ref.actor.optim.lr=-1): actor_rollout_ref.actor.optim.lr "
+                              "must be > 0, got -1.0")
+    sft = tmp_path / "sft.yaml"
+    sft.write_text("optim:\n  lr: -1\n")
+    for loader in (load_sft_config, load_dpo_config):
+        with pytest.raises(ConfigError) as err:
+            loader(sft, ["model.partial_pretrain=m", "data.train_files=t.parquet"], validate_paths=False)
+        assert str(err.value) == f"{sft}: optim.lr must be > 0, got -1.0"
+        with pytest.raises(ConfigError) as err:  # the last override of a key is the one merged
+            loader(sft, ["model.partial_pretrain=m", "data.train_files=t.parquet", "optim.lr=-2", "optim.lr=-3"],
+                   validate_paths=False)
+        assert str(err.value) == "command line (optim.lr=-3): optim.lr must be > 0, got -3.0"
+
+
 @pytest.mark.parametrize(
     "override, choices",
     [

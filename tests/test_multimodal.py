@@ -88,6 +88,22 @@ def test_bad_images_are_one_error_naming_the_row(vlm, tmp_path, bad, message):
     assert "d.parquet row 1" in str(e.value) and message in str(e.value)
 
 
+def test_a_truncated_jpeg_is_one_error_naming_the_file_row_column_and_what_to_do(vlm, tmp_path):
+    """PIL's verify() reads a JPEG's header only: a JPEG cut short passed it, and its decode failed later in the
+    processor, whose OSError ("image file is truncated (N bytes not processed)") named no file, row or remedy."""
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(out, format="JPEG")
+    cut = out.getvalue()[:-40]
+    rows = [row("<image>count", [{"bytes": png()}]) for _ in range(5)] + [row("<image>count", [{"bytes": cut}])]
+    with pytest.raises(DataError) as e:
+        dataset(vlm, tmp_path, rows)
+    said = str(e.value)
+    assert said.startswith(f"{tmp_path / 'd.parquet'} row 5 (images[0]): its image bytes does not decode as an image "
+                           "(OSError: "), said
+    assert "truncated" in said.lower().split("; ")[0], said
+    assert said.endswith("replace it with a whole image (a truncated download or copy?) or drop the row"), said
+
+
 def test_images_for_a_text_model_are_refused_before_it_loads(tmp_path):
     from rft.models.tiny import build_tokenizer
 
@@ -234,6 +250,44 @@ def test_generation_with_images_equals_generate_and_a_full_forward(vlm, family):
         logprobs, _ = forward_logprobs(model, batch, temperature=1.0)
     torch.testing.assert_close(logprobs * batch.response_mask, sampled.logprobs, atol=1e-5, rtol=0)
     assert not torch.isin(sampled.response_ids, torch.tensor(vision.special_ids)).any()  # no image opened
+
+
+def test_rft_generate_answers_image_rows_of_a_vision_language_model(vlm, tmp_path, capsys):
+    """rft generate read its prompts without the model's processor and refused image rows, saying a Qwen2.5-VL "is a
+    text-only model". Its greedy responses are the engine's, given the rows' pixels."""
+    from rft.cli import main
+    from rft.data.io import read_rows
+
+    path = str(vlm("qwen2_5_vl"))
+    vision = vision_for(path)
+    ids, images = _prompts(vision)
+    write_parquet([row("<image>how many?", [{"bytes": images[0][0]}]),
+                   row("<image> or <image>", [{"bytes": b} for b in images[1]])], tmp_path / "d.parquet")
+    code = main(["generate", f"model.path={path}", f"data.path={tmp_path / 'd.parquet'}", "data.n_samples=1",
+                 f"data.output_path={tmp_path / 'out.parquet'}", "rollout.do_sample=false", "rollout.dtype=float32",
+                 "rollout.response_length=6", "rollout.prompt_length=64", "trainer.device=cpu"])
+    assert code == 0, capsys.readouterr().err
+    model = load_causal_lm(path, torch.float32, torch.device("cpu")).eval()
+    pad = vision.tokenizer.pad_token_id
+    prompt_ids, prompt_mask = left_pad(ids, pad)
+    engine = HFRollout(model, eos_token_ids=[vision.tokenizer.eos_token_id], pad_token_id=pad)
+    greedy = engine.generate(prompt_ids, prompt_mask, SamplingParams(max_tokens=6, do_sample=False), images=images)
+    expected = vision.tokenizer.batch_decode([r[m.bool()].tolist() for r, m in zip(greedy.response_ids,
+                                                                                  greedy.response_mask)],
+                                             skip_special_tokens=True)
+    assert [r["responses"] for r in read_rows(str(tmp_path / "out.parquet"))] == [[t] for t in expected]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_families_special_token_ids_are_inside_their_vocabulary(vlm, family):
+    """`rft init-model --family qwen2_5_vl` (and qwen2_vl) kept Qwen's bos_token_id 151643 in a
+    vocabulary of 279, which transformers called out of range on every load."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.from_pretrained(vlm(family)).get_text_config()
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = getattr(text, name, None)
+        assert value is None or 0 <= value < text.vocab_size, (name, value, text.vocab_size)
 
 
 def _grads(model, batch):

@@ -281,6 +281,31 @@ def test_reward_model_scores_reach_the_advantages(assets, tmp_path):
     assert torch.allclose(batch.advantages[torch.arange(len(batch)), last], grpo, atol=1e-4)
 
 
+def test_a_reward_model_of_weight_zero_is_neither_loaded_nor_run(assets, tmp_path, caplog):
+    """reward_model.reward_weight=0 made its score count for nothing, yet the reward model was loaded and scored
+    every batch. It is left out, said in one note naming its keys; the scores are rule_weight x the rule's, as
+    0 x rm_score + rule_weight x rule_score were."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        cfg = make_cfg(assets, tmp_path, "algorithm.adv_estimator=grpo", "reward_model.enable=true",
+                       f"reward_model.model.path={assets / 'rm'}", "reward_model.reward_weight=0",
+                       "reward_model.rule_weight=2.0")
+    notes = [r.getMessage() for r in caplog.records if "reward_model.reward_weight=0" in r.getMessage()]
+    assert notes == [
+        "rft: note: reward_model.reward_weight=0.0: the reward model's score counts for nothing, so it is neither "
+        "loaded nor run (a row's score is reward_model.rule_weight=2.0 x the reward function's), so these keys have "
+        f"no effect: reward_model.model.path='{assets / 'rm'}'"], notes
+    run = SyncRun(cfg)
+    assert run.explorer.rewards.reward_model is None
+    batch = run.explorer.generate_batch(run.explorer.taskset.next_batch())
+    metrics = score(run, batch)
+    rule = [run.explorer.rewards.reward_fn(s, r, g, e)["score"] for s, r, g, e in
+            zip(batch.data_source, batch.response_text, batch.ground_truth, batch.extra_info)]
+    assert batch.scores.tolist() == (2.0 * torch.tensor(rule)).tolist()
+    assert "reward_extra/rule_score/mean" in metrics and "reward_extra/rm_score/mean" not in metrics
+
+
 def test_rm_example_runs_from_the_cli(assets, tmp_path):
     """`rft init-model --preset tiny-rm`, then one step of examples/rm_grpo.yaml with validation."""
     rft_here("init-model", "--preset", "tiny-rm", "rm", cwd=tmp_path)

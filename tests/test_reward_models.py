@@ -146,7 +146,37 @@ def test_a_reward_model_folder_with_no_lm_head_is_refused_as_a_causal_lm(assets)
 
     rm = save_rm(assets, "llama")
     with pytest.raises(ModelError) as err:
-        load_causal_lm(str(rm), torch.float32, torch.device("cpu"), key="workflow.auxiliary_models[0].model")
-    assert str(err.value).startswith(f"workflow.auxiliary_models[0].model.path='{rm}' is LlamaForSequenceClassification "
-                                     "(model_type 'llama'), a reward or value model")
+        load_causal_lm(str(rm), torch.float32, torch.device("cpu"), key="workflow.auxiliary_models[0]")
+    assert str(err.value).startswith(f"workflow.auxiliary_models[0].model_path='{rm}' is "
+                                     "LlamaForSequenceClassification (model_type 'llama'), a reward or value model")
     assert "tie_word_embeddings is false" in str(err.value)
+
+
+def test_a_tied_reward_model_folder_is_refused_as_a_causal_lm_too(assets, tmp_path, capsys):
+    """A reward model whose LM head is tied to its embeddings (Gemma's config, rft's tiny-rm) passed as a causal LM:
+    it loads without a random weight and generates from layers trained to score. Refused as the untied one is, by
+    the load every causal LM goes through (the policy's, a judge's) and through rft train, before its weights load."""
+    from rft.cli import main
+    from rft.errors import ModelError
+    from rft.models.load import load_causal_lm
+    from rft.models.tiny import init_model
+
+    gemma = save_rm(assets, "gemma")
+    assert T.AutoConfig.from_pretrained(gemma).tie_word_embeddings
+    with pytest.raises(ModelError) as err:
+        load_causal_lm(str(gemma), torch.float32, torch.device("cpu"))
+    assert str(err.value) == (
+        f"actor_rollout_ref.model.path='{gemma}' is GemmaForSequenceClassification (model_type 'gemma'), "
+        "a reward or value model: its weights hold a score head, not the LM head a causal LM generates with "
+        "(tie_word_embeddings is true: it would be the embeddings, read through layers trained to score); point it "
+        "at a causal LM folder (the model the reward model was trained from, or a generative judge)")
+    rm = init_model("tiny-rm", tmp_path / "rm", seed=0)
+    code = main(["train", f"actor_rollout_ref.model.path={rm}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+                 "data.max_prompt_length=32", "data.max_response_length=4", "data.train_batch_size=2",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+                 "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.logger=[]",
+                 f"trainer.default_local_dir={tmp_path / 'out'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert (f"rft: error: actor_rollout_ref.model.path='{rm}' is Qwen2ForSequenceClassification (model_type "
+            "'qwen2'), a reward or value model") in err, err

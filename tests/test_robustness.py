@@ -661,6 +661,99 @@ def test_a_model_whose_training_state_cannot_fit_in_the_free_memory_is_refused_b
     assert code == 0, err
 
 
+def declared_model(work: Path, out: Path, parameters: int) -> Path:
+    """The tiny model's folder whose model.safetensors declares one tensor of `parameters` float32 values and holds
+    nothing after its header: a model far larger than the machine, whose size only its header tells."""
+    import struct
+
+    shutil.copytree(work / "m", out)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [parameters], "data_offsets": [0, 4 * parameters]}}).encode()
+    (out / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return out
+
+
+HUGE = 2**40
+"""Parameters of a declared model (16 TiB of weights, gradients and moments in float32) no test machine holds."""
+
+
+def test_sft_and_dpo_of_a_model_that_cannot_fit_are_refused_before_it_loads(work, tmp_path, capsys):
+    """rft sft and rft dpo ran no memory check (rft train's): a model larger than the machine loaded straight away
+    and failed in its mmap, said as a damaged model.safetensors. Its size is read from the header before anything
+    loads; DPO counts its frozen reference copy, and LoRA (no gradients, no moments, no copy) is what to set."""
+    big = declared_model(work, tmp_path / "big", HUGE)
+    write_arithmetic(tmp_path / "p", n_train=16, n_val=4, seed=0, preferences=True)
+    sft = ["sft", f"model.partial_pretrain={big}", f"data.train_files={work / 'd' / 'train.parquet'}",
+           "data.response_key=extra_info", "data.response_dict_keys=[answer]", "data.train_batch_size=4",
+           "data.micro_batch_size_per_gpu=4", "trainer.total_training_steps=1", "trainer.logger=[]",
+           f"trainer.default_local_dir={tmp_path / 'sft'}"]
+    code, out, err = run(sft, capsys)
+    line = one_error_line(err)
+    assert code == 2 and "steps on" not in out, err
+    assert line.startswith(f"rft: error: {big} (1,099,511,627,776 parameters) needs at least 16.0 TB of memory on "
+                           "this machine for its 1 process(es) before any activation (the model's weights, gradients "
+                           "and optimizer state 16.0 TB; float32 on CPU), more than the "), line
+    assert line.endswith("free now: train a LoRA adapter (model.lora_rank, e.g. 32); or a smaller model, or more "
+                         "machines (trainer.nnodes)"), line
+    dpo = ["dpo", f"model.partial_pretrain={big}", f"data.train_files={tmp_path / 'p' / 'preference_train.parquet'}",
+           "data.train_batch_size=4", "data.micro_batch_size_per_gpu=4", "trainer.total_training_steps=1",
+           "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'dpo'}"]
+    code, out, err = run(dpo, capsys)
+    line = one_error_line(err)
+    assert code == 2 and "steps on" not in out, err
+    assert "needs at least 20.0 TB" in line and "the reference's weights 4.0 TB" in line, line
+    assert line.endswith("train a LoRA adapter (model.lora_rank, e.g. 32; the reference is then the model with its "
+                         "adapter off, no copy); or a smaller model"), line
+    assert not (tmp_path / "sft").exists() and not (tmp_path / "dpo").exists()
+
+
+def test_a_memory_refusal_names_the_fsdp_size_that_keeps_a_copy_per_process(work, tmp_path):
+    """Two processes with actor_rollout_ref.actor.fsdp_config.fsdp_size=1 hold a whole copy each: twice the memory
+    of -1 (shard over both), which the refusal did not name."""
+    from rft.trainer.configure import load_config
+
+    big = declared_model(work, tmp_path / "big", HUGE)
+    keys = args(work, tmp_path / "out", "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.use_kl_loss=false",
+                f"actor_rollout_ref.model.path={big}")[1:]
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*keys, "actor_rollout_ref.actor.fsdp_config.fsdp_size=1"])
+    said = str(err.value)
+    assert "needs at least 32.0 TB of memory on this machine for its 2 process(es)" in said, said
+    assert said.split("free now: ")[1].startswith(
+        "shard over all 2 processes (actor_rollout_ref.actor.fsdp_config.fsdp_size=-1; 1 keeps a whole copy in every "
+        "process); or train a LoRA adapter"), said
+    with pytest.raises(ConfigError) as err:  # sharded over both: half of it, and nothing about fsdp_size
+        load_config(None, keys)
+    assert "needs at least 16.0 TB" in str(err.value) and "fsdp_size" not in str(err.value)
+
+
+def test_a_weights_file_the_memory_cannot_map_is_said_as_memory_not_as_damaged(work, tmp_path):
+    """safetensors maps each file; where that mmap fails (ENOMEM: a memory limit, ulimit -v), the file was called
+    'damaged or incomplete' and the user told to download it again. A whole 1 GiB file (sparse), mapped under a
+    limit of 256 MiB more than the process holds."""
+    import struct
+
+    folder = shutil.copytree(work / "m", tmp_path / "m")
+    n = 2**28
+    header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * n)
+    script = ("import os, resource, sys; from rft.models.load import check_weight_files; "
+              "from rft.errors import ModelError\n"
+              "held = int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE')\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (held + 2**28, resource.RLIM_INFINITY))\n"
+              "try:\n    check_weight_files(sys.argv[1], 'model')\nexcept ModelError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True, env=ENV,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    said = out.stdout.strip()
+    assert said.startswith(f"model.path='{folder}': model.safetensors (1.0 GB) could not be mapped into memory "
+                           "(Cannot allocate memory (os error 12)): this machine ("), said
+    assert said.endswith("or this process's limit (ulimit -v) leaves too little memory for the model; free memory, "
+                         "raise the limit, or use a smaller model"), said
+    assert "damaged" not in said
+
+
 def test_an_allocation_the_machine_cannot_serve_is_one_line_not_a_bug():
     from rft.errors import describe_failure, exit_code_of
 

@@ -123,8 +123,9 @@ def test_fsdp1_with_a_one_process_shard_group_is_refused():
 
 
 def test_min_num_params_must_be_a_count():
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.fsdp_config\.wrap_policy\.min_num_params "
-                                          r"must be an integer >= 0"):
+    with pytest.raises(ConfigError, match=r"^command line \(actor_rollout_ref\.actor\.fsdp_config\.wrap_policy\."
+                                          r"min_num_params=-1\): actor_rollout_ref\.actor\.fsdp_config\.wrap_policy\."
+                                          r"min_num_params must be an integer >= 0"):
         load("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params=-1")
     load("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params=100000")
 

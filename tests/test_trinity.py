@@ -1187,3 +1187,34 @@ def test_a_stages_complete_line_names_the_keys_as_the_yaml_sets_them(tmp_path, m
     assert capsys.readouterr().out.splitlines() == [
         "rft: x is complete; nothing to do (raise buffer.total_steps / buffer.total_epochs to train on)"]
     assert stage.done
+
+
+def test_an_auxiliary_models_load_error_names_the_trinity_key_the_yaml_wrote(work, tmp_path, capsys):
+    """A judge's folder is checked once it loads (here a reward model's, whose LM head would be random weights): its
+    error named `workflow.auxiliary_models[0].model.path`, neither rft's key (`...model_path`) nor the Trinity
+    YAML's `explorer.auxiliary_models[0].model_path`."""
+    import transformers as T
+
+    from rft.cli import main
+
+    rm = tmp_path / "rm"
+    T.LlamaForSequenceClassification(T.LlamaConfig(
+        vocab_size=275, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=32, pad_token_id=272, num_labels=1)).save_pretrained(rm)
+    for f in (work / "m").iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "merges", "special")):
+            shutil.copy(f, rm / f.name)
+    path = _trinity_yaml(work, tmp_path / "t.yaml", steps=1)
+    text = path.read_text().replace("format: {prompt_key: prompt}}", "format: {prompt_key: prompt}, "
+                                    "default_reward_fn_type: llm_judge}")
+    path.write_text(text.replace("explorer: {eval_interval: 2, eval_on_startup: false}",
+                                 "explorer: {eval_interval: 2, eval_on_startup: false, auxiliary_models: "
+                                 f"[{{model_path: {rm}}}]}}"))
+    code = main(["train", str(path), f"checkpoint_root_dir={tmp_path / 'ckpt'}", "synchronizer.sync_method=memory"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    line = [x for x in err.splitlines() if x.startswith("rft: error:")]
+    assert line == [f"rft: error: explorer.auxiliary_models[0].model_path='{rm}' is LlamaForSequenceClassification "
+                    "(model_type 'llama'), a reward or value model: its weights hold a score head, not the LM head a "
+                    "causal LM generates with (tie_word_embeddings is false: it would be random weights); point it "
+                    "at a causal LM folder (the model the reward model was trained from, or a generative judge)"], err

@@ -253,6 +253,29 @@ def test_heads_that_do_not_split_are_refused_before_the_model_loads(tiny):
         _load(f"{SP}=8", "trainer.n_gpus_per_node=8", "data.train_batch_size=8", paths=tiny)
 
 
+def test_a_critic_whose_heads_do_not_split_is_refused_before_the_models_load(tiny, tmp_path):
+    """The check read the actor's heads only: a critic folder (critic.model.path) of 6 query heads under sp=4 was
+    refused once both models had loaded on every process. Its own config.json is read now; the critic run whole
+    (critic.ulysses_sequence_parallel_size=1) passes."""
+    import json
+    import shutil
+
+    from rft.config import ConfigError
+
+    critic = shutil.copytree(tiny["model"], tmp_path / "critic")
+    config = json.loads((critic / "config.json").read_text())
+    (critic / "config.json").write_text(json.dumps({**config, "num_attention_heads": 6, "head_dim": 16}))
+    keys = [f"{SP}=4", "trainer.n_gpus_per_node=4", "algorithm.adv_estimator=gae", f"critic.model.path={critic}"]
+    with pytest.raises(ConfigError) as err:
+        _load(*keys, paths=tiny)
+    assert str(err.value) == (
+        f"{SP}=4: the critic's model critic.model.path='{critic}' cannot split its sequences over 4 processes (its 6 "
+        "attention heads do not divide by 4); set critic.ulysses_sequence_parallel_size=1 to run the critic whole, "
+        "or a size that fits both")
+    _load(*keys, "critic.ulysses_sequence_parallel_size=1", paths=tiny)
+    _load(*keys[:3], paths=tiny)  # the critic of the actor's folder: 4 heads split
+
+
 def test_heads_error_names_what_does_not_split():
     from types import SimpleNamespace
 

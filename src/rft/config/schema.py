@@ -659,7 +659,8 @@ class RewardModelConfig:
         "null: no limit. A reward model with a learned position table (GPT-2, OPT) needs max_length within its "
         "positions, unless data.max_prompt_length + data.max_response_length fit them (without input_tokenizer)."
     )
-    reward_weight: float = fld(1.0, "Weight of the reward model's score in a response's score (rft's key).")
+    reward_weight: float = fld(1.0, "Weight of the reward model's score in a response's score (rft's key); 0: the "
+                               "reward model is neither loaded nor run.")
     rule_weight: float = fld(
         0.0, "Weight of the reward function's score (custom_reward_function, else the built-in scorer of the "
         "data_source) when a reward model is enabled (rft's key); 0: the model's score alone and no reward function "

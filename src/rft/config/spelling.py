@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterator
 Rename = Callable[[str], "str | None"]
 Reword = Callable[[str], str]
 
-# a dotted key: not part of a path, a longer key, a list item, or a message already naming rft's key as such
-# ("(rft's data.max_prompt_length)", `rft.dialects.trinity.in_trinity_terms`); a sentence's full stop may follow it
-_KEY = re.compile(r"(?<![\w./\-\[])(?<!rft's )([a-z_]+(?:\.[a-z_0-9]+)+)(?![\w/\-\[]|\.\w)")
+# a dotted key, with its list items (workflow.auxiliary_models[0].model_path): not part of a path or a longer
+# key, or a message already naming rft's key as such ("(rft's data.max_prompt_length)",
+# `rft.dialects.trinity.in_trinity_terms`); a sentence's full stop may follow it
+_KEY = re.compile(r"(?<![\w./\-\[])(?<!rft's )([a-z_]+(?:\.[a-z_0-9]+)+(?:\[\d+\](?:\.[a-z_0-9]+)*)*)"
+                  r"(?![\w/\-\[]|\.\w)")
 
 _reword: Reword | None = None
 

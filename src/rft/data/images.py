@@ -63,9 +63,12 @@ def image_bytes(value: Any, base: Path | None, where: str) -> bytes:
                         f"image, not {type(value).__name__}")
     try:
         with Image.open(io.BytesIO(data)) as img:
-            img.verify()
+            img.verify()  # a PNG's checksums; a JPEG's verify reads only its header
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()  # every pixel: a truncated JPEG fails only here (else in the processor, naming no row)
     except Exception as e:
-        raise DataError(f"{where}: {origin} does not decode as an image ({type(e).__name__}: {e})") from None
+        raise DataError(f"{where}: {origin} does not decode as an image ({type(e).__name__}: {e}); replace it "
+                        "with a whole image (a truncated download or copy?) or drop the row") from None
     return data
 
 

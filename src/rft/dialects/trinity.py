@@ -986,7 +986,7 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     t.rest(rm, "explorer.rollout_model", NOT_HONOURED)
     for key in WORKFLOW_KEYS:
         if key in e:
-            _set(out, f"workflow.{key}", e.pop(key))
+            _set(out, f"workflow.{key}", e.pop(key), f"explorer.{key}")
     if "eval_interval" in e:
         _set(out, "trainer.test_freq", e.pop("eval_interval"), "explorer.eval_interval")
     if "eval_on_startup" in e:
@@ -1464,6 +1464,10 @@ def trinity_spelling(said_as: dict[str, str]) -> Callable[[str], str | None]:
     key of verl's sections, the same key under trainer.trainer_config; None (as it is) for the rest (rft's own
     sections, whose keys are Trinity's: synchronizer.*, experience_buffer.*, ...)."""
     def spelt(key: str) -> str | None:
+        if "[" in key:  # an item of a list: the list's key renamed (workflow.auxiliary_models[0].model_path)
+            head, item = key.split("[", 1)
+            renamed = spelt(head)
+            return f"{renamed}[{item}" if renamed else None
         if key in said_as:
             return said_as[key]
         if key in SAID_AS:

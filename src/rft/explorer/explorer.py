@@ -487,7 +487,7 @@ def auxiliary_model(cfg, spec: dict, index: int, engine):
     from rft.models.load import device_of
 
     return local_model_handle(cfg, spec["model_path"], dtype=next(engine.model.parameters()).dtype,
-                              device=device_of(engine.model), key=f"workflow.auxiliary_models[{index}].model",
+                              device=device_of(engine.model), key=f"workflow.auxiliary_models[{index}]",
                               temperature=float(spec.get("temperature", 0.0)),
                               max_tokens=int(spec.get("max_tokens", cfg.data.max_response_length)),
                               seed=cfg.trainer.seed + 100 + index)

@@ -142,7 +142,7 @@ def _load_pretrained(auto_class, path: str, dtype: torch.dtype, device: torch.de
     except Exception as e:
         companion = broken_torch_companion(e)
         if companion:
-            raise ModelError(f"{key}.path={path!r} does not load: {companion}") from e
+            raise ModelError(f"{path_key(key)}={path!r} does not load: {companion}") from e
         raise
 
 
@@ -222,11 +222,18 @@ def read_model_config(path: str, key: str, trust_remote_code: bool):
         return read_config_json(Path(path).expanduser(), trust_remote_code)
     except ConfigJsonError as e:
         if e.remote_code:
-            raise ModelError(f"{key}.path={path!r}: its config.json {e}, which transformers runs only with "
-                             f"{key}.trust_remote_code=true; set that if you trust the code in {path!r}, or use a "
-                             "model transformers has built in") from None
-        raise ModelError(f"{key}.path={path!r}: its config.json {e}; fix it, or copy or download the model "
-                         "again") from None
+            raise ModelError(f"{path_key(key)}={path!r}: its config.json {e}, which transformers runs only "
+                             f"with {key}.trust_remote_code=true; set that if you trust the code in {path!r}, or "
+                             "use a model transformers has built in") from None
+        raise ModelError(f"{path_key(key)}={path!r}: its config.json {e}; fix it, or copy or download the "
+                         "model again") from None
+
+
+def path_key(key: str) -> str:
+    """The config key of the folder the model section `key` loads from, as its messages name it: `<key>.path`
+    (actor_rollout_ref.model.path, critic.model.path, model.path), or `<key>.model_path` for an item of a list
+    of models (workflow.auxiliary_models[0].model_path: rft's key and Trinity-RFT's)."""
+    return f"{key}.model_path" if key.endswith("]") else f"{key}.path"
 
 
 def _architecture_name(config) -> str:
@@ -246,7 +253,7 @@ def check_causal_config(config, path: str, key: str, trust_remote_code: bool) ->
     from rft.errors import ModelError
 
     if getattr(config, "is_encoder_decoder", False):
-        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, an encoder-decoder "
+        raise ModelError(f"{path_key(key)}={path!r} is {_architecture_name(config)}, an encoder-decoder "
                          f"(sequence-to-sequence) model, not a causal decoder: {NOT_CAUSAL}")
     from transformers import AutoModelForImageTextToText
 
@@ -256,27 +263,31 @@ def check_causal_config(config, path: str, key: str, trust_remote_code: bool) ->
     if is_vision_config(config) and type(config) in AutoModelForImageTextToText._model_mapping:
         return  # a vision-language model: a causal decoder over its text and image tokens
     if not remote and type(config) not in AutoModelForCausalLM._model_mapping:
-        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, which transformers has no "
-                         f"causal language model class for: {NOT_CAUSAL}")
+        raise ModelError(f"{path_key(key)}={path!r} is {_architecture_name(config)}, which transformers has "
+                         f"no causal language model class for: {NOT_CAUSAL}")
 
 
 SCORE_HEADS = ("ForSequenceClassification", "ForTokenClassification")
 
 
 def check_lm_head(config, path: str, key: str) -> None:
-    """A reward or value model's folder (only *ForSequenceClassification / *ForTokenClassification architectures)
-    loaded as a causal LM: its weights hold a score head, not an LM head, so an untied LM head (tie_word_embeddings
-    false, as in Llama, Mistral, Gemma 2's configs) would be random weights, generating noise without an error. A
-    `ModelError` naming the folder; a tied one reads the embeddings, as the base model did."""
+    """A reward or value model's folder (only *ForSequenceClassification / *ForTokenClassification
+    architectures) loaded as a causal LM: its weights hold a score head, not an LM head. Untied
+    (tie_word_embeddings false, as in Llama, Mistral, Gemma 2's configs), the LM head would be random weights;
+    tied, the embeddings read through layers trained to score, not to predict tokens. Either generates noise
+    without an error: a `ModelError` naming the folder, before its weights load."""
     from rft.errors import ModelError
 
     names = [n for n in getattr(config, "architectures", None) or [] if isinstance(n, str)]
+    if not names or not all(n.endswith(SCORE_HEADS) for n in names):
+        return
     text = getattr(config, "text_config", None) or config
-    if names and all(n.endswith(SCORE_HEADS) for n in names) and not getattr(text, "tie_word_embeddings", True):
-        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, a reward or value model: its weights "
-                         "hold a score head, not the LM head a causal LM generates with (tie_word_embeddings is "
-                         "false), which would be random; point it at a causal LM folder (the model the reward model "
-                         "was trained from, or a generative judge)")
+    tied = getattr(text, "tie_word_embeddings", True)
+    head = ("tie_word_embeddings is true: it would be the embeddings, read through layers trained to score" if tied
+            else "tie_word_embeddings is false: it would be random weights")
+    raise ModelError(f"{path_key(key)}={path!r} is {_architecture_name(config)}, a reward or value model: its "
+                     f"weights hold a score head, not the LM head a causal LM generates with ({head}); point it at "
+                     "a causal LM folder (the model the reward model was trained from, or a generative judge)")
 
 
 @torch.no_grad()
@@ -303,7 +314,7 @@ def check_causal(model: nn.Module, path: str, key: str) -> None:
     diff = (outs[0] - outs[1]).abs().flatten(2).amax(-1)[0]
     if float(diff[:2].max()) > 1e-3 * float(diff[2:].max()):
         config = model.config
-        raise ModelError(f"{key}.path={path!r} is {_architecture_name(config)}, loaded as "
+        raise ModelError(f"{path_key(key)}={path!r} is {_architecture_name(config)}, loaded as "
                          f"{type(model).__name__}: an encoder whose positions see the tokens after them, "
                          f"not a causal decoder (is_decoder={getattr(config, 'is_decoder', None)}): "
                          f"{NOT_CAUSAL}")
@@ -321,7 +332,7 @@ def check_vocab(config, tokenizer, path: str, key: str) -> None:
     if isinstance(rows, int) and top > rows:
         where = getattr(tokenizer, "name_or_path", "") or "the run's"
         raise ModelError(f"the tokenizer {where!r} has token ids up to {top - 1} ({top} ids), more than the "
-                         f"{rows} rows of the embedding of {key}.path={path!r} (vocab_size {rows}): ids "
+                         f"{rows} rows of the embedding of {path_key(key)}={path!r} (vocab_size {rows}): ids "
                          f"from {rows} up would fail in the model; set data.tokenizer to the model's own "
                          "tokenizer, or resize the model's embeddings to the tokenizer "
                          "(resize_token_embeddings) and save it")
@@ -346,7 +357,7 @@ def check_weight_files(path: str, key: str) -> None:
         try:
             names = set(json.loads(index.read_text())["weight_map"].values())
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelError(f"{key}.path={path!r}: {index.name} is damaged ({e}); copy or download the "
+            raise ModelError(f"{path_key(key)}={path!r}: {index.name} is damaged ({e}); copy or download the "
                              "model again") from None
     elif (folder / "model.safetensors").is_file():
         names = {"model.safetensors"}
@@ -354,13 +365,23 @@ def check_weight_files(path: str, key: str) -> None:
     for name in sorted(names):
         file = folder / name
         if not file.is_file():
-            raise ModelError(f"{key}.path={path!r}: {name}, which {index.name} lists, is missing; {again}")
+            raise ModelError(f"{path_key(key)}={path!r}: {name}, which {index.name} lists, is missing; "
+                             f"{again}")
         try:
             with safe_open(str(file), "pt") as f:
                 f.keys()
         except Exception as e:
             said = " ".join(str(e).split())[:120]
-            raise ModelError(f"{key}.path={path!r}: {name} is damaged or incomplete "
+            if isinstance(e, MemoryError) or "os error 12" in said:  # ENOMEM from its mmap, not a bad file
+                from rft.runtime import available_memory, human_bytes
+
+                free = available_memory()
+                machine = f"this machine ({human_bytes(free)} free now)" if free is not None else "this machine"
+                raise ModelError(
+                    f"{path_key(key)}={path!r}: {name} ({human_bytes(file.stat().st_size)}) could not be mapped "
+                    f"into memory ({said}): {machine} or this process's limit (ulimit -v) leaves too little memory "
+                    "for the model; free memory, raise the limit, or use a smaller model") from None
+            raise ModelError(f"{path_key(key)}={path!r}: {name} is damaged or incomplete "
                              f"({file.stat().st_size:,} bytes; {said}); {again}") from None
 
 
@@ -506,7 +527,7 @@ def load_reward_model(path: str, dtype: torch.dtype, device: torch.device, *, ex
 
     model = _load_pretrained(AutoModelForSequenceClassification, path, dtype, device, external_lib=external_lib,
                              trust_remote_code=trust_remote_code, override_config=None, key=key, tokenizer=tokenizer)
-    scalar_head(model, f"{key}.path={path!r}")
+    scalar_head(model, f"{path_key(key)}={path!r}")
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

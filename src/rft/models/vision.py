@@ -72,8 +72,10 @@ def load_processor(path: str | Path, key: str = "actor_rollout_ref.model"):
         return _load_processor(path, key)
     except ImportError as e:
         why = " ".join(str(e).split()).split(" Install it with")[0]
-        raise ModelError(f"{key}.path={str(path)!r}: its processor does not load: {why}; pip install 'rft[vision]' "
-                         "installs what the vision-language families need") from None
+        from rft.models.load import path_key
+
+        raise ModelError(f"{path_key(key)}={str(path)!r}: its processor does not load: {why}; pip install "
+                         "'rft[vision]' installs what the vision-language families need") from None
 
 
 def _load_processor(path: str | Path, key: str):
@@ -93,9 +95,11 @@ def _load_processor(path: str | Path, key: str):
     name = settings.pop("processor_class", None)
     cls = getattr(transformers, name or "", None)
     if cls is None:
-        raise ModelError(f"{key}.path={str(path)!r}: its processor needs torchvision, which does not load here, and "
-                         "the folder names no processor_class rft can build without it; pip install torchvision "
-                         "(the build that matches this torch)")
+        from rft.models.load import path_key
+
+        raise ModelError(f"{path_key(key)}={str(path)!r}: its processor needs torchvision, which does not load "
+                         "here, and the folder names no processor_class rft can build without it; pip install "
+                         "torchvision (the build that matches this torch)")
     with _without_video_processor():
         kwargs = {"image_processor": AutoImageProcessor.from_pretrained(str(path)),
                   "tokenizer": AutoTokenizer.from_pretrained(str(path))}

@@ -69,8 +69,10 @@ def _qwen_vl(model_type: str, vision: dict) -> Callable[[], tuple[Any, dict]]:
         text = {"head_dim": 32} if model_type == "qwen3_vl" else {}
         config = AutoConfig.for_model(
             model_type,
+            # bos_token_id None: the family's default (Qwen's 151643) is past this vocabulary, which transformers
+            # warns of on every load; the tokenizer has no BOS
             text_config=dict(**TEXT_SIZES, **text, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                             pad_token_id=tok.pad_token_id,
+                             pad_token_id=tok.pad_token_id, bos_token_id=None,
                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                               "mrope_section": [4, 6, 6]}),
             vision_config=vision, image_token_id=image, video_token_id=video, vision_start_token_id=start,

@@ -108,6 +108,7 @@ def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
     from rft.explorer.evaluate import rollout_batch
     from rft.models.checks import check_generation_positions
     from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
+    from rft.models.vision import vision_for
     from rft.rollout import HFRollout, SamplingParams
     from rft.rollout.base import eos_token_ids
 
@@ -117,8 +118,10 @@ def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
     dtype = compute_dtype(r.dtype, device)
     tokenizer = load_tokenizer(m.path, m.trust_remote_code)
     rows = read_rows(d.path, key="data.path")
-    # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row
-    prompts = PromptDataset([(d.path, rows)], tokenizer, prompt_key=d.prompt_key, max_prompt_length=r.prompt_length)
+    # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row;
+    # a vision-language model's rows may hold images (the `images` column, as rft train's data.image_key default)
+    prompts = PromptDataset([(d.path, rows)], tokenizer, prompt_key=d.prompt_key, max_prompt_length=r.prompt_length,
+                            vision=vision_for(m.path, "model"))
     check_generation_positions(m.path, prompts, r.response_length)
     model = load_causal_lm(m.path, dtype, device, external_lib=m.external_lib, trust_remote_code=m.trust_remote_code,
                            key="model", tokenizer=tokenizer)

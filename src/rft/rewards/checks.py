@@ -12,13 +12,24 @@ from rft.config.checks import CHECKS, UNUSED, CheckContext, check_model_dir, pos
 from rft.config.errors import ConfigError
 
 
+def runs_reward_model(rm: Any) -> bool:
+    """Whether the reward model is built and run: enabled, with a score that counts (reward_weight != 0)."""
+    return bool(rm.enable) and rm.reward_weight != 0
+
+
 @UNUSED.register("rewards.reward_model")
 def unused_reward_model_keys(cfg: Any) -> dict[str, str]:
-    if cfg.reward_model.enable:
-        return {}
-    why = "reward_model.enable=false"
-    return {f"reward_model.{key}": why
-            for key in ("model.", "micro_batch_size_per_gpu", "max_length", "reward_weight", "rule_weight")}
+    rm = cfg.reward_model
+    model_keys = ("model.", "micro_batch_size_per_gpu", "max_length")
+    if not rm.enable:
+        return {f"reward_model.{key}": "reward_model.enable=false"
+                for key in (*model_keys, "reward_weight", "rule_weight")}
+    if not runs_reward_model(rm):
+        why = (f"reward_model.reward_weight={rm.reward_weight}: the reward model's score counts for nothing, so it is "
+               f"neither loaded nor run (a row's score is reward_model.rule_weight={rm.rule_weight} x the reward "
+               "function's)")
+        return {f"reward_model.{key}": why for key in model_keys}
+    return {}
 
 
 @CHECKS.register("rewards.function")
@@ -143,28 +154,18 @@ def check_overlong_buffer(ctx: CheckContext) -> None:
 
 @CHECKS.register("rewards.reward_model")
 def check_reward_model(ctx: CheckContext) -> None:
-    """reward_model.*: a model folder when enabled, sizes, weights; a reward function that would never run."""
-    cfg, check_paths = ctx.cfg, ctx.check_paths
+    """reward_model.*: the weights, a reward function that would never run; a model folder and sizes when the
+    reward model runs (enabled, reward_weight != 0)."""
+    cfg = ctx.cfg
     rm = cfg.reward_model
     if not rm.enable:
         return  # verl: the other reward_model keys have no effect then
-    if not rm.model.path:
-        raise ConfigError("reward_model.enable=true needs reward_model.model.path: a sequence-classification model "
-                          "folder with one label (e.g. from `rft init-model --preset tiny-rm`)")
-    if check_paths:
-        check_model_dir("reward_model.model.path", rm.model.path, ctx)
-        if rm.model.input_tokenizer and not Path(rm.model.input_tokenizer).expanduser().is_dir():
-            raise ConfigError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r} is not a folder")
-        if rm.model.input_tokenizer:
-            check_retemplating(rm.model.path)
-    for key in ("micro_batch_size_per_gpu", "max_length"):
-        positive(f"reward_model.{key}", getattr(rm, key), allow_none=True)
-    if check_paths:
-        check_reward_model_folder(rm, cfg.data)
     for key in ("reward_weight", "rule_weight"):
         value = getattr(rm, key)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(f"reward_model.{key} must be a finite number, got {value!r}")
+    if runs_reward_model(rm):  # else its model keys have no effect (noted: unused_reward_model_keys)
+        check_reward_model_keys(rm, cfg.data, ctx)
     if rm.reward_weight == 0 and rm.rule_weight == 0:
         raise ConfigError("reward_model.reward_weight and reward_model.rule_weight are both 0: every score would be 0")
     if rm.rule_weight == 0 and cfg.custom_reward_function.path:
@@ -173,6 +174,23 @@ def check_reward_model(ctx: CheckContext) -> None:
             "the reward function never runs: set reward_model.rule_weight (e.g. 1.0) to add its score, or remove "
             "custom_reward_function.path"
         )
+
+
+def check_reward_model_keys(rm: Any, data: Any, ctx: CheckContext) -> None:
+    """The reward model's folder (when the paths are checked) and sizes."""
+    if not rm.model.path:
+        raise ConfigError("reward_model.enable=true needs reward_model.model.path: a sequence-classification model "
+                          "folder with one label (e.g. from `rft init-model --preset tiny-rm`)")
+    if ctx.check_paths:
+        check_model_dir("reward_model.model.path", rm.model.path, ctx)
+        if rm.model.input_tokenizer and not Path(rm.model.input_tokenizer).expanduser().is_dir():
+            raise ConfigError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r} is not a folder")
+        if rm.model.input_tokenizer:
+            check_retemplating(rm.model.path)
+    for key in ("micro_batch_size_per_gpu", "max_length"):
+        positive(f"reward_model.{key}", getattr(rm, key), allow_none=True)
+    if ctx.check_paths:
+        check_reward_model_folder(rm, data)
 
 
 def check_retemplating(path: str) -> None:

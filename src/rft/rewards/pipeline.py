@@ -1,11 +1,10 @@
 """The reward pipeline of a generated batch: what turns responses into scores, in one place for the explorer.
 
 score = the reward function's score (a typed reward, built-in rules by data_source, or custom functions combined with
-weights), or
-with a reward model `reward_weight x rm_score + rule_weight x rule_score` (the rule runs only when rule_weight != 0),
-plus DAPO's soft overlong penalty when enabled. Each row also gets its named extra values (a reward function's dict
-entries, rm_score, rule_score, overlong_reward, overlong), which the trainer logs as reward_extra/<name>/mean and
-DAPO's dynamic sampling can filter on.
+weights), or with a reward model `reward_weight x rm_score + rule_weight x rule_score` (the rule runs only when
+rule_weight != 0, the reward model only when reward_weight != 0), plus DAPO's soft overlong penalty when enabled. Each
+row also gets its named extra values (a reward function's dict entries, rm_score, rule_score, overlong_reward,
+overlong), which the trainer logs as reward_extra/<name>/mean and DAPO's dynamic sampling can filter on.
 """
 
 from __future__ import annotations
@@ -41,14 +40,16 @@ class RewardPipeline:
     @classmethod
     def from_config(cls, cfg, tokenizer, dtype: torch.dtype, device: torch.device) -> RewardPipeline:
         """The pipeline of an RL config: custom_reward_function, reward_model (loaded here when enabled)."""
+        from rft.rewards.checks import runs_reward_model
+
         crf, rm = cfg.custom_reward_function, cfg.reward_model
-        reward_model = build_reward_model(rm, tokenizer, dtype, device) if rm.enable else None
+        reward_model = build_reward_model(rm, tokenizer, dtype, device) if runs_reward_model(rm) else None
         # llm_judge: the explorer attaches the judge (`attach_judge`) once its auxiliary models are served
         reward_fn = None if crf.reward_fn_type == JUDGE else build_reward_fn(
             crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error, reward_fn_type=crf.reward_fn_type,
             num_workers=crf.num_workers, reward_kwargs=crf.reward_kwargs)
-        return cls(reward_fn, reward_model, rm.reward_weight, rm.rule_weight, rm.overlong_buffer,
-                   cfg.data.max_response_length)
+        weights = (rm.reward_weight, rm.rule_weight) if rm.enable else (1.0, 0.0)
+        return cls(reward_fn, reward_model, *weights, rm.overlong_buffer, cfg.data.max_response_length)
 
     def score_rows(self, batch: Batch, failures: list[str] | None = None
                    ) -> tuple[list[float], dict[str, list[float]]]:
@@ -56,17 +57,20 @@ class RewardPipeline:
         if self.judge is not None:
             return self.judge.score_batch([question_of(p) for p in batch.raw_prompt], batch.response_text,
                                           batch.ground_truth)
-        if self.reward_model is None:
+        if self.reward_model is None and self.reward_weight != 0:  # no reward model: the reward function's score
             return score_responses(self.reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
                                    batch.extra_info, failures)
-        model_scores = self.reward_model.score(batch).double()
-        total, extra = self.reward_weight * model_scores, {}
+        # the weighted sum; a reward model of weight 0 is not built, its 0 x score left out
+        total, extra = torch.zeros(len(batch.response_text), dtype=torch.float64), {}
+        if self.reward_model is not None:
+            model_scores = self.reward_model.score(batch).double()
+            total, extra = self.reward_weight * model_scores, {"rm_score": model_scores.tolist()}
         if self.rule_weight != 0:
-            rule, extra = score_responses(self.reward_fn, batch.data_source, batch.response_text,
-                                          batch.ground_truth, batch.extra_info, failures)
+            rule, rule_extra = score_responses(self.reward_fn, batch.data_source, batch.response_text,
+                                               batch.ground_truth, batch.extra_info, failures)
             total = total + self.rule_weight * torch.tensor(rule, dtype=torch.float64)
-            extra = {**extra, "rule_score": rule}
-        return total.tolist(), {**extra, "rm_score": model_scores.tolist()}
+            extra = {**rule_extra, "rule_score": rule, **extra}
+        return total.tolist(), extra
 
     def score(self, batch: Batch, failures: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Set `batch.scores` (B,) and `batch.reward_rows` (each row's extras); returns every per-row value by

@@ -22,6 +22,7 @@ from rft.config.load import merge_layers, parse_overrides, read_yaml
 from rft.config.offline_schema import EvalConfig, GenerationConfig
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
+from rft.config.suggest import origin
 from rft.dialects.trinity import (
     in_trinity_terms,
     notes_given,
@@ -37,41 +38,74 @@ def _layers(path: str | Path | None) -> list:
     return [read_yaml(path)] if path is not None else []
 
 
+_OUT_OF_RANGE = re.compile(r"([a-z_]+(?:\.[a-z_0-9]+)+) must ")
+"""A refused value's message: "<dotted key> must be > 0, got -1.0" (the checks' range refusals)."""
+_UNSET = object()
+
+
+@contextlib.contextmanager
+def located(path: str | Path | None, layers: list, overrides: Iterable[str]):
+    """A check's refusal of a value ("optim.lr must be > 0, got -1.0") with where the value came from put first, as
+    the loader's own refusals say it: "command line (optim.lr=-1): ..." or the YAML file that sets the key
+    (`layers`: what was read from it); a default's refusal, or a message naming no key first, as it is."""
+    try:
+        yield
+    except ConfigError as e:
+        found = _OUT_OF_RANGE.match(str(e))
+        if found is None:
+            raise
+        key = found.group(1)
+        where = origin(key, list(overrides)[::-1]) or next(  # the last override of a key is the one merged
+            (str(path) for layer in layers if OmegaConf.select(layer, key, default=_UNSET) is not _UNSET), "")
+        if not where:
+            raise
+        raise ConfigError(f"{where}: {e}") from None
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated RL config (`RFTConfig`) from a YAML file (optional) and dotted overrides."""
     layers = _layers(path)
     if layers and "stages" in layers[0]:
         raise ConfigError(f"{str(path)!r} lists stages: run it with `rft train` (rft.trainer.stages.load_stages)")
     cfg = merge_layers(RFTConfig, layers, overrides, path)
-    validate(cfg, check_paths=validate_paths)
+    with located(path, layers, overrides):
+        validate(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
-    cfg = merge_layers(SFTConfig, _layers(path), overrides, path)
-    validate_sft(cfg, check_paths=validate_paths)
+    layers = _layers(path)
+    cfg = merge_layers(SFTConfig, layers, overrides, path)
+    with located(path, layers, overrides):
+        validate_sft(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_dpo_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated DPO config (`DPOConfig`: the SFT sections plus the preference loss)."""
-    cfg = merge_layers(DPOConfig, _layers(path), overrides, path)
-    validate_dpo(cfg, check_paths=validate_paths)
+    layers = _layers(path)
+    cfg = merge_layers(DPOConfig, layers, overrides, path)
+    with located(path, layers, overrides):
+        validate_dpo(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_generation_config(path=None, overrides=(), validate_paths: bool = True) -> GenerationConfig:
     """The validated `rft generate` config (verl's generation.yaml keys)."""
-    cfg = merge_layers(GenerationConfig, _layers(path), overrides, path)
-    validate_generation(cfg, check_paths=validate_paths)
+    layers = _layers(path)
+    cfg = merge_layers(GenerationConfig, layers, overrides, path)
+    with located(path, layers, overrides):
+        validate_generation(cfg, check_paths=validate_paths)
     return cfg
 
 
 def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> EvalConfig:
     """The validated `rft eval` config (verl's evaluation.yaml keys)."""
-    cfg = merge_layers(EvalConfig, _layers(path), overrides, path)
-    validate_eval(cfg, check_paths=validate_paths)
+    layers = _layers(path)
+    cfg = merge_layers(EvalConfig, layers, overrides, path)
+    with located(path, layers, overrides):
+        validate_eval(cfg, check_paths=validate_paths)
     return cfg
 
 

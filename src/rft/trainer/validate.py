@@ -91,6 +91,7 @@ SFT = (
     "config.schema",
     "trainer.sft",                    # model, data sizes, optimizer, trainer section
     "config.sft_batch",               # the batch splits over processes and micro-batches
+    "workers.sft_memory",             # the weights, gradients and optimizer state fit in the memory free
 )
 """`rft sft` (and every SFT stage)."""
 
@@ -100,6 +101,7 @@ DPO = (
     "config.dpo_batch",               # pairs split into micro-batches
     "data.preference_columns",        # three different columns
     "algorithms.preference",          # beta, label smoothing, KL and entropy terms
+    "workers.sft_memory",             # the weights, gradients, optimizer state and reference fit in the memory free
 )
 """`rft dpo` (and every DPO stage)."""
 

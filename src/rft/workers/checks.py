@@ -110,17 +110,29 @@ def check_sequence_parallel(ctx: CheckContext) -> None:
     if needs_logits:
         raise ConfigError(f"{key}={sp}: {needs_logits[0]} needs each micro-batch's whole logits, which sequence "
                           "parallelism splits over the processes; set it to 1 or choose another")
-    if ctx.check_paths and ctx.check_model_path:
-        from rft.models.checks import text_config_json
-        from rft.workers.ulysses import heads_error
+    if not (ctx.check_paths and ctx.check_model_path):
+        return
+    from rft.models.checks import text_config_json
+    from rft.workers.ulysses import heads_error
 
-        config = text_config_json(arr.model.path)
+    # each model split over the group: the actor's (its reference's too), and a critic that runs with the actor's
+    # size, from its own folder (it was refused only once both models had loaded on every process)
+    split = [(key, "actor_rollout_ref.model.path", arr.model.path)]
+    if builds_critic(cfg) and cfg.critic.ulysses_sequence_parallel_size in (None, sp):
+        split.append(("critic.ulysses_sequence_parallel_size", "critic.model.path",
+                      cfg.critic.model.path or arr.model.path))
+    for size_key, folder_key, path in split:
+        config = text_config_json(path)
         if config is None:
-            return  # the model checks say what is wrong with the folder
+            continue  # the model checks say what is wrong with the folder
         why = heads_error(SimpleNamespace(**config), sp)
-        if why:
-            raise ConfigError(f"{key}={sp}: the model {arr.model.path} cannot split its sequences over {sp} "
-                              f"processes ({why}); set a size that fits, or 1")
+        if why is None:
+            continue
+        if size_key == key:
+            raise ConfigError(f"{key}={sp}: the model {path} cannot split its sequences over {sp} processes ({why}); "
+                              "set a size that fits, or 1")
+        raise ConfigError(f"{key}={sp}: the critic's model {folder_key}={path!r} cannot split its sequences over {sp} "
+                          f"processes ({why}); set {size_key}=1 to run the critic whole, or a size that fits both")
 
 
 @CHECKS.register("workers.offload")
@@ -202,54 +214,102 @@ def _shard_group(fsdp: Any, world: int) -> int:
     return size if isinstance(size, int) and size > 0 and world % size == 0 else world
 
 
+def _training_bytes(params: int, lora_rank: int, optimizer: str) -> int:
+    """What training a model of `params` parameters holds: its float32 weights and, trained in full, its gradients and
+    the optimizer's state (LoRA's adapter counted as nothing)."""
+    from rft.workers.optim import STATE_VALUES
+
+    trained = 0 if lora_rank > 0 else params
+    return 4 * params + 4 * trained * (1 + STATE_VALUES.get(optimizer, 0))
+
+
+def refuse_unless_fits(path: str, params: int, parts: list[tuple[str, int, int]], local: int,
+                       fixes: list[str]) -> None:
+    """The run's memory check (`workers.memory`, `workers.sft_memory`): `parts` (what, bytes of one whole copy, the
+    processes it is sharded over) held by each of the `local` processes on this machine fit in the memory free now,
+    else a ConfigError naming each part and `fixes`, the keys that shrink it. A lower bound (no activations, no KV
+    cache, no copy gathered for generation), so a run it refuses cannot fit; nothing is checked where the free
+    memory cannot be read."""
+    from rft.runtime import available_memory, human_bytes
+
+    free = available_memory()
+    need = sum(local * size // group for _, size, group in parts)
+    if free is None or need <= free:
+        return
+    what = ", ".join(f"{name} {human_bytes(local * size // group)}" for name, size, group in parts)
+    raise ConfigError(
+        f"{path} ({params:,} parameters) needs at least {human_bytes(need)} of memory on this machine for its "
+        f"{local} process(es) before any activation ({what}; float32 on CPU), more than the {human_bytes(free)} free "
+        f"now: {'; or '.join(fixes)}")
+
+
+def _on_cpu(ctx: CheckContext) -> bool:
+    from rft.models.load import resolve_device
+
+    return ctx.check_paths and ctx.check_model_path and resolve_device(ctx.cfg.trainer.device).type == "cpu"
+
+
 @CHECKS.register("workers.memory")
 def check_memory(ctx: CheckContext) -> None:
     """On CPU: what the run's processes on this machine hold for the whole run, the weights (float32), the
     gradients and the optimizer state of the actor, the reference's weights, the critic's (each sharded over its
-    FSDP group), counted from the model folders' safetensors headers, fit in the memory free now. A lower bound
-    (no activations, no KV cache, no copy gathered for generation), so a run it refuses cannot fit; it is refused
-    before anything loads with the keys that shrink it. LoRA's adapter is counted as nothing."""
+    FSDP group), counted from the model folders' safetensors headers, fit in the memory free now; refused before
+    anything loads with the keys that shrink it (`refuse_unless_fits`), an fsdp_size that keeps a copy per group of
+    fewer processes than the run's first."""
     from rft.models.checks import saved_parameters
-    from rft.models.load import resolve_device
-    from rft.runtime import available_memory, human_bytes
     from rft.workers.optim import STATE_VALUES
 
     cfg = ctx.cfg
     arr = cfg.actor_rollout_ref
-    if not (ctx.check_paths and ctx.check_model_path) or resolve_device(cfg.trainer.device).type != "cpu":
-        return
-    free = available_memory()
-    actor_params = saved_parameters(arr.model.path)
-    if free is None or actor_params is None:
+    actor_params = saved_parameters(arr.model.path) if _on_cpu(ctx) else None
+    if actor_params is None:
         return
     world, local = ctx.world_size, min(ctx.world_size, cfg.trainer.n_gpus_per_node)
-
-    def training(params: int, model: Any, optim: Any) -> int:  # weights, gradients, optimizer state: bytes
-        trained = 0 if model.lora_rank > 0 else params
-        return 4 * params + 4 * trained * (1 + STATE_VALUES.get(optim.optimizer, 0))
-
-    parts = [("the actor's weights, gradients and optimizer state", training(actor_params, arr.model, arr.actor.optim),
-              _shard_group(arr.actor.fsdp_config, world))]
+    sharded = [("actor_rollout_ref.actor", arr.actor.fsdp_config,
+                "the actor's weights, gradients and optimizer state",
+                _training_bytes(actor_params, arr.model.lora_rank, arr.actor.optim.optimizer))]
     if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
-        parts.append(("the reference's weights", 4 * actor_params, _shard_group(arr.ref.fsdp_config, world)))
+        sharded.append(("actor_rollout_ref.ref", arr.ref.fsdp_config, "the reference's weights", 4 * actor_params))
     if builds_critic(cfg):
         critic_params = saved_parameters(cfg.critic.model.path or arr.model.path) or actor_params
-        parts.append(("the critic's", training(critic_params, cfg.critic.model, cfg.critic.optim),
-                      _shard_group(cfg.critic.model.fsdp_config, world)))
-    need = sum(local * size // group for _, size, group in parts)
-    if need <= free:
-        return
-    what = ", ".join(f"{name} {human_bytes(local * size // group)}" for name, size, group in parts)
-    fixes = []
+        sharded.append(("critic.model", cfg.critic.model.fsdp_config, "the critic's",
+                        _training_bytes(critic_params, cfg.critic.model.lora_rank, cfg.critic.optim.optimizer)))
+    parts = [(what, size, _shard_group(fsdp, world)) for _, fsdp, what, size in sharded]
+    fixes = [f"shard over all {world} processes ({section}.fsdp_config.fsdp_size=-1; {fsdp.fsdp_size} keeps a whole "
+             f"copy in every {'process' if fsdp.fsdp_size == 1 else f'group of {fsdp.fsdp_size} processes'})"
+             for section, fsdp, _, _ in sharded if _shard_group(fsdp, world) < world]
     if arr.model.lora_rank == 0:
         fixes.append("train a LoRA adapter (actor_rollout_ref.model.lora_rank, e.g. 32)")
     if STATE_VALUES.get(arr.actor.optim.optimizer, 0) > 0:
         fixes.append("an optimizer with less state (actor_rollout_ref.actor.optim.optimizer=adafactor)")
     fixes.append("a smaller model, or more machines (trainer.nnodes)")
-    raise ConfigError(
-        f"{arr.model.path} ({actor_params:,} parameters) needs at least {human_bytes(need)} of memory on this "
-        f"machine for its {local} process(es) before any activation ({what}; float32 on CPU), more than the "
-        f"{human_bytes(free)} free now: {'; or '.join(fixes)}")
+    refuse_unless_fits(arr.model.path, actor_params, parts, local, fixes)
+
+
+@CHECKS.register("workers.sft_memory")
+def check_sft_memory(ctx: CheckContext) -> None:
+    """`workers.memory` for rft sft and rft dpo (and their stages): the model's weights, gradients and AdamW's
+    moments (sharded over every process), and DPO's frozen reference copy with full fine-tuning."""
+    from rft.config.dpo_schema import DPOConfig
+    from rft.models.checks import saved_parameters
+    from rft.workers.optim import DEFAULT_OPTIMIZER
+
+    cfg = ctx.cfg
+    model = cfg.model
+    params = saved_parameters(model.partial_pretrain) if _on_cpu(ctx) else None
+    if params is None:
+        return
+    world = ctx.world_size
+    parts = [("the model's weights, gradients and optimizer state",
+              _training_bytes(params, model.lora_rank, DEFAULT_OPTIMIZER), world)]
+    preference = isinstance(cfg, DPOConfig)  # the reference's log-probs in every step
+    if preference and model.lora_rank == 0:
+        parts.append(("the reference's weights", 4 * params, world))
+    fixes = [] if model.lora_rank > 0 else [
+        "train a LoRA adapter (model.lora_rank, e.g. 32" + ("; the reference is then the model with its adapter "
+                                                            "off, no copy)" if preference else ")")]
+    fixes.append("a smaller model" if preference else "a smaller model, or more machines (trainer.nnodes)")
+    refuse_unless_fits(model.partial_pretrain, params, parts, min(world, cfg.trainer.n_gpus_per_node), fixes)
 
 
 @CHECKS.register("workers.activation_offload")
