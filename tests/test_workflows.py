@@ -744,6 +744,38 @@ def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tm
     assert main([*args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'out2'}"]) == 0
 
 
+def test_a_run_stopped_among_empty_steps_stops_where_the_straight_run_stops(assets, tmp_path, capsys, monkeypatch):
+    """Issue 60: the empty explore steps in a row are in the checkpoint. A run whose workflow fails on every task
+    stops at step 3 (bad_update_limit=2); stopped after checkpoint 2 and run again, it counted from 0 again and
+    stopped at step 5."""
+    import json
+
+    from cli_helpers import sigterm_after_checkpoint
+
+    from rft.cli import main
+
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    args = ["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+            f"data.train_files={assets / 'data' / 'train.parquet'}", f"custom_reward_function.path={assets / 'reward.py'}",
+            "data.max_prompt_length=32", "data.max_response_length=4", "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2", "workflow.type=broken",
+            f"workflow.path={tmp_path / 'flaky.py'}", "workflow.max_retry_times=0", "trainer.logger=[]",
+            "trainer.save_freq=1", "trainer.bad_update_limit=2", "trainer.total_training_steps=10"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main([*args, f"trainer.default_local_dir={straight}"]) == 2
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("rft: error:")]
+    assert len(line) == 1 and "3 explore steps in a row gave no experience" in line[0]
+    sigterm_after_checkpoint(monkeypatch, 2)
+    assert main([*args, f"trainer.default_local_dir={stopped}"]) == 143
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main([*args, f"trainer.default_local_dir={stopped}"]) == 2
+    out, err = capsys.readouterr()
+    assert "resumed from" in out and line[0].replace(str(straight), str(stopped)) in err.splitlines(), err
+    lines = [json.loads(x) for x in (stopped / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2] and all(x["train/empty_step"] == 1.0 for x in lines)
+
+
 def test_a_reward_that_fails_on_every_response_of_a_workflow_step_stops_the_run(assets, tmp_path, capsys):
     """Workflows score each response on its own (Task.score): with on_error=zero a reward function failing on all of
     them is still a broken function, said once for the step with its first failure, exit 2."""
