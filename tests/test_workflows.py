@@ -613,6 +613,59 @@ class JudgeEngine:
         return RolloutOutput(out, valid, torch.zeros(valid.shape))
 
 
+class CoinJudge:
+    """A judge sampling at a temperature: each verdict a coin flipped with the generator it is given (its server's)."""
+
+    def __init__(self, tok):
+        self.tok, self.eos_ids = tok, torch.tensor([tok.eos_token_id])
+
+    def generate(self, ids, mask, params, generator=None):
+        from rft.rollout.base import RolloutOutput
+
+        replies = ["Yes." if float(torch.rand((), generator=generator)) < 0.5 else "No." for _ in range(len(ids))]
+        rows = [self.tok(r, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id] for r in replies]
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.tok.pad_token_id)
+        valid = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+        return RolloutOutput(out, valid, torch.zeros(valid.shape))
+
+
+def test_a_sampling_judges_stream_is_in_the_checkpoint(assets, tmp_path):
+    """Issue 60: an auxiliary model sampling at a temperature (here a judge) draws from a generator of its own; a
+    resumed run started it from its seed again, so the resumed steps' verdicts, and the weights trained on them,
+    were not the straight run's. 3 steps == 1 step, then resumed to 3."""
+    from safetensors.torch import load_file
+
+    from rft.trainer.run import SyncRun
+
+    def fit(out: str, steps: int) -> SyncRun:
+        run = SyncRun(rl_config(assets, tmp_path / out, "custom_reward_function.path=null",
+                                "custom_reward_function.reward_fn_type=llm_judge",
+                                f"workflow.auxiliary_models=[{{model_path: {assets / 'model'}, temperature: 1.0}}]",
+                                "trainer.save_freq=1", f"trainer.total_training_steps={steps}"))
+        run.explorer.auxiliary[0].server.engine = CoinJudge(run.tokenizer)
+        run.fit()
+        return run
+
+    fit("one", 3)
+    fit("two", 1)
+    explorer = fit("two", 3).explorer
+    one, two = ([json.loads(x) for x in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
+                for out in ("one", "two"))
+    assert [x["step"] for x in two] == [1, 2, 3]
+    assert [x["critic/score/mean"] for x in two] == [x["critic/score/mean"] for x in one]
+    assert len({x["critic/score/mean"] for x in one}) > 1  # the verdicts vary
+    a, b = (load_file(tmp_path / out / "model" / "model.safetensors") for out in ("one", "two"))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    # modes explore / both keep the explorer's state with its steps in the buffer: the judge's stream too
+    state, judge = explorer.state_dict(), explorer.auxiliary[0].server.generator
+    drawn = torch.rand(4, generator=judge)
+    explorer.load_state_dict(json.loads(json.dumps(state)))
+    assert torch.equal(torch.rand(4, generator=judge), drawn)
+
+
 def _verdict(response: str, truth: str) -> tuple[float, float]:
     """(reward, judge_parsed) JudgeEngine gives."""
     return (0.0, 0.0) if not response else (float(response[0] == truth[0]), 1.0)

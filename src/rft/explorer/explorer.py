@@ -162,14 +162,26 @@ class Explorer:
         self.served.close()
 
     # ----------------------------------------------------------------------------------------- state
+    def auxiliary_states(self) -> list[list[int]]:
+        """The auxiliary models' sampling streams (a judge, a workflow's second model: each samples where its
+        temperature is above 0), as a checkpoint holds them: later steps draw on from where these are."""
+        return [handle.server.generator.get_state().tolist() for handle in self.auxiliary]
+
+    def load_auxiliary_states(self, states: list[list[int]]) -> None:
+        """Continue the auxiliary models' streams from `auxiliary_states()` (none in a state an older rft wrote:
+        they start from their seeds, as they did then)."""
+        for handle, saved in zip(self.auxiliary, states):
+            handle.server.generator.set_state(torch.tensor(saved, dtype=torch.uint8))
+
     def state_dict(self) -> dict:
         return {"step": self.step, "sampler": self.taskset.state_dict(),
-                "generator": self.generator.get_state().tolist()}
+                "generator": self.generator.get_state().tolist(), "auxiliary": self.auxiliary_states()}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = state["step"]
         self.taskset.load_state_dict(state["sampler"])
         self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        self.load_auxiliary_states(state.get("auxiliary", []))
 
     # ----------------------------------------------------------------------------------------- explore
     def sampling_params(self, source, *, n: int, do_sample: bool) -> SamplingParams:

@@ -5,8 +5,8 @@ sync_offset 0: on-policy).
 
 The explorer and the trainer share the policy itself, so the synchronizer only moves the engine's version
 (`sync_method: memory`). The checkpoint of a step holds the trainer's state, the explorer's position (its
-sampler and sampling generator) and the empty steps in a row, so a resumed run regenerates exactly what an
-uninterrupted one would and stops where it would.
+sampler, sampling generator and auxiliary models' generators) and the empty steps in a row, so a resumed run
+regenerates exactly what an uninterrupted one would and stops where it would.
 """
 
 from __future__ import annotations
@@ -226,6 +226,8 @@ class SyncRun:
     def save_checkpoint(self, step: int) -> Path:
         return self.trainer.save_checkpoint(
             step, {"sampler": self.explorer.taskset.state_dict(), "empty_steps": self.empty_steps,
+                   # each rank's: every rank asks its auxiliary models (a judge) about its own rows
+                   "auxiliary": self.dist.gather_objects(self.explorer.auxiliary_states()),
                    "metrics": self._step_metrics},
             {GENERATOR: self.explorer.generator})
 
@@ -237,6 +239,8 @@ class SyncRun:
             return None
         self.explorer.taskset.load_state_dict(state["sampler"])
         self.empty_steps = state.get("empty_steps", 0)
+        auxiliary = state.get("auxiliary", [])
+        self.explorer.load_auxiliary_states(auxiliary[self.dist.rank] if self.dist.rank < len(auxiliary) else [])
         self.explorer.step = state["global_step"]
         self.buffer.truncate_after(state["global_step"])
         self.sync.publish(None, state["global_step"])
