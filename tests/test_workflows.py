@@ -773,6 +773,9 @@ def test_a_workflow_run_resumes_exactly(assets, tmp_path):
     assert max(float((one[k] - initial[k]).abs().max()) for k in one if k in initial) > 1e-4  # it trained
     lines = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2] and all(x["workflow/tasks"] == 4 for x in lines)
+    # the step's engine calls (they were counted over the process: the resumed run's step 2 said fewer)
+    straight = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["workflow/model_calls"] for x in lines] == [x["workflow/model_calls"] for x in straight]
 
 
 def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tmp_path, capsys):

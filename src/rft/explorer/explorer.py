@@ -422,6 +422,7 @@ class Workflows:
         ex = self.ex
         prompts = ex.taskset.next_batch()
         tasks = self.tasks(prompts, ex.cfg.actor_rollout_ref.rollout.n, is_eval=False)
+        calls = self.server.calls
         with timer("gen"):
             results, metrics = self.runner.run(tasks)
         ex.step += 1
@@ -439,7 +440,7 @@ class Workflows:
                         "step has no experiences", ex.cfg.workflow.type, ex.step)
         tokens = sum(int(e.action_mask.sum()) for e in out)
         metrics["perf/gen_tokens_per_s"] = tokens / max(timer.times["gen"], 1e-9)
-        metrics["workflow/model_calls"] = float(self.server.calls)
+        metrics["workflow/model_calls"] = float(self.server.calls - calls)  # the step's: no count to checkpoint
         return out, metrics
 
     def evaluate(self) -> tuple[dict[str, float], list[dict]]:
