@@ -16,6 +16,7 @@ from rl_helpers import assert_all_moved, make_assets, rl_config, score, trainabl
 from rft.algorithms import LOSS_AGG_MODES, full_kl_from_logits, overlong_penalty
 from rft.config.load import ConfigError
 from rft.config.schema import POLICY_LOSS_NAMES
+from rft.distributed import SINGLE
 from rft.monitor import Timer
 from rft.trainer.run import SyncRun
 from rft.workers.policy import compute_logit_kl, forward_logits
@@ -372,6 +373,65 @@ def test_dynamic_sampling_draws_gen_batch_size_prompts_per_generation_batch(asse
     assert places == sorted(places) and len(set(places)) == 4
     step = run.train_step(1, Timer())
     assert step["actor/grad_norm"] > 0
+
+
+def _explorer_generating(cfg, varies):
+    """An Explorer of `cfg` with stand-ins for its engine and reward: the tasks are the numbers 0..95 (in the
+    sampler's order), each generation batch is recorded in `explorer.generated`, and the filter metric varies in the
+    groups of the tasks `varies` takes (the other groups are dropped by dynamic sampling)."""
+    from types import SimpleNamespace
+
+    from rft.batch import Batch
+    from rft.explorer.explorer import Explorer
+    from rft.explorer.taskset import FileTaskset
+
+    explorer = Explorer.__new__(Explorer)
+    n, metric = cfg.actor_rollout_ref.rollout.n, cfg.algorithm.filter_groups.metric
+    explorer.cfg, explorer.dist, explorer.step, explorer.adv_needs = cfg, SINGLE, 0, set()
+    explorer.tokenizer, explorer.engine = SimpleNamespace(pad_token_id=0), SimpleNamespace(version=0)
+    explorer.taskset = FileTaskset(list(range(96)), cfg.data.train_batch_size, True, cfg.data.seed)
+    explorer.generated = []
+
+    def generate_batch(prompts, positions=None):
+        explorer.generated.append(list(prompts))
+        ids = torch.tensor(prompts).repeat_interleave(n)[:, None]
+        return Batch(prompt_ids=ids, prompt_mask=torch.ones_like(ids), response_ids=torch.ones(len(ids), 2).long(),
+                     response_mask=torch.ones(len(ids), 2).long(), group=torch.arange(len(prompts)).repeat_interleave(n))
+
+    def score(batch, failures):
+        task = batch.prompt_ids[:, 0].tolist()
+        batch.scores = torch.tensor([float(i % 2) if varies(t) else 0.0 for i, t in enumerate(task)])
+        return {metric: batch.scores}
+
+    explorer.generate_batch, explorer.rewards = generate_batch, SimpleNamespace(score=score)
+    return explorer
+
+
+def test_several_explorers_with_dynamic_sampling_never_draw_one_task_twice(assets, tmp_path):
+    """Issue 60: trainer.explorer_num explorers take turns at the steps, each stepping over the others'. With dynamic
+    sampling a step draws as many generation batches as it needs, while stepping over a step drew one: explorer
+    1 generated tasks explorer 0 had drawn for its step 1, and the explorers' streams drifted apart. Explorer r now
+    takes the taskset's generation batches b with b % explorer_num == r (with one batch a step: step n's batch
+    n - 1, the tasks one explorer draws), so no task is drawn by two and none's tasks depend on the others' draws."""
+    from rft.explorer.taskset import FileTaskset
+
+    generated = {}
+    for rank in (0, 1):
+        cfg = make_cfg(assets, tmp_path, *DAPO, "trainer.mode=explore", "trainer.explorer_num=2",
+                       f"trainer.explorer_rank={rank}", "synchronizer.sync_interval=2")
+        explorer = _explorer_generating(cfg, varies=lambda task: task % 3 == 0)
+        for step in range(1, 7):  # ExploreLoop's turns
+            if (step - 1) % 2 != rank:
+                explorer.skip_step()
+            else:
+                explorer.generate_step(Timer())
+        generated[rank] = explorer.generated
+        assert explorer.step == 6
+    assert sum(len(batches) for batches in generated.values()) > 6  # some steps drew several batches
+    order = FileTaskset(list(range(96)), 4, True, cfg.data.seed).sampler._order(0).tolist()
+    for rank, batches in generated.items():  # explorer r's batches: r, r + 2, r + 4, ... of the one stream
+        assert batches == [order[4 * b:4 * b + 4] for b in range(rank, 2 * len(batches), 2)], rank
+    assert not {t for b in generated[0] for t in b} & {t for b in generated[1] for t in b}
 
 
 def test_total_steps_from_epochs_count_generation_batches(assets, tmp_path):
