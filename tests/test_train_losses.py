@@ -11,12 +11,11 @@ import re
 
 import pytest
 import torch
-from rl_helpers import assert_all_moved, make_assets, rl_config, score, trainable
+from rl_helpers import assert_all_moved, make_assets, rl_config, score, stand_in_explorer, trainable
 
 from rft.algorithms import LOSS_AGG_MODES, full_kl_from_logits, overlong_penalty
 from rft.config.load import ConfigError
 from rft.config.schema import POLICY_LOSS_NAMES
-from rft.distributed import SINGLE
 from rft.monitor import Timer
 from rft.trainer.run import SyncRun
 from rft.workers.policy import compute_logit_kl, forward_logits
@@ -321,11 +320,11 @@ DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=e
         "algorithm.filter_groups.max_num_gen_batches=20")
 
 
-def test_verls_dapo_gen_batch_size_needs_the_filter_and_one_process(assets, tmp_path):
+def test_verls_dapo_gen_batch_size_needs_the_filter_and_with_processes_whole_mini_batches(assets, tmp_path):
     """verl's DAPO recipe sets data.gen_batch_size (its default: ${data.train_batch_size}; its run scripts 3x).
     Another value than train_batch_size is dynamic sampling's generation batch: without the filter verl's main
-    trainer would train on all of its prompts a step, so rft refuses it saying so; with several processes it is
-    refused for now (the ranks' shares follow train_batch_size)."""
+    trainer would train on all of its prompts a step, so rft refuses it saying so; with several processes it must
+    be a multiple of ppo_mini_batch_size (it was refused there at any value)."""
     cfg = make_cfg(assets, tmp_path, *DAPO)
     same = make_cfg(assets, tmp_path, *DAPO, f"data.gen_batch_size={cfg.data.train_batch_size}")
     assert same.data.gen_batch_size == cfg.data.train_batch_size
@@ -338,10 +337,13 @@ def test_verls_dapo_gen_batch_size_needs_the_filter_and_one_process(assets, tmp_
         in str(err.value)
     with pytest.raises(ConfigError, match=r"data.gen_batch_size=0 must be a whole number of prompts >= 1"):
         make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=0")
-    with pytest.raises(ConfigError) as err:
-        make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=8", "trainer.n_gpus_per_node=2", "trainer.device=cpu",
-                 "actor_rollout_ref.actor.strategy=fsdp2")
-    assert "supports in one process for now (2 processes here)" in str(err.value)
+    two = ("trainer.n_gpus_per_node=2", "trainer.device=cpu", "actor_rollout_ref.actor.strategy=fsdp2")
+    assert make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=8", *two).data.gen_batch_size == 8
+    with pytest.raises(ConfigError) as err:  # each process shares every mini-batch of 4 prompts of it
+        make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=6", *two)
+    assert str(err.value) == ("data.gen_batch_size=6 with 2 processes must be a multiple of actor_rollout_ref.actor."
+                              "ppo_mini_batch_size=4: each process generates its share of every mini-batch of a "
+                              "generation batch's prompts; set it to 8")
     from rft.data.dataset import DataError
 
     with pytest.raises(DataError, match=re.escape("the training set has 64 prompts, fewer than data.gen_batch_size="
@@ -375,38 +377,6 @@ def test_dynamic_sampling_draws_gen_batch_size_prompts_per_generation_batch(asse
     assert step["actor/grad_norm"] > 0
 
 
-def _explorer_generating(cfg, varies):
-    """An Explorer of `cfg` with stand-ins for its engine and reward: the tasks are the numbers 0..95 (in the
-    sampler's order), each generation batch is recorded in `explorer.generated`, and the filter metric varies in the
-    groups of the tasks `varies` takes (the other groups are dropped by dynamic sampling)."""
-    from types import SimpleNamespace
-
-    from rft.batch import Batch
-    from rft.explorer.explorer import Explorer
-    from rft.explorer.taskset import FileTaskset
-
-    explorer = Explorer.__new__(Explorer)
-    n, metric = cfg.actor_rollout_ref.rollout.n, cfg.algorithm.filter_groups.metric
-    explorer.cfg, explorer.dist, explorer.step, explorer.adv_needs = cfg, SINGLE, 0, set()
-    explorer.tokenizer, explorer.engine = SimpleNamespace(pad_token_id=0), SimpleNamespace(version=0)
-    explorer.taskset = FileTaskset(list(range(96)), cfg.data.train_batch_size, True, cfg.data.seed)
-    explorer.generated = []
-
-    def generate_batch(prompts, positions=None):
-        explorer.generated.append(list(prompts))
-        ids = torch.tensor(prompts).repeat_interleave(n)[:, None]
-        return Batch(prompt_ids=ids, prompt_mask=torch.ones_like(ids), response_ids=torch.ones(len(ids), 2).long(),
-                     response_mask=torch.ones(len(ids), 2).long(), group=torch.arange(len(prompts)).repeat_interleave(n))
-
-    def score(batch, failures):
-        task = batch.prompt_ids[:, 0].tolist()
-        batch.scores = torch.tensor([float(i % 2) if varies(t) else 0.0 for i, t in enumerate(task)])
-        return {metric: batch.scores}
-
-    explorer.generate_batch, explorer.rewards = generate_batch, SimpleNamespace(score=score)
-    return explorer
-
-
 def test_several_explorers_with_dynamic_sampling_never_draw_one_task_twice(assets, tmp_path):
     """Issue 60: trainer.explorer_num explorers take turns at the steps, each stepping over the others'. With dynamic
     sampling a step draws as many generation batches as it needs, while stepping over a step drew one: explorer
@@ -419,7 +389,7 @@ def test_several_explorers_with_dynamic_sampling_never_draw_one_task_twice(asset
     for rank in (0, 1):
         cfg = make_cfg(assets, tmp_path, *DAPO, "trainer.mode=explore", "trainer.explorer_num=2",
                        f"trainer.explorer_rank={rank}", "synchronizer.sync_interval=2")
-        explorer = _explorer_generating(cfg, varies=lambda task: task % 3 == 0)
+        explorer = stand_in_explorer(cfg, varies=lambda task: task % 3 == 0)
         for step in range(1, 7):  # ExploreLoop's turns
             if (step - 1) % 2 != rank:
                 explorer.skip_step()
