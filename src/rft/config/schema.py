@@ -336,7 +336,7 @@ class OptimConfig:
     lr_scheduler_type: Optional[str] = fld(
         None,
         "transformers' get_scheduler by name, with the warmup above (replaces warmup_style); reduce_lr_on_plateau "
-        "steps on the validation reward (needs validation). null: warmup_style.",
+        "steps on the validation reward (needs validation, in the one-process loop). null: warmup_style.",
         choices=(None, *SCHEDULER_NAMES),
     )
 
