@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -27,3 +29,20 @@ def rft_here(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedP
     if check and code != 0:
         raise AssertionError(f"rft {' '.join(args)} exited {code}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def sigterm_after_checkpoint(monkeypatch, step: int) -> None:
+    """A SIGTERM to this process as soon as checkpoint `step` is whole: a run in this process (`rft_here`, `main`)
+    stops before its next phase, as a `kill` after that checkpoint stops it, at a moment the test names (a real
+    kill races the steps after it). `monkeypatch.undo()` ends it."""
+    from rft.trainer.checkpoint import CheckpointManager
+
+    save = CheckpointManager.save
+
+    def save_then_stop(self, n, write, *args, **kwargs):
+        folder = save(self, n, write, *args, **kwargs)
+        if n == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return folder
+
+    monkeypatch.setattr(CheckpointManager, "save", save_then_stop)

@@ -64,3 +64,40 @@ def score(run, batch) -> dict[str, float]:
     run.explorer.rewards.score(batch)
     run.trainer.set_token_rewards(batch)
     return run.trainer.reward_metrics(batch)
+
+
+def stand_in_explorer(cfg, varies, dist=None):
+    """An Explorer of `cfg` (rank `dist` of several, default one process) with stand-ins for its engine and reward:
+    the tasks are the numbers 0..95 (in the sampler's order), each generation batch's tasks are recorded in
+    `explorer.generated`, and the filter metric (algorithm.filter_groups.metric) varies within the groups of the
+    tasks `varies` takes, so dynamic sampling drops the others."""
+    from types import SimpleNamespace
+
+    from rft.batch import Batch
+    from rft.distributed import SINGLE
+    from rft.explorer.explorer import Explorer
+    from rft.explorer.taskset import FileTaskset, generation_batch
+
+    explorer = Explorer.__new__(Explorer)
+    n, metric = cfg.actor_rollout_ref.rollout.n, cfg.algorithm.filter_groups.metric
+    explorer.cfg, explorer.dist, explorer.step, explorer.adv_needs = cfg, dist or SINGLE, 0, set()
+    explorer.tokenizer, explorer.engine = SimpleNamespace(pad_token_id=0), SimpleNamespace(version=0)
+    explorer.taskset = FileTaskset([SimpleNamespace(ids=[t], task=t) for t in range(96)],
+                                   generation_batch(cfg.data)[0], True, cfg.data.seed)
+    explorer.generated = []
+
+    def generate_batch(prompts, positions=None):
+        tasks = [p.task for p in prompts]
+        explorer.generated.append(tasks)
+        ids = torch.tensor(tasks).repeat_interleave(n)[:, None]
+        labels = torch.as_tensor(positions if positions is not None else range(len(prompts)))
+        return Batch(prompt_ids=ids, prompt_mask=torch.ones_like(ids), response_ids=torch.ones(len(ids), 2).long(),
+                     response_mask=torch.ones(len(ids), 2).long(), group=labels.repeat_interleave(n))
+
+    def score(batch, failures):
+        tasks = batch.prompt_ids[:, 0].tolist()
+        batch.scores = torch.tensor([float(i % 2) if varies(t) else 0.0 for i, t in enumerate(tasks)])
+        return {metric: batch.scores}
+
+    explorer.generate_batch, explorer.rewards = generate_batch, SimpleNamespace(score=score)
+    return explorer

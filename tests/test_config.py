@@ -942,6 +942,21 @@ def test_decoupled_modes_take_several_trainer_processes_and_say_what_they_cannot
         load(*two, "trainer.mode=explore")
 
 
+@pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "critic"])
+def test_reduce_lr_on_plateau_is_refused_where_the_trainer_sees_no_validation(section):
+    """Issue 60's audit: reduce_lr_on_plateau follows the validation reward; a trainer apart from its explorer (mode
+    train, mode both off the one-process schedule) never got it, so its rate never fell, silently."""
+    plateau = (f"{section}.optim.lr_scheduler_type=reduce_lr_on_plateau", "data.val_files=val.parquet",
+               "trainer.test_freq=1", *(["algorithm.adv_estimator=gae"] if section == "critic" else []))
+    assert load(*plateau).trainer.mode == "both"  # the one-process loop steps it after each validation
+    for apart in (["synchronizer.sync_interval=2"], ["trainer.mode=train"]):
+        with pytest.raises(ConfigError) as e:
+            load(*plateau, *apart)
+        assert str(e.value).startswith(f"{section}.optim.lr_scheduler_type=reduce_lr_on_plateau steps on the "
+                                       "validation reward, which with trainer.mode="), str(e.value)
+    assert load(*plateau, "trainer.mode=explore").trainer.mode == "explore"  # an explorer has no schedule
+
+
 def test_several_explorers_need_the_decoupled_modes_a_database_and_file_tasksets():
     apart = ("trainer.explorer_num=2", "synchronizer.sync_interval=2")
     assert load(*apart).trainer.explorer_num == 2

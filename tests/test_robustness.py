@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import rft_here
+from cli_helpers import rft_here, sigterm_after_checkpoint
 from safetensors.torch import load_file
 
 from rft.cli import main
@@ -1090,6 +1090,35 @@ def test_an_exploding_learning_rate_is_skipped_counted_and_stops_the_run(work, t
                          "run again from step 0"), line
     assert "resume" not in line, line
     assert json.loads((tmp_path / "stops" / "failed.json").read_text())["error"] == line.removeprefix("rft: error: ")
+
+
+@pytest.mark.parametrize("diverging", [("actor_rollout_ref.actor.optim.lr=1e10",),
+                                       ("algorithm.adv_estimator=gae", "critic.optim.lr=1e10")],
+                         ids=["actor", "critic"])
+def test_a_run_stopped_among_skipped_steps_resumes_their_count_and_stops_where_the_straight_run_stops(
+        work, tmp_path, capsys, monkeypatch, diverging):
+    """Issue 60: every update is skipped (lr 1e10), so bad_update_limit=2 stops the run at step 3 with exit 2. Stopped
+    after checkpoint 2 and run again, the run counted its skipped steps from 0 again: it skipped steps 3 and 4 and
+    ended with exit 0 and "model written", the starting model. The step guards' counts are in the checkpoint now:
+    the rerun stops at step 3 with the straight run's line."""
+    common = (*diverging, "trainer.total_training_steps=4", "trainer.save_freq=1", "trainer.bad_update_limit=2")
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    code, _, err = run(args(work, straight, *common), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "3 optimizer steps in a row were skipped" in line, err
+    sigterm_after_checkpoint(monkeypatch, 2)
+    code, _, err = run(args(work, stopped, *common), capsys)
+    assert code == 143 and "stopped by SIGTERM" in err, err
+    monkeypatch.undo()
+    code, out, err = run(args(work, stopped, *common), capsys)
+    assert "resumed from" in out and "at step 2" in out, out
+    assert not (stopped / "model").exists(), "the rerun finished and wrote the starting model"
+    assert code == 2 and one_error_line(err) == line.replace(str(straight), str(stopped))
+    trained = "actor" if diverging[0].startswith("actor_rollout_ref") else "critic"
+    metrics = [json.loads(x) for x in (stopped / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in metrics] == [1, 2] and all(x[f"{trained}/skipped_updates"] == 1.0 for x in metrics)
+    state = json.loads((stopped / "checkpoints" / "global_step_2" / "trainer_state.json").read_text())
+    assert state["guards"][trained] == {"in_a_row": 2}
 
 
 @pytest.mark.parametrize("trial", [True, False], ids=["trial", "snapshot"])

@@ -141,6 +141,67 @@ def test_dynamic_sampling_shares_the_first_kept_groups_evenly():
     assert results[1] == ([4, 4, 7, 7], [2, 2, 3, 3], (4, 4))
 
 
+GEN_BATCH = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
+             "algorithm.filter_groups.max_num_gen_batches=20", "data.train_batch_size=4", "data.gen_batch_size=8",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2")
+
+
+def _gen_batch_share(rank: int, world: int, port: int, config: list[str], results) -> None:
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        from rl_helpers import stand_in_explorer
+
+        from rft.distributed import Dist
+        from rft.monitor import Timer
+        from rft.trainer.configure import load_config
+
+        explorer = stand_in_explorer(load_config(None, config), varies=lambda task: task % 3 == 0,
+                                     dist=Dist(rank=rank, world_size=world))
+        steps = []
+        for _ in range(2):
+            batch, metrics = explorer.dynamic_sampling(*explorer.generate_and_score(Timer()), Timer())
+            steps.append((batch.prompt_ids[:, 0].tolist(), batch.group.tolist(), metrics))
+        results[rank] = (steps, explorer.taskset.drawn)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_gen_batch_size_on_two_processes_trains_the_one_process_groups(assets, tmp_path):
+    """data.gen_batch_size=8 with train_batch_size 4 on two gloo processes (it was refused there): each rank
+    generates its share of every mini-batch of 2 prompts of each generation batch of 8, and trains its share of the
+    first 4 kept groups of all ranks; those are the one-process run's, in its order, over two steps (engine and
+    reward stood in, so both generate the same responses)."""
+    import torch.multiprocessing as mp
+    from rl_helpers import stand_in_explorer
+
+    from rft.distributed import step_shard
+    from rft.monitor import Timer
+    from rft.trainer.configure import load_config
+
+    config = [f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+              f"custom_reward_function.path={assets / 'reward.py'}", f"trainer.default_local_dir={tmp_path}",
+              "trainer.n_gpus_per_node=2", "trainer.device=cpu", "actor_rollout_ref.actor.strategy=fsdp2", *GEN_BATCH]
+    one = stand_in_explorer(load_config(None, config[:4] + list(GEN_BATCH)), varies=lambda task: task % 3 == 0)
+    expected = []
+    for _ in range(2):
+        batch, metrics = one.dynamic_sampling(*one.generate_and_score(Timer()), Timer())
+        tasks = batch.prompt_ids[:, 0].tolist()
+        expected.append(([tasks[2 * g] for g in range(4)], metrics))  # n = 2 rows a group, groups 0..3
+    assert expected[0][1]["train/num_gen_batches"] > 1  # the filter dropped groups: more batches were drawn
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_gen_batch_share, args=(2, _free_port(), config, results), nprocs=2, join=True)
+        results = dict(results)
+    for rank, (steps, drawn) in results.items():
+        assert drawn == one.taskset.drawn  # every rank drew the one-process generation batches
+        for (tasks, groups, metrics), (groups_tasks, one_metrics) in zip(steps, expected):
+            mine = step_shard(4, 2, rank, 2)  # this rank's share of the 4 kept groups
+            assert tasks == [groups_tasks[g] for g in mine for _ in range(2)], rank
+            assert groups == [g for g in mine for _ in range(2)]
+            assert metrics == one_metrics
+
+
 def test_dynamic_sampling_on_two_processes_trains(assets, tmp_path):
     from test_distributed import train
 
@@ -152,6 +213,34 @@ def test_dynamic_sampling_on_two_processes_trains(assets, tmp_path):
     assert sorted(m) == [1, 2]
     assert m[1]["train/num_kept_groups"] >= 4 and m[1]["train/num_gen_batches"] >= 1
     assert m[1]["actor/grad_norm"] > 0 and m[1]["critic/score/max"] > m[1]["critic/score/min"]
+
+
+@pytest.mark.heavy  # three two-process runs, ~100 s: make test-heavy
+def test_gen_batch_size_on_two_processes_resumes_exactly(assets, tmp_path):
+    """`rft train` with data.gen_batch_size=8 on two processes: 2 steps straight == 1 step, then the same command
+    resumed to 2 (the sampler counts generation batches of 8; each rank's sampling stream is drawn from the
+    checkpointed generator)."""
+    from test_distributed import train
+
+    common = ("trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.do_sample=true", *GEN_BATCH,
+              "algorithm.filter_groups.metric=score", "algorithm.adv_estimator=grpo", "trainer.save_freq=1",
+              "trainer.test_freq=-1", "data.val_files=null")
+    train(assets, tmp_path / "one", *common, "trainer.total_training_steps=2")
+    train(assets, tmp_path / "two", *common, "trainer.total_training_steps=1")
+    proc = train(assets, tmp_path / "two", *common, "trainer.total_training_steps=2")
+    assert "resumed from" in proc.stdout and "on 2 processes" in proc.stdout
+    one, two = metrics_of(tmp_path / "one"), metrics_of(tmp_path / "two")
+    assert sorted(two) == [1, 2]
+    for step in (1, 2):
+        assert one[step]["train/num_generated_groups"] == 8 * one[step]["train/num_gen_batches"]
+        for key in ("train/num_gen_batches", "train/num_kept_groups", "critic/score/mean", "actor/pg_loss",
+                    "actor/grad_norm", "response_length/mean"):
+            assert close(one[step][key], two[step][key]), (step, key, one[step][key], two[step][key])
+    assert one[1]["actor/grad_norm"] > 0
+    state = json.loads((tmp_path / "two" / "checkpoints" / "global_step_2" / "trainer_state.json").read_text())
+    assert state["sampler"]["batch_size"] == 8
+    drawn = state["sampler"]["epoch"] * 64 // 8 + state["sampler"]["batch_in_epoch"]  # epochs of 8 batches
+    assert drawn == sum(one[s]["train/num_gen_batches"] for s in (1, 2))
 
 
 # -------------------------------------------------------------------------- group_relative_policy_optimization

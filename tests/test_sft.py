@@ -323,6 +323,27 @@ def test_rerunning_a_finished_sft_run_says_it_is_complete_and_trains_nothing(ass
     assert weights.stat().st_mtime_ns == written
 
 
+def test_an_sft_run_stopped_among_skipped_steps_stops_where_the_straight_run_stops(assets, tmp_path, monkeypatch):
+    """Issue 60, `rft sft` (and `rft dpo`, whose loop it is): optim.lr=1e10 skips every step, so bad_update_limit=2
+    stops the run at step 3 with exit 2. Stopped after checkpoint 2 and run again, it counted from 0 again and ended
+    with exit 0 and the starting model; the checkpoint holds the guard's count now."""
+    from cli_helpers import rft_here, sigterm_after_checkpoint
+
+    common = ("optim.lr=1e10", "trainer.total_training_steps=4", "trainer.save_freq=1", "trainer.bad_update_limit=2")
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    first = rft_here("sft", *sft_args(assets, straight, *common), cwd=tmp_path, check=False)
+    line = [x for x in first.stderr.splitlines() if x.startswith("rft: error:")]
+    assert first.returncode == 2 and len(line) == 1 and "3 optimizer steps in a row were skipped" in line[0]
+    sigterm_after_checkpoint(monkeypatch, 2)
+    assert rft_here("sft", *sft_args(assets, stopped, *common), cwd=tmp_path, check=False).returncode == 143
+    monkeypatch.undo()
+    again = rft_here("sft", *sft_args(assets, stopped, *common), cwd=tmp_path, check=False)
+    assert "resumed from" in again.stdout and not (stopped / "model").exists(), again.stdout
+    assert again.returncode == 2 and line[0].replace(str(straight), str(stopped)) in again.stderr.splitlines()
+    metrics = [json.loads(x) for x in (stopped / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in metrics] == [1, 2] and all(x["train/skipped_updates"] == 1.0 for x in metrics)
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_sft_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
     """4 steps in one run == a 4-step run stopped after 2 saved steps, then resumed (same cosine schedule)."""

@@ -11,7 +11,7 @@ import re
 
 import pytest
 import torch
-from rl_helpers import assert_all_moved, make_assets, rl_config, score, trainable
+from rl_helpers import assert_all_moved, make_assets, rl_config, score, stand_in_explorer, trainable
 
 from rft.algorithms import LOSS_AGG_MODES, full_kl_from_logits, overlong_penalty
 from rft.config.load import ConfigError
@@ -320,11 +320,11 @@ DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=e
         "algorithm.filter_groups.max_num_gen_batches=20")
 
 
-def test_verls_dapo_gen_batch_size_needs_the_filter_and_one_process(assets, tmp_path):
+def test_verls_dapo_gen_batch_size_needs_the_filter_and_with_processes_whole_mini_batches(assets, tmp_path):
     """verl's DAPO recipe sets data.gen_batch_size (its default: ${data.train_batch_size}; its run scripts 3x).
     Another value than train_batch_size is dynamic sampling's generation batch: without the filter verl's main
-    trainer would train on all of its prompts a step, so rft refuses it saying so; with several processes it is
-    refused for now (the ranks' shares follow train_batch_size)."""
+    trainer would train on all of its prompts a step, so rft refuses it saying so; with several processes it must
+    be a multiple of ppo_mini_batch_size (it was refused there at any value)."""
     cfg = make_cfg(assets, tmp_path, *DAPO)
     same = make_cfg(assets, tmp_path, *DAPO, f"data.gen_batch_size={cfg.data.train_batch_size}")
     assert same.data.gen_batch_size == cfg.data.train_batch_size
@@ -337,10 +337,13 @@ def test_verls_dapo_gen_batch_size_needs_the_filter_and_one_process(assets, tmp_
         in str(err.value)
     with pytest.raises(ConfigError, match=r"data.gen_batch_size=0 must be a whole number of prompts >= 1"):
         make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=0")
-    with pytest.raises(ConfigError) as err:
-        make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=8", "trainer.n_gpus_per_node=2", "trainer.device=cpu",
-                 "actor_rollout_ref.actor.strategy=fsdp2")
-    assert "supports in one process for now (2 processes here)" in str(err.value)
+    two = ("trainer.n_gpus_per_node=2", "trainer.device=cpu", "actor_rollout_ref.actor.strategy=fsdp2")
+    assert make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=8", *two).data.gen_batch_size == 8
+    with pytest.raises(ConfigError) as err:  # each process shares every mini-batch of 4 prompts of it
+        make_cfg(assets, tmp_path, *DAPO, "data.gen_batch_size=6", *two)
+    assert str(err.value) == ("data.gen_batch_size=6 with 2 processes must be a multiple of actor_rollout_ref.actor."
+                              "ppo_mini_batch_size=4: each process generates its share of every mini-batch of a "
+                              "generation batch's prompts; set it to 8")
     from rft.data.dataset import DataError
 
     with pytest.raises(DataError, match=re.escape("the training set has 64 prompts, fewer than data.gen_batch_size="
@@ -372,6 +375,33 @@ def test_dynamic_sampling_draws_gen_batch_size_prompts_per_generation_batch(asse
     assert places == sorted(places) and len(set(places)) == 4
     step = run.train_step(1, Timer())
     assert step["actor/grad_norm"] > 0
+
+
+def test_several_explorers_with_dynamic_sampling_never_draw_one_task_twice(assets, tmp_path):
+    """Issue 60: trainer.explorer_num explorers take turns at the steps, each stepping over the others'. With dynamic
+    sampling a step draws as many generation batches as it needs, while stepping over a step drew one: explorer
+    1 generated tasks explorer 0 had drawn for its step 1, and the explorers' streams drifted apart. Explorer r now
+    takes the taskset's generation batches b with b % explorer_num == r (with one batch a step: step n's batch
+    n - 1, the tasks one explorer draws), so no task is drawn by two and none's tasks depend on the others' draws."""
+    from rft.explorer.taskset import FileTaskset
+
+    generated = {}
+    for rank in (0, 1):
+        cfg = make_cfg(assets, tmp_path, *DAPO, "trainer.mode=explore", "trainer.explorer_num=2",
+                       f"trainer.explorer_rank={rank}", "synchronizer.sync_interval=2")
+        explorer = stand_in_explorer(cfg, varies=lambda task: task % 3 == 0)
+        for step in range(1, 7):  # ExploreLoop's turns
+            if (step - 1) % 2 != rank:
+                explorer.skip_step()
+            else:
+                explorer.generate_step(Timer())
+        generated[rank] = explorer.generated
+        assert explorer.step == 6
+    assert sum(len(batches) for batches in generated.values()) > 6  # some steps drew several batches
+    order = FileTaskset(list(range(96)), 4, True, cfg.data.seed).sampler._order(0).tolist()
+    for rank, batches in generated.items():  # explorer r's batches: r, r + 2, r + 4, ... of the one stream
+        assert batches == [order[4 * b:4 * b + 4] for b in range(rank, 2 * len(batches), 2)], rank
+    assert not {t for b in generated[0] for t in b} & {t for b in generated[1] for t in b}
 
 
 def test_total_steps_from_epochs_count_generation_batches(assets, tmp_path):

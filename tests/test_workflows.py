@@ -613,6 +613,59 @@ class JudgeEngine:
         return RolloutOutput(out, valid, torch.zeros(valid.shape))
 
 
+class CoinJudge:
+    """A judge sampling at a temperature: each verdict a coin flipped with the generator it is given (its server's)."""
+
+    def __init__(self, tok):
+        self.tok, self.eos_ids = tok, torch.tensor([tok.eos_token_id])
+
+    def generate(self, ids, mask, params, generator=None):
+        from rft.rollout.base import RolloutOutput
+
+        replies = ["Yes." if float(torch.rand((), generator=generator)) < 0.5 else "No." for _ in range(len(ids))]
+        rows = [self.tok(r, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id] for r in replies]
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.tok.pad_token_id)
+        valid = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+        return RolloutOutput(out, valid, torch.zeros(valid.shape))
+
+
+def test_a_sampling_judges_stream_is_in_the_checkpoint(assets, tmp_path):
+    """Issue 60: an auxiliary model sampling at a temperature (here a judge) draws from a generator of its own; a
+    resumed run started it from its seed again, so the resumed steps' verdicts, and the weights trained on them,
+    were not the straight run's. 3 steps == 1 step, then resumed to 3."""
+    from safetensors.torch import load_file
+
+    from rft.trainer.run import SyncRun
+
+    def fit(out: str, steps: int) -> SyncRun:
+        run = SyncRun(rl_config(assets, tmp_path / out, "custom_reward_function.path=null",
+                                "custom_reward_function.reward_fn_type=llm_judge",
+                                f"workflow.auxiliary_models=[{{model_path: {assets / 'model'}, temperature: 1.0}}]",
+                                "trainer.save_freq=1", f"trainer.total_training_steps={steps}"))
+        run.explorer.auxiliary[0].server.engine = CoinJudge(run.tokenizer)
+        run.fit()
+        return run
+
+    fit("one", 3)
+    fit("two", 1)
+    explorer = fit("two", 3).explorer
+    one, two = ([json.loads(x) for x in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
+                for out in ("one", "two"))
+    assert [x["step"] for x in two] == [1, 2, 3]
+    assert [x["critic/score/mean"] for x in two] == [x["critic/score/mean"] for x in one]
+    assert len({x["critic/score/mean"] for x in one}) > 1  # the verdicts vary
+    a, b = (load_file(tmp_path / out / "model" / "model.safetensors") for out in ("one", "two"))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    # modes explore / both keep the explorer's state with its steps in the buffer: the judge's stream too
+    state, judge = explorer.state_dict(), explorer.auxiliary[0].server.generator
+    drawn = torch.rand(4, generator=judge)
+    explorer.load_state_dict(json.loads(json.dumps(state)))
+    assert torch.equal(torch.rand(4, generator=judge), drawn)
+
+
 def _verdict(response: str, truth: str) -> tuple[float, float]:
     """(reward, judge_parsed) JudgeEngine gives."""
     return (0.0, 0.0) if not response else (float(response[0] == truth[0]), 1.0)
@@ -720,6 +773,9 @@ def test_a_workflow_run_resumes_exactly(assets, tmp_path):
     assert max(float((one[k] - initial[k]).abs().max()) for k in one if k in initial) > 1e-4  # it trained
     lines = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2] and all(x["workflow/tasks"] == 4 for x in lines)
+    # the step's engine calls (they were counted over the process: the resumed run's step 2 said fewer)
+    straight = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["workflow/model_calls"] for x in lines] == [x["workflow/model_calls"] for x in straight]
 
 
 def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tmp_path, capsys):
@@ -742,6 +798,38 @@ def test_a_workflow_that_fails_on_every_task_ends_the_run_in_one_line(assets, tm
     assert [x["step"] for x in lines] == [1, 2] and all(x["train/empty_step"] == 1.0 for x in lines)
     # fewer empty steps than the limit: the run finishes its steps
     assert main([*args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'out2'}"]) == 0
+
+
+def test_a_run_stopped_among_empty_steps_stops_where_the_straight_run_stops(assets, tmp_path, capsys, monkeypatch):
+    """Issue 60: the empty explore steps in a row are in the checkpoint. A run whose workflow fails on every task
+    stops at step 3 (bad_update_limit=2); stopped after checkpoint 2 and run again, it counted from 0 again and
+    stopped at step 5."""
+    import json
+
+    from cli_helpers import sigterm_after_checkpoint
+
+    from rft.cli import main
+
+    (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
+    args = ["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+            f"data.train_files={assets / 'data' / 'train.parquet'}", f"custom_reward_function.path={assets / 'reward.py'}",
+            "data.max_prompt_length=32", "data.max_response_length=4", "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2", "workflow.type=broken",
+            f"workflow.path={tmp_path / 'flaky.py'}", "workflow.max_retry_times=0", "trainer.logger=[]",
+            "trainer.save_freq=1", "trainer.bad_update_limit=2", "trainer.total_training_steps=10"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main([*args, f"trainer.default_local_dir={straight}"]) == 2
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("rft: error:")]
+    assert len(line) == 1 and "3 explore steps in a row gave no experience" in line[0]
+    sigterm_after_checkpoint(monkeypatch, 2)
+    assert main([*args, f"trainer.default_local_dir={stopped}"]) == 143
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main([*args, f"trainer.default_local_dir={stopped}"]) == 2
+    out, err = capsys.readouterr()
+    assert "resumed from" in out and line[0].replace(str(straight), str(stopped)) in err.splitlines(), err
+    lines = [json.loads(x) for x in (stopped / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2] and all(x["train/empty_step"] == 1.0 for x in lines)
 
 
 def test_a_reward_that_fails_on_every_response_of_a_workflow_step_stops_the_run(assets, tmp_path, capsys):

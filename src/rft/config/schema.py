@@ -224,7 +224,8 @@ class DataConfig:
         None, "verl's DAPO recipe: prompts per generation batch of dynamic sampling (algorithm.filter_groups; "
         "global); null: data.train_batch_size. Each batch draws this many prompts until train_batch_size groups are "
         "kept; epochs count generation batches (total steps from epochs: training prompts // gen_batch_size x "
-        "total_epochs, as verl). Another value than train_batch_size needs the filter, and one process for now.")
+        "total_epochs, as verl). Another value than train_batch_size needs the filter, and with several processes "
+        "a multiple of actor.ppo_mini_batch_size.")
     val_batch_size: Optional[int] = fld(None, "Prompts per validation generation call; null: all at once.")
     return_raw_input_ids: bool = fld(
         False, "verl: keep the prompt ids before the chat template, for a reward model with another template.",
@@ -335,7 +336,7 @@ class OptimConfig:
     lr_scheduler_type: Optional[str] = fld(
         None,
         "transformers' get_scheduler by name, with the warmup above (replaces warmup_style); reduce_lr_on_plateau "
-        "steps on the validation reward (needs validation). null: warmup_style.",
+        "steps on the validation reward (needs validation, in the one-process loop). null: warmup_style.",
         choices=(None, *SCHEDULER_NAMES),
     )
 

@@ -251,6 +251,11 @@ class PromptSampler:
     def batches_per_epoch(self) -> int:
         return self.num_items // self.batch_size
 
+    @property
+    def drawn(self) -> int:
+        """Batches drawn so far, over every epoch."""
+        return self.epoch * self.batches_per_epoch + self.batch_in_epoch
+
     def _order(self, epoch: int) -> torch.Tensor:
         if not self.shuffle:
             return torch.arange(self.num_items)

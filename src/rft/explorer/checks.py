@@ -49,7 +49,8 @@ def check_auxiliary_positions(index: int, spec: dict, default_tokens: int) -> No
 def check_filter_groups(ctx: CheckContext) -> None:
     """DAPO's dynamic sampling keeps the groups whose metric varies: it needs a metric, and a whole number of
     generation batches, each of verl's data.gen_batch_size prompts (default data.train_batch_size): another size
-    only with the filter (verl's main trainer would train on every prompt of it) and in one process."""
+    only with the filter (verl's main trainer would train on every prompt of it), and with several processes a
+    multiple of ppo_mini_batch_size (each shares every mini-batch of it)."""
     fg = ctx.cfg.algorithm.filter_groups
     if fg.enable and not fg.metric:
         raise ConfigError(
@@ -75,12 +76,13 @@ def check_filter_groups(ctx: CheckContext) -> None:
         )
     if isinstance(data.gen_batch_size, bool) or not isinstance(data.gen_batch_size, int) or data.gen_batch_size < 1:
         raise ConfigError(f"{gen} must be a whole number of prompts >= 1 (or null: data.train_batch_size)")
-    if ctx.world_size > 1:
-        # each rank's share of a generation batch and of the kept groups follow data.train_batch_size for now
+    mini = ctx.cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    if ctx.world_size > 1 and isinstance(mini, int) and mini > 0 and data.gen_batch_size % mini:
+        # each process generates its share of every mini-batch of a generation batch, as of a step's prompts
         raise ConfigError(
-            f"{gen} differs from data.train_batch_size={data.train_batch_size}, which rft's dynamic sampling "
-            f"supports in one process for now ({ctx.world_size} processes here): remove data.gen_batch_size or set "
-            "it to data.train_batch_size, or set trainer.nnodes and trainer.n_gpus_per_node to 1"
+            f"{gen} with {ctx.world_size} processes must be a multiple of "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}: each process generates its share of every "
+            f"mini-batch of a generation batch's prompts; set it to {-(-data.gen_batch_size // mini) * mini}"
         )
 
 

@@ -162,14 +162,26 @@ class Explorer:
         self.served.close()
 
     # ----------------------------------------------------------------------------------------- state
+    def auxiliary_states(self) -> list[list[int]]:
+        """The auxiliary models' sampling streams (a judge, a workflow's second model: each samples where its
+        temperature is above 0), as a checkpoint holds them: later steps draw on from where these are."""
+        return [handle.server.generator.get_state().tolist() for handle in self.auxiliary]
+
+    def load_auxiliary_states(self, states: list[list[int]]) -> None:
+        """Continue the auxiliary models' streams from `auxiliary_states()` (none in a state an older rft wrote:
+        they start from their seeds, as they did then)."""
+        for handle, saved in zip(self.auxiliary, states):
+            handle.server.generator.set_state(torch.tensor(saved, dtype=torch.uint8))
+
     def state_dict(self) -> dict:
         return {"step": self.step, "sampler": self.taskset.state_dict(),
-                "generator": self.generator.get_state().tolist()}
+                "generator": self.generator.get_state().tolist(), "auxiliary": self.auxiliary_states()}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = state["step"]
         self.taskset.load_state_dict(state["sampler"])
         self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        self.load_auxiliary_states(state.get("auxiliary", []))
 
     # ----------------------------------------------------------------------------------------- explore
     def sampling_params(self, source, *, n: int, do_sample: bool) -> SamplingParams:
@@ -180,10 +192,20 @@ class Explorer:
                               ignore_eos=self.cfg.actor_rollout_ref.rollout.ignore_eos)
 
     def skip_step(self) -> None:
-        """Step over an explore step another explorer generates (trainer.explorer_num): its tasks drawn, so the
-        next step's are the ones every explorer draws for it."""
-        self.taskset.next_batch()
+        """Step over an explore step another explorer generates (trainer.explorer_num); its tasks are that
+        explorer's to draw (`next_tasks`)."""
         self.step += 1
+
+    def next_tasks(self) -> list[Prompt]:
+        """The next generation batch of this explorer's tasks. One of trainer.explorer_num explorers takes the
+        taskset's generation batches b with b % explorer_num == explorer_rank, in order. With one batch a step
+        (explorer r generates the steps n with (n - 1) % explorer_num == r) that is batch n - 1 for step n, as one
+        explorer would draw it; with dynamic sampling, whose steps draw as many batches as they need, the explorers
+        still never draw the same batch, and none's tasks depend on how many the others drew."""
+        t = self.cfg.trainer
+        if t.explorer_num > 1:
+            self.taskset.skip((t.explorer_rank - self.taskset.drawn) % t.explorer_num)  # the others' batches
+        return self.taskset.next_batch()
 
     def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         """One step's experiences (this rank's share with several processes) and the explorer's metrics, after the
@@ -213,7 +235,7 @@ class Explorer:
         """One generation batch (`data.train_batch_size` prompts, or `data.gen_batch_size` with dynamic sampling),
         scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch
         and its per-row reward values by name."""
-        prompts = self.taskset.next_batch()
+        prompts = self.next_tasks()
         positions = None
         if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
             positions = step_shard(len(prompts), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
@@ -408,8 +430,9 @@ class Workflows:
 
     def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         ex = self.ex
-        prompts = ex.taskset.next_batch()
+        prompts = ex.next_tasks()
         tasks = self.tasks(prompts, ex.cfg.actor_rollout_ref.rollout.n, is_eval=False)
+        calls = self.server.calls
         with timer("gen"):
             results, metrics = self.runner.run(tasks)
         ex.step += 1
@@ -427,7 +450,7 @@ class Workflows:
                         "step has no experiences", ex.cfg.workflow.type, ex.step)
         tokens = sum(int(e.action_mask.sum()) for e in out)
         metrics["perf/gen_tokens_per_s"] = tokens / max(timer.times["gen"], 1e-9)
-        metrics["workflow/model_calls"] = float(self.server.calls)
+        metrics["workflow/model_calls"] = float(self.server.calls - calls)  # the step's: no count to checkpoint
         return out, metrics
 
     def evaluate(self) -> tuple[dict[str, float], list[dict]]:

@@ -91,6 +91,16 @@ class FileTaskset:
     def next_batch(self) -> list[Prompt]:
         return [self.dataset[i] for i in self.sampler.next_batch()]
 
+    @property
+    def drawn(self) -> int:
+        """Generation batches drawn so far, over every epoch."""
+        return self.sampler.drawn
+
+    def skip(self, batches: int) -> None:
+        """Draw `batches` generation batches and leave them (another explorer's)."""
+        for _ in range(batches):
+            self.sampler.next_batch()
+
     def state_dict(self) -> dict:
         return self.sampler.state_dict()
 

@@ -132,6 +132,7 @@ def check_modes(ctx: CheckContext) -> None:
             raise ConfigError("experience_buffer.storage_type=file is written for people to read, not read by a "
                               "trainer: use it with trainer.mode=explore (queue or sql to train)")
         return
+    check_plateau_apart(cfg)
     if world_size > 1 and t.mode not in ("train", "both"):
         raise ConfigError(
             f"trainer.mode={t.mode} runs in one process: set trainer.nnodes and trainer.n_gpus_per_node to 1 "
@@ -159,6 +160,24 @@ def check_modes(ctx: CheckContext) -> None:
         raise ConfigError("trainer.mode=bench evaluates on data.val_files: set it")
     if t.mode == "train" and not cfg.data.train_files and not t.total_training_steps:
         raise ConfigError("trainer.mode=train without data.train_files needs trainer.total_training_steps")
+
+
+def check_plateau_apart(cfg) -> None:
+    """reduce_lr_on_plateau follows the validation reward, which a trainer apart from its explorer never sees (the
+    explorer validates): its rate would never fall."""
+    from rft.workers.optim import PLATEAU
+
+    t, s = cfg.trainer, cfg.synchronizer
+    if t.mode not in ("both", "train"):
+        return
+    for section, optim in (("actor_rollout_ref.actor", cfg.actor_rollout_ref.actor.optim), ("critic", cfg.critic.optim)):
+        if optim.lr_scheduler_type == PLATEAU:
+            raise ConfigError(
+                f"{section}.optim.lr_scheduler_type={PLATEAU} steps on the validation reward, which with "
+                f"trainer.mode={t.mode}, synchronizer.sync_interval={s.sync_interval}, sync_offset={s.sync_offset} "
+                "the explorer computes apart from the trainer, which never sees it (the rate would never fall): use "
+                "another schedule, or the one-process loop (trainer.mode both, sync_interval 1, sync_offset 0)"
+            )
 
 
 @CHECKS.register("trainer.mix")

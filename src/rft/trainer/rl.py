@@ -405,9 +405,10 @@ class RLTrainer:
     # -------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int, state: dict, generators: dict[str, torch.Generator],
                         versions: dict[int, dict[str, torch.Tensor]] | None = None) -> Path:
-        """Checkpoint `step`: the policy (and critic) with optimizers and schedules, the KL coefficient, and the
-        caller's `state` (step metrics, the explorer's position) and `generators` (their RNG states); `versions`:
-        earlier trainable weights by step that a restarted explorer may still need (`resume` returns them)."""
+        """Checkpoint `step`: the policy (and critic) with optimizers, schedules and step guards, the KL
+        coefficient, and the caller's `state` (step metrics, the explorer's position) and `generators` (their RNG
+        states); `versions`: earlier trainable weights by step that a restarted explorer may still need (`resume`
+        returns them)."""
         def write(folder: Path) -> None:
             if versions:
                 save_versions(folder, versions)
@@ -415,7 +416,7 @@ class RLTrainer:
                 folder, contents=set(self.cfg.actor_rollout_ref.actor.checkpoint.save_contents), model=self.model,
                 optimizer=self.worker.optimizer, scheduler=self.worker.scheduler, generators=generators,
                 tokenizer=self.tokenizer, state={"global_step": step, "kl_coef": self.kl_ctrl.value,
-                                                 **trainer_kind(self.cfg), **state,
+                                                 "guards": self.guard_states(), **trainer_kind(self.cfg), **state,
                                                  **({"expert": self.expert.state_dict()} if self.expert else {})},
                 dist=self.dist,
                 export=(lambda out: self.export(out, critic=False)) if self.dist.enabled else None,
@@ -426,6 +427,14 @@ class RLTrainer:
                                   scheduler=self.critic.scheduler, tokenizer=self.critic_tokenizer, dist=self.dist,
                                   export=(lambda out: self.export(out, critic=True)) if self.dist.enabled else None)
         return self.ckpt.save(step, write, self.dist)
+
+    def workers(self) -> dict:
+        """The trained models' workers by name: actor, and critic where there is one."""
+        return {"actor": self.worker, **({"critic": self.critic} if self.critic is not None else {})}
+
+    def guard_states(self) -> dict[str, dict]:
+        """Each worker's step guard state (its skipped steps in a row), as a checkpoint holds it."""
+        return {name: worker.guard.state_dict() for name, worker in self.workers().items()}
 
     def resume(self, generators: dict[str, torch.Generator]) -> dict | None:
         """Continue from the checkpoint trainer.resume_mode picks (None: start afresh); restores the RNG states of
@@ -445,6 +454,8 @@ class RLTrainer:
                               model=self.critic.model, optimizer=self.critic.optimizer,
                               scheduler=self.critic.scheduler, dist=self.dist)
         self.kl_ctrl.value = state["kl_coef"]
+        for name, worker in self.workers().items():
+            worker.guard.load_state_dict(state.get("guards", {}).get(name, {}))
         if self.expert is not None:
             self.expert.load_state_dict(state.get("expert", {}))
         self.global_step = state["global_step"] = step_of(folder)

@@ -4,8 +4,9 @@ sync_offset 0: on-policy).
     explore (gen, reward[, gen_max]) -> buffer.write -> buffer.read -> train_step -> sync -> [validate] -> [save] -> log
 
 The explorer and the trainer share the policy itself, so the synchronizer only moves the engine's version
-(`sync_method: memory`). The checkpoint of a step holds the trainer's state and the explorer's position (its
-sampler and sampling generator), so a resumed run regenerates exactly what an uninterrupted one would.
+(`sync_method: memory`). The checkpoint of a step holds the trainer's state, the explorer's position (its
+sampler, sampling generator and auxiliary models' generators) and the empty steps in a row, so a resumed run
+regenerates exactly what an uninterrupted one would and stops where it would.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class SyncRun:
             if self.buffer is None:
                 self.buffer = make_buffer(cfg)
             self._step_metrics: dict = {}
-            self.empty_steps = 0  # explore steps in a row without an experience
+            self.empty_steps = 0  # explore steps in a row without an experience: checkpointed
 
     @property
     def global_step(self) -> int:
@@ -224,7 +225,10 @@ class SyncRun:
     # -------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int) -> Path:
         return self.trainer.save_checkpoint(
-            step, {"sampler": self.explorer.taskset.state_dict(), "metrics": self._step_metrics},
+            step, {"sampler": self.explorer.taskset.state_dict(), "empty_steps": self.empty_steps,
+                   # each rank's: every rank asks its auxiliary models (a judge) about its own rows
+                   "auxiliary": self.dist.gather_objects(self.explorer.auxiliary_states()),
+                   "metrics": self._step_metrics},
             {GENERATOR: self.explorer.generator})
 
     def resume(self) -> dict | None:
@@ -234,6 +238,9 @@ class SyncRun:
         if state is None:
             return None
         self.explorer.taskset.load_state_dict(state["sampler"])
+        self.empty_steps = state.get("empty_steps", 0)
+        auxiliary = state.get("auxiliary", [])
+        self.explorer.load_auxiliary_states(auxiliary[self.dist.rank] if self.dist.rank < len(auxiliary) else [])
         self.explorer.step = state["global_step"]
         self.buffer.truncate_after(state["global_step"])
         self.sync.publish(None, state["global_step"])

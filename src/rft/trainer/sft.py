@@ -237,7 +237,7 @@ class SFTTrainer:
         save_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
                             scheduler=self.scheduler, generators={}, tokenizer=self.tokenizer,
                             state={"global_step": self.global_step, **trainer_kind(self.cfg),
-                                   "sampler": self.sampler.state_dict(),
+                                   "sampler": self.sampler.state_dict(), "guard": self.guard.state_dict(),
                                    "metrics": self._step_metrics}, dist=self.dist,
                             export=(lambda out: self._export(out)) if self.dist.enabled else None)
 
@@ -249,6 +249,7 @@ class SFTTrainer:
         state = load_training_state(folder, contents=SFT_CONTENTS, model=self.model, optimizer=self.optimizer,
                                     scheduler=self.scheduler, generators={}, dist=self.dist)
         self.sampler.load_state_dict(state["sampler"])
+        self.guard.load_state_dict(state.get("guard", {}))
         self._recovered_metrics = state.get("metrics")
         self.global_step = step_of(folder)
         if self.dist.is_main:

@@ -105,10 +105,21 @@ class UpdateGuard:
                  dist: Dist = SINGLE, lr_key: str = "optim.lr", limit_key: str = "trainer.bad_update_limit"):
         self.params, self.optimizer, self.limit, self.dist = params, optimizer, limit, dist
         self.lr_key, self.limit_key = lr_key, limit_key
-        self.in_a_row = 0
+        self.in_a_row = 0  # skipped steps since the last one taken: checkpointed (`state_dict`)
         self.trial = _trial_safe(optimizer)  # else a snapshot before each step, put back when it fails
         self._weights: list[torch.Tensor] | None = None  # the snapshot's buffers, reused every step
         self._state: dict = {}
+
+    # ------------------------------------------------------------------------------------------ the state
+    def state_dict(self) -> dict:
+        """What the guard's later decisions read from earlier steps: the skipped steps in a row. A checkpoint holds
+        it, so a resumed run stops at the step the uninterrupted one stops at (the trial's buffers are scratch,
+        refilled at every step)."""
+        return {"in_a_row": self.in_a_row}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()` ({} from a checkpoint written before rft saved it: none skipped)."""
+        self.in_a_row = int(state.get("in_a_row", 0))
 
     # ------------------------------------------------------------------------------------------ the copy
     def _snapshot(self) -> tuple[list[torch.Tensor], dict]:
