@@ -277,3 +277,41 @@ def test_a_malformed_request_is_a_plain_400_not_a_bug_report(tmp_path, monkeypat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serving_every_interface_is_said_at_start_and_the_token_still_required(tmp_path):
+    """`--host 0.0.0.0`: one line at start says that the studio serves every interface and that every request needs
+    the token; a request without it is still refused (403)."""
+    import re
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    process = subprocess.Popen([sys.executable, "-m", "rft", "studio", "--host", "0.0.0.0", "--port", "0",
+                                "--runs", str(tmp_path / "runs")], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        urls, reach = process.stdout.readline(), process.stdout.readline()
+        port, token = re.search(r"http://0\.0\.0\.0:(\d+)/config\?token=([\w-]+)", urls).groups()
+        assert reach.rstrip("\n") == (
+            f"rft studio: serving every interface (0.0.0.0) on port {port}: other machines that reach it can connect, "
+            "and every request needs the token in the URLs above (keep them private)")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=60)
+        assert refused.value.code == 403
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/runs",
+                                         headers={"Authorization": f"token {token}"})
+        assert json.loads(urllib.request.urlopen(request, timeout=60).read())["runs"] == []
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        process.stdout.close()
+
+
+@pytest.mark.parametrize("host, said", [("127.0.0.1", None), ("localhost", None), ("::1", None),
+                                        ("::", "every interface (::)"), ("10.1.2.3", "10.1.2.3")])
+def test_how_far_a_host_reaches_beyond_this_machine(host, said):
+    from rft.studio.server import beyond_this_machine
+
+    assert beyond_this_machine(host) == said

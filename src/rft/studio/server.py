@@ -264,6 +264,20 @@ def make_server(host: str = "127.0.0.1", port: int = 0, runs_dir: str | Path = "
     return server
 
 
+def beyond_this_machine(host: str) -> str | None:
+    """How far a server bound to `host` reaches beyond this machine, for the line that says so: "every interface"
+    (0.0.0.0, ::), "HOST" (an address or name that is not loopback), None for loopback."""
+    import ipaddress
+
+    name = host.strip("[]")
+    if name in ("", "0.0.0.0", "::"):
+        return f"every interface ({name or '0.0.0.0'})"
+    try:
+        return None if ipaddress.ip_address(name).is_loopback else name
+    except ValueError:  # a host name
+        return None if name == "localhost" else name
+
+
 def serve(host: str = "127.0.0.1", port: int = 8501, runs_dir: str | Path = "runs", open_browser: bool = False) -> None:
     forms.check("rl", {}, check_paths=False)  # imports the validation now, not on the first request
     server = make_server(host, port, runs_dir)
@@ -271,6 +285,10 @@ def serve(host: str = "127.0.0.1", port: int = 8501, runs_dir: str | Path = "run
     token = server.studio.token  # type: ignore[attr-defined]
     print(f"rft studio: {url}/config?token={token} (config generator), {url}/run?token={token} (run view of "
           f"{Path(runs_dir).resolve()}); Ctrl-C stops it", flush=True)
+    reach = beyond_this_machine(host)
+    if reach:
+        print(f"rft studio: serving {reach} on port {server.server_address[1]}: other machines that reach it can "
+              "connect, and every request needs the token in the URLs above (keep them private)", flush=True)
     if open_browser:
         import webbrowser
 
