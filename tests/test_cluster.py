@@ -10,6 +10,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from cli_helpers import rft_here
 from ray_cluster import free_port, local_cluster
 from rl_helpers import SHAPED_REWARD, make_assets, rl_config
 from test_modes import (
+    ENV,
     TWO_TRAINERS,
     assert_each_read_once,
     assert_same_training,
@@ -141,6 +144,27 @@ def test_an_address_that_answers_but_not_as_grpc_is_one_line():
         f"127.0.0.1:{port} answers, but not as a Ray head's GCS port (no gRPC answer): give the port of `ray start "
         "--head --port PORT` in ray_init.address (Trinity-RFT: cluster.ray_address)")
 
+
+
+def test_a_head_silent_for_the_connect_timeout_is_the_runs_one_line():
+    """The driver's watch on the head (`_Head`): a GCS address that refuses is lost once it has been silent for
+    ray_init.connect_timeout, not at the first probe."""
+    from types import SimpleNamespace
+
+    from rft.trainer.cluster import _Head
+
+    port = free_port()  # nothing listens there
+    ray = SimpleNamespace(get_runtime_context=lambda: SimpleNamespace(gcs_address=f"127.0.0.1:{port}"))
+    head = _Head(ray, "the Ray cluster at 127.0.0.1:6379", 1.0, own_instance=False)
+    head.check()  # silent since now
+    assert not head.lost
+    time.sleep(1.1)
+    with pytest.raises(RftError) as err:
+        head.check()
+    assert head.lost and str(err.value) == (
+        f"the Ray cluster at 127.0.0.1:6379 lost its head: its GCS at 127.0.0.1:{port} has not answered for 1 s "
+        "(ray_init.connect_timeout); the run's processes end with their nodes; start the cluster again, then run the "
+        "same command again to resume")
 
 def test_trinity_ray_address_is_verl_ray_init_address():
     from test_trinity import _with
@@ -406,3 +430,136 @@ def test_a_placement_the_cluster_does_not_grant_in_time_says_what_is_free(cluste
         f"rft: error: the Ray cluster at {cluster} did not grant trainer node 0: 2 x (1 CPU) on one node, trainer "
         "node 1: 2 x (1 CPU) on one node within 2 s (trainer.ray_wait_register_center_timeout); free when asked: "
         "{'CPU': 3.0}"]
+
+
+def _start_own(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`rft train <args>` from `cwd` with HOME there: the token Ray writes for a new local instance
+    (~/.ray/auth_token) stays out of the user's home."""
+    return subprocess.Popen([sys.executable, "-m", "rft", "train", *args], cwd=cwd, env={**ENV, "HOME": str(cwd)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _listening(root: int) -> dict[tuple[str, str, int], str]:
+    """{(process name, address, port): its command} of every TCP socket listening in `root`'s process tree now."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    found = {}
+    for proc in procs:
+        try:
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found[(proc.name(), conn.laddr.ip, conn.laddr.port)] = " ".join(proc.cmdline()[:4])
+        except psutil.Error:  # ended meanwhile
+            continue
+    return found
+
+
+def _loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    return ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
+
+
+@ON_A_CLUSTER
+def test_rfts_own_ray_instance_listens_on_loopback_only(assets, tmp_path):
+    """ray_init.num_cpus: every listening socket of the run's processes (the driver, Ray's GCS, raylet, agents and
+    workers, the placed rft process) is bound to 127.0.0.1, sampled while the run lives; with Ray's defaults they
+    listened on `::` and the host's address."""
+    out = tmp_path / "out"
+    run = _start_own(overrides(assets, out, 1, "ray_init.num_cpus=2"), tmp_path)
+    seen: dict = {}
+    while run.poll() is None:
+        seen.update(_listening(run.pid))
+        time.sleep(0.2)
+    log = run.stdout.read()
+    assert run.returncode == 0, log
+    assert {"gcs_server", "raylet"} <= {name for name, _, _ in seen}, seen
+    assert [key for key in seen if not _loopback(key[1])] == [], seen
+
+
+@pytest.fixture(scope="module")
+def one_process_by_rft(gated_assets, tmp_path_factory) -> Path:
+    """Mode both on one process for 4 steps, started by rft itself: what a run on Ray must train."""
+    out = tmp_path_factory.mktemp("one_by_rft") / "out"
+    finish(start("train", *overrides(gated_assets, out, 4), cwd=out.parent))
+    return out
+
+
+@ON_A_CLUSTER
+def test_a_lost_ray_head_is_the_runs_one_line_and_the_rerun_resumes(gated_assets, one_process_by_rft, tmp_path):
+    """The GCS of rft's own Ray instance SIGKILLed once checkpoint 1 is written (the head lost; its raylet and the
+    placed process live on, the process's rewards held from then on: GATED_REWARD): the driver stops within
+    ray_init.connect_timeout with one `rft: error:` line naming the head and exit 2, not Ray's own line and exit 1
+    after 60 s; the placed process ends with it, and the same command then resumes and trains as the uninterrupted
+    run did."""
+    import psutil
+
+    out = tmp_path / "out"
+    args = overrides(gated_assets, out, 4, "ray_init.num_cpus=2", "ray_init.connect_timeout=3")
+    (tmp_path / "hold").touch()
+    run = _start_own(args, tmp_path)
+    wait_for(lambda: checkpointed(out, 1) or run.poll() is not None)
+    gcs = next(p for p in psutil.Process(run.pid).children(recursive=True) if p.name() == "gcs_server")
+    address = next(f"{c.laddr.ip}:{c.laddr.port}" for c in gcs.net_connections(kind="tcp")
+                   if c.status == psutil.CONN_LISTEN)
+    lost = time.monotonic()
+    gcs.kill()
+    log, _ = run.communicate(timeout=180)
+    took = time.monotonic() - lost
+    assert run.returncode == 2 and not (out / "model").exists(), log
+    assert took < 50, log  # Ray itself ends a driver whose GCS is gone after 60 s
+    errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
+    assert len(errors) == 1 and re.fullmatch(
+        re.escape("rft: error: the Ray instance rft started on this machine (ray_init.num_cpus=2) lost its head: its "
+                  f"GCS at {address.removeprefix('::ffff:')} ") + r".+; the run's processes end with their nodes; run "
+        r"the same command again to resume", errors[0]), log
+    assert "Failed to connect to GCS" not in log, log
+    wait_for(lambda: _placed(b"RFT_RAY_PLACED=1", tmp_path) is None, timeout=60)
+    (tmp_path / "hold").unlink()
+    run = _start_own(args, tmp_path)
+    log, _ = run.communicate(timeout=600)
+    assert run.returncode == 0 and "resumed from" in log, log
+    assert_same_training(out, one_process_by_rft)
+
+
+@ON_A_CLUSTER
+def test_a_clusters_lost_head_is_the_runs_one_line_and_the_rerun_on_a_new_cluster_resumes(
+        gated_assets, one_process_by_rft, tmp_path):
+    """The issue's case: a cluster's head (its GCS) SIGKILLed mid-run. The driver's line names the head and says to
+    start the cluster again (exit 2, within 50 s: not Ray's own line and exit 1 after 60 s), and the same command on a
+    new cluster resumes and trains as the uninterrupted run did."""
+    import psutil
+
+    out = tmp_path / "out"
+    (tmp_path / "hold").touch()
+    for logs in ("ray", "ray2"):
+        (tmp_path / logs).mkdir()
+    with local_cluster(tmp_path / "ray") as address:
+        port = int(address.rpartition(":")[2])
+        args = overrides(gated_assets, out, 4, f"ray_init.address={address}", "ray_init.connect_timeout=3")
+        run = start("train", *args, cwd=tmp_path)
+        wait_for(lambda: checkpointed(out, 1) or run.poll() is not None)
+        gcs = next(psutil.Process(c.pid) for c in psutil.net_connections(kind="tcp")
+                   if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid)
+        lost = time.monotonic()
+        gcs.kill()
+        log, _ = run.communicate(timeout=180)
+        took = time.monotonic() - lost
+    assert run.returncode == 2 and not (out / "model").exists(), log
+    assert took < 50, log
+    errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
+    assert len(errors) == 1 and re.fullmatch(
+        re.escape(f"rft: error: the Ray cluster at {address} lost its head: its GCS at ") + r"\S+ .+; the run's "
+        r"processes end with their nodes; start the cluster again, then run the same command again to resume",
+        errors[0]), log
+    wait_for(lambda: _placed(b"RFT_RAY_PLACED=1", tmp_path) is None, timeout=60)
+    (tmp_path / "hold").unlink()
+    with local_cluster(tmp_path / "ray2") as address:
+        log = finish(start("train", *overrides(gated_assets, out, 4, f"ray_init.address={address}"), cwd=tmp_path))
+    assert "resumed from" in log, log
+    assert_same_training(out, one_process_by_rft)

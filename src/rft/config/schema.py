@@ -1206,7 +1206,8 @@ class RayInitConfig:
               "run; with an address it is refused (a running cluster's CPUs are `ray start --num-cpus`). null: no "
               "Ray of rft's own.")
     connect_timeout: float = fld(
-        10.0, "With an address: seconds to reach the cluster before the run stops with one line (rft's key). > 0.")
+        10.0, "With an address: seconds to reach the cluster before the run stops with one line; during the run, how "
+              "long the cluster's head (its GCS) may stay silent before the run stops with one line (rft's key). > 0.")
     timeline_json_file: Optional[str] = fld(None, "Ray's timeline file.", unsupported="a Ray timeline")
 
 

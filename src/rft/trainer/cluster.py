@@ -4,11 +4,13 @@
 the cluster's nodes (`shortfall`), has Ray grant them within `trainer.ray_wait_register_center_timeout` (`reserve`),
 then starts one actor per bundle, each running `python -m rft <the same arguments>` as its child with the
 environment torchrun would give a rank (`run_on_ray`), and supervises them: the first process that fails or dies
-ends the run with one line naming it. Inside each placed process the code path is the one of rft's own launch, so
-the same seeds give the same metrics and weights. Ray is imported here only, and only when those keys are set."""
+ends the run with one line naming it, as does a head (its GCS) silent for `ray_init.connect_timeout`. Inside each
+placed process the code path is the one of rft's own launch, so the same seeds give the same metrics and weights.
+A Ray instance of rft's own listens on 127.0.0.1 only. Ray is imported here only, and only when those keys are set."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -27,6 +29,14 @@ NODE_ENV = ("CUDA_VISIBLE_DEVICES", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_")
 PYTHONPATH...), except these, which are each node's own."""
 
 ADDRESS_KEYS = "ray_init.address (Trinity-RFT: cluster.ray_address)"
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch between a node address other machines reach and 127.0.0.1 (its default on macOS and Windows), read
+into `ray._private.ray_constants.ENABLE_RAY_CLUSTER` when Ray is imported: off, every process of a Ray instance
+(GCS, raylet, agents, driver, workers) listens on 127.0.0.1 only. Measured, Ray 2.60: on, they listen on `::` and
+the host's address, and ray.init's `_node_ip_address='127.0.0.1'` is turned back into the host's address."""
+RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+"""How long a driver waits for a silent GCS before Ray ends its process with exit 1 and a line of its own (60 s by
+default); the driver keeps it above ray_init.connect_timeout, after which it stops with rft's own line."""
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS_FRAME = 0x04
 
@@ -123,17 +133,44 @@ def reachable(address: str, timeout_s: float) -> None:
     if not host or not port.isdigit():
         raise RftError(f"{ADDRESS_KEYS}={address!r} is not `auto` or HOST:PORT (the head's GCS port, "
                        "`ray start --head --port PORT`)")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
-            conn.sendall(HTTP2_PREFACE)
-            answer = conn.recv(9)  # a frame header: length (3 bytes), type, flags, stream id
-    except OSError as e:
-        why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__)
-        raise RftError(f"the Ray cluster at {address} did not answer within {timeout_s:g} s ({why}): start it "
-                       f"with `ray start --head --port {port}` or correct {ADDRESS_KEYS}") from None
+    answer = _grpc_answer(host, int(port), timeout_s)
+    if isinstance(answer, str):
+        raise RftError(f"the Ray cluster at {address} did not answer within {timeout_s:g} s ({answer}): start it "
+                       f"with `ray start --head --port {port}` or correct {ADDRESS_KEYS}")
     if len(answer) < 4 or answer[3] != SETTINGS_FRAME:
         raise RftError(f"{address} answers, but not as a Ray head's GCS port (no gRPC answer): give the port of "
                        f"`ray start --head --port PORT` in {ADDRESS_KEYS}")
+
+
+def _grpc_answer(host: str, port: int, timeout_s: float) -> bytes | str:
+    """The first bytes a gRPC server at host:port sends back to HTTP/2's client preface (a SETTINGS frame's
+    header), or why nothing answered within `timeout_s` ("no answer", "Connection refused", ...)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            conn.sendall(HTTP2_PREFACE)
+            return conn.recv(9)  # a frame header: length (3 bytes), type, flags, stream id
+    except OSError as e:
+        return "no answer" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__)
+
+
+@contextlib.contextmanager
+def on_loopback():
+    """A Ray instance started within the block listens on 127.0.0.1 only: LOOPBACK_ENV for the processes it starts,
+    and the constant Ray read from it when imported (Ray may be imported already); both restored after, since a
+    driver that later joins a cluster must give the address its node's raylet has."""
+    from ray._private import ray_constants
+
+    env, constant = os.environ.get(LOOPBACK_ENV), getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[LOOPBACK_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if env is None:
+            os.environ.pop(LOOPBACK_ENV, None)
+        else:
+            os.environ[LOOPBACK_ENV] = env
+        ray_constants.ENABLE_RAY_CLUSTER = constant
 
 
 def connect(cfg) -> str:
@@ -143,9 +180,18 @@ def connect(cfg) -> str:
     ray = import_ray()
     # Ray's own warnings (its connection retries, "token authentication is enabled") would surround rft's one line
     logging.getLogger("ray").setLevel(logging.ERROR)
+    os.environ.setdefault(RECONNECT_ENV, str(int(max(60, r.connect_timeout + 30))))  # read by ray.init
     if r.address is None:
-        ray.init(num_cpus=r.num_cpus, include_dashboard=False, configure_logging=False)
-        return f"the Ray instance rft started on this machine (ray_init.num_cpus={r.num_cpus})"
+        with on_loopback():
+            ray.init(num_cpus=r.num_cpus, include_dashboard=False, configure_logging=False)
+        where = f"the Ray instance rft started on this machine (ray_init.num_cpus={r.num_cpus})"
+        ip = ray.util.get_node_ip_address()
+        if ip != "127.0.0.1":  # a Ray without the switch of `on_loopback`
+            ray.shutdown()
+            raise RftError(f"{where} would listen on {ip}, beyond 127.0.0.1 (this Ray has no switch to keep it on "
+                           "loopback): start a cluster of your own (`ray start --head`) and give its address in "
+                           f"{ADDRESS_KEYS}")
+        return where
     if r.address != "auto":
         reachable(r.address, r.connect_timeout)
     try:
@@ -304,7 +350,8 @@ def _place(ray, cfg, groups: list[Group], pgs: list) -> list[Placed]:
                 role = group.role
             strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=b)
             placed.append(Placed(role, actor.options(scheduling_strategy=strategy, num_gpus=group.gpus).remote(role)))
-    for p, (ip, port, sync_port, gpus) in zip(placed, ray.get([p.actor.where.remote() for p in placed])):
+    answers = ray.get([p.actor.where.remote() for p in placed], timeout=cfg.trainer.ray_wait_register_center_timeout)
+    for p, (ip, port, sync_port, gpus) in zip(placed, answers):
         p.ip, p.port, p.sync_port, p.gpus = ip, port, sync_port, gpus
     return placed
 
@@ -353,6 +400,11 @@ def _environments(cfg, placed: list[Placed]) -> None:
                            "experience_buffer.path every node reaches")
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def _ended(ray, ref) -> str | None:
     """None when the process behind `ref` exited 0; else how it ended."""
     from rft.distributed import _ended as exit_text
@@ -366,15 +418,48 @@ def _ended(ray, ref) -> str | None:
                             ("ray.kill", "killed with ray.kill")):
             if cause in text:
                 return f"died ({said})"
-        return f"died ({text.strip().splitlines()[0] if text.strip() else type(e).__name__})"
+        return f"died ({_first_line(e)})"
     except ray.exceptions.RayError as e:
         return f"failed in Ray ({type(e).__name__})"
     return None if code == 0 else f"ended with {exit_text(code)}"
 
 
-def _supervise(ray, placed: list[Placed], args: list[str], console: _Console) -> int:
+class _Head:
+    """The cluster's head as the driver sees it during the run: whether its GCS answers (the gRPC check of
+    `reachable`), and the run's one line once it is lost. A driver whose GCS stays silent is ended by Ray itself
+    (exit 1 and a line of Ray's, RECONNECT_ENV), and every call that needs the GCS (removing a placement group)
+    blocks until then, so the driver stops on its own line first and makes no such call once the head is lost."""
+
+    def __init__(self, ray, where: str, limit_s: float, own_instance: bool):
+        self.where, self.limit_s, self.own_instance = where, limit_s, own_instance
+        self.address = ray.get_runtime_context().gcs_address
+        self.silent_since: float | None = None
+        self.lost = False
+
+    def answers(self, timeout_s: float = 1.0) -> bool:
+        host, _, port = self.address.rpartition(":")
+        if isinstance(_grpc_answer(host, int(port), timeout_s), str):
+            self.silent_since = self.silent_since or time.monotonic()
+            return False
+        self.silent_since = None
+        return True
+
+    def check(self) -> None:
+        """Raise the run's one line once the head has been silent for ray_init.connect_timeout."""
+        if not self.answers() and time.monotonic() - self.silent_since >= self.limit_s:
+            raise self.error(f"has not answered for {self.limit_s:g} s (ray_init.connect_timeout)")
+
+    def error(self, how: str) -> RftError:
+        self.lost = True
+        again = "" if self.own_instance else "start the cluster again, then "
+        return RftError(f"{self.where} lost its head: its GCS at {self.address} {how}; the run's processes end with "
+                        f"their nodes; {again}run the same command again to resume")
+
+
+def _supervise(ray, placed: list[Placed], args: list[str], console: _Console, head: _Head) -> int:
     """Run every placed process and wait for them; the first that fails or dies ends the run (the others are
-    killed: their children follow) with the one line naming it. Ctrl-C / SIGTERM here is passed on to every
+    killed: their children follow) with the one line naming it, or naming the head when it does not answer then;
+    a head silent for ray_init.connect_timeout ends it too (`_Head`). Ctrl-C / SIGTERM here is passed on to every
     process, which stops at the next step as one process does (the run then stops with rft's `stopped by` line);
     a second one kills them at once. The wait returns every second so that Python sees a signal. Before the
     actors go, the lines of those that returned are all printed (`_Console`)."""
@@ -398,12 +483,15 @@ def _supervise(ray, placed: list[Placed], args: list[str], console: _Console) ->
                 for p in placed:
                     p.actor.signal.remote(getattr(signal, stopping))
                 continue
+            head.check()
             for ref in ready:
                 how = _ended(ray, ref)
                 if how is None or how.startswith("ended with"):
                     returned.append(refs[ref].role)
                 finished = finished and how is None
                 if how is not None and not (stopping and how.startswith("ended with")):
+                    if not head.answers():  # the process went with the head (its node, or Ray's hold on it)
+                        raise head.error(f"does not answer (the {refs[ref].role} on {refs[ref].ip} {how})")
                     p = refs[ref]
                     raise RftError(f"the {p.role} on {p.ip} {how}; run the same command again to resume")
     finally:
@@ -427,6 +515,7 @@ def run_on_ray(cfg, module_args: list[str]) -> int:
 
     ray = import_ray()
     where = connect(cfg)
+    head = _Head(ray, where, cfg.ray_init.connect_timeout, own_instance=cfg.ray_init.address is None)
     try:
         console = _Console()
         nodes = live_nodes()
@@ -445,11 +534,18 @@ def run_on_ray(cfg, module_args: list[str]) -> int:
                 _environments(cfg, placed)
                 print(f"rft: {len(placed)} process{'es' * (len(placed) > 1)} on {where}: "
                       + ", ".join(f"{p.role} on {p.ip}" for p in placed), flush=True)
-                return _supervise(ray, placed, module_args, console)
+                return _supervise(ray, placed, module_args, console, head)
         finally:
             from ray.util.placement_group import remove_placement_group
 
-            for pg in pgs:
-                remove_placement_group(pg)
+            if not head.lost and head.answers():  # else the call would block until Ray ends this process
+                for pg in pgs:
+                    remove_placement_group(pg)
+    except ray.exceptions.RayError as e:  # any other failure of Ray's: the run resumes from its checkpoints
+        if not head.lost and not head.answers():
+            raise head.error(f"does not answer ({type(e).__name__})") from None
+        raise RftError(f"{where}: Ray failed ({type(e).__name__}: {_first_line(e)}); run the same command again to "
+                       "resume") from None
     finally:
         ray.shutdown()
+

@@ -194,7 +194,7 @@ RESUME_MAY_CHANGE = frozenset({
     "trainer.resume_mode", "trainer.resume_from_path",
     # how many processes and where: batch sizes are global and a checkpoint loads into any number of processes,
     # on any device
-    "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.device",
+    "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.device", "trainer.ray_wait_register_center_timeout",
     # which loop this command runs: Trinity's explore and train commands share one run folder (docs/modes.md)
     "trainer.mode",
 })
@@ -203,8 +203,10 @@ optimizer and scheduler state, weights and sampler position would override it, o
 the run (a new model.path would load the KL reference model from it, the policy from the checkpoint)."""
 RESUME_MAY_CHANGE_SUFFIX = "_per_gpu"
 """... and the `_per_gpu` micro-batch sizes: performance knobs that never change the gradient."""
-RESUME_MAY_CHANGE_SECTIONS = ("actor_rollout_ref.rollout.val_kwargs.",)
-"""... and every key of these sections: validation's sampling (temperature, top_p, top_k, n, do_sample)."""
+RESUME_MAY_CHANGE_SECTIONS = ("actor_rollout_ref.rollout.val_kwargs.", "ray_init.")
+"""... and every key of these sections: validation's sampling (temperature, top_p, top_k, n, do_sample); the Ray
+cluster the processes run on (a run whose head was lost resumes on the cluster started again, at another address
+or on Ray or not)."""
 RESUME_MAY_CHANGE_NAMES = frozenset({
     # how a pass is laid out, not what it computes: a sharded checkpoint loads under any sharding (FSDP's wrap
     # policy, fsdp_size, offloading), packed or padded passes, recomputed or kept activations, compiled or eager
