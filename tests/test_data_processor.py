@@ -188,6 +188,11 @@ ERRORS = [
      "llm_difficulty_score_filter: api_or_hf_model='gpt-4o' (Data-Juicer's default) is no local model folder and no "
      "OpenAI-compatible server is named for it (model_params.base_url, or $OPENAI_BASE_URL): give a model folder "
      "(rft serves it on 127.0.0.1 with its hf engine) or the address of a server that serves that model"),
+    ("data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: {model_params: {base_url: "
+     "'http://127.0.0.1:1/v1', timeout: 0}}}]",
+     "data_processor.task_pipeline.operators[0] (llm_difficulty_score_filter, a Data-Juicer operator): "
+     "llm_difficulty_score_filter: model_params.timeout=0 must be a number of seconds > 0 (each request to the model "
+     "server; default 120)"),
     ("data_processor.task_pipeline.operators=[{name: words_num_filter}]",
      "data_processor.task_pipeline.operators[0] (words_num_filter): Data-Juicer runs in a Python environment of its "
      "own (py-data-juicer cannot share rft's, docs/workflows.md): build one (`make data-juicer`, or pip install "
@@ -248,3 +253,20 @@ def test_trinity_data_juicer_keys_are_refused_by_name_and_num_process_lands_on_r
         "data_processor.task_pipeline.config_path", "data_processor.task_pipeline.top_k",
         "data_processor.experience_pipeline.save_input"]
     assert out["data_processor"]["task_pipeline"]["num_process"] == 32  # Data-Juicer's np (rft checks its use)
+
+
+def test_every_request_of_an_llm_operator_is_bounded_by_default():
+    """What Data-Juicer is sent: model_params.timeout (the OpenAI client's bound on each request) where the operator
+    asks a server and names none, the operator's own where it does; nothing for an operator that loads its model or
+    asks no model."""
+    from rft.data_processor.llm import DEFAULT_TIMEOUT_S, with_served_models
+
+    process = [{"llm_quality_score_filter": {"model_params": {"base_url": "http://h/v1"}}},
+               {"llm_difficulty_score_filter": {"api_or_hf_model": "m", "model_params": {"base_url": "http://h/v1",
+                                                                                         "timeout": 5}}},
+               {"llm_perplexity_filter": {"is_hf_model": True}}, {"text_length_filter": {"min_len": 3}}]
+    sent = with_served_models(process, serve=None)
+    assert [next(iter(spec.values())).get("model_params") for spec in sent] == [
+        {"timeout": DEFAULT_TIMEOUT_S, "base_url": "http://h/v1"}, {"base_url": "http://h/v1", "timeout": 5}, None,
+        None]
+    assert DEFAULT_TIMEOUT_S == 120

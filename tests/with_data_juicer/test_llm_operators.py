@@ -6,6 +6,7 @@ OpenAI-compatible server already running."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -198,3 +199,95 @@ def test_the_seed_trinity_configuration_with_its_runtime_blocks_loads_with_no_re
     assert dp.task_pipeline.num_process == 32 and dp.data_juicer.auto_start and dp.data_juicer.port == port
     with socket.socket() as s:  # the check's server stopped
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+class Silent(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that accepts every request and never answers (until the test ends)."""
+
+    stop = threading.Event()
+    asked: list[str] = []
+
+    def do_POST(self):
+        Silent.asked.append(self.path)
+        Silent.stop.wait(600)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def silent_server():
+    """The base URL (http://127.0.0.1:PORT/v1) of a Silent server, stopped when the block ends."""
+    from http.server import ThreadingHTTPServer
+
+    Silent.stop.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        Silent.stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_model_server_that_never_answers_the_task_pipeline_is_one_line_within_its_timeout(assets, tmp_path):
+    """llm_difficulty_score_filter over the 8 tasks (2 processes) asking a server that accepts and never answers,
+    model_params.timeout 1: `rft train` stops with one line naming the server and the key, exit 2, within a bound
+    (its start, Data-Juicer's imports twice, then 3 tries of 1 s: generous on a loaded machine), and writes no
+    taskset (the rerun filters again); Data-Juicer alone scored every row 0 after 9 s each and trained on."""
+    import time
+
+    with silent_server() as url:
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "rft", "train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                               f"data.train_files={assets / 'raw' / 'train.jsonl'}", f"trainer.default_local_dir={tmp_path}",
+                               "data.prompt_key=question", "data_processor.task_pipeline.num_process=2",
+                               "data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: "
+                               "{api_or_hf_model: hosted-7b, min_score: 0.5, input_keys: [question], field_names: "
+                               f"[Question], model_params: {{base_url: '{url}', api_key: k, timeout: 1}}}}}}]"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=400)
+        took = time.monotonic() - start
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [x for x in done.stderr.splitlines() if x.startswith("rft: error:")]
+    assert errors == [
+        f"rft: error: data_processor.task_pipeline.operators[0] (llm_difficulty_score_filter): the model server at "
+        f"{url} did not answer llm_difficulty_score_filter within 1 s (3 tries: model_params.timeout, "
+        "model_params.max_retries): check that it serves that model, or raise model_params.timeout; the pipeline "
+        "wrote nothing: run the same command again"], done.stderr[-3000:]
+    assert took < 240, done.stderr[-3000:]
+    assert Silent.asked and not (tmp_path / "task_pipeline" / "tasks.parquet").exists()
+
+
+def test_a_model_server_that_never_answers_the_experience_pipeline_is_one_error_within_its_timeout(tmp_path):
+    """Trinity-RFT's recipe (llm_quality_score_filter over each step's experiences) asking a server that never
+    answers, model_params.timeout 1: the step's pipeline raises the line naming the server and the key."""
+    import time
+
+    import torch
+
+    from rft.data_processor import ExperiencePipeline
+    from rft.data_processor.data_juicer import DataJuicerError
+
+    rows = [Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=2, action_mask=torch.ones(1, dtype=torch.long),
+                       logprobs=torch.zeros(1), reward=1.0, group="g", info={"response_text": text}, rewards={})
+            for text in ("4", "5", "six")]
+    with silent_server() as url:
+        pipeline = ExperiencePipeline([{"name": "data_juicer", "args": {"operators": [{"llm_quality_score_filter": {
+            "api_or_hf_model": "hosted-7b", "min_score": 0.0, "input_keys": ["prompt", "response"],
+            "field_names": ["Question", "Answer"], "model_params": {"base_url": url, "api_key": "k",
+                                                                    "timeout": 1}}}]}}])
+        start = time.monotonic()
+        try:
+            with pytest.raises(DataJuicerError) as err:
+                pipeline.process(rows)
+        finally:
+            pipeline.close()
+        took = time.monotonic() - start
+    assert str(err.value) == (
+        f"the model server at {url} did not answer llm_quality_score_filter within 1 s (3 tries: "
+        "model_params.timeout, model_params.max_retries): check that it serves that model, or raise "
+        "model_params.timeout")
+    assert took < 120
+

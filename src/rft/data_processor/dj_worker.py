@@ -14,11 +14,16 @@ or {"error": "..."}. With `--port PORT [--with-parent]` it serves the same over 
 service.data_juicer): POST a JSON {"process": [...], "rows": [...], "tasks": false} and get {"stats", "keep"} back (400 with
 {"error"}); GET / answers {"ok": true}. Data-Juicer installs a package it misses at run time (its LazyLoader runs `uv pip install` /
 `pip install` into the running environment, with no switch to turn it off): refused here, so a missing package
-is an error line, not a download."""
+is an error line, not a download. A model server that leaves an LLM operator's request unanswered within its
+model_params.timeout ends the operator's run with an error naming it (`_bound_requests`), where Data-Juicer would
+score that row 0 and go on to the next."""
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 
 def _no_installs() -> None:
@@ -30,6 +35,66 @@ def _no_installs() -> None:
     LazyLoader._install_package = classmethod(refuse)
 
 
+SILENT_ENV = "RFT_DJ_SILENT"
+"""The file that records a model server which left a request unanswered, shared by the worker's processes
+(Data-Juicer's num_proc processes inherit its path)."""
+
+
+def _bound_requests() -> None:
+    """Data-Juicer's LLM operators ask their server through `openai.OpenAI(**model_params)` and score a row whose
+    request fails 0 (after try_num tries); a server that never answers would cost every row its timeouts. Here the
+    first request that times out (the client's timeout and retries, model_params.timeout / max_retries) is
+    recorded in SILENT_ENV's file, every later request gives up at once (an empty reply), and the worker answers
+    with `_silent_error` instead of the scores."""
+    import atexit
+    import shutil
+
+    try:
+        import httpx
+        import openai
+    except ImportError:  # no LLM operator can run here: Data-Juicer says so when one is loaded
+        return
+
+    class Bounded(openai.OpenAI):
+        def post(self, path, *, cast_to, **kwargs):
+            if cast_to is not httpx.Response or kwargs.get("stream"):  # not the chat request of an LLM filter
+                return super().post(path, cast_to=cast_to, **kwargs)
+            mark = Path(os.environ[SILENT_ENV])
+            if not mark.exists():
+                try:
+                    return super().post(path, cast_to=cast_to, **kwargs)
+                except openai.APITimeoutError:
+                    timeout = getattr(self.timeout, "read", self.timeout)
+                    mark.write_text(json.dumps({"url": str(self.base_url).rstrip("/"), "timeout": timeout,
+                                                "tries": self.max_retries + 1}))
+            return httpx.Response(200, json={})
+
+    openai.OpenAI = Bounded
+    folder = tempfile.mkdtemp(prefix="rft-dj-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.environ[SILENT_ENV] = os.path.join(folder, "silent")
+
+
+def _silent_error(process: list[dict]) -> dict | None:
+    """The error answer when a model server left a request of `process`'s operators unanswered (`_bound_requests`),
+    naming the server, the operators that ask it and the key that bounds the wait; None otherwise."""
+    mark = os.environ.get(SILENT_ENV)
+    if not mark or not os.path.exists(mark):
+        return None
+    mark = Path(mark)
+    silent = json.loads(mark.read_text())
+    mark.unlink()
+    default = os.environ.get("OPENAI_BASE_URL") or ""
+    names = [name for spec in process for name, args in spec.items()
+             if str((args.get("model_params") or {}).get("base_url") or default).rstrip("/") == silent["url"]]
+    names = names or [name for spec in process for name in spec]
+    timeout = silent["timeout"]
+    within = f"{timeout:g} s" if isinstance(timeout, (int, float)) else str(timeout)
+    return {"error": f"the model server at {silent['url']} did not answer {' / '.join(names)} within {within} "
+                     f"({silent['tries']} tries: model_params.timeout, model_params.max_retries): check that it serves "
+                     "that model, or raise model_params.timeout"}
+
+
 class Filters:
     """Data-Juicer's filters of one process list, loaded once; `run` over rows."""
 
@@ -37,6 +102,7 @@ class Filters:
         from data_juicer.ops import load_ops
         from data_juicer.ops.base_op import OPERATORS, Filter
 
+        self.process = process
         self.names = [next(iter(spec)) for spec in process]
         for name in self.names:
             if name not in OPERATORS.modules:
@@ -59,7 +125,7 @@ class Filters:
         for op in self.ops:
             batch = op.compute_stats_batched(batch)
             keep = [a and bool(b) for a, b in zip(keep, op.process_batched(batch))]
-        return {"stats": batch[Fields.stats], "keep": keep}
+        return _silent_error(self.process) or {"stats": batch[Fields.stats], "keep": keep}
 
     def run_tasks(self, rows: list[dict]) -> dict:
         """Data-Juicer's dataset path (each filter's stats, then its selection, with its num_proc processes); the
@@ -76,7 +142,7 @@ class Filters:
         for i, s in zip(data[ROW], data[Fields.stats] if len(data) else []):
             stats[i] = s
         kept = set(data[ROW])
-        return {"stats": stats, "keep": [i in kept for i in range(len(rows))]}
+        return _silent_error(self.process) or {"stats": stats, "keep": [i in kept for i in range(len(rows))]}
 
 
 ROW = "__rft_row__"
@@ -127,7 +193,8 @@ def serve(port: int, with_parent: bool) -> None:
                     loaded[key] = Filters(req["process"])
                 filters = loaded[key]
                 rows = req.get("rows", [])
-                self._answer(200, filters.run_tasks(rows) if req.get("tasks") else filters.run(rows))
+                answer = filters.run_tasks(rows) if req.get("tasks") else filters.run(rows)
+                self._answer(400 if "error" in answer else 200, answer)
             except Exception as e:
                 self._answer(400, _error(e))
 
@@ -148,6 +215,7 @@ def main() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
         _no_installs()
+        _bound_requests()
         import data_juicer.ops  # noqa: F401 - registers the operators
     except Exception as e:
         out.write(json.dumps({"error": f"Data-Juicer does not import here ({type(e).__name__}: {e})"}) + "\n")

@@ -6,6 +6,11 @@ environment). Trinity-RFT's documented example names a hosted model. Here `api_o
 folder instead: the run serves it with rft's `hf` engine on 127.0.0.1 (the explorer's OpenAI-compatible endpoint,
 `rft.explorer.server`) for as long as the pipeline runs, and the operator is pointed there. A name that is neither a
 local folder nor reachable through a base URL is refused where the config is checked, before any model loads.
+
+Every request such an operator makes is bounded: the OpenAI client's own `timeout`, which Data-Juicer passes on from
+`model_params` (rft's default DEFAULT_TIMEOUT_S where it is not given; the client's would be 600 s, tried 3 times, and
+Data-Juicer tries each row 3 times and scores an unanswered one 0). A request that gets no answer within it ends the
+operator's run with one line naming the server and that key (`dj_worker.py`), not rows scored 0 one after another.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ BASE_URL_ENV = ("OPENAI_BASE_URL", "OPENAI_API_URL", "DASHSCOPE_BASE_URL")
 DEFAULT_MODEL = "gpt-4o"
 """Data-Juicer's default api_or_hf_model for its llm_* operators (a hosted model: no server here answers for it)."""
 
+TIMEOUT_ARG = "timeout"
+"""The key of model_params that bounds each request (the OpenAI client's constructor argument)."""
+DEFAULT_TIMEOUT_S = 120.0
+"""rft's default for model_params.timeout: seconds a model server may take to answer one request of an LLM
+operator (a judge's verdict: a short reply), each try of the client's max_retries + 1."""
+
 Serve = Callable[[str], str]
 """A local model folder -> the base URL (http://127.0.0.1:PORT/v1) of an OpenAI-compatible endpoint serving it
 under that folder's name as given."""
@@ -28,6 +39,11 @@ under that folder's name as given."""
 
 def _api_mode(args: dict) -> bool:
     return not args.get("is_hf_model") and not args.get("enable_vllm")
+
+
+def asks_a_server(name: str, args: dict) -> bool:
+    """The operator asks an OpenAI-compatible server (an LLM operator not loading the model itself)."""
+    return (MODEL_ARG in args or name.startswith("llm_")) and _api_mode(args)
 
 
 def served_folder(args: dict) -> str | None:
@@ -41,13 +57,18 @@ def served_folder(args: dict) -> str | None:
 
 
 def check_llm_args(name: str, args: dict) -> None:
-    """An LLM operator whose model no server will answer for is a ValueError (one line) naming what to give."""
-    if (MODEL_ARG not in args and not name.startswith("llm_")) or not _api_mode(args):
+    """An LLM operator whose model no server will answer for, or whose model_params.timeout is no positive number,
+    is a ValueError (one line) naming what to give."""
+    if not asks_a_server(name, args):
         return
     model = args.get(MODEL_ARG, DEFAULT_MODEL)
     params = args.get("model_params") or {}
     if not isinstance(params, dict):
         raise ValueError(f"{name}: model_params must be a mapping, got {params!r}")
+    timeout = params.get(TIMEOUT_ARG, DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"{name}: model_params.{TIMEOUT_ARG}={timeout!r} must be a number of seconds > 0 (each request "
+                         f"to the model server; default {DEFAULT_TIMEOUT_S:g})")
     if served_folder(args) or params.get("base_url") or any(os.environ.get(v) for v in BASE_URL_ENV):
         return
     hint = (f" ({model} is a folder without config.json)" if isinstance(model, str) and Path(model).is_dir()
@@ -59,7 +80,9 @@ def check_llm_args(name: str, args: dict) -> None:
 
 
 def with_served_models(process: list[dict], serve: Serve | None) -> list[dict]:
-    """Data-Juicer's process list with each served folder's operator pointed at rft's endpoint for it."""
+    """Data-Juicer's process list as the run sends it: each served folder's operator pointed at rft's endpoint for
+    it, and each request of an operator that asks a server bounded (model_params.timeout, DEFAULT_TIMEOUT_S unless
+    given)."""
     out = []
     for spec in process:
         (name, args), = spec.items()
@@ -70,5 +93,7 @@ def with_served_models(process: list[dict], serve: Serve | None) -> list[dict]:
                                  "here")
             params = {**(args.get("model_params") or {}), "base_url": serve(folder), "api_key": "rft"}
             args = {**args, "model_params": params}
+        if asks_a_server(name, args):
+            args = {**args, "model_params": {TIMEOUT_ARG: DEFAULT_TIMEOUT_S, **(args.get("model_params") or {})}}
         out.append({name: args})
     return out

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from rft.data.io import DataError, read_rows, write_parquet
+from rft.data_processor.data_juicer import DataJuicerError
 from rft.data_processor.experience import build_operators
 from rft.data_processor.llm import Serve
 from rft.fsutil import write_text_atomic
@@ -108,12 +109,15 @@ def run_task_pipeline(cfg, serve: Serve | None = None) -> str | None:
     rows = [row for path in files for row in read_rows(path)]
     text_key = text_key_of(cfg)
     counts = []
-    for name, op in pipeline_operators(cfg):
+    for i, (name, op) in enumerate(pipeline_operators(cfg)):
         before = len(rows)
         if hasattr(op, "run"):  # Data-Juicer's
             op.serve = serve
             try:
                 answer = op.run(rows, tasks=True)
+            except DataJuicerError as e:
+                raise DataJuicerError(f"data_processor.task_pipeline.operators[{i}] ({name}): {e}; the pipeline "
+                                      "wrote nothing: run the same command again") from None
             finally:
                 op.close()
             rows = [r for r, keep in zip(rows, answer["keep"]) if keep]
