@@ -464,6 +464,29 @@ def _file_lock(path: Path, command: str, key: str) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def taken_in_turn(path: str | Path, waiting: str) -> Iterator[None]:
+    """Hold an exclusive flock on the file `path` (made where missing) for the block, waiting while another process
+    holds it: processes that would each make the same output make it one after another, so the later ones find it
+    made (the kernel drops the lock of a killed holder). `waiting`: logged once when this process has to wait. A
+    file system without flock: the block runs unlocked."""
+    import fcntl
+    import logging
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logging.getLogger("rft").info(waiting)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # no flock on this file system
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
 ABANDONED_AFTER_S = 10.0
 """How long nothing in an unlocked staging folder must have changed before `clean_abandoned` takes it for a killed
 writer's: a live one locks its folder the moment after making it."""

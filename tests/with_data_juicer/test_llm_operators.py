@@ -291,3 +291,33 @@ def test_a_model_server_that_never_answers_the_experience_pipeline_is_one_error_
         "model_params.timeout")
     assert took < 120
 
+
+def test_the_task_pipeline_of_two_processes_asks_the_judge_about_each_task_once(assets, tmp_path):
+    """`rft train` on two trainer processes (gloo, one thread each), every one loading the taskset: the first runs
+    the task pipeline, the other waits and reads its output, so the test's own server is asked about each of the 8
+    tasks once (it was asked twice, once by each process)."""
+    from rft.data.io import read_rows, write_parquet
+
+    tasks = tmp_path / "tasks.parquet"
+    write_parquet(read_rows(assets / "data" / "train.parquet")[:8], tasks)
+    server = HTTPServer(("127.0.0.1", 0), Scorer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Scorer.asked.clear()
+    try:
+        done = subprocess.run([
+            sys.executable, "-m", "rft", "train", f"actor_rollout_ref.model.path={assets / 'model'}",
+            f"data.train_files={tasks}", f"trainer.default_local_dir={tmp_path / 'out'}", "trainer.n_gpus_per_node=2",
+            "trainer.device=cpu", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=32", "data.max_response_length=4",
+            "trainer.total_training_steps=1", "trainer.logger=[]", "trainer.val_before_train=false",
+            "data_processor.task_pipeline.num_process=1",
+            "data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: {api_or_hf_model: "
+            "hosted-7b, min_score: 0.0, input_keys: [prompt], field_names: [Question], model_params: {base_url: "
+            f"'http://127.0.0.1:{server.server_port}/v1', api_key: k}}}}}}]"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=900,
+            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(Scorer.asked) == 8, done.stderr[-3000:]
+    assert done.stderr.count("rft: task pipeline: 8 tasks kept") == 1, done.stderr[-3000:]

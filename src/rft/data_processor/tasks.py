@@ -4,9 +4,10 @@ whose output file is the explorer's taskset.
 Trinity-RFT runs these through Data-Juicer; rft runs text_length_filter as its own code under Data-Juicer's name,
 arguments and defaults (a task is a row; its text is the first of target_fields, Data-Juicer's text_keys, unless an
 operator's args name text_key), and any other operator through Data-Juicer itself (`data_juicer.py`: its dataset
-path, num_process processes; an LLM operator's local model folder served by the run, `llm.py`). The pipeline runs where the taskset is loaded (every process that loads it gets the same
-rows, so the step counts agree) and writes the kept rows atomically, in their order.
-"""
+path, num_process processes; an LLM operator's local model folder served by the run, `llm.py`). The pipeline runs
+where the taskset is loaded, once: the first process of the run to get there filters and writes the kept rows
+atomically, in their order; the others wait for it and read them (the same rows, so the step counts agree, and an
+LLM operator asks its model about each task once, not once per process)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from rft.data.io import DataError, read_rows, write_parquet
 from rft.data_processor.data_juicer import DataJuicerError
 from rft.data_processor.experience import build_operators
 from rft.data_processor.llm import Serve
-from rft.fsutil import write_text_atomic
+from rft.fsutil import taken_in_turn, write_text_atomic
 from rft.registry import Registry
 
 log = logging.getLogger("rft")
@@ -101,11 +102,22 @@ def run_task_pipeline(cfg, serve: Serve | None = None) -> str | None:
     files = cfg.data.train_files
     files = [files] if isinstance(files, str) else list(files)
     out = output_path(cfg)
-    key = _made_from(cfg, files)
-    stamp = out.with_name(out.name + ".made-from")
-    if out.is_file() and stamp.is_file() and stamp.read_text() == key:
-        log.info("rft: task pipeline: %s was made from the same files and operators; reused", out)
-        return str(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # every process of the run that loads the taskset comes here: the first filters, the others wait and reuse
+    with taken_in_turn(out.with_name(out.name + ".lock"), f"rft: task pipeline: another process is writing {out}; "
+                       "waiting for it"):
+        key = _made_from(cfg, files)
+        stamp = out.with_name(out.name + ".made-from")
+        if out.is_file() and stamp.is_file() and stamp.read_text() == key:
+            log.info("rft: task pipeline: %s was made from the same files and operators; reused", out)
+            return str(out)
+        _filter(cfg, files, out, serve)
+        write_text_atomic(stamp, key)
+    return str(out)
+
+
+def _filter(cfg, files: list[str], out: Path, serve: Serve | None) -> None:
+    """The pipeline's operators over the rows of `files`, the kept rows written to `out`."""
     rows = [row for path in files for row in read_rows(path)]
     text_key = text_key_of(cfg)
     counts = []
@@ -132,9 +144,7 @@ def run_task_pipeline(cfg, serve: Serve | None = None) -> str | None:
         write_text_atomic(out, "".join(json.dumps(r) + "\n" for r in rows))
     else:
         write_parquet(rows, out)
-    write_text_atomic(stamp, key)
     log.info("rft: task pipeline: %d tasks kept (%s), written to %s", len(rows), ", ".join(counts), out)
-    return str(out)
 
 
 def _made_from(cfg, files: list[str]) -> str:
