@@ -156,3 +156,28 @@ def test_server_url_sends_the_rows_to_a_data_juicer_server_already_running(tmp_p
     op.operators[0][1].configure(DataJuicerServiceConfig(server_url=f"http://127.0.0.1:{port}"))
     with pytest.raises(ValueError, match=rf"the Data-Juicer server at http://127.0.0.1:{port} does not answer"):
         op.process([experience("abc", 0.0)])
+
+
+def test_the_runs_own_server_stopping_mid_run_is_one_data_juicer_error(tmp_path):
+    """auto_start: the server the run started ends between two steps; the next step's request is the run's one
+    line naming it (a DataJuicerError), not a ConnectionError and a traceback."""
+    from ray_cluster import free_port
+
+    from rft.config.schema import DataJuicerServiceConfig
+    from rft.data_processor.data_juicer import DataJuicerError
+
+    port = free_port()
+    op = ExperiencePipeline([{"name": "data_juicer", "args": {"operators": [{"text_length_filter": {"min_len": 5}}]}}])
+    dj = op.operators[0][1]
+    dj.configure(DataJuicerServiceConfig(auto_start=True, port=port, server_url=f"http://127.0.0.1:{port}"))
+    try:
+        kept, _ = op.process([experience("a short one", 1.0)])
+        assert len(kept) == 1
+        dj.worker.kill()
+        dj.worker.wait(30)
+        with pytest.raises(DataJuicerError) as err:
+            op.process([experience("another one", 1.0)])
+    finally:
+        op.close()
+    assert str(err.value).startswith(f"the Data-Juicer server the run started at http://127.0.0.1:{port} stopped "
+                                     "answering (")

@@ -108,7 +108,7 @@ class DataJuicerOperator:
         deadline = time.monotonic() + SERVER_START_S
         while True:  # the server is up once it answers
             try:
-                self._post([])
+                self._post([], starting=True)
                 return
             except ConnectionError:
                 if self.worker.poll() is not None or time.monotonic() > deadline:
@@ -119,8 +119,9 @@ class DataJuicerOperator:
                                           "output is above" if code is not None else "still starting") + ")") from None
                 time.sleep(0.5)
 
-    def _post(self, rows: list[dict], tasks: bool = False) -> dict:
-        """One request to the Data-Juicer server: its answer; ConnectionError when nothing answers there."""
+    def _post(self, rows: list[dict], tasks: bool = False, starting: bool = False) -> dict:
+        """One request to the Data-Juicer server: its answer; `starting` (the server the run starts): a
+        ConnectionError while nothing answers there yet."""
         import urllib.error
         import urllib.request
 
@@ -132,11 +133,15 @@ class DataJuicerOperator:
         except urllib.error.HTTPError as e:
             raise DataJuicerError(json.loads(e.read()).get("error", str(e))) from None
         except (urllib.error.URLError, OSError) as e:
-            if self.port is not None:
+            if starting:
                 raise ConnectionError(str(e)) from None
-            raise DataJuicerError(f"the Data-Juicer server at {self.url} does not answer ({getattr(e, 'reason', e)}): "
-                                  "start it (`python -I .../rft/data_processor/dj_worker.py --port PORT` in the "
-                                  "Data-Juicer environment) or set data_processor.data_juicer.auto_start") from None
+            why = f"no answer within {REQUEST_S} s" if isinstance(e, TimeoutError) else getattr(e, "reason", e)
+            if self.port is not None:  # the run's own server, which answered when it started
+                raise DataJuicerError(f"the Data-Juicer server the run started at {self.url} stopped answering "
+                                      f"({why}); its output is above") from None
+            raise DataJuicerError(f"the Data-Juicer server at {self.url} does not answer ({why}): start it (`python -I "
+                                  ".../rft/data_processor/dj_worker.py --port PORT` in the Data-Juicer environment) or "
+                                  "set data_processor.data_juicer.auto_start") from None
 
     def _ask(self, request: dict) -> dict:
         assert self.worker is not None and self.worker.stdin is not None and self.worker.stdout is not None
