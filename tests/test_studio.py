@@ -282,18 +282,23 @@ def test_a_malformed_request_is_a_plain_400_not_a_bug_report(tmp_path, monkeypat
 def test_serving_every_interface_is_said_at_start_and_the_token_still_required(tmp_path):
     """`--host 0.0.0.0`: one line at start says that the studio serves every interface and that every request needs
     the token; a request without it is still refused (403)."""
+    import queue
     import re
     import subprocess
     import sys
+    import threading
     import urllib.error
     import urllib.request
 
     process = subprocess.Popen([sys.executable, "-m", "rft", "studio", "--host", "0.0.0.0", "--port", "0",
                                 "--runs", str(tmp_path / "runs")], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    printed: queue.Queue = queue.Queue()  # the server runs on: its output has no end to wait for
+    threading.Thread(target=lambda: [printed.put(line) for line in process.stdout], daemon=True).start()
     try:
-        urls, reach = process.stdout.readline(), process.stdout.readline()
+        urls = printed.get(timeout=120)
         port, token = re.search(r"http://0\.0\.0\.0:(\d+)/config\?token=([\w-]+)", urls).groups()
+        reach = printed.get(timeout=60)
         assert reach.rstrip("\n") == (
             f"rft studio: serving every interface (0.0.0.0) on port {port}: other machines that reach it can connect, "
             "and every request needs the token in the URLs above (keep them private)")
