@@ -67,8 +67,8 @@ def check_llm_args(name: str, args: dict) -> None:
         raise ValueError(f"{name}: model_params must be a mapping, got {params!r}")
     timeout = params.get(TIMEOUT_ARG, DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"{name}: model_params.{TIMEOUT_ARG}={timeout!r} must be a number of seconds > 0 (each request "
-                         f"to the model server; default {DEFAULT_TIMEOUT_S:g})")
+        raise ValueError(f"{name}: model_params.{TIMEOUT_ARG}={timeout!r} must be a number of seconds > 0 (each "
+                         f"request to the model server; default {DEFAULT_TIMEOUT_S:g})")
     if served_folder(args) or params.get("base_url") or any(os.environ.get(v) for v in BASE_URL_ENV):
         return
     hint = (f" ({model} is a folder without config.json)" if isinstance(model, str) and Path(model).is_dir()
