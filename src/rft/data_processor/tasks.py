@@ -104,7 +104,7 @@ def run_task_pipeline(cfg, serve: Serve | None = None) -> str | None:
     out = output_path(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     # every process of the run that loads the taskset comes here: the first filters, the others wait and reuse
-    with taken_in_turn(out.with_name(out.name + ".lock"), f"rft: task pipeline: another process is writing {out}; "
+    with taken_in_turn(out.with_name(f".{out.name}.lock"), f"rft: task pipeline: another process is writing {out}; "
                        "waiting for it"):
         key = _made_from(cfg, files)
         stamp = out.with_name(out.name + ".made-from")
