@@ -59,8 +59,8 @@ class GenerationRolloutConfig:
                                    "naming the row.")
     response_length: int = fld(512, "Maximum number of generated tokens per response.")
     dtype: str = fld("bfloat16", "The dtype generation computes in (the model is loaded in it). On a CPU a low "
-                     "precision is used only where this CPU computes it faster than float32 (measured once per "
-                     "machine; else float32, with the reason in the log).",
+                     "precision is used only where this CPU has the instructions that compute it faster than "
+                     "float32 (bf16: AMX-BF16 or AVX512-BF16; else float32, with the reason in the log).",
                      choices=DTYPES)
     micro_batch_size: Optional[int] = fld(None, "Rows per forward pass of the hf engine; null: the whole batch.")
     ignore_eos: bool = fld(False, "Keep generating after EOS up to response_length.")

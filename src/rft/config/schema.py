@@ -353,8 +353,9 @@ class WrapPolicyConfig:
         "(its _no_split_modules, e.g. Qwen2DecoderLayer).")
 
 
-PRECISION_HELP = ("On a CPU a low precision is used only where this CPU computes it faster than float32 (measured "
-                  "once per machine; else float32, with the reason in the log: docs/performance.md). auto (the "
+PRECISION_HELP = ("On a CPU a low precision is used only where this CPU has the instructions that compute it faster "
+                  "than float32 (bf16: AMX-BF16 or AVX512-BF16; else float32, with the reason in the log; recorded in "
+                  "the run's numerics.json: docs/performance.md). auto (the "
                   "default): bf16 on a GPU, as verl's default, and on a CPU where it is faster; else float32, with "
                   "nothing to say about it, as nothing was asked.")
 
@@ -990,7 +991,7 @@ class TrainerConfig:
     default_hdfs_dir: Optional[str] = fld(None, HDFS_HELP + " hdfs:// URLs are refused (no Hadoop client).")
     default_local_dir: str = fld(
         "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
-        "Output root: checkpoints/, model/, metrics.jsonl, config.yaml.",
+        "Output root: checkpoints/, model/, metrics.jsonl, config.yaml, numerics.json.",
     )
     resume_mode: str = fld(
         "auto", "auto: resume from the latest checkpoint if any; disable; resume_path: from resume_from_path.",
