@@ -42,7 +42,8 @@ class GenerationDataConfig:
 @dataclass
 class GenerationModelConfig:
     path: Optional[str] = fld(None, "Hugging Face model folder (required), e.g. an rft run's model/ or the folder "
-                                    "`rft merge` writes.")
+                                    "`rft merge` writes, or a Hub id (org/name, from the local Hugging Face cache).",
+                              model="folder")
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
 

@@ -89,7 +89,8 @@ class SFTFSDPConfig:
 
 @dataclass
 class SFTModelConfig:
-    partial_pretrain: Optional[str] = fld(None, "Hugging Face model folder to fine-tune (required).")
+    partial_pretrain: Optional[str] = fld(None, "Hugging Face model folder to fine-tune, or a Hub id (org/name: its "
+                                                "folder in the local Hugging Face cache) (required).", model="policy")
     fsdp_config: SFTFSDPConfig = sub(SFTFSDPConfig, "dtype and FSDP settings.")
     external_lib: Optional[str] = fld(None, "Python module imported before loading.")
     override_config: dict = fld({}, "Attributes set on the model's config when loading.")
