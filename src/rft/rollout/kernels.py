@@ -5,10 +5,10 @@ products (M, k) x (k, n) with a small M, which read the whole weight for little 
 runs them through MKL's sgemm; oneDNN's inner product (`torch.ops.mkldnn._linear_pointwise`, the kernel inductor
 calls for frozen CPU linears) is a second choice in the same build. oneDNN reads a large weight faster: on this
 project's AVX2 AMD EPYC (2 threads) it took 61-85 ms against MKL's 182-235 ms for a Qwen2.5-0.5B LM head at 16 rows
-(16 x 896 x 151,936) and 1.9-2.7 ms against 3.1-4.5 ms for its MLP's gate projection; on its AVX-512 EPYC it was
-1.1-2.5x faster from 2 to 256 rows for every weight of 2 MiB or more, while for the tiny models' small weights
-(0.03-1 MiB) MKL was the faster below 64 rows (oneDNN's ~15 us a call), and for one row MKL's matrix-vector kernel
-(bench/RESULTS.md). So the rule (`auto`, the default): oneDNN for products of 2 to LARGEST_ROWS rows whose weight
+(16 x 896 x 151,936) and 1.9-2.7 ms against 3.1-4.5 ms for its MLP's gate projection; on its AVX-512 EPYC (one
+thread) 1.03-1.8x faster from 4 to 256 rows for every weight of that model (3 MiB and more) but its 0.4 MiB key /
+value projections, while for the tiny models' small weights (0.06-1 MiB) MKL was the faster below 64 rows (oneDNN's
+~15 us a call), and for one row mostly MKL's matrix-vector kernel (bench/RESULTS.md, bench/decode_kernels.py). So the rule (`auto`, the default): oneDNN for products of 2 to LARGEST_ROWS rows whose weight
 holds ONEDNN_MIN_WEIGHT_BYTES or more, MKL for the rest. `RFT_DECODE_KERNEL=aten|onednn` puts every product of up to
 LARGEST_ROWS rows on one kernel.
 
