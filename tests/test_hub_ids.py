@@ -151,3 +151,13 @@ def test_rft_generate_from_a_hub_id(cached, tmp_path):
                     f"data.output_path={tmp_path / 'o.parquet'}", "data.n_samples=1", "rollout.response_length=2",
                     "rollout.dtype=float32", "trainer.device=cpu", cwd=tmp_path)
     assert proc.returncode == 0 and (tmp_path / "o.parquet").is_file()
+
+
+def test_a_part_the_run_does_not_build_keeps_its_model_key_unresolved(cached, tmp_path):
+    """reward_model.model.path with reward_model.enable=false has no effect (noted, not checked): its id is neither
+    looked up nor refused, as its folder would not be."""
+    from rft.trainer.configure import load_config
+
+    cfg = load_config(None, [f"actor_rollout_ref.model.path={CHAT}", f"data.train_files={cached / 'd' / 'train.parquet'}",
+                             "reward_model.model.path=acme/absent", f"trainer.default_local_dir={tmp_path / 'rl'}"])
+    assert cfg.reward_model.model.path == "acme/absent" and cfg.actor_rollout_ref.model.path == snapshot(cached, CHAT)

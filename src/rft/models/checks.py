@@ -37,9 +37,10 @@ def check_lora_rank(key: str, rank: int) -> None:
 @CHECKS.register("models.hub_ids")
 def check_hub_ids(ctx: CheckContext) -> None:
     """A model or tokenizer key that names a Hugging Face Hub id gets its folder in the local cache (`rft.models.hub`),
-    before any other check reads the folder; the trained model's key only where its folder must exist already."""
+    before any other check reads the folder; the trained model's key only where its folder must exist already, and
+    no key of a part the run does not build."""
     if ctx.check_paths:
-        resolve_hub_ids(ctx.cfg, policy=ctx.check_model_path)
+        resolve_hub_ids(ctx.cfg, policy=ctx.check_model_path, inactive=ctx.inactive)
 
 
 @CHECKS.register("models.lora")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from rft.config.errors import ConfigError
+from rft.config.validate import inactive_reason
 
 log = logging.getLogger("rft")
 
@@ -97,13 +99,17 @@ def resolve_model(key: str, value: str | None, tokenizer: bool = False) -> str |
     return str(folder)
 
 
-def resolve_hub_ids(cfg: Any, policy: bool = True, prefix: str = "") -> None:
+def resolve_hub_ids(cfg: Any, policy: bool = True, inactive: Mapping[str, str] | None = None, prefix: str = "") -> None:
     """Replace, in the typed config `cfg` (a schema dataclass), every model or tokenizer key's Hub id by its folder
-    (`resolve_model`); `policy`: the trained model's key too (a later stage's starts from a folder not written yet)."""
+    (`resolve_model`); `policy`: the trained model's key too (a later stage's starts from a folder not written yet);
+    `inactive`: the keys of the parts the run does not build (`CheckContext.inactive`: a reward model while
+    reward_model.enable=false, ...), left as they are, as their other checks leave them."""
     for f in dataclasses.fields(cfg):
         value, key, kind = getattr(cfg, f.name), f"{prefix}{f.name}", f.metadata.get("model")
+        if inactive_reason(key, inactive or {}) is not None:
+            continue
         if dataclasses.is_dataclass(value):
-            resolve_hub_ids(value, policy, f"{key}.")
+            resolve_hub_ids(value, policy, inactive, f"{key}.")
         elif kind in ("folder", "tokenizer") or (kind == "policy" and policy):
             setattr(cfg, f.name, resolve_model(key, value, tokenizer=kind == "tokenizer"))
         elif isinstance(kind, str) and kind.startswith("list:") and isinstance(value, list):
