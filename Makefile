@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: setup
+	@echo "make test: about 10-20 minutes on 2 quiet cores (pytest -n 2); several times that where other work shares them (no test bounds the wall clock tighter than a machine at load 10 keeps)"
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 --ignore=tests/with_vllm -m "not faults and not heavy" tests
 
 # the heaviest tests (a torch.compile per model family, multi-process runs killed and rerun), apart from make test

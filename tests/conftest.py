@@ -21,6 +21,9 @@ if os.environ.get("ATEN_CPU_CAPABILITY"):
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
         tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{os.environ['ATEN_CPU_CAPABILITY']}"))
 
+# Tests stay offline: a model key that reads as a Hugging Face Hub id (org/name) is looked up in the local cache only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 # The suite computes in float32 whatever a config names (models/precision.py), as on a CPU without fast bf16, so the
 # golden files and exact comparisons hold on every machine; tests/test_precision.py sets its own mode per test.
 # `make test-bf16` runs the multi-process tests with RFT_TEST_CPU_PRECISION=requested: each config's own precision

@@ -1,5 +1,6 @@
-"""The precision keys (models/precision.py): the choice on a CPU (measured once, cached, one log line), mixed
-precision's float32 weights and optimizer state, and bf16 runs of the passes and of a whole GRPO step.
+"""The precision keys (models/precision.py): the choice on a CPU (by its instructions, never by a timing; kept
+for a run in its folder; one log line), mixed precision's float32 weights and optimizer state, and bf16 runs of the
+passes and of a whole GRPO step.
 
 On a CPU without fast bf16 (this project's AVX2 machine) a run computes in float32 whatever it names; the bf16
 paths run here under RFT_CPU_PRECISION=requested, which computes in the named precision however slow."""
@@ -7,6 +8,7 @@ paths run here under RFT_CPU_PRECISION=requested, which computes in the named pr
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -17,110 +19,111 @@ from rft.models.precision import Choice, choose, describe
 from tests.rl_helpers import assert_all_moved, make_assets, rl_config, trainable
 
 CPU = torch.device("cpu")
+NO_BF16 = "this CPU has no AMX-BF16 or AVX512-BF16 instructions: bf16 would be emulated"
 
 
 @pytest.fixture
-def measured(monkeypatch, tmp_path):
-    """`speedup` with a made-up measurement (`rates[dtype]`), counted, and a cache folder of the test's own."""
-    rates: dict[torch.dtype, float] = {}
-    calls: list[torch.dtype] = []
-    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv(precision.MODE_ENV, "measure")
-    monkeypatch.setattr(precision, "_speedups", {})
-    monkeypatch.setattr(precision, "measure", lambda dtype: calls.append(dtype) or rates[dtype])
-    return rates, calls
+def cpu_has(monkeypatch):
+    """A CPU with the instructions in the returned set (AMX-BF16, AVX512-BF16, AMX-FP16, AVX512-FP16), under the
+    default mode."""
+    has: set[str] = set()
+    monkeypatch.setenv(precision.MODE_ENV, "auto")
+    monkeypatch.setattr(precision, "has_instructions", lambda name: name in has)
+    return has
 
 
 # ------------------------------------------------------------------------------------------------ the choice
-def test_a_cpu_computes_in_bf16_only_where_it_runs_faster(measured, monkeypatch, tmp_path):
-    rates, _ = measured
-    rates[torch.bfloat16] = 2.6
-    fast = choose("bfloat16", CPU)
-    assert fast == Choice(torch.bfloat16, "bfloat16", "bf16 matmul 2.6x fp32 on this CPU")
-    precision._speedups.clear()  # another machine
-    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "another"))
-    rates[torch.bfloat16] = 0.016
-    slow = choose("bf16", CPU)
-    assert slow == Choice(torch.float32, "bf16", "bf16 matmul 0.016x fp32 on this CPU")
-    # float32 asked: float32, nothing measured; auto: the faster of bf16 and float32
+def test_a_cpu_computes_in_bf16_only_where_it_has_the_instructions(cpu_has):
+    assert choose("bf16", CPU) == Choice(torch.float32, "bf16", NO_BF16)
+    cpu_has.add("AVX512-BF16")
+    assert choose("bfloat16", CPU) == Choice(torch.bfloat16, "bfloat16", "this CPU has AVX512-BF16 instructions")
+    cpu_has.add("AMX-BF16")
+    assert choose("bf16", CPU).reason == "this CPU has AMX-BF16 instructions"
+    assert choose("fp16", CPU).dtype == torch.float32  # fp16 needs AMX-FP16 or AVX512-FP16
+    cpu_has.add("AVX512-FP16")
+    assert choose("fp16", CPU).dtype == torch.float16
+    # float32 asked: float32; auto: bf16 where it is fast
     assert choose("fp32", CPU) == Choice(torch.float32, "fp32")
-    assert choose("auto", CPU).dtype == torch.float32
+    assert choose("auto", CPU).dtype == torch.bfloat16
 
 
-def test_the_measurement_runs_once_per_machine_and_is_cached_on_disk(measured, tmp_path):
-    rates, calls = measured
-    rates[torch.bfloat16], rates[torch.float16] = 3.0, 0.5
+def test_the_choice_does_not_depend_on_timing(cpu_has, monkeypatch):
+    """A busy machine's clock moves nothing: rft timed a bf16 and a float32 matmul once per machine and took bf16
+    where it ran 1.1x faster, a choice a loaded machine could flip (and with it every number of the run)."""
+    cpu_has.add("AVX512-BF16")
+    clock = iter(range(0, 10**9, 7919))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock) * 1e-3)
     assert choose("bf16", CPU).dtype == torch.bfloat16
-    assert choose("bf16", CPU).dtype == torch.bfloat16  # in memory
-    precision._speedups.clear()  # a new process: read from the file
-    assert choose("bfloat16", CPU).dtype == torch.bfloat16
-    assert choose("fp16", CPU).dtype == torch.float32
-    assert calls == [torch.bfloat16, torch.float16]
-    cached = json.loads((tmp_path / "cache" / "measurements.json").read_text())
-    assert sorted(cached.values()) == [0.5, 3.0]
-    assert all(k.startswith(runtime.machine_key()) for k in cached)
+    cpu_has.clear()
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    assert choose("bf16", CPU).dtype == torch.float32
 
 
-def test_the_measurement_runs_under_the_runs_allocator_settings(monkeypatch):
-    """`measure` times the matmuls after `configure_cpu_runtime` (which every rft process computes under): with
-    glibc's defaults a bf16 matmul on an AMX CPU measured 1.0x fp32 instead of 5.0x (oneDNN's buffers mmapped
-    afresh each call), and the cache would have kept the wrong choice."""
-    from rft import runtime
-
-    events = []
-    monkeypatch.setattr(runtime, "configure_cpu_runtime", lambda: events.append("configured"))
-    monkeypatch.setattr(precision, "_rate", lambda dtype: events.append(dtype) or
-                        {torch.float32: 100.0, torch.bfloat16: 260.0}[dtype])
-    assert precision.measure(torch.bfloat16) == pytest.approx(2.6)
-    assert events[0] == "configured" and events[1:] == [torch.float32, torch.bfloat16] * 2
-    assert runtime.machine_key().endswith("|runtime")  # rates cached before this setting are measured again
+def test_the_instructions_are_read_from_torch_and_the_cpu_flags(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert precision.has_instructions("AVX512-BF16")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    assert not precision.has_instructions("AVX512-BF16")
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "avx512_fp16"})  # torch has no probe for it
+    assert precision.has_instructions("AVX512-FP16")
 
 
-def test_the_mode_overrides_the_measurement(measured, monkeypatch):
-    rates, calls = measured
+def test_a_runs_record_decides_over_this_machine(cpu_has, tmp_path, capsys):
+    """A run records what bf16 computes in as it starts (its folder's numerics.json); its resumed half, on a machine
+    or under an environment that would choose otherwise, computes as the run did, and says so."""
+    record = tmp_path / runtime.RUN_CHOICES_FILE
+    with runtime.fix_run_choices(record, precision.run_choices(), fresh=True):
+        assert choose("bf16", CPU).dtype == torch.float32
+    assert json.loads(record.read_text())["bf16 on the CPU"] == {"value": "fp32", "why": NO_BF16}
+    cpu_has.add("AMX-BF16")  # resumed where bf16 is fast
+    assert choose("bf16", CPU).dtype == torch.bfloat16  # outside the run: this machine's answer
+    with runtime.fix_run_choices(record, precision.run_choices(), fresh=False):
+        assert choose("bf16", CPU) == Choice(torch.float32, "bf16", NO_BF16)
+    assert (f"rft: bf16 on the CPU: fp32, as the run started ({record}); this process alone would choose bf16 "
+            "(this CPU has AMX-BF16 instructions)") in capsys.readouterr().out
+    with runtime.fix_run_choices(record, precision.run_choices(), fresh=True):  # a run that starts again
+        assert choose("bf16", CPU).dtype == torch.bfloat16
+
+
+def test_the_mode_overrides_the_instructions(cpu_has, monkeypatch):
     monkeypatch.setenv(precision.MODE_ENV, "requested")
     assert choose("bf16", CPU) == Choice(torch.bfloat16, "bf16", "RFT_CPU_PRECISION=requested")
+    monkeypatch.setenv(precision.MODE_ENV, "measure")  # the default's earlier name
+    assert choose("bf16", CPU) == Choice(torch.float32, "bf16", NO_BF16)
+    cpu_has.add("AMX-BF16")
     monkeypatch.setenv(precision.MODE_ENV, "float32")
     assert choose("bf16", CPU) == Choice(torch.float32, "bf16", "RFT_CPU_PRECISION=float32")
     monkeypatch.setenv(precision.MODE_ENV, "fast")
-    with pytest.raises(ValueError, match="RFT_CPU_PRECISION='fast': valid values are measure, requested, float32"):
+    with pytest.raises(ValueError, match="RFT_CPU_PRECISION='fast': valid values are auto, requested, float32"):
         choose("bf16", CPU)
-    assert calls == []
-    # a GPU computes in what is named, measured nowhere
+    # a GPU computes in what is named
     assert choose("bf16", torch.device("cuda")) == Choice(torch.bfloat16, "bf16")
     assert choose("auto", torch.device("cuda")).dtype == torch.bfloat16
 
 
 def test_one_line_says_what_runs_and_why():
-    slow = "bf16 matmul 0.016x fp32 on this CPU"
-    line = describe({"rollout": Choice(torch.float32, "bfloat16", slow), "actor": Choice(torch.float32, "bf16", slow),
+    line = describe({"rollout": Choice(torch.float32, "bfloat16", NO_BF16), "actor": Choice(torch.float32, "bf16", NO_BF16),
                      "critic": Choice(torch.float32, "fp32")})
     assert line == ("precision: rollout fp32 (bfloat16 asked), actor fp32 (bf16 asked), critic fp32 "
-                    "(bf16 matmul 0.016x fp32 on this CPU)")
-    fast = "bf16 matmul 2.6x fp32 on this CPU"
+                    f"({NO_BF16})")
+    fast = "this CPU has AMX-BF16 instructions"
     assert describe({"rollout": Choice(torch.bfloat16, "bf16", fast), "actor": Choice(torch.bfloat16, "bf16", fast)}) \
-        == ("precision: rollout bf16, actor bf16 (bf16 matmul 2.6x fp32 on this CPU); master weights and optimizer "
+        == ("precision: rollout bf16, actor bf16 (this CPU has AMX-BF16 instructions); master weights and optimizer "
             "state fp32")
 
 
-
-
-def test_a_run_that_names_no_precision_gets_a_plain_line(measured):
+def test_a_run_that_names_no_precision_gets_a_plain_line(cpu_has):
     """The precision keys default to auto (verl's bf16 default made every CPU run print '(bf16 asked)' and why it
     was not honoured, though nobody asked): on a CPU slow in bf16 auto is float32 with nothing to explain; what a
     config does name and does not get is still told, with the reason."""
     from rft.config.schema import MixedPrecisionConfig, RolloutConfig
 
     assert MixedPrecisionConfig().param_dtype == "auto" and RolloutConfig().dtype == "auto"
-    measured[0][torch.bfloat16] = 0.016
     auto = choose("auto", CPU)
-    assert auto == Choice(torch.float32, "auto", "bf16 matmul 0.016x fp32 on this CPU")
+    assert auto == Choice(torch.float32, "auto", NO_BF16)
     assert describe({"rollout": Choice(torch.float32, "float32"), "actor": auto, "ref": auto}) == "precision: fp32"
     assert describe({"rollout": auto, "actor": choose("bf16", CPU), "ref": auto}) == (
-        "precision: rollout fp32, actor fp32 (bf16 asked), ref fp32 (bf16 matmul 0.016x fp32 on this CPU)")
-def test_the_real_measurement_returns_a_ratio(monkeypatch):
-    ratio = precision.measure(torch.bfloat16)
-    assert 0 < ratio < 100
+        f"precision: rollout fp32, actor fp32 (bf16 asked), ref fp32 ({NO_BF16})")
 
 
 # ------------------------------------------------------------------------------------------------ the passes

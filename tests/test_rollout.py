@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
-import json
+import importlib
 import math
 import os
+import time
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -626,9 +627,9 @@ def test_another_aten_cpu_capability_compiles_in_an_inductor_cache_of_its_own(tm
 
 
 # ------------------------------------------------------------------------ generation's products (kernels)
-@pytest.mark.parametrize("kernel", ["onednn", "measure"])
+@pytest.mark.parametrize("kernel", ["onednn", "auto"])
 def test_generation_on_onednn_products_equals_mkls(model, prompts, monkeypatch, kernel):
-    """`rft.rollout.kernels`: the decode loop's products on oneDNN (forced, or where timed faster) give the greedy
+    """`rft.rollout.kernels`: the decode loop's products on oneDNN (forced, or by the rule) give the greedy
     tokens and the log-probs of `linear`'s (MKL), and leave the model's layers as they were."""
     from rft.rollout import kernels
 
@@ -664,44 +665,61 @@ def test_routed_layers_keep_autograd_and_other_dtypes_on_linear(monkeypatch):
     assert calls == [(3, 8)] and net[0].weight.grad is not None
 
 
-def test_the_kernel_is_timed_once_per_shape_and_aten_is_never_timed(monkeypatch, tmp_path):
+def test_the_kernel_rule_goes_by_shape():
+    """oneDNN for 2-512 rows with a weight of 2 MiB or more (the LM head, the MLP and attention projections of a
+    0.5B model), MKL for one row, more rows and small weights (the tiny models'); `aten` / `onednn` for all."""
     from rft.rollout import kernels
 
-    timed = []
-    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kernels, "_choice", {})
-    monkeypatch.setattr(kernels, "_measure", lambda rows, w, b: timed.append((rows, *w.shape)) or True)
-    weight = torch.randn(6, 5)
-    monkeypatch.setenv(kernels.KERNEL_ENV, "measure")
-    assert kernels.use_onednn(3, weight, None) and kernels.use_onednn(4, weight, None)  # both in the bucket of 4
-    assert kernels.use_onednn(5, weight, None)  # the bucket of 8
-    assert not kernels.use_onednn(kernels.LARGEST_ROWS + 1, weight, None)  # large products stay on MKL
-    assert timed == [(4, 6, 5), (8, 6, 5)]
-    monkeypatch.setenv(kernels.KERNEL_ENV, "aten")
-    assert not kernels.use_onednn(3, weight, None)
+    large, small = torch.empty(512, 1024), torch.empty(512, 1023)  # 2 MiB, just under
+    assert [kernels.use_onednn(rows, large) for rows in (1, 2, 16, 512, 513)] == [False, True, True, True, False]
+    assert not any(kernels.use_onednn(rows, small) for rows in (1, 2, 16, 512, 513))
+    assert [kernels.use_onednn(rows, small, "onednn") for rows in (1, 512, 513)] == [True, True, False]
+    assert not kernels.use_onednn(16, large, "aten")
 
 
-def test_a_kernel_choice_holds_for_every_later_process_on_the_machine(monkeypatch, tmp_path):
-    """The choice timed for a shape is kept on disk: a later process (a resumed run) uses it without timing, even
-    where its own timing would pick the other kernel (on a busy machine it could, and the resumed run's products
-    would round differently from the straight run's)."""
+def test_generation_does_not_depend_on_how_fast_the_kernels_seem(model, prompts, monkeypatch, tmp_path):
+    """A busy machine slows one kernel or the other while rft would time them: generation's numbers stay the same
+    to the bit. rft timed MKL against oneDNN per shape once per machine (kept in RFT_CACHE_DIR) and sent each shape
+    to the faster, so two runs of one seed, or a run and its resumed half, could compute on different kernels (the
+    demo's GRPO runs parted at step 58)."""
+    from rft.rollout import kernels
+
+    monkeypatch.delenv(kernels.KERNEL_ENV, raising=False)
+    real_linear, real_onednn = torch.nn.functional.linear, kernels._onednn
+
+    def slowed(fn):
+        return lambda *a, **k: time.sleep(0.002) or fn(*a, **k)
+
+    outs = []
+    for i, slow in enumerate(("onednn", "linear")):  # one machine's slow spell on each kernel
+        monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / str(i)))  # nothing measured on this machine yet
+        importlib.reload(kernels)  # a new process: nothing kept in memory either
+        monkeypatch.setattr(kernels, "_onednn", slowed(real_onednn) if slow == "onednn" else real_onednn)
+        monkeypatch.setattr(torch.nn.functional, "linear", slowed(real_linear) if slow == "linear" else real_linear)
+        outs.append(generate(model, prompts, eos=STOP_IDS, n=4, max_tokens=8, do_sample=True))
+    assert torch.equal(outs[0].response_ids, outs[1].response_ids)
+    assert torch.equal(outs[0].logprobs, outs[1].logprobs)
+
+
+def test_a_runs_record_fixes_the_kernel_rule(monkeypatch, tmp_path, capsys):
+    """The rule is recorded in the run's folder as it starts; its resumed half, under another RFT_DECODE_KERNEL,
+    computes on the recorded rule and says so; outside a run the environment decides."""
     from rft import runtime
     from rft.rollout import kernels
 
-    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(kernels.KERNEL_ENV, "measure")
-    weight, timed = torch.randn(6, 5), []
-    monkeypatch.setattr(kernels, "_choice", {})
-    monkeypatch.setattr(kernels, "_measure", lambda rows, w, b: timed.append(rows) or True)
-    assert kernels.use_onednn(3, weight, None)
-    monkeypatch.setattr(kernels, "_choice", {})  # a new process on the same machine, whose timing says MKL
-    monkeypatch.setattr(kernels, "_measure", lambda rows, w, b: timed.append(rows) or False)
-    assert kernels.use_onednn(4, weight, None) and timed == [4]
-    cached = json.loads((tmp_path / runtime.MEASUREMENTS_FILE).read_text())
-    assert cached == {f"{runtime.machine_key()}|decode kernel 4x5x6: onednn faster": True}
-    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "another machine"))
-    monkeypatch.setattr(kernels, "_choice", {})
-    assert not kernels.use_onednn(4, weight, None) and timed == [4, 4]
+    record = tmp_path / runtime.RUN_CHOICES_FILE
+    monkeypatch.setenv(kernels.KERNEL_ENV, "aten")
+    with runtime.fix_run_choices(record, kernels.run_choices(), fresh=True):
+        assert kernels.kernel_mode() == "aten"
+    monkeypatch.setenv(kernels.KERNEL_ENV, "onednn")
+    assert kernels.kernel_mode() == "onednn"
+    with runtime.fix_run_choices(record, kernels.run_choices(), fresh=False):
+        assert kernels.kernel_mode() == "aten"
+    assert (f"rft: decode kernel: aten, as the run started ({record}); this process alone would choose onednn "
+            "(RFT_DECODE_KERNEL=onednn)") in capsys.readouterr().out
+    monkeypatch.setenv(kernels.KERNEL_ENV, "fastest")
+    with pytest.raises(ValueError, match="RFT_DECODE_KERNEL='fastest': valid values are auto, aten, onednn"):
+        kernels.kernel_mode()
 
 
 def test_several_processes_sample_from_streams_of_their_own(model, prompts):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import logging
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
+
+from rft.fsutil import checked_write
 
 log = logging.getLogger("rft")
 
@@ -34,62 +37,94 @@ def configure_cpu_runtime() -> None:
         log.debug("mallopt unavailable; large allocations use the allocator's defaults")
 
 
+def _cpuinfo(field: str) -> str:
+    """The first `field` line's value in Linux's /proc/cpuinfo; '' where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(field) and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's instruction flags as Linux names them ('avx2', 'avx512_bf16', 'amx_tile', ...); empty elsewhere."""
+    return set(_cpuinfo("flags").split())
+
+
 def cpu_model() -> str:
     """The CPU's model name ('AMD EPYC', 'Intel(R) Xeon(R) Processor'), else the machine's architecture."""
-    name = platform.processor()
-    if not name:
+    return platform.processor() or _cpuinfo("model name") or platform.machine()
+
+
+RUN_CHOICES_FILE = "numerics.json"
+"""A run folder's record of what the run computes with where the machine, not the config, decides (`fix_run_choices`)."""
+
+_run_choices: dict[str, tuple[str, str]] = {}
+
+
+def run_choice(name: str, decide: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+    """(value, why) of the choice `name`: as the run this process serves recorded it (`fix_run_choices`), else
+    `decide()`, this machine's own answer (outside a run: `rft generate`, a test)."""
+    return _run_choices.get(name) or decide()
+
+
+@contextlib.contextmanager
+def fix_run_choices(path: Path, decided: dict[str, tuple[str, str]], fresh: bool
+                    ) -> Iterator[dict[str, tuple[str, str]]]:
+    """Fix, within, for this process, the choices of the run whose record is `path` (its folder's `RUN_CHOICES_FILE`):
+    `decided` ({name: (value, why)}, this machine's answers) is written there when the run starts afresh (`fresh`)
+    or finds no record; otherwise the record is read back, so a resumed run, and every process of a run (ranks,
+    an explorer), computes as the run started, whatever this machine or its environment would choose now (each
+    choice that differs said in one line). A choice that depends on the machine's load (a kernel timed faster)
+    could differ between a run and its resumed half, or two runs of one config: rft's rules depend on the CPU's
+    instructions and the environment only, and the record carries them across machines and environments."""
+    recorded = None if fresh else _read_choices(path)
+    if recorded is None:
+        _write_choices(path, decided, replace=fresh)
+        recorded = _read_choices(path) or decided  # another process of the run may have written it first
+    for name, (value, _) in recorded.items():
+        if name in decided and decided[name][0] != value:
+            print(f"rft: {name}: {value}, as the run started ({path}); this process alone would choose "
+                  f"{decided[name][0]} ({decided[name][1]})", flush=True)
+    before = dict(_run_choices)
+    _run_choices.clear()
+    _run_choices.update(recorded)
+    try:
+        yield dict(recorded)
+    finally:
+        _run_choices.clear()
+        _run_choices.update(before)
+
+
+def _write_choices(path: Path, choices: dict[str, tuple[str, str]], replace: bool) -> None:
+    """Write `choices` to `path`, over an earlier record (`replace`) or only where there is none: of two processes
+    of one run writing it at the same moment, one makes the record (a hard link does not replace a file)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # what a kill leaves, the run folder's lock removes
+    text = json.dumps({name: {"value": v, "why": why} for name, (v, why) in choices.items()}, indent=1) + "\n"
+    checked_write(lambda: tmp.write_text(text), path)
+    try:
+        if replace:
+            os.replace(tmp, path)
+            return
         try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
+            os.link(tmp, path)
+        except FileExistsError:
             pass
-    return name or platform.machine()
+        except OSError:  # a file system without hard links: the last writer's (one machine's rules, the same)
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-T = TypeVar("T")
-MEASUREMENTS_FILE = "measurements.json"
-"""What rft measured of this machine (`measured_once`), in `~/.cache/rft` (`RFT_CACHE_DIR`)."""
-
-
-def machine_key() -> str:
-    """What a measurement of this machine depends on: the CPU model, torch's CPU capability (which
-    `ATEN_CPU_CAPABILITY` lowers), the thread count, torch's version and the allocator settings every rft process
-    computes under ("runtime": a key without it may hold a rate measured under glibc's defaults, which understate bf16
-    on a CPU with AMX: `rft.models.precision.measure`)."""
-    return f"{cpu_model()}|{torch.backends.cpu.get_cpu_capability()}|{torch.get_num_threads()} threads|" \
-           f"torch {torch.__version__}|runtime"
-
-
-def measurements_file() -> Path:
-    root = os.environ.get("RFT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "rft")
-    return Path(root) / MEASUREMENTS_FILE
-
-
-def measured_once(label: str, measure: Callable[[], T], kinds: tuple[type, ...] = (int, float)) -> T:
-    """`measure()` once per machine (`machine_key`) and `label`: kept in `measurements_file()`, so that every later
-    process on the machine uses the same value instead of timing again (a choice timed anew in each process could
-    differ between a run and its resumed half on a busy machine). A cached value whose type is not one of `kinds`
-    is measured again; a file that cannot be read or written costs a measurement, nothing else."""
-    path, key = measurements_file(), f"{machine_key()}|{label}"
+def _read_choices(path: Path) -> dict[str, tuple[str, str]] | None:
+    """The choices recorded at `path`; None where there is no record (or none that reads: it is written anew)."""
     try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if not isinstance(cached, dict):
-        cached = {}
-    if type(cached.get(key)) in kinds:
-        return cached[key]
-    cached[key] = value = measure()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(cached, indent=1) + "\n")
-        tmp.replace(path)
-    except OSError as e:
-        log.debug("rft: the measurements cache %s is not writable (%s)", path, e)
-    return value
+        raw = json.loads(path.read_text())
+        return {name: (str(entry["value"]), str(entry["why"])) for name, entry in raw.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def usable_cores() -> int:

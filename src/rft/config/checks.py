@@ -278,8 +278,8 @@ def check_model_dir(key: str, path: str, ctx: CheckContext) -> None:
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file():
         raise ConfigError(
-            f"{key}={path!r} is not a Hugging Face model folder (no config.json); rft loads models from local "
-            "folders only"
+            f"{key}={path!r} is not a Hugging Face model folder (no config.json); set it to a model folder, or to a "
+            "Hugging Face Hub id (org/name, from the local Hugging Face cache)"
         )
     seen = folder.resolve()
     if seen not in ctx.config_json_problems:

@@ -42,7 +42,8 @@ class GenerationDataConfig:
 @dataclass
 class GenerationModelConfig:
     path: Optional[str] = fld(None, "Hugging Face model folder (required), e.g. an rft run's model/ or the folder "
-                                    "`rft merge` writes.")
+                                    "`rft merge` writes, or a Hub id (org/name, from the local Hugging Face cache).",
+                              model="folder")
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
 
@@ -59,8 +60,8 @@ class GenerationRolloutConfig:
                                    "naming the row.")
     response_length: int = fld(512, "Maximum number of generated tokens per response.")
     dtype: str = fld("bfloat16", "The dtype generation computes in (the model is loaded in it). On a CPU a low "
-                     "precision is used only where this CPU computes it faster than float32 (measured once per "
-                     "machine; else float32, with the reason in the log).",
+                     "precision is used only where this CPU has the instructions that compute it faster than "
+                     "float32 (bf16: AMX-BF16 or AVX512-BF16; else float32, with the reason in the log).",
                      choices=DTYPES)
     micro_batch_size: Optional[int] = fld(None, "Rows per forward pass of the hf engine; null: the whole batch.")
     ignore_eos: bool = fld(False, "Keep generating after EOS up to response_length.")

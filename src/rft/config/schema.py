@@ -21,8 +21,13 @@ from typing import Any, Dict, List, Optional
 
 
 def fld(default: Any, help: str, *, choices: tuple | None = None, unsupported: str | None = None,
-        also: tuple = ()) -> Any:
+        also: tuple = (), model: str | None = None) -> Any:
+    """A config field. `model`: the field names a model and may be a Hugging Face Hub id (`rft.models.hub`):
+    "policy" (the trained model: a later stage's starts from a folder not written yet), "folder" (another model),
+    "tokenizer" (a tokenizer's folder), "list:<key>" (a list of mappings whose <key> names a model)."""
     meta: dict[str, Any] = {"help": help}
+    if model is not None:
+        meta["model"] = model
     if choices is not None:
         meta["choices"] = choices
     if unsupported is not None:
@@ -181,7 +186,7 @@ class ExpertDataConfig:
 
 @dataclass
 class DataConfig:
-    tokenizer: Optional[str] = fld(None, "Tokenizer folder; default: the policy model's folder.")
+    tokenizer: Optional[str] = fld(None, "Tokenizer folder; default: the policy model's folder.", model="tokenizer")
     train_files: Any = fld(None, "Training prompts: one parquet/jsonl file or a list of them (verl row format); "
                                  "with task_storage sql / queue a SQLAlchemy URL or a SQLite file.")
     task_storage: str = fld(
@@ -267,7 +272,9 @@ class DataConfig:
 # ------------------------------------------------------------------------------------------- actor / model
 @dataclass
 class ModelConfig:
-    path: Optional[str] = fld(None, "Hugging Face model folder of the policy (required).")
+    path: Optional[str] = fld(None, "Hugging Face model folder of the policy, or a Hub id (org/name: its folder in the "
+                                    "local Hugging Face cache, downloaded there unless HF_HUB_OFFLINE=1) (required).",
+                              model="policy")
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     override_config: Dict[str, Any] = fld(
         {}, "Attributes set on the model's config when loading (e.g. attention_dropout); a nested "
@@ -353,8 +360,9 @@ class WrapPolicyConfig:
         "(its _no_split_modules, e.g. Qwen2DecoderLayer).")
 
 
-PRECISION_HELP = ("On a CPU a low precision is used only where this CPU computes it faster than float32 (measured "
-                  "once per machine; else float32, with the reason in the log: docs/performance.md). auto (the "
+PRECISION_HELP = ("On a CPU a low precision is used only where this CPU has the instructions that compute it faster "
+                  "than float32 (bf16: AMX-BF16 or AVX512-BF16; else float32, with the reason in the log; recorded in "
+                  "the run's numerics.json: docs/performance.md). auto (the "
                   "default): bf16 on a GPU, as verl's default, and on a CPU where it is faster; else float32, with "
                   "nothing to say about it, as nothing was asked.")
 
@@ -622,13 +630,13 @@ class RewardModelInnerConfig:
         None, "The policy's tokenizer, when the reward model's chat template differs from the policy's: the response "
         "is decoded with it and the conversation re-templated with the reward model's tokenizer (its folder needs "
         "tokenizer files and a chat template, checked before loading); null: the policy's token ids go to the "
-        "reward model as they are (same vocabulary and template)."
-    )
+        "reward model as they are (same vocabulary and template).",
+        model="tokenizer")
     path: Optional[str] = fld(
         None, "Reward model folder: an AutoModelForSequenceClassification with one label (e.g. `rft init-model "
         "--preset tiny-rm`); required with enable. A generative model's folder (only *ForCausalLM architectures in "
-        "its config.json) or a classifier of 2 or more labels is refused before it loads."
-    )
+        "its config.json) or a classifier of 2 or more labels is refused before it loads.",
+        model="folder")
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     fsdp_config: Dict[str, Any] = fld(
@@ -863,12 +871,12 @@ class AlgorithmConfig:
 class CriticModelConfig:
     path: Optional[str] = fld(
         None, "Hugging Face folder the value model starts from: a causal LM (its backbone, plus a new one-label head), "
-        "a saved rft critic or a reward model (their head loads too); null: the policy's path."
-    )
+        "a saved rft critic or a reward model (their head loads too); null: the policy's path.",
+        model="folder")
     tokenizer_path: Optional[str] = fld(
         None, "Tokenizer saved with the exported critic; null: the policy's. The critic reads the policy's token ids, "
-        "so a tokenizer given here must have the policy's vocabulary (checked when loading)."
-    )
+        "so a tokenizer given here must have the policy's vocabulary (checked when loading).",
+        model="tokenizer")
     external_lib: Optional[str] = fld(None, "Python module imported before loading (registers custom models).")
     override_config: Dict[str, Any] = fld({}, "Attributes set on the value model's config when loading.")
     enable_gradient_checkpointing: bool = fld(False, "Recompute activations in the backward pass to save memory.")
@@ -990,7 +998,7 @@ class TrainerConfig:
     default_hdfs_dir: Optional[str] = fld(None, HDFS_HELP + " hdfs:// URLs are refused (no Hadoop client).")
     default_local_dir: str = fld(
         "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
-        "Output root: checkpoints/, model/, metrics.jsonl, config.yaml.",
+        "Output root: checkpoints/, model/, metrics.jsonl, config.yaml, numerics.json.",
     )
     resume_mode: str = fld(
         "auto", "auto: resume from the latest checkpoint if any; disable; resume_path: from resume_from_path.",
@@ -1131,7 +1139,8 @@ class WorkflowConfig:
         [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "
             "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen. "
             "temperature: a number >= 0 (default 0, greedy); max_tokens: new tokens per reply, an integer >= 1 below "
-            "the model's positions (default data.max_response_length), checked before any model loads.")
+            "the model's positions (default data.max_response_length), checked before any model loads.",
+        model="list:model_path")
 
 
 @dataclass

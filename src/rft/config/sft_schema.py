@@ -78,8 +78,9 @@ class SFTDataConfig:
 class SFTFSDPConfig:
     model_dtype: str = fld("fp32", "The dtype the forward and backward passes compute in (torch.autocast; the "
                            "weights and the optimizer state stay float32, as verl's mixed precision keeps them). On a "
-                           "CPU a low precision is used only where this CPU computes it faster than float32 "
-                           "(measured once per machine; else float32, with the reason in the log).",
+                           "CPU a low precision is used only where this CPU has the instructions that compute it "
+                           "faster than float32 (bf16: AMX-BF16 or AVX512-BF16; else float32, with the reason in the "
+                           "log; recorded in the run's numerics.json).",
                            choices=("fp32", "bf16", "fp16", "float32", "bfloat16", "float16"))
     wrap_policy: dict = fld({"min_num_params": 0}, "FSDP wrap policy.", unsupported=MULTI_PROCESS)
     cpu_offload: bool = fld(False, "FSDP CPU offload.", unsupported=MULTI_PROCESS)
@@ -88,7 +89,8 @@ class SFTFSDPConfig:
 
 @dataclass
 class SFTModelConfig:
-    partial_pretrain: Optional[str] = fld(None, "Hugging Face model folder to fine-tune (required).")
+    partial_pretrain: Optional[str] = fld(None, "Hugging Face model folder to fine-tune, or a Hub id (org/name: its "
+                                                "folder in the local Hugging Face cache) (required).", model="policy")
     fsdp_config: SFTFSDPConfig = sub(SFTFSDPConfig, "dtype and FSDP settings.")
     external_lib: Optional[str] = fld(None, "Python module imported before loading.")
     override_config: dict = fld({}, "Attributes set on the model's config when loading.")
@@ -120,7 +122,7 @@ class SFTOptimConfig:
 @dataclass
 class SFTTrainerConfig:
     default_local_dir: str = fld("checkpoints/${trainer.project_name}/${trainer.experiment_name}",
-                                 "Output root: checkpoints/, model/, metrics.jsonl, config.yaml.")
+                                 "Output root: checkpoints/, model/, metrics.jsonl, config.yaml, numerics.json.")
     default_hdfs_dir: Optional[str] = fld(None, HDFS_HELP + " hdfs:// URLs are refused (no Hadoop client).")
     resume_mode: str = fld("auto", "auto | disable | resume_path.", choices=("auto", "disable", "resume_path"))
     resume_from_path: Optional[str] = fld(None, "A global_step_N folder (with resume_mode=resume_path).")

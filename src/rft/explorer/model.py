@@ -39,8 +39,12 @@ from rft.errors import RftError
 from rft.experience import Experience
 from rft.rollout import SamplingParams
 
-PATIENCE = 0.5
-"""Seconds the waiting requests wait for the open clients that are busy elsewhere before they run without them."""
+PATIENCE = 10.0
+"""Seconds the waiting requests wait for the open clients that are busy elsewhere before they run without them: a
+slow tool or remote service, not a loaded machine. At 0.5 s a workflow thread that a busy machine left unscheduled
+that long (its own work between two calls takes milliseconds) missed its batch, and the step's samples, drawn per
+batch, then depended on the machine's load. A runner shortens it to a quarter of its workflows' time limit
+(`WorkflowRunner`): a hanging workflow must not hold the others until they are cut too."""
 
 
 class WorkflowError(RftError):
@@ -94,11 +98,12 @@ class GenerationServer:
         self._expected = 0  # clients announced by a runner and not open yet (`expect`)
         self._ids = itertools.count()
         self.calls = 0  # engine calls made (batches)
+        self.patience = PATIENCE
 
     # --------------------------------------------------------------------------------------------- clients
     def expect(self, count: int) -> None:
         """`count` more (or, negative, fewer) clients are about to open: batches wait for them as for open ones
-        (up to PATIENCE)."""
+        (up to `patience`)."""
         with self._cond:
             self._expected = max(0, self._expected + count)
             self._cond.notify_all()
@@ -166,7 +171,7 @@ class GenerationServer:
             return False
         waiting = {r.client for r in self._pending}
         everyone = not self._expected and waiting >= set(self._clients)
-        return everyone or time.monotonic() - self._pending[0].since >= PATIENCE
+        return everyone or time.monotonic() - self._pending[0].since >= self.patience
 
     def _run(self, batch: list[_Request]) -> None:
         """One engine call per distinct sampling setting; rows in client order."""

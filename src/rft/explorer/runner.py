@@ -25,7 +25,7 @@ import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.model import Cancelled, GenerationServer, ModelHandle
+from rft.explorer.model import PATIENCE, Cancelled, GenerationServer, ModelHandle
 from rft.explorer.workflow import Task
 
 log = logging.getLogger("rft")
@@ -74,6 +74,8 @@ class WorkflowRunner:
         """`make_handle()`: a fresh model handle for an attempt (the runner sets its server client)."""
         self.workflow_cls, self.server, self.make_handle = workflow_cls, server, make_handle
         self.s, self.auxiliary = settings, list(auxiliary or [])
+        # a workflow that hangs holds the others' batch no longer than a quarter of their own time limit
+        server.patience = min(PATIENCE, settings.max_timeout / 4)
 
     def run(self, tasks: list[Task]) -> tuple[list[list[Experience]], dict[str, float]]:
         """Each task's experiences ([] for a skipped task), in task order, and the runner's metrics."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rft.config.checks import CHECKS, CheckContext
 from rft.config.errors import ConfigError
+from rft.models.hub import resolve_hub_ids
 
 log = logging.getLogger("rft")
 
@@ -31,6 +32,15 @@ def check_tokenizer_folder(key: str, path: str) -> None:
 def check_lora_rank(key: str, rank: int) -> None:
     if rank < 0:
         raise ConfigError(f"{key} must be >= 0, got {rank}")
+
+
+@CHECKS.register("models.hub_ids")
+def check_hub_ids(ctx: CheckContext) -> None:
+    """A model or tokenizer key that names a Hugging Face Hub id gets its folder in the local cache (`rft.models.hub`),
+    before any other check reads the folder; the trained model's key only where its folder must exist already, and
+    no key of a part the run does not build."""
+    if ctx.check_paths:
+        resolve_hub_ids(ctx.cfg, policy=ctx.check_model_path, inactive=ctx.inactive)
 
 
 @CHECKS.register("models.lora")

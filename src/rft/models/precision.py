@@ -7,14 +7,16 @@ keeps the master weights and the optimizer state in float32 and computes a pass 
 `torch.autocast`, as mixed-precision training does (every matmul in bf16 / fp16, the softmaxes, norms and losses in
 float32, the gradients reaching the float32 weights).
 
-On a GPU that is always so. A CPU computes bf16 fast only with BF16 or AMX instructions (AVX-512 BF16 on recent
+On a GPU that is always so. A CPU computes bf16 fast only with BF16 or AMX instructions (AVX512-BF16 on recent
 AMD EPYC and Intel Xeon; AMX on Sapphire Rapids and later) and fp16 only with AMX-FP16 or AVX512-FP16; elsewhere a
-low-precision matmul is emulated and runs many times slower than float32 (this project's AVX2 AMD EPYC: bf16 at
-~1% of the float32 rate). So on a CPU the named precision is used where a measured matmul in it runs faster than in
-float32, and float32 otherwise, with the choice and its reason in one log line ("bf16 matmul 2.6x fp32 on this
-CPU"). The measurement (`speedup`) runs once per machine, CPU capability, thread count and torch version and is
-cached in `~/.cache/rft/measurements.json` (`RFT_CACHE_DIR`; `rft.runtime.measured_once`). `RFT_CPU_PRECISION` overrides it: `measure` (the
-default), `requested` (compute in the named precision however slow: for checking numerics) or `float32`.
+low-precision matmul is emulated and runs many times slower than float32. Measured (bench/RESULTS.md): bf16 matmuls
+at 0.016x the float32 rate on this project's AVX2 AMD EPYC, 2.1x on its AVX512-BF16 EPYC, 5.0x on an Intel Xeon with
+AMX. So on a CPU the named precision is used where the CPU has those instructions, float32 otherwise (`decide`), with
+the choice and its reason in one log line ("this CPU has AVX512-BF16 instructions"). The rule reads the CPU's
+instructions, never a timing (rft timed a matmul in each precision before: a busy machine's timing could flip the
+choice, and with it the run's numbers), and a run keeps the choice in its folder (`rft.runtime.run_choice`), so its
+resumed half computes as it did. `RFT_CPU_PRECISION` overrides it: `auto` (the default; `measure`, its earlier name,
+is the same), `requested` (compute in the named precision however slow: for checking numerics) or `float32`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from rft.config.errors import ConfigError
+from rft.runtime import cpu_flags, run_choice
 
 log = logging.getLogger("rft")
 
@@ -37,11 +41,11 @@ NAMES = {
 }
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 MODE_ENV = "RFT_CPU_PRECISION"
-MODES = ("measure", "requested", "float32")
-FASTER = 1.1
-"""A low precision is used on a CPU when its matmul runs at least this many times the float32 rate."""
-_SHAPE = (256, 512, 512)  # (m, k, n): a matmul of a small model's training pass; ~67 MFLOP, ~1 ms in float32
-_speedups: dict[torch.dtype, float] = {}
+MODES = ("auto", "requested", "float32")
+FAST_WITH = {torch.bfloat16: ("AMX-BF16", "AVX512-BF16"), torch.float16: ("AMX-FP16", "AVX512-FP16")}
+"""The instructions with which a CPU computes a low precision faster than float32."""
+_PROBES = {"AMX-BF16": "_is_amx_tile_supported", "AVX512-BF16": "_is_avx512_bf16_supported",
+           "AMX-FP16": "_is_amx_fp16_supported"}  # torch.cpu's probes; AVX512-FP16 has none: /proc/cpuinfo's flags
 
 
 def dtype_of(name: str) -> torch.dtype | None:
@@ -54,46 +58,36 @@ def dtype_of(name: str) -> torch.dtype | None:
         raise ValueError(f"unknown dtype {name!r}; valid: auto, {', '.join(NAMES)}") from None
 
 
-# ------------------------------------------------------------------------------------------- the measurement
-def _rate(dtype: torch.dtype, budget: float = 0.15) -> float:
-    """Matmuls per second of `_SHAPE` in `dtype` (at least one call, then as many as fit in `budget` s)."""
-    m, k, n = _SHAPE
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    torch.matmul(a, b)  # warm-up
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        torch.matmul(a, b)
-        calls += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= budget:
-            return calls / elapsed
+# ------------------------------------------------------------------------------------------- the rule
+def has_instructions(name: str) -> bool:
+    """Whether this CPU has the instructions `name` (a `FAST_WITH` entry)."""
+    probe = getattr(torch.cpu, _PROBES.get(name, ""), None)
+    if probe is not None:
+        return bool(probe())
+    return name.lower().replace("-", "_") in cpu_flags()
 
 
-def measure(dtype: torch.dtype) -> float:
-    """How many times the float32 rate a CPU matmul in `dtype` runs here (float32 and `dtype` timed alternately, the
-    better of two each), under the settings every rft process computes with (`configure_cpu_runtime`): with glibc's
-    defaults, oneDNN's bf16 product allocates its buffers with a fresh mmap each call, and the bf16 matmul measured
-    1.0x fp32 on an Intel Xeon with AMX that runs it 5.0x with them (2026-11-26)."""
-    from rft.runtime import configure_cpu_runtime
+def decide(dtype: torch.dtype) -> tuple[str, str]:
+    """(what a CPU pass asked to compute in `dtype` computes in, why): `MODE_ENV`, then the CPU's instructions."""
+    mode = os.environ.get(MODE_ENV) or "auto"
+    mode = "auto" if mode == "measure" else mode
+    if mode not in MODES:
+        raise ConfigError(f"{MODE_ENV}={mode!r}: valid values are {', '.join(MODES)}")
+    if mode != "auto":
+        return SHORT[dtype if mode == "requested" else torch.float32], f"{MODE_ENV}={mode}"
+    has = [name for name in FAST_WITH[dtype] if has_instructions(name)]
+    if has:
+        return SHORT[dtype], f"this CPU has {has[0]} instructions"
+    return "fp32", f"this CPU has no {' or '.join(FAST_WITH[dtype])} instructions: {SHORT[dtype]} would be emulated"
 
-    configure_cpu_runtime()
-    fp32 = low = 0.0
-    for _ in range(2):
-        fp32 = max(fp32, _rate(torch.float32))
-        low = max(low, _rate(dtype))
-    return low / fp32
+
+def run_choices() -> dict[str, tuple[str, str]]:
+    """This process's answers for a run's record (`rft.runtime.fix_run_choices`): what bf16 and fp16 compute in."""
+    return {_choice_name(dtype): decide(dtype) for dtype in FAST_WITH}
 
 
-def speedup(dtype: torch.dtype) -> float:
-    """`measure(dtype)`, once per machine (cached in memory and in `~/.cache/rft/measurements.json`)."""
-    if dtype == torch.float32:
-        return 1.0
-    if dtype in _speedups:
-        return _speedups[dtype]
-    from rft.runtime import measured_once
-
-    _speedups[dtype] = float(measured_once(SHORT[dtype], lambda: measure(dtype)))
-    return _speedups[dtype]
+def _choice_name(dtype: torch.dtype) -> str:
+    return f"{SHORT[dtype]} on the CPU"
 
 
 # ------------------------------------------------------------------------------------------------ the choice
@@ -115,21 +109,13 @@ def choose(name: str, device: torch.device) -> Choice:
     if asked == torch.float32:
         return Choice(torch.float32, name)
     want = asked or torch.bfloat16
-    mode = os.environ.get(MODE_ENV, "measure")
-    if mode not in MODES:
-        raise ValueError(f"{MODE_ENV}={mode!r}: valid values are {', '.join(MODES)}")
-    if mode == "float32":
-        return Choice(torch.float32, name, f"{MODE_ENV}=float32")
-    if mode == "requested":
-        return Choice(want, name, f"{MODE_ENV}=requested")
-    ratio = speedup(want)
-    why = f"{SHORT[want]} matmul {ratio:.2g}x fp32 on this CPU"
-    return Choice(want if ratio >= FASTER else torch.float32, name, why)
+    runs, why = run_choice(_choice_name(want), lambda: decide(want))
+    return Choice(NAMES[runs], name, why)
 
 
 def describe(choices: dict[str, Choice]) -> str:
-    """One log line for the precisions of a run: 'precision: rollout bf16, actor bf16 (bf16 matmul 2.6x fp32 on
-    this CPU); master weights and optimizer state fp32'. A reason is told only where a precision the config named
+    """One log line for the precisions of a run: 'precision: rollout bf16, actor bf16 (this CPU has AMX-BF16
+    instructions); master weights and optimizer state fp32'. A reason is told only where a precision the config named
     is not the one that runs, or a pass computes below float32; a run in float32 that asked for nothing else
     (`auto`, the default, on a CPU slow in bf16) gets a plain 'precision: fp32'."""
     parts, reasons = [], []

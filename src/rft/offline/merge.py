@@ -121,6 +121,7 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
     from rft.config.schema import RFTConfig
     from rft.config.sft_schema import SFTConfig
     from rft.fsutil import output_problem, sole_writer
+    from rft.models.hub import resolve_model
     from rft.models.load import export_hf, load_tokenizer, load_trainable_model
     from rft.trainer.checkpoint import POLICY_DCP, damage, load_policy_weights
 
@@ -149,6 +150,11 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
     else:
         raise RftError(f"{str(config)!r} is neither an rft train nor an rft sft / dpo config (no actor_rollout_ref, "
                        "no model.partial_pretrain)")
+    # a config naming a Hugging Face Hub id (a run records the folder it resolved to): its folder in the local cache
+    named = path
+    path = resolve_model("actor_rollout_ref.model.path" if key == "actor_rollout_ref.model" else
+                         "model.partial_pretrain", path)
+    tokenizer_path = path if tokenizer_path == named else resolve_model("data.tokenizer", tokenizer_path, True)
     if not path or not (Path(path).expanduser() / "config.json").is_file():
         raise RftError(f"{str(config)!r}: the run started from {path!r}, which is not a Hugging Face model folder "
                        "any more; rft merge needs it to rebuild the model (give --config with a path that is)")

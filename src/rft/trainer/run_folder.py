@@ -21,6 +21,9 @@
   named, or, before the first is written, says so (trainer.save_freq) and that the run starts again from step 0,
   as trainer.resume_mode has it (disable: from step 0 all the same; resume_path: from resume_from_path again); an
   error that ends the run carries the same words (`resume_note`: a full disk's line, another process lost);
+* what the run computes with where the machine, not the config, decides (generation's kernel rule, a CPU's
+  precision) is written to `numerics.json` as it starts afresh, and read back by its resumed half and every other
+  process of the run (`rft.runtime.fix_run_choices`);
 * each process writes its log, `log/[<node_ip>/]<role>.log` (trainer.log_level, trainer.log_group_by_node:
   `rft.monitor.logfile`), the error or stop that ends the run its last line.
 
@@ -57,7 +60,7 @@ from rft.fsutil import (
     process_alive,
 )
 from rft.interrupts import Interrupted, StopNow
-from rft.runtime import human_bytes
+from rft.runtime import RUN_CHOICES_FILE, fix_run_choices, human_bytes
 
 LOCK_NAME = ".rft.lock"
 FAILED = "failed.json"
@@ -549,13 +552,24 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
             if for_children:
                 os.environ[LOCK_ENV] = lock_file
             try:
-                yield out
+                with _run_choices_fixed(out, fresh=lock is not None and role == "trainer" and resume_from is None):
+                    yield out
             finally:
                 if for_children:
                     os.environ.pop(LOCK_ENV, None)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _run_choices_fixed(out: Path, fresh: bool) -> contextlib.AbstractContextManager:
+    """What the run computes with where the machine decides (generation's kernel rule, a CPU's precision): fixed as
+    it starts afresh (`fresh`) and read back by its resumed half and its other processes (`rft.runtime.
+    fix_run_choices`), so they compute as it did whatever this machine or environment would choose now."""
+    from rft.models import precision
+    from rft.rollout import kernels
+
+    return fix_run_choices(out / RUN_CHOICES_FILE, {**precision.run_choices(), **kernels.run_choices()}, fresh)
 
 
 def _process_log(cfg: Any, out: Path, role: str, dist: Dist, for_children: bool) -> contextlib.AbstractContextManager:

@@ -37,7 +37,8 @@ UNUSED_RL = (
 """The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
 
 RL = (
-    "config.schema",                  # choices, refused values; the unused parts' keys noted
+    "config.schema",
+    "models.hub_ids",                 # a Hugging Face Hub id: its folder in the local cache                  # choices, refused values; the unused parts' keys noted
     "data.inputs",                    # the model folder, the prompt files
     "rewards.function",               # custom_reward_function: file, typed reward, names and weights
     "algorithms.names",               # estimator, policy loss, KL estimators registered
@@ -89,6 +90,7 @@ RL = (
 
 SFT = (
     "config.schema",
+    "models.hub_ids",
     "trainer.sft",                    # model, data sizes, optimizer, trainer section
     "config.sft_batch",               # the batch splits over processes and micro-batches
     "workers.sft_memory",             # the weights, gradients and optimizer state fit in the memory free
@@ -97,6 +99,7 @@ SFT = (
 
 DPO = (
     "config.schema",
+    "models.hub_ids",
     "trainer.dpo",                    # rft sft's sections, on one process
     "config.dpo_batch",               # pairs split into micro-batches
     "data.preference_columns",        # three different columns
@@ -107,6 +110,7 @@ DPO = (
 
 GENERATE = (
     "config.schema",
+    "models.hub_ids",
     "rollout.generation",             # prompts, output parquet, model, sizes, sampling
 )
 """`rft generate`."""
