@@ -596,7 +596,6 @@ class JudgeEngine:
         self.tok, self.eos_ids, self.seen = tok, torch.tensor([tok.eos_token_id]), []
 
     def generate(self, ids, mask, params, generator=None):
-        from rft.rollout.base import RolloutOutput
 
         rows = []
         for row, m in zip(ids, mask):
@@ -605,13 +604,21 @@ class JudgeEngine:
             answer = text.split("Answer to grade: ")[1].split("\nIs the answer")[0]
             reference = text.split("Reference answer: ")[1].split("\n")[0]
             reply = "hmm" if not answer else ("Yes." if answer[0] == reference[0] else "No, it is wrong.")
-            rows.append(self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])
-        width = max(len(r) for r in rows)
-        out = torch.full((len(rows), width), self.tok.pad_token_id)
-        valid = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
-        return RolloutOutput(out, valid, torch.zeros(valid.shape))
+            rows.append(reply)
+        return replies_output(self.tok, rows)
+
+
+def replies_output(tok, replies: list[str]):
+    """The engine output of `replies` (one string per row), each ended by EOS and right-padded."""
+    from rft.rollout.base import RolloutOutput
+
+    rows = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in replies]
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), tok.pad_token_id)
+    valid = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+    return RolloutOutput(out, valid, torch.zeros(valid.shape))
 
 
 class CoinJudge:
@@ -621,16 +628,8 @@ class CoinJudge:
         self.tok, self.eos_ids = tok, torch.tensor([tok.eos_token_id])
 
     def generate(self, ids, mask, params, generator=None):
-        from rft.rollout.base import RolloutOutput
-
         replies = ["Yes." if float(torch.rand((), generator=generator)) < 0.5 else "No." for _ in range(len(ids))]
-        rows = [self.tok(r, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id] for r in replies]
-        width = max(len(r) for r in rows)
-        out = torch.full((len(rows), width), self.tok.pad_token_id)
-        valid = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
-        return RolloutOutput(out, valid, torch.zeros(valid.shape))
+        return replies_output(self.tok, replies)
 
 
 def test_a_sampling_judges_stream_is_in_the_checkpoint(assets, tmp_path):
