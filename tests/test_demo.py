@@ -158,7 +158,7 @@ def test_tools_demo_trains_through_the_tool_workflow(tmp_path, monkeypatch, caps
     assert len(trained) == 2 and all(s["workflow/tasks"] == 16 and s["workflow/model_calls"] >= 1 for s in trained)
     out = capsys.readouterr().out
     assert "held-out greedy accuracy after sft" in out and "after grpo" in out
-    assert out.rstrip().splitlines()[-1] == demo.lift_verdict("arithmetic", 1, result["sft_accuracy"],
+    assert out.rstrip().splitlines()[-1] == demo.lift_verdict("tools", 0, result["sft_accuracy"],
                                                               result["rl_accuracy"])
 
 
