@@ -84,6 +84,9 @@ def _handler(signum, frame) -> None:
     if _state.ending:
         return
     if not _state.deferring or _state.signal_name is not None:
+        # kept as well: a raise that lands in a `__del__` or a weakref callback is printed and dropped by Python,
+        # and the process runs on; the first phase that begins then stops it (`check_between_phases`)
+        _state.signal_name = _state.signal_name or name
         _stop(StopNow(name))
     _state.signal_name = name
     if quiet():
@@ -91,6 +94,15 @@ def _handler(signum, frame) -> None:
     again = "press Ctrl-C again" if name == "SIGINT" else "send it again"
     print(f"rft: {name} received: stopping before the next phase ({again} to stop at once)", file=sys.stderr,
           flush=True)
+
+
+def _quiet_swallowed_stop(hook):
+    """`sys.unraisablehook` that says nothing of a stop Python could not raise (it landed in a `__del__`): the
+    signal is kept and the run stops at its next phase with its one line; other unraisable errors go to `hook`."""
+    def quiet_hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, (StopNow, SystemExit)):
+            hook(unraisable)
+    return quiet_hook
 
 
 @contextlib.contextmanager
@@ -103,6 +115,7 @@ def handled() -> Iterator[None]:
     _state.installed, _state.signal_name, _state.deferring, _state.dist = True, None, False, None
     for name in SIGNALS:
         signal.signal(getattr(signal, name), _handler)
+    unraisable, sys.unraisablehook = sys.unraisablehook, _quiet_swallowed_stop(sys.unraisablehook)
     try:
         yield
         # it came during the last phase, and the work finished anyway (not when the process ends with an error)
@@ -110,6 +123,7 @@ def handled() -> Iterator[None]:
             print(f"rft: the {_state.signal_name} came during the last phase; the command finished", file=sys.stderr,
                   flush=True)
     finally:
+        sys.unraisablehook = unraisable
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
         _state.installed, _state.signal_name, _state.deferring, _state.dist = False, None, False, None
