@@ -72,7 +72,8 @@ def _dataclass_types(cls: type, out: set[type]) -> set[type]:
 
 
 GENERIC_WALKS = {("validate.py", "walk"), ("validate.py", "_check_schema"), ("validate.py", "inactive_sections"),
-                 ("trinity.py", "_verl_default")}
+                 ("trinity.py", "_verl_default"),
+                 ("hub.py", "resolve_hub_ids")}  # looks at every field for the model keys' Hub ids
 
 
 class Reads:
