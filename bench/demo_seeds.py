@@ -29,6 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rft.runtime import cpu_model
 from rft.trainer.demo import LIFT_BARS
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +37,9 @@ RESULTS = HERE / "RESULTS.md"
 MAX_SECONDS = {"arithmetic": 300.0, "tools": 360.0, "vision": 600.0}
 BARS = {task: (LIFT_BARS[task], seconds) for task, seconds in MAX_SECONDS.items()}  # (least lift, most s)
 
+
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "OMP_NUM_THREADS")
+"""The settings that give this CPU another machine's float32 rounding, named in the results' heading when set."""
 
 BF16_GAP = 0.02
 """bf16's GRPO accuracy reaches at least float32's less this, from the same SFT model (issue 39: "reaches within 2
@@ -117,8 +121,10 @@ def main() -> int:
                 f"float32 SFT models (RFT_CPU_PRECISION={os.environ.get('RFT_CPU_PRECISION', 'measure')})" if compared
                 else f"`rft demo --task {args.task}`")
         bar = f"{args.dtype} >= the float32 run - {BF16_GAP}" if compared else f"lift >= {min_lift}, <= {max_seconds:.0f} s"
+        kernels = " ".join(f"{k}={os.environ[k]}" for k in KERNEL_ENV if k in os.environ)  # another CPU's rounding
         lines = [f"\n## {stamp} — {what} for seeds {', '.join(map(str, args.seeds))} "
-                 f"({platform.processor() or platform.machine()}, nproc {os.cpu_count()}, torch {torch.__version__})\n",
+                 f"({cpu_model() or platform.machine()}, nproc {os.cpu_count()}, torch {torch.__version__}"
+                 f"{', ' + kernels if kernels else ''})\n",
                  f"| seed | SFT accuracy | GRPO accuracy | {'float32 GRPO accuracy | ' if compared else ''}lift | seconds "
                  f"| bar ({bar}) |",
                  "| --- | --- | --- | --- | --- | --- |" + (" --- |" if compared else "")]

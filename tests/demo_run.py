@@ -14,11 +14,11 @@ def short_demo(tmp_path_factory) -> Path:
         import rft.trainer.demo as demo
 
         root = tmp_path_factory.mktemp("short_demo") / "demo"
-        saved = demo.SFT_STEPS, demo.RL_STEPS, demo.TEST_FREQ
-        demo.SFT_STEPS, demo.RL_STEPS, demo.TEST_FREQ = 30, 4, 2
+        saved = demo.COPY_STEPS, demo.SFT_STEPS, demo.RL_STEPS, demo.TEST_FREQ
+        demo.COPY_STEPS, demo.SFT_STEPS, demo.RL_STEPS, demo.TEST_FREQ = 5, 30, 4, 2
         try:
             demo.run_demo(root, seed=1)
         finally:
-            demo.SFT_STEPS, demo.RL_STEPS, demo.TEST_FREQ = saved
+            demo.COPY_STEPS, demo.SFT_STEPS, demo.RL_STEPS, demo.TEST_FREQ = saved
         _CACHE["run"] = root
     return _CACHE["run"]

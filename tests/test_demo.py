@@ -20,6 +20,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(demo, "COPY_STEPS", 5)
     monkeypatch.setattr(demo, "SFT_STEPS", 30)
     monkeypatch.setattr(demo, "RL_STEPS", 4)
     result = demo.run_demo(tmp_path, seed=1)
@@ -31,7 +32,11 @@ def test_demo_writes_every_output_and_reruns_from_its_stages(tmp_path, monkeypat
     assert "stages:" in (tmp_path / "config.yaml").read_text()
     # SFT imitates the sloppy teacher's demonstrations; GRPO's reward is the exact answer
     cfg = OmegaConf.load(tmp_path / "config.yaml")
-    assert list(cfg.stages[0].data.response_dict_keys) == ["demonstration"]
+    assert [stage.stage_name for stage in cfg.stages] == ["copy", "sft", "grpo"]  # the warm-up: repeat a number
+    copies = read_rows(tmp_path / "data" / "copy.parquet")
+    assert len(copies) == demo.COPY_ROWS and all(m[0]["content"] == m[1]["content"] for m in
+                                                 (r["messages"] for r in copies))
+    assert list(cfg.stages[1].data.response_dict_keys) == ["demonstration"]
     train = read_rows(tmp_path / "data" / "train.parquet")
     slipped = [r for r in train if r["extra_info"]["demonstration"] != r["extra_info"]["answer"]]
     carrying = [r for r in train if sum(int(x) % 10 for x in r["extra_info"]["question"][:-1].split("+")) >= 10]
@@ -70,6 +75,7 @@ def test_the_demo_compares_its_lift_with_its_bar_and_says_what_to_try_below_it()
 def test_a_demo_stopped_part_way_resumes_and_counts_the_time_of_every_call(tmp_path, monkeypatch, capsys):
     """`make demo` stopped by Ctrl-C, then run again: the second call resumes (the SFT stage is not run again) and
     demo.json's seconds are both calls' (it counted the last call only); a third call says the demo has finished."""
+    monkeypatch.setattr(demo, "COPY_STEPS", 5)
     monkeypatch.setattr(demo, "SFT_STEPS", 10)
     monkeypatch.setattr(demo, "RL_STEPS", 2)
     monkeypatch.setattr(demo, "N_VAL", 20)

@@ -83,7 +83,7 @@ def test_config_generator_and_run_view_in_chromium(browser, tmp_path_factory, tm
         series = {(s.find_element("xpath", "..").get_attribute("data-chart"), s.get_attribute("data-name")):
                   int(s.get_attribute("data-points")) for s in browser.find_elements("css selector", "polyline.series")}
         assert series[("reward", "reward (critic/score/mean)")] == 4  # the GRPO steps
-        assert series[("reward", "SFT loss (train/loss)")] == 30  # the SFT steps, before them on the axis
+        assert series[("reward", "SFT loss (train/loss)")] == 5 + 30  # the copy and SFT stages, before them
         assert series[("accuracy", "arithmetic")] == 3  # step 0 (val_before_train), steps 2 and 4
         assert series[("length", "response length (mean)")] == 4
         assert "gen" in _text(browser, "#timings") and "update_actor" in _text(browser, "#timings")

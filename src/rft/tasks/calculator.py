@@ -15,7 +15,7 @@ copies the tool's result, and GRPO, rewarded by the exact answer, then takes it 
 A from-scratch model has to learn the copy, and how soon it does is the seed's luck unless it is made easy
 (bench/RESULTS.md, bench/copy_learning.py): so after the tool the teacher answers with the bare number (a prefix
 in front of it slows the copy down most), and `copy.parquet` holds a warm-up every pretrained LM has had already,
-conversations in which the assistant repeats the user's number of 1 to 6 digits.
+conversations in which the assistant repeats the user's number of 1 to 6 digits (`rft.tasks.copying`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rft.data.io import write_parquet
 from rft.rewards.arithmetic import ANSWER_LINE
+from rft.tasks.copying import write_copy
 
 DATA_SOURCE = "calculator"
 TOOL = {"type": "function", "function": {
@@ -56,12 +57,6 @@ def _demonstration(a: int, b: int, use_tool: bool) -> list[dict]:
             {"role": "assistant", "content": str(a * b)}]
 
 
-def _copy_conversation(rng: random.Random) -> dict:
-    digits = rng.randrange(1, 7)
-    number = str(rng.randrange(10 ** (digits - 1), 10 ** digits))
-    return {"messages": [{"role": "user", "content": number}, {"role": "assistant", "content": number}]}
-
-
 def write_calculator(out: str | Path, n_train: int = 2000, n_val: int = 200, seed: int = 0,
                      tool_share: float = 0.45, copy_rows: int = 4000) -> dict[str, Path]:
     """`out/train.parquet`, `out/val.parquet` (RL rows; disjoint products), `out/sft.parquet` (one demonstration
@@ -82,7 +77,6 @@ def write_calculator(out: str | Path, n_train: int = 2000, n_val: int = 200, see
              "val": write_parquet([_row(a, b, "val", i) for i, (a, b) in enumerate(val)], out / "val.parquet")}
     demos = [{"messages": _demonstration(a, b, rng.random() < tool_share), "tools": [TOOL]} for a, b in train]
     paths["sft"] = write_parquet(demos, out / "sft.parquet")
-    if copy_rows:
-        copy_rng = random.Random(f"copy-{seed}")  # its own stream: the other files do not depend on copy_rows
-        paths["copy"] = write_parquet([_copy_conversation(copy_rng) for _ in range(copy_rows)], out / "copy.parquet")
+    if copy_rows:  # its own stream: the other files do not depend on copy_rows
+        paths["copy"] = write_copy(out / "copy.parquet", copy_rows, seed)
     return paths

@@ -45,6 +45,7 @@ from rft.fsutil import write_text_atomic
 from rft.models.tiny import init_model
 from rft.models.vision_families import DEMO_TEXT_SIZES, init_vision_model
 from rft.tasks import write_arithmetic, write_calculator
+from rft.tasks.copying import write_copy
 from rft.tasks.shapes import write_shapes
 
 # The demo's task and hyperparameters, tuned so GRPO lifts greedy accuracy well above the SFT model within minutes
@@ -62,8 +63,24 @@ SFT_STEPS, SFT_LR, SFT_BATCH, SFT_WARMUP = 1600, 3.0e-3, 64, 0.05
 RL_STEPS, RL_LR, RL_SCHEDULE, TEST_FREQ = 300, 2.0e-4, "cosine", 50
 
 
+COPY_ROWS, COPY_STEPS, COPY_BATCH = 4000, 150, 32  # the warm-up: repeat the user's number (any pretrained LM can)
+
+
+def copy_stage(copy_file: Path) -> dict:
+    """The warm-up stage (`rft.tasks.copying`): SFT on `user: 4821` -> `assistant: 4821`, COPY_STEPS steps. The tiny
+    model starts from scratch and first has to find the attention that reads the prompt's digits back; learnt on
+    its own, the copy makes the next stage leave its loss plateau early on every seed and CPU, where without it
+    when it does is the rounding's lottery (bench/RESULTS.md, 2026-11-28)."""
+    return {"stage_name": "copy", "algorithm": "sft",
+            "data": {"train_files": str(copy_file), "multiturn": {"enable": True}, "train_batch_size": COPY_BATCH,
+                     "micro_batch_size_per_gpu": COPY_BATCH, "max_length": 32},
+            "optim": {"lr": SFT_LR, "weight_decay": 0.0, "warmup_steps_ratio": SFT_WARMUP},
+            "trainer": {"total_training_steps": COPY_STEPS, "save_freq": 50, "max_ckpt_to_keep": 1}}
+
+
 def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dict:
-    """The staged config `rft demo` runs (verl keys plus Trinity-style stages)."""
+    """The staged config `rft demo` runs (verl keys plus Trinity-style stages): the copying warm-up where `data`
+    has its file, SFT, then GRPO."""
     return {
         "data": {"train_files": str(data["train"]), "val_files": str(data["val"]), "max_prompt_length": 32,
                  "max_response_length": 5, "train_batch_size": 16, "seed": seed},
@@ -78,6 +95,7 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
                     "seed": seed, "val_before_train": False, "test_freq": TEST_FREQ, "save_freq": 100,
                     "max_actor_ckpt_to_keep": 1, "log_val_generations": 4},
         "stages": [
+            *([copy_stage(data["copy"])] if "copy" in data else []),
             {"stage_name": "sft", "algorithm": "sft",
              "data": {"train_files": str(data["train"]), "response_key": "extra_info",
                       "response_dict_keys": ["demonstration"], "train_batch_size": SFT_BATCH,
@@ -112,7 +130,6 @@ N_TRAIN, N_VAL = 2000, 200  # questions of either task
 
 # The tools demo's task and hyperparameters (bench/RESULTS.md has the measurements behind them).
 TOOL_SHARE = 0.45  # below one half: the SFT model's greedy answer skips the tool
-COPY_ROWS, COPY_STEPS = 4000, 150  # the warm-up: repeat the user's number (any pretrained LM can; ours cannot)
 TOOLS_SFT_STEPS, TOOLS_SFT_LR, TOOLS_SFT_BATCH = 250, 3.0e-3, 32
 TOOLS_RL_STEPS, TOOLS_RL_LR, TOOLS_TEST_FREQ = 15, 2.0e-4, 5
 TOOLS_WORKFLOW_ARGS = {"tool_call_parser": "pythonic", "max_turns": 2}
@@ -136,12 +153,7 @@ def tools_demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) 
                     "seed": seed, "val_before_train": False, "test_freq": TOOLS_TEST_FREQ, "save_freq": TOOLS_TEST_FREQ,
                     "max_actor_ckpt_to_keep": 1},
         "stages": [
-            {"stage_name": "copy", "algorithm": "sft",
-             "data": {"train_files": str(data["copy"]), "multiturn": {"enable": True},
-                      "train_batch_size": TOOLS_SFT_BATCH, "micro_batch_size_per_gpu": TOOLS_SFT_BATCH,
-                      "max_length": 32},
-             "optim": dict(sft_optim),
-             "trainer": {"total_training_steps": COPY_STEPS, "save_freq": 50, "max_ckpt_to_keep": 1}},
+            copy_stage(data["copy"]),
             {"stage_name": "sft", "algorithm": "sft",
              "data": {"train_files": str(data["sft"]), "multiturn": {"enable": True, "tools_key": "tools"},
                       "train_batch_size": TOOLS_SFT_BATCH, "micro_batch_size_per_gpu": TOOLS_SFT_BATCH,
@@ -311,9 +323,10 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
                  "rewarded by the exact product")
     else:
         data = write_arithmetic(out / "data", n_train=N_TRAIN, n_val=N_VAL, seed=seed, max_digits=2, carry_slip=CARRY_SLIP)
+        data["copy"] = write_copy(out / "data" / "copy.parquet", COPY_ROWS, seed)
         config = demo_config(model_dir, data, out, seed)
-        story = (f"SFT copies a teacher who forgets the units carry in {CARRY_SLIP:.0%} of carrying additions; "
-                 "GRPO is rewarded by the exact answer")
+        story = (f"a warm-up teaches the model to repeat a number; SFT copies a teacher who forgets the units carry "
+                 f"in {CARRY_SLIP:.0%} of carrying additions; GRPO is rewarded by the exact answer")
     config["actor_rollout_ref"]["rollout"]["name"] = engine
     config["actor_rollout_ref"]["rollout"]["dtype"] = dtype
     config["actor_rollout_ref"]["actor"]["fsdp_config"] = {"mixed_precision": {"param_dtype": dtype}}
