@@ -110,6 +110,28 @@ def test_generation_passes_the_cache_by_the_name_transformers_takes(setup):
         warnings.simplefilter("error", FutureWarning)
         HFRollout(model, [tok.eos_token_id], tok.pad_token_id).generate(
             ids[:2], mask[:2], SamplingParams(n=2, temperature=1.0, max_tokens=4), torch.Generator().manual_seed(0))
+
+
+def test_the_cache_keyword_is_the_wrapped_models_under_fsdp1(setup, tmp_path):
+    """FSDP1's FullyShardedDataParallel takes `forward(*args, **kwargs)`: asked of the wrapper, the keyword came out
+    `past_key_values`, and every decode step of a sequence-parallel run (several processes, strategy fsdp) warned."""
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    model = setup[0]
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        wrapped = FullyShardedDataParallel(copy.deepcopy(model), device_id=torch.device("cpu"), use_orig_params=True)
+        assert cache_kwarg(wrapped) == "cache"
+    finally:
+        if started:
+            dist.destroy_process_group()
+
+
 def test_the_cache_is_written_in_place(setup):
     from rft.rollout.cache import PreallocatedCache
 

@@ -48,10 +48,18 @@ def cache_kwarg(model: nn.Module) -> str:
     """The keyword `model`'s forward pass takes its KV cache by: `cache` in recent transformers (5.24, `make
     setup`'s; the old `past_key_values` still works there but warns on every call, a FutureWarning),
     `past_key_values` in earlier releases (the vLLM venv's). Asked of the transformers model's forward signature
-    (under a peft wrapper, which passes the keyword on)."""
+    (under a peft wrapper, or FSDP1's FullyShardedDataParallel, whose `forward(*args, **kwargs)` names nothing:
+    asked of it, every decode step of a sequence-parallel run warned)."""
     import inspect
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model
+    while True:
+        if hasattr(base, "get_base_model"):
+            base = base.get_base_model()
+        elif type(base).__name__ == "FullyShardedDataParallel":
+            base = base.module
+        else:
+            break
     return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
 
 
