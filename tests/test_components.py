@@ -668,6 +668,38 @@ def test_mlflow_output_without_mlflow_is_refused(work, monkeypatch):
         resolve(get_component(G), base_values(G, work), {"mlflow_model_folder": str(work / "never")})
 
 
+def test_the_mlflow_model_of_a_local_folder_asks_no_hub_and_warns_nothing(work, tmp_path, monkeypatch, capfd):
+    """MLflow fetched the model card and license files from the Hub under the model's name, a local folder: with
+    the network up it retried ~20 s, and every component run warned twice ("model card could not be retrieved",
+    "Unable to find license information"). The folder's own README (its license) is the card; no Hub request."""
+    import socket
+
+    import huggingface_hub
+    import mlflow.pyfunc
+
+    from rft.components.outputs import write_mlflow_model
+
+    connects = []  # every connection or name lookup the save tries
+    monkeypatch.setattr(socket.socket, "connect", lambda self, address: connects.append(address) or _refused())
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: connects.append(host) or _refused())
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # as a user's shell has it
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    model = tmp_path / "model"
+    shutil.copytree(work / "m", model)
+    (model / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a model of mine\n")
+    write_mlflow_model(model, tmp_path / "mlflow")
+    said = capfd.readouterr()
+    assert "WARNING" not in said.err + said.out, said.err  # MLflow's own handler writes to the console
+    assert "a model of mine" in (tmp_path / "mlflow" / "model_card.md").read_text()
+    assert "apache-2.0" in (tmp_path / "mlflow" / "model_card_data.yaml").read_text()
+    assert connects == []
+    assert type(mlflow.pyfunc.load_model(str(tmp_path / "mlflow"))).__name__ == "PyFuncModel"
+
+
+def _refused():
+    raise OSError("no network in this test")
+
+
 # ----------------------------------------------------------------------------------------------- DeepSpeed
 DS_CASES = [
     ({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "train_batch_size": 8,

@@ -95,9 +95,39 @@ def write_mlflow_model(model_dir: Path, dest: str | Path, metadata: dict | None 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # a params schema, so pyfunc's predict(..., params=...) reaches the pipeline's generate
     signature = infer_signature(["prompt"], ["completion"], params=dict(GENERATION_PARAMS))
-    with output_dir(dest) as out:
+    with output_dir(dest) as out, _local_model_card_only():
         mlflow.transformers.save_model(
             transformers_model={"model": model, "tokenizer": tokenizer}, path=str(out), task="text-generation",
             signature=signature, pip_requirements=mlflow_requirements(), metadata=metadata or {},
+            model_card=_model_card(Path(model_dir)),
         )
     return Path(dest)
+
+
+def _model_card(model_dir: Path):
+    """The model's own card (its README.md, license included, as the Hub writes it), or an empty one: MLflow
+    otherwise fetches the card from the Hub under the model's name, which for a run's model is a local folder."""
+    from huggingface_hub import ModelCard
+
+    readme = model_dir / "README.md"
+    return ModelCard.load(readme) if readme.is_file() else ModelCard("---\nlibrary_name: transformers\n---\n")
+
+
+@contextlib.contextmanager
+def _local_model_card_only() -> Iterator[None]:
+    """MLflow's save asks the Hub for the model's license files under its name, a local folder here: with the network
+    up it retried for ~20 s, and offline or not it warned twice (the card and the license not found). The Hub is
+    offline for the save, and MLflow's warnings about what a local model has no Hub page for are not printed."""
+    import logging
+    from unittest import mock
+
+    from huggingface_hub import constants
+
+    logger = logging.getLogger("mlflow.transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with mock.patch.object(constants, "HF_HUB_OFFLINE", True):
+            yield
+    finally:
+        logger.setLevel(level)
