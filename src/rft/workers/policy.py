@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import nn
@@ -445,7 +445,9 @@ class UpdateSettings:
             clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub, kl_cov_ratio=pl.kl_cov_ratio,
             ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau, loss_scale_factor=actor.loss_scale_factor,
             dro_beta=pl.dro_beta, topr_advantage_threshold=pl.topr_advantage_threshold,
-            topr_ratio_level=pl.topr_ratio_level, rec=RecOptions(**asdict(pl.rec)), rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
+            topr_ratio_level=pl.topr_ratio_level,
+            rec=RecOptions(**{f.name: getattr(pl.rec, f.name) for f in fields(RecOptions)}),  # each key read here
+            rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
             rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
             rollout_rs_threshold=rc.rollout_rs_threshold, bypass_loss_type=rc.loss_type,
             bad_update_limit=cfg.trainer.bad_update_limit,
@@ -504,7 +506,8 @@ class PolicyWorker(MiniBatchWorker):
             clip_cov_ratio=s.clip_cov_ratio, clip_cov_lb=s.clip_cov_lb, clip_cov_ub=s.clip_cov_ub,
             kl_cov_ratio=s.kl_cov_ratio, ppo_kl_coef=s.ppo_kl_coef, opmd_tau=s.opmd_tau, selection_seed=seed,
             dro_beta=s.dro_beta, topr_advantage_threshold=s.topr_advantage_threshold,
-            topr_ratio_level=s.topr_ratio_level, rec=s.rec, rollout_is_weights=weights.to(device) if weights is not None else None,
+            topr_ratio_level=s.topr_ratio_level, rec=s.rec,
+            rollout_is_weights=weights.to(device) if weights is not None else None,
             rollout_is=s.rollout_is, rollout_is_threshold=s.rollout_is_threshold,
             rollout_is_batch_normalize=s.rollout_is_batch_normalize, rollout_rs=s.rollout_rs,
             rollout_rs_threshold=s.rollout_rs_threshold, bypass_loss_type=s.bypass_loss_type,
