@@ -67,11 +67,13 @@ MAPPED = [
     ({"algorithm.algorithm_type": "opmd", "algorithm.advantage_fn_args": {"opmd_baseline": "logavgexp",
                                                                            "tau": 0.5}},
      "algorithm.opmd_baseline", "logavgexp"),
-    ({"algorithm.policy_loss_fn_args": {"clip_range_high": 0.28}}, "actor_rollout_ref.actor.clip_ratio_high", 0.28),
-    # Trinity's gspo aggregates per sequence by default; rft's (verl's) gspo follows loss_agg_mode
-    ({"algorithm.policy_loss_fn": "gspo"}, "actor_rollout_ref.actor.loss_agg_mode", "seq-mean-token-mean"),
-    ({"algorithm.policy_loss_fn": "gspo", "algorithm.policy_loss_fn_args": {"loss_agg_mode": "token-mean"}},
-     "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+    ({"algorithm.policy_loss_fn_args": {"clip_range_low": 0.2, "clip_range_high": 0.28}},
+     "actor_rollout_ref.actor.clip_ratio_high", 0.28),
+    # Trinity's config check overwrites gspo's default_args loss_agg_mode (seq-mean-token-mean) with
+    # algorithm.loss_agg_mode (token-mean when unset); arguments given without one keep the loss's own
+    ({"algorithm.policy_loss_fn": "gspo"}, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+    ({"algorithm.policy_loss_fn": "gspo", "algorithm.policy_loss_fn_args": {"clip_range": 0.001}},
+     "actor_rollout_ref.actor.loss_agg_mode", "seq-mean-token-mean"),
     ({"algorithm.entropy_loss_fn_args": {"entropy_coef": 0.01}}, "actor_rollout_ref.actor.entropy_coeff", 0.01),
     ({"model.model_path": "/models/x"}, "actor_rollout_ref.model.path", "/models/x"),
     ({"model.max_prompt_tokens": 64}, "data.max_prompt_length", 64),

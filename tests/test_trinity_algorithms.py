@@ -53,9 +53,12 @@ LANDS = {
     # MiniMax-M1's CISPO: the IS weight bounded above only
     "cispo": {"algorithm.adv_estimator": "grpo", f"{A}.policy_loss.loss_mode": "cispo", f"{A}.clip_ratio_low": 1.0,
               f"{A}.clip_ratio_high": 0.28},
+    # Trinity's config check overwrites gspo's default_args loss_agg_mode (seq-mean-token-mean) with
+    # algorithm.loss_agg_mode, token-mean when unset
     "gspo": {f"{A}.policy_loss.loss_mode": "gspo", f"{A}.clip_ratio_low": 0.0003, f"{A}.clip_ratio_high": 0.0004,
-             f"{A}.loss_agg_mode": "seq-mean-token-mean"},
-    "sapo": {f"{A}.policy_loss.loss_mode": "sapo", f"{A}.loss_agg_mode": "seq-mean-token-mean"},
+             f"{A}.loss_agg_mode": "token-mean"},
+    # rft's sapo aggregates as the paper does whatever the key, which aggregates the KL loss, as Trinity's
+    "sapo": {f"{A}.policy_loss.loss_mode": "sapo", f"{A}.loss_agg_mode": "token-mean"},
     "sppo": {"algorithm.adv_estimator": "opmd", f"{A}.policy_loss.loss_mode": "sppo", f"{A}.clip_ratio_low": 0.3,
              f"{A}.clip_ratio_high": 0.3, f"{A}.use_kl_loss": False},
     "rec": {"algorithm.adv_estimator": "rec", "algorithm.norm_adv_by_std_in_grpo": False,
@@ -89,11 +92,24 @@ ARGS = [
      {f"{A}.policy_loss.topr_advantage_threshold": 0.5}),
     ({"algorithm_type": "cispo", "policy_loss_fn_args": {"clip_range_high": 0.5}},
      {f"{A}.clip_ratio_low": 1.0, f"{A}.clip_ratio_high": 0.5}),
-    ({"algorithm_type": "gspo", "policy_loss_fn_args": {"loss_agg_mode": "token-mean"}},
-     {f"{A}.loss_agg_mode": "token-mean", f"{A}.clip_ratio_high": 0.0004}),
+    # arguments given in part meet the loss's own parameter defaults: gspo's aggregation is then its own
+    ({"algorithm_type": "gspo", "policy_loss_fn_args": {"clip_range": 0.001}},
+     {f"{A}.loss_agg_mode": "seq-mean-token-mean", f"{A}.clip_ratio": 0.001}),
+    ({"algorithm_type": "gspo", "loss_agg_mode": "seq-mean-token-mean"}, {f"{A}.loss_agg_mode": "seq-mean-token-mean",
+                                                                          f"{A}.clip_ratio_high": 0.0004}),
+    ({"algorithm_type": "gspo", "loss_agg_mode": "seq-mean-token-sum",
+      "policy_loss_fn_args": {"clip_range": 0.001, "loss_agg_mode": "seq-mean-token-sum"}},
+     {f"{A}.loss_agg_mode": "seq-mean-token-sum"}),
+    # the corpus's frozen_lake: ppo's arguments without loss_agg_mode keep ppo's token-mean; KL coefficient 0
+    ({"algorithm_type": "grpo", "policy_loss_fn_args": {"clip_range_low": 0.2, "clip_range_high": 0.28},
+      "kl_loss_fn_args": {"kl_coef": 0.0}, "loss_agg_mode": "seq-mean-token-sum"},
+     {f"{A}.loss_agg_mode": "token-mean", f"{A}.clip_ratio_high": 0.28}),
+    ({"algorithm_type": "rec", "policy_loss_fn_args": {"clip_mode": "ring"}},  # rec's own primes: 0.4, 0.4 (its default_args' 0.6, 2: rft's defaults)
+     {f"{A}.policy_loss.rec.clip_ratio_low_prime": 0.4, f"{A}.policy_loss.rec.clip_ratio_high_prime": 0.4}),
     ({"algorithm_type": "sapo", "policy_loss_fn_args": {"tau_pos": 0.5, "tau_neg": 1.5}},
      {f"{A}.tau_pos": 0.5, f"{A}.tau_neg": 1.5}),
-    ({"algorithm_type": "ppo", "policy_loss_fn_args": {"clip_ratio_c": 5.0}}, {f"{A}.clip_ratio_c": 5.0}),
+    ({"algorithm_type": "ppo", "policy_loss_fn_args": {"clip_range": 0.2, "clip_ratio_c": 5.0}},
+     {f"{A}.clip_ratio_c": 5.0}),
     # the corpus's agentscope frozenlake and email-search examples (epsilon as a string, as their YAML writes it)
     ({"algorithm_type": "multi_step_grpo",
       "advantage_fn_args": {"epsilon": "1e-6", "std_threshold": 0.0001, "enable_step_norm": True}},
@@ -136,8 +152,11 @@ REFUSED = [
      "algorithm.advantage_fn_args.epsilon=0.01: rft's group std epsilon is 1e-6"),
     ({"algorithm_type": "cispo", "policy_loss_fn_args": {"enable_mask_clip": True}},
      "algorithm.policy_loss_fn_args.enable_mask_clip=True: rft's cispo is the paper's loss"),
-    ({"algorithm_type": "sapo", "policy_loss_fn_args": {"loss_agg_mode": "token-mean"}},
-     "algorithm.policy_loss_fn_args.loss_agg_mode='token-mean': rft's sapo aggregates as the paper and verl do"),
+    ({"algorithm_type": "gspo", "policy_loss_fn_args": {"clip_range": 0.001, "loss_agg_mode": "seq-mean-token-mean"}},
+     "algorithm.policy_loss_fn_args.loss_agg_mode='seq-mean-token-mean': Trinity-RFT replaces it with "
+     "algorithm.loss_agg_mode ('token-mean'); set algorithm.loss_agg_mode: seq-mean-token-mean instead"),
+    ({"algorithm_type": "ppo", "policy_loss_fn_args": {"clip_ratio_c": 5.0}},
+     "algorithm.policy_loss_fn_args: sets no clip_range_low or clip_range_high (nor clip_range)"),
     ({"algorithm_type": "ppo", "policy_loss_fn_args": {"enable_sequence_masking": True}},
      "algorithm.policy_loss_fn_args.enable_sequence_masking=True: rft's ppo loss has no enable_sequence_masking"),
     ({"algorithm_type": "raft", "advantage_fn": "grpo"}, "algorithm.advantage_fn='grpo': raft's SFT loss reads no "

@@ -156,38 +156,42 @@ ADVANTAGE_FNS = {
 # Trinity's advantage_fn_args rft must set where Trinity's default differs from rft's (rec: std_normalize false)
 ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}}
 _CLIP = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
-         "clip_range_high": f"{A}.clip_ratio_high", "loss_agg_mode": f"{A}.loss_agg_mode"}
-_AGG = {"loss_agg_mode": f"{A}.loss_agg_mode"}
+         "clip_range_high": f"{A}.clip_ratio_high"}
 # Trinity-RFT's policy_loss_fn -> (rft's loss_mode, {its policy_loss_fn_args: rft's key, a list of keys, or a
-# function (value, out) -> a refusal reason or None}, Trinity's default_args where they differ from rft's defaults)
+# function (value, out) -> a refusal reason or None}, Trinity's default_args where they differ from rft's defaults).
+# loss_agg_mode, which every one but rec takes, is not in the tables: `_policy_loss_agg` says which applies.
 POLICY_LOSS_FNS = {
     "ppo": ("vanilla", {**_CLIP, "clip_ratio_c": f"{A}.clip_ratio_c",
                         **{k: (lambda v, out, k=k: None if not v else f"={v!r}: rft's ppo loss has no {k}")
                            for k in ("enable_sequence_masking", "fallback_to_policy_gradient")},
                         "delta_sequence_masking": lambda v, out: None}, {}),
-    "opmd": ("opmd", {"tau": f"{A}.policy_loss.tau", **_AGG}, {}),
+    "opmd": ("opmd", {"tau": f"{A}.policy_loss.tau"}, {}),
     # GSPO's defaults after verl's discussion (its PR 2775): a sequence ratio near 1, so a narrow clip
-    "gspo": ("gspo", _CLIP, {"clip_range_low": 0.0003, "clip_range_high": 0.0004,
-                             "loss_agg_mode": "seq-mean-token-mean"}),
+    "gspo": ("gspo", _CLIP, {"clip_range_low": 0.0003, "clip_range_high": 0.0004}),
     # MiniMax-M1 bounds only the IS weight's top: clip_range_low 1.0 leaves the bottom open
     "cispo": ("cispo", {**_CLIP, "enable_mask_clip": lambda v, out: None if not v else (
                   "rft's cispo is the paper's loss, every token weighted, none masked"),
                         "mask_clip_range_low": lambda v, out: None, "mask_clip_range_high": lambda v, out: None},
               {"clip_range_low": 1.0, "clip_range_high": 0.28}),
-    "sapo": ("sapo", {"tau_pos": f"{A}.tau_pos", "tau_neg": f"{A}.tau_neg",
-                      "loss_agg_mode": lambda v, out: None if v == "seq-mean-token-mean" else (
-                          f"={v!r}: rft's sapo aggregates as the paper and verl do (seq-mean-token-mean); remove it")},
-             {}),
-    "topr": ("topr", {"advantage_threshold": f"{A}.policy_loss.topr_advantage_threshold", **_AGG}, {}),
-    "sppo": ("sppo", {"epsilon": [f"{A}.clip_ratio_low", f"{A}.clip_ratio_high"], **_AGG}, {"epsilon": 0.3}),
+    "sapo": ("sapo", {"tau_pos": f"{A}.tau_pos", "tau_neg": f"{A}.tau_neg"}, {}),
+    "topr": ("topr", {"advantage_threshold": f"{A}.policy_loss.topr_advantage_threshold"}, {}),
+    "sppo": ("sppo", {"epsilon": [f"{A}.clip_ratio_low", f"{A}.clip_ratio_high"]}, {"epsilon": 0.3}),
     "rec": ("rec", {"epsilon_low": f"{A}.clip_ratio_low", "epsilon_high": f"{A}.clip_ratio_high",
                     "epsilon_low_prime": f"{A}.policy_loss.rec.clip_ratio_low_prime",
                     "epsilon_high_prime": f"{A}.policy_loss.rec.clip_ratio_high_prime",
                     **{k: f"{A}.policy_loss.rec.{k}" for k in ("clip_mode", "weight", "regularizer",
                                                                "regularizer_coef", "temp")}}, {}),
-    "importance_sampling": ("importance_sampling", _AGG, {}),
-    "sft": ("sft", _AGG, {}),
+    "importance_sampling": ("importance_sampling", {}, {}),
+    "sft": ("sft", {}, {}),
 }
+# Trinity fills policy_loss_fn_args with the function's default_args only when the section is left out; arguments
+# given in part meet the function's own parameter defaults, which differ here (None: Trinity's function raises
+# without it, so rft refuses)
+POLICY_LOSS_INIT_DEFAULTS = {"rec": {"epsilon_low_prime": 0.4, "epsilon_high_prime": 0.4},
+                             **{name: {"clip_range_low": None, "clip_range_high": None} for name in ("ppo", "gspo")}}
+# the policy loss's own aggregation where policy_loss_fn_args has no loss_agg_mode (rec takes none: its token mean,
+# the sequences' mean with gspo-one-side)
+POLICY_LOSS_OWN_AGG = {"gspo": "seq-mean-token-mean"}
 KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 # Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
 EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
@@ -446,13 +450,16 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     else:
         mode, table, defaults = POLICY_LOSS_FNS[loss]
         _set(out, f"{A}.policy_loss.loss_mode", mode)
-        args = a.get("policy_loss_fn_args") or {}
-        if loss == "rec":  # Trinity's rec takes the token mean, and the sequences' mean for gspo-one-side
-            _set(out, f"{A}.loss_agg_mode",
-                 "seq-mean-token-mean" if args.get("clip_mode") == "gspo-one-side" else "token-mean")
-        elif loss == "sapo":  # the paper's (and rft's) aggregation; Trinity's default is the token mean
-            _set(out, f"{A}.loss_agg_mode", "seq-mean-token-mean")
-        _fn_args(t, out, "algorithm.policy_loss_fn_args", {**defaults, **args}, table)
+        given = a.get("policy_loss_fn_args") or {}
+        args = {**defaults, **POLICY_LOSS_INIT_DEFAULTS.get(loss, {}), **given} if given else dict(defaults)
+        pg_agg = _policy_loss_agg(t, loss, given, args, a.get("loss_agg_mode") or "token-mean")
+        missing = [k for k in ("clip_range_low", "clip_range_high") if args.get(k, 0) is None]
+        if missing and args.get("clip_range") is None:
+            t.refuse("algorithm.policy_loss_fn_args", f"sets no {' or '.join(missing)} (nor clip_range): Trinity-RFT "
+                                                      f"fills {loss}'s default_args only when policy_loss_fn_args is "
+                                                      "left out, and its loss has no default for them; add them")
+        args = {k: v for k, v in args.items() if v is not None and k != "loss_agg_mode"}
+        _fn_args(t, out, "algorithm.policy_loss_fn_args", args, table)
     # a Trinity KL function is a name ("none" or an estimator) plus {kl_coef}: as a loss or in the reward
     for fn, switch, estimator, coef in (("kl_loss_fn", f"{A}.use_kl_loss", f"{A}.kl_loss_type", f"{A}.kl_loss_coef"),
                                         ("kl_penalty_fn", "algorithm.use_kl_in_reward", "algorithm.kl_penalty",
@@ -484,14 +491,56 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     for key in set(ent_args) - {"entropy_coef"}:
         t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
     _sample_strategy(t, a, out, mix)
-    if "loss_agg_mode" in a:
-        _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
+    if mix:
+        if "loss_agg_mode" in a:
+            _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
+    elif loss in POLICY_LOSS_FNS:
+        kl_args = a.get("kl_loss_fn_args") or {}
+        aux = ((a["kl_loss_fn"] != "none" and kl_args.get("kl_coef", 0.001) != 0)
+               or (ent != "none" and ent_args.get("entropy_coef", 0.0) != 0))
+        _loss_agg(out, a, pg_agg, aux)
     _optimizer(t, _section(algo.pop("optimizer", None), "algorithm.optimizer"), out)
     taken = {"repeat_times", "advantage_fn", "advantage_fn_args", "policy_loss_fn", "policy_loss_fn_args",
              "kl_loss_fn", "kl_loss_fn_args", "kl_penalty_fn", "kl_penalty_fn_args", "entropy_loss_fn",
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
     t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm", NOT_HONOURED)
     return kind
+
+
+def _policy_loss_agg(t: _Translation, loss: str, given: dict, args: dict, level: str) -> str | None:
+    """The aggregation Trinity-RFT's policy loss `loss` applies (None: rft's loss has its own, sapo's). Trinity's
+    config check overwrites policy_loss_fn_args' loss_agg_mode with algorithm.loss_agg_mode (`level`, token-mean
+    when unset) wherever the arguments hold one: always when they are left out (every default_args but rec's holds
+    one, gspo's seq-mean-token-mean included); given without it, the loss keeps its own default. A given value
+    other than `level` would be dropped by Trinity: refused, naming the key that decides."""
+    written = given.get("loss_agg_mode")
+    if written is not None and written != level:
+        t.refuse("algorithm.policy_loss_fn_args.loss_agg_mode",
+                 f"={written!r}: Trinity-RFT replaces it with algorithm.loss_agg_mode ({level!r}); set "
+                 f"algorithm.loss_agg_mode: {written} instead")
+    if loss == "rec":  # Trinity's rec takes the token mean, the sequences' mean with gspo-one-side
+        return "seq-mean-token-mean" if args.get("clip_mode") == "gspo-one-side" else "token-mean"
+    if loss == "sapo":  # rft's sapo aggregates as the paper and verl do (seq-mean-token-mean) whatever the key
+        return None
+    return level if not given or "loss_agg_mode" in given else POLICY_LOSS_OWN_AGG.get(loss, "token-mean")
+
+
+def _loss_agg(out: dict, a: dict, pg_agg: str | None, aux: bool) -> None:
+    """actor.loss_agg_mode: the policy loss's aggregation (`pg_agg`). Trinity-RFT aggregates its KL and entropy
+    losses with algorithm.loss_agg_mode instead; rft has one mode for the three, so where the two differ and
+    either loss is on (`aux`), or the user wrote algorithm.loss_agg_mode, a note says which one applies."""
+    level = a.get("loss_agg_mode") or "token-mean"
+    if pg_agg is None or pg_agg == level:
+        _set(out, f"{A}.loss_agg_mode", level, "algorithm.loss_agg_mode" if "loss_agg_mode" in a else None)
+        return
+    _set(out, f"{A}.loss_agg_mode", pg_agg)
+    if aux or "loss_agg_mode" in a:
+        fix = ("" if a["policy_loss_fn"] == "rec" else
+               f" (add loss_agg_mode to policy_loss_fn_args for {level} everywhere)")
+        logging.getLogger("rft").warning(
+            "rft: note: Trinity-RFT aggregates the policy loss %s with %s and the KL and entropy losses with "
+            "algorithm.loss_agg_mode=%s; rft aggregates all three with %s%s", a["policy_loss_fn"], pg_agg, level,
+            pg_agg, fix)
 
 
 def _mix_loss_args(t: _Translation, args: dict, out: dict, chord: bool) -> None:
