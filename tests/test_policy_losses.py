@@ -146,6 +146,10 @@ def test_rec_by_hand():
     # gspo-one-side: row 0's sequence ratio (0.825)^(1/3) = 0.938 keeps a, b, c; row 1's 2 drops d
     out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(clip_mode="gspo-one-side")))
     close(grad, [[-0.25, 0.25, -0.5], [0.0, 0.0, 0.0]])
+    # weight gspo_importance_sampling: A times the row's sg(exp(mean l)): row 0 0.825^(1/3), row 1 2
+    s0 = 0.825 ** (1 / 3)
+    out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(weight="gspo_importance_sampling")))
+    close(grad, [[-s0 / 4, s0 / 4, -2 * s0 / 4], [-0.5 * 2 / 4, 0.0, 0.0]])
     # weight advantage (temp 1): A exp(A) in place of A
     out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(weight="advantage")))
     close(grad, [[-a * math.exp(a) / 4 for a in A[:3]], [-0.5 * math.exp(0.5) / 4, 0.0, 0.0]])

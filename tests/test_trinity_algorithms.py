@@ -177,11 +177,10 @@ def test_what_rft_cannot_run_is_refused_by_name(algorithm, needle):
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    from rft.models.tiny import init_model
     from rft.tasks import write_arithmetic
 
     root = tmp_path_factory.mktemp("trinity_algorithms")
-    init_model("tiny", root / "m", seed=0)
+    rft_here("init-model", "--preset", "tiny", "m", cwd=root)
     write_arithmetic(root / "tasks", n_train=16, n_val=4, seed=0)
     (root / "reward.py").write_text(REWARD)
     return root
@@ -194,7 +193,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
-def _yaml(work: Path, folder: Path, algorithm: dict) -> Path:
+def _yaml(work: Path, folder: Path, algorithm: dict, actor: dict | None = None) -> Path:
+    """Trinity's YAML; `actor`: rft (verl) actor keys in its trainer_config, for options Trinity has no name for."""
     config = {
         "project": "algos", "name": "run", "mode": "both", "checkpoint_root_dir": str(folder / "ckpt"),
         "algorithm": {"repeat_times": 4, "optimizer": {"lr": 1e-3}, **algorithm},
@@ -204,7 +204,8 @@ def _yaml(work: Path, folder: Path, algorithm: dict) -> Path:
             "rollout_args": {"temperature": 1.0}}}},
         "explorer": {"eval_interval": 100},
         "trainer": {"save_interval": 100, "trainer_config": {"custom_reward_function": {
-            "path": str(work / "reward.py"), "name": "compute_score"}}},
+            "path": str(work / "reward.py"), "name": "compute_score"},
+            **({"actor_rollout_ref": {"actor": actor}} if actor else {})}},
     }
     path = folder / "t.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -217,16 +218,33 @@ def _weights(folder: Path) -> dict:
     return load_file(str(folder / "model.safetensors"))
 
 
-TRAINED = ["grpo_verl", "dapo", "reinforceplusplus", "rloo", "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec",
-           "multi_step_grpo", "raft"]
+TRAINED = {kind: {"algorithm_type": kind} for kind in (
+    "grpo_verl", "dapo", "reinforceplusplus", "rloo", "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec",
+    "multi_step_grpo", "raft")}
+# the estimators' and losses' options this branch added, each through the CLI too (their hand-computed tests:
+# tests/test_advantages.py, tests/test_policy_losses.py)
+TRAINED.update({
+    "grpo-std_threshold-batch_std": {"algorithm_type": "grpo", "advantage_fn_args": {"std_threshold": 0.001,
+                                                                                     "std_cal_level": "batch"}},
+    "grpo-importance_sampling": {"algorithm_type": "grpo", "policy_loss_fn": "importance_sampling"},
+    "rec-ring-is-k2-std": {"algorithm_type": "rec", "advantage_fn_args": {"std_normalize": True},
+                           "policy_loss_fn_args": {"clip_mode": "ring", "weight": "importance_sampling",
+                                                   "regularizer": "k2", "regularizer_coef": 0.1}},
+    "rec-gspo-one-side-advantage-forward-kl": {"algorithm_type": "rec", "policy_loss_fn_args": {
+        "clip_mode": "gspo-one-side", "weight": "advantage", "temp": 2.0, "regularizer": "forward-kl",
+        "regularizer_coef": 0.1}},
+    # the TOPR paper's sequence ratio (Trinity's topr takes the token's)
+    "topr-sequence": {"algorithm_type": "topr", "actor": {"policy_loss": {"topr_ratio_level": "sequence"}}},
+})
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", TRAINED)
+@pytest.mark.parametrize("kind", sorted(TRAINED))
 def test_each_algorithm_type_trains_two_steps_through_rft_train(work, tmp_path, kind):
     """Trinity's YAML with the algorithm type and its defaults (repeat_times 4 for the groups): 2 steps, a finite
     policy loss logged at each, the exported model moved from the starting one."""
-    path = _yaml(work, tmp_path, {"algorithm_type": kind})  # raft: the best of 4 responses, the others left out
+    algorithm = dict(TRAINED[kind])
+    path = _yaml(work, tmp_path, algorithm, algorithm.pop("actor", None))  # raft: the best of 4, the others out
     rft_here("train", str(path), cwd=tmp_path)
     out = tmp_path / "ckpt" / "algos" / "run"
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -235,6 +253,8 @@ def test_each_algorithm_type_trains_two_steps_through_rft_train(work, tmp_path, 
         assert math.isfinite(s["actor/pg_loss"]), s
     if kind == "raft":
         assert all(0 < s["critic/kept_rows"] < 1 for s in steps), steps
+    if "std_threshold" in kind:  # the rows of groups over the threshold train
+        assert all(0 < s["critic/kept_rows"] <= 1 for s in steps), steps
     before, after = _weights(work / "m"), _weights(out / "model")
     moved = [name for name in before if not (before[name] == after[name]).all()]
     assert moved, "no parameter moved"
