@@ -369,6 +369,23 @@ def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path
             translate(cfg)
 
 
+def test_trinity_mix_loss_agg_modes_land_on_the_sft_and_ppo_aggregation(assets, tmp_path):
+    """Trinity-RFT's mix / mix_chord losses (0.5.2, 0.6.0) take sft_loss_agg_mode and grpo_loss_agg_mode, each
+    falling back to loss_agg_mode (the corpus's mix examples write sft_loss_agg_mode)."""
+    cfg = trinity_mix(assets, tmp_path, 2)
+    cfg["algorithm"]["policy_loss_fn_args"] = {"mu": 0.2, "clip_range": 0.2, "sft_loss_agg_mode": "seq-mean-token-mean",
+                                               "grpo_loss_agg_mode": "seq-mean-token-sum"}
+    cfg["algorithm"]["loss_agg_mode"] = "token-mean"
+    out = translate(cfg)
+    assert out["algorithm"]["mix"]["sft_loss_agg_mode"] == "seq-mean-token-mean"
+    assert out["actor_rollout_ref"]["actor"]["loss_agg_mode"] == "seq-mean-token-sum"
+    cfg["algorithm"]["policy_loss_fn_args"] = {"mu": 0.2, "clip_range": 0.2, "sft_loss_agg_mode": None}
+    cfg["algorithm"]["loss_agg_mode"] = "seq-mean-token-sum"
+    out = translate(cfg)
+    assert out["algorithm"]["mix"].get("sft_loss_agg_mode", "token-mean") == "token-mean"
+    assert out["actor_rollout_ref"]["actor"]["loss_agg_mode"] == "seq-mean-token-sum"
+
+
 def test_trinity_mix_chord_lands_on_the_mu_schedule_and_phi(assets, tmp_path):
     """algorithm_type mix_chord: Trinity's defaults (peak = valley = 0.1, phi on), its arguments mapped by name,
     and a 3-step run whose actor/mix_mu follows the schedule."""

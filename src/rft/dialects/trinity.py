@@ -491,9 +491,10 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     for key in set(ent_args) - {"entropy_coef"}:
         t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
     _sample_strategy(t, a, out, mix)
-    if mix:
-        if "loss_agg_mode" in a:
-            _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
+    if mix:  # the experiences' PPO loss: grpo_loss_agg_mode, else loss_agg_mode
+        agg = (a.get("policy_loss_fn_args") or {}).get("grpo_loss_agg_mode") or a.get("loss_agg_mode")
+        if agg is not None:
+            _set(out, f"{A}.loss_agg_mode", agg)
     elif loss in POLICY_LOSS_FNS:
         kl_args = a.get("kl_loss_fn_args") or {}
         aux = ((a["kl_loss_fn"] != "none" and kl_args.get("kl_coef", 0.001) != 0)
@@ -553,6 +554,11 @@ def _mix_loss_args(t: _Translation, args: dict, out: dict, chord: bool) -> None:
             _set(out, "algorithm.mix.sft_token_weight", "phi" if value else "none")
         elif key == "use_token_level_loss_in_sft":
             _set(out, "algorithm.mix.sft_loss_agg_mode", "token-mean" if value else "seq-mean-token-mean")
+        elif key == "sft_loss_agg_mode":  # its SFT loss's aggregation (null: loss_agg_mode's)
+            _set(out, "algorithm.mix.sft_loss_agg_mode", value or args.get("loss_agg_mode", "token-mean"),
+                 f"algorithm.policy_loss_fn_args.{key}")
+        elif key == "grpo_loss_agg_mode":  # its PPO loss's on the experiences: set with algorithm.loss_agg_mode
+            pass
         elif key in MIX_NORMALISER_ARGS:
             t.refuse(f"algorithm.policy_loss_fn_args.{key}", "rft normalises the policy loss and the SFT loss by the "
                                                              "experiences and the expert rows of each mini-batch "
