@@ -466,3 +466,24 @@ def test_a_trinity_mix_yaml_trains_every_parameter_and_resumes_exactly(assets, t
     a = load_file(tmp_path / "one" / "p" / "mix" / "model" / "model.safetensors")
     b = load_file(tmp_path / "two" / "p" / "mix" / "model" / "model.safetensors")
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+
+
+def test_a_trinity_mix_chord_yaml_trains_two_steps_through_rft_train(assets, tmp_path):
+    """algorithm_type mix_chord from the command line: mu warmed up over step 1 and decayed over step 2, phi on the
+    expert tokens; both losses logged at each step, every parameter moved."""
+    from cli_helpers import rft_here
+
+    cfg = trinity_mix(assets, tmp_path, 2)
+    cfg["algorithm"] = {"algorithm_type": "mix_chord", "repeat_times": 4,
+                        "sample_strategy_args": {"expert_data_ratio": 0.25},
+                        "policy_loss_fn_args": {"mu_warmup_steps": 1, "mu_decay_steps": 1, "mu_peak": 0.5,
+                                                "mu_valley": 0.1, "clip_range": 0.2}}
+    path = tmp_path / "chord.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    rft_here("train", str(path), cwd=tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "p" / "mix" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    assert all(x["actor/sft_loss"] > 0 and math.isfinite(x["actor/pg_loss"]) for x in lines), lines
+    before = load_file(assets / "model" / "model.safetensors")
+    after = load_file(tmp_path / "p" / "mix" / "model" / "model.safetensors")
+    assert all(not torch.equal(before[k], after[k]) for k in before if "norm" not in k), "a parameter did not move"

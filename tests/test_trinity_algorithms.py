@@ -219,7 +219,7 @@ def _weights(folder: Path) -> dict:
 
 
 TRAINED = {kind: {"algorithm_type": kind} for kind in (
-    "grpo_verl", "dapo", "reinforceplusplus", "rloo", "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec",
+    "grpo", "grpo_verl", "dapo", "opmd", "ppo", "reinforceplusplus", "rloo", "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec",
     "multi_step_grpo", "raft")}
 # the estimators' and losses' options this branch added, each through the CLI too (their hand-computed tests:
 # tests/test_advantages.py, tests/test_policy_losses.py)
