@@ -209,6 +209,21 @@ def test_a_generation_paused_across_two_weight_updates(tiny, recompute_on_update
         assert float(gap[:8].max()) <= 1e-5 and float(gap[8]) > 1e-3 and float(gap[16]) > 1e-3
 
 
+def test_an_update_between_two_responses_of_the_loop(tiny):
+    """docs/rollout.md's loop: `update_weights` between two responses of `for response in stream` (here the model
+    shared with a trainer: weights None, the version alone moves) reaches the rows still running from their next
+    token on; "b" and "c" finish at one step, so the second update falls after both were drawn."""
+    engine = HFRollout(tiny, [], PAD)
+    stream = engine.stream(max_num_seqs=2, generator=torch.Generator().manual_seed(0))
+    for rid, prompt, tokens in zip("abc", _prompts((4, 6, 3)), (2, 5, 3)):
+        stream.submit(StreamRequest(rid, prompt, SamplingParams(max_tokens=tokens)))
+    seen = []
+    for response in stream:
+        seen.append((response.request_id, response.versions.tolist()))
+        engine.update_weights(None, engine.version + 1)
+    assert seen == [("a", [0, 0]), ("b", [0, 0, 1, 1, 1]), ("c", [1, 1, 1])]
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 def test_what_the_stream_refuses(tiny):
     with pytest.raises(ValueError, match="compiled decode step .* compiled=False"):
