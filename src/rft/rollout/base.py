@@ -1,11 +1,15 @@
 """The rollout protocol: prompts in, responses out, and new weights in. Engines: hf (transformers forward passes with
-a KV cache); a second engine (vLLM) is one more class with these three members."""
+a KV cache); a second engine (vLLM) is one more class with these three members.
+
+`StreamingEngine` adds continuous batching (`stream`): requests in, each response out as it finishes, weights
+updated between decode steps while rows are in flight. The hf engine has it; vLLM's engine does not yet, and no
+explorer or trainer loop uses it yet (issue 62)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 
@@ -46,6 +50,55 @@ class RolloutEngine(Protocol):
     def update_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
         """Load `weights` (parameter name -> tensor, a subset of the model's: e.g. the trainable ones) and take
         `version`; None: the engine shares the trained model itself (one process), so only the version moves."""
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """One response to generate: `prompt_ids` unpadded (P,), `params.n` must be 1 (submit one request a sample)."""
+    request_id: Hashable
+    prompt_ids: Sequence[int] | torch.Tensor
+    params: SamplingParams
+
+
+@dataclass
+class StreamResponse:
+    """A finished request. Every tensor (R,), R from 1 to `params.max_tokens`, no padding."""
+    request_id: Hashable
+    prompt_ids: torch.Tensor
+    response_ids: torch.Tensor  # up to and including the EOS that ended it
+    logprobs: torch.Tensor  # behaviour log-probs: of each token under softmax(logits / temperature), as generate's
+    versions: torch.Tensor  # the engine's `version` in the forward pass whose logits each token was drawn from
+    finish_reason: Literal["stop", "length"]  # an EOS id / max_tokens reached
+
+
+class RolloutStream(Protocol):
+    """Continuous batching over a fixed number of slots (`max_num_seqs`, as verl's `rollout.max_num_seqs`): each
+    `step` first runs one decode step of the running rows, then prefills waiting requests into the free slots, then
+    draws every row's next token. Between two steps is a decode-step boundary: `update_weights` there is what the
+    rows in flight generate with from their next token on."""
+
+    def submit(self, request: StreamRequest) -> None:
+        """Queue `request`; it takes a slot at the first step that has one free (first come, first served)."""
+
+    def step(self) -> list[StreamResponse]:
+        """One decode step; the responses it finished, in the order of their slots."""
+
+    def __iter__(self) -> Iterator[StreamResponse]:
+        """`step` until nothing waits or runs, yielding each response as it finishes (the caller may update the
+        weights or submit more between two responses: the stream is paused at a step boundary then)."""
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting or running."""
+
+
+class StreamingEngine(RolloutEngine, Protocol):
+    def stream(self, max_num_seqs: int, generator: torch.Generator | None = None,
+               recompute_on_update: bool = False) -> RolloutStream:
+        """A stream of at most `max_num_seqs` rows in flight, sampling from `generator`.
+        `recompute_on_update`: at the first step after a weight update, the rows in flight recompute their KV cache
+        (prompt and response so far) with the new weights, as verl and AReaL do; else their cache is kept, so a token
+        after an update attends keys and values that the older weights computed."""
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:

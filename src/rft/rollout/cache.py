@@ -3,7 +3,8 @@
 transformers' `DynamicCache` grows each layer's keys and values by concatenation, copying the whole cache at
 every new token (O(L^2) copies over a response). `PreallocatedCache` allocates (rows, heads, capacity, head_dim)
 once, at the prefill, and hands the attention views of the filled columns. Rows can be repeated (the n samples of a
-prompt share its prefill) or dropped (rows that have finished) in place of the whole cache.
+prompt share its prefill) or dropped (rows that have finished) in place of the whole cache, and, for the streaming
+engine (`stream.py`), joined with the rows of another cache (`regroup`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,32 @@ class PreallocatedLayer(DynamicLayer):
         self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
         self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
 
+    def regroup(self, parts: list[tuple[PreallocatedLayer, torch.Tensor | None]], width: int, capacity: int) -> None:
+        """Become the rows of `parts` (each a layer and the rows of it to take, None: all) one after another, each
+        row's last `width` positions right-aligned in new buffers of `capacity` positions; positions a row never
+        wrote (a shorter part) are zeros."""
+        keys, values = [], []
+        for layer, index in parts:
+            start = max(0, layer.length - width)
+            k, v = layer._k[:, :, start:layer.length], layer._v[:, :, start:layer.length]
+            if index is not None:
+                k, v = k.index_select(0, index), v.index_select(0, index)
+            keys.append(k)
+            values.append(v)
+        h, d = keys[0].shape[1], keys[0].shape[3]
+        rows = sum(k.shape[0] for k in keys)
+        new_k = keys[0].new_zeros(rows, h, capacity, d)
+        new_v = values[0].new_zeros(rows, h, capacity, values[0].shape[-1])
+        row = 0
+        for k, v in zip(keys, values):
+            new_k[row:row + k.shape[0], :, width - k.shape[2]:width] = k
+            new_v[row:row + v.shape[0], :, width - v.shape[2]:width] = v
+            row += k.shape[0]
+        if not self.is_initialized:
+            self.lazy_initialization(new_k, new_v)
+        self._k, self._v, self.capacity, self.length = new_k, new_v, capacity, width
+        self.keys, self.values = self._k[:, :, :width], self._v[:, :, :width]
+
 
 class PreallocatedCache(Cache):
     """`num_layers` `PreallocatedLayer`s of `capacity` positions (prompt + new tokens)."""
@@ -66,6 +93,14 @@ class PreallocatedCache(Cache):
         """Keep the rows `index` of every layer (repeat_interleave for shared prompts, a subset for finished rows)."""
         for layer in self.layers:
             layer.rows(index)
+
+    def regroup(self, parts: list[tuple[PreallocatedCache, torch.Tensor | None]], width: int, capacity: int) -> None:
+        """Become the rows of `parts` (each a cache, this one among them or not, and the rows of it to take, None:
+        all) one after another, right-aligned at column `width` in buffers of `capacity` positions: the streaming
+        engine's batch (`stream.py`), in which the longest row fills all `width` and the others are padded on the
+        left, as `generate()`'s prompts are."""
+        for i, layer in enumerate(self.layers):
+            layer.regroup([(cache.layers[i], index) for cache, index in parts], width, capacity)
 
 
 class OneDtypeStaticCache(StaticCache):

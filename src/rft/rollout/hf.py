@@ -6,6 +6,7 @@ restore the sampling stream exactly and validation never perturbs it) and does o
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -24,6 +25,7 @@ from rft.models.precision import autocast
 from rft.rollout.base import RolloutOutput, SamplingParams
 from rft.rollout.cache import OneDtypeStaticCache, PreallocatedCache
 from rft.rollout.kernels import fast_linears
+from rft.rollout.stream import HFStream
 
 ATTEND_BUCKET = 16
 """The compiled decode step attends its static cache in lengths of this many positions: a few shapes to compile,
@@ -72,6 +74,13 @@ def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -
     u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
     token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)  # (B, 1)
     return token.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(B,) log-probs of `tokens` under softmax(logits / temperature) (the plain logits when greedy): the behaviour
+    log-probs the engines record, before top-k / top-p filtering."""
+    scaled = logits / params.temperature if params.temperature > 0 else logits
+    return scaled.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(-1)
 
 
 def response_mask_from(tokens: torch.Tensor, eos_ids: torch.Tensor, ignore_eos: bool) -> torch.Tensor:
@@ -127,6 +136,23 @@ class HFRollout:
             copy_named(self.model, weights)
         self.version = version
 
+    def stream(self, max_num_seqs: int, generator: torch.Generator | None = None,
+               recompute_on_update: bool = False) -> HFStream:
+        """Continuous batching (`rft.rollout.base.StreamingEngine`, `stream.py`): eager only, text only, one
+        process, attention-only models."""
+        where = "the hf engine's stream"
+        if self.compiled:
+            raise ValueError(f"{where} runs the eager decode loop: the compiled decode step (enforce_eager=false) "
+                             "keeps one static cache for one batch of prompts; build the engine with compiled=False")
+        if self.all_done is not None:
+            raise ValueError(f"{where} runs in one process: a model sharded over several cannot stream yet")
+        if not attention_only(self.model):
+            raise ValueError(f"{where} needs a model of attention layers only: the recurrent or linear-attention "
+                             "layers of this one have no per-row cache to regroup")
+        if max_num_seqs < 1:
+            raise ValueError(f"{where}: max_num_seqs={max_num_seqs}, it must be 1 or more")
+        return HFStream(self, max_num_seqs, self._generator_on_device(generator), recompute_on_update)
+
     @torch.no_grad()
     def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None,
                  images: list[list[bytes]] | None = None) -> RolloutOutput:
@@ -134,12 +160,7 @@ class HFRollout:
         (encoded; `rft.data.images`) for a vision-language model, whose prompt ids hold their image tokens."""
         if images is not None and any(images):
             return self._generate_vision(prompt_ids, prompt_mask, images, params, generator)
-        device = device_of(self.model)
-        if generator is not None and generator.device.type != device.type:
-            # torch.multinomial needs a generator on the logits' device. Seed one there from the caller's (CPU)
-            # generator, so that generator's state, which checkpoints save, still fixes the samples.
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-            generator = torch.Generator(device).manual_seed(seed)
+        generator = self._generator_on_device(generator)
         # row r samples for prompt r // n; each chunk of rows prefills its prompts once (`_generate`)
         row_prompt = torch.arange(prompt_ids.shape[0]).repeat_interleave(params.n)
         rows = self.micro_batch_size or row_prompt.shape[0]
@@ -150,6 +171,15 @@ class HFRollout:
             parts.append(self._generate(prompt_ids[first:int(chunk[-1]) + 1], prompt_mask[first:int(chunk[-1]) + 1],
                                         chunk - first, params, generator))
         return self._concat(parts)
+
+    def _generator_on_device(self, generator: torch.Generator | None) -> torch.Generator | None:
+        """torch.multinomial needs a generator on the logits' device. Seed one there from the caller's (CPU)
+        generator, so that generator's state, which checkpoints save, still fixes the samples."""
+        device = device_of(self.model)
+        if generator is None or generator.device.type == device.type:
+            return generator
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        return torch.Generator(device).manual_seed(seed)
 
     def _concat(self, parts: list[RolloutOutput]) -> RolloutOutput:
         """The rows of `parts` one after another, right-padded to the widest response."""
@@ -221,14 +251,20 @@ class HFRollout:
         device = device_of(self.model)
         args = (prompt_ids.to(device), prompt_mask.to(device), row_prompt.to(device), self.eos_ids.to(device), params,
                 generator)
+        with self._generating(fast=not self.compiled):
+            return self._sample_compiled(*args) if self.compiled else self._sample(*args)
+
+    @contextlib.contextmanager
+    def _generating(self, fast: bool):
+        """The model in eval mode, eager, under the engine's autocast and, `fast`, on `fast_linears`' kernels.
+        Autocast's cast weights live until the context ends: a stream enters it per step, so a weight update
+        between two steps is what the next step computes with."""
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.compiler.set_stance("force_eager"), autocast(self.model, self.dtype):
-                if self.compiled:
-                    return self._sample_compiled(*args)
-                with fast_linears(self.model):
-                    return self._sample(*args)
+            with torch.compiler.set_stance("force_eager"), autocast(self.model, self.dtype), \
+                    (fast_linears(self.model) if fast else contextlib.nullcontext()):
+                yield
         finally:
             self.model.train(was_training)
 
@@ -341,12 +377,16 @@ class HFRollout:
         log-prob to `tokens` / `logprobs`, and mark the rows it ends."""
         token = sample_next(logits, params, generator).to(logits.device)
         token = token.masked_fill(finished, self.pad_token_id)
-        scaled = logits / params.temperature if params.temperature > 0 else logits
-        logprobs.append(scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1))
+        logprobs.append(token_logprobs(logits, token, params))
         tokens.append(token)
         if not params.ignore_eos:
             finished |= torch.isin(token, eos_ids)
         return token
+
+    def _sample_rows(self, logits, params: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Next tokens (B,) from last-position logits (B, V), and their log-probs (`token_logprobs`)."""
+        token = sample_next(logits, params, generator).to(logits.device)
+        return token, token_logprobs(logits, token, params)
 
     def _ended(self, finished, params: SamplingParams) -> bool:
         """Whether every row has ended (with a sharded model: on every rank)."""
