@@ -38,7 +38,8 @@ from typing import Any
 from rft.config.errors import ConfigError
 from rft.config.load import flatten
 from rft.config.suggest import did_you_mean, key_hint, origin
-from rft.dialects.trinity_keys import trinity_keys
+from rft.dialects.trinity_keys import trinity_keys, trinity_type
+from rft.dialects.trinity_reasons import accepted_at, no_effect, refusal_reason
 
 # top-level keys only Trinity configs have (verl's are data, actor_rollout_ref, critic, reward_model, algorithm,
 # trainer, custom_reward_function)
@@ -69,10 +70,14 @@ ALGORITHMS = {
 CHORD_ARGS = {"mu_peak": "algorithm.mix.mu", "mu_valley": "algorithm.mix.mu_valley",
               "mu_warmup_steps": "algorithm.mix.mu_warmup_steps", "mu_decay_steps": "algorithm.mix.mu_decay_steps"}
 OFFLINE = ("sft", "dpo")  # algorithm types run by an offline trainer (SFT-style sections), in mode train
-# Trinity-RFT's mix policy loss receives the batch sizes to rebuild its normalisers per micro-batch; rft takes them
-# from the mini-batch itself (the global normalisers), so these are refused
+# Trinity-RFT's mix policy loss is told the batch sizes to rebuild its normalisers per micro-batch; rft takes them
+# from each mini-batch itself (the global normalisers), so these change nothing here (accepted with a note)
 MIX_NORMALISER_ARGS = ("use_dynamic_bsz", "repeat_times", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
-                       "ngpus_trainer", "read_batch_size_usual", "read_batch_size_expert", "gradient_accumulation")
+                       "ngpus_trainer", "read_batch_size_usual", "read_batch_size_expert", "train_batch_size_usual",
+                       "train_batch_size_expert", "gradient_accumulation")
+MIX_NORMALISERS = ("the sizes Trinity-RFT's mix loss is told to rebuild its normalisers per micro-batch; rft normalises "
+                   "the policy loss and the SFT loss by the experiences and the expert rows of each mini-batch "
+                   "itself (the global normalisers)")
 SAMPLE_STRATEGIES = ("default", "warmup")  # warmup: Trinity-RFT's deprecated alias of default
 MESSAGES_KEY = "message"  # Trinity-RFT's FormatConfig.messages_key default (rft's SFT default is "messages")
 ADVANTAGE_FNS = {"ppo": "gae", "grpo": "grpo", "opmd": "opmd", "reinforce_plus_plus": "reinforce_plus_plus",
@@ -179,34 +184,55 @@ def _set_total_steps(out: dict, steps: Any, source: str) -> None:
 
 
 class _Translation:
-    """The refusals of one translation, (key, reason) pairs; `prefix` ("stages[i].") goes before every key a
-    stage's translation refuses."""
+    """The refusals of one translation, (key, reason) pairs, and its notes, (key, value, why) of the keys accepted
+    that change nothing here; `prefix` ("stages[i].") goes before every key a stage's translation names."""
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
         self.refusals: list[tuple[str, str]] = []
+        self.notes: list[tuple[str, Any, str]] = []
         self.rl_only: list[str] = []  # keys an SFT stage leaves to the RL stages (named when there are none)
         self.said_as: dict[str, str] = {}  # rft key -> the Trinity key that set it (`_set`'s source)
 
     def refuse(self, key: str, reason: str) -> None:
         self.refusals.append((key if key.startswith("stages[") else self.prefix + key, reason))
 
-    def rest(self, section: dict, where: str, reason: str) -> None:
-        """Refuse the keys of `section` nobody took: by `reason` a key Trinity-RFT has there, as unknown (with the
-        nearest Trinity-RFT key) one it has not."""
+    def note(self, key: str, value: Any, why: str) -> None:
+        """`key`=`value` is accepted and changes nothing here, because `why` (said once, by the real translation)."""
+        self.notes.append((key if key.startswith("stages[") else self.prefix + key, value, why))
+
+    def rest(self, section: dict, where: str, reason: str | None = None) -> None:
+        """The keys of `section` nobody took: one Trinity-RFT has not is unknown (with the nearest Trinity-RFT key);
+        one it has is refused by `reason`, else accepted with a note where it changes nothing here
+        (`trinity_reasons.NO_EFFECT`), else refused with its own reason (`trinity_reasons.REFUSED`)."""
         known = trinity_keys(where)
-        for key in section:
+        for key, value in section.items():
             full = f"{where}.{key}" if where else key
             if known is not None and key not in known:
                 self.refuse(full, unknown_key(self.prefix + full, known))
-            else:
+            elif reason is not None:
                 self.refuse(full, reason)
+            elif accepted_at(where, key) == (True, value):
+                continue  # Trinity-RFT's default, which rft does too
+            elif accepted_at(where, key)[0]:
+                self.refuse(full, f"={value!r}: {refusal_reason(where, key)}")
+            elif no_effect(where, key) is not None:
+                self.note(full, value, no_effect(where, key))
+            else:
+                self.refuse(full, refusal_reason(where, key))
 
     def raise_if_any(self, path: str, overrides: list[str] | tuple = ()) -> None:
         """A ConfigError of one line per refusal, each naming where its key came from (the file `path` or a
         command-line override)."""
         if self.refusals:
             raise ConfigError("\n".join(refusal_line(key, reason, path, overrides) for key, reason in self.refusals))
+
+    def say_notes(self, path: str, overrides: list[str] | tuple = ()) -> None:
+        """One `rft: note:` line per accepted key that changes nothing here, naming where it came from."""
+        log = logging.getLogger("rft")
+        for key, value, why in self.notes:
+            log.warning("rft: note: %s: %s=%r changes nothing in rft: %s", _origin(key, overrides, path), key,
+                        value, why)
 
 
 def unknown_key(key: str, known: tuple[str, ...]) -> str:
@@ -240,10 +266,45 @@ def _section(value: Any, where: str) -> dict:
     return dict(value)
 
 
+TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "a boolean (true / false)", "str": "a string"}
+
+
+def _typed(t: _Translation, tree: dict, where: str = "") -> dict:
+    """`tree` (a resolved Trinity config, changed in place) with each scalar typed as Trinity-RFT's config classes
+    type it (`trinity_keys.TYPES`), by OmegaConf's own conversion, the one Trinity's merge onto those classes makes:
+    a value that came through an interpolation is a string (`${oc.env:STEPS,100}` is "100"), which an integer field
+    takes as 100, a boolean field "true" as True, a string field 7 as "7". A value its field's type cannot hold is
+    refused by its key."""
+    from omegaconf.errors import ValidationError
+    from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
+
+    nodes = {"int": IntegerNode, "float": FloatNode, "bool": BooleanNode, "str": StringNode}
+    for key, value in list(tree.items()):
+        full = f"{where}.{key}" if where else str(key)
+        if isinstance(value, dict):
+            _typed(t, value, full)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    _typed(t, item, f"{full}[{i}]")
+        elif value is not None and isinstance(key, str) and (kind := trinity_type(where, key)):
+            try:
+                tree[key] = nodes[kind.rstrip("?")](value)._value()
+            except ValidationError:
+                t.refuse(full, f"={value!r} is not {TYPE_WORDS[kind.rstrip('?')]}, the type of this Trinity-RFT "
+                               "key")
+                del tree[key]  # refused: the rest is translated without it
+    return tree
+
+
 FOLDER_KEYS = "checkpoint_root_dir / project / name"
 """trainer.default_local_dir as a Trinity YAML sets it: <checkpoint_root_dir>/<project>/<name>."""
 
-NOT_HONOURED = "a Trinity-RFT key rft cannot honour (no equivalent in its one-process synchronous loop); remove it"
+
+
+def _not_an_argument(what: str, takes: Iterable[str]) -> str:
+    """Why a function argument of a Trinity algorithm is refused: rft's `what` takes only `takes`."""
+    return f"not an argument rft's {what} takes (it takes {', '.join(sorted(takes))}); remove it"
 
 
 def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
@@ -298,7 +359,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         if key == "epsilon" and value == 1e-6:  # grpo's std epsilon, rft's too
             continue
         if target is None:
-            t.refuse(f"algorithm.advantage_fn_args.{key}", NOT_HONOURED)
+            t.refuse(f"algorithm.advantage_fn_args.{key}", _not_an_argument(f"{adv} advantage", {
+                "gamma", "lam", "opmd_baseline", "tau", "baseline_shift", "epsilon"}))
         else:
             _set(out, target, value)
     loss = a["policy_loss_fn"]
@@ -327,11 +389,14 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         elif mix and key == "use_token_level_loss_in_sft":
             _set(out, "algorithm.mix.sft_loss_agg_mode", "token-mean" if value else "seq-mean-token-mean")
         elif mix and key in MIX_NORMALISER_ARGS:
-            t.refuse(f"algorithm.policy_loss_fn_args.{key}", "rft normalises the policy loss and the SFT loss by the "
-                                                             "experiences and the expert rows of each mini-batch "
-                                                             "(the global normalisers); remove it")
+            t.note(f"algorithm.policy_loss_fn_args.{key}", value, MIX_NORMALISERS)
+        elif mix and key in ("sft_loss_agg_mode", "grpo_loss_agg_mode"):  # Trinity's newer mix loss's arguments
+            _set(out, "algorithm.mix.sft_loss_agg_mode" if key.startswith("sft") else f"{A}.loss_agg_mode", value)
         elif target is None:
-            t.refuse(f"algorithm.policy_loss_fn_args.{key}", NOT_HONOURED)
+            t.refuse(f"algorithm.policy_loss_fn_args.{key}", _not_an_argument(f"{loss} policy loss", {
+                "clip_range", "clip_range_low", "clip_range_high", "tau", "loss_agg_mode",
+                *((*CHORD_ARGS, "enable_phi_function", "use_token_level_loss_in_sft") if chord else
+                  ("mu", "use_token_level_loss_in_sft") if mix else ())}))
         else:
             _set(out, target, value)
     # a Trinity KL function is a name ("none" or an estimator) plus {kl_coef}: as a loss or in the reward
@@ -348,7 +413,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         else:
             t.refuse(f"algorithm.{fn}", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
         for key in set(args) - {"kl_coef"}:
-            t.refuse(f"algorithm.{fn}_args.{key}", NOT_HONOURED)
+            t.refuse(f"algorithm.{fn}_args.{key}", _not_an_argument(f"{fn.removesuffix('_fn')} function", {"kl_coef"}))
     ent = a["entropy_loss_fn"]
     ent_args = a.get("entropy_loss_fn_args") or {}
     if ent == "none":
@@ -363,7 +428,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none", "mix"),
                                                          "rft has default, none (and mix with policy_loss_fn mix)"))
     for key in set(ent_args) - {"entropy_coef"}:
-        t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
+        t.refuse(f"algorithm.entropy_loss_fn_args.{key}", _not_an_argument("entropy bonus", {"entropy_coef"}))
     _sample_strategy(t, a, out, mix)
     if "loss_agg_mode" in a:
         _set(out, f"{A}.loss_agg_mode", a["loss_agg_mode"])
@@ -371,7 +436,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     taken = {"repeat_times", "advantage_fn", "advantage_fn_args", "policy_loss_fn", "policy_loss_fn_args",
              "kl_loss_fn", "kl_loss_fn_args", "kl_penalty_fn", "kl_penalty_fn_args", "entropy_loss_fn",
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
-    t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm", NOT_HONOURED)
+    t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm")
     return kind
 
 
@@ -440,7 +505,8 @@ def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
             return
         _set(out, "algorithm.mix.expert_data_ratio", args.pop("expert_data_ratio", 0.5))
         _set(out, "_trinity.expert_buffer", args.pop("sft_dataset_name", "sft_dataset"))
-        t.rest(args, "algorithm.sample_strategy_args", NOT_HONOURED)
+        t.rest(args, "algorithm.sample_strategy_args", _not_an_argument("mix sample strategy", {
+            "expert_data_ratio", "sft_dataset_name"}))
         return
     if mix:  # the spec's algorithm example writes sample_strategy: "default"; mix's own default is mix
         t.refuse("algorithm.sample_strategy", f"={strategy!r}: the mix policy loss (policy_loss_fn mix) trains on the "
@@ -472,7 +538,7 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
     for key in ("beta", "label_smoothing"):
         if key in args:
             _set(out, f"algorithm.{key}", args.pop(key))
-    t.rest(args, "algorithm.policy_loss_fn_args", NOT_HONOURED)
+    t.rest(args, "algorithm.policy_loss_fn_args", _not_an_argument("dpo loss", {"beta", "label_smoothing"}))
     name, args = a.pop("kl_loss_fn"), dict(a.pop("kl_loss_fn_args", None) or {})
     if name == "none":  # Trinity-RFT turns none into k2 (its reference log-probs ride on the KL loss); rft does not
         _set(out, "algorithm.use_kl_loss", False)
@@ -482,13 +548,13 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
         _set(out, "algorithm.kl_loss_coef", args.pop("kl_coef", 0.001))
     else:
         t.refuse("algorithm.kl_loss_fn", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
-    t.rest(args, "algorithm.kl_loss_fn_args", NOT_HONOURED)
+    t.rest(args, "algorithm.kl_loss_fn_args", _not_an_argument("kl_loss function", {"kl_coef"}))
     ent, args = a.pop("entropy_loss_fn"), dict(a.pop("entropy_loss_fn_args", None) or {})
     if ent in ("default", "none"):
         _set(out, "algorithm.entropy_coeff", args.pop("entropy_coef", 0.0) if ent == "default" else 0.0)
     else:
         t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none"), "rft has default, none"))
-    t.rest(args, "algorithm.entropy_loss_fn_args", NOT_HONOURED)
+    t.rest(args, "algorithm.entropy_loss_fn_args", _not_an_argument("entropy bonus", {"entropy_coef"}))
     if a.pop("kl_penalty_fn", "none") != "none":
         t.refuse("algorithm.kl_penalty_fn", "DPO has no reward to put a KL penalty in; use kl_loss_fn")
     for key in ("advantage_fn", "advantage_fn_args"):
@@ -500,7 +566,7 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
     if "loss_agg_mode" in a:
         _set(out, "algorithm.loss_agg_mode", a.pop("loss_agg_mode"))
     _optimizer(t, _section(a.pop("optimizer", None), "algorithm.optimizer"), out, offline=True)
-    t.rest(a, "algorithm", NOT_HONOURED)
+    t.rest(a, "algorithm")
 
 
 def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
@@ -530,14 +596,84 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
         t.rl_only.append("model.enable_prompt_truncation")
     elif truncation is not None:
         _prompt_truncation(t, out, truncation, "model.enable_prompt_truncation")
-    if model.pop("min_response_tokens", 1) != 1:
-        t.refuse("model.min_response_tokens", "rft's engine stops at EOS from the first token; only 1 is honoured")
+    if model.pop("min_response_tokens", 0) not in (0, 1):  # 0, Trinity's default, and 1: no minimum before EOS
+        t.refuse("model.min_response_tokens", "rft's engines stop at EOS from the first token; only 0 (Trinity-RFT's "
+                                              "default) and 1 are honoured")
     critic = model.pop("critic_model_path", None)
     if critic is not None and not sft and critic != out.get("actor_rollout_ref", {}).get("model", {}).get("path"):
         _set(out, "critic.model.path", critic)
     elif critic is not None and sft:
         t.rl_only.append("model.critic_model_path")
-    t.rest(model, "model", NOT_HONOURED)
+    _model_settings(t, model, out, sft)
+    t.rest(model, "model")
+
+
+def _model_settings(t: _Translation, model: dict, out: dict, sft: bool) -> None:
+    """model's other keys: remote code, the chat template and its arguments (enable_thinking), the sampling
+    defaults of the tasksets, LoRA, the RoPE overrides, and the Tinker / external-model backends when off."""
+    policy = "model" if sft else M
+    if "trust_remote_code" in model:  # Trinity's trainer and engines load the model with it; the tokenizer too
+        trust = model.pop("trust_remote_code")
+        for key in ([f"{policy}.trust_remote_code"] if sft else
+                    [f"{M}.trust_remote_code", "critic.model.trust_remote_code", "data.trust_remote_code"]):
+            _set(out, key, trust, "model.trust_remote_code")
+    template = model.pop("custom_chat_template", None)
+    template_path = model.pop("chat_template_path", None)
+    if template_path is not None:  # Trinity reads the file's template over custom_chat_template
+        try:
+            template = Path(template_path).expanduser().read_text()
+        except OSError as e:
+            t.refuse("model.chat_template_path", f"={template_path!r} cannot be read ({e.strerror or e}): give the "
+                                                 "Jinja template's file")
+    if template is not None:
+        _set(out, "data.chat_template", template, "model.chat_template_path" if template_path else
+             "model.custom_chat_template")
+    if model.get("enable_thinking") is not None:  # an argument of the chat template (Qwen3's), as Trinity passes it
+        _set(out, "data.apply_chat_template_kwargs.enable_thinking", model.pop("enable_thinking"),
+             "model.enable_thinking")
+    model.pop("enable_thinking", None)
+    for key in ("temperature", "top_p", "top_k", "logprobs"):  # the tasksets' rollout_args where they set none
+        if key in model:
+            out.setdefault("_trinity", {}).setdefault("sampling", {})[key] = (model.pop(key), f"model.{key}")
+    if model.pop("repetition_penalty", 1.0) != 1.0:
+        t.refuse("model.repetition_penalty", "rft's engines sample without a repetition penalty; only 1.0 (none, "
+                                             "Trinity-RFT's default) is honoured")
+    _lora(t, model.pop("lora_configs", None), out, policy)
+    for key in ("rope_scaling", "rope_theta"):  # set on the model's config where it loads, as Trinity's verl does
+        if model.get(key) is not None:
+            value = model.pop(key)
+            for target in ([f"{policy}.override_config.{key}"] if sft else
+                           [f"{M}.override_config.{key}", f"critic.model.override_config.{key}"]):
+                _set(out, target, value, f"model.{key}")
+        model.pop(key, None)
+    for key, backend in (("tinker", "model.tinker"), ("external_model", "model.external_model")):
+        section = model.get(key)
+        if isinstance(section, dict) and not section.get("enable", False):
+            model.pop(key)  # off: Trinity trains and rolls out itself, as rft does; its other keys are not read
+            t.rest({k: v for k, v in section.items() if k != "enable" and k not in trinity_keys(backend)}, backend)
+
+
+def _lora(t: _Translation, configs: Any, out: dict, policy: str) -> None:
+    """model.lora_configs: Trinity-RFT trains one LoRA adapter (it refuses more), with its rank, alpha and target
+    and excluded modules; a `name` / `base_model_name` names the adapter to vLLM, where rft serves the policy with
+    its LoRA merged."""
+    if configs is None:
+        return
+    if not isinstance(configs, list) or len(configs) != 1 or not isinstance(configs[0], dict):
+        t.refuse("model.lora_configs", f"={configs!r}: one adapter, a list of one mapping (Trinity-RFT trains one)")
+        return
+    lora = dict(configs[0])
+    for key, default in (("lora_rank", 32), ("lora_alpha", 32), ("target_modules", "all-linear"),
+                         ("exclude_modules", None)):  # Trinity's LoRAConfig defaults where the item sets none
+        value = lora.pop(key, default)
+        if value is not None:
+            _set(out, f"{policy}.{key}", value, f"model.lora_configs[0].{key}")
+    for key in ("name", "base_model_name"):
+        if lora.get(key) is not None:
+            t.note(f"model.lora_configs[0].{key}", lora.pop(key), "the adapter's name in Trinity-RFT's vLLM engine; "
+                                                                  "rft serves the policy with its LoRA merged")
+        lora.pop(key, None)
+    t.rest(lora, "model.lora_configs[0]")
 
 
 PROMPT_TRUNCATION = {True: "left", False: "error"}
@@ -625,7 +761,7 @@ def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: di
             _set_shared(t, out, f"{prefix}.{key}", args.pop(key), f"{where}.rollout_args.{key}")
     if eval_set and "temperature" in (ts.get("rollout_args") or {}):
         _set(out, f"{prefix}.do_sample", ts["rollout_args"]["temperature"] > 0)
-    t.rest(args, f"{where}.rollout_args", NOT_HONOURED)
+    t.rest(args, f"{where}.rollout_args")
 
 
 def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) -> None:
@@ -684,13 +820,13 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
     for key in FORMAT_KEYS:
         if key in fmt:
             _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
-    t.rest(fmt, f"{where}.format", NOT_HONOURED)
+    t.rest(fmt, f"{where}.format")
     _taskset_args(t, ts, where, eval_set, out)
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
         _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
     _workflow_keys(t, ts, where, out, defaults)
-    t.rest(ts, where, NOT_HONOURED)
+    t.rest(ts, where)
     return files
 
 
@@ -805,7 +941,7 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         for key in EXPERIENCE_BUFFER_KEYS:
             if key in exp:
                 _set(out, f"experience_buffer.{key}", exp.pop(key))
-        t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
+        t.rest(exp, "buffer.trainer_input.experience_buffer")
         _auxiliary_buffers(t, trainer_input, out)
     elif kind == "dpo":
         _preference_buffer(t, trainer_input, out)
@@ -836,21 +972,20 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.{key}", fmt.pop(key))
-        t.rest(fmt, "buffer.trainer_input.experience_buffer.format", NOT_HONOURED)
-        t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
+        t.rest(fmt, "buffer.trainer_input.experience_buffer.format")
+        t.rest(exp, "buffer.trainer_input.experience_buffer")
     if not sft:
-        t.rest(explorer_input, "buffer.explorer_input", NOT_HONOURED)
+        t.rest(explorer_input, "buffer.explorer_input")
     else:  # an sft stage inherits the global explorer input, which belongs to the RL stages
         t.rl_only += [f"buffer.explorer_input.{k}" for k in explorer_input]
-    t.rest(trainer_input, "buffer.trainer_input", "rft reads an auxiliary buffer only as the expert rows of the "
-                                                  "mix algorithm")
+    t.rest(trainer_input, "buffer.trainer_input")
     if not sft:
         _plugin_dirs(t, out)
     else:  # an offline stage inherits the global defaults of the tasksets, which belong to the RL stages
         for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
             if b.pop(key, None) is not None:
                 t.rl_only.append(f"buffer.{key}")
-    t.rest(b, "buffer", NOT_HONOURED)
+    t.rest(b, "buffer")
 
 
 def _plugin_dirs(t: _Translation, out: dict) -> None:
@@ -912,8 +1047,8 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.expert.{key}", fmt.pop(key))
-        t.rest(fmt, f"{where}.{name}.format", NOT_HONOURED)
-        t.rest(buf, f"{where}.{name}", NOT_HONOURED)
+        t.rest(fmt, f"{where}.{name}.format")
+        t.rest(buf, f"{where}.{name}")
     if wanted and wanted not in buffers:
         t.refuse(where, f"the mix algorithm reads its expert rows from the auxiliary buffer {wanted!r} "
                         "(algorithm.sample_strategy_args.sft_dataset_name), which is missing")
@@ -946,8 +1081,8 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
     for key in ("chosen_key", "rejected_key"):
         if key in fmt:
             _set(out, f"data.{key}", fmt.pop(key))
-    t.rest(fmt, f"{where}.format", NOT_HONOURED)
-    t.rest(exp, where, NOT_HONOURED)
+    t.rest(fmt, f"{where}.format")
+    t.rest(exp, where)
 
 
 def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
@@ -983,7 +1118,7 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
     if "chat_template" in rm:
         _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
-    t.rest(rm, "explorer.rollout_model", NOT_HONOURED)
+    t.rest(rm, "explorer.rollout_model")
     for key in WORKFLOW_KEYS:
         if key in e:
             _set(out, f"workflow.{key}", e.pop(key), f"explorer.{key}")
@@ -993,7 +1128,7 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "trainer.val_before_train", e.pop("eval_on_startup"), "explorer.eval_on_startup")
     if "bench_on_latest_checkpoint" in e:
         _set(out, "trainer.bench_on_latest_checkpoint", e.pop("bench_on_latest_checkpoint"))
-    t.rest(e, "explorer", NOT_HONOURED)
+    t.rest(e, "explorer")
 
 
 def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool = False) -> None:
@@ -1037,7 +1172,7 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
                                                               f"to {mine!r}: give it once")
             for key, value in _merge(out, inline).items():
                 out[key] = value
-    t.rest(tr, "trainer", NOT_HONOURED)
+    t.rest(tr, "trainer")
 
 
 _MISSING = object()
@@ -1129,7 +1264,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     address = cluster.pop("ray_address", None)  # Trinity's default `auto` is for a key left out: there, no Ray
     if address is not None:
         _set(out, "ray_init.address", str(address))
-    t.rest(cluster, "cluster", NOT_HONOURED)
+    t.rest(cluster, "cluster")
     sync = dict(cfg.get("synchronizer") or {})
     style = sync.pop("sync_style", "fixed")
     if str(style).lower() != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
@@ -1139,7 +1274,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
-    t.rest(sync, "synchronizer", NOT_HONOURED)
+    t.rest(sync, "synchronizer")
     _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
     _log(t, _section(cfg.get("log"), "log"), out)
     _service(t, _section(cfg.get("service"), "service"), out)
@@ -1152,8 +1287,8 @@ def _service(t: _Translation, service: dict, out: dict) -> None:
     for key in ("server_url", "auto_start", "port"):
         if key in dj:
             _set(out, f"data_processor.data_juicer.{key}", dj.pop(key))
-    t.rest(dj, "service.data_juicer", NOT_HONOURED)
-    t.rest(service, "service", NOT_HONOURED)
+    t.rest(dj, "service.data_juicer")
+    t.rest(service, "service")
 
 
 def _log(t: _Translation, log: dict, out: dict) -> None:
@@ -1174,7 +1309,7 @@ def _log(t: _Translation, log: dict, out: dict) -> None:
     if "save_dir" in log:
         t.refuse("log.save_dir", f"={log.pop('save_dir')!r}: set by Trinity-RFT itself, not in a config; rft writes "
                                  "each process's log under <checkpoint_root_dir>/<project>/<name>/log")
-    t.rest(log, "log", NOT_HONOURED)
+    t.rest(log, "log")
 
 
 
@@ -1210,7 +1345,7 @@ def _data_processor(t: _Translation, dp: dict, out: dict, taskset: dict) -> None
         if tp.get(key, unset) not in (unset, None):
             t.refuse(f"{where}.{key}", DATA_JUICER if key != "output" else "the output is the taskset's path")
         tp.pop(key, None)
-    t.rest(tp, where, NOT_HONOURED)
+    t.rest(tp, where)
     where = "data_processor.experience_pipeline"
     ep = _section(dp.pop("experience_pipeline", None), where)
     if ep.get("operators") is not None:
@@ -1223,8 +1358,8 @@ def _data_processor(t: _Translation, dp: dict, out: dict, taskset: dict) -> None
         if ep.pop(key, None):
             t.refuse(f"{where}.{key}", "the pipeline reads the explorer's experiences and writes the experience "
                                        "buffer; remove it")
-    t.rest(ep, where, NOT_HONOURED)
-    t.rest(dp, "data_processor", NOT_HONOURED)
+    t.rest(ep, where)
+    t.rest(dp, "data_processor")
 
 def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     """monitor_type (one name or a list) -> trainer.logger (the console too), monitor_args -> trainer.monitor_args
@@ -1249,7 +1384,7 @@ def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     if monitor.pop("enable_ray_timeline", False):
         t.refuse("monitor.enable_ray_timeline", "rft writes no Ray timeline, on a cluster (cluster.ray_address) "
                                                 "either; remove it or set it false")
-    t.rest(monitor, "monitor", NOT_HONOURED)
+    t.rest(monitor, "monitor")
 
 
 def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
@@ -1361,6 +1496,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
     t = _Translation()
     if refusals is not None:
         t.raise_if_any = lambda path, overrides=(): refusals.extend(t.refusals)  # type: ignore[method-assign]
+    cfg = _typed(t, copy.deepcopy(cfg))
     known = set(SECTIONS)
     for key, value in cfg.items():
         if key in known and key not in ("stages", *_SCALARS) and value is not None and not isinstance(value, dict):
@@ -1368,7 +1504,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
         if key in VERL_SECTIONS:
             t.refuse(key, "a verl section, not a Trinity-RFT one: put verl keys under trainer.trainer_config")
         elif key not in known:
-            t.rest({key: value}, "", NOT_HONOURED)
+            t.rest({key: value}, "")
     stages = cfg.get("stages")
     base_cfg = {k: v for k, v in cfg.items() if k != "stages"}
     staged = bool(stages)
@@ -1378,6 +1514,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             _mode(t, cfg, "")
             out = _section_dialect(t, base_cfg, "rl")
             t.raise_if_any(path, overrides)
+            t.say_notes(path, overrides)
             if said_as is not None:
                 said_as.update(t.said_as)
             return out
@@ -1394,7 +1531,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
         if not name:
             t.refuse(f"stages[{i}].stage_name", "is required")
             continue
-        t.rest({k: v for k, v in stage.items() if k not in trinity_keys("")}, f"stages[{i}]", NOT_HONOURED)
+        t.rest({k: v for k, v in stage.items() if k not in trinity_keys("")}, f"stages[{i}]")
         # a stage's algorithm replaces the global one; its other sections are merged over the global ones
         merged = _merge({k: v for k, v in base_cfg.items() if not (k == "algorithm" and "algorithm" in stage)},
                         stage)
@@ -1403,6 +1540,8 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
         kind = _mode(sub, merged, where)
         sections = _section_dialect(sub, merged, kind)
         t.refusals += sub.refusals
+        t.notes += [n for n in sub.notes if re.sub(r"^stages\[\d+\]\.", "", n[0]) not in
+                    {re.sub(r"^stages\[\d+\]\.", "", m[0]) for m in t.notes}]  # a global key: noted once
         rl_only += [key for key in sub.rl_only if key not in rl_only]
         for key in sections.get("trainer", {}).copy():
             if key in ("default_local_dir", "project_name", "experiment_name"):
@@ -1416,6 +1555,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             algorithm = sections.pop("algorithm", {})
             out_stages.append({"stage_name": name, "algorithm": algorithm, **sections})
     t.raise_if_any(path, overrides)
+    t.say_notes(path, overrides)
     offline = [s for s in out_stages if s["algorithm"] == "sft" or (isinstance(s["algorithm"], dict) and
                                                                  s["algorithm"].get("algorithm_type") == "dpo")]
     if rl_only and len(offline) == len(out_stages):
