@@ -92,6 +92,46 @@ def test_asymre_by_hand():
     close(shifted.advantages, on_valid([-1.5, -1.5, 0.5, 0.5, -0.5, 4.0]))
 
 
+def test_reinforce_is_the_score_itself():
+    close(compute_advantages("reinforce", hand_inputs()).advantages, on_valid([1.0, 0.0, 3.0, 2.0, 2.0, 4.0]))
+
+
+def test_rec_by_hand():
+    # std_normalize false (Trinity's default, norm_adv_by_std_in_grpo false): s - group mean; group 11 alone: 4
+    out = compute_advantages("rec", hand_inputs(norm_adv_by_std_in_grpo=False))
+    close(out.advantages, on_valid([-1.0, -1.0, 1.0, 1.0, 0.0, 4.0]))
+    # std_normalize true: over the POPULATION std: group 7 sqrt(2/3) = 0.816497, group 3 sqrt(1) = 1
+    out = compute_advantages("rec", hand_inputs())
+    p7 = math.sqrt(2 / 3) + 1e-6
+    close(out.advantages, on_valid([-1 / p7, -1 / (1 + 1e-6), 1 / p7, 1 / (1 + 1e-6), 0.0, 4 / (1 + 1e-6)]))
+
+
+def test_raft_keeps_the_best_response_of_each_group():
+    # group 7: scores 1, 3, 2 -> row 2; group 3: 0, 2 -> row 3; group 11 alone -> row 5
+    out = compute_advantages("raft", hand_inputs())
+    close(out.advantages, on_valid([0.0, 0.0, 1.0, 1.0, 0.0, 1.0]))
+    assert out.loss_mask.tolist() == [False, False, True, True, False, True]
+    # a tie for the best keeps every row holding it (whatever the rows' order)
+    tied = AdvantageInputs(t([[1.0], [1.0], [0.0]]), t([[1], [1], [1]]), torch.tensor([0, 0, 0]))
+    assert compute_advantages("raft", tied).loss_mask.tolist() == [True, True, False]
+
+
+def test_grpo_std_threshold_and_batch_std_by_hand():
+    # std_threshold 1.2: group 7 (std 1) and group 11 (alone) leave the loss, group 3 (std sqrt 2) stays;
+    # the advantages themselves are grpo's
+    out = compute_advantages("grpo", hand_inputs(std_threshold=1.2))
+    assert out.loss_mask.tolist() == [False, True, False, True, False, False]
+    close(out.advantages, compute_advantages("grpo", hand_inputs()).advantages)
+    assert compute_advantages("grpo", hand_inputs()).loss_mask is None
+    # std_cal_level batch: the group mean over the std of all six scores 1, 0, 3, 2, 2, 4 (mean 2, unbiased
+    # variance (1 + 4 + 1 + 0 + 0 + 4) / 5 = 2); group 11 alone keeps mean 0
+    out = compute_advantages("grpo", hand_inputs(std_cal_level="batch"))
+    sd = math.sqrt(2.0) + 1e-6
+    close(out.advantages, on_valid([-1 / sd, -1 / sd, 1 / sd, 1 / sd, 0.0, 4 / sd]))
+    with pytest.raises(ValueError, match="std_cal_level"):
+        compute_advantages("grpo", hand_inputs(std_cal_level="batch", scale_rewards="group"))
+
+
 def test_opmd_mean_by_hand():
     out = compute_advantages("opmd", hand_inputs())
     # b = group mean: group 7 -> -1, 1, 0; group 3 -> -1, 1; group 11 (alone, b = 0) -> 4
@@ -438,6 +478,8 @@ def slow(name: str, inputs: AdvantageInputs) -> list[list[float]]:
             g = [s[k] for k in groups[i]]
             if mode is None:
                 mean, std = (_mean(g), _std(g)) if len(g) > 1 else (0.0, 1.0)
+                if inputs.std_cal_level == "batch":
+                    std = _std(s) if B > 1 else 1.0
                 a = (s[i] - mean) / (std + inputs.epsilon) if inputs.norm_adv_by_std_in_grpo else s[i] - mean
             else:
                 a = s[i] - _mean(g)
@@ -485,6 +527,16 @@ def slow(name: str, inputs: AdvantageInputs) -> list[list[float]]:
     elif name == "asymre":
         per_row = [s[i] - (_mean([s[k] for k in groups[i]]) + inputs.baseline_shift if len(groups[i]) > 1 else 0.0)
                    for i in range(B)]
+    elif name == "reinforce":
+        per_row = list(s)
+    elif name == "rec":
+        per_row = []
+        for i in range(B):
+            g = [s[k] for k in groups[i]]
+            mean, pstd = (_mean(g), math.sqrt(_mean([(x - _mean(g)) ** 2 for x in g]))) if len(g) > 1 else (0.0, 1.0)
+            per_row.append((s[i] - mean) / (pstd + inputs.epsilon) if inputs.norm_adv_by_std_in_grpo else s[i] - mean)
+    elif name == "raft":
+        per_row = [float(s[i] == max(s[k] for k in groups[i])) for i in range(B)]
     if per_row is not None:
         return [[per_row[i] if valid[i][j] else 0.0 for j in range(R)] for i in range(B)]
     if name == "reinforce_plus_plus_baseline":
@@ -568,6 +620,8 @@ VARIANTS = [
     ("reinforce_plus_plus_baseline", {}), ("remax", {}), ("remax", {"gamma": 0.7}), ("opo", {}), ("gpg", {}),
     ("opmd", {}), ("opmd", {"opmd_baseline": "logavgexp", "tau": 0.5}), ("opmd", {"opmd_baseline": "logavgexp"}),
     ("asymre", {}), ("asymre", {"baseline_shift": 0.3}),
+    ("grpo", {"std_cal_level": "batch"}), ("grpo", {"std_threshold": 0.5}),
+    ("reinforce", {}), ("rec", {"norm_adv_by_std_in_grpo": False}), ("rec", {}), ("raft", {}),
     ("gdpo", {}), ("gdpo", {"norm_adv_by_std_in_grpo": False, "gdpo_reward_weights": (1.0, 0.5, -2.0)}),
     ("optimal_token_baseline", {}), ("optimal_token_baseline", {"random_is_weights": True}),
     ("tir_optimal_token_baseline", {}), ("tir_optimal_token_baseline", {"random_is_weights": True}),
@@ -623,7 +677,7 @@ def test_registry_matches_the_config_choices():
     # verl's names (0.9.1, less its two *_vectorized duplicates) and Trinity-RFT's opmd and asymre
     verl = {"gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo",
             "grpo_passk", "gpg", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"}
-    assert set(ADV_ESTIMATOR_NAMES) == set(ADV_ESTIMATORS.names()) == verl | {"opmd", "asymre"}
+    assert set(ADV_ESTIMATOR_NAMES) == set(ADV_ESTIMATORS.names()) == verl | {"opmd", "asymre", "reinforce", "rec", "raft"}
 
 
 def test_specs_declare_what_each_estimator_needs():

@@ -94,6 +94,84 @@ def test_cispo_by_hand():
     assert out.metrics["pg_clipfrac"] == pytest.approx(0.75)  # a, b, d clipped
 
 
+def test_topr_by_hand():
+    # alpha = 1 where A > 0, clamp(r, 0, 1) where A <= 0: only b (A -1, r 0.5) is tapered, alpha 0.5.
+    # loss -sg(alpha) A logp: a 0.594535, b -0.5 * 1.693147 = -0.846574, c 1.809380, d 0.153426 -> / 4
+    out, grad = loss_and_grad("topr", hand_inputs())
+    close(out.loss, ((1 - LN(1.5)) - 0.5 * (1 + LN(2.0)) + 2 * (1 - LN(1.1)) + 0.5 * (1 - LN(2.0))) / 4)
+    assert out.loss.item() == pytest.approx(0.427692, abs=1e-6)
+    close(grad, [[-0.25, 0.125, -0.5], [-0.125, 0.0, 0.0]])  # -alpha A / 4
+    assert out.metrics["pg_clipfrac"] == pytest.approx(0.25)
+    # the paper's sequence ratio: row 0's r = 1.5 * 0.5 * 1.1 = 0.825 tapers b; row 1's 2 is truncated to 1
+    out, grad = loss_and_grad("topr", hand_inputs(topr_ratio_level="sequence"))
+    close(grad, [[-0.25, 0.825 / 4, -0.5], [-0.125, 0.0, 0.0]])
+    # a threshold of 1 also tapers a (A 1, r 1.5 -> 1: no change) and d (A 0.5, r 2 -> 1): the same gradient
+    close(loss_and_grad("topr", hand_inputs(topr_advantage_threshold=1.0))[1], [[-0.25, 0.125, -0.5],
+                                                                                 [-0.125, 0.0, 0.0]])
+
+
+def test_sppo_by_hand():
+    # epsilon 0.3 (Trinity's default) on both sides: r in [1 / 1.3, 1.3] = [0.769, 1.3] -> only c (r 1.1) trains;
+    # loss -A l = -2 ln 1.1, token-mean over 4 tokens
+    out, grad = loss_and_grad("sppo", hand_inputs(clip_ratio_low=0.3, clip_ratio_high=0.3))
+    close(out.loss, -2 * LN(1.1) / 4)
+    close(grad, [[0.0, 0.0, -0.5], [0.0, 0.0, 0.0]])
+    assert out.metrics["pg_clipfrac"] == pytest.approx(0.75)
+    # epsilon 1.5: [0.4, 2.5] holds every token: -sum A l / 4 (b: -(-1) ln 0.5 = -ln 2), gradient -A / 4
+    out, grad = loss_and_grad("sppo", hand_inputs(clip_ratio_low=1.5, clip_ratio_high=1.5))
+    close(out.loss, -(LN(1.5) + LN(2.0) + 2 * LN(1.1) + 0.5 * LN(2.0)) / 4)
+    close(grad, [[-0.25, 0.25, -0.5], [-0.125, 0.0, 0.0]])
+
+
+def test_rec_by_hand():
+    from rft.algorithms import RecOptions
+
+    logp = [-1 + LN(1.5), -1 + LN(0.5), -1 + LN(1.1), -1 + LN(2.0)]
+    A = [1.0, -1.0, 2.0, 0.5]
+    # defaults (clip none, weight none): REINFORCE, -A logp, as gpg
+    out, grad = loss_and_grad("rec", hand_inputs())
+    close(out.loss, -sum(a * lp for a, lp in zip(A, logp)) / 4)
+    close(grad, [[-0.25, 0.25, -0.5], [-0.125, 0.0, 0.0]])
+    # one-side, eps 0.2: a (A > 0, r 1.5 > 1.2) out, b (A < 0, r 0.5 < 0.8) out, c in, d (r 2) out
+    one_side = hand_inputs(rec=RecOptions(clip_mode="one-side"))
+    out, grad = loss_and_grad("rec", one_side)
+    close(out.loss, -2 * logp[2] / 4)
+    close(grad, [[0.0, 0.0, -0.5], [0.0, 0.0, 0.0]])
+    assert out.metrics["pg_clipfrac"] == pytest.approx(0.75)
+    # ring with the default primes (0.6, 2): no token is that far, so two-side's c alone; weighted by sg(r) 1.1
+    out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(clip_mode="ring", weight="importance_sampling")))
+    close(grad, [[0.0, 0.0, -2 * 1.1 / 4], [0.0, 0.0, 0.0]])
+    # ring with clip_ratio_low_prime 0.4: a token with A >= 0 and r <= 0.6 keeps it too; none here but a
+    # negative one with r >= 1 + 0.4 (high_prime 0.4) would: b's r is 0.5, so still c alone
+    # gspo-one-side: row 0's sequence ratio (0.825)^(1/3) = 0.938 keeps a, b, c; row 1's 2 drops d
+    out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(clip_mode="gspo-one-side")))
+    close(grad, [[-0.25, 0.25, -0.5], [0.0, 0.0, 0.0]])
+    # weight advantage (temp 1): A exp(A) in place of A
+    out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(weight="advantage")))
+    close(grad, [[-a * math.exp(a) / 4 for a in A[:3]], [-0.5 * math.exp(0.5) / 4, 0.0, 0.0]])
+    # k2 regularizer, coef 0.5: + 0.5 l^2 per token, gradient + l / 4
+    ls = [LN(1.5), LN(0.5), LN(1.1), LN(2.0)]
+    out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(regularizer="k2", regularizer_coef=0.5)))
+    close(out.loss, (-sum(a * lp for a, lp in zip(A, logp)) + 0.5 * sum(x * x for x in ls)) / 4)
+    close(grad, [[(-1 + ls[0]) / 4, (1 + ls[1]) / 4, (-2 + ls[2]) / 4], [(-0.5 + ls[3]) / 4, 0.0, 0.0]])
+    # forward-kl, coef 0.5: - 0.5 logp per token, gradient - 0.5 / 4 more
+    out, grad = loss_and_grad("rec", hand_inputs(rec=RecOptions(regularizer="forward-kl", regularizer_coef=0.5)))
+    close(grad, [[-0.375, 0.125, -0.625], [-0.25, 0.0, 0.0]])
+
+
+def test_importance_sampling_and_sft_by_hand():
+    # importance_sampling: -A r: a -1.5, b 0.5, c -2.2, d -1.0 -> token-mean -4.2 / 4; gradient -A r / 4
+    out, grad = loss_and_grad("importance_sampling", hand_inputs())
+    close(out.loss, -1.05)
+    close(grad, [[-0.375, 0.125, -0.55], [-0.25, 0.0, 0.0]])
+    # sft: -logp whatever the advantage: (0.594535 + 1.693147 + 0.904690 + 0.306853) / 4 = 0.874806
+    out, grad = loss_and_grad("sft", hand_inputs())
+    assert out.loss.item() == pytest.approx(0.874806, abs=1e-6)
+    close(grad, [[-0.25, -0.25, -0.25], [-0.25, 0.0, 0.0]])
+    close(loss_and_grad("sft", hand_inputs(loss_agg_mode="seq-mean-token-sum"))[1],
+          [[-0.5, -0.5, -0.5], [-0.5, 0.0, 0.0]])  # each row's sum over 2 rows
+
+
 def test_sapo_by_hand():
     # gate = sigmoid(tau (r - 1)) * 4 / tau, tau = 1 for A > 0, 1.05 for A <= 0; loss = -gate * A:
     #   a: -4 sig(0.5) = -2.489837     b: +4 / 1.05 sig(-0.525) = 1.415945     c: -2 * 4 sig(0.1) = -4.199834
@@ -412,8 +490,8 @@ def slow_policy_loss(name: str, x: PolicyLossInputs) -> torch.Tensor:
         elif name == "gspo":
             w = exp(clamp(lp - lp.detach() + seq_l[k[0]], max=10.0))
             loss = torch.maximum(-a * w, -a * clamp(w, lo, hi))
-        elif name in ("gpg", "opmd"):
-            loss = -a * lp / ((1 + x.opmd_tau) if name == "opmd" else 1.0)
+        elif name == "opmd":
+            loss = -a * lp / (1 + x.opmd_tau)
         elif name == "cispo":
             r = math.exp(min(max(ll.item(), -20), 20))
             loss = -min(max(r, lo), hi) * a * lp
@@ -437,6 +515,17 @@ def slow_policy_loss(name: str, x: PolicyLossInputs) -> torch.Tensor:
                 d = p_old * (old - lp.item()) + (1 - p_old) * math.log((1 - p_old + 1e-8) / (1 - p + 1e-8))
                 inside = (d <= x.clip_ratio_high or p <= p_old) if a > 0 else (d <= x.clip_ratio_low or p >= p_old)
             loss = -a * min(math.exp(lc), x.clip_ratio_c) * lp if inside else 0.0 * lp
+        elif name == "topr":  # token-level truncated ratio on the tokens with A <= 0
+            loss = -(min(math.exp(ll.item()), 1.0) if a <= x.topr_advantage_threshold else 1.0) * a * lp
+        elif name == "sppo":
+            inside = 1 / (1 + x.clip_ratio_low) <= math.exp(ll.item()) <= 1 + x.clip_ratio_high
+            loss = -a * ll if inside else 0.0 * lp
+        elif name in ("rec", "gpg"):  # rec's defaults: every token, A unweighted, no regularizer
+            loss = -a * lp
+        elif name == "importance_sampling":
+            loss = -a * exp(clamp(ll, -20, 20))
+        elif name == "sft":
+            loss = -lp
         elif name == "bypass_mode":  # ppo_clip without rejection: vanilla against the rollout (old) log-probs
             r = exp(clamp(ll, -20, 20))
             loss = torch.maximum(-a * r, -a * clamp(r, lo, hi))

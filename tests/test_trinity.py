@@ -204,7 +204,7 @@ REFUSED = [
     ({"mode": "serve"}, "mode='serve'"),
     ({"algorithm.algorithm_type": "dpo"}, "mode='both': the dpo algorithm runs in mode train"),
     ({"algorithm.algorithm_type": "mix"}, "the auxiliary buffer 'sft_dataset' (algorithm.sample_strategy_args"),
-    ({"algorithm.algorithm_type": "cispo"}, "algorithm.algorithm_type='cispo'"),
+    ({"algorithm.algorithm_type": "gigpo"}, "algorithm.algorithm_type='gigpo'"),
     ({"algorithm.advantage_fn": "nope"}, "algorithm.advantage_fn='nope'"),
     ({"algorithm.sample_strategy": "mix"}, "algorithm.sample_strategy='mix'"),
     ({"ray_namespace": "x"}, "ray_namespace: rft's Ray driver (cluster.ray_address) takes no namespace; remove it"),
@@ -465,7 +465,7 @@ def test_a_misspelt_choice_says_did_you_mean_in_its_one_line(extra, said, meant)
 
 
 def test_a_refused_choice_that_is_no_misspelling_names_no_other_choice():
-    for extra in ({"mode": "serve"}, {"algorithm.algorithm_type": "cispo"}, {"monitor.monitor_type": "swanlab"}):
+    for extra in ({"mode": "serve"}, {"algorithm.algorithm_type": "gigpo"}, {"monitor.monitor_type": "swanlab"}):
         with pytest.raises(ConfigError) as err:
             translate(_with(extra), "t.yaml")
         assert "did you mean" not in str(err.value), str(err.value)

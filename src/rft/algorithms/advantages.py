@@ -66,6 +66,12 @@ class AdvantageInputs:
     """(B, R) optimal_token_baseline: sum_v pi_v^2 of that policy at each response token."""
     rollout_is_weights: torch.Tensor | None = None
     """(B, R) optimal_token_baseline: rollout correction's IS weights, when there are any (they weight W by w^2)."""
+    std_threshold: float | None = None
+    """grpo (Trinity-RFT's): the rows of a group whose score std is at most this, and of a group of one, are left
+    out of the loss (``AdvantageOutputs.loss_mask``); None: every group trains."""
+    std_cal_level: str = "group"
+    """grpo (verl mode): 'group' divides by the group's std, 'batch' by the std of all B scores (Trinity-RFT's
+    std_cal_level); the mean is the group's either way."""
 
 
 @dataclass
@@ -74,6 +80,9 @@ class AdvantageOutputs:
     """(B, R), exactly 0 where response_mask is 0."""
     returns: torch.Tensor
     """(B, R), 0 where response_mask is 0."""
+    loss_mask: torch.Tensor | None = None
+    """(B,) bool: the rows the loss trains on, when the estimator leaves some out (raft's unselected responses,
+    grpo's groups under std_threshold); their tokens leave the loss and its token normaliser. None: every row."""
 
 
 @dataclass(frozen=True)
@@ -168,13 +177,29 @@ class _Groups:
         return self.count == 1
 
 
-def _grpo_verl(scores: torch.Tensor, groups: _Groups, norm_by_std: bool, epsilon: float) -> torch.Tensor:
+def _grpo_verl(scores: torch.Tensor, groups: _Groups, norm_by_std: bool, epsilon: float,
+               std_cal_level: str = "group") -> torch.Tensor:
     """(B,) verl's grpo per row: (s - mean_g) / (std_g + epsilon), or s - mean_g; a group of one uses mean 0,
-    std 1; std UNBIASED."""
+    std 1; std UNBIASED. std_cal_level 'batch': the std of all B scores for every row (1 for a batch of one)."""
     mean = torch.where(groups.single, torch.zeros_like(groups.count), groups.mean(scores))
-    std = torch.where(groups.single, torch.ones_like(groups.count), groups.std(scores))
+    if std_cal_level == "batch":
+        std = (scores.std() if scores.numel() > 1 else torch.ones((), dtype=scores.dtype)).expand(scores.shape)
+    elif std_cal_level == "group":
+        std = torch.where(groups.single, torch.ones_like(groups.count), groups.std(scores))[groups.idx]
+    else:
+        raise ValueError(f"grpo: std_cal_level={std_cal_level!r} is not one of 'group', 'batch'")
     adv = scores - mean[groups.idx]
-    return adv / (std[groups.idx] + epsilon) if norm_by_std else adv
+    return adv / (std + epsilon) if norm_by_std else adv
+
+
+def _first_best(scores: torch.Tensor, groups: _Groups) -> torch.Tensor:
+    """(B,) bool: the first row of each group holding the group's highest score."""
+    rows = torch.arange(scores.numel(), device=scores.device)
+    top = groups.amax(scores)  # (k,)
+    at_top = torch.where(scores == top[groups.idx], rows, torch.full_like(rows, scores.numel()))
+    best = torch.full_like(groups.count, scores.numel(), dtype=torch.long).scatter_reduce(
+        0, groups.idx, at_top, reduce="amin", include_self=True)  # (k,)
+    return rows == best[groups.idx]
 
 
 def _outcome(per_row: torch.Tensor, valid: torch.Tensor) -> AdvantageOutputs:
@@ -244,13 +269,20 @@ def grpo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     every std UNBIASED; 1e-4 is TRL's constant (``TRL_SCALE_EPS``). As in TRL the mean is always the group's
     own, so a group of one gets A = 0 (its std counts as 0; a batch of one row has std 0).
     A_i is broadcast to every valid token of row i and is exactly 0 elsewhere; returns = advantages.
+
+    Trinity-RFT's options (its grpo advantage_fn_args): ``std_cal_level='batch'`` divides by the std of all B
+    scores instead of the group's (verl semantics only; the mean stays the group's, as in Trinity and
+    arXiv:2508.08221); ``std_threshold`` leaves the rows of a group whose std is at most it (and of a group of
+    one) out of the loss (``loss_mask``), as Trinity drops those experiences.
     """
     valid, scores = _scores(inputs)
     groups = _Groups.of(inputs.group, scores)
     mean = groups.mean(scores)  # (k,)
     mode = inputs.scale_rewards
+    if mode is not None and inputs.std_cal_level != "group":
+        raise ValueError("grpo: std_cal_level is an option of verl's semantics (scale_rewards None)")
     if mode is None:
-        adv = _grpo_verl(scores, groups, inputs.norm_adv_by_std_in_grpo, inputs.epsilon)
+        adv = _grpo_verl(scores, groups, inputs.norm_adv_by_std_in_grpo, inputs.epsilon, inputs.std_cal_level)
     elif mode in ("group", "batch", "none"):
         adv = scores - mean[groups.idx]
         if mode == "group":
@@ -260,7 +292,10 @@ def grpo_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
             adv = adv / (batch_std + TRL_SCALE_EPS)
     else:
         raise ValueError(f"grpo: scale_rewards={mode!r} is not one of None, 'group', 'batch', 'none'")
-    return _outcome(adv, valid)
+    out = _outcome(adv, valid)
+    if inputs.std_threshold is not None:  # Trinity-RFT's: such a group teaches nothing, so it is left out
+        out.loss_mask = ~(groups.single | (groups.std(scores) <= inputs.std_threshold))[groups.idx]
+    return out
 
 
 @register_estimator("grpo_passk", spec=EstimatorSpec(min_group_size=2))
@@ -282,13 +317,8 @@ def grpo_passk_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
             "grpo_passk needs at least 2 responses per prompt (actor_rollout_ref.rollout.n >= 2); "
             f"got a group of {int(groups.count.min())}"
         )
-    rows = torch.arange(scores.numel(), device=scores.device)
     top = groups.amax(scores)  # (k,)
-    at_top = torch.where(scores == top[groups.idx], rows, torch.full_like(rows, scores.numel()))
-    best = torch.full_like(groups.count, scores.numel(), dtype=torch.long).scatter_reduce(
-        0, groups.idx, at_top, reduce="amin", include_self=True
-    )  # (k,) first row holding the group's maximum
-    is_best = rows == best[groups.idx]  # (B,)
+    is_best = _first_best(scores, groups)  # (B,)
     second = groups.amax(torch.where(is_best, torch.full_like(scores, -math.inf), scores))  # (k,)
     margin = top - second
     if inputs.norm_adv_by_std_in_grpo:
@@ -436,6 +466,53 @@ def asymre_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
     baseline = groups.mean(scores) + inputs.baseline_shift
     baseline = torch.where(groups.single, torch.zeros_like(baseline), baseline)
     return _outcome(scores - baseline[groups.idx], valid)
+
+
+@register_estimator("reinforce")
+def reinforce_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REINFORCE's outcome advantage without a baseline (Williams 1992; Trinity-RFT's ``reinforce``, the default
+    advantage of its topr algorithm): A_i = s_i, broadcast to row i's valid tokens; returns = advantages.
+    TOPR (arXiv:2503.14286) weights by the reward itself, so a reward that is not centred stays as it is."""
+    valid, scores = _scores(inputs)
+    return _outcome(scores, valid)
+
+
+@register_estimator("rec")
+def rec_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REC's group-relative advantage (Yao et al. 2025, "Group-relative REINFORCE is secretly an off-policy
+    algorithm", arXiv:2509.24203; Trinity-RFT's ``rec``):
+      A_i = s_i - mean_g s                                       (Trinity's default, std_normalize false)
+      A_i = (s_i - mean_g s) / (pstd_g s + epsilon)              (norm_adv_by_std_in_grpo; Trinity's
+                                                                  std_normalize true)
+    pstd is the POPULATION std (divides by |g|, unlike grpo's); epsilon = ``inputs.epsilon``. A group of one uses
+    mean 0 and std 1. Broadcast to valid tokens; returns = advantages.
+    """
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    mean = torch.where(groups.single, torch.zeros_like(groups.count), groups.mean(scores))
+    adv = scores - mean[groups.idx]
+    if inputs.norm_adv_by_std_in_grpo:
+        centred_sq = (scores - groups.mean(scores)[groups.idx]).square()
+        pstd = torch.where(groups.single, torch.ones_like(groups.count), torch.sqrt(groups.mean(centred_sq)))
+        adv = adv / (pstd[groups.idx] + inputs.epsilon)
+    return _outcome(adv, valid)
+
+
+@register_estimator("raft")
+def raft_advantages(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """RAFT, reward-ranked fine-tuning (Dong et al. 2023, arXiv:2304.06767; Trinity-RFT's ``raft``): of the n
+    responses to a prompt, the best ones (those holding the group's highest score: one, or all that tie for it)
+    are fine-tuned on, the others are left out of the loss (``loss_mask``). A = 1 on a kept row's valid tokens,
+    0 elsewhere; returns = advantages. Paired with the ``sft`` policy loss (-log p of the kept tokens) this is
+    the paper's SFT on the best-of-n samples (ties, which the paper breaks arbitrarily, are all kept, so the
+    choice does not depend on the rows' order); with n = 1 every response is kept, as Trinity's raft trains on
+    every experience its workflow returns (its RAFT workflows return the successful ones)."""
+    valid, scores = _scores(inputs)
+    groups = _Groups.of(inputs.group, scores)
+    best = scores == groups.amax(scores)[groups.idx]  # (B,)
+    out = _outcome(best.to(scores.dtype), valid)
+    out.loss_mask = best
+    return out
 
 
 @register_estimator("gdpo", spec=EstimatorSpec(needs=frozenset({"reward_components"})))

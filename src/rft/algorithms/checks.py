@@ -82,6 +82,14 @@ def check_estimator(ctx: CheckContext) -> None:
             )
     if not algo.tau > 0:
         raise ConfigError(f"algorithm.tau must be > 0 (opmd's logavgexp temperature), got {algo.tau}")
+    for key, default in (("std_threshold", None), ("std_cal_level", "group")):
+        value = getattr(algo, key)
+        if value != default and algo.adv_estimator != "grpo":
+            raise ConfigError(f"algorithm.{key}={value!r} is an option of adv_estimator=grpo only, got "
+                              f"adv_estimator={algo.adv_estimator!r}; remove it")
+    if algo.std_cal_level != "group" and algo.scale_rewards is not None:
+        raise ConfigError(f"algorithm.std_cal_level={algo.std_cal_level!r} (Trinity-RFT) and algorithm.scale_rewards="
+                          f"{algo.scale_rewards!r} (TRL) both choose grpo's std: set only one")
     needs = spec.needs
     keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
     if "reward_components" in needs:
@@ -136,7 +144,12 @@ def check_loss_options(ctx: CheckContext) -> None:
                        ("tau_pos", actor.tau_pos), ("tau_neg", actor.tau_neg)):
         if not value > 0:
             raise ConfigError(f"{prefix}.{key} must be > 0, got {value}")
-    for key, value in (("policy_loss.ppo_kl_coef", pl.ppo_kl_coef), ("policy_loss.tau", pl.tau)):
+    if not pl.rec.temp > 0:
+        raise ConfigError(f"{prefix}.policy_loss.rec.temp must be > 0, got {pl.rec.temp}")
+    for key, value in (("policy_loss.ppo_kl_coef", pl.ppo_kl_coef), ("policy_loss.tau", pl.tau),
+                       ("policy_loss.rec.regularizer_coef", pl.rec.regularizer_coef),
+                       ("policy_loss.rec.clip_ratio_low_prime", pl.rec.clip_ratio_low_prime),
+                       ("policy_loss.rec.clip_ratio_high_prime", pl.rec.clip_ratio_high_prime)):
         if not value >= 0:
             raise ConfigError(f"{prefix}.{key} must be >= 0, got {value}")
     positive(f"{prefix}.loss_scale_factor", actor.loss_scale_factor, allow_none=True)

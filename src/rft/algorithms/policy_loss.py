@@ -26,6 +26,32 @@ from rft.algorithms.aggregation import AggNorm, agg_loss, trl_loss_agg_mode
 from rft.algorithms.utils import masked_mean
 from rft.registry import Registry
 
+REC_CLIP_MODES = ("none", "one-side", "gspo-one-side", "two-side", "ring")
+REC_WEIGHTS = ("none", "importance_sampling", "gspo_importance_sampling", "advantage")
+REC_REGULARIZERS = ("none", "k2", "forward-kl")
+TOPR_RATIO_LEVELS = ("token", "sequence")
+
+
+@dataclass(frozen=True)
+class RecOptions:
+    """The rec loss's options (Trinity-RFT's rec policy_loss_fn_args; its epsilon_low / epsilon_high are the
+    clip ratios)."""
+
+    clip_mode: str = "none"
+    """Which tokens keep their gradient: none (all), one-side, gspo-one-side, two-side, ring (``rec_policy_loss``)."""
+    weight: str = "none"
+    """What multiplies A: none, importance_sampling (sg(r)), gspo_importance_sampling (the sequence's sg(r)),
+    advantage (exp(A / temp))."""
+    regularizer: str = "none"
+    """none, k2 (+ coef * l^2), forward-kl (- coef * logp)."""
+    regularizer_coef: float = 0.0
+    temp: float = 1.0
+    """weight=advantage: the temperature."""
+    clip_ratio_low_prime: float = 0.6
+    """ring: a token with A >= 0 and r <= 1 - this keeps its gradient."""
+    clip_ratio_high_prime: float = 2.0
+    """ring: a token with A <= 0 and r >= 1 + this keeps its gradient."""
+
 
 @dataclass
 class PolicyLossInputs:
@@ -65,6 +91,12 @@ class PolicyLossInputs:
     """opmd: the regularisation strength tau; the loss is divided by 1 + tau."""
     dro_beta: float | None = None
     """dro: coefficient of the quadratic log-ratio penalty (> 0)."""
+    topr_advantage_threshold: float = 0.0
+    """topr: a token whose advantage is at most this gets the truncated ratio as its weight."""
+    topr_ratio_level: str = "token"
+    """topr: the ratio of that weight, per token (Trinity-RFT) or per sequence (the paper)."""
+    rec: RecOptions = RecOptions()
+    """rec: its options."""
     rollout_is_weights: torch.Tensor | None = None
     """(B, R) truncated importance weights pi_old / pi_rollout (detached, 0 on masked tokens), multiplied into
     the per-token loss; None: no rollout correction."""
@@ -432,6 +464,125 @@ def dro_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
     return PolicyLossOutputs(loss, _metrics(mask, None, None, -log_ratio.detach()))
 
 
+@POLICY_LOSSES.register("topr")
+def topr_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """TOPR, Tapered Off-Policy REINFORCE (Le Roux et al. 2025, arXiv:2503.14286), as Trinity-RFT's ``topr``.
+
+    Positive examples get REINFORCE's full gradient, negative ones a truncated importance ratio, per token
+      alpha = clamp(r, 0, 1)   where A <= topr_advantage_threshold        (r detached)
+      alpha = 1                elsewhere
+      loss  = -sg(alpha) * A * logp
+    aggregated with ``loss_agg_mode``. ``topr_ratio_level`` token (Trinity's) takes r per token; sequence (the
+    paper's) takes each row's r = exp(sum_t l_t) over its valid tokens (computed as exp(min(sum l, 0)), since
+    only its truncation to [0, 1] is used). The paper's advantage is the reward itself (Trinity's topr default
+    advantage_fn ``reinforce``); threshold 0 reads "R <= 0" as the paper's negative set (R < 0) plus the zeros,
+    whose loss is 0 either way.
+    Metrics: pg_clipfrac = mean[alpha < 1], pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    if inputs.topr_ratio_level not in TOPR_RATIO_LEVELS:
+        raise ValueError(f"topr: ratio level {inputs.topr_ratio_level!r} is not one of {TOPR_RATIO_LEVELS}")
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = (inputs.logprobs - inputs.old_logprobs).detach()  # (B, R)
+    if inputs.topr_ratio_level == "token":
+        truncated = torch.exp(log_ratio.clamp(max=0.0))
+    else:
+        seq = (log_ratio * mask).sum(dim=-1, keepdim=True)  # (B, 1)
+        truncated = torch.exp(seq.clamp(max=0.0)).expand_as(log_ratio)
+    alpha = torch.where(adv <= inputs.topr_advantage_threshold, truncated, torch.ones_like(truncated))
+    loss_mat = _weighted(-alpha * adv * inputs.logprobs, inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, alpha < 1.0, None, -log_ratio))
+
+
+@POLICY_LOSSES.register("sppo")
+def sppo_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """sPPO, PPO with the clipped ratio inside a log (Vaswani et al. 2021, "A functional mirror ascent view of
+    policy gradient methods with function approximation", arXiv:2108.05828), as Trinity-RFT's ``sppo``: the
+    objective A * log(clip(r, 1 / (1 + eps_low), 1 + eps_high)), per token
+      loss = -A * l * [1 / (1 + eps_low) <= sg(r) <= 1 + eps_high]       (l = logp - old_logp)
+    (the gradient of the clipped log is A * grad logp inside the range, 0 outside), aggregated with
+    ``loss_agg_mode``. Trinity's single ``epsilon`` (default 0.3) is both clip ratios.
+    Metrics: pg_clipfrac = mean[outside the range], pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = inputs.logprobs - inputs.old_logprobs
+    ratio = torch.exp(log_ratio.detach())
+    inside = (ratio >= 1.0 / (1.0 + inputs.clip_ratio_low)) & (ratio <= 1.0 + inputs.clip_ratio_high)
+    loss_mat = _weighted(-adv * log_ratio * inside.to(log_ratio.dtype), inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, ~inside, None, -log_ratio.detach()))
+
+
+@POLICY_LOSSES.register("rec")
+def rec_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """REC, REINFORCE with off-policy corrections (Yao et al. 2025, "Group-relative REINFORCE is secretly an
+    off-policy algorithm", arXiv:2509.24203), as Trinity-RFT's ``rec``. With r = sg(exp(l)) per token and
+    s_i = sg(exp(mean_t l_it)) per row (valid tokens), eps = clip_ratio_low / high, eps' = rec.clip_ratio_*_prime,
+    a token keeps its gradient where ``rec.clip_mode`` says:
+      none: always;   two-side: 1 - eps_low <= r <= 1 + eps_high
+      one-side:       (A >= 0 and r <= 1 + eps_high) or (A <= 0 and r >= 1 - eps_low)
+      gspo-one-side:  as one-side with s_i in place of r
+      ring:           two-side, or (A >= 0 and r <= 1 - eps'_low), or (A <= 0 and r >= 1 + eps'_high)
+    A is weighted by ``rec.weight``: none, importance_sampling (A * r), gspo_importance_sampling (A * s_i),
+    advantage (A * exp(A / rec.temp)); per token
+      loss = -A_w * logp * [kept]  (+ coef * l^2 with regularizer k2; - coef * logp with forward-kl)
+    aggregated with ``loss_agg_mode`` (Trinity takes the token mean, and seq-mean-token-mean for gspo-one-side:
+    its dialect sets that mode). Metrics: pg_clipfrac = mean[not kept], pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    o = inputs.rec
+    for value, allowed in ((o.clip_mode, REC_CLIP_MODES), (o.weight, REC_WEIGHTS), (o.regularizer, REC_REGULARIZERS)):
+        if value not in allowed:
+            raise ValueError(f"rec: {value!r} is not one of {allowed}")
+    mask, adv = inputs.response_mask, inputs.advantages
+    low, high = inputs.clip_ratio_low, inputs.clip_ratio_high
+    log_ratio = inputs.logprobs - inputs.old_logprobs
+    ratio = torch.exp(log_ratio.detach())  # (B, R)
+    seq_ratio = torch.exp(masked_mean(log_ratio.detach(), mask, dim=-1)).unsqueeze(-1).expand_as(ratio)  # (B, R)
+    pos, neg = adv >= 0, adv <= 0
+    two_side = (ratio >= 1.0 - low) & (ratio <= 1.0 + high)
+    kept = {"none": torch.ones_like(pos),
+            "two-side": two_side,
+            "one-side": (pos & (ratio <= 1.0 + high)) | (neg & (ratio >= 1.0 - low)),
+            "gspo-one-side": (pos & (seq_ratio <= 1.0 + high)) | (neg & (seq_ratio >= 1.0 - low)),
+            "ring": two_side | (pos & (ratio <= 1.0 - o.clip_ratio_low_prime))
+            | (neg & (ratio >= 1.0 + o.clip_ratio_high_prime))}[o.clip_mode]
+    weighted = {"none": adv, "importance_sampling": adv * ratio, "gspo_importance_sampling": adv * seq_ratio,
+                "advantage": adv * torch.exp(adv / o.temp)}[o.weight]
+    loss_mat = -weighted * inputs.logprobs * kept.to(ratio.dtype)
+    if o.regularizer == "k2":
+        loss_mat = loss_mat + o.regularizer_coef * log_ratio.square()
+    elif o.regularizer == "forward-kl":
+        loss_mat = loss_mat - o.regularizer_coef * inputs.logprobs
+    loss = agg_loss(_weighted(loss_mat, inputs), mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, ~kept, None, -log_ratio.detach()))
+
+
+@POLICY_LOSSES.register("importance_sampling")
+def importance_sampling_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """The plain importance-sampled policy gradient, as Trinity-RFT's ``importance_sampling`` (the loss it names
+    for on-policy distillation without clipping): with l clamped to [-20, 20] and r = exp(l), per token
+      loss = -A * r                       (no clip; the gradient is -A * r * grad logp)
+    aggregated with ``loss_agg_mode``. Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    mask = inputs.response_mask
+    log_ratio = (inputs.logprobs - inputs.old_logprobs).clamp(-20.0, 20.0)
+    loss_mat = _weighted(-inputs.advantages * torch.exp(log_ratio), inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, None, None, -log_ratio.detach()))
+
+
+@POLICY_LOSSES.register("sft")
+def sft_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """Supervised fine-tuning on the loss tokens, as Trinity-RFT's ``sft`` policy loss (its raft algorithm's):
+    per token ``loss = -logp``, aggregated with ``loss_agg_mode``; the advantages are not read, so which
+    responses are learnt is the estimator's choice (raft: the best of each group, through the loss mask).
+    Metrics: pg_clipfrac = pg_clipfrac_lower = 0, ppo_kl = mean[-l].
+    """
+    mask = inputs.response_mask
+    loss = agg_loss(_weighted(-inputs.logprobs, inputs), mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, None, None, (inputs.old_logprobs - inputs.logprobs).detach()))
+
+
 def _dppo_loss(inputs: PolicyLossInputs, inside: torch.Tensor, ratio: torch.Tensor,
                log_ratio: torch.Tensor) -> PolicyLossOutputs:
     """DPPO's shared tail: ``-A * sg(min(r, clip_ratio_c)) * logp`` on the tokens ``inside`` the trust region."""
@@ -572,7 +723,9 @@ def trl_actor_settings(
 # The losses whose per-token loss is A times a function of the row's own log-probs (see
 # policy_loss_zero_at_zero_advantage; tests/test_packing.py checks each on random inputs).
 for _fn in (vanilla_policy_loss, gspo_policy_loss, gpg_policy_loss, cispo_policy_loss, sapo_policy_loss,
-            geo_mean_policy_loss, opmd_policy_loss, dppo_tv_policy_loss, dppo_kl_policy_loss):
+            geo_mean_policy_loss, opmd_policy_loss, dppo_tv_policy_loss, dppo_kl_policy_loss, topr_policy_loss,
+            sppo_policy_loss, importance_sampling_policy_loss):
     _fn.zero_at_zero_advantage = True  # type: ignore[attr-defined]
+rec_policy_loss.zero_at_zero_advantage = lambda o: o.rec.regularizer == "none"  # type: ignore[attr-defined]
 bypass_mode_policy_loss.zero_at_zero_advantage = (  # type: ignore[attr-defined]
     lambda o: not (o.rollout_is is not None and o.rollout_is_batch_normalize))

@@ -68,13 +68,13 @@ STRATEGY_HELP = ("How the model is sharded over several processes (docs/scaling.
                  "layers as units); one process uses neither.")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 # The names registered in rft.algorithms.ADV_ESTIMATORS (a test keeps the two equal): verl 0.9.1's (less its
-# grpo_vectorized / rloo_vectorized implementation variants) and Trinity-RFT's opmd and asymre.
+# grpo_vectorized / rloo_vectorized implementation variants) and Trinity-RFT's opmd, asymre, reinforce, rec, raft.
 ADV_ESTIMATOR_NAMES = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo",
                        "grpo_passk", "gpg", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline", "opmd",
-                       "asymre")
+                       "asymre", "reinforce", "rec", "raft")
 # The names registered in rft.algorithms.POLICY_LOSSES / KL_ESTIMATORS and LOSS_AGG_MODES (a test keeps them equal).
 POLICY_LOSS_NAMES = ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "opmd", "dro",
-                     "dppo_tv", "dppo_kl", "bypass_mode")
+                     "dppo_tv", "dppo_kl", "bypass_mode", "topr", "sppo", "rec", "importance_sampling", "sft")
 KL_ESTIMATOR_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+",
                       "low_var_kl+", "k3+", "full")
 # transformers' TrainingArguments.optim names and get_scheduler names (rft.workers.optim builds them).
@@ -401,6 +401,22 @@ class FSDPConfig:
 
 
 @dataclass
+class RecLossConfig:
+    clip_mode: str = fld("none", "Tokens that keep their gradient: none (all), one-side, gspo-one-side (one-side on "
+                                 "the sequence's ratio), two-side, ring (two-side plus the far sides, the *_prime "
+                                 "bounds).", choices=("none", "one-side", "gspo-one-side", "two-side", "ring"))
+    weight: str = fld("none", "What multiplies the advantage: none, importance_sampling (the token's ratio), "
+                              "gspo_importance_sampling (the sequence's ratio), advantage (exp(A / temp)).",
+                      choices=("none", "importance_sampling", "gspo_importance_sampling", "advantage"))
+    regularizer: str = fld("none", "none, k2 (+ regularizer_coef * log-ratio^2), forward-kl (- regularizer_coef * "
+                                   "log p).", choices=("none", "k2", "forward-kl"))
+    regularizer_coef: float = fld(0.0, "The regularizer's coefficient (>= 0).")
+    temp: float = fld(1.0, "weight=advantage: the temperature (> 0).")
+    clip_ratio_low_prime: float = fld(0.6, "ring: a token with A >= 0 and ratio <= 1 - this keeps its gradient.")
+    clip_ratio_high_prime: float = fld(2.0, "ring: a token with A <= 0 and ratio >= 1 + this keeps its gradient.")
+
+
+@dataclass
 class PolicyLossConfig:
     loss_mode: str = fld(
         "vanilla",
@@ -410,7 +426,10 @@ class PolicyLossConfig:
         "kl_cov (covariance-selected tokens), opmd (Trinity-RFT; divided by 1 + tau), dro (quadratic log-ratio "
         "penalty, dro_beta), dppo_tv / dppo_kl (DPPO: a trust region on the probability change or the binary KL, "
         "clip_ratio_low / high its thresholds, clip_ratio_c the IS truncation), bypass_mode (verl's bypass-mode "
-        "loss: needs algorithm.rollout_correction.bypass_mode=true and reads its options there).",
+        "loss: needs algorithm.rollout_correction.bypass_mode=true and reads its options there); Trinity-RFT's "
+        "topr (truncated ratio on negative examples), sppo (clipped ratio inside a log: range [1 / (1 + "
+        "clip_ratio_low), 1 + clip_ratio_high]), rec (policy_loss.rec.*), importance_sampling (-A * ratio, no "
+        "clip), sft (-log p of the loss tokens; adv_estimator raft picks them).",
         choices=POLICY_LOSS_NAMES,
     )
     clip_cov_ratio: float = fld(0.0002, "clip_cov: fraction of the mini-batch's valid tokens whose gradient is cut (> 0).")
@@ -422,6 +441,14 @@ class PolicyLossConfig:
     tau: float = fld(1.0, "opmd: regularisation strength (Trinity-RFT's tau, >= 0); the loss is divided by 1 + tau.")
     dro_beta: Optional[float] = fld(None, "dro: coefficient of the quadratic log-ratio penalty; required (> 0) with "
                                           "loss_mode=dro.")
+    topr_advantage_threshold: float = fld(
+        0.0, "topr: a token whose advantage is at most this is weighted by the truncated ratio min(1, ratio).")
+    topr_ratio_level: str = fld(
+        "token", "topr: that ratio per token (Trinity-RFT's) or per sequence (the TOPR paper's).",
+        choices=("token", "sequence"))
+    rec: RecLossConfig = sub(RecLossConfig, "rec: which tokens keep their gradient and what weights the advantage "
+                                            "(Trinity-RFT's rec policy_loss_fn_args; its epsilon_low / "
+                                            "epsilon_high are actor.clip_ratio_low / clip_ratio_high).")
 
 
 @dataclass
@@ -830,8 +857,9 @@ class AlgorithmConfig:
         choices=ADV_ESTIMATOR_NAMES,
     )
     norm_adv_by_std_in_grpo: bool = fld(
-        True, "grpo, grpo_passk, gdpo (each reward dimension): divide by the group std + 1e-6 (false: Dr. GRPO's "
-        "mean-centred advantage; verl's trainer does not pass it to gdpo, docs/algorithms.md)."
+        True, "grpo, grpo_passk, gdpo (each reward dimension), rec (the population std): divide by the group std + "
+        "1e-6 (false: Dr. GRPO's mean-centred advantage; verl's trainer does not pass it to gdpo, "
+        "docs/algorithms.md)."
     )
     scale_rewards: Optional[str] = fld(
         None,
@@ -846,6 +874,12 @@ class AlgorithmConfig:
     )
     tau: float = fld(1.0, "opmd with opmd_baseline=logavgexp: the temperature (> 0).")
     baseline_shift: float = fld(-0.1, "asymre: baseline = group mean + baseline_shift (Trinity-RFT's default -0.1).")
+    std_threshold: Optional[float] = fld(
+        None, "grpo: the groups whose score std is at most this (and groups of one) are left out of the loss "
+        "(Trinity-RFT's std_threshold); null: every group trains.")
+    std_cal_level: str = fld(
+        "group", "grpo (verl's semantics): divide by the group's std, or by the std of the whole batch's scores "
+        "(batch; Trinity-RFT's std_cal_level); the mean is the group's either way.", choices=("group", "batch"))
     use_kl_in_reward: bool = fld(False, "Subtract kl_ctrl.kl_coef * KL from the token rewards (classic PPO).")
     kl_penalty: str = fld(
         "kl",

@@ -48,14 +48,35 @@ MARKERS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_chec
 # sections a Trinity config may have beside them (synchronizer is also a section of rft's own keys, same names)
 SECTIONS = (*MARKERS, "synchronizer", "algorithm", "trainer", "stages")
 
-# Trinity's algorithm types with their defaults (Trinity-RFT's AlgorithmType.default_config)
+A = "actor_rollout_ref.actor"
+R = "actor_rollout_ref.rollout"
+M = "actor_rollout_ref.model"
+# Trinity's algorithm types with their defaults (Trinity-RFT's AlgorithmType.default_config, 0.5.2 and 0.6.0:
+# docs/algorithms.md lists every one, with those rft refuses in TEACHER_ALGORITHMS / REFUSED_ALGORITHMS)
+_GRPO = {"repeat_times": 2, "advantage_fn": "grpo", "policy_loss_fn": "ppo", "kl_penalty_fn": "none", "kl_loss_fn": "k2",
+         "entropy_loss_fn": "default"}
 ALGORITHMS = {
-    "grpo": {"repeat_times": 2, "advantage_fn": "grpo", "policy_loss_fn": "ppo", "kl_penalty_fn": "none",
-             "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
-    "opmd": {"repeat_times": 2, "advantage_fn": "opmd", "policy_loss_fn": "opmd", "kl_penalty_fn": "none",
-             "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
-    "ppo": {"repeat_times": 1, "advantage_fn": "ppo", "policy_loss_fn": "ppo", "kl_penalty_fn": "none",
-            "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
+    "grpo": _GRPO,
+    "grpo_verl": _GRPO,  # grpo with the advantages computed in Trinity's trainer: the same numbers
+    "opmd": {**_GRPO, "advantage_fn": "opmd", "policy_loss_fn": "opmd"},
+    "ppo": {**_GRPO, "repeat_times": 1, "advantage_fn": "ppo"},
+    "reinforceplusplus": {**_GRPO, "advantage_fn": "reinforceplusplus"},
+    "rloo": {**_GRPO, "advantage_fn": "rloo"},
+    "asymre": {**_GRPO, "advantage_fn": "asymre", "policy_loss_fn": "opmd", "kl_loss_fn": "none",
+               "entropy_loss_fn": "none"},
+    "topr": {**_GRPO, "advantage_fn": "reinforce", "policy_loss_fn": "topr"},
+    "cispo": {**_GRPO, "policy_loss_fn": "cispo"},
+    "gspo": {**_GRPO, "policy_loss_fn": "gspo"},
+    "sapo": {**_GRPO, "policy_loss_fn": "sapo"},
+    "sppo": {**_GRPO, "advantage_fn": "opmd", "policy_loss_fn": "sppo", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
+    "rec": {**_GRPO, "advantage_fn": "rec", "policy_loss_fn": "rec"},
+    "multi_step_grpo": {**_GRPO, "repeat_times": 8, "advantage_fn": "step_wise_grpo"},
+    "dapo": {**_GRPO, "repeat_times": 16, "kl_loss_fn": "none"},  # 0.6.0; DAPO's clip and filters are its YAML's
+    # the SFT loss on the rollouts: Trinity's raft has no advantage (its RAFT workflows return the successful
+    # experiences); rft ranks them by reward (adv_estimator raft: each prompt's best); repeat_times is
+    # AlgorithmConfig's default
+    "raft": {"repeat_times": 1, "advantage_fn": None, "policy_loss_fn": "sft", "kl_penalty_fn": "none",
+             "kl_loss_fn": "none", "entropy_loss_fn": "none"},
     "sft": {"policy_loss_fn": "sft", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
     # offline, in mode train: rft dpo's keys (the pairs are Trinity's two experiences of a task, hence repeat_times 2)
     "dpo": {"repeat_times": 2, "policy_loss_fn": "dpo", "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
@@ -65,6 +86,24 @@ ALGORITHMS = {
     # CHORD: mix with mu scheduled and the SFT loss's tokens weighted by phi (algorithm.mix.mu_valley, ...)
     "mix_chord": {"repeat_times": 8, "advantage_fn": "grpo", "policy_loss_fn": "mix_chord", "kl_penalty_fn": "none",
                   "kl_loss_fn": "k2", "entropy_loss_fn": "mix", "sample_strategy": "mix"},
+}
+TEACHER = ("a teacher model's per-token log-probs of the student's samples (Trinity's on_policy_distill workflows "
+           "read them from explorer.auxiliary_models); rft has no teacher model in training yet")
+# Trinity's algorithm types (and advantage functions) rft does not run, with the reason
+REFUSED_ALGORITHMS = {
+    "on_policy_distill": f"on-policy distillation needs {TEACHER}",
+    "jsd": f"the JSD distillation advantage needs {TEACHER}",
+    "gigpo": "GiGPO's step-level groups are the anchor states of an environment's trajectory, one experience per "
+             "step; rft's workflows return one experience per episode",
+    "cpt": "continued pre-training trains on plain text, every token (Trinity's cpt schema); rft sft trains on "
+           "prompt / response or messages rows only",
+}
+REFUSED_ADVANTAGE_FNS = {
+    **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("on_policy_distill", "jsd", "gigpo")},
+    "clipb": "Clip_B filters tokens by the rollout policy's per-token entropy, which rft's old log-prob pass does "
+             "not compute",
+    "clipv": "Clip_V filters tokens by the rollout policy's per-token entropy and its 'necs' statistic, which "
+             "rft's old log-prob pass does not compute",
 }
 # Trinity-RFT's mix_chord policy-loss arguments (its defaults: no warm-up or decay, peak = valley = 0.1, phi on)
 CHORD_ARGS = {"mu_peak": "algorithm.mix.mu", "mu_valley": "algorithm.mix.mu_valley",
@@ -80,12 +119,80 @@ MIX_NORMALISERS = ("the sizes Trinity-RFT's mix loss is told to rebuild its norm
                    "itself (the global normalisers)")
 SAMPLE_STRATEGIES = ("default", "warmup")  # warmup: Trinity-RFT's deprecated alias of default
 MESSAGES_KEY = "message"  # Trinity-RFT's FormatConfig.messages_key default (rft's SFT default is "messages")
-ADVANTAGE_FNS = {"ppo": "gae", "grpo": "grpo", "opmd": "opmd", "reinforce_plus_plus": "reinforce_plus_plus",
-                 "remax": "remax", "rloo": "rloo", "asymre": "asymre",
-                 # Trinity-RFT's earlier mix advantage: GRPO on the experiences, 0 on the expert rows (rft's
-                 # advantages are always computed before the expert rows join the batch)
-                 "mix": "grpo"}
-POLICY_LOSS_FNS = {"ppo": "vanilla", "opmd": "opmd", "gspo": "gspo"}
+def _number(value: Any) -> Any:
+    """A number Trinity's YAML may give as a string ('1e-6': YAML 1.1 reads no exponent without a dot as a float),
+    as a float; anything else as it is."""
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+# Trinity-RFT's advantage_fn -> (rft's adv_estimator, {its advantage_fn_args: rft's key, or a function (value,
+# out) -> a refusal reason or None}); Trinity's epsilon is rft's algorithm key of the same name only at 1e-6
+_EPS = {"epsilon": lambda v, out: None if _number(v) == 1e-6 else "rft's group std epsilon is 1e-6; remove it"}
+_GRPO_ARGS = {**_EPS, "std_threshold": "algorithm.std_threshold", "std_cal_level": "algorithm.std_cal_level"}
+ADVANTAGE_FNS = {
+    "ppo": ("gae", {"gamma": "algorithm.gamma", "lam": "algorithm.lam"}),
+    "grpo": ("grpo", {**_GRPO_ARGS,
+                      "duplicate_experiences": lambda v, out: None if not v else (
+                          "rft leaves the groups under std_threshold out of the loss; it copies no other group in "
+                          "their place"),
+                      "rank_penalty": lambda v, out: None if v is None else (
+                          "rft has no rank-based reward correction (arXiv:2506.02355)")}),
+    "grpo_verl": ("grpo", _EPS),
+    # one rft experience is one episode (its workflows' multi-turn conversations), so the last step is the only
+    # step and enable_step_norm divides by 1
+    "step_wise_grpo": ("grpo", {**_GRPO_ARGS, "enable_step_norm": lambda v, out: None}),
+    "reinforceplusplus": ("reinforce_plus_plus", {"gamma": "algorithm.gamma"}),
+    "reinforce": ("reinforce", {}),
+    "remax": ("remax", {}),
+    "rloo": ("rloo", {}),
+    **{name: ("opmd", {"opmd_baseline": "algorithm.opmd_baseline", "tau": "algorithm.tau"})
+       for name in ("opmd", "opmd_verl")},
+    **{name: ("asymre", {"baseline_shift": "algorithm.baseline_shift"}) for name in ("asymre", "asymre_verl")},
+    "rec": ("rec", {**_EPS, "std_normalize": "algorithm.norm_adv_by_std_in_grpo",
+                    "drop": lambda v, out: None if v is None else (
+                        "REC's balance drop discards negative experiences at random; rft has no such drop")}),
+    # Trinity-RFT's earlier mix advantage: GRPO on the experiences, 0 on the expert rows (rft's advantages are
+    # always computed before the expert rows join the batch)
+    "mix": ("grpo", _EPS),
+}
+# Trinity's advantage_fn_args rft must set where Trinity's default differs from rft's (rec: std_normalize false)
+ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}}
+_CLIP = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
+         "clip_range_high": f"{A}.clip_ratio_high", "loss_agg_mode": f"{A}.loss_agg_mode"}
+_AGG = {"loss_agg_mode": f"{A}.loss_agg_mode"}
+# Trinity-RFT's policy_loss_fn -> (rft's loss_mode, {its policy_loss_fn_args: rft's key, a list of keys, or a
+# function (value, out) -> a refusal reason or None}, Trinity's default_args where they differ from rft's defaults)
+POLICY_LOSS_FNS = {
+    "ppo": ("vanilla", {**_CLIP, "clip_ratio_c": f"{A}.clip_ratio_c",
+                        **{k: (lambda v, out, k=k: None if not v else f"={v!r}: rft's ppo loss has no {k}")
+                           for k in ("enable_sequence_masking", "fallback_to_policy_gradient")},
+                        "delta_sequence_masking": lambda v, out: None}, {}),
+    "opmd": ("opmd", {"tau": f"{A}.policy_loss.tau", **_AGG}, {}),
+    # GSPO's defaults after verl's discussion (its PR 2775): a sequence ratio near 1, so a narrow clip
+    "gspo": ("gspo", _CLIP, {"clip_range_low": 0.0003, "clip_range_high": 0.0004,
+                             "loss_agg_mode": "seq-mean-token-mean"}),
+    # MiniMax-M1 bounds only the IS weight's top: clip_range_low 1.0 leaves the bottom open
+    "cispo": ("cispo", {**_CLIP, "enable_mask_clip": lambda v, out: None if not v else (
+                  "rft's cispo is the paper's loss, every token weighted, none masked"),
+                        "mask_clip_range_low": lambda v, out: None, "mask_clip_range_high": lambda v, out: None},
+              {"clip_range_low": 1.0, "clip_range_high": 0.28}),
+    "sapo": ("sapo", {"tau_pos": f"{A}.tau_pos", "tau_neg": f"{A}.tau_neg",
+                      "loss_agg_mode": lambda v, out: None if v == "seq-mean-token-mean" else (
+                          f"={v!r}: rft's sapo aggregates as the paper and verl do (seq-mean-token-mean); remove it")},
+             {}),
+    "topr": ("topr", {"advantage_threshold": f"{A}.policy_loss.topr_advantage_threshold", **_AGG}, {}),
+    "sppo": ("sppo", {"epsilon": [f"{A}.clip_ratio_low", f"{A}.clip_ratio_high"], **_AGG}, {"epsilon": 0.3}),
+    "rec": ("rec", {"epsilon_low": f"{A}.clip_ratio_low", "epsilon_high": f"{A}.clip_ratio_high",
+                    "epsilon_low_prime": f"{A}.policy_loss.rec.clip_ratio_low_prime",
+                    "epsilon_high_prime": f"{A}.policy_loss.rec.clip_ratio_high_prime",
+                    **{k: f"{A}.policy_loss.rec.{k}" for k in ("clip_mode", "weight", "regularizer",
+                                                               "regularizer_coef", "temp")}}, {}),
+    "importance_sampling": ("importance_sampling", _AGG, {}),
+    "sft": ("sft", _AGG, {}),
+}
 KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 # Trinity-RFT's experience-buffer keys, which are rft's experience_buffer section (same names)
 EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
@@ -95,9 +202,6 @@ FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key"
 # explorer keys that are rft's workflow keys (same names)
 PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
 WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars", "auxiliary_models")
-A = "actor_rollout_ref.actor"
-R = "actor_rollout_ref.rollout"
-M = "actor_rollout_ref.model"
 STORAGE_TYPES = ("file", "sql", "queue")  # a taskset's storage_type (Trinity-RFT's StorageType)
 SAVE_STRATEGIES = ("single_thread", "single_process", "single_node", "unrestricted")
 
@@ -327,12 +431,33 @@ def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
     return str(p)
 
 
+def _fn_args(t: _Translation, out: dict, where: str, args: dict, table: dict, what: str) -> None:
+    """A Trinity function's arguments onto rft's keys by `table` (an arg -> a key, a list of keys, or a function
+    of (value, out) answering a refusal reason or None: honoured as it is); an argument the table lacks is refused,
+    naming the arguments rft's `what` (the function) takes."""
+    for key, value in args.items():
+        target = table.get(key)
+        if target is None:
+            t.refuse(f"{where}.{key}", _not_an_argument(what, table))
+        elif callable(target):
+            reason = target(value, out)
+            if reason is not None:
+                t.refuse(f"{where}.{key}", reason if reason.startswith("=") else f"={value!r}: {reason}")
+        else:
+            for rft_key in [target] if isinstance(target, str) else target:
+                _set(out, rft_key, value, f"{where}.{key}")
+
+
 def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     """The RL algorithm keys; returns the algorithm type."""
     algo = _section(algo, "algorithm")
     kind = algo.pop("algorithm_type", "ppo")
+    if kind in REFUSED_ALGORITHMS:
+        t.refuse("algorithm.algorithm_type", f"={kind!r}: {REFUSED_ALGORITHMS[kind]}")
+        return kind
     if kind not in ALGORITHMS:
-        t.refuse("algorithm.algorithm_type", not_one_of(kind, ALGORITHMS, f"rft runs {sorted(ALGORITHMS)}"))
+        t.refuse("algorithm.algorithm_type", not_one_of(kind, [*ALGORITHMS, *REFUSED_ALGORITHMS],
+                                                        f"rft runs {sorted(ALGORITHMS)}"))
         return kind
     a = {**ALGORITHMS[kind], **{k: v for k, v in algo.items() if v is not None}}
     algo = {k: v for k, v in algo.items() if k not in ALGORITHMS[kind]}  # the taken keys
@@ -340,9 +465,19 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         return kind
     if "repeat_times" in a:
         _set(out, f"{R}.n", a["repeat_times"], "algorithm.repeat_times")
-    adv = a["advantage_fn"]
-    if adv not in ADVANTAGE_FNS:
-        t.refuse("algorithm.advantage_fn", not_one_of(adv, ADVANTAGE_FNS, f"rft has {sorted(ADVANTAGE_FNS)}"))
+    adv = a.get("advantage_fn")
+    if kind == "raft":  # the SFT loss reads no advantage: rft picks the rows to learn by reward rank
+        if adv is not None:
+            t.refuse("algorithm.advantage_fn", f"={adv!r}: raft's SFT loss reads no advantage (rft keeps each "
+                                               "prompt's best responses); remove it")
+        _set(out, "algorithm.adv_estimator", "raft")
+        if a.get("advantage_fn_args"):
+            t.refuse("algorithm.advantage_fn_args", "raft reads no advantage; remove them")
+    elif adv in REFUSED_ADVANTAGE_FNS:
+        t.refuse("algorithm.advantage_fn", f"={adv!r}: {REFUSED_ADVANTAGE_FNS[adv]}")
+    elif adv not in ADVANTAGE_FNS:
+        t.refuse("algorithm.advantage_fn", not_one_of(adv, [*ADVANTAGE_FNS, *REFUSED_ADVANTAGE_FNS],
+                                                      f"rft has {sorted(ADVANTAGE_FNS)}"))
     else:
         if adv == "ppo" and kind != "ppo":
             # Trinity's algorithm type decides whether a critic is trained (use_critic: ppo's alone), and its ppo
@@ -352,17 +487,10 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
                 "rft: note: algorithm.advantage_fn='ppo' (GAE) with algorithm_type %s: GAE reads a critic's values, "
                 "so rft trains a critic (the critic.* keys; Trinity-RFT's %s trains none); remove advantage_fn for "
                 "%s's own (%s), or set algorithm_type: ppo", kind, kind, kind, ALGORITHMS[kind]["advantage_fn"])
-        _set(out, "algorithm.adv_estimator", ADVANTAGE_FNS[adv])
-    for key, value in (a.get("advantage_fn_args") or {}).items():
-        target = {"gamma": "algorithm.gamma", "lam": "algorithm.lam", "opmd_baseline": "algorithm.opmd_baseline",
-                  "tau": "algorithm.tau", "baseline_shift": "algorithm.baseline_shift"}.get(key)
-        if key == "epsilon" and value == 1e-6:  # grpo's std epsilon, rft's too
-            continue
-        if target is None:
-            t.refuse(f"algorithm.advantage_fn_args.{key}", _not_an_argument(f"{adv} advantage", {
-                "gamma", "lam", "opmd_baseline", "tau", "baseline_shift", "epsilon"}))
-        else:
-            _set(out, target, value)
+        estimator, table = ADVANTAGE_FNS[adv]
+        _set(out, "algorithm.adv_estimator", estimator)
+        args = {**ADVANTAGE_DEFAULTS.get(adv, {}), **(a.get("advantage_fn_args") or {})}
+        _fn_args(t, out, "algorithm.advantage_fn_args", args, table, f"{adv} advantage")
     loss = a["policy_loss_fn"]
     # Trinity's mix: its PPO loss on the experiences, mu times the SFT loss on expert rows; mix_chord: CHORD's
     chord = loss == "mix_chord"
@@ -370,35 +498,23 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     if loss not in POLICY_LOSS_FNS and not mix:
         losses = sorted([*POLICY_LOSS_FNS, "mix", "mix_chord"])
         t.refuse("algorithm.policy_loss_fn", not_one_of(loss, losses, f"rft has {losses}"))
-    else:
-        _set(out, f"{A}.policy_loss.loss_mode", POLICY_LOSS_FNS.get(loss, "vanilla"))
-        if mix:
-            _set(out, "algorithm.mix.enable", True)
+    elif mix:
+        _set(out, f"{A}.policy_loss.loss_mode", "vanilla")
+        _set(out, "algorithm.mix.enable", True)
         if chord:  # Trinity's defaults, which its arguments below override
             for key, value in (("mu", 0.1), ("mu_valley", 0.1), ("sft_token_weight", "phi")):
                 _set(out, f"algorithm.mix.{key}", value)
-        if loss == "gspo":  # Trinity's gspo aggregates per sequence unless told otherwise (rft's, like verl's, by
-            _set(out, f"{A}.loss_agg_mode", "seq-mean-token-mean")  # loss_agg_mode, default token-mean)
-    for key, value in (a.get("policy_loss_fn_args") or {}).items():
-        target = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
-                  "clip_range_high": f"{A}.clip_ratio_high", "tau": f"{A}.policy_loss.tau",
-                  "loss_agg_mode": f"{A}.loss_agg_mode", **(CHORD_ARGS if chord else {"mu": "algorithm.mix.mu"}
-                                                             if mix else {})}.get(key)
-        if chord and key == "enable_phi_function":
-            _set(out, "algorithm.mix.sft_token_weight", "phi" if value else "none")
-        elif mix and key == "use_token_level_loss_in_sft":
-            _set(out, "algorithm.mix.sft_loss_agg_mode", "token-mean" if value else "seq-mean-token-mean")
-        elif mix and key in MIX_NORMALISER_ARGS:
-            t.note(f"algorithm.policy_loss_fn_args.{key}", value, MIX_NORMALISERS)
-        elif mix and key in ("sft_loss_agg_mode", "grpo_loss_agg_mode"):  # Trinity's newer mix loss's arguments
-            _set(out, "algorithm.mix.sft_loss_agg_mode" if key.startswith("sft") else f"{A}.loss_agg_mode", value)
-        elif target is None:
-            t.refuse(f"algorithm.policy_loss_fn_args.{key}", _not_an_argument(f"{loss} policy loss", {
-                "clip_range", "clip_range_low", "clip_range_high", "tau", "loss_agg_mode",
-                *((*CHORD_ARGS, "enable_phi_function", "use_token_level_loss_in_sft") if chord else
-                  ("mu", "use_token_level_loss_in_sft") if mix else ())}))
-        else:
-            _set(out, target, value)
+        _mix_loss_args(t, a.get("policy_loss_fn_args") or {}, out, chord)
+    else:
+        mode, table, defaults = POLICY_LOSS_FNS[loss]
+        _set(out, f"{A}.policy_loss.loss_mode", mode)
+        args = a.get("policy_loss_fn_args") or {}
+        if loss == "rec":  # Trinity's rec takes the token mean, and the sequences' mean for gspo-one-side
+            _set(out, f"{A}.loss_agg_mode",
+                 "seq-mean-token-mean" if args.get("clip_mode") == "gspo-one-side" else "token-mean")
+        elif loss == "sapo":  # the paper's (and rft's) aggregation; Trinity's default is the token mean
+            _set(out, f"{A}.loss_agg_mode", "seq-mean-token-mean")
+        _fn_args(t, out, "algorithm.policy_loss_fn_args", {**defaults, **args}, table, f"{loss} policy loss")
     # a Trinity KL function is a name ("none" or an estimator) plus {kl_coef}: as a loss or in the reward
     for fn, switch, estimator, coef in (("kl_loss_fn", f"{A}.use_kl_loss", f"{A}.kl_loss_type", f"{A}.kl_loss_coef"),
                                         ("kl_penalty_fn", "algorithm.use_kl_in_reward", "algorithm.kl_penalty",
@@ -438,6 +554,30 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
     t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm")
     return kind
+
+
+def _mix_loss_args(t: _Translation, args: dict, out: dict, chord: bool) -> None:
+    """The mix / mix_chord policy_loss_fn_args: PPO's clip, mu (CHORD's schedule), the SFT loss's aggregation."""
+    for key, value in args.items():
+        target = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
+                  "clip_range_high": f"{A}.clip_ratio_high", "loss_agg_mode": f"{A}.loss_agg_mode",
+                  **(CHORD_ARGS if chord else {"mu": "algorithm.mix.mu"})}.get(key)
+        if chord and key == "enable_phi_function":
+            _set(out, "algorithm.mix.sft_token_weight", "phi" if value else "none")
+        elif key == "use_token_level_loss_in_sft":
+            _set(out, "algorithm.mix.sft_loss_agg_mode", "token-mean" if value else "seq-mean-token-mean")
+        elif key in MIX_NORMALISER_ARGS:
+            t.note(f"algorithm.policy_loss_fn_args.{key}", value, MIX_NORMALISERS)
+        elif key in ("sft_loss_agg_mode", "grpo_loss_agg_mode"):  # Trinity's newer mix loss's arguments
+            _set(out, "algorithm.mix.sft_loss_agg_mode" if key.startswith("sft") else f"{A}.loss_agg_mode", value)
+        elif target is None:
+            t.refuse(f"algorithm.policy_loss_fn_args.{key}", _not_an_argument(
+                "mix_chord policy loss" if chord else "mix policy loss",
+                {"clip_range", "clip_range_low", "clip_range_high", "loss_agg_mode", "use_token_level_loss_in_sft",
+                 "sft_loss_agg_mode", "grpo_loss_agg_mode", *MIX_NORMALISER_ARGS,
+                 *((*CHORD_ARGS, "enable_phi_function") if chord else ("mu",))}))
+        else:
+            _set(out, target, value)
 
 
 OPTIMIZER_KEYS = {"lr": "lr", "lr_warmup_steps": "lr_warmup_steps", "lr_warmup_steps_ratio": "lr_warmup_steps_ratio",

@@ -354,12 +354,18 @@ class RLTrainer:
             baseline_shift=algo.baseline_shift, reward_components=opt(batch.reward_components),
             gdpo_reward_weights=algo.gdpo_reward_weights, old_logprobs=opt(batch.old_logprobs),
             sum_pi_squared=opt(batch.sum_pi_squared), rollout_is_weights=opt(batch.rollout_is_weights),
+            std_threshold=algo.std_threshold, std_cal_level=algo.std_cal_level,
         ))
-        batch.advantages, batch.returns = out.advantages, out.returns
+        batch.advantages, batch.returns, kept = out.advantages, out.returns, out.loss_mask
         if order is not None:  # this rank's rows, back from the one-process order
             lo = sum(self.dist.gather_sizes(len(batch))[: self.dist.rank])
             mine = order.argsort()[lo:lo + len(batch)]
             batch.advantages, batch.returns = out.advantages[mine], out.returns[mine]
+            kept = kept[mine] if kept is not None else None
+        if kept is not None:  # the rows the estimator leaves out (raft, std_threshold) carry no loss
+            tokens = batch.loss_mask if batch.loss_mask is not None else batch.response_mask
+            batch.loss_mask = tokens * kept.to(tokens.device, tokens.dtype).unsqueeze(-1)
+            metrics["critic/kept_rows"] = float(out.loss_mask.float().mean())
         mask = response_mask.float()
         valid = mask.bool()
         metrics.update(_stats("critic/rewards", (token_rewards * mask).sum(-1)))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from rft.algorithms import (
     LOGIT_CHUNK_TOKENS,
     AggNorm,
     PolicyLossInputs,
+    RecOptions,
     agg_loss,
     compute_policy_loss,
     entropy_from_logits,
@@ -404,6 +405,9 @@ class UpdateSettings:
     opmd_tau: float = 1.0  # opmd
     loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
     dro_beta: float | None = None  # dro
+    topr_advantage_threshold: float = 0.0  # topr
+    topr_ratio_level: str = "token"  # topr
+    rec: RecOptions = RecOptions()  # rec
     # bypass_mode (algorithm.rollout_correction.*)
     rollout_is: str | None = None
     rollout_is_threshold: str | float = 2.0
@@ -440,7 +444,10 @@ class UpdateSettings:
             tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
             clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub, kl_cov_ratio=pl.kl_cov_ratio,
             ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau, loss_scale_factor=actor.loss_scale_factor,
-            dro_beta=pl.dro_beta, rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
+            dro_beta=pl.dro_beta, topr_advantage_threshold=pl.topr_advantage_threshold,
+            topr_ratio_level=pl.topr_ratio_level,
+            rec=RecOptions(**{f.name: getattr(pl.rec, f.name) for f in fields(RecOptions)}),  # each key read here
+            rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
             rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
             rollout_rs_threshold=rc.rollout_rs_threshold, bypass_loss_type=rc.loss_type,
             bad_update_limit=cfg.trainer.bad_update_limit,
@@ -498,7 +505,9 @@ class PolicyWorker(MiniBatchWorker):
             loss_agg_mode=s.loss_agg_mode, agg_norm=norm, tau_pos=s.tau_pos, tau_neg=s.tau_neg,
             clip_cov_ratio=s.clip_cov_ratio, clip_cov_lb=s.clip_cov_lb, clip_cov_ub=s.clip_cov_ub,
             kl_cov_ratio=s.kl_cov_ratio, ppo_kl_coef=s.ppo_kl_coef, opmd_tau=s.opmd_tau, selection_seed=seed,
-            dro_beta=s.dro_beta, rollout_is_weights=weights.to(device) if weights is not None else None,
+            dro_beta=s.dro_beta, topr_advantage_threshold=s.topr_advantage_threshold,
+            topr_ratio_level=s.topr_ratio_level, rec=s.rec,
+            rollout_is_weights=weights.to(device) if weights is not None else None,
             rollout_is=s.rollout_is, rollout_is_threshold=s.rollout_is_threshold,
             rollout_is_batch_normalize=s.rollout_is_batch_normalize, rollout_rs=s.rollout_rs,
             rollout_rs_threshold=s.rollout_rs_threshold, bypass_loss_type=s.bypass_loss_type,
