@@ -659,7 +659,7 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path, monkeypatch):
     assert changed.returncode == 2 and changed.stderr.splitlines() == [
         f"rft: error: resuming {out} from global_step_2 with changed keys algorithm.repeat_times (2 -> 4): a resumed "
         "run continues the checkpoint's training; restore them, or start a new run in another checkpoint_root_dir / "
-        "project / name (or trainer.trainer_config.trainer.resume_mode=disable)"], changed.stderr
+        "project / group / name (or trainer.trainer_config.trainer.resume_mode=disable)"], changed.stderr
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ from rft.dialects.trinity_reasons import accepted_at, no_effect, refusal_reason
 MARKERS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace", "model",
            "cluster", "buffer", "explorer", "monitor", "service", "data_processor", "log")
 # sections a Trinity config may have beside them (synchronizer is also a section of rft's own keys, same names)
-SECTIONS = (*MARKERS, "synchronizer", "algorithm", "trainer", "stages")
+SECTIONS = (*MARKERS, "synchronizer", "algorithm", "trainer", "stages", "group")
 
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -235,7 +235,7 @@ SFT_DEFAULT_ONLY = (f"{A}.optim.lr_warmup_steps", f"{A}.optim.num_cycles", f"{A}
                     f"{M}.enable_activation_offload", f"{M}.use_shm")
 
 
-_SCALARS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace")
+_SCALARS = ("project", "group", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace")
 
 
 def is_trinity(raw: Any) -> bool:
@@ -299,7 +299,9 @@ class _Translation:
         self.said_as: dict[str, str] = {}  # rft key -> the Trinity key that set it (`_set`'s source)
 
     def refuse(self, key: str, reason: str) -> None:
-        self.refusals.append((key if key.startswith("stages[") else self.prefix + key, reason))
+        refusal = (key if key.startswith("stages[") else self.prefix + key, reason)
+        if refusal not in self.refusals:  # a default several tasksets inherit: said once
+            self.refusals.append(refusal)
 
     def note(self, key: str, value: Any, why: str) -> None:
         """`key`=`value` is accepted and changes nothing here, because `why` (said once, by the real translation)."""
@@ -401,8 +403,9 @@ def _typed(t: _Translation, tree: dict, where: str = "") -> dict:
     return tree
 
 
-FOLDER_KEYS = "checkpoint_root_dir / project / name"
-"""trainer.default_local_dir as a Trinity YAML sets it: <checkpoint_root_dir>/<project>/<name>."""
+FOLDER_KEYS = "checkpoint_root_dir / project / group / name"
+"""trainer.default_local_dir as a Trinity YAML sets it: <checkpoint_root_dir>/<project>/<group>/<name> (group
+empty by default: <checkpoint_root_dir>/<project>/<name>)."""
 
 
 
@@ -411,13 +414,17 @@ def _not_an_argument(what: str, takes: Iterable[str]) -> str:
     return f"not an argument rft's {what} takes (it takes {', '.join(sorted(takes))}); remove it"
 
 
-def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
+def _files(t: _Translation, where: str, path: str | None, split: str, subset: str | None = None) -> Any:
     """A taskset's data files: a jsonl/parquet file, or a folder with {split}.jsonl / {split}.parquet / split
-    files in the Hugging Face layout."""
+    files in the Hugging Face layout. `subset` (Trinity-RFT's subset_name, the `name` it gives
+    datasets.load_dataset) is the folder of that name in a dataset of several subsets (the Hub's layout: gsm8k's
+    main/train-*.parquet); a folder without one holds a single subset, read as it is."""
     if not path:
         t.refuse(f"{where}.path", "is required (a jsonl/parquet file or a folder holding the split)")
         return None
     p = Path(path).expanduser()
+    if subset and (p / subset).is_dir():
+        p = p / subset
     if p.is_dir():
         for pattern in (f"{split}.jsonl", f"{split}.parquet", f"{split}-*.parquet", f"data/{split}-*.parquet",
                         f"data/{split}.jsonl", f"data/{split}.parquet", f"{split}/*.parquet", f"{split}/*.jsonl"):
@@ -749,7 +756,7 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
 
 
 def _model_settings(t: _Translation, model: dict, out: dict, sft: bool) -> None:
-    """model's other keys: remote code, the chat template and its arguments (enable_thinking), the sampling
+    """model's other keys: remote code, the chat template (its enable_thinking argument refused), the sampling
     defaults of the tasksets, LoRA, the RoPE overrides, and the Tinker / external-model backends when off."""
     policy = "model" if sft else M
     if "trust_remote_code" in model:  # Trinity's trainer and engines load the model with it; the tokenizer too
@@ -768,10 +775,8 @@ def _model_settings(t: _Translation, model: dict, out: dict, sft: bool) -> None:
     if template is not None:
         _set(out, "data.chat_template", template, "model.chat_template_path" if template_path else
              "model.custom_chat_template")
-    if model.get("enable_thinking") is not None:  # an argument of the chat template (Qwen3's), as Trinity passes it
-        _set(out, "data.apply_chat_template_kwargs.enable_thinking", model.pop("enable_thinking"),
-             "model.enable_thinking")
-    model.pop("enable_thinking", None)
+    if model.get("enable_thinking") is None:  # null, Trinity's default: the template's own; else refused
+        model.pop("enable_thinking", None)
     for key in ("temperature", "top_p", "top_k", "logprobs"):  # the tasksets' rollout_args where they set none
         if key in model:
             out.setdefault("_trinity", {}).setdefault("sampling", {})[key] = (model.pop(key), f"model.{key}")
@@ -901,6 +906,8 @@ def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: di
             _set_shared(t, out, f"{prefix}.{key}", args.pop(key), f"{where}.rollout_args.{key}")
     if eval_set and "temperature" in (ts.get("rollout_args") or {}):
         _set(out, f"{prefix}.do_sample", ts["rollout_args"]["temperature"] > 0)
+    if args.get("logprobs", 0) in (0, None):  # the sampled token's log-prob alone: what rft's engines return
+        args.pop("logprobs", None)
     t.rest(args, f"{where}.rollout_args")
 
 
@@ -942,7 +949,7 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
         elif split is not None and path and not Path(path).expanduser().is_dir() and Path(path).stem != split:
             t.refuse(f"{where}.split", f"={split!r}, but path={path!r} is a file, not a folder holding splits: "
                                        "remove split or give the folder")
-        files = _files(t, where, path, split or ("test" if eval_set else "train"))
+        files = _files(t, where, path, split or ("test" if eval_set else "train"), ts.pop("subset_name", None))
         if storage != "file" and eval_set:
             t.refuse(f"{where}.storage_type", not_one_of(storage, ("file",), "rft reads eval tasksets from files "
                                                                             "(jsonl / parquet)"))
@@ -965,7 +972,8 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
         _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
-    _workflow_keys(t, ts, where, out, defaults)
+    _data_selector(t, ts, where, out, eval_set)
+    _workflow_keys(t, ts, where, out, defaults, eval_set)
     t.rest(ts, where)
     return files
 
@@ -980,25 +988,96 @@ def _workflow_defaults(b: dict, explorer_input: dict) -> dict[str, tuple[Any, st
     explorer_input's win."""
     defaults = {}
     for section, where in ((b, "buffer"), (explorer_input, "buffer.explorer_input")):
-        for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
-            value = section.pop(key, None)
+        for key in (*WORKFLOW_DEFAULTS, "system_prompt", "default_eval_workflow_type"):
+            value = section.pop(key, None) if key != "default_eval_workflow_type" or section is explorer_input \
+                else None
             if value is not None:
                 defaults[key] = (value, f"{where}.{key}")
     return defaults
 
 
-def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict) -> None:
+SELECTORS = {
+    "random": "draws each step's tasks at random, with replacement from step to step; rft's data.shuffle deals "
+              "every task once per epoch (selector_type shuffle)",
+    "offline_easy2hard": "orders the tasks by difficulty features; rft reads them in the file's order "
+                         "(sequential) or shuffled (shuffle): sort the file",
+    "difficulty_based": "picks tasks by their estimated pass rates, updated from the rewards of each step (BOTS); "
+                        "rft reads the tasks in the file's order (sequential) or shuffled (shuffle)",
+}
+"""Trinity-RFT's data selectors other than sequential and shuffle, and why rft refuses each."""
+
+
+def _data_selector(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> None:
+    """A taskset's data_selector (task_selector, its earlier name): Trinity-RFT's default, sequential, reads the
+    tasks in the file's order, so the training tasks are not shuffled (rft's data.shuffle false) unless it says
+    shuffle (with its seed, 42 by default). An eval taskset reads every task, in any order the same metrics."""
+    key = "data_selector" if "data_selector" in ts else "task_selector"
+    selector = _section(ts.pop(key, None), f"{where}.{key}")
+    ts.pop("task_selector", None)
+    kind = selector.pop("selector_type", None) or "sequential"
+    if kind not in ("sequential", "shuffle"):
+        t.refuse(f"{where}.{key}.selector_type", not_one_of(kind, ("sequential", "shuffle", *SELECTORS),
+                                                            SELECTORS.get(kind, "rft has sequential and shuffle")))
+        return
+    seed = selector.pop("seed", 42)
+    for name in ("feature_keys", "kwargs"):  # the estimators' settings, read by the other selectors only
+        if selector.pop(name, None):
+            t.refuse(f"{where}.{key}.{name}", f"read by the selectors that estimate difficulty only, not by {kind}")
+    t.rest(selector, f"{where}.{key}")
+    if not eval_set:
+        _set(out, "_trinity.shuffle", (kind == "shuffle", seed, f"{where}.{key}.selector_type"))
+
+
+def _task_order(out: dict) -> None:
+    """data.shuffle / data.seed as the training taskset's data selector says (`_data_selector`), where
+    trainer_config sets no data.shuffle of its own."""
+    shuffle, seed, source = out.get("_trinity", {}).pop("shuffle", (False, 42, None))
+    if _get(out, "data.shuffle") is _MISSING:
+        _set(out, "data.shuffle", shuffle, source)
+        if shuffle and _get(out, "data.seed") is _MISSING:
+            _set(out, "data.seed", seed, source)
+
+
+ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environment, its package and what it needs)
+    ("alfworld", "ALFWorld's text households", "alfworld", "with its game files (alfworld-download) and TextWorld"),
+    ("sciworld", "ScienceWorld's simulated science tasks", "scienceworld", "whose simulator runs on a Java runtime"),
+    ("webshop", "WebShop's simulated shop", "webshop", "with its shop server and its product catalogue"),
+    ("frozen_lake", "the FrozenLake grid", "gymnasium", "(gymnasium's toy_text FrozenLake)"),
+    ("agentscope", "an AgentScope agent", "agentscope", "(the agent drives the model through AgentScope's own "
+                                                        "model and tool APIs)"),
+    ("email_search", "an AgentScope agent searching a mailbox", "agentscope", "with the Enron mail database"),
+)
+
+
+def environment_workflow(name: Any) -> str | None:
+    """Why rft refuses Trinity-RFT's workflow type `name` where it steps an environment (`ENVIRONMENTS`): the
+    environment and the package it needs; None for another workflow type (rft's own check names those)."""
+    for part, what, package, needs in ENVIRONMENTS if isinstance(name, str) else ():
+        if part in name.lower():
+            return (f"Trinity-RFT's workflow that runs {what}: it needs the {package} package {needs}, and rft has "
+                    "no workflow of that environment (rft's: simple_workflow, math_workflow, tool_call_workflow, or "
+                    "one of your own, docs/workflows.md)")
+    return None
+
+
+def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
     """default_workflow_type, default_reward_fn_type (the taskset's own, else the buffer's default) and
     workflow_args of a taskset: one value per run (rft has one workflow and one reward function for its tasks
-    and its validation), so tasksets that end up with different ones are refused."""
+    and its validation), so tasksets that end up with different ones are refused. An eval taskset without its own
+    workflow takes buffer.explorer_input.default_eval_workflow_type where it is set, as in Trinity-RFT."""
     for key, target in WORKFLOW_DEFAULTS.items():
         own = ts.pop(key, None)
         if own is not None:
             value, source = own, f"{where}.{key}"
         else:
-            value, default_where = defaults.get(key, (None, ""))
+            inherit = "default_eval_workflow_type" if eval_set and key == "default_workflow_type" and \
+                "default_eval_workflow_type" in defaults else key
+            value, default_where = defaults.get(inherit, (None, ""))
             source = f"{where}.{key} (inherited from {default_where})"
-        if value is not None:
+        if key == "default_workflow_type" and environment_workflow(value):
+            t.refuse(source.split(" ")[0] if own is not None else default_where,
+                     f"={value!r}: {environment_workflow(value)}")
+        elif value is not None:
             _set_shared(t, out, target, value, source)
     for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
         if ts.get(key) is not None:
@@ -1078,6 +1157,7 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
             _set(out, "data.val_data_sources", val_names)
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
+        _replay_buffer(t, exp, out)
         for key in EXPERIENCE_BUFFER_KEYS:
             if key in exp:
                 _set(out, f"experience_buffer.{key}", exp.pop(key))
@@ -1087,7 +1167,8 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         _preference_buffer(t, trainer_input, out)
     else:
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
-        files = _files(t, "buffer.trainer_input.experience_buffer", exp.pop("path", None), exp.pop("split", "train"))
+        files = _files(t, "buffer.trainer_input.experience_buffer", exp.pop("path", None), exp.pop("split", "train"),
+                       exp.pop("subset_name", None))
         if files:
             _set(out, "data.train_files", files)
         exp.pop("name", None)
@@ -1126,6 +1207,32 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
             if b.pop(key, None) is not None:
                 t.rl_only.append(f"buffer.{key}")
     t.rest(b, "buffer")
+
+
+def _replay_buffer(t: _Translation, exp: dict, out: dict) -> None:
+    """experience_buffer.replay_buffer, Trinity-RFT's prioritised replay of a queue buffer, is rft's priority queue:
+    enable -> experience_buffer.use_priority_queue, its linear_decay priority (model_version - decay x times read)
+    -> priority_decay, reuse_cooldown_time (null: each experience read once) as it is. Off, Trinity-RFT reads
+    none of its other keys, nor does rft."""
+    where = "buffer.trainer_input.experience_buffer.replay_buffer"
+    replay = _section(exp.pop("replay_buffer", None), where)
+    if not replay.pop("enable", False):
+        return
+    _set(out, "experience_buffer.use_priority_queue", True, f"{where}.enable")
+    fn = replay.pop("priority_fn", "linear_decay")
+    args = _section(replay.pop("priority_fn_args", None), f"{where}.priority_fn_args")
+    if fn != "linear_decay":
+        t.refuse(f"{where}.priority_fn", not_one_of(fn, ("linear_decay",), "rft's priority queue ranks by "
+                                                    "linear_decay only (model_version - decay x times read)"))
+    else:
+        _set(out, "experience_buffer.priority_decay", args.pop("decay", 2.0), f"{where}.priority_fn_args.decay")
+        for key in args:
+            t.refuse(f"{where}.priority_fn_args.{key}", _not_an_argument("linear_decay priority", {"decay"}))
+    if replay.get("reuse_cooldown_time") is not None:
+        _set(out, "experience_buffer.reuse_cooldown_time", replay.pop("reuse_cooldown_time"),
+             f"{where}.reuse_cooldown_time")
+    replay.pop("reuse_cooldown_time", None)
+    t.rest(replay, where)
 
 
 def _plugin_dirs(t: _Translation, out: dict) -> None:
@@ -1176,7 +1283,8 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
         if storage != "file":
             t.refuse(f"{where}.{name}.storage_type", not_one_of(storage, ("file",), "rft reads the expert rows from "
                                                                                   "files (jsonl / parquet)"))
-        files = _files(t, f"{where}.{name}", buf.pop("path", None), buf.pop("split", "train"))
+        files = _files(t, f"{where}.{name}", buf.pop("path", None), buf.pop("split", "train"),
+                       buf.pop("subset_name", None))
         if files:
             _set(out, "data.expert.files", files)
         fmt = _section(buf.pop("format", None), f"{where}.{name}.format")
@@ -1198,7 +1306,7 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
     """algorithm_type dpo: the experience buffer holds the preference pairs (rft dpo's data section)."""
     where = "buffer.trainer_input.experience_buffer"
     exp = _section(trainer_input.pop("experience_buffer", None), where)
-    files = _files(t, where, exp.pop("path", None), exp.pop("split", "train"))
+    files = _files(t, where, exp.pop("path", None), exp.pop("split", "train"), exp.pop("subset_name", None))
     if files:
         _set(out, "data.train_files", files)
     exp.pop("name", None)  # a Ray actor's name
@@ -1242,7 +1350,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     if "tensor_parallel_size" in rm:
         _set(out, "actor_rollout_ref.rollout.tensor_model_parallel_size", rm.pop("tensor_parallel_size"),
              "explorer.rollout_model.tensor_parallel_size")
-    for key in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "max_model_len", "dtype"):
+    for key in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
+                "max_model_len", "dtype"):
         if key in rm:  # the same names as verl's rollout keys
             _set(out, f"actor_rollout_ref.rollout.{key}", rm.pop(key), f"explorer.rollout_model.{key}")
     if "enable_history" in rm:
@@ -1290,8 +1399,7 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
         _set_total_steps(out, tr.pop("total_steps"), "trainer.total_steps")
     if "grad_clip" in tr:
         _set(out, "optim.clip_grad" if sft else f"{A}.grad_clip", tr.pop("grad_clip"), "trainer.grad_clip")
-    if "use_dynamic_bsz" in tr:
-        _set(out, f"{A}.use_dynamic_bsz", tr.pop("use_dynamic_bsz"))
+    shortcuts = {key: tr.pop(key) for key in TRAINER_SHORTCUTS if key in tr}
     inline, path = tr.pop("trainer_config", None), tr.pop("trainer_config_path", "") or None
     if inline and path:
         t.refuse("trainer.trainer_config_path", "give trainer_config or trainer_config_path, not both")
@@ -1312,7 +1420,82 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
                                                               f"to {mine!r}: give it once")
             for key, value in _merge(out, inline).items():
                 out[key] = value
+    _trainer_shortcuts(t, shortcuts, out, sft, pairs)
     t.rest(tr, "trainer")
+
+
+TRAINER_SHORTCUTS = {
+    "use_dynamic_bsz": (f"{A}.use_dynamic_bsz", "critic.use_dynamic_bsz"),
+    "max_token_len_per_gpu": (f"{A}.ppo_max_token_len_per_gpu", f"{R}.log_prob_max_token_len_per_gpu",
+                              "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+                              "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu"),
+    "ulysses_sequence_parallel_size": (f"{A}.ulysses_sequence_parallel_size",
+                                       "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+                                       "critic.ulysses_sequence_parallel_size"),
+}
+"""Trinity-RFT's trainer shortcuts -> the verl keys each fills (its veRLConfig.synchronize_config), where
+trainer.trainer_config gives none of its own."""
+TOKEN_BUDGET = ("Trinity-RFT's SFT forms micro-batches by token count with it, a performance knob (the same "
+                "gradient); rft's SFT forms them of data.micro_batch_size_per_gpu rows")
+
+
+def _trainer_shortcuts(t: _Translation, shortcuts: dict, out: dict, sft: bool, pairs: bool) -> None:
+    """trainer.use_dynamic_bsz / max_token_len_per_gpu / ulysses_sequence_parallel_size as Trinity-RFT reads them:
+    each fills the actor's, the reference's and the critic's keys that trainer_config leaves unset (trainer_config's
+    own value wins there, as in Trinity). An SFT / DPO stage has no actor or critic: its sequence parallelism is
+    rft sft's ulysses_sequence_parallel_size, and the token budget of micro-batches changes nothing but speed."""
+    for key, value in shortcuts.items():
+        if pairs and key == "ulysses_sequence_parallel_size":
+            _dpo_lacks(t, f"trainer.{key}", value)
+        elif sft and key == "ulysses_sequence_parallel_size":
+            if _get(out, key) is _MISSING:
+                _set(out, key, value, f"trainer.{key}")
+        elif sft:
+            t.note(f"trainer.{key}", value, TOKEN_BUDGET)
+        elif key == "max_token_len_per_gpu":  # filled once the longest sequence is known (`_token_budgets`)
+            _set(out, "_trinity.max_token_len_per_gpu", value)
+        else:
+            for target in _shortcut_targets(key, out):
+                if _get(out, target) is _MISSING:
+                    _set(out, target, value, f"trainer.{key}")
+
+
+def _shortcut_targets(key: str, out: dict) -> tuple[str, ...]:
+    """The verl keys trainer.`key` fills (`TRAINER_SHORTCUTS`): the critic's only where the run trains a critic
+    (GAE's values; Trinity-RFT fills them either way, where they are not read)."""
+    critic = _get(out, "algorithm.adv_estimator") == "gae" or _get(out, "critic.enable") is True
+    return tuple(k for k in TRAINER_SHORTCUTS[key] if critic or not k.startswith("critic."))
+
+
+def _token_budgets(out: dict, max_len: Any) -> None:
+    """The token budgets of dynamic batching as Trinity-RFT sets them (an RL run): trainer.max_token_len_per_gpu,
+    left out 2 x max_model_len / ulysses_sequence_parallel_size, fills each budget trainer_config leaves unset; a
+    budget below the longest sequence (max_model_len, else the prompt + response limits) is raised to it, as
+    Trinity-RFT raises the actor's and the critic's (with a warning: so does rft), since one row must fit in a pass.
+    """
+    given = out.get("_trinity", {}).pop("max_token_len_per_gpu", None)
+    data = out.get("data", {})
+    limits = (data.get("max_prompt_length"), data.get("max_response_length"))
+    longest = max_len if _count(max_len) else sum(limits) if all(_count(x) for x in limits) else None
+    sp = _get(out, f"{A}.ulysses_sequence_parallel_size")
+    sp = sp if _count(sp) and sp > 0 else 1
+    source = "trainer.max_token_len_per_gpu"
+    if given is None and longest is not None:
+        given, source = math.ceil(2 * longest / sp), "trainer.max_token_len_per_gpu (left out: 2 x model.max_model_len)"
+    for target in _shortcut_targets("max_token_len_per_gpu", out):
+        if given is not None and _get(out, target) is _MISSING:
+            _set(out, target, given, source)
+        value = _get(out, target)
+        if longest is not None and _count(value) and value < longest:
+            logging.getLogger("rft").warning(
+                "rft: note: %s=%d is raised to %d to hold the longest sequence (model.max_model_len), as Trinity-RFT "
+                "raises it", target, value, longest)
+            _set(out, target, longest)
+
+
+def _count(value: Any) -> bool:
+    """Whether `value` is an integer (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _MISSING = object()
@@ -1342,6 +1525,19 @@ def _verl_default(key: str) -> Any:
     return _verl_default.table.get(key, _MISSING)  # type: ignore[attr-defined]
 
 
+DPO_LACKS = ("use_remove_padding", "ulysses_sequence_parallel_size")
+"""rft sft's keys (`SFT_FROM_VERL`'s targets) that rft dpo has not: it runs padded forward passes in one process."""
+
+
+def _dpo_lacks(t: _Translation, where: str, value: Any) -> None:
+    """A DPO stage's `where` (use_remove_padding or sequence parallelism, `DPO_LACKS`): packed passes are a
+    performance knob (the same loss), noted; a sequence-parallel size other than 1 is refused."""
+    if where.endswith("use_remove_padding"):
+        t.note(where, value, "packed forward passes, a performance knob (the same loss); rft dpo runs padded ones")
+    elif value != 1:
+        t.refuse(where, f"={value!r}: rft dpo has no sequence parallelism; set 1")
+
+
 def _sft_trainer_config(t: _Translation, inline: dict, out: dict, pairs: bool = False) -> None:
     """The verl keys of trainer.trainer_config in an SFT stage: the ones with an SFT meaning land on SFT keys
     (`SFT_FROM_VERL`), the ones an SFT stage cannot honour are refused unless at verl's default, the rest are the RL
@@ -1367,6 +1563,9 @@ def _sft_trainer_config(t: _Translation, inline: dict, out: dict, pairs: bool = 
                     t.refuse(where, f"={value!r}: DPO rows come in pairs (chosen, rejected); give an even number")
                     continue
                 value //= 2
+            if pairs and target in DPO_LACKS:
+                _dpo_lacks(t, where, value)
+                continue
             mine = _get(out, target)
             if mine is not _MISSING and mine != value:
                 t.refuse(where, f"={value!r}, but a Trinity key of this file sets {target} to {mine!r}: give it once")
@@ -1384,12 +1583,15 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     project, name = cfg.get("project", "Trinity-RFT"), cfg.get("name", "rft")
     _set(out, "trainer.project_name", project, "project")
     _set(out, "trainer.experiment_name", name, "name")
-    root = cfg.get("checkpoint_root_dir")
+    root, group = cfg.get("checkpoint_root_dir"), str(cfg.get("group") or "")
+    if group:  # Trinity's job folder has it; its W&B run is put in that group, rft's in none
+        t.note("group", group, "the W&B run group of Trinity-RFT's monitor; rft's W&B run has no group (the run "
+                               "folder is <checkpoint_root_dir>/<project>/<group>/<name>, as Trinity-RFT's)")
     if root is not None:
-        folder = Path(root) / str(project) / str(name)
+        folder = Path(root) / str(project) / group / str(name)
         if cfg.get("continue_from_checkpoint", True) is False and folder.exists():
             name = f"{name}_{time.strftime('%Y%m%d%H%M%S')}"  # Trinity starts a new experiment
-            folder = Path(root) / str(project) / name
+            folder = Path(root) / str(project) / group / name
             _set(out, "trainer.experiment_name", name)
         _set(out, "trainer.default_local_dir", str(folder), FOLDER_KEYS)
     if cfg.get("continue_from_checkpoint", True) is False and root is None:
@@ -1408,9 +1610,9 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     sync = dict(cfg.get("synchronizer") or {})
     style = sync.pop("sync_style", "fixed")
     if str(style).lower() != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
-        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", "dynamic_by_trainer", "dynamic_by_explorer"),
-                 "rft synchronises on the fixed schedule (`fixed`, Trinity-RFT's default: every sync_interval "
-                 "steps, sync_offset ahead); remove it or set fixed"))
+        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", *SYNC_STYLES), SYNC_STYLES.get(
+            SYNC_ALIASES.get(str(style).lower(), str(style).lower()), "rft synchronises on the fixed schedule "
+            "(fixed, Trinity-RFT's default: every sync_interval steps, sync_offset ahead); set fixed")))
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
@@ -1418,6 +1620,19 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
     _log(t, _section(cfg.get("log"), "log"), out)
     _service(t, _section(cfg.get("service"), "service"), out)
+
+
+_FIXED = ("rft's explorer and trainer meet on the fixed schedule instead (fixed, Trinity-RFT's default: every "
+          "sync_interval steps, the explorer sync_offset steps ahead, one training step per explored batch); set fixed")
+SYNC_STYLES = {
+    "explorer_driven": "the explorer asks for new weights after every sync_interval of its own steps and takes the "
+                       "trainer's of whatever step it has reached, while the trainer trains as long as experiences "
+                       "are there, each at its own pace (the weights' age is the two processes' timing); " + _FIXED,
+    "trainer_driven": "the trainer hands over its weights every sync_interval of its own steps and the explorer "
+                      "takes them at its next step, each at its own pace; " + _FIXED,
+}
+"""Trinity-RFT's other synchronisation styles, and why rft refuses each."""
+SYNC_ALIASES = {"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
 
 
 def _service(t: _Translation, service: dict, out: dict) -> None:
@@ -1575,7 +1790,10 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
             if _get(out, f"optim.{key}") is _MISSING:
                 _set(out, f"optim.{key}", value)
     else:
+        max_len = out.get("_trinity", {}).get("max_model_len")
         _check_model_len(t, out)
+        _token_budgets(out, max_len)
+        _task_order(out)
         _check_prompt_truncation(t, out)
         _math_workflow_reward(out)
     _check_save_strategy(t, out)

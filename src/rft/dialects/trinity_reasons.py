@@ -22,6 +22,10 @@ SQL_RETRIES = ("how often Trinity-RFT retries an SQL statement; rft's SQL buffer
 LORA_RUNTIME = "Trinity-RFT sets it from model.lora_configs itself (DO NOT SET); remove it"
 EXTERNAL = ("an OpenAI-compatible API model evaluated in Trinity-RFT's bench mode; rft evaluates a model folder it "
             "loads (trainer.mode bench evaluates a run's checkpoints)")
+THINKING = ("an argument Trinity-RFT passes to the chat template (Qwen3's enable_thinking, verl's "
+            "data.apply_chat_template_kwargs); rft renders the template with its own defaults and passes it no "
+            "arguments: remove it (the template's default), or give a template that fixes it "
+            "(model.custom_chat_template)")
 REPLAY = "the replay buffer of the experience buffer (buffer.trainer_input.experience_buffer.replay_buffer)"
 
 REFUSED: dict[str, dict[str, str]] = {
@@ -42,6 +46,7 @@ REFUSED: dict[str, dict[str, str]] = {
         "tinker": "Tinker (Thinking Machines' hosted training service) as the backend: rft trains the model itself "
                   "(FSDP); remove it or set tinker.enable false",
         "external_model": EXTERNAL,
+        "enable_thinking": THINKING,
     },
     "model.lora_configs[]": {
         "path": "starts from a trained LoRA adapter, which rft cannot load (it trains a new adapter, "
@@ -83,6 +88,7 @@ REFUSED: dict[str, dict[str, str]] = {
                                          "lora_kwargs")},
         "reasoning_parser": "vLLM's reasoning parser (a reply's thinking returned apart, as reasoning_content); "
                             "rft's OpenAI-compatible endpoint returns the whole reply as its content; remove it",
+        "enable_thinking": THINKING,
         "api_key": "the key of Trinity-RFT's OpenAI-compatible server; rft's endpoint listens on 127.0.0.1 only "
                    "and takes any key; remove it",
     },
@@ -117,6 +123,8 @@ for _place in ("buffer.explorer_input.taskset", "buffer.trainer_input.experience
     }
 REFUSED["buffer.explorer_input.taskset"].update({
     "total_epochs": "Trinity-RFT sets it from buffer.total_epochs (DO NOT SET); set that",
+    "subset_name": "a subset of a dataset read from files (a folder of that name); this taskset is a database "
+                   "table (storage_type sql / queue); remove it",
     "capacity": QUEUE_ONLY, "max_read_timeout": QUEUE_ONLY, "use_priority_queue": QUEUE_ONLY,
     "reuse_cooldown_time": QUEUE_ONLY, "replay_buffer": QUEUE_ONLY,
 })
@@ -128,9 +136,22 @@ REFUSED["buffer.trainer_input.experience_buffer"].update({
     "schema_type": DO_NOT_SET,
 })
 REFUSED["buffer.trainer_input.auxiliary_buffers.*"].update({
+    "schema_type": "rft reads the auxiliary buffer as the mix algorithm's expert SFT rows (schema_type sft) only",
     "capacity": QUEUE_ONLY, "max_read_timeout": QUEUE_ONLY, "use_priority_queue": QUEUE_ONLY,
     "reuse_cooldown_time": QUEUE_ONLY, "replay_buffer": QUEUE_ONLY,
 })
+REFUSED["buffer.explorer_input.taskset.rollout_args"] = {
+    "max_tokens": "a response limit of this taskset's own; rft has one for every taskset of a run: set "
+                  "model.max_response_tokens",
+    "n": "Trinity-RFT sets it from repeat_times (DO NOT SET); set algorithm.repeat_times (an eval taskset's own "
+         "repeat_times)",
+}
+REFUSED["buffer.explorer_input.taskset.format"] = {
+    "enable_thinking": THINKING,
+    "reply_prefix": "text Trinity-RFT puts at the start of each reply (after the chat template's generation "
+                    "prompt) for the model to continue; rft's workflows start the reply empty: put it at the end "
+                    "of the chat template (data.chat_template / model.custom_chat_template) and remove it",
+}
 REFUSED["explorer.auxiliary_models[]"] = dict(REFUSED["explorer.rollout_model"])
 REFUSED["explorer.auxiliary_models[]"]["model_path"] = "is required (the auxiliary model's folder)"
 
@@ -141,11 +162,18 @@ NO_EFFECT: dict[str, dict[str, str]] = {
     "buffer.explorer_input.taskset": {
         "enable_progress_bar": "a progress bar while Trinity-RFT reads the dataset; rft reads a taskset without one",
     },
+    "buffer.explorer_input.taskset.rollout_args": {
+        "logprobs": "how many of the most likely tokens' log-probs Trinity-RFT's engine returns beside the sampled "
+                    "token's, for a workflow to read; rft's workflows read the sampled token's log-prob only",
+    },
     "buffer.trainer_input.experience_buffer": {
         "enable_progress_bar": "a progress bar while Trinity-RFT reads the dataset; rft reads it without one",
     },
     "buffer.trainer_input.auxiliary_buffers.*": {
         "enable_progress_bar": "a progress bar while Trinity-RFT reads the dataset; rft reads it without one",
+        "total_epochs": "the passes Trinity-RFT's reader makes over the expert rows before they run out (its run "
+                        "then ends); rft draws the expert rows again, each pass reshuffled, until "
+                        "buffer.total_steps: the same rows while a run stays within total_epochs passes",
     },
     "explorer": {
         "runner_prepare_concurrency": "how many of Trinity-RFT's runner actors start at once; rft's runners are "
@@ -163,12 +191,18 @@ NO_EFFECT: dict[str, dict[str, str]] = {
                            "of its own, batched by its generation server (docs/workflows.md)",
     },
     "explorer.rollout_model": {
+        "enable_auto_tool_choice": "vLLM's server parses tool calls from a reply only with it; rft's endpoint "
+                                   "parses them (workflow.tool_call_parser) whenever a request gives tools",
         "enable_log_requests": "vLLM's API server logging each request; rft's endpoint logs none",
         "weight_sync_buffer_size": "the size of Trinity-RFT's NCCL weight-sync buffers; rft sends the weights "
                                    "whole (synchronizer.sync_method)",
         "name": "the name AgentScope's tuner gives the model; rft's endpoint answers any model name",
         "enable_multimodal": "rft reads a vision-language model's images whenever the model folder has a vision "
                              "config (docs/multimodal.md)",
+    },
+    "trainer": {
+        "enable_preview": "Trinity-RFT's W&B table of the training rollouts; rft logs no training rollouts (its "
+                          "monitors get validation samples: trainer.log_val_generations)",
     },
     "synchronizer": {
         "group_name": "the name of Trinity-RFT's NCCL weight-sync group; rft's gloo group has its own",
@@ -178,10 +212,12 @@ NO_EFFECT: dict[str, dict[str, str]] = {
 """(place -> {key: why it changes nothing here}) for the Trinity-RFT keys rft accepts with a note."""
 NO_EFFECT["explorer.auxiliary_models[]"] = dict(NO_EFFECT["explorer.rollout_model"])
 ACCEPTED_AT: dict[str, dict[str, object]] = {
+    "buffer.trainer_input.auxiliary_buffers.*": {"schema_type": "sft"},
     "algorithm": {"enable_router_replay": False},
-    "model": {"fully_sharded_loras": False, "max_cpu_loras": None},
+    "model": {"fully_sharded_loras": False, "max_cpu_loras": None, "enable_thinking": None},
     "model.lora_configs[]": {"lora_dtype": "auto", "is_dummy": False},
-    "explorer.rollout_model": {"use_v1": True},
+    "explorer.rollout_model": {"use_v1": True, "enable_thinking": None},
+    "buffer.explorer_input.taskset.format": {"enable_thinking": None},
     "trainer": {"megatron": {}},
 }
 """(place -> {key: value}): the keys REFUSED refuses at any other value; at this one (Trinity-RFT's default) rft does
