@@ -1432,7 +1432,20 @@ TRAINER_SHORTCUTS = {
     "ulysses_sequence_parallel_size": (f"{A}.ulysses_sequence_parallel_size",
                                        "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
                                        "critic.ulysses_sequence_parallel_size"),
+    "use_remove_padding": (f"{M}.use_remove_padding",),
+    "trainer_strategy": (f"{A}.strategy", "critic.strategy"),
+    "actor_grad_clip": (f"{A}.grad_clip",),
+    "balance_batch": ("trainer.balance_batch",),
+    "critic_warmup": ("trainer.critic_warmup",),
+    "max_checkpoints_to_keep": ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"),
+    **{key: (f"{A}.fsdp_config.{key}", f"actor_rollout_ref.ref.fsdp_config.{key}", f"critic.fsdp_config.{key}")
+       for key in ("param_offload", "optimizer_offload", "offload_policy")},
 }
+SFT_SHORTCUTS = {"ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size",
+                 "use_remove_padding": "use_remove_padding", "trainer_strategy": "model.strategy",
+                 "actor_grad_clip": "optim.clip_grad", "max_checkpoints_to_keep": "trainer.max_ckpt_to_keep"}
+"""The shortcuts an SFT / DPO stage takes (rft sft's keys); the token budget is noted (`TOKEN_BUDGET`), the
+offloads refused when on, balance_batch and critic_warmup left to the RL stages."""
 """Trinity-RFT's trainer shortcuts -> the verl keys each fills (its veRLConfig.synchronize_config), where
 trainer.trainer_config gives none of its own."""
 TOKEN_BUDGET = ("Trinity-RFT's SFT forms micro-batches by token count with it, a performance knob (the same "
@@ -1440,18 +1453,27 @@ TOKEN_BUDGET = ("Trinity-RFT's SFT forms micro-batches by token count with it, a
 
 
 def _trainer_shortcuts(t: _Translation, shortcuts: dict, out: dict, sft: bool, pairs: bool) -> None:
-    """trainer.use_dynamic_bsz / max_token_len_per_gpu / ulysses_sequence_parallel_size as Trinity-RFT reads them:
-    each fills the actor's, the reference's and the critic's keys that trainer_config leaves unset (trainer_config's
-    own value wins there, as in Trinity). An SFT / DPO stage has no actor or critic: its sequence parallelism is
-    rft sft's ulysses_sequence_parallel_size, and the token budget of micro-batches changes nothing but speed."""
+    """Trinity-RFT's trainer shortcuts (`TRAINER_SHORTCUTS`) as it reads them: each fills the actor's, the
+    reference's and the critic's keys that trainer_config leaves unset (trainer_config's own value wins there, as in
+    Trinity); actor_grad_clip is the actor's over grad_clip. An SFT / DPO stage has no actor or critic: its keys
+    are rft sft's (`SFT_SHORTCUTS`), and the token budget of micro-batches changes nothing but speed."""
     for key, value in shortcuts.items():
-        if pairs and key == "ulysses_sequence_parallel_size":
+        if pairs and SFT_SHORTCUTS.get(key) in DPO_LACKS:
             _dpo_lacks(t, f"trainer.{key}", value)
-        elif sft and key == "ulysses_sequence_parallel_size":
-            if _get(out, key) is _MISSING:
-                _set(out, key, value, f"trainer.{key}")
-        elif sft:
+        elif sft and key in SFT_SHORTCUTS:
+            if key == "actor_grad_clip" or _get(out, SFT_SHORTCUTS[key]) is _MISSING:
+                _set(out, SFT_SHORTCUTS[key], value, f"trainer.{key}")
+        elif sft and key in ("use_dynamic_bsz", "max_token_len_per_gpu"):
             t.note(f"trainer.{key}", value, TOKEN_BUDGET)
+        elif sft and key in ("balance_batch", "critic_warmup"):
+            t.rl_only.append(f"trainer.{key}")
+        elif sft:
+            if value:
+                t.refuse(f"trainer.{key}", f"={value!r}: rft sft keeps the model and optimizer state on the device "
+                                           "(no offloading); set false")
+        elif key == "actor_grad_clip":  # over trainer.grad_clip, as Trinity-RFT sets it
+            if value is not None:
+                _set(out, f"{A}.grad_clip", value, f"trainer.{key}")
         elif key == "max_token_len_per_gpu":  # filled once the longest sequence is known (`_token_budgets`)
             _set(out, "_trinity.max_token_len_per_gpu", value)
         else:

@@ -152,6 +152,74 @@ REFUSED["buffer.explorer_input.taskset.format"] = {
                     "prompt) for the model to continue; rft's workflows start the reply empty: put it at the end "
                     "of the chat template (data.chat_template / model.custom_chat_template) and remove it",
 }
+TASKSET_ONLY = ("a setting of reading tasks (a taskset's); this experience buffer receives the explorer's "
+                "experiences, which nothing reads from a dataset; remove it")
+FROM_MODEL = "Trinity-RFT sets it from model.{key} (DO NOT SET); set model.{key}"
+ONE_ENGINE = ("a vLLM parallelism of one engine; rft's vLLM engine is one process with tensor parallelism only "
+              "(explorer.rollout_model.tensor_parallel_size); remove it")
+REFUSED["algorithm"].update({
+    "rollout_correction": "verl's rollout-correction options, which rft reads as verl's algorithm.rollout_correction: "
+                          "write them there, under trainer.trainer_config",
+    "use_token_level_loss": "Trinity-RFT's earlier switch, replaced by algorithm.loss_agg_mode (token-mean, "
+                            "seq-mean-token-mean); set that",
+})
+REFUSED["buffer.explorer_input"] = {"reply_prefix": REFUSED["buffer.explorer_input.taskset.format"]["reply_prefix"]}
+REFUSED["buffer.explorer_input.taskset"].update({
+    "repeat_times": "Trinity-RFT sets a training taskset's from algorithm.repeat_times (DO NOT SET); set that",
+    "schema_type": "the row schema of an experience buffer; a taskset holds tasks; remove it",
+    "tasksets": "several training tasksets, whose tasks Trinity-RFT mixes; rft trains on one "
+                "(buffer.explorer_input.taskset): put the tasks in one file",
+})
+REFUSED["buffer.explorer_input"]["tasksets"] = REFUSED["buffer.explorer_input.taskset"]["tasksets"]
+REFUSED["buffer.explorer_input.taskset.format"].update({
+    "chosen_key": "a key of a DPO experience buffer's preference pairs, not of a taskset; remove it",
+    "rejected_key": "a key of a DPO experience buffer's preference pairs, not of a taskset; remove it",
+    "enable_concatenated_multi_turn": "a setting of multi-turn SFT rows, not of a taskset; remove it",
+    "messages_key": "rft reads a taskset's prompt from prompt_key, a string or a chat message list: point "
+                    "prompt_key at the messages column and remove it",
+    "reward_fn_key": "picks each task's reward function from a column of its row; rft has one reward function a "
+                     "run (default_reward_fn_type)",
+    "workflow_key": "picks each task's workflow from a column of its row; rft has one workflow a run "
+                    "(default_workflow_type)",
+    "video_key": "rft's vision-language models read images (image_key), no video; remove it",
+})
+REFUSED["buffer.trainer_input.experience_buffer"].update({
+    key: TASKSET_ONLY for key in ("data_selector", "task_selector", "default_reward_fn_type", "default_workflow_type",
+                                  "repeat_times", "reward_fn_args", "rollout_args", "workflow_args", "split",
+                                  "subset_name", "format")})
+REFUSED["explorer"].update({
+    "dynamic_timeout": "Trinity-RFT's timeout of a task's run derived from the runs so far; rft's workflows run "
+                       "under explorer.max_timeout; remove it",
+    "over_rollout": "starts more tasks than batch_size and trains on the first to finish; rft waits for every "
+                    "task of a step; remove it",
+})
+REFUSED["explorer.rollout_model"].update({
+    **{key: FROM_MODEL.format(key=key) for key in ("max_prompt_tokens", "max_response_tokens",
+                                                    "min_response_tokens", "trust_remote_code",
+                                                    "repetition_penalty")},
+    "base_port": "the port of Trinity-RFT's vLLM OpenAI server; rft's endpoint listens on a free port of "
+                 "127.0.0.1 it picks itself; remove it",
+    **{key: ONE_ENGINE for key in ("data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel")},
+    "extra_engine_args": "vLLM engine arguments passed through as they are; rft's vLLM engine takes its settings "
+                         "by name (actor_rollout_ref.rollout.*, under trainer.trainer_config); remove it",
+    "ignore_eos": "generates past the end of a reply up to max_tokens; rft's engines stop at EOS; remove it",
+})
+REFUSED["synchronizer"].update({
+    key: "an interval of Trinity-RFT's explorer_driven / trainer_driven styles; rft synchronises every "
+         "sync_interval steps (fixed); remove it" for key in ("explorer_sync_interval", "trainer_sync_interval")})
+REFUSED["trainer"].update({
+    "fix_actor_microbatch_loss_scale": "Trinity-RFT's rescaling of each micro-batch's loss; rft aggregates the "
+                                       "loss over the whole mini-batch (loss_agg_mode), whatever its micro-batches; "
+                                       "remove it",
+    "grad_offload": "FSDP gradient offload; rft offloads the parameters and the optimizer state (param_offload, "
+                    "optimizer_offload; FSDP2's offload_policy takes the gradients too); set false",
+    "save_hf_checkpoint": "rft writes the Hugging Face model once, at the end of the run (<out>/model), Trinity-RFT's "
+                          "last; set last",
+})
+REFUSED["buffer.trainer_input.auxiliary_buffers.*.format"] = {
+    "image_key": "the expert rows' images; rft's mix trains on the expert rows' text (prompt and response, or "
+                 "messages); remove it",
+}
 REFUSED["explorer.auxiliary_models[]"] = dict(REFUSED["explorer.rollout_model"])
 REFUSED["explorer.auxiliary_models[]"]["model_path"] = "is required (the auxiliary model's folder)"
 
@@ -200,6 +268,10 @@ NO_EFFECT: dict[str, dict[str, str]] = {
         "enable_multimodal": "rft reads a vision-language model's images whenever the model folder has a vision "
                              "config (docs/multimodal.md)",
     },
+    "monitor": {
+        "detailed_stats": "more statistics of Trinity-RFT's own metrics; rft logs verl's metrics and its own "
+                          "(docs/monitors.md)",
+    },
     "trainer": {
         "enable_preview": "Trinity-RFT's W&B table of the training rollouts; rft logs no training rollouts (its "
                           "monitors get validation samples: trainer.log_val_generations)",
@@ -216,9 +288,12 @@ ACCEPTED_AT: dict[str, dict[str, object]] = {
     "algorithm": {"enable_router_replay": False},
     "model": {"fully_sharded_loras": False, "max_cpu_loras": None, "enable_thinking": None},
     "model.lora_configs[]": {"lora_dtype": "auto", "is_dummy": False},
-    "explorer.rollout_model": {"use_v1": True, "enable_thinking": None},
+    "explorer.rollout_model": {"use_v1": True, "enable_thinking": None, "data_parallel_size": 1,
+                               "pipeline_parallel_size": 1, "enable_expert_parallel": False, "ignore_eos": False,
+                               "extra_engine_args": {}},
     "buffer.explorer_input.taskset.format": {"enable_thinking": None},
-    "trainer": {"megatron": {}},
+    "trainer": {"megatron": {}, "grad_offload": False, "fix_actor_microbatch_loss_scale": False,
+                "save_hf_checkpoint": "last"},
 }
 """(place -> {key: value}): the keys REFUSED refuses at any other value; at this one (Trinity-RFT's default) rft does
 what Trinity-RFT does, so it is accepted without a word."""
