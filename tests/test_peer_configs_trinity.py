@@ -23,6 +23,8 @@ PEERS = Path(__file__).resolve().parents[2] / "shared" / "peer-configs"
 GSM8K = PEERS.parent / "data" / "gsm8k"
 RUN_CONFIGS = 59  # the corpus's Trinity YAMLs that are run configs (one more is a Data-Juicer recipe)
 RESOLVE_FLOOR = 12
+KNOWN_SUSPICIOUS = {"examples/dpo_human_in_the_loop/dpo.yaml", "examples/dpo_humanlike/dpo.yaml",
+                    "examples/sft_mot/sft.yaml"}
 ENV_PACKAGES = ("alfworld", "scienceworld", "webshop", "gymnasium", "agentscope")
 
 
@@ -66,10 +68,9 @@ def test_every_trinity_example_resolves_or_is_refused_by_its_own_keys(records):
         for line in r.get("errors", []):
             if "Trinity-RFT's workflow that runs" in line:
                 assert any(f"the {package} package" in line for package in ENV_PACKAGES), line
-    # every refusal names a key the item writes (measure.py's check); the few that name only rft's keys are
-    # listed here until they are fixed, so a new one fails
-    known = {"workflow.auxiliary_models[0]", "custom_reward_function.reward_kwargs", "workflow.args",
-             "data_processor.", "(trainer.trainer_config): unknown config key 'data.apply_chat_template_kwargs'",
-             "(trainer.trainer_config): unknown config key 'actor_rollout_ref.actor.megatron'"}
-    new = [(i, line) for i, lines_ in misnamed for line in lines_ if not any(k in line for k in known)]
-    assert not new, new
+    # every refusal names a key the item writes (measure.py's check), not only rft's translation of it
+    assert not misnamed, misnamed
+    # resolved, but a key differs from what the item sets (measure.py's S): only these, known and not yet fixed (an
+    # SFT / DPO file runs as one stage named after `name`, whose experiment is <name>_<name>)
+    suspicious = {r["id"] for r in records if r["class"] == "S"}
+    assert suspicious <= KNOWN_SUSPICIOUS, suspicious - KNOWN_SUSPICIOUS

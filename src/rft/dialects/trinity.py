@@ -1077,6 +1077,7 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
         if key == "default_workflow_type" and environment_workflow(value):
             t.refuse(source.split(" ")[0] if own is not None else default_where,
                      f"={value!r}: {environment_workflow(value)}")
+            ts.pop("workflow_args", None)  # that workflow's own arguments: refused with it, not said again
         elif value is not None:
             _set_shared(t, out, target, value, source)
     for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
