@@ -321,11 +321,11 @@ def test_a_misspelt_key_is_unknown_with_the_nearest_trinity_key(extra, key, near
     assert listed in line, line
 
 
-def test_a_trinity_key_rft_refuses_keeps_cannot_honour():
+def test_a_trinity_key_rft_refuses_says_its_own_reason():
     with pytest.raises(ConfigError) as err:
         translate(_with({"cluster.total_gpu_num": 8}), "t.yaml")
-    assert str(err.value) == ("t.yaml: cluster.total_gpu_num: a Trinity-RFT key rft cannot honour (no equivalent in its "
-                              "one-process synchronous loop); remove it")
+    assert str(err.value) == ("t.yaml: cluster.total_gpu_num: Trinity-RFT computes it from node_num, gpu_per_node and "
+                              "the engines (DO NOT SET); rft's processes are nnodes x n_gpus_per_node; remove it")
 
 
 def test_a_misspelt_stage_key_names_its_stage():
@@ -345,8 +345,8 @@ def test_each_refusal_names_the_file_or_the_command_line_override(work, tmp_path
     with pytest.raises(ConfigError) as err:
         load_trinity(path, ["buffer.total_step=3", "cluster.total_gpu_num=8"])
     assert str(err.value).splitlines() == [
-        "command line (cluster.total_gpu_num=8): cluster.total_gpu_num: a Trinity-RFT key rft cannot honour (no "
-        "equivalent in its one-process synchronous loop); remove it",
+        "command line (cluster.total_gpu_num=8): cluster.total_gpu_num: Trinity-RFT computes it from node_num, "
+        "gpu_per_node and the engines (DO NOT SET); rft's processes are nnodes x n_gpus_per_node; remove it",
         f"{path}: model.max_prompt_token: unknown Trinity-RFT key; did you mean 'model.max_prompt_tokens'? "
         "Trinity-RFT's keys under 'model': " + ", ".join(["max_prompt_tokens", "max_response_tokens", *(
             k for k in TRINITY_MODEL_KEYS if k not in ("max_prompt_tokens", "max_response_tokens"))]),
@@ -374,9 +374,8 @@ def test_a_bad_value_is_named_by_the_trinity_key_that_holds_it(work, tmp_path):
     path.write_text(path.read_text().replace("repeat_times: 2", "repeat_times: four"))
     proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
-    assert proc.stderr.strip() == (f"rft: error: {path}: algorithm.repeat_times='four' (rft's "
-                                   "actor_rollout_ref.rollout.n): config key 'actor_rollout_ref.rollout.n' takes an "
-                                   "integer, not a string ('four'); set it to an integer"), proc.stderr
+    assert proc.stderr.strip() == (f"rft: error: {path}: algorithm.repeat_times='four' is not an integer, the type "
+                                   "of this Trinity-RFT key"), proc.stderr
     assert "Traceback" not in proc.stderr
     # a value the checks refuse, given on the command line
     with pytest.raises(ConfigError) as err:
@@ -540,6 +539,22 @@ def test_env_interpolation_with_and_without_the_variable(work, tmp_path, monkeyp
     assert cfg.trainer.experiment_name == "from_env" and cfg.trainer.total_training_steps == 5
 
 
+def test_an_interpolated_value_is_typed_as_trinitys_config_classes_type_it(work, tmp_path, monkeypatch):
+    # ${oc.env:VAR,default} resolves to a string; Trinity's merge onto its config classes makes "3" the integer 3
+    # in an int field and "true" True in a bool field; rft refused the string before
+    path = _trinity_yaml(work, tmp_path / "t.yaml")
+    path.write_text(path.read_text().replace("total_steps: 2", "total_steps: ${oc.env:RFT_TRINITY_STEPS,3}")
+                    .replace("eval_on_startup: false", "eval_on_startup: '${oc.env:RFT_TRINITY_EVAL,true}'"))
+    monkeypatch.delenv("RFT_TRINITY_STEPS", raising=False)
+    monkeypatch.delenv("RFT_TRINITY_EVAL", raising=False)
+    kind, cfg = load_trinity(path)
+    assert cfg.trainer.total_training_steps == 3 and cfg.trainer.val_before_train is True
+    monkeypatch.setenv("RFT_TRINITY_STEPS", "three")
+    with pytest.raises(ConfigError) as err:
+        load_trinity(path)
+    assert str(err.value) == f"{path}: buffer.total_steps='three' is not an integer, the type of this Trinity-RFT key"
+
+
 def test_an_unset_variable_is_named_by_the_key_that_holds_it(work, tmp_path, monkeypatch):
     path = _trinity_yaml(work, tmp_path / "t.yaml")
     path.write_text(path.read_text().replace(f"model_path: {work}/m", "model_path: ${oc.env:RFT_TRINITY_UNSET}"))
@@ -646,7 +661,7 @@ def test_rft_train_runs_a_trinity_config(work, tmp_path, monkeypatch):
     assert changed.returncode == 2 and changed.stderr.splitlines() == [
         f"rft: error: resuming {out} from global_step_2 with changed keys algorithm.repeat_times (2 -> 4): a resumed "
         "run continues the checkpoint's training; restore them, or start a new run in another checkpoint_root_dir / "
-        "project / name (or trainer.trainer_config.trainer.resume_mode=disable)"], changed.stderr
+        "project / group / name (or trainer.trainer_config.trainer.resume_mode=disable)"], changed.stderr
 
 
 @pytest.mark.slow
@@ -1062,8 +1077,8 @@ def test_enable_prompt_truncation_needs_a_prompt_limit_and_is_given_once():
     with pytest.raises(ConfigError, match=r"trainer_config\.data\.truncation='middle', but a Trinity key"):
         translate(_with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": False,
                          "trainer.trainer_config": {"data": {"truncation": "middle"}}}))
-    with pytest.raises(ConfigError, match=r"model\.enable_prompt_truncation='yes': true"):
-        translate(_with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": "yes"}))
+    with pytest.raises(ConfigError, match=r"model\.enable_prompt_truncation='maybe' is not a boolean"):
+        translate(_with({"model.max_prompt_tokens": 64, "model.enable_prompt_truncation": "maybe"}))
 
 
 def test_enable_prompt_truncation_is_the_rl_stages_in_an_sft_stage():

@@ -38,14 +38,15 @@ from typing import Any
 from rft.config.errors import ConfigError
 from rft.config.load import flatten
 from rft.config.suggest import did_you_mean, key_hint, origin
-from rft.dialects.trinity_keys import trinity_keys
+from rft.dialects.trinity_keys import trinity_keys, trinity_type
+from rft.dialects.trinity_reasons import accepted_at, no_effect, refusal_reason
 
 # top-level keys only Trinity configs have (verl's are data, actor_rollout_ref, critic, reward_model, algorithm,
 # trainer, custom_reward_function)
 MARKERS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace", "model",
            "cluster", "buffer", "explorer", "monitor", "service", "data_processor", "log")
 # sections a Trinity config may have beside them (synchronizer is also a section of rft's own keys, same names)
-SECTIONS = (*MARKERS, "synchronizer", "algorithm", "trainer", "stages")
+SECTIONS = (*MARKERS, "synchronizer", "algorithm", "trainer", "stages", "group")
 
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -108,10 +109,14 @@ REFUSED_ADVANTAGE_FNS = {
 CHORD_ARGS = {"mu_peak": "algorithm.mix.mu", "mu_valley": "algorithm.mix.mu_valley",
               "mu_warmup_steps": "algorithm.mix.mu_warmup_steps", "mu_decay_steps": "algorithm.mix.mu_decay_steps"}
 OFFLINE = ("sft", "dpo")  # algorithm types run by an offline trainer (SFT-style sections), in mode train
-# Trinity-RFT's mix policy loss receives the batch sizes to rebuild its normalisers per micro-batch; rft takes them
-# from the mini-batch itself (the global normalisers), so these are refused
+# Trinity-RFT's mix policy loss is told the batch sizes to rebuild its normalisers per micro-batch; rft takes them
+# from each mini-batch itself (the global normalisers), so these change nothing here (accepted with a note)
 MIX_NORMALISER_ARGS = ("use_dynamic_bsz", "repeat_times", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
-                       "ngpus_trainer", "read_batch_size_usual", "read_batch_size_expert", "gradient_accumulation")
+                       "ngpus_trainer", "read_batch_size_usual", "read_batch_size_expert", "train_batch_size_usual",
+                       "train_batch_size_expert", "gradient_accumulation")
+MIX_NORMALISERS = ("the sizes Trinity-RFT's mix loss is told to rebuild its normalisers per micro-batch; rft normalises "
+                   "the policy loss and the SFT loss by the experiences and the expert rows of each mini-batch "
+                   "itself (the global normalisers)")
 SAMPLE_STRATEGIES = ("default", "warmup")  # warmup: Trinity-RFT's deprecated alias of default
 MESSAGES_KEY = "message"  # Trinity-RFT's FormatConfig.messages_key default (rft's SFT default is "messages")
 def _number(value: Any) -> Any:
@@ -234,7 +239,7 @@ SFT_DEFAULT_ONLY = (f"{A}.optim.lr_warmup_steps", f"{A}.optim.num_cycles", f"{A}
                     f"{M}.enable_activation_offload", f"{M}.use_shm")
 
 
-_SCALARS = ("project", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace")
+_SCALARS = ("project", "group", "name", "mode", "checkpoint_root_dir", "continue_from_checkpoint", "ray_namespace")
 
 
 def is_trinity(raw: Any) -> bool:
@@ -287,34 +292,57 @@ def _set_total_steps(out: dict, steps: Any, source: str) -> None:
 
 
 class _Translation:
-    """The refusals of one translation, (key, reason) pairs; `prefix` ("stages[i].") goes before every key a
-    stage's translation refuses."""
+    """The refusals of one translation, (key, reason) pairs, and its notes, (key, value, why) of the keys accepted
+    that change nothing here; `prefix` ("stages[i].") goes before every key a stage's translation names."""
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
         self.refusals: list[tuple[str, str]] = []
+        self.notes: list[tuple[str, Any, str]] = []
         self.rl_only: list[str] = []  # keys an SFT stage leaves to the RL stages (named when there are none)
         self.said_as: dict[str, str] = {}  # rft key -> the Trinity key that set it (`_set`'s source)
 
     def refuse(self, key: str, reason: str) -> None:
-        self.refusals.append((key if key.startswith("stages[") else self.prefix + key, reason))
+        refusal = (key if key.startswith("stages[") else self.prefix + key, reason)
+        if refusal not in self.refusals:  # a default several tasksets inherit: said once
+            self.refusals.append(refusal)
 
-    def rest(self, section: dict, where: str, reason: str) -> None:
-        """Refuse the keys of `section` nobody took: by `reason` a key Trinity-RFT has there, as unknown (with the
-        nearest Trinity-RFT key) one it has not."""
+    def note(self, key: str, value: Any, why: str) -> None:
+        """`key`=`value` is accepted and changes nothing here, because `why` (said once, by the real translation)."""
+        self.notes.append((key if key.startswith("stages[") else self.prefix + key, value, why))
+
+    def rest(self, section: dict, where: str, reason: str | None = None) -> None:
+        """The keys of `section` nobody took: one Trinity-RFT has not is unknown (with the nearest Trinity-RFT key);
+        one it has is refused by `reason`, else accepted with a note where it changes nothing here
+        (`trinity_reasons.NO_EFFECT`), else refused with its own reason (`trinity_reasons.REFUSED`)."""
         known = trinity_keys(where)
-        for key in section:
+        for key, value in section.items():
             full = f"{where}.{key}" if where else key
             if known is not None and key not in known:
                 self.refuse(full, unknown_key(self.prefix + full, known))
-            else:
+            elif reason is not None:
                 self.refuse(full, reason)
+            elif accepted_at(where, key) == (True, value):
+                continue  # Trinity-RFT's default, which rft does too
+            elif accepted_at(where, key)[0]:
+                self.refuse(full, f"={value!r}: {refusal_reason(where, key)}")
+            elif no_effect(where, key) is not None:
+                self.note(full, value, no_effect(where, key))
+            else:
+                self.refuse(full, refusal_reason(where, key))
 
     def raise_if_any(self, path: str, overrides: list[str] | tuple = ()) -> None:
         """A ConfigError of one line per refusal, each naming where its key came from (the file `path` or a
         command-line override)."""
         if self.refusals:
             raise ConfigError("\n".join(refusal_line(key, reason, path, overrides) for key, reason in self.refusals))
+
+    def say_notes(self, path: str, overrides: list[str] | tuple = ()) -> None:
+        """One `rft: note:` line per accepted key that changes nothing here, naming where it came from."""
+        log = logging.getLogger("rft")
+        for key, value, why in self.notes:
+            log.warning("rft: note: %s: %s=%r changes nothing in rft: %s", _origin(key, overrides, path), key,
+                        value, why)
 
 
 def unknown_key(key: str, known: tuple[str, ...]) -> str:
@@ -348,19 +376,59 @@ def _section(value: Any, where: str) -> dict:
     return dict(value)
 
 
-FOLDER_KEYS = "checkpoint_root_dir / project / name"
-"""trainer.default_local_dir as a Trinity YAML sets it: <checkpoint_root_dir>/<project>/<name>."""
-
-NOT_HONOURED = "a Trinity-RFT key rft cannot honour (no equivalent in its one-process synchronous loop); remove it"
+TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "a boolean (true / false)", "str": "a string"}
 
 
-def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
+def _typed(t: _Translation, tree: dict, where: str = "") -> dict:
+    """`tree` (a resolved Trinity config, changed in place) with each scalar typed as Trinity-RFT's config classes
+    type it (`trinity_keys.TYPES`), by OmegaConf's own conversion, the one Trinity's merge onto those classes makes:
+    a value that came through an interpolation is a string (`${oc.env:STEPS,100}` is "100"), which an integer field
+    takes as 100, a boolean field "true" as True, a string field 7 as "7". A value its field's type cannot hold is
+    refused by its key."""
+    from omegaconf.errors import ValidationError
+    from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
+
+    nodes = {"int": IntegerNode, "float": FloatNode, "bool": BooleanNode, "str": StringNode}
+    for key, value in list(tree.items()):
+        full = f"{where}.{key}" if where else str(key)
+        if isinstance(value, dict):
+            _typed(t, value, full)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    _typed(t, item, f"{full}[{i}]")
+        elif value is not None and isinstance(key, str) and (kind := trinity_type(where, key)):
+            try:
+                tree[key] = nodes[kind.rstrip("?")](value)._value()
+            except ValidationError:
+                t.refuse(full, f"={value!r} is not {TYPE_WORDS[kind.rstrip('?')]}, the type of this Trinity-RFT "
+                               "key")
+                del tree[key]  # refused: the rest is translated without it
+    return tree
+
+
+FOLDER_KEYS = "checkpoint_root_dir / project / group / name"
+"""trainer.default_local_dir as a Trinity YAML sets it: <checkpoint_root_dir>/<project>/<group>/<name> (group
+empty by default: <checkpoint_root_dir>/<project>/<name>)."""
+
+
+
+def _not_an_argument(what: str, takes: Iterable[str]) -> str:
+    """Why a function argument of a Trinity algorithm is refused: rft's `what` takes only `takes`."""
+    return f"not an argument rft's {what} takes (it takes {', '.join(sorted(takes))}); remove it"
+
+
+def _files(t: _Translation, where: str, path: str | None, split: str, subset: str | None = None) -> Any:
     """A taskset's data files: a jsonl/parquet file, or a folder with {split}.jsonl / {split}.parquet / split
-    files in the Hugging Face layout."""
+    files in the Hugging Face layout. `subset` (Trinity-RFT's subset_name, the `name` it gives
+    datasets.load_dataset) is the folder of that name in a dataset of several subsets (the Hub's layout: gsm8k's
+    main/train-*.parquet); a folder without one holds a single subset, read as it is."""
     if not path:
         t.refuse(f"{where}.path", "is required (a jsonl/parquet file or a folder holding the split)")
         return None
     p = Path(path).expanduser()
+    if subset and (p / subset).is_dir():
+        p = p / subset
     if p.is_dir():
         for pattern in (f"{split}.jsonl", f"{split}.parquet", f"{split}-*.parquet", f"data/{split}-*.parquet",
                         f"data/{split}.jsonl", f"data/{split}.parquet", f"{split}/*.parquet", f"{split}/*.jsonl"):
@@ -374,13 +442,14 @@ def _files(t: _Translation, where: str, path: str | None, split: str) -> Any:
     return str(p)
 
 
-def _fn_args(t: _Translation, out: dict, where: str, args: dict, table: dict) -> None:
+def _fn_args(t: _Translation, out: dict, where: str, args: dict, table: dict, what: str) -> None:
     """A Trinity function's arguments onto rft's keys by `table` (an arg -> a key, a list of keys, or a function
-    of (value, out) answering a refusal reason or None: honoured as it is); an argument the table lacks is refused."""
+    of (value, out) answering a refusal reason or None: honoured as it is); an argument the table lacks is refused,
+    naming the arguments rft's `what` (the function) takes."""
     for key, value in args.items():
         target = table.get(key)
         if target is None:
-            t.refuse(f"{where}.{key}", NOT_HONOURED)
+            t.refuse(f"{where}.{key}", _not_an_argument(what, table))
         elif callable(target):
             reason = target(value, out)
             if reason is not None:
@@ -432,7 +501,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         estimator, table = ADVANTAGE_FNS[adv]
         _set(out, "algorithm.adv_estimator", estimator)
         args = {**ADVANTAGE_DEFAULTS.get(adv, {}), **(a.get("advantage_fn_args") or {})}
-        _fn_args(t, out, "algorithm.advantage_fn_args", args, table)
+        _fn_args(t, out, "algorithm.advantage_fn_args", args, table, f"{adv} advantage")
     loss = a["policy_loss_fn"]
     # Trinity's mix: its PPO loss on the experiences, mu times the SFT loss on expert rows; mix_chord: CHORD's
     chord = loss == "mix_chord"
@@ -459,7 +528,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
                                                       f"fills {loss}'s default_args only when policy_loss_fn_args is "
                                                       "left out, and its loss has no default for them; add them")
         args = {k: v for k, v in args.items() if v is not None and k != "loss_agg_mode"}
-        _fn_args(t, out, "algorithm.policy_loss_fn_args", args, table)
+        _fn_args(t, out, "algorithm.policy_loss_fn_args", args, table, f"{loss} policy loss")
     # a Trinity KL function is a name ("none" or an estimator) plus {kl_coef}: as a loss or in the reward
     for fn, switch, estimator, coef in (("kl_loss_fn", f"{A}.use_kl_loss", f"{A}.kl_loss_type", f"{A}.kl_loss_coef"),
                                         ("kl_penalty_fn", "algorithm.use_kl_in_reward", "algorithm.kl_penalty",
@@ -474,7 +543,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         else:
             t.refuse(f"algorithm.{fn}", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
         for key in set(args) - {"kl_coef"}:
-            t.refuse(f"algorithm.{fn}_args.{key}", NOT_HONOURED)
+            t.refuse(f"algorithm.{fn}_args.{key}", _not_an_argument(f"{fn.removesuffix('_fn')} function", {"kl_coef"}))
     ent = a["entropy_loss_fn"]
     ent_args = a.get("entropy_loss_fn_args") or {}
     if ent == "none":
@@ -489,7 +558,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none", "mix"),
                                                          "rft has default, none (and mix with policy_loss_fn mix)"))
     for key in set(ent_args) - {"entropy_coef"}:
-        t.refuse(f"algorithm.entropy_loss_fn_args.{key}", NOT_HONOURED)
+        t.refuse(f"algorithm.entropy_loss_fn_args.{key}", _not_an_argument("entropy bonus", {"entropy_coef"}))
     _sample_strategy(t, a, out, mix)
     if mix:  # the experiences' PPO loss: grpo_loss_agg_mode, else loss_agg_mode
         agg = (a.get("policy_loss_fn_args") or {}).get("grpo_loss_agg_mode") or a.get("loss_agg_mode")
@@ -504,7 +573,7 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     taken = {"repeat_times", "advantage_fn", "advantage_fn_args", "policy_loss_fn", "policy_loss_fn_args",
              "kl_loss_fn", "kl_loss_fn_args", "kl_penalty_fn", "kl_penalty_fn_args", "entropy_loss_fn",
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
-    t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm", NOT_HONOURED)
+    t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm")
     return kind
 
 
@@ -560,11 +629,15 @@ def _mix_loss_args(t: _Translation, args: dict, out: dict, chord: bool) -> None:
         elif key == "grpo_loss_agg_mode":  # its PPO loss's on the experiences: set with algorithm.loss_agg_mode
             pass
         elif key in MIX_NORMALISER_ARGS:
-            t.refuse(f"algorithm.policy_loss_fn_args.{key}", "rft normalises the policy loss and the SFT loss by the "
-                                                             "experiences and the expert rows of each mini-batch "
-                                                             "(the global normalisers); remove it")
+            t.note(f"algorithm.policy_loss_fn_args.{key}", value, MIX_NORMALISERS)
+        elif key in ("sft_loss_agg_mode", "grpo_loss_agg_mode"):  # Trinity's newer mix loss's arguments
+            _set(out, "algorithm.mix.sft_loss_agg_mode" if key.startswith("sft") else f"{A}.loss_agg_mode", value)
         elif target is None:
-            t.refuse(f"algorithm.policy_loss_fn_args.{key}", NOT_HONOURED)
+            t.refuse(f"algorithm.policy_loss_fn_args.{key}", _not_an_argument(
+                "mix_chord policy loss" if chord else "mix policy loss",
+                {"clip_range", "clip_range_low", "clip_range_high", "loss_agg_mode", "use_token_level_loss_in_sft",
+                 "sft_loss_agg_mode", "grpo_loss_agg_mode", *MIX_NORMALISER_ARGS,
+                 *((*CHORD_ARGS, "enable_phi_function") if chord else ("mu",))}))
         else:
             _set(out, target, value)
 
@@ -634,7 +707,8 @@ def _sample_strategy(t: _Translation, a: dict, out: dict, mix: bool) -> None:
             return
         _set(out, "algorithm.mix.expert_data_ratio", args.pop("expert_data_ratio", 0.5))
         _set(out, "_trinity.expert_buffer", args.pop("sft_dataset_name", "sft_dataset"))
-        t.rest(args, "algorithm.sample_strategy_args", NOT_HONOURED)
+        t.rest(args, "algorithm.sample_strategy_args", _not_an_argument("mix sample strategy", {
+            "expert_data_ratio", "sft_dataset_name"}))
         return
     if mix:  # the spec's algorithm example writes sample_strategy: "default"; mix's own default is mix
         t.refuse("algorithm.sample_strategy", f"={strategy!r}: the mix policy loss (policy_loss_fn mix) trains on the "
@@ -666,7 +740,7 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
     for key in ("beta", "label_smoothing"):
         if key in args:
             _set(out, f"algorithm.{key}", args.pop(key))
-    t.rest(args, "algorithm.policy_loss_fn_args", NOT_HONOURED)
+    t.rest(args, "algorithm.policy_loss_fn_args", _not_an_argument("dpo loss", {"beta", "label_smoothing"}))
     name, args = a.pop("kl_loss_fn"), dict(a.pop("kl_loss_fn_args", None) or {})
     if name == "none":  # Trinity-RFT turns none into k2 (its reference log-probs ride on the KL loss); rft does not
         _set(out, "algorithm.use_kl_loss", False)
@@ -676,13 +750,13 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
         _set(out, "algorithm.kl_loss_coef", args.pop("kl_coef", 0.001))
     else:
         t.refuse("algorithm.kl_loss_fn", not_one_of(name, ("none", *KL_FNS), f"rft has none, {', '.join(KL_FNS)}"))
-    t.rest(args, "algorithm.kl_loss_fn_args", NOT_HONOURED)
+    t.rest(args, "algorithm.kl_loss_fn_args", _not_an_argument("kl_loss function", {"kl_coef"}))
     ent, args = a.pop("entropy_loss_fn"), dict(a.pop("entropy_loss_fn_args", None) or {})
     if ent in ("default", "none"):
         _set(out, "algorithm.entropy_coeff", args.pop("entropy_coef", 0.0) if ent == "default" else 0.0)
     else:
         t.refuse("algorithm.entropy_loss_fn", not_one_of(ent, ("default", "none"), "rft has default, none"))
-    t.rest(args, "algorithm.entropy_loss_fn_args", NOT_HONOURED)
+    t.rest(args, "algorithm.entropy_loss_fn_args", _not_an_argument("entropy bonus", {"entropy_coef"}))
     if a.pop("kl_penalty_fn", "none") != "none":
         t.refuse("algorithm.kl_penalty_fn", "DPO has no reward to put a KL penalty in; use kl_loss_fn")
     for key in ("advantage_fn", "advantage_fn_args"):
@@ -694,7 +768,7 @@ def _dpo_algorithm(t: _Translation, algo: dict, out: dict) -> None:
     if "loss_agg_mode" in a:
         _set(out, "algorithm.loss_agg_mode", a.pop("loss_agg_mode"))
     _optimizer(t, _section(a.pop("optimizer", None), "algorithm.optimizer"), out, offline=True)
-    t.rest(a, "algorithm", NOT_HONOURED)
+    t.rest(a, "algorithm")
 
 
 def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
@@ -724,14 +798,82 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
         t.rl_only.append("model.enable_prompt_truncation")
     elif truncation is not None:
         _prompt_truncation(t, out, truncation, "model.enable_prompt_truncation")
-    if model.pop("min_response_tokens", 1) != 1:
-        t.refuse("model.min_response_tokens", "rft's engine stops at EOS from the first token; only 1 is honoured")
+    if model.pop("min_response_tokens", 0) not in (0, 1):  # 0, Trinity's default, and 1: no minimum before EOS
+        t.refuse("model.min_response_tokens", "rft's engines stop at EOS from the first token; only 0 (Trinity-RFT's "
+                                              "default) and 1 are honoured")
     critic = model.pop("critic_model_path", None)
     if critic is not None and not sft and critic != out.get("actor_rollout_ref", {}).get("model", {}).get("path"):
         _set(out, "critic.model.path", critic)
     elif critic is not None and sft:
         t.rl_only.append("model.critic_model_path")
-    t.rest(model, "model", NOT_HONOURED)
+    _model_settings(t, model, out, sft)
+    t.rest(model, "model")
+
+
+def _model_settings(t: _Translation, model: dict, out: dict, sft: bool) -> None:
+    """model's other keys: remote code, the chat template (its enable_thinking argument refused), the sampling
+    defaults of the tasksets, LoRA, the RoPE overrides, and the Tinker / external-model backends when off."""
+    policy = "model" if sft else M
+    if "trust_remote_code" in model:  # Trinity's trainer and engines load the model with it; the tokenizer too
+        trust = model.pop("trust_remote_code")
+        for key in ([f"{policy}.trust_remote_code"] if sft else
+                    [f"{M}.trust_remote_code", "critic.model.trust_remote_code", "data.trust_remote_code"]):
+            _set(out, key, trust, "model.trust_remote_code")
+    template = model.pop("custom_chat_template", None)
+    template_path = model.pop("chat_template_path", None)
+    if template_path is not None:  # Trinity reads the file's template over custom_chat_template
+        try:
+            template = Path(template_path).expanduser().read_text()
+        except OSError as e:
+            t.refuse("model.chat_template_path", f"={template_path!r} cannot be read ({e.strerror or e}): give the "
+                                                 "Jinja template's file")
+    if template is not None:
+        _set(out, "data.chat_template", template, "model.chat_template_path" if template_path else
+             "model.custom_chat_template")
+    if model.get("enable_thinking") is None:  # null, Trinity's default: the template's own; else refused
+        model.pop("enable_thinking", None)
+    for key in ("temperature", "top_p", "top_k", "logprobs"):  # the tasksets' rollout_args where they set none
+        if key in model:
+            out.setdefault("_trinity", {}).setdefault("sampling", {})[key] = (model.pop(key), f"model.{key}")
+    if model.pop("repetition_penalty", 1.0) != 1.0:
+        t.refuse("model.repetition_penalty", "rft's engines sample without a repetition penalty; only 1.0 (none, "
+                                             "Trinity-RFT's default) is honoured")
+    _lora(t, model.pop("lora_configs", None), out, policy)
+    for key in ("rope_scaling", "rope_theta"):  # set on the model's config where it loads, as Trinity's verl does
+        if model.get(key) is not None:
+            value = model.pop(key)
+            for target in ([f"{policy}.override_config.{key}"] if sft else
+                           [f"{M}.override_config.{key}", f"critic.model.override_config.{key}"]):
+                _set(out, target, value, f"model.{key}")
+        model.pop(key, None)
+    for key, backend in (("tinker", "model.tinker"), ("external_model", "model.external_model")):
+        section = model.get(key)
+        if isinstance(section, dict) and not section.get("enable", False):
+            model.pop(key)  # off: Trinity trains and rolls out itself, as rft does; its other keys are not read
+            t.rest({k: v for k, v in section.items() if k != "enable" and k not in trinity_keys(backend)}, backend)
+
+
+def _lora(t: _Translation, configs: Any, out: dict, policy: str) -> None:
+    """model.lora_configs: Trinity-RFT trains one LoRA adapter (it refuses more), with its rank, alpha and target
+    and excluded modules; a `name` / `base_model_name` names the adapter to vLLM, where rft serves the policy with
+    its LoRA merged."""
+    if configs is None:
+        return
+    if not isinstance(configs, list) or len(configs) != 1 or not isinstance(configs[0], dict):
+        t.refuse("model.lora_configs", f"={configs!r}: one adapter, a list of one mapping (Trinity-RFT trains one)")
+        return
+    lora = dict(configs[0])
+    for key, default in (("lora_rank", 32), ("lora_alpha", 32), ("target_modules", "all-linear"),
+                         ("exclude_modules", None)):  # Trinity's LoRAConfig defaults where the item sets none
+        value = lora.pop(key, default)
+        if value is not None:
+            _set(out, f"{policy}.{key}", value, f"model.lora_configs[0].{key}")
+    for key in ("name", "base_model_name"):
+        if lora.get(key) is not None:
+            t.note(f"model.lora_configs[0].{key}", lora.pop(key), "the adapter's name in Trinity-RFT's vLLM engine; "
+                                                                  "rft serves the policy with its LoRA merged")
+        lora.pop(key, None)
+    t.rest(lora, "model.lora_configs[0]")
 
 
 PROMPT_TRUNCATION = {True: "left", False: "error"}
@@ -819,7 +961,9 @@ def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: di
             _set_shared(t, out, f"{prefix}.{key}", args.pop(key), f"{where}.rollout_args.{key}")
     if eval_set and "temperature" in (ts.get("rollout_args") or {}):
         _set(out, f"{prefix}.do_sample", ts["rollout_args"]["temperature"] > 0)
-    t.rest(args, f"{where}.rollout_args", NOT_HONOURED)
+    if args.get("logprobs", 0) in (0, None):  # the sampled token's log-prob alone: what rft's engines return
+        args.pop("logprobs", None)
+    t.rest(args, f"{where}.rollout_args")
 
 
 def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) -> None:
@@ -860,7 +1004,7 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
         elif split is not None and path and not Path(path).expanduser().is_dir() and Path(path).stem != split:
             t.refuse(f"{where}.split", f"={split!r}, but path={path!r} is a file, not a folder holding splits: "
                                        "remove split or give the folder")
-        files = _files(t, where, path, split or ("test" if eval_set else "train"))
+        files = _files(t, where, path, split or ("test" if eval_set else "train"), ts.pop("subset_name", None))
         if storage != "file" and eval_set:
             t.refuse(f"{where}.storage_type", not_one_of(storage, ("file",), "rft reads eval tasksets from files "
                                                                             "(jsonl / parquet)"))
@@ -878,13 +1022,14 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
     for key in FORMAT_KEYS:
         if key in fmt:
             _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
-    t.rest(fmt, f"{where}.format", NOT_HONOURED)
+    t.rest(fmt, f"{where}.format")
     _taskset_args(t, ts, where, eval_set, out)
     ts.pop("rollout_args", None)
     if eval_set and "repeat_times" in ts:
         _set_shared(t, out, f"{R}.val_kwargs.n", ts.pop("repeat_times"), f"{where}.repeat_times")
-    _workflow_keys(t, ts, where, out, defaults)
-    t.rest(ts, where, NOT_HONOURED)
+    _data_selector(t, ts, where, out, eval_set)
+    _workflow_keys(t, ts, where, out, defaults, eval_set)
+    t.rest(ts, where)
     return files
 
 
@@ -898,25 +1043,97 @@ def _workflow_defaults(b: dict, explorer_input: dict) -> dict[str, tuple[Any, st
     explorer_input's win."""
     defaults = {}
     for section, where in ((b, "buffer"), (explorer_input, "buffer.explorer_input")):
-        for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
-            value = section.pop(key, None)
+        for key in (*WORKFLOW_DEFAULTS, "system_prompt", "default_eval_workflow_type"):
+            value = section.pop(key, None) if key != "default_eval_workflow_type" or section is explorer_input \
+                else None
             if value is not None:
                 defaults[key] = (value, f"{where}.{key}")
     return defaults
 
 
-def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict) -> None:
+SELECTORS = {
+    "random": "draws each step's tasks at random, with replacement from step to step; rft's data.shuffle deals "
+              "every task once per epoch (selector_type shuffle)",
+    "offline_easy2hard": "orders the tasks by difficulty features; rft reads them in the file's order "
+                         "(sequential) or shuffled (shuffle): sort the file",
+    "difficulty_based": "picks tasks by their estimated pass rates, updated from the rewards of each step (BOTS); "
+                        "rft reads the tasks in the file's order (sequential) or shuffled (shuffle)",
+}
+"""Trinity-RFT's data selectors other than sequential and shuffle, and why rft refuses each."""
+
+
+def _data_selector(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> None:
+    """A taskset's data_selector (task_selector, its earlier name): Trinity-RFT's default, sequential, reads the
+    tasks in the file's order, so the training tasks are not shuffled (rft's data.shuffle false) unless it says
+    shuffle (with its seed, 42 by default). An eval taskset reads every task, in any order the same metrics."""
+    key = "data_selector" if "data_selector" in ts else "task_selector"
+    selector = _section(ts.pop(key, None), f"{where}.{key}")
+    ts.pop("task_selector", None)
+    kind = selector.pop("selector_type", None) or "sequential"
+    if kind not in ("sequential", "shuffle"):
+        t.refuse(f"{where}.{key}.selector_type", not_one_of(kind, ("sequential", "shuffle", *SELECTORS),
+                                                            SELECTORS.get(kind, "rft has sequential and shuffle")))
+        return
+    seed = selector.pop("seed", 42)
+    for name in ("feature_keys", "kwargs"):  # the estimators' settings, read by the other selectors only
+        if selector.pop(name, None):
+            t.refuse(f"{where}.{key}.{name}", f"read by the selectors that estimate difficulty only, not by {kind}")
+    t.rest(selector, f"{where}.{key}")
+    if not eval_set:
+        _set(out, "_trinity.shuffle", (kind == "shuffle", seed, f"{where}.{key}.selector_type"))
+
+
+def _task_order(out: dict) -> None:
+    """data.shuffle / data.seed as the training taskset's data selector says (`_data_selector`), where
+    trainer_config sets no data.shuffle of its own."""
+    shuffle, seed, source = out.get("_trinity", {}).pop("shuffle", (False, 42, None))
+    if _get(out, "data.shuffle") is _MISSING:
+        _set(out, "data.shuffle", shuffle, source)
+        if shuffle and _get(out, "data.seed") is _MISSING:
+            _set(out, "data.seed", seed, source)
+
+
+ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environment, its package and what it needs)
+    ("alfworld", "ALFWorld's text households", "alfworld", "with its game files (alfworld-download) and TextWorld"),
+    ("sciworld", "ScienceWorld's simulated science tasks", "scienceworld", "whose simulator runs on a Java runtime"),
+    ("webshop", "WebShop's simulated shop", "webshop", "with its shop server and its product catalogue"),
+    ("frozen_lake", "the FrozenLake grid", "gymnasium", "(gymnasium's toy_text FrozenLake)"),
+    ("agentscope", "an AgentScope agent", "agentscope", "(the agent drives the model through AgentScope's own "
+                                                        "model and tool APIs)"),
+    ("email_search", "an AgentScope agent searching a mailbox", "agentscope", "with the Enron mail database"),
+)
+
+
+def environment_workflow(name: Any) -> str | None:
+    """Why rft refuses Trinity-RFT's workflow type `name` where it steps an environment (`ENVIRONMENTS`): the
+    environment and the package it needs; None for another workflow type (rft's own check names those)."""
+    for part, what, package, needs in ENVIRONMENTS if isinstance(name, str) else ():
+        if part in name.lower():
+            return (f"Trinity-RFT's workflow that runs {what}: it needs the {package} package {needs}, and rft has "
+                    "no workflow of that environment (rft's: simple_workflow, math_workflow, tool_call_workflow, or "
+                    "one of your own, docs/workflows.md)")
+    return None
+
+
+def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
     """default_workflow_type, default_reward_fn_type (the taskset's own, else the buffer's default) and
     workflow_args of a taskset: one value per run (rft has one workflow and one reward function for its tasks
-    and its validation), so tasksets that end up with different ones are refused."""
+    and its validation), so tasksets that end up with different ones are refused. An eval taskset without its own
+    workflow takes buffer.explorer_input.default_eval_workflow_type where it is set, as in Trinity-RFT."""
     for key, target in WORKFLOW_DEFAULTS.items():
         own = ts.pop(key, None)
         if own is not None:
             value, source = own, f"{where}.{key}"
         else:
-            value, default_where = defaults.get(key, (None, ""))
+            inherit = "default_eval_workflow_type" if eval_set and key == "default_workflow_type" and \
+                "default_eval_workflow_type" in defaults else key
+            value, default_where = defaults.get(inherit, (None, ""))
             source = f"{where}.{key} (inherited from {default_where})"
-        if value is not None:
+        if key == "default_workflow_type" and environment_workflow(value):
+            t.refuse(source.split(" ")[0] if own is not None else default_where,
+                     f"={value!r}: {environment_workflow(value)}")
+            ts.pop("workflow_args", None)  # that workflow's own arguments: refused with it, not said again
+        elif value is not None:
             _set_shared(t, out, target, value, source)
     for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
         if ts.get(key) is not None:
@@ -996,16 +1213,18 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
             _set(out, "data.val_data_sources", val_names)
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
+        _replay_buffer(t, exp, out)
         for key in EXPERIENCE_BUFFER_KEYS:
             if key in exp:
                 _set(out, f"experience_buffer.{key}", exp.pop(key))
-        t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
+        t.rest(exp, "buffer.trainer_input.experience_buffer")
         _auxiliary_buffers(t, trainer_input, out)
     elif kind == "dpo":
         _preference_buffer(t, trainer_input, out)
     else:
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
-        files = _files(t, "buffer.trainer_input.experience_buffer", exp.pop("path", None), exp.pop("split", "train"))
+        files = _files(t, "buffer.trainer_input.experience_buffer", exp.pop("path", None), exp.pop("split", "train"),
+                       exp.pop("subset_name", None))
         if files:
             _set(out, "data.train_files", files)
         exp.pop("name", None)
@@ -1030,21 +1249,46 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.{key}", fmt.pop(key))
-        t.rest(fmt, "buffer.trainer_input.experience_buffer.format", NOT_HONOURED)
-        t.rest(exp, "buffer.trainer_input.experience_buffer", NOT_HONOURED)
+        t.rest(fmt, "buffer.trainer_input.experience_buffer.format")
+        t.rest(exp, "buffer.trainer_input.experience_buffer")
     if not sft:
-        t.rest(explorer_input, "buffer.explorer_input", NOT_HONOURED)
+        t.rest(explorer_input, "buffer.explorer_input")
     else:  # an sft stage inherits the global explorer input, which belongs to the RL stages
         t.rl_only += [f"buffer.explorer_input.{k}" for k in explorer_input]
-    t.rest(trainer_input, "buffer.trainer_input", "rft reads an auxiliary buffer only as the expert rows of the "
-                                                  "mix algorithm")
+    t.rest(trainer_input, "buffer.trainer_input")
     if not sft:
         _plugin_dirs(t, out)
     else:  # an offline stage inherits the global defaults of the tasksets, which belong to the RL stages
         for key in (*WORKFLOW_DEFAULTS, "system_prompt"):
             if b.pop(key, None) is not None:
                 t.rl_only.append(f"buffer.{key}")
-    t.rest(b, "buffer", NOT_HONOURED)
+    t.rest(b, "buffer")
+
+
+def _replay_buffer(t: _Translation, exp: dict, out: dict) -> None:
+    """experience_buffer.replay_buffer, Trinity-RFT's prioritised replay of a queue buffer, is rft's priority queue:
+    enable -> experience_buffer.use_priority_queue, its linear_decay priority (model_version - decay x times read)
+    -> priority_decay, reuse_cooldown_time (null: each experience read once) as it is. Off, Trinity-RFT reads
+    none of its other keys, nor does rft."""
+    where = "buffer.trainer_input.experience_buffer.replay_buffer"
+    replay = _section(exp.pop("replay_buffer", None), where)
+    if not replay.pop("enable", False):
+        return
+    _set(out, "experience_buffer.use_priority_queue", True, f"{where}.enable")
+    fn = replay.pop("priority_fn", "linear_decay")
+    args = _section(replay.pop("priority_fn_args", None), f"{where}.priority_fn_args")
+    if fn != "linear_decay":
+        t.refuse(f"{where}.priority_fn", not_one_of(fn, ("linear_decay",), "rft's priority queue ranks by "
+                                                    "linear_decay only (model_version - decay x times read)"))
+    else:
+        _set(out, "experience_buffer.priority_decay", args.pop("decay", 2.0), f"{where}.priority_fn_args.decay")
+        for key in args:
+            t.refuse(f"{where}.priority_fn_args.{key}", _not_an_argument("linear_decay priority", {"decay"}))
+    if replay.get("reuse_cooldown_time") is not None:
+        _set(out, "experience_buffer.reuse_cooldown_time", replay.pop("reuse_cooldown_time"),
+             f"{where}.reuse_cooldown_time")
+    replay.pop("reuse_cooldown_time", None)
+    t.rest(replay, where)
 
 
 def _plugin_dirs(t: _Translation, out: dict) -> None:
@@ -1095,7 +1339,8 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
         if storage != "file":
             t.refuse(f"{where}.{name}.storage_type", not_one_of(storage, ("file",), "rft reads the expert rows from "
                                                                                   "files (jsonl / parquet)"))
-        files = _files(t, f"{where}.{name}", buf.pop("path", None), buf.pop("split", "train"))
+        files = _files(t, f"{where}.{name}", buf.pop("path", None), buf.pop("split", "train"),
+                       buf.pop("subset_name", None))
         if files:
             _set(out, "data.expert.files", files)
         fmt = _section(buf.pop("format", None), f"{where}.{name}.format")
@@ -1106,8 +1351,8 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.expert.{key}", fmt.pop(key))
-        t.rest(fmt, f"{where}.{name}.format", NOT_HONOURED)
-        t.rest(buf, f"{where}.{name}", NOT_HONOURED)
+        t.rest(fmt, f"{where}.{name}.format")
+        t.rest(buf, f"{where}.{name}")
     if wanted and wanted not in buffers:
         t.refuse(where, f"the mix algorithm reads its expert rows from the auxiliary buffer {wanted!r} "
                         "(algorithm.sample_strategy_args.sft_dataset_name), which is missing")
@@ -1117,7 +1362,7 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
     """algorithm_type dpo: the experience buffer holds the preference pairs (rft dpo's data section)."""
     where = "buffer.trainer_input.experience_buffer"
     exp = _section(trainer_input.pop("experience_buffer", None), where)
-    files = _files(t, where, exp.pop("path", None), exp.pop("split", "train"))
+    files = _files(t, where, exp.pop("path", None), exp.pop("split", "train"), exp.pop("subset_name", None))
     if files:
         _set(out, "data.train_files", files)
     exp.pop("name", None)  # a Ray actor's name
@@ -1140,8 +1385,8 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
     for key in ("chosen_key", "rejected_key"):
         if key in fmt:
             _set(out, f"data.{key}", fmt.pop(key))
-    t.rest(fmt, f"{where}.format", NOT_HONOURED)
-    t.rest(exp, where, NOT_HONOURED)
+    t.rest(fmt, f"{where}.format")
+    t.rest(exp, where)
 
 
 def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
@@ -1161,7 +1406,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     if "tensor_parallel_size" in rm:
         _set(out, "actor_rollout_ref.rollout.tensor_model_parallel_size", rm.pop("tensor_parallel_size"),
              "explorer.rollout_model.tensor_parallel_size")
-    for key in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "max_model_len", "dtype"):
+    for key in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
+                "max_model_len", "dtype"):
         if key in rm:  # the same names as verl's rollout keys
             _set(out, f"actor_rollout_ref.rollout.{key}", rm.pop(key), f"explorer.rollout_model.{key}")
     if "enable_history" in rm:
@@ -1177,7 +1423,7 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
     if "chat_template" in rm:
         _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
-    t.rest(rm, "explorer.rollout_model", NOT_HONOURED)
+    t.rest(rm, "explorer.rollout_model")
     for key in WORKFLOW_KEYS:
         if key in e:
             _set(out, f"workflow.{key}", e.pop(key), f"explorer.{key}")
@@ -1187,7 +1433,7 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "trainer.val_before_train", e.pop("eval_on_startup"), "explorer.eval_on_startup")
     if "bench_on_latest_checkpoint" in e:
         _set(out, "trainer.bench_on_latest_checkpoint", e.pop("bench_on_latest_checkpoint"))
-    t.rest(e, "explorer", NOT_HONOURED)
+    t.rest(e, "explorer")
 
 
 def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool = False) -> None:
@@ -1209,8 +1455,7 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
         _set_total_steps(out, tr.pop("total_steps"), "trainer.total_steps")
     if "grad_clip" in tr:
         _set(out, "optim.clip_grad" if sft else f"{A}.grad_clip", tr.pop("grad_clip"), "trainer.grad_clip")
-    if "use_dynamic_bsz" in tr:
-        _set(out, f"{A}.use_dynamic_bsz", tr.pop("use_dynamic_bsz"))
+    shortcuts = {key: tr.pop(key) for key in TRAINER_SHORTCUTS if key in tr}
     inline, path = tr.pop("trainer_config", None), tr.pop("trainer_config_path", "") or None
     if inline and path:
         t.refuse("trainer.trainer_config_path", "give trainer_config or trainer_config_path, not both")
@@ -1231,7 +1476,104 @@ def _trainer(t: _Translation, trainer: dict, out: dict, sft: bool, pairs: bool =
                                                               f"to {mine!r}: give it once")
             for key, value in _merge(out, inline).items():
                 out[key] = value
-    t.rest(tr, "trainer", NOT_HONOURED)
+    _trainer_shortcuts(t, shortcuts, out, sft, pairs)
+    t.rest(tr, "trainer")
+
+
+TRAINER_SHORTCUTS = {
+    "use_dynamic_bsz": (f"{A}.use_dynamic_bsz", "critic.use_dynamic_bsz"),
+    "max_token_len_per_gpu": (f"{A}.ppo_max_token_len_per_gpu", f"{R}.log_prob_max_token_len_per_gpu",
+                              "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+                              "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu"),
+    "ulysses_sequence_parallel_size": (f"{A}.ulysses_sequence_parallel_size",
+                                       "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+                                       "critic.ulysses_sequence_parallel_size"),
+    "use_remove_padding": (f"{M}.use_remove_padding",),
+    "trainer_strategy": (f"{A}.strategy", "critic.strategy"),
+    "actor_grad_clip": (f"{A}.grad_clip",),
+    "balance_batch": ("trainer.balance_batch",),
+    "critic_warmup": ("trainer.critic_warmup",),
+    "max_checkpoints_to_keep": ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"),
+    **{key: (f"{A}.fsdp_config.{key}", f"actor_rollout_ref.ref.fsdp_config.{key}", f"critic.fsdp_config.{key}")
+       for key in ("param_offload", "optimizer_offload", "offload_policy")},
+}
+SFT_SHORTCUTS = {"ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size",
+                 "use_remove_padding": "use_remove_padding", "trainer_strategy": "model.strategy",
+                 "actor_grad_clip": "optim.clip_grad", "max_checkpoints_to_keep": "trainer.max_ckpt_to_keep"}
+"""The shortcuts an SFT / DPO stage takes (rft sft's keys); the token budget is noted (`TOKEN_BUDGET`), the
+offloads refused when on, balance_batch and critic_warmup left to the RL stages."""
+"""Trinity-RFT's trainer shortcuts -> the verl keys each fills (its veRLConfig.synchronize_config), where
+trainer.trainer_config gives none of its own."""
+TOKEN_BUDGET = ("Trinity-RFT's SFT forms micro-batches by token count with it, a performance knob (the same "
+                "gradient); rft's SFT forms them of data.micro_batch_size_per_gpu rows")
+
+
+def _trainer_shortcuts(t: _Translation, shortcuts: dict, out: dict, sft: bool, pairs: bool) -> None:
+    """Trinity-RFT's trainer shortcuts (`TRAINER_SHORTCUTS`) as it reads them: each fills the actor's, the
+    reference's and the critic's keys that trainer_config leaves unset (trainer_config's own value wins there, as in
+    Trinity); actor_grad_clip is the actor's over grad_clip. An SFT / DPO stage has no actor or critic: its keys
+    are rft sft's (`SFT_SHORTCUTS`), and the token budget of micro-batches changes nothing but speed."""
+    for key, value in shortcuts.items():
+        if pairs and SFT_SHORTCUTS.get(key) in DPO_LACKS:
+            _dpo_lacks(t, f"trainer.{key}", value)
+        elif sft and key in SFT_SHORTCUTS:
+            if key == "actor_grad_clip" or _get(out, SFT_SHORTCUTS[key]) is _MISSING:
+                _set(out, SFT_SHORTCUTS[key], value, f"trainer.{key}")
+        elif sft and key in ("use_dynamic_bsz", "max_token_len_per_gpu"):
+            t.note(f"trainer.{key}", value, TOKEN_BUDGET)
+        elif sft and key in ("balance_batch", "critic_warmup"):
+            t.rl_only.append(f"trainer.{key}")
+        elif sft:
+            if value:
+                t.refuse(f"trainer.{key}", f"={value!r}: rft sft keeps the model and optimizer state on the device "
+                                           "(no offloading); set false")
+        elif key == "actor_grad_clip":  # over trainer.grad_clip, as Trinity-RFT sets it
+            if value is not None:
+                _set(out, f"{A}.grad_clip", value, f"trainer.{key}")
+        elif key == "max_token_len_per_gpu":  # filled once the longest sequence is known (`_token_budgets`)
+            _set(out, "_trinity.max_token_len_per_gpu", value)
+        else:
+            for target in _shortcut_targets(key, out):
+                if _get(out, target) is _MISSING:
+                    _set(out, target, value, f"trainer.{key}")
+
+
+def _shortcut_targets(key: str, out: dict) -> tuple[str, ...]:
+    """The verl keys trainer.`key` fills (`TRAINER_SHORTCUTS`): the critic's only where the run trains a critic
+    (GAE's values; Trinity-RFT fills them either way, where they are not read)."""
+    critic = _get(out, "algorithm.adv_estimator") == "gae" or _get(out, "critic.enable") is True
+    return tuple(k for k in TRAINER_SHORTCUTS[key] if critic or not k.startswith("critic."))
+
+
+def _token_budgets(out: dict, max_len: Any) -> None:
+    """The token budgets of dynamic batching as Trinity-RFT sets them (an RL run): trainer.max_token_len_per_gpu,
+    left out 2 x max_model_len / ulysses_sequence_parallel_size, fills each budget trainer_config leaves unset; a
+    budget below the longest sequence (max_model_len, else the prompt + response limits) is raised to it, as
+    Trinity-RFT raises the actor's and the critic's (with a warning: so does rft), since one row must fit in a pass.
+    """
+    given = out.get("_trinity", {}).pop("max_token_len_per_gpu", None)
+    data = out.get("data", {})
+    limits = (data.get("max_prompt_length"), data.get("max_response_length"))
+    longest = max_len if _count(max_len) else sum(limits) if all(_count(x) for x in limits) else None
+    sp = _get(out, f"{A}.ulysses_sequence_parallel_size")
+    sp = sp if _count(sp) and sp > 0 else 1
+    source = "trainer.max_token_len_per_gpu"
+    if given is None and longest is not None:
+        given, source = math.ceil(2 * longest / sp), "trainer.max_token_len_per_gpu (left out: 2 x model.max_model_len)"
+    for target in _shortcut_targets("max_token_len_per_gpu", out):
+        if given is not None and _get(out, target) is _MISSING:
+            _set(out, target, given, source)
+        value = _get(out, target)
+        if longest is not None and _count(value) and value < longest:
+            logging.getLogger("rft").warning(
+                "rft: note: %s=%d is raised to %d to hold the longest sequence (model.max_model_len), as Trinity-RFT "
+                "raises it", target, value, longest)
+            _set(out, target, longest)
+
+
+def _count(value: Any) -> bool:
+    """Whether `value` is an integer (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _MISSING = object()
@@ -1261,6 +1603,19 @@ def _verl_default(key: str) -> Any:
     return _verl_default.table.get(key, _MISSING)  # type: ignore[attr-defined]
 
 
+DPO_LACKS = ("use_remove_padding", "ulysses_sequence_parallel_size")
+"""rft sft's keys (`SFT_FROM_VERL`'s targets) that rft dpo has not: it runs padded forward passes in one process."""
+
+
+def _dpo_lacks(t: _Translation, where: str, value: Any) -> None:
+    """A DPO stage's `where` (use_remove_padding or sequence parallelism, `DPO_LACKS`): packed passes are a
+    performance knob (the same loss), noted; a sequence-parallel size other than 1 is refused."""
+    if where.endswith("use_remove_padding"):
+        t.note(where, value, "packed forward passes, a performance knob (the same loss); rft dpo runs padded ones")
+    elif value != 1:
+        t.refuse(where, f"={value!r}: rft dpo has no sequence parallelism; set 1")
+
+
 def _sft_trainer_config(t: _Translation, inline: dict, out: dict, pairs: bool = False) -> None:
     """The verl keys of trainer.trainer_config in an SFT stage: the ones with an SFT meaning land on SFT keys
     (`SFT_FROM_VERL`), the ones an SFT stage cannot honour are refused unless at verl's default, the rest are the RL
@@ -1286,6 +1641,9 @@ def _sft_trainer_config(t: _Translation, inline: dict, out: dict, pairs: bool = 
                     t.refuse(where, f"={value!r}: DPO rows come in pairs (chosen, rejected); give an even number")
                     continue
                 value //= 2
+            if pairs and target in DPO_LACKS:
+                _dpo_lacks(t, where, value)
+                continue
             mine = _get(out, target)
             if mine is not _MISSING and mine != value:
                 t.refuse(where, f"={value!r}, but a Trinity key of this file sets {target} to {mine!r}: give it once")
@@ -1303,12 +1661,15 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     project, name = cfg.get("project", "Trinity-RFT"), cfg.get("name", "rft")
     _set(out, "trainer.project_name", project, "project")
     _set(out, "trainer.experiment_name", name, "name")
-    root = cfg.get("checkpoint_root_dir")
+    root, group = cfg.get("checkpoint_root_dir"), str(cfg.get("group") or "")
+    if group:  # Trinity's job folder has it; its W&B run is put in that group, rft's in none
+        t.note("group", group, "the W&B run group of Trinity-RFT's monitor; rft's W&B run has no group (the run "
+                               "folder is <checkpoint_root_dir>/<project>/<group>/<name>, as Trinity-RFT's)")
     if root is not None:
-        folder = Path(root) / str(project) / str(name)
+        folder = Path(root) / str(project) / group / str(name)
         if cfg.get("continue_from_checkpoint", True) is False and folder.exists():
             name = f"{name}_{time.strftime('%Y%m%d%H%M%S')}"  # Trinity starts a new experiment
-            folder = Path(root) / str(project) / name
+            folder = Path(root) / str(project) / group / name
             _set(out, "trainer.experiment_name", name)
         _set(out, "trainer.default_local_dir", str(folder), FOLDER_KEYS)
     if cfg.get("continue_from_checkpoint", True) is False and root is None:
@@ -1323,20 +1684,33 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     address = cluster.pop("ray_address", None)  # Trinity's default `auto` is for a key left out: there, no Ray
     if address is not None:
         _set(out, "ray_init.address", str(address))
-    t.rest(cluster, "cluster", NOT_HONOURED)
+    t.rest(cluster, "cluster")
     sync = dict(cfg.get("synchronizer") or {})
     style = sync.pop("sync_style", "fixed")
     if str(style).lower() != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
-        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", "dynamic_by_trainer", "dynamic_by_explorer"),
-                 "rft synchronises on the fixed schedule (`fixed`, Trinity-RFT's default: every sync_interval "
-                 "steps, sync_offset ahead); remove it or set fixed"))
+        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", *SYNC_STYLES), SYNC_STYLES.get(
+            SYNC_ALIASES.get(str(style).lower(), str(style).lower()), "rft synchronises on the fixed schedule "
+            "(fixed, Trinity-RFT's default: every sync_interval steps, sync_offset ahead); set fixed")))
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
-    t.rest(sync, "synchronizer", NOT_HONOURED)
+    t.rest(sync, "synchronizer")
     _monitor(t, _section(cfg.get("monitor"), "monitor"), out)
     _log(t, _section(cfg.get("log"), "log"), out)
     _service(t, _section(cfg.get("service"), "service"), out)
+
+
+_FIXED = ("rft's explorer and trainer meet on the fixed schedule instead (fixed, Trinity-RFT's default: every "
+          "sync_interval steps, the explorer sync_offset steps ahead, one training step per explored batch); set fixed")
+SYNC_STYLES = {
+    "explorer_driven": "the explorer asks for new weights after every sync_interval of its own steps and takes the "
+                       "trainer's of whatever step it has reached, while the trainer trains as long as experiences "
+                       "are there, each at its own pace (the weights' age is the two processes' timing); " + _FIXED,
+    "trainer_driven": "the trainer hands over its weights every sync_interval of its own steps and the explorer "
+                      "takes them at its next step, each at its own pace; " + _FIXED,
+}
+"""Trinity-RFT's other synchronisation styles, and why rft refuses each."""
+SYNC_ALIASES = {"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
 
 
 def _service(t: _Translation, service: dict, out: dict) -> None:
@@ -1346,8 +1720,8 @@ def _service(t: _Translation, service: dict, out: dict) -> None:
     for key in ("server_url", "auto_start", "port"):
         if key in dj:
             _set(out, f"data_processor.data_juicer.{key}", dj.pop(key))
-    t.rest(dj, "service.data_juicer", NOT_HONOURED)
-    t.rest(service, "service", NOT_HONOURED)
+    t.rest(dj, "service.data_juicer")
+    t.rest(service, "service")
 
 
 def _log(t: _Translation, log: dict, out: dict) -> None:
@@ -1368,7 +1742,7 @@ def _log(t: _Translation, log: dict, out: dict) -> None:
     if "save_dir" in log:
         t.refuse("log.save_dir", f"={log.pop('save_dir')!r}: set by Trinity-RFT itself, not in a config; rft writes "
                                  "each process's log under <checkpoint_root_dir>/<project>/<name>/log")
-    t.rest(log, "log", NOT_HONOURED)
+    t.rest(log, "log")
 
 
 
@@ -1404,7 +1778,7 @@ def _data_processor(t: _Translation, dp: dict, out: dict, taskset: dict) -> None
         if tp.get(key, unset) not in (unset, None):
             t.refuse(f"{where}.{key}", DATA_JUICER if key != "output" else "the output is the taskset's path")
         tp.pop(key, None)
-    t.rest(tp, where, NOT_HONOURED)
+    t.rest(tp, where)
     where = "data_processor.experience_pipeline"
     ep = _section(dp.pop("experience_pipeline", None), where)
     if ep.get("operators") is not None:
@@ -1417,8 +1791,8 @@ def _data_processor(t: _Translation, dp: dict, out: dict, taskset: dict) -> None
         if ep.pop(key, None):
             t.refuse(f"{where}.{key}", "the pipeline reads the explorer's experiences and writes the experience "
                                        "buffer; remove it")
-    t.rest(ep, where, NOT_HONOURED)
-    t.rest(dp, "data_processor", NOT_HONOURED)
+    t.rest(ep, where)
+    t.rest(dp, "data_processor")
 
 def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     """monitor_type (one name or a list) -> trainer.logger (the console too), monitor_args -> trainer.monitor_args
@@ -1443,7 +1817,7 @@ def _monitor(t: _Translation, monitor: dict, out: dict) -> None:
     if monitor.pop("enable_ray_timeline", False):
         t.refuse("monitor.enable_ray_timeline", "rft writes no Ray timeline, on a cluster (cluster.ray_address) "
                                                 "either; remove it or set it false")
-    t.rest(monitor, "monitor", NOT_HONOURED)
+    t.rest(monitor, "monitor")
 
 
 def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
@@ -1494,7 +1868,10 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
             if _get(out, f"optim.{key}") is _MISSING:
                 _set(out, f"optim.{key}", value)
     else:
+        max_len = out.get("_trinity", {}).get("max_model_len")
         _check_model_len(t, out)
+        _token_budgets(out, max_len)
+        _task_order(out)
         _check_prompt_truncation(t, out)
         _math_workflow_reward(out)
     _check_save_strategy(t, out)
@@ -1555,6 +1932,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
     t = _Translation()
     if refusals is not None:
         t.raise_if_any = lambda path, overrides=(): refusals.extend(t.refusals)  # type: ignore[method-assign]
+    cfg = _typed(t, copy.deepcopy(cfg))
     known = set(SECTIONS)
     for key, value in cfg.items():
         if key in known and key not in ("stages", *_SCALARS) and value is not None and not isinstance(value, dict):
@@ -1562,7 +1940,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
         if key in VERL_SECTIONS:
             t.refuse(key, "a verl section, not a Trinity-RFT one: put verl keys under trainer.trainer_config")
         elif key not in known:
-            t.rest({key: value}, "", NOT_HONOURED)
+            t.rest({key: value}, "")
     stages = cfg.get("stages")
     base_cfg = {k: v for k, v in cfg.items() if k != "stages"}
     staged = bool(stages)
@@ -1572,6 +1950,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             _mode(t, cfg, "")
             out = _section_dialect(t, base_cfg, "rl")
             t.raise_if_any(path, overrides)
+            t.say_notes(path, overrides)
             if said_as is not None:
                 said_as.update(t.said_as)
             return out
@@ -1588,7 +1967,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
         if not name:
             t.refuse(f"stages[{i}].stage_name", "is required")
             continue
-        t.rest({k: v for k, v in stage.items() if k not in trinity_keys("")}, f"stages[{i}]", NOT_HONOURED)
+        t.rest({k: v for k, v in stage.items() if k not in trinity_keys("")}, f"stages[{i}]")
         # a stage's algorithm replaces the global one; its other sections are merged over the global ones
         merged = _merge({k: v for k, v in base_cfg.items() if not (k == "algorithm" and "algorithm" in stage)},
                         stage)
@@ -1597,6 +1976,8 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
         kind = _mode(sub, merged, where)
         sections = _section_dialect(sub, merged, kind)
         t.refusals += sub.refusals
+        t.notes += [n for n in sub.notes if re.sub(r"^stages\[\d+\]\.", "", n[0]) not in
+                    {re.sub(r"^stages\[\d+\]\.", "", m[0]) for m in t.notes}]  # a global key: noted once
         rl_only += [key for key in sub.rl_only if key not in rl_only]
         for key in sections.get("trainer", {}).copy():
             if key in ("default_local_dir", "project_name", "experiment_name"):
@@ -1610,6 +1991,7 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
             algorithm = sections.pop("algorithm", {})
             out_stages.append({"stage_name": name, "algorithm": algorithm, **sections})
     t.raise_if_any(path, overrides)
+    t.say_notes(path, overrides)
     offline = [s for s in out_stages if s["algorithm"] == "sft" or (isinstance(s["algorithm"], dict) and
                                                                  s["algorithm"].get("algorithm_type") == "dpo")]
     if rl_only and len(offline) == len(out_stages):

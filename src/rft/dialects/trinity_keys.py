@@ -13,91 +13,126 @@ from __future__ import annotations
 
 import re
 
-_STORAGE = (  # TasksetConfig, ExperienceBufferConfig and their common StorageConfig
-    "name", "storage_type", "path", "repeat_times", "mm_data_kwargs", "index", "split", "subset_name", "format",
-    "capacity", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time", "replay_buffer",
-    "replay_buffer_kwargs", "max_retry_times", "max_retry_interval", "default_workflow_type",
-    "default_eval_workflow_type", "default_reward_fn_type", "rollout_args", "workflow_args", "reward_fn_args",
-    "data_selector", "task_selector", "enable_progress_bar", "ray_namespace", "wrap_in_ray", "schema_type",
-    "total_epochs", "total_steps", "batch_size", "tokenizer_path", "is_eval")
-_FORMAT = (
-    "prompt_type", "prompt_key", "response_key", "system_prompt_key", "system_prompt", "messages_key", "tools_key",
-    "image_key", "video_key", "reply_prefix", "workflow_key", "reward_fn_key", "chosen_key", "rejected_key",
-    "enable_concatenated_multi_turn", "chat_template", "enable_thinking")
-_GENERATION = ("temperature", "top_p", "top_k", "logprobs", "max_tokens", "n")
 
-KEYS: dict[str, tuple[str, ...]] = {
-    "": ("project", "group", "name", "mode", "checkpoint_root_dir", "checkpoint_job_dir", "ray_namespace",
-         "continue_from_checkpoint", "ignore_validator_suggestions", "algorithm", "data_processor", "model",
-         "cluster", "buffer", "explorer", "trainer", "monitor", "synchronizer", "service", "log", "stages"),
-    "stages[]": ("stage_name", "mode", "algorithm", "buffer", "data_processor", "explorer", "trainer"),
-    "algorithm": ("algorithm_type", "repeat_times", "optimizer", "sample_strategy", "sample_strategy_args",
-                  "advantage_fn", "advantage_fn_args", "kl_penalty_fn", "kl_penalty_fn_args", "policy_loss_fn",
-                  "policy_loss_fn_args", "kl_loss_fn", "kl_loss_fn_args", "entropy_loss_fn", "entropy_loss_fn_args",
-                  "loss_agg_mode", "enable_router_replay", "bypass_old_logprobs", "rollout_correction",
-                  "use_token_level_loss"),
-    "algorithm.optimizer": ("lr", "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "warmup_style",
-                            "lr_scheduler_type", "optimizer_type", "betas", "weight_decay", "clip_grad"),
-    "model": ("model_path", "trust_remote_code", "critic_model_path", "custom_chat_template", "chat_template_path",
-              "temperature", "top_p", "top_k", "logprobs", "max_model_len", "max_prompt_tokens",
-              "max_response_tokens", "min_response_tokens", "enable_prompt_truncation", "repetition_penalty",
-              "enable_thinking", "lora_configs", "fully_sharded_loras", "max_cpu_loras", "rope_scaling",
-              "rope_theta", "tinker", "external_model"),
-    "cluster": ("ray_address", "node_num", "gpu_per_node", "total_gpu_num", "rollout_gpu_num",
-                "auxiliary_model_gpu_num", "explorer_gpu_num", "trainer_gpu_num", "trainer_node_num",
-                "trainer_gpu_num_per_node"),
-    "buffer": ("batch_size", "train_batch_size", "total_epochs", "total_steps", "explorer_input", "trainer_input",
-               "default_workflow_type", "default_reward_fn_type", "system_prompt", "max_retry_times",
-               "max_retry_interval", "explorer_output", "tokenizer_path", "pad_token_id", "cache_dir"),
-    "buffer.explorer_input": ("taskset", "tasksets", "eval_tasksets", "default_workflow_type",
-                              "default_eval_workflow_type", "default_reward_fn_type", "system_prompt",
-                              "reply_prefix"),
+def _fields(spec: str) -> dict[str, str | None]:
+    """{field: its type} of a config class written "name:type ...": int, float, bool or str, "?" after the type
+    for an Optional one; a bare name is a section, a list or a mapping (not a scalar to type)."""
+    return {name: kind or None for name, kind in re.findall(r"(\w+)(?::(\w+\??))?", spec)}
+
+
+_STORAGE = _fields(  # TasksetConfig, ExperienceBufferConfig and their common StorageConfig
+    "name:str storage_type:str path:str? repeat_times:int? mm_data_kwargs index:int split:str subset_name:str? "
+    "format capacity:int max_read_timeout:float use_priority_queue:bool reuse_cooldown_time:float? replay_buffer "
+    "replay_buffer_kwargs max_retry_times:int max_retry_interval:int default_workflow_type:str? "
+    "default_eval_workflow_type:str? default_reward_fn_type:str? rollout_args workflow_args reward_fn_args "
+    "data_selector task_selector enable_progress_bar:bool? ray_namespace:str? wrap_in_ray:bool schema_type:str? "
+    "total_epochs:int total_steps:int? batch_size:int tokenizer_path:str? is_eval:bool")
+_FORMAT = _fields(
+    "prompt_type:str prompt_key:str response_key:str system_prompt_key:str? system_prompt:str? messages_key:str "
+    "tools_key:str image_key:str? video_key:str? reply_prefix:str? workflow_key:str reward_fn_key:str chosen_key:str "
+    "rejected_key:str enable_concatenated_multi_turn:bool chat_template:str? enable_thinking:bool?")
+_GENERATION = _fields("temperature:float? top_p:float? top_k:int logprobs:int? max_tokens:int? n:int")
+_INFERENCE_MODEL = _fields(  # InferenceModelConfig: the rollout model and each auxiliary model
+    "model_path:str? name:str? trust_remote_code:bool engine_type:str engine_num:int tensor_parallel_size:int "
+    "data_parallel_size:int pipeline_parallel_size:int enable_expert_parallel:bool gpu_per_engine:int "
+    "extra_engine_args use_v1:bool enforce_eager:bool enable_prefix_caching:bool enable_chunked_prefill:bool "
+    "gpu_memory_utilization:float dtype:str seed:int temperature:float? top_p:float? top_k:int? logprobs:int? "
+    "max_model_len:int? max_prompt_tokens:int? max_response_tokens:int? min_response_tokens:int? "
+    "enable_prompt_truncation:bool? repetition_penalty:float? ignore_eos:bool enable_multimodal:bool "
+    "chat_template:str? enable_thinking:bool? enable_history:bool enable_openai_api:bool enable_log_requests:bool "
+    "base_port:int? api_key:str enable_auto_tool_choice:bool tool_call_parser:str? reasoning_parser:str? "
+    "external_model_config nnodes:int node_rank:int enable_return_routed_experts:bool weight_sync_buffer_size:int "
+    "bundle_indices:str engine_id:int ray_namespace:str? ray_actor_name:str? sync_method:str? "
+    "checkpoint_job_dir:str? cuda_visible_devices:str? enable_lora:bool enable_runtime_lora_updating:bool "
+    "lora_modules lora_kwargs rope_scaling rope_theta:float?")
+
+TYPES: dict[str, dict[str, str | None]] = {
+    "": _fields("project:str group:str name:str mode:str checkpoint_root_dir:str checkpoint_job_dir:str "
+                "ray_namespace:str continue_from_checkpoint:bool ignore_validator_suggestions:bool algorithm "
+                "data_processor model cluster buffer explorer trainer monitor synchronizer service log stages"),
+    "stages[]": _fields("stage_name:str mode:str algorithm buffer data_processor explorer trainer"),
+    "algorithm": _fields(
+        "algorithm_type:str repeat_times:int optimizer sample_strategy:str? sample_strategy_args advantage_fn:str? "
+        "advantage_fn_args kl_penalty_fn:str? kl_penalty_fn_args policy_loss_fn:str? policy_loss_fn_args "
+        "kl_loss_fn:str? kl_loss_fn_args entropy_loss_fn:str? entropy_loss_fn_args loss_agg_mode:str? "
+        "enable_router_replay:bool bypass_old_logprobs:bool rollout_correction use_token_level_loss:bool"),
+    "algorithm.optimizer": _fields(
+        "lr:float lr_warmup_steps:int lr_warmup_steps_ratio:float min_lr_ratio:float warmup_style:str? "
+        "lr_scheduler_type:str optimizer_type:str betas weight_decay:float clip_grad:float"),
+    "model": _fields(
+        "model_path:str trust_remote_code:bool critic_model_path:str custom_chat_template:str? "
+        "chat_template_path:str? temperature:float top_p:float top_k:int logprobs:int max_model_len:int? "
+        "max_prompt_tokens:int? max_response_tokens:int? min_response_tokens:int enable_prompt_truncation:bool "
+        "repetition_penalty:float enable_thinking:bool? lora_configs fully_sharded_loras:bool max_cpu_loras:int? "
+        "rope_scaling rope_theta:float? tinker external_model"),
+    "model.lora_configs[]": _fields(
+        "name:str? path:str? base_model_name:str? lora_rank:int lora_alpha:int lora_dtype:str target_modules "
+        "exclude_modules is_dummy:bool"),
+    "model.tinker": _fields("enable:bool rank:int seed:int? train_mlp:bool train_attn:bool train_unembed:bool "
+                            "base_url:str?"),
+    "model.external_model": _fields("enable:bool base_url_env:str api_key_env:str model_name:str?"),
+    "cluster": _fields(
+        "ray_address:str node_num:int gpu_per_node:int total_gpu_num:int rollout_gpu_num:int "
+        "auxiliary_model_gpu_num:int explorer_gpu_num:int trainer_gpu_num:int trainer_node_num:int "
+        "trainer_gpu_num_per_node:int"),
+    "buffer": _fields(
+        "batch_size:int train_batch_size:int total_epochs:int total_steps:int? explorer_input trainer_input "
+        "default_workflow_type:str? default_reward_fn_type:str? system_prompt:str? max_retry_times:int "
+        "max_retry_interval:int explorer_output tokenizer_path:str? pad_token_id:int? cache_dir:str?"),
+    "buffer.explorer_input": _fields(
+        "taskset tasksets eval_tasksets default_workflow_type:str? default_eval_workflow_type:str? "
+        "default_reward_fn_type:str? system_prompt:str? reply_prefix:str?"),
     "buffer.explorer_input.taskset": _STORAGE,
     "buffer.explorer_input.taskset.format": _FORMAT,
     "buffer.explorer_input.taskset.rollout_args": _GENERATION,
-    "buffer.trainer_input": ("experience_buffer", "auxiliary_buffers", "sft_warmup_dataset", "sft_warmup_steps"),
+    "buffer.explorer_input.taskset.data_selector": _fields("selector_type:str? seed:int feature_keys kwargs"),
+    "buffer.trainer_input": _fields("experience_buffer auxiliary_buffers sft_warmup_dataset sft_warmup_steps:int"),
     "buffer.trainer_input.experience_buffer": _STORAGE,
     "buffer.trainer_input.experience_buffer.format": _FORMAT,
+    "buffer.trainer_input.experience_buffer.replay_buffer": _fields(
+        "enable:bool priority_fn:str reuse_cooldown_time:float? priority_fn_args"),
     "buffer.trainer_input.auxiliary_buffers.*": _STORAGE,
     "buffer.trainer_input.auxiliary_buffers.*.format": _FORMAT,
-    "explorer": ("name", "mode", "runner_per_model", "runner_prepare_concurrency", "runner_prepare_max_retries",
-                 "max_timeout", "max_retry_times", "env_vars", "concurrent_mode", "max_repeat_times_per_runner",
-                 "runner_num", "rollout_model", "auxiliary_models", "eval_interval", "eval_on_startup",
-                 "bench_on_latest_checkpoint", "proxy_port", "listen_address", "service_status_check_interval",
-                 "min_running_model_num", "db_url", "over_rollout", "dynamic_timeout",
-                 "runner_state_report_interval", "max_inflight_batches"),
-    "explorer.rollout_model": (
-        "model_path", "name", "trust_remote_code", "engine_type", "engine_num", "tensor_parallel_size",
-        "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel", "gpu_per_engine",
-        "extra_engine_args", "use_v1", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
-        "gpu_memory_utilization", "dtype", "seed", "temperature", "top_p", "top_k", "logprobs", "max_model_len",
-        "max_prompt_tokens", "max_response_tokens", "min_response_tokens", "enable_prompt_truncation",
-        "repetition_penalty", "ignore_eos", "enable_multimodal", "chat_template", "enable_thinking",
-        "enable_history", "enable_openai_api", "enable_log_requests", "base_port", "api_key",
-        "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "external_model_config", "nnodes",
-        "node_rank", "enable_return_routed_experts", "weight_sync_buffer_size", "bundle_indices", "engine_id",
-        "ray_namespace", "ray_actor_name", "sync_method", "checkpoint_job_dir", "cuda_visible_devices",
-        "enable_lora", "enable_runtime_lora_updating", "lora_modules", "lora_kwargs", "rope_scaling",
-        "rope_theta"),
-    "trainer": ("name", "trainer_type", "trainer_strategy", "save_interval", "enable_preview", "total_steps",
-                "save_hf_checkpoint", "grad_clip", "actor_grad_clip", "use_dynamic_bsz", "use_remove_padding",
-                "balance_batch", "critic_warmup", "max_token_len_per_gpu", "ulysses_sequence_parallel_size",
-                "fix_actor_microbatch_loss_scale", "param_offload", "optimizer_offload", "grad_offload",
-                "offload_policy", "save_strategy", "max_checkpoints_to_keep", "megatron", "trust_remote_code",
-                "trainer_config", "trainer_config_path"),
-    "monitor": ("monitor_type", "monitor_args", "detailed_stats", "enable_ray_timeline", "cache_dir"),
-    "log": ("level", "group_by_node", "save_dir"),
-    "synchronizer": ("sync_method", "sync_style", "sync_interval", "explorer_sync_interval",
-                     "trainer_sync_interval", "sync_offset", "sync_timeout", "group_name", "wait_for_checkpoint",
-                     "explorer_world_size", "ray_namespace"),
-    "data_processor": ("task_pipeline", "experience_pipeline"),
-    "data_processor.task_pipeline": ("operators", "num_process", "config_path", "inputs", "output", "target_fields",
-                                     "priority_weights", "top_k"),
-    "data_processor.experience_pipeline": ("operators", "save_input", "input_save_path", "inputs", "output"),
+    "explorer": _fields(
+        "name:str mode:str runner_per_model:int runner_prepare_concurrency:int runner_prepare_max_retries:int "
+        "max_timeout:int max_retry_times:int env_vars concurrent_mode:str max_repeat_times_per_runner:int? "
+        "runner_num:int? rollout_model auxiliary_models eval_interval:int eval_on_startup:bool "
+        "bench_on_latest_checkpoint:bool proxy_port:int listen_address:str service_status_check_interval:int "
+        "min_running_model_num:int db_url:str? over_rollout dynamic_timeout runner_state_report_interval:int "
+        "max_inflight_batches:int"),
+    "explorer.rollout_model": _INFERENCE_MODEL,
+    "explorer.auxiliary_models[]": _INFERENCE_MODEL,
+    "explorer.over_rollout": _fields("ratio:float wait_after_min:float return_partial_tasks:bool"),
+    "explorer.dynamic_timeout": _fields("enable:bool warmup_min_steps:int ratio:float"),
+    "trainer": _fields(
+        "name:str trainer_type:str trainer_strategy:str save_interval:int enable_preview:bool total_steps:int? "
+        "save_hf_checkpoint:str grad_clip:float actor_grad_clip:float? use_dynamic_bsz:bool use_remove_padding:bool "
+        "balance_batch:bool critic_warmup:int max_token_len_per_gpu:int? ulysses_sequence_parallel_size:int "
+        "fix_actor_microbatch_loss_scale:bool param_offload:bool optimizer_offload:bool grad_offload:bool "
+        "offload_policy:bool save_strategy:str max_checkpoints_to_keep:int megatron trust_remote_code:bool "
+        "trainer_config trainer_config_path:str"),
+    "monitor": _fields("monitor_type monitor_args detailed_stats:bool enable_ray_timeline:bool cache_dir:str"),
+    "log": _fields("level:str group_by_node:bool save_dir:str"),
+    "synchronizer": _fields(
+        "sync_method:str sync_style:str sync_interval:int explorer_sync_interval:int? trainer_sync_interval:int? "
+        "sync_offset:int sync_timeout:int group_name:str wait_for_checkpoint:bool explorer_world_size:int? "
+        "ray_namespace:str"),
+    "service": _fields("data_juicer"),
+    "service.data_juicer": _fields("server_url:str? auto_start:bool port:int?"),
+    "data_processor": _fields("task_pipeline experience_pipeline"),
+    "data_processor.task_pipeline": _fields(
+        "operators num_process:int config_path:str? inputs output target_fields priority_weights top_k:int"),
+    "data_processor.experience_pipeline": _fields("operators save_input:bool input_save_path:str? inputs output"),
 }
+"""Trinity-RFT's fields at each place of its YAML with their types (what OmegaConf's merge onto its config classes
+makes of a value: "96" from an ${oc.env:...} interpolation is the integer 96 in an int field)."""
 for _place in ("tasksets[]", "eval_tasksets[]"):  # every taskset has a training taskset's keys
-    for _tail in ("", ".format", ".rollout_args"):
-        KEYS[f"buffer.explorer_input.{_place}{_tail}"] = KEYS[f"buffer.explorer_input.taskset{_tail}"]
+    for _tail in ("", ".format", ".rollout_args", ".data_selector"):
+        TYPES[f"buffer.explorer_input.{_place}{_tail}"] = TYPES[f"buffer.explorer_input.taskset{_tail}"]
+for _place in ("taskset", "tasksets[]", "eval_tasksets[]"):  # data_selector's deprecated name
+    TYPES[f"buffer.explorer_input.{_place}.task_selector"] = TYPES["buffer.explorer_input.taskset.data_selector"]
+KEYS: dict[str, tuple[str, ...]] = {place: tuple(fields) for place, fields in TYPES.items()}
+"""Trinity-RFT's keys at each place."""
 
 
 def place(where: str) -> str:
@@ -106,6 +141,12 @@ def place(where: str) -> str:
     where = re.sub(r"^stages\[\d+\]\.?", "", where)
     where = re.sub(r"\[\d+\]", "[]", where)
     return re.sub(r"^(buffer\.trainer_input\.auxiliary_buffers)\.[^.]+", r"\1.*", where)
+
+
+def trinity_type(where: str, key: str) -> str | None:
+    """The type of Trinity-RFT's field `key` at the dotted `where` (`_fields`' names), None for a section, a list,
+    a mapping or a place this table does not know."""
+    return TYPES.get("stages[]" if re.fullmatch(r"stages\[\d+\]", where) else place(where), {}).get(key)
 
 
 def trinity_keys(where: str) -> tuple[str, ...] | None:

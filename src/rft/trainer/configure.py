@@ -162,6 +162,17 @@ def trinity_run_error(error: Exception, path, overrides=(), stage: int | None = 
     return in_trinity_terms(ConfigError(message), cfg, out, str(path), parse_overrides(overrides), stage)
 
 
+def _rooted(tree, prefix: str):
+    """`tree` (an inline trainer_config, unresolved) with its interpolations of its own keys written from the file's
+    root (${trainer.trainer_config.critic.x}, as Trinity-RFT's examples write them) written from its own root
+    (${critic.x}), where it resolves."""
+    if isinstance(tree, dict):
+        return {k: _rooted(v, prefix) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_rooted(v, prefix) for v in tree]
+    return tree.replace("${" + prefix, "${") if isinstance(tree, str) else tree
+
+
 def _resolved_trinity(path, overrides=()) -> dict:
     """The Trinity YAML at `path`, its dotted overrides applied and its interpolations resolved."""
     raw = read_yaml(path)
@@ -176,7 +187,8 @@ def _resolved_trinity(path, overrides=()) -> dict:
         for where, section in [("", raw), *((f"stages.{i}.", st) for i, st in enumerate(raw.get("stages") or []))]:
             trainer = section.get("trainer") if hasattr(section, "get") else None
             if hasattr(trainer, "get") and hasattr(trainer.get("trainer_config"), "keys"):
-                inline[where] = OmegaConf.to_container(trainer.trainer_config, resolve=False)
+                inline[where] = _rooted(OmegaConf.to_container(trainer.trainer_config, resolve=False),
+                                        f"{where}trainer.trainer_config.")
                 trainer.trainer_config = None
         cfg = OmegaConf.to_container(raw, resolve=True)
         for where, verl in inline.items():

@@ -1,0 +1,252 @@
+"""Issue 63, the Trinity-RFT half: the keys Trinity-RFT's own examples write, mapped with Trinity's meaning (the
+trainer shortcuts, subset_name, the sampling no-ops, group, default_eval_workflow_type, data_selector, the replay
+buffer), or refused by name with a true reason (enable_thinking, explorer_driven, the environment workflows)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import yaml
+from cli_helpers import rft_here
+
+from rft.config.load import ConfigError
+from rft.dialects.trinity import translate
+from rft.trainer.configure import load_trinity
+
+BASE = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"}}
+A = "actor_rollout_ref.actor"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    from rft.models.tiny import init_model
+
+    root = tmp_path_factory.mktemp("trinity_peer")
+    init_model("tiny", root / "m", seed=0)
+    return root
+
+
+def _with(extra: dict) -> dict:
+    out = json.loads(json.dumps(BASE))
+    for key, value in extra.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _get(tree: dict, key: str):
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return "<missing>"
+        tree = tree[part]
+    return tree
+
+
+def _refusal(extra: dict) -> str:
+    with pytest.raises(ConfigError) as err:
+        translate(_with(extra), "t.yaml")
+    return str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ the trainer shortcuts
+def test_trainer_shortcuts_fill_the_actor_and_reference_keys_trainer_config_leaves_unset():
+    out = translate(_with({"model.max_model_len": 1000, "trainer.use_dynamic_bsz": True,
+                           "trainer.max_token_len_per_gpu": 4096, "trainer.ulysses_sequence_parallel_size": 1}))
+    assert _get(out, f"{A}.use_dynamic_bsz") is True
+    for key in (f"{A}.ppo_max_token_len_per_gpu", "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"):
+        assert _get(out, key) == 4096, key
+    assert _get(out, f"{A}.ulysses_sequence_parallel_size") == 1
+    assert "critic" not in out  # grpo trains no critic: its keys are not filled (rft would call them unused)
+    # trainer_config's own value wins, as in Trinity-RFT (the shortcut fills what it leaves unset)
+    out = translate(_with({"model.max_model_len": 1000, "trainer.max_token_len_per_gpu": 4096,
+                           "trainer.trainer_config": {"actor_rollout_ref": {"actor": {"ppo_max_token_len_per_gpu":
+                                                                                      8192}}}}))
+    assert _get(out, f"{A}.ppo_max_token_len_per_gpu") == 8192
+    assert _get(out, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu") == 4096
+    # ppo trains a critic: its budgets are filled too
+    out = translate(_with({"algorithm.algorithm_type": "ppo", "model.max_model_len": 1000,
+                           "trainer.max_token_len_per_gpu": 4096}))
+    assert _get(out, "critic.ppo_max_token_len_per_gpu") == _get(out, "critic.forward_max_token_len_per_gpu") == 4096
+
+
+def test_the_token_budget_left_out_is_twice_max_model_len_and_a_short_one_is_raised(caplog):
+    out = translate(_with({"model.max_model_len": 1000, "trainer.ulysses_sequence_parallel_size": 1}))
+    assert _get(out, f"{A}.ppo_max_token_len_per_gpu") == 2000  # ceil(2 x 1000 / 1)
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"model.max_model_len": 1000, "trainer.max_token_len_per_gpu": 600}))
+    assert _get(out, f"{A}.ppo_max_token_len_per_gpu") == 1000  # one row must fit in a pass
+    assert "ppo_max_token_len_per_gpu=600 is raised to 1000" in caplog.text
+
+
+def test_an_sft_stage_notes_the_token_budget_and_takes_sequence_parallelism(caplog):
+    cfg = _with({"mode": "train", "algorithm.algorithm_type": "sft",
+                 "buffer.trainer_input.experience_buffer.path": "s.jsonl",
+                 "trainer": {"use_dynamic_bsz": True, "max_token_len_per_gpu": 16384,
+                             "ulysses_sequence_parallel_size": 1}})
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(cfg, "t.yaml")
+    assert out["stages"][0]["ulysses_sequence_parallel_size"] == 1
+    assert "actor_rollout_ref" not in out["stages"][0]
+    assert "trainer.use_dynamic_bsz=True changes nothing in rft: Trinity-RFT's SFT forms micro-batches by token " \
+           "count" in caplog.text
+    assert "trainer.max_token_len_per_gpu=16384 changes nothing in rft" in caplog.text
+
+
+def test_an_sft_or_dpo_file_with_the_trainer_shortcuts_resolves(work, tmp_path):
+    # the bug: "unknown config key 'actor_rollout_ref'" in a trainer.trainer_config the file does not have
+    rows = tmp_path / "s.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"{i}+1=", "response": str(i + 1)}) + "\n" for i in range(16)))
+    pairs = tmp_path / "d.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": "0"}) + "\n"
+                             for i in range(16)))
+    for kind, data in (("sft", rows), ("dpo", pairs)):
+        path = tmp_path / f"{kind}.yaml"
+        path.write_text(yaml.safe_dump({
+            "project": "p", "name": kind, "mode": "train", "checkpoint_root_dir": str(tmp_path / "ck"),
+            "algorithm": {"algorithm_type": kind}, "model": {"model_path": str(work / "m"), "max_model_len": 64},
+            "buffer": {"total_epochs": 1, "train_batch_size": 16,
+                       "trainer_input": {"experience_buffer": {"path": str(data)}}},
+            "trainer": {"use_dynamic_bsz": True, "max_token_len_per_gpu": 16384,
+                        "ulysses_sequence_parallel_size": 1}}))
+        proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
+        assert proc.returncode == 0, proc.stderr
+    bad = yaml.safe_load(path.read_text())
+    bad["trainer"]["ulysses_sequence_parallel_size"] = 2
+    path.write_text(yaml.safe_dump(bad))
+    proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "trainer.ulysses_sequence_parallel_size=2: rft dpo has no sequence " \
+                                   "parallelism; set 1" in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------------------ tasksets, sampling, the run folder
+def test_subset_name_reads_the_subset_folder_of_a_dataset_of_several(tmp_path):
+    for subset in ("main", "socratic"):
+        (tmp_path / "gsm8k" / subset).mkdir(parents=True)
+        (tmp_path / "gsm8k" / subset / "train.jsonl").write_text("{}\n")
+    ts = {"path": str(tmp_path / "gsm8k"), "split": "train", "subset_name": "socratic"}
+    out = translate(_with({"buffer.explorer_input.taskset": ts}))
+    assert out["data"]["train_files"] == str(tmp_path / "gsm8k" / "socratic" / "train.jsonl")
+    (tmp_path / "one").mkdir()  # a dataset of one subset: read as it is
+    (tmp_path / "one" / "train.jsonl").write_text("{}\n")
+    out = translate(_with({"buffer.explorer_input.taskset": {**ts, "path": str(tmp_path / "one")}}))
+    assert out["data"]["train_files"] == str(tmp_path / "one" / "train.jsonl")
+
+
+def test_sampling_no_ops_are_accepted_and_engine_keys_mapped(caplog):
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"buffer.explorer_input.taskset": {"path": "t.jsonl", "rollout_args": {"logprobs": 0}},
+                               "explorer.rollout_model": {"enable_chunked_prefill": True,
+                                                          "enable_auto_tool_choice": True},
+                               "trainer.enable_preview": True}), "t.yaml")
+    assert out["actor_rollout_ref"]["rollout"]["enable_chunked_prefill"] is True
+    assert "logprobs" not in caplog.text  # 0: the sampled token's log-prob, what rft returns
+    assert "explorer.rollout_model.enable_auto_tool_choice=True changes nothing in rft" in caplog.text
+    assert "trainer.enable_preview=True changes nothing in rft" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        translate(_with({"buffer.explorer_input.taskset": {"path": "t.jsonl", "rollout_args": {"logprobs": 20}}}),
+                  "t.yaml")
+    assert "rollout_args.logprobs=20 changes nothing in rft" in caplog.text
+
+
+def test_group_is_a_folder_of_the_run_as_in_trinity():
+    out = translate(_with({"checkpoint_root_dir": "/ck", "group": "g"}))
+    assert out["trainer"]["default_local_dir"] == "/ck/p/g/n"
+    assert translate(_with({"checkpoint_root_dir": "/ck"}))["trainer"]["default_local_dir"] == "/ck/p/n"
+
+
+def test_default_eval_workflow_type_is_the_eval_tasksets_workflow():
+    out = translate(_with({"buffer.explorer_input": {
+        "default_eval_workflow_type": "math_workflow",
+        "eval_tasksets": [{"path": "e.jsonl", "name": "e"}]}}))
+    assert out["workflow"]["type"] == "math_workflow"
+
+
+def test_an_interpolation_from_the_files_root_into_trainer_config_resolves(work, tmp_path):
+    path = tmp_path / "t.yaml"
+    (tmp_path / "train.jsonl").write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    path.write_text(yaml.safe_dump({
+        **BASE, "algorithm": {"algorithm_type": "ppo"}, "model": {"model_path": str(work / "m")},
+        "buffer": {"explorer_input": {"taskset": {"path": str(tmp_path), "split": "train"}}},
+        "trainer": {"trainer_config": {"critic": {
+            "ppo_max_token_len_per_gpu": 32768,
+            "forward_max_token_len_per_gpu": "${trainer.trainer_config.critic.ppo_max_token_len_per_gpu}"}}}}))
+    _, cfg = load_trinity(path)
+    assert cfg.critic.forward_max_token_len_per_gpu == 32768
+
+
+# ------------------------------------------------------------------------------- data_selector and replay buffer
+def test_data_selector_sequential_by_default_shuffle_with_its_seed_others_refused():
+    ts = {"path": "t.jsonl"}
+    out = translate(_with({"buffer.explorer_input.taskset": ts}))
+    assert out["data"]["shuffle"] is False  # Trinity-RFT reads the tasks in the file's order
+    out = translate(_with({"buffer.explorer_input.taskset": {**ts, "data_selector": {"selector_type": "shuffle"}}}))
+    assert out["data"]["shuffle"] is True and out["data"]["seed"] == 42
+    line = _refusal({"buffer.explorer_input.taskset": {**ts, "data_selector": {"selector_type": "random"}}})
+    assert line.startswith("t.yaml: buffer.explorer_input.taskset.data_selector.selector_type='random': draws each "
+                           "step's tasks at random"), line
+
+
+def test_replay_buffer_is_rfts_priority_queue():
+    exp = {"storage_type": "queue", "replay_buffer": {"enable": True, "priority_fn": "linear_decay",
+                                                      "priority_fn_args": {"decay": 0.1}, "reuse_cooldown_time": 5}}
+    out = translate(_with({"buffer.trainer_input.experience_buffer": exp}))
+    assert out["experience_buffer"]["use_priority_queue"] is True
+    assert out["experience_buffer"]["priority_decay"] == 0.1 and out["experience_buffer"]["reuse_cooldown_time"] == 5
+    off = translate(_with({"buffer.trainer_input.experience_buffer": {"replay_buffer": {"enable": False}}}))
+    assert "use_priority_queue" not in off.get("experience_buffer", {})
+    line = _refusal({"buffer.trainer_input.experience_buffer": {
+        "replay_buffer": {"enable": True, "priority_fn": "decay_limit_randomization"}}})
+    assert "replay_buffer.priority_fn='decay_limit_randomization': rft's priority queue ranks by linear_decay" in line
+
+
+# ------------------------------------------------------------------------------------------- refused, by name
+@pytest.mark.parametrize("extra, start", [
+    ({"synchronizer.sync_style": "explorer_driven"},
+     "t.yaml: synchronizer.sync_style='explorer_driven': the explorer asks for new weights"),
+    ({"model.enable_thinking": False}, "t.yaml: model.enable_thinking=False: an argument Trinity-RFT passes to the "
+                                       "chat template"),
+    ({"buffer.explorer_input.default_workflow_type": "alfworld_workflow",
+      "buffer.explorer_input.taskset": {"path": "t.jsonl"}},
+     "t.yaml: buffer.explorer_input.default_workflow_type='alfworld_workflow': Trinity-RFT's workflow that runs "
+     "ALFWorld's text households: it needs the alfworld package"),
+    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_workflow_type": "frozen_lake_workflow",
+                                        "workflow_args": {"is_slippery": False}}},
+     "t.yaml: buffer.explorer_input.taskset.default_workflow_type='frozen_lake_workflow': Trinity-RFT's workflow "
+     "that runs the FrozenLake grid: it needs the gymnasium package"),
+    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "format": {"reply_prefix": "<think>"}}},
+     "t.yaml: buffer.explorer_input.taskset.format.reply_prefix: text Trinity-RFT puts at the start of each reply"),
+])
+def test_what_rft_has_not_is_refused_by_the_key_written_with_its_reason(extra, start):
+    line = _refusal(extra)
+    assert line.startswith(start) and len(line.splitlines()) == 1, line  # one line: the workflow's args not again
+    assert "no equivalent in its one-process synchronous loop" not in line and "bug in rft" not in line
+
+
+def test_every_trinity_key_is_mapped_noted_or_refused_with_a_reason_of_its_own():
+    # each key of Trinity-RFT's config classes (trinity_keys.TYPES), set alone on a small config: none reaches the
+    # "no reason recorded" line (52 did before: trainer.use_remove_padding, explorer.over_rollout, ...)
+    from rft.dialects.trinity_keys import TYPES
+
+    values = {"int": 1, "float": 0.5, "bool": True, "str": "x", None: {}}
+    base = {**BASE, "buffer": {"explorer_input": {"taskset": {"path": "t.jsonl"}}}}
+    gaps = []
+    for place, fields in TYPES.items():
+        if "[]" in place or place.startswith("stages"):
+            continue  # a list's items: the same tables as the places they mirror
+        for key, kind in fields.items():
+            cfg = json.loads(json.dumps(base))
+            node = cfg
+            for part in filter(None, place.replace("*", "sft_dataset").split(".")):
+                node = node.setdefault(part, {})
+            node[key] = values[(kind or "").rstrip("?") or None]
+            try:
+                translate(cfg, "t.yaml")
+            except ConfigError as e:
+                gaps += [line for line in str(e).splitlines() if "bug in rft" in line]
+    assert not gaps, gaps
