@@ -355,8 +355,11 @@ def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path
     del cfg["buffer"]["batch_size"]
     assert translate({**cfg, "buffer": {**cfg["buffer"], "train_batch_size": 22}})["data"]["train_batch_size"] == 4
     # what rft cannot take from Trinity's mix is refused by name
+    # the batch sizes Trinity's mix loss rebuilds its normalisers from: rft's are the global ones already (a note)
+    cfg = trinity_mix(assets, tmp_path, 2)
+    cfg["algorithm"]["policy_loss_fn_args"] = {"mu": 0.1, "read_batch_size_expert": 64}
+    assert translate(cfg)["algorithm"]["mix"]["mu"] == 0.1
     for key, value, needle in (
-            ("policy_loss_fn_args", {"mu": 0.1, "read_batch_size_expert": 64}, "read_batch_size_expert: rft normal"),
             ("entropy_loss_fn", "default", None), ("sample_strategy", "default",
                                                 "sample_strategy='default': the mix policy loss \\(policy_loss_fn mix\\) trains on")):
         cfg = trinity_mix(assets, tmp_path, 2)
