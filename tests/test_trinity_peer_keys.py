@@ -10,12 +10,12 @@ import logging
 import pytest
 import yaml
 from cli_helpers import rft_here
+from test_trinity import BASE, _with  # the smallest Trinity file, and it with some keys set
 
 from rft.config.load import ConfigError
 from rft.dialects.trinity import translate
 from rft.trainer.configure import load_trinity
 
-BASE = {"project": "p", "name": "n", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"}}
 A = "actor_rollout_ref.actor"
 
 
@@ -26,17 +26,6 @@ def work(tmp_path_factory):
     root = tmp_path_factory.mktemp("trinity_peer")
     init_model("tiny", root / "m", seed=0)
     return root
-
-
-def _with(extra: dict) -> dict:
-    out = json.loads(json.dumps(BASE))
-    for key, value in extra.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
 
 
 def _get(tree: dict, key: str):
