@@ -267,8 +267,8 @@ class DataConfig:
     seed: int = fld(1, "Seed of the training-prompt shuffle.")
     filter_overlong_prompts: bool = fld(False, "Drop prompts longer than max_prompt_length when loading.")
     filter_overlong_prompts_workers: int = fld(
-        1, "Worker processes for the overlong filter.", unsupported="parallel filtering (rft filters in-process)"
-    )
+        1, "Worker processes for the overlong filter.", unsupported="parallel filtering (rft filters in-process)",
+        also=(ANY_VALUE,))
     truncation: str = fld(
         "error",
         "A prompt over max_prompt_length (when not filtered): error; left: cut tokens from the left (keep the "
@@ -321,7 +321,8 @@ class ModelConfig:
     fused_kernel_options: Dict[str, Any] = fld(
         {}, "Options of the fused kernels: impl_backend 'torch' (rft's, above); 'triton' needs Triton and a GPU "
             "and is refused.")
-    use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
+    use_shm: bool = fld(False, "Copy the model to shared memory first (verl: faster loading).",
+                        unsupported="shared-memory model loading", also=(ANY_VALUE,))
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a peft LoRA adapter.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
     target_modules: Any = fld(
@@ -405,7 +406,7 @@ class FSDPConfig:
     offload_policy: bool = fld(False, "FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer step in "
                                "host memory). " + CPU_ONLY_OFFLOAD)
     forward_prefetch: bool = fld(False, "FSDP's forward prefetch of the next unit's parameters (GPU overlap).",
-                                 unsupported="FSDP forward prefetch (a GPU communication overlap)")
+                                 unsupported="FSDP forward prefetch (a GPU communication overlap)", also=(ANY_VALUE,))
     fsdp_size: int = fld(
         -1, "Processes one copy of the model is sharded over (several processes): -1 or the number of processes "
         "shards over all of them; a divisor of it is hybrid sharding, a (processes / fsdp_size, fsdp_size) device "
@@ -446,7 +447,8 @@ class ActorCheckpointConfig:
         "What a checkpoint holds: model, optimizer, extra (scheduler, RNG, data position), hf_model.",
     )
     load_contents: List[str] = fld(
-        ["model", "optimizer", "extra"], "What a resume restores (a subset of save_contents)."
+        "${.save_contents}", "What a resume restores (a subset of save_contents); by default what save_contents "
+        "holds (verl's ${.save_contents})."
     )
 
 
@@ -905,7 +907,8 @@ class CriticModelConfig:
     use_remove_padding: bool = fld(True, "The critic's passes on packed tokens (as actor_rollout_ref.model."
                                    "use_remove_padding, on by default as that is): the same values and gradient as "
                                    "the padded passes.")
-    use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
+    use_shm: bool = fld(False, "Copy the model to shared memory first (verl: faster loading).",
+                        unsupported="shared-memory model loading", also=(ANY_VALUE,))
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a LoRA adapter and the value head in full.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
     target_modules: Any = fld(

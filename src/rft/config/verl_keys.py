@@ -179,6 +179,11 @@ VERL_KEYS: tuple[VerlKey, ...] = (
         "layered_summon", "multi_stage_wake_up", "cudagraph_capture_sizes", "scheduling_policy", "disable_log_stats",
         "skip_dump_dir", "skip_tokenizer_init", "checkpoint_engine.*", "server.*", "trace.*", "prometheus.*", "mtp",
         "limit_images")),
+    VerlKey("*.model.use_shm", NOOP, "verl copies the model to shared memory to load it faster: rft loads it from "
+            "its folder, the same weights"),
+    VerlKey("data.filter_overlong_prompts_workers", NOOP, "worker processes of verl's overlong filter: rft filters in "
+            "process, the same prompts"),
+    VerlKey("*.fsdp_config.forward_prefetch", NOOP, FSDP_ENGINE),
     # --- data
     VerlKey("data.dataloader_num_workers", NOOP, "worker processes of verl's DataLoader: rft reads and tokenizes the "
             "prompts once, in process"),
@@ -270,11 +275,11 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("data.apply_chat_template_kwargs", DEFAULT, "arguments to the chat template are not passed in rft yet",
             ok=({},), schema="sft"),
     VerlKey("model.use_shm", DEFAULT, "shared-memory model loading is not in rft", ok=(False,), schema="sft"),
-    VerlKey("*checkpoint.save_contents", DEFAULT, "rft sft's checkpoints hold the model, the optimizer and the "
+    VerlKey("*checkpoint.save_contents", DEFAULT, "the SFT trainer's checkpoints hold the model, the optimizer and the "
             "loop's state (extra); hf_model is written with the last", ok=(["model", "optimizer", "extra"],
                                                                           ["model", "optimizer", "extra", "hf_model"]),
             schema="sft"),
-    VerlKey("*checkpoint.load_contents", DEFAULT, "rft sft resumes the model, the optimizer and the loop's state",
+    VerlKey("*checkpoint.load_contents", DEFAULT, "the SFT trainer resumes the model, the optimizer and the loop's state",
             ok=(["model", "optimizer", "extra"],), schema="sft"),
     VerlKey("*.profiler.*", NOOP, PROFILER, schema="sft"),
     VerlKey("global_profiler.*", NOOP, PROFILER, schema="sft"),
@@ -386,6 +391,11 @@ def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
     flat: dict[str, Any] = {}
     for layer in layers:
         flat.update(dict(_leaves(layer)))
+    for i, layer in enumerate(layers):  # a Megatron config is refused for Megatron, before any of its keys
+        for key in (f"{A}.strategy", f"{R}.strategy", "critic.strategy"):
+            if _get(layer, key) == "megatron":
+                source = where(key, i)
+                raise ConfigError(f"{source + ': ' if source else ''}{key}='megatron': {MEGATRON}")
     for i, layer in enumerate(layers):
         for key, value in _leaves(layer):
             if _is_field(field_type, key):
@@ -413,7 +423,9 @@ def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
                 raise ConfigError(f"{prefix}{key}={value!r} is a verl setting rft does not have: {row.why}"
                                   + ("" if row.kind == REFUSE else f"; remove it or set it to {row.ok[0]!r}"))
             _pop(layer, key, field_type)
-            if row.kind == ALIAS:
+            if row.kind == ALIAS and value is None:  # verl's "unset" (data.micro_batch_size: null)
+                done.note("verl's names of rft keys, left null", key)
+            elif row.kind == ALIAS:
                 to = row.to.replace("{leaf}", key.rsplit(".", 1)[-1])
                 if _get(layer, to, _pop) is not _pop and _get(layer, to) != value:
                     raise ConfigError(f"{prefix}{key}={value!r} and {to}={_get(layer, to)!r} set the same thing "
