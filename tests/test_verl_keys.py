@@ -50,6 +50,14 @@ def test_aliases_land_on_rfts_keys():
     assert sft.model.partial_pretrain == "model" and sft.optim.warmup_steps_ratio == 0.2
     assert sft.optim.lr_scheduler == "constant" and sft.use_remove_padding is True and sft.model.strategy == "fsdp"
     assert sft.data.micro_batch_size_per_gpu == 8  # verl's global micro-batch over 1 process
+    # the engine SFT trainer's (sft_trainer_engine.yaml) names, and its composed optim/fsdp.yaml's
+    sft = load_sft_config(None, [*SFT, "data.messages_key=conversation", "data.tools_key=tools",
+                                 "optim.lr_scheduler_type=constant", "optim.optimizer=AdamW",
+                                 "profiler.tool=torch"], validate_paths=False)
+    assert sft.data.multiturn.messages_key == "conversation" and sft.data.multiturn.tools_key == "tools"
+    assert sft.optim.lr_scheduler == "constant"
+    with pytest.raises(ConfigError, match="rft sft's optimizer is AdamW"):
+        load_sft_config(None, [*SFT, "optim.optimizer=Muon"], validate_paths=False)
 
 
 def test_load_contents_follows_save_contents():
@@ -96,7 +104,8 @@ def test_a_key_nobody_has_is_still_unknown():
 
 
 def test_plus_overrides_and_target_markers(caplog):
-    cfg = rl("++actor_rollout_ref.actor.clip_ratio=0.3", "+algorithm._target_=verl.trainer.config.AlgoConfig")
+    cfg = rl("++actor_rollout_ref.actor.clip_ratio=0.3", "+algorithm._target_=verl.trainer.config.AlgoConfig",
+             "reward_model.strategy=???")  # hydra's required-value marker in verl's reward_model group
     assert cfg.actor_rollout_ref.actor.clip_ratio == 0.3
     assert "algorithm._target_" in notes(caplog)
 

@@ -184,6 +184,10 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("data.filter_overlong_prompts_workers", NOOP, "worker processes of verl's overlong filter: rft filters in "
             "process, the same prompts"),
     VerlKey("*.fsdp_config.forward_prefetch", NOOP, FSDP_ENGINE),
+    VerlKey(f"{RO}.update_weights_bucket_megabytes", NOOP, ENGINE),  # verl 0.7's name (0.8: checkpoint_engine.*)
+    *(VerlKey(f"algorithm.rollout_correction.{k}", DEFAULT, "verl 0.7's rollout-correction key, gone in 0.8: set "
+              "algorithm.rollout_correction's 0.8 keys", ok=(None,))
+      for k in ("rollout_rs_threshold_lower", "rollout_token_veto_threshold")),
     # --- data
     VerlKey("data.dataloader_num_workers", NOOP, "worker processes of verl's DataLoader: rft reads and tokenizes the "
             "prompts once, in process"),
@@ -282,6 +286,43 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("*checkpoint.load_contents", DEFAULT, "the SFT trainer resumes the model, the optimizer and the loop's state",
             ok=(["model", "optimizer", "extra"],), schema="sft"),
     VerlKey("*.profiler.*", NOOP, PROFILER, schema="sft"),
+    # verl's SFT configs composed with their defaults lists: optim/fsdp.yaml, model/hf_model.yaml, engine/fsdp.yaml,
+    # profiler/profiler.yaml (sft_trainer.yaml, and the engine trainer's sft_trainer_engine.yaml)
+    VerlKey("optim.optimizer", DEFAULT, "rft sft's optimizer is AdamW (torch's)", ok=("AdamW", "adamw"), schema="sft"),
+    VerlKey("optim.optimizer_impl", DEFAULT, "rft sft's optimizer is AdamW (torch's)", ok=("torch.optim",),
+            schema="sft"),
+    VerlKey("optim.total_training_steps", DEFAULT, "rft sft's schedule runs over the run's steps "
+            "(trainer.total_training_steps)", ok=(-1, None), schema="sft"),
+    VerlKey("optim.lr_warmup_steps", DEFAULT, "rft sft's warmup is optim.warmup_steps_ratio: set that",
+            ok=(-1, None), schema="sft"),
+    VerlKey("optim.num_cycles", DEFAULT, "rft sft's cosine decays once, to min_lr_ratio", ok=(0.5,), schema="sft"),
+    VerlKey("optim.lr_scheduler_type", ALIAS, "rft's key", to="optim.lr_scheduler", schema="sft"),
+    VerlKey("optim.override_optimizer_config", DEFAULT, MEGATRON, ok=(None, {}), schema="sft"),
+    VerlKey("model.hf_config_path", DEFAULT, "rft reads the model's config from its folder (model.partial_pretrain)",
+            ok=(None,), schema="sft"),
+    VerlKey("model.tokenizer_path", DEFAULT, "rft sft reads the tokenizer from the model's folder", ok=(None,),
+            schema="sft"),
+    VerlKey("model.custom_chat_template", ALIAS, "rft's key", to="data.chat_template", schema="sft"),
+    VerlKey("model.enable_activation_offload", DEFAULT, "activation offload is not in rft sft", ok=(False,),
+            schema="sft"),
+    VerlKey("model.lora_adapter_path", DEFAULT, "starting from a saved LoRA adapter is not in rft yet; merge it into "
+            "the model folder first", ok=(None,), schema="sft"),
+    VerlKey("model.use_fused_kernels", NOOP, "fused log-prob kernels (the same loss)", schema="sft"),
+    VerlKey("model.fused_kernel_options.impl_backend", DEFAULT, "Triton kernels need Triton and a GPU",
+            ok=("torch", None), schema="sft"),
+    VerlKey("model.tiled_mlp.enabled", DEFAULT, "tiled MLP computation is not in rft", ok=(False,), schema="sft"),
+    VerlKey("model.tiled_mlp.*", NOOP, "tiled MLP settings, without tiled_mlp.enabled", schema="sft"),
+    VerlKey("model.mtp.enable*", DEFAULT, "multi-token prediction (MTP) training is not in rft", ok=(False,),
+            schema="sft"),
+    VerlKey("model.mtp.*", NOOP, "MTP settings, without model.mtp.enable", schema="sft"),
+    VerlKey("profiler.*", NOOP, PROFILER, schema="sft"),
+    VerlKey("trainer.profile_interval", NOOP, PROFILER, schema="sft"),
+    VerlKey("data.messages_key", ALIAS, "rft's key", to="data.multiturn.messages_key", schema="sft"),
+    VerlKey("data.tools_key", ALIAS, "rft's key", to="data.multiturn.tools_key", schema="sft"),
+    VerlKey("data.enable_thinking_key", NOOP, "the column of a row's enable_thinking chat-template argument (not "
+            "passed in rft yet; a row that has it is templated without it)", schema="sft"),
+    VerlKey("data.ignore_input_ids_mismatch", DEFAULT, "rft sft tokenizes each conversation once, so there is no "
+            "mismatch to ignore", ok=(False,), schema="sft"),
     VerlKey("global_profiler.*", NOOP, PROFILER, schema="sft"),
 )
 """Every key of verl's own trainer configs (ppo_trainer.yaml, _generated_ppo_trainer.yaml, sft_trainer.yaml) that no
@@ -419,6 +460,10 @@ def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
                 continue
             source = where(key, i)
             prefix = f"{source}: " if source else ""
+            if value == "???":  # hydra's "required" marker (reward_model.strategy in verl's ppo_trainer.yaml)
+                _pop(layer, key, field_type)
+                done.note("verl's required-value markers (???), unset here", key)
+                continue
             if row.kind == REFUSE or (row.kind == DEFAULT and not _wired(value) and value not in row.ok):
                 raise ConfigError(f"{prefix}{key}={value!r} is a verl setting rft does not have: {row.why}"
                                   + ("" if row.kind == REFUSE else f"; remove it or set it to {row.ok[0]!r}"))
