@@ -56,7 +56,7 @@ def test_aliases_land_on_rfts_keys():
                                  "profiler.tool=torch"], validate_paths=False)
     assert sft.data.multiturn.messages_key == "conversation" and sft.data.multiturn.tools_key == "tools"
     assert sft.optim.lr_scheduler == "constant"
-    with pytest.raises(ConfigError, match="rft sft's optimizer is AdamW"):
+    with pytest.raises(ConfigError, match="the SFT trainer's optimizer is AdamW"):
         load_sft_config(None, [*SFT, "optim.optimizer=Muon"], validate_paths=False)
 
 

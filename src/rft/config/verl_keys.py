@@ -288,22 +288,22 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("*.profiler.*", NOOP, PROFILER, schema="sft"),
     # verl's SFT configs composed with their defaults lists: optim/fsdp.yaml, model/hf_model.yaml, engine/fsdp.yaml,
     # profiler/profiler.yaml (sft_trainer.yaml, and the engine trainer's sft_trainer_engine.yaml)
-    VerlKey("optim.optimizer", DEFAULT, "rft sft's optimizer is AdamW (torch's)", ok=("AdamW", "adamw"), schema="sft"),
-    VerlKey("optim.optimizer_impl", DEFAULT, "rft sft's optimizer is AdamW (torch's)", ok=("torch.optim",),
+    VerlKey("optim.optimizer", DEFAULT, "the SFT trainer's optimizer is AdamW (torch's)", ok=("AdamW", "adamw"), schema="sft"),
+    VerlKey("optim.optimizer_impl", DEFAULT, "the SFT trainer's optimizer is AdamW (torch's)", ok=("torch.optim",),
             schema="sft"),
-    VerlKey("optim.total_training_steps", DEFAULT, "rft sft's schedule runs over the run's steps "
+    VerlKey("optim.total_training_steps", DEFAULT, "the SFT trainer's schedule runs over the run's steps "
             "(trainer.total_training_steps)", ok=(-1, None), schema="sft"),
-    VerlKey("optim.lr_warmup_steps", DEFAULT, "rft sft's warmup is optim.warmup_steps_ratio: set that",
+    VerlKey("optim.lr_warmup_steps", DEFAULT, "the SFT trainer's warmup is optim.warmup_steps_ratio: set that",
             ok=(-1, None), schema="sft"),
-    VerlKey("optim.num_cycles", DEFAULT, "rft sft's cosine decays once, to min_lr_ratio", ok=(0.5,), schema="sft"),
+    VerlKey("optim.num_cycles", DEFAULT, "the SFT trainer's cosine decays once, to min_lr_ratio", ok=(0.5,), schema="sft"),
     VerlKey("optim.lr_scheduler_type", ALIAS, "rft's key", to="optim.lr_scheduler", schema="sft"),
     VerlKey("optim.override_optimizer_config", DEFAULT, MEGATRON, ok=(None, {}), schema="sft"),
     VerlKey("model.hf_config_path", DEFAULT, "rft reads the model's config from its folder (model.partial_pretrain)",
             ok=(None,), schema="sft"),
-    VerlKey("model.tokenizer_path", DEFAULT, "rft sft reads the tokenizer from the model's folder", ok=(None,),
+    VerlKey("model.tokenizer_path", DEFAULT, "the SFT trainer reads the tokenizer from the model's folder", ok=(None,),
             schema="sft"),
     VerlKey("model.custom_chat_template", ALIAS, "rft's key", to="data.chat_template", schema="sft"),
-    VerlKey("model.enable_activation_offload", DEFAULT, "activation offload is not in rft sft", ok=(False,),
+    VerlKey("model.enable_activation_offload", DEFAULT, "activation offload is not in the SFT trainer", ok=(False,),
             schema="sft"),
     VerlKey("model.lora_adapter_path", DEFAULT, "starting from a saved LoRA adapter is not in rft yet; merge it into "
             "the model folder first", ok=(None,), schema="sft"),
@@ -321,7 +321,7 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("data.tools_key", ALIAS, "rft's key", to="data.multiturn.tools_key", schema="sft"),
     VerlKey("data.enable_thinking_key", NOOP, "the column of a row's enable_thinking chat-template argument (not "
             "passed in rft yet; a row that has it is templated without it)", schema="sft"),
-    VerlKey("data.ignore_input_ids_mismatch", DEFAULT, "rft sft tokenizes each conversation once, so there is no "
+    VerlKey("data.ignore_input_ids_mismatch", DEFAULT, "the SFT trainer tokenizes each conversation once, so there is no "
             "mismatch to ignore", ok=(False,), schema="sft"),
     VerlKey("global_profiler.*", NOOP, PROFILER, schema="sft"),
 )
