@@ -98,6 +98,14 @@ def test_features_rft_lacks_are_refused_by_name(override, needle):
     assert f"command line ({override})" in message or "actor.strategy" in override, message
 
 
+@pytest.mark.parametrize("engine, name", [("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")])
+def test_engines_rft_lacks_are_refused_by_name(engine, name):
+    from rft.trainer.validate import validate
+
+    with pytest.raises(ConfigError, match=f"rft has no {name} engine"):
+        validate(rl(f"actor_rollout_ref.rollout.name={engine}"), check_paths=False)
+
+
 def test_a_key_nobody_has_is_still_unknown():
     with pytest.raises(ConfigError, match="unknown config key 'actor_rollout_ref.rollout.no_such_key'"):
         rl("actor_rollout_ref.rollout.no_such_key=1")

@@ -565,8 +565,8 @@ class ValKwargsConfig:
 @dataclass
 class RolloutConfig:
     name: str = fld("hf", "Rollout engine: hf (transformers with a KV cache) or vllm (vLLM in each trainer "
-                          "process; `make vllm` installs it; docs/rollout.md); sglang is refused (no such engine "
-                          "in rft).", choices=("hf", "vllm", "sglang"))
+                          "process; `make vllm` installs it; docs/rollout.md); sglang and trtllm (TensorRT-LLM) are "
+                          "refused by name (no such engine in rft).", choices=("hf", "vllm", "sglang", "trtllm"))
     mode: str = fld(
         "sync", "verl's rollout mode: sync (the engine generates the step's batch) or async (verl 0.8's default: "
         "verl's agent loop sends each prompt to server-mode engines). Both are step-synchronous in verl's PPO "

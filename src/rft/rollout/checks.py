@@ -32,9 +32,10 @@ def check_engine(ctx: CheckContext) -> None:
         log.warning("rft: note: actor_rollout_ref.rollout.mode=async (verl's agent loop over server-mode engines) runs "
                     "as rft's batched rollout: verl's PPO step waits for the whole batch too, so the samples and the "
                     "update are the same; a streaming, off-policy rollout is not what verl's async mode is")
-    if rollout.name == "sglang":
-        raise ConfigError("actor_rollout_ref.rollout.name='sglang': rft has no SGLang engine; use 'vllm' or 'hf' "
-                          "(transformers generation with a KV cache)")
+    if rollout.name in ("sglang", "trtllm"):
+        engine = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[rollout.name]
+        raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name!r}: rft has no {engine} engine; use 'vllm' "
+                          "or 'hf' (transformers generation with a KV cache)")
     if rollout.name == "vllm":
         from rft.rollout.vllm_engine import image_refusal
 
