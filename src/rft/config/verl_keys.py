@@ -102,7 +102,9 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     # --- the actor's and the reference's engine
     *(VerlKey(f"{s}.fsdp_config.{k}", NOOP, FSDP_ENGINE) for s in (A, R, "critic.model")
       for k in ("reshard_after_forward", "use_orig_params", "entropy_from_logits_with_chunking", "use_torch_compile",
-                "entropy_checkpointing", "forward_only", "dtype")),
+                "entropy_checkpointing", "forward_only")),
+    *(VerlKey(f"{s}.fsdp_config.dtype", DEFAULT, f"rft's compute dtype is {s}.fsdp_config.param_dtype (auto: bf16 on a "
+              "GPU, verl's default): set that", ok=("bfloat16", "bf16")) for s in (A, R, "critic.model")),
     *(VerlKey(f"{s}.fsdp_config.strategy", SAME, "the FSDP version is the section's strategy key in rft: set that",
               to=f"{s.replace('.model', '')}.strategy" if s != R else f"{A}.strategy") for s in (A, R, "critic.model")),
     *(VerlKey(f"{s}.fsdp_config.model_dtype", DEFAULT, "rft keeps the weights in float32 and computes in "
@@ -199,8 +201,8 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             "rft eval)", ok=("data_source",)),
     VerlKey("data.tool_config_path", DEFAULT, MULTI_TURN, ok=(None,)),
     VerlKey("data.image_patch_size", NOOP, "the image processor's patch size comes from the model's processor"),
-    VerlKey("data.video_key", NOOP, "the column of videos (rft reads images only: a row's videos are refused when "
-            "it loads)"),
+    VerlKey("data.video_key", NOOP, "the column of a row's videos, which rft does not read (its multimodal rows are "
+            "images: data.image_key)"),
     VerlKey("data.validation_shuffle", DEFAULT, "rft validates on its prompts in file order (data.val_max_samples "
             "draws a sample)", ok=(False,)),
     VerlKey("data.sampler.*", DEFAULT, "a custom sampler class (curriculum) is not in rft", ok=(None,)),
