@@ -118,6 +118,14 @@ def test_plus_overrides_and_target_markers(caplog):
     assert "algorithm._target_" in notes(caplog)
 
 
+def test_hydras_remove_override_leaves_rfts_default(tmp_path):
+    (tmp_path / "run.yaml").write_text("actor_rollout_ref:\n  actor:\n    clip_ratio: 0.4\n")
+    assert rl(path=tmp_path / "run.yaml").actor_rollout_ref.actor.clip_ratio == 0.4
+    assert rl("~actor_rollout_ref.actor.clip_ratio", path=tmp_path / "run.yaml").actor_rollout_ref.actor.clip_ratio == 0.2
+    with pytest.raises(ConfigError, match=r"command line \(~data.seed\): data.seed is not in"):
+        rl("~data.seed", path=tmp_path / "run.yaml")
+
+
 def test_rollout_mode_async_runs_as_the_batched_rollout(caplog):
     from rft.trainer.validate import validate
 

@@ -217,9 +217,15 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
     """The typed config object: `schema` defaults, then each mapping in `layers`, then dotted overrides. An
     unknown key's error says where it came from: the command line (`overrides`, or `applied`: overrides already
     merged into the layers), else the file `path` the layers were read from."""
-    items = parse_overrides(overrides)
+    overrides = list(overrides)
+    removed = [item[1:].split("=", 1)[0] for item in overrides if item.startswith("~")]
+    items = parse_overrides(item for item in overrides if not item.startswith("~"))
     try:
         layers = [*(OmegaConf.create(layer) for layer in layers), OmegaConf.from_dotlist(items)]
+        for key in removed:  # hydra's ~key: the key leaves the config, i.e. rft's default applies
+            if not any(_remove(layer, key) for layer in layers[:-1]):
+                raise ConfigError(f"command line (~{key}): {key} is not in {path or 'the config'}, so there is "
+                                  "nothing to remove (hydra's ~key removes a key the file sets)")
         for key in ONE_OR_MORE:
             if key.rpartition(".")[2] in _node_fields(schema, key.rpartition(".")[0]):
                 for layer in layers:
@@ -248,6 +254,16 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
         return cfg
     except OmegaConfBaseException as e:
         raise _explain(e, schema, [*items, *applied], str(path) if path is not None else None) from None
+
+
+def _remove(layer: DictConfig, key: str) -> bool:
+    """Delete the dotted `key` from `layer`: whether it was there."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(layer, parent, default=None) if parent else layer
+    if isinstance(node, DictConfig) and leaf in node:
+        del node[leaf]
+        return True
+    return False
 
 
 def _at(mark: Any) -> str:

@@ -90,6 +90,7 @@ def _verl_keys() -> list[str]:
             "Every key of verl's own trainer configs (ppo_trainer.yaml and its defaults list, _generated_ppo_trainer"
             ".yaml, sft_trainer.yaml) that no section above holds, matched by pattern (first match wins); rl: the "
             "RL trainer, sft: the SFT trainer. A config file's hydra `defaults:` list is composed as hydra does (files "
-            "beside it; verl's own groups are rft's defaults), `+key=` / `++key=` overrides set a key, and "
+            "beside it; verl's own groups are rft's defaults), `+key=` / `++key=` overrides set a key, `~key` removes "
+            "one (rft's default applies), and "
             "`_target_` (the class verl builds a section as) is a marker, not a setting.", "",
             "| key | for | what rft does | why |", "| --- | --- | --- | --- |", *rows, ""]
