@@ -1619,13 +1619,15 @@ def test_optim_total_training_steps_sets_the_schedule_length():
         _load("actor_rollout_ref.actor.optim.total_training_steps=0")
 
 
-@pytest.mark.parametrize("key", ["data.return_raw_input_ids", "data.return_raw_chat"])
-def test_return_raw_keys_are_refused_with_what_to_set_instead(key):
+def test_return_raw_keys_are_refused_with_what_to_set_instead():
     from rft.config.load import ConfigError
 
+    key = "data.return_raw_input_ids"
     assert _load(f"{key}=false")
     with pytest.raises(ConfigError, match=rf"{key}=True .*reward_model\.model\.input_tokenizer"):
         _load(f"{key}=true")
+    # verl 0.8's examples set return_raw_chat=True: rft keeps each prompt's chat messages whatever the value (issue 63)
+    assert _load("data.return_raw_chat=true").data.return_raw_chat is True
 
 
 def test_the_overlong_buffer_needs_the_dapo_reward_manager():

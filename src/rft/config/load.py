@@ -20,8 +20,10 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from rft.config.errors import ConfigError
 from rft.config.schema import REFUSED_KEYS, RFTConfig
 from rft.config.suggest import key_hint, origin, trl_key
+from rft.config.verl_keys import MEGATRON, SCHEMAS, sort_out
 
-__all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_yaml", "to_dict", "to_yaml"]
+__all__ = ["ConfigError", "flatten", "merge_layers", "parse_overrides", "read_verl_yaml", "read_yaml", "to_dict",
+           "to_yaml"]
 
 
 ONE_OR_MORE = ("trainer.logger",)
@@ -197,7 +199,7 @@ def parse_overrides(overrides: Iterable[str]) -> list[str]:
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
-        item = item[1:] if item.startswith("+") else item
+        item = item.lstrip("+")  # hydra's +key= (add) and ++key= (add or override): rft's schema has every key
         try:
             OmegaConf.from_dotlist([item])
         except yaml.YAMLError as e:  # from_dotlist parses each value as YAML and lets yaml's errors through
@@ -215,9 +217,15 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
     """The typed config object: `schema` defaults, then each mapping in `layers`, then dotted overrides. An
     unknown key's error says where it came from: the command line (`overrides`, or `applied`: overrides already
     merged into the layers), else the file `path` the layers were read from."""
-    items = parse_overrides(overrides)
+    overrides = list(overrides)
+    removed = [item[1:].split("=", 1)[0] for item in overrides if item.startswith("~")]
+    items = parse_overrides(item for item in overrides if not item.startswith("~"))
     try:
         layers = [*(OmegaConf.create(layer) for layer in layers), OmegaConf.from_dotlist(items)]
+        for key in removed:  # hydra's ~key: the key leaves the config, i.e. rft's default applies
+            if not any(_remove(layer, key) for layer in layers[:-1]):
+                raise ConfigError(f"command line (~{key}): {key} is not in {path or 'the config'}, so there is "
+                                  "nothing to remove (hydra's ~key removes a key the file sets)")
         for key in ONE_OR_MORE:
             if key.rpartition(".")[2] in _node_fields(schema, key.rpartition(".")[0]):
                 for layer in layers:
@@ -225,6 +233,13 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
                     if isinstance(value, str):
                         OmegaConf.update(layer, key, [value], merge=False)
         file = str(path) if path is not None else None
+        known = None
+        if schema.__name__ in SCHEMAS:  # verl's keys that no field holds: known by the table (rft.config.verl_keys)
+            trees = [OmegaConf.to_container(layer, resolve=False) for layer in layers]
+            known = sort_out(SCHEMAS[schema.__name__], trees, functools.partial(_field_type, schema),
+                             lambda key, i: origin(key, (items if i == len(trees) - 1 else list(applied))[::-1],
+                                                   None if i == len(trees) - 1 else file))
+            layers = [OmegaConf.create(tree) for tree in trees]
         for i, layer in enumerate(layers):  # the last layer is the command line's; `applied` are in the others
             command_line = i == len(layers) - 1
             given = (items if command_line else list(applied))[::-1]  # the last override of a key is merged
@@ -232,9 +247,23 @@ def merge_layers(schema: type, layers: list, overrides: Iterable[str] = (), path
                           lambda key, given=given, file=None if command_line else file: origin(key, given, file))
         merged = OmegaConf.merge(OmegaConf.structured(schema), *layers)
         OmegaConf.resolve(merged)
-        return OmegaConf.to_object(merged)
+        cfg = OmegaConf.to_object(merged)
+        if known is not None:
+            known.check(cfg)
+            known.say()
+        return cfg
     except OmegaConfBaseException as e:
         raise _explain(e, schema, [*items, *applied], str(path) if path is not None else None) from None
+
+
+def _remove(layer: DictConfig, key: str) -> bool:
+    """Delete the dotted `key` from `layer`: whether it was there."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(layer, parent, default=None) if parent else layer
+    if isinstance(node, DictConfig) and leaf in node:
+        del node[leaf]
+        return True
+    return False
 
 
 def _at(mark: Any) -> str:
@@ -303,3 +332,62 @@ def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+VERL_GROUPS = ("actor", "data", "reward_manager", "ref", "rollout", "model", "critic", "reward_model", "algorithm",
+               "optim", "engine", "ppo_trainer", "sft_trainer", "npu_profile", "profiler")
+"""verl's own hydra config groups (verl/trainer/config/<group>/): a defaults-list entry naming one whose file is not
+beside the config means verl's defaults, which are rft's schema defaults."""
+
+
+def read_verl_yaml(path: str | Path) -> list[DictConfig]:
+    """The layers of a config file as hydra composes it: its `defaults:` list in order, the file itself where
+    `_self_` stands (last without one), its `hydra:` block (hydra's own settings: search path, run folder) dropped.
+    An entry `group@package: option` (or `name`) is the file `<group>/<option>.yaml` (`<name>.yaml`) beside the
+    config, read the same way and put under `package`; an entry of verl's own groups (`VERL_GROUPS`) with no such
+    file is verl's default config of that part, which rft's defaults are; a Megatron one is refused by name."""
+    path = Path(path)
+    loaded = read_yaml(path)
+    defaults = loaded.pop("defaults", None)
+    loaded.pop("hydra", None)
+    if defaults is None:
+        return [loaded]
+    if not isinstance(OmegaConf.to_container(defaults), list):
+        raise ConfigError(f"{path}: defaults must be a list of hydra config names (e.g. [ppo_trainer, _self_])")
+    layers: list[DictConfig] = []
+    placed_self = False
+    for entry in OmegaConf.to_container(defaults):
+        if entry == "_self_":
+            layers.append(loaded)
+            placed_self = True
+            continue
+        group, option = (next(iter(entry.items())) if isinstance(entry, dict) and len(entry) == 1
+                         else (entry, None) if isinstance(entry, str) else (None, None))
+        if group is None:
+            raise ConfigError(f"{path}: defaults entry {entry!r} is not a hydra config name")
+        group = str(group).lstrip("+").removeprefix("override ").strip()
+        if option is None:  # `name` / `group@package`: the config `name.yaml` / `group.yaml`
+            name, _, package = group.partition("@")
+            file = path.parent / f"{name}.yaml"
+        else:
+            name, _, package = group.partition("@")
+            package = package or name
+            file = path.parent / name / f"{option}.yaml"
+        if "megatron" in str(option or name):
+            raise ConfigError(f"{path}: defaults entry {entry!r}: {MEGATRON}")
+        if file.is_file():
+            for layer in read_verl_yaml(file):
+                layers.append(OmegaConf.create(_nest(package, layer)) if package else layer)
+        elif name.split("/")[0] not in VERL_GROUPS:
+            raise ConfigError(f"{path}: defaults entry {entry!r} names {file}, which does not exist; put that file "
+                              "beside the config, or remove the entry")
+    if not placed_self:
+        layers.append(loaded)
+    return layers
+
+
+def _nest(package: str, layer: DictConfig) -> dict:
+    tree: Any = OmegaConf.to_container(layer, resolve=False)
+    for part in reversed(package.split(".")):
+        tree = {part: tree}
+    return tree

@@ -66,6 +66,7 @@ def reference_markdown() -> str:
     lines += ["## verl keys rft does not have", "", "Keys of verl's config reference that no section above holds: "
               "each is refused by name, with the reason and what to set instead.", "", "| key | why, and what to do |",
               "| --- | --- |", *(f"| `{key}` | {why} |" for key, why in REFUSED_KEYS.items()), ""]
+    lines += _verl_keys()
     lines += _sections(SFTConfig, "SFT (`rft sft`, and `algorithm: sft` stages)")
     lines += _sections(DPOConfig, "DPO (`rft dpo`, and `algorithm: dpo` stages)")
     from rft.config.offline_schema import EvalConfig, GenerationConfig
@@ -73,3 +74,23 @@ def reference_markdown() -> str:
     lines += _sections(GenerationConfig, "Generation (`rft generate`, verl's generation.yaml)")
     lines += _sections(EvalConfig, "Evaluation (`rft eval`, verl's evaluation.yaml)")
     return "\n".join(lines)
+
+
+def _verl_keys() -> list[str]:
+    """The table of verl's keys that no field holds (`rft.config.verl_keys`), as it decides them."""
+    from rft.config.verl_keys import ALIAS, DEFAULT, NOOP, SAME, VERL_KEYS
+
+    said = {NOOP: "accepted, no effect here (named in a note)", ALIAS: "read as `{to}`",
+            SAME: "accepted while equal to `{to}`", DEFAULT: "accepted at {ok} (named in a note), else refused"}
+    rows = []
+    for row in VERL_KEYS:
+        what = said.get(row.kind, "refused").format(to=row.to, ok=" / ".join(f"`{v!r}`" for v in row.ok))
+        rows.append(f"| `{row.pattern}` | {row.schema} | {what} | {row.why} |")
+    return ["## verl keys without an rft field", "",
+            "Every key of verl's own trainer configs (ppo_trainer.yaml and its defaults list, _generated_ppo_trainer"
+            ".yaml, sft_trainer.yaml) that no section above holds, matched by pattern (first match wins); rl: the "
+            "RL trainer, sft: the SFT trainer. A config file's hydra `defaults:` list is composed as hydra does (files "
+            "beside it; verl's own groups are rft's defaults), `+key=` / `++key=` overrides set a key, `~key` removes "
+            "one (rft's default applies), and "
+            "`_target_` (the class verl builds a section as) is a marker, not a setting.", "",
+            "| key | for | what rft does | why |", "| --- | --- | --- | --- |", *rows, ""]

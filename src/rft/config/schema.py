@@ -43,6 +43,20 @@ def sub(cls: type, help: str) -> Any:
     return field(default_factory=cls, metadata={"help": help})
 
 
+class _AnyValue:
+    """An `also` entry that every value equals: a key with no effect here at any value (named in a note)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "any value"
+
+
+ANY_VALUE = _AnyValue()
+
 VLLM_KEYS = ("gpu_memory_utilization", "free_cache_engine", "enable_chunked_prefill",
              "enable_prefix_caching", "load_format", "tensor_model_parallel_size", "max_model_len",
              "max_num_batched_tokens", "max_num_seqs", "engine_kwargs")
@@ -99,7 +113,6 @@ REFUSED_LOGGERS = {
 }
 _MEGATRON = "a key of verl's Megatron optimizer (actor.strategy megatron); rft's optimizer is the FSDP one"
 _FOR_EACH_OPTIM = {
-    "clip_grad": f"{_MEGATRON}: set <section>.grad_clip instead",
     "lr_warmup_init": f"{_MEGATRON}, whose warmup starts from 0: remove it",
     "lr_decay_steps": f"{_MEGATRON}, whose schedule runs over optim.total_training_steps (default: the run's "
                       "steps): remove it, or set <section>.optim.total_training_steps",
@@ -238,9 +251,11 @@ class DataConfig:
         "model when reward_model.model.input_tokenizer is set: set that instead"
     )
     return_raw_chat: bool = fld(
-        False, "verl: keep the chat messages before the template (for the reward model's re-templating).",
+        False, "verl: keep the chat messages before the template (its agent loop and a reward model's "
+        "re-templating need them; verl 0.8's examples set true). rft keeps each prompt's chat messages in every "
+        "batch whatever the value, so true asks for what rft does.",
         unsupported="rft keeps each prompt's chat messages in every batch and re-templates them for the reward "
-        "model when reward_model.model.input_tokenizer is set: set that instead"
+        "model when reward_model.model.input_tokenizer is set: set that instead", also=(True,)
     )
     return_full_prompt: bool = fld(False, "Keep the templated prompt text.",
                                    unsupported="the templated prompt text is not kept in rft's Batch")
@@ -248,12 +263,12 @@ class DataConfig:
     dataloader_num_workers: Optional[int] = fld(
         None, "verl: worker processes of the torch DataLoader that reads the training prompts.",
         unsupported="rft has no DataLoader: it reads and tokenizes the prompts once, in the trainer's own process, "
-        "before the model loads, so there are no loader workers to start", also=(0,))
+        "before the model loads, so there are no loader workers to start", also=(ANY_VALUE,))
     seed: int = fld(1, "Seed of the training-prompt shuffle.")
     filter_overlong_prompts: bool = fld(False, "Drop prompts longer than max_prompt_length when loading.")
     filter_overlong_prompts_workers: int = fld(
-        1, "Worker processes for the overlong filter.", unsupported="parallel filtering (rft filters in-process)"
-    )
+        1, "Worker processes for the overlong filter.", unsupported="parallel filtering (rft filters in-process)",
+        also=(ANY_VALUE,))
     truncation: str = fld(
         "error",
         "A prompt over max_prompt_length (when not filtered): error; left: cut tokens from the left (keep the "
@@ -306,7 +321,8 @@ class ModelConfig:
     fused_kernel_options: Dict[str, Any] = fld(
         {}, "Options of the fused kernels: impl_backend 'torch' (rft's, above); 'triton' needs Triton and a GPU "
             "and is refused.")
-    use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
+    use_shm: bool = fld(False, "Copy the model to shared memory first (verl: faster loading).",
+                        unsupported="shared-memory model loading", also=(ANY_VALUE,))
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a peft LoRA adapter.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
     target_modules: Any = fld(
@@ -390,7 +406,7 @@ class FSDPConfig:
     offload_policy: bool = fld(False, "FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer step in "
                                "host memory). " + CPU_ONLY_OFFLOAD)
     forward_prefetch: bool = fld(False, "FSDP's forward prefetch of the next unit's parameters (GPU overlap).",
-                                 unsupported="FSDP forward prefetch (a GPU communication overlap)")
+                                 unsupported="FSDP forward prefetch (a GPU communication overlap)", also=(ANY_VALUE,))
     fsdp_size: int = fld(
         -1, "Processes one copy of the model is sharded over (several processes): -1 or the number of processes "
         "shards over all of them; a divisor of it is hybrid sharding, a (processes / fsdp_size, fsdp_size) device "
@@ -458,7 +474,8 @@ class ActorCheckpointConfig:
         "What a checkpoint holds: model, optimizer, extra (scheduler, RNG, data position), hf_model.",
     )
     load_contents: List[str] = fld(
-        ["model", "optimizer", "extra"], "What a resume restores (a subset of save_contents)."
+        "${.save_contents}", "What a resume restores (a subset of save_contents); by default what save_contents "
+        "holds (verl's ${.save_contents})."
     )
 
 
@@ -575,9 +592,14 @@ class ValKwargsConfig:
 @dataclass
 class RolloutConfig:
     name: str = fld("hf", "Rollout engine: hf (transformers with a KV cache) or vllm (vLLM in each trainer "
-                          "process; `make vllm` installs it; docs/rollout.md); sglang is refused (no such engine "
-                          "in rft).", choices=("hf", "vllm", "sglang"))
-    mode: str = fld("sync", "Rollout mode.", choices=("sync",))
+                          "process; `make vllm` installs it; docs/rollout.md); sglang and trtllm (TensorRT-LLM) are "
+                          "refused by name (no such engine in rft).", choices=("hf", "vllm", "sglang", "trtllm"))
+    mode: str = fld(
+        "sync", "verl's rollout mode: sync (the engine generates the step's batch) or async (verl 0.8's default: "
+        "verl's agent loop sends each prompt to server-mode engines). Both are step-synchronous in verl's PPO "
+        "trainer (the update waits for every response of the batch, on-policy), so with the single-turn agent loop "
+        "async samples what sync does: rft runs it as its batched rollout and says so in a note. A multi-turn agent "
+        "loop is refused by its own keys (rollout.multi_turn.enable).", choices=("sync", "async"))
     temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
     top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
     top_p: float = fld(1.0, "Nucleus sampling threshold in (0, 1].")
@@ -919,7 +941,8 @@ class CriticModelConfig:
     use_remove_padding: bool = fld(True, "The critic's passes on packed tokens (as actor_rollout_ref.model."
                                    "use_remove_padding, on by default as that is): the same values and gradient as "
                                    "the padded passes.")
-    use_shm: bool = fld(False, "Copy the model to shared memory first.", unsupported="shared-memory model loading")
+    use_shm: bool = fld(False, "Copy the model to shared memory first (verl: faster loading).",
+                        unsupported="shared-memory model loading", also=(ANY_VALUE,))
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a LoRA adapter and the value head in full.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
     target_modules: Any = fld(

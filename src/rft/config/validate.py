@@ -68,7 +68,8 @@ def _check_schema(cfg: Any, inactive: dict[str, str] | None = None) -> None:
         default = _default_of(f)
         why = inactive_reason(key, inactive or {})
         if why is not None:
-            if value != default and not (isinstance(value, dict) and all_null(value)):
+            wired = isinstance(default, str) and "${" in default  # follows another key (load_contents)
+            if value != default and not wired and not (isinstance(value, dict) and all_null(value)):
                 unused.setdefault(why, []).append(f"{key}={value!r}")
             continue
         reason = f.metadata.get("unsupported")

@@ -3,6 +3,7 @@ have no effect with another engine. And `rft generate`'s config (verl's generati
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ from rft.config.checks import CHECKS, UNUSED, CheckContext, all_null, check_mode
 from rft.config.errors import ConfigError
 from rft.config.schema import VLLM_KEYS
 from rft.errors import RftError
+
+log = logging.getLogger("rft")
 
 
 @UNUSED.register("rollout.vllm")
@@ -25,9 +28,14 @@ def check_engine(ctx: CheckContext) -> None:
     """rollout.name: an engine rft has; vLLM's keys usable here (vLLM installed: only where the run's files are
     checked too, not for `rft config show`, which shows the config and runs nothing)."""
     rollout = ctx.cfg.actor_rollout_ref.rollout
-    if rollout.name == "sglang":
-        raise ConfigError("actor_rollout_ref.rollout.name='sglang': rft has no SGLang engine; use 'vllm' or 'hf' "
-                          "(transformers generation with a KV cache)")
+    if rollout.mode == "async":
+        log.warning("rft: note: actor_rollout_ref.rollout.mode=async (verl's agent loop over server-mode engines) runs "
+                    "as rft's batched rollout: verl's PPO step waits for the whole batch too, so the samples and the "
+                    "update are the same; a streaming, off-policy rollout is not what verl's async mode is")
+    if rollout.name in ("sglang", "trtllm"):
+        engine = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[rollout.name]
+        raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name!r}: rft has no {engine} engine; use 'vllm' "
+                          "or 'hf' (transformers generation with a KV cache)")
     if rollout.name == "vllm":
         from rft.rollout.vllm_engine import image_refusal
 

@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rft.config.dpo_schema import DPOConfig
 from rft.config.errors import ConfigError
-from rft.config.load import merge_layers, parse_overrides, read_yaml
+from rft.config.load import merge_layers, parse_overrides, read_verl_yaml, read_yaml
 from rft.config.offline_schema import EvalConfig, GenerationConfig
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
@@ -35,7 +35,8 @@ from rft.trainer.validate import validate, validate_dpo, validate_eval, validate
 
 
 def _layers(path: str | Path | None) -> list:
-    return [read_yaml(path)] if path is not None else []
+    """The file's layers as hydra composes it (its `defaults:` list; `rft.config.load.read_verl_yaml`)."""
+    return read_verl_yaml(path) if path is not None else []
 
 
 _OUT_OF_RANGE = re.compile(r"([a-z_]+(?:\.[a-z_0-9]+)+) must ")

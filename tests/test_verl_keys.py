@@ -1,0 +1,153 @@
+"""verl's keys that no rft field holds (rft.config.verl_keys, issue 63): each one honoured through rft's key, accepted
+as the no-op it is here with a note, or refused by name with the reason; verl's config files composed as hydra
+composes them (defaults lists, `_target_`, `+key=` / `++key=`)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rft.config.errors import ConfigError
+from rft.trainer.configure import load_config, load_sft_config
+
+RL = ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet", "data.train_batch_size=8",
+      "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2"]
+SFT = ["model.partial_pretrain=model", "data.train_files=train.parquet"]
+
+
+def rl(*overrides, path=None):
+    return load_config(path, [*RL, *overrides], validate_paths=False)
+
+
+def notes(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.getMessage().startswith("rft: note:"))
+
+
+def test_dapos_overlong_buffer_cfg_is_rfts_overlong_buffer(caplog):
+    cfg = rl("reward_model.reward_manager=dapo", "data.max_response_length=64",
+             "reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+             "reward_model.reward_kwargs.overlong_buffer_cfg.len=16",
+             "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+             "reward_model.reward_kwargs.overlong_buffer_cfg.log=False", "reward_model.reward_kwargs.max_resp_len=64")
+    buffer = cfg.reward_model.overlong_buffer
+    assert (buffer.enable, buffer.len, buffer.penalty_factor, buffer.log) == (True, 16, 0.5, False)
+    assert "reward_model.reward_kwargs.overlong_buffer_cfg.len -> reward_model.overlong_buffer.len" in notes(caplog)
+    # verl measures the buffer from max_resp_len; rft from data.max_response_length: another value is refused
+    with pytest.raises(ConfigError, match=r"reward_model.reward_kwargs.max_resp_len=32 differs from "
+                                          r"data.max_response_length=64"):
+        rl("data.max_response_length=64", "reward_model.reward_kwargs.max_resp_len=32")
+
+
+def test_aliases_land_on_rfts_keys():
+    cfg = rl("actor_rollout_ref.actor.freeze_vision_tower=False", "ray_kwargs.ray_init.num_cpus=3")
+    assert cfg.actor_rollout_ref.model.freeze_vision_tower is False  # verl's value (rft's default is true)
+    assert cfg.ray_init.num_cpus == 3
+    sft = load_sft_config(None, ["model.path=model", "data.train_files=train.parquet", "optim.lr_warmup_steps_ratio=0.2",
+                                 "optim.warmup_style=constant", "model.use_remove_padding=True",
+                                 "engine.strategy=fsdp", "trainer.n_gpus_per_node=1",
+                                 "data.micro_batch_size=8", "data.train_batch_size=16"], validate_paths=False)
+    assert sft.model.partial_pretrain == "model" and sft.optim.warmup_steps_ratio == 0.2
+    assert sft.optim.lr_scheduler == "constant" and sft.use_remove_padding is True and sft.model.strategy == "fsdp"
+    assert sft.data.micro_batch_size_per_gpu == 8  # verl's global micro-batch over 1 process
+    # the engine SFT trainer's (sft_trainer_engine.yaml) names, and its composed optim/fsdp.yaml's
+    sft = load_sft_config(None, [*SFT, "data.messages_key=conversation", "data.tools_key=tools",
+                                 "optim.lr_scheduler_type=constant", "optim.optimizer=AdamW",
+                                 "profiler.tool=torch"], validate_paths=False)
+    assert sft.data.multiturn.messages_key == "conversation" and sft.data.multiturn.tools_key == "tools"
+    assert sft.optim.lr_scheduler == "constant"
+    with pytest.raises(ConfigError, match="the SFT trainer's optimizer is AdamW"):
+        load_sft_config(None, [*SFT, "optim.optimizer=Muon"], validate_paths=False)
+
+
+def test_load_contents_follows_save_contents():
+    cfg = rl("actor_rollout_ref.actor.checkpoint.save_contents=[model]")
+    assert cfg.actor_rollout_ref.actor.checkpoint.load_contents == ["model"]
+    cfg = rl("actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+             "actor_rollout_ref.actor.checkpoint.load_contents=[model]")
+    assert cfg.actor_rollout_ref.actor.checkpoint.load_contents == ["model"]
+
+
+def test_noops_are_accepted_and_named_in_a_note(caplog):
+    caplog.set_level(logging.WARNING, "rft")
+    cfg = rl("actor_rollout_ref.nccl_timeout=1200", "actor_rollout_ref.rollout.layered_summon=True",
+             "actor_rollout_ref.actor.profiler.enable=True", "global_profiler.tool=nsys",
+             "actor_rollout_ref.rollout.calculate_log_probs=True", "data.return_raw_chat=True",
+             "actor_rollout_ref.ref.strategy=fsdp")
+    assert cfg.data.return_raw_chat is True
+    said = notes(caplog)
+    for key in ("actor_rollout_ref.nccl_timeout", "actor_rollout_ref.rollout.layered_summon",
+                "actor_rollout_ref.actor.profiler.enable", "global_profiler.tool",
+                "actor_rollout_ref.rollout.calculate_log_probs", "actor_rollout_ref.ref.strategy"):
+        assert key in said, (key, said)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "Megatron"),
+    ("actor_rollout_ref.actor.strategy=megatron", "Megatron"),
+    ("actor_rollout_ref.actor.router_replay.mode=R3", "MoE routing replay"),
+    ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn agent loop"),
+    ("actor_rollout_ref.ref.strategy=fsdp2", "differs from actor_rollout_ref.actor.strategy='fsdp'"),
+    ("algorithm.use_pf_ppo=True", "PF-PPO"),
+])
+def test_features_rft_lacks_are_refused_by_name(override, needle):
+    with pytest.raises(ConfigError) as e:
+        rl(override)
+    message = str(e.value)
+    assert needle in message and "unknown config key" not in message, message
+    assert f"command line ({override})" in message or "actor.strategy" in override, message
+
+
+@pytest.mark.parametrize("engine, name", [("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")])
+def test_engines_rft_lacks_are_refused_by_name(engine, name):
+    from rft.trainer.validate import validate
+
+    with pytest.raises(ConfigError, match=f"rft has no {name} engine"):
+        validate(rl(f"actor_rollout_ref.rollout.name={engine}"), check_paths=False)
+
+
+def test_a_key_nobody_has_is_still_unknown():
+    with pytest.raises(ConfigError, match="unknown config key 'actor_rollout_ref.rollout.no_such_key'"):
+        rl("actor_rollout_ref.rollout.no_such_key=1")
+
+
+def test_plus_overrides_and_target_markers(caplog):
+    cfg = rl("++actor_rollout_ref.actor.clip_ratio=0.3", "+algorithm._target_=verl.trainer.config.AlgoConfig",
+             "reward_model.strategy=???")  # hydra's required-value marker in verl's reward_model group
+    assert cfg.actor_rollout_ref.actor.clip_ratio == 0.3
+    assert "algorithm._target_" in notes(caplog)
+
+
+def test_hydras_remove_override_leaves_rfts_default(tmp_path):
+    (tmp_path / "run.yaml").write_text("actor_rollout_ref:\n  actor:\n    clip_ratio: 0.4\n")
+    assert rl(path=tmp_path / "run.yaml").actor_rollout_ref.actor.clip_ratio == 0.4
+    assert rl("~actor_rollout_ref.actor.clip_ratio", path=tmp_path / "run.yaml").actor_rollout_ref.actor.clip_ratio == 0.2
+    with pytest.raises(ConfigError, match=r"command line \(~data.seed\): data.seed is not in"):
+        rl("~data.seed", path=tmp_path / "run.yaml")
+
+
+def test_rollout_mode_async_runs_as_the_batched_rollout(caplog):
+    from rft.trainer.validate import validate
+
+    cfg = rl("actor_rollout_ref.rollout.mode=async")
+    assert cfg.actor_rollout_ref.rollout.mode == "async"
+    validate(cfg, check_paths=False)
+    assert "rollout.mode=async" in notes(caplog) and "batched rollout" in notes(caplog)
+
+
+def test_a_hydra_defaults_list_is_composed(tmp_path):
+    (tmp_path / "actor").mkdir()
+    (tmp_path / "actor" / "my_actor.yaml").write_text("clip_ratio: 0.25\nentropy_coeff: 0.01\n")
+    (tmp_path / "run.yaml").write_text(
+        "hydra:\n  searchpath: [file://verl/trainer/config]\n"
+        "defaults:\n  - ppo_trainer\n  - actor@actor_rollout_ref.actor: my_actor\n  - _self_\n"
+        "actor_rollout_ref:\n  actor:\n    entropy_coeff: 0.02\n")
+    cfg = rl(path=tmp_path / "run.yaml")
+    # the group file under its package, the file itself (_self_) last; ppo_trainer (verl's own) is rft's defaults
+    assert cfg.actor_rollout_ref.actor.clip_ratio == 0.25 and cfg.actor_rollout_ref.actor.entropy_coeff == 0.02
+    (tmp_path / "bad.yaml").write_text("defaults:\n  - mine@data: nowhere\n  - _self_\n")
+    with pytest.raises(ConfigError, match=r"defaults entry .*nowhere.yaml, which does not exist"):
+        rl(path=tmp_path / "bad.yaml")
+    (tmp_path / "mega.yaml").write_text("defaults:\n  - actor@actor_rollout_ref.actor: megatron_actor\n")
+    with pytest.raises(ConfigError, match="Megatron"):
+        rl(path=tmp_path / "mega.yaml")
