@@ -34,6 +34,9 @@ class RolloutOutput:
     response_ids: torch.Tensor  # (B, R) right-padded with pad_token_id, B = prompts x n (rows of a prompt adjacent)
     response_mask: torch.Tensor  # (B, R) 1 up to and including the first EOS
     logprobs: torch.Tensor  # (B, R) log-prob of each sampled token under softmax(logits / temperature)
+    versions: torch.Tensor | None = None
+    """(B, R) the weight version that drew each token (0 on padding), where the engine records it per token (the
+    engine-server client, `rft.rollout.remote`); None: every token is the engine's `version`."""
 
 
 class RolloutEngine(Protocol):
