@@ -194,7 +194,7 @@ def test_two_servers_share_the_requests_and_the_openai_client_gets_the_token_det
             oa.completions.create(model="other", prompt="x", max_tokens=2)
 
 
-def test_a_server_that_does_not_answer_serves_another_model_or_dies_mid_request_is_named(model_dir, tmp_path):
+def test_a_request_joins_the_rows_in_flight_and_a_silent_foreign_or_dying_server_is_named(model_dir):
     import socket
 
     with socket.socket() as s:  # a port nothing listens on
@@ -225,6 +225,12 @@ def test_a_server_that_does_not_answer_serves_another_model_or_dies_mid_request_
         deadline = time.monotonic() + 60
         while get(f"{url}/health")["pending"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
+        # continuous batching across HTTP requests: a short request sent now joins the stream in flight and comes
+        # back (greedy: generate()'s tokens) while the long one still runs
+        expected, _ = in_process(model_dir)
+        short = client.generate(*left_pad(PROMPTS[:1], 0), GREEDY)
+        assert rows(short) == rows(expected)[:1]
+        assert thread.is_alive() and get(f"{url}/health")["pending"] == len(PROMPTS)
         proc.kill()  # mid-request
         thread.join(60)
         assert not thread.is_alive()
