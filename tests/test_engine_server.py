@@ -248,3 +248,14 @@ def test_rft_serve_refuses_bad_input_in_one_line(tmp_path, model_dir):
         "folder (e.g. one `rft init-model --preset tiny DIR` wrote)"]
     seqs = rft_here("serve", str(model_dir), "--max-num-seqs", "0", cwd=tmp_path, check=False)
     assert seqs.returncode == 2 and "--max-num-seqs 0: it must be 1 or more" in seqs.stderr
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = rft_here("serve", str(model_dir), "--port", str(port), cwd=tmp_path, check=False)
+    assert busy.returncode == 2
+    assert busy.stderr.strip().splitlines() == [
+        f"rft: error: rft serve --port={port}: port {port} on 127.0.0.1 is in use by another program (another run's "
+        "endpoint?); set rft serve --port=0 to pick a free port, or another port"]

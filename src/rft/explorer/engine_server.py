@@ -207,14 +207,18 @@ class EngineServer:
         model = load_causal_lm(model_path, compute_dtype(dtype, where), where, key="model",
                                tokenizer=self.tokenizer).eval()
         self.engine = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id)
-        generator = torch.Generator().manual_seed(seed)
-        self.server = StreamServer(self.engine, self.tokenizer, max_num_seqs, generator)
         self.name = name or Path(model_path).expanduser().resolve().name
         self.fingerprint = model_fingerprint(model_path, self.tokenizer)
         default = SamplingParams()
+        # the port first: one it cannot have leaves no stream thread behind
         self.endpoint = Endpoint(lambda: ModelHandle(self.server, self.tokenizer, default), self.name, port=port,
                                  routes={("GET", "/health"): self.health, ("POST", "/update_weights"): self.update},
                                  token_details=True, port_key="rft serve --port")
+        try:
+            self.server = StreamServer(self.engine, self.tokenizer, max_num_seqs, torch.Generator().manual_seed(seed))
+        except BaseException:  # the stream refuses the model: no endpoint left listening
+            self.endpoint.close()
+            raise
         self.url = f"http://127.0.0.1:{self.endpoint.port}"
 
     def health(self, _body=None) -> dict:
