@@ -158,6 +158,21 @@ def test_remote_greedy_equals_in_process_generate_and_a_weight_update_applies_in
         assert get(f"{url}/health")["version"] == 1 and client.version == 1
         assert rows(client.generate(ids, mask, GREEDY)) == rows(after)
 
+        # an update while a response is in flight reaches it at a decode-step boundary: its tokens' versions are
+        # 1 up to some token and 2 from there on
+        long: list = []
+        thread = threading.Thread(target=lambda: long.append(client.generate(
+            *left_pad(PROMPTS[:1], 0), SamplingParams(max_tokens=2000, ignore_eos=True))))  # of 2048 positions
+        thread.start()
+        deadline = time.monotonic() + 60
+        while get(f"{url}/health")["running"] == 0 and time.monotonic() < deadline:  # its first token drawn
+            time.sleep(0.05)
+        client.update_weights(shifted(model_dir), 2)
+        thread.join(120)
+        versions = long[0].versions[0].tolist()
+        switch = versions.index(2)
+        assert switch > 0 and versions == [1] * switch + [2] * (2000 - switch)
+
 
 def test_two_servers_share_the_requests_and_the_openai_client_gets_the_token_details(model_dir):
     import openai

@@ -7,10 +7,10 @@ its last row finishes. `StreamServer` gives the stream the calls of the explorer
 `rft`: its prompt and response token ids, behaviour log-probs and the weight version of each token.
 
 Routes besides the endpoint's: `GET /health` (model name, config fingerprint, weight version, EOS and pad ids, rows
-waiting or running) and `POST /update_weights` {"path": a safetensors file, "version": int}: the tensors are
-checked whole (`rollout.hf.check_weights`; a bad one is HTTP 400 naming it, nothing applied), then loaded by the
-stream's thread between two decode steps: the rows in flight take them from their next token on (partial rollouts,
-docs/rollout.md). The client is `rft.rollout.remote.RemoteRollout`.
+waiting or running, rows running) and `POST /update_weights` {"path": a safetensors file, "version": int}: the
+tensors are checked whole (`rollout.hf.check_weights`; a bad one is HTTP 400 naming it, nothing applied), then
+loaded by the stream's thread between two decode steps: the rows in flight take them from their next token on
+(partial rollouts, docs/rollout.md). The client is `rft.rollout.remote.RemoteRollout`.
 """
 
 from __future__ import annotations
@@ -113,9 +113,9 @@ class StreamServer:
 
     def _completion(self, r: StreamResponse) -> Completion:
         tokens = r.response_ids.tolist()
-        return Completion(text=self.tokenizer.decode(tokens, skip_special_tokens=True), prompt_ids=r.prompt_ids.tolist(),
-                          token_ids=tokens, logprobs=r.logprobs.tolist(), finish_reason=r.finish_reason,
-                          versions=r.versions.tolist())
+        return Completion(text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                          prompt_ids=r.prompt_ids.tolist(), token_ids=tokens, logprobs=r.logprobs.tolist(),
+                          finish_reason=r.finish_reason, versions=r.versions.tolist())
 
     def _drive(self) -> None:
         """The stream's thread: weight updates, then new requests, then one step, until closed."""
@@ -224,7 +224,8 @@ class EngineServer:
     def health(self, _body=None) -> dict:
         return {"status": "ok", "model": self.name, "fingerprint": self.fingerprint, "version": self.engine.version,
                 "eos_token_ids": self.engine.eos_ids.tolist(), "pad_token_id": self.engine.pad_token_id,
-                "max_num_seqs": self.server.stream.max_num_seqs, "pending": self.server.pending}
+                "max_num_seqs": self.server.stream.max_num_seqs, "pending": self.server.pending,
+                "running": len(self.server.stream.rows)}
 
     def update(self, body: dict) -> dict:
         version = body.get("version")
