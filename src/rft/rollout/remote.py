@@ -35,6 +35,10 @@ class EngineServerError(RftError):
     """An engine server that does not answer, serves another model, died mid-request or refused a call."""
 
 
+class EngineServerTimeout(EngineServerError):
+    """An engine server that took a request and did not answer it in time."""
+
+
 class _Server:
     """One server's address and this client's requests in flight to it."""
 
@@ -60,7 +64,7 @@ class _Server:
                 response = connection.getresponse()
                 raw = response.read()
             except TimeoutError:
-                raise EngineServerError(f"engine server {self.url} did not answer {method} {path} within "
+                raise EngineServerTimeout(f"engine server {self.url} did not answer {method} {path} within "
                                         f"{timeout:g} s; raise the client's request_timeout, or check the "
                                         "server's log") from None
             except (http.client.HTTPException, OSError) as e:  # reset, closed without a reply: it died
@@ -125,8 +129,8 @@ class RemoteRollout:
                                             f"({e}); start it with `rft serve MODEL --port {server.port}`, or "
                                             "fix the URL") from None
                 time.sleep(0.2)
-            except EngineServerError as e:
-                if "did not answer" not in str(e) or time.monotonic() >= deadline:
+            except EngineServerTimeout:  # listening, but busy or still starting: asked again until the deadline
+                if time.monotonic() >= deadline:
                     raise
         if not isinstance(info, dict) or "fingerprint" not in info:
             raise EngineServerError(f"engine server {server.url}: its /health is not an `rft serve` server's")
