@@ -253,6 +253,35 @@ def test_a_request_joins_the_rows_in_flight_and_a_silent_foreign_or_dying_server
         assert f"engine server {url} closed the connection during POST /v1/completions" in str(errors[0])
 
 
+def test_a_server_dying_behind_a_client_of_two_leaves_its_requests_to_the_other(model_dir, caplog):
+    long = SamplingParams(do_sample=False, temperature=0, max_tokens=600, ignore_eos=True)
+    with served(model_dir) as (a, proc_a), served(model_dir) as (b, proc_b):
+        client = RemoteRollout([a, b], model="tiny")
+        out: list = []
+        thread = threading.Thread(target=lambda: out.append(client.generate(*left_pad(PROMPTS, 0), long)))
+        with caplog.at_level("WARNING", logger="rft"):
+            thread.start()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (get(f"{a}/health")["running"] and get(f"{b}/health")["running"]):
+                time.sleep(0.05)
+            proc_a.kill()  # mid-request: its rows are generated again by b
+            thread.join(120)
+        assert out and out[0].response_mask.sum(-1).tolist() == [600] * len(PROMPTS)
+        said = [r.getMessage() for r in caplog.records if a in r.getMessage()]  # once, however many requests died
+        assert len(said) == 1 and re.fullmatch(
+            rf"rft: engine server {a} closed the connection during POST /v1/completions \(\w+: .*\): did it die\? "
+            r"its log says why; restart it or leave it out of the URLs; its requests go to the other 1 engine "
+            r"server\(s\)", said[0]), said
+        client.update_weights(shifted(model_dir), 1)  # b only
+        assert get(f"{b}/health")["version"] == 1 and client.version == 1
+        proc_b.kill()
+        proc_b.wait(30)
+        with pytest.raises(EngineServerError, match=f"engine server {b} took no connection"):
+            client.generate(*left_pad(PROMPTS[:1], 0), GREEDY)
+        with pytest.raises(EngineServerError, match=rf"every engine server of this client is gone \({a}, {b}\)"):
+            client.generate(*left_pad(PROMPTS[:1], 0), GREEDY)
+
+
 def test_rft_serve_refuses_bad_input_in_one_line(tmp_path, model_dir):
     from tests.cli_helpers import rft_here
 

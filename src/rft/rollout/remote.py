@@ -6,6 +6,10 @@ listed), so every server's stream batches them with the others. Its choices' `rf
 ids, behaviour log-probs and per-token weight versions (`RolloutOutput.versions`). `update_weights` writes the
 tensors to a safetensors file and has every server load it in place (`POST /update_weights`), one after another.
 
+A server that dies (refuses connections, or closes one before its reply) is left out from then on, the log naming
+it, and its requests are sent again to the others (a request is answered whole or not at all, so nothing is half
+received); once none is left, the call fails naming the last one. No server is probed again after that.
+
 At construction every server must answer `/health` within `connect_timeout` seconds and serve the model asked for
 (its name and, when given, its config fingerprint: `rft.explorer.engine_server.model_fingerprint`), at one weight
 version; the failures a caller can fix are `EngineServerError`s (`rft: error: ...`), each naming the server.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -30,6 +35,8 @@ import torch
 from rft.errors import RftError
 from rft.rollout.base import RolloutOutput, SamplingParams
 
+log = logging.getLogger("rft")
+
 
 class EngineServerError(RftError):
     """An engine server that does not answer, serves another model, died mid-request or refused a call."""
@@ -37,6 +44,11 @@ class EngineServerError(RftError):
 
 class EngineServerTimeout(EngineServerError):
     """An engine server that took a request and did not answer it in time."""
+
+
+class EngineServerGone(EngineServerError):
+    """Nothing listens at an engine server's address, or it closed the connection before answering: it died or
+    was stopped."""
 
 
 class _Server:
@@ -49,6 +61,7 @@ class _Server:
         self.url = f"http://{parts.hostname}:{parts.port}"
         self.host, self.port = parts.hostname, parts.port
         self.in_flight = 0
+        self.gone = False  # it died during this client's requests: they go to the others from then on
 
     def call(self, method: str, path: str, body: dict | None, timeout: float) -> dict:
         """The JSON reply of `method path`; every failure an `EngineServerError` naming this server."""
@@ -58,7 +71,8 @@ class _Server:
             try:
                 connection.connect()
             except OSError as e:
-                raise _NoAnswer(f"{type(e).__name__}: {e}") from None
+                raise EngineServerGone(f"engine server {self.url} took no connection ({type(e).__name__}: {e}): "
+                                       "is it running?") from None
             try:
                 connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
                 response = connection.getresponse()
@@ -68,7 +82,7 @@ class _Server:
                                         f"{timeout:g} s; raise the client's request_timeout, or check the "
                                         "server's log") from None
             except (http.client.HTTPException, OSError) as e:  # reset, closed without a reply: it died
-                raise EngineServerError(f"engine server {self.url} closed the connection during {method} {path} "
+                raise EngineServerGone(f"engine server {self.url} closed the connection during {method} {path} "
                                         f"({type(e).__name__}: {e}): did it die? its log says why; restart it "
                                         "or leave it out of the URLs") from None
         finally:
@@ -83,10 +97,6 @@ class _Server:
             raise EngineServerError(f"engine server {self.url} refused {method} {path} (HTTP {response.status}): "
                                     f"{message or reply}")
         return reply
-
-
-class _NoAnswer(Exception):
-    """Nothing listens at the server's address (yet)."""
 
 
 class RemoteRollout:
@@ -123,15 +133,13 @@ class RemoteRollout:
             try:
                 info = server.call("GET", "/health", None, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
                 break
-            except _NoAnswer as e:
+            except (EngineServerGone, EngineServerTimeout) as e:  # not started yet, or busy: asked again
                 if time.monotonic() >= deadline:
+                    cause = str(e).removeprefix(f"engine server {server.url} ")
                     raise EngineServerError(f"engine server {server.url} did not answer within {timeout:g} s "
-                                            f"({e}); start it with `rft serve MODEL --port {server.port}`, or "
-                                            "fix the URL") from None
+                                            f"(last: {cause}); start it with `rft serve MODEL --port "
+                                            f"{server.port}`, or fix the URL") from None
                 time.sleep(0.2)
-            except EngineServerTimeout:  # listening, but busy or still starting: asked again until the deadline
-                if time.monotonic() >= deadline:
-                    raise
         if not isinstance(info, dict) or "fingerprint" not in info:
             raise EngineServerError(f"engine server {server.url}: its /health is not an `rft serve` server's")
         if info.get("model") != model:
@@ -167,14 +175,37 @@ class RemoteRollout:
         return out
 
     def _complete(self, body: dict) -> dict:
-        with self._lock:  # the least loaded server (ties: the first listed)
-            server = min(self.servers, key=lambda s: s.in_flight)
-            server.in_flight += 1
-        try:
-            return server.call("POST", "/v1/completions", body, self.request_timeout)
-        finally:
+        """`body`'s reply from the least loaded server (ties: the first listed); a server that dies is left out from
+        then on, its request sent again to another (the log names it), until none is left."""
+        while True:
             with self._lock:
-                server.in_flight -= 1
+                live = self._live()
+                if not live:
+                    raise EngineServerGone(f"every engine server of this client is gone ("
+                                           f"{', '.join(s.url for s in self.servers)}): their logs say why")
+                server = min(live, key=lambda s: s.in_flight)
+                server.in_flight += 1
+            try:
+                return server.call("POST", "/v1/completions", body, self.request_timeout)
+            except EngineServerGone as e:
+                self._leave_out(server, e)
+            finally:
+                with self._lock:
+                    server.in_flight -= 1
+
+    def _live(self) -> list[_Server]:
+        return [s for s in self.servers if not s.gone]
+
+    def _leave_out(self, server: _Server, error: EngineServerGone) -> None:
+        """`server` is gone: raise `error` if it was the last one, else log it once and go on with the others."""
+        with self._lock:
+            first = not server.gone
+            server.gone = True
+            left = len(self._live())
+        if not left:
+            raise error
+        if first:
+            log.warning("rft: %s; its requests go to the other %d engine server(s)", error, left)
 
     def update_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
         """Every server loads `weights` (name -> tensor, the model's parameter names) in place and takes `version`;
@@ -189,8 +220,12 @@ class RemoteRollout:
         os.close(handle)
         try:
             save_file({name: t.detach().to("cpu", copy=True).contiguous() for name, t in weights.items()}, path)
-            for server in self.servers:
-                server.call("POST", "/update_weights", {"path": path, "version": int(version)}, self.request_timeout)
+            for server in self._live():
+                try:
+                    server.call("POST", "/update_weights", {"path": path, "version": int(version)},
+                                self.request_timeout)
+                except EngineServerGone as e:
+                    self._leave_out(server, e)
         finally:
             os.unlink(path)
         self.version = int(version)
