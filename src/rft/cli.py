@@ -1,5 +1,5 @@
-"""`rft` command line: init-model, data, example, train, sft, dpo, demo, generate, eval, merge, studio, component,
-config.
+"""`rft` command line: init-model, data, example, train, sft, dpo, demo, generate, eval, merge, studio, serve,
+component, config.
 
 `main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
 full disk or a folder without write permission, Ctrl-C / SIGTERM) ends with one line `rft: error: ...` (or
@@ -357,6 +357,13 @@ def cmd_studio(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from rft.explorer.engine_server import serve
+
+    serve(args.model, args.name, args.port, args.max_num_seqs, args.seed, args.dtype)
+    return 0
+
+
 def cmd_component(args) -> int:
     """`rft component` with no name (a name is dispatched before argparse, see main): the list of components."""
     from rft.components.run import main as component_main
@@ -625,6 +632,18 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--open", action="store_true", help="open the page in a browser")
     q.set_defaults(fn=cmd_studio)
 
+    q = sub.add_parser("serve", help="the hf engine in a process of its own on 127.0.0.1: OpenAI-compatible "
+                       "completions with token ids, log-probs and weight versions, weights updated in place "
+                       "(docs/rollout.md, Engine servers)")
+    q.add_argument("model", help="the model folder (Hugging Face format)")
+    q.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0, the default: any free one; printed)")
+    q.add_argument("--name", default=None, help="the model name it serves (default: the folder's name)")
+    q.add_argument("--max-num-seqs", type=int, default=16,
+                   help="rows in flight at once across all requests (verl's rollout.max_num_seqs)")
+    q.add_argument("--seed", type=int, default=0, help="seeds the sampling generator")
+    q.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="what generation computes in")
+    q.set_defaults(fn=cmd_serve)
+
     q = sub.add_parser("component", help="run a component interface (rft_trainer, verl_trainer_component, "
                        "group_relative_policy_optimization) with its own inputs: rft component NAME --help")
     q.add_argument("name", nargs="?")
@@ -694,7 +713,7 @@ def _dispatch(argv: list[str]) -> int:
         raise
 
 
-RUNLESS = ("init-model", "data", "example", "generate", "eval", "merge")
+RUNLESS = ("init-model", "data", "example", "generate", "eval", "merge", "serve")
 """The commands that hold no run folder and write no checkpoint: a stop or a full disk ends their line with
 `errors.STARTS_AGAIN`, not with a run's resume."""
 

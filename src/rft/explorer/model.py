@@ -73,6 +73,9 @@ class Completion:
     """stop (EOS) or length (max tokens)."""
     images: list[bytes] = field(default_factory=list)
     """The prompt's images (encoded), for a vision-language model."""
+    versions: list[int] = field(default_factory=list)
+    """The weight version that drew each generated token, where the server records it (the engine server's
+    stream); empty otherwise."""
 
 
 @dataclass
@@ -391,8 +394,12 @@ class ModelHandle:
 
     def generate(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:
         """`n` completions of each raw text prompt (no chat template)."""
-        ids = [self._cut(self.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
-        return self._submit(ids, self.params(n, **sampling))
+        return self.generate_ids([self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts], n,
+                                 **sampling)
+
+    def generate_ids(self, prompts: list[list[int]], n: int = 1, **sampling) -> list[list[Completion]]:
+        """`n` completions of each prompt given as token ids (cut as `generate` cuts text prompts)."""
+        return self._submit([self._cut(list(ids)) for ids in prompts], self.params(n, **sampling))
 
     def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision)

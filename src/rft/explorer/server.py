@@ -29,7 +29,7 @@ from rft.explorer.tools import parse_tool_calls
 
 _ACCEPTED = {"model", "messages", "prompt", "n", "temperature", "top_p", "top_k", "max_tokens",
              "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice", "stream", "stop", "user",
-             "seed", "parallel_tool_calls", "echo", "presence_penalty", "frequency_penalty"}
+             "seed", "parallel_tool_calls", "echo", "presence_penalty", "frequency_penalty", "ignore_eos"}
 
 
 class ApiError(Exception):
@@ -91,7 +91,7 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
     return out
 
 
-def _listen(port: int, handler) -> ThreadingHTTPServer:
+def _listen(port: int, handler, port_key: str = "workflow.endpoint_port") -> ThreadingHTTPServer:
     """The server on 127.0.0.1:`port`; a port it cannot have is the config's fault, said in one line naming
     the key (the OS error alone read "Address already in use ... check the path and the file system")."""
     import errno
@@ -102,18 +102,23 @@ def _listen(port: int, handler) -> ThreadingHTTPServer:
         from rft.config import ConfigError
 
         if e.errno == errno.EADDRINUSE:
-            raise ConfigError(f"workflow.endpoint_port={port}: port {port} on 127.0.0.1 is in use by "
-                              "another program (another run's endpoint?); set workflow.endpoint_port=0 to "
+            raise ConfigError(f"{port_key}={port}: port {port} on 127.0.0.1 is in use by "
+                              f"another program (another run's endpoint?); set {port_key}=0 to "
                               "pick a free port, or another port") from None
-        raise ConfigError(f"workflow.endpoint_port={port}: the endpoint cannot listen on 127.0.0.1:{port} "
-                          f"({e.strerror or e}); set workflow.endpoint_port=0 to pick a free port, or "
+        raise ConfigError(f"{port_key}={port}: the endpoint cannot listen on 127.0.0.1:{port} "
+                          f"({e.strerror or e}); set {port_key}=0 to pick a free port, or "
                           "another port") from None
 
 
 class Endpoint:
-    def __init__(self, make_handle, model_name: str, tool_call_parser: str = "hermes", port: int = 0):
-        """`make_handle()`: a model handle for requests that are no workflow's (ad-hoc clients, no history)."""
+    def __init__(self, make_handle, model_name: str, tool_call_parser: str = "hermes", port: int = 0,
+                 routes: dict | None = None, token_details: bool = False, port_key: str = "workflow.endpoint_port"):
+        """`make_handle()`: a model handle for requests that are no workflow's (ad-hoc clients, no history).
+        `routes`: more routes, {("GET" or "POST", path): function(body or None) -> JSON reply, raising `ApiError`}
+        (the engine server's /health and weight updates). `token_details`: each choice also carries `rft`, its
+        prompt and response token ids, behaviour log-probs and per-token weight versions (`details`)."""
         self.make_handle, self.model_name, self.parser = make_handle, model_name, tool_call_parser
+        self.routes, self.token_details = routes or {}, token_details
         self._keys: dict[str, weakref.ref] = {}
         self._replies: dict[str, str] = {}  # the raw replies behind the tool calls served, newest last
         self._lock = threading.Lock()
@@ -137,9 +142,15 @@ class Endpoint:
                 self._send(e.status, {"error": {"message": e.message, "type": e.kind, "code": e.status}})
 
             def do_GET(self) -> None:
-                if self.path.rstrip("/") == "/v1/models":
+                route = self.path.rstrip("/")
+                if route == "/v1/models":
                     self._send(200, {"object": "list", "data": [{"id": endpoint.model_name, "object": "model",
                                                                  "created": 0, "owned_by": "rft"}]})
+                elif ("GET", route) in endpoint.routes:
+                    try:
+                        self._send(200, endpoint.routes["GET", route](None))
+                    except ApiError as e:
+                        self._fail(e)
                 else:
                     self._fail(ApiError(404, f"no route {self.path}"))
 
@@ -156,6 +167,8 @@ class Endpoint:
                         self._send(200, endpoint.chat(body, key))
                     elif route == "/v1/completions":
                         self._send(200, endpoint.complete(body, key))
+                    elif ("POST", route) in endpoint.routes:
+                        self._send(200, endpoint.routes["POST", route](body))
                     else:
                         raise ApiError(404, f"no route {self.path}")
                 except ApiError as e:
@@ -163,7 +176,7 @@ class Endpoint:
                 except Exception as e:  # a bug or a cancelled workflow: the client gets a 500, not a hang
                     self._fail(ApiError(500, f"{type(e).__name__}: {e}", "server_error"))
 
-        self.httpd = _listen(port, Handler)
+        self.httpd = _listen(port, Handler, port_key)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.api_base = f"http://127.0.0.1:{self.port}/v1"
@@ -211,7 +224,7 @@ class Endpoint:
         """The call's sampling settings; a prompt or `max_tokens` past the model's context is refused as OpenAI
         refuses it (400, context_length_exceeded), and the default number of new tokens ends at the context."""
         out = {}
-        for key in ("temperature", "top_p", "top_k"):
+        for key in ("temperature", "top_p", "top_k", "ignore_eos"):
             if body.get(key) is not None:
                 out[key] = body[key]
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -277,19 +290,31 @@ class Endpoint:
                     {"token": handle.tokenizer.decode([t]), "logprob": lp,
                      "bytes": list(token_bytes(handle.tokenizer, t)), "top_logprobs": []}
                     for t, lp in zip(c.token_ids, c.logprobs)]}
-            choices.append(choice)
+            choices.append(self._with_details(choice, c))
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.model_name, "choices": choices, "usage": _usage(completions)}
 
+    def _with_details(self, choice: dict, c) -> dict:
+        """`choice` with `rft` (`token_details`): what a trainer needs of a response and the text cannot give."""
+        if self.token_details:
+            choice["rft"] = {"prompt_token_ids": list(c.prompt_ids), "token_ids": list(c.token_ids),
+                             "logprobs": list(c.logprobs), "versions": list(c.versions)}
+        return choice
+
     def complete(self, body: dict, key: str) -> dict:
+        """`prompt`: a string, a list of token ids, or a list of either (OpenAI's four forms)."""
         self._check(body)
         prompts = body.get("prompt")
-        prompts = [prompts] if isinstance(prompts, str) else prompts
-        if not prompts or not all(isinstance(p, str) for p in prompts):
-            raise ApiError(400, "prompt must be a string or a list of strings")
+        prompts = [prompts] if isinstance(prompts, str) or _token_ids(prompts) else prompts
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) or _token_ids(p)
+                                                                    for p in prompts):
+            raise ApiError(400, "prompt must be a string, a list of token ids, or a non-empty list of either")
         handle = self._handle(key)
-        ids = [handle.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        out = handle.generate(prompts, n=int(body.get("n") or 1), **self._sampling(body, handle, ids))
+        ids = [p if _token_ids(p) else handle.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        vocab = len(handle.tokenizer)
+        if any(not 0 <= t < vocab for p in ids for t in p):
+            raise ApiError(400, f"a prompt token id is outside the tokenizer's vocabulary (0 to {vocab - 1})")
+        out = handle.generate_ids(ids, n=int(body.get("n") or 1), **self._sampling(body, handle, ids))
         choices, flat = [], []
         for completions in out:
             for c in completions:
@@ -299,7 +324,7 @@ class Endpoint:
                     offsets = [sum(len(x) for x in tokens[:k]) for k in range(len(tokens))]
                     choice["logprobs"] = {"tokens": tokens, "token_logprobs": c.logprobs, "top_logprobs": None,
                                           "text_offset": offsets}
-                choices.append(choice)
+                choices.append(self._with_details(choice, c))
                 flat.append(c)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": self.model_name, "choices": choices, "usage": _usage(flat)}
@@ -307,6 +332,12 @@ class Endpoint:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _token_ids(prompt) -> bool:
+    """Whether `prompt` is a non-empty list of token ids (ints, not bools)."""
+    return isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                             for t in prompt)
 
 
 _BYTE_DECODER: dict[str, int] | None = None

@@ -2,8 +2,9 @@
 a KV cache); a second engine (vLLM) is one more class with these three members.
 
 `StreamingEngine` adds continuous batching (`stream`): requests in, each response out as it finishes, weights
-updated between decode steps while rows are in flight. The hf engine has it; vLLM's engine does not yet, and no
-explorer or trainer loop uses it yet (issue 62)."""
+updated between decode steps while rows are in flight. The hf engine has it; vLLM's engine does not yet. `rft serve`
+serves it over HTTP (`rft.explorer.engine_server`, client `rft.rollout.remote`); no explorer or trainer loop uses it
+yet (issue 62)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class RolloutOutput:
     response_ids: torch.Tensor  # (B, R) right-padded with pad_token_id, B = prompts x n (rows of a prompt adjacent)
     response_mask: torch.Tensor  # (B, R) 1 up to and including the first EOS
     logprobs: torch.Tensor  # (B, R) log-prob of each sampled token under softmax(logits / temperature)
+    versions: torch.Tensor | None = None
+    """(B, R) the weight version that drew each token (0 on padding), where the engine records it per token (the
+    engine-server client, `rft.rollout.remote`); None: every token is the engine's `version`."""
 
 
 class RolloutEngine(Protocol):

@@ -103,6 +103,24 @@ def copy_named(model: nn.Module, weights) -> None:
         params[name].copy_(value.to(params[name].device, params[name].dtype))
 
 
+def check_weights(model: nn.Module, weights) -> None:
+    """Refuse `weights` (name -> tensor) that `copy_named` could not load whole, naming the first bad tensor, before
+    anything is copied (an update half applied would mix two versions' weights): a name the model lacks, another
+    shape, a tensor that is not floating point, a NaN or infinite value."""
+    params = dict(model.named_parameters())
+    for name, value in weights.items():
+        where = f"tensor {name!r}"
+        if name not in params:
+            raise ValueError(f"{where}: the model has no parameter of this name (e.g. {next(iter(params))!r})")
+        if tuple(value.shape) != tuple(params[name].shape):
+            raise ValueError(f"{where}: shape {list(value.shape)}, the model's parameter is "
+                             f"{list(params[name].shape)}")
+        if not value.is_floating_point():
+            raise ValueError(f"{where}: dtype {str(value.dtype).removeprefix('torch.')}, not floating point")
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{where}: holds NaN or infinite values")
+
+
 class HFRollout:
     def __init__(self, model: nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size: int | None = None,
                  all_done: Callable[[bool], bool] | None = None, compiled: bool = False,
