@@ -287,10 +287,11 @@ def _declares_zero_at_zero_advantage(name: str) -> bool:
 
 
 def test_only_losses_with_a_term_at_zero_advantage_keep_those_rows():
-    """clip_cov and kl_cov pick tokens by a batch covariance and dro adds a squared term: rows with A = 0 still
-    move them, so those rows must stay in the update; every other loss declares it may leave them out."""
+    """clip_cov and kl_cov pick tokens by a batch covariance, dro adds a squared term and sft (Trinity-RFT's
+    policy loss of that name) is the negative log-likelihood, whatever the advantage: rows with A = 0 still move
+    them, so those rows must stay in the update; every other loss declares it may leave them out."""
     keep = {name for name in POLICY_LOSSES.names() if not _declares_zero_at_zero_advantage(name)}
-    assert keep == {"clip_cov", "dro", "kl_cov"}
+    assert keep == {"clip_cov", "dro", "kl_cov", "sft"}
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(POLICY_LOSSES.names()) if _declares_zero_at_zero_advantage(n)])
