@@ -96,6 +96,7 @@ bench: setup
 	$(BIN)/python bench/decode_profile.py
 	$(BIN)/python bench/update_profile.py
 	$(BIN)/python bench/decoupled.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/streaming.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/demo_seeds.py
 	$(BIN)/python bench/demo_seeds.py --task tools

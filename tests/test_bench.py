@@ -47,3 +47,21 @@ def test_scaling_is_each_runs_time_over_linear_growth_from_the_first():
     growth = [dict(workload="growth", label=f"{p}x8", s=s, prompt=15.0, response=16.0, prompts=p)
               for p, s in ((16, 0.291), (64, 0.951))]
     assert vs_trl.scaling(growth) == "16x8: 0.291 s/step, 1.00 of linear; 64x8: 0.951 s/step, 0.82 of linear"
+
+
+def test_the_streaming_bench_runs_its_quick_mode():
+    """bench/streaming.py --quick: every mode (generate() batches, the stream, the stream with weight updates, kept
+    and recomputed caches) runs the long-tailed workload to the end (the script asserts each response's forced
+    length) and its table comes out; nothing is written to bench/RESULTS.md."""
+    import os
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    before = (bench / "RESULTS.md").read_text()
+    proc = subprocess.run([sys.executable, str(bench / "streaming.py"), "--quick"], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for mode in ("| sync |", "| stream |", "| stream+upd 4 |", "| stream+upd 4 recompute |"):
+        assert mode in proc.stdout
+    assert "Per-token staleness" in proc.stdout and "(the same with the cache recomputed)" in proc.stdout
+    assert (bench / "RESULTS.md").read_text() == before
