@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from rft.config.schema import (
     BAD_UPDATES_HELP,
+    CHAT_TEMPLATE_KWARGS_HELP,
     HDFS_HELP,
     LOG_GROUP_BY_NODE_HELP,
     LOG_LEVEL_HELP,
@@ -70,6 +71,7 @@ class SFTDataConfig:
         "alone reaches it, or the prompt has images); none left is an error.", choices=("error", "left", "right"))
     balance_dp_token: bool = fld(False, "Balance tokens across processes.", unsupported=MULTI_PROCESS)
     chat_template: Optional[str] = fld(None, "Override the tokenizer's chat template.", unsupported="template overrides")
+    apply_chat_template_kwargs: Dict[str, Any] = fld({}, CHAT_TEMPLATE_KWARGS_HELP)
     custom_cls: SFTCustomClsConfig = sub(SFTCustomClsConfig, "A custom dataset class.")
     use_shm: bool = fld(False, "Copy data to shared memory.", unsupported="shared-memory loading")
 

@@ -73,6 +73,25 @@ def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:
             raise ConfigError(f"data.custom_cls.path: {custom.path!r} is not a Python file (.py)")
 
 
+@CHECKS.register("data.template_kwargs")
+def check_template_kwargs(ctx: CheckContext) -> None:
+    """data.apply_chat_template_kwargs: template variables by name, none of them an argument of
+    apply_chat_template itself, which rft sets (transformers would fail on the first prompt with 'got multiple
+    values for keyword argument')."""
+    from rft.data.chat import reserved_template_kwargs
+
+    kwargs = ctx.cfg.data.apply_chat_template_kwargs
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ConfigError(f"data.apply_chat_template_kwargs={kwargs!r}: give a mapping of template variables, e.g. "
+                          "{enable_thinking: false}")
+    taken = sorted(set(kwargs) & reserved_template_kwargs())
+    if taken:
+        raise ConfigError(f"data.apply_chat_template_kwargs: {', '.join(taken)} "
+                          f"{'is an argument' if len(taken) == 1 else 'are arguments'} of apply_chat_template that rft "
+                          "sets itself, not a template variable; remove "
+                          f"{'it' if len(taken) == 1 else 'them'}")
+
+
 @CHECKS.register("data.preference_columns")
 def check_preference_columns(ctx: CheckContext) -> None:
     data = ctx.cfg.data
