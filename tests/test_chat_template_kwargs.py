@@ -183,6 +183,25 @@ def test_apply_chat_template_arguments_are_refused_before_any_model_loads(load):
                                    "that rft sets itself, not a template variable; remove it")
 
 
+def test_trinitys_enable_thinking_is_the_templates_variable():
+    from test_trinity import _with
+
+    from rft.dialects.trinity import translate
+
+    for key in ("model.enable_thinking", "explorer.rollout_model.enable_thinking"):
+        out = translate(_with({key: False}))
+        assert out["data"]["apply_chat_template_kwargs"] == {"enable_thinking": False}, key
+    taskset = {"path": "t.jsonl", "format": {"enable_thinking": True}}
+    out = translate(_with({"buffer.explorer_input.taskset": taskset}))
+    assert out["data"]["apply_chat_template_kwargs"] == {"enable_thinking": True}
+    # null, Trinity's default: the template's own
+    assert "apply_chat_template_kwargs" not in translate(_with({"model.enable_thinking": None})).get("data", {})
+    # rft has one setting for the run: two that differ are refused, naming both keys
+    with pytest.raises(ConfigError) as err:
+        translate(_with({"model.enable_thinking": False, "explorer.rollout_model.enable_thinking": True}))
+    assert "explorer.rollout_model.enable_thinking=True, but model.enable_thinking sets it to False" in str(err.value)
+
+
 # ------------------------------------------------------------------------------------------------ generate
 def test_rft_generate_renders_its_prompts_with_the_variables(tokenizer, tmp_path, capsys):
     """The prompt's length tells: the limit is the plain prompt's tokens, which the /no_think line passes."""
