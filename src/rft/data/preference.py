@@ -60,6 +60,7 @@ class PreferenceDataset:
         spans: list[Span] = []
         self.tokenizer = tokenizer
         image_key = getattr(data_cfg, "image_key", "images")
+        template_kwargs = dict(getattr(data_cfg, "apply_chat_template_kwargs", None) or {})  # the template's variables
         for file in files:
             for i, row in enumerate(read_rows(file)):
                 where = f"{file} row {i}"
@@ -76,7 +77,7 @@ class PreferenceDataset:
                     prompt = with_image_parts(prompt, len(images), where)
                 elif vision is not None:  # placeholders without images
                     with_image_parts(prompt, 0, where)
-                encode_row = row_encoder(tokenizer, vision, images, where, data_cfg.apply_chat_template_kwargs)
+                encode_row = row_encoder(tokenizer, vision, images, where, template_kwargs)
                 prompt_ids = encode_row(prompt, True)
                 chosen = response_tokens(tokenizer, encode_row, prompt, prompt_ids, row[data_cfg.chosen_key],
                                          where, data_cfg.chosen_key)

@@ -54,7 +54,8 @@ class SFTDataset:
         examples: list[SFTExample] = []
         spans: list[Span] = []
         image_key = getattr(data_cfg, "image_key", "images")
-        template_kwargs = dict(data_cfg.apply_chat_template_kwargs)  # the template's variables (verl's key)
+        # the template's variables (verl's key; a section built by hand may leave it out)
+        template_kwargs = dict(getattr(data_cfg, "apply_chat_template_kwargs", None) or {})
         for file in files:
             # a damaged file names the key that lists it (mix's data.expert.files; rft sft's train / val files)
             for i, row in enumerate(read_rows(file, **({} if keys == "data" else {"key": f"{keys}.files"}))):
