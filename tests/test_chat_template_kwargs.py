@@ -164,10 +164,11 @@ def test_conversations_and_the_endpoint_render_with_the_variables(tokenizer):
         assert prompt_ids(chat_template_kwargs={"enable_thinking": True}) == rendered(tokenizer, PROMPT)
         assert prompt_ids(chat_template_kwargs={"reasoning_effort": "high"}) == rendered(
             tokenizer, PROMPT, enable_thinking=False, reasoning_effort="high")
-        for bad in ({"chat_template_kwargs": ["x"]}, {"chat_template_kwargs": {"tokenize": True}}):
+        for bad, said in (({"chat_template_kwargs": ["x"]}, "give a mapping of template variables"),
+                          ({"chat_template_kwargs": {"tokenize": True}}, "tokenize is an argument of apply_chat_template")):
             with pytest.raises(urllib.error.HTTPError) as err:
                 prompt_ids(**bad)
-            assert err.value.code == 400
+            assert err.value.code == 400 and said in json.loads(err.value.read())["error"]["message"]
         assert handle.template_kwargs == {"enable_thinking": False}  # a request's variables stay its own
     finally:
         endpoint.close()

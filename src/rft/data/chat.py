@@ -46,15 +46,24 @@ def render(tokenizer, messages: list[dict], *, generation_prompt: bool = True, t
     return plain_text(tokenizer, messages)
 
 
-def reserved_template_kwargs() -> set[str]:
-    """The names `apply_chat_template` takes as its own arguments (tokenize, tools, add_generation_prompt, ...),
-    which rft sets itself: as template variables they would collide with them."""
+def template_kwargs_problem(value: Any) -> str | None:
+    """What is wrong with `value` as the template's variables, None where nothing: they are a mapping by name, and
+    none is one of `apply_chat_template`'s own arguments (tokenize, tools, add_generation_prompt, ...), which rft
+    sets itself (transformers would fail at the first prompt: "got multiple values for keyword argument")."""
     import inspect
 
     from transformers import PreTrainedTokenizerBase
 
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        return "give a mapping of template variables, e.g. {enable_thinking: false}"
     parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters.values()
-    return {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    own = {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    taken = sorted(set(value) & own)
+    if not taken:
+        return None
+    one = len(taken) == 1
+    return (f"{', '.join(taken)} {'is an argument' if one else 'are arguments'} of apply_chat_template that rft sets "
+            f"itself, not a template variable; remove {'it' if one else 'them'}")
 
 
 def plain_text(tokenizer, messages: list[dict]) -> str:

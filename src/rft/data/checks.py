@@ -76,20 +76,12 @@ def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:
 @CHECKS.register("data.template_kwargs")
 def check_template_kwargs(ctx: CheckContext) -> None:
     """data.apply_chat_template_kwargs: template variables by name, none of them an argument of
-    apply_chat_template itself, which rft sets (transformers would fail on the first prompt with 'got multiple
-    values for keyword argument')."""
-    from rft.data.chat import reserved_template_kwargs
+    apply_chat_template itself (`rft.data.chat.template_kwargs_problem`)."""
+    from rft.data.chat import template_kwargs_problem
 
-    kwargs = ctx.cfg.data.apply_chat_template_kwargs
-    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise ConfigError(f"data.apply_chat_template_kwargs={kwargs!r}: give a mapping of template variables, e.g. "
-                          "{enable_thinking: false}")
-    taken = sorted(set(kwargs) & reserved_template_kwargs())
-    if taken:
-        raise ConfigError(f"data.apply_chat_template_kwargs: {', '.join(taken)} "
-                          f"{'is an argument' if len(taken) == 1 else 'are arguments'} of apply_chat_template that rft "
-                          "sets itself, not a template variable; remove "
-                          f"{'it' if len(taken) == 1 else 'them'}")
+    problem = template_kwargs_problem(ctx.cfg.data.apply_chat_template_kwargs)
+    if problem is not None:
+        raise ConfigError(f"data.apply_chat_template_kwargs: {problem}")
 
 
 @CHECKS.register("data.preference_columns")

@@ -339,16 +339,13 @@ class Endpoint:
 def _template_kwargs(body: dict) -> dict:
     """A chat request's `chat_template_kwargs` (vLLM's extension: variables of the chat template, over the run's
     data.apply_chat_template_kwargs), checked as the config's are."""
-    from rft.data.chat import reserved_template_kwargs
+    from rft.data.chat import template_kwargs_problem
 
     extra = body.get("chat_template_kwargs") or {}
-    if not isinstance(extra, dict) or not all(isinstance(k, str) for k in extra):
-        raise ApiError(400, "chat_template_kwargs must be an object of template variables")
-    taken = sorted(set(extra) & reserved_template_kwargs())
-    if taken:
-        raise ApiError(400, f"chat_template_kwargs {taken}: arguments of apply_chat_template that the endpoint sets "
-                            "itself, not template variables")
-    return extra
+    problem = template_kwargs_problem(extra)
+    if problem is not None:
+        raise ApiError(400, f"chat_template_kwargs: {problem}")
+    return dict(extra)
 
 
 def _token_ids(prompt) -> bool:
