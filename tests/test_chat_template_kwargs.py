@@ -82,7 +82,7 @@ def sft_cfg(**kwargs) -> SimpleNamespace:
     return SimpleNamespace(prompt_key="prompt", response_key="response", prompt_dict_keys=None,
                            response_dict_keys=None, max_length=128, truncation="error",
                            multiturn=SimpleNamespace(enable=False, messages_key="messages", tools_key=None,
-                                                     last_turn_only=False),
+                                                     last_turn_only=False, enable_thinking_key=None),
                            apply_chat_template_kwargs=kwargs)
 
 
@@ -100,6 +100,29 @@ def test_sft_rows_are_rendered_with_the_template_variables(tokenizer, tmp_path):
     text = tokenizer.decode(turn.prompt_ids + turn.response_ids)
     assert text.startswith("effort: low\n") and text.endswith("2<|im_end|>\n")
     assert tokenizer.decode([t for t, m in zip(turn.response_ids, turn.loss_mask) if m]) == "2<|im_end|>"
+
+
+def test_a_conversations_enable_thinking_column_is_its_own_variable(tokenizer, tmp_path):
+    """verl's multi-turn SFT reads a row's enable_thinking from data.multiturn.enable_thinking_key's column, over
+    data.apply_chat_template_kwargs; a null there leaves the row to them."""
+    chat = [*PROMPT, {"role": "assistant", "content": "2"}]
+    path = write_parquet([{"messages": chat, "enable_thinking": False}, {"messages": chat, "enable_thinking": None},
+                          {"messages": chat, "enable_thinking": True}], tmp_path / "mt.parquet")
+    cfg = sft_cfg(enable_thinking=False)
+    cfg.multiturn.enable, cfg.multiturn.enable_thinking_key = True, "enable_thinking"
+
+    def thinking_off() -> list[bool]:
+        return [tokenizer.decode(x.prompt_ids + x.response_ids).startswith("/no_think\n")
+                for x in SFTDataset(str(path), tokenizer, cfg).examples]
+
+    assert thinking_off() == [True, True, False]
+    cfg.multiturn.enable_thinking_key = None  # the column not read
+    assert thinking_off() == [True, True, True]
+    bad = write_parquet([{"messages": chat, "enable_thinking": "no"}], tmp_path / "bad.parquet")
+    cfg.multiturn.enable_thinking_key = "enable_thinking"
+    with pytest.raises(ValueError, match=r"row 0: column 'enable_thinking' \(data.multiturn.enable_thinking_key\) "
+                                         "must be true, false or null, got 'no'"):
+        SFTDataset(str(bad), tokenizer, cfg)
 
 
 def test_dpo_pairs_are_rendered_with_the_template_variables(tokenizer, tmp_path):

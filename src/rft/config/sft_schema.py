@@ -42,6 +42,10 @@ class MultiturnConfig:
                                "without enable_concatenated_multi_turn); false: every assistant turn (verl's).")
     tools_key: Optional[str] = fld(None, "Column holding each conversation's tools (OpenAI function schemas), "
                                          "rendered by the chat template; null: none.")
+    enable_thinking_key: Optional[str] = fld(
+        "enable_thinking", "Column of a conversation's own enable_thinking template variable (true / false; verl's "
+        "key and default), over data.apply_chat_template_kwargs.enable_thinking for that row; a file without the "
+        "column, or a null in it, leaves the row to data.apply_chat_template_kwargs.")
 
 
 @dataclass

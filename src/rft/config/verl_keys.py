@@ -273,9 +273,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             schema="sft"),
     VerlKey("data.train_max_samples", DEFAULT, "capping the training rows is not in rft yet: cut the file instead",
             ok=(-1, None), schema="sft"),
-    VerlKey("data.multiturn.enable_thinking_key", NOOP, "the column of a row's enable_thinking chat-template argument "
-            "(not read in rft yet; a row that has it is templated with data.apply_chat_template_kwargs alone)",
-            schema="sft"),
     VerlKey("model.use_shm", DEFAULT, "shared-memory model loading is not in rft", ok=(False,), schema="sft"),
     VerlKey("*checkpoint.save_contents", DEFAULT, "the SFT trainer's checkpoints hold the model, the optimizer and the "
             "loop's state (extra); hf_model is written with the last", ok=(["model", "optimizer", "extra"],
@@ -317,9 +314,7 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("trainer.profile_interval", NOOP, PROFILER, schema="sft"),
     VerlKey("data.messages_key", ALIAS, "rft's key", to="data.multiturn.messages_key", schema="sft"),
     VerlKey("data.tools_key", ALIAS, "rft's key", to="data.multiturn.tools_key", schema="sft"),
-    VerlKey("data.enable_thinking_key", NOOP, "the column of a row's enable_thinking chat-template argument (not "
-            "read in rft yet; a row that has it is templated with data.apply_chat_template_kwargs alone)",
-            schema="sft"),
+    VerlKey("data.enable_thinking_key", ALIAS, "rft's key", to="data.multiturn.enable_thinking_key", schema="sft"),
     VerlKey("data.ignore_input_ids_mismatch", DEFAULT, "the SFT trainer tokenizes each conversation once, so there is no "
             "mismatch to ignore", ok=(False,), schema="sft"),
     VerlKey("global_profiler.*", NOOP, PROFILER, schema="sft"),

@@ -44,6 +44,19 @@ def _template(tokenizer, messages: list[dict], generation_prompt: bool, tools: l
                   template_kwargs=template_kwargs)
 
 
+def _row_thinking(row: dict, template_kwargs: dict, where: str, key: str | None) -> dict:
+    """`template_kwargs` with the row's own enable_thinking (the column `key`, data.multiturn.enable_thinking_key,
+    as verl's multi-turn SFT dataset reads it) where the row has one."""
+    value = row.get(key) if key else None
+    if value is None:
+        return template_kwargs
+    value = value.item() if hasattr(value, "item") else value  # a numpy bool from parquet
+    if not isinstance(value, bool):
+        raise DataError(f"{where}: column {key!r} (data.multiturn.enable_thinking_key) must be true, false or null, "
+                        f"got {value!r}")
+    return {**template_kwargs, "enable_thinking": value}
+
+
 class SFTDataset:
     def __init__(self, files, tokenizer, data_cfg, vision=None, keys: str = "data"):
         """`vision`: a vision-language model's `rft.models.vision.Vision`; single-turn rows with images
@@ -66,7 +79,8 @@ class SFTDataset:
                 if data_cfg.multiturn.enable:
                     example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where,
                                               data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only,
-                                              template_kwargs,
+                                              _row_thinking(row, template_kwargs, where,
+                                                            getattr(data_cfg.multiturn, "enable_thinking_key", None)),
                                               # data.expert names its messages_key without a multiturn level
                                               keys=f"{keys}.multiturn" if keys == "data" else keys)
                 else:
