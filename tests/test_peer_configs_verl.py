@@ -40,7 +40,9 @@ KNOWN_GAPS = {
     "examples__gspo_trainer__run_qwen3_32b_gspo_npu": "takes an integer, not null",
     "examples__sft__gsm8k__run_qwen_05_sp2_liger": "Liger kernels",
     "examples__cispo_trainer__run_cispo_qwen2_5_0_5b_gsm8k": "not a key of verl's model config either",
-    "examples__grpo_trainer__run_gptoss_20b": "arguments to the chat template",
+    # its data.apply_chat_template_kwargs.reasoning_effort is honoured now; bf16 weights (model_dtype) are refused
+    # before its SGLang rollout (a backend) is reached
+    "examples__grpo_trainer__run_gptoss_20b": "fsdp_config.model_dtype",
     "examples__ppo_trainer__run_deepseek7b_llm_pfppo": "PF-PPO",
     "examples__ppo_trainer__run_deepseek7b_llm_sandbox_fusion": "sandbox-fusion",
     "examples__grpo_trainer__run_qwen2_5-3b_gsm8k_grpo_lora_from_adapter": "saved LoRA adapter",

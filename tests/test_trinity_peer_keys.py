@@ -1,6 +1,6 @@
 """Issue 63, the Trinity-RFT half: the keys Trinity-RFT's own examples write, mapped with Trinity's meaning (the
 trainer shortcuts, subset_name, the sampling no-ops, group, default_eval_workflow_type, data_selector, the replay
-buffer), or refused by name with a true reason (enable_thinking, explorer_driven, the environment workflows)."""
+buffer, enable_thinking), or refused by name with a true reason (explorer_driven, the environment workflows)."""
 
 from __future__ import annotations
 
@@ -198,8 +198,6 @@ def test_replay_buffer_is_rfts_priority_queue():
 @pytest.mark.parametrize("extra, start", [
     ({"synchronizer.sync_style": "explorer_driven"},
      "t.yaml: synchronizer.sync_style='explorer_driven': the explorer asks for new weights"),
-    ({"model.enable_thinking": False}, "t.yaml: model.enable_thinking=False: an argument Trinity-RFT passes to the "
-                                       "chat template"),
     ({"buffer.explorer_input.default_workflow_type": "alfworld_workflow",
       "buffer.explorer_input.taskset": {"path": "t.jsonl"}},
      "t.yaml: buffer.explorer_input.default_workflow_type='alfworld_workflow': Trinity-RFT's workflow that runs "

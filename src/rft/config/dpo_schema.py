@@ -5,9 +5,9 @@ loss_type, label_smoothing) plus Trinity-RFT's extra terms of its dpo algorithm 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
-from rft.config.schema import KL_ESTIMATOR_NAMES, LOSS_AGG_MODE_NAMES, fld, sub
+from rft.config.schema import CHAT_TEMPLATE_KWARGS_HELP, KL_ESTIMATOR_NAMES, LOSS_AGG_MODE_NAMES, fld, sub
 from rft.config.sft_schema import VAL_MAX_SAMPLES_HELP, SFTModelConfig, SFTOptimConfig, SFTTrainerConfig
 
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")  # the names registered in rft.algorithms.PREFERENCE_LOSSES
@@ -30,6 +30,7 @@ class DPODataConfig:
                                        "system_prompt_key is null (Trinity-RFT's format key).")
     image_key: str = fld("images", "Column of a row's images (as rft train's data.image_key: docs/multimodal.md), "
                          "which the chosen and rejected responses share; needs a vision-language model.")
+    apply_chat_template_kwargs: Dict[str, Any] = fld({}, CHAT_TEMPLATE_KWARGS_HELP)
     train_batch_size: int = fld(64, "Preference pairs per optimizer step (global).")
     micro_batch_size_per_gpu: int = fld(8, "Pairs per forward/backward pass (2 rows each; gradient accumulation, "
                                         "performance only).")

@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
-from rft.config.schema import DTYPES, CustomRewardConfig, fld, sub
+from rft.config.schema import CHAT_TEMPLATE_KWARGS_HELP, DTYPES, CustomRewardConfig, fld, sub
 
 RAY = "rft runs these commands in one process, without Ray"
 
@@ -37,6 +37,7 @@ class GenerationDataConfig:
         "complete when it holds the responses of the same inputs (nothing generated), else refused (another "
         "path, or remove it).")
     batch_size: int = fld(128, "Prompts per generation call (> 0).")
+    apply_chat_template_kwargs: Dict[str, Any] = fld({}, CHAT_TEMPLATE_KWARGS_HELP)
 
 
 @dataclass

@@ -160,6 +160,16 @@ MONITOR_ARGS_HELP = (
 
 
 # --------------------------------------------------------------------------------------------------- data
+CHAT_TEMPLATE_KWARGS_HELP = (
+    "Variables of the chat template, passed to every rendering of it as verl passes them to the tokenizer's "
+    "apply_chat_template, e.g. {enable_thinking: false} (Qwen3), {reasoning_effort: medium} (gpt-oss); Trinity-RFT's "
+    "enable_thinking lands here. RL: the prompts, validation, the workflows' conversations and the "
+    "OpenAI-compatible endpoint (a request's own chat_template_kwargs over them), algorithm.mix's expert rows; SFT "
+    "and DPO: the rows; generation: the prompts. A variable the template does not read changes nothing (Jinja "
+    "ignores it, as in transformers); a model without a chat template renders plain text and reads none. "
+    "apply_chat_template's own arguments (tokenize, tools, add_generation_prompt, ...) are refused: rft sets them.")
+
+
 @dataclass
 class CustomClsConfig:
     path: Optional[str] = fld(
@@ -224,6 +234,7 @@ class DataConfig:
                                          "format.tools_key).")
     chat_template: Optional[str] = fld(None, "A Jinja chat template used instead of the tokenizer's (Trinity's "
                                              "format.chat_template).")
+    apply_chat_template_kwargs: Dict[str, Any] = fld({}, CHAT_TEMPLATE_KWARGS_HELP)
     val_files: Any = fld(None, "Validation prompts: one parquet/jsonl file or a list; null disables validation.")
     val_data_sources: Optional[List[Optional[str]]] = fld(
         None, "The data_source of the rows of each val_files entry (in order) that have none, the label of their "

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from rft.config.schema import (
     BAD_UPDATES_HELP,
+    CHAT_TEMPLATE_KWARGS_HELP,
     HDFS_HELP,
     LOG_GROUP_BY_NODE_HELP,
     LOG_LEVEL_HELP,
@@ -41,6 +42,10 @@ class MultiturnConfig:
                                "without enable_concatenated_multi_turn); false: every assistant turn (verl's).")
     tools_key: Optional[str] = fld(None, "Column holding each conversation's tools (OpenAI function schemas), "
                                          "rendered by the chat template; null: none.")
+    enable_thinking_key: Optional[str] = fld(
+        "enable_thinking", "Column of a conversation's own enable_thinking template variable (true / false; verl's "
+        "key and default), over data.apply_chat_template_kwargs.enable_thinking for that row; a file without the "
+        "column, or a null in it, leaves the row to data.apply_chat_template_kwargs.")
 
 
 @dataclass
@@ -70,6 +75,7 @@ class SFTDataConfig:
         "alone reaches it, or the prompt has images); none left is an error.", choices=("error", "left", "right"))
     balance_dp_token: bool = fld(False, "Balance tokens across processes.", unsupported=MULTI_PROCESS)
     chat_template: Optional[str] = fld(None, "Override the tokenizer's chat template.", unsupported="template overrides")
+    apply_chat_template_kwargs: Dict[str, Any] = fld({}, CHAT_TEMPLATE_KWARGS_HELP)
     custom_cls: SFTCustomClsConfig = sub(SFTCustomClsConfig, "A custom dataset class.")
     use_shm: bool = fld(False, "Copy data to shared memory.", unsupported="shared-memory loading")
 

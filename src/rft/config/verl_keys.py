@@ -207,9 +207,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             "draws a sample)", ok=(False,)),
     VerlKey("data.sampler.*", DEFAULT, "a custom sampler class (curriculum) is not in rft", ok=(None,)),
     VerlKey("data.datagen.*", DEFAULT, "a dynamic data generator class is not in rft", ok=(None,)),
-    VerlKey("data.apply_chat_template_kwargs", DEFAULT, "arguments to the chat template are not passed in rft yet",
-            ok=({},)),
-    VerlKey("data.apply_chat_template_kwargs.*", REFUSE, "arguments to the chat template are not passed in rft yet"),
     # --- reward
     VerlKey("reward_model.reward_kwargs.overlong_buffer_cfg.*", ALIAS, "DAPO's overlong punishment is rft's "
             "reward_model.overlong_buffer", to="reward_model.overlong_buffer.{leaf}"),
@@ -276,10 +273,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             schema="sft"),
     VerlKey("data.train_max_samples", DEFAULT, "capping the training rows is not in rft yet: cut the file instead",
             ok=(-1, None), schema="sft"),
-    VerlKey("data.multiturn.enable_thinking_key", NOOP, "the column of a row's enable_thinking chat-template argument "
-            "(not passed in rft yet; a row that has it is templated without it)", schema="sft"),
-    VerlKey("data.apply_chat_template_kwargs", DEFAULT, "arguments to the chat template are not passed in rft yet",
-            ok=({},), schema="sft"),
     VerlKey("model.use_shm", DEFAULT, "shared-memory model loading is not in rft", ok=(False,), schema="sft"),
     VerlKey("*checkpoint.save_contents", DEFAULT, "the SFT trainer's checkpoints hold the model, the optimizer and the "
             "loop's state (extra); hf_model is written with the last", ok=(["model", "optimizer", "extra"],
@@ -321,8 +314,7 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("trainer.profile_interval", NOOP, PROFILER, schema="sft"),
     VerlKey("data.messages_key", ALIAS, "rft's key", to="data.multiturn.messages_key", schema="sft"),
     VerlKey("data.tools_key", ALIAS, "rft's key", to="data.multiturn.tools_key", schema="sft"),
-    VerlKey("data.enable_thinking_key", NOOP, "the column of a row's enable_thinking chat-template argument (not "
-            "passed in rft yet; a row that has it is templated without it)", schema="sft"),
+    VerlKey("data.enable_thinking_key", ALIAS, "rft's key", to="data.multiturn.enable_thinking_key", schema="sft"),
     VerlKey("data.ignore_input_ids_mismatch", DEFAULT, "the SFT trainer tokenizes each conversation once, so there is no "
             "mismatch to ignore", ok=(False,), schema="sft"),
     VerlKey("global_profiler.*", NOOP, PROFILER, schema="sft"),

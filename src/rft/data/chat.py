@@ -8,11 +8,16 @@ as its content alone; a system message and a user message as `system\\nuser`. Th
 prefix of the rendering of the conversation extended by more messages, which multi-turn workflows need. A
 tokenizer that adds BOS to what it encodes (Llama, Mistral, Gemma base models) gets it in front, as its own
 encoding would; with a chat template, the template decides (most write the BOS themselves).
+
+`template_kwargs` (verl's `data.apply_chat_template_kwargs`, e.g. `{enable_thinking: false}` for Qwen3) are the
+template's own variables, passed to every rendering as transformers passes the extra keyword arguments of
+`apply_chat_template`: a variable the template does not read changes nothing (Jinja ignores it), and plain text has
+no template to read them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rft.data.io import DataError
@@ -32,12 +37,33 @@ def adds_bos(tokenizer) -> bool:
 
 
 def render(tokenizer, messages: list[dict], *, generation_prompt: bool = True, tools: list[dict] | None = None,
-           chat_template: str | None = None) -> str:
-    """The text of `messages` (with the assistant's generation prompt when `generation_prompt`)."""
+           chat_template: str | None = None, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The text of `messages` (with the assistant's generation prompt when `generation_prompt`); `template_kwargs`:
+    the template's variables (module docstring)."""
     if has_template(tokenizer, chat_template):
         return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=generation_prompt,
-                                             tokenize=False, chat_template=chat_template)
+                                             tokenize=False, chat_template=chat_template, **(template_kwargs or {}))
     return plain_text(tokenizer, messages)
+
+
+def template_kwargs_problem(value: Any) -> str | None:
+    """What is wrong with `value` as the template's variables, None where nothing: they are a mapping by name, and
+    none is one of `apply_chat_template`'s own arguments (tokenize, tools, add_generation_prompt, ...), which rft
+    sets itself (transformers would fail at the first prompt: "got multiple values for keyword argument")."""
+    import inspect
+
+    from transformers import PreTrainedTokenizerBase
+
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        return "give a mapping of template variables, e.g. {enable_thinking: false}"
+    parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters.values()
+    own = {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    taken = sorted(set(value) & own)
+    if not taken:
+        return None
+    one = len(taken) == 1
+    return (f"{', '.join(taken)} {'is an argument' if one else 'are arguments'} of apply_chat_template that rft sets "
+            f"itself, not a template variable; remove {'it' if one else 'them'}")
 
 
 def plain_text(tokenizer, messages: list[dict]) -> str:
@@ -66,15 +92,18 @@ def _text_parts(messages: list[dict]) -> list[dict]:
             for m in messages]
 
 
-def row_encoder(tokenizer, vision=None, images: list[bytes] | None = None, where: str = "") -> Encode:
+def row_encoder(tokenizer, vision=None, images: list[bytes] | None = None, where: str = "",
+                template_kwargs: Mapping[str, Any] | None = None) -> Encode:
     """A row's chat encoder: the tokenizer's chat template, or with images a vision-language model's processor
-    (`rft.models.vision.Vision`), which expands each image into the family's image tokens."""
+    (`rft.models.vision.Vision`), which expands each image into the family's image tokens; `template_kwargs`: the
+    template's variables."""
     if not images:
-        return lambda messages, generation_prompt: encode(tokenizer, messages, generation_prompt=generation_prompt)
+        return lambda messages, generation_prompt: encode(tokenizer, messages, generation_prompt=generation_prompt,
+                                                          template_kwargs=template_kwargs)
 
     def encode_row(messages: list[dict], generation_prompt: bool) -> list[int]:
-        return vision.encode(vision.render(_text_parts(messages), generation_prompt=generation_prompt), images,
-                             where)
+        return vision.encode(vision.render(_text_parts(messages), generation_prompt=generation_prompt,
+                                           template_kwargs=template_kwargs), images, where)
     return encode_row
 
 

@@ -73,6 +73,17 @@ def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:
             raise ConfigError(f"data.custom_cls.path: {custom.path!r} is not a Python file (.py)")
 
 
+@CHECKS.register("data.template_kwargs")
+def check_template_kwargs(ctx: CheckContext) -> None:
+    """data.apply_chat_template_kwargs: template variables by name, none of them an argument of
+    apply_chat_template itself (`rft.data.chat.template_kwargs_problem`)."""
+    from rft.data.chat import template_kwargs_problem
+
+    problem = template_kwargs_problem(ctx.cfg.data.apply_chat_template_kwargs)
+    if problem is not None:
+        raise ConfigError(f"data.apply_chat_template_kwargs: {problem}")
+
+
 @CHECKS.register("data.preference_columns")
 def check_preference_columns(ctx: CheckContext) -> None:
     data = ctx.cfg.data

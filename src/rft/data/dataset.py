@@ -95,13 +95,15 @@ class PromptDataset:
         response_key: str | None = None,
         tools_key: str | None = None,
         chat_template: str | None = None,
+        template_kwargs: dict | None = None,
         vision=None,
         data_sources: Sequence[str | None] | None = None,
     ):
         """Trinity-RFT's format keys: `system_prompt` (a system message put first; `system_prompt_key`: the column
         holding one, which wins), `response_key` (the column holding the reference answer: the ground truth instead
         of reward_model.ground_truth), `tools_key` (the column of OpenAI function schemas rendered with the chat
-        template), `chat_template` (a Jinja template used instead of the tokenizer's). `data_sources`: per file, the
+        template), `chat_template` (a Jinja template used instead of the tokenizer's). `template_kwargs`: the chat
+        template's variables (data.apply_chat_template_kwargs, `rft.data.chat`). `data_sources`: per file, the
         data_source of its rows that have none (else "unknown", verl's)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
         self.chat_template = chat_template
@@ -140,9 +142,10 @@ class PromptDataset:
                 elif vision is not None:  # a vision model's placeholders need images
                     with_image_parts(chat, 0, where)
                 if images[i]:
-                    texts.append(vision.render(chat, chat_template))
+                    texts.append(vision.render(chat, chat_template, template_kwargs=template_kwargs))
                 else:
-                    texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template))
+                    texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template,
+                                        template_kwargs=template_kwargs))
                 chats.append(chat)
             encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
             for i, row_images_ in enumerate(images):  # the processor expands each image into its tokens

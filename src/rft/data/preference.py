@@ -49,7 +49,8 @@ class PreferenceExample:
 
 class PreferenceDataset:
     """Every pair of one or more files, tokenized at load time. `data_cfg` has prompt_key, chosen_key,
-    rejected_key, system_prompt_key, system_prompt, image_key, max_length and truncation (error | left | right).
+    rejected_key, system_prompt_key, system_prompt, image_key, apply_chat_template_kwargs, max_length and truncation
+    (error | left | right).
     `vision`: a vision-language model's `rft.models.vision.Vision`; rows with images are then encoded through its
     processor (module docstring)."""
 
@@ -59,6 +60,7 @@ class PreferenceDataset:
         spans: list[Span] = []
         self.tokenizer = tokenizer
         image_key = getattr(data_cfg, "image_key", "images")
+        template_kwargs = dict(getattr(data_cfg, "apply_chat_template_kwargs", None) or {})  # the template's variables
         for file in files:
             for i, row in enumerate(read_rows(file)):
                 where = f"{file} row {i}"
@@ -75,7 +77,7 @@ class PreferenceDataset:
                     prompt = with_image_parts(prompt, len(images), where)
                 elif vision is not None:  # placeholders without images
                     with_image_parts(prompt, 0, where)
-                encode_row = row_encoder(tokenizer, vision, images, where)
+                encode_row = row_encoder(tokenizer, vision, images, where, template_kwargs)
                 prompt_ids = encode_row(prompt, True)
                 chosen = response_tokens(tokenizer, encode_row, prompt, prompt_ids, row[data_cfg.chosen_key],
                                          where, data_cfg.chosen_key)

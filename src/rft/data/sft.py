@@ -38,8 +38,23 @@ def _dig(value: Any, keys: list[str] | None, where: str, column: str) -> Any:
     return value
 
 
-def _template(tokenizer, messages: list[dict], generation_prompt: bool, tools: list[dict] | None = None) -> list[int]:
-    return encode(tokenizer, messages, generation_prompt=generation_prompt, tools=tools)
+def _template(tokenizer, messages: list[dict], generation_prompt: bool, tools: list[dict] | None = None,
+              template_kwargs: dict | None = None) -> list[int]:
+    return encode(tokenizer, messages, generation_prompt=generation_prompt, tools=tools,
+                  template_kwargs=template_kwargs)
+
+
+def _row_thinking(row: dict, template_kwargs: dict, where: str, key: str | None) -> dict:
+    """`template_kwargs` with the row's own enable_thinking (the column `key`, data.multiturn.enable_thinking_key,
+    as verl's multi-turn SFT dataset reads it) where the row has one."""
+    value = row.get(key) if key else None
+    if value is None:
+        return template_kwargs
+    value = value.item() if hasattr(value, "item") else value  # a numpy bool from parquet
+    if not isinstance(value, bool):
+        raise DataError(f"{where}: column {key!r} (data.multiturn.enable_thinking_key) must be true, false or null, "
+                        f"got {value!r}")
+    return {**template_kwargs, "enable_thinking": value}
 
 
 class SFTDataset:
@@ -52,6 +67,8 @@ class SFTDataset:
         examples: list[SFTExample] = []
         spans: list[Span] = []
         image_key = getattr(data_cfg, "image_key", "images")
+        # the template's variables (verl's key; a section built by hand may leave it out)
+        template_kwargs = dict(getattr(data_cfg, "apply_chat_template_kwargs", None) or {})
         for file in files:
             # a damaged file names the key that lists it (mix's data.expert.files; rft sft's train / val files)
             for i, row in enumerate(read_rows(file, **({} if keys == "data" else {"key": f"{keys}.files"}))):
@@ -62,6 +79,8 @@ class SFTDataset:
                 if data_cfg.multiturn.enable:
                     example = self._multiturn(tokenizer, row, data_cfg.multiturn.messages_key, where,
                                               data_cfg.multiturn.tools_key, data_cfg.multiturn.last_turn_only,
+                                              _row_thinking(row, template_kwargs, where,
+                                                            getattr(data_cfg.multiturn, "enable_thinking_key", None)),
                                               # data.expert names its messages_key without a multiturn level
                                               keys=f"{keys}.multiturn" if keys == "data" else keys)
                 else:
@@ -77,12 +96,13 @@ class SFTDataset:
                     images = row_images(row, image_key, Path(file).parent, where) if vision is not None else []
                     if images:  # the processor expands each image into the family's image tokens
                         messages = with_image_parts(messages, len(images), where)
-                        prompt_ids = vision.encode(vision.render(messages), images, where)
+                        prompt_ids = vision.encode(vision.render(messages, template_kwargs=template_kwargs), images,
+                                                   where)
                     else:
                         if vision is not None:  # placeholders without images
                             with_image_parts(messages, 0, where)
-                        prompt_ids = _template(tokenizer, messages, generation_prompt=True)
-                    encode_row = row_encoder(tokenizer, vision, images, where)
+                        prompt_ids = _template(tokenizer, messages, True, template_kwargs=template_kwargs)
+                    encode_row = row_encoder(tokenizer, vision, images, where, template_kwargs)
                     # a string (any scalar: its text) or TRL's conversational completion, a message list
                     response = response if as_messages(response) is not None else str(response)
                     response_ids, loss_mask = response_tokens(tokenizer, encode_row, messages, prompt_ids, response,
@@ -99,22 +119,23 @@ class SFTDataset:
 
     @staticmethod
     def _multiturn(tokenizer, row: dict, key: str, where: str, tools_key: str | None = None,
-                   last_turn_only: bool = False, keys: str = "data.multiturn") -> SFTExample:
+                   last_turn_only: bool = False, template_kwargs: dict | None = None,
+                   keys: str = "data.multiturn") -> SFTExample:
         if key not in row:
             raise missing_column(where, key, f"{keys}.messages_key", row)
         if tools_key is not None and tools_key not in row:
             raise missing_column(where, tools_key, f"{keys}.tools_key", row)
         messages = _messages(row[key], where)
         tools = _tools(row[tools_key], where) if tools_key else None
-        full = _template(tokenizer, messages, generation_prompt=False, tools=tools)
+        full = _template(tokenizer, messages, False, tools, template_kwargs)
         mask = [0] * len(full)
         assistant = [turn for turn, m in enumerate(messages) if m["role"] == "assistant"]
         for turn, message in enumerate(messages):
             if message["role"] != "assistant" or (last_turn_only and turn != assistant[-1]):
                 continue
-            start = len(_template(tokenizer, messages[:turn], generation_prompt=True, tools=tools)) if turn else 0
+            start = len(_template(tokenizer, messages[:turn], True, tools, template_kwargs)) if turn else 0
             # the turn's text and its EOS; not the template's trailing newline
-            end = len(_template(tokenizer, messages[:turn + 1], generation_prompt=False, tools=tools))
+            end = len(_template(tokenizer, messages[:turn + 1], False, tools, template_kwargs))
             while end > start and full[end - 1] != tokenizer.eos_token_id:
                 end -= 1
             mask[start:end] = [1] * (end - start)

@@ -811,7 +811,7 @@ def _model(t: _Translation, model: dict, out: dict, sft: bool) -> None:
 
 
 def _model_settings(t: _Translation, model: dict, out: dict, sft: bool) -> None:
-    """model's other keys: remote code, the chat template (its enable_thinking argument refused), the sampling
+    """model's other keys: remote code, the chat template (and its enable_thinking variable), the sampling
     defaults of the tasksets, LoRA, the RoPE overrides, and the Tinker / external-model backends when off."""
     policy = "model" if sft else M
     if "trust_remote_code" in model:  # Trinity's trainer and engines load the model with it; the tokenizer too
@@ -830,8 +830,7 @@ def _model_settings(t: _Translation, model: dict, out: dict, sft: bool) -> None:
     if template is not None:
         _set(out, "data.chat_template", template, "model.chat_template_path" if template_path else
              "model.custom_chat_template")
-    if model.get("enable_thinking") is None:  # null, Trinity's default: the template's own; else refused
-        model.pop("enable_thinking", None)
+    _enable_thinking(t, out, model.pop("enable_thinking", None), "model.enable_thinking")
     for key in ("temperature", "top_p", "top_k", "logprobs"):  # the tasksets' rollout_args where they set none
         if key in model:
             out.setdefault("_trinity", {}).setdefault("sampling", {})[key] = (model.pop(key), f"model.{key}")
@@ -978,6 +977,13 @@ def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) ->
     _set(out, key, value, owners[key])
 
 
+def _enable_thinking(t: _Translation, out: dict, value: Any, where: str) -> None:
+    """Trinity-RFT's enable_thinking (model, explorer.rollout_model, a buffer's format): the chat template's
+    variable of that name (data.apply_chat_template_kwargs); null, Trinity's default, passes none."""
+    if value is not None:
+        _set_shared(t, out, "data.apply_chat_template_kwargs.enable_thinking", value, where)
+
+
 def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, defaults: dict) -> Any:
     ts = _section(ts, where)
     storage = ts.pop("storage_type", "file")
@@ -1022,6 +1028,7 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
     for key in FORMAT_KEYS:
         if key in fmt:
             _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
+    _enable_thinking(t, out, fmt.pop("enable_thinking", None), f"{where}.format.enable_thinking")
     t.rest(fmt, f"{where}.format")
     _taskset_args(t, ts, where, eval_set, out)
     ts.pop("rollout_args", None)
@@ -1249,6 +1256,8 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.{key}", fmt.pop(key))
+        _enable_thinking(t, out, fmt.pop("enable_thinking", None),
+                         "buffer.trainer_input.experience_buffer.format.enable_thinking")
         t.rest(fmt, "buffer.trainer_input.experience_buffer.format")
         t.rest(exp, "buffer.trainer_input.experience_buffer")
     if not sft:
@@ -1351,6 +1360,7 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
         for key in ("prompt_key", "response_key"):
             if key in fmt:
                 _set(out, f"data.expert.{key}", fmt.pop(key))
+        _enable_thinking(t, out, fmt.pop("enable_thinking", None), f"{where}.{name}.format.enable_thinking")
         t.rest(fmt, f"{where}.{name}.format")
         t.rest(buf, f"{where}.{name}")
     if wanted and wanted not in buffers:
@@ -1385,6 +1395,7 @@ def _preference_buffer(t: _Translation, trainer_input: dict, out: dict) -> None:
     for key in ("chosen_key", "rejected_key"):
         if key in fmt:
             _set(out, f"data.{key}", fmt.pop(key))
+    _enable_thinking(t, out, fmt.pop("enable_thinking", None), f"{where}.format.enable_thinking")
     t.rest(fmt, f"{where}.format")
     t.rest(exp, where)
 
@@ -1423,6 +1434,7 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
     if "chat_template" in rm:
         _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
+    _enable_thinking(t, out, rm.pop("enable_thinking", None), "explorer.rollout_model.enable_thinking")
     t.rest(rm, "explorer.rollout_model")
     for key in WORKFLOW_KEYS:
         if key in e:

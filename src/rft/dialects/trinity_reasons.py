@@ -22,10 +22,10 @@ SQL_RETRIES = ("how often Trinity-RFT retries an SQL statement; rft's SQL buffer
 LORA_RUNTIME = "Trinity-RFT sets it from model.lora_configs itself (DO NOT SET); remove it"
 EXTERNAL = ("an OpenAI-compatible API model evaluated in Trinity-RFT's bench mode; rft evaluates a model folder it "
             "loads (trainer.mode bench evaluates a run's checkpoints)")
-THINKING = ("an argument Trinity-RFT passes to the chat template (Qwen3's enable_thinking, verl's "
-            "data.apply_chat_template_kwargs); rft renders the template with its own defaults and passes it no "
-            "arguments: remove it (the template's default), or give a template that fixes it "
-            "(model.custom_chat_template)")
+THINKING = ("an argument Trinity-RFT passes to an auxiliary model's chat template (Qwen3's enable_thinking); rft "
+            "renders an auxiliary model's prompts with its template's defaults (data.apply_chat_template_kwargs, "
+            "where model.enable_thinking lands, is the policy's): remove it, or give that model's folder a template "
+            "that fixes it")
 REPLAY = "the replay buffer of the experience buffer (buffer.trainer_input.experience_buffer.replay_buffer)"
 
 REFUSED: dict[str, dict[str, str]] = {
@@ -46,7 +46,6 @@ REFUSED: dict[str, dict[str, str]] = {
         "tinker": "Tinker (Thinking Machines' hosted training service) as the backend: rft trains the model itself "
                   "(FSDP); remove it or set tinker.enable false",
         "external_model": EXTERNAL,
-        "enable_thinking": THINKING,
     },
     "model.lora_configs[]": {
         "path": "starts from a trained LoRA adapter, which rft cannot load (it trains a new adapter, "
@@ -88,7 +87,6 @@ REFUSED: dict[str, dict[str, str]] = {
                                          "lora_kwargs")},
         "reasoning_parser": "vLLM's reasoning parser (a reply's thinking returned apart, as reasoning_content); "
                             "rft's OpenAI-compatible endpoint returns the whole reply as its content; remove it",
-        "enable_thinking": THINKING,
         "api_key": "the key of Trinity-RFT's OpenAI-compatible server; rft's endpoint listens on 127.0.0.1 only "
                    "and takes any key; remove it",
     },
@@ -147,7 +145,6 @@ REFUSED["buffer.explorer_input.taskset.rollout_args"] = {
          "repeat_times)",
 }
 REFUSED["buffer.explorer_input.taskset.format"] = {
-    "enable_thinking": THINKING,
     "reply_prefix": "text Trinity-RFT puts at the start of each reply (after the chat template's generation "
                     "prompt) for the model to continue; rft's workflows start the reply empty: put it at the end "
                     "of the chat template (data.chat_template / model.custom_chat_template) and remove it",
@@ -222,6 +219,7 @@ REFUSED["buffer.trainer_input.auxiliary_buffers.*.format"] = {
 }
 REFUSED["explorer.auxiliary_models[]"] = dict(REFUSED["explorer.rollout_model"])
 REFUSED["explorer.auxiliary_models[]"]["model_path"] = "is required (the auxiliary model's folder)"
+REFUSED["explorer.auxiliary_models[]"]["enable_thinking"] = THINKING
 
 NO_EFFECT: dict[str, dict[str, str]] = {
     "": {
@@ -286,12 +284,11 @@ NO_EFFECT["explorer.auxiliary_models[]"] = dict(NO_EFFECT["explorer.rollout_mode
 ACCEPTED_AT: dict[str, dict[str, object]] = {
     "buffer.trainer_input.auxiliary_buffers.*": {"schema_type": "sft"},
     "algorithm": {"enable_router_replay": False},
-    "model": {"fully_sharded_loras": False, "max_cpu_loras": None, "enable_thinking": None},
+    "model": {"fully_sharded_loras": False, "max_cpu_loras": None},
     "model.lora_configs[]": {"lora_dtype": "auto", "is_dummy": False},
     "explorer.rollout_model": {"use_v1": True, "enable_thinking": None, "data_parallel_size": 1,
                                "pipeline_parallel_size": 1, "enable_expert_parallel": False, "ignore_eos": False,
                                "extra_engine_args": {}},
-    "buffer.explorer_input.taskset.format": {"enable_thinking": None},
     "trainer": {"megatron": {}, "grad_offload": False, "fix_actor_microbatch_loss_scale": False,
                 "save_hf_checkpoint": "last"},
 }

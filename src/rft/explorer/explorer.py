@@ -47,7 +47,7 @@ GENERATOR = "rollout"
 def load_prompts(cfg, tokenizer, files, data_sources=None) -> PromptDataset:
     """The prompts of `files` (paths, or (name, rows) pairs; with data.custom_cls what its dataset class reads
     from them) with the data section's template, length, truncation and format settings (Trinity's
-    system_prompt(_key), response_key, tools_key, chat_template)."""
+    system_prompt(_key), response_key, tools_key, chat_template; verl's apply_chat_template_kwargs)."""
     data = cfg.data
     vision = vision_for(cfg.actor_rollout_ref.model.path)
     if data.custom_cls.path is not None:
@@ -59,8 +59,8 @@ def load_prompts(cfg, tokenizer, files, data_sources=None) -> PromptDataset:
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
                          image_key=data.image_key, system_prompt=data.system_prompt,
                          system_prompt_key=data.system_prompt_key, response_key=data.response_key,
-                         tools_key=data.tools_key, chat_template=data.chat_template, vision=vision,
-                         data_sources=data_sources)
+                         tools_key=data.tools_key, chat_template=data.chat_template,
+                         template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources)
 
 
 def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
@@ -413,7 +413,7 @@ class Workflows:
         wf = self.ex.cfg.workflow
         data = self.ex.cfg.data
         return ModelHandle(server, self.ex.tokenizer, params, chat_template=data.chat_template,
-                           endpoint=self.endpoint, enable_history=wf.enable_history,
+                           template_kwargs=dict(data.apply_chat_template_kwargs), endpoint=self.endpoint, enable_history=wf.enable_history,
                            tool_call_parser=wf.tool_call_parser,
                            vision=vision_of(getattr(self.ex.engine, "model", None)),
                            max_prompt_tokens=data.max_prompt_length, truncation=data.truncation)

@@ -217,8 +217,9 @@ class Conversation:
     """A conversation as the exact tokens the model saw (see the module docstring)."""
 
     def __init__(self, tokenizer, messages: list[dict], tools: list[dict] | None = None,
-                 chat_template: str | None = None, vision=None):
+                 chat_template: str | None = None, vision=None, template_kwargs: dict | None = None):
         self.tokenizer, self.tools, self.chat_template, self.vision = tokenizer, tools, chat_template, vision
+        self.template_kwargs = template_kwargs  # the template's variables (data.apply_chat_template_kwargs)
         messages, self.images = _images_of(messages, vision)
         self.messages = [dict(m) for m in messages]
         self.text = self._render(self.messages)
@@ -230,8 +231,9 @@ class Conversation:
 
     def _render(self, messages: list[dict]) -> str:
         if self.vision is not None:
-            return self.vision.render(messages, self.chat_template, self.tools)
-        return render(self.tokenizer, messages, tools=self.tools, chat_template=self.chat_template)
+            return self.vision.render(messages, self.chat_template, self.tools, template_kwargs=self.template_kwargs)
+        return render(self.tokenizer, messages, tools=self.tools, chat_template=self.chat_template,
+                      template_kwargs=self.template_kwargs)
 
     def _tokens(self, text: str, images: list[bytes]) -> list[int]:
         """`text`'s tokens, its images expanded into their image tokens by the processor."""
@@ -329,6 +331,8 @@ class ModelHandle:
     sampling: SamplingParams
     """The task's sampling settings (the rollout config, or validation's); per-call keyword overrides."""
     chat_template: str | None = None
+    template_kwargs: dict = field(default_factory=dict)
+    """The chat template's variables (data.apply_chat_template_kwargs; `with_template_kwargs` adds a call's own)."""
     client: str | None = None
     """The server client of the running attempt (set by the runner)."""
     endpoint: Any = None
@@ -388,7 +392,8 @@ class ModelHandle:
     def prompt(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[bytes]]:
         """(the token ids of `messages` with the assistant's generation prompt, their images)."""
         if self.vision is None and not any(isinstance(m.get("content"), list) for m in messages):
-            return encode(self.tokenizer, messages, tools=tools, chat_template=self.chat_template), []
+            return encode(self.tokenizer, messages, tools=tools, chat_template=self.chat_template,
+                          template_kwargs=self.template_kwargs), []
         conversation = self.start(messages, tools)
         return conversation.ids, conversation.images
 
@@ -402,7 +407,15 @@ class ModelHandle:
         return self._submit([self._cut(list(ids)) for ids in prompts], self.params(n, **sampling))
 
     def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
-        return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision)
+        return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision, self.template_kwargs)
+
+    def with_template_kwargs(self, extra: dict) -> ModelHandle:
+        """This handle with `extra` template variables over its own (an OpenAI request's chat_template_kwargs, as
+        vLLM's server takes them): the same server, client and history, so its calls batch and are recorded as
+        this handle's."""
+        if not extra:
+            return self
+        return dataclasses.replace(self, template_kwargs={**self.template_kwargs, **extra})
 
     def respond(self, conversations: list[Conversation], **sampling) -> None:
         """One assistant turn for each conversation (one batched call), appended to it."""

@@ -10,7 +10,8 @@ on its own (no history).
 
 What the engine cannot do is refused with HTTP 400 and an OpenAI-style error body (never ignored): streaming, stop
 sequences, top-logprobs alternatives, a prompt or max_tokens past the model's context, and an unknown model name
-(404).
+(404). A chat request's `chat_template_kwargs` (vLLM's extension, e.g. {"enable_thinking": false}) are variables of
+the chat template, over the run's data.apply_chat_template_kwargs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from rft.explorer.tools import parse_tool_calls
 
 _ACCEPTED = {"model", "messages", "prompt", "n", "temperature", "top_p", "top_k", "max_tokens",
              "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice", "stream", "stop", "user",
-             "seed", "parallel_tool_calls", "echo", "presence_penalty", "frequency_penalty", "ignore_eos"}
+             "seed", "parallel_tool_calls", "echo", "presence_penalty", "frequency_penalty", "ignore_eos",
+             "chat_template_kwargs"}
 
 
 class ApiError(Exception):
@@ -265,7 +267,7 @@ class Endpoint:
         tools = body.get("tools") or None
         if body.get("tool_choice") not in (None, "auto", "none"):
             raise ApiError(400, "tool_choice must be auto or none")
-        handle = self._handle(key)
+        handle = self._handle(key).with_template_kwargs(_template_kwargs(body))
         try:
             prompt, _ = handle.prompt(messages, tools)
         except WorkflowError as e:  # images for a text model, an image_url that is no data URL, ...
@@ -332,6 +334,18 @@ class Endpoint:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _template_kwargs(body: dict) -> dict:
+    """A chat request's `chat_template_kwargs` (vLLM's extension: variables of the chat template, over the run's
+    data.apply_chat_template_kwargs), checked as the config's are."""
+    from rft.data.chat import template_kwargs_problem
+
+    extra = body.get("chat_template_kwargs") or {}
+    problem = template_kwargs_problem(extra)
+    if problem is not None:
+        raise ApiError(400, f"chat_template_kwargs: {problem}")
+    return dict(extra)
 
 
 def _token_ids(prompt) -> bool:

@@ -169,9 +169,10 @@ class Vision:
         return UNPACKED_REASONS.get(self.model_type, f"packing rows with images is not tested for {self.model_type}")
 
     def render(self, messages: list[dict], chat_template: str | None = None, tools: list[dict] | None = None,
-               generation_prompt: bool = True) -> str:
+               generation_prompt: bool = True, template_kwargs: dict | None = None) -> str:
         """The text of `messages` (with image parts) by the processor's template, with the generation prompt unless
-        `generation_prompt` is false (a conversation that ends with the assistant's turn). A processor built without
+        `generation_prompt` is false (a conversation that ends with the assistant's turn); `template_kwargs`: the
+        template's variables (data.apply_chat_template_kwargs, as `rft.data.chat.render`). A processor built without
         its video processor renders by `ProcessorMixin`'s own method: some (SmolVLM's) read video settings from it
         on every call."""
         from transformers.processing_utils import ProcessorMixin
@@ -179,10 +180,8 @@ class Vision:
         apply = self.processor.apply_chat_template
         if getattr(self.processor, "video_processor", ...) is None:
             apply = ProcessorMixin.apply_chat_template.__get__(self.processor)
-        if tools:
-            return apply(messages, add_generation_prompt=generation_prompt, tokenize=False,
-                         chat_template=chat_template, tools=tools)
-        return apply(messages, add_generation_prompt=generation_prompt, tokenize=False, chat_template=chat_template)
+        return apply(messages, add_generation_prompt=generation_prompt, tokenize=False, chat_template=chat_template,
+                     **({"tools": tools} if tools else {}), **(template_kwargs or {}))
 
     def encode(self, text: str, images: list[bytes], where: str) -> list[int]:
         """The token ids of a prompt's `text` with its `images` expanded by the processor."""

@@ -62,8 +62,10 @@ class ExpertRows:
             prompt_key=expert.prompt_key, response_key=expert.response_key,
             prompt_dict_keys=expert.prompt_dict_keys, response_dict_keys=expert.response_dict_keys,
             multiturn=SimpleNamespace(enable=expert.messages_key is not None, messages_key=expert.messages_key,
-                                      last_turn_only=expert.last_turn_only, tools_key=None),
-            max_length=expert.max_length, truncation=expert.truncation), keys="data.expert")
+                                      last_turn_only=expert.last_turn_only, tools_key=None,
+                                      enable_thinking_key=None),
+            max_length=expert.max_length, truncation=expert.truncation,
+            apply_chat_template_kwargs=cfg.data.apply_chat_template_kwargs), keys="data.expert")
         mini_batches = cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size
         self.per_mini_batch = expert_rows_per_mini_batch(arr.actor.ppo_mini_batch_size * arr.rollout.n,
                                                          cfg.algorithm.mix.expert_data_ratio)

@@ -40,6 +40,7 @@ RL = (
     "config.schema",
     "models.hub_ids",                 # a Hugging Face Hub id: its folder in the local cache                  # choices, refused values; the unused parts' keys noted
     "data.inputs",                    # the model folder, the prompt files
+    "data.template_kwargs",           # the chat template's variables
     "rewards.function",               # custom_reward_function: file, typed reward, names and weights
     "algorithms.names",               # estimator, policy loss, KL estimators registered
     "rollout.engine",                 # an engine rft has; vLLM installed, its keys in range
@@ -92,6 +93,7 @@ SFT = (
     "config.schema",
     "models.hub_ids",
     "trainer.sft",                    # model, data sizes, optimizer, trainer section
+    "data.template_kwargs",
     "config.sft_batch",               # the batch splits over processes and micro-batches
     "workers.sft_memory",             # the weights, gradients and optimizer state fit in the memory free
 )
@@ -101,6 +103,7 @@ DPO = (
     "config.schema",
     "models.hub_ids",
     "trainer.dpo",                    # rft sft's sections, on one process
+    "data.template_kwargs",
     "config.dpo_batch",               # pairs split into micro-batches
     "data.preference_columns",        # three different columns
     "algorithms.preference",          # beta, label smoothing, KL and entropy terms
@@ -112,6 +115,7 @@ GENERATE = (
     "config.schema",
     "models.hub_ids",
     "rollout.generation",             # prompts, output parquet, model, sizes, sampling
+    "data.template_kwargs",
 )
 """`rft generate`."""
 
