@@ -22,7 +22,7 @@ import pytest
 PEERS = Path(__file__).resolve().parents[2] / "shared" / "peer-configs"
 GSM8K = PEERS.parent / "data" / "gsm8k"
 RUN_CONFIGS = 59  # the corpus's Trinity YAMLs that are run configs (one more is a Data-Juicer recipe)
-RESOLVE_FLOOR = 12
+RESOLVE_FLOOR = 15
 KNOWN_SUSPICIOUS = {"examples/dpo_human_in_the_loop/dpo.yaml", "examples/dpo_humanlike/dpo.yaml",
                     "examples/sft_mot/sft.yaml"}
 ENV_PACKAGES = ("alfworld", "scienceworld", "webshop", "gymnasium", "agentscope")

@@ -243,7 +243,7 @@ def test_the_schema_lists_the_registered_types():
     choices = next(f for f in fields(CustomRewardConfig) if f.name == "reward_fn_type").metadata["choices"]
     assert set(choices) == {None, "llm_judge", *REWARD_FN_TYPES.names()}  # the judge: rft.rewards.judge
     assert REWARD_FN_TYPES.names() == ["accuracy_reward", "countdown_reward", "format_reward", "math_boxed_reward",
-                                       "math_dapo_reward", "math_reward"]
+                                       "math_dapo_reward", "math_reward", "math_verify_reward"]
 
 
 def cfg(tmp_path, *overrides: str):

@@ -1115,6 +1115,12 @@ def environment_workflow(name: Any) -> str | None:
     return None
 
 
+SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow"}
+"""Trinity-RFT's workflows that compute what an rft workflow of another name does. math_rm_workflow: one chat
+turn, each reply scored by the taskset's reward function (Trinity passes it the reply, the messages and the truth
+for RM-Gallery's rewards), summed: simple_workflow."""
+
+
 def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
     """default_workflow_type, default_reward_fn_type (the taskset's own, else the buffer's default) and
     workflow_args of a taskset: one value per run (rft has one workflow and one reward function for its tasks
@@ -1134,7 +1140,8 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
                      f"={value!r}: {environment_workflow(value)}")
             ts.pop("workflow_args", None)  # that workflow's own arguments: refused with it, not said again
         elif value is not None:
-            _set_shared(t, out, target, value, source)
+            _set_shared(t, out, target, SAME_WORKFLOWS.get(value, value) if key == "default_workflow_type" else value,
+                        source)
     for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
         if ts.get(key) is not None:
             _set_shared(t, out, target, ts.pop(key), f"{where}.{key}")
@@ -1873,19 +1880,56 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
         _token_budgets(out, max_len)
         _task_order(out)
         _check_prompt_truncation(t, out)
-        _math_workflow_reward(out)
+        _math_workflow_reward(t, out)
     _check_save_strategy(t, out)
     t.said_as.update(out.pop("_trinity", {}).get("said_as", {}))
     return out
 
 
-def _math_workflow_reward(out: dict) -> None:
-    """Trinity-RFT's math_workflow scores with its math_reward when the taskset names no reward function (its
-    MathWorkflow's default), not by the rows' data_source: so does rft, unless trainer_config gives a reward
-    function file."""
+def _math_workflow_reward(t: _Translation, out: dict) -> None:
+    """The reward function a Trinity-RFT workflow implies. Its math_workflow scores with its math_reward when the
+    taskset names no reward function (its MathWorkflow's default), not by the rows' data_source: so does rft, unless
+    trainer_config gives a reward function file. Its math_boxed_workflow scores with math_boxed_reward whatever the
+    taskset names (a different name is refused: Trinity would not read it). rm_gallery_reward with reward_name
+    math_verify_reward is RM-Gallery's rule reward, rft's math_verify_reward (`_rm_gallery_reward`)."""
     reward = out.get("custom_reward_function", {})
-    if _get(out, "workflow.type") == "math_workflow" and not reward.get("reward_fn_type") and not reward.get("path"):
+    kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
+    if workflow == "math_workflow" and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
+    elif workflow == "math_boxed_workflow" and not reward.get("path"):
+        if kind in (None, "math_boxed_reward"):
+            _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
+        else:
+            where = out.get("_trinity", {}).get("set_by", {}).get("custom_reward_function.reward_fn_type",
+                                                                   "custom_reward_function.reward_fn_type")
+            t.refuse(where, f"={kind!r}: Trinity-RFT's math_boxed_workflow scores with math_boxed_reward and does "
+                            "not read the taskset's reward function; remove it or set it to math_boxed_reward")
+    elif kind == "rm_gallery_reward":
+        _rm_gallery_reward(t, out)
+
+
+RM_GALLERY_RULES = {"math_verify_reward": "math_verify_reward"}
+"""RM-Gallery's rule rewards (reward_name of Trinity-RFT's rm_gallery_reward) that rft has, by rft's reward_fn_type."""
+
+
+def _rm_gallery_reward(t: _Translation, out: dict) -> None:
+    """Trinity-RFT's rm_gallery_reward calls the RM-Gallery reward named by reward_fn_args.reward_name (its other
+    arguments go to that reward). rft has RM-Gallery's math_verify_reward (the same math-verify check,
+    rft.rewards.math_answers); its reward models and LLM graders are refused by name."""
+    owners = out.get("_trinity", {}).get("set_by", {})
+    where = owners.get("custom_reward_function.reward_fn_type", "custom_reward_function.reward_fn_type")
+    kwargs = dict(out["custom_reward_function"].pop("reward_kwargs", None) or {})
+    args_where = owners.get("custom_reward_function.reward_kwargs", "reward_fn_args")
+    name = kwargs.pop("reward_name", None)
+    if name not in RM_GALLERY_RULES:
+        t.refuse(where, f"='rm_gallery_reward' with reward_name={name!r} ({args_where}): RM-Gallery's reward "
+                        "models and graders are not in rft (it has RM-Gallery's "
+                        f"{', '.join(RM_GALLERY_RULES)}); score with custom_reward_function.path or llm_judge")
+    elif set(kwargs) - {"timeout_score"} or kwargs.get("timeout_score", 0.0) != 0.0:
+        t.refuse(args_where, f"={kwargs!r}: RM-Gallery's {name} takes no arguments rft honours but reward_name "
+                             "(a check past its time limit scores 0, timeout_score's default)")
+    else:
+        _set(out, "custom_reward_function.reward_fn_type", RM_GALLERY_RULES[name], where)
 
 
 def _check_save_strategy(t: _Translation, out: dict) -> None:
