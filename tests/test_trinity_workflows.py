@@ -131,6 +131,9 @@ def _trinity(taskset: dict, **buffer) -> dict:
     # grpo_math's pair: Trinity's math_rm_workflow is simple_workflow; RM-Gallery's math_verify_reward is rft's
     ({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward",
       "reward_fn_args": {"reward_name": "math_verify_reward"}}, {}, "simple_workflow", "math_verify_reward"),
+    # the async variants: the same workflow
+    ({"default_workflow_type": "async_math_workflow"}, {}, "math_workflow", "math_reward"),
+    ({"default_workflow_type": "async_math_boxed_workflow"}, {}, "math_boxed_workflow", "math_boxed_reward"),
     # math_boxed_workflow scores with math_boxed_reward, named or not
     ({}, {"default_workflow_type": "math_boxed_workflow"}, "math_boxed_workflow", "math_boxed_reward"),
     ({"default_reward_fn_type": "math_boxed_reward"}, {"default_workflow_type": "math_boxed_workflow"},

@@ -1115,10 +1115,14 @@ def environment_workflow(name: Any) -> str | None:
     return None
 
 
-SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow"}
+SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow", "async_simple_workflow": "simple_workflow",
+                  "async_math_workflow": "math_workflow", "async_math_boxed_workflow": "math_boxed_workflow",
+                  "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow"}
 """Trinity-RFT's workflows that compute what an rft workflow of another name does. math_rm_workflow: one chat
 turn, each reply scored by the taskset's reward function (Trinity passes it the reply, the messages and the truth
-for RM-Gallery's rewards), summed: simple_workflow."""
+for RM-Gallery's rewards), summed: simple_workflow. async_X: Trinity's X with an async run (its class is
+AsyncSimpleWorkflow mixed into X's), which changes how Trinity's runner awaits it, not the experiences; rft's
+runner runs every workflow's tasks concurrently already."""
 
 
 def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
