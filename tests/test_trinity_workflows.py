@@ -134,7 +134,9 @@ def _trinity(taskset: dict, **buffer) -> dict:
     # the async variants: the same workflow
     ({"default_workflow_type": "async_math_workflow"}, {}, "math_workflow", "math_reward"),
     ({"default_workflow_type": "async_math_boxed_workflow"}, {}, "math_boxed_workflow", "math_boxed_reward"),
-    # math_boxed_workflow scores with math_boxed_reward, named or not
+    # math_boxed_workflow scores with math_boxed_reward where the taskset names none, else with the one it names
+    ({"default_reward_fn_type": "math_dapo_reward"}, {"default_workflow_type": "math_boxed_workflow"},
+     "math_boxed_workflow", "math_dapo_reward"),
     ({}, {"default_workflow_type": "math_boxed_workflow"}, "math_boxed_workflow", "math_boxed_reward"),
     ({"default_reward_fn_type": "math_boxed_reward"}, {"default_workflow_type": "math_boxed_workflow"},
      "math_boxed_workflow", "math_boxed_reward"),
@@ -156,9 +158,6 @@ def test_trinitys_workflow_and_reward_names_translate(taskset, buffer, workflow,
     ({"default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": {"reward_name": "math_verify_reward",
                                                                         "timeout_score": 0.5}},
      {}, "buffer.explorer_input.taskset.reward_fn_args={'timeout_score': 0.5}"),
-    ({"default_reward_fn_type": "math_reward"}, {"default_workflow_type": "math_boxed_workflow"},
-     "buffer.explorer_input.taskset.default_reward_fn_type='math_reward': Trinity-RFT's math_boxed_workflow scores "
-     "with math_boxed_reward"),
 ])
 def test_what_trinity_would_not_read_or_rft_has_not_is_refused_by_its_key(taskset, buffer, needle):
     with pytest.raises(ConfigError) as err:
@@ -172,6 +171,8 @@ def test_what_trinity_would_not_read_or_rft_has_not_is_refused_by_its_key(taskse
                               "'with_think']"),
     ({"with_think": "sometimes"}, "workflow.args.with_think='sometimes' must be true or false"),
     ({"format_score_coef": -1}, "workflow.args.format_score_coef=-1 must be a number >= 0"),
+    ({"with_think": True, "reward": "math_reward"}, "workflow.args.with_think=true adds math_boxed_reward's think "
+                                                    "format part"),
 ])
 def test_math_boxed_workflow_arguments_are_checked(tmp_path, args, needle):
     from rft.explorer.checks import BUILTIN_WORKFLOWS
@@ -181,11 +182,12 @@ def test_math_boxed_workflow_arguments_are_checked(tmp_path, args, needle):
     assert {"math_boxed_workflow", "simple_mm_workflow"} <= set(BUILTIN_WORKFLOWS)
     data = tmp_path / "rows.jsonl"
     data.write_text('{"prompt": "1+1=", "data_source": "d", "reward_model": {"ground_truth": "2"}}\n')
+    reward = args.pop("reward", "math_boxed_reward")
     flow = "{" + ", ".join(f"{k}: {v}" for k, v in args.items()) + "}"
     with pytest.raises(ConfigError) as err:
         cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
                                  "workflow.type=math_boxed_workflow", f"workflow.args={flow}",
-                                 "custom_reward_function.reward_fn_type=math_boxed_reward"], validate_paths=False)
+                                 f"custom_reward_function.reward_fn_type={reward}"], validate_paths=False)
         validate(cfg, check_paths=False)
     assert needle in str(err.value), str(err.value)
 

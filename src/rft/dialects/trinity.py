@@ -1893,21 +1893,15 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
 def _math_workflow_reward(t: _Translation, out: dict) -> None:
     """The reward function a Trinity-RFT workflow implies. Its math_workflow scores with its math_reward when the
     taskset names no reward function (its MathWorkflow's default), not by the rows' data_source: so does rft, unless
-    trainer_config gives a reward function file. Its math_boxed_workflow scores with math_boxed_reward whatever the
-    taskset names (a different name is refused: Trinity would not read it). rm_gallery_reward with reward_name
+    trainer_config gives a reward function file. Its math_boxed_workflow scores with math_boxed_reward likewise where
+    the taskset names none. rm_gallery_reward with reward_name
     math_verify_reward is RM-Gallery's rule reward, rft's math_verify_reward (`_rm_gallery_reward`)."""
     reward = out.get("custom_reward_function", {})
     kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
     if workflow == "math_workflow" and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
-    elif workflow == "math_boxed_workflow" and not reward.get("path"):
-        if kind in (None, "math_boxed_reward"):
-            _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
-        else:
-            where = out.get("_trinity", {}).get("set_by", {}).get("custom_reward_function.reward_fn_type",
-                                                                   "custom_reward_function.reward_fn_type")
-            t.refuse(where, f"={kind!r}: Trinity-RFT's math_boxed_workflow scores with math_boxed_reward and does "
-                            "not read the taskset's reward function; remove it or set it to math_boxed_reward")
+    elif workflow == "math_boxed_workflow" and not kind and not reward.get("path"):
+        _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
     elif kind == "rm_gallery_reward":
         _rm_gallery_reward(t, out)
 

@@ -198,6 +198,11 @@ def check_workflow(ctx: CheckContext) -> None:
         for key in ("with_think", "use_base"):
             if not isinstance(args.get(key, False), bool):
                 raise ConfigError(f"workflow.args.{key}={args[key]!r} must be true or false")
+        kind = cfg.custom_reward_function.reward_fn_type
+        if args.get("with_think", False) and kind != "math_boxed_reward":
+            raise ConfigError(f"workflow.args.with_think=true adds math_boxed_reward's think format part (Trinity-RFT "
+                              f"passes it to that reward function only); with custom_reward_function.reward_fn_type="
+                              f"{kind!r} it has no effect: remove it or score with math_boxed_reward")
         coef = args.get("format_score_coef", 0.1)
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
             raise ConfigError(f"workflow.args.format_score_coef={coef!r} must be a number >= 0 (the format penalty "

@@ -167,9 +167,10 @@ simple_mm_workflow), word for word: the model sees the same text."""
 class MathBoxedWorkflow(SimpleWorkflow):
     """Trinity-RFT's math_boxed_workflow: one turn answered in \\boxed{}, with Trinity's system prompt when the task
     has none (`BOXED_PROMPT`, or `BOXED_THINK_PROMPT` with with_think). The reward is the run's reward function
-    (Trinity's is math_boxed_reward, which the Trinity dialect sets) plus, with with_think, Trinity's format part:
-    -format_score_coef (0.1) for a reply without one <think>...</think> (`think_format_penalty`), logged as
-    format_score. use_base: a base model's prompt, Trinity's plain "System:...\\nUser:\\n...\\nAssistant:\\n" text
+    (Trinity's default, math_boxed_reward, which the Trinity dialect sets where the taskset names none) plus, with
+    with_think, math_boxed_reward's format part: -format_score_coef (0.1) for a reply without one
+    <think>...</think> (`think_format_penalty`), logged as format_score (with_think with another reward function
+    is refused: Trinity passes it to math_boxed_reward only). use_base: a base model's prompt, Trinity's plain "System:...\\nUser:\\n...\\nAssistant:\\n" text
     instead of the chat template."""
 
     ARGS = frozenset({"with_think", "format_score_coef", "use_base"})
