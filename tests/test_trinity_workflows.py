@@ -253,3 +253,47 @@ def test_the_trinity_example_trains_one_step_with_its_workflow(tmp_path, vlm, it
     # the tiny models write no right answer: accuracy 0 on every sample, and the reward its parts' sum
     assert metrics[-1]["reward_extra/accuracy/mean"] == 0.0
     assert metrics[-1]["critic/score/mean"] == pytest.approx(0.0)
+
+
+DAPO_ARGS = {"enable_overlong_penalty": True, "penalty_factor": 1.0, "max_response_length": 64, "cache_length": 16}
+
+
+def test_math_dapo_rewards_overlong_penalty_is_rfts_overlong_buffer():
+    tree = _trinity({"default_reward_fn_type": "math_dapo_reward", "reward_fn_args": DAPO_ARGS})
+    tree["model"]["max_response_tokens"] = 64
+    out = translate(tree)
+    assert out["custom_reward_function"]["reward_fn_type"] == "math_dapo_reward"
+    assert not out["custom_reward_function"].get("reward_kwargs")
+    assert out["reward_model"]["reward_manager"] == "dapo"
+    assert out["reward_model"]["overlong_buffer"] == {"enable": True, "len": 16, "penalty_factor": 1.0}
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({**DAPO_ARGS, "max_response_length": 48}, "buffer.explorer_input.taskset.reward_fn_args.max_response_length=48 "
+                                               "differs from model.max_response_tokens=64"),
+    ({**DAPO_ARGS, "cache_length": 64}, "enable_overlong_penalty needs all three, max_response_length > cache_length"),
+    ({**DAPO_ARGS, "cache_len": 3}, "['cache_len'] are not arguments of Trinity-RFT's math_dapo_reward"),
+])
+def test_math_dapo_reward_arguments_rft_cannot_honour_are_refused(args, needle):
+    tree = _trinity({"default_reward_fn_type": "math_dapo_reward", "reward_fn_args": args})
+    tree["model"]["max_response_tokens"] = 64
+    with pytest.raises(ConfigError) as err:
+        translate(tree, "t.yaml")
+    assert needle in str(err.value), str(err.value)
+
+
+def test_the_overlong_buffer_with_a_workflow_is_refused_not_ignored(tmp_path):
+    """The penalty is applied to the batched path's scores only; a workflow's experiences never got it."""
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "1+1=", "data_source": "d", "reward_model": {"ground_truth": "2"}}\n')
+    with pytest.raises(ConfigError) as err:
+        cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
+                                 "workflow.type=math_boxed_workflow", "reward_model.reward_manager=dapo",
+                                 "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4",
+                                 "data.max_response_length=8",
+                                 "custom_reward_function.reward_fn_type=math_dapo_reward"], validate_paths=False)
+        validate(cfg, check_paths=False)
+    assert "workflow.type='math_boxed_workflow' does not combine with reward_model.overlong_buffer" in str(err.value)

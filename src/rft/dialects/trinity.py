@@ -1904,6 +1904,38 @@ def _math_workflow_reward(t: _Translation, out: dict) -> None:
         _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
     elif kind == "rm_gallery_reward":
         _rm_gallery_reward(t, out)
+    if kind == "math_dapo_reward" and reward.get("reward_kwargs"):
+        _dapo_overlong(t, out)
+
+
+def _dapo_overlong(t: _Translation, out: dict) -> None:
+    """Trinity-RFT's math_dapo_reward arguments: enable_overlong_penalty with penalty_factor, max_response_length and
+    cache_length adds DAPO's soft overlong penalty, 0 up to max_response_length - cache_length tokens, then
+    falling linearly to -penalty_factor at max_response_length: rft's reward_model.overlong_buffer (len
+    cache_length) under the dapo reward manager, whose ramp ends at data.max_response_length, so the two lengths
+    must agree (a penalty before the generation limit has no rft key)."""
+    owners = out.get("_trinity", {}).get("set_by", {})
+    where = owners.get("custom_reward_function.reward_kwargs", "reward_fn_args")
+    kwargs = dict(out["custom_reward_function"].pop("reward_kwargs"))
+    enable = kwargs.pop("enable_overlong_penalty", None)
+    factor, limit, cache = (kwargs.pop(k, None) for k in ("penalty_factor", "max_response_length", "cache_length"))
+    if kwargs:
+        t.refuse(where, f"{sorted(kwargs)} are not arguments of Trinity-RFT's math_dapo_reward (it takes "
+                        "enable_overlong_penalty, penalty_factor, max_response_length, cache_length)")
+    elif enable:
+        generated = _get(out, "data.max_response_length")
+        if None in (factor, limit, cache) or not limit > cache:
+            t.refuse(where, f"={{..., 'max_response_length': {limit!r}, 'cache_length': {cache!r}, 'penalty_factor': "
+                            f"{factor!r}}}: enable_overlong_penalty needs all three, max_response_length > "
+                            "cache_length (as Trinity-RFT asserts)")
+        elif limit != generated:
+            t.refuse(f"{where}.max_response_length", f"={limit!r} differs from model.max_response_tokens={generated!r}; "
+                            "rft's overlong penalty (reward_model.overlong_buffer) ends at the generation limit: "
+                            "make them equal")
+        else:
+            _set(out, "reward_model.reward_manager", "dapo", where)
+            for key, value in (("enable", True), ("len", cache), ("penalty_factor", factor)):
+                _set(out, f"reward_model.overlong_buffer.{key}", value, where)
 
 
 RM_GALLERY_RULES = {"math_verify_reward": "math_verify_reward"}
