@@ -1110,8 +1110,8 @@ def environment_workflow(name: Any) -> str | None:
     for part, what, package, needs in ENVIRONMENTS if isinstance(name, str) else ():
         if part in name.lower():
             return (f"Trinity-RFT's workflow that runs {what}: it needs the {package} package {needs}, and rft has "
-                    "no workflow of that environment (rft's: simple_workflow, math_workflow, tool_call_workflow, or "
-                    "one of your own, docs/workflows.md)")
+                    "no workflow of that environment (rft's: simple_workflow, math_workflow, math_boxed_workflow, "
+                    "simple_mm_workflow, tool_call_workflow, or one of your own, docs/workflows.md)")
     return None
 
 
