@@ -257,8 +257,8 @@ def cfg(tmp_path, *overrides: str):
 @pytest.mark.parametrize("overrides, needle", [
     (["custom_reward_function.reward_fn_type=math_rewards"],
      "custom_reward_function.reward_fn_type='math_rewards' is not allowed; choose one of ['math_reward', "
-     "'accuracy_reward', 'math_boxed_reward', 'math_dapo_reward', 'format_reward', 'countdown_reward', 'llm_judge'] "
-     "or leave it unset; did you mean 'math_reward'?"),
+     "'accuracy_reward', 'math_boxed_reward', 'math_dapo_reward', 'math_verify_reward', 'format_reward', "
+     "'countdown_reward', 'llm_judge'] or leave it unset; did you mean 'math_reward'?"),
     (["custom_reward_function.reward_fn_type=math_reward", "custom_reward_function.path=r.py"],
      "and custom_reward_function.path='r.py' are both set: each chooses the run's reward function"),
     (["custom_reward_function.reward_fn_type=math_reward", "custom_reward_function.name=judge"],
