@@ -1117,9 +1117,19 @@ def environment_workflow(name: Any) -> str | None:
     for part, what, package, needs in ENVIRONMENTS if isinstance(name, str) else ():
         if part in name.lower():
             return (f"Trinity-RFT's workflow that runs {what}: it needs the {package} package {needs}, and rft has "
-                    "no workflow of that environment (rft's: simple_workflow, math_workflow, tool_call_workflow, or "
-                    "one of your own, docs/workflows.md)")
+                    "no workflow of that environment (rft's: simple_workflow, math_workflow, math_boxed_workflow, "
+                    "simple_mm_workflow, tool_call_workflow, or one of your own, docs/workflows.md)")
     return None
+
+
+SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow", "async_simple_workflow": "simple_workflow",
+                  "async_math_workflow": "math_workflow", "async_math_boxed_workflow": "math_boxed_workflow",
+                  "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow"}
+"""Trinity-RFT's workflows that compute what an rft workflow of another name does. math_rm_workflow: one chat
+turn, each reply scored by the taskset's reward function (Trinity passes it the reply, the messages and the truth
+for RM-Gallery's rewards), summed: simple_workflow. async_X: Trinity's X with an async run (its class is
+AsyncSimpleWorkflow mixed into X's), which changes how Trinity's runner awaits it, not the experiences; rft's
+runner runs every workflow's tasks concurrently already."""
 
 
 def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
@@ -1141,7 +1151,8 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
                      f"={value!r}: {environment_workflow(value)}")
             ts.pop("workflow_args", None)  # that workflow's own arguments: refused with it, not said again
         elif value is not None:
-            _set_shared(t, out, target, value, source)
+            _set_shared(t, out, target, SAME_WORKFLOWS.get(value, value) if key == "default_workflow_type" else value,
+                        source)
     for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
         if ts.get(key) is not None:
             _set_shared(t, out, target, ts.pop(key), f"{where}.{key}")
@@ -1885,19 +1896,82 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
         _token_budgets(out, max_len)
         _task_order(out)
         _check_prompt_truncation(t, out)
-        _math_workflow_reward(out)
+        _math_workflow_reward(t, out)
     _check_save_strategy(t, out)
     t.said_as.update(out.pop("_trinity", {}).get("said_as", {}))
     return out
 
 
-def _math_workflow_reward(out: dict) -> None:
-    """Trinity-RFT's math_workflow scores with its math_reward when the taskset names no reward function (its
-    MathWorkflow's default), not by the rows' data_source: so does rft, unless trainer_config gives a reward
-    function file."""
+def _math_workflow_reward(t: _Translation, out: dict) -> None:
+    """The reward function a Trinity-RFT workflow implies. Its math_workflow scores with its math_reward when the
+    taskset names no reward function (its MathWorkflow's default), not by the rows' data_source: so does rft, unless
+    trainer_config gives a reward function file. Its math_boxed_workflow scores with math_boxed_reward likewise where
+    the taskset names none. rm_gallery_reward with reward_name
+    math_verify_reward is RM-Gallery's rule reward, rft's math_verify_reward (`_rm_gallery_reward`)."""
     reward = out.get("custom_reward_function", {})
-    if _get(out, "workflow.type") == "math_workflow" and not reward.get("reward_fn_type") and not reward.get("path"):
+    kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
+    if workflow == "math_workflow" and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
+    elif workflow == "math_boxed_workflow" and not kind and not reward.get("path"):
+        _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
+    elif kind == "rm_gallery_reward":
+        _rm_gallery_reward(t, out)
+    if kind == "math_dapo_reward" and reward.get("reward_kwargs"):
+        _dapo_overlong(t, out)
+
+
+def _dapo_overlong(t: _Translation, out: dict) -> None:
+    """Trinity-RFT's math_dapo_reward arguments: enable_overlong_penalty with penalty_factor, max_response_length and
+    cache_length adds DAPO's soft overlong penalty, 0 up to max_response_length - cache_length tokens, then
+    falling linearly to -penalty_factor at max_response_length: rft's reward_model.overlong_buffer (len
+    cache_length) under the dapo reward manager, whose ramp ends at data.max_response_length, so the two lengths
+    must agree (a penalty before the generation limit has no rft key)."""
+    owners = out.get("_trinity", {}).get("set_by", {})
+    where = owners.get("custom_reward_function.reward_kwargs", "reward_fn_args")
+    kwargs = dict(out["custom_reward_function"].pop("reward_kwargs"))
+    enable = kwargs.pop("enable_overlong_penalty", None)
+    factor, limit, cache = (kwargs.pop(k, None) for k in ("penalty_factor", "max_response_length", "cache_length"))
+    if kwargs:
+        t.refuse(where, f"{sorted(kwargs)} are not arguments of Trinity-RFT's math_dapo_reward (it takes "
+                        "enable_overlong_penalty, penalty_factor, max_response_length, cache_length)")
+    elif enable:
+        generated = _get(out, "data.max_response_length")
+        if None in (factor, limit, cache) or not limit > cache:
+            t.refuse(where, f"={{..., 'max_response_length': {limit!r}, 'cache_length': {cache!r}, 'penalty_factor': "
+                            f"{factor!r}}}: enable_overlong_penalty needs all three, max_response_length > "
+                            "cache_length (as Trinity-RFT asserts)")
+        elif limit != generated:
+            t.refuse(f"{where}.max_response_length", f"={limit!r} differs from model.max_response_tokens={generated!r}; "
+                            "rft's overlong penalty (reward_model.overlong_buffer) ends at the generation limit: "
+                            "make them equal")
+        else:
+            _set(out, "reward_model.reward_manager", "dapo", where)
+            for key, value in (("enable", True), ("len", cache), ("penalty_factor", factor)):
+                _set(out, f"reward_model.overlong_buffer.{key}", value, where)
+
+
+RM_GALLERY_RULES = {"math_verify_reward": "math_verify_reward"}
+"""RM-Gallery's rule rewards (reward_name of Trinity-RFT's rm_gallery_reward) that rft has, by rft's reward_fn_type."""
+
+
+def _rm_gallery_reward(t: _Translation, out: dict) -> None:
+    """Trinity-RFT's rm_gallery_reward calls the RM-Gallery reward named by reward_fn_args.reward_name (its other
+    arguments go to that reward). rft has RM-Gallery's math_verify_reward (the same math-verify check,
+    rft.rewards.math_answers); its reward models and LLM graders are refused by name."""
+    owners = out.get("_trinity", {}).get("set_by", {})
+    where = owners.get("custom_reward_function.reward_fn_type", "custom_reward_function.reward_fn_type")
+    kwargs = dict(out["custom_reward_function"].pop("reward_kwargs", None) or {})
+    args_where = owners.get("custom_reward_function.reward_kwargs", "reward_fn_args")
+    name = kwargs.pop("reward_name", None)
+    if name not in RM_GALLERY_RULES:
+        t.refuse(where, f"='rm_gallery_reward' with reward_name={name!r} ({args_where}): RM-Gallery's reward "
+                        "models and graders are not in rft (it has RM-Gallery's "
+                        f"{', '.join(RM_GALLERY_RULES)}); score with custom_reward_function.path or llm_judge")
+    elif set(kwargs) - {"timeout_score"} or kwargs.get("timeout_score", 0.0) != 0.0:
+        t.refuse(args_where, f"={kwargs!r}: RM-Gallery's {name} takes no arguments rft honours but reward_name "
+                             "(a check past its time limit scores 0, timeout_score's default)")
+    else:
+        _set(out, "custom_reward_function.reward_fn_type", RM_GALLERY_RULES[name], where)
 
 
 def _check_save_strategy(t: _Translation, out: dict) -> None:

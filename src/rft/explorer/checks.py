@@ -11,7 +11,8 @@ from rft.config.errors import ConfigError
 from rft.config.suggest import did_you_mean
 from rft.sync.schedule import is_synchronous
 
-BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow")
+BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
+                     "simple_mm_workflow")
 
 
 def check_auxiliary_sampling(index: int, spec: dict) -> None:
@@ -178,6 +179,9 @@ def check_workflow(ctx: CheckContext) -> None:
     elif "reward_baselines" in estimator_spec(cfg.algorithm.adv_estimator).needs:
         why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} (its greedy baseline is one more generation of "\
               "the batched single-turn path)"
+    elif cfg.reward_model.overlong_buffer.enable:
+        why = "reward_model.overlong_buffer (DAPO's overlong penalty is applied to the batched single-turn path's " \
+              "scores; a workflow scores its own experiences)"
     elif cfg.algorithm.filter_groups.enable:
         why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
     if why:
@@ -192,6 +196,20 @@ def check_workflow(ctx: CheckContext) -> None:
             raise ConfigError(f"workflow.args: {unknown} are not arguments of workflow.type={wf.type!r}, which "
                               f"takes {sorted(known) or 'none'} (in YAML flow style a space follows the colon: "
                               "{max_turns: 2})")
+    if wf.type == "math_boxed_workflow":  # Trinity reads them as a flag and a number
+        args = wf.args or {}
+        for key in ("with_think", "use_base"):
+            if not isinstance(args.get(key, False), bool):
+                raise ConfigError(f"workflow.args.{key}={args[key]!r} must be true or false")
+        kind = cfg.custom_reward_function.reward_fn_type
+        if args.get("with_think", False) and kind != "math_boxed_reward":
+            raise ConfigError(f"workflow.args.with_think=true adds math_boxed_reward's think format part (Trinity-RFT "
+                              f"passes it to that reward function only); with custom_reward_function.reward_fn_type="
+                              f"{kind!r} it has no effect: remove it or score with math_boxed_reward")
+        coef = args.get("format_score_coef", 0.1)
+        if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
+            raise ConfigError(f"workflow.args.format_score_coef={coef!r} must be a number >= 0 (the format penalty "
+                              "of a reply without one <think>...</think>; 0 counts as 0.1, as in Trinity-RFT)")
     tools_path = (wf.args or {}).get("tools_path") if wf.type == "tool_call_workflow" else None
     if tools_path and check_paths:  # loaded now: a file that does not import would fail every task of every step
         from rft.explorer.tools import load_tools

@@ -16,6 +16,7 @@ Built-ins:
   `tool_call_parser`: hermes | pythonic); each call runs (built-in tools or `tools_path`, a time limit
   `tool_timeout`), its result goes back as a `tool` message, until a reply without calls or `max_turns`. One
   experience per conversation, the loss on the model's tokens only.
+* `math_boxed_workflow`, `simple_mm_workflow`: Trinity-RFT's workflows of those names (their classes below).
 """
 
 from __future__ import annotations
@@ -132,15 +133,82 @@ R1_SYSTEM_PROMPT = (
 )
 
 
+def with_system_prompt(task: Task, prompt: str, replace: bool = False) -> Task:
+    """`task` with `prompt` as its system message: put first where the task has none, or in place of its own
+    (`replace`)."""
+    messages = task.prompt.messages
+    if any(m["role"] == "system" for m in messages) and not replace:
+        return task
+    messages = [{"role": "system", "content": prompt}, *(m for m in messages if m["role"] != "system")]
+    return dataclasses.replace(task, prompt=dataclasses.replace(task.prompt, messages=messages))
+
+
 @register_workflow("math_workflow")
 class MathWorkflow(SimpleWorkflow):
     """simple_workflow with a think / answer system prompt when the task brings none (DeepSeek-R1's format)."""
 
     def run(self) -> list[Experience]:
-        if not any(m["role"] == "system" for m in self.task.prompt.messages):
-            prompt = dataclasses.replace(self.task.prompt, messages=[{"role": "system", "content": R1_SYSTEM_PROMPT},
-                                                                     *self.task.prompt.messages])
-            self.task = dataclasses.replace(self.task, prompt=prompt)
+        self.task = with_system_prompt(self.task, R1_SYSTEM_PROMPT)
+        return super().run()
+
+
+BOXED_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+BOXED_THINK_PROMPT = (
+    "You are a helpful assistant that solves MATH problems. You should first thinks about the reasoning process in "
+    "mind and then provides the user with the answer. You should present your reasoning process using the format: "
+    "<think>\n ...your reasoning process here... </think>\n first. You should always include your final answer in "
+    "\\boxed{} as closed-form results."
+)
+"""Trinity-RFT's system prompts of math_boxed_workflow (BOXED_THINK_PROMPT with with_think, and always for
+simple_mm_workflow), word for word: the model sees the same text."""
+
+
+@register_workflow("math_boxed_workflow")
+class MathBoxedWorkflow(SimpleWorkflow):
+    """Trinity-RFT's math_boxed_workflow: one turn answered in \\boxed{}, with Trinity's system prompt when the task
+    has none (`BOXED_PROMPT`, or `BOXED_THINK_PROMPT` with with_think). The reward is the run's reward function
+    (Trinity's default, math_boxed_reward, which the Trinity dialect sets where the taskset names none) plus, with
+    with_think, math_boxed_reward's format part: -format_score_coef (0.1) for a reply without one
+    <think>...</think> (`think_format_penalty`), logged as format_score (with_think with another reward function
+    is refused: Trinity passes it to math_boxed_reward only). use_base: a base model's prompt, Trinity's plain "System:...\\nUser:\\n...\\nAssistant:\\n" text
+    instead of the chat template."""
+
+    ARGS = frozenset({"with_think", "format_score_coef", "use_base"})
+
+    def run(self) -> list[Experience]:
+        from rft.rewards.formats import think_format_penalty
+
+        with_think = bool(self.args.get("with_think", False))
+        self.task = with_system_prompt(self.task, BOXED_THINK_PROMPT if with_think else BOXED_PROMPT)
+        if self.args.get("use_base", False):
+            completions = self.model.generate([base_model_prompt(self.task.prompt.messages)],
+                                              n=self.task.repeat_times)[0]
+        else:
+            completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
+        out = []
+        for c in completions:
+            reward, rewards = self.task.score(c.text)
+            fmt = think_format_penalty(c.text, self.args.get("format_score_coef", 0.1)) if with_think else 0.0
+            out.append(completion_experience(c, reward + fmt, {**rewards, "format_score": fmt}))
+        return out
+
+
+def base_model_prompt(messages: list[dict]) -> str:
+    """Trinity-RFT's prompt for a base model (math_boxed_workflow's use_base): "System:<system>\\nUser:\\n<the
+    question>\\nAssistant:\\n", the question being the last user message."""
+    system = next((m["content"] for m in messages if m["role"] == "system"), None)
+    question = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    return (f"System:{system}\n" if system else "") + f"User:\n{question}\nAssistant:\n"
+
+
+@register_workflow("simple_mm_workflow")
+class SimpleMMWorkflow(SimpleWorkflow):
+    """Trinity-RFT's simple_mm_workflow: simple_workflow on a vision-language task (the row's images, data.image_key,
+    go with the prompt as for any workflow) under Trinity's fixed system prompt (`BOXED_THINK_PROMPT`, in place of
+    the task's own, as Trinity's does), scored by the run's reward function."""
+
+    def run(self) -> list[Experience]:
+        self.task = with_system_prompt(self.task, BOXED_THINK_PROMPT, replace=True)
         return super().run()
 
 
@@ -211,5 +279,5 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "MathWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "MathBoxedWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]

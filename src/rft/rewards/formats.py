@@ -37,3 +37,13 @@ def format_reward(data_source: str, solution_str: str, ground_truth: Any = None,
     """
     value = format_score(solution_str, STRICT_THINK_ANSWER)
     return {"score": value, "format_score": value}
+
+
+def think_format_penalty(response: str, coef: float | None = 0.1) -> float:
+    """The format part of Trinity-RFT's math_boxed_reward with with_think: 0.0 when the response has exactly one
+    ``<think>`` and one ``</think>``, in that order (Trinity's validate_think_pattern; text may surround them),
+    else -coef (a coef of 0 or None counts as Trinity's 0.1, as its ``coef or 0.1`` does)."""
+    opens, closes = response.count("<think>"), response.count("</think>")
+    if opens == 1 and closes == 1 and response.find("<think>") < response.find("</think>"):
+        return 0.0
+    return -(coef or 0.1)

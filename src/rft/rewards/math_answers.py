@@ -212,6 +212,20 @@ def math_boxed_reward(data_source: str, solution_str: str, ground_truth: Any,
     return {"score": accuracy, "accuracy": accuracy, "math_verify_timeout": timed_out}
 
 
+def math_verify_reward(data_source: str, solution_str: str, ground_truth: Any,
+                       extra_info: dict | None = None) -> dict[str, float]:
+    """RM-Gallery's `math_verify_reward` (Trinity-RFT's rm_gallery_reward with reward_name math_verify_reward):
+    score = accuracy = 1.0 when math-verify, reading the whole response as LaTeX or plain math (its default
+    extraction: the first that parses), finds it equivalent to the ground truth, else 0.0. No tags, no \\boxed{}
+    needed: "6 + 30 = \\boxed{36}" and "the answer is 36" both score 1.0 against 36.
+
+    RM-Gallery parses the reference with the same extraction; rft reads it as every typed reward does (`gold_text`:
+    a GSM8K solution's answer, a number or LaTeX, read as \\boxed{}), and a reference math-verify cannot parse is an
+    error naming the row where RM-Gallery scores 0. Returns {"score", "accuracy", "math_verify_timeout"}."""
+    accuracy, timed_out = verify_answer(ground_truth, solution_str, "plain")
+    return {"score": accuracy, "accuracy": accuracy, "math_verify_timeout": timed_out}
+
+
 _GEO3K_FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
 
 

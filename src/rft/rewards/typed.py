@@ -10,12 +10,15 @@ reward under "score" and its parts (accuracy, format_score, ...) under their own
 | math_reward | accuracy (math-verify) + format_score (+-0.1, think/answer tags) | accuracy, format_score, math_verify_timeout |
 | accuracy_reward | accuracy (math-verify, LaTeX answers only) | accuracy, math_verify_timeout |
 | math_boxed_reward, math_dapo_reward | accuracy of the last \\boxed{} (math-verify) | accuracy, math_verify_timeout |
+| math_verify_reward | accuracy of the whole response (math-verify, LaTeX or plain; RM-Gallery's) | accuracy, math_verify_timeout |
 | format_reward | format_score: +0.1 / -0.1 (strict think/answer tags) | format_score |
 | countdown_reward | 1.0 / 0.1 (an equation, wrong) / 0.0 (none) | accuracy, format |
 
 `llm_judge` (a judge among workflow.auxiliary_models, rft.rewards.judge) is a reward type too, but not in this
-registry: it needs the explorer's model handles, so the explorer builds it. Not offered from Trinity's registry:
-rm_gallery_reward (RM-Gallery's reward models), Trinity's own judges (trajectory_accuracy_grader_reward,
+registry: it needs the explorer's model handles, so the explorer builds it. math_verify_reward is RM-Gallery's rule
+reward of that name, which Trinity reaches as rm_gallery_reward with reward_name math_verify_reward (the Trinity
+dialect translates that pair). Not offered from Trinity's registry: rm_gallery_reward with RM-Gallery's other
+rewards (its reward models and LLM graders), Trinity's own judges (trajectory_accuracy_grader_reward,
 openjudge_multi_grader_reward: their prompts and rubrics), and the variants outside it that need verl's or DAPO's own
 graders (math_boxed_reward_naive_dapo, math_boxed_reward_prime_math).
 """
@@ -29,7 +32,13 @@ from typing import Any
 from rft.registry import Registry
 from rft.rewards.countdown import countdown_reward, countdown_task
 from rft.rewards.formats import format_reward
-from rft.rewards.math_answers import accuracy_reward, gold_text, math_boxed_reward, math_reward
+from rft.rewards.math_answers import (
+    accuracy_reward,
+    gold_text,
+    math_boxed_reward,
+    math_reward,
+    math_verify_reward,
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ REWARD_FN_TYPES.register("math_reward")(RewardFnType(math_reward, _problem(gold_
 REWARD_FN_TYPES.register("accuracy_reward")(RewardFnType(accuracy_reward, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("math_boxed_reward", "math_dapo_reward")(
     RewardFnType(math_boxed_reward, _problem(gold_text), parallel=True))
+REWARD_FN_TYPES.register("math_verify_reward")(
+    RewardFnType(math_verify_reward, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("format_reward")(RewardFnType(format_reward, None, parallel=False))
 REWARD_FN_TYPES.register("countdown_reward")(RewardFnType(countdown_reward, _problem(countdown_task), parallel=False))
 

@@ -1,0 +1,299 @@
+"""Issue 63 (Trinity half): Trinity-RFT's workflows and reward functions that its examples name and rft now runs:
+math_boxed_workflow (its prompts, its with_think format part, use_base), simple_mm_workflow (its fixed system
+prompt), math_rm_workflow (simple_workflow), and rm_gallery_reward with reward_name math_verify_reward (RM-Gallery's
+math-verify rule, rft's math_verify_reward). Rewards by hand on Trinity's own test cases; the dialect's translation
+and refusals; the workflow arguments' checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rft.config.load import ConfigError
+from rft.data.dataset import Prompt
+from rft.dialects.trinity import translate
+from rft.explorer.model import Completion
+from rft.explorer.workflow import (
+    BOXED_PROMPT,
+    BOXED_THINK_PROMPT,
+    MathBoxedWorkflow,
+    SimpleMMWorkflow,
+    Task,
+    workflow_class,
+)
+from rft.rewards import REWARD_FN_TYPES, reward_fn_type
+from rft.rewards.formats import think_format_penalty
+from rft.rewards.math_answers import math_verify_reward
+
+
+# Trinity-RFT's own test of rm_gallery_reward with reward_name math_verify_reward (tests/explorer/workflow_test.py):
+# truth "36"; rewards 1, 1, 1, 0
+@pytest.mark.parametrize("response, accuracy", [
+    ("<think> balabalabala 99 </think>\n \\boxed{36}", 1.0),
+    ("answer is \\boxed{36 }", 1.0),
+    ("Kim's total points are 6 + 30 =\\boxed{36}", 1.0),
+    ("<think> balalaba </think> \\boxed{35.00}", 0.0),
+    ("the answer is 36", 1.0),  # no box needed: the whole response is read
+    ("no number at all", 0.0),
+])
+def test_math_verify_reward_by_hand(response, accuracy):
+    assert math_verify_reward("", response, "36") == {"score": accuracy, "accuracy": accuracy,
+                                                      "math_verify_timeout": 0.0}
+    assert "math_verify_reward" in REWARD_FN_TYPES
+
+
+@pytest.mark.parametrize("response, coef, penalty", [
+    ("<think> a </think> \\boxed{1}", 0.1, 0.0),
+    ("x <think>a</think> y", 0.5, 0.0),  # text may surround the pair
+    ("\\boxed{1}", 0.1, -0.1),  # no think
+    ("</think> a <think>", 0.1, -0.1),  # the wrong order
+    ("<think>a</think><think>b</think>", 0.2, -0.2),  # two pairs
+    ("\\boxed{1}", 0, -0.1),  # Trinity's `coef or 0.1`
+])
+def test_think_format_penalty_by_hand(response, coef, penalty):
+    assert think_format_penalty(response, coef) == pytest.approx(penalty)
+
+
+class FakeModel:
+    """A model handle whose replies are given: records the messages or prompt text it was asked with."""
+
+    def __init__(self, replies: list[str]):
+        self.replies, self.asked = replies, []
+
+    def _completions(self, n: int) -> list[Completion]:
+        assert n == len(self.replies)
+        return [Completion(text=r, prompt_ids=[1, 2], token_ids=[3, 4], logprobs=[-0.5, -0.5], finish_reason="stop")
+                for r in self.replies]
+
+    def chat(self, messages, n=1, tools=None, **sampling):
+        self.asked.append(messages)
+        return self._completions(n)
+
+    def generate(self, prompts, n=1, **sampling):
+        self.asked.append(prompts)
+        return [self._completions(n)]
+
+
+def _task(messages, replies, args=None, truth="36", reward="math_boxed_reward"):
+    prompt = Prompt(ids=[1, 2], data_source="math", ground_truth=truth, extra_info={}, messages=messages)
+    return Task(prompt=prompt, repeat_times=len(replies), workflow_args=args or {}, reward_fn=reward_fn_type(reward))
+
+
+REPLIES = ["<think> 6 x 6 </think> \\boxed{36}", "\\boxed{36}", "<think> hm </think> \\boxed{35}", "36"]
+
+
+@pytest.mark.parametrize("args, rewards, fmt", [
+    # Trinity's MathBoxedRewardFn: accuracy of the last \boxed{}, + format_score -coef when with_think and the reply
+    # has no single <think>...</think>; rewards are their sum
+    ({}, [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]),
+    ({"with_think": True}, [1.0, 0.9, 0.0, -0.1], [0.0, -0.1, 0.0, -0.1]),
+    ({"with_think": True, "format_score_coef": 0.5}, [1.0, 0.5, 0.0, -0.5], [0.0, -0.5, 0.0, -0.5]),
+])
+def test_math_boxed_workflow_scores_as_trinity(args, rewards, fmt):
+    model = FakeModel(REPLIES)
+    task = _task([{"role": "user", "content": "What is 6 x 6?"}], REPLIES, args)
+    exps = MathBoxedWorkflow(task=task, model=model).run()
+    assert [e.reward for e in exps] == pytest.approx(rewards)
+    assert [e.rewards["format_score"] for e in exps] == pytest.approx(fmt)
+    assert [e.rewards["accuracy"] for e in exps] == [1.0, 1.0, 0.0, 0.0]
+    # Trinity's system prompt, the think one with with_think, before the question
+    assert model.asked[0] == [{"role": "system", "content": BOXED_THINK_PROMPT if args else BOXED_PROMPT},
+                              {"role": "user", "content": "What is 6 x 6?"}]
+
+
+def test_math_boxed_workflow_keeps_the_tasks_system_prompt_and_prompts_a_base_model_as_trinity():
+    model = FakeModel(["\\boxed{36}"])
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "6 x 6?"}]
+    exps = MathBoxedWorkflow(task=_task(messages, ["\\boxed{36}"], {"use_base": True}), model=model).run()
+    assert model.asked == [["System:Be brief.\nUser:\n6 x 6?\nAssistant:\n"]]
+    assert [e.reward for e in exps] == [1.0]
+
+
+def test_simple_mm_workflow_puts_trinitys_prompt_in_place_of_the_tasks():
+    model = FakeModel(["\\boxed{36}", "37"])
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "6 x 6?"}]
+    exps = SimpleMMWorkflow(task=_task(messages, ["a", "b"]), model=model).run()
+    assert model.asked[0] == [{"role": "system", "content": BOXED_THINK_PROMPT}, {"role": "user", "content": "6 x 6?"}]
+    assert [e.reward for e in exps] == [1.0, 0.0]
+    assert workflow_class("simple_mm_workflow") is SimpleMMWorkflow
+
+
+def _trinity(taskset: dict, **buffer) -> dict:
+    return {"mode": "both", "model": {"model_path": "m"}, "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
+            "buffer": {"batch_size": 2, "total_steps": 1,
+                       "explorer_input": {"taskset": {"path": "t", **taskset}, **buffer}}}
+
+
+@pytest.mark.parametrize("taskset, buffer, workflow, reward", [
+    # grpo_math's pair: Trinity's math_rm_workflow is simple_workflow; RM-Gallery's math_verify_reward is rft's
+    ({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward",
+      "reward_fn_args": {"reward_name": "math_verify_reward"}}, {}, "simple_workflow", "math_verify_reward"),
+    # the async variants: the same workflow
+    ({"default_workflow_type": "async_math_workflow"}, {}, "math_workflow", "math_reward"),
+    ({"default_workflow_type": "async_math_boxed_workflow"}, {}, "math_boxed_workflow", "math_boxed_reward"),
+    # math_boxed_workflow scores with math_boxed_reward where the taskset names none, else with the one it names
+    ({"default_reward_fn_type": "math_dapo_reward"}, {"default_workflow_type": "math_boxed_workflow"},
+     "math_boxed_workflow", "math_dapo_reward"),
+    ({}, {"default_workflow_type": "math_boxed_workflow"}, "math_boxed_workflow", "math_boxed_reward"),
+    ({"default_reward_fn_type": "math_boxed_reward"}, {"default_workflow_type": "math_boxed_workflow"},
+     "math_boxed_workflow", "math_boxed_reward"),
+    ({"default_workflow_type": "simple_mm_workflow", "default_reward_fn_type": "math_boxed_reward"}, {},
+     "simple_mm_workflow", "math_boxed_reward"),
+])
+def test_trinitys_workflow_and_reward_names_translate(taskset, buffer, workflow, reward):
+    out = translate(_trinity(taskset, **buffer))
+    assert out["workflow"]["type"] == workflow
+    assert out["custom_reward_function"]["reward_fn_type"] == reward
+    assert not out["custom_reward_function"].get("reward_kwargs")
+
+
+@pytest.mark.parametrize("taskset, buffer, needle", [
+    ({"default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": {"reward_name": "base_helpfulness_listwise"}},
+     {}, "buffer.explorer_input.taskset.default_reward_fn_type='rm_gallery_reward' with "
+         "reward_name='base_helpfulness_listwise' (buffer.explorer_input.taskset.reward_fn_args): RM-Gallery's reward "
+         "models and graders are not in rft"),
+    ({"default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": {"reward_name": "math_verify_reward",
+                                                                        "timeout_score": 0.5}},
+     {}, "buffer.explorer_input.taskset.reward_fn_args={'timeout_score': 0.5}"),
+])
+def test_what_trinity_would_not_read_or_rft_has_not_is_refused_by_its_key(taskset, buffer, needle):
+    with pytest.raises(ConfigError) as err:
+        translate(_trinity(taskset, **buffer), "t.yaml")
+    assert needle in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"with_thinking": True}, "workflow.args: ['with_thinking'] are not arguments of "
+                              "workflow.type='math_boxed_workflow', which takes ['format_score_coef', 'use_base', "
+                              "'with_think']"),
+    ({"with_think": "sometimes"}, "workflow.args.with_think='sometimes' must be true or false"),
+    ({"format_score_coef": -1}, "workflow.args.format_score_coef=-1 must be a number >= 0"),
+    ({"with_think": True, "reward": "math_reward"}, "workflow.args.with_think=true adds math_boxed_reward's think "
+                                                    "format part"),
+])
+def test_math_boxed_workflow_arguments_are_checked(tmp_path, args, needle):
+    from rft.explorer.checks import BUILTIN_WORKFLOWS
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    assert {"math_boxed_workflow", "simple_mm_workflow"} <= set(BUILTIN_WORKFLOWS)
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "1+1=", "data_source": "d", "reward_model": {"ground_truth": "2"}}\n')
+    reward = args.pop("reward", "math_boxed_reward")
+    flow = "{" + ", ".join(f"{k}: {v}" for k, v in args.items()) + "}"
+    with pytest.raises(ConfigError) as err:
+        cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
+                                 "workflow.type=math_boxed_workflow", f"workflow.args={flow}",
+                                 f"custom_reward_function.reward_fn_type={reward}"], validate_paths=False)
+        validate(cfg, check_paths=False)
+    assert needle in str(err.value), str(err.value)
+
+
+# ------------------------------------------------------------------------------------------------ one step each
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "peer-configs" / "trinity"
+
+
+def _corpus_item(item: str, model: Path, tasks: Path, ckpt: Path) -> dict:
+    """A Trinity-RFT example as its user runs it, with local stand-ins and small sizes (as
+    ../shared/peer-configs/measure.py trains its items): the tiny model, this test's rows, one process, one step of
+    2 tasks x 2 samples of 16 tokens, the hf engine; its workflow, reward function and formats as written."""
+    tree = yaml.safe_load((CORPUS / item).read_text())
+    tree["model"].update(model_path=str(model), max_response_tokens=16)
+    tree["model"].pop("max_model_len", None)
+    tree["checkpoint_root_dir"] = str(ckpt)
+    tree["cluster"] = {"node_num": 1, "gpu_per_node": 1}
+    tree["algorithm"]["repeat_times"] = 2
+    buffer = tree["buffer"]
+    buffer.update(total_steps=1, batch_size=2, total_epochs=1)
+    buffer.pop("train_batch_size", None)
+    buffer["explorer_input"]["taskset"]["path"] = str(tasks)
+    buffer["explorer_input"].pop("eval_tasksets", None)
+    tree["explorer"]["rollout_model"].update(engine_num=1, engine_type="hf", enforce_eager=True)
+    tree["explorer"]["eval_interval"] = 1000
+    return tree
+
+
+@pytest.mark.parametrize("item, rows, workflow, reward", [
+    ("examples/asymre_math/math.yaml", [{"problem": "What is 6 x 6?", "solution": "36"}] * 4,
+     "math_boxed_workflow", "math_boxed_reward"),
+    ("examples/grpo_math/math.yaml", [{"question": "What is 6 x 6?", "gt_answer": "36"}] * 4,
+     "simple_workflow", "math_verify_reward"),
+    ("examples/grpo_vlm/vlm.yaml", "image rows", "simple_mm_workflow", "math_boxed_reward"),
+])
+def test_the_trinity_example_trains_one_step_with_its_workflow(tmp_path, vlm, item, rows, workflow, reward):
+    from cli_helpers import rft_here
+
+    from rft.data.io import write_parquet
+    from rft.models.tiny import init_model
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    if rows == "image rows":  # geometry3k's columns: a question, its answer and its images
+        from vision_helpers import png
+
+        model = vlm("qwen2_vl")
+        write_parquet([{"problem": "<image>How many shapes?", "answer": "1", "images": [png()]}] * 4,
+                      tasks / "train.parquet")
+    else:
+        model = tmp_path / "m"
+        init_model("tiny", model, seed=0)
+        (tasks / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(_corpus_item(item, model, tasks, tmp_path / "ckpt")))
+    shown = yaml.safe_load(rft_here("config", "show", str(config), cwd=tmp_path).stdout)
+    assert (shown["workflow"]["type"], shown["custom_reward_function"]["reward_fn_type"]) == (workflow, reward)
+    rft_here("train", str(config), cwd=tmp_path)
+    metrics = [m for f in (tmp_path / "ckpt").rglob("metrics.jsonl") for m in map(json.loads, f.read_text().splitlines())
+               if "training/global_step" in m]  # the trainer's (the explorer's own file logs its timings)
+    assert [m["training/global_step"] for m in metrics] == [1]
+    # the tiny models write no right answer: accuracy 0 on every sample, and the reward its parts' sum
+    assert metrics[-1]["reward_extra/accuracy/mean"] == 0.0
+    assert metrics[-1]["critic/score/mean"] == pytest.approx(0.0)
+
+
+DAPO_ARGS = {"enable_overlong_penalty": True, "penalty_factor": 1.0, "max_response_length": 64, "cache_length": 16}
+
+
+def test_math_dapo_rewards_overlong_penalty_is_rfts_overlong_buffer():
+    tree = _trinity({"default_reward_fn_type": "math_dapo_reward", "reward_fn_args": DAPO_ARGS})
+    tree["model"]["max_response_tokens"] = 64
+    out = translate(tree)
+    assert out["custom_reward_function"]["reward_fn_type"] == "math_dapo_reward"
+    assert not out["custom_reward_function"].get("reward_kwargs")
+    assert out["reward_model"]["reward_manager"] == "dapo"
+    assert out["reward_model"]["overlong_buffer"] == {"enable": True, "len": 16, "penalty_factor": 1.0}
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({**DAPO_ARGS, "max_response_length": 48}, "buffer.explorer_input.taskset.reward_fn_args.max_response_length=48 "
+                                               "differs from model.max_response_tokens=64"),
+    ({**DAPO_ARGS, "cache_length": 64}, "enable_overlong_penalty needs all three, max_response_length > cache_length"),
+    ({**DAPO_ARGS, "cache_len": 3}, "['cache_len'] are not arguments of Trinity-RFT's math_dapo_reward"),
+])
+def test_math_dapo_reward_arguments_rft_cannot_honour_are_refused(args, needle):
+    tree = _trinity({"default_reward_fn_type": "math_dapo_reward", "reward_fn_args": args})
+    tree["model"]["max_response_tokens"] = 64
+    with pytest.raises(ConfigError) as err:
+        translate(tree, "t.yaml")
+    assert needle in str(err.value), str(err.value)
+
+
+def test_the_overlong_buffer_with_a_workflow_is_refused_not_ignored(tmp_path):
+    """The penalty is applied to the batched path's scores only; a workflow's experiences never got it."""
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "1+1=", "data_source": "d", "reward_model": {"ground_truth": "2"}}\n')
+    with pytest.raises(ConfigError) as err:
+        cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
+                                 "workflow.type=math_boxed_workflow", "reward_model.reward_manager=dapo",
+                                 "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4",
+                                 "data.max_response_length=8",
+                                 "custom_reward_function.reward_fn_type=math_dapo_reward"], validate_paths=False)
+        validate(cfg, check_paths=False)
+    assert "workflow.type='math_boxed_workflow' does not combine with reward_model.overlong_buffer" in str(err.value)
