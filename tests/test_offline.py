@@ -273,6 +273,11 @@ def test_generate_past_gpt2s_position_table_is_one_line_with_the_longest_respons
                    f"at most {511 - prompt}"], err
     assert main([*base, f"rollout.response_length={511 - prompt}", "rollout.ignore_eos=true"]) == 0
     assert read_rows(tmp_path / "o.parquet")[1]["responses"]
+    # a prompt over rft generate's own limit names that key, and offers no filter or truncation (it has neither)
+    assert main([*base, f"rollout.prompt_length={prompt}", f"data.output_path={tmp_path / 'short.parquet'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rft: error: {tmp_path / 'p.jsonl'} row 1: the prompt has {prompt + 1} tokens > "
+                   f"rollout.prompt_length={prompt}; raise it"], err
 
 
 def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):

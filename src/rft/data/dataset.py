@@ -98,13 +98,16 @@ class PromptDataset:
         template_kwargs: dict | None = None,
         vision=None,
         data_sources: Sequence[str | None] | None = None,
+        length_key: str = "data.max_prompt_length",
     ):
         """Trinity-RFT's format keys: `system_prompt` (a system message put first; `system_prompt_key`: the column
         holding one, which wins), `response_key` (the column holding the reference answer: the ground truth instead
         of reward_model.ground_truth), `tools_key` (the column of OpenAI function schemas rendered with the chat
         template), `chat_template` (a Jinja template used instead of the tokenizer's). `template_kwargs`: the chat
         template's variables (data.apply_chat_template_kwargs, `rft.data.chat`). `data_sources`: per file, the
-        data_source of its rows that have none (else "unknown", verl's)."""
+        data_source of its rows that have none (else "unknown", verl's). `length_key`: the key that set
+        `max_prompt_length`, named in the error of a prompt over it (rft generate's is rollout.prompt_length, and its
+        command has no filter or truncation to offer)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
         self.chat_template = chat_template
         self.response_key = response_key  # where the ground truths came from, for messages about them
@@ -158,12 +161,12 @@ class PromptDataset:
                         dropped.append(len(ids))
                         continue
                     if truncation == "error" or images[i]:
-                        raise DataError(
-                            f"{file} row {i}: the prompt has {len(ids)} tokens > data.max_prompt_length="
-                            f"{max_prompt_length}; raise it, set data.filter_overlong_prompts=true"
-                            + (" (a prompt with images is never cut: its image tokens stay whole)" if images[i] else
-                               ", or set data.truncation to left|right|middle")
-                        )
+                        remedy = ("raise it" if length_key != "data.max_prompt_length" else
+                                  "raise it, set data.filter_overlong_prompts=true"
+                                  + (" (a prompt with images is never cut: its image tokens stay whole)" if images[i]
+                                     else ", or set data.truncation to left|right|middle"))
+                        raise DataError(f"{file} row {i}: the prompt has {len(ids)} tokens > {length_key}="
+                                        f"{max_prompt_length}; {remedy}")
                     ids = truncate(ids, max_prompt_length, truncation)
                 reward = row.get("reward_model") or {}
                 if not isinstance(row.get("extra_info") or {}, dict):

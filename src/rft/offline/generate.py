@@ -121,7 +121,8 @@ def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
     # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row;
     # a vision-language model's rows may hold images (the `images` column, as rft train's data.image_key default)
     prompts = PromptDataset([(d.path, rows)], tokenizer, prompt_key=d.prompt_key, max_prompt_length=r.prompt_length,
-                            template_kwargs=d.apply_chat_template_kwargs, vision=vision_for(m.path, "model"))
+                            template_kwargs=d.apply_chat_template_kwargs, vision=vision_for(m.path, "model"),
+                            length_key="rollout.prompt_length")
     check_generation_positions(m.path, prompts, r.response_length)
     model = load_causal_lm(m.path, dtype, device, external_lib=m.external_lib, trust_remote_code=m.trust_remote_code,
                            key="model", tokenizer=tokenizer)
