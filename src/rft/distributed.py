@@ -314,9 +314,13 @@ def launch(nproc: int, module_args: list[str]) -> int:
         if len(stopped) == 1 and all(c in stopped for c in codes.values()):  # a signal sent to the processes
             name = "SIGINT" if stopped.pop() in (130, -signal.SIGINT) else "SIGTERM"
             raise interrupts.Interrupted(name, f"stopped by {name} ({nproc} processes)") from None
-        failures = "; ".join(f"rank {rank}: {_ended(code)}" for rank, code in codes.items())
+        # when one rank fails the agent stops the others with SIGTERM (143): a rank slower to meet the same bad
+        # row is stopped before it does. Those are the agent's doing; the status is the one the others failed with
+        own = {rank: code for rank, code in codes.items() if code not in (143, -signal.SIGTERM)} or codes
+        failures = "; ".join(f"rank {rank}: {_ended(code) if rank in own else 'stopped by the launcher (SIGTERM)'}"
+                             for rank, code in codes.items())
         print(f"rft: {nproc} processes started, some failed ({failures})", file=sys.stderr)
-        ended = set(codes.values())  # every failed rank's one status (2: an error in the config or the data)
+        ended = set(own.values())  # every failed rank's one status (2: an error in the config or the data)
         return ended.pop() if len(ended) == 1 and 0 < next(iter(ended)) < 128 else 1
     finally:
         os.environ.pop(interrupts.LAUNCHER_ENV, None)
