@@ -328,6 +328,23 @@ def test_generate_again_says_its_output_is_complete_and_other_inputs_are_refused
     assert main([*base[:2], f"model.path={other}", *base[3:]]) == 2
     assert capsys.readouterr().err == refused.format(f"model.path was {model.resolve()}, now {other.resolve()}")
     assert (out.read_bytes(), out.stat().st_mtime_ns) == first  # never replaced
+    # an output an older rft wrote, before data.apply_chat_template_kwargs existed: its record lacks the key, which
+    # is at its default now (the same output), so it is complete; set, the key is a change that names it
+    import pyarrow.parquet as pq
+
+    from rft.offline.generate import RECORD_KEY
+
+    table = pq.read_table(out)
+    record = json.loads(table.schema.metadata[RECORD_KEY])
+    del record["data.apply_chat_template_kwargs"]
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, RECORD_KEY: json.dumps(record).encode()}),
+                   out)
+    capsys.readouterr()
+    assert main(base) == 0
+    assert "already holds the responses of these inputs" in capsys.readouterr().out
+    assert main([*base, "data.apply_chat_template_kwargs={enable_thinking: false}"]) == 2
+    assert capsys.readouterr().err == refused.format(
+        'data.apply_chat_template_kwargs was (not recorded), now {"enable_thinking": false}')
     assert main(base) == 0 and "nothing generated" in capsys.readouterr().out  # the same prompts' bytes again
     # a file rft generate recorded nothing in (a user's, an older rft's output) is not replaced either
     mine = write_parquet([{"a": 1}], tmp_path / "mine.parquet")

@@ -31,15 +31,23 @@ def inputs_of(cfg: GenerationConfig) -> dict[str, str]:
     sampling, the batch sizes: each can change a response), data.path and model.path resolved, and their contents."""
     from rft.offline.record import CONTENTS, file_digest, folder_digest, resolved
 
-    flat: dict[str, str] = {}
-    for section, values in asdict(cfg).items():
-        for key, value in values.items():
-            flat[f"{section}.{key}"] = json.dumps(value) if not isinstance(value, str) else value
+    flat = _flat(asdict(cfg))
     del flat["data.output_path"]
     flat["data.path"], flat["model.path"] = resolved(cfg.data.path), resolved(cfg.model.path)
     flat["data.path" + CONTENTS] = file_digest(cfg.data.path)
     flat["model.path" + CONTENTS] = folder_digest(cfg.model.path)
     return flat
+
+
+def _flat(sections: dict) -> dict[str, str]:
+    """{section: {key: value}} as a record's labels ('rollout.temperature') and strings (JSON but for strings)."""
+    return {f"{section}.{key}": value if isinstance(value, str) else json.dumps(value)
+            for section, values in sections.items() for key, value in values.items()}
+
+
+def key_defaults() -> dict[str, str]:
+    """Every key's default, spelled as `inputs_of` spells values."""
+    return _flat(asdict(GenerationConfig()))
 
 
 def recorded_inputs(path: Path) -> dict | None:
@@ -72,7 +80,7 @@ def check_earlier_output(cfg: GenerationConfig, inputs: dict[str, str]) -> bool:
         raise RftError(f"{where} exists and holds no record of what rft generate made it from (a file of yours, or "
                        "one an older rft wrote), which generating would replace; name another data.output_path, or "
                        "remove it to generate again")
-    changed = changes(recorded, inputs)
+    changed = changes(recorded, inputs, key_defaults())
     if changed:
         raise RftError(f"{where} holds the responses of other inputs ({'; '.join(changed)}), which generating would "
                        "replace; name another data.output_path, or remove it to generate again")

@@ -53,13 +53,15 @@ def resolved(path: str | Path | None) -> str:
     return str(Path(path).expanduser().resolve()) if path else ""
 
 
-def changes(recorded: dict, now: dict) -> list[str]:
+def changes(recorded: dict, now: dict, defaults: dict | None = None) -> list[str]:
     """What differs between the record `recorded` and the inputs `now`, one phrase each ('rollout.temperature was
-    1.0, now 0.7'; 'the contents of data.path changed'), in `now`'s order."""
+    1.0, now 0.7'; 'the contents of data.path changed'), in `now`'s order. `defaults`: each key's default (as
+    `now` spells values); a key the record lacks that is at its default now is no change: an older rft, which had
+    not that key, made the output as the default does."""
     out = []
     for label, value in now.items():
         old = recorded.get(label)
-        if old == value:
+        if old == value or (old is None and label not in recorded and (defaults or {}).get(label, object()) == value):
             continue
         if label.endswith(CONTENTS):
             base = label.removesuffix(CONTENTS)
