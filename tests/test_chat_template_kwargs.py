@@ -241,5 +241,5 @@ def test_rft_generate_renders_its_prompts_with_the_variables(tokenizer, tmp_path
             "data.n_samples=1", "rollout.response_length=2", "rollout.dtype=float32", "trainer.device=cpu",
             f"rollout.prompt_length={plain}"]
     assert main([*base, "+data.apply_chat_template_kwargs.enable_thinking=false"]) == 2
-    assert f"the prompt has {off} tokens > data.max_prompt_length={plain}" in capsys.readouterr().err
+    assert f"the prompt has {off} tokens > rollout.prompt_length={plain}" in capsys.readouterr().err
     assert main(base) == 0
