@@ -61,7 +61,7 @@ def changes(recorded: dict, now: dict, defaults: dict | None = None) -> list[str
     out = []
     for label, value in now.items():
         old = recorded.get(label)
-        if old == value or (old is None and label not in recorded and (defaults or {}).get(label, object()) == value):
+        if old == value or (label not in recorded and defaults is not None and defaults.get(label) == value):
             continue
         if label.endswith(CONTENTS):
             base = label.removesuffix(CONTENTS)
