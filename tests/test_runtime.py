@@ -116,3 +116,58 @@ def test_the_update_hands_its_gradients_memory_back_before_the_next_generation(t
     monkeypatch.setattr(minibatch, "trim_in_backward", lambda *a, **k: 0)
     run.train_step(1, Timer())
     assert len(freed) >= 3 and freed[-1] is True and not all(freed), freed
+
+
+
+CHILD = """
+import sys, time
+from rft.console import say_error
+from rft.runtime import exit_with_parent
+exit_with_parent(2, "rft: error: the parent (pid {parent}) is gone", poll_s=0.02)
+SAY
+open(sys.argv[1], "w").close()
+time.sleep(60)  # a slow teardown: the parent watch ends it
+"""
+PARENT = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.DEVNULL,
+                         stderr=open(sys.argv[3], "w"))
+print(child.pid, flush=True)
+while not os.path.exists(sys.argv[2]) and child.poll() is None:
+    time.sleep(0.02)
+os._exit(0)  # gone while the child tears down
+"""
+
+
+def _orphan_stderr(tmp_path, say: str) -> list[str]:
+    """The stderr lines of a child (CHILD, `say` its error step) whose parent exits once the child got that far,
+    read when the child has exited (gone, or a zombie where nothing reaps orphans)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    said, err = tmp_path / "said", tmp_path / "stderr"
+    pid = int(subprocess.run([sys.executable, "-c", PARENT, CHILD.replace("SAY", say), str(said), str(err)],
+                             capture_output=True, text=True, timeout=600, check=True).stdout)
+    status = Path(f"/proc/{pid}/status")
+    for _ in range(3000):  # the watch polls every 20 ms
+        try:
+            if "\nState:\tZ" in status.read_text():
+                break
+        except OSError:  # gone
+            break
+        time.sleep(0.02)
+    return err.read_text().splitlines()
+
+
+def test_a_child_whose_parent_goes_after_it_said_its_error_says_nothing_more(tmp_path):
+    """A child that printed its error line (a weight broadcast broken by its killed parent) and then finds the parent
+    gone exits without a second line (test_modes' killed-trainer test saw both under load)."""
+    assert _orphan_stderr(tmp_path, 'say_error(["rft: error: the broadcast broke"])') == [
+        "rft: error: the broadcast broke"]
+
+
+def test_a_child_whose_parent_goes_first_says_so(tmp_path):
+    lines = _orphan_stderr(tmp_path, "pass")
+    assert len(lines) == 1 and lines[0].startswith("rft: error: the parent (pid ") and lines[0].endswith("is gone")

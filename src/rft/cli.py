@@ -768,14 +768,13 @@ def report(error: BaseException, debug: bool) -> int:
     the exit status."""
     import traceback
 
+    from rft.console import say_error
     from rft.distributed import first_to_say
     from rft.errors import exit_code_of, failure_lines
 
     if debug:
         traceback.print_exception(error)
-    for line in failure_lines(error):
-        if first_to_say(line):
-            print(line, file=sys.stderr, flush=True)
+    say_error([line for line in failure_lines(error) if first_to_say(line)])
     if isinstance(error, KeyboardInterrupt):  # a stop: 128 + the signal's number
         from rft.interrupts import exit_code
 

@@ -8,12 +8,14 @@ import json
 import logging
 import os
 import platform
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rft.console import LAST_WORD, error_said
 from rft.fsutil import checked_write
 
 log = logging.getLogger("rft")
@@ -207,12 +209,10 @@ def release_freed_memory(force: bool = False) -> None:
 
 
 def exit_with_parent(code: int, message: str | None = None, parent: int | None = None, poll_s: float = 1.0) -> None:
-    """End this process (`os._exit(code)`, after `message` on stderr) once its parent `parent` (default: the
-    current one) is gone: a child left by a SIGKILLed parent would otherwise wait on forever. A daemon thread
-    watches."""
-    import os
+    """End this process (`os._exit(code)`, after `message` on stderr unless the process already said its error,
+    `say_error`) once its parent `parent` (default: the current one) is gone: a child left by a SIGKILLed parent
+    would otherwise wait on forever. A daemon thread watches."""
     import sys
-    import threading
     import time
 
     parent = os.getppid() if parent is None else parent
@@ -220,7 +220,8 @@ def exit_with_parent(code: int, message: str | None = None, parent: int | None =
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
-        if message:
+        LAST_WORD.acquire()  # held to the exit: the main thread's error line cannot follow this one
+        if message and not error_said():
             print(message.format(parent=parent), file=sys.stderr, flush=True)
         os._exit(code)
 
