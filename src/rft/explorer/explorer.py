@@ -451,6 +451,8 @@ class Workflows:
         tokens = sum(int(e.action_mask.sum()) for e in out)
         metrics["perf/gen_tokens_per_s"] = tokens / max(timer.times["gen"], 1e-9)
         metrics["workflow/model_calls"] = float(self.server.calls - calls)  # the step's: no count to checkpoint
+        if self.endpoint is not None:
+            metrics.update(self.endpoint.take_counts())
         return out, metrics
 
     def evaluate(self) -> tuple[dict[str, float], list[dict]]:
