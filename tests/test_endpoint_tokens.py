@@ -228,3 +228,130 @@ def test_conversations_of_other_callers_are_not_continued():
         assert endpoint.take_counts()["workflow/endpoint_rerendered"] == 1
     finally:
         endpoint.close()
+
+
+# ---------------------------------------------------------------------------------- an agent loop that trains
+AGENT = '''
+import json
+
+from rft.explorer.tools import calculator
+from rft.explorer.workflow import Workflow, register_workflow
+
+
+@register_workflow("endpoint_calc_agent")
+class EndpointCalcAgent(Workflow):
+    """An agent that knows only the openai client: it runs each tool call of a reply with the calculator and sends
+    the result back by its tool_call_id until a reply without calls; repeat_times episodes, every call an
+    experience rewarded with its episode's answer."""
+
+    def run(self):
+        client = self.model.get_openai_client()
+        out = []
+        for _ in range(self.task.repeat_times):
+            messages = list(self.task.messages)
+            for _ in range(4):
+                reply = client.chat.completions.create(model=client.models.list().data[0].id, messages=messages,
+                                                       tools=self.task.prompt.tools).choices[0].message
+                messages.append(reply)
+                if not reply.tool_calls:
+                    break
+                for call in reply.tool_calls:
+                    messages.append({"role": "tool", "tool_call_id": call.id,
+                                     "content": calculator(**json.loads(call.function.arguments))})
+            reward, _ = self.task.score(reply.content or "")
+            for e in self.model.extract_experience_from_history():
+                e.reward = reward
+                out.append(e)
+        return out
+'''
+
+
+class CalculatorPolicy(ScriptedModel):
+    """Calls the calculator twice (hermes format, a marker word before each call), then answers: right the first
+    time a question is answered, wrong (#### 7) the second, so each group's rewards differ."""
+
+    def __init__(self, tok, eos: list[str]):
+        super().__init__(tok, eos, True)
+        self.answered: dict[str, int] = {}
+
+    def generate(self, ids, mask, params, generator=None):
+        import re
+
+        from rft.rollout.base import RolloutOutput
+
+        rows = []
+        for row, valid in zip(ids, mask):
+            prompt = row[valid.bool()].tolist()
+            text = self.tok.decode(prompt)
+            a, b = map(int, re.search(r"(\d+)\*(\d+)=", text).groups())
+            calls = text.count("CALL ")
+            if calls < 2:
+                reply = f'CALL <tool_call>{{"name": "calc", "arguments": {{"e": "{a}*{b}"}}}}</tool_call>'
+            else:
+                self.answered[f"{a}*{b}"] = self.answered.get(f"{a}*{b}", 0) + 1
+                reply = f"#### {a * b if self.answered[f'{a}*{b}'] % 2 else 7}"
+            ids_ = self.tok(reply, add_special_tokens=False)["input_ids"] + self.eos[:1]
+            self.prompts.append(prompt)
+            self.replies.append(ids_)
+            rows.append(ids_)
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.tok.pad_token_id)
+        valid = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+        return RolloutOutput(out, valid, -0.5 * valid.float())
+
+
+def family_model(name: str, folder: Path) -> Path:
+    """The tiny model with `name`'s tokenizer (its embeddings resized to the added tokens)."""
+    from transformers import AutoModelForCausalLM
+
+    from rft.models.tiny import init_model
+
+    init_model("tiny", folder, seed=0)
+    tok = family_tokenizer(name)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    model.resize_token_embeddings(len(tok))
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama31", "mistral03"])
+def test_an_openai_agent_with_tool_calls_trains_three_grpo_steps_through_the_endpoint(tmp_path, name):
+    """Two tool calls and an answer per episode, two episodes per task, two tasks a step: every call's prompt holds
+    the earlier calls' prompts and sampled tokens unchanged, and three GRPO steps train the tiny model (with the
+    family's tokenizer) on the history's experiences. The sampling is scripted (a random tiny model makes no tool
+    calls): the policy's replies, not its weights, decide what the agent does."""
+    from rl_helpers import trainable
+
+    from rft.monitor import Timer
+    from rft.tasks import write_calculator
+    from rft.trainer.configure import load_config
+    from rft.trainer.run import SyncRun
+
+    write_calculator(tmp_path / "calc", n_train=12, n_val=4, seed=0, copy_rows=0)
+    (tmp_path / "agent.py").write_text(AGENT)
+    run = SyncRun(load_config(None, [
+        f"actor_rollout_ref.model.path={family_model(name, tmp_path / 'model')}",
+        f"data.train_files={tmp_path / 'calc' / 'train.parquet'}", "data.tools_key=tools",
+        "data.max_prompt_length=1024", "data.max_response_length=64", "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "algorithm.adv_estimator=grpo",
+        "workflow.type=endpoint_calc_agent", f"workflow.path={tmp_path / 'agent.py'}", "workflow.enable_history=true",
+        "trainer.val_before_train=false", "trainer.total_training_steps=3",
+        f"trainer.default_local_dir={tmp_path / 'out'}", "trainer.logger=[]"]))
+    policy = CalculatorPolicy(run.tokenizer, FAMILIES[name][4])
+    run.explorer.workflows.server.engine = policy
+    for step in range(1, 4):
+        before = trainable(run.trainer.model)
+        metrics = run.train_step(step, Timer())
+        assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 2, metrics
+        assert metrics["workflow/endpoint_kept"] == 2 * 2 * 2 and metrics["workflow/endpoint_rerendered"] == 0
+        assert metrics["actor/grad_norm"] > 0
+        assert any(not torch.equal(before[k], v) for k, v in trainable(run.trainer.model).items())
+    # a call after a tool result: its prompt begins with an earlier call's prompt and sampled tokens, unchanged (the
+    # calls of two workflows are batched together, so the earlier call is any of those before)
+    calls = list(zip(policy.prompts, policy.replies))
+    continued = sum(any(prompt[:len(p) + len(r)] == p + r for p, r in calls[:k]) for k, (prompt, _) in enumerate(calls))
+    assert len(calls) == 3 * 2 * 2 * 3 and continued == 3 * 2 * 2 * 2  # every second and third call of every episode
