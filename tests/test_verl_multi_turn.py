@@ -58,6 +58,8 @@ def test_verls_multi_turn_keys_are_the_tool_workflows(assets, tmp_path):
     # null: verl's max_model_len // 3, the prompt's and the response's lengths (32 + 6 here)
     cfg = rl_config(assets, tmp_path / "out", f"{MT}.enable=true", f"{MT}.max_assistant_turns=null")
     assert cfg.workflow.args == {"max_turns": (32 + 6) // 3}
+    cfg = rl_config(assets, tmp_path / "out", f"{MT}.enable=true", "actor_rollout_ref.rollout.max_model_len=90")
+    assert cfg.workflow.args == {"max_turns": 30}
     # without enable the section is verl's defaults of a feature the run does not use
     cfg = rl_config(assets, tmp_path / "out", f"{MT}.enable=false", f"{MT}.max_assistant_turns=3",
                     f"{MT}.max_parallel_calls=1", f"{MT}.interaction_config_path=null")

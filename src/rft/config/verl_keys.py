@@ -430,9 +430,10 @@ WHOLE_RESPONSES = ("rft's tool_call_workflow runs every tool call of a reply and
 
 
 MULTI_TURN_KEYS = {
-    "enable": "read as `workflow.type=tool_call_workflow`",
-    "max_assistant_turns": "read as `workflow.args.max_turns` (the model's turns; null: (data.max_prompt_length + "
-                           "data.max_response_length) // 3, verl's max_model_len // 3)",
+    "enable": "read as `workflow.type=tool_call_workflow` (without max_assistant_turns, `workflow.args.max_turns` "
+              "at its verl default, null)",
+    "max_assistant_turns": "read as `workflow.args.max_turns` (the model's turns; null: verl's max_model_len // 3, "
+                           "rollout.max_model_len or data.max_prompt_length + data.max_response_length)",
     "format": "read as `workflow.tool_call_parser` (qwen, qwen25: hermes); other formats refused",
     "tool_config_path": "read as `workflow.tool_config_path` (verl's tool-config YAML)",
     "max_user_turns": "accepted, no effect here: verl counts its interactions' turns, which rft refuses",
@@ -452,10 +453,12 @@ qwen / qwen25 parser reads `<tool_call>{json}</tool_call>`, which is hermes."""
 
 
 def _max_turns(value: Any, flat: Mapping[str, Any]) -> int:
-    """verl's max_assistant_turns as the tool workflow's max_turns: null is verl's max_model_len // 3 (the prompt's
-    and the response's lengths, verl's defaults 512 each)."""
+    """verl's max_assistant_turns as the tool workflow's max_turns: null is verl's max_model_len // 3
+    (rollout.max_model_len, else the prompt's and the response's lengths, verl's defaults 512 each)."""
     if value is None:
-        return (int(flat.get("data.max_prompt_length") or 512) + int(flat.get("data.max_response_length") or 512)) // 3
+        length = flat.get(f"{RO}.max_model_len") or (int(flat.get("data.max_prompt_length") or 512)
+                                                      + int(flat.get("data.max_response_length") or 512))
+        return int(length) // 3
     return value
 
 
@@ -500,6 +503,8 @@ def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field
                     raise ConfigError(f"{said} must be true or false")
                 if value and enabled:
                     move("workflow.type", TOOL_WORKFLOW)
+                    if f"{MT}.max_assistant_turns" not in flat and "workflow.args.max_turns" not in flat:
+                        move("workflow.args.max_turns", _max_turns(None, flat))  # verl's default, null
                 else:
                     done.note("verl's default, which leaves off a feature rft does not have", key)
             elif not enabled:
