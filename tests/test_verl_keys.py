@@ -86,7 +86,7 @@ def test_noops_are_accepted_and_named_in_a_note(caplog):
     ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "Megatron"),
     ("actor_rollout_ref.actor.strategy=megatron", "Megatron"),
     ("actor_rollout_ref.actor.router_replay.mode=R3", "MoE routing replay"),
-    ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn agent loop"),
+    ("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", "agent loops other than its multi-turn tool"),
     ("actor_rollout_ref.ref.strategy=fsdp2", "differs from actor_rollout_ref.actor.strategy='fsdp'"),
     ("algorithm.use_pf_ppo=True", "PF-PPO"),
 ])

@@ -78,11 +78,13 @@ def reference_markdown() -> str:
 
 def _verl_keys() -> list[str]:
     """The table of verl's keys that no field holds (`rft.config.verl_keys`), as it decides them."""
-    from rft.config.verl_keys import ALIAS, DEFAULT, NOOP, SAME, VERL_KEYS
+    from rft.config.verl_keys import ALIAS, DEFAULT, MT, MULTI_TURN_KEYS, NOOP, SAME, VERL_KEYS
 
     said = {NOOP: "accepted, no effect here (named in a note)", ALIAS: "read as `{to}`",
             SAME: "accepted while equal to `{to}`", DEFAULT: "accepted at {ok} (named in a note), else refused"}
-    rows = []
+    rows = [f"| `{MT}.{leaf}` | rl | {what} | verl's multi-turn tool rollout, rft's tool_call_workflow "
+            "(docs/workflows.md); without multi_turn.enable: accepted, no effect (named in a note) |"
+            for leaf, what in MULTI_TURN_KEYS.items()]
     for row in VERL_KEYS:
         what = said.get(row.kind, "refused").format(to=row.to, ok=" / ".join(f"`{v!r}`" for v in row.ok))
         rows.append(f"| `{row.pattern}` | {row.schema} | {what} | {row.why} |")

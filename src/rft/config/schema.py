@@ -609,8 +609,8 @@ class RolloutConfig:
         "sync", "verl's rollout mode: sync (the engine generates the step's batch) or async (verl 0.8's default: "
         "verl's agent loop sends each prompt to server-mode engines). Both are step-synchronous in verl's PPO "
         "trainer (the update waits for every response of the batch, on-policy), so with the single-turn agent loop "
-        "async samples what sync does: rft runs it as its batched rollout and says so in a note. A multi-turn agent "
-        "loop is refused by its own keys (rollout.multi_turn.enable).", choices=("sync", "async"))
+        "async samples what sync does: rft runs it as its batched rollout and says so in a note. verl's multi-turn "
+        "tool rollout is its own key, rollout.multi_turn.enable (rft's tool_call_workflow).", choices=("sync", "async"))
     temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
     top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
     top_p: float = fld(1.0, "Nucleus sampling threshold in (0, 1].")
@@ -1204,6 +1204,12 @@ class WorkflowConfig:
     tool_call_parser: str = fld("hermes", "How tool calls are found in a reply: the endpoint's for `tools` requests, and "
                                            "tool_call_workflow's unless workflow.args names its own.",
                                 choices=("hermes", "pythonic"))
+    tool_config_path: Optional[str] = fld(
+        None, "A YAML file of tools in verl's tool-config format (verl's actor_rollout_ref.rollout.multi_turn."
+              "tool_config_path: `tools:` a list of {class_name, config, tool_schema}); tool_call_workflow declares "
+              "each tool_schema (an OpenAI function schema) to the model on every task, after the row's own tools, "
+              "and runs a call with rft's tool of that function name (built in, or in workflow.args.tools_path); a "
+              "tool rft has no function for is refused by its class_name before the model loads.")
     auxiliary_models: List[Any] = fld(
         [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "
             "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen. "

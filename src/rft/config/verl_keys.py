@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,8 +53,9 @@ ROUTING_REPLAY = "MoE routing replay (recording the rollout's expert routing and
 PROFILER = "a profiler's setting (verl's nsys / torch / NPU profilers): rft runs no profiler, so it changes nothing"
 PLUMBING = "verl's process and Ray plumbing (NCCL timeouts, worker implementation, node redundancy): rft starts its own processes"
 ENGINE = "a knob of how verl's rollout engine runs (server mode, weight sync, memory, logging), not of what it samples"
-MULTI_TURN = ("verl's multi-turn agent loop (tools and interactions in the rollout) is not mapped in rft yet; rft's "
-              "tool workflows are workflow.type=tool_call_workflow (docs/workflows.md)")
+MULTI_TURN = ("verl's agent loops other than its multi-turn tool rollout are not in rft; that one is "
+              "actor_rollout_ref.rollout.multi_turn.enable=true, rft's workflow.type=tool_call_workflow "
+              "(docs/workflows.md)")
 REWARD_LOOP = ("verl's reward loop runs the same reward function / reward model in separate workers (the reward model "
                "served by an inference engine); rft runs them in process, with the same scores")
 FSDP_ENGINE = ("a knob of verl's FSDP engine that changes memory or speed, not the numbers (use_orig_params, "
@@ -155,8 +157,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("actor_rollout_ref.model.torch_dtype", REFUSE, "not a key of verl's model config either (verl's hydra "
             "refuses it); the weights' dtype: actor_rollout_ref.actor.fsdp_config.param_dtype"),
     # --- the rollout
-    VerlKey(f"{RO}.multi_turn.enable", DEFAULT, MULTI_TURN, ok=(False,)),
-    VerlKey(f"{RO}.multi_turn.*", NOOP, "verl's multi-turn settings, without rollout.multi_turn.enable"),
     VerlKey(f"{RO}.agent.default_agent_loop", DEFAULT, MULTI_TURN, ok=("single_turn_agent",)),
     VerlKey(f"{RO}.agent.agent_loop_config_path", DEFAULT, MULTI_TURN, ok=(None,)),
     VerlKey(f"{RO}.agent.custom_async_server.*", DEFAULT, "a custom rollout server class is not in rft", ok=(None,)),
@@ -199,7 +199,9 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             ok=(-1, None)),
     VerlKey("data.reward_fn_key", DEFAULT, "rft reads the data source from data_source (data.data_source_key in "
             "rft eval)", ok=("data_source",)),
-    VerlKey("data.tool_config_path", DEFAULT, MULTI_TURN, ok=(None,)),
+    VerlKey("data.tool_config_path", DEFAULT, "verl's dataset counts this file's tool schemas in a prompt's length "
+            "(filter_overlong_prompts), which rft does not; rft's tools file is actor_rollout_ref.rollout.multi_turn."
+            "tool_config_path", ok=(None,)),
     VerlKey("data.image_patch_size", NOOP, "the image processor's patch size comes from the model's processor"),
     VerlKey("data.video_key", NOOP, "the column of a row's videos, which rft does not read (its multimodal rows are "
             "images: data.image_key)"),
@@ -403,7 +405,7 @@ class Sorted:
     def say(self) -> None:
         """One note line per reason, naming every key (once in the log, before the run starts)."""
         for why, keys in self.notes.items():
-            log.warning("rft: note: verl keys rft accepts with no effect here (%s): %s", why, ", ".join(keys))
+            log.warning("rft: note: verl keys with no rft field of their name (%s): %s", why, ", ".join(keys))
 
     def check(self, cfg: Any) -> None:
         """The SAME keys against the merged config `cfg`."""
@@ -415,6 +417,139 @@ class Sorted:
                 raise ConfigError(f"{where + ': ' if where else ''}{key}={value!r} differs from {row.to}={node!r}; "
                                   f"{row.why}")
             self.note(f"the same as {row.to}", key)
+
+
+MT = f"{RO}.multi_turn"
+TOOL_WORKFLOW = "tool_call_workflow"
+INTERACTION = ("verl's interactions (a class that answers the model as the user between turns, e.g. "
+               "verl.interactions.gsm8k_interaction.Gsm8kInteraction) are not in rft; remove it (a conversation "
+               "of your own: a workflow class, workflow.path)")
+WHOLE_RESPONSES = ("rft's tool_call_workflow runs every tool call of a reply and passes each tool's whole response "
+                   "back (verl runs the first max_parallel_calls and cuts a response past max_tool_response_length "
+                   "characters); remove it")
+
+
+MULTI_TURN_KEYS = {
+    "enable": "read as `workflow.type=tool_call_workflow` (without max_assistant_turns, `workflow.args.max_turns` "
+              "at its verl default, null)",
+    "max_assistant_turns": "read as `workflow.args.max_turns` (the model's turns; null: verl's max_model_len // 3, "
+                           "rollout.max_model_len or data.max_prompt_length + data.max_response_length)",
+    "format": "read as `workflow.tool_call_parser` (qwen, qwen25: hermes); other formats refused",
+    "tool_config_path": "read as `workflow.tool_config_path` (verl's tool-config YAML)",
+    "max_user_turns": "accepted, no effect here: verl counts its interactions' turns, which rft refuses",
+    "interaction_config_path": "accepted at `None`, else refused: " + INTERACTION,
+    "use_inference_chat_template": "accepted at `False` (rft keeps the sampled tokens), else refused",
+    "tokenization_sanity_check_mode": "accepted, no effect here (rft keeps the sampled tokens: nothing to compare)",
+    "max_parallel_calls": "refused: " + WHOLE_RESPONSES,
+    "max_tool_response_length": "refused: " + WHOLE_RESPONSES,
+    "tool_response_truncate_side": "refused: " + WHOLE_RESPONSES,
+    "num_repeat_rollouts": "accepted at `None`, else refused",
+}
+"""What rft does with each key of verl's multi_turn section while multi_turn.enable is true (`_multi_turn`); without
+it every key is accepted with no effect (named in a note). docs/config.md lists them."""
+TOOL_CALL_FORMATS = {"qwen": "hermes", "qwen25": "hermes"}
+"""verl's multi_turn.format values (SGLang's tool-call parser names) that are rft parsers by another name: SGLang's
+qwen / qwen25 parser reads `<tool_call>{json}</tool_call>`, which is hermes."""
+
+
+def _max_turns(value: Any, flat: Mapping[str, Any]) -> int:
+    """verl's max_assistant_turns as the tool workflow's max_turns: null is verl's max_model_len // 3
+    (rollout.max_model_len, else the prompt's and the response's lengths, verl's defaults 512 each)."""
+    if value is None:
+        length = flat.get(f"{RO}.max_model_len") or (int(flat.get("data.max_prompt_length") or 512)
+                                                      + int(flat.get("data.max_response_length") or 512))
+        return int(length) // 3
+    return value
+
+
+def _move(layer: dict, flat: Mapping[str, Any], done: Sorted, key: str, said: str, to: str, value: Any) -> None:
+    """verl's `key` (as `said`) put in `layer` as rft's `to`=`value`, unless the config sets `to` otherwise."""
+    given = flat.get(to, _put)
+    if given is not _put and given != value:
+        raise ConfigError(f"{said} is verl's {to}={value!r} here, and {to}={given!r} is set too: set one")
+    _put(layer, to, value)
+    done.note("verl's multi-turn rollout, read as rft's tool workflow", f"{key} -> {to}={value!r}")
+
+
+def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field_type: Callable[[str], Any],
+                where: Callable[[str, int], str]) -> None:
+    """verl's multi-turn rollout (`actor_rollout_ref.rollout.multi_turn`) onto rft's tool workflow, in place, with
+    verl's meaning: enable -> workflow.type=tool_call_workflow (the model's tool calls run, their results go back
+    as tool messages, the loss on the model's tokens only); max_assistant_turns -> workflow.args.max_turns (the
+    model's turns; null: max_model_len // 3, as verl); format -> workflow.tool_call_parser; tool_config_path ->
+    workflow.tool_config_path (verl's tool-config YAML: its schemas declared to the model, each run by rft's tool of
+    that name); use_inference_chat_template false and tokenization_sanity_check_mode are what rft does (it keeps the
+    sampled tokens: there is no re-tokenization to check); max_user_turns counts verl's interaction turns, which
+    need interaction_config_path; interactions, and the cuts rft's workflow does not make (max_parallel_calls,
+    max_tool_response_length, tool_response_truncate_side), are refused by name. Without enable the section is
+    verl's defaults of an unused feature: noted."""
+    from rft.config.schema import WorkflowConfig
+
+    enabled = flat.get(f"{MT}.enable", False) is True
+    parsers = next(f for f in dataclasses.fields(WorkflowConfig) if f.name == "tool_call_parser").metadata["choices"]
+    for i, layer in enumerate(layers):
+        section = _get(layer, MT)
+        if section is None:
+            continue
+        for key, value in _leaves(section, MT + ".") if isinstance(section, Mapping) else [(MT, section)]:
+            leaf, source = key[len(MT) + 1:], where(key, i)
+            said = f"{source + ': ' if source else ''}{key}={value!r}"
+            move = functools.partial(_move, layer, flat, done, key, said)
+
+            if leaf == "_target_":
+                done.note(MARKER, key)
+            elif leaf == "enable":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{said} must be true or false")
+                if value and enabled:
+                    move("workflow.type", TOOL_WORKFLOW)
+                    if f"{MT}.max_assistant_turns" not in flat and "workflow.args.max_turns" not in flat:
+                        move("workflow.args.max_turns", _max_turns(None, flat))  # verl's default, null
+                else:
+                    done.note("verl's default, which leaves off a feature rft does not have", key)
+            elif not enabled:
+                done.note("verl's multi-turn settings, without rollout.multi_turn.enable", key)
+            elif leaf == "max_assistant_turns":
+                turns = _max_turns(value, flat)
+                if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+                    raise ConfigError(f"{said} must be an integer >= 1 (the model's turns), or null")
+                move("workflow.args.max_turns", turns)
+            elif leaf == "format":
+                parser = TOOL_CALL_FORMATS.get(value, value)
+                if parser not in parsers:
+                    raise ConfigError(f"{said}: rft's tool workflow parses tool calls as {list(parsers)} "
+                                      f"(workflow.tool_call_parser; also read as hermes: "
+                                      f"{', '.join(k for k, v in TOOL_CALL_FORMATS.items() if v == 'hermes')}); "
+                                      "set one of them")
+                move("workflow.tool_call_parser", parser)
+            elif leaf == "tool_config_path":
+                if value is not None:
+                    move("workflow.tool_config_path", value)
+            elif leaf == "interaction_config_path":
+                if value is not None:
+                    raise ConfigError(f"{said} is a verl setting rft does not have: {INTERACTION}")
+            elif leaf == "max_user_turns":
+                done.note("user turns verl's interactions take (interaction_config_path, not in rft): no effect "
+                          "without one, in verl too", key)
+            elif leaf in ("max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side"):
+                raise ConfigError(f"{said} is a verl setting rft does not have: {WHOLE_RESPONSES}")
+            elif leaf == "use_inference_chat_template":
+                if value is not False:
+                    raise ConfigError(f"{said}: rft's tool workflow keeps the tokens the model sampled and renders "
+                                      "only the turns it did not write (verl's false); re-rendering earlier turns "
+                                      "with the template is not in rft; remove it")
+                done.note("verl's multi-turn settings that are what rft does (the sampled tokens kept)", key)
+            elif leaf == "tokenization_sanity_check_mode":
+                if value not in ("strict", "disable", "ignore_strippable"):
+                    raise ConfigError(f"{said} must be strict, disable or ignore_strippable (verl's values)")
+                done.note("verl's check of its turn-by-turn tokenization against a whole rendering: rft keeps the "
+                          "tokens the model saw, so there is nothing to compare", key)
+            elif leaf == "num_repeat_rollouts" and value is None:
+                done.note("verl's default, which leaves off a feature rft does not have", key)
+            else:
+                raise ConfigError(f"{said} is not a key of verl's multi_turn section, which has "
+                                  f"{', '.join(MULTI_TURN_KEYS)}; remove it")
+        _pop(layer, MT, field_type)
 
 
 def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
@@ -431,6 +566,8 @@ def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
             if _get(layer, key) == "megatron":
                 source = where(key, i)
                 raise ConfigError(f"{source + ': ' if source else ''}{key}='megatron': {MEGATRON}")
+    if schema == "rl":
+        _multi_turn(layers, flat, done, field_type, where)
     for i, layer in enumerate(layers):
         for key, value in _leaves(layer):
             if _is_field(field_type, key):

@@ -164,7 +164,8 @@ def check_workflow(ctx: CheckContext) -> None:
             check_auxiliary_positions(i, spec, cfg.data.max_response_length)
     if wf.type == "simple_workflow":
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
-        for key, value, default in (("path", wf.path, None), ("args", wf.args, {}),
+        for key, value, default in (("path", wf.path, None), ("args", wf.args, {}), ("tool_config_path",
+                                                                                      wf.tool_config_path, None),
                                     ("enable_history", wf.enable_history, False), ("endpoint", wf.endpoint, False),
                                     ("auxiliary_models", [] if judged else wf.auxiliary_models, [])):
             if value != default:
@@ -210,8 +211,16 @@ def check_workflow(ctx: CheckContext) -> None:
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
             raise ConfigError(f"workflow.args.format_score_coef={coef!r} must be a number >= 0 (the format penalty "
                               "of a reply without one <think>...</think>; 0 counts as 0.1, as in Trinity-RFT)")
+    if wf.tool_config_path and wf.type != "tool_call_workflow":
+        raise ConfigError(f"workflow.tool_config_path={wf.tool_config_path!r} (verl's tool config) is read by "
+                          f"workflow.type=tool_call_workflow, not {wf.type!r}: set that, or remove it")
     tools_path = (wf.args or {}).get("tools_path") if wf.type == "tool_call_workflow" else None
-    if tools_path and check_paths:  # loaded now: a file that does not import would fail every task of every step
+    if (tools_path or wf.tool_config_path) and check_paths:  # loaded now: a file that does not import, or a tool
+        # with no function, would fail every task of every step
         from rft.explorer.tools import load_tools
 
-        load_tools(str(tools_path))
+        tools = load_tools(str(tools_path) if tools_path else None)
+        if wf.tool_config_path:
+            from rft.explorer.verl_tools import check_tool_config
+
+            check_tool_config(wf.tool_config_path, tools)

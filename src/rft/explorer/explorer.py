@@ -15,6 +15,7 @@ all ranks in the one-process order.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -401,6 +402,11 @@ class Workflows:
 
             self.endpoint = Endpoint(lambda: self.handle(self.server, self.train_params), model_name(ex.cfg),
                                      wf.tool_call_parser, wf.endpoint_port)
+        self.tool_schemas = []  # verl's tool-config file: declared to the model on every task
+        if wf.tool_config_path:
+            from rft.explorer.verl_tools import read_tool_config
+
+            self.tool_schemas = [schema for _, schema in read_tool_config(wf.tool_config_path)]
         self.auxiliary = ex.auxiliary
         self.settings = RunnerSettings(wf.runner_per_model, wf.max_timeout, wf.max_retry_times)
         self.runner = WorkflowRunner(self.cls, self.server, lambda: self.handle(self.server, self.train_params),
@@ -425,6 +431,10 @@ class Workflows:
         judge = self.ex.rewards.judge  # shown each task's question
         reward_fn = (lambda p: functools.partial(judge, question=question_of(p.messages))) if judge is not None \
             else (lambda p: self.ex.rewards.reward_fn)
+        if self.tool_schemas:
+            from rft.explorer.verl_tools import with_tools
+
+            prompts = [dataclasses.replace(p, tools=with_tools(p.tools, self.tool_schemas)) for p in prompts]
         return [Task(prompt=p, index=i, repeat_times=n, workflow_args=args, reward_fn=reward_fn(p),
                      is_eval=is_eval) for i, p in enumerate(prompts)]
 
@@ -451,6 +461,8 @@ class Workflows:
         tokens = sum(int(e.action_mask.sum()) for e in out)
         metrics["perf/gen_tokens_per_s"] = tokens / max(timer.times["gen"], 1e-9)
         metrics["workflow/model_calls"] = float(self.server.calls - calls)  # the step's: no count to checkpoint
+        if self.endpoint is not None:
+            metrics.update(self.endpoint.take_counts())
         return out, metrics
 
     def evaluate(self) -> tuple[dict[str, float], list[dict]]:

@@ -8,6 +8,15 @@ on its own thread and its generation joins the batches of the generation server.
 with `enable_history`, are recorded for `extract_experience_from_history()`. A request with another key is served
 on its own (no history).
 
+A conversation keeps its tokens across calls: each chat reply is remembered with the ids of its prompt and of what
+the model sampled, keyed by the request's messages plus the reply as the endpoint returned it (its tool calls and
+their ids) under the caller's key. A later request whose messages begin with such a conversation continues those ids
+with the chat template's rendering of what came after (`_continuation`), so an agent that sends its history back
+unchanged prompts the model with exactly the tokens it sampled, whatever the template would make of them (a template
+that drops earlier reasoning, trims whitespace, or renders another end-of-turn token). A history the client changed
+is rendered from its text from the first message that differs; the endpoint counts such calls
+(`workflow/endpoint_rerendered`) and says once why its tokens may differ from the sampled ones.
+
 What the engine cannot do is refused with HTTP 400 and an OpenAI-style error body (never ignored): streaming, stop
 sequences, top-logprobs alternatives, a prompt or max_tokens past the model's context, and an unknown model name
 (404). A chat request's `chat_template_kwargs` (vLLM's extension, e.g. {"enable_thinking": false}) are variables of
@@ -17,16 +26,23 @@ the chat template, over the run's data.apply_chat_template_kwargs.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
 import time
 import uuid
 import weakref
+from array import array
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from rft.data.chat import render
 from rft.data.images import IMAGE_PART_TYPES
 from rft.explorer.model import ModelHandle, WorkflowError
 from rft.explorer.tools import parse_tool_calls
+
+log = logging.getLogger("rft")
 
 _ACCEPTED = {"model", "messages", "prompt", "n", "temperature", "top_p", "top_k", "max_tokens",
              "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice", "stream", "stop", "user",
@@ -84,6 +100,8 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
                 calls.append(f"{f.get('name')}(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")")
         text = text + ("".join(calls) if parser == "hermes" else "[" + ", ".join(calls) + "]")
     out = {"role": m["role"], "content": text}
+    if m.get("tool_call_id"):
+        out["tool_call_id"] = str(m["tool_call_id"])
     if m["role"] != "assistant" and _image_parts(m.get("content")):  # text and images in their order, the
         # images read by the model handle
         out["content"] = [p if p.get("type") != "text" else {"type": "text", "text": p.get("text", "")}
@@ -91,6 +109,81 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
     if m.get("name"):
         out["name"] = m["name"]
     return out
+
+
+def _arguments(value):
+    """A tool call's arguments as an object: a client sends back the JSON text it got, spaced its own way."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _structured(m: dict) -> dict:
+    """An OpenAI message as transformers' chat templates take it: text content, tool calls with their ids and their
+    arguments as an object, a tool message's tool_call_id and name. Also what a kept conversation is looked up by,
+    so a client's own spelling of the same message (content null or "", arguments re-spaced, extra null fields)
+    finds it."""
+    if not isinstance(m, dict) or "role" not in m:
+        raise ApiError(400, "every message needs a role")
+    out = {"role": m["role"], "content": _text(m.get("content"))}
+    if m.get("tool_calls"):
+        out["tool_calls"] = [{"id": str(c.get("id") or ""), "type": "function",
+                              "function": {"name": (c.get("function") or {}).get("name"),
+                                           "arguments": _arguments((c.get("function") or {}).get("arguments", "{}"))}}
+                             for c in m["tool_calls"] if isinstance(c, dict)]
+    for key in ("tool_call_id", "name"):
+        if m.get(key):
+            out[key] = str(m[key])
+    return out
+
+
+@dataclass
+class _Kept:
+    """A conversation as the model saw it up to the end of a reply the endpoint served."""
+
+    ids: array
+    """The reply's prompt ids and the ids the model sampled."""
+    ended: bool
+    """The reply ended with an end-of-turn token the model sampled (else the template's closing follows it)."""
+
+
+def _eos_texts(handle: ModelHandle) -> list[str]:
+    """The texts of the served model's end-of-turn tokens (the engine's EOS ids, else the tokenizer's EOS)."""
+    eos = getattr(getattr(handle.server, "engine", None), "eos_ids", None)
+    ids = [int(t) for t in eos.tolist()] if eos is not None else [handle.tokenizer.eos_token_id]
+    return [t for t in handle.tokenizer.convert_ids_to_tokens([i for i in ids if i is not None]) if t]
+
+
+def _overlap_end(before: str, after: str, common: int) -> int:
+    """Where in `after` the longest end of `before` found there ends (searched from the first character where the two
+    differ, `common`): the end of the earlier turns in a template's rendering that rewrote them (a dropped <think>,
+    a date in the system prompt); the new messages' text begins there. A suffix found means every shorter one is
+    found too, so the longest is a binary search."""
+    low, high = 0, len(before)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if after.find(before[-mid:], max(0, common - mid)) >= 0:
+            low = mid
+        else:
+            high = mid - 1
+    return after.find(before[-low:], max(0, common - low)) + low if low else common
+
+
+def _tokens(tokenizer, text: str, anchor: str) -> list[int]:
+    """`text`'s ids as they follow a special token in a whole rendering: tokenized after `anchor` (a special token's
+    text), whose ids are then dropped, so a tokenizer that treats the start of a text specially (a SentencePiece
+    prefix space) treats this one as it would mid-conversation."""
+    if not text:
+        return []
+    if anchor:
+        head = tokenizer(anchor, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(anchor + text, add_special_tokens=False)["input_ids"]
+        if ids[:len(head)] == head:
+            return ids[len(head):]
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def _listen(port: int, handler, port_key: str = "workflow.endpoint_port") -> ThreadingHTTPServer:
@@ -123,6 +216,9 @@ class Endpoint:
         self.routes, self.token_details = routes or {}, token_details
         self._keys: dict[str, weakref.ref] = {}
         self._replies: dict[str, str] = {}  # the raw replies behind the tool calls served, newest last
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()  # conversations by caller and messages, newest last
+        self._counts: Counter = Counter()
+        self._said: set[str] = set()
         self._lock = threading.Lock()
         endpoint = self
 
@@ -249,7 +345,8 @@ class Endpoint:
         return out
 
     REMEMBERED = 4096
-    """Replies with tool calls kept for writing them back verbatim (the oldest are forgotten first)."""
+    """Replies kept, the tokens of each conversation and the raw text of those with tool calls (the oldest are
+    forgotten first)."""
 
     def _remember(self, call_id: str, text: str) -> None:
         with self._lock:
@@ -259,33 +356,46 @@ class Endpoint:
 
     def chat(self, body: dict, key: str) -> dict:
         self._check(body)
-        with self._lock:
-            replies = dict(self._replies)
-        messages = [_message(m, self.parser, replies) for m in body.get("messages") or []]
-        if not messages:
+        raw = body.get("messages") or []
+        if not isinstance(raw, list) or not raw:
             raise ApiError(400, "messages must be a non-empty list")
         tools = body.get("tools") or None
         if body.get("tool_choice") not in (None, "auto", "none"):
             raise ApiError(400, "tool_choice must be auto or none")
         handle = self._handle(key).with_template_kwargs(_template_kwargs(body))
-        try:
-            prompt, _ = handle.prompt(messages, tools)
-        except WorkflowError as e:  # images for a text model, an image_url that is no data URL, ...
-            raise ApiError(400, str(e)) from None
-        completions = handle.chat(messages, n=int(body.get("n") or 1), tools=tools,
-                                  **self._sampling(body, handle, [prompt]))
+        n = int(body.get("n") or 1)
+        scope = json.dumps([key, tools, handle.template_kwargs], sort_keys=True, default=str)
+        keeps = handle.vision is None and not any(_image_parts(m.get("content")) for m in raw if isinstance(m, dict))
+        history = [_structured(m) for m in raw] if keeps else []
+        prompt = self._kept_prompt(scope, history, tools, handle) if keeps else None
+        if prompt is not None:
+            completions = handle.generate_ids([prompt], n=n, **self._sampling(body, handle, [prompt]))[0]
+        else:
+            with self._lock:
+                replies = dict(self._replies)
+            messages = [_message(m, self.parser, replies) for m in raw]
+            try:
+                prompt, _ = handle.prompt(messages, tools)
+            except WorkflowError as e:  # images for a text model, an image_url that is no data URL, ...
+                raise ApiError(400, str(e)) from None
+            completions = handle.chat(messages, n=n, tools=tools, **self._sampling(body, handle, [prompt]))
+        eos = set(_eos_texts(handle))
         choices = []
         for i, c in enumerate(completions):
             message: dict = {"role": "assistant", "content": c.text}
             finish = c.finish_reason
             if tools and body.get("tool_choice") != "none":
                 calls, rest = parse_tool_calls(c.text, self.parser)
-                if calls:
+                if calls:  # ids of 9 letters and digits: Mistral's template refuses any other
                     message = {"role": "assistant", "content": rest or None, "tool_calls": [
-                        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                        {"id": uuid.uuid4().hex[:9], "type": "function",
                          "function": {"name": t.name, "arguments": json.dumps(t.arguments)}} for t in calls]}
                     finish = "tool_calls"
                     self._remember(message["tool_calls"][0]["id"], c.text)
+            if keeps:
+                ended = bool(c.token_ids) and handle.tokenizer.convert_ids_to_tokens(c.token_ids[-1]) in eos
+                self._keep(scope, history + [_structured(message)], _Kept(array("q", c.prompt_ids + c.token_ids),
+                                                                          ended))
             choice = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
             if body.get("logprobs"):
                 choice["logprobs"] = {"content": [
@@ -295,6 +405,86 @@ class Endpoint:
             choices.append(self._with_details(choice, c))
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.model_name, "choices": choices, "usage": _usage(completions)}
+
+    # ------------------------------------------------------------------------------- kept conversations
+    def _keep(self, scope: str, messages: list[dict], kept: _Kept) -> None:
+        with self._lock:
+            key = scope + json.dumps(messages, sort_keys=True)
+            self._kept[key] = kept
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.REMEMBERED:
+                self._kept.popitem(last=False)
+
+    def _kept_prompt(self, scope: str, messages: list[dict], tools, handle: ModelHandle) -> list[int] | None:
+        """The prompt continuing the longest conversation served here that `messages` begin with: its ids as the
+        model saw and sampled them, then the template's rendering of the messages after it. None where no assistant
+        message of `messages` is a reply served here (a new conversation is rendered whole); a history that differs
+        from the replies served is counted and said."""
+        replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        if not replies:
+            return None
+        with self._lock:
+            found = next(((i, self._kept[k]) for i in reversed(replies)
+                          if (k := scope + json.dumps(messages[:i + 1], sort_keys=True)) in self._kept), None)
+        if found is None or found[0] != replies[-1]:
+            self._count("rerendered", "an OpenAI client sent a conversation whose assistant messages are not the "
+                        "replies this endpoint returned (it changed them, or they came from elsewhere): from the "
+                        "first that differs, the prompt holds the chat template's rendering of their text, whose "
+                        "tokens may differ from those the model sampled (counted in workflow/endpoint_rerendered)")
+        if found is None:
+            return None
+        i, kept = found
+        self._count("kept")
+        return list(kept.ids) + self._continuation(handle, messages[:i + 1], messages[i + 1:], tools, kept.ended)
+
+    def _continuation(self, handle: ModelHandle, before: list[dict], new: list[dict], tools, ended: bool) -> list[int]:
+        """The ids that follow a kept reply: the template's closing of the reply where the model did not sample its
+        end-of-turn token (the text the template puts after that token otherwise), then the template's rendering
+        of the `new` messages and the generation prompt: the rendering of `before + new` after that of `before`,
+        or, where the template renders `before` otherwise once more messages follow, after the longest end of
+        `before` found in it (counted)."""
+        def rendered(messages: list[dict], generation_prompt: bool) -> str:
+            try:
+                return render(handle.tokenizer, messages, generation_prompt=generation_prompt, tools=tools,
+                              chat_template=handle.chat_template, template_kwargs=handle.template_kwargs)
+            except Exception as e:  # the template's own refusal (roles, tool call ids)
+                raise ApiError(400, f"the chat template cannot render the messages: {e}") from None
+
+        old, full = rendered(before, False), rendered(before + new, True)
+        end, eos = max((old.rfind(t), t) for t in _eos_texts(handle) or [""])
+        closing = ""
+        if end >= 0 and eos and not old[end + len(eos):].strip():
+            closing = old[end + len(eos) if ended else end:]
+        if full.startswith(old):
+            text = full[len(old):]
+        else:
+            self._count("template_rewrites", "the chat template renders the earlier turns of a conversation "
+                        "otherwise once more messages follow (it drops reasoning, trims whitespace, moves the tools, "
+                        "dates its system prompt): the endpoint keeps the tokens the model saw and sampled and "
+                        "appends the template's rendering of the new messages only (counted in "
+                        "workflow/endpoint_template_rewrites)")
+            common = next((k for k, (a, b) in enumerate(zip(old, full)) if a != b), min(len(old), len(full)))
+            text = full[_overlap_end(old, full, common):]
+        return _tokens(handle.tokenizer, closing + text, eos)
+
+    def _count(self, what: str, note: str | None = None) -> None:
+        """One more call of kind `what`; `note` is said once per endpoint."""
+        with self._lock:
+            self._counts[what] += 1
+            first = note is not None and what not in self._said
+            self._said.add(what)
+        if first:
+            log.warning("rft: note: %s", note)
+
+    COUNTED = ("kept", "rerendered", "template_rewrites")
+
+    def take_counts(self) -> dict[str, float]:
+        """The calls counted since the last take, as `workflow/endpoint_*` metrics: kept (continued from the tokens
+        of a reply served here), rerendered (a history the client changed, rendered from its text),
+        template_rewrites (a template that renders earlier turns otherwise once more messages follow)."""
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+        return {f"workflow/endpoint_{k}": float(counts[k]) for k in self.COUNTED}
 
     def _with_details(self, choice: dict, c) -> dict:
         """`choice` with `rft` (`token_details`): what a trainer needs of a response and the text cannot give."""
