@@ -210,6 +210,13 @@ def check_workflow(ctx: CheckContext) -> None:
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
             raise ConfigError(f"workflow.args.format_score_coef={coef!r} must be a number >= 0 (the format penalty "
                               "of a reply without one <think>...</think>; 0 counts as 0.1, as in Trinity-RFT)")
+    parser = (wf.args or {}).get("tool_call_parser") if wf.type == "tool_call_workflow" else None
+    if parser is not None:  # else every conversation's first reply would fail its task
+        from rft.explorer.tools import PARSERS
+
+        if parser not in PARSERS:
+            raise ConfigError(f"workflow.args.tool_call_parser={parser!r} is not a tool-call parser; choose one of "
+                              f"{list(PARSERS)}, or leave it out for the model family's (workflow.tool_call_parser)")
     tools_path = (wf.args or {}).get("tools_path") if wf.type == "tool_call_workflow" else None
     if tools_path and check_paths:  # loaded now: a file that does not import would fail every task of every step
         from rft.explorer.tools import load_tools
