@@ -153,9 +153,9 @@ def scenarios(f: Family, tok) -> dict[str, list[list[int]]]:
     }
 
 
-def run_family(name: str):
+def run_family(name: str, tok=None):
     f = FAMILIES[name]
-    tok = family_tokenizer(f)
+    tok = tok or family_tokenizer(f)
     rows = scenarios(f, tok)
     eos_ids = [tok.convert_tokens_to_ids(t) for t in [f.eos, *f.other_eos]]
     server = GenerationServer(ScriptedEngine(tok, list(rows.values()), eos_ids), tok)
@@ -241,6 +241,43 @@ def test_every_row_is_the_sampled_ids_and_the_templates_tool_turns(name):
     # a malformed call is an answer: the conversation ends and is scored
     assert out["malformed"].info["turns"] == 1 and out["malformed"].reward == 0.0
     assert metrics["workflow/render_mismatch"] == sum(e.info["render_mismatch"] for e in out.values())
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    from rl_helpers import make_assets
+
+    return make_assets(tmp_path_factory.mktemp("assets"))
+
+
+@pytest.mark.parametrize("name", ["mistral03", "gemma2", "gemma3"])
+def test_mistral_and_the_gemmas_train_their_tool_turns(assets, tmp_path, name):
+    """Their conversations failed in the template (Mistral's call ids, Gemma's missing tool role): no tool turn was
+    ever trained. Now a tiny model folder with the family's tokenizer trains a step on them, the tool turns masked."""
+    from rl_helpers import assert_all_moved, rl_config, trainable
+    from transformers import AutoModelForCausalLM
+
+    from rft.experience import to_batch
+    from rft.monitor import Timer
+    from rft.trainer.run import SyncRun
+
+    f = FAMILIES[name]
+    tok = family_tokenizer(f)
+    model = AutoModelForCausalLM.from_pretrained(assets / "model")
+    model.resize_token_embeddings(len(tok))
+    model.generation_config.eos_token_id = [tok.convert_tokens_to_ids(t) for t in [f.eos, *f.other_eos]]
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    run = SyncRun(rl_config(assets, tmp_path / "out", f"actor_rollout_ref.model.path={tmp_path / 'model'}",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=5"))
+    _, _, out, _, _, _ = run_family(name, run.tokenizer)
+    batch = to_batch(list(out.values()), run.tokenizer.pad_token_id)
+    tool_tokens = batch.response_mask.bool() & ~batch.loss_mask.bool()
+    assert tool_tokens.any()
+    before = trainable(run.trainer.model)
+    run.trainer.train_step(batch, 1, Timer())
+    assert_all_moved(before, run.trainer.model)
+    assert (batch.advantages[tool_tokens] == 0).all() and (batch.advantages[batch.loss_mask.bool()] != 0).any()
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
