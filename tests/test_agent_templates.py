@@ -269,7 +269,11 @@ def test_mistral_and_the_gemmas_train_their_tool_turns(assets, tmp_path, name):
     model.save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
     run = SyncRun(rl_config(assets, tmp_path / "out", f"actor_rollout_ref.model.path={tmp_path / 'model'}",
-                            "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=5"))
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=5",
+                            "workflow.type=tool_call_workflow"))
+    # no workflow.tool_call_parser: the run reads the family's from the model folder, for workflows and endpoint
+    assert run.explorer.workflows.tool_call_parser == f.parser
+    assert run.explorer.workflows.handle(None, None).tool_call_parser == f.parser
     _, _, out, _, _, _ = run_family(name, run.tokenizer)
     batch = to_batch(list(out.values()), run.tokenizer.pad_token_id)
     tool_tokens = batch.response_mask.bool() & ~batch.loss_mask.bool()

@@ -139,7 +139,7 @@ def _pythonic(text: str) -> tuple[list[ToolCall], str]:
     if start < 0 or end < start:
         return [], text
     calls = _python_calls(stripped[start:end + 1])
-    if not calls or not stripped[start:end + 1].lstrip().startswith("["):
+    if not calls:
         return [], text
     return calls, (stripped[:start] + stripped[end + 1:]).strip()
 
