@@ -329,6 +329,33 @@ def test_the_new_turns_are_tokenized_as_inside_a_full_rendering():
     assert conv.mismatches == [] and tok("hi there", add_special_tokens=False)["input_ids"] == [2, 4]
 
 
+@pytest.mark.parametrize("name", ["qwen3", "llama31"])
+def test_messages_added_in_two_calls_are_the_messages_added_in_one(name):
+    """What an earlier `add` put after the reply (its generation prompt too) is rendered again with the new
+    messages: two calls make the tokens one call makes; before the first reply, added messages are the prompt's."""
+    from rft.explorer.model import Completion
+
+    tok = family_tokenizer(FAMILIES[name])
+    question, first, second = ({"role": "user", "content": c} for c in ("12*34=", "check it", "and 2*3?"))
+    reply = ids_of(tok, "<think>\nmultiply\n</think>\n\n408" + tok.eos_token)
+
+    def conversation(*adds: list[dict]) -> Conversation:
+        conv = Conversation(tok, [question], tools=[TOOL])
+        conv.append_completion(Completion("408", [], reply, [-1.0] * len(reply), "stop"))
+        for messages in adds:
+            conv.add(messages)
+        return conv
+
+    once, twice = conversation([first, second]), conversation([first], [second])
+    assert twice.ids == once.ids and twice.action == once.action and twice.text == once.text
+    assert twice.messages == once.messages and twice.mismatches == once.mismatches
+    early = Conversation(tok, [question], tools=[TOOL])
+    early.add([first])
+    assert early.ids == ids_of(tok, tok.apply_chat_template([question, first], tools=[TOOL], tokenize=False,
+                                                           add_generation_prompt=True))
+    assert early.prompt_length == len(early.ids) and not any(early.action)
+
+
 @pytest.mark.parametrize("name, tool_role", [(n, not n.startswith("gemma")) for n in FAMILIES])
 def test_the_templates_tool_role_is_probed(name, tool_role):
     tok = family_tokenizer(FAMILIES[name])

@@ -236,6 +236,8 @@ class Conversation:
         self.prompt_length = len(self.ids)
         self.finish_reason: str | None = None
         self.last_raw = self._last_reply = ""
+        self._reply_end: tuple[int, int, int, int] | None = None
+        """Where the last reply ends (ids, text, images, mismatches): what `add` puts after it starts there."""
         """The last reply's text with its special tokens (a family's tool-call tokens), its closing EOS left out."""
 
     def render(self, messages: list[dict], generation_prompt: bool = True) -> str:
@@ -282,6 +284,7 @@ class Conversation:
             reply = reply[:-1]
         self.last_raw = self.tokenizer.decode(reply, skip_special_tokens=False)
         self._last_reply = completion.text
+        self._reply_end = (len(self.ids), len(self.text), len(self.images), len(self.mismatches))
 
     def set_last_reply(self, message: dict) -> None:
         """The last assistant message as the chat template should see it (its tool calls structured, as the
@@ -292,22 +295,35 @@ class Conversation:
     def add(self, messages: list[dict]) -> None:
         """Messages the model did not write (tool results, environment, user), then the generation prompt, action
         mask 0: the chat template's rendering of them after the model's last turn, its sampled tokens kept
-        (`rft.explorer.turns`). A rendering of the whole that differs is recorded in `mismatches`; a template that
-        refuses the new messages raises `UnextendableReply` (the conversation ends there)."""
+        (`rft.explorer.turns`), together with what earlier calls added since that turn. Before the first turn they
+        are the prompt's. A rendering of the whole that differs is recorded in `mismatches`; a template that refuses
+        the new messages raises `UnextendableReply` (the conversation ends there)."""
         messages, images = _images_of(messages, self.vision)
         messages = [dict(m) for m in messages]
+        if self._reply_end is None:  # nothing sampled yet: the whole is the prompt, as the template writes it
+            self.messages += messages
+            self.images += images
+            self.text = self.render(self.messages)
+            self.ids = self._tokens(self.text, self.images)
+            self.action, self.logprobs = [0] * len(self.ids), [0.0] * len(self.ids)
+            self.prompt_length = len(self.ids)
+            return
+        n_ids, n_text, n_images, n_mismatches = self._reply_end
+        last = max(i for i, m in enumerate(self.messages) if m["role"] == "assistant")
+        history, new = self.messages[:last + 1], self.messages[last + 1:] + messages
+        images = self.images[n_images:] + images
         encode = (lambda text: self._tokens(text, images)) if images else None
         try:
-            more = continuation(self.tokenizer, self.render, self.messages, messages,
-                                self.finish_reason == "stop", self.eos_ids, encode)
+            more = continuation(self.tokenizer, self.render, history, new, self.finish_reason == "stop",
+                                self.eos_ids, encode)
         except TurnError as e:
             raise UnextendableReply(str(e)) from None
-        self.images += images
-        self.ids += more.ids
-        self.action += [0] * len(more.ids)
-        self.logprobs += [0.0] * len(more.ids)
-        self.messages += messages
-        self.text += more.text
+        self.messages, self.images = history + new, self.images[:n_images] + images
+        self.ids = self.ids[:n_ids] + more.ids
+        self.action = self.action[:n_ids] + [0] * len(more.ids)
+        self.logprobs = self.logprobs[:n_ids] + [0.0] * len(more.ids)
+        self.text = self.text[:n_text] + more.text
+        self.mismatches = self.mismatches[:n_mismatches]
         if not self.images:
             differs = mismatch(self.tokenizer, self.ids, more.full)
             if differs is not None:
