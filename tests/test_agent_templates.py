@@ -329,6 +329,39 @@ def test_the_new_turns_are_tokenized_as_inside_a_full_rendering():
     assert conv.mismatches == [] and tok("hi there", add_special_tokens=False)["input_ids"] == [2, 4]
 
 
+def test_llama32s_date_rolling_over_midnight_changes_no_token(monkeypatch):
+    """Llama-3.2's system prompt writes today's date: a conversation that crosses midnight keeps the prompt it was
+    sampled from, and only the count says a full rendering would now differ."""
+    import datetime as real
+
+    from transformers.utils import chat_template_utils
+
+    from rft.explorer.model import Completion
+
+    class Clock:
+        today = real.datetime(2026, 11, 28, 23, 59)
+
+        @classmethod
+        def now(cls):
+            return cls.today
+
+    monkeypatch.setattr(chat_template_utils, "datetime", Clock)
+    tok = family_tokenizer(FAMILIES["llama32"])
+    conv = Conversation(tok, [{"role": "user", "content": "12*34="}], tools=[TOOL],
+                        eos_ids=[tok.convert_tokens_to_ids("<|eot_id|>")])
+    assert "Today Date: 28 Nov 2026" in conv.text
+    prompt = list(conv.ids)
+    reply = ids_of(tok, llama("12*34") + "<|eot_id|>")
+    conv.append_completion(Completion(llama("12*34"), [], reply, [-1.0] * len(reply), "stop"))
+    Clock.today = real.datetime(2026, 11, 29, 0, 0)
+    conv.add([{"role": "tool", "content": "408", "tool_call_id": "abcDEF123"}])
+    assert conv.ids[:len(prompt) + len(reply)] == prompt + reply
+    assert tok.decode(conv.ids[len(prompt) + len(reply):]) == (
+        "<|start_header_id|>ipython<|end_header_id|>\n\n\"408\"<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert len(conv.mismatches) == 1
+
+
 @pytest.mark.parametrize("name", ["qwen3", "llama31"])
 def test_messages_added_in_two_calls_are_the_messages_added_in_one(name):
     """What an earlier `add` put after the reply (its generation prompt too) is rendered again with the new
