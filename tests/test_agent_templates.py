@@ -253,7 +253,8 @@ def assets(tmp_path_factory):
 @pytest.mark.parametrize("name", ["mistral03", "gemma2", "gemma3"])
 def test_mistral_and_the_gemmas_train_their_tool_turns(assets, tmp_path, name):
     """Their conversations failed in the template (Mistral's call ids, Gemma's missing tool role): no tool turn was
-    ever trained. Now a tiny model folder with the family's tokenizer trains a step on them, the tool turns masked."""
+    ever trained. Now a tiny model folder with the family's tokenizer trains a step on an explorer step's
+    conversations (scripted replies), the tool turns masked."""
     from rl_helpers import assert_all_moved, rl_config, trainable
     from transformers import AutoModelForCausalLM
 
@@ -274,8 +275,18 @@ def test_mistral_and_the_gemmas_train_their_tool_turns(assets, tmp_path, name):
     # no workflow.tool_call_parser: the run reads the family's from the model folder, for workflows and endpoint
     assert run.explorer.workflows.tool_call_parser == f.parser
     assert run.explorer.workflows.handle(None, None).tool_call_parser == f.parser
-    _, _, out, _, _, _ = run_family(name, run.tokenizer)
-    batch = to_batch(list(out.values()), run.tokenizer.pad_token_id)
+    # the explorer's step (what the buffer gets) on scripted replies: 4 tasks x the 5 scenarios
+    tok = run.tokenizer
+    rows = scenarios(f, tok)
+    eos_ids = [tok.convert_tokens_to_ids(t) for t in [f.eos, *f.other_eos]]
+    run.explorer.workflows.server.engine = ScriptedEngine(tok, list(rows.values()) * 4, eos_ids)
+    experiences, metrics = run.explorer.workflows.explore_step(Timer())
+    assert len(experiences) == 20 and metrics["workflow/skipped_tasks"] == 0
+    assert metrics["workflow/render_mismatch"] >= 4  # the other EOS, or the reasoning Mistral's template drops
+    for e, scenario in zip(experiences, list(rows) * 4):
+        assert [ids for m, ids in segments(e) if m] == rows[scenario][:e.info["turns"]]
+        assert e.info["turns"] == (1 if scenario == "malformed" else 2)
+    batch = to_batch(experiences, tok.pad_token_id)
     tool_tokens = batch.response_mask.bool() & ~batch.loss_mask.bool()
     assert tool_tokens.any()
     before = trainable(run.trainer.model)
