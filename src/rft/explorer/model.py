@@ -12,7 +12,8 @@ run without it (its later call joins the next batch); nor does a client that was
 
 `Conversation` keeps a multi-turn exchange as the exact tokens the model saw: the prompt, each generated turn (its
 tokens in the action mask, with their log-probs) and what came between turns (tool results, environment or user
-messages: rendered by the chat template, tokenized, masked out). `ModelHandle` is what a workflow holds.
+messages: rendered by the chat template after the sampled tokens, never re-tokenizing them (`turns.py`), masked
+out). `ModelHandle` is what a workflow holds.
 
 A vision-language model's handle (`ModelHandle.vision`) takes images in the messages: image parts holding their
 image (`Task.messages` fills them from the row) or OpenAI's `image_url` parts with a data URL
@@ -236,9 +237,9 @@ class Conversation:
         self.prompt_length = len(self.ids)
         self.finish_reason: str | None = None
         self.last_raw = self._last_reply = ""
+        """The last reply's text with its special tokens (a family's tool-call tokens), its closing EOS left out."""
         self._reply_end: tuple[int, int, int, int] | None = None
         """Where the last reply ends (ids, text, images, mismatches): what `add` puts after it starts there."""
-        """The last reply's text with its special tokens (a family's tool-call tokens), its closing EOS left out."""
 
     def render(self, messages: list[dict], generation_prompt: bool = True) -> str:
         """`messages` as this conversation's chat template writes them."""
