@@ -16,7 +16,7 @@ import torch
 from rft.data.dataset import Prompt
 from rft.explorer.model import Conversation, GenerationServer, ModelHandle
 from rft.explorer.runner import RunnerSettings, WorkflowRunner
-from rft.explorer.tools import has_tool_role, parse_tool_calls, parser_for
+from rft.explorer.tools import parse_tool_calls, parser_for, tool_protocol
 from rft.explorer.workflow import Task, ToolCallWorkflow
 from rft.models.tiny import build_tokenizer
 from rft.rollout import SamplingParams
@@ -400,10 +400,13 @@ def test_messages_added_in_two_calls_are_the_messages_added_in_one(name):
     assert early.prompt_length == len(early.ids) and not any(early.action)
 
 
-@pytest.mark.parametrize("name, tool_role", [(n, not n.startswith("gemma")) for n in FAMILIES])
-def test_the_templates_tool_role_is_probed(name, tool_role):
-    tok = family_tokenizer(FAMILIES[name])
-    assert has_tool_role(lambda m: tok.apply_chat_template(m, tokenize=False)) is tool_role
+@pytest.mark.parametrize("name, tool_role", [(n, not n.startswith("gemma")) for n in FAMILIES] + [("tiny", True)])
+def test_the_templates_tool_protocol_is_probed(name, tool_role):
+    """Gemma's template has no tool role (its results go back as a user turn); rft's tiny one writes no structured
+    tool_calls (its replies keep the text the model wrote); the others take both."""
+    tok = build_tokenizer() if name == "tiny" else family_tokenizer(FAMILIES[name])
+    writes_calls = tool_role and name != "tiny"
+    assert tool_protocol(lambda m: tok.apply_chat_template(m, tokenize=False)) == (tool_role, writes_calls)
 
 
 @pytest.mark.parametrize("text, parser, calls, rest", [

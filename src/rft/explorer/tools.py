@@ -16,9 +16,10 @@ Where the config names none, `parser_for` reads the model's chat template (and i
 
 Each call gets an id of 9 letters and digits (Mistral's template refuses others; the model's own where it wrote one
 of that form), derived from the reply, so a rerun gives the same ids. The reply goes back into the conversation
-with its calls structured (`assistant_message`: OpenAI's tool_calls, the arguments as the family's template joins
-them), the results as `tool` messages with their call's id, or, for a template without a tool role (Gemma), as one
-user turn of ```tool_output blocks (`result_messages`).
+with its calls structured where the template writes them (`assistant_message`: OpenAI's tool_calls, the arguments
+as the family's template joins them), the results as `tool` messages with their call's id, or, for a template
+without a tool role (Gemma), as one user turn of ```tool_output blocks (`result_messages`; `tool_protocol` probes
+the template).
 
 A tool is a Python callable taking the call's arguments as keyword arguments and returning something `str()`-able.
 Built in: `calc` (`calculator`), arithmetic on integers and decimals through an `ast` walk (no `eval`). A task's
@@ -232,16 +233,19 @@ def result_messages(calls: list[ToolCall], results: list[str], tool_role: bool =
     return [{"role": "user", "content": "\n".join(f"```tool_output\n{r}\n```" for r in results)}]
 
 
-def has_tool_role(render: Callable[[list[dict]], str]) -> bool:
-    """Whether a chat template (`render`: messages -> text) takes a `tool` message after a call: it renders one
-    without raising and writes its content (Gemma's raise: roles must alternate user / model)."""
-    call = {"id": "a1b2c3d4e", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+def tool_protocol(render: Callable[[list[dict]], str]) -> tuple[bool, bool]:
+    """(whether a chat template takes a `tool` message after a call, whether it writes an assistant message's
+    structured tool_calls), probed by rendering a call and its result (`render`: messages -> text). Gemma's refuses
+    the tool message (roles must alternate user / model); a template that writes no tool_calls (rft's tiny one)
+    keeps the reply's text as the model wrote it."""
+    call = {"id": "a1b2c3d4e", "type": "function", "function": {"name": "fq7w2", "arguments": "{}"}}
     probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
-             {"role": "tool", "content": "r8x3k", "name": "f", "tool_call_id": call["id"]}]
+             {"role": "tool", "content": "r8x3k", "name": "fq7w2", "tool_call_id": call["id"]}]
     try:
-        return "r8x3k" in render(probe)
+        text = render(probe)
     except Exception:  # the template refuses it (jinja's TemplateError, or its own error)
-        return False
+        return False, False
+    return "r8x3k" in text, "fq7w2" in text
 
 
 # ----------------------------------------------------------------------------------------------- built-ins

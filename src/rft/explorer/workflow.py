@@ -229,18 +229,18 @@ class ToolCallWorkflow(Workflow):
         from rft.explorer.model import UnextendableReply
         from rft.explorer.tools import (
             assistant_message,
-            has_tool_role,
             load_tools,
             parse_tool_calls,
             result_messages,
             run_tool,
+            tool_protocol,
         )
 
         a = self.args
         max_turns, parser = int(a.get("max_turns", 4)), a.get("tool_call_parser", self.model.tool_call_parser)
         tools, timeout = load_tools(a.get("tools_path")), float(a.get("tool_timeout", 10.0))
         start = self.model.start(self.task.messages, tools=self.task.prompt.tools)
-        tool_role = has_tool_role(lambda messages: start.render(messages, False))
+        tool_role, writes_calls = tool_protocol(lambda messages: start.render(messages, False))
         conversations = self.model.sample(start, self.task.repeat_times)
         active = list(conversations)
         tool_calls = {id(c): 0 for c in conversations}
@@ -252,7 +252,7 @@ class ToolCallWorkflow(Workflow):
                 if not calls or c.finish_reason != "stop":
                     continue
                 tool_calls[id(c)] += len(calls)
-                if tool_role:
+                if tool_role and writes_calls:
                     c.set_last_reply(assistant_message(c.last_reply, calls, rest, parser))
                 try:
                     c.add(result_messages(calls, [run_tool(call, tools, timeout) for call in calls], tool_role))
