@@ -1185,7 +1185,7 @@ class WorkflowConfig:
                                     "register_workflow), or a folder of them (Trinity-RFT's plugin folder; the "
                                     "Trinity dialect reads TRINITY_PLUGIN_DIRS); loaded in the explorer.")
     args: Dict[str, Any] = fld({}, "The workflow's arguments (Trinity's workflow_args): tool_call_workflow takes "
-                                   "max_turns, tool_call_parser (hermes | pythonic), tools_path, tool_timeout; "
+                                   "max_turns, tool_call_parser, tools_path, tool_timeout; "
                                    "simple_workflow and math_workflow none; others are refused for built-in "
                                    "workflows (a user workflow reads what it likes).")
     runner_per_model: int = fld(8, "Workflows run at once (threads; their model calls batch together).")
@@ -1201,9 +1201,11 @@ class WorkflowConfig:
     endpoint: bool = fld(False, "Serve the explorer's model on 127.0.0.1 as an OpenAI-compatible API for the "
                                 "workflows (model.get_openai_client()); on with enable_history.")
     endpoint_port: int = fld(0, "The endpoint's port; 0: a free one.")
-    tool_call_parser: str = fld("hermes", "How tool calls are found in a reply: the endpoint's for `tools` requests, and "
-                                           "tool_call_workflow's unless workflow.args names its own.",
-                                choices=("hermes", "pythonic"))
+    tool_call_parser: Optional[str] = fld(
+        None, "How tool calls are found in a reply: the endpoint's for `tools` requests, and tool_call_workflow's "
+              "unless workflow.args names its own; null: the model's family, read from its chat template and tokens "
+              "(docs/workflows.md).",
+        choices=(None, "hermes", "pythonic", "mistral", "llama3_json", "deepseek_v3"))
     tool_config_path: Optional[str] = fld(
         None, "A YAML file of tools in verl's tool-config format (verl's actor_rollout_ref.rollout.multi_turn."
               "tool_config_path: `tools:` a list of {class_name, config, tool_schema}); tool_call_workflow declares "

@@ -214,6 +214,13 @@ def check_workflow(ctx: CheckContext) -> None:
     if wf.tool_config_path and wf.type != "tool_call_workflow":
         raise ConfigError(f"workflow.tool_config_path={wf.tool_config_path!r} (verl's tool config) is read by "
                           f"workflow.type=tool_call_workflow, not {wf.type!r}: set that, or remove it")
+    parser = (wf.args or {}).get("tool_call_parser") if wf.type == "tool_call_workflow" else None
+    if parser is not None:  # else every conversation's first reply would fail its task
+        from rft.explorer.tools import PARSERS
+
+        if parser not in PARSERS:
+            raise ConfigError(f"workflow.args.tool_call_parser={parser!r} is not a tool-call parser; choose one of "
+                              f"{list(PARSERS)}, or leave it out for the model family's (workflow.tool_call_parser)")
     tools_path = (wf.args or {}).get("tools_path") if wf.type == "tool_call_workflow" else None
     if (tools_path or wf.tool_config_path) and check_paths:  # loaded now: a file that does not import, or a tool
         # with no function, would fail every task of every step

@@ -389,11 +389,14 @@ class Workflows:
     def __init__(self, explorer: Explorer):
         from rft.explorer.model import GenerationServer
         from rft.explorer.runner import RunnerSettings, WorkflowRunner
+        from rft.explorer.tools import parser_for
         from rft.explorer.workflow import workflow_class
 
         self.ex = ex = explorer
         wf, ro = ex.cfg.workflow, ex.cfg.actor_rollout_ref.rollout
         self.cls = workflow_class(wf.type, wf.path)
+        # the config's parser, else the model family's (its chat template, its tokenizer's tokens)
+        self.tool_call_parser = wf.tool_call_parser or parser_for(ex.tokenizer, ex.cfg.data.chat_template)
         self.server = GenerationServer(ex.engine, ex.tokenizer, ex.generator)
         self.train_params = ex.sampling_params(ro, n=1, do_sample=ro.do_sample)
         self.endpoint = None
@@ -401,7 +404,7 @@ class Workflows:
             from rft.explorer.server import Endpoint
 
             self.endpoint = Endpoint(lambda: self.handle(self.server, self.train_params), model_name(ex.cfg),
-                                     wf.tool_call_parser, wf.endpoint_port)
+                                     self.tool_call_parser, wf.endpoint_port)
         self.tool_schemas = []  # verl's tool-config file: declared to the model on every task
         if wf.tool_config_path:
             from rft.explorer.verl_tools import read_tool_config
@@ -420,7 +423,7 @@ class Workflows:
         data = self.ex.cfg.data
         return ModelHandle(server, self.ex.tokenizer, params, chat_template=data.chat_template,
                            template_kwargs=dict(data.apply_chat_template_kwargs), endpoint=self.endpoint, enable_history=wf.enable_history,
-                           tool_call_parser=wf.tool_call_parser,
+                           tool_call_parser=self.tool_call_parser,
                            vision=vision_of(getattr(self.ex.engine, "model", None)),
                            max_prompt_tokens=data.max_prompt_length, truncation=data.truncation)
 

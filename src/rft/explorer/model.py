@@ -12,7 +12,8 @@ run without it (its later call joins the next batch); nor does a client that was
 
 `Conversation` keeps a multi-turn exchange as the exact tokens the model saw: the prompt, each generated turn (its
 tokens in the action mask, with their log-probs) and what came between turns (tool results, environment or user
-messages: rendered by the chat template, tokenized, masked out). `ModelHandle` is what a workflow holds.
+messages: rendered by the chat template after the sampled tokens, never re-tokenizing them (`turns.py`), masked
+out). `ModelHandle` is what a workflow holds.
 
 A vision-language model's handle (`ModelHandle.vision`) takes images in the messages: image parts holding their
 image (`Task.messages` fills them from the row) or OpenAI's `image_url` parts with a data URL
@@ -37,6 +38,7 @@ from rft.data.dataset import left_pad
 from rft.data.images import message_images
 from rft.errors import RftError
 from rft.experience import Experience
+from rft.explorer.turns import TurnError, continuation, mismatch
 from rft.rollout import SamplingParams
 
 PATIENCE = 10.0
@@ -51,9 +53,10 @@ class WorkflowError(RftError):
     """A workflow did something the explorer cannot turn into experiences."""
 
 
-class UnextendableReply(WorkflowError):
-    """The model's last reply does not survive the round trip through text (a special token inside it, bytes that
-    are not UTF-8), so no message can follow it: a fault of the sample, not of the workflow."""
+class UnextendableReply(TurnError):
+    """No message can follow the model's last reply in this conversation (the template refuses it, or cannot be
+    aligned with it: `rft.explorer.turns`): a fault of the sample, not of the workflow nor the run, so the
+    conversation ends and is scored as it stands."""
 
 
 class Cancelled(Exception):
@@ -217,23 +220,34 @@ class Conversation:
     """A conversation as the exact tokens the model saw (see the module docstring)."""
 
     def __init__(self, tokenizer, messages: list[dict], tools: list[dict] | None = None,
-                 chat_template: str | None = None, vision=None, template_kwargs: dict | None = None):
+                 chat_template: str | None = None, vision=None, template_kwargs: dict | None = None,
+                 eos_ids: list[int] | None = None):
         self.tokenizer, self.tools, self.chat_template, self.vision = tokenizer, tools, chat_template, vision
         self.template_kwargs = template_kwargs  # the template's variables (data.apply_chat_template_kwargs)
+        # the ids that end a turn (the engine's: the generation config's list and the tokenizer's EOS)
+        self.eos_ids = list(eos_ids) if eos_ids is not None else [i for i in [tokenizer.eos_token_id] if i is not None]
+        self.mismatches: list[str] = []
+        """Each `add` whose tokens differ from the template's full rendering: how (`turns.mismatch`)."""
         messages, self.images = _images_of(messages, vision)
         self.messages = [dict(m) for m in messages]
-        self.text = self._render(self.messages)
+        self.text = self.render(self.messages)
         self.ids = self._tokens(self.text, self.images)
         self.action = [0] * len(self.ids)
         self.logprobs = [0.0] * len(self.ids)
         self.prompt_length = len(self.ids)
         self.finish_reason: str | None = None
+        self.last_raw = self._last_reply = ""
+        """The last reply's text with its special tokens (a family's tool-call tokens), its closing EOS left out."""
+        self._reply_end: tuple[int, int, int, int] | None = None
+        """Where the last reply ends (ids, text, images, mismatches): what `add` puts after it starts there."""
 
-    def _render(self, messages: list[dict]) -> str:
+    def render(self, messages: list[dict], generation_prompt: bool = True) -> str:
+        """`messages` as this conversation's chat template writes them."""
         if self.vision is not None:
-            return self.vision.render(messages, self.chat_template, self.tools, template_kwargs=self.template_kwargs)
+            return self.vision.render(messages, self.chat_template, self.tools, generation_prompt=generation_prompt,
+                                      template_kwargs=self.template_kwargs)
         return render(self.tokenizer, messages, tools=self.tools, chat_template=self.chat_template,
-                      template_kwargs=self.template_kwargs)
+                      template_kwargs=self.template_kwargs, generation_prompt=generation_prompt)
 
     def _tokens(self, text: str, images: list[bytes]) -> list[int]:
         """`text`'s tokens, its images expanded into their image tokens by the processor."""
@@ -246,13 +260,13 @@ class Conversation:
         other.__dict__.update(self.__dict__)
         other.messages = [dict(m) for m in self.messages]
         other.ids, other.action, other.logprobs = list(self.ids), list(self.action), list(self.logprobs)
-        other.images = list(self.images)
+        other.images, other.mismatches = list(self.images), list(self.mismatches)
         return other
 
     @property
     def last_reply(self) -> str:
-        """The content of the last assistant message ("" before the first)."""
-        return next((m["content"] for m in reversed(self.messages) if m["role"] == "assistant"), "")
+        """The text of the model's last reply, special tokens removed ("" before the first)."""
+        return self._last_reply
 
     @property
     def turns(self) -> int:
@@ -264,32 +278,57 @@ class Conversation:
         self.action += [1] * len(completion.token_ids)
         self.logprobs += completion.logprobs
         self.messages.append({"role": "assistant", "content": completion.text})
-        decoded = self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
-        self.text += decoded
+        self.text += self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
         self.finish_reason = completion.finish_reason
-        self._clean_reply = "\ufffd" not in decoded and decoded.startswith(completion.text)
+        reply = completion.token_ids
+        if completion.finish_reason == "stop" and reply and reply[-1] in self.eos_ids:
+            reply = reply[:-1]
+        self.last_raw = self.tokenizer.decode(reply, skip_special_tokens=False)
+        self._last_reply = completion.text
+        self._reply_end = (len(self.ids), len(self.text), len(self.images), len(self.mismatches))
+
+    def set_last_reply(self, message: dict) -> None:
+        """The last assistant message as the chat template should see it (its tool calls structured, as the
+        family's protocol has them: `tools.assistant_message`); its tokens stay as sampled."""
+        at = max(i for i, m in enumerate(self.messages) if m["role"] == "assistant")
+        self.messages[at] = dict(message)
 
     def add(self, messages: list[dict]) -> None:
-        """Messages the model did not write (tool results, environment, user), then the generation prompt:
-        the chat template's rendering of them after the conversation so far, tokenized, action mask 0."""
+        """Messages the model did not write (tool results, environment, user), then the generation prompt, action
+        mask 0: the chat template's rendering of them after the model's last turn, its sampled tokens kept
+        (`rft.explorer.turns`), together with what earlier calls added since that turn. Before the first turn they
+        are the prompt's. A rendering of the whole that differs is recorded in `mismatches`; a template that refuses
+        the new messages raises `UnextendableReply` (the conversation ends there)."""
         messages, images = _images_of(messages, self.vision)
-        full = self._render(self.messages + [dict(m) for m in messages])
-        if not full.startswith(self.text) and not getattr(self, "_clean_reply", True):
-            raise UnextendableReply("the model's last reply does not survive the round trip through text (a special "
-                                    "token inside it, or bytes that are not UTF-8); the conversation ends with it")
-        if not full.startswith(self.text):
-            raise WorkflowError(
-                "the chat template renders the conversation so far differently from the tokens the model saw (it "
-                "rewrites earlier turns, e.g. drops reasoning), so the new messages cannot be appended to them; "
-                "use a template that renders earlier turns verbatim (data.chat_template)"
-            )
-        delta = self._tokens(full[len(self.text):], images)
-        self.images += images
-        self.ids += delta
-        self.action += [0] * len(delta)
-        self.logprobs += [0.0] * len(delta)
-        self.messages += [dict(m) for m in messages]
-        self.text = full
+        messages = [dict(m) for m in messages]
+        if self._reply_end is None:  # nothing sampled yet: the whole is the prompt, as the template writes it
+            self.messages += messages
+            self.images += images
+            self.text = self.render(self.messages)
+            self.ids = self._tokens(self.text, self.images)
+            self.action, self.logprobs = [0] * len(self.ids), [0.0] * len(self.ids)
+            self.prompt_length = len(self.ids)
+            return
+        n_ids, n_text, n_images, n_mismatches = self._reply_end
+        last = max(i for i, m in enumerate(self.messages) if m["role"] == "assistant")
+        history, new = self.messages[:last + 1], self.messages[last + 1:] + messages
+        images = self.images[n_images:] + images
+        encode = (lambda text: self._tokens(text, images)) if images else None
+        try:
+            more = continuation(self.tokenizer, self.render, history, new, self.finish_reason == "stop",
+                                self.eos_ids, encode)
+        except TurnError as e:
+            raise UnextendableReply(str(e)) from None
+        self.messages, self.images = history + new, self.images[:n_images] + images
+        self.ids = self.ids[:n_ids] + more.ids
+        self.action = self.action[:n_ids] + [0] * len(more.ids)
+        self.logprobs = self.logprobs[:n_ids] + [0.0] * len(more.ids)
+        self.text = self.text[:n_text] + more.text
+        self.mismatches = self.mismatches[:n_mismatches]
+        if not self.images:
+            differs = mismatch(self.tokenizer, self.ids, more.full)
+            if differs is not None:
+                self.mismatches.append(differs)
 
     def to_experience(self, reward: float, rewards: dict[str, float] | None = None,
                       info: dict[str, Any] | None = None) -> Experience:
@@ -299,7 +338,9 @@ class Conversation:
             tokens=torch.tensor(self.ids, dtype=torch.long), prompt_length=p,
             action_mask=torch.tensor(self.action[p:], dtype=torch.long),
             logprobs=torch.tensor(self.logprobs[p:], dtype=torch.float32), reward=float(reward), group="",
-            rewards=dict(rewards or {}), info={"response_text": self.last_reply, "turns": self.turns, **(info or {})},
+            rewards=dict(rewards or {}),
+            info={"response_text": self.last_reply, "turns": self.turns, "render_mismatch": len(self.mismatches),
+                  **({"render_mismatch_example": self.mismatches[0]} if self.mismatches else {}), **(info or {})},
             images=list(self.images),
         )
 
@@ -407,7 +448,9 @@ class ModelHandle:
         return self._submit([self._cut(list(ids)) for ids in prompts], self.params(n, **sampling))
 
     def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
-        return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision, self.template_kwargs)
+        eos = getattr(getattr(self.server, "engine", None), "eos_ids", None)
+        return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision, self.template_kwargs,
+                            None if eos is None else eos.tolist())
 
     def with_template_kwargs(self, extra: dict) -> ModelHandle:
         """This handle with `extra` template variables over its own (an OpenAI request's chat_template_kwargs, as

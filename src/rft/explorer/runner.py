@@ -7,7 +7,9 @@ attempts'). An attempt that outlives `max_timeout` is cut: its client is cancell
 call blocked in C, such as a long sleep, is abandoned in a daemon thread), and the runner moves on. An attempt that
 raises, or returns anything but a non-empty list of experiences with consistent fields, fails the same way. A
 failed task is retried up to `max_retry_times` times, then skipped; the metrics count it
-(`workflow/timeouts`, `workflow/errors`, `workflow/bad_results`, `workflow/retries`, `workflow/skipped_tasks`).
+(`workflow/timeouts`, `workflow/errors`, `workflow/bad_results`, `workflow/retries`, `workflow/skipped_tasks`), and
+the multi-turn conversations' turns that a full rendering would have changed and those that could not continue
+(`workflow/render_mismatch`, `workflow/ended_conversations`).
 An `RftError` is not a task's failure but the setup's (rft's API saying what to fix, such as a package to
 install): the step starts no more attempts and the run stops with its line.
 """
@@ -62,6 +64,25 @@ class RunnerSettings:
     runner_per_model: int = 8
     max_timeout: float = 900.0
     max_retry_times: int = 2
+
+
+_mismatch_described = threading.Event()
+
+
+def conversation_metrics(experiences: list[Experience]) -> dict[str, float]:
+    """`workflow/render_mismatch`: the turns whose tokens differ from the chat template's full rendering of their
+    conversation (the sampled tokens were kept: `rft.explorer.turns`), the first described in the log once per
+    process; `workflow/ended_conversations`: the conversations the template refused to continue (ended, scored)."""
+    mismatches = sum(int(e.info.get("render_mismatch", 0)) for e in experiences)
+    example = next((e.info["render_mismatch_example"] for e in experiences if "render_mismatch_example" in e.info),
+                   None)
+    if example is not None and not _mismatch_described.is_set():
+        _mismatch_described.set()
+        log.warning("rft: the chat template renders a conversation differently from the tokens its model sampled "
+                    "(it is not append-only); the sampled tokens are trained as they are and each such turn is "
+                    "counted in workflow/render_mismatch (said once): %s", example)
+    return {"workflow/render_mismatch": float(mismatches),
+            "workflow/ended_conversations": float(sum(int(e.info.get("ended_early", 0)) for e in experiences))}
 
 
 class _Attempt(BaseException):
@@ -134,6 +155,7 @@ class WorkflowRunner:
             raise fatal[0]
         metrics = {f"workflow/{k}": float(v) for k, v in counts.items()}
         metrics["workflow/tasks"] = float(len(tasks))
+        metrics.update(conversation_metrics([e for out in results for e in out]))
         if durations:
             metrics["workflow/run_s/mean"] = sum(durations) / len(durations)
             metrics["workflow/run_s/max"] = max(durations)

@@ -13,9 +13,11 @@ Built-ins:
 * `math_workflow`: the same with a reasoning system prompt (think / answer tags) when the task has none, as
   DeepSeek-R1 and Trinity-RFT's math workflow prompt.
 * `tool_call_workflow`: multi-turn tool use: the model's reply is parsed for tool calls (workflow args
-  `tool_call_parser`: hermes | pythonic); each call runs (built-in tools or `tools_path`, a time limit
-  `tool_timeout`), its result goes back as a `tool` message, until a reply without calls or `max_turns`. One
-  experience per conversation, the loss on the model's tokens only.
+  `tool_call_parser`: hermes | pythonic | mistral | llama3_json | deepseek_v3, by default the model family's);
+  each call runs (built-in tools or `tools_path`, a time limit `tool_timeout`), its result goes back as the
+  family expects it (a `tool` message with the call's id, or Gemma's user turn), until a reply without calls or
+  `max_turns`. One experience per conversation, the loss on the model's tokens only: the next prompt is always
+  the sampled tokens and the template's rendering of the new turns (`rft.explorer.turns`).
 * `math_boxed_workflow`, `simple_mm_workflow`: Trinity-RFT's workflows of those names (their classes below).
 """
 
@@ -215,33 +217,47 @@ class SimpleMMWorkflow(SimpleWorkflow):
 @register_workflow("tool_call_workflow")
 class ToolCallWorkflow(Workflow):
     """Multi-turn tool use (see the module docstring). Workflow args: max_turns (default 4: model turns),
-    tool_call_parser (default: workflow.tool_call_parser), tools_path (a Python file whose functions are tools),
-    tool_timeout (seconds, 10)."""
+    tool_call_parser (default: workflow.tool_call_parser, else the model's family: `tools.parser_for`), tools_path
+    (a Python file whose functions are tools), tool_timeout (seconds, 10). Each reply's calls and their results go
+    back as the family's template has them (`tools.assistant_message`, `tools.result_messages`); a conversation the
+    template refuses to continue (Llama-3.1's one call per turn) ends there, scored on its last reply and counted
+    (`ended_early`)."""
 
     ARGS = frozenset({"max_turns", "tool_call_parser", "tools_path", "tool_timeout"})
 
     def run(self) -> list[Experience]:
         from rft.explorer.model import UnextendableReply
-        from rft.explorer.tools import load_tools, parse_tool_calls, run_tool
+        from rft.explorer.tools import (
+            assistant_message,
+            load_tools,
+            parse_tool_calls,
+            result_messages,
+            run_tool,
+            tool_protocol,
+        )
 
         a = self.args
         max_turns, parser = int(a.get("max_turns", 4)), a.get("tool_call_parser", self.model.tool_call_parser)
         tools, timeout = load_tools(a.get("tools_path")), float(a.get("tool_timeout", 10.0))
         start = self.model.start(self.task.messages, tools=self.task.prompt.tools)
+        tool_role, writes_calls = tool_protocol(lambda messages: start.render(messages, False))
         conversations = self.model.sample(start, self.task.repeat_times)
         active = list(conversations)
         tool_calls = {id(c): 0 for c in conversations}
+        ended = {id(c): 0 for c in conversations}
         for _ in range(max_turns - 1):
             pending = []
             for c in active:
-                calls, _ = parse_tool_calls(c.last_reply, parser)
+                calls, rest = parse_tool_calls(c.last_raw, parser)
                 if not calls or c.finish_reason != "stop":
                     continue
                 tool_calls[id(c)] += len(calls)
+                if tool_role and writes_calls:
+                    c.set_last_reply(assistant_message(c.last_reply, calls, rest, parser))
                 try:
-                    c.add([{"role": "tool", "content": run_tool(call, tools, timeout), "name": call.name}
-                           for call in calls])
-                except UnextendableReply:  # a garbled reply ends its conversation, scored as it stands
+                    c.add(result_messages(calls, [run_tool(call, tools, timeout) for call in calls], tool_role))
+                except UnextendableReply:  # the template refuses to go on: the conversation ends, scored as it is
+                    ended[id(c)] = 1
                     continue
                 pending.append(c)
             if not pending:
@@ -251,7 +267,8 @@ class ToolCallWorkflow(Workflow):
         out = []
         for c in conversations:
             reward, rewards = self.task.score(c.last_reply)
-            out.append(c.to_experience(reward, {**rewards, "tool_calls": float(tool_calls[id(c)])}))
+            out.append(c.to_experience(reward, {**rewards, "tool_calls": float(tool_calls[id(c)])},
+                                       {"ended_early": ended[id(c)]}))
         return out
 
 
