@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-heavy test-faults test-bf16 test-demo demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer gpu-check
+.PHONY: setup test test-heavy test-faults test-bf16 test-demo demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer gpu-check versions test-versions
 
 setup: $(STAMP)
 
@@ -66,6 +66,30 @@ $(VSTAMP): pyproject.toml constraints.txt
 test-vllm: vllm
 	OMP_NUM_THREADS=1 $(VVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_vllm
 
+# The version lane (issue 66): the releases a GPU machine's image has (torch 2.11, transformers 5.17; pyproject's
+# lower bounds), in a venv of its own, and the tests of what depends on them (generation and its cache keywords, the
+# model families, vision through torchvision, the golden runs; not the torch.compile ones: 20 minutes at load 20, and the
+# GPU check compiles). PyPI's torch 2.11 is its CUDA build (the CPU wheels' index is not reachable here); it runs on
+# a CPU. Only the packages these tests need: `make test` has the rest.
+VERSIONS_VENV := .venv-versions
+VERSIONS_STAMP := $(VERSIONS_VENV)/.installed
+VERSIONS_PINS := torch==2.11.0 torchvision==0.26.0 transformers==5.17.0
+VERSIONS_TESTS := tests/test_generation.py tests/test_model_families.py tests/test_multimodal.py tests/test_golden.py \
+	tests/test_checkpoint_devices.py tests/test_fsdp_alone.py
+versions: $(VERSIONS_STAMP)
+
+$(VERSIONS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VERSIONS_VENV)
+	$(VERSIONS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VERSIONS_VENV)/bin/python -m pip install --quiet $(VERSIONS_PINS)
+	$(VERSIONS_VENV)/bin/python -m pip install --quiet $(VERSIONS_PINS) -e . 'pytest>=8' 'pytest-timeout>=2.2' \
+		'pytest-xdist>=3.5' 'pillow>=9' 'num2words>=0.5' 'openai>=1.40'
+	touch $(VERSIONS_STAMP)
+
+test-versions: versions
+	OMP_NUM_THREADS=1 $(VERSIONS_VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider --durations=10 \
+		-m "not faults and not heavy and not demo" -k "not compiled" $(VERSIONS_TESTS)
+
 # Data-Juicer (the experience pipeline's data_juicer operator) in a venv of its own, which rft runs as a worker
 # process: py-data-juicer 1.6.1 imports aiohttp without declaring it, and installs what it misses into the running
 # environment at run time (docs/workflows.md). Its extras pin torch 2.8 and pandas < 3: not installed.
@@ -112,7 +136,8 @@ clean:
 	rm -rf $(VENV) runs
 
 # the GPU check's preparation (bench/gpu_check.sh): .gpucheck/ with the script and the wheels the device image lacks;
-# it then runs on a lent GPU machine as `bash .gpucheck/gpu_check.sh` (the script's header: the call, what comes back)
+# it then runs on a lent GPU machine as `bash .gpucheck/gpu_check.sh` (the script's header: the call, what comes back).
+# Without CUDA the script dry-runs the same stages on the CPU: make test-heavy does (tests/test_gpu_check.py)
 gpu-check:
 	bash bench/gpu_check.sh prepare
 	@echo 'now, on the GPU machine: bash .gpucheck/gpu_check.sh   (carry .gpucheck; about 8 minutes)'

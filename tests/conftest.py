@@ -42,6 +42,30 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 """tests/with_vllm runs where vLLM is: `make test-vllm` (its own venv; .ci/run runs it after `make test`)."""
 
 
+def device_header() -> str:
+    """The line `make test` opens with: the device the machine offers and what the tests compute on. On a CUDA
+    machine the golden runs still compute on the CPU in float32 (tests/golden/record.py names trainer.device=cpu;
+    RFT_CPU_PRECISION above), the CUDA-marked tests on the GPU; other runs take the config's device."""
+    import torch
+
+    if torch.cuda.is_available():
+        gpus = torch.cuda.device_count()
+        device = f"cuda ({gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__})"
+        rest = "the CUDA-marked tests on cuda, other runs on their config's device (auto: cuda)"
+    else:
+        device = f"cpu (no CUDA device, torch {torch.__version__})"
+        rest = "every run on the CPU; the CUDA-marked tests skip"
+    return (f"rft tests: device {device}; CPU runs compute in {TEST_PRECISION} (RFT_CPU_PRECISION); golden runs "
+            f"on the CPU in float32, {rest}")
+
+
+def pytest_sessionstart(session) -> None:
+    """`device_header` first, under -q too (make test's), once (not in xdist's workers)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not hasattr(session.config, "workerinput"):
+        reporter.write_line(device_header())
+
+
 def pytest_ignore_collect(collection_path, config):
     """Leave tests/with_vllm out of a collection of tests/ where vLLM is not installed (make test's venv)."""
     if collection_path == Path(__file__).parent / "with_data_juicer" and not os.environ.get("RFT_DATA_JUICER_PYTHON"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -43,12 +44,15 @@ CPU = torch.device("cpu")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 CANNOT_PACK = {
-    "gemma2": "uses attention ['eager']",  # logit soft-capping: transformers runs Gemma2 on eager attention
+    # logit soft-capping: transformers from 5.24 runs Gemma2 on eager attention; 5.17 loads it with sdpa, and rft's
+    # packed attention refuses the soft-capping itself
+    "gemma2": r"uses attention \['eager'\]|packed attention does not apply softcap",
     "falcon": "does not run packed",  # ALiBi: the biases come from the padding mask
-    "gpt_oss": "uses attention ['eager']",  # attention sinks: transformers runs GPT-OSS on eager attention
-    "llama4_text": "has chunked attention (attention_chunk_size 8)",  # in the model's mask, which packing replaces
+    "gpt_oss": r"uses attention \['eager'\]",  # attention sinks: transformers runs GPT-OSS on eager attention
+    "llama4_text": r"has chunked attention \(attention_chunk_size 8\)",  # in the model's mask, which packing replaces
 }
-"""The families whose packed pass falls back to the padded one, and the reason printed."""
+"""The families whose packed pass falls back to the padded one, and the reason printed (a pattern: the reason a
+transformers release gives)."""
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +170,8 @@ def test_the_packed_update_has_the_padded_gradient(root, family, capsys):
     padded = _gradient(model, batch, weights)
     packs = packing.enable_remove_padding(model, "actor_rollout_ref.model.use_remove_padding")
     if family in CANNOT_PACK:
-        assert not packs and CANNOT_PACK[family] in capsys.readouterr().err
+        said = capsys.readouterr().err
+        assert not packs and re.search(CANNOT_PACK[family], said) and said.rstrip().endswith("running padded"), said
         return
     assert packs, capsys.readouterr().err
     packed = _gradient(model, batch, weights)

@@ -1,7 +1,8 @@
 """Several processes (SPMD): the launch, the process group, how a batch is split over the ranks, and the few
 collectives the trainer needs. Imports only torch.
 
-One process is the default and needs none of this (`SINGLE`: every collective is the identity). `rft train` with
+One process is the default and needs none of this (`SINGLE`: every collective is the identity), unless its config
+asks for FSDP (a group of one: `init_group_of_one`). `rft train` with
 `trainer.nnodes * trainer.n_gpus_per_node > 1` starts that many processes on this node through torch.distributed's
 elastic launcher (the agent torchrun runs), unless a launcher already did: RANK / WORLD_SIZE in the environment,
 e.g. `torchrun --nnodes 2 ... -m rft train ...` on each node of a multi-node job. CUDA runs NCCL with one device
@@ -106,6 +107,8 @@ class Dist:
     """Processes per sequence-parallel group; they hold the same data (`rank`, `world_size`: the data-parallel
     rank and size)."""
     sp_rank: int = 0
+    group_of_one: bool = False
+    """One process in a process group of its own (`init_group_of_one`): the sharded path runs as on several."""
 
     @property
     def processes(self) -> int:
@@ -118,7 +121,8 @@ class Dist:
 
     @property
     def enabled(self) -> bool:
-        return self.processes > 1
+        """Whether this process is one rank of a process group: the models are sharded, the collectives run."""
+        return self.processes > 1 or self.group_of_one
 
     @property
     def is_main(self) -> bool:
@@ -132,7 +136,7 @@ class Dist:
         if sp < 1 or processes % sp:
             raise ValueError(f"sequence parallel size {sp} does not divide the {processes} processes")
         return Dist(rank=rank // sp, world_size=processes // sp, local_rank=self.local_rank,
-                    comm_device=self.comm_device, sp=sp, sp_rank=rank % sp)
+                    comm_device=self.comm_device, sp=sp, sp_rank=rank % sp, group_of_one=self.group_of_one)
 
     @property
     def every_process(self) -> Dist:
@@ -258,6 +262,20 @@ def init_from_env(device_type: str, sp: int = 1) -> Dist:
     exit_with_parent(EXIT_ERROR, f"rft: error: the launcher (pid {{parent}}) of rank {rank} is gone, so this rank "
                                  "stops: run the same command again")
     return Dist(rank=rank, world_size=world, local_rank=local_rank, comm_device=comm).with_sequence_parallel(sp)
+
+
+def init_group_of_one(device_type: str) -> Dist:
+    """A process group of this process alone (rank 0 of 1: NCCL on the current GPU, gloo on CPU), for a one-process
+    run whose config asks for FSDP: verl wraps the model on one GPU as on many, so the sharded path (FSDP, its
+    collectives, DCP checkpoints) runs on a one-GPU machine. Its store lives in this process (no port is opened)."""
+    if device_type == "cuda":
+        backend, comm = "nccl", f"cuda:{torch.cuda.current_device()}"
+    else:
+        backend, comm = "gloo", "cpu"
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend=backend, store=torch.distributed.HashStore(), rank=0,
+                                             world_size=1)
+    return Dist(comm_device=comm, group_of_one=True)
 
 
 def shutdown() -> None:

@@ -79,7 +79,8 @@ ACTIVATION_OFFLOAD_HELP = (
     "(noted once in the log). The cuda path has not been run yet (the test suite runs on CPU).")
 STRATEGY_HELP = ("How the model is sharded over several processes (docs/scaling.md): fsdp2 (torch's fully_shard on "
                  "every decoder layer, then the root) or fsdp (FSDP1, FullyShardedDataParallel with the decoder "
-                 "layers as units); one process uses neither.")
+                 "layers as units); one process uses neither, unless a model names fsdp2 (a process group of "
+                 "one, as verl on one GPU).")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 # The names registered in rft.algorithms.ADV_ESTIMATORS (a test keeps the two equal): verl 0.9.1's (less its
 # grpo_vectorized / rloo_vectorized implementation variants) and Trinity-RFT's opmd, asymre, reinforce, rec, raft.

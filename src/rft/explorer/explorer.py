@@ -262,9 +262,10 @@ class Explorer:
         params = self.sampling_params(ro, n=ro.n, do_sample=ro.do_sample)
         if not self.dist.enabled:
             return rollout_batch(self.engine, self.tokenizer, prompts, params, self.generator)
-        # Each rank samples from its own stream (`rank_stream`); prompts get globally unique group ids; every rank
-        # pads its responses to the widest of all, so the gathered (B, R) tensors are the one-process batch's.
-        generator = rank_stream(self.generator, self.dist.rank)
+        # Each rank samples from its own stream (`rank_stream`; one process sharded alone from the shared one, as
+        # unsharded); prompts get globally unique group ids; every rank pads its responses to the widest of all, so
+        # the gathered (B, R) tensors are the one-process batch's.
+        generator = rank_stream(self.generator, self.dist.rank) if self.dist.processes > 1 else self.generator
         with gathered_for_generation(self.engine.model):
             batch = rollout_batch(self.engine, self.tokenizer, prompts, params, generator)
         if positions is not None:

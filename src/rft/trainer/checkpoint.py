@@ -188,6 +188,17 @@ def _save_weights(model, file: Path) -> None:
     checked_write(lambda: save_file(weights, file), file)
 
 
+def load_pt(file: Path) -> Any:
+    """A checkpoint's torch file with every tensor on the CPU, whatever device wrote it: a GPU run's checkpoint
+    resumes where no GPU is (or another GPU index). Its readers then place each tensor on the resuming run's device:
+    `Optimizer.load_state_dict` moves the state to its parameters' device, RNG states are CPU byte tensors, a
+    scheduler's state holds numbers. The weights are safetensors files, which record no device, copied into the
+    parameters where they live (`_load_weights`, `load_full`); DCP loads into the model's own tensors."""
+    import torch
+
+    return torch.load(file, map_location="cpu", weights_only=False)
+
+
 def _load_weights(model, file: Path, folder: Path) -> None:
     import torch
     from safetensors.torch import load_file
@@ -249,8 +260,6 @@ def _save_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, co
 
 def _load_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, contents: set[str], model, optimizer,
                               dist: Dist) -> None:
-    import torch
-
     if (folder / dcp_name).is_dir():  # written by several processes: resharded to this run
         if contents & {"model", "optimizer"}:
             from rft.workers.fsdp import load_sharded
@@ -263,14 +272,13 @@ def _load_model_and_optimizer(folder: Path, dcp_name: str, weights_file: str, co
         from rft.workers.fsdp import load_full
 
         if "model" in contents:
-            optim_state = (torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False) if "optimizer" in contents
-                           else None)
+            optim_state = load_pt(folder / "optimizer.pt") if "optimizer" in contents else None
             load_full(model, optimizer, load_file(folder / weights_file), optim_state)
         return
     if "model" in contents:
         _load_weights(model, folder / weights_file, folder)
     if "optimizer" in contents:
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False))
+        optimizer.load_state_dict(load_pt(folder / "optimizer.pt"))
 
 
 def save_training_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, generators: dict,
@@ -340,7 +348,7 @@ def _load_training_state(folder: Path, *, contents: set[str], model, optimizer, 
     contents = set(contents) & set(state["contents"])
     _load_model_and_optimizer(folder, POLICY_DCP, "policy.safetensors", contents, model, optimizer, dist)
     if "extra" in contents:
-        extra = torch.load(folder / "extra.pt", map_location="cpu", weights_only=False)
+        extra = load_pt(folder / "extra.pt")
         scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["rng"]["torch"])
         random.setstate(extra["rng"]["python"])
@@ -371,15 +379,13 @@ def save_module_state(folder: Path, *, contents: set[str], model, optimizer, sch
 
 def load_module_state(folder: Path, *, contents: set[str], model, optimizer, scheduler, dist: Dist = SINGLE) -> None:
     """Restore what `save_module_state` wrote (the parts in `contents`)."""
-    import torch
-
     if not (folder / "contents.json").is_file():
         raise FileNotFoundError(f"checkpoint {str(folder.parent)!r} has no {folder.name}/ part (written by a run "
                                 f"without a {folder.name}?)")
     contents = set(contents) & set(json.loads((folder / "contents.json").read_text()))
     _load_model_and_optimizer(folder, MODEL_DCP, "model.safetensors", contents, model, optimizer, dist)
     if "extra" in contents:
-        scheduler.load_state_dict(torch.load(folder / "scheduler.pt", map_location="cpu", weights_only=False))
+        scheduler.load_state_dict(load_pt(folder / "scheduler.pt"))
 
 
 def resume_folder(mode: str, resume_from_path: str | None, manager: CheckpointManager,

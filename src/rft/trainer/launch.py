@@ -1,4 +1,5 @@
-"""Where the processes of an RL run come from: one process trains in place; several on this node are started by
+"""Where the processes of an RL run come from: one process trains in place (as a process group of one when its config
+names fsdp2: `rft.workers.fsdp.fsdp_alone`); several on this node are started by
 torch.distributed's elastic launcher (`rft.distributed.launch`), each re-running the same command; a process that a
 launcher started (torchrun on each node of a multi-node job, or the launch above) joins the process group and
 trains its rank's share. See docs/scaling.md."""
@@ -46,15 +47,15 @@ def train_here(cfg) -> dict[str, float]:
     """Train in this process: alone, or as the rank a launcher made it (joining the process group first). The
     output folder is held for the run (`run_folder`: locked, writable, cleaned) before the model loads."""
     from rft import interrupts
-    from rft.distributed import init_from_env, launched, shutdown
-    from rft.models.load import resolve_device
+    from rft.distributed import launched, shutdown
     from rft.trainer.run import SyncRun
     from rft.trainer.run_folder import run_folder
+    from rft.workers.fsdp import fsdp_alone
 
-    if not launched():
+    if not launched() and not fsdp_alone(cfg):
         with run_folder(cfg):
             return SyncRun(cfg).fit()
-    dist = init_from_env(resolve_device(cfg.trainer.device).type, sequence_parallel_size(cfg))
+    dist = join_group(cfg)
     interrupts.set_dist(dist)  # the ranks agree on a stop at the start of each step
     try:
         with run_folder(cfg, dist):
@@ -72,6 +73,7 @@ def run_rl(cfg, module_args: list[str]) -> int:
     from rft.sync.schedule import is_synchronous
     from rft.trainer.cluster import placed_by_ray, ray_requested, run_on_ray
     from rft.trainer.run_folder import run_folder
+    from rft.workers.fsdp import fsdp_alone
 
     if placed_by_ray():
         import signal
@@ -92,7 +94,7 @@ def run_rl(cfg, module_args: list[str]) -> int:
     if not is_synchronous(cfg):  # explorer and trainer as separate loops
         from rft.trainer.modes import ROLE_ENV, TrainLoop, run_both_async, run_mode
 
-        several = launched() or processes(cfg.trainer) > 1
+        several = launched() or processes(cfg.trainer) > 1 or fsdp_alone(cfg)
         if several and cfg.trainer.mode == "train":
             def train(dist: Dist) -> None:  # the trainer alone on several processes (FSDP)
                 with run_folder(cfg, dist):
@@ -116,12 +118,12 @@ def run_spmd(cfg, module_args: list[str], body: Callable[[Dist], None], hold_fol
     `python -m rft <module_args>`. `hold_folder`: this process holds cfg's output folder for the ones it starts
     (a staged run's stages hold their own). Returns the exit status."""
     from rft import interrupts
-    from rft.distributed import SINGLE, init_from_env, launch, launched, shutdown
-    from rft.models.load import resolve_device
+    from rft.distributed import SINGLE, launch, launched, shutdown
     from rft.trainer.run_folder import run_folder
+    from rft.workers.fsdp import fsdp_alone
 
     check_launch(cfg)
-    if not launched():
+    if not launched() and not fsdp_alone(cfg):
         if processes(cfg.trainer) == 1:
             body(SINGLE)
             return 0
@@ -129,7 +131,7 @@ def run_spmd(cfg, module_args: list[str], body: Callable[[Dist], None], hold_fol
             return launch(processes(cfg.trainer), module_args)
         with run_folder(cfg, for_children=True):
             return launch(processes(cfg.trainer), module_args)
-    dist = init_from_env(resolve_device(cfg.trainer.device).type, sequence_parallel_size(cfg))
+    dist = join_group(cfg)
     interrupts.set_dist(dist)
     try:
         body(dist)
@@ -137,6 +139,18 @@ def run_spmd(cfg, module_args: list[str], body: Callable[[Dist], None], hold_fol
         return 0
     finally:
         shutdown()
+
+
+def join_group(cfg) -> Dist:
+    """This process's place in the run's process group: the launcher's (its environment), or, for one process whose
+    config asks for FSDP (`rft.workers.fsdp.fsdp_alone`), a group of its own."""
+    from rft.distributed import init_from_env, init_group_of_one, launched
+    from rft.models.load import resolve_device
+
+    device_type = resolve_device(cfg.trainer.device).type
+    if launched():
+        return init_from_env(device_type, sequence_parallel_size(cfg))
+    return init_group_of_one(device_type)
 
 
 def sequence_parallel_size(cfg) -> int:

@@ -140,8 +140,9 @@ def check_offload(ctx: CheckContext) -> None:
     """FSDP's CPU offload keys. On a CPU run the parameters and optimizer state already live in host memory: every
     setting holds and changes nothing. On cuda a sharded model (several processes) keeps its parameter shards in
     host memory with param_offload / offload_policy (FSDP1's CPUOffload, FSDP2's CPUOffloadPolicy), its optimizer
-    stepping there too; one process has no FSDP, hence no offload."""
+    stepping there too; one process has no FSDP, hence no offload, unless it shards alone (`fsdp_alone`)."""
     from rft.models.load import resolve_device
+    from rft.workers.fsdp import fsdp_alone
 
     cfg, world_size = ctx.cfg, ctx.world_size
     if resolve_device(cfg.trainer.device).type == "cpu":
@@ -152,10 +153,11 @@ def check_offload(ctx: CheckContext) -> None:
         for name in ("param_offload", "optimizer_offload", "offload_policy"):
             if not getattr(fsdp, name):
                 continue
-            if world_size == 1:
+            if world_size == 1 and not fsdp_alone(cfg):
                 raise ConfigError(
                     f"{section}.fsdp_config.{name}=true: one process on cuda has no FSDP, hence no CPU offload; set "
-                    "it to false, or run several processes (trainer.n_gpus_per_node)"
+                    "it to false, run several processes (trainer.n_gpus_per_node), or shard the one process "
+                    "(actor_rollout_ref.actor.strategy=fsdp2)"
                 )
             if name == "optimizer_offload" and not (fsdp.param_offload or fsdp.offload_policy):
                 raise ConfigError(

@@ -1,5 +1,6 @@
 """A trained model sharded over the ranks: FSDP2 (`fully_shard` on every decoder layer, then the root) or FSDP1
-(`FullyShardedDataParallel` with the same layers as units); one process uses neither. Also what sharding changes
+(`FullyShardedDataParallel` with the same layers as units); one process uses neither, unless its config names fsdp2
+(`fsdp_alone`: a process group of one). Also what sharding changes
 around the model: the gradient norm of sharded gradients, sharded state dicts (torch.distributed.checkpoint) and the
 full weights gathered for a Hugging Face export.
 
@@ -35,6 +36,21 @@ from rft.distributed import Dist
 from rft.models.arch import layer_classes
 
 STRATEGIES = ("fsdp", "fsdp2")
+
+
+def fsdp_alone(cfg) -> bool:
+    """Whether a one-process RL run shards its models anyway, as rank 0 of a group of one
+    (`rft.distributed.init_group_of_one`): when its actor (or its critic) names fsdp2. So a one-GPU machine runs the
+    sharded path as verl does there. `fsdp`, verl's default strategy and rft's, keeps one process unsharded: what
+    a config that names no strategy computes (the golden files) stays as it was, and FSDP1 is reached with several
+    processes."""
+    from rft.config.checks import processes
+    from rft.workers.checks import builds_critic
+
+    arr = getattr(cfg, "actor_rollout_ref", None)
+    if arr is None or processes(cfg.trainer) != 1:
+        return False
+    return arr.actor.strategy == "fsdp2" or (builds_critic(cfg) and cfg.critic.strategy == "fsdp2")
 
 
 def is_sharded(model: nn.Module) -> bool:
@@ -100,7 +116,8 @@ def shard_mesh(device_type: str, world_size: int, fsdp_size: int = -1):
 
 
 def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.device) -> nn.Module:
-    """`model` sharded over the ranks with `strategy` (fsdp2 / fsdp), or `model` itself with one process.
+    """`model` sharded over the ranks with `strategy` (fsdp2 / fsdp), or `model` itself without a process group
+    (one process, unless `fsdp_alone`).
 
     `fsdp_cfg` (an FSDPConfig): `wrap_policy.transformer_layer_cls_to_wrap` names the unit classes,
     `wrap_policy.min_num_params` adds units by size (`fsdp_units`); `fsdp_size` shards within groups of that many
