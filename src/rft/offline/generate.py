@@ -123,7 +123,7 @@ def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
     d, r, m = cfg.data, cfg.rollout, cfg.model
     start = time.perf_counter()
     device = resolve_device(cfg.trainer.device)
-    dtype = compute_dtype(r.dtype, device)
+    dtype = compute_dtype(r.dtype, device, m.path, "rollout.dtype")
     tokenizer = load_tokenizer(m.path, m.trust_remote_code)
     rows = read_rows(d.path, key="data.path")
     # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row;

@@ -55,7 +55,7 @@ def _hf(cfg, model, tokenizer, eos, all_done, distributed, weights):
     ro = cfg.actor_rollout_ref.rollout
     return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done,
                      compiled=compiled_decode(ro.enforce_eager, model, all_done is not None),
-                     dtype=choose(ro.dtype, device_of(model)).dtype)
+                     dtype=choose(ro.dtype, device_of(model), cfg.actor_rollout_ref.model.path).dtype)
 
 
 def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
@@ -82,7 +82,7 @@ def vllm_options(cfg, model: nn.Module):
     from rft.models.precision import choose
 
     cuda = torch.cuda.is_available()
-    dtype = choose(ro.dtype, torch.device("cuda" if cuda else "cpu")).dtype
+    dtype = choose(ro.dtype, torch.device("cuda" if cuda else "cpu"), cfg.actor_rollout_ref.model.path).dtype
     if not cuda:
         if ro.free_cache_engine:
             log.info("rft: rollout.free_cache_engine: vLLM's sleep mode needs CUDA; on CPU the engine keeps its "

@@ -110,8 +110,11 @@ class RLTrainer:
             self.device = torch.device("cuda", dist.local_rank)
         # What each model computes in (models/precision.py): the weights stay float32, the passes run under
         # autocast in the precision the config names where this hardware computes it faster.
-        self.precision = {"rollout": precision.choose(arr.rollout.dtype, self.device),
-                          "actor": precision.choose(arr.actor.fsdp_config.mixed_precision.param_dtype, self.device)}
+        self.precision = {
+            "rollout": precision.choose(arr.rollout.dtype, self.device, arr.model.path,
+                                        "actor_rollout_ref.rollout.dtype"),
+            "actor": precision.choose(arr.actor.fsdp_config.mixed_precision.param_dtype, self.device, arr.model.path,
+                                      "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")}
         self.dtype = self.precision["rollout"].dtype  # the engine's and the reward model's
         # The optional inputs the estimator declared with its registration; the trainer fills `values` from the
         # critic (the explorer fills `reward_baselines`, which need generation).
@@ -129,8 +132,8 @@ class RLTrainer:
         ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
         if self.needs_ref:  # its own precision (a LoRA reference is the policy itself: the actor's)
             mp = arr.ref.fsdp_config.mixed_precision
-            self.precision["ref"] = precision.choose(mp.param_dtype, self.device) if ref_model is not None \
-                else self.precision["actor"]
+            self.precision["ref"] = self.precision["actor"] if ref_model is None else \
+                precision.choose(mp.param_dtype, self.device, arr.model.path)
             if ref_model is not None:
                 precision.set_compute(ref_model, self.precision["ref"], mp, self.device)
         # several processes: both are sharded over the ranks (every decoder layer, then the root)
@@ -189,7 +192,8 @@ class RLTrainer:
         model = load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER, self.device,
                                      key="critic.model", value_head=True, tokenizer=self.tokenizer,
                                      freeze_vision=self._critic_freezes_vision())
-        self.precision["critic"] = precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device)
+        self.precision["critic"] = precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device,
+                                                    c.model.path or arr.model.path)
         precision.set_compute(model, self.precision["critic"], c.model.fsdp_config.mixed_precision, self.device)
         if c.model.use_remove_padding:
             enable_remove_padding(model, "critic.model.use_remove_padding")

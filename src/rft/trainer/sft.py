@@ -78,7 +78,7 @@ class SFTTrainer:
         if dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", dist.local_rank)
         # float32 weights and optimizer state; the passes compute in model_dtype where this hardware is fast in it
-        self.precision = precision.choose(model_cfg.fsdp_config.model_dtype, self.device)
+        self.precision = precision.choose(model_cfg.fsdp_config.model_dtype, self.device, model_cfg.partial_pretrain)
         self.dtype = precision.MASTER
         torch.manual_seed(trainer.seed)
 
