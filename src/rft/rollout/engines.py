@@ -18,7 +18,8 @@ log = logging.getLogger("rft")
 class EngineSpec:
     """An engine and what the trainer asks of it. `build(cfg, model, tokenizer, eos_ids, all_done, distributed,
     weights)` makes it (see `build_engine`); `own_numerics`: its log-probs are not the trainer's (another kernel
-    library), so the old log-probs are computed every step and the gap is logged; `replica_per_rank`: with several
+    library), so the gap is logged each step (`training/rollout_probs_diff_*`: from the old-log-prob pass where one
+    runs, else from the update's own passes, `PolicyWorker.rollout_drift`); `replica_per_rank`: with several
     trainer processes each rank runs an engine of its own over an unsharded copy of the policy that every sync
     fills with the gathered weights (verl's hybrid engine), instead of generating with the sharded model."""
 

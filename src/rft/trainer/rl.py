@@ -163,16 +163,16 @@ class RLTrainer:
         self.critic_tokenizer = tokenizer
         self.critic = self._build_critic() if use_critic else None
         # With one optimizer step per batch of fresh experiences the policy that sampled is the policy being
-        # updated, so the old log-probs are the detached current ones and need no forward pass of their own. Not
-        # so with an engine of its own numerics (vLLM): the old log-probs are computed every step and the
-        # difference is logged (training/rollout_probs_diff_*, docs/rollout.md).
+        # updated, so the old log-probs are the detached current ones and need no forward pass of their own; an
+        # engine of its own numerics (vLLM) changes nothing in the loss there (the ratio is 1 either way), and the
+        # difference verl logs (training/rollout_probs_diff_*, docs/rollout.md) comes from the update's own passes.
         updates = arr.actor.ppo_epochs * (cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size)
         rc = cfg.algorithm.rollout_correction
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
-                                   or engine_spec(arr.rollout.name).own_numerics
                                    or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
+        self.worker.rollout_drift = engine_spec(arr.rollout.name).own_numerics and not self.needs_old_logprobs
         # algorithm.mix: the expert rows each update adds (trainer/mix.py)
         self.expert = ExpertRows(cfg, tokenizer) if cfg.algorithm.mix.enable else None
         self.ckpt = CheckpointManager(
