@@ -207,11 +207,11 @@ class SFTTrainer:
 
     def _optimizer_step(self, losses: list[float]) -> tuple[float, str | None]:
         """The guarded optimizer step and the scheduler's, the freed memory handed back before (the backward's) and
-        after (the gradients', not held through validation and the next step's forward), as the RL update does."""
+        after (the optimizer step's), as the RL update does. The gradients stay until the next step's zero_grad,
+        which frees them before its forward pass."""
         release_freed_memory()
         step = self.guard.step(self.cfg.optim.clip_grad, self.model if self.dist.enabled else None, losses=losses)
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         release_freed_memory()
         return step
 
