@@ -138,8 +138,8 @@ def _model_folder(path, hidden: int, intermediate: int, vocab: int):
 @pytest.fixture
 def measured(cpu_has, monkeypatch, tmp_path):
     """{hidden size: bf16's speed over float32's}, what the stubbed `precision.measure` returns; its `calls` list
-    each measurement. The user's cache folder is tmp_path / "cache"."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    each measurement. rft's cache folder is tmp_path / "cache" / "rft"."""
+    monkeypatch.setenv("RFT_CACHE_DIR", str(tmp_path / "cache" / "rft"))
     monkeypatch.setattr(precision, "_noted", set())
     speeds: dict = {}
     calls: list = []
@@ -156,7 +156,7 @@ def test_bf16_is_chosen_by_the_models_shapes_measured_once_per_machine_and_shape
     """With the instructions, a model whose products bf16 computes faster gets bf16, one whose products are too
     short for it fp32; each shape is timed once on this machine, kept in the user's cache folder and read back."""
     speeds, calls = measured
-    speeds.update({896: 2.5, 64: 0.6})
+    speeds.update({896: 2.5, 64: 0.6, 32: 0.95})
     big = _model_folder(tmp_path / "big", 896, 4864, 151936)
     small = _model_folder(tmp_path / "small", 64, 128, 300)
     assert choose("bf16", CPU, big) == Choice(torch.float32, "bf16", NO_BF16)  # no instructions: nothing timed
@@ -169,13 +169,16 @@ def test_bf16_is_chosen_by_the_models_shapes_measured_once_per_machine_and_shape
         torch.float32, "auto", "this CPU has AVX512-BF16 instructions, but bf16 measured 0.6x float32's speed at "
         "this model's shapes (hidden 64, intermediate 128, vocabulary 300)")
     assert choose("bf16", CPU, big).dtype == torch.bfloat16 and choose("auto", CPU, small).dtype == torch.float32
-    assert calls == [(896, torch.bfloat16), (64, torch.bfloat16)]  # once per shape
+    near = _model_folder(tmp_path / "near", 32, 64, 300)  # near 1x: the instructions' answer stands
+    assert choose("bf16", CPU, near).dtype == torch.bfloat16
+    assert calls == [(896, torch.bfloat16), (64, torch.bfloat16), (32, torch.bfloat16)]  # once per shape
     cache = tmp_path / "cache" / "rft" / "precision.json"
     assert json.loads(cache.read_text()) == {precision.machine_key(): {
-        f"bf16 at {shape}": 2.5, "bf16 at hidden 64, intermediate 128, vocabulary 300": 0.6}}
+        f"bf16 at {shape}": 2.5, "bf16 at hidden 64, intermediate 128, vocabulary 300": 0.6,
+        "bf16 at hidden 32, intermediate 64, vocabulary 300": 0.95}}
     assert sorted(p.name for p in cache.parent.iterdir()) == [".precision.json.lock", "precision.json"]  # no temp
     cache.write_text("{not json")  # a damaged cache is measured again and rewritten
-    assert choose("bf16", CPU, big).dtype == torch.bfloat16 and len(calls) == 3
+    assert choose("bf16", CPU, big).dtype == torch.bfloat16 and len(calls) == 4
     assert json.loads(cache.read_text())[precision.machine_key()] == {f"bf16 at {shape}": 2.5}
     # a run records the choice at its models' shapes with the others, so its resumed half computes as it did
     record = precision.run_choices((big, small, str(tmp_path / "no-such-model")))

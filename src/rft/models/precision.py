@@ -17,7 +17,8 @@ the choice and its reason in one log line ("this CPU has AVX512-BF16 instruction
 Having the instructions is not enough at every size: a small model's products are too short for the packed bf16
 kernels to pay for their conversions. Where the model is known (`choose(..., model=folder)`), a CPU with the
 instructions decides by the model's own product shapes (`Shapes`: hidden x intermediate, hidden x a block of the
-vocabulary), timed once per machine and shape (`speedup`) and kept in a small JSON file under the user's cache
+vocabulary: float32 where the low precision measures clearly slower, `SLOWER`), timed once per machine and shape
+(`speedup`) and kept in a small JSON file under the user's cache
 folder (`cache_file`), so a second run, a resumed half and every process of a run on this machine read the same
 answer instead of a timing of their own (one timing of a busy machine could flip the choice, and with it the run's
 numbers, if every run timed again). A run keeps the choice in its folder too (`rft.runtime.run_choice`), so its
@@ -93,7 +94,7 @@ def decide(dtype: torch.dtype, shapes: Shapes | None = None) -> tuple[str, str]:
         return SHORT[dtype], why
     ratio = speedup(shapes, dtype)
     measured = f"{SHORT[dtype]} measured {ratio:.2g}x float32's speed at this model's shapes ({shapes.label})"
-    return (SHORT[dtype], f"{why}; {measured}") if ratio > 1.0 else ("fp32", f"{why}, but {measured}")
+    return (SHORT[dtype], f"{why}; {measured}") if ratio >= SLOWER else ("fp32", f"{why}, but {measured}")
 
 
 def _mode() -> str:
@@ -123,6 +124,9 @@ TOKENS = 128
 VOCAB_BLOCK = 16384
 """The vocabulary columns of the measured head product (the chunked LM head's products are blocks of it)."""
 REPEATS = 3
+SLOWER = 0.9
+"""A low precision whose products measure below this share of float32's speed computes in float32 instead. Not
+1.0: near it either precision runs as fast, and it is where two timings of a busy machine would choose apart."""
 SEVERAL = 3.0
 """A config naming float32 where bf16 measures at least this many times its speed gets a line saying so."""
 
@@ -163,9 +167,11 @@ def shapes_of(folder: str | Path | None) -> Shapes | None:
 
 
 def cache_file() -> Path:
-    """Where measured speeds are kept: `$XDG_CACHE_HOME/rft/precision.json` (default `~/.cache`)."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "rft" / "precision.json"
+    """Where measured speeds are kept: `$RFT_CACHE_DIR/precision.json`, by default `$XDG_CACHE_HOME/rft` (`~/.cache`)."""
+    folder = os.environ.get("RFT_CACHE_DIR")
+    if not folder:
+        folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rft"
+    return Path(folder) / "precision.json"
 
 
 def machine_key() -> str:
