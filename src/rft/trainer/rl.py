@@ -244,9 +244,11 @@ class RLTrainer:
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.critic.update(batch, step))
+        self.actor_moved = False  # whether this step changed the actor's weights (what a sync has to carry)
         if step > self.cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
             with timer("update_actor"):
                 metrics.update(self.worker.update(self.expert.attach(batch) if self.expert else batch, step))
+            self.actor_moved = self.worker.steps_taken != 0
         metrics.update(self.batch_metrics(batch))
         metrics["training/global_step"] = step
         n_all = float(self.dist.sum(torch.stack([batch.response_mask.sum(), batch.prompt_mask.sum()])).sum())
