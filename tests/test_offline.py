@@ -5,6 +5,7 @@ run's own export."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import json
 import math
@@ -283,7 +284,10 @@ def test_generate_past_gpt2s_position_table_is_one_line_with_the_longest_respons
 def test_generate_refuses_what_it_cannot_honour(tmp_path, capsys):
     base = ["generate", "data.path=x.parquet", "model.path=m", f"data.output_path={tmp_path / 'o.parquet'}"]
     for extra, needle in ((["trainer.n_gpus_per_node=8"], "trainer.n_gpus_per_node=8 is not supported"),
-                          (["rollout.name=vllm"], "rollout.name='vllm' is not supported"),
+                          (["rollout.name=vllm", "rollout.micro_batch_size=4"],
+                           "rollout.micro_batch_size=4: rows per pass of the hf engine; vLLM schedules its own"),
+                          *([] if importlib.util.find_spec("vllm") else [(["rollout.name=vllm"], "rollout.name=vllm: the vLLM engine needs "
+                                                  "the vllm package, which is not installed here")]),
                           (["data.n_samples=0"], "data.n_samples must be a positive integer"),
                           (["data.output_path=o.jsonl"], "must be a .parquet file"),
                           # the prompts file was replaced by the responses

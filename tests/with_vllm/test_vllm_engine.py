@@ -219,6 +219,20 @@ def test_grpo_on_vllm_with_verls_rollout_defaults_trains_and_logs_the_log_prob_d
     assert [k for k in before if torch.equal(before[k], after[k])] == []
 
 
+def test_a_vllm_step_with_one_update_a_batch_runs_no_old_log_prob_pass_and_logs_the_difference(root, tmp_path):
+    """One optimizer step per batch (ppo_epochs 1, one mini-batch): no old-log-prob pass (the loss does not need
+    it), and the engine / trainer difference verl logs comes from the update's own passes."""
+    out = _grpo_on_vllm(root, tmp_path, "trainer.total_training_steps=2", "trainer.logger=[console]",
+                        "actor_rollout_ref.rollout.dtype=float32",
+                        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32")
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+    for x in lines:
+        assert "timing_s/old_log_prob" not in x
+        assert x["training/rollout_probs_diff_valid"] == 1
+        assert 0 <= x["training/rollout_probs_diff_max"] <= LOGPROB_TOL * 10
+
+
 @pytest.mark.slow
 def test_mode_both_with_the_explorer_process_on_vllm_takes_the_trainers_weights(root, tmp_path):
     """Mode both with the explorer as a second process (sync_interval 2, nccl: explore steps 1 and 2 generate with

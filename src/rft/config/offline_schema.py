@@ -51,8 +51,8 @@ class GenerationModelConfig:
 
 @dataclass
 class GenerationRolloutConfig:
-    name: str = fld("hf", "Rollout engine: hf (transformers, KV cache); vllm is refused for now.",
-                    choices=("hf", "vllm"), unsupported="the vLLM engine (docs/scaling.md)")
+    name: str = fld("hf", "Rollout engine: hf (transformers, KV cache) or vllm (vLLM's engine in this process, "
+                          "`make vllm`; text models: docs/rollout.md).", choices=("hf", "vllm"))
     temperature: float = fld(1.0, "Sampling temperature.")
     top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
     top_p: float = fld(1.0, "Nucleus sampling threshold in (0, 1].")

@@ -390,7 +390,8 @@ class WrapPolicyConfig:
 
 PRECISION_HELP = ("On a CPU a low precision is used only where this CPU has the instructions that compute it faster "
                   "than float32 (bf16: AMX-BF16 or AVX512-BF16; else float32, with the reason in the log; recorded in "
-                  "the run's numerics.json: docs/performance.md). auto (the "
+                  "the run's numerics.json: docs/performance.md) and it measures faster at the model's shapes "
+                  "(timed once per machine and shape, kept in ~/.cache/rft/precision.json). auto (the "
                   "default): bf16 on a GPU, as verl's default, and on a CPU where it is faster; else float32, with "
                   "nothing to say about it, as nothing was asked.")
 

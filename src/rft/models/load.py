@@ -46,12 +46,14 @@ def device_of(model: nn.Module) -> torch.device:
     return getattr(model, COMPUTE_DEVICE_ATTR, None) or next(model.parameters()).device
 
 
-def compute_dtype(requested: str, device: torch.device) -> torch.dtype:
+def compute_dtype(requested: str, device: torch.device, model: str | None = None, key: str | None = None
+                  ) -> torch.dtype:
     """The dtype a model that only generates is loaded and computes in: `requested` where this hardware computes it
-    fast, else float32 (`rft.models.precision.choose`; the trainer's start line says which)."""
+    fast, else float32 (`rft.models.precision.choose`, by `model`'s shapes where given, with `key` the config key
+    that names it; the trainer's start line says which)."""
     from rft.models.precision import choose, describe
 
-    choice = choose(requested, device)
+    choice = choose(requested, device, model, key)
     log.debug("rft: %s", describe({"rollout": choice}))
     return choice.dtype
 

@@ -12,25 +12,38 @@ AMD EPYC and Intel Xeon; AMX on Sapphire Rapids and later) and fp16 only with AM
 low-precision matmul is emulated and runs many times slower than float32. Measured (bench/RESULTS.md): bf16 matmuls
 at 0.016x the float32 rate on this project's AVX2 AMD EPYC, 2.1x on its AVX512-BF16 EPYC, 5.0x on an Intel Xeon with
 AMX. So on a CPU the named precision is used where the CPU has those instructions, float32 otherwise (`decide`), with
-the choice and its reason in one log line ("this CPU has AVX512-BF16 instructions"). The rule reads the CPU's
-instructions, never a timing (rft timed a matmul in each precision before: a busy machine's timing could flip the
-choice, and with it the run's numbers), and a run keeps the choice in its folder (`rft.runtime.run_choice`), so its
-resumed half computes as it did. `RFT_CPU_PRECISION` overrides it: `auto` (the default; `measure`, its earlier name,
-is the same), `requested` (compute in the named precision however slow: for checking numerics) or `float32`.
+the choice and its reason in one log line ("this CPU has AVX512-BF16 instructions").
+
+Having the instructions is not enough at every size: a small model's products are too short for the packed bf16
+kernels to pay for their conversions. Where the model is known (`choose(..., model=folder)`), a CPU with the
+instructions decides by the model's own product shapes (`Shapes`: hidden x intermediate, hidden x a block of the
+vocabulary: float32 where the low precision measures clearly slower, `SLOWER`), timed once per machine and shape
+(`speedup`) and kept in a small JSON file under the user's cache
+folder (`cache_file`), so a second run, a resumed half and every process of a run on this machine read the same
+answer instead of a timing of their own (one timing of a busy machine could flip the choice, and with it the run's
+numbers, if every run timed again). A run keeps the choice in its folder too (`rft.runtime.run_choice`), so its
+resumed half computes as it did on another machine. A config that names float32 where bf16 measures several times
+faster (`SEVERAL`) gets one line saying so. `RFT_CPU_PRECISION` overrides all of it: `auto` (the default;
+`measure`, its earlier name, is the same), `requested` (compute in the named precision however slow: for checking
+numerics) or `float32`; neither of the last two times anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import logging
 import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from rft.config.errors import ConfigError
-from rft.runtime import cpu_flags, run_choice
+from rft.runtime import cpu_flags, cpu_model, run_choice
 
 log = logging.getLogger("rft")
 
@@ -67,27 +80,143 @@ def has_instructions(name: str) -> bool:
     return name.lower().replace("-", "_") in cpu_flags()
 
 
-def decide(dtype: torch.dtype) -> tuple[str, str]:
-    """(what a CPU pass asked to compute in `dtype` computes in, why): `MODE_ENV`, then the CPU's instructions."""
+def decide(dtype: torch.dtype, shapes: Shapes | None = None) -> tuple[str, str]:
+    """(what a CPU pass asked to compute in `dtype` computes in, why): `MODE_ENV`, then the CPU's instructions, then,
+    for a model of known `shapes`, whether `dtype` measures faster than float32 at them (`speedup`)."""
+    mode = _mode()
+    if mode != "auto":
+        return SHORT[dtype if mode == "requested" else torch.float32], f"{MODE_ENV}={mode}"
+    has = [name for name in FAST_WITH[dtype] if has_instructions(name)]
+    if not has:
+        return "fp32", f"this CPU has no {' or '.join(FAST_WITH[dtype])} instructions: {SHORT[dtype]} would be emulated"
+    why = f"this CPU has {has[0]} instructions"
+    if shapes is None:
+        return SHORT[dtype], why
+    ratio = speedup(shapes, dtype)
+    measured = f"{SHORT[dtype]} measured {ratio:.2g}x float32's speed at this model's shapes ({shapes.label})"
+    return (SHORT[dtype], f"{why}; {measured}") if ratio >= SLOWER else ("fp32", f"{why}, but {measured}")
+
+
+def _mode() -> str:
     mode = os.environ.get(MODE_ENV) or "auto"
     mode = "auto" if mode == "measure" else mode
     if mode not in MODES:
         raise ConfigError(f"{MODE_ENV}={mode!r}: valid values are {', '.join(MODES)}")
-    if mode != "auto":
-        return SHORT[dtype if mode == "requested" else torch.float32], f"{MODE_ENV}={mode}"
-    has = [name for name in FAST_WITH[dtype] if has_instructions(name)]
-    if has:
-        return SHORT[dtype], f"this CPU has {has[0]} instructions"
-    return "fp32", f"this CPU has no {' or '.join(FAST_WITH[dtype])} instructions: {SHORT[dtype]} would be emulated"
+    return mode
 
 
-def run_choices() -> dict[str, tuple[str, str]]:
-    """This process's answers for a run's record (`rft.runtime.fix_run_choices`): what bf16 and fp16 compute in."""
-    return {_choice_name(dtype): decide(dtype) for dtype in FAST_WITH}
+def run_choices(models: tuple[str, ...] = ()) -> dict[str, tuple[str, str]]:
+    """This process's answers for a run's record (`rft.runtime.fix_run_choices`): what bf16 and fp16 compute in, and
+    at the shapes of each model folder in `models` (those whose shapes config.json tells)."""
+    choices = {_choice_name(dtype): decide(dtype) for dtype in FAST_WITH}
+    for shapes in {s for s in map(shapes_of, models) if s is not None}:
+        choices.update({_choice_name(dtype, shapes): decide(dtype, shapes) for dtype in FAST_WITH})
+    return choices
 
 
-def _choice_name(dtype: torch.dtype) -> str:
-    return f"{SHORT[dtype]} on the CPU"
+def _choice_name(dtype: torch.dtype, shapes: Shapes | None = None) -> str:
+    return f"{SHORT[dtype]} on the CPU" + (f" at {shapes.label}" if shapes is not None else "")
+
+
+# ------------------------------------------------------------------------------------------- the measurement
+TOKENS = 128
+"""Token positions of the measured products: a micro-batch's slice, long enough for the packed kernels' blocks."""
+VOCAB_BLOCK = 16384
+"""The vocabulary columns of the measured head product (the chunked LM head's products are blocks of it)."""
+REPEATS = 3
+SLOWER = 0.9
+"""A low precision whose products measure below this share of float32's speed computes in float32 instead. Not
+1.0: near it either precision runs as fast, and it is where two timings of a busy machine would choose apart."""
+SEVERAL = 3.0
+"""A config naming float32 where bf16 measures at least this many times its speed gets a line saying so."""
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """A decoder's product shapes: the MLP's hidden x intermediate and the LM head's hidden x vocabulary."""
+
+    hidden: int
+    intermediate: int
+    vocab: int
+
+    @property
+    def label(self) -> str:
+        return f"hidden {self.hidden}, intermediate {self.intermediate}, vocabulary {self.vocab}"
+
+    def products(self) -> list[tuple[int, int, int]]:
+        """(tokens, in, out) of each measured product."""
+        return [(TOKENS, self.hidden, self.intermediate), (TOKENS, self.hidden, min(self.vocab, VOCAB_BLOCK))]
+
+
+def shapes_of(folder: str | Path | None) -> Shapes | None:
+    """The shapes of the model folder `folder` from its config.json (a vision-language model's text model); None
+    where it has none to read."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text()) if folder else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    hidden = text.get("hidden_size") or text.get("n_embd") or text.get("d_model")
+    inner = text.get("intermediate_size") or text.get("n_inner") or text.get("ffn_dim") or (hidden and 4 * hidden)
+    vocab = text.get("vocab_size") or config.get("vocab_size")
+    if not all(isinstance(x, int) and x > 0 for x in (hidden, inner, vocab)):
+        return None
+    return Shapes(hidden, inner, vocab)
+
+
+def cache_file() -> Path:
+    """Where measured speeds are kept: `$RFT_CACHE_DIR/precision.json`, by default `$XDG_CACHE_HOME/rft` (`~/.cache`)."""
+    folder = os.environ.get("RFT_CACHE_DIR")
+    if not folder:
+        folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rft"
+    return Path(folder) / "precision.json"
+
+
+def machine_key() -> str:
+    """What a measured speed holds for: the CPU, the kernels torch picks on it, its threads and torch's version."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{cpu_model()}; {capability}; {torch.get_num_threads()} threads; torch {torch.__version__}"
+
+
+def speedup(shapes: Shapes, dtype: torch.dtype) -> float:
+    """`dtype`'s speed over float32's on `shapes`' products on this machine: from `cache_file` where measured before,
+    else measured now and kept there (written under a temporary name and renamed; the measurement under an flock,
+    so the processes of one run measure once and read the same answer)."""
+    from rft.fsutil import write_text_atomic
+
+    path, entry = cache_file(), f"{SHORT[dtype]} at {shapes.label}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            cached = json.loads(path.read_text())
+        except (OSError, ValueError):
+            cached = {}
+        cached = cached if isinstance(cached, dict) else {}
+        machine = cached.setdefault(machine_key(), {})
+        if not isinstance(machine.get(entry), (int, float)):
+            machine[entry] = round(measure(shapes, dtype), 3)
+            write_text_atomic(path, json.dumps(cached, indent=1, sort_keys=True) + "\n")
+            log.info("rft: %s measured %.2gx float32's speed on this CPU (kept in %s)", entry, machine[entry], path)
+        return float(machine[entry])
+
+
+def measure(shapes: Shapes, dtype: torch.dtype) -> float:
+    """float32's time over `dtype`'s for `shapes`' products, the best of `REPEATS` rounds, the two precisions
+    timed in turn so that a load that comes and goes weighs on both."""
+    g = torch.Generator().manual_seed(0)
+    operands = [(torch.randn(t, k, generator=g), torch.randn(n, k, generator=g)) for t, k, n in shapes.products()]
+    low = [(x.to(dtype), w.to(dtype)) for x, w in operands]
+    best = {torch.float32: float("inf"), dtype: float("inf")}
+    for _ in range(REPEATS + 1):  # the first round warms the kernels up
+        for which, pairs in ((torch.float32, operands), (dtype, low)):
+            start = time.perf_counter()
+            for x, w in pairs:
+                torch.nn.functional.linear(x, w)
+            best[which] = min(best[which], time.perf_counter() - start)
+    return best[torch.float32] / max(best[dtype], 1e-9)
 
 
 # ------------------------------------------------------------------------------------------------ the choice
@@ -100,17 +229,39 @@ class Choice:
     reason: str = ""
 
 
-def choose(name: str, device: torch.device) -> Choice:
+def choose(name: str, device: torch.device, model: str | Path | None = None, key: str | None = None) -> Choice:
     """The dtype a pass computes in for the config's `name` on `device` (see the module docstring). 'auto' is the
-    fastest of bf16 and float32 here (bf16 on a GPU)."""
+    fastest of bf16 and float32 here (bf16 on a GPU). `model`: the model folder, whose shapes decide on a CPU with
+    the instructions; `key`: the config key that names `name`, for the line said where float32 is named and bf16
+    measures `SEVERAL` times faster."""
     asked = dtype_of(name)
     if device.type != "cpu":
         return Choice(asked or torch.bfloat16, name)
+    shapes = shapes_of(model)
     if asked == torch.float32:
+        _note_slow_float32(key, shapes)
         return Choice(torch.float32, name)
     want = asked or torch.bfloat16
-    runs, why = run_choice(_choice_name(want), lambda: decide(want))
+    runs, why = run_choice(_choice_name(want, shapes), lambda: decide(want, shapes))
     return Choice(NAMES[runs], name, why)
+
+
+_noted: set[str] = set()
+
+
+def _note_slow_float32(key: str | None, shapes: Shapes | None) -> None:
+    """One line, once per key and process, where `key` names float32 and bf16 measures `SEVERAL` times its speed at
+    the model's `shapes` (the default mode only: an override times nothing)."""
+    if key is None or shapes is None or key in _noted or _mode() != "auto":
+        return
+    if not any(has_instructions(name) for name in FAST_WITH[torch.bfloat16]):
+        return
+    ratio = speedup(shapes, torch.bfloat16)
+    if ratio >= SEVERAL:
+        _noted.add(key)
+        log.warning("rft: %s names float32, and bf16 measures %.1fx its speed at this model's shapes on this CPU "
+                    "(%s): set %s=auto to compute in bf16 (master weights and optimizer state stay float32), "
+                    "unless float32 is what you need", key, ratio, shapes.label, key)
 
 
 def describe(choices: dict[str, Choice]) -> str:

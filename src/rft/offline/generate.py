@@ -1,7 +1,8 @@
 """`rft generate`: n responses per prompt of a parquet / jsonl file with a model folder (verl's main_generation).
 
 The prompts go through the chat template and the length check of training (`PromptDataset`), the responses come
-from the `hf` engine, `rollout_batch` as in validation; the output is the input rows with a `responses` column (a
+from the engine rollout.name names (`hf`, or `vllm`: vLLM's engine in this process, serving the folder's weights
+without a transformers copy beside them), `rollout_batch` as in validation; the output is the input rows with a `responses` column (a
 list of n strings), written under a temporary name and renamed, which `rft eval` reads. What it was made from
 (`inputs_of`: the config, data.path's bytes, the model folder) is recorded in the parquet's metadata
 (`rft.offline.record`), so that the same command again says the output is complete and generates nothing, and a
@@ -123,7 +124,7 @@ def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
     d, r, m = cfg.data, cfg.rollout, cfg.model
     start = time.perf_counter()
     device = resolve_device(cfg.trainer.device)
-    dtype = compute_dtype(r.dtype, device)
+    dtype = compute_dtype(r.dtype, device, m.path, "rollout.dtype")
     tokenizer = load_tokenizer(m.path, m.trust_remote_code)
     rows = read_rows(d.path, key="data.path")
     # every row in order (no filtering: the output keeps the input's rows); a prompt over the limit names its row;
@@ -132,10 +133,13 @@ def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
                             template_kwargs=d.apply_chat_template_kwargs, vision=vision_for(m.path, "model"),
                             length_key="rollout.prompt_length")
     check_generation_positions(m.path, prompts, r.response_length)
-    model = load_causal_lm(m.path, dtype, device, external_lib=m.external_lib, trust_remote_code=m.trust_remote_code,
-                           key="model", tokenizer=tokenizer)
-    model.eval()
-    rollout = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id, r.micro_batch_size)
+    if r.name == "vllm":
+        rollout = _vllm_engine(cfg, tokenizer, dtype, max(len(p.ids) for p in prompts) if len(prompts) else 1)
+    else:
+        model = load_causal_lm(m.path, dtype, device, external_lib=m.external_lib,
+                               trust_remote_code=m.trust_remote_code, key="model", tokenizer=tokenizer)
+        model.eval()
+        rollout = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id, r.micro_batch_size)
     params = SamplingParams(n=d.n_samples, temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
                             do_sample=r.do_sample, max_tokens=r.response_length, ignore_eos=r.ignore_eos)
     generator = torch.Generator().manual_seed(cfg.trainer.seed)
@@ -151,3 +155,32 @@ def _generate(cfg: GenerationConfig, inputs: dict[str, str]) -> Path:
     print(f"rft generate: {counted(len(rows), 'prompt')} x {counted(d.n_samples, 'response')} in {time.perf_counter() - start:.1f} s -> "
           f"{out}", flush=True)
     return out
+
+
+def _vllm_engine(cfg: GenerationConfig, tokenizer, dtype: torch.dtype, longest_prompt: int):
+    """vLLM's engine over model.path's own weights (no transformers copy: nothing is trained), its cache sized for
+    one generation call (data.batch_size prompts x n_samples rows of the longest prompt + response_length)."""
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    from rft.config.checks import read_config_json
+    from rft.rollout.base import eos_token_ids
+    from rft.rollout.vllm_engine import VLLMOptions, VLLMRollout
+
+    d, r, m = cfg.data, cfg.rollout, cfg.model
+    if m.external_lib:
+        import importlib
+
+        importlib.import_module(m.external_lib)
+    config = read_config_json(Path(m.path), m.trust_remote_code)
+    try:  # the EOS ids as the loaded model's generation config holds them
+        generation = HFGenerationConfig.from_pretrained(m.path)
+    except OSError:
+        generation = HFGenerationConfig.from_model_config(config)
+    length = longest_prompt + r.response_length
+    options = VLLMOptions(dtype=str(dtype).removeprefix("torch."), seed=cfg.trainer.seed, max_model_len=length,
+                          kv_cache_tokens=d.batch_size * d.n_samples * length,
+                          engine_kwargs={"trust_remote_code": True} if m.trust_remote_code else {})
+    eos = eos_token_ids(SimpleNamespace(generation_config=generation), tokenizer)
+    return VLLMRollout(None, m.path, eos, tokenizer.pad_token_id, options, config=config)

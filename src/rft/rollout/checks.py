@@ -3,6 +3,7 @@ have no effect with another engine. And `rft generate`'s config (verl's generati
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,32 @@ def check_generation(ctx: CheckContext) -> None:
                           "greedy decoding)")
     if not 0 < r.top_p <= 1:
         raise ConfigError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    if r.name == "vllm":
+        _check_generation_on_vllm(cfg, ctx.check_paths)
     if ctx.check_paths:
         if not Path(d.path).expanduser().is_file():
             raise missing_file("data.path", d.path)
         check_model_dir("model.path", cfg.model.path, ctx)
+
+
+def _check_generation_on_vllm(cfg: Any, check_paths: bool) -> None:
+    """rft generate on vLLM: a text model (its engine takes no transformers model to hold a vision-language
+    model's processor), and vLLM installed (where the files are checked too)."""
+    from rft.rollout.vllm_engine import require_vllm
+
+    try:
+        config = json.loads((Path(cfg.model.path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}  # the model folder's own check says what is wrong with it
+    if isinstance(config, dict) and config.get("vision_config"):
+        raise ConfigError(f"rollout.name='vllm': rft generate runs vLLM on text models; {cfg.model.path!r} is a "
+                          "vision-language model: use rollout.name=hf")
+    if cfg.rollout.micro_batch_size is not None:
+        raise ConfigError(f"rollout.micro_batch_size={cfg.rollout.micro_batch_size}: rows per pass of the hf engine; "
+                          "vLLM schedules its own (data.batch_size prompts per call): remove it, or use "
+                          "rollout.name=hf")
+    if check_paths:
+        try:
+            require_vllm("rollout.name=vllm")
+        except RftError as e:
+            raise ConfigError(str(e)) from None

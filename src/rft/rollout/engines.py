@@ -18,7 +18,8 @@ log = logging.getLogger("rft")
 class EngineSpec:
     """An engine and what the trainer asks of it. `build(cfg, model, tokenizer, eos_ids, all_done, distributed,
     weights)` makes it (see `build_engine`); `own_numerics`: its log-probs are not the trainer's (another kernel
-    library), so the old log-probs are computed every step and the gap is logged; `replica_per_rank`: with several
+    library), so the gap is logged each step (`training/rollout_probs_diff_*`: from the old-log-prob pass where one
+    runs, else from the update's own passes, `PolicyWorker.rollout_drift`); `replica_per_rank`: with several
     trainer processes each rank runs an engine of its own over an unsharded copy of the policy that every sync
     fills with the gathered weights (verl's hybrid engine), instead of generating with the sharded model."""
 
@@ -55,7 +56,7 @@ def _hf(cfg, model, tokenizer, eos, all_done, distributed, weights):
     ro = cfg.actor_rollout_ref.rollout
     return HFRollout(model, eos, tokenizer.pad_token_id, ro.micro_batch_size, all_done,
                      compiled=compiled_decode(ro.enforce_eager, model, all_done is not None),
-                     dtype=choose(ro.dtype, device_of(model)).dtype)
+                     dtype=choose(ro.dtype, device_of(model), cfg.actor_rollout_ref.model.path).dtype)
 
 
 def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
@@ -82,7 +83,7 @@ def vllm_options(cfg, model: nn.Module):
     from rft.models.precision import choose
 
     cuda = torch.cuda.is_available()
-    dtype = choose(ro.dtype, torch.device("cuda" if cuda else "cpu")).dtype
+    dtype = choose(ro.dtype, torch.device("cuda" if cuda else "cpu"), cfg.actor_rollout_ref.model.path).dtype
     if not cuda:
         if ro.free_cache_engine:
             log.info("rft: rollout.free_cache_engine: vLLM's sleep mode needs CUDA; on CPU the engine keeps its "

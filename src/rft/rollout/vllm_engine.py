@@ -238,11 +238,13 @@ down when the first is collected, so a new engine shuts the previous one down fi
 
 
 class VLLMRollout:
-    def __init__(self, model: nn.Module, model_path: str, eos_token_ids: list[int], pad_token_id: int,
-                 options: VLLMOptions):
+    def __init__(self, model: nn.Module | None, model_path: str, eos_token_ids: list[int], pad_token_id: int,
+                 options: VLLMOptions, config=None):
         """`model`: the transformers model (LoRA-wrapped or not) whose weights the engine serves; `model_path`: the
         Hugging Face folder vLLM builds its model from (the architecture, and the weights until the first
-        update)."""
+        update). Without a `model` (`rft generate`: nothing to train, so no second copy of the weights in memory)
+        the engine serves the folder's weights and takes no update; `config` is then the folder's transformers
+        config (for the size of the KV cache) and the model a text model."""
         global _live
         require_vllm()
         previous = _live() if _live is not None else None
@@ -271,7 +273,7 @@ class VLLMRollout:
         if not torch.cuda.is_available() and options.kv_cache_tokens:
             # vLLM's CPU backend reads gpu_memory_utilization as a share of the host's memory; the cache rft asks
             # for is the smaller of that share and what the run's batches hold at once
-            per_token = kv_bytes_per_token(model.config)
+            per_token = kv_bytes_per_token(model.config if model is not None else config)
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
             kwargs["kv_cache_memory_bytes"] = int(min(options.gpu_memory_utilization * total,
                                                       max(options.kv_cache_tokens, 4096) * per_token))
@@ -281,7 +283,7 @@ class VLLMRollout:
             kwargs["distributed_executor_backend"] = "external_launcher"
         from rft.models.vision import vision_of
 
-        self.vision = vision_of(model)
+        self.vision = vision_of(model) if model is not None else None
         if self.vision is not None:
             refusal = image_refusal(str(model_path))
             if refusal:
@@ -318,6 +320,8 @@ class VLLMRollout:
         vLLM model from it, and take `version`."""
         from rft.models.load import hf_weights
 
+        if self.model is None:
+            raise RuntimeError("this vLLM engine serves its folder's weights (built without a model): no update")
         if weights is not None:
             copy_named(self.model, weights)
         # vLLM's weight loaders copy into its parameters, converting device and dtype
@@ -348,7 +352,7 @@ class VLLMRollout:
                 extra = {"rft_images": self.vision.special_ids, "rft_prompt": row}
             prompts.append(prompt)
             requests.append(vllm.SamplingParams(extra_args=extra,
-                n=params.n, temperature=0.0 if params.greedy else params.temperature,
+                n=1 if params.greedy else params.n, temperature=0.0 if params.greedy else params.temperature,
                 top_k=params.top_k if params.top_k > 0 else 0, top_p=params.top_p, max_tokens=params.max_tokens,
                 ignore_eos=params.ignore_eos, stop_token_ids=[] if params.ignore_eos else self.eos_ids.tolist(),
                 logprobs=0, seed=None if params.greedy else int(seed), detokenize=False))
@@ -359,7 +363,9 @@ class VLLMRollout:
             if self.vision is not None and list(out.prompt_token_ids) != _unpadded(prompt_ids[row], prompt_mask[row]):
                 raise RftError(f"vLLM expanded the images of prompt {row} into other tokens than the processor "
                                f"{self.vision.name} did ({self.vision.model_type}); use rollout.name=hf")
-            for c in sorted(out.outputs, key=lambda c: c.index):
+            # greedy: vLLM takes n = 1 only (its samples would all be this one), so the one is repeated n times
+            completions = sorted(out.outputs, key=lambda c: c.index) * (params.n if params.greedy else 1)
+            for c in completions:
                 tokens = list(c.token_ids)
                 rows.append(torch.tensor(tokens, dtype=torch.long))
                 lp = [step[t].logprob for step, t in zip(c.logprobs, tokens)]

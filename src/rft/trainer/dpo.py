@@ -101,12 +101,11 @@ class DPOTrainer(SFTTrainer):
         sums: dict[str, float] = defaultdict(float)
         for mb in batch.split(2 * self.cfg.data.micro_batch_size_per_gpu):
             loss, metrics = self._pair_losses(mb, norm, n_pairs)
-            loss.backward()
+            self._backward(loss)
             for k, v in metrics.items():
                 sums[k] += v
         lr = self.optimizer.param_groups[0]["lr"]
-        grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, losses=[sums["train/loss"]])
-        self.scheduler.step()
+        grad_norm, why = self._optimizer_step([sums["train/loss"]])
         return {**sums, "train/grad_norm": grad_norm, "train/lr": lr, "train/pairs": float(n_pairs),
                 "train/tokens": float(batch.loss_mask.sum()), TOKENS: self._all_tokens(batch),
                 "train/skipped_updates": float(why is not None)}

@@ -101,7 +101,7 @@ class ExploreLoop:
             taskset, val_set = load_tasksets(cfg, self.tokenizer)
             self.total_steps = total_training_steps(cfg, len(taskset))
             device = resolve_device(t.device)
-            dtype = compute_dtype(arr.rollout.dtype, device)
+            dtype = compute_dtype(arr.rollout.dtype, device, arr.model.path)
             # the policy built as the trainer builds it (LoRA included), so the synchronised names match
             model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model",
                                          tokenizer=self.tokenizer)
@@ -507,7 +507,7 @@ def run_bench(cfg) -> Path:
     tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
     val_set = load_val_prompts(cfg, tokenizer)
     device = resolve_device(t.device)
-    dtype = compute_dtype(arr.rollout.dtype, device)
+    dtype = compute_dtype(arr.rollout.dtype, device, arr.model.path)
     # built as the run built it (LoRA included): a checkpoint holds its trainable parameters
     model = load_trainable_model(arr.model.path, arr.model, dtype, device, key="actor_rollout_ref.model",
                                  tokenizer=tokenizer)

@@ -110,8 +110,11 @@ class RLTrainer:
             self.device = torch.device("cuda", dist.local_rank)
         # What each model computes in (models/precision.py): the weights stay float32, the passes run under
         # autocast in the precision the config names where this hardware computes it faster.
-        self.precision = {"rollout": precision.choose(arr.rollout.dtype, self.device),
-                          "actor": precision.choose(arr.actor.fsdp_config.mixed_precision.param_dtype, self.device)}
+        self.precision = {
+            "rollout": precision.choose(arr.rollout.dtype, self.device, arr.model.path,
+                                        "actor_rollout_ref.rollout.dtype"),
+            "actor": precision.choose(arr.actor.fsdp_config.mixed_precision.param_dtype, self.device, arr.model.path,
+                                      "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")}
         self.dtype = self.precision["rollout"].dtype  # the engine's and the reward model's
         # The optional inputs the estimator declared with its registration; the trainer fills `values` from the
         # critic (the explorer fills `reward_baselines`, which need generation).
@@ -129,8 +132,8 @@ class RLTrainer:
         ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
         if self.needs_ref:  # its own precision (a LoRA reference is the policy itself: the actor's)
             mp = arr.ref.fsdp_config.mixed_precision
-            self.precision["ref"] = precision.choose(mp.param_dtype, self.device) if ref_model is not None \
-                else self.precision["actor"]
+            self.precision["ref"] = self.precision["actor"] if ref_model is None else \
+                precision.choose(mp.param_dtype, self.device, arr.model.path)
             if ref_model is not None:
                 precision.set_compute(ref_model, self.precision["ref"], mp, self.device)
         # several processes: both are sharded over the ranks (every decoder layer, then the root)
@@ -160,16 +163,16 @@ class RLTrainer:
         self.critic_tokenizer = tokenizer
         self.critic = self._build_critic() if use_critic else None
         # With one optimizer step per batch of fresh experiences the policy that sampled is the policy being
-        # updated, so the old log-probs are the detached current ones and need no forward pass of their own. Not
-        # so with an engine of its own numerics (vLLM): the old log-probs are computed every step and the
-        # difference is logged (training/rollout_probs_diff_*, docs/rollout.md).
+        # updated, so the old log-probs are the detached current ones and need no forward pass of their own; an
+        # engine of its own numerics (vLLM) changes nothing in the loss there (the ratio is 1 either way), and the
+        # difference verl logs (training/rollout_probs_diff_*, docs/rollout.md) comes from the update's own passes.
         updates = arr.actor.ppo_epochs * (cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size)
         rc = cfg.algorithm.rollout_correction
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
-                                   or engine_spec(arr.rollout.name).own_numerics
                                    or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
+        self.worker.rollout_drift = engine_spec(arr.rollout.name).own_numerics and not self.needs_old_logprobs
         # algorithm.mix: the expert rows each update adds (trainer/mix.py)
         self.expert = ExpertRows(cfg, tokenizer) if cfg.algorithm.mix.enable else None
         self.ckpt = CheckpointManager(
@@ -189,7 +192,8 @@ class RLTrainer:
         model = load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER, self.device,
                                      key="critic.model", value_head=True, tokenizer=self.tokenizer,
                                      freeze_vision=self._critic_freezes_vision())
-        self.precision["critic"] = precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device)
+        self.precision["critic"] = precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device,
+                                                    c.model.path or arr.model.path)
         precision.set_compute(model, self.precision["critic"], c.model.fsdp_config.mixed_precision, self.device)
         if c.model.use_remove_padding:
             enable_remove_padding(model, "critic.model.use_remove_padding")
@@ -240,9 +244,11 @@ class RLTrainer:
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.critic.update(batch, step))
+        self.actor_moved = False  # whether this step changed the actor's weights (what a sync has to carry)
         if step > self.cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
             with timer("update_actor"):
                 metrics.update(self.worker.update(self.expert.attach(batch) if self.expert else batch, step))
+            self.actor_moved = self.worker.steps_taken != 0
         metrics.update(self.batch_metrics(batch))
         metrics["training/global_step"] = step
         n_all = float(self.dist.sum(torch.stack([batch.response_mask.sum(), batch.prompt_mask.sum()])).sum())

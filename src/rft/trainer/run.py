@@ -200,7 +200,7 @@ class SyncRun:
                                f"failed; trainer.bad_update_limit={limit}): the workflow fails on every task; "
                                "its errors are the warnings above")
             self.trainer.global_step = step  # the step is spent: the run goes on to the next
-            self.sync.publish(None, step)
+            self.sync.publish(None, step, changed=False)
             return {**metrics, "train/empty_step": 1.0}
         self.empty_steps = 0
         self.buffer.write(experiences)
@@ -210,8 +210,8 @@ class SyncRun:
         width = self.dist.max_int(max(len(e.response) for e in read.experiences))
         batch = to_batch(read.experiences, self.tokenizer.pad_token_id, labels, width)
         metrics.update(self.trainer.train_step(batch, step, timer))
-        with timer("sync"):  # the hf engine shares the model (nothing to do); vLLM reloads its weights
-            self.sync.publish(None, step)
+        with timer("sync"):  # the hf engine shares the model (nothing to do); vLLM reloads its weights if they moved
+            self.sync.publish(None, step, changed=self.trainer.actor_moved)
         return metrics
 
     def validate(self, tracker: Tracker | SilentTracker | None = None) -> dict[str, float]:

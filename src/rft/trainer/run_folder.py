@@ -552,7 +552,8 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
             if for_children:
                 os.environ[LOCK_ENV] = lock_file
             try:
-                with _run_choices_fixed(out, fresh=lock is not None and role == "trainer" and resume_from is None):
+                with _run_choices_fixed(out, _model_folders(cfg),
+                                        fresh=lock is not None and role == "trainer" and resume_from is None):
                     yield out
             finally:
                 if for_children:
@@ -562,14 +563,24 @@ def run_folder(cfg: Any, dist: Dist = SINGLE, for_children: bool = False, role: 
             lock.release()
 
 
-def _run_choices_fixed(out: Path, fresh: bool) -> contextlib.AbstractContextManager:
-    """What the run computes with where the machine decides (generation's kernel rule, a CPU's precision): fixed as
-    it starts afresh (`fresh`) and read back by its resumed half and its other processes (`rft.runtime.
-    fix_run_choices`), so they compute as it did whatever this machine or environment would choose now."""
+def _run_choices_fixed(out: Path, models: tuple[str, ...], fresh: bool) -> contextlib.AbstractContextManager:
+    """What the run computes with where the machine decides (generation's kernel rule, a CPU's precision, at the
+    shapes of its `models`): fixed as it starts afresh (`fresh`) and read back by its resumed half and its other
+    processes (`rft.runtime.fix_run_choices`), so they compute as it did whatever this machine or environment would
+    choose now."""
     from rft.models import precision
     from rft.rollout import kernels
 
-    return fix_run_choices(out / RUN_CHOICES_FILE, {**precision.run_choices(), **kernels.run_choices()}, fresh)
+    return fix_run_choices(out / RUN_CHOICES_FILE, {**precision.run_choices(models), **kernels.run_choices()}, fresh)
+
+
+def _model_folders(cfg: Any) -> tuple[str, ...]:
+    """The model folders whose passes `cfg` (an RL, SFT or DPO config) computes: the policy's, the critic's."""
+    arr, critic, model = (getattr(cfg, name, None) for name in ("actor_rollout_ref", "critic", "model"))
+    paths = (arr.model.path if arr is not None else None,
+             critic.model.path if critic is not None and getattr(critic.model, "path", None) else None,
+             getattr(model, "partial_pretrain", None))
+    return tuple(p for p in paths if isinstance(p, str) and p)
 
 
 def _process_log(cfg: Any, out: Path, role: str, dist: Dist, for_children: bool) -> contextlib.AbstractContextManager:

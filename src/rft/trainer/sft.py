@@ -1,7 +1,9 @@
 """Supervised fine-tuning with verl's sft_trainer.yaml keys: the token-mean NLL of the response tokens.
 
-It shares the RL trainer's parts: `forward_logprobs` (the worker's forward), the optimizer / scheduler builders,
-the update guard (a non-finite or exploding step is undone and counted as train/skipped_updates), checkpoints
+It shares the RL trainer's parts: `forward_logprobs` (the worker's forward: the LM head in chunks of tokens, never
+a micro-batch's tokens x vocabulary logits, `workers/lm_head.py`), the RL update's handing back of freed memory
+(`release_freed_memory` between the passes, `trim_in_backward` inside the backward), the optimizer / scheduler
+builders, the update guard (a non-finite or exploding step is undone and counted as train/skipped_updates), checkpoints
 (`save_training_state` / `load_training_state`), the monitor and the HF export.
 
 Several processes (`dist`, trainer.nnodes x n_gpus_per_node, as `rft train`): the model is sharded (FSDP2 / FSDP1,
@@ -35,7 +37,7 @@ from rft.models.load import (
 )
 from rft.models.vision import vision_for
 from rft.monitor import TOKENS, SilentTracker, Timer, Tracker
-from rft.runtime import configure_cpu_runtime
+from rft.runtime import configure_cpu_runtime, release_freed_memory
 from rft.trainer.checkpoint import (
     CheckpointManager,
     load_training_state,
@@ -47,6 +49,7 @@ from rft.trainer.checkpoint import (
 )
 from rft.workers.fsdp import full_state_dict, loss_scale, wrap
 from rft.workers.guard import UpdateGuard
+from rft.workers.minibatch import trim_in_backward
 from rft.workers.packing import enable_remove_padding
 from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
 
@@ -78,7 +81,7 @@ class SFTTrainer:
         if dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", dist.local_rank)
         # float32 weights and optimizer state; the passes compute in model_dtype where this hardware is fast in it
-        self.precision = precision.choose(model_cfg.fsdp_config.model_dtype, self.device)
+        self.precision = precision.choose(model_cfg.fsdp_config.model_dtype, self.device, model_cfg.partial_pretrain)
         self.dtype = precision.MASTER
         torch.manual_seed(trainer.seed)
 
@@ -108,6 +111,7 @@ class SFTTrainer:
         self.global_step = 0
         self._step_metrics: dict = {}
         self._recovered_metrics: dict | None = None
+        self._trim_hooks = trim_in_backward(self.model)  # freed memory handed back inside each backward
 
     def fit(self) -> dict[str, float]:
         t = self.cfg.trainer
@@ -186,15 +190,30 @@ class SFTTrainer:
         loss_sum = 0.0
         for mb in batch.split(self.cfg.data.micro_batch_size_per_gpu):
             loss = self._nll_sum(mb) / n_tokens
-            (loss * self.loss_scale if self.loss_scale != 1.0 else loss).backward()
+            self._backward(loss)
             loss_sum += float(loss.detach())
         loss_sum = float(self.dist.sum(torch.tensor(loss_sum, dtype=torch.float64)))
         lr = self.optimizer.param_groups[0]["lr"]
-        grad_norm, why = self.guard.step(self.cfg.optim.clip_grad, self.model if self.dist.enabled else None,
-                                         losses=[loss_sum])
-        self.scheduler.step()
+        grad_norm, why = self._optimizer_step([loss_sum])
         return {"train/loss": loss_sum, "train/grad_norm": grad_norm, "train/lr": lr, "train/tokens": n_tokens,
                 TOKENS: self._all_tokens(batch), "train/skipped_updates": float(why is not None)}
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        """A micro-batch's backward as the RL update runs it (`workers/minibatch.py:MiniBatchWorker.accumulate`):
+        the forward's temporaries handed back first (the gradients are shaped otherwise), more inside the backward
+        (`trim_in_backward`); each only where the process holds a large share of the machine."""
+        release_freed_memory()
+        (loss * self.loss_scale if self.loss_scale != 1.0 else loss).backward()
+
+    def _optimizer_step(self, losses: list[float]) -> tuple[float, str | None]:
+        """The guarded optimizer step and the scheduler's, the freed memory handed back before (the backward's) and
+        after (the optimizer step's), as the RL update does. The gradients stay until the next step's zero_grad,
+        which frees them before its forward pass."""
+        release_freed_memory()
+        step = self.guard.step(self.cfg.optim.clip_grad, self.model if self.dist.enabled else None, losses=losses)
+        self.scheduler.step()
+        release_freed_memory()
+        return step
 
     def _all_tokens(self, batch) -> float:
         """The prompt + response tokens of every rank's rows of the step (tokens/s on the console)."""

@@ -154,6 +154,7 @@ class MiniBatchWorker:
 
     prefix = "worker"
     _trim_hooks: int | None = None  # trim_in_backward's hooks on self.model (None: not yet installed)
+    steps_taken: int | None = None  # the last update's optimizer steps the guard let through (None: none ran yet)
 
     def __init__(self, model: nn.Module, settings, optim_cfg, total_steps: int, dist: Dist = SINGLE):
         from rft.workers.fsdp import loss_scale
@@ -281,7 +282,7 @@ class MiniBatchWorker:
         self.model.train()
         release_freed_memory()  # the generation's and the log-prob passes'
         history: dict[str, list[float]] = defaultdict(list)
-        skipped = 0
+        skipped = taken = 0
         for epoch in range(s.ppo_epochs):
             for index, mini in enumerate(self.mini_batches(batch, step, epoch)):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -291,6 +292,7 @@ class MiniBatchWorker:
                 grad_norm, why = self.guard.step(s.grad_clip, self.model if self.dist.enabled else None,
                                                  losses=[v for k, v in sums.items() if k.endswith("loss")])
                 skipped += why is not None
+                taken += why is None
                 sums[f"{prefix}/grad_norm"] = grad_norm
                 for k, v in sums.items():
                     history[k].append(v)
@@ -301,4 +303,5 @@ class MiniBatchWorker:
             self.scheduler.step()
         out = {k: sum(v) / len(v) for k, v in history.items()}
         out[f"{prefix}/skipped_updates"] = float(skipped)
+        self.steps_taken = taken  # optimizer steps the guard let through: 0 leaves the weights as they were
         return out

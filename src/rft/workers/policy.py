@@ -38,6 +38,7 @@ from rft.algorithms import (
     policy_loss_zero_at_zero_advantage,
     sum_pi_squared_from_logits,
 )
+from rft.algorithms.rollout_correction import rollout_probs_diff_metrics
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.models.arch import router_recorder
@@ -477,6 +478,12 @@ def mu_at(step: int, mu: float, valley: float | None, warmup_steps: int, decay_s
 
 class PolicyWorker(MiniBatchWorker):
     prefix = "actor"
+    rollout_drift = False
+    """Whether an update without old log-probs reports the engine's log-prob drift (verl's
+    `training/rollout_probs_diff_*`) from its own passes: the trainer sets it for an engine of its own numerics
+    (vLLM) where no old-log-prob pass runs. With one optimizer step per batch the update's passes run the weights
+    that sampled, before they move: the old-log-prob pass would compute the same log-probs once more."""
+    _drift: list | None = None  # this update's (log-probs, rollout log-probs, loss tokens) of each micro-batch
 
     def __init__(self, model: nn.Module, settings: UpdateSettings, optim_cfg, total_steps: int,
                  ref_model: nn.Module | None = None, dist: Dist = SINGLE):
@@ -488,10 +495,25 @@ class PolicyWorker(MiniBatchWorker):
 
     def update(self, batch: Batch, step: int) -> dict[str, float]:
         s = self.s
-        if s.mix_mu is None:
-            return super().update(batch, step)
-        self.mu = mu_at(step, s.mix_mu, *(s.mix_schedule or (None, 0, 0)))
-        return {**super().update(batch, step), "actor/mix_mu": self.mu}
+        drift = self.rollout_drift and batch.old_logprobs is None and batch.rollout_logprobs is not None
+        self._drift = [] if drift else None
+        if s.mix_mu is not None:
+            self.mu = mu_at(step, s.mix_mu, *(s.mix_schedule or (None, 0, 0)))
+        metrics = super().update(batch, step)
+        if s.mix_mu is not None:
+            metrics["actor/mix_mu"] = self.mu
+        if drift:
+            metrics.update(self._drift_metrics())
+        return metrics
+
+    def _drift_metrics(self) -> dict[str, float]:
+        """`training/rollout_probs_diff_*` over every rank's tokens the update's passes computed (one step per
+        batch: each row once)."""
+        parts, self._drift = self._drift or [], None
+        if not parts:
+            return {}
+        columns = [self.dist.gather_rows(torch.cat(column)) for column in zip(*parts)]
+        return rollout_probs_diff_metrics(*columns)
 
     def _loss_inputs(self, mb: Batch, logprobs: torch.Tensor, norm: AggNorm | None, seed: int) -> PolicyLossInputs:
         s = self.s
@@ -539,6 +561,8 @@ class PolicyWorker(MiniBatchWorker):
                                                  entropy_grad=s.entropy_coeff != 0, chunk_tokens=s.logit_chunk_tokens)
         r = max(1, int(mb.response_mask.sum(-1).max()))  # the response columns the pass computed
         mask = loss_tokens(mb).to(logprobs.device).float()
+        if self._drift is not None and mb.old_logprobs is None:  # the weights that sampled: the drift (update)
+            self._drift.append((logprobs.detach().float().cpu(), mb.rollout_logprobs.float().cpu(), mask.cpu()))
         inputs = self._loss_inputs(mb, logprobs, norm, seed)
         inputs.minibatch, inputs.rows = minibatch, rows  # rows: mb's rows in `minibatch`
         out = compute_policy_loss(s.loss_mode, inputs)
