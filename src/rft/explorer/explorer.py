@@ -95,6 +95,7 @@ def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
     batch.response_ids = pad(batch.response_ids, pad_token_id)
     batch.response_mask = pad(batch.response_mask, 0)
     batch.rollout_logprobs = pad(batch.rollout_logprobs, 0.0)
+    batch.rollout_versions = pad(batch.rollout_versions, 0)
     return batch
 
 
