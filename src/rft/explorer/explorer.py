@@ -276,7 +276,7 @@ class Explorer:
         `prompts`, scored as the samples are, given to every row of that prompt's group."""
         ro = self.cfg.actor_rollout_ref.rollout
         params = self.sampling_params(ro, n=1, do_sample=False)
-        with gathered_for_generation(self.engine.model):
+        with gathered_for_generation(getattr(self.engine, "model", None)):  # an engine server: none here
             greedy = rollout_batch(self.engine, self.tokenizer, prompts, params, generator=None)
         failures: list[str] = []
         scores, extras = self.rewards.score_rows(greedy, failures)

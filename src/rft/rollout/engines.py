@@ -42,6 +42,8 @@ def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bo
     its rank's share); `weights`, what `model` takes before the engine first loads from it."""
     from rft.rollout.base import eos_token_ids
 
+    if cfg.actor_rollout_ref.rollout.mode == "async":
+        return served_engine(cfg, model)
     eos = eos_token_ids(model, tokenizer)
     return engine_spec(cfg.actor_rollout_ref.rollout.name).build(cfg, model, tokenizer, eos, all_done, distributed,
                                                                  weights)
@@ -65,6 +67,35 @@ def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
     options.distributed = distributed
     engine = VLLMRollout(model, cfg.actor_rollout_ref.model.path, eos, tokenizer.pad_token_id, options)
     engine.update_weights(weights, 0)  # the served model's weights (a dummy load, LoRA, a resumed checkpoint)
+    return engine
+
+
+def served_engine(cfg, model: nn.Module):
+    """rollout.mode=async, verl's server-mode engine: the hf engine's stream (continuous batching) in an `rft serve`
+    process of its own, started here from the model folder (its log `<out>/log/engine_server.log`), and the client
+    over it (`RemoteRollout`, which stops it on `close`). Its weights are the trainer's after every sync (the
+    synchronizer sends them); each step's prompts go in as one seeded request, so runs are reproducible."""
+    from pathlib import Path
+
+    import torch
+
+    from rft.models.load import device_of
+    from rft.models.precision import choose
+    from rft.rollout.remote import RemoteRollout, start_server, stop_process
+
+    ro, path = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model.path
+    logs = Path(cfg.trainer.default_local_dir) / "log"
+    logs.mkdir(parents=True, exist_ok=True)
+    dtype = "bfloat16" if choose(ro.dtype, device_of(model)).dtype == torch.bfloat16 else "float32"
+    process, url = start_server(path, seed=cfg.trainer.seed, max_num_seqs=ro.max_num_seqs, dtype=dtype,
+                                log_path=str(logs / "engine_server.log"))
+    try:
+        engine = RemoteRollout(url, Path(path).expanduser().resolve().name)
+    except BaseException:
+        stop_process(process)
+        raise
+    engine.owned.append(process)
+    log.info("rft: actor_rollout_ref.rollout.mode=async: the engine serves from its own process at %s", url)
     return engine
 
 

@@ -167,6 +167,7 @@ class RLTrainer:
         rc = cfg.algorithm.rollout_correction
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
                                    or engine_spec(arr.rollout.name).own_numerics
+                                   or arr.rollout.mode == "async"  # another process's passes: the gap is logged
                                    or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones

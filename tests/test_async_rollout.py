@@ -1,0 +1,122 @@
+"""`actor_rollout_ref.rollout.mode=async` (verl's server-mode engine): GRPO trains with the hf engine's stream in an
+`rft serve` process the run starts; every response token carries its weight version into the buffer's rows; the
+trainer / engine log-prob gap stays at the on-policy level; two runs with one seed are bitwise equal, and a run
+stopped after a checkpoint resumes to the same weights. What the server cannot serve is refused by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from cli_helpers import rft_here, sigterm_after_checkpoint
+from rl_helpers import make_assets
+
+from rft.experience import Experience
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return make_assets(tmp_path_factory.mktemp("assets"))
+
+
+def overrides(assets: Path, out: Path, *more: str) -> list[str]:
+    """GRPO, 4 steps of 4 prompts x 4 responses, two mini-batches a step (so the sync loop computes the old
+    log-probs too, and logs the gap), a checkpoint every 2 steps, the experiences in an SQLite buffer."""
+    return [
+        f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+        f"custom_reward_function.path={assets / 'reward.py'}", "algorithm.adv_estimator=grpo",
+        "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "trainer.val_before_train=false",
+        f"trainer.total_training_steps={STEPS}", "trainer.save_freq=2", f"trainer.default_local_dir={out}",
+        "trainer.logger=[console,file]", "experience_buffer.storage_type=sql",
+        f"experience_buffer.path={out / 'buffer.sqlite'}", *more]
+
+
+def train(assets: Path, out: Path, *more: str, check: bool = True):
+    return rft_here("train", *overrides(assets, out, *more), cwd=out.parent, check=check)
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(out: Path) -> bytes:
+    return (out / "model" / "model.safetensors").read_bytes()
+
+
+ASYNC = "actor_rollout_ref.rollout.mode=async"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(assets, tmp_path_factory):
+    out = tmp_path_factory.mktemp("async") / "run"
+    train(assets, out, ASYNC)
+    return out
+
+
+def test_grpo_trains_with_the_engine_in_a_server_process_and_every_token_carries_its_version(uninterrupted):
+    lines = metrics(uninterrupted)
+    assert [m["step"] for m in lines] == list(range(1, STEPS + 1))
+    log = (uninterrupted / "log" / "engine_server.log").read_text()
+    assert "weights of version 4 loaded" in log  # the server process took every step's weights
+    with sqlite3.connect(uninterrupted / "buffer.sqlite") as db:
+        rows = [Experience.from_bytes(p) for (p,) in db.execute("SELECT payload FROM rft_experiences ORDER BY seq")]
+    assert len(rows) == STEPS * 16
+    for e in rows:  # on-policy: explore step k samples every token with the weights of trainer step k - 1
+        step = e.info["explore_step"]
+        assert e.versions is not None and len(e.versions) == len(e.response)
+        assert e.versions.tolist() == [step - 1] * len(e.response) and e.model_version == step - 1
+
+
+def test_the_log_prob_gap_stays_at_the_on_policy_level(assets, uninterrupted, tmp_path):
+    """The trainer's old log-probs against the server's behaviour log-probs (verl's training/rollout_probs_diff_*,
+    logged where old log-probs are computed): within float rounding on every step, as the in-process engine's gap
+    in the sync loop; a step's old weights would be a gap orders of magnitude larger (lr 1e-3)."""
+    sync = tmp_path / "sync"
+    train(assets, sync)
+    gap = [m["training/rollout_probs_diff_max"] for m in metrics(uninterrupted)]
+    in_process = [m["training/rollout_probs_diff_max"] for m in metrics(sync)]
+    assert all(0 <= g < 1e-3 for g in gap), gap
+    assert max(gap) <= 10 * max(in_process) + 1e-4, (gap, in_process)
+
+
+def test_two_runs_with_one_seed_are_bitwise_equal(assets, uninterrupted, tmp_path):
+    again = tmp_path / "again"
+    train(assets, again, ASYNC)
+    assert weights(again) == weights(uninterrupted)
+    drop = lambda m: {k: v for k, v in m.items() if not k.startswith(("timing_s/", "perf/", "timing_per_token"))}
+    assert [drop(m) for m in metrics(again)] == [drop(m) for m in metrics(uninterrupted)]
+
+
+def test_a_run_stopped_after_a_checkpoint_resumes_to_the_uninterrupted_weights(assets, uninterrupted, tmp_path,
+                                                                                 monkeypatch):
+    out = tmp_path / "resumed"
+    sigterm_after_checkpoint(monkeypatch, 2)
+    stopped = train(assets, out, ASYNC, check=False)
+    assert stopped.returncode != 0 and not (out / "model").exists()
+    monkeypatch.undo()
+    train(assets, out, ASYNC)
+    assert weights(out) == weights(uninterrupted)
+
+
+@pytest.mark.parametrize("setting, said", [
+    ("actor_rollout_ref.rollout.name=vllm", "its engine server (rft serve) runs the hf engine only"),
+    ("synchronizer.sync_offset=1", "its steps are the one-process loop's on-policy ones"),
+    ("workflow.type=math_workflow", "it serves simple_workflow's batched rollout"),
+    ("actor_rollout_ref.model.lora_rank=4", "its server takes whole weights, not a LoRA adapter"),
+])
+def test_what_the_engine_server_cannot_serve_is_refused_by_name(assets, tmp_path, setting, said):
+    out = tmp_path / "refused"
+    proc = train(assets, out, ASYNC, setting, check=False)
+    assert proc.returncode == 2
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("rft: error: actor_rollout_ref.rollout.mode=async with ") and said in line, line
+    assert not (out / "log" / "engine_server.log").exists()  # refused before any server or model
