@@ -29,7 +29,7 @@ def check_engine(ctx: CheckContext) -> None:
     checked too, not for `rft config show`, which shows the config and runs nothing)."""
     rollout = ctx.cfg.actor_rollout_ref.rollout
     if rollout.mode == "async":
-        _check_async(ctx)
+        _note_async(ctx)
     if rollout.name in ("sglang", "trtllm"):
         engine = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[rollout.name]
         raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name!r}: rft has no {engine} engine; use 'vllm' "
@@ -48,34 +48,21 @@ def check_engine(ctx: CheckContext) -> None:
         _check_vllm(rollout)
 
 
-def _check_async(ctx: CheckContext) -> None:
+def _note_async(ctx: CheckContext) -> None:
     """rollout.mode=async (verl's server-mode engine): the hf engine's stream in an `rft serve` process the run
-    starts, serving the one-process loop's on-policy steps (`rft.rollout.engines.served_engine`). What that server
-    or loop cannot do is refused by name."""
-    from rft.models.vision import is_vision_folder
+    starts, or, where that server or the one-process loop cannot serve the run (`unserved_reason`), the in-process
+    rollout: verl's PPO step waits for the whole batch in both modes, so the samples are the same. Said either way."""
+    from rft.rollout.engines import unserved_reason
 
-    cfg = ctx.cfg
-    ro, t, s = cfg.actor_rollout_ref.rollout, cfg.trainer, cfg.synchronizer
-    path = cfg.actor_rollout_ref.model.path
-    why = (f"actor_rollout_ref.rollout.name={ro.name!r}: its engine server (rft serve) runs the hf engine only; set "
-           "name=hf" if ro.name != "hf" else
-           f"trainer.mode={t.mode!r}, synchronizer.sync_interval={s.sync_interval}, sync_offset={s.sync_offset}: its "
-           "steps are the one-process loop's on-policy ones (verl's async mode: the update waits for the batch); set "
-           "trainer.mode=both, sync_interval=1, sync_offset=0"
-           if (t.mode, s.sync_interval, s.sync_offset) != ("both", 1, 0) else
-           f"{ctx.world_size} trainer processes: it runs beside one process; set trainer.n_gpus_per_node=1, nnodes=1"
-           if ctx.world_size > 1 else
-           f"workflow.type={cfg.workflow.type!r}: it serves simple_workflow's batched rollout; set "
-           "workflow.type=simple_workflow" if cfg.workflow.type != "simple_workflow" else
-           f"actor_rollout_ref.model.lora_rank={cfg.actor_rollout_ref.model.lora_rank}: its server takes whole "
-           "weights, not a LoRA adapter; set lora_rank=0" if cfg.actor_rollout_ref.model.lora_rank > 0 else
-           f"actor_rollout_ref.rollout.enforce_eager={ro.enforce_eager}: its stream decodes eager; set "
-           "enforce_eager=true" if not ro.enforce_eager else
-           "a vision-language model: its server takes text only" if path and is_vision_folder(path) else
-           "workflow.auxiliary_models: they are served in the engine's process, which is the server's here; leave "
-           "them out" if cfg.workflow.auxiliary_models else None)
-    if why:
-        raise ConfigError(f"actor_rollout_ref.rollout.mode=async with {why}, or mode=sync")
+    why = unserved_reason(ctx.cfg, ctx.world_size)
+    if why is None:
+        log.warning("rft: note: actor_rollout_ref.rollout.mode=async: the hf engine serves the rollout from an rft "
+                    "serve process the run starts (verl's server mode; on-policy steps, the trainer's weights sent "
+                    "at every sync)")
+    else:
+        log.warning("rft: note: actor_rollout_ref.rollout.mode=async runs as rft's in-process rollout with %s "
+                    "(verl's PPO step waits for the whole batch in both modes, so the samples and the update are "
+                    "the same)", why)
 
 
 def missing_vllm() -> str | None:

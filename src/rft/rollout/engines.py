@@ -42,8 +42,6 @@ def build_engine(cfg, model: nn.Module, tokenizer, all_done: Callable[[bool], bo
     its rank's share); `weights`, what `model` takes before the engine first loads from it."""
     from rft.rollout.base import eos_token_ids
 
-    if cfg.actor_rollout_ref.rollout.mode == "async":
-        return served_engine(cfg, model)
     eos = eos_token_ids(model, tokenizer)
     return engine_spec(cfg.actor_rollout_ref.rollout.name).build(cfg, model, tokenizer, eos, all_done, distributed,
                                                                  weights)
@@ -68,6 +66,33 @@ def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
     engine = VLLMRollout(model, cfg.actor_rollout_ref.model.path, eos, tokenizer.pad_token_id, options)
     engine.update_weights(weights, 0)  # the served model's weights (a dummy load, LoRA, a resumed checkpoint)
     return engine
+
+
+def unserved_reason(cfg, world_size: int) -> str | None:
+    """Why a run with rollout.mode=async cannot have its engine in a server process (`served_engine`), so that it
+    runs the in-process rollout instead; None where it has (mode async, and everything below as the server and the
+    one-process loop need it)."""
+    from rft.models.vision import is_vision_folder
+
+    ro, t, s = cfg.actor_rollout_ref.rollout, cfg.trainer, cfg.synchronizer
+    path = cfg.actor_rollout_ref.model.path
+    if ro.mode != "async":
+        return f"actor_rollout_ref.rollout.mode={ro.mode!r}"
+    return (f"actor_rollout_ref.rollout.name={ro.name!r} (the engine server, rft serve, runs the hf engine)"
+            if ro.name != "hf" else
+            f"trainer.mode={t.mode!r}, synchronizer.sync_interval={s.sync_interval}, sync_offset={s.sync_offset} "
+            "(the server serves the one-process loop's on-policy steps)"
+            if (t.mode, s.sync_interval, s.sync_offset) != ("both", 1, 0) else
+            f"{world_size} trainer processes (the server serves one)" if world_size > 1 else
+            f"workflow.type={cfg.workflow.type!r} (the server serves simple_workflow's batched rollout)"
+            if cfg.workflow.type != "simple_workflow" else
+            f"actor_rollout_ref.model.lora_rank={cfg.actor_rollout_ref.model.lora_rank} (the server takes whole "
+            "weights, not a LoRA adapter)" if cfg.actor_rollout_ref.model.lora_rank > 0 else
+            "actor_rollout_ref.rollout.enforce_eager=false (the server's stream decodes eager)"
+            if not ro.enforce_eager else
+            "a vision-language model (the server takes text only)" if path and is_vision_folder(path) else
+            "workflow.auxiliary_models (they are served in the engine's process)"
+            if cfg.workflow.auxiliary_models else None)
 
 
 def served_engine(cfg, model: nn.Module):

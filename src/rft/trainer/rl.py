@@ -47,7 +47,7 @@ from rft.models.load import (
     resolve_device,
 )
 from rft.monitor import TOKENS, Timer
-from rft.rollout.engines import engine_spec
+from rft.rollout.engines import engine_spec, unserved_reason
 from rft.trainer.checkpoint import (
     EXPLORER_VERSIONS,
     CheckpointManager,
@@ -167,7 +167,7 @@ class RLTrainer:
         rc = cfg.algorithm.rollout_correction
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
                                    or engine_spec(arr.rollout.name).own_numerics
-                                   or arr.rollout.mode == "async"  # another process's passes: the gap is logged
+                                   or unserved_reason(cfg, dist.processes) is None  # another process's passes
                                    or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones

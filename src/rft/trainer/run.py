@@ -32,7 +32,7 @@ from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.monitor.notes import NothingToLearn
 from rft.rewards.pipeline import RewardPipeline
-from rft.rollout.engines import build_engine, engine_spec
+from rft.rollout.engines import build_engine, engine_spec, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer
@@ -107,10 +107,10 @@ class SyncRun:
                 gather = lambda: trainer.gathered_weights(trainable_only=False, everywhere=True)
                 engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=True, weights=gather())
                 self.sync = MemorySync(engine, gather=gather)
-            elif cfg.actor_rollout_ref.rollout.mode == "async":
+            elif unserved_reason(cfg, dist.processes) is None:  # rollout.mode=async
                 # the engine in a server process of its own (verl's server mode): every sync sends it the weights,
                 # the first one now (the model the trainer starts from, or the checkpoint's on resume)
-                engine = self.served = build_engine(cfg, trainer.model, self.tokenizer)
+                engine = self.served = served_engine(cfg, trainer.model)
                 self.sync = MemorySync(engine, gather=trainer.trainable_weights)
                 self.sync.publish(None, 0)
             else:
