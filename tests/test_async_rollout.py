@@ -126,3 +126,46 @@ def test_what_the_engine_server_cannot_serve_runs_in_process_and_the_note_says_w
     note = next(r.getMessage() for r in caplog.records if "rollout.mode=async" in r.getMessage())
     assert note.startswith("rft: note: actor_rollout_ref.rollout.mode=async runs as rft's in-process rollout with ")
     assert said in note and said in unserved_reason(cfg, 1)
+
+
+def test_a_server_that_does_not_start_is_one_line_quoting_its_log(tmp_path):
+    from rft.rollout.remote import EngineServerError, start_server
+
+    log = tmp_path / "engine_server.log"
+    with pytest.raises(EngineServerError) as e:
+        start_server(str(tmp_path / "no-model"), seed=0, max_num_seqs=4, dtype="float32", log_path=str(log))
+    message = str(e.value)
+    assert message.startswith(f"the engine server of {tmp_path / 'no-model'} (rft serve) did not start: rft: error: ")
+    assert "is not a folder" in message and str(log) in message and "\n" not in message
+
+
+def test_the_server_ends_with_the_run_that_started_it_even_when_killed(assets, tmp_path):
+    """A run killed with SIGKILL cannot stop its server: the server gets SIGTERM from the kernel (PR_SET_PDEATHSIG)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (f"from rft.rollout.remote import start_server\n"
+              f"p, url = start_server({str(assets / 'model')!r}, seed=0, max_num_seqs=4, dtype='float32', "
+              f"log_path={str(tmp_path / 'server.log')!r})\n"
+              "print(p.pid, flush=True)\nimport time; time.sleep(600)\n")
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        server = int(run.stdout.readline())
+        assert Path(f"/proc/{server}").exists()
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _alive(server):
+        time.sleep(0.2)
+    assert not _alive(server)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
