@@ -17,6 +17,7 @@ from rl_helpers import make_assets
 from rft.experience import Experience
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+pytestmark = pytest.mark.slow
 
 STEPS = 4
 
@@ -96,6 +97,7 @@ def test_two_runs_with_one_seed_are_bitwise_equal(assets, uninterrupted, tmp_pat
     assert [drop(m) for m in metrics(again)] == [drop(m) for m in metrics(uninterrupted)]
 
 
+@pytest.mark.longest
 def test_a_run_stopped_after_a_checkpoint_resumes_to_the_uninterrupted_weights(assets, uninterrupted, tmp_path,
                                                                                  monkeypatch):
     out = tmp_path / "resumed"
@@ -107,9 +109,29 @@ def test_a_run_stopped_after_a_checkpoint_resumes_to_the_uninterrupted_weights(a
     assert weights(out) == weights(uninterrupted)
 
 
+@pytest.mark.longest
+def test_an_explorer_ahead_generates_through_its_server_within_the_staleness_bound(assets, tmp_path):
+    """trainer.mode both with synchronizer.sync_offset 1 (Trinity-RFT's explorer one step ahead): the explorer
+    process's engine is a server of its own, sent each version the schedule gives it over the gloo group; every token
+    carries that version, the trainer reads each row once at staleness 0, 1, 1, 1 (the bound), and its on-policy
+    first step's log-prob gap is at the in-process level while the stale steps' gaps are those of older weights."""
+    out = tmp_path / "ahead"
+    train(assets, out, ASYNC, "synchronizer.sync_offset=1", "trainer.save_freq=-1")
+    assert "weights of version 2 loaded" in (out / "log" / "engine_server_0.log").read_text()
+    with sqlite3.connect(out / "buffer.sqlite") as db:
+        rows = [Experience.from_bytes(p) for (p,) in db.execute("SELECT payload FROM rft_experiences ORDER BY seq")]
+    assert len(rows) == STEPS * 16
+    # explore step n generates with version max(0, n - 2) (sync_interval 1, sync_offset 1)
+    assert {e.info["explore_step"]: set(e.versions.tolist()) for e in rows} == {1: {0}, 2: {0}, 3: {1}, 4: {2}}
+    trainer = metrics(out)
+    assert [m["rollout/staleness/max"] for m in trainer] == [0, 1, 1, 1]
+    gap = [m["training/rollout_probs_diff_max"] for m in trainer]
+    assert gap[0] < 1e-3 and min(gap[1:]) > 10 * gap[0], gap
+
+
 @pytest.mark.parametrize("setting, said", [
     ("actor_rollout_ref.rollout.name=vllm", "rollout.name='vllm' (the engine server, rft serve, runs the hf engine)"),
-    ("synchronizer.sync_offset=1", "(the server serves the one-process loop's on-policy steps)"),
+    ("trainer.mode=train", "trainer.mode='train' (the server serves an explorer: trainer.mode both or explore)"),
     ("workflow.type=math_workflow", "(the server serves simple_workflow's batched rollout)"),
     ("actor_rollout_ref.model.lora_rank=4", "(the server takes whole weights, not a LoRA adapter)"),
 ])

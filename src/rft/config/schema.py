@@ -609,9 +609,9 @@ class RolloutConfig:
         "sync", "verl's rollout mode: sync (the engine generates the step's batch in the trainer's process) or async "
         "(verl 0.8's default: server-mode engines). async runs the hf engine's stream (continuous batching) in an "
         "`rft serve` process the run starts, the trainer's weights sent at every sync; steps stay on-policy, as in "
-        "verl's PPO trainer (the update waits for the batch). Where that server cannot serve the run (vllm, LoRA, "
-        "a workflow, several processes, an explorer ahead) it runs in process, the same samples, and a note says "
-        "why (docs/rollout.md). A multi-turn agent loop is refused by its own keys (rollout.multi_turn.enable).",
+        "verl's PPO trainer (the update waits for the batch), unless synchronizer.sync_offset puts the explorer "
+        "ahead. Where that server cannot serve the run (vllm, LoRA, a workflow, several processes, mode bench) it "
+        "runs in process, the same samples, and a note says why (docs/rollout.md). A multi-turn agent loop is refused by its own keys (rollout.multi_turn.enable).",
         choices=("sync", "async"))
     temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
     top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")

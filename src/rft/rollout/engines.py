@@ -71,18 +71,17 @@ def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
 def unserved_reason(cfg, world_size: int) -> str | None:
     """Why a run with rollout.mode=async cannot have its engine in a server process (`served_engine`), so that it
     runs the in-process rollout instead; None where it has (mode async, and everything below as the server and the
-    one-process loop need it)."""
+    explorer need it: the one-process loop's, or the explorer process's of an explorer ahead of the trainer)."""
     from rft.models.vision import is_vision_folder
 
-    ro, t, s = cfg.actor_rollout_ref.rollout, cfg.trainer, cfg.synchronizer
+    ro, t = cfg.actor_rollout_ref.rollout, cfg.trainer
     path = cfg.actor_rollout_ref.model.path
     if ro.mode != "async":
         return f"actor_rollout_ref.rollout.mode={ro.mode!r}"
     return (f"actor_rollout_ref.rollout.name={ro.name!r} (the engine server, rft serve, runs the hf engine)"
             if ro.name != "hf" else
-            f"trainer.mode={t.mode!r}, synchronizer.sync_interval={s.sync_interval}, sync_offset={s.sync_offset} "
-            "(the server serves the one-process loop's on-policy steps)"
-            if (t.mode, s.sync_interval, s.sync_offset) != ("both", 1, 0) else
+            f"trainer.mode={t.mode!r} (the server serves an explorer: trainer.mode both or explore)"
+            if t.mode not in ("both", "explore") else
             f"{world_size} trainer processes (the server serves one)" if world_size > 1 else
             f"workflow.type={cfg.workflow.type!r} (the server serves simple_workflow's batched rollout)"
             if cfg.workflow.type != "simple_workflow" else
@@ -95,9 +94,9 @@ def unserved_reason(cfg, world_size: int) -> str | None:
             if cfg.workflow.auxiliary_models else None)
 
 
-def served_engine(cfg, model: nn.Module):
+def served_engine(cfg, model: nn.Module, log_name: str = "engine_server.log"):
     """rollout.mode=async, verl's server-mode engine: the hf engine's stream (continuous batching) in an `rft serve`
-    process of its own, started here from the model folder (its log `<out>/log/engine_server.log`), and the client
+    process of its own, started here from the model folder (its log `<out>/log/<log_name>`), and the client
     over it (`RemoteRollout`, which stops it on `close`). Its weights are the trainer's after every sync (the
     synchronizer sends them); each step's prompts go in as one seeded request, so runs are reproducible."""
     from pathlib import Path
@@ -113,7 +112,7 @@ def served_engine(cfg, model: nn.Module):
     logs.mkdir(parents=True, exist_ok=True)
     dtype = "bfloat16" if choose(ro.dtype, device_of(model)).dtype == torch.bfloat16 else "float32"
     process, url = start_server(path, seed=cfg.trainer.seed, max_num_seqs=ro.max_num_seqs, dtype=dtype,
-                                log_path=str(logs / "engine_server.log"))
+                                log_path=str(logs / log_name))
     try:
         engine = RemoteRollout(url, Path(path).expanduser().resolve().name)
     except BaseException:
