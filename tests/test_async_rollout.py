@@ -134,6 +134,8 @@ def test_an_explorer_ahead_generates_through_its_server_within_the_staleness_bou
     ("trainer.mode=train", "trainer.mode='train' (the server serves an explorer: trainer.mode both or explore)"),
     ("workflow.type=math_workflow", "(the server serves simple_workflow's batched rollout)"),
     ("actor_rollout_ref.model.lora_rank=4", "(the server takes whole weights, not a LoRA adapter)"),
+    ("data.tokenizer=/elsewhere/tokenizer", "data.tokenizer='/elsewhere/tokenizer' (the server reads the model "
+                                            "folder's tokenizer)"),
 ])
 def test_what_the_engine_server_cannot_serve_runs_in_process_and_the_note_says_why(assets, tmp_path, caplog, setting,
                                                                                   said):

@@ -91,7 +91,9 @@ def unserved_reason(cfg, world_size: int) -> str | None:
             if not ro.enforce_eager else
             "a vision-language model (the server takes text only)" if path and is_vision_folder(path) else
             "workflow.auxiliary_models (they are served in the engine's process)"
-            if cfg.workflow.auxiliary_models else None)
+            if cfg.workflow.auxiliary_models else
+            f"data.tokenizer={cfg.data.tokenizer!r} (the server reads the model folder's tokenizer)"
+            if cfg.data.tokenizer not in (None, path) else None)
 
 
 def served_engine(cfg, model: nn.Module, log_name: str = "engine_server.log"):
