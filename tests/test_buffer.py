@@ -42,6 +42,32 @@ def test_experience_round_trips_exactly():
         assert back.rewards == {"acc": 1.0} and back.info["ground_truth"] == "12"
 
 
+def test_per_token_versions_round_trip_through_the_buffers_and_the_batch(tmp_path):
+    """A streamed response spans weight updates: each token's version goes from the batch into the experience,
+    through the binary (SQL) and JSON (file) forms, and back into the batch; a row without them reads as its
+    model_version."""
+    spanning = exp("a", version=2, response=(7, 8, 2))
+    spanning.versions = torch.tensor([2, 3, 3])
+    image = exp("b", version=3, response=(4, 2))
+    image.images = [b"\x89PNG-ish"]  # the images follow the versions in the binary form
+    image.versions = torch.tensor([3, 3])
+    plain = exp("c", version=1, response=(5,))
+    for e in (spanning, image):
+        for back in (Experience.from_bytes(e.to_bytes()), Experience.from_json(e.to_json())):
+            assert torch.equal(back.versions, e.versions) and back.images == e.images
+            assert torch.equal(back.logprobs, e.logprobs)
+    assert Experience.from_bytes(plain.to_bytes()).versions is None
+    buffer = SQLBuffer(database_url(str(tmp_path / "b.sqlite")))
+    buffer.write([spanning, image, plain])
+    read = buffer.read(3, 1).experiences
+    buffer.close()
+    batch = to_batch(read, pad_token_id=0)
+    assert batch.rollout_versions.tolist() == [[2, 3, 3], [3, 3, 0], [1, 0, 0]]
+    batch.scores = torch.tensor([1.0, 0.0, 0.5])
+    again = from_batch(batch, ["a", "a", "b"], model_version=2)
+    assert [e.versions.tolist() for e in again] == [[2, 3, 3], [3, 3], [1]]
+
+
 def test_batch_from_experiences_and_back():
     a1 = exp("a", response=(7, 2))
     a2 = exp("a", response=(7, 8, 9))

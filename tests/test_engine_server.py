@@ -4,6 +4,7 @@ real `python -m rft serve` subprocess on 127.0.0.1 over a tiny model folder, sto
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -194,6 +195,13 @@ def test_two_servers_share_the_requests_and_the_openai_client_gets_the_token_det
         ids, mask = left_pad(PROMPTS, 0)
         assert rows(client.generate(ids, mask, GREEDY)) == rows(expected)
         assert {a, b} <= set(served_by)  # least-loaded: the four requests went to both servers
+        # sampled with a generator: one seeded request per server (/seed, then its share of the prompts), so the
+        # same seed gives the same samples whatever the timing, and another seed others
+        sampled = dataclasses.replace(GREEDY, do_sample=True, temperature=1.0, n=2)
+        draw = lambda seed: rows(client.generate(ids, mask, sampled, torch.Generator().manual_seed(seed)))
+        first = draw(0)
+        assert draw(0) == first and draw(1) != first and len(first) == 2 * len(PROMPTS)
+        assert post(f"{a}/seed", {"seed": -1})[0] == 400 and post(f"{a}/seed", {"seed": 3, "x": 1})[0] == 400
 
         oa = openai.OpenAI(base_url=f"{a}/v1", api_key="none", max_retries=0, timeout=60)
         completion = oa.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=12, temperature=0)

@@ -126,13 +126,27 @@ def test_hydras_remove_override_leaves_rfts_default(tmp_path):
         rl("~data.seed", path=tmp_path / "run.yaml")
 
 
-def test_rollout_mode_async_runs_as_the_batched_rollout(caplog):
+def test_rollout_mode_async_serves_the_engine_or_says_why_it_runs_in_process(caplog):
+    """verl's server mode (tests/test_async_rollout.py trains with it); where the server cannot serve the run
+    (verl's own configs set mode async by default), the in-process rollout, the note naming why."""
     from rft.trainer.validate import validate
 
     cfg = rl("actor_rollout_ref.rollout.mode=async")
     assert cfg.actor_rollout_ref.rollout.mode == "async"
     validate(cfg, check_paths=False)
-    assert "rollout.mode=async" in notes(caplog) and "batched rollout" in notes(caplog)
+    assert "rollout.mode=async: the hf engine serves the rollout from an rft serve process" in notes(caplog)
+    caplog.clear()
+    validate(rl("actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.model.lora_rank=4"), check_paths=False)
+    assert ("rollout.mode=async runs as rft's in-process rollout with actor_rollout_ref.model.lora_rank=4 (the "
+            "server takes whole weights, not a LoRA adapter)") in notes(caplog)
+
+
+@pytest.mark.parametrize("key", ["async_training.staleness_threshold=0.1", "async_training.partial_rollout=true",
+                                 "async_training.trigger_parameter_sync_step=4"])
+def test_verls_fully_async_recipe_keys_are_refused_by_name(key):
+    with pytest.raises(ConfigError, match=r"is a verl setting rft does not have: verl's fully-async recipe .*"
+                                          r"rollout.mode=async is verl's PPO meaning"):
+        rl(key)
 
 
 def test_a_hydra_defaults_list_is_composed(tmp_path):

@@ -22,6 +22,7 @@ _TENSOR_FIELDS = (
     "old_logprobs",
     "ref_logprobs",
     "rollout_logprobs",
+    "rollout_versions",
     "values",
     "token_rewards",
     "scores",
@@ -51,6 +52,8 @@ class Batch:
     old_logprobs: torch.Tensor | None = None  # (B, R)
     ref_logprobs: torch.Tensor | None = None  # (B, R)
     rollout_logprobs: torch.Tensor | None = None  # (B, R) as reported by the rollout engine
+    rollout_versions: torch.Tensor | None = None  # (B, R) long: the weight version that drew each token (a streamed
+    # row may span several), where the engine records it per token; None: every token is the row's model_version
     values: torch.Tensor | None = None  # (B, R)
     token_rewards: torch.Tensor | None = None  # (B, R)
     scores: torch.Tensor | None = None  # (B,)

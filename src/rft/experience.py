@@ -55,6 +55,9 @@ class Experience:
     id: str = field(default_factory=new_id)
     images: list[bytes] = field(default_factory=list)
     """The prompt's images, encoded (a vision-language model's prompt; `rft.data.images`), for the trainer's passes."""
+    versions: torch.Tensor | None = None
+    """(R_i,) long: the weight version that drew each response token, where the engine records it per token (a
+    streamed response may span weight updates); None: every token is `model_version`'s."""
 
     @property
     def response(self) -> torch.Tensor:
@@ -65,13 +68,15 @@ class Experience:
         return {"id": self.id, "prompt_length": self.prompt_length, "length": int(self.tokens.numel()),
                 "reward": self.reward, "group": self.group, "model_version": self.model_version,
                 "rewards": self.rewards, "info": self.info,
-                **({"image_bytes": [len(b) for b in self.images]} if self.images else {})}
+                **({"image_bytes": [len(b) for b in self.images]} if self.images else {}),
+                **({"versions": True} if self.versions is not None else {})}
 
     def to_bytes(self) -> bytes:
-        """JSON metadata, a newline, then tokens (int32), action mask (uint8), log-probs (float32), then the images'
-        bytes one after another (their lengths in the metadata)."""
+        """JSON metadata, a newline, then tokens (int32), action mask (uint8), log-probs (float32), the per-token
+        versions (int32) where recorded, then the images' bytes one after another (their lengths in the metadata)."""
         arrays = (self.tokens.numpy().astype("<i4").tobytes() + self.action_mask.numpy().astype("u1").tobytes()
-                  + self.logprobs.numpy().astype("<f4").tobytes())
+                  + self.logprobs.numpy().astype("<f4").tobytes()
+                  + (self.versions.numpy().astype("<i4").tobytes() if self.versions is not None else b""))
         return json.dumps(self._meta(), separators=(",", ":")).encode() + b"\n" + arrays + b"".join(self.images)
 
     @classmethod
@@ -83,18 +88,24 @@ class Experience:
         mask = np.frombuffer(arrays, "u1", r, 4 * length)
         logprobs = np.frombuffer(arrays, "<f4", r, 4 * length + r)
         images, start = [], 4 * length + 5 * r
+        versions = None
+        if meta.get("versions"):
+            versions = torch.from_numpy(np.frombuffer(arrays, "<i4", r, start).astype(np.int64))
+            start += 4 * r
         for size in meta.get("image_bytes", []):
             images.append(bytes(arrays[start:start + size]))
             start += size
         return cls._from_meta(meta, torch.from_numpy(tokens.astype(np.int64)),
-                              torch.from_numpy(mask.astype(np.int64)), torch.from_numpy(logprobs.copy()), images)
+                              torch.from_numpy(mask.astype(np.int64)), torch.from_numpy(logprobs.copy()), images,
+                              versions)
 
     def to_json(self) -> str:
         """One JSON object; images as base64 strings (`images`)."""
-        meta = {k: v for k, v in self._meta().items() if k != "image_bytes"}
+        meta = {k: v for k, v in self._meta().items() if k not in ("image_bytes", "versions")}
         images = {"images": [base64.b64encode(b).decode() for b in self.images]} if self.images else {}
+        versions = {"versions": self.versions.tolist()} if self.versions is not None else {}
         return json.dumps({**meta, "tokens": self.tokens.tolist(), "action_mask": self.action_mask.tolist(),
-                           "logprobs": self.logprobs.tolist(), **images})
+                           "logprobs": self.logprobs.tolist(), **versions, **images})
 
     @classmethod
     def from_json(cls, line: str) -> Experience:
@@ -102,13 +113,15 @@ class Experience:
         return cls._from_meta(meta, torch.tensor(meta["tokens"], dtype=torch.long),
                               torch.tensor(meta["action_mask"], dtype=torch.long),
                               torch.tensor(meta["logprobs"], dtype=torch.float32),
-                              [base64.b64decode(b) for b in meta.get("images", [])])
+                              [base64.b64decode(b) for b in meta.get("images", [])],
+                              torch.tensor(meta["versions"], dtype=torch.long) if "versions" in meta else None)
 
     @classmethod
-    def _from_meta(cls, meta: dict, tokens, mask, logprobs, images: list[bytes]) -> Experience:
+    def _from_meta(cls, meta: dict, tokens, mask, logprobs, images: list[bytes], versions=None) -> Experience:
         return cls(tokens=tokens, prompt_length=meta["prompt_length"], action_mask=mask, logprobs=logprobs,
                    reward=meta["reward"], group=meta["group"], model_version=meta["model_version"],
-                   rewards=meta.get("rewards") or {}, info=meta.get("info") or {}, id=meta["id"], images=images)
+                   rewards=meta.get("rewards") or {}, info=meta.get("info") or {}, id=meta["id"], images=images,
+                   versions=versions)
 
 
 # ------------------------------------------------------------------------------------------------ Batch <->
@@ -137,6 +150,7 @@ def from_batch(batch: Batch, groups: list[str], model_version: int, info: dict[s
             reward=float(batch.scores[i]), group=groups[i], model_version=model_version,
             rewards=dict(batch.reward_rows[i]) if batch.reward_rows else {}, info=row_info,
             images=list(batch.images[i]) if batch.images else [],
+            versions=batch.rollout_versions[i][real].long().clone() if batch.rollout_versions is not None else None,
         ))
     return out
 
@@ -170,6 +184,11 @@ def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: lis
         response_mask[i, :r] = 1
         action_mask[i, :r] = e.action_mask
         logprobs[i, :r] = e.logprobs
+    versions = None  # per-token versions where some experience records them (the others': their model_version)
+    if any(e.versions is not None for e in experiences):
+        versions = torch.zeros((B, width), dtype=torch.long)
+        for i, e in enumerate(experiences):
+            versions[i, :len(e.response)] = e.versions if e.versions is not None else e.model_version
     # multi-turn rows (tool results inside the response): the loss only on the policy's tokens
     gaps = not torch.equal(action_mask, response_mask)
     if group_labels is None:
@@ -178,7 +197,7 @@ def to_batch(experiences: list[Experience], pad_token_id: int, group_labels: lis
     baselines = info("reward_baseline")
     return Batch(
         prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids, response_mask=response_mask,
-        group=torch.as_tensor(group_labels, dtype=torch.long), rollout_logprobs=logprobs,
+        group=torch.as_tensor(group_labels, dtype=torch.long), rollout_logprobs=logprobs, rollout_versions=versions,
         scores=torch.tensor([e.reward for e in experiences], dtype=torch.float32),
         reward_baselines=(torch.tensor(baselines, dtype=torch.float32) if all(b is not None for b in baselines)
                           else None),

@@ -608,11 +608,13 @@ class RolloutConfig:
                           "process; `make vllm` installs it; docs/rollout.md); sglang and trtllm (TensorRT-LLM) are "
                           "refused by name (no such engine in rft).", choices=("hf", "vllm", "sglang", "trtllm"))
     mode: str = fld(
-        "sync", "verl's rollout mode: sync (the engine generates the step's batch) or async (verl 0.8's default: "
-        "verl's agent loop sends each prompt to server-mode engines). Both are step-synchronous in verl's PPO "
-        "trainer (the update waits for every response of the batch, on-policy), so with the single-turn agent loop "
-        "async samples what sync does: rft runs it as its batched rollout and says so in a note. verl's multi-turn "
-        "tool rollout is its own key, rollout.multi_turn.enable (rft's tool_call_workflow).", choices=("sync", "async"))
+        "sync", "verl's rollout mode: sync (the engine generates the step's batch in the trainer's process) or async "
+        "(verl 0.8's default: server-mode engines). async runs the hf engine's stream (continuous batching) in an "
+        "`rft serve` process the run starts, the trainer's weights sent at every sync; steps stay on-policy, as in "
+        "verl's PPO trainer (the update waits for the batch), unless synchronizer.sync_offset puts the explorer "
+        "ahead. Where that server cannot serve the run (vllm, LoRA, a workflow, several processes, mode bench) it "
+        "runs in process, the same samples, and a note says why (docs/rollout.md). verl's multi-turn tool rollout is its own key, rollout.multi_turn.enable (rft's tool_call_workflow).",
+        choices=("sync", "async"))
     temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
     top_k: int = fld(-1, "Top-k sampling; -1 or 0 disables.")
     top_p: float = fld(1.0, "Nucleus sampling threshold in (0, 1].")

@@ -95,6 +95,11 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("actor_rollout_ref.nccl_timeout", NOOP, PLUMBING),
     VerlKey("trainer.esi_redundant_time", NOOP, PLUMBING),
     VerlKey("trainer.use_legacy_worker_impl", NOOP, PLUMBING),
+    VerlKey("async_training.*", REFUSE, "verl's fully-async recipe (recipe.fully_async_policy: a rollouter running "
+            "ahead of the trainer within staleness_threshold, partial_rollout, trigger_parameter_sync_step) is not "
+            "rft train's loop; rft's actor_rollout_ref.rollout.mode=async is verl's PPO meaning (on-policy steps, "
+            "the engine in a server process), and an explorer ahead of the trainer is trainer.mode=both with "
+            "synchronizer.sync_offset (docs/rollout.md)"),
     VerlKey("transfer_queue.enable", DEFAULT, "verl's transfer queue (a data plane between Ray workers) is not in "
             "rft, which has no Ray workers to feed", ok=(False,)),
     VerlKey("ray_kwargs.ray_init.*", ALIAS, "rft's Ray settings are the top-level ray_init section",

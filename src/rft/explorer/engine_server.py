@@ -10,7 +10,10 @@ Routes besides the endpoint's: `GET /health` (model name, config fingerprint, we
 waiting or running, rows running) and `POST /update_weights` {"path": a safetensors file, "version": int}: the
 tensors are checked whole (`rollout.hf.check_weights`; a bad one is HTTP 400 naming it, nothing applied), then
 loaded by the stream's thread between two decode steps: the rows in flight take them from their next token on
-(partial rollouts, docs/rollout.md). The client is `rft.rollout.remote.RemoteRollout`.
+(partial rollouts, docs/rollout.md). `POST /seed` {"seed": int}: the stream's sampling generator re-seeded at the next
+decode-step boundary, before the requests that arrive after the reply are admitted (a client that sends one request
+after it, as `RemoteRollout.generate` does with a generator, gets samples that depend on the seed and the weights
+only). The client is `rft.rollout.remote.RemoteRollout`.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ log = logging.getLogger("rft")
 
 @dataclasses.dataclass
 class _Update:
-    weights: dict
-    version: int
+    weights: dict | None
+    version: int | None
+    seed: int | None = None  # a re-seed of the stream's generator instead of weights
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -97,7 +101,14 @@ class StreamServer:
 
     def update_weights(self, weights: dict, version: int) -> None:
         """Load `weights` at the next decode-step boundary and take `version`; returns once applied."""
-        update = _Update(weights, version)
+        self._at_boundary(_Update(weights, version))
+
+    def reseed(self, seed: int) -> None:
+        """Seed the stream's generator at the next decode-step boundary; returns once done."""
+        self._at_boundary(_Update(None, None, seed))
+
+    def _at_boundary(self, update: _Update) -> None:
+        """Hand `update` to the stream's thread and wait until it applied it (its error raised here)."""
         with self._cond:
             self._updates.append(update)
             self._cond.notify_all()
@@ -132,7 +143,10 @@ class StreamServer:
                 self._inbox.clear()
             for update in updates:  # between two decode steps: the boundary the stream's rows take them at
                 try:
-                    self.engine.update_weights(update.weights, update.version)
+                    if update.seed is not None:
+                        self.stream.generator.manual_seed(update.seed)
+                    else:
+                        self.engine.update_weights(update.weights, update.version)
                 except BaseException as e:
                     update.error = e
                 update.done.set()
@@ -212,7 +226,8 @@ class EngineServer:
         default = SamplingParams()
         # the port first: one it cannot have leaves no stream thread behind
         self.endpoint = Endpoint(lambda: ModelHandle(self.server, self.tokenizer, default), self.name, port=port,
-                                 routes={("GET", "/health"): self.health, ("POST", "/update_weights"): self.update},
+                                 routes={("GET", "/health"): self.health, ("POST", "/update_weights"): self.update,
+                                         ("POST", "/seed"): self.seed},
                                  token_details=True, port_key="rft serve --port")
         try:
             self.server = StreamServer(self.engine, self.tokenizer, max_num_seqs, torch.Generator().manual_seed(seed))
@@ -238,6 +253,13 @@ class EngineServer:
         self.server.update_weights(weights, version)
         log.info("rft serve: weights of version %d loaded from %s (%d tensors)", version, body["path"], len(weights))
         return {"version": self.engine.version, "tensors": len(weights)}
+
+    def seed(self, body: dict) -> dict:
+        seed = body.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63 or set(body) != {"seed"}:
+            raise ApiError(400, f"seed: give {{'seed': an integer from 0 to 2**63 - 1}}, got {body!r}")
+        self.server.reseed(seed)
+        return {"seed": seed}
 
     def close(self) -> None:
         self.endpoint.close()

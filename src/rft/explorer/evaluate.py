@@ -30,6 +30,7 @@ def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: 
     return Batch(
         prompt_ids=prompt_ids.repeat_interleave(n, 0), prompt_mask=prompt_mask.repeat_interleave(n, 0),
         response_ids=out.response_ids, response_mask=out.response_mask, rollout_logprobs=out.logprobs,
+        rollout_versions=out.versions,
         group=torch.arange(len(prompts)).repeat_interleave(n),
         data_source=rep([p.data_source for p in prompts]), ground_truth=rep([p.ground_truth for p in prompts]),
         extra_info=rep([p.extra_info for p in prompts]), raw_prompt=rep([p.messages for p in prompts]),

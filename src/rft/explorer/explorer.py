@@ -96,6 +96,7 @@ def pad_responses(batch: Batch, width: int, pad_token_id: int) -> Batch:
     batch.response_ids = pad(batch.response_ids, pad_token_id)
     batch.response_mask = pad(batch.response_mask, 0)
     batch.rollout_logprobs = pad(batch.rollout_logprobs, 0.0)
+    batch.rollout_versions = pad(batch.rollout_versions, 0)
     return batch
 
 
@@ -277,7 +278,7 @@ class Explorer:
         `prompts`, scored as the samples are, given to every row of that prompt's group."""
         ro = self.cfg.actor_rollout_ref.rollout
         params = self.sampling_params(ro, n=1, do_sample=False)
-        with gathered_for_generation(self.engine.model):
+        with gathered_for_generation(getattr(self.engine, "model", None)):  # an engine server: none here
             greedy = rollout_batch(self.engine, self.tokenizer, prompts, params, generator=None)
         failures: list[str] = []
         scores, extras = self.rewards.score_rows(greedy, failures)

@@ -3,8 +3,8 @@ a KV cache); a second engine (vLLM) is one more class with these three members.
 
 `StreamingEngine` adds continuous batching (`stream`): requests in, each response out as it finishes, weights
 updated between decode steps while rows are in flight. The hf engine has it; vLLM's engine does not yet. `rft serve`
-serves it over HTTP (`rft.explorer.engine_server`, client `rft.rollout.remote`); no explorer or trainer loop uses it
-yet (issue 62)."""
+serves it over HTTP (`rft.explorer.engine_server`, client `rft.rollout.remote`), which training uses with
+`rollout.mode=async` (`rft.rollout.engines.served_engine`)."""
 
 from __future__ import annotations
 

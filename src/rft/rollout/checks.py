@@ -30,9 +30,7 @@ def check_engine(ctx: CheckContext) -> None:
     checked too, not for `rft config show`, which shows the config and runs nothing)."""
     rollout = ctx.cfg.actor_rollout_ref.rollout
     if rollout.mode == "async":
-        log.warning("rft: note: actor_rollout_ref.rollout.mode=async (verl's agent loop over server-mode engines) runs "
-                    "as rft's batched rollout: verl's PPO step waits for the whole batch too, so the samples and the "
-                    "update are the same; a streaming, off-policy rollout is not what verl's async mode is")
+        _note_async(ctx)
     if rollout.name in ("sglang", "trtllm"):
         engine = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[rollout.name]
         raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name!r}: rft has no {engine} engine; use 'vllm' "
@@ -49,6 +47,23 @@ def check_engine(ctx: CheckContext) -> None:
             if vllm_problem:
                 raise ConfigError(vllm_problem)
         _check_vllm(rollout)
+
+
+def _note_async(ctx: CheckContext) -> None:
+    """rollout.mode=async (verl's server-mode engine): the hf engine's stream in an `rft serve` process the run
+    starts, or, where that server or the one-process loop cannot serve the run (`unserved_reason`), the in-process
+    rollout: verl's PPO step waits for the whole batch in both modes, so the samples are the same. Said either way."""
+    from rft.rollout.engines import unserved_reason
+
+    why = unserved_reason(ctx.cfg, ctx.world_size)
+    if why is None:
+        log.warning("rft: note: actor_rollout_ref.rollout.mode=async: the hf engine serves the rollout from an rft "
+                    "serve process the run starts (verl's server mode; on-policy steps, the trainer's weights sent "
+                    "at every sync)")
+    else:
+        log.warning("rft: note: actor_rollout_ref.rollout.mode=async runs as rft's in-process rollout with %s "
+                    "(verl's PPO step waits for the whole batch in both modes, so the samples and the update are "
+                    "the same)", why)
 
 
 def missing_vllm() -> str | None:

@@ -69,6 +69,63 @@ def _vllm(cfg, model, tokenizer, eos, all_done, distributed, weights):
     return engine
 
 
+def unserved_reason(cfg, world_size: int) -> str | None:
+    """Why a run with rollout.mode=async cannot have its engine in a server process (`served_engine`), so that it
+    runs the in-process rollout instead; None where it has (mode async, and everything below as the server and the
+    explorer need it: the one-process loop's, or the explorer process's of an explorer ahead of the trainer)."""
+    from rft.models.vision import is_vision_folder
+
+    ro, t = cfg.actor_rollout_ref.rollout, cfg.trainer
+    path = cfg.actor_rollout_ref.model.path
+    if ro.mode != "async":
+        return f"actor_rollout_ref.rollout.mode={ro.mode!r}"
+    return (f"actor_rollout_ref.rollout.name={ro.name!r} (the engine server, rft serve, runs the hf engine)"
+            if ro.name != "hf" else
+            f"trainer.mode={t.mode!r} (the server serves an explorer: trainer.mode both or explore)"
+            if t.mode not in ("both", "explore") else
+            f"{world_size} trainer processes (the server serves one)" if world_size > 1 else
+            f"workflow.type={cfg.workflow.type!r} (the server serves simple_workflow's batched rollout)"
+            if cfg.workflow.type != "simple_workflow" else
+            f"actor_rollout_ref.model.lora_rank={cfg.actor_rollout_ref.model.lora_rank} (the server takes whole "
+            "weights, not a LoRA adapter)" if cfg.actor_rollout_ref.model.lora_rank > 0 else
+            "actor_rollout_ref.rollout.enforce_eager=false (the server's stream decodes eager)"
+            if not ro.enforce_eager else
+            "a vision-language model (the server takes text only)" if path and is_vision_folder(path) else
+            "workflow.auxiliary_models (they are served in the engine's process)"
+            if cfg.workflow.auxiliary_models else
+            f"data.tokenizer={cfg.data.tokenizer!r} (the server reads the model folder's tokenizer)"
+            if cfg.data.tokenizer not in (None, path) else None)
+
+
+def served_engine(cfg, model: nn.Module, log_name: str = "engine_server.log"):
+    """rollout.mode=async, verl's server-mode engine: the hf engine's stream (continuous batching) in an `rft serve`
+    process of its own, started here from the model folder (its log `<out>/log/<log_name>`), and the client
+    over it (`RemoteRollout`, which stops it on `close`). Its weights are the trainer's after every sync (the
+    synchronizer sends them); each step's prompts go in as one seeded request, so runs are reproducible."""
+    from pathlib import Path
+
+    import torch
+
+    from rft.models.load import device_of
+    from rft.models.precision import choose
+    from rft.rollout.remote import RemoteRollout, start_server, stop_process
+
+    ro, path = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model.path
+    logs = Path(cfg.trainer.default_local_dir) / "log"
+    logs.mkdir(parents=True, exist_ok=True)
+    dtype = "bfloat16" if choose(ro.dtype, device_of(model)).dtype == torch.bfloat16 else "float32"
+    process, url = start_server(path, seed=cfg.trainer.seed, max_num_seqs=ro.max_num_seqs, dtype=dtype,
+                                log_path=str(logs / log_name))
+    try:
+        engine = RemoteRollout(url, Path(path).expanduser().resolve().name)
+    except BaseException:
+        stop_process(process)
+        raise
+    engine.owned.append(process)
+    log.info("rft: actor_rollout_ref.rollout.mode=async: the engine serves from its own process at %s", url)
+    return engine
+
+
 ENGINES.register("hf")(EngineSpec(_hf))
 ENGINES.register("vllm")(EngineSpec(_vllm, own_numerics=True, replica_per_rank=True))
 

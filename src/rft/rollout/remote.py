@@ -10,11 +10,18 @@ A server that dies (refuses connections, or closes one before its reply) is left
 it, and its requests are sent again to the others (a request is answered whole or not at all, so nothing is half
 received); once none is left, the call fails naming the last one. No server is probed again after that.
 
+`generate` with a `generator` (a training step's, a validation's) is reproducible: it draws one seed from it, splits
+the prompts into one contiguous share per live server, and sends each share as ONE request after re-seeding that
+server's stream with the seed plus the share's index (`POST /seed`): the share's rows enter the stream together, in
+prompt order, so what they sample depends on the seed and the weights only, not on timing (a server serving one
+client; with nothing else in flight, as a run's own servers are). Without a generator each prompt is one request.
+
+`start_server` runs `rft serve` as a child process of this one (a run's `actor_rollout_ref.rollout.mode=async`), which
+ends with it; `RemoteRollout.close` stops the servers it owns.
+
 At construction every server must answer `/health` within `connect_timeout` seconds and serve the model asked for
 (its name and, when given, its config fingerprint: `rft.explorer.engine_server.model_fingerprint`), at one weight
 version; the failures a caller can fix are `EngineServerError`s (`rft: error: ...`), each naming the server.
-Sampling draws from each server's own generator (`rft serve --seed`): the `generator` passed to `generate` is not
-used, so sampled responses depend on how the servers' requests interleave; greedy ones do not.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ import http.client
 import json
 import logging
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -110,6 +120,7 @@ class RemoteRollout:
             raise EngineServerError("RemoteRollout: no engine server URL given")
         self.servers = [_Server(u) for u in urls]
         self.model, self.request_timeout, self.max_concurrency = model, request_timeout, max_concurrency
+        self.owned: list[subprocess.Popen] = []  # server processes this client stops on close (`start_server`)
         self._lock = threading.Lock()
         infos = [self._connect(s, model, fingerprint, connect_timeout) for s in self.servers]
         first = infos[0]
@@ -159,8 +170,14 @@ class RemoteRollout:
         body = {"model": self.model, "n": params.n, "max_tokens": params.max_tokens,
                 "temperature": 0 if params.greedy else params.temperature, "top_p": params.top_p,
                 "ignore_eos": params.ignore_eos, **({"top_k": params.top_k} if params.top_k > 0 else {})}
-        with ThreadPoolExecutor(max_workers=max(1, min(len(prompts), self.max_concurrency))) as pool:
-            replies = list(pool.map(lambda p: self._complete({**body, "prompt": p}), prompts))
+        if generator is not None:  # reproducible: one seeded request per server, its share of the prompts in order
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            shares = torch.tensor_split(torch.arange(len(prompts)), max(1, min(len(self._live()), len(prompts))))
+            jobs = [({**body, "prompt": [prompts[i] for i in share]}, seed + k) for k, share in enumerate(shares)]
+        else:
+            jobs = [({**body, "prompt": p}, None) for p in prompts]
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), self.max_concurrency))) as pool:
+            replies = list(pool.map(lambda job: self._complete(*job), jobs))
         rows = [choice["rft"] for reply in replies for choice in sorted(reply["choices"], key=lambda c: c["index"])]
         width = max(len(r["token_ids"]) for r in rows)
         out = RolloutOutput(torch.full((len(rows), width), self.pad_token_id, dtype=torch.long),
@@ -174,9 +191,10 @@ class RemoteRollout:
             out.versions[i, :k] = torch.tensor(r["versions"])
         return out
 
-    def _complete(self, body: dict) -> dict:
-        """`body`'s reply from the least loaded server (ties: the first listed); a server that dies is left out from
-        then on, its request sent again to another (the log names it), until none is left."""
+    def _complete(self, body: dict, seed: int | None = None) -> dict:
+        """`body`'s reply from the least loaded server (ties: the first listed), its stream re-seeded with `seed`
+        first where given; a server that dies is left out from then on, its request sent again to another (the log
+        names it), until none is left."""
         while True:
             with self._lock:
                 live = self._live()
@@ -186,6 +204,8 @@ class RemoteRollout:
                 server = min(live, key=lambda s: s.in_flight)
                 server.in_flight += 1
             try:
+                if seed is not None:
+                    server.call("POST", "/seed", {"seed": seed}, self.request_timeout)
                 return server.call("POST", "/v1/completions", body, self.request_timeout)
             except EngineServerGone as e:
                 self._leave_out(server, e)
@@ -229,3 +249,52 @@ class RemoteRollout:
         finally:
             os.unlink(path)
         self.version = int(version)
+
+    def close(self) -> None:
+        """Stop the server processes this client started (`start_server`); servers given by URL go on."""
+        for process in self.owned:
+            stop_process(process)
+        self.owned.clear()
+
+
+def start_server(model_path: str, *, seed: int, max_num_seqs: int, dtype: str, log_path: str,
+                 timeout: float = 300.0) -> tuple[subprocess.Popen, str]:
+    """`rft serve model_path` as a child process (its output in `log_path`) and its URL, once it printed it; a child
+    that ends first or says nothing within `timeout` seconds is an `EngineServerError` quoting its log's last line.
+    The child gets SIGTERM when this process ends (Linux: PR_SET_PDEATHSIG), so a killed run leaves no server."""
+    command = [sys.executable, "-m", "rft", "serve", str(model_path), "--port", "0", "--seed", str(seed),
+               "--max-num-seqs", str(max_num_seqs), "--dtype", dtype]
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+                                   preexec_fn=_ends_with_parent if sys.platform == "linux" else None)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline().decode()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    url = lines[0].split(" on ", 1)[1].split("/v1", 1)[0] if lines and " on http://" in lines[0] else None
+    if url is None:
+        stop_process(process)
+        with open(log_path, errors="replace") as f:
+            last = next((line.strip() for line in reversed(f.read().splitlines()) if line.strip()), "(empty)")
+        said = "did not start" if lines else f"printed no URL within {timeout:g} s"
+        raise EngineServerError(f"the engine server of {model_path} (rft serve) {said}: {last} (its log: {log_path})")
+    return process, url
+
+
+def _ends_with_parent() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.stdout is not None:
+        process.stdout.close()

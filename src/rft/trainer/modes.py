@@ -37,7 +37,7 @@ from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.monitor.notes import NothingToLearn
 from rft.rewards.pipeline import RewardPipeline
-from rft.rollout.engines import build_engine
+from rft.rollout.engines import build_engine, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime, exit_with_parent
 from rft.sync import schedule
 from rft.sync.process_group import snapshot, transport_line
@@ -109,7 +109,10 @@ class ExploreLoop:
             self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
             model.requires_grad_(False)
             rewards = RewardPipeline.from_config(cfg, self.tokenizer, dtype, device)
-            engine = build_engine(cfg, model, self.tokenizer)
+            # rollout.mode=async: the engine in a server process of this explorer's, sent the weights it receives
+            self.served = served_engine(cfg, model, f"engine_server_{t.explorer_rank}.log") \
+                if unserved_reason(cfg, 1) is None else None
+            engine = self.served or build_engine(cfg, model, self.tokenizer)
             self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set)
             self.sync = None  # made in run(): gloo joins the trainer's process group there
 
@@ -119,6 +122,8 @@ class ExploreLoop:
         finally:
             self.buffer.close()  # its role freed: a rerun takes it at once
             self.explorer.close()
+            if self.served is not None:
+                self.served.close()
 
     def _run(self) -> None:
         cfg, ex, engine = self.cfg, self.explorer, self.explorer.engine

@@ -47,7 +47,7 @@ from rft.models.load import (
     resolve_device,
 )
 from rft.monitor import TOKENS, Timer
-from rft.rollout.engines import engine_spec
+from rft.rollout.engines import engine_spec, unserved_reason
 from rft.trainer.checkpoint import (
     EXPLORER_VERSIONS,
     CheckpointManager,
@@ -172,7 +172,9 @@ class RLTrainer:
                                    or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
                                    ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
-        self.worker.rollout_drift = engine_spec(arr.rollout.name).own_numerics and not self.needs_old_logprobs
+        served = unserved_reason(cfg, dist.processes) is None  # an engine server's passes: another process's
+        self.worker.rollout_drift = ((engine_spec(arr.rollout.name).own_numerics or served)
+                                     and not self.needs_old_logprobs)
         # algorithm.mix: the expert rows each update adds (trainer/mix.py)
         self.expert = ExpertRows(cfg, tokenizer) if cfg.algorithm.mix.enable else None
         self.ckpt = CheckpointManager(

@@ -32,7 +32,7 @@ from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.monitor.notes import NothingToLearn
 from rft.rewards.pipeline import RewardPipeline
-from rft.rollout.engines import build_engine, engine_spec
+from rft.rollout.engines import build_engine, engine_spec, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer
@@ -97,7 +97,8 @@ class SyncRun:
         self.total_steps = total_training_steps(cfg, len(taskset))
         # a database buffer's terms checked before the model loads
         self.buffer = joined_buffer(cfg, self.tokenizer, roles=("explorer/0", "trainer")) if dist.is_main else None
-        with closed_on_error(self.buffer):
+        self.served = None  # rollout.mode=async: the engine server's client, which stops the server
+        with closed_on_error(self.buffer), closed_on_error(self):
             self.trainer = trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
             rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
             if dist.enabled and engine_spec(cfg.actor_rollout_ref.rollout.name).replica_per_rank:
@@ -106,6 +107,12 @@ class SyncRun:
                 gather = lambda: trainer.gathered_weights(trainable_only=False, everywhere=True)
                 engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=True, weights=gather())
                 self.sync = MemorySync(engine, gather=gather)
+            elif unserved_reason(cfg, dist.processes) is None:  # rollout.mode=async
+                # the engine in a server process of its own (verl's server mode): every sync sends it the weights,
+                # the first one now (the model the trainer starts from, or the checkpoint's on resume)
+                engine = self.served = served_engine(cfg, trainer.model)
+                self.sync = MemorySync(engine, gather=trainer.trainable_weights)
+                self.sync.publish(None, 0)
             else:
                 engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
                 self.sync = MemorySync(engine)
@@ -126,6 +133,12 @@ class SyncRun:
         finally:
             self.buffer.close()  # a database buffer's roles freed: a rerun takes them at once
             self.explorer.close()
+            self.close()
+
+    def close(self) -> None:
+        """The engine server this run started, stopped (rollout.mode=async)."""
+        if self.served is not None:
+            self.served.close()
 
     def _fit(self) -> dict[str, float]:
         cfg, main, trainer = self.cfg.trainer, self.dist.is_main, self.trainer
