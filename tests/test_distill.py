@@ -222,3 +222,14 @@ def test_distillation_options_refused(assets, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         rl_config(assets, assets / "never", "distillation.enabled=true",
                   f"distillation.teacher_model.model_path={assets / 'teacher'}", *overrides)
+
+
+def test_a_distillation_loss_step_is_not_said_to_learn_nothing():
+    """With the teacher as a loss and no task reward every advantage is 0 by design, and the step still trains:
+    the nothing-to-learn note (for a model whose responses all score alike) is not given."""
+    from rft.monitor.notes import NothingToLearn
+
+    zero = {"critic/advantages/min": 0.0, "critic/advantages/max": 0.0, "critic/score/min": 0.0,
+            "critic/score/max": 1.0}
+    assert NothingToLearn().note(1, zero) is not None
+    assert NothingToLearn().note(1, {**zero, "actor/distill_loss": 0.3}) is None

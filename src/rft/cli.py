@@ -613,9 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
                                     "accuracy per stage", epilog=EPILOGS["demo"],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    q.add_argument("--task", choices=("arithmetic", "tools", "vision"), default="arithmetic",
+    q.add_argument("--task", choices=("arithmetic", "tools", "vision", "distill"), default="arithmetic",
                    help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn); "
-                        "vision: counting shapes in pictures with a tiny vision-language model")
+                        "vision: counting shapes in pictures with a tiny vision-language model; distill: the "
+                        "arithmetic demo's GRPO model teaches a smaller student on-policy")
     q.add_argument("--output", help="run folder (default runs/demo, or runs/demo-<task>)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--engine", choices=("hf", "vllm"), default="hf",

@@ -72,6 +72,14 @@ PRESETS: dict[str, dict[str, int]] = {
         num_attention_heads=4,
         num_key_value_heads=2,
     ),
+    # 527,872 parameters: tiny's width at half its depth, the student `rft demo --task distill` distils into.
+    "tiny-student": dict(
+        hidden_size=128,
+        num_hidden_layers=2,
+        intermediate_size=512,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # 6,959,104 parameters with the 275-token vocabulary.
     "small": dict(
         hidden_size=256,
