@@ -154,7 +154,7 @@ def test_the_divergence_in_the_reward_beside_the_task_reward(assets, tmp_path):
 
 def test_rft_distill_runs_without_the_task_reward(assets, tmp_path):
     out = tmp_path / "out"
-    rft_here("distill", f"actor_rollout_ref.model.path={assets / 'model'}",
+    proc = rft_here("distill", f"actor_rollout_ref.model.path={assets / 'model'}",
              f"data.train_files={assets / 'data' / 'train.parquet'}",
              f"distillation.teacher_model.model_path={assets / 'teacher'}",
              "data.max_prompt_length=32", "data.max_response_length=4", "data.train_batch_size=4",
@@ -164,8 +164,11 @@ def test_rft_distill_runs_without_the_task_reward(assets, tmp_path):
     (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
                  if "distill/divergence" in line]
     assert record["distill/divergence"] != 0
-    # no task reward: the advantages are the teacher's alone, so the estimator saw only zero rewards
+    # no task reward: the estimator saw only zero rewards; the advantages logged are the teacher's, and the step is
+    # not said to have nothing to learn
     assert record["critic/rewards/mean"] == 0
+    assert record["critic/advantages/min"] < 0 < record["critic/advantages/max"]
+    assert "nothing to learn" not in proc.stdout + proc.stderr
     assert (out / "model" / "config.json").is_file()
 
 

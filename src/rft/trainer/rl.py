@@ -376,14 +376,14 @@ class RLTrainer:
             mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
             batch.token_rewards = batch.token_rewards - d.distillation_loss_coef * batch.teacher_kl * mask
 
-    def distill_advantages(self, batch: Batch) -> None:
-        """After the estimator (use_policy_gradient without in_reward): A_t -= coef x divergence_t on the policy's
-        tokens, Thinking Machines' per-token reverse-KL advantage beside the task's."""
+    def distill_advantages(self, advantages: torch.Tensor, teacher_kl: torch.Tensor | None,
+                           mask: torch.Tensor) -> torch.Tensor:
+        """After the estimator (use_policy_gradient without in_reward): A_t - coef x divergence_t on the policy's
+        tokens `mask`, Thinking Machines' per-token reverse-KL advantage beside the task's."""
         d = self.distill
         if d is None or not d.use_policy_gradient or d.in_reward:
-            return
-        mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
-        batch.advantages = batch.advantages - d.distillation_loss_coef * batch.teacher_kl * mask
+            return advantages
+        return advantages - d.distillation_loss_coef * teacher_kl * mask
 
     def compute_advantages(self, batch: Batch) -> dict[str, float]:
         """Advantages and returns of `batch`. With several processes the estimator runs on every rank's rows
@@ -420,13 +420,14 @@ class RLTrainer:
             sum_pi_squared=opt(batch.sum_pi_squared), rollout_is_weights=opt(batch.rollout_is_weights),
             std_threshold=algo.std_threshold, std_cal_level=algo.std_cal_level,
         ))
-        batch.advantages, batch.returns, kept = out.advantages, out.returns, out.loss_mask
+        # the teacher's per-token term joins the estimator's advantages (every rank's rows, as they are)
+        advantages = self.distill_advantages(out.advantages, opt(batch.teacher_kl), response_mask)
+        batch.advantages, batch.returns, kept = advantages, out.returns, out.loss_mask
         if order is not None:  # this rank's rows, back from the one-process order
             lo = sum(self.dist.gather_sizes(len(batch))[: self.dist.rank])
             mine = order.argsort()[lo:lo + len(batch)]
-            batch.advantages, batch.returns = out.advantages[mine], out.returns[mine]
+            batch.advantages, batch.returns = advantages[mine], out.returns[mine]
             kept = kept[mine] if kept is not None else None
-        self.distill_advantages(batch)
         if kept is not None:  # the rows the estimator leaves out (raft, std_threshold) carry no loss
             tokens = batch.loss_mask if batch.loss_mask is not None else batch.response_mask
             batch.loss_mask = tokens * kept.to(tokens.device, tokens.dtype).unsqueeze(-1)
@@ -434,7 +435,7 @@ class RLTrainer:
         mask = response_mask.float()
         valid = mask.bool()
         metrics.update(_stats("critic/rewards", (token_rewards * mask).sum(-1)))
-        metrics.update(_stats("critic/advantages", out.advantages[valid]))
+        metrics.update(_stats("critic/advantages", advantages[valid]))
         metrics.update(_stats("critic/returns", out.returns[valid]))
         if values is not None:
             metrics.update(_stats("critic/values", values[valid]))
