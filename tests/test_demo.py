@@ -262,7 +262,7 @@ def test_the_distill_demo_runs_its_teacher_then_distils_a_smaller_student(tmp_pa
     result = demo.run_demo(tmp_path, seed=1, task="distill")
     teacher = json.loads((tmp_path / "teacher" / "demo.json").read_text())
     assert result["teacher_accuracy"] == teacher["rl_accuracy"] and teacher["task"] == "arithmetic"
-    assert result["student_seconds"] == pytest.approx(result["seconds"] - teacher["seconds"], abs=0.2)
+    assert 0 < result["student_seconds"] < result["seconds"] - teacher["seconds"] + 1
     cfg = OmegaConf.load(tmp_path / "config.yaml")
     assert [stage.stage_name for stage in cfg.stages] == ["copy", "sft", "distill"]
     distill = cfg.stages[2].distillation
@@ -278,5 +278,6 @@ def test_the_distill_demo_runs_its_teacher_then_distils_a_smaller_student(tmp_pa
     # run again into a new folder holding the finished teacher: it is reused, not trained again
     again = tmp_path / "again"
     shutil.copytree(tmp_path / "teacher", again / "teacher")
-    demo.run_demo(again, seed=1, task="distill")
+    reused = demo.run_demo(again, seed=1, task="distill")
     assert f"{again / 'teacher'} already finished" in capsys.readouterr().out
+    assert reused["student_seconds"] == pytest.approx(reused["seconds"], abs=1)  # the teacher took none of its time

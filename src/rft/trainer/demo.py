@@ -333,11 +333,12 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
     from rft.trainer.stages import build_stages, run_stages
 
     configure_cpu_runtime()
-    teacher = None
+    teacher, teacher_done = None, 0.0
     if task == "distill":  # the teacher first: the arithmetic demo, in its own folder (a finished one is reused)
         print(f"rft demo: the teacher: the arithmetic demo in {out / 'teacher'}", flush=True)
         teacher = run_demo(out / "teacher", seed=seed, task="arithmetic", engine=engine, dtype=dtype)
         clock.save()
+        teacher_done = clock.seconds()  # a teacher found finished took none of this demo's time
     model_dir = out / "base_model"
     if not (model_dir / "config.json").is_file():
         if task == "vision":
@@ -387,9 +388,9 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
     result = {"task": task, "engine": engine, "dtype": dtype, "sft_accuracy": sft_accuracy, "rl_accuracy": rl_accuracy,
               "seconds": clock.seconds(), "calls": clock.calls, "seed": seed, "model": str(final),
               "config": str(config_path), "curves": str(out / "curves.png")}
-    if teacher is not None:  # the student's own stages' time: the total less the teacher's demo
+    if teacher is not None:  # the student's own stages' time: what this demo took once its teacher was there
         result.update(teacher_accuracy=teacher["rl_accuracy"], teacher_seconds=teacher["seconds"],
-                      student_seconds=round(result["seconds"] - teacher["seconds"], 1))
+                      student_seconds=round(result["seconds"] - teacher_done, 1))
     write_text_atomic(out / "demo.json", json.dumps(result, indent=1) + "\n")
     clock.path.unlink(missing_ok=True)  # finished: demo.json holds the whole time
     rl_name = "distillation" if task == "distill" else "GRPO"
