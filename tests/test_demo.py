@@ -269,8 +269,8 @@ def test_the_distill_demo_runs_its_teacher_then_distils_a_smaller_student(tmp_pa
     assert distill.teacher_model.model_path == str(tmp_path / "teacher" / "grpo" / "model")
     assert distill.distillation_loss.loss_mode == "full" and not distill.distillation_loss.use_task_rewards
     student = json.loads((tmp_path / "base_model" / "config.json").read_text())
-    assert student["num_hidden_layers"] == 2 < json.loads(
-        (tmp_path / "teacher" / "base_model" / "config.json").read_text())["num_hidden_layers"]
+    assert student["hidden_size"] == 96 < json.loads(
+        (tmp_path / "teacher" / "base_model" / "config.json").read_text())["hidden_size"]
     records = [json.loads(line) for line in (tmp_path / "distill" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("actor/distill_loss", 0) > 0 for r in records)
     out = capsys.readouterr().out

@@ -109,12 +109,12 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
 
 
 # The distill demo (bench/RESULTS.md has the measurements behind them; it does not reach its bar yet): the
-# arithmetic demo's GRPO model teaches the tiny-student preset (tiny's width, half its depth), warmed up as its
+# arithmetic demo's GRPO model teaches the tiny-student preset (tiny's depth, 3/4 of its width), warmed up as its
 # teacher was (the copying task, then SFT on the sloppy demonstrations), then distilled on-policy with the exact reverse KL to the teacher at every
 # position of the student's own samples (loss_mode full, as a loss: on a 275-token vocabulary the whole distribution
 # costs little and carries more per sample than k1's sampled token), no task reward.
 DISTILL_PRESET = "tiny-student"
-DISTILL_SFT_STEPS = 1600  # 400 left the 2-layer student on the SFT plateau (bench/RESULTS.md, 2026-11-28)
+DISTILL_SFT_STEPS = 1600  # 400 left a 2-layer student on the SFT plateau (bench/RESULTS.md, 2026-11-28)
 DISTILL_LOSS = {"loss_mode": "full", "use_policy_gradient": False, "use_task_rewards": False}
 DISTILL_STEPS, DISTILL_LR, DISTILL_N, DISTILL_TEST_FREQ = 100, 5.0e-4, 4, 25
 DISTILL_TEACHER_GAP = 0.10  # the distilled student ends within this of its teacher's held-out accuracy
@@ -349,7 +349,7 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
         data = {name: out / "teacher" / "data" / f"{name}.parquet" for name in ("train", "val", "copy")}
         config = distill_demo_config(model_dir, out / "teacher" / "grpo" / "model", data, out, seed)
         story = (f"the teacher, the arithmetic demo's GRPO model ({teacher['rl_accuracy']:.3f}), scores every token "
-                 f"the student ({DISTILL_PRESET}: half its layers) samples; the student is warmed up as the teacher "
+                 f"the student ({DISTILL_PRESET}: 3/4 of its width) samples; the student is warmed up as the teacher "
                  "was, then distilled on-policy (the reverse KL to the teacher at each of its tokens), with no task "
                  "reward")
     elif task == "vision":
