@@ -847,6 +847,8 @@ def test_example_validates_with_real_paths(example, real_paths, tmp_path):
         overrides.append(f"data.custom_cls.path={ROOT / raw.data.custom_cls.path}")
     if raw.reward_model.enable:
         overrides.append(f"reward_model.model.path={real_paths['reward_model']}")
+    if raw.distillation.enabled:  # the student's own folder teaches it (one tokenizer)
+        overrides.append(f"distillation.teacher_model.model_path={real_paths['model']}")
     cfg = load_config(example, overrides, validate_paths=True)
     assert cfg.actor_rollout_ref.model.path == str(real_paths["model"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -248,3 +249,35 @@ def test_the_whole_demo_holds_its_bar_under_another_cpus_rounding_and_repeats_bi
             proc.kill()
     first, again = (load_file(tmp_path / name / "grpo" / "model" / "model.safetensors") for name in ("native", "killed"))
     assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+
+
+@pytest.mark.heavy  # two demos (the teacher's, the student's) and a rerun: a minute or more on 2 cores
+def test_the_distill_demo_runs_its_teacher_then_distils_a_smaller_student(tmp_path, monkeypatch, capsys):
+    """`rft demo --task distill`: the arithmetic demo in teacher/ (reused when finished), then the tiny-student
+    preset warmed up and distilled on-policy from the teacher's GRPO model, with no task reward; demo.json holds
+    both accuracies and the student's own time."""
+    for name, steps in (("COPY_STEPS", 5), ("SFT_STEPS", 10), ("RL_STEPS", 2), ("DISTILL_SFT_STEPS", 10),
+                        ("DISTILL_STEPS", 2), ("DISTILL_TEST_FREQ", 1)):
+        monkeypatch.setattr(demo, name, steps)
+    result = demo.run_demo(tmp_path, seed=1, task="distill")
+    teacher = json.loads((tmp_path / "teacher" / "demo.json").read_text())
+    assert result["teacher_accuracy"] == teacher["rl_accuracy"] and teacher["task"] == "arithmetic"
+    assert 0 < result["student_seconds"] < result["seconds"] - teacher["seconds"] + 1
+    cfg = OmegaConf.load(tmp_path / "config.yaml")
+    assert [stage.stage_name for stage in cfg.stages] == ["copy", "sft", "distill"]
+    distill = cfg.stages[2].distillation
+    assert distill.teacher_model.model_path == str(tmp_path / "teacher" / "grpo" / "model")
+    assert distill.distillation_loss.loss_mode == "full" and not distill.distillation_loss.use_task_rewards
+    student = json.loads((tmp_path / "base_model" / "config.json").read_text())
+    assert student["hidden_size"] == 96 < json.loads(
+        (tmp_path / "teacher" / "base_model" / "config.json").read_text())["hidden_size"]
+    records = [json.loads(line) for line in (tmp_path / "distill" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("actor/distill_loss", 0) > 0 for r in records)
+    out = capsys.readouterr().out
+    assert "below its teacher" in out and "after distillation" in out
+    # run again into a new folder holding the finished teacher: it is reused, not trained again
+    again = tmp_path / "again"
+    shutil.copytree(tmp_path / "teacher", again / "teacher")
+    reused = demo.run_demo(again, seed=1, task="distill")
+    assert f"{again / 'teacher'} already finished" in capsys.readouterr().out
+    assert reused["student_seconds"] == pytest.approx(reused["seconds"], abs=1)  # the teacher took none of its time

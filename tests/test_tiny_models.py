@@ -36,7 +36,7 @@ TEXTS = [
     "<|im_start|>user\nhi<|im_end|>\n",
     "",
 ]
-PARAM_RANGE = {"tiny": (0.7e6, 1.5e6), "small": (5e6, 10e6)}  # every preset needs a range here
+PARAM_RANGE = {"tiny": (0.7e6, 1.5e6), "tiny-student": (0.4e6, 0.7e6), "small": (5e6, 10e6)}  # every preset needs a range here
 CHAT = [{"role": "user", "content": "1+2="}]
 CHAT_TEXT = "<|im_start|>user\n1+2=<|im_end|>\n<|im_start|>assistant\n"
 

@@ -28,6 +28,8 @@ _TENSOR_FIELDS = (
     "scores",
     "reward_baselines",
     "ref_kl",
+    "teacher_logprobs",
+    "teacher_kl",
     "advantages",
     "returns",
     "group",
@@ -59,6 +61,8 @@ class Batch:
     scores: torch.Tensor | None = None  # (B,)
     reward_baselines: torch.Tensor | None = None  # (B,) score of a greedy response to the row's prompt (remax)
     ref_kl: torch.Tensor | None = None  # (B, R) per-token KL(policy || ref) from logits (in-reward kl_penalty=full)
+    teacher_logprobs: torch.Tensor | None = None  # (B, R) the distillation teacher's log-probs of the sampled tokens
+    teacher_kl: torch.Tensor | None = None  # (B, R) the policy's divergence from the teacher (distillation as reward)
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
     loss_mask: torch.Tensor | None = None  # (B, R) tokens that carry loss when not all response tokens do (SFT; RL:

@@ -1,4 +1,4 @@
-"""`rft` command line: init-model, data, example, train, sft, dpo, demo, generate, eval, merge, studio, serve,
+"""`rft` command line: init-model, data, example, train, distill, sft, dpo, demo, generate, eval, merge, studio, serve,
 component, config.
 
 `main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
@@ -269,6 +269,17 @@ def cmd_train(args) -> int:
     return run_rl(load_config(args.config, args.overrides), module_args)
 
 
+DISTILL_OVERRIDES = ("distillation.enabled=true", "distillation.distillation_loss.use_task_rewards=false")
+"""What `rft distill` adds to rft train's overrides (the command line's own come after them)."""
+
+
+def cmd_distill(args) -> int:
+    """`rft distill`: the RL loop with the teacher as the only signal (no task reward needed); rft train with
+    the same distillation keys combines a teacher with the task reward."""
+    args.overrides = [*DISTILL_OVERRIDES, *args.overrides]
+    return cmd_train(args)
+
+
 def _train_trinity(args, module_args: list[str]) -> int:
     from rft.config.spelling import reworded, spelling_keys
     from rft.data.io import DataError
@@ -465,6 +476,14 @@ examples, in any folder (`rft example` lists the example configs rft ships; docs
 
 {_keys()}.
 A Trinity-RFT YAML, and a `stages:` list of SFT / DPO / RL stages, run too (docs/overview.md).""",
+    "distill": """\
+examples (docs/algorithms.md, on-policy distillation):
+  rft distill examples/arithmetic_distill.yaml actor_rollout_ref.model.path=STUDENT \\
+      distillation.teacher_model.model_path=TEACHER
+  rft demo --task distill                     # the arithmetic demo's GRPO model teaches a smaller student
+
+The student samples, the teacher scores every sampled token; the task reward is left out
+(distillation.distillation_loss.use_task_rewards=false; rft train with the same keys keeps it).""",
     "sft": f"""\
 examples (`rft example` lists the example configs rft ships; docs/overview.md):
   rft example gsm8k_sft                       # writes gsm8k_sft.yaml here (the repository's examples/)
@@ -572,6 +591,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_train)
 
+    q = sub.add_parser("distill", help="on-policy distillation: rft train with a teacher's per-token scores as the "
+                                       "only signal", epilog=EPILOGS["distill"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_distill)
+
     q = sub.add_parser("sft", help="supervised fine-tuning from a verl sft_trainer-style YAML plus overrides",
                        epilog=EPILOGS["sft"], formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("config", nargs="?", help="YAML file (optional)")
@@ -587,9 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
                                     "accuracy per stage", epilog=EPILOGS["demo"],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    q.add_argument("--task", choices=("arithmetic", "tools", "vision"), default="arithmetic",
+    q.add_argument("--task", choices=("arithmetic", "tools", "vision", "distill"), default="arithmetic",
                    help="arithmetic: two-digit additions; tools: products through a calculator tool (multi-turn); "
-                        "vision: counting shapes in pictures with a tiny vision-language model")
+                        "vision: counting shapes in pictures with a tiny vision-language model; distill: the "
+                        "arithmetic demo's GRPO model teaches a smaller student on-policy")
     q.add_argument("--output", help="run folder (default runs/demo, or runs/demo-<task>)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--engine", choices=("hf", "vllm"), default="hf",

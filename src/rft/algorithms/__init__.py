@@ -16,6 +16,12 @@ from rft.algorithms.advantages import (
 )
 from rft.algorithms.aggregation import LOSS_AGG_MODES, TRL_LOSS_TYPES, AggNorm, agg_loss, trl_loss_agg_mode
 from rft.algorithms.dapo import informative_groups, overlong_penalty
+from rft.algorithms.distill import (
+    DISTILL_LOSSES,
+    DistillInputs,
+    distill_divergence,
+    distill_needs_logits,
+)
 from rft.algorithms.kl import KL_ESTIMATORS, KLInputs, full_kl_from_logits, kl_needs_logits, kl_penalty
 from rft.algorithms.policy_loss import (
     POLICY_LOSSES,
@@ -64,6 +70,10 @@ __all__ = [
     "AggNorm",
     "agg_loss",
     "trl_loss_agg_mode",
+    "DISTILL_LOSSES",
+    "DistillInputs",
+    "distill_divergence",
+    "distill_needs_logits",
     "informative_groups",
     "overlong_penalty",
     "KL_ESTIMATORS",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from rft.algorithms.advantages import ADV_ESTIMATORS, estimator_spec
+from rft.algorithms.distill import distill_needs_logits
 from rft.algorithms.kl import KL_ESTIMATORS
 from rft.algorithms.policy_loss import POLICY_LOSSES
 from rft.algorithms.preference import preference_loss_spec
@@ -223,3 +224,36 @@ def check_preference(ctx: CheckContext) -> None:
     if algo.kl_loss_coef != DPO_KL_COEF_DEFAULT and not algo.use_kl_loss:
         raise ConfigError(f"algorithm.kl_loss_coef={algo.kl_loss_coef} has no effect with algorithm.use_kl_loss="
                           "false; set use_kl_loss=true or remove it")
+
+
+@UNUSED.register("algorithms.distillation")
+def unused_distillation_keys(cfg) -> dict[str, str]:
+    """distillation.* without distillation.enabled (no teacher is loaded)."""
+    if cfg.distillation.enabled:
+        return {}
+    why = "distillation.enabled=false (no teacher)"
+    return {"distillation.teacher_model.": why, "distillation.distillation_loss.": why}
+
+
+@CHECKS.register("algorithms.distillation")
+def check_distillation(ctx: CheckContext) -> None:
+    """The distillation loss's options: beta in [0, 1]; k1 only as a reward (its own gradient has mean 0); the
+    in-reward placement only with the policy gradient; the logit divergences not under sequence parallelism (the
+    whole logits of a micro-batch are not gathered there)."""
+    d = ctx.cfg.distillation
+    if not d.enabled:
+        return
+    loss, key = d.distillation_loss, "distillation.distillation_loss"
+    if not 0.0 <= loss.jsd_beta <= 1.0:
+        raise ConfigError(f"{key}.jsd_beta={loss.jsd_beta} is outside [0, 1]: 0 is the forward KL, 1 the reverse KL")
+    if loss.loss_mode == "k1" and not loss.use_policy_gradient:
+        raise ConfigError(f"{key}.loss_mode=k1 with use_policy_gradient=false: log p - log q of the student's own "
+                          "samples has a gradient of mean 0 as a loss; set use_policy_gradient=true (k1 as a "
+                          "per-token reward, Thinking Machines' recipe) or loss_mode k3, full or jsd")
+    if loss.in_reward and not loss.use_policy_gradient:
+        raise ConfigError(f"{key}.in_reward=true puts the divergence into the token rewards, which needs "
+                          "use_policy_gradient=true; set one of them otherwise")
+    if distill_needs_logits(loss.loss_mode) and ctx.sp > 1:
+        raise ConfigError(f"{key}.loss_mode={loss.loss_mode} needs both models' logits of whole sequences, which "
+                          "rft does not gather under sequence parallelism: use loss_mode k1 or k3, or "
+                          "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1")

@@ -1302,6 +1302,45 @@ class RayInitConfig:
 
 
 @dataclass
+class DistillationLossConfig:
+    loss_mode: str = fld(
+        "k1", "The per-token divergence of the student (the policy) from the teacher on the student's own samples: "
+        "k1 (log p_student - log p_teacher of the sampled token: Thinking Machines' reverse-KL estimator), k3 "
+        "(Schulman's low-variance estimator of the same KL), full (the exact reverse KL over the vocabulary) or "
+        "jsd (GKD's generalised Jensen-Shannon divergence with jsd_beta; docs/algorithms.md).",
+        choices=("k1", "k3", "full", "jsd"))
+    jsd_beta: float = fld(0.5, "jsd: GKD's beta in [0, 1] (TRL's GKDConfig.beta): 0 is the forward KL(teacher || "
+                               "student), 1 the reverse KL(student || teacher), between them the JSD to the mixture.")
+    use_policy_gradient: bool = fld(
+        True, "true: the divergence is a per-token reward, -distillation_loss_coef x divergence added to each token's "
+        "advantage (Thinking Machines' recipe; the policy loss carries it); false: it is a loss of its own, "
+        "differentiated through the student's logits (GKD), added to the policy loss with distillation_loss_coef.")
+    in_reward: bool = fld(
+        False, "With use_policy_gradient: the -coef x divergence term goes into the token rewards before the "
+        "advantage estimator (beside the task reward) instead of into the advantages after it (an rft key).")
+    use_task_rewards: bool = fld(
+        True, "Whether the task reward (reward function, reward model) also trains the policy; false: the teacher "
+        "is the only signal (rft distill's default). The reward is still computed and logged.")
+    distillation_loss_coef: float = fld(1.0, "The distillation term's weight.")
+
+
+@dataclass
+class TeacherModelConfig:
+    model_path: Optional[str] = fld(
+        None, "The teacher: a causal LM folder with the student's tokenizer (same vocabulary), frozen, run on each "
+        "step's responses in one batched pass as the reference model is.", model="folder")
+
+
+@dataclass
+class DistillationConfig:
+    enabled: bool = fld(False, "On-policy distillation: the student (the policy) samples, the teacher scores every "
+                               "sampled token (verl's distillation section; docs/algorithms.md).")
+    teacher_model: TeacherModelConfig = sub(TeacherModelConfig, "The teacher model.")
+    distillation_loss: DistillationLossConfig = sub(DistillationLossConfig, "How the teacher's scores train the "
+                                                                            "student.")
+
+
+@dataclass
 class RFTConfig:
     data: DataConfig = sub(DataConfig, "Prompts.")
     actor_rollout_ref: ActorRolloutRefConfig = sub(ActorRolloutRefConfig, "Policy, rollout and reference.")
@@ -1309,6 +1348,7 @@ class RFTConfig:
     reward_model: RewardModelConfig = sub(RewardModelConfig, "Model-based reward.")
     custom_reward_function: CustomRewardConfig = sub(CustomRewardConfig, "User reward function.")
     algorithm: AlgorithmConfig = sub(AlgorithmConfig, "Advantages and in-reward KL.")
+    distillation: DistillationConfig = sub(DistillationConfig, "On-policy distillation from a teacher model.")
     trainer: TrainerConfig = sub(TrainerConfig, "The loop, logging and checkpoints.")
     experience_buffer: ExperienceBufferConfig = sub(
         ExperienceBufferConfig, "Where the explorer's experiences wait for the trainer (rft keys, Trinity-RFT's names).")

@@ -88,7 +88,8 @@ ALGORITHMS = {
                   "kl_loss_fn": "k2", "entropy_loss_fn": "mix", "sample_strategy": "mix"},
 }
 TEACHER = ("a teacher model's per-token log-probs of the student's samples (Trinity's on_policy_distill workflows "
-           "read them from explorer.auxiliary_models); rft has no teacher model in training yet")
+           "read them from explorer.auxiliary_models); rft's teacher is verl's distillation section, which the Trinity "
+           "dialect does not map yet: use a verl-style config with distillation.* (docs/algorithms.md)")
 # Trinity's algorithm types (and advantage functions) rft does not run, with the reason
 REFUSED_ALGORITHMS = {
     "on_policy_distill": f"on-policy distillation needs {TEACHER}",

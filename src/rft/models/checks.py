@@ -194,3 +194,63 @@ def check_row_positions(path: str, longest: int, unit: str) -> None:
         f"the longest {unit.removesuffix('s')} of data.train_files / val_files has {longest} tokens, more than the "
         f"{positions} positions of {path} (a learned position table, which has no position past it): set "
         f"data.max_length={positions} (data.truncation then says what happens to longer {unit}), or shorten them")
+
+
+SCORE_HEADS = ("ForSequenceClassification", "ForTokenClassification")
+"""How the architectures of a reward or value model's config.json end (a score head, no token log-probs)."""
+
+
+def teacher_problem(teacher: str, student: str, student_tokenizer: str | None = None) -> str | None:
+    """What makes the folder `teacher` unfit to teach the model in `student` (tokenized by `student_tokenizer`,
+    default the student's folder), read before either model loads; None when nothing. The teacher's log-probs are
+    read at the student's token ids, so both must share one vocabulary: a reward model (a score head, no
+    log-probs), another vocabulary size or other tokens are refused by name (TRL's GOLD aligns tokens across
+    tokenizers; rft does not)."""
+    config = text_config_json(teacher)
+    names = [n for n in (config or {}).get("architectures") or [] if isinstance(n, str)]
+    if names and all(n.endswith(SCORE_HEADS) for n in names):
+        return (f"is a reward model ({', '.join(names)}): its weights hold a score head, not the token "
+                "log-probs a teacher gives; point it at a causal LM (the reward model scores through "
+                "reward_model.model.path)")
+    own = text_config_json(student)
+    sizes = [(c or {}).get("vocab_size") for c in (config, own)]
+    if all(isinstance(s, int) for s in sizes) and sizes[0] != sizes[1]:
+        return (f"has a vocabulary of {sizes[0]} tokens (config.json's vocab_size), the student {student!r} one of "
+                f"{sizes[1]}: the teacher scores the student's token ids, so both need one tokenizer; distil from a "
+                "teacher of the student's family and tokenizer")
+    from rft.models.load import load_tokenizer
+
+    tokenizers = (teacher, student_tokenizer or student)
+    if not all(any((Path(t).expanduser() / f).is_file() for f in TOKENIZER_FILES) for t in tokenizers):
+        return None  # a folder without a tokenizer: the model checks name it
+    vocabs = [load_tokenizer(t).get_vocab() for t in tokenizers]
+    if vocabs[0] != vocabs[1]:
+        differ = sorted(set(vocabs[0].items()) ^ set(vocabs[1].items()), key=str)[:3]
+        return (f"has another tokenizer than the student's ({tokenizers[1]!r}; e.g. {differ}): the teacher scores "
+                "the student's token ids, so both need one tokenizer; distil from a teacher with the student's "
+                "tokenizer")
+    return None
+
+
+@CHECKS.register("models.teacher")
+def check_teacher(ctx: CheckContext) -> None:
+    """distillation.teacher_model.model_path: set when distillation is enabled, a model folder, not a reward
+    model, of the student's vocabulary and tokenizer (`teacher_problem`), before any model loads."""
+    from rft.config.checks import check_model_dir
+
+    d = ctx.cfg.distillation
+    if not d.enabled:
+        return
+    key = "distillation.teacher_model.model_path"
+    if not d.teacher_model.model_path:
+        raise ConfigError(f"distillation.enabled=true needs {key}: the teacher's model folder (a causal LM with the "
+                          "student's tokenizer)")
+    if not ctx.check_paths:
+        return
+    check_model_dir(key, d.teacher_model.model_path, ctx)
+    student = ctx.cfg.actor_rollout_ref.model.path
+    if not ctx.check_model_path or not (Path(student).expanduser() / "config.json").is_file():
+        return  # a later stage's student is written by the stage before: the trainer asks before loading
+    problem = teacher_problem(d.teacher_model.model_path, student, ctx.cfg.data.tokenizer)
+    if problem:
+        raise ConfigError(f"{key}={d.teacher_model.model_path!r} {problem}")

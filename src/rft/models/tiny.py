@@ -72,6 +72,15 @@ PRESETS: dict[str, dict[str, int]] = {
         num_attention_heads=4,
         num_key_value_heads=2,
     ),
+    # 580,992 parameters: tiny's depth at 3/4 of its width, the student `rft demo --task distill` distils into
+    # (half its layers at its width distilled less: bench/RESULTS.md, 2026-11-28).
+    "tiny-student": dict(
+        hidden_size=96,
+        num_hidden_layers=4,
+        intermediate_size=384,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # 6,959,104 parameters with the 275-token vocabulary.
     "small": dict(
         hidden_size=256,

@@ -4,7 +4,8 @@
 With a group-relative estimator (GRPO, RLOO, ...) that is every step of a model whose responses to each prompt
 all score alike, e.g. the quick start's random model, which answers nothing right: its console says
 `score=0 pg_loss=0` step after step, and the note says why, once. In Trinity-RFT's mix the SFT loss on the
-expert rows still trains such a step, and the note says so. Where rows were scored 0 because the reward function
+expert rows still trains such a step, and the note says so; a distillation loss (`actor/distill_loss`, the teacher's
+divergence differentiated through the student) trains it whatever the advantages, and no note is given. Where rows were scored 0 because the reward function
 failed on them (custom_reward_function.on_error=zero), or because an llm_judge's reply held no verdict, the note
 says what share, not that the model answers wrong.
 """
@@ -28,7 +29,7 @@ class NothingToLearn:
         self.said = False
 
     def note(self, step: int, metrics: Mapping[str, float]) -> str | None:
-        if self.said or not all(metrics.get(k) == 0 for k in ADVANTAGES):
+        if self.said or "actor/distill_loss" in metrics or not all(metrics.get(k) == 0 for k in ADVANTAGES):
             return None
         self.said = True
         low, high = (metrics.get(k) for k in SCORES)

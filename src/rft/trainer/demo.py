@@ -108,8 +108,38 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
     }
 
 
-TASKS = ("arithmetic", "tools", "vision")
-LIFT_BARS = {"arithmetic": 0.15, "tools": 0.20, "vision": 0.15}
+# The distill demo (bench/RESULTS.md has the measurements behind them; it does not reach its bar yet): the
+# arithmetic demo's GRPO model teaches the tiny-student preset (tiny's depth, 3/4 of its width), warmed up as its
+# teacher was (the copying task, then SFT on the sloppy demonstrations), then distilled on-policy with the exact reverse KL to the teacher at every
+# position of the student's own samples (loss_mode full, as a loss: on a 275-token vocabulary the whole distribution
+# costs little and carries more per sample than k1's sampled token), no task reward.
+DISTILL_PRESET = "tiny-student"
+DISTILL_SFT_STEPS = 1600  # 400 left a 2-layer student on the SFT plateau (bench/RESULTS.md, 2026-11-28)
+DISTILL_LOSS = {"loss_mode": "full", "use_policy_gradient": False, "use_task_rewards": False}
+DISTILL_STEPS, DISTILL_LR, DISTILL_N, DISTILL_TEST_FREQ = 100, 5.0e-4, 4, 25
+DISTILL_TEACHER_GAP = 0.10  # the distilled student ends within this of its teacher's held-out accuracy
+
+
+def distill_demo_config(student: Path, teacher: Path, data: dict[str, Path], out: Path, seed: int) -> dict:
+    """The staged config `rft demo --task distill` runs on the student: the arithmetic demo's warm-up and SFT
+    (`demo_config`, SFT shorter), then on-policy distillation from `teacher` instead of GRPO."""
+    config = demo_config(student, data, out, seed)
+    config["trainer"]["project_name"] = "rft_demo_distill"
+    copy, sft, _ = config["stages"]
+    sft["trainer"]["total_training_steps"] = DISTILL_SFT_STEPS
+    distill = {"stage_name": "distill", "algorithm": {"adv_estimator": "grpo"},
+               "actor_rollout_ref": {"actor": {"optim": {"lr": DISTILL_LR, "warmup_style": "constant"}},
+                                     "rollout": {"n": DISTILL_N}},
+               "distillation": {"enabled": True, "teacher_model": {"model_path": str(teacher)},
+                                "distillation_loss": dict(DISTILL_LOSS)},
+               "trainer": {"total_training_steps": DISTILL_STEPS, "val_before_train": True,
+                           "test_freq": DISTILL_TEST_FREQ, "save_freq": DISTILL_TEST_FREQ}}
+    config["stages"] = [copy, sft, distill]
+    return config
+
+
+TASKS = ("arithmetic", "tools", "vision", "distill")
+LIFT_BARS = {"arithmetic": 0.15, "tools": 0.20, "vision": 0.15, "distill": 0.15}
 """The least lift of held-out greedy accuracy (GRPO's validation after its last step less before its first) each
 demo is tuned to give on every seed; bench/demo_seeds.py checks it over seeds, and the demo's last line says how the
 run compares."""
@@ -303,13 +333,26 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
     from rft.trainer.stages import build_stages, run_stages
 
     configure_cpu_runtime()
+    teacher, teacher_done = None, 0.0
+    if task == "distill":  # the teacher first: the arithmetic demo, in its own folder (a finished one is reused)
+        print(f"rft demo: the teacher: the arithmetic demo in {out / 'teacher'}", flush=True)
+        teacher = run_demo(out / "teacher", seed=seed, task="arithmetic", engine=engine, dtype=dtype)
+        clock.save()
+        teacher_done = clock.seconds()  # a teacher found finished took none of this demo's time
     model_dir = out / "base_model"
     if not (model_dir / "config.json").is_file():
         if task == "vision":
             init_vision_model("qwen2_vl", model_dir, seed=seed, text_sizes=DEMO_TEXT_SIZES)
         else:
-            init_model("tiny", model_dir, seed=seed)
-    if task == "vision":
+            init_model(DISTILL_PRESET if task == "distill" else "tiny", model_dir, seed=seed)
+    if task == "distill":
+        data = {name: out / "teacher" / "data" / f"{name}.parquet" for name in ("train", "val", "copy")}
+        config = distill_demo_config(model_dir, out / "teacher" / "grpo" / "model", data, out, seed)
+        story = (f"the teacher, the arithmetic demo's GRPO model ({teacher['rl_accuracy']:.3f}), scores every token "
+                 f"the student ({DISTILL_PRESET}: 3/4 of its width) samples; the student is warmed up as the teacher "
+                 "was, then distilled on-policy (the reverse KL to the teacher at each of its tokens), with no task "
+                 "reward")
+    elif task == "vision":
         data = write_shapes(out / "data", n_train=N_TRAIN, n_val=N_VAL, seed=seed, slip=VISION_SLIP)
         config = vision_demo_config(model_dir, data, out, seed)
         story = (f"pictures of 1-4 shapes; SFT copies a teacher who misses one shape in {VISION_SLIP:.0%} of the "
@@ -332,7 +375,7 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
     config["actor_rollout_ref"]["actor"]["fsdp_config"] = {"mixed_precision": {"param_dtype": dtype}}
     config_path = out / "config.yaml"
     write_text_atomic(config_path, OmegaConf.to_yaml(OmegaConf.create(config)))
-    print(f"rft demo: {'tiny Qwen2-VL' if task == 'vision' else 'tiny'} model ({model_dir}), {task} task ({data['train'].parent}), config {config_path}")
+    print(f"rft demo: {'tiny Qwen2-VL' if task == 'vision' else DISTILL_PRESET if task == 'distill' else 'tiny'} model ({model_dir}), {task} task ({data['train'].parent}), config {config_path}")
     print(f"rft demo: {story}")
 
     stages = build_stages(read_yaml(config_path), path=config_path)
@@ -345,10 +388,18 @@ def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: C
     result = {"task": task, "engine": engine, "dtype": dtype, "sft_accuracy": sft_accuracy, "rl_accuracy": rl_accuracy,
               "seconds": clock.seconds(), "calls": clock.calls, "seed": seed, "model": str(final),
               "config": str(config_path), "curves": str(out / "curves.png")}
+    if teacher is not None:  # the student's own stages' time: what this demo took once its teacher was there
+        result.update(teacher_accuracy=teacher["rl_accuracy"], teacher_seconds=teacher["seconds"],
+                      student_seconds=round(result["seconds"] - teacher_done, 1))
     write_text_atomic(out / "demo.json", json.dumps(result, indent=1) + "\n")
     clock.path.unlink(missing_ok=True)  # finished: demo.json holds the whole time
-    print(f"rft demo: accuracy {result['sft_accuracy']:.3f} after SFT -> {result['rl_accuracy']:.3f} after GRPO "
+    rl_name = "distillation" if task == "distill" else "GRPO"
+    print(f"rft demo: accuracy {result['sft_accuracy']:.3f} after SFT -> {result['rl_accuracy']:.3f} after {rl_name} "
           f"({result['rl_accuracy'] - result['sft_accuracy']:+.3f}) in {result['seconds']} s; model in {final}, "
           f"curves in {out / 'curves.png'}")
     print(lift_verdict(task, seed, sft_accuracy, rl_accuracy), flush=True)
+    if teacher is not None:
+        gap = teacher["rl_accuracy"] - rl_accuracy
+        print(f"rft demo: the student ends {gap:+.3f} below its teacher ({teacher['rl_accuracy']:.3f}; the demo's bar: "
+              f"within {DISTILL_TEACHER_GAP:.2f}); its own stages took {result['student_seconds']} s", flush=True)
     return result

@@ -26,6 +26,7 @@ import torch
 from rft.algorithms import (
     AdvantageInputs,
     compute_advantages,
+    distill_needs_logits,
     estimator_spec,
     explained_variance,
     kl_needs_logits,
@@ -38,10 +39,12 @@ from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.errors import ModelError
 from rft.models import precision
+from rft.models.checks import teacher_problem
 from rft.models.load import (
     export_hf,
     frozen_copy,
     is_peft,
+    load_causal_lm,
     load_tokenizer,
     load_trainable_model,
     resolve_device,
@@ -72,6 +75,7 @@ from rft.workers.policy import (
     compute_logit_kl,
     compute_logprobs,
     compute_old_logprobs,
+    compute_teacher_divergence,
     reference_of,
 )
 from rft.workers.ulysses import enable_sequence_parallel
@@ -156,9 +160,12 @@ class RLTrainer:
         self.needs_ref_logprobs = ((arr.actor.use_kl_loss and not loss_kl_logits)
                                    or (algo.use_kl_in_reward and not self.reward_kl_from_logits))
 
+        # on-policy distillation: a frozen teacher scores the step's responses (`score_with_teacher`)
+        self.distill = cfg.distillation.distillation_loss if cfg.distillation.enabled else None
+        self.teacher = self._load_teacher() if self.distill is not None else None
         self.settings = UpdateSettings.from_config(cfg)
         self.worker = PolicyWorker(model, self.settings, arr.actor.optim, total_steps, ref_model=self.ref_model,
-                                   dist=dist)
+                                   dist=dist, teacher=self.teacher)
         use_critic = cfg.critic.enable if cfg.critic.enable is not None else "values" in self.adv_needs
         self.critic_tokenizer = tokenizer
         self.critic = self._build_critic() if use_critic else None
@@ -205,6 +212,21 @@ class RLTrainer:
         return CriticWorker(model, CriticSettings.from_config(self.cfg, self.settings), c.optim, self.total_steps,
                             self.dist)
 
+    def _load_teacher(self) -> torch.nn.Module:
+        """The distillation teacher, frozen, in the reference's precision and sharding. Its folder is asked again
+        here, before its weights load: a staged run's student did not exist when the config was checked."""
+        arr, key = self.cfg.actor_rollout_ref, "distillation.teacher_model.model_path"
+        path = self.cfg.distillation.teacher_model.model_path
+        problem = teacher_problem(path, arr.model.path, self.cfg.data.tokenizer)
+        if problem:
+            raise ModelError(f"{key}={path!r} {problem}")
+        teacher = load_causal_lm(path, precision.MASTER, self.device, key="distillation.teacher_model",
+                                 tokenizer=self.tokenizer)
+        teacher.eval().requires_grad_(False)
+        mp = arr.ref.fsdp_config.mixed_precision
+        precision.set_compute(teacher, precision.choose(mp.param_dtype, self.device), mp, self.device)
+        return wrap(teacher, arr.actor.strategy, arr.ref.fsdp_config, self.dist, self.device)
+
     def _critic_freezes_vision(self) -> bool:
         """critic.model.freeze_vision_tower, null: the policy's setting."""
         own = self.cfg.critic.model.freeze_vision_tower
@@ -237,6 +259,9 @@ class RLTrainer:
                     batch.ref_kl = compute_logit_kl(
                         self.model, self.ref_model, batch, self.settings.temperature, _log_prob_micro_rows(ref_cfg),
                         self.cfg.algorithm.kl_penalty, self._token_budget(ref_cfg), self.dist)
+        if self.teacher is not None:
+            with timer("teacher"):
+                metrics.update(self.score_with_teacher(batch))
         if self.critic is not None:
             with timer("values"):  # the old values, before either model moves
                 batch.values = self.critic.compute_values(batch)
@@ -330,6 +355,44 @@ class RLTrainer:
         with reference_of(self.model, self.ref_model) as ref:
             return self.logprobs(batch, ref, self.cfg.actor_rollout_ref.ref)
 
+    def score_with_teacher(self, batch: Batch) -> dict[str, float]:
+        """The teacher's pass over the step's responses (one batched pass, micro-batched as the reference's). As a
+        reward (use_policy_gradient): the policy's per-token divergence from the teacher, `Batch.teacher_kl`, which
+        `compute_advantages` adds; as a loss: the teacher's log-probs of the sampled tokens for the worker's
+        sampled divergences (a logit divergence runs the teacher in each micro-batch instead)."""
+        d, ref_cfg = self.distill, self.cfg.actor_rollout_ref.ref
+        if d.use_policy_gradient:
+            batch.teacher_kl = compute_teacher_divergence(
+                self.model, self.teacher, batch, self.settings.temperature, _log_prob_micro_rows(ref_cfg),
+                d.loss_mode, d.jsd_beta, self._token_budget(ref_cfg), self.dist)
+            mask = (batch.action_mask if batch.action_mask is not None else batch.response_mask).float()
+            n = self.dist.sum(torch.stack([(batch.teacher_kl * mask).sum(), mask.sum()]).double())
+            return {"distill/divergence": float(n[0] / n[1].clamp(min=1))}
+        if not distill_needs_logits(d.loss_mode):
+            batch.teacher_logprobs = self.logprobs(batch, self.teacher, ref_cfg)
+        return {}
+
+    def distill_rewards(self, batch: Batch) -> None:
+        """Before the estimator: the task reward left out (use_task_rewards false), and with in_reward the
+        -coef x divergence per token added to the token rewards."""
+        d = self.distill
+        if d is None:
+            return
+        if not d.use_task_rewards:
+            batch.token_rewards = torch.zeros_like(batch.token_rewards)
+        if d.use_policy_gradient and d.in_reward:
+            mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
+            batch.token_rewards = batch.token_rewards - d.distillation_loss_coef * batch.teacher_kl * mask
+
+    def distill_advantages(self, advantages: torch.Tensor, teacher_kl: torch.Tensor | None,
+                           mask: torch.Tensor) -> torch.Tensor:
+        """After the estimator (use_policy_gradient without in_reward): A_t - coef x divergence_t on the policy's
+        tokens `mask`, Thinking Machines' per-token reverse-KL advantage beside the task's."""
+        d = self.distill
+        if d is None or not d.use_policy_gradient or d.in_reward:
+            return advantages
+        return advantages - d.distillation_loss_coef * teacher_kl * mask
+
     def compute_advantages(self, batch: Batch) -> dict[str, float]:
         """Advantages and returns of `batch`. With several processes the estimator runs on every rank's rows
         (gathered and put in the one-process order: the one-process batch, so batch-wide statistics such as
@@ -337,6 +400,7 @@ class RLTrainer:
         algo, metrics = self.cfg.algorithm, {}
         action = batch.action_mask if batch.action_mask is not None else batch.response_mask
         mask = action.float()
+        self.distill_rewards(batch)
         if algo.use_kl_in_reward:
             # an estimator from logits (full) was computed in the ref phase, where both policies ran
             kl = (batch.ref_kl if batch.ref_kl is not None
@@ -364,11 +428,13 @@ class RLTrainer:
             sum_pi_squared=opt(batch.sum_pi_squared), rollout_is_weights=opt(batch.rollout_is_weights),
             std_threshold=algo.std_threshold, std_cal_level=algo.std_cal_level,
         ))
-        batch.advantages, batch.returns, kept = out.advantages, out.returns, out.loss_mask
+        # the teacher's per-token term joins the estimator's advantages (every rank's rows, as they are)
+        advantages = self.distill_advantages(out.advantages, opt(batch.teacher_kl), response_mask)
+        batch.advantages, batch.returns, kept = advantages, out.returns, out.loss_mask
         if order is not None:  # this rank's rows, back from the one-process order
             lo = sum(self.dist.gather_sizes(len(batch))[: self.dist.rank])
             mine = order.argsort()[lo:lo + len(batch)]
-            batch.advantages, batch.returns = out.advantages[mine], out.returns[mine]
+            batch.advantages, batch.returns = advantages[mine], out.returns[mine]
             kept = kept[mine] if kept is not None else None
         if kept is not None:  # the rows the estimator leaves out (raft, std_threshold) carry no loss
             tokens = batch.loss_mask if batch.loss_mask is not None else batch.response_mask
@@ -377,7 +443,7 @@ class RLTrainer:
         mask = response_mask.float()
         valid = mask.bool()
         metrics.update(_stats("critic/rewards", (token_rewards * mask).sum(-1)))
-        metrics.update(_stats("critic/advantages", out.advantages[valid]))
+        metrics.update(_stats("critic/advantages", advantages[valid]))
         metrics.update(_stats("critic/returns", out.returns[valid]))
         if values is not None:
             metrics.update(_stats("critic/values", values[valid]))

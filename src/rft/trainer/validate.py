@@ -29,6 +29,7 @@ UNUSED_RL = (
     "workers.critic",                 # critic.* when the run builds no critic
     "workers.reference",              # actor_rollout_ref.ref.* without a KL term
     "algorithms.kl",                  # kl_ctrl.*, kl_penalty without use_kl_in_reward; kl_loss_* without use_kl_loss
+    "algorithms.distillation",        # distillation.* without distillation.enabled
     "rollout.vllm",                   # the vLLM engine's keys with another engine
     "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
     "trainer.checkpoints",            # default_hdfs_dir, checkpoints kept, when save_freq <= 0 saves none
@@ -61,6 +62,8 @@ RL = (
     "models.lora",                    # LoRA rank
     "workers.actor_checkpoint",       # what a checkpoint saves and loads
     "algorithms.loss_options",        # policy-loss options, loss scales, KL controller
+    "algorithms.distillation",        # the distillation loss's options
+    "models.teacher",                 # the teacher: a causal LM of the student's tokenizer
     "rewards.overlong_buffer",        # DAPO's overlong penalty
     "explorer.filter_groups",         # DAPO's dynamic sampling
     "algorithms.rollout_correction",  # IS / rejection options, bypass mode

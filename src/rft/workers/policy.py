@@ -30,6 +30,8 @@ from rft.algorithms import (
     RecOptions,
     agg_loss,
     compute_policy_loss,
+    distill_divergence,
+    distill_needs_logits,
     entropy_from_logits,
     kl_needs_logits,
     kl_penalty,
@@ -374,6 +376,28 @@ def compute_logit_kl(model: nn.Module, ref_model: nn.Module | None, batch: Batch
     return eval_passes(model, batch, micro_rows, kl_of, max_tokens=max_tokens, dist=dist)
 
 
+def compute_teacher_divergence(model: nn.Module, teacher: nn.Module, batch: Batch, temperature: float,
+                               micro_rows: int | None, mode: str, beta: float, max_tokens: int | None = None,
+                               dist: Dist = SINGLE) -> torch.Tensor:
+    """(B, R) per-token divergence of the policy from the distillation teacher (`rft.algorithms.distill`'s `mode`)
+    without gradients: both models run on each micro-batch of `micro_rows` rows (or `max_tokens` tokens), one
+    batched pass over the step's responses as the reference's. 0 on padding."""
+    R = batch.response_ids.shape[1]
+
+    def divergence_of(mb: Batch) -> torch.Tensor:
+        with reference_of(model, teacher) as t:
+            if not distill_needs_logits(mode):  # the sampled tokens' log-probs, through the chunked LM head
+                return distill_divergence(mode, forward_logprobs(model, mb, temperature)[0],
+                                          forward_logprobs(t, mb, temperature)[0])
+            teacher_logits, labels = forward_logits(t, mb, temperature)
+        logits, _ = forward_logits(model, mb, temperature)
+        div = distill_divergence(mode, logprobs_from_logits(logits, labels), None, logits=logits,
+                                 teacher_logits=teacher_logits, beta=beta)
+        return _pad(div, R)
+
+    return eval_passes(model, batch, micro_rows, divergence_of, max_tokens=max_tokens, dist=dist)
+
+
 @dataclass
 class UpdateSettings:
     """What one update needs to know beyond the Batch (taken from the actor config by the trainer)."""
@@ -424,6 +448,9 @@ class UpdateSettings:
     mix_schedule: tuple | None = None  # CHORD: (mu_valley, mu_warmup_steps, mu_decay_steps); None: mu constant
     mix_phi: bool = False  # algorithm.mix.sft_token_weight phi: each expert token's -log p weighted by p (1 - p)
     activation_offload: bool = False  # model.enable_activation_offload: forward passes save to host memory (cuda)
+    distill_mode: str | None = None  # distillation as a loss (use_policy_gradient false): its divergence; else None
+    distill_coef: float = 1.0  # distillation.distillation_loss.distillation_loss_coef
+    distill_beta: float = 0.5  # distillation.distillation_loss.jsd_beta
 
     @classmethod
     def from_config(cls, cfg) -> UpdateSettings:
@@ -460,7 +487,17 @@ class UpdateSettings:
             mix_phi=cfg.algorithm.mix.sft_token_weight == "phi",
             activation_offload=arr.model.enable_activation_offload,
             logit_chunk_tokens=cls.logit_chunk_tokens if actor.entropy_from_logits_with_chunking else None,
+            **distill_loss_settings(cfg.distillation),
         )
+
+
+def distill_loss_settings(d) -> dict:
+    """The worker's distillation settings: a loss of its own only with use_policy_gradient false (as a reward the
+    trainer puts it into the advantages, and the worker knows nothing of it)."""
+    loss = d.distillation_loss
+    if not d.enabled or loss.use_policy_gradient:
+        return {}
+    return {"distill_mode": loss.loss_mode, "distill_coef": loss.distillation_loss_coef, "distill_beta": loss.jsd_beta}
 
 
 def mu_at(step: int, mu: float, valley: float | None, warmup_steps: int, decay_steps: int) -> float:
@@ -486,11 +523,13 @@ class PolicyWorker(MiniBatchWorker):
     _drift: list | None = None  # this update's (log-probs, rollout log-probs, loss tokens) of each micro-batch
 
     def __init__(self, model: nn.Module, settings: UpdateSettings, optim_cfg, total_steps: int,
-                 ref_model: nn.Module | None = None, dist: Dist = SINGLE):
+                 ref_model: nn.Module | None = None, dist: Dist = SINGLE, teacher: nn.Module | None = None):
         """`ref_model`: the frozen reference (full fine-tuning) for a KL loss computed from logits; with LoRA the
-        reference is `model` with its adapter disabled and `ref_model` stays None."""
+        reference is `model` with its adapter disabled and `ref_model` stays None. `teacher`: the distillation
+        teacher, run on each micro-batch when the distillation loss needs its logits."""
         super().__init__(model, settings, optim_cfg, total_steps, dist)
         self.ref_model = ref_model
+        self.teacher = teacher
         self.mu = settings.mix_mu  # algorithm.mix: the SFT loss's weight this step (CHORD's schedule moves it)
 
     def update(self, batch: Batch, step: int) -> dict[str, float]:
@@ -549,8 +588,13 @@ class PolicyWorker(MiniBatchWorker):
         if kl_from_logits:
             with torch.no_grad(), reference_of(self.model, self.ref_model) as ref:
                 ref_logits, _ = forward_logits(ref, mb, s.temperature)
+        distill_logits = s.distill_mode is not None and distill_needs_logits(s.distill_mode)
+        teacher_logits = None
+        if distill_logits:
+            with torch.no_grad(), reference_of(self.model, self.teacher) as teacher:
+                teacher_logits, _ = forward_logits(teacher, mb, s.temperature)
         logits = None
-        if kl_from_logits:  # the full KL needs both models' logits
+        if kl_from_logits or distill_logits:  # the full KL and the logit divergences need both models' logits
             logits, labels = forward_logits(self.model, mb, s.temperature)
             logprobs = _pad(logprobs_from_logits(logits, labels), R)
             with torch.set_grad_enabled(s.entropy_coeff != 0 and torch.is_grad_enabled()):
@@ -585,6 +629,15 @@ class PolicyWorker(MiniBatchWorker):
             loss = loss + s.kl_loss_coef * kl_term
             metrics["actor/kl_loss"] = float(kl_term.detach())
             metrics["actor/kl_coef"] = s.kl_loss_coef * share
+        if s.distill_mode is not None:  # on-policy distillation as a loss (GKD): through the student's logits
+            teacher_logprobs = mb.teacher_logprobs[:, :r].to(logprobs.device) if mb.teacher_logprobs is not None \
+                else None
+            div = _pad(distill_divergence(s.distill_mode, logprobs[:, :r], teacher_logprobs, logits=logits,
+                                          teacher_logits=teacher_logits, beta=s.distill_beta,
+                                          chunk_size=s.logit_chunk_tokens), R)
+            distill_term = agg_loss(div, mask, s.loss_agg_mode, norm)
+            loss = loss + s.distill_coef * distill_term
+            metrics["actor/distill_loss"] = float(distill_term.detach())
         router = router_recorder(self.model)
         aux = router.take() if router is not None else None
         if aux is not None:  # a mixture of experts: reported, and applied when its config asks (output_router_logits)
@@ -608,7 +661,7 @@ class PolicyWorker(MiniBatchWorker):
         tokens still count in the normalisers."""
         s = self.s
         return (policy_loss_zero_at_zero_advantage(s.loss_mode, s) and not s.entropy_coeff and not s.use_kl_loss
-                and not policy_loss_needs_minibatch(s.loss_mode, s) and s.mix_mu is None)
+                and not policy_loss_needs_minibatch(s.loss_mode, s) and s.mix_mu is None and s.distill_mode is None)
 
     def backward_mini_batch(self, mini: Batch, seed: int = 0) -> dict[str, float]:
         """Accumulate the gradient of one mini-batch's loss into the parameters' `.grad`, micro-batch by
