@@ -150,6 +150,40 @@ def test_rft_rm_cli_runs_the_example_and_rft_train_scores_with_its_model(assets,
     assert cfg.reward_model.model.path == str(tmp_path / "out" / "model")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
+def test_rm_on_two_processes_matches_one(assets, tmp_path):
+    """`rft rm` with trainer.n_gpus_per_node=2 (FSDP2 over two gloo processes, each with its half of every step's
+    pairs; 15 held-out pairs, so one rank validates a padding pair that counts for nothing): every step's metrics and
+    the exported reward model equal one process's, to 1e-6 (relative for the gradient norm, ~20 here)."""
+    import subprocess
+    import sys
+
+    from test_distributed import ENV
+
+    args = [f"model.partial_pretrain={assets / 'model'}",
+            f"data.train_files={assets / 'data' / 'preference_train.parquet'}",
+            f"data.val_files={assets / 'data' / 'preference_val.parquet'}", "data.train_batch_size=8",
+            "data.micro_batch_size_per_gpu=2", "data.max_length=32", "optim.lr=1e-3",
+            "algorithm.center_rewards_coefficient=0.1", "trainer.total_training_steps=2", "trainer.save_freq=2",
+            "trainer.test_freq=2", "trainer.logger=[]", "trainer.device=cpu", "model.strategy=fsdp2"]
+    rft_here("rm", *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
+    two = subprocess.run([sys.executable, "-m", "rft", "rm", *args, f"trainer.default_local_dir={tmp_path / 'two'}",
+                          "trainer.n_gpus_per_node=2"], env=ENV, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-4000:]
+    assert "2 steps on 2 processes" in two.stdout
+    one_m, two_m = ({x["step"]: x for x in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())}
+                    for run in ("one", "two"))
+    for step in (1, 2):
+        for key in ("train/loss", "train/accuracy", "train/margin", "train/grad_norm", "train/pairs"):
+            assert one_m[step][key] == pytest.approx(two_m[step][key], rel=1e-6, abs=1e-6), (step, key)
+    for key in ("val/loss", "val/accuracy", "val/margin", "val/rewards/chosen"):
+        assert one_m[2][key] == pytest.approx(two_m[2][key], abs=1e-6), key
+    assert (tmp_path / "two" / "checkpoints" / "global_step_2" / "policy_dcp").is_dir()
+    assert max_weight_difference(tmp_path / "one" / "model", tmp_path / "two" / "model") <= 1e-6
+    config = json.loads((tmp_path / "two" / "model" / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForSequenceClassification"] and config["pad_token_id"] is not None
+
+
 # ------------------------------------------------------------------------------------------ bad input
 def test_pairs_whose_chosen_is_their_rejected_are_counted_and_refused_in_one_line(assets, tmp_path):
     """TRL keeps such pairs (a constant log 2 in the loss, no gradient, a miss in the accuracy); rft refuses them,
