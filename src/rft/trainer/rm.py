@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rft.data.dataset import DataError
 from rft.data.preference import PairSequences, PreferenceDataset
 from rft.distributed import padded_shard
 from rft.models.load import load_trainable_model
@@ -48,7 +49,15 @@ class RMTrainer(SFTTrainer):
     val_unit, val_metrics = "pairs", "val/accuracy and val/loss"
 
     def dataset(self, files):
-        return PreferenceDataset(files, self.tokenizer, self.cfg.data)
+        """The pairs of `files`; one whose response ends with the pad token is refused before the model loads:
+        transformers' classifiers read the last token that is not the pad, which would be another token there."""
+        pairs = PreferenceDataset(files, self.tokenizer, self.cfg.data)
+        pad = self.tokenizer.pad_token_id
+        if any(ids and ids[-1] == pad for x in pairs.examples for ids in (x.chosen_ids, x.rejected_ids)):
+            raise DataError(f"{files}: a response ends with the tokenizer's pad token {self.tokenizer.pad_token!r} "
+                            f"(id {pad}), before which transformers' sequence classifiers read the score; give "
+                            "model.partial_pretrain's tokenizer a pad token of its own (tokenizer_config.json)")
+        return pairs
 
     def load_model(self, device: torch.device, tokenizer=None):
         """The one-label sequence classifier over model.partial_pretrain's backbone (LoRA as model.lora_rank asks,
