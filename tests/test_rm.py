@@ -184,6 +184,19 @@ def test_rm_on_two_processes_matches_one(assets, tmp_path):
     assert config["architectures"] == ["Qwen2ForSequenceClassification"] and config["pad_token_id"] is not None
 
 
+def test_rft_merge_rebuilds_an_rm_runs_lora_checkpoint_as_the_reward_model_it_exports(assets, tmp_path, capsys):
+    """rft merge reads an rm run's config.yaml (the reward model's loss options) and rebuilds its LoRA checkpoint
+    as the sequence classifier the run's model/ is, weights equal."""
+    from rft.cli import main
+
+    RMTrainer(make_cfg(assets, tmp_path / "run", "model.lora_rank=4", "model.lora_alpha=8",
+                       "trainer.save_freq=2")).fit()
+    assert main(["merge", str(tmp_path / "run" / "checkpoints" / "global_step_2"), str(tmp_path / "merged")]) == 0
+    config = json.loads((tmp_path / "merged" / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForSequenceClassification"]
+    assert max_weight_difference(tmp_path / "run" / "model", tmp_path / "merged") <= 1e-6
+
+
 # ------------------------------------------------------------------------------------------ bad input
 def test_pairs_whose_chosen_is_their_rejected_are_counted_and_refused_in_one_line(assets, tmp_path):
     """TRL keeps such pairs (a constant log 2 in the loss, no gradient, a miss in the accuracy); rft refuses them,
