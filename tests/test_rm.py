@@ -303,13 +303,15 @@ def test_math_of_log2_for_equal_scores():
 RM_PAIRS, RM_STEPS, RM_LR = 8000, 1500, 5e-4
 
 
-@pytest.mark.heavy  # ~10 minutes on 2 cores (1500 steps of 32 pairs): make test-heavy
+@pytest.mark.heavy  # ~10 minutes on 2 quiet cores (1500 steps of 32 pairs): make test-heavy
+@pytest.mark.timeout(3600)  # 15 minutes were not enough at load 20
 def test_rm_reaches_90_percent_held_out_pairwise_accuracy_on_the_arithmetic_pairs(tmp_path):
     """Issue 65's bar: from the demo's SFT model (tests/test_dpo.py's recorded one, which copies the teacher's carry
     slips), `rft rm` on the arithmetic preference pairs ranks >= 90% of the 200 held-out pairs right: the answer
     over the one with the units carry wrong, which differ in their tens digit only, so the score must know whether
     the units carry. The loss sits near log 2 for some hundred steps, then falls (measured from the sweep's seed-0
-    SFT model: val/accuracy 0.73 at step 500, 0.885 at 1000, 0.90 at 1100)."""
+    SFT model: val/accuracy 0.73 at step 500, 0.885 at 1000, 0.90 at 1100, 0.91 at 1500; from the recorded one 0.775
+    at step 500, where this run was cut here by the 900 s limit it now lifts)."""
     from test_dpo import sloppy_sft_model
 
     base = sloppy_sft_model(tmp_path / "sft")
