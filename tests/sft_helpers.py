@@ -12,7 +12,7 @@ def stop_after_two_steps_then_resume(trainer_cls: type, make: Callable[[], objec
     stopped = trainer_cls(make())
     for step in (1, 2):
         stopped.global_step = step
-        stopped.train_step(stopped.train_set.batch(stopped.sampler.next_batch(), stopped.tokenizer.pad_token_id))
+        stopped.train_step(stopped.next_batch(stopped.sampler.next_batch()))
         stopped.ckpt.save(step, stopped._write_checkpoint)
     trainer_cls(make()).fit()
 

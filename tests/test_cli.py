@@ -610,7 +610,7 @@ def _epilog_commands(text: str) -> list[list[str]]:
     return [shlex.split(line, comments=True) for line in lines if line.startswith("  rft ")]
 
 
-@pytest.mark.parametrize("command", ["train", "sft", "dpo", "demo", "data"])
+@pytest.mark.parametrize("command", ["train", "sft", "dpo", "rm", "demo", "data"])
 def test_help_ends_with_examples_that_run_and_the_docs_of_the_keys(workdir, tmp_path, command):
     """`rft train --help` had no example and no pointer to the keys: each main command's help ends with command
     lines, and they run as shown, in order, in a fresh folder without the repository's examples/ (`rft example`
@@ -619,16 +619,16 @@ def test_help_ends_with_examples_that_run_and_the_docs_of_the_keys(workdir, tmp_
     import re
 
     from rft.cli import EPILOGS, build_parser
-    from rft.trainer.configure import load_config, load_dpo_config, load_sft_config
+    from rft.trainer.configure import load_config, load_dpo_config, load_rm_config, load_sft_config
 
     shown = rft_here(command, "--help", cwd=tmp_path)
     assert EPILOGS[command] in shown.stdout
     for doc in re.findall(r"\b(?:docs/[a-z_]+|README)\.md\b", EPILOGS[command]):
         assert (REPO / doc).is_file(), doc
-    if command in ("train", "sft", "dpo"):
+    if command in ("train", "sft", "dpo", "rm"):
         assert "docs/config.md" in EPILOGS[command]
     (tmp_path / "tests").symlink_to(REPO / "tests")  # the GSM8K rows of `rft data gsm8k tests/data/gsm8k`
-    loaders = {"train": load_config, "sft": load_sft_config, "dpo": load_dpo_config}
+    loaders = {"train": load_config, "sft": load_sft_config, "dpo": load_dpo_config, "rm": load_rm_config}
     ran = []
     for argv in _epilog_commands(EPILOGS[command]):
         assert argv[0] == "rft"

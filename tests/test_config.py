@@ -719,12 +719,15 @@ def test_examples_exist():
 
 STAGED = [p for p in EXAMPLES if "stages" in yaml.safe_load(p.read_text())]
 # `rft dpo` configs: the SFT sections (model.partial_pretrain) plus the preference loss; `rft sft` configs: without
-DPO = [p for p in EXAMPLES if _is_offline(p) and "algorithm" in yaml.safe_load(p.read_text())]
-SFT = [p for p in EXAMPLES if _is_offline(p) and p not in DPO]
+RM = [p for p in EXAMPLES if _is_offline(p)
+      and "center_rewards_coefficient" in (yaml.safe_load(p.read_text()).get("algorithm") or {})]
+DPO = [p for p in EXAMPLES if _is_offline(p) and "algorithm" in yaml.safe_load(p.read_text()) and p not in RM]
+SFT = [p for p in EXAMPLES if _is_offline(p) and p not in DPO and p not in RM]
 # the vLLM examples: loaded and validated where vLLM is (tests/with_vllm); here they must name the extra
 VLLM_EXAMPLES = [p for p in EXAMPLES if ((yaml.safe_load(p.read_text()).get("actor_rollout_ref") or {})
                                          .get("rollout") or {}).get("name") == "vllm"]
-SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in SFT and p not in VLLM_EXAMPLES]
+SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in SFT and p not in RM
+          and p not in VLLM_EXAMPLES]
 
 
 @pytest.mark.parametrize("example", VLLM_EXAMPLES, ids=[p.name for p in VLLM_EXAMPLES])
@@ -761,6 +764,23 @@ def test_dpo_example_validates_with_real_paths(example, real_paths):
                                     f"data.train_files={real_paths['preference_train']}",
                                     f"data.val_files={real_paths['preference_val']}"])
     assert cfg.data.train_batch_size == raw["data"]["train_batch_size"]
+
+
+@pytest.mark.parametrize("example", RM, ids=[p.name for p in RM])
+def test_rm_example_validates_with_real_paths(example, real_paths):
+    from rft.trainer.configure import load_rm_config
+
+    raw = yaml.safe_load(example.read_text())
+    assert load_rm_config(example, validate_paths=False).algorithm.center_rewards_coefficient == \
+        raw["algorithm"]["center_rewards_coefficient"]
+    cfg = load_rm_config(example, [f"model.partial_pretrain={real_paths['model']}",
+                                   f"data.train_files={real_paths['preference_train']}",
+                                   f"data.val_files={real_paths['preference_val']}"])
+    assert cfg.data.train_batch_size == raw["data"]["train_batch_size"]
+
+
+def test_there_is_an_rm_example():
+    assert [p.name for p in RM] == ["arithmetic_rm.yaml"]
 
 
 @pytest.mark.parametrize("example", SFT, ids=[p.name for p in SFT])

@@ -143,7 +143,8 @@ def test_the_training_commands_of_the_docs_validate_where_their_data_commands_ra
             with contextlib.chdir(folder):
                 try:
                     if args.command != "train":
-                        loader = configure.load_sft_config if args.command == "sft" else configure.load_dpo_config
+                        loader = {"sft": configure.load_sft_config,
+                                  "rm": configure.load_rm_config}.get(args.command, configure.load_dpo_config)
                         loader(config, overrides)
                     elif _is_trinity(config):
                         configure.load_trinity(config, overrides)

@@ -89,7 +89,7 @@ def test_the_root_package_imports_nothing_of_rft():
 def _orders():
     from rft.trainer import validate
 
-    runs = {name: getattr(validate, name) for name in ("RL", "SFT", "DPO", "GENERATE", "EVAL")}
+    runs = {name: getattr(validate, name) for name in ("RL", "SFT", "DPO", "RM", "GENERATE", "EVAL")}
     return runs, validate.UNUSED_RL
 
 

@@ -1,4 +1,4 @@
-"""`rft` command line: init-model, data, example, train, distill, sft, dpo, demo, generate, eval, merge, studio, serve,
+"""`rft` command line: init-model, data, example, train, distill, sft, dpo, rm, demo, generate, eval, merge, studio, serve,
 component, config.
 
 `main` is the one error boundary: an expected failure (`rft.errors.RftError`, an operating-system error such as a
@@ -330,6 +330,21 @@ def cmd_dpo(args) -> int:
     return 0
 
 
+def cmd_rm(args) -> int:
+    from rft.trainer.configure import load_rm_config
+
+    cfg = load_rm_config(args.config, args.overrides)
+    from rft.trainer.launch import run_spmd
+    from rft.trainer.rm import RMTrainer
+    from rft.trainer.run_folder import run_folder
+
+    def body(dist) -> None:
+        with run_folder(cfg, dist):
+            RMTrainer(cfg, dist).fit()
+
+    return run_spmd(cfg, ["rm", *([args.config] if args.config else []), *args.overrides], body)
+
+
 def cmd_demo(args) -> int:
     from rft.trainer.demo import run_demo
 
@@ -383,13 +398,16 @@ def cmd_component(args) -> int:
 
 
 def _offline_kind(path: str | None) -> str | None:
-    """"dpo" / "sft" for an `rft dpo` / `rft sft` YAML (its model section is the SFT one: model.partial_pretrain;
-    a DPO one has preference columns or the loss section), else None."""
+    """"rm" / "dpo" / "sft" for an `rft rm` / `rft dpo` / `rft sft` YAML (its model section is the SFT one:
+    model.partial_pretrain; a DPO one has preference columns or the loss section, a reward model's its own loss
+    keys), else None."""
     from rft.config.load import read_yaml
 
     raw = read_yaml(path) if path is not None else {}
     if "partial_pretrain" not in (raw.get("model") or {}):
         return None
+    if "center_rewards_coefficient" in (raw.get("algorithm") or {}) or "margin_key" in (raw.get("data") or {}):
+        return "rm"
     return "dpo" if "algorithm" in raw or "chosen_key" in (raw.get("data") or {}) else "sft"
 
 
@@ -399,9 +417,9 @@ def cmd_config(args) -> int:
 
     offline = _offline_kind(args.config) if args.action == "show" else None
     if offline is not None:
-        from rft.trainer.configure import load_dpo_config, load_sft_config
+        from rft.trainer.configure import load_dpo_config, load_rm_config, load_sft_config
 
-        load = load_dpo_config if offline == "dpo" else load_sft_config
+        load = {"dpo": load_dpo_config, "rm": load_rm_config}.get(offline, load_sft_config)
         print(f"# {args.config}: an rft {offline} config")
         print(to_yaml(load(args.config, args.overrides, validate_paths=False)), end="")
     elif args.action == "show" and _is_trinity(args.config):
@@ -502,6 +520,15 @@ examples, in any folder (`rft example` lists the example configs rft ships; arit
 
 {_keys(" (its DPO part)")}.
 The preference losses: docs/algorithms.md.""",
+    "rm": f"""\
+examples, in any folder (`rft example` lists the example configs rft ships; arithmetic_rm.yaml's header):
+  rft example arithmetic_rm                   # writes arithmetic_rm.yaml here (the repository's examples/)
+  rft init-model --preset tiny m              # better: a model that knows the task, e.g. runs/demo/sft/model
+  rft data arithmetic data/arithmetic --preferences   # with preference_*.parquet
+  rft rm arithmetic_rm.yaml model.partial_pretrain=m trainer.default_local_dir=out
+
+{_keys(" (its reward-model part)")}.
+out/model is a reward model: rft train's reward_model.model.path loads it; the loss: docs/algorithms.md.""",
     "demo": """\
 examples:
   rft demo                                    # SFT then GRPO on two-digit additions, in runs/demo
@@ -609,6 +636,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("config", nargs="?", help="YAML file (optional)")
     q.add_argument("overrides", nargs="*", help="dotted.key=value")
     q.set_defaults(fn=cmd_dpo)
+
+    q = sub.add_parser("rm", help="reward-model training (Bradley-Terry on preference pairs) from a YAML plus dotted "
+                                  "overrides", epilog=EPILOGS["rm"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("config", nargs="?", help="YAML file (optional)")
+    q.add_argument("overrides", nargs="*", help="dotted.key=value")
+    q.set_defaults(fn=cmd_rm)
 
     q = sub.add_parser("demo", help="SFT then GRPO on the embedded tiny model and a task of its own, on CPU; prints "
                                     "accuracy per stage", epilog=EPILOGS["demo"],
@@ -762,7 +795,8 @@ def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: list[str]) ->
 
 EXAMPLE_CONFIGS = {"train": ("gsm8k_grpo_small", "actor_rollout_ref.model.path=MODEL"),
                    "sft": ("gsm8k_sft", "model.partial_pretrain=MODEL"),
-                   "dpo": ("arithmetic_dpo", "model.partial_pretrain=MODEL")}
+                   "dpo": ("arithmetic_dpo", "model.partial_pretrain=MODEL"),
+                   "rm": ("arithmetic_rm", "model.partial_pretrain=MODEL")}
 """A runnable first command line per training command, for `rft train` typed alone (the README's first screen):
 the shipped example (`rft example NAME` writes it) and the override it needs."""
 

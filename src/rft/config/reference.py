@@ -56,7 +56,8 @@ def reference_markdown() -> str:
         "Generated from the schemas' help texts by `rft config reference` (a test keeps this file in step).",
         "Keys are verl's nested names; set them in YAML or as `dotted.key=value` overrides. `rft train` takes the",
         "RL keys (verl's ppo_trainer.yaml), `rft sft` the SFT keys (verl's sft_trainer.yaml), `rft dpo` the DPO",
-        "keys (the SFT sections plus TRL's DPO loss names; verl has no DPO trainer), `rft generate` and `rft eval`",
+        "keys (the SFT sections plus TRL's DPO loss names; verl has no DPO trainer), `rft rm` the DPO sections with",
+        "TRL's reward-model loss options, `rft generate` and `rft eval`",
         "those of verl's generation.yaml and evaluation.yaml; a `stages:` list in an `rft train` config runs RL, SFT",
         "and DPO stages in order (docs/overview.md). A Trinity-RFT YAML (`rft train`) and",
         "the component interfaces (`rft component NAME`) are translated to these keys (docs/components.md).",
@@ -69,6 +70,9 @@ def reference_markdown() -> str:
     lines += _verl_keys()
     lines += _sections(SFTConfig, "SFT (`rft sft`, and `algorithm: sft` stages)")
     lines += _sections(DPOConfig, "DPO (`rft dpo`, and `algorithm: dpo` stages)")
+    from rft.config.rm_schema import RMConfig
+
+    lines += _sections(RMConfig, "Reward model (`rft rm`)")
     from rft.config.offline_schema import EvalConfig, GenerationConfig
 
     lines += _sections(GenerationConfig, "Generation (`rft generate`, verl's generation.yaml)")

@@ -45,6 +45,29 @@ class PreferenceExample:
     rejected_ids: list[int]
     rejected_mask: list[int]
     images: list[bytes] = field(default_factory=list)  # the prompt's images, encoded; both responses share them
+    margin: float = 0.0  # data.margin_key's value (rft rm's Bradley-Terry margin), 0 without one
+
+
+@dataclass
+class PairSequences:
+    """Pairs as whole sequences for a sequence classifier (`PreferenceDataset.sequences`): row 2i is pair i's prompt
+    + chosen response, row 2i + 1 its prompt + rejected response, right-padded."""
+    input_ids: torch.Tensor  # (2N, L)
+    attention_mask: torch.Tensor  # (2N, L)
+    margins: torch.Tensor  # (N,) float32
+
+    def __len__(self) -> int:
+        return len(self.margins)
+
+    def split(self, pairs: int) -> list[PairSequences]:
+        """Consecutive slices of at most `pairs` pairs (micro-batches), each cut to its own longest row."""
+        out = []
+        for start in range(0, len(self), pairs):
+            mask = self.attention_mask[2 * start:2 * (start + pairs)]
+            width = max(int(mask.sum(-1).max()), 1)
+            out.append(PairSequences(self.input_ids[2 * start:2 * (start + pairs), :width], mask[:, :width],
+                                     self.margins[start:start + pairs]))
+        return out
 
 
 class PreferenceDataset:
@@ -61,6 +84,8 @@ class PreferenceDataset:
         self.tokenizer = tokenizer
         image_key = getattr(data_cfg, "image_key", "images")
         template_kwargs = dict(getattr(data_cfg, "apply_chat_template_kwargs", None) or {})  # the template's variables
+        margin_key = getattr(data_cfg, "margin_key", None)  # rft rm's; rft dpo's schema has none
+        same: list[str] = []  # the pairs whose two responses are the same tokens
         for file in files:
             for i, row in enumerate(read_rows(file)):
                 where = f"{file} row {i}"
@@ -83,10 +108,18 @@ class PreferenceDataset:
                                          where, data_cfg.chosen_key)
                 rejected = response_tokens(tokenizer, encode_row, prompt, prompt_ids, row[data_cfg.rejected_key],
                                            where, data_cfg.rejected_key)
-                examples.append(PreferenceExample(prompt_ids, *chosen, *rejected, images=images))
+                if chosen == rejected:
+                    same.append(where)
+                margin = self._margin(row, margin_key, where) if margin_key else 0.0
+                examples.append(PreferenceExample(prompt_ids, *chosen, *rejected, images=images, margin=margin))
                 spans.append(self._span(examples[-1], where))
         if not examples:
             raise DataError(f"no preference rows in {files}")
+        if same:  # TRL keeps them: a constant log 2 in the loss, no gradient, a miss in the accuracy
+            raise DataError(
+                f"{len(same)} of {len(examples)} preference pairs have the same chosen and rejected response "
+                f"(first: {same[0]}), which prefer a response to itself and teach nothing (their loss is the same "
+                f"whatever the model, their gradient 0); remove them from the data")
         keep = judge_lengths(spans, data_cfg.max_length, data_cfg.truncation, source=", ".join(map(str, files)),
                              unit="pairs")
         self.examples = [self._cut(x, data_cfg.max_length, data_cfg.truncation)
@@ -120,6 +153,18 @@ class PreferenceDataset:
                 " to be the prompt (TRL's implicit prompt): give each row its prompt in a column (data.prompt_key)")
         return {**row, cfg.prompt_key: chosen[:shared], cfg.chosen_key: chosen[shared:],
                 cfg.rejected_key: rejected[shared:]}
+
+    @staticmethod
+    def _margin(row: dict, key: str, where: str) -> float:
+        """The pair's margin: the row's `key` column (data.margin_key), a finite number."""
+        import math
+
+        if key not in row:
+            raise missing_column(where, key, "data.margin_key", row)
+        value = row[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise DataError(f"{where}: data.margin_key column {key!r} holds {value!r}; a margin is a finite number")
+        return float(value)
 
     @staticmethod
     def _prompt(row: dict, cfg, where: str) -> list[dict]:
@@ -167,6 +212,20 @@ class PreferenceDataset:
     def longest(self) -> int:
         """Tokens of the longest pair's longer sequence (the prompt and its longer response), as it is trained on."""
         return max((len(x.prompt_ids) + max(len(x.chosen_ids), len(x.rejected_ids)) for x in self.examples), default=0)
+
+    def sequences(self, indices: list[int], pad_id: int) -> PairSequences:
+        """The pairs `indices` as whole sequences (`PairSequences`), padded on the right with `pad_id`: the last
+        token that is not `pad_id` is where transformers' sequence classifiers read their score."""
+        rows = [x.prompt_ids + ids for x in (self.examples[i] for i in indices)
+                for ids in (x.chosen_ids, x.rejected_ids)]
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (2N, L)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, ids in enumerate(rows):
+            input_ids[row, :len(ids)] = torch.as_tensor(ids)
+            attention_mask[row, :len(ids)] = 1
+        margins = torch.tensor([self.examples[i].margin for i in indices], dtype=torch.float32)
+        return PairSequences(input_ids, attention_mask, margins)
 
     def batch(self, indices: list[int], pad_id: int) -> Batch:
         """The pairs `indices` as 2 x len(indices) rows: chosen (even rows) and rejected (odd rows) of each pair;

@@ -98,6 +98,24 @@ def text_config_json(path: str) -> dict | None:
     return text if isinstance(text, dict) else config
 
 
+def check_reward_backbone(key: str, path: str) -> None:
+    """`rft rm`'s backbone (`key`=`path`): a model folder of a family of the model-family matrix
+    (`rft.models.families.FAMILIES`, the families tests/test_model_families.py trains), whose
+    `*ForSequenceClassification` class transformers has; any other family is refused by name before it loads
+    (a vision-language model, an encoder, a family rft has not tested under a score head)."""
+    from rft.models.families import FAMILIES
+
+    try:
+        config = json.loads((Path(path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # the model-folder check says why
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in FAMILIES:
+        raise ConfigError(
+            f"{key}={path!r} is a {model_type!r} model, which is not in rft's model-family matrix; rft rm trains a "
+            f"score head over the families it tests ({', '.join(sorted(FAMILIES))}): use a model of one of them")
+
+
 def saved_parameters(path: str) -> int | None:
     """The number of parameters in the model folder `path`'s safetensors files, read from their headers (nothing
     loads; a tied embedding is saved once); None without safetensors files or when one cannot be read."""

@@ -536,9 +536,34 @@ def load_reward_model(path: str, dtype: torch.dtype, device: torch.device, *, ex
     return model
 
 
+def load_reward_backbone(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,
+                         trust_remote_code: bool = False, override_config: dict | None = None, key: str = "model",
+                         tokenizer=None) -> nn.Module:
+    """A reward model to train (`rft rm`): `AutoModelForSequenceClassification` with one label. From a causal LM
+    folder the backbone loads and the head `score` is initialised (transformers' init, std initializer_range); from
+    a reward model the head loads too. Its config's pad_token_id is the tokenizer's, as TRL's RewardTrainer sets it:
+    transformers reads the score at the last token that is not the pad, so the exported folder scores as trained.
+    Dropout is off (TRL's disable_dropout), so both responses of a pair are scored by the same function."""
+    from transformers import AutoModelForSequenceClassification
+
+    model = _load_pretrained(AutoModelForSequenceClassification, path, dtype, device, external_lib=external_lib,
+                             trust_remote_code=trust_remote_code, override_config=override_config, key=key,
+                             tokenizer=tokenizer, num_labels=1)
+    scalar_head(model, f"{path_key(key)}={path!r}")
+    if tokenizer is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    for name in ("attention_dropout", "hidden_dropout", "classifier_dropout"):
+        if isinstance(getattr(model.config, name, None), float):
+            setattr(model.config, name, 0.0)
+    return model
+
+
 def apply_lora(model: nn.Module, model_cfg, task_type: str = "CAUSAL_LM") -> nn.Module:
-    """A peft LoRA adapter on `model` (rank, alpha, target / exclude modules from `model_cfg`). A value model
-    (task_type TOKEN_CLS) keeps its new scalar head (`VALUE_HEADS`) out of LoRA and trains it in full (peft's modules_to_save)."""
+    """A peft LoRA adapter on `model` (rank, alpha, target / exclude modules from `model_cfg`). A value or reward
+    model (task_type TOKEN_CLS, SEQ_CLS) keeps its new scalar head (`VALUE_HEADS`) out of LoRA and trains it in full (peft's modules_to_save)."""
     from peft import LoraConfig, get_peft_model
 
     exclude = parse_module_list(model_cfg.exclude_modules)
@@ -567,14 +592,16 @@ def apply_lora(model: nn.Module, model_cfg, task_type: str = "CAUSAL_LM") -> nn.
 
 
 def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch.device, key: str,
-                         value_head: bool = False, tokenizer=None, freeze_vision: bool | None = None) -> nn.Module:
-    """The model a trainer updates: `load_causal_lm` (or `load_value_model` with `value_head`), then gradient
+                         value_head: bool = False, tokenizer=None, freeze_vision: bool | None = None,
+                         reward_head: bool = False) -> nn.Module:
+    """The model a trainer updates: `load_causal_lm` (`load_value_model` with `value_head`, `load_reward_backbone`
+    with `reward_head`), then gradient
     checkpointing and LoRA as `model_cfg` (the RL `actor_rollout_ref.model` / `critic.model` or the SFT `model`
     section) asks. `tokenizer`: the run's, checked against the embedding. `freeze_vision`: whether a
     vision-language model's vision tower is frozen; None: `model_cfg.freeze_vision_tower`."""
     from rft.models.vision import freeze_vision_tower, vision_for
 
-    load = load_value_model if value_head else load_causal_lm
+    load = load_reward_backbone if reward_head else load_value_model if value_head else load_causal_lm
     model = load(path, dtype, device, external_lib=model_cfg.external_lib,
                  trust_remote_code=model_cfg.trust_remote_code, override_config=model_cfg.override_config,
                  key=key, tokenizer=tokenizer)
@@ -584,7 +611,8 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if model_cfg.lora_rank > 0:
-        model = apply_lora(model, model_cfg, task_type="TOKEN_CLS" if value_head else "CAUSAL_LM")
+        model = apply_lora(model, model_cfg,
+                           task_type="SEQ_CLS" if reward_head else "TOKEN_CLS" if value_head else "CAUSAL_LM")
     freeze = getattr(model_cfg, "freeze_vision_tower", True) if freeze_vision is None else freeze_vision
     if freeze and vision_for(path, key) is not None:
         frozen = freeze_vision_tower(model)

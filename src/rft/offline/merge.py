@@ -4,7 +4,7 @@ A checkpoint holds only what was trained (`policy.safetensors`: every weight, or
 several processes wrote it), so the model is rebuilt as the run built it, from the run's `config.yaml` (beside
 `checkpoints/`): the starting model folder, the LoRA settings. The weights are loaded into it
 (`load_policy_weights`: a DCP folder is read into the one-process model) and exported with the LoRA adapter merged
-(`export_hf`, atomic), with the tokenizer. RL runs (`rft train`), SFT runs (`rft sft`, SFT stages) and DPO runs (`rft dpo`, DPO stages) alike.
+(`export_hf`, atomic), with the tokenizer. RL runs (`rft train`), SFT runs (`rft sft`, SFT stages), DPO runs (`rft dpo`, DPO stages) and reward-model runs (`rft rm`: a sequence classifier) alike.
 
 What the folder was merged from (`inputs_of`: the checkpoint, the config, the starting model) is recorded in it,
 `rft_merge.json` (`rft.offline.record`), so the same command again says OUT is complete and writes nothing, and a
@@ -118,6 +118,7 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
 
     from rft.config.dpo_schema import DPOConfig
     from rft.config.load import merge_layers, read_yaml
+    from rft.config.rm_schema import RMConfig
     from rft.config.schema import RFTConfig
     from rft.config.sft_schema import SFTConfig
     from rft.fsutil import output_problem, sole_writer
@@ -138,13 +139,16 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
     if why is not None:
         raise CheckpointError(f"checkpoint {folder} is damaged ({why}); merge another one (global_step_N)")
     raw = read_yaml(config)
+    reward_head = False
     if "actor_rollout_ref" in raw:
         cfg = merge_layers(RFTConfig, [raw])
         model_cfg, key = cfg.actor_rollout_ref.model, "actor_rollout_ref.model"
         path, tokenizer_path = model_cfg.path, cfg.data.tokenizer or model_cfg.path
     elif "model" in raw and "partial_pretrain" in raw.model:
-        # an rft dpo config is the SFT sections plus the preference loss's algorithm section
-        cfg = merge_layers(DPOConfig if "algorithm" in raw else SFTConfig, [raw])
+        # an rft dpo config is the SFT sections plus the preference loss's algorithm section, an rft rm config
+        # the same sections with the reward model's loss options
+        reward_head = "center_rewards_coefficient" in (raw.get("algorithm") or {})
+        cfg = merge_layers(RMConfig if reward_head else DPOConfig if "algorithm" in raw else SFTConfig, [raw])
         model_cfg, key = cfg.model, "model"
         path, tokenizer_path = model_cfg.partial_pretrain, model_cfg.partial_pretrain
     else:
@@ -167,7 +171,9 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
         inputs = inputs_of(folder, config, path)
         if check_earlier_output(Path(out).expanduser(), inputs, overwrite):
             return Path(out)
-        model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key)
+        tokenizer = load_tokenizer(tokenizer_path, model_cfg.trust_remote_code)
+        model = load_trainable_model(path, model_cfg, torch.float32, torch.device("cpu"), key=key,
+                                     reward_head=reward_head, tokenizer=tokenizer if reward_head else None)
         try:
             if (folder / POLICY_DCP).is_dir():
                 _load_dcp(folder / POLICY_DCP, model)
@@ -184,7 +190,6 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path, config: str | Path
             why = " ".join(str(e).split())[:200]
             raise CheckpointError(f"checkpoint {folder} does not match the model of {config} ({why}); give --config "
                                   "with the config it was trained with") from None
-        tokenizer = load_tokenizer(tokenizer_path, model_cfg.trust_remote_code)
         out = export_hf(model, tokenizer, out, merge_in_place=True,
                         extra_files={RECORD: json.dumps(inputs, indent=1) + "\n"})
         weights = "LoRA merged" if model_cfg.lora_rank > 0 else "full weights"

@@ -426,7 +426,9 @@ def trainer_kind(cfg) -> dict:
     train`, `algorithm` (algorithm.adv_estimator)."""
     if hasattr(cfg, "actor_rollout_ref"):
         return {"trainer": "train", "algorithm": cfg.algorithm.adv_estimator}
-    return {"trainer": "dpo" if hasattr(getattr(cfg, "algorithm", None), "loss_type") else "sft"}
+    algorithm = getattr(cfg, "algorithm", None)
+    return {"trainer": "dpo" if hasattr(algorithm, "loss_type") else
+            "rm" if hasattr(algorithm, "center_rewards_coefficient") else "sft"}
 
 
 def config_trainer(config: Any) -> str | None:
@@ -441,6 +443,8 @@ def config_trainer(config: Any) -> str | None:
     model, algorithm = config.get("model"), config.get("algorithm")
     if not (isinstance(model, dict) and "partial_pretrain" in model):
         return None
+    if isinstance(algorithm, dict) and "center_rewards_coefficient" in algorithm:
+        return "rm"
     return "dpo" if isinstance(algorithm, dict) and "loss_type" in algorithm else "sft"
 
 

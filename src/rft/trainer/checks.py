@@ -18,7 +18,7 @@ from rft.config.checks import (
 )
 from rft.config.errors import ConfigError
 from rft.data.checks import check_inputs
-from rft.models.checks import check_lora_rank, check_tokenizer_folder
+from rft.models.checks import check_lora_rank, check_reward_backbone, check_tokenizer_folder
 from rft.monitor.checks import check_loggers
 from rft.sync.schedule import is_synchronous, workflow_apart
 from rft.workers.checks import builds_critic
@@ -270,3 +270,19 @@ def check_sft(ctx: CheckContext) -> None:
 def check_dpo(ctx: CheckContext) -> None:
     """rft dpo's sections shared with rft sft, on one process."""
     _check_sft_loop(ctx, several="rft dpo runs one process for now")
+
+
+@CHECKS.register("trainer.rm")
+def check_rm(ctx: CheckContext) -> None:
+    """rft rm's sections shared with rft sft, its backbone's family, its margin column and centring term."""
+    _check_sft_loop(ctx)
+    cfg = ctx.cfg
+    if ctx.check_paths and ctx.check_model_path:
+        check_reward_backbone("model.partial_pretrain", cfg.model.partial_pretrain)
+    data = cfg.data
+    if data.margin_key is not None and data.margin_key in (data.prompt_key, data.chosen_key, data.rejected_key):
+        raise ConfigError(f"data.margin_key={data.margin_key!r} names the prompt or a response column; it names the "
+                          "column of each pair's margin (a number), or null for none")
+    center = cfg.algorithm.center_rewards_coefficient
+    if center is not None and not center >= 0:
+        raise ConfigError(f"algorithm.center_rewards_coefficient must be >= 0 (or null: off), got {center}")

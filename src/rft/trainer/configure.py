@@ -20,6 +20,7 @@ from rft.config.dpo_schema import DPOConfig
 from rft.config.errors import ConfigError
 from rft.config.load import merge_layers, parse_overrides, read_verl_yaml, read_yaml
 from rft.config.offline_schema import EvalConfig, GenerationConfig
+from rft.config.rm_schema import RMConfig
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
 from rft.config.suggest import origin
@@ -31,7 +32,14 @@ from rft.dialects.trinity import (
     trinity_spelling,
 )
 from rft.trainer.stages import build_stages
-from rft.trainer.validate import validate, validate_dpo, validate_eval, validate_generation, validate_sft
+from rft.trainer.validate import (
+    validate,
+    validate_dpo,
+    validate_eval,
+    validate_generation,
+    validate_rm,
+    validate_sft,
+)
 
 
 def _layers(path: str | Path | None) -> list:
@@ -89,6 +97,15 @@ def load_dpo_config(path: str | Path | None = None, overrides: Iterable[str] = (
     cfg = merge_layers(DPOConfig, layers, overrides, path)
     with located(path, layers, overrides):
         validate_dpo(cfg, check_paths=validate_paths)
+    return cfg
+
+
+def load_rm_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
+    """The validated reward-model config (`RMConfig`: rft dpo's sections plus the Bradley-Terry loss's options)."""
+    layers = _layers(path)
+    cfg = merge_layers(RMConfig, layers, overrides, path)
+    with located(path, layers, overrides):
+        validate_rm(cfg, check_paths=validate_paths)
     return cfg
 
 

@@ -94,8 +94,7 @@ class SFTTrainer:
                                      unit=self.val_unit.removesuffix("s"), mini_batch_key=None)
         self.total_steps = trainer.total_training_steps or self.sampler.batches_per_epoch * trainer.total_epochs
 
-        self.model = load_trainable_model(model_cfg.partial_pretrain, model_cfg, self.dtype, self.device,
-                                          key="model", tokenizer=self.tokenizer)
+        self.model = self.load_model(self.device, self.tokenizer)
         precision.set_compute(self.model, self.precision)
         if getattr(cfg, "use_remove_padding", False):  # rft sft's key; rft dpo's schema has none (refused there)
             enable_remove_padding(self.model, "use_remove_padding")
@@ -112,6 +111,12 @@ class SFTTrainer:
         self._step_metrics: dict = {}
         self._recovered_metrics: dict | None = None
         self._trim_hooks = trim_in_backward(self.model)  # freed memory handed back inside each backward
+
+    def load_model(self, device: torch.device, tokenizer=None):
+        """The model this trainer updates, from model.partial_pretrain (a causal LM here; `tokenizer`: the one its
+        embedding is checked against)."""
+        m = self.cfg.model
+        return load_trainable_model(m.partial_pretrain, m, self.dtype, device, key="model", tokenizer=tokenizer)
 
     def fit(self) -> dict[str, float]:
         t = self.cfg.trainer
@@ -133,7 +138,7 @@ class SFTTrainer:
             with timer("step"):
                 with timer("update"):
                     rows = self.dist.shard(self.sampler.next_batch())  # this rank's share of the step's rows
-                    metrics = self.train_step(self.train_set.batch(rows, self.tokenizer.pad_token_id))
+                    metrics = self.train_step(self.next_batch(rows))
                 if self.val_set is not None and t.test_freq > 0 and (is_last or step % t.test_freq == 0):
                     with timer("testing"):
                         metrics.update(self.validate())
@@ -154,6 +159,10 @@ class SFTTrainer:
         """The rows of `files` (data.train_files / data.val_files) as a dataset with `batch(indices, pad_id)`."""
         return SFTDataset(files, self.tokenizer, self.cfg.data,
                           vision=vision_for(self.cfg.model.partial_pretrain, "model"))
+
+    def next_batch(self, rows: list[int]):
+        """What `train_step` takes for the training rows `rows` (this rank's share of the step)."""
+        return self.train_set.batch(rows, self.tokenizer.pad_token_id)
 
     def load_val_set(self):
         """The dataset of data.val_files (None without), at most data.val_max_samples of it (verl's key and meaning
@@ -246,8 +255,7 @@ class SFTTrainer:
             return
         weights = full_state_dict(self.model, self.dist)
         if self.dist.is_main:
-            m = self.cfg.model
-            copy = load_trainable_model(m.partial_pretrain, m, self.dtype, torch.device("cpu"), key="model")
+            copy = self.load_model(torch.device("cpu"))
             copy.load_state_dict(weights)
             export_hf(copy, self.tokenizer, out, merge_in_place=True)
         self.dist.barrier()

@@ -114,6 +114,17 @@ DPO = (
 )
 """`rft dpo` (and every DPO stage)."""
 
+RM = (
+    "config.schema",
+    "models.hub_ids",
+    "trainer.rm",                     # rft sft's sections, the backbone's family, margin and centring
+    "data.template_kwargs",
+    "config.dpo_batch",               # pairs split into micro-batches on every process
+    "data.preference_columns",        # three different columns
+    "workers.sft_memory",             # the weights, gradients and optimizer state fit in the memory free
+)
+"""`rft rm`."""
+
 GENERATE = (
     "config.schema",
     "models.hub_ids",
@@ -149,6 +160,12 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, c
 def validate_dpo(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:
     """The DPO config (rft's SFT sections plus the preference loss), before any model loads."""
     run_checks(DPO, CheckContext(cfg, check_paths, check_model_path, world_size))
+
+
+def validate_rm(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:
+    """The reward-model config (rft dpo's sections, the Bradley-Terry loss's options), before any model loads."""
+    world_size = processes(cfg.trainer) if world_size is None else world_size
+    run_checks(RM, CheckContext(cfg, check_paths, check_model_path, world_size))
 
 
 def validate_generation(cfg, check_paths: bool = True) -> None:

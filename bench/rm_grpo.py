@@ -1,0 +1,161 @@
+"""The reward-model path of issue 65: GRPO rewarded by a reward model `rft rm` trained, from the demo's SFT model.
+
+    python bench/rm_grpo.py [--seed 0] [--output DIR] [--sft-from DEMO_DIR] [--rm-steps 1500] [--rm-pairs 8000]
+                            [--grpo-steps 300] [--no-write]
+
+1. The demo's SFT model: `rft demo --seed S` into DIR/demo, or the finished demo folder `--sft-from` (its
+   sft/model and data/).
+2. Preference pairs of the arithmetic task (`rft.tasks.arithmetic.preference_rows`: each addition's answer over the
+   one with the units carry wrong): `--rm-pairs` training pairs of questions drawn apart from the demo's held-out
+   questions, and the held-out pairs of those held-out questions, so neither the reward model nor GRPO has seen the
+   questions it is measured on.
+3. `rft rm` (examples/arithmetic_rm.yaml) on them from the SFT model: its held-out pairwise accuracy.
+4. GRPO as the demo's GRPO stage, rewarded by that reward model alone (reward_model.enable, rule_weight 0: verl's
+   default, the rule never runs), from the SFT model.
+5. Held-out greedy accuracy (the exact answer, the demo's measure) of the SFT model and of the GRPO model.
+
+Prints one line per figure and appends them to bench/RESULTS.md (unless --no-write). The bar (issue 65): the reward
+model ranks >= 90% of the held-out pairs right, and GRPO with it lifts held-out accuracy by >= 10 points. The mean
+reward-model score of the GRPO stage's samples (critic/score/mean) is printed beside the accuracy, and the wrong
+held-out greedy answers the reward model scores at or above the right answer, before and after GRPO: a score that
+rises while the accuracy falls is a policy gaming the reward model (bench/RESULTS.md, 2026-11-28: it does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "RESULTS.md"
+RM_BAR, LIFT_BAR = 0.90, 0.10
+
+
+def rft(*args: str) -> None:
+    """`python -m rft ARGS` in a child process (the machine's threads), its output passed through."""
+    subprocess.run([sys.executable, "-m", "rft", *args], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def preference_files(demo: Path, out: Path, n_pairs: int, seed: int) -> dict[str, Path]:
+    """Training pairs of `n_pairs` questions none of which is held out in the demo, held-out pairs of its held-out
+    questions."""
+    from rft.data.io import read_rows, write_parquet
+    from rft.tasks.arithmetic import arithmetic_rows, preference_rows
+
+    val = read_rows(demo / "data" / "val.parquet")
+    held_out = {row["extra_info"]["question"] for row in val}
+    train = arithmetic_rows(n_pairs, seed + 1000, "train", exclude=held_out)
+    return {"train": write_parquet(preference_rows(train), out / "preference_train.parquet"),
+            "val": write_parquet(preference_rows(val), out / "preference_val.parquet")}
+
+
+def gamed_answers(policy: Path, reward_model: Path, val: Path) -> tuple[int, int]:
+    """(wrong greedy answers of `policy` on the held-out prompts that `reward_model` scores at or above the right
+    answer, wrong greedy answers): how far the policy found the reward model's blind spots."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from rft.data.io import read_rows
+
+    rows = read_rows(val)
+    tok = AutoTokenizer.from_pretrained(policy, padding_side="left")
+    prompts = [tok.apply_chat_template([dict(m) for m in r["prompt"]], tokenize=False, add_generation_prompt=True)
+               for r in rows]
+    truth = [r["reward_model"]["ground_truth"] for r in rows]
+    model = AutoModelForCausalLM.from_pretrained(policy).eval()
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
+    answers = [tok.decode(o[enc["input_ids"].shape[1]:], skip_special_tokens=True).strip() for o in out]
+    rm = AutoModelForSequenceClassification.from_pretrained(reward_model).eval()
+    rm_tok = AutoTokenizer.from_pretrained(reward_model, padding_side="right")
+
+    def scores(replies: list[str]):
+        texts = [p + r + tok.eos_token for p, r in zip(prompts, replies)]
+        with torch.no_grad():
+            return rm(**rm_tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)).logits[:, 0]
+
+    got, right = scores(answers), scores(truth)
+    wrong = [i for i, (a, t) in enumerate(zip(answers, truth)) if a != t]
+    return sum(bool(got[i] >= right[i]) for i in wrong), len(wrong)
+
+
+def last_metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", type=Path, default=Path("runs/bench-rm-grpo"))
+    p.add_argument("--sft-from", type=Path, help="a finished `rft demo` folder (its sft/model and data/)")
+    p.add_argument("--rm-steps", type=int, default=1500)
+    p.add_argument("--rm-pairs", type=int, default=8000)
+    p.add_argument("--grpo-steps", type=int, default=300)
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    from rft.trainer import demo as demo_module
+
+    out = args.output.resolve()
+    demo = args.sft_from.resolve() if args.sft_from else out / "demo"
+    if not args.sft_from:
+        rft("demo", "--seed", str(args.seed), "--output", str(demo))
+    sft_model = demo / "sft" / "model"
+    pairs = preference_files(demo, out / "pairs", args.rm_pairs, args.seed)
+
+    rm_out = out / "rm"
+    rft("rm", str(REPO / "examples" / "arithmetic_rm.yaml"), f"model.partial_pretrain={sft_model}",
+        f"data.train_files={pairs['train']}", f"data.val_files={pairs['val']}", "optim.lr=5e-4",
+        f"trainer.total_training_steps={args.rm_steps}", f"trainer.test_freq={args.rm_steps // 3}",
+        f"trainer.save_freq={args.rm_steps // 3}", f"trainer.seed={args.seed}", f"trainer.default_local_dir={rm_out}")
+    rm_accuracy = last_metrics(rm_out)["val/accuracy"]
+
+    config = OmegaConf.to_container(OmegaConf.load(demo / "config.yaml"))
+    config.pop("stages")
+    grpo_out = out / "grpo"
+    config["actor_rollout_ref"]["model"]["path"] = str(sft_model)
+    config["reward_model"] = {"enable": True, "model": {"path": str(rm_out / "model")}, "reward_weight": 1.0,
+                              "rule_weight": 0.0, "micro_batch_size_per_gpu": 128, "max_length": 64}
+    config["trainer"].update({"default_local_dir": str(grpo_out), "total_training_steps": args.grpo_steps,
+                              "test_freq": -1, "val_before_train": False, "log_val_generations": 0,
+                              "save_freq": 100})
+    config_path = out / "grpo.yaml"
+    config_path.write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+    rft("train", str(config_path))
+    scores = [json.loads(line)["critic/score/mean"] for line in (grpo_out / "metrics.jsonl").read_text().splitlines()]
+
+    val = demo / "data" / "val.parquet"
+    sft_accuracy = demo_module.held_out_accuracy(sft_model, val, max_tokens=5)
+    rl_accuracy = demo_module.held_out_accuracy(grpo_out / "model", val, max_tokens=5)
+    gamed = {name: gamed_answers(model, rm_out / "model", val)
+             for name, model in (("sft", sft_model), ("grpo", grpo_out / "model"))}
+    lift = rl_accuracy - sft_accuracy
+    tenth = max(len(scores) // 10, 1)
+    first, last = sum(scores[:tenth]) / tenth, sum(scores[-tenth:]) / tenth
+    lines = [f"reward model: held-out pairwise accuracy {rm_accuracy:.3f} (bar {RM_BAR:.2f}; {args.rm_steps} steps on "
+             f"{args.rm_pairs} pairs)",
+             f"GRPO with the reward model only: held-out greedy accuracy {sft_accuracy:.3f} -> {rl_accuracy:.3f} "
+             f"({lift:+.3f}; bar +{LIFT_BAR:.2f}); reward-model score of the samples {first:+.3f} (first tenth of the "
+             f"steps) -> {last:+.3f} (last tenth)",
+             "wrong held-out greedy answers the reward model scores at or above the right one: "
+             + ", ".join(f"{name} {n} of {of}" for name, (n, of) in gamed.items())]
+    for line in lines:
+        print(line, flush=True)
+    if not args.no_write:
+        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        with RESULTS.open("a") as f:
+            f.write(f"\n## bench/rm_grpo.py (issue 65: the reward-model path), seed {args.seed}, {when}\n\n"
+                    + "".join(f"* {line}\n" for line in lines))
+    return 0 if rm_accuracy >= RM_BAR and lift >= LIFT_BAR - 1e-9 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
