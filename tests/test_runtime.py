@@ -121,7 +121,7 @@ def test_the_update_hands_its_gradients_memory_back_before_the_next_generation(t
 
 CHILD = """
 import sys, time
-from rft.console import say_error
+from rft.errors import say_error
 from rft.runtime import exit_with_parent
 exit_with_parent(2, "rft: error: the parent (pid {parent}) is gone", poll_s=0.02)
 SAY

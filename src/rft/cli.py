@@ -829,9 +829,8 @@ def report(error: BaseException, debug: bool) -> int:
     the exit status."""
     import traceback
 
-    from rft.console import say_error
     from rft.distributed import first_to_say
-    from rft.errors import exit_code_of, failure_lines
+    from rft.errors import exit_code_of, failure_lines, say_error
 
     if debug:
         traceback.print_exception(error)

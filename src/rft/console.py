@@ -16,7 +16,6 @@ import errno
 import logging
 import os
 import sys
-import threading
 from collections.abc import Iterator
 
 log = logging.getLogger("rft")
@@ -26,27 +25,6 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     """`n` and `noun`, singular for one: counted(1, "step") == "1 step", counted(3, "process", "processes") ==
     "3 processes" (`plural`: where adding an s is wrong)."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
-# A process ends with one error line: the main thread's (rft.cli.report) or, when the parent went first, the
-# parent watch's (exit_with_parent), never both. A killed parent often breaks the child's own work too (its weight
-# broadcast), and both would say so at once.
-LAST_WORD = threading.Lock()
-_ERROR_SAID = threading.Event()
-
-
-def say_error(lines: list[str]) -> None:
-    """Print this process's error lines on stderr; a parent watch that finds its parent gone after this exits
-    without a line of its own."""
-    with LAST_WORD:
-        _ERROR_SAID.set()
-        for line in lines:
-            print(line, file=sys.stderr, flush=True)
-
-
-def error_said() -> bool:
-    """Whether this process printed its error lines (`say_error`)."""
-    return _ERROR_SAID.is_set()
 
 
 CLOSED: list[str] = []

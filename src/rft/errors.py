@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -227,3 +228,24 @@ def failure_lines(error: BaseException) -> list[str]:
 def debug_requested() -> bool:
     """RFT_DEBUG=1 (or true / yes): show tracebacks."""
     return os.environ.get("RFT_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# A process ends with one error line: the main thread's (rft.cli.report) or, when the parent went first, the
+# parent watch's (exit_with_parent), never both. A killed parent often breaks the child's own work too (its weight
+# broadcast), and both would say so at once.
+LAST_WORD = threading.Lock()
+_ERROR_SAID = threading.Event()
+
+
+def say_error(lines: list[str]) -> None:
+    """Print this process's error lines on stderr; a parent watch that finds its parent gone after this exits
+    without a line of its own."""
+    with LAST_WORD:
+        _ERROR_SAID.set()
+        for line in lines:
+            print(line, file=sys.stderr, flush=True)
+
+
+def error_said() -> bool:
+    """Whether this process printed its error lines (`say_error`)."""
+    return _ERROR_SAID.is_set()

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rft.console import LAST_WORD, error_said
+from rft.errors import LAST_WORD, error_said
 from rft.fsutil import checked_write
 
 log = logging.getLogger("rft")
