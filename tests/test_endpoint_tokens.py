@@ -266,13 +266,20 @@ class EndpointCalcAgent(Workflow):
 '''
 
 
-class CalculatorPolicy(ScriptedModel):
-    """Calls the calculator twice (hermes format, a marker word before each call), then answers: right the first
-    time a question is answered, wrong (#### 7) the second, so each group's rewards differ."""
+CALLS = {"qwen3": '<tool_call>{{"name": "calc", "arguments": {{"e": "{e}"}}}}</tool_call>',
+         "llama31": '{{"name": "calc", "parameters": {{"e": "{e}"}}}}',
+         "mistral03": '[TOOL_CALLS] [{{"name": "calc", "arguments": {{"e": "{e}"}}}}]'}
+"""A call of the calculator in each family's format (the parser the endpoint picks from the model folder)."""
 
-    def __init__(self, tok, eos: list[str]):
+
+class CalculatorPolicy(ScriptedModel):
+    """Calls the calculator twice (in its family's format, `call`), then answers: right the first time a question
+    is answered, wrong (#### 7) the second, so each group's rewards differ."""
+
+    def __init__(self, tok, eos: list[str], call: str):
         super().__init__(tok, eos, True)
         self.answered: dict[str, int] = {}
+        self.call = call
 
     def generate(self, ids, mask, params, generator=None):
         import re
@@ -284,9 +291,9 @@ class CalculatorPolicy(ScriptedModel):
             prompt = row[valid.bool()].tolist()
             text = self.tok.decode(prompt)
             a, b = map(int, re.search(r"(\d+)\*(\d+)=", text).groups())
-            calls = text.count("CALL ")
+            calls = text.count(f'"{a}*{b}"')  # the calls' arguments (the question reads a*b=)
             if calls < 2:
-                reply = f'CALL <tool_call>{{"name": "calc", "arguments": {{"e": "{a}*{b}"}}}}</tool_call>'
+                reply = self.call.format(e=f"{a}*{b}")
             else:
                 self.answered[f"{a}*{b}"] = self.answered.get(f"{a}*{b}", 0) + 1
                 reply = f"#### {a * b if self.answered[f'{a}*{b}'] % 2 else 7}"
@@ -341,7 +348,7 @@ def test_an_openai_agent_with_tool_calls_trains_three_grpo_steps_through_the_end
         "workflow.type=endpoint_calc_agent", f"workflow.path={tmp_path / 'agent.py'}", "workflow.enable_history=true",
         "trainer.val_before_train=false", "trainer.total_training_steps=3",
         f"trainer.default_local_dir={tmp_path / 'out'}", "trainer.logger=[]"]))
-    policy = CalculatorPolicy(run.tokenizer, FAMILIES[name][4])
+    policy = CalculatorPolicy(run.tokenizer, FAMILIES[name][4], CALLS[name])
     run.explorer.workflows.server.engine = policy
     for step in range(1, 4):
         before = trainable(run.trainer.model)

@@ -41,6 +41,7 @@ from rft.data.chat import render
 from rft.data.images import IMAGE_PART_TYPES
 from rft.explorer.model import ModelHandle, WorkflowError
 from rft.explorer.tools import parse_tool_calls
+from rft.explorer.turns import raw_reply
 
 log = logging.getLogger("rft")
 
@@ -150,11 +151,15 @@ class _Kept:
     """The reply ended with an end-of-turn token the model sampled (else the template's closing follows it)."""
 
 
+def _eos_ids(handle: ModelHandle) -> list[int]:
+    """The served model's end-of-turn ids (the engine's, else the tokenizer's EOS)."""
+    eos = handle.eos_ids
+    return eos if eos is not None else [i for i in [handle.tokenizer.eos_token_id] if i is not None]
+
+
 def _eos_texts(handle: ModelHandle) -> list[str]:
     """The texts of the served model's end-of-turn tokens (the engine's EOS ids, else the tokenizer's EOS)."""
-    eos = getattr(getattr(handle.server, "engine", None), "eos_ids", None)
-    ids = [int(t) for t in eos.tolist()] if eos is not None else [handle.tokenizer.eos_token_id]
-    return [t for t in handle.tokenizer.convert_ids_to_tokens([i for i in ids if i is not None]) if t]
+    return [t for t in handle.tokenizer.convert_ids_to_tokens(_eos_ids(handle)) if t]
 
 
 def _overlap_end(before: str, after: str, common: int) -> int:
@@ -380,18 +385,20 @@ class Endpoint:
                 raise ApiError(400, str(e)) from None
             completions = handle.chat(messages, n=n, tools=tools, **self._sampling(body, handle, [prompt]))
         eos = set(_eos_texts(handle))
+        eos_ids = set(_eos_ids(handle))
         choices = []
         for i, c in enumerate(completions):
             message: dict = {"role": "assistant", "content": c.text}
             finish = c.finish_reason
             if tools and body.get("tool_choice") != "none":
-                calls, rest = parse_tool_calls(c.text, self.parser)
-                if calls:  # ids of 9 letters and digits: Mistral's template refuses any other
+                raw = raw_reply(handle.tokenizer, c.token_ids, eos_ids)  # the family's call markers are special tokens
+                calls, rest = parse_tool_calls(raw, self.parser)
+                if calls:  # ids of 9 letters and digits (`tools.call_id`): Mistral's template refuses any other
                     message = {"role": "assistant", "content": rest or None, "tool_calls": [
-                        {"id": uuid.uuid4().hex[:9], "type": "function",
+                        {"id": t.id, "type": "function",
                          "function": {"name": t.name, "arguments": json.dumps(t.arguments)}} for t in calls]}
                     finish = "tool_calls"
-                    self._remember(message["tool_calls"][0]["id"], c.text)
+                    self._remember(calls[0].id, raw)
             if keeps:
                 ended = bool(c.token_ids) and handle.tokenizer.convert_ids_to_tokens(c.token_ids[-1]) in eos
                 self._keep(scope, history + [_structured(message)], _Kept(array("q", c.prompt_ids + c.token_ids),

@@ -19,7 +19,7 @@ the last assistant turn is rendered and tokenized:
 
 A mismatch with the full rendering (`after`, tokenized) is counted and described, never fatal: the sampled tokens
 are the truth. One function, `continuation`, used by the workflows' conversations (`model.Conversation.add`) and
-open to the OpenAI-compatible endpoint for the same job.
+open to the OpenAI-compatible endpoint for the same job; one, `raw_reply`, for the text both parse tool calls from.
 """
 
 from __future__ import annotations
@@ -71,6 +71,14 @@ def next_prompt(sampled: list[int], tokenizer, render: Render, history: list[dic
     """The ids of the next prompt: `sampled` (the conversation as the model saw and wrote it, ending with its last
     turn) and the `continuation` of `history` by `new`."""
     return list(sampled) + continuation(tokenizer, render, history, new, ended, eos_ids).ids
+
+
+def raw_reply(tokenizer, ids: list[int], eos_ids: Collection[int]) -> str:
+    """A reply's text as a tool-call parser reads it: its special tokens kept (Mistral's `[TOOL_CALLS]`, Llama's
+    `<|python_tag|>` are the call's markers), the end-of-turn token that ended it dropped."""
+    if ids and ids[-1] in eos_ids:
+        ids = ids[:-1]
+    return tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def _past_end(before: str, after: str, mark: str) -> str:
