@@ -230,6 +230,27 @@ def test_conversations_of_other_callers_are_not_continued():
         endpoint.close()
 
 
+def test_a_tool_calls_id_is_the_tool_workflows_from_the_replys_raw_text():
+    """The call's id is `tools.call_id` of the reply's raw text (`turns.raw_reply`), as the tool workflow gives it: the
+    same reply gets the same id on another endpoint (a rerun), where uuid's differed."""
+    from rft.explorer.tools import call_id
+    from rft.explorer.turns import raw_reply
+
+    ids = []
+    for _ in range(2):
+        endpoint, model, tok = served("qwen25")
+        try:
+            client = openai.OpenAI(base_url=endpoint.api_base, api_key="agent", max_retries=0)
+            reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "2+3?"}],
+                                                   tools=TOOLS).choices[0].message
+            eos = [tok.convert_tokens_to_ids(t) for t in FAMILIES["qwen25"][4]]
+            assert reply.tool_calls[0].id == call_id(raw_reply(tok, model.replies[0], eos), 0)
+            ids.append(reply.tool_calls[0].id)
+        finally:
+            endpoint.close()
+    assert ids[0] == ids[1] and len(ids[0]) == 9 and ids[0].isalnum()
+
+
 # ---------------------------------------------------------------------------------- an agent loop that trains
 AGENT = '''
 import json
