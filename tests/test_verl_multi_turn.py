@@ -66,13 +66,21 @@ def test_verls_multi_turn_keys_are_the_tool_workflows(assets, tmp_path):
     assert cfg.workflow.type == "simple_workflow" and cfg.workflow.args == {}
 
 
+@pytest.mark.parametrize("format, parser", [("qwen25", "hermes"), ("llama3", "llama3_json"), ("mistral", "mistral"),
+                                            ("deepseekv3", "deepseek_v3"), ("pythonic", "pythonic"),
+                                            ("llama3_json", "llama3_json")])
+def test_sglangs_tool_call_parser_names_are_rfts_parsers(assets, tmp_path, format, parser):
+    cfg = rl_config(assets, tmp_path / "out", f"{MT}.enable=true", f"{MT}.format={format}")
+    assert cfg.workflow.tool_call_parser == parser
+
+
 @pytest.mark.parametrize("override, named", [
     (f"{MT}.interaction_config_path=/x/gsm8k_interaction_config.yaml", "interactions"),
     (f"{MT}.max_parallel_calls=1", "runs every tool call"),
     (f"{MT}.max_tool_response_length=256", "whole response"),
     (f"{MT}.tool_response_truncate_side=middle", "whole response"),
     (f"{MT}.use_inference_chat_template=true", "keeps the tokens"),
-    (f"{MT}.format=llama3_json", "['hermes', 'pythonic']"),
+    (f"{MT}.format=kimi_k2", "['hermes', 'pythonic', 'mistral', 'llama3_json', 'deepseek_v3']"),
     (f"{MT}.max_assistant_turns=0", "integer >= 1"),
     (f"{MT}.max_assistant_turn=5", "not a key of verl's multi_turn section"),
     ("workflow.type=math_workflow", "workflow.type='math_workflow' is set too"),

@@ -439,7 +439,8 @@ MULTI_TURN_KEYS = {
               "at its verl default, null)",
     "max_assistant_turns": "read as `workflow.args.max_turns` (the model's turns; null: verl's max_model_len // 3, "
                            "rollout.max_model_len or data.max_prompt_length + data.max_response_length)",
-    "format": "read as `workflow.tool_call_parser` (qwen, qwen25: hermes); other formats refused",
+    "format": "read as `workflow.tool_call_parser` (qwen, qwen25: hermes; llama3: llama3_json; deepseekv3: "
+              "deepseek_v3; rft's own parser names as they are); other formats refused",
     "tool_config_path": "read as `workflow.tool_config_path` (verl's tool-config YAML)",
     "max_user_turns": "accepted, no effect here: verl counts its interactions' turns, which rft refuses",
     "interaction_config_path": "accepted at `None`, else refused: " + INTERACTION,
@@ -452,9 +453,11 @@ MULTI_TURN_KEYS = {
 }
 """What rft does with each key of verl's multi_turn section while multi_turn.enable is true (`_multi_turn`); without
 it every key is accepted with no effect (named in a note). docs/config.md lists them."""
-TOOL_CALL_FORMATS = {"qwen": "hermes", "qwen25": "hermes"}
+TOOL_CALL_FORMATS = {"qwen": "hermes", "qwen25": "hermes", "llama3": "llama3_json", "deepseekv3": "deepseek_v3"}
 """verl's multi_turn.format values (SGLang's tool-call parser names) that are rft parsers by another name: SGLang's
-qwen / qwen25 parser reads `<tool_call>{json}</tool_call>`, which is hermes."""
+qwen / qwen25 parser reads `<tool_call>{json}</tool_call>` (hermes), its llama3 the JSON object of Llama 3.1-3.3
+(llama3_json), its deepseekv3 DeepSeek-V3's call tokens (deepseek_v3); its mistral and pythonic are rft's by the
+same name. Its others (llama4, deepseekv31, kimi_k2, glm, gpt-oss, ...) write formats rft does not parse."""
 
 
 def _max_turns(value: Any, flat: Mapping[str, Any]) -> int:
@@ -491,7 +494,8 @@ def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field
     from rft.config.schema import WorkflowConfig
 
     enabled = flat.get(f"{MT}.enable", False) is True
-    parsers = next(f for f in dataclasses.fields(WorkflowConfig) if f.name == "tool_call_parser").metadata["choices"]
+    parsers = [p for p in next(f for f in dataclasses.fields(WorkflowConfig)
+                               if f.name == "tool_call_parser").metadata["choices"] if p]
     for i, layer in enumerate(layers):
         section = _get(layer, MT)
         if section is None:
@@ -523,8 +527,8 @@ def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field
                 parser = TOOL_CALL_FORMATS.get(value, value)
                 if parser not in parsers:
                     raise ConfigError(f"{said}: rft's tool workflow parses tool calls as {list(parsers)} "
-                                      f"(workflow.tool_call_parser; also read as hermes: "
-                                      f"{', '.join(k for k, v in TOOL_CALL_FORMATS.items() if v == 'hermes')}); "
+                                      f"(workflow.tool_call_parser; SGLang's names read as them: "
+                                      f"{', '.join(f'{k} -> {v}' for k, v in TOOL_CALL_FORMATS.items())}); "
                                       "set one of them")
                 move("workflow.tool_call_parser", parser)
             elif leaf == "tool_config_path":

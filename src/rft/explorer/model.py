@@ -38,7 +38,7 @@ from rft.data.dataset import left_pad
 from rft.data.images import message_images
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.turns import TurnError, continuation, mismatch
+from rft.explorer.turns import TurnError, continuation, mismatch, raw_reply
 from rft.rollout import SamplingParams
 
 PATIENCE = 10.0
@@ -280,10 +280,7 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": completion.text})
         self.text += self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
         self.finish_reason = completion.finish_reason
-        reply = completion.token_ids
-        if completion.finish_reason == "stop" and reply and reply[-1] in self.eos_ids:
-            reply = reply[:-1]
-        self.last_raw = self.tokenizer.decode(reply, skip_special_tokens=False)
+        self.last_raw = raw_reply(self.tokenizer, completion.token_ids, self.eos_ids)
         self._last_reply = completion.text
         self._reply_end = (len(self.ids), len(self.text), len(self.images), len(self.mismatches))
 
@@ -447,10 +444,16 @@ class ModelHandle:
         """`n` completions of each prompt given as token ids (cut as `generate` cuts text prompts)."""
         return self._submit([self._cut(list(ids)) for ids in prompts], self.params(n, **sampling))
 
-    def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
+    @property
+    def eos_ids(self) -> list[int] | None:
+        """The served model's end-of-turn ids (its engine's: the tokenizer's EOS and the generation config's
+        others), None where the engine has none."""
         eos = getattr(getattr(self.server, "engine", None), "eos_ids", None)
+        return None if eos is None else [int(t) for t in eos.tolist()]
+
+    def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision, self.template_kwargs,
-                            None if eos is None else eos.tolist())
+                            self.eos_ids)
 
     def with_template_kwargs(self, extra: dict) -> ModelHandle:
         """This handle with `extra` template variables over its own (an OpenAI request's chat_template_kwargs, as

@@ -11,9 +11,11 @@ on its own (no history).
 A conversation keeps its tokens across calls: each chat reply is remembered with the ids of its prompt and of what
 the model sampled, keyed by the request's messages plus the reply as the endpoint returned it (its tool calls and
 their ids) under the caller's key. A later request whose messages begin with such a conversation continues those ids
-with the chat template's rendering of what came after (`_continuation`), so an agent that sends its history back
-unchanged prompts the model with exactly the tokens it sampled, whatever the template would make of them (a template
-that drops earlier reasoning, trims whitespace, or renders another end-of-turn token). A history the client changed
+with the chat template's rendering of what came after (`turns.continuation`, as the workflows' conversations do), so
+an agent that sends its history back unchanged prompts the model with exactly the tokens it sampled, whatever the
+template would make of them (a template that drops earlier reasoning, trims whitespace, or renders another
+end-of-turn token). Tool calls are parsed from the reply's raw text (`turns.raw_reply`: the family's call markers
+are special tokens), with the ids `tools.parse_tool_calls` gives them, as the tool workflow does. A history the client changed
 is rendered from its text from the first message that differs; the endpoint counts such calls
 (`workflow/endpoint_rerendered`) and says once why its tokens may differ from the sampled ones.
 
@@ -41,6 +43,7 @@ from rft.data.chat import render
 from rft.data.images import IMAGE_PART_TYPES
 from rft.explorer.model import ModelHandle, WorkflowError
 from rft.explorer.tools import parse_tool_calls
+from rft.explorer.turns import TurnError, continuation, raw_reply
 
 log = logging.getLogger("rft")
 
@@ -150,40 +153,10 @@ class _Kept:
     """The reply ended with an end-of-turn token the model sampled (else the template's closing follows it)."""
 
 
-def _eos_texts(handle: ModelHandle) -> list[str]:
-    """The texts of the served model's end-of-turn tokens (the engine's EOS ids, else the tokenizer's EOS)."""
-    eos = getattr(getattr(handle.server, "engine", None), "eos_ids", None)
-    ids = [int(t) for t in eos.tolist()] if eos is not None else [handle.tokenizer.eos_token_id]
-    return [t for t in handle.tokenizer.convert_ids_to_tokens([i for i in ids if i is not None]) if t]
-
-
-def _overlap_end(before: str, after: str, common: int) -> int:
-    """Where in `after` the longest end of `before` found there ends (searched from the first character where the two
-    differ, `common`): the end of the earlier turns in a template's rendering that rewrote them (a dropped <think>,
-    a date in the system prompt); the new messages' text begins there. A suffix found means every shorter one is
-    found too, so the longest is a binary search."""
-    low, high = 0, len(before)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if after.find(before[-mid:], max(0, common - mid)) >= 0:
-            low = mid
-        else:
-            high = mid - 1
-    return after.find(before[-low:], max(0, common - low)) + low if low else common
-
-
-def _tokens(tokenizer, text: str, anchor: str) -> list[int]:
-    """`text`'s ids as they follow a special token in a whole rendering: tokenized after `anchor` (a special token's
-    text), whose ids are then dropped, so a tokenizer that treats the start of a text specially (a SentencePiece
-    prefix space) treats this one as it would mid-conversation."""
-    if not text:
-        return []
-    if anchor:
-        head = tokenizer(anchor, add_special_tokens=False)["input_ids"]
-        ids = tokenizer(anchor + text, add_special_tokens=False)["input_ids"]
-        if ids[:len(head)] == head:
-            return ids[len(head):]
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+def _eos_ids(handle: ModelHandle) -> list[int]:
+    """The served model's end-of-turn ids (the engine's, else the tokenizer's EOS)."""
+    eos = handle.eos_ids
+    return eos if eos is not None else [i for i in [handle.tokenizer.eos_token_id] if i is not None]
 
 
 def _listen(port: int, handler, port_key: str = "workflow.endpoint_port") -> ThreadingHTTPServer:
@@ -379,21 +352,22 @@ class Endpoint:
             except WorkflowError as e:  # images for a text model, an image_url that is no data URL, ...
                 raise ApiError(400, str(e)) from None
             completions = handle.chat(messages, n=n, tools=tools, **self._sampling(body, handle, [prompt]))
-        eos = set(_eos_texts(handle))
+        eos = set(_eos_ids(handle))
         choices = []
         for i, c in enumerate(completions):
             message: dict = {"role": "assistant", "content": c.text}
             finish = c.finish_reason
             if tools and body.get("tool_choice") != "none":
-                calls, rest = parse_tool_calls(c.text, self.parser)
-                if calls:  # ids of 9 letters and digits: Mistral's template refuses any other
+                raw = raw_reply(handle.tokenizer, c.token_ids, eos)  # the family's call markers are special tokens
+                calls, rest = parse_tool_calls(raw, self.parser)
+                if calls:  # ids of 9 letters and digits (`tools.call_id`): Mistral's template refuses any other
                     message = {"role": "assistant", "content": rest or None, "tool_calls": [
-                        {"id": uuid.uuid4().hex[:9], "type": "function",
+                        {"id": t.id, "type": "function",
                          "function": {"name": t.name, "arguments": json.dumps(t.arguments)}} for t in calls]}
                     finish = "tool_calls"
-                    self._remember(message["tool_calls"][0]["id"], c.text)
+                    self._remember(calls[0].id, raw)
             if keeps:
-                ended = bool(c.token_ids) and handle.tokenizer.convert_ids_to_tokens(c.token_ids[-1]) in eos
+                ended = bool(c.token_ids) and c.token_ids[-1] in eos
                 self._keep(scope, history + [_structured(message)], _Kept(array("q", c.prompt_ids + c.token_ids),
                                                                           ended))
             choice = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
@@ -438,34 +412,24 @@ class Endpoint:
         return list(kept.ids) + self._continuation(handle, messages[:i + 1], messages[i + 1:], tools, kept.ended)
 
     def _continuation(self, handle: ModelHandle, before: list[dict], new: list[dict], tools, ended: bool) -> list[int]:
-        """The ids that follow a kept reply: the template's closing of the reply where the model did not sample its
-        end-of-turn token (the text the template puts after that token otherwise), then the template's rendering
-        of the `new` messages and the generation prompt: the rendering of `before + new` after that of `before`,
-        or, where the template renders `before` otherwise once more messages follow, after the longest end of
-        `before` found in it (counted)."""
+        """The ids that follow a kept reply (`turns.continuation`: the template's closing of the reply where the
+        model did not sample its end-of-turn token, then its rendering of the `new` messages and the generation
+        prompt); a template that renders `before` otherwise once more messages follow is counted."""
         def rendered(messages: list[dict], generation_prompt: bool) -> str:
-            try:
-                return render(handle.tokenizer, messages, generation_prompt=generation_prompt, tools=tools,
-                              chat_template=handle.chat_template, template_kwargs=handle.template_kwargs)
-            except Exception as e:  # the template's own refusal (roles, tool call ids)
-                raise ApiError(400, f"the chat template cannot render the messages: {e}") from None
+            return render(handle.tokenizer, messages, generation_prompt=generation_prompt, tools=tools,
+                          chat_template=handle.chat_template, template_kwargs=handle.template_kwargs)
 
-        old, full = rendered(before, False), rendered(before + new, True)
-        end, eos = max((old.rfind(t), t) for t in _eos_texts(handle) or [""])
-        closing = ""
-        if end >= 0 and eos and not old[end + len(eos):].strip():
-            closing = old[end + len(eos) if ended else end:]
-        if full.startswith(old):
-            text = full[len(old):]
-        else:
+        try:
+            more = continuation(handle.tokenizer, rendered, before, new, ended, _eos_ids(handle))
+        except TurnError as e:  # the template's own refusal (roles, tool call ids)
+            raise ApiError(400, str(e)) from None
+        if more.rewritten:
             self._count("template_rewrites", "the chat template renders the earlier turns of a conversation "
                         "otherwise once more messages follow (it drops reasoning, trims whitespace, moves the tools, "
                         "dates its system prompt): the endpoint keeps the tokens the model saw and sampled and "
                         "appends the template's rendering of the new messages only (counted in "
                         "workflow/endpoint_template_rewrites)")
-            common = next((k for k, (a, b) in enumerate(zip(old, full)) if a != b), min(len(old), len(full)))
-            text = full[_overlap_end(old, full, common):]
-        return _tokens(handle.tokenizer, closing + text, eos)
+        return more.ids
 
     def _count(self, what: str, note: str | None = None) -> None:
         """One more call of kind `what`; `note` is said once per endpoint."""

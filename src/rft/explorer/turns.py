@@ -19,7 +19,8 @@ the last assistant turn is rendered and tokenized:
 
 A mismatch with the full rendering (`after`, tokenized) is counted and described, never fatal: the sampled tokens
 are the truth. One function, `continuation`, used by the workflows' conversations (`model.Conversation.add`) and
-open to the OpenAI-compatible endpoint for the same job.
+by the OpenAI-compatible endpoint (`server.OpenAIEndpoint`) for the conversations it keeps; one, `raw_reply`, for
+the text both parse tool calls from.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Continuation:
     full: str
     """The template's full rendering of the history and the new turns (with the generation prompt), which a
     re-tokenizing trainer would have used: `mismatch` compares with it."""
+    rewritten: bool = False
+    """The template renders the history otherwise once the new turns follow (its rendering is no prefix of
+    `full`): the new turns' text was found past the longest end of it (`_past_end`)."""
 
 
 def continuation(tokenizer, render: Render, history: list[dict], new: list[dict], ended: bool,
@@ -61,9 +65,8 @@ def continuation(tokenizer, render: Render, history: list[dict], new: list[dict]
     mark, tail = _end_of_turn(tokenizer, before, eos_ids)
     suffix = _past_end(before, after, mark)
     text = (tail if ended else mark + tail) + suffix
-    if encode is not None:
-        return Continuation(encode(text), text, after)
-    return Continuation(_encode_behind(tokenizer, mark, text), text, after)
+    ids = encode(text) if encode is not None else _encode_behind(tokenizer, mark, text)
+    return Continuation(ids, text, after, not after.startswith(before))
 
 
 def next_prompt(sampled: list[int], tokenizer, render: Render, history: list[dict], new: list[dict], ended: bool,
@@ -71,6 +74,14 @@ def next_prompt(sampled: list[int], tokenizer, render: Render, history: list[dic
     """The ids of the next prompt: `sampled` (the conversation as the model saw and wrote it, ending with its last
     turn) and the `continuation` of `history` by `new`."""
     return list(sampled) + continuation(tokenizer, render, history, new, ended, eos_ids).ids
+
+
+def raw_reply(tokenizer, ids: list[int], eos_ids: Collection[int]) -> str:
+    """A reply's text as a tool-call parser reads it: its special tokens kept (Mistral's `[TOOL_CALLS]`, Llama's
+    `<|python_tag|>` are the call's markers), the end-of-turn token that ended it dropped."""
+    if ids and ids[-1] in eos_ids:
+        ids = ids[:-1]
+    return tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def _past_end(before: str, after: str, mark: str) -> str:
