@@ -84,7 +84,7 @@ def test_every_examples_header_runs_it_from_where_rft_example_writes_it(example)
     name = example.relative_to(REPO / "examples").with_suffix("").as_posix()
     commands = "\n".join(header(example.read_text()))
     assert re.search(rf"\brft example {re.escape(name)} && ", commands), commands
-    assert re.search(rf"\brft (train|sft|dpo|rm|generate|eval) {example.stem}\.yaml(\s|$)", commands), commands
+    assert re.search(rf"\brft (train|distill|sft|dpo|rm|generate|eval) {example.stem}\.yaml(\s|$)", commands), commands
     assert f"examples/{name}.yaml" not in commands
 
 

@@ -205,6 +205,12 @@ RL_RUNS = [
      "data_processor.task_pipeline.operators=[{name: text_length_filter, args: {min_len: 0}}]",
      "data_processor.task_pipeline.target_fields=[prompt]",
      "data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}]"],
+    # on-policy distillation: a teacher's generalised JSD as a dense per-token reward beside the task's
+    # (tests/test_distill.py has each form's numbers)
+    ["distillation.enabled=true", "distillation.distillation_loss.loss_mode=jsd",
+     "distillation.distillation_loss.jsd_beta=0.5", "distillation.distillation_loss.use_policy_gradient=true",
+     "distillation.distillation_loss.use_task_rewards=true", "distillation.distillation_loss.distillation_loss_coef=0.5",
+     "distillation.distillation_loss.in_reward=true"],
 ]
 
 
@@ -222,6 +228,8 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
              f"trainer.default_hdfs_dir={tmp_path / 'mirror'}",
              *([f"data.train_files={tasks}"] if "data.task_storage=sql" in extra else []),
              *([f"data.expert.files={assets / 'data' / 'train.parquet'}"] if "algorithm.mix.enable=true" in extra
+               else []),
+             *([f"distillation.teacher_model.model_path={assets / 'model'}"] if "distillation.enabled=true" in extra
                else [])]
             for extra in RL_RUNS]
     configs = [_rl(assets, tmp_path / f"rl{i}", *k) for i, k in enumerate(keys)]
