@@ -19,6 +19,7 @@ import torch
 
 from rft.explorer.model import GenerationServer, ModelHandle
 from rft.rollout import SamplingParams
+from rft.rollout.base import RolloutOutput
 
 openai = pytest.importorskip("openai")
 
@@ -66,6 +67,17 @@ def family_tokenizer(name: str):
     return tok
 
 
+
+def scripted_output(rows: list[list[int]], pad: int) -> RolloutOutput:
+    """A scripted engine's batch: `rows` right-padded with `pad`, each sampled token at log-prob -0.5."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad)
+    valid = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
+    return RolloutOutput(out, valid, -0.5 * valid.float())
+
+
 class ScriptedModel:
     """An engine whose k-th reply in a conversation (k: the `R<i>` markers its prompt holds) is `script[k]`: text
     pieces (a piece in a list is sampled one byte-level token per character, as the tokenizer would not) and how it
@@ -96,8 +108,6 @@ class ScriptedModel:
         return ids + ({"eos": self.eos[:1], "alt": self.eos[-1:], "length": []}[end])
 
     def generate(self, ids, mask, params, generator=None):
-        from rft.rollout.base import RolloutOutput
-
         rows = []
         for row, valid in zip(ids, mask):
             prompt = row[valid.bool()].tolist()
@@ -106,12 +116,7 @@ class ScriptedModel:
             self.prompts.append(prompt)
             self.replies.append(reply)
             rows.append(reply)
-        width = max(len(r) for r in rows)
-        out = torch.full((len(rows), width), self.tok.pad_token_id)
-        valid = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
-        return RolloutOutput(out, valid, -0.5 * valid.float())
+        return scripted_output(rows, self.tok.pad_token_id)
 
 
 def served(name: str):
@@ -308,8 +313,6 @@ class CalculatorPolicy(ScriptedModel):
     def generate(self, ids, mask, params, generator=None):
         import re
 
-        from rft.rollout.base import RolloutOutput
-
         rows = []
         for row, valid in zip(ids, mask):
             prompt = row[valid.bool()].tolist()
@@ -325,12 +328,7 @@ class CalculatorPolicy(ScriptedModel):
             self.prompts.append(prompt)
             self.replies.append(ids_)
             rows.append(ids_)
-        width = max(len(r) for r in rows)
-        out = torch.full((len(rows), width), self.tok.pad_token_id)
-        valid = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            out[i, :len(r)], valid[i, :len(r)] = torch.tensor(r), 1
-        return RolloutOutput(out, valid, -0.5 * valid.float())
+        return scripted_output(rows, self.tok.pad_token_id)
 
 
 def family_model(name: str, folder: Path) -> Path:
