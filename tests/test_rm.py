@@ -153,8 +153,8 @@ def test_rft_rm_cli_runs_the_example_and_rft_train_scores_with_its_model(assets,
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
 def test_rm_on_two_processes_matches_one(assets, tmp_path):
     """`rft rm` with trainer.n_gpus_per_node=2 (FSDP2 over two gloo processes, each with its half of every step's
-    pairs; 15 held-out pairs, so one rank validates a padding pair that counts for nothing): every step's metrics and
-    the exported reward model equal one process's, to 1e-6 (relative for the gradient norm, ~20 here)."""
+    pairs; 15 held-out pairs, so one rank validates a padding pair that counts for nothing): every step's metrics
+    equal one process's to 1e-6 (relative for the gradient norm, ~20 here), the exported reward model to 1e-5."""
     import subprocess
     import sys
 
@@ -179,7 +179,10 @@ def test_rm_on_two_processes_matches_one(assets, tmp_path):
     for key in ("val/loss", "val/accuracy", "val/margin", "val/rewards/chosen"):
         assert one_m[2][key] == pytest.approx(two_m[2][key], abs=1e-6), key
     assert (tmp_path / "two" / "checkpoints" / "global_step_2" / "policy_dcp").is_dir()
-    assert max_weight_difference(tmp_path / "one" / "model", tmp_path / "two" / "model") <= 1e-6
+    # Adam divides each gradient by its own running scale, so where a weight's gradient is near zero the last bit of
+    # a reduction done in another order moves it by a share of lr (1e-3): 2.3e-6 measured under
+    # ATEN_CPU_CAPABILITY=avx2, under 1e-6 with this CPU's own kernels; a wrong shard or a lost pair is ~lr
+    assert max_weight_difference(tmp_path / "one" / "model", tmp_path / "two" / "model") <= 1e-5
     config = json.loads((tmp_path / "two" / "model" / "config.json").read_text())
     assert config["architectures"] == ["Qwen2ForSequenceClassification"] and config["pad_token_id"] is not None
 
