@@ -307,15 +307,21 @@ def cmd_sft(args) -> int:
     from rft.trainer.configure import load_sft_config
 
     cfg = load_sft_config(args.config, args.overrides)
+    from rft.trainer.sft import SFTTrainer
+
+    return _run_on_the_sft_loop("sft", args, cfg, SFTTrainer)
+
+
+def _run_on_the_sft_loop(command: str, args, cfg, trainer_cls) -> int:
+    """`rft sft` / `rft rm`: `trainer_cls` (the SFT trainer's loop) on one process or the launcher's several."""
     from rft.trainer.launch import run_spmd
     from rft.trainer.run_folder import run_folder
-    from rft.trainer.sft import SFTTrainer
 
     def body(dist) -> None:
         with run_folder(cfg, dist):
-            SFTTrainer(cfg, dist).fit()
+            trainer_cls(cfg, dist).fit()
 
-    return run_spmd(cfg, ["sft", *([args.config] if args.config else []), *args.overrides], body)
+    return run_spmd(cfg, [command, *([args.config] if args.config else []), *args.overrides], body)
 
 
 def cmd_dpo(args) -> int:
@@ -334,15 +340,9 @@ def cmd_rm(args) -> int:
     from rft.trainer.configure import load_rm_config
 
     cfg = load_rm_config(args.config, args.overrides)
-    from rft.trainer.launch import run_spmd
     from rft.trainer.rm import RMTrainer
-    from rft.trainer.run_folder import run_folder
 
-    def body(dist) -> None:
-        with run_folder(cfg, dist):
-            RMTrainer(cfg, dist).fit()
-
-    return run_spmd(cfg, ["rm", *([args.config] if args.config else []), *args.overrides], body)
+    return _run_on_the_sft_loop("rm", args, cfg, RMTrainer)
 
 
 def cmd_demo(args) -> int:
