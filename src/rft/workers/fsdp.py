@@ -275,7 +275,9 @@ def load_sharded(folder, model: nn.Module, optimizer: torch.optim.Optimizer | No
         set_state_dict,
     )
 
-    opts = _options(ignore_frozen_params=True)
+    # the frozen weights (a LoRA actor's base) are not in the folder and come from the model folder: not strict about
+    # them. A trainable parameter the folder lacks still fails, in dcp.load's planner (LoRA settings changed)
+    opts = _options(ignore_frozen_params=True, strict=False)
     if optimizer is not None and _has_optimizer(folder):
         model_sd, optim_sd = get_state_dict(model, optimizer, options=opts)
         state = {"model": model_sd, "optimizer": optim_sd}
