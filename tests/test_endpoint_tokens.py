@@ -1,6 +1,6 @@
 """The OpenAI-compatible endpoint keeps a conversation's tokens across calls: an agent that sends its history back
 unchanged (the real `openai` client, tool calls and their ids, follow-up user turns) prompts the model with exactly
-the tokens it sampled, on real chat templates (../shared/chat-templates, on the tiny tokenizer given each family's
+the tokens it sampled, on real chat templates (tests/data/chat_templates, on the tiny tokenizer given each family's
 special tokens: all eight) that are not append-only (Qwen3 and DeepSeek-R1 drop earlier reasoning, Mistral moves its tools to
 the last user turn, Llama and Gemma trim whitespace); a history the client changed is rendered from its text and
 counted.
@@ -23,7 +23,7 @@ from rft.rollout.base import RolloutOutput
 
 openai = pytest.importorskip("openai")
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "chat-templates"
+TEMPLATES = Path(__file__).resolve().parent / "data" / "chat_templates"  # ../shared/chat-templates, in the repo
 
 # family: (template, special tokens, non-special added tokens, bos, end-of-turn tokens: the family's own first, tools)
 FAMILIES = {
@@ -352,7 +352,7 @@ def test_an_openai_agent_with_tool_calls_trains_three_grpo_steps_through_the_end
     the earlier calls' prompts and sampled tokens unchanged, and three GRPO steps train the tiny model (with the
     family's tokenizer) on the history's experiences. The sampling is scripted (a random tiny model makes no tool
     calls): the policy's replies, not its weights, decide what the agent does."""
-    from rl_helpers import trainable
+    from rl_helpers import assert_all_moved, trainable
 
     from rft.monitor import Timer
     from rft.tasks import write_calculator
@@ -372,6 +372,7 @@ def test_an_openai_agent_with_tool_calls_trains_three_grpo_steps_through_the_end
         f"trainer.default_local_dir={tmp_path / 'out'}", "trainer.logger=[]"]))
     policy = CalculatorPolicy(run.tokenizer, FAMILIES[name][4], CALLS[name])
     run.explorer.workflows.server.engine = policy
+    start = trainable(run.trainer.model)
     for step in range(1, 4):
         before = trainable(run.trainer.model)
         metrics = run.train_step(step, Timer())
@@ -379,6 +380,7 @@ def test_an_openai_agent_with_tool_calls_trains_three_grpo_steps_through_the_end
         assert metrics["workflow/endpoint_kept"] == 2 * 2 * 2 and metrics["workflow/endpoint_rerendered"] == 0
         assert metrics["actor/grad_norm"] > 0
         assert any(not torch.equal(before[k], v) for k, v in trainable(run.trainer.model).items())
+    assert_all_moved(start, run.trainer.model)  # every trainable parameter, over the three steps
     # a call after a tool result: its prompt begins with an earlier call's prompt and sampled tokens, unchanged (the
     # calls of two workflows are batched together, so the earlier call is any of those before)
     calls = list(zip(policy.prompts, policy.replies))
