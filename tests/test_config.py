@@ -21,9 +21,10 @@ from rft.trainer.configure import load_config
 from rft.trainer.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
-# examples/offline/: rft generate / rft eval configs (tests/test_offline.py loads them)
+# examples/offline/: rft generate / rft eval configs (tests/test_offline.py loads them); examples/verl_interaction/:
+# a verl interaction file, which an example config names (tests/test_verl_multi_turn.py loads it)
 ALL_EXAMPLES = sorted(p for p in ROOT.glob("examples/**/*.yaml")  # Data-Juicer's: tests/with_data_juicer
-                      if not {"offline", "data_juicer"} & set(p.relative_to(ROOT).parts))
+                      if not {"offline", "data_juicer", "verl_interaction"} & set(p.relative_to(ROOT).parts))
 
 
 def _is_trinity(path: Path) -> bool:
@@ -867,6 +868,9 @@ def test_example_validates_with_real_paths(example, real_paths, tmp_path):
         overrides.append(f"data.custom_cls.path={ROOT / raw.data.custom_cls.path}")
     if raw.reward_model.enable:
         overrides.append(f"reward_model.model.path={real_paths['reward_model']}")
+    if raw.workflow.interaction_config_path:  # verl's key names it (relative to a clone's root)
+        overrides.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path="
+                         f"{ROOT / raw.workflow.interaction_config_path}")
     if raw.distillation.enabled:  # the student's own folder teaches it (one tokenizer)
         overrides.append(f"distillation.teacher_model.model_path={real_paths['model']}")
     cfg = load_config(example, overrides, validate_paths=True)

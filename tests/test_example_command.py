@@ -68,8 +68,9 @@ def test_rft_example_writes_the_repositorys_bytes_and_refuses_other_bytes_withou
     assert written.read_bytes() == repo_file.read_bytes()
 
 
-RECIPES = ("data_juicer/dj_scoring_exp.yaml",)
-"""Shipped YAML files that are no rft config (a Data-Juicer recipe another example reads)."""
+RECIPES = ("data_juicer/dj_scoring_exp.yaml", "verl_interaction/interaction_config.yaml")
+"""Shipped YAML files that are no rft config (a Data-Juicer recipe, verl's interaction file: other examples read
+them)."""
 
 
 @pytest.mark.parametrize("example", sorted(p for p in (REPO / "examples").rglob("*.yaml")

@@ -200,6 +200,8 @@ def parse_overrides(overrides: Iterable[str]) -> list[str]:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
         item = item.lstrip("+")  # hydra's +key= (add) and ++key= (add or override): rft's schema has every key
+        if item.endswith("=") and item.count("=") == 1:  # hydra's key= is the empty string (YAML would read null)
+            item += "''"
         try:
             OmegaConf.from_dotlist([item])
         except yaml.YAMLError as e:  # from_dotlist parses each value as YAML and lets yaml's errors through

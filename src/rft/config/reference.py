@@ -97,6 +97,7 @@ def _verl_keys() -> list[str]:
             ".yaml, sft_trainer.yaml) that no section above holds, matched by pattern (first match wins); rl: the "
             "RL trainer, sft: the SFT trainer. A config file's hydra `defaults:` list is composed as hydra does (files "
             "beside it; verl's own groups are rft's defaults), `+key=` / `++key=` overrides set a key, `~key` removes "
-            "one (rft's default applies), and "
+            "one (rft's default applies), `key=` sets hydra's empty string (on a true / false key: false, as verl's "
+            "code reads it), and "
             "`_target_` (the class verl builds a section as) is a marker, not a setting.", "",
             "| key | for | what rft does | why |", "| --- | --- | --- | --- |", *rows, ""]

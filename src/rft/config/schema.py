@@ -1189,7 +1189,7 @@ class WorkflowConfig:
                                     "register_workflow), or a folder of them (Trinity-RFT's plugin folder; the "
                                     "Trinity dialect reads TRINITY_PLUGIN_DIRS); loaded in the explorer.")
     args: Dict[str, Any] = fld({}, "The workflow's arguments (Trinity's workflow_args): tool_call_workflow takes "
-                                   "max_turns, tool_call_parser, tools_path, tool_timeout; "
+                                   "max_turns, max_user_turns, tool_call_parser, tools_path, tool_timeout; "
                                    "simple_workflow and math_workflow none; others are refused for built-in "
                                    "workflows (a user workflow reads what it likes).")
     runner_per_model: int = fld(8, "Workflows run at once (threads; their model calls batch together).")
@@ -1216,6 +1216,12 @@ class WorkflowConfig:
               "each tool_schema (an OpenAI function schema) to the model on every task, after the row's own tools, "
               "and runs a call with rft's tool of that function name (built in, or in workflow.args.tools_path); a "
               "tool rft has no function for is refused by its class_name before the model loads.")
+    interaction_config_path: Optional[str] = fld(
+        None, "A YAML file of verl's interactions (verl's actor_rollout_ref.rollout.multi_turn."
+              "interaction_config_path: `interaction:` a list of {name, class_name, config}): tool_call_workflow "
+              "asks the row's interaction (extra_info.interaction_kwargs.name) for the user's turn after each reply "
+              "without tool calls; its scores reach the reward function as extra_info['turn_scores'] "
+              "(docs/workflows.md).")
     auxiliary_models: List[Any] = fld(
         [], "Further local models the workflows and the llm_judge reward use (Trinity's explorer.auxiliary_models): "
             "a list of {model_path, temperature?, max_tokens?}; each is served by the same hf engine, frozen. "

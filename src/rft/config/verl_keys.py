@@ -175,8 +175,9 @@ VERL_KEYS: tuple[VerlKey, ...] = (
               ok=(1, None)) for k in ("data_parallel_size", "pipeline_model_parallel_size")),
     VerlKey(f"{RO}.expert_parallel_size", DEFAULT, "expert parallelism of a MoE model in the rollout engine is not "
             "in rft", ok=(1, None)),
-    VerlKey(f"{RO}.over_sample_rate", DEFAULT, "over-sampling a batch and stopping at the first finished responses is "
-            "not in rft (every prompt's responses are generated to the end)", ok=(0, 0.0, None)),
+    VerlKey(f"{RO}.over_sample_rate", NOOP, "read by no code of verl 0.7 / 0.8: its one reader, the SGLang SPMD "
+            "rollout that aborted the slowest over_sample_rate share of a step's requests, was retired (verl "
+            "#4422); every response is generated to its end, as in verl's agent loop"),
     VerlKey(f"{RO}.skip_rollout", DEFAULT, "replaying dumped rollouts (skip_rollout) is not in rft", ok=(False,)),
     VerlKey(f"{RO}.quantization", DEFAULT, "a quantized rollout engine (FP8) is not in rft", ok=(None,)),
     VerlKey(f"{RO}.quantization_config_file", DEFAULT, "a quantized rollout engine (FP8) is not in rft", ok=(None,)),
@@ -426,9 +427,6 @@ class Sorted:
 
 MT = f"{RO}.multi_turn"
 TOOL_WORKFLOW = "tool_call_workflow"
-INTERACTION = ("verl's interactions (a class that answers the model as the user between turns, e.g. "
-               "verl.interactions.gsm8k_interaction.Gsm8kInteraction) are not in rft; remove it (a conversation "
-               "of your own: a workflow class, workflow.path)")
 WHOLE_RESPONSES = ("rft's tool_call_workflow runs every tool call of a reply and passes each tool's whole response "
                    "back (verl runs the first max_parallel_calls and cuts a response past max_tool_response_length "
                    "characters); remove it")
@@ -442,8 +440,9 @@ MULTI_TURN_KEYS = {
     "format": "read as `workflow.tool_call_parser` (qwen, qwen25: hermes; llama3: llama3_json; deepseekv3: "
               "deepseek_v3; rft's own parser names as they are); other formats refused",
     "tool_config_path": "read as `workflow.tool_config_path` (verl's tool-config YAML)",
-    "max_user_turns": "accepted, no effect here: verl counts its interactions' turns, which rft refuses",
-    "interaction_config_path": "accepted at `None`, else refused: " + INTERACTION,
+    "max_user_turns": "read as `workflow.args.max_user_turns` (the turns between the model's: tool results and "
+                      "interaction answers; null: none)",
+    "interaction_config_path": "read as `workflow.interaction_config_path` (verl's interaction-config YAML)",
     "use_inference_chat_template": "accepted at `False` (rft keeps the sampled tokens), else refused",
     "tokenization_sanity_check_mode": "accepted, no effect here (rft keeps the sampled tokens: nothing to compare)",
     "max_parallel_calls": "refused: " + WHOLE_RESPONSES,
@@ -486,10 +485,11 @@ def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field
     as tool messages, the loss on the model's tokens only); max_assistant_turns -> workflow.args.max_turns (the
     model's turns; null: max_model_len // 3, as verl); format -> workflow.tool_call_parser; tool_config_path ->
     workflow.tool_config_path (verl's tool-config YAML: its schemas declared to the model, each run by rft's tool of
-    that name); use_inference_chat_template false and tokenization_sanity_check_mode are what rft does (it keeps the
-    sampled tokens: there is no re-tokenization to check); max_user_turns counts verl's interaction turns, which
-    need interaction_config_path; interactions, and the cuts rft's workflow does not make (max_parallel_calls,
-    max_tool_response_length, tool_response_truncate_side), are refused by name. Without enable the section is
+    that name); interaction_config_path -> workflow.interaction_config_path (verl's interactions answer as the
+    user); max_user_turns -> workflow.args.max_user_turns (tool results and interaction answers, as verl's tool
+    agent loop counts them); use_inference_chat_template false and tokenization_sanity_check_mode are what rft does
+    (it keeps the sampled tokens: there is no re-tokenization to check); the cuts rft's workflow does not make
+    (max_parallel_calls, max_tool_response_length, tool_response_truncate_side) are refused by name. Without enable the section is
     verl's defaults of an unused feature: noted."""
     from rft.config.schema import WorkflowConfig
 
@@ -536,10 +536,12 @@ def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field
                     move("workflow.tool_config_path", value)
             elif leaf == "interaction_config_path":
                 if value is not None:
-                    raise ConfigError(f"{said} is a verl setting rft does not have: {INTERACTION}")
+                    move("workflow.interaction_config_path", value)
             elif leaf == "max_user_turns":
-                done.note("user turns verl's interactions take (interaction_config_path, not in rft): no effect "
-                          "without one, in verl too", key)
+                if value is not None:
+                    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                        raise ConfigError(f"{said} must be an integer >= 1 (the turns between the model's), or null")
+                    move("workflow.args.max_user_turns", value)
             elif leaf in ("max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side"):
                 raise ConfigError(f"{said} is a verl setting rft does not have: {WHOLE_RESPONSES}")
             elif leaf == "use_inference_chat_template":
@@ -585,6 +587,10 @@ def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
                 if alias is not None:
                     _put(layer, key, alias)
                     done.note("verl's values read as rft's", f"{key}={value} -> {alias}")
+                if value == "" and field_type(key) is bool:  # hydra's empty value (key=): the empty string
+                    _put(layer, key, False)
+                    done.note("hydra's empty values (key=, the empty string), false in verl's code (its config "
+                              "classes are built without type checks, and '' is false where read)", key)
                 if value == "???":  # hydra's "required" marker: verl asks for a value, rft has a default
                     _pop(layer, key, field_type)
                     done.note("verl's required-value markers (???), rft's default", key)

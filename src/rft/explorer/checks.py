@@ -166,6 +166,7 @@ def check_workflow(ctx: CheckContext) -> None:
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}), ("tool_config_path",
                                                                                       wf.tool_config_path, None),
+                                    ("interaction_config_path", wf.interaction_config_path, None),
                                     ("enable_history", wf.enable_history, False), ("endpoint", wf.endpoint, False),
                                     ("auxiliary_models", [] if judged else wf.auxiliary_models, [])):
             if value != default:
@@ -214,6 +215,17 @@ def check_workflow(ctx: CheckContext) -> None:
     if wf.tool_config_path and wf.type != "tool_call_workflow":
         raise ConfigError(f"workflow.tool_config_path={wf.tool_config_path!r} (verl's tool config) is read by "
                           f"workflow.type=tool_call_workflow, not {wf.type!r}: set that, or remove it")
+    if wf.interaction_config_path and wf.type != "tool_call_workflow":
+        raise ConfigError(f"workflow.interaction_config_path={wf.interaction_config_path!r} (verl's interactions) is "
+                          f"read by workflow.type=tool_call_workflow, not {wf.type!r}: set that, or remove it")
+    if wf.interaction_config_path and check_paths:  # each class imported and built now, before the model loads
+        from rft.explorer.interactions import load_interactions
+
+        load_interactions(wf.interaction_config_path)
+    turns = (wf.args or {}).get("max_user_turns") if wf.type == "tool_call_workflow" else None
+    if turns is not None and (isinstance(turns, bool) or not isinstance(turns, int) or turns < 1):
+        raise ConfigError(f"workflow.args.max_user_turns={turns!r} must be an integer >= 1 (the turns between the "
+                          "model's: tool results and an interaction's answers), or null")
     parser = (wf.args or {}).get("tool_call_parser") if wf.type == "tool_call_workflow" else None
     if parser is not None:  # else every conversation's first reply would fail its task
         from rft.explorer.tools import PARSERS

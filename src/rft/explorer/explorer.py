@@ -104,7 +104,7 @@ def load_tasksets(cfg, tokenizer):
     """(the training taskset, the validation prompts or None) of an RL config, checked against the reward
     function (known data sources, ground truth present) before any model loads. With a task pipeline the taskset
     is its output file, made here."""
-    from rft.explorer.preflight import check_reward_inputs
+    from rft.explorer.preflight import check_interaction_rows, check_reward_inputs
     from rft.explorer.taskset import FileTaskset, make_taskset
 
     served = ServedModels(cfg, "data_processor.task_pipeline")
@@ -116,6 +116,7 @@ def load_tasksets(cfg, tokenizer):
         if cfg.data.train_files else None
     val_set = load_val_prompts(cfg, tokenizer)
     check_reward_inputs(cfg, taskset.dataset if isinstance(taskset, FileTaskset) else None, val_set)
+    check_interaction_rows(cfg, taskset.dataset if isinstance(taskset, FileTaskset) else None, val_set)
     return taskset, val_set
 
 
@@ -412,6 +413,11 @@ class Workflows:
             from rft.explorer.verl_tools import read_tool_config
 
             self.tool_schemas = [schema for _, schema in read_tool_config(wf.tool_config_path)]
+        self.interactions = {}  # verl's interactions: built once, shared by every conversation, as verl's
+        if wf.interaction_config_path:
+            from rft.explorer.interactions import load_interactions
+
+            self.interactions = load_interactions(wf.interaction_config_path)
         self.auxiliary = ex.auxiliary
         self.settings = RunnerSettings(wf.runner_per_model, wf.max_timeout, wf.max_retry_times)
         self.runner = WorkflowRunner(self.cls, self.server, lambda: self.handle(self.server, self.train_params),
@@ -441,7 +447,7 @@ class Workflows:
 
             prompts = [dataclasses.replace(p, tools=with_tools(p.tools, self.tool_schemas)) for p in prompts]
         return [Task(prompt=p, index=i, repeat_times=n, workflow_args=args, reward_fn=reward_fn(p),
-                     is_eval=is_eval) for i, p in enumerate(prompts)]
+                     is_eval=is_eval, interactions=self.interactions) for i, p in enumerate(prompts)]
 
     def explore_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         ex = self.ex

@@ -66,6 +66,25 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
                     len(missing), len(dataset), missing[0].origin, custom)
 
 
+def check_interaction_rows(cfg, *datasets: PromptDataset | None) -> None:
+    """With verl's interactions (workflow.interaction_config_path), every row names one of them in
+    extra_info.interaction_kwargs.name, as verl requires: else the row's first conversation would stop the run."""
+    path = cfg.workflow.interaction_config_path
+    if not path or cfg.workflow.type != "tool_call_workflow":
+        return
+    from rft.explorer.interactions import read_interaction_config
+
+    names = [name for name, _, _ in read_interaction_config(path)]
+    for dataset in (d for d in datasets if d is not None):
+        bad = [p for p in dataset.prompts if not isinstance(kwargs := (p.extra_info or {}).get("interaction_kwargs"),
+                                                              dict) or kwargs.get("name") not in names]
+        if bad:
+            raise DataError(f"{len(bad)} of {len(dataset)} rows name no interaction of workflow.interaction_config_"
+                            f"path={path!r} ({', '.join(names)}) in extra_info.interaction_kwargs.name (first: "
+                            f"{bad[0].origin}); add {{\"interaction_kwargs\": {{\"name\": ...}}}} to each row's "
+                            "extra_info, as verl's data does")
+
+
 def _check_typed_ground_truth(name: str, dataset: PromptDataset) -> None:
     """Every row's ground truth passes the typed reward's check (present and well formed: a number or text for the
     math rewards, {"target", "numbers"} for countdown_reward); format_reward reads none. The data_source is not

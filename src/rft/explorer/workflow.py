@@ -16,8 +16,10 @@ Built-ins:
   `tool_call_parser`: hermes | pythonic | mistral | llama3_json | deepseek_v3, by default the model family's);
   each call runs (built-in tools or `tools_path`, a time limit `tool_timeout`), its result goes back as the
   family expects it (a `tool` message with the call's id, or Gemma's user turn), until a reply without calls or
-  `max_turns`. One experience per conversation, the loss on the model's tokens only: the next prompt is always
-  the sampled tokens and the template's rendering of the new turns (`rft.explorer.turns`).
+  `max_turns`. With verl's interactions (`Task.interactions`, `rft.explorer.interactions`) a reply without calls
+  is answered by the row's interaction as the user, until it says the conversation ends. One experience per
+  conversation, the loss on the model's tokens only: the next prompt is always the sampled tokens and the
+  template's rendering of the new turns (`rft.explorer.turns`).
 * `math_boxed_workflow`, `simple_mm_workflow`: Trinity-RFT's workflows of those names (their classes below).
 """
 
@@ -65,6 +67,9 @@ class Task:
     reward_fn: Callable[..., Any] | None = None
     """verl's signature: (data_source, solution_str, ground_truth, extra_info) -> float | dict with score."""
     is_eval: bool = False
+    interactions: dict[str, Any] = field(default_factory=dict)
+    """verl's interactions by name (workflow.interaction_config_path), which tool_call_workflow asks for the user's
+    turn after each reply without tool calls; a row names its own in extra_info.interaction_kwargs."""
     reward_failures: list[str] = field(default_factory=list)
     """What `score` scored 0 (custom_reward_function.on_error=zero): each failed response's message, which the
     explorer reads to stop a step whose every response failed."""
@@ -83,13 +88,15 @@ class Task:
     def truth(self) -> Any:
         return self.prompt.ground_truth
 
-    def score(self, response: str) -> tuple[float, dict[str, float]]:
+    def score(self, response: str, extra_info: dict | None = None) -> tuple[float, dict[str, float]]:
         """(the reward of `response`, its named parts) from the task's reward function (time limit, checks and
-        failure policy as for any reward function)."""
+        failure policy as for any reward function); `extra_info`: entries added to the row's for this response
+        (verl's turn_scores of an interaction)."""
         if self.reward_fn is None:
             raise WorkflowError("this task has no reward function")
+        info = {**(self.prompt.extra_info or {}), **extra_info} if extra_info else self.prompt.extra_info
         scores, extras = score_responses(self.reward_fn, [self.prompt.data_source], [response],
-                                         [self.prompt.ground_truth], [self.prompt.extra_info], self.reward_failures)
+                                         [self.prompt.ground_truth], [info], self.reward_failures)
         return scores[0], {k: v[0] for k, v in extras.items()}
 
 
@@ -217,13 +224,16 @@ class SimpleMMWorkflow(SimpleWorkflow):
 @register_workflow("tool_call_workflow")
 class ToolCallWorkflow(Workflow):
     """Multi-turn tool use (see the module docstring). Workflow args: max_turns (default 4: model turns),
-    tool_call_parser (default: workflow.tool_call_parser, else the model's family: `tools.parser_for`), tools_path
-    (a Python file whose functions are tools), tool_timeout (seconds, 10). Each reply's calls and their results go
-    back as the family's template has them (`tools.assistant_message`, `tools.result_messages`); a conversation the
+    max_user_turns (verl's: the turns between the model's, tool results and an interaction's answers, after which
+    the conversation ends; default none), tool_call_parser (default: workflow.tool_call_parser, else the model's
+    family: `tools.parser_for`), tools_path (a Python file whose functions are tools), tool_timeout (seconds, 10).
+    Each reply's calls and their results go back as the family's template has them (`tools.assistant_message`,
+    `tools.result_messages`); a reply without calls is answered by the row's interaction, where the task has them
+    (verl's tool agent loop: its scores reach the reward function as extra_info["turn_scores"]). A conversation the
     template refuses to continue (Llama-3.1's one call per turn) ends there, scored on its last reply and counted
     (`ended_early`)."""
 
-    ARGS = frozenset({"max_turns", "tool_call_parser", "tools_path", "tool_timeout"})
+    ARGS = frozenset({"max_turns", "max_user_turns", "tool_call_parser", "tools_path", "tool_timeout"})
 
     def run(self) -> list[Experience]:
         from rft.explorer.model import UnextendableReply
@@ -241,21 +251,34 @@ class ToolCallWorkflow(Workflow):
         tools, timeout = load_tools(a.get("tools_path")), float(a.get("tool_timeout", 10.0))
         start = self.model.start(self.task.messages, tools=self.task.prompt.tools)
         tool_role, writes_calls = tool_protocol(lambda messages: start.render(messages, False))
+        max_user_turns = a.get("max_user_turns")
         conversations = self.model.sample(start, self.task.repeat_times)
         active = list(conversations)
         tool_calls = {id(c): 0 for c in conversations}
         ended = {id(c): 0 for c in conversations}
+        user_turns = {id(c): 0 for c in conversations}
+        sessions = self._sessions(conversations)
         for _ in range(max_turns - 1):
             pending = []
             for c in active:
-                calls, rest = parse_tool_calls(c.last_raw, parser)
-                if not calls or c.finish_reason != "stop":
+                if c.finish_reason != "stop" or max_user_turns and user_turns[id(c)] >= max_user_turns:
                     continue
-                tool_calls[id(c)] += len(calls)
-                if tool_role and writes_calls:
-                    c.set_last_reply(assistant_message(c.last_reply, calls, rest, parser))
+                calls, rest = parse_tool_calls(c.last_raw, parser)
+                if calls:
+                    tool_calls[id(c)] += len(calls)
+                    if tool_role and writes_calls:
+                        c.set_last_reply(assistant_message(c.last_reply, calls, rest, parser))
+                    new = result_messages(calls, [run_tool(call, tools, timeout) for call in calls], tool_role)
+                elif id(c) in sessions:  # verl's interaction answers as the user
+                    done, text = sessions[id(c)].respond([dict(m) for m in c.messages])
+                    if done:
+                        continue
+                    new = [{"role": "user", "content": text}]
+                else:
+                    continue
+                user_turns[id(c)] += 1
                 try:
-                    c.add(result_messages(calls, [run_tool(call, tools, timeout) for call in calls], tool_role))
+                    c.add(new)
                 except UnextendableReply:  # the template refuses to go on: the conversation ends, scored as it is
                     ended[id(c)] = 1
                     continue
@@ -266,10 +289,26 @@ class ToolCallWorkflow(Workflow):
             active = pending
         out = []
         for c in conversations:
-            reward, rewards = self.task.score(c.last_reply)
+            session = sessions.get(id(c))
+            reward, rewards = self.task.score(c.last_reply, {"turn_scores": session.scores} if session else None)
+            if session:
+                session.finish()
             out.append(c.to_experience(reward, {**rewards, "tool_calls": float(tool_calls[id(c)])},
-                                       {"ended_early": ended[id(c)]}))
+                                       {"ended_early": ended[id(c)], "user_turns": user_turns[id(c)],
+                                        **({"turn_scores": session.scores} if session else {})}))
         return out
+
+    def _sessions(self, conversations: list) -> dict:
+        """id(conversation) -> its interaction session, where the task has interactions (verl starts one per
+        sample, with the row's interaction_kwargs)."""
+        if not self.task.interactions:
+            return {}
+        from uuid import uuid4
+
+        from rft.explorer.interactions import Session
+
+        kwargs = (self.task.prompt.extra_info or {}).get("interaction_kwargs")
+        return {id(c): Session(self.task.interactions, kwargs, uuid4().hex) for c in conversations}
 
 
 def load_workflow_file(path: str) -> None:
