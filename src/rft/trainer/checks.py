@@ -268,8 +268,8 @@ def check_sft(ctx: CheckContext) -> None:
 
 @CHECKS.register("trainer.dpo")
 def check_dpo(ctx: CheckContext) -> None:
-    """rft dpo's sections shared with rft sft, on one process."""
-    _check_sft_loop(ctx, several="rft dpo runs one process for now")
+    """rft dpo's sections shared with rft sft."""
+    _check_sft_loop(ctx)
 
 
 @CHECKS.register("trainer.rm")
