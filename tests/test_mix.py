@@ -319,6 +319,29 @@ def test_expert_rows_that_do_not_split_over_the_processes_are_refused_in_one_lin
                 "trainer.device=cpu")
 
 
+def test_each_rank_trains_on_its_share_of_every_mini_batchs_expert_rows(assets, tmp_path):
+    """Two mini-batches of 8 experiences at ratio 0.2: 2 expert rows each (d0 d1 | d2 d3 on one process); on 2
+    processes rank 0 attaches d0 and d2, rank 1 d1 and d3, and the mini-batches deal each rank its own. Every rank
+    attached all 4 before (the gradient summed over the ranks was the same: twice the rows over twice the tokens,
+    the work twice)."""
+    from rft.distributed import Dist
+
+    cfg = mix_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                  "algorithm.mix.expert_data_ratio=0.2")
+    tok = load_tokenizer(str(assets / "model"))
+    experiences = _experiences(None, tok, assets)
+
+    def expert_texts(dist: Dist) -> list[str]:
+        mixed = ExpertRows(cfg, tok, dist).attach(experiences)
+        rows = mixed.select([i for i, e in enumerate(mixed.expert_mask.tolist()) if e])
+        return [tok.decode(ids[mask.bool()].tolist()) for ids, mask in zip(rows.response_ids, rows.response_mask)]
+
+    one = expert_texts(Dist())
+    assert len(one) == 4 and len(set(one)) == 4
+    assert expert_texts(Dist(rank=0, world_size=2)) == [one[0], one[2]]
+    assert expert_texts(Dist(rank=1, world_size=2)) == [one[1], one[3]]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
 def test_mix_on_two_processes_matches_one(assets, tmp_path):
     """Issue 65: mix with trainer.n_gpus_per_node=2 (FSDP2 over two gloo processes, greedy sampling so both runs
