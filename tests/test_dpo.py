@@ -262,7 +262,7 @@ def test_dpo_resume_is_exact_and_moves_every_parameter(assets, tmp_path, lora):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.heavy)], ids=["full", "lora"])
 def test_dpo_on_two_processes_matches_one(assets, tmp_path, lora):
     """Issue 65: `rft dpo` with trainer.n_gpus_per_node=2 (FSDP2 over two gloo processes, the frozen reference
     sharded too, each rank with its half of every step's pairs, the KL term's token count over both; 15 held-out
