@@ -5,6 +5,8 @@ a scripted one on 127.0.0.1) plus the built-in rule reward, each part weighted a
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,10 +28,12 @@ class ScriptedJudge:
     """An OpenAI-compatible endpoint on 127.0.0.1 whose judge says yes when the graded answer starts with the
     reference's first character, no otherwise, and never replies (until closed) when the answer holds `hang`."""
 
-    def __init__(self, hang: str | None = None):
+    def __init__(self, hang: str | None = None, resets: int = 0):
+        """`resets`: the first calls, each dropped with a reset connection and no reply."""
         self.prompts: list[str] = []
+        self.resets = resets
         self.released = threading.Event()
-        judge = self
+        judge, lock = self, threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -48,6 +52,13 @@ class ScriptedJudge:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    reset, judge.resets = judge.resets > 0, judge.resets - 1
+                if reset:  # SO_LINGER 0: the close sends RST, as a server that drops the connection does
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+                    return
                 assert body["model"] == "scripted-judge" and body["temperature"] == 0.0
                 prompt = body["messages"][0]["content"]
                 judge.prompts.append(prompt)
@@ -75,8 +86,8 @@ class ScriptedJudge:
 def scripted():
     servers: list[ScriptedJudge] = []
 
-    def start(hang: str | None = None) -> ScriptedJudge:
-        servers.append(ScriptedJudge(hang))
+    def start(hang: str | None = None, resets: int = 0) -> ScriptedJudge:
+        servers.append(ScriptedJudge(hang, resets))
         return servers[-1]
 
     yield start
@@ -102,6 +113,17 @@ def test_a_served_judges_verdicts_and_the_rule_are_weighted_and_a_hanging_call_i
     assert scores == [1.0, 0.0, 0.25, 0.0]
     assert len(server.prompts) == 4 and server.prompts[0].startswith("Grade an answer against the reference.\n"
                                                                        "Question: 3+9?\nReference answer: 12\n")
+
+
+def test_a_judge_call_whose_connection_is_reset_is_asked_again(scripted, caplog):
+    """A server that drops a connection without a reply (seen from rft serve under a vLLM run's load): the call is
+    repeated (a greedy call is safe to repeat), with one warning per call, not the run's error."""
+    server = scripted(resets=2)
+    asks = [[{"role": "user", "content": f"Reference answer: 12\nAnswer to grade: {a}\nIs it right?"}]
+            for a in ("12", "7")]
+    replies = ServedJudge(server.url, timeout=30).replies(asks)
+    assert replies == ["Yes.", "No."] and server.resets < 0
+    assert "failed" in caplog.text and "retrying" in caplog.text
 
 
 def test_a_grpo_run_with_a_judge_served_by_rft_serve_and_a_rule_runs_4_steps_with_each_part_logged(assets, tmp_path):

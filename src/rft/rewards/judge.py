@@ -22,6 +22,7 @@ A served judge's call is cut at `timeout` seconds of wall clock: the row scores 
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
@@ -151,6 +152,12 @@ def check_template(template: str, where: str) -> None:
         raise ConfigError(f"{where}: the judge template never shows the {{response}} it grades")
 
 
+def _reset(error: BaseException) -> bool:
+    """A connection the server dropped without a reply (reset, closed), which a repeat of the call may get."""
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    return isinstance(reason, (ConnectionResetError, http.client.RemoteDisconnected))
+
+
 class ServedJudge:
     """A judge model behind an OpenAI-compatible endpoint (`base_url`), asked greedily (temperature 0) with the
     standard library's HTTP client: no client package, and the call's socket gives up at the limit by itself."""
@@ -173,12 +180,20 @@ class ServedJudge:
                               "reward_kwargs.model_name") from None
 
     def _reply(self, messages: list[dict]) -> str:
+        """The judge's reply to `messages`; a connection the server reset before replying is asked again (a greedy
+        call is safe to repeat) for up to the call's limit, or 30 s without one."""
+        from rft.retry import retrying
+
         body = json.dumps({"model": self.model_name, "messages": messages, "max_tokens": self.max_tokens,
                            "temperature": 0.0}).encode()
         request = urllib.request.Request(f"{self.base_url}/chat/completions", data=body,
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-            return json.load(reply)["choices"][0]["message"]["content"] or ""
+
+        def call() -> str:
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+                return json.load(reply)["choices"][0]["message"]["content"] or ""
+
+        return retrying(call, f"a judge call to {self.base_url}", _reset, self.timeout or 30.0, first_pause_s=0.05)
 
     def replies(self, conversations: list[list[dict]]) -> list[str | None]:
         """Each conversation's reply, all requests in flight together (at most `MAX_CONCURRENT`); None for a call
