@@ -311,6 +311,76 @@ def test_mix_is_refused_where_it_cannot_hold(assets, tmp_path):
         mix_cfg(assets, tmp_path, "algorithm.adv_estimator=gae")
 
 
+def test_expert_rows_that_do_not_split_over_the_processes_are_refused_in_one_line(assets, tmp_path):
+    """16 experiences per mini-batch at ratio 0.3: 7 expert rows, which 2 processes cannot share equally."""
+    with pytest.raises(ConfigError, match="algorithm.mix.expert_data_ratio=0.3 gives 7 expert rows per mini-batch, "
+                                          "which do not split over the 2 data-parallel processes"):
+        mix_cfg(assets, tmp_path, "algorithm.mix.expert_data_ratio=0.3", "trainer.n_gpus_per_node=2",
+                "trainer.device=cpu")
+
+
+def test_each_rank_trains_on_its_share_of_every_mini_batchs_expert_rows(assets, tmp_path):
+    """Two mini-batches of 8 experiences at ratio 0.2: 2 expert rows each (d0 d1 | d2 d3 on one process); on 2
+    processes rank 0 attaches d0 and d2, rank 1 d1 and d3, and the mini-batches deal each rank its own. Every rank
+    attached all 4 before (the gradient summed over the ranks was the same: twice the rows over twice the tokens,
+    the work twice)."""
+    from rft.distributed import Dist
+
+    cfg = mix_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                  "algorithm.mix.expert_data_ratio=0.2")
+    tok = load_tokenizer(str(assets / "model"))
+    experiences = _experiences(None, tok, assets)
+
+    def expert_texts(dist: Dist) -> list[str]:
+        mixed = ExpertRows(cfg, tok, dist).attach(experiences)
+        rows = mixed.select([i for i, e in enumerate(mixed.expert_mask.tolist()) if e])
+        return [tok.decode(ids[mask.bool()].tolist()) for ids, mask in zip(rows.response_ids, rows.response_mask)]
+
+    one = expert_texts(Dist())
+    assert len(one) == 4 and len(set(one)) == 4
+    assert expert_texts(Dist(rank=0, world_size=2)) == [one[0], one[2]]
+    assert expert_texts(Dist(rank=1, world_size=2)) == [one[1], one[3]]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
+def test_mix_on_two_processes_matches_one(assets, tmp_path):
+    """Issue 65: mix with trainer.n_gpus_per_node=2 (FSDP2 over two gloo processes, greedy sampling so both runs
+    sample the same responses; each rank trains on its half of every mini-batch's experiences and of its 2 expert
+    rows) equals one process: every step's metrics and the exported weights to 1e-6. It refused several processes
+    before ("the expert rows are not sharded over the ranks yet")."""
+    import subprocess
+    import sys
+
+    from cli_helpers import rft_here
+    from sft_helpers import max_weight_difference
+    from test_distributed import ENV
+
+    args = [f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+            f"custom_reward_function.path={assets / 'reward.py'}", "algorithm.mix.enable=true",
+            f"data.expert.files={assets / 'expert.jsonl'}", "data.expert.prompt_key=question",
+            "data.expert.response_key=answer", "data.expert.max_length=48", "algorithm.mix.expert_data_ratio=0.5",
+            "algorithm.mix.mu=0.3", "data.max_prompt_length=32", "data.max_response_length=6",
+            "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.do_sample=false", "actor_rollout_ref.actor.optim.lr=1e-3",
+            "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.strategy=fsdp2",
+            "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.logger=[]",
+            "trainer.device=cpu"]
+    rft_here("train", *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
+    two = subprocess.run([sys.executable, "-m", "rft", "train", *args, "trainer.n_gpus_per_node=2",
+                          f"trainer.default_local_dir={tmp_path / 'two'}"], env=ENV, capture_output=True, text=True,
+                         timeout=600)
+    assert two.returncode == 0, two.stderr[-4000:]
+    one_m, two_m = ({x["step"]: x for x in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())}
+                    for run in ("one", "two"))
+    assert sorted(one_m) == sorted(two_m) == [1, 2]
+    for step in (1, 2):
+        for key in ("actor/sft_loss", "actor/pg_loss", "actor/grad_norm", "critic/score/mean", "actor/entropy"):
+            assert one_m[step][key] == pytest.approx(two_m[step][key], rel=1e-6, abs=1e-6), (step, key)
+    assert one_m[1]["actor/sft_loss"] > 0
+    assert max_weight_difference(tmp_path / "one" / "model", tmp_path / "two" / "model") <= 1e-6
+
+
 # ------------------------------------------------------------------------------------------ Trinity's mix
 def trinity_mix(assets: Path, out: Path, steps: int) -> dict:
     return {

@@ -313,7 +313,8 @@ def cmd_sft(args) -> int:
 
 
 def _run_on_the_sft_loop(command: str, args, cfg, trainer_cls) -> int:
-    """`rft sft` / `rft rm`: `trainer_cls` (the SFT trainer's loop) on one process or the launcher's several."""
+    """`rft sft` / `rft dpo` / `rft rm`: `trainer_cls` (the SFT trainer's loop) on one process or the launcher's
+    several."""
     from rft.trainer.launch import run_spmd
     from rft.trainer.run_folder import run_folder
 
@@ -329,11 +330,8 @@ def cmd_dpo(args) -> int:
 
     cfg = load_dpo_config(args.config, args.overrides)
     from rft.trainer.dpo import DPOTrainer
-    from rft.trainer.run_folder import run_folder
 
-    with run_folder(cfg):
-        DPOTrainer(cfg).fit()
-    return 0
+    return _run_on_the_sft_loop("dpo", args, cfg, DPOTrainer)
 
 
 def cmd_rm(args) -> int:

@@ -219,6 +219,38 @@ def test_grpo_on_vllm_with_verls_rollout_defaults_trains_and_logs_the_log_prob_d
     assert [k for k in before if torch.equal(before[k], after[k])] == []
 
 
+def test_grpo_on_vllm_with_a_served_judge_and_the_rule_logs_each_part(root, tmp_path):
+    """Issue 65: the policy sampled by vLLM, the reward a judge served by `rft serve` on 127.0.0.1 (the tiny model,
+    rubric-prompted, scale scoring) at weight 0.5 plus the arithmetic rule at 1.0: 4 steps, each logging the
+    judge's part, the rule's, the share parsed and the share cut, the score their weighted sum."""
+    serve = subprocess.Popen([sys.executable, "-m", "rft", "serve", str(root / "tiny"), "--name", "judge"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for _ in range(600):  # its one line names the URL once the model is loaded
+            line = serve.stdout.readline()
+            if "/v1," in line or not line:
+                url = line.split(" on ", 1)[1].split(",", 1)[0] if line else None
+                break
+        assert url, "rft serve did not start"
+        template = ("Rubric: 10 for the right number. Question: {question} Reference: {reference} "
+                    "Answer: {response} Score:")
+        out = _grpo_on_vllm(root, tmp_path, "custom_reward_function.path=null",
+                            "custom_reward_function.reward_fn_type=llm_judge",
+                            f"custom_reward_function.reward_kwargs={{base_url: '{url}', timeout: 120, "
+                            f"max_tokens: 4, scoring: scale, judge_weight: 0.5, rule_weight: 1.0, "
+                            f"template: '{template}'}}", "trainer.total_training_steps=4", "trainer.logger=[]")
+    finally:
+        serve.terminate()
+        serve.wait(60)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2, 3, 4]
+    for x in lines:
+        judge, rule = x["reward_extra/judge_score/mean"], x["reward_extra/rule_score/mean"]
+        assert x["reward_extra/judge_timeout/mean"] == 0.0 and 0.0 <= x["reward_extra/judge_parsed/mean"] <= 1.0
+        assert x["critic/score/mean"] == pytest.approx(0.5 * judge + 1.0 * rule, abs=1e-6)
+
+
 def test_a_vllm_step_with_one_update_a_batch_runs_no_old_log_prob_pass_and_logs_the_difference(root, tmp_path):
     """One optimizer step per batch (ppo_epochs 1, one mini-batch): no old-log-prob pass (the loss does not need
     it), and the engine / trainer difference verl logs comes from the update's own passes."""

@@ -790,8 +790,10 @@ class CustomRewardConfig:
     reward_kwargs: Dict[str, Any] = fld(
         {}, "Keyword arguments of the reward function (verl's custom_reward_function.reward_kwargs): passed on every "
         "call of the functions of path, overriding what the call passes. llm_judge's settings: model (the index in "
-        "workflow.auxiliary_models, 0), template (with {question}, {reference}, {response}), scoring (yes_no | "
-        "scale), max_score (scale: the top of the scale, 10)."
+        "workflow.auxiliary_models, 0) or base_url (a served judge's OpenAI-compatible endpoint, with model_name, "
+        "max_tokens 16, timeout: seconds per call, a cut call counted in judge_timeout), template (with {question}, "
+        "{reference}, {response}), scoring (yes_no | scale), max_score (scale: the top of the scale, 10), "
+        "judge_weight (1.0) and rule_weight (0.0: the built-in scorer of the row's data_source, added with it)."
     )
     num_workers: Optional[int] = fld(
         None, "Processes that score a batch's rows side by side, for the typed rewards whose calls cost milliseconds "

@@ -149,8 +149,7 @@ class Explorer:
         self.auxiliary = [auxiliary_model(cfg, spec, i, engine) for i, spec in enumerate(cfg.workflow.auxiliary_models)]
         crf = cfg.custom_reward_function
         if crf.reward_fn_type == JUDGE:
-            settings = dict(crf.reward_kwargs)
-            rewards.attach_judge(LLMJudge(self.auxiliary[settings.pop("model", 0)], **settings))
+            rewards.attach_judge(LLMJudge.from_settings(crf.reward_kwargs, self.auxiliary))
         # simple_workflow runs as one batched generation over the step's tasks (below); any other workflow through
         # the runners, its model calls batched by a generation server
         self.workflows = None if cfg.workflow.type == "simple_workflow" else Workflows(self)

@@ -56,7 +56,7 @@ class RewardPipeline:
         """(B scores, per-row extra values) before the overlong penalty; `failures`: see `score_responses`."""
         if self.judge is not None:
             return self.judge.score_batch([question_of(p) for p in batch.raw_prompt], batch.response_text,
-                                          batch.ground_truth)
+                                          batch.ground_truth, batch.data_source)
         if self.reward_model is None and self.reward_weight != 0:  # no reward model: the reward function's score
             return score_responses(self.reward_fn, batch.data_source, batch.response_text, batch.ground_truth,
                                    batch.extra_info, failures)

@@ -182,8 +182,11 @@ def check_plateau_apart(cfg) -> None:
 
 @CHECKS.register("trainer.mix")
 def check_mix(ctx: CheckContext) -> None:
-    """algorithm.mix: the expert rows' files and format, mu and the ratio, and what mix does not combine with."""
-    cfg, world_size = ctx.cfg, ctx.world_size
+    """algorithm.mix: the expert rows' files and format, mu and the ratio (its rows per mini-batch split evenly over
+    the data-parallel processes), and what mix does not combine with."""
+    from rft.trainer.mix import expert_rows_per_mini_batch
+
+    cfg = ctx.cfg
     mix, expert = cfg.algorithm.mix, cfg.data.expert
     if not mix.enable:
         return
@@ -211,9 +214,13 @@ def check_mix(ctx: CheckContext) -> None:
         raise ConfigError(f"algorithm.mix.expert_data_ratio must be in [0, 1) (the expert rows' share of a "
                           f"mini-batch), got {mix.expert_data_ratio}")
     positive("data.expert.max_length", expert.max_length)
-    if world_size > 1:
-        raise ConfigError(f"algorithm.mix.enable=true with {world_size} processes: the expert rows are not sharded "
-                          "over the ranks yet; run mix with one process (trainer.nnodes x n_gpus_per_node = 1)")
+    arr, ranks = cfg.actor_rollout_ref, ctx.data_parallel
+    per_mini = expert_rows_per_mini_batch(arr.actor.ppo_mini_batch_size * arr.rollout.n, mix.expert_data_ratio)
+    if per_mini % ranks:
+        raise ConfigError(f"algorithm.mix.expert_data_ratio={mix.expert_data_ratio} gives {per_mini} expert rows "
+                          f"per mini-batch, which do not split over the {ranks} data-parallel processes (each trains "
+                          "on an equal share of them): choose a ratio, or ppo_mini_batch_size, whose count divides "
+                          "by them")
     algo = cfg.algorithm
     if builds_critic(cfg):
         raise ConfigError(f"algorithm.mix.enable=true with a critic (adv_estimator={algo.adv_estimator!r}, "
@@ -268,8 +275,8 @@ def check_sft(ctx: CheckContext) -> None:
 
 @CHECKS.register("trainer.dpo")
 def check_dpo(ctx: CheckContext) -> None:
-    """rft dpo's sections shared with rft sft, on one process."""
-    _check_sft_loop(ctx, several="rft dpo runs one process for now")
+    """rft dpo's sections shared with rft sft."""
+    _check_sft_loop(ctx)
 
 
 @CHECKS.register("trainer.rm")

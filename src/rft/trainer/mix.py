@@ -9,7 +9,9 @@ log-probs, values and advantages concern the experiences only.
 
 How many: a mini-batch of U = ppo_mini_batch_size x rollout.n experiences gets E = ceil(r U / (1 - r)) expert rows
 (r = expert_data_ratio), the smallest E with E >= r (U + E); it is Trinity-RFT's ceil(r T) with T = U + E the rows
-the trainer reads. A step of k mini-batches reads k E.
+the trainer reads. A step of k mini-batches reads k E. With several processes every rank draws the same k E rows
+and trains on its share of each mini-batch's E (E / processes rows: `step_shard`, as the experiences are shared), so
+the expert rows' normaliser, summed over the ranks, is one process's.
 
 CHORD (Trinity-RFT's mix_chord; Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts"): the SFT loss's weight
 mu follows `workers.policy.mu_at` (warm-up, cosine decay to a valley) instead of staying constant, and with
@@ -29,6 +31,7 @@ from rft.console import counted
 from rft.data.dataset import PromptSampler
 from rft.data.io import DataError
 from rft.data.sft import SFTDataset
+from rft.distributed import SINGLE, Dist, step_shard
 
 # the (B, R) fields: per response token (the others are per row, or (B, K))
 _PER_TOKEN = ("old_logprobs", "ref_logprobs", "rollout_logprobs", "values", "token_rewards", "ref_kl", "advantages",
@@ -55,8 +58,10 @@ def too_few_expert_rows(have: int, per_mini_batch: int, mini_batches: int, exper
 
 
 class ExpertRows:
-    def __init__(self, cfg, tokenizer):
+    def __init__(self, cfg, tokenizer, dist: Dist = SINGLE):
+        """`dist`: this process's rank; every rank draws the same rows and keeps its share of each mini-batch's."""
         expert, arr = cfg.data.expert, cfg.actor_rollout_ref
+        self.dist = dist
         self.pad_id = tokenizer.pad_token_id
         self.dataset = SFTDataset(expert.files, tokenizer, SimpleNamespace(
             prompt_key=expert.prompt_key, response_key=expert.response_key,
@@ -85,7 +90,9 @@ class ExpertRows:
         (the policy's tokens: tool turns carry no loss), else the response mask."""
         if not self.rows:
             return dataclasses.replace(batch, expert_mask=torch.zeros(len(batch), dtype=torch.bool))
-        expert = self.dataset.batch(self.sampler.next_batch(), self.pad_id)
+        drawn = self.sampler.next_batch()  # the step's rows, mini-batch after mini-batch: this rank's share of each
+        mine = step_shard(self.rows, self.per_mini_batch, self.dist.rank, self.dist.world_size)
+        expert = self.dataset.batch([drawn[i] for i in mine], self.pad_id)
         n, width = len(expert), expert.response_ids.shape[1]
         fills: dict = {}
         for f in dataclasses.fields(Batch):

@@ -183,7 +183,7 @@ class RLTrainer:
         self.worker.rollout_drift = ((engine_spec(arr.rollout.name).own_numerics or served)
                                      and not self.needs_old_logprobs)
         # algorithm.mix: the expert rows each update adds (trainer/mix.py)
-        self.expert = ExpertRows(cfg, tokenizer) if cfg.algorithm.mix.enable else None
+        self.expert = ExpertRows(cfg, tokenizer, dist) if cfg.algorithm.mix.enable else None
         self.ckpt = CheckpointManager(
             self.out / "checkpoints", 1 if trainer.remove_previous_ckpt_in_save else trainer.max_actor_ckpt_to_keep,
             mirror=trainer.default_hdfs_dir,

@@ -98,7 +98,10 @@ class SFTTrainer:
         precision.set_compute(self.model, self.precision)
         if getattr(cfg, "use_remove_padding", False):  # rft sft's key; rft dpo's schema has none (refused there)
             enable_remove_padding(self.model, "use_remove_padding")
+        reference = self.reference_model(self.model)
         self.model = wrap(self.model, model_cfg.strategy, _FSDP(), dist, self.device)
+        self.ref_model = None if reference is None else wrap(reference, model_cfg.strategy, _FSDP(), dist,
+                                                             self.device)
         self.loss_scale = loss_scale(self.model, dist)
         self.params = list(trainable_parameters(self.model).values())
         self.optimizer = build_optimizer(self.params, optim)
@@ -117,6 +120,11 @@ class SFTTrainer:
         embedding is checked against)."""
         m = self.cfg.model
         return load_trainable_model(m.partial_pretrain, m, self.dtype, device, key="model", tokenizer=tokenizer)
+
+    def reference_model(self, model) -> torch.nn.Module | None:
+        """A frozen model the loss compares with (rft dpo's reference policy), made from the loaded `model` before
+        either is sharded over the ranks; None here: SFT has none."""
+        return None
 
     def fit(self) -> dict[str, float]:
         t = self.cfg.trainer

@@ -146,18 +146,8 @@ def build_stages(raw: DictConfig, check_paths: bool = True, path=None, overrides
         given = [item.removeprefix(f"stages.{i}.") for item in overrides if item.startswith(f"stages.{i}.")]
         out = root / name
         if kind == "sft":
-            model = base.actor_rollout_ref.model
-            inherited = {
-                "model": {"partial_pretrain": previous_model, "trust_remote_code": model.trust_remote_code},
-                "trainer": {"seed": base.trainer.seed, "device": base.trainer.device, "logger": base.trainer.logger,
-                            "nnodes": base.trainer.nnodes, "n_gpus_per_node": base.trainer.n_gpus_per_node,
-                            "monitor_args": base.trainer.monitor_args, "log_level": base.trainer.log_level,
-                            "log_group_by_node": base.trainer.log_group_by_node,
-                            "project_name": base.trainer.project_name,
-                            "experiment_name": f"{base.trainer.experiment_name}_{name}"},
-            }
-            forced = {"model": {"partial_pretrain": previous_model}, "trainer": {"default_local_dir": str(out)}}
-            cfg = _typed(SFTConfig, [inherited, sections, forced], where, path, given)
+            cfg = _typed(SFTConfig, [_inherited(base, previous_model, name), sections,
+                                     _forced_offline(previous_model, out)], where, path, given)
             validate_sft(cfg, check_paths=check_paths, check_model_path=i == 0,
                          world_size=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node)
         elif kind == "dpo":  # the SFT stage's inherited keys, plus the DPO loss of the stage's algorithm mapping
@@ -195,12 +185,13 @@ def build_stages(raw: DictConfig, check_paths: bool = True, path=None, overrides
 
 
 def _inherited(base: RFTConfig, previous_model: str, name: str) -> dict:
-    """What an offline (DPO) stage takes from the global sections: the model's trust_remote_code, the seed,
-    device, monitors, log settings and names (as an SFT stage does)."""
+    """What an offline (SFT, DPO) stage takes from the global sections: the model's trust_remote_code, the seed,
+    device, processes, monitors, log settings and names."""
     t = base.trainer
     return {"model": {"partial_pretrain": previous_model,
                       "trust_remote_code": base.actor_rollout_ref.model.trust_remote_code},
-            "trainer": {"seed": t.seed, "device": t.device, "logger": t.logger, "monitor_args": t.monitor_args,
+            "trainer": {"seed": t.seed, "device": t.device, "nnodes": t.nnodes, "n_gpus_per_node": t.n_gpus_per_node,
+                        "logger": t.logger, "monitor_args": t.monitor_args,
                         "log_level": t.log_level, "log_group_by_node": t.log_group_by_node,
                         "project_name": t.project_name, "experiment_name": f"{t.experiment_name}_{name}"}}
 
@@ -238,7 +229,7 @@ def run_stage(stage: Stage, dist: Dist = SINGLE) -> None:
             elif stage.kind == "dpo":
                 from rft.trainer.dpo import DPOTrainer
 
-                DPOTrainer(stage.cfg).fit()
+                DPOTrainer(stage.cfg, dist).fit()
             else:
                 from rft.trainer.run import SyncRun
 
