@@ -156,11 +156,14 @@ class Explorer:
         self.served = ServedModels(cfg, "data_processor.experience_pipeline")
         # data_processor.experience_pipeline, None without
         self.pipeline = ExperiencePipeline.from_config(cfg, self.served)
+        self.streaming = None  # groups streamed through an engine server (`rft.explorer.streaming`), set by the run
 
     def close(self) -> None:
         """The experience pipeline's Data-Juicer worker or server and the models served for it, stopped."""
         if self.pipeline is not None:
             self.pipeline.close()
+        if self.streaming is not None:
+            self.streaming.close()
         self.served.close()
 
     # ----------------------------------------------------------------------------------------- state
@@ -222,8 +225,7 @@ class Explorer:
 
     def generate_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         """One step of simple_workflow: one batched generation over the step's tasks, scored."""
-        batch, rows = self.generate_and_score(timer)
-        metrics: dict[str, float] = {}
+        batch, rows, metrics = self.generate_and_score(timer)
         if self.cfg.algorithm.filter_groups.enable:
             batch, metrics = self.dynamic_sampling(batch, rows, timer)
         self.step += 1
@@ -231,21 +233,31 @@ class Explorer:
         metrics["perf/gen_tokens_per_s"] = n_resp / max(timer.times["gen"], 1e-9)
         groups = [f"{self.step}-{int(g)}" for g in batch.group]
         info = {"position": batch.group.tolist(), "explore_step": [self.step] * len(batch)}
-        return from_batch(batch, groups, self.engine.version, info), metrics
+        experiences = from_batch(batch, groups, self.engine.version, info)
+        for e in experiences:  # a streamed response may span versions: its age is its oldest token's
+            if e.versions is not None and len(e.versions):
+                e.model_version = int(e.versions.min())
+        return experiences, metrics
 
-    def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor]]:
+    def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor], dict[str, float]]:
         """One generation batch (`data.train_batch_size` prompts, or `data.gen_batch_size` with dynamic sampling),
-        scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch
-        and its per-row reward values by name."""
-        prompts = self.next_tasks()
-        positions = None
-        if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
-            positions = step_shard(len(prompts), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
-                                   self.dist.rank, self.dist.world_size,
-                                   lengths=[len(p.ids) for p in prompts] if self.cfg.trainer.balance_batch else None)
-            prompts = [prompts[i] for i in positions]
-        with timer("gen"):
-            batch = self.generate_batch(prompts, positions)
+        scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch,
+        its per-row reward values by name and the stream's metrics (streaming: the first complete groups)."""
+        metrics: dict[str, float] = {}
+        if self.streaming is not None:
+            with timer("gen"):
+                prompts, batch, metrics = self.streaming.take(self.tokenizer)
+        else:
+            prompts = self.next_tasks()
+            positions = None
+            if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
+                positions = step_shard(len(prompts), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
+                                       self.dist.rank, self.dist.world_size,
+                                       lengths=[len(p.ids) for p in prompts] if self.cfg.trainer.balance_batch
+                                       else None)
+                prompts = [prompts[i] for i in positions]
+            with timer("gen"):
+                batch = self.generate_batch(prompts, positions)
         failures: list[str] = []
         with timer("reward"):
             rows = self.rewards.score(batch, failures)
@@ -254,7 +266,7 @@ class Explorer:
         if "reward_baselines" in self.adv_needs:
             with timer("gen_max"):
                 batch.reward_baselines = self.greedy_baselines(prompts)
-        return batch, rows
+        return batch, rows, metrics
 
     def generate_batch(self, prompts: list[Prompt], positions: list[int] | None = None) -> Batch:
         """n responses to each of `prompts`; `positions`: the prompts' places in the step's batch of all ranks
@@ -330,7 +342,7 @@ class Explorer:
                     f"{fg.max_num_gen_batches}): the responses to most prompts agree in "
                     f"{fg.metric!r}. Use easier or harder data, raise max_num_gen_batches, or set it to 0 (no limit)"
                 )
-            batch, rows = self.generate_and_score(timer)
+            batch, rows, _ = self.generate_and_score(timer)
         if self.dist.enabled:
             batch = self._kept_share(kept, want)
         else:
