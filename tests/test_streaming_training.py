@@ -19,7 +19,6 @@ from test_async_rollout import ASYNC, metrics, overrides, weights
 from rft.config.errors import ConfigError
 from rft.experience import Experience
 from rft.rollout.base import SamplingParams
-from rft.rollout.remote import GroupStream
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -53,6 +52,8 @@ class ScriptedServer:
 
 
 def test_a_group_stream_hands_out_groups_as_they_finish_or_in_task_order():
+    from rft.rollout.remote import GroupStream
+
     server = ScriptedServer()
     stream = GroupStream(server, SamplingParams(n=2))
     for k in range(4):
