@@ -84,6 +84,26 @@ def test_a_group_stream_hands_out_groups_as_they_finish_or_in_task_order():
     stream.close()
 
 
+def test_the_endpoint_queues_a_burst_of_connections_a_request_a_group():
+    """A streaming explorer opens a connection per group at once: 64 are queued before the server accepts any
+    (socketserver's backlog of 5 reset or dropped them: bench/streaming.py --trainer's runs died of it)."""
+    import socket
+    from http.server import BaseHTTPRequestHandler
+
+    from rft.explorer.server import _listen
+
+    server = _listen(0, BaseHTTPRequestHandler)
+    clients = []
+    try:
+        for _ in range(64):
+            clients.append(socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=3))
+    finally:
+        for c in clients:
+            c.close()
+        server.server_close()
+    assert len(clients) == 64
+
+
 @pytest.mark.parametrize("keys, message", [
     ([STREAM], r"async_training.staleness_threshold=1 streams the rollout through the engine server .* "
                r"actor_rollout_ref.rollout.mode='sync'"),
