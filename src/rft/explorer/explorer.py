@@ -131,6 +131,10 @@ def rank_stream(shared: torch.Generator, rank: int) -> torch.Generator:
 
 
 class Explorer:
+    streaming = None
+    """A `StreamingRollout` where the run streams groups through its engine server (`rft.explorer.streaming`), set
+    by the run; None: each step generates its own batch."""
+
     def __init__(self, cfg, tokenizer, engine, rewards: RewardPipeline, taskset,
                  val_set: PromptDataset | None = None, dist: Dist = SINGLE):
         """`engine`: the rollout engine (its `model` is the policy it samples from; `version` the weights'
@@ -156,7 +160,6 @@ class Explorer:
         self.served = ServedModels(cfg, "data_processor.experience_pipeline")
         # data_processor.experience_pipeline, None without
         self.pipeline = ExperiencePipeline.from_config(cfg, self.served)
-        self.streaming = None  # groups streamed through an engine server (`rft.explorer.streaming`), set by the run
 
     def close(self) -> None:
         """The experience pipeline's Data-Juicer worker or server and the models served for it, stopped."""
@@ -225,7 +228,8 @@ class Explorer:
 
     def generate_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         """One step of simple_workflow: one batched generation over the step's tasks, scored."""
-        batch, rows, metrics = self.generate_and_score(timer)
+        batch, rows = self.generate_and_score(timer)
+        metrics: dict[str, float] = dict(self.streaming.metrics) if self.streaming is not None else {}
         if self.cfg.algorithm.filter_groups.enable:
             batch, metrics = self.dynamic_sampling(batch, rows, timer)
         self.step += 1
@@ -239,14 +243,13 @@ class Explorer:
                 e.model_version = int(e.versions.min())
         return experiences, metrics
 
-    def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor], dict[str, float]]:
+    def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor]]:
         """One generation batch (`data.train_batch_size` prompts, or `data.gen_batch_size` with dynamic sampling),
-        scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch,
-        its per-row reward values by name and the stream's metrics (streaming: the first complete groups)."""
-        metrics: dict[str, float] = {}
+        scored (and its per-prompt baselines); with several processes this rank's share of them; streaming, the
+        first complete groups. Returns the batch and its per-row reward values by name."""
         if self.streaming is not None:
             with timer("gen"):
-                prompts, batch, metrics = self.streaming.take(self.tokenizer)
+                prompts, batch = self.streaming.take(self.tokenizer)
         else:
             prompts = self.next_tasks()
             positions = None
@@ -266,7 +269,7 @@ class Explorer:
         if "reward_baselines" in self.adv_needs:
             with timer("gen_max"):
                 batch.reward_baselines = self.greedy_baselines(prompts)
-        return batch, rows, metrics
+        return batch, rows
 
     def generate_batch(self, prompts: list[Prompt], positions: list[int] | None = None) -> Batch:
         """n responses to each of `prompts`; `positions`: the prompts' places in the step's batch of all ranks
@@ -342,7 +345,7 @@ class Explorer:
                     f"{fg.max_num_gen_batches}): the responses to most prompts agree in "
                     f"{fg.metric!r}. Use easier or harder data, raise max_num_gen_batches, or set it to 0 (no limit)"
                 )
-            batch, rows, _ = self.generate_and_score(timer)
+            batch, rows = self.generate_and_score(timer)
         if self.dist.enabled:
             batch = self._kept_share(kept, want)
         else:

@@ -40,6 +40,7 @@ class StreamingRollout:
         self.groups = GroupStream(engine, params)
         self.tasks: dict[int, int] = {}  # outstanding group -> its task's dataset position
         self.next_key = 0
+        self.metrics: dict[str, float] = {}  # the last `take`'s
 
     def fill(self) -> None:
         """New generation batches sent while one fits under the bound: each task its own request, or (deterministic)
@@ -59,17 +60,18 @@ class StreamingRollout:
             for key, prompt in zip(keys, prompts):
                 self.groups.submit([key], [prompt])
 
-    def take(self, tokenizer) -> tuple[list[Prompt], Batch, dict[str, float]]:
-        """A step's groups (sent first, filled up to the bound): their prompts, their batch and the stream's
-        metrics: groups left outstanding, rows whose tokens span more than one weight version."""
+    def take(self, tokenizer) -> tuple[list[Prompt], Batch]:
+        """A step's groups (sent first, filled up to the bound): their prompts and their batch; `metrics` then
+        says the groups left outstanding and the rows whose tokens span more than one weight version."""
         self.fill()
         groups = self.groups.take(self.batch_size, in_order=self.deterministic)
         prompts = [self.taskset.dataset[self.tasks.pop(key)] for key, _ in groups]
         rows = [row for _, group in groups for row in group]
         batch = output_batch(tokenizer, prompts, self.engine.padded(rows), len(groups[0][1]))
         spanning = sum(len(set(row["versions"])) > 1 for row in rows)
-        return prompts, batch, {"rollout/stream/outstanding_groups": float(self.groups.outstanding),
-                                "rollout/stream/partial_rows": float(spanning)}
+        self.metrics = {"rollout/stream/outstanding_groups": float(self.groups.outstanding),
+                        "rollout/stream/partial_rows": float(spanning)}
+        return prompts, batch
 
     def before_sync(self) -> None:
         """Without partial rollouts (or deterministic), the requests in flight finish with the weights they began."""
