@@ -1,6 +1,9 @@
 """Streaming rollouts against step-synchronous ones on a long-tailed workload, at the engine level (issue 62 item 7).
 
     OMP_NUM_THREADS=1 python bench/streaming.py [--quick] [--repeats 3] [--models tiny wide] [--no-write] [--profile]
+    OMP_NUM_THREADS=1 python bench/streaming.py --trainer [--quick] [--repeats 3] [--steps 6] [--response 96]
+
+`--trainer`: GRPO runs, step-synchronous against streaming through the engine server (bench/streaming_trainer.py).
 
 Side by side in one invocation, the same requests and token budgets through the hf engine, the modes alternating
 within each round so that a slow spell of this shared machine hits each:
@@ -251,7 +254,23 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", choices=sorted(SHAPES), default=["tiny", "wide"])
     ap.add_argument("--profile", action="store_true", help="print a profile of one streaming run of each model")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    ap.add_argument("--trainer", action="store_true", help="the trainer level instead: GRPO runs step-synchronous "
+                                                           "against streaming (bench/streaming_trainer.py)")
+    ap.add_argument("--steps", type=int, default=6, help="--trainer: steps a run")
+    ap.add_argument("--response", type=int, default=96, help="--trainer: the response cap")
+    ap.add_argument("--stop", type=int, default=12, help="--trainer: a response stops w.p. ~1/stop a token")
     args = ap.parse_args()
+    if args.trainer:
+        from streaming_trainer import measure as trainer_level
+
+        lines = trainer_level(1 if args.quick else args.repeats, 3 if args.quick else args.steps, args.response,
+                              args.stop, prompts=8, n=4)
+        print("\n".join(lines))
+        if not (args.no_write or args.quick):
+            append_section("streaming against step-synchronous rollouts, trainer level (bench/streaming.py "
+                           "--trainer)", lines)
+            print("appended to bench/RESULTS.md")
+        return
     configure_cpu_runtime()
     torch.set_num_threads(1)
     shapes = list(QUICK.values()) if args.quick else [SHAPES[m] for m in args.models]

@@ -1180,6 +1180,31 @@ class SynchronizerConfig:
 
 
 @dataclass
+class AsyncTrainingConfig:
+    """verl's fully-async recipe (recipe.fully_async_policy), read with actor_rollout_ref.rollout.mode=async: the
+    explorer streams groups through the engine server (docs/rollout.md, "Streaming in training")."""
+    staleness_threshold: Optional[float] = fld(
+        None, "verl's freshness bound: with actor_rollout_ref.rollout.mode=async the explorer streams, keeping up to "
+              "(1 + staleness_threshold) x data.train_batch_size groups started and not yet trained (verl: samples "
+              "before a parameter sync), new tasks sent as groups finish; each step trains the first "
+              "data.train_batch_size complete groups. null: no streaming (each step generates its own batch). >= 0.")
+    partial_rollout: bool = fld(
+        True, "verl's: requests still running when the weights change go on with the new weights from their next "
+              "decode step, each token keeping the version that drew it; false: the sync waits for them to finish.")
+    deterministic: bool = fld(
+        False, "rft's own (verl and Trinity-RFT have none): groups trained in task order, not completion order; each "
+               "step's new tasks go to the server as one seeded request, finished before the weights change (no "
+               "partial rollouts), so two runs with one seed are bitwise equal and a resumed run ends with the "
+               "uninterrupted one's weights. Costs the rows that finish early waiting for their step's request.")
+    trigger_parameter_sync_step: int = fld(
+        1, "verl's: trainer steps between two parameter syncs.",
+        unsupported="rft syncs the engine server after every trainer step")
+    require_batches: int = fld(
+        1, "verl's: ppo mini-batches the trainer fetches at once.",
+        unsupported="a streaming step trains data.train_batch_size groups, its mini-batches as a step's")
+
+
+@dataclass
 class WorkflowConfig:
     type: str = fld(
         "simple_workflow",
@@ -1367,3 +1392,5 @@ class RFTConfig:
     data_processor: DataProcessorConfig = sub(
         DataProcessorConfig, "Operators over the tasks and over the experiences (rft keys, Trinity-RFT's names).")
     ray_init: RayInitConfig = sub(RayInitConfig, "Ray as the launcher (verl's section; docs/cluster.md).")
+    async_training: AsyncTrainingConfig = sub(
+        AsyncTrainingConfig, "Streaming rollouts in async mode (verl's fully-async recipe keys; docs/rollout.md).")

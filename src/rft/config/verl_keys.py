@@ -95,11 +95,16 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("actor_rollout_ref.nccl_timeout", NOOP, PLUMBING),
     VerlKey("trainer.esi_redundant_time", NOOP, PLUMBING),
     VerlKey("trainer.use_legacy_worker_impl", NOOP, PLUMBING),
-    VerlKey("async_training.*", REFUSE, "verl's fully-async recipe (recipe.fully_async_policy: a rollouter running "
-            "ahead of the trainer within staleness_threshold, partial_rollout, trigger_parameter_sync_step) is not "
-            "rft train's loop; rft's actor_rollout_ref.rollout.mode=async is verl's PPO meaning (on-policy steps, "
-            "the engine in a server process), and an explorer ahead of the trainer is trainer.mode=both with "
-            "synchronizer.sync_offset (docs/rollout.md)"),
+    # verl's fully-async recipe: staleness_threshold, partial_rollout and the sync cadence are rft's async_training
+    # section (streaming in mode async, docs/rollout.md); these have no counterpart
+    VerlKey("async_training.checkpoint_engine.*", REFUSE, "verl's checkpoint-engine broadcast (NCCL buckets between "
+            "Ray workers) is not in rft: the engine server loads each sync's weights from a file"),
+    VerlKey("async_training.use_trainer_do_validate", REFUSE, "rft validates with the engine that explores"),
+    VerlKey("async_training.use_rollout_log_probs", REFUSE, "rft's losses take the rollout log-probs through "
+            "algorithm.rollout_correction (and the old log-probs recomputed by the trainer where a step has several "
+            "mini-batches), not through this switch"),
+    VerlKey("async_training.compute_prox_log_prob", REFUSE, "decoupled PPO's proximal log-probs are not in rft "
+            "yet; algorithm.rollout_correction corrects for the staleness"),
     VerlKey("transfer_queue.enable", DEFAULT, "verl's transfer queue (a data plane between Ray workers) is not in "
             "rft, which has no Ray workers to feed", ok=(False,)),
     VerlKey("ray_kwargs.ray_init.*", ALIAS, "rft's Ray settings are the top-level ray_init section",

@@ -243,3 +243,41 @@ def check_workflow(ctx: CheckContext) -> None:
             from rft.explorer.verl_tools import check_tool_config
 
             check_tool_config(wf.tool_config_path, tools)
+
+
+@CHECKS.register("explorer.streaming")
+def check_streaming(ctx: CheckContext) -> None:
+    """async_training (verl's fully-async keys): streaming runs in the async path only, where the run's explorer and
+    trainer take turns in one process with the engine in its server (`rft.explorer.streaming`); what it cannot
+    honour is refused by name."""
+    from rft.rollout.engines import unserved_reason
+
+    cfg, a = ctx.cfg, ctx.cfg.async_training
+    if a.staleness_threshold is None:
+        for key, value, default in (("partial_rollout", a.partial_rollout, True),
+                                    ("deterministic", a.deterministic, False)):
+            if value != default:
+                raise ConfigError(f"async_training.{key}={value} has no effect: streaming is off "
+                                  "(async_training.staleness_threshold is null); set staleness_threshold (0 or more) "
+                                  f"with actor_rollout_ref.rollout.mode=async, or drop async_training.{key}")
+        return
+    where = f"async_training.staleness_threshold={a.staleness_threshold:g}"
+    if a.staleness_threshold < 0:
+        raise ConfigError(f"{where}: it must be 0 or more (the groups outstanding beyond a step's, as a share of "
+                          "data.train_batch_size)")
+    why = unserved_reason(cfg, ctx.world_size)
+    if why is None and not is_synchronous(cfg):
+        s = cfg.synchronizer
+        why = (f"synchronizer.sync_interval={s.sync_interval}, sync_offset={s.sync_offset} (streaming bounds the "
+               "explorer's lead itself: leave them 1 and 0)")
+    if why is None and cfg.algorithm.filter_groups.enable:
+        why = "algorithm.filter_groups.enable=true (dynamic sampling draws further batches; a stream takes groups)"
+    if why is None and cfg.data.task_storage == "queue":
+        why = "data.task_storage='queue' (a stream names its tasks by their dataset positions)"
+    if why is None and "reward_baselines" in estimator_spec(cfg.algorithm.adv_estimator).needs:
+        why = (f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} (its greedy baselines are a second "
+               "generation beside the stream)")
+    if why is not None:
+        raise ConfigError(f"{where} streams the rollout through the engine server of actor_rollout_ref.rollout."
+                          f"mode=async, which this run cannot have: {why}; set that, or leave "
+                          "async_training.staleness_threshold null")

@@ -15,7 +15,7 @@ from rft.data.dataset import Prompt, PromptDataset, left_pad
 from rft.rewards import score_responses
 from rft.rewards.scoring import FAILED, UNSCORED_VALIDATION, report_failures
 from rft.rollout import HFRollout, SamplingParams
-from rft.rollout.base import eos_token_ids  # noqa: F401  (public here before it moved down to the engines)
+from rft.rollout.base import RolloutOutput, eos_token_ids  # noqa: F401  (eos_token_ids: public here before it moved down)
 
 
 def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: SamplingParams,
@@ -25,7 +25,13 @@ def rollout_batch(rollout: HFRollout, tokenizer, prompts: list[Prompt], params: 
     images = [p.images for p in prompts] if any(p.images for p in prompts) else None
     out = (rollout.generate(prompt_ids, prompt_mask, params, generator) if images is None
            else rollout.generate(prompt_ids, prompt_mask, params, generator, images=images))
-    n = params.n
+    return output_batch(tokenizer, prompts, out, params.n)
+
+
+def output_batch(tokenizer, prompts: list[Prompt], out: RolloutOutput, n: int) -> Batch:
+    """The `Batch` of `out`, `n` responses to each of `prompts` (rows of one prompt adjacent)."""
+    prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], tokenizer.pad_token_id)
+    images = [p.images for p in prompts] if any(p.images for p in prompts) else None
     rep = lambda xs: [x for x in xs for _ in range(n)]
     return Batch(
         prompt_ids=prompt_ids.repeat_interleave(n, 0), prompt_mask=prompt_mask.repeat_interleave(n, 0),

@@ -132,6 +132,10 @@ def rank_stream(shared: torch.Generator, rank: int) -> torch.Generator:
 
 
 class Explorer:
+    streaming = None
+    """A `StreamingRollout` where the run streams groups through its engine server (`rft.explorer.streaming`), set
+    by the run; None: each step generates its own batch."""
+
     def __init__(self, cfg, tokenizer, engine, rewards: RewardPipeline, taskset,
                  val_set: PromptDataset | None = None, dist: Dist = SINGLE):
         """`engine`: the rollout engine (its `model` is the policy it samples from; `version` the weights'
@@ -161,6 +165,8 @@ class Explorer:
         """The experience pipeline's Data-Juicer worker or server and the models served for it, stopped."""
         if self.pipeline is not None:
             self.pipeline.close()
+        if self.streaming is not None:
+            self.streaming.close()
         self.served.close()
 
     # ----------------------------------------------------------------------------------------- state
@@ -223,7 +229,7 @@ class Explorer:
     def generate_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         """One step of simple_workflow: one batched generation over the step's tasks, scored."""
         batch, rows = self.generate_and_score(timer)
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float] = dict(self.streaming.metrics) if self.streaming is not None else {}
         if self.cfg.algorithm.filter_groups.enable:
             batch, metrics = self.dynamic_sampling(batch, rows, timer)
         self.step += 1
@@ -231,21 +237,30 @@ class Explorer:
         metrics["perf/gen_tokens_per_s"] = n_resp / max(timer.times["gen"], 1e-9)
         groups = [f"{self.step}-{int(g)}" for g in batch.group]
         info = {"position": batch.group.tolist(), "explore_step": [self.step] * len(batch)}
-        return from_batch(batch, groups, self.engine.version, info), metrics
+        experiences = from_batch(batch, groups, self.engine.version, info)
+        for e in experiences:  # a streamed response may span versions: its age is its oldest token's
+            if e.versions is not None and len(e.versions):
+                e.model_version = int(e.versions.min())
+        return experiences, metrics
 
     def generate_and_score(self, timer: Timer) -> tuple[Batch, dict[str, torch.Tensor]]:
         """One generation batch (`data.train_batch_size` prompts, or `data.gen_batch_size` with dynamic sampling),
-        scored (and its per-prompt baselines); with several processes this rank's share of them. Returns the batch
-        and its per-row reward values by name."""
-        prompts = self.next_tasks()
-        positions = None
-        if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
-            positions = step_shard(len(prompts), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
-                                   self.dist.rank, self.dist.world_size,
-                                   lengths=[len(p.ids) for p in prompts] if self.cfg.trainer.balance_batch else None)
-            prompts = [prompts[i] for i in positions]
-        with timer("gen"):
-            batch = self.generate_batch(prompts, positions)
+        scored (and its per-prompt baselines); with several processes this rank's share of them; streaming, the
+        first complete groups. Returns the batch and its per-row reward values by name."""
+        if self.streaming is not None:
+            with timer("gen"):
+                prompts, batch = self.streaming.take(self.tokenizer)
+        else:
+            prompts = self.next_tasks()
+            positions = None
+            if self.dist.enabled:  # this rank's share of every mini-batch of the step's prompts
+                positions = step_shard(len(prompts), self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
+                                       self.dist.rank, self.dist.world_size,
+                                       lengths=[len(p.ids) for p in prompts] if self.cfg.trainer.balance_batch
+                                       else None)
+                prompts = [prompts[i] for i in positions]
+            with timer("gen"):
+                batch = self.generate_batch(prompts, positions)
         failures: list[str] = []
         with timer("reward"):
             rows = self.rewards.score(batch, failures)

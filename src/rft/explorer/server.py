@@ -159,13 +159,20 @@ def _eos_ids(handle: ModelHandle) -> list[int]:
     return eos if eos is not None else [i for i in [handle.tokenizer.eos_token_id] if i is not None]
 
 
+class _Listener(ThreadingHTTPServer):
+    """socketserver's listen backlog is 5: a streaming explorer's burst of requests (a request a group) overflowed
+    it, and the kernel reset the connections it could not queue."""
+
+    request_queue_size = 1024
+
+
 def _listen(port: int, handler, port_key: str = "workflow.endpoint_port") -> ThreadingHTTPServer:
     """The server on 127.0.0.1:`port`; a port it cannot have is the config's fault, said in one line naming
     the key (the OS error alone read "Address already in use ... check the path and the file system")."""
     import errno
 
     try:
-        return ThreadingHTTPServer(("127.0.0.1", port), handler)
+        return _Listener(("127.0.0.1", port), handler)
     except OSError as e:
         from rft.config import ConfigError
 

@@ -89,7 +89,11 @@ class FileTaskset:
         return self.sampler.epoch
 
     def next_batch(self) -> list[Prompt]:
-        return [self.dataset[i] for i in self.sampler.next_batch()]
+        return [self.dataset[i] for i in self.next_indices()]
+
+    def next_indices(self) -> list[int]:
+        """The next generation batch as dataset positions (a streaming explorer's checkpoint names its tasks so)."""
+        return list(self.sampler.next_batch())
 
     @property
     def drawn(self) -> int:

@@ -36,8 +36,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from urllib.parse import urlsplit
 
 import torch
@@ -167,9 +167,7 @@ class RemoteRollout:
                  generator: torch.Generator | None = None) -> RolloutOutput:
         """`params.n` responses to each prompt row (rows of a prompt adjacent), right-padded as `HFRollout`'s."""
         prompts = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask)]
-        body = {"model": self.model, "n": params.n, "max_tokens": params.max_tokens,
-                "temperature": 0 if params.greedy else params.temperature, "top_p": params.top_p,
-                "ignore_eos": params.ignore_eos, **({"top_k": params.top_k} if params.top_k > 0 else {})}
+        body = self.request_body(params)
         if generator is not None:  # reproducible: one seeded request per server, its share of the prompts in order
             seed = int(torch.randint(0, 2**62, (1,), generator=generator))
             shares = torch.tensor_split(torch.arange(len(prompts)), max(1, min(len(self._live()), len(prompts))))
@@ -178,7 +176,16 @@ class RemoteRollout:
             jobs = [({**body, "prompt": p}, None) for p in prompts]
         with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), self.max_concurrency))) as pool:
             replies = list(pool.map(lambda job: self._complete(*job), jobs))
-        rows = [choice["rft"] for reply in replies for choice in sorted(reply["choices"], key=lambda c: c["index"])]
+        return self.padded([row for reply in replies for row in reply_rows(reply)])
+
+    def request_body(self, params: SamplingParams) -> dict:
+        """A `/v1/completions` body asking for `params` (its prompt to be added)."""
+        return {"model": self.model, "n": params.n, "max_tokens": params.max_tokens,
+                "temperature": 0 if params.greedy else params.temperature, "top_p": params.top_p,
+                "ignore_eos": params.ignore_eos, **({"top_k": params.top_k} if params.top_k > 0 else {})}
+
+    def padded(self, rows: list[dict]) -> RolloutOutput:
+        """Choices' `rft` rows (token ids, log-probs, versions) as one right-padded `RolloutOutput`."""
         width = max(len(r["token_ids"]) for r in rows)
         out = RolloutOutput(torch.full((len(rows), width), self.pad_token_id, dtype=torch.long),
                             torch.zeros(len(rows), width, dtype=torch.long), torch.zeros(len(rows), width),
@@ -255,6 +262,77 @@ class RemoteRollout:
         for process in self.owned:
             stop_process(process)
         self.owned.clear()
+
+
+def reply_rows(reply: dict) -> list[dict]:
+    """A completions reply's rows (each choice's `rft` field) in choice order: a prompt's `n` samples adjacent."""
+    return [choice["rft"] for choice in sorted(reply["choices"], key=lambda c: c["index"])]
+
+
+class GroupStream:
+    """Groups in flight on a `RemoteRollout`'s servers, each handed out once its request is answered (streaming in
+    training, `rft.explorer.streaming`). A group is one task's `n` samples; a request carries one group or several
+    (`submit`), and is answered whole, so a group is never half received. The server's stream interleaves the rows
+    of every request in flight, so a long group holds its own slots only: the others' finish and free theirs."""
+
+    def __init__(self, engine: RemoteRollout, params: SamplingParams):
+        self.engine, self.body, self.n = engine, engine.request_body(params), params.n
+        self._pool = ThreadPoolExecutor(max_workers=engine.max_concurrency, thread_name_prefix="rft-groups")
+        # each group's request (its rows, once answered) and its place in it, in the order submitted
+        self._requests: dict[Hashable, tuple[Future, int]] = {}
+
+    def submit(self, keys: Sequence[Hashable], prompts: Sequence[Sequence[int]], seed: int | None = None) -> None:
+        """One request of `prompts` (`n` samples each), the groups `keys`; `seed`: the server's stream re-seeded
+        first (`RemoteRollout._complete`: with nothing else in flight, its samples depend on the seed and the
+        weights only)."""
+        body = {**self.body, "prompt": [list(p) for p in prompts] if len(prompts) > 1 else list(prompts[0])}
+        future = self._pool.submit(lambda: reply_rows(self.engine._complete(body, seed)))
+        for i, key in enumerate(keys):
+            self._requests[key] = (future, i)
+
+    @property
+    def outstanding(self) -> int:
+        """Groups submitted and not yet taken (in flight or answered)."""
+        return len(self._requests)
+
+    def take(self, count: int, in_order: bool) -> list[tuple[Hashable, list[dict]]]:
+        """`count` answered groups, (key, rows), taken out: the first ones submitted (`in_order`: waiting for each in
+        turn) or the first answered (each in the order submitted among those answered by then). An engine server's
+        error is raised here."""
+        if count > len(self._requests):
+            raise ValueError(f"GroupStream.take({count}): only {len(self._requests)} groups are in flight")
+        keys = list(self._requests)
+        if in_order:
+            chosen = keys[:count]
+        else:
+            while True:
+                chosen = [k for k in keys if self._requests[k][0].done()][:count]
+                if len(chosen) == count:
+                    break
+                wait({f for f, _ in self._requests.values() if not f.done()}, return_when=FIRST_COMPLETED)
+        return [(key, self._rows(*self._requests.pop(key))) for key in chosen]
+
+    def _rows(self, future: Future, index: int) -> list[dict]:
+        return future.result()[index * self.n:(index + 1) * self.n]
+
+    def drain(self) -> None:
+        """Wait until every request in flight is answered (before weights change without partial rollouts, before
+        a checkpoint or a validation)."""
+        for future, _ in list(self._requests.values()):
+            future.result()
+
+    def answered(self) -> dict[Hashable, list[dict]]:
+        """The groups answered and not taken, in the order submitted (after `drain`: every outstanding one)."""
+        return {key: self._rows(f, i) for key, (f, i) in self._requests.items() if f.done()}
+
+    def put(self, key: Hashable, rows: list[dict]) -> None:
+        """A group answered before (a checkpoint's), outstanding again as if just answered."""
+        future: Future = Future()
+        future.set_result(rows)
+        self._requests[key] = (future, 0)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def start_server(model_path: str, *, seed: int, max_num_seqs: int, dtype: str, log_path: str,

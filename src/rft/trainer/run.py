@@ -25,6 +25,7 @@ from rft.errors import RftError
 from rft.experience import to_batch
 from rft.explorer import Explorer, load_tasksets
 from rft.explorer.explorer import GENERATOR
+from rft.explorer.streaming import StreamingRollout
 from rft.explorer.taskset import generation_batch
 from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer, model_identity
@@ -117,6 +118,12 @@ class SyncRun:
                 engine = build_engine(cfg, trainer.model, self.tokenizer, dist.all_true if dist.enabled else None)
                 self.sync = MemorySync(engine)
             self.explorer = Explorer(cfg, self.tokenizer, engine, rewards, taskset, val_set, dist)
+            if self.served is not None and cfg.async_training.staleness_threshold is not None:
+                # verl's fully-async keys: groups streamed through the server under the staleness bound
+                ro = cfg.actor_rollout_ref.rollout
+                self.explorer.streaming = StreamingRollout(
+                    cfg, engine, taskset, self.explorer.sampling_params(ro, n=ro.n, do_sample=ro.do_sample),
+                    self.explorer.generator)
             if self.buffer is None:
                 self.buffer = make_buffer(cfg)
             self._step_metrics: dict = {}
@@ -223,6 +230,9 @@ class SyncRun:
         width = self.dist.max_int(max(len(e.response) for e in read.experiences))
         batch = to_batch(read.experiences, self.tokenizer.pad_token_id, labels, width)
         metrics.update(self.trainer.train_step(batch, step, timer))
+        if self.explorer.streaming is not None:  # without partial rollouts: the requests in flight finish first
+            with timer("sync_wait"):
+                self.explorer.streaming.before_sync()
         with timer("sync"):  # the hf engine shares the model (nothing to do); vLLM reloads its weights if they moved
             self.sync.publish(None, step, changed=self.trainer.actor_moved)
         return metrics
@@ -230,6 +240,8 @@ class SyncRun:
     def validate(self, tracker: Tracker | SilentTracker | None = None) -> dict[str, float]:
         """Validation metrics `val-core/<data_source>/reward/mean@<n>` on the whole validation set; the first
         trainer.log_val_generations samples go to the monitors' val/generations table (val_generations.jsonl)."""
+        if self.explorer.streaming is not None:  # the server's stream holds the validation's rows alone
+            self.explorer.streaming.drain()
         metrics, samples = self.explorer.evaluate()
         if tracker is not None:
             tracker.log_generations(self.global_step, samples[:self.cfg.trainer.log_val_generations])
@@ -241,7 +253,8 @@ class SyncRun:
             step, {"sampler": self.explorer.taskset.state_dict(), "empty_steps": self.empty_steps,
                    # each rank's: every rank asks its auxiliary models (a judge) about its own rows
                    "auxiliary": self.dist.gather_objects(self.explorer.auxiliary_states()),
-                   "metrics": self._step_metrics},
+                   "metrics": self._step_metrics,
+                   **({"stream": self.explorer.streaming.state_dict()} if self.explorer.streaming else {})},
             {GENERATOR: self.explorer.generator})
 
     def resume(self) -> dict | None:
@@ -255,6 +268,8 @@ class SyncRun:
         auxiliary = state.get("auxiliary", [])
         self.explorer.load_auxiliary_states(auxiliary[self.dist.rank] if self.dist.rank < len(auxiliary) else [])
         self.explorer.step = state["global_step"]
+        if self.explorer.streaming is not None and "stream" in state:
+            self.explorer.streaming.load_state_dict(state["stream"])
         self.buffer.truncate_after(state["global_step"])
         self.sync.publish(None, state["global_step"])
         return state.get("metrics")

@@ -70,6 +70,7 @@ RL = (
     "workers.critic",                 # the critic's section, critic_warmup
     "rewards.reward_model",           # a reward model folder, its weights
     "explorer.taskset",               # a taskset stream or table
+    "explorer.streaming",             # async_training: streaming through the engine server
     "sync.synchronizer",              # sync_interval, sync_offset, sync_timeout
     "buffer.experience_buffer",       # read time-out, priority replay, staleness
     "explorer.explorers",             # several explorers share a database buffer
