@@ -61,6 +61,10 @@ REWARD_LOOP = ("verl's reward loop runs the same reward function / reward model 
 FSDP_ENGINE = ("a knob of verl's FSDP engine that changes memory or speed, not the numbers (use_orig_params, "
                "reshard_after_forward, torch.compile, entropy chunking)")
 
+LIGER = ("Liger's fused kernels (RMSNorm, RoPE, SwiGLU, cross-entropy) compute what the model's own modules compute, "
+         "with less memory: rft runs the model's own modules")
+TRITON = "verl's Triton kernels of the fused log-probs compute what rft's torch ones compute: rft runs its own"
+
 
 def _sft_micro(value: Any, flat: Mapping[str, Any]) -> Any:
     """verl's deprecated global SFT micro-batch (rows per micro step over all processes) as rows per process."""
@@ -239,6 +243,10 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("reward_model.use_dynamic_bsz", NOOP, "micro-batching of the reward model's pass (speed only)"),
     VerlKey("reward_model.forward_max_token_len_per_gpu", NOOP, "micro-batching of the reward model's pass "
             "(speed only)"),
+    VerlKey("reward_model.model.fsdp_config.param_offload", NOOP, "the reward model's parameters kept in host memory "
+            "between its passes (GPU memory, not the scores): rft keeps its reward model on the device"),
+    *(VerlKey(p, NOOP, LIGER, schema=s) for p, s in (("actor_rollout_ref.model.use_liger", "rl"),
+                                                     ("model.use_liger", "sft"))),
     VerlKey("reward_model.model.use_shm", DEFAULT, "shared-memory model loading is not in rft", ok=(False,)),
     VerlKey("reward_model.model.use_remove_padding", NOOP, "packing of the reward model's pass (the same scores)"),
     VerlKey("reward_model.model.use_fused_kernels", NOOP, "fused kernels of the reward model's pass (the same scores)"),
@@ -251,8 +259,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("reward_manager.module.*", DEFAULT, "a reward manager from a module is not in rft; a reward function is "
             "custom_reward_function", ok=(None, "custom_reward_manager")),
     # --- algorithm, trainer
-    VerlKey("algorithm.use_pf_ppo", DEFAULT, "PF-PPO (reweighting the batch by reward) is not in rft", ok=(False,)),
-    VerlKey("algorithm.pf_ppo.*", NOOP, "PF-PPO's settings, without algorithm.use_pf_ppo"),
     VerlKey("trainer.rollout_data_dir", DEFAULT, "rft's rollouts of each step are in its experience buffer and "
             "metrics (trainer.log_val_generations for samples); dumping them as JSONL is not in rft", ok=(None,)),
     VerlKey("trainer.validation_data_dir", DEFAULT, "dumping validation generations as JSONL is not in rft "
@@ -310,8 +316,7 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("model.lora_adapter_path", DEFAULT, "starting from a saved LoRA adapter is not in rft yet; merge it into "
             "the model folder first", ok=(None,), schema="sft"),
     VerlKey("model.use_fused_kernels", NOOP, "fused log-prob kernels (the same loss)", schema="sft"),
-    VerlKey("model.fused_kernel_options.impl_backend", DEFAULT, "Triton kernels need Triton and a GPU",
-            ok=("torch", None), schema="sft"),
+    VerlKey("model.fused_kernel_options.impl_backend", NOOP, TRITON, schema="sft"),
     VerlKey("model.tiled_mlp.enabled", DEFAULT, "tiled MLP computation is not in rft", ok=(False,), schema="sft"),
     VerlKey("model.tiled_mlp.*", NOOP, "tiled MLP settings, without tiled_mlp.enabled", schema="sft"),
     VerlKey("model.mtp.enable*", DEFAULT, "multi-token prediction (MTP) training is not in rft", ok=(False,),
