@@ -229,3 +229,40 @@ def test_kernel_and_memory_knobs_of_the_same_numbers_are_noted(caplog):
     assert "model.use_liger" in said and "model.fused_kernel_options.impl_backend" in said, said
     with pytest.raises(ConfigError, match="sharding the reward model"):  # a sharded reward model still is not
         rl("reward_model.enable=True", "reward_model.model.path=rm", "reward_model.model.fsdp_config.fsdp_size=2")
+
+
+def test_a_saved_lora_adapter_is_the_start(tmp_path, caplog):
+    """verl's actor_rollout_ref.model.lora_adapter_path (it was refused): the adapter's r, alpha and target modules
+    become rft's LoRA keys (verl ignores its own then: a value given is replaced, said in the note), and the
+    policy starts from the adapter's weights; a folder with no adapter_config.json is refused by name."""
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from rft.config.checks import CheckContext
+    from rft.models.checks import check_lora
+    from rft.models.load import load_trainable_model
+    from rft.models.tiny import init_model
+
+    folder = init_model("tiny", tmp_path / "model")
+    saved = get_peft_model(AutoModelForCausalLM.from_pretrained(folder),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj", "q_proj"]))
+    torch.manual_seed(0)
+    for name, p in saved.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_()  # peft starts B at 0: a trained adapter's is not
+    saved.save_pretrained(tmp_path / "adapter")
+    caplog.set_level(logging.WARNING, "rft")
+    cfg = rl(f"actor_rollout_ref.model.path={folder}", f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/adapter",
+             "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.model.lora_alpha=16")  # verl's defaults
+    model_cfg = cfg.actor_rollout_ref.model
+    assert (model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) == (4, 8, ["q_proj", "v_proj"])
+    assert "actor_rollout_ref.model.lora_rank=4 (not 0)" in notes(caplog)
+    model = load_trainable_model(str(folder), model_cfg, torch.float32, torch.device("cpu"),
+                                 key="actor_rollout_ref.model")
+    want, got = get_peft_model_state_dict(saved), get_peft_model_state_dict(model)
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert any(p.requires_grad for n, p in model.named_parameters() if "lora_B" in n)  # trained on
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="lora_adapter_path=.*has no adapter_config.json"):
+        check_lora(CheckContext(rl(f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/empty"), check_paths=True))

@@ -339,6 +339,10 @@ class ModelConfig:
                         unsupported="shared-memory model loading", also=(ANY_VALUE,))
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a peft LoRA adapter.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
+    lora_adapter_path: Optional[str] = fld(
+        None, "A saved peft LoRA adapter folder (adapter_config.json, adapter_model.safetensors) the policy starts "
+        "from, as verl's key: the adapter's weights are loaded and trained on, and its r, lora_alpha and "
+        "target_modules are lora_rank, lora_alpha and target_modules (set there, they must match the adapter's).")
     target_modules: Any = fld(
         "all-linear", "LoRA target modules: 'all-linear', a list of module names, or a regex string."
     )
@@ -424,7 +428,7 @@ class FSDPConfig:
                                  unsupported="FSDP forward prefetch (a GPU communication overlap)", also=(ANY_VALUE,))
     fsdp_size: int = fld(
         -1, "Processes one copy of the model is sharded over (several processes): -1 or the number of processes "
-        "shards over all of them; a divisor of it is hybrid sharding, a (processes / fsdp_size, fsdp_size) device "
+        "(or more, as in verl) shards over all of them; a divisor of it is hybrid sharding, a (processes / fsdp_size, fsdp_size) device "
         "mesh: groups of fsdp_size processes each hold a sharded copy, the groups replicate it and all-reduce the "
         "gradients (FSDP2 fully_shard over the 2-D mesh, FSDP1 HYBRID_SHARD; 1, a whole copy per process, needs "
         "fsdp2: torch's FSDP1 makes a one-process group NO_SHARD, without the all-reduce). Memory per process grows "

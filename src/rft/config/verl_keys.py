@@ -24,8 +24,10 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import json
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from rft.config.errors import ConfigError
@@ -158,8 +160,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("actor_rollout_ref.model.hf_config_path", DEFAULT, "rft reads the model's config from its folder "
             "(actor_rollout_ref.model.path)", ok=(None,)),
     VerlKey("actor_rollout_ref.model.tokenizer_path", ALIAS, "rft's key", to="data.tokenizer"),
-    VerlKey("actor_rollout_ref.model.lora_adapter_path", DEFAULT, "starting from a saved LoRA adapter is not in rft "
-            "yet; merge it into the model folder first", ok=(None,)),
     VerlKey("*.model.tiled_mlp.enabled", DEFAULT, "tiled MLP computation (a memory knob of long sequences) is not "
             "in rft", ok=(False,)),
     VerlKey("*.model.tiled_mlp.num_shards", NOOP, "tiled MLP settings, without tiled_mlp.enabled"),
@@ -566,6 +566,31 @@ def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field
         _pop(layer, MT, field_type)
 
 
+ADAPTER = "actor_rollout_ref.model"
+ADAPTER_KEYS = {"lora_rank": "r", "lora_alpha": "lora_alpha", "target_modules": "target_modules"}
+"""rft's LoRA keys and the adapter_config.json entries verl reads them from when it starts from a saved adapter."""
+
+
+def _lora_adapter(layers: list[dict], flat: Mapping[str, Any], done: Sorted) -> None:
+    """verl's `model.lora_adapter_path`: the adapter's own r, lora_alpha and target_modules (adapter_config.json,
+    which peft's PeftModel.from_pretrained in verl's worker reads) become rft's LoRA keys, in the last layer (over any
+    other); verl ignores its lora_rank / lora_alpha / target_modules then, so a value the config gives
+    them is replaced, said in the note. A folder without adapter_config.json is left to the models.lora check."""
+    path = flat.get(f"{ADAPTER}.lora_adapter_path")
+    if not isinstance(path, str) or _wired(path):
+        return
+    config = Path(path).expanduser() / "adapter_config.json"
+    if not config.is_file():
+        return
+    adapter = json.loads(config.read_text())
+    for key, entry in ADAPTER_KEYS.items():
+        value, given = adapter.get(entry), flat.get(f"{ADAPTER}.{key}", _put)
+        value = sorted(value) if isinstance(value, (set, tuple, list)) else value
+        _put(layers[-1], f"{ADAPTER}.{key}", value)
+        done.note("verl's LoRA settings, the adapter's own (adapter_config.json of lora_adapter_path)",
+                  f"{ADAPTER}.{key}={value!r}" + (f" (not {given!r})" if given is not _put and given != value else ""))
+
+
 def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
              where: Callable[[str, int], str]) -> Sorted:
     """Each layer's keys that the table knows, in place: removed (NOOP, DEFAULT at its default, SAME: checked later),
@@ -582,6 +607,7 @@ def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
                 raise ConfigError(f"{source + ': ' if source else ''}{key}='megatron': {MEGATRON}")
     if schema == "rl":
         _multi_turn(layers, flat, done, field_type, where)
+        _lora_adapter(layers, flat, done)
     for i, layer in enumerate(layers):
         for key, value in _leaves(layer):
             if _is_field(field_type, key):

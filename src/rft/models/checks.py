@@ -45,7 +45,13 @@ def check_hub_ids(ctx: CheckContext) -> None:
 
 @CHECKS.register("models.lora")
 def check_lora(ctx: CheckContext) -> None:
-    check_lora_rank("actor_rollout_ref.model.lora_rank", ctx.cfg.actor_rollout_ref.model.lora_rank)
+    """The LoRA rank; a saved adapter to start from (lora_adapter_path) is a peft adapter folder."""
+    model = ctx.cfg.actor_rollout_ref.model
+    check_lora_rank("actor_rollout_ref.model.lora_rank", model.lora_rank)
+    folder = model.lora_adapter_path
+    if folder and ctx.check_paths and not (Path(folder).expanduser() / "adapter_config.json").is_file():
+        raise ConfigError(f"actor_rollout_ref.model.lora_adapter_path={folder!r} has no adapter_config.json: set it to "
+                          "a peft adapter folder (a LoRA adapter saved with save_pretrained), or remove it")
 
 
 @CHECKS.register("models.override_config")
