@@ -263,6 +263,12 @@ def test_a_saved_lora_adapter_is_the_start(tmp_path, caplog):
     want, got = get_peft_model_state_dict(saved), get_peft_model_state_dict(model)
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
     assert any(p.requires_grad for n, p in model.named_parameters() if "lora_B" in n)  # trained on
+    from rft.errors import ModelError
+
     (tmp_path / "empty").mkdir()
+    unread = rl(f"actor_rollout_ref.model.path={folder}", f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/empty")
+    with pytest.raises(ModelError, match="has no adapter_config.json"):  # never trained without its adapter
+        load_trainable_model(str(folder), unread.actor_rollout_ref.model, torch.float32, torch.device("cpu"),
+                             key="actor_rollout_ref.model")
     with pytest.raises(ConfigError, match="lora_adapter_path=.*has no adapter_config.json"):
         check_lora(CheckContext(rl(f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/empty"), check_paths=True))

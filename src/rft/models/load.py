@@ -610,11 +610,17 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
         log.info("%s: the trained model is exported in %s, as saved", path, str(saved).removeprefix("torch."))
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    adapter = getattr(model_cfg, "lora_adapter_path", None)
+    if adapter and model_cfg.lora_rank == 0:  # the config loader found no adapter_config.json to read the rank from
+        from rft.errors import ModelError
+
+        raise ModelError(f"{key}.lora_adapter_path={adapter!r} has no adapter_config.json: set it to a peft adapter "
+                         "folder (a LoRA adapter saved with save_pretrained), or remove it")
     if model_cfg.lora_rank > 0:
         model = apply_lora(model, model_cfg,
                            task_type="SEQ_CLS" if reward_head else "TOKEN_CLS" if value_head else "CAUSAL_LM")
-        if getattr(model_cfg, "lora_adapter_path", None):
-            load_adapter(model, model_cfg.lora_adapter_path, f"{key}.lora_adapter_path")
+        if adapter:
+            load_adapter(model, adapter, f"{key}.lora_adapter_path")
     freeze = getattr(model_cfg, "freeze_vision_tower", True) if freeze_vision is None else freeze_vision
     if freeze and vision_for(path, key) is not None:
         frozen = freeze_vision_tower(model)
