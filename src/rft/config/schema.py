@@ -325,7 +325,8 @@ class ModelConfig:
         "vision encoder, and freezing it saves its gradients and optimizer state). Without a vision tower: no effect.")
     use_liger: bool = fld(False, "Liger kernels: verl patches the model's RMSNorm, RoPE, SwiGLU and cross-entropy "
                           "with Liger's fused kernels, for memory and speed; they compute the same functions, so rft "
-                          "runs the model's own modules at any value (named in a note).")
+                          "runs the model's own modules at any value (named in a note).",
+                          unsupported="Liger's kernels: rft runs the model's own modules", also=(ANY_VALUE,))
     use_fused_kernels: bool = fld(
         False,
         "verl's fused log-prob / entropy kernels: the log-probs and entropies computed from the LM head's input in "
