@@ -272,3 +272,15 @@ def test_a_saved_lora_adapter_is_the_start(tmp_path, caplog):
                              key="actor_rollout_ref.model")
     with pytest.raises(ConfigError, match="lora_adapter_path=.*has no adapter_config.json"):
         check_lora(CheckContext(rl(f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/empty"), check_paths=True))
+
+
+def test_a_resume_path_without_its_mode_is_verls_no_op(caplog):
+    """verl's PPO trainer reads trainer.resume_from_path only with resume_mode=resume_path (auto resumes from the
+    latest checkpoint): the path alone is noted, not refused; rft sft still refuses it (verl's SFT trainer resumes
+    from it in auto mode, rft's does not)."""
+    caplog.set_level(logging.WARNING, "rft")
+    cfg = rl("trainer.resume_from_path=ckpt/global_step_2")
+    assert cfg.trainer.resume_mode == "auto"
+    assert "trainer.resume_from_path='ckpt/global_step_2'" in caplog.text and "resume_mode=auto" in caplog.text
+    with pytest.raises(ConfigError, match="also set trainer.resume_mode=resume_path"):
+        load_sft_config(None, [*SFT, "trainer.resume_from_path=ckpt/global_step_2"], validate_paths=False)

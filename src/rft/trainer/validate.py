@@ -34,6 +34,7 @@ UNUSED_RL = (
     "rollout.vllm",                   # the vLLM engine's keys with another engine
     "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
     "trainer.checkpoints",            # default_hdfs_dir, checkpoints kept, when save_freq <= 0 saves none
+    "trainer.resume",                 # resume_from_path without resume_mode=resume_path
     "data_processor.data_juicer",     # where Data-Juicer runs, without a data_juicer operator
 )
 """The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
