@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import os
 import re
 
@@ -389,8 +390,10 @@ def test_keys_of_parts_the_run_does_not_build_are_accepted_and_named(caplog):
     assert any("reward_model.enable=false" in n and "reward_model.model.fsdp_config=" in n for n in notes), notes
     assert any("no critic" in n and "critic.optim.lr=0.5" in n for n in notes), notes
     with pytest.raises(ConfigError, match="reward_model.model.fsdp_config=.*not supported"):
-        load("reward_model.model.fsdp_config={param_offload: true}", "reward_model.enable=true",
+        load("reward_model.model.fsdp_config={fsdp_size: 2}", "reward_model.enable=true",
              "reward_model.model.path=rm")
+    # param_offload true is a memory knob (the same scores): accepted, with a note
+    load("reward_model.model.fsdp_config={param_offload: true}", "reward_model.enable=true", "reward_model.model.path=rm")
 
 
 def test_kl_keys_without_their_switch_have_no_effect_and_a_set_one_is_named(caplog):
@@ -1004,14 +1007,18 @@ def test_several_explorers_need_the_decoupled_modes_a_database_and_file_tasksets
         load(*apart, "trainer.mode=explore", "experience_buffer.storage_type=file")
 
 
-def test_fused_kernels_take_the_torch_backend_and_refuse_triton(base_cfg):
+def test_fused_kernels_take_the_torch_backend_and_note_triton(base_cfg, caplog):
     """verl's use_fused_kernels is rft's chunked LM head (always on where exact): both values and impl_backend
-    torch pass; triton, which needs a GPU, and an unknown option are refused naming the key."""
+    torch pass; triton (verl's kernels of the same numbers) passes with a note; another backend and an unknown
+    option are refused naming the key."""
     for value in (True, False):
         validate(set_key(base_cfg, "actor_rollout_ref.model.use_fused_kernels", value), check_paths=False)
     key = "actor_rollout_ref.model.fused_kernel_options"
     validate(set_key(base_cfg, key, {"impl_backend": "torch"}), check_paths=False)
-    with pytest.raises(ConfigError, match=re.escape(f"{key}.impl_backend='triton': Triton kernels need Triton")):
-        validate(set_key(base_cfg, key, {"impl_backend": "triton"}), check_paths=False)
+    caplog.set_level(logging.WARNING, "rft")
+    validate(set_key(base_cfg, key, {"impl_backend": "triton"}), check_paths=False)
+    assert f"rft: note: {key}.impl_backend='triton'" in caplog.text
+    with pytest.raises(ConfigError, match=re.escape(f"{key}.impl_backend='cuda': rft's fused log-probs are the torch")):
+        validate(set_key(base_cfg, key, {"impl_backend": "cuda"}), check_paths=False)
     with pytest.raises(ConfigError, match="the one option is impl_backend"):
         validate(set_key(base_cfg, key, {"chunk": 4}), check_paths=False)

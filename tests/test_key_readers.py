@@ -166,7 +166,7 @@ def _rl(assets: Path, out: Path, *overrides: str):
 
 RL_RUNS = [
     # a critic (LoRA), a reward model mixed with two weighted reward functions, an adaptive in-reward KL, the
-    # overlong buffer, hf_model in checkpoints, a mirror folder, named schedulers, validation samples, the prompts
+    # overlong buffer, PF-PPO's resampling, hf_model in checkpoints, a mirror folder, named schedulers, validation samples, the prompts
     # read by a dataset class (data.custom_cls: the rows of the files, passed through)
     ["data.custom_cls.name=Rows", "algorithm.adv_estimator=gae", "critic.model.lora_rank=4", "critic.ppo_micro_batch_size_per_gpu=2",
      "critic.forward_micro_batch_size_per_gpu=2", "reward_model.enable=true", "reward_model.rule_weight=0.5",
@@ -174,7 +174,8 @@ RL_RUNS = [
      "custom_reward_function.name=[compute_score]", "custom_reward_function.reward_weights=[2.0]",
      "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive", "reward_model.reward_manager=dapo",
      "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2",
-     "reward_model.overlong_buffer.log=true", "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,"
+     "reward_model.overlong_buffer.log=true", "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=pow",
+     "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,"
      "extra,hf_model]", "critic.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
      "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "critic.optim.total_training_steps=10",
      "trainer.log_val_generations=1", "trainer.critic_warmup=1", "actor_rollout_ref.actor.ppo_epochs=2",

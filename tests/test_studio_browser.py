@@ -70,10 +70,10 @@ def test_config_generator_and_run_view_in_chromium(browser, tmp_path_factory, tm
         browser.save_screenshot(str(ARTIFACTS / "studio_config.png"))
         # the expert view has every key, the unsupported ones disabled with their reason
         browser.find_element("css selector", "input[name=view][value=expert]").click()
-        browser.find_element("css selector", "#filter").send_keys("use_liger")
-        liger = browser.find_element("css selector", '[data-key="actor_rollout_ref.model.use_liger"]')
-        assert not liger.is_enabled()
-        assert "Triton" in browser.find_element("css selector", ".field.unsupported .help").text
+        browser.find_element("css selector", "#filter").send_keys("return_full_prompt")
+        unsupported = browser.find_element("css selector", '[data-key="data.return_full_prompt"]')
+        assert not unsupported.is_enabled()
+        assert "templated prompt" in browser.find_element("css selector", ".field.unsupported .help").text
 
         # ---- the run view of the finished demo run
         browser.get(f"{url}/run?dir={run}")

@@ -4,9 +4,12 @@ composes them (defaults lists, `_target_`, `+key=` / `++key=`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from pathlib import Path
 
 import pytest
+import yaml
 
 from rft.config.errors import ConfigError
 from rft.trainer.configure import load_config, load_sft_config
@@ -88,7 +91,6 @@ def test_noops_are_accepted_and_named_in_a_note(caplog):
     ("actor_rollout_ref.actor.router_replay.mode=R3", "MoE routing replay"),
     ("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", "agent loops other than its multi-turn tool"),
     ("actor_rollout_ref.ref.strategy=fsdp2", "differs from actor_rollout_ref.actor.strategy='fsdp'"),
-    ("algorithm.use_pf_ppo=True", "PF-PPO"),
 ])
 def test_features_rft_lacks_are_refused_by_name(override, needle):
     with pytest.raises(ConfigError) as e:
@@ -167,3 +169,120 @@ def test_a_hydra_defaults_list_is_composed(tmp_path):
     (tmp_path / "mega.yaml").write_text("defaults:\n  - actor@actor_rollout_ref.actor: megatron_actor\n")
     with pytest.raises(ConfigError, match="Megatron"):
         rl(path=tmp_path / "mega.yaml")
+
+
+VERL_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "peer-configs" / "verl" / "configs"
+"""verl's own trainer configs at the peer corpus's commit (../shared/peer-configs/SOURCE.md)."""
+STAND_INS = {"rl": ["actor_rollout_ref.model.path=model", "data.train_files=train.parquet",
+                    "data.val_files=val.parquet", "trainer.n_gpus_per_node=1", "trainer.device=cpu"],
+             "sft": ["model.partial_pretrain=model", "data.train_files=train.parquet", "data.val_files=val.parquet",
+                     "trainer.n_gpus_per_node=1", "trainer.device=cpu"]}
+"""What measure.py swaps in (a model, data files, one device), and the CPU this machine has."""
+
+
+def _leaves(tree, prefix=""):
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _resolved(cfg) -> set[str]:
+    return {key for key, _ in _leaves(dataclasses.asdict(cfg))}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in VERL_CONFIGS.glob("*.yaml")) or ["(missing)"])
+def test_every_key_of_verls_own_configs_is_known(name, caplog):
+    """Each of verl's trainer configs loads as verl loads it, and each key it sets (walked from the file, no list
+    here) is in the resolved config or named in a note: honoured, or a no-op said once; the Megatron ones are
+    refused for Megatron. A missing corpus fails (it is the project's shared data), never skips."""
+    path = VERL_CONFIGS / name
+    assert path.is_file(), f"verl's configs are missing: {VERL_CONFIGS} (../shared/peer-configs)"
+    schema = "sft" if name.startswith("sft") else "rl"
+    load = load_sft_config if schema == "sft" else load_config
+    if "megatron" in name:
+        with pytest.raises(ConfigError, match="Megatron"):
+            load(path, STAND_INS[schema], validate_paths=False)
+        return
+    caplog.set_level(logging.WARNING, "rft")
+    cfg = load(path, STAND_INS[schema], validate_paths=False)
+    said, resolved = notes(caplog), _resolved(cfg)
+    tree = yaml.safe_load(path.read_text())
+    tree.pop("defaults", None)
+    silent = [key for key, _ in _leaves(tree) if key not in resolved and key not in said]
+    assert not silent, silent
+
+
+def test_kernel_and_memory_knobs_of_the_same_numbers_are_noted(caplog):
+    """Liger's kernels, verl's Triton fused log-probs and the reward model's parameter offload change memory and
+    speed, not the numbers: accepted, each named in a note (they were refused)."""
+    caplog.set_level(logging.WARNING, "rft")
+    cfg = rl("actor_rollout_ref.model.use_liger=True", "reward_model.enable=True", "reward_model.model.path=rm",
+             "reward_model.model.fsdp_config.param_offload=True")
+    assert cfg.actor_rollout_ref.model.use_liger is True
+    said = notes(caplog)
+    assert "Liger's fused kernels" in said and "actor_rollout_ref.model.use_liger" in said, said
+    assert "reward_model.model.fsdp_config.param_offload" in said, said
+    sft = load_sft_config(None, [*SFT, "model.use_liger=True", "model.fused_kernel_options.impl_backend=triton"],
+                          validate_paths=False)
+    assert sft.model.use_liger is True
+    said = notes(caplog)
+    assert "model.use_liger" in said and "model.fused_kernel_options.impl_backend" in said, said
+    with pytest.raises(ConfigError, match="sharding the reward model"):  # a sharded reward model still is not
+        rl("reward_model.enable=True", "reward_model.model.path=rm", "reward_model.model.fsdp_config.fsdp_size=2")
+
+
+def test_a_saved_lora_adapter_is_the_start(tmp_path, caplog):
+    """verl's actor_rollout_ref.model.lora_adapter_path (it was refused): the adapter's r, alpha and target modules
+    become rft's LoRA keys (verl ignores its own then: a value given is replaced, said in the note), and the
+    policy starts from the adapter's weights; a folder with no adapter_config.json is refused by name."""
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from rft.config.checks import CheckContext
+    from rft.models.checks import check_lora
+    from rft.models.load import load_trainable_model
+    from rft.models.tiny import init_model
+
+    folder = init_model("tiny", tmp_path / "model")
+    saved = get_peft_model(AutoModelForCausalLM.from_pretrained(folder),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj", "q_proj"]))
+    torch.manual_seed(0)
+    for name, p in saved.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_()  # peft starts B at 0: a trained adapter's is not
+    saved.save_pretrained(tmp_path / "adapter")
+    caplog.set_level(logging.WARNING, "rft")
+    cfg = rl(f"actor_rollout_ref.model.path={folder}", f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/adapter",
+             "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.model.lora_alpha=16")  # verl's defaults
+    model_cfg = cfg.actor_rollout_ref.model
+    assert (model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.target_modules) == (4, 8, ["q_proj", "v_proj"])
+    assert "actor_rollout_ref.model.lora_rank=4 (not 0)" in notes(caplog)
+    model = load_trainable_model(str(folder), model_cfg, torch.float32, torch.device("cpu"),
+                                 key="actor_rollout_ref.model")
+    want, got = get_peft_model_state_dict(saved), get_peft_model_state_dict(model)
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert any(p.requires_grad for n, p in model.named_parameters() if "lora_B" in n)  # trained on
+    from rft.errors import ModelError
+
+    (tmp_path / "empty").mkdir()
+    unread = rl(f"actor_rollout_ref.model.path={folder}", f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/empty")
+    with pytest.raises(ModelError, match="has no adapter_config.json"):  # never trained without its adapter
+        load_trainable_model(str(folder), unread.actor_rollout_ref.model, torch.float32, torch.device("cpu"),
+                             key="actor_rollout_ref.model")
+    with pytest.raises(ConfigError, match="lora_adapter_path=.*has no adapter_config.json"):
+        check_lora(CheckContext(rl(f"actor_rollout_ref.model.lora_adapter_path={tmp_path}/empty"), check_paths=True))
+
+
+def test_a_resume_path_without_its_mode_is_verls_no_op(caplog):
+    """verl's PPO trainer reads trainer.resume_from_path only with resume_mode=resume_path (auto resumes from the
+    latest checkpoint): the path alone is noted, not refused; rft sft still refuses it (verl's SFT trainer resumes
+    from it in auto mode, rft's does not)."""
+    caplog.set_level(logging.WARNING, "rft")
+    cfg = rl("trainer.resume_from_path=ckpt/global_step_2")
+    assert cfg.trainer.resume_mode == "auto"
+    assert "trainer.resume_from_path='ckpt/global_step_2'" in caplog.text and "resume_mode=auto" in caplog.text
+    with pytest.raises(ConfigError, match="also set trainer.resume_mode=resume_path"):
+        load_sft_config(None, [*SFT, "trainer.resume_from_path=ckpt/global_step_2"], validate_paths=False)

@@ -257,3 +257,26 @@ def check_distillation(ctx: CheckContext) -> None:
         raise ConfigError(f"{key}.loss_mode={loss.loss_mode} needs both models' logits of whole sequences, which "
                           "rft does not gather under sequence parallelism: use loss_mode k1 or k3, or "
                           "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1")
+
+
+@UNUSED.register("algorithms.pf_ppo")
+def unused_pf_ppo_keys(cfg) -> dict[str, str]:
+    """algorithm.pf_ppo.* without use_pf_ppo, and use_pf_ppo itself with an estimator other than gae: verl
+    resamples only in its gae branch (ray_trainer.compute_advantage), so there it has no effect either."""
+    algo = cfg.algorithm
+    if not algo.use_pf_ppo:
+        return {"algorithm.pf_ppo.": "algorithm.use_pf_ppo=false (no PF-PPO resampling)"}
+    if algo.adv_estimator != "gae":
+        why = f"algorithm.adv_estimator={algo.adv_estimator} (verl resamples for PF-PPO only with gae)"
+        return {"algorithm.use_pf_ppo": why, "algorithm.pf_ppo.": why}
+    return {}
+
+
+@CHECKS.register("algorithms.pf_ppo")
+def check_pf_ppo(ctx: CheckContext) -> None:
+    """PF-PPO resamples the whole batch, which with several processes would move rows between them: one process."""
+    algo = ctx.cfg.algorithm
+    if algo.use_pf_ppo and algo.adv_estimator == "gae" and ctx.world_size > 1:
+        raise ConfigError(f"algorithm.use_pf_ppo=true with {ctx.world_size} processes: PF-PPO's resampling of the "
+                          "whole batch across processes is not in rft yet; run it in one process "
+                          "(trainer.n_gpus_per_node=1, trainer.nnodes=1)")

@@ -323,7 +323,10 @@ class ModelConfig:
         True, "A vision-language model's vision tower (and its projector into the language model) left out of "
         "training (verl's key; its default is false, rft's true: small image data rarely improves a pretrained "
         "vision encoder, and freezing it saves its gradients and optimizer state). Without a vision tower: no effect.")
-    use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
+    use_liger: bool = fld(False, "Liger kernels: verl patches the model's RMSNorm, RoPE, SwiGLU and cross-entropy "
+                          "with Liger's fused kernels, for memory and speed; they compute the same functions, so rft "
+                          "runs the model's own modules at any value (named in a note).",
+                          unsupported="Liger's kernels: rft runs the model's own modules", also=(ANY_VALUE,))
     use_fused_kernels: bool = fld(
         False,
         "verl's fused log-prob / entropy kernels: the log-probs and entropies computed from the LM head's input in "
@@ -331,12 +334,16 @@ class ModelConfig:
         "does this whatever the value, wherever it reproduces the model's logits (rft.workers.lm_head; a model "
         "whose head it does not reproduce uses its full logits, logged): true and false give the same numbers.")
     fused_kernel_options: Dict[str, Any] = fld(
-        {}, "Options of the fused kernels: impl_backend 'torch' (rft's, above); 'triton' needs Triton and a GPU "
-            "and is refused.")
+        {}, "Options of the fused kernels: impl_backend 'torch' (rft's, above); 'triton', verl's Triton kernels of "
+            "the same log-probs, is accepted and runs rft's (named in a note).")
     use_shm: bool = fld(False, "Copy the model to shared memory first (verl: faster loading).",
                         unsupported="shared-memory model loading", also=(ANY_VALUE,))
     lora_rank: int = fld(0, "LoRA rank; 0 trains all parameters, > 0 trains a peft LoRA adapter.")
     lora_alpha: int = fld(16, "LoRA alpha (the adapter is scaled by alpha / rank).")
+    lora_adapter_path: Optional[str] = fld(
+        None, "A saved peft LoRA adapter folder (adapter_config.json, adapter_model.safetensors) the policy starts "
+        "from, as verl's key: the adapter's weights are loaded and trained on, and its r, lora_alpha and "
+        "target_modules are lora_rank, lora_alpha and target_modules (set there, they must match the adapter's).")
     target_modules: Any = fld(
         "all-linear", "LoRA target modules: 'all-linear', a list of module names, or a regex string."
     )
@@ -422,7 +429,7 @@ class FSDPConfig:
                                  unsupported="FSDP forward prefetch (a GPU communication overlap)", also=(ANY_VALUE,))
     fsdp_size: int = fld(
         -1, "Processes one copy of the model is sharded over (several processes): -1 or the number of processes "
-        "shards over all of them; a divisor of it is hybrid sharding, a (processes / fsdp_size, fsdp_size) device "
+        "(or more, as in verl) shards over all of them; a divisor of it is hybrid sharding, a (processes / fsdp_size, fsdp_size) device "
         "mesh: groups of fsdp_size processes each hold a sharded copy, the groups replicate it and all-reduce the "
         "gradients (FSDP2 fully_shard over the 2-D mesh, FSDP1 HYBRID_SHARD; 1, a whole copy per process, needs "
         "fsdp2: torch's FSDP1 makes a one-process group NO_SHARD, without the all-reduce). Memory per process grows "
@@ -705,8 +712,9 @@ class RewardModelInnerConfig:
     trust_remote_code: bool = fld(False, "Allow the model folder's own Python code.")
     fsdp_config: Dict[str, Any] = fld(
         {}, "FSDP settings; verl's documented block (min_num_params 0, param_offload false), which asks for what rft "
-        "does, is accepted.", unsupported="sharding the reward model (each process holds a whole copy)",
-        also=({"min_num_params": 0, "param_offload": False}, {"param_offload": False}))
+        "does, is accepted, and so is param_offload true (a memory knob, named in a note).", unsupported="sharding the reward model (each process holds a whole copy)",
+        also=({"min_num_params": 0, "param_offload": False}, {"param_offload": False},
+              {"min_num_params": 0, "param_offload": True}, {"param_offload": True}))
 
 
 @dataclass
@@ -823,6 +831,15 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class PFPPOConfig:
+    reweight_method: str = fld(
+        "pow", "How a row's score weighs its draw: pow (|score| ** weight_pow), max_min (only the batch's best and "
+        "worst scores), max_random (the best 0.4, the others 0.1); verl's names.", choices=("pow", "max_min",
+                                                                                          "max_random"))
+    weight_pow: float = fld(2.0, "The exponent of reweight_method=pow.")
+
+
+@dataclass
 class RolloutCorrectionConfig:
     rollout_is: Optional[str] = fld(
         None, "Importance weights pi_old / pi_rollout multiplied into the policy loss: token (per token) or sequence "
@@ -928,6 +945,11 @@ class AlgorithmConfig:
     )
     kl_ctrl: KLCtrlConfig = sub(KLCtrlConfig, "In-reward KL controller.")
     filter_groups: FilterGroupsConfig = sub(FilterGroupsConfig, "DAPO's dynamic sampling (verl's DAPO recipe keys).")
+    use_pf_ppo: bool = fld(
+        False, "PF-PPO (policy filtration, arXiv:2409.06957): after the advantages, the batch is resampled with "
+        "replacement, each row weighted by its score (pf_ppo), and the critic and the actor update on the draw. As "
+        "in verl, only adv_estimator=gae resamples (another estimator: no effect, noted); one process only.")
+    pf_ppo: PFPPOConfig = sub(PFPPOConfig, "PF-PPO's weighting (verl's keys).")
     rollout_correction: RolloutCorrectionConfig = sub(
         RolloutCorrectionConfig, "Off-policy correction between the rollout policy and the trained one (verl's keys).")
     gdpo_reward_keys: Optional[List[str]] = fld(

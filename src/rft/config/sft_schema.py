@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from rft.config.schema import (
+    ANY_VALUE,
     BAD_UPDATES_HELP,
     CHAT_TEMPLATE_KWARGS_HELP,
     HDFS_HELP,
@@ -108,7 +109,10 @@ class SFTModelConfig:
     lora_alpha: int = fld(16, "LoRA alpha.")
     target_modules: Any = fld("all-linear", "LoRA target modules: 'all-linear', a list, or a regex.")
     exclude_modules: Any = fld(None, "Modules excluded from LoRA.")
-    use_liger: bool = fld(False, "Liger kernels.", unsupported="Liger kernels need Triton and a GPU")
+    use_liger: bool = fld(False, "Liger kernels: verl patches the model's RMSNorm, RoPE, SwiGLU and cross-entropy "
+                          "with Liger's fused kernels, for memory and speed; they compute the same functions, so rft "
+                          "runs the model's own modules at any value (named in a note).",
+                          unsupported="Liger's kernels: rft runs the model's own modules", also=(ANY_VALUE,))
     strategy: str = fld("fsdp2", "Training strategy; one process uses neither FSDP version.", choices=("fsdp", "fsdp2"))
 
 

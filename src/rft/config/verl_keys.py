@@ -24,8 +24,10 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import json
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from rft.config.errors import ConfigError
@@ -60,6 +62,10 @@ REWARD_LOOP = ("verl's reward loop runs the same reward function / reward model 
                "served by an inference engine); rft runs them in process, with the same scores")
 FSDP_ENGINE = ("a knob of verl's FSDP engine that changes memory or speed, not the numbers (use_orig_params, "
                "reshard_after_forward, torch.compile, entropy chunking)")
+
+LIGER = ("Liger's fused kernels (RMSNorm, RoPE, SwiGLU, cross-entropy) compute what the model's own modules compute, "
+         "with less memory: rft runs the model's own modules")
+TRITON = "verl's Triton kernels of the fused log-probs compute what rft's torch ones compute: rft runs its own"
 
 
 def _sft_micro(value: Any, flat: Mapping[str, Any]) -> Any:
@@ -159,8 +165,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("actor_rollout_ref.model.hf_config_path", DEFAULT, "rft reads the model's config from its folder "
             "(actor_rollout_ref.model.path)", ok=(None,)),
     VerlKey("actor_rollout_ref.model.tokenizer_path", ALIAS, "rft's key", to="data.tokenizer"),
-    VerlKey("actor_rollout_ref.model.lora_adapter_path", DEFAULT, "starting from a saved LoRA adapter is not in rft "
-            "yet; merge it into the model folder first", ok=(None,)),
     VerlKey("*.model.tiled_mlp.enabled", DEFAULT, "tiled MLP computation (a memory knob of long sequences) is not "
             "in rft", ok=(False,)),
     VerlKey("*.model.tiled_mlp.num_shards", NOOP, "tiled MLP settings, without tiled_mlp.enabled"),
@@ -245,6 +249,10 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("reward_model.use_dynamic_bsz", NOOP, "micro-batching of the reward model's pass (speed only)"),
     VerlKey("reward_model.forward_max_token_len_per_gpu", NOOP, "micro-batching of the reward model's pass "
             "(speed only)"),
+    VerlKey("reward_model.model.fsdp_config.param_offload", NOOP, "the reward model's parameters kept in host memory "
+            "between its passes (GPU memory, not the scores): rft keeps its reward model on the device"),
+    *(VerlKey(p, NOOP, LIGER, schema=s) for p, s in (("actor_rollout_ref.model.use_liger", "rl"),
+                                                     ("model.use_liger", "sft"))),
     VerlKey("reward_model.model.use_shm", DEFAULT, "shared-memory model loading is not in rft", ok=(False,)),
     VerlKey("reward_model.model.use_remove_padding", NOOP, "packing of the reward model's pass (the same scores)"),
     VerlKey("reward_model.model.use_fused_kernels", NOOP, "fused kernels of the reward model's pass (the same scores)"),
@@ -257,8 +265,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("reward_manager.module.*", DEFAULT, "a reward manager from a module is not in rft; a reward function is "
             "custom_reward_function", ok=(None, "custom_reward_manager")),
     # --- algorithm, trainer
-    VerlKey("algorithm.use_pf_ppo", DEFAULT, "PF-PPO (reweighting the batch by reward) is not in rft", ok=(False,)),
-    VerlKey("algorithm.pf_ppo.*", NOOP, "PF-PPO's settings, without algorithm.use_pf_ppo"),
     VerlKey("trainer.rollout_data_dir", DEFAULT, "rft's rollouts of each step are in its experience buffer and "
             "metrics (trainer.log_val_generations for samples); dumping them as JSONL is not in rft", ok=(None,)),
     VerlKey("trainer.validation_data_dir", DEFAULT, "dumping validation generations as JSONL is not in rft "
@@ -316,8 +322,7 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("model.lora_adapter_path", DEFAULT, "starting from a saved LoRA adapter is not in rft yet; merge it into "
             "the model folder first", ok=(None,), schema="sft"),
     VerlKey("model.use_fused_kernels", NOOP, "fused log-prob kernels (the same loss)", schema="sft"),
-    VerlKey("model.fused_kernel_options.impl_backend", DEFAULT, "Triton kernels need Triton and a GPU",
-            ok=("torch", None), schema="sft"),
+    VerlKey("model.fused_kernel_options.impl_backend", NOOP, TRITON, schema="sft"),
     VerlKey("model.tiled_mlp.enabled", DEFAULT, "tiled MLP computation is not in rft", ok=(False,), schema="sft"),
     VerlKey("model.tiled_mlp.*", NOOP, "tiled MLP settings, without tiled_mlp.enabled", schema="sft"),
     VerlKey("model.mtp.enable*", DEFAULT, "multi-token prediction (MTP) training is not in rft", ok=(False,),
@@ -568,6 +573,31 @@ def _multi_turn(layers: list[dict], flat: Mapping[str, Any], done: Sorted, field
         _pop(layer, MT, field_type)
 
 
+ADAPTER = "actor_rollout_ref.model"
+ADAPTER_KEYS = {"lora_rank": "r", "lora_alpha": "lora_alpha", "target_modules": "target_modules"}
+"""rft's LoRA keys and the adapter_config.json entries verl reads them from when it starts from a saved adapter."""
+
+
+def _lora_adapter(layers: list[dict], flat: Mapping[str, Any], done: Sorted) -> None:
+    """verl's `model.lora_adapter_path`: the adapter's own r, lora_alpha and target_modules (adapter_config.json,
+    which peft's PeftModel.from_pretrained in verl's worker reads) become rft's LoRA keys, in the last layer (over any
+    other); verl ignores its lora_rank / lora_alpha / target_modules then, so a value the config gives
+    them is replaced, said in the note. A folder without adapter_config.json is left to the models.lora check."""
+    path = flat.get(f"{ADAPTER}.lora_adapter_path")
+    if not isinstance(path, str) or _wired(path):
+        return
+    config = Path(path).expanduser() / "adapter_config.json"
+    if not config.is_file():
+        return
+    adapter = json.loads(config.read_text())
+    for key, entry in ADAPTER_KEYS.items():
+        value, given = adapter.get(entry), flat.get(f"{ADAPTER}.{key}", _put)
+        value = sorted(value) if isinstance(value, (set, tuple, list)) else value
+        _put(layers[-1], f"{ADAPTER}.{key}", value)
+        done.note("verl's LoRA settings, the adapter's own (adapter_config.json of lora_adapter_path)",
+                  f"{ADAPTER}.{key}={value!r}" + (f" (not {given!r})" if given is not _put and given != value else ""))
+
+
 def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
              where: Callable[[str, int], str]) -> Sorted:
     """Each layer's keys that the table knows, in place: removed (NOOP, DEFAULT at its default, SAME: checked later),
@@ -584,6 +614,7 @@ def sort_out(schema: str, layers: list[dict], field_type: Callable[[str], Any],
                 raise ConfigError(f"{source + ': ' if source else ''}{key}='megatron': {MEGATRON}")
     if schema == "rl":
         _multi_turn(layers, flat, done, field_type, where)
+        _lora_adapter(layers, flat, done)
     for i, layer in enumerate(layers):
         for key, value in _leaves(layer):
             if _is_field(field_type, key):

@@ -45,7 +45,13 @@ def check_hub_ids(ctx: CheckContext) -> None:
 
 @CHECKS.register("models.lora")
 def check_lora(ctx: CheckContext) -> None:
-    check_lora_rank("actor_rollout_ref.model.lora_rank", ctx.cfg.actor_rollout_ref.model.lora_rank)
+    """The LoRA rank; a saved adapter to start from (lora_adapter_path) is a peft adapter folder."""
+    model = ctx.cfg.actor_rollout_ref.model
+    check_lora_rank("actor_rollout_ref.model.lora_rank", model.lora_rank)
+    folder = model.lora_adapter_path
+    if folder and ctx.check_paths and not (Path(folder).expanduser() / "adapter_config.json").is_file():
+        raise ConfigError(f"actor_rollout_ref.model.lora_adapter_path={folder!r} has no adapter_config.json: set it to "
+                          "a peft adapter folder (a LoRA adapter saved with save_pretrained), or remove it")
 
 
 @CHECKS.register("models.override_config")
@@ -61,15 +67,19 @@ def check_override_config(ctx: CheckContext) -> None:
 
 @CHECKS.register("models.fused_kernels")
 def check_fused_kernels(ctx: CheckContext) -> None:
-    """fused_kernel_options: impl_backend torch (rft's chunked LM head), nothing else."""
+    """fused_kernel_options: impl_backend torch (rft's chunked LM head) or triton (verl's kernels of the same
+    numbers, noted), nothing else."""
     options = ctx.cfg.actor_rollout_ref.model.fused_kernel_options or {}
     key = "actor_rollout_ref.model.fused_kernel_options"
     if not isinstance(options, dict) or set(options) - {"impl_backend"}:
         raise ConfigError(f"{key}={options!r}: the one option is impl_backend ('torch')")
     backend = options.get("impl_backend")
-    if backend not in (None, "None", "torch"):  # verl writes None (its default: the torch backend)
-        raise ConfigError(f"{key}.impl_backend={backend!r}: {'Triton kernels need Triton and a GPU; ' if backend == 'triton' else ''}"
-                          "rft's fused log-probs are the torch backend: set impl_backend: torch, or remove it")
+    if backend == "triton":  # verl's Triton kernels of the same chunked log-probs and entropies
+        log.warning("rft: note: %s.impl_backend='triton': verl's Triton kernels compute the log-probs the torch "
+                    "backend does; rft runs its own (torch), the same numbers", key)
+    elif backend not in (None, "None", "torch"):  # verl writes None (its default: the torch backend)
+        raise ConfigError(f"{key}.impl_backend={backend!r}: rft's fused log-probs are the torch backend (verl's "
+                          "torch or triton): set impl_backend: torch, or remove it")
 
 
 @CHECKS.register("models.tokenizer")

@@ -610,15 +610,39 @@ def load_trainable_model(path: str, model_cfg, dtype: torch.dtype, device: torch
         log.info("%s: the trained model is exported in %s, as saved", path, str(saved).removeprefix("torch."))
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    adapter = getattr(model_cfg, "lora_adapter_path", None)
+    if adapter and model_cfg.lora_rank == 0:  # the config loader found no adapter_config.json to read the rank from
+        from rft.errors import ModelError
+
+        raise ModelError(f"{key}.lora_adapter_path={adapter!r} has no adapter_config.json: set it to a peft adapter "
+                         "folder (a LoRA adapter saved with save_pretrained), or remove it")
     if model_cfg.lora_rank > 0:
         model = apply_lora(model, model_cfg,
                            task_type="SEQ_CLS" if reward_head else "TOKEN_CLS" if value_head else "CAUSAL_LM")
+        if adapter:
+            load_adapter(model, adapter, f"{key}.lora_adapter_path")
     freeze = getattr(model_cfg, "freeze_vision_tower", True) if freeze_vision is None else freeze_vision
     if freeze and vision_for(path, key) is not None:
         frozen = freeze_vision_tower(model)
         print(f"rft: {path}: the vision tower and projector frozen ({frozen:,} parameters; "
               f"{key}.freeze_vision_tower=false trains them)", file=sys.stderr, flush=True)
     return model
+
+
+def load_adapter(model: nn.Module, folder: str, key: str) -> None:
+    """A saved peft adapter's weights into `model`'s adapter, made by `apply_lora` with the adapter's r, alpha and
+    target modules (the config loader reads them from its adapter_config.json): verl's start from a saved LoRA
+    adapter (PeftModel.from_pretrained, is_trainable). Every adapter weight must land on one of the model's."""
+    from peft import load_peft_weights, set_peft_model_state_dict
+
+    from rft.errors import ModelError
+
+    weights = load_peft_weights(str(Path(folder).expanduser()), device="cpu")
+    result = set_peft_model_state_dict(model, weights)
+    unexpected = [k for k in result.unexpected_keys if "lora_" in k]
+    if unexpected:
+        raise ModelError(f"{key}={folder!r}: {len(unexpected)} of the adapter's weights match no module of the model "
+                         f"(e.g. {unexpected[0]}): it was saved for another model")
 
 
 def is_peft(model: nn.Module) -> bool:

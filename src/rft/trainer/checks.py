@@ -46,9 +46,11 @@ def unused_checkpoint_keys(cfg: Any) -> dict[str, str]:
                                               "max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep")}
 
 
-def check_runtime(prefix: str, t: Any, several: str | None = None) -> None:
+def check_runtime(prefix: str, t: Any, several: str | None = None, lone_resume_path: bool = False) -> None:
     """Process counts, an available device, known loggers, a consistent resume setting (trainer sections).
-    `several`: why this trainer runs one process only (None: several are allowed)."""
+    `several`: why this trainer runs one process only (None: several are allowed). `lone_resume_path`: a
+    resume_from_path without resume_mode=resume_path is verl's no-op (its PPO trainer reads it only then; the
+    `trainer.resume` rule notes it), else refused (verl's SFT trainer resumes from it in auto mode, rft's not)."""
     positive(f"{prefix}.nnodes", t.nnodes)
     positive(f"{prefix}.n_gpus_per_node", t.n_gpus_per_node)
     if processes(t) > 1 and several is not None:
@@ -69,7 +71,7 @@ def check_runtime(prefix: str, t: Any, several: str | None = None) -> None:
     check_loggers(prefix, t.logger, t.monitor_args)
     if t.resume_mode == "resume_path" and not t.resume_from_path:
         raise ConfigError(f"{prefix}.resume_mode=resume_path needs {prefix}.resume_from_path (a global_step_N folder)")
-    if t.resume_from_path and t.resume_mode != "resume_path":
+    if t.resume_from_path and t.resume_mode != "resume_path" and not lone_resume_path:
         raise ConfigError(f"{prefix}.resume_from_path is set: also set {prefix}.resume_mode=resume_path")
 
 
@@ -83,7 +85,18 @@ def check_hdfs_dir(key: str, value: str | None) -> None:
 
 @CHECKS.register("trainer.runtime")
 def check_rl_runtime(ctx: CheckContext) -> None:
-    check_runtime("trainer", ctx.cfg.trainer)
+    check_runtime("trainer", ctx.cfg.trainer, lone_resume_path=True)
+
+
+@UNUSED.register("trainer.resume")
+def unused_resume_path(cfg: Any) -> dict[str, str]:
+    """trainer.resume_from_path without resume_mode=resume_path: verl's PPO trainer reads it only then (auto resumes
+    from the latest checkpoint in default_local_dir, disable starts again), and so does rft train."""
+    t = cfg.trainer
+    if t.resume_mode == "resume_path":
+        return {}
+    return {"trainer.resume_from_path": f"trainer.resume_mode={t.resume_mode} (the path is read only with "
+                                        "resume_mode=resume_path, as in verl's PPO trainer)"}
 
 
 @CHECKS.register("trainer.ray")

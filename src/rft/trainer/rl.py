@@ -35,6 +35,7 @@ from rft.algorithms import (
     masked_mean,
     reward_components,
 )
+from rft.algorithms.pf_ppo import pf_ppo_resample
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
 from rft.errors import ModelError
@@ -268,6 +269,7 @@ class RLTrainer:
         with timer("adv"):
             metrics.update(self.compute_advantages(batch))
             metrics.update(self.downweight_stale(batch, step))
+            batch = self.pf_ppo_draw(batch, step)
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.critic.update(batch, step))
@@ -284,6 +286,15 @@ class RLTrainer:
             metrics["perf/train_tokens_per_s"] = (n_all * self.settings.ppo_epochs
                                                   / max(timer.times["update_actor"], 1e-9))
         return metrics
+
+    def pf_ppo_draw(self, batch: Batch, step: int) -> Batch:
+        """PF-PPO (algorithm.use_pf_ppo with gae, as verl): the batch resampled with replacement by its scores, the
+        draw seeded by data.seed and the step (a resumed run draws the same rows)."""
+        algo = self.cfg.algorithm
+        if not (algo.use_pf_ppo and algo.adv_estimator == "gae"):
+            return batch
+        draw = torch.Generator().manual_seed(self.cfg.data.seed * 1_000_003 + step)
+        return batch.select(pf_ppo_resample(batch.scores, algo.pf_ppo.reweight_method, algo.pf_ppo.weight_pow, draw))
 
     @staticmethod
     def set_token_rewards(batch: Batch) -> None:

@@ -30,9 +30,11 @@ UNUSED_RL = (
     "workers.reference",              # actor_rollout_ref.ref.* without a KL term
     "algorithms.kl",                  # kl_ctrl.*, kl_penalty without use_kl_in_reward; kl_loss_* without use_kl_loss
     "algorithms.distillation",        # distillation.* without distillation.enabled
+    "algorithms.pf_ppo",              # pf_ppo.* without use_pf_ppo; use_pf_ppo without gae
     "rollout.vllm",                   # the vLLM engine's keys with another engine
     "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
     "trainer.checkpoints",            # default_hdfs_dir, checkpoints kept, when save_freq <= 0 saves none
+    "trainer.resume",                 # resume_from_path without resume_mode=resume_path
     "data_processor.data_juicer",     # where Data-Juicer runs, without a data_juicer operator
 )
 """The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
@@ -67,6 +69,7 @@ RL = (
     "rewards.overlong_buffer",        # DAPO's overlong penalty
     "explorer.filter_groups",         # DAPO's dynamic sampling
     "algorithms.rollout_correction",  # IS / rejection options, bypass mode
+    "algorithms.pf_ppo",              # PF-PPO's resampling in one process
     "workers.critic",                 # the critic's section, critic_warmup
     "rewards.reward_model",           # a reward model folder, its weights
     "explorer.taskset",               # a taskset stream or table

@@ -186,19 +186,21 @@ def _key(cfg: Any, dotted: str) -> Any:
 
 @CHECKS.register("workers.fsdp_layout")
 def check_fsdp_layout(ctx: CheckContext) -> None:
-    """fsdp_size: -1 (every process) or a divisor of the number of processes (hybrid sharding, `workers/fsdp.py`),
+    """fsdp_size: negative or at least the number of processes (every process, as verl's create_device_mesh) or a
+    divisor of it (hybrid sharding, `workers/fsdp.py`),
     not 1 under FSDP1 (torch makes a one-process shard group NO_SHARD, without the all-reduce across the groups);
     wrap_policy.min_num_params: an integer >= 0."""
     world = ctx.world_size
     for section, fsdp, strategy_key in _fsdp_sections(ctx.cfg):
         size = fsdp.fsdp_size
-        if not isinstance(size, int) or isinstance(size, bool) or not (size == -1 or (0 < size <= world
-                                                                                     and world % size == 0)):
+        if not isinstance(size, int) or isinstance(size, bool) or not (size < 0 or size >= world
+                                                                       or (size > 0 and world % size == 0)):
             divisors = [d for d in range(1, world + 1) if world % d == 0]
             raise ConfigError(
-                f"{section}.fsdp_config.fsdp_size={size!r} is not -1 or a divisor of the {world} processes "
-                f"(trainer.nnodes x trainer.n_gpus_per_node): set -1 to shard over all of them, or one of {divisors} "
-                "for hybrid sharding (groups of that many processes)"
+                f"{section}.fsdp_config.fsdp_size={size!r} is not -1, a divisor of the {world} processes "
+                f"(trainer.nnodes x trainer.n_gpus_per_node) or at least {world}: set -1 to shard over all of them "
+                f"(so does a size of {world} or more, as in verl), or one of {divisors} for hybrid sharding (groups "
+                "of that many processes)"
             )
         if size == 1 and world > 1 and _key(ctx.cfg, strategy_key) == "fsdp":
             raise ConfigError(

@@ -9,7 +9,8 @@ submodule holding at least that many parameters not already in a unit below it (
 or-ed with the layer classes; `ModuleList` / `ModuleDict` never, a module sharing a parameter with one outside it,
 such as a tied embedding, never). The root is always the last unit.
 
-Mesh (`shard_mesh`): `fsdp_size` -1 (or the number of processes) shards over every process, a 1-D mesh; any other
+Mesh (`shard_mesh`): `fsdp_size` -1 (or any size of at least the number of processes, as verl) shards over every
+process, a 1-D mesh; any other
 divisor of the number of processes is hybrid sharding, a 2-D mesh ("ddp", "fsdp") of world / fsdp_size groups of
 fsdp_size processes: each group holds one copy of the model sharded over its processes, the groups replicate it
 (FSDP2: `fully_shard(mesh=<2-D mesh>)`; FSDP1: ShardingStrategy.HYBRID_SHARD over the same mesh, not with
@@ -102,13 +103,13 @@ def fsdp_units(model: nn.Module, classes: set[str], min_num_params: int = 0) -> 
 
 
 def shard_mesh(device_type: str, world_size: int, fsdp_size: int = -1):
-    """The device mesh FSDP shards over: 1-D over the `world_size` processes when `fsdp_size` is -1 or
-    `world_size`; otherwise hybrid sharding, 2-D (world_size // fsdp_size, fsdp_size) named ("ddp", "fsdp"): ranks
+    """The device mesh FSDP shards over: 1-D over the `world_size` processes when `fsdp_size` is negative or at
+    least `world_size` (verl's create_device_mesh); otherwise hybrid sharding, 2-D (world_size // fsdp_size, fsdp_size) named ("ddp", "fsdp"): ranks
     [k * fsdp_size, (k + 1) * fsdp_size) shard one copy, the same position in every group holds the same shard.
     The config validation refuses a size that does not divide `world_size` (`rft.workers.checks`)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    if fsdp_size in (-1, world_size):
+    if fsdp_size < 0 or fsdp_size >= world_size:  # verl's create_device_mesh: every process
         return init_device_mesh(device_type, (world_size,))
     if fsdp_size < 1 or world_size % fsdp_size:
         raise ValueError(f"fsdp_size={fsdp_size} does not divide {world_size} processes")
@@ -136,7 +137,7 @@ def wrap(model: nn.Module, strategy: str, fsdp_cfg, dist: Dist, device: torch.de
                          f"{type(model).__name__} has no module of these classes")
     units = fsdp_units(model, classes, getattr(fsdp_cfg.wrap_policy, "min_num_params", 0))
     fsdp_size = getattr(fsdp_cfg, "fsdp_size", -1)
-    hybrid = fsdp_size not in (-1, dist.processes)
+    hybrid = 0 < fsdp_size < dist.processes  # negative or at least the processes: every process (shard_mesh)
     offload = device.type == "cuda" and (fsdp_cfg.offload_policy or fsdp_cfg.param_offload)
     if offload:  # the shards live in host memory; inputs still go to the GPU
         setattr(model, COMPUTE_DEVICE_ATTR, device)
