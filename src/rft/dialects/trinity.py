@@ -1711,10 +1711,13 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     t.rest(cluster, "cluster")
     sync = dict(cfg.get("synchronizer") or {})
     style = sync.pop("sync_style", "fixed")
-    if str(style).lower() != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
-        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", *SYNC_STYLES), SYNC_STYLES.get(
-            SYNC_ALIASES.get(str(style).lower(), str(style).lower()), "rft synchronises on the fixed schedule "
-            "(fixed, Trinity-RFT's default: every sync_interval steps, sync_offset ahead); set fixed")))
+    named = SYNC_ALIASES.get(str(style).lower(), str(style).lower())
+    if named == "explorer_driven":
+        t.note("synchronizer.sync_style", style, EXPLORER_DRIVEN)
+    elif named != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
+        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", "explorer_driven", *SYNC_STYLES), SYNC_STYLES.get(
+            named, "rft synchronises on the fixed schedule (fixed, Trinity-RFT's default: every sync_interval "
+            "steps, sync_offset ahead); set fixed")))
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
@@ -1726,14 +1729,17 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
 
 _FIXED = ("rft's explorer and trainer meet on the fixed schedule instead (fixed, Trinity-RFT's default: every "
           "sync_interval steps, the explorer sync_offset steps ahead, one training step per explored batch); set fixed")
+EXPLORER_DRIVEN = (
+    "Trinity-RFT's explorer asks for the trainer's weights after every sync_interval of its own steps and waits for "
+    "them, taking those of the last step the trainer has trained, which cannot be past the batches explored so far; "
+    "rft's explorer does the same on the fixed schedule (sync_interval, sync_offset), waiting until the trainer has "
+    "trained those batches: the weights explorer_driven takes whenever the trainer keeps pace, never older ones")
+"""Why explorer_driven is accepted: the fixed schedule is its freshest case (a note, not a refusal)."""
 SYNC_STYLES = {
-    "explorer_driven": "the explorer asks for new weights after every sync_interval of its own steps and takes the "
-                       "trainer's of whatever step it has reached, while the trainer trains as long as experiences "
-                       "are there, each at its own pace (the weights' age is the two processes' timing); " + _FIXED,
     "trainer_driven": "the trainer hands over its weights every sync_interval of its own steps and the explorer "
                       "takes them at its next step, each at its own pace; " + _FIXED,
 }
-"""Trinity-RFT's other synchronisation styles, and why rft refuses each."""
+"""Trinity-RFT's synchronisation style rft refuses, and why."""
 SYNC_ALIASES = {"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
 
 
@@ -2067,8 +2073,10 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
                     {re.sub(r"^stages\[\d+\]\.", "", m[0]) for m in t.notes}]  # a global key: noted once
         rl_only += [key for key in sub.rl_only if key not in rl_only]
         for key in sections.get("trainer", {}).copy():
-            if key in ("default_local_dir", "project_name", "experiment_name"):
+            if key in ("default_local_dir", "project_name") or key == "experiment_name" and staged:
                 sections["trainer"].pop(key)  # stage folders and names are rft's (<run>/<stage_name>)
+        # an SFT / DPO file without stages is one run named `name`, as in Trinity-RFT (its experiment is not
+        # <name>_<name>, the name rft gives a stage of a staged run)
         if kind in OFFLINE:
             sections.get("model", {}).pop("partial_pretrain", None)  # each stage starts from the previous model
             algorithm = {"algorithm_type": "dpo", **sections.pop("algorithm", {})} if kind == "dpo" else "sft"
