@@ -133,10 +133,36 @@ def test_an_algorithms_arguments_land_on_rfts_keys(algorithm, expected):
     assert {key: _get(out, key) for key in expected} == expected
 
 
+def test_on_policy_distill_is_rfts_distillation_with_the_first_auxiliary_model_as_teacher(caplog):
+    """Trinity's on_policy_distill: advantage kl_coef (log q - log p) of the sampled token, no task reward, its
+    teacher explorer.auxiliary_models[0]: rft's distillation with k1 as a per-token advantage (its defaults:
+    kl_coef 1, repeat_times 8, no KL or entropy term)."""
+    cfg = {**BASE, "algorithm": {"algorithm_type": "on_policy_distill", "advantage_fn_args": {"kl_coef": 0.5}},
+           "explorer": {"auxiliary_models": [{"model_path": "teacher", "engine_num": 1, "tensor_parallel_size": 2}]}}
+    with caplog.at_level("WARNING", logger="rft"):
+        out = translate(cfg, "t.yaml")
+    assert out["distillation"] == {"enabled": True, "teacher_model": {"model_path": "teacher"},
+                                   "distillation_loss": {"loss_mode": "k1", "use_policy_gradient": True,
+                                                         "in_reward": False, "use_task_rewards": False,
+                                                         "distillation_loss_coef": 0.5}}
+    assert _get(out, "actor_rollout_ref.rollout.n") == 8 and _get(out, f"{A}.use_kl_loss") is False
+    assert _get(out, f"{A}.entropy_coeff") == 0.0 and "auxiliary_models" not in out.get("workflow", {})
+    assert "explorer.auxiliary_models[0].tensor_parallel_size=2 changes nothing in rft: the teacher scores" \
+        in caplog.text
+    assert _get(translate({**cfg, "algorithm": {"algorithm_type": "on_policy_distill"}}),
+                "distillation.distillation_loss.distillation_loss_coef") == 1.0  # Trinity's default kl_coef
+    for models, needle in (([], "explorer.auxiliary_models: on_policy_distill reads its teacher from "
+                                "explorer.auxiliary_models[0].model_path; add it"),
+                           ([{"model_path": "a"}, {"model_path": "b"}],
+                            "explorer.auxiliary_models[1]: on_policy_distill's workflows read one teacher")):
+        with pytest.raises(ConfigError) as err:
+            translate({**cfg, "explorer": {"auxiliary_models": models}}, "t.yaml")
+        assert needle in str(err.value), str(err.value)
+
+
 REFUSED = [
-    ({"algorithm_type": "on_policy_distill"}, "algorithm.algorithm_type='on_policy_distill': on-policy distillation "
-                                              "needs a teacher model's per-token log-probs"),
-    ({"algorithm_type": "jsd"}, "algorithm.algorithm_type='jsd': the JSD distillation advantage needs a teacher"),
+    ({"algorithm_type": "jsd"}, "algorithm.algorithm_type='jsd': Trinity-RFT's jsd advantage mixes the two models' "
+                                "log-probs of the sampled token (lambda_coef)"),
     ({"algorithm_type": "gigpo"}, "algorithm.algorithm_type='gigpo': GiGPO's step-level groups are the anchor "
                                   "states"),
     ({"algorithm_type": "cpt"}, "algorithm.algorithm_type='cpt': continued pre-training trains on plain text"),
@@ -193,8 +219,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
-def _yaml(work: Path, folder: Path, algorithm: dict, actor: dict | None = None) -> Path:
-    """Trinity's YAML; `actor`: rft (verl) actor keys in its trainer_config, for options Trinity has no name for."""
+def _yaml(work: Path, folder: Path, algorithm: dict, actor: dict | None = None, teacher: Path | None = None) -> Path:
+    """Trinity's YAML; `actor`: rft (verl) actor keys in its trainer_config, for options Trinity has no name for;
+    `teacher`: on_policy_distill's (explorer.auxiliary_models[0])."""
     config = {
         "project": "algos", "name": "run", "mode": "both", "checkpoint_root_dir": str(folder / "ckpt"),
         "algorithm": {"repeat_times": 4, "optimizer": {"lr": 1e-3}, **algorithm},
@@ -202,7 +229,7 @@ def _yaml(work: Path, folder: Path, algorithm: dict, actor: dict | None = None) 
         "buffer": {"batch_size": 2, "total_steps": 2, "explorer_input": {"taskset": {
             "name": "t", "path": str(work / "tasks"), "split": "train", "format": {"prompt_key": "prompt"},
             "rollout_args": {"temperature": 1.0}}}},
-        "explorer": {"eval_interval": 100},
+        "explorer": {"eval_interval": 100, **({"auxiliary_models": [{"model_path": str(teacher)}]} if teacher else {})},
         "trainer": {"save_interval": 100, "trainer_config": {"custom_reward_function": {
             "path": str(work / "reward.py"), "name": "compute_score"},
             **({"actor_rollout_ref": {"actor": actor}} if actor else {})}},
@@ -220,7 +247,7 @@ def _weights(folder: Path) -> dict:
 
 TRAINED = {kind: {"algorithm_type": kind} for kind in (
     "grpo", "grpo_verl", "dapo", "opmd", "ppo", "reinforceplusplus", "rloo", "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec",
-    "multi_step_grpo", "raft")}
+    "multi_step_grpo", "raft", "on_policy_distill")}
 # the estimators' and losses' options this branch added, each through the CLI too (their hand-computed tests:
 # tests/test_advantages.py, tests/test_policy_losses.py)
 TRAINED.update({
@@ -244,7 +271,13 @@ def test_each_algorithm_type_trains_two_steps_through_rft_train(work, tmp_path, 
     """Trinity's YAML with the algorithm type and its defaults (repeat_times 4 for the groups): 2 steps, a finite
     policy loss logged at each, the exported model moved from the starting one."""
     algorithm = dict(TRAINED[kind])
-    path = _yaml(work, tmp_path, algorithm, algorithm.pop("actor", None))  # raft: the best of 4, the others out
+    teacher = None
+    if kind == "on_policy_distill":  # a teacher of other weights (the same tokenizer): the student moves to it
+        from rft.models.tiny import init_model
+
+        teacher = tmp_path / "teacher"
+        init_model("tiny", teacher, seed=1)
+    path = _yaml(work, tmp_path, algorithm, algorithm.pop("actor", None), teacher)  # raft: the best of 4, the others out
     rft_here("train", str(path), cwd=tmp_path)
     out = tmp_path / "ckpt" / "algos" / "run"
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -71,7 +71,10 @@ ALGORITHMS = {
     "sppo": {**_GRPO, "advantage_fn": "opmd", "policy_loss_fn": "sppo", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
     "rec": {**_GRPO, "advantage_fn": "rec", "policy_loss_fn": "rec"},
     "multi_step_grpo": {**_GRPO, "repeat_times": 8, "advantage_fn": "step_wise_grpo"},
-    "dapo": {**_GRPO, "repeat_times": 16, "kl_loss_fn": "none"},  # 0.6.0; DAPO's clip and filters are its YAML's
+    "dapo": {**_GRPO, "repeat_times": 16, "kl_loss_fn": "none"},
+    # on-policy distillation (its teacher explorer.auxiliary_models[0]): rft's distillation section (`_distill`)
+    "on_policy_distill": {**_GRPO, "repeat_times": 8, "advantage_fn": "on_policy_distill", "kl_loss_fn": "none",
+                          "entropy_loss_fn": "none"},  # 0.6.0; DAPO's clip and filters are its YAML's
     # the SFT loss on the rollouts: Trinity's raft has no advantage (its RAFT workflows return the successful
     # experiences); rft ranks them by reward (adv_estimator raft: each prompt's best); repeat_times is
     # AlgorithmConfig's default
@@ -87,20 +90,19 @@ ALGORITHMS = {
     "mix_chord": {"repeat_times": 8, "advantage_fn": "grpo", "policy_loss_fn": "mix_chord", "kl_penalty_fn": "none",
                   "kl_loss_fn": "k2", "entropy_loss_fn": "mix", "sample_strategy": "mix"},
 }
-TEACHER = ("a teacher model's per-token log-probs of the student's samples (Trinity's on_policy_distill workflows "
-           "read them from explorer.auxiliary_models); rft's teacher is verl's distillation section, which the Trinity "
-           "dialect does not map yet: use a verl-style config with distillation.* (docs/algorithms.md)")
 # Trinity's algorithm types (and advantage functions) rft does not run, with the reason
 REFUSED_ALGORITHMS = {
-    "on_policy_distill": f"on-policy distillation needs {TEACHER}",
-    "jsd": f"the JSD distillation advantage needs {TEACHER}",
+    "jsd": "Trinity-RFT's jsd advantage mixes the two models' log-probs of the sampled token (lambda_coef); rft's "
+           "distillation has the sampled token's reverse KL (on_policy_distill's advantage), k3, the full reverse "
+           "KL and GKD's JSD over the vocabulary, not this estimator: use algorithm_type on_policy_distill, or "
+           "verl's distillation section with loss_mode jsd (docs/algorithms.md)",
     "gigpo": "GiGPO's step-level groups are the anchor states of an environment's trajectory, one experience per "
              "step; rft's workflows return one experience per episode",
     "cpt": "continued pre-training trains on plain text, every token (Trinity's cpt schema); rft sft trains on "
            "prompt / response or messages rows only",
 }
 REFUSED_ADVANTAGE_FNS = {
-    **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("on_policy_distill", "jsd", "gigpo")},
+    **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("jsd", "gigpo")},
     "clipb": "Clip_B filters tokens by the rollout policy's per-token entropy, which rft's old log-prob pass does "
              "not compute",
     "clipv": "Clip_V filters tokens by the rollout policy's per-token entropy and its 'necs' statistic, which "
@@ -158,9 +160,12 @@ ADVANTAGE_FNS = {
     # Trinity-RFT's earlier mix advantage: GRPO on the experiences, 0 on the expert rows (rft's advantages are
     # always computed before the expert rows join the batch)
     "mix": ("grpo", _EPS),
+    # kl_coef (teacher_logp - student_logp) per token, no task reward: rft's distillation with k1 and the task
+    # reward left out (`_distill`), whose estimator (grpo) reads zero rewards and adds nothing
+    "on_policy_distill": ("grpo", {"kl_coef": "distillation.distillation_loss.distillation_loss_coef"}),
 }
 # Trinity's advantage_fn_args rft must set where Trinity's default differs from rft's (rec: std_normalize false)
-ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}}
+ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}, "on_policy_distill": {"kl_coef": 1.0}}
 _CLIP = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
          "clip_range_high": f"{A}.clip_ratio_high"}
 # Trinity-RFT's policy_loss_fn -> (rft's loss_mode, {its policy_loss_fn_args: rft's key, a list of keys, or a
@@ -501,6 +506,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
                 "%s's own (%s), or set algorithm_type: ppo", kind, kind, kind, ALGORITHMS[kind]["advantage_fn"])
         estimator, table = ADVANTAGE_FNS[adv]
         _set(out, "algorithm.adv_estimator", estimator)
+        if adv == "on_policy_distill":
+            _distill(out)
         args = {**ADVANTAGE_DEFAULTS.get(adv, {}), **(a.get("advantage_fn_args") or {})}
         _fn_args(t, out, "algorithm.advantage_fn_args", args, table, f"{adv} advantage")
     loss = a["policy_loss_fn"]
@@ -576,6 +583,42 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
     t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm")
     return kind
+
+
+def _distill(out: dict) -> None:
+    """Trinity-RFT's on_policy_distill advantage, kl_coef (log q - log p) of each sampled token with q the teacher
+    (explorer.auxiliary_models[0], `_teacher`) and p the student, no task reward (its workflows' reward is only
+    logged): rft's distillation with k1 as a per-token advantage and the task reward left out."""
+    for key, value in (("enabled", True), ("distillation_loss.loss_mode", "k1"),
+                       ("distillation_loss.use_policy_gradient", True), ("distillation_loss.in_reward", False),
+                       ("distillation_loss.use_task_rewards", False)):
+        _set(out, f"distillation.{key}", value)
+
+
+TEACHER_ENGINE = ("the teacher scores the student's tokens in the trainer, in one batched pass beside the policy (as "
+                  "the reference model does: its precision and micro-batches), not in an engine of its own")
+"""Why an on_policy_distill teacher's engine keys change nothing here."""
+
+
+def _teacher(t: _Translation, models: Any, out: dict) -> None:
+    """The on_policy_distill teacher: explorer.auxiliary_models[0], as Trinity-RFT's distillation workflows take it;
+    its engine keys are noted (`TEACHER_ENGINE`), a second model refused (nothing would read it)."""
+    where = "explorer.auxiliary_models"
+    models = models if isinstance(models, list) else []
+    if not models or not isinstance(models[0], dict) or not models[0].get("model_path"):
+        t.refuse(where, "on_policy_distill reads its teacher from explorer.auxiliary_models[0].model_path; add it")
+        return
+    teacher = dict(models[0])
+    _set(out, "distillation.teacher_model.model_path", teacher.pop("model_path"), f"{where}[0].model_path")
+    for key in ("engine_type", "engine_num", "tensor_parallel_size", "enable_prefix_caching", "enforce_eager",
+                "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill", "max_model_len",
+                "max_prompt_tokens", "max_response_tokens", "name"):
+        if key in teacher:
+            t.note(f"{where}[0].{key}", teacher.pop(key), TEACHER_ENGINE)
+    t.rest(teacher, f"{where}[0]")
+    for i in range(1, len(models)):
+        t.refuse(f"{where}[{i}]", "on_policy_distill's workflows read one teacher, explorer.auxiliary_models[0]; "
+                                  "remove the others")
 
 
 def _policy_loss_agg(t: _Translation, loss: str, given: dict, args: dict, level: str) -> str | None:
@@ -1124,13 +1167,16 @@ def environment_workflow(name: Any) -> str | None:
 
 
 SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow", "async_simple_workflow": "simple_workflow",
+                  "on_policy_distill_workflow": "simple_workflow",
                   "async_math_workflow": "math_workflow", "async_math_boxed_workflow": "math_boxed_workflow",
                   "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow"}
 """Trinity-RFT's workflows that compute what an rft workflow of another name does. math_rm_workflow: one chat
 turn, each reply scored by the taskset's reward function (Trinity passes it the reply, the messages and the truth
 for RM-Gallery's rewards), summed: simple_workflow. async_X: Trinity's X with an async run (its class is
 AsyncSimpleWorkflow mixed into X's), which changes how Trinity's runner awaits it, not the experiences; rft's
-runner runs every workflow's tasks concurrently already."""
+runner runs every workflow's tasks concurrently already. on_policy_distill_workflow: one chat turn of the task's
+messages whose teacher scores the tokens (rft's distillation section, in the trainer); Trinity's logs a reward of 0,
+rft's the run's reward function, which trains nothing with on_policy_distill."""
 
 
 def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
@@ -1448,6 +1494,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
     _enable_thinking(t, out, rm.pop("enable_thinking", None), "explorer.rollout_model.enable_thinking")
     t.rest(rm, "explorer.rollout_model")
+    if _get(out, "distillation.enabled") is True:
+        _teacher(t, e.pop("auxiliary_models", None), out)
     for key in WORKFLOW_KEYS:
         if key in e:
             _set(out, f"workflow.{key}", e.pop(key), f"explorer.{key}")
@@ -1919,7 +1967,7 @@ def _math_workflow_reward(t: _Translation, out: dict) -> None:
     kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
     if workflow == "math_workflow" and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
-    elif workflow == "math_boxed_workflow" and not kind and not reward.get("path"):
+    elif workflow in ("math_boxed_workflow", "on_policy_distill_math_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
     elif kind == "rm_gallery_reward":
         _rm_gallery_reward(t, out)
