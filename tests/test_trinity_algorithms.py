@@ -151,18 +151,48 @@ def test_on_policy_distill_is_rfts_distillation_with_the_first_auxiliary_model_a
         in caplog.text
     assert _get(translate({**cfg, "algorithm": {"algorithm_type": "on_policy_distill"}}),
                 "distillation.distillation_loss.distillation_loss_coef") == 1.0  # Trinity's default kl_coef
-    for models, needle in (([], "explorer.auxiliary_models: on_policy_distill reads its teacher from "
+    for models, needle in (([], "explorer.auxiliary_models: on-policy distillation reads its teacher from "
                                 "explorer.auxiliary_models[0].model_path; add it"),
                            ([{"model_path": "a"}, {"model_path": "b"}],
-                            "explorer.auxiliary_models[1]: on_policy_distill's workflows read one teacher")):
+                            "explorer.auxiliary_models[1]: Trinity-RFT's distillation workflows read one teacher")):
         with pytest.raises(ConfigError) as err:
             translate({**cfg, "explorer": {"auxiliary_models": models}}, "t.yaml")
         assert needle in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("p, q, beta, expected", [
+    # Trinity's JSDAdvantage by hand: m = beta q + (1 - beta) p of the sampled token, D = beta log(q / m) +
+    # (1 - beta) log(p / m); its end points log p - log q (beta 0) and log q - log p (beta 1)
+    (0.5, 0.25, 0.5, 0.5 * math.log(0.25 / 0.375) + 0.5 * math.log(0.5 / 0.375)),
+    (0.5, 0.25, 0.25, 0.25 * math.log(0.25 / 0.4375) + 0.75 * math.log(0.5 / 0.4375)),
+    (0.5, 0.25, 0.0, math.log(0.5) - math.log(0.25)),
+    (0.5, 0.25, 1.0, math.log(0.25) - math.log(0.5)),
+    (0.3, 0.3, 0.5, 0.0),
+])
+def test_token_jsd_is_trinitys_jsd_advantage_by_hand(p, q, beta, expected):
+    import torch
+
+    from rft.algorithms.distill import distill_divergence
+
+    got = distill_divergence("token_jsd", torch.tensor([[math.log(p)]]), torch.tensor([[math.log(q)]]), beta=beta)
+    assert float(got) == pytest.approx(expected, abs=1e-6)
+
+
+def test_jsd_is_rfts_distillation_with_the_sampled_tokens_jsd():
+    cfg = {**BASE, "algorithm": {"algorithm_type": "jsd", "advantage_fn_args": {"kl_coef": 2.0, "lambda_coef": 0.3,
+                                                                                "chunk_size": 1024}},
+           "explorer": {"auxiliary_models": [{"model_path": "teacher"}]}}
+    loss = translate(cfg)["distillation"]["distillation_loss"]
+    assert (loss["loss_mode"], loss["jsd_beta"], loss["distillation_loss_coef"], loss["use_task_rewards"]) == (
+        "token_jsd", 0.3, 2.0, False)
+    loss = translate({**cfg, "algorithm": {"algorithm_type": "jsd"}})["distillation"]["distillation_loss"]
+    assert (loss["jsd_beta"], loss["distillation_loss_coef"]) == (0.5, 1.0)  # Trinity's defaults
+    with pytest.raises(ConfigError) as err:
+        translate({**cfg, "algorithm": {"algorithm_type": "jsd", "advantage_fn_args": {"temperature": 2.0}}}, "t.yaml")
+    assert "algorithm.advantage_fn_args.temperature=2.0: Trinity-RFT divides both log-probs by it" in str(err.value)
+
+
 REFUSED = [
-    ({"algorithm_type": "jsd"}, "algorithm.algorithm_type='jsd': Trinity-RFT's jsd advantage mixes the two models' "
-                                "log-probs of the sampled token (lambda_coef)"),
     ({"algorithm_type": "gigpo"}, "algorithm.algorithm_type='gigpo': GiGPO's step-level groups are the anchor "
                                   "states"),
     ({"algorithm_type": "cpt"}, "algorithm.algorithm_type='cpt': continued pre-training trains on plain text"),
@@ -247,7 +277,7 @@ def _weights(folder: Path) -> dict:
 
 TRAINED = {kind: {"algorithm_type": kind} for kind in (
     "grpo", "grpo_verl", "dapo", "opmd", "ppo", "reinforceplusplus", "rloo", "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec",
-    "multi_step_grpo", "raft", "on_policy_distill")}
+    "multi_step_grpo", "raft", "on_policy_distill", "jsd")}
 # the estimators' and losses' options this branch added, each through the CLI too (their hand-computed tests:
 # tests/test_advantages.py, tests/test_policy_losses.py)
 TRAINED.update({
@@ -272,7 +302,7 @@ def test_each_algorithm_type_trains_two_steps_through_rft_train(work, tmp_path, 
     policy loss logged at each, the exported model moved from the starting one."""
     algorithm = dict(TRAINED[kind])
     teacher = None
-    if kind == "on_policy_distill":  # a teacher of other weights (the same tokenizer): the student moves to it
+    if kind in ("on_policy_distill", "jsd"):  # a teacher of other weights (the same tokenizer): the student moves to it
         from rft.models.tiny import init_model
 
         teacher = tmp_path / "teacher"

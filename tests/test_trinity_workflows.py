@@ -244,6 +244,8 @@ def _corpus_item(item: str, model: Path, tasks: Path, ckpt: Path) -> dict:
     # on_policy_distill: the teacher (explorer.auxiliary_models[0]) scores the tokens; the reward is only logged
     ("examples/opd_gsm8k/opd_gsm8k.yaml", [{"question": "What is 6 x 6?", "answer": "36"}] * 4,
      "on_policy_distill_math_workflow", "math_boxed_reward"),
+    ("examples/opd_gsm8k/opd_gsm8k_jsd.yaml", [{"question": "What is 6 x 6?", "answer": "36"}] * 4,
+     "on_policy_distill_math_workflow", "math_boxed_reward"),
 ])
 def test_the_trinity_example_trains_one_step_with_its_workflow(tmp_path, vlm, item, rows, workflow, reward):
     from cli_helpers import rft_here

@@ -71,10 +71,10 @@ ALGORITHMS = {
     "sppo": {**_GRPO, "advantage_fn": "opmd", "policy_loss_fn": "sppo", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
     "rec": {**_GRPO, "advantage_fn": "rec", "policy_loss_fn": "rec"},
     "multi_step_grpo": {**_GRPO, "repeat_times": 8, "advantage_fn": "step_wise_grpo"},
-    "dapo": {**_GRPO, "repeat_times": 16, "kl_loss_fn": "none"},
+    "dapo": {**_GRPO, "repeat_times": 16, "kl_loss_fn": "none"},  # 0.6.0; DAPO's clip and filters are its YAML's
     # on-policy distillation (its teacher explorer.auxiliary_models[0]): rft's distillation section (`_distill`)
-    "on_policy_distill": {**_GRPO, "repeat_times": 8, "advantage_fn": "on_policy_distill", "kl_loss_fn": "none",
-                          "entropy_loss_fn": "none"},  # 0.6.0; DAPO's clip and filters are its YAML's
+    **{name: {**_GRPO, "repeat_times": 8, "advantage_fn": name, "kl_loss_fn": "none", "entropy_loss_fn": "none"}
+       for name in ("on_policy_distill", "jsd")},
     # the SFT loss on the rollouts: Trinity's raft has no advantage (its RAFT workflows return the successful
     # experiences); rft ranks them by reward (adv_estimator raft: each prompt's best); repeat_times is
     # AlgorithmConfig's default
@@ -92,17 +92,13 @@ ALGORITHMS = {
 }
 # Trinity's algorithm types (and advantage functions) rft does not run, with the reason
 REFUSED_ALGORITHMS = {
-    "jsd": "Trinity-RFT's jsd advantage mixes the two models' log-probs of the sampled token (lambda_coef); rft's "
-           "distillation has the sampled token's reverse KL (on_policy_distill's advantage), k3, the full reverse "
-           "KL and GKD's JSD over the vocabulary, not this estimator: use algorithm_type on_policy_distill, or "
-           "verl's distillation section with loss_mode jsd (docs/algorithms.md)",
     "gigpo": "GiGPO's step-level groups are the anchor states of an environment's trajectory, one experience per "
              "step; rft's workflows return one experience per episode",
     "cpt": "continued pre-training trains on plain text, every token (Trinity's cpt schema); rft sft trains on "
            "prompt / response or messages rows only",
 }
 REFUSED_ADVANTAGE_FNS = {
-    **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("jsd", "gigpo")},
+    **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("gigpo",)},
     "clipb": "Clip_B filters tokens by the rollout policy's per-token entropy, which rft's old log-prob pass does "
              "not compute",
     "clipv": "Clip_V filters tokens by the rollout policy's per-token entropy and its 'necs' statistic, which "
@@ -163,9 +159,17 @@ ADVANTAGE_FNS = {
     # kl_coef (teacher_logp - student_logp) per token, no task reward: rft's distillation with k1 and the task
     # reward left out (`_distill`), whose estimator (grpo) reads zero rewards and adds nothing
     "on_policy_distill": ("grpo", {"kl_coef": "distillation.distillation_loss.distillation_loss_coef"}),
+    # -kl_coef x the sampled token's JSD (lambda_coef the teacher's weight in the mixture): rft's token_jsd
+    "jsd": ("grpo", {"kl_coef": "distillation.distillation_loss.distillation_loss_coef",
+                     "lambda_coef": "distillation.distillation_loss.jsd_beta",
+                     "temperature": lambda v, out: None if _number(v) == 1.0 else (
+                         "Trinity-RFT divides both log-probs by it before the JSD; rft takes them as the rollout's "
+                         "temperature gives them: remove it or set 1.0"),
+                     "chunk_size": lambda v, out: None}),  # memory only: token_jsd is per token, no chunks
 }
 # Trinity's advantage_fn_args rft must set where Trinity's default differs from rft's (rec: std_normalize false)
-ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}, "on_policy_distill": {"kl_coef": 1.0}}
+ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}, "on_policy_distill": {"kl_coef": 1.0},
+                      "jsd": {"kl_coef": 1.0, "lambda_coef": 0.5}}
 _CLIP = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
          "clip_range_high": f"{A}.clip_ratio_high"}
 # Trinity-RFT's policy_loss_fn -> (rft's loss_mode, {its policy_loss_fn_args: rft's key, a list of keys, or a
@@ -506,8 +510,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
                 "%s's own (%s), or set algorithm_type: ppo", kind, kind, kind, ALGORITHMS[kind]["advantage_fn"])
         estimator, table = ADVANTAGE_FNS[adv]
         _set(out, "algorithm.adv_estimator", estimator)
-        if adv == "on_policy_distill":
-            _distill(out)
+        if adv in DISTILL_MODES:
+            _distill(out, DISTILL_MODES[adv])
         args = {**ADVANTAGE_DEFAULTS.get(adv, {}), **(a.get("advantage_fn_args") or {})}
         _fn_args(t, out, "algorithm.advantage_fn_args", args, table, f"{adv} advantage")
     loss = a["policy_loss_fn"]
@@ -585,11 +589,16 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
     return kind
 
 
-def _distill(out: dict) -> None:
-    """Trinity-RFT's on_policy_distill advantage, kl_coef (log q - log p) of each sampled token with q the teacher
-    (explorer.auxiliary_models[0], `_teacher`) and p the student, no task reward (its workflows' reward is only
-    logged): rft's distillation with k1 as a per-token advantage and the task reward left out."""
-    for key, value in (("enabled", True), ("distillation_loss.loss_mode", "k1"),
+DISTILL_MODES = {"on_policy_distill": "k1", "jsd": "token_jsd"}
+"""Trinity-RFT's distillation advantages -> rft's distillation loss_mode."""
+
+
+def _distill(out: dict, mode: str) -> None:
+    """Trinity-RFT's distillation advantages (`DISTILL_MODES`), -kl_coef D_t of each sampled token with D k1
+    (log p - log q: on_policy_distill) or the sampled token's JSD (jsd), q the teacher (explorer.auxiliary_models[0],
+    `_teacher`) and p the student, no task reward (its workflows' reward is only logged): rft's distillation with D
+    as a per-token advantage and the task reward left out."""
+    for key, value in (("enabled", True), ("distillation_loss.loss_mode", mode),
                        ("distillation_loss.use_policy_gradient", True), ("distillation_loss.in_reward", False),
                        ("distillation_loss.use_task_rewards", False)):
         _set(out, f"distillation.{key}", value)
@@ -601,12 +610,13 @@ TEACHER_ENGINE = ("the teacher scores the student's tokens in the trainer, in on
 
 
 def _teacher(t: _Translation, models: Any, out: dict) -> None:
-    """The on_policy_distill teacher: explorer.auxiliary_models[0], as Trinity-RFT's distillation workflows take it;
+    """The distillation teacher (on_policy_distill, jsd): explorer.auxiliary_models[0], as Trinity-RFT's distillation workflows take it;
     its engine keys are noted (`TEACHER_ENGINE`), a second model refused (nothing would read it)."""
     where = "explorer.auxiliary_models"
     models = models if isinstance(models, list) else []
     if not models or not isinstance(models[0], dict) or not models[0].get("model_path"):
-        t.refuse(where, "on_policy_distill reads its teacher from explorer.auxiliary_models[0].model_path; add it")
+        t.refuse(where, "on-policy distillation reads its teacher from explorer.auxiliary_models[0].model_path; "
+                        "add it")
         return
     teacher = dict(models[0])
     _set(out, "distillation.teacher_model.model_path", teacher.pop("model_path"), f"{where}[0].model_path")
@@ -617,7 +627,7 @@ def _teacher(t: _Translation, models: Any, out: dict) -> None:
             t.note(f"{where}[0].{key}", teacher.pop(key), TEACHER_ENGINE)
     t.rest(teacher, f"{where}[0]")
     for i in range(1, len(models)):
-        t.refuse(f"{where}[{i}]", "on_policy_distill's workflows read one teacher, explorer.auxiliary_models[0]; "
+        t.refuse(f"{where}[{i}]", "Trinity-RFT's distillation workflows read one teacher, explorer.auxiliary_models[0]; "
                                   "remove the others")
 
 
