@@ -138,7 +138,8 @@ def test_on_policy_distill_is_rfts_distillation_with_the_first_auxiliary_model_a
     teacher explorer.auxiliary_models[0]: rft's distillation with k1 as a per-token advantage (its defaults:
     kl_coef 1, repeat_times 8, no KL or entropy term)."""
     cfg = {**BASE, "algorithm": {"algorithm_type": "on_policy_distill", "advantage_fn_args": {"kl_coef": 0.5}},
-           "explorer": {"auxiliary_models": [{"model_path": "teacher", "engine_num": 1, "tensor_parallel_size": 2}]}}
+           "explorer": {"auxiliary_models": [{"model_path": "teacher", "engine_num": 1, "tensor_parallel_size": 2,
+                                              "enable_thinking": False}]}}
     with caplog.at_level("WARNING", logger="rft"):
         out = translate(cfg, "t.yaml")
     assert out["distillation"] == {"enabled": True, "teacher_model": {"model_path": "teacher"},
@@ -149,6 +150,7 @@ def test_on_policy_distill_is_rfts_distillation_with_the_first_auxiliary_model_a
     assert _get(out, f"{A}.entropy_coeff") == 0.0 and "auxiliary_models" not in out.get("workflow", {})
     assert "explorer.auxiliary_models[0].tensor_parallel_size=2 changes nothing in rft: the teacher scores" \
         in caplog.text
+    assert "explorer.auxiliary_models[0].enable_thinking=False changes nothing in rft: the teacher scores" in caplog.text
     assert _get(translate({**cfg, "algorithm": {"algorithm_type": "on_policy_distill"}}),
                 "distillation.distillation_loss.distillation_loss_coef") == 1.0  # Trinity's default kl_coef
     for models, needle in (([], "explorer.auxiliary_models: on-policy distillation reads its teacher from "

@@ -625,6 +625,10 @@ def _teacher(t: _Translation, models: Any, out: dict) -> None:
                 "max_prompt_tokens", "max_response_tokens", "name"):
         if key in teacher:
             t.note(f"{where}[0].{key}", teacher.pop(key), TEACHER_ENGINE)
+    for key in ("chat_template", "enable_thinking", "temperature", "top_p", "top_k"):
+        if key in teacher:  # Trinity's teacher scores tokens (logprobs), it samples and renders nothing
+            t.note(f"{where}[0].{key}", teacher.pop(key), "the teacher scores the student's token ids; it renders "
+                                                          "no prompt and samples nothing")
     t.rest(teacher, f"{where}[0]")
     for i in range(1, len(models)):
         t.refuse(f"{where}[{i}]", "Trinity-RFT's distillation workflows read one teacher, explorer.auxiliary_models[0]; "
