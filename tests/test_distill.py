@@ -215,6 +215,8 @@ def test_a_teacher_of_another_tokenizer_is_refused_by_name(assets, tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["distillation.distillation_loss.loss_mode=k1", "distillation.distillation_loss.use_policy_gradient=false"],
      "loss_mode=k1 with use_policy_gradient=false"),
+    (["distillation.distillation_loss.loss_mode=token_jsd", "distillation.distillation_loss.use_policy_gradient=false"],
+     "loss_mode=token_jsd with use_policy_gradient=false"),
     (["distillation.distillation_loss.jsd_beta=1.5"], "jsd_beta=1.5 is outside [0, 1]"),
     (["distillation.distillation_loss.in_reward=true", "distillation.distillation_loss.use_policy_gradient=false",
       "distillation.distillation_loss.loss_mode=full"], "in_reward=true"),

@@ -7,8 +7,9 @@ cannot drift apart.
 What it holds every item to: no traceback and no "bug in rft" line; every refusal names a key the item itself
 writes; none says the old fallback; an item refused for an environment workflow names the environment's package.
 RESOLVE_FLOOR is the count that resolves today, so a change that loses one fails here; issue 63's goal is 50 of
-the 59 (what stands between: Trinity workflows and reward functions rft has not, explorer_driven,
-train_batch_size other than batch_size x repeat_times, sequence parallelism over more GPUs than the stand-in's 1).
+the 59 (what stands between: Trinity workflows and reward functions rft has not, train_batch_size other than
+batch_size x repeat_times, sequence parallelism over more GPUs than the stand-in's 1). Nothing resolves
+suspiciously (a key it sets missing from the resolved config, or of another value there).
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ import pytest
 PEERS = Path(__file__).resolve().parents[2] / "shared" / "peer-configs"
 GSM8K = PEERS.parent / "data" / "gsm8k"
 RUN_CONFIGS = 59  # the corpus's Trinity YAMLs that are run configs (one more is a Data-Juicer recipe)
-RESOLVE_FLOOR = 16  # the workflows and rewards of issue 63 (3) and enable_thinking (gsm8k-template.yaml)
-KNOWN_SUSPICIOUS = {"examples/dpo_human_in_the_loop/dpo.yaml", "examples/dpo_humanlike/dpo.yaml",
-                    "examples/sft_mot/sft.yaml"}
+RESOLVE_FLOOR = 21  # + the SFT / DPO files named `name` (3), on_policy_distill and jsd (opd_gsm8k/*.yaml)
 ENV_PACKAGES = ("alfworld", "scienceworld", "webshop", "gymnasium", "agentscope")
 
 
@@ -70,7 +69,6 @@ def test_every_trinity_example_resolves_or_is_refused_by_its_own_keys(records):
                 assert any(f"the {package} package" in line for package in ENV_PACKAGES), line
     # every refusal names a key the item writes (measure.py's check), not only rft's translation of it
     assert not misnamed, misnamed
-    # resolved, but a key differs from what the item sets (measure.py's S): only these, known and not yet fixed (an
-    # SFT / DPO file runs as one stage named after `name`, whose experiment is <name>_<name>)
-    suspicious = {r["id"] for r in records if r["class"] == "S"}
-    assert suspicious <= KNOWN_SUSPICIOUS, suspicious - KNOWN_SUSPICIOUS
+    # resolved, but a key differs from what the item sets (measure.py's S): none
+    suspicious = [(r["id"], r["suspicious"]) for r in records if r["class"] == "S"]
+    assert not suspicious, suspicious

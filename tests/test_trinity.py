@@ -226,7 +226,7 @@ REFUSED = [
      "buffer.trainer_input.experience_buffer.capacity"),
     ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers.sft: rft reads"),
     ({"explorer.rollout_model": {"engine_type": "sglang"}}, "explorer.rollout_model.engine_type='sglang'"),
-    ({"synchronizer.sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style"),
+    ({"synchronizer.sync_style": "dynamic_by_trainer"}, "synchronizer.sync_style"),
     ({"monitor.monitor_type": "swanlab"}, "monitor.monitor_type='swanlab'"),
     ({"monitor.enable_ray_timeline": True}, "monitor.enable_ray_timeline: rft writes no Ray timeline, on a cluster "
                                             "(cluster.ray_address) either; remove it or set it false"),

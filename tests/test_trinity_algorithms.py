@@ -133,10 +133,68 @@ def test_an_algorithms_arguments_land_on_rfts_keys(algorithm, expected):
     assert {key: _get(out, key) for key in expected} == expected
 
 
+def test_on_policy_distill_is_rfts_distillation_with_the_first_auxiliary_model_as_teacher(caplog):
+    """Trinity's on_policy_distill: advantage kl_coef (log q - log p) of the sampled token, no task reward, its
+    teacher explorer.auxiliary_models[0]: rft's distillation with k1 as a per-token advantage (its defaults:
+    kl_coef 1, repeat_times 8, no KL or entropy term)."""
+    cfg = {**BASE, "algorithm": {"algorithm_type": "on_policy_distill", "advantage_fn_args": {"kl_coef": 0.5}},
+           "explorer": {"auxiliary_models": [{"model_path": "teacher", "engine_num": 1, "tensor_parallel_size": 2,
+                                              "enable_thinking": False}]}}
+    with caplog.at_level("WARNING", logger="rft"):
+        out = translate(cfg, "t.yaml")
+    assert out["distillation"] == {"enabled": True, "teacher_model": {"model_path": "teacher"},
+                                   "distillation_loss": {"loss_mode": "k1", "use_policy_gradient": True,
+                                                         "in_reward": False, "use_task_rewards": False,
+                                                         "distillation_loss_coef": 0.5}}
+    assert _get(out, "actor_rollout_ref.rollout.n") == 8 and _get(out, f"{A}.use_kl_loss") is False
+    assert _get(out, f"{A}.entropy_coeff") == 0.0 and "auxiliary_models" not in out.get("workflow", {})
+    assert "explorer.auxiliary_models[0].tensor_parallel_size=2 changes nothing in rft: the teacher scores" \
+        in caplog.text
+    assert "explorer.auxiliary_models[0].enable_thinking=False changes nothing in rft: the teacher scores" in caplog.text
+    assert _get(translate({**cfg, "algorithm": {"algorithm_type": "on_policy_distill"}}),
+                "distillation.distillation_loss.distillation_loss_coef") == 1.0  # Trinity's default kl_coef
+    for models, needle in (([], "explorer.auxiliary_models: on-policy distillation reads its teacher from "
+                                "explorer.auxiliary_models[0].model_path; add it"),
+                           ([{"model_path": "a"}, {"model_path": "b"}],
+                            "explorer.auxiliary_models[1]: Trinity-RFT's distillation workflows read one teacher")):
+        with pytest.raises(ConfigError) as err:
+            translate({**cfg, "explorer": {"auxiliary_models": models}}, "t.yaml")
+        assert needle in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("p, q, beta, expected", [
+    # Trinity's JSDAdvantage by hand: m = beta q + (1 - beta) p of the sampled token, D = beta log(q / m) +
+    # (1 - beta) log(p / m); its end points log p - log q (beta 0) and log q - log p (beta 1)
+    (0.5, 0.25, 0.5, 0.5 * math.log(0.25 / 0.375) + 0.5 * math.log(0.5 / 0.375)),
+    (0.5, 0.25, 0.25, 0.25 * math.log(0.25 / 0.4375) + 0.75 * math.log(0.5 / 0.4375)),
+    (0.5, 0.25, 0.0, math.log(0.5) - math.log(0.25)),
+    (0.5, 0.25, 1.0, math.log(0.25) - math.log(0.5)),
+    (0.3, 0.3, 0.5, 0.0),
+])
+def test_token_jsd_is_trinitys_jsd_advantage_by_hand(p, q, beta, expected):
+    import torch
+
+    from rft.algorithms.distill import distill_divergence
+
+    got = distill_divergence("token_jsd", torch.tensor([[math.log(p)]]), torch.tensor([[math.log(q)]]), beta=beta)
+    assert float(got) == pytest.approx(expected, abs=1e-6)
+
+
+def test_jsd_is_rfts_distillation_with_the_sampled_tokens_jsd():
+    cfg = {**BASE, "algorithm": {"algorithm_type": "jsd", "advantage_fn_args": {"kl_coef": 2.0, "lambda_coef": 0.3,
+                                                                                "chunk_size": 1024}},
+           "explorer": {"auxiliary_models": [{"model_path": "teacher"}]}}
+    loss = translate(cfg)["distillation"]["distillation_loss"]
+    assert (loss["loss_mode"], loss["jsd_beta"], loss["distillation_loss_coef"], loss["use_task_rewards"]) == (
+        "token_jsd", 0.3, 2.0, False)
+    loss = translate({**cfg, "algorithm": {"algorithm_type": "jsd"}})["distillation"]["distillation_loss"]
+    assert (loss["jsd_beta"], loss["distillation_loss_coef"]) == (0.5, 1.0)  # Trinity's defaults
+    with pytest.raises(ConfigError) as err:
+        translate({**cfg, "algorithm": {"algorithm_type": "jsd", "advantage_fn_args": {"temperature": 2.0}}}, "t.yaml")
+    assert "algorithm.advantage_fn_args.temperature=2.0: Trinity-RFT divides both log-probs by it" in str(err.value)
+
+
 REFUSED = [
-    ({"algorithm_type": "on_policy_distill"}, "algorithm.algorithm_type='on_policy_distill': on-policy distillation "
-                                              "needs a teacher model's per-token log-probs"),
-    ({"algorithm_type": "jsd"}, "algorithm.algorithm_type='jsd': the JSD distillation advantage needs a teacher"),
     ({"algorithm_type": "gigpo"}, "algorithm.algorithm_type='gigpo': GiGPO's step-level groups are the anchor "
                                   "states"),
     ({"algorithm_type": "cpt"}, "algorithm.algorithm_type='cpt': continued pre-training trains on plain text"),
@@ -193,8 +251,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
-def _yaml(work: Path, folder: Path, algorithm: dict, actor: dict | None = None) -> Path:
-    """Trinity's YAML; `actor`: rft (verl) actor keys in its trainer_config, for options Trinity has no name for."""
+def _yaml(work: Path, folder: Path, algorithm: dict, actor: dict | None = None, teacher: Path | None = None) -> Path:
+    """Trinity's YAML; `actor`: rft (verl) actor keys in its trainer_config, for options Trinity has no name for;
+    `teacher`: on_policy_distill's (explorer.auxiliary_models[0])."""
     config = {
         "project": "algos", "name": "run", "mode": "both", "checkpoint_root_dir": str(folder / "ckpt"),
         "algorithm": {"repeat_times": 4, "optimizer": {"lr": 1e-3}, **algorithm},
@@ -202,7 +261,7 @@ def _yaml(work: Path, folder: Path, algorithm: dict, actor: dict | None = None) 
         "buffer": {"batch_size": 2, "total_steps": 2, "explorer_input": {"taskset": {
             "name": "t", "path": str(work / "tasks"), "split": "train", "format": {"prompt_key": "prompt"},
             "rollout_args": {"temperature": 1.0}}}},
-        "explorer": {"eval_interval": 100},
+        "explorer": {"eval_interval": 100, **({"auxiliary_models": [{"model_path": str(teacher)}]} if teacher else {})},
         "trainer": {"save_interval": 100, "trainer_config": {"custom_reward_function": {
             "path": str(work / "reward.py"), "name": "compute_score"},
             **({"actor_rollout_ref": {"actor": actor}} if actor else {})}},
@@ -220,7 +279,7 @@ def _weights(folder: Path) -> dict:
 
 TRAINED = {kind: {"algorithm_type": kind} for kind in (
     "grpo", "grpo_verl", "dapo", "opmd", "ppo", "reinforceplusplus", "rloo", "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec",
-    "multi_step_grpo", "raft")}
+    "multi_step_grpo", "raft", "on_policy_distill", "jsd")}
 # the estimators' and losses' options this branch added, each through the CLI too (their hand-computed tests:
 # tests/test_advantages.py, tests/test_policy_losses.py)
 TRAINED.update({
@@ -244,7 +303,13 @@ def test_each_algorithm_type_trains_two_steps_through_rft_train(work, tmp_path, 
     """Trinity's YAML with the algorithm type and its defaults (repeat_times 4 for the groups): 2 steps, a finite
     policy loss logged at each, the exported model moved from the starting one."""
     algorithm = dict(TRAINED[kind])
-    path = _yaml(work, tmp_path, algorithm, algorithm.pop("actor", None))  # raft: the best of 4, the others out
+    teacher = None
+    if kind in ("on_policy_distill", "jsd"):  # a teacher of other weights (the same tokenizer): the student moves to it
+        from rft.models.tiny import init_model
+
+        teacher = tmp_path / "teacher"
+        init_model("tiny", teacher, seed=1)
+    path = _yaml(work, tmp_path, algorithm, algorithm.pop("actor", None), teacher)  # raft: the best of 4, the others out
     rft_here("train", str(path), cwd=tmp_path)
     out = tmp_path / "ckpt" / "algos" / "run"
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -1,6 +1,7 @@
 """Issue 63, the Trinity-RFT half: the keys Trinity-RFT's own examples write, mapped with Trinity's meaning (the
 trainer shortcuts, subset_name, the sampling no-ops, group, default_eval_workflow_type, data_selector, the replay
-buffer, enable_thinking), or refused by name with a true reason (explorer_driven, the environment workflows)."""
+buffer, enable_thinking, explorer_driven as the fixed schedule), or refused by name with a true reason
+(trainer_driven, the environment workflows)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ def _get(tree: dict, key: str):
             return "<missing>"
         tree = tree[part]
     return tree
+
+
+def _names(tree) -> set:
+    """Every trainer.experiment_name of a resolved config (the run's and each stage's)."""
+    if isinstance(tree, list):
+        return set().union(*map(_names, tree)) if tree else set()
+    if not isinstance(tree, dict):
+        return set()
+    own = {tree["experiment_name"]} if "experiment_name" in tree else set()
+    return own.union(*map(_names, tree.values()))
 
 
 def _refusal(extra: dict) -> str:
@@ -105,6 +116,9 @@ def test_an_sft_or_dpo_file_with_the_trainer_shortcuts_resolves(work, tmp_path):
                         "ulysses_sequence_parallel_size": 1}}))
         proc = rft_here("config", "show", str(path), cwd=tmp_path, check=False)
         assert proc.returncode == 0, proc.stderr
+        # a file without stages is one run named `name`, as in Trinity-RFT (it was <name>_<name>, a stage's name)
+        shown = next(d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict))
+        assert _names(shown) == {kind}, _names(shown)
     bad = yaml.safe_load(path.read_text())
     bad["trainer"]["ulysses_sequence_parallel_size"] = 2
     path.write_text(yaml.safe_dump(bad))
@@ -194,10 +208,23 @@ def test_replay_buffer_is_rfts_priority_queue():
     assert "replay_buffer.priority_fn='decay_limit_randomization': rft's priority queue ranks by linear_decay" in line
 
 
+@pytest.mark.parametrize("style", ["explorer_driven", "dynamic_by_explorer"])
+def test_explorer_driven_is_the_fixed_schedule_said_once(style, caplog):
+    """explorer_driven's explorer asks for weights every sync_interval of its steps and waits for them: the fixed
+    schedule is its case of a trainer keeping pace (the freshest weights it can take), so it resolves with a note."""
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"synchronizer": {"sync_style": style, "sync_interval": 2, "sync_offset": 1}}), "t.yaml")
+    assert out["synchronizer"]["sync_interval"] == 2 and out["synchronizer"]["sync_offset"] == 1
+    assert "sync_style" not in out["synchronizer"]
+    notes = [line for line in caplog.text.splitlines() if "sync_style" in line]
+    assert len(notes) == 1 and f"synchronizer.sync_style={style!r} changes nothing in rft" in notes[0], notes
+    assert "waiting until the trainer has trained those batches" in notes[0]
+
+
 # ------------------------------------------------------------------------------------------- refused, by name
 @pytest.mark.parametrize("extra, start", [
-    ({"synchronizer.sync_style": "explorer_driven"},
-     "t.yaml: synchronizer.sync_style='explorer_driven': the explorer asks for new weights"),
+    ({"synchronizer.sync_style": "trainer_driven"},
+     "t.yaml: synchronizer.sync_style='trainer_driven': the trainer hands over its weights"),
     ({"buffer.explorer_input.default_workflow_type": "alfworld_workflow",
       "buffer.explorer_input.taskset": {"path": "t.jsonl"}},
      "t.yaml: buffer.explorer_input.default_workflow_type='alfworld_workflow': Trinity-RFT's workflow that runs "

@@ -19,7 +19,9 @@ from rft.explorer.model import Completion
 from rft.explorer.workflow import (
     BOXED_PROMPT,
     BOXED_THINK_PROMPT,
+    QWEN_MATH_SYSTEM_PROMPT,
     MathBoxedWorkflow,
+    OnPolicyDistillMathWorkflow,
     SimpleMMWorkflow,
     Task,
     workflow_class,
@@ -121,6 +123,19 @@ def test_simple_mm_workflow_puts_trinitys_prompt_in_place_of_the_tasks():
     assert workflow_class("simple_mm_workflow") is SimpleMMWorkflow
 
 
+def test_on_policy_distill_math_workflow_prompts_as_trinity():
+    """Qwen2.5-Math's prompt in place of the task's (its system prompt dropped), word for word; the run's reward."""
+    model = FakeModel(["\\boxed{36}", "37"])
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 6 x 6?"}]
+    exps = OnPolicyDistillMathWorkflow(task=_task(messages, ["a", "b"]), model=model).run()
+    assert model.asked[0] == [{"role": "system", "content": "You are a helpful assistant."},
+                              {"role": "user", "content": "What is 6 x 6?\nPlease reason step by step, and put your "
+                                                          "final answer within \\boxed{}."}]
+    assert QWEN_MATH_SYSTEM_PROMPT == "You are a helpful assistant."
+    assert [e.reward for e in exps] == [1.0, 0.0]
+    assert workflow_class("on_policy_distill_math_workflow") is OnPolicyDistillMathWorkflow
+
+
 def _trinity(taskset: dict, **buffer) -> dict:
     return {"mode": "both", "model": {"model_path": "m"}, "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
             "buffer": {"batch_size": 2, "total_steps": 1,
@@ -214,6 +229,9 @@ def _corpus_item(item: str, model: Path, tasks: Path, ckpt: Path) -> dict:
     buffer["explorer_input"].pop("eval_tasksets", None)
     tree["explorer"]["rollout_model"].update(engine_num=1, engine_type="hf", enforce_eager=True)
     tree["explorer"]["eval_interval"] = 1000
+    for aux in tree["explorer"].get("auxiliary_models") or []:  # a distillation teacher: the tiny model too
+        aux["model_path"] = str(model)
+    buffer["explorer_input"]["taskset"].pop("subset_name", None)  # the stand-in rows are one file
     return tree
 
 
@@ -223,8 +241,13 @@ def _corpus_item(item: str, model: Path, tasks: Path, ckpt: Path) -> dict:
     ("examples/grpo_math/math.yaml", [{"question": "What is 6 x 6?", "gt_answer": "36"}] * 4,
      "simple_workflow", "math_verify_reward"),
     ("examples/grpo_vlm/vlm.yaml", "image rows", "simple_mm_workflow", "math_boxed_reward"),
+    # on_policy_distill: the teacher (explorer.auxiliary_models[0]) scores the tokens; the reward is only logged
+    ("examples/opd_gsm8k/opd_gsm8k.yaml", [{"question": "What is 6 x 6?", "answer": "36"}] * 4,
+     "on_policy_distill_math_workflow", "math_boxed_reward"),
+    ("examples/opd_gsm8k/opd_gsm8k_jsd.yaml", [{"question": "What is 6 x 6?", "answer": "36"}] * 4,
+     "on_policy_distill_math_workflow", "math_boxed_reward"),
 ])
-def test_the_trinity_example_trains_one_step_with_its_workflow(tmp_path, vlm, item, rows, workflow, reward):
+def test_the_trinity_example_trains_one_step_with_its_workflow(tmp_path, vlm, caplog, item, rows, workflow, reward):
     from cli_helpers import rft_here
 
     from rft.data.io import write_parquet
@@ -244,7 +267,8 @@ def test_the_trinity_example_trains_one_step_with_its_workflow(tmp_path, vlm, it
         (tasks / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(_corpus_item(item, model, tasks, tmp_path / "ckpt")))
-    shown = yaml.safe_load(rft_here("config", "show", str(config), cwd=tmp_path).stdout)
+    with caplog.at_level("WARNING", logger="rft"):
+        shown = yaml.safe_load(rft_here("config", "show", str(config), cwd=tmp_path).stdout)
     assert (shown["workflow"]["type"], shown["custom_reward_function"]["reward_fn_type"]) == (workflow, reward)
     rft_here("train", str(config), cwd=tmp_path)
     metrics = [m for f in (tmp_path / "ckpt").rglob("metrics.jsonl") for m in map(json.loads, f.read_text().splitlines())
@@ -253,6 +277,11 @@ def test_the_trinity_example_trains_one_step_with_its_workflow(tmp_path, vlm, it
     # the tiny models write no right answer: accuracy 0 on every sample, and the reward its parts' sum
     assert metrics[-1]["reward_extra/accuracy/mean"] == 0.0
     assert metrics[-1]["critic/score/mean"] == pytest.approx(0.0)
+    if "opd" in item:  # the teacher, the student's own weights here, scored every sampled token: divergence 0
+        assert shown["distillation"]["enabled"] is True
+        # the teacher's pass is micro-batched by the reference's keys (trainer.max_token_len_per_gpu fills them)
+        assert "builds no reference" not in caplog.text, caplog.text
+        assert metrics[-1]["distill/divergence"] == pytest.approx(0.0, abs=1e-4)
 
 
 DAPO_ARGS = {"enable_overlong_penalty": True, "penalty_factor": 1.0, "max_response_length": 64, "cache_length": 16}

@@ -250,6 +250,10 @@ def check_distillation(ctx: CheckContext) -> None:
         raise ConfigError(f"{key}.loss_mode=k1 with use_policy_gradient=false: log p - log q of the student's own "
                           "samples has a gradient of mean 0 as a loss; set use_policy_gradient=true (k1 as a "
                           "per-token reward, Thinking Machines' recipe) or loss_mode k3, full or jsd")
+    if loss.loss_mode == "token_jsd" and not loss.use_policy_gradient:
+        raise ConfigError(f"{key}.loss_mode=token_jsd with use_policy_gradient=false: the sampled token's JSD "
+                          "estimate is a per-token reward (Trinity-RFT's jsd advantage), as k1 is; set "
+                          "use_policy_gradient=true, or loss_mode jsd for GKD's JSD as a loss")
     if loss.in_reward and not loss.use_policy_gradient:
         raise ConfigError(f"{key}.in_reward=true puts the divergence into the token rewards, which needs "
                           "use_policy_gradient=true; set one of them otherwise")

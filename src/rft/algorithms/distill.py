@@ -11,6 +11,11 @@ distillation). One signature for the family: ``DistillInputs -> (B, R)``, unmask
             GKDTrainer.generalized_jsd_loss) with beta: m = beta q + (1 - beta) p,
             JSD_beta = beta KL(q || m) + (1 - beta) KL(p || m); beta = 0 is the forward KL(q || p) and beta = 1
             the reverse KL(p || q), as TRL defines the end points.
+  ``token_jsd``: Trinity-RFT's jsd advantage's divergence, of the sampled token's two log-probs only (no
+            vocabulary sum): log m = logsumexp(log q + log beta, log p + log(1 - beta)),
+            D = beta (log q - log m) + (1 - beta)(log p - log m); beta = 0 is log p - log q (k1) and beta = 1
+            log q - log p, Trinity's end points. An estimator for a per-token reward (Trinity's advantage is
+            -kl_coef D), as k1 is.
 """
 
 from __future__ import annotations
@@ -102,6 +107,19 @@ def distill_jsd(inputs: DistillInputs) -> torch.Tensor:
             parts.append(beta * kl_q + (1 - beta) * kl_p)
     out = torch.cat(parts) if parts else flat.new_zeros(0)
     return out.reshape(logits.shape[:-1])
+
+
+@DISTILL_LOSSES.register("token_jsd")
+def distill_token_jsd(inputs: DistillInputs) -> torch.Tensor:
+    """Trinity-RFT's sampled-token JSD with ``beta`` (its lambda_coef; module docstring), its end points as Trinity
+    writes them."""
+    logp, logq, beta = inputs.logprobs, inputs.teacher_logprobs, float(inputs.beta)
+    if beta == 0.0:
+        return logp - logq
+    if beta == 1.0:
+        return logq - logp
+    logm = torch.logsumexp(torch.stack([logq + math.log(beta), logp + math.log1p(-beta)]), dim=0)
+    return beta * (logq - logm) + (1 - beta) * (logp - logm)
 
 
 def distill_needs_logits(mode: str) -> bool:

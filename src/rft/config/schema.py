@@ -1361,9 +1361,10 @@ class DistillationLossConfig:
     loss_mode: str = fld(
         "k1", "The per-token divergence of the student (the policy) from the teacher on the student's own samples: "
         "k1 (log p_student - log p_teacher of the sampled token: Thinking Machines' reverse-KL estimator), k3 "
-        "(Schulman's low-variance estimator of the same KL), full (the exact reverse KL over the vocabulary) or "
-        "jsd (GKD's generalised Jensen-Shannon divergence with jsd_beta; docs/algorithms.md).",
-        choices=("k1", "k3", "full", "jsd"))
+        "(Schulman's low-variance estimator of the same KL), full (the exact reverse KL over the vocabulary), "
+        "jsd (GKD's generalised Jensen-Shannon divergence with jsd_beta; docs/algorithms.md) or token_jsd (the "
+        "sampled token's JSD estimate with jsd_beta, Trinity-RFT's jsd advantage; a per-token reward only).",
+        choices=("k1", "k3", "full", "jsd", "token_jsd"))
     jsd_beta: float = fld(0.5, "jsd: GKD's beta in [0, 1] (TRL's GKDConfig.beta): 0 is the forward KL(teacher || "
                                "student), 1 the reverse KL(student || teacher), between them the JSD to the mixture.")
     use_policy_gradient: bool = fld(

@@ -72,6 +72,9 @@ ALGORITHMS = {
     "rec": {**_GRPO, "advantage_fn": "rec", "policy_loss_fn": "rec"},
     "multi_step_grpo": {**_GRPO, "repeat_times": 8, "advantage_fn": "step_wise_grpo"},
     "dapo": {**_GRPO, "repeat_times": 16, "kl_loss_fn": "none"},  # 0.6.0; DAPO's clip and filters are its YAML's
+    # on-policy distillation (its teacher explorer.auxiliary_models[0]): rft's distillation section (`_distill`)
+    **{name: {**_GRPO, "repeat_times": 8, "advantage_fn": name, "kl_loss_fn": "none", "entropy_loss_fn": "none"}
+       for name in ("on_policy_distill", "jsd")},
     # the SFT loss on the rollouts: Trinity's raft has no advantage (its RAFT workflows return the successful
     # experiences); rft ranks them by reward (adv_estimator raft: each prompt's best); repeat_times is
     # AlgorithmConfig's default
@@ -87,20 +90,15 @@ ALGORITHMS = {
     "mix_chord": {"repeat_times": 8, "advantage_fn": "grpo", "policy_loss_fn": "mix_chord", "kl_penalty_fn": "none",
                   "kl_loss_fn": "k2", "entropy_loss_fn": "mix", "sample_strategy": "mix"},
 }
-TEACHER = ("a teacher model's per-token log-probs of the student's samples (Trinity's on_policy_distill workflows "
-           "read them from explorer.auxiliary_models); rft's teacher is verl's distillation section, which the Trinity "
-           "dialect does not map yet: use a verl-style config with distillation.* (docs/algorithms.md)")
 # Trinity's algorithm types (and advantage functions) rft does not run, with the reason
 REFUSED_ALGORITHMS = {
-    "on_policy_distill": f"on-policy distillation needs {TEACHER}",
-    "jsd": f"the JSD distillation advantage needs {TEACHER}",
     "gigpo": "GiGPO's step-level groups are the anchor states of an environment's trajectory, one experience per "
              "step; rft's workflows return one experience per episode",
     "cpt": "continued pre-training trains on plain text, every token (Trinity's cpt schema); rft sft trains on "
            "prompt / response or messages rows only",
 }
 REFUSED_ADVANTAGE_FNS = {
-    **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("on_policy_distill", "jsd", "gigpo")},
+    **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("gigpo",)},
     "clipb": "Clip_B filters tokens by the rollout policy's per-token entropy, which rft's old log-prob pass does "
              "not compute",
     "clipv": "Clip_V filters tokens by the rollout policy's per-token entropy and its 'necs' statistic, which "
@@ -158,9 +156,20 @@ ADVANTAGE_FNS = {
     # Trinity-RFT's earlier mix advantage: GRPO on the experiences, 0 on the expert rows (rft's advantages are
     # always computed before the expert rows join the batch)
     "mix": ("grpo", _EPS),
+    # kl_coef (teacher_logp - student_logp) per token, no task reward: rft's distillation with k1 and the task
+    # reward left out (`_distill`), whose estimator (grpo) reads zero rewards and adds nothing
+    "on_policy_distill": ("grpo", {"kl_coef": "distillation.distillation_loss.distillation_loss_coef"}),
+    # -kl_coef x the sampled token's JSD (lambda_coef the teacher's weight in the mixture): rft's token_jsd
+    "jsd": ("grpo", {"kl_coef": "distillation.distillation_loss.distillation_loss_coef",
+                     "lambda_coef": "distillation.distillation_loss.jsd_beta",
+                     "temperature": lambda v, out: None if _number(v) == 1.0 else (
+                         "Trinity-RFT divides both log-probs by it before the JSD; rft takes them as the rollout's "
+                         "temperature gives them: remove it or set 1.0"),
+                     "chunk_size": lambda v, out: None}),  # memory only: token_jsd is per token, no chunks
 }
 # Trinity's advantage_fn_args rft must set where Trinity's default differs from rft's (rec: std_normalize false)
-ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}}
+ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}, "on_policy_distill": {"kl_coef": 1.0},
+                      "jsd": {"kl_coef": 1.0, "lambda_coef": 0.5}}
 _CLIP = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
          "clip_range_high": f"{A}.clip_ratio_high"}
 # Trinity-RFT's policy_loss_fn -> (rft's loss_mode, {its policy_loss_fn_args: rft's key, a list of keys, or a
@@ -501,6 +510,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
                 "%s's own (%s), or set algorithm_type: ppo", kind, kind, kind, ALGORITHMS[kind]["advantage_fn"])
         estimator, table = ADVANTAGE_FNS[adv]
         _set(out, "algorithm.adv_estimator", estimator)
+        if adv in DISTILL_MODES:
+            _distill(out, DISTILL_MODES[adv])
         args = {**ADVANTAGE_DEFAULTS.get(adv, {}), **(a.get("advantage_fn_args") or {})}
         _fn_args(t, out, "algorithm.advantage_fn_args", args, table, f"{adv} advantage")
     loss = a["policy_loss_fn"]
@@ -576,6 +587,52 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
              "entropy_loss_fn_args", "sample_strategy", "sample_strategy_args", "loss_agg_mode"}
     t.rest({k: v for k, v in algo.items() if k not in taken}, "algorithm")
     return kind
+
+
+DISTILL_MODES = {"on_policy_distill": "k1", "jsd": "token_jsd"}
+"""Trinity-RFT's distillation advantages -> rft's distillation loss_mode."""
+
+
+def _distill(out: dict, mode: str) -> None:
+    """Trinity-RFT's distillation advantages (`DISTILL_MODES`), -kl_coef D_t of each sampled token with D k1
+    (log p - log q: on_policy_distill) or the sampled token's JSD (jsd), q the teacher (explorer.auxiliary_models[0],
+    `_teacher`) and p the student, no task reward (its workflows' reward is only logged): rft's distillation with D
+    as a per-token advantage and the task reward left out."""
+    for key, value in (("enabled", True), ("distillation_loss.loss_mode", mode),
+                       ("distillation_loss.use_policy_gradient", True), ("distillation_loss.in_reward", False),
+                       ("distillation_loss.use_task_rewards", False)):
+        _set(out, f"distillation.{key}", value)
+
+
+TEACHER_ENGINE = ("the teacher scores the student's tokens in the trainer, in one batched pass beside the policy (as "
+                  "the reference model does: its precision and micro-batches), not in an engine of its own")
+"""Why an on_policy_distill teacher's engine keys change nothing here."""
+
+
+def _teacher(t: _Translation, models: Any, out: dict) -> None:
+    """The distillation teacher (on_policy_distill, jsd): explorer.auxiliary_models[0], as Trinity-RFT's distillation workflows take it;
+    its engine keys are noted (`TEACHER_ENGINE`), a second model refused (nothing would read it)."""
+    where = "explorer.auxiliary_models"
+    models = models if isinstance(models, list) else []
+    if not models or not isinstance(models[0], dict) or not models[0].get("model_path"):
+        t.refuse(where, "on-policy distillation reads its teacher from explorer.auxiliary_models[0].model_path; "
+                        "add it")
+        return
+    teacher = dict(models[0])
+    _set(out, "distillation.teacher_model.model_path", teacher.pop("model_path"), f"{where}[0].model_path")
+    for key in ("engine_type", "engine_num", "tensor_parallel_size", "enable_prefix_caching", "enforce_eager",
+                "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill", "max_model_len",
+                "max_prompt_tokens", "max_response_tokens", "name"):
+        if key in teacher:
+            t.note(f"{where}[0].{key}", teacher.pop(key), TEACHER_ENGINE)
+    for key in ("chat_template", "enable_thinking", "temperature", "top_p", "top_k"):
+        if key in teacher:  # Trinity's teacher scores tokens (logprobs), it samples and renders nothing
+            t.note(f"{where}[0].{key}", teacher.pop(key), "the teacher scores the student's token ids; it renders "
+                                                          "no prompt and samples nothing")
+    t.rest(teacher, f"{where}[0]")
+    for i in range(1, len(models)):
+        t.refuse(f"{where}[{i}]", "Trinity-RFT's distillation workflows read one teacher, explorer.auxiliary_models[0]; "
+                                  "remove the others")
 
 
 def _policy_loss_agg(t: _Translation, loss: str, given: dict, args: dict, level: str) -> str | None:
@@ -1124,13 +1181,16 @@ def environment_workflow(name: Any) -> str | None:
 
 
 SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow", "async_simple_workflow": "simple_workflow",
+                  "on_policy_distill_workflow": "simple_workflow",
                   "async_math_workflow": "math_workflow", "async_math_boxed_workflow": "math_boxed_workflow",
                   "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow"}
 """Trinity-RFT's workflows that compute what an rft workflow of another name does. math_rm_workflow: one chat
 turn, each reply scored by the taskset's reward function (Trinity passes it the reply, the messages and the truth
 for RM-Gallery's rewards), summed: simple_workflow. async_X: Trinity's X with an async run (its class is
 AsyncSimpleWorkflow mixed into X's), which changes how Trinity's runner awaits it, not the experiences; rft's
-runner runs every workflow's tasks concurrently already."""
+runner runs every workflow's tasks concurrently already. on_policy_distill_workflow: one chat turn of the task's
+messages whose teacher scores the tokens (rft's distillation section, in the trainer); Trinity's logs a reward of 0,
+rft's the run's reward function, which trains nothing with on_policy_distill."""
 
 
 def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
@@ -1448,6 +1508,8 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
         _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
     _enable_thinking(t, out, rm.pop("enable_thinking", None), "explorer.rollout_model.enable_thinking")
     t.rest(rm, "explorer.rollout_model")
+    if _get(out, "distillation.enabled") is True:
+        _teacher(t, e.pop("auxiliary_models", None), out)
     for key in WORKFLOW_KEYS:
         if key in e:
             _set(out, f"workflow.{key}", e.pop(key), f"explorer.{key}")
@@ -1711,10 +1773,13 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     t.rest(cluster, "cluster")
     sync = dict(cfg.get("synchronizer") or {})
     style = sync.pop("sync_style", "fixed")
-    if str(style).lower() != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
-        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", *SYNC_STYLES), SYNC_STYLES.get(
-            SYNC_ALIASES.get(str(style).lower(), str(style).lower()), "rft synchronises on the fixed schedule "
-            "(fixed, Trinity-RFT's default: every sync_interval steps, sync_offset ahead); set fixed")))
+    named = SYNC_ALIASES.get(str(style).lower(), str(style).lower())
+    if named == "explorer_driven":
+        t.note("synchronizer.sync_style", style, EXPLORER_DRIVEN)
+    elif named != "fixed":  # fixed, Trinity's default: every sync_interval steps after sync_offset, as rft
+        t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", "explorer_driven", *SYNC_STYLES), SYNC_STYLES.get(
+            named, "rft synchronises on the fixed schedule (fixed, Trinity-RFT's default: every sync_interval "
+            "steps, sync_offset ahead); set fixed")))
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
@@ -1726,14 +1791,17 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
 
 _FIXED = ("rft's explorer and trainer meet on the fixed schedule instead (fixed, Trinity-RFT's default: every "
           "sync_interval steps, the explorer sync_offset steps ahead, one training step per explored batch); set fixed")
+EXPLORER_DRIVEN = (
+    "Trinity-RFT's explorer asks for the trainer's weights after every sync_interval of its own steps and waits for "
+    "them, taking those of the last step the trainer has trained, which cannot be past the batches explored so far; "
+    "rft's explorer does the same on the fixed schedule (sync_interval, sync_offset), waiting until the trainer has "
+    "trained those batches: the weights explorer_driven takes whenever the trainer keeps pace, never older ones")
+"""Why explorer_driven is accepted: the fixed schedule is its freshest case (a note, not a refusal)."""
 SYNC_STYLES = {
-    "explorer_driven": "the explorer asks for new weights after every sync_interval of its own steps and takes the "
-                       "trainer's of whatever step it has reached, while the trainer trains as long as experiences "
-                       "are there, each at its own pace (the weights' age is the two processes' timing); " + _FIXED,
     "trainer_driven": "the trainer hands over its weights every sync_interval of its own steps and the explorer "
                       "takes them at its next step, each at its own pace; " + _FIXED,
 }
-"""Trinity-RFT's other synchronisation styles, and why rft refuses each."""
+"""Trinity-RFT's synchronisation style rft refuses, and why."""
 SYNC_ALIASES = {"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
 
 
@@ -1913,7 +1981,7 @@ def _math_workflow_reward(t: _Translation, out: dict) -> None:
     kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
     if workflow == "math_workflow" and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
-    elif workflow == "math_boxed_workflow" and not kind and not reward.get("path"):
+    elif workflow in ("math_boxed_workflow", "on_policy_distill_math_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
     elif kind == "rm_gallery_reward":
         _rm_gallery_reward(t, out)
@@ -2067,8 +2135,10 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
                     {re.sub(r"^stages\[\d+\]\.", "", m[0]) for m in t.notes}]  # a global key: noted once
         rl_only += [key for key in sub.rl_only if key not in rl_only]
         for key in sections.get("trainer", {}).copy():
-            if key in ("default_local_dir", "project_name", "experiment_name"):
+            if key in ("default_local_dir", "project_name") or key == "experiment_name" and staged:
                 sections["trainer"].pop(key)  # stage folders and names are rft's (<run>/<stage_name>)
+        # an SFT / DPO file without stages is one run named `name`, as in Trinity-RFT (its experiment is not
+        # <name>_<name>, the name rft gives a stage of a staged run)
         if kind in OFFLINE:
             sections.get("model", {}).pop("partial_pretrain", None)  # each stage starts from the previous model
             algorithm = {"algorithm_type": "dpo", **sections.pop("algorithm", {})} if kind == "dpo" else "sft"

@@ -12,7 +12,7 @@ from rft.config.suggest import did_you_mean
 from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
-                     "simple_mm_workflow")
+                     "simple_mm_workflow", "on_policy_distill_math_workflow")
 
 
 def check_auxiliary_sampling(index: int, spec: dict) -> None:

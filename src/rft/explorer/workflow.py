@@ -202,6 +202,25 @@ class MathBoxedWorkflow(SimpleWorkflow):
         return out
 
 
+QWEN_MATH_SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+@register_workflow("on_policy_distill_math_workflow")
+class OnPolicyDistillMathWorkflow(SimpleWorkflow):
+    """Trinity-RFT's on_policy_distill_math_workflow: Qwen2.5-Math's prompt in place of the task's messages (the
+    system prompt `QWEN_MATH_SYSTEM_PROMPT`; the question, then `BOXED_PROMPT` on a line of its own), word for word,
+    scored by the run's reward function (the Trinity dialect's default: math_boxed_reward, the boxed answer against
+    the truth, as Trinity's verify_math_answer). Its teacher is rft's distillation section, which scores every
+    sampled token in the trainer: with on_policy_distill the reward is logged and trains nothing."""
+
+    def run(self) -> list[Experience]:
+        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        messages = [{"role": "system", "content": QWEN_MATH_SYSTEM_PROMPT},
+                    {"role": "user", "content": f"{question}\n{BOXED_PROMPT}"}]
+        self.task = dataclasses.replace(self.task, prompt=dataclasses.replace(self.task.prompt, messages=messages))
+        return super().run()
+
+
 def base_model_prompt(messages: list[dict]) -> str:
     """Trinity-RFT's prompt for a base model (math_boxed_workflow's use_base): "System:<system>\\nUser:\\n<the
     question>\\nAssistant:\\n", the question being the last user message."""

@@ -50,6 +50,8 @@ def _is_section(f: dataclasses.Field) -> bool:
 def unused_reference_keys(cfg: Any) -> dict[str, str]:
     if cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         return {}
+    if cfg.distillation.enabled:  # the teacher runs as the reference does: its precision, sharding, micro-batches
+        return {}
     return {"actor_rollout_ref.ref.": "this run builds no reference (no KL term)"}
 
 
