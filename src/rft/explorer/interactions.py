@@ -33,16 +33,9 @@ KEY = "workflow.interaction_config_path"
 def read_interaction_config(path: str) -> list[tuple[str, str, dict]]:
     """(name, class_name, config) of each interaction of the file, verl's default names filled in; a file that is not
     verl's format is a ConfigError naming what is wrong where."""
-    import yaml
+    from rft.explorer.verl_tools import read_verl_list
 
-    file = Path(path).expanduser()
-    try:
-        tree = yaml.safe_load(file.read_text())
-    except OSError as e:
-        raise ConfigError(f"{KEY}={path!r}: cannot read it ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{KEY}={path!r} is not YAML: {str(e).splitlines()[0]}") from None
-    items = tree.get("interaction") if isinstance(tree, dict) else None
+    items = read_verl_list(KEY, path, "interaction")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{KEY}={path!r} holds no `interaction:` list (verl's interaction config: interaction: "
                           "[{name, class_name, config}])")

@@ -17,25 +17,33 @@ naming its class, before the model loads.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rft.config.errors import ConfigError
 
 KEY = "workflow.tool_config_path"
 
 
-def read_tool_config(path: str) -> list[tuple[str, dict]]:
-    """(class_name, tool_schema) of each tool of the file; a file that is not verl's format is a ConfigError naming
-    what is wrong where."""
+def read_verl_list(key: str, path: str, section: str) -> Any:
+    """The `section:` value of verl's YAML file at `path` (named by the config key `key`), None where the file has
+    no such section; a file that cannot be read or is not YAML is a ConfigError naming `key`. verl's tool and
+    interaction configs are both such files."""
     import yaml
 
     file = Path(path).expanduser()
     try:
         tree = yaml.safe_load(file.read_text())
     except OSError as e:
-        raise ConfigError(f"{KEY}={path!r}: cannot read it ({e.strerror or e})") from None
+        raise ConfigError(f"{key}={path!r}: cannot read it ({e.strerror or e})") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{KEY}={path!r} is not YAML: {str(e).splitlines()[0]}") from None
-    tools = tree.get("tools") if isinstance(tree, dict) else None
+        raise ConfigError(f"{key}={path!r} is not YAML: {str(e).splitlines()[0]}") from None
+    return tree.get(section) if isinstance(tree, dict) else None
+
+
+def read_tool_config(path: str) -> list[tuple[str, dict]]:
+    """(class_name, tool_schema) of each tool of the file; a file that is not verl's format is a ConfigError naming
+    what is wrong where."""
+    tools = read_verl_list(KEY, path, "tools")
     if not isinstance(tools, list):
         raise ConfigError(f"{KEY}={path!r} holds no `tools:` list (verl's tool config: tools: [{{class_name, "
                           "config, tool_schema}}])")
