@@ -73,6 +73,20 @@ def test_the_demo_compares_its_lift_with_its_bar_and_says_what_to_try_below_it()
     assert tools.endswith("`rft demo --task tools --seed 4 --output runs/demo-seed4`")
 
 
+def test_the_distill_demo_names_its_stage_and_compares_the_student_with_its_teacher_and_time_bar():
+    """The distill demo's closing lines speak of distillation (not GRPO), and say whether the student ends within
+    DISTILL_TEACHER_GAP of its teacher."""
+    assert demo.lift_verdict("distill", 0, 0.540, 0.800) == (
+        "rft demo: distillation lifted held-out accuracy by +0.260, at or above the demo's bar of +0.15")
+    below = demo.lift_verdict("distill", 2, 0.540, 0.635)
+    assert "below the demo's bar of +0.15 (distillation's gain depends on the seed" in below
+    assert below.endswith("`rft demo --task distill --seed 3 --output runs/demo-seed3`")
+    assert demo.teacher_verdict(0.820, 0.905, 431.6) == (
+        "rft demo: the student ends +0.085 below its teacher (0.905), within the demo's bar of 0.10; its own stages "
+        "took 432 s (the bar: 600 s on 2 quiet cores)")
+    assert "+0.270 below its teacher (0.905), outside the demo's bar" in demo.teacher_verdict(0.635, 0.905, 587)
+
+
 def test_a_demo_stopped_part_way_resumes_and_counts_the_time_of_every_call(tmp_path, monkeypatch, capsys):
     """`make demo` stopped by Ctrl-C, then run again: the second call resumes (the SFT stage is not run again) and
     demo.json's seconds are both calls' (it counted the last call only); a third call says the demo has finished."""
