@@ -114,7 +114,7 @@ def demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) -> dic
 # the student's own samples (loss_mode full, as a loss: on a 275-token vocabulary the whole distribution costs little
 # and carries more per sample than k1's sampled token: 0.540 -> 0.675 against 0.715 in 100 steps; GKD's jsd 0.735),
 # no task reward. The lr is warmed up over a tenth of the steps, then constant: the first Adam step at full lr moves
-# every weight by about lr and knocked seed 0's student from 0.540 to 0.2-0.47 (lr 5e-4 and 1e-3 without warm-up),
+# every weight by about lr and knocked seed 0's student from 0.540 to 0.17-0.475 (lr 5e-4 and 1e-3 without warm-up),
 # where 2e-4 warmed up lifts it +0.21 in 200 steps (seed 1: +0.155 in 100, past its teacher).
 DISTILL_PRESET = "tiny-student"
 DISTILL_SFT_STEPS = 1600  # 400 left a 2-layer student on the SFT plateau (bench/RESULTS.md, 2026-11-28)
