@@ -82,9 +82,10 @@ def test_the_distill_demo_names_its_stage_and_compares_the_student_with_its_teac
     assert "below the demo's bar of +0.15 (distillation's gain depends on the seed" in below
     assert below.endswith("`rft demo --task distill --seed 3 --output runs/demo-seed3`")
     assert demo.teacher_verdict(0.820, 0.905, 431.6) == (
-        "rft demo: the student ends +0.085 below its teacher (0.905), within the demo's bar of 0.10; its own stages "
+        "rft demo: the student ends 0.085 below its teacher (0.905), within the demo's bar of 0.10; its own stages "
         "took 432 s (the bar: 600 s on 2 quiet cores)")
-    assert "+0.270 below its teacher (0.905), outside the demo's bar" in demo.teacher_verdict(0.635, 0.905, 587)
+    assert "0.270 below its teacher (0.905), outside the demo's bar" in demo.teacher_verdict(0.635, 0.905, 587)
+    assert "ends 0.010 above its teacher (0.755), within" in demo.teacher_verdict(0.765, 0.755, 349)
 
 
 def test_the_distill_demo_warms_its_lr_up_and_distils_200_steps_with_the_full_reverse_kl(tmp_path):
@@ -300,7 +301,7 @@ def test_the_distill_demo_runs_its_teacher_then_distils_a_smaller_student(tmp_pa
     records = [json.loads(line) for line in (tmp_path / "distill" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("actor/distill_loss", 0) > 0 for r in records)
     out = capsys.readouterr().out
-    assert "below its teacher" in out and "after distillation" in out
+    assert ("below its teacher" in out or "above its teacher" in out) and "after distillation" in out
     # run again into a new folder holding the finished teacher: it is reused, not trained again
     again = tmp_path / "again"
     shutil.copytree(tmp_path / "teacher", again / "teacher")

@@ -416,6 +416,7 @@ def teacher_verdict(student_accuracy: float, teacher_accuracy: float, student_se
     student's own time against DISTILL_SECONDS (the bar counts on 2 quiet cores: a loaded machine takes longer)."""
     gap = teacher_accuracy - student_accuracy
     within = gap <= DISTILL_TEACHER_GAP + 1e-9
-    return (f"rft demo: the student ends {gap:+.3f} below its teacher ({teacher_accuracy:.3f}), "
+    where = f"{gap:.3f} below" if gap >= 0 else f"{-gap:.3f} above"
+    return (f"rft demo: the student ends {where} its teacher ({teacher_accuracy:.3f}), "
             f"{'within' if within else 'outside'} the demo's bar of {DISTILL_TEACHER_GAP:.2f}; its own stages took "
             f"{student_seconds:.0f} s (the bar: {DISTILL_SECONDS} s on 2 quiet cores)")
