@@ -1,14 +1,15 @@
 """The reward-model path of issue 65: GRPO rewarded by a reward model `rft rm` trained, from the demo's SFT model.
 
     python bench/rm_grpo.py [--seed 0] [--output DIR] [--sft-from DEMO_DIR] [--rm-steps 1500] [--rm-pairs 8000]
-                            [--grpo-steps 300] [--no-write]
+                            [--grpo-steps 300] [--rejected mistakes|carry] [--no-write]
 
 1. The demo's SFT model: `rft demo --seed S` into DIR/demo, or the finished demo folder `--sft-from` (its
    sft/model and data/).
-2. Preference pairs of the arithmetic task (`rft.tasks.arithmetic.preference_rows`: each addition's answer over the
-   one with the units carry wrong): `--rm-pairs` training pairs of questions drawn apart from the demo's held-out
-   questions, and the held-out pairs of those held-out questions, so neither the reward model nor GRPO has seen the
-   questions it is measured on.
+2. Preference pairs of the arithmetic task (`rft.tasks.arithmetic.preference_rows`: each addition's answer over a
+   wrong one; `--rejected mistakes`, the default, draws it from a policy's kinds of mistakes; `carry` has only the
+   units carry wrong, whose reward model GRPO games): `--rm-pairs` training pairs of questions drawn apart from the
+   demo's held-out questions, and the held-out pairs of those held-out questions, so neither the reward model nor
+   GRPO has seen the questions it is measured on.
 3. `rft rm` (examples/arithmetic_rm.yaml) on them from the SFT model: its held-out pairwise accuracy.
 4. GRPO as the demo's GRPO stage, rewarded by that reward model alone (reward_model.enable, rule_weight 0: verl's
    default, the rule never runs), from the SFT model.
@@ -44,7 +45,7 @@ def rft(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "rft", *args], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-def preference_files(demo: Path, out: Path, n_pairs: int, seed: int) -> dict[str, Path]:
+def preference_files(demo: Path, out: Path, n_pairs: int, seed: int, rejected: str) -> dict[str, Path]:
     """Training pairs of `n_pairs` questions none of which is held out in the demo, held-out pairs of its held-out
     questions."""
     from rft.data.io import read_rows, write_parquet
@@ -53,8 +54,8 @@ def preference_files(demo: Path, out: Path, n_pairs: int, seed: int) -> dict[str
     val = read_rows(demo / "data" / "val.parquet")
     held_out = {row["extra_info"]["question"] for row in val}
     train = arithmetic_rows(n_pairs, seed + 1000, "train", exclude=held_out)
-    return {"train": write_parquet(preference_rows(train), out / "preference_train.parquet"),
-            "val": write_parquet(preference_rows(val), out / "preference_val.parquet")}
+    return {"train": write_parquet(preference_rows(train, rejected), out / "preference_train.parquet"),
+            "val": write_parquet(preference_rows(val, rejected), out / "preference_val.parquet")}
 
 
 def gamed_answers(policy: Path, reward_model: Path, val: Path) -> tuple[int, int]:
@@ -100,6 +101,7 @@ def main() -> int:
     p.add_argument("--rm-steps", type=int, default=1500)
     p.add_argument("--rm-pairs", type=int, default=8000)
     p.add_argument("--grpo-steps", type=int, default=300)
+    p.add_argument("--rejected", choices=("carry", "mistakes"), default="mistakes")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     from rft.trainer import demo as demo_module
@@ -109,7 +111,7 @@ def main() -> int:
     if not args.sft_from:
         rft("demo", "--seed", str(args.seed), "--output", str(demo))
     sft_model = demo / "sft" / "model"
-    pairs = preference_files(demo, out / "pairs", args.rm_pairs, args.seed)
+    pairs = preference_files(demo, out / "pairs", args.rm_pairs, args.seed, args.rejected)
 
     rm_out = out / "rm"
     rft("rm", str(REPO / "examples" / "arithmetic_rm.yaml"), f"model.partial_pretrain={sft_model}",
@@ -141,7 +143,7 @@ def main() -> int:
     tenth = max(len(scores) // 10, 1)
     first, last = sum(scores[:tenth]) / tenth, sum(scores[-tenth:]) / tenth
     lines = [f"reward model: held-out pairwise accuracy {rm_accuracy:.3f} (bar {RM_BAR:.2f}; {args.rm_steps} steps on "
-             f"{args.rm_pairs} pairs)",
+             f"{args.rm_pairs} pairs, rejected: {args.rejected})",
              f"GRPO with the reward model only: held-out greedy accuracy {sft_accuracy:.3f} -> {rl_accuracy:.3f} "
              f"({lift:+.3f}; bar +{LIFT_BAR:.2f}); reward-model score of the samples {first:+.3f} (first tenth of the "
              f"steps) -> {last:+.3f} (last tenth)",

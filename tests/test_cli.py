@@ -374,6 +374,7 @@ def test_rft_data_with_a_wrong_count_of_folders_says_what_the_task_takes(tmp_pat
 @pytest.mark.parametrize("args, said", [
     (["arithmetic", "d", "--tool-share", "0.5"], "rft data arithmetic: --tool-share applies to calculator only"),
     (["shapes", "d", "--carry-slip", "0.5"], "rft data shapes: --carry-slip applies to arithmetic only"),
+    (["calculator", "d", "--rejected", "mistakes"], "rft data calculator: --rejected applies to arithmetic only"),
     (["gsm8k", "src", "d", "--n-train", "5"], "rft data gsm8k: --n-train applies to arithmetic and calculator and "
                                               "shapes only"),
 ])

@@ -73,6 +73,33 @@ def test_the_demo_compares_its_lift_with_its_bar_and_says_what_to_try_below_it()
     assert tools.endswith("`rft demo --task tools --seed 4 --output runs/demo-seed4`")
 
 
+def test_the_distill_demo_names_its_stage_and_compares_the_student_with_its_teacher_and_time_bar():
+    """The distill demo's closing lines speak of distillation (not GRPO), and say whether the student ends within
+    DISTILL_TEACHER_GAP of its teacher."""
+    assert demo.lift_verdict("distill", 0, 0.540, 0.800) == (
+        "rft demo: distillation lifted held-out accuracy by +0.260, at or above the demo's bar of +0.15")
+    below = demo.lift_verdict("distill", 2, 0.540, 0.635)
+    assert "below the demo's bar of +0.15 (distillation's gain depends on the seed" in below
+    assert below.endswith("`rft demo --task distill --seed 3 --output runs/demo-seed3`")
+    assert demo.teacher_verdict(0.820, 0.905, 431.6) == (
+        "rft demo: the student ends 0.085 below its teacher (0.905), within the demo's bar of 0.10; its own stages "
+        "took 432 s (the bar: 600 s on 2 quiet cores)")
+    assert "0.270 below its teacher (0.905), outside the demo's bar" in demo.teacher_verdict(0.635, 0.905, 587)
+    assert "ends 0.010 above its teacher (0.755), within" in demo.teacher_verdict(0.765, 0.755, 349)
+
+
+def test_the_distill_demo_warms_its_lr_up_and_distils_200_steps_with_the_full_reverse_kl(tmp_path):
+    """The measured recipe (bench/RESULTS.md): lr 2e-4 reached over the first 20 of 200 steps, then constant (at
+    full lr from the first step, Adam knocked seed 0's student from 0.540 to 0.17-0.475)."""
+    data = {name: tmp_path / f"{name}.parquet" for name in ("train", "val", "copy")}
+    config = demo.distill_demo_config(tmp_path / "student", tmp_path / "teacher", data, tmp_path / "out", 0)
+    stage = config["stages"][2]
+    optim, steps = stage["actor_rollout_ref"]["actor"]["optim"], stage["trainer"]["total_training_steps"]
+    assert (optim["lr"], optim["warmup_style"], steps) == (2e-4, "constant", 200)
+    assert int(optim["lr_warmup_steps_ratio"] * steps) == 20
+    assert stage["distillation"]["distillation_loss"]["loss_mode"] == "full"
+
+
 def test_a_demo_stopped_part_way_resumes_and_counts_the_time_of_every_call(tmp_path, monkeypatch, capsys):
     """`make demo` stopped by Ctrl-C, then run again: the second call resumes (the SFT stage is not run again) and
     demo.json's seconds are both calls' (it counted the last call only); a third call says the demo has finished."""
@@ -274,7 +301,7 @@ def test_the_distill_demo_runs_its_teacher_then_distils_a_smaller_student(tmp_pa
     records = [json.loads(line) for line in (tmp_path / "distill" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("actor/distill_loss", 0) > 0 for r in records)
     out = capsys.readouterr().out
-    assert "below its teacher" in out and "after distillation" in out
+    assert ("below its teacher" in out or "above its teacher" in out) and "after distillation" in out
     # run again into a new folder holding the finished teacher: it is reused, not trained again
     again = tmp_path / "again"
     shutil.copytree(tmp_path / "teacher", again / "teacher")

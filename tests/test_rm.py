@@ -24,7 +24,8 @@ from rft.models.families import init_family_model
 from rft.models.load import load_reward_model, load_tokenizer
 from rft.models.tiny import init_model
 from rft.rewards.model import RewardModel
-from rft.tasks import write_arithmetic
+from rft.tasks import arithmetic_rows, preference_rows, write_arithmetic
+from rft.tasks.arithmetic import MISTAKES
 from rft.trainer.configure import load_rm_config
 from rft.trainer.rm import RMTrainer
 
@@ -291,6 +292,32 @@ def test_rm_config_show_and_a_resume_by_another_trainer(assets, tmp_path, capsys
                    "data.micro_batch_size_per_gpu=8", "trainer.logger=[]", "trainer.total_training_steps=3",
                    f"trainer.default_local_dir={tmp_path / 'run'}", cwd=tmp_path, check=False)
     assert run.returncode == 2 and "rft rm" in run.stderr, run.stderr
+
+
+def test_mistake_pairs_reject_each_kind_of_wrong_answer_a_policy_makes(tmp_path):
+    """`preference_rows(rejected="mistakes")`: every rejected answer is wrong, of the kind its pair names (the units
+    carry, the units digit, off by one, the hundreds carry, a - b), every kind drawn; a question's pair does not
+    depend on the rows around it. `rft data arithmetic --rejected` without --preferences is one line."""
+    rows = arithmetic_rows(400, 0, "train")
+    pairs = preference_rows(rows, rejected="mistakes")
+    assert len(pairs) == len(rows) and {p["extra_info"]["mistake"] for p in pairs} == set(MISTAKES)
+    for pair in pairs:
+        a, b = (int(x) for x in pair["extra_info"]["question"][:-1].split("+"))
+        chosen, wrong, kind = int(pair["chosen"]), int(pair["rejected"]), pair["extra_info"]["mistake"]
+        assert chosen == a + b != wrong >= 0
+        assert {"carry": abs(chosen - wrong) == 10, "units": chosen // 10 == wrong // 10,
+                "off_by_one": abs(chosen - wrong) == 1, "hundreds": abs(chosen - wrong) == 100,
+                "operation": wrong == abs(a - b)}[kind], pair
+    assert preference_rows(rows[7:9], rejected="mistakes")[1]["rejected"] == pairs[8]["rejected"]
+    assert [p["rejected"] for p in preference_rows(rows)] == [p["rejected"] for p in preference_rows(rows, "carry")]
+    run = rft_here("data", "arithmetic", str(tmp_path / "d"), "--n-train", "4", "--rejected", "mistakes",
+                   cwd=tmp_path, check=False)
+    assert run.returncode == 2 and run.stderr.startswith("rft: error: rft data arithmetic: rejected='mistakes' "
+                                                         "chooses the preference pairs' wrong answers")
+    rft_here("data", "arithmetic", str(tmp_path / "p"), "--n-train", "40", "--n-val", "10", "--preferences",
+             "--rejected", "mistakes", cwd=tmp_path)
+    written = read_rows(tmp_path / "p" / "preference_train.parquet")
+    assert written == preference_rows(arithmetic_rows(40, 0, "train"), rejected="mistakes")
 
 
 def test_math_of_log2_for_equal_scores():

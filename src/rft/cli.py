@@ -82,6 +82,7 @@ SYNTHETIC = ("arithmetic", "calculator", "shapes")
 TASK_OPTIONS = {
     "n_train": SYNTHETIC, "n_val": SYNTHETIC, "seed": SYNTHETIC,
     "max_digits": ("arithmetic",), "ops": ("arithmetic",), "carry_slip": ("arithmetic",), "preferences": ("arithmetic",),
+    "rejected": ("arithmetic",),
     "tool_share": ("calculator",), "copy_rows": ("calculator",),
     "max_count": ("shapes",), "slip": ("shapes",),
 }
@@ -591,6 +592,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--preferences", action="store_true", default=None,
                    help="arithmetic: also write preference_{train,val}.parquet, DPO pairs of the additions (chosen: "
                         "the answer; rejected: the units carry wrong, forgotten or added)")
+    q.add_argument("--rejected", choices=("carry", "mistakes"),
+                   help="arithmetic with --preferences: the rejected answers, the units carry wrong (carry, the "
+                        "default) or a policy's kinds of mistakes (mistakes: carry, units digit, off by one, "
+                        "hundreds, wrong operation), the pairs a reward model for GRPO needs")
     q.add_argument("--tool-share", type=float,
                    help="calculator: share of SFT demonstrations that call the calculator tool (default 0.45)")
     q.add_argument("--max-count", type=int, help="shapes: the most shapes a picture holds (1..9; default 4)")

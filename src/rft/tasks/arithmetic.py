@@ -8,14 +8,18 @@ RL stage rewarded by the exact answer can then do better than its teacher (what 
 `preference_rows` turns rows into DPO pairs about that carry (`rft data arithmetic --preferences`): for every
 addition the correct answer is chosen and the one that gets the units carry wrong is rejected: forgotten where the
 units digits carry (a + b - 10, the sloppy teacher's slip), added where they do not (a + b + 10). Pairs on both sides
-of the rule: with the forgotten carries alone, DPO learns to add 10 to every answer.
+of the rule: with the forgotten carries alone, DPO learns to add 10 to every answer. For a reward model that pairs
+are not enough: it learns the tens digit and nothing else, and GRPO rewarded by it moves the policy to answers with
+the units digit wrong, which it scores as high as the right one (bench/RESULTS.md). `rejected="mistakes"` draws
+each rejected answer from the kinds of mistakes a policy makes (`MISTAKES`): the carry, the units digit, off by
+one, the hundreds carry, the wrong operation.
 """
 
 from __future__ import annotations
 
 import operator
 import random
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from rft.data.io import write_parquet
@@ -99,22 +103,57 @@ def _wrong_carry(question: str) -> str | None:
     return str(a + b - 10) if a % 10 + b % 10 >= 10 else str(a + b + 10)
 
 
-def preference_rows(rows: list[dict]) -> list[dict]:
+def _units_slip(a: int, b: int, rng: random.Random) -> int:
+    """a + b with its units digit replaced by another digit."""
+    total = a + b
+    return total - total % 10 + rng.choice([d for d in range(10) if d != total % 10])
+
+
+MISTAKES: dict[str, Callable[[int, int, random.Random], int]] = {
+    "carry": lambda a, b, rng: int(_wrong_carry(f"{a}+{b}=")),
+    "units": _units_slip,
+    "off_by_one": lambda a, b, rng: a + b + rng.choice((-1, 1)) if a + b else 1,
+    "hundreds": lambda a, b, rng: a + b - 100 if a + b >= 100 else a + b + 100,
+    "operation": lambda a, b, rng: abs(a - b) if a or b else 1,  # a - b in place of a + b (0+0: 1)
+}
+"""The kinds of wrong answers `preference_rows(rejected="mistakes")` draws from, one uniformly per addition (the
+draw seeded by the question, so a pair never depends on the rows around it). `operation` equals the sum where one
+operand is 0; that pair takes the carry instead."""
+
+
+def _rejected(question: str, kind: str) -> tuple[str, str]:
+    """(the wrong answer, its kind) of an addition "a+b=" for `rejected` = "carry" or "mistakes"."""
+    a, b = (int(x) for x in question[:-1].split("+"))
+    if kind == "mistakes":
+        rng = random.Random(f"rejected:{question}")
+        kind = rng.choice(sorted(MISTAKES))
+        answer = MISTAKES[kind](a, b, rng)
+        if answer != a + b:
+            return str(answer), kind
+        kind = "carry"
+    return _wrong_carry(question), kind
+
+
+def preference_rows(rows: list[dict], rejected: str = "carry") -> list[dict]:
     """DPO pairs of the additions among `rows`: the prompt (the row's chat messages), `chosen` = the correct answer,
-    `rejected` = the answer with the units carry wrong (`_wrong_carry`), with the row's data_source, ground truth
-    and extra_info (`carries`: whether the units digits carry); TRL's standard preference format with a
+    `rejected` = with `rejected="carry"` the answer with the units carry wrong (`_wrong_carry`), with
+    `rejected="mistakes"` one of `MISTAKES`; with the row's data_source, ground truth and extra_info (`carries`:
+    whether the units digits carry; `mistake`: the rejected answer's kind); TRL's standard preference format with a
     conversational prompt."""
+    if rejected not in ("carry", "mistakes"):
+        raise ValueError(f"rejected must be 'carry' or 'mistakes', got {rejected!r}")
     pairs = []
     for row in rows:
         question = row["extra_info"]["question"]
-        sloppy = _wrong_carry(question)
-        if sloppy is None:
+        if "+" not in question:
             continue
+        wrong, kind = _rejected(question, rejected)
         a, b = (int(x) for x in question[:-1].split("+"))
         pairs.append({"data_source": row["data_source"], "prompt": row["prompt"],
-                      "chosen": row["extra_info"]["answer"], "rejected": sloppy,
+                      "chosen": row["extra_info"]["answer"], "rejected": wrong,
                       "reward_model": row["reward_model"],
-                      "extra_info": {**row["extra_info"], "index": len(pairs), "carries": a % 10 + b % 10 >= 10}})
+                      "extra_info": {**row["extra_info"], "index": len(pairs), "carries": a % 10 + b % 10 >= 10,
+                                     "mistake": kind}})
     return pairs
 
 
@@ -127,14 +166,19 @@ def write_arithmetic(
     ops: str = "+",
     carry_slip: float = 0.0,
     preferences: bool = False,
+    rejected: str | None = None,
 ) -> dict[str, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under `out_dir`; no val question appears in train.
 
     Val is drawn from ``seed + 1`` with the train questions excluded; `carry_slip` (see `arithmetic_rows`) applies
     to the train demonstrations only. `preferences`: also ``preference_train.parquet`` and
-    ``preference_val.parquet``, the DPO pairs (`preference_rows`) of the train and val additions. Returns
-    {"train": path, "val": path} (and "preference_train", "preference_val").
+    ``preference_val.parquet``, the DPO pairs (`preference_rows`) of the train and val additions, their rejected
+    answers of the kind `rejected` names ("carry", the default, or "mistakes"; refused without `preferences`, which
+    it would not reach). Returns {"train": path, "val": path} (and "preference_train", "preference_val").
     """
+    if rejected is not None and not preferences:
+        raise ValueError(f"rejected={rejected!r} chooses the preference pairs' wrong answers: ask for the pairs too "
+                         "(--preferences)")
     train = arithmetic_rows(n_train, seed, "train", max_digits, ops, carry_slip=carry_slip)
     train_questions = {row["extra_info"]["question"] for row in train}
     val = arithmetic_rows(n_val, seed + 1, "val", max_digits, ops, exclude=train_questions)
@@ -145,7 +189,7 @@ def write_arithmetic(
     }
     if preferences:
         for split, rows in (("train", train), ("val", val)):
-            pairs = preference_rows(rows)
+            pairs = preference_rows(rows, rejected or "carry")
             if not pairs:
                 raise ValueError(f"no {split} question is an addition, so there is no preference pair; add '+' to "
                                  "ops")
