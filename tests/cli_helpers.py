@@ -31,6 +31,23 @@ def rft_here(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
+def one_and_two_processes(command: str, args: list[str], tmp_path: Path) -> tuple[dict, dict]:
+    """`rft <command> <args>` in this process into `tmp_path/one` and on two processes (trainer.n_gpus_per_node=2,
+    real ones) into `tmp_path/two`: each run's metrics.jsonl records by step."""
+    import json
+    import sys
+
+    from test_distributed import ENV
+
+    rft_here(command, *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
+    two = subprocess.run([sys.executable, "-m", "rft", command, *args, f"trainer.default_local_dir={tmp_path / 'two'}",
+                          "trainer.n_gpus_per_node=2"], env=ENV, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-4000:]
+    assert "2 steps on 2 processes" in two.stdout
+    return tuple({x["step"]: x for x in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())}
+                 for run in ("one", "two"))
+
+
 def sigterm_after_checkpoint(monkeypatch, step: int) -> None:
     """A SIGTERM to this process as soon as checkpoint `step` is whole: a run in this process (`rft_here`, `main`)
     stops before its next phase, as a `kill` after that checkpoint stops it, at a moment the test names (a real

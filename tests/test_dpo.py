@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import rft_here
+from cli_helpers import one_and_two_processes, rft_here
 from omegaconf import OmegaConf
 from sft_helpers import max_weight_difference, stop_after_two_steps_then_resume
 from transformers import AutoTokenizer
@@ -269,11 +269,6 @@ def test_dpo_on_two_processes_matches_one(assets, tmp_path, lora):
     pairs, so one rank validates a padding pair that counts for nothing) equals one process: every step's metrics
     (relative for the gradient norm and the log-probs, ~20) and the exported weights to 1e-6. It refused several
     processes before ("rft dpo runs one process for now")."""
-    import subprocess
-    import sys
-
-    from test_distributed import ENV
-
     args = [f"model.partial_pretrain={assets / 'model'}",
             f"data.train_files={assets / 'data' / 'preference_train.parquet'}",
             f"data.val_files={assets / 'data' / 'preference_val.parquet'}", "data.val_max_samples=15",
@@ -281,13 +276,7 @@ def test_dpo_on_two_processes_matches_one(assets, tmp_path, lora):
             "algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0.1", "trainer.total_training_steps=2",
             "trainer.save_freq=2", "trainer.test_freq=2", "trainer.logger=[]", "trainer.device=cpu",
             "model.strategy=fsdp2", *(["model.lora_rank=4", "model.lora_alpha=8"] if lora else [])]
-    rft_here("dpo", *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
-    two = subprocess.run([sys.executable, "-m", "rft", "dpo", *args, f"trainer.default_local_dir={tmp_path / 'two'}",
-                          "trainer.n_gpus_per_node=2"], env=ENV, capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stderr[-4000:]
-    assert "2 steps on 2 processes" in two.stdout
-    one_m, two_m = ({x["step"]: x for x in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())}
-                    for run in ("one", "two"))
+    one_m, two_m = one_and_two_processes("dpo", args, tmp_path)
     for step in (1, 2):
         for key in ("train/loss", "train/preference_loss", "rewards/accuracies", "rewards/margins", "logps/chosen",
                     "actor/kl_loss", "train/grad_norm", "train/pairs", "train/tokens"):

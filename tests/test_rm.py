@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from cli_helpers import rft_here
+from cli_helpers import one_and_two_processes, rft_here
 from sft_helpers import max_weight_difference, stop_after_two_steps_then_resume
 
 from rft.config import ConfigError
@@ -156,24 +156,13 @@ def test_rm_on_two_processes_matches_one(assets, tmp_path):
     """`rft rm` with trainer.n_gpus_per_node=2 (FSDP2 over two gloo processes, each with its half of every step's
     pairs; 15 held-out pairs, so one rank validates a padding pair that counts for nothing): every step's metrics
     equal one process's to 1e-6 (relative for the gradient norm, ~20 here), the exported reward model to 1e-5."""
-    import subprocess
-    import sys
-
-    from test_distributed import ENV
-
     args = [f"model.partial_pretrain={assets / 'model'}",
             f"data.train_files={assets / 'data' / 'preference_train.parquet'}",
             f"data.val_files={assets / 'data' / 'preference_val.parquet'}", "data.train_batch_size=8",
             "data.micro_batch_size_per_gpu=2", "data.max_length=32", "optim.lr=1e-3",
             "algorithm.center_rewards_coefficient=0.1", "trainer.total_training_steps=2", "trainer.save_freq=2",
             "trainer.test_freq=2", "trainer.logger=[]", "trainer.device=cpu", "model.strategy=fsdp2"]
-    rft_here("rm", *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
-    two = subprocess.run([sys.executable, "-m", "rft", "rm", *args, f"trainer.default_local_dir={tmp_path / 'two'}",
-                          "trainer.n_gpus_per_node=2"], env=ENV, capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stderr[-4000:]
-    assert "2 steps on 2 processes" in two.stdout
-    one_m, two_m = ({x["step"]: x for x in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())}
-                    for run in ("one", "two"))
+    one_m, two_m = one_and_two_processes("rm", args, tmp_path)
     for step in (1, 2):
         for key in ("train/loss", "train/accuracy", "train/margin", "train/grad_norm", "train/pairs"):
             assert one_m[step][key] == pytest.approx(two_m[step][key], rel=1e-6, abs=1e-6), (step, key)
