@@ -97,7 +97,7 @@ def test_the_dpo_logps_of_a_pair_with_an_image_equal_a_direct_forward_with_its_p
     batch = trainer.train_set.batch([0], trainer.tokenizer.pad_token_id)
     assert batch.images == [[image], [image]]
     with torch.no_grad():
-        _, metrics = trainer._pair_losses(batch, trainer._norm(batch), n_pairs=1)
+        _, metrics = trainer._pair_losses(batch, trainer._norm(batch, 1), n_pairs=1)
     vision = vision_for(str(model_dir))
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}]
     policy = {r: _direct_logp(trainer.model, vision, messages, image, r) for r in ("2", "13")}

@@ -91,15 +91,17 @@ def test_a_learned_position_table_shorter_than_the_inputs_is_refused(assets, tmp
               "data.max_response_length=40", "reward_model.max_length=64")
 
 
-def test_verls_documented_fsdp_block_is_accepted_and_a_real_one_refused(assets, tmp_path):
+def test_verls_documented_fsdp_block_is_accepted_and_a_real_one_refused(assets, tmp_path, caplog):
     """verl's reference config writes reward_model.model.fsdp_config {min_num_params: 0, param_offload: False}: what
-    rft does anyway (a whole copy per process), so a pasted verl config runs; an offload is still refused."""
+    rft does anyway (a whole copy per process), so a pasted verl config runs; an offload (GPU memory between passes,
+    the same scores) is accepted with a note; sharding the reward model is refused."""
     path = f"reward_model.model.path={save_rm(assets, 'qwen2')}"
-    for block in ("{min_num_params: 0, param_offload: false}", "{param_offload: false}"):
+    for block in ("{min_num_params: 0, param_offload: false}", "{param_offload: false}", "{param_offload: true}"):
         rl_config(assets, tmp_path, "reward_model.enable=true", "reward_model.rule_weight=1.0", path,
                   f"reward_model.model.fsdp_config={block}")
-    said = refusal(assets, tmp_path, path, "reward_model.model.fsdp_config={param_offload: true}")
-    assert "reward_model.model.fsdp_config={'param_offload': True} is not supported by rft yet" in said
+    assert "reward_model.model.fsdp_config.param_offload" in caplog.text and "rft: note:" in caplog.text
+    said = refusal(assets, tmp_path, path, "reward_model.model.fsdp_config={fsdp_size: 2}")
+    assert "reward_model.model.fsdp_config" in said and "fsdp_size" in said
 
 
 def test_an_external_lib_that_does_not_import_is_one_line_naming_the_key(assets):

@@ -46,7 +46,7 @@ def dpo(assets: Path, out: Path) -> DPOTrainer:
 def _loss_and_grads(trainer, batch) -> tuple[float, list[torch.Tensor]]:
     trainer.model.zero_grad(set_to_none=True)
     if isinstance(trainer, DPOTrainer):
-        loss, _ = trainer._pair_losses(batch, trainer._norm(batch), len(batch) // 2)
+        loss, _ = trainer._pair_losses(batch, trainer._norm(batch, len(batch) // 2), len(batch) // 2)
     else:
         loss = trainer._nll_sum(batch) / batch.loss_mask.sum()
     loss.backward()
