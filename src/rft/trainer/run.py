@@ -104,9 +104,11 @@ class SyncRun:
             rewards = RewardPipeline.from_config(cfg, self.tokenizer, trainer.dtype, trainer.device)
             if dist.enabled and engine_spec(cfg.actor_rollout_ref.rollout.name).replica_per_rank:
                 # an engine beside each rank (verl's hybrid engine: vLLM), serving an unsharded copy of the policy that
-                # every sync fills with the gathered weights
+                # every sync fills with the gathered weights; FSDP on one process (a group of one, no launcher's
+                # RANK) has the one engine of a one-process run
                 gather = lambda: trainer.gathered_weights(trainable_only=False, everywhere=True)
-                engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=True, weights=gather())
+                engine = build_engine(cfg, trainer.unsharded_copy(), self.tokenizer, distributed=dist.processes > 1,
+                                      weights=gather())
                 self.sync = MemorySync(engine, gather=gather)
             elif unserved_reason(cfg, dist.processes) is None:  # rollout.mode=async
                 # the engine in a server process of its own (verl's server mode): every sync sends it the weights,
