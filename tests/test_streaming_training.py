@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import rft_here, sigterm_after_checkpoint
-from test_async_rollout import ASYNC, metrics, overrides, weights
+from test_async_rollout import ASYNC, assert_same_run, metrics, overrides, weights
 
 from rft.config.errors import ConfigError
 from rft.experience import Experience
@@ -181,9 +181,7 @@ def test_deterministic_streaming_carries_groups_across_steps_and_two_runs_are_bi
     assert ages[:16] == [0] * 16 and ages[16:] == [1] * 48
     again = tmp_path / "again"
     train(assets, again, DETERMINISTIC)
-    assert weights(again) == weights(deterministic)
-    drop = lambda m: {k: v for k, v in m.items() if not k.startswith(("timing_s/", "perf/", "timing_per_token"))}
-    assert [drop(m) for m in metrics(again)] == [drop(m) for m in metrics(deterministic)]
+    assert_same_run(again, deterministic)
 
 
 @pytest.mark.slow

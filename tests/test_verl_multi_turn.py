@@ -129,11 +129,20 @@ class CallingEngine:
         return RolloutOutput(out, torch.ones_like(out), -0.5 * torch.ones(out.shape))
 
 
-def test_the_tool_config_is_declared_to_the_model_and_its_calls_run_for_max_assistant_turns(assets, tmp_path):
+def tool_runner(run, engine, max_tokens: int):
+    """The tool workflow of SyncRun `run` on a scripted `engine`: its runner and the tasks of one batch of 2."""
     from rft.explorer.model import GenerationServer, ModelHandle
     from rft.explorer.runner import RunnerSettings, WorkflowRunner
     from rft.explorer.workflow import ToolCallWorkflow
     from rft.rollout import SamplingParams
+
+    server, tok = GenerationServer(engine, run.tokenizer), run.tokenizer
+    runner = WorkflowRunner(ToolCallWorkflow, server, lambda: ModelHandle(server, tok, SamplingParams(
+        max_tokens=max_tokens)), RunnerSettings(max_timeout=60))
+    return runner, run.explorer.workflows.tasks(run.explorer.taskset.next_batch(), 2, is_eval=False)
+
+
+def test_the_tool_config_is_declared_to_the_model_and_its_calls_run_for_max_assistant_turns(assets, tmp_path):
     from rft.trainer.run import SyncRun
 
     run = SyncRun(rl_config(assets, tmp_path / "out", f"{MT}.enable=true", f"{MT}.max_assistant_turns=3",
@@ -141,10 +150,7 @@ def test_the_tool_config_is_declared_to_the_model_and_its_calls_run_for_max_assi
                             "data.max_response_length=32"))
     tok = run.tokenizer
     engine = CallingEngine(tok)
-    server = GenerationServer(engine, tok)
-    runner = WorkflowRunner(ToolCallWorkflow, server, lambda: ModelHandle(server, tok, SamplingParams(max_tokens=32)),
-                            RunnerSettings(max_timeout=60))
-    tasks = run.explorer.workflows.tasks(run.explorer.taskset.next_batch(), 2, is_eval=False)
+    runner, tasks = tool_runner(run, engine, 32)
     assert all([t["function"]["name"] for t in task.prompt.tools] == ["calc"] for task in tasks)
     results, _ = runner.run(tasks)
     assert engine.prompts and all(p.startswith("<|im_start|>system\ntools: calc<|im_end|>") for p in engine.prompts)
@@ -228,10 +234,6 @@ def test_verls_interaction_answers_as_the_user_until_right_and_its_scores_reach_
         assets, tmp_path, monkeypatch, max_user_turns, scores):
     import sys
 
-    from rft.explorer.model import GenerationServer, ModelHandle
-    from rft.explorer.runner import RunnerSettings, WorkflowRunner
-    from rft.explorer.workflow import ToolCallWorkflow
-    from rft.rollout import SamplingParams
     from rft.trainer.run import SyncRun
 
     config = interaction_config(tmp_path, monkeypatch)
@@ -243,10 +245,7 @@ def test_verls_interaction_answers_as_the_user_until_right_and_its_scores_reach_
     assert list(run.explorer.workflows.interactions) == ["guess"]  # verl's default name: GuessInteraction -> guess
     tok = run.tokenizer
     engine = GuessingEngine(tok)
-    server = GenerationServer(engine, tok)
-    runner = WorkflowRunner(ToolCallWorkflow, server, lambda: ModelHandle(server, tok, SamplingParams(max_tokens=16)),
-                            RunnerSettings(max_timeout=60))
-    tasks = run.explorer.workflows.tasks(run.explorer.taskset.next_batch(), 2, is_eval=False)
+    runner, tasks = tool_runner(run, engine, 16)
     seen = []
     for task in tasks:
         task.reward_fn = lambda source, reply, truth, info: seen.append(info["turn_scores"]) or sum(info["turn_scores"])
