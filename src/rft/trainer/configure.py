@@ -71,60 +71,47 @@ def located(path: str | Path | None, layers: list, overrides: Iterable[str]):
         raise ConfigError(f"{where}: {e}") from None
 
 
+def _load(schema, validate_fn, path, overrides, validate_paths: bool, layers: list | None = None):
+    """The `schema` config from a YAML file (optional, or its `layers` already read) and dotted overrides, checked by
+    `validate_fn` with each error located in the file or the override that set the key."""
+    layers = _layers(path) if layers is None else layers
+    cfg = merge_layers(schema, layers, overrides, path)
+    with located(path, layers, overrides):
+        validate_fn(cfg, check_paths=validate_paths)
+    return cfg
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated RL config (`RFTConfig`) from a YAML file (optional) and dotted overrides."""
     layers = _layers(path)
     if layers and "stages" in layers[0]:
         raise ConfigError(f"{str(path)!r} lists stages: run it with `rft train` (rft.trainer.stages.load_stages)")
-    cfg = merge_layers(RFTConfig, layers, overrides, path)
-    with located(path, layers, overrides):
-        validate(cfg, check_paths=validate_paths)
-    return cfg
+    return _load(RFTConfig, validate, path, overrides, validate_paths, layers)
 
 
 def load_sft_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated SFT config (`SFTConfig`, verl's sft_trainer.yaml keys)."""
-    layers = _layers(path)
-    cfg = merge_layers(SFTConfig, layers, overrides, path)
-    with located(path, layers, overrides):
-        validate_sft(cfg, check_paths=validate_paths)
-    return cfg
+    return _load(SFTConfig, validate_sft, path, overrides, validate_paths)
 
 
 def load_dpo_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated DPO config (`DPOConfig`: the SFT sections plus the preference loss)."""
-    layers = _layers(path)
-    cfg = merge_layers(DPOConfig, layers, overrides, path)
-    with located(path, layers, overrides):
-        validate_dpo(cfg, check_paths=validate_paths)
-    return cfg
+    return _load(DPOConfig, validate_dpo, path, overrides, validate_paths)
 
 
 def load_rm_config(path: str | Path | None = None, overrides: Iterable[str] = (), validate_paths: bool = True):
     """The validated reward-model config (`RMConfig`: rft dpo's sections plus the Bradley-Terry loss's options)."""
-    layers = _layers(path)
-    cfg = merge_layers(RMConfig, layers, overrides, path)
-    with located(path, layers, overrides):
-        validate_rm(cfg, check_paths=validate_paths)
-    return cfg
+    return _load(RMConfig, validate_rm, path, overrides, validate_paths)
 
 
 def load_generation_config(path=None, overrides=(), validate_paths: bool = True) -> GenerationConfig:
     """The validated `rft generate` config (verl's generation.yaml keys)."""
-    layers = _layers(path)
-    cfg = merge_layers(GenerationConfig, layers, overrides, path)
-    with located(path, layers, overrides):
-        validate_generation(cfg, check_paths=validate_paths)
-    return cfg
+    return _load(GenerationConfig, validate_generation, path, overrides, validate_paths)
 
 
 def load_eval_config(path=None, overrides=(), validate_paths: bool = True) -> EvalConfig:
     """The validated `rft eval` config (verl's evaluation.yaml keys)."""
-    layers = _layers(path)
-    cfg = merge_layers(EvalConfig, layers, overrides, path)
-    with located(path, layers, overrides):
-        validate_eval(cfg, check_paths=validate_paths)
-    return cfg
+    return _load(EvalConfig, validate_eval, path, overrides, validate_paths)
 
 
 def load_trinity(path, overrides=(), validate_paths: bool = True):
