@@ -17,6 +17,14 @@ def stop_after_two_steps_then_resume(trainer_cls: type, make: Callable[[], objec
     trainer_cls(make()).fit()
 
 
+PROCESSES_APART = 1e-5
+"""How far one process's and two processes' exported weights may end apart in float32 (`max_weight_difference`).
+Adam divides each gradient by its own running scale, so where a weight's gradient is near zero the last bit of a
+reduction summed in another order moves it by a share of lr (1e-3 in these tests): 2.3e-6 measured for rft rm and
+1.1e-6 for mix under ATEN_CPU_CAPABILITY=avx2, under 1e-6 with this CPU's own kernels; a wrong shard or a lost
+pair moves weights by ~lr. The metrics are compared to 1e-6."""
+
+
 def max_weight_difference(a: Path, b: Path) -> float:
     """The largest absolute difference between two exported models' weights (model.safetensors in each folder)."""
     from safetensors.torch import load_file
