@@ -137,10 +137,13 @@ class StreamServer:
                 if self._closed:
                     self._fail_all(RuntimeError("the engine server stopped"))
                     return
-                updates, self._updates = list(self._updates), deque()
-                for request in self._inbox:
-                    self.stream.submit(request)
-                self._inbox.clear()
+                if self._updates and getattr(self.stream, "drains_for_updates", False) and self.stream.pending:
+                    updates = []  # vLLM's: the rows in flight finish first, nothing new admitted meanwhile
+                else:
+                    updates, self._updates = list(self._updates), deque()
+                    for request in self._inbox:
+                        self.stream.submit(request)
+                    self._inbox.clear()
             for update in updates:  # between two decode steps: the boundary the stream's rows take them at
                 try:
                     if update.seed is not None:
@@ -210,7 +213,8 @@ class EngineServer:
     """The endpoint, its stream and the routes above for one model folder; `close` stops them."""
 
     def __init__(self, model_path: str, name: str | None = None, port: int = 0, max_num_seqs: int = 16,
-                 seed: int = 0, dtype: str = "float32", device: str = "cpu"):
+                 seed: int = 0, dtype: str = "float32", device: str = "cpu", engine: str = "hf",
+                 max_model_len: int | None = None, kv_cache_tokens: int | None = None):
         from rft.explorer.model import ModelHandle
         from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
         from rft.rollout import HFRollout
@@ -220,7 +224,17 @@ class EngineServer:
         self.tokenizer = load_tokenizer(model_path)
         model = load_causal_lm(model_path, compute_dtype(dtype, where), where, key="model",
                                tokenizer=self.tokenizer).eval()
-        self.engine = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id)
+        eos = eos_token_ids(model, self.tokenizer)
+        if engine == "vllm":  # beside the model it reloads from on every update, as the in-process vLLM engine
+            from rft.rollout.vllm_engine import VLLMOptions, VLLMRollout
+
+            positions = getattr(model.config, "max_position_embeddings", None) or 32768
+            length = min(max_model_len or positions, positions)
+            self.engine = VLLMRollout(model, model_path, eos, self.tokenizer.pad_token_id, VLLMOptions(
+                dtype=dtype, seed=seed, max_model_len=length, kv_cache_tokens=kv_cache_tokens or 64 * length,
+                max_num_seqs=max_num_seqs))
+        else:
+            self.engine = HFRollout(model, eos, self.tokenizer.pad_token_id)
         self.name = name or Path(model_path).expanduser().resolve().name
         self.fingerprint = model_fingerprint(model_path, self.tokenizer)
         default = SamplingParams()
@@ -266,18 +280,27 @@ class EngineServer:
         self.server.close_stream()
 
 
-def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed: int, dtype: str) -> None:
+def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed: int, dtype: str,
+          engine: str = "hf", max_model_len: int | None = None, kv_cache_tokens: int | None = None) -> None:
     """`rft serve`: until Ctrl-C / SIGTERM (the command line reports the stop; the requests in flight end with a
     closed connection, and the server holds nothing to resume)."""
     from rft.errors import RftError
 
     if max_num_seqs < 1:
         raise RftError(f"rft serve --max-num-seqs {max_num_seqs}: it must be 1 or more")
+    for flag, value in (("--max-model-len", max_model_len), ("--kv-cache-tokens", kv_cache_tokens)):
+        if value is not None and value < 1:
+            raise RftError(f"rft serve {flag} {value}: it must be 1 or more")
+    if engine == "vllm":
+        from rft.rollout.vllm_engine import require_vllm
+
+        require_vllm("rft serve --engine vllm")
     if not Path(model_path).expanduser().is_dir():
         raise RftError(f"rft serve: MODEL {model_path!r} is not a folder; name a Hugging Face model folder (e.g. "
                        "one `rft init-model --preset tiny DIR` wrote)")
     try:
-        server = EngineServer(model_path, name, port, max_num_seqs, seed, dtype)
+        server = EngineServer(model_path, name, port, max_num_seqs, seed, dtype, engine=engine,
+                              max_model_len=max_model_len, kv_cache_tokens=kv_cache_tokens)
     except ValueError as e:  # the stream refuses the model (not attention-only, ...)
         if isinstance(e, RftError):
             raise
