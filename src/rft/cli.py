@@ -385,8 +385,7 @@ def cmd_studio(args) -> int:
 def cmd_serve(args) -> int:
     from rft.explorer.engine_server import serve
 
-    serve(args.model, args.name, args.port, args.max_num_seqs, args.seed, args.dtype, args.engine,
-          args.max_model_len, args.kv_cache_tokens)
+    serve(args.model, args.name, args.port, args.max_num_seqs, args.seed, args.dtype, args.engine, args.vllm_options)
     return 0
 
 
@@ -709,10 +708,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                    help="the engine: hf, or vllm (its request-level API; a weight update waits for the requests "
                    "in flight)")
-    q.add_argument("--max-model-len", type=int, default=None,
-                   help="vllm: prompt + response tokens a request holds (default: the model's positions)")
-    q.add_argument("--kv-cache-tokens", type=int, default=None,
-                   help="vllm on CPU: the KV cache's size in tokens (default: 64 requests of --max-model-len)")
+    q.add_argument("--vllm-options", default=None, metavar="JSON",
+                   help="vllm: the engine's arguments as a JSON object of rft.rollout.vllm_engine.VLLMOptions fields "
+                   "(max_model_len, kv_cache_tokens, enable_prefix_caching, engine_kwargs, ...; a run passes its "
+                   "rollout keys); default: the model's positions, a KV cache of 64 of them")
     q.set_defaults(fn=cmd_serve)
 
     q = sub.add_parser("component", help="run a component interface (rft_trainer, verl_trainer_component, "

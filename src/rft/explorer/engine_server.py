@@ -214,7 +214,7 @@ class EngineServer:
 
     def __init__(self, model_path: str, name: str | None = None, port: int = 0, max_num_seqs: int = 16,
                  seed: int = 0, dtype: str = "float32", device: str = "cpu", engine: str = "hf",
-                 max_model_len: int | None = None, kv_cache_tokens: int | None = None):
+                 vllm_options: dict | None = None):
         from rft.explorer.model import ModelHandle
         from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
         from rft.rollout import HFRollout
@@ -229,10 +229,10 @@ class EngineServer:
             from rft.rollout.vllm_engine import VLLMOptions, VLLMRollout
 
             positions = getattr(model.config, "max_position_embeddings", None) or 32768
-            length = min(max_model_len or positions, positions)
-            self.engine = VLLMRollout(model, model_path, eos, self.tokenizer.pad_token_id, VLLMOptions(
-                dtype=dtype, seed=seed, max_model_len=length, kv_cache_tokens=kv_cache_tokens or 64 * length,
-                max_num_seqs=max_num_seqs))
+            options = VLLMOptions(**{"max_model_len": positions, "kv_cache_tokens": 64 * positions,
+                                     **(vllm_options or {}), "dtype": dtype, "seed": seed,
+                                     "max_num_seqs": max_num_seqs, "distributed": False})
+            self.engine = VLLMRollout(model, model_path, eos, self.tokenizer.pad_token_id, options)
         else:
             self.engine = HFRollout(model, eos, self.tokenizer.pad_token_id)
         self.name = name or Path(model_path).expanduser().resolve().name
@@ -281,16 +281,16 @@ class EngineServer:
 
 
 def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed: int, dtype: str,
-          engine: str = "hf", max_model_len: int | None = None, kv_cache_tokens: int | None = None) -> None:
+          engine: str = "hf", vllm_options: str | None = None) -> None:
     """`rft serve`: until Ctrl-C / SIGTERM (the command line reports the stop; the requests in flight end with a
     closed connection, and the server holds nothing to resume)."""
     from rft.errors import RftError
 
     if max_num_seqs < 1:
         raise RftError(f"rft serve --max-num-seqs {max_num_seqs}: it must be 1 or more")
-    for flag, value in (("--max-model-len", max_model_len), ("--kv-cache-tokens", kv_cache_tokens)):
-        if value is not None and value < 1:
-            raise RftError(f"rft serve {flag} {value}: it must be 1 or more")
+    options = None
+    if vllm_options is not None:
+        options = _vllm_options(engine, vllm_options)
     if engine == "vllm":
         from rft.rollout.vllm_engine import require_vllm
 
@@ -300,7 +300,7 @@ def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed:
                        "one `rft init-model --preset tiny DIR` wrote)")
     try:
         server = EngineServer(model_path, name, port, max_num_seqs, seed, dtype, engine=engine,
-                              max_model_len=max_model_len, kv_cache_tokens=kv_cache_tokens)
+                              vllm_options=options)
     except ValueError as e:  # the stream refuses the model (not attention-only, ...)
         if isinstance(e, RftError):
             raise
@@ -311,3 +311,24 @@ def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed:
         threading.Event().wait()
     finally:
         server.close()
+
+
+def _vllm_options(engine: str, text: str) -> dict:
+    """`rft serve --vllm-options JSON`: fields of `rft.rollout.vllm_engine.VLLMOptions` (what a run passes: its rollout
+    keys, `rft.rollout.engines.vllm_options`); anything else is an error naming it."""
+    import dataclasses
+
+    from rft.errors import RftError
+    from rft.rollout.vllm_engine import VLLMOptions
+
+    if engine != "vllm":
+        raise RftError(f"rft serve --vllm-options: it configures --engine vllm, not --engine {engine}")
+    try:
+        options = json.loads(text)
+    except ValueError as e:
+        raise RftError(f"rft serve --vllm-options: not JSON ({e})") from None
+    fields = {f.name for f in dataclasses.fields(VLLMOptions)}
+    if not isinstance(options, dict) or set(options) - fields:
+        unknown = sorted(set(options) - fields) if isinstance(options, dict) else options
+        raise RftError(f"rft serve --vllm-options: {unknown!r} are not vLLM options; the fields are {sorted(fields)}")
+    return options

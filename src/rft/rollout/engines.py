@@ -103,6 +103,7 @@ def served_engine(cfg, model: nn.Module, log_name: str = "engine_server.log"):
     from the model folder (its log `<out>/log/<log_name>`), and the client over it (`RemoteRollout`, which stops it
     on `close`). Its weights are the trainer's after every sync (the synchronizer sends them); each step's prompts
     go in as one seeded request, so runs are reproducible."""
+    import dataclasses
     from pathlib import Path
 
     import torch
@@ -115,12 +116,10 @@ def served_engine(cfg, model: nn.Module, log_name: str = "engine_server.log"):
     logs = Path(cfg.trainer.default_local_dir) / "log"
     logs.mkdir(parents=True, exist_ok=True)
     dtype = "bfloat16" if choose(ro.dtype, device_of(model)).dtype == torch.bfloat16 else "float32"
-    # vLLM's max_model_len and KV cache sized as the in-process engine's (`vllm_options`)
-    sizes = vllm_options(cfg, model) if ro.name == "vllm" else None
+    # vLLM built from the rollout keys as the in-process engine is (`vllm_options`)
+    options = dataclasses.asdict(vllm_options(cfg, model)) if ro.name == "vllm" else None
     process, url = start_server(path, seed=cfg.trainer.seed, max_num_seqs=ro.max_num_seqs, dtype=dtype,
-                                log_path=str(logs / log_name), engine=ro.name,
-                                max_model_len=sizes and sizes.max_model_len,
-                                kv_cache_tokens=sizes and sizes.kv_cache_tokens)
+                                log_path=str(logs / log_name), engine=ro.name, vllm_options=options)
     try:
         engine = RemoteRollout(url, Path(path).expanduser().resolve().name)
     except BaseException:

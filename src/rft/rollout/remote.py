@@ -336,16 +336,16 @@ class GroupStream:
 
 
 def start_server(model_path: str, *, seed: int, max_num_seqs: int, dtype: str, log_path: str,
-                 timeout: float = 300.0, engine: str = "hf", max_model_len: int | None = None,
-                 kv_cache_tokens: int | None = None) -> tuple[subprocess.Popen, str]:
-    """`rft serve model_path` as a child process (its output in `log_path`) and its URL, once it printed it; a child
+                 timeout: float = 300.0, engine: str = "hf",
+                 vllm_options: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`rft serve model_path` as a child process (its output in `log_path`) and its URL, once it printed it
+    (`vllm_options`: `engine="vllm"`'s `VLLMOptions` fields, the run's rollout keys); a child
     that ends first or says nothing within `timeout` seconds is an `EngineServerError` quoting its log's last line.
     The child gets SIGTERM when this process ends (Linux: PR_SET_PDEATHSIG), so a killed run leaves no server."""
     command = [sys.executable, "-m", "rft", "serve", str(model_path), "--port", "0", "--seed", str(seed),
                "--max-num-seqs", str(max_num_seqs), "--dtype", dtype, "--engine", engine]
-    for flag, value in (("--max-model-len", max_model_len), ("--kv-cache-tokens", kv_cache_tokens)):
-        if value is not None:
-            command += [flag, str(value)]
+    if vllm_options is not None:
+        command += ["--vllm-options", json.dumps(vllm_options)]
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
                                    preexec_fn=_ends_with_parent if sys.platform == "linux" else None)
