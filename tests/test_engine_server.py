@@ -300,6 +300,13 @@ def test_rft_serve_refuses_bad_input_in_one_line(tmp_path, model_dir):
         "folder (e.g. one `rft init-model --preset tiny DIR` wrote)"]
     seqs = rft_here("serve", str(model_dir), "--max-num-seqs", "0", cwd=tmp_path, check=False)
     assert seqs.returncode == 2 and "--max-num-seqs 0: it must be 1 or more" in seqs.stderr
+    hf = rft_here("serve", str(model_dir), "--vllm-options", "{}", cwd=tmp_path, check=False)
+    assert hf.stderr.strip().splitlines() == [
+        "rft: error: rft serve --vllm-options: it configures --engine vllm, not --engine hf"]
+    unknown = rft_here("serve", str(model_dir), "--engine", "vllm", "--vllm-options", '{"max_len": 8}', cwd=tmp_path,
+                       check=False)
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+    assert "rft serve --vllm-options: ['max_len'] are not vLLM options; the fields are [" in unknown.stderr
     import socket
 
     with socket.socket() as taken:
