@@ -1,6 +1,9 @@
-"""`rft serve`: the hf engine in a process of its own, behind the OpenAI-compatible endpoint (`server.Endpoint`).
+"""`rft serve`: the hf engine (or vLLM, `--engine vllm`) in a process of its own, behind the OpenAI-compatible endpoint
+(`server.Endpoint`).
 
-Every HTTP request's samples go into ONE stream (`HFRollout.stream`, continuous batching), driven by a thread of its
+Every HTTP request's samples go into ONE stream (`HFRollout.stream`, continuous batching; with vLLM
+`VLLMRollout.stream`, its request-level API, whose updates wait for the rows in flight: `drains_for_updates`,
+`rft.rollout.vllm_stream`), driven by a thread of its
 own: a request's rows join the rows of the others in flight at the next decode step, and each HTTP reply leaves when
 its last row finishes. `StreamServer` gives the stream the calls of the explorer's `GenerationServer` (`open`,
 `submit`, `close`), so the endpoint's `ModelHandle` and request parsing serve it unchanged. Each choice carries
