@@ -135,7 +135,6 @@ def test_an_explorer_ahead_generates_through_its_server_within_the_staleness_bou
 
 
 @pytest.mark.parametrize("setting, said", [
-    ("actor_rollout_ref.rollout.name=vllm", "rollout.name='vllm' (the engine server, rft serve, runs the hf engine)"),
     ("trainer.mode=train", "trainer.mode='train' (the server serves an explorer: trainer.mode both or explore)"),
     ("workflow.type=math_workflow", "(the server serves simple_workflow's batched rollout)"),
     ("actor_rollout_ref.model.lora_rank=4", "(the server takes whole weights, not a LoRA adapter)"),

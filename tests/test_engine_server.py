@@ -300,6 +300,13 @@ def test_rft_serve_refuses_bad_input_in_one_line(tmp_path, model_dir):
         "folder (e.g. one `rft init-model --preset tiny DIR` wrote)"]
     seqs = rft_here("serve", str(model_dir), "--max-num-seqs", "0", cwd=tmp_path, check=False)
     assert seqs.returncode == 2 and "--max-num-seqs 0: it must be 1 or more" in seqs.stderr
+    hf = rft_here("serve", str(model_dir), "--vllm-options", "{}", cwd=tmp_path, check=False)
+    assert hf.stderr.strip().splitlines() == [
+        "rft: error: rft serve --vllm-options: it configures --engine vllm, not --engine hf"]
+    unknown = rft_here("serve", str(model_dir), "--engine", "vllm", "--vllm-options", '{"max_len": 8}', cwd=tmp_path,
+                       check=False)
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+    assert "rft serve --vllm-options: ['max_len'] are not vLLM options; the fields are [" in unknown.stderr
     import socket
 
     with socket.socket() as taken:
@@ -311,3 +318,80 @@ def test_rft_serve_refuses_bad_input_in_one_line(tmp_path, model_dir):
     assert busy.stderr.strip().splitlines() == [
         f"rft: error: rft serve --port={port}: port {port} on 127.0.0.1 is in use by another program (another run's "
         "endpoint?); set rft serve --port=0 to pick a free port, or another port"]
+
+
+class _DrainingEngine:
+    """An engine whose stream, as vLLM's (`rft.rollout.vllm_stream`), takes weights only with nothing in flight:
+    each request runs 3 steps, a token a step tagged with the version, and records what each step ran."""
+
+    def __init__(self):
+        self.version, self.log = 0, []
+
+    def update_weights(self, weights, version):
+        self.log.append(("update", version, len(self.current.rows)))  # rows running (queued ones wait)
+        self.version = version
+
+    def stream(self, max_num_seqs, generator=None):
+        from rft.rollout.base import StreamResponse
+
+        engine = self
+
+        class Stream:
+            drains_for_updates = True
+
+            def __init__(self):
+                self.max_num_seqs, self.generator, self.waiting, self.rows = max_num_seqs, generator, [], []
+
+            @property
+            def pending(self):
+                return len(self.waiting) + len(self.rows)
+
+            def submit(self, request):
+                self.waiting.append(request)
+
+            def step(self):
+                self.rows += [dataclasses.make_dataclass("Row", ["request", "versions"])(r, []) for r in self.waiting]
+                self.waiting.clear()
+                done = []
+                for row in self.rows:
+                    row.versions.append(engine.version)
+                    if len(row.versions) == 3:
+                        done.append(StreamResponse(row.request.request_id, torch.tensor(row.request.prompt_ids),
+                                                   torch.tensor([1, 2, 3]), torch.zeros(3),
+                                                   torch.tensor(row.versions), "length"))
+                self.rows = [r for r in self.rows if len(r.versions) < 3]
+                time.sleep(0.05)
+                return done
+
+        self.current = Stream()
+        return self.current
+
+
+def test_a_stream_that_drains_for_updates_finishes_the_rows_in_flight_first_and_admits_none_meanwhile():
+    """vLLM's stream in the engine server: an update sent while a request runs waits until it finished (its tokens
+    all of the old version), and a request sent after the update runs wholly on the new one."""
+    from rft.explorer.engine_server import StreamServer
+
+    class Tokens:
+        def decode(self, tokens, skip_special_tokens=True):
+            return ""
+
+    engine = _DrainingEngine()
+    server = StreamServer(engine, Tokens(), 4)
+    try:
+        out: dict = {}
+        first = threading.Thread(target=lambda: out.setdefault("first", server.submit("a", [[7]], SamplingParams())))
+        first.start()
+        while not engine.current.rows:  # the request is running
+            time.sleep(0.01)
+        update = threading.Thread(target=server.update_weights, args=({}, 1))
+        update.start()
+        time.sleep(0.02)
+        second = threading.Thread(target=lambda: out.setdefault("second", server.submit("b", [[8]], SamplingParams())))
+        second.start()
+        for t in (first, update, second):
+            t.join(30)
+        assert engine.log == [("update", 1, 0)]  # applied with nothing in flight
+        assert out["first"][0][0].versions == [0, 0, 0] and out["second"][0][0].versions == [1, 1, 1]
+    finally:
+        server.close_stream()

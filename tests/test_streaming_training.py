@@ -112,6 +112,9 @@ def test_the_endpoint_queues_a_burst_of_connections_a_request_a_group():
     ([ASYNC, DETERMINISTIC], r"async_training.deterministic=True has no effect: streaming is off"),
     ([ASYNC, STREAM, "async_training.trigger_parameter_sync_step=2"], r"trigger_parameter_sync_step"),
     ([ASYNC, "async_training.checkpoint_engine.enable=true"], r"checkpoint-engine"),
+    ([ASYNC, STREAM, "actor_rollout_ref.rollout.name=vllm"],
+     r"async_training.partial_rollout=true with actor_rollout_ref.rollout.name='vllm': vLLM cannot reload its "
+     r"weights under requests in flight .* set async_training.partial_rollout=false"),
 ])
 def test_what_streaming_cannot_honour_is_refused_by_name(keys, message):
     from rft.trainer.configure import load_config

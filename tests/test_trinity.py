@@ -814,7 +814,8 @@ def test_save_strategy_holds_with_one_process_and_is_refused_with_several():
 
 
 def test_the_vllm_engine_and_its_keys_reach_the_rollout_section():
-    """Trinity's engine_type vllm / vllm_async is rft's vllm engine; its engine keys land on verl's rollout keys
+    """Trinity's engine_type vllm / vllm_async is rft's vllm engine (vllm_async in its server process,
+    rollout.mode=async); its engine keys land on verl's rollout keys
     (an absent engine_type is rft's hf engine: vLLM is an optional extra, docs/rollout.md)."""
     keys = {"engine_type": "vllm_async", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.7,
             "enforce_eager": False, "enable_prefix_caching": False, "max_model_len": 96, "dtype": "float32"}
@@ -824,6 +825,10 @@ def test_the_vllm_engine_and_its_keys_reach_the_rollout_section():
         "name": "vllm", "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.7, "enforce_eager": False,
         "enable_prefix_caching": False, "max_model_len": 96, "dtype": "float32"}
     assert "name" not in translate(_with({}), "t.yaml").get("actor_rollout_ref", {}).get("rollout", {})
+    # vllm_async: Trinity's asynchronous engine in a process of its own, rft's engine server; vllm stays in process
+    assert rollout["mode"] == "async"
+    plain = translate(_with({"explorer.rollout_model": {"engine_type": "vllm"}}), "t.yaml")["actor_rollout_ref"]
+    assert plain["rollout"]["name"] == "vllm" and "mode" not in plain["rollout"]
 
 
 def test_engine_num_is_the_number_of_explorer_processes():

@@ -385,7 +385,7 @@ def cmd_studio(args) -> int:
 def cmd_serve(args) -> int:
     from rft.explorer.engine_server import serve
 
-    serve(args.model, args.name, args.port, args.max_num_seqs, args.seed, args.dtype)
+    serve(args.model, args.name, args.port, args.max_num_seqs, args.seed, args.dtype, args.engine, args.vllm_options)
     return 0
 
 
@@ -695,7 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--open", action="store_true", help="open the page in a browser")
     q.set_defaults(fn=cmd_studio)
 
-    q = sub.add_parser("serve", help="the hf engine in a process of its own on 127.0.0.1: OpenAI-compatible "
+    q = sub.add_parser("serve", help="the hf or vLLM engine in a process of its own on 127.0.0.1: OpenAI-compatible "
                        "completions with token ids, log-probs and weight versions, weights updated in place "
                        "(docs/rollout.md, Engine servers)")
     q.add_argument("model", help="the model folder (Hugging Face format)")
@@ -705,6 +705,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rows in flight at once across all requests (verl's rollout.max_num_seqs)")
     q.add_argument("--seed", type=int, default=0, help="seeds the sampling generator")
     q.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="what generation computes in")
+    q.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="the engine: hf, or vllm (its request-level API; a weight update waits for the requests "
+                   "in flight)")
+    q.add_argument("--vllm-options", default=None, metavar="JSON",
+                   help="vllm: the engine's arguments as a JSON object of rft.rollout.vllm_engine.VLLMOptions fields "
+                   "(max_model_len, kv_cache_tokens, enable_prefix_caching, engine_kwargs, ...; a run passes its "
+                   "rollout keys); default: the model's positions, a KV cache of 64 of them")
     q.set_defaults(fn=cmd_serve)
 
     q = sub.add_parser("component", help="run a component interface (rft_trainer, verl_trainer_component, "

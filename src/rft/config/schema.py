@@ -616,10 +616,11 @@ class RolloutConfig:
                           "refused by name (no such engine in rft).", choices=("hf", "vllm", "sglang", "trtllm"))
     mode: str = fld(
         "sync", "verl's rollout mode: sync (the engine generates the step's batch in the trainer's process) or async "
-        "(verl 0.8's default: server-mode engines). async runs the hf engine's stream (continuous batching) in an "
+        "(verl 0.8's default: server-mode engines). async runs the engine's stream (continuous batching: the hf "
+        "engine's, or vLLM's request-level API with name vllm) in an "
         "`rft serve` process the run starts, the trainer's weights sent at every sync; steps stay on-policy, as in "
         "verl's PPO trainer (the update waits for the batch), unless synchronizer.sync_offset puts the explorer "
-        "ahead. Where that server cannot serve the run (vllm, LoRA, a workflow, several processes, mode bench) it "
+        "ahead. Where that server cannot serve the run (LoRA, a workflow, several processes, mode bench) it "
         "runs in process, the same samples, and a note says why (docs/rollout.md). verl's multi-turn tool rollout is its own key, rollout.multi_turn.enable (rft's tool_call_workflow).",
         choices=("sync", "async"))
     temperature: float = fld(1.0, "Sampling temperature (log-probs are computed on logits / temperature).")
@@ -1212,7 +1213,8 @@ class AsyncTrainingConfig:
               "data.train_batch_size complete groups. null: no streaming (each step generates its own batch). >= 0.")
     partial_rollout: bool = fld(
         True, "verl's: requests still running when the weights change go on with the new weights from their next "
-              "decode step, each token keeping the version that drew it; false: the sync waits for them to finish.")
+              "decode step, each token keeping the version that drew it; false: the sync waits for them to finish. "
+              "rollout.name vllm takes false only (vLLM cannot reload its weights under requests in flight).")
     deterministic: bool = fld(
         False, "rft's own (verl and Trinity-RFT have none): groups trained in task order, not completion order; each "
                "step's new tasks go to the server as one seeded request, finished before the weights change (no "

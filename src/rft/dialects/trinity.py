@@ -1477,8 +1477,12 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     e.pop("name", None)
     rm = _section(e.pop("rollout_model", None), "explorer.rollout_model")
     engine = rm.pop("engine_type", "hf")  # Trinity's default is vllm; rft's is hf (vLLM is an optional extra)
-    if engine in ("vllm", "vllm_async"):  # one engine in Trinity: its asynchronous vLLM engine
+    if engine in ("vllm", "vllm_async"):
         _set(out, "actor_rollout_ref.rollout.name", "vllm", "explorer.rollout_model.engine_type")
+        if engine == "vllm_async":  # Trinity's AsyncLLM in a process of its own, serving the explorer's requests as
+            # they come: rft's engine server (rollout.mode=async; where it cannot serve the run, in process, a note
+            # saying why)
+            _set(out, "actor_rollout_ref.rollout.mode", "async", "explorer.rollout_model.engine_type")
         # Trinity leaves the scheduler's token budget to vLLM; verl's 8192 is below Trinity's usual max_model_len
         _set(out, "actor_rollout_ref.rollout.max_num_batched_tokens", None)
     elif engine != "hf":

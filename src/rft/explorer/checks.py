@@ -270,6 +270,12 @@ def check_streaming(ctx: CheckContext) -> None:
         s = cfg.synchronizer
         why = (f"synchronizer.sync_interval={s.sync_interval}, sync_offset={s.sync_offset} (streaming bounds the "
                "explorer's lead itself: leave them 1 and 0)")
+    if why is None and a.partial_rollout and not a.deterministic and cfg.actor_rollout_ref.rollout.name == "vllm":
+        raise ConfigError("async_training.partial_rollout=true with actor_rollout_ref.rollout.name='vllm': vLLM "
+                          "cannot reload its weights under requests in flight (its KV cache holds the old "
+                          "weights' keys and values, and the reload rebuilds its kernels' weights), so its server "
+                          "finishes them before an update; set async_training.partial_rollout=false, or use "
+                          "rollout.name=hf for partial rollouts")
     if why is None and cfg.algorithm.filter_groups.enable:
         why = "algorithm.filter_groups.enable=true (dynamic sampling draws further batches; a stream takes groups)"
     if why is None and cfg.data.task_storage == "queue":

@@ -1,6 +1,9 @@
-"""`rft serve`: the hf engine in a process of its own, behind the OpenAI-compatible endpoint (`server.Endpoint`).
+"""`rft serve`: the hf engine (or vLLM, `--engine vllm`) in a process of its own, behind the OpenAI-compatible endpoint
+(`server.Endpoint`).
 
-Every HTTP request's samples go into ONE stream (`HFRollout.stream`, continuous batching), driven by a thread of its
+Every HTTP request's samples go into ONE stream (`HFRollout.stream`, continuous batching; with vLLM
+`VLLMRollout.stream`, its request-level API, whose updates wait for the rows in flight: `drains_for_updates`,
+`rft.rollout.vllm_stream`), driven by a thread of its
 own: a request's rows join the rows of the others in flight at the next decode step, and each HTTP reply leaves when
 its last row finishes. `StreamServer` gives the stream the calls of the explorer's `GenerationServer` (`open`,
 `submit`, `close`), so the endpoint's `ModelHandle` and request parsing serve it unchanged. Each choice carries
@@ -137,10 +140,13 @@ class StreamServer:
                 if self._closed:
                     self._fail_all(RuntimeError("the engine server stopped"))
                     return
-                updates, self._updates = list(self._updates), deque()
-                for request in self._inbox:
-                    self.stream.submit(request)
-                self._inbox.clear()
+                if self._updates and getattr(self.stream, "drains_for_updates", False) and self.stream.pending:
+                    updates = []  # vLLM's: the rows in flight finish first, nothing new admitted meanwhile
+                else:
+                    updates, self._updates = list(self._updates), deque()
+                    for request in self._inbox:
+                        self.stream.submit(request)
+                    self._inbox.clear()
             for update in updates:  # between two decode steps: the boundary the stream's rows take them at
                 try:
                     if update.seed is not None:
@@ -210,7 +216,8 @@ class EngineServer:
     """The endpoint, its stream and the routes above for one model folder; `close` stops them."""
 
     def __init__(self, model_path: str, name: str | None = None, port: int = 0, max_num_seqs: int = 16,
-                 seed: int = 0, dtype: str = "float32", device: str = "cpu"):
+                 seed: int = 0, dtype: str = "float32", device: str = "cpu", engine: str = "hf",
+                 vllm_options: dict | None = None):
         from rft.explorer.model import ModelHandle
         from rft.models.load import compute_dtype, load_causal_lm, load_tokenizer, resolve_device
         from rft.rollout import HFRollout
@@ -220,7 +227,17 @@ class EngineServer:
         self.tokenizer = load_tokenizer(model_path)
         model = load_causal_lm(model_path, compute_dtype(dtype, where), where, key="model",
                                tokenizer=self.tokenizer).eval()
-        self.engine = HFRollout(model, eos_token_ids(model, self.tokenizer), self.tokenizer.pad_token_id)
+        eos = eos_token_ids(model, self.tokenizer)
+        if engine == "vllm":  # beside the model it reloads from on every update, as the in-process vLLM engine
+            from rft.rollout.vllm_engine import VLLMOptions, VLLMRollout
+
+            positions = getattr(model.config, "max_position_embeddings", None) or 32768
+            options = VLLMOptions(**{"max_model_len": positions, "kv_cache_tokens": 64 * positions,
+                                     **(vllm_options or {}), "dtype": dtype, "seed": seed,
+                                     "max_num_seqs": max_num_seqs, "distributed": False})
+            self.engine = VLLMRollout(model, model_path, eos, self.tokenizer.pad_token_id, options)
+        else:
+            self.engine = HFRollout(model, eos, self.tokenizer.pad_token_id)
         self.name = name or Path(model_path).expanduser().resolve().name
         self.fingerprint = model_fingerprint(model_path, self.tokenizer)
         default = SamplingParams()
@@ -266,18 +283,27 @@ class EngineServer:
         self.server.close_stream()
 
 
-def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed: int, dtype: str) -> None:
+def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed: int, dtype: str,
+          engine: str = "hf", vllm_options: str | None = None) -> None:
     """`rft serve`: until Ctrl-C / SIGTERM (the command line reports the stop; the requests in flight end with a
     closed connection, and the server holds nothing to resume)."""
     from rft.errors import RftError
 
     if max_num_seqs < 1:
         raise RftError(f"rft serve --max-num-seqs {max_num_seqs}: it must be 1 or more")
+    options = None
+    if vllm_options is not None:
+        options = _vllm_options(engine, vllm_options)
+    if engine == "vllm":
+        from rft.rollout.vllm_engine import require_vllm
+
+        require_vllm("rft serve --engine vllm")
     if not Path(model_path).expanduser().is_dir():
         raise RftError(f"rft serve: MODEL {model_path!r} is not a folder; name a Hugging Face model folder (e.g. "
                        "one `rft init-model --preset tiny DIR` wrote)")
     try:
-        server = EngineServer(model_path, name, port, max_num_seqs, seed, dtype)
+        server = EngineServer(model_path, name, port, max_num_seqs, seed, dtype, engine=engine,
+                              vllm_options=options)
     except ValueError as e:  # the stream refuses the model (not attention-only, ...)
         if isinstance(e, RftError):
             raise
@@ -288,3 +314,24 @@ def serve(model_path: str, name: str | None, port: int, max_num_seqs: int, seed:
         threading.Event().wait()
     finally:
         server.close()
+
+
+def _vllm_options(engine: str, text: str) -> dict:
+    """`rft serve --vllm-options JSON`: fields of `rft.rollout.vllm_engine.VLLMOptions` (what a run passes: its rollout
+    keys, `rft.rollout.engines.vllm_options`); anything else is an error naming it."""
+    import dataclasses
+
+    from rft.errors import RftError
+    from rft.rollout.vllm_engine import VLLMOptions
+
+    if engine != "vllm":
+        raise RftError(f"rft serve --vllm-options: it configures --engine vllm, not --engine {engine}")
+    try:
+        options = json.loads(text)
+    except ValueError as e:
+        raise RftError(f"rft serve --vllm-options: not JSON ({e})") from None
+    fields = {f.name for f in dataclasses.fields(VLLMOptions)}
+    if not isinstance(options, dict) or set(options) - fields:
+        unknown = sorted(set(options) - fields) if isinstance(options, dict) else options
+        raise RftError(f"rft serve --vllm-options: {unknown!r} are not vLLM options; the fields are {sorted(fields)}")
+    return options

@@ -57,9 +57,9 @@ def _note_async(ctx: CheckContext) -> None:
 
     why = unserved_reason(ctx.cfg, ctx.world_size)
     if why is None:
-        log.warning("rft: note: actor_rollout_ref.rollout.mode=async: the hf engine serves the rollout from an rft "
+        log.warning("rft: note: actor_rollout_ref.rollout.mode=async: the %s engine serves the rollout from an rft "
                     "serve process the run starts (verl's server mode; on-policy steps, the trainer's weights sent "
-                    "at every sync)")
+                    "at every sync)", ctx.cfg.actor_rollout_ref.rollout.name)
     else:
         log.warning("rft: note: actor_rollout_ref.rollout.mode=async runs as rft's in-process rollout with %s "
                     "(verl's PPO step waits for the whole batch in both modes, so the samples and the update are "

@@ -79,8 +79,8 @@ def unserved_reason(cfg, world_size: int) -> str | None:
     path = cfg.actor_rollout_ref.model.path
     if ro.mode != "async":
         return f"actor_rollout_ref.rollout.mode={ro.mode!r}"
-    return (f"actor_rollout_ref.rollout.name={ro.name!r} (the engine server, rft serve, runs the hf engine)"
-            if ro.name != "hf" else
+    return (f"actor_rollout_ref.rollout.name={ro.name!r} (the engine server, rft serve, runs hf or vllm)"
+            if ro.name not in ("hf", "vllm") else
             f"trainer.mode={t.mode!r} (the server serves an explorer: trainer.mode both or explore)"
             if t.mode not in ("both", "explore") else
             f"{world_size} trainer processes (the server serves one)" if world_size > 1 else
@@ -98,10 +98,12 @@ def unserved_reason(cfg, world_size: int) -> str | None:
 
 
 def served_engine(cfg, model: nn.Module, log_name: str = "engine_server.log"):
-    """rollout.mode=async, verl's server-mode engine: the hf engine's stream (continuous batching) in an `rft serve`
-    process of its own, started here from the model folder (its log `<out>/log/<log_name>`), and the client
-    over it (`RemoteRollout`, which stops it on `close`). Its weights are the trainer's after every sync (the
-    synchronizer sends them); each step's prompts go in as one seeded request, so runs are reproducible."""
+    """rollout.mode=async, verl's server-mode engine: the rollout engine's stream (continuous batching: the hf
+    engine's, or vLLM's request-level API for rollout.name=vllm) in an `rft serve` process of its own, started here
+    from the model folder (its log `<out>/log/<log_name>`), and the client over it (`RemoteRollout`, which stops it
+    on `close`). Its weights are the trainer's after every sync (the synchronizer sends them); each step's prompts
+    go in as one seeded request, so runs are reproducible."""
+    import dataclasses
     from pathlib import Path
 
     import torch
@@ -114,15 +116,18 @@ def served_engine(cfg, model: nn.Module, log_name: str = "engine_server.log"):
     logs = Path(cfg.trainer.default_local_dir) / "log"
     logs.mkdir(parents=True, exist_ok=True)
     dtype = "bfloat16" if choose(ro.dtype, device_of(model)).dtype == torch.bfloat16 else "float32"
+    # vLLM built from the rollout keys as the in-process engine is (`vllm_options`)
+    options = dataclasses.asdict(vllm_options(cfg, model)) if ro.name == "vllm" else None
     process, url = start_server(path, seed=cfg.trainer.seed, max_num_seqs=ro.max_num_seqs, dtype=dtype,
-                                log_path=str(logs / log_name))
+                                log_path=str(logs / log_name), engine=ro.name, vllm_options=options)
     try:
         engine = RemoteRollout(url, Path(path).expanduser().resolve().name)
     except BaseException:
         stop_process(process)
         raise
     engine.owned.append(process)
-    log.info("rft: actor_rollout_ref.rollout.mode=async: the engine serves from its own process at %s", url)
+    log.info("rft: actor_rollout_ref.rollout.mode=async: the %s engine serves from its own process at %s", ro.name,
+             url)
     return engine
 
 

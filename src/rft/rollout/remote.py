@@ -336,25 +336,46 @@ class GroupStream:
 
 
 def start_server(model_path: str, *, seed: int, max_num_seqs: int, dtype: str, log_path: str,
-                 timeout: float = 300.0) -> tuple[subprocess.Popen, str]:
-    """`rft serve model_path` as a child process (its output in `log_path`) and its URL, once it printed it; a child
+                 timeout: float = 300.0, engine: str = "hf",
+                 vllm_options: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`rft serve model_path` as a child process (its output in `log_path`) and its URL, once it printed it
+    (`vllm_options`: `engine="vllm"`'s `VLLMOptions` fields, the run's rollout keys); a child
     that ends first or says nothing within `timeout` seconds is an `EngineServerError` quoting its log's last line.
     The child gets SIGTERM when this process ends (Linux: PR_SET_PDEATHSIG), so a killed run leaves no server."""
     command = [sys.executable, "-m", "rft", "serve", str(model_path), "--port", "0", "--seed", str(seed),
-               "--max-num-seqs", str(max_num_seqs), "--dtype", dtype]
+               "--max-num-seqs", str(max_num_seqs), "--dtype", dtype, "--engine", engine]
+    if vllm_options is not None:
+        command += ["--vllm-options", json.dumps(vllm_options)]
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
                                    preexec_fn=_ends_with_parent if sys.platform == "linux" else None)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline().decode()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    url = lines[0].split(" on ", 1)[1].split("/v1", 1)[0] if lines and " on http://" in lines[0] else None
+    found: list[str] = []  # the URL line, once printed
+    ready = threading.Event()
+
+    def read() -> None:
+        """The server's output: the URL line, and every other line (vLLM logs to stdout) into its log, read until it
+        ends so that a full pipe never stops it."""
+        with open(log_path, "ab") as log_file:
+            for line in iter(process.stdout.readline, b""):
+                text = line.decode(errors="replace")
+                if not found and text.startswith("rft serve: ") and " on http://" in text:
+                    found.append(text)
+                    ready.set()
+                else:
+                    log_file.write(line)
+                    log_file.flush()
+        process.stdout.close()
+        ready.set()
+
+    threading.Thread(target=read, name="rft-engine-server-output", daemon=True).start()
+    ready.wait(timeout)
+    url = found[0].split(" on ", 1)[1].split("/v1", 1)[0] if found else None
     if url is None:
+        ended = ready.is_set()  # its output ended without the URL
         stop_process(process)
         with open(log_path, errors="replace") as f:
             last = next((line.strip() for line in reversed(f.read().splitlines()) if line.strip()), "(empty)")
-        said = "did not start" if lines else f"printed no URL within {timeout:g} s"
+        said = "did not start" if ended else f"printed no URL within {timeout:g} s"
         raise EngineServerError(f"the engine server of {model_path} (rft serve) {said}: {last} (its log: {log_path})")
     return process, url
 
@@ -366,7 +387,7 @@ def _ends_with_parent() -> None:
 
 
 def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds."""
+    """SIGTERM, then SIGKILL after `grace` seconds (its output pipe is its reader's to close: `start_server`)."""
     if process.poll() is None:
         process.terminate()
         try:
@@ -374,5 +395,4 @@ def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    if process.stdout is not None:
-        process.stdout.close()
+

@@ -330,6 +330,19 @@ class VLLMRollout:
         self.version = version
 
     # ------------------------------------------------------------------------------------------ sampling
+    def stream(self, max_num_seqs: int, generator: torch.Generator | None = None):
+        """Continuous batching through vLLM's request-level API (`rft.rollout.vllm_stream`; text only); a new
+        stream takes the previous one's requests out of vLLM."""
+        from rft.rollout.vllm_stream import VLLMStream
+
+        if self.vision is not None:
+            raise ValueError("the vLLM engine's stream takes text models only")
+        previous = getattr(self, "_stream", None)
+        if previous is not None:
+            previous.abort()
+        self._stream = VLLMStream(self, max_num_seqs, generator)
+        return self._stream
+
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
                  generator: torch.Generator | None = None, images: list[list[bytes]] | None = None) -> RolloutOutput:
