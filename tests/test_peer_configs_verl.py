@@ -31,11 +31,6 @@ KNOWN_GAPS = {
         "examples__sglang_multiturn__run_qwen0.5b_gsm8k_multiturn_curriculum")},
     # its interactions are honoured now; bf16 weights (model_dtype) are refused
     "examples__sglang_multiturn__run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction": "fsdp_config.model_dtype",
-    # rft sft has no sequence parallelism (its RL actor has)
-    **{name: "sequence parallelism" for name in (
-        "examples__sft__gsm8k__run_qwen_05_sp2", "examples__sft__gsm8k__run_seed_oss_36b_sft",
-        "examples__sft__multiturn__run_qwen_05_sp2", "examples__sft__vlm__run_qwen3_vl_2b",
-        "examples__sft__gsm8k__run_qwen3_8b_sft_peft_sp2_npu", "examples__sft__gsm8k__run_qwen_05_sp2_liger")},
     # the script leaves $ppo_max_token_len_per_gpu unset: an empty value (hydra's empty string) where an integer is
     # needed
     "examples__gspo_trainer__run_qwen3_32b_gspo_npu": "takes an integer, not a string ('')",
