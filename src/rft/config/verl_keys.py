@@ -222,7 +222,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             "images: data.image_key)"),
     VerlKey("data.validation_shuffle", DEFAULT, "rft validates on its prompts in file order (data.val_max_samples "
             "draws a sample)", ok=(False,)),
-    VerlKey("data.sampler.*", DEFAULT, "a custom sampler class (curriculum) is not in rft", ok=(None,)),
     VerlKey("data.datagen.*", DEFAULT, "a dynamic data generator class is not in rft", ok=(None,)),
     # --- reward
     VerlKey("reward_model.reward_kwargs.overlong_buffer_cfg.*", ALIAS, "DAPO's overlong punishment is rft's "
