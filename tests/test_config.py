@@ -1040,3 +1040,19 @@ def test_fused_kernels_take_the_torch_backend_and_note_triton(base_cfg, caplog):
         validate(set_key(base_cfg, key, {"impl_backend": "cuda"}), check_paths=False)
     with pytest.raises(ConfigError, match="the one option is impl_backend"):
         validate(set_key(base_cfg, key, {"chunk": 4}), check_paths=False)
+
+
+@pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model"])
+def test_verls_model_dtype_is_refused_with_verls_meaning_and_a_key_that_loads(section):
+    """verl's fsdp_config.model_dtype is the dtype it loads the model in: the master weights, gradients and
+    optimizer state (bf16 master weights, which rft does not keep). The refusal says so and names rft's compute
+    dtype key, which loads (it named fsdp_config.param_dtype, not a key)."""
+    with pytest.raises(ConfigError) as err:
+        load(f"{section}.fsdp_config.model_dtype=bfloat16")
+    message = str(err.value)
+    assert "verl loads the model in this dtype, so its master weights (the FSDP parameters), their gradients and " \
+           "the optimizer state are kept in it; rft keeps those in float32" in message, message
+    key = f"{section}.fsdp_config.mixed_precision.param_dtype"
+    assert f"computes the passes in {key} (torch.autocast)" in message
+    assert load(f"{key}=bf16") is not None
+    assert load(f"{section}.fsdp_config.model_dtype=fp32") is not None
