@@ -43,49 +43,10 @@ def check_rl_inputs(ctx: CheckContext) -> None:
     steps to take, and bench evaluates only."""
     cfg, trainer = ctx.cfg, ctx.cfg.trainer
     require_train = not (trainer.mode == "bench" or (trainer.mode == "train" and trainer.total_training_steps))
-    check_sampler(ctx)
     if cfg.data.custom_cls.path is not None or cfg.data.custom_cls.name is not None:
         check_custom_cls(ctx, require_train)
         return
     check_inputs("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path, cfg.data, ctx, require_train)
-
-
-def check_sampler(ctx: CheckContext) -> None:
-    """data.sampler (verl's custom sampler, `rft.data.curriculum`): a class in a Python file or a pkg:// module,
-    drawing the prompts of the loop that trains on them (its update reads each trained step's batch)."""
-    from rft.sync.schedule import is_synchronous
-
-    cfg = ctx.cfg
-    spec, data = cfg.data.sampler, cfg.data
-    if spec.class_path is None and spec.class_name is None:
-        return
-    if not spec.class_path:
-        raise ConfigError(f"data.sampler.class_name={spec.class_name!r} needs data.sampler.class_path: the .py file "
-                          "(or pkg://<module>) defining it")
-    if not spec.class_name:
-        raise ConfigError(f"data.sampler.class_path={spec.class_path!r} needs data.sampler.class_name: the sampler "
-                          "class in it")
-    why = None
-    if data.task_storage != "file" and data.task_storage != "sql":
-        why = f"data.task_storage={data.task_storage!r} reads tasks as a stream, in id order"
-    elif not is_synchronous(cfg):
-        why = (f"trainer.mode={cfg.trainer.mode!r} with synchronizer.sync_interval={cfg.synchronizer.sync_interval}, "
-               f"sync_offset={cfg.synchronizer.sync_offset} draws tasks in an explorer apart from the trainer, whose "
-               "batches the sampler's update would not see in order")
-    elif cfg.algorithm.filter_groups.enable:
-        why = "algorithm.filter_groups.enable=true (DAPO's dynamic sampling) draws several batches a step"
-    elif cfg.async_training.staleness_threshold is not None:
-        why = "async_training.staleness_threshold streams groups across steps"
-    if why is not None:
-        raise ConfigError(f"data.sampler.class_path: a sampler of yours draws the prompts of rft's synchronous loop "
-                          f"(its update gets each trained step's batch), but {why}; remove data.sampler or run "
-                          "synchronously")
-    if ctx.check_paths:
-        from rft.data.curriculum import module_problem
-
-        problem = module_problem(spec.class_path)
-        if problem is not None:
-            raise ConfigError(f"data.sampler.class_path: {problem}")
 
 
 def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:

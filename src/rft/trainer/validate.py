@@ -43,6 +43,7 @@ RL = (
     "config.schema",
     "models.hub_ids",                 # a Hugging Face Hub id: its folder in the local cache                  # choices, refused values; the unused parts' keys noted
     "data.inputs",                    # the model folder, the prompt files
+    "trainer.sampler",                # data.sampler: a class of the user's, in the synchronous loop
     "data.template_kwargs",           # the chat template's variables
     "rewards.function",               # custom_reward_function: file, typed reward, names and weights
     "algorithms.names",               # estimator, policy loss, KL estimators registered
