@@ -82,16 +82,19 @@ def assets(tmp_path_factory) -> Path:
     return root
 
 
-def train(assets: Path, out: Path, *extra: str, check: bool = True):
+def args(assets: Path, out: Path, *extra: str) -> list[str]:
     """Three GRPO steps of 4 prompts x 4 samples drawn by the sampler, a checkpoint every step, on the CPU."""
-    return rft_here(
-        "train", f"{A}.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
-        f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
-        "data.max_response_length=6", "data.train_batch_size=4", f"{A}.rollout.n=4",
-        f"{A}.actor.ppo_mini_batch_size=4", f"{A}.actor.optim.lr=1e-3", "trainer.total_training_steps=3",
-        "trainer.save_freq=1", "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[]",
-        "trainer.device=cpu", f"trainer.default_local_dir={out}", f"data.sampler.class_path={assets / 'sampler.py'}",
-        "data.sampler.class_name=LowestScoreFirst", "data.seed=7", *extra, cwd=out.parent, check=check)
+    return [f"{A}.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+            f"custom_reward_function.path={assets / 'reward.py'}", "data.max_prompt_length=32",
+            "data.max_response_length=6", "data.train_batch_size=4", f"{A}.rollout.n=4",
+            f"{A}.actor.ppo_mini_batch_size=4", f"{A}.actor.optim.lr=1e-3", "trainer.total_training_steps=3",
+            "trainer.save_freq=1", "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[]",
+            "trainer.device=cpu", f"trainer.default_local_dir={out}", f"data.sampler.class_path={assets / 'sampler.py'}",
+            "data.sampler.class_name=LowestScoreFirst", "data.seed=7", *extra]
+
+
+def train(assets: Path, out: Path, *extra: str, check: bool = True):
+    return rft_here("train", *args(assets, out, *extra), cwd=out.parent, check=check)
 
 
 def updates(assets: Path) -> list[dict]:
@@ -179,3 +182,26 @@ def test_a_class_that_is_not_a_sampler_is_one_line(assets, tmp_path):
     assert proc.returncode == 2 and errors == [
         f"rft: error: data.sampler.class_name: 'NotASampler' in '{assets / 'sampler.py'}' is not a subclass of "
         "torch.utils.data.Sampler (verl's AbstractSampler is one)"], proc.stderr
+
+
+def test_on_two_processes_every_process_samples_alike_and_updates_with_every_row(assets, tmp_path):
+    """2 processes (gloo): each holds a sampler; every one draws the same prompts and its update gets the step's
+    16 rows of both processes, so their orders never drift apart; the run draws what one process draws."""
+    import subprocess
+    import sys
+
+    from test_distributed import ENV
+
+    updates(assets)
+    train(assets, tmp_path / "one", "trainer.total_training_steps=2")
+    one = updates(assets)
+    proc = subprocess.run([sys.executable, "-m", "rft", "train", *args(assets, tmp_path / "two"),
+                           "trainer.total_training_steps=2", "trainer.n_gpus_per_node=2"],
+                          env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = updates(assets)
+    assert len({u["pid"] for u in two}) == 2 and len(two) == 4
+    for step in (1, 2):
+        lines = [{k: v for k, v in u.items() if k != "pid"} for u in two if u["step"] == step]
+        assert lines[0] == lines[1] and lines[0]["rows"] == 16, lines
+        assert lines[0]["drawn"] == next(u["drawn"] for u in one if u["step"] == step)
