@@ -521,6 +521,10 @@ def test_mini_batch_rows_not_multiple_of_micro_batch():
      "set data.train_batch_size to a multiple of 2, e.g. data.train_batch_size=14"),
     ("dpo", ["data.train_batch_size=8", "data.micro_batch_size_per_gpu=3"],
      "set data.micro_batch_size_per_gpu to a divisor of 8, e.g. data.micro_batch_size_per_gpu=2"),
+    # 5 rows over 4 processes in sequence-parallel groups of 2: the rows split over 2 groups
+    ("sft", ["data.train_batch_size=5", "data.micro_batch_size_per_gpu=1", "trainer.n_gpus_per_node=4",
+             "ulysses_sequence_parallel_size=2"],
+     "set data.train_batch_size to a multiple of 2, e.g. data.train_batch_size=4"),
 ])
 def test_sft_and_dpo_batch_errors_name_a_size_that_loads(command, overrides, suggested):
     """The SFT and DPO batch divisibility errors named the sizes but no value that fits (the RL ones did)."""
@@ -532,6 +536,20 @@ def test_sft_and_dpo_batch_errors_name_a_size_that_loads(command, overrides, sug
         loader(None, [*base, *overrides], validate_paths=False)
     assert str(err.value).endswith(suggested)
     loader(None, [*base, *overrides, suggested.rsplit("e.g. ", 1)[1]], validate_paths=False)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["ulysses_sequence_parallel_size=2"], "ulysses_sequence_parallel_size=2 does not divide the 1 process(es)"),
+    (["ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=3"],
+     "ulysses_sequence_parallel_size=2 does not divide the 3 process(es)"),
+    (["ulysses_sequence_parallel_size=0"], "ulysses_sequence_parallel_size"),
+])
+def test_sft_sequence_parallel_sizes_that_do_not_split_the_processes_are_refused(overrides, needle):
+    from rft.trainer.configure import load_sft_config
+
+    base = ["model.partial_pretrain=model", "data.train_files=train.parquet"]
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_sft_config(None, [*base, *overrides], validate_paths=False)
 
 
 def test_a_batch_that_does_not_split_over_the_processes_names_one_that_does():
@@ -1022,3 +1040,19 @@ def test_fused_kernels_take_the_torch_backend_and_note_triton(base_cfg, caplog):
         validate(set_key(base_cfg, key, {"impl_backend": "cuda"}), check_paths=False)
     with pytest.raises(ConfigError, match="the one option is impl_backend"):
         validate(set_key(base_cfg, key, {"chunk": 4}), check_paths=False)
+
+
+@pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model"])
+def test_verls_model_dtype_is_refused_with_verls_meaning_and_a_key_that_loads(section):
+    """verl's fsdp_config.model_dtype is the dtype it loads the model in: the master weights, gradients and
+    optimizer state (bf16 master weights, which rft does not keep). The refusal says so and names rft's compute
+    dtype key, which loads (it named fsdp_config.param_dtype, not a key)."""
+    with pytest.raises(ConfigError) as err:
+        load(f"{section}.fsdp_config.model_dtype=bfloat16")
+    message = str(err.value)
+    assert "verl loads the model in this dtype, so its master weights (the FSDP parameters), their gradients and " \
+           "the optimizer state are kept in it; rft keeps those in float32" in message, message
+    key = f"{section}.fsdp_config.mixed_precision.param_dtype"
+    assert f"computes the passes in {key} (torch.autocast)" in message
+    assert load(f"{key}=bf16") is not None
+    assert load(f"{section}.fsdp_config.model_dtype=fp32") is not None

@@ -37,12 +37,28 @@ def rft(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 # -------------------------------------------------------------------------------------------------- rft sft
-def test_sft_on_two_processes_matches_one(assets, tmp_path):
-    args = [f"model.partial_pretrain={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+def _sft_args(assets: Path) -> list[str]:
+    return [f"model.partial_pretrain={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
             f"data.val_files={assets / 'data' / 'val.parquet'}", "data.response_key=extra_info",
             "data.response_dict_keys=[demonstration]", "data.train_batch_size=16", "data.micro_batch_size_per_gpu=4",
             "data.max_length=32", "optim.lr=3e-3", "trainer.total_training_steps=2", "trainer.save_freq=2",
             "trainer.test_freq=2", "trainer.logger=[]", "trainer.device=cpu", "model.strategy=fsdp2"]
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder).state_dict()
+
+
+def _max_weight_difference(a: Path, b: Path) -> float:
+    """Between two runs' exported models."""
+    wa, wb = _weights(a / "model"), _weights(b / "model")
+    return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+
+
+def test_sft_on_two_processes_matches_one(assets, tmp_path):
+    args = _sft_args(assets)
     rft_here("sft", *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
     proc = rft("sft", *args, f"trainer.default_local_dir={tmp_path / 'two'}", "trainer.n_gpus_per_node=2")
     assert "2 steps on 2 processes" in proc.stdout
@@ -53,11 +69,28 @@ def test_sft_on_two_processes_matches_one(assets, tmp_path):
     assert one[1]["train/grad_norm"] > 1
     assert close(one[2]["val/loss"], two[2]["val/loss"])  # 7 rows over 2 ranks, the padding row left out
     assert (tmp_path / "two" / "checkpoints" / "global_step_2" / "policy_dcp").is_dir()
-    from transformers import AutoModelForCausalLM
+    assert _max_weight_difference(tmp_path / "one", tmp_path / "two") < 1e-4
 
-    a = AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "model").state_dict()
-    b = AutoModelForCausalLM.from_pretrained(tmp_path / "two" / "model").state_dict()
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-4
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_sft_with_sequence_parallelism_on_two_processes_matches_one(assets, tmp_path, packed):
+    """verl's sft_trainer ulysses_sequence_parallel_size=2 on 2 processes: one group holding every row, each
+    process running half of each micro-batch's tokens; the losses, gradient norms and weights of the one-process
+    run (use_remove_padding: the packed tokens or the padded rows split)."""
+    args = [*_sft_args(assets), f"use_remove_padding={packed}"]
+    rft_here("sft", *args, f"trainer.default_local_dir={tmp_path / 'one'}", cwd=tmp_path)
+    proc = rft("sft", *args, f"trainer.default_local_dir={tmp_path / 'sp'}", "trainer.n_gpus_per_node=2",
+               "ulysses_sequence_parallel_size=2")
+    assert "2 steps on 2 processes in sequence-parallel groups of 2" in proc.stdout
+    one, sp = metrics_of(tmp_path / "one"), metrics_of(tmp_path / "sp")
+    for step in (1, 2):
+        for key in ("train/loss", "train/grad_norm", "train/tokens"):
+            assert close(one[step][key], sp[step][key]), (step, key, one[step][key], sp[step][key])
+    assert one[1]["train/grad_norm"] > 1
+    assert close(one[2]["val/loss"], sp[2]["val/loss"])
+    before, after = _weights(assets / "model"), _weights(tmp_path / "sp" / "model")
+    assert all(not torch.equal(before[k], after[k]) for k in before)  # every parameter moved
+    assert _max_weight_difference(tmp_path / "one", tmp_path / "sp") < 1e-4
 
 
 # --------------------------------------------------------------------------------------- the demo's stages

@@ -185,6 +185,19 @@ class CustomClsConfig:
 
 
 @dataclass
+class SamplerConfig:
+    class_path: Optional[str] = fld(
+        None, "The sampler class of yours that orders the training prompts (verl's data.sampler, e.g. a curriculum): "
+        "a Python file (file:// optional) or pkg://<module>, as verl loads it. Built as verl builds it, "
+        "cls(data_source=<the training prompts>, data_config=<this data section>), a torch.utils.data.Sampler "
+        "yielding prompt indices; each step takes data.train_batch_size of them (an epoch: len(sampler) // that "
+        "many steps). A sampler with update(batch) (verl's AbstractCurriculumSampler) gets each trained step's "
+        "batch (docs/data.md); one with state_dict / load_state_dict is checkpointed with the run. null: rft's "
+        "seeded shuffle (data.shuffle, data.seed).")
+    class_name: Optional[str] = fld(None, "The sampler class in class_path (required with it).")
+
+
+@dataclass
 class ExpertDataConfig:
     files: Any = fld(None, "algorithm.mix: the expert (SFT) rows mixed into each RL step, one parquet/jsonl file or a "
                             "list (Trinity-RFT's auxiliary buffer): a prompt and a response column, or a messages "
@@ -293,6 +306,8 @@ class DataConfig:
     trust_remote_code: bool = fld(False, "Allow a tokenizer folder's own Python code.")
     custom_cls: CustomClsConfig = sub(CustomClsConfig, "A dataset class of yours that reads the files (verl's "
                                                        "custom_cls; docs/data.md).")
+    sampler: SamplerConfig = sub(SamplerConfig, "A sampler class of yours for the training prompts (verl's "
+                                                "data.sampler; curriculum learning, docs/data.md).")
     expert: ExpertDataConfig = sub(ExpertDataConfig, "The expert rows of algorithm.mix (Trinity-RFT's mix).")
 
 

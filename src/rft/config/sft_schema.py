@@ -159,7 +159,10 @@ class SFTConfig:
     data: SFTDataConfig = sub(SFTDataConfig, "Rows to imitate.")
     model: SFTModelConfig = sub(SFTModelConfig, "The model.")
     optim: SFTOptimConfig = sub(SFTOptimConfig, "Optimizer and schedule.")
-    ulysses_sequence_parallel_size: int = fld(1, "Sequence parallel size.", unsupported="sequence parallelism")
+    ulysses_sequence_parallel_size: int = fld(
+        1, "Processes per sequence-parallel group (Ulysses, as the RL actor's): the processes of a group hold the "
+        "same rows and each runs the model on its slice of every sequence; it divides the processes, and the "
+        "rows of a step are split over the processes / this many groups.")
     use_remove_padding: bool = fld(False, "Forward passes on packed tokens (as the RL actor's "
                                    "model.use_remove_padding): the same loss and gradient as the padded pass.")
     trainer: SFTTrainerConfig = sub(SFTTrainerConfig, "The loop, logging and checkpoints.")

@@ -189,13 +189,17 @@ def check_sizes(ctx: CheckContext) -> None:
 
 @CHECKS.register("config.sft_batch")
 def check_sft_batch(ctx: CheckContext) -> None:
-    """rft sft: the batch splits over the processes, and a process's share over its micro-batches."""
-    data, world_size = ctx.cfg.data, ctx.world_size
+    """rft sft: the batch splits over the processes (over their sequence-parallel groups, which hold the same rows),
+    and a process's share over its micro-batches."""
+    data, world_size = ctx.cfg.data, ctx.data_parallel
     micro = data.micro_batch_size_per_gpu
     if data.train_batch_size % world_size:
+        where = f"the number of processes ({world_size})" if ctx.sp == 1 else \
+            f"the number of sequence-parallel groups ({ctx.world_size} processes / ulysses_sequence_parallel_size " \
+            f"{ctx.sp} = {world_size})"
         raise ConfigError(
-            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of the number of processes "
-            f"({world_size}): " + suggest_multiple("data.train_batch_size", world_size, data.train_batch_size)
+            f"data.train_batch_size ({data.train_batch_size}) must be a multiple of {where}: "
+            + suggest_multiple("data.train_batch_size", world_size, data.train_batch_size)
         )
     local = data.train_batch_size // world_size  # rows per process and step
     if local % micro and micro < local:

@@ -121,12 +121,18 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     *(VerlKey(f"{s}.fsdp_config.{k}", NOOP, FSDP_ENGINE) for s in (A, R, "critic.model")
       for k in ("reshard_after_forward", "use_orig_params", "entropy_from_logits_with_chunking", "use_torch_compile",
                 "entropy_checkpointing", "forward_only")),
-    *(VerlKey(f"{s}.fsdp_config.dtype", DEFAULT, f"rft's compute dtype is {s}.fsdp_config.param_dtype (auto: bf16 on a "
-              "GPU, verl's default): set that", ok=("bfloat16", "bf16")) for s in (A, R, "critic.model")),
+    *(VerlKey(f"{s}.fsdp_config.dtype", DEFAULT, f"rft's compute dtype is {s}.fsdp_config.mixed_precision.param_dtype "
+              "(auto: bf16 on a GPU, verl's default): set that", ok=("bfloat16", "bf16")) for s in (A, R, "critic.model")),
     *(VerlKey(f"{s}.fsdp_config.strategy", SAME, "the FSDP version is the section's strategy key in rft: set that",
               to=f"{s.replace('.model', '')}.strategy" if s != R else f"{A}.strategy") for s in (A, R, "critic.model")),
-    *(VerlKey(f"{s}.fsdp_config.model_dtype", DEFAULT, "rft keeps the weights in float32 and computes in "
-              f"{s}.fsdp_config.param_dtype (torch.autocast): set that to bfloat16 instead", ok=("fp32", "float32"))
+    # verl (fsdp_workers.py) loads the model in model_dtype and FSDP keeps the parameters it was given: the master
+    # weights, their gradients and the optimizer state are in it (its default fp32 for the actor and the critic:
+    # "otherwise the optimizer is in bf16, which is incorrect")
+    *(VerlKey(f"{s}.fsdp_config.model_dtype", DEFAULT, "verl loads the model in this dtype, so its master weights "
+              "(the FSDP parameters), their gradients and the optimizer state are kept in it; rft keeps those in "
+              "float32 and computes the passes in "
+              f"{s}.fsdp_config.mixed_precision.param_dtype (torch.autocast): set that to bfloat16 for bf16 passes",
+              ok=("fp32", "float32"))
       for s in (A, R, "critic.model")),
     *(VerlKey(f"{s}.fsdp_config.seed", DEFAULT, "rft seeds from data.seed: set that", ok=(42,))
       for s in (A, R, "critic.model")),
@@ -169,7 +175,7 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             "in rft", ok=(False,)),
     VerlKey("*.model.tiled_mlp.num_shards", NOOP, "tiled MLP settings, without tiled_mlp.enabled"),
     VerlKey("actor_rollout_ref.model.torch_dtype", REFUSE, "not a key of verl's model config either (verl's hydra "
-            "refuses it); the weights' dtype: actor_rollout_ref.actor.fsdp_config.param_dtype"),
+            "refuses it); the passes' dtype: actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"),
     # --- the rollout
     VerlKey(f"{RO}.agent.default_agent_loop", DEFAULT, MULTI_TURN, ok=("single_turn_agent",)),
     VerlKey(f"{RO}.agent.agent_loop_config_path", DEFAULT, MULTI_TURN, ok=(None,)),
@@ -222,7 +228,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             "images: data.image_key)"),
     VerlKey("data.validation_shuffle", DEFAULT, "rft validates on its prompts in file order (data.val_max_samples "
             "draws a sample)", ok=(False,)),
-    VerlKey("data.sampler.*", DEFAULT, "a custom sampler class (curriculum) is not in rft", ok=(None,)),
     VerlKey("data.datagen.*", DEFAULT, "a dynamic data generator class is not in rft", ok=(None,)),
     # --- reward
     VerlKey("reward_model.reward_kwargs.overlong_buffer_cfg.*", ALIAS, "DAPO's overlong punishment is rft's "

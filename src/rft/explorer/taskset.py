@@ -17,6 +17,7 @@ import json
 import time
 
 from rft.buffer.base import database_url
+from rft.data.curriculum import UserSampler, build_sampler
 from rft.data.dataset import Prompt, PromptDataset, PromptSampler
 
 STORAGE_TYPES = ("file", "sql", "queue")
@@ -74,12 +75,21 @@ class FileTaskset:
     sampling), a new seeded permutation each epoch."""
 
     def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int,
-                 batch_key: str = "data.train_batch_size"):
-        """`batch_key`: the key that set `batch_size`, named by the errors of a set or a checkpoint that differ."""
+                 batch_key: str = "data.train_batch_size", user_sampler=None):
+        """`batch_key`: the key that set `batch_size`, named by the errors of a set or a checkpoint that differ;
+        `user_sampler`: a sampler of the user's that draws the tasks instead (data.sampler, `rft.data.curriculum`)."""
         self.dataset = dataset
+        if user_sampler is not None:
+            self.sampler = UserSampler(user_sampler, len(dataset), batch_size, batch_key)
+            return
         self.sampler = PromptSampler(len(dataset), batch_size, shuffle, seed, batch_key=batch_key,
                                      mini_batch_key="actor_rollout_ref.actor.ppo_mini_batch_size"
                                      if batch_key == "data.train_batch_size" else None)
+
+    @property
+    def curriculum(self) -> UserSampler | None:
+        """The user's sampler (data.sampler), whose update reads each trained step's batch; None: rft's."""
+        return self.sampler if isinstance(self.sampler, UserSampler) else None
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -157,15 +167,19 @@ def make_taskset(cfg, make_prompts):
     PromptDataset of files or of named rows."""
     data = cfg.data
     size, key = generation_batch(data)
-    if data.task_storage == "file":
-        return FileTaskset(make_prompts(data.train_files), size, data.shuffle, data.seed, key)
-    url = database_url(data.train_files)
-    if data.task_storage == "sql":
-        rows = [row for _, row in read_tasks(url, data.task_table)]
-        if not rows:
-            from rft.data.dataset import DataError
+    if data.task_storage in ("file", "sql"):
+        if data.task_storage == "file":
+            dataset = make_prompts(data.train_files)
+        else:
+            url = database_url(data.train_files)
+            rows = [row for _, row in read_tasks(url, data.task_table)]
+            if not rows:
+                from rft.data.dataset import DataError
 
-            raise DataError(f"data.train_files={data.train_files!r}: the table {data.task_table!r} holds no tasks")
-        return FileTaskset(make_prompts([(f"{url}#{data.task_table}", rows)]), size, data.shuffle, data.seed, key)
+                raise DataError(f"data.train_files={data.train_files!r}: the table {data.task_table!r} holds no tasks")
+            dataset = make_prompts([(f"{url}#{data.task_table}", rows)])
+        sampler = build_sampler(data, dataset) if data.sampler.class_path else None
+        return FileTaskset(dataset, size, data.shuffle, data.seed, key, user_sampler=sampler)
+    url = database_url(data.train_files)
     return QueueTaskset(url, data.task_table, lambda name, rows: make_prompts([(name, rows)]), size,
                         cfg.experience_buffer.max_read_timeout)

@@ -242,6 +242,43 @@ def check_mix(ctx: CheckContext) -> None:
                           "as Trinity-RFT's mix)")
 
 
+@CHECKS.register("trainer.sampler")
+def check_sampler(ctx: CheckContext) -> None:
+    """data.sampler (verl's custom sampler, `rft.data.curriculum`): a class in a Python file or a pkg:// module,
+    drawing the prompts of the loop that trains on them (its update reads each trained step's batch)."""
+    cfg = ctx.cfg
+    spec, data = cfg.data.sampler, cfg.data
+    if spec.class_path is None and spec.class_name is None:
+        return
+    if not spec.class_path:
+        raise ConfigError(f"data.sampler.class_name={spec.class_name!r} needs data.sampler.class_path: the .py file "
+                          "(or pkg://<module>) defining it")
+    if not spec.class_name:
+        raise ConfigError(f"data.sampler.class_path={spec.class_path!r} needs data.sampler.class_name: the sampler "
+                          "class in it")
+    why = None
+    if data.task_storage != "file" and data.task_storage != "sql":
+        why = f"data.task_storage={data.task_storage!r} reads tasks as a stream, in id order"
+    elif not is_synchronous(cfg):
+        why = (f"trainer.mode={cfg.trainer.mode!r} with synchronizer.sync_interval={cfg.synchronizer.sync_interval}, "
+               f"sync_offset={cfg.synchronizer.sync_offset} draws tasks in an explorer apart from the trainer, whose "
+               "batches the sampler's update would not see in order")
+    elif cfg.algorithm.filter_groups.enable:
+        why = "algorithm.filter_groups.enable=true (DAPO's dynamic sampling) draws several batches a step"
+    elif cfg.async_training.staleness_threshold is not None:
+        why = "async_training.staleness_threshold streams groups across steps"
+    if why is not None:
+        raise ConfigError(f"data.sampler.class_path: a sampler of yours draws the prompts of rft's synchronous loop "
+                          f"(its update gets each trained step's batch), but {why}; remove data.sampler or run "
+                          "synchronously")
+    if ctx.check_paths:
+        from rft.data.curriculum import module_problem
+
+        problem = module_problem(spec.class_path)
+        if problem is not None:
+            raise ConfigError(f"data.sampler.class_path: {problem}")
+
+
 @CHECKS.register("trainer.checkpoint_copies")
 def check_checkpoint_copies(ctx: CheckContext) -> None:
     """A local or mounted mirror folder; one number of checkpoints kept for actor and critic."""

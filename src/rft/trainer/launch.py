@@ -154,7 +154,7 @@ def join_group(cfg) -> Dist:
 
 
 def sequence_parallel_size(cfg) -> int:
-    """The processes per sequence-parallel group an RL config asks for (actor_rollout_ref.actor's
-    ulysses_sequence_parallel_size), 1 for other configs."""
-    actor = getattr(getattr(cfg, "actor_rollout_ref", None), "actor", None)
+    """The processes per sequence-parallel group a config asks for: an RL config's actor_rollout_ref.actor.
+    ulysses_sequence_parallel_size, an SFT config's top-level ulysses_sequence_parallel_size; 1 for other configs."""
+    actor = getattr(getattr(cfg, "actor_rollout_ref", None), "actor", cfg)
     return int(getattr(actor, "ulysses_sequence_parallel_size", 1) or 1)

@@ -103,6 +103,18 @@ def _log_prob_micro_rows(section) -> int | None:
     return section.log_prob_micro_batch_size_per_gpu or section.log_prob_micro_batch_size
 
 
+def token_scores(batch: Batch) -> torch.Tensor:
+    """(B, R) each row's score on its last valid token (with an action mask: the last token the policy wrote), 0
+    elsewhere (verl's token_level_scores)."""
+    if batch.action_mask is None:
+        last = (batch.response_mask.sum(-1) - 1).clamp(min=0)
+    else:
+        last = batch.action_mask.shape[1] - 1 - batch.action_mask.flip(-1).argmax(-1)
+    out = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
+    out[torch.arange(len(batch)), last] = batch.scores
+    return out
+
+
 class RLTrainer:
     def __init__(self, cfg, tokenizer, total_steps: int, dist: Dist = SINGLE):
         """Loads the policy (and the reference and critic when the config asks for them) with its optimizer.
@@ -298,14 +310,8 @@ class RLTrainer:
 
     @staticmethod
     def set_token_rewards(batch: Batch) -> None:
-        """`batch.token_rewards` (B, R): each row's score on its last valid token (with an action mask: the last
-        token the policy wrote), 0 elsewhere."""
-        if batch.action_mask is None:
-            last = (batch.response_mask.sum(-1) - 1).clamp(min=0)
-        else:
-            last = batch.action_mask.shape[1] - 1 - batch.action_mask.flip(-1).argmax(-1)
-        batch.token_rewards = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
-        batch.token_rewards[torch.arange(len(batch)), last] = batch.scores
+        """`batch.token_rewards` (B, R): `token_scores`, the start of the rewards the KL terms then change."""
+        batch.token_rewards = token_scores(batch)
 
     def reward_metrics(self, batch: Batch) -> dict[str, float]:
         """critic/score/* over the batch's scores, reward_extra/<name>/mean of each named per-row value, and

@@ -20,6 +20,7 @@ import torch
 from rft.buffer import ExperienceBuffer, make_buffer, persistent, run_layout, shareable
 from rft.config import to_yaml
 from rft.console import counted
+from rft.data.curriculum import sampler_batch
 from rft.distributed import SINGLE, Dist
 from rft.errors import RftError
 from rft.experience import to_batch
@@ -36,7 +37,7 @@ from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, engine_spec, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
-from rft.trainer.rl import RLTrainer
+from rft.trainer.rl import RLTrainer, token_scores
 from rft.workers.optim import plateau_step
 
 
@@ -232,6 +233,10 @@ class SyncRun:
         width = self.dist.max_int(max(len(e.response) for e in read.experiences))
         batch = to_batch(read.experiences, self.tokenizer.pad_token_id, labels, width)
         metrics.update(self.trainer.train_step(batch, step, timer))
+        curriculum = getattr(self.explorer.taskset, "curriculum", None)
+        if curriculum is not None:  # verl's AbstractCurriculumSampler.update, with the step's trained batch
+            positions = [e.info.get("position") for e in read.experiences]
+            curriculum.update(sampler_batch(batch, token_scores(batch), positions, curriculum.last, step, self.dist))
         if self.explorer.streaming is not None:  # without partial rollouts: the requests in flight finish first
             with timer("sync_wait"):
                 self.explorer.streaming.before_sync()

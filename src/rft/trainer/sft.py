@@ -10,7 +10,9 @@ Several processes (`dist`, trainer.nnodes x n_gpus_per_node, as `rft train`): th
 model.strategy), every rank draws the same rows for a step and takes its contiguous share of them; the loss of a rank
 is its share of the batch's token-mean NLL (the token count all-reduced), so the gradient summed over the ranks is
 the one-process gradient; the validation rows are split the same way and their sums all-reduced. Rank 0 logs and
-writes the model; checkpoints are sharded (DCP), resumable by any number of processes.
+writes the model; checkpoints are sharded (DCP), resumable by any number of processes. With ulysses_sequence_parallel_size
+(verl's sft_trainer key) the processes form groups that hold the same rows and split each row's tokens between them
+(`rft.workers.ulysses`, as the RL actor): `dist` is then the data-parallel view, the rows split over the groups.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from rft.workers.guard import UpdateGuard
 from rft.workers.minibatch import trim_in_backward
 from rft.workers.packing import enable_remove_padding
 from rft.workers.policy import build_optimizer, build_scheduler, forward_logprobs
+from rft.workers.ulysses import enable_sequence_parallel
 
 log = logging.getLogger("rft")
 
@@ -102,6 +105,8 @@ class SFTTrainer:
         self.model = wrap(self.model, model_cfg.strategy, _FSDP(), dist, self.device)
         self.ref_model = None if reference is None else wrap(reference, model_cfg.strategy, _FSDP(), dist,
                                                              self.device)
+        if dist.sp > 1:  # Ulysses (rft sft's ulysses_sequence_parallel_size): each process runs its slice of a row
+            enable_sequence_parallel(self.model, dist, "ulysses_sequence_parallel_size")
         self.loss_scale = loss_scale(self.model, dist)
         self.params = list(trainable_parameters(self.model).values())
         self.optimizer = build_optimizer(self.params, optim)
@@ -134,8 +139,9 @@ class SFTTrainer:
             write_text_atomic(self.out / "config.yaml", to_yaml(self.cfg))
         tracker = Tracker.for_run(self.cfg, self.out, self.total_steps, self.global_step,
                                   recovered=self._recovered_metrics) if main else SilentTracker()
+        groups = f" in sequence-parallel groups of {self.dist.sp}" if self.dist.sp > 1 else ""
         where = self.device if not self.dist.enabled else \
-            f"{counted(self.dist.world_size, 'process', 'processes')} ({self.device.type})"
+            f"{counted(self.dist.processes, 'process', 'processes')}{groups} ({self.device.type})"
         tracker.write(f"rft {self.name}: {counted(self.total_steps, 'step')} on {where}, "
                       f"{counted(len(self.train_set), 'row')}, output {self.out}\nrft {self.name}: {precision.describe({self.name: self.precision})}")
         last: dict[str, float] = {}

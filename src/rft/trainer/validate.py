@@ -43,6 +43,7 @@ RL = (
     "config.schema",
     "models.hub_ids",                 # a Hugging Face Hub id: its folder in the local cache                  # choices, refused values; the unused parts' keys noted
     "data.inputs",                    # the model folder, the prompt files
+    "trainer.sampler",                # data.sampler: a class of the user's, in the synchronous loop
     "data.template_kwargs",           # the chat template's variables
     "rewards.function",               # custom_reward_function: file, typed reward, names and weights
     "algorithms.names",               # estimator, policy loss, KL estimators registered
@@ -101,6 +102,7 @@ SFT = (
     "models.hub_ids",
     "trainer.sft",                    # model, data sizes, optimizer, trainer section
     "data.template_kwargs",
+    "workers.sft_sequence_parallel",  # the groups divide the processes, the model's heads the group
     "config.sft_batch",               # the batch splits over processes and micro-batches
     "workers.sft_memory",             # the weights, gradients and optimizer state fit in the memory free
 )
@@ -158,7 +160,9 @@ def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, c
     """The SFT config (verl's sft_trainer.yaml keys), before any model loads. `world_size`: default
     trainer.nnodes x trainer.n_gpus_per_node."""
     world_size = processes(cfg.trainer) if world_size is None else world_size
-    run_checks(SFT, CheckContext(cfg, check_paths, check_model_path, world_size))
+    sp = cfg.ulysses_sequence_parallel_size
+    sp = sp if isinstance(sp, int) and sp >= 1 and world_size % sp == 0 else 1  # else refused by its check
+    run_checks(SFT, CheckContext(cfg, check_paths, check_model_path, world_size, sp=sp))
 
 
 def validate_dpo(cfg, check_paths: bool = True, world_size: int = 1, check_model_path: bool = True) -> None:

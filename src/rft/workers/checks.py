@@ -97,11 +97,7 @@ def check_sequence_parallel(ctx: CheckContext) -> None:
                               f"actor's ({key}={sp}) or 1; set one of those (null: the actor's)")
     if sp == 1:
         return
-    if ctx.world_size % sp or ctx.world_size == 1:
-        raise ConfigError(
-            f"{key}={sp} does not divide the {ctx.world_size} process(es) (trainer.nnodes x trainer.n_gpus_per_node "
-            f"= {cfg.trainer.nnodes} x {cfg.trainer.n_gpus_per_node}): run a multiple of {sp} processes or set it "
-            "to 1")
+    _check_divides(key, sp, ctx)
     needs_logits = [name for name, on in (
         (f"actor_rollout_ref.actor.kl_loss_type={arr.actor.kl_loss_type}",
          arr.actor.use_kl_loss and arr.actor.kl_loss_type == "full"),
@@ -136,6 +132,38 @@ def check_sequence_parallel(ctx: CheckContext) -> None:
         raise ConfigError(f"{key}={sp}: the critic's model {folder_key}={path!r} cannot split its sequences over {sp} "
                           f"processes ({why}); set {size_key}=1 to run the critic whole, or a size that fits both")
 
+
+
+def _check_divides(key: str, sp: int, ctx: CheckContext) -> None:
+    """A sequence-parallel size > 1 that splits the run's processes into groups (several processes)."""
+    t = ctx.cfg.trainer
+    if ctx.world_size % sp or ctx.world_size == 1:
+        raise ConfigError(
+            f"{key}={sp} does not divide the {ctx.world_size} process(es) (trainer.nnodes x trainer.n_gpus_per_node "
+            f"= {t.nnodes} x {t.n_gpus_per_node}): run a multiple of {sp} processes or set it to 1")
+
+
+@CHECKS.register("workers.sft_sequence_parallel")
+def check_sft_sequence_parallel(ctx: CheckContext) -> None:
+    """rft sft's Ulysses sequence parallelism (verl's sft_trainer ulysses_sequence_parallel_size): the size divides
+    the processes and the model's heads."""
+    cfg = ctx.cfg
+    key = "ulysses_sequence_parallel_size"
+    sp = cfg.ulysses_sequence_parallel_size
+    check_int(key, sp, 1, "processes per sequence-parallel group")
+    if sp == 1:
+        return
+    _check_divides(key, sp, ctx)
+    if not (ctx.check_paths and ctx.check_model_path):
+        return
+    from rft.models.checks import text_config_json
+    from rft.workers.ulysses import heads_error
+
+    config = text_config_json(cfg.model.partial_pretrain)
+    why = None if config is None else heads_error(SimpleNamespace(**config), sp)
+    if why is not None:
+        raise ConfigError(f"{key}={sp}: the model {cfg.model.partial_pretrain} cannot split its sequences over {sp} "
+                          f"processes ({why}); set a size that fits, or 1")
 
 @CHECKS.register("workers.offload")
 def check_offload(ctx: CheckContext) -> None:
