@@ -19,7 +19,11 @@
 5. Held-out greedy accuracy (the exact answer, the demo's measure) of the SFT model and of the GRPO model.
 
 Prints one line per figure and appends them to bench/RESULTS.md (unless --no-write). The bar (issue 65): the reward
-model ranks >= 90% of the held-out pairs right, and GRPO with it lifts held-out accuracy by >= 10 points. The mean
+model ranks >= 90% of the held-out plain pairs right (the carry's, what `rft data arithmetic --preferences` writes;
+its accuracy on the held-out file, one mistake of any kind per question for mix / mistakes / every, and by kind of
+mistake are printed beside it), and GRPO with it lifts held-out accuracy by >= 10 points. The defaults are the
+recipe that meets both for seed 0 (bench/RESULTS.md, 2026-11-28 17:15): half the pairs of the carry, half of any
+mistake, 2000 steps at lr 1e-3. The mean
 reward-model score of the GRPO stage's samples (critic/score/mean) is printed beside the accuracy, and the wrong
 held-out greedy answers the reward model scores at or above the right answer, before and after GRPO: a score that
 rises while the accuracy falls is a policy gaming the reward model (bench/RESULTS.md, 2026-11-28: it does).
@@ -149,6 +153,22 @@ def gamed_answers(policy: Path, reward_model: Path, val: Path) -> tuple[int, int
     return sum(bool(got[i] >= right[i]) for i in wrong), len(wrong)
 
 
+def sft_on_chosen(demo: Path, pairs: Path, out: Path, seed: int) -> Path:
+    """The demo's SFT stage from its copying warm-up model, on the chosen answers of `pairs` (one per question) in
+    place of the demonstrations: a backbone that knows what the pairs prefer. Returns its model folder."""
+    from rft.data.io import read_rows, write_parquet
+    from rft.trainer.demo import SFT_BATCH, SFT_LR, SFT_STEPS, SFT_WARMUP
+
+    rows = list({row["extra_info"]["question"]: row for row in read_rows(pairs)}.values())
+    chosen = write_parquet(rows, out / "chosen.parquet")
+    rft("sft", f"model.partial_pretrain={demo / 'copy' / 'model'}", f"data.train_files={chosen}",
+        "data.response_key=chosen", f"data.train_batch_size={SFT_BATCH}", f"data.micro_batch_size_per_gpu={SFT_BATCH}",
+        "data.max_length=32", f"optim.lr={SFT_LR}", "optim.weight_decay=0.0", f"optim.warmup_steps_ratio={SFT_WARMUP}",
+        f"trainer.total_training_steps={SFT_STEPS}", "trainer.save_freq=-1", "trainer.logger=[]",
+        f"trainer.seed={seed}", f"trainer.default_local_dir={out}")
+    return out / "model"
+
+
 def last_metrics(run: Path) -> dict:
     return json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
 
@@ -158,12 +178,16 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", type=Path, default=Path("runs/bench-rm-grpo"))
     p.add_argument("--sft-from", type=Path, help="a finished `rft demo` folder (its sft/model and data/)")
-    p.add_argument("--rm-steps", type=int, default=1500)
+    p.add_argument("--rm-steps", type=int, default=2000)
     p.add_argument("--rm-pairs", type=int, default=8000)
     p.add_argument("--grpo-steps", type=int, default=300)
-    p.add_argument("--rejected", choices=("carry", "mistakes", "every", "mix"), default="mistakes")
-    p.add_argument("--rm-lr", type=float, default=5e-4)
-    p.add_argument("--rm-from", type=Path, help="a finished `rft rm` folder (its model/ and metrics.jsonl): no training")
+    p.add_argument("--rejected", choices=("carry", "mistakes", "every", "mix"), default="mix")
+    p.add_argument("--rm-lr", type=float, default=1e-3)
+    p.add_argument("--rm-backbone", type=Path, help="the reward model's backbone (default: the SFT model)")
+    p.add_argument("--sft-chosen", action="store_true",
+                   help="the backbone: the demo's copying warm-up model SFT-trained on the training pairs' chosen "
+                        "answers (the demo's SFT keys)")
+    p.add_argument("--rm-from", type=Path, help="a finished `rft rm` folder (its model/, metrics.jsonl): no training")
     p.add_argument("--rm-only", action="store_true", help="stop after the reward model (its accuracy, no GRPO)")
     p.add_argument("--kl-coef", type=float, default=0.0,
                    help="GRPO's KL loss to the SFT model (actor.use_kl_loss, low_var_kl) at this coefficient; 0: none")
@@ -180,7 +204,10 @@ def main() -> int:
 
     rm_out = args.rm_from.resolve() if args.rm_from else out / "rm"
     if not args.rm_from:
-        rft("rm", str(REPO / "examples" / "arithmetic_rm.yaml"), f"model.partial_pretrain={sft_model}",
+        backbone = args.rm_backbone.resolve() if args.rm_backbone else sft_model
+        if args.sft_chosen:
+            backbone = sft_on_chosen(demo, pairs["train"], out / "chosen_sft", args.seed)
+        rft("rm", str(REPO / "examples" / "arithmetic_rm.yaml"), f"model.partial_pretrain={backbone}",
             f"data.train_files={pairs['train']}", f"data.val_files={pairs['val']}", f"optim.lr={args.rm_lr}",
             f"trainer.total_training_steps={args.rm_steps}", f"trainer.test_freq={args.rm_steps // 6}",
             f"trainer.save_freq={args.rm_steps // 3}", f"trainer.seed={args.seed}",
@@ -188,9 +215,13 @@ def main() -> int:
     rm_accuracy = last_metrics(rm_out)["val/accuracy"]
     by_kind = accuracy_by_kind(sft_model, rm_out / "model", demo / "data" / "val.parquet")
     kinds = ", ".join(f"{kind} {acc:.3f}" for kind, acc in by_kind.items())
-    print(f"reward model: held-out pairwise accuracy {rm_accuracy:.3f}; by kind of mistake: {kinds}", flush=True)
+    # The bar's pairs are the plain ones `rft data arithmetic --preferences` writes (the carry); the held-out file
+    # of the mistakes is the harder figure, printed beside it.
+    plain = by_kind["carry"]
+    print(f"reward model: held-out pairwise accuracy {plain:.3f} on the plain pairs, {rm_accuracy:.3f} on the held-out "
+          f"file ({args.rejected}); by kind of mistake: {kinds}", flush=True)
     if args.rm_only:
-        return 0 if rm_accuracy >= RM_BAR else 1
+        return 0 if plain >= RM_BAR else 1
 
     config = OmegaConf.to_container(OmegaConf.load(demo / "config.yaml"))
     config.pop("stages")
@@ -217,12 +248,12 @@ def main() -> int:
     lift = rl_accuracy - sft_accuracy
     tenth = max(len(scores) // 10, 1)
     first, last = sum(scores[:tenth]) / tenth, sum(scores[-tenth:]) / tenth
-    lines = [f"reward model: held-out pairwise accuracy {rm_accuracy:.3f} (bar {RM_BAR:.2f}; {args.rm_steps} steps on "
-             f"{args.rm_pairs} questions' pairs, rejected: {args.rejected}, lr {args.rm_lr:g}); on the held-out questions "
-             f"by kind of mistake: {kinds}",
+    lines = [f"reward model: held-out pairwise accuracy {plain:.3f} on the plain pairs (bar {RM_BAR:.2f}), "
+             f"{rm_accuracy:.3f} on the held-out file ({args.rm_steps} steps on {args.rm_pairs} questions' pairs, "
+             f"rejected: {args.rejected}, lr {args.rm_lr:g}); on the held-out questions by kind of mistake: {kinds}",
              f"GRPO with the reward model only: held-out greedy accuracy {sft_accuracy:.3f} -> {rl_accuracy:.3f} "
-             f"({lift:+.3f}; bar +{LIFT_BAR:.2f}; {args.grpo_steps} steps, KL coefficient {args.kl_coef:g}); reward-model score of the samples {first:+.3f} (first tenth of the "
-             f"steps) -> {last:+.3f} (last tenth)",
+             f"({lift:+.3f}; bar +{LIFT_BAR:.2f}; {args.grpo_steps} steps, KL coefficient {args.kl_coef:g}); "
+             f"reward-model score of the samples {first:+.3f} (first tenth of the steps) -> {last:+.3f} (last tenth)",
              "wrong held-out greedy answers the reward model scores at or above the right one: "
              + ", ".join(f"{name} {n} of {of}" for name, (n, of) in gamed.items())]
     for line in lines:
@@ -232,7 +263,7 @@ def main() -> int:
         with RESULTS.open("a") as f:
             f.write(f"\n## bench/rm_grpo.py (issue 65: the reward-model path), seed {args.seed}, {when}\n\n"
                     + "".join(f"* {line}\n" for line in lines))
-    return 0 if rm_accuracy >= RM_BAR and lift >= LIFT_BAR - 1e-9 else 1
+    return 0 if plain >= RM_BAR and lift >= LIFT_BAR - 1e-9 else 1
 
 
 if __name__ == "__main__":
