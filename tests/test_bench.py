@@ -65,3 +65,34 @@ def test_the_streaming_bench_runs_its_quick_mode():
         assert mode in proc.stdout
     assert "Per-token staleness" in proc.stdout and "(the same with the cache recomputed)" in proc.stdout
     assert (bench / "RESULTS.md").read_text() == before
+
+
+def test_the_reward_model_bench_pairs_every_kind_of_mistake_and_mixes_half_carry(tmp_path):
+    """bench/rm_grpo.py's pairs: `every` gives each addition one pair per kind of mistake, each rejected answer wrong
+    and of its kind's shape; `mix` is half the questions' carry pairs, half their mistake pairs; the held-out file
+    never shares a question with the training pairs."""
+    import rm_grpo
+
+    from rft.data.io import read_rows
+    from rft.tasks.arithmetic import MISTAKES, arithmetic_rows, write_arithmetic
+
+    rows = arithmetic_rows(40, 0, "train")
+    pairs = rm_grpo.every_mistake(rows)
+    by_question: dict[str, list[dict]] = {}
+    for pair in pairs:
+        by_question.setdefault(pair["extra_info"]["question"], []).append(pair)
+    assert len(by_question) == 40
+    for question, group in by_question.items():
+        a, b = (int(x) for x in question[:-1].split("+"))
+        kinds = {p["extra_info"]["mistake"]: int(p["rejected"]) for p in group}
+        assert set(kinds) == set(MISTAKES) - ({"operation"} if a == 0 or b == 0 else set())
+        assert all(p["chosen"] == str(a + b) != p["rejected"] for p in group)
+        assert kinds["carry"] == (a + b - 10 if a % 10 + b % 10 >= 10 else a + b + 10)
+        assert kinds["units"] // 10 == (a + b) // 10 and abs(kinds["off_by_one"] - (a + b)) == 1
+    demo = tmp_path / "demo"
+    write_arithmetic(demo / "data", n_train=16, n_val=20, seed=0)
+    files = rm_grpo.preference_files(demo, tmp_path / "pairs", 30, 0, "mix")
+    train, val = read_rows(files["train"]), read_rows(files["val"])
+    assert [p["extra_info"]["mistake"] == "carry" for p in train[:15]] == [True] * 15
+    assert len(train) == 30 and len(val) == 20
+    assert not {p["extra_info"]["question"] for p in train} & {p["extra_info"]["question"] for p in val}
