@@ -82,6 +82,84 @@ def test_every_import_points_down():
     assert upward == []
 
 
+def _module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """rft's modules, each with the rft modules it imports, at module level or inside a function. `from pkg import x`
+    is an import of pkg.x where x is a module; an import of a name in a package is one of the package (its
+    __init__)."""
+    modules = {_module_name(p): p for p in _files()}
+    graph = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        named = {}  # module -> the names imported from it, to tell submodules apart
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                named.setdefault(node.lineno, [a.name for a in node.names])
+        deps = set()
+        for module, line in _imports(path):
+            found = [f"{module}.{n}" for n in named.get(line, []) if f"{module}.{n}" in modules]
+            if not found or len(found) < len(named.get(line, [])):
+                while module not in modules:  # `import rft.x.y.Name` or a name of a module
+                    module = module.rsplit(".", 1)[0]
+                found.append(module)
+            deps |= set(found) - {name}
+        graph[name] = deps
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Within a package too, no module reaches itself through the modules it imports, counting imports inside
+    functions (which only hide a circle: the two modules still cannot be understood, or moved, apart)."""
+    assert _circles(_module_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
 def test_the_root_package_imports_nothing_of_rft():
     assert _imports(SRC / "__init__.py") == []
 

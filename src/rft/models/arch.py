@@ -231,3 +231,16 @@ def router_recorder(model: nn.Module) -> RouterRecorder | None:
                 break
         setattr(model, _ROUTER_ATTR, found)
     return found
+
+
+VALUE_HEADS = ("score", "classifier")
+"""The module names of the scalar head of a value model (`*ForTokenClassification`: `score`, or `classifier` in
+GPT-2, GPT-NeoX, Falcon, Bloom, MPT) and of a reward model (`*ForSequenceClassification`: `score`) in transformers'
+decoder classes."""
+
+
+def path_key(key: str) -> str:
+    """The config key of the folder the model section `key` loads from, as its messages name it: `<key>.path`
+    (actor_rollout_ref.model.path, critic.model.path, model.path), or `<key>.model_path` for an item of a list
+    of models (workflow.auxiliary_models[0].model_path: rft's key and Trinity-RFT's)."""
+    return f"{key}.model_path" if key.endswith("]") else f"{key}.path"

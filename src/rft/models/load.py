@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from rft.fsutil import atomic_dir, checked_write
+from rft.models.arch import VALUE_HEADS, path_key
 
 log = logging.getLogger("rft")
 
@@ -229,13 +230,6 @@ def read_model_config(path: str, key: str, trust_remote_code: bool):
                              "use a model transformers has built in") from None
         raise ModelError(f"{path_key(key)}={path!r}: its config.json {e}; fix it, or copy or download the "
                          "model again") from None
-
-
-def path_key(key: str) -> str:
-    """The config key of the folder the model section `key` loads from, as its messages name it: `<key>.path`
-    (actor_rollout_ref.model.path, critic.model.path, model.path), or `<key>.model_path` for an item of a list
-    of models (workflow.auxiliary_models[0].model_path: rft's key and Trinity-RFT's)."""
-    return f"{key}.model_path" if key.endswith("]") else f"{key}.path"
 
 
 def _architecture_name(config) -> str:
@@ -476,12 +470,6 @@ def load_causal_lm(path: str, dtype: torch.dtype, device: torch.device, *, exter
         attach(model, vision)
     router_recorder(model)  # a mixture of experts: its load-balancing loss recorded by rft (models/arch.py)
     return model
-
-
-VALUE_HEADS = ("score", "classifier")
-"""The module names of the scalar head of a value model (`*ForTokenClassification`: `score`, or `classifier` in
-GPT-2, GPT-NeoX, Falcon, Bloom, MPT) and of a reward model (`*ForSequenceClassification`: `score`) in transformers'
-decoder classes."""
 
 
 def load_value_model(path: str, dtype: torch.dtype, device: torch.device, *, external_lib: str | None = None,

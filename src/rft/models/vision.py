@@ -72,7 +72,7 @@ def load_processor(path: str | Path, key: str = "actor_rollout_ref.model"):
         return _load_processor(path, key)
     except ImportError as e:
         why = " ".join(str(e).split()).split(" Install it with")[0]
-        from rft.models.load import path_key
+        from rft.models.arch import path_key
 
         raise ModelError(f"{path_key(key)}={str(path)!r}: its processor does not load: {why}; pip install "
                          "'rft[vision]' installs what the vision-language families need") from None
@@ -95,7 +95,7 @@ def _load_processor(path: str | Path, key: str):
     name = settings.pop("processor_class", None)
     cls = getattr(transformers, name or "", None)
     if cls is None:
-        from rft.models.load import path_key
+        from rft.models.arch import path_key
 
         raise ModelError(f"{path_key(key)}={str(path)!r}: its processor needs torchvision, which does not load "
                          "here, and the folder names no processor_class rft can build without it; pip install "
@@ -307,7 +307,7 @@ def freeze_vision_tower(model: nn.Module) -> int:
     """Take every parameter outside the language model (its decoder and output head, or a value model's scalar
     head) out of training: the vision tower and its projector (a LoRA adapter's on them too). Returns how many
     parameters were frozen."""
-    from rft.models.load import VALUE_HEADS
+    from rft.models.arch import VALUE_HEADS
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     heads = [getattr(base, name, None) for name in VALUE_HEADS]

@@ -24,7 +24,7 @@ def check_launch(cfg, command: str = "train ...") -> None:
     """The process counts of the environment (a launcher's WORLD_SIZE / LOCAL_WORLD_SIZE) agree with the config;
     several nodes need a launcher (the `rft` command each node runs under it: `command`)."""
     from rft.distributed import launched
-    from rft.trainer.modes import ROLE_ENV
+    from rft.trainer.roles import ROLE_ENV
 
     t = cfg.trainer
     if launched():
@@ -50,7 +50,7 @@ def train_here(cfg) -> dict[str, float]:
     from rft.distributed import launched, shutdown
     from rft.trainer.run import SyncRun
     from rft.trainer.run_folder import run_folder
-    from rft.workers.fsdp import fsdp_alone
+    from rft.workers.checks import fsdp_alone
 
     if not launched() and not fsdp_alone(cfg):
         with run_folder(cfg):
@@ -73,7 +73,7 @@ def run_rl(cfg, module_args: list[str]) -> int:
     from rft.sync.schedule import is_synchronous
     from rft.trainer.cluster import placed_by_ray, ray_requested, run_on_ray
     from rft.trainer.run_folder import run_folder
-    from rft.workers.fsdp import fsdp_alone
+    from rft.workers.checks import fsdp_alone
 
     if placed_by_ray():
         import signal
@@ -92,7 +92,8 @@ def run_rl(cfg, module_args: list[str]) -> int:
         return run_on_ray(cfg, module_args)
     check_launch(cfg)
     if not is_synchronous(cfg):  # explorer and trainer as separate loops
-        from rft.trainer.modes import ROLE_ENV, TrainLoop, run_both_async, run_mode
+        from rft.trainer.modes import TrainLoop, run_both_async, run_mode
+        from rft.trainer.roles import ROLE_ENV
 
         several = launched() or processes(cfg.trainer) > 1 or fsdp_alone(cfg)
         if several and cfg.trainer.mode == "train":
@@ -120,7 +121,7 @@ def run_spmd(cfg, module_args: list[str], body: Callable[[Dist], None], hold_fol
     from rft import interrupts
     from rft.distributed import SINGLE, launch, launched, shutdown
     from rft.trainer.run_folder import run_folder
-    from rft.workers.fsdp import fsdp_alone
+    from rft.workers.checks import fsdp_alone
 
     check_launch(cfg)
     if not launched() and not fsdp_alone(cfg):

@@ -35,7 +35,6 @@ from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
-from rft.monitor.notes import NothingToLearn
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime, exit_with_parent
@@ -43,11 +42,16 @@ from rft.sync import schedule
 from rft.sync.process_group import snapshot, transport_line
 from rft.sync.schedule import sync_method
 from rft.trainer.checkpoint import EXPLORER_VERSIONS
+from rft.trainer.roles import (
+    EXPLORER_RANK_ENV,
+    ROLE_ENV,
+    explorer_folder,
+    explorer_rank_from_env,
+    explorer_role,
+)
 from rft.trainer.run import closed_on_error, joined_buffer, total_training_steps
+from rft.trainer.step_loop import Cadence, StepLog
 
-ROLE_ENV = "RFT_ROLE"
-EXPLORER_RANK_ENV = "RFT_EXPLORER_RANK"  # mode both: which of trainer.explorer_num explorers a child is
-EXPLORER_DIR = "explorer"
 SYNC_DIR = "sync"
 
 
@@ -58,29 +62,6 @@ def _share_threads() -> None:
 
 
 # --------------------------------------------------------------------------------------------- explorer
-def explorer_folder(out: Path, rank: int) -> Path:
-    """Where explorer `rank` logs: <out>/explorer, <out>/explorer_1, ..."""
-    return out / (EXPLORER_DIR if rank == 0 else f"{EXPLORER_DIR}_{rank}")
-
-
-def explorer_rank_from_env(cfg) -> None:
-    """RFT_EXPLORER_RANK, where set, is this explorer's trainer.explorer_rank (mode both sets it for its children;
-    an `explore` command of any dialect may too)."""
-    value = os.environ.get(EXPLORER_RANK_ENV)
-    if value is None:
-        return
-    t = cfg.trainer
-    if not value.isdigit() or not int(value) < t.explorer_num:
-        raise RftError(f"{EXPLORER_RANK_ENV}={value!r} must be an explorer rank in [0, trainer.explorer_num="
-                       f"{t.explorer_num}) (Trinity-RFT: explorer.rollout_model.engine_num)")
-    t.explorer_rank = int(value)
-
-
-def explorer_role(cfg) -> str:
-    """The run-folder role (its lock) of explorer trainer.explorer_rank: explorer, explorer_1, ..."""
-    return explorer_folder(Path("."), cfg.trainer.explorer_rank).name
-
-
 class ExploreLoop:
     """Explore steps, each written to the buffer with the explorer's position; weights taken from the trainer as
     the schedule asks (`rft.sync.schedule`); validation every trainer.test_freq explore steps. One of
@@ -167,6 +148,7 @@ class ExploreLoop:
                 metrics, _ = ex.evaluate()
             tracker.validated(timer.times["testing"])  # the time left counts the validations to come at its cost
             write_text_atomic(folder / "val_before_train.json", json.dumps(metrics, indent=1) + "\n")
+        cadence, steps = Cadence.of(t, self.total_steps), StepLog(tracker, notes=False)
         while ex.step < self.total_steps:
             step = ex.step + 1
             if (step - 1) % t.explorer_num != t.explorer_rank:  # another explorer's step: its tasks are not ours
@@ -185,8 +167,8 @@ class ExploreLoop:
                 metrics["training/epoch"] = ex.taskset.epoch
                 metrics["rollout/model_version"] = engine.version
                 samples = None
-                validates = t.explorer_rank == 0 and (step == self.total_steps or step % t.test_freq == 0)
-                if ex.val_set is not None and t.test_freq > 0 and validates:
+                # one explorer validates: explorer 0
+                if ex.val_set is not None and t.explorer_rank == 0 and cadence.validates(step):
                     with timer("testing"):
                         val_metrics, samples = ex.evaluate()
                     metrics.update(val_metrics)
@@ -194,8 +176,7 @@ class ExploreLoop:
                     self.buffer.write(experiences, {**ex.state_dict(), "metrics": {**metrics, **timer.metrics()}})
                 if samples is not None:
                     tracker.log_generations(step, samples[:t.log_val_generations])
-            metrics.update(timer.metrics())
-            tracker.log(step, metrics)
+            steps.log(step, metrics, timer)
         self.buffer.finish()
         tracker.write(f"rft explorer: {counted(self.total_steps, 'step')} written to the experience buffer")
         tracker.close()
@@ -289,7 +270,6 @@ class TrainLoop:
                           "processes: its explorer runs as a process of its own (sync_interval "
                           f"{s.sync_interval}, sync_offset {s.sync_offset})")
         kept, used = None, set()
-        nothing_to_learn = NothingToLearn()
         if sync_method(cfg) == "gloo":
             if main:
                 tracker.write(transport_line(s.sync_method, self.trainer.device))
@@ -305,7 +285,7 @@ class TrainLoop:
                 sync, publish_at = _Gatherer(), set()
         else:
             sync, publish_at = self._writer(start)
-        last: dict[str, float] = {}
+        cadence, steps = Cadence.of(t, self.total_steps), StepLog(tracker)
         for step in range(start + 1, self.total_steps + 1):
             timer = Timer()
             with timer("step"):
@@ -334,17 +314,12 @@ class TrainLoop:
                         except RftError:  # a broken broadcast: said as the child's exit when that is its cause
                             _watch_explorer(explorer, step, grace_s=5.0)
                             raise
-                if t.save_freq > 0 and (step == self.total_steps or step % t.save_freq == 0):
+                if cadence.saves(step):
                     with timer("save_checkpoint"):
                         self.trainer.save_checkpoint(step, {"metrics": {**metrics, **timer.metrics()}}, {},
                                                      kept.before(step) if kept is not None else None)
-            metrics.update(timer.metrics())
-            tracker.log(step, metrics)
-            if (note := nothing_to_learn.note(step, metrics)) is not None:
-                tracker.write(note)
-            last = metrics
-        self.trainer.export_final(tracker.write)
-        tracker.close()
+            steps.log(step, metrics, timer)
+        last = steps.finish(self.trainer)
         sync.close()
         return last
 

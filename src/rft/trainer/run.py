@@ -27,17 +27,17 @@ from rft.experience import to_batch
 from rft.explorer import Explorer, load_tasksets
 from rft.explorer.explorer import GENERATOR
 from rft.explorer.streaming import StreamingRollout
-from rft.explorer.taskset import generation_batch
 from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer, model_identity
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
-from rft.monitor.notes import NothingToLearn
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, engine_spec, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer, token_scores
+from rft.trainer.run_folder import claim_buffer, total_training_steps
+from rft.trainer.step_loop import Cadence, StepLog
 from rft.workers.optim import plateau_step
 
 
@@ -45,8 +45,6 @@ def joined_buffer(cfg, tokenizer, shared: bool = False, roles: tuple[str, ...] =
     """The run's experience buffer, a database one joined as `roles` on the terms of this config and model
     (`rft.buffer.sharing`): explorers and trainer of one run agree, a new run does not reuse another's buffer (one
     that outlives the process is owned by its run: `claim_buffer`)."""
-    from rft.trainer.run_folder import claim_buffer
-
     buffer = make_buffer(cfg, shared=shared)
     with closed_on_error(buffer):  # refused: its connections closed now, not when collected (a process that goes on,
         # and a file moved meanwhile, would meet them: SQLite's "disk I/O error")
@@ -69,20 +67,6 @@ def closed_on_error(buffer: ExperienceBuffer | None):
         if buffer is not None:
             buffer.close()
         raise
-
-
-def total_training_steps(cfg, num_tasks: int | None) -> int:
-    """trainer.total_training_steps, else total_epochs passes over `num_tasks` tasks in batches of
-    data.train_batch_size, or of data.gen_batch_size with DAPO's dynamic sampling (verl: len(dataloader) x
-    total_epochs, its dataloader's batch being gen_batch_size). A step that draws more than one generation batch
-    moves the taskset into further epochs: the run still takes this many steps (verl stops at the end of its last
-    epoch instead, possibly earlier)."""
-    t = cfg.trainer
-    if t.total_training_steps:
-        return t.total_training_steps
-    if not num_tasks:
-        raise ValueError("trainer.total_training_steps is needed when no training taskset is given")
-    return num_tasks // generation_batch(cfg.data)[0] * t.total_epochs
 
 
 class SyncRun:
@@ -168,7 +152,6 @@ class SyncRun:
                       f"{counted(len(self.explorer.taskset), 'train prompt')}, output {self.out}\nrft: "
                       f"{describe(trainer.precision)}")
         last: dict[str, float] = {}
-        nothing_to_learn = NothingToLearn()
         if cfg.val_only:  # verl's: validate the model the run starts from, then stop (checks: val_files is set)
             last = self.validate(tracker)
             if main:
@@ -186,30 +169,24 @@ class SyncRun:
             if main:
                 write_text_atomic(self.out / "val_before_train.json", json.dumps(last, indent=1) + "\n")
             tracker.write("validation before training: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
+        cadence, steps = Cadence.of(cfg, self.total_steps), StepLog(tracker, last=last)
         while self.global_step < self.total_steps:
             step = self.global_step + 1
-            is_last = step == self.total_steps
             timer = Timer()
             with timer("step"):
                 metrics = self.train_step(step, timer)
-                if self.explorer.val_set is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
+                if self.explorer.val_set is not None and cadence.validates(step):
                     with timer("testing"):
                         metrics.update(self.validate(tracker))
                     plateau_step(trainer.worker.scheduler, metrics)
                     if trainer.critic is not None:
                         plateau_step(trainer.critic.scheduler, metrics)
-                if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
+                if cadence.saves(step):
                     self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
                     with timer("save_checkpoint"):
                         self.save_checkpoint(step)
-            metrics.update(timer.metrics())
-            tracker.log(step, metrics)
-            if (note := nothing_to_learn.note(step, metrics)) is not None:
-                tracker.write(note)
-            last = metrics
-        trainer.export_final(tracker.write)
-        tracker.close()
-        return last
+            steps.log(step, metrics, timer)
+        return steps.finish(trainer)
 
     def train_step(self, step: int, timer: Timer) -> dict[str, float]:
         """One on-policy step: explore, hand the experiences over through the buffer, train, sync."""

@@ -337,6 +337,22 @@ def _say_interrupted(cleaned: list[str]) -> None:
         print(f"rft: an earlier run was interrupted: {line}", flush=True)
 
 
+def total_training_steps(cfg, num_tasks: int | None) -> int:
+    """trainer.total_training_steps, else total_epochs passes over `num_tasks` tasks in batches of
+    data.train_batch_size, or of data.gen_batch_size with DAPO's dynamic sampling (verl: len(dataloader) x
+    total_epochs, its dataloader's batch being gen_batch_size). A step that draws more than one generation batch
+    moves the taskset into further epochs: the run still takes this many steps (verl stops at the end of its last
+    epoch instead, possibly earlier)."""
+    from rft.explorer.taskset import generation_batch
+
+    t = cfg.trainer
+    if t.total_training_steps:
+        return t.total_training_steps
+    if not num_tasks:
+        raise ValueError("trainer.total_training_steps is needed when no training taskset is given")
+    return num_tasks // generation_batch(cfg.data)[0] * t.total_epochs
+
+
 def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) -> str | None:
     """The line saying the run of `cfg` (rft train, sft or dpo) in `out` is already complete, None where it is not:
     `checkpoint` (the one the run resumes from, looked up once) is this trainer's (for rft train the trainer of one
@@ -346,7 +362,6 @@ def _complete(cfg: Any, out: Path, checkpoint: Path | CheckpointError | None) ->
     validate only (rft train's trainer.val_only). Rerunning the command would reload everything to rewrite model/;
     it says so instead. Reads only."""
     from rft.trainer.checkpoint import step_of, trainer_kind, written_by
-    from rft.trainer.run import total_training_steps
 
     t = cfg.trainer
     if (not isinstance(checkpoint, Path)

@@ -17,6 +17,7 @@ from rft.config.checks import (
     check_int,
     check_model_dir,
     positive,
+    processes,
     suggest_divisor,
 )
 from rft.config.errors import ConfigError
@@ -29,6 +30,18 @@ def builds_critic(cfg: Any) -> bool:
     algo = cfg.algorithm
     needs_values = algo.adv_estimator in ADV_ESTIMATORS and "values" in estimator_spec(algo.adv_estimator).needs
     return cfg.critic.enable if cfg.critic.enable is not None else needs_values
+
+
+def fsdp_alone(cfg) -> bool:
+    """Whether a one-process RL run shards its models anyway, as rank 0 of a group of one
+    (`rft.distributed.init_group_of_one`): when its actor (or its critic) names fsdp2. So a one-GPU machine runs the
+    sharded path as verl does there. `fsdp`, verl's default strategy and rft's, keeps one process unsharded: what
+    a config that names no strategy computes (the golden files) stays as it was, and FSDP1 is reached with several
+    processes."""
+    arr = getattr(cfg, "actor_rollout_ref", None)
+    if arr is None or processes(cfg.trainer) != 1:
+        return False
+    return arr.actor.strategy == "fsdp2" or (builds_critic(cfg) and cfg.critic.strategy == "fsdp2")
 
 
 @UNUSED.register("workers.critic")
@@ -172,7 +185,6 @@ def check_offload(ctx: CheckContext) -> None:
     host memory with param_offload / offload_policy (FSDP1's CPUOffload, FSDP2's CPUOffloadPolicy), its optimizer
     stepping there too; one process has no FSDP, hence no offload, unless it shards alone (`fsdp_alone`)."""
     from rft.models.load import resolve_device
-    from rft.workers.fsdp import fsdp_alone
 
     cfg, world_size = ctx.cfg, ctx.world_size
     if resolve_device(cfg.trainer.device).type == "cpu":

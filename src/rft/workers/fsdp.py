@@ -39,21 +39,6 @@ from rft.models.arch import layer_classes
 STRATEGIES = ("fsdp", "fsdp2")
 
 
-def fsdp_alone(cfg) -> bool:
-    """Whether a one-process RL run shards its models anyway, as rank 0 of a group of one
-    (`rft.distributed.init_group_of_one`): when its actor (or its critic) names fsdp2. So a one-GPU machine runs the
-    sharded path as verl does there. `fsdp`, verl's default strategy and rft's, keeps one process unsharded: what
-    a config that names no strategy computes (the golden files) stays as it was, and FSDP1 is reached with several
-    processes."""
-    from rft.config.checks import processes
-    from rft.workers.checks import builds_critic
-
-    arr = getattr(cfg, "actor_rollout_ref", None)
-    if arr is None or processes(cfg.trainer) != 1:
-        return False
-    return arr.actor.strategy == "fsdp2" or (builds_critic(cfg) and cfg.critic.strategy == "fsdp2")
-
-
 def is_sharded(model: nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
