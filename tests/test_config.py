@@ -1043,16 +1043,12 @@ def test_fused_kernels_take_the_torch_backend_and_note_triton(base_cfg, caplog):
 
 
 @pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model"])
-def test_verls_model_dtype_is_refused_with_verls_meaning_and_a_key_that_loads(section):
+def test_verls_model_dtype_is_rfts_key_with_verls_meaning(section):
     """verl's fsdp_config.model_dtype is the dtype it loads the model in: the master weights, gradients and
-    optimizer state (bf16 master weights, which rft does not keep). The refusal says so and names rft's compute
-    dtype key, which loads (it named fsdp_config.param_dtype, not a key)."""
-    with pytest.raises(ConfigError) as err:
-        load(f"{section}.fsdp_config.model_dtype=bfloat16")
-    message = str(err.value)
-    assert "verl loads the model in this dtype, so its master weights (the FSDP parameters), their gradients and " \
-           "the optimizer state are kept in it; rft keeps those in float32" in message, message
-    key = f"{section}.fsdp_config.mixed_precision.param_dtype"
-    assert f"computes the passes in {key} (torch.autocast)" in message
-    assert load(f"{key}=bf16") is not None
-    assert load(f"{section}.fsdp_config.model_dtype=fp32") is not None
+    optimizer state (tests/test_model_dtype.py trains with it); fp16 weights (no loss scaling) are refused."""
+    cfg = load(f"{section}.fsdp_config.model_dtype=bfloat16")
+    fsdp = cfg.critic.model.fsdp_config if section == "critic.model" else \
+        getattr(cfg.actor_rollout_ref, section.split(".")[1]).fsdp_config
+    assert fsdp.model_dtype == "bfloat16"
+    with pytest.raises(ConfigError, match=f"{section}.fsdp_config.model_dtype"):
+        load(f"{section}.fsdp_config.model_dtype=fp16")

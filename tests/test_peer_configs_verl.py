@@ -25,15 +25,10 @@ FEATURES = re.compile(r"megatron|sglang|trtllm|tensorrt|\bnpu\b|routing replay|d
 """What an item may be refused for: a backend rft does not have, or more devices than this machine has."""
 
 KNOWN_GAPS = {
-    # its interactions are honoured now; bf16 weights (model_dtype) are refused
-    "examples__sglang_multiturn__run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction": "fsdp_config.model_dtype",
     # the script leaves $ppo_max_token_len_per_gpu unset: an empty value (hydra's empty string) where an integer is
     # needed
     "examples__gspo_trainer__run_qwen3_32b_gspo_npu": "takes an integer, not a string ('')",
     "examples__cispo_trainer__run_cispo_qwen2_5_0_5b_gsm8k": "not a key of verl's model config either",
-    # its data.apply_chat_template_kwargs.reasoning_effort is honoured now; bf16 weights (model_dtype) are refused
-    # before its SGLang rollout (a backend) is reached
-    "examples__grpo_trainer__run_gptoss_20b": "fsdp_config.model_dtype",
     "examples__ppo_trainer__run_deepseek7b_llm_sandbox_fusion": "sandbox-fusion",
     # the script names no model: verl's default path is a placeholder (~/models/deepseek-llm-7b-chat), which
     # measure.py swaps only where a script sets it

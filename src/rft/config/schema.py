@@ -440,6 +440,11 @@ class FSDPConfig:
                                   "offload_policy the optimizer steps on the host shards. " + CPU_ONLY_OFFLOAD)
     offload_policy: bool = fld(False, "FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer step in "
                                "host memory). " + CPU_ONLY_OFFLOAD)
+    model_dtype: str = fld("fp32", "The dtype the model is loaded and kept in (verl's fsdp_config.model_dtype): its "
+                           "master weights, their gradients and the optimizer state. bf16 halves their memory at "
+                           "bf16's rounding of every update; the passes then compute in bf16 too (mixed_precision."
+                           "param_dtype cannot raise them above the weights' dtype). fp16 weights (no loss scaling) "
+                           "are refused.", choices=("fp32", "float32", "bf16", "bfloat16"))
     forward_prefetch: bool = fld(False, "FSDP's forward prefetch of the next unit's parameters (GPU overlap).",
                                  unsupported="FSDP forward prefetch (a GPU communication overlap)", also=(ANY_VALUE,))
     fsdp_size: int = fld(

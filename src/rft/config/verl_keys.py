@@ -125,15 +125,7 @@ VERL_KEYS: tuple[VerlKey, ...] = (
               "(auto: bf16 on a GPU, verl's default): set that", ok=("bfloat16", "bf16")) for s in (A, R, "critic.model")),
     *(VerlKey(f"{s}.fsdp_config.strategy", SAME, "the FSDP version is the section's strategy key in rft: set that",
               to=f"{s.replace('.model', '')}.strategy" if s != R else f"{A}.strategy") for s in (A, R, "critic.model")),
-    # verl (fsdp_workers.py) loads the model in model_dtype and FSDP keeps the parameters it was given: the master
-    # weights, their gradients and the optimizer state are in it (its default fp32 for the actor and the critic:
-    # "otherwise the optimizer is in bf16, which is incorrect")
-    *(VerlKey(f"{s}.fsdp_config.model_dtype", DEFAULT, "verl loads the model in this dtype, so its master weights "
-              "(the FSDP parameters), their gradients and the optimizer state are kept in it; rft keeps those in "
-              "float32 and computes the passes in "
-              f"{s}.fsdp_config.mixed_precision.param_dtype (torch.autocast): set that to bfloat16 for bf16 passes",
-              ok=("fp32", "float32"))
-      for s in (A, R, "critic.model")),
+    # fsdp_config.model_dtype is rft's key with verl's meaning (the dtype the model is loaded and kept in)
     *(VerlKey(f"{s}.fsdp_config.seed", DEFAULT, "rft seeds from data.seed: set that", ok=(42,))
       for s in (A, R, "critic.model")),
     *(VerlKey(f"{s}.fsdp_config.full_determinism", DEFAULT, "rft sets no global deterministic-algorithms mode",

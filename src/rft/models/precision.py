@@ -227,6 +227,8 @@ class Choice:
     dtype: torch.dtype
     asked: str
     reason: str = ""
+    master: torch.dtype = torch.float32
+    """The dtype of the model's weights, gradients and optimizer state (`fsdp_config.model_dtype`, `kept_in`)."""
 
 
 def choose(name: str, device: torch.device, model: str | Path | None = None, key: str | None = None) -> Choice:
@@ -278,13 +280,31 @@ def describe(choices: dict[str, Choice]) -> str:
     lowp = any(c.dtype != torch.float32 for c in choices.values())
     if not lowp and not reasons:
         return "precision: fp32"
+    low_master = [what for what, c in choices.items() if c.master != MASTER]
+    masters = (f"; master weights and optimizer state {', '.join(f'{w} {SHORT[choices[w].master]}' for w in low_master)}"
+               ", fp32 otherwise" if low_master else "; master weights and optimizer state fp32")
     return (f"precision: {', '.join(parts)}" + (f" ({'; '.join(reasons)})" if reasons else "")
-            + ("; master weights and optimizer state fp32" if lowp else ""))
+            + (masters if lowp else ""))
+
+
+def kept_in(choice: Choice, model_dtype: str, key: str, trained: bool = True) -> Choice:
+    """`choice` for a model whose weights, gradients and optimizer state are kept in `model_dtype` (verl's
+    `fsdp_config.model_dtype`, the dtype the model is loaded in; `key` names it). A pass never computes above its
+    weights' dtype (autocast only lowers), so bf16 weights compute in bf16 even where float32 was chosen for the
+    passes (on a CPU without bf16 instructions: emulated, slower), which the reason says. `trained`: False for a pass
+    that only reads the weights of another (the hf engine's generation with the policy's), whose `master` stays."""
+    master = dtype_of(model_dtype) or MASTER
+    if master == MASTER:
+        return choice
+    kept = master if trained else choice.master
+    if choice.dtype.itemsize <= master.itemsize:
+        return Choice(choice.dtype, choice.asked, choice.reason, kept)
+    return Choice(master, choice.asked, f"the weights are {SHORT[master]} ({key}={model_dtype})", kept)
 
 
 # ------------------------------------------------------------------------------------------------ the passes
 MASTER = torch.float32
-"""The dtype of the trained weights and the optimizer state."""
+"""The dtype of the trained weights and the optimizer state, unless fsdp_config.model_dtype names another (`kept_in`)."""
 COMPUTE_ATTR = "_rft_compute_dtype"
 REDUCE_ATTR = "_rft_reduce_dtype"
 
@@ -319,6 +339,7 @@ def autocast(model: nn.Module, dtype: torch.dtype | None = None) -> contextlib.A
     weights are cast once for all its decode steps (autocast's cache lives until the outermost context ends)."""
     dtype = dtype or compute_dtype_of(model)
     param = next(model.parameters())
-    if dtype == param.dtype or not param.is_floating_point():
+    # autocast only lowers: weights kept below float32 (fsdp_config.model_dtype) compute in their own dtype
+    if dtype == param.dtype or not param.is_floating_point() or dtype.itemsize > param.dtype.itemsize:
         return contextlib.nullcontext()
     return torch.autocast(param.device.type, dtype=dtype)

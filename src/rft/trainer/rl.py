@@ -125,19 +125,27 @@ class RLTrainer:
         self.device = resolve_device(trainer.device)
         if dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", dist.local_rank)
-        # What each model computes in (models/precision.py): the weights stay float32, the passes run under
-        # autocast in the precision the config names where this hardware computes it faster.
+        # What each model computes in (models/precision.py): the weights stay in fsdp_config.model_dtype (float32
+        # by default), the passes run under autocast in the precision the config names where this hardware computes
+        # it faster (never above the weights' dtype).
         self.precision = {
             "rollout": precision.choose(arr.rollout.dtype, self.device, arr.model.path,
                                         "actor_rollout_ref.rollout.dtype"),
-            "actor": precision.choose(arr.actor.fsdp_config.mixed_precision.param_dtype, self.device, arr.model.path,
-                                      "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")}
+            "actor": precision.kept_in(
+                precision.choose(arr.actor.fsdp_config.mixed_precision.param_dtype, self.device, arr.model.path,
+                                 "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"),
+                arr.actor.fsdp_config.model_dtype, "actor_rollout_ref.actor.fsdp_config.model_dtype")}
         self.dtype = self.precision["rollout"].dtype  # the engine's and the reward model's
+        if not engine_spec(arr.rollout.name).own_numerics:  # the hf engine generates with the policy's weights
+            self.precision["rollout"] = precision.kept_in(self.precision["rollout"], arr.actor.fsdp_config.model_dtype,
+                                                          "actor_rollout_ref.actor.fsdp_config.model_dtype",
+                                                          trained=False)
         # The optional inputs the estimator declared with its registration; the trainer fills `values` from the
         # critic (the explorer fills `reward_baselines`, which need generation).
         self.adv_needs = estimator_spec(cfg.algorithm.adv_estimator).needs
 
-        model = load_trainable_model(arr.model.path, arr.model, precision.MASTER, self.device,
+        # verl's model_dtype: the dtype the policy is loaded in, so its weights, gradients and AdamW state are in it
+        model = load_trainable_model(arr.model.path, arr.model, self.precision["actor"].master, self.device,
                                      key="actor_rollout_ref.model", tokenizer=tokenizer)
         precision.set_compute(model, self.precision["actor"], arr.actor.fsdp_config.mixed_precision, self.device)
         if arr.model.use_remove_padding:  # packed forward passes (the reference's copy packs too)
@@ -149,9 +157,12 @@ class RLTrainer:
         ref_model = frozen_copy(model) if self.needs_ref and not is_peft(model) else None
         if self.needs_ref:  # its own precision (a LoRA reference is the policy itself: the actor's)
             mp = arr.ref.fsdp_config.mixed_precision
-            self.precision["ref"] = self.precision["actor"] if ref_model is None else \
-                precision.choose(mp.param_dtype, self.device, arr.model.path)
+            ref_dtype = arr.ref.fsdp_config.model_dtype  # a LoRA reference's is the policy's (workers/checks.py)
+            self.precision["ref"] = self.precision["actor"] if ref_model is None else precision.kept_in(
+                precision.choose(mp.param_dtype, self.device, arr.model.path), ref_dtype,
+                "actor_rollout_ref.ref.fsdp_config.model_dtype")
             if ref_model is not None:
+                ref_model.to(self.precision["ref"].master)  # the frozen copy is the policy's, in its dtype
                 precision.set_compute(ref_model, self.precision["ref"], mp, self.device)
         # several processes: both are sharded over the ranks (every decoder layer, then the root)
         self.model = model = wrap(model, arr.actor.strategy, arr.actor.fsdp_config, dist, self.device)
@@ -211,11 +222,12 @@ class RLTrainer:
             if self.critic_tokenizer.get_vocab() != self.tokenizer.get_vocab():
                 raise ModelError(f"critic.model.tokenizer_path={c.model.tokenizer_path!r}: its vocabulary differs "
                                  "from the policy's, whose token ids the critic reads; remove it")
-        model = load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER, self.device,
-                                     key="critic.model", value_head=True, tokenizer=self.tokenizer,
+        self.precision["critic"] = precision.kept_in(
+            precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device, c.model.path or arr.model.path),
+            c.model.fsdp_config.model_dtype, "critic.model.fsdp_config.model_dtype")
+        model = load_trainable_model(c.model.path or arr.model.path, c.model, self.precision["critic"].master,
+                                     self.device, key="critic.model", value_head=True, tokenizer=self.tokenizer,
                                      freeze_vision=self._critic_freezes_vision())
-        self.precision["critic"] = precision.choose(c.model.fsdp_config.mixed_precision.param_dtype, self.device,
-                                                    c.model.path or arr.model.path)
         precision.set_compute(model, self.precision["critic"], c.model.fsdp_config.mixed_precision, self.device)
         if c.model.use_remove_padding:
             enable_remove_padding(model, "critic.model.use_remove_padding")
@@ -233,11 +245,13 @@ class RLTrainer:
         problem = teacher_problem(path, arr.model.path, self.cfg.data.tokenizer)
         if problem:
             raise ModelError(f"{key}={path!r} {problem}")
-        teacher = load_causal_lm(path, precision.MASTER, self.device, key="distillation.teacher_model",
+        mp = arr.ref.fsdp_config.mixed_precision
+        choice = precision.kept_in(precision.choose(mp.param_dtype, self.device), arr.ref.fsdp_config.model_dtype,
+                                   "actor_rollout_ref.ref.fsdp_config.model_dtype")
+        teacher = load_causal_lm(path, choice.master, self.device, key="distillation.teacher_model",
                                  tokenizer=self.tokenizer)
         teacher.eval().requires_grad_(False)
-        mp = arr.ref.fsdp_config.mixed_precision
-        precision.set_compute(teacher, precision.choose(mp.param_dtype, self.device), mp, self.device)
+        precision.set_compute(teacher, choice, mp, self.device)
         return wrap(teacher, arr.actor.strategy, arr.ref.fsdp_config, self.dist, self.device)
 
     def _critic_freezes_vision(self) -> bool:
@@ -586,10 +600,10 @@ class RLTrainer:
         architecture, with the folder's weights: what a sharded model's gathered weights are loaded into."""
         arr, c = self.cfg.actor_rollout_ref, self.cfg.critic
         if critic:
-            return load_trainable_model(c.model.path or arr.model.path, c.model, precision.MASTER,
+            return load_trainable_model(c.model.path or arr.model.path, c.model, self.precision["critic"].master,
                                         torch.device("cpu"), key="critic.model", value_head=True,
                                         freeze_vision=self._critic_freezes_vision())
-        return load_trainable_model(arr.model.path, arr.model, precision.MASTER, torch.device("cpu"),
+        return load_trainable_model(arr.model.path, arr.model, self.precision["actor"].master, torch.device("cpu"),
                                     key="actor_rollout_ref.model")
 
     def export_final(self, write: Callable[[str], None] = print) -> None:

@@ -59,6 +59,7 @@ RL = (
     "workers.memory",                 # the weights, gradients and optimizer state fit in the memory free
     "algorithms.clip",                # clip ratios, dual clip
     "workers.actor_optim",            # learning rate, warm-up, an optimizer that runs here
+    "workers.model_dtype",            # fsdp_config.model_dtype: a LoRA reference in the policy's
     "workers.offload",                # FSDP offload on cuda
     "workers.fsdp_layout",            # fsdp_size divides the processes; min_num_params >= 0
     "workers.activation_offload",     # enable_activation_offload noted on CPU

@@ -68,6 +68,21 @@ def unused_reference_keys(cfg: Any) -> dict[str, str]:
     return {"actor_rollout_ref.ref.": "this run builds no reference (no KL term)"}
 
 
+@CHECKS.register("workers.model_dtype")
+def check_model_dtype(ctx: CheckContext) -> None:
+    """fsdp_config.model_dtype (verl's: the dtype a model is loaded and kept in): a LoRA reference is the policy
+    with its adapter disabled, so it cannot be kept in a dtype of its own."""
+    from rft.models.precision import dtype_of
+
+    arr = ctx.cfg.actor_rollout_ref
+    actor, ref = arr.actor.fsdp_config.model_dtype, arr.ref.fsdp_config.model_dtype
+    uses_ref = arr.actor.use_kl_loss or ctx.cfg.algorithm.use_kl_in_reward
+    if uses_ref and arr.model.lora_rank > 0 and dtype_of(ref) != dtype_of(actor):
+        raise ConfigError(f"actor_rollout_ref.ref.fsdp_config.model_dtype={ref}: with LoRA the reference is the "
+                          "policy with its adapter disabled, kept in the policy's dtype "
+                          f"(actor_rollout_ref.actor.fsdp_config.model_dtype={actor}): set it to {actor}, or remove it")
+
+
 def check_optim(prefix: str, optim: Any, val_files: Any, test_freq: int) -> None:
     """The optimizer can be built here; reduce_lr_on_plateau has validation metrics to follow."""
     from rft.workers.optim import PLATEAU, optimizer_unavailable
@@ -260,13 +275,16 @@ def _shard_group(fsdp: Any, world: int) -> int:
     return size if isinstance(size, int) and size > 0 and world % size == 0 else world
 
 
-def _training_bytes(params: int, lora_rank: int, optimizer: str) -> int:
-    """What training a model of `params` parameters holds: its float32 weights and, trained in full, its gradients and
-    the optimizer's state (LoRA's adapter counted as nothing)."""
+def _training_bytes(params: int, lora_rank: int, optimizer: str, model_dtype: str = "fp32") -> int:
+    """What training a model of `params` parameters holds: its weights (in `model_dtype`, fsdp_config.model_dtype)
+    and, trained in full, its gradients and the optimizer's state, in the same dtype (LoRA's adapter counted as
+    nothing)."""
+    from rft.models.precision import MASTER, dtype_of
     from rft.workers.optim import STATE_VALUES
 
+    width = (dtype_of(model_dtype) or MASTER).itemsize
     trained = 0 if lora_rank > 0 else params
-    return 4 * params + 4 * trained * (1 + STATE_VALUES.get(optimizer, 0))
+    return width * params + width * trained * (1 + STATE_VALUES.get(optimizer, 0))
 
 
 def refuse_unless_fits(path: str, params: int, parts: list[tuple[str, int, int]], local: int,
@@ -297,7 +315,7 @@ def _on_cpu(ctx: CheckContext) -> bool:
 
 @CHECKS.register("workers.memory")
 def check_memory(ctx: CheckContext) -> None:
-    """On CPU: what the run's processes on this machine hold for the whole run, the weights (float32), the
+    """On CPU: what the run's processes on this machine hold for the whole run, the weights (fsdp_config.model_dtype), the
     gradients and the optimizer state of the actor, the reference's weights, the critic's (each sharded over its
     FSDP group), counted from the model folders' safetensors headers, fit in the memory free now; refused before
     anything loads with the keys that shrink it (`refuse_unless_fits`), an fsdp_size that keeps a copy per group of
@@ -313,13 +331,16 @@ def check_memory(ctx: CheckContext) -> None:
     world, local = ctx.world_size, min(ctx.world_size, cfg.trainer.n_gpus_per_node)
     sharded = [("actor_rollout_ref.actor", arr.actor.fsdp_config,
                 "the actor's weights, gradients and optimizer state",
-                _training_bytes(actor_params, arr.model.lora_rank, arr.actor.optim.optimizer))]
+                _training_bytes(actor_params, arr.model.lora_rank, arr.actor.optim.optimizer,
+                                arr.actor.fsdp_config.model_dtype))]
     if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
-        sharded.append(("actor_rollout_ref.ref", arr.ref.fsdp_config, "the reference's weights", 4 * actor_params))
+        sharded.append(("actor_rollout_ref.ref", arr.ref.fsdp_config, "the reference's weights",
+                        _training_bytes(actor_params, 1, "", arr.ref.fsdp_config.model_dtype)))
     if builds_critic(cfg):
         critic_params = saved_parameters(cfg.critic.model.path or arr.model.path) or actor_params
         sharded.append(("critic.model", cfg.critic.model.fsdp_config, "the critic's",
-                        _training_bytes(critic_params, cfg.critic.model.lora_rank, cfg.critic.optim.optimizer)))
+                        _training_bytes(critic_params, cfg.critic.model.lora_rank, cfg.critic.optim.optimizer,
+                                        cfg.critic.model.fsdp_config.model_dtype)))
     parts = [(what, size, _shard_group(fsdp, world)) for _, fsdp, what, size in sharded]
     fixes = [f"shard over all {world} processes ({section}.fsdp_config.fsdp_size=-1; {fsdp.fsdp_size} keeps a whole "
              f"copy in every {'process' if fsdp.fsdp_size == 1 else f'group of {fsdp.fsdp_size} processes'})"
