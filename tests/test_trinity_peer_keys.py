@@ -221,6 +221,19 @@ def test_explorer_driven_is_the_fixed_schedule_said_once(style, caplog):
     assert "waiting until the trainer has trained those batches" in notes[0]
 
 
+@pytest.mark.parametrize("mode", ["explore", "train", "bench"])
+def test_nccl_apart_from_both_is_checkpoint_as_trinity_takes_it(mode, caplog):
+    """Trinity-RFT's config check sets sync_method to checkpoint in modes that run the explorer or the trainer
+    alone (no process group to broadcast over); rft takes it so, with a note, where it would refuse nccl."""
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"mode": mode, "synchronizer": {"sync_method": "nccl", "sync_interval": 3}}), "t.yaml")
+    assert out["synchronizer"]["sync_method"] == "checkpoint" and out["synchronizer"]["sync_interval"] == 3
+    notes = [line for line in caplog.text.splitlines() if "sync_method" in line]
+    assert len(notes) == 1 and "synchronizer.sync_method='nccl' is taken as 'checkpoint'" in notes[0], notes
+    both = translate(_with({"synchronizer": {"sync_method": "nccl"}}), "t.yaml")
+    assert both["synchronizer"]["sync_method"] == "nccl"  # mode both: the two share a process group
+
+
 # ------------------------------------------------------------------------------------------- refused, by name
 @pytest.mark.parametrize("extra, start", [
     ({"synchronizer.sync_style": "trainer_driven"},

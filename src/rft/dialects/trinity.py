@@ -321,6 +321,10 @@ class _Translation:
         """`key`=`value` is accepted and changes nothing here, because `why` (said once, by the real translation)."""
         self.notes.append((key if key.startswith("stages[") else self.prefix + key, value, why))
 
+    def change(self, key: str, value: Any, now: Any, why: str) -> None:
+        """`key`=`value` is taken as `now`, as Trinity-RFT's own config check takes it, because `why` (said once)."""
+        self.notes.append((key if key.startswith("stages[") else self.prefix + key, value, (now, why)))
+
     def rest(self, section: dict, where: str, reason: str | None = None) -> None:
         """The keys of `section` nobody took: one Trinity-RFT has not is unknown (with the nearest Trinity-RFT key);
         one it has is refused by `reason`, else accepted with a note where it changes nothing here
@@ -351,8 +355,12 @@ class _Translation:
         """One `rft: note:` line per accepted key that changes nothing here, naming where it came from."""
         log = logging.getLogger("rft")
         for key, value, why in self.notes:
-            log.warning("rft: note: %s: %s=%r changes nothing in rft: %s", _origin(key, overrides, path), key,
-                        value, why)
+            if isinstance(why, tuple):  # `change`
+                log.warning("rft: note: %s: %s=%r is taken as %r, as Trinity-RFT takes it: %s",
+                            _origin(key, overrides, path), key, value, *why)
+            else:
+                log.warning("rft: note: %s: %s=%r changes nothing in rft: %s", _origin(key, overrides, path), key,
+                            value, why)
 
 
 def unknown_key(key: str, known: tuple[str, ...]) -> str:
@@ -1780,6 +1788,11 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", "explorer_driven", *SYNC_STYLES), SYNC_STYLES.get(
             named, "rft synchronises on the fixed schedule (fixed, Trinity-RFT's default: every sync_interval "
             "steps, sync_offset ahead); set fixed")))
+    mode = cfg.get("mode", "both")
+    if mode in APART_MODES and str(sync.get("sync_method", "")).lower() == "nccl":
+        # Trinity-RFT's config check turns it into checkpoint there (with a warning), as rft's would refuse it
+        t.change("synchronizer.sync_method", sync.pop("sync_method"), "checkpoint", NCCL_APART.format(mode=mode))
+        _set(out, "synchronizer.sync_method", "checkpoint", "synchronizer.sync_method")
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
@@ -1789,6 +1802,9 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     _service(t, _section(cfg.get("service"), "service"), out)
 
 
+APART_MODES = ("train", "explore", "bench", "serve")
+NCCL_APART = ("with mode={mode} the explorer and the trainer are separate runs with no process group between them: "
+              "the explorer loads the weights the trainer writes")
 _FIXED = ("rft's explorer and trainer meet on the fixed schedule instead (fixed, Trinity-RFT's default: every "
           "sync_interval steps, the explorer sync_offset steps ahead, one training step per explored batch); set fixed")
 EXPLORER_DRIVEN = (
