@@ -234,6 +234,25 @@ def test_nccl_apart_from_both_is_checkpoint_as_trinity_takes_it(mode, caplog):
     assert both["synchronizer"]["sync_method"] == "nccl"  # mode both: the two share a process group
 
 
+def test_an_eval_tasksets_own_columns_are_its_files_own():
+    """Each Trinity-RFT taskset reads its own format.prompt_key / response_key: an eval taskset's that differ from
+    the training taskset's are its files' own (data.val_prompt_keys / val_response_keys), the training tasks keep
+    theirs; one that says what the training tasks say needs nothing of its own."""
+    out = translate(_with({"buffer.explorer_input": {
+        "taskset": {"path": "t.jsonl", "format": {"prompt_key": "prompt", "response_key": "solution"}},
+        "eval_tasksets": [{"path": "a.jsonl", "format": {"prompt_key": "prompt", "response_key": "solution"}},
+                          {"path": "b.jsonl", "format": {"prompt_key": "question", "response_key": "answer"}},
+                          {"path": "c.jsonl", "format": {"prompt_key": "problem"}}]}}), "t.yaml")
+    assert out["data"]["prompt_key"] == "prompt" and out["data"]["response_key"] == "solution"
+    assert out["data"]["val_files"] == ["a.jsonl", "b.jsonl", "c.jsonl"]
+    assert out["data"]["val_prompt_keys"] == [None, "question", "problem"]
+    assert out["data"]["val_response_keys"] == [None, "answer", None]
+    same = translate(_with({"buffer.explorer_input": {
+        "taskset": {"path": "t.jsonl", "format": {"prompt_key": "q"}},
+        "eval_tasksets": [{"path": "a.jsonl", "format": {"prompt_key": "q"}}]}}), "t.yaml")
+    assert same["data"]["prompt_key"] == "q" and "val_prompt_keys" not in same["data"]
+
+
 # ------------------------------------------------------------------------------------------- refused, by name
 @pytest.mark.parametrize("extra, start", [
     ({"synchronizer.sync_style": "trainer_driven"},

@@ -241,6 +241,12 @@ class DataConfig:
         None, "The data_source of the rows of each val_files entry (in order) that have none, the label of their "
         "val-core/<data_source>/... metrics (Trinity-RFT: each eval taskset's name); null, or a null entry: "
         "'unknown' (verl's).")
+    val_prompt_keys: Optional[List[Optional[str]]] = fld(
+        None, "The prompt column of each val_files entry (in order), where a file has its own (Trinity-RFT: each "
+        "eval taskset's format.prompt_key); null, or a null entry: data.prompt_key.")
+    val_response_keys: Optional[List[Optional[str]]] = fld(
+        None, "The reference-answer column of each val_files entry (in order), where a file has its own "
+        "(Trinity-RFT: each eval taskset's format.response_key); null, or a null entry: data.response_key.")
     val_max_samples: int = fld(
         -1, "Validate on at most this many prompts of val_files (verl's key and meaning): with data.shuffle a "
         "sample drawn once with data.seed (numpy's default_rng(seed).choice, the rows verl picks when no prompt is "

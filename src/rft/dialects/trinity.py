@@ -1043,6 +1043,23 @@ def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) ->
     _set(out, key, value, owners[key])
 
 
+COLUMN_DEFAULTS = {"prompt_key": "prompt", "response_key": None}  # rft's data.prompt_key / response_key
+
+
+def _set_column(t: _Translation, out: dict, key: str, value: Any, where: str, eval_set: bool) -> None:
+    """A taskset's prompt / response column (format.prompt_key / response_key): each Trinity-RFT taskset reads its
+    own, so an eval taskset's that differs from the one the training tasks are read by (or an earlier eval
+    taskset's, without training tasks) is its files' own (data.val_prompt_keys / val_response_keys, collected
+    in `_trinity.own_columns` for `_eval_tasksets`); else the shared data.<key>."""
+    shared = _get(out, f"data.{key}")
+    if shared is _MISSING and _get(out, "data.train_files") is not _MISSING:
+        shared = COLUMN_DEFAULTS[key]  # the training tasks are read by rft's default
+    if eval_set and shared is not _MISSING and shared != value:
+        out.setdefault("_trinity", {}).setdefault("own_columns", {})[key] = value
+    else:
+        _set_shared(t, out, f"data.{key}", value, where)
+
+
 def _enable_thinking(t: _Translation, out: dict, value: Any, where: str) -> None:
     """Trinity-RFT's enable_thinking (model, explorer.rollout_model, a buffer's format): the chat template's
     variable of that name (data.apply_chat_template_kwargs); null, Trinity's default, passes none."""
@@ -1088,11 +1105,13 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
     # the prompt column: prompt_key (plaintext) or messages_key (messages); rft reads either form from it
     prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
     if prompt_column is not None:
-        _set_shared(t, out, "data.prompt_key", prompt_column, f"{where}.format.prompt_key")
+        _set_column(t, out, "prompt_key", prompt_column, f"{where}.format.prompt_key", eval_set)
     if fmt.get("system_prompt") is None and "system_prompt" in defaults:
         _set_shared(t, out, "data.system_prompt", *defaults["system_prompt"])
     for key in FORMAT_KEYS:
-        if key in fmt:
+        if key == "response_key" and key in fmt:
+            _set_column(t, out, key, fmt.pop(key), f"{where}.format.{key}", eval_set)
+        elif key in fmt:
             _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
     _enable_thinking(t, out, fmt.pop("enable_thinking", None), f"{where}.format.enable_thinking")
     t.rest(fmt, f"{where}.format")
@@ -1287,17 +1306,24 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         evals = explorer_input.pop("eval_tasksets", None) or []
         val_files: list = []
         val_names: list = []  # each eval taskset's name: the data_source of its rows that have none
+        own_columns: dict = {"prompt_key": [], "response_key": []}  # per val file, its own (or None: shared)
         for i, ts in enumerate(evals):
             name = ts.get("name") if isinstance(ts, dict) else None
             files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True, defaults)
+            own = out.get("_trinity", {}).pop("own_columns", {})
             if files:
                 files = files if isinstance(files, list) else [files]
                 val_files += files
                 val_names += [str(name) if name else None] * len(files)
+                for key, columns in own_columns.items():
+                    columns += [own.get(key)] * len(files)
         if val_files:
             _set(out, "data.val_files", val_files, "buffer.explorer_input.eval_tasksets")
         if any(val_names):
             _set(out, "data.val_data_sources", val_names)
+        for key, columns in own_columns.items():
+            if any(column is not None for column in columns):
+                _set(out, f"data.val_{key}s", columns, "buffer.explorer_input.eval_tasksets")
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
         _replay_buffer(t, exp, out)

@@ -45,10 +45,11 @@ log = logging.getLogger("rft")
 GENERATOR = "rollout"
 
 
-def load_prompts(cfg, tokenizer, files, data_sources=None) -> PromptDataset:
+def load_prompts(cfg, tokenizer, files, data_sources=None, file_keys=None) -> PromptDataset:
     """The prompts of `files` (paths, or (name, rows) pairs; with data.custom_cls what its dataset class reads
     from them) with the data section's template, length, truncation and format settings (Trinity's
-    system_prompt(_key), response_key, tools_key, chat_template; verl's apply_chat_template_kwargs)."""
+    system_prompt(_key), response_key, tools_key, chat_template; verl's apply_chat_template_kwargs); `file_keys`:
+    per file, the columns it has of its own (`val_file_keys`)."""
     data = cfg.data
     vision = vision_for(cfg.actor_rollout_ref.model.path)
     if data.custom_cls.path is not None:
@@ -61,7 +62,20 @@ def load_prompts(cfg, tokenizer, files, data_sources=None) -> PromptDataset:
                          image_key=data.image_key, system_prompt=data.system_prompt,
                          system_prompt_key=data.system_prompt_key, response_key=data.response_key,
                          tools_key=data.tools_key, chat_template=data.chat_template,
-                         template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources)
+                         template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources,
+                         file_keys=file_keys)
+
+
+def val_file_keys(data) -> list[dict]:
+    """Per val_files entry, the prompt / response columns it has of its own (data.val_prompt_keys /
+    val_response_keys, a null entry: the shared data.prompt_key / response_key), each with the key that names it."""
+    own: list[dict] = []
+    for name in ("prompt_key", "response_key"):
+        for i, column in enumerate(getattr(data, f"val_{name}s") or []):
+            own += [{} for _ in range(i + 1 - len(own))]
+            if column is not None:
+                own[i][name] = (column, f"data.val_{name}s[{i}]")
+    return own
 
 
 def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
@@ -70,7 +84,7 @@ def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
     data = cfg.data
     if not data.val_files:
         return None
-    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources)
+    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources, val_file_keys(data))
     kept = capped_validation(len(val_set), data.val_max_samples, data.shuffle, data.seed, "prompts")
     if kept is not None:
         val_set.keep(kept)
