@@ -181,9 +181,6 @@ def check_workflow(ctx: CheckContext) -> None:
     elif "reward_baselines" in estimator_spec(cfg.algorithm.adv_estimator).needs:
         why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} (its greedy baseline is one more generation of "\
               "the batched single-turn path)"
-    elif cfg.reward_model.overlong_buffer.enable:
-        why = "reward_model.overlong_buffer (DAPO's overlong penalty is applied to the batched single-turn path's " \
-              "scores; a workflow scores its own experiences)"
     elif cfg.algorithm.filter_groups.enable:
         why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
     if why:

@@ -493,6 +493,7 @@ class Workflows:
                 e.info = {"data_source": p.data_source, "ground_truth": p.ground_truth, "extra_info": p.extra_info,
                           "raw_prompt": p.messages, **e.info, "explore_step": ex.step, "position": task.index}
                 out.append(e)
+        punish_overlong(out, ex.rewards)
         report_task_failures(tasks, out, f"explore step {ex.step}")
         if not out:
             log.warning("rft: workflow %r failed on every task of explore step %d (the warnings above say how): the "
@@ -516,7 +517,7 @@ class Workflows:
         server = GenerationServer(ex.engine, ex.tokenizer, torch.Generator().manual_seed(ex.cfg.trainer.seed + 7919))
         runner = WorkflowRunner(self.cls, server, lambda: self.handle(server, params), self.settings, self.auxiliary)
         tasks = self.tasks([ex.val_set[i] for i in range(len(ex.val_set))], vk.n, is_eval=True)
-        return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n)
+        return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n, ex.rewards)
 
 
 def report_task_failures(tasks: list, experiences: list[Experience], where: str,
@@ -529,13 +530,34 @@ def report_task_failures(tasks: list, experiences: list[Experience], where: str,
                     where, without=without)
 
 
-def evaluate_workflow(runner, tasks: list, tokenizer, n: int) -> tuple[dict[str, float], list[dict]]:
+def punish_overlong(experiences: list[Experience], rewards) -> None:
+    """DAPO's soft overlong punishment (reward_model.overlong_buffer, `rewards`' RewardPipeline's) added to each
+    workflow experience's reward, by the count of its model tokens, as the batched path adds it to each response's
+    score (Trinity-RFT's math_dapo_reward adds it in the reward function, from the response's tokens); with
+    overlong_buffer.log its parts are the experience's `overlong_reward` / `overlong` values."""
+    ob = getattr(rewards, "overlong", None)
+    if ob is None or not experiences:
+        return
+    from rft.algorithms.dapo import overlong_penalty
+
+    lengths = torch.tensor([int(e.action_mask.sum()) for e in experiences])
+    penalty = overlong_penalty(lengths, rewards.max_response_length, ob.len, ob.penalty_factor).tolist()
+    for e, p in zip(experiences, penalty):
+        e.reward = e.reward + p
+        if ob.log:
+            e.rewards = {**e.rewards, "overlong_reward": p, "overlong": float(p < 0)}
+
+
+def evaluate_workflow(runner, tasks: list, tokenizer, n: int, rewards=None) -> tuple[dict[str, float], list[dict]]:
     """(val-core/<data_source>/reward/mean@n, samples) of `tasks` run through `runner`'s workflow; a skipped
     task scores 0. Responses whose reward failed and were scored 0 (on_error=zero) are counted in one warning; a
-    validation whose every response failed raises RewardError (`report_task_failures`), as `evaluate` does."""
+    validation whose every response failed raises RewardError (`report_task_failures`), as `evaluate` does.
+    `rewards`: the run's RewardPipeline, whose overlong punishment the rewards get (`punish_overlong`)."""
     import numpy as np
 
     results, _ = runner.run(tasks)
+    for experiences in results:
+        punish_overlong(experiences, rewards)
     report_task_failures(tasks, [e for experiences in results for e in experiences], "validation",
                          without=UNSCORED_VALIDATION)
     by_source: dict[str, list[float]] = {}
