@@ -203,9 +203,16 @@ def test_replay_buffer_is_rfts_priority_queue():
     assert out["experience_buffer"]["priority_decay"] == 0.1 and out["experience_buffer"]["reuse_cooldown_time"] == 5
     off = translate(_with({"buffer.trainer_input.experience_buffer": {"replay_buffer": {"enable": False}}}))
     assert "use_priority_queue" not in off.get("experience_buffer", {})
+    limited = translate(_with({"buffer.trainer_input.experience_buffer": {"replay_buffer": {
+        "enable": True, "reuse_cooldown_time": 40, "priority_fn": "decay_limit_randomization"}}}))["experience_buffer"]
+    assert (limited["priority_decay"], limited["priority_use_count_limit"], limited["priority_sigma"]) == (2.0, 3, 0.0)
+    once = translate(_with({"buffer.trainer_input.experience_buffer": {"replay_buffer": {
+        "enable": True, "priority_fn": "decay_limit_randomization",
+        "priority_fn_args": {"decay": 1.0, "use_count_limit": 3, "sigma": 2.0}}}}))["experience_buffer"]
+    assert once["priority_sigma"] == 2.0 and "priority_use_count_limit" not in once  # no cooldown: read once
     line = _refusal({"buffer.trainer_input.experience_buffer": {
-        "replay_buffer": {"enable": True, "priority_fn": "decay_limit_randomization"}}})
-    assert "replay_buffer.priority_fn='decay_limit_randomization': rft's priority queue ranks by linear_decay" in line
+        "replay_buffer": {"enable": True, "priority_fn": "fifo"}}})
+    assert "replay_buffer.priority_fn='fifo': rft's priority queue ranks by linear_decay or decay_limit_rand" in line
 
 
 @pytest.mark.parametrize("style", ["explorer_driven", "dynamic_by_explorer"])

@@ -1380,10 +1380,16 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
     t.rest(b, "buffer")
 
 
+PRIORITY_FNS = {"linear_decay": {"decay"}, "decay_limit_randomization": {"decay", "use_count_limit", "sigma"}}
+"""Trinity-RFT's priority functions and their arguments."""
+
+
 def _replay_buffer(t: _Translation, exp: dict, out: dict) -> None:
     """experience_buffer.replay_buffer, Trinity-RFT's prioritised replay of a queue buffer, is rft's priority queue:
     enable -> experience_buffer.use_priority_queue, its linear_decay priority (model_version - decay x times read)
-    -> priority_decay, reuse_cooldown_time (null: each experience read once) as it is. Off, Trinity-RFT reads
+    -> priority_decay, decay_limit_randomization's use_count_limit (read at most that many times; applies with a
+    cooldown, when experiences are read again) and sigma (Gaussian noise on the priority) -> priority_use_count_limit
+    / priority_sigma, reuse_cooldown_time (null: each experience read once) as it is. Off, Trinity-RFT reads
     none of its other keys, nor does rft."""
     where = "buffer.trainer_input.experience_buffer.replay_buffer"
     replay = _section(exp.pop("replay_buffer", None), where)
@@ -1392,13 +1398,18 @@ def _replay_buffer(t: _Translation, exp: dict, out: dict) -> None:
     _set(out, "experience_buffer.use_priority_queue", True, f"{where}.enable")
     fn = replay.pop("priority_fn", "linear_decay")
     args = _section(replay.pop("priority_fn_args", None), f"{where}.priority_fn_args")
-    if fn != "linear_decay":
-        t.refuse(f"{where}.priority_fn", not_one_of(fn, ("linear_decay",), "rft's priority queue ranks by "
-                                                    "linear_decay only (model_version - decay x times read)"))
+    if fn not in PRIORITY_FNS:
+        t.refuse(f"{where}.priority_fn", not_one_of(fn, tuple(PRIORITY_FNS), "rft's priority queue ranks by "
+                                                    "linear_decay or decay_limit_randomization"))
     else:
         _set(out, "experience_buffer.priority_decay", args.pop("decay", 2.0), f"{where}.priority_fn_args.decay")
+        if fn == "decay_limit_randomization":  # Trinity's defaults: use_count_limit 3 (<= 0: none), sigma 0
+            limit = args.pop("use_count_limit", 3)
+            if replay.get("reuse_cooldown_time") is not None and isinstance(limit, int) and limit > 0:
+                _set(out, "experience_buffer.priority_use_count_limit", limit, f"{where}.priority_fn_args.use_count_limit")
+            _set(out, "experience_buffer.priority_sigma", args.pop("sigma", 0.0), f"{where}.priority_fn_args.sigma")
         for key in args:
-            t.refuse(f"{where}.priority_fn_args.{key}", _not_an_argument("linear_decay priority", {"decay"}))
+            t.refuse(f"{where}.priority_fn_args.{key}", _not_an_argument(f"{fn} priority", PRIORITY_FNS[fn]))
     if replay.get("reuse_cooldown_time") is not None:
         _set(out, "experience_buffer.reuse_cooldown_time", replay.pop("reuse_cooldown_time"),
              f"{where}.reuse_cooldown_time")
