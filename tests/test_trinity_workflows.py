@@ -347,3 +347,50 @@ def test_the_overlong_buffer_punishes_a_workflows_experiences(tmp_path):
     unchanged = [experience(8, 1.0)]
     punish_overlong(unchanged, SimpleNamespace(overlong=None))  # no buffer: nothing added
     assert unchanged[0].reward == 1.0 and "overlong_reward" not in unchanged[0].rewards
+
+
+@pytest.mark.parametrize("reply, scores", [
+    ("Solution 1 is right, 2 is not. [0.9, 0.2]", [0.9, 0.2]),
+    ("first [1, 1] then, on reflection: [1.5, -0.3]", [1.0, 0.0]),  # the last list, clipped to [0, 1]
+    ("no list here", None),
+    ("[0.5, oops]", None),  # does not parse
+    ("[0.5]", None),  # one score for two responses
+])
+def test_ruler_scores_by_hand(reply, scores):
+    from rft.explorer.workflow import ruler_scores
+
+    assert ruler_scores(reply, 2) == scores
+
+
+def test_math_ruler_workflow_rewards_the_judges_scores_and_logs_the_gold_reward():
+    """Trinity-RFT's math_ruler_workflow: the judge (auxiliary model 0) sees the question and every response in
+    Trinity's prompt; its clipped scores are the rewards; the reward function's score is gold_reward only."""
+    from rft.explorer.workflow import RULER_MATH_PROMPT, MathRULERWorkflow, ruler_messages
+
+    replies = ["<answer> \\boxed{36} </answer>", "<answer> 35 </answer>"]
+    model, judge = FakeModel(replies), FakeModel(["The first is right. [1.0, 0.25]"])
+    task = _task([{"role": "user", "content": "What is 6 x 6?"}], replies, reward="math_boxed_reward")
+    exps = MathRULERWorkflow(task=task, model=model, auxiliary_models=[judge]).run()
+    assert [e.reward for e in exps] == [1.0, 0.25]
+    assert [e.rewards["gold_reward"] for e in exps] == [1.0, 0.0]
+    assert [e.rewards["judge_success"] for e in exps] == [1.0, 1.0]
+    assert model.asked[0][0] == {"role": "system", "content": RULER_MATH_PROMPT}
+    assert judge.asked == [ruler_messages("What is 6 x 6?", replies)]
+    asked = judge.asked[0][1]["content"]
+    assert "Candidate solution 1: <answer> \\boxed{36} </answer>\n\nCandidate solution 2: <answer> 35 </answer>" in asked
+    assert judge.asked[0][0]["content"].startswith("You are a fair judge. The user will provide a question and 2 ")
+    failed = MathRULERWorkflow(task=_task([{"role": "user", "content": "6 x 6?"}], replies),
+                               model=FakeModel(replies), auxiliary_models=[FakeModel(["no scores"])]).run()
+    assert [e.reward for e in failed] == [0.0, 0.0] and [e.rewards["judge_success"] for e in failed] == [0.0, 0.0]
+
+
+def test_math_ruler_workflow_without_a_judge_is_refused(tmp_path):
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "1+1=", "data_source": "d", "reward_model": {"ground_truth": "2"}}\n')
+    with pytest.raises(ConfigError, match="math_ruler_workflow' scores each group's responses with a judge"):
+        cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
+                                 "workflow.type=math_ruler_workflow"], validate_paths=False)
+        validate(cfg, check_paths=False)

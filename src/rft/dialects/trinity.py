@@ -2032,7 +2032,7 @@ def _math_workflow_reward(t: _Translation, out: dict) -> None:
     math_verify_reward is RM-Gallery's rule reward, rft's math_verify_reward (`_rm_gallery_reward`)."""
     reward = out.get("custom_reward_function", {})
     kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
-    if workflow == "math_workflow" and not kind and not reward.get("path"):
+    if workflow in ("math_workflow", "math_ruler_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
     elif workflow in ("math_boxed_workflow", "on_policy_distill_math_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")

@@ -12,7 +12,7 @@ from rft.config.suggest import did_you_mean
 from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
-                     "simple_mm_workflow", "on_policy_distill_math_workflow")
+                     "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow")
 
 
 def check_auxiliary_sampling(index: int, spec: dict) -> None:
@@ -147,6 +147,10 @@ def check_workflow(ctx: CheckContext) -> None:
                           "that registers it (rft.explorer.workflow.register_workflow)")
     if wf.path and check_paths and not Path(wf.path).expanduser().exists():
         raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
+    if wf.type == "math_ruler_workflow" and not wf.auxiliary_models:
+        raise ConfigError("workflow.type='math_ruler_workflow' scores each group's responses with a judge, the first "
+                          "of workflow.auxiliary_models (Trinity-RFT's explorer.auxiliary_models), which is empty: "
+                          "give one")
     for i, spec in enumerate(wf.auxiliary_models):
         if not isinstance(spec, dict) or not spec.get("model_path"):
             raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")
