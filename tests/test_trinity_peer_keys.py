@@ -260,6 +260,20 @@ def test_an_eval_tasksets_own_columns_are_its_files_own():
     assert same["data"]["prompt_key"] == "q" and "val_prompt_keys" not in same["data"]
 
 
+def test_an_auxiliary_models_trinity_keys_are_rfts_or_noted(caplog):
+    """A workflow's auxiliary model (a RULER judge): max_response_tokens is its replies' max_tokens, enable_thinking
+    its template's variable; its vLLM engines' placement and window are noted, once each; an unknown key refused."""
+    aux = {"model_path": "j", "engine_num": 1, "tensor_parallel_size": 2, "enable_thinking": False,
+           "max_prompt_tokens": 12288, "max_response_tokens": 1024, "max_model_len": 16384}
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"explorer.auxiliary_models": [aux]}), "t.yaml")
+    assert out["workflow"]["auxiliary_models"] == [{"model_path": "j", "enable_thinking": False, "max_tokens": 1024}]
+    noted = [line for line in caplog.text.splitlines() if "auxiliary_models[0]" in line]
+    assert len(noted) == 4 and any("tensor_parallel_size=2 changes nothing" in line for line in noted), noted
+    line = _refusal({"explorer.auxiliary_models": [{"model_path": "j", "max_repsonse_tokens": 3}]})
+    assert "explorer.auxiliary_models[0].max_repsonse_tokens" in line
+
+
 # ------------------------------------------------------------------------------------------- refused, by name
 @pytest.mark.parametrize("extra, start", [
     ({"synchronizer.sync_style": "trainer_driven"},

@@ -617,6 +617,37 @@ TEACHER_ENGINE = ("the teacher scores the student's tokens in the trainer, in on
 """Why an on_policy_distill teacher's engine keys change nothing here."""
 
 
+AUXILIARY_ENGINE = ("rft serves an auxiliary model with its hf engine on the explorer's device, one copy, whole (the "
+                    "same replies as Trinity-RFT's vLLM engines of it give: these say how many and where)")
+AUXILIARY_LIMITS = ("rft bounds an auxiliary model's prompt and reply by the model's positions (its config.json; "
+                    "the reply by max_tokens, Trinity's max_response_tokens), not by a window of its own")
+
+
+def _auxiliary_model(t: _Translation, model: Any, where: str) -> Any:
+    """One of a workflow's auxiliary models (explorer.auxiliary_models[i], its judge or helper) in rft's terms
+    (workflow.auxiliary_models[i]): model_path, temperature and enable_thinking as they are, max_response_tokens ->
+    max_tokens; its engine's placement (`AUXILIARY_ENGINE`) and context window (`AUXILIARY_LIMITS`) noted."""
+    if not isinstance(model, dict):
+        return model  # rft's check says what an item must be
+    model = dict(model)
+    spec = {key: model.pop(key) for key in ("model_path", "temperature", "enable_thinking", "name") if key in model}
+    if "max_response_tokens" in model:
+        spec["max_tokens"] = model.pop("max_response_tokens")
+    for key in ("engine_type", "engine_num", "tensor_parallel_size", "enable_prefix_caching", "enforce_eager",
+                "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill"):
+        if key in model:
+            value = model.pop(key)
+            if key != "engine_type" or value in ("vllm", "vllm_async"):
+                t.note(f"{where}.{key}", value, AUXILIARY_ENGINE)
+            else:
+                spec[key] = value  # another engine: rft's check names it
+    for key in ("max_model_len", "max_prompt_tokens"):
+        if key in model:
+            t.note(f"{where}.{key}", model.pop(key), AUXILIARY_LIMITS)
+    t.rest(model, where)
+    return spec
+
+
 def _teacher(t: _Translation, models: Any, out: dict) -> None:
     """The distillation teacher (on_policy_distill, jsd): explorer.auxiliary_models[0], as Trinity-RFT's distillation workflows take it;
     its engine keys are noted (`TEACHER_ENGINE`), a second model refused (nothing would read it)."""
@@ -1555,6 +1586,10 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     t.rest(rm, "explorer.rollout_model")
     if _get(out, "distillation.enabled") is True:
         _teacher(t, e.pop("auxiliary_models", None), out)
+    elif isinstance(e.get("auxiliary_models"), list):
+        _set(out, "workflow.auxiliary_models", [_auxiliary_model(t, m, f"explorer.auxiliary_models[{i}]")
+                                                for i, m in enumerate(e.pop("auxiliary_models"))],
+             "explorer.auxiliary_models")
     for key in WORKFLOW_KEYS:
         if key in e:
             _set(out, f"workflow.{key}", e.pop(key), f"explorer.{key}")

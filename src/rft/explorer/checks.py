@@ -155,10 +155,14 @@ def check_workflow(ctx: CheckContext) -> None:
         if not isinstance(spec, dict) or not spec.get("model_path"):
             raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")
         unknown = set(spec) - {"model_path", "temperature", "max_tokens", "tensor_parallel_size", "engine_type",
-                               "name"}
+                               "name", "enable_thinking"}
         if unknown:
             raise ConfigError(f"workflow.auxiliary_models[{i}]: keys {sorted(unknown)} are not honoured; rft takes "
-                              "model_path, temperature, max_tokens (and tensor_parallel_size 1, engine_type hf)")
+                              "model_path, temperature, max_tokens, enable_thinking (and tensor_parallel_size 1, "
+                              "engine_type hf)")
+        if spec.get("enable_thinking") not in (None, True, False):
+            raise ConfigError(f"workflow.auxiliary_models[{i}].enable_thinking must be true, false or null, got "
+                              f"{spec['enable_thinking']!r}")
         if spec.get("tensor_parallel_size", 1) != 1 or spec.get("engine_type", "hf") not in ("hf",):
             raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
                               "the explorer's process (tensor_parallel_size 1, engine_type hf)")

@@ -578,18 +578,22 @@ def model_name(cfg) -> str:
 
 
 def auxiliary_model(cfg, spec: dict, index: int, engine):
-    """A handle on auxiliary model `spec` ({model_path, temperature?, max_tokens?}): loaded frozen on the
-    policy's device, served by an hf engine and a generation server of its own (greedy unless told)."""
+    """A handle on auxiliary model `spec` ({model_path, temperature?, max_tokens?, enable_thinking?}): loaded frozen
+    on the policy's device, served by an hf engine and a generation server of its own (greedy unless told);
+    enable_thinking is its chat template's variable of that name (none passed when null)."""
     from rft.models.load import device_of
 
     return local_model_handle(cfg, spec["model_path"], dtype=next(engine.model.parameters()).dtype,
                               device=device_of(engine.model), key=f"workflow.auxiliary_models[{index}]",
                               temperature=float(spec.get("temperature", 0.0)),
                               max_tokens=int(spec.get("max_tokens", cfg.data.max_response_length)),
-                              seed=cfg.trainer.seed + 100 + index)
+                              seed=cfg.trainer.seed + 100 + index,
+                              template_kwargs=({"enable_thinking": spec["enable_thinking"]}
+                                               if spec.get("enable_thinking") is not None else None))
 
 
-def local_model_handle(cfg, path: str, *, dtype, device, key: str, temperature: float, max_tokens: int, seed: int):
+def local_model_handle(cfg, path: str, *, dtype, device, key: str, temperature: float, max_tokens: int, seed: int,
+                       template_kwargs: dict | None = None):
     """A model handle on the folder `path`, loaded frozen and served by an hf engine and a generation server of its
     own; `key` names it in errors."""
     from rft.explorer.model import GenerationServer, ModelHandle
@@ -604,7 +608,7 @@ def local_model_handle(cfg, path: str, *, dtype, device, key: str, temperature: 
     engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
     params = SamplingParams(n=1, temperature=temperature, do_sample=temperature > 0, max_tokens=max_tokens)
     server = GenerationServer(engine, tokenizer, torch.Generator().manual_seed(seed))
-    return ModelHandle(server, tokenizer, params)
+    return ModelHandle(server, tokenizer, params, template_kwargs=template_kwargs)
 
 
 class ServedModels:
