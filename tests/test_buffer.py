@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+import types
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -325,6 +327,26 @@ def test_priority_queue_without_cooldown_reads_each_once(tmp_path):
     assert groups_of(buffer.read(1, 2, 0.1).experiences) == ["v0"]
     with pytest.raises(BufferClosed):
         buffer.read(1, 3, 0.1)
+
+
+def test_use_count_limit_stops_the_replays_and_sigma_draws_once_per_entry(tmp_path):
+    """Trinity-RFT's decay_limit_randomization: a group read use_count_limit times is not put back (limit 2: read
+    twice, then consumed); sigma adds Gaussian noise to the priority, one draw per entry into the queue, the same at
+    every read of that entry."""
+    buffer = sql_buffer(tmp_path, use_priority_queue=True, reuse_cooldown_time=0.0, use_count_limit=2)
+    buffer.write([exp("a", version=0)])
+    buffer.finish()
+    assert groups_of(buffer.read(1, 1, 0.1).experiences) == ["a"]
+    assert groups_of(buffer.read(1, 2, 0.1).experiences) == ["a"]
+    with pytest.raises(BufferClosed):  # read twice: consumed
+        buffer.read(1, 3, 0.1)
+    assert buffer.counts() == {"rows": 1, "consumed": 1, "reads": 2}
+    noisy = SQLBuffer(database_url(str(tmp_path / "n.sqlite")), use_priority_queue=True, priority_sigma=2.0)
+    row = types.SimpleNamespace(seq=7, model_version=3, use_count=1)
+    first = noisy.priority_of(row)
+    assert noisy.priority_of(row) == first  # the entry's one draw
+    assert first == pytest.approx(3 - 2.0 + 2.0 * np.random.default_rng([7, 1]).standard_normal())
+    assert noisy.priority_of(types.SimpleNamespace(seq=7, model_version=3, use_count=2)) != first - 2.0
 
 
 def test_file_buffer_writes_json_lines(tmp_path):

@@ -390,3 +390,28 @@ def test_val_max_samples_caps_validation_as_verl_does_and_a_large_validation_say
             config = cfg(*extra)
             Explorer(config, tokenizer, None, None, None, load_val_prompts(config, tokenizer))
         assert caplog.messages == notes, extra
+
+
+def test_val_files_own_prompt_and_response_columns(tokenizer, tmp_path):
+    """data.val_prompt_keys / val_response_keys: each file read by its own columns (a null entry: the shared
+    ones), the reference answer from the file's response column; a missing column names the per-file key."""
+    from rft.config.load import ConfigError
+    from rft.explorer.explorer import load_prompts, val_file_keys
+    from rft.trainer.configure import load_config
+
+    shared = write_jsonl([{"prompt": "What is 2+2?", "solution": "4"}], tmp_path / "a.jsonl")
+    own = write_jsonl([{"question": "What is 3+3?", "answer": "6"}], tmp_path / "b.jsonl")
+    base = ["actor_rollout_ref.model.path=m", f"data.train_files={shared}"]
+    cfg = load_config(None, [*base, f"data.val_files=[{shared},{own}]", "data.response_key=solution",
+                             "data.val_prompt_keys=[null,question]", "data.val_response_keys=[null,answer]"],
+                      validate_paths=False)
+    assert val_file_keys(cfg.data) == [{}, {"prompt_key": ("question", "data.val_prompt_keys[1]"),
+                                            "response_key": ("answer", "data.val_response_keys[1]")}]
+    ds = load_prompts(cfg, tokenizer, cfg.data.val_files, file_keys=val_file_keys(cfg.data))
+    assert [p.ground_truth for p in ds.prompts] == ["4", "6"]
+    assert [p.messages[-1]["content"] for p in ds.prompts] == ["What is 2+2?", "What is 3+3?"]
+    with pytest.raises(DataError, match=r"data.val_prompt_keys\[0\]"):  # the first file has no 'question'
+        PromptDataset([str(shared)], tokenizer, file_keys=[{"prompt_key": ("question", "data.val_prompt_keys[0]")}])
+    with pytest.raises(ConfigError, match=r"data.val_prompt_keys has 1 entries for the 2 of data.val_files"):
+        load_config(None, [*base, f"data.val_files=[{shared},{own}]", "data.val_prompt_keys=[question]"],
+                    validate_paths=False)

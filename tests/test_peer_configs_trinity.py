@@ -23,7 +23,7 @@ import pytest
 PEERS = Path(__file__).resolve().parents[2] / "shared" / "peer-configs"
 GSM8K = PEERS.parent / "data" / "gsm8k"
 RUN_CONFIGS = 59  # the corpus's Trinity YAMLs that are run configs (one more is a Data-Juicer recipe)
-RESOLVE_FLOOR = 21  # + the SFT / DPO files named `name` (3), on_policy_distill and jsd (opd_gsm8k/*.yaml)
+RESOLVE_FLOOR = 24  # + dapo_math (per-file eval columns, a workflow's overlong penalty), exp_replay, gsm8k_ruler
 ENV_PACKAGES = ("alfworld", "scienceworld", "webshop", "gymnasium", "agentscope")
 
 

@@ -203,9 +203,16 @@ def test_replay_buffer_is_rfts_priority_queue():
     assert out["experience_buffer"]["priority_decay"] == 0.1 and out["experience_buffer"]["reuse_cooldown_time"] == 5
     off = translate(_with({"buffer.trainer_input.experience_buffer": {"replay_buffer": {"enable": False}}}))
     assert "use_priority_queue" not in off.get("experience_buffer", {})
+    limited = translate(_with({"buffer.trainer_input.experience_buffer": {"replay_buffer": {
+        "enable": True, "reuse_cooldown_time": 40, "priority_fn": "decay_limit_randomization"}}}))["experience_buffer"]
+    assert (limited["priority_decay"], limited["priority_use_count_limit"], limited["priority_sigma"]) == (2.0, 3, 0.0)
+    once = translate(_with({"buffer.trainer_input.experience_buffer": {"replay_buffer": {
+        "enable": True, "priority_fn": "decay_limit_randomization",
+        "priority_fn_args": {"decay": 1.0, "use_count_limit": 3, "sigma": 2.0}}}}))["experience_buffer"]
+    assert once["priority_sigma"] == 2.0 and "priority_use_count_limit" not in once  # no cooldown: read once
     line = _refusal({"buffer.trainer_input.experience_buffer": {
-        "replay_buffer": {"enable": True, "priority_fn": "decay_limit_randomization"}}})
-    assert "replay_buffer.priority_fn='decay_limit_randomization': rft's priority queue ranks by linear_decay" in line
+        "replay_buffer": {"enable": True, "priority_fn": "fifo"}}})
+    assert "replay_buffer.priority_fn='fifo': rft's priority queue ranks by linear_decay or decay_limit_rand" in line
 
 
 @pytest.mark.parametrize("style", ["explorer_driven", "dynamic_by_explorer"])
@@ -219,6 +226,52 @@ def test_explorer_driven_is_the_fixed_schedule_said_once(style, caplog):
     notes = [line for line in caplog.text.splitlines() if "sync_style" in line]
     assert len(notes) == 1 and f"synchronizer.sync_style={style!r} changes nothing in rft" in notes[0], notes
     assert "waiting until the trainer has trained those batches" in notes[0]
+
+
+@pytest.mark.parametrize("mode", ["explore", "train", "bench"])
+def test_nccl_apart_from_both_is_checkpoint_as_trinity_takes_it(mode, caplog):
+    """Trinity-RFT's config check sets sync_method to checkpoint in modes that run the explorer or the trainer
+    alone (no process group to broadcast over); rft takes it so, with a note, where it would refuse nccl."""
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"mode": mode, "synchronizer": {"sync_method": "nccl", "sync_interval": 3}}), "t.yaml")
+    assert out["synchronizer"]["sync_method"] == "checkpoint" and out["synchronizer"]["sync_interval"] == 3
+    notes = [line for line in caplog.text.splitlines() if "sync_method" in line]
+    assert len(notes) == 1 and "synchronizer.sync_method='nccl' is taken as 'checkpoint'" in notes[0], notes
+    both = translate(_with({"synchronizer": {"sync_method": "nccl"}}), "t.yaml")
+    assert both["synchronizer"]["sync_method"] == "nccl"  # mode both: the two share a process group
+
+
+def test_an_eval_tasksets_own_columns_are_its_files_own():
+    """Each Trinity-RFT taskset reads its own format.prompt_key / response_key: an eval taskset's that differ from
+    the training taskset's are its files' own (data.val_prompt_keys / val_response_keys), the training tasks keep
+    theirs; one that says what the training tasks say needs nothing of its own."""
+    out = translate(_with({"buffer.explorer_input": {
+        "taskset": {"path": "t.jsonl", "format": {"prompt_key": "prompt", "response_key": "solution"}},
+        "eval_tasksets": [{"path": "a.jsonl", "format": {"prompt_key": "prompt", "response_key": "solution"}},
+                          {"path": "b.jsonl", "format": {"prompt_key": "question", "response_key": "answer"}},
+                          {"path": "c.jsonl", "format": {"prompt_key": "problem"}}]}}), "t.yaml")
+    assert out["data"]["prompt_key"] == "prompt" and out["data"]["response_key"] == "solution"
+    assert out["data"]["val_files"] == ["a.jsonl", "b.jsonl", "c.jsonl"]
+    assert out["data"]["val_prompt_keys"] == [None, "question", "problem"]
+    assert out["data"]["val_response_keys"] == [None, "answer", None]
+    same = translate(_with({"buffer.explorer_input": {
+        "taskset": {"path": "t.jsonl", "format": {"prompt_key": "q"}},
+        "eval_tasksets": [{"path": "a.jsonl", "format": {"prompt_key": "q"}}]}}), "t.yaml")
+    assert same["data"]["prompt_key"] == "q" and "val_prompt_keys" not in same["data"]
+
+
+def test_an_auxiliary_models_trinity_keys_are_rfts_or_noted(caplog):
+    """A workflow's auxiliary model (a RULER judge): max_response_tokens is its replies' max_tokens, enable_thinking
+    its template's variable; its vLLM engines' placement and window are noted, once each; an unknown key refused."""
+    aux = {"model_path": "j", "engine_num": 1, "tensor_parallel_size": 2, "enable_thinking": False,
+           "max_prompt_tokens": 12288, "max_response_tokens": 1024, "max_model_len": 16384}
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        out = translate(_with({"explorer.auxiliary_models": [aux]}), "t.yaml")
+    assert out["workflow"]["auxiliary_models"] == [{"model_path": "j", "enable_thinking": False, "max_tokens": 1024}]
+    noted = [line for line in caplog.text.splitlines() if "auxiliary_models[0]" in line]
+    assert len(noted) == 4 and any("tensor_parallel_size=2 changes nothing" in line for line in noted), noted
+    line = _refusal({"explorer.auxiliary_models": [{"model_path": "j", "max_repsonse_tokens": 3}]})
+    assert "explorer.auxiliary_models[0].max_repsonse_tokens" in line
 
 
 # ------------------------------------------------------------------------------------------- refused, by name

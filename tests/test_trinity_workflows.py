@@ -311,18 +311,86 @@ def test_math_dapo_reward_arguments_rft_cannot_honour_are_refused(args, needle):
     assert needle in str(err.value), str(err.value)
 
 
-def test_the_overlong_buffer_with_a_workflow_is_refused_not_ignored(tmp_path):
-    """The penalty is applied to the batched path's scores only; a workflow's experiences never got it."""
+def test_the_overlong_buffer_punishes_a_workflows_experiences(tmp_path):
+    """DAPO's overlong punishment with a workflow (Trinity's math_dapo_reward adds it in the reward function): each
+    experience's reward gets min(0, -(L - (max_response_length - len)) / len x factor) of its L model tokens.
+    Hand-computed, max_response_length 8, len 4, factor 0.5: L 3 -> 0, 4 -> 0, 6 -> -0.25, 8 -> -0.5."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from rft.experience import Experience
+    from rft.explorer.explorer import punish_overlong
     from rft.trainer.configure import load_config
     from rft.trainer.validate import validate
 
     data = tmp_path / "rows.jsonl"
     data.write_text('{"prompt": "1+1=", "data_source": "d", "reward_model": {"ground_truth": "2"}}\n')
-    with pytest.raises(ConfigError) as err:
+    cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
+                             "workflow.type=math_boxed_workflow", "reward_model.reward_manager=dapo",
+                             "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4",
+                             "data.max_response_length=8",
+                             "custom_reward_function.reward_fn_type=math_dapo_reward"], validate_paths=False)
+    validate(cfg, check_paths=False)  # accepted: the workflow's experiences get it
+
+    def experience(length: int, reward: float) -> Experience:
+        return Experience(tokens=torch.arange(2 + length), prompt_length=2,
+                          action_mask=torch.ones(length, dtype=torch.long), logprobs=torch.zeros(length),
+                          reward=reward, group="g", rewards={"accuracy": reward})
+
+    out = [experience(3, 1.0), experience(4, -1.0), experience(6, 1.0), experience(8, 1.0)]
+    rewards = SimpleNamespace(overlong=SimpleNamespace(len=4, penalty_factor=0.5, log=True), max_response_length=8)
+    punish_overlong(out, rewards)
+    assert [e.reward for e in out] == pytest.approx([1.0, -1.0, 0.75, 0.5])
+    assert [e.rewards["overlong_reward"] for e in out] == pytest.approx([0.0, 0.0, -0.25, -0.5])
+    assert [e.rewards["overlong"] for e in out] == [0.0, 0.0, 1.0, 1.0]
+    unchanged = [experience(8, 1.0)]
+    punish_overlong(unchanged, SimpleNamespace(overlong=None))  # no buffer: nothing added
+    assert unchanged[0].reward == 1.0 and "overlong_reward" not in unchanged[0].rewards
+
+
+@pytest.mark.parametrize("reply, scores", [
+    ("Solution 1 is right, 2 is not. [0.9, 0.2]", [0.9, 0.2]),
+    ("first [1, 1] then, on reflection: [1.5, -0.3]", [1.0, 0.0]),  # the last list, clipped to [0, 1]
+    ("no list here", None),
+    ("[0.5, oops]", None),  # does not parse
+    ("[0.5]", None),  # one score for two responses
+])
+def test_ruler_scores_by_hand(reply, scores):
+    from rft.explorer.workflow import ruler_scores
+
+    assert ruler_scores(reply, 2) == scores
+
+
+def test_math_ruler_workflow_rewards_the_judges_scores_and_logs_the_gold_reward():
+    """Trinity-RFT's math_ruler_workflow: the judge (auxiliary model 0) sees the question and every response in
+    Trinity's prompt; its clipped scores are the rewards; the reward function's score is gold_reward only."""
+    from rft.explorer.workflow import RULER_MATH_PROMPT, MathRULERWorkflow, ruler_messages
+
+    replies = ["<answer> \\boxed{36} </answer>", "<answer> 35 </answer>"]
+    model, judge = FakeModel(replies), FakeModel(["The first is right. [1.0, 0.25]"])
+    task = _task([{"role": "user", "content": "What is 6 x 6?"}], replies, reward="math_boxed_reward")
+    exps = MathRULERWorkflow(task=task, model=model, auxiliary_models=[judge]).run()
+    assert [e.reward for e in exps] == [1.0, 0.25]
+    assert [e.rewards["gold_reward"] for e in exps] == [1.0, 0.0]
+    assert [e.rewards["judge_success"] for e in exps] == [1.0, 1.0]
+    assert model.asked[0][0] == {"role": "system", "content": RULER_MATH_PROMPT}
+    assert judge.asked == [ruler_messages("What is 6 x 6?", replies)]
+    asked = judge.asked[0][1]["content"]
+    assert "Candidate solution 1: <answer> \\boxed{36} </answer>\n\nCandidate solution 2: <answer> 35 </answer>" in asked
+    assert judge.asked[0][0]["content"].startswith("You are a fair judge. The user will provide a question and 2 ")
+    failed = MathRULERWorkflow(task=_task([{"role": "user", "content": "6 x 6?"}], replies),
+                               model=FakeModel(replies), auxiliary_models=[FakeModel(["no scores"])]).run()
+    assert [e.reward for e in failed] == [0.0, 0.0] and [e.rewards["judge_success"] for e in failed] == [0.0, 0.0]
+
+
+def test_math_ruler_workflow_without_a_judge_is_refused(tmp_path):
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "1+1=", "data_source": "d", "reward_model": {"ground_truth": "2"}}\n')
+    with pytest.raises(ConfigError, match="math_ruler_workflow' scores each group's responses with a judge"):
         cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
-                                 "workflow.type=math_boxed_workflow", "reward_model.reward_manager=dapo",
-                                 "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4",
-                                 "data.max_response_length=8",
-                                 "custom_reward_function.reward_fn_type=math_dapo_reward"], validate_paths=False)
+                                 "workflow.type=math_ruler_workflow"], validate_paths=False)
         validate(cfg, check_paths=False)
-    assert "workflow.type='math_boxed_workflow' does not combine with reward_model.overlong_buffer" in str(err.value)

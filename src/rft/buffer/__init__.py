@@ -34,7 +34,8 @@ def make_buffer(cfg, shared: bool = False) -> ExperienceBuffer:
 
     t = cfg.trainer
     return SQLBuffer(url, use_priority_queue=b.use_priority_queue, reuse_cooldown_time=b.reuse_cooldown_time,
-                     priority_decay=b.priority_decay, explorers=t.explorer_num, explorer=t.explorer_rank)
+                     priority_decay=b.priority_decay, use_count_limit=b.priority_use_count_limit,
+                     priority_sigma=b.priority_sigma, explorers=t.explorer_num, explorer=t.explorer_rank)
 
 
 def shareable(buffer: ExperienceBuffer) -> bool:

@@ -54,6 +54,19 @@ def check_experience_buffer(ctx: CheckContext) -> None:
                               "experience_buffer.use_priority_queue=true, or remove it")
         if b.reuse_cooldown_time < 0:
             raise ConfigError(f"experience_buffer.reuse_cooldown_time must be >= 0 seconds, got {b.reuse_cooldown_time}")
+    if b.priority_sigma < 0:
+        raise ConfigError(f"experience_buffer.priority_sigma must be >= 0, got {b.priority_sigma}")
+    if b.priority_sigma and not b.use_priority_queue:
+        raise ConfigError("experience_buffer.priority_sigma perturbs the priority queue's order: set "
+                          "experience_buffer.use_priority_queue=true, or remove it")
+    if b.priority_use_count_limit is not None:
+        if not isinstance(b.priority_use_count_limit, int) or b.priority_use_count_limit < 1:
+            raise ConfigError("experience_buffer.priority_use_count_limit must be an integer >= 1 or null, got "
+                              f"{b.priority_use_count_limit!r}")
+        if b.reuse_cooldown_time is None:
+            raise ConfigError("experience_buffer.priority_use_count_limit limits the replays of "
+                              "experience_buffer.reuse_cooldown_time, which is not set (each experience is read "
+                              "once): set it, or remove the limit")
     if b.max_staleness is not None and (not isinstance(b.max_staleness, int) or b.max_staleness < 0):
         raise ConfigError(f"experience_buffer.max_staleness must be an integer >= 0 or null, got {b.max_staleness!r}")
     if ctx.check_paths:

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import sqlalchemy as sa
 
 from rft import interrupts
@@ -187,7 +188,8 @@ def create_tables(engine: sa.Engine) -> None:
 
 class SQLBuffer:
     def __init__(self, url: str, *, use_priority_queue: bool = False, reuse_cooldown_time: float | None = None,
-                 priority_decay: float = 2.0, poll_s: float = 0.05, explorers: int = 1, explorer: int = 0):
+                 priority_decay: float = 2.0, poll_s: float = 0.05, explorers: int = 1, explorer: int = 0,
+                 use_count_limit: int | None = None, priority_sigma: float = 0.0):
         """`explorers`: how many explorers write (explore step n is explorer (n - 1) % explorers'); `explorer`:
         which one this process is (its state and its rows are its own)."""
         self.url, self.where = url, _shown(url)
@@ -212,6 +214,7 @@ class SQLBuffer:
         self.priority = use_priority_queue
         self.reuse_cooldown_time = reuse_cooldown_time if use_priority_queue else None
         self.decay = priority_decay
+        self.use_count_limit, self.sigma = use_count_limit, priority_sigma
         self.poll_s = poll_s
         self.holders = Holders(self.engine, META, _shown(url), explorers, self._retried, self._set)
 
@@ -408,9 +411,19 @@ class SQLBuffer:
         for r in found:
             groups.setdefault(r.group_id, []).append(r)
         if self.priority:  # Trinity-RFT's linear_decay: newest weights first, each read lowers a group's priority
-            order = sorted(groups.items(), key=lambda kv: -(kv[1][0].model_version - self.decay * kv[1][0].use_count))
+            order = sorted(groups.items(), key=lambda kv: -self.priority_of(kv[1][0]))
             groups = OrderedDict(order)
         return groups
+
+    def priority_of(self, row) -> float:
+        """A group's priority from its first row: model_version - decay x times read (Trinity-RFT's linear_decay),
+        plus with sigma one Gaussian draw (x sigma) per entry into the queue (decay_limit_randomization draws at each
+        put: the write, then each return after a read), the same draw at every read of that entry: seeded by the
+        row and its read count."""
+        priority = row.model_version - self.decay * row.use_count
+        if self.sigma:
+            priority += self.sigma * float(np.random.default_rng([row.seq, row.use_count]).standard_normal())
+        return priority
 
     def _written_through(self, conn) -> int:
         """The explore step through which every step is in the buffer. Explorer k writes steps k + 1, k + 1 + K, ...
@@ -427,6 +440,16 @@ class SQLBuffer:
     def _claim(self, conn, rows: list, step: int, dropped: bool) -> None:
         c = EXPERIENCES.c
         seqs = [r.seq for r in rows]
+        limit = self.use_count_limit
+        if self.reuse_cooldown_time is not None and not dropped and limit is not None:
+            # decay_limit_randomization: back into the queue only while read fewer than use_count_limit times
+            again = [r.seq for r in rows if r.use_count + 1 < limit]
+            conn.execute(EXPERIENCES.update().where(c.seq.in_(again)).values(
+                use_count=c.use_count + 1, available_at=time.time() + self.reuse_cooldown_time))
+            conn.execute(EXPERIENCES.update().where(c.seq.in_([s for s in seqs if s not in set(again)])).values(
+                use_count=c.use_count + 1, consumed=True))
+            conn.execute(READS.insert(), [{"step": step, "seq": s, "dropped": dropped} for s in seqs])
+            return
         if self.reuse_cooldown_time is not None and not dropped:  # replay: readable again after the cooldown
             values = {"use_count": c.use_count + 1, "available_at": time.time() + self.reuse_cooldown_time}
         else:

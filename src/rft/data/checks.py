@@ -43,10 +43,27 @@ def check_rl_inputs(ctx: CheckContext) -> None:
     steps to take, and bench evaluates only."""
     cfg, trainer = ctx.cfg, ctx.cfg.trainer
     require_train = not (trainer.mode == "bench" or (trainer.mode == "train" and trainer.total_training_steps))
+    check_val_file_keys(cfg.data)
     if cfg.data.custom_cls.path is not None or cfg.data.custom_cls.name is not None:
         check_custom_cls(ctx, require_train)
         return
     check_inputs("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path, cfg.data, ctx, require_train)
+
+
+def check_val_file_keys(data: Any) -> None:
+    """data.val_prompt_keys / val_response_keys: one entry per val_files entry, read by rft's own loader (a
+    data.custom_cls reads the files as it likes)."""
+    entries = [data.val_files] if isinstance(data.val_files, str) else list(data.val_files or [])
+    for key in ("data.val_prompt_keys", "data.val_response_keys"):
+        given = getattr(data, key.split(".")[1])
+        if not given:
+            continue
+        if data.custom_cls.path is not None:
+            raise ConfigError(f"{key}={given!r}: data.custom_cls reads data.val_files itself, so rft's per-file "
+                              "columns are not read; remove it (or give the columns to your class)")
+        if len(given) != len(entries):
+            raise ConfigError(f"{key} has {len(given)} entries for the {len(entries)} of data.val_files: give one "
+                              "per file, in order (null: the shared column)")
 
 
 def check_custom_cls(ctx: CheckContext, require_train: bool) -> None:

@@ -99,6 +99,7 @@ class PromptDataset:
         vision=None,
         data_sources: Sequence[str | None] | None = None,
         length_key: str = "data.max_prompt_length",
+        file_keys: Sequence[dict] | None = None,
     ):
         """Trinity-RFT's format keys: `system_prompt` (a system message put first; `system_prompt_key`: the column
         holding one, which wins), `response_key` (the column holding the reference answer: the ground truth instead
@@ -107,15 +108,20 @@ class PromptDataset:
         template's variables (data.apply_chat_template_kwargs, `rft.data.chat`). `data_sources`: per file, the
         data_source of its rows that have none (else "unknown", verl's). `length_key`: the key that set
         `max_prompt_length`, named in the error of a prompt over it (rft generate's is rollout.prompt_length, and its
-        command has no filter or truncation to offer)."""
+        command has no filter or truncation to offer). `file_keys`: per file, {"prompt_key": (column, the key that
+        names it), "response_key": ...} where that file has its own (data.val_prompt_keys / val_response_keys)."""
         files = [files] if isinstance(files, (str, Path)) else list(files)
         self.chat_template = chat_template
         self.response_key = response_key  # where the ground truths came from, for messages about them
         self.prompts: list[Prompt] = []
         self.num_filtered = 0
         dropped: list[int] = []  # the lengths of the prompts filter_overlong_prompts drops
+        shared = {"prompt_key": prompt_key, "response_key": response_key}
         for index, file in enumerate(files):
             source = (data_sources[index] if data_sources and index < len(data_sources) else None) or "unknown"
+            own = file_keys[index] if file_keys and index < len(file_keys) else {}
+            prompt_key, response_key = (own.get(k, (shared[k], None))[0] for k in ("prompt_key", "response_key"))
+            prompt_what, response_what = (own.get(k, (None, f"data.{k}"))[1] for k in ("prompt_key", "response_key"))
             # a path, or (name, rows) for rows from elsewhere (a database table)
             file, rows = file if isinstance(file, tuple) else (file, read_rows(file))
             if not rows:
@@ -131,8 +137,8 @@ class PromptDataset:
             texts, chats, tools = [], [], []
             for i, row in enumerate(rows):
                 where = f"{file} row {i}"
-                for key, what in ((prompt_key, "data.prompt_key"), (system_prompt_key, "data.system_prompt_key"),
-                                  (response_key, "data.response_key"), (tools_key, "data.tools_key")):
+                for key, what in ((prompt_key, prompt_what), (system_prompt_key, "data.system_prompt_key"),
+                                  (response_key, response_what), (tools_key, "data.tools_key")):
                     if key is not None and key not in row:
                         raise raw_rows(where, file, key, what, row) or missing_column(where, key, what, row)
                 chat = _messages(row[prompt_key], where)
@@ -203,7 +209,7 @@ class PromptDataset:
                         "the model is asked for another assistant turn after it (as verl does); if that turn is the "
                         "answer to learn, end each prompt with the user's turn and give the answer as the ground "
                         "truth (reward_model.ground_truth, or its column as data.response_key)", answered,
-                        len(self.prompts), names, prompt_key)
+                        len(self.prompts), names, shared["prompt_key"])
 
     def __len__(self) -> int:
         return len(self.prompts)

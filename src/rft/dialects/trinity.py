@@ -321,6 +321,10 @@ class _Translation:
         """`key`=`value` is accepted and changes nothing here, because `why` (said once, by the real translation)."""
         self.notes.append((key if key.startswith("stages[") else self.prefix + key, value, why))
 
+    def change(self, key: str, value: Any, now: Any, why: str) -> None:
+        """`key`=`value` is taken as `now`, as Trinity-RFT's own config check takes it, because `why` (said once)."""
+        self.notes.append((key if key.startswith("stages[") else self.prefix + key, value, (now, why)))
+
     def rest(self, section: dict, where: str, reason: str | None = None) -> None:
         """The keys of `section` nobody took: one Trinity-RFT has not is unknown (with the nearest Trinity-RFT key);
         one it has is refused by `reason`, else accepted with a note where it changes nothing here
@@ -351,8 +355,12 @@ class _Translation:
         """One `rft: note:` line per accepted key that changes nothing here, naming where it came from."""
         log = logging.getLogger("rft")
         for key, value, why in self.notes:
-            log.warning("rft: note: %s: %s=%r changes nothing in rft: %s", _origin(key, overrides, path), key,
-                        value, why)
+            if isinstance(why, tuple):  # `change`
+                log.warning("rft: note: %s: %s=%r is taken as %r, as Trinity-RFT takes it: %s",
+                            _origin(key, overrides, path), key, value, *why)
+            else:
+                log.warning("rft: note: %s: %s=%r changes nothing in rft: %s", _origin(key, overrides, path), key,
+                            value, why)
 
 
 def unknown_key(key: str, known: tuple[str, ...]) -> str:
@@ -607,6 +615,37 @@ def _distill(out: dict, mode: str) -> None:
 TEACHER_ENGINE = ("the teacher scores the student's tokens in the trainer, in one batched pass beside the policy (as "
                   "the reference model does: its precision and micro-batches), not in an engine of its own")
 """Why an on_policy_distill teacher's engine keys change nothing here."""
+
+
+AUXILIARY_ENGINE = ("rft serves an auxiliary model with its hf engine on the explorer's device, one copy, whole (the "
+                    "same replies as Trinity-RFT's vLLM engines of it give: these say how many and where)")
+AUXILIARY_LIMITS = ("rft bounds an auxiliary model's prompt and reply by the model's positions (its config.json; "
+                    "the reply by max_tokens, Trinity's max_response_tokens), not by a window of its own")
+
+
+def _auxiliary_model(t: _Translation, model: Any, where: str) -> Any:
+    """One of a workflow's auxiliary models (explorer.auxiliary_models[i], its judge or helper) in rft's terms
+    (workflow.auxiliary_models[i]): model_path, temperature and enable_thinking as they are, max_response_tokens ->
+    max_tokens; its engine's placement (`AUXILIARY_ENGINE`) and context window (`AUXILIARY_LIMITS`) noted."""
+    if not isinstance(model, dict):
+        return model  # rft's check says what an item must be
+    model = dict(model)
+    spec = {key: model.pop(key) for key in ("model_path", "temperature", "enable_thinking", "name") if key in model}
+    if "max_response_tokens" in model:
+        spec["max_tokens"] = model.pop("max_response_tokens")
+    for key in ("engine_type", "engine_num", "tensor_parallel_size", "enable_prefix_caching", "enforce_eager",
+                "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill"):
+        if key in model:
+            value = model.pop(key)
+            if key != "engine_type" or value in ("vllm", "vllm_async"):
+                t.note(f"{where}.{key}", value, AUXILIARY_ENGINE)
+            else:
+                spec[key] = value  # another engine: rft's check names it
+    for key in ("max_model_len", "max_prompt_tokens"):
+        if key in model:
+            t.note(f"{where}.{key}", model.pop(key), AUXILIARY_LIMITS)
+    t.rest(model, where)
+    return spec
 
 
 def _teacher(t: _Translation, models: Any, out: dict) -> None:
@@ -1035,6 +1074,23 @@ def _set_shared(t: _Translation, out: dict, key: str, value: Any, where: str) ->
     _set(out, key, value, owners[key])
 
 
+COLUMN_DEFAULTS = {"prompt_key": "prompt", "response_key": None}  # rft's data.prompt_key / response_key
+
+
+def _set_column(t: _Translation, out: dict, key: str, value: Any, where: str, eval_set: bool) -> None:
+    """A taskset's prompt / response column (format.prompt_key / response_key): each Trinity-RFT taskset reads its
+    own, so an eval taskset's that differs from the one the training tasks are read by (or an earlier eval
+    taskset's, without training tasks) is its files' own (data.val_prompt_keys / val_response_keys, collected
+    in `_trinity.own_columns` for `_eval_tasksets`); else the shared data.<key>."""
+    shared = _get(out, f"data.{key}")
+    if shared is _MISSING and _get(out, "data.train_files") is not _MISSING:
+        shared = COLUMN_DEFAULTS[key]  # the training tasks are read by rft's default
+    if eval_set and shared is not _MISSING and shared != value:
+        out.setdefault("_trinity", {}).setdefault("own_columns", {})[key] = value
+    else:
+        _set_shared(t, out, f"data.{key}", value, where)
+
+
 def _enable_thinking(t: _Translation, out: dict, value: Any, where: str) -> None:
     """Trinity-RFT's enable_thinking (model, explorer.rollout_model, a buffer's format): the chat template's
     variable of that name (data.apply_chat_template_kwargs); null, Trinity's default, passes none."""
@@ -1080,11 +1136,13 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
     # the prompt column: prompt_key (plaintext) or messages_key (messages); rft reads either form from it
     prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
     if prompt_column is not None:
-        _set_shared(t, out, "data.prompt_key", prompt_column, f"{where}.format.prompt_key")
+        _set_column(t, out, "prompt_key", prompt_column, f"{where}.format.prompt_key", eval_set)
     if fmt.get("system_prompt") is None and "system_prompt" in defaults:
         _set_shared(t, out, "data.system_prompt", *defaults["system_prompt"])
     for key in FORMAT_KEYS:
-        if key in fmt:
+        if key == "response_key" and key in fmt:
+            _set_column(t, out, key, fmt.pop(key), f"{where}.format.{key}", eval_set)
+        elif key in fmt:
             _set_shared(t, out, f"data.{key}", fmt.pop(key), f"{where}.format.{key}")
     _enable_thinking(t, out, fmt.pop("enable_thinking", None), f"{where}.format.enable_thinking")
     t.rest(fmt, f"{where}.format")
@@ -1279,17 +1337,24 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
         evals = explorer_input.pop("eval_tasksets", None) or []
         val_files: list = []
         val_names: list = []  # each eval taskset's name: the data_source of its rows that have none
+        own_columns: dict = {"prompt_key": [], "response_key": []}  # per val file, its own (or None: shared)
         for i, ts in enumerate(evals):
             name = ts.get("name") if isinstance(ts, dict) else None
             files = _taskset(t, ts, f"buffer.explorer_input.eval_tasksets[{i}]", out, True, defaults)
+            own = out.get("_trinity", {}).pop("own_columns", {})
             if files:
                 files = files if isinstance(files, list) else [files]
                 val_files += files
                 val_names += [str(name) if name else None] * len(files)
+                for key, columns in own_columns.items():
+                    columns += [own.get(key)] * len(files)
         if val_files:
             _set(out, "data.val_files", val_files, "buffer.explorer_input.eval_tasksets")
         if any(val_names):
             _set(out, "data.val_data_sources", val_names)
+        for key, columns in own_columns.items():
+            if any(column is not None for column in columns):
+                _set(out, f"data.val_{key}s", columns, "buffer.explorer_input.eval_tasksets")
         exp = _section(trainer_input.pop("experience_buffer", None), "buffer.trainer_input.experience_buffer")
         exp.pop("name", None)  # a Ray actor's name in Trinity-RFT; rft has no actors
         _replay_buffer(t, exp, out)
@@ -1346,10 +1411,16 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
     t.rest(b, "buffer")
 
 
+PRIORITY_FNS = {"linear_decay": {"decay"}, "decay_limit_randomization": {"decay", "use_count_limit", "sigma"}}
+"""Trinity-RFT's priority functions and their arguments."""
+
+
 def _replay_buffer(t: _Translation, exp: dict, out: dict) -> None:
     """experience_buffer.replay_buffer, Trinity-RFT's prioritised replay of a queue buffer, is rft's priority queue:
     enable -> experience_buffer.use_priority_queue, its linear_decay priority (model_version - decay x times read)
-    -> priority_decay, reuse_cooldown_time (null: each experience read once) as it is. Off, Trinity-RFT reads
+    -> priority_decay, decay_limit_randomization's use_count_limit (read at most that many times; applies with a
+    cooldown, when experiences are read again) and sigma (Gaussian noise on the priority) -> priority_use_count_limit
+    / priority_sigma, reuse_cooldown_time (null: each experience read once) as it is. Off, Trinity-RFT reads
     none of its other keys, nor does rft."""
     where = "buffer.trainer_input.experience_buffer.replay_buffer"
     replay = _section(exp.pop("replay_buffer", None), where)
@@ -1358,13 +1429,18 @@ def _replay_buffer(t: _Translation, exp: dict, out: dict) -> None:
     _set(out, "experience_buffer.use_priority_queue", True, f"{where}.enable")
     fn = replay.pop("priority_fn", "linear_decay")
     args = _section(replay.pop("priority_fn_args", None), f"{where}.priority_fn_args")
-    if fn != "linear_decay":
-        t.refuse(f"{where}.priority_fn", not_one_of(fn, ("linear_decay",), "rft's priority queue ranks by "
-                                                    "linear_decay only (model_version - decay x times read)"))
+    if fn not in PRIORITY_FNS:
+        t.refuse(f"{where}.priority_fn", not_one_of(fn, tuple(PRIORITY_FNS), "rft's priority queue ranks by "
+                                                    "linear_decay or decay_limit_randomization"))
     else:
         _set(out, "experience_buffer.priority_decay", args.pop("decay", 2.0), f"{where}.priority_fn_args.decay")
+        if fn == "decay_limit_randomization":  # Trinity's defaults: use_count_limit 3 (<= 0: none), sigma 0
+            limit = args.pop("use_count_limit", 3)
+            if replay.get("reuse_cooldown_time") is not None and isinstance(limit, int) and limit > 0:
+                _set(out, "experience_buffer.priority_use_count_limit", limit, f"{where}.priority_fn_args.use_count_limit")
+            _set(out, "experience_buffer.priority_sigma", args.pop("sigma", 0.0), f"{where}.priority_fn_args.sigma")
         for key in args:
-            t.refuse(f"{where}.priority_fn_args.{key}", _not_an_argument("linear_decay priority", {"decay"}))
+            t.refuse(f"{where}.priority_fn_args.{key}", _not_an_argument(f"{fn} priority", PRIORITY_FNS[fn]))
     if replay.get("reuse_cooldown_time") is not None:
         _set(out, "experience_buffer.reuse_cooldown_time", replay.pop("reuse_cooldown_time"),
              f"{where}.reuse_cooldown_time")
@@ -1514,6 +1590,10 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     t.rest(rm, "explorer.rollout_model")
     if _get(out, "distillation.enabled") is True:
         _teacher(t, e.pop("auxiliary_models", None), out)
+    elif isinstance(e.get("auxiliary_models"), list):
+        _set(out, "workflow.auxiliary_models", [_auxiliary_model(t, m, f"explorer.auxiliary_models[{i}]")
+                                                for i, m in enumerate(e.pop("auxiliary_models"))],
+             "explorer.auxiliary_models")
     for key in WORKFLOW_KEYS:
         if key in e:
             _set(out, f"workflow.{key}", e.pop(key), f"explorer.{key}")
@@ -1784,6 +1864,11 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
         t.refuse("synchronizer.sync_style", not_one_of(style, ("fixed", "explorer_driven", *SYNC_STYLES), SYNC_STYLES.get(
             named, "rft synchronises on the fixed schedule (fixed, Trinity-RFT's default: every sync_interval "
             "steps, sync_offset ahead); set fixed")))
+    mode = cfg.get("mode", "both")
+    if mode in APART_MODES and str(sync.get("sync_method", "")).lower() == "nccl":
+        # Trinity-RFT's config check turns it into checkpoint there (with a warning), as rft's would refuse it
+        t.change("synchronizer.sync_method", sync.pop("sync_method"), "checkpoint", NCCL_APART.format(mode=mode))
+        _set(out, "synchronizer.sync_method", "checkpoint", "synchronizer.sync_method")
     for key in SYNCHRONIZER_KEYS:  # rft's synchronizer section has Trinity-RFT's names
         if key in sync:
             _set(out, f"synchronizer.{key}", sync.pop(key))
@@ -1793,6 +1878,9 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     _service(t, _section(cfg.get("service"), "service"), out)
 
 
+APART_MODES = ("train", "explore", "bench", "serve")
+NCCL_APART = ("with mode={mode} the explorer and the trainer are separate runs with no process group between them: "
+              "the explorer loads the weights the trainer writes")
 _FIXED = ("rft's explorer and trainer meet on the fixed schedule instead (fixed, Trinity-RFT's default: every "
           "sync_interval steps, the explorer sync_offset steps ahead, one training step per explored batch); set fixed")
 EXPLORER_DRIVEN = (
@@ -1983,7 +2071,7 @@ def _math_workflow_reward(t: _Translation, out: dict) -> None:
     math_verify_reward is RM-Gallery's rule reward, rft's math_verify_reward (`_rm_gallery_reward`)."""
     reward = out.get("custom_reward_function", {})
     kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
-    if workflow == "math_workflow" and not kind and not reward.get("path"):
+    if workflow in ("math_workflow", "math_ruler_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
     elif workflow in ("math_boxed_workflow", "on_policy_distill_math_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")

@@ -12,7 +12,7 @@ from rft.config.suggest import did_you_mean
 from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
-                     "simple_mm_workflow", "on_policy_distill_math_workflow")
+                     "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow")
 
 
 def check_auxiliary_sampling(index: int, spec: dict) -> None:
@@ -147,14 +147,22 @@ def check_workflow(ctx: CheckContext) -> None:
                           "that registers it (rft.explorer.workflow.register_workflow)")
     if wf.path and check_paths and not Path(wf.path).expanduser().exists():
         raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
+    if wf.type == "math_ruler_workflow" and not wf.auxiliary_models:
+        raise ConfigError("workflow.type='math_ruler_workflow' scores each group's responses with a judge, the first "
+                          "of workflow.auxiliary_models (Trinity-RFT's explorer.auxiliary_models), which is empty: "
+                          "give one")
     for i, spec in enumerate(wf.auxiliary_models):
         if not isinstance(spec, dict) or not spec.get("model_path"):
             raise ConfigError(f"workflow.auxiliary_models[{i}] must be a mapping with model_path, got {spec!r}")
         unknown = set(spec) - {"model_path", "temperature", "max_tokens", "tensor_parallel_size", "engine_type",
-                               "name"}
+                               "name", "enable_thinking"}
         if unknown:
             raise ConfigError(f"workflow.auxiliary_models[{i}]: keys {sorted(unknown)} are not honoured; rft takes "
-                              "model_path, temperature, max_tokens (and tensor_parallel_size 1, engine_type hf)")
+                              "model_path, temperature, max_tokens, enable_thinking (and tensor_parallel_size 1, "
+                              "engine_type hf)")
+        if spec.get("enable_thinking") not in (None, True, False):
+            raise ConfigError(f"workflow.auxiliary_models[{i}].enable_thinking must be true, false or null, got "
+                              f"{spec['enable_thinking']!r}")
         if spec.get("tensor_parallel_size", 1) != 1 or spec.get("engine_type", "hf") not in ("hf",):
             raise ConfigError(f"workflow.auxiliary_models[{i}]: rft serves auxiliary models with its hf engine in "
                               "the explorer's process (tensor_parallel_size 1, engine_type hf)")
@@ -181,9 +189,6 @@ def check_workflow(ctx: CheckContext) -> None:
     elif "reward_baselines" in estimator_spec(cfg.algorithm.adv_estimator).needs:
         why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} (its greedy baseline is one more generation of "\
               "the batched single-turn path)"
-    elif cfg.reward_model.overlong_buffer.enable:
-        why = "reward_model.overlong_buffer (DAPO's overlong penalty is applied to the batched single-turn path's " \
-              "scores; a workflow scores its own experiences)"
     elif cfg.algorithm.filter_groups.enable:
         why = "algorithm.filter_groups (dynamic sampling regenerates batches on the single-turn path)"
     if why:

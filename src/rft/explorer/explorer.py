@@ -45,10 +45,11 @@ log = logging.getLogger("rft")
 GENERATOR = "rollout"
 
 
-def load_prompts(cfg, tokenizer, files, data_sources=None) -> PromptDataset:
+def load_prompts(cfg, tokenizer, files, data_sources=None, file_keys=None) -> PromptDataset:
     """The prompts of `files` (paths, or (name, rows) pairs; with data.custom_cls what its dataset class reads
     from them) with the data section's template, length, truncation and format settings (Trinity's
-    system_prompt(_key), response_key, tools_key, chat_template; verl's apply_chat_template_kwargs)."""
+    system_prompt(_key), response_key, tools_key, chat_template; verl's apply_chat_template_kwargs); `file_keys`:
+    per file, the columns it has of its own (`val_file_keys`)."""
     data = cfg.data
     vision = vision_for(cfg.actor_rollout_ref.model.path)
     if data.custom_cls.path is not None:
@@ -61,7 +62,20 @@ def load_prompts(cfg, tokenizer, files, data_sources=None) -> PromptDataset:
                          image_key=data.image_key, system_prompt=data.system_prompt,
                          system_prompt_key=data.system_prompt_key, response_key=data.response_key,
                          tools_key=data.tools_key, chat_template=data.chat_template,
-                         template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources)
+                         template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources,
+                         file_keys=file_keys)
+
+
+def val_file_keys(data) -> list[dict]:
+    """Per val_files entry, the prompt / response columns it has of its own (data.val_prompt_keys /
+    val_response_keys, a null entry: the shared data.prompt_key / response_key), each with the key that names it."""
+    own: list[dict] = []
+    for name in ("prompt_key", "response_key"):
+        for i, column in enumerate(getattr(data, f"val_{name}s") or []):
+            own += [{} for _ in range(i + 1 - len(own))]
+            if column is not None:
+                own[i][name] = (column, f"data.val_{name}s[{i}]")
+    return own
 
 
 def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
@@ -70,7 +84,7 @@ def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
     data = cfg.data
     if not data.val_files:
         return None
-    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources)
+    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources, val_file_keys(data))
     kept = capped_validation(len(val_set), data.val_max_samples, data.shuffle, data.seed, "prompts")
     if kept is not None:
         val_set.keep(kept)
@@ -479,6 +493,7 @@ class Workflows:
                 e.info = {"data_source": p.data_source, "ground_truth": p.ground_truth, "extra_info": p.extra_info,
                           "raw_prompt": p.messages, **e.info, "explore_step": ex.step, "position": task.index}
                 out.append(e)
+        punish_overlong(out, ex.rewards)
         report_task_failures(tasks, out, f"explore step {ex.step}")
         if not out:
             log.warning("rft: workflow %r failed on every task of explore step %d (the warnings above say how): the "
@@ -502,7 +517,7 @@ class Workflows:
         server = GenerationServer(ex.engine, ex.tokenizer, torch.Generator().manual_seed(ex.cfg.trainer.seed + 7919))
         runner = WorkflowRunner(self.cls, server, lambda: self.handle(server, params), self.settings, self.auxiliary)
         tasks = self.tasks([ex.val_set[i] for i in range(len(ex.val_set))], vk.n, is_eval=True)
-        return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n)
+        return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n, ex.rewards)
 
 
 def report_task_failures(tasks: list, experiences: list[Experience], where: str,
@@ -515,13 +530,34 @@ def report_task_failures(tasks: list, experiences: list[Experience], where: str,
                     where, without=without)
 
 
-def evaluate_workflow(runner, tasks: list, tokenizer, n: int) -> tuple[dict[str, float], list[dict]]:
+def punish_overlong(experiences: list[Experience], rewards) -> None:
+    """DAPO's soft overlong punishment (reward_model.overlong_buffer, `rewards`' RewardPipeline's) added to each
+    workflow experience's reward, by the count of its model tokens, as the batched path adds it to each response's
+    score (Trinity-RFT's math_dapo_reward adds it in the reward function, from the response's tokens); with
+    overlong_buffer.log its parts are the experience's `overlong_reward` / `overlong` values."""
+    ob = getattr(rewards, "overlong", None)
+    if ob is None or not experiences:
+        return
+    from rft.algorithms.dapo import overlong_penalty
+
+    lengths = torch.tensor([int(e.action_mask.sum()) for e in experiences])
+    penalty = overlong_penalty(lengths, rewards.max_response_length, ob.len, ob.penalty_factor).tolist()
+    for e, p in zip(experiences, penalty):
+        e.reward = e.reward + p
+        if ob.log:
+            e.rewards = {**e.rewards, "overlong_reward": p, "overlong": float(p < 0)}
+
+
+def evaluate_workflow(runner, tasks: list, tokenizer, n: int, rewards=None) -> tuple[dict[str, float], list[dict]]:
     """(val-core/<data_source>/reward/mean@n, samples) of `tasks` run through `runner`'s workflow; a skipped
     task scores 0. Responses whose reward failed and were scored 0 (on_error=zero) are counted in one warning; a
-    validation whose every response failed raises RewardError (`report_task_failures`), as `evaluate` does."""
+    validation whose every response failed raises RewardError (`report_task_failures`), as `evaluate` does.
+    `rewards`: the run's RewardPipeline, whose overlong punishment the rewards get (`punish_overlong`)."""
     import numpy as np
 
     results, _ = runner.run(tasks)
+    for experiences in results:
+        punish_overlong(experiences, rewards)
     report_task_failures(tasks, [e for experiences in results for e in experiences], "validation",
                          without=UNSCORED_VALIDATION)
     by_source: dict[str, list[float]] = {}
@@ -542,18 +578,22 @@ def model_name(cfg) -> str:
 
 
 def auxiliary_model(cfg, spec: dict, index: int, engine):
-    """A handle on auxiliary model `spec` ({model_path, temperature?, max_tokens?}): loaded frozen on the
-    policy's device, served by an hf engine and a generation server of its own (greedy unless told)."""
+    """A handle on auxiliary model `spec` ({model_path, temperature?, max_tokens?, enable_thinking?}): loaded frozen
+    on the policy's device, served by an hf engine and a generation server of its own (greedy unless told);
+    enable_thinking is its chat template's variable of that name (none passed when null)."""
     from rft.models.load import device_of
 
     return local_model_handle(cfg, spec["model_path"], dtype=next(engine.model.parameters()).dtype,
                               device=device_of(engine.model), key=f"workflow.auxiliary_models[{index}]",
                               temperature=float(spec.get("temperature", 0.0)),
                               max_tokens=int(spec.get("max_tokens", cfg.data.max_response_length)),
-                              seed=cfg.trainer.seed + 100 + index)
+                              seed=cfg.trainer.seed + 100 + index,
+                              template_kwargs=({"enable_thinking": spec["enable_thinking"]}
+                                               if spec.get("enable_thinking") is not None else None))
 
 
-def local_model_handle(cfg, path: str, *, dtype, device, key: str, temperature: float, max_tokens: int, seed: int):
+def local_model_handle(cfg, path: str, *, dtype, device, key: str, temperature: float, max_tokens: int, seed: int,
+                       template_kwargs: dict | None = None):
     """A model handle on the folder `path`, loaded frozen and served by an hf engine and a generation server of its
     own; `key` names it in errors."""
     from rft.explorer.model import GenerationServer, ModelHandle
@@ -568,7 +608,7 @@ def local_model_handle(cfg, path: str, *, dtype, device, key: str, temperature: 
     engine = HFRollout(model, eos_token_ids(model, tokenizer), tokenizer.pad_token_id)
     params = SamplingParams(n=1, temperature=temperature, do_sample=temperature > 0, max_tokens=max_tokens)
     server = GenerationServer(engine, tokenizer, torch.Generator().manual_seed(seed))
-    return ModelHandle(server, tokenizer, params)
+    return ModelHandle(server, tokenizer, params, template_kwargs=template_kwargs)
 
 
 class ServedModels:

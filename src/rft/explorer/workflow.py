@@ -202,6 +202,78 @@ class MathBoxedWorkflow(SimpleWorkflow):
         return out
 
 
+RULER_MATH_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The assistant "
+    "first thinks about the reasoning process in the mind and then provides the user with the answer. The reasoning "
+    "process and answer are enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e.,\n"
+    "<think> reasoning process here </think>\n<answer> answer here </answer>.\n"
+)
+"""Trinity-RFT's math_ruler_workflow system prompt (its MathWorkflow's), word for word."""
+
+
+@register_workflow("math_ruler_workflow")
+class MathRULERWorkflow(SimpleWorkflow):
+    """Trinity-RFT's math_ruler_workflow (RULER, after OpenPipe ART's): the task's responses, under `RULER_MATH_PROMPT`
+    when the task has no system prompt, are shown together to the judge, the first auxiliary model
+    (workflow.auxiliary_models[0]), which gives each a score in [0, 1]; that score is the reward. The run's reward
+    function (the Trinity dialect's default: math_reward) gives the gold reward, logged as gold_reward (and its
+    parts), not trained on; judge_success is 0 where the judge's reply has no list of one number per response (every
+    score is then 0, as Trinity's; a list of another length, which Trinity's would index past or leave unread, is a
+    failure too)."""
+
+    def run(self) -> list[Experience]:
+        if not self.auxiliary_models:
+            raise WorkflowError("math_ruler_workflow needs a judge: workflow.auxiliary_models[0]")
+        self.task = with_system_prompt(self.task, RULER_MATH_PROMPT)
+        completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
+        gold = [self.task.score(c.text) for c in completions]
+        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        reply = self.auxiliary_models[0].chat(ruler_messages(question, [c.text for c in completions]), n=1)[0].text
+        scores = ruler_scores(reply, len(completions))
+        return [completion_experience(c, scores[i] if scores else 0.0,
+                                      {**parts, "gold_reward": reward, "judge_success": float(scores is not None)})
+                for i, (c, (reward, parts)) in enumerate(zip(completions, gold))]
+
+
+def ruler_messages(question: str, responses: list[str]) -> list[dict]:
+    """Trinity-RFT's RULER judge prompt for `question` and its candidate `responses`, word for word (its last line
+    names solution n + 1, as Trinity's does)."""
+    n = len(responses)
+    system = (f"You are a fair judge. The user will provide a question and {n} candidate solutions to it. Your task is "
+              "to compare the solutions, see how well they resolve the question, and assign a score within the range "
+              "[0, 1] for each solution.")
+    question_prompt = (f"Question: {question}\n\nSolution format requirement: first thinks about the reasoning process "
+                       "in the mind and then provides the final answer. The reasoning process and answer are enclosed "
+                       "within <think> </think> and <answer> </answer> tags, respectively, i.e.,\n<think> reasoning "
+                       "process here </think>\n<answer> answer here </answer>.")
+    solutions = "\n\n".join(f"Candidate solution {i + 1}: {r}" for i, r in enumerate(responses))
+    user = (f"\nBelow is a question and several candidate solutions.\n\n{question_prompt}\n\n{solutions}\n\n"
+            "Please assign a score within the range [0, 1] for each of them, reflecting how well they solve the "
+            "question.\nYou may compare them against each other and think step by step before returning your final "
+            "scores, but keep your reasoning process brief and concise when possible.\n\nConclude your response with "
+            "a list of scores, in the following format: [score for solution 1, score for solution 2, ..., score for "
+            f"solution {n + 1}]\n")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def ruler_scores(reply: str, n: int) -> list[float] | None:
+    """The judge's scores: the last [...] of `reply` read as a Python list, each clipped to [0, 1]; None where there
+    is none, it does not parse, or it holds other than `n` numbers."""
+    import ast
+
+    start, end = reply.rfind("["), reply.rfind("]")
+    if start == -1 or end == -1 or start > end:
+        return None
+    try:
+        scores = ast.literal_eval(reply[start:end + 1])
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if not isinstance(scores, (list, tuple)) or len(scores) != n or not all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores):
+        return None
+    return [max(0.0, min(1.0, float(s))) for s in scores]
+
+
 QWEN_MATH_SYSTEM_PROMPT = "You are a helpful assistant."
 
 

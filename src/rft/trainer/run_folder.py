@@ -188,7 +188,7 @@ RESUME_MAY_CHANGE = frozenset({
     "trainer.monitor_args",
     # what it validates on and how it samples there: validation draws from generators of its own (never the
     # training stream) and changes no weight, optimizer or sampler state
-    "data.val_files", "data.val_max_samples", "data.val_batch_size",
+    "data.val_files", "data.val_max_samples", "data.val_batch_size", "data.val_prompt_keys", "data.val_response_keys",
     "trainer.log_freq", "trainer.log_level", "trainer.log_group_by_node", "trainer.log_val_generations",
     "trainer.project_name", "trainer.experiment_name", "trainer.default_local_dir", "trainer.default_hdfs_dir",
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep",
