@@ -98,7 +98,7 @@ def kill_when(proc: subprocess.Popen, out: Path, after: int, seconds: float, tar
         time.sleep(0.1)
     assert not alive(server), f"the server child {server} outlived its driver ({target} killed):\n{text}"
     if target == "server" and proc.returncode != 0:  # (0: the run had ended as the kill landed)
-        assert "rft: error: engine server http://127.0.0.1:" in text and "Traceback" not in text, text
+        assert "rft: error:" in text and "Traceback" not in text, text
     return True
 
 
