@@ -50,7 +50,7 @@ MULTI_TURN = "examples__sglang_multiturn__"
 """verl's multi-turn launches (its tool rollout, actor_rollout_ref.rollout.multi_turn): written for SGLang, which rft
 does not have, so measured with rft's hf engine in its place (rollout.name=hf), as issue 64 asks; each of them
 resolves, is refused for Megatron, or is a KNOWN_GAP."""
-MULTI_TURN_RESOLVING = 13
+MULTI_TURN_RESOLVING = 14
 """The floor: geo3k (x2), gsm8k (its over_sample_rate, which verl 0.8 reads nowhere; with vLLM and an empty
 use_kl_loss; on 4 GPUs with interactions, and on a server), gsm8k on a server, gsm8k with the tool agent and MLflow,
 Qwen3 gsm8k, DAPO with sandbox-fusion tools, Search-R1, and the two with verl's curriculum sampler (data.sampler; its
