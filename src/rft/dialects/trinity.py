@@ -633,14 +633,19 @@ def _auxiliary_model(t: _Translation, model: Any, where: str) -> Any:
     spec = {key: model.pop(key) for key in ("model_path", "temperature", "enable_thinking", "name") if key in model}
     if "max_response_tokens" in model:
         spec["max_tokens"] = model.pop("max_response_tokens")
+    # how many engines and where: noted when they are counts; dtype and seed change the replies, so they go on to
+    # rft's check, which names them
     for key in ("engine_type", "engine_num", "tensor_parallel_size", "enable_prefix_caching", "enforce_eager",
                 "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill"):
         if key in model:
             value = model.pop(key)
-            if key != "engine_type" or value in ("vllm", "vllm_async"):
+            placement = (value in ("vllm", "vllm_async") if key == "engine_type"
+                         else type(value) is int and value >= 1 if key in ("engine_num", "tensor_parallel_size")
+                         else key not in ("dtype", "seed"))
+            if placement:
                 t.note(f"{where}.{key}", value, AUXILIARY_ENGINE)
             else:
-                spec[key] = value  # another engine: rft's check names it
+                spec[key] = value  # another engine, a count that is none, dtype, seed: rft's check names it
     for key in ("max_model_len", "max_prompt_tokens"):
         if key in model:
             t.note(f"{where}.{key}", model.pop(key), AUXILIARY_LIMITS)
