@@ -157,14 +157,13 @@ class UserSampler:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        for key, what in (("num_items", "the number of training prompts"), ("batch_size", self.batch_key),
-                          ("sampler", "data.sampler.class_name")):
-            if key in state and state[key] != getattr(self, key if key != "sampler" else "name"):
-                raise DataError(f"the checkpoint was written with {what}={state[key]}, this run has "
-                                f"{getattr(self, key if key != 'sampler' else 'name')}; resume with the same data, "
-                                "batch size and sampler (or set trainer.resume_mode=disable)")
+        for key, what, ours in (("num_items", "the number of training prompts", self.num_items),
+                                ("batch_size", self.batch_key, self.batch_size),
+                                ("sampler", "data.sampler.class_name", self.name)):
+            if key in state and state[key] != ours:
+                raise DataError(f"the checkpoint was written with {what}={state[key]}, this run has {ours}; resume "
+                                "with the same data, batch size and sampler (or set trainer.resume_mode=disable)")
         self.epoch, self.batch_in_epoch = state["epoch"], state["batch_in_epoch"]
-        self._iter = iter(self.sampler) if "state" not in state else None
         if "state" in state:
             if not callable(getattr(self.sampler, "load_state_dict", None)):
                 raise DataError(f"data.sampler {self.name} has state_dict but no load_state_dict: the checkpoint's "
@@ -175,6 +174,7 @@ class UserSampler:
         log.info("rft: data.sampler %s has no state_dict: the resumed run draws its epoch %d anew, past the %s "
                  "drawn (the same order only if its order is seeded)", self.name, self.epoch,
                  counted(self.batch_in_epoch, "batch", "batches"))
+        self._iter = iter(self.sampler)
         for _ in range(self.batch_in_epoch):
             self._take()
 
