@@ -161,7 +161,6 @@ def check_sequence_parallel(ctx: CheckContext) -> None:
                           f"processes ({why}); set {size_key}=1 to run the critic whole, or a size that fits both")
 
 
-
 def _check_divides(key: str, sp: int, ctx: CheckContext) -> None:
     """A sequence-parallel size > 1 that splits the run's processes into groups (several processes)."""
     t = ctx.cfg.trainer
@@ -192,6 +191,7 @@ def check_sft_sequence_parallel(ctx: CheckContext) -> None:
     if why is not None:
         raise ConfigError(f"{key}={sp}: the model {cfg.model.partial_pretrain} cannot split its sequences over {sp} "
                           f"processes ({why}); set a size that fits, or 1")
+
 
 @CHECKS.register("workers.offload")
 def check_offload(ctx: CheckContext) -> None:
@@ -275,16 +275,21 @@ def _shard_group(fsdp: Any, world: int) -> int:
     return size if isinstance(size, int) and size > 0 and world % size == 0 else world
 
 
+def _weight_bytes(params: int, model_dtype: str = "fp32") -> int:
+    """The weights of a model of `params` parameters kept in `model_dtype` (fsdp_config.model_dtype)."""
+    from rft.models.precision import MASTER, dtype_of
+
+    return (dtype_of(model_dtype) or MASTER).itemsize * params
+
+
 def _training_bytes(params: int, lora_rank: int, optimizer: str, model_dtype: str = "fp32") -> int:
     """What training a model of `params` parameters holds: its weights (in `model_dtype`, fsdp_config.model_dtype)
     and, trained in full, its gradients and the optimizer's state, in the same dtype (LoRA's adapter counted as
     nothing)."""
-    from rft.models.precision import MASTER, dtype_of
     from rft.workers.optim import STATE_VALUES
 
-    width = (dtype_of(model_dtype) or MASTER).itemsize
     trained = 0 if lora_rank > 0 else params
-    return width * params + width * trained * (1 + STATE_VALUES.get(optimizer, 0))
+    return _weight_bytes(params, model_dtype) + _weight_bytes(trained, model_dtype) * (1 + STATE_VALUES.get(optimizer, 0))
 
 
 def refuse_unless_fits(path: str, params: int, parts: list[tuple[str, int, int]], local: int,
@@ -335,7 +340,7 @@ def check_memory(ctx: CheckContext) -> None:
                                 arr.actor.fsdp_config.model_dtype))]
     if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
         sharded.append(("actor_rollout_ref.ref", arr.ref.fsdp_config, "the reference's weights",
-                        _training_bytes(actor_params, 1, "", arr.ref.fsdp_config.model_dtype)))
+                        _weight_bytes(actor_params, arr.ref.fsdp_config.model_dtype)))
     if builds_critic(cfg):
         critic_params = saved_parameters(cfg.critic.model.path or arr.model.path) or actor_params
         sharded.append(("critic.model", cfg.critic.model.fsdp_config, "the critic's",
