@@ -440,21 +440,20 @@ class SQLBuffer:
     def _claim(self, conn, rows: list, step: int, dropped: bool) -> None:
         c = EXPERIENCES.c
         seqs = [r.seq for r in rows]
-        limit = self.use_count_limit
-        if self.reuse_cooldown_time is not None and not dropped and limit is not None:
-            # decay_limit_randomization: back into the queue only while read fewer than use_count_limit times
-            again = [r.seq for r in rows if r.use_count + 1 < limit]
+        if self.reuse_cooldown_time is not None and not dropped:
+            # replay: readable again after the cooldown; with use_count_limit (decay_limit_randomization) only while
+            # read fewer than that many times, consumed at the limit
+            limit = self.use_count_limit
+            again = [r.seq for r in rows if limit is None or r.use_count + 1 < limit]
             conn.execute(EXPERIENCES.update().where(c.seq.in_(again)).values(
                 use_count=c.use_count + 1, available_at=time.time() + self.reuse_cooldown_time))
-            conn.execute(EXPERIENCES.update().where(c.seq.in_([s for s in seqs if s not in set(again)])).values(
-                use_count=c.use_count + 1, consumed=True))
-            conn.execute(READS.insert(), [{"step": step, "seq": s, "dropped": dropped} for s in seqs])
-            return
-        if self.reuse_cooldown_time is not None and not dropped:  # replay: readable again after the cooldown
-            values = {"use_count": c.use_count + 1, "available_at": time.time() + self.reuse_cooldown_time}
+            if len(again) < len(seqs):
+                kept = set(again)
+                conn.execute(EXPERIENCES.update().where(c.seq.in_([s for s in seqs if s not in kept])).values(
+                    use_count=c.use_count + 1, consumed=True))
         else:
-            values = {"use_count": c.use_count + (0 if dropped else 1), "consumed": True}
-        conn.execute(EXPERIENCES.update().where(c.seq.in_(seqs)).values(**values))
+            conn.execute(EXPERIENCES.update().where(c.seq.in_(seqs)).values(
+                use_count=c.use_count + (0 if dropped else 1), consumed=True))
         conn.execute(READS.insert(), [{"step": step, "seq": s, "dropped": dropped} for s in seqs])
 
     def check_reader(self, start: int) -> None:
