@@ -623,6 +623,16 @@ AUXILIARY_LIMITS = ("rft bounds an auxiliary model's prompt and reply by the mod
                     "the reply by max_tokens, Trinity's max_response_tokens), not by a window of its own")
 
 
+def _auxiliary_placement(key: str, value: Any) -> bool:
+    """Whether an auxiliary model's engine key `key`=`value` says only which vLLM engines serve it, how many and where
+    (`AUXILIARY_ENGINE`): an engine count is one where it is a count."""
+    if key == "engine_type":
+        return value in ("vllm", "vllm_async")
+    if key in ("engine_num", "tensor_parallel_size"):
+        return type(value) is int and value >= 1
+    return True
+
+
 def _auxiliary_model(t: _Translation, model: Any, where: str) -> Any:
     """One of a workflow's auxiliary models (explorer.auxiliary_models[i], its judge or helper) in rft's terms
     (workflow.auxiliary_models[i]): model_path, temperature and enable_thinking as they are, max_response_tokens ->
@@ -630,22 +640,19 @@ def _auxiliary_model(t: _Translation, model: Any, where: str) -> Any:
     if not isinstance(model, dict):
         return model  # rft's check says what an item must be
     model = dict(model)
-    spec = {key: model.pop(key) for key in ("model_path", "temperature", "enable_thinking", "name") if key in model}
+    # dtype and seed change the replies: they go on to rft's check, which names them
+    spec = {key: model.pop(key) for key in ("model_path", "temperature", "enable_thinking", "name", "dtype", "seed")
+            if key in model}
     if "max_response_tokens" in model:
         spec["max_tokens"] = model.pop("max_response_tokens")
-    # how many engines and where: noted when they are counts; dtype and seed change the replies, so they go on to
-    # rft's check, which names them
     for key in ("engine_type", "engine_num", "tensor_parallel_size", "enable_prefix_caching", "enforce_eager",
-                "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill"):
+                "gpu_memory_utilization", "enable_chunked_prefill"):
         if key in model:
             value = model.pop(key)
-            placement = (value in ("vllm", "vllm_async") if key == "engine_type"
-                         else type(value) is int and value >= 1 if key in ("engine_num", "tensor_parallel_size")
-                         else key not in ("dtype", "seed"))
-            if placement:
+            if _auxiliary_placement(key, value):
                 t.note(f"{where}.{key}", value, AUXILIARY_ENGINE)
             else:
-                spec[key] = value  # another engine, a count that is none, dtype, seed: rft's check names it
+                spec[key] = value  # another engine, a count that is none: rft's check names it
     for key in ("max_model_len", "max_prompt_tokens"):
         if key in model:
             t.note(f"{where}.{key}", model.pop(key), AUXILIARY_LIMITS)
