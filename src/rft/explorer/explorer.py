@@ -34,7 +34,7 @@ from rft.explorer.taskset import generation_batch
 from rft.models.vision import vision_for
 from rft.monitor import Timer
 from rft.rewards.judge import JUDGE, LLMJudge, question_of
-from rft.rewards.pipeline import RewardPipeline
+from rft.rewards.pipeline import RewardPipeline, overlong_punishment
 from rft.rewards.scoring import FAILED, UNSCORED_VALIDATION, UNTRAINED_STEP, report_failures
 from rft.rollout import SamplingParams
 from rft.workers.fsdp import gathered_for_generation
@@ -535,17 +535,14 @@ def punish_overlong(experiences: list[Experience], rewards) -> None:
     workflow experience's reward, by the count of its model tokens, as the batched path adds it to each response's
     score (Trinity-RFT's math_dapo_reward adds it in the reward function, from the response's tokens); with
     overlong_buffer.log its parts are the experience's `overlong_reward` / `overlong` values."""
-    ob = getattr(rewards, "overlong", None)
-    if ob is None or not experiences:
+    if getattr(rewards, "overlong", None) is None or not experiences:
         return
-    from rft.algorithms.dapo import overlong_penalty
-
     lengths = torch.tensor([int(e.action_mask.sum()) for e in experiences])
-    penalty = overlong_penalty(lengths, rewards.max_response_length, ob.len, ob.penalty_factor).tolist()
-    for e, p in zip(experiences, penalty):
-        e.reward = e.reward + p
-        if ob.log:
-            e.rewards = {**e.rewards, "overlong_reward": p, "overlong": float(p < 0)}
+    penalty, logged = overlong_punishment(rewards.overlong, rewards.max_response_length, lengths)
+    for i, e in enumerate(experiences):
+        e.reward = e.reward + float(penalty[i])
+        if logged:
+            e.rewards = {**e.rewards, **{name: values[i] for name, values in logged.items()}}
 
 
 def evaluate_workflow(runner, tasks: list, tokenizer, n: int, rewards=None) -> tuple[dict[str, float], list[dict]]:

@@ -81,15 +81,22 @@ class RewardPipeline:
         raw = torch.tensor(scores, dtype=torch.float32)
         batch.scores = raw
         if self.overlong is not None:  # DAPO's soft overlong punishment, added to the score
-            ob = self.overlong
-            penalty = overlong_penalty(batch.response_mask.sum(-1), self.max_response_length, ob.len,
-                                       ob.penalty_factor)
+            penalty, logged = overlong_punishment(self.overlong, self.max_response_length,
+                                                  batch.response_mask.sum(-1))
             batch.scores = raw + penalty
-            if ob.log:
-                extra = {**extra, "overlong_reward": penalty.tolist(), "overlong": (penalty < 0).float().tolist()}
+            extra = {**extra, **logged}
         batch.reward_rows = [{k: float(v[i]) for k, v in extra.items()} for i in range(len(batch))]
         return {**{k: torch.tensor(v, dtype=torch.float32) for k, v in extra.items()},
                 "score": raw, "seq_reward": batch.scores, "seq_final_reward": batch.scores}
+
+
+def overlong_punishment(ob, max_response_length: int,
+                        lengths: torch.Tensor) -> tuple[torch.Tensor, dict[str, list[float]]]:
+    """DAPO's soft overlong punishment (`ob`: reward_model.overlong_buffer) of responses of `lengths` tokens, added to
+    their scores, and with overlong_buffer.log its parts by name (overlong_reward, overlong: penalised or not)."""
+    penalty = overlong_penalty(lengths, max_response_length, ob.len, ob.penalty_factor)
+    logged = {"overlong_reward": penalty.tolist(), "overlong": (penalty < 0).float().tolist()} if ob.log else {}
+    return penalty, logged
 
 
 def build_reward_model(rm, tokenizer, dtype: torch.dtype, device: torch.device) -> RewardModel:
