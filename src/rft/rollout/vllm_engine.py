@@ -343,14 +343,23 @@ class VLLMRollout:
         self._stream = VLLMStream(self, max_num_seqs, generator)
         return self._stream
 
+    def sampling_params(self, params: SamplingParams, seed: int, **more):
+        """rft's `params` as vLLM's SamplingParams for one prompt (its n samples; greedy: one, unseeded), each
+        token's log-prob returned, stopping at the model's EOS ids unless ignore_eos; `more`: vLLM's own fields."""
+        import vllm
+
+        return vllm.SamplingParams(
+            n=1 if params.greedy else params.n, temperature=0.0 if params.greedy else params.temperature,
+            top_k=params.top_k if params.top_k > 0 else 0, top_p=params.top_p, max_tokens=params.max_tokens,
+            ignore_eos=params.ignore_eos, stop_token_ids=[] if params.ignore_eos else self.eos_ids.tolist(),
+            logprobs=0, seed=None if params.greedy else int(seed), detokenize=False, **more)
+
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
                  generator: torch.Generator | None = None, images: list[list[bytes]] | None = None) -> RolloutOutput:
         """`params.n` responses to each prompt row (rows of a prompt adjacent). `images`: each prompt's images
         (encoded; `rft.data.images`) for a vision-language model of `IMAGE_FAMILIES`, whose prompt ids hold their
         image tokens as its processor expanded them."""
-        import vllm
-
         if images is not None and any(images) and self.vision is None:
             raise ValueError("the rollout model is not a vision-language model: it cannot take images")
         seeds = torch.randint(0, 2**31 - 1, (prompt_ids.shape[0],), generator=generator).tolist()
@@ -364,11 +373,7 @@ class VLLMRollout:
                     prompt = self._image_prompt(prompt["prompt_token_ids"], pictures)
                 extra = {"rft_images": self.vision.special_ids, "rft_prompt": row}
             prompts.append(prompt)
-            requests.append(vllm.SamplingParams(extra_args=extra,
-                n=1 if params.greedy else params.n, temperature=0.0 if params.greedy else params.temperature,
-                top_k=params.top_k if params.top_k > 0 else 0, top_p=params.top_p, max_tokens=params.max_tokens,
-                ignore_eos=params.ignore_eos, stop_token_ids=[] if params.ignore_eos else self.eos_ids.tolist(),
-                logprobs=0, seed=None if params.greedy else int(seed), detokenize=False))
+            requests.append(self.sampling_params(params, seed, extra_args=extra))
         _image_steps.clear()
         outputs = self.llm.generate(prompts, requests, use_tqdm=False)
         rows, logprobs = [], []

@@ -67,20 +67,13 @@ class VLLMStream:
         self.waiting.clear()
 
     def step(self) -> list[StreamResponse]:
-        import vllm
         from vllm.sampling_params import RequestOutputKind
 
         engine = self.engine.llm.llm_engine
-        eos = self.engine.eos_ids.tolist()
         while self.waiting:
             request = self.waiting.popleft()
-            p = request.params
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
-            params = vllm.SamplingParams(
-                n=1, temperature=0.0 if p.greedy else p.temperature, top_k=p.top_k if p.top_k > 0 else 0,
-                top_p=p.top_p, max_tokens=p.max_tokens, ignore_eos=p.ignore_eos,
-                stop_token_ids=[] if p.ignore_eos else eos, logprobs=0, seed=None if p.greedy else seed,
-                detokenize=False, output_kind=RequestOutputKind.DELTA)
+            params = self.engine.sampling_params(request.params, seed, output_kind=RequestOutputKind.DELTA)
             key = f"rft-{next(self._ids)}"
             ids = request.prompt_ids.tolist() if isinstance(request.prompt_ids, torch.Tensor) \
                 else list(request.prompt_ids)
