@@ -20,10 +20,10 @@ test: setup
 	@echo "make test: about 10-20 minutes on 2 quiet cores (pytest -n 2); several times that where other work shares them (no test bounds the wall clock tighter than a machine at load 10 keeps)"
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 --ignore=tests/with_vllm -m "not faults and not heavy and not demo" tests
 
-# the heaviest tests (a torch.compile per model family, multi-process runs killed and rerun), apart from make test
-# for its minutes; .ci/run runs them
+# the heaviest tests (a torch.compile per model family, multi-process runs killed and rerun, and the whole demo
+# under two kernel settings: test-demo's), apart from make test for their minutes; .ci/run runs them
 test-heavy: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=10 --ignore=tests/with_vllm -m heavy tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=10 --ignore=tests/with_vllm -m "heavy or demo" tests
 
 # the multi-process tests (modes, processes, workflows, staged runs) again in the precision each config names (bf16
 # by verl's defaults), as a user's run computes on a CPU where bf16 is faster; make test computes in float32
@@ -35,7 +35,8 @@ test-bf16: setup
 
 # the whole arithmetic demo, seed 0, three times at once: this CPU's kernels, the generic ones
 # (ATEN_CPU_CAPABILITY=default, another machine's rounding), and killed mid-GRPO then rerun: each lifts past the
-# demo's bar and the resumed model equals the uninterrupted one bit for bit (issue 61); 10-15 minutes on 2 quiet cores
+# demo's bar and the resumed model equals the uninterrupted one bit for bit (issue 61); 10-15 minutes on 2 quiet cores;
+# make test-heavy runs it too
 test-demo: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m demo tests/test_demo.py
 
