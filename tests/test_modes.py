@@ -737,5 +737,9 @@ def test_mode_both_whose_trainer_is_killed_leaves_an_explorer_that_says_so(asset
     trainer.send_signal(signal.SIGKILL)
     log, _ = trainer.communicate(timeout=600)  # to the end of the pipe the explorer child shares: it has exited
     errors = [x for x in log.splitlines() if x.startswith("rft: error:")]
-    assert len(errors) == 1 and "the weight broadcast from the trainer broke" in errors[0], log
+    # which the explorer sees first is the machine's timing: its next broadcast breaking, or (under load, when the
+    # step it is in takes longer than the parent watch's poll) the trainer process gone; either names the trainer
+    assert len(errors) == 1, log
+    assert ("the weight broadcast from the trainer broke" in errors[0]
+            or "the trainer process" in errors[0] and "is gone" in errors[0]), log
     assert "run the same command again to resume" in errors[0] and "bug in rft" not in log
