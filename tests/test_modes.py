@@ -727,8 +727,9 @@ def test_an_explorer_that_dies_before_joining_stops_the_trainer_at_once(assets, 
 
 
 def test_mode_both_whose_trainer_is_killed_leaves_an_explorer_that_says_so(assets, tmp_path):
-    """The trainer of mode both SIGKILLed: its explorer child's next weight broadcast breaks, and it stops with one
-    line naming the trainer and how to resume (it used to print gloo's error as a bug in rft)."""
+    """The trainer of mode both SIGKILLed: its explorer child stops with one line naming the trainer and how to
+    resume, whether its next weight broadcast breaks first or its watch on the parent process sees it gone first (it
+    used to print gloo's error as a bug in rft)."""
     out = tmp_path / "out"
     trainer = start("train", *overrides(assets, out, 50, "synchronizer.sync_offset=1",
                                         "synchronizer.sync_method=nccl"), cwd=tmp_path)

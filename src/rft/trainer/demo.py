@@ -51,8 +51,9 @@ from rft.tasks.shapes import write_shapes
 # The demo's task and hyperparameters, tuned so GRPO lifts greedy accuracy well above the SFT model within minutes
 # on 2 CPU cores (bench/RESULTS.md has the measurements behind them). SFT sits on a loss plateau (~0.8 a token)
 # until the model learns to add the tens digits; when it leaves depends on the seed and on the CPU's rounding. The
-# copying warm-up (`copy_stage`) made every seed leave it; what still made the demo a lottery was the training set:
-# 2000 questions seen 51 times over (1600 steps of 64) were learnt by heart. Seed 0's SFT loss ended at 0.04, below
+# copying warm-up (`copy_stage`) made every seed leave it under this CPU's kernels and the generic ones (under the
+# AVX2 ones seed 0 still stays on it: bench/RESULTS.md, 2026-11-28); what made the demo a lottery there was the
+# training set: 2000 questions seen 51 times over (1600 steps of 64) were learnt by heart. Seed 0's SFT loss ended at 0.04, below
 # the ~0.07 a token that the teacher's coin flips on the carry leave to anyone who adds, and seed 1 (this EPYC's
 # kernels) ended at 0.19 still getting 30% of the carry-free held-out sums wrong (0.430; GRPO +0.110, below the
 # bar). ARITHMETIC_TRAIN questions (13 passes) leave nothing to memorise: seed 1 ends SFT at 0.545 and GRPO lifts it
