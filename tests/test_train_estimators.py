@@ -54,9 +54,9 @@ def spy_on_advantages(run: SyncRun) -> list:
     """The batches `compute_advantages` sees (with their advantages once it returns)."""
     seen, original = [], run.trainer.compute_advantages
 
-    def spy(batch):
+    def spy(batch, *rest):
         seen.append(batch)
-        return original(batch)
+        return original(batch, *rest)
 
     run.trainer.compute_advantages = spy
     return seen

@@ -121,6 +121,12 @@ ARGS = [
     ({"algorithm_type": "opmd", "advantage_fn": "opmd_verl", "advantage_fn_args": {"tau": 0.5}},
      {"algorithm.adv_estimator": "opmd", "algorithm.tau": 0.5}),
     ({"algorithm_type": "grpo", "advantage_fn": "reinforce"}, {"algorithm.adv_estimator": "reinforce"}),
+    # the corpus's examples/entropy: GRPO's advantages, then the filter with Trinity's default bound
+    ({"algorithm_type": "grpo_verl", "advantage_fn": "clipb"},
+     {"algorithm.adv_estimator": "grpo", "algorithm.entropy_clip.mode": "clipb", "algorithm.entropy_clip.mu": 2.5}),
+    ({"algorithm_type": "grpo_verl", "advantage_fn": "clipv", "advantage_fn_args": {"max_frac": 0.001}},
+     {"algorithm.entropy_clip.mode": "clipv", "algorithm.entropy_clip.mu": 8.5,
+      "algorithm.entropy_clip.max_frac": 0.001}),
     ({"algorithm_type": "grpo", "policy_loss_fn": "importance_sampling"},
      {f"{A}.policy_loss.loss_mode": "importance_sampling"}),
 ]
@@ -198,10 +204,6 @@ REFUSED = [
     ({"algorithm_type": "gigpo"}, "algorithm.algorithm_type='gigpo': GiGPO's step-level groups are the anchor "
                                   "states"),
     ({"algorithm_type": "cpt"}, "algorithm.algorithm_type='cpt': continued pre-training trains on plain text"),
-    # the corpus's entropy examples
-    ({"algorithm_type": "grpo_verl", "advantage_fn": "clipb", "advantage_fn_args": {"mu": 2.5}},
-     "algorithm.advantage_fn='clipb': Clip_B filters tokens by the rollout policy's per-token entropy"),
-    ({"algorithm_type": "grpo_verl", "advantage_fn": "clipv"}, "algorithm.advantage_fn='clipv': Clip_V"),
     ({"algorithm_type": "rec", "advantage_fn_args": {"drop": "balance"}},
      "algorithm.advantage_fn_args.drop='balance': REC's balance drop"),
     ({"algorithm_type": "grpo", "advantage_fn_args": {"rank_penalty": 0.1}},
@@ -292,6 +294,11 @@ TRAINED.update({
     "rec-gspo-one-side-advantage-forward-kl": {"algorithm_type": "rec", "policy_loss_fn_args": {
         "clip_mode": "gspo-one-side", "weight": "advantage", "temp": 2.0, "regularizer": "forward-kl",
         "regularizer_coef": 0.1}},
+    # the entropy filters (their hand-computed tests: tests/test_entropy_clip.py), with bounds low enough to drop
+    # tokens of the tiny model's samples
+    "grpo_verl-clipb": {"algorithm_type": "grpo_verl", "advantage_fn": "clipb", "advantage_fn_args": {"mu": 1.0}},
+    "grpo_verl-clipv": {"algorithm_type": "grpo_verl", "advantage_fn": "clipv",
+                        "advantage_fn_args": {"mu": 1.0, "max_frac": 0.05}},
     # the TOPR paper's sequence ratio (Trinity's topr takes the token's)
     "topr-sequence": {"algorithm_type": "topr", "actor": {"policy_loss": {"topr_ratio_level": "sequence"}}},
 })
@@ -318,6 +325,9 @@ def test_each_algorithm_type_trains_two_steps_through_rft_train(work, tmp_path, 
         assert math.isfinite(s["actor/pg_loss"]), s
     if kind == "raft":
         assert all(0 < s["critic/kept_rows"] < 1 for s in steps), steps
+    if "clip" in kind:  # the filter dropped tokens of negative advantage from the loss
+        assert any(s["actor/entropy_clip/frac_clipped_neg"] > 0 for s in steps), steps
+        assert all(s["actor/entropy_clip/frac_clipped_pos"] == 0 for s in steps), steps
     if "std_threshold" in kind:  # the rows of groups over the threshold train
         assert all(0 < s["critic/kept_rows"] <= 1 for s in steps), steps
     before, after = _weights(work / "m"), _weights(out / "model")

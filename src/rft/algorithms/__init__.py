@@ -22,6 +22,7 @@ from rft.algorithms.distill import (
     distill_divergence,
     distill_needs_logits,
 )
+from rft.algorithms.entropy_clip import ENTROPY_CLIP_MODES, EntropyClipInputs, entropy_clip_keep
 from rft.algorithms.kl import KL_ESTIMATORS, KLInputs, full_kl_from_logits, kl_needs_logits, kl_penalty
 from rft.algorithms.policy_loss import (
     POLICY_LOSSES,
@@ -46,6 +47,7 @@ from rft.algorithms.preference import (
 from rft.algorithms.utils import (
     LOGIT_CHUNK_TOKENS,
     entropy_from_logits,
+    entropy_statistics_from_logits,
     logprobs_from_logits,
     masked_mean,
     masked_var,
@@ -104,6 +106,10 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "sum_pi_squared_from_logits",
+    "entropy_statistics_from_logits",
+    "ENTROPY_CLIP_MODES",
+    "EntropyClipInputs",
+    "entropy_clip_keep",
     "ValueLossOutputs",
     "explained_variance",
     "value_loss",

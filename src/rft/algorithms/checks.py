@@ -284,3 +284,30 @@ def check_pf_ppo(ctx: CheckContext) -> None:
         raise ConfigError(f"algorithm.use_pf_ppo=true with {ctx.world_size} processes: PF-PPO's resampling of the "
                           "whole batch across processes is not in rft yet; run it in one process "
                           "(trainer.n_gpus_per_node=1, trainer.nnodes=1)")
+
+
+@UNUSED.register("algorithms.entropy_clip")
+def unused_entropy_clip_keys(cfg) -> dict[str, str]:
+    """algorithm.entropy_clip.* without a mode; max_frac with clipb, which has no cap."""
+    mode = cfg.algorithm.entropy_clip.mode
+    if mode is None:
+        why = "algorithm.entropy_clip.mode=null (no entropy filter)"
+        return {"algorithm.entropy_clip.mu": why, "algorithm.entropy_clip.max_frac": why}
+    return {"algorithm.entropy_clip.max_frac": "algorithm.entropy_clip.mode=clipb (only clipv caps its share)"} \
+        if mode == "clipb" else {}
+
+
+@CHECKS.register("algorithms.entropy_clip")
+def check_entropy_clip(ctx: CheckContext) -> None:
+    """The entropy filter's bound, its cap, and the old log-prob pass it reads."""
+    algo = ctx.cfg.algorithm
+    ec, key = algo.entropy_clip, "algorithm.entropy_clip"
+    if ec.mode is None:
+        return
+    if ec.mu is not None and not (math.isfinite(ec.mu) and ec.mu > 0):
+        raise ConfigError(f"{key}.mu={ec.mu} must be a number > 0 (the bound in stds), or null for the mode's default")
+    if not 0.0 < ec.max_frac <= 1.0:
+        raise ConfigError(f"{key}.max_frac={ec.max_frac} must be in (0, 1] (a share of the batch's response tokens)")
+    if algo.rollout_correction.bypass_mode:
+        raise ConfigError(f"{key}.mode={ec.mode} reads the entropy from the old log-prob pass, which "
+                          "algorithm.rollout_correction.bypass_mode=true skips: set one of them otherwise")

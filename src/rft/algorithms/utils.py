@@ -268,3 +268,20 @@ def sum_pi_squared_from_logits(logits: torch.Tensor, chunk_size: int | None = LO
         z = flat[start:end]
         out[start:end] = torch.exp(torch.logsumexp(2.0 * z, dim=-1) - 2.0 * torch.logsumexp(z, dim=-1))
     return out.reshape(logits.shape[:-1])
+
+
+@torch.no_grad()
+def entropy_statistics_from_logits(logits: torch.Tensor, chunk_size: int | None = LOGIT_CHUNK_TOKENS
+                                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H, N) over the last dim, (..., V) -> (...) each, without gradient: the entropy H = -sum_v p_v log p_v and
+    N = H sum_v p_v^2 + sum_v p_v^2 log p_v (the entropy filters' statistic, ``rft.algorithms.entropy_clip``), in
+    float32, ``chunk_size`` positions at a time. Pass temperature-scaled logits."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    h, n = (flat.new_empty(flat.shape[0], dtype=torch.float32) for _ in range(2))
+    for start, end in _chunks(flat.shape[0], chunk_size):
+        logp = torch.log_softmax(flat[start:end].float(), dim=-1)
+        p = logp.exp()
+        p2 = p * p
+        h[start:end] = -(p * logp).sum(-1)
+        n[start:end] = h[start:end] * p2.sum(-1) + (p2 * logp).sum(-1)
+    return h.reshape(logits.shape[:-1]), n.reshape(logits.shape[:-1])

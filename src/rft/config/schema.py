@@ -903,6 +903,21 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class EntropyClipConfig:
+    mode: Optional[str] = fld(
+        None, "An entropy-guided token filter after the advantages (Trinity-RFT's clipb / clipv advantage "
+        "functions, arXiv:2602.03392; docs/algorithms.md): some response tokens of negative advantage leave the loss "
+        "and its normaliser, chosen by the old policy's entropy statistics at each token (so the old log-prob pass "
+        "runs and computes them). clipb: the tokens whose S = p (H + log p) lies more than mu stds below the "
+        "batch's mean; clipv: those whose N - S (N the expected S under the token's distribution) exceeds mu stds, "
+        "capped at max_frac of the tokens. null: no filter.", choices=(None, "clipb", "clipv"))
+    mu: Optional[float] = fld(
+        None, "The bound in stds (> 0); null: the mode's default (Trinity-RFT's: clipb 2.5, clipv 8.5).")
+    max_frac: float = fld(
+        1e-4, "clipv: the most tokens it drops, as a share of the batch's response tokens (at least one token).")
+
+
+@dataclass
 class MixConfig:
     enable: bool = fld(
         False, "Trinity-RFT's mix: each mini-batch of experiences gets expert rows (data.expert) at expert_data_ratio; "
@@ -988,6 +1003,8 @@ class AlgorithmConfig:
         None, "gdpo: one weight per gdpo_reward_keys entry for the sum of the normalised dimensions; null: all 1."
     )
     mix: MixConfig = sub(MixConfig, "RL experiences plus expert SFT rows (Trinity-RFT's mix algorithm).")
+    entropy_clip: EntropyClipConfig = sub(
+        EntropyClipConfig, "Entropy-guided token filters (Trinity-RFT's clipb / clipv; rft's own keys).")
 
 
 @dataclass

@@ -99,10 +99,6 @@ REFUSED_ALGORITHMS = {
 }
 REFUSED_ADVANTAGE_FNS = {
     **{k: v for k, v in REFUSED_ALGORITHMS.items() if k in ("gigpo",)},
-    "clipb": "Clip_B filters tokens by the rollout policy's per-token entropy, which rft's old log-prob pass does "
-             "not compute",
-    "clipv": "Clip_V filters tokens by the rollout policy's per-token entropy and its 'necs' statistic, which "
-             "rft's old log-prob pass does not compute",
 }
 # Trinity-RFT's mix_chord policy-loss arguments (its defaults: no warm-up or decay, peak = valley = 0.1, phi on)
 CHORD_ARGS = {"mu_peak": "algorithm.mix.mu", "mu_valley": "algorithm.mix.mu_valley",
@@ -166,9 +162,13 @@ ADVANTAGE_FNS = {
                          "Trinity-RFT divides both log-probs by it before the JSD; rft takes them as the rollout's "
                          "temperature gives them: remove it or set 1.0"),
                      "chunk_size": lambda v, out: None}),  # memory only: token_jsd is per token, no chunks
+    # GRPO's advantages, then the entropy filter (algorithm.entropy_clip, whose mode `_algorithm` sets)
+    "clipb": ("grpo", {**_EPS, "mu": "algorithm.entropy_clip.mu"}),
+    "clipv": ("grpo", {**_EPS, "mu": "algorithm.entropy_clip.mu", "max_frac": "algorithm.entropy_clip.max_frac"}),
 }
 # Trinity's advantage_fn_args rft must set where Trinity's default differs from rft's (rec: std_normalize false)
 ADVANTAGE_DEFAULTS = {"rec": {"std_normalize": False}, "on_policy_distill": {"kl_coef": 1.0},
+                      "clipb": {"mu": 2.5}, "clipv": {"mu": 8.5},
                       "jsd": {"kl_coef": 1.0, "lambda_coef": 0.5}}
 _CLIP = {"clip_range": f"{A}.clip_ratio", "clip_range_low": f"{A}.clip_ratio_low",
          "clip_range_high": f"{A}.clip_ratio_high"}
@@ -520,6 +520,8 @@ def _algorithm(t: _Translation, algo: dict, out: dict) -> str:
         _set(out, "algorithm.adv_estimator", estimator)
         if adv in DISTILL_MODES:
             _distill(out, DISTILL_MODES[adv])
+        if adv in ("clipb", "clipv"):
+            _set(out, "algorithm.entropy_clip.mode", adv)
         args = {**ADVANTAGE_DEFAULTS.get(adv, {}), **(a.get("advantage_fn_args") or {})}
         _fn_args(t, out, "algorithm.advantage_fn_args", args, table, f"{adv} advantage")
     loss = a["policy_loss_fn"]

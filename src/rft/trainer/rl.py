@@ -25,8 +25,10 @@ import torch
 
 from rft.algorithms import (
     AdvantageInputs,
+    EntropyClipInputs,
     compute_advantages,
     distill_needs_logits,
+    entropy_clip_keep,
     estimator_spec,
     explained_variance,
     kl_needs_logits,
@@ -35,6 +37,7 @@ from rft.algorithms import (
     masked_mean,
     reward_components,
 )
+from rft.algorithms.entropy_clip import DEFAULT_MU
 from rft.algorithms.pf_ppo import pf_ppo_resample
 from rft.batch import Batch
 from rft.distributed import SINGLE, Dist
@@ -202,7 +205,7 @@ class RLTrainer:
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
                                    or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
-                                   ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
+                                   or cfg.algorithm.entropy_clip.mode is not None) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
         served = unserved_reason(cfg, dist.processes) is None  # an engine server's passes: another process's
         self.worker.rollout_drift = ((engine_spec(arr.rollout.name).own_numerics or served)
                                      and not self.needs_old_logprobs)
@@ -267,12 +270,14 @@ class RLTrainer:
         metrics = self.reward_metrics(batch)
         metrics.update(self.staleness_metrics(batch, step))
         self.set_token_rewards(batch)
+        entropy_stats = None  # (entropy, N) of the old policy at each response token: the entropy filters' input
         if self.needs_old_logprobs:
             with timer("old_log_prob"):
                 ro = self.cfg.actor_rollout_ref.rollout
-                batch.old_logprobs, batch.sum_pi_squared = compute_old_logprobs(
+                batch.old_logprobs, batch.sum_pi_squared, entropy_stats = compute_old_logprobs(
                     self.model, batch, self.settings.temperature, _log_prob_micro_rows(ro),
-                    self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared, self._token_budget(ro), self.dist)
+                    self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared, self._token_budget(ro), self.dist,
+                    with_entropy_stats=self.cfg.algorithm.entropy_clip.mode is not None)
         # off-policy correction against the rollout's log-probs (stale experiences, engine mismatch)
         metrics.update(apply_rollout_correction(batch, self.cfg.algorithm.rollout_correction, self.dist))
         if "reward_components" in self.adv_needs:  # gdpo: the reward dimensions the rows carry
@@ -293,7 +298,7 @@ class RLTrainer:
             with timer("values"):  # the old values, before either model moves
                 batch.values = self.critic.compute_values(batch)
         with timer("adv"):
-            metrics.update(self.compute_advantages(batch))
+            metrics.update(self.compute_advantages(batch, entropy_stats))
             metrics.update(self.downweight_stale(batch, step))
             batch = self.pf_ppo_draw(batch, step)
         if self.critic is not None:
@@ -424,10 +429,12 @@ class RLTrainer:
             return advantages
         return advantages - d.distillation_loss_coef * teacher_kl * mask
 
-    def compute_advantages(self, batch: Batch) -> dict[str, float]:
+    def compute_advantages(self, batch: Batch, entropy_stats: tuple[torch.Tensor, torch.Tensor] | None = None
+                           ) -> dict[str, float]:
         """Advantages and returns of `batch`. With several processes the estimator runs on every rank's rows
         (gathered and put in the one-process order: the one-process batch, so batch-wide statistics such as
-        whitening, gpg's alpha or a batch std are global) and each rank keeps its own rows."""
+        whitening, gpg's alpha or a batch std are global) and each rank keeps its own rows. `entropy_stats`: the
+        old pass's (entropy, N), for algorithm.entropy_clip's filter, which then drops tokens from the loss."""
         algo, metrics = self.cfg.algorithm, {}
         action = batch.action_mask if batch.action_mask is not None else batch.response_mask
         mask = action.float()
@@ -471,6 +478,16 @@ class RLTrainer:
             tokens = batch.loss_mask if batch.loss_mask is not None else batch.response_mask
             batch.loss_mask = tokens * kept.to(tokens.device, tokens.dtype).unsqueeze(-1)
             metrics["critic/kept_rows"] = float(out.loss_mask.float().mean())
+        if algo.entropy_clip.mode is not None:  # the tokens the entropy filter drops carry no loss either
+            ec = algo.entropy_clip
+            keep, clip_metrics = entropy_clip_keep(ec.mode, EntropyClipInputs(
+                advantages=advantages, response_mask=response_mask, old_logprobs=g(batch.old_logprobs),
+                entropy=g(entropy_stats[0]), nec=g(entropy_stats[1])), ec.mu or DEFAULT_MU[ec.mode], ec.max_frac)
+            if order is not None:
+                keep = keep[mine]
+            tokens = batch.loss_mask if batch.loss_mask is not None else batch.response_mask
+            batch.loss_mask = tokens * keep.to(tokens.device, tokens.dtype)
+            metrics.update({f"actor/entropy_clip/{k}": v for k, v in clip_metrics.items()})
         mask = response_mask.float()
         valid = mask.bool()
         metrics.update(_stats("critic/rewards", (token_rewards * mask).sum(-1)))

@@ -31,6 +31,7 @@ UNUSED_RL = (
     "algorithms.kl",                  # kl_ctrl.*, kl_penalty without use_kl_in_reward; kl_loss_* without use_kl_loss
     "algorithms.distillation",        # distillation.* without distillation.enabled
     "algorithms.pf_ppo",              # pf_ppo.* without use_pf_ppo; use_pf_ppo without gae
+    "algorithms.entropy_clip",        # entropy_clip.* without a mode; max_frac with clipb
     "rollout.vllm",                   # the vLLM engine's keys with another engine
     "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
     "trainer.checkpoints",            # default_hdfs_dir, checkpoints kept, when save_freq <= 0 saves none
@@ -72,6 +73,7 @@ RL = (
     "explorer.filter_groups",         # DAPO's dynamic sampling
     "algorithms.rollout_correction",  # IS / rejection options, bypass mode
     "algorithms.pf_ppo",              # PF-PPO's resampling in one process
+    "algorithms.entropy_clip",        # the entropy filter's bound and cap, the old pass it reads
     "workers.critic",                 # the critic's section, critic_warmup
     "rewards.reward_model",           # a reward model folder, its weights
     "explorer.taskset",               # a taskset stream or table

@@ -33,6 +33,7 @@ from rft.algorithms import (
     distill_divergence,
     distill_needs_logits,
     entropy_from_logits,
+    entropy_statistics_from_logits,
     kl_needs_logits,
     kl_penalty,
     logprobs_from_logits,
@@ -323,22 +324,31 @@ def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_r
 
 def compute_old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_rows: int | None,
                          with_sum_pi_squared: bool = False, max_tokens: int | None = None,
-                         dist: Dist = SINGLE) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log-probs (B, R), sum_v pi_v^2 (B, R) or None) of the policy without gradients, `micro_rows` rows (or
-    `max_tokens` tokens) per pass; both from the same logits when `with_sum_pi_squared` (the optimal token
-    baseline's input)."""
-    if not with_sum_pi_squared:
-        return compute_logprobs(model, batch, temperature, micro_rows, max_tokens, dist), None
+                         dist: Dist = SINGLE, with_entropy_stats: bool = False
+                         ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+    """(log-probs (B, R), sum_v pi_v^2 (B, R) or None, (entropy, N) (B, R) each or None) of the policy without
+    gradients, `micro_rows` rows (or `max_tokens` tokens) per pass, all from the same logits: sum pi^2 when
+    `with_sum_pi_squared` (the optimal token baseline's input), the entropy and N when `with_entropy_stats` (the
+    entropy filters', `rft.algorithms.entropy_clip`)."""
+    if not with_sum_pi_squared and not with_entropy_stats:
+        return compute_logprobs(model, batch, temperature, micro_rows, max_tokens, dist), None, None
     R = batch.response_ids.shape[1]
 
-    def both(mb: Batch) -> torch.Tensor:  # (b, 2R): log-probs, then sum pi^2
+    def columns(mb: Batch) -> torch.Tensor:  # (b, kR): log-probs, then sum pi^2, entropy and N where asked
         logits, labels = forward_logits(model, mb, temperature)
-        return torch.cat([_pad(logprobs_from_logits(logits, labels), R), _pad(sum_pi_squared_from_logits(logits), R)],
-                         dim=-1)
+        out = [logprobs_from_logits(logits, labels)]
+        if with_sum_pi_squared:
+            out.append(sum_pi_squared_from_logits(logits))
+        if with_entropy_stats:
+            out.extend(entropy_statistics_from_logits(logits))
+        return torch.cat([_pad(x.to(out[0].dtype), R) for x in out], dim=-1)
 
-    out = eval_passes(model, batch, micro_rows, both, mask=torch.cat([batch.response_mask] * 2, dim=-1),
+    k = 1 + with_sum_pi_squared + 2 * with_entropy_stats
+    out = eval_passes(model, batch, micro_rows, columns, mask=torch.cat([batch.response_mask] * k, dim=-1),
                       max_tokens=max_tokens, dist=dist)
-    return out[:, :R], out[:, R:]
+    parts = list(out.split(R, dim=-1))
+    logprobs, spp = parts[0], (parts[1] if with_sum_pi_squared else None)
+    return logprobs, spp, ((parts[-2], parts[-1]) if with_entropy_stats else None)
 
 
 @contextmanager
