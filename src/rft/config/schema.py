@@ -198,6 +198,25 @@ class SamplerConfig:
 
 
 @dataclass
+class SelectorConfig:
+    selector_type: Optional[str] = fld(
+        None, "Which training tasks each explore step takes (Trinity-RFT's data_selector; rft.data.selectors, "
+        "docs/data.md): random (distinct tasks drawn anew each step, numpy's default_rng(seed + tasks drawn)), "
+        "offline_easy2hard (sorted by feature_keys, highest first), difficulty_based (BOTS: the tasks whose "
+        "estimated pass rate is nearest kwargs.target_reward, the estimates updated from each step's rewards and "
+        "two reference pass rates per task, feature_keys). null: data.shuffle / data.sampler.",
+        choices=(None, "random", "offline_easy2hard", "difficulty_based"))
+    seed: int = fld(42, "The selector's seed (Trinity-RFT's default 42).")
+    feature_keys: List[str] = fld(
+        [], "offline_easy2hard: the columns to sort by; difficulty_based: two columns, a weak and a strong "
+        "reference model's pass rate of each task.")
+    kwargs: Dict[str, Any] = fld(
+        {}, "difficulty_based: m (responses a task, 16), lamb (the estimates' decay, 0.2), rho (the reference "
+        "rates' weight, 0.2), adaptive_rho (false), target_reward (1.0), tau (softmax temperature; 0 the best ones, "
+        "1.0), do_sample (draw from the Beta estimates, false): Trinity-RFT's defaults.")
+
+
+@dataclass
 class ExpertDataConfig:
     files: Any = fld(None, "algorithm.mix: the expert (SFT) rows mixed into each RL step, one parquet/jsonl file or a "
                             "list (Trinity-RFT's auxiliary buffer): a prompt and a response column, or a messages "
@@ -315,6 +334,8 @@ class DataConfig:
     sampler: SamplerConfig = sub(SamplerConfig, "A sampler class of yours for the training prompts (verl's "
                                                 "data.sampler; curriculum learning, docs/data.md).")
     expert: ExpertDataConfig = sub(ExpertDataConfig, "The expert rows of algorithm.mix (Trinity-RFT's mix).")
+    selector: SelectorConfig = sub(SelectorConfig, "A task selector rft has (Trinity-RFT's data_selector): random, "
+                                                   "easy to hard, or by estimated difficulty (rft's own keys).")
 
 
 # ------------------------------------------------------------------------------------------- actor / model

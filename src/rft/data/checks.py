@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rft.config.checks import CHECKS, CheckContext, check_files_exist, check_model_dir, data_files
+from rft.config.checks import CHECKS, UNUSED, CheckContext, check_files_exist, check_model_dir, data_files
 from rft.config.errors import ConfigError
 
 
@@ -108,3 +108,76 @@ def check_preference_columns(ctx: CheckContext) -> None:
         raise ConfigError(f"data.prompt_key, chosen_key and rejected_key must name three different columns, got "
                           f"{data.prompt_key!r}, {data.chosen_key!r}, {data.rejected_key!r}")
 
+
+
+@CHECKS.register("data.selector")
+def check_selector(ctx: CheckContext) -> None:
+    """data.selector (`rft.data.selectors`): its features and arguments, and the runs whose task draws it can
+    follow (a file or table taskset; difficulty_based's feedback, each step's rewards, in one explorer process)."""
+    from rft.data.selectors import DIFFICULTY_DEFAULTS
+
+    cfg = ctx.cfg
+    sel, key = cfg.data.selector, "data.selector"
+    kind = sel.selector_type
+    if kind is None:
+        return
+    if cfg.data.sampler.class_path:
+        raise ConfigError(f"{key}.selector_type={kind} and data.sampler.class_path={cfg.data.sampler.class_path!r} "
+                          "both draw the training tasks: keep one")
+    if cfg.data.task_storage == "queue":
+        raise ConfigError(f"{key}.selector_type={kind}: data.task_storage=queue reads tasks as a stream, in id order, "
+                          "each once; use task_storage file or sql, or remove the selector")
+    keys, kwargs = list(sel.feature_keys), dict(sel.kwargs)
+    if kind == "random" and (keys or kwargs):
+        raise ConfigError(f"{key}.feature_keys / kwargs are read by offline_easy2hard and difficulty_based, not by "
+                          "random; remove them")
+    if kind == "offline_easy2hard":
+        if not keys:
+            raise ConfigError(f"{key}.selector_type=offline_easy2hard sorts the tasks by {key}.feature_keys: name "
+                              "the columns (highest first)")
+        if kwargs:
+            raise ConfigError(f"{key}.kwargs={kwargs}: offline_easy2hard takes none; remove them")
+    if kind != "difficulty_based":
+        return
+    if len(keys) != 2:
+        raise ConfigError(f"{key}.feature_keys={keys}: difficulty_based takes two columns, a weak and a strong "
+                          "reference model's pass rate of each task")
+    unknown = sorted(set(kwargs) - set(DIFFICULTY_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"{key}.kwargs: {unknown} are not difficulty_based's (it takes {sorted(DIFFICULTY_DEFAULTS)})")
+    o = {**DIFFICULTY_DEFAULTS, **kwargs}
+    for name, ok, what in (("m", isinstance(o["m"], int) and o["m"] >= 1, "an integer >= 1"),
+                           ("lamb", _number(o["lamb"]) and 0 <= o["lamb"] <= 1, "in [0, 1]"),
+                           ("rho", _number(o["rho"]) and 0 <= o["rho"] <= 1, "in [0, 1]"),
+                           ("target_reward", _number(o["target_reward"]), "a number"),
+                           ("tau", _number(o["tau"]) and o["tau"] >= 0, ">= 0 (0: the best tasks)"),
+                           ("do_sample", isinstance(o["do_sample"], bool), "true or false"),
+                           ("adaptive_rho", isinstance(o["adaptive_rho"], bool), "true or false")):
+        if not ok:
+            raise ConfigError(f"{key}.kwargs.{name}={o[name]!r} must be {what}")
+    why = None
+    if ctx.world_size > 1:
+        why = f"{ctx.world_size} processes share the explorer's tasks"
+    elif cfg.trainer.explorer_num > 1:
+        why = f"trainer.explorer_num={cfg.trainer.explorer_num} explorers draw from one taskset"
+    elif cfg.algorithm.filter_groups.enable:
+        why = "algorithm.filter_groups.enable=true (DAPO's dynamic sampling) draws several batches a step"
+    elif cfg.async_training.staleness_threshold is not None:
+        why = "async_training.staleness_threshold streams groups across steps"
+    if why is not None:
+        raise ConfigError(f"{key}.selector_type=difficulty_based learns from each step's rewards of the tasks it "
+                          f"drew, which rft feeds back in one explorer process, but {why}; use another selector")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@UNUSED.register("data.selector")
+def unused_selector_keys(cfg) -> dict[str, str]:
+    """rft's task order (data.shuffle, data.seed) under a selector, which draws the tasks itself."""
+    kind = cfg.data.selector.selector_type
+    if kind is None:
+        return {}
+    why = f"data.selector.selector_type={kind} draws the training tasks (seeded by data.selector.seed)"
+    return {"data.shuffle": why, "data.seed": why}

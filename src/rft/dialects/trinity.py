@@ -1188,35 +1188,38 @@ def _workflow_defaults(b: dict, explorer_input: dict) -> dict[str, tuple[Any, st
     return defaults
 
 
-SELECTORS = {
-    "random": "draws each step's tasks at random, with replacement from step to step; rft's data.shuffle deals "
-              "every task once per epoch (selector_type shuffle)",
-    "offline_easy2hard": "orders the tasks by difficulty features; rft reads them in the file's order "
-                         "(sequential) or shuffled (shuffle): sort the file",
-    "difficulty_based": "picks tasks by their estimated pass rates, updated from the rewards of each step (BOTS); "
-                        "rft reads the tasks in the file's order (sequential) or shuffled (shuffle)",
-}
-"""Trinity-RFT's data selectors other than sequential and shuffle, and why rft refuses each."""
+SELECTOR_TYPES = ("random", "offline_easy2hard", "difficulty_based")  # rft's data.selector (rft.data.selectors)
 
 
 def _data_selector(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool) -> None:
     """A taskset's data_selector (task_selector, its earlier name): Trinity-RFT's default, sequential, reads the
     tasks in the file's order, so the training tasks are not shuffled (rft's data.shuffle false) unless it says
-    shuffle (with its seed, 42 by default). An eval taskset reads every task, in any order the same metrics."""
+    shuffle (with its seed, 42 by default); random, offline_easy2hard and difficulty_based are rft's data.selector
+    (`rft.data.selectors`) with their seed, feature_keys and kwargs. An eval taskset reads every task, in any order
+    the same metrics."""
     key = "data_selector" if "data_selector" in ts else "task_selector"
     selector = _section(ts.pop(key, None), f"{where}.{key}")
     ts.pop("task_selector", None)
     kind = selector.pop("selector_type", None) or "sequential"
-    if kind not in ("sequential", "shuffle"):
-        t.refuse(f"{where}.{key}.selector_type", not_one_of(kind, ("sequential", "shuffle", *SELECTORS),
-                                                            SELECTORS.get(kind, "rft has sequential and shuffle")))
+    if kind not in ("sequential", "shuffle", *SELECTOR_TYPES):
+        t.refuse(f"{where}.{key}.selector_type", not_one_of(kind, ("sequential", "shuffle", *SELECTOR_TYPES)))
         return
     seed = selector.pop("seed", 42)
-    for name in ("feature_keys", "kwargs"):  # the estimators' settings, read by the other selectors only
-        if selector.pop(name, None):
-            t.refuse(f"{where}.{key}.{name}", f"read by the selectors that estimate difficulty only, not by {kind}")
+    if kind in SELECTOR_TYPES and not eval_set:
+        source = f"{where}.{key}"
+        _set(out, "data.selector.selector_type", kind, f"{source}.selector_type")
+        _set(out, "data.selector.seed", seed, f"{source}.seed")
+        for name in ("feature_keys", "kwargs"):
+            value = selector.pop(name, None)
+            if value:
+                _set(out, f"data.selector.{name}", value, f"{source}.{name}")
+    else:
+        for name in ("feature_keys", "kwargs"):  # the other selectors' settings
+            if selector.pop(name, None):
+                t.refuse(f"{where}.{key}.{name}", f"read by the selectors that order tasks by features only, not by "
+                                                  f"{kind}{' (an eval taskset reads every task)' if eval_set else ''}")
     t.rest(selector, f"{where}.{key}")
-    if not eval_set:
+    if not eval_set and kind not in SELECTOR_TYPES:
         _set(out, "_trinity.shuffle", (kind == "shuffle", seed, f"{where}.{key}.selector_type"))
 
 
@@ -1224,7 +1227,7 @@ def _task_order(out: dict) -> None:
     """data.shuffle / data.seed as the training taskset's data selector says (`_data_selector`), where
     trainer_config sets no data.shuffle of its own."""
     shuffle, seed, source = out.get("_trinity", {}).pop("shuffle", (False, 42, None))
-    if _get(out, "data.shuffle") is _MISSING:
+    if _get(out, "data.shuffle") is _MISSING and _get(out, "data.selector.selector_type") is _MISSING:
         _set(out, "data.shuffle", shuffle, source)
         if shuffle and _get(out, "data.seed") is _MISSING:
             _set(out, "data.seed", seed, source)

@@ -234,11 +234,22 @@ class Explorer:
         experience pipeline's operators (what every mode writes to the buffer)."""
         experiences, metrics = self.workflows.explore_step(timer) if self.workflows is not None \
             else self.generate_step(timer)
+        if self.cfg.data.selector.selector_type == "difficulty_based":
+            self.selector_feedback(experiences)
         if self.pipeline is not None:
             with timer("experience_pipeline"):
                 experiences, more = self.pipeline.process(experiences)
             metrics.update(more)
         return experiences, metrics
+
+    def selector_feedback(self, experiences: list[Experience]) -> None:
+        """data.selector difficulty_based: each task's pass rate this step (the mean reward of its responses, what
+        Trinity-RFT's pass_rate_calculator hands its selector) updates the selector's estimates."""
+        rewards: dict[int, list[float]] = {}
+        for e in experiences:
+            rewards.setdefault(int(e.info["position"]), []).append(float(e.reward))
+        positions = sorted(rewards)
+        self.taskset.feedback(positions, [sum(rewards[p]) / len(rewards[p]) for p in positions])
 
     def generate_step(self, timer: Timer) -> tuple[list[Experience], dict[str, float]]:
         """One step of simple_workflow: one batched generation over the step's tasks, scored."""

@@ -19,6 +19,7 @@ import time
 from rft.buffer.base import database_url
 from rft.data.curriculum import UserSampler, build_sampler
 from rft.data.dataset import Prompt, PromptDataset, PromptSampler
+from rft.data.selectors import build_selector
 
 STORAGE_TYPES = ("file", "sql", "queue")
 
@@ -75,10 +76,15 @@ class FileTaskset:
     sampling), a new seeded permutation each epoch."""
 
     def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int,
-                 batch_key: str = "data.train_batch_size", user_sampler=None):
+                 batch_key: str = "data.train_batch_size", user_sampler=None, selector=None):
         """`batch_key`: the key that set `batch_size`, named by the errors of a set or a checkpoint that differ;
-        `user_sampler`: a sampler of the user's that draws the tasks instead (data.sampler, `rft.data.curriculum`)."""
+        `user_sampler`: a sampler of the user's that draws the tasks instead (data.sampler, `rft.data.curriculum`);
+        `selector`: one of rft's task selectors (data.selector, `rft.data.selectors`)."""
         self.dataset = dataset
+        self.last: list[int] = []  # the dataset positions of the last batch drawn
+        if selector is not None:
+            self.sampler = selector
+            return
         if user_sampler is not None:
             self.sampler = UserSampler(user_sampler, len(dataset), batch_size, batch_key)
             return
@@ -103,7 +109,14 @@ class FileTaskset:
 
     def next_indices(self) -> list[int]:
         """The next generation batch as dataset positions (a streaming explorer's checkpoint names its tasks so)."""
-        return list(self.sampler.next_batch())
+        self.last = list(self.sampler.next_batch())
+        return self.last
+
+    def feedback(self, positions: list[int], values: list[float]) -> None:
+        """The pass rates (mean rewards) of the last batch's tasks at `positions` in it, for a selector that reads
+        them (data.selector difficulty_based)."""
+        if hasattr(self.sampler, "feedback"):
+            self.sampler.feedback([self.last[p] for p in positions], values)
 
     @property
     def drawn(self) -> int:
@@ -179,7 +192,9 @@ def make_taskset(cfg, make_prompts):
                 raise DataError(f"data.train_files={data.train_files!r}: the table {data.task_table!r} holds no tasks")
             dataset = make_prompts([(f"{url}#{data.task_table}", rows)])
         sampler = build_sampler(data, dataset) if data.sampler.class_path else None
-        return FileTaskset(dataset, size, data.shuffle, data.seed, key, user_sampler=sampler)
+        selector = build_selector(data.selector, [p.row for p in dataset], size, key, "data.train_files") \
+            if data.selector.selector_type else None
+        return FileTaskset(dataset, size, data.shuffle, data.seed, key, user_sampler=sampler, selector=selector)
     url = database_url(data.train_files)
     return QueueTaskset(url, data.task_table, lambda name, rows: make_prompts([(name, rows)]), size,
                         cfg.experience_buffer.max_read_timeout)

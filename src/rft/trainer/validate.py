@@ -32,6 +32,7 @@ UNUSED_RL = (
     "algorithms.distillation",        # distillation.* without distillation.enabled
     "algorithms.pf_ppo",              # pf_ppo.* without use_pf_ppo; use_pf_ppo without gae
     "algorithms.entropy_clip",        # entropy_clip.* without a mode; max_frac with clipb
+    "data.selector",                  # data.shuffle / data.seed under a task selector
     "rollout.vllm",                   # the vLLM engine's keys with another engine
     "trainer.mix",                    # algorithm.mix.*, data.expert.* without mix
     "trainer.checkpoints",            # default_hdfs_dir, checkpoints kept, when save_freq <= 0 saves none
@@ -44,6 +45,7 @@ RL = (
     "config.schema",
     "models.hub_ids",                 # a Hugging Face Hub id: its folder in the local cache                  # choices, refused values; the unused parts' keys noted
     "data.inputs",                    # the model folder, the prompt files
+    "data.selector",                  # data.selector: its features and arguments, the runs it follows
     "trainer.sampler",                # data.sampler: a class of the user's, in the synchronous loop
     "data.template_kwargs",           # the chat template's variables
     "rewards.function",               # custom_reward_function: file, typed reward, names and weights
