@@ -15,7 +15,12 @@ import torch
 from rl_helpers import make_assets, rl_config
 
 from rft.config import ConfigError
-from rft.data.selectors import DifficultyBasedSelector, OfflineEasy2HardSelector, RandomSelector, build_selector
+from rft.data.selectors import (
+    DifficultyBasedSelector,
+    OfflineEasy2HardSelector,
+    RandomSelector,
+    build_selector,
+)
 from rft.dialects.trinity import translate
 from rft.monitor import Timer
 from rft.trainer.run import SyncRun
