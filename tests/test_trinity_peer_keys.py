@@ -184,15 +184,16 @@ def test_an_interpolation_from_the_files_root_into_trainer_config_resolves(work,
 
 
 # ------------------------------------------------------------------------------- data_selector and replay buffer
-def test_data_selector_sequential_by_default_shuffle_with_its_seed_others_refused():
+def test_data_selector_sequential_by_default_shuffle_with_its_seed_the_others_rfts_selectors():
     ts = {"path": "t.jsonl"}
     out = translate(_with({"buffer.explorer_input.taskset": ts}))
     assert out["data"]["shuffle"] is False  # Trinity-RFT reads the tasks in the file's order
     out = translate(_with({"buffer.explorer_input.taskset": {**ts, "data_selector": {"selector_type": "shuffle"}}}))
     assert out["data"]["shuffle"] is True and out["data"]["seed"] == 42
-    line = _refusal({"buffer.explorer_input.taskset": {**ts, "data_selector": {"selector_type": "random"}}})
-    assert line.startswith("t.yaml: buffer.explorer_input.taskset.data_selector.selector_type='random': draws each "
-                           "step's tasks at random"), line
+    out = translate(_with({"buffer.explorer_input.taskset": {**ts, "data_selector": {"selector_type": "random"}}}))
+    assert out["data"]["selector"] == {"selector_type": "random", "seed": 42} and "shuffle" not in out["data"]
+    line = _refusal({"buffer.explorer_input.taskset": {**ts, "data_selector": {"selector_type": "by_length"}}})
+    assert line.startswith("t.yaml: buffer.explorer_input.taskset.data_selector.selector_type='by_length'"), line
 
 
 def test_replay_buffer_is_rfts_priority_queue():
@@ -282,10 +283,10 @@ def test_an_auxiliary_models_trinity_keys_are_rfts_or_noted(caplog):
       "buffer.explorer_input.taskset": {"path": "t.jsonl"}},
      "t.yaml: buffer.explorer_input.default_workflow_type='alfworld_workflow': Trinity-RFT's workflow that runs "
      "ALFWorld's text households: it needs the alfworld package"),
-    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_workflow_type": "frozen_lake_workflow",
-                                        "workflow_args": {"is_slippery": False}}},
-     "t.yaml: buffer.explorer_input.taskset.default_workflow_type='frozen_lake_workflow': Trinity-RFT's workflow "
-     "that runs the FrozenLake grid: it needs the gymnasium package"),
+    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_workflow_type": "sciworld_workflow",
+                                        "workflow_args": {"max_env_steps": 30}}},
+     "t.yaml: buffer.explorer_input.taskset.default_workflow_type='sciworld_workflow': Trinity-RFT's workflow "
+     "that runs ScienceWorld's simulated science tasks: it needs the scienceworld package"),
     ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "format": {"reply_prefix": "<think>"}}},
      "t.yaml: buffer.explorer_input.taskset.format.reply_prefix: text Trinity-RFT puts at the start of each reply"),
 ])

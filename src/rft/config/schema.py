@@ -284,7 +284,9 @@ class DataConfig:
         "sample drawn once with data.seed (numpy's default_rng(seed).choice, the rows verl picks when no prompt is "
         "filtered), else the first ones; the same prompts at every validation. -1 (any value <= 0): all of them, "
         "and a run that validates on more than 300 says so in a note.")
-    prompt_key: str = fld("prompt", "Column holding the prompt: a chat message list, or a plain string.")
+    prompt_key: Optional[str] = fld(
+        "prompt", "Column holding the prompt: a chat message list, or a plain string. null: the rows hold no prompt, "
+        "for a workflow that writes every message itself (frozen_lake_workflow: its rows are a map's seed, size, p).")
     max_prompt_length: int = fld(512, "Maximum prompt length in tokens (after the chat template).")
     max_response_length: int = fld(512, "Maximum number of generated tokens per response.")
     train_batch_size: int = fld(1024, "Prompts per training step (global); each is sampled rollout.n times.")

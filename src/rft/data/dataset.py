@@ -85,7 +85,7 @@ class PromptDataset:
         files: str | Sequence[str | tuple[str, list[dict]]],
         tokenizer,
         *,
-        prompt_key: str = "prompt",
+        prompt_key: str | None = "prompt",
         max_prompt_length: int = 512,
         truncation: str = "error",
         filter_overlong_prompts: bool = False,
@@ -141,6 +141,11 @@ class PromptDataset:
                                   (response_key, response_what), (tools_key, "data.tools_key")):
                     if key is not None and key not in row:
                         raise raw_rows(where, file, key, what, row) or missing_column(where, key, what, row)
+                if prompt_key is None:  # rows without a prompt: an environment workflow writes every message
+                    texts.append("")
+                    chats.append([])
+                    tools.append(None)
+                    continue
                 chat = _messages(row[prompt_key], where)
                 system = row[system_prompt_key] if system_prompt_key else system_prompt
                 if system is not None and chat[0]["role"] != "system":
@@ -156,7 +161,8 @@ class PromptDataset:
                     texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template,
                                         template_kwargs=template_kwargs))
                 chats.append(chat)
-            encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+            encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if prompt_key is not None \
+                else [[] for _ in texts]
             for i, row_images_ in enumerate(images):  # the processor expands each image into its tokens
                 if row_images_:
                     encoded[i] = vision.encode(texts[i], row_images_, f"{file} row {i}")
@@ -203,7 +209,7 @@ class PromptDataset:
             log.warning("rft: note: data.filter_overlong_prompts dropped %d of the %d prompts of %s: longer than "
                         "data.max_prompt_length=%d tokens (the longest has %d)", len(dropped),
                         len(dropped) + len(self.prompts), names, max_prompt_length, max(dropped))
-        answered = sum(p.messages[-1]["role"] == "assistant" for p in self.prompts)
+        answered = sum(bool(p.messages) and p.messages[-1]["role"] == "assistant" for p in self.prompts)
         if answered:  # an SFT conversation given as RL prompts: its answer is in the prompt, and the model says more
             log.warning("rft: note: %d of the %d prompts of %s (data.prompt_key=%r) end with an assistant turn, so "
                         "the model is asked for another assistant turn after it (as verl does); if that turn is the "

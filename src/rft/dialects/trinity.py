@@ -1202,7 +1202,9 @@ def _data_selector(t: _Translation, ts: dict, where: str, out: dict, eval_set: b
     ts.pop("task_selector", None)
     kind = selector.pop("selector_type", None) or "sequential"
     if kind not in ("sequential", "shuffle", *SELECTOR_TYPES):
-        t.refuse(f"{where}.{key}.selector_type", not_one_of(kind, ("sequential", "shuffle", *SELECTOR_TYPES)))
+        t.refuse(f"{where}.{key}.selector_type", not_one_of(kind, ("sequential", "shuffle", *SELECTOR_TYPES),
+                                                            "Trinity-RFT's selectors are sequential, shuffle, "
+                                                            f"{', '.join(SELECTOR_TYPES)}"))
         return
     seed = selector.pop("seed", 42)
     if kind in SELECTOR_TYPES and not eval_set:
@@ -1223,6 +1225,16 @@ def _data_selector(t: _Translation, ts: dict, where: str, out: dict, eval_set: b
         _set(out, "_trinity.shuffle", (kind == "shuffle", seed, f"{where}.{key}.selector_type"))
 
 
+OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow",)  # rft.explorer.checks': their rows hold no prompt
+
+
+def _own_prompt(out: dict) -> None:
+    """data.prompt_key null for a workflow that writes every message (frozen_lake_workflow: Trinity's rows are a
+    map's seed, size and p), where no taskset names a prompt column."""
+    if _get(out, "workflow.type") in OWN_PROMPT_WORKFLOWS and _get(out, "data.prompt_key") is _MISSING:
+        _set(out, "data.prompt_key", None)
+
+
 def _task_order(out: dict) -> None:
     """data.shuffle / data.seed as the training taskset's data selector says (`_data_selector`), where
     trainer_config sets no data.shuffle of its own."""
@@ -1237,7 +1249,6 @@ ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environm
     ("alfworld", "ALFWorld's text households", "alfworld", "with its game files (alfworld-download) and TextWorld"),
     ("sciworld", "ScienceWorld's simulated science tasks", "scienceworld", "whose simulator runs on a Java runtime"),
     ("webshop", "WebShop's simulated shop", "webshop", "with its shop server and its product catalogue"),
-    ("frozen_lake", "the FrozenLake grid", "gymnasium", "(gymnasium's toy_text FrozenLake)"),
     ("agentscope", "an AgentScope agent", "agentscope", "(the agent drives the model through AgentScope's own "
                                                         "model and tool APIs)"),
     ("email_search", "an AgentScope agent searching a mailbox", "agentscope", "with the Enron mail database"),
@@ -2073,6 +2084,7 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
         _check_model_len(t, out)
         _token_budgets(out, max_len)
         _task_order(out)
+        _own_prompt(out)
         _check_prompt_truncation(t, out)
         _math_workflow_reward(t, out)
     _check_save_strategy(t, out)

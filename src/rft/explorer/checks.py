@@ -12,7 +12,10 @@ from rft.config.suggest import did_you_mean
 from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
-                     "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow")
+                     "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
+                     "frozen_lake_workflow")
+OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow",)
+"""The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null)."""
 
 
 def check_auxiliary_sampling(index: int, spec: dict) -> None:
@@ -126,6 +129,29 @@ def check_explorers(ctx: CheckContext) -> None:
                           "explorer; use checkpoint (the default with several explorers)")
 
 
+def check_frozen_lake(args: dict) -> None:
+    """frozen_lake_workflow's arguments, as Trinity-RFT reads them, and gymnasium, before the model loads."""
+    for key in ("env_max_steps", "agent_max_steps"):
+        value = args.get(key, 8)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"workflow.args.{key}={value!r} must be an integer >= 1")
+    if not isinstance(args.get("is_slippery", False), bool):
+        raise ConfigError(f"workflow.args.is_slippery={args['is_slippery']!r} must be true or false")
+    desc = args.get("desc")
+    if desc is not None:
+        rows = list(desc) if isinstance(desc, (list, tuple)) else None
+        if not rows or not all(isinstance(r, str) and len(r) == len(rows[0]) and set(r) <= set("SFHG") for r in rows) \
+                or sum(r.count("S") for r in rows) != 1 or sum(r.count("G") for r in rows) < 1:
+            raise ConfigError(f"workflow.args.desc={desc!r} must be a map: rows of S F H G of one length, one S and "
+                              "a G (or leave it out: each row's seed, size and p make one)")
+    from rft.explorer.frozen_lake import require_gymnasium
+
+    try:
+        require_gymnasium()
+    except Exception as e:
+        raise ConfigError(str(e)) from None
+
+
 @CHECKS.register("explorer.workflow")
 def check_workflow(ctx: CheckContext) -> None:
     """workflow.*: a workflow rft has (or a file that may register it), sizes in range, and what the workflow
@@ -170,6 +196,16 @@ def check_workflow(ctx: CheckContext) -> None:
         if check_paths:
             check_model_dir(f"workflow.auxiliary_models[{i}].model_path", spec["model_path"], ctx)
             check_auxiliary_positions(i, spec, cfg.data.max_response_length)
+    if cfg.data.prompt_key is None and wf.type not in OWN_PROMPT_WORKFLOWS and not wf.path:
+        raise ConfigError(f"data.prompt_key=null (rows without a prompt) needs a workflow that writes its own "
+                          f"messages ({', '.join(OWN_PROMPT_WORKFLOWS)}), not workflow.type={wf.type!r}: name the "
+                          "prompt column")
+    if wf.type == "frozen_lake_workflow":
+        check_frozen_lake(wf.args or {})
+        crf = cfg.custom_reward_function
+        if crf.path or crf.reward_fn_type or cfg.reward_model.enable:
+            raise ConfigError("workflow.type=frozen_lake_workflow is paid by the environment (1 at the goal, 0 "
+                              "otherwise); custom_reward_function / reward_model would not be read: remove them")
     if wf.type == "simple_workflow":
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}), ("tool_config_path",

@@ -20,6 +20,10 @@ from rft.rewards.typed import REWARD_FN_TYPES
 log = logging.getLogger("rft")
 
 
+ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow",)
+"""Workflows whose environment pays the reward: no reward function reads their rows."""
+
+
 def _rule_reward_runs(cfg) -> bool:
     """The reward function (built-in scorers or custom) runs: no reward model, or one mixed with rule_weight."""
     rm = cfg.reward_model
@@ -30,7 +34,7 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
     """DataError when a row's data_source has no built-in scorer or a built-in scorer would get no ground truth, or
     a row's ground truth is missing or malformed for the typed reward (custom_reward_function.reward_fn_type); a
     note when a custom reward function will get None for some rows' ground truth."""
-    if not _rule_reward_runs(cfg):
+    if not _rule_reward_runs(cfg) or cfg.workflow.type in ENV_REWARD_WORKFLOWS:
         return
     custom = cfg.custom_reward_function.path
     typed = cfg.custom_reward_function.reward_fn_type

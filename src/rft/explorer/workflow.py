@@ -20,7 +20,9 @@ Built-ins:
   is answered by the row's interaction as the user, until it says the conversation ends. One experience per
   conversation, the loss on the model's tokens only: the next prompt is always the sampled tokens and the
   template's rendering of the new turns (`rft.explorer.turns`).
-* `math_boxed_workflow`, `simple_mm_workflow`: Trinity-RFT's workflows of those names (their classes below).
+* `math_boxed_workflow`, `simple_mm_workflow`, `math_ruler_workflow`, `on_policy_distill_math_workflow`,
+  `frozen_lake_workflow` (gymnasium's FrozenLake, `rft.explorer.frozen_lake`): Trinity-RFT's workflows of those
+  names (their classes below).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from rft.data.dataset import Prompt
 from rft.data.images import filled_image_parts
 from rft.experience import Experience
+from rft.explorer.frozen_lake import SYSTEM_PROMPT as FROZEN_LAKE_PROMPT
 from rft.explorer.model import Completion, Conversation, ModelHandle, WorkflowError
 from rft.registry import Registry
 from rft.rewards.scoring import score_responses
@@ -402,6 +405,73 @@ class ToolCallWorkflow(Workflow):
         return {id(c): Session(self.task.interactions, kwargs, uuid4().hex) for c in conversations}
 
 
+@register_workflow("frozen_lake_workflow")
+class FrozenLakeWorkflow(Workflow):
+    """Trinity-RFT's frozen_lake_workflow (`rft.explorer.frozen_lake` says how it plays). Workflow args: env_max_steps (8: the longest path
+    a generated map may need), agent_max_steps (10: the model's turns), is_slippery (false), desc (a map of its own,
+    rows of S F H G)."""
+
+    ARGS = frozenset({"env_max_steps", "agent_max_steps", "is_slippery", "desc"})
+    OWN_PROMPT = True
+    """The rows need no prompt column: the workflow writes every message (data.prompt_key may be null)."""
+
+    def run(self) -> list[Experience]:
+        from rft.explorer.frozen_lake import (
+            Lake,
+            generate_map,
+            observation_message,
+            parse_action,
+            require_gymnasium,
+        )
+
+        require_gymnasium()
+        a, row = self.args, self.task.raw_task or {}
+        env_max_steps, agent_max_steps = int(a.get("env_max_steps", 8)), int(a.get("agent_max_steps", 10))
+        seed = int(row.get("seed", 42))
+        desc = list(a["desc"]) if a.get("desc") is not None else generate_map(
+            int(row.get("size", 1)), float(row.get("p", 0.8)), seed, env_max_steps)
+        budget = self.model.sampling.max_tokens
+        lakes = [Lake(desc, bool(a.get("is_slippery", False)), seed) for _ in range(self.task.repeat_times)]
+        first = observation_message(0, lakes[0].render(), False, agent_max_steps)
+        conversations = [self.model.start([{"role": "system", "content": FROZEN_LAKE_PROMPT},
+                                           {"role": "user", "content": first}]) for _ in lakes]
+        state: list[dict[str, Any]] = [{"rewards": [], "done": False, "over": False, "truncated": False,
+                                        "steps": 0, "last": None, "current": lakes[0].render()} for _ in lakes]
+        for turn in range(agent_max_steps):
+            asking: dict[int, list[int]] = {}  # max_tokens -> the episodes asked with it
+            for i, (c, s) in enumerate(zip(conversations, state)):
+                if s["over"]:
+                    continue
+                if turn > 0:
+                    before = c.copy()
+                    c.add([{"role": "user", "content": observation_message(
+                        s["steps"], s["current"], s["last"] == s["current"], agent_max_steps - s["steps"])}])
+                    if budget - (len(c.ids) - c.prompt_length) <= 0:  # no tokens left: without that last turn
+                        conversations[i] = before
+                        s["rewards"].append(0.0)
+                        s["over"] = s["truncated"] = True
+                        continue
+                asking.setdefault(budget - (len(c.ids) - c.prompt_length), []).append(i)
+            if not asking:
+                break
+            for max_tokens, episodes in asking.items():
+                self.model.respond([conversations[i] for i in episodes], max_tokens=max_tokens)
+            for episodes in asking.values():
+                for i in episodes:
+                    s, lake = state[i], lakes[i]
+                    reward, done = lake.step(parse_action(conversations[i].last_reply))
+                    s["last"], s["current"] = s["current"], lake.render()
+                    s["rewards"].append(reward)
+                    s["steps"] += 1
+                    s["done"] = s["over"] = done
+        out = []
+        for c, s in zip(conversations, state):
+            reward = float(sum(s["rewards"]))
+            out.append(c.to_experience(reward, {"env_done": float(s["done"])},
+                                       {"env_steps": s["steps"], "truncated": int(s["truncated"])}))
+        return out
+
+
 def load_workflow_file(path: str) -> None:
     """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
     Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
@@ -426,5 +496,5 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "MathBoxedWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]
