@@ -394,3 +394,87 @@ def test_math_ruler_workflow_without_a_judge_is_refused(tmp_path):
         cfg = load_config(None, [f"data.train_files={data}", "actor_rollout_ref.model.path=m",
                                  "workflow.type=math_ruler_workflow"], validate_paths=False)
         validate(cfg, check_paths=False)
+
+
+# ------------------------------------------------------------------------------------------ rubric_judge_workflow
+
+
+@pytest.mark.parametrize("reply, score", [
+    ('```json\n{\n"rating": 7\n}```', 6 / 9),  # (7 - 1) / 9
+    ('Here: ```json {"rating": 10} ``` done', 1.0),
+    ('```\n{"rating": 1}\n```', 0.0),  # a plain ``` block
+    ('```json {"rating": 11} ```', None), ('```json {"rating": "7"} ```', None),  # out of range; not a number
+    ('{"rating": 7}', None), ('```json {rating: 7} ```', None),  # no block; no JSON
+])
+def test_rubric_ratings_are_read_as_trinity_reads_them(reply, score):
+    from rft.explorer.workflow import rubric_rating
+
+    assert rubric_rating(reply) == (pytest.approx(score) if score is not None else None)
+
+
+class FakeJudge(FakeModel):
+    def chat_batch(self, conversations, n=1, tools=None, **sampling):
+        assert sampling == {"do_sample": False}  # Trinity's judge runs at temperature 0
+        self.asked.extend(conversations)
+        return [[Completion(text=r, prompt_ids=[1], token_ids=[2], logprobs=[0.0], finish_reason="stop")]
+                for r in self.replies[:len(conversations)]]
+
+
+def test_rubric_judge_workflow_rewards_the_judges_rating_against_the_rows_rubrics():
+    from rft.explorer.workflow import RUBRIC_SYSTEM_PROMPT, RubricJudgeWorkflow, rubric_judge_messages
+
+    replies = ["Aspirin.", "Water."]
+    rubric = [{"weight": 5, "description": "Names aspirin"}, {"weight": -2, "description": "Is rude"}]
+    prompt = Prompt(ids=[1, 2], data_source="medicine", ground_truth="aspirin", extra_info={},
+                    messages=[{"role": "user", "content": "What helps a headache?"}], row={"rubric": rubric})
+    task = Task(prompt=prompt, repeat_times=2)
+    model, judge = FakeModel(replies), FakeJudge(['```json\n{"rating": 10}\n```', "I cannot rate this."])
+    exps = RubricJudgeWorkflow(task=task, model=model, auxiliary_models=[judge]).run()
+    assert [e.reward for e in exps] == [1.0, 0.0]
+    assert [e.rewards["judge_success"] for e in exps] == [0.5, 0.5]  # the group's share of valid ratings
+    assert model.asked[0][0] == {"role": "system", "content": RUBRIC_SYSTEM_PROMPT}
+    assert judge.asked == [rubric_judge_messages("What helps a headache?", r, rubric) for r in replies]
+    user = judge.asked[0][1]["content"]
+    assert "<response>\nAspirin.\n</response>" in user and "Rubric 0 (weight: 5): Names aspirin\nRubric 1 (weight: " \
+        "-2): Is rude" in user and user.endswith("</rubrics>\nYour JSON Evaluation:")
+    assert "Rubrics are not provided." in rubric_judge_messages("q", "r", [])[1]["content"]
+
+
+def test_rubric_judge_workflow_needs_a_judge_and_reads_no_reward_function(tmp_path):
+    from rft.trainer.configure import load_config
+    from rft.trainer.validate import validate
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "q", "rubric": []}\n')
+    base = [f"data.train_files={data}", "actor_rollout_ref.model.path=m", "workflow.type=rubric_judge_workflow"]
+    for extra, needle in (([], "which is empty: give one"),
+                          (["+workflow.auxiliary_models=[{model_path: m}]", "custom_reward_function.reward_fn_type="
+                            "math_reward"], "is rewarded by its judge's rating")):
+        with pytest.raises(ConfigError) as err:
+            validate(load_config(None, [*base, *extra], validate_paths=False), check_paths=False)
+        assert needle in str(err.value), str(err.value)
+
+
+def test_trinitys_rubric_example_trains_one_step_with_the_judge(tmp_path):
+    """examples/grpo_rubric_as_reward as its user runs it (stand-ins as `_corpus_item`): the judge, the tiny model
+    too, writes no valid rating, so every reward is 0 and judge_success 0; the run trains its step."""
+    from cli_helpers import rft_here
+
+    from rft.models.tiny import init_model
+
+    tasks, model = tmp_path / "tasks", tmp_path / "m"
+    tasks.mkdir()
+    init_model("tiny", model, seed=0)
+    row = {"question": "What helps a headache?", "reference_answer": "aspirin",
+           "rubric": [{"weight": 5, "description": "Names aspirin"}]}
+    (tasks / "train.jsonl").write_text((json.dumps(row) + "\n") * 4)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(_corpus_item("examples/grpo_rubric_as_reward/rubric.yaml", model, tasks,
+                                                  tmp_path / "ckpt")))
+    shown = yaml.safe_load(rft_here("config", "show", str(config), cwd=tmp_path).stdout)
+    assert shown["workflow"]["type"] == "rubric_judge_workflow" and shown["workflow"]["auxiliary_models"]
+    rft_here("train", str(config), cwd=tmp_path)
+    metrics = [m for f in (tmp_path / "ckpt").rglob("metrics.jsonl") for m in map(json.loads, f.read_text().splitlines())
+               if "training/global_step" in m]
+    assert [m["training/global_step"] for m in metrics] == [1]
+    assert metrics[-1]["critic/score/mean"] == 0.0 and metrics[-1]["reward_extra/judge_success/mean"] == 0.0

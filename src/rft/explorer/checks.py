@@ -13,7 +13,7 @@ from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
-                     "frozen_lake_workflow")
+                     "frozen_lake_workflow", "rubric_judge_workflow")
 OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow",)
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null)."""
 
@@ -173,6 +173,15 @@ def check_workflow(ctx: CheckContext) -> None:
                           "that registers it (rft.explorer.workflow.register_workflow)")
     if wf.path and check_paths and not Path(wf.path).expanduser().exists():
         raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
+    if wf.type == "rubric_judge_workflow":
+        if not wf.auxiliary_models:
+            raise ConfigError("workflow.type='rubric_judge_workflow' rates each response against the row's rubrics "
+                              "with a judge, the first of workflow.auxiliary_models (Trinity-RFT's "
+                              "explorer.auxiliary_models), which is empty: give one")
+        crf = cfg.custom_reward_function
+        if crf.path or crf.reward_fn_type or cfg.reward_model.enable:
+            raise ConfigError("workflow.type='rubric_judge_workflow' is rewarded by its judge's rating; "
+                              "custom_reward_function / reward_model would not be read: remove them")
     if wf.type == "math_ruler_workflow" and not wf.auxiliary_models:
         raise ConfigError("workflow.type='math_ruler_workflow' scores each group's responses with a judge, the first "
                           "of workflow.auxiliary_models (Trinity-RFT's explorer.auxiliary_models), which is empty: "

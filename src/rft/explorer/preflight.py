@@ -20,8 +20,8 @@ from rft.rewards.typed import REWARD_FN_TYPES
 log = logging.getLogger("rft")
 
 
-ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow",)
-"""Workflows whose environment pays the reward: no reward function reads their rows."""
+ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow")
+"""Workflows whose environment (or judge) pays the reward: no reward function reads their rows."""
 
 
 def _rule_reward_runs(cfg) -> bool:

@@ -21,7 +21,8 @@ Built-ins:
   conversation, the loss on the model's tokens only: the next prompt is always the sampled tokens and the
   template's rendering of the new turns (`rft.explorer.turns`).
 * `math_boxed_workflow`, `simple_mm_workflow`, `math_ruler_workflow`, `on_policy_distill_math_workflow`,
-  `frozen_lake_workflow` (gymnasium's FrozenLake, `rft.explorer.frozen_lake`): Trinity-RFT's workflows of those
+  `rubric_judge_workflow`, `frozen_lake_workflow` (gymnasium's FrozenLake, `rft.explorer.frozen_lake`):
+  Trinity-RFT's workflows of those
   names (their classes below).
 """
 
@@ -277,6 +278,81 @@ def ruler_scores(reply: str, n: int) -> list[float] | None:
     return [max(0.0, min(1.0, float(s))) for s in scores]
 
 
+RUBRIC_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The assistant "
+    "first thinks about the reasoning process in the mind and then provides the user with the answer.\n    ")
+"""Trinity-RFT's rubric_judge_workflow system prompt where the task has none, word for word (its trailing newline and
+indent included)."""
+RUBRIC_JUDGE_PROMPT = (
+    "You are an expert evaluator. Given a user prompt, a generated response, and a list of quality rubrics, please "
+    "rate the overall quality of the response on a scale of 1 to 10 based on how well it satisfies the rubrics.\n"
+    "Consider all rubrics holistically when determining your score. A response that violates multiple rubrics should "
+    "receive a lower score, while a response that satisfies all rubrics should receive a higher score.\n"
+    "Start your response with a valid JSON object that starts with \"```json\" and ends with \"```\". The JSON object "
+    "should contain\na single key \"rating\" and the value should be an integer between 1 and 10.\nExample response:\n"
+    "```json\n{\n\"rating\": 7\n}```")
+"""Trinity-RFT's rubric judge system prompt (after RaR-Implicit, arXiv:2507.17746), word for word."""
+
+
+def rubric_judge_messages(question: str, response: str, rubric: list) -> list[dict]:
+    """Trinity-RFT's rubric judge prompt for one response: the question, the response and the row's rubrics
+    ("Rubric i (weight: w): description"), word for word."""
+    rubrics = "\n".join(f"Rubric {i} (weight: {r['weight']}): {r['description']}" for i, r in enumerate(rubric)) \
+        if rubric else "Rubrics are not provided."
+    user = ("Given the following prompt, response, and rubrics, please rate the overall quality of the response on a "
+            f"scale of 1 to 10 based\non how well it satisfies the rubrics.\n<prompt>\n{question}\n</prompt>\n<response>"
+            f"\n{response}\n</response>\n<rubrics>\n{rubrics}\n</rubrics>\nYour JSON Evaluation:")
+    return [{"role": "system", "content": RUBRIC_JUDGE_PROMPT}, {"role": "user", "content": user}]
+
+
+def rubric_rating(reply: str) -> float | None:
+    """The judge's rating (1-10) normalised to [0, 1], (rating - 1) / 9, from the reply's first ```json block (or
+    first ``` block); None where there is none, it is no JSON, or the rating is not a number in [1, 10]."""
+    import json
+
+    start = reply.find("```json")
+    if start == -1:
+        start = reply.find("```")
+    end = reply.find("```", start + 3)
+    if start == -1 or end == -1:
+        return None
+    body = reply[start:end].strip()
+    body = body.replace("```json", "", 1) if "```json" in body else body.replace("```", "", 1)
+    try:
+        rating = json.loads(body.strip()).get("rating")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(rating, bool) or not isinstance(rating, (int, float)) or not 1 <= rating <= 10:
+        return None
+    return (rating - 1) / 9
+
+
+@register_workflow("rubric_judge_workflow")
+class RubricJudgeWorkflow(SimpleWorkflow):
+    """Trinity-RFT's rubric_judge_workflow (rubrics as rewards, RaR, arXiv:2507.17746): one chat turn, under
+    `RUBRIC_SYSTEM_PROMPT` where the task has no system prompt; each response is rated 1-10 by the judge, the first
+    auxiliary model (workflow.auxiliary_models[0], greedy), against the row's `rubric` column (a list of {weight,
+    description}) in Trinity's prompt (`rubric_judge_messages`); the reward is (rating - 1) / 9, 0 where the judge's
+    reply holds no valid rating. judge_success (the group's share of valid ratings) is logged. No reward function is
+    read: the judge is the reward."""
+
+    ARGS = frozenset()
+
+    def run(self) -> list[Experience]:
+        if not self.auxiliary_models:
+            raise WorkflowError("rubric_judge_workflow needs a judge: workflow.auxiliary_models[0]")
+        self.task = with_system_prompt(self.task, RUBRIC_SYSTEM_PROMPT)
+        completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
+        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        rubric = list((self.task.raw_task or {}).get("rubric") or [])
+        replies = self.auxiliary_models[0].chat_batch(
+            [rubric_judge_messages(question, c.text, rubric) for c in completions], n=1, do_sample=False)
+        ratings = [rubric_rating(r[0].text) for r in replies]
+        success = sum(r is not None for r in ratings) / max(len(ratings), 1)
+        return [completion_experience(c, r if r is not None else 0.0, {"judge_success": success})
+                for c, r in zip(completions, ratings)]
+
+
 QWEN_MATH_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
@@ -496,5 +572,5 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]
