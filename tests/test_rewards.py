@@ -483,3 +483,32 @@ def test_a_function_written_for_verl_gets_each_value_by_its_name(tmp_path):
     assert list(scores) == [1.0, 0.0]
     assert [json.loads(line) for line in seen.read_text().splitlines()] == [
         ["12", "12", "arithmetic", {"i": 0}], ["13", "12", "arithmetic", {"i": 1}]]
+
+
+def test_the_prime_reward_manager_scores_a_failing_row_zero(tmp_path):
+    """verl's reward_manager=prime: a row whose function raises scores 0 (whatever on_error says), counted as
+    failed; naive with on_error=error stops on it."""
+    from types import SimpleNamespace
+
+    import torch
+    from test_config import load
+
+    from rft.rewards.pipeline import RewardPipeline
+    from rft.rewards.scoring import FAILED
+
+    path = tmp_path / "reward.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    if solution_str == 'boom':\n        raise ValueError('boom')\n"
+                    "    return float(solution_str == ground_truth)\n")
+    batch = SimpleNamespace(data_source=["d"] * 3, response_text=["7", "boom", "8"], ground_truth=["7"] * 3,
+                            extra_info=[{}] * 3, raw_prompt=[[]] * 3)
+    prime = RewardPipeline.from_config(
+        load(f"custom_reward_function.path={path}", "reward_model.reward_manager=prime"), None, torch.float32,
+        torch.device("cpu"))
+    failures: list[str] = []
+    scores, extras = prime.score_rows(batch, failures)
+    assert list(scores) == [1.0, 0.0, 0.0] and list(extras[FAILED]) == [0.0, 1.0, 0.0] and len(failures) == 1
+    naive = RewardPipeline.from_config(load(f"custom_reward_function.path={path}"), None, torch.float32,
+                                       torch.device("cpu"))
+    with pytest.raises(Exception, match="boom"):
+        naive.score_rows(batch, [])

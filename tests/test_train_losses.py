@@ -295,7 +295,7 @@ def test_dynamic_sampling_gives_up_after_max_num_gen_batches(assets, tmp_path):
     (["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2",
       "reward_model.overlong_buffer.penalty_factor=-1"], "reward_model.overlong_buffer.penalty_factor"),
     (["algorithm.filter_groups.enable=true"], "algorithm.filter_groups.metric"),
-    (["reward_model.reward_manager=prime"], "reward_model.reward_manager"),
+    (["reward_model.reward_manager=batch"], "reward_model.reward_manager"),
     (["actor_rollout_ref.actor.policy_loss.loss_mode=dro"], "actor_rollout_ref.actor.policy_loss.dro_beta"),
     (["actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"], "algorithm.rollout_correction.bypass_mode"),
     (["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"],

@@ -800,7 +800,10 @@ class RewardModelConfig:
     reward_manager: str = fld(
         "naive", "How rule rewards are run, in process row by row (with custom_reward_function.timeout / on_error): "
         "naive; dapo (verl's DAPO recipe): the same plus the overlong buffer below, which only dapo applies (as in "
-        "verl).", choices=("naive", "dapo"),
+        "verl); prime (verl's PrimeRewardManager, PRIME's parallel verification): a row whose reward function raises "
+        "or overruns custom_reward_function.timeout scores 0 (on_error zero, whatever on_error says); verl's runs the "
+        "calls in a process pool, rft in this process (num_workers for the typed rewards): the same scores.",
+        choices=("naive", "dapo", "prime"),
     )
     overlong_buffer: OverlongBufferConfig = sub(OverlongBufferConfig, "DAPO's soft overlong punishment (verl's "
                                                                       "DAPO recipe keys).")

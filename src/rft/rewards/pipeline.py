@@ -45,8 +45,10 @@ class RewardPipeline:
         crf, rm = cfg.custom_reward_function, cfg.reward_model
         reward_model = build_reward_model(rm, tokenizer, dtype, device) if runs_reward_model(rm) else None
         # llm_judge: the explorer attaches the judge (`attach_judge`) once its auxiliary models are served
+        # verl's prime reward manager scores a row whose function raises or times out 0
+        on_error = "zero" if rm.reward_manager == "prime" else crf.on_error
         reward_fn = None if crf.reward_fn_type == JUDGE else build_reward_fn(
-            crf.path, crf.name, crf.reward_weights, crf.timeout, crf.on_error, reward_fn_type=crf.reward_fn_type,
+            crf.path, crf.name, crf.reward_weights, crf.timeout, on_error, reward_fn_type=crf.reward_fn_type,
             num_workers=crf.num_workers, reward_kwargs=crf.reward_kwargs)
         weights = (rm.reward_weight, rm.rule_weight) if rm.enable else (1.0, 0.0)
         return cls(reward_fn, reward_model, *weights, rm.overlong_buffer, cfg.data.max_response_length)
