@@ -160,13 +160,21 @@ def check_selector(ctx: CheckContext) -> None:
         why = f"{ctx.world_size} processes share the explorer's tasks"
     elif cfg.trainer.explorer_num > 1:
         why = f"trainer.explorer_num={cfg.trainer.explorer_num} explorers draw from one taskset"
-    elif cfg.algorithm.filter_groups.enable:
-        why = "algorithm.filter_groups.enable=true (DAPO's dynamic sampling) draws several batches a step"
-    elif cfg.async_training.staleness_threshold is not None:
-        why = "async_training.staleness_threshold streams groups across steps"
+    else:
+        why = uneven_draws(cfg)
     if why is not None:
         raise ConfigError(f"{key}.selector_type=difficulty_based learns from each step's rewards of the tasks it "
                           f"drew, which rft feeds back in one explorer process, but {why}; use another selector")
+
+
+def uneven_draws(cfg) -> str | None:
+    """Why a step's tasks are not one drawn batch trained as it was drawn (DAPO's dynamic sampling, streaming), the
+    reason a sampler or selector that learns from each step's batch is refused; None where they are."""
+    if cfg.algorithm.filter_groups.enable:
+        return "algorithm.filter_groups.enable=true (DAPO's dynamic sampling) draws several batches a step"
+    if cfg.async_training.staleness_threshold is not None:
+        return "async_training.staleness_threshold streams groups across steps"
+    return None
 
 
 def _number(value: Any) -> bool:

@@ -17,7 +17,7 @@ from rft.config.checks import (
     processes,
 )
 from rft.config.errors import ConfigError
-from rft.data.checks import check_inputs
+from rft.data.checks import check_inputs, uneven_draws
 from rft.models.checks import check_lora_rank, check_reward_backbone, check_tokenizer_folder
 from rft.monitor.checks import check_loggers
 from rft.sync.schedule import is_synchronous, workflow_apart
@@ -263,10 +263,8 @@ def check_sampler(ctx: CheckContext) -> None:
         why = (f"trainer.mode={cfg.trainer.mode!r} with synchronizer.sync_interval={cfg.synchronizer.sync_interval}, "
                f"sync_offset={cfg.synchronizer.sync_offset} draws tasks in an explorer apart from the trainer, whose "
                "batches the sampler's update would not see in order")
-    elif cfg.algorithm.filter_groups.enable:
-        why = "algorithm.filter_groups.enable=true (DAPO's dynamic sampling) draws several batches a step"
-    elif cfg.async_training.staleness_threshold is not None:
-        why = "async_training.staleness_threshold streams groups across steps"
+    else:
+        why = uneven_draws(cfg)
     if why is not None:
         raise ConfigError(f"data.sampler.class_path: a sampler of yours draws the prompts of rft's synchronous loop "
                           f"(its update gets each trained step's batch), but {why}; remove data.sampler or run "
