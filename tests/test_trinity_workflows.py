@@ -478,3 +478,87 @@ def test_trinitys_rubric_example_trains_one_step_with_the_judge(tmp_path):
                if "training/global_step" in m]
     assert [m["training/global_step"] for m in metrics] == [1]
     assert metrics[-1]["critic/score/mean"] == 0.0 and metrics[-1]["reward_extra/judge_success/mean"] == 0.0
+
+
+# ---------------------------------------------------------------------------------- toolcall_workflow (Tool-N1)
+
+ANSWER = json.dumps([{"name": "weather", "arguments": {"city": "Paris", "unit": "C"}}])
+
+
+@pytest.mark.parametrize("reply, reward", [
+    ('<think>need weather</think><tool_call>[{"name": "weather", "arguments": {"unit": "C", "city": "Paris"}}]'
+     '</tool_call>', 1.0),  # the same call, its arguments in another order
+    ('<think>x</think> <tool_call>{"name": "weather", "arguments": {"city": "Paris", "unit": "C"}}</tool_call>', 1.0),
+    ('<think>x</think><tool_call>[{"name": "weather", "arguments": {"city": "Rome", "unit": "C"}}]</tool_call>', 0.0),
+    ('<tool_call>[{"name": "weather", "arguments": {"city": "Paris", "unit": "C"}}]</tool_call>', 0.0),  # no think
+    ('<tool_call>[]</tool_call><think>x</think>', 0.0),  # think after the call
+    ('<think>a</think><think>b</think><tool_call>[{"name": "weather", "arguments": {"city": "Paris", "unit": "C"}}]'
+     '</tool_call>', 0.0),  # two thinks
+    ('<think>x</think><tool_call>not json</tool_call>', 0.0), ('<think>x</think> no call', 0.0),
+    ('<think>x</think><tool_call>[{"name": "weather"}]</tool_call>', 0.0),  # no arguments
+])
+def test_tool_n1_reward_by_hand(reply, reward):
+    from rft.explorer.workflow import toolcall_reward
+
+    assert toolcall_reward(reply, ANSWER) == reward
+    assert toolcall_reward("<think>x</think><tool_call>[]</tool_call>", "[]") == 1.0  # no call against none
+
+
+TOOLACE_ROW = {
+    "raw_system": "You are a helpful assistant.",
+    "tools": json.dumps([{"name": "weather", "parameters": {"city": {"type": "string"}}}]),
+    "conversations": [{"from": "user", "value": "Weather in Paris?"},
+                      {"from": "function_call", "value": {"name": "weather", "arguments": {"city": "Paris"}}},
+                      {"from": "observation", "value": "12 C"}],
+    "answer": ANSWER,
+}
+
+
+def test_toolcall_workflow_prompts_and_rewards_as_trinity():
+    from rft.explorer.workflow import TOOL_N1_PROMPT, ToolN1Workflow, toolcall_messages
+
+    messages = toolcall_messages(TOOLACE_ROW)
+    schema = json.dumps({"type": "function", "function": json.loads(TOOLACE_ROW["tools"])[0]})
+    assert messages[0] == {"role": "system", "content": "You are a helpful assistant." +
+                           TOOL_N1_PROMPT.format(tools=schema)}
+    assert "<tools>\n" + schema + "\n</tools>" in messages[0]["content"]
+    assert messages[1:] == [{"role": "user", "content": "Weather in Paris?"},
+                            {"role": "assistant", "content": json.dumps({"name": "weather",
+                                                                         "arguments": {"city": "Paris"}})},
+                            {"role": "tool", "content": "12 C"}]
+    good = '<think>ok</think><tool_call>[{"name": "weather", "arguments": {"city": "Paris", "unit": "C"}}]</tool_call>'
+    model = FakeModel([good, "no idea"])
+    task = Task(prompt=Prompt(ids=[], data_source="toolace", ground_truth=None, extra_info={}, row=TOOLACE_ROW),
+                repeat_times=2)
+    exps = ToolN1Workflow(task=task, model=model).run()
+    assert [e.reward for e in exps] == [1.0, 0.0] and model.asked == [messages]
+
+
+def test_trinitys_toolcall_taskset_lands_on_the_workflow_without_a_prompt_column():
+    out = translate({"project": "p", "name": "n", "model": {"model_path": "m"}, "buffer": {"explorer_input": {
+        "taskset": {"path": "t", "default_workflow_type": "toolcall_workflow"}}}})
+    assert out["workflow"]["type"] == "toolcall_workflow" and out["data"]["prompt_key"] is None
+
+
+def test_trinitys_toolace_example_trains_one_step(tmp_path):
+    """examples/grpo_toolcall as its user runs it (stand-ins as `_corpus_item`; its sequence parallelism of 2 set
+    to 1 for the one process here): ToolACE rows without a prompt column, Tool-N1's reward."""
+    from cli_helpers import rft_here
+
+    from rft.models.tiny import init_model
+
+    tasks, model = tmp_path / "tasks", tmp_path / "m"
+    tasks.mkdir()
+    init_model("tiny", model, seed=0)
+    (tasks / "train.jsonl").write_text((json.dumps(TOOLACE_ROW) + "\n") * 4)
+    tree = _corpus_item("examples/grpo_toolcall/toolace.yaml", model, tasks, tmp_path / "ckpt")
+    tree["trainer"]["ulysses_sequence_parallel_size"] = 1
+    tree["model"]["max_prompt_tokens"] = 4096
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    shown = yaml.safe_load(rft_here("config", "show", str(config), cwd=tmp_path).stdout)
+    assert shown["workflow"]["type"] == "toolcall_workflow" and shown["data"]["prompt_key"] is None
+    rft_here("train", str(config), cwd=tmp_path)
+    metrics = [m for f in (tmp_path / "ckpt").rglob("metrics.jsonl") for m in map(json.loads, f.read_text().splitlines())
+               if "training/global_step" in m]
+    assert [m["training/global_step"] for m in metrics] == [1] and metrics[-1]["critic/score/mean"] == 0.0

@@ -13,8 +13,8 @@ from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
-                     "frozen_lake_workflow", "rubric_judge_workflow")
-OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow",)
+                     "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow")
+OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null)."""
 
 
@@ -173,6 +173,11 @@ def check_workflow(ctx: CheckContext) -> None:
                           "that registers it (rft.explorer.workflow.register_workflow)")
     if wf.path and check_paths and not Path(wf.path).expanduser().exists():
         raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
+    if wf.type in ("frozen_lake_workflow", "toolcall_workflow"):
+        crf = cfg.custom_reward_function
+        if crf.path or crf.reward_fn_type or cfg.reward_model.enable:
+            raise ConfigError(f"workflow.type={wf.type} computes its own reward (the environment's, Tool-N1's); "
+                              "custom_reward_function / reward_model would not be read: remove them")
     if wf.type == "rubric_judge_workflow":
         if not wf.auxiliary_models:
             raise ConfigError("workflow.type='rubric_judge_workflow' rates each response against the row's rubrics "
@@ -211,10 +216,6 @@ def check_workflow(ctx: CheckContext) -> None:
                           "prompt column")
     if wf.type == "frozen_lake_workflow":
         check_frozen_lake(wf.args or {})
-        crf = cfg.custom_reward_function
-        if crf.path or crf.reward_fn_type or cfg.reward_model.enable:
-            raise ConfigError("workflow.type=frozen_lake_workflow is paid by the environment (1 at the goal, 0 "
-                              "otherwise); custom_reward_function / reward_model would not be read: remove them")
     if wf.type == "simple_workflow":
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}), ("tool_config_path",

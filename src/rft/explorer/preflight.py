@@ -20,7 +20,7 @@ from rft.rewards.typed import REWARD_FN_TYPES
 log = logging.getLogger("rft")
 
 
-ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow")
+ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow")
 """Workflows whose environment (or judge) pays the reward: no reward function reads their rows."""
 
 

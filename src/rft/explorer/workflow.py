@@ -21,7 +21,8 @@ Built-ins:
   conversation, the loss on the model's tokens only: the next prompt is always the sampled tokens and the
   template's rendering of the new turns (`rft.explorer.turns`).
 * `math_boxed_workflow`, `simple_mm_workflow`, `math_ruler_workflow`, `on_policy_distill_math_workflow`,
-  `rubric_judge_workflow`, `frozen_lake_workflow` (gymnasium's FrozenLake, `rft.explorer.frozen_lake`):
+  `rubric_judge_workflow`, `toolcall_workflow` (Tool-N1 on ToolACE rows), `frozen_lake_workflow` (gymnasium's
+  FrozenLake, `rft.explorer.frozen_lake`):
   Trinity-RFT's workflows of those
   names (their classes below).
 """
@@ -353,6 +354,100 @@ class RubricJudgeWorkflow(SimpleWorkflow):
                 for c, r in zip(completions, ratings)]
 
 
+TOOL_N1_PROMPT = """# Tool
+
+<tools>
+{tools}
+</tools>
+
+In each action step, you MUST:
+1. Think about the reasoning process in the mind and enclosed your reasoning within <think> </think> XML tags.
+2. Then, provide a json object with function names and arguments within <tool_call></tool_call> XML tags. i.e., <tool_call>[{{"name": <function-name>, "arguments": <args-json-object>}}, {{"name": <function-name2>, "arguments": <args-json-object2>}}, ...]</tool_call>
+3. Make sure both the reasoning and the tool call steps are included together in one single reply.
+A complete reply example is: <think>To address the query, I need to send the email to Bob and then buy the banana through walmart. </think> <tool_call> [{{"name": "email", "arguments": {{"receiver": "Bob", "content": "I will bug banana through walmart"}}}}, {{"name": "walmart", "arguments": {{"input": "banana"}}}}]</tool_call>. Please make sure the type of the arguments is correct.
+"""
+"""Tool-N1's tool prompt (arXiv:2505.00024) as Trinity-RFT's toolcall_workflow appends it to the row's system prompt,
+word for word (a str.format template: {tools} the row's tools, one JSON function schema a line)."""
+TOOL_N1_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                 "observation": "tool", "tool": "tool", "function_call": "assistant"}
+
+
+def toolcall_messages(row: dict) -> list[dict]:
+    """Trinity-RFT's toolcall_workflow prompt of a ToolACE row (Tool-N1's construct_prompt): the row's raw_system
+    and the tool prompt with its tools (a JSON list of function schemas), then its conversations (from human / gpt /
+    observation / function_call, whose value is written as JSON)."""
+    import json
+
+    tools = "\n".join(json.dumps({"type": "function", "function": tool}) for tool in json.loads(row["tools"]))
+    messages = [{"role": "system", "content": row["raw_system"] + TOOL_N1_PROMPT.format(tools=tools)}]
+    for turn in row["conversations"]:
+        role = TOOL_N1_ROLES.get(turn["from"])
+        if role is not None:
+            value = turn["value"]
+            messages.append({"role": role, "content": json.dumps(value) if turn["from"] == "function_call" else value})
+    return messages
+
+
+def toolcall_reward(solution: str, ground_truth: Any) -> float:
+    """Tool-N1's reward (Trinity-RFT's compute_toolcall_reward): 1 where the reply has one <think>...</think> before
+    its last <tool_call>...</tool_call>, whose JSON (a call or a list of calls, each with name and arguments) makes
+    the same calls as the answer (names and arguments, in any order; none against none); 0 otherwise."""
+    import json
+    import re
+    from collections import Counter
+
+    answer = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    if isinstance(answer, str):
+        answer = json.loads(answer)
+    calls = re.findall(r"<tool_call>(.*?)</tool_call>", solution, flags=re.DOTALL)
+    try:
+        result = json.loads(calls[-1].strip()) if calls else None
+        if isinstance(result, str):
+            result = json.loads(result)
+    except json.JSONDecodeError:
+        result = None
+    result = [result] if isinstance(result, dict) else result
+    if result is None or solution.count("<think>") != 1 or solution.count("</think>") != 1:
+        return 0.0
+    start = solution.find("<tool_call>")
+    if start != -1 and solution.find("</think>") > start:
+        return 0.0
+    if not isinstance(result, list) or not all(isinstance(c, dict) and "name" in c and "arguments" in c
+                                               for c in result):
+        return 0.0
+    if not result or not answer:
+        return float(len(result) == len(answer))
+    try:
+        same = Counter((c["name"], json.dumps(c["arguments"], sort_keys=True)) for c in result) == \
+            Counter((c["name"], json.dumps(c["arguments"], sort_keys=True)) for c in answer)
+    except (TypeError, KeyError):
+        return 0.0
+    return float(same)
+
+
+@register_workflow("toolcall_workflow")
+class ToolN1Workflow(Workflow):
+    """Trinity-RFT's toolcall_workflow (Tool-N1's single turn on ToolACE rows): the prompt from the row's
+    raw_system, tools and conversations (`toolcall_messages`; the rows need no prompt column), `repeat_times` replies,
+    each rewarded by `toolcall_reward` against the row's answer (0 for a row without one). No reward function is
+    read. Not rft's multi-turn tool_call_workflow, which runs the tools."""
+
+    ARGS = frozenset()
+    OWN_PROMPT = True
+
+    def run(self) -> list[Experience]:
+        row = self.task.raw_task or {}
+        try:
+            messages = toolcall_messages(row)
+        except (KeyError, TypeError, ValueError) as e:
+            raise WorkflowError(f"toolcall_workflow reads a ToolACE row (raw_system, tools as a JSON list, "
+                                f"conversations of from / value): {type(e).__name__}: {e}") from None
+        completions = self.model.chat(messages, n=self.task.repeat_times)
+        answer = row.get("answer")
+        return [completion_experience(c, toolcall_reward(c.text, answer) if answer is not None else 0.0, {})
+                for c in completions]
+
+
 QWEN_MATH_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
@@ -572,5 +667,5 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]
