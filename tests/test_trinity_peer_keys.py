@@ -283,10 +283,10 @@ def test_an_auxiliary_models_trinity_keys_are_rfts_or_noted(caplog):
       "buffer.explorer_input.taskset": {"path": "t.jsonl"}},
      "t.yaml: buffer.explorer_input.default_workflow_type='alfworld_workflow': Trinity-RFT's workflow that runs "
      "ALFWorld's text households: it needs the alfworld package"),
-    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_workflow_type": "sciworld_workflow",
+    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_workflow_type": "webshop_workflow",
                                         "workflow_args": {"max_env_steps": 30}}},
-     "t.yaml: buffer.explorer_input.taskset.default_workflow_type='sciworld_workflow': Trinity-RFT's workflow "
-     "that runs ScienceWorld's simulated science tasks: it needs the scienceworld package"),
+     "t.yaml: buffer.explorer_input.taskset.default_workflow_type='webshop_workflow': Trinity-RFT's workflow "
+     "that runs WebShop's simulated shop: it needs the webshop package"),
     ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "format": {"reply_prefix": "<think>"}}},
      "t.yaml: buffer.explorer_input.taskset.format.reply_prefix: text Trinity-RFT puts at the start of each reply"),
 ])

@@ -449,7 +449,7 @@ def test_rubric_judge_workflow_needs_a_judge_and_reads_no_reward_function(tmp_pa
     base = [f"data.train_files={data}", "actor_rollout_ref.model.path=m", "workflow.type=rubric_judge_workflow"]
     for extra, needle in (([], "which is empty: give one"),
                           (["+workflow.auxiliary_models=[{model_path: m}]", "custom_reward_function.reward_fn_type="
-                            "math_reward"], "is rewarded by its judge's rating")):
+                            "math_reward"], "computes its own reward")):
         with pytest.raises(ConfigError) as err:
             validate(load_config(None, [*base, *extra], validate_paths=False), check_paths=False)
         assert needle in str(err.value), str(err.value)

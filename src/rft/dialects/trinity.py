@@ -1247,7 +1247,6 @@ def _task_order(out: dict) -> None:
 
 ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environment, its package and what it needs)
     ("alfworld", "ALFWorld's text households", "alfworld", "with its game files (alfworld-download) and TextWorld"),
-    ("sciworld", "ScienceWorld's simulated science tasks", "scienceworld", "whose simulator runs on a Java runtime"),
     ("webshop", "WebShop's simulated shop", "webshop", "with its shop server and its product catalogue"),
     ("agentscope", "an AgentScope agent", "agentscope", "(the agent drives the model through AgentScope's own "
                                                         "model and tool APIs)"),

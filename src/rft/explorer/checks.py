@@ -13,8 +13,10 @@ from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
-                     "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow")
+                     "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow")
 OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
+ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow")
+"""The workflows whose environment (or judge) computes the reward: no reward function reads their rows."""
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null)."""
 
 
@@ -173,20 +175,22 @@ def check_workflow(ctx: CheckContext) -> None:
                           "that registers it (rft.explorer.workflow.register_workflow)")
     if wf.path and check_paths and not Path(wf.path).expanduser().exists():
         raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
-    if wf.type in ("frozen_lake_workflow", "toolcall_workflow"):
+    if wf.type == "sciworld_workflow":
+        from rft.explorer.sciworld import require_scienceworld
+
+        try:
+            require_scienceworld()
+        except Exception as e:
+            raise ConfigError(str(e)) from None
+    if wf.type in ENV_REWARD_WORKFLOWS:
         crf = cfg.custom_reward_function
         if crf.path or crf.reward_fn_type or cfg.reward_model.enable:
-            raise ConfigError(f"workflow.type={wf.type} computes its own reward (the environment's, Tool-N1's); "
-                              "custom_reward_function / reward_model would not be read: remove them")
-    if wf.type == "rubric_judge_workflow":
-        if not wf.auxiliary_models:
-            raise ConfigError("workflow.type='rubric_judge_workflow' rates each response against the row's rubrics "
-                              "with a judge, the first of workflow.auxiliary_models (Trinity-RFT's "
-                              "explorer.auxiliary_models), which is empty: give one")
-        crf = cfg.custom_reward_function
-        if crf.path or crf.reward_fn_type or cfg.reward_model.enable:
-            raise ConfigError("workflow.type='rubric_judge_workflow' is rewarded by its judge's rating; "
-                              "custom_reward_function / reward_model would not be read: remove them")
+            raise ConfigError(f"workflow.type={wf.type} computes its own reward (the environment's, Tool-N1's, the "
+                              "judge's); custom_reward_function / reward_model would not be read: remove them")
+    if wf.type == "rubric_judge_workflow" and not wf.auxiliary_models:
+        raise ConfigError("workflow.type='rubric_judge_workflow' rates each response against the row's rubrics "
+                          "with a judge, the first of workflow.auxiliary_models (Trinity-RFT's "
+                          "explorer.auxiliary_models), which is empty: give one")
     if wf.type == "math_ruler_workflow" and not wf.auxiliary_models:
         raise ConfigError("workflow.type='math_ruler_workflow' scores each group's responses with a judge, the first "
                           "of workflow.auxiliary_models (Trinity-RFT's explorer.auxiliary_models), which is empty: "

@@ -13,15 +13,12 @@ import logging
 from collections import Counter
 
 from rft.data.dataset import DataError, PromptDataset
+from rft.explorer.checks import ENV_REWARD_WORKFLOWS
 from rft.rewards.judge import JUDGE
 from rft.rewards.scorers import SCORERS, known_sources, meant_source
 from rft.rewards.typed import REWARD_FN_TYPES
 
 log = logging.getLogger("rft")
-
-
-ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow")
-"""Workflows whose environment (or judge) pays the reward: no reward function reads their rows."""
 
 
 def _rule_reward_runs(cfg) -> bool:

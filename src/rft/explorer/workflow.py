@@ -22,7 +22,7 @@ Built-ins:
   template's rendering of the new turns (`rft.explorer.turns`).
 * `math_boxed_workflow`, `simple_mm_workflow`, `math_ruler_workflow`, `on_policy_distill_math_workflow`,
   `rubric_judge_workflow`, `toolcall_workflow` (Tool-N1 on ToolACE rows), `frozen_lake_workflow` (gymnasium's
-  FrozenLake, `rft.explorer.frozen_lake`):
+  FrozenLake, `rft.explorer.frozen_lake`), `sciworld_workflow` (AllenAI's ScienceWorld, `rft.explorer.sciworld`):
   Trinity-RFT's workflows of those
   names (their classes below).
 """
@@ -643,6 +643,54 @@ class FrozenLakeWorkflow(Workflow):
         return out
 
 
+@register_workflow("sciworld_workflow")
+class SciWorldWorkflow(Workflow):
+    """Trinity-RFT's sciworld_workflow (`rft.explorer.sciworld` says how it plays): `repeat_times` episodes, one after
+    another on one simulator (reset between them, as Trinity's), each a conversation of observations ("Observation:
+    \n..." user turns, the first led by "Task Description: ...") and the model's replies, whose <action> the
+    simulator steps; at most 30 turns; reward: the best running total of the simulator's scores / 100. Logged:
+    env_done, env_rounds (the last turn's index), golden_rounds (the gold path's length). No reward function."""
+
+    ARGS = frozenset()
+
+    def run(self) -> list[Experience]:
+        from rft.explorer.sciworld import (
+            MAX_ENV_STEPS,
+            SYSTEM_PROMPT,
+            close_env,
+            open_env,
+            parse_action,
+            task_config,
+        )
+
+        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        env = open_env(task_config(question))
+        try:
+            golden = len(env.get_gold_action_sequence())
+            out = []
+            for _ in range(self.task.repeat_times):
+                observation, _ = env.reset()
+                observation = f"Task Description: {env.get_task_description()}\n{observation}"
+                conversation = self.model.start([{"role": "system", "content": SYSTEM_PROMPT},
+                                                 {"role": "user", "content": f"Observation: \n{observation}"}])
+                total = best = 0.0
+                done, rounds = False, 0
+                for rounds in range(MAX_ENV_STEPS):
+                    if rounds:
+                        conversation.add([{"role": "user", "content": f"Observation: \n{observation}"}])
+                    self.model.respond([conversation])
+                    observation, reward, done, _ = env.step(parse_action(conversation.last_reply))
+                    total += reward
+                    best = max(best, total)
+                    if done:
+                        break
+                out.append(conversation.to_experience(best / 100.0, {"env_done": float(done)},
+                                                      {"env_rounds": rounds, "golden_rounds": golden}))
+            return out
+        finally:
+            close_env(env)
+
+
 def load_workflow_file(path: str) -> None:
     """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
     Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
@@ -667,5 +715,5 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]
