@@ -19,6 +19,7 @@ than `settings.bad_update_limit` of them in a row stop the run.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -300,7 +301,11 @@ class MiniBatchWorker:
         release_freed_memory()  # the gradients' and the optimizer step's: the next generation allocates otherwise
         history[f"{prefix}/lr"] = [self.optimizer.param_groups[0]["lr"]]
         if not is_plateau(self.scheduler):  # reduce_lr_on_plateau steps on validation metrics (the trainer)
-            self.scheduler.step()
+            with warnings.catch_warnings():
+                # the schedule counts trainer steps, as verl's: one whose every update was skipped (the guard: no
+                # gradient, e.g. every advantage 0) still moves it; torch's warning about that order says nothing here
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+                self.scheduler.step()
         out = {k: sum(v) / len(v) for k, v in history.items()}
         out[f"{prefix}/skipped_updates"] = float(skipped)
         self.steps_taken = taken  # optimizer steps the guard let through: 0 leaves the weights as they were
