@@ -13,6 +13,7 @@ import yaml
 from cli_helpers import rft_here
 
 from rft.config import ConfigError
+from rft.errors import RftError
 from rft.data.dataset import Prompt
 from rft.dialects.trinity import translate
 from rft.explorer.frozen_lake import (
@@ -60,6 +61,17 @@ def test_generated_maps_are_seeded_and_have_a_short_path():
     assert generate_map(4, 0.8, seed=8, max_steps=3) != a
     # by hand: S next to G is a path of one move; a wall of holes between them is none
     assert _has_path([list("SG"), list("FF")], 2, 0) and not _has_path([list("SH"), list("HG")], 2, 5)
+    # a row that can make no map is one line, where Trinity draws forever
+    with pytest.raises(RftError, match="no room for a start and a goal"):
+        generate_map(1, 0.8, seed=0, max_steps=8)
+    import rft.explorer.frozen_lake as lake
+
+    lake.MAP_TRIES, tries = 3, lake.MAP_TRIES  # all holes: only a goal next to the start would do
+    try:
+        with pytest.raises(RftError, match="raise p or env_max_steps"):
+            generate_map(8, 0.0, seed=0, max_steps=1)
+    finally:
+        lake.MAP_TRIES = tries
 
 
 def test_observation_messages_are_trinitys_words():

@@ -54,6 +54,7 @@ CELLS = {b"P": 0, b"F": 1, b"H": 2, b"G": 3}
 GRID = {0: " P \t", 1: " _ \t", 2: " O \t", 3: " G \t", 4: " X \t", 5: " √ \t"}  # 4: in a hole, 5: on the goal
 DIRECTIONS = {"left": 1, "down": 2, "right": 3, "up": 4}  # Trinity's actions; gymnasium's are one less
 INVALID = 0
+MAP_TRIES = 10_000  # maps drawn before a row's size, p and env_max_steps are called impossible (Trinity draws forever)
 INVALID_NOTE = ("\nYour last response is invalid. Your position didn't change at all. You may need to recheck your "
                 "thinking process, action outputted, and the format of response. Remember, you should only output the "
                 "NEXT ACTION at each interation in the ``` ```. For example, if you want to move up, you should output "
@@ -97,9 +98,12 @@ def generate_map(size: int = 8, p: float = 0.8, seed: int = 0, max_steps: int = 
     seeded generator (Trinity-RFT's generate_random_map: the same maps for the same arguments)."""
     from gymnasium.utils import seeding
 
+    if size < 2:
+        raise RftError(f"a FrozenLake map of size {size} has no room for a start and a goal: give the row a size of "
+                       "at least 2")
     rng, _ = seeding.np_random(seed)
     p = min(1, p)
-    while True:
+    for _ in range(MAP_TRIES):
         board = rng.choice(["F", "H"], (size, size), p=[p, 1 - p]).tolist()
         while True:
             start = (int(rng.integers(0, size)), int(rng.integers(0, size)))
@@ -109,6 +113,8 @@ def generate_map(size: int = 8, p: float = 0.8, seed: int = 0, max_steps: int = 
         board[start[0]][start[1]], board[goal[0]][goal[1]] = "S", "G"
         if _has_path(board, size, max_steps):
             return ["".join(row) for row in board]
+    raise RftError(f"no FrozenLake map of size {size} with frozen tiles at p={p} has a path of at most {max_steps} "
+                   f"moves in {MAP_TRIES} draws (seed {seed}): raise p or env_max_steps")
 
 
 def parse_action(response: str) -> int:
