@@ -13,9 +13,9 @@ import yaml
 from cli_helpers import rft_here
 
 from rft.config import ConfigError
-from rft.errors import RftError
 from rft.data.dataset import Prompt
 from rft.dialects.trinity import translate
+from rft.errors import RftError
 from rft.explorer.frozen_lake import (
     INVALID,
     INVALID_NOTE,
