@@ -1,8 +1,8 @@
 """Collection order: the tests marked `longest` run first, so that under `pytest -n 2` (make test) none of them
 starts last and runs alone while the other worker idles.
 
-Skips: a test may skip only for a reason in `ALLOWED_SKIPS` (no CUDA device; Chromium, a system package that .ci/run
-installs; torch.compile on a machine without a compiler). Any other skip (a package `make test`'s setup should have
+Skips: a test may skip only for a reason in `ALLOWED_SKIPS` (no CUDA device; Chromium and a Java runtime, system
+packages that .ci/run installs; torch.compile on a machine without a compiler). Any other skip (a package `make test`'s setup should have
 installed, a data folder that is missing) fails the run, so a missing install step cannot hide again."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["RFT_CPU_PRECISION"] = os.environ.get("RFT_TEST_CPU_PRECISION", "float32")
 TEST_PRECISION = os.environ["RFT_CPU_PRECISION"]
 
-ALLOWED_SKIPS = ("needs a CUDA device", "needs Debian's chromium", "torch.compile does not work here",
+ALLOWED_SKIPS = ("needs a CUDA device", "needs Debian's chromium", "needs a Java runtime", "torch.compile does not work here",
                  "CPU processes (gloo)", "on CPU the component's 2 devices are 2 gloo processes",
                  "no valid token drawn")
 """Substrings of the skip reasons that are allowed. The last three: tests of the CPU path skipped on a GPU

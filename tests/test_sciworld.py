@@ -5,6 +5,7 @@ the task row's JSON; Trinity's example YAML through the dialect."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from test_frozen_lake import Scripted, tokenizer  # noqa: F401  (the fixture)
@@ -15,6 +16,8 @@ from rft.errors import RftError
 from rft.explorer.sciworld import SYSTEM_PROMPT, close_env, open_env, parse_action, task_config
 from rft.explorer.workflow import SciWorldWorkflow, Task
 
+JAVA = pytest.mark.skipif(shutil.which("java") is None, reason="needs a Java runtime for ScienceWorld's simulator "
+                          "(`apt-get install -y default-jre-headless`; .ci/run installs it)")
 TASK = {"task_name": "find-non-living-thing", "var_num": 0, "jar_path": "/not/here/scienceworld.jar"}
 
 
@@ -40,6 +43,7 @@ def test_actions_and_task_rows_are_read_as_trinity_reads_them():
         task_config("boil water")
 
 
+@JAVA
 def test_the_gold_path_is_paid_one_and_looking_around_nothing(tokenizer, gold):  # noqa: F811
     assert 0 < len(gold) < 30
     winner = Scripted(tokenizer, [f"<think>step</think><action>{a}</action>" for a in gold], max_tokens=400)
@@ -64,6 +68,7 @@ def test_trinitys_sciworld_taskset_lands_on_the_workflow():
     assert out["workflow"]["type"] == "sciworld_workflow" and out["data"]["prompt_key"] == "task_desc"
 
 
+@JAVA
 @pytest.mark.heavy  # 30 turns an episode on the CPU: a minute and a half
 def test_trinitys_sciworld_example_trains_one_step(tmp_path):
     """examples/grpo_sciworld as its user runs it (stand-ins as test_trinity_workflows' `_corpus_item`): task rows
