@@ -212,17 +212,25 @@ RL_RUNS = [
      "distillation.distillation_loss.jsd_beta=0.5", "distillation.distillation_loss.use_policy_gradient=true",
      "distillation.distillation_loss.use_task_rewards=true", "distillation.distillation_loss.distillation_loss_coef=0.5",
      "distillation.distillation_loss.in_reward=true"],
+    # Trinity's difficulty-based task selector (fed each step's pass rates; columns `weak` / `strong` added to the
+    # rows below) and its Clip_V entropy filter (tests/test_selectors.py, tests/test_entropy_clip.py)
+    ["data.selector.selector_type=difficulty_based", "data.selector.feature_keys=[weak,strong]",
+     "+data.selector.kwargs={tau: 0, target_reward: 0.5}", "data.selector.seed=3", "algorithm.entropy_clip.mode=clipv",
+     "algorithm.entropy_clip.mu=1.0", "algorithm.entropy_clip.max_frac=0.5"],
 ]
 
 
 def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatch):
-    from rft.data.io import read_rows
+    from rft.data.io import read_rows, write_parquet
     from rft.explorer.taskset import write_tasks
     from rft.trainer.run import SyncRun
     from rft.trainer.sft import SFTTrainer
 
     tasks = f"sqlite:///{tmp_path / 'tasks.db'}"
     write_tasks(tasks, "arith", read_rows(assets / "data" / "train.parquet"))
+    rated = tmp_path / "rated.parquet"  # the selector's reference pass rates
+    write_parquet([{**row, "weak": (i % 5) / 10, "strong": (i % 5) / 10 + 0.3}
+                   for i, row in enumerate(read_rows(assets / "data" / "train.parquet"))], rated)
     crf = [f"custom_reward_function.path={assets / 'reward.py'}"]
     keys = [[*crf, *extra, f"reward_model.model.path={assets / 'rm'}",
              *([f"data.custom_cls.path={assets / 'rows.py'}"] if "data.custom_cls.name=Rows" in extra else []),
@@ -231,7 +239,8 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
              *([f"data.expert.files={assets / 'data' / 'train.parquet'}"] if "algorithm.mix.enable=true" in extra
                else []),
              *([f"distillation.teacher_model.model_path={assets / 'model'}"] if "distillation.enabled=true" in extra
-               else [])]
+               else []),
+             *([f"data.train_files={rated}"] if "data.selector.selector_type=difficulty_based" in extra else [])]
             for extra in RL_RUNS]
     configs = [_rl(assets, tmp_path / f"rl{i}", *k) for i, k in enumerate(keys)]
     # a resume from a named checkpoint that deletes it afterwards (the first run's keys: a resume may change only
