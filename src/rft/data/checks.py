@@ -109,7 +109,6 @@ def check_preference_columns(ctx: CheckContext) -> None:
                           f"{data.prompt_key!r}, {data.chosen_key!r}, {data.rejected_key!r}")
 
 
-
 @CHECKS.register("data.selector")
 def check_selector(ctx: CheckContext) -> None:
     """data.selector (`rft.data.selectors`): its features and arguments, and the runs whose task draws it can

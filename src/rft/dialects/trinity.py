@@ -1225,7 +1225,7 @@ def _data_selector(t: _Translation, ts: dict, where: str, out: dict, eval_set: b
         _set(out, "_trinity.shuffle", (kind == "shuffle", seed, f"{where}.{key}.selector_type"))
 
 
-OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")  # rft.explorer.checks': rows without a prompt
+OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")  # = rft.explorer.checks': rows without a prompt
 
 
 def _own_prompt(out: dict) -> None:

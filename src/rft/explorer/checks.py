@@ -15,9 +15,10 @@ BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
                      "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow")
 OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
+"""The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null). The
+Trinity dialect keeps the same names (`rft.dialects.trinity.OWN_PROMPT_WORKFLOWS`: it sits below the explorer)."""
 ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow")
 """The workflows whose environment (or judge) computes the reward: no reward function reads their rows."""
-"""The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null)."""
 
 
 def check_auxiliary_sampling(index: int, spec: dict) -> None:

@@ -23,8 +23,7 @@ Built-ins:
 * `math_boxed_workflow`, `simple_mm_workflow`, `math_ruler_workflow`, `on_policy_distill_math_workflow`,
   `rubric_judge_workflow`, `toolcall_workflow` (Tool-N1 on ToolACE rows), `frozen_lake_workflow` (gymnasium's
   FrozenLake, `rft.explorer.frozen_lake`), `sciworld_workflow` (AllenAI's ScienceWorld, `rft.explorer.sciworld`):
-  Trinity-RFT's workflows of those
-  names (their classes below).
+  Trinity-RFT's workflows of those names (their classes below).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from rft.data.dataset import Prompt
 from rft.data.images import filled_image_parts
 from rft.experience import Experience
 from rft.explorer.frozen_lake import SYSTEM_PROMPT as FROZEN_LAKE_PROMPT
+from rft.explorer.frozen_lake import Lake, generate_map, observation_message, parse_action, require_gymnasium
 from rft.explorer.model import Completion, Conversation, ModelHandle, WorkflowError
 from rft.registry import Registry
 from rft.rewards.scoring import score_responses
@@ -433,7 +433,6 @@ class ToolN1Workflow(Workflow):
     read. Not rft's multi-turn tool_call_workflow, which runs the tools."""
 
     ARGS = frozenset()
-    OWN_PROMPT = True
 
     def run(self) -> list[Experience]:
         row = self.task.raw_task or {}
@@ -578,23 +577,13 @@ class ToolCallWorkflow(Workflow):
 
 @register_workflow("frozen_lake_workflow")
 class FrozenLakeWorkflow(Workflow):
-    """Trinity-RFT's frozen_lake_workflow (`rft.explorer.frozen_lake` says how it plays). Workflow args: env_max_steps (8: the longest path
-    a generated map may need), agent_max_steps (10: the model's turns), is_slippery (false), desc (a map of its own,
-    rows of S F H G)."""
+    """Trinity-RFT's frozen_lake_workflow (`rft.explorer.frozen_lake` says how it plays; its rows need no prompt
+    column). Workflow args: env_max_steps (8: the longest path a generated map may need), agent_max_steps (10: the
+    model's turns), is_slippery (false), desc (a map of its own, rows of S F H G)."""
 
     ARGS = frozenset({"env_max_steps", "agent_max_steps", "is_slippery", "desc"})
-    OWN_PROMPT = True
-    """The rows need no prompt column: the workflow writes every message (data.prompt_key may be null)."""
 
     def run(self) -> list[Experience]:
-        from rft.explorer.frozen_lake import (
-            Lake,
-            generate_map,
-            observation_message,
-            parse_action,
-            require_gymnasium,
-        )
-
         require_gymnasium()
         a, row = self.args, self.task.raw_task or {}
         env_max_steps, agent_max_steps = int(a.get("env_max_steps", 8)), int(a.get("agent_max_steps", 10))

@@ -52,15 +52,15 @@ from rft.tasks.shapes import write_shapes
 # on 2 CPU cores (bench/RESULTS.md has the measurements behind them). SFT sits on a loss plateau (~0.8 a token)
 # until the model learns to add the tens digits; when it leaves depends on the seed and on the CPU's rounding. The
 # copying warm-up (`copy_stage`) made every seed leave it under this CPU's kernels and the generic ones (under the
-# AVX2 ones seed 0 still stays on it: bench/RESULTS.md, 2026-11-28); what made the demo a lottery there was the
-# training set: 2000 questions seen 51 times over (1600 steps of 64) were learnt by heart. Seed 0's SFT loss ended at 0.04, below
-# the ~0.07 a token that the teacher's coin flips on the carry leave to anyone who adds, and seed 1 (this EPYC's
-# kernels) ended at 0.19 still getting 30% of the carry-free held-out sums wrong (0.430; GRPO +0.110, below the
-# bar). ARITHMETIC_TRAIN questions (13 passes) leave nothing to memorise: seed 1 ends SFT at 0.545 and GRPO lifts it
-# +0.360. The SFT lr and length: 1200 steps at 3e-3 ended late leavers half-trained, halving the lr or weight decay
-# moved the lottery without ending it, and a longer warm-up (500 copying steps, loss 0) made SFT start worse and
-# stay on the plateau for 800 steps (2026-11-28). GRPO's lr decays too (cosine from 2e-4): at a constant 1e-4 seed
-# 9's held-out accuracy fell from 0.785 at step 200 to 0.665 at step 300.
+# AVX2 ones seeds 0 and 4 still miss: bench/RESULTS.md, 2026-11-28 and 2026-11-29); what made the demo a lottery
+# there was the training set: 2000 questions seen 51 times over (1600 steps of 64) were learnt by heart. Seed 0's
+# SFT loss ended at 0.04, below the ~0.07 a token that the teacher's coin flips on the carry leave to anyone who
+# adds, and seed 1 (this EPYC's kernels) ended at 0.19 still getting 30% of the carry-free held-out sums wrong
+# (0.430; GRPO +0.110, below the bar). ARITHMETIC_TRAIN questions (13 passes) leave nothing to memorise: seed 1 ends
+# SFT at 0.545 and GRPO lifts it +0.360. The SFT lr and length: 1200 steps at 3e-3 ended late leavers half-trained,
+# halving the lr or weight decay moved the lottery without ending it, and a longer warm-up (500 copying steps, loss
+# 0) made SFT start worse and stay on the plateau for 800 steps (2026-11-28). GRPO's lr decays too (cosine from
+# 2e-4): at a constant 1e-4 seed 9's held-out accuracy fell from 0.785 at step 200 to 0.665 at step 300.
 CARRY_SLIP = 0.75
 SFT_STEPS, SFT_LR, SFT_BATCH, SFT_WARMUP = 1600, 3.0e-3, 64, 0.05
 RL_STEPS, RL_LR, RL_SCHEDULE, TEST_FREQ = 300, 2.0e-4, "cosine", 50

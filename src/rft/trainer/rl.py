@@ -205,7 +205,8 @@ class RLTrainer:
         self.needs_old_logprobs = (updates > 1 or cfg.algorithm.use_kl_in_reward or corrects_rollout(rc)
                                    or self.precision["rollout"].dtype != self.precision["actor"].dtype
                                    or "old_logprobs" in self.adv_needs or arr.actor.calculate_sum_pi_squared
-                                   or cfg.algorithm.entropy_clip.mode is not None) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
+                                   or cfg.algorithm.entropy_clip.mode is not None
+                                   ) and not rc.bypass_mode  # bypass: the rollout's log-probs are the old ones
         served = unserved_reason(cfg, dist.processes) is None  # an engine server's passes: another process's
         self.worker.rollout_drift = ((engine_spec(arr.rollout.name).own_numerics or served)
                                      and not self.needs_old_logprobs)
