@@ -179,3 +179,32 @@ def test_bad_selectors_are_refused(assets, tmp_path, overrides, message):
     with pytest.raises(ConfigError) as err:
         rl_config(assets, tmp_path, *overrides)
     assert message in str(err.value), str(err.value)
+
+
+def test_a_stopped_run_resumes_to_the_uninterrupted_ones_weights(assets, tmp_path):
+    """Trinity's random data_selector through `rft train`: 2 steps, then the same config extended to 3 resumes from
+    the checkpoint (the selector's state in it) and ends bitwise where 3 straight steps end."""
+    import yaml
+    from cli_helpers import rft_here
+    from safetensors.torch import load_file
+
+    def config(root: Path, steps: int) -> Path:
+        tree = {"project": "p", "name": "sel", "mode": "both", "checkpoint_root_dir": str(root),
+                "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-3}},
+                "model": {"model_path": str(assets / "model"), "max_prompt_tokens": 32, "max_response_tokens": 4},
+                "buffer": {"batch_size": 4, "total_steps": steps, "explorer_input": {"taskset": {
+                    "name": "t", "path": str(assets / "data"), "split": "train", "format": {"prompt_key": "prompt"},
+                    "rollout_args": {"temperature": 1.0}, "data_selector": {"selector_type": "random", "seed": 7}}}},
+                "explorer": {"eval_interval": 100},
+                "trainer": {"save_interval": 1, "trainer_config": {"custom_reward_function": {
+                    "path": str(assets / "reward.py")}}}}
+        path = root.parent / f"{root.name}_{steps}.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        return path
+
+    rft_here("train", str(config(tmp_path / "straight", 3)), cwd=tmp_path)
+    rft_here("train", str(config(tmp_path / "stopped", 2)), cwd=tmp_path)
+    resumed = rft_here("train", str(config(tmp_path / "stopped", 3)), cwd=tmp_path)
+    assert "resumed from" in resumed.stdout, resumed.stdout
+    a, b = (load_file(str(tmp_path / r / "p" / "sel" / "model" / "model.safetensors")) for r in ("straight", "stopped"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

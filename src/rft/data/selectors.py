@@ -78,14 +78,15 @@ class _Selector:
         """The pass rates (mean rewards) of the tasks at `indices` in the last step; only difficulty_based reads them."""
 
     def state_dict(self) -> dict:
-        return {"selector": self.kind, "current_index": self.current_index, "seed": self.seed,
+        # "selector_seed", not "seed": a checkpoint's sampler "seed" is data.seed to the resume's early check
+        return {"selector": self.kind, "current_index": self.current_index, "selector_seed": self.seed,
                 "num_items": self.num_items, "batch_size": self.batch_size}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where `state` stopped; refused when the selector, the tasks, the batch size or the seed differ."""
-        for key, what in (("selector", "data.selector.selector_type"), ("seed", "data.selector.seed"),
+        for key, what in (("selector", "data.selector.selector_type"), ("selector_seed", "data.selector.seed"),
                           ("num_items", "the number of training tasks"), ("batch_size", self.batch_key)):
-            mine = self.kind if key == "selector" else getattr(self, key)
+            mine = {"selector": self.kind, "selector_seed": self.seed}.get(key, getattr(self, key, None))
             if state.get(key) != mine:
                 raise DataError(f"the checkpoint was written with {what}={state.get(key)}, this run has {mine}; "
                                 "resume with the same data, selector and batch size (or set "
