@@ -242,7 +242,7 @@ def test_the_schema_lists_the_registered_types():
 
     choices = next(f for f in fields(CustomRewardConfig) if f.name == "reward_fn_type").metadata["choices"]
     assert set(choices) == {None, "llm_judge", *REWARD_FN_TYPES.names()}  # the judge: rft.rewards.judge
-    assert REWARD_FN_TYPES.names() == ["accuracy_reward", "countdown_reward", "format_reward", "math_boxed_reward",
+    assert REWARD_FN_TYPES.names() == ["accuracy_reward", "bots_math_boxed_reward", "countdown_reward", "format_reward", "math_boxed_reward",
                                        "math_dapo_reward", "math_reward", "math_verify_reward"]
 
 
@@ -257,8 +257,8 @@ def cfg(tmp_path, *overrides: str):
 @pytest.mark.parametrize("overrides, needle", [
     (["custom_reward_function.reward_fn_type=math_rewards"],
      "custom_reward_function.reward_fn_type='math_rewards' is not allowed; choose one of ['math_reward', "
-     "'accuracy_reward', 'math_boxed_reward', 'math_dapo_reward', 'math_verify_reward', 'format_reward', "
-     "'countdown_reward', 'llm_judge'] or leave it unset; did you mean 'math_reward'?"),
+     "'accuracy_reward', 'math_boxed_reward', 'math_dapo_reward', 'math_verify_reward', 'bots_math_boxed_reward', "
+     "'format_reward', 'countdown_reward', 'llm_judge'] or leave it unset; did you mean 'math_reward'?"),
     (["custom_reward_function.reward_fn_type=math_reward", "custom_reward_function.path=r.py"],
      "and custom_reward_function.path='r.py' are both set: each chooses the run's reward function"),
     (["custom_reward_function.reward_fn_type=math_reward", "custom_reward_function.name=judge"],

@@ -839,14 +839,15 @@ class CustomRewardConfig:
         None, "A reward function by type, rft's own implementation of Trinity-RFT's default_reward_fn_type under its "
         "names: math_reward (math-verify equivalence of the answer + a +-0.1 think/answer format score), "
         "accuracy_reward (math-verify, LaTeX answers), math_boxed_reward / math_dapo_reward (the last \\boxed{}), "
-        "math_verify_reward (RM-Gallery's: math-verify on the whole response), "
+        "math_verify_reward (RM-Gallery's: math-verify on the whole response), bots_math_boxed_reward (Trinity's BOTS "
+        "example: the answer its math grader reads, checked with math-verify), "
         "format_reward (+-0.1 for <think>/<answer> tags), countdown_reward (the Countdown equation: 1.0 / 0.1 / 0). "
         "Its parts are logged as reward_extra/<part>/mean; the data_source is not read. null: the built-in scorer by "
         "data_source, or path / name. Not with path (one reward function per run); reward_weights then holds one "
         "weight; llm_judge: a judge model's verdict (one of workflow.auxiliary_models, settings in reward_kwargs). "
         "Rules and where rft differs from Trinity: docs/rewards.md.",
         choices=(None, "math_reward", "accuracy_reward", "math_boxed_reward", "math_dapo_reward", "math_verify_reward",
-                 "format_reward", "countdown_reward", "llm_judge"),
+                 "bots_math_boxed_reward", "format_reward", "countdown_reward", "llm_judge"),
     )
     reward_kwargs: Dict[str, Any] = fld(
         {}, "Keyword arguments of the reward function (verl's custom_reward_function.reward_kwargs): passed on every "

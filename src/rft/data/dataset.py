@@ -17,7 +17,7 @@ import torch
 from rft.console import counted
 from rft.data.chat import render
 from rft.data.images import has_images, row_images, with_image_parts
-from rft.data.io import DataError, missing_column, raw_rows, read_rows
+from rft.data.io import DataError, column_value, has_column, missing_column, raw_rows, read_rows
 
 log = logging.getLogger("rft")
 
@@ -139,18 +139,18 @@ class PromptDataset:
                 where = f"{file} row {i}"
                 for key, what in ((prompt_key, prompt_what), (system_prompt_key, "data.system_prompt_key"),
                                   (response_key, response_what), (tools_key, "data.tools_key")):
-                    if key is not None and key not in row:
+                    if key is not None and not has_column(row, key):
                         raise raw_rows(where, file, key, what, row) or missing_column(where, key, what, row)
                 if prompt_key is None:  # rows without a prompt: an environment workflow writes every message
                     texts.append("")
                     chats.append([])
                     tools.append(None)
                     continue
-                chat = _messages(row[prompt_key], where)
-                system = row[system_prompt_key] if system_prompt_key else system_prompt
+                chat = _messages(column_value(row, prompt_key), where)
+                system = column_value(row, system_prompt_key) if system_prompt_key else system_prompt
                 if system is not None and chat[0]["role"] != "system":
                     chat = [{"role": "system", "content": str(system)}, *chat]
-                tools.append(_tools(row[tools_key], where) if tools_key else None)
+                tools.append(_tools(column_value(row, tools_key), where) if tools_key else None)
                 if images[i]:
                     chat = with_image_parts(chat, len(images[i]), where)
                 elif vision is not None:  # a vision model's placeholders need images
@@ -188,7 +188,7 @@ class PromptDataset:
                     Prompt(
                         ids=list(ids),
                         data_source=str(row.get("data_source", source)),
-                        ground_truth=(row[response_key] if response_key else
+                        ground_truth=(column_value(row, response_key) if response_key else
                                       reward.get("ground_truth") if isinstance(reward, dict) else None),
                         extra_info=dict(row.get("extra_info") or {}),
                         messages=chat,

@@ -26,6 +26,37 @@ TRL_COLUMNS = {"response": ("completion", "TRL's prompt-completion format")}
 """TRL's name for a column whose verl (rft) name differs, and the format it is TRL's name in."""
 
 
+_ABSENT = object()
+
+
+def column_value(row: dict, column: str, default: Any = _ABSENT) -> Any:
+    """`row`'s value of `column`: the column of that name, else, for a dotted name, the nested field
+    ("reward_model.ground_truth": the ground_truth of the reward_model mapping, as Trinity-RFT's BOTS workflow
+    reads its rows); `default` where there is neither (without one: KeyError)."""
+    if column in row:
+        return row[column]
+    value: Any = row
+    for part in column.split(".") if "." in column else ():
+        if not isinstance(value, dict) or part not in value:
+            break
+        value = value[part]
+    else:
+        if value is not row:
+            return value
+    if default is _ABSENT:
+        raise KeyError(column)
+    return default
+
+
+def has_column(row: dict, column: str) -> bool:
+    """Whether `row` has `column` (`column_value`'s nested fields too)."""
+    try:
+        column_value(row, column)
+    except KeyError:
+        return False
+    return True
+
+
 def missing_column(where: str, column: str, key: str, row: dict) -> DataError:
     """The error for the row at `where` (a file and row) without the column `column` that the config key `key`
     names: the row's columns, the closest first (TRL's name for it first, `TRL_COLUMNS`), and the key to set to

@@ -1268,7 +1268,12 @@ def environment_workflow(name: Any) -> str | None:
 SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow", "async_simple_workflow": "simple_workflow",
                   "on_policy_distill_workflow": "simple_workflow",
                   "async_math_workflow": "math_workflow", "async_math_boxed_workflow": "math_boxed_workflow",
-                  "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow"}
+                  "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow",
+                  # Trinity's BOTS example names its plugin's classes by module path (Trinity imports them from the
+                  # working directory, its repository); rft has them under the names the plugin registers
+                  "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow": "bots_math_boxed_workflow",
+                  "examples.bots.workflow.bots_math_boxed_workflow.BOTSRefEvalCollectMathBoxedWorkflow":
+                      "bots_ref_eval_collect_math_boxed_workflow"}
 """Trinity-RFT's workflows that compute what an rft workflow of another name does. math_rm_workflow: one chat
 turn, each reply scored by the taskset's reward function (Trinity passes it the reply, the messages and the truth
 for RM-Gallery's rewards), summed: simple_workflow. async_X: Trinity's X with an async run (its class is
@@ -2091,11 +2096,15 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     return out
 
 
+BOTS_WORKFLOWS = ("bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow")
+
+
 def _math_workflow_reward(t: _Translation, out: dict) -> None:
     """The reward function a Trinity-RFT workflow implies. Its math_workflow scores with its math_reward when the
     taskset names no reward function (its MathWorkflow's default), not by the rows' data_source: so does rft, unless
     trainer_config gives a reward function file. Its math_boxed_workflow scores with math_boxed_reward likewise where
-    the taskset names none. rm_gallery_reward with reward_name
+    the taskset names none; its BOTS example's workflows always with their plugin's bots_math_boxed_reward.
+    rm_gallery_reward with reward_name
     math_verify_reward is RM-Gallery's rule reward, rft's math_verify_reward (`_rm_gallery_reward`)."""
     reward = out.get("custom_reward_function", {})
     kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
@@ -2103,6 +2112,13 @@ def _math_workflow_reward(t: _Translation, out: dict) -> None:
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
     elif workflow in ("math_boxed_workflow", "on_policy_distill_math_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")
+    elif workflow in BOTS_WORKFLOWS:  # the plugin's workflow scores with its plugin's reward, whatever is named
+        if (kind and kind != "bots_math_boxed_reward") or reward.get("path"):
+            t.refuse(_said_as(out).get("custom_reward_function.reward_fn_type", "custom_reward_function.path"),
+                     f"={kind or reward.get('path')!r}: Trinity-RFT's {workflow} scores with its own reward, "
+                     "bots_math_boxed_reward, and would not read it: remove it")
+        else:
+            _set(out, "custom_reward_function.reward_fn_type", "bots_math_boxed_reward")
     elif kind == "rm_gallery_reward":
         _rm_gallery_reward(t, out)
     if kind == "math_dapo_reward" and reward.get("reward_kwargs"):

@@ -13,7 +13,12 @@ from rft.sync.schedule import is_synchronous
 
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
-                     "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow")
+                     "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
+                     "bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow")
+BOXED_WORKFLOW_REWARDS = {"math_boxed_workflow": "math_boxed_reward",
+                          "bots_math_boxed_workflow": "bots_math_boxed_reward",
+                          "bots_ref_eval_collect_math_boxed_workflow": "bots_math_boxed_reward"}
+"""The \\boxed{} workflows and the reward function whose think format part Trinity-RFT's with_think adds."""
 OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null). The
 Trinity dialect keeps the same names (`rft.dialects.trinity.OWN_PROMPT_WORKFLOWS`: it sits below the explorer)."""
@@ -254,16 +259,16 @@ def check_workflow(ctx: CheckContext) -> None:
             raise ConfigError(f"workflow.args: {unknown} are not arguments of workflow.type={wf.type!r}, which "
                               f"takes {sorted(known) or 'none'} (in YAML flow style a space follows the colon: "
                               "{max_turns: 2})")
-    if wf.type == "math_boxed_workflow":  # Trinity reads them as a flag and a number
-        args = wf.args or {}
+    if wf.type in BOXED_WORKFLOW_REWARDS:  # Trinity reads them as a flag and a number
+        args, own = wf.args or {}, BOXED_WORKFLOW_REWARDS[wf.type]
         for key in ("with_think", "use_base"):
             if not isinstance(args.get(key, False), bool):
                 raise ConfigError(f"workflow.args.{key}={args[key]!r} must be true or false")
         kind = cfg.custom_reward_function.reward_fn_type
-        if args.get("with_think", False) and kind != "math_boxed_reward":
-            raise ConfigError(f"workflow.args.with_think=true adds math_boxed_reward's think format part (Trinity-RFT "
+        if args.get("with_think", False) and kind != own:
+            raise ConfigError(f"workflow.args.with_think=true adds {own}'s think format part (Trinity-RFT "
                               f"passes it to that reward function only); with custom_reward_function.reward_fn_type="
-                              f"{kind!r} it has no effect: remove it or score with math_boxed_reward")
+                              f"{kind!r} it has no effect: remove it or score with {own}")
         coef = args.get("format_score_coef", 0.1)
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
             raise ConfigError(f"workflow.args.format_score_coef={coef!r} must be a number >= 0 (the format penalty "

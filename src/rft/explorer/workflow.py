@@ -190,8 +190,6 @@ class MathBoxedWorkflow(SimpleWorkflow):
     ARGS = frozenset({"with_think", "format_score_coef", "use_base"})
 
     def run(self) -> list[Experience]:
-        from rft.rewards.formats import think_format_penalty
-
         with_think = bool(self.args.get("with_think", False))
         self.task = with_system_prompt(self.task, BOXED_THINK_PROMPT if with_think else BOXED_PROMPT)
         if self.args.get("use_base", False):
@@ -199,12 +197,64 @@ class MathBoxedWorkflow(SimpleWorkflow):
                                               n=self.task.repeat_times)[0]
         else:
             completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
+        return self.scored(completions)
+
+    def scored(self, completions: list[Completion]) -> list[Experience]:
+        """The experiences of `completions`: the run's reward plus, with with_think, the think format part."""
+        from rft.rewards.formats import think_format_penalty
+
+        with_think = bool(self.args.get("with_think", False))
         out = []
         for c in completions:
             reward, rewards = self.task.score(c.text)
             fmt = think_format_penalty(c.text, self.args.get("format_score_coef", 0.1)) if with_think else 0.0
             out.append(completion_experience(c, reward + fmt, {**rewards, "format_score": fmt}))
         return out
+
+
+@register_workflow("bots_math_boxed_workflow")
+class BOTSMathBoxedWorkflow(MathBoxedWorkflow):
+    """Trinity-RFT's BOTS example workflow (`examples/bots`, registered by its plugin as bots_math_boxed_workflow):
+    math_boxed_workflow on rows whose prompt is already a conversation (GURU's `prompt` column), sent as it is,
+    with no system prompt added, even with with_think. Scored by the run's reward function (the Trinity dialect's
+    default for it: bots_math_boxed_reward) plus, with with_think, the think format part."""
+
+    ARGS = frozenset({"with_think", "format_score_coef"})
+
+    def run(self) -> list[Experience]:
+        return self.scored(self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools))
+
+
+BOTS_REF_EVAL_LOG = "./bots_ref_eval_log.jsonl"
+"""Where bots_ref_eval_collect_math_boxed_workflow appends its lines unless BOTS_REF_EVAL_LOG_FILE names a file
+(Trinity-RFT's default, relative to the working directory)."""
+
+
+@register_workflow("bots_ref_eval_collect_math_boxed_workflow")
+class BOTSRefEvalCollectWorkflow(BOTSMathBoxedWorkflow):
+    """Trinity-RFT's BOTS reference evaluation (`examples/bots/ref_eval_collect.yaml`, an explore-only run): the
+    BOTS workflow, and for each task one JSON line {"model_version", "rewards", "question", "truth"} appended to
+    $BOTS_REF_EVAL_LOG_FILE (`BOTS_REF_EVAL_LOG`), under an exclusive lock as Trinity writes it; BOTS turns the
+    lines into each task's pass rate, the offline difficulty its selector reads (data.selector.feature_keys)."""
+
+    def run(self) -> list[Experience]:
+        import fcntl
+        import json
+        import os
+
+        experiences = super().run()
+        line = json.dumps({"model_version": self.model.server.engine.version,
+                           "rewards": [e.reward for e in experiences], "question": self.task.prompt.messages,
+                           "truth": self.task.prompt.ground_truth}) + "\n"
+        path = os.environ.get("BOTS_REF_EVAL_LOG_FILE", BOTS_REF_EVAL_LOG)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, line.encode())  # the whole line in one write, under the lock
+        finally:
+            os.close(fd)  # the lock goes with it
+        return experiences
 
 
 RULER_MATH_PROMPT = (

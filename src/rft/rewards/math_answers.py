@@ -226,6 +226,55 @@ def math_verify_reward(data_source: str, solution_str: str, ground_truth: Any,
     return {"score": accuracy, "accuracy": accuracy, "math_verify_timeout": timed_out}
 
 
+_ANSWER_AFTER = ("answer:", "answer is", "answers are")
+_ANSWER_BEFORE = ("is answer", "is the answer", "are answers", "are the answers")
+_LAST_MARKERS = ("be ", "is ", "are ", "=", ": ", "get ", "be\n", "is\n", "are\n", ":\n", "get\n")
+
+
+def marked_answer(response: str) -> str:
+    """The answer Trinity-RFT's math grader (`trinity.utils.math_utils.match_answer`, which BOTS' reward reads)
+    takes from a response, its rules in its order: the text after the last "answer:" / "answer is" / "answers
+    are" (each applied to what the one before left), the text before the last "is the answer" and its kin, the
+    content of the last \\boxed{} there is, the text before the last ". ", then the text after the last of
+    "be ", "is ", "are ", "=", ": ", "get " (each in turn). "The answer is 7." -> "7."; "\\boxed{x = 5}" -> "5"."""
+    for marker in _ANSWER_AFTER:
+        at = response.lower().rfind(marker)
+        if at != -1:
+            response = response[at + len(marker):].strip()
+    for marker in _ANSWER_BEFORE:
+        at = response.lower().rfind(marker)
+        if at != -1:
+            response = response[:at].strip()
+    boxed = last_boxed(response)
+    if boxed:
+        response = boxed.strip()
+    if ". " in response:
+        response = response[:response.rfind(". ")].strip()
+    for marker in _LAST_MARKERS:
+        at = response.lower().rfind(marker)
+        if at != -1:
+            response = response[at + len(marker):].strip()
+    return response
+
+
+def bots_math_boxed_reward(data_source: str, solution_str: str, ground_truth: Any,
+                           extra_info: dict | None = None) -> dict[str, float]:
+    """The accuracy of Trinity-RFT's BOTS example (`bots_math_boxed_reward`, its plugin's BOTSMathBoxedRewardFn):
+    score = accuracy = 1.0 when the answer its grader reads (`marked_answer`: answer phrases, the last \\boxed{},
+    "x = ..." tails) is equivalent to the ground truth, else 0.0. BOTS grades equivalence with Reasoning360's
+    naive-DAPO checks (a string match after the MATH normalisation, then numbers within 1e-4 or equal as
+    percentages, then SymPy); rft grades it with math-verify, which equates what those do except the percentage
+    variants (0.5 against 50), the answer's closing full stop dropped as Trinity's number check drops it. The think format part (with_think) is the workflow's, as with math_boxed_workflow.
+    Returns {"score", "accuracy", "math_verify_timeout"}."""
+    answer = marked_answer(solution_str)
+    answer = answer[:-1] if answer.endswith(".") else answer  # "7.": a number to Trinity's float() check
+    if not answer:
+        gold_text(ground_truth)  # a bad ground truth fails on every row
+        return {"score": 0.0, "accuracy": 0.0, "math_verify_timeout": 0.0}
+    accuracy, timed_out = verify_answer(ground_truth, "\\boxed{" + answer + "}", "plain")
+    return {"score": accuracy, "accuracy": accuracy, "math_verify_timeout": timed_out}
+
+
 _GEO3K_FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
 
 

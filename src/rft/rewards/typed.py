@@ -11,6 +11,7 @@ reward under "score" and its parts (accuracy, format_score, ...) under their own
 | accuracy_reward | accuracy (math-verify, LaTeX answers only) | accuracy, math_verify_timeout |
 | math_boxed_reward, math_dapo_reward | accuracy of the last \\boxed{} (math-verify) | accuracy, math_verify_timeout |
 | math_verify_reward | accuracy of the whole response (math-verify, LaTeX or plain; RM-Gallery's) | accuracy, math_verify_timeout |
+| bots_math_boxed_reward | accuracy of the answer Trinity's math grader reads (answer phrases, \\boxed{}; math-verify) | accuracy, math_verify_timeout |
 | format_reward | format_score: +0.1 / -0.1 (strict think/answer tags) | format_score |
 | countdown_reward | 1.0 / 0.1 (an equation, wrong) / 0.0 (none) | accuracy, format |
 
@@ -34,6 +35,7 @@ from rft.rewards.countdown import countdown_reward, countdown_task
 from rft.rewards.formats import format_reward
 from rft.rewards.math_answers import (
     accuracy_reward,
+    bots_math_boxed_reward,
     gold_text,
     math_boxed_reward,
     math_reward,
@@ -75,6 +77,8 @@ REWARD_FN_TYPES.register("math_reward")(RewardFnType(math_reward, _problem(gold_
 REWARD_FN_TYPES.register("accuracy_reward")(RewardFnType(accuracy_reward, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("math_boxed_reward", "math_dapo_reward")(
     RewardFnType(math_boxed_reward, _problem(gold_text), parallel=True))
+REWARD_FN_TYPES.register("bots_math_boxed_reward")(
+    RewardFnType(bots_math_boxed_reward, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("math_verify_reward")(
     RewardFnType(math_verify_reward, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("format_reward")(RewardFnType(format_reward, None, parallel=False))
