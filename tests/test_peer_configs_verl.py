@@ -29,7 +29,6 @@ KNOWN_GAPS = {
     # needed
     "examples__gspo_trainer__run_qwen3_32b_gspo_npu": "takes an integer, not a string ('')",
     "examples__cispo_trainer__run_cispo_qwen2_5_0_5b_gsm8k": "not a key of verl's model config either",
-    "examples__ppo_trainer__run_deepseek7b_llm_sandbox_fusion": "sandbox-fusion",
     # the script names no model: verl's default path is a placeholder (~/models/deepseek-llm-7b-chat), which
     # measure.py swaps only where a script sets it
     "examples__ppo_trainer__run_deepseek7b_llm_pfppo": "actor_rollout_ref.model.path is required",

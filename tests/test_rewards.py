@@ -102,8 +102,8 @@ def test_calculator_takes_the_product_bare_or_on_the_answer_line(response, truth
 
 
 def test_unknown_data_source_names_it_and_the_known_ones():
-    expected = (r"'my/task'; built-in: arithmetic, calculator, geometry3k, gsm8k, hiyouga/geometry3k, openai/gsm8k, "
-                r"shapes.*set custom_reward_function\.path")
+    expected = (r"'my/task'; built-in: apps, arithmetic, calculator, codecontests, codeforces, geometry3k, gsm8k, "
+                r"hiyouga/geometry3k, openai/gsm8k, shapes, taco.*set custom_reward_function\.path")
     with pytest.raises(KeyError, match=expected):
         default_compute_score("my/task", "1", "1")
     # a misspelt one: the closest first, and said

@@ -778,6 +778,17 @@ class OverlongBufferConfig:
 
 
 @dataclass
+class SandboxFusionConfig:
+    url: Optional[str] = fld(
+        None, "A SandboxFusion service's run_code URL (verl's): the built-in scorer of the code data sources "
+        "(codecontests, apps, codeforces, taco) runs each test case there; null: in a fresh Python process on this "
+        "machine (verl's prime_code fallback). Read by the built-in scorer only (docs/rewards.md, Code).")
+    max_concurrent: int = fld(64, "Requests to the sandbox at once, over the whole run (verl's semaphore).")
+    memory_limit_mb: int = fld(1024, "Memory of one test case's run in MB (the sandbox's memory_limit_MB; on this "
+                                     "machine the process's address space).")
+
+
+@dataclass
 class RewardModelConfig:
     enable: bool = fld(
         False, "Score responses with a reward model: score = reward_weight x the model's score + rule_weight x the "
@@ -807,6 +818,8 @@ class RewardModelConfig:
     )
     overlong_buffer: OverlongBufferConfig = sub(OverlongBufferConfig, "DAPO's soft overlong punishment (verl's "
                                                                       "DAPO recipe keys).")
+    sandbox_fusion: SandboxFusionConfig = sub(SandboxFusionConfig, "Where the built-in code scorer runs the "
+                                                                     "responses' programs (verl's keys).")
 
 
 @dataclass

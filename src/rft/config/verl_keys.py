@@ -232,9 +232,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("reward_model.reward_loop_*", DEFAULT, "a custom reward loop class is not in rft; a reward function is "
             "custom_reward_function", ok=(None, "register")),
     VerlKey("reward_model.launch_reward_fn_async", NOOP, REWARD_LOOP),
-    VerlKey("reward_model.sandbox_fusion.url", DEFAULT, "verl's sandbox-fusion code execution service is not in "
-            "rft; score code in a custom_reward_function", ok=(None,)),
-    VerlKey("reward_model.sandbox_fusion.*", NOOP, "sandbox-fusion settings, without sandbox_fusion.url"),
     VerlKey("reward_model.enable_resource_pool", DEFAULT, "a separate pool of devices for the reward model is not "
             "in rft (it runs beside the policy)", ok=(False,)),
     VerlKey("reward_model.n_gpus_per_node", NOOP, "the reward model's own device pool (enable_resource_pool)"),

@@ -53,6 +53,8 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
                     "file defining compute_score(data_source, solution_str, ground_truth, extra_info), or fix the "
                     "rows' data_source"
                 )
+        if not custom:
+            _check_code_cases(dataset)
         missing = [p for p in dataset.prompts if p.ground_truth is None]
         if not missing:
             continue
@@ -65,6 +67,19 @@ def check_reward_inputs(cfg, *datasets: PromptDataset | None) -> None:
             )
         log.warning("rft: note: %d of %d rows have no reward_model.ground_truth (first: %s); %s gets None for them",
                     len(missing), len(dataset), missing[0].origin, custom)
+
+
+def _check_code_cases(dataset: PromptDataset) -> None:
+    """The built-in code scorer's rows (rft.rewards.code.CODE_SOURCES) hold stdin / stdout test cases it can run."""
+    from rft.rewards.code import CODE_SOURCES, code_cases
+
+    for p in dataset.prompts:
+        if p.data_source in CODE_SOURCES and p.ground_truth is not None:
+            try:
+                code_cases(p.ground_truth)
+            except ValueError as e:
+                raise DataError(f"{p.origin} (data_source {p.data_source!r}, scored by running the response's "
+                                f"program): {e}") from None
 
 
 def check_interaction_rows(cfg, *datasets: PromptDataset | None) -> None:

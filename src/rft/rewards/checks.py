@@ -32,6 +32,36 @@ def unused_reward_model_keys(cfg: Any) -> dict[str, str]:
     return {}
 
 
+@UNUSED.register("rewards.sandbox_fusion")
+def unused_sandbox_keys(cfg: Any) -> dict[str, str]:
+    """reward_model.sandbox_fusion is read by the built-in scorer (its code data sources) only, as in verl; its
+    max_concurrent bounds the requests to a sandbox URL."""
+    crf, keys = cfg.custom_reward_function, ("url", "max_concurrent", "memory_limit_mb")
+    if crf.path or crf.reward_fn_type:
+        which = (f"custom_reward_function.reward_fn_type={crf.reward_fn_type!r}" if crf.reward_fn_type
+                 else f"custom_reward_function.path={crf.path!r}")
+        return {f"reward_model.sandbox_fusion.{k}": f"{which}: the run's reward function is not the built-in "
+                                                    "scorer, the only reader of the sandbox settings (as in verl)"
+                for k in keys}
+    if not cfg.reward_model.sandbox_fusion.url:
+        return {"reward_model.sandbox_fusion.max_concurrent": "reward_model.sandbox_fusion.url is null: the code "
+                                                              "runs on this machine, one process per test case"}
+    return {}
+
+
+@CHECKS.register("rewards.sandbox_fusion")
+def check_sandbox_fusion(ctx: CheckContext) -> None:
+    """reward_model.sandbox_fusion: an http(s) URL, and positive request and memory limits."""
+    sf = ctx.cfg.reward_model.sandbox_fusion
+    if sf.url is not None and (not isinstance(sf.url, str) or not sf.url.startswith(("http://", "https://"))):
+        raise ConfigError(f"reward_model.sandbox_fusion.url={sf.url!r} must be an http:// or https:// URL (a "
+                          "SandboxFusion service's run_code endpoint), or null to run the code on this machine")
+    for key in ("max_concurrent", "memory_limit_mb"):
+        value = getattr(sf, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"reward_model.sandbox_fusion.{key}={value!r} must be an integer >= 1")
+
+
 @CHECKS.register("rewards.function")
 def check_function(ctx: CheckContext) -> None:
     """custom_reward_function: its file exists, a typed reward's combinations, the names and weights, and (with

@@ -3,6 +3,7 @@ weights (TRL's ``reward_funcs`` + ``reward_weights``)."""
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -76,7 +77,8 @@ def weighted_reward(functions: Sequence[tuple[str, Callable]], weights: Sequence
 def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score",
                     weights: Sequence[float] | None = None, timeout: float | None = None,
                     on_error: str | None = None, reward_fn_type: str | None = None,
-                    num_workers: int | None = 1, reward_kwargs: dict | None = None) -> Callable:
+                    num_workers: int | None = 1, reward_kwargs: dict | None = None,
+                    code_runner=None) -> Callable:
     """The reward function of ``custom_reward_function``: the typed reward ``reward_fn_type`` (rft.rewards.typed),
     the built-in scorers (no path), the function ``name`` of the file at ``path``, or, for a list of names or with
     ``weights``, their weighted sum. With a ``timeout`` (seconds per call), an ``on_error`` policy or a typed reward
@@ -86,6 +88,7 @@ def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score
     ``num_workers``: processes that score a batch's rows (None: `parallel.default_workers()`); used only by typed
     rewards whose calls cost enough (`RewardFnType.parallel`), every other function runs in process.
     ``reward_kwargs``: keyword arguments every function of ``path`` is called with (verl's meaning).
+    ``code_runner``: where the built-in scorer runs the code data sources' programs (reward_model.sandbox_fusion).
     """
     if reward_fn_type is not None and path:
         raise RewardError(f"custom_reward_function.reward_fn_type={reward_fn_type!r} and custom_reward_function.path "
@@ -107,7 +110,8 @@ def build_reward_fn(path: str | None, name: str | Sequence[str] = "compute_score
         label = (f"reward function {names[0]!r}" if len(names) == 1 else f"reward functions {names}") + \
             f" in {str(path)!r}"
     else:
-        functions = [("default_compute_score", default_compute_score)]
+        functions = [("default_compute_score", default_compute_score if code_runner is None
+                      else functools.partial(default_compute_score, code_runner=code_runner))]
         label = "the built-in scorer (rft.rewards.scorers)"
     if weights is None and len(functions) == 1:
         fn = functions[0][1]

@@ -15,6 +15,7 @@ import torch
 
 from rft.algorithms import overlong_penalty
 from rft.batch import Batch
+from rft.rewards.code import runner_from_config
 from rft.rewards.combine import build_reward_fn
 from rft.rewards.judge import JUDGE, LLMJudge, question_of
 from rft.rewards.model import RewardModel
@@ -49,7 +50,8 @@ class RewardPipeline:
         on_error = "zero" if rm.reward_manager == "prime" else crf.on_error
         reward_fn = None if crf.reward_fn_type == JUDGE else build_reward_fn(
             crf.path, crf.name, crf.reward_weights, crf.timeout, on_error, reward_fn_type=crf.reward_fn_type,
-            num_workers=crf.num_workers, reward_kwargs=crf.reward_kwargs)
+            num_workers=crf.num_workers, reward_kwargs=crf.reward_kwargs,
+            code_runner=runner_from_config(rm.sandbox_fusion))
         weights = (rm.reward_weight, rm.rule_weight) if rm.enable else (1.0, 0.0)
         return cls(reward_fn, reward_model, *weights, rm.overlong_buffer, cfg.data.max_response_length)
 

@@ -12,6 +12,7 @@ from typing import Any
 from rft.config.suggest import did_you_mean, nearest_first
 from rft.registry import Registry
 from rft.rewards.arithmetic import arithmetic_score, calculator_score
+from rft.rewards.code import CODE_SOURCES
 from rft.rewards.gsm8k import gsm8k_score
 
 ScoreResult = float | dict[str, Any]
@@ -42,6 +43,15 @@ def _score_geometry3k(solution_str: str, ground_truth, extra_info: dict | None =
     return geo3k_reward("hiyouga/geometry3k", solution_str, ground_truth, extra_info)
 
 
+def _score_code(solution_str: str, ground_truth, extra_info: dict | None = None) -> dict:
+    from rft.rewards.code import code_score
+
+    return code_score(solution_str, ground_truth)
+
+
+SCORERS.register(*CODE_SOURCES)(_score_code)  # on this machine; default_compute_score's code_runner: elsewhere
+
+
 def meant_source(data_source: Any) -> str:
     """"did you mean 'openai/gsm8k'?" naming the built-in data source closest to `data_source`, or ""."""
     return did_you_mean(str(data_source), SCORERS.names())
@@ -53,9 +63,14 @@ def known_sources(data_source: Any) -> str:
 
 
 def default_compute_score(
-    data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None
+    data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None, code_runner=None
 ) -> ScoreResult:
-    """Score one response with the built-in scorer registered for `data_source`."""
+    """Score one response with the built-in scorer registered for `data_source`; `code_runner`: where the code
+    data sources' programs run (`rft.rewards.code`: reward_model.sandbox_fusion's runner; None: this machine)."""
+    if code_runner is not None and data_source in CODE_SOURCES:
+        from rft.rewards.code import code_score
+
+        return code_score(solution_str, ground_truth, code_runner)
     if data_source not in SCORERS:
         raise KeyError(
             f"no built-in reward scorer for data_source {data_source!r}; "

@@ -26,6 +26,7 @@ from rft.config.schema import RFTConfig
 
 UNUSED_RL = (
     "rewards.reward_model",           # reward_model.* without reward_model.enable
+    "rewards.sandbox_fusion",         # the sandbox's keys with another reward function than the built-in scorer
     "workers.critic",                 # critic.* when the run builds no critic
     "workers.reference",              # actor_rollout_ref.ref.* without a KL term
     "algorithms.kl",                  # kl_ctrl.*, kl_penalty without use_kl_in_reward; kl_loss_* without use_kl_loss
@@ -72,6 +73,7 @@ RL = (
     "algorithms.distillation",        # the distillation loss's options
     "models.teacher",                 # the teacher: a causal LM of the student's tokenizer
     "rewards.overlong_buffer",        # DAPO's overlong penalty
+    "rewards.sandbox_fusion",         # the code scorer's sandbox URL and limits
     "explorer.filter_groups",         # DAPO's dynamic sampling
     "algorithms.rollout_correction",  # IS / rejection options, bypass mode
     "algorithms.pf_ppo",              # PF-PPO's resampling in one process
