@@ -12,6 +12,7 @@ from collections.abc import Callable
 from rft.config.checks import processes
 from rft.config.load import ConfigError
 from rft.distributed import Dist
+from rft.trainer.roles import ProcessRole
 
 
 def multi_node_command(cfg, command: str = "train ...") -> str:
@@ -20,12 +21,13 @@ def multi_node_command(cfg, command: str = "train ...") -> str:
             f"--rdzv-endpoint HOST:29500 --rdzv-id JOB_ID -m rft {command}")
 
 
-def check_launch(cfg, command: str = "train ...") -> None:
+def check_launch(cfg, command: str = "train ...", role: ProcessRole | None = None) -> None:
     """The process counts of the environment (a launcher's WORLD_SIZE / LOCAL_WORLD_SIZE) agree with the config;
-    several nodes need a launcher (the `rft` command each node runs under it: `command`)."""
+    several nodes need a launcher (the `rft` command each node runs under it: `command`). `role`: this process's
+    (None: the environment's)."""
     from rft.distributed import launched
-    from rft.trainer.roles import ROLE_ENV
 
+    role = role or ProcessRole.from_env()
     t = cfg.trainer
     if launched():
         env_world = int(os.environ["WORLD_SIZE"])
@@ -36,7 +38,7 @@ def check_launch(cfg, command: str = "train ...") -> None:
                 f"trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node}: set them to the "
                 "launcher's nodes and processes per node"
             )
-    elif t.nnodes > 1 and os.environ.get(ROLE_ENV) != "explorer":  # an explorer is no rank: nnodes is not its
+    elif t.nnodes > 1 and not role.explorer_child:  # an explorer is no rank: nnodes is not its
         raise ConfigError(
             f"trainer.nnodes={t.nnodes}: rft starts the processes of one node itself; for several nodes start it on "
             f"every node with torch's launcher, e.g. `{multi_node_command(cfg, command)}` (docs/scaling.md)"
@@ -90,10 +92,10 @@ def run_rl(cfg, module_args: list[str]) -> int:
                                      "so it stops: run the same command again to resume")
     elif ray_requested(cfg) and not launched():  # Ray is the launcher (docs/cluster.md)
         return run_on_ray(cfg, module_args)
-    check_launch(cfg)
+    role = ProcessRole.from_env()  # the launcher's word on this process, read here once and passed on
+    check_launch(cfg, role=role)
     if not is_synchronous(cfg):  # explorer and trainer as separate loops
         from rft.trainer.modes import TrainLoop, run_both_async, run_mode
-        from rft.trainer.roles import ROLE_ENV
 
         several = launched() or processes(cfg.trainer) > 1 or fsdp_alone(cfg)
         if several and cfg.trainer.mode == "train":
@@ -102,10 +104,10 @@ def run_rl(cfg, module_args: list[str]) -> int:
                     TrainLoop(cfg, dist).fit()
 
             return run_spmd(cfg, module_args, train)
-        if several and cfg.trainer.mode == "both" and os.environ.get(ROLE_ENV) != "explorer":
+        if several and cfg.trainer.mode == "both" and not role.explorer_child:
             # the trainer on several processes (FSDP); rank 0 starts the explorer child
-            return run_spmd(cfg, module_args, lambda dist: run_both_async(cfg, module_args, dist))
-        return run_mode(cfg, module_args)
+            return run_spmd(cfg, module_args, lambda dist: run_both_async(cfg, module_args, role, dist))
+        return run_mode(cfg, module_args, role)
     if launched() or processes(cfg.trainer) == 1:
         train_here(cfg)
         return 0

@@ -37,7 +37,7 @@ from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer, token_scores
 from rft.trainer.run_folder import claim_buffer, total_training_steps
-from rft.trainer.step_loop import Cadence, StepLog
+from rft.trainer.step_loop import Cadence, StepLog, StepLoop
 from rft.workers.optim import plateau_step
 
 
@@ -169,24 +169,29 @@ class SyncRun:
             if main:
                 write_text_atomic(self.out / "val_before_train.json", json.dumps(last, indent=1) + "\n")
             tracker.write("validation before training: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
-        cadence, steps = Cadence.of(cfg, self.total_steps), StepLog(tracker, last=last)
-        while self.global_step < self.total_steps:
-            step = self.global_step + 1
-            timer = Timer()
-            with timer("step"):
-                metrics = self.train_step(step, timer)
-                if self.explorer.val_set is not None and cadence.validates(step):
-                    with timer("testing"):
-                        metrics.update(self.validate(tracker))
-                    plateau_step(trainer.worker.scheduler, metrics)
-                    if trainer.critic is not None:
-                        plateau_step(trainer.critic.scheduler, metrics)
-                if cadence.saves(step):
-                    self._step_metrics = {**metrics, **timer.metrics()}  # its line, should the kill come first
-                    with timer("save_checkpoint"):
-                        self.save_checkpoint(step)
-            steps.log(step, metrics, timer)
+        steps = StepLog(tracker, last=last)
+        self._tracker = tracker
+        StepLoop(Cadence.of(cfg, self.total_steps), steps).run(self, self.global_step + 1)
         return steps.finish(trainer)
+
+    # ------------------------------------------------------------------- the role in the step loop (StepRole)
+    checkpoints = True
+
+    @property
+    def validates(self) -> bool:
+        return self.explorer.val_set is not None
+
+    def owns(self, step: int) -> bool:
+        return True
+
+    def skip(self, step: int) -> None:
+        raise AssertionError("a one-process run owns every step")
+
+    def step(self, step: int, timer: Timer) -> dict[str, float]:
+        return self.train_step(step, timer)
+
+    def end_step(self, step: int, metrics: dict[str, float], timer: Timer) -> None:
+        pass
 
     def train_step(self, step: int, timer: Timer) -> dict[str, float]:
         """One on-policy step: explore, hand the experiences over through the buffer, train, sync."""
@@ -220,6 +225,17 @@ class SyncRun:
         with timer("sync"):  # the hf engine shares the model (nothing to do); vLLM reloads its weights if they moved
             self.sync.publish(None, step, changed=self.trainer.actor_moved)
         return metrics
+
+    def validate_step(self, step: int, metrics: dict[str, float]) -> None:
+        """The step loop's validation: its figures into the step's `metrics`, then the plateau schedulers."""
+        metrics.update(self.validate(self._tracker))
+        plateau_step(self.trainer.worker.scheduler, metrics)
+        if self.trainer.critic is not None:
+            plateau_step(self.trainer.critic.scheduler, metrics)
+
+    def save(self, step: int, metrics: dict[str, float]) -> None:
+        self._step_metrics = metrics  # its line, should the kill come first
+        self.save_checkpoint(step)
 
     def validate(self, tracker: Tracker | SilentTracker | None = None) -> dict[str, float]:
         """Validation metrics `val-core/<data_source>/reward/mean@<n>` on the whole validation set; the first

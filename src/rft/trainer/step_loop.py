@@ -1,12 +1,14 @@
-"""What every RL step loop does the same way, written once: when it validates and checkpoints (`Cadence`), and how a
-step ends (`StepLog`: the step's timings on its metrics line, the line to the tracker, the note of a run with nothing
-to learn) and how the run ends (the final export). The loops (`rft.trainer.run.SyncRun`, `rft.trainer.modes`'
-`TrainLoop` and `ExploreLoop`) keep what differs: what a step does, and where validation and checkpoints happen in
-it (docs/architecture.md, "The step loops")."""
+"""The one step loop of every RL mode (`StepLoop`) and what it is made of: when it validates and checkpoints
+(`Cadence`), how a step ends (`StepLog`: the step's timings on its metrics line, the line to the tracker, the note of
+a run with nothing to learn) and how the run ends (the final export). A mode is a role object (`StepRole`) that
+supplies the per-step work only: `rft.trainer.run.SyncRun` (mode both in one process), and `rft.trainer.modes`'
+`TrainLoop` (a trainer reading the buffer) and `ExploreLoop` (an explorer writing it); docs/architecture.md, "The
+step loops"."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.monitor.notes import NothingToLearn
@@ -58,3 +60,60 @@ class StepLog:
         trainer.export_final(self.tracker.write)
         self.tracker.close()
         return self.last
+
+
+class StepRole(Protocol):
+    """What a mode does in `StepLoop`'s steps. `validates` / `checkpoints`: whether its steps validate / save at
+    all (the cadence says when)."""
+
+    validates: bool
+    checkpoints: bool
+
+    def owns(self, step: int) -> bool:
+        """Whether this role runs `step` (an explorer of several runs only its own; `skip` passes the others)."""
+
+    def skip(self, step: int) -> None: ...
+
+    def step(self, step: int, timer: Timer) -> dict[str, float] | None:
+        """The step's work and its metrics; None: the run stops before it (nothing left to read)."""
+
+    def validate_step(self, step: int, metrics: dict[str, float]) -> None:
+        """Validation after the step (the cadence's steps), its figures added to `metrics`."""
+
+    def save(self, step: int, metrics: dict[str, float]) -> None:
+        """The step's checkpoint; `metrics` with the step's timings so far (kept for a kill before its line)."""
+
+    def end_step(self, step: int, metrics: dict[str, float], timer: Timer) -> None:
+        """What closes the step before its metrics line (an explorer's buffer write)."""
+
+
+@dataclass
+class StepLoop:
+    """Steps `first`..`cadence.total_steps` of a role: each timed, its work, then validation and the checkpoint as
+    the cadence asks, then its line (`StepLog`). The same loop for every mode; the role supplies the work."""
+
+    cadence: Cadence
+    log: StepLog
+
+    def run(self, role: StepRole, first: int) -> int:
+        """Runs the steps from `first`; returns the last step run (first - 1 when the role stopped at once)."""
+        done = first - 1
+        for step in range(first, self.cadence.total_steps + 1):
+            if not role.owns(step):
+                role.skip(step)
+                continue
+            timer = Timer()
+            with timer("step"):
+                metrics = role.step(step, timer)
+                if metrics is None:
+                    return done
+                if role.validates and self.cadence.validates(step):
+                    with timer("testing"):
+                        role.validate_step(step, metrics)
+                if role.checkpoints and self.cadence.saves(step):
+                    with timer("save_checkpoint"):
+                        role.save(step, {**metrics, **timer.metrics()})
+                role.end_step(step, metrics, timer)
+            self.log.log(step, metrics, timer)
+            done = step
+        return done
