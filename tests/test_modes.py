@@ -109,6 +109,22 @@ def test_explorer_ahead_gives_the_staleness_the_settings_imply(assets, tmp_path,
     assert "rft explorer" not in again.stdout and (out / "explorer" / "metrics.jsonl").stat().st_mtime_ns == explored
 
 
+def test_a_trainer_step_reads_its_own_count_of_experiences_apart_from_the_explore_step(assets, tmp_path):
+    """experience_buffer.train_batch_size (Trinity-RFT's buffer.train_batch_size) on the on-policy schedule: the
+    explorer runs as a process of its own (16 experiences an explore step: 4 prompts x 4), each trainer step reads 8
+    (two whole groups), the rest waits in the buffer for the next step; the trainer's log says how many it reads."""
+    out = tmp_path / "out"
+    log = rft_here("train", *overrides(assets, out, 3, "experience_buffer.train_batch_size=8"), cwd=tmp_path).stdout
+    assert "reading 8 experiences a step" in log and "takes the newest weights published (sync files" in log, log
+    trainer = lines(out / "metrics.jsonl")
+    assert [x["step"] for x in trainer] == [1, 2, 3]
+    assert [x["buffer/rows"] for x in trainer] == [8.0, 8.0, 8.0]
+    assert all(x["actor/grad_norm"] > 0 for x in trainer)
+    assert [x["step"] for x in lines(out / "explorer" / "metrics.jsonl")] == [1, 2, 3]  # its steps: 48 written
+    reads = SQLBuffer(database_url(str(out / "buffer.sqlite"))).reads_by_id()
+    assert len(reads) == 48 and sorted(s[0] for s in reads.values() if s) == [1] * 8 + [2] * 8 + [3] * 8
+
+
 def test_the_weights_reach_an_explorer_that_generates_in_bf16(assets, tmp_path):
     """verl's rollout dtype bf16, computed as named (the suite computes in float32 elsewhere; a CPU with fast bf16
     picks it by default): the explorer's model is bf16, the trainer's master weights float32, and the gloo broadcast

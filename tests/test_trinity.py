@@ -213,7 +213,6 @@ REFUSED = [
     ({"model.min_response_tokens": 4}, "model.min_response_tokens"),
     ({"model.max_prompt_tokens": 64, "model.max_response_tokens": 64, "model.max_model_len": 100},
      "model.max_model_len=100"),
-    ({"buffer.batch_size": 4, "buffer.train_batch_size": 4}, "buffer.train_batch_size=4"),
     # rft has one workflow per run: a taskset whose workflow (its own or the default) differs is refused
     ({"buffer.explorer_input.default_workflow_type": "math_workflow",
       "buffer.explorer_input.taskset": {"path": "t", "default_workflow_type": "tool_call_workflow"},
@@ -769,6 +768,15 @@ def test_an_sft_messages_buffer_learns_the_last_turn_unless_turns_are_concatenat
     buffer["format"] = {"prompt_type": "plaintext", "enable_concatenated_multi_turn": True}
     with pytest.raises(ConfigError, match="enable_concatenated_multi_turn: applies to prompt_type messages only"):
         translate(cfg)
+
+
+def test_buffer_train_batch_size_apart_from_the_explore_step_is_the_trainers_read():
+    """Trinity's experiences per trainer step, other than batch_size x repeat_times (a workflow making several
+    experiences a task): rft's experience_buffer.train_batch_size, which runs the explorer apart."""
+    out = translate(_with({"algorithm.repeat_times": 4, "buffer.batch_size": 8, "buffer.train_batch_size": 96}))
+    assert out["data"]["train_batch_size"] == 8 and out["experience_buffer"]["train_batch_size"] == 96
+    same = translate(_with({"algorithm.repeat_times": 4, "buffer.batch_size": 8, "buffer.train_batch_size": 32}))
+    assert "train_batch_size" not in same.get("experience_buffer", {})
 
 
 def test_buffer_train_batch_size_alone_is_tasks_times_repeat_times():

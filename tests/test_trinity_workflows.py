@@ -6,6 +6,7 @@ and refusals; the workflow arguments' checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import yaml
 from rft.config.load import ConfigError
 from rft.data.dataset import Prompt
 from rft.dialects.trinity import translate
+from rft.distributed import SINGLE
 from rft.explorer.model import Completion
 from rft.explorer.workflow import (
     BOXED_PROMPT,
@@ -382,6 +384,99 @@ def test_math_ruler_workflow_rewards_the_judges_scores_and_logs_the_gold_reward(
     failed = MathRULERWorkflow(task=_task([{"role": "user", "content": "6 x 6?"}], replies),
                                model=FakeModel(replies), auxiliary_models=[FakeModel(["no scores"])]).run()
     assert [e.reward for e in failed] == [0.0, 0.0] and [e.rewards["judge_success"] for e in failed] == [0.0, 0.0]
+
+
+class ScriptedModel(FakeModel):
+    """The policy of a workflow that calls it more than once: each call's replies in turn."""
+
+    def __init__(self, *calls: list[str]):
+        super().__init__([])
+        self.calls = list(calls)
+
+    def chat(self, messages, n=1, tools=None, **sampling):
+        self.replies = self.calls.pop(0)
+        return super().chat(messages, n, tools, **sampling)
+
+
+@pytest.mark.parametrize("with_truth", [True, False])
+def test_math_trainable_ruler_workflow_trains_the_policy_as_its_own_judge(monkeypatch, with_truth):
+    """Trinity-RFT's math_trainable_ruler_workflow: with the ground truth (a share of the tasks), the responses get
+    their gold reward and each of repeat_times judgements by the policy 1 - mean |score - (gold + 0.1) / 1.2| in a
+    group of its own; without it, one judgement whose scores are the rewards."""
+    import rft.explorer.workflow as wf
+
+    monkeypatch.setattr(wf, "TRAINABLE_RULER_GOLD_SHARE", 1.0 if with_truth else 0.0)
+    replies = ["<think> 6 x 6 </think> <answer> 36 </answer>", "<answer> 35 </answer>"]
+    judgements = ["[1.0, 0.5]", "no scores"] if with_truth else ["[0.75, 0.25]"]
+    model = ScriptedModel(replies, judgements)
+    task = _task([{"role": "user", "content": "What is 6 x 6?"}], replies, reward="math_reward")
+    exps = wf.MathTrainableRULERWorkflow(task=task, model=model).run()
+    # math_reward: 1.1 for the right answer in think and answer tags, -0.1 for a wrong one without think
+    gold = [1.1, -0.1]
+    assert [e.rewards["gold_reward"] for e in exps[:2]] == pytest.approx(gold)
+    assert model.asked[0][0] == {"role": "system", "content": wf.RULER_MATH_PROMPT}
+    assert model.asked[1] == wf.ruler_messages("What is 6 x 6?", replies, trainable=True)
+    assert "candidate solutions.\nQuestion: What is 6 x 6?" in model.asked[1][1]["content"]
+    assert model.asked[1][1]["content"].endswith("..., score for solution 2]\n")
+    if with_truth:
+        assert [e.reward for e in exps[:2]] == pytest.approx(gold)
+        # scaled gold (g + 0.1) / 1.2 = [1.0, 0.0]: the first judgement misses by (0 + 0.5) / 2 -> 0.75; the second
+        # does not parse -> 0
+        assert [e.reward for e in exps[2:]] == pytest.approx([0.75, 0.0])
+        assert [e.group for e in exps] == ["", "", "ruler", "ruler"]
+        assert [e.rewards["judge_success"] for e in exps] == [0.5] * 4
+        assert "reward_for_judger" in exps[2].rewards and "gold_reward" not in exps[2].rewards
+    else:
+        assert [e.reward for e in exps] == [0.75, 0.25] and len(exps) == 2
+    validation = wf.MathTrainableRULERWorkflow(task=dataclasses.replace(task, is_eval=True),
+                                               model=ScriptedModel(replies)).run()
+    assert [e.reward for e in validation] == pytest.approx(gold)  # no judging in validation
+
+
+def test_trinitys_trainable_ruler_example_trains_one_step(tmp_path):
+    """examples/grpo_gsm8k_trainable_ruler as its user runs it (buffer.train_batch_size 960 of 768: the judgements
+    are experiences too), with the stand-ins: one trainer step of experience_buffer.train_batch_size experiences."""
+    from cli_helpers import rft_here
+
+    from rft.models.tiny import init_model
+
+    model, tasks = tmp_path / "m", tmp_path / "tasks"
+    init_model("tiny", model, seed=0)
+    tasks.mkdir()
+    (tasks / "train.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"})
+                                               + "\n" for i in range(8)))
+    tree = _corpus_item("examples/grpo_gsm8k_trainable_ruler/gsm8k_ruler.yaml", model, tasks, tmp_path / "ckpt")
+    tree["buffer"]["train_batch_size"] = 6  # more than 2 tasks x 2 responses: the judgements count
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    shown = yaml.safe_load(rft_here("config", "show", str(config), cwd=tmp_path).stdout)
+    assert (shown["workflow"]["type"], shown["custom_reward_function"]["reward_fn_type"]) == (
+        "math_trainable_ruler_workflow", "math_reward")
+    assert shown["experience_buffer"]["train_batch_size"] == 6
+    rft_here("train", str(config), cwd=tmp_path)
+    metrics = [m for f in (tmp_path / "ckpt").rglob("metrics.jsonl") for m in map(json.loads, f.read_text().splitlines())
+               if "training/global_step" in m and "buffer/rows" in m]
+    assert [m["training/global_step"] for m in metrics] == [1] and metrics[0]["buffer/rows"] >= 4
+    assert "reward_extra/judge_success/mean" in metrics[0]
+
+
+def test_the_rows_a_judge_carries_are_logged_over_the_rows_that_carry_them():
+    """reward_extra/<name>/mean over the rows that carry the name: a workflow's judgement rows have their own."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from rft.trainer.rl import RLTrainer
+
+    trainer = SimpleNamespace(dist=SINGLE, _stats=lambda prefix, x: {})
+    batch = SimpleNamespace(scores=torch.zeros(3), reward_baselines=None,
+                            reward_rows=[{"gold_reward": 1.0, "judge_success": 0.5},
+                                         {"gold_reward": 0.0, "judge_success": 0.5},
+                                         {"reward_for_judger": 0.75, "judge_success": 0.5}])
+    metrics = RLTrainer.reward_metrics(trainer, batch)
+    assert metrics == {"reward_extra/gold_reward/mean": 0.5, "reward_extra/judge_success/mean": 0.5,
+                       "reward_extra/reward_for_judger/mean": 0.75}
+    assert set(RLTrainer.reward_values(batch)) == {"judge_success", "score"}  # those every row carries
 
 
 def test_math_ruler_workflow_without_a_judge_is_refused(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rft.config.checks import CHECKS, CheckContext
+from rft.config.checks import CHECKS, UNUSED, CheckContext
 from rft.config.errors import ConfigError
 
 
@@ -67,7 +67,25 @@ def check_experience_buffer(ctx: CheckContext) -> None:
             raise ConfigError("experience_buffer.priority_use_count_limit limits the replays of "
                               "experience_buffer.reuse_cooldown_time, which is not set (each experience is read "
                               "once): set it, or remove the limit")
+    n = b.train_batch_size
+    if n is not None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"experience_buffer.train_batch_size must be an integer >= 1 (experiences a trainer "
+                              f"step reads) or null, got {n!r}")
+        mix = ctx.cfg.algorithm.mix
+        if getattr(mix, "enable", False):
+            raise ConfigError("experience_buffer.train_batch_size with algorithm.mix: rft's mix reads its expert rows "
+                              "beside every experience of an explore step; remove it")
     if b.max_staleness is not None and (not isinstance(b.max_staleness, int) or b.max_staleness < 0):
         raise ConfigError(f"experience_buffer.max_staleness must be an integer >= 0 or null, got {b.max_staleness!r}")
     if ctx.check_paths:
         check_buffer_path(b)
+
+
+@UNUSED.register("buffer.train_batch_size")
+def unused_train_batch_size(cfg) -> dict[str, str]:
+    """experience_buffer.train_batch_size is a trainer's read: an explorer alone (mode explore) has none."""
+    if cfg.trainer.mode in ("explore", "bench"):
+        return {"experience_buffer.train_batch_size": f"trainer.mode={cfg.trainer.mode}: no trainer reads the buffer "
+                                                      "in this command"}
+    return {}

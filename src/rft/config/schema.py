@@ -1244,6 +1244,12 @@ class ExperienceBufferConfig:
     max_read_timeout: float = fld(
         1800.0, "Seconds the trainer waits for a full batch of experiences; after it, the rows that arrived train "
                 "as a partial batch (counted in buffer/partial_reads). > 0.")
+    train_batch_size: Optional[int] = fld(
+        None, "Experiences one trainer step reads from the buffer (Trinity-RFT's buffer.train_batch_size: workflows "
+              "that make several experiences a task, one per turn or per agent); whole groups, so a step may read a "
+              "few more. null: every experience of an explore step (data.train_batch_size x rollout.n). Set, mode "
+              "both runs the explorer as a process of its own (as Trinity does) and the steps of the two count "
+              "apart: a trainer step waits for its experiences (max_read_timeout, then a partial read).")
     use_priority_queue: bool = fld(
         False, "Read groups by priority instead of FIFO: model_version - priority_decay x times read (Trinity-RFT's "
                "linear_decay), highest first.")

@@ -1346,8 +1346,12 @@ def _buffer(t: _Translation, buffer: dict, out: dict, kind: str, repeat: int) ->
             _set(out, "data.train_batch_size", batch, given)
             _set(out, f"{A}.ppo_mini_batch_size", batch, given)
         if train_batch is not None and batch is not None and train_batch != batch * repeat:
-            t.refuse("buffer.train_batch_size", f"={train_batch + experts}{of_which}: rft trains on every experience "
-                                                f"of a step, batch_size x repeat_times = {batch * repeat}")
+            if experts:  # rft's mix reads its expert rows beside every experience of a step
+                t.refuse("buffer.train_batch_size", f"={train_batch + experts}{of_which}: with the mix algorithm rft "
+                                                    "trains on every experience of a step, batch_size x repeat_times "
+                                                    f"= {batch * repeat}")
+            else:  # experiences per trainer step, apart from the explore step's (multi-turn, multi-agent workflows)
+                _set(out, "experience_buffer.train_batch_size", train_batch, "buffer.train_batch_size")
     if "total_epochs" in b:
         _set(out, "trainer.total_epochs", b.pop("total_epochs"), "buffer.total_epochs")
     if "total_steps" in b:
@@ -2108,7 +2112,8 @@ def _math_workflow_reward(t: _Translation, out: dict) -> None:
     math_verify_reward is RM-Gallery's rule reward, rft's math_verify_reward (`_rm_gallery_reward`)."""
     reward = out.get("custom_reward_function", {})
     kind, workflow = reward.get("reward_fn_type"), _get(out, "workflow.type")
-    if workflow in ("math_workflow", "math_ruler_workflow") and not kind and not reward.get("path"):
+    if workflow in ("math_workflow", "math_ruler_workflow", "math_trainable_ruler_workflow") and not kind \
+            and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_reward")
     elif workflow in ("math_boxed_workflow", "on_policy_distill_math_workflow") and not kind and not reward.get("path"):
         _set(out, "custom_reward_function.reward_fn_type", "math_boxed_reward")

@@ -14,7 +14,8 @@ from rft.sync.schedule import is_synchronous
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
                      "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
-                     "bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow")
+                     "bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow",
+                     "math_trainable_ruler_workflow")
 BOXED_WORKFLOW_REWARDS = {"math_boxed_workflow": "math_boxed_reward",
                           "bots_math_boxed_workflow": "bots_math_boxed_reward",
                           "bots_ref_eval_collect_math_boxed_workflow": "bots_math_boxed_reward"}

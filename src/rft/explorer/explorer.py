@@ -500,7 +500,9 @@ class Workflows:
         for task, experiences in zip(tasks, results):
             for e in experiences:
                 p = task.prompt
-                e.group, e.model_version = f"{ex.step}-{task.index}", ex.engine.version
+                # a workflow's own group within the task (math_trainable_ruler's judgements) keeps its name
+                e.group = f"{ex.step}-{task.index}" + (f"-{e.group}" if e.group else "")
+                e.model_version = ex.engine.version
                 e.info = {"data_source": p.data_source, "ground_truth": p.ground_truth, "extra_info": p.extra_info,
                           "raw_prompt": p.messages, **e.info, "explore_step": ex.step, "position": task.index}
                 out.append(e)

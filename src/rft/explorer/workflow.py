@@ -290,9 +290,66 @@ class MathRULERWorkflow(SimpleWorkflow):
                 for i, (c, (reward, parts)) in enumerate(zip(completions, gold))]
 
 
-def ruler_messages(question: str, responses: list[str]) -> list[dict]:
-    """Trinity-RFT's RULER judge prompt for `question` and its candidate `responses`, word for word (its last line
-    names solution n + 1, as Trinity's does)."""
+TRAINABLE_RULER_GOLD_SHARE = 0.2
+"""math_trainable_ruler_workflow: the share of tasks whose ground truth the run may use (Trinity-RFT's
+PROBABILITY_GROUND_TRUTH_AVAILABLE)."""
+
+
+@register_workflow("math_trainable_ruler_workflow")
+class MathTrainableRULERWorkflow(SimpleWorkflow):
+    """Trinity-RFT's math_trainable_ruler_workflow: RULER with the policy itself as the judge, trained as a judge
+    too. The task's responses (under `RULER_MATH_PROMPT` where the task has no system prompt) are scored by the run's
+    reward function (the Trinity dialect's default: math_reward), the gold reward. Then, for a share
+    `TRAINABLE_RULER_GOLD_SHARE` of the tasks (Trinity draws it with numpy's global generator; rft from the task's
+    messages and its responses, so a resumed run draws the same), the ground truth counts as available: each response
+    is rewarded with its gold reward, and the policy judges the group `repeat_times` times in the trainable RULER
+    prompt, each judgement an experience of a group of its own (Trinity's task id "-ruler"), rewarded
+    1 - mean |score - (gold + 0.1) / 1.2| where it parses (one number in [0, 1] per response), else 0. For the other
+    tasks the policy judges once and each response is rewarded with its score (0 where the judgement does not parse),
+    the judgement not trained. Logged: the gold reward and its parts and judge_success on the responses,
+    reward_for_judger and judge_success on the judgements (each mean over the rows that carry it). Validation scores
+    the responses with the gold reward alone (no judging)."""
+
+    def run(self) -> list[Experience]:
+        import json
+        import random
+        import zlib
+
+        self.task = with_system_prompt(self.task, RULER_MATH_PROMPT)
+        completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
+        gold = [self.task.score(c.text) for c in completions]
+        texts = [c.text for c in completions]
+        if self.task.is_eval:
+            return [completion_experience(c, reward, {**parts, "gold_reward": reward})
+                    for c, (reward, parts) in zip(completions, gold)]
+        draw = zlib.crc32(json.dumps([self.task.prompt.messages, texts], sort_keys=True, default=str).encode())
+        with_truth = random.Random(draw).random() < TRAINABLE_RULER_GOLD_SHARE
+        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        judgements = self.model.chat(ruler_messages(question, texts, trainable=True),
+                                     n=self.task.repeat_times if with_truth else 1)
+        parsed = [ruler_scores(j.text, len(texts)) for j in judgements]
+        valid = [scores for scores in parsed if scores is not None]
+        success = len(valid) / len(judgements) if judgements else 0.0
+        mean = [sum(v[i] for v in valid) / len(valid) if valid else 0.0 for i in range(len(texts))]
+        responses = [completion_experience(c, reward if with_truth else mean[i],
+                                           {**parts, "gold_reward": reward, "judge_success": success})
+                     for i, (c, (reward, parts)) in enumerate(zip(completions, gold))]
+        if not with_truth:
+            return responses
+        scaled = [(reward + 0.1) / 1.2 for reward, _ in gold]  # [-0.1, 1.1] onto [0, 1]
+        judged = []
+        for j, scores in zip(judgements, parsed):
+            reward = 1.0 - sum(abs(a - b) for a, b in zip(scores, scaled)) / len(scaled) if scores else 0.0
+            e = completion_experience(j, reward, {"reward_for_judger": reward, "judge_success": success})
+            e.group = "ruler"  # a group of its own beside the task's responses
+            judged.append(e)
+        return responses + judged
+
+
+def ruler_messages(question: str, responses: list[str], trainable: bool = False) -> list[dict]:
+    """Trinity-RFT's RULER judge prompt for `question` and its candidate `responses`, word for word: math_ruler's
+    (its last line names solution n + 1, as Trinity's does), or with `trainable` math_trainable_ruler's (single
+    line breaks between its parts, the last solution numbered n)."""
     n = len(responses)
     system = (f"You are a fair judge. The user will provide a question and {n} candidate solutions to it. Your task is "
               "to compare the solutions, see how well they resolve the question, and assign a score within the range "
@@ -302,6 +359,14 @@ def ruler_messages(question: str, responses: list[str]) -> list[dict]:
                        "within <think> </think> and <answer> </answer> tags, respectively, i.e.,\n<think> reasoning "
                        "process here </think>\n<answer> answer here </answer>.")
     solutions = "\n\n".join(f"Candidate solution {i + 1}: {r}" for i, r in enumerate(responses))
+    if trainable:
+        user = (f"\nBelow is a question and several candidate solutions.\n{question_prompt}\n{solutions}\n"
+                "Please assign a score within the range [0, 1] for each of them, reflecting how well they solve the "
+                "question.\nYou may compare them against each other and think step by step before returning your "
+                "final scores, but keep your reasoning process brief and concise when possible.\nConclude your "
+                "response with a list of scores, in the following format: [score for solution 1, score for solution "
+                f"2, ..., score for solution {n}]\n")
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
     user = (f"\nBelow is a question and several candidate solutions.\n\n{question_prompt}\n\n{solutions}\n\n"
             "Please assign a score within the range [0, 1] for each of them, reflecting how well they solve the "
             "question.\nYou may compare them against each other and think step by step before returning your final "

@@ -38,10 +38,20 @@ def staleness(step: int, interval: int, offset: int) -> int:
 
 def is_synchronous(cfg) -> bool:
     """Mode both with on-policy weights (sync_interval 1, sync_offset 0): explorer and trainer are one loop; except a
-    workflow beside several trainer processes (its runners' threads cannot keep the sharded model's lockstep), which
-    runs its explorer as a process of its own on the same on-policy schedule (`workflow_apart`)."""
+    workflow beside several trainer processes (its runners' threads cannot keep the sharded model's lockstep), or a
+    trainer step reading its own count of experiences (experience_buffer.train_batch_size), which run the explorer
+    as a process of its own on the same on-policy schedule (`workflow_apart`, `steps_apart`)."""
     s = cfg.synchronizer
-    return cfg.trainer.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0 and not workflow_apart(cfg)
+    return (cfg.trainer.mode == "both" and s.sync_interval == 1 and s.sync_offset == 0 and not workflow_apart(cfg)
+            and not steps_apart(cfg))
+
+
+def steps_apart(cfg) -> bool:
+    """A trainer step reads experience_buffer.train_batch_size experiences, not what one explore step made: the
+    explorer's and the trainer's steps count apart, so no fixed schedule says which version an explore step
+    generates with. Each explore step takes the newest version the trainer has published, up to the schedule's
+    (Trinity-RFT's explorer_driven sync): it never waits for a trainer step that waits for its experiences."""
+    return cfg.experience_buffer.train_batch_size is not None
 
 
 def workflow_apart(cfg) -> bool:
@@ -53,9 +63,12 @@ def workflow_apart(cfg) -> bool:
 def sync_method(cfg) -> str:
     """The weight sync that runs: synchronizer.sync_method, or its default for the mode: memory (one process), gloo
     (the two processes of mode both), checkpoint (modes explore / train / bench, and mode both with several
-    explorers). nccl, Trinity-RFT's name for a GPU-to-GPU broadcast, runs as gloo (rft has no NCCL weight sync; the
-    trainer's log says so: `rft.sync.process_group.transport_line`)."""
+    explorers, and steps apart: `steps_apart`). nccl, Trinity-RFT's name for a GPU-to-GPU broadcast, runs as gloo
+    (rft has no NCCL weight sync; the trainer's log says so: `rft.sync.process_group.transport_line`), or with steps
+    apart as checkpoint (gloo sends the fixed schedule's versions)."""
     named = cfg.synchronizer.sync_method
+    if steps_apart(cfg) and named in (None, "nccl"):  # the explorer takes the newest version: sync files
+        return "checkpoint"
     if named is not None:
         return "gloo" if named == "nccl" else named
     if is_synchronous(cfg):

@@ -177,6 +177,8 @@ class ExploreLoop:
         """Take the weights the step generates with, where newer than the engine's; explore it."""
         ex, engine, s = self.explorer, self.explorer.engine, self.cfg.synchronizer
         need = schedule.required_version(step, s.sync_interval, s.sync_offset)
+        if schedule.steps_apart(self.cfg):  # the newest published, never a step the trainer cannot reach yet
+            need = min(need, max(self.sync.versions(), default=0))
         if engine.version < need:
             with timer("sync"):
                 weights, version = self.sync.receive(need)
@@ -261,7 +263,7 @@ class TrainLoop:
         self.buffer = joined_buffer(cfg, self.tokenizer, shared=True, roles=("trainer",)) if dist.is_main else None
         with closed_on_error(self.buffer):
             self.trainer = RLTrainer(cfg, self.tokenizer, self.total_steps, dist)
-            self.rows = data.train_batch_size * arr.rollout.n
+            self.rows = cfg.experience_buffer.train_batch_size or data.train_batch_size * arr.rollout.n
 
     def fit(self, explorer: subprocess.Popen | list[subprocess.Popen] | None = None) -> dict[str, float]:
         """`explorer`: the explorer child (children) of mode both, watched between steps."""
@@ -288,7 +290,12 @@ class TrainLoop:
         tracker.write(f"rft trainer: steps {start + 1}..{self.total_steps} on {where}, reading "
                       f"{counted(self.rows, 'experience')} a step, output {self.out}")
         tracker.write(f"rft trainer: {describe(self.trainer.precision)}")
-        if schedule.workflow_apart(cfg) and t.mode == "both":
+        if schedule.steps_apart(cfg) and t.mode == "both":
+            tracker.write(f"rft trainer: each step reads experience_buffer.train_batch_size={self.rows} experiences, "
+                          "apart from the explore steps: the explorer runs as a process of its own and each of its "
+                          "steps takes the newest weights published (sync files; Trinity-RFT's explorer_driven), so "
+                          "two runs may differ")
+        elif schedule.workflow_apart(cfg) and t.mode == "both":
             tracker.write(f"rft trainer: workflow.type={cfg.workflow.type} beside {self.dist.processes} trainer "
                           "processes: its explorer runs as a process of its own (sync_interval "
                           f"{s.sync_interval}, sync_offset {s.sync_offset})")

@@ -334,22 +334,27 @@ class RLTrainer:
         batch.token_rewards = token_scores(batch)
 
     def reward_metrics(self, batch: Batch) -> dict[str, float]:
-        """critic/score/* over the batch's scores, reward_extra/<name>/mean of each named per-row value, and
-        critic/reward_baselines/* when the rows carry ReMax baselines (every rank's rows)."""
+        """critic/score/* over the batch's scores, reward_extra/<name>/mean of each named per-row value (over the
+        rows that carry it), and critic/reward_baselines/* when the rows carry ReMax baselines (every rank's rows)."""
         metrics = self._stats("critic/score", batch.scores)
-        names = list(batch.reward_rows[0]) if batch.reward_rows else []
-        for name in names:
-            values = torch.tensor([row[name] for row in batch.reward_rows], dtype=torch.float64)
-            metrics[f"reward_extra/{name}/mean"] = float(np.mean(self.dist.gather_rows(values).tolist()))
+        names = list(dict.fromkeys(k for row in batch.reward_rows for k in row))  # every row's, in order
+        if self.dist.enabled:  # the ranks gather the same names
+            names = list(dict.fromkeys(k for rank in self.dist.gather_objects(names) for k in rank))
+        for name in names:  # each over the rows that carry it (a workflow's judge rows carry their own)
+            values = torch.tensor([row[name] for row in batch.reward_rows if name in row], dtype=torch.float64)
+            values = self.dist.gather_rows(values).tolist()
+            if values:
+                metrics[f"reward_extra/{name}/mean"] = float(np.mean(values))
         if batch.reward_baselines is not None:
             metrics.update(self._stats("critic/reward_baselines", batch.reward_baselines))
         return metrics
 
     @staticmethod
     def reward_values(batch: Batch) -> dict[str, torch.Tensor]:
-        """(B,) per-row reward values by name: each named value the rows carry (a reward function's dict
+        """(B,) per-row reward values by name: each named value every row carries (a reward function's dict
         entries, rm_score, ...) and `score`, the score the row trains with."""
-        names = list(batch.reward_rows[0]) if batch.reward_rows else []
+        names = [k for k in batch.reward_rows[0] if all(k in row for row in batch.reward_rows)] \
+            if batch.reward_rows else []  # those every row carries
         values = {k: torch.tensor([row[k] for row in batch.reward_rows], dtype=torch.float32) for k in names}
         return {**values, "score": batch.scores}
 
