@@ -84,8 +84,9 @@ def check_experience_buffer(ctx: CheckContext) -> None:
 
 @UNUSED.register("buffer.train_batch_size")
 def unused_train_batch_size(cfg) -> dict[str, str]:
-    """experience_buffer.train_batch_size is a trainer's read: an explorer alone (mode explore) has none."""
-    if cfg.trainer.mode in ("explore", "bench"):
+    """experience_buffer.train_batch_size is a trainer's read (and, in mode explore, what makes its explorer take the
+    newest weights published): mode bench reads no buffer."""
+    if cfg.trainer.mode == "bench":
         return {"experience_buffer.train_batch_size": f"trainer.mode={cfg.trainer.mode}: no trainer reads the buffer "
                                                       "in this command"}
     return {}

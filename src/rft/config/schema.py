@@ -1249,7 +1249,9 @@ class ExperienceBufferConfig:
               "that make several experiences a task, one per turn or per agent); whole groups, so a step may read a "
               "few more. null: every experience of an explore step (data.train_batch_size x rollout.n). Set, mode "
               "both runs the explorer as a process of its own (as Trinity does) and the steps of the two count "
-              "apart: a trainer step waits for its experiences (max_read_timeout, then a partial read).")
+              "apart: a trainer step waits for its experiences (max_read_timeout, then a partial read), and each "
+              "explore step (mode explore too: give its command the same value) takes the newest weights published, "
+              "through sync files (Trinity-RFT's explorer_driven).")
     use_priority_queue: bool = fld(
         False, "Read groups by priority instead of FIFO: model_version - priority_decay x times read (Trinity-RFT's "
                "linear_decay), highest first.")

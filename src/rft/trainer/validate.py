@@ -27,7 +27,7 @@ from rft.config.schema import RFTConfig
 UNUSED_RL = (
     "rewards.reward_model",           # reward_model.* without reward_model.enable
     "rewards.sandbox_fusion",         # the sandbox's keys with another reward function than the built-in scorer
-    "buffer.train_batch_size",        # a trainer's read, in a command without a trainer
+    "buffer.train_batch_size",        # a trainer's read, in mode bench
     "workers.critic",                 # critic.* when the run builds no critic
     "workers.reference",              # actor_rollout_ref.ref.* without a KL term
     "algorithms.kl",                  # kl_ctrl.*, kl_penalty without use_kl_in_reward; kl_loss_* without use_kl_loss
