@@ -234,7 +234,7 @@ def run_worker(spec: dict) -> dict:
     torch.set_flush_denormal(True)
     from rft.monitor import Timer
     from rft.trainer.configure import load_config
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     warmup, steps = spec["warmup"], spec["steps"]
     cfg = load_config(None, overrides(spec["model"], spec["data"], spec["out"], spec["response"], spec["kl"],

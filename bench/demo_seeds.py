@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from rft.runtime import cpu_model
-from rft.trainer.demo import LIFT_BARS
+from rft.orchestration.demo import LIFT_BARS
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"

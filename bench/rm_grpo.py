@@ -157,7 +157,7 @@ def sft_on_chosen(demo: Path, pairs: Path, out: Path, seed: int) -> Path:
     """The demo's SFT stage from its copying warm-up model, on the chosen answers of `pairs` (one per question) in
     place of the demonstrations: a backbone that knows what the pairs prefer. Returns its model folder."""
     from rft.data.io import read_rows, write_parquet
-    from rft.trainer.demo import SFT_BATCH, SFT_LR, SFT_STEPS, SFT_WARMUP
+    from rft.orchestration.demo import SFT_BATCH, SFT_LR, SFT_STEPS, SFT_WARMUP
 
     rows = list({row["extra_info"]["question"]: row for row in read_rows(pairs)}.values())
     chosen = write_parquet(rows, out / "chosen.parquet")
@@ -193,7 +193,7 @@ def main() -> int:
                    help="GRPO's KL loss to the SFT model (actor.use_kl_loss, low_var_kl) at this coefficient; 0: none")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
-    from rft.trainer import demo as demo_module
+    from rft.orchestration import demo as demo_module
 
     out = args.output.resolve()
     demo = args.sft_from.resolve() if args.sft_from else out / "demo"

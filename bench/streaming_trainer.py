@@ -64,7 +64,7 @@ def run(root: Path, out: Path, mode: str, steps: int, response: int, prompts: in
     from rl_helpers import rl_config
 
     from rft.experience import Experience
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     cfg = rl_config(root, out, "actor_rollout_ref.rollout.mode=async", f"trainer.total_training_steps={steps}",
                     f"data.max_response_length={response}", f"data.train_batch_size={prompts}",

@@ -185,7 +185,7 @@ def rft_worker(spec: dict) -> dict:
 
     from rft.monitor import Timer
     from rft.trainer.configure import load_config
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     torch.set_flush_denormal(True)
     cfg = load_config(None, [

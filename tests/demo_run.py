@@ -11,7 +11,7 @@ _CACHE: dict[str, Path] = {}
 
 def short_demo(tmp_path_factory) -> Path:
     if "run" not in _CACHE:
-        import rft.trainer.demo as demo
+        import rft.orchestration.demo as demo
 
         root = tmp_path_factory.mktemp("short_demo") / "demo"
         saved = demo.COPY_STEPS, demo.SFT_STEPS, demo.RL_STEPS, demo.TEST_FREQ

@@ -59,7 +59,7 @@ def assert_all_moved(before: dict[str, torch.Tensor], model) -> None:
 
 
 def score(run, batch) -> dict[str, float]:
-    """Score a generated `batch` as one step of `run` (an rft.trainer.run.SyncRun) does: the explorer's reward
+    """Score a generated `batch` as one step of `run` (an rft.orchestration.run.SyncRun) does: the explorer's reward
     pipeline, then the trainer's token rewards; returns the trainer's reward metrics."""
     run.explorer.rewards.score(batch)
     run.trainer.set_token_rewards(batch)

@@ -260,7 +260,7 @@ def test_mistral_and_the_gemmas_train_their_tool_turns(assets, tmp_path, name):
 
     from rft.experience import to_batch
     from rft.monitor import Timer
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     f = FAMILIES[name]
     tok = family_tokenizer(f)

@@ -379,7 +379,7 @@ def test_the_trainer_keeps_the_versions_later_explore_steps_use():
     """sync_interval 2, offset 1 over 6 steps: explore steps 1..6 use versions 0, 0, 0, 2, 2, 4. An explorer
     resumed after step 3 needs 2 and 4; the trainer at step s keeps the versions steps after s use, and a
     checkpoint at s saves those older than s."""
-    from rft.trainer.modes import KeptVersions
+    from rft.orchestration.modes import KeptVersions
 
     assert versions_after(0, 6, 2, 1) == [0, 2, 4]
     assert versions_after(3, 6, 2, 1) == [2, 4] and versions_after(5, 6, 2, 1) == [4] and not versions_after(6, 6, 2, 1)
@@ -407,7 +407,7 @@ def test_a_restarted_trainer_sends_the_versions_the_explorer_resumes_with(monkey
     from types import SimpleNamespace
 
     import rft.sync.process_group as pg
-    from rft.trainer.modes import KeptVersions, TrainLoop
+    from rft.orchestration.modes import KeptVersions, TrainLoop
 
     published = []
     monkeypatch.setattr(pg, "ProcessGroupSender", lambda timeout, alive=None: SimpleNamespace(

@@ -36,7 +36,7 @@ from rft.buffer import database_url
 from rft.config.load import ConfigError
 from rft.dialects.trinity import translate
 from rft.errors import RftError
-from rft.trainer.cluster import Group, Node, placement, reachable, shortfall
+from rft.orchestration.cluster import Group, Node, placement, reachable, shortfall
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_a_head_silent_for_the_connect_timeout_is_the_runs_one_line():
     ray_init.connect_timeout, not at the first probe."""
     from types import SimpleNamespace
 
-    from rft.trainer.cluster import _Head
+    from rft.orchestration.cluster import _Head
 
     port = free_port()  # nothing listens there
     ray = SimpleNamespace(get_runtime_context=lambda: SimpleNamespace(gcs_address=f"127.0.0.1:{port}"))
@@ -189,7 +189,7 @@ def test_the_driver_prints_every_line_of_the_returned_processes_before_it_lets_t
 
     from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 
-    from rft.trainer.cluster import _Console
+    from rft.orchestration.cluster import _Console
 
     printed, handlers = [], list(dispatcher.handlers)
     dispatcher.add_handler("ray_print_logs", lambda data: printed.append((data["is_err"], data["lines"])))

@@ -206,7 +206,7 @@ def test_a_verl_launch_with_the_sandbox_trains_two_steps_scoring_through_it(tmp_
     from rl_helpers import make_assets, rl_config
 
     from rft.data.io import write_parquet
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     assets = make_assets(tmp_path / "assets")
     rows = [{"prompt": [{"role": "user", "content": f"Print {i} + 1."}], "data_source": "codecontests",

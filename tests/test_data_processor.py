@@ -23,7 +23,7 @@ from rft.data_processor import ExperiencePipeline
 from rft.data_processor.tasks import TextLengthFilter
 from rft.dialects.trinity import translate
 from rft.experience import Experience
-from rft.trainer.run import SyncRun
+from rft.orchestration.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import rft.trainer.demo as demo
-import rft.trainer.stages as stages
+import rft.orchestration.demo as demo
+import rft.orchestration.stages as stages
 from rft.data.io import read_rows
 from rft.distributed import SINGLE
 from rft.errors import RftError

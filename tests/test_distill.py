@@ -19,7 +19,7 @@ from rft.algorithms import distill_divergence
 from rft.config.load import ConfigError
 from rft.models.tiny import init_model
 from rft.monitor import Timer
-from rft.trainer.run import SyncRun
+from rft.orchestration.run import SyncRun
 from rft.workers.policy import compute_logprobs
 
 os.environ["HF_HUB_OFFLINE"] = "1"

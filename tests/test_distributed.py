@@ -474,7 +474,7 @@ def test_under_torchrun_rft_joins_instead_of_launching(runs, assets):
 
 def test_launcher_counts_must_match_the_config(monkeypatch):
     from rft.config import ConfigError, RFTConfig
-    from rft.trainer.launch import check_launch
+    from rft.orchestration.launch import check_launch
 
     cfg = RFTConfig()
     cfg.trainer.n_gpus_per_node = 2

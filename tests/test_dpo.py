@@ -457,8 +457,8 @@ def test_trinity_dpo_keys_land_on_the_dpo_stage(assets, tmp_path):
 def test_a_trinity_dpo_yaml_trains(assets, tmp_path):
     import yaml
 
+    from rft.orchestration.stages import run_stages
     from rft.trainer.configure import load_trinity
-    from rft.trainer.stages import run_stages
 
     path = tmp_path / "dpo.yaml"
     path.write_text(yaml.safe_dump(trinity_dpo(assets, tmp_path / "ck")))
@@ -515,13 +515,13 @@ def test_dpo_raises_the_margin_and_held_out_accuracy_over_the_sloppy_sft_model(t
     answer of more held-out pairs, and its held-out greedy accuracy rises.
 
     The SFT stage itself is recorded (its 1600 steps took five to seven of `make test`'s minutes, and whether it
-    learns to add is a lottery of the CPU's rounding: trainer/demo.py). Measured from the recorded model, seed 0,
+    learns to add is a lottery of the CPU's rounding: orchestration/demo.py). Measured from the recorded model, seed 0,
     one thread, the same to three places under this CPU's AVX2 kernels, under ATEN_CPU_CAPABILITY=default with
     MKL_ENABLE_INSTRUCTIONS=SSE4_2 and on two threads: greedy accuracy 0.565 -> 0.810, held-out pairs preferred
     0.585 -> 0.835, mean log-ratio 2.46 -> 4.58, val/rewards/margins 1.062, val/rewards/accuracies 0.895."""
     from safetensors.torch import load_file
 
-    from rft.trainer import demo
+    from rft.orchestration import demo
 
     base = sloppy_sft_model(tmp_path / "sft")
     data = write_arithmetic(tmp_path / "d", n_train=2000, n_val=200, seed=0, max_digits=2,

@@ -355,9 +355,9 @@ def test_an_openai_agent_with_tool_calls_trains_three_grpo_steps_through_the_end
     from rl_helpers import assert_all_moved, trainable
 
     from rft.monitor import Timer
+    from rft.orchestration.run import SyncRun
     from rft.tasks import write_calculator
     from rft.trainer.configure import load_config
-    from rft.trainer.run import SyncRun
 
     write_calculator(tmp_path / "calc", n_train=12, n_val=4, seed=0, copy_rows=0)
     (tmp_path / "agent.py").write_text(AGENT)

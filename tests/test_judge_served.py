@@ -131,7 +131,7 @@ def test_a_grpo_run_with_a_judge_served_by_rft_serve_and_a_rule_runs_4_steps_wit
     (a template of its own, scale scoring); the run's 4 steps each log the judge's part, the rule's, the share
     parsed and the share cut, and the score is their weighted sum."""
     from rft.explorer.engine_server import EngineServer
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     server = EngineServer(str(assets / "model"), name="judge", port=0)
     try:
@@ -157,7 +157,7 @@ def test_a_grpo_run_with_a_judge_served_by_rft_serve_and_a_rule_runs_4_steps_wit
 def test_a_grpo_step_goes_on_when_every_judge_call_hangs_and_counts_them(assets, tmp_path, scripted):
     """Every call hangs: each is cut at the 0.5 s limit, judge_timeout/mean is 1 and the rows score their rule
     part alone; the run finishes its 2 steps."""
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     server = scripted(hang="")  # every answer holds the empty string
     cfg = rl_config(assets, tmp_path / "out", "custom_reward_function.path=null",

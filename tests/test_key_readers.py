@@ -42,7 +42,7 @@ WITHOUT_A_READER_HERE = {
     # reproduces the model's logits: both values give the same numbers (tests/test_lm_head.py); its options'
     # backend is checked (models/checks.py: torch, or refused)
     "actor_rollout_ref.model.use_fused_kernels": "always on: workers/lm_head.py (tests/test_lm_head.py)",
-    "trainer.ray_wait_register_center_timeout": "with Ray only: trainer/cluster.py:reserve (tests/test_cluster.py)",
+    "trainer.ray_wait_register_center_timeout": "with Ray only: orchestration/cluster.py:reserve (tests/test_cluster.py)",
     # where the data_juicer operators run Data-Juicer: read by data_processor/data_juicer.py:configure and
     # _interpreter, with a data_juicer operator, whose environment `make data-juicer` builds (tests/with_data_juicer)
     **{f"data_processor.data_juicer.{key}": "with a data_juicer operator: data_processor/data_juicer.py "
@@ -223,7 +223,7 @@ RL_RUNS = [
 def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatch):
     from rft.data.io import read_rows, write_parquet
     from rft.explorer.taskset import write_tasks
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
     from rft.trainer.sft import SFTTrainer
 
     tasks = f"sqlite:///{tmp_path / 'tasks.db'}"
@@ -294,7 +294,7 @@ def test_every_accepted_rl_and_sft_key_has_a_reader(assets, tmp_path, monkeypatc
         with run_folder(cfg):
             SyncRun(cfg).fit()
     # mode bench over the first run's checkpoints
-    from rft.trainer.modes import run_bench
+    from rft.orchestration.modes import run_bench
 
     bench = _rl(assets, tmp_path / "rl0", *keys[0], "trainer.mode=bench", "trainer.bench_on_latest_checkpoint=true")
     reads.track(bench)

@@ -14,10 +14,11 @@ LAYERS = [
     # bottom first; a package or top-level module may import only those before it
     "errors", "registry", "interrupts", "fsutil", "retry", "runtime", "console", "userfile", "example_files", "batch", "distributed",
     "config", "dialects", "data", "experience", "models", "algorithms", "monitor", "rewards", "workers",
-    "rollout", "sync", "buffer", "data_processor", "explorer", "tasks", "trainer", "offline", "components", "studio", "cli",
+    "rollout", "sync", "buffer", "data_processor", "explorer", "tasks", "trainer", "orchestration", "offline", "components",
+    "studio", "cli",
     "__main__",
 ]
-ABOVE_CONFIG = ("trainer", "explorer", "rollout", "rewards", "workers", "buffer", "sync", "models")
+ABOVE_CONFIG = ("orchestration", "trainer", "explorer", "rollout", "rewards", "workers", "buffer", "sync", "models")
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:

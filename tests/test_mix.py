@@ -22,10 +22,10 @@ from rft.data.dataset import DataError, PromptDataset, left_pad
 from rft.data.io import read_rows
 from rft.dialects.trinity import translate
 from rft.models.load import load_tokenizer
+from rft.orchestration.run import SyncRun
 from rft.trainer.configure import load_trinity
 from rft.trainer.mix import ExpertRows, expert_rows_per_mini_batch
 from rft.trainer.rl import RLTrainer
-from rft.trainer.run import SyncRun
 from rft.workers.policy import forward_logprobs
 
 

@@ -35,7 +35,7 @@ def test_a_grpo_run_with_bf16_weights_keeps_them_and_adamw_in_bf16_and_resumes_e
     exported model is in the folder's saved dtype (float32)."""
     from safetensors.torch import load_file
 
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     monkeypatch.setenv(precision.MODE_ENV, "float32")
     whole = SyncRun(rl_config(assets, tmp_path / "whole", *BF16, "trainer.total_training_steps=2"))
@@ -73,7 +73,7 @@ def test_a_grpo_run_with_bf16_weights_keeps_them_and_adamw_in_bf16_and_resumes_e
 
 
 def test_the_default_keeps_float32_weights(assets, tmp_path, monkeypatch):
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     monkeypatch.setenv(precision.MODE_ENV, "float32")
     run = SyncRun(rl_config(assets, tmp_path / "out", "actor_rollout_ref.rollout.dtype=float32"))

@@ -302,7 +302,7 @@ def test_console_time_left_of_a_short_run_counts_its_validations(assets, tmp_pat
     import re
     import time
 
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     validate = SyncRun.validate
 

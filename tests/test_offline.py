@@ -211,7 +211,7 @@ def test_generate_then_eval_reproduce_the_demos_held_out_accuracy(tmp_path_facto
     metrics = json.loads((tmp_path / "val_responses.metrics.json").read_text())["metrics"]
     assert metrics["eval/arithmetic/reward/mean@1"] == pytest.approx(demo["rl_accuracy"], abs=1e-9)
     assert metrics["eval/arithmetic/pass@1"] == pytest.approx(demo["rl_accuracy"], abs=1e-9)
-    # and response by response: the demo's own held-out evaluation (rft.trainer.demo.held_out_accuracy) says the same
+    # and response by response: the demo's own held-out evaluation (rft.orchestration.demo.held_out_accuracy) says the same
     from rft.data.dataset import PromptDataset
     from rft.explorer.evaluate import eos_token_ids, evaluate
     from rft.models.load import load_causal_lm, load_tokenizer

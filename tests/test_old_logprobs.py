@@ -19,7 +19,7 @@ DRIFT = ("training/rollout_probs_diff_valid", "training/rollout_probs_diff_max",
 def _step(monkeypatch, tmp_path, name: str, *overrides: str, old_pass: bool | None = None):
     """One GRPO step on an hf engine that says it has numerics of its own; `old_pass` forces the old-log-prob pass
     on or off. Returns (the trainer's choice, the step's metrics, the trained weights)."""
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     own = dataclasses.replace(engine_spec("hf"), own_numerics=True)
     monkeypatch.setattr(rl, "engine_spec", lambda _name: own)

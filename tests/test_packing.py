@@ -15,7 +15,7 @@ from rft.algorithms import LOSS_AGG_MODES, AggNorm, PolicyLossInputs, compute_po
 from rft.algorithms.policy_loss import POLICY_LOSSES, policy_loss_zero_at_zero_advantage
 from rft.config.load import ConfigError
 from rft.monitor import Timer
-from rft.trainer.run import SyncRun
+from rft.orchestration.run import SyncRun
 from rft.workers import packing
 from rft.workers.critic import forward_values
 from rft.workers.packing import PACKED_ATTR, enable_remove_padding, token_budget_bins

@@ -16,8 +16,8 @@ from rl_helpers import make_assets, rl_config, score
 
 from rft.algorithms.pf_ppo import pf_ppo_resample, pf_ppo_weights
 from rft.config import ConfigError
+from rft.orchestration.run import SyncRun
 from rft.trainer.configure import load_config
-from rft.trainer.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 REPO = Path(__file__).resolve().parents[1]

@@ -20,8 +20,8 @@ from rft.config import ConfigError
 from rft.data.dataset import left_pad
 from rft.models.tiny import init_model
 from rft.monitor import Timer
+from rft.orchestration.run import SyncRun
 from rft.rewards.model import RewardModel
-from rft.trainer.run import SyncRun
 from rft.workers.critic import forward_values
 
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -309,7 +309,7 @@ def test_a_grpo_step_in_bf16_trains_with_float32_state_and_logs_the_rollout_gap(
     trainable parameter moves, weights and AdamW moments stay float32, and the old log-probs are recomputed in the
     training precision with the gap to the rollout's logged."""
     from rft.monitor import Timer
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     monkeypatch.setenv(precision.MODE_ENV, "requested")
     assets = make_assets(tmp_path / "assets")
@@ -332,7 +332,7 @@ def test_a_grpo_step_in_bf16_trains_with_float32_state_and_logs_the_rollout_gap(
 def test_float32_asked_runs_exactly_as_before(monkeypatch, tmp_path):
     """trainer.device cpu with float32 named everywhere: no autocast anywhere, whatever the mode (the numbers of
     earlier releases: the golden tests hold them)."""
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     monkeypatch.setenv(precision.MODE_ENV, "requested")
     assets = make_assets(tmp_path / "assets")

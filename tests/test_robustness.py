@@ -998,8 +998,8 @@ def test_a_refused_resume_inside_the_trainer_leaves_config_yaml(work, tmp_path):
     """The sampler's own check (a changed number of prompts), after the model loaded: config.yaml is still the
     first run's, because it is written only after the resume."""
     from rft.data.dataset import DataError
+    from rft.orchestration.run import SyncRun
     from rft.trainer.configure import load_config
-    from rft.trainer.run import SyncRun
 
     out = tmp_path / "out"
     overrides = args(work, out, "trainer.save_freq=1")[1:]
@@ -1277,7 +1277,7 @@ def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):
 def forbid_model_loads(monkeypatch) -> None:
     """Any model load (SyncRun, which loads the policy and the reference) fails the test: a command that must end
     before one."""
-    from rft.trainer import run as run_module
+    from rft.orchestration import run as run_module
 
     def no_model(*a, **k):
         raise AssertionError("a model was loaded")
@@ -1344,7 +1344,7 @@ def test_a_finished_run_without_checkpoints_is_complete_and_other_keys_are_refus
     trained it again from step 0 and replaced model/; now it says the run is complete and loads nothing. The command
     with another key (it replaced that run's model and metrics without a word) is refused naming the key; with
     trainer.resume_mode=disable it trains again, as asked."""
-    from rft.trainer import run as run_module
+    from rft.orchestration import run as run_module
 
     out = tmp_path / "out"
     argv = args(work, out)  # save_freq: the default, -1

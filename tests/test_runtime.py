@@ -106,7 +106,7 @@ def test_the_update_hands_its_gradients_memory_back_before_the_next_generation(t
     from rl_helpers import make_assets, rl_config
 
     from rft.monitor import Timer
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
     from rft.workers import minibatch
 
     run = SyncRun(rl_config(make_assets(tmp_path / "assets"), tmp_path / "out"))

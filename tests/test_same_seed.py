@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rft.trainer import demo
+from rft.orchestration import demo
 from tests.rl_helpers import make_assets
 
 STEPS = 6

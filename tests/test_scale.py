@@ -99,7 +99,7 @@ def test_the_demos_staged_config_on_two_processes_matches_one(assets, tmp_path):
     the same responses, and reinforce_plus_plus in the RL stage so identical responses still get a gradient."""
     from omegaconf import OmegaConf
 
-    from rft.trainer.demo import demo_config
+    from rft.orchestration.demo import demo_config
 
     data = {"train": assets / "data" / "train.parquet", "val": assets / "data" / "val.parquet"}
     runs = {}

@@ -23,7 +23,7 @@ from rft.data.selectors import (
 )
 from rft.dialects.trinity import translate
 from rft.monitor import Timer
-from rft.trainer.run import SyncRun
+from rft.orchestration.run import SyncRun
 
 
 def test_random_draws_distinct_tasks_seeded_by_the_tasks_drawn_so_far():

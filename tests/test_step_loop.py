@@ -1,4 +1,4 @@
-"""The one step loop of every RL mode (rft.trainer.step_loop): when it validates and checkpoints, how a step's line
+"""The one step loop of every RL mode (rft.orchestration.step_loop): when it validates and checkpoints, how a step's line
 is written, and `StepLoop` with a recording role (the order of a step's hooks, skipped steps, a stop). The modes
 themselves (SyncRun, TrainLoop, ExploreLoop) run through it in test_golden.py, test_modes.py and
 test_streaming_training.py; the process role read once from the environment."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from rft.monitor import Timer
-from rft.trainer.roles import OWN_PROCESS, ProcessRole
-from rft.trainer.step_loop import Cadence, StepLog, StepLoop
+from rft.orchestration.roles import OWN_PROCESS, ProcessRole
+from rft.orchestration.step_loop import Cadence, StepLog, StepLoop
 
 
 def test_the_cadence_is_every_n_steps_and_the_last():

@@ -9,7 +9,7 @@ from tests.rl_helpers import make_assets, rl_config
 
 
 def test_a_step_that_leaves_the_actor_as_it_was_reloads_nothing(tmp_path):
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     make_assets(tmp_path / "assets")
     run = SyncRun(rl_config(tmp_path / "assets", tmp_path / "out", "algorithm.adv_estimator=gae",

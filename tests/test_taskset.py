@@ -78,7 +78,7 @@ def test_queue_taskset_streams_each_task_once_and_waits_for_more(tmp_path, asset
 
 
 def test_a_run_trains_on_a_queue_taskset(tmp_path, assets):
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     url = f"sqlite:///{tmp_path / 'q.db'}"
     write_tasks(url, "tasks", rows(assets, 8))

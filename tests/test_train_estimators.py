@@ -14,9 +14,9 @@ from rl_helpers import SHAPED_REWARD, assert_all_moved, make_assets, rl_config, 
 from rft.algorithms import ADV_ESTIMATORS
 from rft.explorer.evaluate import rollout_batch
 from rft.monitor import Timer
+from rft.orchestration.run import SyncRun
 from rft.rewards import load_custom_reward, score_responses
 from rft.rollout import SamplingParams
-from rft.trainer.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

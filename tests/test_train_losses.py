@@ -17,7 +17,7 @@ from rft.algorithms import LOSS_AGG_MODES, full_kl_from_logits, overlong_penalty
 from rft.config.load import ConfigError
 from rft.config.schema import POLICY_LOSS_NAMES
 from rft.monitor import Timer
-from rft.trainer.run import SyncRun
+from rft.orchestration.run import SyncRun
 from rft.workers.policy import compute_logit_kl, forward_logits
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -407,7 +407,7 @@ def test_several_explorers_with_dynamic_sampling_never_draw_one_task_twice(asset
 def test_total_steps_from_epochs_count_generation_batches(assets, tmp_path):
     """verl's total_training_steps: len(dataloader) x total_epochs, the dataloader's batch being gen_batch_size:
     64 prompts // 16 x 3 epochs = 12 steps (64 // 4 x 3 = 48 without gen_batch_size)."""
-    from rft.trainer.run import total_training_steps
+    from rft.orchestration.run import total_training_steps
 
     epochs = ("trainer.total_training_steps=null", "trainer.total_epochs=3")
     assert total_training_steps(make_cfg(assets, tmp_path, *DAPO, *epochs), 64) == 48

@@ -12,8 +12,8 @@ import torch
 from rl_helpers import assert_all_moved, make_assets, rl_config, score, trainable
 
 from rft.monitor import Timer
+from rft.orchestration.run import SyncRun
 from rft.trainer.rollout_correction import apply_rollout_correction
-from rft.trainer.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

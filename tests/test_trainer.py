@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from rft.errors import CheckpointError
 from rft.monitor import Timer
+from rft.orchestration.run import SyncRun
 from rft.trainer.checkpoint import CheckpointManager
-from rft.trainer.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

@@ -1201,7 +1201,9 @@ def test_a_stages_complete_line_names_the_keys_as_the_yaml_sets_them(tmp_path, m
     from rft.config.spelling import spelling_keys
     from rft.dialects.trinity import trinity_spelling
     from rft.errors import RunComplete
-    from rft.trainer import run_folder, stages
+    from rft.orchestration import stages
+    from rft.trainer import run_folder
+    from rft.trainer import stages as build
 
     @contextlib.contextmanager
     def complete(cfg, dist):
@@ -1210,7 +1212,7 @@ def test_a_stages_complete_line_names_the_keys_as_the_yaml_sets_them(tmp_path, m
         yield
 
     monkeypatch.setattr(run_folder, "run_folder", complete)
-    stage = stages.Stage("grpo", "rl", None, tmp_path / "grpo")
+    stage = build.Stage("grpo", "rl", None, tmp_path / "grpo")
     stage.out.mkdir()
     with spelling_keys(trinity_spelling({})):
         stages.run_stage(stage)

@@ -143,7 +143,7 @@ def tool_runner(run, engine, max_tokens: int):
 
 
 def test_the_tool_config_is_declared_to_the_model_and_its_calls_run_for_max_assistant_turns(assets, tmp_path):
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     run = SyncRun(rl_config(assets, tmp_path / "out", f"{MT}.enable=true", f"{MT}.max_assistant_turns=3",
                             f"{MT}.format=hermes", f"{MT}.tool_config_path={tool_config(tmp_path)}",
@@ -234,7 +234,7 @@ def test_verls_interaction_answers_as_the_user_until_right_and_its_scores_reach_
         assets, tmp_path, monkeypatch, max_user_turns, scores):
     import sys
 
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     config = interaction_config(tmp_path, monkeypatch)
     cfg = rl_config(assets, tmp_path / "out", f"{MT}.enable=true", f"{MT}.interaction_config_path={config}",

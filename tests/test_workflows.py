@@ -320,7 +320,7 @@ class Agent(Workflow):
 
 
 def test_hanging_raising_and_garbage_workflows_are_cut_retried_and_skipped(assets, tmp_path):
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
     run = SyncRun(rl_config(assets, tmp_path / "out", "data.train_batch_size=8",
@@ -383,7 +383,7 @@ class OpenAIAgent(Workflow):
 
 def test_an_openai_client_agent_trains_through_the_endpoint(assets, tmp_path):
     pytest.importorskip("openai")
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     (tmp_path / "agent.py").write_text(AGENT_WORKFLOW)
     run = SyncRun(rl_config(assets, tmp_path / "out", "workflow.type=openai_agent",
@@ -497,8 +497,8 @@ def test_the_tool_workflow_masks_the_tool_turns_and_trains(assets, tmp_path):
     from rft.experience import to_batch
     from rft.explorer.runner import RunnerSettings, WorkflowRunner
     from rft.explorer.workflow import ToolCallWorkflow
+    from rft.orchestration.run import SyncRun
     from rft.tasks import write_calculator
-    from rft.trainer.run import SyncRun
 
     write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
     run = SyncRun(rl_config(assets, tmp_path / "out", "data.tools_key=tools", "workflow.type=tool_call_workflow",
@@ -552,9 +552,9 @@ def test_the_trinity_tools_example_trains_its_openai_agent(assets, tmp_path, mon
     from pathlib import Path
 
     from rft.experience import to_batch
+    from rft.orchestration.run import SyncRun
     from rft.tasks import write_calculator
     from rft.trainer.configure import load_trinity
-    from rft.trainer.run import SyncRun
 
     root = Path(__file__).resolve().parents[1]
     write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0)
@@ -647,7 +647,7 @@ def test_a_sampling_judges_stream_is_in_the_checkpoint(assets, tmp_path):
     were not the straight run's. 3 steps == 1 step, then resumed to 3."""
     from safetensors.torch import load_file
 
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     def fit(out: str, steps: int) -> SyncRun:
         run = SyncRun(rl_config(assets, tmp_path / out, "custom_reward_function.path=null",
@@ -684,7 +684,7 @@ def _verdict(response: str, truth: str) -> tuple[float, float]:
 def test_the_llm_judge_scores_through_an_auxiliary_model(assets, tmp_path, workflow):
     """reward_fn_type llm_judge: the batched path (one judge call for the step) and a workflow (each task's
     question bound), the training rewards and the validation scores are the judge's verdicts."""
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
 
     run = SyncRun(rl_config(assets, tmp_path / "out", "custom_reward_function.path=null",
                             "custom_reward_function.reward_fn_type=llm_judge",
@@ -762,8 +762,8 @@ def test_a_workflow_run_resumes_exactly(assets, tmp_path):
     server's batches and the sampling stream repeat (the batches used to hang on thread timing)."""
     from safetensors.torch import load_file
 
+    from rft.orchestration.run import SyncRun
     from rft.tasks import write_calculator
-    from rft.trainer.run import SyncRun
 
     write_calculator(tmp_path / "calc", n_train=16, n_val=4, seed=0, copy_rows=0)
 

@@ -255,14 +255,15 @@ def _is_trinity(path: str | None) -> bool:
 
 
 def cmd_train(args) -> int:
-    from rft.trainer.launch import run_rl
+    from rft.orchestration.launch import run_rl
 
     # what each process of a several-process run executes again
     module_args = ["train", *([args.config] if args.config else []), *args.overrides]
     if _is_trinity(args.config):  # Trinity-RFT's dialect, translated to verl keys before anything loads
         return _train_trinity(args, module_args)
     if _is_staged(args.config):  # a multi-stage run: every stage is validated before the first model loads
-        from rft.trainer.stages import launch_stages, load_stages
+        from rft.orchestration.stages import launch_stages
+        from rft.trainer.stages import load_stages
 
         return launch_stages(load_stages(args.config, args.overrides), module_args)
     from rft.trainer.configure import load_config
@@ -285,14 +286,14 @@ def _train_trinity(args, module_args: list[str]) -> int:
     from rft.config.spelling import reworded, spelling_keys
     from rft.data.io import DataError
     from rft.errors import RftError, RunComplete
+    from rft.orchestration.launch import run_rl
     from rft.trainer.configure import load_trinity, trinity_run_error, trinity_said_as
-    from rft.trainer.launch import run_rl
 
     # its notes, errors and complete / nothing-to-do lines name the keys as the Trinity YAML sets them
     with spelling_keys(trinity_said_as(args.config, args.overrides)):
         kind, loaded = load_trinity(args.config, args.overrides)  # its errors name them already (in_trinity_terms)
         if kind == "stages":  # a stage's error is said where it is raised: in each process that runs the stages
-            from rft.trainer.stages import launch_stages
+            from rft.orchestration.stages import launch_stages
 
             return launch_stages(loaded, module_args, data_error=lambda e, stage: trinity_run_error(
                 e, args.config, args.overrides, stage=stage))
@@ -316,7 +317,7 @@ def cmd_sft(args) -> int:
 def _run_on_the_sft_loop(command: str, args, cfg, trainer_cls) -> int:
     """`rft sft` / `rft dpo` / `rft rm`: `trainer_cls` (the SFT trainer's loop) on one process or the launcher's
     several."""
-    from rft.trainer.launch import run_spmd
+    from rft.orchestration.launch import run_spmd
     from rft.trainer.run_folder import run_folder
 
     def body(dist) -> None:
@@ -345,7 +346,7 @@ def cmd_rm(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from rft.trainer.demo import run_demo
+    from rft.orchestration.demo import run_demo
 
     run_demo(args.output or ("runs/demo" if args.task == "arithmetic" else f"runs/demo-{args.task}"),
              seed=args.seed, task=args.task, engine=args.engine, dtype=args.dtype)

@@ -1,8 +1,8 @@
-"""Rebuilds tests/assets/sloppy_sft.safetensors: the weights of the demo's SFT stage (trainer/demo.py, seed 0,
+"""Rebuilds tests/assets/sloppy_sft.safetensors: the weights of the demo's SFT stage (orchestration/demo.py, seed 0,
 its 1600 steps on the teacher who forgets the units carry in 75% of the carrying additions) in bfloat16.
 
 tests/test_dpo.py starts its SFT -> DPO done-when test from these weights instead of spending five to seven
-minutes of `make test` on the SFT stage, whose outcome is a lottery the CPU's rounding decides (trainer/demo.py):
+minutes of `make test` on the SFT stage, whose outcome is a lottery the CPU's rounding decides (orchestration/demo.py):
 recorded once, the DPO stage starts from a model that learned to add on every machine. The file was written on a
 2-core x86-64 machine (AVX2 kernels, one thread): held-out greedy accuracy 0.565 in float32, as recorded below.
 
@@ -20,9 +20,10 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from rft.models.tiny import init_model
+from rft.orchestration import demo
+from rft.orchestration.stages import run_stages
 from rft.tasks import write_arithmetic
-from rft.trainer import demo
-from rft.trainer.stages import build_stages, run_stages
+from rft.trainer.stages import build_stages
 
 OUT = Path(__file__).resolve().parent / "sloppy_sft.safetensors"
 

@@ -20,7 +20,7 @@ from rft.buffer import database_url
 from rft.buffer.sql import EXPERIENCES
 from rft.data_processor import ExperiencePipeline
 from rft.experience import Experience
-from rft.trainer.run import SyncRun
+from rft.orchestration.run import SyncRun
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 assert os.environ.get("RFT_DATA_JUICER_PYTHON"), "run with `make test-data-juicer` (RFT_DATA_JUICER_PYTHON)"

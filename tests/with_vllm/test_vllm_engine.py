@@ -542,7 +542,7 @@ def test_the_tools_demo_runs_its_tool_workflow_on_vllm(tmp_path, monkeypatch):
     """`rft demo --task tools --engine vllm` cut down: the multi-turn tool workflow's model handle generates with
     vLLM (each turn a request to the engine, the tool's result appended), with no workflow errors, and the GRPO
     stage trains on what it returns."""
-    from rft.trainer import demo
+    from rft.orchestration import demo
 
     monkeypatch.setattr(demo, "COPY_STEPS", 5)
     monkeypatch.setattr(demo, "TOOLS_SFT_STEPS", 20)

@@ -80,7 +80,7 @@ def resolve(comp: Component, values: dict[str, Any], outputs: dict[str, str | No
     torchrun)."""
     from rft.config.load import ConfigError, merge_layers
     from rft.config.schema import RFTConfig
-    from rft.trainer.launch import check_launch
+    from rft.orchestration.launch import check_launch
     from rft.trainer.validate import validate
 
     plan = plan_for(comp, values, outputs or {}, for_run)
@@ -140,7 +140,7 @@ def run(comp: Component, values: dict[str, Any], outputs: dict[str, str | None],
     `rft component` arguments, re-run by each process when the inputs ask for several (trainer_n_gpus_per_node).
     Without an output that holds the run folder, it is a temporary one (`temporary_line`)."""
     from rft.distributed import launched
-    from rft.trainer.launch import train_here
+    from rft.orchestration.launch import train_here
 
     cfg, plan = resolve(comp, values, outputs, launching=True)
     started_by_us = launched() and WORK_ENV in os.environ
@@ -224,7 +224,7 @@ def _train_and_write(comp: Component, plan: Plan, cfg, values: dict[str, Any], o
     from rft.config.checks import processes
     from rft.distributed import launch, launched
     from rft.errors import RunComplete
-    from rft.trainer.launch import train_here
+    from rft.orchestration.launch import train_here
 
     written: dict[str, str] = {}
     try:

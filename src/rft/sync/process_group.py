@@ -13,7 +13,7 @@ hands a copy of its weights to a sender thread and trains on; the thread broadca
 versions travel: on joining, the explorer sends the step it has explored to (0, or where a restarted one resumes),
 and the trainer then sends exactly the versions its later steps generate with (`rft.sync.schedule.versions_after`),
 in order, so neither side waits for a message that never comes and a restarted explorer takes the versions its
-schedule names (the trainer keeps the older ones with its checkpoints, see `rft.trainer.modes.TrainLoop`). With the
+schedule names (the trainer keeps the older ones with its checkpoints, see `rft.orchestration.modes.TrainLoop`). With the
 step it also sends the dtype of its receiving tensors (its model's: bf16 where the rollout computes in bf16), and
 the trainer casts its float32 master weights to it as it sends: a broadcast's sizes must match on both sides, and
 the explorer's half-size copy is what it loads anyway.

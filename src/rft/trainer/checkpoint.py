@@ -215,7 +215,7 @@ def _load_weights(model, file: Path, folder: Path) -> None:
 
 EXPLORER_VERSIONS = "explorer_versions"
 """A checkpoint's folder of earlier weights (`v<N>.safetensors`, trainer step N's trainable parameters) that the
-explorer of a two-process run may still generate with after a restart (`rft.trainer.modes.TrainLoop`)."""
+explorer of a two-process run may still generate with after a restart (`rft.orchestration.modes.TrainLoop`)."""
 
 
 def save_versions(folder: Path, versions: dict[int, dict]) -> None:

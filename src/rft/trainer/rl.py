@@ -4,7 +4,7 @@ One step reads top to bottom in `train_step`; each phase is one named call insid
 the batch's reward metrics and token rewards -> (old log-probs) -> (rollout correction) -> (ref log-probs)
 -> (values) -> advantages -> (critic update) -> actor update. Advantages are computed here, where every group is
 visible; the worker only sees a Batch and loss settings. The trainer never asks how the experiences were produced
-(which explorer, engine, workflow or process): `rft.trainer.run` wires it to an explorer through a buffer and a
+(which explorer, engine, workflow or process): `rft.orchestration.run` wires it to an explorer through a buffer and a
 synchronizer.
 
 Several processes (`dist`): every rank trains on its contiguous share of each mini-batch (all responses of a prompt

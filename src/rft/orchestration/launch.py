@@ -12,7 +12,7 @@ from collections.abc import Callable
 from rft.config.checks import processes
 from rft.config.load import ConfigError
 from rft.distributed import Dist
-from rft.trainer.roles import ProcessRole
+from rft.orchestration.roles import ProcessRole
 
 
 def multi_node_command(cfg, command: str = "train ...") -> str:
@@ -50,7 +50,7 @@ def train_here(cfg) -> dict[str, float]:
     output folder is held for the run (`run_folder`: locked, writable, cleaned) before the model loads."""
     from rft import interrupts
     from rft.distributed import launched, shutdown
-    from rft.trainer.run import SyncRun
+    from rft.orchestration.run import SyncRun
     from rft.trainer.run_folder import run_folder
     from rft.workers.checks import fsdp_alone
 
@@ -72,8 +72,8 @@ def run_rl(cfg, module_args: list[str]) -> int:
     """Run the RL config `cfg` with the processes it asks for; `module_args`: the `python -m rft` arguments that
     reproduce this command in each started process. Returns the exit status."""
     from rft.distributed import launch, launched
+    from rft.orchestration.cluster import placed_by_ray, ray_requested, run_on_ray
     from rft.sync.schedule import is_synchronous
-    from rft.trainer.cluster import placed_by_ray, ray_requested, run_on_ray
     from rft.trainer.run_folder import run_folder
     from rft.workers.checks import fsdp_alone
 
@@ -95,7 +95,7 @@ def run_rl(cfg, module_args: list[str]) -> int:
     role = ProcessRole.from_env()  # the launcher's word on this process, read here once and passed on
     check_launch(cfg, role=role)
     if not is_synchronous(cfg):  # explorer and trainer as separate loops
-        from rft.trainer.modes import TrainLoop, run_both_async, run_mode
+        from rft.orchestration.modes import TrainLoop, run_both_async, run_mode
 
         several = launched() or processes(cfg.trainer) > 1 or fsdp_alone(cfg)
         if several and cfg.trainer.mode == "train":

@@ -1,7 +1,7 @@
 """A process's role in a run of several (trainer.mode both, explore, train; Ray's placed processes), as it crosses the
-process boundary: the launcher (`rft.trainer.modes.run_both_async`, `rft.trainer.cluster`) sets these environment
+process boundary: the launcher (`rft.orchestration.modes.run_both_async`, `rft.orchestration.cluster`) sets these environment
 variables on a child's command, and the child reads them once, at its start (`ProcessRole.from_env`, in
-`rft.trainer.launch.run_rl`): below that the role is an object passed along, never read from the environment again.
+`rft.orchestration.launch.run_rl`): below that the role is an object passed along, never read from the environment again.
 Below both, so that neither imports the other for them."""
 
 from __future__ import annotations

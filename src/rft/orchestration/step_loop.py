@@ -1,7 +1,7 @@
 """The one step loop of every RL mode (`StepLoop`) and what it is made of: when it validates and checkpoints
 (`Cadence`), how a step ends (`StepLog`: the step's timings on its metrics line, the line to the tracker, the note of
 a run with nothing to learn) and how the run ends (the final export). A mode is a role object (`StepRole`) that
-supplies the per-step work only: `rft.trainer.run.SyncRun` (mode both in one process), and `rft.trainer.modes`'
+supplies the per-step work only: `rft.orchestration.run.SyncRun` (mode both in one process), and `rft.orchestration.modes`'
 `TrainLoop` (a trainer reading the buffer) and `ExploreLoop` (an explorer writing it); docs/architecture.md, "The
 step loops"."""
 

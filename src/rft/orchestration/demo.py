@@ -341,8 +341,9 @@ def run_demo(output: str | Path, seed: int = 0, task: str = "arithmetic", engine
 def _run_demo(out: Path, seed: int, task: str, engine: str, dtype: str, clock: CallClock) -> dict:
     from rft.config.load import read_yaml
     from rft.monitor.plots import plot_curves
+    from rft.orchestration.stages import run_stages
     from rft.runtime import configure_cpu_runtime
-    from rft.trainer.stages import build_stages, run_stages
+    from rft.trainer.stages import build_stages
 
     configure_cpu_runtime()
     teacher, teacher_done = None, 0.0

@@ -31,13 +31,13 @@ from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer, model_identity
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
+from rft.orchestration.step_loop import Cadence, StepLog, StepLoop
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, engine_spec, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime
 from rft.sync.memory import MemorySync
 from rft.trainer.rl import RLTrainer, token_scores
 from rft.trainer.run_folder import claim_buffer, total_training_steps
-from rft.trainer.step_loop import Cadence, StepLog, StepLoop
 from rft.workers.optim import plateau_step
 
 

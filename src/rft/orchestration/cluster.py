@@ -362,8 +362,8 @@ def _environments(cfg, placed: list[Placed]) -> None:
     broadcast at rank 0's node too. On GPUs, CUDA_VISIBLE_DEVICES of a trainer node's ranks lists the GPUs Ray gave
     them in bundle order, so that LOCAL_RANK indexes its own (Ray narrows each actor to its one GPU)."""
     from rft.interrupts import LAUNCHER_ENV
+    from rft.orchestration.roles import EXPLORER_RANK_ENV, ROLE_ENV
     from rft.sync.process_group import ADDR_ENV, PORT_ENV
-    from rft.trainer.roles import EXPLORER_RANK_ENV, ROLE_ENV
 
     base = {k: v for k, v in os.environ.items() if k not in NODE_ENV}
     base[PLACED_ENV] = "1"
@@ -510,7 +510,7 @@ def _supervise(ray, placed: list[Placed], args: list[str], console: _Console, he
 def run_on_ray(cfg, module_args: list[str]) -> int:
     """The run `cfg` on Ray: connect, check and reserve the placement, hold the output folder for the processes
     (as rft's own launcher does), start them and supervise them. Always leaves the cluster as it found it."""
-    from rft.trainer.roles import explorer_role
+    from rft.orchestration.roles import explorer_role
     from rft.trainer.run_folder import run_folder
 
     ray = import_ray()

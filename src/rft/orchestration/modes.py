@@ -1,7 +1,7 @@
 """The modes of an RL command (trainer.mode, Trinity-RFT's): explorer and trainer as separate loops that meet only
 through the experience buffer and the synchronizer.
 
-* both, sync_interval 1, sync_offset 0: one process (`rft.trainer.run.SyncRun`, several with torchrun).
+* both, sync_interval 1, sync_offset 0: one process (`rft.orchestration.run.SyncRun`, several with torchrun).
 * both otherwise: two processes. This one trains (`TrainLoop`); it starts the explorer (`ExploreLoop`) as a child
   running the same command, which runs up to `sync_offset + sync_interval - 1` steps ahead of the trainer. With
   several trainer processes (FSDP), rank 0 starts the explorer and the weights go through sync files.
@@ -37,14 +37,7 @@ from rft.fsutil import write_text_atomic
 from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
-from rft.rewards.pipeline import RewardPipeline
-from rft.rollout.engines import build_engine, served_engine, unserved_reason
-from rft.runtime import configure_cpu_runtime, exit_with_parent
-from rft.sync import schedule
-from rft.sync.process_group import snapshot, transport_line
-from rft.sync.schedule import sync_method
-from rft.trainer.checkpoint import EXPLORER_VERSIONS
-from rft.trainer.roles import (
+from rft.orchestration.roles import (
     EXPLORER_RANK_ENV,
     OWN_PROCESS,
     ROLE_ENV,
@@ -52,8 +45,15 @@ from rft.trainer.roles import (
     explorer_folder,
     explorer_role,
 )
-from rft.trainer.run import closed_on_error, joined_buffer, total_training_steps
-from rft.trainer.step_loop import Cadence, StepLog, StepLoop
+from rft.orchestration.run import closed_on_error, joined_buffer, total_training_steps
+from rft.orchestration.step_loop import Cadence, StepLog, StepLoop
+from rft.rewards.pipeline import RewardPipeline
+from rft.rollout.engines import build_engine, served_engine, unserved_reason
+from rft.runtime import configure_cpu_runtime, exit_with_parent
+from rft.sync import schedule
+from rft.sync.process_group import snapshot, transport_line
+from rft.sync.schedule import sync_method
+from rft.trainer.checkpoint import EXPLORER_VERSIONS
 
 SYNC_DIR = "sync"
 
@@ -508,8 +508,8 @@ LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_R
 
 
 def _train_with_explorer_child(cfg, module_args: list[str], dist: Dist = SINGLE) -> int:
+    from rft.orchestration.cluster import placed_by_ray
     from rft.sync.process_group import ADDR_ENV, PORT_ENV, free_port
-    from rft.trainer.cluster import placed_by_ray
 
     loop = TrainLoop(cfg, dist)  # the model is loaded before the explorer starts competing for the cores
     if not dist.is_main or placed_by_ray():  # Ray's driver placed the explorers and supervises them
