@@ -104,20 +104,20 @@ class Sandbox:
                     sandbox.most = max(sandbox.most, sandbox.in_flight)
                 try:
                     time.sleep(sandbox.delay)
-                    if isinstance(canned, int):
-                        self.send_response(canned)
-                        self.end_headers()
-                        return
-                    answer = canned or sandbox.answer(body)
-                    data = json.dumps(answer).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                finally:
+                    answer = None if isinstance(canned, int) else canned or sandbox.answer(body)
+                finally:  # out of flight before the answer goes: the client's next request can only come after
                     with sandbox.lock:
                         sandbox.in_flight -= 1
+                if isinstance(canned, int):
+                    self.send_response(canned)
+                    self.end_headers()
+                    return
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/run_code"

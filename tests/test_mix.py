@@ -420,7 +420,7 @@ def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path
     assert translate(cfg)["data"]["train_batch_size"] == 4
     cfg["buffer"]["train_batch_size"] = 20  # 15 experiences + 5
     with pytest.raises(ConfigError, match=r"buffer.train_batch_size=20 less its ceil\(0.25 x 20\) = 5 expert rows: "
-                                          "rft trains on every experience of a step, batch_size x repeat_times = 16"):
+                                          "with the mix algorithm rft trains on every experience of a step, batch_size x repeat_times = 16"):
         translate(cfg)
     del cfg["buffer"]["batch_size"]
     assert translate({**cfg, "buffer": {**cfg["buffer"], "train_batch_size": 22}})["data"]["train_batch_size"] == 4

@@ -140,8 +140,8 @@ def test_rft_eval_scores_rows_without_data_source_with_your_own_reward_as_rft_tr
     # the built-in scorers: the columns the rows have and what those scorers need (the line said to set
     # data.data_source_key to one of answer, prompt, responses: none names a scorer)
     assert main(args) == 2
-    needs = ("'data_source' (data.data_source_key: the name of the scorer of each row; built-in: arithmetic, "
-             "calculator, geometry3k, gsm8k, hiyouga/geometry3k, openai/gsm8k, shapes)")
+    needs = ("'data_source' (data.data_source_key: the name of the scorer of each row; built-in: apps, arithmetic, "
+             "calculator, codecontests, codeforces, geometry3k, gsm8k, hiyouga/geometry3k, openai/gsm8k, shapes, taco)")
     tail = ("or score these rows with your own function (custom_reward_function.path) or a typed reward "
             "(custom_reward_function.reward_fn_type), with which a row without a data_source column is 'unknown'\n")
     assert capsys.readouterr().err == (f"rft: error: {path} row 0: no column 'data_source'; the rows have the columns "

@@ -164,6 +164,9 @@ TRINITY_EDITS = {
     "trainer.trainer_config.actor_rollout_ref.actor.use_dynamic_bsz": (False, "the example's SFT stage: rft's SFT "
                                                                               "has no token-budget micro-batches "
                                                                               "(its RL stages honour it)"),
+    "buffer.train_batch_size": (None, "the example's staged run: 256 experiences a trainer step against the 64 an "
+                                      "explore step makes (32 tasks x its taskset's repeat_times 2) run explorer and "
+                                      "trainer apart, and a staged run's RL stage is one loop of both"),
     "cluster.gpu_per_node": (1, "the example's math_workflow in a staged run: each RL stage is one loop of "
                                 "explorer and trainer, where a workflow runs on one process (`rft train` runs it "
                                 "beside several)"),

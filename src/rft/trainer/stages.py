@@ -32,7 +32,7 @@ from rft.config.dpo_schema import DPOConfig
 from rft.config.load import ConfigError, merge_layers
 from rft.config.schema import RFTConfig
 from rft.config.sft_schema import SFTConfig
-from rft.sync.schedule import is_synchronous, workflow_apart
+from rft.sync.schedule import is_synchronous, steps_apart, workflow_apart
 from rft.trainer.validate import validate, validate_dpo, validate_sft
 
 DONE = "STAGE_DONE"
@@ -161,6 +161,10 @@ def build_stages(raw: DictConfig, check_paths: bool = True, path=None, overrides
                 why = (f"workflow.type={cfg.workflow.type!r} beside {t.nnodes * t.n_gpus_per_node} trainer processes "
                        f"(trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes} x {t.n_gpus_per_node}) runs its "
                        "explorer as a process of its own" if workflow_apart(cfg) else
+                       f"experience_buffer.train_batch_size={cfg.experience_buffer.train_batch_size} (experiences a "
+                       f"trainer step reads, not the data.train_batch_size x rollout.n = "
+                       f"{cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n} an explore step makes) runs "
+                       "explorer and trainer apart" if steps_apart(cfg) else
                        f"trainer.mode={t.mode!r}, synchronizer.sync_interval={s.sync_interval}, sync_offset="
                        f"{s.sync_offset} run explorer and trainer apart")
                 raise ConfigError(
