@@ -34,7 +34,7 @@ from rft.errors import EXIT_ERROR, RftError
 from rft.experience import first_appearance_labels, to_batch
 from rft.explorer import Explorer, load_tasksets, load_val_prompts
 from rft.fsutil import write_text_atomic
-from rft.models.load import compute_dtype, load_tokenizer, load_trainable_model, resolve_device
+from rft.models.load import compute_dtype, load_trainable_model, resolve_device
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.orchestration.roles import (
@@ -45,11 +45,11 @@ from rft.orchestration.roles import (
     explorer_folder,
     explorer_role,
 )
-from rft.orchestration.run import closed_on_error, joined_buffer, total_training_steps
+from rft.orchestration.run import closed_on_error, joined_buffer, start_rl_process, total_training_steps
 from rft.orchestration.step_loop import Cadence, StepLog, StepLoop
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, served_engine, unserved_reason
-from rft.runtime import configure_cpu_runtime, exit_with_parent
+from rft.runtime import exit_with_parent
 from rft.sync import schedule
 from rft.sync.process_group import snapshot, transport_line
 from rft.sync.schedule import sync_method
@@ -74,12 +74,9 @@ class ExploreLoop:
 
     def __init__(self, cfg, console: bool = True):
         """`console`: the explorer's lines on the console too (an explorer child of mode both logs to its folder)."""
-        configure_cpu_runtime()
         self.cfg, self.console = cfg, console
-        data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
-        self.out = Path(t.default_local_dir)
-        torch.manual_seed(t.seed)
-        self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
+        arr, t = cfg.actor_rollout_ref, cfg.trainer
+        self.out, self.tokenizer = start_rl_process(cfg)
         # the buffer's terms checked and this explorer's rank held before the model loads
         self.buffer = joined_buffer(cfg, self.tokenizer, shared=True, roles=(f"explorer/{t.explorer_rank}",))
         with closed_on_error(self.buffer):
@@ -252,12 +249,9 @@ class TrainLoop:
     def __init__(self, cfg, dist: Dist = SINGLE):
         from rft.trainer.rl import RLTrainer
 
-        configure_cpu_runtime()
         self.cfg, self.dist = cfg, dist
-        data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
-        self.out = Path(t.default_local_dir)
-        torch.manual_seed(t.seed)
-        self.tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
+        data, arr = cfg.data, cfg.actor_rollout_ref
+        self.out, self.tokenizer = start_rl_process(cfg)
         taskset, _ = load_tasksets(cfg, self.tokenizer) if data.train_files else (None, None)
         self.total_steps = total_training_steps(cfg, len(taskset) if taskset is not None else None)
         self.buffer = joined_buffer(cfg, self.tokenizer, shared=True, roles=("trainer",)) if dist.is_main else None
@@ -543,11 +537,8 @@ def run_bench(cfg) -> Path:
     (`step`, `checkpoint`, bench/<data_source>/reward/mean@<n>)."""
     from rft.trainer.checkpoint import CheckpointManager, damage, load_policy_weights
 
-    configure_cpu_runtime()
-    data, arr, t = cfg.data, cfg.actor_rollout_ref, cfg.trainer
-    out = Path(t.default_local_dir)
-    torch.manual_seed(t.seed)
-    tokenizer = load_tokenizer(data.tokenizer or arr.model.path, data.trust_remote_code)
+    arr, t = cfg.actor_rollout_ref, cfg.trainer
+    out, tokenizer = start_rl_process(cfg)
     val_set = load_val_prompts(cfg, tokenizer)
     device = resolve_device(t.device)
     dtype = compute_dtype(arr.rollout.dtype, device, arr.model.path)

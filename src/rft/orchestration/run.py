@@ -57,6 +57,16 @@ def joined_buffer(cfg, tokenizer, shared: bool = False, roles: tuple[str, ...] =
     return buffer
 
 
+def start_rl_process(cfg) -> tuple[Path, object]:
+    """What every RL mode does first in its process (`SyncRun`, and `rft.orchestration.modes`' loops and bench): the
+    CPU runtime configured, torch seeded with trainer.seed; returns (the output folder, the policy's tokenizer)."""
+    configure_cpu_runtime()
+    torch.manual_seed(cfg.trainer.seed)
+    data = cfg.data
+    return (Path(cfg.trainer.default_local_dir),
+            load_tokenizer(data.tokenizer or cfg.actor_rollout_ref.model.path, data.trust_remote_code))
+
+
 @contextlib.contextmanager
 def closed_on_error(buffer: ExperienceBuffer | None):
     """`buffer` closed (its roles freed, its heartbeat stopped) when the block that builds the rest of a run
@@ -73,12 +83,8 @@ class SyncRun:
     def __init__(self, cfg, dist: Dist = SINGLE):
         """`dist`: this process's rank among the processes of the run (`rft.distributed.init_from_env`); the
         default is one process."""
-        configure_cpu_runtime()
         self.cfg, self.dist = cfg, dist
-        data = cfg.data
-        self.out = Path(cfg.trainer.default_local_dir)
-        torch.manual_seed(cfg.trainer.seed)
-        self.tokenizer = load_tokenizer(data.tokenizer or cfg.actor_rollout_ref.model.path, data.trust_remote_code)
+        self.out, self.tokenizer = start_rl_process(cfg)
         taskset, val_set = load_tasksets(cfg, self.tokenizer)
         self.total_steps = total_training_steps(cfg, len(taskset))
         # a database buffer's terms checked before the model loads
