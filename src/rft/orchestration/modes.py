@@ -46,7 +46,7 @@ from rft.orchestration.roles import (
     explorer_role,
 )
 from rft.orchestration.run import closed_on_error, joined_buffer, start_rl_process, total_training_steps
-from rft.orchestration.step_loop import Cadence, StepLog, StepLoop
+from rft.orchestration.step_loop import Cadence, StepLog, StepLoop, StepRole
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, served_engine, unserved_reason
 from rft.runtime import exit_with_parent
@@ -65,7 +65,7 @@ def _share_threads() -> None:
 
 
 # --------------------------------------------------------------------------------------------- explorer
-class ExploreLoop:
+class ExploreLoop(StepRole):
     """Explore steps, each written to the buffer with the explorer's position; weights taken from the trainer as
     the schedule asks (`rft.sync.schedule`); validation every trainer.test_freq explore steps. One of
     trainer.explorer_num explorers: it generates the steps n with (n - 1) % explorer_num == explorer_rank and steps
@@ -157,7 +157,7 @@ class ExploreLoop:
         self.sync.close()
 
     # ------------------------------------------------------------------- the role in the step loop (StepRole)
-    checkpoints = False  # the buffer write of each step is the explorer's checkpoint
+    # checkpoints: none, the buffer write of each step (end_step) is the explorer's record
 
     @property
     def validates(self) -> bool:
@@ -191,9 +191,6 @@ class ExploreLoop:
     def validate_step(self, step: int, metrics: dict[str, float]) -> None:
         val_metrics, self._samples = self.explorer.evaluate()
         metrics.update(val_metrics)
-
-    def save(self, step: int, metrics: dict[str, float]) -> None:
-        raise AssertionError("an explorer's checkpoint is its buffer write (end_step)")
 
     def end_step(self, step: int, metrics: dict[str, float], timer: Timer) -> None:
         """The step's experiences written with the explorer's position and the step's metrics line: a kill before
@@ -241,7 +238,7 @@ class KeptVersions:
         return {v: w for v, w in self.kept.items() if v < step}
 
 
-class TrainLoop:
+class TrainLoop(StepRole):
     """Trainer steps on batches read from the buffer; weights published for the explorer as the schedule asks.
     Several processes (`dist`, mode train): rank 0 reads the buffer, writes the sync files and the logs; the
     experiences of a step go to every rank, which trains its share."""
@@ -317,13 +314,7 @@ class TrainLoop:
         return last
 
     # ------------------------------------------------------------------- the role in the step loop (StepRole)
-    validates, checkpoints = False, True
-
-    def owns(self, step: int) -> bool:
-        return True
-
-    def skip(self, step: int) -> None:
-        raise AssertionError("the trainer owns every step")
+    checkpoints = True  # no validation: the explorer validates
 
     def step(self, step: int, timer: Timer) -> dict[str, float] | None:
         """Read the step's experiences (None: the explorer finished and every one was read), train on them, keep or
@@ -356,15 +347,9 @@ class TrainLoop:
                     raise
         return metrics
 
-    def validate_step(self, step: int, metrics: dict[str, float]) -> None:
-        raise AssertionError("the trainer of a run of several processes does not validate: its explorer does")
-
     def save(self, step: int, metrics: dict[str, float]) -> None:
         kept = self._step_state.kept
         self.trainer.save_checkpoint(step, {"metrics": metrics}, {}, kept.before(step) if kept is not None else None)
-
-    def end_step(self, step: int, metrics: dict[str, float], timer: Timer) -> None:
-        pass
 
     def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None = None,
                      current: dict[str, torch.Tensor] | None = None) -> tuple[object, set[int]]:

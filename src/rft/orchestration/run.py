@@ -31,7 +31,7 @@ from rft.fsutil import write_text_atomic
 from rft.models.load import load_tokenizer, model_identity
 from rft.models.precision import describe
 from rft.monitor import SilentTracker, Timer, Tracker
-from rft.orchestration.step_loop import Cadence, StepLog, StepLoop
+from rft.orchestration.step_loop import Cadence, StepLog, StepLoop, StepRole
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, engine_spec, served_engine, unserved_reason
 from rft.runtime import configure_cpu_runtime
@@ -79,7 +79,7 @@ def closed_on_error(buffer: ExperienceBuffer | None):
         raise
 
 
-class SyncRun:
+class SyncRun(StepRole):
     def __init__(self, cfg, dist: Dist = SINGLE):
         """`dist`: this process's rank among the processes of the run (`rft.distributed.init_from_env`); the
         default is one process."""
@@ -187,17 +187,8 @@ class SyncRun:
     def validates(self) -> bool:
         return self.explorer.val_set is not None
 
-    def owns(self, step: int) -> bool:
-        return True
-
-    def skip(self, step: int) -> None:
-        raise AssertionError("a one-process run owns every step")
-
     def step(self, step: int, timer: Timer) -> dict[str, float]:
         return self.train_step(step, timer)
-
-    def end_step(self, step: int, metrics: dict[str, float], timer: Timer) -> None:
-        pass
 
     def train_step(self, step: int, timer: Timer) -> dict[str, float]:
         """One on-policy step: explore, hand the experiences over through the buffer, train, sync."""

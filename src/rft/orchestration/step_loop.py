@@ -8,7 +8,6 @@ step loops"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from rft.monitor import SilentTracker, Timer, Tracker
 from rft.monitor.notes import NothingToLearn
@@ -62,26 +61,32 @@ class StepLog:
         return self.last
 
 
-class StepRole(Protocol):
-    """What a mode does in `StepLoop`'s steps. `validates` / `checkpoints`: whether its steps validate / save at
-    all (the cadence says when)."""
+class StepRole:
+    """What a mode does in `StepLoop`'s steps; a mode subclasses it and overrides what it does. The defaults: it
+    runs every step, neither validates nor checkpoints (`validates` / `checkpoints`: whether its steps do at all;
+    the cadence says when) and has nothing to close a step with."""
 
-    validates: bool
-    checkpoints: bool
+    validates: bool = False
+    checkpoints: bool = False
 
     def owns(self, step: int) -> bool:
         """Whether this role runs `step` (an explorer of several runs only its own; `skip` passes the others)."""
+        return True
 
-    def skip(self, step: int) -> None: ...
+    def skip(self, step: int) -> None:
+        raise AssertionError(f"{type(self).__name__} runs every step")
 
     def step(self, step: int, timer: Timer) -> dict[str, float] | None:
         """The step's work and its metrics; None: the run stops before it (nothing left to read)."""
+        raise NotImplementedError
 
     def validate_step(self, step: int, metrics: dict[str, float]) -> None:
         """Validation after the step (the cadence's steps), its figures added to `metrics`."""
+        raise AssertionError(f"{type(self).__name__} does not validate")
 
     def save(self, step: int, metrics: dict[str, float]) -> None:
         """The step's checkpoint; `metrics` with the step's timings so far (kept for a kill before its line)."""
+        raise AssertionError(f"{type(self).__name__} does not checkpoint")
 
     def end_step(self, step: int, metrics: dict[str, float], timer: Timer) -> None:
         """What closes the step before its metrics line (an explorer's buffer write)."""
