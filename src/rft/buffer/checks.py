@@ -72,8 +72,7 @@ def check_experience_buffer(ctx: CheckContext) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"experience_buffer.train_batch_size must be an integer >= 1 (experiences a trainer "
                               f"step reads) or null, got {n!r}")
-        mix = ctx.cfg.algorithm.mix
-        if getattr(mix, "enable", False):
+        if ctx.cfg.algorithm.mix.enable:
             raise ConfigError("experience_buffer.train_batch_size with algorithm.mix: rft's mix reads its expert rows "
                               "beside every experience of an explore step; remove it")
     if b.max_staleness is not None and (not isinstance(b.max_staleness, int) or b.max_staleness < 0):

@@ -40,6 +40,7 @@ from rft.explorer.frozen_lake import SYSTEM_PROMPT as FROZEN_LAKE_PROMPT
 from rft.explorer.frozen_lake import Lake, generate_map, observation_message, parse_action, require_gymnasium
 from rft.explorer.model import Completion, Conversation, ModelHandle, WorkflowError
 from rft.registry import Registry
+from rft.rewards.judge import question_of
 from rft.rewards.scoring import score_responses
 
 WORKFLOWS: Registry[type] = Registry("workflow")
@@ -282,7 +283,7 @@ class MathRULERWorkflow(SimpleWorkflow):
         self.task = with_system_prompt(self.task, RULER_MATH_PROMPT)
         completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
         gold = [self.task.score(c.text) for c in completions]
-        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        question = question_of(self.task.prompt.messages)  # what the judge is shown
         reply = self.auxiliary_models[0].chat(ruler_messages(question, [c.text for c in completions]), n=1)[0].text
         scores = ruler_scores(reply, len(completions))
         return [completion_experience(c, scores[i] if scores else 0.0,
@@ -324,7 +325,7 @@ class MathTrainableRULERWorkflow(SimpleWorkflow):
                     for c, (reward, parts) in zip(completions, gold)]
         draw = zlib.crc32(json.dumps([self.task.prompt.messages, texts], sort_keys=True, default=str).encode())
         with_truth = random.Random(draw).random() < TRAINABLE_RULER_GOLD_SHARE
-        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        question = question_of(self.task.prompt.messages)  # what the judge is shown
         judgements = self.model.chat(ruler_messages(question, texts, trainable=True),
                                      n=self.task.repeat_times if with_truth else 1)
         parsed = [ruler_scores(j.text, len(texts)) for j in judgements]
@@ -459,7 +460,7 @@ class RubricJudgeWorkflow(SimpleWorkflow):
             raise WorkflowError("rubric_judge_workflow needs a judge: workflow.auxiliary_models[0]")
         self.task = with_system_prompt(self.task, RUBRIC_SYSTEM_PROMPT)
         completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
-        question = next(m["content"] for m in reversed(self.task.prompt.messages) if m["role"] == "user")
+        question = question_of(self.task.prompt.messages)  # what the judge is shown
         rubric = list((self.task.raw_task or {}).get("rubric") or [])
         replies = self.auxiliary_models[0].chat_batch(
             [rubric_judge_messages(question, c.text, rubric) for c in completions], n=1, do_sample=False)

@@ -12,7 +12,7 @@ from typing import Any
 from rft.config.suggest import did_you_mean, nearest_first
 from rft.registry import Registry
 from rft.rewards.arithmetic import arithmetic_score, calculator_score
-from rft.rewards.code import CODE_SOURCES
+from rft.rewards.code import CODE_SOURCES, code_score
 from rft.rewards.gsm8k import gsm8k_score
 
 ScoreResult = float | dict[str, Any]
@@ -44,8 +44,6 @@ def _score_geometry3k(solution_str: str, ground_truth, extra_info: dict | None =
 
 
 def _score_code(solution_str: str, ground_truth, extra_info: dict | None = None) -> dict:
-    from rft.rewards.code import code_score
-
     return code_score(solution_str, ground_truth)
 
 
@@ -68,8 +66,6 @@ def default_compute_score(
     """Score one response with the built-in scorer registered for `data_source`; `code_runner`: where the code
     data sources' programs run (`rft.rewards.code`: reward_model.sandbox_fusion's runner; None: this machine)."""
     if code_runner is not None and data_source in CODE_SOURCES:
-        from rft.rewards.code import code_score
-
         return code_score(solution_str, ground_truth, code_runner)
     if data_source not in SCORERS:
         raise KeyError(
