@@ -135,13 +135,6 @@ class SandboxRunner:
     def __post_init__(self) -> None:
         self._slots = threading.Semaphore(self.max_concurrent)
 
-    def __getstate__(self) -> dict:  # a worker process gets its own semaphore
-        return {k: v for k, v in self.__dict__.items() if k != "_slots"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.__post_init__()
-
     def request(self, code: str, stdin: str) -> dict:
         """The service's JSON answer for one run; RuntimeError where there is none (after the 504 retries)."""
         payload = json.dumps({"compile_timeout": self.seconds, "run_timeout": self.seconds, "code": code,
