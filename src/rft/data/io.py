@@ -35,13 +35,13 @@ def column_value(row: dict, column: str, default: Any = _ABSENT) -> Any:
     reads its rows); `default` where there is neither (without one: KeyError)."""
     if column in row:
         return row[column]
-    value: Any = row
-    for part in column.split(".") if "." in column else ():
-        if not isinstance(value, dict) or part not in value:
-            break
-        value = value[part]
-    else:
-        if value is not row:
+    if "." in column:
+        value: Any = row
+        for part in column.split("."):
+            if not isinstance(value, dict) or part not in value:
+                break
+            value = value[part]
+        else:
             return value
     if default is _ABSENT:
         raise KeyError(column)
