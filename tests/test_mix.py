@@ -410,6 +410,9 @@ def test_trinity_mix_keys_land_on_algorithm_mix_and_data_expert(assets, tmp_path
     assert out["algorithm"]["adv_estimator"] == "grpo" and out["actor_rollout_ref"]["rollout"]["n"] == 4
     assert out["data"]["expert"] == {"files": str(assets / "expert.jsonl"), "prompt_key": "question",
                                      "response_key": "answer"}
+    pictures = trinity_mix(assets, tmp_path, 2)  # mix_vlm's expert rows carry their images (a vision policy)
+    pictures["buffer"]["trainer_input"]["auxiliary_buffers"]["sft_dataset"]["format"]["image_key"] = "figures"
+    assert translate(pictures)["data"]["expert"]["image_key"] == "figures"
     assert out["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "vanilla"
     earlier = trinity_mix(assets, tmp_path, 2)  # Trinity's earlier mix advantage: grpo without the expert rows
     earlier["algorithm"]["advantage_fn"] = "mix"

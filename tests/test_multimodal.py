@@ -717,3 +717,51 @@ def test_rft_init_model_writes_a_vision_family_with_its_processor(tmp_path, caps
     assert type(load_processor(tmp_path / "m")).__name__ == "LlavaProcessor"
     assert main(["init-model", str(tmp_path / "m2"), "--family", "qwen2_vl", "--tokenizer", "base"]) == 2
     assert "--tokenizer applies to the text families" in capsys.readouterr().err
+
+
+def test_mix_expert_rows_bring_their_images_into_the_update_and_train_beside_the_experiences(vlm, tmp_path):
+    """algorithm.mix on a vision-language policy (Trinity-RFT's mix_vlm): an expert row's prompt holds the
+    processor's image tokens for its pictures (as rft sft reads it) and its images ride with it into the update;
+    experiences without images get an empty list each; GRPO on pictures with expert pictures trains through the CLI."""
+    from transformers import AutoModelForImageTextToText
+
+    from rft.data.io import read_rows
+    from rft.models.load import load_tokenizer
+    from rft.tasks.shapes import write_shapes
+    from rft.trainer.configure import load_config
+    from rft.trainer.mix import ExpertRows
+
+    model_dir = vlm("qwen2_vl")
+    data = write_shapes(tmp_path / "d", n_train=8, n_val=4, seed=0)
+    (tmp_path / "reward.py").write_text(SHAPED_REWARD)
+    args = [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={data['train']}",
+            f"custom_reward_function.path={tmp_path / 'reward.py'}", "algorithm.mix.enable=true",
+            "algorithm.mix.expert_data_ratio=0.2", f"data.expert.files={data['train']}", "data.expert.prompt_key=prompt",
+            "data.expert.response_key=extra_info", "data.expert.response_dict_keys=[demonstration]",
+            "data.expert.max_length=128", "data.max_prompt_length=64", "data.max_response_length=6",
+            "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+            "trainer.logger=[]", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    tok = load_tokenizer(str(model_dir))
+    experts = ExpertRows(load_config(None, args), tok)
+    text = Batch(prompt_ids=torch.ones((16, 3), dtype=torch.long), prompt_mask=torch.ones((16, 3), dtype=torch.long),
+                 response_ids=torch.ones((16, 2), dtype=torch.long), response_mask=torch.ones((16, 2), dtype=torch.long),
+                 group=torch.arange(4).repeat_interleave(4))
+    mixed = experts.attach(text)
+    assert experts.rows == 4 and mixed.images[:16] == [[]] * 16
+    pictures = [[x["bytes"] for x in row["images"]] for row in read_rows(data["train"])]
+    image_token = tok.convert_tokens_to_ids(vision_for(str(model_dir)).processor.image_token)
+    for i in range(16, 20):
+        assert mixed.images[i] and all(isinstance(b, bytes) for b in mixed.images[i])
+        assert mixed.images[i] in pictures
+        assert int((mixed.prompt_ids[i] == image_token).sum()) >= len(mixed.images[i])  # the processor's expansion
+
+    rft_here("train", *args, "trainer.total_training_steps=2", cwd=tmp_path)
+    metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    sft = [m["actor/sft_loss"] for m in metrics if "actor/sft_loss" in m]
+    assert len(sft) == 2 and all(math.isfinite(x) and x > 0 for x in sft)
+    start = AutoModelForImageTextToText.from_pretrained(model_dir)
+    after = dict(AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "model").named_parameters())
+    language = {n for n, p in start.named_parameters()
+                if any(p is q for q in [*start.get_decoder().parameters(), *start.get_output_embeddings().parameters()])}
+    assert {n for n, p in start.named_parameters() if not torch.equal(p, after[n])} == language

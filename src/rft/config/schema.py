@@ -234,6 +234,9 @@ class ExpertDataConfig:
                                             "response columns.")
     last_turn_only: bool = fld(False, "With messages_key: the loss covers the last assistant turn only (as rft sft's "
                                       "data.multiturn.last_turn_only).")
+    image_key: str = fld("images", "Column of an expert row's images (as data.image_key): with a vision-language "
+                                   "policy they go into its prompt through the processor, as rft sft's do; a text "
+                                   "policy refuses rows that have images.")
     max_length: int = fld(1024, "Maximum tokens of prompt + response of an expert row.")
     truncation: str = fld("error", "Expert rows over max_length: as rft sft's data.truncation (error; right: cut the "
                           "response's end; left: the prompt's start; a row they cannot fit dropped and counted).",

@@ -1541,7 +1541,7 @@ def _auxiliary_buffers(t: _Translation, trainer_input: dict, out: dict) -> None:
         if ptype == "messages":
             _set(out, "data.expert.messages_key", fmt.pop("messages_key", MESSAGES_KEY))
         _concatenated_turns(t, fmt, f"{where}.{name}.format", ptype, "data.expert.last_turn_only", out)
-        for key in ("prompt_key", "response_key"):
+        for key in ("prompt_key", "response_key", "image_key"):
             if key in fmt:
                 _set(out, f"data.expert.{key}", fmt.pop(key))
         _enable_thinking(t, out, fmt.pop("enable_thinking", None), f"{where}.{name}.format.enable_thinking")

@@ -213,10 +213,6 @@ REFUSED["trainer"].update({
     "save_hf_checkpoint": "rft writes the Hugging Face model once, at the end of the run (<out>/model), Trinity-RFT's "
                           "last; set last",
 })
-REFUSED["buffer.trainer_input.auxiliary_buffers.*.format"] = {
-    "image_key": "the expert rows' images; rft's mix trains on the expert rows' text (prompt and response, or "
-                 "messages); remove it",
-}
 REFUSED["explorer.auxiliary_models[]"] = dict(REFUSED["explorer.rollout_model"])
 REFUSED["explorer.auxiliary_models[]"]["model_path"] = "is required (the auxiliary model's folder)"
 REFUSED["explorer.auxiliary_models[]"]["enable_thinking"] = THINKING

@@ -1,6 +1,7 @@
 """Trinity-RFT's mix: expert (SFT) rows from an auxiliary dataset join each RL step's batch (algorithm.mix).
 
-`ExpertRows` reads `data.expert` like `rft sft` reads its rows (`SFTDataset`) and draws a fixed number of them per
+`ExpertRows` reads `data.expert` like `rft sft` reads its rows (`SFTDataset`; a vision-language policy's images
+through its processor) and draws a fixed number of them per
 step with a seeded, resumable sampler (its state travels in the trainer's checkpoints). `attach` puts them after the
 step's experiences with `Batch.expert_mask` set: the worker gives the expert rows the SFT loss and the experiences
 the policy loss (workers/policy.py), and splits a batch so that every mini-batch holds its share of both
@@ -32,6 +33,7 @@ from rft.data.dataset import PromptSampler
 from rft.data.io import DataError
 from rft.data.sft import SFTDataset
 from rft.distributed import SINGLE, Dist, step_shard
+from rft.models.vision import vision_for
 
 # the (B, R) fields: per response token (the others are per row, or (B, K))
 _PER_TOKEN = ("old_logprobs", "ref_logprobs", "rollout_logprobs", "values", "token_rewards", "ref_kl", "advantages",
@@ -64,13 +66,14 @@ class ExpertRows:
         self.dist = dist
         self.pad_id = tokenizer.pad_token_id
         self.dataset = SFTDataset(expert.files, tokenizer, SimpleNamespace(
-            prompt_key=expert.prompt_key, response_key=expert.response_key,
+            prompt_key=expert.prompt_key, response_key=expert.response_key, image_key=expert.image_key,
             prompt_dict_keys=expert.prompt_dict_keys, response_dict_keys=expert.response_dict_keys,
             multiturn=SimpleNamespace(enable=expert.messages_key is not None, messages_key=expert.messages_key,
                                       last_turn_only=expert.last_turn_only, tools_key=None,
                                       enable_thinking_key=None),
             max_length=expert.max_length, truncation=expert.truncation,
-            apply_chat_template_kwargs=cfg.data.apply_chat_template_kwargs), keys="data.expert")
+            apply_chat_template_kwargs=cfg.data.apply_chat_template_kwargs),
+            vision=vision_for(arr.model.path), keys="data.expert")
         mini_batches = cfg.data.train_batch_size // arr.actor.ppo_mini_batch_size
         self.per_mini_batch = expert_rows_per_mini_batch(arr.actor.ppo_mini_batch_size * arr.rollout.n,
                                                          cfg.algorithm.mix.expert_data_ratio)
@@ -108,10 +111,14 @@ class ExpertRows:
                 fills[f.name] = [{k: 0.0 for k in mine[0]} for _ in range(n)] if f.name == "reward_rows" else [None] * n
         if batch.action_mask is not None:  # the expert's tokens are the ones it "wrote": those the SFT loss is on
             fills["action_mask"] = expert.loss_mask.to(batch.action_mask.dtype)
-        expert = dataclasses.replace(expert, **fills, expert_mask=torch.ones(n, dtype=torch.bool))
         own = batch.loss_mask if batch.loss_mask is not None else \
             batch.action_mask if batch.action_mask is not None else batch.response_mask
-        experiences = dataclasses.replace(batch, loss_mask=own.clone(),
+        images = {}
+        if batch.images or expert.images:  # each row's list (possibly empty) on both sides, when either has any
+            images = {"images": batch.images or [[] for _ in range(len(batch))]}
+            fills["images"] = expert.images or [[] for _ in range(n)]
+        expert = dataclasses.replace(expert, **fills, expert_mask=torch.ones(n, dtype=torch.bool))
+        experiences = dataclasses.replace(batch, loss_mask=own.clone(), **images,
                                           expert_mask=torch.zeros(len(batch), dtype=torch.bool))
         return concat_batches([experiences, expert], self.pad_id)
 
