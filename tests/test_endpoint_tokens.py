@@ -119,14 +119,14 @@ class ScriptedModel:
         return scripted_output(rows, self.tok.pad_token_id)
 
 
-def served(name: str):
+def served(name: str, reasoning_parser: str | None = None):
     from rft.explorer.server import Endpoint
 
     tok = family_tokenizer(name)
     model = ScriptedModel(tok, FAMILIES[name][4], FAMILIES[name][5])
     server = GenerationServer(model, tok, torch.Generator().manual_seed(0))
     endpoint = Endpoint(lambda: ModelHandle(server, tok, SamplingParams(n=1, temperature=1.0, max_tokens=64)),
-                        "tiny", "hermes")
+                        "tiny", "hermes", reasoning_parser=reasoning_parser)
     return endpoint, model, tok
 
 
@@ -386,3 +386,47 @@ def test_an_openai_agent_with_tool_calls_trains_three_grpo_steps_through_the_end
     calls = list(zip(policy.prompts, policy.replies))
     continued = sum(any(prompt[:len(p) + len(r)] == p + r for p, r in calls[:k]) for k, (prompt, _) in enumerate(calls))
     assert len(calls) == 3 * 2 * 2 * 3 and continued == 3 * 2 * 2 * 2  # every second and third call of every episode
+
+
+def test_vllms_reasoning_parsers_split_a_reply_into_thinking_and_content():
+    from rft.explorer.server import split_reasoning
+
+    cases = {  # reply: (deepseek_r1, qwen3), as vLLM's parsers of those names return them
+        "<think>a</think>b": (("a", "b"), ("a", "b")),
+        "a</think>b": (("a", "b"), ("a", "b")),  # the template opened the thinking
+        "<think>a</think>": (("a", None), ("a", None)),
+        "plain": (("plain", None), (None, "plain")),  # no </think>: thinking that never ended / no thinking
+        "<think>a": (("a", None), (None, "<think>a")),
+    }
+    for reply, (r1, qwen3) in cases.items():
+        assert split_reasoning(reply, "deepseek_r1") == r1, reply
+        assert split_reasoning(reply, "qwen3") == qwen3, reply
+        assert split_reasoning(reply, None) == (None, reply)
+
+
+@pytest.mark.parametrize("parser", ["deepseek_r1", "qwen3"])
+def test_a_reasoning_parser_returns_the_thinking_apart_and_keeps_the_sampled_tokens(parser):
+    """workflow.reasoning_parser (Trinity's rollout_model.reasoning_parser): the first reply's thinking comes back
+    as `reasoning_content` (and vLLM's `reasoning`), its tool call parsed from what follows; the agent sends the
+    replies back as they came and every later prompt still begins with the tokens sampled."""
+    endpoint, model, tok = served("qwen3", reasoning_parser=parser)
+    try:
+        client = openai.OpenAI(base_url=endpoint.api_base, api_key="agent", max_retries=0)
+        first = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "2+3?"}],
+                                               tools=TOOLS).choices[0].message
+        assert first.reasoning_content == first.reasoning == "\nthe user asks for 2+3\n"
+        assert first.content.strip() == "R1" and first.tool_calls[0].function.name == "calc"
+        model.prompts.clear(), model.replies.clear()
+        messages = agent(client, "What is 2+3?", True)
+        assert len(model.prompts) == 4
+        for k in range(1, 4):
+            seen = model.prompts[k - 1] + model.replies[k - 1]
+            assert model.prompts[k][:len(seen)] == seen, k
+        second = messages[4]  # "\n\nR2 the user gets 5", no </think>: all thinking for deepseek_r1 (its template
+        # opens the thinking), all content for qwen3
+        if parser == "deepseek_r1":
+            assert second.content is None and "R2 the user gets 5" in second.reasoning_content
+        else:
+            assert "R2 the user gets 5" in second.content and getattr(second, "reasoning_content", None) is None
+    finally:
+        endpoint.close()

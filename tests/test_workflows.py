@@ -939,6 +939,19 @@ def test_arguments_a_built_in_workflow_does_not_read_are_refused(assets, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("workflow", ["simple_workflow", "tool_call_workflow"])
+def test_a_reasoning_parser_without_the_endpoint_is_refused_before_the_model_loads(assets, tmp_path, capsys,
+                                                                                 workflow):
+    from rft.cli import main
+
+    assert main(["train", f"actor_rollout_ref.model.path={assets / 'model'}",
+                 f"data.train_files={assets / 'data' / 'train.parquet'}", f"workflow.type={workflow}",
+                 "workflow.reasoning_parser=qwen3", f"trainer.default_local_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert "workflow.reasoning_parser='qwen3' has no effect" in err and err.startswith("rft: error:"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_tools_file_that_does_not_import_is_refused_before_the_model_loads(assets, tmp_path, capsys):
     from rft.cli import main
 

@@ -1362,6 +1362,12 @@ class WorkflowConfig:
               "unless workflow.args names its own; null: the model's family, read from its chat template and tokens "
               "(docs/workflows.md).",
         choices=(None, "hermes", "pythonic", "mistral", "llama3_json", "deepseek_v3"))
+    reasoning_parser: Optional[str] = fld(
+        None, "vLLM's reasoning parser for the endpoint's chat replies: the thinking (`<think>...</think>`) returned "
+              "apart as the message's `reasoning` / `reasoning_content`, the rest as its `content` (tool calls are "
+              "read from the rest). deepseek_r1: a reply without `</think>` is all thinking (its template opens "
+              "the thinking); qwen3: a reply without `</think>` is all content. null: the whole reply is the "
+              "content.", choices=(None, "deepseek_r1", "qwen3"))
     tool_config_path: Optional[str] = fld(
         None, "A YAML file of tools in verl's tool-config format (verl's actor_rollout_ref.rollout.multi_turn."
               "tool_config_path: `tools:` a list of {class_name, config, tool_schema}); tool_call_workflow declares "

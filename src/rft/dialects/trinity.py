@@ -1618,8 +1618,9 @@ def _explorer(t: _Translation, explorer: dict, out: dict) -> None:
     if "enable_prompt_truncation" in rm:
         _prompt_truncation(t, out, rm.pop("enable_prompt_truncation"),
                            "explorer.rollout_model.enable_prompt_truncation")
-    if "tool_call_parser" in rm:
-        _set(out, "workflow.tool_call_parser", rm.pop("tool_call_parser"))
+    for key in ("tool_call_parser", "reasoning_parser"):  # the endpoint's (vLLM's server flags of those names)
+        if key in rm:
+            _set(out, f"workflow.{key}", rm.pop(key))
     if "chat_template" in rm:
         _set_shared(t, out, "data.chat_template", rm.pop("chat_template"), "explorer.rollout_model.chat_template")
     _enable_thinking(t, out, rm.pop("enable_thinking", None), "explorer.rollout_model.enable_thinking")

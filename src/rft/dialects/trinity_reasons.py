@@ -85,8 +85,6 @@ REFUSED: dict[str, dict[str, str]] = {
                                        "cuda_visible_devices", "external_model_config", "rope_scaling", "rope_theta")},
         **{key: LORA_RUNTIME for key in ("enable_lora", "enable_runtime_lora_updating", "lora_modules",
                                          "lora_kwargs")},
-        "reasoning_parser": "vLLM's reasoning parser (a reply's thinking returned apart, as reasoning_content); "
-                            "rft's OpenAI-compatible endpoint returns the whole reply as its content; remove it",
         "api_key": "the key of Trinity-RFT's OpenAI-compatible server; rft's endpoint listens on 127.0.0.1 only "
                    "and takes any key; remove it",
     },

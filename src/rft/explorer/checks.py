@@ -175,6 +175,10 @@ def check_workflow(ctx: CheckContext) -> None:
         raise ConfigError(f"workflow.max_retry_times must be an integer >= 0, got {wf.max_retry_times!r}")
     if not isinstance(wf.endpoint_port, int) or not 0 <= wf.endpoint_port <= 65535:
         raise ConfigError(f"workflow.endpoint_port must be 0 (a free port) or a port number, got {wf.endpoint_port!r}")
+    if wf.reasoning_parser is not None and not (wf.endpoint or wf.enable_history):
+        raise ConfigError(f"workflow.reasoning_parser={wf.reasoning_parser!r} has no effect without the endpoint: it "
+                          "splits the endpoint's chat replies (set workflow.endpoint or workflow.enable_history), or "
+                          "remove it")
     if wf.type not in BUILTIN_WORKFLOWS and not wf.path:
         meant = did_you_mean(wf.type, BUILTIN_WORKFLOWS) if isinstance(wf.type, str) else ""
         raise ConfigError(f"workflow.type={wf.type!r} is not one of rft's workflows {list(BUILTIN_WORKFLOWS)}"

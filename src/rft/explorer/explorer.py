@@ -446,7 +446,7 @@ class Workflows:
             from rft.explorer.server import Endpoint
 
             self.endpoint = Endpoint(lambda: self.handle(self.server, self.train_params), model_name(ex.cfg),
-                                     self.tool_call_parser, wf.endpoint_port)
+                                     self.tool_call_parser, wf.endpoint_port, reasoning_parser=wf.reasoning_parser)
         self.tool_schemas = []  # verl's tool-config file: declared to the model on every task
         if wf.tool_config_path:
             from rft.explorer.verl_tools import read_tool_config

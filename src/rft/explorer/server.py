@@ -103,6 +103,9 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
                 calls.append(f"{f.get('name')}(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")")
         text = text + ("".join(calls) if parser == "hermes" else "[" + ", ".join(calls) + "]")
     out = {"role": m["role"], "content": text}
+    thinking = m.get("reasoning_content") or m.get("reasoning")
+    if m["role"] == "assistant" and isinstance(thinking, str):  # for the templates that render it (Qwen3's)
+        out["reasoning_content"] = thinking
     if m.get("tool_call_id"):
         out["tool_call_id"] = str(m["tool_call_id"])
     if m["role"] != "assistant" and _image_parts(m.get("content")):  # text and images in their order, the
@@ -112,6 +115,24 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
     if m.get("name"):
         out["name"] = m["name"]
     return out
+
+
+REASONING_PARSERS = ("deepseek_r1", "qwen3")
+
+
+def split_reasoning(text: str, parser: str | None) -> tuple[str | None, str | None]:
+    """(thinking, content) of a reply as vLLM's reasoning parser `parser` returns them: the text after `<think>`
+    (when the reply has one) up to `</think>` is the thinking, what follows the content (None when nothing
+    follows). A reply without `</think>`: deepseek_r1 reads it as thinking that never ended (the model's template
+    opened it), qwen3 as content without thinking. `parser` None: (None, text)."""
+    if parser is None:
+        return None, text
+    before, mark, after = text.partition("<think>")
+    body = after if mark else before
+    if "</think>" not in body:
+        return (body, None) if parser == "deepseek_r1" else (None, text)
+    thinking, _, content = body.partition("</think>")
+    return thinking, content or None
 
 
 def _arguments(value):
@@ -187,12 +208,14 @@ def _listen(port: int, handler, port_key: str = "workflow.endpoint_port") -> Thr
 
 class Endpoint:
     def __init__(self, make_handle, model_name: str, tool_call_parser: str = "hermes", port: int = 0,
-                 routes: dict | None = None, token_details: bool = False, port_key: str = "workflow.endpoint_port"):
+                 routes: dict | None = None, token_details: bool = False, port_key: str = "workflow.endpoint_port",
+                 reasoning_parser: str | None = None):
         """`make_handle()`: a model handle for requests that are no workflow's (ad-hoc clients, no history).
         `routes`: more routes, {("GET" or "POST", path): function(body or None) -> JSON reply, raising `ApiError`}
         (the engine server's /health and weight updates). `token_details`: each choice also carries `rft`, its
         prompt and response token ids, behaviour log-probs and per-token weight versions (`details`)."""
         self.make_handle, self.model_name, self.parser = make_handle, model_name, tool_call_parser
+        self.reasoning_parser = reasoning_parser  # workflow.reasoning_parser (`split_reasoning`)
         self.routes, self.token_details = routes or {}, token_details
         self._keys: dict[str, weakref.ref] = {}
         self._replies: dict[str, str] = {}  # the raw replies behind the tool calls served, newest last
@@ -362,17 +385,20 @@ class Endpoint:
         eos = set(_eos_ids(handle))
         choices = []
         for i, c in enumerate(completions):
-            message: dict = {"role": "assistant", "content": c.text}
+            thinking, content = split_reasoning(c.text, self.reasoning_parser)
+            message: dict = {"role": "assistant", "content": content}
             finish = c.finish_reason
             if tools and body.get("tool_choice") != "none":
                 raw = raw_reply(handle.tokenizer, c.token_ids, eos)  # the family's call markers are special tokens
-                calls, rest = parse_tool_calls(raw, self.parser)
+                calls, rest = parse_tool_calls(split_reasoning(raw, self.reasoning_parser)[1] or "", self.parser)
                 if calls:  # ids of 9 letters and digits (`tools.call_id`): Mistral's template refuses any other
                     message = {"role": "assistant", "content": rest or None, "tool_calls": [
                         {"id": t.id, "type": "function",
                          "function": {"name": t.name, "arguments": json.dumps(t.arguments)}} for t in calls]}
                     finish = "tool_calls"
                     self._remember(calls[0].id, raw)
+            if thinking is not None:  # vLLM's field, and its earlier name (which most clients read)
+                message["reasoning"] = message["reasoning_content"] = thinking
             if keeps:
                 ended = bool(c.token_ids) and c.token_ids[-1] in eos
                 self._keep(scope, history + [_structured(message)], _Kept(array("q", c.prompt_ids + c.token_ids),
