@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-heavy test-faults test-bf16 test-demo demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer gpu-check versions test-versions
+.PHONY: setup test test-heavy test-faults test-bf16 test-demo demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer alfworld test-alfworld gpu-check versions test-versions
 
 setup: $(STAMP)
 
@@ -108,6 +108,22 @@ $(DJSTAMP): constraints.txt
 test-data-juicer: setup data-juicer
 	RFT_DATA_JUICER_PYTHON=$(CURDIR)/$(DJVENV)/bin/python OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q \
 		-p no:cacheprovider tests/with_data_juicer
+
+# ALFWorld's workflows (tests/with_alfworld) in a venv of their own: the alfworld package's PDDL planner and jericho
+# build from source (a C++ compiler, a few minutes), which make setup leaves out so that it needs nothing but Python
+AVENV := .venv-alfworld
+ASTAMP := $(AVENV)/.installed
+alfworld: $(ASTAMP)
+
+$(ASTAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(AVENV)
+	$(AVENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AVENV)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0
+	$(AVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,alfworld]'
+	touch $(ASTAMP)
+
+test-alfworld: alfworld
+	OMP_NUM_THREADS=1 $(AVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_alfworld
 
 bench-vllm: vllm
 	$(VVENV)/bin/python bench/bench.py --engine hf vllm

@@ -70,6 +70,8 @@ def pytest_ignore_collect(collection_path, config):
     """Leave tests/with_vllm out of a collection of tests/ where vLLM is not installed (make test's venv)."""
     if collection_path == Path(__file__).parent / "with_data_juicer" and not os.environ.get("RFT_DATA_JUICER_PYTHON"):
         return True  # Data-Juicer's environment of its own: make test-data-juicer
+    if collection_path == Path(__file__).parent / "with_alfworld" and importlib.util.find_spec("alfworld") is None:
+        return True  # ALFWorld's venv of its own (its planner builds from source): make test-alfworld
     return True if not HAS_VLLM and collection_path == Path(__file__).parent / "with_vllm" else None
 
 

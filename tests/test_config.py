@@ -748,8 +748,35 @@ SFT = [p for p in EXAMPLES if _is_offline(p) and p not in DPO and p not in RM]
 # the vLLM examples: loaded and validated where vLLM is (tests/with_vllm); here they must name the extra
 VLLM_EXAMPLES = [p for p in EXAMPLES if ((yaml.safe_load(p.read_text()).get("actor_rollout_ref") or {})
                                          .get("rollout") or {}).get("name") == "vllm"]
+# the ALFWorld examples: validated and trained where the alfworld package is (tests/with_alfworld); here they name it
+ALFWORLD_EXAMPLES = [p for p in EXAMPLES if "alfworld" in str((yaml.safe_load(p.read_text()).get("workflow") or {})
+                                                              .get("type"))]
 SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in SFT and p not in RM
-          and p not in VLLM_EXAMPLES]
+          and p not in VLLM_EXAMPLES and p not in ALFWORLD_EXAMPLES]
+
+
+@pytest.mark.parametrize("example", ALFWORLD_EXAMPLES, ids=[p.name for p in ALFWORLD_EXAMPLES])
+def test_alfworld_example_without_alfworld_names_the_extra(example, monkeypatch, real_paths, caplog, capsys):
+    """Without the alfworld package (make test's venv): `rft train` refuses the example naming the extra; `rft
+    config show` shows it, exit 0, with that reason as a note."""
+    import logging
+    import sys
+
+    from rft.cli import main
+
+    monkeypatch.setitem(sys.modules, "alfworld", None)
+    with pytest.raises(ConfigError, match=r"the ALFWorld workflows run ALFWorld on TextWorld: pip install "
+                                          r"'rft\[alfworld\]'"):
+        load_config(example, real_overrides(real_paths), validate_paths=True)
+    with caplog.at_level(logging.WARNING, logger="rft"):
+        assert main(["config", "show", str(example)]) == 0
+    assert "type: alfworld_workflow" in capsys.readouterr().out
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rft: note:")]
+    assert any("rft[alfworld]" in n and "rft train" in n for n in notes), notes
+
+
+def test_there_is_an_alfworld_example():
+    assert [p.name for p in ALFWORLD_EXAMPLES] == ["alfworld_grpo.yaml"]
 
 
 @pytest.mark.parametrize("example", VLLM_EXAMPLES, ids=[p.name for p in VLLM_EXAMPLES])

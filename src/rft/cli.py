@@ -431,18 +431,18 @@ def cmd_config(args) -> int:
             print(f"# stage {stage.name} ({stage.kind}) -> {stage.out}\n{to_yaml(stage.cfg)}", end="")
         if kind == "rl":
             print(to_yaml(loaded), end="")
-        _note_missing_vllm([s.cfg for s in loaded] if kind == "stages" else [loaded] if kind == "rl" else [])
+        _note_missing_packages([s.cfg for s in loaded] if kind == "stages" else [loaded] if kind == "rl" else [])
     elif args.action == "show" and _is_staged(args.config):
         from rft.trainer.stages import load_stages
 
         stages = load_stages(args.config, args.overrides, validate_paths=False)
         for stage in stages:
             print(f"# stage {stage.name} ({stage.kind}) -> {stage.out}\n{to_yaml(stage.cfg)}", end="")
-        _note_missing_vllm([stage.cfg for stage in stages])
+        _note_missing_packages([stage.cfg for stage in stages])
     elif args.action == "show":
         cfg = load_config(args.config, args.overrides, validate_paths=False)
         print(to_yaml(cfg), end="")
-        _note_missing_vllm([cfg])
+        _note_missing_packages([cfg])
     else:
         from rft.config.reference import reference_markdown
 
@@ -450,16 +450,21 @@ def cmd_config(args) -> int:
     return 0
 
 
-def _note_missing_vllm(cfgs) -> None:
-    """`rft config show` of a config with the vLLM engine where vLLM cannot start: the config is shown (showing
-    needs no engine), with one note saying what `rft train` will refuse and how to run without vLLM."""
-    rollouts = [getattr(getattr(cfg, "actor_rollout_ref", None), "rollout", None) for cfg in cfgs]
-    if any(getattr(rollout, "name", None) == "vllm" for rollout in rollouts):
-        from rft.rollout.checks import missing_vllm
+def _note_missing_packages(cfgs) -> None:
+    """`rft config show` of a config with the vLLM engine where vLLM cannot start, or a workflow whose environment's
+    package is not installed here: the config is shown (showing needs neither), with one note saying what
+    `rft train` will refuse and how to get it (or to run without vLLM)."""
+    from rft.explorer.checks import missing_environment
 
-        problem = missing_vllm()
-        if problem:
-            logging.getLogger("rft").warning("rft: note: %s (`rft train` refuses this config here)", problem)
+    problems = set()
+    for cfg in cfgs:
+        if getattr(getattr(getattr(cfg, "actor_rollout_ref", None), "rollout", None), "name", None) == "vllm":
+            from rft.rollout.checks import missing_vllm
+
+            problems.add(missing_vllm())
+        problems.add(missing_environment(getattr(getattr(cfg, "workflow", None), "type", None)))
+    for problem in sorted(p for p in problems if p):
+        logging.getLogger("rft").warning("rft: note: %s (`rft train` refuses this config here)", problem)
 
 
 def version() -> str:

@@ -1246,7 +1246,6 @@ def _task_order(out: dict) -> None:
 
 
 ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environment, its package and what it needs)
-    ("alfworld", "ALFWorld's text households", "alfworld", "with its game files (alfworld-download) and TextWorld"),
     ("webshop", "WebShop's simulated shop", "webshop", "with its shop server and its product catalogue"),
     ("agentscope", "an AgentScope agent", "agentscope", "(the agent drives the model through AgentScope's own "
                                                         "model and tool APIs)"),
@@ -1254,9 +1253,19 @@ ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environm
 )
 
 
+UNBUILT_WORKFLOWS = {
+    name: "Trinity-RFT's ALFWorld workflow for RAFT: episodes whose successful trajectories (and, reflecting, the "
+          "model's own corrections of the failed ones) become SFT rows; rft plays ALFWorld with alfworld_workflow "
+          "and step_wise_alfworld_workflow but has not this one"
+    for name in ("RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow")}
+
+
 def environment_workflow(name: Any) -> str | None:
     """Why rft refuses Trinity-RFT's workflow type `name` where it steps an environment (`ENVIRONMENTS`): the
-    environment and the package it needs; None for another workflow type (rft's own check names those)."""
+    environment and the package it needs, or what the workflow does that rft has not (`UNBUILT_WORKFLOWS`); None
+    for another workflow type (rft's own check names those)."""
+    if name in UNBUILT_WORKFLOWS:
+        return UNBUILT_WORKFLOWS[name]
     for part, what, package, needs in ENVIRONMENTS if isinstance(name, str) else ():
         if part in name.lower():
             return (f"Trinity-RFT's workflow that runs {what}: it needs the {package} package {needs}, and rft has "

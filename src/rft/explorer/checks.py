@@ -15,7 +15,7 @@ BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
                      "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
                      "bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow",
-                     "math_trainable_ruler_workflow")
+                     "math_trainable_ruler_workflow", "alfworld_workflow", "step_wise_alfworld_workflow")
 BOXED_WORKFLOW_REWARDS = {"math_boxed_workflow": "math_boxed_reward",
                           "bots_math_boxed_workflow": "bots_math_boxed_reward",
                           "bots_ref_eval_collect_math_boxed_workflow": "bots_math_boxed_reward"}
@@ -23,7 +23,8 @@ BOXED_WORKFLOW_REWARDS = {"math_boxed_workflow": "math_boxed_reward",
 OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null). The
 Trinity dialect keeps the same names (`rft.dialects.trinity.OWN_PROMPT_WORKFLOWS`: it sits below the explorer)."""
-ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow")
+ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
+                        "alfworld_workflow", "step_wise_alfworld_workflow")
 """The workflows whose environment (or judge) computes the reward: no reward function reads their rows."""
 
 
@@ -161,6 +162,21 @@ def check_frozen_lake(args: dict) -> None:
         raise ConfigError(str(e)) from None
 
 
+def missing_environment(workflow: str) -> str | None:
+    """Why the environment `workflow` steps cannot start here (its package, ScienceWorld's Java), in one line naming
+    the extra; None where it can, or for a workflow without one."""
+    from rft.explorer.alfworld import require_alfworld
+    from rft.explorer.sciworld import require_scienceworld
+
+    require = {"sciworld_workflow": require_scienceworld, "alfworld_workflow": require_alfworld,
+               "step_wise_alfworld_workflow": require_alfworld}.get(workflow)
+    try:
+        require and require()
+    except Exception as e:
+        return str(e)
+    return None
+
+
 @CHECKS.register("explorer.workflow")
 def check_workflow(ctx: CheckContext) -> None:
     """workflow.*: a workflow rft has (or a file that may register it), sizes in range, and what the workflow
@@ -186,13 +202,10 @@ def check_workflow(ctx: CheckContext) -> None:
                           "that registers it (rft.explorer.workflow.register_workflow)")
     if wf.path and check_paths and not Path(wf.path).expanduser().exists():
         raise ConfigError(f"workflow.path: {wf.path!r} does not exist (a Python file, or a folder of them)")
-    if wf.type == "sciworld_workflow":
-        from rft.explorer.sciworld import require_scienceworld
-
-        try:
-            require_scienceworld()
-        except Exception as e:
-            raise ConfigError(str(e)) from None
+    if check_paths:  # `rft config show` notes it instead (the config means the same without the package)
+        problem = missing_environment(wf.type)
+        if problem:
+            raise ConfigError(problem)
     if wf.type in ENV_REWARD_WORKFLOWS:
         crf = cfg.custom_reward_function
         if crf.path or crf.reward_fn_type or cfg.reward_model.enable:

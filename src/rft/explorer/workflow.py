@@ -22,7 +22,8 @@ Built-ins:
   template's rendering of the new turns (`rft.explorer.turns`).
 * `math_boxed_workflow`, `simple_mm_workflow`, `math_ruler_workflow`, `on_policy_distill_math_workflow`,
   `rubric_judge_workflow`, `toolcall_workflow` (Tool-N1 on ToolACE rows), `frozen_lake_workflow` (gymnasium's
-  FrozenLake, `rft.explorer.frozen_lake`), `sciworld_workflow` (AllenAI's ScienceWorld, `rft.explorer.sciworld`):
+  FrozenLake, `rft.explorer.frozen_lake`), `sciworld_workflow` (AllenAI's ScienceWorld, `rft.explorer.sciworld`),
+  `alfworld_workflow` and `step_wise_alfworld_workflow` (ALFWorld's households, `rft.explorer.alfworld`):
   Trinity-RFT's workflows of those names (their classes below).
 """
 
@@ -36,6 +37,7 @@ from typing import Any
 from rft.data.dataset import Prompt
 from rft.data.images import filled_image_parts
 from rft.experience import Experience
+from rft.explorer.alfworld import MAX_ENV_STEPS as MAX_ALFWORLD_STEPS
 from rft.explorer.frozen_lake import SYSTEM_PROMPT as FROZEN_LAKE_PROMPT
 from rft.explorer.frozen_lake import Lake, generate_map, observation_message, parse_action, require_gymnasium
 from rft.explorer.model import Completion, Conversation, ModelHandle, WorkflowError
@@ -796,6 +798,41 @@ class SciWorldWorkflow(Workflow):
             close_env(env)
 
 
+@register_workflow("alfworld_workflow")
+class AlfworldWorkflow(Workflow):
+    """Trinity-RFT's alfworld_workflow (`rft.explorer.alfworld` says how it plays): `repeat_times` episodes of the
+    row's game (its prompt: the game file's path), one after another on one environment (reset between them), each
+    a conversation of observations and the model's replies, whose <action> the game steps; at most 30 turns; reward:
+    the game's score when it ends (1: won), else -0.1. Logged: env_done, env_rounds. No reward function."""
+
+    ARGS = frozenset()
+    max_env_steps = MAX_ALFWORLD_STEPS
+
+    def run(self) -> list[Experience]:
+        from rft.explorer.alfworld import game_file, open_env, play
+        from rft.rewards.judge import question_of
+
+        env = open_env(game_file(question_of(self.task.prompt.messages)))
+        try:
+            return play(self.model, env, self.task.repeat_times, self.max_env_steps)
+        finally:
+            env.close()
+
+
+@register_workflow("step_wise_alfworld_workflow")
+class StepWiseAlfworldWorkflow(AlfworldWorkflow):
+    """Trinity-RFT's step_wise_alfworld_workflow: the same episodes, `max_env_steps` turns (default 30). Trinity
+    writes each turn as an experience of its own (the history so far its prompt) that carries the episode's reward;
+    rft writes the episode's conversation, whose policy tokens are those turns' (multi_step_grpo's step-wise
+    advantage is then GRPO's on the episodes: docs/algorithms.md)."""
+
+    ARGS = frozenset({"max_env_steps"})
+
+    def run(self) -> list[Experience]:
+        self.max_env_steps = int((self.task.workflow_args or {}).get("max_env_steps", MAX_ALFWORLD_STEPS))
+        return super().run()
+
+
 def load_workflow_file(path: str) -> None:
     """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
     Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
@@ -820,5 +857,5 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]

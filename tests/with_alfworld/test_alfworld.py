@@ -1,0 +1,125 @@
+"""Trinity-RFT's ALFWorld workflows (rft.explorer.alfworld) on the alfworld package's TextWorld engine, in the venv
+`make alfworld` builds (`make test-alfworld`): a game of the package's own domain and grammar (`write_game`); a
+scripted model that plays the five winning commands is paid 1, one that only looks -0.1 after 30 turns; Trinity's
+prompts and its reminder after "Nothing happens."; the step-wise workflow's max_env_steps; Trinity's two ALFWorld
+example YAMLs train a step through `rft train` and resolve in the peer corpus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from cli_helpers import rft_here
+from test_frozen_lake import Scripted, tokenizer  # noqa: F401  (the fixture)
+from test_trinity_workflows import _corpus_item
+
+from rft.data.dataset import Prompt
+from rft.errors import RftError
+from rft.explorer.alfworld import SYSTEM_PROMPT, game_file, open_env, write_game
+from rft.explorer.workflow import AlfworldWorkflow, StepWiseAlfworldWorkflow, Task
+
+WIN = ["go to cabinet 1", "open cabinet 1", "take apple 1 from cabinet 1", "go to countertop 1",
+       "move apple 1 to countertop 1"]
+
+
+def _task(game, n: int, args: dict | None = None) -> Task:
+    return Task(prompt=Prompt(ids=[], data_source="alfworld", ground_truth=None, extra_info={},
+                              messages=[{"role": "user", "content": str(game)}]), repeat_times=n,
+                workflow_args=args or {})
+
+
+def _script(actions: list[str]) -> list[str]:
+    return [f"<think>next</think><action>{a}</action>" for a in actions]
+
+
+def test_the_game_of_the_packages_domain_is_won_by_its_five_commands(tmp_path):
+    env = open_env(game_file(str(write_game(tmp_path / "g"))))
+    try:
+        observation, _ = env.reset()
+        assert observation == ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly "
+                               "around you, you see a cabinet 1, and a countertop 1.\n\nYour task is to: put some "
+                               "apple in countertop.")
+        steps = [env.step(a) for a in WIN]
+        assert [done for _, _, done, _ in steps] == [False] * 4 + [True] and steps[-1][1] == 1
+        assert steps[1][0] == "You open the cabinet 1. The cabinet 1 is open. In it, you see a apple 1."
+    finally:
+        env.close()
+
+
+def test_a_task_rows_prompt_must_be_a_game_file_with_its_traj_data(tmp_path):
+    with pytest.raises(RftError, match="is the path of its game file"):
+        game_file("put the apple in the countertop")
+    (tmp_path / "game.tw-pddl").write_text("{}")
+    with pytest.raises(RftError, match="traj_data.json"):
+        game_file(str(tmp_path / "game.tw-pddl"))
+
+
+def test_winning_is_paid_one_and_running_out_of_turns_minus_a_tenth(tokenizer, tmp_path):  # noqa: F811
+    game = write_game(tmp_path / "g")
+    (exp,) = AlfworldWorkflow(task=_task(game, 1), model=Scripted(tokenizer, _script(WIN), max_tokens=400)).run()
+    assert exp.reward == 1.0 and exp.rewards["env_done"] == 1.0 and exp.info["env_rounds"] == 4
+    text = tokenizer.decode(exp.tokens)
+    assert SYSTEM_PROMPT.strip()[:60] in text
+    assert "Observation: -= Welcome to TextWorld, ALFRED! =-" in text
+    assert "Observation: You pick up the apple 1 from the cabinet 1." in text
+    idle = Scripted(tokenizer, _script(["look"]) * 30, max_tokens=64)
+    exps = AlfworldWorkflow(task=_task(game, 2), model=idle).run()  # two episodes, the game reset between them
+    assert [e.reward for e in exps] == [-0.1, -0.1] and [e.info["env_rounds"] for e in exps] == [29, 29]
+    assert [e.rewards["env_done"] for e in exps] == [0.0, 0.0]
+    # an action the game does not take: "Nothing happens." and Trinity's reminder; then the game goes on
+    (exp,) = AlfworldWorkflow(task=_task(game, 1), model=Scripted(tokenizer, _script(["fly"] + WIN),
+                                                                  max_tokens=400)).run()
+    assert exp.reward == 1.0 and exp.info["env_rounds"] == 5
+    assert "Observation: Nothing happens.Please check if the action you take is valid" in tokenizer.decode(exp.tokens)
+
+
+def test_the_step_wise_workflow_takes_max_env_steps_turns(tokenizer, tmp_path):  # noqa: F811
+    game = write_game(tmp_path / "g")
+    idle = Scripted(tokenizer, _script(["look"]) * 30, max_tokens=64)
+    (exp,) = StepWiseAlfworldWorkflow(task=_task(game, 1, {"max_env_steps": 3}), model=idle).run()
+    assert exp.reward == -0.1 and exp.info["env_rounds"] == 2 and exp.info["turns"] == 3
+    (exp,) = StepWiseAlfworldWorkflow(task=_task(game, 1), model=Scripted(tokenizer, _script(WIN),
+                                                                           max_tokens=400)).run()
+    assert exp.reward == 1.0 and exp.info["env_rounds"] == 4
+
+
+@pytest.mark.parametrize("item, workflow", [("examples/grpo_alfworld/alfworld.yaml", "alfworld_workflow"),
+                                            ("examples/grpo_alfworld_general_multi_step/alfworld.yaml",
+                                             "step_wise_alfworld_workflow")])
+def test_trinitys_alfworld_examples_train_one_step(tmp_path, item, workflow):
+    """The examples as their users run them (stand-ins as test_trinity_workflows' `_corpus_item`): task rows whose
+    game_file is a game of the package's domain, one step of 2 tasks x 2 episodes; every score is -0.1 or 1."""
+    from rft.models.tiny import init_model
+
+    tasks, model = tmp_path / "tasks", tmp_path / "m"
+    tasks.mkdir()
+    init_model("tiny", model, seed=0)
+    games = [write_game(tmp_path / f"game{i}") for i in range(2)]
+    (tasks / "train.jsonl").write_text("".join(json.dumps({"game_file": str(g)}) + "\n" for g in games * 2))
+    tree = _corpus_item(item, model, tasks, tmp_path / "ckpt")
+    if "max_env_steps" in tree["buffer"]["explorer_input"]["taskset"].get("workflow_args", {}):
+        tree["buffer"]["explorer_input"]["taskset"]["workflow_args"]["max_env_steps"] = 6  # minutes less of turns
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    shown = rft_here("config", "show", str(config), cwd=tmp_path).stdout
+    assert f"type: {workflow}" in shown
+    rft_here("train", str(config), cwd=tmp_path)
+    metrics = [m for f in (tmp_path / "ckpt").rglob("metrics.jsonl") for m in map(json.loads, f.read_text().splitlines())
+               if "training/global_step" in m]
+    assert [m["training/global_step"] for m in metrics] == [1]
+    assert -0.1 - 1e-6 <= metrics[-1]["critic/score/mean"] <= 1.0  # -0.1 in float32
+
+
+def test_the_alfworld_example_validates_with_the_package_here(tmp_path):
+    from pathlib import Path
+
+    from rft.models.tiny import init_model
+    from rft.trainer.configure import load_config
+
+    rows = tmp_path / "games.jsonl"
+    rows.write_text(json.dumps({"game_file": str(write_game(tmp_path / "g"))}) + "\n")
+    example = Path(__file__).resolve().parents[2] / "examples" / "alfworld_grpo.yaml"
+    cfg = load_config(example, [f"actor_rollout_ref.model.path={init_model('tiny', tmp_path / 'm', seed=0)}",
+                                f"data.train_files={rows}"], validate_paths=True)
+    assert cfg.workflow.type == "alfworld_workflow" and cfg.data.prompt_key == "game_file"
