@@ -25,8 +25,9 @@ GSM8K = PEERS.parent / "data" / "gsm8k"
 RUN_CONFIGS = 59  # the corpus's Trinity YAMLs that are run configs (one more is a Data-Juicer recipe)
 # 29 at b2daa78, + the BOTS example's three, + trainable RULER (its train_batch_size); earlier: + dapo_math
 # (per-file eval columns, a workflow's overlong penalty), exp_replay, gsm8k_ruler
-# + ALFWorld's two (alfworld_workflow, step_wise_alfworld_workflow; config show notes the package where it is missing)
-RESOLVE_FLOOR = 35
+# + ALFWorld's two (alfworld_workflow, step_wise_alfworld_workflow; config show notes the package where it is missing),
+# + learn_to_ask (its plugin's workflow)
+RESOLVE_FLOOR = 36
 ENV_PACKAGES = ("alfworld", "scienceworld", "webshop", "gymnasium", "agentscope")
 
 

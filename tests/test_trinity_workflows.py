@@ -575,6 +575,93 @@ def test_trinitys_rubric_example_trains_one_step_with_the_judge(tmp_path):
     assert metrics[-1]["critic/score/mean"] == 0.0 and metrics[-1]["reward_extra/judge_success/mean"] == 0.0
 
 
+# --------------------------------------------------------------------------- learn2ask_workflow (Trinity's plugin)
+
+
+@pytest.mark.parametrize("action, truth, scores, mode, fusion, response, reward", [
+    # a right "continue": R_s = 1, the judge's R_a = 0.5 and P = 1 -> 1 x (1 + 2 x 0.5) + 1 = 3
+    ("continue", "continue", {"format_score": 1.0, "content_score": 0.5}, "Ra+Rs", "default", "q?", 3.0),
+    ("continue", "continue", {"format_score": 1.0, "content_score": 0.5}, "Ra+Rs", "sum", "q?", 2.5),  # 1 + .5 + 1
+    ("continue", "continue", {"format_score": 1.0, "content_score": 0.5}, "Ra", "default", "q?", 2.0),  # 2 x .5 + 1
+    ("continue", "continue", {"format_score": 1.0, "content_score": 0.5}, "Rs", "default", "q?", 4.0),  # 3 x 1 + 1
+    ("continue", "continue", None, "Ra+Rs", "default", "q?", 1.0),  # no judgement: 1 x (1 + 0) + 0
+    ("stop", "stop", None, "Ra+Rs", "default", "<stop />", 4.0),  # R_a = 1, P = 1 for exactly <stop />: 1 x 3 + 1
+    ("stop", "stop", None, "Ra+Rs", "default", "enough. <stop />", 3.0),  # P = 0
+    ("stop", "continue", None, "Ra+Rs", "default", "<stop />", 0.0), ("continue", "stop", None, "Rs", "sum", "q?", 0.0),
+])
+def test_learn2ask_reward_by_hand(action, truth, scores, mode, fusion, response, reward):
+    from rft.explorer.workflow import learn2ask_reward
+
+    assert learn2ask_reward(action, truth, scores, mode, fusion, response) == reward
+
+
+def test_learn2ask_judge_scores_are_read_as_trinity_reads_them():
+    from rft.explorer.workflow import learn2ask_scores
+
+    assert learn2ask_scores("<think>x</think>\n<format_score>1.0</format_score>\n<content_score>0.5</content_score>") \
+        == {"format_score": 1.0, "content_score": 0.5}
+    assert learn2ask_scores("<format_score>0.5</format_score>") == {"format_score": 0.5, "content_score": 0.0}
+    assert learn2ask_scores("<format_score>\n1.0\n</format_score>")["format_score"] == 0.0  # one line, as Trinity's
+    assert learn2ask_scores("<format_score>one</format_score>") is None  # not a number: asked again
+
+
+class ScriptedJudge(FakeModel):
+    def chat_batch(self, conversations, n=1, tools=None, **sampling):
+        self.asked.append(conversations)
+        replies, self.replies = self.replies[:len(conversations)], self.replies[len(conversations):]
+        return [[Completion(text=r, prompt_ids=[1], token_ids=[2], logprobs=[0.0], finish_reason="stop")]
+                for r in replies]
+
+
+def test_learn2ask_workflow_judges_the_right_continues_and_asks_again_for_scores_that_do_not_parse():
+    from rft.explorer.workflow import LEARN2ASK_JUDGE_PROMPT, LEARN2ASK_PROMPT, Learn2AskWorkflow
+
+    dialogue = [{"role": "user", "content": "I have a headache."}, {"role": "assistant", "content": "Since when?"},
+                {"role": "user", "content": "Two days."}]
+    prompt = Prompt(ids=[1, 2], data_source="med", ground_truth=None, extra_info={}, messages=dialogue,
+                    row={"decision_truth": "continue", "info_truth": "fever: yes"})
+    replies = ["Do you have a fever (yes / no)?", "Any nausea (yes / no)?", "<stop />"]
+    model = FakeModel(replies)
+    judge = ScriptedJudge(["<format_score>1.0</format_score><content_score>1.0</content_score>",
+                           "<format_score>x</format_score>",  # the second reply's first judgement: asked again
+                           "<format_score>0.5</format_score><content_score>0.0</content_score>"])
+    exps = Learn2AskWorkflow(task=Task(prompt=prompt, repeat_times=3), model=model, auxiliary_models=[judge]).run()
+    # 1 x (1 + 2 x 1) + 1 = 4; 1 x (1 + 0) + 0.5 = 1.5; a wrong "stop": 0
+    assert [e.reward for e in exps] == [4.0, 1.5, 0.0]
+    assert [e.rewards for e in exps] == [{"judge_success": 1.0}, {"judge_success": 1.0}, {}]
+    assert model.asked[0] == [{"role": "system", "content": LEARN2ASK_PROMPT}, *dialogue]
+    assert [len(call) for call in judge.asked] == [2, 1]  # both continues, then the one that did not parse
+    first = judge.asked[0][0]
+    assert first[0] == {"role": "system", "content": LEARN2ASK_JUDGE_PROMPT.format("fever: yes")}
+    assert first[1]["content"] == ("patient: I have a headache.\ndoctor: Since when?\npatient: Two days.\n"
+                                   "doctor: Do you have a fever (yes / no)?\n")
+
+
+def test_trinitys_learn_to_ask_example_trains_one_step_with_its_judge(tmp_path):
+    """examples/learn_to_ask as its user runs it (stand-ins as `_corpus_item`; the judge the tiny model too, whose
+    replies hold no scores): dialogue rows with decision_truth and info_truth; the run trains its step."""
+    from cli_helpers import rft_here
+
+    from rft.models.tiny import init_model
+
+    tasks, model = tmp_path / "tasks", tmp_path / "m"
+    tasks.mkdir()
+    init_model("tiny", model, seed=0)
+    row = {"messages": [{"role": "user", "content": "I have a headache."}], "action_truth": "continue",
+           "decision_truth": "continue", "info_truth": "fever: yes"}
+    (tasks / "train.jsonl").write_text((json.dumps(row) + "\n") * 4)
+    tree = _corpus_item("examples/learn_to_ask/train.yaml", model, tasks, tmp_path / "ckpt")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    shown = yaml.safe_load(rft_here("config", "show", str(config), cwd=tmp_path).stdout)
+    assert shown["workflow"]["type"] == "learn2ask_workflow" and shown["workflow"]["args"]["train_mode"] == "Ra+Rs"
+    rft_here("train", str(config), cwd=tmp_path)
+    metrics = [m for f in (tmp_path / "ckpt").rglob("metrics.jsonl") for m in map(json.loads, f.read_text().splitlines())
+               if "training/global_step" in m]
+    assert [m["training/global_step"] for m in metrics] == [1]
+    assert 0.0 <= metrics[-1]["critic/score/mean"] <= 4.0
+
+
 # ---------------------------------------------------------------------------------- toolcall_workflow (Tool-N1)
 
 ANSWER = json.dumps([{"name": "weather", "arguments": {"city": "Paris", "unit": "C"}}])

@@ -1278,11 +1278,13 @@ SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow", "async_simple_workflow"
                   "on_policy_distill_workflow": "simple_workflow",
                   "async_math_workflow": "math_workflow", "async_math_boxed_workflow": "math_boxed_workflow",
                   "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow",
-                  # Trinity's BOTS example names its plugin's classes by module path (Trinity imports them from the
-                  # working directory, its repository); rft has them under the names the plugin registers
+                  # Trinity's BOTS and Learn2Ask examples name their plugins' classes by module path (Trinity
+                  # imports them from the working directory, its repository); rft has them under the names the
+                  # plugins register
                   "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow": "bots_math_boxed_workflow",
                   "examples.bots.workflow.bots_math_boxed_workflow.BOTSRefEvalCollectMathBoxedWorkflow":
-                      "bots_ref_eval_collect_math_boxed_workflow"}
+                      "bots_ref_eval_collect_math_boxed_workflow",
+                  "examples.learn_to_ask.workflow.workflow_learn2ask.Learn2AskWorkflow": "learn2ask_workflow"}
 """Trinity-RFT's workflows that compute what an rft workflow of another name does. math_rm_workflow: one chat
 turn, each reply scored by the taskset's reward function (Trinity passes it the reply, the messages and the truth
 for RM-Gallery's rewards), summed: simple_workflow. async_X: Trinity's X with an async run (its class is

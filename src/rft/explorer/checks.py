@@ -15,7 +15,8 @@ BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
                      "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
                      "bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow",
-                     "math_trainable_ruler_workflow", "alfworld_workflow", "step_wise_alfworld_workflow")
+                     "math_trainable_ruler_workflow", "alfworld_workflow", "step_wise_alfworld_workflow",
+                     "learn2ask_workflow")
 BOXED_WORKFLOW_REWARDS = {"math_boxed_workflow": "math_boxed_reward",
                           "bots_math_boxed_workflow": "bots_math_boxed_reward",
                           "bots_ref_eval_collect_math_boxed_workflow": "bots_math_boxed_reward"}
@@ -24,7 +25,7 @@ OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null). The
 Trinity dialect keeps the same names (`rft.dialects.trinity.OWN_PROMPT_WORKFLOWS`: it sits below the explorer)."""
 ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
-                        "alfworld_workflow", "step_wise_alfworld_workflow")
+                        "alfworld_workflow", "step_wise_alfworld_workflow", "learn2ask_workflow")
 """The workflows whose environment (or judge) computes the reward: no reward function reads their rows."""
 
 
@@ -215,6 +216,10 @@ def check_workflow(ctx: CheckContext) -> None:
         raise ConfigError("workflow.type='rubric_judge_workflow' rates each response against the row's rubrics "
                           "with a judge, the first of workflow.auxiliary_models (Trinity-RFT's "
                           "explorer.auxiliary_models), which is empty: give one")
+    if wf.type == "learn2ask_workflow" and not wf.auxiliary_models:
+        raise ConfigError("workflow.type='learn2ask_workflow' scores each question with a judge, the first of "
+                          "workflow.auxiliary_models (Trinity-RFT's explorer.auxiliary_models), which is empty: give "
+                          "one")
     if wf.type == "math_ruler_workflow" and not wf.auxiliary_models:
         raise ConfigError("workflow.type='math_ruler_workflow' scores each group's responses with a judge, the first "
                           "of workflow.auxiliary_models (Trinity-RFT's explorer.auxiliary_models), which is empty: "

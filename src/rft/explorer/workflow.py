@@ -472,6 +472,132 @@ class RubricJudgeWorkflow(SimpleWorkflow):
                 for c, r in zip(completions, ratings)]
 
 
+LEARN2ASK_PROMPT = """
+# Task
+You are a medical assistant. Your task is to understand the ongoing conversation and continue the medical inquiry in English.
+
+## Guidelines
+- Each response must contain exactly one clear and concise medical question with 2 to 3 answer choices.
+- Do not repeat any previous question.
+- Your response must be a single sentence.
+- If enough information has been gathered to make a medication suggestion, output only: <stop />
+"""
+LEARN2ASK_PROMPT_RA = """
+# Task
+You are a medical assistant. Your task is to understand the ongoing conversation and continue the medical inquiry in English.
+
+## Guidelines
+- Each response must contain exactly one clear and concise medical question with 2 to 3 answer choices.
+- Do not repeat any previous question.
+- Your response must be a single sentence.
+"""
+LEARN2ASK_JUDGE_PROMPT = """
+# Task
+You are an evaluation assistant. The user will provide a dialogue history between a doctor and a patient. You must analyze the dialogue and evaluate the doctor's last message.
+
+# Grading Policy
+## Format Score
+- 1.0: The doctor's last message contains exactly **one question**.
+- 0.5: The doctor's last message contains **two questions**.
+- 0.0: The doctor's last message contains **three or more questions**.
+
+## Content Score
+- 1.0: The question(s) **directly ask about** any item in the Reference Information.
+- 0.5: The question(s) are **highly relevant** to, but not directly asking about, any item in the Reference Information.
+- 0.0: The question(s) are **irrelevant** to all items in the Reference Information.
+
+# Reference Information
+{}
+
+# Output Format
+<think>Explain your reasoning for the format and content scores clearly and concisely.</think>
+<format_score>Insert only the format score as a float (e.g., 1.0, 0.5, 0.0)</format_score>
+<content_score>Insert only the content score as a float (e.g., 1.0, 0.5, 0.0)</content_score>
+
+> ✅ Important:
+> - Output **exactly** the three tags shown above.
+> - Do **not** include any additional text, explanation, or formatting outside the tags.
+> - Scores must be based **only** on the doctor's **last message** and the provided Reference Information.
+> - Ensure clarity and precision in your evaluation reasoning within the `<think>` tag.
+"""
+"""Trinity-RFT's Learn2Ask prompts (its example plugin's prompt_learn2ask: the doctor's system prompt, the one of
+train_mode Ra, and the judge's, a str.format template of the row's info_truth), word for word."""
+LEARN2ASK_JUDGE_TRIES = 6  # Trinity's: a first call and up to 5 retries when the judge's scores do not parse
+
+
+def learn2ask_scores(reply: str) -> dict[str, float] | None:
+    """The judge's format_score and content_score, read as Trinity reads them (every `<tag>value</tag>` on one line;
+    a missing score is 0.0); None where a value is no number (Trinity asks the judge again)."""
+    import re
+
+    tags = dict(re.findall(r"<(\w+)>(.*?)</\1>", reply))
+    try:
+        return {key: float(tags.get(key, 0.0)) for key in ("format_score", "content_score")}
+    except ValueError:
+        return None
+
+
+def learn2ask_reward(action: str, truth: str, scores: dict[str, float] | None, train_mode: str, fusion: str,
+                     response: str) -> float:
+    """Trinity-RFT's Learn2Ask reward of a `response` whose decision is `action` ("stop": it holds `<stop />`,
+    else "continue") against the row's decision_truth: R_s = 1 for the right decision; for a right "continue" the
+    judge's content (R_a) and format (P) scores (`scores`; None: 0, 0), for a right "stop" R_a = 1 and P = 1 only
+    for a reply that is exactly `<stop />`; a wrong decision scores 0 for all three. Ra+Rs: R_s (1 + 2 R_a) + P
+    (fusion sum: R_s + R_a + P); Ra: 2 R_a + P; Rs: 3 R_s + P."""
+    if action != truth:
+        action_score = format_score = content_score = 0.0
+    elif truth == "continue":
+        action_score = 1.0
+        format_score, content_score = (scores["format_score"], scores["content_score"]) if scores else (0.0, 0.0)
+    else:
+        action_score, content_score, format_score = 1.0, 1.0, 1.0 if response == "<stop />" else 0.0
+    if train_mode == "Ra+Rs":
+        return action_score * (1 + 2 * content_score) + format_score if fusion != "sum" else \
+            action_score + content_score + format_score
+    if train_mode == "Ra":
+        return 2 * content_score + format_score
+    return action_score * 3 + format_score
+
+
+@register_workflow("learn2ask_workflow")
+class Learn2AskWorkflow(SimpleWorkflow):
+    """Trinity-RFT's Learn2Ask example (its plugin examples.learn_to_ask...Learn2AskWorkflow, registered there as
+    learn2ask_workflow): the model, a doctor, continues the row's dialogue (its prompt, a message list) with one
+    question, or `<stop />` once it knows enough; the first auxiliary model judges each right "continue" against the
+    row's info_truth (`learn2ask_reward`). Arguments: train_mode (Ra+Rs, Ra, Rs) and fusion_mode (default, sum).
+    The row's decision_truth (default "continue") and info_truth (default "None") come from its columns. No reward
+    function is read: the judge and the decision are the reward."""
+
+    ARGS = frozenset({"train_mode", "fusion_mode"})
+
+    def run(self) -> list[Experience]:
+        if not self.auxiliary_models:
+            raise WorkflowError("learn2ask_workflow needs a judge: workflow.auxiliary_models[0]")
+        args, row = self.task.workflow_args or {}, self.task.raw_task or {}
+        train_mode, fusion = args.get("train_mode", "Ra+Rs"), args.get("fusion_mode", "default")
+        dialogue = [m for m in self.task.prompt.messages if m["role"] != "system"]
+        system = LEARN2ASK_PROMPT_RA if train_mode == "Ra" else LEARN2ASK_PROMPT
+        completions = self.model.chat([{"role": "system", "content": system}, *dialogue], n=self.task.repeat_times)
+        truth, info = row.get("decision_truth", "continue"), row.get("info_truth", "None")
+        actions = ["stop" if "<stop />" in c.text else "continue" for c in completions]
+        judged = {i for i, a in enumerate(actions) if a == truth == "continue"}
+        scores: dict[int, dict | None] = {i: None for i in judged}
+        history = "".join(f"{'patient' if m['role'] == 'user' else 'doctor'}: {m['content']}\n"
+                          for m in dialogue if m["role"] in ("user", "assistant"))
+        for _ in range(LEARN2ASK_JUDGE_TRIES):
+            ask = [i for i in sorted(judged) if scores[i] is None]
+            if not ask:
+                break
+            replies = self.auxiliary_models[0].chat_batch(
+                [[{"role": "system", "content": LEARN2ASK_JUDGE_PROMPT.format(info)},
+                  {"role": "user", "content": f"{history}doctor: {completions[i].text}\n"}] for i in ask], n=1)
+            for i, reply in zip(ask, replies):
+                scores[i] = learn2ask_scores(reply[0].text)
+        return [completion_experience(c, learn2ask_reward(a, truth, scores.get(i), train_mode, fusion, c.text),
+                                      {"judge_success": float(scores.get(i) is not None)} if i in judged else {})
+                for i, (c, a) in enumerate(zip(completions, actions))]
+
+
 TOOL_N1_PROMPT = """# Tool
 
 <tools>
@@ -857,5 +983,5 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "Learn2AskWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]
