@@ -7,6 +7,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup test test-heavy test-faults test-bf16 test-demo demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer alfworld test-alfworld gpu-check versions test-versions
 
+# the start of each lane's venv ($(1)): the venv, a current pip, the torch release constraints.txt pins
+define new_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0
+endef
+
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -53,9 +60,7 @@ VSTAMP := $(VVENV)/.installed
 vllm: $(VSTAMP)
 
 $(VSTAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VVENV)
-	$(VVENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VVENV)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0
+	$(call new_venv,$(VVENV))
 	if command -v nvidia-smi >/dev/null && nvidia-smi >/dev/null 2>&1; then \
 		$(VVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,vllm]'; \
 	else \
@@ -99,10 +104,9 @@ DJSTAMP := $(DJVENV)/.installed
 data-juicer: $(DJSTAMP)
 
 $(DJSTAMP): constraints.txt
-	$(PYTHON) -m venv $(DJVENV)
-	$(DJVENV)/bin/python -m pip install --quiet --upgrade pip
-	$(DJVENV)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0 py-data-juicer==1.6.1 \
-		aiohttp ray msgpack openai
+	$(call new_venv,$(DJVENV))
+	$(DJVENV)/bin/python -m pip install --quiet --constraint constraints.txt py-data-juicer==1.6.1 aiohttp ray msgpack \
+		openai
 	touch $(DJSTAMP)
 
 test-data-juicer: setup data-juicer
@@ -116,9 +120,7 @@ ASTAMP := $(AVENV)/.installed
 alfworld: $(ASTAMP)
 
 $(ASTAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(AVENV)
-	$(AVENV)/bin/python -m pip install --quiet --upgrade pip
-	$(AVENV)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0
+	$(call new_venv,$(AVENV))
 	$(AVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,alfworld]'
 	touch $(ASTAMP)
 

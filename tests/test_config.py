@@ -755,48 +755,38 @@ SINGLE = [p for p in EXAMPLES if p not in STAGED and p not in DPO and p not in S
           and p not in VLLM_EXAMPLES and p not in ALFWORLD_EXAMPLES]
 
 
-@pytest.mark.parametrize("example", ALFWORLD_EXAMPLES, ids=[p.name for p in ALFWORLD_EXAMPLES])
-def test_alfworld_example_without_alfworld_names_the_extra(example, monkeypatch, real_paths, caplog, capsys):
-    """Without the alfworld package (make test's venv): `rft train` refuses the example naming the extra; `rft
-    config show` shows it, exit 0, with that reason as a note."""
+# each example that needs a package make test's venv lacks: the module, the refusal, what `config show` prints, and
+# the words of its note
+NEEDS_PACKAGE = [
+    *((p, "vllm", r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm.*rollout.name=hf, which "
+                  r"runs without it", "name: vllm", ("needs the vllm package", "rollout.name=hf")) for p in VLLM_EXAMPLES),
+    *((p, "alfworld", r"the ALFWorld workflows run ALFWorld on TextWorld: pip install 'rft\[alfworld\]'",
+       "type: alfworld_workflow", ("rft[alfworld]",)) for p in ALFWORLD_EXAMPLES)]
+
+
+@pytest.mark.parametrize("example, module, refusal, shown, words", NEEDS_PACKAGE,
+                         ids=[p.name for p, *_ in NEEDS_PACKAGE])
+def test_an_example_whose_package_is_missing_names_the_extra(example, module, refusal, shown, words, monkeypatch,
+                                                              real_paths, caplog, capsys):
+    """Without its package (vLLM, alfworld: as in make test's venv): `rft train` refuses the example naming the
+    extra; `rft config show` shows it, exit 0, with that reason as a note."""
     import logging
     import sys
 
     from rft.cli import main
 
-    monkeypatch.setitem(sys.modules, "alfworld", None)
-    with pytest.raises(ConfigError, match=r"the ALFWorld workflows run ALFWorld on TextWorld: pip install "
-                                          r"'rft\[alfworld\]'"):
+    monkeypatch.setitem(sys.modules, module, None)  # `import <module>` fails
+    with pytest.raises(ConfigError, match=refusal):
         load_config(example, real_overrides(real_paths), validate_paths=True)
     with caplog.at_level(logging.WARNING, logger="rft"):
         assert main(["config", "show", str(example)]) == 0
-    assert "type: alfworld_workflow" in capsys.readouterr().out
+    assert shown in capsys.readouterr().out
     notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rft: note:")]
-    assert any("rft[alfworld]" in n and "rft train" in n for n in notes), notes
+    assert any(all(w in n for w in (*words, "rft train")) for n in notes), notes
 
 
 def test_there_is_an_alfworld_example():
     assert [p.name for p in ALFWORLD_EXAMPLES] == ["alfworld_grpo.yaml"]
-
-
-@pytest.mark.parametrize("example", VLLM_EXAMPLES, ids=[p.name for p in VLLM_EXAMPLES])
-def test_vllm_example_without_vllm_names_the_extra(example, monkeypatch, real_paths, caplog, capsys):
-    """Without vLLM: `rft train` refuses the example (naming the extra and the hf engine); `rft config show` shows
-    it, exit 0, with that reason as a note."""
-    import logging
-    import sys
-
-    from rft.cli import main
-
-    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as in make test's venv
-    with pytest.raises(ConfigError, match=r"rollout.name=vllm: the vLLM engine needs the vllm package.*make vllm.*"
-                                          r"rollout.name=hf, which runs without it"):
-        load_config(example, real_overrides(real_paths), validate_paths=True)
-    with caplog.at_level(logging.WARNING, logger="rft"):
-        assert main(["config", "show", str(example)]) == 0
-    assert "name: vllm" in capsys.readouterr().out
-    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rft: note:")]
-    assert any("needs the vllm package" in n and "rollout.name=hf" in n and "rft train" in n for n in notes), notes
 
 
 def test_there_is_a_vllm_example():
