@@ -318,3 +318,14 @@ def test_every_trinity_key_is_mapped_noted_or_refused_with_a_reason_of_its_own()
             except ConfigError as e:
                 gaps += [line for line in str(e).splitlines() if "bug in rft" in line]
     assert not gaps, gaps
+
+
+def test_a_tasksets_max_tokens_equal_to_the_runs_response_limit_is_that_limit():
+    """Trinity's agentscope_websearch example writes each taskset's rollout_args.max_tokens equal to
+    model.max_response_tokens: rft's one limit, the same; another value is refused naming the key."""
+    ts = {"path": "t.jsonl", "rollout_args": {"temperature": 1.0, "max_tokens": 4096}}
+    out = translate(_with({"model.max_response_tokens": 4096, "buffer.explorer_input.taskset": ts}), "t.yaml")
+    assert _get(out, "data.max_response_length") == 4096 and _get(out, "actor_rollout_ref.rollout.temperature") == 1.0
+    line = _refusal({"model.max_response_tokens": 2048, "buffer.explorer_input.taskset": ts})
+    assert line.startswith("t.yaml: buffer.explorer_input.taskset.rollout_args.max_tokens") and \
+        "a max_tokens equal to it is taken as the same limit" in line, line

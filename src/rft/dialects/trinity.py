@@ -1073,6 +1073,8 @@ def _taskset_args(t: _Translation, ts: dict, where: str, eval_set: bool, out: di
         _set(out, f"{prefix}.do_sample", ts["rollout_args"]["temperature"] > 0)
     if args.get("logprobs", 0) in (0, None):  # the sampled token's log-prob alone: what rft's engines return
         args.pop("logprobs", None)
+    if "max_tokens" in args and args["max_tokens"] == _get(out, "data.max_response_length"):
+        args.pop("max_tokens")  # the run's own response limit (model.max_response_tokens): the same limit
     t.rest(args, f"{where}.rollout_args")
 
 

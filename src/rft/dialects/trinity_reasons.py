@@ -138,7 +138,7 @@ REFUSED["buffer.trainer_input.auxiliary_buffers.*"].update({
 })
 REFUSED["buffer.explorer_input.taskset.rollout_args"] = {
     "max_tokens": "a response limit of this taskset's own; rft has one for every taskset of a run: set "
-                  "model.max_response_tokens",
+                  "model.max_response_tokens (a max_tokens equal to it is taken as the same limit)",
     "n": "Trinity-RFT sets it from repeat_times (DO NOT SET); set algorithm.repeat_times (an eval taskset's own "
          "repeat_times)",
 }
