@@ -1,7 +1,7 @@
 """Trinity-RFT's ALFWorld workflows (rft.explorer.alfworld) on the alfworld package's TextWorld engine, in the venv
 `make alfworld` builds (`make test-alfworld`): a game of the package's own domain and grammar (`write_game`); a
 scripted model that plays the five winning commands is paid 1, one that only looks -0.1 after 30 turns; Trinity's
-prompts and its reminder after "Nothing happens."; the step-wise workflow's max_env_steps; Trinity's two ALFWorld
+prompts and its reminder after "Nothing happens."; max_env_steps; Trinity's two ALFWorld
 example YAMLs train a step through `rft train` and resolve in the peer corpus."""
 
 from __future__ import annotations
@@ -74,13 +74,13 @@ def test_winning_is_paid_one_and_running_out_of_turns_minus_a_tenth(tokenizer, t
     assert "Observation: Nothing happens.Please check if the action you take is valid" in tokenizer.decode(exp.tokens)
 
 
-def test_the_step_wise_workflow_takes_max_env_steps_turns(tokenizer, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("workflow", [AlfworldWorkflow, StepWiseAlfworldWorkflow])
+def test_both_workflows_take_max_env_steps_turns(tokenizer, tmp_path, workflow):  # noqa: F811
     game = write_game(tmp_path / "g")
     idle = Scripted(tokenizer, _script(["look"]) * 30, max_tokens=64)
-    (exp,) = StepWiseAlfworldWorkflow(task=_task(game, 1, {"max_env_steps": 3}), model=idle).run()
+    (exp,) = workflow(task=_task(game, 1, {"max_env_steps": 3}), model=idle).run()
     assert exp.reward == -0.1 and exp.info["env_rounds"] == 2 and exp.info["turns"] == 3
-    (exp,) = StepWiseAlfworldWorkflow(task=_task(game, 1), model=Scripted(tokenizer, _script(WIN),
-                                                                           max_tokens=400)).run()
+    (exp,) = workflow(task=_task(game, 1), model=Scripted(tokenizer, _script(WIN), max_tokens=400)).run()
     assert exp.reward == 1.0 and exp.info["env_rounds"] == 4
 
 
@@ -98,8 +98,7 @@ def test_trinitys_alfworld_examples_train_one_step(tmp_path, item, workflow):
     games = [write_game(tmp_path / f"game{i}") for i in range(2)]
     (tasks / "train.jsonl").write_text("".join(json.dumps({"game_file": str(g)}) + "\n" for g in games * 2))
     tree = _corpus_item(item, model, tasks, tmp_path / "ckpt")
-    if "max_env_steps" in tree["buffer"]["explorer_input"]["taskset"].get("workflow_args", {}):
-        tree["buffer"]["explorer_input"]["taskset"]["workflow_args"]["max_env_steps"] = 6  # minutes less of turns
+    tree["buffer"]["explorer_input"]["taskset"].setdefault("workflow_args", {})["max_env_steps"] = 6  # minutes less
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(tree))
     shown = rft_here("config", "show", str(config), cwd=tmp_path).stdout

@@ -4,8 +4,8 @@ themselves are the files `alfworld-download` fetches, or any of the same form). 
 game file (`game.tw-pddl`, Trinity's get_alfworld_data.py writes them under `game_file`), beside which ALFWorld keeps
 its `traj_data.json`; the game is opened as Trinity opens it (TextWorld's gym registration with ALFWorld's
 demangler, which names things "cabinet 1", and its hand-coded expert). Each episode the model reads an observation
-and answers with `<think>...</think><action>...</action>`, for at most 30 turns (the step-wise workflow's
-`max_env_steps`) or until the game is won; the reward is the game's score when it ends (1 for a won game), else
+and answers with `<think>...</think><action>...</action>`, for at most `max_env_steps` turns (30) or until the
+game is won; the reward is the game's score when it ends (1 for a won game), else
 -0.1. `write_game` builds a one-room game of the package's own domain and grammar (tests, smoke runs)."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from rft.errors import RftError
 from rft.explorer.sciworld import parse_action  # Trinity's <action> format, as ScienceWorld's
 
 SYSTEM_PROMPT = """
-You are an agent interacting with a virtual test-based environments.
+You are an agent interacting with a virtual text-based environment.
 
 ## Notes:
 At each step, you should first think then perform action to fulfill the instruction. You should ALWAYS wrap your thinking with the <think> </think> tag and wrap your action with the <action> </action> tag.
 You should ALWAYS take one action each step.
-DONOT try to interact with the user at anytime. Finish the task and buy the item by yourself.
+DO NOT try to interact with the user at anytime. Finish the task by yourself.
 
 ## Action Format:
 Below are the available commands you can use:
@@ -44,9 +44,10 @@ Below are the available commands you can use:
 For example your output should be like this:
 <think> To solve the task, I need first to ... </think><action>go to cabinet 1</action>
 """
-"""Trinity-RFT's ALFWorld system prompt, word for word (its leading newline and its typos included)."""
+"""Trinity-RFT's ALFWorld system prompt (its releases since 0.3; the first one's had typos), word for word, its leading
+newline included."""
 
-MAX_ENV_STEPS = 30  # Trinity-RFT's (alfworld_workflow reads no argument for it; the step-wise one's max_env_steps)
+MAX_ENV_STEPS = 30  # Trinity-RFT's default of both workflows' max_env_steps
 UNFINISHED_REWARD = -0.1  # Trinity-RFT's reward of an episode that is not done when its turns run out
 
 

@@ -928,35 +928,30 @@ class SciWorldWorkflow(Workflow):
 class AlfworldWorkflow(Workflow):
     """Trinity-RFT's alfworld_workflow (`rft.explorer.alfworld` says how it plays): `repeat_times` episodes of the
     row's game (its prompt: the game file's path), one after another on one environment (reset between them), each
-    a conversation of observations and the model's replies, whose <action> the game steps; at most 30 turns; reward:
-    the game's score when it ends (1: won), else -0.1. Logged: env_done, env_rounds. No reward function."""
+    a conversation of observations and the model's replies, whose <action> the game steps; at most max_env_steps
+    turns (30); reward: the game's score when it ends (1: won), else -0.1. Logged: env_done, env_rounds. No reward
+    function."""
 
-    ARGS = frozenset()
-    max_env_steps = MAX_ALFWORLD_STEPS
+    ARGS = frozenset({"max_env_steps"})
 
     def run(self) -> list[Experience]:
         from rft.explorer.alfworld import game_file, open_env, play
         from rft.rewards.judge import question_of
 
+        steps = int((self.task.workflow_args or {}).get("max_env_steps", MAX_ALFWORLD_STEPS))
         env = open_env(game_file(question_of(self.task.prompt.messages)))
         try:
-            return play(self.model, env, self.task.repeat_times, self.max_env_steps)
+            return play(self.model, env, self.task.repeat_times, steps)
         finally:
             env.close()
 
 
 @register_workflow("step_wise_alfworld_workflow")
 class StepWiseAlfworldWorkflow(AlfworldWorkflow):
-    """Trinity-RFT's step_wise_alfworld_workflow: the same episodes, `max_env_steps` turns (default 30). Trinity
-    writes each turn as an experience of its own (the history so far its prompt) that carries the episode's reward;
-    rft writes the episode's conversation, whose policy tokens are those turns' (multi_step_grpo's step-wise
-    advantage is then GRPO's on the episodes: docs/algorithms.md)."""
-
-    ARGS = frozenset({"max_env_steps"})
-
-    def run(self) -> list[Experience]:
-        self.max_env_steps = int((self.task.workflow_args or {}).get("max_env_steps", MAX_ALFWORLD_STEPS))
-        return super().run()
+    """Trinity-RFT's step_wise_alfworld_workflow: the same episodes. Trinity writes each turn as an experience of
+    its own (the history so far its prompt) that carries the episode's reward; rft writes the episode's
+    conversation, whose policy tokens are those turns' (multi_step_grpo's step-wise advantage is then GRPO's on the
+    episodes: docs/algorithms.md)."""
 
 
 def load_workflow_file(path: str) -> None:
