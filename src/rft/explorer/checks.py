@@ -171,8 +171,10 @@ def missing_environment(workflow: str) -> str | None:
 
     require = {"sciworld_workflow": require_scienceworld, "alfworld_workflow": require_alfworld,
                "step_wise_alfworld_workflow": require_alfworld}.get(workflow)
+    if require is None:
+        return None
     try:
-        require and require()
+        require()
     except Exception as e:
         return str(e)
     return None

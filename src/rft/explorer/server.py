@@ -117,9 +117,6 @@ def _message(m: dict, parser: str, replies: dict[str, str] | None = None) -> dic
     return out
 
 
-REASONING_PARSERS = ("deepseek_r1", "qwen3")
-
-
 def split_reasoning(text: str, parser: str | None) -> tuple[str | None, str | None]:
     """(thinking, content) of a reply as vLLM's reasoning parser `parser` returns them: the text after `<think>`
     (when the reply has one) up to `</think>` is the thinking, what follows the content (None when nothing
