@@ -116,7 +116,8 @@ def check_data_args(args) -> None:
             break
     if args.src is not None and Path(args.src).is_file():  # its file named where its folder goes
         holds = {"gsm8k": "train.jsonl and test.jsonl",
-                 "geometry3k": "data/<split>-*.parquet (or <split>.parquet / <split>.jsonl)"}[args.task]
+                 "geometry3k": "data/<split>-*.parquet (or <split>.parquet / <split>.jsonl)",
+                 "alfworld": "json_2.1.1 (ALFWorld's data folder)"}[args.task]
         likely = Path(args.src).parent
         if args.task == "geometry3k" and likely.name == "data":  # a hub shard: data/train-00000-of-00001.parquet
             likely = likely.parent
@@ -139,9 +140,11 @@ def write_task_data(args, out) -> dict:
         except ValueError as e:
             raise RftError(f"rft data {args.task}: {e}") from None
     from rft.tasks import convert_gsm8k  # a local copy of a dataset, converted
+    from rft.tasks.alfworld import convert_alfworld
     from rft.tasks.geometry3k import convert_geometry3k
 
-    return {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k}[args.task](args.src, out)
+    convert = {"gsm8k": convert_gsm8k, "geometry3k": convert_geometry3k, "alfworld": convert_alfworld}
+    return convert[args.task](args.src, out)
 
 
 def cmd_data(args) -> int:
@@ -545,6 +548,7 @@ vision task: docs/multimodal.md""",
 examples, from the repository's root:
   rft data arithmetic d --n-train 2000 --n-val 200    # d/train.parquet, d/val.parquet
   rft data gsm8k tests/data/gsm8k gsm8k               # gsm8k/train.parquet, gsm8k/test.parquet
+  rft data alfworld tests/data/alfworld alfworld     # alfworld/{train,test,test_unseen}.jsonl (ALFWorld's layout)
 
 the rows they hold (verl's format) and how rft train reads them: docs/data.md""",
 }
@@ -577,10 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("data", help="write task data as parquet in verl's row format", epilog=EPILOGS["data"],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    q.add_argument("task", choices=("arithmetic", "calculator", "geometry3k", "gsm8k", "shapes"),
+    q.add_argument("task", choices=("alfworld", "arithmetic", "calculator", "geometry3k", "gsm8k", "shapes"),
                    help="gsm8k SRC OUT: GSM8K's train.jsonl / test.jsonl to OUT/train.parquet / OUT/test.parquet "
                         "(verl's names); geometry3k SRC OUT: a local copy of hiyouga/geometry3k (data/<split>-*"
-                        ".parquet) with its diagrams, the same names; the synthetic tasks write OUT/train.parquet / "
+                        ".parquet) with its diagrams, the same names; alfworld SRC OUT: ALFWorld's games (SRC: the "
+                        "data folder alfworld-download fills) as rows of their game files, OUT/train.jsonl, "
+                        "test.jsonl (valid_seen), test_unseen.jsonl; the synthetic tasks write OUT/train.parquet / "
                         "OUT/val.parquet")
     q.add_argument("src_or_out", nargs="*", metavar="[SRC] OUT")  # "*": a wrong count is rft's own error line
     q.add_argument("--overwrite", action="store_true",
@@ -735,7 +741,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _split_positionals(args) -> None:
-    """`rft train a=b` (no YAML) and `rft data gsm8k SRC OUT` / `rft data arithmetic|calculator OUT`."""
+    """`rft train a=b` (no YAML) and `rft data gsm8k|geometry3k|alfworld SRC OUT` / `rft data arithmetic|calculator|shapes OUT`."""
     if getattr(args, "config", None) and "=" in args.config and not args.config.endswith((".yaml", ".yml")):
         args.overrides = [args.config, *args.overrides]
         args.config = None

@@ -120,5 +120,5 @@ def test_the_alfworld_example_validates_with_the_package_here(tmp_path):
     rows.write_text(json.dumps({"game_file": str(write_game(tmp_path / "g"))}) + "\n")
     example = Path(__file__).resolve().parents[2] / "examples" / "alfworld_grpo.yaml"
     cfg = load_config(example, [f"actor_rollout_ref.model.path={init_model('tiny', tmp_path / 'm', seed=0)}",
-                                f"data.train_files={rows}"], validate_paths=True)
+                                f"data.train_files={rows}", f"data.val_files={rows}"], validate_paths=True)
     assert cfg.workflow.type == "alfworld_workflow" and cfg.data.prompt_key == "game_file"
