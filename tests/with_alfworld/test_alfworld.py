@@ -110,15 +110,26 @@ def test_trinitys_alfworld_examples_train_one_step(tmp_path, item, workflow):
     assert -0.1 - 1e-6 <= metrics[-1]["critic/score/mean"] <= 1.0  # -0.1 in float32
 
 
-def test_the_alfworld_example_validates_with_the_package_here(tmp_path):
+def test_the_alfworld_example_trains_a_step_on_the_rows_rft_data_writes(tmp_path):
+    """As a user with ALFWorld's data folder: `rft data alfworld` writes the rows of its games (here games of
+    write_game in alfworld-download's layout), and `rft train` of examples/alfworld_grpo.yaml trains a step on them,
+    validating on the held-out ones."""
     from pathlib import Path
 
     from rft.models.tiny import init_model
-    from rft.trainer.configure import load_config
 
-    rows = tmp_path / "games.jsonl"
-    rows.write_text(json.dumps({"game_file": str(write_game(tmp_path / "g"))}) + "\n")
+    for split in ("train", "valid_seen", "valid_unseen"):
+        for i in range(2):
+            write_game(tmp_path / "alf" / "json_2.1.1" / split / f"pick_and_place_simple-{i}" / "trial_1")
+    rft_here("data", "alfworld", str(tmp_path / "alf"), "alfworld", cwd=tmp_path)
+    assert len((tmp_path / "alfworld" / "train.jsonl").read_text().splitlines()) == 2
     example = Path(__file__).resolve().parents[2] / "examples" / "alfworld_grpo.yaml"
-    cfg = load_config(example, [f"actor_rollout_ref.model.path={init_model('tiny', tmp_path / 'm', seed=0)}",
-                                f"data.train_files={rows}", f"data.val_files={rows}"], validate_paths=True)
-    assert cfg.workflow.type == "alfworld_workflow" and cfg.data.prompt_key == "game_file"
+    rft_here("train", str(example), f"actor_rollout_ref.model.path={init_model('tiny', tmp_path / 'm', seed=0)}",
+             "data.train_batch_size=2", "data.max_prompt_length=1024", "data.max_response_length=16",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+             "workflow.args={max_env_steps: 3}", "trainer.total_training_steps=1", "trainer.logger=[]",
+             f"trainer.default_local_dir={tmp_path / 'out'}", cwd=tmp_path)
+    metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    trained = [m for m in metrics if "training/global_step" in m]
+    assert [m["training/global_step"] for m in trained] == [1]
+    assert any(k.startswith("val-core/") for m in metrics for k in m), metrics  # the held-out games were played
