@@ -1249,8 +1249,9 @@ def _task_order(out: dict) -> None:
 
 ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environment, its package and what it needs)
     ("webshop", "WebShop's simulated shop", "webshop", "with its shop server and its product catalogue"),
-    ("agentscope", "an AgentScope agent", "agentscope", "(the agent drives the model through AgentScope's own "
-                                                        "model and tool APIs)"),
+    ("agentscope", "an AgentScope agent", "agentscope", "1.x (the agent drives the model through AgentScope 1's "
+                                                        "ReActAgent and OpenAIChatModel, which AgentScope 2, PyPI's "
+                                                        "current release, no longer has)"),
     ("email_search", "an AgentScope agent searching a mailbox", "agentscope", "with the Enron mail database"),
 )
 
