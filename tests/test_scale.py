@@ -111,6 +111,8 @@ def test_the_demos_staged_config_on_two_processes_matches_one(assets, tmp_path):
         args = ["train", str(path), f"trainer.n_gpus_per_node={n}", "trainer.device=cpu", "trainer.logger=[]",
                 "actor_rollout_ref.rollout.do_sample=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
                 "stages.0.trainer.total_training_steps=2", "stages.0.trainer.save_freq=-1",
+                # the demo's SFT batch (128) is more than these 64 rows: a batch of all of them
+                "stages.0.data.train_batch_size=64", "stages.0.data.micro_batch_size_per_gpu=64",
                 "stages.1.trainer.total_training_steps=1", "stages.1.trainer.val_before_train=false",
                 "stages.1.algorithm.adv_estimator=reinforce_plus_plus",
                 f"custom_reward_function.path={assets / 'reward.py'}"]
