@@ -61,8 +61,8 @@ from rft.tasks.shapes import write_shapes
 # halving the lr or weight decay moved the lottery without ending it, and a longer warm-up (500 copying steps, loss
 # 0) made SFT start worse and stay on the plateau for 800 steps (2026-11-28). GRPO's lr decays too (cosine from
 # 2e-4): at a constant 1e-4 seed 9's held-out accuracy fell from 0.785 at step 200 to 0.665 at step 300.
-# SFT batches of 128 (from 64) ended the AVX2 kernels' misses: every run of the sweep under this CPU's kernels, the
-# AVX2 ones and the generic ones leaves the plateau (SFT 0.47-0.59) and lifts +0.33..+0.47 (bench/RESULTS.md,
+# SFT batches of 128 (from 64) ended the AVX2 kernels' misses: seeds 0-9 under this CPU's kernels, the AVX2 ones and
+# the generic ones, 30 runs, all leave the plateau (SFT 0.47-0.60) and lift +0.32..+0.49 (bench/RESULTS.md,
 # 2026-11-29); a lower SFT lr, a longer warm-up, fewer copying steps and a second SFT stage each moved the stall to
 # another seed.
 CARRY_SLIP = 0.75
