@@ -287,6 +287,11 @@ def test_an_auxiliary_models_trinity_keys_are_rfts_or_noted(caplog):
                                         "workflow_args": {"max_env_steps": 30}}},
      "t.yaml: buffer.explorer_input.taskset.default_workflow_type='webshop_workflow': Trinity-RFT's workflow "
      "that runs WebShop's simulated shop: it needs the webshop package"),
+    ({"buffer.explorer_input.default_workflow_type": ["math_workflow"],  # a list: a TypeError before
+      "buffer.explorer_input.taskset": {"path": "t.jsonl"}},
+     "t.yaml: buffer.explorer_input.default_workflow_type=['math_workflow']: a default_workflow_type is a name"),
+    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_reward_fn_type": {"math": 1}}},
+     "t.yaml: buffer.explorer_input.taskset.default_reward_fn_type={'math': 1}: a default_reward_fn_type is a name"),
     ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "format": {"reply_prefix": "<think>"}}},
      "t.yaml: buffer.explorer_input.taskset.format.reply_prefix: text Trinity-RFT puts at the start of each reply"),
 ])

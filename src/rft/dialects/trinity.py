@@ -1267,7 +1267,7 @@ def environment_workflow(name: Any) -> str | None:
     """Why rft refuses Trinity-RFT's workflow type `name` where it steps an environment (`ENVIRONMENTS`): the
     environment and the package it needs, or what the workflow does that rft has not (`UNBUILT_WORKFLOWS`); None
     for another workflow type (rft's own check names those)."""
-    if name in UNBUILT_WORKFLOWS:
+    if isinstance(name, str) and name in UNBUILT_WORKFLOWS:
         return UNBUILT_WORKFLOWS[name]
     for part, what, package, needs in ENVIRONMENTS if isinstance(name, str) else ():
         if part in name.lower():
@@ -1311,9 +1311,11 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
                 "default_eval_workflow_type" in defaults else key
             value, default_where = defaults.get(inherit, (None, ""))
             source = f"{where}.{key} (inherited from {default_where})"
-        if key == "default_workflow_type" and environment_workflow(value):
-            t.refuse(source.split(" ")[0] if own is not None else default_where,
-                     f"={value!r}: {environment_workflow(value)}")
+        written = source.split(" ")[0] if own is not None else default_where  # the key the YAML sets
+        if value is not None and not isinstance(value, str):
+            t.refuse(written, f"={value!r}: a {key} is a name (a string)")
+        elif key == "default_workflow_type" and environment_workflow(value):
+            t.refuse(written, f"={value!r}: {environment_workflow(value)}")
             ts.pop("workflow_args", None)  # that workflow's own arguments: refused with it, not said again
         elif value is not None:
             _set_shared(t, out, target, SAME_WORKFLOWS.get(value, value) if key == "default_workflow_type" else value,
