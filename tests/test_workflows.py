@@ -939,6 +939,19 @@ def test_arguments_a_built_in_workflow_does_not_read_are_refused(assets, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("workflow", ["alfworld_workflow", "step_wise_alfworld_workflow"])
+@pytest.mark.parametrize("steps", ["0", "many"])
+def test_alfworlds_max_env_steps_must_be_a_positive_integer(tmp_path, workflow, steps):
+    """Read as an int in the workflow: a bad value failed every task at run time, retried; now one line first."""
+    from rft.config.errors import ConfigError
+    from rft.trainer.configure import load_config
+
+    with pytest.raises(ConfigError, match=f"workflow.args.max_env_steps must be a positive integer, got "
+                                          f"{0 if steps == '0' else repr(steps)}"):
+        load_config(None, ["data.train_files=t.jsonl", "actor_rollout_ref.model.path=m", f"workflow.type={workflow}",
+                           f"workflow.args={{max_env_steps: {steps}}}"], validate_paths=False)
+
+
 @pytest.mark.parametrize("workflow", ["simple_workflow", "tool_call_workflow"])
 def test_a_reasoning_parser_without_the_endpoint_is_refused_before_the_model_loads(assets, tmp_path, capsys,
                                                                                  workflow):

@@ -251,6 +251,8 @@ def check_workflow(ctx: CheckContext) -> None:
                           "prompt column")
     if wf.type == "frozen_lake_workflow":
         check_frozen_lake(wf.args or {})
+    if wf.type in ("alfworld_workflow", "step_wise_alfworld_workflow") and "max_env_steps" in (wf.args or {}):
+        positive("workflow.args.max_env_steps", wf.args["max_env_steps"])
     if wf.type == "simple_workflow":
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}), ("tool_config_path",
