@@ -637,6 +637,17 @@ def test_learn2ask_workflow_judges_the_right_continues_and_asks_again_for_scores
                                    "doctor: Do you have a fever (yes / no)?\n")
 
 
+@pytest.mark.parametrize("arg, message", [("train_mode: Rb", "workflow.args.train_mode='Rb' is not one of"),
+                                          ("fusion_mode: product", "workflow.args.fusion_mode='product' is not one")])
+def test_learn2ask_reward_modes_it_has_not_are_refused(arg, message):
+    from rft.trainer.configure import load_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["data.train_files=t.jsonl", "actor_rollout_ref.model.path=m",
+                           "workflow.type=learn2ask_workflow", "+workflow.auxiliary_models=[{model_path: m}]",
+                           f"workflow.args={{{arg}}}"], validate_paths=False)
+
+
 def test_trinitys_learn_to_ask_example_trains_one_step_with_its_judge(tmp_path):
     """examples/learn_to_ask as its user runs it (stand-ins as `_corpus_item`; the judge the tiny model too, whose
     replies hold no scores): dialogue rows with decision_truth and info_truth; the run trains its step."""

@@ -253,6 +253,11 @@ def check_workflow(ctx: CheckContext) -> None:
         check_frozen_lake(wf.args or {})
     if wf.type in ("alfworld_workflow", "step_wise_alfworld_workflow") and "max_env_steps" in (wf.args or {}):
         positive("workflow.args.max_env_steps", wf.args["max_env_steps"])
+    if wf.type == "learn2ask_workflow":  # Trinity's reward reads any other train_mode as Rs: refused here
+        for key, allowed in (("train_mode", ("Ra+Rs", "Ra", "Rs")), ("fusion_mode", ("default", "sum"))):
+            if (wf.args or {}).get(key, allowed[0]) not in allowed:
+                raise ConfigError(f"workflow.args.{key}={wf.args[key]!r} is not one of {list(allowed)} "
+                                  "(learn2ask_workflow's reward modes)")
     if wf.type == "simple_workflow":
         judged = cfg.custom_reward_function.reward_fn_type == "llm_judge"  # the judge is an auxiliary model
         for key, value, default in (("path", wf.path, None), ("args", wf.args, {}), ("tool_config_path",
