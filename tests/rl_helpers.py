@@ -18,6 +18,12 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     exact = float(solution_str.strip() == str(ground_truth))
     return {"score": exact + digits / (1 + len(solution_str)), "digits": float(digits)}
 '''
+# A dense reward: any two different responses likely differ in it, so a step whose groups all score alike (the
+# shaped reward's untrained samples mostly have no digit: such a step's update is zero) is all but impossible.
+DENSE_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return (sum(map(ord, solution_str)) + int(ground_truth)) % 11 / 11
+'''
 
 
 def make_assets(root: Path, reward_source: str = SHAPED_REWARD) -> Path:

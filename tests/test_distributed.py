@@ -17,20 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import rft_here
+from rl_helpers import DENSE_REWARD
 
 from rft.distributed import padded_shard, shard_bounds, step_shard
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 for _key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
     ENV.pop(_key, None)
-
-# A reward that differs between prompts and responses even for an untrained model's greedy answers, so advantages
-# and gradients are not zero.
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    return (sum(map(ord, solution_str)) + int(ground_truth)) % 11 / 11
-'''
-
 
 BF16 = os.environ.get("RFT_CPU_PRECISION") == "requested"
 """`make test-bf16` (tests/conftest.py): the runs compute in the precision their configs name, bf16 by verl's defaults;
@@ -210,7 +203,7 @@ def assets(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("dist")
     init_model("tiny", root / "model", seed=0)
     write_arithmetic(root / "data", n_train=32, n_val=7, seed=0)
-    (root / "reward.py").write_text(REWARD)
+    (root / "reward.py").write_text(DENSE_REWARD)
     return root
 
 
