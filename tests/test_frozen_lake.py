@@ -173,7 +173,9 @@ def test_trinitys_frozen_lake_example_lands_on_the_workflow():
     assert out["workflow"]["args"] == {"env_max_steps": 8, "agent_max_steps": 10, "is_slippery": False}
 
 
-def test_trinitys_frozen_lake_trains_two_steps(tmp_path):
+def test_trinitys_frozen_lake_trains_two_steps(tmp_path, caplog):
+    """Trinity's example, its taskset naming a response column its rows lack (the lake pays the reward: Trinity reads
+    the missing column as None; rft notes that the key has no effect)."""
     rft_here("init-model", "--preset", "tiny", "m", cwd=tmp_path)
     rows = [{"seed": s, "size": 3, "p": 0.8, "index": i, "uid": f"{s}_3_0.8"} for i, s in enumerate(range(100, 108))]
     (tmp_path / "lake").mkdir()
@@ -184,7 +186,8 @@ def test_trinitys_frozen_lake_trains_two_steps(tmp_path):
         "model": {"model_path": str(tmp_path / "m"), "max_prompt_tokens": 1024, "max_response_tokens": 24},
         "buffer": {"batch_size": 2, "total_steps": 2, "explorer_input": {
             "taskset": {"name": "lake", "path": str(tmp_path / "lake"), "split": "train",
-                        "workflow_args": {"env_max_steps": 4, "agent_max_steps": 2, "is_slippery": False}},
+                        "workflow_args": {"env_max_steps": 4, "agent_max_steps": 2, "is_slippery": False},
+                        "format": {"response_key": "task_desc"}},
             "default_workflow_type": "frozen_lake_workflow"}},
         "explorer": {"eval_interval": 100}, "trainer": {"save_interval": 100},
     }
@@ -195,6 +198,8 @@ def test_trinitys_frozen_lake_trains_two_steps(tmp_path):
     assert [s["step"] for s in steps] == [1, 2]
     assert all(0.0 <= s["critic/score/mean"] <= 1.0 for s in steps)
     assert (out / "model" / "model.safetensors").exists()
+    assert "reads no reference answer, so these keys have no effect: buffer.explorer_input.taskset.format" \
+        ".response_key" in caplog.text
 
 
 @pytest.mark.parametrize("overrides, message", [

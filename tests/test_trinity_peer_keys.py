@@ -279,10 +279,6 @@ def test_an_auxiliary_models_trinity_keys_are_rfts_or_noted(caplog):
 @pytest.mark.parametrize("extra, start", [
     ({"synchronizer.sync_style": "trainer_driven"},
      "t.yaml: synchronizer.sync_style='trainer_driven': the trainer hands over its weights"),
-    ({"buffer.explorer_input.default_workflow_type": "RAFT_alfworld_workflow",
-      "buffer.explorer_input.taskset": {"path": "t.jsonl"}},
-     "t.yaml: buffer.explorer_input.default_workflow_type='RAFT_alfworld_workflow': Trinity-RFT's ALFWorld workflow "
-     "for RAFT"),
     ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_workflow_type": "webshop_workflow",
                                         "workflow_args": {"max_env_steps": 30}}},
      "t.yaml: buffer.explorer_input.taskset.default_workflow_type='webshop_workflow': Trinity-RFT's workflow "

@@ -1105,3 +1105,27 @@ def test_chat_and_generate_cut_a_prompt_over_the_limit_as_data_truncation_says(e
     ((generated,),) = handle.generate([text])
     expected = {"left": lambda ids: ids[-8:], "right": lambda ids: ids[:8], "error": lambda ids: ids}[truncation]
     assert chat.prompt_ids == expected(full) and generated.prompt_ids == expected(raw)
+
+
+def test_an_experience_without_a_token_to_learn_passes_only_when_the_workflow_says_so():
+    """Trinity-RFT's RAFT workflows return an experience that trains nothing for an episode they do not learn: rft's
+    runner takes one whose action mask is all 0 only with info['kept'] = False (else it is a workflow's bug), and a
+    mini-batch of such rows has a loss of 0, not 0 / 0."""
+    import torch
+
+    from rft.algorithms.aggregation import agg_loss
+    from rft.experience import Experience, to_batch
+    from rft.explorer.runner import check_experiences
+    from rft.workers.minibatch import mini_batch_norm
+
+    def exp(mask, **info):
+        return Experience(tokens=torch.tensor([5, 6, 7, 8]), prompt_length=2, action_mask=torch.tensor(mask),
+                          logprobs=torch.zeros(2), reward=0.0, group="", info=info)
+
+    assert "action mask is all 0" in check_experiences([exp([0, 0])])
+    assert check_experiences([exp([0, 0], kept=False)]) is None and check_experiences([exp([1, 0])]) is None
+    batch = to_batch([exp([0, 0], kept=False), exp([0, 0], kept=False)], pad_token_id=0)
+    norm = mini_batch_norm(batch, 2)
+    assert (norm.num_tokens, norm.num_seqs) == (1.0, 2.0)
+    loss = agg_loss(torch.ones(2, 2, requires_grad=True), batch.loss_mask, "token-mean", norm)
+    assert float(loss) == 0.0

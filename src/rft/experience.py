@@ -51,7 +51,9 @@ class Experience:
     """Named per-response reward values beside `reward` (a reward function's extra entries, rm_score, ...),
     logged as reward_extra/<name>/mean."""
     info: dict[str, Any] = field(default_factory=dict)
-    """data_source, ground_truth, extra_info, response_text, raw_prompt, reward_baseline (ReMax), explore_step, ..."""
+    """data_source, ground_truth, extra_info, response_text, raw_prompt, reward_baseline (ReMax), explore_step, ...;
+    kept: False on a workflow's experience whose tokens are not learnt (action mask all 0: Trinity-RFT's empty
+    experience, which a RAFT workflow returns for an episode it does not learn; its reward and metrics logged)."""
     id: str = field(default_factory=new_id)
     images: list[bytes] = field(default_factory=list)
     """The prompt's images, encoded (a vision-language model's prompt; `rft.data.images`), for the trainer's passes."""

@@ -1,8 +1,9 @@
 """Trinity-RFT's ALFWorld workflows (rft.explorer.alfworld) on the alfworld package's TextWorld engine, in the venv
 `make alfworld` builds (`make test-alfworld`): a game of the package's own domain and grammar (`write_game`); a
 scripted model that plays the five winning commands is paid 1, one that only looks -0.1 after 30 turns; Trinity's
-prompts and its reminder after "Nothing happens."; max_env_steps; Trinity's two ALFWorld
-example YAMLs train a step through `rft train` and resolve in the peer corpus."""
+prompts and its reminder after "Nothing happens."; max_env_steps; the RAFT workflows learn what Trinity's keep
+(a won, well-formed episode; reflecting, a better second attempt as its clean conversation); Trinity's ALFWorld
+example YAMLs (RAFT's too) train a step through `rft train` and resolve in the peer corpus."""
 
 from __future__ import annotations
 
@@ -16,8 +17,21 @@ from test_trinity_workflows import _corpus_item
 
 from rft.data.dataset import Prompt
 from rft.errors import RftError
-from rft.explorer.alfworld import SYSTEM_PROMPT, game_file, open_env, write_game
-from rft.explorer.workflow import AlfworldWorkflow, StepWiseAlfworldWorkflow, Task
+from rft.explorer.alfworld import (
+    RAFT_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
+    game_file,
+    open_env,
+    parse_raft_reply,
+    write_game,
+)
+from rft.explorer.workflow import (
+    AlfworldWorkflow,
+    RaftAlfworldWorkflow,
+    RaftReflectAlfworldWorkflow,
+    StepWiseAlfworldWorkflow,
+    Task,
+)
 
 WIN = ["go to cabinet 1", "open cabinet 1", "take apple 1 from cabinet 1", "go to countertop 1",
        "move apple 1 to countertop 1"]
@@ -86,7 +100,10 @@ def test_both_workflows_take_max_env_steps_turns(tokenizer, tmp_path, workflow):
 
 @pytest.mark.parametrize("item, workflow", [("examples/grpo_alfworld/alfworld.yaml", "alfworld_workflow"),
                                             ("examples/grpo_alfworld_general_multi_step/alfworld.yaml",
-                                             "step_wise_alfworld_workflow")])
+                                             "step_wise_alfworld_workflow"),
+                                            ("examples/RAFT_alfworld/RAFT_alfworld_7B.yaml", "RAFT_alfworld_workflow"),
+                                            ("examples/RAFT_alfworld/RAFT_reflect_alfworld_7B.yaml",
+                                             "RAFT_reflect_alfworld_workflow")])
 def test_trinitys_alfworld_examples_train_one_step(tmp_path, item, workflow):
     """The examples as their users run them (stand-ins as test_trinity_workflows' `_corpus_item`): task rows whose
     game_file is a game of the package's domain, one step of 2 tasks x 2 episodes; every score is -0.1 or 1."""
@@ -108,6 +125,85 @@ def test_trinitys_alfworld_examples_train_one_step(tmp_path, item, workflow):
                if "training/global_step" in m]
     assert [m["training/global_step"] for m in metrics] == [1]
     assert -0.1 - 1e-6 <= metrics[-1]["critic/score/mean"] <= 1.0  # -0.1 in float32
+
+
+def _raft(actions: list[str], experience: str = "Look before acting.") -> list[str]:
+    return [f"<experience>{experience}</experience>\n\n<think>next</think>\n\n<action>{a}</action>" for a in actions]
+
+
+class Recording(Scripted):
+    """A scripted model that keeps the text of every prompt it answered."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prompts: list[str] = []
+
+    def respond(self, conversations, max_tokens=None, **sampling):
+        self.prompts += [c.text for c in conversations]
+        super().respond(conversations, max_tokens=max_tokens, **sampling)
+
+
+def test_a_raft_reply_has_three_tags_in_order_or_none():
+    assert parse_raft_reply(_raft(["open cabinet 1"], " x ")[0]) == {"experience": "x", "think": "next",
+                                                                    "action": "open cabinet 1"}
+    assert parse_raft_reply("<think>a</think><action>look</action>") == {"experience": "", "think": "", "action": ""}
+    assert parse_raft_reply("<action>look</action><experience>e</experience><think>t</think>")["action"] == ""
+    assert "</experience>\n\n\n<think>your reasoning process</think>" in RAFT_SYSTEM_PROMPT  # Trinity's escapes
+
+
+def test_raft_learns_a_won_well_formed_episode_only(tokenizer, tmp_path):  # noqa: F811
+    game = write_game(tmp_path / "g")
+    (won,) = RaftAlfworldWorkflow(task=_task(game, 1), model=Scripted(tokenizer, _raft(WIN), max_tokens=400)).run()
+    assert won.reward == 1.0 and won.rewards["success"] == 1.0 and won.info["steps"] == 5 and won.info["kept"]
+    assert int(won.action_mask.sum()) > 0 and RAFT_SYSTEM_PROMPT.strip()[:60] in tokenizer.decode(won.tokens)
+    # won, but one reply's <experience> is empty: nothing to learn, the win still logged
+    script = _raft(WIN[:2]) + _raft(WIN[2:3], "") + _raft(WIN[3:])
+    (sloppy,) = RaftAlfworldWorkflow(task=_task(game, 1), model=Scripted(tokenizer, script, max_tokens=400)).run()
+    assert sloppy.reward == 1.0 and sloppy.rewards["success"] == 1.0 and not sloppy.info["kept"]
+    assert int(sloppy.action_mask.sum()) == 0 and len(sloppy.action_mask) > 0
+    # three identical actions end the episode unwon after three turns; two episodes, the game reset between them
+    idle = RaftAlfworldWorkflow(task=_task(game, 2), model=Scripted(tokenizer, _raft(["look"] * 50), max_tokens=400))
+    exps = idle.run()
+    assert [(e.reward, e.rewards["success"], e.info["steps"], e.info["turns"]) for e in exps] == [(0.0, 0.0, 3, 3)] * 2
+    assert all(int(e.action_mask.sum()) == 0 for e in exps)
+    # the turn budget: the last step's reward, not done
+    wander = _raft(["look", "inventory"] * 25)
+    (exp,) = RaftAlfworldWorkflow(task=_task(game, 1, {"max_env_steps": 4}),
+                                  model=Scripted(tokenizer, wander, max_tokens=400)).run()
+    assert (exp.reward, exp.info["steps"], exp.info["kept"]) == (0.0, 4, False)
+
+
+def test_reflecting_learns_the_clean_second_attempt_when_it_does_better(tokenizer, tmp_path):  # noqa: F811
+    game = write_game(tmp_path / "g")
+    first = _raft(["look"] * 3, "Tried once.")  # three identical actions: lost in 3 turns
+    model = Recording(tokenizer, first + _raft(WIN, "Open first."), max_tokens=400)
+    (exp,) = RaftReflectAlfworldWorkflow(task=_task(game, 1), model=model).run()
+    assert exp.reward == 1.0 and exp.info["kept"] and exp.info["steps"] == 5 and int(exp.action_mask.sum()) > 0
+    assert {k: exp.rewards[k] for k in ("first_reward", "first_steps", "second_reward", "second_steps",
+                                        "improvement", "success")} == {
+        "first_reward": 0.0, "first_steps": 3.0, "second_reward": 1.0, "second_steps": 5.0, "improvement": 1.0,
+        "success": 1.0}
+    note = ("In your attempt, you stopped after 3 steps with a reward of 0.000 without completing the task. You need "
+            "to improve your strategy and persistence to achieve success.\n\nThis is your second attempt.")
+    assert len(model.prompts) == 8 and all(note in p for p in model.prompts[3:]) and note not in model.prompts[2]
+    assert "<experience>Tried once.</experience>" in model.prompts[3]  # the second attempt sees the first
+    learnt = tokenizer.decode(exp.tokens)  # the clean conversation: the prompt, observations, the new replies
+    assert learnt.count("<experience>Open first.</experience>") == 5 and "Tried once." not in learnt
+    assert "second attempt" not in learnt
+    assert learnt.count("Observation: ") == 5 and RAFT_SYSTEM_PROMPT.strip()[:60] in learnt
+    # worse or no better the second time: nothing learnt; validation plays the first attempt only
+    model = Scripted(tokenizer, first + _raft(["look", "inventory"] * 25), max_tokens=400)
+    (exp,) = RaftReflectAlfworldWorkflow(task=_task(game, 1, {"max_env_steps": 6}), model=model).run()
+    assert exp.rewards["second_steps"] == 6.0 and not exp.info["kept"] and int(exp.action_mask.sum()) == 0
+    task = _task(game, 1)
+    task.is_eval = True
+    model = Recording(tokenizer, first + _raft(WIN), max_tokens=400)
+    (exp,) = RaftReflectAlfworldWorkflow(task=task, model=model).run()
+    assert exp.reward == 0.0 and len(model.prompts) == 3 and "first_reward" not in exp.rewards
+    # a first attempt that wins is learnt as RAFT_alfworld_workflow's, no second attempt
+    model = Recording(tokenizer, _raft(WIN), max_tokens=400)
+    (exp,) = RaftReflectAlfworldWorkflow(task=_task(game, 1), model=model).run()
+    assert exp.reward == 1.0 and exp.info["kept"] and len(model.prompts) == 5
 
 
 def test_the_alfworld_example_trains_a_step_on_the_rows_rft_data_writes(tmp_path):

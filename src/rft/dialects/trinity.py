@@ -1256,19 +1256,9 @@ ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environm
 )
 
 
-UNBUILT_WORKFLOWS = {
-    name: "Trinity-RFT's ALFWorld workflow for RAFT: episodes whose successful trajectories (and, reflecting, the "
-          "model's own corrections of the failed ones) become SFT rows; rft plays ALFWorld with alfworld_workflow "
-          "and step_wise_alfworld_workflow but has not this one"
-    for name in ("RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow")}
-
-
 def environment_workflow(name: Any) -> str | None:
     """Why rft refuses Trinity-RFT's workflow type `name` where it steps an environment (`ENVIRONMENTS`): the
-    environment and the package it needs, or what the workflow does that rft has not (`UNBUILT_WORKFLOWS`); None
-    for another workflow type (rft's own check names those)."""
-    if isinstance(name, str) and name in UNBUILT_WORKFLOWS:
-        return UNBUILT_WORKFLOWS[name]
+    environment and the package it needs; None for another workflow type (rft's own check names those)."""
     for part, what, package, needs in ENVIRONMENTS if isinstance(name, str) else ():
         if part in name.lower():
             return (f"Trinity-RFT's workflow that runs {what}: it needs the {package} package {needs}, and rft has "

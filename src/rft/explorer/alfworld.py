@@ -6,12 +6,20 @@ its `traj_data.json`; the game is opened as Trinity opens it (TextWorld's gym re
 demangler, which names things "cabinet 1", and its hand-coded expert). Each episode the model reads an observation
 and answers with `<think>...</think><action>...</action>`, for at most `max_env_steps` turns (30) or until the
 game is won; the reward is the game's score when it ends (1 for a won game), else
--0.1. `write_game` builds a one-room game of the package's own domain and grammar (tests, smoke runs)."""
+-0.1. `write_game` builds a one-room game of the package's own domain and grammar (tests, smoke runs).
+
+Trinity-RFT's RAFT workflows (`RAFT_alfworld_workflow`, `RAFT_reflect_alfworld_workflow`: `raft_episode`,
+`reflect_episode`) play the same games under their own prompt, whose replies carry
+`<experience>...</experience><think>...</think><action>...</action>`, for at most 50 turns, an episode ending
+unwon (reward 0) after three identical actions in a row; what they learn is chosen by `raft_kept` and
+`reflect_kept`."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rft.errors import RftError
@@ -171,3 +179,164 @@ def write_game(folder: Path, task: str = "Apple", source: str = "Cabinet", targe
     game.write_text(json.dumps({"pddl_domain": (data / "alfred.pddl").read_text(), "grammar": grammar,
                                 "pddl_problem": problem, "solvable": True}))
     return game
+
+
+# ------------------------------------------------------------------------------------------------------ RAFT
+RAFT_SYSTEM_PROMPT = """
+You are an agent interacting with a virtual text-based environment.
+
+## Response Format:
+You MUST use this exact format for every response. All three tags are REQUIRED in sequential order:
+
+<experience>Working principles, strategies, common knowledge, and potential pitfalls relevant to the current task.</experience>\n\n
+<think>your reasoning process</think>\n\n
+<action>exactly one action command</action>
+
+## Action Commands:
+  look:                             look around your current location
+  inventory:                        check your current inventory(you can only have 1 item in your inventory)
+  go to (receptacle):               move to a receptacle
+  open (receptacle):                open a receptacle
+  close (receptacle):               close a receptacle
+  take (object) from (receptacle):  take an object from a receptacle
+  move (object) to (receptacle):    place an object in or on a receptacle
+  examine (something):              examine a receptacle or an object
+  use (object):                     use an object
+  heat (object) with (receptacle):  heat an object using a receptacle
+  clean (object) with (receptacle): clean an object using a receptacle
+  cool (object) with (receptacle):  cool an object using a receptacle
+  slice (object) with (object):     slice an object using a sharp object
+
+For example your output should be like this:
+<experience>In household tasks, I should start by exploring the environment to understand available objects and receptacles. Common pitfalls include forgetting to check inventory capacity and not examining objects before taking action.</experience>\n\n<think> To solve the task, I need first to ... </think>\n\n<action>go to cabinet 1</action>
+
+## Important Note:
+You must ensure that the <experience> section contains descriptions of working principles, strategies, common sense knowledge, and potential pitfalls that are universally applicable to this type of task, rather than generic statements, placeholder content, or overly specific behavioral guidelines.
+"""
+"""Trinity-RFT's system prompt of both RAFT ALFWorld workflows, word for word (its escaped line breaks
+after the first two tags' examples make blank lines)."""
+
+RAFT_MAX_ENV_STEPS = 50  # the turns Trinity-RFT's RAFT workflows give an episode
+_RAFT_REPLY = re.compile(r"<experience>\s*(.*?)\s*</experience>.*?<think>\s*(.*?)\s*</think>.*?<action>\s*(.*?)\s*</action>",
+                         re.DOTALL)
+
+
+def parse_raft_reply(reply: str) -> dict[str, str]:
+    """A RAFT reply's experience, think and action (each stripped), all three "" unless the reply has the three
+    tags in order, as Trinity-RFT parses it."""
+    match = _RAFT_REPLY.search(reply)
+    return dict(zip(("experience", "think", "action"), match.groups() if match else ("", "", "")))
+
+
+@dataclass
+class RaftEpisode:
+    """One RAFT episode: its conversation (the model's own, or, reflecting, the clean one it learns), the game's
+    reward, whether it ended (won or lost), its turns and whether every reply had the three tags filled."""
+
+    conversation: object
+    reward: float = 0.0
+    done: bool = False
+    steps: int = 0
+    well_formed: bool = True
+    actions: list[str] = field(default_factory=list)
+
+    @property
+    def won(self) -> bool:
+        return self.done and self.reward >= 1
+
+
+def _turn(episode: RaftEpisode, reply: str) -> str:
+    parsed = parse_raft_reply(reply.strip())  # Trinity strips the reply before it parses it
+    episode.well_formed &= all(parsed.values())
+    episode.actions.append(parsed["action"])
+    return parsed["action"]
+
+
+def raft_episode(model, env, max_steps: int) -> RaftEpisode:
+    """Trinity-RFT's RAFT rollout: `env` reset, then turns of an observation and the model's reply (its <action>
+    stepped, "" when the tags are missing) until the game ends (its reward), three identical actions in a row end
+    it unwon (reward 0, not done), or `max_steps` turns pass (the last step's reward, not done)."""
+    observation, _ = env.reset()
+    conversation = model.start([{"role": "system", "content": RAFT_SYSTEM_PROMPT}, observation_message(observation)])
+    episode = RaftEpisode(conversation)
+    for step in range(max_steps):
+        if step:
+            conversation.add([observation_message(observation)])
+        model.respond([conversation])
+        action = _turn(episode, conversation.last_reply)
+        episode.steps = step + 1
+        if len(episode.actions) >= 3 and len(set(episode.actions[-3:])) == 1:
+            episode.reward, episode.done = 0.0, False
+            return episode
+        observation, reward, done, _ = env.step(action)
+        episode.reward, episode.done = float(reward), bool(done)
+        if done:
+            return episode
+    episode.done = False
+    return episode
+
+
+def raft_kept(episode: RaftEpisode) -> bool:
+    """RAFT_alfworld_workflow learns an episode that scored 1 or more with every reply well formed."""
+    return episode.reward >= 1 and episode.well_formed
+
+
+def reflect_feedback(reward: float, steps: int, won: bool, max_steps: int) -> str:
+    """Trinity-RFT's note on the first attempt, which the second reads (it is passed whether the first was won)."""
+    if won and reward >= 1:
+        return (f"In your attempt, you successfully completed the task in {steps} steps with a reward of "
+                f"{reward:.3f}. Try to maintain this success while being more efficient.")
+    if won:
+        return (f"In your attempt, you completed the task in {steps} steps but only achieved a reward of "
+                f"{reward:.3f}. You need to improve your performance to achieve full success.")
+    if steps >= max_steps:
+        return (f"In your attempt, you reached the maximum step limit of {max_steps} steps without completing the "
+                f"task (reward: {reward:.3f}). You need to be more efficient and focused to complete the task within "
+                "the step limit.")
+    return (f"In your attempt, you stopped after {steps} steps with a reward of {reward:.3f} without completing the "
+            "task. You need to improve your strategy and persistence to achieve success.")
+
+
+SECOND_ATTEMPT = (
+    "This is your second attempt. You need to perform better this time. Focus on updating a more thoughtful and "
+    "comprehensive <experience>...</experience> section that incorporates strategies, common pitfalls, and domain "
+    "knowledge to help improve task performance and avoid previous mistakes. Learn from your first attempt and apply "
+    "that knowledge to make better decisions. IMPORTANT: You must update your experience based on what you learned "
+    "from the first attempt. Also, DO NOT repeat the same action consecutively as this is inefficient and useless - "
+    "if you find yourself repeating actions, stop and try a different approach. In your responses, do not explicitly "
+    "mention this is a second attempt or reference previous attempts. Instead, present your actions as if starting "
+    "fresh, but incorporate general experience and strategies you can summarize for this type of task.")
+"""Trinity-RFT's instruction after the feedback, word for word."""
+
+
+def reflect_episode(model, env, first: RaftEpisode, max_steps: int) -> RaftEpisode:
+    """Trinity-RFT's second attempt: the game reset; the model plays on after its first conversation and a system
+    message (`reflect_feedback` and `SECOND_ATTEMPT`), while the episode's conversation is the clean one it learns:
+    the system prompt, the observations and the same replies (their sampled tokens), as if played fresh. No
+    repetition stop; ends when the game does (won if its reward is above 0) or after `max_steps` turns."""
+    observation, _ = env.reset()
+    note = reflect_feedback(first.reward, first.steps, first.won, max_steps)
+    context = first.conversation.copy()
+    context.add([{"role": "system", "content": f"{note}\n\n{SECOND_ATTEMPT}"}, observation_message(observation)])
+    clean = model.start([{"role": "system", "content": RAFT_SYSTEM_PROMPT}, observation_message(observation)])
+    episode = RaftEpisode(clean)
+    for step in range(max_steps):
+        if step:
+            context.add([observation_message(observation)])
+            clean.add([observation_message(observation)])
+        model.respond([context])
+        clean.append_completion(context.last_completion)
+        action = _turn(episode, context.last_reply)
+        episode.steps = step + 1
+        observation, reward, done, _ = env.step(action)
+        episode.reward = float(reward)
+        if done:
+            episode.done = episode.reward > 0
+            return episode
+    return episode
+
+
+def reflect_kept(first: RaftEpisode, second: RaftEpisode) -> bool:
+    """RAFT_reflect_alfworld_workflow learns the second attempt when every reply is well formed and it scored more
+    than the first, or won in fewer turns."""
+    return second.well_formed and (second.reward > first.reward or (second.steps < first.steps and second.reward >= 1))

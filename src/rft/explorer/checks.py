@@ -6,17 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from rft.algorithms import estimator_spec
-from rft.config.checks import CHECKS, CheckContext, check_model_dir, positive
+from rft.config.checks import CHECKS, UNUSED, CheckContext, check_model_dir, positive
 from rft.config.errors import ConfigError
 from rft.config.suggest import did_you_mean
 from rft.sync.schedule import is_synchronous
 
+ALFWORLD_WORKFLOWS = ("alfworld_workflow", "step_wise_alfworld_workflow", "RAFT_alfworld_workflow",
+                     "RAFT_reflect_alfworld_workflow")
+"""The workflows that play ALFWorld's games (rft.explorer.alfworld): the alfworld package, a row's game file."""
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
                      "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
                      "bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow",
-                     "math_trainable_ruler_workflow", "alfworld_workflow", "step_wise_alfworld_workflow",
-                     "learn2ask_workflow")
+                     "math_trainable_ruler_workflow", *ALFWORLD_WORKFLOWS, "learn2ask_workflow")
 BOXED_WORKFLOW_REWARDS = {"math_boxed_workflow": "math_boxed_reward",
                           "bots_math_boxed_workflow": "bots_math_boxed_reward",
                           "bots_ref_eval_collect_math_boxed_workflow": "bots_math_boxed_reward"}
@@ -25,8 +27,11 @@ OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null). The
 Trinity dialect keeps the same names (`rft.dialects.trinity.OWN_PROMPT_WORKFLOWS`: it sits below the explorer)."""
 ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
-                        "alfworld_workflow", "step_wise_alfworld_workflow", "learn2ask_workflow")
+                        *ALFWORLD_WORKFLOWS, "learn2ask_workflow")
 """The workflows whose environment (or judge) computes the reward: no reward function reads their rows."""
+TRUTHLESS_WORKFLOWS = ("frozen_lake_workflow", "sciworld_workflow", *ALFWORLD_WORKFLOWS)
+"""The environment workflows that read no reference answer: their rows need no response column (Trinity-RFT's read
+a missing one as None; its RAFT ALFWorld example names a `task_desc` its own data script does not write)."""
 
 
 def check_auxiliary_sampling(index: int, spec: dict) -> None:
@@ -169,8 +174,8 @@ def missing_environment(workflow: str) -> str | None:
     from rft.explorer.alfworld import require_alfworld
     from rft.explorer.sciworld import require_scienceworld
 
-    require = {"sciworld_workflow": require_scienceworld, "alfworld_workflow": require_alfworld,
-               "step_wise_alfworld_workflow": require_alfworld}.get(workflow)
+    require = {"sciworld_workflow": require_scienceworld,
+               **dict.fromkeys(ALFWORLD_WORKFLOWS, require_alfworld)}.get(workflow)
     if require is None:
         return None
     try:
@@ -251,7 +256,7 @@ def check_workflow(ctx: CheckContext) -> None:
                           "prompt column")
     if wf.type == "frozen_lake_workflow":
         check_frozen_lake(wf.args or {})
-    if wf.type in ("alfworld_workflow", "step_wise_alfworld_workflow") and "max_env_steps" in (wf.args or {}):
+    if wf.type in ALFWORLD_WORKFLOWS and "max_env_steps" in (wf.args or {}):
         positive("workflow.args.max_env_steps", wf.args["max_env_steps"])
     if wf.type == "learn2ask_workflow":  # Trinity's reward reads any other train_mode as Rs: refused here
         for key, allowed in (("train_mode", ("Ra+Rs", "Ra", "Rs")), ("fusion_mode", ("default", "sum"))):
@@ -380,3 +385,13 @@ def check_streaming(ctx: CheckContext) -> None:
         raise ConfigError(f"{where} streams the rollout through the engine server of actor_rollout_ref.rollout."
                           f"mode=async, which this run cannot have: {why}; set that, or leave "
                           "async_training.staleness_threshold null")
+
+
+@UNUSED.register("explorer.ground_truth")
+def unused_truth_keys(cfg) -> dict[str, str]:
+    """The response columns under a workflow that reads no reference answer (`TRUTHLESS_WORKFLOWS`)."""
+    kind = cfg.workflow.type
+    if kind not in TRUTHLESS_WORKFLOWS:
+        return {}
+    why = f"workflow.type={kind} is paid by its environment and reads no reference answer"
+    return {"data.response_key": why, "data.val_response_keys": why}

@@ -29,6 +29,7 @@ from rft.data.validation import capped_validation, note_uncapped_validation
 from rft.data_processor import ExperiencePipeline, run_task_pipeline
 from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
+from rft.explorer.checks import TRUTHLESS_WORKFLOWS
 from rft.explorer.evaluate import evaluate, rollout_batch
 from rft.explorer.taskset import generation_batch
 from rft.models.vision import vision_for
@@ -60,7 +61,8 @@ def load_prompts(cfg, tokenizer, files, data_sources=None, file_keys=None) -> Pr
     return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
                          image_key=data.image_key, system_prompt=data.system_prompt,
-                         system_prompt_key=data.system_prompt_key, response_key=data.response_key,
+                         system_prompt_key=data.system_prompt_key,
+                         response_key=None if cfg.workflow.type in TRUTHLESS_WORKFLOWS else data.response_key,
                          tools_key=data.tools_key, chat_template=data.chat_template,
                          template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources,
                          file_keys=file_keys)
@@ -84,7 +86,9 @@ def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
     data = cfg.data
     if not data.val_files:
         return None
-    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources, val_file_keys(data))
+    keys = [{k: v for k, v in own.items() if k != "response_key"} for own in val_file_keys(data)] \
+        if cfg.workflow.type in TRUTHLESS_WORKFLOWS else val_file_keys(data)
+    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources, keys)
     kept = capped_validation(len(val_set), data.val_max_samples, data.shuffle, data.seed, "prompts")
     if kept is not None:
         val_set.keep(kept)

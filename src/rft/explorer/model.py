@@ -236,6 +236,8 @@ class Conversation:
         self.logprobs = [0.0] * len(self.ids)
         self.prompt_length = len(self.ids)
         self.finish_reason: str | None = None
+        self.last_completion: Completion | None = None
+        """The model's last turn as sampled (another conversation may take it: `append_completion`)."""
         self.last_raw = self._last_reply = ""
         """The last reply's text with its special tokens (a family's tool-call tokens), its closing EOS left out."""
         self._reply_end: tuple[int, int, int, int] | None = None
@@ -279,7 +281,7 @@ class Conversation:
         self.logprobs += completion.logprobs
         self.messages.append({"role": "assistant", "content": completion.text})
         self.text += self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
-        self.finish_reason = completion.finish_reason
+        self.finish_reason, self.last_completion = completion.finish_reason, completion
         self.last_raw = raw_reply(self.tokenizer, completion.token_ids, self.eos_ids)
         self._last_reply = completion.text
         self._reply_end = (len(self.ids), len(self.text), len(self.images), len(self.mismatches))

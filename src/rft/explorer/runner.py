@@ -49,8 +49,9 @@ def check_experiences(out) -> str | None:
         if r <= 0 or e.prompt_length <= 0 or len(e.action_mask) != r or len(e.logprobs) != r:
             return (f"returned an experience whose lengths disagree (tokens {len(e.tokens)}, prompt {e.prompt_length}, "
                     f"action mask {len(e.action_mask)}, log-probs {len(e.logprobs)})")
-        if not torch.is_tensor(e.action_mask) or not bool(e.action_mask.any()):
-            return "returned an experience with no token of the model's (its action mask is all 0)"
+        if not torch.is_tensor(e.action_mask) or not (bool(e.action_mask.any()) or e.info.get("kept") is False):
+            return ("returned an experience with no token of the model's (its action mask is all 0; one kept for "
+                    "its reward alone says so: info['kept'] = False)")
         if not isinstance(e.reward, (int, float)) or e.reward != e.reward:
             return f"returned an experience whose reward is {e.reward!r}"
     names = {tuple(sorted(e.rewards)) for e in out}

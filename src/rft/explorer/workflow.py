@@ -23,7 +23,8 @@ Built-ins:
 * `math_boxed_workflow`, `simple_mm_workflow`, `math_ruler_workflow`, `on_policy_distill_math_workflow`,
   `rubric_judge_workflow`, `toolcall_workflow` (Tool-N1 on ToolACE rows), `frozen_lake_workflow` (gymnasium's
   FrozenLake, `rft.explorer.frozen_lake`), `sciworld_workflow` (AllenAI's ScienceWorld, `rft.explorer.sciworld`),
-  `alfworld_workflow` and `step_wise_alfworld_workflow` (ALFWorld's households, `rft.explorer.alfworld`):
+  `alfworld_workflow`, `step_wise_alfworld_workflow`, `RAFT_alfworld_workflow` and `RAFT_reflect_alfworld_workflow`
+  (ALFWorld's households, `rft.explorer.alfworld`):
   Trinity-RFT's workflows of those names (their classes below).
 """
 
@@ -38,6 +39,7 @@ from rft.data.dataset import Prompt
 from rft.data.images import filled_image_parts
 from rft.experience import Experience
 from rft.explorer.alfworld import MAX_ENV_STEPS as MAX_ALFWORLD_STEPS
+from rft.explorer.alfworld import RAFT_MAX_ENV_STEPS
 from rft.explorer.frozen_lake import SYSTEM_PROMPT as FROZEN_LAKE_PROMPT
 from rft.explorer.frozen_lake import Lake, generate_map, observation_message, parse_action, require_gymnasium
 from rft.explorer.model import Completion, Conversation, ModelHandle, WorkflowError
@@ -954,6 +956,65 @@ class StepWiseAlfworldWorkflow(AlfworldWorkflow):
     episodes: docs/algorithms.md)."""
 
 
+@register_workflow("RAFT_alfworld_workflow")
+class RaftAlfworldWorkflow(Workflow):
+    """Trinity-RFT's RAFT_alfworld_workflow (`rft.explorer.alfworld.raft_episode`): `repeat_times` episodes of the
+    row's game under the RAFT prompt (replies with <experience>, <think> and <action>), at most max_env_steps turns
+    (50). An episode that scored 1 with every reply well formed is learnt (its conversation, the model's tokens);
+    any other is an experience without a token to learn (Trinity's empty experience), its reward logged. Logged:
+    success, steps. No reward function."""
+
+    ARGS = frozenset({"max_env_steps"})
+
+    def run(self) -> list[Experience]:
+        from rft.explorer.alfworld import game_file, open_env
+
+        steps = int((self.task.workflow_args or {}).get("max_env_steps", RAFT_MAX_ENV_STEPS))
+        env = open_env(game_file(question_of(self.task.prompt.messages)))
+        try:
+            return [self.attempt(env, steps) for _ in range(self.task.repeat_times)]
+        finally:
+            env.close()
+
+    def attempt(self, env, steps: int) -> Experience:
+        from rft.explorer.alfworld import raft_episode, raft_kept
+
+        episode = raft_episode(self.model, env, steps)
+        return _raft_experience(episode, raft_kept(episode), {})
+
+
+@register_workflow("RAFT_reflect_alfworld_workflow")
+class RaftReflectAlfworldWorkflow(RaftAlfworldWorkflow):
+    """Trinity-RFT's RAFT_reflect_alfworld_workflow: a first attempt as RAFT_alfworld_workflow's; a won one is
+    learnt as there, one won with a reply malformed is not, any other is followed by a second attempt
+    (`rft.explorer.alfworld.reflect_episode`: the model plays again after its first conversation and a note on
+    how it went, and learns the clean conversation: the system prompt, the observations and its new replies), learnt
+    when well formed and better (a higher reward, or a win in fewer turns). Logged besides success and steps:
+    second_reward, second_steps, improvement. Trinity writes each task's attempts to JSON files in the working
+    directory as well; rft does not (the experience holds each attempt's reward and turns). Validation plays the first attempt only."""
+
+    def attempt(self, env, steps: int) -> Experience:
+        from rft.explorer.alfworld import raft_episode, raft_kept, reflect_episode, reflect_kept
+
+        first = raft_episode(self.model, env, steps)
+        if first.reward >= 1 or self.task.is_eval:  # validation plays once, as Trinity's
+            return _raft_experience(first, raft_kept(first), {})
+        second = reflect_episode(self.model, env, first, steps)
+        return _raft_experience(second, reflect_kept(first, second), {
+            "first_reward": first.reward, "first_steps": float(first.steps), "second_reward": second.reward,
+            "second_steps": float(second.steps), "improvement": float(second.reward > first.reward)})
+
+
+def _raft_experience(episode, kept: bool, logged: dict[str, float]) -> Experience:
+    """The episode's conversation as an experience, its tokens learnt only when `kept` (action mask 0 otherwise:
+    Trinity-RFT's empty experience, which trains nothing); its reward the game's."""
+    exp = episode.conversation.to_experience(episode.reward, {"success": float(episode.won), **logged},
+                                             {"steps": episode.steps, "kept": kept})
+    if not kept:
+        exp.action_mask = exp.action_mask * 0
+    return exp
+
+
 def load_workflow_file(path: str) -> None:
     """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
     Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
@@ -978,5 +1039,6 @@ def workflow_class(name: str, path: str | None = None) -> type:
                                                 "registers it with rft.explorer.workflow.register_workflow)")) from None
 
 
-__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "Learn2AskWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+__all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "RaftAlfworldWorkflow",
+           "RaftReflectAlfworldWorkflow", "Learn2AskWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]

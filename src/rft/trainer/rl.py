@@ -88,7 +88,10 @@ log = logging.getLogger("rft")
 
 
 def _stats(name: str, x: torch.Tensor) -> dict[str, float]:
+    """mean / max / min of `x`; none over nothing (a batch without a token to learn: a RAFT workflow's failures)."""
     x = x.float()
+    if not x.numel():
+        return {}
     return {f"{name}/mean": float(x.mean()), f"{name}/max": float(x.max()), f"{name}/min": float(x.min())}
 
 

@@ -40,6 +40,7 @@ UNUSED_RL = (
     "trainer.checkpoints",            # default_hdfs_dir, checkpoints kept, when save_freq <= 0 saves none
     "trainer.resume",                 # resume_from_path without resume_mode=resume_path
     "data_processor.data_juicer",     # where Data-Juicer runs, without a data_juicer operator
+    "explorer.ground_truth",          # the response columns under a workflow that reads no reference answer
 )
 """The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
 

@@ -105,7 +105,10 @@ def mini_batch_norm(mini: Batch, max_response_length: int, dist: Dist = SINGLE, 
     is_expert = mini.expert_mask if mini.expert_mask is not None else torch.zeros(len(mini), dtype=torch.bool)
     tokens, rows = (expert_tokens(mini), is_expert.sum()) if expert else (loss_tokens(mini), (~is_expert).sum())
     counts = dist.sum(torch.tensor([float(tokens.sum()), float(rows)], dtype=torch.float64))
-    return AggNorm(num_tokens=float(counts[0]), num_seqs=float(counts[1]), max_len=max_response_length)
+    # at least one of each, as agg_loss's own normalisers: a mini-batch without a token to learn (a RAFT workflow's
+    # failed episodes) has a loss of 0, not 0 / 0
+    return AggNorm(num_tokens=max(float(counts[0]), 1.0), num_seqs=max(float(counts[1]), 1.0),
+                   max_len=max_response_length)
 
 
 TRIM_POINTS = 4
