@@ -199,11 +199,13 @@ def test_reflecting_learns_the_clean_second_attempt_when_it_does_better(tokenize
     task.is_eval = True
     model = Recording(tokenizer, first + _raft(WIN), max_tokens=400)
     (exp,) = RaftReflectAlfworldWorkflow(task=task, model=model).run()
-    assert exp.reward == 0.0 and len(model.prompts) == 3 and "first_reward" not in exp.rewards
+    assert exp.reward == 0.0 and len(model.prompts) == 3 and exp.rewards["second_steps"] == 3.0
     # a first attempt that wins is learnt as RAFT_alfworld_workflow's, no second attempt
     model = Recording(tokenizer, _raft(WIN), max_tokens=400)
     (exp,) = RaftReflectAlfworldWorkflow(task=_task(game, 1), model=model).run()
     assert exp.reward == 1.0 and exp.info["kept"] and len(model.prompts) == 5
+    assert exp.rewards == {"success": 1.0, "first_reward": 1.0, "first_steps": 5.0, "second_reward": 1.0,
+                           "second_steps": 5.0, "improvement": 0.0}  # the same names as a reflected episode's
 
 
 def test_the_alfworld_example_trains_a_step_on_the_rows_rft_data_writes(tmp_path):

@@ -989,8 +989,8 @@ class RaftReflectAlfworldWorkflow(RaftAlfworldWorkflow):
     learnt as there, one won with a reply malformed is not, any other is followed by a second attempt
     (`rft.explorer.alfworld.reflect_episode`: the model plays again after its first conversation and a note on
     how it went, and learns the clean conversation: the system prompt, the observations and its new replies), learnt
-    when well formed and better (a higher reward, or a win in fewer turns). Logged besides success and steps:
-    second_reward, second_steps, improvement. Trinity writes each task's attempts to JSON files in the working
+    when well formed and better (a higher reward, or a win in fewer turns). Logged besides success: first_reward,
+    first_steps, second_reward, second_steps (an episode played once: its own), improvement. Trinity writes each task's attempts to JSON files in the working
     directory as well; rft does not (the experience holds each attempt's reward and turns). Validation plays the first attempt only."""
 
     def attempt(self, env, steps: int) -> Experience:
@@ -998,11 +998,16 @@ class RaftReflectAlfworldWorkflow(RaftAlfworldWorkflow):
 
         first = raft_episode(self.model, env, steps)
         if first.reward >= 1 or self.task.is_eval:  # validation plays once, as Trinity's
-            return _raft_experience(first, raft_kept(first), {})
+            return _raft_experience(first, raft_kept(first), _attempts(first, first))
         second = reflect_episode(self.model, env, first, steps)
-        return _raft_experience(second, reflect_kept(first, second), {
-            "first_reward": first.reward, "first_steps": float(first.steps), "second_reward": second.reward,
-            "second_steps": float(second.steps), "improvement": float(second.reward > first.reward)})
+        return _raft_experience(second, reflect_kept(first, second), _attempts(first, second))
+
+
+def _attempts(first, second) -> dict[str, float]:
+    """What the reflecting workflow logs of its attempts (an episode played once: its own figures twice), the same
+    names on every experience."""
+    return {"first_reward": first.reward, "first_steps": float(first.steps), "second_reward": second.reward,
+            "second_steps": float(second.steps), "improvement": float(second.reward > first.reward)}
 
 
 def _raft_experience(episode, kept: bool, logged: dict[str, float]) -> Experience:
