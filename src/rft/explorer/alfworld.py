@@ -25,6 +25,30 @@ from pathlib import Path
 from rft.errors import RftError
 from rft.explorer.sciworld import parse_action  # Trinity's <action> format, as ScienceWorld's
 
+ACTION_COMMANDS = (
+    ("look:", "look around your current location"),
+    ("inventory:", "check your current inventory(you can only have 1 item in your inventory)"),
+    ("go to (receptacle):", "move to a receptacle"),
+    ("open (receptacle):", "open a receptacle"),
+    ("close (receptacle):", "close a receptacle"),
+    ("take (object) from (receptacle):", "take an object from a receptacle"),
+    ("move (object) to (receptacle):", "place an object in or on a receptacle"),
+    ("examine (something):", "examine a receptacle or an object"),
+    ("use (object):", "use an object"),
+    ("heat (object) with (receptacle):", "heat an object using a receptacle"),
+    ("clean (object) with (receptacle):", "clean an object using a receptacle"),
+    ("cool (object) with (receptacle):", "cool an object using a receptacle"),
+    ("slice (object) with (object):", "slice an object using a sharp object"),
+)
+"""ALFWorld's commands as both of Trinity-RFT's ALFWorld prompts list them."""
+
+
+def action_commands(squeezed: str = "") -> str:
+    """The commands, one a line, each description at column 37; `squeezed`: the command whose description follows
+    it after two spaces (the ALFWorld prompt's "move", as Trinity-RFT writes it)."""
+    return "\n".join(f"  {c}  {d}" if c == squeezed else f"  {c:<34}{d}" for c, d in ACTION_COMMANDS)
+
+
 SYSTEM_PROMPT = """
 You are an agent interacting with a virtual text-based environment.
 
@@ -35,23 +59,11 @@ DO NOT try to interact with the user at anytime. Finish the task by yourself.
 
 ## Action Format:
 Below are the available commands you can use:
-  look:                             look around your current location
-  inventory:                        check your current inventory(you can only have 1 item in your inventory)
-  go to (receptacle):               move to a receptacle
-  open (receptacle):                open a receptacle
-  close (receptacle):               close a receptacle
-  take (object) from (receptacle):  take an object from a receptacle
-  move (object) to (receptacle):  place an object in or on a receptacle
-  examine (something):              examine a receptacle or an object
-  use (object):                     use an object
-  heat (object) with (receptacle):  heat an object using a receptacle
-  clean (object) with (receptacle): clean an object using a receptacle
-  cool (object) with (receptacle):  cool an object using a receptacle
-  slice (object) with (object):     slice an object using a sharp object
+{commands}
 
 For example your output should be like this:
 <think> To solve the task, I need first to ... </think><action>go to cabinet 1</action>
-"""
+""".format(commands=action_commands(squeezed="move (object) to (receptacle):"))
 """Trinity-RFT's ALFWorld system prompt (its releases since 0.3; the first one's had typos), word for word, its leading
 newline included."""
 
@@ -182,7 +194,7 @@ def write_game(folder: Path, task: str = "Apple", source: str = "Cabinet", targe
 
 
 # ------------------------------------------------------------------------------------------------------ RAFT
-RAFT_SYSTEM_PROMPT = """
+RAFT_SYSTEM_PROMPT = f"""
 You are an agent interacting with a virtual text-based environment.
 
 ## Response Format:
@@ -193,19 +205,7 @@ You MUST use this exact format for every response. All three tags are REQUIRED i
 <action>exactly one action command</action>
 
 ## Action Commands:
-  look:                             look around your current location
-  inventory:                        check your current inventory(you can only have 1 item in your inventory)
-  go to (receptacle):               move to a receptacle
-  open (receptacle):                open a receptacle
-  close (receptacle):               close a receptacle
-  take (object) from (receptacle):  take an object from a receptacle
-  move (object) to (receptacle):    place an object in or on a receptacle
-  examine (something):              examine a receptacle or an object
-  use (object):                     use an object
-  heat (object) with (receptacle):  heat an object using a receptacle
-  clean (object) with (receptacle): clean an object using a receptacle
-  cool (object) with (receptacle):  cool an object using a receptacle
-  slice (object) with (object):     slice an object using a sharp object
+{action_commands()}
 
 For example your output should be like this:
 <experience>In household tasks, I should start by exploring the environment to understand available objects and receptacles. Common pitfalls include forgetting to check inventory capacity and not examining objects before taking action.</experience>\n\n<think> To solve the task, I need first to ... </think>\n\n<action>go to cabinet 1</action>
