@@ -902,7 +902,8 @@ def memory_to_spare(monkeypatch):
 
 
 @pytest.mark.parametrize("example", SINGLE, ids=[p.name for p in SINGLE])
-def test_example_validates_with_real_paths(example, real_paths, tmp_path, memory_to_spare):
+def test_example_validates_with_real_paths(example, real_paths, tmp_path, memory_to_spare, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # gsm8k_api_bench.yaml's API (not called)
     raw = load_config(example, validate_paths=False)
     overrides = real_overrides(real_paths)
     if raw.data.val_files is None:

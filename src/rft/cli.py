@@ -454,10 +454,11 @@ def cmd_config(args) -> int:
 
 
 def _note_missing_packages(cfgs) -> None:
-    """`rft config show` of a config with the vLLM engine where vLLM cannot start, or a workflow whose environment's
-    package is not installed here: the config is shown (showing needs neither), with one note saying what
+    """`rft config show` of a config with the vLLM engine where vLLM cannot start, a workflow whose environment's
+    package is not installed here, or an API model whose URL is not set here: the config is shown (showing needs neither), with one note saying what
     `rft train` will refuse and how to get it (or to run without vLLM)."""
     from rft.explorer.checks import missing_environment
+    from rft.explorer.external import missing_api
 
     problems = set()
     for cfg in cfgs:
@@ -466,6 +467,7 @@ def _note_missing_packages(cfgs) -> None:
 
             problems.add(missing_vllm())
         problems.add(missing_environment(getattr(getattr(cfg, "workflow", None), "type", None)))
+        problems.add(missing_api(getattr(cfg, "external_model", None)))
     for problem in sorted(p for p in problems if p):
         logging.getLogger("rft").warning("rft: note: %s (`rft train` refuses this config here)", problem)
 

@@ -1466,6 +1466,22 @@ class RayInitConfig:
 
 
 @dataclass
+class ExternalModelConfig:
+    enable: bool = fld(
+        False, "Mode bench evaluates a model behind an OpenAI-compatible API instead of a model folder (Trinity-RFT's "
+        "model.external_model): no weights load, no tokenizer; each task of data.val_files sends its messages to the "
+        "API's chat completions (val_kwargs' n, temperature, top_p; data.max_response_length new tokens) and the "
+        "workflow scores the replies (a single-turn workflow: simple_workflow, math_workflow, math_boxed_workflow, "
+        "bots_math_boxed_workflow); workflow.runner_per_model requests at a time, max_timeout seconds each, "
+        "max_retry_times retries. `pip install 'rft[agents]'` (the openai client). trainer.mode bench only.")
+    model_name: Optional[str] = fld(None, "The model the API serves (its `model` field); null: "
+                                          "actor_rollout_ref.model.path, then a name, not a folder.")
+    base_url_env: str = fld("OPENAI_BASE_URL", "The environment variable that holds the API's base URL (.../v1).")
+    api_key_env: str = fld("OPENAI_API_KEY", "The environment variable that holds the API's key (unset: EMPTY, as "
+                                             "a local vLLM server takes).")
+
+
+@dataclass
 class DistillationLossConfig:
     loss_mode: str = fld(
         "k1", "The per-token divergence of the student (the policy) from the teacher on the student's own samples: "
@@ -1524,5 +1540,8 @@ class RFTConfig:
     data_processor: DataProcessorConfig = sub(
         DataProcessorConfig, "Operators over the tasks and over the experiences (rft keys, Trinity-RFT's names).")
     ray_init: RayInitConfig = sub(RayInitConfig, "Ray as the launcher (verl's section; docs/cluster.md).")
+    external_model: ExternalModelConfig = sub(
+        ExternalModelConfig, "A model behind an OpenAI-compatible API, evaluated in mode bench (rft keys, Trinity-RFT's "
+                             "model.external_model; docs/modes.md).")
     async_training: AsyncTrainingConfig = sub(
         AsyncTrainingConfig, "Streaming rollouts in async mode (verl's fully-async recipe keys; docs/rollout.md).")

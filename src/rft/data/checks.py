@@ -44,6 +44,17 @@ def check_rl_inputs(ctx: CheckContext) -> None:
     cfg, trainer = ctx.cfg, ctx.cfg.trainer
     require_train = not (trainer.mode == "bench" or (trainer.mode == "train" and trainer.total_training_steps))
     check_val_file_keys(cfg.data)
+    if cfg.external_model.enable:  # a model behind an API (rft.explorer.external): no folder, the eval files only
+        if not (cfg.external_model.model_name or cfg.actor_rollout_ref.model.path):
+            raise ConfigError("external_model.enable: external_model.model_name (or actor_rollout_ref.model.path) "
+                              "names the model the API serves")
+        val_files = data_files(cfg.data.val_files, "data.val_files")
+        if not val_files:
+            raise ConfigError("external_model.enable: data.val_files is required: the tasks the API model is "
+                              "evaluated on")
+        if ctx.check_paths:
+            check_files_exist("data.val_files", val_files)
+        return
     if cfg.data.custom_cls.path is not None or cfg.data.custom_cls.name is not None:
         check_custom_cls(ctx, require_train)
         return

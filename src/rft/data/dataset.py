@@ -78,7 +78,8 @@ def _tools(value: Any, where: str) -> list[dict]:
 
 
 class PromptDataset:
-    """All prompts of one or more files, tokenized once at load time."""
+    """All prompts of one or more files, tokenized once at load time (without a tokenizer: their messages only, for
+    a model behind an API, whose prompt length is the API's)."""
 
     def __init__(
         self,
@@ -155,14 +156,16 @@ class PromptDataset:
                     chat = with_image_parts(chat, len(images[i]), where)
                 elif vision is not None:  # a vision model's placeholders need images
                     with_image_parts(chat, 0, where)
-                if images[i]:
+                if tokenizer is None:  # an API model's prompts: messages only (rft.explorer.external)
+                    texts.append("")
+                elif images[i]:
                     texts.append(vision.render(chat, chat_template, template_kwargs=template_kwargs))
                 else:
                     texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template,
                                         template_kwargs=template_kwargs))
                 chats.append(chat)
-            encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if prompt_key is not None \
-                else [[] for _ in texts]
+            encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] \
+                if prompt_key is not None and tokenizer is not None else [[] for _ in texts]
             for i, row_images_ in enumerate(images):  # the processor expands each image into its tokens
                 if row_images_:
                     encoded[i] = vision.encode(texts[i], row_images_, f"{file} row {i}")

@@ -961,6 +961,13 @@ def _model_settings(t: _Translation, model: dict, out: dict, sft: bool) -> None:
         if isinstance(section, dict) and not section.get("enable", False):
             model.pop(key)  # off: Trinity trains and rolls out itself, as rft does; its other keys are not read
             t.rest({k: v for k, v in section.items() if k != "enable" and k not in trinity_keys(backend)}, backend)
+        elif key == "external_model" and isinstance(section, dict):  # an API model evaluated in mode bench
+            section = dict(model.pop(key))
+            for name in ("enable", "model_name", "base_url_env", "api_key_env"):
+                if section.get(name) is not None:
+                    _set(out, f"external_model.{name}", section.pop(name), f"{backend}.{name}")
+                section.pop(name, None)
+            t.rest(section, backend)
 
 
 def _lora(t: _Translation, configs: Any, out: dict, policy: str) -> None:

@@ -20,8 +20,6 @@ QUEUE_ONLY = "a setting of a queue buffer; this one is read from files, where Tr
 SQL_RETRIES = ("how often Trinity-RFT retries an SQL statement; rft's SQL buffer retries a statement whose answer "
                "was lost until it commits once (docs/architecture.md), without a count")
 LORA_RUNTIME = "Trinity-RFT sets it from model.lora_configs itself (DO NOT SET); remove it"
-EXTERNAL = ("an OpenAI-compatible API model evaluated in Trinity-RFT's bench mode; rft evaluates a model folder it "
-            "loads (trainer.mode bench evaluates a run's checkpoints)")
 THINKING = ("an argument Trinity-RFT passes to an auxiliary model's chat template (Qwen3's enable_thinking); rft "
             "renders an auxiliary model's prompts with its template's defaults (data.apply_chat_template_kwargs, "
             "where model.enable_thinking lands, is the policy's): remove it, or give that model's folder a template "
@@ -45,7 +43,6 @@ REFUSED: dict[str, dict[str, str]] = {
                          "remove it",
         "tinker": "Tinker (Thinking Machines' hosted training service) as the backend: rft trains the model itself "
                   "(FSDP); remove it or set tinker.enable false",
-        "external_model": EXTERNAL,
     },
     "model.lora_configs[]": {
         "path": "starts from a trained LoRA adapter, which rft cannot load (it trains a new adapter, "

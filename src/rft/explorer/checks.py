@@ -395,3 +395,34 @@ def unused_truth_keys(cfg) -> dict[str, str]:
         return {}
     why = f"workflow.type={kind} is paid by its environment and reads no reference answer"
     return {"data.response_key": why, "data.val_response_keys": why}
+
+
+@CHECKS.register("explorer.external_model")
+def check_external_model(ctx: CheckContext) -> None:
+    """external_model: mode bench only, a single-turn workflow, the rows on disk (no task database, no data class),
+    text only; its base URL's variable set where the run starts (`ctx.check_paths`)."""
+    from rft.explorer.external import EXTERNAL_WORKFLOWS, missing_api
+
+    cfg, ext = ctx.cfg, ctx.cfg.external_model
+    if not ext.enable:
+        return
+    if cfg.trainer.mode != "bench":
+        raise ConfigError(f"external_model.enable: a model behind an API is evaluated in trainer.mode=bench only, "
+                          f"not {cfg.trainer.mode} (rft trains and explores model folders it loads); set "
+                          "trainer.mode=bench or remove it")
+    if cfg.workflow.type not in EXTERNAL_WORKFLOWS or cfg.workflow.path:
+        raise ConfigError(f"external_model.enable: workflow.type={cfg.workflow.type} is not a single-turn workflow "
+                          f"an API model can run ({', '.join(EXTERNAL_WORKFLOWS)}: one chat turn, the replies scored "
+                          "by their text); the others need the model's tokens")
+    if (cfg.workflow.args or {}).get("use_base"):
+        raise ConfigError("external_model.enable: workflow.args.use_base sends a raw text prompt, which a chat API "
+                          "does not take; remove it")
+    if cfg.data.task_storage != "file" or cfg.data.custom_cls.path:
+        raise ConfigError("external_model.enable: the tasks come from data.val_files as rft reads them (no task "
+                          "database, no data.custom_cls)")
+    if cfg.reward_model.enable or cfg.custom_reward_function.reward_fn_type == "llm_judge":
+        raise ConfigError("external_model.enable: the replies are scored by a reward function (a reward model or a "
+                          "judge reads token ids or a local model); remove reward_model.enable / the llm_judge")
+    problem = missing_api(ext) if ctx.check_paths else None
+    if problem is not None:
+        raise ConfigError(problem)

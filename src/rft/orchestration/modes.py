@@ -49,7 +49,7 @@ from rft.orchestration.run import closed_on_error, joined_buffer, start_rl_proce
 from rft.orchestration.step_loop import Cadence, StepLog, StepLoop, StepRole
 from rft.rewards.pipeline import RewardPipeline
 from rft.rollout.engines import build_engine, served_engine, unserved_reason
-from rft.runtime import exit_with_parent
+from rft.runtime import configure_cpu_runtime, exit_with_parent
 from rft.sync import schedule
 from rft.sync.process_group import snapshot, transport_line
 from rft.sync.schedule import sync_method
@@ -522,6 +522,8 @@ def run_bench(cfg) -> Path:
     (`step`, `checkpoint`, bench/<data_source>/reward/mean@<n>)."""
     from rft.trainer.checkpoint import CheckpointManager, damage, load_policy_weights
 
+    if cfg.external_model.enable:
+        return bench_external(cfg)
     arr, t = cfg.actor_rollout_ref, cfg.trainer
     out, tokenizer = start_rl_process(cfg)
     val_set = load_val_prompts(cfg, tokenizer)
@@ -563,15 +565,51 @@ def run_bench(cfg) -> Path:
         metrics, _ = explorer.evaluate()
         row = {"step": step, "checkpoint": name,
                **{"bench/" + k.removeprefix("val-core/"): v for k, v in metrics.items()}}
-        lines.append(json.dumps(row))
-        write_text_atomic(out / "bench" / "metrics.jsonl", "".join(x + "\n" for x in lines))
-        print(f"rft bench: {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("bench/")),
-              flush=True)
-        for monitor in monitors:
-            monitor.log(step, {k: v for k, v in row.items() if k.startswith("bench/")})
+        _bench_line(out, lines, row, name, monitors)
     for monitor in monitors:
         monitor.close()
     return out / "bench" / "metrics.jsonl"
+
+
+def _bench_line(out: Path, lines: list[str], row: dict, name: str, monitors: list) -> None:
+    """One evaluated model's line: bench/metrics.jsonl rewritten with it, printed, given to the monitors."""
+    lines.append(json.dumps(row))
+    write_text_atomic(out / "bench" / "metrics.jsonl", "".join(x + "\n" for x in lines))
+    print(f"rft bench: {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("bench/")),
+          flush=True)
+    for monitor in monitors:
+        monitor.log(row["step"], {k: v for k, v in row.items() if k.startswith("bench/")})
+
+
+def bench_external(cfg) -> Path:
+    """Mode bench of a model behind an OpenAI-compatible API (external_model, `rft.explorer.external`): data.val_files
+    through the workflow, one line in <out>/bench/metrics.jsonl (step 0, checkpoint `external:<model>`)."""
+    from rft.explorer.external import ApiModelHandle, api_client, evaluate_api
+    from rft.explorer.workflow import Task, workflow_class
+    from rft.monitor.backends import RunInfo, build_monitors
+
+    arr, t, wf, ext = cfg.actor_rollout_ref, cfg.trainer, cfg.workflow, cfg.external_model
+    configure_cpu_runtime()
+    out = Path(t.default_local_dir)
+    val_set = load_val_prompts(cfg, None)  # messages only: the API has the tokenizer
+    rewards = RewardPipeline.from_config(cfg, None, torch.float32, torch.device("cpu"))
+    vk = arr.rollout.val_kwargs
+    sampling = {"temperature": vk.temperature if vk.do_sample else 0.0, "top_p": vk.top_p,
+                "max_tokens": cfg.data.max_response_length}
+    model = ext.model_name or str(arr.model.path)
+    handle = ApiModelHandle(api_client(ext, wf.max_timeout), model, sampling)
+    tasks = [Task(prompt=val_set[i], index=i, repeat_times=vk.n, workflow_args=dict(wf.args),
+                  reward_fn=rewards.reward_fn, is_eval=True) for i in range(len(val_set))]
+    metrics, _ = evaluate_api(workflow_class(wf.type), tasks, handle, vk.n, wf.runner_per_model, wf.max_retry_times)
+    monitors = build_monitors(t.logger, RunInfo(out / "bench", t.project_name, t.experiment_name, "bench", cfg,
+                                                 dict(t.monitor_args), 0))
+    row = {"step": 0, "checkpoint": f"external:{model}",
+           **{"bench/" + k.removeprefix("val-core/"): v for k, v in metrics.items()}}
+    _bench_line(out, [], row, row["checkpoint"], monitors)
+    for monitor in monitors:
+        monitor.close()
+    return out / "bench" / "metrics.jsonl"
+
 
 
 def run_mode(cfg, module_args: list[str], role: ProcessRole = OWN_PROCESS) -> int:

@@ -48,6 +48,7 @@ RL = (
     "config.schema",
     "models.hub_ids",                 # a Hugging Face Hub id: its folder in the local cache                  # choices, refused values; the unused parts' keys noted
     "data.inputs",                    # the model folder, the prompt files
+    "explorer.external_model",        # a model behind an API: mode bench, a single-turn workflow
     "data.selector",                  # data.selector: its features and arguments, the runs it follows
     "trainer.sampler",                # data.sampler: a class of the user's, in the synchronous loop
     "data.template_kwargs",           # the chat template's variables
@@ -155,6 +156,19 @@ EVAL = (
 """`rft eval`."""
 
 
+EXTERNAL_BENCH = (
+    "config.schema",
+    "data.inputs",                    # the evaluation files (no model folder)
+    "explorer.external_model",        # mode bench, a single-turn workflow, the API's address
+    "data.template_kwargs",
+    "rewards.function",               # the reward function that scores the replies
+    "trainer.runtime",                # loggers
+    "rollout.sampling",               # top_p, temperature
+    "explorer.workflow",              # the workflow's arguments
+)
+"""`rft train` of a model behind an API (external_model): mode bench, nothing loads but the evaluation files."""
+
+
 def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = None,
              check_model_path: bool = True) -> None:
     """The RL config, before any model loads. `world_size`: the number of processes the batch sizes are checked
@@ -162,7 +176,8 @@ def validate(cfg: RFTConfig, check_paths: bool = True, world_size: int | None = 
     world_size = processes(cfg.trainer) if world_size is None else world_size
     sp = cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size
     sp = sp if isinstance(sp, int) and sp >= 1 and world_size % sp == 0 else 1  # else refused by its check
-    run_checks(RL, CheckContext(cfg, check_paths, check_model_path, world_size, unused_keys(UNUSED_RL, cfg), sp))
+    names = EXTERNAL_BENCH if cfg.external_model.enable else RL
+    run_checks(names, CheckContext(cfg, check_paths, check_model_path, world_size, unused_keys(UNUSED_RL, cfg), sp))
 
 
 def validate_sft(cfg, check_paths: bool = True, world_size: int | None = None, check_model_path: bool = True) -> None:
