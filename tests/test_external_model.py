@@ -26,6 +26,7 @@ class ScriptedApi:
 
     def __init__(self):
         self.requests: list[dict] = []
+        self.failing: set[int] = set()  # the a's of the tasks it answers with HTTP 500
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,6 +37,11 @@ class ScriptedApi:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 api.requests.append(body)
                 a, b = map(int, re.match(r"(\d+)\+(\d+)=", body["messages"][-1]["content"]).groups())
+                if a in api.failing:
+                    self.send_response(500)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 answer = a + b if a % 2 == 0 else a + b + 1
                 reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                          "choices": [{"index": 0, "finish_reason": "stop",
@@ -73,13 +79,13 @@ def _rows(folder: Path) -> Path:
     return path
 
 
-def _bench(tmp_path: Path, *more: str):
+def _bench(tmp_path: Path, *more: str, check: bool = True):
     return rft_here("train", "trainer.mode=bench", "external_model.enable=true", "external_model.model_name=api-model",
                     "external_model.base_url_env=MY_API_URL", f"data.val_files={_rows(tmp_path / 'data')}",
                     "data.max_response_length=7", "actor_rollout_ref.rollout.val_kwargs.n=3",
                     "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
                     "actor_rollout_ref.rollout.val_kwargs.temperature=0.7", f"trainer.default_local_dir={tmp_path / 'out'}",
-                    "trainer.logger=[console]", *more, cwd=tmp_path)
+                    "trainer.logger=[console]", *more, cwd=tmp_path, check=check)
 
 
 def test_an_api_model_is_scored_by_the_workflow_as_configured(tmp_path, api):
@@ -95,6 +101,17 @@ def test_an_api_model_is_scored_by_the_workflow_as_configured(tmp_path, api):
     first = api.requests[0]
     assert first["model"] == "api-model" and first["max_tokens"] == 7 and first["temperature"] == 0.7
     assert first["messages"][0] == {"role": "system", "content": R1_SYSTEM_PROMPT}  # math_workflow's prompt
+
+
+def test_a_task_the_api_keeps_failing_scores_zero_and_a_run_that_gets_nothing_stops(tmp_path, api, caplog):
+    api.failing = {2}  # the first task (2+3, which it would answer right): 500 at every try
+    _bench(tmp_path, "workflow.max_retry_times=1")
+    row = json.loads((tmp_path / "out" / "bench" / "metrics.jsonl").read_text())
+    assert row["bench/external/failed_tasks"] == 1.0 and row["bench/arithmetic/reward/mean@3"] == pytest.approx(3 / 6)
+    assert "1 of 6 tasks failed after 2 tries each and score 0; the first, " in caplog.text
+    api.failing = {a for a, _ in SUMS}
+    proc = _bench(tmp_path, "workflow.max_retry_times=0", check=False)
+    assert proc.returncode == 2 and "rft: error: external model: every task failed after 1 try each" in proc.stderr
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -426,3 +426,16 @@ def check_external_model(ctx: CheckContext) -> None:
     problem = missing_api(ext) if ctx.check_paths else None
     if problem is not None:
         raise ConfigError(problem)
+
+
+@UNUSED.register("explorer.external_model")
+def unused_with_an_api_model(cfg) -> dict[str, str]:
+    """What a bench of a model behind an API does not read: the policy's training, its reference and critic, the
+    checkpoints a bench of a run reads, the training rollout's sampling (validation's val_kwargs are read)."""
+    if not cfg.external_model.enable:
+        return {}
+    why = "external_model.enable evaluates a model behind an API (no model loads, nothing trains)"
+    return {prefix: why for prefix in ("actor_rollout_ref.actor.", "actor_rollout_ref.ref.", "critic.", "algorithm.",
+                                       "trainer.val_before_train", "trainer.bench_on_latest_checkpoint",
+                                       "actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.top_p",
+                                       "actor_rollout_ref.rollout.top_k", "actor_rollout_ref.rollout.n")}

@@ -98,10 +98,11 @@ def evaluate_api(workflow_cls, tasks: list, handle: ApiModelHandle, n: int, conc
     failed = [(task, error) for task, (_, error) in zip(tasks, results) if error is not None]
     if failed:
         task, error = failed[0]
-        log.warning("rft: external model: %d of %d tasks failed after %d tries each and score 0; the first, %s: %s",
-                    len(failed), len(tasks), retries + 1, task.prompt.origin or f"task {task.index}", error)
-    if len(failed) == len(tasks):
-        raise RftError(f"external model: every task failed; the first: {failed[0][1]}")
+        where, tries = task.prompt.origin or f"task {task.index}", "1 try" if not retries else f"{retries + 1} tries"
+        if len(failed) == len(tasks):
+            raise RftError(f"external model: every task failed after {tries} each; the first, {where}: {error}")
+        log.warning("rft: external model: %d of %d tasks failed after %s each and score 0; the first, %s: %s",
+                    len(failed), len(tasks), tries, where, error)
     by_source: dict[str, list[float]] = {}
     samples = []
     for task, (experiences, _) in zip(tasks, results):

@@ -41,6 +41,7 @@ UNUSED_RL = (
     "trainer.resume",                 # resume_from_path without resume_mode=resume_path
     "data_processor.data_juicer",     # where Data-Juicer runs, without a data_juicer operator
     "explorer.ground_truth",          # the response columns under a workflow that reads no reference answer
+    "explorer.external_model",        # training keys under a bench of a model behind an API
 )
 """The parts an RL run may not build: their keys have no effect (named in a note, never refused)."""
 
