@@ -1129,3 +1129,42 @@ def test_an_experience_without_a_token_to_learn_passes_only_when_the_workflow_sa
     assert (norm.num_tokens, norm.num_seqs) == (1.0, 2.0)
     loss = agg_loss(torch.ones(2, 2, requires_grad=True), batch.loss_mask, "token-mean", norm)
     assert float(loss) == 0.0
+
+
+ASYNC_AGENT_WORKFLOW = '''
+from rft.explorer.workflow import Workflow, register_workflow
+
+@register_workflow("async_agent")
+class AsyncAgent(Workflow):
+    """Written as Trinity-RFT's async workflows are: run_async, the async OpenAI client, chat_async, response_text."""
+    is_async = True
+
+    async def run_async(self):
+        client = self.model.get_openai_async_client()
+        reply = await client.chat.completions.create(model=client.model_path, messages=self.task.messages, n=1,
+                                                     max_tokens=4, logprobs=True, temperature=1.0)
+        (second,) = await self.model.chat_async(self.task.messages + [
+            {"role": "assistant", "content": reply.choices[0].message.content}, {"role": "user", "content": "again"}])
+        experiences = self.model.extract_experience_from_history(clear_history=True)
+        for i, e in enumerate(experiences):
+            e.reward = float(len(second.response_text) % 3) + 0.1 * self.task.index + 0.01 * i
+        return experiences
+'''
+
+
+def test_a_trinity_style_async_workflow_trains(assets, tmp_path):
+    """Trinity-RFT's async workflow API (is_async, run_async, get_openai_async_client with its model_path,
+    chat_async, a reply's response_text, extract_experience_from_history(clear_history=...)): two calls a task,
+    batched across the tasks, every trainable parameter moved."""
+    from rft.orchestration.run import SyncRun
+
+    (tmp_path / "agent.py").write_text(ASYNC_AGENT_WORKFLOW)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "workflow.type=async_agent",
+                            f"workflow.path={tmp_path / 'agent.py'}", "workflow.enable_history=true",
+                            "actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=reinforce_plus_plus"))
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 4
+    assert metrics["workflow/model_calls"] == 2  # 4 agents x 2 calls: one engine call per turn
+    assert_all_moved(before, run.trainer.model)

@@ -80,6 +80,11 @@ class Completion:
     """The weight version that drew each generated token, where the server records it (the engine server's
     stream); empty otherwise."""
 
+    @property
+    def response_text(self) -> str:
+        """`text` under Trinity-RFT's name (its chat returns experiences whose reply is `response_text`)."""
+        return self.text
+
 
 @dataclass
 class _Request:
@@ -502,10 +507,34 @@ class ModelHandle:
             raise RftError("the OpenAI client needs the openai package: pip install 'rft[agents]'") from None
         return openai.OpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
 
-    def extract_experience_from_history(self, clear: bool = True) -> list[Experience]:
-        """One experience per recorded model call (prompt and completion tokens, reward 0: the workflow sets it)."""
+    def get_openai_async_client(self):
+        """An `openai.AsyncOpenAI` client on the endpoint, whose calls count as this workflow's (Trinity-RFT's async
+        workflows and AgentScope's agents take one); `model_path`: the name the endpoint serves the policy under,
+        as Trinity's client carries it."""
+        try:
+            import openai
+        except ImportError:
+            raise RftError("the OpenAI client needs the openai package: pip install 'rft[agents]'") from None
+        client = openai.AsyncOpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
+        client.model_path = self.endpoint.model_name
+        return client
+
+    async def chat_async(self, messages: list[dict], n: int = 1, tools: list[dict] | None = None,
+                         **sampling) -> list[Completion]:
+        """`chat` for an async workflow (Trinity-RFT's name): the call joins the batch as `chat` does, holding this
+        attempt's event loop until its completions come."""
+        return self.chat(messages, n, tools, **sampling)
+
+    async def generate_async(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:
+        """`generate` for an async workflow (Trinity-RFT's name), as `chat_async`."""
+        return self.generate(prompts, n, **sampling)
+
+    def extract_experience_from_history(self, clear: bool = True, clear_history: bool | None = None
+                                        ) -> list[Experience]:
+        """One experience per recorded model call (prompt and completion tokens, reward 0: the workflow sets it);
+        `clear_history`: Trinity-RFT's name of `clear`."""
         out = list(self.history)
-        if clear:
+        if clear if clear_history is None else clear_history:
             self.history.clear()
         return out
 

@@ -122,6 +122,15 @@ class Workflow:
         self.args = dict(task.workflow_args)
 
     def run(self) -> list[Experience]:
+        """The task's experiences. A workflow written as Trinity-RFT's async ones (`is_async = True`, `async def
+        run_async`) is run to completion here, in its attempt's thread, on an event loop of its own."""
+        if type(self).run_async is not Workflow.run_async:
+            import asyncio
+
+            return asyncio.run(self.run_async())
+        raise NotImplementedError(f"{type(self).__name__} defines neither run() nor run_async()")
+
+    async def run_async(self) -> list[Experience]:
         raise NotImplementedError
 
 
