@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-heavy test-faults test-bf16 test-demo demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer alfworld test-alfworld gpu-check versions test-versions
+.PHONY: setup test test-heavy test-faults test-bf16 test-demo demo demo-vision bench clean vllm test-vllm bench-vllm data-juicer test-data-juicer alfworld test-alfworld agentscope test-agentscope gpu-check versions test-versions
 
 # the start of each lane's venv ($(1)): the venv, a current pip, the torch release constraints.txt pins
 define new_venv
@@ -126,6 +126,20 @@ $(ASTAMP): pyproject.toml constraints.txt
 
 test-alfworld: alfworld
 	OMP_NUM_THREADS=1 $(AVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_alfworld
+
+# Trinity-RFT's AgentScope workflows (tests/with_agentscope) in a venv of their own: AgentScope 1 and its many
+# dependencies, which make setup leaves out
+GVENV := .venv-agentscope
+GSTAMP := $(GVENV)/.installed
+agentscope: $(GSTAMP)
+
+$(GSTAMP): pyproject.toml constraints.txt
+	$(call new_venv,$(GVENV))
+	$(GVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,agentscope]'
+	touch $(GSTAMP)
+
+test-agentscope: agentscope
+	OMP_NUM_THREADS=1 $(GVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_agentscope
 
 bench-vllm: vllm
 	$(VVENV)/bin/python bench/bench.py --engine hf vllm

@@ -72,6 +72,8 @@ def pytest_ignore_collect(collection_path, config):
         return True  # Data-Juicer's environment of its own: make test-data-juicer
     if collection_path == Path(__file__).parent / "with_alfworld" and importlib.util.find_spec("alfworld") is None:
         return True  # ALFWorld's venv of its own (its planner builds from source): make test-alfworld
+    if collection_path == Path(__file__).parent / "with_agentscope" and importlib.util.find_spec("agentscope") is None:
+        return True  # AgentScope's venv of its own: make test-agentscope
     return True if not HAS_VLLM and collection_path == Path(__file__).parent / "with_vllm" else None
 
 

@@ -1256,9 +1256,13 @@ def _task_order(out: dict) -> None:
 
 ENVIRONMENTS = (  # (what a Trinity-RFT workflow type's name holds, the environment, its package and what it needs)
     ("webshop", "WebShop's simulated shop", "webshop", "with its shop server and its product catalogue"),
-    ("agentscope", "an AgentScope agent", "agentscope", "1.x (the agent drives the model through AgentScope 1's "
-                                                        "ReActAgent and OpenAIChatModel, which AgentScope 2, PyPI's "
-                                                        "current release, no longer has)"),
+    ("agentscopev0", "an AgentScope 0.x agent", "agentscope", "0.x, whose agent API AgentScope 1 replaced (rft runs "
+                                                               "AgentScope 1: agentscope_react_math_workflow is this "
+                                                               "workflow on it)"),
+    ("agentscope_v1_react_search", "an AgentScope agent searching the web", "agentscope",
+     "with a web search service (Tavily's API or a SearXNG server) behind an MCP server that npx runs, and a judge"),
+    ("agentscope_frozenlake", "an AgentScope agent playing FrozenLake (its example's plugin)", "agentscope",
+     "with that plugin module, which rft has not (frozen_lake_workflow is Trinity's FrozenLake without an agent)"),
     ("email_search", "an AgentScope agent searching a mailbox", "agentscope", "with the Enron mail database"),
 )
 
@@ -1270,7 +1274,8 @@ def environment_workflow(name: Any) -> str | None:
         if part in name.lower():
             return (f"Trinity-RFT's workflow that runs {what}: it needs the {package} package {needs}, and rft has "
                     "no workflow of that environment (rft's: simple_workflow, math_workflow, math_boxed_workflow, "
-                    "simple_mm_workflow, tool_call_workflow, or one of your own, docs/workflows.md)")
+                    "simple_mm_workflow, tool_call_workflow, agentscope_react_workflow, or one of your own, "
+                    "docs/workflows.md)")
     return None
 
 
@@ -1278,6 +1283,7 @@ SAME_WORKFLOWS = {"math_rm_workflow": "simple_workflow", "async_simple_workflow"
                   "on_policy_distill_workflow": "simple_workflow",
                   "async_math_workflow": "math_workflow", "async_math_boxed_workflow": "math_boxed_workflow",
                   "async_math_rm_workflow": "simple_workflow", "async_simple_mm_workflow": "simple_mm_workflow",
+                  "as_react_workflow": "agentscope_react_workflow",  # Trinity registers its class under both
                   # Trinity's BOTS and Learn2Ask examples name their plugins' classes by module path (Trinity
                   # imports them from the working directory, its repository); rft has them under the names the
                   # plugins register

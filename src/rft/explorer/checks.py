@@ -14,11 +14,15 @@ from rft.sync.schedule import is_synchronous
 ALFWORLD_WORKFLOWS = ("alfworld_workflow", "step_wise_alfworld_workflow", "RAFT_alfworld_workflow",
                      "RAFT_reflect_alfworld_workflow")
 """The workflows that play ALFWorld's games (rft.explorer.alfworld): the alfworld package, a row's game file."""
+AGENTSCOPE_WORKFLOWS = ("agentscope_react_workflow", "agentscope_react_math_workflow")
+"""Trinity-RFT's workflows of AgentScope's ReAct agent (rft.explorer.agentscope): the agentscope package, the
+endpoint's history."""
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
                      "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
                      "bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow",
-                     "math_trainable_ruler_workflow", *ALFWORLD_WORKFLOWS, "learn2ask_workflow")
+                     "math_trainable_ruler_workflow", *ALFWORLD_WORKFLOWS, "learn2ask_workflow",
+                     *AGENTSCOPE_WORKFLOWS)
 BOXED_WORKFLOW_REWARDS = {"math_boxed_workflow": "math_boxed_reward",
                           "bots_math_boxed_workflow": "bots_math_boxed_reward",
                           "bots_ref_eval_collect_math_boxed_workflow": "bots_math_boxed_reward"}
@@ -27,7 +31,7 @@ OWN_PROMPT_WORKFLOWS = ("frozen_lake_workflow", "toolcall_workflow")
 """The workflows that write every message themselves: their rows need no prompt (data.prompt_key may be null). The
 Trinity dialect keeps the same names (`rft.dialects.trinity.OWN_PROMPT_WORKFLOWS`: it sits below the explorer)."""
 ENV_REWARD_WORKFLOWS = ("frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
-                        *ALFWORLD_WORKFLOWS, "learn2ask_workflow")
+                        *ALFWORLD_WORKFLOWS, "learn2ask_workflow", *AGENTSCOPE_WORKFLOWS)
 """The workflows whose environment (or judge) computes the reward: no reward function reads their rows."""
 TRUTHLESS_WORKFLOWS = ("frozen_lake_workflow", "sciworld_workflow", *ALFWORLD_WORKFLOWS)
 """The environment workflows that read no reference answer: their rows need no response column (Trinity-RFT's read
@@ -171,11 +175,12 @@ def check_frozen_lake(args: dict) -> None:
 def missing_environment(workflow: str) -> str | None:
     """Why the environment `workflow` steps cannot start here (its package, ScienceWorld's Java), in one line naming
     the extra; None where it can, or for a workflow without one."""
+    from rft.explorer.agentscope import require_agentscope
     from rft.explorer.alfworld import require_alfworld
     from rft.explorer.sciworld import require_scienceworld
 
-    require = {"sciworld_workflow": require_scienceworld,
-               **dict.fromkeys(ALFWORLD_WORKFLOWS, require_alfworld)}.get(workflow)
+    require = {"sciworld_workflow": require_scienceworld, **dict.fromkeys(ALFWORLD_WORKFLOWS, require_alfworld),
+               **dict.fromkeys(AGENTSCOPE_WORKFLOWS, require_agentscope)}.get(workflow)
     if require is None:
         return None
     try:
@@ -256,6 +261,15 @@ def check_workflow(ctx: CheckContext) -> None:
                           "prompt column")
     if wf.type == "frozen_lake_workflow":
         check_frozen_lake(wf.args or {})
+    if wf.type in AGENTSCOPE_WORKFLOWS:
+        if not wf.enable_history:
+            raise ConfigError(f"workflow.type={wf.type} drives the model through the OpenAI-compatible endpoint and "
+                              "learns the calls it records: set workflow.enable_history=true (Trinity: "
+                              "explorer.rollout_model.enable_history)")
+        kind = (wf.args or {}).get("type", "gsm8k")
+        if kind != "gsm8k":
+            raise ConfigError(f"workflow.args.type={kind!r}: rft has Trinity-RFT's gsm8k template of {wf.type} "
+                              "(its email_search template needs Trinity's Enron mail database and an LLM judge)")
     if wf.type in ALFWORLD_WORKFLOWS and "max_env_steps" in (wf.args or {}):
         positive("workflow.args.max_env_steps", wf.args["max_env_steps"])
     if wf.type == "learn2ask_workflow":  # Trinity's reward reads any other train_mode as Rs: refused here

@@ -360,8 +360,12 @@ class Endpoint:
         if not isinstance(raw, list) or not raw:
             raise ApiError(400, "messages must be a non-empty list")
         tools = body.get("tools") or None
-        if body.get("tool_choice") not in (None, "auto", "none"):
-            raise ApiError(400, "tool_choice must be auto or none")
+        choice = body.get("tool_choice")
+        if choice not in (None, "auto", "none", "required"):
+            raise ApiError(400, "tool_choice must be auto, none or required (a named function needs guided "
+                                "decoding, which rft's engines have not)")
+        if choice == "required" and not tools:
+            raise ApiError(400, "tool_choice=required needs tools")
         handle = self._handle(key).with_template_kwargs(_template_kwargs(body))
         n = int(body.get("n") or 1)
         scope = json.dumps([key, tools, handle.template_kwargs], sort_keys=True, default=str)
@@ -394,6 +398,11 @@ class Endpoint:
                          "function": {"name": t.name, "arguments": json.dumps(t.arguments)}} for t in calls]}
                     finish = "tool_calls"
                     self._remember(calls[0].id, raw)
+                elif choice == "required":
+                    self._count("required_unmet", "tool_choice=required is not enforced here: rft's engines sample "
+                                "without the guided decoding vLLM's server forces a tool call with, so a reply "
+                                "without one is returned as it is (an agent such as AgentScope's asks again); "
+                                "counted in workflow/endpoint_required_unmet")
             if thinking is not None:  # vLLM's field, and its earlier name (which most clients read)
                 message["reasoning"] = message["reasoning_content"] = thinking
             if keeps:
@@ -470,12 +479,13 @@ class Endpoint:
         if first:
             log.warning("rft: note: %s", note)
 
-    COUNTED = ("kept", "rerendered", "template_rewrites")
+    COUNTED = ("kept", "rerendered", "template_rewrites", "required_unmet")
 
     def take_counts(self) -> dict[str, float]:
         """The calls counted since the last take, as `workflow/endpoint_*` metrics: kept (continued from the tokens
         of a reply served here), rerendered (a history the client changed, rendered from its text),
-        template_rewrites (a template that renders earlier turns otherwise once more messages follow)."""
+        template_rewrites (a template that renders earlier turns otherwise once more messages follow), required_unmet
+        (a reply without a tool call to a request with tool_choice=required)."""
         with self._lock:
             counts, self._counts = self._counts, Counter()
         return {f"workflow/endpoint_{k}": float(counts[k]) for k in self.COUNTED}

@@ -38,6 +38,7 @@ from typing import Any
 from rft.data.dataset import Prompt
 from rft.data.images import filled_image_parts
 from rft.experience import Experience
+from rft.explorer.agentscope import GSM8K_SYSTEM_PROMPT as GSM8K_AGENT_PROMPT
 from rft.explorer.alfworld import MAX_ENV_STEPS as MAX_ALFWORLD_STEPS
 from rft.explorer.alfworld import RAFT_MAX_ENV_STEPS
 from rft.explorer.frozen_lake import SYSTEM_PROMPT as FROZEN_LAKE_PROMPT
@@ -1029,6 +1030,50 @@ def _raft_experience(episode, kept: bool, logged: dict[str, float]) -> Experienc
     return exp
 
 
+class _AgentScopeReAct(Workflow):
+    """Trinity-RFT's AgentScope ReAct workflows (`rft.explorer.agentscope`): for each of the task's repeat_times a
+    fresh agent answers its question through the endpoint (workflow.enable_history); every model call it made is an
+    experience paid the answer's reward (`accuracy`), `react_memory_length` in its info."""
+
+    ARGS = frozenset()
+    PROMPT = ""
+    PYTHON_TOOL = False
+    AGENT = "react_agent"
+
+    async def run_async(self) -> list[Experience]:
+        from rft.explorer.agentscope import boxed_answer_reward, memory_length, react_agent, solve
+
+        out = []
+        for _ in range(self.task.repeat_times):
+            agent = react_agent(self.model, self.PROMPT, python_tool=self.PYTHON_TOOL, name=self.AGENT)
+            rewards = boxed_answer_reward(await solve(agent, question_of(self.task.prompt.messages)), self.task.truth)
+            length = await memory_length(agent)
+            for e in self.model.extract_experience_from_history(clear_history=True):
+                e.reward, e.rewards = sum(rewards.values()), dict(rewards)
+                e.info["react_memory_length"] = length
+                out.append(e)
+        return out
+
+
+@register_workflow("agentscope_react_workflow")
+class AgentScopeReActWorkflow(_AgentScopeReAct):
+    """Trinity-RFT's agentscope_react_workflow (as_react_workflow) with its GSM8K template (workflow args: type,
+    gsm8k only): a ReAct agent with AgentScope's meta tool and no tool of its own."""
+
+    ARGS = frozenset({"type"})
+    PROMPT = GSM8K_AGENT_PROMPT
+
+
+@register_workflow("agentscope_react_math_workflow")
+class AgentScopeReActMathWorkflow(_AgentScopeReAct):
+    """Trinity-RFT's agentscope_react_math_workflow: the agent has AgentScope's execute_python_code tool (the model's
+    code runs in a Python subprocess of this machine) and Trinity's prompt between two line breaks."""
+
+    PROMPT = "\n" + GSM8K_AGENT_PROMPT + "\n"
+    PYTHON_TOOL = True
+    AGENT = "math_react_agent"
+
+
 def load_workflow_file(path: str) -> None:
     """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
     Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
@@ -1054,5 +1099,6 @@ def workflow_class(name: str, path: str | None = None) -> type:
 
 
 __all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "RaftAlfworldWorkflow",
-           "RaftReflectAlfworldWorkflow", "Learn2AskWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
+           "RaftReflectAlfworldWorkflow", "AgentScopeReActWorkflow",
+           "AgentScopeReActMathWorkflow", "Learn2AskWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
            "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]
