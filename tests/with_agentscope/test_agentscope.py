@@ -171,3 +171,20 @@ def _written(tmp_path, tree) -> str:
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(tree))
     return str(path)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([], "workflow.type=agentscope_react_workflow drives the model through the OpenAI-compatible endpoint and learns "
+         "the calls it records: set workflow.enable_history=true"),
+    (["workflow.enable_history=true", "workflow.args={type: email_search}"],
+     "workflow.args.type='email_search': rft has Trinity-RFT's gsm8k template of agentscope_react_workflow"),
+])
+def test_what_the_agent_workflows_need_is_refused_before_the_model_loads(tmp_path, overrides, message):
+    from rft.models.tiny import init_model
+    from rft.tasks import write_arithmetic
+
+    write_arithmetic(tmp_path / "data", n_train=4, n_val=2, seed=0)
+    proc = rft_here("train", f"actor_rollout_ref.model.path={init_model('tiny', tmp_path / 'm', seed=0)}",
+                    f"data.train_files={tmp_path / 'data' / 'train.parquet'}", "workflow.type=agentscope_react_workflow",
+                    *overrides, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("rft: error:") == 1
