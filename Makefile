@@ -14,6 +14,13 @@ define new_venv
 	$(1)/bin/python -m pip install --quiet --constraint constraints.txt torch==2.13.0
 endef
 
+# a lane's venv: rft with its tests and the extra $(2), in the venv $(1), stamped done
+define extra_venv
+	$(call new_venv,$(1))
+	$(1)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,$(2)]'
+	touch $(1)/.installed
+endef
+
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -120,9 +127,7 @@ ASTAMP := $(AVENV)/.installed
 alfworld: $(ASTAMP)
 
 $(ASTAMP): pyproject.toml constraints.txt
-	$(call new_venv,$(AVENV))
-	$(AVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,alfworld]'
-	touch $(ASTAMP)
+	$(call extra_venv,$(AVENV),alfworld)
 
 test-alfworld: alfworld
 	OMP_NUM_THREADS=1 $(AVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_alfworld
@@ -134,9 +139,7 @@ GSTAMP := $(GVENV)/.installed
 agentscope: $(GSTAMP)
 
 $(GSTAMP): pyproject.toml constraints.txt
-	$(call new_venv,$(GVENV))
-	$(GVENV)/bin/python -m pip install --quiet --constraint constraints.txt -e '.[test,agentscope]'
-	touch $(GSTAMP)
+	$(call extra_venv,$(GVENV),agentscope)
 
 test-agentscope: agentscope
 	OMP_NUM_THREADS=1 $(GVENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_agentscope

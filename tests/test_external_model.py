@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import rft_here
+from http_helpers import send_json
 
 from rft.explorer.workflow import R1_SYSTEM_PROMPT
 
@@ -47,12 +48,7 @@ class ScriptedApi:
                          "choices": [{"index": 0, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": str(answer)}}],
                          "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, reply)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"

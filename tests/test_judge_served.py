@@ -12,6 +12,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from http_helpers import send_json
 from rl_helpers import make_assets, rl_config
 
 from rft.config import ConfigError
@@ -40,12 +41,7 @@ class ScriptedJudge:
                 pass
 
             def _send(self, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, body)
 
             def do_GET(self):
                 self._send({"object": "list", "data": [{"id": "scripted-judge", "object": "model"}]})

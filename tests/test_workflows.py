@@ -381,12 +381,15 @@ class OpenAIAgent(Workflow):
 '''
 
 
-def test_an_openai_client_agent_trains_through_the_endpoint(assets, tmp_path):
+@pytest.mark.parametrize("source, name", [("AGENT_WORKFLOW", "openai_agent"), ("ASYNC_AGENT_WORKFLOW", "async_agent")])
+def test_an_openai_client_agent_trains_through_the_endpoint(assets, tmp_path, source, name):
+    """An agent that knows only the openai client, and one written as Trinity-RFT's async workflows are
+    (ASYNC_AGENT_WORKFLOW): two calls a task, batched across the tasks, every trainable parameter moved."""
     pytest.importorskip("openai")
     from rft.orchestration.run import SyncRun
 
-    (tmp_path / "agent.py").write_text(AGENT_WORKFLOW)
-    run = SyncRun(rl_config(assets, tmp_path / "out", "workflow.type=openai_agent",
+    (tmp_path / "agent.py").write_text(globals()[source])
+    run = SyncRun(rl_config(assets, tmp_path / "out", f"workflow.type={name}",
                             f"workflow.path={tmp_path / 'agent.py'}", "workflow.enable_history=true",
                             "actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
                             "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=reinforce_plus_plus"))
@@ -396,7 +399,6 @@ def test_an_openai_client_agent_trains_through_the_endpoint(assets, tmp_path):
     assert metrics["actor/grad_norm"] > 0
     assert_all_moved(before, run.trainer.model)
     assert metrics["workflow/model_calls"] == 2  # 4 agents x 2 calls, batched: one engine call per turn
-
 
 def test_an_endpoint_port_in_use_is_one_line_naming_the_port_and_the_key():
     """`workflow.endpoint_port` held by another socket: the key, the port and what to do, not the OS error's
@@ -1151,20 +1153,3 @@ class AsyncAgent(Workflow):
         return experiences
 '''
 
-
-def test_a_trinity_style_async_workflow_trains(assets, tmp_path):
-    """Trinity-RFT's async workflow API (is_async, run_async, get_openai_async_client with its model_path,
-    chat_async, a reply's response_text, extract_experience_from_history(clear_history=...)): two calls a task,
-    batched across the tasks, every trainable parameter moved."""
-    from rft.orchestration.run import SyncRun
-
-    (tmp_path / "agent.py").write_text(ASYNC_AGENT_WORKFLOW)
-    run = SyncRun(rl_config(assets, tmp_path / "out", "workflow.type=async_agent",
-                            f"workflow.path={tmp_path / 'agent.py'}", "workflow.enable_history=true",
-                            "actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
-                            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=reinforce_plus_plus"))
-    before = trainable(run.trainer.model)
-    metrics = run.train_step(1, Timer())
-    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 4
-    assert metrics["workflow/model_calls"] == 2  # 4 agents x 2 calls: one engine call per turn
-    assert_all_moved(before, run.trainer.model)

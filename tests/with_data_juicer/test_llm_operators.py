@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 import yaml
+from http_helpers import send_json
 from rl_helpers import make_assets
 from spec_configs import SPEC, md_yaml_blocks
 
@@ -112,12 +113,7 @@ class Scorer(BaseHTTPRequestHandler):
         level = 5 if "+9" in text else 1
         dims = ["linguistic_complexity", "conceptual_depth", "prior_knowledge", "step_complexity", "ambiguity"]
         reply = json.dumps({"dimension_scores": {d: level for d in dims}, "flags": [], "rationale": "r"})
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
     def log_message(self, *args):
         pass
