@@ -54,6 +54,10 @@ WITHOUT_A_READER_HERE = {
     # venv of `make vllm` (tests/with_vllm runs them: verl's ppo_trainer.yaml with every one of them)
     **{f"actor_rollout_ref.rollout.{key}": "the vLLM engine: rollout/engines.py:vllm_options (tests/with_vllm)"
        for key in VLLM_KEYS},
+    # a model behind an API, read in mode bench only (no model loads, nothing trains)
+    **{f"external_model.{key}": "mode bench of an API model: orchestration/modes.py:bench_external, "
+                                "explorer/external.py (tests/test_external_model.py)"
+       for key in ("model_name", "base_url_env", "api_key_env")},
 }
 SFT_WITHOUT_A_READER_HERE = {
     "model.strategy": "how several processes shard the model: read by trainer/sft.py only when trainer.nnodes x "

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import rft_here
-from test_distributed import ENV, REWARD, _free_port, close, metrics_of
+from rl_helpers import DENSE_REWARD
+from test_distributed import ENV, _free_port, close, metrics_of
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes (gloo)")
 
@@ -25,7 +26,7 @@ def assets(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("scale")
     init_model("tiny", root / "model", seed=0)
     write_arithmetic(root / "data", n_train=64, n_val=7, seed=0, carry_slip=0.5)
-    (root / "reward.py").write_text(REWARD)
+    (root / "reward.py").write_text(DENSE_REWARD)
     return root
 
 
