@@ -117,6 +117,8 @@ def test_a_task_the_api_keeps_failing_scores_zero_and_a_run_that_gets_nothing_st
                                            "model can run"),
     (["external_model.base_url_env=NO_SUCH_VARIABLE"], "external_model.base_url_env=NO_SUCH_VARIABLE: that environment "
                                                        "variable is not set"),
+    (["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4"],
+     "external_model.enable: reward_model.overlong_buffer counts a reply's tokens"),
 ])
 def test_what_an_api_model_cannot_run_is_refused_in_one_line(tmp_path, api, overrides, message):
     data = _rows(tmp_path / "data")

@@ -455,8 +455,8 @@ def cmd_config(args) -> int:
 
 def _note_missing_packages(cfgs) -> None:
     """`rft config show` of a config with the vLLM engine where vLLM cannot start, a workflow whose environment's
-    package is not installed here, or an API model whose URL is not set here: the config is shown (showing needs neither), with one note saying what
-    `rft train` will refuse and how to get it (or to run without vLLM)."""
+    package is not installed here, or an API model whose URL is not set here: the config is shown (showing needs
+    none of them), with one note saying what `rft train` will refuse and how to get it (or to run without vLLM)."""
     from rft.explorer.checks import missing_environment
     from rft.explorer.external import missing_api
 

@@ -437,6 +437,9 @@ def check_external_model(ctx: CheckContext) -> None:
     if cfg.reward_model.enable or cfg.custom_reward_function.reward_fn_type == "llm_judge":
         raise ConfigError("external_model.enable: the replies are scored by a reward function (a reward model or a "
                           "judge reads token ids or a local model); remove reward_model.enable / the llm_judge")
+    if cfg.reward_model.overlong_buffer.enable:
+        raise ConfigError("external_model.enable: reward_model.overlong_buffer counts a reply's tokens, which an API "
+                          "does not return; remove it")
     problem = missing_api(ext) if ctx.check_paths else None
     if problem is not None:
         raise ConfigError(problem)

@@ -52,6 +52,9 @@ def load_prompts(cfg, tokenizer, files, data_sources=None, file_keys=None) -> Pr
     system_prompt(_key), response_key, tools_key, chat_template; verl's apply_chat_template_kwargs); `file_keys`:
     per file, the columns it has of its own (`val_file_keys`)."""
     data = cfg.data
+    truthless = cfg.workflow.type in TRUTHLESS_WORKFLOWS  # an environment's reward: no response column read
+    if truthless and file_keys:
+        file_keys = [{k: v for k, v in own.items() if k != "response_key"} for own in file_keys]
     vision = vision_for(cfg.actor_rollout_ref.model.path)
     if data.custom_cls.path is not None:
         from rft.data.custom import custom_rows
@@ -62,7 +65,7 @@ def load_prompts(cfg, tokenizer, files, data_sources=None, file_keys=None) -> Pr
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
                          image_key=data.image_key, system_prompt=data.system_prompt,
                          system_prompt_key=data.system_prompt_key,
-                         response_key=None if cfg.workflow.type in TRUTHLESS_WORKFLOWS else data.response_key,
+                         response_key=None if truthless else data.response_key,
                          tools_key=data.tools_key, chat_template=data.chat_template,
                          template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources,
                          file_keys=file_keys)
@@ -86,9 +89,7 @@ def load_val_prompts(cfg, tokenizer) -> PromptDataset | None:
     data = cfg.data
     if not data.val_files:
         return None
-    keys = [{k: v for k, v in own.items() if k != "response_key"} for own in val_file_keys(data)] \
-        if cfg.workflow.type in TRUTHLESS_WORKFLOWS else val_file_keys(data)
-    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources, keys)
+    val_set = load_prompts(cfg, tokenizer, data.val_files, data.val_data_sources, val_file_keys(data))
     kept = capped_validation(len(val_set), data.val_max_samples, data.shuffle, data.seed, "prompts")
     if kept is not None:
         val_set.keep(kept)
@@ -567,21 +568,28 @@ def evaluate_workflow(runner, tasks: list, tokenizer, n: int, rewards=None) -> t
     task scores 0. Responses whose reward failed and were scored 0 (on_error=zero) are counted in one warning; a
     validation whose every response failed raises RewardError (`report_task_failures`), as `evaluate` does.
     `rewards`: the run's RewardPipeline, whose overlong punishment the rewards get (`punish_overlong`)."""
-    import numpy as np
-
     results, _ = runner.run(tasks)
     for experiences in results:
         punish_overlong(experiences, rewards)
     report_task_failures(tasks, [e for experiences in results for e in experiences], "validation",
                          without=UNSCORED_VALIDATION)
+    return validation_metrics(tasks, results, n, lambda task: tokenizer.decode(task.prompt.ids))
+
+
+def validation_metrics(tasks: list, results: list[list[Experience]], n: int,
+                       prompt_of) -> tuple[dict[str, float], list[dict]]:
+    """(val-core/<data_source>/reward/mean@n, samples) of the experiences each task's workflow returned, `results`
+    (a task with none, skipped or failed, scores 0 for each of its n responses); `prompt_of(task)`: a sample's
+    prompt."""
+    import numpy as np
+
     by_source: dict[str, list[float]] = {}
     samples = []
     for task, experiences in zip(tasks, results):
         by_source.setdefault(task.prompt.data_source, []).extend([e.reward for e in experiences] or [0.0] * n)
-        samples += [{"prompt": tokenizer.decode(task.prompt.ids), "response": e.info.get("response_text", ""),
-                     "score": e.reward} for e in experiences]
-    metrics = {f"val-core/{src}/reward/mean@{n}": float(np.mean(v)) for src, v in sorted(by_source.items())}
-    return metrics, samples
+        samples += [{"prompt": prompt_of(task), "response": e.info.get("response_text", ""), "score": e.reward}
+                    for e in experiences]
+    return {f"val-core/{src}/reward/mean@{n}": float(np.mean(v)) for src, v in sorted(by_source.items())}, samples
 
 
 def model_name(cfg) -> str:

@@ -46,8 +46,8 @@ def api_client(section, timeout: float):
         raise RftError(problem)
     import openai
 
-    return openai.OpenAI(base_url=os.environ[section.base_url_env], api_key=os.environ.get(section.api_key_env) or "EMPTY", timeout=timeout,
-                         max_retries=0)
+    key = os.environ.get(section.api_key_env) or "EMPTY"
+    return openai.OpenAI(base_url=os.environ[section.base_url_env], api_key=key, timeout=timeout, max_retries=0)
 
 
 @dataclass
@@ -81,8 +81,10 @@ class ApiModelHandle:
 def evaluate_api(workflow_cls, tasks: list, handle: ApiModelHandle, n: int, concurrency: int,
                  retries: int) -> tuple[dict[str, float], list[dict]]:
     """(val-core/<data_source>/reward/mean@n and external/failed_tasks, samples) of `tasks` through
-    `workflow_cls` on `handle`."""
-    import numpy as np
+    `workflow_cls` on `handle` (`validation_metrics`, as a local model's validation through its workflow; responses
+    whose reward failed under on_error=zero counted as there, `report_task_failures`)."""
+    from rft.explorer.explorer import report_task_failures, validation_metrics
+    from rft.rewards.scoring import UNSCORED_VALIDATION
 
     def attempt(task):
         error = None
@@ -94,8 +96,9 @@ def evaluate_api(workflow_cls, tasks: list, handle: ApiModelHandle, n: int, conc
         return [], error
 
     with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="rft-api") as pool:
-        results = list(pool.map(attempt, tasks))
-    failed = [(task, error) for task, (_, error) in zip(tasks, results) if error is not None]
+        attempts = list(pool.map(attempt, tasks))
+    results = [experiences for experiences, _ in attempts]
+    failed = [(task, error) for task, (_, error) in zip(tasks, attempts) if error is not None]
     if failed:
         task, error = failed[0]
         where, tries = task.prompt.origin or f"task {task.index}", "1 try" if not retries else f"{retries + 1} tries"
@@ -103,12 +106,7 @@ def evaluate_api(workflow_cls, tasks: list, handle: ApiModelHandle, n: int, conc
             raise RftError(f"external model: every task failed after {tries} each; the first, {where}: {error}")
         log.warning("rft: external model: %d of %d tasks failed after %s each and score 0; the first, %s: %s",
                     len(failed), len(tasks), tries, where, error)
-    by_source: dict[str, list[float]] = {}
-    samples = []
-    for task, (experiences, _) in zip(tasks, results):
-        by_source.setdefault(task.prompt.data_source, []).extend([e.reward for e in experiences] or [0.0] * n)
-        samples += [{"prompt": task.prompt.messages, "response": e.info.get("response_text", ""), "score": e.reward}
-                    for e in experiences]
-    metrics = {f"val-core/{src}/reward/mean@{n}": float(np.mean(v)) for src, v in sorted(by_source.items())}
-    metrics["external/failed_tasks"] = float(len(failed))
-    return metrics, samples
+    report_task_failures(tasks, [e for experiences in results for e in experiences], "validation",
+                         without=UNSCORED_VALIDATION)
+    metrics, samples = validation_metrics(tasks, results, n, lambda task: task.prompt.messages)
+    return {**metrics, "external/failed_tasks": float(len(failed))}, samples

@@ -501,21 +501,13 @@ class ModelHandle:
 
     def get_openai_client(self):
         """An `openai.OpenAI` client on the endpoint, whose calls count as this workflow's."""
-        try:
-            import openai
-        except ImportError:
-            raise RftError("the OpenAI client needs the openai package: pip install 'rft[agents]'") from None
-        return openai.OpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
+        return _openai().OpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
 
     def get_openai_async_client(self):
         """An `openai.AsyncOpenAI` client on the endpoint, whose calls count as this workflow's (Trinity-RFT's async
         workflows and AgentScope's agents take one); `model_path`: the name the endpoint serves the policy under,
         as Trinity's client carries it."""
-        try:
-            import openai
-        except ImportError:
-            raise RftError("the OpenAI client needs the openai package: pip install 'rft[agents]'") from None
-        client = openai.AsyncOpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
+        client = _openai().AsyncOpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
         client.model_path = self.endpoint.model_name
         return client
 
@@ -537,6 +529,15 @@ class ModelHandle:
         if clear if clear_history is None else clear_history:
             self.history.clear()
         return out
+
+
+def _openai():
+    """The openai package, or the one line naming the extra that installs it."""
+    try:
+        import openai
+    except ImportError:
+        raise RftError("the OpenAI client needs the openai package: pip install 'rft[agents]'") from None
+    return openai
 
 
 def _experience_of(c: Completion) -> Experience:

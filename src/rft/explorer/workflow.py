@@ -945,17 +945,23 @@ class AlfworldWorkflow(Workflow):
     function."""
 
     ARGS = frozenset({"max_env_steps"})
+    MAX_STEPS = MAX_ALFWORLD_STEPS  # max_env_steps' default
 
     def run(self) -> list[Experience]:
-        from rft.explorer.alfworld import game_file, open_env, play
-        from rft.rewards.judge import question_of
+        from rft.explorer.alfworld import game_file, open_env
 
-        steps = int((self.task.workflow_args or {}).get("max_env_steps", MAX_ALFWORLD_STEPS))
+        steps = int((self.task.workflow_args or {}).get("max_env_steps", self.MAX_STEPS))
         env = open_env(game_file(question_of(self.task.prompt.messages)))
         try:
-            return play(self.model, env, self.task.repeat_times, steps)
+            return self.play(env, steps)
         finally:
             env.close()
+
+    def play(self, env, steps: int) -> list[Experience]:
+        """The task's repeat_times episodes of its game `env`, at most `steps` turns each."""
+        from rft.explorer.alfworld import play
+
+        return play(self.model, env, self.task.repeat_times, steps)
 
 
 @register_workflow("step_wise_alfworld_workflow")
@@ -967,24 +973,17 @@ class StepWiseAlfworldWorkflow(AlfworldWorkflow):
 
 
 @register_workflow("RAFT_alfworld_workflow")
-class RaftAlfworldWorkflow(Workflow):
+class RaftAlfworldWorkflow(AlfworldWorkflow):
     """Trinity-RFT's RAFT_alfworld_workflow (`rft.explorer.alfworld.raft_episode`): `repeat_times` episodes of the
     row's game under the RAFT prompt (replies with <experience>, <think> and <action>), at most max_env_steps turns
     (50). An episode that scored 1 with every reply well formed is learnt (its conversation, the model's tokens);
     any other is an experience without a token to learn (Trinity's empty experience), its reward logged. Logged:
     success, steps. No reward function."""
 
-    ARGS = frozenset({"max_env_steps"})
+    MAX_STEPS = RAFT_MAX_ENV_STEPS
 
-    def run(self) -> list[Experience]:
-        from rft.explorer.alfworld import game_file, open_env
-
-        steps = int((self.task.workflow_args or {}).get("max_env_steps", RAFT_MAX_ENV_STEPS))
-        env = open_env(game_file(question_of(self.task.prompt.messages)))
-        try:
-            return [self.attempt(env, steps) for _ in range(self.task.repeat_times)]
-        finally:
-            env.close()
+    def play(self, env, steps: int) -> list[Experience]:
+        return [self.attempt(env, steps) for _ in range(self.task.repeat_times)]
 
     def attempt(self, env, steps: int) -> Experience:
         from rft.explorer.alfworld import raft_episode, raft_kept
@@ -1000,8 +999,9 @@ class RaftReflectAlfworldWorkflow(RaftAlfworldWorkflow):
     (`rft.explorer.alfworld.reflect_episode`: the model plays again after its first conversation and a note on
     how it went, and learns the clean conversation: the system prompt, the observations and its new replies), learnt
     when well formed and better (a higher reward, or a win in fewer turns). Logged besides success: first_reward,
-    first_steps, second_reward, second_steps (an episode played once: its own), improvement. Trinity writes each task's attempts to JSON files in the working
-    directory as well; rft does not (the experience holds each attempt's reward and turns). Validation plays the first attempt only."""
+    first_steps, second_reward, second_steps (an episode played once: its own), improvement. Trinity writes each
+    task's attempts to JSON files in the working directory as well; rft does not (the experience holds each
+    attempt's reward and turns). Validation plays the first attempt only."""
 
     def attempt(self, env, steps: int) -> Experience:
         from rft.explorer.alfworld import raft_episode, raft_kept, reflect_episode, reflect_kept

@@ -551,10 +551,7 @@ def run_bench(cfg) -> Path:
     if not models:
         raise FileNotFoundError(f"mode bench: no checkpoints in {out / 'checkpoints'} (and trainer.val_before_train "
                                 "is false): nothing to evaluate")
-    from rft.monitor.backends import RunInfo, build_monitors
-
-    monitors = build_monitors(t.logger, RunInfo(out / "bench", t.project_name, t.experiment_name, "bench", cfg,
-                                                 dict(t.monitor_args), 0))
+    monitors = _bench_monitors(cfg, out)
     lines = []
     for step, name in models:
         with torch.no_grad():
@@ -562,23 +559,30 @@ def run_bench(cfg) -> Path:
                 p.copy_(start[n])
         if step > 0:
             load_policy_weights(manager.path(step), model)
-        metrics, _ = explorer.evaluate()
-        row = {"step": step, "checkpoint": name,
-               **{"bench/" + k.removeprefix("val-core/"): v for k, v in metrics.items()}}
-        _bench_line(out, lines, row, name, monitors)
+        _bench_line(out, lines, step, name, explorer.evaluate()[0], monitors)
     for monitor in monitors:
         monitor.close()
     return out / "bench" / "metrics.jsonl"
 
 
-def _bench_line(out: Path, lines: list[str], row: dict, name: str, monitors: list) -> None:
-    """One evaluated model's line: bench/metrics.jsonl rewritten with it, printed, given to the monitors."""
-    lines.append(json.dumps(row))
+def _bench_monitors(cfg, out: Path) -> list:
+    """The monitors of a bench (trainer.logger), writing under <out>/bench."""
+    from rft.monitor.backends import RunInfo, build_monitors
+
+    t = cfg.trainer
+    return build_monitors(t.logger, RunInfo(out / "bench", t.project_name, t.experiment_name, "bench", cfg,
+                                            dict(t.monitor_args), 0))
+
+
+def _bench_line(out: Path, lines: list[str], step: int, name: str, metrics: dict, monitors: list) -> None:
+    """One evaluated model's line (its validation `metrics` as bench/...): bench/metrics.jsonl rewritten with it,
+    printed, given to the monitors."""
+    scores = {"bench/" + k.removeprefix("val-core/"): v for k, v in metrics.items()}
+    lines.append(json.dumps({"step": step, "checkpoint": name, **scores}))
     write_text_atomic(out / "bench" / "metrics.jsonl", "".join(x + "\n" for x in lines))
-    print(f"rft bench: {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("bench/")),
-          flush=True)
+    print(f"rft bench: {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in scores.items()), flush=True)
     for monitor in monitors:
-        monitor.log(row["step"], {k: v for k, v in row.items() if k.startswith("bench/")})
+        monitor.log(step, scores)
 
 
 def bench_external(cfg) -> Path:
@@ -586,11 +590,10 @@ def bench_external(cfg) -> Path:
     through the workflow, one line in <out>/bench/metrics.jsonl (step 0, checkpoint `external:<model>`)."""
     from rft.explorer.external import ApiModelHandle, api_client, evaluate_api
     from rft.explorer.workflow import Task, workflow_class
-    from rft.monitor.backends import RunInfo, build_monitors
 
-    arr, t, wf, ext = cfg.actor_rollout_ref, cfg.trainer, cfg.workflow, cfg.external_model
+    arr, wf, ext = cfg.actor_rollout_ref, cfg.workflow, cfg.external_model
     configure_cpu_runtime()
-    out = Path(t.default_local_dir)
+    out = Path(cfg.trainer.default_local_dir)
     val_set = load_val_prompts(cfg, None)  # messages only: the API has the tokenizer
     rewards = RewardPipeline.from_config(cfg, None, torch.float32, torch.device("cpu"))
     vk = arr.rollout.val_kwargs
@@ -601,15 +604,11 @@ def bench_external(cfg) -> Path:
     tasks = [Task(prompt=val_set[i], index=i, repeat_times=vk.n, workflow_args=dict(wf.args),
                   reward_fn=rewards.reward_fn, is_eval=True) for i in range(len(val_set))]
     metrics, _ = evaluate_api(workflow_class(wf.type), tasks, handle, vk.n, wf.runner_per_model, wf.max_retry_times)
-    monitors = build_monitors(t.logger, RunInfo(out / "bench", t.project_name, t.experiment_name, "bench", cfg,
-                                                 dict(t.monitor_args), 0))
-    row = {"step": 0, "checkpoint": f"external:{model}",
-           **{"bench/" + k.removeprefix("val-core/"): v for k, v in metrics.items()}}
-    _bench_line(out, [], row, row["checkpoint"], monitors)
+    monitors = _bench_monitors(cfg, out)
+    _bench_line(out, [], 0, f"external:{model}", metrics, monitors)
     for monitor in monitors:
         monitor.close()
     return out / "bench" / "metrics.jsonl"
-
 
 
 def run_mode(cfg, module_args: list[str], role: ProcessRole = OWN_PROCESS) -> int:
