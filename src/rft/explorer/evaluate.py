@@ -12,8 +12,9 @@ import torch
 
 from rft.batch import Batch
 from rft.data.dataset import Prompt, PromptDataset, left_pad
+from rft.experience import Experience
 from rft.rewards import score_responses
-from rft.rewards.scoring import FAILED, UNSCORED_VALIDATION, report_failures
+from rft.rewards.scoring import FAILED, UNSCORED_VALIDATION, UNTRAINED_STEP, report_failures
 from rft.rollout import HFRollout, SamplingParams
 from rft.rollout.base import RolloutOutput, eos_token_ids  # noqa: F401  (eos_token_ids: public here before it moved down)
 
@@ -96,3 +97,26 @@ def evaluate(rollout: HFRollout, tokenizer, dataset: PromptDataset, reward_fn, p
         metrics[f"val-core/{source}/reward/mean@{params.n}"] = float(np.mean(values))
     return metrics, samples
 
+
+def report_task_failures(tasks: list, experiences: list[Experience], where: str,
+                         without: str = UNTRAINED_STEP) -> None:
+    """`report_failures` over the responses a workflow gave `tasks` (`experiences`): those its reward scored 0
+    under on_error=zero (their `reward_failed`), the first failure as the tasks recorded it (`Task.reward_failures`);
+    every response failed: RewardError."""
+    failures = [message for task in tasks for message in task.reward_failures]
+    report_failures(sum(1 for e in experiences if e.rewards.get(FAILED)), len(experiences), next(iter(failures), None),
+                    where, without=without)
+
+
+def validation_metrics(tasks: list, results: list[list[Experience]], n: int,
+                       prompt_of) -> tuple[dict[str, float], list[dict]]:
+    """(val-core/<data_source>/reward/mean@n, samples) of the experiences each task's workflow returned, `results`
+    (a task with none, skipped or failed, scores 0 for each of its n responses); `prompt_of(task)`: a sample's
+    prompt."""
+    by_source: dict[str, list[float]] = {}
+    samples = []
+    for task, experiences in zip(tasks, results):
+        by_source.setdefault(task.prompt.data_source, []).extend([e.reward for e in experiences] or [0.0] * n)
+        samples += [{"prompt": prompt_of(task), "response": e.info.get("response_text", ""), "score": e.reward}
+                    for e in experiences]
+    return {f"val-core/{src}/reward/mean@{n}": float(np.mean(v)) for src, v in sorted(by_source.items())}, samples

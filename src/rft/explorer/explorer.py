@@ -30,7 +30,7 @@ from rft.data_processor import ExperiencePipeline, run_task_pipeline
 from rft.distributed import SINGLE, Dist, padded_shard, step_shard
 from rft.experience import Experience, from_batch
 from rft.explorer.checks import TRUTHLESS_WORKFLOWS
-from rft.explorer.evaluate import evaluate, rollout_batch
+from rft.explorer.evaluate import evaluate, report_task_failures, rollout_batch, validation_metrics
 from rft.explorer.taskset import generation_batch
 from rft.models.vision import vision_for
 from rft.monitor import Timer
@@ -538,16 +538,6 @@ class Workflows:
         return evaluate_workflow(runner, tasks, ex.tokenizer, vk.n, ex.rewards)
 
 
-def report_task_failures(tasks: list, experiences: list[Experience], where: str,
-                         without: str = UNTRAINED_STEP) -> None:
-    """`report_failures` over the responses a workflow gave `tasks` (`experiences`): those its reward scored 0
-    under on_error=zero (their `reward_failed`), the first failure as the tasks recorded it (`Task.reward_failures`);
-    every response failed: RewardError."""
-    failures = [message for task in tasks for message in task.reward_failures]
-    report_failures(sum(1 for e in experiences if e.rewards.get(FAILED)), len(experiences), next(iter(failures), None),
-                    where, without=without)
-
-
 def punish_overlong(experiences: list[Experience], rewards) -> None:
     """DAPO's soft overlong punishment (reward_model.overlong_buffer, `rewards`' RewardPipeline's) added to each
     workflow experience's reward, by the count of its model tokens, as the batched path adds it to each response's
@@ -574,22 +564,6 @@ def evaluate_workflow(runner, tasks: list, tokenizer, n: int, rewards=None) -> t
     report_task_failures(tasks, [e for experiences in results for e in experiences], "validation",
                          without=UNSCORED_VALIDATION)
     return validation_metrics(tasks, results, n, lambda task: tokenizer.decode(task.prompt.ids))
-
-
-def validation_metrics(tasks: list, results: list[list[Experience]], n: int,
-                       prompt_of) -> tuple[dict[str, float], list[dict]]:
-    """(val-core/<data_source>/reward/mean@n, samples) of the experiences each task's workflow returned, `results`
-    (a task with none, skipped or failed, scores 0 for each of its n responses); `prompt_of(task)`: a sample's
-    prompt."""
-    import numpy as np
-
-    by_source: dict[str, list[float]] = {}
-    samples = []
-    for task, experiences in zip(tasks, results):
-        by_source.setdefault(task.prompt.data_source, []).extend([e.reward for e in experiences] or [0.0] * n)
-        samples += [{"prompt": prompt_of(task), "response": e.info.get("response_text", ""), "score": e.reward}
-                    for e in experiences]
-    return {f"val-core/{src}/reward/mean@{n}": float(np.mean(v)) for src, v in sorted(by_source.items())}, samples
 
 
 def model_name(cfg) -> str:

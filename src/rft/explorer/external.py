@@ -83,7 +83,7 @@ def evaluate_api(workflow_cls, tasks: list, handle: ApiModelHandle, n: int, conc
     """(val-core/<data_source>/reward/mean@n and external/failed_tasks, samples) of `tasks` through
     `workflow_cls` on `handle` (`validation_metrics`, as a local model's validation through its workflow; responses
     whose reward failed under on_error=zero counted as there, `report_task_failures`)."""
-    from rft.explorer.explorer import report_task_failures, validation_metrics
+    from rft.explorer.evaluate import report_task_failures, validation_metrics
     from rft.rewards.scoring import UNSCORED_VALIDATION
 
     def attempt(task):
