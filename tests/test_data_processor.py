@@ -194,7 +194,7 @@ ERRORS = [
      "llm_difficulty_score_filter: model_params.timeout=0 must be a number of seconds > 0 (each request to the model "
      "server; default 120)"),
     ("data_processor.task_pipeline.operators=[{name: words_num_filter}]",
-     "data_processor.task_pipeline.operators[0] (words_num_filter): Data-Juicer runs in a Python environment of its "
+     "data_processor.task_pipeline.operators[0] (words_num_filter, a Data-Juicer operator): Data-Juicer runs in a Python environment of its "
      "own (py-data-juicer cannot share rft's, docs/workflows.md): build one (`make data-juicer`, or pip install "
      "py-data-juicer aiohttp ray in a venv) and set RFT_DATA_JUICER_PYTHON (or data_processor.data_juicer.python) "
      "to its python"),
@@ -213,6 +213,33 @@ def test_an_operator_rft_has_not_is_one_error_line_before_any_model_loads(assets
     with pytest.raises(ConfigError) as err:
         rl_config(assets, tmp_path / "out", override)
     assert str(err.value) == line
+
+
+def test_config_show_notes_what_the_machine_lacks_and_train_refuses_it(assets, tmp_path, monkeypatch, caplog):
+    """A Data-Juicer LLM operator with no model server named and no Data-Juicer environment here: both depend on the
+    machine the run starts on, so `config show` shows the config with one note each, `rft train` refuses."""
+    for name in ("RFT_DATA_JUICER_PYTHON", "OPENAI_BASE_URL", "OPENAI_API_URL", "DASHSCOPE_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    common = [f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+              "data_processor.task_pipeline.operators=[{name: llm_difficulty_score_filter, args: {api_or_hf_model: "
+              "hosted-7b}}]",
+              "data_processor.experience_pipeline.operators=[{name: data_juicer, args: {operators: [{"
+              "text_length_filter: {}}]}}]"]
+    unserved = ("data_processor.task_pipeline.operators[0] (llm_difficulty_score_filter, a Data-Juicer operator): "
+                "llm_difficulty_score_filter: api_or_hf_model='hosted-7b' is no local model folder and no "
+                "OpenAI-compatible server is named for it")
+    no_env = "data_processor.experience_pipeline.operators[0] (data_juicer): Data-Juicer runs in a Python environment"
+    shown = rft_here("config", "show", *common, cwd=tmp_path, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "llm_difficulty_score_filter" in shown.stdout
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rft: note: data_processor.")]
+    assert len(notes) == 2 and notes[0].startswith(f"rft: note: {no_env}") and notes[1].startswith(
+        f"rft: note: {unserved}") and all(n.endswith("(`rft train` refuses this config here)") for n in notes)
+    trained = rft_here("train", *common, cwd=tmp_path, check=False)
+    assert trained.returncode == 2
+    assert [x for x in trained.stderr.splitlines() if x.startswith("rft: error:")] == [
+        f"rft: error: {unserved} (model_params.base_url, or $OPENAI_BASE_URL): give a model folder (rft serves it on "
+        "127.0.0.1 with its hf engine) or the address of a server that serves that model"]
 
 
 def test_rft_train_prints_the_operator_error_as_one_line(assets, tmp_path):

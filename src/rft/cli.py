@@ -455,8 +455,10 @@ def cmd_config(args) -> int:
 
 def _note_missing_packages(cfgs) -> None:
     """`rft config show` of a config with the vLLM engine where vLLM cannot start, a workflow whose environment's
-    package is not installed here, or an API model whose URL is not set here: the config is shown (showing needs
-    none of them), with one note saying what `rft train` will refuse and how to get it (or to run without vLLM)."""
+    package is not installed here, an API model whose URL is not set here, or a Data-Juicer operator that cannot run
+    here (no Data-Juicer environment or server, no model server for an LLM operator): the config is shown (showing needs none of them), with one note saying what `rft train` will
+    refuse and how to get it (or to run without vLLM)."""
+    from rft.data_processor.checks import unavailable_operators
     from rft.explorer.checks import missing_environment
     from rft.explorer.external import missing_api
 
@@ -468,6 +470,8 @@ def _note_missing_packages(cfgs) -> None:
             problems.add(missing_vllm())
         problems.add(missing_environment(getattr(getattr(cfg, "workflow", None), "type", None)))
         problems.add(missing_api(getattr(cfg, "external_model", None)))
+        if hasattr(cfg, "data_processor"):
+            problems.update(unavailable_operators(cfg))
     for problem in sorted(p for p in problems if p):
         logging.getLogger("rft").warning("rft: note: %s (`rft train` refuses this config here)", problem)
 

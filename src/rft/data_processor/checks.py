@@ -7,10 +7,11 @@ from pathlib import Path
 from rft.config.checks import CHECKS, UNUSED, CheckContext
 from rft.config.errors import ConfigError
 from rft.data_processor.experience import ExperiencePipeline
-from rft.data_processor.tasks import pipeline_operators
+from rft.data_processor.tasks import DATA_JUICER_KIND, pipeline_operators
 
 EXPERIENCE = "data_processor.experience_pipeline"
 TASKS = "data_processor.task_pipeline"
+DATA_JUICER = f", {DATA_JUICER_KIND}"
 
 
 @UNUSED.register("data_processor.data_juicer")
@@ -26,6 +27,38 @@ def unused_data_juicer_keys(cfg) -> dict[str, str]:
     return {"data_processor.data_juicer.": "no Data-Juicer operator in data_processor's pipelines"}
 
 
+def unavailable_operators(cfg) -> list[str]:
+    """Each Data-Juicer operator of `cfg`'s pipelines that cannot run here (no Data-Juicer environment, its server
+    not answering, an LLM operator no model server answers for: `DataJuicerOperator.unavailable`), as one line
+    naming where it is: refused by a run, noted by `rft config show` (what is missing may be there where the run
+    starts)."""
+    lines = []
+    for where, operators in ((EXPERIENCE, _experience_operators(cfg)), (TASKS, pipeline_operators(cfg))):
+        for i, (name, op) in enumerate(operators):
+            problem = op.unavailable() if hasattr(op, "unavailable") else None
+            if problem is not None:
+                lines.append(f"{where}.operators[{i}] ({name}{'' if where == EXPERIENCE else DATA_JUICER}): {problem}")
+    return lines
+
+
+def _experience_operators(cfg) -> list:
+    pipeline = ExperiencePipeline.from_config(cfg)
+    return pipeline.operators if pipeline is not None else []
+
+
+def _refuse_unavailable(ctx: CheckContext, where: str) -> None:
+    if ctx.check_paths:
+        problem = next((line for line in unavailable_operators(ctx.cfg) if line.startswith(where + ".")), None)
+        if problem is not None:
+            raise ConfigError(problem)
+
+
+def _checked(ctx: CheckContext, op) -> bool:
+    """Whether `op`'s operators are loaded where Data-Juicer runs now: a run's (the unavailable are refused
+    first), `rft config show`'s where Data-Juicer is there (else noted)."""
+    return hasattr(op, "check") and (ctx.check_paths or not op.unavailable())
+
+
 @CHECKS.register("data_processor.experience_pipeline")
 def check_experience_pipeline(ctx: CheckContext) -> None:
     """The operators are built once here (as the explorer builds them), so a bad name or argument is one line."""
@@ -34,9 +67,10 @@ def check_experience_pipeline(ctx: CheckContext) -> None:
     except ValueError as e:
         raise ConfigError(f"{EXPERIENCE}.{e}") from None
     if pipeline is not None:
+        _refuse_unavailable(ctx, EXPERIENCE)  # before Data-Juicer loads its operators
         for i, (name, op) in enumerate(pipeline.operators):
             try:
-                if hasattr(op, "check"):
+                if _checked(ctx, op):
                     op.check()
             except ValueError as e:
                 raise ConfigError(f"{EXPERIENCE}.operators[{i}] ({name}): {e}") from None
@@ -65,9 +99,10 @@ def check_task_pipeline(ctx: CheckContext) -> None:
                           "use files (data.task_storage=file) or remove the operators")
     if tp.output is not None and Path(tp.output).suffix not in (".parquet", ".jsonl"):
         raise ConfigError(f"{TASKS}.output={tp.output!r} must be a .parquet or .jsonl file")
+    _refuse_unavailable(ctx, TASKS)  # before Data-Juicer loads its operators
     for i, (name, op) in enumerate(operators):
-        if hasattr(op, "check"):
+        if _checked(ctx, op):
             try:
                 op.check()
             except ValueError as e:
-                raise ConfigError(f"{TASKS}.operators[{i}] ({name}): {e}") from None
+                raise ConfigError(f"{TASKS}.operators[{i}] ({name}{DATA_JUICER}): {e}") from None

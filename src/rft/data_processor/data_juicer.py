@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from rft.data_processor.experience import EXPERIENCE_OPERATORS
-from rft.data_processor.llm import Serve, check_llm_args, with_served_models
+from rft.data_processor.llm import Serve, check_llm_args, unserved, with_served_models
 from rft.errors import RftError
 from rft.experience import Experience
 
@@ -36,6 +37,8 @@ SERVER_START_S = 120
 """How long a server the run starts (auto_start) may take to answer: Data-Juicer's imports take 2-8 s here."""
 REQUEST_S = 600
 """One step's rows through a server: the bound on its answer."""
+PROBE_S = 5
+"""Whether a server at server_url is there (a connection, where the config is checked): the bound."""
 
 
 class DataJuicerError(RftError, ValueError):
@@ -63,6 +66,30 @@ class DataJuicerOperator:
         self.serve: Serve | None = None
         """Serves a local model folder an LLM operator names (`rft.data_processor.llm`); set by the run."""
         self._sent = self.process_list  # what Data-Juicer was given: with the addresses of the models served
+
+    def unavailable(self) -> str | None:
+        """Why this operator cannot run here, in one line: an LLM operator no model server answers for (`rft.
+        data_processor.llm.unserved`), no Data-Juicer environment (its interpreter), or the server at server_url
+        not answering; None when it can. A run refuses it before any model loads; `rft config show` notes it."""
+        problem = next(filter(None, (unserved(*next(iter(spec.items()))) for spec in self.process_list)), None)
+        if problem is not None:
+            return problem
+        if self.url is None or self.port is not None:  # Data-Juicer runs in a process the run starts
+            try:
+                self._interpreter()
+            except DataJuicerError as e:
+                return str(e)
+            return None
+        from urllib.parse import urlsplit
+
+        where = urlsplit(self.url)  # a server already running, at server_url
+        try:
+            socket.create_connection((where.hostname, where.port or 80), timeout=PROBE_S).close()
+        except OSError as e:
+            return (f"the Data-Juicer server at {self.url} does not answer ({e}): start it (`python -I "
+                    ".../rft/data_processor/dj_worker.py --port PORT` in the Data-Juicer environment) or set "
+                    "data_processor.data_juicer.auto_start")
+        return None
 
     def configure(self, service) -> None:
         """data_processor.data_juicer: the interpreter, and whether Data-Juicer is a server (started here with

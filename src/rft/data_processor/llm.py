@@ -5,7 +5,8 @@ $OPENAI_BASE_URL, says where it is), or load the model themselves (`is_hf_model`
 environment). Trinity-RFT's documented example names a hosted model. Here `api_or_hf_model` may be a local model
 folder instead: the run serves it with rft's `hf` engine on 127.0.0.1 (the explorer's OpenAI-compatible endpoint,
 `rft.explorer.server`) for as long as the pipeline runs, and the operator is pointed there. A name that is neither a
-local folder nor reachable through a base URL is refused where the config is checked, before any model loads.
+local folder nor reachable through a base URL is refused where a run's config is checked, before any model loads
+(`unserved`; `rft config show` notes it, as the base URL's variable may be set where the run starts).
 
 Every request such an operator makes is bounded: the OpenAI client's own `timeout`, which Data-Juicer passes on from
 `model_params` (rft's default DEFAULT_TIMEOUT_S where it is not given; the client's would be 600 s, tried 3 times, and
@@ -57,11 +58,10 @@ def served_folder(args: dict) -> str | None:
 
 
 def check_llm_args(name: str, args: dict) -> None:
-    """An LLM operator whose model no server will answer for, or whose model_params.timeout is no positive number,
-    is a ValueError (one line) naming what to give."""
+    """An LLM operator whose model_params is no mapping, or whose model_params.timeout is no positive number, is a
+    ValueError (one line). Whether a server answers for its model depends on where it runs: `unserved`."""
     if not asks_a_server(name, args):
         return
-    model = args.get(MODEL_ARG, DEFAULT_MODEL)
     params = args.get("model_params") or {}
     if not isinstance(params, dict):
         raise ValueError(f"{name}: model_params must be a mapping, got {params!r}")
@@ -69,14 +69,25 @@ def check_llm_args(name: str, args: dict) -> None:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"{name}: model_params.{TIMEOUT_ARG}={timeout!r} must be a number of seconds > 0 (each "
                          f"request to the model server; default {DEFAULT_TIMEOUT_S:g})")
-    if served_folder(args) or params.get("base_url") or any(os.environ.get(v) for v in BASE_URL_ENV):
-        return
+
+
+def unserved(name: str, args: dict) -> str | None:
+    """Why no server will answer this LLM operator's model here (its name is no local model folder, no base URL in
+    model_params, none of BASE_URL_ENV set), in one line; None where one will. A run refuses it before any model
+    loads; `rft config show` notes it (the variable may be set where the run starts)."""
+    if not asks_a_server(name, args):
+        return None
+    model = args.get(MODEL_ARG, DEFAULT_MODEL)
+    params = args.get("model_params") or {}
+    if served_folder(args) or (isinstance(params, dict) and params.get("base_url")) or any(
+            os.environ.get(v) for v in BASE_URL_ENV):
+        return None
     hint = (f" ({model} is a folder without config.json)" if isinstance(model, str) and Path(model).is_dir()
             else "")
     default = "" if MODEL_ARG in args else " (Data-Juicer's default)"
-    raise ValueError(f"{name}: {MODEL_ARG}={model!r}{default} is no local model folder{hint} and no OpenAI-compatible server "
-                     f"is named for it (model_params.base_url, or ${BASE_URL_ENV[0]}): give a model folder (rft "
-                     "serves it on 127.0.0.1 with its hf engine) or the address of a server that serves that model")
+    return (f"{name}: {MODEL_ARG}={model!r}{default} is no local model folder{hint} and no OpenAI-compatible server "
+            f"is named for it (model_params.base_url, or ${BASE_URL_ENV[0]}): give a model folder (rft serves it on "
+            "127.0.0.1 with its hf engine) or the address of a server that serves that model")
 
 
 def with_served_models(process: list[dict], serve: Serve | None) -> list[dict]:
@@ -86,6 +97,9 @@ def with_served_models(process: list[dict], serve: Serve | None) -> list[dict]:
     out = []
     for spec in process:
         (name, args), = spec.items()
+        problem = unserved(name, args)
+        if problem is not None:
+            raise ValueError(problem)
         folder = served_folder(args)
         if folder is not None:
             if serve is None:

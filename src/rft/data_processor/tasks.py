@@ -57,6 +57,10 @@ class TextLengthFilter:
         return [r for r in rows if self.min_len <= len(text_of(r.get(key))) <= self.max_len]
 
 
+DATA_JUICER_KIND = "a Data-Juicer operator"
+"""How an error names an operator of the task pipeline that Data-Juicer runs."""
+
+
 def task_operators(specs, num_process: int | None = None, text_key: str | None = None,
                    service=None) -> list[tuple[str, object]]:
     """(name, operator) of data_processor.task_pipeline.operators: rft's own by name (TASK_OPERATORS), any other
@@ -73,7 +77,7 @@ def task_operators(specs, num_process: int | None = None, text_key: str | None =
             op.configure(service)
         return op
 
-    return build_operators(specs, TASK_OPERATORS, {}, other=("a Data-Juicer operator", data_juicer))
+    return build_operators(specs, TASK_OPERATORS, {}, other=(DATA_JUICER_KIND, data_juicer))
 
 
 def pipeline_operators(cfg) -> list[tuple[str, object]]:
