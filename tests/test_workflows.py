@@ -1109,6 +1109,68 @@ def test_chat_and_generate_cut_a_prompt_over_the_limit_as_data_truncation_says(e
     assert chat.prompt_ids == expected(full) and generated.prompt_ids == expected(raw)
 
 
+TRINITY_TUTORIAL_WORKFLOWS = '''
+from rft.experience import Experience
+from rft.explorer.workflow import Workflow, register_workflow
+
+def reward_of(text):
+    return float(len(text) % 3)
+
+@register_workflow("tutorial_experiences")
+class TutorialExperiences(Workflow):
+    """Trinity-RFT's tutorial workflow: an Experience built from each response's tokens, prompt length and
+    log-probs (no action mask, no group)."""
+    def run(self):
+        responses = self.model.chat([{"role": "user", "content": "Question: " + str(self.task.truth)}],
+                                    n=self.task.repeat_times, temperature=1.0)
+        return [Experience(tokens=r.tokens, prompt_length=r.prompt_length, reward=reward_of(r.response_text),
+                           logprobs=r.logprobs) for r in responses]
+
+@register_workflow("tutorial_responses")
+class TutorialResponses(Workflow):
+    """The chat's results returned as they are, each with its reward set (Trinity's chat returns experiences)."""
+    def run(self):
+        responses = self.model.chat(self.task.messages, n=self.task.repeat_times)
+        for r in responses:
+            r.reward = reward_of(r.response_text)
+        return responses
+'''
+
+
+@pytest.mark.parametrize("name", ["tutorial_experiences", "tutorial_responses"])
+def test_workflows_written_as_trinitys_tutorial_trains(assets, tmp_path, name):
+    """Trinity-RFT's tutorial ways of returning a workflow's result: Experience(tokens, prompt_length, reward,
+    logprobs) from the chat's responses, or the responses themselves with their reward set; each experience is
+    the response's tokens with its reward, and a step moves every trainable parameter."""
+    from rft.orchestration.run import SyncRun
+
+    (tmp_path / "tutorial.py").write_text(TRINITY_TUTORIAL_WORKFLOWS)
+    run = SyncRun(rl_config(assets, tmp_path / "out", f"workflow.type={name}", f"workflow.path={tmp_path / 'tutorial.py'}",
+                            "actor_rollout_ref.rollout.n=4", "data.train_batch_size=2",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=2"))
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 2
+    assert metrics["actor/grad_norm"] > 0
+    assert_all_moved(before, run.trainer.model)
+
+
+def test_a_completion_returned_without_its_reward_is_refused_and_with_it_is_its_experience():
+    import torch
+
+    from rft.explorer.model import Completion
+    from rft.explorer.runner import as_experiences, check_experiences
+
+    c = Completion(text="12", prompt_ids=[1, 2, 3], token_ids=[7, 8], logprobs=[-0.5, -0.25], finish_reason="stop")
+    assert "a completion whose reward is not set" in check_experiences(as_experiences([c]))
+    c.reward = 0.75
+    e, = as_experiences([c])
+    assert check_experiences([e]) is None
+    assert e.tokens.tolist() == [1, 2, 3, 7, 8] and e.prompt_length == 3 and e.reward == 0.75
+    assert e.action_mask.tolist() == [1, 1] and e.logprobs.tolist() == [-0.5, -0.25]
+    assert e.info["response_text"] == "12" and e.logprobs.dtype == torch.float32
+
+
 def test_an_experience_without_a_token_to_learn_passes_only_when_the_workflow_says_so():
     """Trinity-RFT's RAFT workflows return an experience that trains nothing for an episode they do not learn: rft's
     runner takes one whose action mask is all 0 only with info['kept'] = False (else it is a workflow's bug), and a

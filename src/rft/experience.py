@@ -37,14 +37,14 @@ class Experience:
     """(L,) long: prompt then response token ids, no padding."""
     prompt_length: int
     """Tokens of the prompt; the response is tokens[prompt_length:] (R_i = L - prompt_length tokens)."""
-    action_mask: torch.Tensor
-    """(R_i,) 0/1: the response tokens the policy produced (the loss is taken on them)."""
-    logprobs: torch.Tensor
+    action_mask: torch.Tensor = None
+    """(R_i,) 0/1: the response tokens the policy produced (the loss is taken on them); not given: every one."""
+    logprobs: torch.Tensor = None
     """(R_i,) float32: the behaviour policy's log-prob of each response token (0 where action_mask is 0)."""
-    reward: float
+    reward: float = 0.0
     """The response's score (reward function / reward model, overlong penalty included)."""
-    group: str
-    """Experiences of one task share it (a GRPO group); unique over a run."""
+    group: str = ""
+    """Experiences of one task share it (a GRPO group); unique over a run (a workflow's runner sets it)."""
     model_version: int = 0
     """Trainer steps behind the weights that generated it (0: the starting model)."""
     rewards: dict[str, float] = field(default_factory=dict)
@@ -60,6 +60,21 @@ class Experience:
     versions: torch.Tensor | None = None
     """(R_i,) long: the weight version that drew each response token, where the engine records it per token (a
     streamed response may span weight updates); None: every token is `model_version`'s."""
+
+    def __post_init__(self):
+        """Trinity-RFT's constructor as its workflows call it (`Experience(tokens=..., prompt_length=...,
+        reward=..., logprobs=...)`): lists become tensors, no action mask means every response token the model's."""
+        if not torch.is_tensor(self.tokens):
+            self.tokens = torch.tensor(self.tokens, dtype=torch.long)
+        if self.logprobs is None:
+            raise ValueError("Experience needs the behaviour policy's log-prob of each response token (logprobs: "
+                             "the completion's `logprobs`)")
+        if not torch.is_tensor(self.logprobs):
+            self.logprobs = torch.tensor(self.logprobs, dtype=torch.float32)
+        if self.action_mask is None:
+            self.action_mask = torch.ones(len(self.tokens) - self.prompt_length, dtype=torch.long)
+        elif not torch.is_tensor(self.action_mask):
+            self.action_mask = torch.tensor(self.action_mask, dtype=torch.long)
 
     @property
     def response(self) -> torch.Tensor:

@@ -79,11 +79,32 @@ class Completion:
     versions: list[int] = field(default_factory=list)
     """The weight version that drew each generated token, where the server records it (the engine server's
     stream); empty otherwise."""
+    reward: float | None = None
+    """Set by a workflow that returns its completions as they are (Trinity-RFT's chat returns experiences, whose
+    reward a workflow sets): the runner makes each an experience of that reward (`to_experience`)."""
 
     @property
     def response_text(self) -> str:
         """`text` under Trinity-RFT's name (its chat returns experiences whose reply is `response_text`)."""
         return self.text
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """The prompt's ids then the generated ones (Trinity-RFT's experience's `tokens`)."""
+        return torch.tensor(self.prompt_ids + self.token_ids, dtype=torch.long)
+
+    @property
+    def prompt_length(self) -> int:
+        return len(self.prompt_ids)
+
+    def to_experience(self, reward: float | None = None, rewards: dict[str, float] | None = None) -> Experience:
+        """This single-turn completion as an experience: every generated token the model's, `reward` (else the one
+        a workflow set, `self.reward`; 0.0 where neither is), `rewards` its named parts."""
+        reward = reward if reward is not None else self.reward if self.reward is not None else 0.0
+        return Experience(tokens=self.tokens, prompt_length=self.prompt_length,
+                          action_mask=torch.ones(len(self.token_ids), dtype=torch.long),
+                          logprobs=torch.tensor(self.logprobs, dtype=torch.float32), reward=reward, group="",
+                          rewards=dict(rewards or {}), info={"response_text": self.text}, images=list(self.images))
 
 
 @dataclass
@@ -420,7 +441,7 @@ class ModelHandle:
         if self.enable_history:
             for completions in out:
                 for c in completions:
-                    self.history.append(_experience_of(c))
+                    self.history.append(c.to_experience())
         return out
 
     def chat(self, messages: list[dict], n: int = 1, tools: list[dict] | None = None, **sampling) -> list[Completion]:
@@ -538,10 +559,3 @@ def _openai():
     except ImportError:
         raise RftError("the OpenAI client needs the openai package: pip install 'rft[agents]'") from None
     return openai
-
-
-def _experience_of(c: Completion) -> Experience:
-    return Experience(tokens=torch.tensor(c.prompt_ids + c.token_ids, dtype=torch.long),
-                      prompt_length=len(c.prompt_ids), action_mask=torch.ones(len(c.token_ids), dtype=torch.long),
-                      logprobs=torch.tensor(c.logprobs, dtype=torch.float32), reward=0.0, group="",
-                      info={"response_text": c.text}, images=list(c.images))

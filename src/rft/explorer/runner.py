@@ -27,7 +27,7 @@ import torch
 
 from rft.errors import RftError
 from rft.experience import Experience
-from rft.explorer.model import PATIENCE, Cancelled, GenerationServer, ModelHandle
+from rft.explorer.model import PATIENCE, Cancelled, Completion, GenerationServer, ModelHandle
 from rft.explorer.workflow import Task
 
 log = logging.getLogger("rft")
@@ -38,11 +38,23 @@ def _raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc))
 
 
+def as_experiences(out):
+    """A workflow's result with each completion it returned as it came from `model.chat` / `generate`, its reward
+    set (`Completion.reward`: Trinity-RFT's workflows set the reward of what its chat returns), made an experience;
+    one whose reward is not set stays, for `check_experiences` to refuse."""
+    if not isinstance(out, list):
+        return out
+    return [x.to_experience() if isinstance(x, Completion) and x.reward is not None else x for x in out]
+
+
 def check_experiences(out) -> str | None:
     """Why `out` is not a workflow's usable result (None: it is)."""
     if not isinstance(out, list) or not out:
         return f"returned {type(out).__name__ if not isinstance(out, list) else 'an empty list'}, not a list of experiences"
     for e in out:
+        if isinstance(e, Completion):
+            return ("returned a completion whose reward is not set (set `.reward` on each completion it returns, or "
+                    "return experiences: `completion.to_experience(reward)`)")
         if not isinstance(e, Experience):
             return f"returned a list holding {type(e).__name__}, not Experience"
         r = len(e.tokens) - e.prompt_length
@@ -198,7 +210,8 @@ class WorkflowRunner:
             return [], ("fatal", box["fatal"])
         if "error" in box:
             return [], ("errors", f"raised {box['error']}")
-        why = check_experiences(box.get("out"))
+        out = as_experiences(box.get("out"))
+        why = check_experiences(out)
         if why is not None:
             return [], ("bad_results", why)
-        return box["out"], None
+        return out, None

@@ -135,24 +135,13 @@ class Workflow:
         raise NotImplementedError
 
 
-def completion_experience(completion: Completion, reward: float, rewards: dict[str, float]) -> Experience:
-    """The experience of one single-turn completion."""
-    import torch
-
-    return Experience(tokens=torch.tensor(completion.prompt_ids + completion.token_ids, dtype=torch.long),
-                      prompt_length=len(completion.prompt_ids),
-                      action_mask=torch.ones(len(completion.token_ids), dtype=torch.long),
-                      logprobs=torch.tensor(completion.logprobs, dtype=torch.float32), reward=reward, group="",
-                      rewards=rewards, info={"response_text": completion.text}, images=list(completion.images))
-
-
 @register_workflow("simple_workflow")
 class SimpleWorkflow(Workflow):
     ARGS = frozenset()
 
     def run(self) -> list[Experience]:
         completions = self.model.chat(self.task.messages, n=self.task.repeat_times, tools=self.task.prompt.tools)
-        return [completion_experience(c, *self.task.score(c.text)) for c in completions]
+        return [c.to_experience(*self.task.score(c.text)) for c in completions]
 
 
 R1_SYSTEM_PROMPT = (
@@ -223,7 +212,7 @@ class MathBoxedWorkflow(SimpleWorkflow):
         for c in completions:
             reward, rewards = self.task.score(c.text)
             fmt = think_format_penalty(c.text, self.args.get("format_score_coef", 0.1)) if with_think else 0.0
-            out.append(completion_experience(c, reward + fmt, {**rewards, "format_score": fmt}))
+            out.append(c.to_experience(reward + fmt, {**rewards, "format_score": fmt}))
         return out
 
 
@@ -300,7 +289,7 @@ class MathRULERWorkflow(SimpleWorkflow):
         question = question_of(self.task.prompt.messages)  # what the judge is shown
         reply = self.auxiliary_models[0].chat(ruler_messages(question, [c.text for c in completions]), n=1)[0].text
         scores = ruler_scores(reply, len(completions))
-        return [completion_experience(c, scores[i] if scores else 0.0,
+        return [c.to_experience(scores[i] if scores else 0.0,
                                       {**parts, "gold_reward": reward, "judge_success": float(scores is not None)})
                 for i, (c, (reward, parts)) in enumerate(zip(completions, gold))]
 
@@ -335,7 +324,7 @@ class MathTrainableRULERWorkflow(SimpleWorkflow):
         gold = [self.task.score(c.text) for c in completions]
         texts = [c.text for c in completions]
         if self.task.is_eval:
-            return [completion_experience(c, reward, {**parts, "gold_reward": reward})
+            return [c.to_experience(reward, {**parts, "gold_reward": reward})
                     for c, (reward, parts) in zip(completions, gold)]
         draw = zlib.crc32(json.dumps([self.task.prompt.messages, texts], sort_keys=True, default=str).encode())
         with_truth = random.Random(draw).random() < TRAINABLE_RULER_GOLD_SHARE
@@ -346,7 +335,7 @@ class MathTrainableRULERWorkflow(SimpleWorkflow):
         valid = [scores for scores in parsed if scores is not None]
         success = len(valid) / len(judgements) if judgements else 0.0
         mean = [sum(v[i] for v in valid) / len(valid) if valid else 0.0 for i in range(len(texts))]
-        responses = [completion_experience(c, reward if with_truth else mean[i],
+        responses = [c.to_experience(reward if with_truth else mean[i],
                                            {**parts, "gold_reward": reward, "judge_success": success})
                      for i, (c, (reward, parts)) in enumerate(zip(completions, gold))]
         if not with_truth:
@@ -355,7 +344,7 @@ class MathTrainableRULERWorkflow(SimpleWorkflow):
         judged = []
         for j, scores in zip(judgements, parsed):
             reward = 1.0 - sum(abs(a - b) for a, b in zip(scores, scaled)) / len(scaled) if scores else 0.0
-            e = completion_experience(j, reward, {"reward_for_judger": reward, "judge_success": success})
+            e = j.to_experience(reward, {"reward_for_judger": reward, "judge_success": success})
             e.group = "ruler"  # a group of its own beside the task's responses
             judged.append(e)
         return responses + judged
@@ -480,7 +469,7 @@ class RubricJudgeWorkflow(SimpleWorkflow):
             [rubric_judge_messages(question, c.text, rubric) for c in completions], n=1, do_sample=False)
         ratings = [rubric_rating(r[0].text) for r in replies]
         success = sum(r is not None for r in ratings) / max(len(ratings), 1)
-        return [completion_experience(c, r if r is not None else 0.0, {"judge_success": success})
+        return [c.to_experience(r if r is not None else 0.0, {"judge_success": success})
                 for c, r in zip(completions, ratings)]
 
 
@@ -605,7 +594,7 @@ class Learn2AskWorkflow(SimpleWorkflow):
                   {"role": "user", "content": f"{history}doctor: {completions[i].text}\n"}] for i in ask], n=1)
             for i, reply in zip(ask, replies):
                 scores[i] = learn2ask_scores(reply[0].text)
-        return [completion_experience(c, learn2ask_reward(a, truth, scores.get(i), train_mode, fusion, c.text),
+        return [c.to_experience(learn2ask_reward(a, truth, scores.get(i), train_mode, fusion, c.text),
                                       {"judge_success": float(scores.get(i) is not None)} if i in judged else {})
                 for i, (c, a) in enumerate(zip(completions, actions))]
 
@@ -699,7 +688,7 @@ class ToolN1Workflow(Workflow):
                                 f"conversations of from / value): {type(e).__name__}: {e}") from None
         completions = self.model.chat(messages, n=self.task.repeat_times)
         answer = row.get("answer")
-        return [completion_experience(c, toolcall_reward(c.text, answer) if answer is not None else 0.0, {})
+        return [c.to_experience(toolcall_reward(c.text, answer) if answer is not None else 0.0, {})
                 for c in completions]
 
 
@@ -1101,4 +1090,4 @@ def workflow_class(name: str, path: str | None = None) -> type:
 __all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "RaftAlfworldWorkflow",
            "RaftReflectAlfworldWorkflow", "AgentScopeReActWorkflow",
            "AgentScopeReActMathWorkflow", "Learn2AskWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
-           "completion_experience", "load_workflow_file", "register_workflow", "workflow_class"]
+           "load_workflow_file", "register_workflow", "workflow_class"]
