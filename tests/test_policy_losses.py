@@ -409,6 +409,35 @@ def test_kl_cov_by_hand():
     close(grad, [[-0.125, -0.125, -0.55], [-0.25, 0.0, 0.0]])
 
 
+def _m2po_inputs(**kw) -> PolicyLossInputs:
+    # log-ratios l: row 0 [0.3, 0.1, -0.2] with A [1, 1, -1]; row 1 [0.4, 0.05] with A [-1, 2]
+    old = t([[-1.0, -1.0, -1.0], [-2.0, -0.5, 0.0]])
+    logp = (old + t([[0.3, 0.1, -0.2], [0.4, 0.05, 0.0]])).requires_grad_()
+    return PolicyLossInputs(logp, old, t([[1.0, 1.0, -1.0], [-1.0, 2.0, 0.0]]), t([[1, 1, 1], [1, 1, 0]]), **kw)
+
+
+def test_m2po_by_hand():
+    # trust-region tokens (A > 0 and l > 0, or A < 0 and l < 0): l^2 0.09, 0.01, 0.04 (row 0) and 0.0025 (row 1's
+    # second; its first has A < 0 < l). Their mean 0.035625 <= 0.04: nothing dropped, the loss is -A e^l over the
+    # 5 valid tokens: (-e^0.1 + e^-0.2 + e^0.4 - 2 e^0.05 - e^0.3) / 5
+    e = math.exp
+    out, grad = loss_and_grad("m2po", _m2po_inputs())
+    close(out.loss, (-e(0.3) - e(0.1) + e(-0.2) + e(0.4) - 2 * e(0.05)) / 5)
+    close(grad, [[-e(0.3) / 5, -e(0.1) / 5, e(-0.2) / 5], [e(0.4) / 5, -2 * e(0.05) / 5, 0.0]])
+    assert out.metrics["pg_clipfrac"] == 0.0
+    # m2_threshold 0.02: l^2 sorted 0.0025, 0.01, 0.04, 0.09 have prefix means 0.0025, 0.00625, 0.0175, 0.035625:
+    # the first three stay, the 0.09 token (row 0's first) is dropped: 0 in the loss, still in its denominator
+    out, grad = loss_and_grad("m2po", _m2po_inputs(m2_threshold=0.02))
+    close(out.loss, (-e(0.1) + e(-0.2) + e(0.4) - 2 * e(0.05)) / 5)
+    close(grad, [[0.0, -e(0.1) / 5, e(-0.2) / 5], [e(0.4) / 5, -2 * e(0.05) / 5, 0.0]])
+    assert out.metrics["pg_clipfrac"] == pytest.approx(0.2)
+    # log_ratio_clip 0.25: row 1's first token (l 0.4, outside the trust region) is e^0.25 in value and in its
+    # gradient (the clamp is straight-through); row 0's first (0.3) too
+    out, grad = loss_and_grad("m2po", _m2po_inputs(log_ratio_clip=0.25))
+    close(out.loss, (-e(0.25) - e(0.1) + e(-0.2) + e(0.25) - 2 * e(0.05)) / 5)
+    close(grad, [[-e(0.25) / 5, -e(0.1) / 5, e(-0.2) / 5], [e(0.25) / 5, -2 * e(0.05) / 5, 0.0]])
+
+
 # ------------------------------------------------------------------------------- slow per-token loops
 
 
@@ -429,10 +458,22 @@ def _slow_agg(token_loss: dict, B: int, R: int, n_valid: list[int], mode: str):
 
 
 def _slow_selection(name: str, x: PolicyLossInputs, valid: list[tuple[int, int]]) -> set[tuple[int, int]]:
-    """clip_cov / kl_cov token choice by plain loops."""
+    """clip_cov / kl_cov token choice, m2po's dropped tokens, by plain loops."""
     n = len(valid)
     if not n:
         return set()
+    if name == "m2po":
+        ll = {k: x.logprobs[k].item() - x.old_logprobs[k].item() for k in valid}
+        trust = [k for k in valid if x.advantages[k].item() * ll[k] > 0]
+        if not trust or sum(ll[k] ** 2 for k in trust) / len(trust) <= x.m2_threshold:
+            return set()
+        ordered = sorted(trust, key=lambda k: ll[k] ** 2)
+        kept, total = 0, 0.0
+        for k in ordered:
+            if (total + ll[k] ** 2) / (kept + 1) > x.m2_threshold:
+                break
+            kept, total = kept + 1, total + ll[k] ** 2
+        return set(ordered[kept:])
     lp = {k: x.logprobs[k].item() for k in valid}
     adv = {k: x.advantages[k].item() for k in valid}
     mean_a, mean_l = sum(adv.values()) / n, sum(lp.values()) / n
@@ -479,7 +520,7 @@ def slow_policy_loss(name: str, x: PolicyLossInputs) -> torch.Tensor:
             rows.append(row)
         return sum(rows, torch.zeros((), dtype=F64)) / B
     mode = "seq-mean-token-mean" if name == "sapo" else x.loss_agg_mode
-    chosen = _slow_selection(name, x, valid) if name in ("clip_cov", "kl_cov") else set()
+    chosen = _slow_selection(name, x, valid) if name in ("clip_cov", "kl_cov", "m2po") else set()
     seq_l = {row: sum((x.logprobs[k] - x.old_logprobs[k]).item() for k in valid if k[0] == row) / max(1, n_valid[row])
              for row in range(B)}
     token_loss = {}
@@ -508,6 +549,8 @@ def slow_policy_loss(name: str, x: PolicyLossInputs) -> torch.Tensor:
             loss = torch.maximum(-a * r, -a * clamp(r, lo, hi)) * (0.0 if k in chosen else 1.0)
         elif name == "kl_cov":
             loss = -a * exp(ll) + (x.ppo_kl_coef * ll.abs() if k in chosen else 0.0)
+        elif name == "m2po":
+            loss = 0.0 * lp if k in chosen else -a * exp(clamp(ll, -x.log_ratio_clip, x.log_ratio_clip))
         elif name == "dro":
             loss = -(a * lp - 0.5 * x.dro_beta * ll ** 2)
         elif name in ("dppo_tv", "dppo_kl"):
@@ -624,11 +667,12 @@ def test_loss_registry_and_schema_agree():
     assert set(POLICY_LOSS_NAMES) == set(POLICY_LOSSES.names())
     assert set(KL_ESTIMATOR_NAMES) == set(KL_ESTIMATORS.names())
     assert tuple(LOSS_AGG_MODE_NAMES) == tuple(LOSS_AGG_MODES)
-    assert {n for n in POLICY_LOSSES.names() if policy_loss_needs_minibatch(n)} == {"clip_cov", "kl_cov",
+    assert {n for n in POLICY_LOSSES.names() if policy_loss_needs_minibatch(n)} == {"clip_cov", "kl_cov", "m2po",
                                                                                      "bypass_mode"}
     # bypass_mode only for batch-normalised REINFORCE weights
     plain = PolicyLossInputs(t([[0.0]]), t([[0.0]]), t([[1.0]]), t([[1]]))
-    assert {n for n in POLICY_LOSSES.names() if policy_loss_needs_minibatch(n, plain)} == {"clip_cov", "kl_cov"}
+    assert {n for n in POLICY_LOSSES.names() if policy_loss_needs_minibatch(n, plain)} == {"clip_cov", "kl_cov",
+                                                                                            "m2po"}
     assert [n for n in KL_ESTIMATORS.names() if kl_needs_logits(n)] == ["full"]
 
 

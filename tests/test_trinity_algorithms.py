@@ -19,10 +19,10 @@ A = "actor_rollout_ref.actor"
 BASE = {"project": "p", "name": "n", "model": {"model_path": "m"}}
 
 # Trinity-RFT's ALGORITHM_TYPE names: 0.5.2 (the peer corpus's commit) and 0.6.0 (its latest release) add cpt,
-# dapo, gigpo
+# dapo, gigpo; its main branch after 0.6.0 adds m2po
 TRINITY_ALGORITHM_TYPES = ("sft", "ppo", "grpo", "reinforceplusplus", "rloo", "opmd", "asymre", "dpo", "topr", "cispo",
                            "gspo", "sapo", "mix", "mix_chord", "raft", "sppo", "rec", "multi_step_grpo",
-                           "on_policy_distill", "jsd", "grpo_verl", "cpt", "dapo", "gigpo")
+                           "on_policy_distill", "jsd", "grpo_verl", "cpt", "dapo", "gigpo", "m2po")
 
 
 def _translate(algorithm: dict) -> dict:
@@ -86,6 +86,10 @@ ARGS = [
      {f"{A}.loss_agg_mode": "seq-mean-token-mean", f"{A}.policy_loss.rec.clip_ratio_low_prime": 0.5,
       f"{A}.policy_loss.rec.regularizer": "k2", f"{A}.policy_loss.rec.regularizer_coef": 0.1,
       f"{A}.policy_loss.rec.temp": 2.0}),
+    ({"algorithm_type": "grpo", "policy_loss_fn": "m2po", "policy_loss_fn_args": {"m2_threshold": 0.02,
+                                                                                 "log_ratio_clip": 5.0}},
+     {f"{A}.policy_loss.loss_mode": "m2po", f"{A}.policy_loss.m2_threshold": 0.02,
+      f"{A}.policy_loss.log_ratio_clip": 5.0}),
     ({"algorithm_type": "sppo", "policy_loss_fn_args": {"epsilon": 0.1}},  # examples/sppo_gsm8k
      {f"{A}.clip_ratio_low": 0.1, f"{A}.clip_ratio_high": 0.1}),
     ({"algorithm_type": "topr", "policy_loss_fn_args": {"advantage_threshold": 0.5}},
@@ -204,6 +208,9 @@ REFUSED = [
     ({"algorithm_type": "gigpo"}, "algorithm.algorithm_type='gigpo': GiGPO's step-level groups are the anchor "
                                   "states"),
     ({"algorithm_type": "cpt"}, "algorithm.algorithm_type='cpt': continued pre-training trains on plain text"),
+    ({"algorithm_type": "m2po"}, "algorithm.algorithm_type='m2po': Trinity-RFT's m2po algorithm type came after its "
+                                 "0.6.0 release, whose defaults rft has not read; its loss is rft's: set algorithm_type: "
+                                 "grpo with policy_loss_fn: m2po"),
     ({"algorithm_type": "rec", "advantage_fn_args": {"drop": "balance"}},
      "algorithm.advantage_fn_args.drop='balance': REC's balance drop"),
     ({"algorithm_type": "grpo", "advantage_fn_args": {"rank_penalty": 0.1}},
@@ -288,6 +295,9 @@ TRAINED.update({
     "grpo-std_threshold-batch_std": {"algorithm_type": "grpo", "advantage_fn_args": {"std_threshold": 0.001,
                                                                                      "std_cal_level": "batch"}},
     "grpo-importance_sampling": {"algorithm_type": "grpo", "policy_loss_fn": "importance_sampling"},
+    # M2PO's mask (its hand-computed test: tests/test_policy_losses.py), Trinity's args under their names
+    "grpo-m2po": {"algorithm_type": "grpo", "policy_loss_fn": "m2po",
+                  "policy_loss_fn_args": {"m2_threshold": 0.01, "log_ratio_clip": 10.0}},
     "rec-ring-is-k2-std": {"algorithm_type": "rec", "advantage_fn_args": {"std_normalize": True},
                            "policy_loss_fn_args": {"clip_mode": "ring", "weight": "importance_sampling",
                                                    "regularizer": "k2", "regularizer_coef": 0.1}},

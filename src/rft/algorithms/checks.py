@@ -142,12 +142,14 @@ def check_loss_options(ctx: CheckContext) -> None:
     pl = actor.policy_loss
     prefix = "actor_rollout_ref.actor"
     for key, value in (("policy_loss.clip_cov_ratio", pl.clip_cov_ratio), ("policy_loss.kl_cov_ratio", pl.kl_cov_ratio),
-                       ("tau_pos", actor.tau_pos), ("tau_neg", actor.tau_neg)):
+                       ("tau_pos", actor.tau_pos), ("tau_neg", actor.tau_neg),
+                       ("policy_loss.log_ratio_clip", pl.log_ratio_clip)):
         if not value > 0:
             raise ConfigError(f"{prefix}.{key} must be > 0, got {value}")
     if not pl.rec.temp > 0:
         raise ConfigError(f"{prefix}.policy_loss.rec.temp must be > 0, got {pl.rec.temp}")
     for key, value in (("policy_loss.ppo_kl_coef", pl.ppo_kl_coef), ("policy_loss.tau", pl.tau),
+                       ("policy_loss.m2_threshold", pl.m2_threshold),
                        ("policy_loss.rec.regularizer_coef", pl.rec.regularizer_coef),
                        ("policy_loss.rec.clip_ratio_low_prime", pl.rec.clip_ratio_low_prime),
                        ("policy_loss.rec.clip_ratio_high_prime", pl.rec.clip_ratio_high_prime)):

@@ -114,6 +114,10 @@ class PolicyLossInputs:
     """bypass_mode: 'ppo_clip' (vanilla against the rollout's log-probs) or 'reinforce' (IS-weighted REINFORCE)."""
     selection_seed: int = 0
     """clip_cov: seed of the random choice among the candidate tokens."""
+    m2_threshold: float = 0.04
+    """m2po: the bound on the mean squared log-ratio of the trust-region tokens kept."""
+    log_ratio_clip: float = 20.0
+    """m2po: the log-ratio's clamp in the loss's value (its gradient unclamped)."""
     minibatch: PolicyLossInputs | None = None
     """Losses whose token selection uses statistics of the whole mini-batch (``needs_minibatch``: clip_cov,
     kl_cov) read them here: the detached inputs of the whole mini-batch, this batch being its rows
@@ -426,6 +430,49 @@ def kl_cov_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
 
 
 kl_cov_policy_loss.needs_minibatch = True  # type: ignore[attr-defined]
+
+
+@POLICY_LOSSES.register("m2po")
+def m2po_policy_loss(inputs: PolicyLossInputs) -> PolicyLossOutputs:
+    """M2PO, Second-Moment Trust Policy Optimization (Zheng et al. 2025, "Prosperity before Collapse: How Far Can
+    Off-Policy RL Reach with Stale Data on LLMs?", Algorithm 1), as Trinity-RFT's ``m2po`` policy loss.
+
+    Token selection, over the whole mini-batch (``inputs.minibatch``), with l = logp - old_logp (detached):
+      trust-region tokens: valid with A > 0 and l > 0, or A < 0 and l < 0 (where PPO's clip would act)
+      M2 = mean of l^2 over them; while M2 > m2_threshold the tokens of largest l^2 are dropped: the kept ones
+      are the longest prefix of their l^2 sorted ascending whose mean is at most m2_threshold
+    Per token, with l' = l clamped to [-log_ratio_clip, log_ratio_clip] in value (the gradient of l itself):
+      loss = -A * exp(l')   on the valid tokens not dropped, 0 on the dropped ones
+    aggregated with ``loss_agg_mode`` over every valid token (the paper's denominator: dropped tokens count).
+    Metrics: pg_clipfrac = the dropped tokens' fraction, pg_clipfrac_lower = 0, ppo_kl = mean[-l'].
+    """
+    src = inputs.minibatch if inputs.minibatch is not None else inputs
+    with torch.no_grad():
+        valid = src.response_mask.bool()
+        l_all = (src.logprobs - src.old_logprobs).detach().float()
+        adv_all = src.advantages
+        trust = valid & (((adv_all > 0) & (l_all > 0)) | ((adv_all < 0) & (l_all < 0)))
+        index = trust.flatten().nonzero().squeeze(-1)
+        second = l_all.flatten()[index].square()
+        drop = torch.zeros(trust.numel(), dtype=torch.bool, device=trust.device)
+        if len(index) and float(second.mean()) > inputs.m2_threshold:
+            ordered, order = torch.sort(second, stable=True)
+            prefix = torch.cumsum(ordered, 0) / torch.arange(1, len(ordered) + 1, device=ordered.device)
+            keep = int((prefix <= inputs.m2_threshold).sum())
+            drop[index[order[keep:]]] = True
+        drop = _minibatch_rows(inputs, drop.view_as(trust))
+
+    mask, adv = inputs.response_mask, inputs.advantages
+    log_ratio = inputs.logprobs - inputs.old_logprobs
+    clipped = log_ratio.clamp(-inputs.log_ratio_clip, inputs.log_ratio_clip)
+    stable = log_ratio + (clipped - log_ratio).detach()
+    loss_mat = _weighted(torch.where(drop, torch.zeros_like(log_ratio), -adv * torch.exp(stable)), inputs)
+    loss = agg_loss(loss_mat, mask, inputs.loss_agg_mode, inputs.agg_norm)
+    return PolicyLossOutputs(loss, _metrics(mask, drop, None, -stable.detach()))
+
+
+m2po_policy_loss.needs_minibatch = True  # type: ignore[attr-defined]
+m2po_policy_loss.zero_at_zero_advantage = True  # type: ignore[attr-defined]  # a row of A = 0 has no trust token
 
 
 @POLICY_LOSSES.register("opmd")

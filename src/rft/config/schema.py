@@ -88,7 +88,7 @@ ADV_ESTIMATOR_NAMES = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plu
                        "grpo_passk", "gpg", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline", "opmd",
                        "asymre", "reinforce", "rec", "raft")
 # The names registered in rft.algorithms.POLICY_LOSSES / KL_ESTIMATORS and LOSS_AGG_MODES (a test keeps them equal).
-POLICY_LOSS_NAMES = ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "opmd", "dro",
+POLICY_LOSS_NAMES = ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "m2po", "opmd", "dro",
                      "dppo_tv", "dppo_kl", "bypass_mode", "topr", "sppo", "rec", "importance_sampling", "sft")
 KL_ESTIMATOR_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+",
                       "low_var_kl+", "k3+", "full")
@@ -511,7 +511,8 @@ class PolicyLossConfig:
         "Policy loss (formulas, papers: docs/algorithms.md): vanilla (dual-clip PPO), gspo (sequence ratio; the "
         "paper aggregates with loss_agg_mode=seq-mean-token-mean), gpg (-logp * A), cispo (clipped ratio as a stop-gradient weight), sapo (soft "
         "gate, tau_pos / tau_neg; always seq-mean-token-mean), geo_mean (GMPO; mean over sequences), clip_cov, "
-        "kl_cov (covariance-selected tokens), opmd (Trinity-RFT; divided by 1 + tau), dro (quadratic log-ratio "
+        "kl_cov (covariance-selected tokens), m2po (M2PO: the mini-batch's largest squared log-ratios dropped, "
+        "m2_threshold), opmd (Trinity-RFT; divided by 1 + tau), dro (quadratic log-ratio "
         "penalty, dro_beta), dppo_tv / dppo_kl (DPPO: a trust region on the probability change or the binary KL, "
         "clip_ratio_low / high its thresholds, clip_ratio_c the IS truncation), bypass_mode (verl's bypass-mode "
         "loss: needs algorithm.rollout_correction.bypass_mode=true and reads its options there); Trinity-RFT's "
@@ -526,6 +527,10 @@ class PolicyLossConfig:
     kl_cov_ratio: float = fld(0.0002, "kl_cov: fraction of the mini-batch's valid tokens (largest covariance) "
                                       "that get the ppo_kl_coef * |log-ratio| penalty (> 0).")
     ppo_kl_coef: float = fld(0.1, "kl_cov: coefficient of the |log-ratio| penalty (>= 0).")
+    m2_threshold: float = fld(0.04, "m2po: bound on the mean squared log-ratio of the mini-batch's trust-region "
+                                    "tokens; the tokens of largest squared log-ratio are dropped until it holds (>= 0).")
+    log_ratio_clip: float = fld(20.0, "m2po: the log-ratio is clamped to +-this in the loss's value (its gradient "
+                                      "unclamped) (> 0).")
     tau: float = fld(1.0, "opmd: regularisation strength (Trinity-RFT's tau, >= 0); the loss is divided by 1 + tau.")
     dro_beta: Optional[float] = fld(None, "dro: coefficient of the quadratic log-ratio penalty; required (> 0) with "
                                           "loss_mode=dro.")

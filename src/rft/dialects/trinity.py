@@ -94,6 +94,8 @@ ALGORITHMS = {
 REFUSED_ALGORITHMS = {
     "gigpo": "GiGPO's step-level groups are the anchor states of an environment's trajectory, one experience per "
              "step; rft's workflows return one experience per episode",
+    "m2po": "Trinity-RFT's m2po algorithm type came after its 0.6.0 release, whose defaults rft has not read; its "
+            "loss is rft's: set algorithm_type: grpo with policy_loss_fn: m2po",
     "cpt": "continued pre-training trains on plain text, every token (Trinity's cpt schema); rft sft trains on "
            "prompt / response or messages rows only",
 }
@@ -198,6 +200,9 @@ POLICY_LOSS_FNS = {
                                                                "regularizer_coef", "temp")}}, {}),
     "importance_sampling": ("importance_sampling", {}, {}),
     "sft": ("sft", {}, {}),
+    # after 0.6.0 (its main branch): M2PO's mask over the mini-batch; its default_args are rft's defaults
+    "m2po": ("m2po", {"m2_threshold": f"{A}.policy_loss.m2_threshold",
+                      "log_ratio_clip": f"{A}.policy_loss.log_ratio_clip"}, {}),
 }
 # Trinity fills policy_loss_fn_args with the function's default_args only when the section is left out; arguments
 # given in part meet the function's own parameter defaults, which differ here (None: Trinity's function raises

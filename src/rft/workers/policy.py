@@ -437,6 +437,8 @@ class UpdateSettings:
     clip_cov_ub: float = 5.0  # clip_cov
     kl_cov_ratio: float = 0.0002  # kl_cov
     ppo_kl_coef: float = 0.1  # kl_cov
+    m2_threshold: float = 0.04  # m2po
+    log_ratio_clip: float = 20.0  # m2po
     opmd_tau: float = 1.0  # opmd
     loss_scale_factor: int | None = None  # seq-mean-token-sum-norm's constant; None: max_response_length
     dro_beta: float | None = None  # dro
@@ -481,7 +483,8 @@ class UpdateSettings:
             use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
             tau_pos=actor.tau_pos, tau_neg=actor.tau_neg, clip_cov_ratio=pl.clip_cov_ratio,
             clip_cov_lb=pl.clip_cov_lb, clip_cov_ub=pl.clip_cov_ub, kl_cov_ratio=pl.kl_cov_ratio,
-            ppo_kl_coef=pl.ppo_kl_coef, opmd_tau=pl.tau, loss_scale_factor=actor.loss_scale_factor,
+            ppo_kl_coef=pl.ppo_kl_coef, m2_threshold=pl.m2_threshold, log_ratio_clip=pl.log_ratio_clip,
+            opmd_tau=pl.tau, loss_scale_factor=actor.loss_scale_factor,
             dro_beta=pl.dro_beta, topr_advantage_threshold=pl.topr_advantage_threshold,
             topr_ratio_level=pl.topr_ratio_level,
             rec=RecOptions(**{f.name: getattr(pl.rec, f.name) for f in fields(RecOptions)}),  # each key read here
@@ -576,6 +579,7 @@ class PolicyWorker(MiniBatchWorker):
             loss_agg_mode=s.loss_agg_mode, agg_norm=norm, tau_pos=s.tau_pos, tau_neg=s.tau_neg,
             clip_cov_ratio=s.clip_cov_ratio, clip_cov_lb=s.clip_cov_lb, clip_cov_ub=s.clip_cov_ub,
             kl_cov_ratio=s.kl_cov_ratio, ppo_kl_coef=s.ppo_kl_coef, opmd_tau=s.opmd_tau, selection_seed=seed,
+            m2_threshold=s.m2_threshold, log_ratio_clip=s.log_ratio_clip,
             dro_beta=s.dro_beta, topr_advantage_threshold=s.topr_advantage_threshold,
             topr_ratio_level=s.topr_ratio_level, rec=s.rec,
             rollout_is_weights=weights.to(device) if weights is not None else None,
