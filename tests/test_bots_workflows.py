@@ -15,11 +15,11 @@ from rft.data.dataset import Prompt
 from rft.data.io import column_value, has_column
 from rft.dialects.trinity import translate
 from rft.explorer.model import Completion
+from rft.explorer.plugins import workflow_class
 from rft.explorer.workflow import (
     BOTSMathBoxedWorkflow,
     BOTSRefEvalCollectWorkflow,
     Task,
-    workflow_class,
 )
 from rft.rewards import reward_fn_type
 from rft.rewards.math_answers import bots_math_boxed_reward, marked_answer

@@ -18,6 +18,7 @@ from rft.data.dataset import Prompt
 from rft.dialects.trinity import translate
 from rft.distributed import SINGLE
 from rft.explorer.model import Completion
+from rft.explorer.plugins import workflow_class
 from rft.explorer.workflow import (
     BOXED_PROMPT,
     BOXED_THINK_PROMPT,
@@ -26,7 +27,6 @@ from rft.explorer.workflow import (
     OnPolicyDistillMathWorkflow,
     SimpleMMWorkflow,
     Task,
-    workflow_class,
 )
 from rft.rewards import REWARD_FN_TYPES, reward_fn_type
 from rft.rewards.formats import think_format_penalty

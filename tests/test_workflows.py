@@ -342,8 +342,9 @@ def test_hanging_raising_and_garbage_workflows_are_cut_retried_and_skipped(asset
 def test_a_spinning_workflow_is_stopped(assets, tmp_path):
     from rft.data.dataset import Prompt
     from rft.explorer.model import GenerationServer
+    from rft.explorer.plugins import load_workflow_file, workflow_class
     from rft.explorer.runner import RunnerSettings, WorkflowRunner
-    from rft.explorer.workflow import Task, load_workflow_file, workflow_class
+    from rft.explorer.workflow import Task
 
     (tmp_path / "flaky.py").write_text(BAD_WORKFLOWS)
     load_workflow_file(str(tmp_path / "flaky.py"))
@@ -1153,6 +1154,68 @@ def test_workflows_written_as_trinitys_tutorial_trains(assets, tmp_path, name):
     assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 2
     assert metrics["actor/grad_norm"] > 0
     assert_all_moved(before, run.trainer.model)
+
+
+TRINITY_PLUGIN = '''
+from typing import List, Optional
+
+from trinity.common.experience import Experience
+from trinity.common.models.model import ModelWrapper
+from trinity.common.workflows import WORKFLOWS, Task, Workflow
+from trinity.utils.log import get_logger
+
+logger = get_logger(__name__)
+RUNS = []
+
+
+@WORKFLOWS.register_module("plugin_one_answer")
+class OneAnswer(Workflow):
+    """Trinity-RFT's tutorial workflow as its plugin files write it: one response a run (can_repeat False)."""
+
+    def __init__(self, *, task: Task, model: ModelWrapper, auxiliary_models: Optional[List] = None):
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+        self.rollout_args = task.rollout_args
+
+    def run(self) -> List[Experience]:
+        RUNS.append((self.task.index, self.rollout_args.n, self.rollout_args.temperature))
+        responses = self.model.chat(self.task.messages, temperature=self.rollout_args.temperature, logprobs=0)
+        response = responses[0]
+        return [Experience(tokens=response.tokens, prompt_length=response.prompt_length,
+                           reward=float(len(response.response_text) % 3), logprobs=response.logprobs)]
+'''
+
+
+def test_a_trinity_plugin_file_runs_unchanged_each_task_repeat_times_over(assets, tmp_path):
+    """A workflow file written against Trinity-RFT's modules (trinity.common.workflows, .experience, .models,
+    trinity.utils.log) imports rft's stand-ins; its class does not repeat itself (Trinity's default), so each task
+    runs it rollout.n times, one response each, and the group of 4 trains."""
+    import sys
+
+    from rft.orchestration.run import SyncRun
+
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "one_answer.py").write_text(TRINITY_PLUGIN)
+    run = SyncRun(rl_config(assets, tmp_path / "out", "workflow.type=plugin_one_answer",
+                            f"workflow.path={tmp_path / 'plugins'}", "actor_rollout_ref.rollout.n=4",
+                            "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"))
+    assert getattr(sys.modules["trinity"], "__rft__", False)
+    plugin = next(m for name, m in sys.modules.items() if name.startswith("rft_workflow_one_answer"))
+    before = trainable(run.trainer.model)
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and metrics["workflow/tasks"] == 2
+    assert sorted(index for index, _, _ in plugin.RUNS) == [0, 0, 0, 0, 1, 1, 1, 1]  # 4 runs a task
+    assert {(n, temperature) for _, n, temperature in plugin.RUNS} == {(4, 1.0)}
+    assert metrics["actor/grad_norm"] > 0
+    assert_all_moved(before, run.trainer.model)
+
+
+def test_logprobs_asks_for_the_sampled_tokens_only():
+    from rft.explorer.model import ModelHandle
+
+    handle = ModelHandle(None, None, PARAMS)
+    assert handle.params(2, logprobs=0).n == 2 and handle.params(logprobs=True).temperature == PARAMS.temperature
+    with pytest.raises(TypeError, match="logprobs=5: a completion has the log-prob of each sampled token"):
+        handle.params(logprobs=5)
 
 
 def test_a_completion_returned_without_its_reward_is_refused_and_with_it_is_its_experience():

@@ -435,9 +435,9 @@ class Workflows:
 
     def __init__(self, explorer: Explorer):
         from rft.explorer.model import GenerationServer
+        from rft.explorer.plugins import workflow_class
         from rft.explorer.runner import RunnerSettings, WorkflowRunner
         from rft.explorer.tools import parser_for
-        from rft.explorer.workflow import workflow_class
 
         self.ex = ex = explorer
         wf, ro = ex.cfg.workflow, ex.cfg.actor_rollout_ref.rollout

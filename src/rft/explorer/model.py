@@ -425,6 +425,12 @@ class ModelHandle:
         return truncate(ids, self.max_prompt_tokens, self.truncation)
 
     def params(self, n: int = 1, **overrides) -> SamplingParams:
+        """The sampling of a call: the handle's, with `overrides`; `logprobs` (vLLM's and Trinity-RFT's key) may
+        ask for the sampled tokens' log-probs, which every completion has (0, None, a bool), not alternatives."""
+        logprobs = overrides.pop("logprobs", None)
+        if logprobs not in (None, 0) and not isinstance(logprobs, bool):
+            raise TypeError(f"logprobs={logprobs!r}: a completion has the log-prob of each sampled token, not the "
+                            "top alternatives; pass 0 or leave it out")
         unknown = set(overrides) - _SAMPLING_KEYS
         if unknown:
             raise TypeError(f"unknown sampling settings {sorted(unknown)}; known: {sorted(_SAMPLING_KEYS)}")

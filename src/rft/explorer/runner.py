@@ -28,6 +28,7 @@ import torch
 from rft.errors import RftError
 from rft.experience import Experience
 from rft.explorer.model import PATIENCE, Cancelled, Completion, GenerationServer, ModelHandle
+from rft.explorer.trinity_api import run_workflow
 from rft.explorer.workflow import Task
 
 log = logging.getLogger("rft")
@@ -186,8 +187,7 @@ class WorkflowRunner:
 
         def target() -> None:
             try:
-                workflow = self.workflow_cls(task=task, model=handle, auxiliary_models=self.auxiliary)
-                box["out"] = workflow.run()
+                box["out"] = run_workflow(self.workflow_cls, task, handle, self.auxiliary)
             except _Attempt:
                 pass
             except Cancelled:

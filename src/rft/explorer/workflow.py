@@ -1063,31 +1063,7 @@ class AgentScopeReActMathWorkflow(_AgentScopeReAct):
     AGENT = "math_react_agent"
 
 
-def load_workflow_file(path: str) -> None:
-    """Import a Python file defining workflows (they register themselves with `register_workflow`), or every
-    Python file of a folder (as Trinity-RFT's plugin folders), in name order."""
-    from pathlib import Path
-
-    from rft.userfile import load_user_module
-
-    folder = Path(path).expanduser()
-    for file in sorted(folder.glob("*.py")) if folder.is_dir() else [path]:
-        load_user_module(file, "workflow.path", "rft_workflow")
-
-
-def workflow_class(name: str, path: str | None = None) -> type:
-    """The workflow registered as `name` (after importing `path` when given)."""
-    if path:
-        load_workflow_file(path)
-    try:
-        return WORKFLOWS.get(name)
-    except KeyError:
-        raise WorkflowError(f"workflow.type={name!r} is not a registered workflow; known: {WORKFLOWS.names()}"
-                            + ("" if path else " (a workflow of your own: set workflow.path to the file that "
-                                                "registers it with rft.explorer.workflow.register_workflow)")) from None
-
-
 __all__ = ["WORKFLOWS", "Conversation", "FrozenLakeWorkflow", "MathBoxedWorkflow", "RubricJudgeWorkflow", "ToolN1Workflow", "SciWorldWorkflow", "AlfworldWorkflow", "StepWiseAlfworldWorkflow", "RaftAlfworldWorkflow",
            "RaftReflectAlfworldWorkflow", "AgentScopeReActWorkflow",
            "AgentScopeReActMathWorkflow", "Learn2AskWorkflow", "MathWorkflow", "SimpleMMWorkflow", "SimpleWorkflow", "Task", "ToolCallWorkflow", "Workflow",
-           "load_workflow_file", "register_workflow", "workflow_class"]
+           "register_workflow"]

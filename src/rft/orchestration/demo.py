@@ -259,8 +259,9 @@ def held_out_accuracy(model_dir: Path, val_file: Path, max_tokens: int, workflow
     else:
         from rft.explorer.explorer import evaluate_workflow
         from rft.explorer.model import GenerationServer, ModelHandle
+        from rft.explorer.plugins import workflow_class
         from rft.explorer.runner import RunnerSettings, WorkflowRunner
-        from rft.explorer.workflow import Task, workflow_class
+        from rft.explorer.workflow import Task
 
         dataset = PromptDataset(val_file, tokenizer, tools_key="tools", max_prompt_length=1024)
         server = GenerationServer(rollout, tokenizer)

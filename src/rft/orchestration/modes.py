@@ -589,7 +589,8 @@ def bench_external(cfg) -> Path:
     """Mode bench of a model behind an OpenAI-compatible API (external_model, `rft.explorer.external`): data.val_files
     through the workflow, one line in <out>/bench/metrics.jsonl (step 0, checkpoint `external:<model>`)."""
     from rft.explorer.external import ApiModelHandle, api_client, evaluate_api
-    from rft.explorer.workflow import Task, workflow_class
+    from rft.explorer.plugins import workflow_class
+    from rft.explorer.workflow import Task
 
     arr, wf, ext = cfg.actor_rollout_ref, cfg.workflow, cfg.external_model
     configure_cpu_runtime()
