@@ -218,7 +218,8 @@ def tools_demo_config(model: Path, data: dict[str, Path], out: Path, seed: int) 
 # random vision tower too, and what GRPO can reach is what that tower tells apart: after 1000 SFT steps seed 3 under
 # the generic kernels told three shapes from four so poorly that GRPO stalled at 0.705 from its 25th step (+0.100;
 # higher GRPO lrs went nowhere or collapsed, a teacher who always miscounts never shows "4", 8000 pictures instead
-# of 2000 +0.130); 1500 steps lift it +0.185 and the generic kernels' seeds 0-4 +0.185..+0.275 (2026-11-29).
+# of 2000 +0.130); 1500 steps lift it +0.185 and the generic kernels' seeds 0-4 +0.185..+0.275, but the AVX2
+# kernels' seed 3 now stalls the same way at +0.135 (seeds 0-2 +0.225..+0.285; 2026-11-29): not settled yet.
 VISION_SLIP = 0.75
 VISION_SFT_STEPS, VISION_SFT_LR, VISION_SFT_BATCH = 1500, 3.0e-3, 32
 VISION_RL_STEPS, VISION_RL_LR, VISION_TEST_FREQ = 150, 2.0e-4, 25
