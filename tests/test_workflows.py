@@ -1182,6 +1182,23 @@ class OneAnswer(Workflow):
         response = responses[0]
         return [Experience(tokens=response.tokens, prompt_length=response.prompt_length,
                            reward=float(len(response.response_text) % 3), logprobs=response.logprobs)]
+
+
+@WORKFLOWS.register_module("plugin_all_answers")
+class AllAnswers(Workflow):
+    """A workflow that repeats itself (can_repeat True): Trinity's runner tells it how often first."""
+
+    can_repeat = True
+
+    def set_repeat_times(self, repeat_times, run_id_base):
+        self.repeat_times = repeat_times
+
+    def run(self) -> List[Experience]:
+        RUNS.append((self.task.index, self.repeat_times, None))
+        responses = self.model.chat(self.task.messages, n=self.repeat_times)
+        for r in responses:
+            r.reward = float(len(r.response_text) % 3)
+        return responses
 '''
 
 
@@ -1207,6 +1224,14 @@ def test_a_trinity_plugin_file_runs_unchanged_each_task_repeat_times_over(assets
     assert {(n, temperature) for _, n, temperature in plugin.RUNS} == {(4, 1.0)}
     assert metrics["actor/grad_norm"] > 0
     assert_all_moved(before, run.trainer.model)
+    # the repeatable one: one run a task, told its 4 repeats, 4 responses (the file is imported again: its module)
+    run = SyncRun(rl_config(assets, tmp_path / "out2", "workflow.type=plugin_all_answers",
+                            f"workflow.path={tmp_path / 'plugins'}", "actor_rollout_ref.rollout.n=4",
+                            "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"))
+    plugin = next(m for name, m in sys.modules.items() if name.startswith("rft_workflow_one_answer"))
+    metrics = run.train_step(1, Timer())
+    assert metrics["workflow/skipped_tasks"] == 0 and sorted(plugin.RUNS) == [(0, 4, None), (1, 4, None)]
+    assert metrics["actor/grad_norm"] > 0
 
 
 def test_logprobs_asks_for_the_sampled_tokens_only():

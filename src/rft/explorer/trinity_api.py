@@ -9,7 +9,8 @@ runs unchanged:
 
 * `Workflow` is rft's, with Trinity's class attributes and their defaults (`can_repeat = False`: the runner runs
   the workflow `repeat_times` times, a fresh instance each, and the task's experiences are all of them, as
-  Trinity-RFT's runner does; `can_reset`, `is_async`), `self.auxiliary_model_wrappers` (the handles) and
+  Trinity-RFT's runner does; one with `can_repeat = True` is told `set_repeat_times(repeat_times, 0)` before its
+  run; `can_reset`, `is_async`), `self.auxiliary_model_wrappers` (the handles) and
   `self.auxiliary_models` (their OpenAI clients, async ones for an `is_async` workflow), `self.logger`, and the
   task's `rollout_args` (Trinity's GenerationConfig: `temperature`, `top_p`, `top_k`, `max_tokens`, `n`,
   `logprobs`) from the run's sampling.
@@ -45,9 +46,15 @@ class Workflow(RftWorkflow):
         self.auxiliary_models = ([m.get_openai_async_client() if type(self).is_async else m.get_openai_client()
                                   for m in auxiliary_models] if auxiliary_models else None)
         self.logger = logging.getLogger(type(self).__module__)
+        self.run_id_base = 0
         s = model.sampling
         task.rollout_args = SimpleNamespace(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                             max_tokens=s.max_tokens, n=task.repeat_times, logprobs=0)
+
+    def set_repeat_times(self, repeat_times: int, run_id_base: int) -> None:
+        """Called before `run` on a workflow that repeats itself (`can_repeat = True`), as Trinity-RFT's runner
+        calls it: a repeatable workflow implements it."""
+        raise NotImplementedError("set_repeat_times() must be implemented for a repeatable workflow.")
 
     @property
     def resettable(self) -> bool:
@@ -107,7 +114,12 @@ def run_workflow(cls: type, task: Task, model: ModelHandle, auxiliary: list[Mode
     """A task's experiences from workflow class `cls`: one run, or, for a workflow that does not repeat itself
     (Trinity-RFT's `can_repeat = False`), `task.repeat_times` runs of a fresh instance each, their experiences
     together (a run that returns no list is returned as it is, for the runner to refuse)."""
-    if getattr(cls, "can_repeat", True) or task.repeat_times <= 1:
+    if getattr(cls, "can_repeat", True):
+        workflow = cls(task=task, model=model, auxiliary_models=auxiliary)
+        if isinstance(workflow, Workflow):  # written for Trinity-RFT: told its repeats first, as its runner does
+            workflow.set_repeat_times(task.repeat_times, 0)
+        return workflow.run()
+    if task.repeat_times <= 1:
         return cls(task=task, model=model, auxiliary_models=auxiliary).run()
     out: list = []
     for _ in range(task.repeat_times):
