@@ -202,7 +202,7 @@ def test_vision_demo_trains_a_vision_language_model_on_pictures(tmp_path, monkey
     monkeypatch.setattr(demo, "VISION_SFT_STEPS", 10)
     monkeypatch.setattr(demo, "VISION_RL_STEPS", 2)
     monkeypatch.setattr(demo, "VISION_TEST_FREQ", 2)
-    monkeypatch.setattr(demo, "N_TRAIN", 200)
+    monkeypatch.setattr(demo, "VISION_TRAIN", 200)
     monkeypatch.setattr(demo, "N_VAL", 20)
     result = demo.run_demo(tmp_path, seed=0, task="vision")
     assert json.loads((tmp_path / "demo.json").read_text())["task"] == "vision"
