@@ -32,31 +32,28 @@ def unavailable_operators(cfg) -> list[str]:
     not answering, an LLM operator no model server answers for: `DataJuicerOperator.unavailable`), as one line
     naming where it is: refused by a run, noted by `rft config show` (what is missing may be there where the run
     starts)."""
-    lines = []
-    for where, operators in ((EXPERIENCE, _experience_operators(cfg)), (TASKS, pipeline_operators(cfg))):
-        for i, (name, op) in enumerate(operators):
-            problem = op.unavailable() if hasattr(op, "unavailable") else None
-            if problem is not None:
-                lines.append(f"{where}.operators[{i}] ({name}{'' if where == EXPERIENCE else DATA_JUICER}): {problem}")
-    return lines
-
-
-def _experience_operators(cfg) -> list:
     pipeline = ExperiencePipeline.from_config(cfg)
-    return pipeline.operators if pipeline is not None else []
+    return [line for where, operators in ((EXPERIENCE, pipeline.operators if pipeline is not None else []),
+                                          (TASKS, pipeline_operators(cfg)))
+            for line in _unavailable(where, operators).values()]
 
 
-def _refuse_unavailable(ctx: CheckContext, where: str) -> None:
-    if ctx.check_paths:
-        problem = next((line for line in unavailable_operators(ctx.cfg) if line.startswith(where + ".")), None)
-        if problem is not None:
-            raise ConfigError(problem)
+def _unavailable(where: str, operators: list) -> dict[int, str]:
+    """{index: the line naming it and why} of the `operators` of pipeline `where` that cannot run here."""
+    kind = "" if where == EXPERIENCE else DATA_JUICER
+    problems = {i: (name, op.unavailable()) for i, (name, op) in enumerate(operators) if hasattr(op, "unavailable")}
+    return {i: f"{where}.operators[{i}] ({name}{kind}): {problem}" for i, (name, problem) in problems.items()
+            if problem is not None}
 
 
-def _checked(ctx: CheckContext, op) -> bool:
-    """Whether `op`'s operators are loaded where Data-Juicer runs now: a run's (the unavailable are refused
-    first), `rft config show`'s where Data-Juicer is there (else noted)."""
-    return hasattr(op, "check") and (ctx.check_paths or not op.unavailable())
+def _loadable(ctx: CheckContext, where: str, operators: list) -> list:
+    """(index, name, operator) of `operators` whose operators are loaded where Data-Juicer runs now, each one's
+    unavailability asked once: a run refuses the first that cannot run here (before Data-Juicer loads anything),
+    `rft config show` leaves those out (its note says why)."""
+    unavailable = _unavailable(where, operators)
+    if unavailable and ctx.check_paths:
+        raise ConfigError(next(iter(unavailable.values())))
+    return [(i, name, op) for i, (name, op) in enumerate(operators) if hasattr(op, "check") and i not in unavailable]
 
 
 @CHECKS.register("data_processor.experience_pipeline")
@@ -67,11 +64,9 @@ def check_experience_pipeline(ctx: CheckContext) -> None:
     except ValueError as e:
         raise ConfigError(f"{EXPERIENCE}.{e}") from None
     if pipeline is not None:
-        _refuse_unavailable(ctx, EXPERIENCE)  # before Data-Juicer loads its operators
-        for i, (name, op) in enumerate(pipeline.operators):
+        for i, name, op in _loadable(ctx, EXPERIENCE, pipeline.operators):
             try:
-                if _checked(ctx, op):
-                    op.check()
+                op.check()
             except ValueError as e:
                 raise ConfigError(f"{EXPERIENCE}.operators[{i}] ({name}): {e}") from None
 
@@ -99,10 +94,8 @@ def check_task_pipeline(ctx: CheckContext) -> None:
                           "use files (data.task_storage=file) or remove the operators")
     if tp.output is not None and Path(tp.output).suffix not in (".parquet", ".jsonl"):
         raise ConfigError(f"{TASKS}.output={tp.output!r} must be a .parquet or .jsonl file")
-    _refuse_unavailable(ctx, TASKS)  # before Data-Juicer loads its operators
-    for i, (name, op) in enumerate(operators):
-        if _checked(ctx, op):
-            try:
-                op.check()
-            except ValueError as e:
-                raise ConfigError(f"{TASKS}.operators[{i}] ({name}{DATA_JUICER}): {e}") from None
+    for i, name, op in _loadable(ctx, TASKS, operators):
+        try:
+            op.check()
+        except ValueError as e:
+            raise ConfigError(f"{TASKS}.operators[{i}] ({name}{DATA_JUICER}): {e}") from None

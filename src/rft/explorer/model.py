@@ -98,12 +98,11 @@ class Completion:
         return len(self.prompt_ids)
 
     def to_experience(self, reward: float | None = None, rewards: dict[str, float] | None = None) -> Experience:
-        """This single-turn completion as an experience: every generated token the model's, `reward` (else the one
-        a workflow set, `self.reward`; 0.0 where neither is), `rewards` its named parts."""
+        """This single-turn completion as an experience: every generated token the model's (`Experience`'s default
+        action mask), `reward` (else the one a workflow set, `self.reward`; 0.0 where neither is), `rewards` its
+        named parts."""
         reward = reward if reward is not None else self.reward if self.reward is not None else 0.0
-        return Experience(tokens=self.tokens, prompt_length=self.prompt_length,
-                          action_mask=torch.ones(len(self.token_ids), dtype=torch.long),
-                          logprobs=torch.tensor(self.logprobs, dtype=torch.float32), reward=reward, group="",
+        return Experience(tokens=self.tokens, prompt_length=self.prompt_length, logprobs=self.logprobs, reward=reward,
                           rewards=dict(rewards or {}), info={"response_text": self.text}, images=list(self.images))
 
 

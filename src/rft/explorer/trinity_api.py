@@ -119,8 +119,6 @@ def run_workflow(cls: type, task: Task, model: ModelHandle, auxiliary: list[Mode
         if isinstance(workflow, Workflow):  # written for Trinity-RFT: told its repeats first, as its runner does
             workflow.set_repeat_times(task.repeat_times, 0)
         return workflow.run()
-    if task.repeat_times <= 1:
-        return cls(task=task, model=model, auxiliary_models=auxiliary).run()
     out: list = []
     for _ in range(task.repeat_times):
         result = cls(task=task, model=model, auxiliary_models=auxiliary).run()

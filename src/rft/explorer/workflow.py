@@ -290,7 +290,7 @@ class MathRULERWorkflow(SimpleWorkflow):
         reply = self.auxiliary_models[0].chat(ruler_messages(question, [c.text for c in completions]), n=1)[0].text
         scores = ruler_scores(reply, len(completions))
         return [c.to_experience(scores[i] if scores else 0.0,
-                                      {**parts, "gold_reward": reward, "judge_success": float(scores is not None)})
+                                {**parts, "gold_reward": reward, "judge_success": float(scores is not None)})
                 for i, (c, (reward, parts)) in enumerate(zip(completions, gold))]
 
 
@@ -336,7 +336,7 @@ class MathTrainableRULERWorkflow(SimpleWorkflow):
         success = len(valid) / len(judgements) if judgements else 0.0
         mean = [sum(v[i] for v in valid) / len(valid) if valid else 0.0 for i in range(len(texts))]
         responses = [c.to_experience(reward if with_truth else mean[i],
-                                           {**parts, "gold_reward": reward, "judge_success": success})
+                                     {**parts, "gold_reward": reward, "judge_success": success})
                      for i, (c, (reward, parts)) in enumerate(zip(completions, gold))]
         if not with_truth:
             return responses
@@ -595,7 +595,7 @@ class Learn2AskWorkflow(SimpleWorkflow):
             for i, reply in zip(ask, replies):
                 scores[i] = learn2ask_scores(reply[0].text)
         return [c.to_experience(learn2ask_reward(a, truth, scores.get(i), train_mode, fusion, c.text),
-                                      {"judge_success": float(scores.get(i) is not None)} if i in judged else {})
+                                {"judge_success": float(scores.get(i) is not None)} if i in judged else {})
                 for i, (c, a) in enumerate(zip(completions, actions))]
 
 
