@@ -383,6 +383,10 @@ def test_the_trainer_keeps_the_versions_later_explore_steps_use():
 
     assert versions_after(0, 6, 2, 1) == [0, 2, 4]
     assert versions_after(3, 6, 2, 1) == [2, 4] and versions_after(5, 6, 2, 1) == [4] and not versions_after(6, 6, 2, 1)
+    # two explorers taking turns: explorer 0 generates steps 1, 3, 5 (versions 0, 0, 2), explorer 1 steps 2, 4, 6
+    # (0, 2, 4); of one step, explorer 1 has none, so the trainer sends it nothing
+    assert versions_after(0, 6, 2, 1, 0, 2) == [0, 2] and versions_after(0, 6, 2, 1, 1, 2) == [0, 2, 4]
+    assert versions_after(3, 6, 2, 1, 0, 2) == [2] and not versions_after(0, 1, 1, 0, 1, 2)
     kept, w = KeptVersions(6, 2, 1, {}), torch.zeros(2)
     held = []
     for step in range(0, 7):
@@ -410,10 +414,13 @@ def test_a_restarted_trainer_sends_the_versions_the_explorer_resumes_with(monkey
     from rft.orchestration.modes import KeptVersions, TrainLoop
 
     published = []
-    monkeypatch.setattr(pg, "ProcessGroupSender", lambda timeout, alive=None: SimpleNamespace(
-        explorer_step=explored, publish=lambda weights, version: published.append((version, float(weights["w"])))))
+    sender = SimpleNamespace(explorer=0, explorer_step=explored, versions=set(),
+                             publish=lambda weights, version: published.append((version, float(weights["w"]))))
+    monkeypatch.setattr(pg, "ProcessGroupBroadcast", lambda explorers, timeout, alive=None: SimpleNamespace(
+        senders=[sender]))
     loop = object.__new__(TrainLoop)
-    loop.cfg = SimpleNamespace(synchronizer=SimpleNamespace(sync_interval=1, sync_offset=1, sync_timeout=1.0))
+    loop.cfg = SimpleNamespace(synchronizer=SimpleNamespace(sync_interval=1, sync_offset=1, sync_timeout=1.0),
+                               trainer=SimpleNamespace(explorer_num=1))
     loop.total_steps = 5
     loop.trainer = SimpleNamespace(trainable_weights=lambda: {"w": torch.tensor(2.0)})  # the checkpoint's
     kept = KeptVersions(5, 1, 1, {v: {"w": torch.tensor(float(v))} for v in saved})
@@ -421,6 +428,7 @@ def test_a_restarted_trainer_sends_the_versions_the_explorer_resumes_with(monkey
     lines = []
     _, publish_at = loop._broadcaster(2, kept, lines.append)
     assert published == [(v, float(v)) for v in sent] and publish_at == later
+    assert sender.versions == set(sent) | later  # what the broadcast hands this explorer's sender
     assert bool(lines) == note and (not note or "not an exact replay" in lines[0])
 
 
@@ -938,11 +946,11 @@ def test_the_trainer_waits_for_a_late_explorer_without_c10d_warnings(capfd, monk
 
     def explorer():
         time.sleep(2.5)  # the explorer loading its model
-        joined["explorer"] = pg._Group(1, 30.0)
+        joined["explorer"] = pg._Group(pg._store(False, 30.0), 1, 0, 30.0)
 
     thread = threading.Thread(target=explorer)
     thread.start()
-    trainer = pg._Group(0, 30.0)
+    trainer = pg._Group(pg._store(True, 30.0), 0, 0, 30.0)
     thread.join()
     assert "explorer" in joined and trainer.group is not None
     assert "waitForInput" not in capfd.readouterr().err

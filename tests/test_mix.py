@@ -21,6 +21,7 @@ from rft.config import ConfigError
 from rft.data.dataset import DataError, PromptDataset, left_pad
 from rft.data.io import read_rows
 from rft.dialects.trinity import translate
+from rft.distributed import step_shard
 from rft.models.load import load_tokenizer
 from rft.orchestration.run import SyncRun
 from rft.trainer.configure import load_trinity
@@ -311,12 +312,27 @@ def test_mix_is_refused_where_it_cannot_hold(assets, tmp_path):
         mix_cfg(assets, tmp_path, "algorithm.adv_estimator=gae")
 
 
-def test_expert_rows_that_do_not_split_over_the_processes_are_refused_in_one_line(assets, tmp_path):
-    """16 experiences per mini-batch at ratio 0.3: 7 expert rows, which 2 processes cannot share equally."""
-    with pytest.raises(ConfigError, match="algorithm.mix.expert_data_ratio=0.3 gives 7 expert rows per mini-batch, "
-                                          "which do not split over the 2 data-parallel processes"):
-        mix_cfg(assets, tmp_path, "algorithm.mix.expert_data_ratio=0.3", "trainer.n_gpus_per_node=2",
-                "trainer.device=cpu")
+def test_expert_rows_that_do_not_split_equally_give_the_first_ranks_one_more(assets, tmp_path):
+    """Trinity-RFT's mix_chord_toolace: ratio 0.11 of 768 rows, 95 expert rows per mini-batch over 4 data-parallel
+    processes, was refused ("do not split over the processes"); Trinity splits its whole read batch over its ranks.
+    Now each rank takes its `shard_bounds` share of each mini-batch's expert rows (24, 24, 24, 23), every row once:
+    here ratio 0.25 of 8 experiences, 3 expert rows a mini-batch (ceil(0.25 x 8 / 0.75)), two mini-batches, over 2
+    ranks: rank 0 takes rows 0, 1 and 3, 4, rank 1 rows 2 and 5."""
+    from rft.distributed import Dist
+
+    cfg = mix_cfg(assets, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                  "algorithm.mix.expert_data_ratio=0.25", "trainer.n_gpus_per_node=2", "trainer.device=cpu")
+    tok = load_tokenizer(str(assets / "model"))
+    experiences = _experiences(None, tok, assets)
+    one = ExpertRows(cfg, tok, Dist())
+    assert (one.per_mini_batch, one.rows) == (3, 6)
+    shares = [step_shard(6, 3, rank, 2, equal=False) for rank in (0, 1)]
+    assert shares == [[0, 1, 3, 4], [2, 5]]
+    for rank, share in enumerate(shares):
+        mixed = ExpertRows(cfg, tok, Dist(rank=rank, world_size=2)).attach(experiences)
+        assert int(mixed.expert_mask.sum()) == len(share)
+    with pytest.raises(ValueError, match="do not split evenly"):
+        step_shard(6, 3, 0, 2)  # the experiences' shares stay equal
 
 
 def test_each_rank_trains_on_its_share_of_every_mini_batchs_expert_rows(assets, tmp_path):
@@ -347,7 +363,8 @@ def test_mix_on_two_processes_matches_one(assets, tmp_path):
     """Issue 65: mix with trainer.n_gpus_per_node=2 (FSDP2 over two gloo processes, greedy sampling so both runs
     sample the same responses; each rank trains on its half of every mini-batch's experiences and of its 2 expert
     rows) equals one process: every step's metrics and the exported weights to 1e-6. It refused several processes
-    before ("the expert rows are not sharded over the ranks yet")."""
+    before ("the expert rows are not sharded over the ranks yet"). Ratio 0.35 of 4 experiences: 3 expert rows a
+    mini-batch (ceil(0.35 x 4 / 0.65)), 2 on rank 0 and 1 on rank 1 (unequal shares were refused before)."""
     import subprocess
     import sys
 
@@ -358,7 +375,7 @@ def test_mix_on_two_processes_matches_one(assets, tmp_path):
     args = [f"actor_rollout_ref.model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
             f"custom_reward_function.path={assets / 'reward.py'}", "algorithm.mix.enable=true",
             f"data.expert.files={assets / 'expert.jsonl'}", "data.expert.prompt_key=question",
-            "data.expert.response_key=answer", "data.expert.max_length=48", "algorithm.mix.expert_data_ratio=0.5",
+            "data.expert.response_key=answer", "data.expert.max_length=48", "algorithm.mix.expert_data_ratio=0.35",
             "algorithm.mix.mu=0.3", "data.max_prompt_length=32", "data.max_response_length=6",
             "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",

@@ -379,6 +379,26 @@ def test_mode_both_with_two_explorer_processes(two_explorers):
     assert sorted(p.name for p in (out / "log").iterdir()) == ["explorer.log", "explorer_1.log", "trainer.log"]
 
 
+@pytest.mark.slow
+def test_two_explorers_take_their_weights_by_broadcast_as_by_sync_files(assets, two_explorers, tmp_path):
+    """Trinity-RFT's engine_num 4 with sync_method nccl (its toolace / agentscope examples): each explorer has a
+    broadcast group of its own with the trainer, and takes exactly the versions its own steps generate with (explorer
+    1 of 2, steps 2 and 4 at sync_interval 2: versions 0 and 2; explorer 0, steps 1 and 3: 0 and 2), so the run is
+    the one the sync files give: the same model versions, metrics and final weights."""
+    out = tmp_path / "out"
+    log = finish(start("train", *overrides(assets, out, 4, *TWO_EXPLORERS, "synchronizer.sync_method=nccl"),
+                       cwd=tmp_path))
+    assert GLOO_LINE in (out / "log" / "trainer.log").read_text(), log
+    assert not (out / "sync").exists()  # nothing went through files
+    for name in ("explorer", "explorer_1"):
+        assert ([x["rollout/model_version"] for x in lines(out / name / "metrics.jsonl")]
+                == [x["rollout/model_version"] for x in lines(two_explorers / name / "metrics.jsonl")] == [0, 2])
+    mine, files = lines(out / "metrics.jsonl"), lines(two_explorers / "metrics.jsonl")
+    assert [x["actor/pg_loss"] for x in mine] == pytest.approx([x["actor/pg_loss"] for x in files], abs=1e-6)
+    a, b = (load_file(o / "model" / "model.safetensors") for o in (out, two_explorers))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
+
+
 @pytest.mark.heavy  # 70 s: make test-heavy (make test keeps under 20 minutes)
 def test_two_explore_commands_and_a_trainer_on_postgresql_survive_kills_and_train_as_uninterrupted(
         assets, two_explorers, tmp_path):

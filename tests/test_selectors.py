@@ -170,6 +170,8 @@ def test_trinity_data_selector_lands_on_data_selector():
       "+data.selector.kwargs={tau: -1}"], "data.selector.kwargs.tau=-1 must be >= 0"),
     (["data.selector.selector_type=difficulty_based", "data.selector.feature_keys=[a,b]",
       "algorithm.filter_groups.enable=true"], "draws several batches a step"),
+    (["data.selector.selector_type=difficulty_based", "data.selector.feature_keys=[a,b]",
+      "trainer.n_gpus_per_node=2", "trainer.device=cpu"], "2 processes share the explorer's tasks"),
     (["data.selector.selector_type=offline_easy2hard"], "name the columns"),
     (["data.selector.selector_type=random", "data.selector.feature_keys=[a]"], "not by random"),
     (["data.selector.selector_type=random", "data.sampler.class_path=s.py", "data.sampler.class_name=S"],
@@ -179,6 +181,16 @@ def test_bad_selectors_are_refused(assets, tmp_path, overrides, message):
     with pytest.raises(ConfigError) as err:
         rl_config(assets, tmp_path, *overrides)
     assert message in str(err.value), str(err.value)
+
+
+def test_difficulty_based_beside_several_trainer_processes_when_the_explorer_runs_apart(assets, tmp_path):
+    """Trinity-RFT's BOTS example: difficulty_based with 4 trainer GPUs and sync_interval 8. Off the one-process
+    schedule the explorer is one process of its own beside the trainer's, so the selector learns in one place (it
+    was refused for the trainer's processes)."""
+    keys = ("data.selector.selector_type=difficulty_based", "data.selector.feature_keys=[a,b]",
+            "trainer.n_gpus_per_node=2", "trainer.device=cpu")
+    cfg = rl_config(assets, tmp_path, *keys, "synchronizer.sync_interval=2")
+    assert cfg.data.selector.selector_type == "difficulty_based" and cfg.trainer.n_gpus_per_node == 2
 
 
 def test_a_stopped_run_resumes_to_the_uninterrupted_ones_weights(assets, tmp_path):

@@ -51,16 +51,18 @@ def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
     return lo, lo + base + (rank < extra)
 
 
-def step_shard(n: int, mini: int, rank: int, world_size: int, lengths: list[int] | None = None) -> list[int]:
+def step_shard(n: int, mini: int, rank: int, world_size: int, lengths: list[int] | None = None,
+               equal: bool = True) -> list[int]:
     """The positions among a step's n prompts that rank `rank` generates for and trains on: from each mini-batch
     of `mini` prompts ([j * mini, (j + 1) * mini)), its `shard_bounds` share, in order. n divides by mini and mini
-    by world_size (the config validation checks both).
+    by world_size (the config validation checks both), unless not `equal`: shares then differ by one at most (a
+    mix's expert rows, whose loss is normalised over every rank's).
 
     `lengths` (the n prompts' token counts; trainer.balance_batch): each mini-batch's prompts are dealt instead,
     longest first, each to the rank with the fewest tokens among those not yet holding mini / world_size prompts
     (ties: the lower rank). Every rank computes the same deal; each mini-batch keeps its set of prompts (so its
     gradient), only the ranks' shares of it change."""
-    if n % mini or mini % world_size:
+    if n % mini or (mini % world_size and (equal or lengths is not None)):
         raise ValueError(f"{n} prompts in mini-batches of {mini} do not split evenly over {world_size} processes")
     if lengths is None:
         lo, hi = shard_bounds(mini, rank, world_size)

@@ -165,8 +165,10 @@ def check_selector(ctx: CheckContext) -> None:
                            ("adaptive_rho", isinstance(o["adaptive_rho"], bool), "true or false")):
         if not ok:
             raise ConfigError(f"{key}.kwargs.{name}={o[name]!r} must be {what}")
+    from rft.sync.schedule import is_synchronous
+
     why = None
-    if ctx.world_size > 1:
+    if ctx.world_size > 1 and is_synchronous(cfg):  # apart, the explorer is one process beside the trainer's
         why = f"{ctx.world_size} processes share the explorer's tasks"
     elif cfg.trainer.explorer_num > 1:
         why = f"trainer.explorer_num={cfg.trainer.explorer_num} explorers draw from one taskset"

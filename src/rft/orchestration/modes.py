@@ -125,10 +125,11 @@ class ExploreLoop(StepRole):
             from rft.sync.process_group import ProcessGroupReceiver
 
             # the trainer sends exactly the versions the steps after ex.step generate with; the first one now
-            self.sync = ProcessGroupReceiver(self.trainable, s.sync_timeout, ex.step)
-            if ex.step < self.total_steps:
-                need = schedule.required_version(ex.step + 1, s.sync_interval, s.sync_offset)
-                engine.update_weights(*self.sync.receive(need))
+            self.sync = ProcessGroupReceiver(self.trainable, s.sync_timeout, ex.step, t.explorer_rank)
+            mine = [n for n in range(ex.step + 1, self.total_steps + 1) if self.owns(n)]
+            if mine:
+                engine.update_weights(*self.sync.receive(schedule.required_version(mine[0], s.sync_interval,
+                                                                                   s.sync_offset)))
         else:  # the starting model is version 0
             from rft.sync.checkpoint import CheckpointSync
 
@@ -351,28 +352,33 @@ class TrainLoop(StepRole):
         kept = self._step_state.kept
         self.trainer.save_checkpoint(step, {"metrics": metrics}, {}, kept.before(step) if kept is not None else None)
 
-    def _broadcaster(self, start: int, kept: KeptVersions, write, explorer: subprocess.Popen | None = None,
+    def _broadcaster(self, start: int, kept: KeptVersions, write, explorer=None,
                      current: dict[str, torch.Tensor] | None = None) -> tuple[object, set[int]]:
-        """sync_method gloo: join the explorer, send the versions up to `start` that its next steps generate with
-        (from `kept`; `current`: the trainable weights at `start`), and return the sender with the later versions
-        to send after their trainer steps."""
-        from rft.sync.process_group import ProcessGroupSender
+        """sync_method gloo: join the explorers, send each the versions up to `start` that its next steps generate
+        with (from `kept`; `current`: the trainable weights at `start`), and return the broadcast with the later
+        versions to send after their trainer steps."""
+        from rft.sync.process_group import ProcessGroupBroadcast
 
-        s = self.cfg.synchronizer
-        sender = ProcessGroupSender(s.sync_timeout, alive=lambda: _watch_explorer(explorer, start))
-        explored = sender.explorer_step
-        needed = schedule.versions_after(explored, self.total_steps, s.sync_interval, s.sync_offset)
-        early = [v for v in needed if v <= start]
-        missing = [v for v in early if kept.get(v) is None]
-        if missing:  # a checkpoint written without them (an older rft, another sync method): the newest instead
-            write(f"rft trainer: checkpoint global_step_{start} does not hold the weights of version(s) "
-                  f"{', '.join(map(str, missing))} that explore steps after {explored} generate with; the explorer "
-                  f"goes on with version {start}, so this resume is not an exact replay of the run")
-            kept.keep_if_missing(start, current if current is not None else self.trainer.trainable_weights())
-            early = [start]
-        for version in early:
-            sender.publish(kept.get(version), version)
-        return sender, {v for v in needed if v > start}
+        s, explorers = self.cfg.synchronizer, self.cfg.trainer.explorer_num
+        broadcast = ProcessGroupBroadcast(explorers, s.sync_timeout, alive=lambda: _watch_explorer(explorer, start))
+        later: set[int] = set()
+        for sender in broadcast.senders:
+            explored = sender.explorer_step
+            needed = schedule.versions_after(explored, self.total_steps, s.sync_interval, s.sync_offset,
+                                             sender.explorer, explorers)
+            early = [v for v in needed if v <= start]
+            missing = [v for v in early if kept.get(v) is None]
+            if missing:  # a checkpoint written without them (an older rft, another sync method): the newest instead
+                write(f"rft trainer: checkpoint global_step_{start} does not hold the weights of version(s) "
+                      f"{', '.join(map(str, missing))} that explore steps after {explored} generate with; the "
+                      f"explorer goes on with version {start}, so this resume is not an exact replay of the run")
+                kept.keep_if_missing(start, current if current is not None else self.trainer.trainable_weights())
+                early = [start]
+            sender.versions = set(early) | {v for v in needed if v > start}
+            for version in early:
+                sender.publish(kept.get(version), version)
+            later |= {v for v in needed if v > start}
+        return broadcast, later
 
     def _share(self, experiences: list) -> object:
         """This rank's Batch of the step's `experiences`: all of them on one process; with several, a contiguous

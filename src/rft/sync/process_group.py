@@ -1,22 +1,24 @@
-"""`sync_method: gloo`: the trainer broadcasts its weights to the explorer over a torch.distributed process group
-of the two processes of mode both (rank 0 the trainer, rank 1 the explorer; rendezvous on 127.0.0.1).
+"""`sync_method: gloo`: the trainer broadcasts its weights to its explorers over torch.distributed process groups of
+mode both's processes, one group of two per explorer (rank 0 the trainer, rank 1 that explorer; rendezvous on
+127.0.0.1, one store with a key prefix per explorer).
 
-The group runs gloo through host memory, on GPUs too: rft has no NCCL path for this sync. Trinity-RFT's
+The groups run gloo through host memory, on GPUs too: rft has no NCCL path for this sync. Trinity-RFT's
 `sync_method: nccl` (a GPU-to-GPU NCCL group between the trainer and its vLLM engines) runs as this, and the
 trainer's log says so (`transport_line`): in rft's own launch of mode both the explorer shares the trainer's GPU, and
 NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so an NCCL group needs an explorer placed on a GPU of
-its own, which has not been run. It is a group of its own, not torch.distributed's default group: the explorer's vLLM engine
+its own, which has not been run. A group is one of its own, not torch.distributed's default group: the explorer's vLLM engine
 initialises that one for itself in the same process (as verl's and TRL's weight syncs keep theirs apart). The
-trainer polls its store for the explorer to join (quietly: no c10d timeout warnings on the console), so an explorer
+trainer polls its store for each explorer to join (quietly: no c10d timeout warnings on the console), so an explorer
 that dies before it joins stops the trainer at once with one line instead of after the sync timeout. The trainer
-hands a copy of its weights to a sender thread and trains on; the thread broadcasts when the explorer is ready for them. Both sides know which
-versions travel: on joining, the explorer sends the step it has explored to (0, or where a restarted one resumes),
-and the trainer then sends exactly the versions its later steps generate with (`rft.sync.schedule.versions_after`),
-in order, so neither side waits for a message that never comes and a restarted explorer takes the versions its
-schedule names (the trainer keeps the older ones with its checkpoints, see `rft.orchestration.modes.TrainLoop`). With the
-step it also sends the dtype of its receiving tensors (its model's: bf16 where the rollout computes in bf16), and
-the trainer casts its float32 master weights to it as it sends: a broadcast's sizes must match on both sides, and
-the explorer's half-size copy is what it loads anyway.
+hands a copy of its weights to a sender thread per explorer and trains on; each thread broadcasts when its explorer
+is ready for them, so one explorer never waits for another. Both sides know which versions travel: on joining, an
+explorer sends the step it has explored to (0, or where a restarted one resumes), and the trainer then sends exactly
+the versions its later steps generate with (`rft.sync.schedule.versions_after`: with trainer.explorer_num explorers
+taking turns, those of its own steps), in order, so neither side waits for a message that never comes and a
+restarted explorer takes the versions its schedule names (the trainer keeps the older ones with its checkpoints, see
+`rft.orchestration.modes.TrainLoop`). With the step it also sends the dtype of its receiving tensors (its model's:
+bf16 where the rollout computes in bf16), and the trainer casts its float32 master weights to it as it sends: a
+broadcast's sizes must match on both sides, and the explorer's half-size copy is what it loads anyway.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 import torch.distributed as tdist
 
 ADDR_ENV, PORT_ENV = "RFT_SYNC_ADDR", "RFT_SYNC_PORT"
-_JOINED = "rft/explorer-joined"  # the store key the explorer sets when it joins
+_JOINED = "joined"  # the store key (under its prefix) an explorer sets when it joins
 
 
 def free_port() -> int:
@@ -43,15 +45,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Group:
-    """The two processes' private gloo group (rank 0 the trainer, rank 1 the explorer). `alive`: called while the
-    trainer waits for the explorer to join; raises if the explorer has exited."""
+def _store(trainer: bool, timeout: float) -> tdist.Store:
+    """The rendezvous store at RFT_SYNC_ADDR:RFT_SYNC_PORT: the trainer serves it, each explorer connects."""
+    limit = datetime.timedelta(seconds=timeout)
+    addr, port = os.environ.get(ADDR_ENV, "127.0.0.1"), int(os.environ[PORT_ENV])
+    if trainer:
+        return tdist.TCPStore(addr, port, None, is_master=True, timeout=limit, wait_for_workers=False)
+    return tdist.TCPStore(addr, port, None, is_master=False, timeout=limit)
 
-    def __init__(self, rank: int, timeout: float, alive: Callable[[], None] | None = None):
+
+class _Group:
+    """The private gloo group of the trainer (rank 0) and explorer `explorer` (rank 1), on `store` under a prefix of
+    that explorer's. `alive`: called while the trainer waits for the explorer to join; raises if it has exited."""
+
+    def __init__(self, store: tdist.Store, rank: int, explorer: int, timeout: float,
+                 alive: Callable[[], None] | None = None):
         limit = datetime.timedelta(seconds=timeout)
-        addr, port = os.environ.get(ADDR_ENV, "127.0.0.1"), int(os.environ[PORT_ENV])
+        store = tdist.PrefixStore(f"rft/explorer{explorer}/", store)
         if rank == 0:
-            store = tdist.TCPStore(addr, port, 2, is_master=True, timeout=limit, wait_for_workers=False)
             deadline = time.monotonic() + timeout
             # store.check, not a 1 s store.wait: each wait that times out prints two C++ warnings ("[c10d]
             # waitForInput ... timed out after 1000ms") on the console while the explorer loads its model
@@ -66,7 +77,6 @@ class _Group:
                                    f"synchronizer.sync_timeout={timeout:g} s; run the same command again to "
                                    "resume (or raise the timeout)") from None
         else:
-            store = tdist.TCPStore(addr, port, 2, is_master=False, timeout=limit)
             store.set(_JOINED, "1")
         self.group = tdist.ProcessGroupGloo(store, rank, 2, limit)
 
@@ -110,16 +120,18 @@ def _send(group: _Group, weights: dict[str, torch.Tensor], version: int, dtype: 
 
 
 class ProcessGroupSender:
-    """The trainer's side (rank 0). `explorer_step`: the step the explorer has explored to; `alive`: raises if the
-    explorer process has exited (checked while waiting for it to join)."""
+    """The trainer's side (rank 0) of explorer `explorer`'s group on `store`. `explorer_step`: the step that
+    explorer has explored to; `alive`: raises if the explorer process has exited (checked while waiting for it to
+    join); `versions`: what it is sent (set by the trainer from its schedule once it has joined)."""
 
-    def __init__(self, timeout: float, alive: Callable[[], None] | None = None):
-        self.timeout = timeout
-        self._group = _Group(0, timeout, alive)
+    def __init__(self, store: tdist.Store, explorer: int, timeout: float, alive: Callable[[], None] | None = None):
+        self.explorer, self.timeout = explorer, timeout
+        self._group = _Group(store, 0, explorer, timeout, alive)
         self.explorer_step, self.dtype = _explorer_joins(self._group)
+        self.versions: set[int] = set()
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="rft-weight-sender", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"rft-weight-sender-{explorer}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -150,16 +162,36 @@ class ProcessGroupSender:
         self._thread.join(self.timeout)
 
 
-class ProcessGroupReceiver:
-    """The explorer's side (rank 1): receives into tensors shaped like `template` (its own copy of the trainable
-    parameters, by name), in their dtype where they share one (else float32: the engine's load casts);
-    `step`: the step it has explored to, which decides the versions the trainer sends."""
+class ProcessGroupBroadcast:
+    """The trainer's broadcast to its `explorers` explorers: a `ProcessGroupSender` each, joined in rank order;
+    `publish` hands a version to the senders of the explorers whose steps generate with it."""
 
-    def __init__(self, template: dict[str, torch.Tensor], timeout: float, step: int):
+    def __init__(self, explorers: int, timeout: float, alive: Callable[[], None] | None = None):
+        store = _store(True, timeout)
+        self.senders = [ProcessGroupSender(store, k, timeout, alive) for k in range(explorers)]
+        self._store = store  # served while the groups live
+
+    def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        for sender in self.senders:
+            if version in sender.versions:
+                sender.publish(weights, version)
+
+    def close(self) -> None:
+        for sender in self.senders:
+            sender.close()
+
+
+class ProcessGroupReceiver:
+    """Explorer `explorer`'s side (rank 1 of its group): receives into tensors shaped like `template` (its own copy
+    of the trainable parameters, by name), in their dtype where they share one (else float32: the engine's load
+    casts); `step`: the step it has explored to, which decides the versions the trainer sends."""
+
+    def __init__(self, template: dict[str, torch.Tensor], timeout: float, step: int, explorer: int = 0):
         dtypes = {v.dtype for v in template.values()}
         dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
         dtype = dtype if dtype in WIRE_DTYPES else torch.float32
-        self._group = _Group(1, timeout)
+        self._store = _store(False, timeout)
+        self._group = _Group(self._store, 1, explorer, timeout)
         _explorer_joins(self._group, step, dtype)
         self._buffers = {k: torch.empty(v.shape, dtype=dtype) for k, v in template.items()}
         self.version = -1

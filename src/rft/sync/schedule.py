@@ -19,9 +19,12 @@ def required_version(step: int, interval: int, offset: int) -> int:
     return interval * max(0, (step - offset - 1) // interval)
 
 
-def versions_after(step: int, total_steps: int, interval: int, offset: int) -> list[int]:
-    """The versions explore steps `step + 1 .. total_steps` generate with, in order, each once."""
-    return sorted({required_version(n, interval, offset) for n in range(step + 1, total_steps + 1)})
+def versions_after(step: int, total_steps: int, interval: int, offset: int, explorer: int = 0,
+                   explorers: int = 1) -> list[int]:
+    """The versions explore steps `step + 1 .. total_steps` generate with, in order, each once; with `explorers`
+    explorers taking turns (trainer.explorer_num), those of explorer `explorer`'s steps (n - 1) % explorers."""
+    return sorted({required_version(n, interval, offset) for n in range(step + 1, total_steps + 1)
+                   if (n - 1) % explorers == explorer})
 
 
 def published_versions(total_steps: int, interval: int, offset: int) -> list[int]:

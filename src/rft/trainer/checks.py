@@ -195,10 +195,7 @@ def check_plateau_apart(cfg) -> None:
 
 @CHECKS.register("trainer.mix")
 def check_mix(ctx: CheckContext) -> None:
-    """algorithm.mix: the expert rows' files and format, mu and the ratio (its rows per mini-batch split evenly over
-    the data-parallel processes), and what mix does not combine with."""
-    from rft.trainer.mix import expert_rows_per_mini_batch
-
+    """algorithm.mix: the expert rows' files and format, mu and the ratio, and what mix does not combine with."""
     cfg = ctx.cfg
     mix, expert = cfg.algorithm.mix, cfg.data.expert
     if not mix.enable:
@@ -227,13 +224,6 @@ def check_mix(ctx: CheckContext) -> None:
         raise ConfigError(f"algorithm.mix.expert_data_ratio must be in [0, 1) (the expert rows' share of a "
                           f"mini-batch), got {mix.expert_data_ratio}")
     positive("data.expert.max_length", expert.max_length)
-    arr, ranks = cfg.actor_rollout_ref, ctx.data_parallel
-    per_mini = expert_rows_per_mini_batch(arr.actor.ppo_mini_batch_size * arr.rollout.n, mix.expert_data_ratio)
-    if per_mini % ranks:
-        raise ConfigError(f"algorithm.mix.expert_data_ratio={mix.expert_data_ratio} gives {per_mini} expert rows "
-                          f"per mini-batch, which do not split over the {ranks} data-parallel processes (each trains "
-                          "on an equal share of them): choose a ratio, or ppo_mini_batch_size, whose count divides "
-                          "by them")
     algo = cfg.algorithm
     if builds_critic(cfg):
         raise ConfigError(f"algorithm.mix.enable=true with a critic (adv_estimator={algo.adv_estimator!r}, "

@@ -11,8 +11,9 @@ log-probs, values and advantages concern the experiences only.
 How many: a mini-batch of U = ppo_mini_batch_size x rollout.n experiences gets E = ceil(r U / (1 - r)) expert rows
 (r = expert_data_ratio), the smallest E with E >= r (U + E); it is Trinity-RFT's ceil(r T) with T = U + E the rows
 the trainer reads. A step of k mini-batches reads k E. With several processes every rank draws the same k E rows
-and trains on its share of each mini-batch's E (E / processes rows: `step_shard`, as the experiences are shared), so
-the expert rows' normaliser, summed over the ranks, is one process's.
+and trains on its share of each mini-batch's E (E / processes rows, the first E % processes ranks one more:
+`step_shard`; Trinity-RFT splits the whole read batch over its ranks likewise), and the expert rows' normaliser is
+summed over the ranks (`workers.minibatch.mini_batch_norm`), so the loss is one process's.
 
 CHORD (Trinity-RFT's mix_chord; Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts"): the SFT loss's weight
 mu follows `workers.policy.mu_at` (warm-up, cosine decay to a valley) instead of staying constant, and with
@@ -94,7 +95,7 @@ class ExpertRows:
         if not self.rows:
             return dataclasses.replace(batch, expert_mask=torch.zeros(len(batch), dtype=torch.bool))
         drawn = self.sampler.next_batch()  # the step's rows, mini-batch after mini-batch: this rank's share of each
-        mine = step_shard(self.rows, self.per_mini_batch, self.dist.rank, self.dist.world_size)
+        mine = step_shard(self.rows, self.per_mini_batch, self.dist.rank, self.dist.world_size, equal=False)
         expert = self.dataset.batch([drawn[i] for i in mine], self.pad_id)
         n, width = len(expert), expert.response_ids.shape[1]
         fills: dict = {}
