@@ -49,6 +49,24 @@ def test_math_verify_reward_by_hand(response, accuracy):
     assert "math_verify_reward" in REWARD_FN_TYPES
 
 
+# Trinity-RFT's math_boxed_reward_naive_dapo (its GURU math template's reward): the last \boxed{} after the last
+# </think>, else that whole text; format_score always 0
+@pytest.mark.parametrize("response, truth, accuracy", [
+    ("<think> maybe \\boxed{35} </think> so \\boxed{36}", "36", 1.0),
+    ("<think> \\boxed{36} </think> the answer is 35", "36", 0.0),  # the box inside the thinking is not read
+    ("36", "36", 1.0),  # no box: the text itself
+    ("</think>\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("\\boxed{(1, 2)}", "(1,2)", 1.0),
+    ("<think> 36 </think>", "36", 0.0),  # nothing after the thinking
+])
+def test_math_boxed_reward_naive_dapo_by_hand(response, truth, accuracy):
+    from rft.rewards.math_answers import math_boxed_reward_naive_dapo
+
+    assert math_boxed_reward_naive_dapo("", response, truth) == {
+        "score": accuracy, "accuracy": accuracy, "format_score": 0.0, "math_verify_timeout": 0.0}
+    assert "math_boxed_reward_naive_dapo" in REWARD_FN_TYPES
+
+
 @pytest.mark.parametrize("response, coef, penalty", [
     ("<think> a </think> \\boxed{1}", 0.1, 0.0),
     ("x <think>a</think> y", 0.5, 0.0),  # text may surround the pair

@@ -262,6 +262,11 @@ class DataConfig:
                                              "format.system_prompt).")
     system_prompt_key: Optional[str] = fld(None, "The column holding each row's system message (wins over "
                                                  "system_prompt; Trinity's format.system_prompt_key).")
+    reply_prefix: Optional[str] = fld(
+        None, "Text every reply starts with (Trinity-RFT's format.reply_prefix, e.g. '<think>'): put after the chat "
+              "template's generation prompt as the start of the assistant's message, which the model continues; the "
+              "response (sampled, scored, trained) is what follows it. One-turn workflows (simple_workflow, "
+              "math_workflow, math_boxed_workflow, simple_mm_workflow, your own that chat the task's messages).")
     response_key: Optional[str] = fld(None, "The column holding each row's reference answer, given to the reward "
                                             "function as ground_truth instead of reward_model.ground_truth "
                                             "(Trinity's format.response_key).")
@@ -861,14 +866,16 @@ class CustomRewardConfig:
         "names: math_reward (math-verify equivalence of the answer + a +-0.1 think/answer format score), "
         "accuracy_reward (math-verify, LaTeX answers), math_boxed_reward / math_dapo_reward (the last \\boxed{}), "
         "math_verify_reward (RM-Gallery's: math-verify on the whole response), bots_math_boxed_reward (Trinity's BOTS "
-        "example: the answer its math grader reads, checked with math-verify), "
+        "example: the answer its math grader reads, checked with math-verify), math_boxed_reward_naive_dapo (its GURU "
+        "benchmark's: the last \\boxed{} after </think>, math-verify), "
         "format_reward (+-0.1 for <think>/<answer> tags), countdown_reward (the Countdown equation: 1.0 / 0.1 / 0). "
         "Its parts are logged as reward_extra/<part>/mean; the data_source is not read. null: the built-in scorer by "
         "data_source, or path / name. Not with path (one reward function per run); reward_weights then holds one "
         "weight; llm_judge: a judge model's verdict (one of workflow.auxiliary_models, settings in reward_kwargs). "
         "Rules and where rft differs from Trinity: docs/rewards.md.",
         choices=(None, "math_reward", "accuracy_reward", "math_boxed_reward", "math_dapo_reward", "math_verify_reward",
-                 "bots_math_boxed_reward", "format_reward", "countdown_reward", "llm_judge"),
+                 "bots_math_boxed_reward", "math_boxed_reward_naive_dapo", "format_reward", "countdown_reward",
+                 "llm_judge"),
     )
     reward_kwargs: Dict[str, Any] = fld(
         {}, "Keyword arguments of the reward function (verl's custom_reward_function.reward_kwargs): passed on every "
@@ -1226,7 +1233,8 @@ class TrainerConfig:
         1, "Explorers writing to one buffer (Trinity-RFT's explorer.rollout_model.engine_num): explore step n is "
            "explorer (n - 1) % explorer_num's, so each task is drawn by exactly one. Mode both starts that many "
            "explorer processes; with mode explore, run one command per explorer_rank (on any machines) against one "
-           "SQL buffer. > 1 needs a database buffer, file tasksets and sync_method checkpoint (docs/scaling.md).")
+           "SQL buffer. > 1 needs a database buffer and file tasksets; mode both's weights go by sync files "
+           "(sync_method checkpoint, the default) or a broadcast to each explorer (gloo / nccl) (docs/scaling.md).")
     explorer_rank: int = fld(
         0, "Which of the explorer_num explorers this command is (mode explore; mode both sets it for its explorer "
            "processes). Explorer 0 also runs the validation.")

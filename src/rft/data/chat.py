@@ -46,6 +46,27 @@ def render(tokenizer, messages: list[dict], *, generation_prompt: bool = True, t
     return plain_text(tokenizer, messages)
 
 
+def reply_prefix_of(messages: list[dict]) -> tuple[list[dict], str]:
+    """(`messages` before a last assistant message of text, that text): the start of the reply the model continues
+    (data.reply_prefix, Trinity-RFT's format.reply_prefix; its workflows put it last, as vLLM's
+    continue_final_message reads it); (`messages`, "") where the last message is not the assistant's."""
+    if messages and messages[-1].get("role") == "assistant" and isinstance(messages[-1].get("content"), str):
+        return messages[:-1], messages[-1]["content"]
+    return messages, ""
+
+
+def render_prompt(tokenizer, messages: list[dict], **kwargs) -> str:
+    """The prompt text of `messages`: with the generation prompt, followed by the text of a last assistant message
+    (`reply_prefix_of`), which the model's reply continues."""
+    messages, prefix = reply_prefix_of(messages)
+    return render(tokenizer, messages, **kwargs) + prefix
+
+
+def with_reply_prefix(messages: list[dict], prefix: str | None) -> list[dict]:
+    """`messages` followed by an assistant message of `prefix` (data.reply_prefix), unchanged without one."""
+    return [*messages, {"role": "assistant", "content": prefix}] if prefix else messages
+
+
 def template_kwargs_problem(value: Any) -> str | None:
     """What is wrong with `value` as the template's variables, None where nothing: they are a mapping by name, and
     none is one of `apply_chat_template`'s own arguments (tokenize, tools, add_generation_prompt, ...), which rft

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from rft.console import counted
-from rft.data.chat import render
+from rft.data.chat import render_prompt, with_reply_prefix
 from rft.data.images import has_images, row_images, with_image_parts
 from rft.data.io import DataError, column_value, has_column, missing_column, raw_rows, read_rows
 
@@ -93,6 +93,7 @@ class PromptDataset:
         image_key: str = "images",
         system_prompt: str | None = None,
         system_prompt_key: str | None = None,
+        reply_prefix: str | None = None,
         response_key: str | None = None,
         tools_key: str | None = None,
         chat_template: str | None = None,
@@ -103,7 +104,8 @@ class PromptDataset:
         file_keys: Sequence[dict] | None = None,
     ):
         """Trinity-RFT's format keys: `system_prompt` (a system message put first; `system_prompt_key`: the column
-        holding one, which wins), `response_key` (the column holding the reference answer: the ground truth instead
+        holding one, which wins), `reply_prefix` (the start of every reply: an assistant message after the prompt's,
+        which the model continues, its text after the generation prompt), `response_key` (the column holding the reference answer: the ground truth instead
         of reward_model.ground_truth), `tools_key` (the column of OpenAI function schemas rendered with the chat
         template), `chat_template` (a Jinja template used instead of the tokenizer's). `template_kwargs`: the chat
         template's variables (data.apply_chat_template_kwargs, `rft.data.chat`). `data_sources`: per file, the
@@ -159,11 +161,12 @@ class PromptDataset:
                 if tokenizer is None:  # an API model's prompts: messages only (rft.explorer.external)
                     texts.append("")
                 elif images[i]:
-                    texts.append(vision.render(chat, chat_template, template_kwargs=template_kwargs))
+                    texts.append(vision.render(chat, chat_template, template_kwargs=template_kwargs)
+                                 + (reply_prefix or ""))
                 else:
-                    texts.append(render(tokenizer, chat, tools=tools[-1], chat_template=chat_template,
-                                        template_kwargs=template_kwargs))
-                chats.append(chat)
+                    texts.append(render_prompt(tokenizer, with_reply_prefix(chat, reply_prefix), tools=tools[-1],
+                                               chat_template=chat_template, template_kwargs=template_kwargs))
+                chats.append(with_reply_prefix(chat, reply_prefix))
             encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] \
                 if prompt_key is not None and tokenizer is not None else [[] for _ in texts]
             for i, row_images_ in enumerate(images):  # the processor expands each image into its tokens

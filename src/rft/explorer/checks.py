@@ -17,6 +17,10 @@ ALFWORLD_WORKFLOWS = ("alfworld_workflow", "step_wise_alfworld_workflow", "RAFT_
 AGENTSCOPE_WORKFLOWS = ("agentscope_react_workflow", "agentscope_react_math_workflow")
 """Trinity-RFT's workflows of AgentScope's ReAct agent (rft.explorer.agentscope): the agentscope package, the
 endpoint's history."""
+REPLY_PREFIX_WORKFLOWS = ("simple_workflow", "math_workflow", "math_boxed_workflow", "bots_math_boxed_workflow",
+                          "bots_ref_eval_collect_math_boxed_workflow", "simple_mm_workflow")
+"""The built-in workflows whose one reply continues data.reply_prefix (Trinity-RFT's: the simple workflows'
+format_messages put it last)."""
 BUILTIN_WORKFLOWS = ("simple_workflow", "math_workflow", "tool_call_workflow", "math_boxed_workflow",
                      "simple_mm_workflow", "on_policy_distill_math_workflow", "math_ruler_workflow",
                      "frozen_lake_workflow", "rubric_judge_workflow", "toolcall_workflow", "sciworld_workflow",
@@ -144,9 +148,6 @@ def check_explorers(ctx: CheckContext) -> None:
         raise ConfigError(f"{n}: explorers take turns at the steps of a taskset they each read whole; "
                           f"data.task_storage={cfg.data.task_storage} is a stream they would compete for; use "
                           "files, or explorer_num 1")
-    if cfg.synchronizer.sync_method in ("gloo", "nccl"):
-        raise ConfigError(f"{n}: synchronizer.sync_method={cfg.synchronizer.sync_method} broadcasts to one "
-                          "explorer; use checkpoint (the default with several explorers)")
 
 
 def check_frozen_lake(args: dict) -> None:
@@ -259,6 +260,10 @@ def check_workflow(ctx: CheckContext) -> None:
         raise ConfigError(f"data.prompt_key=null (rows without a prompt) needs a workflow that writes its own "
                           f"messages ({', '.join(OWN_PROMPT_WORKFLOWS)}), not workflow.type={wf.type!r}: name the "
                           "prompt column")
+    if cfg.data.reply_prefix is not None and wf.type in BUILTIN_WORKFLOWS and wf.type not in REPLY_PREFIX_WORKFLOWS:
+        raise ConfigError(f"data.reply_prefix={cfg.data.reply_prefix!r} starts the one reply of a one-turn workflow "
+                          f"({', '.join(REPLY_PREFIX_WORKFLOWS)}, or one of your own that chats the task's messages); "
+                          f"workflow.type={wf.type!r} writes its own conversation: remove reply_prefix")
     if wf.type == "frozen_lake_workflow":
         check_frozen_lake(wf.args or {})
     if wf.type in AGENTSCOPE_WORKFLOWS:

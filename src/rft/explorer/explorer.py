@@ -64,7 +64,7 @@ def load_prompts(cfg, tokenizer, files, data_sources=None, file_keys=None) -> Pr
     return PromptDataset(files, tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
                          truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
                          image_key=data.image_key, system_prompt=data.system_prompt,
-                         system_prompt_key=data.system_prompt_key,
+                         system_prompt_key=data.system_prompt_key, reply_prefix=data.reply_prefix,
                          response_key=None if truthless else data.response_key,
                          tools_key=data.tools_key, chat_template=data.chat_template,
                          template_kwargs=data.apply_chat_template_kwargs, vision=vision, data_sources=data_sources,

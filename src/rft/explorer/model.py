@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from rft.data.chat import encode, render
+from rft.data.chat import render, render_prompt, reply_prefix_of
 from rft.data.dataset import left_pad
 from rft.data.images import message_images
 from rft.errors import RftError
@@ -254,8 +254,9 @@ class Conversation:
         self.mismatches: list[str] = []
         """Each `add` whose tokens differ from the template's full rendering: how (`turns.mismatch`)."""
         messages, self.images = _images_of(messages, vision)
+        messages, prefix = reply_prefix_of(messages)  # the start of the first reply (data.reply_prefix)
         self.messages = [dict(m) for m in messages]
-        self.text = self.render(self.messages)
+        self.text = self.render(self.messages) + prefix
         self.ids = self._tokens(self.text, self.images)
         self.action = [0] * len(self.ids)
         self.logprobs = [0.0] * len(self.ids)
@@ -461,10 +462,13 @@ class ModelHandle:
                             self.params(n, **sampling), [im for _, im in prompts])
 
     def prompt(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[bytes]]:
-        """(the token ids of `messages` with the assistant's generation prompt, their images)."""
+        """(the token ids of `messages` with the assistant's generation prompt, their images); a last assistant
+        message is the start of the reply, which the completion continues (Trinity-RFT's reply_prefix, vLLM's
+        continue_final_message)."""
         if self.vision is None and not any(isinstance(m.get("content"), list) for m in messages):
-            return encode(self.tokenizer, messages, tools=tools, chat_template=self.chat_template,
-                          template_kwargs=self.template_kwargs), []
+            text = render_prompt(self.tokenizer, messages, tools=tools, chat_template=self.chat_template,
+                                 template_kwargs=self.template_kwargs)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"], []
         conversation = self.start(messages, tools)
         return conversation.ids, conversation.images
 

@@ -226,6 +226,29 @@ def math_verify_reward(data_source: str, solution_str: str, ground_truth: Any,
     return {"score": accuracy, "accuracy": accuracy, "math_verify_timeout": timed_out}
 
 
+def math_boxed_reward_naive_dapo(data_source: str, solution_str: str, ground_truth: Any,
+                                 extra_info: dict | None = None) -> dict[str, float]:
+    """Trinity-RFT's `math_boxed_reward_naive_dapo` (Reasoning360's naive-DAPO grader, its GURU math benchmark's
+    reward): score = accuracy = 1.0 when the answer is equivalent to the ground truth, else 0.0; format_score 0
+    (Trinity's returns one of 0 and ignores with_think). The answer is read from the text after the last
+    "</think>": the content of its last \\boxed{} / \\fbox{}, or where it has none that whole text (naive-DAPO
+    grades it as written: "36" alone scores 1.0 against 36).
+
+    naive-DAPO checks equivalence by a string match after the MATH normalisation, then its own normalisation,
+    tuples element by element, SymPy, and Prime's math_equal; rft checks it with math-verify, which equates what
+    those do, except that naive-DAPO keeps unreduced fractions apart (2/4 against 1/2: 0 there, 1 here) and asks
+    an integer truth for an integer answer. Returns {"score", "accuracy", "format_score", "math_verify_timeout"}."""
+    text = solution_str.split("</think>")[-1]
+    boxed = last_boxed(text)
+    answer = boxed if boxed is not None else text.strip()
+    if not answer:
+        gold_text(ground_truth)  # a bad ground truth fails on every row
+        accuracy, timed_out = 0.0, 0.0
+    else:
+        accuracy, timed_out = verify_answer(ground_truth, "\\boxed{" + answer + "}", "plain")
+    return {"score": accuracy, "accuracy": accuracy, "format_score": 0.0, "math_verify_timeout": timed_out}
+
+
 _ANSWER_AFTER = ("answer:", "answer is", "answers are")
 _ANSWER_BEFORE = ("is answer", "is the answer", "are answers", "are the answers")
 _LAST_MARKERS = ("be ", "is ", "are ", "=", ": ", "get ", "be\n", "is\n", "are\n", ":\n", "get\n")

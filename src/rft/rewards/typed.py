@@ -12,6 +12,7 @@ reward under "score" and its parts (accuracy, format_score, ...) under their own
 | math_boxed_reward, math_dapo_reward | accuracy of the last \\boxed{} (math-verify) | accuracy, math_verify_timeout |
 | math_verify_reward | accuracy of the whole response (math-verify, LaTeX or plain; RM-Gallery's) | accuracy, math_verify_timeout |
 | bots_math_boxed_reward | accuracy of the answer Trinity's math grader reads (answer phrases, \\boxed{}; math-verify) | accuracy, math_verify_timeout |
+| math_boxed_reward_naive_dapo | accuracy of the last \\boxed{} after </think>, else of that text (math-verify; naive-DAPO's) | accuracy, format_score (0), math_verify_timeout |
 | format_reward | format_score: +0.1 / -0.1 (strict think/answer tags) | format_score |
 | countdown_reward | 1.0 / 0.1 (an equation, wrong) / 0.0 (none) | accuracy, format |
 
@@ -20,8 +21,7 @@ registry: it needs the explorer's model handles, so the explorer builds it. math
 reward of that name, which Trinity reaches as rm_gallery_reward with reward_name math_verify_reward (the Trinity
 dialect translates that pair). Not offered from Trinity's registry: rm_gallery_reward with RM-Gallery's other
 rewards (its reward models and LLM graders), Trinity's own judges (trajectory_accuracy_grader_reward,
-openjudge_multi_grader_reward: their prompts and rubrics), and the variants outside it that need verl's or DAPO's own
-graders (math_boxed_reward_naive_dapo, math_boxed_reward_prime_math).
+openjudge_multi_grader_reward: their prompts and rubrics), and math_boxed_reward_prime_math (verl's Prime grader).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from rft.rewards.math_answers import (
     bots_math_boxed_reward,
     gold_text,
     math_boxed_reward,
+    math_boxed_reward_naive_dapo,
     math_reward,
     math_verify_reward,
 )
@@ -77,6 +78,8 @@ REWARD_FN_TYPES.register("math_reward")(RewardFnType(math_reward, _problem(gold_
 REWARD_FN_TYPES.register("accuracy_reward")(RewardFnType(accuracy_reward, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("math_boxed_reward", "math_dapo_reward")(
     RewardFnType(math_boxed_reward, _problem(gold_text), parallel=True))
+REWARD_FN_TYPES.register("math_boxed_reward_naive_dapo")(
+    RewardFnType(math_boxed_reward_naive_dapo, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("bots_math_boxed_reward")(
     RewardFnType(bots_math_boxed_reward, _problem(gold_text), parallel=True))
 REWARD_FN_TYPES.register("math_verify_reward")(
