@@ -4,6 +4,7 @@ keys where the engine has the part, every other key refused by its Trinity name;
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -180,7 +181,9 @@ def test_the_trinity_key_a_message_names_is_the_one_the_translation_set_the_key_
         if key in untested:
             continue
         said_as: dict = {}
-        out = translate(_with({trinity_key: SAID_VALUES[trinity_key]}), said_as=said_as)
+        # engine_num's explorers run apart: off the on-policy schedule (on it, one engine: the test below)
+        apart = {"synchronizer.sync_interval": 2} if trinity_key == "explorer.rollout_model.engine_num" else {}
+        out = translate(_with({trinity_key: SAID_VALUES[trinity_key], **apart}), said_as=said_as)
         assert _get(out, key) == SAID_VALUES[trinity_key] and said_as[key] == trinity_key, (key, trinity_key)
 
 
@@ -220,7 +223,6 @@ REFUSED = [
      "buffer.explorer_input.eval_tasksets[0].default_workflow_type (inherited from buffer.explorer_input."),
     ({"buffer.explorer_input.taskset": {"path": "t", "format": {"chat_template": "a"}},
       "explorer.rollout_model": {"chat_template": "b"}}, "explorer.rollout_model.chat_template='b'"),
-    ({"buffer.explorer_input.reply_prefix": "Answer:"}, "buffer.explorer_input.reply_prefix"),
     ({"buffer.trainer_input.experience_buffer": {"capacity": 8}},
      "buffer.trainer_input.experience_buffer.capacity"),
     ({"buffer.trainer_input.auxiliary_buffers": {"sft": {}}}, "buffer.trainer_input.auxiliary_buffers.sft: rft reads"),
@@ -812,11 +814,44 @@ def test_sample_strategy_warmup_is_the_default_strategy():
         translate(_with({"algorithm.sample_strategy": "staleness_control"}))
 
 
+@pytest.mark.parametrize("keys, processes", [
+    ({"cluster": {"gpu_per_node": 8}, "explorer.rollout_model": {"engine_num": 4}}, (1, 4)),
+    ({"cluster": {"gpu_per_node": 8}, "explorer.rollout_model": {"engine_num": 2, "tensor_parallel_size": 2},
+      "explorer.auxiliary_models": [{"model_path": "judge", "engine_num": 1, "tensor_parallel_size": 1}]}, (1, 3)),
+    ({"cluster": {"node_num": 2, "gpu_per_node": 8}, "explorer.rollout_model": {"engine_num": 8}}, (1, 8)),
+    ({"cluster": {"node_num": 3, "gpu_per_node": 8}, "explorer.rollout_model": {"engine_num": 8}}, (2, 8)),
+    ({"cluster": {"node_num": 2, "gpu_per_node": 8}, "explorer.rollout_model": {"engine_num": 4}},
+     "the trainer gets the 12 GPUs of the cluster's 16 the explorer's 4 leave, which is no whole number of nodes"),
+    ({"cluster": {"gpu_per_node": 2}, "explorer.rollout_model": {"engine_num": 2}},
+     "the cluster's 2 GPUs (node_num 1 x gpu_per_node 2) all go to the explorer's engines"),
+    ({"cluster": {"gpu_per_node": 1}}, (1, 1)),  # one GPU: shared, Trinity's colocate mode
+    ({"mode": "train", "cluster": {"node_num": 2, "gpu_per_node": 8}}, (2, 8)),
+    ({"mode": "explore", "cluster": {"gpu_per_node": 4}, "explorer.rollout_model": {"engine_num": 4}}, None),
+])
+def test_the_trainer_gets_the_gpus_trinitys_explorer_leaves(keys, processes):
+    """Trinity-RFT's cluster counts are the whole cluster's; its trainer gets what its explorer leaves (mode both:
+    the GPUs beyond engine_num x tensor_parallel_size of the rollout model and the auxiliary models, on one node
+    where they fit, else whole nodes; mode train all; modes explore / bench none). They were the trainer's own."""
+    tree = _with({k: v for k, v in keys.items() if k != "cluster"})
+    tree["cluster"] = keys["cluster"]
+    if isinstance(processes, str):
+        with pytest.raises(ConfigError, match=re.escape(processes)):
+            translate(tree, "t.yaml")
+        return
+    trainer = translate(tree, "t.yaml")["trainer"]
+    if processes is None:
+        assert "n_gpus_per_node" not in trainer and "nnodes" not in trainer
+    else:
+        assert (trainer["nnodes"], trainer["n_gpus_per_node"]) == processes
+
+
 def test_save_strategy_holds_with_one_process_and_is_refused_with_several():
     for strategy in ("single_thread", "single_process", "single_node", "unrestricted"):
         assert translate(_with({"trainer.save_strategy": strategy}))
     with pytest.raises(ConfigError, match=r"trainer\.save_strategy='single_process': with several processes"):
-        translate(_with({"trainer.save_strategy": "single_process", "cluster.gpu_per_node": 2}))
+        # 3 GPUs, one for the explorer's engine: the trainer's 2 (Trinity's split)
+        translate(_with({"trainer.save_strategy": "single_process", "cluster.gpu_per_node": 3}))
+    assert translate(_with({"trainer.save_strategy": "single_process", "cluster.gpu_per_node": 2}))  # its 1
     with pytest.raises(ConfigError, match=r"trainer\.save_strategy='sometimes'"):
         translate(_with({"trainer.save_strategy": "sometimes"}))
 
@@ -839,11 +874,25 @@ def test_the_vllm_engine_and_its_keys_reach_the_rollout_section():
     assert plain["rollout"]["name"] == "vllm" and "mode" not in plain["rollout"]
 
 
-def test_engine_num_is_the_number_of_explorer_processes():
-    """Trinity's explorer.rollout_model.engine_num: one explorer process per engine (trainer.explorer_num)."""
+def test_engine_num_is_the_number_of_explorer_processes(caplog):
+    """Trinity's explorer.rollout_model.engine_num: one explorer process per engine (trainer.explorer_num), which
+    take turns at the steps; on the on-policy schedule (mode both, sync_interval 1, sync_offset 0: Trinity's
+    defaults, its toolace / mix_chord examples with 4 engines), where each step waits for the weights of the one
+    before, one engine with a note (rft refuses several explorers there)."""
     out = translate(_with({"explorer.rollout_model": {"engine_num": 2}, "synchronizer": {"sync_interval": 2}}),
                     "t.yaml")
     assert out["trainer"]["explorer_num"] == 2
+    assert translate(_with({"explorer.rollout_model": {"engine_num": 2}, "synchronizer": {"sync_offset": 1}}),
+                     "t.yaml")["trainer"]["explorer_num"] == 2
+    assert translate(_with({"explorer.rollout_model": {"engine_num": 2}, "mode": "explore"}),
+                     "t.yaml")["trainer"]["explorer_num"] == 2
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="rft"):
+        out = translate(_with({"explorer.rollout_model": {"engine_num": 4}}), "t.yaml")
+    assert "explorer_num" not in out["trainer"]
+    notes = [r.getMessage() for r in caplog.records if "engine_num=4" in r.getMessage()]
+    assert len(notes) == 1 and "one engine generates each step's rollouts" in notes[0], notes
 
 
 # --------------------------------------- algorithm.optimizer: Trinity's OptimizerConfig is the actor's optimizer

@@ -288,8 +288,6 @@ def test_an_auxiliary_models_trinity_keys_are_rfts_or_noted(caplog):
      "t.yaml: buffer.explorer_input.default_workflow_type=['math_workflow']: a default_workflow_type is a name"),
     ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "default_reward_fn_type": {"math": 1}}},
      "t.yaml: buffer.explorer_input.taskset.default_reward_fn_type={'math': 1}: a default_reward_fn_type is a name"),
-    ({"buffer.explorer_input.taskset": {"path": "t.jsonl", "format": {"reply_prefix": "<think>"}}},
-     "t.yaml: buffer.explorer_input.taskset.format.reply_prefix: text Trinity-RFT puts at the start of each reply"),
 ])
 def test_what_rft_has_not_is_refused_by_the_key_written_with_its_reason(extra, start):
     line = _refusal(extra)

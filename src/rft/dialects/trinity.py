@@ -217,7 +217,8 @@ KL_FNS = ("k1", "k2", "k3", "low_var_kl", "abs")
 EXPERIENCE_BUFFER_KEYS = ("storage_type", "path", "max_read_timeout", "use_priority_queue", "reuse_cooldown_time")
 SYNCHRONIZER_KEYS = ("sync_method", "sync_interval", "sync_offset", "sync_timeout")
 # Trinity-RFT's task format keys that are rft's data keys (same names)
-FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key", "chat_template", "image_key")
+FORMAT_KEYS = ("system_prompt", "system_prompt_key", "response_key", "tools_key", "chat_template", "image_key",
+               "reply_prefix")
 # explorer keys that are rft's workflow keys (same names)
 PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
 WORKFLOW_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "env_vars", "auxiliary_models")
@@ -1165,8 +1166,9 @@ def _taskset(t: _Translation, ts: dict, where: str, out: dict, eval_set: bool, d
     prompt_column = fmt.pop("messages_key" if ptype == "messages" else "prompt_key", None)
     if prompt_column is not None:
         _set_column(t, out, "prompt_key", prompt_column, f"{where}.format.prompt_key", eval_set)
-    if fmt.get("system_prompt") is None and "system_prompt" in defaults:
-        _set_shared(t, out, "data.system_prompt", *defaults["system_prompt"])
+    for key in ("system_prompt", "reply_prefix"):  # the tasksets' defaults (buffer.explorer_input's)
+        if fmt.get(key) is None and key in defaults:
+            _set_shared(t, out, f"data.{key}", *defaults[key])
     for key in FORMAT_KEYS:
         if key == "response_key" and key in fmt:
             _set_column(t, out, key, fmt.pop(key), f"{where}.format.{key}", eval_set)
@@ -1189,14 +1191,15 @@ WORKFLOW_DEFAULTS = {"default_workflow_type": "workflow.type",
 
 
 def _workflow_defaults(b: dict, explorer_input: dict) -> dict[str, tuple[Any, str]]:
-    """The tasksets' default workflow and reward function types and system prompt ({key: (value, where)}):
+    """The tasksets' default workflow and reward function types, system prompt and reply prefix ({key: (value,
+    where)}):
     Trinity-RFT reads them from buffer.explorer_input (its reference also shows them on buffer); the
     explorer_input's win."""
     defaults = {}
     for section, where in ((b, "buffer"), (explorer_input, "buffer.explorer_input")):
-        for key in (*WORKFLOW_DEFAULTS, "system_prompt", "default_eval_workflow_type"):
-            value = section.pop(key, None) if key != "default_eval_workflow_type" or section is explorer_input \
-                else None
+        for key in (*WORKFLOW_DEFAULTS, "system_prompt", "default_eval_workflow_type", "reply_prefix"):
+            value = section.pop(key, None) if key not in ("default_eval_workflow_type", "reply_prefix") or \
+                section is explorer_input else None
             if value is not None:
                 defaults[key] = (value, f"{where}.{key}")
     return defaults
@@ -1305,11 +1308,17 @@ messages whose teacher scores the tokens (rft's distillation section, in the tra
 rft's the run's reward function, which trains nothing with on_policy_distill."""
 
 
+ARGLESS_WORKFLOWS = ("simple_workflow", "simple_mm_workflow", "math_workflow")
+"""Trinity-RFT's workflows whose classes read nothing of a taskset's workflow_args (its examples give
+simple_mm_workflow `with_think`, which only its math_boxed_workflow reads): accepted with a note."""
+
+
 def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: dict, eval_set: bool) -> None:
     """default_workflow_type, default_reward_fn_type (the taskset's own, else the buffer's default) and
     workflow_args of a taskset: one value per run (rft has one workflow and one reward function for its tasks
     and its validation), so tasksets that end up with different ones are refused. An eval taskset without its own
     workflow takes buffer.explorer_input.default_eval_workflow_type where it is set, as in Trinity-RFT."""
+    workflow = None
     for key, target in WORKFLOW_DEFAULTS.items():
         own = ts.pop(key, None)
         if own is not None:
@@ -1320,6 +1329,8 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
             value, default_where = defaults.get(inherit, (None, ""))
             source = f"{where}.{key} (inherited from {default_where})"
         written = source.split(" ")[0] if own is not None else default_where  # the key the YAML sets
+        if key == "default_workflow_type":
+            workflow = value
         if value is not None and not isinstance(value, str):
             t.refuse(written, f"={value!r}: a {key} is a name (a string)")
         elif key == "default_workflow_type" and environment_workflow(value):
@@ -1328,6 +1339,11 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
         elif value is not None:
             _set_shared(t, out, target, SAME_WORKFLOWS.get(value, value) if key == "default_workflow_type" else value,
                         source)
+    workflow = SAME_WORKFLOWS.get(workflow, workflow) if isinstance(workflow, str) else None
+    if isinstance(ts.get("workflow_args"), dict) and workflow in ARGLESS_WORKFLOWS:
+        for arg, value in ts.pop("workflow_args").items():
+            t.note(f"{where}.workflow_args.{arg}", value, f"Trinity-RFT's {workflow} reads no workflow_args (nor "
+                                                          "does rft's)")
     for key, target in (("workflow_args", "workflow.args"), ("reward_fn_args", "custom_reward_function.reward_kwargs")):
         if ts.get(key) is not None:
             _set_shared(t, out, target, ts.pop(key), f"{where}.{key}")
@@ -1908,10 +1924,7 @@ def _globals(t: _Translation, cfg: dict, out: dict) -> None:
     if cfg.get("ray_namespace"):
         t.refuse("ray_namespace", "rft's Ray driver (cluster.ray_address) takes no namespace; remove it")
     cluster = _section(cfg.get("cluster"), "cluster")
-    if "node_num" in cluster:
-        _set(out, "trainer.nnodes", cluster.pop("node_num"), "cluster.node_num")
-    if "gpu_per_node" in cluster:
-        _set(out, "trainer.n_gpus_per_node", cluster.pop("gpu_per_node"), "cluster.gpu_per_node")
+    _trainer_gpus(t, cfg, cluster, out)
     address = cluster.pop("ray_address", None)  # Trinity's default `auto` is for a key left out: there, no Ray
     if address is not None:
         _set(out, "ray_init.address", str(address))
@@ -2114,6 +2127,7 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
                 _set(out, f"optim.{key}", value)
     else:
         max_len = out.get("_trinity", {}).get("max_model_len")
+        _engines(t, out)
         _check_model_len(t, out)
         _token_budgets(out, max_len)
         _task_order(out)
@@ -2123,6 +2137,92 @@ def _section_dialect(t: _Translation, cfg: dict, kind: str) -> dict:
     _check_save_strategy(t, out)
     t.said_as.update(out.pop("_trinity", {}).get("said_as", {}))
     return out
+
+
+def _count(value: Any, default: int = 1) -> int | None:
+    """`value` as a count (None: left out, `default`); None where it is no count (the checks refuse it)."""
+    value = default if value is None else value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+CLUSTER_MODE = "_cluster_mode"  # the mode whose split of the GPUs a staged run's global sections take
+
+
+def _trainer_gpus(t: _Translation, cfg: dict, cluster: dict, out: dict) -> None:
+    """cluster.node_num x gpu_per_node are the whole cluster's GPUs; Trinity-RFT's trainer gets what its explorer
+    leaves (its cluster check): in mode both the GPUs beyond the rollout engines' (engine_num x
+    tensor_parallel_size) and the auxiliary models', on one node where they fit, else on whole nodes; in mode train
+    all of them; in modes explore and bench none (rft's explorer is one process). A one-GPU cluster runs both on
+    that GPU (Trinity's colocate mode); one whose engines leave the trainer nothing else is refused, as Trinity
+    refuses it."""
+    nodes, per_node = cluster.pop("node_num", None), cluster.pop("gpu_per_node", None)
+    if nodes is None and per_node is None:
+        return
+    source = "cluster.gpu_per_node" if per_node is not None else "cluster.node_num"
+    mode = cfg.get(CLUSTER_MODE, cfg.get("mode", "both"))
+    n, g = _count(nodes), _count(per_node)
+    if n is None or g is None or mode not in ("both", "explore", "bench"):  # train (all); a wrong value: refused
+        if nodes is not None:
+            _set(out, "trainer.nnodes", nodes, "cluster.node_num")
+        if per_node is not None:
+            _set(out, "trainer.n_gpus_per_node", per_node, "cluster.gpu_per_node")
+        return
+    if mode != "both":
+        t.note(source, per_node if per_node is not None else nodes,
+               f"in mode {mode} the cluster's GPUs are the explorer's engines' (engine_num x tensor_parallel_size); "
+               "rft's explorer runs in one process")
+        return
+    explorer = cfg.get("explorer") or {}
+    models = [explorer.get("rollout_model") or {}, *(explorer.get("auxiliary_models") or [])]
+    sizes = [(_count(m.get("engine_num")), _count(m.get("tensor_parallel_size"))) for m in models if isinstance(m, dict)]
+    if any(e is None or tp is None for e, tp in sizes):
+        return t.refuse(source, "the explorer's engine_num and tensor_parallel_size must be counts (Trinity-RFT gives "
+                                "its trainer the cluster's GPUs they leave)")
+    total, engines = n * g, sum(e * tp for e, tp in sizes)
+    trainer = total - engines
+    if total == 1:  # Trinity's colocate mode: explorer and trainer on one GPU, as rft's mode both runs anyway
+        trainer = 1
+    elif trainer <= 0:
+        return t.refuse(source, f"the cluster's {total} GPUs (node_num {n} x gpu_per_node {g}) all go to the "
+                                f"explorer's engines and auxiliary models ({engines}: engine_num x "
+                                "tensor_parallel_size), leaving none for the trainer (Trinity-RFT refuses it too): "
+                                "lower engine_num or raise gpu_per_node")
+    elif trainer > g and trainer % g:
+        return t.refuse(source, f"the trainer gets the {trainer} GPUs of the cluster's {total} the explorer's "
+                                f"{engines} leave, which is no whole number of nodes of {g} (Trinity-RFT refuses it "
+                                "too): change engine_num or tensor_parallel_size")
+    _set(out, "trainer.nnodes", 1 if trainer <= g else trainer // g, "cluster.node_num")
+    _set(out, "trainer.n_gpus_per_node", min(trainer, g), source)
+
+
+def _one_explorer(out: dict) -> str | None:
+    """Why the translated run needs its one explorer process (rft's several explorers take turns at whole steps),
+    None where several can share its steps."""
+    interval, offset = _get(out, "synchronizer.sync_interval"), _get(out, "synchronizer.sync_offset")
+    if _get(out, "trainer.mode") in (_MISSING, "both") and interval in (_MISSING, 1) and offset in (_MISSING, 0):
+        return ("with sync_interval 1 and sync_offset 0 every step generates with the weights of the step before, so "
+                "explorers taking turns could only run one after another")
+    if _get(out, "data.selector.selector_type") == "difficulty_based":
+        return "its difficulty_based selector learns from the rewards of the tasks it drew, fed back in one explorer"
+    return None
+
+
+def _engines(t: _Translation, out: dict) -> None:
+    """explorer.rollout_model.engine_num > 1: Trinity-RFT spreads each step's rollouts over one explorer's engines;
+    rft's engines are explorer processes taking turns at whole steps (trainer.explorer_num). Where the run needs one
+    explorer (`_one_explorer`: the on-policy schedule, Trinity's default; a difficulty_based selector), one engine
+    generates every step, the same rollouts; said in a note."""
+    engines = _get(out, "trainer.explorer_num")
+    if not isinstance(engines, int) or isinstance(engines, bool) or engines <= 1:
+        return
+    why = _one_explorer(out)
+    if why is not None:
+        out["trainer"].pop("explorer_num")
+        _said_as(out).pop("trainer.explorer_num", None)
+        t.note("explorer.rollout_model.engine_num", engines, (
+            f"Trinity-RFT spreads each step's rollouts over its {engines} engines; rft's engines are explorer "
+            f"processes taking turns at whole steps, and {why}: one engine generates each step's rollouts, the same "
+            "rollouts"))
 
 
 BOTS_WORKFLOWS = ("bots_math_boxed_workflow", "bots_ref_eval_collect_math_boxed_workflow")
@@ -2278,8 +2378,9 @@ def translate(cfg: dict, path: str = "config", refusals: list | None = None, ove
         stages = [{"stage_name": cfg.get("name", kind)}]
     if _section(cfg.get("cluster"), "cluster").get("ray_address") is not None:
         t.refuse("cluster.ray_address", "Ray places the processes of an RL run without stages only (docs/cluster.md)")
-    rl_base = _section_dialect(_Translation(), {**base_cfg, "algorithm": {"algorithm_type": "grpo"}, "mode": "both"},
-                               "rl")  # the global verl sections (errors are reported per stage)
+    # the global verl sections (errors are reported per stage); the trainer's GPUs as the run's own mode splits them
+    rl_base = _section_dialect(_Translation(), {**base_cfg, "algorithm": {"algorithm_type": "grpo"}, "mode": "both",
+                                                CLUSTER_MODE: cfg.get("mode", "both")}, "rl")
     out_stages = []
     rl_only: list[str] = []
     for i, stage in enumerate(stages):

@@ -139,11 +139,7 @@ REFUSED["buffer.explorer_input.taskset.rollout_args"] = {
     "n": "Trinity-RFT sets it from repeat_times (DO NOT SET); set algorithm.repeat_times (an eval taskset's own "
          "repeat_times)",
 }
-REFUSED["buffer.explorer_input.taskset.format"] = {
-    "reply_prefix": "text Trinity-RFT puts at the start of each reply (after the chat template's generation "
-                    "prompt) for the model to continue; rft's workflows start the reply empty: put it at the end "
-                    "of the chat template (data.chat_template / model.custom_chat_template) and remove it",
-}
+REFUSED["buffer.explorer_input.taskset.format"] = {}
 TASKSET_ONLY = ("a setting of reading tasks (a taskset's); this experience buffer receives the explorer's "
                 "experiences, which nothing reads from a dataset; remove it")
 FROM_MODEL = "Trinity-RFT sets it from model.{key} (DO NOT SET); set model.{key}"
@@ -155,7 +151,7 @@ REFUSED["algorithm"].update({
     "use_token_level_loss": "Trinity-RFT's earlier switch, replaced by algorithm.loss_agg_mode (token-mean, "
                             "seq-mean-token-mean); set that",
 })
-REFUSED["buffer.explorer_input"] = {"reply_prefix": REFUSED["buffer.explorer_input.taskset.format"]["reply_prefix"]}
+REFUSED["buffer.explorer_input"] = {}
 REFUSED["buffer.explorer_input.taskset"].update({
     "repeat_times": "Trinity-RFT sets a training taskset's from algorithm.repeat_times (DO NOT SET); set that",
     "schema_type": "the row schema of an experience buffer; a taskset holds tasks; remove it",
