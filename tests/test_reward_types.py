@@ -242,8 +242,9 @@ def test_the_schema_lists_the_registered_types():
 
     choices = next(f for f in fields(CustomRewardConfig) if f.name == "reward_fn_type").metadata["choices"]
     assert set(choices) == {None, "llm_judge", *REWARD_FN_TYPES.names()}  # the judge: rft.rewards.judge
-    assert REWARD_FN_TYPES.names() == ["accuracy_reward", "bots_math_boxed_reward", "countdown_reward", "format_reward", "math_boxed_reward",
-                                       "math_dapo_reward", "math_reward", "math_verify_reward"]
+    assert REWARD_FN_TYPES.names() == ["accuracy_reward", "bots_math_boxed_reward", "countdown_reward", "format_reward",
+                                       "math_boxed_reward", "math_boxed_reward_naive_dapo", "math_dapo_reward",
+                                       "math_reward", "math_verify_reward"]
 
 
 def cfg(tmp_path, *overrides: str):
@@ -258,7 +259,8 @@ def cfg(tmp_path, *overrides: str):
     (["custom_reward_function.reward_fn_type=math_rewards"],
      "custom_reward_function.reward_fn_type='math_rewards' is not allowed; choose one of ['math_reward', "
      "'accuracy_reward', 'math_boxed_reward', 'math_dapo_reward', 'math_verify_reward', 'bots_math_boxed_reward', "
-     "'format_reward', 'countdown_reward', 'llm_judge'] or leave it unset; did you mean 'math_reward'?"),
+     "'math_boxed_reward_naive_dapo', 'format_reward', 'countdown_reward', 'llm_judge'] or leave it unset; did you "
+     "mean 'math_reward'?"),
     (["custom_reward_function.reward_fn_type=math_reward", "custom_reward_function.path=r.py"],
      "and custom_reward_function.path='r.py' are both set: each chooses the run's reward function"),
     (["custom_reward_function.reward_fn_type=math_reward", "custom_reward_function.name=judge"],
