@@ -2191,7 +2191,7 @@ def _trainer_gpus(t: _Translation, cfg: dict, cluster: dict, out: dict) -> None:
         return t.refuse(source, f"the trainer gets the {trainer} GPUs of the cluster's {total} the explorer's "
                                 f"{engines} leave, which is no whole number of nodes of {g} (Trinity-RFT refuses it "
                                 "too): change engine_num or tensor_parallel_size")
-    _set(out, "trainer.nnodes", 1 if trainer <= g else trainer // g, "cluster.node_num")
+    _set(out, "trainer.nnodes", 1 if trainer <= g else trainer // g, "cluster.node_num" if nodes is not None else source)
     _set(out, "trainer.n_gpus_per_node", min(trainer, g), source)
 
 
