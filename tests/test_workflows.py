@@ -1093,7 +1093,7 @@ def test_chat_and_generate_cut_a_prompt_over_the_limit_as_data_truncation_says(e
     """A workflow's chat / generate prompt over data.max_prompt_length is cut as the dataset's are (Trinity-RFT's
     vLLM engine cuts every call at max_prompt_tokens): math_workflow's system prompt used to send gsm8k prompts of
     ~480 tokens with max_prompt_tokens 256. `error` sends it whole, as before."""
-    from rft.explorer.model import encode
+    from rft.data.chat import encode
 
     inner, tok = engine
     handle = ModelHandle(GenerationServer(inner, tok, torch.Generator().manual_seed(0)), tok,

@@ -165,18 +165,15 @@ def check_selector(ctx: CheckContext) -> None:
                            ("adaptive_rho", isinstance(o["adaptive_rho"], bool), "true or false")):
         if not ok:
             raise ConfigError(f"{key}.kwargs.{name}={o[name]!r} must be {what}")
-    from rft.sync.schedule import is_synchronous
-
-    why = None
-    if ctx.world_size > 1 and is_synchronous(cfg):  # apart, the explorer is one process beside the trainer's
-        why = f"{ctx.world_size} processes share the explorer's tasks"
-    elif cfg.trainer.explorer_num > 1:
-        why = f"trainer.explorer_num={cfg.trainer.explorer_num} explorers draw from one taskset"
-    else:
-        why = uneven_draws(cfg)
+    why = uneven_draws(cfg)  # the explorer's processes: explorer.checks' explorer.selector
     if why is not None:
-        raise ConfigError(f"{key}.selector_type=difficulty_based learns from each step's rewards of the tasks it "
-                          f"drew, which rft feeds back in one explorer process, but {why}; use another selector")
+        raise difficulty_based_refusal(why)
+
+
+def difficulty_based_refusal(why: str) -> ConfigError:
+    """The refusal of data.selector.selector_type=difficulty_based where its feedback cannot be had: `why`."""
+    return ConfigError("data.selector.selector_type=difficulty_based learns from each step's rewards of the tasks it "
+                       f"drew, which rft feeds back in one explorer process, but {why}; use another selector")
 
 
 def uneven_draws(cfg) -> str | None:

@@ -150,6 +150,23 @@ def check_explorers(ctx: CheckContext) -> None:
                           "files, or explorer_num 1")
 
 
+@CHECKS.register("explorer.selector")
+def check_selector_processes(ctx: CheckContext) -> None:
+    """data.selector difficulty_based learns in one explorer process: not where the trainer's processes share the
+    explorer's tasks (the one-process loop on several; apart, the explorer is one process beside them), nor with
+    several explorers."""
+    from rft.data.checks import difficulty_based_refusal
+
+    cfg = ctx.cfg
+    if cfg.data.selector.selector_type != "difficulty_based":
+        return
+    if ctx.world_size > 1 and is_synchronous(cfg):
+        raise difficulty_based_refusal(f"{ctx.world_size} processes share the explorer's tasks")
+    if cfg.trainer.explorer_num > 1:
+        raise difficulty_based_refusal(f"trainer.explorer_num={cfg.trainer.explorer_num} explorers draw from one "
+                                       "taskset")
+
+
 def check_frozen_lake(args: dict) -> None:
     """frozen_lake_workflow's arguments, as Trinity-RFT reads them, and gymnasium, before the model loads."""
     for key in ("env_max_steps", "agent_max_steps"):

@@ -89,6 +89,7 @@ RL = (
     "sync.synchronizer",              # sync_interval, sync_offset, sync_timeout
     "buffer.experience_buffer",       # read time-out, priority replay, staleness
     "explorer.explorers",             # several explorers share a database buffer
+    "explorer.selector",              # difficulty_based's feedback in one explorer process
     "trainer.modes",                  # trainer.mode with sync_method and the buffer
     "trainer.mix",                    # mix's expert rows
     "explorer.workflow",              # workflows, their arguments and tools
