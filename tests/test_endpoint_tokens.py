@@ -220,6 +220,23 @@ def test_a_history_the_client_changed_is_rendered_from_its_text_counted_and_said
         endpoint.close()
 
 
+def test_a_last_assistant_message_is_a_finished_turn_unless_the_request_continues_it():
+    """As vLLM's server: a request ending with an assistant message gets a new assistant turn after it;
+    `continue_final_message: true` (vLLM's extension) has the reply continue it (Trinity-RFT's reply_prefix). A
+    workflow's own `model.chat` continues it (test_reply_prefix.py)."""
+    endpoint, model, tok = served("qwen25")
+    try:
+        client = openai.OpenAI(base_url=endpoint.api_base, api_key="other", max_retries=0)
+        messages = [{"role": "user", "content": "What is 2+3?"}, {"role": "assistant", "content": "<think>"}]
+        client.chat.completions.create(model="tiny", messages=messages)
+        client.chat.completions.create(model="tiny", messages=messages, extra_body={"continue_final_message": True})
+        finished, continued = (tok.decode(p) for p in model.prompts[-2:])
+        assert finished.endswith("<|im_start|>assistant\n<think><|im_end|>\n<|im_start|>assistant\n"), finished
+        assert continued.endswith("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n<think>"), continued
+    finally:
+        endpoint.close()
+
+
 def test_conversations_of_other_callers_are_not_continued():
     """The kept tokens are the caller's (its key): another key sending the same history gets a fresh rendering."""
     endpoint, model, tok = served("qwen25")

@@ -246,7 +246,7 @@ class Conversation:
 
     def __init__(self, tokenizer, messages: list[dict], tools: list[dict] | None = None,
                  chat_template: str | None = None, vision=None, template_kwargs: dict | None = None,
-                 eos_ids: list[int] | None = None):
+                 eos_ids: list[int] | None = None, continue_final: bool = False):
         self.tokenizer, self.tools, self.chat_template, self.vision = tokenizer, tools, chat_template, vision
         self.template_kwargs = template_kwargs  # the template's variables (data.apply_chat_template_kwargs)
         # the ids that end a turn (the engine's: the generation config's list and the tokenizer's EOS)
@@ -254,7 +254,8 @@ class Conversation:
         self.mismatches: list[str] = []
         """Each `add` whose tokens differ from the template's full rendering: how (`turns.mismatch`)."""
         messages, self.images = _images_of(messages, vision)
-        messages, prefix = reply_prefix_of(messages)  # the start of the first reply (data.reply_prefix)
+        # `continue_final`: a last assistant message is the start of the first reply (data.reply_prefix)
+        messages, prefix = reply_prefix_of(messages) if continue_final else (messages, "")
         self.messages = [dict(m) for m in messages]
         self.text = self.render(self.messages) + prefix
         self.ids = self._tokens(self.text, self.images)
@@ -450,26 +451,31 @@ class ModelHandle:
                     self.history.append(c.to_experience())
         return out
 
-    def chat(self, messages: list[dict], n: int = 1, tools: list[dict] | None = None, **sampling) -> list[Completion]:
-        """`n` completions of the next assistant turn after `messages` (rendered with the chat template)."""
-        return self.chat_batch([messages], n, tools, **sampling)[0]
+    def chat(self, messages: list[dict], n: int = 1, tools: list[dict] | None = None,
+             continue_final_message: bool = True, **sampling) -> list[Completion]:
+        """`n` completions of the next assistant turn after `messages` (rendered with the chat template; a last
+        assistant message continued, `prompt`)."""
+        return self.chat_batch([messages], n, tools, continue_final_message, **sampling)[0]
 
     def chat_batch(self, conversations: list[list[dict]], n: int = 1, tools: list[dict] | None = None,
-                   **sampling) -> list[list[Completion]]:
+                   continue_final_message: bool = True, **sampling) -> list[list[Completion]]:
         """`n` completions of the next assistant turn after each of `conversations`, in one call."""
-        prompts = [self.prompt(messages, tools) for messages in conversations]
+        prompts = [self.prompt(messages, tools, continue_final_message) for messages in conversations]
         return self._submit([ids if images else self._cut(ids) for ids, images in prompts],
                             self.params(n, **sampling), [im for _, im in prompts])
 
-    def prompt(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[bytes]]:
-        """(the token ids of `messages` with the assistant's generation prompt, their images); a last assistant
-        message is the start of the reply, which the completion continues (Trinity-RFT's reply_prefix, vLLM's
-        continue_final_message)."""
+    def prompt(self, messages: list[dict], tools: list[dict] | None = None,
+               continue_final_message: bool = True) -> tuple[list[int], list[bytes]]:
+        """(the token ids of `messages` with the assistant's generation prompt, their images). With
+        `continue_final_message` (a workflow's chat, as Trinity-RFT's model wrapper chats) a last assistant message
+        is the start of the reply, which the completion continues (data.reply_prefix); without it (the OpenAI
+        endpoint, as vLLM's server by default) a new assistant turn follows it."""
         if self.vision is None and not any(isinstance(m.get("content"), list) for m in messages):
-            text = render_prompt(self.tokenizer, messages, tools=tools, chat_template=self.chat_template,
-                                 template_kwargs=self.template_kwargs)
+            kwargs = {"tools": tools, "chat_template": self.chat_template, "template_kwargs": self.template_kwargs}
+            text = render_prompt(self.tokenizer, messages, **kwargs) if continue_final_message else \
+                render(self.tokenizer, messages, **kwargs)
             return self.tokenizer(text, add_special_tokens=False)["input_ids"], []
-        conversation = self.start(messages, tools)
+        conversation = self.start(messages, tools, continue_final_message)
         return conversation.ids, conversation.images
 
     def generate(self, prompts: list[str], n: int = 1, **sampling) -> list[list[Completion]]:
@@ -488,9 +494,9 @@ class ModelHandle:
         eos = getattr(getattr(self.server, "engine", None), "eos_ids", None)
         return None if eos is None else [int(t) for t in eos.tolist()]
 
-    def start(self, messages: list[dict], tools: list[dict] | None = None) -> Conversation:
+    def start(self, messages: list[dict], tools: list[dict] | None = None, continue_final: bool = False) -> Conversation:
         return Conversation(self.tokenizer, messages, tools, self.chat_template, self.vision, self.template_kwargs,
-                            self.eos_ids)
+                            self.eos_ids, continue_final)
 
     def with_template_kwargs(self, extra: dict) -> ModelHandle:
         """This handle with `extra` template variables over its own (an OpenAI request's chat_template_kwargs, as

@@ -50,7 +50,7 @@ log = logging.getLogger("rft")
 _ACCEPTED = {"model", "messages", "prompt", "n", "temperature", "top_p", "top_k", "max_tokens",
              "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice", "stream", "stop", "user",
              "seed", "parallel_tool_calls", "echo", "presence_penalty", "frequency_penalty", "ignore_eos",
-             "chat_template_kwargs"}
+             "chat_template_kwargs", "continue_final_message"}
 
 
 class ApiError(Exception):
@@ -378,11 +378,14 @@ class Endpoint:
             with self._lock:
                 replies = dict(self._replies)
             messages = [_message(m, self.parser, replies) for m in raw]
+            # vLLM's server: a last assistant message is a finished turn unless the request asks to continue it
+            extend = bool(body.get("continue_final_message", False))
             try:
-                prompt, _ = handle.prompt(messages, tools)
+                prompt, _ = handle.prompt(messages, tools, extend)
             except WorkflowError as e:  # images for a text model, an image_url that is no data URL, ...
                 raise ApiError(400, str(e)) from None
-            completions = handle.chat(messages, n=n, tools=tools, **self._sampling(body, handle, [prompt]))
+            completions = handle.chat(messages, n=n, tools=tools, continue_final_message=extend,
+                                      **self._sampling(body, handle, [prompt]))
         eos = set(_eos_ids(handle))
         choices = []
         for i, c in enumerate(completions):
