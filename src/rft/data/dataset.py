@@ -158,15 +158,16 @@ class PromptDataset:
                     chat = with_image_parts(chat, len(images[i]), where)
                 elif vision is not None:  # a vision model's placeholders need images
                     with_image_parts(chat, 0, where)
+                prefixed = with_reply_prefix(chat, reply_prefix)
                 if tokenizer is None:  # an API model's prompts: messages only (rft.explorer.external)
                     texts.append("")
                 elif images[i]:
                     texts.append(vision.render(chat, chat_template, template_kwargs=template_kwargs)
                                  + (reply_prefix or ""))
                 else:
-                    texts.append(render_prompt(tokenizer, with_reply_prefix(chat, reply_prefix), tools=tools[-1],
-                                               chat_template=chat_template, template_kwargs=template_kwargs))
-                chats.append(with_reply_prefix(chat, reply_prefix))
+                    texts.append(render_prompt(tokenizer, prefixed, tools=tools[-1], chat_template=chat_template,
+                                               template_kwargs=template_kwargs))
+                chats.append(prefixed)
             encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] \
                 if prompt_key is not None and tokenizer is not None else [[] for _ in texts]
             for i, row_images_ in enumerate(images):  # the processor expands each image into its tokens

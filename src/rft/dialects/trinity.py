@@ -1318,7 +1318,6 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
     workflow_args of a taskset: one value per run (rft has one workflow and one reward function for its tasks
     and its validation), so tasksets that end up with different ones are refused. An eval taskset without its own
     workflow takes buffer.explorer_input.default_eval_workflow_type where it is set, as in Trinity-RFT."""
-    workflow = None
     for key, target in WORKFLOW_DEFAULTS.items():
         own = ts.pop(key, None)
         if own is not None:
@@ -1329,8 +1328,6 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
             value, default_where = defaults.get(inherit, (None, ""))
             source = f"{where}.{key} (inherited from {default_where})"
         written = source.split(" ")[0] if own is not None else default_where  # the key the YAML sets
-        if key == "default_workflow_type":
-            workflow = value
         if value is not None and not isinstance(value, str):
             t.refuse(written, f"={value!r}: a {key} is a name (a string)")
         elif key == "default_workflow_type" and environment_workflow(value):
@@ -1339,7 +1336,7 @@ def _workflow_keys(t: _Translation, ts: dict, where: str, out: dict, defaults: d
         elif value is not None:
             _set_shared(t, out, target, SAME_WORKFLOWS.get(value, value) if key == "default_workflow_type" else value,
                         source)
-    workflow = SAME_WORKFLOWS.get(workflow, workflow) if isinstance(workflow, str) else None
+    workflow = _get(out, "workflow.type")  # the run's one workflow, by rft's name (SAME_WORKFLOWS applied)
     if isinstance(ts.get("workflow_args"), dict) and workflow in ARGLESS_WORKFLOWS:
         for arg, value in ts.pop("workflow_args").items():
             t.note(f"{where}.workflow_args.{arg}", value, f"Trinity-RFT's {workflow} reads no workflow_args (nor "

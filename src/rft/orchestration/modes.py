@@ -126,9 +126,9 @@ class ExploreLoop(StepRole):
 
             # the trainer sends exactly the versions the steps after ex.step generate with; the first one now
             self.sync = ProcessGroupReceiver(self.trainable, s.sync_timeout, ex.step, t.explorer_rank)
-            mine = [n for n in range(ex.step + 1, self.total_steps + 1) if self.owns(n)]
-            if mine:
-                engine.update_weights(*self.sync.receive(schedule.required_version(mine[0], s.sync_interval,
+            first = next((n for n in range(ex.step + 1, self.total_steps + 1) if self.owns(n)), None)
+            if first is not None:  # an explorer with no step left is sent nothing
+                engine.update_weights(*self.sync.receive(schedule.required_version(first, s.sync_interval,
                                                                                    s.sync_offset)))
         else:  # the starting model is version 0
             from rft.sync.checkpoint import CheckpointSync
@@ -374,10 +374,11 @@ class TrainLoop(StepRole):
                       f"explorer goes on with version {start}, so this resume is not an exact replay of the run")
                 kept.keep_if_missing(start, current if current is not None else self.trainer.trainable_weights())
                 early = [start]
-            sender.versions = set(early) | {v for v in needed if v > start}
+            after = {v for v in needed if v > start}
+            sender.versions = set(early) | after
             for version in early:
                 sender.publish(kept.get(version), version)
-            later |= {v for v in needed if v > start}
+            later |= after
         return broadcast, later
 
     def _share(self, experiences: list) -> object:
